@@ -1,0 +1,119 @@
+"""The simulator behind the loop's interfaces: a ``MetricsSource`` and an ``Actuator``.
+
+``SimMetricsSource`` computes each signal the way the PromQL defaults do over the replicas'
+vLLM metrics: ``rate()`` of counters and ``histogram_quantile()`` of bucket increments over the
+last ``window_s`` seconds, gauges summed (queue, running) or averaged (KV usage) over pods.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from autoscaler.loop.observe import ServiceObservation, VariantObservation
+from autoscaler.simulator.engine import DRAINING, READY, Replica
+from autoscaler.simulator.fleet import FleetSimulator
+from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS, histogram_quantile
+
+
+class SimMetricsSource:
+    """Signals of a ``FleetSimulator``'s services, as a Prometheus scraping every pod would report."""
+
+    def __init__(self, sim: FleetSimulator, window_s: float) -> None:
+        self.sim = sim
+        self.window_s = window_s
+        self._history: dict[int, deque[tuple[float, dict[str, object]]]] = {}
+
+    def _window_delta(self, r: Replica, now: float) -> tuple[dict[str, object], dict[str, object], float]:
+        """(snapshot now, the last snapshot at or before the window start, seconds between them).
+
+        A pod's counters start at zero when it is created, so its history starts with an empty
+        snapshot at ``created_s``.
+        """
+        snap = r.metrics.snapshot()
+        hist = self._history.setdefault(r.rid, deque([(r.created_s, {})]))
+        hist.append((now, snap))
+        while len(hist) > 2 and hist[1][0] <= now - self.window_s:
+            hist.popleft()
+        t0, old = hist[0]
+        return snap, old, max(now - t0, 1e-9)
+
+    def _signals(self, pods: list[tuple[Replica, dict[str, object], dict[str, object], float]],
+                 ) -> dict[str, float | None]:
+        if not pods:
+            return dict.fromkeys(
+                ("request_rate_rps", "prompt_tokens_rps", "generation_tokens_rps", "ttft_p50_s",
+                 "ttft_p95_s", "itl_p50_s", "itl_p95_s", "kv_usage", "queue_length", "running",
+                 "prefix_hit_rate", "success_rps", "abort_rps", "preemptions_rps"))
+
+        def rate(key: str) -> float:
+            return sum((float(new[key]) - float(old.get(key, 0.0))) / dt  # type: ignore[arg-type]
+                       for _, new, old, dt in pods)
+
+        def buckets(key: str, n: int) -> list[float]:
+            acc = [0.0] * n
+            for _, new, old, _dt in pods:
+                o = old.get(key) or [0.0] * n
+                for i, (a, b) in enumerate(zip(new[key], o, strict=True)):  # type: ignore[call-overload]
+                    acc[i] += a - b
+            return acc
+
+        ttft = buckets("ttft", len(TTFT_BUCKETS) + 1)
+        itl = buckets("itl", len(ITL_BUCKETS) + 1)
+        queries = rate("prefix_queries")
+        serving = [r for r, *_ in pods if r.state in (READY, DRAINING)]
+        return {
+            "request_rate_rps": rate("e2e_count"),
+            "prompt_tokens_rps": rate("prompt_tokens"),
+            "generation_tokens_rps": rate("generation_tokens"),
+            "ttft_p50_s": histogram_quantile(0.5, TTFT_BUCKETS, ttft),
+            "ttft_p95_s": histogram_quantile(0.95, TTFT_BUCKETS, ttft),
+            "itl_p50_s": histogram_quantile(0.5, ITL_BUCKETS, itl),
+            "itl_p95_s": histogram_quantile(0.95, ITL_BUCKETS, itl),
+            "kv_usage": (sum(r.metrics.kv_usage for r in serving) / len(serving)) if serving else None,
+            "queue_length": float(sum(r.metrics.waiting for r in serving)),
+            "running": float(sum(r.metrics.running for r in serving)),
+            "prefix_hit_rate": rate("prefix_hits") / queries if queries > 0 else None,
+            "success_rps": rate("success"),
+            "abort_rps": rate("aborts"),
+            "preemptions_rps": rate("preemptions"),
+        }
+
+    def observe(self, now: float) -> dict[str, ServiceObservation]:
+        """Signals of every service at ``now`` (seconds)."""
+        out: dict[str, ServiceObservation] = {}
+        for name, svc in self.sim.services.items():
+            pods = []
+            for r in svc.replicas:
+                if r.state not in (READY, DRAINING):
+                    continue
+                r.refresh_gauges()
+                pods.append((r, *self._window_delta(r, now)))
+            variants = {}
+            for vname in svc.variants:
+                c = svc.counts(vname)
+                vpods = [p for p in pods if p[0].variant == vname]
+                variants[vname] = VariantObservation(c.ready, c.starting, c.draining, self._signals(vpods))
+            signals = self._signals(pods)
+            if not pods:
+                # No pod serving: no traffic can be measured, but none is in flight on a pod either.
+                signals.update(request_rate_rps=0.0, queue_length=float(len(svc.gateway)), running=0.0)
+            else:
+                signals["queue_length"] = (signals["queue_length"] or 0.0) + len(svc.gateway)
+            out[name] = ServiceObservation(name, now, signals, variants)
+        return out
+
+
+class SimActuator:
+    """Scales the simulator's Deployments."""
+
+    def __init__(self, sim: FleetSimulator) -> None:
+        self.sim = sim
+
+    def counts(self, service: str, variant: str) -> tuple[int, int, int]:
+        """``(ready, starting, draining)`` replicas."""
+        c = self.sim.services[service].counts(variant)
+        return c.ready, c.starting, c.draining
+
+    def scale(self, service: str, variant: str, replicas: int) -> None:
+        """Set the variant's replicas."""
+        self.sim.set_replicas(service, variant, replicas)

@@ -1,0 +1,318 @@
+"""Fleet file schema (YAML, validated with pydantic) and its loader.
+
+A fleet file describes the services (served models) the autoscaler manages, their SLOs per
+request class, their variants (one Deployment per GPU generation), the embedded simulator's engine
+settings, and the controller settings. ``load_config`` raises ``ConfigError`` naming the file, the
+key and the problem.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from autoscaler.errors import ConfigError
+from autoscaler.workload.types import BATCH, INTERACTIVE
+
+SetpointSignal = Literal["ttft_p95_ratio", "itl_p95_ratio", "slo_p95_ratio", "kv_usage", "queue_per_replica"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SLO(_Strict):
+    """Latency objectives of one request class.
+
+    Attributes:
+        ttft_s: time-to-first-token objective, seconds.
+        itl_s: mean inter-token latency objective (per request), seconds.
+    """
+
+    ttft_s: float = Field(gt=0)
+    itl_s: float = Field(gt=0)
+
+
+class Variant(_Strict):
+    """One Deployment of a service on one GPU generation.
+
+    Attributes:
+        name: variant name, unique within the service (the Deployment's name suffix).
+        gpu: GPU type, e.g. ``H100-SXM``.
+        gpus_per_replica: GPUs one replica occupies (tensor parallel size).
+        price_per_gpu_hour: $/GPU-hour.
+        min_replicas, max_replicas: replica bounds for this variant.
+        quota: extra cap on replicas (e.g. a cloud quota), or None.
+        initial_replicas: replicas ready (warm) at t=0 in simulation; defaults to ``min_replicas``.
+        startup_cold_s: seconds from scale-up to ready when weights are not on the node.
+        startup_warm_s: seconds from scale-up to ready when weights are cached on the node.
+        warm_nodes: how many replicas can start warm (nodes with weights cached); the rest start cold.
+        kv_cache_tokens: KV-cache capacity of one replica, tokens.
+        profile: performance profile name (see ``models.profiles.list_profiles()``).
+    """
+
+    name: str
+    gpu: str
+    gpus_per_replica: int = Field(default=1, ge=1)
+    price_per_gpu_hour: float = Field(ge=0)
+    min_replicas: int = Field(default=0, ge=0)
+    max_replicas: int = Field(ge=0)
+    quota: int | None = Field(default=None, ge=0)
+    initial_replicas: int | None = Field(default=None, ge=0)
+    startup_cold_s: float = Field(default=300.0, ge=0)
+    startup_warm_s: float = Field(default=90.0, ge=0)
+    warm_nodes: int = Field(default=0, ge=0)
+    kv_cache_tokens: int = Field(gt=0)
+    profile: str
+
+    @property
+    def cap(self) -> int:
+        """Largest replica count allowed: ``min(max_replicas, quota)``."""
+        return self.max_replicas if self.quota is None else min(self.max_replicas, self.quota)
+
+    @property
+    def start_replicas(self) -> int:
+        """Replicas ready at t=0 in simulation."""
+        n = self.min_replicas if self.initial_replicas is None else self.initial_replicas
+        return min(max(n, self.min_replicas), self.cap)
+
+    @property
+    def price_per_replica_hour(self) -> float:
+        """$/replica-hour = GPUs per replica x $/GPU-hour."""
+        return self.gpus_per_replica * self.price_per_gpu_hour
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Variant:
+        if self.min_replicas > self.cap:
+            raise ValueError(f"min_replicas ({self.min_replicas}) exceeds max_replicas/quota ({self.cap})")
+        return self
+
+
+class Service(_Strict):
+    """A served model and the variants that serve it.
+
+    Attributes:
+        name: service name.
+        model: served model name (vLLM ``model_name`` label).
+        max_model_len: longest prompt + output accepted, tokens; longer requests are rejected
+            (vLLM answers HTTP 400), counted as ``rejected``.
+        slo: objectives per request class; must define ``interactive`` and ``batch``.
+        variants: at least one.
+    """
+
+    name: str
+    model: str
+    max_model_len: int = Field(default=32768, gt=0)
+    slo: dict[str, SLO]
+    variants: list[Variant] = Field(min_length=1)
+
+    @field_validator("slo")
+    @classmethod
+    def _classes(cls, v: dict[str, SLO]) -> dict[str, SLO]:
+        missing = [c for c in (INTERACTIVE, BATCH) if c not in v]
+        if missing:
+            raise ValueError(f"missing SLO class(es): {', '.join(missing)}")
+        return v
+
+    @model_validator(mode="after")
+    def _unique(self) -> Service:
+        names = [v.name for v in self.variants]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"duplicate variant name(s): {', '.join(sorted(dup))}")
+        return self
+
+
+class EngineConfig(_Strict):
+    """vLLM scheduler settings the simulator reproduces (per replica).
+
+    Attributes:
+        max_num_seqs: running-batch bound (vLLM ``--max-num-seqs``; its default is 256 on GPUs).
+        max_num_batched_tokens: token budget per engine step (vLLM ``--max-num-batched-tokens``;
+            8192 is vLLM V1's default for online serving on data-centre GPUs).
+        block_size: KV-cache block size in tokens (vLLM default 16).
+    """
+
+    max_num_seqs: int = Field(default=256, ge=1)
+    max_num_batched_tokens: int = Field(default=8192, ge=16)
+    block_size: int = Field(default=16, ge=1)
+
+
+class SimulatorConfig(_Strict):
+    """Embedded fleet simulator settings.
+
+    Attributes:
+        router: ``least_outstanding`` (default) or ``prefix_affinity``.
+        engine: per-replica vLLM scheduler settings.
+        gateway_timeout_s: a request waiting at the gateway (no replica ready) longer than this fails.
+        crashes: replica crashes to inject, as ``{time_s, variant}``; the oldest ready replica of
+            that variant crashes.
+    """
+
+    router: Literal["least_outstanding", "prefix_affinity"] = "least_outstanding"
+    engine: EngineConfig = EngineConfig()
+    gateway_timeout_s: float = Field(default=600.0, gt=0)
+    crashes: list[Crash] = Field(default_factory=list)
+
+
+class Crash(_Strict):
+    """One injected replica crash."""
+
+    time_s: float = Field(ge=0)
+    service: str | None = None
+    variant: str
+
+
+class PIDConfig(_Strict):
+    """PID gains and shaping (see ``controllers.pid``).
+
+    The error is ``measured/setpoint - 1`` on the chosen signal, so gains are in replicas per unit of
+    relative error (``kp``) and per unit of relative error-second (``ki``), scaled by the current
+    replica count when ``scale_with_replicas`` is on.
+    """
+
+    setpoint_signal: SetpointSignal = "ttft_p95_ratio"
+    setpoint: float = Field(default=0.5, gt=0)
+    kp: float = Field(default=0.6, ge=0)
+    ki: float = Field(default=0.01, ge=0)
+    kd: float = Field(default=0.0, ge=0)
+    derivative_filter_s: float = Field(default=30.0, gt=0)
+    deadband: float = Field(default=0.1, ge=0)
+    down_gain: float = Field(default=0.5, gt=0)
+    error_clip: float = Field(default=3.0, gt=0)
+    scale_with_replicas: bool = True
+
+
+class GuardConfig(_Strict):
+    """Safety rules applied to every decision.
+
+    Attributes:
+        max_step_up: most replicas added per service per tick.
+        max_step_down: most replicas removed per service per tick.
+        scale_down_cooldown_s: no scale-down for this long after any scale-up.
+        idle_ticks_to_min: consecutive idle ticks before an idle service scales toward its minimum.
+    """
+
+    max_step_up: int = Field(default=8, ge=1)
+    max_step_down: int = Field(default=1, ge=1)
+    scale_down_cooldown_s: float = Field(default=180.0, ge=0)
+    idle_ticks_to_min: int = Field(default=8, ge=1)
+
+
+class ControllerConfig(_Strict):
+    """Control-loop settings.
+
+    Attributes:
+        tick_s: seconds between loop ticks.
+        window_s: look-back window of rate/quantile signals (PromQL ``rate(...[window])``), seconds.
+        pid: PID settings.
+        guard: safety rules.
+    """
+
+    tick_s: float = Field(default=15.0, gt=0)
+    window_s: float = Field(default=60.0, gt=0)
+    pid: PIDConfig = PIDConfig()
+    guard: GuardConfig = GuardConfig()
+
+
+class FleetConfig(_Strict):
+    """The whole fleet file."""
+
+    services: list[Service] = Field(min_length=1)
+    simulator: SimulatorConfig = SimulatorConfig()
+    controller: ControllerConfig = ControllerConfig()
+
+    @model_validator(mode="after")
+    def _unique(self) -> FleetConfig:
+        names = [s.name for s in self.services]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"duplicate service name(s): {', '.join(sorted(dup))}")
+        return self
+
+    def service(self, name: str | None = None) -> Service:
+        """The named service (the first when ``name`` is None); KeyError if unknown."""
+        if name is None:
+            return self.services[0]
+        for s in self.services:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+
+SimulatorConfig.model_rebuild()
+
+
+def _key_path(loc: tuple[int | str, ...], data: object) -> str:
+    """Render a pydantic error location as a YAML key path, naming list items by their ``name``."""
+    parts: list[str] = []
+    node = data
+    for item in loc:
+        if isinstance(item, int) and isinstance(node, list) and 0 <= item < len(node):
+            node = node[item]
+            label = node.get("name") if isinstance(node, dict) else None
+            parts.append(f"[{label}]" if label else f"[{item}]")
+        else:
+            node = node.get(item) if isinstance(node, dict) else None
+            parts.append(f".{item}" if parts else str(item))
+    return "".join(parts) or "<root>"
+
+
+def parse_config(data: object, source: str = "<fleet>") -> FleetConfig:
+    """Validate a parsed YAML document; raises ``ConfigError`` '<source>: <key>: <problem>'."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: top level must be a mapping with a 'services' list")
+    try:
+        cfg = FleetConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{source}: {_key_path(tuple(err['loc']), data)}: {msg}{more}") from None
+    _check_profiles(cfg, source)
+    return cfg
+
+
+def _check_profiles(cfg: FleetConfig, source: str) -> None:
+    from models.profiles import list_profiles
+
+    known = list_profiles()
+    for s in cfg.services:
+        for v in s.variants:
+            if v.profile not in known:
+                raise ConfigError(
+                    f"{source}: services[{s.name}].variants[{v.name}].profile: unknown performance "
+                    f"profile '{v.profile}' (GPU {v.gpu}); known: {', '.join(known)}"
+                )
+
+
+def load_config(path: str | Path) -> FleetConfig:
+    """Read and validate a fleet YAML file.
+
+    Raises:
+        ConfigError: the file is missing, is not YAML, or fails validation; the message names the
+            file and the key.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read fleet file: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{p}:{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    return parse_config(data, str(p))
+
+
+def default_config() -> FleetConfig:
+    """The embedded example fleet (same content as ``examples/fleet.yaml``), shipped in the package."""
+    from importlib.resources import files
+
+    text = files("autoscaler").joinpath("default_fleet.yaml").read_text()
+    return parse_config(yaml.safe_load(text), "<embedded default fleet>")

@@ -1,0 +1,86 @@
+"""Estimate stage: derive the controllers' inputs from an observation.
+
+Derived signals: ``ttft_p95_ratio`` (p95 TTFT / the interactive TTFT SLO), ``itl_p95_ratio``
+(p95 ITL / the interactive ITL SLO), ``slo_p95_ratio`` (the larger of the two), ``queue_per_replica``
+(waiting requests per ready replica), and ``kv_usage`` as observed. Idle detection uses the
+request counters, never the (undefined at zero traffic) latency quantiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autoscaler.config import Service
+from autoscaler.loop.observe import ServiceObservation, VariantObservation
+from autoscaler.workload.types import INTERACTIVE
+from models.capacity import replica_capacity_rps
+from models.profiles import get_profile
+
+
+@dataclass
+class ServiceEstimate:
+    """Inputs to a controller for one service at one tick.
+
+    Attributes:
+        signals: observed plus derived signals; None = unknown.
+        idle: True when the counters show no traffic and nothing in flight; None when unknown.
+        weights: variant -> capacity of one replica, requests/s.
+        capacity_rps: capacity of ready + starting replicas, requests/s.
+        ready_capacity_rps: capacity of ready replicas only, requests/s.
+        starting: replicas still provisioning, all variants.
+    """
+
+    service: str
+    time_s: float
+    signals: dict[str, float | None]
+    variants: dict[str, VariantObservation]
+    weights: dict[str, float]
+    idle: bool | None
+    capacity_rps: float
+    ready_capacity_rps: float
+    starting: int
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def current(self) -> dict[str, int]:
+        """variant -> ready + starting replicas."""
+        return {name: v.current for name, v in self.variants.items()}
+
+
+def variant_weights(svc: Service) -> dict[str, float]:
+    """variant -> capacity of one replica in requests/s (``models.capacity``, reference workload)."""
+    return {v.name: replica_capacity_rps(get_profile(v.profile)) * v.gpus_per_replica for v in svc.variants}
+
+
+def estimate(obs: ServiceObservation, svc: Service, weights: dict[str, float]) -> ServiceEstimate:
+    """Derive a ``ServiceEstimate`` from one observation (pure)."""
+    sig = dict(obs.signals)
+    ttft = sig.get("ttft_p95_s")
+    itl = sig.get("itl_p95_s")
+    slo = svc.slo[INTERACTIVE]
+    sig["ttft_p95_ratio"] = None if ttft is None else ttft / slo.ttft_s
+    sig["itl_p95_ratio"] = None if itl is None else itl / slo.itl_s
+    ratios = (sig["ttft_p95_ratio"], sig["itl_p95_ratio"])
+    sig["slo_p95_ratio"] = None if None in ratios else max(ratios)  # type: ignore[type-var]
+    ready = sum(v.ready for v in obs.variants.values())
+    queue = sig.get("queue_length")
+    sig["queue_per_replica"] = None if queue is None else queue / max(ready, 1)
+    rate, running = sig.get("request_rate_rps"), sig.get("running")
+    if rate is None or running is None or queue is None:
+        idle = None
+    else:
+        idle = rate == 0 and running == 0 and queue == 0
+    cap = sum(v.current * weights[name] for name, v in obs.variants.items())
+    starting = sum(v.starting for v in obs.variants.values())
+    return ServiceEstimate(
+        service=obs.service,
+        time_s=obs.time_s,
+        signals=sig,
+        variants=obs.variants,
+        weights=weights,
+        idle=idle,
+        capacity_rps=cap,
+        ready_capacity_rps=sum(v.ready * weights[name] for name, v in obs.variants.items()),
+        starting=starting,
+        errors=list(obs.errors),
+    )

@@ -1,0 +1,169 @@
+"""Results of a simulation: the ``results.json`` summary, the per-tick timeline, and the plot.
+
+Definitions:
+- A request *meets its SLO* when it completed, its TTFT <= the class's ``ttft_s`` and its mean
+  inter-token latency ((finish - first token) / (output tokens - 1)) <= the class's ``itl_s``.
+- SLO attainment of a class = requests meeting the SLO / requests of that class that were accepted
+  (completed or failed); requests rejected for exceeding ``max_model_len`` are reported apart.
+- A *task* is a workflow (all requests sharing a ``workflow_id``), or a single request without one;
+  it succeeds when every one of its requests meets its SLO.
+- Cost = sum over replicas of (seconds from creation to removal, provisioning included) x
+  $/replica-hour / 3600; GPU-hours likewise with GPUs per replica.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autoscaler.simulate import SimulationRun
+from autoscaler.simulator.engine import COMPLETED, FAILED, REJECTED
+from autoscaler.workload.types import REQUEST_CLASSES
+
+
+def _quantiles(x: np.ndarray) -> dict[str, float | None]:
+    if x.size == 0:
+        return {"p50": None, "p95": None, "p99": None}
+    p50, p95, p99 = np.percentile(x, [50, 95, 99])
+    return {"p50": float(p50), "p95": float(p95), "p99": float(p99)}
+
+
+def request_outcomes(run: SimulationRun) -> dict[str, np.ndarray]:
+    """Per-request arrays: ``status``, ``cls``, ``ttft`` and ``itl`` (s, NaN when undefined), ``ok``."""
+    svc = run.sim.cfg.service(run.sim.target)
+    reqs = run.sim.requests
+    status = np.array([sr.status for sr in reqs], dtype=object)
+    cls = np.array([sr.req.request_class for sr in reqs], dtype=object)
+    ttft = np.array([sr.t_first - sr.req.arrival_s if sr.t_first is not None else np.nan for sr in reqs])
+    itl = np.array([
+        (sr.t_finish - sr.t_first) / (sr.req.output_tokens - 1)
+        if sr.status == COMPLETED and sr.req.output_tokens > 1 and sr.t_first is not None
+        else (0.0 if sr.status == COMPLETED else np.nan)
+        for sr in reqs
+    ])
+    ttft_slo = np.array([svc.slo[c].ttft_s for c in cls]) if len(cls) else np.zeros(0)
+    itl_slo = np.array([svc.slo[c].itl_s for c in cls]) if len(cls) else np.zeros(0)
+    completed = status == COMPLETED
+    with np.errstate(invalid="ignore"):
+        ttft_ok = completed & (ttft <= ttft_slo)
+        itl_ok = completed & (itl <= itl_slo)
+    return {"status": status, "cls": cls, "ttft": ttft, "itl": itl,
+            "ttft_ok": ttft_ok, "itl_ok": itl_ok, "ok": ttft_ok & itl_ok}
+
+
+def summarize(run: SimulationRun) -> dict[str, Any]:
+    """The ``results.json`` document of a run (see module docstring for definitions)."""
+    sim = run.sim
+    o = request_outcomes(run)
+    status, cls = o["status"], o["cls"]
+    accepted = status != REJECTED
+    slo: dict[str, Any] = {}
+    detail: dict[str, Any] = {}
+    for c in (*REQUEST_CLASSES, "all"):
+        mask = accepted if c == "all" else accepted & (cls == c)
+        n = int(mask.sum())
+        def frac(m, n=n, mask=mask):
+            return (float((m & mask).sum()) / n if n else None)
+        slo[c] = frac(o["ok"])
+        detail[c] = {"requests": n, "ttft": frac(o["ttft_ok"]), "itl": frac(o["itl_ok"]), "both": frac(o["ok"])}
+    completed = status == COMPLETED
+
+    gpu_hours: dict[str, float] = {}
+    cost: dict[str, float] = {}
+    for s in sim.services.values():
+        for r in s.replicas:
+            v = s.variants[r.variant]
+            key = r.variant if len(sim.services) == 1 else f"{r.service}/{r.variant}"
+            secs = r.replica_seconds(run.end_s)
+            gpu_hours[key] = gpu_hours.get(key, 0.0) + secs * v.gpus_per_replica / 3600
+            cost[key] = cost.get(key, 0.0) + secs * r.price_per_hour / 3600
+    gpu_hours["total"] = sum(gpu_hours.values())
+    cost["total"] = sum(cost.values())
+
+    ok = o["ok"]
+    n_ok = int(ok.sum())
+    tasks: dict[object, bool] = {}
+    for sr, good in zip(sim.requests, ok, strict=True):
+        key = ("w", sr.req.workflow_id) if sr.req.workflow_id is not None else ("r", sr.req.rid)
+        tasks[key] = tasks.get(key, True) and bool(good)
+    n_tasks_ok = sum(tasks.values())
+    hits = sum(r.metrics.prefix_hits for s in sim.services.values() for r in s.replicas)
+    queries = sum(r.metrics.prefix_queries for s in sim.services.values() for r in s.replicas)
+    total = len(sim.requests)
+    return {
+        "controller": run.controller,
+        "workload": sim.workload.source,
+        "service": sim.target,
+        "requests": {
+            "total": total,
+            "completed": int(completed.sum()),
+            "rejected": int((status == REJECTED).sum()),
+            "failed": int((status == FAILED).sum()),
+        },
+        "slo_attainment": slo,
+        "slo_attainment_detail": detail,
+        "ttft_s": _quantiles(o["ttft"][completed]),
+        "itl_s": _quantiles(o["itl"][completed]),
+        "gpu_hours": gpu_hours,
+        "cost_usd": cost,
+        "cost_per_successful_request_usd": cost["total"] / n_ok if n_ok else None,
+        "cost_per_successful_task_usd": cost["total"] / n_tasks_ok if n_tasks_ok else None,
+        "tasks": {"total": len(tasks), "successful": n_tasks_ok},
+        "prefix_cache_hit_rate": hits / queries if queries else None,
+        "preemptions": int(sum(r.metrics.preemptions for s in sim.services.values() for r in s.replicas)),
+        "scale_events": sim.scale_events,
+        "simulated_s": run.end_s,
+        "wall_s": run.wall_s,
+        "simulated_requests_per_s": total / run.wall_s if run.wall_s > 0 else None,
+    }
+
+
+TIMELINE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "itl_p95_s", "kv_usage", "queue_length",
+                    "prefix_hit_rate", "ttft_p95_ratio")
+
+
+def timeline_rows(run: SimulationRun) -> list[dict[str, Any]]:
+    """One row per (tick, service): demand, signals, replicas per variant, controller terms, reason."""
+    arrivals = np.array([sr.req.arrival_s for sr in run.sim.requests])
+    rows = []
+    prev = 0.0
+    for rec in run.ticks:
+        demand = float(((arrivals > prev) & (arrivals <= rec.time_s)).sum()) / max(rec.time_s - prev, 1e-9)
+        prev = rec.time_s
+        for name, st in rec.services.items():
+            row: dict[str, Any] = {"time_s": rec.time_s, "service": name,
+                                   "arrival_rate_rps": demand if name == run.sim.target else 0.0}
+            for s in TIMELINE_SIGNALS:
+                row[s] = st.estimate.signals.get(s)
+            for v, obs in st.estimate.variants.items():
+                row[f"ready_{v}"] = obs.ready
+                row[f"starting_{v}"] = obs.starting
+                row[f"desired_{v}"] = st.applied[v]
+            for k in ("setpoint", "measurement", "p", "i", "d", "target_capacity_rps"):
+                row[f"ctl_{k}"] = st.decision.terms.get(k)
+            row["reason"] = st.reason
+            rows.append(row)
+    return rows
+
+
+def write_outputs(run: SimulationRun, out: Path, plot: bool = False) -> dict[str, Any]:
+    """Write ``results.json`` and ``timeline.csv`` (and ``timeline.png`` with ``plot``) under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    results = summarize(run)
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    rows = timeline_rows(run)
+    if rows:
+        fields = list(dict.fromkeys(k for row in rows for k in row))
+        with (out / "timeline.csv").open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows(rows)
+    if plot:
+        from autoscaler.plot import plot_timeline
+
+        plot_timeline(run, rows, out / "timeline.png")
+    return results

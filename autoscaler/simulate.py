@@ -1,0 +1,125 @@
+"""Run the control loop against the embedded fleet simulator on a workload.
+
+``run_simulation`` wires the simulator adapters into ``ControlLoop``, ticks it until every request
+has ended, and returns the run (simulator, tick records, wall time) for ``autoscaler.report``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from autoscaler.adapters.simulator import SimActuator, SimMetricsSource
+from autoscaler.config import FleetConfig
+from autoscaler.loop.runner import ControlLoop, TickRecord
+from autoscaler.simulator.fleet import FleetSimulator
+from autoscaler.workload.types import Workload
+from controllers.base import Controller
+from controllers.pid import PIDController
+from controllers.static import StaticController, opening_rate_rps, peak_provisioning, provision_for
+
+CONTROLLERS = ("pid", "static")
+MAX_DRAIN_S = 4 * 3600.0
+
+
+@dataclass
+class SimulationRun:
+    """A finished simulation.
+
+    Attributes:
+        sim: the simulator, holding every request's outcome and every replica's lifetime.
+        ticks: the loop's record of each tick.
+        controller: controller name.
+        end_s: simulated time when the last request ended (or the drain limit), seconds.
+        wall_s: wall-clock seconds the run took.
+    """
+
+    sim: FleetSimulator
+    ticks: list[TickRecord]
+    controller: str
+    end_s: float
+    wall_s: float
+
+
+def make_controller(name: str, cfg: FleetConfig, workload: Workload, service: str | None) -> Controller:
+    """Build a controller by name.
+
+    ``static`` sizes every service's variants for the workload's peak rate; the fleet starts at
+    that size (its ``initial_replicas`` are overridden by the caller through ``static_start``).
+
+    Raises:
+        ValueError: unknown controller name.
+    """
+    if name == "pid":
+        return PIDController()
+    if name == "static":
+        svc = cfg.service(service)
+        return StaticController({svc.name: peak_provisioning(svc, workload)})
+    raise ValueError(f"unknown controller '{name}'; choose one of: {', '.join(CONTROLLERS)}")
+
+
+def _start_at(cfg: FleetConfig, controller: Controller, workload: Workload, service: str | None,
+              steady_start: bool) -> FleetConfig:
+    """The fleet with its initial replicas set: a static controller's fixed counts, or (with
+    ``steady_start``) the replicas ``provision_for`` gives for the workload's opening rate, as a fleet
+    that has been serving this traffic for a while would have. Otherwise the fleet file's counts."""
+    if isinstance(controller, StaticController):
+        start = controller.replicas
+    elif steady_start:
+        svc = cfg.service(service)
+        start = {svc.name: provision_for(svc, workload, opening_rate_rps(workload))}
+    else:
+        return cfg
+    cfg = cfg.model_copy(deep=True)
+    for svc in cfg.services:
+        fixed = start.get(svc.name, {})
+        for v in svc.variants:
+            if v.name in fixed:
+                v.initial_replicas = fixed[v.name]
+    return cfg
+
+
+def run_simulation(
+    cfg: FleetConfig,
+    workload: Workload,
+    controller: str = "pid",
+    service: str | None = None,
+    progress: Callable[[float], None] | None = None,
+    steady_start: bool = True,
+) -> SimulationRun:
+    """Simulate ``workload`` on the fleet under ``controller`` until every request has ended.
+
+    Args:
+        cfg: the fleet.
+        workload: requests (all sent to ``service``, default the first).
+        controller: ``pid`` or ``static``.
+        progress: called after each tick with the fraction of requests ended (0..1).
+        steady_start: start adaptive controllers from the fleet sized for the workload's first
+            5 minutes (see ``_start_at``) instead of the fleet file's ``initial_replicas``.
+
+    Raises:
+        ValueError: unknown controller or service.
+    """
+    t_wall = time.perf_counter()
+    ctrl = make_controller(controller, cfg, workload, service)
+    cfg = _start_at(cfg, ctrl, workload, service, steady_start)
+    sim = FleetSimulator(cfg, workload, service)
+    loop = ControlLoop(cfg, SimMetricsSource(sim, cfg.controller.window_s), SimActuator(sim), ctrl)
+    tick = cfg.controller.tick_s
+    ticks: list[TickRecord] = []
+    total = max(len(sim.requests), 1)
+    limit = sim.last_arrival_s + MAX_DRAIN_S
+    now = 0.0
+    while not (sim.done and now >= sim.last_arrival_s) and now < limit:
+        now += tick
+        sim.run_until(now)
+        sim.expire_gateway()
+        ticks.append(loop.tick(now))
+        if progress is not None:
+            progress(1 - sim.open_requests / total)
+    if not sim.done:
+        sim.fail_open()
+    finished = [sr.t_finish for sr in sim.requests if sr.t_finish is not None]
+    end_s = max([sim.last_arrival_s, *finished])
+    return SimulationRun(sim, ticks, ctrl.name, end_s, time.perf_counter() - t_wall)

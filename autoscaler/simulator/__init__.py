@@ -1,0 +1,1 @@
+"""Embedded fleet simulator: request-level, event-driven model of vLLM replicas behind a router."""

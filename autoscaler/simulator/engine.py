@@ -1,0 +1,390 @@
+"""One vLLM replica: continuous batching with chunked prefill, KV cache and preemption.
+
+The model follows vLLM V1's scheduler: each engine step first gives every decoding sequence one
+token, then fills the rest of the ``max_num_batched_tokens`` budget with prefill chunks, first of
+requests already admitted, then of waiting requests admitted FCFS while ``max_num_seqs`` and the
+KV cache allow. When the KV cache cannot grow, the most recently admitted request is preempted
+(recompute: its KV is freed and it re-prefills prompt + generated tokens later).
+
+Speed: a run of steps with no prefill work has a fixed batch, so its duration is integrated in
+closed form (step time is affine in the decode context, which grows by ``n`` tokens per step) and
+simulated as one event that ends at the next decode completion, KV limit, or arrival.
+
+KV accounting is in tokens: a request holds its whole (re)prefill target from admission, then one
+more token per generated token. Admission and growth keep ``block_size`` tokens of slack per
+running sequence, so block rounding can never take usage over capacity.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from typing import TYPE_CHECKING, Protocol
+
+from autoscaler.simulator.metrics import ReplicaMetrics
+from autoscaler.simulator.prefix_cache import PrefixCache
+from autoscaler.workload.types import Request
+
+if TYPE_CHECKING:
+    from autoscaler.config import EngineConfig
+    from models.profiles import PerformanceProfile
+
+PROVISIONING, READY, DRAINING, GONE = "provisioning", "ready", "draining", "gone"
+
+COMPLETED, REJECTED, FAILED = "completed", "rejected", "failed"
+
+
+class SimRequest:
+    """Simulation state of one request (times in seconds, sizes in tokens)."""
+
+    __slots__ = (
+        "admit_seq", "ctx_at_entry", "d_entry", "epoch", "generated", "hit_tokens", "prefill_target",
+        "prefilled", "replica", "req", "status", "t_finish", "t_first", "t_first_decode_step",
+    )
+
+    def __init__(self, req: Request) -> None:
+        self.req = req
+        self.prefill_target = req.input_tokens
+        self.prefilled = 0
+        self.hit_tokens = 0
+        self.generated = 0
+        self.d_entry = 0
+        self.ctx_at_entry = 0
+        self.epoch = 0
+        self.admit_seq = 0
+        self.t_first: float | None = None
+        self.t_first_decode_step: float | None = None
+        self.t_finish: float | None = None
+        self.status: str | None = None
+        self.replica: Replica | None = None
+
+
+class Replica:
+    """A simulated vLLM engine serving one variant.
+
+    Args:
+        rid: replica index, unique in the fleet.
+        service, variant: names from the fleet file.
+        profile: step-time model for (model, GPU).
+        engine: scheduler settings.
+        kv_cache_tokens: KV-cache capacity, tokens.
+        hash_block_tokens: tokens per prefix-hash block of the workload.
+        sim: the owning fleet simulator (for events and completions).
+        created_s, ready_s: provisioning start and ready times, seconds.
+    """
+
+    def __init__(
+        self,
+        rid: int,
+        service: str,
+        variant: str,
+        profile: PerformanceProfile,
+        engine: EngineConfig,
+        kv_cache_tokens: int,
+        hash_block_tokens: int,
+        sim: EventSink,
+        created_s: float,
+        ready_s: float,
+        price_per_hour: float,
+        warm_start: bool,
+    ) -> None:
+        self.rid = rid
+        self.name = f"{service}-{variant}-{rid}"
+        self.service = service
+        self.variant = variant
+        self.profile = profile
+        self.max_seqs = engine.max_num_seqs
+        self.max_tokens = engine.max_num_batched_tokens
+        self.block = engine.block_size
+        self.kv_cap = kv_cache_tokens
+        self.cache = PrefixCache(kv_cache_tokens, hash_block_tokens)
+        self.sim = sim
+        self.created_s = created_s
+        self.ready_s = ready_s
+        self.gone_s: float | None = None
+        self.price_per_hour = price_per_hour
+        self.warm_start = warm_start
+        self.state = PROVISIONING
+        self.metrics = ReplicaMetrics()
+
+        self.waiting: deque[SimRequest] = deque()
+        self.prefilling: list[SimRequest] = []
+        self._decode_heap: list[tuple[int, int, int, SimRequest]] = []
+        self.n_dec = 0
+        self.ctx_dec = 0
+        self.kv_pref = 0
+        self.D = 0
+        self._admit_counter = 0
+        self._seq = 0
+
+        self.busy = False
+        self._version = 0
+        # In-flight step: (start_s, k_steps, base_s, g, n, ctx0, chunks) — chunks None for decode runs.
+        self._step: tuple[float, int, float, float, int, int, list[tuple[SimRequest, int]] | None] | None = None
+        self.g = profile.seconds_per_ctx_token
+
+    # ------------------------------------------------------------------ observation
+    @property
+    def outstanding(self) -> int:
+        """Requests on this replica (waiting + running)."""
+        return len(self.waiting) + len(self.prefilling) + self.n_dec
+
+    @property
+    def n_running(self) -> int:
+        return len(self.prefilling) + self.n_dec
+
+    @property
+    def kv_used(self) -> int:
+        """KV tokens held by running requests."""
+        return self.kv_pref + self.ctx_dec
+
+    def refresh_gauges(self) -> None:
+        """Update the gauges (running, waiting, KV usage) in ``metrics``."""
+        m = self.metrics
+        m.running = self.n_running
+        m.waiting = len(self.waiting)
+        m.kv_usage = self.kv_used / self.kv_cap
+
+    def replica_seconds(self, now: float) -> float:
+        """Seconds this replica has been paid for (provisioning included) up to ``now``."""
+        end = self.gone_s if self.gone_s is not None else now
+        return max(0.0, end - self.created_s)
+
+    # ------------------------------------------------------------------ work intake
+    def enqueue(self, sr: SimRequest, now: float) -> None:
+        """Accept a routed request into the waiting queue."""
+        sr.replica = self
+        was_empty = not self.waiting
+        self.waiting.append(sr)
+        if not self.busy:
+            self._schedule(now)
+        elif was_empty and self._step is not None and self._step[6] is None:
+            self._interrupt(now)
+
+    def fail_all(self, now: float) -> list[SimRequest]:
+        """Crash: every request on the replica fails; KV and prefix cache are lost."""
+        lost = list(self.waiting) + self.prefilling
+        lost += [e[3] for e in self._decode_heap if e[1] == e[3].epoch and e[3].status is None]
+        self.waiting.clear()
+        self.prefilling.clear()
+        self._decode_heap.clear()
+        self.n_dec = self.ctx_dec = self.kv_pref = 0
+        self.busy = False
+        self._step = None
+        self._version += 1
+        self.cache = PrefixCache(self.kv_cap, self.cache.block_tokens)
+        return lost
+
+    # ------------------------------------------------------------------ scheduling
+    def _top_decode(self) -> tuple[int, int, int, SimRequest] | None:
+        heap = self._decode_heap
+        while heap and (heap[0][3].epoch != heap[0][1] or heap[0][3].status is not None):
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
+    def _slack(self, extra_seqs: int = 0) -> int:
+        return (self.n_running + extra_seqs) * self.block
+
+    def _admit(self, budget: int, growth: int, chunks: list[tuple[SimRequest, int]]) -> None:
+        """Admit waiting requests FCFS; ``growth`` KV tokens are reserved for this step's decodes."""
+        waiting = self.waiting
+        while waiting and budget > 0 and self.n_running < self.max_seqs:
+            sr = waiting[0]
+            if self.kv_used + growth + sr.prefill_target + self._slack(1) > self.kv_cap:
+                break
+            waiting.popleft()
+            if sr.generated == 0:
+                hit = 0
+                if sr.req.hash_ids:
+                    hit = self.cache.lookup_and_insert(sr.req.hash_ids, sr.req.input_tokens)
+                m = self.metrics
+                m.prefix_queries += sr.req.input_tokens
+                m.prefix_hits += hit
+                m.prompt_tokens += sr.req.input_tokens
+                sr.hit_tokens = hit
+                sr.prefilled = hit
+            else:
+                sr.prefilled = 0
+            self._admit_counter += 1
+            sr.admit_seq = self._admit_counter
+            self.kv_pref += sr.prefill_target
+            self.prefilling.append(sr)
+            chunk = min(sr.prefill_target - sr.prefilled, budget)
+            chunks.append((sr, chunk))
+            budget -= chunk
+
+    def _schedule(self, now: float) -> None:
+        """Plan the next engine step (or decode run) starting at ``now``."""
+        if self.state == GONE:
+            return
+        while self.n_dec and self.kv_used + self.n_dec + self._slack() > self.kv_cap:
+            self._preempt_newest()
+        n = self.n_dec
+        budget = self.max_tokens - n
+        chunks: list[tuple[SimRequest, int]] = []
+        for sr in self.prefilling:
+            if budget <= 0:
+                break
+            chunk = min(sr.prefill_target - sr.prefilled, budget)
+            chunks.append((sr, chunk))
+            budget -= chunk
+        if budget > 0:
+            self._admit(budget, n, chunks)
+        if chunks:
+            p = sum(c for _, c in chunks)
+            dur = self.profile.step_time(p, n, self.ctx_dec)
+            self._start(now, 1, dur, 0.0, n, self.ctx_dec, chunks, dur)
+            return
+        if n == 0:
+            self.busy = False
+            self._step = None
+            self.refresh_gauges()
+            return
+        top = self._top_decode()
+        assert top is not None
+        room = self.kv_cap - self.kv_used - self._slack()
+        k = max(1, min(top[0] - self.D, room // n))
+        base = self.profile.step_time(0, n, 0)
+        self._start(now, k, base, self.g, n, self.ctx_dec, None, _run_time(k, base, self.g, n, self.ctx_dec))
+
+    def _start(
+        self,
+        now: float,
+        k: int,
+        base: float,
+        g: float,
+        n: int,
+        ctx0: int,
+        chunks: list[tuple[SimRequest, int]] | None,
+        dur: float,
+    ) -> None:
+        self.busy = True
+        self._version += 1
+        self._step = (now, k, base, g, n, ctx0, chunks)
+        self.refresh_gauges()
+        self.sim.push_step(now + dur, self, self._version)
+
+    def _interrupt(self, now: float) -> None:
+        """An arrival during a decode run: end the run at the step boundary in flight."""
+        assert self._step is not None
+        t0, k, base, g, n, ctx0, _ = self._step
+        done = _steps_by(now - t0, base, g, n, ctx0)
+        if done >= k:
+            return
+        self._version += 1
+        self._step = (t0, done, base, g, n, ctx0, None)
+        self.sim.push_step(t0 + _run_time(done, base, g, n, ctx0), self, self._version)
+
+    def _preempt_newest(self) -> None:
+        running = [e[3] for e in self._decode_heap if e[1] == e[3].epoch and e[3].status is None]
+        running += self.prefilling
+        victim = max(running, key=lambda s: s.admit_seq)
+        if victim in self.prefilling:
+            self.prefilling.remove(victim)
+            self.kv_pref -= victim.prefill_target
+        else:
+            ctx = victim.ctx_at_entry + (self.D - victim.d_entry)
+            self.n_dec -= 1
+            self.ctx_dec -= ctx
+            victim.generated += self.D - victim.d_entry
+            victim.epoch += 1
+        victim.prefill_target = victim.req.input_tokens + victim.generated
+        victim.prefilled = 0
+        self.metrics.preemptions += 1
+        self.waiting.appendleft(victim)
+
+    # ------------------------------------------------------------------ step completion
+    def on_step_end(self, now: float, version: int) -> None:
+        """Apply the finished step (or decode run) and plan the next one."""
+        if version != self._version or self._step is None:
+            return
+        t0, k, _base, _g, n, _ctx0, chunks = self._step
+        m = self.metrics
+        if n:
+            self.D += k
+            self.ctx_dec += n * k
+            m.generation_tokens += n * k
+            m.itl.observe((now - t0) / k, n * k)
+        if chunks:
+            for sr, chunk in chunks:
+                sr.prefilled += chunk
+                if sr.prefilled >= sr.prefill_target:
+                    self._prefill_done(sr, now)
+        top = self._top_decode()
+        while top is not None and top[0] <= self.D:
+            heapq.heappop(self._decode_heap)
+            sr = top[3]
+            self.n_dec -= 1
+            self.ctx_dec -= sr.ctx_at_entry + (self.D - sr.d_entry)
+            sr.generated = sr.req.output_tokens
+            self._complete(sr, now)
+            top = self._top_decode()
+        self.busy = False
+        self._step = None
+        self._schedule(now)
+        if not self.busy and self.state == DRAINING and not self.waiting:
+            self.sim.on_drained(self, now)
+
+    def _complete(self, sr: SimRequest, now: float) -> None:
+        m = self.metrics
+        m.e2e.observe(now - sr.req.arrival_s)
+        m.success["stop"] += 1
+        self.sim.on_complete(sr, now)
+
+    def _prefill_done(self, sr: SimRequest, now: float) -> None:
+        self.prefilling.remove(sr)
+        self.kv_pref -= sr.prefill_target
+        sr.generated += 1
+        self.metrics.generation_tokens += 1
+        if sr.t_first is None:
+            sr.t_first = now
+            self.metrics.ttft.observe(now - sr.req.arrival_s)
+        if sr.generated >= sr.req.output_tokens:
+            self._complete(sr, now)
+            return
+        sr.d_entry = self.D
+        sr.ctx_at_entry = sr.prefill_target
+        self.n_dec += 1
+        self.ctx_dec += sr.prefill_target
+        self._seq += 1
+        heapq.heappush(
+            self._decode_heap, (self.D + sr.req.output_tokens - sr.generated, sr.epoch, self._seq, sr)
+        )
+
+
+class EventSink(Protocol):
+    """What a replica needs from its simulator (implemented by ``FleetSimulator``)."""
+
+    def push_step(self, t: float, replica: Replica, version: int) -> None:
+        """Schedule ``replica.on_step_end(t, version)``."""
+
+    def on_complete(self, sr: SimRequest, now: float) -> None:
+        """A request produced its last token at ``now``."""
+
+    def on_drained(self, replica: Replica, now: float) -> None:
+        """A draining replica has finished its last request."""
+
+
+def _run_time(k: int, base: float, g: float, n: int, ctx0: int) -> float:
+    """Seconds for ``k`` decode steps of ``n`` sequences starting at context ``ctx0``.
+
+    Step i (0-based) takes ``base + g * (ctx0 + n*i)``; summed: ``k*(base + g*ctx0) + g*n*k*(k-1)/2``.
+    """
+    return k * (base + g * ctx0) + g * n * k * (k - 1) / 2
+
+
+def _steps_by(elapsed: float, base: float, g: float, n: int, ctx0: int) -> int:
+    """Smallest k >= 1 with ``_run_time(k) >= elapsed``: the step in flight at ``elapsed`` ends at k."""
+    a = g * n / 2
+    b = base + g * ctx0 - a
+    if a > 0:
+        k = math.ceil((-b + math.sqrt(b * b + 4 * a * max(elapsed, 0.0))) / (2 * a))
+    else:
+        k = math.ceil(max(elapsed, 0.0) / b) if b > 0 else 1
+    k = max(k, 1)
+    while k > 1 and _run_time(k - 1, base, g, n, ctx0) >= elapsed:
+        k -= 1
+    while _run_time(k, base, g, n, ctx0) < elapsed:
+        k += 1
+    return k

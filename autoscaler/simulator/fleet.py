@@ -1,0 +1,299 @@
+"""The fleet simulator: services, their variants' replicas, a router per service, and the event loop.
+
+Deterministic: events are ordered by (time, insertion sequence) and nothing here draws random
+numbers, so the same workload and decisions always give the same run.
+
+Replica lifecycle: provisioning (paid for, serves nothing) -> ready (empty prefix cache) ->
+draining on scale-down (takes no new work, finishes what it holds) -> gone. A crashed replica's
+requests fail, its cache is lost, and a replacement starts, as a ReplicaSet recreates a pod.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+
+from autoscaler.config import FleetConfig, Service, Variant
+from autoscaler.simulator.engine import (
+    COMPLETED,
+    DRAINING,
+    FAILED,
+    GONE,
+    PROVISIONING,
+    READY,
+    REJECTED,
+    Replica,
+    SimRequest,
+)
+from autoscaler.simulator.router import least_outstanding, prefix_affinity
+from autoscaler.workload.types import Workload
+from models.capacity import replica_capacity_rps
+from models.profiles import get_profile
+
+_READY, _STEP, _CRASH = 0, 1, 2
+
+
+@dataclass
+class VariantCounts:
+    """Replica counts of one variant: ready, starting (provisioning) and draining."""
+
+    ready: int = 0
+    starting: int = 0
+    draining: int = 0
+
+    @property
+    def current(self) -> int:
+        """Replicas the Deployment counts (ready + starting); draining ones are terminating."""
+        return self.ready + self.starting
+
+
+class ServiceSim:
+    """One service: its variants' replicas, its gateway queue and router."""
+
+    def __init__(self, cfg: Service) -> None:
+        self.cfg = cfg
+        self.variants: dict[str, Variant] = {v.name: v for v in cfg.variants}
+        self.replicas: list[Replica] = []
+        self.ready: list[Replica] = []
+        self.gateway: deque[SimRequest] = deque()
+        self.weights = {v.name: replica_capacity_rps(get_profile(v.profile)) for v in cfg.variants}
+
+    def counts(self, variant: str) -> VariantCounts:
+        """Current replica counts of ``variant``."""
+        c = VariantCounts()
+        for r in self.replicas:
+            if r.variant != variant:
+                continue
+            if r.state == READY:
+                c.ready += 1
+            elif r.state == PROVISIONING:
+                c.starting += 1
+            elif r.state == DRAINING:
+                c.draining += 1
+        return c
+
+
+class FleetSimulator:
+    """Event-driven simulation of a fleet serving one workload.
+
+    Args:
+        cfg: the fleet.
+        workload: requests to replay; all go to ``service`` (default: the first service).
+        service: name of the service the workload targets.
+
+    The control loop drives it: ``run_until(t)`` advances the simulation, ``set_replicas`` actuates,
+    and ``services`` / ``requests`` expose state for observation and results.
+    """
+
+    def __init__(self, cfg: FleetConfig, workload: Workload, service: str | None = None) -> None:
+        self.cfg = cfg
+        self.workload = workload
+        self.target = cfg.service(service).name
+        self.services = {s.name: ServiceSim(s) for s in cfg.services}
+        self.now = 0.0
+        self._events: list[tuple[float, int, int, object, int]] = []
+        self._seq = 0
+        self._rid = 0
+        self._next_arrival = 0
+        self.requests = [SimRequest(r) for r in workload.requests]
+        self.open_requests = len(self.requests)
+        self.scale_events = 0
+        for s in self.services.values():
+            for v in s.cfg.variants:
+                for _ in range(v.start_replicas):
+                    self._new_replica(s, v, ready_now=True)
+        for c in cfg.simulator.crashes:
+            svc = c.service or self.target
+            if svc not in self.services or c.variant not in self.services[svc].variants:
+                raise ValueError(f"crash targets unknown service/variant {svc}/{c.variant}")
+            self._push(c.time_s, _CRASH, (svc, c.variant), 0)
+
+    # ------------------------------------------------------------------ events
+    def _push(self, t: float, kind: int, obj: object, version: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, self._seq, kind, obj, version))
+
+    def push_step(self, t: float, replica: Replica, version: int) -> None:
+        """Schedule the end of a replica's engine step."""
+        self._push(t, _STEP, replica, version)
+
+    def run_until(self, t_end: float) -> None:
+        """Process every arrival and event up to and including ``t_end`` (seconds)."""
+        reqs = self.requests
+        events = self._events
+        n = len(reqs)
+        while True:
+            t_arr = reqs[self._next_arrival].req.arrival_s if self._next_arrival < n else float("inf")
+            t_evt = events[0][0] if events else float("inf")
+            if min(t_arr, t_evt) > t_end:
+                break
+            if t_arr <= t_evt:
+                self.now = t_arr
+                sr = reqs[self._next_arrival]
+                self._next_arrival += 1
+                self._arrive(sr)
+            else:
+                t, _, kind, obj, version = heapq.heappop(events)
+                self.now = t
+                if kind == _STEP:
+                    obj.on_step_end(t, version)  # type: ignore[attr-defined]
+                elif kind == _READY:
+                    self._on_ready(obj)  # type: ignore[arg-type]
+                else:
+                    self._crash(*obj)  # type: ignore[misc]
+        self.now = max(self.now, t_end)
+
+    @property
+    def done(self) -> bool:
+        """True when every request has ended (completed, rejected or failed)."""
+        return self.open_requests == 0
+
+    @property
+    def last_arrival_s(self) -> float:
+        """Arrival time of the last request, seconds (0 for an empty workload)."""
+        return self.requests[-1].req.arrival_s if self.requests else 0.0
+
+    # ------------------------------------------------------------------ requests
+    def _arrive(self, sr: SimRequest) -> None:
+        svc = self.services[self.target]
+        req = sr.req
+        if req.input_tokens + req.output_tokens > svc.cfg.max_model_len:
+            self._end(sr, REJECTED)
+            return
+        if not svc.ready:
+            svc.gateway.append(sr)
+            return
+        self._route(svc, sr)
+
+    def _route(self, svc: ServiceSim, sr: SimRequest) -> None:
+        if self.cfg.simulator.router == "prefix_affinity":
+            r = prefix_affinity(svc.ready, svc.weights, sr.req)
+        else:
+            r = least_outstanding(svc.ready, svc.weights)
+        r.enqueue(sr, self.now)
+
+    def _end(self, sr: SimRequest, status: str) -> None:
+        sr.status = status
+        sr.t_finish = self.now
+        self.open_requests -= 1
+
+    def on_complete(self, sr: SimRequest, now: float) -> None:
+        """Called by a replica when a request has produced its last token."""
+        self._end(sr, COMPLETED)
+
+    def _drain_gateway(self, svc: ServiceSim) -> None:
+        timeout = self.cfg.simulator.gateway_timeout_s
+        while svc.gateway and svc.ready:
+            sr = svc.gateway.popleft()
+            if self.now - sr.req.arrival_s > timeout:
+                self._end(sr, FAILED)
+            else:
+                self._route(svc, sr)
+
+    def expire_gateway(self) -> None:
+        """Fail gateway-queued requests older than the gateway timeout (called each tick)."""
+        timeout = self.cfg.simulator.gateway_timeout_s
+        for svc in self.services.values():
+            while svc.gateway and self.now - svc.gateway[0].req.arrival_s > timeout:
+                self._end(svc.gateway.popleft(), FAILED)
+
+    # ------------------------------------------------------------------ replicas
+    def _new_replica(self, svc: ServiceSim, v: Variant, ready_now: bool = False) -> Replica:
+        alive = sum(1 for r in svc.replicas if r.variant == v.name and r.state != GONE)
+        warm = alive < v.warm_nodes
+        delay = 0.0 if ready_now else (v.startup_warm_s if warm else v.startup_cold_s)
+        self._rid += 1
+        r = Replica(
+            rid=self._rid,
+            service=svc.cfg.name,
+            variant=v.name,
+            profile=get_profile(v.profile),
+            engine=self.cfg.simulator.engine,
+            kv_cache_tokens=v.kv_cache_tokens,
+            hash_block_tokens=self.workload.block_tokens,
+            sim=self,
+            created_s=self.now,
+            ready_s=self.now + delay,
+            price_per_hour=v.price_per_replica_hour,
+            warm_start=warm,
+        )
+        svc.replicas.append(r)
+        if ready_now:
+            self._on_ready(r)
+        else:
+            self._push(r.ready_s, _READY, r, 0)
+        return r
+
+    def _on_ready(self, r: Replica) -> None:
+        if r.state != PROVISIONING:
+            return
+        r.state = READY
+        svc = self.services[r.service]
+        svc.ready.append(r)
+        self._drain_gateway(svc)
+
+    def _retire(self, r: Replica) -> None:
+        svc = self.services[r.service]
+        if r in svc.ready:
+            svc.ready.remove(r)
+        r.state = GONE
+        r.gone_s = self.now
+        r.refresh_gauges()
+
+    def on_drained(self, replica: Replica, now: float) -> None:
+        """Called by a draining replica when its last request has finished."""
+        self._retire(replica)
+
+    def _crash(self, service: str, variant: str) -> None:
+        svc = self.services[service]
+        victims = [r for r in svc.ready if r.variant == variant]
+        if not victims:
+            return
+        r = min(victims, key=lambda x: x.ready_s)
+        for sr in r.fail_all(self.now):
+            r.metrics.success["error"] += 1
+            self._end(sr, FAILED)
+        self._retire(r)
+        self._new_replica(svc, svc.variants[variant])
+
+    def set_replicas(self, service: str, variant: str, desired: int) -> int:
+        """Actuate: make ready + starting replicas of ``variant`` equal ``desired``.
+
+        Scale-down removes starting replicas first (newest first), then drains the ready replicas
+        holding the fewest requests. Returns the change applied (replicas added, negative if removed).
+        """
+        svc = self.services[service]
+        v = svc.variants[variant]
+        current = svc.counts(variant).current
+        delta = desired - current
+        if delta > 0:
+            for _ in range(delta):
+                self._new_replica(svc, v)
+        elif delta < 0:
+            starting = [r for r in svc.replicas if r.variant == variant and r.state == PROVISIONING]
+            starting.sort(key=lambda r: -r.created_s)
+            ready = [r for r in svc.ready if r.variant == variant]
+            ready.sort(key=lambda r: (r.outstanding, -r.ready_s))
+            for r in (starting + ready)[: -delta]:
+                if r.state == PROVISIONING or r.outstanding == 0:
+                    self._retire(r)
+                else:
+                    r.state = DRAINING
+                    svc.ready.remove(r)
+        if delta:
+            self.scale_events += 1
+        return delta
+
+    def fail_open(self) -> int:
+        """End the simulation: fail every request still open (e.g. past the drain limit). Returns how many."""
+        n = 0
+        for sr in self.requests:
+            if sr.status is None:
+                self._end(sr, FAILED)
+                n += 1
+        return n
+
+    def alive_replicas(self, service: str) -> list[Replica]:
+        """Replicas of ``service`` that are not gone."""
+        return [r for r in self.services[service].replicas if r.state != GONE]

@@ -1,0 +1,1 @@
+"""Request workloads: trace loaders, rate shaping and the embedded synthetic default."""

@@ -1,0 +1,74 @@
+"""Static provisioning baseline: a fixed replica count per variant, e.g. sized for the trace's peak."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from autoscaler.config import Service
+from controllers.base import Decision
+from controllers.split import split_capacity
+from models.capacity import replica_capacity_rps
+from models.profiles import get_profile
+
+if TYPE_CHECKING:
+    from autoscaler.config import ControllerConfig
+    from autoscaler.loop.estimate import ServiceEstimate
+    from autoscaler.workload.types import Workload
+
+PEAK_WINDOW_S = 60.0
+
+
+class StaticController:
+    """Always asks for the same replicas per variant (a peak-provisioned fleet never scales)."""
+
+    name = "static"
+
+    def __init__(self, replicas: dict[str, dict[str, int]]) -> None:
+        self.replicas = replicas
+
+    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
+        """The fixed replicas of ``svc`` (variants not listed keep their current count)."""
+        desired = {**est.current, **self.replicas.get(svc.name, {})}
+        return Decision(desired, "static")
+
+
+def peak_rate_rps(workload: Workload, window_s: float = PEAK_WINDOW_S) -> float:
+    """Highest arrival rate over any ``window_s``-second sliding window, requests/s."""
+    t = [r.arrival_s for r in workload.requests]
+    best, lo = 0, 0
+    for hi in range(len(t)):
+        while t[hi] - t[lo] > window_s:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best / window_s
+
+
+def provision_for(svc: Service, workload: Workload, rate_rps: float) -> dict[str, int]:
+    """Replicas per variant whose capacity covers ``rate_rps`` at the interactive ITL SLO.
+
+    Per-replica capacity comes from ``models.capacity.replica_capacity_rps`` at the workload's own
+    mean prompt and output lengths; variants are filled cheapest cost-per-capacity first
+    (``controllers.split``), starting from each variant's minimum.
+    """
+    reqs = workload.requests
+    mean_in = sum(r.input_tokens for r in reqs) / max(len(reqs), 1)
+    mean_out = sum(r.output_tokens for r in reqs) / max(len(reqs), 1)
+    itl = svc.slo["interactive"].itl_s
+    weights = {
+        v.name: replica_capacity_rps(get_profile(v.profile), mean_in, mean_out, itl) for v in svc.variants
+    }
+    return split_capacity(rate_rps, svc.variants, {}, weights)
+
+
+def peak_provisioning(svc: Service, workload: Workload) -> dict[str, int]:
+    """Replicas per variant for the workload's peak 60-s arrival rate (``provision_for``)."""
+    return provision_for(svc, workload, peak_rate_rps(workload))
+
+
+def opening_rate_rps(workload: Workload, window_s: float = 300.0) -> float:
+    """Mean arrival rate over the workload's first ``window_s`` seconds, requests/s."""
+    if not workload.requests:
+        return 0.0
+    t0 = workload.requests[0].arrival_s
+    n = sum(1 for r in workload.requests if r.arrival_s - t0 < window_s)
+    return n / window_s

@@ -1,0 +1,54 @@
+"""Steady-state capacity of one replica, derived from its performance profile.
+
+Little's law on a continuously batched engine: at ``rate`` requests/s with mean prompt ``L_in``
+and output ``L_out`` tokens and step time ``s``, each step carries ``rate*s*L_in`` prefill tokens
+and ``rate*s*L_out`` decoding sequences with mean context ``L_in + L_out/2``. With the profile's
+marginal costs (``t0`` per step, ``a`` per prefill token, ``b`` per sequence, ``g`` per context
+token) the step time solves ``s = t0 + rate*s*(a*L_in + b*L_out + g*(L_in + L_out/2)*L_out)``, so
+the largest rate whose step time (= mean inter-token latency) stays within ``itl_s`` is
+
+    rate_max = (1 - t0/itl_s) / (a*L_in + b*L_out + g*(L_in + L_out/2)*L_out).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from models.profiles import PerformanceProfile
+
+REFERENCE_INPUT_TOKENS = 1024
+REFERENCE_OUTPUT_TOKENS = 256
+REFERENCE_ITL_S = 0.08
+
+
+def marginal_costs(profile: PerformanceProfile) -> tuple[float, float, float, float]:
+    """``(t0, a, b, g)``: seconds per step, per prefill token, per decode sequence, per context token.
+
+    Read off the profile by finite differences around a mid-size batch (prefill 1024 tokens,
+    32 sequences), where vLLM serving steps usually sit.
+    """
+    p0, n0 = 1024, 32
+    base = profile.step_time(p0, n0, 0)
+    a = (profile.step_time(p0 + 1024, n0, 0) - base) / 1024
+    b = (profile.step_time(p0, n0 + 32, 0) - base) / 32
+    t0 = base - a * p0 - b * n0
+    return max(t0, 0.0), a, b, profile.seconds_per_ctx_token
+
+
+def replica_capacity_rps(
+    profile: PerformanceProfile,
+    input_tokens: float = REFERENCE_INPUT_TOKENS,
+    output_tokens: float = REFERENCE_OUTPUT_TOKENS,
+    itl_s: float = REFERENCE_ITL_S,
+) -> float:
+    """Largest request rate (requests/s) one replica sustains with mean ITL <= ``itl_s`` seconds.
+
+    Raises:
+        ValueError: ``itl_s`` is not above the profile's fixed step cost (no rate can meet it).
+    """
+    t0, a, b, g = marginal_costs(profile)
+    if itl_s <= t0:
+        raise ValueError(f"ITL target {itl_s}s is below the fixed step time {t0:.4f}s of {profile.name}")
+    work = a * input_tokens + b * output_tokens + g * (input_tokens + output_tokens / 2) * output_tokens
+    return (1 - t0 / itl_s) / work

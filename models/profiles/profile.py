@@ -1,0 +1,131 @@
+"""Performance profiles: wall time of one vLLM engine iteration, per model x GPU.
+
+The fitted coefficients ship in ``coefficients.json`` beside this module (package data), written by
+``python -m models.profiles.fit``; physical constants come from ``models.profiles.specs``. Nothing
+here reads the benchmark data.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from autoscaler.errors import ProfileError
+from models.profiles.specs import GPUS, MODELS
+
+COEFFICIENTS_FILE = "coefficients.json"
+"""Name of the package-data file holding the fitted coefficients."""
+
+
+@dataclass(frozen=True)
+class PerformanceProfile:
+    """Step-time model of one vLLM engine (continuous batching) serving one model on one GPU.
+
+    One iteration that prefills ``p`` prompt tokens and decodes one token for each of ``n``
+    sequences whose KV contexts total ``c`` tokens takes, in seconds,
+
+        t = step_overhead_s + prefill_s_per_token * p + decode_s_per_seq * n + seconds_per_ctx_token * c
+
+    when ``p > 0`` or ``n > 0``, and 0 when the engine is idle. ``step_overhead_s`` is the per-step
+    cost (reading all weights once, plus scheduling/launch overhead), ``prefill_s_per_token`` the
+    compute cost of a prompt token, ``decode_s_per_seq`` the per-sequence decode cost (sampling,
+    bookkeeping, the sequence's row of the matmuls), and the context term is the time to stream the
+    KV cache: ``kv_bytes_per_token / (bandwidth_efficiency * mem_bandwidth_bytes_per_s)`` per
+    token, so it is grounded in memory bandwidth for contexts longer than any measured one.
+
+    Attributes:
+        name: profile name, ``"<model>/<gpu>"``, e.g. ``"llama-3-8b/h100-sxm"``.
+        model: model key (``models.profiles.specs.MODELS``).
+        gpu: GPU key (``models.profiles.specs.GPUS``).
+        kv_bytes_per_token: KV-cache bytes per context token (131072 for Llama-3-8B bf16).
+        mem_bandwidth_bytes_per_s: datasheet peak HBM bandwidth, bytes/s.
+        step_overhead_s: fitted fixed cost of a non-idle step, seconds.
+        prefill_s_per_token: fitted cost per prefilled prompt token, seconds/token.
+        decode_s_per_seq: fitted cost per decoded sequence, seconds/sequence.
+        bandwidth_efficiency: fitted fraction of peak bandwidth achieved reading the KV cache,
+            in (0, 1].
+    """
+
+    name: str
+    model: str
+    gpu: str
+    kv_bytes_per_token: int
+    mem_bandwidth_bytes_per_s: float
+    step_overhead_s: float
+    prefill_s_per_token: float
+    decode_s_per_seq: float
+    bandwidth_efficiency: float
+
+    @property
+    def seconds_per_ctx_token(self) -> float:
+        """Seconds one decode step spends per KV-context token: KV bytes / effective bandwidth."""
+        return self.kv_bytes_per_token / (self.bandwidth_efficiency * self.mem_bandwidth_bytes_per_s)
+
+    def step_time(self, prefill_tokens: int, decode_seqs: int, decode_ctx_tokens: int) -> float:
+        """Seconds for one engine iteration.
+
+        Args:
+            prefill_tokens: prompt tokens prefilled this step (sum over the scheduled chunks).
+            decode_seqs: sequences that decode one token this step.
+            decode_ctx_tokens: total KV-context tokens of those sequences.
+
+        Returns:
+            Wall time in seconds; exactly ``step_time(p, n, 0) + seconds_per_ctx_token * c``, and
+            0.0 for an idle step (no prefill and no decode).
+
+        Raises:
+            ValueError: a count is negative, or context tokens are given without decode sequences.
+        """
+        if prefill_tokens < 0 or decode_seqs < 0 or decode_ctx_tokens < 0:
+            raise ValueError(
+                f"step_time counts must be >= 0, got prefill_tokens={prefill_tokens}, "
+                f"decode_seqs={decode_seqs}, decode_ctx_tokens={decode_ctx_tokens}"
+            )
+        if decode_seqs == 0 and decode_ctx_tokens > 0:
+            raise ValueError(f"decode_ctx_tokens={decode_ctx_tokens} given with decode_seqs=0")
+        if prefill_tokens == 0 and decode_seqs == 0:
+            return 0.0
+        base = (
+            self.step_overhead_s
+            + self.prefill_s_per_token * prefill_tokens
+            + self.decode_s_per_seq * decode_seqs
+        )
+        return base + self.seconds_per_ctx_token * decode_ctx_tokens
+
+
+@cache
+def _profiles() -> dict[str, PerformanceProfile]:
+    text = resources.files("models.profiles").joinpath(COEFFICIENTS_FILE).read_text(encoding="utf-8")
+    profiles: dict[str, PerformanceProfile] = {}
+    for name, entry in json.loads(text)["profiles"].items():
+        model, gpu = MODELS[entry["model"]], GPUS[entry["gpu"]]
+        profiles[name] = PerformanceProfile(
+            name=name,
+            model=model.key,
+            gpu=gpu.key,
+            kv_bytes_per_token=model.kv_bytes_per_token,
+            mem_bandwidth_bytes_per_s=gpu.mem_bandwidth_bytes_per_s,
+            **entry["coefficients"],
+        )
+    return profiles
+
+
+def list_profiles() -> list[str]:
+    """Names of the shipped profiles, sorted."""
+    return sorted(_profiles())
+
+
+def get_profile(name: str) -> PerformanceProfile:
+    """The shipped profile called ``name``.
+
+    Raises:
+        ProfileError: ``name`` is not a shipped profile; the message lists the known ones.
+    """
+    try:
+        return _profiles()[name]
+    except KeyError:
+        raise ProfileError(
+            f"unknown performance profile '{name}'; known: {', '.join(list_profiles())}"
+        ) from None
