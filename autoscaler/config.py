@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from autoscaler.errors import ConfigError
 from autoscaler.workload.types import BATCH, INTERACTIVE
 
-SetpointSignal = Literal["ttft_p95_ratio", "itl_p95_ratio", "slo_p95_ratio", "kv_usage", "queue_per_replica"]
+SetpointSignal = Literal["ttft_p95_ratio", "tpot_p95_ratio", "slo_p95_ratio", "kv_usage", "queue_per_replica"]
 
 
 class _Strict(BaseModel):
@@ -119,6 +119,12 @@ class Service(_Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> Service:
+        small = [v.name for v in self.variants if v.kv_cache_tokens < self.max_model_len]
+        if small:
+            # vLLM refuses to start when one max_model_len sequence cannot fit in the KV cache.
+            raise ValueError(
+                f"max_model_len ({self.max_model_len}) exceeds kv_cache_tokens of variant(s) {', '.join(small)}"
+            )
         names = [v.name for v in self.variants]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def plot_timeline(run: SimulationRun, rows: list[dict[str, Any]], path: Path) -> None:
-    """Write a three-panel PNG: arrival rate, replicas per variant (stacked), p95 TTFT/ITL vs SLO."""
+    """Write a three-panel PNG: arrival rate, replicas per variant (stacked), p95 TTFT/TPOT vs SLO."""
     svc = run.sim.cfg.service(run.sim.target)
     rows = [r for r in rows if r["service"] == svc.name]
     t = [r["time_s"] / 60 for r in rows]
@@ -33,7 +33,7 @@ def plot_timeline(run: SimulationRun, rows: list[dict[str, Any]], path: Path) ->
     slo = svc.slo["interactive"]
     axes[2].plot(t, [r["ttft_p95_s"] for r in rows], label="p95 TTFT (s)", color="tab:red")
     axes[2].axhline(slo.ttft_s, color="tab:red", ls=":", label="TTFT SLO")
-    axes[2].plot(t, [r["itl_p95_s"] for r in rows], label="p95 ITL (s)", color="tab:blue")
+    axes[2].plot(t, [r["tpot_p95_s"] for r in rows], label="p95 TPOT (s)", color="tab:blue")
     axes[2].axhline(slo.itl_s, color="tab:blue", ls=":", label="ITL SLO")
     axes[2].set_yscale("log")
     axes[2].set_ylabel("latency (s)")

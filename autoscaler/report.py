@@ -122,8 +122,8 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
     }
 
 
-TIMELINE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "itl_p95_s", "kv_usage", "queue_length",
-                    "prefix_hit_rate", "ttft_p95_ratio")
+TIMELINE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "itl_p95_s", "tpot_p95_s", "kv_usage", "queue_length",
+                    "prefix_hit_rate", "slo_p95_ratio")
 
 
 def timeline_rows(run: SimulationRun) -> list[dict[str, Any]]:

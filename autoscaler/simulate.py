@@ -62,13 +62,14 @@ def make_controller(name: str, cfg: FleetConfig, workload: Workload, service: st
 def _start_at(cfg: FleetConfig, controller: Controller, workload: Workload, service: str | None,
               steady_start: bool) -> FleetConfig:
     """The fleet with its initial replicas set: a static controller's fixed counts, or (with
-    ``steady_start``) the replicas ``provision_for`` gives for the workload's opening rate, as a fleet
-    that has been serving this traffic for a while would have. Otherwise the fleet file's counts."""
+    ``steady_start``) the replicas ``provision_for`` gives for the workload's opening rate with the
+    PID setpoint's headroom (ITL at setpoint x SLO), as a fleet that has been serving this traffic
+    for a while would have. Otherwise the fleet file's counts."""
     if isinstance(controller, StaticController):
         start = controller.replicas
     elif steady_start:
         svc = cfg.service(service)
-        start = {svc.name: provision_for(svc, workload, opening_rate_rps(workload))}
+        start = {svc.name: provision_for(svc, workload, opening_rate_rps(workload), cfg.controller.pid.setpoint)}
     else:
         return cfg
     cfg = cfg.model_copy(deep=True)

@@ -10,7 +10,8 @@ so capacity is removed more gently than it is added.
 
     P = kp * s * e                   s = ready capacity when scale_with_replicas, else 1
     I += ki * s * e * dt             (integral held at the output limits and while capacity is starting)
-    D = kd * s * d(measurement/setpoint)/dt, low-pass filtered with time constant derivative_filter_s
+    D = kd * s * d(measurement)/dt / setpoint, low-pass filtered with time constant derivative_filter_s
+        (derivative on measurement, not on error, so a setpoint change causes no derivative kick)
     u = clamp(I + P + D, out_min, out_max)
 
 Anti-windup: the integral is clamped to the output limits and not integrated when the output is
@@ -44,8 +45,8 @@ class PIDState:
 
     Attributes:
         integral: integral term in output units (requests/s of capacity), None before the first step.
-        prev_measurement: last normalised measurement (measurement/setpoint), None before the first step.
-        derivative: filtered derivative of the normalised measurement, 1/s.
+        prev_measurement: last raw measurement, None before the first step.
+        derivative: filtered derivative of the measurement divided by the setpoint, 1/s.
     """
 
     integral: float | None = None
@@ -112,7 +113,7 @@ def pid_step(
     if state.prev_measurement is None:
         derivative = 0.0
     else:
-        raw = (y - state.prev_measurement) / dt
+        raw = (measurement - state.prev_measurement) / dt / cfg.setpoint
         alpha = dt / (cfg.derivative_filter_s + dt)
         derivative = state.derivative + alpha * (raw - state.derivative)
     d = cfg.kd * s * derivative
@@ -124,7 +125,7 @@ def pid_step(
     if not saturated and not (hold_integral and pushes_up):
         integral = min(max(candidate, out_min), out_max)
     output = min(max(integral + p + d, out_min), out_max)
-    new_state = replace(state, integral=integral, prev_measurement=y, derivative=derivative)
+    new_state = replace(state, integral=integral, prev_measurement=measurement, derivative=derivative)
     return output, new_state, PIDTerms(error=e, p=p, i=integral, d=d, output=output, saturated=saturated)
 
 

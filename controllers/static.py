@@ -43,8 +43,8 @@ def peak_rate_rps(workload: Workload, window_s: float = PEAK_WINDOW_S) -> float:
     return best / window_s
 
 
-def provision_for(svc: Service, workload: Workload, rate_rps: float) -> dict[str, int]:
-    """Replicas per variant whose capacity covers ``rate_rps`` at the interactive ITL SLO.
+def provision_for(svc: Service, workload: Workload, rate_rps: float, itl_fraction: float = 1.0) -> dict[str, int]:
+    """Replicas per variant whose capacity covers ``rate_rps`` at ``itl_fraction`` x the interactive ITL SLO.
 
     Per-replica capacity comes from ``models.capacity.replica_capacity_rps`` at the workload's own
     mean prompt and output lengths; variants are filled cheapest cost-per-capacity first
@@ -53,7 +53,7 @@ def provision_for(svc: Service, workload: Workload, rate_rps: float) -> dict[str
     reqs = workload.requests
     mean_in = sum(r.input_tokens for r in reqs) / max(len(reqs), 1)
     mean_out = sum(r.output_tokens for r in reqs) / max(len(reqs), 1)
-    itl = svc.slo["interactive"].itl_s
+    itl = svc.slo["interactive"].itl_s * itl_fraction
     weights = {
         v.name: replica_capacity_rps(get_profile(v.profile), mean_in, mean_out, itl) for v in svc.variants
     }

@@ -42,7 +42,7 @@ class SimMetricsSource:
         if not pods:
             return dict.fromkeys(
                 ("request_rate_rps", "prompt_tokens_rps", "generation_tokens_rps", "ttft_p50_s",
-                 "ttft_p95_s", "itl_p50_s", "itl_p95_s", "kv_usage", "queue_length", "running",
+                 "ttft_p95_s", "itl_p50_s", "itl_p95_s", "tpot_p95_s", "kv_usage", "queue_length", "running",
                  "prefix_hit_rate", "success_rps", "abort_rps", "preemptions_rps"))
 
         def rate(key: str) -> float:
@@ -59,6 +59,7 @@ class SimMetricsSource:
 
         ttft = buckets("ttft", len(TTFT_BUCKETS) + 1)
         itl = buckets("itl", len(ITL_BUCKETS) + 1)
+        tpot = buckets("tpot", len(ITL_BUCKETS) + 1)
         queries = rate("prefix_queries")
         serving = [r for r, *_ in pods if r.state in (READY, DRAINING)]
         return {
@@ -69,6 +70,7 @@ class SimMetricsSource:
             "ttft_p95_s": histogram_quantile(0.95, TTFT_BUCKETS, ttft),
             "itl_p50_s": histogram_quantile(0.5, ITL_BUCKETS, itl),
             "itl_p95_s": histogram_quantile(0.95, ITL_BUCKETS, itl),
+            "tpot_p95_s": histogram_quantile(0.95, ITL_BUCKETS, tpot),
             "kv_usage": (sum(r.metrics.kv_usage for r in serving) / len(serving)) if serving else None,
             "queue_length": float(sum(r.metrics.waiting for r in serving)),
             "running": float(sum(r.metrics.running for r in serving)),

@@ -1,7 +1,8 @@
 """Estimate stage: derive the controllers' inputs from an observation.
 
-Derived signals: ``ttft_p95_ratio`` (p95 TTFT / the interactive TTFT SLO), ``itl_p95_ratio``
-(p95 ITL / the interactive ITL SLO), ``slo_p95_ratio`` (the larger of the two), ``queue_per_replica``
+Derived signals: ``ttft_p95_ratio`` (p95 TTFT / the interactive TTFT SLO), ``tpot_p95_ratio``
+(p95 of per-request mean time per output token / the interactive ITL SLO, which is a per-request
+mean), ``slo_p95_ratio`` (the larger of the two), ``queue_per_replica``
 (waiting requests per ready replica), and ``kv_usage`` as observed. Idle detection uses the
 request counters, never the (undefined at zero traffic) latency quantiles.
 """
@@ -56,20 +57,18 @@ def estimate(obs: ServiceObservation, svc: Service, weights: dict[str, float]) -
     """Derive a ``ServiceEstimate`` from one observation (pure)."""
     sig = dict(obs.signals)
     ttft = sig.get("ttft_p95_s")
-    itl = sig.get("itl_p95_s")
+    tpot = sig.get("tpot_p95_s")
     slo = svc.slo[INTERACTIVE]
     sig["ttft_p95_ratio"] = None if ttft is None else ttft / slo.ttft_s
-    sig["itl_p95_ratio"] = None if itl is None else itl / slo.itl_s
-    ratios = (sig["ttft_p95_ratio"], sig["itl_p95_ratio"])
+    sig["tpot_p95_ratio"] = None if tpot is None else tpot / slo.itl_s
+    ratios = (sig["ttft_p95_ratio"], sig["tpot_p95_ratio"])
     sig["slo_p95_ratio"] = None if None in ratios else max(ratios)  # type: ignore[type-var]
     ready = sum(v.ready for v in obs.variants.values())
     queue = sig.get("queue_length")
     sig["queue_per_replica"] = None if queue is None else queue / max(ready, 1)
     rate, running = sig.get("request_rate_rps"), sig.get("running")
-    if rate is None or running is None or queue is None:
-        idle = None
-    else:
-        idle = rate == 0 and running == 0 and queue == 0
+    known = rate is not None and running is not None and queue is not None
+    idle = (rate == 0 and running == 0 and queue == 0) if known else None
     cap = sum(v.current * weights[name] for name, v in obs.variants.items())
     starting = sum(v.starting for v in obs.variants.values())
     return ServiceEstimate(

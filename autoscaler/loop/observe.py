@@ -5,7 +5,8 @@ Every signal is ``float | None``: None means *unknown* (query failed, no data), 
 Signal names (per service; per variant the same names restricted to that variant's pods):
 ``request_rate_rps``, ``prompt_tokens_rps``, ``generation_tokens_rps`` (tokens/s),
 ``ttft_p50_s``, ``ttft_p95_s``, ``itl_p50_s``, ``itl_p95_s`` (seconds, ``histogram_quantile``
-over the window), ``kv_usage`` (mean fraction over pods), ``queue_length`` and ``running``
+over the window), ``tpot_p95_s`` (p95 of per-request mean time per output token, seconds),
+``kv_usage`` (mean fraction over pods), ``queue_length`` and ``running``
 (requests, summed over pods), ``prefix_hit_rate`` (hits/queries over the window),
 ``success_rps`` and ``abort_rps`` (requests/s), ``preemptions_rps``.
 """
@@ -23,6 +24,7 @@ SIGNALS = (
     "ttft_p95_s",
     "itl_p50_s",
     "itl_p95_s",
+    "tpot_p95_s",
     "kv_usage",
     "queue_length",
     "running",

@@ -53,6 +53,11 @@ class ControlLoop:
         self.controller = controller
         self.weights = {s.name: variant_weights(s) for s in cfg.services}
         self.guards = {s.name: GuardState() for s in cfg.services}
+        self.started_s = 0.0
+
+    def start(self, now: float) -> None:
+        """Mark the loop's start: it decides nothing until one signal window of data exists."""
+        self.started_s = now
 
     def tick(self, now: float) -> TickRecord:
         """Run every stage once at time ``now`` (seconds) and return what happened."""
@@ -64,13 +69,15 @@ class ControlLoop:
             est = estimate(obs, svc, self.weights[svc.name])
             gstate = self.guards[svc.name]
             gstate.idle_ticks = gstate.idle_ticks + 1 if est.idle else 0
-            if gstate.idle_ticks >= ctrl.guard.idle_ticks_to_min:
+            if now - self.started_s < ctrl.window_s:
+                decision = Decision(dict(est.current), "warming up: less than one window of data", hold=True)
+            elif gstate.idle_ticks >= ctrl.guard.idle_ticks_to_min:
                 decision = Decision({v.name: v.min_replicas for v in svc.variants},
                                     f"idle for {gstate.idle_ticks} ticks: toward minimum")
             else:
                 decision = self.controller.decide(est, svc, ctrl)
             current = est.current
-            applied, reason = guard(decision, current, svc, ctrl.guard, gstate, now)
+            applied, reason = guard(decision, current, svc, ctrl.guard, gstate, now, self.weights[svc.name])
             feedback = getattr(self.controller, "guarded", None)
             if feedback is not None and not decision.hold and applied != decision.desired:
                 feedback(svc.name, decision.desired, applied, self.weights[svc.name])

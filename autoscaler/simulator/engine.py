@@ -329,6 +329,8 @@ class Replica:
     def _complete(self, sr: SimRequest, now: float) -> None:
         m = self.metrics
         m.e2e.observe(now - sr.req.arrival_s)
+        if sr.req.output_tokens > 1 and sr.t_first is not None:
+            m.tpot.observe((now - sr.t_first) / (sr.req.output_tokens - 1))
         m.success["stop"] += 1
         self.sim.on_complete(sr, now)
 

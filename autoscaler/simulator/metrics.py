@@ -37,6 +37,7 @@ NUM_PREEMPTIONS = "vllm:num_preemptions_total"
 REQUEST_SUCCESS = "vllm:request_success_total"
 TTFT_SECONDS = "vllm:time_to_first_token_seconds"
 ITL_SECONDS = "vllm:inter_token_latency_seconds"
+TPOT_SECONDS = "vllm:request_time_per_output_token_seconds"
 E2E_SECONDS = "vllm:e2e_request_latency_seconds"
 
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
@@ -98,6 +99,8 @@ class ReplicaMetrics:
 
     Gauges: ``running``, ``waiting`` (requests), ``kv_usage`` (fraction 0..1).
     Counters: tokens, prefix-cache queries/hits (tokens), preemptions, successes by finished_reason.
+    Histograms: TTFT, ITL (one observation per decode step per sequence), TPOT (per finished
+    request: its mean time per output token after the first, same buckets as ITL), e2e latency.
     """
 
     running: int = 0
@@ -111,6 +114,7 @@ class ReplicaMetrics:
     success: dict[str, float] = field(default_factory=lambda: dict.fromkeys(FINISHED_REASONS, 0.0))
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
     itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
+    tpot: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
     e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
 
     def snapshot(self) -> dict[str, object]:
@@ -125,5 +129,6 @@ class ReplicaMetrics:
             "aborts": self.success["abort"] + self.success["error"],
             "ttft": list(self.ttft.counts),
             "itl": list(self.itl.counts),
+            "tpot": list(self.tpot.counts),
             "e2e_count": self.e2e.count,
         }

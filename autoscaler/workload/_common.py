@@ -1,0 +1,58 @@
+"""Helpers shared by the trace loaders: reading lines and building one-line ``TraceError`` messages."""
+
+from __future__ import annotations
+
+import codecs
+from pathlib import Path
+
+from autoscaler.errors import TraceError
+
+
+def trace_error(path: Path, line: int | None, problem: str) -> TraceError:
+    """Build a one-line ``TraceError``: ``<file>: line <n>: <problem>`` (``line`` 1-based, None if n/a)."""
+    where = f"{path}: line {line}: " if line is not None else f"{path}: "
+    # Collapse any whitespace (newlines in a quoted value) so the message stays on one line.
+    return TraceError(where + " ".join(problem.split()))
+
+
+def show(value: object, limit: int = 40) -> str:
+    """``repr`` of a bad value for an error message, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_lines(path: str | Path) -> tuple[Path, list[tuple[int, str]]]:
+    """Read a text trace and return its non-blank lines with their 1-based line numbers.
+
+    Lines are split on ``\\n`` only (as an editor counts them); a trailing ``\\r`` and a leading UTF-8
+    BOM are dropped. Raises ``TraceError`` if the file is missing, unreadable, not UTF-8 text, or has
+    no non-blank line.
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise trace_error(p, None, "file not found") from None
+    except IsADirectoryError:
+        raise trace_error(p, None, "is a directory, not a trace file") from None
+    except OSError as err:
+        raise trace_error(p, None, f"cannot read file ({err.strerror})") from None
+    data = data.removeprefix(codecs.BOM_UTF8)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise trace_error(p, line, "not UTF-8 text (binary or wrongly encoded file)") from None
+    lines = [(n, raw.rstrip("\r")) for n, raw in enumerate(text.split("\n"), start=1)]
+    lines = [(n, s) for n, s in lines if s.strip()]
+    if not lines:
+        raise trace_error(p, None, "empty file (no requests)")
+    return p, lines
+
+
+def output_count(value: int) -> tuple[int, bool]:
+    """Clamp a generated-token count of 0 to 1 token (vLLM always emits at least one token).
+
+    ``value`` must already be checked >= 0. Returns the count to use and whether it was clamped.
+    """
+    return (1, True) if value == 0 else (value, False)

@@ -1,0 +1,72 @@
+"""Shared fixtures: small fleets built with ``parse_config`` and the path of the shared real data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.config import FleetConfig, parse_config
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
+
+
+def _fleet(
+    replicas: int = 1,
+    *,
+    min_replicas: int | None = None,
+    max_replicas: int | None = None,
+    kv_cache_tokens: int = 400_000,
+    price_per_gpu_hour: float = 2.0,
+    gpus_per_replica: int = 1,
+    startup_s: float = 10.0,
+    crashes: list[dict[str, Any]] | None = None,
+    gateway_timeout_s: float = 600.0,
+    max_model_len: int | None = None,
+    profile: str = "llama-3-8b/h100-sxm",
+    controller: dict[str, Any] | None = None,
+) -> FleetConfig:
+    """One service ``svc`` with one variant ``h100``; ``replicas`` ready at t=0; every start is cold.
+
+    ``max_model_len`` defaults to the smaller of 32768 and the KV capacity (a longer one is invalid).
+    """
+    if max_model_len is None:
+        max_model_len = min(32768, kv_cache_tokens)
+    v = {
+        "name": "h100",
+        "gpu": "H100-SXM",
+        "gpus_per_replica": gpus_per_replica,
+        "price_per_gpu_hour": price_per_gpu_hour,
+        "min_replicas": replicas if min_replicas is None else min_replicas,
+        "max_replicas": replicas if max_replicas is None else max_replicas,
+        "initial_replicas": replicas,
+        "startup_cold_s": startup_s,
+        "startup_warm_s": startup_s,
+        "warm_nodes": 0,
+        "kv_cache_tokens": kv_cache_tokens,
+        "profile": profile,
+    }
+    doc: dict[str, Any] = {
+        "services": [{"name": "svc", "model": "m", "max_model_len": max_model_len, "slo": SLO, "variants": [v]}],
+        "simulator": {"gateway_timeout_s": gateway_timeout_s, "crashes": crashes or []},
+    }
+    if controller is not None:
+        doc["controller"] = controller
+    return parse_config(doc, "<test fleet>")
+
+
+@pytest.fixture
+def make_fleet() -> Callable[..., FleetConfig]:
+    """Factory for a one-service, one-variant fleet (see ``_fleet``)."""
+    return _fleet
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    """The shared real data; it is always present in CI, so its absence is a failure, not a skip."""
+    assert DATA_DIR.is_dir(), f"shared data directory missing: {DATA_DIR}"
+    return DATA_DIR

@@ -1,0 +1,154 @@
+"""Tests for the ``autoscaler simulate`` command (typer CliRunner, in process)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autoscaler.cli import app
+
+HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
+N_ROWS = 200
+
+
+def azure_csv(path: Path, n: int = N_ROWS) -> Path:
+    """An Azure-format trace: one request every 0.5 s from 18:15:46, varied sizes."""
+    lines = [HEADER]
+    for i in range(n):
+        half_s = 92 + i  # 46 s + i * 0.5 s, in half-seconds
+        minute, sec, frac = 15 + half_s // 120, (half_s % 120) // 2, 5_000_000 * (half_s % 2)
+        lines.append(f"2023-11-16 18:{minute:02d}:{sec:02d}.{frac:07d},"
+                     f"{200 + (i * 97) % 1500},{10 + (i * 31) % 300}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def run_result(tmp_path_factory) -> tuple[object, Path]:
+    d = tmp_path_factory.mktemp("cli")
+    trace = azure_csv(d / "trace.csv")
+    out = d / "out"
+    res = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--out", str(out), "--plot", "--seed", "1"])
+    return res, out
+
+
+def test_simulate_exit_code_and_files(run_result) -> None:
+    res, out = run_result
+    assert res.exit_code == 0, res.output
+    assert (out / "results.json").is_file()
+    assert (out / "timeline.csv").is_file()
+
+
+def test_results_json_documented_keys_and_consistency(run_result) -> None:
+    _, out = run_result
+    r = json.loads((out / "results.json").read_text())
+    req = r["requests"]
+    assert set(req) == {"total", "completed", "rejected", "failed"}
+    assert req["total"] == N_ROWS
+    assert req["completed"] + req["rejected"] + req["failed"] == N_ROWS
+    assert req["rejected"] == 0  # every request is far below max_model_len 32768
+
+    assert set(r["slo_attainment"]) == {"interactive", "batch", "all"}
+    for v in r["slo_attainment"].values():
+        assert 0.0 <= v <= 1.0
+    for k in ("ttft_s", "itl_s"):
+        q = r[k]
+        assert set(q) == {"p50", "p95", "p99"}
+        assert 0 < q["p50"] <= q["p95"] <= q["p99"]
+
+    variants = {"h100", "a100", "gh200"}  # the embedded example fleet
+    for k in ("gpu_hours", "cost_usd"):
+        assert set(r[k]) <= variants | {"total"} and "total" in r[k]
+        assert r[k]["total"] == pytest.approx(sum(v for name, v in r[k].items() if name != "total"))
+    # the example fleet starts with 2 GH200 replicas (min 1): cost is positive
+    assert r["cost_usd"]["total"] > 0
+    # cost per successful request = total cost / requests meeting the SLO (= attainment x accepted)
+    n_ok = round(r["slo_attainment"]["all"] * (req["completed"] + req["failed"]))
+    assert r["cost_per_successful_request_usd"] == pytest.approx(r["cost_usd"]["total"] / n_ok)
+    # Azure traces have no workflows: a task is a request
+    assert r["cost_per_successful_task_usd"] == pytest.approx(r["cost_per_successful_request_usd"])
+
+    assert isinstance(r["scale_events"], int) and r["scale_events"] >= 0
+    assert r["wall_s"] > 0
+    assert r["simulated_requests_per_s"] == pytest.approx(N_ROWS / r["wall_s"])
+
+
+def test_timeline_csv(run_result) -> None:
+    _, out = run_result
+    with (out / "timeline.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert rows
+    for col in ("time_s", "service", "arrival_rate_rps", "ttft_p95_s", "reason",
+                "ready_h100", "ready_gh200", "desired_gh200"):
+        assert col in rows[0]
+    times = [float(x["time_s"]) for x in rows]
+    # one row per 15-s tick (one service)
+    assert times == pytest.approx([15.0 * (i + 1) for i in range(len(rows))])
+    # the trace spans 99.5 s, so the run has at least ceil(99.5/15) = 7 ticks
+    assert len(rows) >= 7
+    # arrival rate over the first tick: rows at 0, 0.5, ..., 15.0 -> 31 requests in (0, 15] minus the t=0
+    # one (window is (prev, now]) = 30 requests / 15 s = 2 rps
+    assert float(rows[0]["arrival_rate_rps"]) == pytest.approx(2.0)
+
+
+def test_plot_writes_png(run_result) -> None:
+    _, out = run_result
+    png = out / "timeline.png"
+    assert png.is_file()
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_json_flag_prints_results(tmp_path: Path) -> None:
+    trace = azure_csv(tmp_path / "t.csv", n=20)
+    res = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--out", str(tmp_path / "o"), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["requests"]["total"] == 20
+
+
+def one_line_error(res) -> str:
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_malformed_trace_line_3(tmp_path: Path) -> None:
+    trace = tmp_path / "bad.csv"
+    trace.write_text(f"{HEADER}\n2023-11-16 18:15:46.0000000,100,10\n2023-11-16 18:15:47.0000000,abc,10\n")
+    res = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--out", str(tmp_path / "o")])
+    line = one_line_error(res)
+    assert str(trace) in line and "line 3" in line
+    assert not (tmp_path / "o" / "results.json").exists()
+
+
+def test_bad_config(tmp_path: Path) -> None:
+    trace = azure_csv(tmp_path / "t.csv", n=5)
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text("services: []\n")
+    res = CliRunner().invoke(app, ["simulate", "--config", str(cfg), "--trace", str(trace),
+                                   "--out", str(tmp_path / "o")])
+    line = one_line_error(res)
+    assert str(cfg) in line and "services" in line
+
+
+def test_unknown_controller(tmp_path: Path) -> None:
+    trace = azure_csv(tmp_path / "t.csv", n=5)
+    res = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--controller", "mpcx",
+                                   "--out", str(tmp_path / "o")])
+    line = one_line_error(res)
+    assert "mpcx" in line and "pid" in line and "static" in line
+
+
+def test_unknown_service(tmp_path: Path) -> None:
+    trace = azure_csv(tmp_path / "t.csv", n=5)
+    res = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--service", "nope",
+                                   "--out", str(tmp_path / "o")])
+    line = one_line_error(res)
+    assert "nope" in line and "llama-3.1-8b" in line

@@ -1,0 +1,170 @@
+"""Tests for autoscaler.config: loading the example fleet and one-line errors naming file and key."""
+
+from __future__ import annotations
+
+import copy
+import csv
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autoscaler.config import default_config, load_config, parse_config
+from autoscaler.errors import ConfigError
+from models.profiles import list_profiles
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "fleet.yaml"
+
+
+def example_doc() -> dict:
+    return yaml.safe_load(EXAMPLE.read_text())
+
+
+def write(tmp_path: Path, doc: object, name: str = "fleet.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return p
+
+
+def load_error(path: Path) -> str:
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    msg = str(exc.value)
+    assert "\n" not in msg, "error must be one line"
+    assert msg.startswith(f"{path}:"), f"error must start with the file name: {msg}"
+    return msg
+
+
+def variant_named(doc: dict, name: str) -> dict:
+    return next(v for v in doc["services"][0]["variants"] if v["name"] == name)
+
+
+def test_example_fleet_loads() -> None:
+    cfg = load_config(EXAMPLE)
+    svc = cfg.service()
+    assert svc.name == "llama-3.1-8b"
+    assert [v.name for v in svc.variants] == ["h100", "a100", "gh200"]
+    gh = svc.variants[2]
+    assert (gh.quota, gh.cap, gh.min_replicas, gh.start_replicas) == (4, 4, 1, 2)
+    assert svc.variants[0].start_replicas == 1 and svc.variants[1].start_replicas == 0
+    assert cfg.controller.tick_s == 15 and cfg.controller.guard.max_step_down == 2
+    assert cfg.simulator.engine.max_num_batched_tokens == 8192
+    assert svc.slo["batch"].ttft_s == 20.0
+
+
+def test_example_prices_match_published_catalog(data_dir) -> None:
+    # examples/fleet.yaml cites Lambda on-demand $/GPU-hour from the SkyPilot catalog in shared/data.
+    rows = list(csv.DictReader((data_dir / "gpu-prices" / "lambda_ondemand_prices_skypilot_catalog_v7.csv").open()))
+    per_gpu = {r["InstanceType"]: float(r["PriceUSDPerGPUHour"]) for r in rows if r["PriceUSDPerGPUHour"]}
+    svc = load_config(EXAMPLE).service()
+    prices = {v.name: v.price_per_gpu_hour for v in svc.variants}
+    assert prices == {"h100": per_gpu["gpu_8x_h100_sxm5"], "a100": per_gpu["gpu_8x_a100_80gb_sxm4"],
+                      "gh200": per_gpu["gpu_1x_gh200"]}
+
+
+def test_embedded_default_is_the_example_byte_for_byte() -> None:
+    assert (ROOT / "autoscaler" / "default_fleet.yaml").read_bytes() == EXAMPLE.read_bytes()
+    assert default_config() == load_config(EXAMPLE)
+
+
+def test_missing_services(tmp_path: Path) -> None:
+    doc = example_doc()
+    del doc["services"]
+    msg = load_error(write(tmp_path, doc))
+    assert "services" in msg and "required" in msg.lower()
+
+
+def test_top_level_not_a_mapping(tmp_path: Path) -> None:
+    p = tmp_path / "list.yaml"
+    p.write_text("- a\n- b\n")
+    assert "services" in load_error(p)
+
+
+def test_unknown_key(tmp_path: Path) -> None:
+    doc = example_doc()
+    variant_named(doc, "a100")["max_replica"] = 3
+    msg = load_error(write(tmp_path, doc))
+    assert "services[llama-3.1-8b].variants[a100].max_replica" in msg
+    assert "not permitted" in msg
+
+
+def test_unknown_top_level_key(tmp_path: Path) -> None:
+    doc = example_doc()
+    doc["controler"] = {}
+    assert "controler" in load_error(write(tmp_path, doc))
+
+
+def test_negative_price(tmp_path: Path) -> None:
+    doc = example_doc()
+    variant_named(doc, "h100")["price_per_gpu_hour"] = -1.0
+    msg = load_error(write(tmp_path, doc))
+    assert "services[llama-3.1-8b].variants[h100].price_per_gpu_hour" in msg
+    assert "greater than or equal to 0" in msg
+
+
+def test_unknown_profile_lists_known(tmp_path: Path) -> None:
+    doc = example_doc()
+    variant_named(doc, "gh200")["profile"] = "llama-3-8b/b200"
+    msg = load_error(write(tmp_path, doc))
+    assert "services[llama-3.1-8b].variants[gh200].profile" in msg
+    assert "llama-3-8b/b200" in msg
+    known = list_profiles()
+    assert len(known) == 3
+    for name in known:
+        assert name in msg
+
+
+def test_min_replicas_above_quota(tmp_path: Path) -> None:
+    doc = example_doc()
+    variant_named(doc, "gh200")["min_replicas"] = 5  # quota 4
+    msg = load_error(write(tmp_path, doc))
+    assert "services[llama-3.1-8b].variants[gh200]" in msg
+    assert "min_replicas (5)" in msg and "(4)" in msg
+
+
+def test_missing_batch_slo_class(tmp_path: Path) -> None:
+    doc = example_doc()
+    del doc["services"][0]["slo"]["batch"]
+    msg = load_error(write(tmp_path, doc))
+    assert "services[llama-3.1-8b].slo" in msg
+    assert "batch" in msg
+
+
+def test_invalid_yaml_names_line(tmp_path: Path) -> None:
+    p = tmp_path / "bad.yaml"
+    # line 3 has a second "key:" inside a plain scalar, which YAML forbids
+    p.write_text("services:\n  - name: x\n    model: a: b\n    max_model_len: 5\n")
+    msg = load_error(p)
+    assert "line 3" in msg
+    assert "YAML" in msg
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    msg = load_error(tmp_path / "nope.yaml")
+    assert "cannot read" in msg
+
+
+def test_duplicate_variant_names(tmp_path: Path) -> None:
+    doc = example_doc()
+    doc["services"][0]["variants"].append(copy.deepcopy(variant_named(doc, "h100")))
+    msg = load_error(write(tmp_path, doc))
+    assert "duplicate variant" in msg and "h100" in msg
+
+
+def test_parse_config_source_label() -> None:
+    with pytest.raises(ConfigError, match=r"^<mine>: services: "):
+        parse_config({"services": []}, "<mine>")
+
+
+def test_max_model_len_must_fit_in_kv_cache(tmp_path) -> None:
+    # vLLM refuses to start when one max_model_len sequence cannot fit in the KV cache.
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["services"][0]["max_model_len"] = 450_000  # > the 400k-token H100/A100 variants
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    msg = str(exc.value)
+    assert str(path) in msg and "max_model_len (450000)" in msg and "h100" in msg and "a100" in msg
+    assert "gh200" not in msg  # 500k tokens: fits

@@ -1,0 +1,298 @@
+"""Tests for controllers.pid: pid_step against hand-computed values, anti-windup, track().
+
+Every expected number is worked out in the test from the control law in the module docstring:
+
+    e = clip(measurement/setpoint - 1, -1, error_clip), zeroed inside +-deadband
+    gain = down_gain if e < 0 else 1
+    s = scale (or current) when scale_with_replicas, else 1
+    P = kp*s*e*gain,  I += ki*s*e*gain*dt,  D = kd*s*filtered d(measurement/setpoint)/dt
+    output = clamp(I + P + D, out_min, out_max)
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autoscaler.config import PIDConfig
+from controllers.pid import PIDController, PIDState, pid_step, track
+
+
+def cfg(**kw) -> PIDConfig:
+    """PID settings with every shaping feature off unless the test turns it on."""
+    base = dict(setpoint=1.0, kp=0.0, ki=0.0, kd=0.0, deadband=0.0, down_gain=1.0, error_clip=3.0,
+                derivative_filter_s=30.0, scale_with_replicas=False)
+    base.update(kw)
+    return PIDConfig(**base)
+
+
+# ---------------------------------------------------------------------------------------- (a) P only
+def test_p_only_step_response() -> None:
+    c = cfg(kp=0.5, setpoint=0.5)
+    # y = 1.0 / 0.5 = 2 -> e = 2 - 1 = 1; P = 0.5 * 1 * 1 = 0.5; I starts at current = 10 (bumpless).
+    out, state, terms = pid_step(c, PIDState(), measurement=1.0, dt=15, current=10, out_min=0, out_max=100)
+    assert terms.error == pytest.approx(1.0)
+    assert terms.p == pytest.approx(0.5)
+    assert terms.i == pytest.approx(10.0)
+    assert terms.d == 0.0
+    assert out == pytest.approx(10.5)
+    assert state.integral == pytest.approx(10.0)
+    assert state.prev_measurement == pytest.approx(1.0)
+
+
+def test_p_only_negative_error_uses_down_gain() -> None:
+    c = cfg(kp=0.5, setpoint=0.5, down_gain=0.5)
+    # y = 0.25/0.5 = 0.5 -> e = -0.5; P = 0.5 * (-0.5) * down_gain 0.5 = -0.125.
+    out, _, terms = pid_step(c, PIDState(), 0.25, 15, current=10, out_min=0, out_max=100)
+    assert terms.error == pytest.approx(-0.5)
+    assert terms.p == pytest.approx(-0.125)
+    assert out == pytest.approx(9.875)
+
+
+def test_bumpless_start_clamps_initial_integral_to_limits() -> None:
+    # current 50 is above out_max 30: the integral starts at 30, and with e = 0 the output is 30.
+    out, state, _ = pid_step(cfg(kp=1.0, ki=0.1), PIDState(), 1.0, 15, current=50, out_min=0, out_max=30)
+    assert out == pytest.approx(30.0)
+    assert state.integral == pytest.approx(30.0)
+
+
+# ------------------------------------------------------------------------------- (b) integral, 3 steps
+def test_integral_accumulates_over_three_steps_with_down_gain() -> None:
+    c = cfg(ki=0.1, down_gain=0.5)
+    dt, current = 15.0, 10.0
+    state = PIDState()
+    # step 1: e = 1.5 - 1 = 0.5 ; I = 10 + 0.1*0.5*15 = 10.75
+    # step 2: e = 0.5           ; I = 10.75 + 0.75 = 11.5
+    # step 3: e = 0.6 - 1 = -0.4; I = 11.5 + 0.1*(-0.4)*0.5*15 = 11.5 - 0.3 = 11.2
+    expected = [10.75, 11.5, 11.2]
+    for m, want in zip([1.5, 1.5, 0.6], expected, strict=True):
+        out, state, terms = pid_step(c, state, m, dt, current, out_min=0, out_max=100)
+        assert terms.p == 0.0
+        assert state.integral == pytest.approx(want)
+        assert out == pytest.approx(want)
+
+
+def test_integral_gain_scales_with_replicas_when_enabled() -> None:
+    c = cfg(ki=0.1, scale_with_replicas=True)
+    # s = current = 4: I = 4 + 0.1*4*0.5*15 = 4 + 3 = 7
+    out, _, _ = pid_step(c, PIDState(), 1.5, 15, current=4, out_min=0, out_max=100)
+    assert out == pytest.approx(7.0)
+
+
+# ----------------------------------------------------------------------------------- (c) deadband
+@pytest.mark.parametrize("measurement", [1.05, 0.95, 1.0999])
+def test_deadband_zeroes_small_errors(measurement: float) -> None:
+    c = cfg(kp=2.0, ki=0.1, deadband=0.1)
+    out, state, terms = pid_step(c, PIDState(), measurement, 15, current=10, out_min=0, out_max=100)
+    assert terms.error == 0.0
+    assert out == pytest.approx(10.0)
+    assert state.integral == pytest.approx(10.0)
+
+
+def test_error_at_deadband_edge_is_not_shrunk() -> None:
+    # |e| = 0.2 >= deadband 0.1: the error passes unchanged (the deadband is not subtracted).
+    c = cfg(kp=1.0, deadband=0.1)
+    out, _, terms = pid_step(c, PIDState(), 1.2, 15, current=10, out_min=0, out_max=100)
+    assert terms.error == pytest.approx(0.2)
+    assert out == pytest.approx(10.2)
+
+
+# ----------------------------------------------------------------------------------- (d) error clip
+def test_error_clipped_above_at_error_clip() -> None:
+    c = cfg(kp=1.0, error_clip=3.0)
+    # y - 1 = 10 - 1 = 9 -> clipped to 3: P = 3.
+    out, _, terms = pid_step(c, PIDState(), 10.0, 15, current=10, out_min=0, out_max=100)
+    assert terms.error == pytest.approx(3.0)
+    assert out == pytest.approx(13.0)
+
+
+def test_error_clipped_below_at_minus_one() -> None:
+    c = cfg(kp=1.0, down_gain=0.5)
+    # measurement 0 -> y - 1 = -1 (lower clip); a negative measurement would also give -1.
+    # P = 1 * (-1) * 0.5 = -0.5
+    for m in (0.0, -5.0):
+        out, _, terms = pid_step(c, PIDState(), m, 15, current=10, out_min=0, out_max=100)
+        assert terms.error == pytest.approx(-1.0)
+        assert out == pytest.approx(9.5)
+
+
+# ----------------------------------------------------------------------------------- (e) anti-windup
+def test_anti_windup_integral_held_at_limit_and_leaves_on_next_negative_step() -> None:
+    c = cfg(ki=0.1)
+    dt, current, out_max = 10.0, 10.0, 12.0
+    state = PIDState()
+    naive_integral = current  # un-clamped integrator: I += ki*e*dt every step, no conditional integration
+    outs = []
+    for _ in range(20):  # e = 1 each step: +1 per step
+        out, state, terms = pid_step(c, state, 2.0, dt, current, out_min=0, out_max=out_max)
+        naive_integral += 0.1 * 1.0 * dt
+        outs.append(out)
+        assert state.integral <= out_max
+    # 10 -> 11 -> 12 then held at 12 (saturated, not integrated).
+    assert outs[:3] == pytest.approx([11.0, 12.0, 12.0])
+    assert all(o == pytest.approx(12.0) for o in outs[2:])
+    assert state.integral == pytest.approx(12.0)
+    assert terms.saturated
+    assert naive_integral == pytest.approx(30.0)
+
+    # Error turns negative: e = 0.5 - 1 = -0.5 -> I = 12 + 0.1*(-0.5)*10 = 11.5, below the limit at once.
+    out, state, terms = pid_step(c, state, 0.5, dt, current, out_min=0, out_max=out_max)
+    assert out == pytest.approx(11.5)
+    assert out < out_max
+    assert not terms.saturated
+    # The un-clamped integrator would still be at 30 - 0.5 = 29.5, i.e. still clamped to 12:
+    naive_integral += 0.1 * -0.5 * dt
+    assert min(naive_integral, out_max) == pytest.approx(out_max)
+
+
+def test_anti_windup_at_lower_limit() -> None:
+    c = cfg(ki=0.1)
+    state = PIDState()
+    for _ in range(10):  # e = -1 every step, output pinned at out_min = 8
+        out, state, _ = pid_step(c, state, 0.0, 10, current=10, out_min=8, out_max=20)
+    assert out == pytest.approx(8.0)
+    assert state.integral == pytest.approx(8.0)
+    # e = +0.5 -> I = 8 + 0.5 = 8.5: leaves the lower limit on the next step.
+    out, state, _ = pid_step(c, state, 1.5, 10, current=10, out_min=8, out_max=20)
+    assert out == pytest.approx(8.5)
+
+
+def test_p_term_saturating_output_stops_integration() -> None:
+    # kp alone already pushes the output over out_max: conditional integration freezes I.
+    c = cfg(kp=5.0, ki=0.1)
+    _, state, terms = pid_step(c, PIDState(), 2.0, 10, current=10, out_min=0, out_max=12)
+    # candidate I = 11, P = 5: 16 > 12 and e > 0 -> saturated, I stays at 10.
+    assert terms.saturated
+    assert state.integral == pytest.approx(10.0)
+
+
+# ----------------------------------------------------------------------------------- (f) hold_integral
+def test_hold_integral_freezes_positive_integration() -> None:
+    c = cfg(kp=1.0, ki=0.1)
+    # e = 0.5: P = 0.5; I would go 10 -> 10.75 but is held at 10.
+    out, state, _ = pid_step(c, PIDState(), 1.5, 15, current=10, out_min=0, out_max=100, hold_integral=True)
+    assert state.integral == pytest.approx(10.0)
+    assert out == pytest.approx(10.5)
+
+
+def test_hold_integral_does_not_freeze_negative_integration() -> None:
+    c = cfg(ki=0.1)
+    # e = -0.5: I = 10 + 0.1*(-0.5)*15 = 9.25 even while holding.
+    out, state, _ = pid_step(c, PIDState(), 0.5, 15, current=10, out_min=0, out_max=100, hold_integral=True)
+    assert state.integral == pytest.approx(9.25)
+    assert out == pytest.approx(9.25)
+
+
+# ----------------------------------------------------------------------------------- (g) derivative
+def test_filtered_derivative_on_measurement_two_steps() -> None:
+    c = cfg(kd=2.0, derivative_filter_s=30.0)
+    dt = 10.0
+    alpha = dt / (30.0 + dt)  # 0.25
+    # step 1: no previous measurement -> derivative 0
+    out, s, terms = pid_step(c, PIDState(), 1.0, dt, current=10, out_min=0, out_max=100)
+    assert terms.d == 0.0 and out == pytest.approx(10.0)
+    # step 2: raw = (1.4 - 1.0)/10 = 0.04; filtered = 0 + 0.25*(0.04 - 0) = 0.01; D = 2*0.01 = 0.02
+    out, s, terms = pid_step(c, s, 1.4, dt, current=10, out_min=0, out_max=100)
+    assert alpha == pytest.approx(0.25)
+    assert s.derivative == pytest.approx(0.01)
+    assert terms.d == pytest.approx(0.02)
+    assert out == pytest.approx(10.02)
+    # step 3: raw = 0; filtered = 0.01 + 0.25*(0 - 0.01) = 0.0075; D = 0.015
+    out, s, terms = pid_step(c, s, 1.4, dt, current=10, out_min=0, out_max=100)
+    assert s.derivative == pytest.approx(0.0075)
+    assert terms.d == pytest.approx(0.015)
+
+
+def test_derivative_uses_normalised_measurement_not_error_band() -> None:
+    # The derivative is of the measurement (over the setpoint): a change inside the deadband still
+    # moves D, because D differentiates the measurement, not the (deadbanded) error.
+    c = cfg(kd=1.0, deadband=0.5, derivative_filter_s=10.0)
+    _, s, _ = pid_step(c, PIDState(), 1.0, 10, current=10, out_min=0, out_max=100)
+    _, s, terms = pid_step(c, s, 1.2, 10, current=10, out_min=0, out_max=100)
+    # raw = 0.2/10 = 0.02; alpha = 10/20 = 0.5 -> 0.01
+    assert terms.error == 0.0
+    assert terms.d == pytest.approx(0.01)
+
+
+def test_setpoint_change_causes_no_derivative_kick() -> None:
+    # D differentiates the raw measurement (then divides by the setpoint): changing the setpoint
+    # from 0.5 to 1.0 while the measurement stays at 0.6 gives raw derivative 0 -> D = 0.
+    c1, c2 = cfg(kd=5.0, setpoint=0.5), cfg(kd=5.0, setpoint=1.0)
+    _, s, _ = pid_step(c1, PIDState(), 0.6, 10, current=10, out_min=0, out_max=100)
+    _, s, terms = pid_step(c2, s, 0.6, 10, current=10, out_min=0, out_max=100)
+    assert terms.d == 0.0
+
+
+def test_derivative_divides_by_current_setpoint() -> None:
+    # measurement 0.6 -> 1.2 in 10 s with setpoint 0.5: raw = 0.6/10/0.5 = 0.12/s;
+    # alpha = 10/(30+10) = 0.25 -> filtered 0.03; D = kd * 0.03 = 5 * 0.03 = 0.15.
+    c = cfg(kd=5.0, setpoint=0.5)
+    _, s, _ = pid_step(c, PIDState(), 0.6, 10, current=10, out_min=0, out_max=100)
+    _, s, terms = pid_step(c, s, 1.2, 10, current=10, out_min=0, out_max=100)
+    assert terms.d == pytest.approx(0.15)
+
+
+# ----------------------------------------------------------------------------------- (h) track
+def test_track_back_calculation() -> None:
+    s = PIDState(integral=20.0, prev_measurement=1.0, derivative=0.1)
+    t = track(s, -4.0)
+    assert t.integral == pytest.approx(16.0)
+    assert (t.prev_measurement, t.derivative) == (1.0, 0.1)
+    assert track(s, 0.0) is s
+    assert track(PIDState(), -3.0) == PIDState()
+
+
+def test_track_feeds_into_next_step() -> None:
+    c = cfg(ki=0.1)
+    _, s, _ = pid_step(c, PIDState(), 2.0, 10, current=10, out_min=0, out_max=100)  # I = 11
+    s = track(s, -3.0)  # guard let through 3 less: I = 8
+    out, s, _ = pid_step(c, s, 2.0, 10, current=10, out_min=0, out_max=100)  # I = 8 + 1 = 9
+    assert out == pytest.approx(9.0)
+
+
+def test_controller_guarded_uses_capacity_difference() -> None:
+    ctl = PIDController()
+    ctl.states["svc"] = PIDState(integral=20.0)
+    # intended 5*2 + 2*3 = 16, applied 3*2 + 2*3 = 12 -> cut -4 -> integral 16
+    ctl.guarded("svc", {"a": 5, "b": 2}, {"a": 3, "b": 2}, {"a": 2.0, "b": 3.0})
+    assert ctl.states["svc"].integral == pytest.approx(16.0)
+    ctl.guarded("other", {"a": 1}, {"a": 0}, {"a": 1.0})  # unknown service: ignored
+    assert "other" not in ctl.states
+
+
+# ----------------------------------------------------------------------------------- (i) errors
+@pytest.mark.parametrize("dt", [0.0, -1.0])
+def test_dt_must_be_positive(dt: float) -> None:
+    with pytest.raises(ValueError, match="dt"):
+        pid_step(cfg(), PIDState(), 1.0, dt, current=1, out_min=0, out_max=10)
+
+
+def test_out_min_above_out_max_rejected() -> None:
+    with pytest.raises(ValueError, match="out_min"):
+        pid_step(cfg(), PIDState(), 1.0, 1.0, current=1, out_min=5, out_max=4)
+
+
+# ----------------------------------------------------------------------------------- (j) scale
+def test_gains_scale_with_scale_argument_not_current() -> None:
+    c = cfg(kp=0.5, ki=0.1, scale_with_replicas=True)
+    # s = scale = 8 (ready capacity), current = 20 (ready + starting) initialises I.
+    # e = 1: P = 0.5*8*1 = 4; I = 20 + 0.1*8*1*10 = 28; output = 32 (with s = current it would be 20+10+20=50).
+    out, state, terms = pid_step(c, PIDState(), 2.0, 10, current=20, out_min=0, out_max=100, scale=8)
+    assert terms.p == pytest.approx(4.0)
+    assert state.integral == pytest.approx(28.0)
+    assert out == pytest.approx(32.0)
+
+
+def test_scale_zero_gives_no_action() -> None:
+    # No ready capacity: s is floored at 1e-9, so the step barely moves the output.
+    c = cfg(kp=0.5, ki=0.1, scale_with_replicas=True)
+    out, _, _ = pid_step(c, PIDState(), 3.0, 10, current=6, out_min=0, out_max=100, scale=0.0)
+    assert math.isclose(out, 6.0, abs_tol=1e-6)
+
+
+def test_scale_ignored_when_scale_with_replicas_off() -> None:
+    c = cfg(kp=0.5)
+    out, _, terms = pid_step(c, PIDState(), 2.0, 10, current=20, out_min=0, out_max=100, scale=8)
+    assert terms.p == pytest.approx(0.5)
+    assert out == pytest.approx(20.5)
