@@ -92,8 +92,8 @@ def results_table(res: dict[str, Any]) -> Table:
         t.add_row(f"{label} p50 / p95 / p99 (s)", f"{_fmt(q['p50'])} / {_fmt(q['p95'])} / {_fmt(q['p99'])}")
     for v, h in res["gpu_hours"].items():
         t.add_row(f"GPU-hours / $ {v}", f"{h:.2f} / ${res['cost_usd'][v]:.2f}")
-    t.add_row("cost per successful request", f"${_fmt(res['cost_per_successful_request_usd'], '.5f')}")
-    t.add_row("cost per successful task", f"${_fmt(res['cost_per_successful_task_usd'], '.5f')}")
+    t.add_row("cost per successful request", f"${_fmt(res['cost_per_successful_request_usd'], '.7f')}")
+    t.add_row("cost per successful task", f"${_fmt(res['cost_per_successful_task_usd'], '.7f')}")
     t.add_row("prefix-cache hit rate", _fmt(res["prefix_cache_hit_rate"], ".2%"))
     t.add_row("preemptions / scale events", f"{res['preemptions']} / {res['scale_events']}")
     t.add_row("simulated requests per wall-second",

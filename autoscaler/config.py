@@ -180,10 +180,10 @@ class PIDConfig(_Strict):
     replica count when ``scale_with_replicas`` is on.
     """
 
-    setpoint_signal: SetpointSignal = "ttft_p95_ratio"
+    setpoint_signal: SetpointSignal = "slo_p95_ratio"
     setpoint: float = Field(default=0.5, gt=0)
-    kp: float = Field(default=0.6, ge=0)
-    ki: float = Field(default=0.01, ge=0)
+    kp: float = Field(default=0.2, ge=0)
+    ki: float = Field(default=0.005, ge=0)
     kd: float = Field(default=0.0, ge=0)
     derivative_filter_s: float = Field(default=30.0, gt=0)
     deadband: float = Field(default=0.1, ge=0)
@@ -203,7 +203,7 @@ class GuardConfig(_Strict):
     """
 
     max_step_up: int = Field(default=8, ge=1)
-    max_step_down: int = Field(default=1, ge=1)
+    max_step_down: int = Field(default=2, ge=1)
     scale_down_cooldown_s: float = Field(default=180.0, ge=0)
     idle_ticks_to_min: int = Field(default=8, ge=1)
 

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from models.profiles import get_profile
+
 if TYPE_CHECKING:
+    from autoscaler.config import Service
     from models.profiles import PerformanceProfile
 
 REFERENCE_INPUT_TOKENS = 1024
@@ -52,3 +55,12 @@ def replica_capacity_rps(
         raise ValueError(f"ITL target {itl_s}s is below the fixed step time {t0:.4f}s of {profile.name}")
     work = a * input_tokens + b * output_tokens + g * (input_tokens + output_tokens / 2) * output_tokens
     return (1 - t0 / itl_s) / work
+
+
+def variant_weights(svc: Service) -> dict[str, float]:
+    """variant -> capacity of one replica in requests/s at the reference workload.
+
+    A variant's profile describes one whole replica (all its GPUs), so ``gpus_per_replica`` changes
+    its price, not its capacity here.
+    """
+    return {v.name: replica_capacity_rps(get_profile(v.profile)) for v in svc.variants}

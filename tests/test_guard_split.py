@@ -7,10 +7,10 @@ import itertools
 import pytest
 
 from autoscaler.config import GuardConfig, parse_config
-from autoscaler.loop.estimate import variant_weights
 from autoscaler.loop.guard import GuardState, guard
 from controllers.base import Decision
 from controllers.split import capacity_of, cost_per_capacity, split_capacity
+from models.capacity import variant_weights
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
 

@@ -83,12 +83,14 @@ class SimMetricsSource:
     def observe(self, now: float) -> dict[str, ServiceObservation]:
         """Signals of every service at ``now`` (seconds)."""
         out: dict[str, ServiceObservation] = {}
+        seen: set[int] = set()
         for name, svc in self.sim.services.items():
             pods = []
             for r in svc.replicas:
                 if r.state not in (READY, DRAINING):
                     continue
                 r.refresh_gauges()
+                seen.add(r.rid)
                 pods.append((r, *self._window_delta(r, now)))
             variants = {}
             for vname in svc.variants:
@@ -102,6 +104,8 @@ class SimMetricsSource:
             else:
                 signals["queue_length"] = (signals["queue_length"] or 0.0) + len(svc.gateway)
             out[name] = ServiceObservation(name, now, signals, variants)
+        for rid in self._history.keys() - seen:
+            del self._history[rid]
         return out
 
 

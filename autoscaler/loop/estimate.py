@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from autoscaler.config import Service
 from autoscaler.loop.observe import ServiceObservation, VariantObservation
 from autoscaler.workload.types import INTERACTIVE
-from models.capacity import replica_capacity_rps
-from models.profiles import get_profile
 
 
 @dataclass
@@ -46,11 +44,6 @@ class ServiceEstimate:
     def current(self) -> dict[str, int]:
         """variant -> ready + starting replicas."""
         return {name: v.current for name, v in self.variants.items()}
-
-
-def variant_weights(svc: Service) -> dict[str, float]:
-    """variant -> capacity of one replica in requests/s (``models.capacity``, reference workload)."""
-    return {v.name: replica_capacity_rps(get_profile(v.profile)) * v.gpus_per_replica for v in svc.variants}
 
 
 def estimate(obs: ServiceObservation, svc: Service, weights: dict[str, float]) -> ServiceEstimate:

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 
 from autoscaler.config import FleetConfig
 from autoscaler.loop.actuate import Actuator
-from autoscaler.loop.estimate import ServiceEstimate, estimate, variant_weights
+from autoscaler.loop.estimate import ServiceEstimate, estimate
 from autoscaler.loop.guard import GuardState, guard
 from autoscaler.loop.observe import MetricsSource
 from controllers.base import Controller, Decision
+from models.capacity import variant_weights
 
 
 @dataclass

@@ -28,7 +28,7 @@ from autoscaler.simulator.engine import (
 )
 from autoscaler.simulator.router import least_outstanding, prefix_affinity
 from autoscaler.workload.types import Workload
-from models.capacity import replica_capacity_rps
+from models.capacity import variant_weights
 from models.profiles import get_profile
 
 _READY, _STEP, _CRASH = 0, 1, 2
@@ -57,7 +57,7 @@ class ServiceSim:
         self.replicas: list[Replica] = []
         self.ready: list[Replica] = []
         self.gateway: deque[SimRequest] = deque()
-        self.weights = {v.name: replica_capacity_rps(get_profile(v.profile)) for v in cfg.variants}
+        self.weights = variant_weights(cfg)
 
     def counts(self, variant: str) -> VariantCounts:
         """Current replica counts of ``variant``."""
