@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -19,9 +20,13 @@ from autoscaler.config import FleetConfig, default_config, load_config
 from autoscaler.errors import AutoscalerError
 from autoscaler.workload.types import Workload
 
-# The embedded default workload's mean rate: Azure conv's measured 5.53 req/s x 11, so that the
-# example fleet (about 16 req/s per replica at the ITL SLO, ``models.capacity``) scales over ~4-12 replicas.
-EMBEDDED_RATE_RPS = 60.0
+# The embedded default workload's mean rate: Azure conv's measured 5.53 req/s x 18, so that the
+# example fleet (about 16 req/s per replica at the ITL SLO, ``models.capacity``) scales over ~4-10 replicas.
+EMBEDDED_RATE_RPS = 100.0
+# ... and its rate curve runs at the speed of a real day (one hour of it, from the daily trough), not
+# a day compressed into the hour: 24x faster swings than real traffic would make every reactive
+# policy with 90-300 s replica starts look worse than it is.
+EMBEDDED_DAY_S = 86400.0
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Observability-driven control-loop autoscaler for LLM inference fleets.")
@@ -35,7 +40,7 @@ def _main() -> None:
 
 
 def _fail(msg: str) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
     return typer.Exit(2)
 
 
@@ -59,13 +64,31 @@ def build_workload(
     if trace is None:
         from autoscaler.workload.synthetic import synthetic_workload
 
-        wl = synthetic_workload(seed=seed, mean_rate_rps=EMBEDDED_RATE_RPS, batch_fraction=batch_fraction)
+        wl = synthetic_workload(seed=seed, mean_rate_rps=EMBEDDED_RATE_RPS, day_s=EMBEDDED_DAY_S,
+                                batch_fraction=batch_fraction)
     else:
         wl = group_workflows(load_trace(trace, trace_format))
         wl = assign_classes(wl, batch_fraction=batch_fraction, seed=seed)
     if rate_scale != 1.0 or time_scale != 1.0:
         wl = shape(wl, time_scale=time_scale, rate_scale=rate_scale, seed=seed)
+    if not wl.requests:
+        where = "the trace" if trace is not None else "the synthetic workload"
+        raise ValueError(f"no requests left in {where} after --rate-scale {rate_scale:g}")
     return wl
+
+
+def prepare_out(out: Path) -> None:
+    """Create the output directory before any long work, so a bad ``--out`` fails at once.
+
+    Raises:
+        ValueError: ``out`` exists and is not a directory, or cannot be created.
+    """
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--out {out}: cannot create directory: {exc.strerror}") from None
 
 
 def _load_cfg(config: Path | None) -> FleetConfig:
@@ -117,24 +140,37 @@ def simulate(
         "out"),
     plot: Annotated[bool, typer.Option("--plot", help="Write timeline.png.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print results.json instead of a table.")] = False,
+    serve_metrics: Annotated[str | None, typer.Option(
+        help="HOST:PORT: run in scaled real time and serve every replica's vLLM metrics for Prometheus.")] = None,
+    speed: Annotated[float | None, typer.Option(
+        help="With --serve-metrics: simulated seconds per wall second (default 1).")] = None,
 ) -> None:
     """Run the control loop on a trace against the embedded fleet simulator."""
     from autoscaler.report import write_outputs
     from autoscaler.simulate import run_simulation
 
     try:
+        if seed < 0:
+            raise ValueError(f"--seed must be >= 0, got {seed}")
+        if serve_metrics is None and speed is not None:
+            raise ValueError("--speed needs --serve-metrics")
         cfg = _load_cfg(config)
         if service is not None and service not in {s.name for s in cfg.services}:
             raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
         wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction)
+        prepare_out(out)
         with Progress(TextColumn("[bold]simulating[/] {task.description}"), BarColumn(),
                       TaskProgressColumn(), TimeElapsedColumn(), console=err_console,
                       disable=json_output, transient=True) as bar:
             task = bar.add_task(f"{len(wl.requests)} requests, {controller}", total=1.0)
-            run = run_simulation(cfg, wl, controller, service,
-                                 progress=lambda f: bar.update(task, completed=f))
+            if serve_metrics is None:
+                run = run_simulation(cfg, wl, controller, service,
+                                     progress=lambda f: bar.update(task, completed=f))
+            else:
+                run = _served_simulation(cfg, wl, controller, service, serve_metrics, speed or 1.0, out,
+                                         progress=lambda f: bar.update(task, completed=f))
         res = write_outputs(run, out, plot=plot)
-    except (AutoscalerError, ValueError) as exc:
+    except (AutoscalerError, ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
     if json_output:
         console.print_json(json.dumps(res))
@@ -142,6 +178,231 @@ def simulate(
         console.print(results_table(res))
         console.print(f"wrote {out / 'results.json'} and {out / 'timeline.csv'}"
                       + (f" and {out / 'timeline.png'}" if plot else ""))
+
+
+def _served_simulation(cfg: FleetConfig, wl: Workload, controller: str, service: str | None, address: str,
+                       speed: float, out: Path, progress: Any) -> Any:
+    """``simulate --serve-metrics``: the paced run (``autoscaler.realtime``); writes ``realtime.json`` too."""
+    from autoscaler.realtime import LiveSimulation, serve_simulation, write_tick_times
+
+    if speed <= 0:
+        raise ValueError(f"--speed must be > 0, got {speed:g}")
+    live = LiveSimulation(cfg, wl, controller, service)
+    host = address.rpartition(":")[0]
+    run = serve_simulation(live, address, speed, progress=progress, on_serving=lambda port: err_console.print(
+        f"serving metrics at http://{host}:{port}/metrics at {speed:g}x real time", highlight=False))
+    out.mkdir(parents=True, exist_ok=True)
+    write_tick_times(live, speed, out / "realtime.json")
+    return run
+
+
+class _StderrLog:
+    """While open, the ``autoscaler`` loggers (failed queries, ignored pods) write to this command's stderr."""
+
+    def __init__(self, level: int) -> None:
+        import logging
+        import sys
+
+        self.logger = logging.getLogger("autoscaler")
+        self.level = level
+        self.handler = logging.StreamHandler(sys.stderr)
+        self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+
+    def __enter__(self) -> None:
+        self.old_level = self.logger.level
+        self.logger.addHandler(self.handler)
+        self.logger.setLevel(self.level)
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.removeHandler(self.handler)
+        self.logger.setLevel(self.old_level)
+
+
+def _prometheus(cfg: FleetConfig, url: str | None) -> Any:
+    """A reachable client for ``url`` (or the fleet file's ``prometheus.url``).
+
+    Bad settings exit 2; an unreachable server exits 1, both with one line.
+    """
+    from autoscaler.adapters.prometheus import PrometheusError, check_reachable, connect
+
+    url = url or cfg.prometheus.url
+    if not url:
+        raise _fail("no Prometheus URL: pass --prometheus-url or set prometheus.url in the fleet file")
+    try:
+        client = connect(cfg.prometheus, url)
+    except PrometheusError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        check_reachable(client)
+    except PrometheusError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    return client
+
+
+@app.command("dry-run")
+def dry_run(
+    prometheus_url: Annotated[str | None, typer.Option(help="Prometheus base URL (default: prometheus.url).")] = None,
+    config: Annotated[Path | None, typer.Option(help="Fleet YAML file (default: the embedded example fleet).")] = None,
+    once: Annotated[bool, typer.Option("--once", help="Decide once and exit.")] = False,
+    interval: Annotated[float | None, typer.Option(help="Wall seconds between ticks (default: tick_s / speed).")
+                        ] = None,
+    ticks: Annotated[int | None, typer.Option(help="Stop after this many ticks (default: run until Ctrl-C).")] = None,
+    output: Annotated[str, typer.Option(help="table | json (one JSON object per tick and line).")] = "table",
+    speed: Annotated[float, typer.Option(help="Source runs this many times faster than real time "
+                                         "(a simulator served with --speed); 1 for a real cluster.")] = 1.0,
+    serve_metrics: Annotated[str | None, typer.Option(help="HOST:PORT to serve the autoscaler_* metrics.")] = None,
+) -> None:
+    """Observe a live Prometheus and print, tick by tick, what the loop would do. Never actuates."""
+    import logging
+
+    try:
+        cfg = _load_cfg(config)
+        if output not in ("table", "json"):
+            raise ValueError(f"--output must be table or json, got '{output}'")
+        if once and (interval is not None or ticks is not None):
+            raise ValueError("--once excludes --interval and --ticks")
+        if speed <= 0 or (interval is not None and interval <= 0) or (ticks is not None and ticks < 1):
+            raise ValueError("--speed and --interval must be > 0, --ticks >= 1")
+    except (AutoscalerError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    # The table shows failures and ignored pods itself; JSON keeps stdout for data and logs to stderr.
+    with _StderrLog(logging.WARNING if output == "json" else logging.ERROR):
+        _dry_run_ticks(cfg, prometheus_url, once, interval, ticks, output, speed, serve_metrics)
+
+
+def _dry_run_ticks(cfg: FleetConfig, prometheus_url: str | None, once: bool, interval: float | None,
+                   ticks: int | None, output: str, speed: float, serve_metrics: str | None) -> None:
+    """The dry-run loop of ``dry_run`` (arguments already checked)."""
+    import time
+
+    from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource
+    from autoscaler.dryrun import DryRun, tick_json, tick_tables
+    from autoscaler.loop.export import serve
+
+    client = _prometheus(cfg, prometheus_url)
+    run = DryRun(cfg, PrometheusSource(cfg, LiveRunner(client), speed=speed), speed)
+    try:
+        server = serve(run.metrics.registry, serve_metrics) if serve_metrics else None
+    except (ValueError, OSError) as exc:
+        raise _fail(f"--serve-metrics {serve_metrics}: {exc}") from None
+    period = interval if interval is not None else cfg.controller.tick_s / speed
+    limit = 1 if once else ticks
+    done = 0
+    due = time.monotonic()
+    try:
+        while limit is None or done < limit:
+            record = run.tick()
+            wall = time.time()
+            if output == "json":
+                typer.echo(json.dumps(tick_json(run, record, wall)))
+            else:
+                for item in tick_tables(run, record, wall):
+                    console.print(item)
+            done += 1
+            if limit is not None and done >= limit:
+                break
+            due += period
+            time.sleep(max(0.0, due - time.monotonic()))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if server is not None:
+            server.close()
+
+
+@app.command()
+def backtest(
+    start: Annotated[str, typer.Option(help="Range start: unix seconds or ISO 8601 (UTC if no offset).")],
+    end: Annotated[str, typer.Option(help="Range end: unix seconds or ISO 8601.")],
+    prometheus_url: Annotated[str | None, typer.Option(help="Prometheus base URL (default: prometheus.url).")] = None,
+    config: Annotated[Path | None, typer.Option(help="Fleet YAML file (default: the embedded example fleet).")] = None,
+    step: Annotated[float | None, typer.Option(help="Seconds between ticks (default: controller.tick_s).")] = None,
+    service: Annotated[str | None, typer.Option(help="Service to plot (default: first).")] = None,
+    out: Annotated[Path, typer.Option(help="Directory for timeline.csv and timeline.png.")] = Path("out"),
+    plot: Annotated[bool, typer.Option("--plot", help="Write timeline.png.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Replay the decisions the loop would have made over a past range of a Prometheus's history."""
+    import logging
+
+    from autoscaler.backtest import parse_time, run_backtest, write_outputs
+
+    try:
+        cfg = _load_cfg(config)
+        if service is not None and service not in {s.name for s in cfg.services}:
+            raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
+        t0, t1 = parse_time(start), parse_time(end)
+        dt = cfg.controller.tick_s if step is None else step
+    except (AutoscalerError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    with _StderrLog(logging.ERROR):
+        client = _prometheus(cfg, prometheus_url)
+        url = prometheus_url or cfg.prometheus.url or ""
+        try:
+            run = run_backtest(cfg, client, t0, t1, dt)
+            summary = write_outputs(run, out, url, service, plot=plot)
+        except (ValueError, OSError) as exc:
+            raise _fail(str(exc)) from None
+    if json_output:
+        console.print_json(json.dumps(summary))
+        return
+    t = Table(title=f"backtest {start} .. {end} every {dt:g} s", show_header=True)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for k, v in summary.items():
+        t.add_row(k.replace("_", " "), str(v))
+    console.print(t)
+    console.print(f"wrote {out / 'timeline.csv'}" + (f" and {out / 'timeline.png'}" if plot else ""))
+
+
+
+DEFAULT_COMPARE = "hpa,keda,kpa,aibrix,dynamo,wva,static,static-ilp,pid"
+
+
+@app.command()
+def compare(
+    config: Annotated[Path | None, typer.Option(help="Fleet YAML file (default: the embedded example fleet).")] = None,
+    trace: Annotated[Path | None, typer.Option(help="Request trace (Azure CSV or Mooncake JSONL); "
+                                               "default: the embedded synthetic workload.")] = None,
+    trace_format: Annotated[str | None, typer.Option(help="azure | mooncake (default: detected).")] = None,
+    controllers: Annotated[str, typer.Option(help="Comma-separated controllers or baseline specs "
+                                             "(name:key=value...).")] = DEFAULT_COMPARE,
+    rate_scale: Annotated[float, typer.Option(help="Thin (<1) or superpose jittered copies (>1).")] = 1.0,
+    time_scale: Annotated[float, typer.Option(help="Multiply arrival times (0.5 = twice as fast).")] = 1.0,
+    batch_fraction: Annotated[float, typer.Option(help="Share of trace requests in the batch class.")] = 0.2,
+    service: Annotated[str | None, typer.Option(help="Service the trace targets (default: first).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed for class assignment and rate shaping.")] = 0,
+    workers: Annotated[int | None, typer.Option(help="Processes (default: min(controllers, CPUs)).")] = None,
+    out: Annotated[Path, typer.Option(help="Directory for compare.json and compare.png.")] = Path("out"),
+    json_output: Annotated[bool, typer.Option("--json", help="Print compare.json instead of a table.")] = False,
+) -> None:
+    """Run several controllers on the same trace, fleet and seed and print them side by side."""
+    from autoscaler.compare import TABLE_HEADERS, check_names, run_compare, table_cells, write_comparison
+
+    try:
+        cfg = _load_cfg(config)
+        if service is not None and service not in {s.name for s in cfg.services}:
+            raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
+        names = [c.strip() for c in controllers.split(",") if c.strip()]
+        check_names(names)
+        wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction)
+        comp = run_compare(cfg, wl, names, service, workers,
+                           done=lambda row: err_console.print(f"done: {row['controller']} ({row['wall_s']:.1f} s)",
+                                                              highlight=False))
+        paths = write_comparison(comp, cfg, service, out)
+    except (AutoscalerError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    if json_output:
+        console.print_json(json.dumps(comp.rows))
+        return
+    t = Table(title=f"{len(wl.requests)} requests of {wl.source} (rate x{rate_scale:g}, seed {seed})")
+    for i, h in enumerate(TABLE_HEADERS):
+        t.add_column(h, justify="left" if i == 0 else "right")
+    for cells in table_cells(comp.rows):
+        t.add_row(*cells)
+    console.print(t, width=max(console.width, 170))  # 13 columns: never squeeze the numbers
+    console.print(f"wrote {' and '.join(str(p) for p in paths)}")
 
 
 if __name__ == "__main__":

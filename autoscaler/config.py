@@ -21,7 +21,8 @@ SetpointSignal = Literal["ttft_p95_ratio", "tpot_p95_ratio", "slo_p95_ratio", "k
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN and Infinity are never meaningful here (prices, times, gains) and would leak into results.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class SLO(_Strict):
@@ -119,12 +120,8 @@ class Service(_Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> Service:
-        small = [v.name for v in self.variants if v.kv_cache_tokens < self.max_model_len]
-        if small:
-            # vLLM refuses to start when one max_model_len sequence cannot fit in the KV cache.
-            raise ValueError(
-                f"max_model_len ({self.max_model_len}) exceeds kv_cache_tokens of variant(s) {', '.join(small)}"
-            )
+        if all(v.cap == 0 for v in self.variants):
+            raise ValueError("every variant has max_replicas (or quota) 0: the service could never serve")
         names = [v.name for v in self.variants]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
@@ -218,10 +215,98 @@ class ControllerConfig(_Strict):
         guard: safety rules.
     """
 
-    tick_s: float = Field(default=15.0, gt=0)
+    tick_s: float = Field(default=15.0, ge=1.0)
     window_s: float = Field(default=60.0, gt=0)
     pid: PIDConfig = PIDConfig()
     guard: GuardConfig = GuardConfig()
+
+    @model_validator(mode="after")
+    def _window(self) -> ControllerConfig:
+        if self.window_s < self.tick_s:
+            raise ValueError(f"window_s ({self.window_s}) is shorter than tick_s ({self.tick_s})")
+        return self
+
+
+QuerySetName = Literal["vllm-0.33", "vllm-pre-0.9", "sglang"]
+
+
+class BasicAuth(_Strict):
+    """HTTP basic auth for Prometheus; the password is read from a file (e.g. a mounted Secret)."""
+
+    username: str
+    password_file: Path
+
+
+class VariantSelectors(_Strict):
+    """PromQL label matchers (without braces) of one variant.
+
+    Attributes:
+        pods: matchers of the variant's pods' vLLM series; default
+            ``namespace="<namespace>",pod=~"<service>-<variant>-.*"``.
+        deployment: matchers of its kube-state-metrics Deployment series; default
+            ``namespace="<namespace>",deployment="<service>-<variant>"``.
+    """
+
+    pods: str | None = None
+    deployment: str | None = None
+
+
+class ServiceSelectors(_Strict):
+    """Label matchers of one service: ``service`` is ANDed into every query of the service
+    (default ``model_name="<model>"``); ``variants`` by variant name."""
+
+    service: str | None = None
+    variants: dict[str, VariantSelectors] = Field(default_factory=dict)
+
+
+class PrometheusConfig(_Strict):
+    """Where and how the loop reads a live Prometheus (``autoscaler dry-run`` / ``backtest``).
+
+    Attributes:
+        url: base URL, e.g. ``https://prometheus.monitoring:9090`` (``--prometheus-url`` overrides).
+        query_set: default PromQL per signal (``autoscaler.promql``).
+        queries: signal -> PromQL template overriding the query set (``$sel``, ``$window``).
+        namespace: Kubernetes namespace used by the default selectors.
+        pod_label: label that names a pod on the vLLM series.
+        staleness_s: a pod whose newest sample is older than this is ignored, seconds; default 120 =
+            two of Prometheus's default 1 m ``scrape_interval``. Set it to ~2 scrape intervals.
+        timeout_s: per-query HTTP timeout, seconds.
+        bearer_token_file: file holding a bearer token (e.g. a service-account token).
+        basic_auth: username and password file.
+        ca_file: CA bundle to verify the server's certificate.
+        tls_verify: False disables certificate verification.
+        max_concurrency: queries in flight at once.
+        selectors: service name -> label matchers (defaults above).
+    """
+
+    url: str | None = None
+    query_set: QuerySetName = "vllm-0.33"
+    queries: dict[str, str] = Field(default_factory=dict)
+    namespace: str = "default"
+    pod_label: str = Field(default="pod", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+    staleness_s: float = Field(default=120.0, gt=0)
+    timeout_s: float = Field(default=10.0, gt=0)
+    bearer_token_file: Path | None = None
+    basic_auth: BasicAuth | None = None
+    ca_file: Path | None = None
+    tls_verify: bool = True
+    max_concurrency: int = Field(default=8, ge=1)
+    selectors: dict[str, ServiceSelectors] = Field(default_factory=dict)
+
+    @field_validator("queries")
+    @classmethod
+    def _templates(cls, v: dict[str, str]) -> dict[str, str]:
+        from autoscaler.promql import check_template
+
+        for signal, template in v.items():
+            check_template(signal, template)
+        return v
+
+    @model_validator(mode="after")
+    def _one_auth(self) -> PrometheusConfig:
+        if self.bearer_token_file is not None and self.basic_auth is not None:
+            raise ValueError("set bearer_token_file or basic_auth, not both")
+        return self
 
 
 class FleetConfig(_Strict):
@@ -230,6 +315,7 @@ class FleetConfig(_Strict):
     services: list[Service] = Field(min_length=1)
     simulator: SimulatorConfig = SimulatorConfig()
     controller: ControllerConfig = ControllerConfig()
+    prometheus: PrometheusConfig = PrometheusConfig()
 
     @model_validator(mode="after")
     def _unique(self) -> FleetConfig:
@@ -237,6 +323,45 @@ class FleetConfig(_Strict):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"duplicate service name(s): {', '.join(sorted(dup))}")
+        return self
+
+    @model_validator(mode="after")
+    def _kv_holds_max_model_len(self) -> FleetConfig:
+        # vLLM refuses to start when one max_model_len sequence cannot fit in the KV cache; the
+        # simulator also keeps one block of rounding slack per sequence (simulator.engine).
+        block = self.simulator.engine.block_size
+        for s in self.services:
+            for v in s.variants:
+                if v.kv_cache_tokens < s.max_model_len + block:
+                    raise ValueError(
+                        f"services[{s.name}].variants[{v.name}].kv_cache_tokens ({v.kv_cache_tokens}) cannot hold "
+                        f"one max_model_len ({s.max_model_len}) sequence plus one {block}-token block"
+                    )
+        return self
+
+    @model_validator(mode="after")
+    def _crash_targets(self) -> FleetConfig:
+        variants = {s.name: {v.name for v in s.variants} for s in self.services}
+        for i, c in enumerate(self.simulator.crashes):
+            svc = c.service or self.services[0].name
+            if svc not in variants:
+                raise ValueError(f"simulator.crashes[{i}].service: unknown service '{svc}'")
+            if c.variant not in variants[svc]:
+                raise ValueError(
+                    f"simulator.crashes[{i}].variant: unknown variant '{c.variant}' of service '{svc}' "
+                    f"(known: {', '.join(sorted(variants[svc]))})"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _selector_names(self) -> FleetConfig:
+        variants = {s.name: {v.name for v in s.variants} for s in self.services}
+        for name, sel in self.prometheus.selectors.items():
+            if name not in variants:
+                raise ValueError(f"prometheus.selectors: unknown service '{name}'")
+            unknown = sorted(set(sel.variants) - variants[name])
+            if unknown:
+                raise ValueError(f"prometheus.selectors[{name}]: unknown variant(s) {', '.join(unknown)}")
         return self
 
     def service(self, name: str | None = None) -> Service:
@@ -277,13 +402,16 @@ def parse_config(data: object, source: str = "<fleet>") -> FleetConfig:
         err = exc.errors()[0]
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         msg = err["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"{source}: {_key_path(tuple(err['loc']), data)}: {msg}{more}") from None
+        key = f"{_key_path(tuple(err['loc']), data)}: " if err["loc"] else ""
+        raise ConfigError(f"{source}: {key}{msg}{more}") from None
     _check_profiles(cfg, source)
     return cfg
 
 
 def _check_profiles(cfg: FleetConfig, source: str) -> None:
-    from models.profiles import list_profiles
+    """Every variant names a known profile, and every ITL objective is above its fixed step time."""
+    from models.capacity import marginal_costs
+    from models.profiles import get_profile, list_profiles
 
     known = list_profiles()
     for s in cfg.services:
@@ -293,6 +421,13 @@ def _check_profiles(cfg: FleetConfig, source: str) -> None:
                     f"{source}: services[{s.name}].variants[{v.name}].profile: unknown performance "
                     f"profile '{v.profile}' (GPU {v.gpu}); known: {', '.join(known)}"
                 )
+            t0 = marginal_costs(get_profile(v.profile))[0]
+            for cls, slo in s.slo.items():
+                if slo.itl_s <= t0:
+                    raise ConfigError(
+                        f"{source}: services[{s.name}].slo.{cls}.itl_s: {slo.itl_s} s is at or below the "
+                        f"fixed step time {t0:.4f} s of variant {v.name} ({v.profile}); no batch can meet it"
+                    )
 
 
 def load_config(path: str | Path) -> FleetConfig:
@@ -304,11 +439,15 @@ def load_config(path: str | Path) -> FleetConfig:
     """
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read fleet file: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not a UTF-8 text file (byte {exc.start})") from None
     try:
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"{p}: YAML nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

@@ -129,11 +129,13 @@ TIMELINE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "itl_p95_s", "tpot_p95_s",
 def timeline_rows(run: SimulationRun) -> list[dict[str, Any]]:
     """One row per (tick, service): demand, signals, replicas per variant, controller terms, reason."""
     arrivals = np.array([sr.req.arrival_s for sr in run.sim.requests])
+    # Arrivals up to and including each tick: tick i counts (t_{i-1}, t_i], the first one [0, t_0].
+    arrived = np.searchsorted(arrivals, [rec.time_s for rec in run.ticks], side="right")
     rows = []
-    prev = 0.0
-    for rec in run.ticks:
-        demand = float(((arrivals > prev) & (arrivals <= rec.time_s)).sum()) / max(rec.time_s - prev, 1e-9)
-        prev = rec.time_s
+    prev, before = 0.0, 0
+    for rec, upto in zip(run.ticks, arrived, strict=True):
+        demand = (int(upto) - before) / max(rec.time_s - prev, 1e-9)
+        prev, before = rec.time_s, int(upto)
         for name, st in rec.services.items():
             row: dict[str, Any] = {"time_s": rec.time_s, "service": name,
                                    "arrival_rate_rps": demand if name == run.sim.target else 0.0}

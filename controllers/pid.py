@@ -176,6 +176,8 @@ class PIDController:
         change = capacity_of(desired, w) - est.capacity_rps
         verb = "scale up" if change > 0 else "scale down" if change < 0 else "hold"
         reason = f"{verb}: {pid.setpoint_signal}={y:.3g} vs setpoint {pid.setpoint:.3g}"
+        if change == 0 and terms.error > 0 and est.starting > 0:
+            reason += f" (waiting for {est.starting} starting replica(s), which cover the target)"
         return Decision(
             desired,
             reason,

@@ -13,15 +13,20 @@ from models.profiles import get_profile
 if TYPE_CHECKING:
     from autoscaler.config import ControllerConfig
     from autoscaler.loop.estimate import ServiceEstimate
-    from autoscaler.workload.types import Workload
+    from autoscaler.workload.types import Request, Workload
 
 PEAK_WINDOW_S = 60.0
 
 
 class StaticController:
-    """Always asks for the same replicas per variant (a peak-provisioned fleet never scales)."""
+    """Always asks for the same replicas per variant (a peak-provisioned fleet never scales).
+
+    ``own_guard``: the loop applies only the replica bounds, none of its adaptive rules (idle
+    scale-to-minimum, step limits), so the fleet really stays fixed.
+    """
 
     name = "static"
+    own_guard = True
 
     def __init__(self, replicas: dict[str, dict[str, int]]) -> None:
         self.replicas = replicas
@@ -32,9 +37,16 @@ class StaticController:
         return Decision(desired, "static")
 
 
-def peak_rate_rps(workload: Workload, window_s: float = PEAK_WINDOW_S) -> float:
-    """Highest arrival rate over any ``window_s``-second sliding window, requests/s."""
-    t = [r.arrival_s for r in workload.requests]
+def served(workload: Workload, max_model_len: int | None) -> list[Request]:
+    """The requests a deployment with ``max_model_len`` accepts (all when None); vLLM rejects the rest."""
+    if max_model_len is None:
+        return workload.requests
+    return [r for r in workload.requests if r.input_tokens + r.output_tokens <= max_model_len]
+
+
+def peak_rate_rps(workload: Workload, window_s: float = PEAK_WINDOW_S, max_model_len: int | None = None) -> float:
+    """Highest arrival rate over any ``window_s``-second sliding window of the served requests, requests/s."""
+    t = [r.arrival_s for r in served(workload, max_model_len)]
     best, lo = 0, 0
     for hi in range(len(t)):
         while t[hi] - t[lo] > window_s:
@@ -46,11 +58,14 @@ def peak_rate_rps(workload: Workload, window_s: float = PEAK_WINDOW_S) -> float:
 def provision_for(svc: Service, workload: Workload, rate_rps: float, itl_fraction: float = 1.0) -> dict[str, int]:
     """Replicas per variant whose capacity covers ``rate_rps`` at ``itl_fraction`` x the interactive ITL SLO.
 
-    Per-replica capacity comes from ``models.capacity.replica_capacity_rps`` at the workload's own
-    mean prompt and output lengths; variants are filled cheapest cost-per-capacity first
-    (``controllers.split``), starting from each variant's minimum.
+    Per-replica capacity comes from ``models.capacity.replica_capacity_rps`` at the mean prompt and
+    output lengths of the requests the service accepts (``max_model_len``: rejected requests cost
+    nothing); variants are filled cheapest cost-per-capacity first (``controllers.split``), starting
+    from each variant's minimum.
     """
-    reqs = workload.requests
+    reqs = served(workload, svc.max_model_len)
+    if not reqs:
+        return {v.name: v.min_replicas for v in svc.variants}
     mean_in = sum(r.input_tokens for r in reqs) / max(len(reqs), 1)
     mean_out = sum(r.output_tokens for r in reqs) / max(len(reqs), 1)
     itl = svc.slo["interactive"].itl_s * itl_fraction
@@ -62,13 +77,13 @@ def provision_for(svc: Service, workload: Workload, rate_rps: float, itl_fractio
 
 def peak_provisioning(svc: Service, workload: Workload) -> dict[str, int]:
     """Replicas per variant for the workload's peak 60-s arrival rate (``provision_for``)."""
-    return provision_for(svc, workload, peak_rate_rps(workload))
+    return provision_for(svc, workload, peak_rate_rps(workload, max_model_len=svc.max_model_len))
 
 
-def opening_rate_rps(workload: Workload, window_s: float = 300.0) -> float:
-    """Mean arrival rate over the workload's first ``window_s`` seconds, requests/s."""
+def opening_rate_rps(workload: Workload, window_s: float = 300.0, max_model_len: int | None = None) -> float:
+    """Mean arrival rate of the served requests over the workload's first ``window_s`` seconds, requests/s."""
     if not workload.requests:
         return 0.0
     t0 = workload.requests[0].arrival_s
-    n = sum(1 for r in workload.requests if r.arrival_s - t0 < window_s)
+    n = sum(1 for r in served(workload, max_model_len) if r.arrival_s - t0 < window_s)
     return n / window_s

@@ -32,10 +32,11 @@ def _fleet(
 ) -> FleetConfig:
     """One service ``svc`` with one variant ``h100``; ``replicas`` ready at t=0; every start is cold.
 
-    ``max_model_len`` defaults to the smaller of 32768 and the KV capacity (a longer one is invalid).
+    ``max_model_len`` defaults to the smaller of 32768 and the KV capacity less one 16-token block
+    (a longer one is invalid: config requires room for one max-length sequence plus a block).
     """
     if max_model_len is None:
-        max_model_len = min(32768, kv_cache_tokens)
+        max_model_len = min(32768, kv_cache_tokens - 16)
     v = {
         "name": "h100",
         "gpu": "H100-SXM",

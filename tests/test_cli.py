@@ -90,9 +90,15 @@ def test_timeline_csv(run_result) -> None:
     assert times == pytest.approx([15.0 * (i + 1) for i in range(len(rows))])
     # the trace spans 99.5 s, so the run has at least ceil(99.5/15) = 7 ticks
     assert len(rows) >= 7
-    # arrival rate over the first tick: rows at 0, 0.5, ..., 15.0 -> 31 requests in (0, 15] minus the t=0
-    # one (window is (prev, now]) = 30 requests / 15 s = 2 rps
-    assert float(rows[0]["arrival_rate_rps"]) == pytest.approx(2.0)
+    # arrival rate over the first tick: rows at 0, 0.5, ..., 15.0 -> 31 requests in [0, 15] / 15 s
+    assert float(rows[0]["arrival_rate_rps"]) == pytest.approx(31 / 15)
+    # every request is counted in exactly one tick: summing rate x tick length gives back all 200
+    counted, prev = 0.0, 0.0
+    for x in rows:
+        t = float(x["time_s"])
+        counted += float(x["arrival_rate_rps"]) * (t - prev)
+        prev = t
+    assert counted == pytest.approx(N_ROWS)
 
 
 def test_plot_writes_png(run_result) -> None:
@@ -152,3 +158,16 @@ def test_unknown_service(tmp_path: Path) -> None:
                                    "--out", str(tmp_path / "o")])
     line = one_line_error(res)
     assert "nope" in line and "llama-3.1-8b" in line
+
+
+def test_config_error_names_list_items_verbatim(tmp_path: Path) -> None:
+    # The key path names list items by their `name` in brackets; the terminal output must keep the
+    # brackets (they look like rich markup and were once swallowed).
+    trace = azure_csv(tmp_path / "t.csv", n=5)
+    doc = Path(__file__).resolve().parents[1].joinpath("examples", "fleet.yaml").read_text()
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(doc.replace("price_per_gpu_hour: 2.99", "price_per_gpu_hour: -2.99"))
+    res = CliRunner().invoke(app, ["simulate", "--config", str(cfg), "--trace", str(trace),
+                                   "--out", str(tmp_path / "o")])
+    line = one_line_error(res)
+    assert "services[llama-3.1-8b].variants[h100].price_per_gpu_hour" in line

@@ -158,13 +158,77 @@ def test_parse_config_source_label() -> None:
 
 
 def test_max_model_len_must_fit_in_kv_cache(tmp_path) -> None:
-    # vLLM refuses to start when one max_model_len sequence cannot fit in the KV cache.
+    # vLLM refuses to start when one max_model_len sequence cannot fit in the KV cache; the simulator
+    # keeps one 16-token block of slack per sequence, so 400000 - 16 = 399984 is the largest that fits.
     doc = yaml.safe_load(EXAMPLE.read_text())
-    doc["services"][0]["max_model_len"] = 450_000  # > the 400k-token H100/A100 variants
+    path = tmp_path / "fleet.yaml"
+    doc["services"][0]["max_model_len"] = 399_984
+    path.write_text(yaml.safe_dump(doc))
+    load_config(path)
+    doc["services"][0]["max_model_len"] = 399_985
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    msg = str(exc.value)
+    assert msg.startswith(f"{path}: services[llama-3.1-8b].variants[h100].kv_cache_tokens (400000) cannot hold")
+    assert "max_model_len (399985)" in msg
+
+
+def test_service_that_can_never_serve_is_rejected(tmp_path) -> None:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    for v in doc["services"][0]["variants"]:
+        v["min_replicas"] = v["max_replicas"] = 0
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"services\[llama-3.1-8b\]: every variant has max_replicas"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("key, value", [("price_per_gpu_hour", float("inf")), ("startup_cold_s", float("nan"))])
+def test_non_finite_numbers_are_rejected(tmp_path, key: str, value: float) -> None:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["services"][0]["variants"][0][key] = value
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=rf"services\[llama-3.1-8b\]\.variants\[h100\]\.{key}: .*finite"):
+        load_config(path)
+
+
+def test_window_shorter_than_tick_is_rejected(tmp_path) -> None:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["controller"]["window_s"] = 10
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"controller: window_s \(10\.0\) is shorter than tick_s \(15\.0\)"):
+        load_config(path)
+
+
+def test_non_utf8_fleet_file(tmp_path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_bytes(b"services: \xff\xfe\n")
+    with pytest.raises(ConfigError, match=r"fleet.yaml: not a UTF-8 text file"):
+        load_config(path)
+
+
+def test_crash_of_unknown_variant_names_the_key(tmp_path) -> None:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["simulator"]["crashes"] = [{"time_s": 60, "variant": "h100"}, {"time_s": 90, "variant": "h200"}]
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(ConfigError) as exc:
         load_config(path)
     msg = str(exc.value)
-    assert str(path) in msg and "max_model_len (450000)" in msg and "h100" in msg and "a100" in msg
-    assert "gh200" not in msg  # 500k tokens: fits
+    assert msg.startswith(f"{path}: ") and "simulator.crashes[1].variant" in msg and "'h200'" in msg
+    assert "a100, gh200, h100" in msg
+
+
+def test_itl_objective_below_fixed_step_time_is_rejected(tmp_path) -> None:
+    # The A100 profile's fixed step cost (weights read + overhead) is ~14 ms (models/profiles):
+    # a 1 ms ITL objective can never be met.
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["services"][0]["slo"]["interactive"]["itl_s"] = 0.001
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    key = r"services\[llama-3.1-8b\]\.slo\.interactive\.itl_s"
+    with pytest.raises(ConfigError, match=key + r": 0\.001 s is at or below"):
+        load_config(path)

@@ -296,3 +296,25 @@ def test_scale_ignored_when_scale_with_replicas_off() -> None:
     out, _, terms = pid_step(c, PIDState(), 2.0, 10, current=20, out_min=0, out_max=100, scale=8)
     assert terms.p == pytest.approx(0.5)
     assert out == pytest.approx(20.5)
+
+
+def test_controller_holds_while_starting_replicas_cover_the_target(make_fleet) -> None:
+    # One variant of capacity w per replica; 2 ready + 2 starting; measurement 1.0 vs setpoint 0.5 -> e = 1.
+    from autoscaler.config import ControllerConfig, PIDConfig
+    from autoscaler.loop.estimate import ServiceEstimate
+    from autoscaler.loop.observe import VariantObservation
+
+    cfg = make_fleet(4, min_replicas=0, max_replicas=10)
+    svc = cfg.services[0]
+    w = 10.0
+    ctrl = ControllerConfig(pid=PIDConfig(kp=0.0, ki=0.01, setpoint=0.5, deadband=0.0))
+    est = ServiceEstimate(
+        service="svc", time_s=100.0, signals={"slo_p95_ratio": 1.0},
+        variants={"h100": VariantObservation(ready=2, starting=2)}, weights={"h100": w},
+        idle=False, capacity_rps=4 * w, ready_capacity_rps=2 * w, starting=2,
+    )
+    # kp = 0: the output is the integral, frozen at 4w while replicas start -> 4 replicas: hold.
+    d = PIDController().decide(est, svc, ctrl)
+    assert d.desired == {"h100": 4}
+    assert d.reason.startswith("hold: slo_p95_ratio=1 vs setpoint 0.5")
+    assert "waiting for 2 starting replica(s)" in d.reason

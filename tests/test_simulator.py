@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from autoscaler.errors import ConfigError
 from autoscaler.report import summarize
 from autoscaler.simulate import run_simulation
 from autoscaler.simulator.engine import COMPLETED, DRAINING, FAILED, GONE, PROVISIONING, READY, REJECTED, Replica
@@ -390,7 +391,7 @@ def test_gateway_timeout_fails_waiting_requests(make_fleet) -> None:
 
 
 def test_unknown_crash_target_rejected(make_fleet) -> None:
-    cfg = make_fleet(1, crashes=[{"time_s": 1.0, "variant": "nope"}])
-    with pytest.raises(ValueError, match="nope"):
-        FleetSimulator(cfg, Workload([]))
+    # Rejected when the fleet file is validated, before any simulation starts.
+    with pytest.raises(ConfigError, match=r"simulator\.crashes\[0\]\.variant: unknown variant 'nope'"):
+        make_fleet(1, crashes=[{"time_s": 1.0, "variant": "nope"}])
 

@@ -3,13 +3,16 @@
 ``SimMetricsSource`` computes each signal the way the PromQL defaults do over the replicas'
 vLLM metrics: ``rate()`` of counters and ``histogram_quantile()`` of bucket increments over the
 last ``window_s`` seconds, gauges summed (queue, running) or averaged (KV usage) over pods.
+Per-pod gauges are also sampled at every ``scrape`` (and every ``observe``), as Prometheus samples
+them at each scrape, so ``max_over_time(gauge[window_s])`` is the largest sample in
+``(now - window_s, now]``.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from autoscaler.loop.observe import ServiceObservation, VariantObservation
+from autoscaler.loop.observe import PodObservation, ServiceObservation, VariantObservation
 from autoscaler.simulator.engine import DRAINING, READY, Replica
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS, histogram_quantile
@@ -22,6 +25,33 @@ class SimMetricsSource:
         self.sim = sim
         self.window_s = window_s
         self._history: dict[int, deque[tuple[float, dict[str, object]]]] = {}
+        self._gauges: dict[int, deque[tuple[float, float, float]]] = {}
+
+    def scrape(self, now: float) -> None:
+        """Record one sample of every ready pod's KV-usage and waiting gauges at ``now`` (seconds)."""
+        for svc in self.sim.services.values():
+            for r in svc.ready:
+                r.refresh_gauges()
+                hist = self._gauges.setdefault(r.rid, deque())
+                if not hist or hist[-1][0] < now:
+                    hist.append((now, r.metrics.kv_usage, float(r.metrics.waiting)))
+                while hist[0][0] <= now - self.window_s:
+                    hist.popleft()
+
+    def _pods(self, ready: list[Replica]) -> list[PodObservation]:
+        """Latest and window-max gauges of ``ready`` pods (call after ``scrape``)."""
+        out = []
+        for r in ready:
+            hist = self._gauges[r.rid]
+            out.append(PodObservation(
+                variant=r.variant,
+                kv_usage=r.metrics.kv_usage,
+                waiting=float(r.metrics.waiting),
+                running=float(r.metrics.running),
+                kv_usage_max=max(h[1] for h in hist),
+                waiting_max=max(h[2] for h in hist),
+            ))
+        return out
 
     def _window_delta(self, r: Replica, now: float) -> tuple[dict[str, object], dict[str, object], float]:
         """(snapshot now, the last snapshot at or before the window start, seconds between them).
@@ -84,6 +114,7 @@ class SimMetricsSource:
         """Signals of every service at ``now`` (seconds)."""
         out: dict[str, ServiceObservation] = {}
         seen: set[int] = set()
+        self.scrape(now)
         for name, svc in self.sim.services.items():
             pods = []
             for r in svc.replicas:
@@ -103,9 +134,11 @@ class SimMetricsSource:
                 signals.update(request_rate_rps=0.0, queue_length=float(len(svc.gateway)), running=0.0)
             else:
                 signals["queue_length"] = (signals["queue_length"] or 0.0) + len(svc.gateway)
-            out[name] = ServiceObservation(name, now, signals, variants)
+            out[name] = ServiceObservation(name, now, signals, variants, pods=self._pods(svc.ready))
         for rid in self._history.keys() - seen:
             del self._history[rid]
+        for rid in self._gauges.keys() - seen:
+            del self._gauges[rid]
         return out
 
 

@@ -4,15 +4,21 @@ Derived signals: ``ttft_p95_ratio`` (p95 TTFT / the interactive TTFT SLO), ``tpo
 (p95 of per-request mean time per output token / the interactive ITL SLO, which is a per-request
 mean), ``slo_p95_ratio`` (the larger of the two), ``queue_per_replica``
 (waiting requests per ready replica), and ``kv_usage`` as observed. Idle detection uses the
-request counters, never the (undefined at zero traffic) latency quantiles.
+request counters, never the (undefined at zero traffic) latency quantiles, and is unknown when any
+query failed.
+
+Bad data, whatever the source: NaN (0/0, e.g. a quantile at zero traffic) becomes None quietly;
+an infinite or negative value, or a fraction (``kv_usage``, ``prefix_hit_rate``) above 1, becomes
+None with a line in ``warnings``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
 from autoscaler.config import Service
-from autoscaler.loop.observe import ServiceObservation, VariantObservation
+from autoscaler.loop.observe import PodObservation, ServiceObservation, VariantObservation
 from autoscaler.workload.types import INTERACTIVE
 
 
@@ -27,6 +33,8 @@ class ServiceEstimate:
         capacity_rps: capacity of ready + starting replicas, requests/s.
         ready_capacity_rps: capacity of ready replicas only, requests/s.
         starting: replicas still provisioning, all variants.
+        pods: per-pod gauges of the ready pods, as observed (for per-pod baselines).
+        warnings: values rejected as absurd (see the module docstring).
     """
 
     service: str
@@ -39,6 +47,8 @@ class ServiceEstimate:
     ready_capacity_rps: float
     starting: int
     errors: list[str] = field(default_factory=list)
+    pods: list[PodObservation] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def current(self) -> dict[str, int]:
@@ -46,9 +56,28 @@ class ServiceEstimate:
         return {name: v.current for name, v in self.variants.items()}
 
 
+# vLLM's ``kv_cache_usage_perc`` is a fraction 0..1 despite its name (METRICS.md, vLLM 0.33.0).
+FRACTIONS = ("kv_usage", "prefix_hit_rate")
+
+
+def sanitize(signals: dict[str, float | None], warnings: list[str], scope: str) -> dict[str, float | None]:
+    """``signals`` with NaN, infinite, negative and above-one fractions set to None (see module docstring)."""
+    out: dict[str, float | None] = {}
+    for name, x in signals.items():
+        bad = x is not None and not math.isnan(x) and (math.isinf(x) or x < 0 or (name in FRACTIONS and x > 1))
+        if bad:
+            bound = ", <= 1" if name in FRACTIONS else ""
+            warnings.append(f"{scope}: rejected {name}={x:g} (must be finite, >= 0{bound})")
+        out[name] = None if x is None or math.isnan(x) or bad else x
+    return out
+
+
 def estimate(obs: ServiceObservation, svc: Service, weights: dict[str, float]) -> ServiceEstimate:
     """Derive a ``ServiceEstimate`` from one observation (pure)."""
-    sig = dict(obs.signals)
+    warnings: list[str] = []
+    sig = sanitize(obs.signals, warnings, obs.service)
+    variants = {n: replace(v, signals=sanitize(v.signals, warnings, f"{obs.service}/{n}"))
+                for n, v in obs.variants.items()}
     ttft = sig.get("ttft_p95_s")
     tpot = sig.get("tpot_p95_s")
     slo = svc.slo[INTERACTIVE]
@@ -61,18 +90,20 @@ def estimate(obs: ServiceObservation, svc: Service, weights: dict[str, float]) -
     sig["queue_per_replica"] = None if queue is None else queue / max(ready, 1)
     rate, running = sig.get("request_rate_rps"), sig.get("running")
     known = rate is not None and running is not None and queue is not None
-    idle = (rate == 0 and running == 0 and queue == 0) if known else None
+    idle = (rate == 0 and running == 0 and queue == 0) if known and not obs.errors else None
     cap = sum(v.current * weights[name] for name, v in obs.variants.items())
     starting = sum(v.starting for v in obs.variants.values())
     return ServiceEstimate(
         service=obs.service,
         time_s=obs.time_s,
         signals=sig,
-        variants=obs.variants,
+        variants=variants,
         weights=weights,
         idle=idle,
         capacity_rps=cap,
         ready_capacity_rps=sum(v.ready * weights[name] for name, v in obs.variants.items()),
         starting=starting,
         errors=list(obs.errors),
+        pods=list(obs.pods),
+        warnings=warnings,
     )

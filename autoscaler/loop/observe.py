@@ -9,6 +9,11 @@ over the window), ``tpot_p95_s`` (p95 of per-request mean time per output token,
 ``kv_usage`` (mean fraction over pods), ``queue_length`` and ``running``
 (requests, summed over pods), ``prefix_hit_rate`` (hits/queries over the window),
 ``success_rps`` and ``abort_rps`` (requests/s), ``preemptions_rps``.
+
+Per-pod gauges (``ServiceObservation.pods``, ready pods only) serve the baselines that scale on
+per-pod metrics (``controllers.baselines``): the latest sample of ``vllm:kv_cache_usage_perc``,
+``vllm:num_requests_waiting`` and ``vllm:num_requests_running``, and
+``max_over_time(...[window])`` of the first two over the source's window.
 """
 
 from __future__ import annotations
@@ -51,6 +56,26 @@ class VariantObservation:
 
 
 @dataclass
+class PodObservation:
+    """Gauges of one ready pod (vLLM metric names in the module docstring).
+
+    Attributes:
+        variant: the pod's variant.
+        kv_usage: latest ``vllm:kv_cache_usage_perc`` (fraction 0..1).
+        waiting, running: latest ``vllm:num_requests_waiting`` / ``..._running`` (requests).
+        kv_usage_max: ``max_over_time(vllm:kv_cache_usage_perc[window])``.
+        waiting_max: ``max_over_time(vllm:num_requests_waiting[window])``.
+    """
+
+    variant: str
+    kv_usage: float
+    waiting: float
+    running: float
+    kv_usage_max: float
+    waiting_max: float
+
+
+@dataclass
 class ServiceObservation:
     """One tick's observation of a service.
 
@@ -60,6 +85,7 @@ class ServiceObservation:
         signals: service-wide signals (see module docstring); None = unknown.
         variants: per-variant counts and signals.
         errors: one line per failed query (empty when everything worked).
+        pods: per-pod gauges of the ready pods (empty when the source has none).
     """
 
     service: str
@@ -67,6 +93,7 @@ class ServiceObservation:
     signals: dict[str, float | None]
     variants: dict[str, VariantObservation]
     errors: list[str] = field(default_factory=list)
+    pods: list[PodObservation] = field(default_factory=list)
 
 
 class MetricsSource(Protocol):

@@ -2,19 +2,32 @@
 
 The same ``ControlLoop`` runs against the simulator, a live Prometheus (dry-run) and Kubernetes;
 only the ``MetricsSource`` and ``Actuator`` differ.
+
+A controller with ``own_guard = True`` (the anchors' baselines, ``controllers.baselines``) brings
+its own stabilisation and rate limits, so it is measured with its rules alone: the loop calls it on
+every tick (no warm-up hold, no idle-to-minimum rule) and only clamps its decision to each
+variant's ``[min_replicas, min(max_replicas, quota)]``.
+
+Fail-static: when any metric query failed this tick (``ServiceObservation.errors``), the loop holds
+every variant at its current count (no scale-down on an outage read as idle), adds the failures to
+``query_failures`` and logs them; rejected values (``ServiceEstimate.warnings``) are logged too.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
-from autoscaler.config import FleetConfig
+from autoscaler.config import FleetConfig, Service
 from autoscaler.loop.actuate import Actuator
 from autoscaler.loop.estimate import ServiceEstimate, estimate
 from autoscaler.loop.guard import GuardState, guard
 from autoscaler.loop.observe import MetricsSource
 from controllers.base import Controller, Decision
+from controllers.split import cost_per_capacity
 from models.capacity import variant_weights
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -33,6 +46,14 @@ class TickRecord:
 
     time_s: float
     services: dict[str, ServiceTick] = field(default_factory=dict)
+
+
+def bounds_only(decision: Decision, current: dict[str, int], svc: Service) -> dict[str, int]:
+    """The decision clamped to each variant's bounds; the current replicas when it holds."""
+    if decision.hold:
+        return dict(current)
+    return {v.name: min(max(decision.desired.get(v.name, current[v.name]), v.min_replicas), v.cap)
+            for v in svc.variants}
 
 
 class ControlLoop:
@@ -55,6 +76,7 @@ class ControlLoop:
         self.weights = {s.name: variant_weights(s) for s in cfg.services}
         self.guards = {s.name: GuardState() for s in cfg.services}
         self.started_s = 0.0
+        self.query_failures = {s.name: 0 for s in cfg.services}
 
     def start(self, now: float) -> None:
         """Mark the loop's start: it decides nothing until one signal window of data exists."""
@@ -68,17 +90,35 @@ class ControlLoop:
         for svc in self.cfg.services:
             obs = observations[svc.name]
             est = estimate(obs, svc, self.weights[svc.name])
+            if est.errors:
+                self.query_failures[svc.name] += len(est.errors)
+                log.warning("%s: %d metric queries failed, holding replicas; first: %s",
+                            svc.name, len(est.errors), est.errors[0])
+            for line in est.warnings:
+                log.warning(line)
             gstate = self.guards[svc.name]
             gstate.idle_ticks = gstate.idle_ticks + 1 if est.idle else 0
-            if now - self.started_s < ctrl.window_s:
+            own_guard = getattr(self.controller, "own_guard", False)
+            waiting = est.signals.get("queue_length") or 0.0
+            if own_guard:
+                decision = self.controller.decide(est, svc, ctrl)
+            elif est.capacity_rps == 0 and waiting > 0:
+                decision = scale_from_zero(svc, self.weights[svc.name], waiting)
+            elif now - self.started_s < ctrl.window_s:
                 decision = Decision(dict(est.current), "warming up: less than one window of data", hold=True)
+            elif est.errors:
+                decision = Decision(dict(est.current), f"hold: {len(est.errors)} metric queries failed "
+                                    f"({est.errors[0]})", hold=True)
             elif gstate.idle_ticks >= ctrl.guard.idle_ticks_to_min:
                 decision = Decision({v.name: v.min_replicas for v in svc.variants},
                                     f"idle for {gstate.idle_ticks} ticks: toward minimum")
             else:
                 decision = self.controller.decide(est, svc, ctrl)
             current = est.current
-            applied, reason = guard(decision, current, svc, ctrl.guard, gstate, now, self.weights[svc.name])
+            if own_guard:
+                applied, reason = bounds_only(decision, current, svc), decision.reason
+            else:
+                applied, reason = guard(decision, current, svc, ctrl.guard, gstate, now, self.weights[svc.name])
             feedback = getattr(self.controller, "guarded", None)
             if feedback is not None and not decision.hold and applied != decision.desired:
                 feedback(svc.name, decision.desired, applied, self.weights[svc.name])
@@ -88,3 +128,13 @@ class ControlLoop:
                         self.actuator.scale(svc.name, name, n)
             record.services[svc.name] = ServiceTick(est, decision, applied, reason)
         return record
+
+
+def scale_from_zero(svc: Service, weights: dict[str, float], waiting: float) -> Decision:
+    """One replica of the variant with the lowest cost per capacity (and room): requests are waiting
+    and no replica is ready or starting, so no latency signal can ever appear without one."""
+    candidates = [v for v in svc.variants if v.cap > 0]
+    v = min(candidates, key=lambda v: cost_per_capacity(v, weights[v.name]))
+    desired = {x.name: 0 for x in svc.variants}
+    desired[v.name] = max(1, v.min_replicas)
+    return Decision(desired, f"scale from zero: {waiting:g} requests waiting and no replica")

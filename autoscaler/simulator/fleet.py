@@ -104,10 +104,7 @@ class FleetSimulator:
                 for _ in range(v.start_replicas):
                     self._new_replica(s, v, ready_now=True)
         for c in cfg.simulator.crashes:
-            svc = c.service or self.target
-            if svc not in self.services or c.variant not in self.services[svc].variants:
-                raise ValueError(f"crash targets unknown service/variant {svc}/{c.variant}")
-            self._push(c.time_s, _CRASH, (svc, c.variant), 0)
+            self._push(c.time_s, _CRASH, (c.service or cfg.services[0].name, c.variant), 0)
 
     # ------------------------------------------------------------------ events
     def _push(self, t: float, kind: int, obj: object, version: int) -> None:
@@ -148,6 +145,18 @@ class FleetSimulator:
     def done(self) -> bool:
         """True when every request has ended (completed, rejected or failed)."""
         return self.open_requests == 0
+
+    @property
+    def in_flight(self) -> int:
+        """Requests that have arrived and not yet ended (on a replica or at a gateway)."""
+        return self.open_requests - (len(self.requests) - self._next_arrival)
+
+    @property
+    def next_arrival_s(self) -> float | None:
+        """Arrival time of the next request not yet arrived, seconds; None when all have arrived."""
+        if self._next_arrival >= len(self.requests):
+            return None
+        return self.requests[self._next_arrival].req.arrival_s
 
     @property
     def last_arrival_s(self) -> float:

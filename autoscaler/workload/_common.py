@@ -50,6 +50,11 @@ def read_lines(path: str | Path) -> tuple[Path, list[tuple[int, str]]]:
     return p, lines
 
 
+# No served model has a context anywhere near this; a larger count is a corrupt field, and rejecting
+# it keeps Python's int parsing (4300-digit limit) and float conversion from failing with a traceback.
+MAX_TOKENS = 10_000_000
+
+
 def output_count(value: int) -> tuple[int, bool]:
     """Clamp a generated-token count of 0 to 1 token (vLLM always emits at least one token).
 

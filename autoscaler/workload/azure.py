@@ -24,7 +24,7 @@ import re
 from datetime import date
 from pathlib import Path
 
-from autoscaler.workload._common import output_count, read_lines, show, trace_error
+from autoscaler.workload._common import MAX_TOKENS, output_count, read_lines, show, trace_error
 from autoscaler.workload.types import Request, Workload
 
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
@@ -35,6 +35,8 @@ def _count(path: Path, line: int, column: str, text: str) -> int:
     """Parse a non-negative integer token count; raise ``TraceError`` otherwise."""
     t = text.strip()
     if t.isascii() and t.isdigit():
+        if len(t.lstrip("0")) > len(str(MAX_TOKENS)) or int(t) > MAX_TOKENS:
+            raise trace_error(path, line, f"{column} is implausibly large ({show(t)} > {MAX_TOKENS} tokens)")
         return int(t)
     if t.startswith("-") and t[1:].isascii() and t[1:].isdigit():
         raise trace_error(path, line, f"{column} is negative ({t})")

@@ -25,11 +25,13 @@ import json
 import math
 from pathlib import Path
 
-from autoscaler.workload._common import output_count, read_lines, show, trace_error
+from autoscaler.workload._common import MAX_TOKENS, output_count, read_lines, show, trace_error
 from autoscaler.workload.types import Request, Workload
 
 BLOCK_TOKENS = 512
 KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
+# 10^13 ms is about 317 years: beyond any epoch-ms timestamp, and small enough to convert to float.
+MAX_TIMESTAMP_MS = 10**13
 
 
 def _is_int(value: object) -> bool:
@@ -62,6 +64,10 @@ def load_mooncake(path: str | Path) -> Workload:
             obj = json.loads(text)
         except json.JSONDecodeError as err:
             raise trace_error(p, n, f"invalid JSON ({err.msg} at column {err.colno})") from None
+        except ValueError as err:  # e.g. an integer literal beyond Python's 4300-digit limit
+            raise trace_error(p, n, f"invalid JSON ({show(str(err), 60)})") from None
+        except RecursionError:
+            raise trace_error(p, n, "invalid JSON (nested too deeply)") from None
         if not isinstance(obj, dict):
             raise trace_error(p, n, f"expected a JSON object, found {type(obj).__name__}")
         missing = [k for k in KEYS if k not in obj]
@@ -71,13 +77,15 @@ def load_mooncake(path: str | Path) -> Workload:
 
         if not (_is_int(ts) or isinstance(ts, float)):
             raise trace_error(p, n, f"timestamp must be a number of ms, found {show(ts)}")
-        if not math.isfinite(ts) or ts < 0:
+        if abs(ts) > MAX_TIMESTAMP_MS or not math.isfinite(ts) or ts < 0:
             raise trace_error(p, n, f"bad timestamp {ts!r} (must be finite and >= 0 ms)")
         for key, value in (("input_length", inp), ("output_length", out)):
             if not _is_int(value):
                 raise trace_error(p, n, f"{key} must be an integer token count, found {show(value)}")
             if value < 0:
                 raise trace_error(p, n, f"{key} is negative ({value})")
+            if value > MAX_TOKENS:
+                raise trace_error(p, n, f"{key} is implausibly large ({show(value)} > {MAX_TOKENS} tokens)")
         if inp == 0:
             raise trace_error(p, n, "input_length is 0 (a request needs at least one prompt token)")
         if not isinstance(hashes, list):

@@ -1,0 +1,420 @@
+"""A live Prometheus as the loop's ``MetricsSource`` (prometheus-api-client), with per-pod validity checks.
+
+Each ``observe`` runs two rounds of instant queries (concurrently, ``max_concurrency`` at a time):
+
+1. per variant (its selector is the service matchers AND the variant's pod matchers): the age of
+   each pod's newest ``running`` sample (``time() - timestamp(...)``), its running, waiting and KV
+   gauges, ``max_over_time`` of KV usage and waiting over the window, and the Deployment's replicas
+   from kube-state-metrics (``autoscaler.promql``);
+2. every signal of the query set for the service and for each variant, restricted to the *valid*
+   pods with ``<pod_label>=~"a|b"``. A pod is valid when its newest sample is at most
+   ``staleness_s`` old and its gauges are sane (finite, >= 0, KV usage <= 1); an invalid pod is
+   left out with a warning, so one pod with missing or broken metrics never blocks the others.
+
+A failed query (connection refused, timeout, HTTP error, malformed answer) becomes one line in
+``ServiceObservation.errors`` and its signal is None: unknown, never zero. A NaN answer (a quantile
+or a ratio over zero traffic, 0/0) is None without an error: the request counters tell idleness.
+
+Replica counts: ``kube_deployment_spec_replicas`` is ready + starting and
+``kube_deployment_status_replicas_ready`` the ready part. Without kube-state-metrics the fresh pods
+are counted as ready and nothing as starting: pods that are still loading weights export no
+metrics, so starting replicas cannot be seen from Prometheus alone. When those queries fail, the
+last known counts are reported.
+
+Time: ``speed`` > 1 reads a source that runs that many times faster than real time (the simulator
+served with ``autoscaler simulate --serve-metrics --speed``): windows shrink by ``speed`` and
+per-second rates grow by it, so signals stay in the source's own seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from urllib3.util.retry import Retry
+
+from autoscaler.config import FleetConfig, PrometheusConfig, Service, Variant
+from autoscaler.errors import AutoscalerError
+from autoscaler.loop.observe import SIGNALS, PodObservation, ServiceObservation, VariantObservation
+from autoscaler.promql import (
+    KSM_READY_REPLICAS,
+    KSM_SPEC_REPLICAS,
+    QUERY_SETS,
+    RATE_SIGNALS,
+    duration,
+    exact_alternation,
+    matchers,
+    quote,
+    render,
+)
+
+log = logging.getLogger(__name__)
+
+
+class PrometheusError(AutoscalerError):
+    """Prometheus cannot be used at all (unreachable, unreadable credentials); one-line message."""
+
+
+class QueryRunner(Protocol):
+    """Evaluates an instant PromQL query."""
+
+    def query(self, promql: str, at: float | None) -> list[dict[str, Any]]:
+        """The ``data.result`` instant vector at unix time ``at`` (None: the server's now).
+
+        Raises whatever the transport raises (``requests`` errors, ``PrometheusApiClientException``).
+        """
+        ...
+
+
+class LiveRunner:
+    """Instant queries against a ``PrometheusConnect`` client."""
+
+    def __init__(self, client: PrometheusConnect) -> None:
+        self.client = client
+
+    def query(self, promql: str, at: float | None) -> list[dict[str, Any]]:
+        """See ``QueryRunner.query``."""
+        params = None if at is None else {"time": f"{at:.3f}"}
+        return self.client.custom_query(promql, params=params)
+
+
+def _secret(path: object, what: str) -> str:
+    try:
+        with open(str(path)) as f:
+            return f.read().strip()
+    except OSError as exc:
+        raise PrometheusError(f"cannot read prometheus.{what} {path}: {exc.strerror}") from None
+
+
+def connect(prom: PrometheusConfig, url: str) -> PrometheusConnect:
+    """A client for ``url`` with the section's auth, TLS and timeout; no HTTP retries (the next
+    tick is the retry, and a retry storm would stretch a tick during an outage).
+
+    Raises:
+        PrometheusError: a credential or CA file cannot be read.
+    """
+    session = requests.Session()
+    if prom.ca_file is not None:
+        if not prom.ca_file.is_file():
+            raise PrometheusError(f"prometheus.ca_file {prom.ca_file}: no such file")
+        session.verify = str(prom.ca_file)
+    else:
+        session.verify = prom.tls_verify
+    if not prom.tls_verify:
+        import urllib3
+
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    headers = None
+    if prom.bearer_token_file is not None:
+        headers = {"Authorization": f"Bearer {_secret(prom.bearer_token_file, 'bearer_token_file')}"}
+    auth = None
+    if prom.basic_auth is not None:
+        auth = (prom.basic_auth.username, _secret(prom.basic_auth.password_file, "basic_auth.password_file"))
+    return PrometheusConnect(url=url.rstrip("/"), headers=headers, auth=auth, session=session,
+                             timeout=prom.timeout_s, retry=Retry(total=0))  # type: ignore[arg-type]
+
+
+def describe(exc: BaseException) -> str:
+    """One line saying why a query failed."""
+    # Without retries, urllib3 wraps a read timeout in MaxRetryError, which requests raises as ConnectionError.
+    if isinstance(exc, requests.Timeout) or "timed out" in str(exc):
+        return "timed out"
+    if isinstance(exc, requests.exceptions.SSLError):
+        return "TLS error: certificate verification failed or handshake refused"
+    if isinstance(exc, requests.ConnectionError):
+        m = re.search(r"\[Errno -?\d+\] ([^'\")]+)", str(exc))
+        return f"connection failed: {m.group(1).strip()}" if m else "connection failed"
+    if isinstance(exc, PrometheusApiClientException):
+        m = re.search(r"HTTP Status Code (\d+)", str(exc))
+        err = re.search(r'"error":"((?:[^"\\]|\\.)*)"', str(exc))
+        code = f"HTTP {m.group(1)}" if m else "HTTP error"
+        return f"{code}: {err.group(1)}" if err else code
+    if isinstance(exc, (ValueError, KeyError, TypeError, IndexError)):
+        return f"malformed response ({type(exc).__name__})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def check_reachable(client: PrometheusConnect) -> None:
+    """Raise ``PrometheusError`` when ``client`` cannot evaluate a trivial query."""
+    try:
+        client.custom_query("vector(1)")
+    except Exception as exc:
+        raise PrometheusError(f"cannot query Prometheus at {client.url}: {describe(exc)}") from None
+
+
+@dataclass
+class _Outcome:
+    """A query's result, or why it failed."""
+
+    result: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class _Pod:
+    name: str
+    age_s: float
+    running: list[float] = field(default_factory=list)
+    waiting: list[float] = field(default_factory=list)
+    kv: list[float] = field(default_factory=list)
+    kv_max: float | None = None
+    waiting_max: float | None = None
+
+
+@dataclass
+class _Plan:
+    """One service between the two rounds of queries."""
+
+    svc: Service
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    valid: dict[str, list[_Pod]] = field(default_factory=dict)
+    counts: dict[str, tuple[int, int]] = field(default_factory=dict)
+    jobs: dict[str, dict[str, Future[_Outcome]]] = field(default_factory=dict)
+
+
+def _value(sample: dict[str, Any]) -> float:
+    return float(sample["value"][1])
+
+
+def _count(sample: dict[str, Any]) -> int:
+    x = _value(sample)
+    if not 0 <= x < math.inf:
+        raise ValueError(f"replica count {x}")
+    return round(x)
+
+
+class PrometheusSource:
+    """Signals of every service of ``cfg`` read from Prometheus (see the module docstring).
+
+    Args:
+        cfg: the fleet; its ``prometheus`` section gives the query set, selectors and staleness bound.
+        runner: evaluates instant queries (``LiveRunner``, or ``backtest.RangeRunner`` for history).
+        speed: how many times faster than real time the source runs (1 for a real cluster).
+        clock: maps the loop's time (seconds) to the unix time to evaluate at; None = the server's now.
+
+    Attributes:
+        warnings: service -> this tick's warnings (pods ignored, no fresh pods).
+    """
+
+    def __init__(self, cfg: FleetConfig, runner: QueryRunner, *, speed: float = 1.0,
+                 clock: Callable[[float], float] | None = None) -> None:
+        if speed <= 0:
+            raise ValueError(f"speed must be > 0, got {speed}")
+        self.cfg = cfg
+        self.prom = cfg.prometheus
+        self.runner = runner
+        self.speed = speed
+        self.clock = clock
+        self.qs = QUERY_SETS[self.prom.query_set]
+        self.queries = {**self.qs.signals, **self.prom.queries}
+        self.window_s = cfg.controller.window_s / speed
+        self.warnings: dict[str, list[str]] = {}
+        self._counts: dict[tuple[str, str], tuple[int, int]] = {}
+
+    # ------------------------------------------------------------------ selectors
+    def service_selector(self, svc: Service) -> str:
+        """Matchers ANDed into every query of ``svc`` (default ``model_name="<model>"``)."""
+        sel = self.prom.selectors.get(svc.name)
+        return sel.service if sel is not None and sel.service is not None else f"model_name={quote(svc.model)}"
+
+    def variant_selectors(self, svc: Service, v: Variant) -> tuple[str, str]:
+        """``(pod matchers, Deployment matchers)`` of a variant; defaults in ``config.VariantSelectors``."""
+        sel = self.prom.selectors.get(svc.name)
+        vs = sel.variants.get(v.name) if sel is not None else None
+        deployment = f"{svc.name}-{v.name}"
+        ns = f"namespace={quote(self.prom.namespace)}"
+        pods = f"{ns},{self.prom.pod_label}=~{quote(exact_alternation([deployment]) + '-.*')}"
+        dep = f"{ns},deployment={quote(deployment)}"
+        if vs is not None:
+            pods = vs.pods if vs.pods is not None else pods
+            dep = vs.deployment if vs.deployment is not None else dep
+        return pods, dep
+
+    # ------------------------------------------------------------------ queries
+    def _run(self, promql: str, at: float | None) -> _Outcome:
+        try:
+            result = self.runner.query(promql, at)
+            if not isinstance(result, list):
+                raise TypeError("not an instant vector")
+            return _Outcome(result)
+        except Exception as exc:
+            return _Outcome(error=describe(exc))
+
+    def _inventory_queries(self, svc: Service, v: Variant) -> dict[str, str]:
+        pods_sel, dep_sel = self.variant_selectors(svc, v)
+        sel = "{" + matchers(self.service_selector(svc), pods_sel) + "}"
+        pl, w, q = self.prom.pod_label, duration(self.window_s), self.qs
+        out = {
+            "age": f"min by ({pl}) (time() - timestamp({q.running}{sel}))",
+            "running": f"{q.running}{sel}",
+            "waiting": f"{q.waiting}{sel}",
+            "kv": f"{q.kv_usage}{sel}",
+            "kv_max": f"max by ({pl}) (max_over_time({q.kv_usage}{sel}[{w}]))",
+            "waiting_max": f"sum by ({pl}) (max_over_time({q.waiting}{sel}[{w}]))",
+        }
+        if dep_sel.strip():
+            out["spec"] = f"max({KSM_SPEC_REPLICAS}{{{dep_sel}}})"
+            out["ready"] = f"max({KSM_READY_REPLICAS}{{{dep_sel}}})"
+        return out
+
+    def _pods(self, res: dict[str, _Outcome], warn: list[str], scope: str) -> tuple[list[_Pod], list[_Pod]]:
+        """(fresh pods, of which valid) from a variant's inventory results."""
+        pl = self.prom.pod_label
+        pods: dict[str, _Pod] = {}
+        for s in res["age"].result:
+            name = s["metric"].get(pl)
+            if name is not None:
+                pods[name] = _Pod(name, _value(s))
+        for key in ("running", "waiting", "kv"):
+            for s in res[key].result:
+                pod = pods.get(s["metric"].get(pl, ""))
+                if pod is not None:
+                    getattr(pod, key).append(_value(s))
+        for key in ("kv_max", "waiting_max"):
+            for s in res[key].result:
+                pod = pods.get(s["metric"].get(pl, ""))
+                if pod is not None:
+                    setattr(pod, key, _value(s))
+        fresh, valid = [], []
+        for pod in sorted(pods.values(), key=lambda p: p.name):
+            if pod.age_s > self.prom.staleness_s:
+                warn.append(f"{scope}: pod {pod.name} ignored: newest sample {pod.age_s:.0f} s old "
+                            f"(staleness bound {self.prom.staleness_s:g} s)")
+                continue
+            fresh.append(pod)
+            bad = [(self.qs.running, x, math.inf) for x in pod.running if not 0 <= x < math.inf]
+            bad += [(self.qs.waiting, x, math.inf) for x in pod.waiting if not 0 <= x < math.inf]
+            bad += [(self.qs.kv_usage, x, 1.0) for x in pod.kv if not 0 <= x <= 1]
+            if bad:
+                metric, x, hi = bad[0]
+                warn.append(f"{scope}: pod {pod.name} ignored: {metric}={x:g} outside [0, {hi:g}]")
+                continue
+            valid.append(pod)
+        return fresh, valid
+
+    def _counts_of(self, key: tuple[str, str], res: dict[str, _Outcome], fresh: list[_Pod]) -> tuple[int, int]:
+        """(ready, starting) from kube-state-metrics, else fresh pods; last known when queries failed."""
+        spec, ready = res.get("spec"), res.get("ready")
+        if res["age"].error or (spec is not None and spec.error) or (ready is not None and ready.error):
+            return self._counts.get(key, (0, 0))
+        if spec is not None and spec.result:
+            total = _count(spec.result[0])
+            n_ready = _count(ready.result[0]) if ready is not None and ready.result else len(fresh)
+            n_ready = min(max(n_ready, 0), total)
+            counts = (n_ready, total - n_ready)
+        else:
+            counts = (len(fresh), 0)
+        self._counts[key] = counts
+        return counts
+
+    def _signals(self, pool: ThreadPoolExecutor, sel: str, at: float | None) -> dict[str, Future[_Outcome]]:
+        return {name: pool.submit(self._run, render(t, sel, self.window_s), at) for name, t in self.queries.items()}
+
+    def _collect(self, futures: dict[str, Future[_Outcome]], errors: list[str], scope: str
+                 ) -> dict[str, float | None]:
+        out: dict[str, float | None] = dict.fromkeys(SIGNALS)
+        for name, fut in futures.items():
+            res = fut.result()
+            if res.error is not None:
+                errors.append(f"{scope} {name}: {res.error}")
+                continue
+            if len(res.result) > 1:
+                errors.append(f"{scope} {name}: query returned {len(res.result)} series; aggregate it to one")
+                continue
+            if not res.result:
+                continue
+            try:
+                x = _value(res.result[0])
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                errors.append(f"{scope} {name}: {describe(exc)}")
+                continue
+            if math.isnan(x):
+                continue
+            out[name] = x * self.speed if name in RATE_SIGNALS else x
+        return out
+
+    # ------------------------------------------------------------------ observe
+    def observe(self, now: float) -> dict[str, ServiceObservation]:
+        """Signals of every service at loop time ``now`` (seconds); see the module docstring."""
+        at = None if self.clock is None else self.clock(now)
+        with ThreadPoolExecutor(max_workers=self.prom.max_concurrency) as pool:
+            inventory = {
+                (svc.name, v.name): {k: pool.submit(self._run, q, at)
+                                     for k, q in self._inventory_queries(svc, v).items()}
+                for svc in self.cfg.services for v in svc.variants
+            }
+            plans = [self._plan(svc, inventory, pool, at) for svc in self.cfg.services]
+            return {plan.svc.name: self._finish(plan, now) for plan in plans}
+
+    def _plan(self, svc: Service, inventory: dict[tuple[str, str], dict[str, Future[_Outcome]]],
+              pool: ThreadPoolExecutor, at: float | None) -> _Plan:
+        """Round 1 results of ``svc`` -> valid pods and counts; submits round 2 (signal queries)."""
+        plan = _Plan(svc)
+        known = True
+        for v in svc.variants:
+            scope = f"{svc.name}/{v.name}"
+            res = {k: f.result() for k, f in inventory[(svc.name, v.name)].items()}
+            failed = [f"{scope} pods ({k}): {r.error}" for k, r in res.items() if r.error is not None]
+            plan.errors += failed
+            known = known and not failed
+            fresh: list[_Pod] = []
+            plan.valid[v.name] = []
+            try:
+                if not failed:
+                    fresh, plan.valid[v.name] = self._pods(res, plan.warnings, scope)
+                plan.counts[v.name] = self._counts_of((svc.name, v.name), res, fresh)
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                plan.errors.append(f"{scope} pods: {describe(exc)}")
+                known, plan.valid[v.name] = False, []
+                plan.counts[v.name] = self._counts.get((svc.name, v.name), (0, 0))
+            if not failed and not res["age"].result and not ("spec" in res and res["spec"].result):
+                pods_sel, dep_sel = self.variant_selectors(svc, v)
+                pods_sel = matchers(self.service_selector(svc), pods_sel)
+                plan.warnings.append(f"{scope}: no series match the selectors (pods: {pods_sel}; "
+                                     f"deployment: {dep_sel or '-'})")
+            elif not failed and plan.counts[v.name][0] > 0 and not plan.valid[v.name]:
+                plan.warnings.append(f"{scope}: {plan.counts[v.name][0]} ready replica(s) but no pod with "
+                                     "fresh, sane metrics")
+        base, pl = self.service_selector(svc), self.prom.pod_label
+        every = [p.name for pods in plan.valid.values() for p in pods]
+        if known and every:
+            plan.jobs[svc.name] = self._signals(pool, matchers(base, f"{pl}=~{quote(exact_alternation(every))}"), at)
+        for v in svc.variants:
+            names = [p.name for p in plan.valid[v.name]]
+            if names:
+                sel = matchers(base, self.variant_selectors(svc, v)[0], f"{pl}=~{quote(exact_alternation(names))}")
+                plan.jobs[f"{svc.name}/{v.name}"] = self._signals(pool, sel, at)
+        return plan
+
+    def _finish(self, plan: _Plan, now: float) -> ServiceObservation:
+        """Round 2 results -> the service's observation (unknown signals None)."""
+        name = plan.svc.name
+        signals = self._collect(plan.jobs[name], plan.errors, name) if name in plan.jobs else dict.fromkeys(SIGNALS)
+        variants = {}
+        for v in plan.svc.variants:
+            scope = f"{name}/{v.name}"
+            vsig = self._collect(plan.jobs[scope], plan.errors, scope) if scope in plan.jobs else dict.fromkeys(SIGNALS)
+            variants[v.name] = VariantObservation(plan.counts[v.name][0], plan.counts[v.name][1], 0, vsig)
+        # Per-pod gauges for the baselines: only pods that reported all three.
+        pods = [self._pod_observation(v, p) for v, ps in plan.valid.items() for p in ps
+                if p.kv and p.waiting and p.running]
+        for line in plan.warnings:
+            log.warning(line)
+        self.warnings[name] = plan.warnings
+        return ServiceObservation(name, now, signals, variants, plan.errors, pods=pods)
+
+    @staticmethod
+    def _pod_observation(variant: str, p: _Pod) -> PodObservation:
+        kv = sum(p.kv) / len(p.kv)
+        waiting = sum(p.waiting)
+        return PodObservation(variant=variant, kv_usage=kv, waiting=waiting, running=sum(p.running),
+                              kv_usage_max=kv if p.kv_max is None else p.kv_max,
+                              waiting_max=waiting if p.waiting_max is None else p.waiting_max)

@@ -1,0 +1,209 @@
+"""Several controllers on the same workload, fleet and seed, side by side (``autoscaler compare``).
+
+``run_compare`` simulates each controller (``autoscaler.simulate.run_simulation``, so every one of
+them runs in the same loop) in its own process when more than one core is available
+(``ProcessPoolExecutor``, ``max_workers = min(controllers, cpu_count)``); every run is deterministic,
+so the rows equal a serial run's except ``wall_s`` and ``simulated_requests_per_s``.
+
+Each row of ``compare.json`` is the run's ``results.json`` (``autoscaler.report.summarize``) plus:
+
+- ``controller``: the name (or spec) as given;
+- ``oscillations_per_hour``: direction changes of the target service's replica count (a scale-up
+  after a scale-down or the reverse, counted between consecutive scaling actions) per simulated hour;
+- ``ratio_to_best_cost_per_successful_request``: the row's cost per successful request over the
+  lowest among the rows (over the ``oracle`` row's when one is present); None when undefined.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autoscaler.config import FleetConfig
+from autoscaler.report import summarize, timeline_rows
+from autoscaler.simulate import CONTROLLERS, SimulationRun, make_controller, run_simulation
+from autoscaler.workload.types import Workload
+from controllers.baselines import BASELINE_NAMES, parse_spec
+
+COST_KEY = "cost_per_successful_request_usd"
+RATIO_KEY = "ratio_to_best_cost_per_successful_request"
+REFERENCE = "oracle"
+PLOT_SIGNALS = ("ttft_p95_s", "tpot_p95_s")
+RunResult = tuple[dict[str, Any], list[dict[str, Any]]]
+
+
+@dataclass
+class Comparison:
+    """The rows of ``compare.json`` and, per controller, the timeline columns the plot needs."""
+
+    rows: list[dict[str, Any]]
+    timelines: dict[str, list[dict[str, Any]]]
+
+
+def check_names(names: Sequence[str]) -> None:
+    """Reject an empty list, duplicates, unknown names and unknown baseline parameters (no workload needed).
+
+    Raises:
+        ValueError: one line; an unknown name's message lists the valid ones.
+    """
+    if not names:
+        raise ValueError(f"no controller given; choose from: {', '.join(CONTROLLERS)}")
+    dup = sorted({n for n in names if list(names).count(n) > 1})
+    if dup:
+        raise ValueError(f"controller listed twice: {', '.join(dup)}")
+    for name in names:
+        base = name.split(":", 1)[0]
+        if base not in CONTROLLERS or (base in ("pid", "static") and name != base):
+            raise ValueError(f"unknown controller '{name}'; choose from: {', '.join(CONTROLLERS)}")
+        if base in BASELINE_NAMES:
+            parse_spec(name)
+
+
+def check_controllers(names: Sequence[str], cfg: FleetConfig, workload: Workload, service: str | None) -> None:
+    """``check_names``, then build every controller once so a bad parameter value fails before any run.
+
+    Raises:
+        ValueError: see ``check_names``; a parameter value the controller rejects.
+    """
+    check_names(names)
+    for name in names:
+        make_controller(name, cfg, workload, service)
+
+
+def direction_changes(deltas: Sequence[int]) -> int:
+    """Sign changes between consecutive non-zero replica changes (zeros are skipped)."""
+    signs = [1 if d > 0 else -1 for d in deltas if d]
+    return sum(1 for a, b in itertools.pairwise(signs) if a != b)
+
+
+def oscillations_per_hour(run: SimulationRun) -> float:
+    """``direction_changes`` of the target service's total replicas per simulated hour."""
+    deltas = []
+    for rec in run.ticks:
+        st = rec.services[run.sim.target]
+        deltas.append(sum(st.applied.values()) - sum(st.estimate.current.values()))
+    return direction_changes(deltas) / (run.end_s / 3600) if run.end_s > 0 else 0.0
+
+
+def add_ratios(rows: list[dict[str, Any]]) -> None:
+    """Set ``RATIO_KEY`` on every row (module docstring), in place."""
+    ref_row = next((r for r in rows if r["controller"] == REFERENCE), None)
+    costs = [r[COST_KEY] for r in rows if r[COST_KEY] is not None]
+    ref = (ref_row[COST_KEY] if ref_row is not None else min(costs, default=None))
+    for r in rows:
+        ok = r[COST_KEY] is not None and ref is not None and ref > 0
+        r[RATIO_KEY] = r[COST_KEY] / ref if ok else None
+
+
+def _plot_columns(run: SimulationRun) -> list[dict[str, Any]]:
+    keep = ("time_s", *PLOT_SIGNALS)
+    return [{k: v for k, v in row.items() if k in keep or k.startswith(("ready_", "starting_"))}
+            for row in timeline_rows(run) if row["service"] == run.sim.target]
+
+
+def run_one(name: str, cfg: FleetConfig, workload: Workload, service: str | None) -> RunResult:
+    """Simulate one controller; returns its row (without the ratio) and its plot columns."""
+    run = run_simulation(cfg, workload, name, service)
+    row = summarize(run)
+    row["controller"] = name
+    row["oscillations_per_hour"] = oscillations_per_hour(run)
+    return row, _plot_columns(run)
+
+
+_JOB: tuple[FleetConfig, Workload, str | None] | None = None
+
+
+def _init_worker(cfg: FleetConfig, workload: Workload, service: str | None) -> None:
+    global _JOB
+    _JOB = (cfg, workload, service)
+
+
+def _work(name: str) -> RunResult:
+    assert _JOB is not None
+    return run_one(name, *_JOB)
+
+
+def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str], service: str | None = None,
+                workers: int | None = None,
+                done: Callable[[dict[str, Any]], None] | None = None) -> Comparison:
+    """Simulate every controller on ``workload`` and collect the rows in the order given.
+
+    Args:
+        workers: processes (default ``min(len(controllers), os.cpu_count())``); 1 runs serially here.
+        done: called with each row as its run finishes.
+
+    Raises:
+        ValueError: see ``check_controllers``.
+    """
+    check_controllers(controllers, cfg, workload, service)
+    n = min(len(controllers), os.cpu_count() or 1) if workers is None else max(1, min(workers, len(controllers)))
+    results: dict[str, RunResult] = {}
+    if n == 1:
+        for name in controllers:
+            results[name] = run_one(name, cfg, workload, service)
+            if done is not None:
+                done(results[name][0])
+    else:
+        # fork hands the workload to the workers without pickling it (when the platform has fork).
+        ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+        with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
+                                 initargs=(cfg, workload, service)) as pool:
+            futures = {name: pool.submit(_work, name) for name in controllers}
+            for name, fut in futures.items():
+                results[name] = fut.result()
+                if done is not None:
+                    done(results[name][0])
+    rows = [results[name][0] for name in controllers]
+    add_ratios(rows)
+    return Comparison(rows, {name: results[name][1] for name in controllers})
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+TABLE_HEADERS = ("controller", "SLO interactive", "SLO batch", "p99 TTFT s", "p99 ITL s", "GPU-h", "$",
+                 "$/succ. req", "$/succ. task", "ratio", "scale events", "osc./h", "wall s")
+
+
+def table_cells(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """One list of formatted cells per row, in ``TABLE_HEADERS`` order."""
+    return [[
+        r["controller"],
+        _fmt(r["slo_attainment"]["interactive"], ".2%"),
+        _fmt(r["slo_attainment"]["batch"], ".2%"),
+        _fmt(r["ttft_s"]["p99"], ".2f"),
+        _fmt(r["itl_s"]["p99"], ".3f"),
+        _fmt(r["gpu_hours"]["total"], ".2f"),
+        _fmt(r["cost_usd"]["total"], ".2f"),
+        _fmt(r[COST_KEY], ".3e"),
+        _fmt(r["cost_per_successful_task_usd"], ".3e"),
+        _fmt(r[RATIO_KEY], ".2f"),
+        str(r["scale_events"]),
+        _fmt(r["oscillations_per_hour"], ".1f"),
+        _fmt(r["wall_s"], ".1f"),
+    ] for r in rows]
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The comparison as a Markdown table."""
+    lines = ["| " + " | ".join(TABLE_HEADERS) + " |", "|" + "---|" * len(TABLE_HEADERS)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in table_cells(rows)]
+    return "\n".join(lines)
+
+
+def write_comparison(comp: Comparison, cfg: FleetConfig, service: str | None, out: Path) -> list[Path]:
+    """Write ``compare.json`` and ``compare.png`` under ``out``; returns their paths."""
+    from autoscaler.plot import plot_compare
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps(comp.rows, indent=2) + "\n")
+    plot_compare(comp.timelines, cfg.service(service), out / "compare.png")
+    return [out / "compare.json", out / "compare.png"]

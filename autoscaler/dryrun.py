@@ -1,0 +1,160 @@
+"""``autoscaler dry-run``: the control loop on a live Prometheus, deciding every tick, never actuating.
+
+``DryRun`` runs ``ControlLoop`` with a ``PrometheusSource`` and no actuator (the loop then never
+scales anything) and the PID controller in tracking mode (``Shadow``). Prometheus already holds
+history, so the loop decides from its first tick (no warm-up). Admission thresholds are shown as
+``-``/null: no admission controller is configured yet.
+
+``tick_json`` is the machine interface (one JSON object per tick)::
+
+    {"time": unix s, "loop_time_s": s,
+     "services": {<service>: {
+        "variants": {<variant>: {"current_replicas", "ready_replicas", "starting_replicas",
+                                 "desired_replicas", "reason"}},
+        "signals": {<signal>: value or null}, "decision": {"hold", "reason", "terms"},
+        "admission_thresholds": null, "errors": [...], "warnings": [...]}}}
+
+``errors`` lists failed queries (empty when all worked); on any, the loop holds.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from autoscaler.adapters.prometheus import PrometheusSource
+from autoscaler.config import FleetConfig
+from autoscaler.loop.export import LoopMetrics
+from autoscaler.loop.runner import ControlLoop, TickRecord
+from controllers.base import Controller, Decision
+from controllers.pid import PIDController
+
+if TYPE_CHECKING:
+    from autoscaler.config import ControllerConfig, Service
+    from autoscaler.loop.estimate import ServiceEstimate
+
+TABLE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "tpot_p95_s", "itl_p95_s", "slo_p95_ratio", "kv_usage",
+                 "queue_length", "running", "prefix_hit_rate", "success_rps", "abort_rps")
+
+
+class Shadow:
+    """A controller in tracking mode, for a loop whose decisions nobody applies.
+
+    Someone else sets the replicas (a person, an HPA, or nobody), so before each decision the
+    controller is told the difference between what it asked for last time and what the fleet has
+    now, through the same back-calculation hook the guard uses for its own cuts (``guarded``; PID:
+    ``controllers.pid.track``): to the controller, whoever set the fleet is one more guard. Its
+    state (the PID integral) then follows the real fleet, as in a bumpless transfer, instead of
+    winding up against decisions that were never applied.
+    """
+
+    def __init__(self, inner: Controller) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._asked: dict[str, dict[str, int]] = {}
+
+    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
+        """The inner decision, after tracking the fleet's actual replicas."""
+        asked = self._asked.get(svc.name)
+        feedback = getattr(self.inner, "guarded", None)
+        if asked is not None and feedback is not None and asked != est.current:
+            feedback(svc.name, asked, est.current, est.weights)
+        decision = self.inner.decide(est, svc, cfg)
+        self._asked[svc.name] = dict(est.current if decision.hold else decision.desired)
+        return decision
+
+    def guarded(self, service: str, intended: dict[str, int], applied: dict[str, int],
+                weights: dict[str, float]) -> None:
+        """Forward the guard's cut; what was asked is then what the guard let through."""
+        feedback = getattr(self.inner, "guarded", None)
+        if feedback is not None:
+            feedback(service, intended, applied, weights)
+        self._asked[service] = dict(applied)
+
+
+@dataclass
+class DryRun:
+    """The loop over ``source``, never actuating.
+
+    Args:
+        cfg: the fleet.
+        source: a ``PrometheusSource``.
+        speed: simulated seconds per wall second of the source (1 for a real cluster); the loop's
+            time is wall time since the start times ``speed``.
+    """
+
+    cfg: FleetConfig
+    source: PrometheusSource
+    speed: float = 1.0
+    t0: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self.loop = ControlLoop(self.cfg, self.source, None, Shadow(PIDController()))
+        # Prometheus has history: a window of data exists before the first tick.
+        self.loop.start(-self.cfg.controller.window_s)
+        self.metrics = LoopMetrics(self.loop)
+
+    def tick(self) -> TickRecord:
+        """One observe-decide cycle now."""
+        started = time.perf_counter()
+        record = self.loop.tick((time.monotonic() - self.t0) * self.speed)
+        self.metrics.record(record, time.perf_counter() - started)
+        return record
+
+    def warnings(self, service: str, record: TickRecord) -> list[str]:
+        """The tick's warnings for ``service``: pods ignored by the source, values rejected by estimate."""
+        return [*self.source.warnings.get(service, []), *record.services[service].estimate.warnings]
+
+
+def tick_json(run: DryRun, record: TickRecord, wall_s: float) -> dict[str, Any]:
+    """The documented JSON object of one tick (module docstring)."""
+    services: dict[str, Any] = {}
+    for name, st in record.services.items():
+        est = st.estimate
+        services[name] = {
+            "variants": {
+                v: {"current_replicas": obs.current, "ready_replicas": obs.ready,
+                    "starting_replicas": obs.starting, "desired_replicas": st.applied[v], "reason": st.reason}
+                for v, obs in est.variants.items()
+            },
+            "signals": dict(est.signals),
+            "decision": {"hold": st.decision.hold, "reason": st.decision.reason, "terms": dict(st.decision.terms)},
+            "admission_thresholds": None,
+            "errors": list(est.errors),
+            "warnings": run.warnings(name, record),
+        }
+    return {"time": wall_s, "loop_time_s": record.time_s, "services": services}
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def tick_tables(run: DryRun, record: TickRecord, wall_s: float) -> list[Table | str]:
+    """Rich renderables for one tick: per service a replicas table, a signals table, errors and warnings."""
+    out: list[Table | str] = []
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(wall_s))
+    for name, st in record.services.items():
+        est = st.estimate
+        t = Table(title=f"{name} at {stamp} (dry-run: nothing is changed)", title_justify="left")
+        for col in ("variant", "current (ready+starting)", "desired", "change", "admission", "reason"):
+            t.add_column(col, justify="right" if col in ("desired", "change") else "left")
+        for v, obs in est.variants.items():
+            delta = st.applied[v] - obs.current
+            t.add_row(v, f"{obs.current} ({obs.ready}+{obs.starting})", str(st.applied[v]),
+                      f"{delta:+d}" if delta else "0", "-", st.reason)
+        out.append(t)
+        s = Table(show_header=True, title=f"{name}: observed signals", title_justify="left")
+        s.add_column("signal")
+        for col in ("service", *est.variants):
+            s.add_column(col, justify="right")
+        for sig in TABLE_SIGNALS:
+            s.add_row(sig, _fmt(est.signals.get(sig)), *(_fmt(v.signals.get(sig)) for v in est.variants.values()))
+        out.append(s)
+        out += [f"[red]error:[/] {escape(e)}" for e in est.errors]
+        out += [f"[yellow]warning:[/] {escape(w)}" for w in run.warnings(name, record)]
+    return out

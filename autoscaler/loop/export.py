@@ -1,0 +1,211 @@
+"""The controller's own metrics (prefix ``autoscaler_``) and the HTTP server that exposes a registry.
+
+``LoopMetrics`` is a ``prometheus_client`` collector in its own ``CollectorRegistry``; call
+``record(tick, duration_s)`` after each ``ControlLoop.tick``. Families (labels in braces):
+
+- ``autoscaler_current_replicas``, ``autoscaler_ready_replicas``, ``autoscaler_desired_replicas``
+  {service, variant}: ready + starting, ready, and the guarded decision of the last tick;
+- ``autoscaler_setpoint``, ``autoscaler_measured`` {service, signal}: the controller's setpoint and
+  measurement (absent while the measurement is unknown);
+- ``autoscaler_controller_term`` {service, controller, term}: the other numbers the controller
+  returned (PID: ``error``, ``p``, ``i``, ``d``, ``target_capacity_rps``);
+- ``autoscaler_signal`` {service, signal}: every known observed and derived signal; unknown ones
+  are absent, never 0;
+- ``autoscaler_admission_threshold`` {service, class}: declared without samples, as no admission
+  controller is configured yet;
+- ``autoscaler_idle_ticks`` {service}: consecutive idle ticks;
+- ``autoscaler_decisions_total`` {service, reason}: ``scale_up``, ``scale_down``, ``no_change``,
+  ``idle_to_min``, ``hold`` (signal unknown or warming up), ``metrics_error`` (a query failed);
+- ``autoscaler_metric_query_failures_total`` {service}: failed metric queries;
+- ``autoscaler_loop_duration_seconds``: histogram of tick wall time, prometheus_client's default
+  buckets (``Histogram.DEFAULT_BUCKETS``).
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from autoscaler.loop.runner import ControlLoop, ServiceTick, TickRecord
+
+BUCKETS: tuple[float, ...] = tuple(b for b in Histogram.DEFAULT_BUCKETS if b != float("inf"))
+
+
+def decision_kind(st: ServiceTick, idle: bool) -> str:
+    """The ``reason`` label of one service's decision (see the module docstring)."""
+    if st.estimate.errors:
+        return "metrics_error"
+    if st.decision.hold:
+        return "hold"
+    if idle:
+        return "idle_to_min"
+    current = st.estimate.current
+    if any(n > current[v] for v, n in st.applied.items()):
+        return "scale_up"
+    if any(n < current[v] for v, n in st.applied.items()):
+        return "scale_down"
+    return "no_change"
+
+
+class LoopMetrics(Collector):
+    """``autoscaler_*`` metrics of one ``ControlLoop`` (see the module docstring).
+
+    Attributes:
+        registry: the registry this collector is registered in (serve it with ``serve``).
+    """
+
+    def __init__(self, loop: ControlLoop, registry: CollectorRegistry | None = None) -> None:
+        self.loop = loop
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._lock = threading.Lock()
+        self._last: TickRecord | None = None
+        self._idle: dict[str, int] = {}
+        self._decisions: dict[tuple[str, str], int] = {}
+        self._buckets = [0] * (len(BUCKETS) + 1)
+        self._duration_sum = 0.0
+        self.registry.register(self)
+
+    def record(self, tick: TickRecord, duration_s: float) -> None:
+        """Account for one tick that took ``duration_s`` wall seconds."""
+        limit = self.loop.cfg.controller.guard.idle_ticks_to_min
+        with self._lock:
+            self._last = tick
+            for name, st in tick.services.items():
+                idle = self.loop.guards[name].idle_ticks
+                self._idle[name] = idle
+                key = (name, decision_kind(st, idle >= limit))
+                self._decisions[key] = self._decisions.get(key, 0) + 1
+            self._buckets[bisect_left(BUCKETS, duration_s)] += 1
+            self._duration_sum += duration_s
+
+    def describe(self) -> Iterable[Metric]:
+        """Nothing up front: label sets depend on the ticks recorded."""
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        """The families of the module docstring."""
+        with self._lock:
+            return list(self._families())
+
+    def _families(self) -> Iterable[Metric]:
+        sv = ("service", "variant")
+        current = GaugeMetricFamily("autoscaler_current_replicas", "Replicas ready or starting, per variant.",
+                                    labels=sv)
+        ready = GaugeMetricFamily("autoscaler_ready_replicas", "Replicas ready, per variant.", labels=sv)
+        desired = GaugeMetricFamily("autoscaler_desired_replicas", "Replicas decided (after the guard), per variant.",
+                                    labels=sv)
+        setpoint = GaugeMetricFamily("autoscaler_setpoint", "Controller setpoint.", labels=("service", "signal"))
+        measured = GaugeMetricFamily("autoscaler_measured", "Controller measurement.", labels=("service", "signal"))
+        terms = GaugeMetricFamily("autoscaler_controller_term", "Controller terms (PID error, p, i, d, target).",
+                                  labels=("service", "controller", "term"))
+        signals = GaugeMetricFamily("autoscaler_signal", "Observed and derived signals; unknown ones are absent.",
+                                    labels=("service", "signal"))
+        admission = GaugeMetricFamily("autoscaler_admission_threshold",
+                                      "Admission threshold per class (no admission controller configured).",
+                                      labels=("service", "class"))
+        idle = GaugeMetricFamily("autoscaler_idle_ticks", "Consecutive idle ticks.", labels=("service",))
+        decisions = CounterMetricFamily("autoscaler_decisions", "Decisions by reason.", labels=("service", "reason"))
+        failures = CounterMetricFamily("autoscaler_metric_query_failures", "Metric queries that failed.",
+                                       labels=("service",))
+        signal_name = self.loop.cfg.controller.pid.setpoint_signal
+        controller = getattr(self.loop.controller, "name", type(self.loop.controller).__name__)
+        if self._last is not None:
+            for name, st in self._last.services.items():
+                for v, obs in st.estimate.variants.items():
+                    current.add_metric([name, v], obs.current)
+                    ready.add_metric([name, v], obs.ready)
+                    desired.add_metric([name, v], st.applied[v])
+                t = st.decision.terms
+                if "setpoint" in t:
+                    setpoint.add_metric([name, signal_name], t["setpoint"])
+                if "measurement" in t:
+                    measured.add_metric([name, signal_name], t["measurement"])
+                for term, x in t.items():
+                    if term not in ("setpoint", "measurement"):
+                        terms.add_metric([name, controller, term], x)
+                for sig, x in st.estimate.signals.items():
+                    if x is not None:
+                        signals.add_metric([name, sig], x)
+        for name, n in self._idle.items():
+            idle.add_metric([name], n)
+        for (name, reason), n in sorted(self._decisions.items()):
+            decisions.add_metric([name, reason], n)
+        for name, n in self.loop.query_failures.items():
+            failures.add_metric([name], n)
+        duration = HistogramMetricFamily("autoscaler_loop_duration_seconds", "Wall time of one loop tick.")
+        cum, acc = [], 0
+        for b, n in zip((*BUCKETS, float("inf")), self._buckets, strict=True):
+            acc += n
+            cum.append((floatToGoString(b), acc))
+        duration.add_metric([], cum, self._duration_sum)
+        return [current, ready, desired, setpoint, measured, terms, signals, admission, idle, decisions, failures,
+                duration]
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log."""
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port).
+
+    Raises:
+        ValueError: not ``HOST:PORT`` with a port in 0..65535.
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"'{address}' is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+@dataclass
+class MetricsServer:
+    """A running HTTP server for one registry; ``close()`` stops it."""
+
+    httpd: ThreadingWSGIServer
+    thread: threading.Thread
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        return int(self.httpd.server_address[1])
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+def serve(registry: CollectorRegistry, address: str) -> MetricsServer:
+    """Serve ``registry`` at ``http://HOST:PORT/metrics`` (any path) in a background thread.
+
+    Always in the text format 0.0.4, as vLLM serves (METRICS.md): prometheus_client 0.26's
+    OpenMetrics writer, which Prometheus asks for first, rewrites the colon of ``vllm:`` names to ``_``.
+
+    Raises:
+        ValueError: bad address.
+        OSError: the address cannot be bound.
+    """
+    host, port = parse_address(address)
+    inner: Callable[..., Any] = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        environ["HTTP_ACCEPT"] = "text/plain; version=0.0.4"
+        return inner(environ, start_response)
+
+    httpd = make_server(host, port, app, ThreadingWSGIServer, handler_class=_Quiet)
+    thread = threading.Thread(target=httpd.serve_forever, name=f"metrics-{port}", daemon=True)
+    thread.start()
+    return MetricsServer(httpd, thread)

@@ -1,0 +1,172 @@
+"""Default PromQL per signal: vLLM 0.33, vLLM before 0.9, and SGLang 0.5.23; label-matcher helpers.
+
+A query template is a ``string.Template`` with two placeholders:
+
+- ``$sel``: label matchers without braces that select the pods in scope (a service or one variant,
+  restricted to the pods that passed the freshness and sanity checks), e.g.
+  ``model_name="m",pod=~"a|b"``;
+- ``$window``: the signal look-back window as a PromQL duration, e.g. ``60000ms``.
+
+Every template returns one series (aggregated with ``sum``/``avg``/``histogram_quantile``); the
+signals and their units are listed in ``autoscaler.loop.observe``. Metric names come from
+``shared/data/vllm-metrics/METRICS.md``: vLLM 0.33.0 ``vllm/v1/metrics/loggers.py``; its "Renamed /
+removed" table for the pre-0.9 names (``vllm:gpu_cache_usage_perc``,
+``vllm:gpu_prefix_cache_{queries,hits}_total``, ``vllm:time_per_output_token_seconds``); and SGLang
+0.5.23 ``sglang/srt/observability/metrics_collector.py`` (``sglang_metrics_v0.5.23.csv``).
+
+Per pod, the adapter also reads the query set's ``running``, ``waiting`` and ``kv_usage`` gauges:
+the newest sample time of ``running`` tells a pod's freshness, and a pod whose gauges are negative,
+not finite, or (KV usage) above 1 is ignored. Replica counts come from kube-state-metrics when its
+Deployment series exist (``kube_deployment_spec_replicas``, ``kube_deployment_status_replicas_ready``);
+otherwise from the number of fresh pods.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from string import Template
+
+from autoscaler.loop.observe import SIGNALS
+
+# kube-state-metrics v2 Deployment metrics (labels ``namespace``, ``deployment``).
+KSM_SPEC_REPLICAS = "kube_deployment_spec_replicas"
+KSM_READY_REPLICAS = "kube_deployment_status_replicas_ready"
+
+PLACEHOLDERS = frozenset({"sel", "window"})
+
+
+@dataclass(frozen=True)
+class QuerySet:
+    """The PromQL defaults for one server family.
+
+    Attributes:
+        name: ``vllm-0.33``, ``vllm-pre-0.9`` or ``sglang``.
+        signals: signal name -> template; a signal absent here is always unknown (None).
+        kv_usage: per-pod KV-usage gauge (fraction 0..1).
+        waiting, running: per-pod queue and batch gauges (requests).
+    """
+
+    name: str
+    signals: dict[str, str]
+    kv_usage: str
+    waiting: str
+    running: str
+
+
+def _quantile(q: float, histogram: str) -> str:
+    return f"histogram_quantile({q}, sum by (le) (rate({histogram}_bucket{{$sel}}[$window])))"
+
+
+def _rate(counter: str, extra: str = "") -> str:
+    return f"sum(rate({counter}{{$sel{extra}}}[$window]))"
+
+
+def _vllm(kv: str, hits: str, queries: str, itl: str, tpot: str, name: str) -> QuerySet:
+    return QuerySet(
+        name=name,
+        signals={
+            "request_rate_rps": _rate("vllm:e2e_request_latency_seconds_count"),
+            "prompt_tokens_rps": _rate("vllm:prompt_tokens_total"),
+            "generation_tokens_rps": _rate("vllm:generation_tokens_total"),
+            "ttft_p50_s": _quantile(0.5, "vllm:time_to_first_token_seconds"),
+            "ttft_p95_s": _quantile(0.95, "vllm:time_to_first_token_seconds"),
+            "itl_p50_s": _quantile(0.5, itl),
+            "itl_p95_s": _quantile(0.95, itl),
+            "tpot_p95_s": _quantile(0.95, tpot),
+            "kv_usage": f"avg({kv}{{$sel}})",
+            "queue_length": "sum(vllm:num_requests_waiting{$sel})",
+            "running": "sum(vllm:num_requests_running{$sel})",
+            "prefix_hit_rate": f"{_rate(hits)} / {_rate(queries)}",
+            # finished_reason in {stop, length, abort, error, repetition} (vLLM FinishReason).
+            "success_rps": _rate("vllm:request_success_total", ',finished_reason!~"abort|error"'),
+            "abort_rps": _rate("vllm:request_success_total", ',finished_reason=~"abort|error"'),
+            "preemptions_rps": _rate("vllm:num_preemptions_total"),
+        },
+        kv_usage=kv,
+        waiting="vllm:num_requests_waiting",
+        running="vllm:num_requests_running",
+    )
+
+
+VLLM_033 = _vllm("vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
+                 "vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds", "vllm-0.33")
+# Before 0.9 there is no per-request TPOT histogram: the per-step ``time_per_output_token`` stands in
+# for ITL and TPOT. Prefix-cache counters counted blocks in <= 0.8 (a ratio of the two is still a hit rate).
+VLLM_PRE_09 = _vllm("vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_hits_total",
+                    "vllm:gpu_prefix_cache_queries_total", "vllm:time_per_output_token_seconds",
+                    "vllm:time_per_output_token_seconds", "vllm-pre-0.9")
+# SGLang has no per-request TPOT histogram (ITL stands in), no abort split of finished requests other
+# than ``num_aborted_requests_total``, and no preemption counter (``num_retracted_reqs`` is a gauge).
+SGLANG_0523 = QuerySet(
+    name="sglang",
+    signals={
+        "request_rate_rps": _rate("sglang:num_requests_total"),
+        "prompt_tokens_rps": _rate("sglang:prompt_tokens_total"),
+        "generation_tokens_rps": _rate("sglang:generation_tokens_total"),
+        "ttft_p50_s": _quantile(0.5, "sglang:time_to_first_token_seconds"),
+        "ttft_p95_s": _quantile(0.95, "sglang:time_to_first_token_seconds"),
+        "itl_p50_s": _quantile(0.5, "sglang:inter_token_latency_seconds"),
+        "itl_p95_s": _quantile(0.95, "sglang:inter_token_latency_seconds"),
+        "tpot_p95_s": _quantile(0.95, "sglang:inter_token_latency_seconds"),
+        "kv_usage": "avg(sglang:token_usage{$sel})",
+        "queue_length": "sum(sglang:num_queue_reqs{$sel})",
+        "running": "sum(sglang:num_running_reqs{$sel})",
+        "prefix_hit_rate": f"{_rate('sglang:cached_tokens_total')} / {_rate('sglang:prompt_tokens_total')}",
+        "success_rps": f"{_rate('sglang:num_requests_total')} - {_rate('sglang:num_aborted_requests_total')}",
+        "abort_rps": _rate("sglang:num_aborted_requests_total"),
+    },
+    kv_usage="sglang:token_usage",
+    waiting="sglang:num_queue_reqs",
+    running="sglang:num_running_reqs",
+)
+
+QUERY_SETS: dict[str, QuerySet] = {q.name: q for q in (VLLM_033, VLLM_PRE_09, SGLANG_0523)}
+
+RATE_SIGNALS = frozenset(s for s in SIGNALS if s.endswith("_rps"))
+
+
+def check_template(signal: str, template: str) -> None:
+    """Validate a user query override.
+
+    Raises:
+        ValueError: unknown signal, unknown placeholder, or no ``$sel`` (the query would ignore
+            which pods are in scope).
+    """
+    if signal not in SIGNALS:
+        raise ValueError(f"unknown signal '{signal}'; known: {', '.join(SIGNALS)}")
+    found = {m.group("named") or m.group("braced") for m in Template.pattern.finditer(template)
+             if m.group("named") or m.group("braced")}
+    bad = sorted(found - PLACEHOLDERS)
+    if bad:
+        raise ValueError(f"query for {signal}: unknown placeholder(s) ${', $'.join(bad)} (use $sel and $window)")
+    if "sel" not in found:
+        raise ValueError(f"query for {signal}: must contain $sel (the pods in scope)")
+
+
+def render(template: str, sel: str, window_s: float) -> str:
+    """The template with ``$sel`` and ``$window`` (seconds, rendered in whole milliseconds) filled in."""
+    return Template(template).substitute(sel=sel, window=duration(window_s))
+
+
+def duration(seconds: float) -> str:
+    """A PromQL duration in milliseconds, e.g. ``2500ms`` (at least 1 ms)."""
+    return f"{max(round(seconds * 1000), 1)}ms"
+
+
+def quote(value: str) -> str:
+    """A PromQL double-quoted string literal."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+_RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
+
+
+def exact_alternation(values: list[str]) -> str:
+    """An RE2 regex matching exactly one of ``values`` (Prometheus anchors ``=~`` matchers)."""
+    return "|".join(_RE2_SPECIAL.sub(r"\\\1", v) for v in sorted(values))
+
+
+def matchers(*parts: str | None) -> str:
+    """Join non-empty label-matcher lists with commas."""
+    return ",".join(p.strip().strip(",") for p in parts if p and p.strip().strip(","))

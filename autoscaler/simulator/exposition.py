@@ -1,0 +1,178 @@
+"""The simulator as a Prometheus scrape target, and as backfilled history.
+
+``SimCollector`` (a ``prometheus_client`` custom collector) yields, for every replica that serves
+(ready or draining: a pod still loading weights has no metrics endpoint yet), the vLLM 0.33
+metrics of ``autoscaler.simulator.metrics`` (names, help texts and buckets of vLLM 0.33.0
+``vllm/v1/metrics/loggers.py``, METRICS.md) with the labels ``model_name``, ``engine="0"``,
+``namespace``, ``pod`` (``<service>-<variant>-<replica id>``) and ``variant``; and for every variant
+the kube-state-metrics v2 Deployment series ``kube_deployment_spec_replicas`` (ready + starting)
+and ``kube_deployment_status_replicas_ready`` (labels ``namespace``, ``deployment`` =
+``<service>-<variant>``), as a cluster running kube-state-metrics exposes them.
+
+``OpenMetricsHistory`` records the collector at chosen unix times and writes one OpenMetrics file
+with timestamps, grouped by series and in time order as ``promtool tsdb create-blocks-from
+openmetrics`` requires, so a backtest can read hours of history without waiting for them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.openmetrics.exposition import ALLOWUTF8, generate_latest
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from autoscaler.promql import KSM_READY_REPLICAS, KSM_SPEC_REPLICAS
+from autoscaler.simulator.engine import DRAINING, READY
+from autoscaler.simulator.fleet import FleetSimulator
+from autoscaler.simulator.metrics import (
+    E2E_SECONDS,
+    GENERATION_TOKENS,
+    ITL_SECONDS,
+    KV_CACHE_USAGE_PERC,
+    NUM_PREEMPTIONS,
+    NUM_REQUESTS_RUNNING,
+    NUM_REQUESTS_WAITING,
+    PREFIX_CACHE_HITS,
+    PREFIX_CACHE_QUERIES,
+    PROMPT_TOKENS,
+    REQUEST_SUCCESS,
+    TPOT_SECONDS,
+    TTFT_SECONDS,
+    Histogram,
+)
+
+POD_LABELS = ("model_name", "engine", "namespace", "pod", "variant")
+
+
+def _histogram(name: str, doc: str) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, doc, labels=POD_LABELS)
+
+
+def _add_histogram(fam: HistogramMetricFamily, labels: list[str], h: Histogram) -> None:
+    cum = h.cumulative()
+    buckets = [(floatToGoString(b), c) for b, c in zip(h.bounds, cum, strict=False)]
+    buckets.append(("+Inf", cum[-1]))
+    fam.add_metric(labels, buckets, h.total)
+
+
+class SimCollector(Collector):
+    """Metrics of a ``FleetSimulator``'s serving replicas (see the module docstring).
+
+    Args:
+        sim: the simulator.
+        lock: held while reading ``sim`` (the simulation advances in another thread).
+        namespace: value of the ``namespace`` label.
+    """
+
+    def __init__(self, sim: FleetSimulator, lock: threading.Lock | None = None, namespace: str = "default") -> None:
+        self.sim = sim
+        self.lock = lock or threading.Lock()
+        self.namespace = namespace
+
+    def describe(self) -> Iterable[Metric]:
+        """Nothing up front: families depend on the fleet's state at scrape time."""
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        """All families, read atomically under ``lock``."""
+        with self.lock:
+            return list(self._families())
+
+    def _families(self) -> Iterator[Metric]:
+        running = GaugeMetricFamily(NUM_REQUESTS_RUNNING, "Number of requests in model execution batches.",
+                                    labels=POD_LABELS)
+        waiting = GaugeMetricFamily(NUM_REQUESTS_WAITING, "Number of requests waiting to be processed.",
+                                    labels=POD_LABELS)
+        kv = GaugeMetricFamily(KV_CACHE_USAGE_PERC, "KV-cache usage. 1 means 100 percent usage.", labels=POD_LABELS)
+        counters = {
+            "prompt_tokens": CounterMetricFamily(PROMPT_TOKENS, "Number of prefill tokens processed.",
+                                                 labels=POD_LABELS),
+            "generation_tokens": CounterMetricFamily(GENERATION_TOKENS, "Number of generation tokens processed.",
+                                                     labels=POD_LABELS),
+            "prefix_queries": CounterMetricFamily(
+                PREFIX_CACHE_QUERIES, "Prefix cache queries, in terms of number of queried tokens.",
+                labels=POD_LABELS),
+            "prefix_hits": CounterMetricFamily(PREFIX_CACHE_HITS, "Prefix cache hits, in terms of number of cached "
+                                               "tokens.", labels=POD_LABELS),
+            "preemptions": CounterMetricFamily(NUM_PREEMPTIONS, "Cumulative number of preemption from the engine.",
+                                               labels=POD_LABELS),
+        }
+        success = CounterMetricFamily(REQUEST_SUCCESS, "Count of successfully processed requests.",
+                                      labels=(*POD_LABELS, "finished_reason"))
+        hists = {
+            "ttft": _histogram(TTFT_SECONDS, "Histogram of time to first token in seconds."),
+            "itl": _histogram(ITL_SECONDS, "Histogram of inter-token latency in seconds."),
+            "tpot": _histogram(TPOT_SECONDS, "Histogram of time_per_output_token_seconds per request."),
+            "e2e": _histogram(E2E_SECONDS, "Histogram of e2e request latency in seconds."),
+        }
+        spec = GaugeMetricFamily(KSM_SPEC_REPLICAS, "Number of desired pods for a deployment.",
+                                 labels=("namespace", "deployment"))
+        ready = GaugeMetricFamily(KSM_READY_REPLICAS, "The number of ready replicas per deployment.",
+                                  labels=("namespace", "deployment"))
+        for svc in self.sim.services.values():
+            for vname in svc.variants:
+                c = svc.counts(vname)
+                dep = [self.namespace, f"{svc.cfg.name}-{vname}"]
+                spec.add_metric(dep, c.current)
+                ready.add_metric(dep, c.ready)
+            for r in svc.replicas:
+                if r.state not in (READY, DRAINING):
+                    continue
+                r.refresh_gauges()
+                m = r.metrics
+                labels = [svc.cfg.model, "0", self.namespace, f"{svc.cfg.name}-{r.variant}-{r.rid}", r.variant]
+                running.add_metric(labels, m.running)
+                waiting.add_metric(labels, m.waiting)
+                kv.add_metric(labels, m.kv_usage)
+                for key, fam in counters.items():
+                    fam.add_metric(labels, getattr(m, key))
+                for reason, n in m.success.items():
+                    success.add_metric([*labels, reason], n)
+                for key, fam in hists.items():
+                    _add_histogram(fam, labels, getattr(m, key))
+        yield from (running, waiting, kv, *counters.values(), success, *hists.values(), spec, ready)
+
+
+class OpenMetricsHistory:
+    """Samples of a collector at many unix times, written as one timestamped OpenMetrics file."""
+
+    def __init__(self, collector: Collector) -> None:
+        self.collector = collector
+        # family name -> (type, help, series key -> [(unix time, samples of that series then)])
+        self._families: dict[str, tuple[str, str, dict[tuple[tuple[str, str], ...], list[tuple[float, list]]]]] = {}
+
+    def record(self, unix_s: float) -> None:
+        """Take one scrape of the collector, stamped ``unix_s`` (seconds)."""
+        for fam in self.collector.collect():
+            _, _, series = self._families.setdefault(fam.name, (fam.type, fam.documentation, {}))
+            now: dict[tuple[tuple[str, str], ...], list] = {}
+            for s in fam.samples:
+                key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
+                now.setdefault(key, []).append(s)
+            for key, samples in now.items():
+                series.setdefault(key, []).append((unix_s, samples))
+
+    def write(self, path: Path) -> None:
+        """Write every recorded sample (OpenMetrics text, ``# EOF`` terminated) to ``path``."""
+        metrics = []
+        for name, (typ, doc, series) in self._families.items():
+            m = Metric(name, doc, typ)
+            for key in sorted(series):
+                for t, samples in series[key]:
+                    for s in samples:
+                        m.add_sample(s.name, s.labels, s.value, timestamp=t)
+            metrics.append(m)
+
+        class _Frozen(Collector):
+            def collect(self) -> Iterable[Metric]:
+                return metrics
+
+        registry = CollectorRegistry()
+        registry.register(_Frozen())
+        # The default escaping rewrites the colon of ``vllm:`` sample names to ``_`` (prometheus_client 0.26).
+        path.write_bytes(generate_latest(registry, escaping=ALLOWUTF8))

@@ -1,0 +1,70 @@
+"""Benchmark: ``autoscaler compare`` on the shipped scenarios (``benchmarks/scenarios/*.yaml``).
+
+Each scenario names a trace relative to ``--data`` (with its rate scale) or a synthetic workload built
+in ``benchmarks/scenarios/synthetic.py`` (with its parameters), a seed and the controllers to run, on
+``examples/fleet.yaml``. For each scenario this prints a Markdown table (``autoscaler.compare``) and
+writes ``<out>/<scenario>/compare.json`` and ``compare.png``. Trace scenarios are the same as
+
+    autoscaler compare --config examples/fleet.yaml --trace ../shared/data/<trace> --rate-scale R --seed S
+
+    python benchmarks/compare.py [SCENARIO ...] [--data ../shared/data] [--out runs/compare] [--workers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autoscaler.cli import build_workload
+from autoscaler.compare import markdown_table, run_compare, write_comparison
+from autoscaler.config import load_config
+from autoscaler.workload.types import Workload
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SCENARIOS = HERE / "scenarios"
+
+
+def _synthetic() -> dict[str, Any]:
+    spec = importlib.util.spec_from_file_location("scenario_synthetic", SCENARIOS / "synthetic.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.SYNTHETIC
+
+
+def scenario_workload(sc: dict[str, Any], data: Path) -> Workload:
+    """The scenario's workload: a trace under ``data`` shaped by its rate scale, or a synthetic one."""
+    if "trace" in sc:
+        return build_workload(data / sc["trace"], None, float(sc.get("rate_scale", 1.0)), 1.0, int(sc["seed"]), 0.2)
+    return _synthetic()[sc["synthetic"]](**sc.get("params", {}), seed=int(sc["seed"]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("scenarios", nargs="*", help="scenario names (default: all in benchmarks/scenarios)")
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--out", type=Path, default=ROOT / "runs" / "compare")
+    ap.add_argument("--workers", type=int, default=None)
+    args = ap.parse_args()
+    names = args.scenarios or sorted(p.stem for p in SCENARIOS.glob("*.yaml"))
+    cfg = load_config(ROOT / "examples" / "fleet.yaml")
+    for name in names:
+        sc = yaml.safe_load((SCENARIOS / f"{name}.yaml").read_text())
+        t = time.perf_counter()
+        wl = scenario_workload(sc, args.data)
+        comp = run_compare(cfg, wl, sc["controllers"], workers=args.workers)
+        write_comparison(comp, cfg, None, args.out / name)
+        scale = f", rate x{sc['rate_scale']:g}" if "rate_scale" in sc else ""
+        print(f"\n### {name}: {len(wl.requests)} requests ({sc.get('trace', 'synthetic ' + sc.get('synthetic', ''))}"
+              f"{scale}, seed {sc['seed']}; {time.perf_counter() - t:.0f} s)\n")
+        print(markdown_table(comp.rows), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""NVIDIA Dynamo planner, throughput-based loop (aggregated serving: one pool per GPU generation).
+
+Sources (ANCHORS.md §1): ai-dynamo/dynamo ``components/src/dynamo/planner/core/throughput_scaling.py``
+(read at 0c9050c), ``components/src/dynamo/planner/config/defaults.py``,
+``docs/fern/design-docs/planner-design.md``, and ``components/planner/src/dynamo/planner/utils/prometheus.py``
+for the metrics.
+
+Every ``throughput_adjustment_interval`` = 180 s:
+
+1. Observe the last interval (the loop's signals over a 180 s window, the planner's
+   ``increase(...[180s])`` queries): request count ``num_req = request rate x 180``, mean input length
+   ``isl = prompt tokens / requests``, mean output length ``osl = generation tokens / requests``, and the
+   prefix-cache hit rate. Any of these unknown, or no request (``0/0``), makes the planner skip the
+   interval ("Metrics contain None or NaN", ai-dynamo/dynamo#3131).
+2. Feed ``num_req``, ``isl`` and ``osl`` to one load predictor each (``predictors``: ``constant`` or
+   ``kalman``) and forecast the next interval; the hit rate is read with last-value semantics (an
+   unknown one, no prefix-cache query in the window, gives no discount: the conservative choice).
+3. ``demand = predicted num_req / 180`` requests/s. Per-replica throughput at the TTFT and ITL targets,
+   prefill work discounted by the hit rate (``effective_isl = isl x (1 - hit)``):
+   ``models.capacity.replica_capacity_slo_rps`` on each variant's profile (our stand-in for the
+   planner's interpolated pre-deployment profile).
+4. Replicas: ``ceil(demand / per-replica throughput)``, at least ``min_endpoint`` = 1. Dynamo has one
+   pool; on a fleet of several GPU generations the demand is split with ``controllers.split``
+   (cheapest cost per capacity first). The GPU budget is the fleet file's replica caps (not the
+   planner's default ``max_gpu_budget`` = 8).
+
+Targets default to the planner's defaults ``ttft`` = 500 ms and ``itl`` = 50 ms; pass the service's
+SLO (``dynamo:ttft=2:itl=0.1``) to plan for it instead. The correction factors of the older planner
+and the load-based (FPM) loop (off by default, ``enable_load_scaling=False``) are not modelled.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from controllers.base import Decision
+from controllers.baselines.predictors import PREDICTORS, ConstantPredictor
+from controllers.split import cost_per_capacity, split_capacity
+from models.capacity import replica_capacity_slo_rps
+from models.profiles import get_profile
+
+if TYPE_CHECKING:
+    from autoscaler.config import ControllerConfig, EngineConfig, Service
+    from autoscaler.loop.estimate import ServiceEstimate
+
+THROUGHPUT_ADJUSTMENT_INTERVAL_S = 180.0
+TTFT_TARGET_S = 0.5
+ITL_TARGET_S = 0.05
+MIN_ENDPOINT = 1
+DEFAULT_PREDICTOR = "kalman"
+
+
+def planner_replicas(demand_rps: float, svc: Service, current: dict[str, int], per_replica_rps: dict[str, float],
+                     min_endpoint: int = MIN_ENDPOINT) -> dict[str, int]:
+    """Step 4: replicas per variant covering ``demand_rps``, at least ``min_endpoint`` in total."""
+    desired = split_capacity(demand_rps, svc.variants, current, per_replica_rps)
+    cheapest_first = sorted(svc.variants, key=lambda v: cost_per_capacity(v, per_replica_rps[v.name]))
+    for v in cheapest_first:
+        while sum(desired.values()) < min_endpoint and desired[v.name] < v.cap:
+            desired[v.name] += 1
+    return desired
+
+
+class DynamoPlanner:
+    """The throughput planner (module docstring).
+
+    Args:
+        engine: the vLLM engine settings (prefill chunk = ``max_num_batched_tokens``).
+        predictor: ``kalman`` or ``constant``.
+        ttft, itl: targets, seconds.
+    """
+
+    name = "dynamo"
+    own_guard = True
+    tick_s = THROUGHPUT_ADJUSTMENT_INTERVAL_S
+    window_s = THROUGHPUT_ADJUSTMENT_INTERVAL_S
+
+    def __init__(self, engine: EngineConfig, predictor: str = DEFAULT_PREDICTOR, ttft: float = TTFT_TARGET_S,
+                 itl: float = ITL_TARGET_S) -> None:
+        if predictor not in PREDICTORS:
+            raise ValueError(f"dynamo predictor must be one of {', '.join(PREDICTORS)}, got '{predictor}'")
+        if ttft <= 0 or itl <= 0:
+            raise ValueError(f"dynamo ttft and itl targets must be > 0, got {ttft}, {itl}")
+        self.chunk_tokens = engine.max_num_batched_tokens
+        self.predictor = predictor
+        self.ttft = ttft
+        self.itl = itl
+        self.load: dict[str, dict[str, ConstantPredictor]] = {}
+
+    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
+        """Desired replicas per variant (module docstring)."""
+        sig = est.signals
+        rate, prompt, gen = sig.get("request_rate_rps"), sig.get("prompt_tokens_rps"), sig.get("generation_tokens_rps")
+        if rate is None or prompt is None or gen is None or not rate > 0:
+            return Decision(dict(est.current), "dynamo: metrics contain None or NaN, skipping", hold=True)
+        preds = self.load.setdefault(svc.name, {k: PREDICTORS[self.predictor]() for k in ("num_req", "isl", "osl")})
+        for key, value in (("num_req", rate * self.window_s), ("isl", prompt / rate), ("osl", gen / rate)):
+            preds[key].add(value)
+        num_req, isl, osl = (preds[k].predict() for k in ("num_req", "isl", "osl"))
+        if num_req is None or isl is None or osl is None:
+            return Decision(dict(est.current), "dynamo: no load observed yet", hold=True)
+        hit = sig.get("prefix_hit_rate") or 0.0
+        demand = max(num_req, 0.0) / self.window_s
+        per_replica = {
+            v.name: replica_capacity_slo_rps(get_profile(v.profile), max(isl, 1.0), max(osl, 1.0), self.itl,
+                                             self.ttft, self.chunk_tokens, min(hit, 0.99))
+            for v in svc.variants
+        }
+        desired = planner_replicas(demand, svc, est.current, per_replica)
+        need = {v.name: math.ceil(demand / per_replica[v.name]) for v in svc.variants}
+        return Decision(desired,
+                        f"dynamo: demand {demand:.3g} req/s (isl {isl:.0f}, osl {osl:.0f}, hit {hit:.2f}), "
+                        f"single-pool replicas {need}",
+                        terms={"target_capacity_rps": demand})

@@ -1,0 +1,142 @@
+"""KEDA ScaledObject with a Prometheus trigger: activation by the KEDA operator, scaling by its HPA.
+
+Sources (ANCHORS.md §4): keda.sh ``docs/*/scalers/prometheus``; kedacore/keda-docs
+``content/docs/2.15/reference/scaledobject-spec.md`` and ``.../concepts/scaling-deployments.md``.
+
+- Query with ``threshold`` (AverageValue per pod) and ``activationThreshold`` (default 0).
+  ``concurrency`` (default): ``sum(vllm:num_requests_running + vllm:num_requests_waiting)``, the
+  loop's ``running + queue_length``, threshold one replica's concurrency at 70 % of its SLO rate
+  (``controllers.baselines.calibrate``). ``queue``: ``sum(vllm:num_requests_waiting)``, the loop's
+  ``queue_length``, threshold 10, the queue-depth ScaledObject in ai-dynamo/dynamo
+  ``docs/.../kubernetes/autoscaling.md`` ("Scale up when queue > 10 requests"). In the simulator
+  both also count the requests the gateway holds while no pod is ready.
+- The generated HPA syncs every 15 s (``controllers.baselines.hpa``) on an External metric:
+  ``ceil(value / threshold)`` unless ``value / (threshold x pods)`` is within the 0.1 tolerance
+  (``hpa_external_replicas``; every pod counts, ready or not), then the HPA's default behaviour
+  (300 s scale-down stabilisation, +100 % / +4 pods per 15 s). The HPA's minimum is
+  ``max(minReplicaCount, 1)``.
+- Activation (0 <-> 1), checked every ``pollingInterval`` = 30 s and only when
+  ``minReplicaCount`` = 0: active iff value > ``activationThreshold``; a target at 0 replicas goes to
+  1 when active; an inactive target goes to 0 once more than ``cooldownPeriod`` = 300 s have passed
+  since it was last active, or at once if it never was (``initialCooldownPeriod`` 0)
+  (``keda_activation``).
+- ``fallback {failureThreshold, replicas}`` (off by default): after ``failureThreshold``
+  consecutive failed queries the scaler reports ``threshold x replicas``, so the HPA asks for
+  ``fallback.replicas``. A failed query (signal unknown) below that count makes the HPA skip the sync.
+- ``ignoreNullValues`` (default true) reads an empty result as 0; in the loop an empty result is
+  already 0 and only a failed query is unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from controllers.base import Decision
+from controllers.baselines.common import count_bounds, place_count
+from controllers.baselines.hpa import SYNC_PERIOD_S, TOLERANCE, HPABehavior, hpa_external_replicas
+
+if TYPE_CHECKING:
+    from autoscaler.config import ControllerConfig, Service
+    from autoscaler.loop.estimate import ServiceEstimate
+
+POLLING_INTERVAL_S = 30.0
+COOLDOWN_PERIOD_S = 300.0
+ACTIVATION_THRESHOLD = 0.0
+DEFAULT_QUEUE_THRESHOLD = 10.0
+METRICS = {"concurrency": ("running", "queue_length"), "queue": ("queue_length",)}
+
+
+@dataclass
+class KedaState:
+    """Per-service memory: last poll, last time the trigger was active, consecutive failures."""
+
+    last_poll_s: float | None = None
+    last_active_s: float | None = None
+    failures: int = 0
+
+
+def keda_activation(value: float | None, current: int, state: KedaState, now: float,
+                    activation_threshold: float = ACTIVATION_THRESHOLD,
+                    cooldown_s: float = COOLDOWN_PERIOD_S) -> int | None:
+    """The operator's activation phase for ``minReplicaCount`` = 0, at a poll.
+
+    Returns 1 to wake a target at 0, 0 to put an idle target to sleep, None when the HPA decides
+    (and on a failed query, which is neither active nor idle). Updates ``state.last_active_s``.
+    """
+    if value is None:
+        return None
+    if value > activation_threshold:
+        state.last_active_s = now
+        return 1 if current == 0 else None
+    if current == 0:
+        return 0
+    if state.last_active_s is None or now - state.last_active_s > cooldown_s:
+        return 0
+    return None
+
+
+class KedaController:
+    """A ScaledObject whose target is the whole service (``controllers.baselines.common``).
+
+    Args:
+        threshold: AverageValue target of the query per pod (> 0).
+        metric: ``concurrency`` or ``queue`` (module docstring).
+        activation_threshold: activation threshold.
+        fallback_failures, fallback_replicas: the fallback block (both or neither).
+    """
+
+    name = "keda"
+    own_guard = True
+    tick_s = SYNC_PERIOD_S
+
+    def __init__(self, threshold: float, metric: str = "concurrency",
+                 activation_threshold: float = ACTIVATION_THRESHOLD, fallback_failures: int | None = None,
+                 fallback_replicas: int | None = None) -> None:
+        if metric not in METRICS:
+            raise ValueError(f"keda metric must be one of {', '.join(METRICS)}, got '{metric}'")
+        if threshold <= 0:
+            raise ValueError(f"keda threshold must be > 0, got {threshold}")
+        if (fallback_failures is None) != (fallback_replicas is None):
+            raise ValueError("keda fallback needs both fallback_failures and fallback_replicas")
+        self.threshold = threshold
+        self.activation_threshold = activation_threshold
+        self.metric = metric
+        self.fallback_failures = None if fallback_failures is None else int(fallback_failures)
+        self.fallback_replicas = None if fallback_replicas is None else int(fallback_replicas)
+        self.states: dict[str, KedaState] = {}
+        self.behaviors: dict[str, HPABehavior] = {}
+
+    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
+        """Desired replicas per variant (module docstring)."""
+        now = est.time_s
+        state = self.states.setdefault(svc.name, KedaState())
+        parts = [est.signals.get(s) for s in METRICS[self.metric]]
+        value = None if None in parts else sum(parts)  # type: ignore[arg-type]
+        state.failures = state.failures + 1 if value is None else 0
+        current = sum(est.current.values())
+        min_count, hi = count_bounds(svc)
+        lo = max(min_count, 1)
+        if min_count == 0 and (state.last_poll_s is None or now - state.last_poll_s >= POLLING_INTERVAL_S):
+            forced = keda_activation(value, current, state, now, self.activation_threshold)
+            state.last_poll_s = now
+            if forced is not None:
+                return Decision(place_count(forced, svc, est.current, est.weights),
+                                f"keda: activation -> {forced}")
+        if current == 0:
+            return Decision(dict(est.current), "keda: inactive at 0 replicas", hold=True)
+        if self.fallback_failures is not None and state.failures >= self.fallback_failures:
+            assert self.fallback_replicas is not None
+            proposal = hpa_external_replicas(self.threshold * self.fallback_replicas, self.threshold, current,
+                                             TOLERANCE)
+            why = f"fallback after {state.failures} failures"
+        elif value is None:
+            return Decision(dict(est.current), f"keda: {self.metric} unknown ({state.failures} failures)", hold=True)
+        else:
+            proposal = hpa_external_replicas(value, self.threshold, current, TOLERANCE)
+            why = f"{self.metric} {value:.3g} vs {self.threshold:.3g}/pod"
+        beh = self.behaviors.setdefault(svc.name, HPABehavior())
+        total = beh.normalize(now, proposal, current, lo, hi)
+        terms = {"setpoint": self.threshold} | ({} if value is None else {"measurement": value})
+        return Decision(place_count(total, svc, est.current, est.weights),
+                        f"keda: {why}, proposal {proposal}, desired {total}", terms=terms)

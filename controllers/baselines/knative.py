@@ -1,0 +1,137 @@
+"""Knative Pod Autoscaler (KPA) on request concurrency, stable and panic windows.
+
+Sources (ANCHORS.md §4): knative/serving ``config/core/configmaps/autoscaler.yaml`` for the defaults;
+knative.dev/docs/serving/autoscaling/kpa-specific; the decider step follows knative/serving
+``pkg/autoscaler/scaling/autoscaler.go`` ``Scale()`` (as ported in vllm-project/aibrix
+``pkg/controller/podautoscaler/scaler/kpa.go``).
+
+Constants: ``stable-window`` 60 s; ``panic-window-percentage`` 10 (panic window 6 s);
+``panic-threshold-percentage`` 200; ``max-scale-up-rate`` 1000; ``max-scale-down-rate`` 2;
+``tick-interval`` 2 s; ``scale-down-delay`` 0 (not modelled). Knative's default target,
+``container-concurrency-target-default`` 100 x ``container-concurrency-target-percentage`` 70 = 70
+in-flight requests per pod, is for a generic container; the default here is one vLLM replica's
+concurrency at 70 % of its SLO rate (``controllers.baselines.calibrate``).
+
+Every tick the autoscaler samples the revision's total concurrency (requests running or waiting on
+its pods, plus those the activator/gateway holds) and averages the samples over the stable and
+panic windows (``kpa_scale``), with ``ready = max(1, ready pods)``:
+
+    dspc = ceil(stable / target), dppc = ceil(panic / target), each clamped to
+    [floor(ready / max_scale_down_rate), ceil(max_scale_up_rate x ready)]
+    panic starts (or is extended) when dppc / ready >= 2.0; it ends when that no longer holds and
+    more than a stable window has passed since it was last extended.
+    stable mode: desired = clamped dspc; panic: desired = max(clamped dspc, clamped dppc), never
+    below the highest count asked for during this panic (no scale-down in panic).
+
+A new autoscaler with more than one ready pod starts in panic at the current count (it has no
+history yet).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from controllers.base import Decision
+from controllers.baselines.common import SampleWindow, count_bounds, place_count
+
+if TYPE_CHECKING:
+    from autoscaler.config import ControllerConfig, Service
+    from autoscaler.loop.estimate import ServiceEstimate
+
+TICK_INTERVAL_S = 2.0
+STABLE_WINDOW_S = 60.0
+PANIC_WINDOW_PERCENTAGE = 10.0
+PANIC_THRESHOLD_PERCENTAGE = 200.0
+MAX_SCALE_UP_RATE = 1000.0
+MAX_SCALE_DOWN_RATE = 2.0
+
+
+@dataclass(frozen=True)
+class KPAState:
+    """Decider memory: when panic was last entered/extended (None = stable mode), max pods in panic."""
+
+    panic_time_s: float | None = None
+    max_panic_pods: int = 0
+
+
+def kpa_scale(state: KPAState, stable: float, panic: float, ready: int, now: float, target: float,
+              stable_window_s: float = STABLE_WINDOW_S,
+              panic_threshold: float = PANIC_THRESHOLD_PERCENTAGE / 100,
+              max_scale_up_rate: float = MAX_SCALE_UP_RATE,
+              max_scale_down_rate: float = MAX_SCALE_DOWN_RATE) -> tuple[int, KPAState]:
+    """One decider step (module docstring); returns ``(desired pods, new state)``.
+
+    Args:
+        stable, panic: average total concurrency over the stable and panic windows.
+        ready: ready pods.
+        now: seconds.
+        target: concurrency per pod.
+    """
+    pods = max(1.0, float(ready))
+    max_up = math.ceil(max_scale_up_rate * pods)
+    max_down = math.floor(pods / max_scale_down_rate)
+    dspc = math.ceil(stable / target)
+    dppc = math.ceil(panic / target)
+    desired_stable = min(max(dspc, max_down), max_up)
+    desired_panic = min(max(dppc, max_down), max_up)
+    over = dppc / pods >= panic_threshold
+    if over:
+        state = replace(state, panic_time_s=now)
+    elif state.panic_time_s is not None and state.panic_time_s + stable_window_s < now:
+        state = KPAState()
+    if state.panic_time_s is None:
+        return desired_stable, state
+    desired = max(desired_stable, desired_panic)
+    if desired > state.max_panic_pods:
+        state = replace(state, max_panic_pods=desired)
+    return state.max_panic_pods, state
+
+
+class KnativeKPAController:
+    """The KPA for a revision that is the whole service (``controllers.baselines.common``).
+
+    Args:
+        target: concurrency per pod (> 0).
+        stable_window_s: stable window; the panic window is ``panic_window_percentage`` % of it.
+    """
+
+    name = "kpa"
+    own_guard = True
+    tick_s = TICK_INTERVAL_S
+
+    def __init__(self, target: float, stable_window_s: float = STABLE_WINDOW_S,
+                 panic_window_percentage: float = PANIC_WINDOW_PERCENTAGE) -> None:
+        if target <= 0:
+            raise ValueError(f"kpa target must be > 0, got {target}")
+        self.target = target
+        self.stable_window_s = stable_window_s
+        self.panic_window_s = stable_window_s * panic_window_percentage / 100
+        self.windows: dict[str, SampleWindow] = {}
+        self.states: dict[str, KPAState] = {}
+
+    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
+        """Desired replicas per variant (module docstring)."""
+        running, queued = est.signals.get("running"), est.signals.get("queue_length")
+        if running is None or queued is None:
+            return Decision(dict(est.current), "kpa: concurrency unknown", hold=True)
+        now = est.time_s
+        window = self.windows.setdefault(svc.name, SampleWindow(self.stable_window_s))
+        window.add(now, running + queued)
+        stable = window.mean(now, self.stable_window_s)
+        panic = window.mean(now, self.panic_window_s)
+        assert stable is not None and panic is not None  # the sample just added is in both windows
+        ready = sum(v.ready for v in est.variants.values())
+        if svc.name not in self.states:
+            # A new autoscaler with > 1 pod starts in panic at the current scale (no history yet).
+            self.states[svc.name] = KPAState(now, ready) if ready > 1 else KPAState()
+        desired, self.states[svc.name] = kpa_scale(self.states[svc.name], stable, panic, ready, now, self.target,
+                                                   self.stable_window_s)
+        lo, hi = count_bounds(svc)
+        total = min(max(desired, lo), hi)
+        mode = "panic" if self.states[svc.name].panic_time_s is not None else "stable"
+        return Decision(place_count(total, svc, est.current, est.weights),
+                        f"kpa {mode}: concurrency {stable:.3g} ({self.stable_window_s:g} s) / {panic:.3g} "
+                        f"({self.panic_window_s:g} s), desired {total}",
+                        terms={"setpoint": self.target, "measurement": stable})

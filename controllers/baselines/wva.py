@@ -1,0 +1,111 @@
+"""llm-d workload-variant-autoscaler (WVA), saturation mode, cost-aware across variants.
+
+Sources (ANCHORS.md §3, llm-d/llm-d-workload-variant-autoscaler at b08b1c7): ``docs/saturation-analyzer.md``,
+``docs/saturation-scaling-config.md`` (thresholds), ``docs/design/controller-behavior.md``
+(``GLOBAL_OPT_INTERVAL`` 60 s), ``internal/engines/pipeline/cost_aware_optimizer.go`` (variant choice).
+
+Every reconcile (60 s), per ready pod, ``max_over_time(...[1m])`` of KV-cache usage and of waiting
+requests (``saturation_analysis``):
+
+- a pod is saturated if ``kv >= 0.80`` or ``queue >= 5``; spare = threshold - usage, averaged over
+  the non-saturated pods (none left = no spare);
+- scale up if ``avg_spare_kv < 0.1`` or ``avg_spare_queue < 3``;
+- scale down is safe if, with the non-saturated pods' total load spread over one pod fewer,
+  ``0.80 - kv_after >= 0.1`` and ``5 - queue_after >= 3``, and at least 2 pods are non-saturated.
+
+Per variant (``wva_targets``): a scale-up adds one replica to the variant with the lowest cost per
+unit of capacity (``$/replica-hour / requests/s``; ties: alphabetically first) among those below
+their cap **without pending (starting) replicas** (cascade-scaling prevention); a scale-down removes
+one replica from the variant with the highest cost per replica (ties: alphabetically last) above its
+floor; only the cheapest variant is kept at >= 1. No ready pod = no data = no action.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from controllers.base import Decision
+from controllers.split import cost_per_capacity
+
+if TYPE_CHECKING:
+    from autoscaler.config import ControllerConfig, Service
+    from autoscaler.loop.estimate import ServiceEstimate
+
+RECONCILE_S = 60.0
+WINDOW_S = 60.0
+KV_CACHE_THRESHOLD = 0.80
+QUEUE_LENGTH_THRESHOLD = 5.0
+KV_SPARE_TRIGGER = 0.1
+QUEUE_SPARE_TRIGGER = 3.0
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """Result of one saturation analysis."""
+
+    scale_up: bool
+    scale_down_safe: bool
+    non_saturated: int
+    avg_spare_kv: float | None
+    avg_spare_queue: float | None
+
+
+def saturation_analysis(kv: Sequence[float], queue: Sequence[float], kv_threshold: float = KV_CACHE_THRESHOLD,
+                        queue_threshold: float = QUEUE_LENGTH_THRESHOLD, kv_trigger: float = KV_SPARE_TRIGGER,
+                        queue_trigger: float = QUEUE_SPARE_TRIGGER) -> Saturation:
+    """The module docstring's analysis over per-pod peak KV usage (fraction) and waiting requests."""
+    free = [(k, q) for k, q in zip(kv, queue, strict=True) if k < kv_threshold and q < queue_threshold]
+    n = len(free)
+    if n == 0:
+        return Saturation(True, False, 0, None, None)
+    spare_kv = sum(kv_threshold - k for k, _ in free) / n
+    spare_q = sum(queue_threshold - q for _, q in free) / n
+    up = spare_kv < kv_trigger or spare_q < queue_trigger
+    safe = False
+    if n >= 2:
+        kv_after = sum(k for k, _ in free) / (n - 1)
+        q_after = sum(q for _, q in free) / (n - 1)
+        safe = kv_threshold - kv_after >= kv_trigger and queue_threshold - q_after >= queue_trigger
+    return Saturation(up, safe, n, spare_kv, spare_q)
+
+
+def wva_targets(sat: Saturation, svc: Service, current: Mapping[str, int], starting: Mapping[str, int],
+                weights: Mapping[str, float]) -> tuple[dict[str, int], str]:
+    """Per-variant targets for one analysis (module docstring); returns ``(targets, reason)``."""
+    target = {v.name: current[v.name] for v in svc.variants}
+    cheapest = min(svc.variants, key=lambda v: (cost_per_capacity(v, weights[v.name]), v.name))
+    if sat.scale_up:
+        ok = [v for v in svc.variants if starting[v.name] == 0 and current[v.name] < v.cap]
+        if not ok:
+            return target, "scale-up needed, every variant has pending replicas or is at its cap"
+        v = min(ok, key=lambda v: (cost_per_capacity(v, weights[v.name]), v.name))
+        target[v.name] += 1
+        return target, f"saturated: +1 {v.name}"
+    if sat.scale_down_safe:
+        ok = [v for v in svc.variants
+              if current[v.name] > max(v.min_replicas, 1 if v is cheapest else 0)]
+        if ok:
+            v = max(ok, key=lambda v: (v.price_per_replica_hour, v.name))
+            target[v.name] -= 1
+            return target, f"spare capacity: -1 {v.name}"
+    return target, "within thresholds"
+
+
+class WVAController:
+    """The WVA saturation analyzer and cost-aware variant choice, acting directly on the replicas."""
+
+    name = "wva"
+    own_guard = True
+    tick_s = RECONCILE_S
+    window_s = WINDOW_S
+
+    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
+        """Desired replicas per variant (module docstring)."""
+        if not est.pods:
+            return Decision(dict(est.current), "wva: no ready pod reports metrics", hold=True)
+        sat = saturation_analysis([p.kv_usage_max for p in est.pods], [p.waiting_max for p in est.pods])
+        starting = {name: v.starting for name, v in est.variants.items()}
+        target, why = wva_targets(sat, svc, est.current, starting, est.weights)
+        return Decision(target, f"wva: {why} ({sat.non_saturated}/{len(est.pods)} pods non-saturated)")

@@ -1,0 +1,119 @@
+"""Model selection by rolling-origin backtest (FPP3 section 5.10, "time series cross-validation").
+
+A candidate is fitted on all but the last ``origins`` steps, then walked forward one step at a time:
+at each origin it forecasts ``horizon`` steps and is updated with the next value. The score is the
+mean absolute error averaged over horizons 1..``horizon`` (MASE without its scale, which is the same
+for every candidate on one series and so cannot change the ranking). Because the walk ends on the
+newest value, the winner is returned already positioned for the next forecast, so choosing a model
+costs one fit per candidate plus ``origins`` updates (no refit of the winner).
+
+The median ensemble of every candidate that could be fitted competes too; its backtest is read
+off the candidates' recorded forecasts at no extra cost, and its members are the walked candidates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.forecast.arima import AutoArima
+from models.forecast.base import PointForecaster
+from models.forecast.baselines import LastValue, SeasonalNaive
+from models.forecast.ensemble import MedianEnsemble
+from models.forecast.ets import HoltWinters
+from models.forecast.llt import LocalLinearTrend
+
+Factory = Callable[[], PointForecaster]
+
+
+@dataclass
+class Backtest:
+    """One candidate's rolling-origin result.
+
+    Attributes:
+        model: the candidate, fitted and updated through the whole series.
+        forecasts: forecast per origin and horizon, shape (origins, horizon).
+        errors: actual - forecast, shape (origins, horizon), NaN where the target is missing or
+            beyond the series.
+    """
+
+    model: PointForecaster
+    forecasts: np.ndarray
+    errors: np.ndarray
+
+    @property
+    def score(self) -> float:
+        """Mean absolute error averaged over horizons, series units (inf when a horizon has no score)."""
+        per_h = [np.nanmean(np.abs(c)) if np.isfinite(c).any() else np.inf for c in self.errors.T]
+        return float(np.mean(per_h))
+
+
+def _targets(y: np.ndarray, origins: int, horizon: int) -> np.ndarray:
+    """Actual value for each backtest origin and horizon, shape (origins, horizon), NaN beyond the series."""
+    start = len(y) - origins
+    idx = start + np.arange(origins)[:, None] + np.arange(horizon)[None, :]
+    return np.where(idx < len(y), y[np.minimum(idx, len(y) - 1)], np.nan)
+
+
+def backtest(factory: Factory, y: np.ndarray, origins: int, horizon: int) -> Backtest:
+    """Rolling-origin evaluation of one candidate on ``y`` (shape (n,), NaN = missing).
+
+    Raises:
+        ValueError: ``origins`` not in [1, n - 2], or the candidate cannot be fitted on y[:n - origins]
+            (too short, no finite value).
+    """
+    n = len(y)
+    if not 1 <= origins <= n - 2:
+        raise ValueError(f"origins must be in [1, {n - 2}], got {origins}")
+    start = n - origins
+    model = factory()
+    model.fit(y[:start])
+    forecasts = np.empty((origins, horizon))
+    for i in range(origins):
+        forecasts[i] = model.predict(horizon)
+        model.update(float(y[start + i]))
+    return Backtest(model, forecasts, _targets(y, origins, horizon) - forecasts)
+
+
+def candidates(n_fit: int, period: int | None) -> list[Factory]:
+    """The candidate models for a fit history of ``n_fit`` steps, simplest first (ties go to it).
+
+    Seasonal variants need two seasons of fit history (Holt-Winters' heuristic initialisation, the
+    Fourier fit); seasonal naive needs one.
+    """
+    seasonal = period if period and n_fit >= 2 * period else None
+    out: list[Factory] = [LastValue]
+    if period and n_fit >= period:
+        out.append(lambda: SeasonalNaive(period))
+    if n_fit >= 10:
+        out += [
+            lambda: HoltWinters(seasonal),
+            lambda: AutoArima(seasonal),
+            LocalLinearTrend,
+        ]
+    return out
+
+
+def select(factories: Sequence[Factory], y: np.ndarray, origins: int, horizon: int) -> Backtest:
+    """The lowest backtest score among the candidates and their median ensemble (ties: the earlier).
+
+    Candidates that cannot be fitted are skipped.
+
+    Raises:
+        ValueError: no candidate could be fitted.
+    """
+    results: list[Backtest] = []
+    for factory in factories:
+        try:
+            results.append(backtest(factory, y, origins, horizon))
+        except (ValueError, np.linalg.LinAlgError):
+            continue
+    if not results:
+        raise ValueError("no forecasting candidate could be fitted on this history")
+    if len(results) >= 2:
+        forecasts = np.median([r.forecasts for r in results], axis=0)
+        ensemble = MedianEnsemble([r.model for r in results])
+        results.append(Backtest(ensemble, forecasts, _targets(y, origins, horizon) - forecasts))
+    return min(results, key=lambda r: r.score)

@@ -1,0 +1,81 @@
+"""AIBrix PodAutoscaler baseline (controllers.baselines.aibrix): KPA and APA steps and AIBrix's
+stabilisation, with the constants of vllm-project/aibrix pkg/controller/podautoscaler/context/context.go
+(ANCHORS.md §2)."""
+
+from __future__ import annotations
+
+from autoscaler.loop.estimate import ServiceEstimate
+from autoscaler.loop.observe import PodObservation, VariantObservation
+from controllers.baselines.aibrix import AIBrixController, AIBrixKPAState, aibrix_apa, aibrix_kpa, aibrix_stabilize
+
+
+def test_kpa_stable_mode_desired_count_and_tolerance() -> None:
+    # sum 1.0 over 4 pods = 0.25/pod vs 0.5 (outside +-10 %) -> ceil(1.0/0.5) = 2, within [floor(4/2), 8]
+    assert aibrix_kpa(AIBrixKPAState(), 1.0, 1.0, 4, 0.5)[0] == 2
+    # 2.1 / 4 = 0.525 per pod, 5 % above target: within tolerance -> keep 4
+    assert aibrix_kpa(AIBrixKPAState(), 2.1, 2.1, 4, 0.5)[0] == 4
+    # 8.0 -> ceil(16) capped at ceil(2 * 4) = 8; 0.2 -> 1 floored at floor(4/2) = 2
+    assert aibrix_kpa(AIBrixKPAState(), 8.0, 8.0, 4, 0.5)[0] == 8
+    assert aibrix_kpa(AIBrixKPAState(), 0.2, 0.2, 4, 0.5)[0] == 2
+
+
+def test_kpa_panic_entry_hold_and_exit() -> None:
+    # panic/stable = 2.5 > 2.0: panic; stable count 2 (1.0/2 pods = 0.5, on target), panic count
+    # ceil(2.5/0.5) = 5 capped at ceil(2*2) = 4 -> 4
+    n, s = aibrix_kpa(AIBrixKPAState(), 1.0, 2.5, 2, 0.5)
+    assert (n, s) == (4, AIBrixKPAState(True, 4))
+    # panic 4.0: stable count 1.0/0.5 = 2 (0.25/pod), panic ceil(8) = 8 (cap ceil(2*4) = 8) -> 8
+    n, s = aibrix_kpa(s, 1.0, 4.0, 4, 0.5)
+    assert (n, s) == (8, AIBrixKPAState(True, 8))
+    # still in panic (2.2 > 2.0): stable 2 floored at floor(8/2) = 4, panic ceil(4.4) = 5; held at 8
+    n, s = aibrix_kpa(s, 1.0, 2.2, 8, 0.5)
+    assert (n, s) == (8, AIBrixKPAState(True, 8))
+    # ratio back under 2: stable mode, 1.0/8 per pod -> ceil(2) floored at floor(8/2) = 4
+    n, s = aibrix_kpa(s, 1.0, 1.2, 8, 0.5)
+    assert (n, s) == (4, AIBrixKPAState())
+    # a zero stable value is panic too; counts 0 floored at floor(3/2) = 1
+    n, s = aibrix_kpa(AIBrixKPAState(), 0.0, 0.0, 3, 0.5)
+    assert (n, s.in_panic) == (1, True)
+
+
+def test_apa_rule() -> None:
+    # 0.9/0.5 = 1.8 > 1.1 -> ceil(4*1.8) = ceil(7.2) = 8 (cap ceil(2*4) = 8)
+    assert aibrix_apa(0.9, 4, 0.5) == 8
+    # 2.0/0.5 = 4 -> 16 capped at 8
+    assert aibrix_apa(2.0, 4, 0.5) == 8
+    # 0.1/0.5 = 0.2 < 0.9 -> ceil(0.8) = 1 floored at floor(4/2) = 2
+    assert aibrix_apa(0.1, 4, 0.5) == 2
+    # 0.3/0.5 = 0.6 -> ceil(2.4) = 3
+    assert aibrix_apa(0.3, 4, 0.5) == 3
+    # 0.54/0.5 = 1.08: within -> 4
+    assert aibrix_apa(0.54, 4, 0.5) == 4
+
+
+def test_stabilization_takes_the_min_over_the_scale_down_window() -> None:
+    history: list[tuple[float, int]] = []
+    assert aibrix_stabilize(history, 0.0, 3, 6) == 3
+    # 100 s later the recommendation is 5 (< 6 current): AIBrix takes the MIN over the last 300 s, 3,
+    # where the Kubernetes HPA would take the max, 5
+    assert aibrix_stabilize(history, 100.0, 5, 6) == 3
+    # scale-up: max over a 0 s window = the current recommendation only
+    assert aibrix_stabilize(history, 110.0, 9, 6) == 9
+    # t=301: the t=0 entry has left the window; min over {5 (t=100), 9, 4} = 4
+    assert aibrix_stabilize(history, 301.0, 4, 9) == 4
+
+
+def test_controller_sums_pods_and_windows(make_fleet) -> None:
+    svc = make_fleet(replicas=4, min_replicas=1, max_replicas=20).services[0]
+    cfg = make_fleet().controller
+    ab = AIBrixController(target=0.5)
+
+    def est(t: float, kv: list[float]) -> ServiceEstimate:
+        pods = [PodObservation("h100", k, 0.0, 0.0, k, 0.0) for k in kv]
+        return ServiceEstimate(service="svc", time_s=t, signals={}, variants={"h100": VariantObservation(len(kv), 0)},
+                               weights={"h100": 10.0}, idle=False, capacity_rps=0.0, ready_capacity_rps=0.0,
+                               starting=0, pods=pods)
+
+    # sum 4 x 0.5 = 2.0 = 4 pods on target -> 4
+    assert ab.decide(est(10.0, [0.5] * 4), svc, cfg).desired == {"h100": 4}
+    # t=20: sum 4 x 1.0 = 4.0; stable (180 s) mean 3.0, panic (60 s) mean 3.0, not panic;
+    # 3.0/4 = 0.75 per pod -> ceil(3.0/0.5) = 6 (cap 8)
+    assert ab.decide(est(20.0, [1.0] * 4), svc, cfg).desired == {"h100": 6}

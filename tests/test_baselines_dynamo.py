@@ -1,0 +1,109 @@
+"""Dynamo throughput planner baseline (controllers.baselines.dynamo, .predictors) and the SLO-aware
+per-replica capacity it uses (models.capacity.replica_capacity_slo_rps); ai-dynamo/dynamo planner
+throughput_scaling.py, defaults.py and load/predictors.py (ANCHORS.md §1)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autoscaler.config import EngineConfig
+from autoscaler.loop.estimate import ServiceEstimate
+from autoscaler.loop.observe import VariantObservation
+from controllers.baselines.dynamo import DynamoPlanner, planner_replicas
+from controllers.baselines.predictors import ConstantPredictor, KalmanPredictor
+from models.capacity import marginal_costs, replica_capacity_rps, replica_capacity_slo_rps
+from models.profiles import get_profile
+
+H100 = get_profile("llama-3-8b/h100-sxm")
+
+
+# ------------------------------------------------------------------------------------ capacity
+def test_slo_capacity_equals_itl_capacity_when_ttft_is_loose() -> None:
+    # 1,000-token prompts fit one 8,192-token chunk: TTFT ~ 1 step; 2 s allows a 2 s step, the ITL 0.1 s binds
+    assert replica_capacity_slo_rps(H100, 1000, 200, 0.1, 2.0, 8192) == pytest.approx(
+        replica_capacity_rps(H100, 1000, 200, 0.1), rel=1e-12)
+
+
+def test_prefix_hits_discount_prefill_work_not_context() -> None:
+    t0, a, b, g = marginal_costs(H100)
+    # 20,000-token prompts, half cached: 10,000 uncached tokens = 2 chunks; step limit min(0.1, 2.0/2)
+    expected = (1 - t0 / 0.1) / (a * 10000 + b * 100 + g * (20000 + 50) * 100)
+    assert replica_capacity_slo_rps(H100, 20000, 100, 0.1, 2.0, 8192, 0.5) == pytest.approx(expected, rel=1e-12)
+
+
+def test_ttft_binds_for_long_prompts() -> None:
+    t0, a, b, g = marginal_costs(H100)
+    # 20,000 uncached tokens = ceil(20000/8192) = 3 chunks; TTFT 0.12 s -> steps of at most 0.04 s < ITL 0.1
+    expected = (1 - t0 / 0.04) / (a * 20000 + b * 100 + g * (20000 + 50) * 100)
+    assert replica_capacity_slo_rps(H100, 20000, 100, 0.1, 0.12, 8192) == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(ValueError, match="prefix_hit_rate"):
+        replica_capacity_slo_rps(H100, 1000, 100, 0.1, 2.0, 8192, 1.0)
+
+
+# ------------------------------------------------------------------------------------ predictors
+def test_constant_predictor_skips_leading_zeros_and_reads_nan_as_zero() -> None:
+    p = ConstantPredictor()
+    p.add(0.0)
+    assert p.predict() is None
+    for v in (5.0, 7.0):
+        p.add(v)
+    assert p.predict() == 7.0
+    p.add(float("nan"))
+    assert p.predict() == 0.0
+
+
+def test_kalman_local_linear_trend_by_hand() -> None:
+    p = KalmanPredictor(min_points=2)
+    p.add(10.0)
+    assert p.predict() == 10.0  # one point: the last value
+    p.add(12.0)
+    # x0 = [10, 0], P0 = 1000 I. Predict: P = F P F' + Q = [[2001, 1000], [1000, 1000.1]];
+    # S = 2001 + 10 = 2011; K = [2001, 1000] / 2011; innovation 12 - 10 = 2.
+    level = 10 + 2 * 2001 / 2011
+    trend = 2 * 1000 / 2011
+    assert p.predict() == pytest.approx(level + trend, rel=1e-12)
+    # before min_points values the forecast is the last value
+    q = KalmanPredictor()
+    for v in (10.0, 12.0, 14.0, 16.0):
+        q.add(v)
+    assert q.predict() == 16.0
+
+
+def test_kalman_follows_a_constant_series_exactly() -> None:
+    p = KalmanPredictor()
+    for _ in range(8):
+        p.add(100.0)
+    assert p.predict() == pytest.approx(100.0, abs=1e-9)
+
+
+# ------------------------------------------------------------------------------------ planner
+def estimate(t: float, current: int, rate: float | None, prompt: float, gen: float, hit: float | None
+             ) -> ServiceEstimate:
+    sig = {"request_rate_rps": rate, "prompt_tokens_rps": prompt, "generation_tokens_rps": gen,
+           "prefix_hit_rate": hit}
+    return ServiceEstimate(service="svc", time_s=t, signals=sig, variants={"h100": VariantObservation(current, 0)},
+                           weights={"h100": 10.0}, idle=False, capacity_rps=0.0, ready_capacity_rps=0.0, starting=0)
+
+
+def test_planner_sizes_for_demand_at_its_targets(make_fleet) -> None:
+    svc = make_fleet(replicas=1, min_replicas=0, max_replicas=40).services[0]
+    cfg = make_fleet().controller
+    planner = DynamoPlanner(EngineConfig(), predictor="constant")
+    # 50 req/s of 1,000-in / 100-out, 20 % cached: demand 50 req/s over per-replica rate at ttft 0.5, itl 0.05
+    d = planner.decide(estimate(180.0, 1, 50.0, 50000.0, 5000.0, 0.2), svc, cfg)
+    per_replica = replica_capacity_slo_rps(H100, 1000, 100, 0.05, 0.5, 8192, 0.2)
+    assert d.desired == {"h100": math.ceil(50.0 / per_replica)}
+
+
+def test_planner_skips_on_missing_or_zero_traffic_and_keeps_min_endpoint(make_fleet) -> None:
+    svc = make_fleet(replicas=1, min_replicas=0, max_replicas=40).services[0]
+    cfg = make_fleet().controller
+    planner = DynamoPlanner(EngineConfig())
+    assert planner.decide(estimate(180.0, 3, 0.0, 0.0, 0.0, None), svc, cfg).hold  # 0/0: NaN, skipped
+    assert planner.decide(estimate(360.0, 3, None, 10.0, 1.0, None), svc, cfg).hold
+    # a tiny demand still keeps one endpoint
+    assert planner_replicas(0.0, svc, {"h100": 3}, {"h100": 10.0}) == {"h100": 1}
+    with pytest.raises(ValueError, match="predictor"):
+        DynamoPlanner(EngineConfig(), predictor="prophet")

@@ -1,0 +1,90 @@
+"""llm-d WVA saturation baseline (controllers.baselines.wva), against docs/saturation-analyzer.md and
+docs/saturation-scaling-config.md of llm-d/llm-d-workload-variant-autoscaler (ANCHORS.md §3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.config import parse_config
+from autoscaler.loop.estimate import ServiceEstimate
+from autoscaler.loop.observe import PodObservation, VariantObservation
+from controllers.baselines.wva import Saturation, WVAController, saturation_analysis, wva_targets
+
+SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
+
+
+def test_spare_capacity_averages_over_non_saturated_pods() -> None:
+    # (0.80-0.5 + 0.80-0.75)/2 = 0.175 >= 0.1 and queue spare 5 >= 3: no scale-up;
+    # removing one: 1.25 KV on 1 pod -> spare -0.45 < 0.1: not safe
+    s = saturation_analysis([0.5, 0.75], [0.0, 0.0])
+    assert (s.scale_up, s.scale_down_safe, s.non_saturated) == (False, False, 2)
+    assert s.avg_spare_kv == pytest.approx(0.175)
+    # (0.05 + 0.08)/2 = 0.065 < 0.1 -> scale up
+    assert saturation_analysis([0.75, 0.72], [0.0, 0.0]).scale_up
+    # queue spare (2 + 3)/2 = 2.5 < 3 -> scale up
+    assert saturation_analysis([0.1, 0.1], [3.0, 2.0]).scale_up
+
+
+def test_saturated_pods_are_left_out_and_all_saturated_scales_up() -> None:
+    # kv 0.85 >= 0.8 and queue 5 >= 5 are saturated; the one left has spare 0.5 and 5 -> no action
+    s = saturation_analysis([0.85, 0.3, 0.1], [0.0, 0.0, 5.0])
+    assert (s.non_saturated, s.scale_up, s.scale_down_safe) == (1, False, False)
+    assert saturation_analysis([0.9, 0.8], [0.0, 0.0]) == Saturation(True, False, 0, None, None)
+
+
+def test_scale_down_safety_simulation() -> None:
+    # 0.3 KV on 2 pods = 0.15 -> spare 0.65; queue 0 -> spare 5: safe
+    assert saturation_analysis([0.1, 0.1, 0.1], [0.0, 0.0, 0.0]).scale_down_safe
+    # queue 3 on 2 pods = 1.5 -> spare 3.5 >= 3: safe; queue 6 on 2 = 3 -> spare 2 < 3: not safe
+    assert saturation_analysis([0.1, 0.1, 0.1], [1.0, 1.0, 1.0]).scale_down_safe
+    assert not saturation_analysis([0.1, 0.1, 0.1], [2.0, 2.0, 2.0]).scale_down_safe
+
+
+def fleet_service():
+    def v(name: str, price: float, profile: str, **kw) -> dict:
+        return {"name": name, "gpu": "X", "price_per_gpu_hour": price, "max_replicas": 10, "kv_cache_tokens": 400000,
+                "profile": profile, **kw}
+    doc = {"services": [{"name": "svc", "model": "m", "slo": SLO, "variants": [
+        v("big", 3.0, "llama-3-8b/h100-sxm"), v("cheap", 1.5, "llama-3-8b/gh200", max_replicas=2),
+        v("old", 1.8, "llama-3-8b/a100-80gb")]}]}
+    return parse_config(doc).services[0]
+
+
+# $/h per req/s with these weights: big 3.0/10 = 0.30, cheap 1.5/10 = 0.15, old 1.8/4 = 0.45
+WEIGHTS = {"big": 10.0, "cheap": 10.0, "old": 4.0}
+UP = Saturation(True, False, 0, None, None)
+DOWN = Saturation(False, True, 3, 0.5, 5.0)
+
+
+def test_scale_up_goes_to_lowest_cost_per_capacity_without_pending() -> None:
+    svc = fleet_service()
+    cur = {"big": 1, "cheap": 1, "old": 1}
+    none = {"big": 0, "cheap": 0, "old": 0}
+    assert wva_targets(UP, svc, cur, none, WEIGHTS)[0] == {"big": 1, "cheap": 2, "old": 1}
+    # cheap has a pending replica: skipped, next is big (0.30)
+    assert wva_targets(UP, svc, cur, {**none, "cheap": 1}, WEIGHTS)[0] == {"big": 2, "cheap": 1, "old": 1}
+    # cheap at its cap (2): big
+    assert wva_targets(UP, svc, {**cur, "cheap": 2}, none, WEIGHTS)[0] == {"big": 2, "cheap": 2, "old": 1}
+
+
+def test_scale_down_leaves_the_most_expensive_replica_and_keeps_the_cheapest_at_one() -> None:
+    svc = fleet_service()
+    none = {"big": 0, "cheap": 0, "old": 0}
+    # highest $/replica-hour is big (3.0)
+    assert wva_targets(DOWN, svc, {"big": 2, "cheap": 1, "old": 1}, none, WEIGHTS)[0] == {"big": 1, "cheap": 1,
+                                                                                          "old": 1}
+    # big and old may go to 0; cheap (lowest cost per capacity) stays at 1
+    assert wva_targets(DOWN, svc, {"big": 0, "cheap": 1, "old": 1}, none, WEIGHTS)[0] == {"big": 0, "cheap": 1,
+                                                                                          "old": 0}
+    assert wva_targets(DOWN, svc, {"big": 0, "cheap": 1, "old": 0}, none, WEIGHTS)[0] == {"big": 0, "cheap": 1,
+                                                                                          "old": 0}
+
+
+def test_controller_reads_window_peaks(make_fleet) -> None:
+    svc = make_fleet(replicas=2, min_replicas=0, max_replicas=10).services[0]
+    pods = [PodObservation("h100", 0.1, 0.0, 0.0, 0.78, 0.0), PodObservation("h100", 0.1, 0.0, 0.0, 0.75, 0.0)]
+    est = ServiceEstimate(service="svc", time_s=60.0, signals={}, variants={"h100": VariantObservation(2, 0)},
+                          weights={"h100": 10.0}, idle=False, capacity_rps=0.0, ready_capacity_rps=0.0, starting=0,
+                          pods=pods)
+    # latest KV 0.1 looks idle, but the 1 m peaks give spare (0.02 + 0.05)/2 = 0.035 < 0.1: scale up
+    assert WVAController().decide(est, svc, make_fleet().controller).desired == {"h100": 3}

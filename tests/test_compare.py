@@ -1,0 +1,91 @@
+"""``autoscaler compare`` (autoscaler.compare and the CLI command)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from autoscaler.cli import app
+from autoscaler.compare import add_ratios, direction_changes, markdown_table, run_compare
+from autoscaler.workload.types import Request, Workload
+
+WALL = ("wall_s", "simulated_requests_per_s")
+
+
+def test_direction_changes_skip_holds() -> None:
+    # up, (hold), up, down, (hold), down, up -> changes at up->down and down->up
+    assert direction_changes([2, 0, 1, -1, 0, -3, 4]) == 2
+    assert direction_changes([0, 0, 5]) == 0
+    assert direction_changes([1, -1, 1, -1]) == 3
+
+
+def test_ratio_to_best_and_to_oracle() -> None:
+    rows = [{"controller": "a", "cost_per_successful_request_usd": 2.0},
+            {"controller": "b", "cost_per_successful_request_usd": 4.0},
+            {"controller": "c", "cost_per_successful_request_usd": None}]
+    add_ratios(rows)
+    assert [r["ratio_to_best_cost_per_successful_request"] for r in rows] == [1.0, 2.0, None]
+    rows.append({"controller": "oracle", "cost_per_successful_request_usd": 1.6})
+    add_ratios(rows)
+    assert [r["ratio_to_best_cost_per_successful_request"] for r in rows] == [1.25, 2.5, None, 1.0]
+
+
+def burst_workload() -> Workload:
+    # 4 req/s for 5 min, 40 req/s for 5 min (above one replica's ~26 req/s at the ITL SLO), 4 req/s for 10 min
+    t, reqs = 0.0, []
+    for rate, until in ((4.0, 300.0), (40.0, 600.0), (4.0, 1200.0)):
+        while t < until:
+            reqs.append(Request(arrival_s=t, input_tokens=800, output_tokens=120))
+            t += 1 / rate
+    return Workload(reqs, source="burst")
+
+
+def test_parallel_equals_serial(make_fleet) -> None:
+    cfg = make_fleet(replicas=1, min_replicas=1, max_replicas=6)
+    wl = burst_workload()
+    names = ["hpa", "kpa", "wva", "pid"]
+    serial = run_compare(cfg, wl, names, workers=1)
+    parallel = run_compare(cfg, wl, names, workers=2)
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k not in WALL} for r in rows]
+
+    assert [r["controller"] for r in parallel.rows] == names
+    assert strip(serial.rows) == strip(parallel.rows)
+    assert serial.timelines == parallel.timelines
+    # the burst makes every adaptive controller scale up and back down at least once
+    for r in serial.rows:
+        assert r["scale_events"] >= 2, r["controller"]
+    assert markdown_table(serial.rows).count("\n") == len(names) + 1
+
+
+def test_unknown_controller_is_a_one_line_error(make_fleet) -> None:
+    with pytest.raises(ValueError, match="unknown controller 'mpc'; choose from: pid, static, hpa"):
+        run_compare(make_fleet(), burst_workload(), ["pid", "mpc"])
+    res = CliRunner().invoke(app, ["compare", "--controllers", "hpa,mpc"])
+    assert res.exit_code == 2
+    assert "error: unknown controller 'mpc'" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_cli_compare_on_a_real_trace(data_dir, tmp_path) -> None:
+    trace = data_dir / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+    res = CliRunner().invoke(app, ["compare", "--trace", str(trace), "--rate-scale", "0.1", "--controllers",
+                                   "hpa,dynamo:itl=0.1:ttft=2,pid", "--seed", "3", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    rows = json.loads((tmp_path / "compare.json").read_text())
+    assert [r["controller"] for r in rows] == ["hpa", "dynamo:itl=0.1:ttft=2", "pid"]
+    results_keys = {"requests", "slo_attainment", "slo_attainment_detail", "ttft_s", "itl_s", "gpu_hours", "cost_usd",
+                    "cost_per_successful_request_usd", "cost_per_successful_task_usd", "tasks", "scale_events",
+                    "wall_s"}
+    for r in rows:
+        assert results_keys <= set(r)
+        assert r["requests"]["total"] == rows[0]["requests"]["total"]  # same workload for all
+        assert r["oscillations_per_hour"] >= 0
+    costs = [r["cost_per_successful_request_usd"] for r in rows]
+    assert [r["ratio_to_best_cost_per_successful_request"] for r in rows] == pytest.approx(
+        [c / min(costs) for c in costs])
+    assert (tmp_path / "compare.png").stat().st_size > 10_000
+    assert "dynamo:itl=0.1:ttft=2" in res.output

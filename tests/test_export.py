@@ -1,0 +1,99 @@
+"""The controller's own ``autoscaler_*`` metrics, served over HTTP and parsed back."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from test_prometheus_dryrun import FLEET_DOC, ramp
+
+from autoscaler.config import parse_config
+from autoscaler.loop.export import LoopMetrics, parse_address, serve
+from autoscaler.loop.observe import SIGNALS, ServiceObservation, VariantObservation
+from autoscaler.loop.runner import ControlLoop
+from autoscaler.realtime import LiveSimulation
+from controllers.pid import PIDController
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(metrics: LoopMetrics) -> tuple[str, Samples]:
+    server = serve(metrics.registry, "127.0.0.1:0")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    finally:
+        server.close()
+    return text, {(s.name, tuple(sorted(s.labels.items()))): s.value
+                  for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_loop_metrics_of_a_simulated_run() -> None:
+    live = LiveSimulation(parse_config(FLEET_DOC, "<test>"), ramp(), steady_start=False)
+    live.run()
+    text, s = scrape(live.metrics)
+    ticks = [rec.services["llm"] for rec in live.ticks]
+    last = ticks[-1]
+    for v in ("h100", "a100"):
+        key = (("service", "llm"), ("variant", v))
+        assert s[("autoscaler_desired_replicas", key)] == last.applied[v]
+        assert s[("autoscaler_current_replicas", key)] == last.estimate.variants[v].current
+    counts = {r: s.get(("autoscaler_decisions_total", (("reason", r), ("service", "llm"))), 0.0)
+              for r in ("scale_up", "scale_down", "no_change", "idle_to_min", "hold", "metrics_error")}
+    assert sum(counts.values()) == len(ticks)
+    assert counts["hold"] == sum(st.decision.hold for st in ticks)  # warm-up and unknown signals
+    ups = sum(any(n > st.estimate.current[v] for v, n in st.applied.items()) for st in ticks if not st.decision.hold)
+    assert counts["scale_up"] == ups > 0
+    assert counts["metrics_error"] == 0
+    assert s[("autoscaler_metric_query_failures_total", (("service", "llm"),))] == 0
+    assert s[("autoscaler_loop_duration_seconds_count", ())] == len(ticks)
+    assert s[("autoscaler_loop_duration_seconds_bucket", (("le", "+Inf"),))] == len(ticks)
+    sig = (("service", "llm"), ("signal", "slo_p95_ratio"))
+    if "setpoint" in last.decision.terms:
+        assert s[("autoscaler_setpoint", sig)] == 0.5  # PIDConfig default setpoint
+        assert s[("autoscaler_measured", sig)] == last.decision.terms["measurement"]
+        assert s[("autoscaler_controller_term", (("controller", "pid"), ("service", "llm"), ("term", "p")))] == \
+            last.decision.terms["p"]
+    else:
+        assert ("autoscaler_setpoint", sig) not in s
+    for name, x in last.estimate.signals.items():
+        key = ("autoscaler_signal", (("service", "llm"), ("signal", name)))
+        assert (key in s) == (x is not None)  # unknown is absent, never 0
+        if x is not None:
+            assert s[key] == pytest.approx(x)
+    assert "# TYPE autoscaler_admission_threshold gauge" in text  # declared, no admission controller yet
+
+
+def test_failures_and_unknown_signals_are_exported_as_such(make_fleet) -> None:
+    cfg = make_fleet(2, min_replicas=1, max_replicas=4)
+
+    class Failing:
+        def observe(self, now: float) -> dict[str, ServiceObservation]:
+            sig: dict[str, float | None] = dict.fromkeys(SIGNALS)
+            return {"svc": ServiceObservation("svc", now, sig, {"h100": VariantObservation(2, 0)},
+                                              ["svc running: HTTP 503", "svc kv_usage: HTTP 503"])}
+
+    loop = ControlLoop(cfg, Failing(), None, PIDController())
+    loop.start(-cfg.controller.window_s)
+    metrics = LoopMetrics(loop)
+    for t in (0.0, 15.0, 30.0):
+        metrics.record(loop.tick(t), 0.002)
+    _, s = scrape(metrics)
+    assert s[("autoscaler_metric_query_failures_total", (("service", "svc"),))] == 6  # 2 per tick
+    assert s[("autoscaler_decisions_total", (("reason", "metrics_error"), ("service", "svc")))] == 3
+    assert not any(k[0] == "autoscaler_signal" for k in s)
+    assert not any(k[0] == "autoscaler_measured" for k in s)
+    assert s[("autoscaler_desired_replicas", (("service", "svc"), ("variant", "h100")))] == 2
+    assert s[("autoscaler_loop_duration_seconds_bucket", (("le", "0.005"),))] == 3  # 2 ms each
+
+
+@pytest.mark.parametrize("bad", ["9090", "host:", ":80", "host:99999", "host:http"])
+def test_parse_address_rejects_bad_addresses(bad: str) -> None:
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse_address(bad)
+
+
+def test_parse_address() -> None:
+    assert parse_address("127.0.0.1:9100") == ("127.0.0.1", 9100)
+    assert parse_address("[::1]:0") == ("::1", 0)

@@ -1,0 +1,103 @@
+"""``autoscaler backtest``: history written by ``promtool tsdb create-blocks-from openmetrics`` from a
+simulated run (scraped every 5 simulated seconds, stamped an hour ago) is replayed with
+``query_range`` and gives the simulator-backed loop's decisions."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from promserver import PromServer, backfill
+from test_prometheus_dryrun import FLEET_DOC, ramp
+from typer.testing import CliRunner
+
+from autoscaler.adapters.prometheus import connect
+from autoscaler.backtest import run_backtest
+from autoscaler.cli import app
+from autoscaler.config import FleetConfig, parse_config
+from autoscaler.realtime import LiveSimulation
+from autoscaler.report import timeline_rows
+from autoscaler.simulate import SimulationRun
+from autoscaler.simulator.exposition import OpenMetricsHistory
+
+SCRAPE_S = 5.0
+DOC = {**FLEET_DOC, "prometheus": {"staleness_s": 2 * SCRAPE_S}}
+
+
+@dataclass
+class History:
+    cfg: FleetConfig
+    run: SimulationRun
+    base: int
+    prom: PromServer
+    config_file: Path
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+    work = tmp_path_factory.mktemp("backtest")
+    cfg = parse_config(DOC, "<test>")
+    config_file = work / "fleet.yaml"
+    config_file.write_text(yaml.safe_dump(DOC))
+    live = LiveSimulation(cfg, ramp(), steady_start=False)
+    base = int(time.time()) - 3600  # within the default 15 d retention, far from the live head
+    recorder = OpenMetricsHistory(live.collector)
+    run = live.run(substep_s=SCRAPE_S, on_step=lambda t: recorder.record(base + t))
+    recorder.write(work / "history.om")
+    backfill(work / "history.om", work / "tsdb")
+    prom = PromServer(work / "prom", tsdb=work / "tsdb")
+    try:
+        prom.start()
+        yield History(cfg, run, base, prom, config_file)
+    finally:
+        prom.stop()
+
+
+def test_backtest_replays_the_simulated_decisions(history: History) -> None:
+    cfg, tick = history.cfg, int(history.cfg.controller.tick_s)
+    first = int(cfg.controller.window_s)  # the simulated loop decides from one window in
+    end = int(history.run.ticks[-1].time_s)
+    bt = run_backtest(cfg, connect(cfg.prometheus, history.prom.url), history.base + first, history.base + end, tick)
+    sim = {rec.time_s: rec.services["llm"] for rec in history.run.ticks}
+    exact = 0
+    for rec in bt.ticks:
+        st = rec.services["llm"]
+        assert st.estimate.errors == []
+        exact += st.applied == sim[first + rec.time_s].applied
+    n = len(bt.ticks)
+    print(f"\nbacktest vs simulator loop: {n} ticks, {exact} with the same replicas; {bt.range_queries} range queries")
+    assert n == (end - first) // tick + 1
+    assert exact >= 0.9 * n
+    totals = [sum(rec.services["llm"].applied.values()) for rec in bt.ticks]
+    assert max(totals) > totals[0] and totals[-1] < max(totals)
+
+
+def test_cli_backtest_writes_the_simulate_timeline_and_plot(history: History, tmp_path: Path) -> None:
+    start, end = history.base + 60, history.base + 300
+    res = CliRunner().invoke(app, ["backtest", "--prometheus-url", history.prom.url, "--config",
+                                   str(history.config_file), "--start", str(start), "--end", str(end),
+                                   "--out", str(tmp_path), "--plot", "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["ticks"] == (300 - 60) // 15 + 1 and summary["query_failures"] == 0
+    with (tmp_path / "timeline.csv").open() as f:
+        header = next(csv.reader(f))
+    assert header == list(timeline_rows(history.run)[0])
+    assert (tmp_path / "timeline.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--start", "100", "--end", "50"], "--end must be after --start"),
+    (["--start", "yesterday", "--end", "50"], "neither unix seconds nor an ISO 8601 time"),
+    (["--start", "0", "--end", "200000", "--step", "1"], "exceed Prometheus's 11000 points"),
+])
+def test_cli_backtest_bad_ranges_exit_2(history: History, args: list[str], message: str) -> None:
+    res = CliRunner().invoke(app, ["backtest", "--prometheus-url", history.prom.url, *args])
+    assert res.exit_code == 2
+    assert res.stderr.startswith("error: ") and message in res.stderr

@@ -1,0 +1,185 @@
+"""``autoscaler dry-run`` against a real Prometheus scraping the simulator served in scaled real time.
+
+The simulator-backed loop actuates the simulated fleet; a dry-run reads the same fleet only through
+Prometheus (vLLM metrics and kube-state-metrics series) and must make the same decisions: the same
+replicas per variant at the same tick, or at an adjacent one (one tick of lag).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from promserver import PromServer, Target, free_port
+from typer.testing import CliRunner
+
+from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect
+from autoscaler.cli import app
+from autoscaler.config import FleetConfig, parse_config
+from autoscaler.dryrun import DryRun
+from autoscaler.loop.export import MetricsServer, serve
+from autoscaler.loop.runner import TickRecord
+from autoscaler.realtime import LiveSimulation
+from autoscaler.workload.types import Request, Workload
+
+SPEED = 20.0  # simulated seconds per wall second
+SCRAPE = "500ms"  # 10 simulated seconds between scrapes
+SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
+
+
+def _variant(name: str, gpu: str, profile: str, price: float, lo: int, start: int) -> dict[str, Any]:
+    return {"name": name, "gpu": gpu, "price_per_gpu_hour": price, "min_replicas": lo, "max_replicas": 8,
+            "initial_replicas": start, "startup_cold_s": 30, "startup_warm_s": 30, "kv_cache_tokens": 400_000,
+            "profile": profile}
+
+
+FLEET_DOC: dict[str, Any] = {
+    "services": [{"name": "llm", "model": "m", "slo": SLO, "variants": [
+        _variant("h100", "H100-SXM", "llama-3-8b/h100-sxm", 2.99, 0, 0),
+        _variant("a100", "A100-80GB", "llama-3-8b/a100-80gb", 1.79, 1, 1)]}],
+    "controller": {"tick_s": 15, "window_s": 60, "guard": {"scale_down_cooldown_s": 60, "idle_ticks_to_min": 4}},
+}
+
+
+def ramp(seed: int = 0) -> Workload:
+    """Poisson arrivals: 6 req/s, up to 30 req/s from 80 to 200 s, down to 4 req/s from 300 to 380 s; 450 s."""
+    def rate(t: float) -> float:
+        if t < 80:
+            return 6.0
+        if t < 200:
+            return 6.0 + 24.0 * (t - 80) / 120
+        if t < 300:
+            return 30.0
+        return max(4.0, 30.0 - 26.0 * (t - 300) / 80)
+
+    rng = np.random.default_rng(seed)
+    reqs, t = [], 0.0
+    while True:
+        t += rng.exponential(1 / rate(t))
+        if t >= 450:
+            return Workload(reqs, source="ramp")
+        reqs.append(Request(t, int(rng.integers(500, 1500)), int(rng.integers(50, 300))))
+
+
+@dataclass
+class Run:
+    cfg: FleetConfig
+    live: LiveSimulation
+    dry: list[tuple[float, TickRecord]]
+    prom: PromServer
+    config_file: Path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    work = tmp_path_factory.mktemp("dryrun")
+    cfg = parse_config(FLEET_DOC, "<test>")
+    config_file = work / "fleet.yaml"
+    config_file.write_text(yaml.safe_dump(FLEET_DOC))
+    live = LiveSimulation(cfg, ramp(), steady_start=False)
+    server: MetricsServer = serve(live.registry, "127.0.0.1:0")
+    prom = PromServer(work / "prom", [Target(f"127.0.0.1:{server.port}")], scrape_interval=SCRAPE)
+    stop = threading.Event()
+    thread = threading.Thread(target=live.run, kwargs={"speed": SPEED, "stop": stop})
+    try:
+        prom.start()
+        prom.wait_for("up", lambda r: bool(r) and r[0]["value"][1] == "1")
+        dry = DryRun(cfg, PrometheusSource(cfg, LiveRunner(connect(cfg.prometheus, prom.url)), speed=SPEED), SPEED)
+        tick_wall = cfg.controller.tick_s / SPEED
+        start = time.monotonic()
+        thread.start()
+        ticks: list[tuple[float, TickRecord]] = []
+        # From the simulator loop's first decision (one window in), 0.8 tick after each of its ticks.
+        k = int(cfg.controller.window_s / cfg.controller.tick_s)
+        while thread.is_alive():
+            time.sleep(max(0.0, start + (k + 0.8) * tick_wall - time.monotonic()))
+            if thread.is_alive():
+                ticks.append((time.time(), dry.tick()))
+            k += 1
+        prom.wait_for('sum(vllm:num_requests_running{model_name="m"})', lambda r: bool(r) and r[0]["value"][1] == "0")
+        yield Run(cfg, live, ticks, prom, config_file)
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join(timeout=30)
+        prom.stop()
+        server.close()
+
+
+def test_dry_run_makes_the_simulator_loops_decisions(run: Run) -> None:
+    sim = [rec.services["llm"] for rec in run.live.ticks]
+    wall = run.live.tick_wall_s
+    exact = within = 0
+    ratio_diffs = []
+    for w, rec in run.dry:
+        st = rec.services["llm"]
+        assert st.estimate.errors == [], st.estimate.errors
+        i = min(range(len(wall)), key=lambda j: abs(wall[j] - w))  # the simulator tick nearest in time
+        near = [sim[j].applied for j in (i - 1, i, i + 1) if 0 <= j < len(sim)]
+        exact += st.applied == sim[i].applied
+        within += st.applied in near
+        # Never more than one replica outside what the simulator decided one tick before or after:
+        # lag and rounding, not a different policy (an untracked PID drifts by several replicas).
+        for v, n_dry in st.applied.items():
+            assert min(a[v] for a in near) - 1 <= n_dry <= max(a[v] for a in near) + 1, (w, st.applied, near)
+        a, b = st.estimate.signals["slo_p95_ratio"], sim[i].estimate.signals["slo_p95_ratio"]
+        if a is not None and b is not None:
+            ratio_diffs.append(abs(a - b) / b)
+    n = len(run.dry)
+    print(f"\ndry-run vs simulator loop: {n} ticks compared, {exact} equal at the same tick, "
+          f"{within} within one tick; median |slo_p95_ratio| difference {statistics.median(ratio_diffs):.1%}")
+    totals = [sum(st.applied.values()) for st in sim]
+    assert max(totals) > totals[0] and totals[-1] < max(totals)  # the run scaled up and back down
+    assert n >= 20
+    assert within >= 0.85 * n and exact >= 0.5 * n
+    assert statistics.median(ratio_diffs) < 0.1
+
+
+def test_cli_once_json_interface(run: Run) -> None:
+    res = CliRunner().invoke(app, ["dry-run", "--prometheus-url", run.prom.url, "--config", str(run.config_file),
+                                   "--once", "--output", "json", "--speed", str(SPEED)])
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 1
+    doc = json.loads(lines[0])
+    svc = doc["services"]["llm"]
+    assert svc["errors"] == []
+    assert svc["signals"]["running"] == 0.0  # every request has ended
+    counts = run.live.sim.services["llm"]
+    for v in ("h100", "a100"):
+        out = svc["variants"][v]
+        assert out["current_replicas"] == counts.counts(v).current
+        assert isinstance(out["desired_replicas"], int) and isinstance(out["reason"], str)
+
+
+def test_cli_table_output_says_nothing_changes(run: Run) -> None:
+    res = CliRunner().invoke(app, ["dry-run", "--prometheus-url", run.prom.url, "--config", str(run.config_file),
+                                   "--once", "--speed", str(SPEED)])
+    assert res.exit_code == 0, res.output
+    assert "dry-run: nothing is changed" in res.stdout
+    assert "h100" in res.stdout and "a100" in res.stdout
+
+
+def test_cli_unreachable_prometheus_exits_1_with_one_line(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    res = CliRunner().invoke(app, ["dry-run", "--prometheus-url", url, "--once", "--output", "json"])
+    assert res.exit_code == 1
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: cannot query Prometheus at")
+    assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("args", [["--once", "--ticks", "2"], ["--output", "yaml"], ["--speed", "0"]])
+def test_cli_bad_arguments_exit_2(args: list[str]) -> None:
+    res = CliRunner().invoke(app, ["dry-run", "--prometheus-url", "http://127.0.0.1:9", *args])
+    assert res.exit_code == 2
+    assert res.stderr.startswith("error: ")

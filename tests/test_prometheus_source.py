@@ -1,0 +1,242 @@
+"""``PrometheusSource`` against a real Prometheus: signals equal hand calculations, replica counts,
+selectors, the query sets' metric names, auth, TLS, and configuration errors."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DATA_DIR
+from promserver import (
+    PROMPT_TOKENS_PER_REQUEST,
+    FakeDeployment,
+    FakeExporter,
+    FakePod,
+    PromServer,
+    Proxy,
+    Target,
+    self_signed,
+)
+
+from autoscaler.adapters.prometheus import LiveRunner, PrometheusError, PrometheusSource, connect
+from autoscaler.config import FleetConfig, parse_config
+from autoscaler.errors import ConfigError
+from autoscaler.promql import QUERY_SETS
+
+SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
+V0_CAPTURE = "vllm-metrics/exposition_v0engine_cpu_Qwen3-0.6B_capture.txt"
+
+
+def _variant(name: str, gpu: str, profile: str) -> dict[str, Any]:
+    return {"name": name, "gpu": gpu, "price_per_gpu_hour": 2.0, "min_replicas": 0, "max_replicas": 4,
+            "kv_cache_tokens": 400_000, "profile": profile}
+
+
+def fleet(prometheus: dict[str, Any] | None = None, name: str = "src", model: str = "m-src") -> FleetConfig:
+    return parse_config({
+        "services": [{"name": name, "model": model, "slo": SLO, "variants": [
+            _variant("h100", "H100-SXM", "llama-3-8b/h100-sxm"),
+            _variant("a100", "A100-80GB", "llama-3-8b/a100-80gb")]}],
+        "controller": {"tick_s": 1, "window_s": 3},
+        "prometheus": prometheus or {},
+    }, "<test>")
+
+
+class _Static(BaseHTTPRequestHandler):
+    body = b""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+
+@dataclass
+class World:
+    prom: PromServer
+    work: Path
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    # A module fixture cannot use the function-scoped ``data_dir``; same directory, same rule: never skip.
+    assert DATA_DIR.is_dir(), f"shared data directory missing: {DATA_DIR}"
+    pods = [FakePod("src-h100-0", "m-src", running=2, waiting=1, kv=0.3, rate_rps=4),
+            FakePod("src-h100-1", "m-src", running=3, kv=0.5, rate_rps=6),
+            FakePod("src-a100-0", "m-src", variant="a100", running=1, kv=0.1, rate_rps=2)]
+    exporter = FakeExporter([*pods, FakeDeployment("src-h100", 3, 2)])  # no kube-state-metrics for a100
+    handler = type("V0", (_Static,), {"body": (DATA_DIR / V0_CAPTURE).read_bytes()})
+    static = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=static.serve_forever, daemon=True)
+    thread.start()
+    work = tmp_path_factory.mktemp("source")
+    # A real old server's capture, labelled as a pod would be by Kubernetes service discovery.
+    v0 = Target(f"127.0.0.1:{static.server_address[1]}", {"namespace": "default", "pod": "qwen-h100-0"})
+    prom = PromServer(work / "prom", [exporter.target, v0])
+    try:
+        prom.start()
+        prom.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == "2")
+        time.sleep(4.5)  # more than one 3 s window of scrapes
+        yield World(prom, work)
+    finally:
+        prom.stop()
+        exporter.close()
+        static.shutdown()
+        static.server_close()
+
+
+def observe(cfg: FleetConfig, url: str) -> tuple[PrometheusSource, Any]:
+    src = PrometheusSource(cfg, LiveRunner(connect(cfg.prometheus, url)))
+    return src, src.observe(0.0)[cfg.services[0].name]
+
+
+def test_signals_equal_hand_calculations(world: World) -> None:
+    _, obs = observe(fleet(), world.prom.url)
+    assert obs.errors == []
+    s = obs.signals
+    assert s["running"] == 6.0 and s["queue_length"] == 1.0
+    assert s["kv_usage"] == pytest.approx((0.3 + 0.5 + 0.1) / 3)
+    # Quantiles and ratios depend only on the buckets' proportions (promserver.TTFT_SHARES, TPOT_SHARES).
+    assert s["ttft_p50_s"] == pytest.approx(0.25)
+    assert s["ttft_p95_s"] == pytest.approx(0.25 + 0.25 * (0.95 - 0.5) / 0.5)
+    assert s["tpot_p95_s"] == pytest.approx(0.025 + 0.025 * 0.95)
+    assert s["prefix_hit_rate"] == pytest.approx(0.4)
+    # Counters grow at 4 + 6 + 2 requests per second.
+    assert s["request_rate_rps"] == pytest.approx(12.0, rel=0.1)
+    assert s["success_rps"] == pytest.approx(12.0, rel=0.1) and s["abort_rps"] == 0.0
+    assert s["prompt_tokens_rps"] == pytest.approx(12.0 * PROMPT_TOKENS_PER_REQUEST, rel=0.1)
+    assert s["itl_p95_s"] is None and s["preemptions_rps"] is None  # not exported by the fake pods
+    h100, a100 = obs.variants["h100"], obs.variants["a100"]
+    assert h100.signals["running"] == 5.0 and h100.signals["kv_usage"] == pytest.approx(0.4)
+    assert a100.signals["request_rate_rps"] == pytest.approx(2.0, rel=0.1)
+    assert (h100.ready, h100.starting) == (2, 1)  # kube-state-metrics: spec 3, ready 2
+    assert (a100.ready, a100.starting) == (1, 0)  # no Deployment series: the one fresh pod
+    assert sorted((p.variant, p.running, p.waiting) for p in obs.pods) == [
+        ("a100", 1.0, 0.0), ("h100", 2.0, 1.0), ("h100", 3.0, 0.0)]
+
+
+def test_custom_selectors_from_the_fleet_file(world: World) -> None:
+    cfg = fleet({"selectors": {"src": {"service": 'model_name="m-src"', "variants": {
+        "h100": {"pods": 'variant="h100"', "deployment": ""}}}}})
+    _, obs = observe(cfg, world.prom.url)
+    assert obs.errors == []
+    assert (obs.variants["h100"].ready, obs.variants["h100"].starting) == (2, 0)  # pods counted, KSM not asked
+    assert obs.variants["h100"].signals["running"] == 5.0
+
+
+def test_pre_09_query_set_reads_a_real_v0_capture(world: World) -> None:
+    cfg_old = fleet({"query_set": "vllm-pre-0.9"}, name="qwen", model="Qwen/Qwen3-0.6B")
+    _, old = observe(cfg_old, world.prom.url)
+    assert old.errors == []
+    assert old.variants["h100"].ready == 1 and old.variants["a100"].ready == 0  # one pod, no Deployment series
+    assert old.signals["kv_usage"] == 0.0 and old.signals["running"] == 0.0  # vllm:gpu_cache_usage_perc
+    assert old.signals["request_rate_rps"] == 0.0  # a frozen capture: no traffic
+    _, new = observe(fleet(name="qwen", model="Qwen/Qwen3-0.6B"), world.prom.url)
+    assert new.signals["kv_usage"] is None  # vllm:kv_cache_usage_perc does not exist before 0.9
+
+
+def _names(template: str) -> set[str]:
+    names = set(re.findall(r"\b((?:vllm|sglang):[a-zA-Z0-9_:]+)\{", template))
+    return {re.sub(r"_(bucket|count|sum)$", "", n) for n in names}
+
+
+def test_query_set_metric_names_exist_in_the_documented_servers(data_dir: Path) -> None:
+    d = data_dir / "vllm-metrics"
+    with (d / "vllm_metrics_v0.33.0.csv").open() as f:
+        v033 = {r["exposed_sample_names"] if r["exposed_sample_names"].startswith("vllm:") else r["name_as_defined"]
+                for r in csv.DictReader(f)}
+    with (d / "sglang_metrics_v0.5.23.csv").open() as f:
+        sglang = {r["name"] for r in csv.DictReader(f)}
+    old = set(re.findall(r"# TYPE (vllm:\S+)", (data_dir / V0_CAPTURE).read_text()))
+    old |= set(re.findall(r"`(vllm:gpu_[a-z_]+)`", (d / "METRICS.md").read_text()))  # "Renamed / removed"
+    for name, known in (("vllm-0.33", v033), ("vllm-pre-0.9", old), ("sglang", sglang)):
+        qs = QUERY_SETS[name]
+        used = set().union(*(_names(t) for t in qs.signals.values())) | {qs.kv_usage, qs.waiting, qs.running}
+        assert used <= known, f"{name}: unknown {sorted(used - known)}"
+
+
+def test_bearer_and_basic_auth_are_sent(world: World) -> None:
+    token = world.work / "token"
+    token.write_text("s3cret\n")
+    password = world.work / "password"
+    password.write_text("pw")
+    for auth, header in (({"bearer_token_file": str(token)}, "Bearer s3cret"),
+                         ({"basic_auth": {"username": "u", "password_file": str(password)}},
+                          "Basic " + base64.b64encode(b"u:pw").decode())):
+        proxy = Proxy(world.prom.url, require=header)
+        try:
+            _, with_auth = observe(fleet(auth), proxy.url)
+            _, without = observe(fleet(), proxy.url)
+        finally:
+            proxy.close()
+        assert with_auth.errors == [] and with_auth.signals["running"] == 6.0
+        assert without.errors and all("HTTP 401" in e for e in without.errors)
+
+
+def test_tls_verification_custom_ca_and_verify_off(world: World) -> None:
+    cert, key = self_signed(world.work)
+    proxy = Proxy(world.prom.url, tls=(cert, key))
+    try:
+        _, strict = observe(fleet(), proxy.url)
+        _, with_ca = observe(fleet({"ca_file": str(cert)}), proxy.url)
+        _, off = observe(fleet({"tls_verify": False}), proxy.url)
+    finally:
+        proxy.close()
+    assert strict.errors and all("TLS error" in e for e in strict.errors)
+    assert with_ca.errors == [] and with_ca.signals["running"] == 6.0
+    assert off.errors == [] and off.signals["running"] == 6.0
+
+
+def test_speed_shrinks_windows_and_scales_rates() -> None:
+    cfg = fleet()
+
+    class Runner:
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def query(self, promql: str, at: float | None) -> list[dict[str, Any]]:
+            self.seen.append(promql)
+            if "time() - timestamp" in promql:
+                return [{"metric": {"pod": "src-h100-0"}, "value": [0, "1"]}]
+            if promql.startswith("histogram_quantile(0.95"):
+                return [{"metric": {}, "value": [0, "0.5"]}]
+            return [{"metric": {}, "value": [0, "3"]}] if promql.startswith("sum(rate(") else []
+
+    runner = Runner()
+    obs = PrometheusSource(cfg, runner, speed=4.0).observe(0.0)["src"]
+    assert any("[750ms]" in q for q in runner.seen)  # 3 s of the source's time at 4x = 0.75 wall seconds
+    assert obs.signals["request_rate_rps"] == 12.0  # 3 per wall second = 12 per source second
+    assert obs.signals["ttft_p95_s"] == 0.5  # a latency is not a rate
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    ({"queries": {"nope": "sum(x{$sel})"}}, "unknown signal 'nope'"),
+    ({"queries": {"running": "sum(vllm:num_requests_running)"}}, "must contain $sel"),
+    ({"queries": {"running": "sum(x{$sel}[$range])"}}, "unknown placeholder"),
+    ({"selectors": {"other": {}}}, "unknown service 'other'"),
+    ({"selectors": {"src": {"variants": {"l4": {}}}}}, "unknown variant"),
+    ({"bearer_token_file": "t", "basic_auth": {"username": "u", "password_file": "p"}}, "not both"),
+])
+def test_bad_prometheus_section_is_one_line_error(section: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        fleet(section)
+
+
+def test_unreadable_credentials_are_errors(tmp_path: Path) -> None:
+    with pytest.raises(PrometheusError, match="bearer_token_file"):
+        connect(fleet({"bearer_token_file": str(tmp_path / "missing")}).prometheus, "http://127.0.0.1:9")
+    with pytest.raises(PrometheusError, match="ca_file"):
+        connect(fleet({"ca_file": str(tmp_path / "missing.pem")}).prometheus, "https://127.0.0.1:9")
