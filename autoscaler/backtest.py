@@ -25,7 +25,7 @@ from prometheus_api_client import PrometheusConnect
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.config import FleetConfig
 from autoscaler.loop.runner import ControlLoop, TickRecord
-from autoscaler.report import TIMELINE_SIGNALS
+from autoscaler.report import tick_row
 from controllers.pid import PIDController
 
 # Prometheus refuses range queries of more than 11,000 points per series (web/api/v1/api.go).
@@ -125,18 +125,7 @@ def timeline_rows(run: BacktestRun) -> list[dict[str, Any]]:
     rows = []
     for rec in run.ticks:
         for name, st in rec.services.items():
-            row: dict[str, Any] = {"time_s": rec.time_s, "service": name,
-                                   "arrival_rate_rps": st.estimate.signals.get("request_rate_rps")}
-            for s in TIMELINE_SIGNALS:
-                row[s] = st.estimate.signals.get(s)
-            for v, obs in st.estimate.variants.items():
-                row[f"ready_{v}"] = obs.ready
-                row[f"starting_{v}"] = obs.starting
-                row[f"desired_{v}"] = st.applied[v]
-            for k in ("setpoint", "measurement", "p", "i", "d", "target_capacity_rps"):
-                row[f"ctl_{k}"] = st.decision.terms.get(k)
-            row["reason"] = st.reason
-            rows.append(row)
+            rows.append(tick_row(rec.time_s, name, st, st.estimate.signals.get("request_rate_rps")))
     return rows
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from autoscaler.loop.runner import ServiceTick
 from autoscaler.simulate import SimulationRun
 from autoscaler.simulator.engine import COMPLETED, FAILED, REJECTED
 from autoscaler.workload.types import REQUEST_CLASSES
@@ -137,19 +138,23 @@ def timeline_rows(run: SimulationRun) -> list[dict[str, Any]]:
         demand = (int(upto) - before) / max(rec.time_s - prev, 1e-9)
         prev, before = rec.time_s, int(upto)
         for name, st in rec.services.items():
-            row: dict[str, Any] = {"time_s": rec.time_s, "service": name,
-                                   "arrival_rate_rps": demand if name == run.sim.target else 0.0}
-            for s in TIMELINE_SIGNALS:
-                row[s] = st.estimate.signals.get(s)
-            for v, obs in st.estimate.variants.items():
-                row[f"ready_{v}"] = obs.ready
-                row[f"starting_{v}"] = obs.starting
-                row[f"desired_{v}"] = st.applied[v]
-            for k in ("setpoint", "measurement", "p", "i", "d", "target_capacity_rps"):
-                row[f"ctl_{k}"] = st.decision.terms.get(k)
-            row["reason"] = st.reason
-            rows.append(row)
+            rows.append(tick_row(rec.time_s, name, st, demand if name == run.sim.target else 0.0))
     return rows
+
+
+def tick_row(time_s: float, service: str, st: ServiceTick, arrival_rate_rps: float | None) -> dict[str, Any]:
+    """One timeline row: time, service, arrival rate, signals, replicas per variant, controller terms, reason."""
+    row: dict[str, Any] = {"time_s": time_s, "service": service, "arrival_rate_rps": arrival_rate_rps}
+    for s in TIMELINE_SIGNALS:
+        row[s] = st.estimate.signals.get(s)
+    for v, obs in st.estimate.variants.items():
+        row[f"ready_{v}"] = obs.ready
+        row[f"starting_{v}"] = obs.starting
+        row[f"desired_{v}"] = st.applied[v]
+    for k in ("setpoint", "measurement", "p", "i", "d", "target_capacity_rps"):
+        row[f"ctl_{k}"] = st.decision.terms.get(k)
+    row["reason"] = st.reason
+    return row
 
 
 def write_outputs(run: SimulationRun, out: Path, plot: bool = False) -> dict[str, Any]:
