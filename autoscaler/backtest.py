@@ -12,7 +12,6 @@ Prometheus) and plot.
 
 from __future__ import annotations
 
-import csv
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,7 +24,7 @@ from prometheus_api_client import PrometheusConnect
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.config import FleetConfig
 from autoscaler.loop.runner import ControlLoop, TickRecord
-from autoscaler.report import tick_row
+from autoscaler.report import tick_row, write_timeline_csv
 from controllers.pid import PIDController
 
 # Prometheus refuses range queries of more than 11,000 points per series (web/api/v1/api.go).
@@ -139,12 +138,7 @@ def write_outputs(run: BacktestRun, out: Path, url: str, service: str | None = N
     """
     out.mkdir(parents=True, exist_ok=True)
     rows = timeline_rows(run)
-    if rows:
-        fields = list(dict.fromkeys(k for row in rows for k in row))
-        with (out / "timeline.csv").open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=fields)
-            w.writeheader()
-            w.writerows(rows)
+    write_timeline_csv(rows, out / "timeline.csv")
     target = run.cfg.service(service).name
     if plot and rows:
         from autoscaler.plot import plot_timeline

@@ -157,18 +157,24 @@ def tick_row(time_s: float, service: str, st: ServiceTick, arrival_rate_rps: flo
     return row
 
 
+def write_timeline_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    """Write timeline rows as CSV (columns in first-seen order); nothing when there are no rows."""
+    if not rows:
+        return
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+
+
 def write_outputs(run: SimulationRun, out: Path, plot: bool = False) -> dict[str, Any]:
     """Write ``results.json`` and ``timeline.csv`` (and ``timeline.png`` with ``plot``) under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     results = summarize(run)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     rows = timeline_rows(run)
-    if rows:
-        fields = list(dict.fromkeys(k for row in rows for k in row))
-        with (out / "timeline.csv").open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=fields)
-            w.writeheader()
-            w.writerows(rows)
+    write_timeline_csv(rows, out / "timeline.csv")
     if plot:
         from autoscaler.plot import plot_timeline
 

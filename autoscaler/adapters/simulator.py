@@ -56,11 +56,12 @@ class SimMetricsSource:
     def _window_delta(self, r: Replica, now: float) -> tuple[dict[str, object], dict[str, object], float]:
         """(snapshot now, the last snapshot at or before the window start, seconds between them).
 
-        A pod's counters start at zero when it is created, so its history starts with an empty
-        snapshot at ``created_s``.
+        A pod exports metrics once it is ready (its server starts after the weights load), with its
+        counters at zero, so its history starts with an empty snapshot at ``ready_s``: a young pod's
+        rates are over the time it has served, not over its provisioning time too.
         """
         snap = r.metrics.snapshot()
-        hist = self._history.setdefault(r.rid, deque([(r.created_s, {})]))
+        hist = self._history.setdefault(r.rid, deque([(r.ready_s, {})]))
         hist.append((now, snap))
         while len(hist) > 2 and hist[1][0] <= now - self.window_s:
             hist.popleft()
