@@ -205,6 +205,20 @@ class GuardConfig(_Strict):
     idle_ticks_to_min: int = Field(default=8, ge=1)
 
 
+class ForecastConfig(_Strict):
+    """The loop's forecast stage (``autoscaler.loop.forecast``; off by default: no controller uses it yet).
+
+    Attributes:
+        enabled: forecast request rate and token mix every tick.
+        horizon_s: how far ahead, seconds (about a cold replica start).
+        step_s: forecast step, seconds; ticks within a step are averaged.
+    """
+
+    enabled: bool = False
+    horizon_s: float = Field(default=300.0, gt=0)
+    step_s: float = Field(default=60.0, gt=0, le=3600.0)
+
+
 class ControllerConfig(_Strict):
     """Control-loop settings.
 
@@ -213,12 +227,14 @@ class ControllerConfig(_Strict):
         window_s: look-back window of rate/quantile signals (PromQL ``rate(...[window])``), seconds.
         pid: PID settings.
         guard: safety rules.
+        forecast: the forecast stage.
     """
 
     tick_s: float = Field(default=15.0, ge=1.0)
     window_s: float = Field(default=60.0, gt=0)
     pid: PIDConfig = PIDConfig()
     guard: GuardConfig = GuardConfig()
+    forecast: ForecastConfig = ForecastConfig()
 
     @model_validator(mode="after")
     def _window(self) -> ControllerConfig:

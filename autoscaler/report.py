@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from autoscaler.loop.forecast import FORECAST_SIGNALS
 from autoscaler.loop.runner import ServiceTick
 from autoscaler.simulate import SimulationRun
 from autoscaler.simulator.engine import COMPLETED, FAILED, REJECTED
@@ -124,7 +125,7 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
 
 
 TIMELINE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "itl_p95_s", "tpot_p95_s", "kv_usage", "queue_length",
-                    "prefix_hit_rate", "slo_p95_ratio")
+                    "prefix_hit_rate", "slo_p95_ratio", *FORECAST_SIGNALS)
 
 
 def timeline_rows(run: SimulationRun) -> list[dict[str, Any]]:

@@ -18,7 +18,10 @@
   ``idle_to_min``, ``hold`` (signal unknown or warming up), ``metrics_error`` (a query failed);
 - ``autoscaler_metric_query_failures_total`` {service}: failed metric queries;
 - ``autoscaler_loop_duration_seconds``: histogram of tick wall time, prometheus_client's default
-  buckets (``Histogram.DEFAULT_BUCKETS``).
+  buckets (``Histogram.DEFAULT_BUCKETS``);
+- ``autoscaler_forecast_rate_rps`` {service, bound=point|lower|upper} and
+  ``autoscaler_forecast_tokens`` {service, kind=input|output}: the forecast stage's outputs
+  (``controller.forecast.enabled``), ``horizon_s`` ahead; absent while unknown or disabled.
 """
 
 from __future__ import annotations
@@ -39,6 +42,12 @@ from prometheus_client.utils import floatToGoString
 from autoscaler.loop.runner import ControlLoop, ServiceTick, TickRecord
 
 BUCKETS: tuple[float, ...] = tuple(b for b in Histogram.DEFAULT_BUCKETS if b != float("inf"))
+
+
+# Forecast-stage signals (autoscaler.loop.forecast) exported as their own families.
+FORECAST_RATE_BOUNDS = {"forecast_rate_rps": "point", "forecast_rate_lower_rps": "lower",
+                        "forecast_rate_upper_rps": "upper"}
+FORECAST_TOKEN_KINDS = {"forecast_input_tokens": "input", "forecast_output_tokens": "output"}
 
 
 def decision_kind(st: ServiceTick, idle: bool) -> str:
@@ -117,6 +126,13 @@ class LoopMetrics(Collector):
         decisions = CounterMetricFamily("autoscaler_decisions", "Decisions by reason.", labels=("service", "reason"))
         failures = CounterMetricFamily("autoscaler_metric_query_failures", "Metric queries that failed.",
                                        labels=("service",))
+        fc = self.loop.cfg.controller.forecast
+        horizon = f"{fc.horizon_s:g} s ahead"
+        f_rate = GaugeMetricFamily("autoscaler_forecast_rate_rps",
+                                   f"Forecast request rate {horizon}, requests/s: point and 90% interval bounds.",
+                                   labels=("service", "bound"))
+        f_tokens = GaugeMetricFamily("autoscaler_forecast_tokens",
+                                     f"Forecast mean tokens per request {horizon}.", labels=("service", "kind"))
         signal_name = self.loop.cfg.controller.pid.setpoint_signal
         controller = getattr(self.loop.controller, "name", type(self.loop.controller).__name__)
         if self._last is not None:
@@ -134,7 +150,13 @@ class LoopMetrics(Collector):
                     if term not in ("setpoint", "measurement"):
                         terms.add_metric([name, controller, term], x)
                 for sig, x in st.estimate.signals.items():
-                    if x is not None:
+                    if x is None:
+                        continue
+                    if sig in FORECAST_RATE_BOUNDS:
+                        f_rate.add_metric([name, FORECAST_RATE_BOUNDS[sig]], x)
+                    elif sig in FORECAST_TOKEN_KINDS:
+                        f_tokens.add_metric([name, FORECAST_TOKEN_KINDS[sig]], x)
+                    else:
                         signals.add_metric([name, sig], x)
         for name, n in self._idle.items():
             idle.add_metric([name], n)
@@ -149,7 +171,7 @@ class LoopMetrics(Collector):
             cum.append((floatToGoString(b), acc))
         duration.add_metric([], cum, self._duration_sum)
         return [current, ready, desired, setpoint, measured, terms, signals, admission, idle, decisions, failures,
-                duration]
+                duration, f_rate, f_tokens]
 
 
 class _Quiet(WSGIRequestHandler):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from autoscaler.config import FleetConfig, Service
 from autoscaler.loop.actuate import Actuator
 from autoscaler.loop.estimate import ServiceEstimate, estimate
+from autoscaler.loop.forecast import ForecastStage
 from autoscaler.loop.guard import GuardState, guard
 from autoscaler.loop.observe import MetricsSource
 from controllers.base import Controller, Decision
@@ -77,6 +78,8 @@ class ControlLoop:
         self.guards = {s.name: GuardState() for s in cfg.services}
         self.started_s = 0.0
         self.query_failures = {s.name: 0 for s in cfg.services}
+        fc = cfg.controller.forecast
+        self.forecasts = {s.name: ForecastStage(fc) for s in cfg.services} if fc.enabled else {}
 
     def start(self, now: float) -> None:
         """Mark the loop's start: it decides nothing until one signal window of data exists."""
@@ -90,6 +93,8 @@ class ControlLoop:
         for svc in self.cfg.services:
             obs = observations[svc.name]
             est = estimate(obs, svc, self.weights[svc.name])
+            if svc.name in self.forecasts:
+                self.forecasts[svc.name].apply(est)
             if est.errors:
                 self.query_failures[svc.name] += len(est.errors)
                 log.warning("%s: %d metric queries failed, holding replicas; first: %s",

@@ -1,0 +1,54 @@
+"""Forecast stage: request rate and token mix ahead of time, from the estimate stage's signals.
+
+Each tick it feeds ``models.forecast.LoadForecaster`` with the observed request rate and the mean
+prompt and output tokens per request (token rates / request rate), None when unknown (a failed
+query or no traffic is never read as zero tokens), and adds to the estimate's signals, for
+``horizon_s`` ahead: ``forecast_rate_rps`` (point), ``forecast_rate_lower_rps`` /
+``forecast_rate_upper_rps`` (90% interval), ``forecast_input_tokens``, ``forecast_output_tokens``.
+All are None until the forecaster has data.
+"""
+
+from __future__ import annotations
+
+from autoscaler.config import ForecastConfig
+from autoscaler.loop.estimate import ServiceEstimate
+from models.forecast import LoadForecaster
+
+FORECAST_SIGNALS = (
+    "forecast_rate_rps",
+    "forecast_rate_lower_rps",
+    "forecast_rate_upper_rps",
+    "forecast_input_tokens",
+    "forecast_output_tokens",
+)
+
+
+def _per_request(tokens_rps: float | None, rate_rps: float | None) -> float | None:
+    if tokens_rps is None or rate_rps is None or rate_rps <= 0:
+        return None
+    return tokens_rps / rate_rps
+
+
+class ForecastStage:
+    """One service's load forecaster."""
+
+    def __init__(self, cfg: ForecastConfig) -> None:
+        self.cfg = cfg
+        self.forecaster = LoadForecaster(step_s=cfg.step_s, max_horizon_s=max(cfg.horizon_s, cfg.step_s))
+
+    def apply(self, est: ServiceEstimate) -> None:
+        """Update with ``est``'s signals and add the forecast signals to ``est.signals`` (in place)."""
+        sig = est.signals
+        rate = sig.get("request_rate_rps")
+        self.forecaster.update(
+            est.time_s,
+            rate,
+            _per_request(sig.get("prompt_tokens_rps"), rate),
+            _per_request(sig.get("generation_tokens_rps"), rate),
+        )
+        f = self.forecaster.forecast(self.cfg.horizon_s)
+        sig["forecast_rate_rps"] = f.rate_rps.point if f.rate_rps else None
+        sig["forecast_rate_lower_rps"] = f.rate_rps.lower if f.rate_rps else None
+        sig["forecast_rate_upper_rps"] = f.rate_rps.upper if f.rate_rps else None
+        sig["forecast_input_tokens"] = f.mean_input_tokens.point if f.mean_input_tokens else None
+        sig["forecast_output_tokens"] = f.mean_output_tokens.point if f.mean_output_tokens else None
