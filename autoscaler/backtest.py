@@ -12,6 +12,7 @@ Prometheus) and plot.
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,7 +22,7 @@ from typing import Any
 
 from prometheus_api_client import PrometheusConnect
 
-from autoscaler.adapters.prometheus import PrometheusSource
+from autoscaler.adapters.prometheus import PrometheusSource, redact
 from autoscaler.config import FleetConfig
 from autoscaler.loop.runner import ControlLoop, TickRecord
 from autoscaler.report import tick_row, write_timeline_csv
@@ -31,21 +32,49 @@ from controllers.pid import PIDController
 MAX_POINTS = 11_000
 
 
-def parse_time(text: str) -> float:
+def parse_time(text: str, option: str = "time") -> float:
     """Unix seconds from ``text``: a number, or ISO 8601 (UTC when it has no offset).
 
+    ``option`` (e.g. ``--start``) names the value in errors.
+
     Raises:
-        ValueError: neither.
+        ValueError: neither, not finite, or outside the calendar (years 1..9999, e.g. milliseconds
+            passed as seconds).
     """
     try:
-        return float(text)
+        t = float(text)
     except ValueError:
-        pass
+        try:
+            dt = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"{option} '{text}' is neither unix seconds nor an ISO 8601 time") from None
+        t = (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
+    if not math.isfinite(t):
+        raise ValueError(f"{option} must be a finite time, got '{text}'")
     try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"'{text}' is neither unix seconds nor an ISO 8601 time") from None
-    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
+        datetime.fromtimestamp(t, UTC)
+    except (OverflowError, OSError, ValueError):
+        raise ValueError(f"{option} {text}: outside the calendar (years 1..9999; milliseconds passed as "
+                         "seconds?)") from None
+    return t
+
+
+def check_range(start: float, end: float, step: float) -> tuple[int, int, int]:
+    """``(start, step, ticks)`` of the grid ``start + k * step`` over ``[start, end]``, in whole seconds.
+
+    Raises:
+        ValueError: ``end <= start``, ``step`` not a whole number of seconds >= 1, or more than
+            ``MAX_POINTS`` ticks.
+    """
+    if not 1 <= step < math.inf or step != int(step):
+        raise ValueError(f"--step must be a whole number of seconds >= 1, got {step:g}")
+    t0, t1, dt = round(start), round(end), int(step)
+    if t1 <= t0:
+        raise ValueError("--end must be after --start")
+    n = (t1 - t0) // dt + 1
+    if n > MAX_POINTS:
+        raise ValueError(f"{n} ticks exceed Prometheus's {MAX_POINTS} points per query; use a larger --step")
+    return t0, dt, n
 
 
 class RangeRunner:
@@ -98,17 +127,9 @@ def run_backtest(cfg: FleetConfig, client: PrometheusConnect, start: float, end:
     """Replay the loop over ``[start, end]`` every ``step`` seconds (see the module docstring).
 
     Raises:
-        ValueError: ``end <= start``, ``step`` not a whole number of seconds >= 1, or more than
-            ``MAX_POINTS`` ticks.
+        ValueError: a bad range (``check_range``).
     """
-    if step < 1 or step != int(step):
-        raise ValueError(f"--step must be a whole number of seconds >= 1, got {step:g}")
-    t0, t1, dt = round(start), round(end), int(step)
-    if t1 <= t0:
-        raise ValueError("--end must be after --start")
-    n = (t1 - t0) // dt + 1
-    if n > MAX_POINTS:
-        raise ValueError(f"{n} ticks exceed Prometheus's {MAX_POINTS} points per query; use a larger --step")
+    t0, dt, n = check_range(start, end, step)
     cfg = cfg.model_copy(deep=True)
     cfg.controller.tick_s = float(dt)
     runner = RangeRunner(client, t0 + (n - 1) * dt, dt)
@@ -120,11 +141,18 @@ def run_backtest(cfg: FleetConfig, client: PrometheusConnect, start: float, end:
 
 
 def timeline_rows(run: BacktestRun) -> list[dict[str, Any]]:
-    """Rows with ``report.timeline_rows``'s columns (arrival rate = observed request rate)."""
+    """Rows with ``report.timeline_rows``'s columns (arrival rate = observed request rate).
+
+    A variant's replica columns are None (empty in the CSV) on ticks where its count was unknown.
+    """
     rows = []
     for rec in run.ticks:
         for name, st in rec.services.items():
-            rows.append(tick_row(rec.time_s, name, st, st.estimate.signals.get("request_rate_rps")))
+            row = tick_row(rec.time_s, name, st, st.estimate.signals.get("request_rate_rps"))
+            for v, obs in st.estimate.variants.items():
+                if not obs.counts_known:
+                    row[f"ready_{v}"] = row[f"starting_{v}"] = row[f"desired_{v}"] = None
+            rows.append(row)
     return rows
 
 
@@ -143,10 +171,12 @@ def write_outputs(run: BacktestRun, out: Path, url: str, service: str | None = N
     if plot and rows:
         from autoscaler.plot import plot_timeline
 
-        # plot_timeline reads these attributes of a SimulationRun.
+        # plot_timeline reads these attributes of a SimulationRun; unknown counts are gaps (NaN).
         stand_in = SimpleNamespace(controller="pid (backtest)", sim=SimpleNamespace(
-            cfg=run.cfg, target=target, workload=SimpleNamespace(source=f"{url} from {run.start}")))
-        plot_timeline(stand_in, rows, out / "timeline.png")  # type: ignore[arg-type]
+            cfg=run.cfg, target=target, workload=SimpleNamespace(source=f"{redact(url)} from {run.start}")))
+        plot_rows = [{k: math.nan if v is None and k.startswith(("ready_", "starting_", "desired_")) else v
+                      for k, v in row.items()} for row in rows]
+        plot_timeline(stand_in, plot_rows, out / "timeline.png")  # type: ignore[arg-type]
     sts = [rec.services[target] for rec in run.ticks]
     return {
         "service": target,

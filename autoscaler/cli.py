@@ -255,6 +255,9 @@ def dry_run(
 ) -> None:
     """Observe a live Prometheus and print, tick by tick, what the loop would do. Never actuates."""
     import logging
+    import math
+
+    from autoscaler.loop.export import parse_address
 
     try:
         cfg = _load_cfg(config)
@@ -262,8 +265,18 @@ def dry_run(
             raise ValueError(f"--output must be table or json, got '{output}'")
         if once and (interval is not None or ticks is not None):
             raise ValueError("--once excludes --interval and --ticks")
-        if speed <= 0 or (interval is not None and interval <= 0) or (ticks is not None and ticks < 1):
-            raise ValueError("--speed and --interval must be > 0, --ticks >= 1")
+        # `not 0 < x < inf` also rejects NaN.
+        if not 0 < speed < math.inf:
+            raise ValueError(f"--speed must be a finite number > 0, got {speed:g}")
+        if interval is not None and not 0 < interval < math.inf:
+            raise ValueError(f"--interval must be a finite number > 0, got {interval:g}")
+        if ticks is not None and ticks < 1:
+            raise ValueError(f"--ticks must be >= 1, got {ticks}")
+        if serve_metrics is not None:
+            try:
+                parse_address(serve_metrics)  # before connecting: a bad address is bad input (exit 2)
+            except ValueError as exc:
+                raise ValueError(f"--serve-metrics {serve_metrics}: {exc}") from None
     except (AutoscalerError, ValueError) as exc:
         raise _fail(str(exc)) from None
     # The table shows failures and ignored pods itself; JSON keeps stdout for data and logs to stderr.
@@ -326,14 +339,16 @@ def backtest(
     """Replay the decisions the loop would have made over a past range of a Prometheus's history."""
     import logging
 
-    from autoscaler.backtest import parse_time, run_backtest, write_outputs
+    from autoscaler.backtest import check_range, parse_time, run_backtest, write_outputs
 
     try:
         cfg = _load_cfg(config)
         if service is not None and service not in {s.name for s in cfg.services}:
             raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
-        t0, t1 = parse_time(start), parse_time(end)
+        t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")
         dt = cfg.controller.tick_s if step is None else step
+        check_range(t0, t1, dt)  # bad input exits 2 before connecting, even to an unreachable server
+        prepare_out(out)
     except (AutoscalerError, ValueError) as exc:
         raise _fail(str(exc)) from None
     with _StderrLog(logging.ERROR):
@@ -381,17 +396,22 @@ def compare(
     from autoscaler.compare import TABLE_HEADERS, check_names, run_compare, table_cells, write_comparison
 
     try:
+        if seed < 0:
+            raise ValueError(f"--seed must be >= 0, got {seed}")
+        if workers is not None and workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {workers}")
         cfg = _load_cfg(config)
         if service is not None and service not in {s.name for s in cfg.services}:
             raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
         names = [c.strip() for c in controllers.split(",") if c.strip()]
         check_names(names)
         wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction)
+        prepare_out(out)
         comp = run_compare(cfg, wl, names, service, workers,
                            done=lambda row: err_console.print(f"done: {row['controller']} ({row['wall_s']:.1f} s)",
                                                               highlight=False))
         paths = write_comparison(comp, cfg, service, out)
-    except (AutoscalerError, ValueError) as exc:
+    except (AutoscalerError, ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
     if json_output:
         console.print_json(json.dumps(comp.rows))

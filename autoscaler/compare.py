@@ -140,10 +140,12 @@ def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str]
         done: called with each row as its run finishes.
 
     Raises:
-        ValueError: see ``check_controllers``.
+        ValueError: ``workers`` below 1; see ``check_controllers``.
     """
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     check_controllers(controllers, cfg, workload, service)
-    n = min(len(controllers), os.cpu_count() or 1) if workers is None else max(1, min(workers, len(controllers)))
+    n = min(len(controllers), os.cpu_count() or 1) if workers is None else min(workers, len(controllers))
     results: dict[str, RunResult] = {}
     if n == 1:
         for name in controllers:

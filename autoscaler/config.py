@@ -253,6 +253,13 @@ class BasicAuth(_Strict):
     password_file: Path
 
 
+def _check_matchers(v: str | None) -> str | None:
+    """A selector must be PromQL label matchers, else every query it is in fails (HTTP 400)."""
+    from autoscaler.promql import check_matchers
+
+    return None if v is None else check_matchers(v)
+
+
 class VariantSelectors(_Strict):
     """PromQL label matchers (without braces) of one variant.
 
@@ -266,6 +273,11 @@ class VariantSelectors(_Strict):
     pods: str | None = None
     deployment: str | None = None
 
+    @field_validator("pods", "deployment")
+    @classmethod
+    def _matchers(cls, v: str | None) -> str | None:
+        return _check_matchers(v)
+
 
 class ServiceSelectors(_Strict):
     """Label matchers of one service: ``service`` is ANDed into every query of the service
@@ -273,6 +285,11 @@ class ServiceSelectors(_Strict):
 
     service: str | None = None
     variants: dict[str, VariantSelectors] = Field(default_factory=dict)
+
+    @field_validator("service")
+    @classmethod
+    def _matchers(cls, v: str | None) -> str | None:
+        return _check_matchers(v)
 
 
 class PrometheusConfig(_Strict):

@@ -14,7 +14,9 @@ history, so the loop decides from its first tick (no warm-up). Admission thresho
         "signals": {<signal>: value or null}, "decision": {"hold", "reason", "terms"},
         "admission_thresholds": null, "errors": [...], "warnings": [...]}}}
 
-``errors`` lists failed queries (empty when all worked); on any, the loop holds.
+``errors`` lists failed queries (empty when all worked); on any, the loop holds. A variant whose
+replica count is unknown (every query that tells it failed, none known before) has null counts
+(``?`` in the table), and the loop holds.
 """
 
 from __future__ import annotations
@@ -119,6 +121,9 @@ def tick_json(run: DryRun, record: TickRecord, wall_s: float) -> dict[str, Any]:
             "variants": {
                 v: {"current_replicas": obs.current, "ready_replicas": obs.ready,
                     "starting_replicas": obs.starting, "desired_replicas": st.applied[v], "reason": st.reason}
+                if obs.counts_known else  # unknown: null, never 0
+                {"current_replicas": None, "ready_replicas": None, "starting_replicas": None,
+                 "desired_replicas": None, "reason": st.reason}
                 for v, obs in est.variants.items()
             },
             "signals": dict(est.signals),
@@ -144,9 +149,12 @@ def tick_tables(run: DryRun, record: TickRecord, wall_s: float) -> list[Table | 
         for col in ("variant", "current (ready+starting)", "desired", "change", "admission", "reason"):
             t.add_column(col, justify="right" if col in ("desired", "change") else "left")
         for v, obs in est.variants.items():
+            if not obs.counts_known:  # unknown: "?", never 0
+                t.add_row(v, "? (?+?)", "?", "?", "-", escape(st.reason))
+                continue
             delta = st.applied[v] - obs.current
             t.add_row(v, f"{obs.current} ({obs.ready}+{obs.starting})", str(st.applied[v]),
-                      f"{delta:+d}" if delta else "0", "-", st.reason)
+                      f"{delta:+d}" if delta else "0", "-", escape(st.reason))
         out.append(t)
         s = Table(show_header=True, title=f"{name}: observed signals", title_justify="left")
         s.add_column("signal")

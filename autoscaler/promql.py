@@ -144,6 +144,24 @@ def check_template(signal: str, template: str) -> None:
         raise ValueError(f"query for {signal}: must contain $sel (the pods in scope)")
 
 
+# One PromQL label matcher: a label name (or a quoted UTF-8 name), an operator, a quoted string.
+_STRING = r""""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`"""
+_MATCHER = rf"""\s*(?:[a-zA-Z_][a-zA-Z0-9_]*|"(?:[^"\\]|\\.)*")\s*(?:=~|!~|!=|=)\s*(?:{_STRING})\s*"""
+_MATCHERS = re.compile(rf"(?:{_MATCHER}(?:,{_MATCHER})*,?)?\s*", re.DOTALL)
+
+
+def check_matchers(text: str) -> str:
+    """Validate a list of PromQL label matchers without braces, e.g. ``a="b",c=~"d.*"`` (may be empty).
+
+    Raises:
+        ValueError: not comma-separated ``name(=|!=|=~|!~)"value"`` matchers.
+    """
+    if not _MATCHERS.fullmatch(text):
+        raise ValueError(f"'{text}' is not a list of PromQL label matchers without braces, "
+                         'e.g. namespace="prod",pod=~"llm-.*"')
+    return text
+
+
 def render(template: str, sel: str, window_s: float) -> str:
     """The template with ``$sel`` and ``$window`` (seconds, rendered in whole milliseconds) filled in."""
     return Template(template).substitute(sel=sel, window=duration(window_s))

@@ -18,8 +18,10 @@ or a ratio over zero traffic, 0/0) is None without an error: the request counter
 Replica counts: ``kube_deployment_spec_replicas`` is ready + starting and
 ``kube_deployment_status_replicas_ready`` the ready part. Without kube-state-metrics the fresh pods
 are counted as ready and nothing as starting: pods that are still loading weights export no
-metrics, so starting replicas cannot be seen from Prometheus alone. When those queries fail, the
-last known counts are reported.
+metrics, so starting replicas cannot be seen from Prometheus alone. Every answer that came back
+is used even when another query failed (kube-state-metrics still counts the replicas when the vLLM
+queries fail); when the needed ones failed, the last known counts are reported, and with none the
+counts are unknown (``VariantObservation.counts_known`` False: the loop holds), never zero.
 
 Time: ``speed`` > 1 reads a source that runs that many times faster than real time (the simulator
 served with ``autoscaler simulate --serve-metrics --speed``): windows shrink by ``speed`` and
@@ -31,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import urllib.parse
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -93,13 +96,41 @@ def _secret(path: object, what: str) -> str:
         raise PrometheusError(f"cannot read prometheus.{what} {path}: {exc.strerror}") from None
 
 
+# The userinfo of a URL (``user:password@``), up to the last ``@`` before the path.
+_USERINFO = re.compile(r"(?<=://)[^/?#\s]*@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials of every URL in it (``scheme://user:password@``) masked."""
+    return _USERINFO.sub("***@", text)
+
+
+def check_url(url: str) -> None:
+    """Raise ``PrometheusError`` unless ``url`` is an ``http(s)://HOST[:PORT][/path]`` base URL."""
+    shown = redact(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise PrometheusError(f"malformed Prometheus URL '{shown}': {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise PrometheusError(f"malformed Prometheus URL '{shown}': must start with http:// or https://")
+    if not parts.hostname:
+        raise PrometheusError(f"malformed Prometheus URL '{shown}': no host")
+    if port == 0:
+        raise PrometheusError(f"malformed Prometheus URL '{shown}': port must be in 1..65535")
+    if parts.query or parts.fragment:
+        raise PrometheusError(f"malformed Prometheus URL '{shown}': a base URL has no ?query or #fragment")
+
+
 def connect(prom: PrometheusConfig, url: str) -> PrometheusConnect:
     """A client for ``url`` with the section's auth, TLS and timeout; no HTTP retries (the next
     tick is the retry, and a retry storm would stretch a tick during an outage).
 
     Raises:
-        PrometheusError: a credential or CA file cannot be read.
+        PrometheusError: a malformed URL, or a credential or CA file cannot be read.
     """
+    check_url(url)
     session = requests.Session()
     if prom.ca_file is not None:
         if not prom.ca_file.is_file():
@@ -122,7 +153,11 @@ def connect(prom: PrometheusConfig, url: str) -> PrometheusConnect:
 
 
 def describe(exc: BaseException) -> str:
-    """One line saying why a query failed."""
+    """One line saying why a query failed (URL credentials masked)."""
+    return redact(_describe(exc))
+
+
+def _describe(exc: BaseException) -> str:
     # Without retries, urllib3 wraps a read timeout in MaxRetryError, which requests raises as ConnectionError.
     if isinstance(exc, requests.Timeout) or "timed out" in str(exc):
         return "timed out"
@@ -146,7 +181,7 @@ def check_reachable(client: PrometheusConnect) -> None:
     try:
         client.custom_query("vector(1)")
     except Exception as exc:
-        raise PrometheusError(f"cannot query Prometheus at {client.url}: {describe(exc)}") from None
+        raise PrometheusError(f"cannot query Prometheus at {redact(client.url)}: {describe(exc)}") from None
 
 
 @dataclass
@@ -176,7 +211,7 @@ class _Plan:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     valid: dict[str, list[_Pod]] = field(default_factory=dict)
-    counts: dict[str, tuple[int, int]] = field(default_factory=dict)
+    counts: dict[str, tuple[int, int] | None] = field(default_factory=dict)
     jobs: dict[str, dict[str, Future[_Outcome]]] = field(default_factory=dict)
 
 
@@ -206,8 +241,8 @@ class PrometheusSource:
 
     def __init__(self, cfg: FleetConfig, runner: QueryRunner, *, speed: float = 1.0,
                  clock: Callable[[float], float] | None = None) -> None:
-        if speed <= 0:
-            raise ValueError(f"speed must be > 0, got {speed}")
+        if not 0 < speed < math.inf:
+            raise ValueError(f"speed must be finite and > 0, got {speed}")
         self.cfg = cfg
         self.prom = cfg.prometheus
         self.runner = runner
@@ -300,18 +335,38 @@ class PrometheusSource:
             valid.append(pod)
         return fresh, valid
 
-    def _counts_of(self, key: tuple[str, str], res: dict[str, _Outcome], fresh: list[_Pod]) -> tuple[int, int]:
-        """(ready, starting) from kube-state-metrics, else fresh pods; last known when queries failed."""
-        spec, ready = res.get("spec"), res.get("ready")
-        if res["age"].error or (spec is not None and spec.error) or (ready is not None and ready.error):
-            return self._counts.get(key, (0, 0))
-        if spec is not None and spec.result:
+    def _fresh_count(self, age: _Outcome) -> int:
+        """Pods whose newest sample is within the staleness bound, from the ``age`` query's answer."""
+        pl = self.prom.pod_label
+        return len({s["metric"].get(pl) for s in age.result
+                    if s["metric"].get(pl) is not None and not _value(s) > self.prom.staleness_s})
+
+    def _counts_of(self, key: tuple[str, str], res: dict[str, _Outcome]) -> tuple[int, int] | None:
+        """(ready, starting) from kube-state-metrics, else fresh pods; None when unknown.
+
+        Every answer that came back is used, whichever other query failed: ``spec`` gives the
+        total, ``ready`` (else the fresh pods, else the last known split) the ready part. When the
+        answers that are needed failed, the last known counts; None when there are none (unknown,
+        never zero).
+        """
+        spec, ready, age = res.get("spec"), res.get("ready"), res["age"]
+        last = self._counts.get(key)
+        counts: tuple[int, int] | None = None
+        if spec is not None and spec.error is None and spec.result:
             total = _count(spec.result[0])
-            n_ready = _count(ready.result[0]) if ready is not None and ready.result else len(fresh)
+            if ready is not None and ready.error is None and ready.result:
+                n_ready = _count(ready.result[0])
+            elif age.error is None:
+                n_ready = self._fresh_count(age)
+            else:
+                n_ready = total if last is None else last[0]
             n_ready = min(max(n_ready, 0), total)
             counts = (n_ready, total - n_ready)
-        else:
-            counts = (len(fresh), 0)
+        elif (spec is None or spec.error is None) and age.error is None:
+            # No Deployment series (or no kube-state-metrics selector): the fresh pods, all ready.
+            counts = (self._fresh_count(age), 0)
+        if counts is None:
+            return last
         self._counts[key] = counts
         return counts
 
@@ -365,23 +420,27 @@ class PrometheusSource:
             failed = [f"{scope} pods ({k}): {r.error}" for k, r in res.items() if r.error is not None]
             plan.errors += failed
             known = known and not failed
-            fresh: list[_Pod] = []
             plan.valid[v.name] = []
             try:
                 if not failed:
-                    fresh, plan.valid[v.name] = self._pods(res, plan.warnings, scope)
-                plan.counts[v.name] = self._counts_of((svc.name, v.name), res, fresh)
+                    plan.valid[v.name] = self._pods(res, plan.warnings, scope)[1]
             except (KeyError, IndexError, TypeError, ValueError) as exc:
                 plan.errors.append(f"{scope} pods: {describe(exc)}")
                 known, plan.valid[v.name] = False, []
-                plan.counts[v.name] = self._counts.get((svc.name, v.name), (0, 0))
+            try:
+                plan.counts[v.name] = self._counts_of((svc.name, v.name), res)
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                plan.errors.append(f"{scope} replicas: {describe(exc)}")
+                known = False
+                plan.counts[v.name] = self._counts.get((svc.name, v.name))
+            counts = plan.counts[v.name]
             if not failed and not res["age"].result and not ("spec" in res and res["spec"].result):
                 pods_sel, dep_sel = self.variant_selectors(svc, v)
                 pods_sel = matchers(self.service_selector(svc), pods_sel)
                 plan.warnings.append(f"{scope}: no series match the selectors (pods: {pods_sel}; "
                                      f"deployment: {dep_sel or '-'})")
-            elif not failed and plan.counts[v.name][0] > 0 and not plan.valid[v.name]:
-                plan.warnings.append(f"{scope}: {plan.counts[v.name][0]} ready replica(s) but no pod with "
+            elif not failed and counts is not None and counts[0] > 0 and not plan.valid[v.name]:
+                plan.warnings.append(f"{scope}: {counts[0]} ready replica(s) but no pod with "
                                      "fresh, sane metrics")
         base, pl = self.service_selector(svc), self.prom.pod_label
         every = [p.name for pods in plan.valid.values() for p in pods]
@@ -402,7 +461,11 @@ class PrometheusSource:
         for v in plan.svc.variants:
             scope = f"{name}/{v.name}"
             vsig = self._collect(plan.jobs[scope], plan.errors, scope) if scope in plan.jobs else dict.fromkeys(SIGNALS)
-            variants[v.name] = VariantObservation(plan.counts[v.name][0], plan.counts[v.name][1], 0, vsig)
+            counts = plan.counts[v.name]
+            if counts is None:  # unknown: the loop holds (``counts_known``), the 0s are never read
+                variants[v.name] = VariantObservation(0, 0, 0, vsig, counts_known=False)
+            else:
+                variants[v.name] = VariantObservation(counts[0], counts[1], 0, vsig)
         # Per-pod gauges for the baselines: only pods that reported all three.
         pods = [self._pod_observation(v, p) for v, ps in plan.valid.items() for p in ps
                 if p.kv and p.waiting and p.running]

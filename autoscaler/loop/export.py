@@ -4,7 +4,8 @@
 ``record(tick, duration_s)`` after each ``ControlLoop.tick``. Families (labels in braces):
 
 - ``autoscaler_current_replicas``, ``autoscaler_ready_replicas``, ``autoscaler_desired_replicas``
-  {service, variant}: ready + starting, ready, and the guarded decision of the last tick;
+  {service, variant}: ready + starting, ready, and the guarded decision of the last tick (absent
+  while the variant's replica count is unknown);
 - ``autoscaler_setpoint``, ``autoscaler_measured`` {service, signal}: the controller's setpoint and
   measurement (absent while the measurement is unknown);
 - ``autoscaler_controller_term`` {service, controller, term}: the other numbers the controller
@@ -138,6 +139,8 @@ class LoopMetrics(Collector):
         if self._last is not None:
             for name, st in self._last.services.items():
                 for v, obs in st.estimate.variants.items():
+                    if not obs.counts_known:  # unknown: no sample rather than a false 0
+                        continue
                     current.add_metric([name, v], obs.current)
                     ready.add_metric([name, v], obs.ready)
                     desired.add_metric([name, v], st.applied[v])

@@ -42,12 +42,18 @@ SIGNALS = (
 
 @dataclass
 class VariantObservation:
-    """Replica counts (from the actuator's view of the Deployment) and signals of one variant."""
+    """Replica counts (from the actuator's view of the Deployment) and signals of one variant.
+
+    ``counts_known`` False: the source could not tell the counts (every query that gives them
+    failed, nothing known before); ``ready``/``starting`` are then 0 placeholders that must not be
+    read as a count, and the loop holds the service.
+    """
 
     ready: int
     starting: int
     draining: int = 0
     signals: dict[str, float | None] = field(default_factory=dict)
+    counts_known: bool = True
 
     @property
     def current(self) -> int:

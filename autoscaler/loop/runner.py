@@ -11,6 +11,8 @@ variant's ``[min_replicas, min(max_replicas, quota)]``.
 Fail-static: when any metric query failed this tick (``ServiceObservation.errors``), the loop holds
 every variant at its current count (no scale-down on an outage read as idle), adds the failures to
 ``query_failures`` and logs them; rejected values (``ServiceEstimate.warnings``) are logged too.
+When a variant's replica count is unknown (``VariantObservation.counts_known``), the loop holds the
+service whatever the controller, before any other rule.
 """
 
 from __future__ import annotations
@@ -105,7 +107,13 @@ class ControlLoop:
             gstate.idle_ticks = gstate.idle_ticks + 1 if est.idle else 0
             own_guard = getattr(self.controller, "own_guard", False)
             waiting = est.signals.get("queue_length") or 0.0
-            if own_guard:
+            unknown = [n for n, v in est.variants.items() if not v.counts_known]
+            if unknown:  # never decide (nor scale from zero) on counts nobody knows
+                why = f"replica count of {', '.join(unknown)} unknown"
+                if est.errors:
+                    why = f"{len(est.errors)} metric queries failed ({est.errors[0]}); {why}"
+                decision = Decision(dict(est.current), f"hold: {why}", hold=True)
+            elif own_guard:
                 decision = self.controller.decide(est, svc, ctrl)
             elif est.capacity_rps == 0 and waiting > 0:
                 decision = scale_from_zero(svc, self.weights[svc.name], waiting)

@@ -10,7 +10,9 @@ Names for ``make_baseline`` (and ``autoscaler simulate/compare --controller(s)``
 ``hpa`` (``hpa.py``), ``keda`` (``keda.py``), ``kpa`` (Knative, ``knative.py``), ``aibrix`` and
 ``aibrix-apa`` (``aibrix.py``), ``dynamo`` (``dynamo.py``), ``wva`` (``wva.py``), ``static-ilp``
 (``static_ilp.py``). A spec may set constructor parameters, ``name:key=value[:key=value...]``, e.g.
-``hpa:metric=queue:target=5`` or ``dynamo:ttft=2:itl=0.1:predictor=constant``. Metric targets left
+``hpa:metric=queue:target=5`` or ``dynamo:ttft=2:itl=0.1:predictor=constant``; ``parse_spec`` checks
+each value against the parameter's ``Param`` (text, or a finite number in range: targets and windows
+> 0, tolerances and thresholds >= 0) and names the controller and parameter when one is wrong. Metric targets left
 unset default to one replica's load at 70 % of its SLO rate on the workload's mean request
 (``calibrate.py``), or to the anchors' thresholds for queue metrics (HPA 5, KEDA 10).
 """
@@ -18,7 +20,9 @@ unset default to one replica's load at 70 % of its SLO rate on the workload's me
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from autoscaler.config import FleetConfig
@@ -36,9 +40,64 @@ from controllers.baselines.wva import WVAController
 _Factory = Callable[[dict[str, Any], FleetConfig, Workload, str | None], Controller]
 
 
-def _params(cls: type, *skip: str) -> list[str]:
-    """Constructor parameters a spec may set (the engine settings come from the fleet file)."""
-    return [p for p in inspect.signature(cls).parameters if p not in ("engine", *skip)]
+@dataclass(frozen=True)
+class Param:
+    """What a spec may set one constructor parameter to.
+
+    ``kind`` is ``str`` (passed as written; the controller checks the choice), ``float`` (a finite
+    number) or ``int`` (a whole number); numbers must be ``> low`` (``>= low`` when ``closed``) and,
+    with ``high``, ``<= high``.
+    """
+
+    kind: type
+    low: float | None = None
+    closed: bool = False
+    high: float | None = None
+
+    def bounds(self) -> str:
+        """The range as text: ``> 0``, ``>= 1``, ``in (0, 100]``."""
+        low = "" if self.low is None else format(self.low, "g")
+        if self.high is None:
+            return f"{'>=' if self.closed else '>'} {low}"
+        if self.low is None:
+            return f"<= {self.high:g}"
+        return f"in {'[' if self.closed else '('}{low}, {self.high:g}]"
+
+    def parse(self, name: str, key: str, text: str) -> int | float | str:
+        """``text`` as this parameter's value.
+
+        Raises:
+            ValueError: one line naming ``name`` and ``key``: not a number, not finite, out of range.
+        """
+        if self.kind is str:
+            return text
+        what = f"{name} {key}"
+        try:
+            value: int | float = int(text) if self.kind is int else float(text)
+        except ValueError:
+            kind = "a whole number" if self.kind is int else "a number"
+            raise ValueError(f"{what} must be {kind}, got '{text}'") from None
+        if not math.isfinite(value):
+            raise ValueError(f"{what} must be a finite number, got '{text}'")
+        below = self.low is not None and (value < self.low if self.closed else value <= self.low)
+        above = self.high is not None and value > self.high
+        if below or above:
+            raise ValueError(f"{what} must be {self.bounds()}, got {text}")
+        return value
+
+
+TEXT = Param(str)
+POSITIVE = Param(float, 0.0)
+NON_NEGATIVE = Param(float, 0.0, closed=True)
+
+
+def _params(cls: type, *skip: str, **schema: Param) -> dict[str, Param]:
+    """Constructor parameters a spec may set (the engine settings come from the fleet file), in
+    signature order, each with its ``Param``; ``schema`` must cover exactly those parameters."""
+    names = [p for p in inspect.signature(cls).parameters if p not in ("engine", *skip)]
+    if set(names) != set(schema):
+        raise TypeError(f"{cls.__name__}: spec schema {sorted(schema)} != constructor parameters {sorted(names)}")
+    return {n: schema[n] for n in names}
 
 
 def _op(cfg: FleetConfig, wl: Workload, service: str | None) -> OperatingPoint:
@@ -68,33 +127,31 @@ def _aibrix(strategy: str) -> _Factory:
     return build
 
 
-_BASELINES: dict[str, tuple[list[str], _Factory]] = {
-    "hpa": (_params(HPAController), _hpa),
-    "keda": (_params(KedaController), _keda),
-    "kpa": (_params(KnativeKPAController), _kpa),
-    "aibrix": (_params(AIBrixController, "strategy"), _aibrix("kpa")),
-    "aibrix-apa": (_params(AIBrixController, "strategy"), _aibrix("apa")),
-    "dynamo": (_params(DynamoPlanner), lambda kw, cfg, wl, s: DynamoPlanner(cfg.simulator.engine, **kw)),
-    "wva": ([], lambda kw, cfg, wl, s: WVAController()),
-    "static-ilp": ([], lambda kw, cfg, wl, s: static_ilp_controller(cfg.service(s), wl, cfg.simulator.engine)),
+_AIBRIX = _params(AIBrixController, "strategy", target=POSITIVE)
+_BASELINES: dict[str, tuple[dict[str, Param], _Factory]] = {
+    "hpa": (_params(HPAController, target=POSITIVE, metric=TEXT, tolerance=NON_NEGATIVE,
+                    downscale_window_s=NON_NEGATIVE), _hpa),
+    "keda": (_params(KedaController, threshold=POSITIVE, metric=TEXT, activation_threshold=NON_NEGATIVE,
+                     fallback_failures=Param(int, 1, closed=True), fallback_replicas=Param(int, 0, closed=True)),
+             _keda),
+    "kpa": (_params(KnativeKPAController, target=POSITIVE, stable_window_s=POSITIVE,
+                    panic_window_percentage=Param(float, 0.0, high=100.0)), _kpa),
+    "aibrix": (_AIBRIX, _aibrix("kpa")),
+    "aibrix-apa": (_AIBRIX, _aibrix("apa")),
+    "dynamo": (_params(DynamoPlanner, predictor=TEXT, ttft=POSITIVE, itl=POSITIVE),
+               lambda kw, cfg, wl, s: DynamoPlanner(cfg.simulator.engine, **kw)),
+    "wva": ({}, lambda kw, cfg, wl, s: WVAController()),
+    "static-ilp": ({}, lambda kw, cfg, wl, s: static_ilp_controller(cfg.service(s), wl, cfg.simulator.engine)),
 }
 BASELINE_NAMES = tuple(_BASELINES)
 
 
-def _value(text: str) -> int | float | str:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            continue
-    return text
-
-
 def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
-    """Split ``name:key=value:...`` into the name and its parameters (numbers parsed).
+    """Split ``name:key=value:...`` into the name and its parameters (numbers parsed and checked).
 
     Raises:
-        ValueError: unknown name, a parameter without ``=``, or one the controller does not take.
+        ValueError: one line: unknown name, a parameter without ``=``, one the controller does not take
+            or given twice, a number that is not one, not finite or out of range (``Param``).
     """
     name, *parts = spec.split(":")
     if name not in _BASELINES:
@@ -105,7 +162,9 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
         key, eq, text = part.partition("=")
         if not eq or key not in allowed:
             raise ValueError(f"bad parameter '{part}' for {name}; it takes: {', '.join(allowed) or 'none'}")
-        params[key] = _value(text)
+        if key in params:
+            raise ValueError(f"{name} {key} given twice in '{spec}'")
+        params[key] = allowed[key].parse(name, key, text)
     return name, params
 
 

@@ -1,0 +1,510 @@
+"""Break-it tests of ``autoscaler compare``, ``dry-run`` and ``backtest`` (bad input, broken Prometheus).
+
+The promises under test: bad input (arguments, fleet file, controller specs, time ranges, URLs) gives a
+one-line ``error: ...`` naming what is wrong, exit status 2 (1 for an unreachable Prometheus), never a
+traceback; a failed, slow or 5xx query is unknown (never zero) and never causes a scale-down;
+``compare.json`` rows are consistent and deterministic for a seed (serial == parallel).
+
+``test_bug_*`` tests pin behaviour that is wrong today (they fail until it is fixed); the others pin
+cases that already behave correctly. A fake Prometheus (``http.server`` in a thread on 127.0.0.1,
+port 0) answers each query with a function of the PromQL; one test starts Debian's real
+``prometheus`` on an empty TSDB (``promserver.PromServer``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from threading import Thread
+from typing import Any
+
+import pytest
+import yaml
+from promserver import PromServer, free_port
+from typer.testing import CliRunner, Result
+
+from autoscaler.cli import app
+from autoscaler.config import default_config
+
+# ----------------------------------------------------------------------------- helpers
+Answer = Callable[[str, str], tuple[int, bytes]]  # (path, promql) -> (HTTP status, body)
+
+
+def vector(value: str | None = None, t: float | None = None) -> bytes:
+    result = [] if value is None else [{"metric": {}, "value": [t or time.time(), value]}]
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+
+
+def empty(path: str, promql: str) -> tuple[int, bytes]:
+    """An empty Prometheus: ``vector(1)`` answers, everything else has no series."""
+    if promql == "vector(1)":
+        return 200, vector("1")
+    if path.endswith("query_range"):
+        return 200, json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}}).encode()
+    return 200, vector()
+
+
+def failing(status: int, body: bytes, *, ksm: str | None = None, delay_s: float = 0.0) -> Answer:
+    """Reachable (``vector(1)`` answers) but every other query fails with ``status``/``body`` after
+    ``delay_s``; with ``ksm``, kube-state-metrics queries still answer that replica count."""
+    def answer(path: str, promql: str) -> tuple[int, bytes]:
+        if promql == "vector(1)":
+            return 200, vector("1")
+        if ksm is not None and "kube_deployment" in promql:
+            return 200, vector(ksm)
+        time.sleep(delay_s)
+        return status, body
+    return answer
+
+
+class FakeProm:
+    """A Prometheus HTTP API stand-in on 127.0.0.1 (port 0); ``answer`` decides every response."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _reply(self, query: str) -> None:
+                path = urllib.parse.urlparse(self.path).path
+                promql = urllib.parse.parse_qs(query).get("query", [""])[0]
+                status, body = fake.answer(path, promql)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client timed out
+
+            def do_GET(self) -> None:
+                self._reply(urllib.parse.urlparse(self.path).query)
+
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                self._reply(self.rfile.read(n).decode())
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Quiet."""
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 128
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.thread = Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def fake() -> Iterator[Callable[[Answer], FakeProm]]:
+    servers: list[FakeProm] = []
+
+    def start(answer: Answer) -> FakeProm:
+        servers.append(FakeProm(answer))
+        return servers[-1]
+    yield start
+    for s in servers:
+        s.close()
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def assert_one_line_error(res: Result, status: int, *needles: str) -> str:
+    """Exit ``status``, no traceback, stderr one line ``error: ...`` containing every needle."""
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert res.exit_code == status, (res.exit_code, res.stderr)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith("done: ")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+def unreachable() -> str:
+    return f"http://127.0.0.1:{free_port()}"
+
+
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+def azure_trace(path: Path, n: int, prompt: int = 400, gap_s: float = 1.0) -> Path:
+    rows = [f"2023-11-16 18:{int(i * gap_s) // 60:02d}:{(i * gap_s) % 60:09.6f},{prompt + 7 * (i % 13)},{40 + i % 50}"
+            for i in range(n)]
+    path.write_text(AZURE_HEADER + "\n".join(rows) + "\n")
+    return path
+
+
+def fleet_file(tmp_path: Path, prometheus: dict[str, Any]) -> Path:
+    doc = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "fleet.yaml").read_text())
+    doc["prometheus"] = prometheus
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def ticks_json(res: Result) -> list[dict[str, Any]]:
+    return [json.loads(ln) for ln in res.stdout.splitlines() if ln.strip()]
+
+
+SERVICE = default_config().services[0].name
+VARIANTS = [v.name for v in default_config().services[0].variants]
+
+
+# ============================================================================= compare: bugs
+@pytest.mark.parametrize("spec", ["hpa:target=abc", "kpa:target=abc", "dynamo:ttft=abc", "hpa:tolerance=abc"])
+def test_bug_non_numeric_spec_value_is_one_line_error(tmp_path: Path, spec: str) -> None:
+    # Today: TypeError traceback ('<=' not supported between 'str' and 'int'), exit 1, after loading the trace.
+    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", spec,
+                 "--workers", "1", "--out", str(tmp_path / "out"))
+    assert_one_line_error(res, 2, spec.split(":")[1].split("=")[0])
+
+
+@pytest.mark.parametrize("spec", ["hpa:target=nan", "kpa:target=nan", "kpa:target=inf", "hpa:target=inf",
+                                  "dynamo:ttft=nan", "aibrix:target=inf"])
+def test_bug_non_finite_spec_target_is_rejected(tmp_path: Path, spec: str) -> None:
+    # Today: nan passes `target <= 0` and fails later with "cannot convert float NaN to integer" (or runs);
+    # inf runs as if no target were set.
+    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", spec,
+                 "--workers", "1", "--out", str(tmp_path / "out"))
+    assert_one_line_error(res, 2, spec.split(":")[1].split("=")[0])
+
+
+@pytest.mark.parametrize("spec", ["kpa:stable_window_s=0", "kpa:stable_window_s=-60", "kpa:panic_window_percentage=0",
+                                  "hpa:tolerance=-1", "hpa:downscale_window_s=-10"])
+def test_bug_out_of_range_spec_parameter_is_rejected(tmp_path: Path, spec: str) -> None:
+    # Today: kpa stable_window_s=0 -> IndexError traceback, panic_window_percentage=0 -> AssertionError
+    # traceback; negative tolerance / windows run silently.
+    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", spec,
+                 "--workers", "1", "--out", str(tmp_path / "out"))
+    assert_one_line_error(res, 2, spec.split(":")[1].split("=")[0])
+
+
+@pytest.mark.parametrize("sub", ["", "sub"])
+def test_bug_compare_out_is_a_file_fails_before_simulating(tmp_path: Path, sub: str) -> None:
+    # Today: every controller runs, then FileExistsError / NotADirectoryError traceback, exit 1.
+    (tmp_path / "afile").write_text("x")
+    out = tmp_path / "afile" / sub if sub else tmp_path / "afile"
+    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", "pid,static",
+                 "--out", str(out))
+    assert_one_line_error(res, 2, "--out")
+    assert "done:" not in res.stderr  # checked before any run
+
+
+@pytest.mark.parametrize("workers", ["0", "-1"])
+def test_bug_compare_workers_below_one_is_rejected(tmp_path: Path, workers: str) -> None:
+    # Today: silently runs serially.
+    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", "pid,static",
+                 "--workers", workers, "--out", str(tmp_path / "out"))
+    assert_one_line_error(res, 2, "--workers")
+
+
+def test_bug_compare_negative_seed_names_the_option(tmp_path: Path) -> None:
+    # Today: "error: expected non-negative integer" (from numpy), which names nothing.
+    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", "pid",
+                 "--seed", "-1", "--out", str(tmp_path / "out"))
+    assert_one_line_error(res, 2, "--seed")
+
+
+# ============================================================================= compare: correct today
+@pytest.mark.parametrize(("spec", "needle"), [
+    ("pid,,pid", "listed twice"), (",,", "no controller given"), ("", "no controller given"),
+    ("bogus", "unknown controller 'bogus'"), ("pid:x=1", "unknown controller"),
+    ("hpa:target=-1", "target must be > 0"), ("kpa:target=0", "target must be > 0"),
+    ("hpa:metric=bogus", "metric must be one of"), ("dynamo:predictor=bogus", "predictor must be one of"),
+    ("hpa:target", "bad parameter"), ("hpa:", "bad parameter"),
+])
+def test_compare_bad_controller_list_is_one_line_error(tmp_path: Path, spec: str, needle: str) -> None:
+    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", spec,
+                 "--workers", "1", "--out", str(tmp_path / "out"))
+    assert_one_line_error(res, 2, needle)
+
+
+def test_compare_rate_scale_leaving_nothing_is_one_line_error(tmp_path: Path) -> None:
+    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", "pid",
+                 "--rate-scale", "1e-9", "--out", str(tmp_path / "out"))
+    assert_one_line_error(res, 2, "no requests left")
+
+
+def _consistent(rows: list[dict[str, Any]], names: list[str]) -> None:
+    assert [r["controller"] for r in rows] == names
+    for r in rows:
+        for frac in (*r["slo_attainment"].values(), r["prefix_cache_hit_rate"]):
+            assert frac is None or 0.0 <= frac <= 1.0, r["controller"]
+        assert all(c >= 0 for c in r["cost_usd"].values()) and all(h >= 0 for h in r["gpu_hours"].values())
+        for k in ("cost_per_successful_request_usd", "cost_per_successful_task_usd",
+                  "ratio_to_best_cost_per_successful_request", "oscillations_per_hour"):
+            assert r[k] is None or r[k] >= 0, (r["controller"], k)
+        req = r["requests"]
+        assert req["completed"] + req["rejected"] + req["failed"] <= req["total"]
+
+
+def test_compare_every_request_rejected_gives_consistent_rows(tmp_path: Path) -> None:
+    trace = azure_trace(tmp_path / "t.csv", 3, prompt=40_000)  # longer than max_model_len 32768
+    names = ["pid", "static", "hpa", "wva"]
+    res = invoke("compare", "--trace", str(trace), "--controllers", ",".join(names), "--workers", "1", "--json",
+                 "--out", str(tmp_path / "out"))
+    assert res.exit_code == 0, res.stderr
+    rows = json.loads(res.stdout)
+    _consistent(rows, names)
+    for r in rows:
+        assert r["requests"]["rejected"] == 3 and r["slo_attainment"]["all"] is None
+        assert r["cost_per_successful_request_usd"] is None
+
+
+def test_compare_json_is_valid_consistent_and_serial_equals_parallel(tmp_path: Path) -> None:
+    trace = azure_trace(tmp_path / "t.csv", 150, gap_s=0.5)
+    names = ["pid", "static", "hpa", "kpa", "dynamo"]
+    runs = []
+    for workers in ("1", "2"):
+        res = invoke("compare", "--trace", str(trace), "--controllers", ",".join(names), "--rate-scale", "3",
+                     "--seed", "5", "--workers", workers, "--json", "--out", str(tmp_path / f"out{workers}"))
+        assert res.exit_code == 0, res.stderr
+        rows = json.loads(res.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+        assert rows == json.loads((tmp_path / f"out{workers}" / "compare.json").read_text())
+        _consistent(rows, names)
+        runs.append([{k: v for k, v in r.items() if k not in ("wall_s", "simulated_requests_per_s")} for r in rows])
+    assert runs[0] == runs[1]
+
+
+# ============================================================================= dry-run: bugs
+@pytest.mark.parametrize("url", ["127.0.0.1:9090", "localhost", "ftp://127.0.0.1:9", "http://[::1",
+                                 "http://127.0.0.1:99999", "http://"])
+def test_bug_malformed_prometheus_url_is_bad_input(url: str) -> None:
+    # Today: exit 1 "cannot query Prometheus at ...: malformed response (InvalidURL)" (MissingSchema for
+    # 'localhost'); 'http://[::1' is a ValueError traceback.
+    res = invoke("dry-run", "--prometheus-url", url, "--once")
+    line = assert_one_line_error(res, 2, url)
+    assert "malformed response" not in line
+
+
+@pytest.mark.parametrize("args", [["--once", "--speed", "nan"], ["--once", "--speed", "inf"],
+                                  ["--ticks", "2", "--interval", "nan"], ["--ticks", "2", "--interval", "inf"]])
+def test_bug_non_finite_speed_or_interval_is_rejected(args: list[str], fake: Callable[[Answer], FakeProm]) -> None:
+    # Today: nan/inf pass the `<= 0` checks; --speed nan is a ValueError traceback, --interval inf an
+    # OverflowError traceback after the first tick, the others run.
+    prom = fake(empty)
+    res = invoke("dry-run", "--prometheus-url", prom.url, "--output", "json", *args)
+    assert_one_line_error(res, 2, args[-2])
+
+
+def test_bug_replica_counts_are_not_zero_when_only_vllm_queries_fail(fake: Callable[[Answer], FakeProm]) -> None:
+    # kube-state-metrics answers 4 replicas per variant; every vLLM query fails (HTTP 500). Today the
+    # first tick reports current_replicas 0 and desired_replicas 0 for a fleet of 4: a failed query
+    # read as zero, and a recommendation to scale 4 -> 0 (PrometheusSource._counts_of ignores the
+    # kube-state-metrics answer whenever the pods' age query failed).
+    prom = fake(failing(500, b'{"status":"error","errorType":"internal","error":"boom"}', ksm="4"))
+    res = invoke("dry-run", "--prometheus-url", prom.url, "--once", "--output", "json")
+    assert res.exit_code == 0, res.stderr
+    st = ticks_json(res)[0]["services"][SERVICE]
+    assert st["decision"]["hold"] is True and st["errors"]
+    for v in VARIANTS:
+        var = st["variants"][v]
+        assert var["current_replicas"] in (None, 4), var
+        assert var["desired_replicas"] in (None, 4), var
+
+
+def test_bug_unknown_replica_counts_are_null_not_zero(fake: Callable[[Answer], FakeProm]) -> None:
+    # Every query but the reachability probe fails on the first tick: the replica counts are unknown.
+    # Today they are printed as 0 current / 0 desired.
+    prom = fake(failing(503, b"unavailable"))
+    res = invoke("dry-run", "--prometheus-url", prom.url, "--once", "--output", "json")
+    assert res.exit_code == 0, res.stderr
+    st = ticks_json(res)[0]["services"][SERVICE]
+    assert st["decision"]["hold"] is True
+    for v in VARIANTS:
+        assert st["variants"][v]["current_replicas"] is None, st["variants"][v]
+        assert st["variants"][v]["desired_replicas"] is None, st["variants"][v]
+
+
+@pytest.mark.parametrize("command", [["dry-run", "--once"], ["backtest", "--start", "0", "--end", "60"]])
+def test_bug_url_credentials_are_not_printed(command: list[str], tmp_path: Path) -> None:
+    # Today: "error: cannot query Prometheus at http://user:s3cret@127.0.0.1:...".
+    out = ["--out", str(tmp_path / "out")] if command[0] == "backtest" else []
+    res = invoke(*command, *out, "--prometheus-url", f"http://user:s3cret@127.0.0.1:{free_port()}")
+    assert res.exit_code == 1
+    assert "s3cret" not in res.stderr + res.stdout
+
+
+def test_bug_malformed_selector_is_a_config_error(tmp_path: Path) -> None:
+    # Today: accepted; a real Prometheus then answers HTTP 400 to every query, forever, and dry-run
+    # exits 0 holding (here the server is unreachable, so exit 1 instead of 2).
+    cfg = fleet_file(tmp_path, {"selectors": {SERVICE: {"service": "this is not a matcher"}}})
+    res = invoke("dry-run", "--config", str(cfg), "--prometheus-url", unreachable(), "--once")
+    assert_one_line_error(res, 2, "selectors")
+
+
+# ============================================================================= dry-run: correct today
+@pytest.mark.parametrize("args", [["--interval", "0"], ["--interval", "-1"], ["--once", "--interval", "5"],
+                                  ["--once", "--ticks", "3"], ["--ticks", "0"], ["--output", "bogus", "--once"],
+                                  ["--speed", "0", "--once"], ["--speed", "-2", "--once"]])
+def test_dry_run_bad_arguments_exit_2(args: list[str]) -> None:
+    assert_one_line_error(invoke("dry-run", "--prometheus-url", unreachable(), *args), 2)
+
+
+@pytest.mark.parametrize(("section", "needle"), [
+    ({"query_set": "bogus"}, "prometheus.query_set"), ({"selectors": {"nosuch": {}}}, "unknown service"),
+    ({"timeout_s": 0}, "prometheus.timeout_s"), ({"max_concurrency": 0}, "prometheus.max_concurrency"),
+    ({"bearer_token_file": "/nonexistent/token"}, "bearer_token_file"),
+    ({"queries": {"bogus_signal": "up"}}, "unknown signal"),
+])
+def test_dry_run_bad_prometheus_section_exit_2(tmp_path: Path, section: dict[str, Any], needle: str) -> None:
+    res = invoke("dry-run", "--config", str(fleet_file(tmp_path, section)), "--prometheus-url", unreachable(),
+                 "--once")
+    assert_one_line_error(res, 2, needle)
+
+
+def test_dry_run_without_any_url_exit_2() -> None:
+    assert_one_line_error(invoke("dry-run", "--once"), 2, "no Prometheus URL")
+
+
+@pytest.mark.parametrize(("answer", "needle"), [
+    (None, "connection failed"),
+    (lambda path, q: (200, b"<html>not prometheus</html>"), "malformed response"),
+    (lambda path, q: (500, b'{"status":"error","errorType":"internal","error":"boom"}'), "HTTP 500"),
+])
+def test_dry_run_unusable_prometheus_exit_1(answer: Answer | None, needle: str,
+                                            fake: Callable[[Answer], FakeProm]) -> None:
+    url = unreachable() if answer is None else fake(answer).url
+    assert_one_line_error(invoke("dry-run", "--prometheus-url", url, "--once"), 1, "cannot query Prometheus", needle)
+
+
+@pytest.mark.parametrize(("answer", "problem"), [
+    (failing(500, b'{"status":"error","errorType":"internal","error":"boom"}'), "HTTP 500"),
+    (failing(503, b"overloaded"), "HTTP 503"),
+    (failing(200, b"{not json"), "malformed response"),
+    (failing(200, vector("1"), delay_s=1.5), "timed out"),
+])
+def test_dry_run_failed_queries_are_unknown_and_hold(tmp_path: Path, answer: Answer, problem: str,
+                                                      fake: Callable[[Answer], FakeProm]) -> None:
+    cfg = fleet_file(tmp_path, {"timeout_s": 0.5})
+    res = invoke("dry-run", "--config", str(cfg), "--prometheus-url", fake(answer).url, "--once", "--output", "json")
+    assert res.exit_code == 0, res.stderr
+    st = ticks_json(res)[0]["services"][SERVICE]
+    assert st["decision"]["hold"] is True and "metric queries failed" in st["decision"]["reason"]
+    assert st["errors"] and all(problem in e for e in st["errors"]), st["errors"]
+    assert all(v is None for v in st["signals"].values())
+    for var in st["variants"].values():
+        assert var["desired_replicas"] == var["current_replicas"]
+
+
+def test_dry_run_empty_prometheus_holds_with_warnings(fake: Callable[[Answer], FakeProm]) -> None:
+    res = invoke("dry-run", "--prometheus-url", fake(empty).url, "--ticks", "2", "--interval", "0.05",
+                 "--output", "json")
+    assert res.exit_code == 0, res.stderr
+    ticks = ticks_json(res)
+    assert len(ticks) == 2
+    for tick in ticks:
+        st = tick["services"][SERVICE]
+        assert st["errors"] == [] and st["decision"]["hold"] is True
+        assert all(v is None for v in st["signals"].values())
+        assert any("no series match the selectors" in w for w in st["warnings"])
+        for var in st["variants"].values():
+            assert var["desired_replicas"] == var["current_replicas"]
+
+
+# ============================================================================= backtest: bugs
+@pytest.mark.parametrize(("args", "option"), [
+    (["--start", "nan", "--end", "600"], "--start"), (["--start", "inf", "--end", "600"], "--start"),
+    (["--start", "0", "--end", "-inf"], "--end"), (["--start", "0", "--end", "600", "--step", "inf"], "--step"),
+    (["--start", "0", "--end", "600", "--step", "nan"], "--step"),
+])
+def test_bug_non_finite_times_and_steps_are_one_line_errors(tmp_path: Path, args: list[str], option: str,
+                                                            fake: Callable[[Answer], FakeProm]) -> None:
+    # Today: inf -> OverflowError traceback; nan -> "error: cannot convert float NaN to integer".
+    res = invoke("backtest", "--prometheus-url", fake(empty).url, "--out", str(tmp_path / "out"), *args)
+    assert_one_line_error(res, 2, option)
+
+
+@pytest.mark.parametrize("args", [["--start", "100", "--end", "50"], ["--start", "0", "--end", "60", "--step", "0"],
+                                  ["--start", "0", "--end", "31536000", "--step", "15"]])
+def test_bug_backtest_range_errors_do_not_need_prometheus(tmp_path: Path, args: list[str]) -> None:
+    # Today: the range is checked only after connecting, so an unreachable URL hides it (exit 1).
+    res = invoke("backtest", "--prometheus-url", unreachable(), "--out", str(tmp_path / "out"), *args)
+    assert_one_line_error(res, 2)
+
+
+def test_bug_backtest_time_beyond_calendar_is_rejected(tmp_path: Path, fake: Callable[[Answer], FakeProm]) -> None:
+    # 1e15 s is past year 9999: today every range query fails locally ("malformed response (ValueError)"),
+    # the run "succeeds" with exit 0 and 120 query failures (e.g. when milliseconds are passed as seconds).
+    res = invoke("backtest", "--prometheus-url", fake(empty).url, "--start", "1e15", "--end", "1000000000000060",
+                 "--out", str(tmp_path / "out"))
+    assert_one_line_error(res, 2, "--start")
+
+
+def test_bug_backtest_out_is_a_file_names_the_option(tmp_path: Path, fake: Callable[[Answer], FakeProm]) -> None:
+    # Today: "error: [Errno 17] File exists: '...'", after all the range queries.
+    (tmp_path / "afile").write_text("x")
+    res = invoke("backtest", "--prometheus-url", fake(empty).url, "--start", "0", "--end", "60",
+                 "--out", str(tmp_path / "afile"))
+    assert_one_line_error(res, 2, "--out")
+
+
+# ============================================================================= backtest: correct today
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--start", "100", "--end", "50"], "--end must be after --start"),
+    (["--start", "100", "--end", "100"], "--end must be after --start"),
+    (["--start", "yesterday", "--end", "50"], "neither unix seconds nor an ISO 8601 time"),
+    (["--start", "", "--end", "50"], "neither unix seconds nor an ISO 8601 time"),
+    (["--start", "0", "--end", "600", "--step", "0"], "--step must be a whole number"),
+    (["--start", "0", "--end", "600", "--step", "-5"], "--step must be a whole number"),
+    (["--start", "0", "--end", "600", "--step", "0.5"], "--step must be a whole number"),
+    (["--start", "0", "--end", "31536000", "--step", "15"], "exceed Prometheus's 11000 points"),
+])
+def test_backtest_bad_ranges_exit_2(tmp_path: Path, args: list[str], needle: str,
+                                    fake: Callable[[Answer], FakeProm]) -> None:
+    res = invoke("backtest", "--prometheus-url", fake(empty).url, "--out", str(tmp_path / "out"), *args)
+    assert_one_line_error(res, 2, needle)
+
+
+def test_backtest_iso_with_offset_and_no_data_holds(tmp_path: Path, fake: Callable[[Answer], FakeProm]) -> None:
+    res = invoke("backtest", "--prometheus-url", fake(empty).url, "--start", "2025-01-01T02:00:00+02:00",
+                 "--end", "2025-01-01T00:01:00Z", "--json", "--out", str(tmp_path / "out"))
+    assert res.exit_code == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["ticks"] == 5  # 0, 15, ..., 60 s at the default 15 s tick
+    assert summary["holds"] == 5 and summary["scale_changes"] == 0 and summary["query_failures"] == 0
+
+
+def test_backtest_failed_range_queries_hold(tmp_path: Path, fake: Callable[[Answer], FakeProm]) -> None:
+    prom = fake(failing(500, b'{"status":"error","errorType":"internal","error":"boom"}'))
+    res = invoke("backtest", "--prometheus-url", prom.url, "--start", "0", "--end", "30", "--json",
+                 "--out", str(tmp_path / "out"))
+    assert res.exit_code == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["holds"] == summary["ticks"] == 3
+    assert summary["scale_changes"] == 0 and summary["query_failures"] > 0
+
+
+# ============================================================================= a real, empty Prometheus
+def test_real_empty_prometheus_dry_run_and_backtest_hold(tmp_path: Path) -> None:
+    with PromServer(tmp_path / "prom") as prom:
+        res = invoke("dry-run", "--prometheus-url", prom.url, "--once", "--output", "json")
+        assert res.exit_code == 0, res.stderr
+        st = ticks_json(res)[0]["services"][SERVICE]
+        assert st["errors"] == [] and st["decision"]["hold"] is True
+        assert all(v is None for v in st["signals"].values())
+        assert all(v["desired_replicas"] == v["current_replicas"] for v in st["variants"].values())
+        now = int(time.time())
+        res = invoke("backtest", "--prometheus-url", prom.url, "--start", str(now - 600), "--end", str(now),
+                     "--json", "--out", str(tmp_path / "out"))
+        assert res.exit_code == 0, res.stderr
+        summary = json.loads(res.stdout)
+        assert summary["ticks"] == 41 and summary["holds"] == 41
+        assert summary["scale_changes"] == 0 and summary["query_failures"] == 0
