@@ -251,6 +251,37 @@ class FakeExporter(Collector):
             self.server = None
 
 
+class LocalHTTPServer:
+    """A threaded HTTP(S) server for ``handler`` on 127.0.0.1 (free port), serving until ``close``.
+
+    ``tls`` is a ``(certfile, keyfile)`` pair to serve HTTPS. The listen backlog is 128: the default
+    5 drops concurrent connects (1 s SYN retries).
+    """
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], tls: tuple[Path, Path] | None = None) -> None:
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 128
+            daemon_threads = True
+
+        self.httpd = Server(("127.0.0.1", 0), handler)
+        if tls is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(str(tls[0]), str(tls[1]))
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.scheme = "https" if tls is not None else "http"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
 class Proxy:
     """Forwards GET requests to ``upstream``; ``mode`` is ``pass``, ``503`` or ``slow`` (sleep, then 503).
 
@@ -295,27 +326,14 @@ class Proxy:
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet."""
 
-        class Server(ThreadingHTTPServer):
-            request_queue_size = 128  # the default 5 drops concurrent connects (1 s SYN retries)
-
-        self.httpd = Server(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        if tls is not None:
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            ctx.load_cert_chain(str(tls[0]), str(tls[1]))
-            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
-        self.scheme = "https" if tls is not None else "http"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        self.http = LocalHTTPServer(Handler, tls)
 
     @property
     def url(self) -> str:
-        return f"{self.scheme}://127.0.0.1:{self.httpd.server_address[1]}"
+        return self.http.url
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
+        self.http.close()
 
 
 def self_signed(workdir: Path) -> tuple[Path, Path]:

@@ -17,14 +17,13 @@ import json
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from threading import Thread
 from typing import Any
 
 import pytest
 import yaml
-from promserver import PromServer, free_port
+from promserver import LocalHTTPServer, PromServer, free_port
 from typer.testing import CliRunner, Result
 
 from autoscaler.cli import app
@@ -92,22 +91,14 @@ class FakeProm:
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet."""
 
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            request_queue_size = 128
-
-        self.httpd = Server(("127.0.0.1", 0), Handler)
-        self.thread = Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        self.http = LocalHTTPServer(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return self.http.url
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
+        self.http.close()
 
 
 @pytest.fixture
