@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from autoscaler.errors import ConfigError
 from autoscaler.workload.types import BATCH, INTERACTIVE
@@ -23,6 +23,29 @@ SetpointSignal = Literal["ttft_p95_ratio", "tpot_p95_ratio", "slo_p95_ratio", "k
 class _Strict(BaseModel):
     # NaN and Infinity are never meaningful here (prices, times, gains) and would leak into results.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, value: object, info: ValidationInfo) -> object:
+        # pydantic's lax mode reads YAML's true/false as 1/0 wherever a number is expected.
+        if isinstance(value, bool) and info.field_name and cls.model_fields[info.field_name].annotation is not bool:
+            raise ValueError(f"expected a number or name, got the boolean {str(value).lower()}")
+        return value
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key repeated in one mapping is an error (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[object, object]:
+        seen: set[object] = set()
+        for key_node, _ in getattr(node, "value", []):
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key '{key}'", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[arg-type]
 
 
 class SLO(_Strict):
@@ -478,7 +501,7 @@ def load_config(path: str | Path) -> FleetConfig:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not a UTF-8 text file (byte {exc.start})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except RecursionError:
         raise ConfigError(f"{p}: YAML nested too deeply") from None
     except yaml.YAMLError as exc:
@@ -493,4 +516,4 @@ def default_config() -> FleetConfig:
     from importlib.resources import files
 
     text = files("autoscaler").joinpath("default_fleet.yaml").read_text()
-    return parse_config(yaml.safe_load(text), "<embedded default fleet>")
+    return parse_config(yaml.load(text, Loader=_UniqueKeyLoader), "<embedded default fleet>")

@@ -232,3 +232,31 @@ def test_itl_objective_below_fixed_step_time_is_rejected(tmp_path) -> None:
     key = r"services\[llama-3.1-8b\]\.slo\.interactive\.itl_s"
     with pytest.raises(ConfigError, match=key + r": 0\.001 s is at or below"):
         load_config(path)
+
+
+def test_duplicate_key_names_its_line(tmp_path) -> None:
+    # PyYAML alone keeps the last of two equal keys: the first price would be lost without a word.
+    text = EXAMPLE.read_text().replace(
+        "    price_per_gpu_hour: 2.99\n", "    price_per_gpu_hour: 2.99\n        price_per_gpu_hour: 0.5\n", 1
+    )
+    dup_line = text.splitlines().index("        price_per_gpu_hour: 0.5") + 1
+    p = tmp_path / "fleet.yaml"
+    p.write_text(text)
+    msg = load_error(p)
+    assert f"line {dup_line}" in msg and "duplicate key 'price_per_gpu_hour'" in msg
+
+
+@pytest.mark.parametrize(("key", "value"), [("max_replicas", True), ("price_per_gpu_hour", False),
+                                            ("startup_cold_s", True)])
+def test_boolean_where_a_number_is_expected_is_rejected(tmp_path, key: str, value: bool) -> None:
+    # pydantic's lax mode would read true as 1 and false as 0.
+    doc = example_doc()
+    variant_named(doc, "h100")[key] = value
+    msg = load_error(write(tmp_path, doc))
+    assert f"services[llama-3.1-8b].variants[h100].{key}:" in msg and "boolean" in msg
+
+
+def test_boolean_fields_still_take_booleans(tmp_path) -> None:
+    doc = example_doc()
+    doc["controller"]["pid"]["scale_with_replicas"] = False
+    assert load_config(write(tmp_path, doc)).controller.pid.scale_with_replicas is False
