@@ -119,6 +119,13 @@ def results_table(res: dict[str, Any]) -> Table:
     t.add_row("cost per successful task", f"${_fmt(res['cost_per_successful_task_usd'], '.7f')}")
     t.add_row("prefix-cache hit rate", _fmt(res["prefix_cache_hit_rate"], ".2%"))
     t.add_row("preemptions / scale events", f"{res['preemptions']} / {res['scale_events']}")
+    crashes = res.get("crashes") or []
+    if crashes:
+        applied = [c for c in crashes if c["applied"]]
+        skipped = "; ".join(f"{c['variant']} at {c['time_s']:g} s: {c['why']}" for c in crashes if not c["applied"])
+        t.add_row("injected crashes applied / failed requests",
+                  f"{len(applied)} of {len(crashes)} / {sum(c['failed_requests'] for c in applied)}"
+                  + (f" (skipped: {skipped})" if skipped else ""))
     t.add_row("simulated requests per wall-second",
               f"{_fmt(res['simulated_requests_per_s'], ',.0f')} ({res['wall_s']:.2f} s wall)")
     return t

@@ -118,6 +118,7 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
         "prefix_cache_hit_rate": hits / queries if queries else None,
         "preemptions": int(sum(r.metrics.preemptions for s in sim.services.values() for r in s.replicas)),
         "scale_events": sim.scale_events,
+        "crashes": sim.crash_outcomes(),
         "simulated_s": run.end_s,
         "wall_s": run.wall_s,
         "simulated_requests_per_s": total / run.wall_s if run.wall_s > 0 else None,

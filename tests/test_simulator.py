@@ -177,6 +177,25 @@ def test_crash_fails_in_flight_and_loses_prefix_cache(make_fleet) -> None:
     assert [s.status for s in (a, b, d, e)] == [COMPLETED] * 4
 
 
+def test_every_injected_crash_is_reported_with_its_outcome(make_fleet) -> None:
+    # 11 s: the one ready replica crashes with one request in flight; 12 s: its replacement is still
+    # provisioning (ready at 16 s), so nothing can crash; 5000 s: the run is over before then.
+    crashes = [{"time_s": 11.0, "variant": "h100"}, {"time_s": 12.0, "variant": "h100"},
+               {"time_s": 5000.0, "variant": "h100"}]
+    cfg = make_fleet(1, startup_s=5.0, crashes=crashes)
+    wl = Workload([Request(arrival_s=10.0, input_tokens=100, output_tokens=2000),
+                   Request(arrival_s=20.0, input_tokens=100, output_tokens=5)])
+    sim = FleetSimulator(cfg, wl)
+    sim.run_until(100.0)
+    assert sim.done
+    outcomes = sim.crash_outcomes()
+    assert [(c["time_s"], c["applied"], c["failed_requests"]) for c in outcomes] == [
+        (11.0, True, 1), (12.0, False, 0), (5000.0, False, 0)]
+    assert outcomes[1]["why"] == "no ready replica of the variant"
+    assert outcomes[2]["why"] == "after the last request ended"
+    assert [sr.status for sr in sim.requests] == [FAILED, COMPLETED]
+
+
 # ------------------------------------------------------------------------------ (e) single request timing
 def test_single_request_ttft_and_decode_time(make_fleet) -> None:
     sim = FleetSimulator(make_fleet(1), Workload([Request(arrival_s=1.0, input_tokens=10_000, output_tokens=50)]))

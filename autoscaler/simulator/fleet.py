@@ -99,6 +99,7 @@ class FleetSimulator:
         self.requests = [SimRequest(r) for r in workload.requests]
         self.open_requests = len(self.requests)
         self.scale_events = 0
+        self.crash_log: list[dict[str, object]] = []
         for s in self.services.values():
             for v in s.cfg.variants:
                 for _ in range(v.start_replicas):
@@ -140,6 +141,17 @@ class FleetSimulator:
                 else:
                     self._crash(*obj)  # type: ignore[misc]
         self.now = max(self.now, t_end)
+
+    def crash_outcomes(self) -> list[dict[str, object]]:
+        """Every configured crash with its outcome: ``time_s``, ``service``, ``variant``, ``applied``,
+        ``failed_requests`` and, when not applied, ``why`` (no ready replica, or after the run ended)."""
+        out = list(self.crash_log)
+        pending = sorted(self.cfg.simulator.crashes, key=lambda c: c.time_s)[len(self.crash_log):]
+        for c in pending:
+            out.append({"time_s": c.time_s, "service": c.service or self.cfg.services[0].name,
+                        "variant": c.variant, "applied": False, "failed_requests": 0,
+                        "why": "after the last request ended"})
+        return out
 
     @property
     def done(self) -> bool:
@@ -257,12 +269,17 @@ class FleetSimulator:
     def _crash(self, service: str, variant: str) -> None:
         svc = self.services[service]
         victims = [r for r in svc.ready if r.variant == variant]
+        entry: dict[str, object] = {"time_s": self.now, "service": service, "variant": variant}
+        self.crash_log.append(entry)
         if not victims:
+            entry.update(applied=False, failed_requests=0, why="no ready replica of the variant")
             return
         r = min(victims, key=lambda x: x.ready_s)
-        for sr in r.fail_all(self.now):
+        failed = r.fail_all(self.now)
+        for sr in failed:
             r.metrics.success["error"] += 1
             self._end(sr, FAILED)
+        entry.update(applied=True, failed_requests=len(failed))
         self._retire(r)
         self._new_replica(svc, svc.variants[variant])
 
