@@ -22,7 +22,7 @@ from autoscaler.adapters.simulator import SimActuator, SimMetricsSource
 from autoscaler.config import FleetConfig
 from autoscaler.loop.export import LoopMetrics, serve
 from autoscaler.loop.runner import ControlLoop, TickRecord
-from autoscaler.simulate import MAX_DRAIN_S, SimulationRun, _start_at, make_controller
+from autoscaler.simulate import MAX_DRAIN_S, SimulationRun, make_controller, start_at
 from autoscaler.simulator.exposition import SimCollector
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.workload.types import Workload
@@ -59,7 +59,7 @@ class LiveSimulation:
 
     def __post_init__(self) -> None:
         self.ctrl = make_controller(self.controller, self.cfg, self.workload, self.service)
-        self.cfg = _start_at(self.cfg, self.ctrl, self.workload, self.service, self.steady_start)
+        self.cfg = start_at(self.cfg, self.ctrl, self.workload, self.service, self.steady_start)
         self.sim = FleetSimulator(self.cfg, self.workload, self.service)
         # As run_simulation: a baseline controller may bring its own tick and window.
         self.tick_s: float = getattr(self.ctrl, "tick_s", self.cfg.controller.tick_s)

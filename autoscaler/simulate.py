@@ -69,12 +69,14 @@ def make_controller(name: str, cfg: FleetConfig, workload: Workload, service: st
     raise ValueError(f"unknown controller '{name}'; choose one of: {', '.join(CONTROLLERS)}")
 
 
-def _start_at(cfg: FleetConfig, controller: Controller, workload: Workload, service: str | None,
+def start_at(cfg: FleetConfig, controller: Controller, workload: Workload, service: str | None,
               steady_start: bool) -> FleetConfig:
     """The fleet with its initial replicas set: a static controller's fixed counts, or (with
-    ``steady_start``) the replicas ``provision_for`` gives for the workload's opening rate with the
-    PID setpoint's headroom (ITL at setpoint x SLO), as a fleet that has been serving this traffic
-    for a while would have. Otherwise the fleet file's counts."""
+    ``steady_start``) the replicas ``provision_for`` gives for the workload's opening rate (its
+    highest 60-s arrival rate in the first 5 minutes, ``opening_rate_rps``: the rule the static
+    baseline applies to the whole trace) with the PID setpoint's headroom (ITL at setpoint x SLO),
+    as a fleet that has been serving this traffic for a while would have. Otherwise the fleet
+    file's counts."""
     if isinstance(controller, StaticController):
         start = controller.replicas
     elif steady_start:
@@ -108,14 +110,14 @@ def run_simulation(
         controller: ``pid``, ``static`` or a baseline spec (``controllers.baselines``).
         progress: called after each tick with the fraction of requests ended (0..1).
         steady_start: start adaptive controllers from the fleet sized for the workload's first
-            5 minutes (see ``_start_at``) instead of the fleet file's ``initial_replicas``.
+            5 minutes (see ``start_at``) instead of the fleet file's ``initial_replicas``.
 
     Raises:
         ValueError: unknown controller or service.
     """
     t_wall = time.perf_counter()
     ctrl = make_controller(controller, cfg, workload, service)
-    cfg = _start_at(cfg, ctrl, workload, service, steady_start)
+    cfg = start_at(cfg, ctrl, workload, service, steady_start)
     sim = FleetSimulator(cfg, workload, service)
     source = SimMetricsSource(sim, getattr(ctrl, "window_s", cfg.controller.window_s))
     loop = ControlLoop(cfg, source, SimActuator(sim), ctrl)

@@ -1,50 +1,80 @@
 """Grid search of the PID gains on the simulator (how the defaults in ``controllers/pid.py`` were chosen).
 
-For every (setpoint, kp, ki) it runs the PID on the Azure conv trace (rate-scale 20) and the
-Mooncake conversation trace (rate-scale 4) with ``examples/fleet.yaml`` and prints SLO attainment
-and GPU-hours next to static peak provisioning. Takes ~10 minutes on 2 cores.
+For every (setpoint, kp, ki, error_clip) it runs the PID with ``examples/fleet.yaml`` on the Azure
+conv trace (rate-scale 20), the Mooncake conversation trace (rate-scale 6) and the embedded
+synthetic day (the README's main job), with the CLI's class assignment (20% batch, seed 0), and
+prints SLO attainment and GPU-hours next to static peak provisioning. Runs on ``--jobs`` processes
+(~6 s per run and trace on this 2-core machine).
 
-    python benchmarks/tune_pid.py [--data ../shared/data] [--setpoint 0.45 0.5] [--kp 0.2 0.3] [--ki 0.005]
+    python benchmarks/tune_pid.py [--data ../shared/data] [--setpoint 0.5] [--kp 0.04 0.06]
+        [--ki 0.0025 0.004] [--error-clip 1 3] [--jobs 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+from multiprocessing import Pool
 from pathlib import Path
 
 from autoscaler.cli import build_workload
-from autoscaler.config import load_config
+from autoscaler.config import FleetConfig, load_config
 from autoscaler.report import summarize
 from autoscaler.simulate import run_simulation
+from autoscaler.workload.types import Workload
 
 ROOT = Path(__file__).resolve().parents[1]
+BATCH_FRACTION = 0.2  # the CLI's --batch-fraction default
+
+_workloads: dict[str, Workload] = {}
+
+
+def _traces(data: Path) -> dict[str, tuple[Path | None, float]]:
+    return {
+        "azure-conv x20": (data / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv", 20.0),
+        "mooncake x6": (data / "mooncake" / "conversation_trace.jsonl", 6.0),
+        "embedded default": (None, 1.0),
+    }
+
+
+Job = tuple[str, Path | None, float, str, dict[str, float]]
+
+
+def _run(job: Job) -> tuple[str, str, dict[str, float], float, float]:
+    """One simulation: (trace, path, rate-scale, controller, PID overrides) -> (trace, controller, overrides,
+    SLO attainment, GPU-hours)."""
+    name, path, scale, controller, pid = job
+    if name not in _workloads:
+        _workloads[name] = build_workload(path, None, scale, 1.0, 0, BATCH_FRACTION)
+    cfg: FleetConfig = load_config(ROOT / "examples" / "fleet.yaml").model_copy(deep=True)
+    for key, value in pid.items():
+        setattr(cfg.controller.pid, key, value)
+    r = summarize(run_simulation(cfg, _workloads[name], controller))
+    return name, controller, pid, r["slo_attainment"]["all"], r["gpu_hours"]["total"]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
-    ap.add_argument("--setpoint", type=float, nargs="+", default=[0.45, 0.5, 0.55, 0.6])
-    ap.add_argument("--kp", type=float, nargs="+", default=[0.2, 0.3, 0.5])
-    ap.add_argument("--ki", type=float, nargs="+", default=[0.005, 0.01, 0.02])
+    ap.add_argument("--setpoint", type=float, nargs="+", default=[0.5])
+    ap.add_argument("--kp", type=float, nargs="+", default=[0.04, 0.06, 0.08])
+    ap.add_argument("--ki", type=float, nargs="+", default=[0.0025, 0.004])
+    ap.add_argument("--error-clip", type=float, nargs="+", default=[1.0, 3.0])
+    ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    traces = {
-        "azure-conv x20": (args.data / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv", 20.0),
-        "mooncake x4": (args.data / "mooncake" / "conversation_trace.jsonl", 4.0),
-    }
-    workloads = {name: build_workload(path, None, scale, 1.0, 0, 0.2) for name, (path, scale) in traces.items()}
-    base = load_config(ROOT / "examples" / "fleet.yaml")
-    for name, wl in workloads.items():
-        r = summarize(run_simulation(base, wl, "static"))
-        print(f"static        {name}: slo={r['slo_attainment']['all']:.4f} gpu_h={r['gpu_hours']['total']:.2f}")
-    for sp, kp, ki in itertools.product(args.setpoint, args.kp, args.ki):
-        cells = []
-        for name, wl in workloads.items():
-            cfg = base.model_copy(deep=True)
-            cfg.controller.pid.setpoint, cfg.controller.pid.kp, cfg.controller.pid.ki = sp, kp, ki
-            r = summarize(run_simulation(cfg, wl, "pid"))
-            cells.append(f"{name}: slo={r['slo_attainment']['all']:.4f} gpu_h={r['gpu_hours']['total']:.2f}")
-        print(f"sp={sp} kp={kp} ki={ki}  " + " | ".join(cells), flush=True)
+    traces = _traces(args.data)
+    jobs = [(name, path, scale, "static", {}) for name, (path, scale) in traces.items()]
+    for sp, kp, ki, clip in itertools.product(args.setpoint, args.kp, args.ki, args.error_clip):
+        pid = {"setpoint": sp, "kp": kp, "ki": ki, "error_clip": clip}
+        jobs += [(name, path, scale, "pid", pid) for name, (path, scale) in traces.items()]
+    results: dict[tuple[str, ...], dict[str, tuple[float, float]]] = {}
+    with Pool(args.jobs) as pool:
+        for name, controller, pid, slo, gpu_h in pool.imap(_run, jobs):
+            key = (controller, *(f"{k}={v:g}" for k, v in pid.items()))
+            results.setdefault(key, {})[name] = (slo, gpu_h)
+            if len(results[key]) == len(traces):
+                cells = " | ".join(f"{n}: slo={s:.4f} gpu_h={g:.2f}" for n, (s, g) in results[key].items())
+                print(f"{' '.join(key):<48} {cells}", flush=True)
 
 
 if __name__ == "__main__":

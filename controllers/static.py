@@ -46,7 +46,11 @@ def served(workload: Workload, max_model_len: int | None) -> list[Request]:
 
 def peak_rate_rps(workload: Workload, window_s: float = PEAK_WINDOW_S, max_model_len: int | None = None) -> float:
     """Highest arrival rate over any ``window_s``-second sliding window of the served requests, requests/s."""
-    t = [r.arrival_s for r in served(workload, max_model_len)]
+    return _peak_rate([r.arrival_s for r in served(workload, max_model_len)], window_s)
+
+
+def _peak_rate(t: list[float], window_s: float) -> float:
+    """Most arrivals (sorted times ``t``, seconds) in any ``window_s``-second window, over ``window_s``."""
     best, lo = 0, 0
     for hi in range(len(t)):
         while t[hi] - t[lo] > window_s:
@@ -81,9 +85,10 @@ def peak_provisioning(svc: Service, workload: Workload) -> dict[str, int]:
 
 
 def opening_rate_rps(workload: Workload, window_s: float = 300.0, max_model_len: int | None = None) -> float:
-    """Mean arrival rate of the served requests over the workload's first ``window_s`` seconds, requests/s."""
+    """Peak 60-s arrival rate (``peak_rate_rps``) of the served requests in the workload's first
+    ``window_s`` seconds, requests/s (0 for an empty workload)."""
     if not workload.requests:
         return 0.0
     t0 = workload.requests[0].arrival_s
-    n = sum(1 for r in served(workload, max_model_len) if r.arrival_s - t0 < window_s)
-    return n / window_s
+    t = [r.arrival_s for r in served(workload, max_model_len) if r.arrival_s - t0 < window_s]
+    return _peak_rate(t, PEAK_WINDOW_S)

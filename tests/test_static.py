@@ -1,0 +1,33 @@
+"""Tests for controllers.static: the peak and opening rates that size the static and starting fleets."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.workload.types import Request, Workload
+from controllers.static import opening_rate_rps, peak_rate_rps
+
+
+def arrivals(times: list[float], tokens: int = 100) -> list[Request]:
+    return [Request(arrival_s=t, input_tokens=tokens, output_tokens=10) for t in times]
+
+
+def test_peak_rate_is_the_busiest_60_s_window() -> None:
+    # 10 requests spread over 0..54 s, then 30 within 100..129 s: the busiest minute holds 30.
+    times = [i * 6.0 for i in range(10)] + [100.0 + i for i in range(30)]
+    assert peak_rate_rps(Workload(arrivals(times))) == pytest.approx(30 / 60)
+
+
+def test_opening_rate_is_the_peak_minute_of_the_first_5_minutes_of_served_requests() -> None:
+    # In the first 300 s: 20 requests in 10..29 s; after it, 120 within 400..459 s (ignored);
+    # 25 too-long requests at 200..224 s are rejected by max_model_len and do not count.
+    served = arrivals([10.0 + i for i in range(20)] + [400.0 + i * 0.5 for i in range(120)])
+    rejected = arrivals([200.0 + i for i in range(25)], tokens=50_000)
+    wl = Workload(sorted(served + rejected, key=lambda r: r.arrival_s))
+    assert opening_rate_rps(wl, max_model_len=32_768) == pytest.approx(20 / 60)
+    assert opening_rate_rps(wl) == pytest.approx(25 / 60)  # no limit: the rejected burst is the peak
+    assert peak_rate_rps(wl, max_model_len=32_768) == pytest.approx(120 / 60)
+
+
+def test_opening_rate_of_an_empty_workload_is_zero() -> None:
+    assert opening_rate_rps(Workload([])) == 0.0
