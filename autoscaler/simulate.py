@@ -97,7 +97,7 @@ def start_at(cfg: FleetConfig, controller: Controller, workload: Workload, servi
 def run_simulation(
     cfg: FleetConfig,
     workload: Workload,
-    controller: str = "pid",
+    controller: str | Controller = "pid",
     service: str | None = None,
     progress: Callable[[float], None] | None = None,
     steady_start: bool = True,
@@ -107,7 +107,8 @@ def run_simulation(
     Args:
         cfg: the fleet.
         workload: requests (all sent to ``service``, default the first).
-        controller: ``pid``, ``static`` or a baseline spec (``controllers.baselines``).
+        controller: ``pid``, ``static``, a baseline spec (``controllers.baselines``), or a
+            controller object (e.g. ``controllers.static.ScheduledController``).
         progress: called after each tick with the fraction of requests ended (0..1).
         steady_start: start adaptive controllers from the fleet sized for the workload's first
             5 minutes (see ``start_at``) instead of the fleet file's ``initial_replicas``.
@@ -116,7 +117,7 @@ def run_simulation(
         ValueError: unknown controller or service.
     """
     t_wall = time.perf_counter()
-    ctrl = make_controller(controller, cfg, workload, service)
+    ctrl = make_controller(controller, cfg, workload, service) if isinstance(controller, str) else controller
     cfg = start_at(cfg, ctrl, workload, service, steady_start)
     sim = FleetSimulator(cfg, workload, service)
     source = SimMetricsSource(sim, getattr(ctrl, "window_s", cfg.controller.window_s))

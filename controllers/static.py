@@ -37,6 +37,32 @@ class StaticController:
         return Decision(desired, "static")
 
 
+class ScheduledController(StaticController):
+    """Fixed replicas per time window, as a cron-style schedule (e.g. KEDA's cron scaler) sets them.
+
+    Args:
+        schedule: ``(start_s, replicas)`` pairs sorted by ``start_s``, the first at 0; ``replicas``
+            is service -> variant -> count, held from ``start_s`` until the next pair's ``start_s``.
+
+    Raises:
+        ValueError: empty, unsorted, or not starting at 0.
+    """
+
+    name = "scheduled"
+
+    def __init__(self, schedule: list[tuple[float, dict[str, dict[str, int]]]]) -> None:
+        starts = [t for t, _ in schedule]
+        if not schedule or starts[0] != 0 or starts != sorted(starts):
+            raise ValueError(f"schedule must start at 0 s and be sorted by start time, got starts {starts}")
+        super().__init__(schedule[0][1])
+        self.schedule = schedule
+
+    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
+        """The replicas of the window holding ``est.time_s``."""
+        replicas = next(r for t, r in reversed(self.schedule) if t <= est.time_s)
+        return Decision({**est.current, **replicas.get(svc.name, {})}, "scheduled")
+
+
 def served(workload: Workload, max_model_len: int | None) -> list[Request]:
     """The requests a deployment with ``max_model_len`` accepts (all when None); vLLM rejects the rest."""
     if max_model_len is None:

@@ -1,11 +1,13 @@
-"""Tests for controllers.static: the peak and opening rates that size the static and starting fleets."""
+"""Tests for controllers.static: the peak and opening rates that size the static and starting fleets,
+and the scheduled (cron-style) fleet."""
 
 from __future__ import annotations
 
 import pytest
 
+from autoscaler.simulate import run_simulation
 from autoscaler.workload.types import Request, Workload
-from controllers.static import opening_rate_rps, peak_rate_rps
+from controllers.static import ScheduledController, opening_rate_rps, peak_rate_rps
 
 
 def arrivals(times: list[float], tokens: int = 100) -> list[Request]:
@@ -31,3 +33,20 @@ def test_opening_rate_is_the_peak_minute_of_the_first_5_minutes_of_served_reques
 
 def test_opening_rate_of_an_empty_workload_is_zero() -> None:
     assert opening_rate_rps(Workload([])) == 0.0
+
+
+def test_scheduled_controller_holds_each_window_fleet(make_fleet) -> None:
+    cfg = make_fleet(1, min_replicas=1, max_replicas=3)
+    wl = Workload(arrivals([float(t) for t in range(0, 200, 5)]))
+    ctrl = ScheduledController([(0.0, {"svc": {"h100": 1}}), (60.0, {"svc": {"h100": 3}})])
+    run = run_simulation(cfg, wl, ctrl)
+    applied = [(rec.time_s, rec.services["svc"].applied["h100"]) for rec in run.ticks]
+    assert run.controller == "scheduled"
+    assert all(n == 1 for t, n in applied if t < 60) and all(n == 3 for t, n in applied if t >= 60)
+    assert any(t < 60 for t, _ in applied) and any(t >= 60 for t, _ in applied)
+
+
+@pytest.mark.parametrize("schedule", [[], [(10.0, {})], [(0.0, {}), (100.0, {}), (50.0, {})]])
+def test_scheduled_controller_rejects_bad_schedules(schedule) -> None:
+    with pytest.raises(ValueError, match="schedule must start at 0 s"):
+        ScheduledController(schedule)
