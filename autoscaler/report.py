@@ -74,15 +74,19 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
         detail[c] = {"requests": n, "ttft": frac(o["ttft_ok"]), "itl": frac(o["itl_ok"]), "both": frac(o["ok"])}
     completed = status == COMPLETED
 
-    gpu_hours: dict[str, float] = {}
-    cost: dict[str, float] = {}
+    def key_of(service: str, variant: str) -> str:
+        return variant if len(sim.services) == 1 else f"{service}/{variant}"
+
+    # every variant is listed, 0.0 when it never ran a replica: absent would read as unknown
+    gpu_hours = {key_of(s.cfg.name, v): 0.0 for s in sim.services.values() for v in s.variants}
+    cost = dict(gpu_hours)
     for s in sim.services.values():
         for r in s.replicas:
             v = s.variants[r.variant]
-            key = r.variant if len(sim.services) == 1 else f"{r.service}/{r.variant}"
+            key = key_of(r.service, r.variant)
             secs = r.replica_seconds(run.end_s)
-            gpu_hours[key] = gpu_hours.get(key, 0.0) + secs * v.gpus_per_replica / 3600
-            cost[key] = cost.get(key, 0.0) + secs * r.price_per_hour / 3600
+            gpu_hours[key] += secs * v.gpus_per_replica / 3600
+            cost[key] += secs * r.price_per_hour / 3600
     gpu_hours["total"] = sum(gpu_hours.values())
     cost["total"] = sum(cost.values())
 

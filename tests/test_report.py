@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from autoscaler.config import parse_config
+from autoscaler.config import default_config, parse_config
 from autoscaler.report import summarize
-from autoscaler.simulate import SimulationRun
+from autoscaler.simulate import SimulationRun, run_simulation
 from autoscaler.simulator.engine import COMPLETED, FAILED, REJECTED
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.metrics import (
@@ -185,3 +185,13 @@ def test_buckets_match_published_vllm_metrics(data_dir) -> None:
     assert published("vllm:time_to_first_token_seconds") == TTFT_BUCKETS
     assert published("vllm:inter_token_latency_seconds") == ITL_BUCKETS
     assert published("vllm:e2e_request_latency_seconds") == E2E_BUCKETS
+
+
+def test_every_variant_is_listed_in_gpu_hours_and_cost_even_unused() -> None:
+    # A static fleet of one GH200 (the example's minimum) serves 20 small requests; the H100 and
+    # A100 variants never run a replica, so they cost exactly 0, and are listed as such.
+    wl = Workload([Request(arrival_s=float(t), input_tokens=200, output_tokens=20) for t in range(20)])
+    res = summarize(run_simulation(default_config(), wl, "static"))
+    assert list(res["gpu_hours"]) == ["h100", "a100", "gh200", "total"] == list(res["cost_usd"])
+    assert res["gpu_hours"]["h100"] == 0.0 and res["gpu_hours"]["a100"] == 0.0 and res["cost_usd"]["a100"] == 0.0
+    assert res["gpu_hours"]["gh200"] > 0 and res["gpu_hours"]["total"] == res["gpu_hours"]["gh200"]
