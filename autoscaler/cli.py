@@ -40,7 +40,8 @@ def _main() -> None:
 
 
 def _fail(msg: str) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+    one_line = msg.replace("\r", "\\r").replace("\n", "\\n")  # a name may hold a newline; the error stays one line
+    err_console.print(f"[bold red]error:[/] {escape(one_line)}", highlight=False, soft_wrap=True)
     return typer.Exit(2)
 
 

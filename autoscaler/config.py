@@ -12,12 +12,24 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from autoscaler.errors import ConfigError
 from autoscaler.workload.types import BATCH, INTERACTIVE
 
 SetpointSignal = Literal["ttft_p95_ratio", "tpot_p95_ratio", "slo_p95_ratio", "kv_usage", "queue_per_replica"]
+
+
+MAX_INT = 2**53  # integers beyond this lose precision as floats; no replica count or token limit is near it
 
 
 class _Strict(BaseModel):
@@ -29,18 +41,28 @@ class _Strict(BaseModel):
     def _no_bool_as_number(cls, value: object, info: ValidationInfo) -> object:
         # pydantic's lax mode reads YAML's true/false as 1/0 wherever a number is expected.
         if isinstance(value, bool) and info.field_name and cls.model_fields[info.field_name].annotation is not bool:
-            raise ValueError(f"expected a number or name, got the boolean {str(value).lower()}")
+            raise ValueError(f"the boolean {str(value).lower()} is not a valid value here")
+        # a 400-digit integer validates as int but overflows the float arithmetic of the controllers
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+            raise ValueError(f"an integer of {len(str(abs(value)))} digits is too large (at most 2**53)")
         return value
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key repeated in one mapping is an error (PyYAML keeps the last)."""
+    """PyYAML's safe loader, except that a key written twice in one mapping is an error (PyYAML keeps
+    the last). Keys brought in by a merge key (``<<: *anchor``) may be overridden, as YAML allows."""
 
     def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[object, object]:
         seen: set[object] = set()
         for key_node, _ in getattr(node, "value", []):
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
             key = self.construct_object(key_node, deep=deep)
-            if key in seen:
+            try:
+                repeated = key in seen
+            except TypeError:  # unhashable: PyYAML's own check reports it
+                continue
+            if repeated:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key '{key}'", key_node.start_mark
                 )
@@ -209,7 +231,7 @@ class PIDConfig(_Strict):
     deadband: float = Field(default=0.1, ge=0)
     down_gain: float = Field(default=0.5, gt=0)
     error_clip: float = Field(default=3.0, gt=0)
-    scale_with_replicas: bool = True
+    scale_with_replicas: StrictBool = True
 
 
 class GuardConfig(_Strict):
@@ -237,7 +259,7 @@ class ForecastConfig(_Strict):
         step_s: forecast step, seconds; ticks within a step are averaged.
     """
 
-    enabled: bool = False
+    enabled: StrictBool = False
     horizon_s: float = Field(default=300.0, gt=0)
     step_s: float = Field(default=60.0, gt=0, le=3600.0)
 
@@ -345,7 +367,7 @@ class PrometheusConfig(_Strict):
     bearer_token_file: Path | None = None
     basic_auth: BasicAuth | None = None
     ca_file: Path | None = None
-    tls_verify: bool = True
+    tls_verify: StrictBool = True
     max_concurrency: int = Field(default=8, ge=1)
     selectors: dict[str, ServiceSelectors] = Field(default_factory=dict)
 
@@ -506,8 +528,13 @@ def load_config(path: str | Path) -> FleetConfig:
         raise ConfigError(f"{p}: YAML nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{p}:{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+        where = f" line {mark.line + 1}:" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        context = getattr(exc, "context", None)
+        what = f"{context}; {problem}" if context and problem != str(exc) else problem
+        raise ConfigError(f"{p}:{where} invalid YAML: {' '.join(what.split())}") from None
+    except (ValueError, OverflowError) as exc:  # a scalar PyYAML cannot convert (!!int abc, 2024-13-45)
+        raise ConfigError(f"{p}: invalid YAML value: {' '.join(str(exc).split())}") from None
     return parse_config(data, str(p))
 
 

@@ -171,3 +171,14 @@ def test_config_error_names_list_items_verbatim(tmp_path: Path) -> None:
                                    "--out", str(tmp_path / "o")])
     line = one_line_error(res)
     assert "services[llama-3.1-8b].variants[h100].price_per_gpu_hour" in line
+
+
+def test_config_error_with_a_newline_in_a_name_stays_one_line(tmp_path: Path) -> None:
+    trace = azure_csv(tmp_path / "t.csv", n=5)
+    doc = Path(__file__).resolve().parents[1].joinpath("examples", "fleet.yaml").read_text()
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(doc.replace("profile: llama-3-8b/h100-sxm", 'profile: "nope\\nline2"'))
+    res = CliRunner().invoke(app, ["simulate", "--config", str(cfg), "--trace", str(trace),
+                                   "--out", str(tmp_path / "o")])
+    line = one_line_error(res)
+    assert "unknown performance profile 'nope\\nline2'" in line

@@ -260,3 +260,48 @@ def test_boolean_fields_still_take_booleans(tmp_path) -> None:
     doc = example_doc()
     doc["controller"]["pid"]["scale_with_replicas"] = False
     assert load_config(write(tmp_path, doc)).controller.pid.scale_with_replicas is False
+
+
+def test_merge_keys_still_work_and_may_be_overridden(tmp_path) -> None:
+    # The a100 variant merges the h100's settings (<<: *h100), drops its own warm_nodes line so the
+    # h100's (3) comes through, and keeps its other keys, which override the merged ones.
+    text = EXAMPLE.read_text()
+    h100, a100 = text.index("      - name: h100\n"), text.index("      - name: a100\n")
+    gh200 = text.index("      - name: gh200\n")
+    block_h = text[h100:a100].replace("      - name: h100\n", "      - &h100\n        name: h100\n")
+    block_h = block_h.replace("warm_nodes: 4", "warm_nodes: 3")
+    block_a = text[a100:gh200].replace("      - name: a100\n", "      - <<: *h100\n        name: a100\n")
+    block_a = block_a.replace("        warm_nodes: 4\n", "")
+    p = tmp_path / "fleet.yaml"
+    p.write_text(text[:h100] + block_h + block_a + text[gh200:])
+    a100 = next(v for v in load_config(p).services[0].variants if v.name == "a100")
+    assert a100.warm_nodes == 3  # from the merge
+    assert a100.gpu == "A100-80GB" and a100.price_per_gpu_hour == 1.79  # its own keys win
+
+
+@pytest.mark.parametrize(("tail", "expect"), [
+    ("? [a, b]\n: 1\n", "unhashable key"),
+    ("extra: !!int abc\n", "invalid YAML value"),
+    ("extra: 2024-13-45\n", "invalid YAML value"),
+    ("extra: \x00\n", "invalid YAML"),
+])
+def test_yaml_that_pyyaml_cannot_build_is_a_one_line_error(tmp_path, tail: str, expect: str) -> None:
+    p = tmp_path / "fleet.yaml"
+    p.write_text(EXAMPLE.read_text() + tail)
+    msg = load_error(p)
+    assert expect in msg and "::" not in msg
+
+
+def test_integer_too_large_for_float_arithmetic_is_rejected(tmp_path) -> None:
+    doc = example_doc()
+    variant_named(doc, "h100")["max_replicas"] = 10**400
+    msg = load_error(write(tmp_path, doc))
+    assert "services[llama-3.1-8b].variants[h100].max_replicas:" in msg and "too large" in msg
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", "true"])
+def test_boolean_fields_take_only_booleans(tmp_path, value) -> None:
+    doc = example_doc()
+    doc["controller"]["pid"]["scale_with_replicas"] = value
+    msg = load_error(write(tmp_path, doc))
+    assert "controller.pid.scale_with_replicas:" in msg and "boolean" in msg
