@@ -70,7 +70,7 @@ def make_controller(name: str, cfg: FleetConfig, workload: Workload, service: st
 
 
 def start_at(cfg: FleetConfig, controller: Controller, workload: Workload, service: str | None,
-              steady_start: bool) -> FleetConfig:
+             steady_start: bool) -> FleetConfig:
     """The fleet with its initial replicas set: a static controller's fixed counts, or (with
     ``steady_start``) the replicas ``provision_for`` gives for the workload's opening rate (its
     highest 60-s arrival rate in the first 5 minutes, ``opening_rate_rps``: the rule the static
