@@ -39,6 +39,9 @@ def _main() -> None:
     """Observability-driven control-loop autoscaler for LLM inference fleets."""
 
 
+DEFAULT_BATCH_FRACTION = 0.2  # --batch-fraction: share of trace requests (workflows) in the batch class
+
+
 def _fail(msg: str) -> typer.Exit:
     one_line = msg.replace("\r", "\\r").replace("\n", "\\n")  # a name may hold a newline; the error stays one line
     err_console.print(f"[bold red]error:[/] {escape(one_line)}", highlight=False, soft_wrap=True)
@@ -141,7 +144,9 @@ def simulate(
     controller: Annotated[str, typer.Option(help="pid | static")] = "pid",
     rate_scale: Annotated[float, typer.Option(help="Thin (<1) or superpose jittered copies (>1).")] = 1.0,
     time_scale: Annotated[float, typer.Option(help="Multiply arrival times (0.5 = twice as fast).")] = 1.0,
-    batch_fraction: Annotated[float, typer.Option(help="Share of trace requests in the batch class.")] = 0.2,
+    batch_fraction: Annotated[
+        float, typer.Option(help="Share of trace requests in the batch class.")
+    ] = DEFAULT_BATCH_FRACTION,
     service: Annotated[str | None, typer.Option(help="Service the trace targets (default: first).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for class assignment and rate shaping.")] = 0,
     out: Annotated[Path, typer.Option(help="Directory for results.json, timeline.csv, timeline.png.")] = Path(
@@ -393,7 +398,9 @@ def compare(
                                              "(name:key=value...).")] = DEFAULT_COMPARE,
     rate_scale: Annotated[float, typer.Option(help="Thin (<1) or superpose jittered copies (>1).")] = 1.0,
     time_scale: Annotated[float, typer.Option(help="Multiply arrival times (0.5 = twice as fast).")] = 1.0,
-    batch_fraction: Annotated[float, typer.Option(help="Share of trace requests in the batch class.")] = 0.2,
+    batch_fraction: Annotated[
+        float, typer.Option(help="Share of trace requests in the batch class.")
+    ] = DEFAULT_BATCH_FRACTION,
     service: Annotated[str | None, typer.Option(help="Service the trace targets (default: first).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for class assignment and rate shaping.")] = 0,
     workers: Annotated[int | None, typer.Option(help="Processes (default: min(controllers, CPUs)).")] = None,

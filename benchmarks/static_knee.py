@@ -21,16 +21,16 @@ import argparse
 from multiprocessing import Pool
 from pathlib import Path
 
-from autoscaler.cli import build_workload
+from autoscaler.cli import DEFAULT_BATCH_FRACTION, build_workload
 from autoscaler.config import load_config
 from autoscaler.report import summarize
 from autoscaler.simulate import run_simulation
+from autoscaler.workload.types import Workload
 from controllers.split import cost_per_capacity
 from controllers.static import ScheduledController, StaticController, peak_provisioning
 from models.capacity import variant_weights
 
 ROOT = Path(__file__).resolve().parents[1]
-BATCH_FRACTION = 0.2  # the CLI's --batch-fraction default
 
 
 def smaller(fleet: dict[str, int], order: list[str], mins: dict[str, int]) -> dict[str, int]:
@@ -43,11 +43,15 @@ def smaller(fleet: dict[str, int], order: list[str], mins: dict[str, int]) -> di
     raise ValueError(f"fleet {fleet} is already at its minimum")
 
 
+_workload: list[Workload] = []  # one per worker process, built on its first job
+
+
 def _run(job: tuple[str, object, argparse.Namespace]) -> tuple[str, float, float]:
     label, controller, args = job
     cfg = load_config(ROOT / "examples" / "fleet.yaml")
-    wl = build_workload(args.trace, None, args.rate_scale, 1.0, args.seed, BATCH_FRACTION)
-    r = summarize(run_simulation(cfg, wl, controller))  # type: ignore[arg-type]
+    if not _workload:
+        _workload.append(build_workload(args.trace, None, args.rate_scale, 1.0, args.seed, DEFAULT_BATCH_FRACTION))
+    r = summarize(run_simulation(cfg, _workload[0], controller))  # type: ignore[arg-type]
     return label, r["slo_attainment"]["all"], r["gpu_hours"]["total"]
 
 
@@ -63,7 +67,7 @@ def main() -> None:
 
     cfg = load_config(ROOT / "examples" / "fleet.yaml")
     svc = cfg.services[0]
-    wl = build_workload(args.trace, None, args.rate_scale, 1.0, args.seed, BATCH_FRACTION)
+    wl = build_workload(args.trace, None, args.rate_scale, 1.0, args.seed, DEFAULT_BATCH_FRACTION)
     w = variant_weights(svc)
     dearest_first = [v.name for v in sorted(svc.variants, key=lambda v: -cost_per_capacity(v, w[v.name]))]
     mins = {v.name: v.min_replicas for v in svc.variants}

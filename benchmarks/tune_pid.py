@@ -17,14 +17,13 @@ import itertools
 from multiprocessing import Pool
 from pathlib import Path
 
-from autoscaler.cli import build_workload
+from autoscaler.cli import DEFAULT_BATCH_FRACTION, build_workload
 from autoscaler.config import FleetConfig, load_config
 from autoscaler.report import summarize
 from autoscaler.simulate import run_simulation
 from autoscaler.workload.types import Workload
 
 ROOT = Path(__file__).resolve().parents[1]
-BATCH_FRACTION = 0.2  # the CLI's --batch-fraction default
 
 _workloads: dict[str, Workload] = {}
 
@@ -45,7 +44,7 @@ def _run(job: Job) -> tuple[str, str, dict[str, float], float, float]:
     SLO attainment, GPU-hours)."""
     name, path, scale, controller, pid = job
     if name not in _workloads:
-        _workloads[name] = build_workload(path, None, scale, 1.0, 0, BATCH_FRACTION)
+        _workloads[name] = build_workload(path, None, scale, 1.0, 0, DEFAULT_BATCH_FRACTION)
     cfg: FleetConfig = load_config(ROOT / "examples" / "fleet.yaml").model_copy(deep=True)
     for key, value in pid.items():
         setattr(cfg.controller.pid, key, value)
