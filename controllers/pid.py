@@ -138,16 +138,21 @@ def pid_step(
     return output, new_state, PIDTerms(error=e, p=p, i=integral, d=d, output=output, saturated=saturated)
 
 
-def track(state: PIDState, guard_cut: float) -> PIDState:
+def track(state: PIDState, guard_cut: float, applied: float) -> PIDState:
     """Back-calculation anti-windup against the guard.
 
     ``guard_cut`` is the applied minus the intended capacity (output units) after the guard limited a
-    decision (max step, cool-down, quota); adding it to the integral keeps the integral equal to what
-    the fleet can actually do, so it does not wind up while the guard holds it back.
+    decision (max step, cool-down, quota); ``applied`` is the capacity the guard let through. Adding
+    the cut moves the integral toward what the fleet can actually do, so it does not wind up while
+    the guard holds it back. The integral is moved toward ``applied`` and never past it: the cut
+    also contains the proportional term, and carrying that into the integral would ratchet it. A
+    scale-down held by the cool-down with ``P < 0`` would otherwise leave ``I = applied - P``, above
+    the fleet, and the next tick with the error back in the deadband (``P = 0``) would scale up.
     """
     if state.integral is None or guard_cut == 0:
         return state
-    return replace(state, integral=state.integral + guard_cut)
+    lo, hi = sorted((state.integral, applied))
+    return replace(state, integral=min(max(state.integral + guard_cut, lo), hi))
 
 
 class PIDController:
@@ -202,5 +207,5 @@ class PIDController:
                 weights: dict[str, float]) -> None:
         """Feed back what the guard let through (back-calculation anti-windup, see ``track``)."""
         if service in self.states:
-            cut = capacity_of(applied, weights) - capacity_of(intended, weights)
-            self.states[service] = track(self.states[service], cut)
+            done = capacity_of(applied, weights)
+            self.states[service] = track(self.states[service], done - capacity_of(intended, weights), done)

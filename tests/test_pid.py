@@ -236,17 +236,38 @@ def test_derivative_divides_by_current_setpoint() -> None:
 # ----------------------------------------------------------------------------------- (h) track
 def test_track_back_calculation() -> None:
     s = PIDState(integral=20.0, prev_measurement=1.0, derivative=0.1)
-    t = track(s, -4.0)
+    t = track(s, -4.0, applied=16.0)  # intended 20, guard let through 16: I = 20 - 4 = 16
     assert t.integral == pytest.approx(16.0)
     assert (t.prev_measurement, t.derivative) == (1.0, 0.1)
-    assert track(s, 0.0) is s
-    assert track(PIDState(), -3.0) == PIDState()
+    assert track(s, 0.0, applied=20.0) is s
+    assert track(PIDState(), -3.0, applied=5.0) == PIDState()
+
+
+def test_track_never_moves_the_integral_past_the_applied_capacity() -> None:
+    # I = 30 wound up, P = 2: intended 32; the step limit lets 26 through -> cut -6 -> 24, clamped to 26.
+    assert track(PIDState(integral=30.0), -6.0, applied=26.0).integral == pytest.approx(26.0)
+    # I = 20, intended 24 (P = 4), the fleet is held at 20 -> cut -4 -> 16, clamped to [20, 20]: I stays 20.
+    assert track(PIDState(integral=20.0), -4.0, applied=20.0).integral == pytest.approx(20.0)
+
+
+def test_scale_down_held_by_cooldown_does_not_ratchet_up() -> None:
+    # Fleet at 100. Measurement 0.5 with setpoint 1: e = -0.5, P = kp * e = 10 * -0.5 = -5 -> intended 95.
+    c = cfg(kp=10.0)
+    out, s, _ = pid_step(c, PIDState(), 0.5, 15, current=100, out_min=0, out_max=1000)
+    assert out == pytest.approx(95.0)
+    # The cool-down holds the fleet at 100: cut = 100 - 95 = +5. Adding all of it would leave
+    # I = 105 = applied - P, above the fleet; it is clamped to the applied 100.
+    s = track(s, 100.0 - out, applied=100.0)
+    assert s.integral == pytest.approx(100.0)
+    # Back inside the setpoint (e = 0, P = 0): the output is the fleet as it is, not a scale-up to 105.
+    out, s, _ = pid_step(c, s, 1.0, 15, current=100, out_min=0, out_max=1000)
+    assert out == pytest.approx(100.0)
 
 
 def test_track_feeds_into_next_step() -> None:
     c = cfg(ki=0.1)
     _, s, _ = pid_step(c, PIDState(), 2.0, 10, current=10, out_min=0, out_max=100)  # I = 11
-    s = track(s, -3.0)  # guard let through 3 less: I = 8
+    s = track(s, -3.0, applied=8.0)  # guard let through 3 less: I = 8
     out, s, _ = pid_step(c, s, 2.0, 10, current=10, out_min=0, out_max=100)  # I = 8 + 1 = 9
     assert out == pytest.approx(9.0)
 
