@@ -19,7 +19,11 @@ one-step naive MAE of the training half (``models.forecast.metrics``). MAPE skip
 ``fit_s``: initial fit, seconds; ``tick_s``: mean update + forecast per step, seconds, re-selections
 of ``auto`` included. The goal lines also give, per series, the MASE of a non-causal oracle (each
 scored value predicted by the mean or median of its neighbours on both sides, ``smoother_bound``):
-where even it misses 0.8 x the best anchor's MASE, the goal is very likely out of reach.
+where even it misses 0.8 x the best anchor's MASE, the goal is very likely out of reach. For the
+series binned from a trace they also give a sampling-noise floor (``noise_floor``): the MASE a
+forecaster would reach if it knew each bin's expected count and mean length exactly, the Poisson
+and sampling error of the bin's requests being all that is left. Where the floor is above the
+target, no forecaster can meet it (requests independent given the past).
 
 Cache warmth (``--cache``, also run after the table without ``--json``): the Mooncake conversation
 trace (real prefix hashes, workflows grouped, superposed 4x with disjoint hashes to cut sampling
@@ -60,7 +64,7 @@ from models.forecast.ensemble import MedianEnsemble
 from models.forecast.ets import HoltWinters
 from models.forecast.intervals import ResidualIntervals
 from models.forecast.llt import LocalLinearTrend
-from models.forecast.metrics import coverage, mape, mase, naive_scale
+from models.forecast.metrics import coverage, mape, mase, mean_sampling_mad, naive_scale, poisson_mad
 
 ROOT = Path(__file__).resolve().parents[1]
 HORIZONS = (1, 3, 6)
@@ -74,12 +78,14 @@ CACHE_EVENTS = ((1200.0, 24), (2400.0, 12))  # (time s, replicas after)
 
 @dataclass
 class Series:
-    """One benchmark series: name, values (NaN = missing), seasonal period in steps, burn-in steps."""
+    """One benchmark series: name, values (NaN = missing), seasonal period in steps, burn-in steps,
+    and, for series binned from a trace, each bin's sampling-noise floor (``noise_floor``)."""
 
     name: str
     y: np.ndarray
     period: int | None
     burn: int
+    floor_mae: np.ndarray | None = None
 
 
 def servegen(data: Path) -> list[Series]:
@@ -104,14 +110,19 @@ def binned(path: Path, label: str, bin_s: float) -> list[Series]:
     keep = idx < n
     idx = idx[keep]
     count = np.bincount(idx, minlength=n).astype(np.float64)
+    tokens = {k: np.array([getattr(r, k) for r in reqs], dtype=np.float64)[keep]
+              for k in ("input_tokens", "output_tokens")}
+    means, floors = {}, {}
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean_in = np.bincount(idx, np.array([r.input_tokens for r in reqs])[keep], n) / count
-        mean_out = np.bincount(idx, np.array([r.output_tokens for r in reqs])[keep], n) / count
+        for k, x in tokens.items():
+            means[k] = np.bincount(idx, x, n) / count
+            var = (np.bincount(idx, x * x, n) - count * means[k] ** 2) / (count - 1)
+            floors[k] = np.where(count >= 2, mean_sampling_mad(np.sqrt(np.maximum(var, 0.0)), count), np.nan)
     tag = f"{label}@{bin_s:g}s"
     return [
-        Series(f"{tag}:rate_rps", count / bin_s, None, 30),
-        Series(f"{tag}:mean_input_tokens", mean_in, None, 30),
-        Series(f"{tag}:mean_output_tokens", mean_out, None, 30),
+        Series(f"{tag}:rate_rps", count / bin_s, None, 30, poisson_mad(count) / bin_s),
+        Series(f"{tag}:mean_input_tokens", means["input_tokens"], None, 30, floors["input_tokens"]),
+        Series(f"{tag}:mean_output_tokens", means["output_tokens"], None, 30, floors["output_tokens"]),
     ]
 
 
@@ -263,6 +274,24 @@ def smoother_bound(s: Series) -> float:
     return best
 
 
+def noise_floor(s: Series) -> float | None:
+    """Lower bound on any forecaster's MASE for a series binned from a trace: the mean sampling-noise
+    floor (``models.forecast.metrics``; a bin's observed count stands in for its expected count, a
+    bin's sample standard deviation for the length distribution's) over the scored half, over the
+    MASE scale. None for series with no request samples behind them (ServeGen's aggregate rates).
+
+    It holds under the sampling model: requests independent given the past. Turns of one
+    conversation are not (a forecaster that tracks open conversations could do better on their
+    lengths), so on Mooncake's token means it is an estimate, not a proof.
+    """
+    if s.floor_mae is None:
+        return None
+    half = len(s.y) // 2
+    f = s.floor_mae[half:]
+    ok = np.isfinite(s.y[half:]) & np.isfinite(f)
+    return float(np.mean(f[ok])) / naive_scale(s.y[:half])
+
+
 def forecast_rows(data: Path, bin_s: float, verbose: bool) -> list[dict[str, object]]:
     """Every (series, model, horizon) row."""
     rows: list[dict[str, object]] = []
@@ -275,9 +304,10 @@ def forecast_rows(data: Path, bin_s: float, verbose: bool) -> list[dict[str, obj
     return rows
 
 
-def print_table(rows: list[dict[str, object]], bounds: dict[str, float]) -> None:
+def print_table(rows: list[dict[str, object]], bounds: dict[str, float], floors: dict[str, float | None]) -> None:
     """One line per (dataset, model): MASE and coverage at each horizon, MAPE at 3 steps, timings;
-    then the goal per dataset, with ``bounds`` (dataset -> ``smoother_bound``) against its target."""
+    then the goal per dataset, with ``bounds`` (dataset -> ``smoother_bound``) and ``floors``
+    (dataset -> ``noise_floor``) against its target."""
     by: dict[tuple[str, str], dict[int, dict[str, object]]] = {}
     for r in rows:
         by.setdefault((str(r["dataset"]), str(r["model"])), {})[int(r["horizon_steps"])] = r  # type: ignore[arg-type]
@@ -304,11 +334,13 @@ def print_table(rows: list[dict[str, object]], bounds: dict[str, float]) -> None
         gain = 100 * (1 - float(ours["mase"]) / a)  # type: ignore[arg-type]
         cov = float(ours["coverage90"])  # type: ignore[arg-type]
         ok = "MET" if gain >= 20 and 0.85 <= cov <= 0.95 else "not met"
-        bound = bounds[ds]
-        reach = "" if bound < 0.8 * a else "  (even the two-sided oracle misses the target)"
+        bound, floor = bounds[ds], floors[ds]
+        reach = "  (sampling noise alone is above the target)" if floor is not None and floor >= 0.8 * a else (
+            "" if bound < 0.8 * a else "  (even the two-sided oracle misses the target)")
+        noise = "" if floor is None else f", noise floor {floor:.3f}"
         print(
             f"  {ds:44s} best anchor {best_anchor:16s} {a:.3f}  auto {float(ours['mase']):.3f}"  # type: ignore[arg-type]
-            f"  gain {gain:+5.1f}%  cov {cov:.2f}  {ok}; target {0.8 * a:.3f}, oracle {bound:.3f}{reach}"
+            f"  gain {gain:+5.1f}%  cov {cov:.2f}  {ok}; target {0.8 * a:.3f}, oracle {bound:.3f}{noise}{reach}"
         )
 
 
@@ -458,7 +490,8 @@ def main() -> None:
             ]
             print(json.dumps(clean, allow_nan=False))
             return
-        print_table(rows, {s.name: smoother_bound(s) for s in all_series(args.data, args.bin_s)})
+        series = all_series(args.data, args.bin_s)
+        print_table(rows, {s.name: smoother_bound(s) for s in series}, {s.name: noise_floor(s) for s in series})
     print_cache(args.data)
 
 
