@@ -29,7 +29,8 @@ GPU-hours. Higher setpoints or integral gains save GPU-hours but fall below 95% 
 other. Re-checked with the grid over kp {0.03, 0.04, 0.06, 0.2} x ki {0.0025, 0.004, 0.005} x
 error_clip {1, 3} on Azure conv x20, Mooncake x6 and the embedded day: smaller gains save GPU-hours
 there (kp 0.03, ki 0.005, error_clip 1: 99.22% / 8.96 GPU-h on Azure and 99.10% / 12.05 on Mooncake,
-against 98.42% / 10.37 and 99.23% / 13.48 with the defaults) but react too slowly to real load
+against 98.42% / 10.37 and 99.23% / 13.48 with the defaults, both measured before the back-calculation
+fix in ``track``) but react too slowly to real load
 changes: on the ``benchmarks/scenarios`` step (x3 within a minute), ramp and Azure code workloads
 interactive SLO attainment fell from 79% / 98% / 84% to 55% / 94% / 47%, so the defaults stay.
 """
