@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from autoscaler.config import ControllerConfig, Service
     from autoscaler.loop.estimate import ServiceEstimate
 
-TABLE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "tpot_p95_s", "itl_p95_s", "slo_p95_ratio", "kv_usage",
-                 "queue_length", "running", "prefix_hit_rate", "success_rps", "abort_rps")
+TABLE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "tpot_p95_s", "itl_p95_s", "slo_p95_ratio", "slo_mean_ratio",
+                 "kv_usage", "queue_length", "running", "prefix_hit_rate", "success_rps", "abort_rps")
 
 
 class Shadow:

@@ -58,6 +58,10 @@ def _quantile(q: float, histogram: str) -> str:
     return f"histogram_quantile({q}, sum by (le) (rate({histogram}_bucket{{$sel}}[$window])))"
 
 
+def _mean(histogram: str) -> str:
+    return f"sum(rate({histogram}_sum{{$sel}}[$window])) / sum(rate({histogram}_count{{$sel}}[$window]))"
+
+
 def _rate(counter: str, extra: str = "") -> str:
     return f"sum(rate({counter}{{$sel{extra}}}[$window]))"
 
@@ -74,6 +78,8 @@ def _vllm(kv: str, hits: str, queries: str, itl: str, tpot: str, name: str) -> Q
             "itl_p50_s": _quantile(0.5, itl),
             "itl_p95_s": _quantile(0.95, itl),
             "tpot_p95_s": _quantile(0.95, tpot),
+            "ttft_mean_s": _mean("vllm:time_to_first_token_seconds"),
+            "tpot_mean_s": _mean(tpot),
             "kv_usage": f"avg({kv}{{$sel}})",
             "queue_length": "sum(vllm:num_requests_waiting{$sel})",
             "running": "sum(vllm:num_requests_running{$sel})",
@@ -109,6 +115,8 @@ SGLANG_0523 = QuerySet(
         "itl_p50_s": _quantile(0.5, "sglang:inter_token_latency_seconds"),
         "itl_p95_s": _quantile(0.95, "sglang:inter_token_latency_seconds"),
         "tpot_p95_s": _quantile(0.95, "sglang:inter_token_latency_seconds"),
+        "ttft_mean_s": _mean("sglang:time_to_first_token_seconds"),
+        "tpot_mean_s": _mean("sglang:inter_token_latency_seconds"),
         "kv_usage": "avg(sglang:token_usage{$sel})",
         "queue_length": "sum(sglang:num_queue_reqs{$sel})",
         "running": "sum(sglang:num_running_reqs{$sel})",

@@ -129,8 +129,9 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
     }
 
 
-TIMELINE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "itl_p95_s", "tpot_p95_s", "kv_usage", "queue_length",
-                    "prefix_hit_rate", "slo_p95_ratio", *FORECAST_SIGNALS)
+TIMELINE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "itl_p95_s", "tpot_p95_s", "ttft_mean_s", "tpot_mean_s",
+                    "kv_usage", "queue_length", "prefix_hit_rate", "slo_p95_ratio", "slo_mean_ratio",
+                    *FORECAST_SIGNALS)
 
 
 def timeline_rows(run: SimulationRun) -> list[dict[str, Any]]:

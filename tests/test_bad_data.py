@@ -117,11 +117,28 @@ def test_zero_traffic_nan_quantiles_read_as_idle_and_scale_to_minimum(world: Wor
     est = first.estimate
     assert est.errors == []
     assert est.signals["ttft_p95_s"] is None and est.signals["slo_p95_ratio"] is None
+    assert est.signals["ttft_mean_s"] is None and est.signals["slo_mean_ratio"] is None  # 0/0 means too
     assert est.signals["request_rate_rps"] == 0.0 and est.signals["running"] == 0.0
     assert est.idle is True
     assert first.applied == {"h100": 3}  # one idle tick of two: no change yet
     assert second.applied == {"h100": 1}  # 3 - max_step_down 2 = min_replicas 1
     assert "idle for 2 ticks" in second.reason
+
+
+def test_mean_ratios_are_window_means_over_the_interactive_slo() -> None:
+    cfg = fleet("svc")
+    slo = cfg.services[0].slo["interactive"]
+    sig: dict[str, float | None] = dict.fromkeys(SIGNALS, None)
+    sig.update(ttft_mean_s=0.6 * slo.ttft_s, tpot_mean_s=0.2 * slo.itl_s)
+    est = estimate(ServiceObservation("svc", 0.0, sig, {"h100": VariantObservation(2, 0)}), cfg.services[0],
+                   {"h100": 10.0})
+    assert est.signals["ttft_mean_ratio"] == pytest.approx(0.6)
+    assert est.signals["tpot_mean_ratio"] == pytest.approx(0.2)
+    assert est.signals["slo_mean_ratio"] == pytest.approx(0.6)  # the larger of the two
+    sig["tpot_mean_s"] = None  # one unknown: the combined ratio is unknown, not the other alone
+    est = estimate(ServiceObservation("svc", 0.0, sig, {"h100": VariantObservation(2, 0)}), cfg.services[0],
+                   {"h100": 10.0})
+    assert est.signals["slo_mean_ratio"] is None
 
 
 # ----------------------------------------------------------------------------- failures

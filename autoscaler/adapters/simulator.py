@@ -1,8 +1,9 @@
 """The simulator behind the loop's interfaces: a ``MetricsSource`` and an ``Actuator``.
 
 ``SimMetricsSource`` computes each signal the way the PromQL defaults do over the replicas'
-vLLM metrics: ``rate()`` of counters and ``histogram_quantile()`` of bucket increments over the
-last ``window_s`` seconds, gauges summed (queue, running) or averaged (KV usage) over pods.
+vLLM metrics: ``rate()`` of counters, ``histogram_quantile()`` of bucket increments and
+``rate(_sum) / rate(_count)`` means over the last ``window_s`` seconds, gauges summed (queue,
+running) or averaged (KV usage) over pods.
 Per-pod gauges are also sampled at every ``scrape`` (and every ``observe``), as Prometheus samples
 them at each scrape, so ``max_over_time(gauge[window_s])`` is the largest sample in
 ``(now - window_s, now]``.
@@ -73,7 +74,8 @@ class SimMetricsSource:
         if not pods:
             return dict.fromkeys(
                 ("request_rate_rps", "prompt_tokens_rps", "generation_tokens_rps", "ttft_p50_s",
-                 "ttft_p95_s", "itl_p50_s", "itl_p95_s", "tpot_p95_s", "kv_usage", "queue_length", "running",
+                 "ttft_p95_s", "itl_p50_s", "itl_p95_s", "tpot_p95_s", "ttft_mean_s", "tpot_mean_s", "kv_usage",
+                 "queue_length", "running",
                  "prefix_hit_rate", "success_rps", "abort_rps", "preemptions_rps"))
 
         def rate(key: str) -> float:
@@ -87,6 +89,10 @@ class SimMetricsSource:
                 for i, (a, b) in enumerate(zip(new[key], o, strict=True)):  # type: ignore[call-overload]
                     acc[i] += a - b
             return acc
+
+        def mean(key: str) -> float | None:
+            n = rate(f"{key}_count")
+            return rate(f"{key}_sum") / n if n > 0 else None
 
         ttft = buckets("ttft", len(TTFT_BUCKETS) + 1)
         itl = buckets("itl", len(ITL_BUCKETS) + 1)
@@ -102,6 +108,8 @@ class SimMetricsSource:
             "itl_p50_s": histogram_quantile(0.5, ITL_BUCKETS, itl),
             "itl_p95_s": histogram_quantile(0.95, ITL_BUCKETS, itl),
             "tpot_p95_s": histogram_quantile(0.95, ITL_BUCKETS, tpot),
+            "ttft_mean_s": mean("ttft"),
+            "tpot_mean_s": mean("tpot"),
             "kv_usage": (sum(r.metrics.kv_usage for r in serving) / len(serving)) if serving else None,
             "queue_length": float(sum(r.metrics.waiting for r in serving)),
             "running": float(sum(r.metrics.running for r in serving)),

@@ -2,7 +2,8 @@
 
 Derived signals: ``ttft_p95_ratio`` (p95 TTFT / the interactive TTFT SLO), ``tpot_p95_ratio``
 (p95 of per-request mean time per output token / the interactive ITL SLO, which is a per-request
-mean), ``slo_p95_ratio`` (the larger of the two), ``queue_per_replica``
+mean), ``slo_p95_ratio`` (the larger of the two); ``ttft_mean_ratio``, ``tpot_mean_ratio`` and
+``slo_mean_ratio``, the same with the window means (``ttft_mean_s``, ``tpot_mean_s``); ``queue_per_replica``
 (waiting requests per ready replica), and ``kv_usage`` as observed. Idle detection uses the
 request counters, never the (undefined at zero traffic) latency quantiles, and is unknown when any
 query failed.
@@ -78,13 +79,13 @@ def estimate(obs: ServiceObservation, svc: Service, weights: dict[str, float]) -
     sig = sanitize(obs.signals, warnings, obs.service)
     variants = {n: replace(v, signals=sanitize(v.signals, warnings, f"{obs.service}/{n}"))
                 for n, v in obs.variants.items()}
-    ttft = sig.get("ttft_p95_s")
-    tpot = sig.get("tpot_p95_s")
     slo = svc.slo[INTERACTIVE]
-    sig["ttft_p95_ratio"] = None if ttft is None else ttft / slo.ttft_s
-    sig["tpot_p95_ratio"] = None if tpot is None else tpot / slo.itl_s
-    ratios = (sig["ttft_p95_ratio"], sig["tpot_p95_ratio"])
-    sig["slo_p95_ratio"] = None if None in ratios else max(ratios)  # type: ignore[type-var]
+    for stat in ("p95", "mean"):
+        ttft, tpot = sig.get(f"ttft_{stat}_s"), sig.get(f"tpot_{stat}_s")
+        sig[f"ttft_{stat}_ratio"] = None if ttft is None else ttft / slo.ttft_s
+        sig[f"tpot_{stat}_ratio"] = None if tpot is None else tpot / slo.itl_s
+        ratios = (sig[f"ttft_{stat}_ratio"], sig[f"tpot_{stat}_ratio"])
+        sig[f"slo_{stat}_ratio"] = None if None in ratios else max(ratios)  # type: ignore[type-var]
     ready = sum(v.ready for v in obs.variants.values())
     queue = sig.get("queue_length")
     sig["queue_per_replica"] = None if queue is None else queue / max(ready, 1)

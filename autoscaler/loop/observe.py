@@ -6,6 +6,8 @@ Signal names (per service; per variant the same names restricted to that variant
 ``request_rate_rps``, ``prompt_tokens_rps``, ``generation_tokens_rps`` (tokens/s),
 ``ttft_p50_s``, ``ttft_p95_s``, ``itl_p50_s``, ``itl_p95_s`` (seconds, ``histogram_quantile``
 over the window), ``tpot_p95_s`` (p95 of per-request mean time per output token, seconds),
+``ttft_mean_s`` and ``tpot_mean_s`` (means over the window, ``rate(_sum) / rate(_count)`` of the
+same histograms: exact, where a quantile is interpolated inside a bucket),
 ``kv_usage`` (mean fraction over pods), ``queue_length`` and ``running``
 (requests, summed over pods), ``prefix_hit_rate`` (hits/queries over the window),
 ``success_rps`` and ``abort_rps`` (requests/s), ``preemptions_rps``.
@@ -30,6 +32,8 @@ SIGNALS = (
     "itl_p50_s",
     "itl_p95_s",
     "tpot_p95_s",
+    "ttft_mean_s",
+    "tpot_mean_s",
     "kv_usage",
     "queue_length",
     "running",

@@ -130,5 +130,9 @@ class ReplicaMetrics:
             "ttft": list(self.ttft.counts),
             "itl": list(self.itl.counts),
             "tpot": list(self.tpot.counts),
+            "ttft_sum": self.ttft.total,
+            "ttft_count": self.ttft.count,
+            "tpot_sum": self.tpot.total,
+            "tpot_count": self.tpot.count,
             "e2e_count": self.e2e.count,
         }
