@@ -26,7 +26,10 @@ from pydantic import (
 from autoscaler.errors import ConfigError
 from autoscaler.workload.types import BATCH, INTERACTIVE
 
-SetpointSignal = Literal["ttft_p95_ratio", "tpot_p95_ratio", "slo_p95_ratio", "kv_usage", "queue_per_replica"]
+SetpointSignal = Literal[
+    "slo_mean_ratio", "ttft_mean_ratio", "tpot_mean_ratio", "ttft_p95_ratio", "tpot_p95_ratio", "slo_p95_ratio",
+    "kv_usage", "queue_per_replica",
+]
 
 
 MAX_INT = 2**53  # integers beyond this lose precision as floats; no replica count or token limit is near it
@@ -222,13 +225,13 @@ class PIDConfig(_Strict):
     replica count when ``scale_with_replicas`` is on.
     """
 
-    setpoint_signal: SetpointSignal = "slo_p95_ratio"
-    setpoint: float = Field(default=0.5, gt=0)
+    setpoint_signal: SetpointSignal = "slo_mean_ratio"
+    setpoint: float = Field(default=0.3, gt=0)
     kp: float = Field(default=0.2, ge=0)
     ki: float = Field(default=0.005, ge=0)
     kd: float = Field(default=0.0, ge=0)
     derivative_filter_s: float = Field(default=30.0, gt=0)
-    deadband: float = Field(default=0.1, ge=0)
+    deadband: float = Field(default=0.25, ge=0)
     down_gain: float = Field(default=0.5, gt=0)
     error_clip: float = Field(default=3.0, gt=0)
     scale_with_replicas: StrictBool = True
@@ -276,7 +279,7 @@ class ControllerConfig(_Strict):
     """
 
     tick_s: float = Field(default=15.0, ge=1.0)
-    window_s: float = Field(default=60.0, gt=0)
+    window_s: float = Field(default=300.0, gt=0)
     pid: PIDConfig = PIDConfig()
     guard: GuardConfig = GuardConfig()
     forecast: ForecastConfig = ForecastConfig()

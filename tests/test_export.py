@@ -51,7 +51,7 @@ def test_loop_metrics_of_a_simulated_run() -> None:
     assert s[("autoscaler_loop_duration_seconds_bucket", (("le", "+Inf"),))] == len(ticks)
     sig = (("service", "llm"), ("signal", "slo_p95_ratio"))
     if "setpoint" in last.decision.terms:
-        assert s[("autoscaler_setpoint", sig)] == 0.5  # PIDConfig default setpoint
+        assert s[("autoscaler_setpoint", sig)] == 0.5  # FLEET_DOC's setpoint
         assert s[("autoscaler_measured", sig)] == last.decision.terms["measurement"]
         assert s[("autoscaler_controller_term", (("controller", "pid"), ("service", "llm"), ("term", "p")))] == \
             last.decision.terms["p"]

@@ -328,7 +328,7 @@ def test_controller_holds_while_starting_replicas_cover_the_target(make_fleet) -
     cfg = make_fleet(4, min_replicas=0, max_replicas=10)
     svc = cfg.services[0]
     w = 10.0
-    ctrl = ControllerConfig(pid=PIDConfig(kp=0.0, ki=0.01, setpoint=0.5, deadband=0.0))
+    ctrl = ControllerConfig(pid=PIDConfig(setpoint_signal="slo_p95_ratio", kp=0.0, ki=0.01, setpoint=0.5, deadband=0.0))
     est = ServiceEstimate(
         service="svc", time_s=100.0, signals={"slo_p95_ratio": 1.0},
         variants={"h100": VariantObservation(ready=2, starting=2)}, weights={"h100": w},
@@ -339,3 +339,69 @@ def test_controller_holds_while_starting_replicas_cover_the_target(make_fleet) -
     assert d.desired == {"h100": 4}
     assert d.reason.startswith("hold: slo_p95_ratio=1 vs setpoint 0.5")
     assert "waiting for 2 starting replica(s)" in d.reason
+
+
+def _estimate(signals: dict[str, float], ready: int, starting: int, w: float, t: float = 100.0):
+    from autoscaler.loop.estimate import ServiceEstimate
+    from autoscaler.loop.observe import VariantObservation
+
+    return ServiceEstimate(
+        service="svc", time_s=t, signals=signals,
+        variants={"h100": VariantObservation(ready=ready, starting=starting)}, weights={"h100": w},
+        idle=False, capacity_rps=(ready + starting) * w, ready_capacity_rps=ready * w, starting=starting,
+    )
+
+
+def test_controller_never_scales_against_the_error(make_fleet) -> None:
+    from autoscaler.config import ControllerConfig, PIDConfig
+
+    svc = make_fleet(10, min_replicas=0, max_replicas=20).services[0]
+    ctrl = ControllerConfig(pid=PIDConfig(setpoint_signal="slo_mean_ratio", setpoint=0.3, kp=0.0, ki=0.0,
+                                          deadband=0.0))
+    ctl = PIDController()
+    # A wound-up integral of 12 replicas (w = 10) while the fleet has 10: the output asks for 12,
+    # but the measurement (0.2 < 0.3) says over-provisioned: hold, never scale up.
+    ctl.states["svc"] = PIDState(integral=120.0)
+    d = ctl.decide(_estimate({"slo_mean_ratio": 0.2}, 10, 0, 10.0), svc, ctrl)
+    assert d.desired == {"h100": 10}
+    assert "disagrees with the error's sign" in d.reason
+    # The mirror case: integral at 8 replicas, measurement above the setpoint: no scale-down.
+    ctl.states["svc"] = PIDState(integral=80.0)
+    d = ctl.decide(_estimate({"slo_mean_ratio": 0.4}, 10, 0, 10.0), svc, ctrl)
+    assert d.desired == {"h100": 10}
+
+
+def test_controller_reanchors_the_integral_inside_the_deadband(make_fleet) -> None:
+    from autoscaler.config import ControllerConfig, PIDConfig
+
+    svc = make_fleet(10, min_replicas=0, max_replicas=20).services[0]
+    ctrl = ControllerConfig(pid=PIDConfig(setpoint_signal="slo_mean_ratio", setpoint=0.3, deadband=0.25))
+    ctl = PIDController()
+    ctl.states["svc"] = PIDState(integral=95.0)
+    # 0.25 / 0.3 - 1 = -0.167, inside +-0.25: hold, and the integral becomes the fleet (9 x 10 = 90),
+    # so a later step starts from the replicas that run, not from an old target.
+    d = ctl.decide(_estimate({"slo_mean_ratio": 0.25}, 9, 0, 10.0), svc, ctrl)
+    assert d.desired == {"h100": 9}
+    assert ctl.states["svc"].integral == pytest.approx(90.0)
+
+
+def test_overload_sizes_for_arrivals_from_queue_growth(make_fleet) -> None:
+    from autoscaler.config import ControllerConfig, PIDConfig
+
+    svc = make_fleet(10, min_replicas=0, max_replicas=40).services[0]
+    # kp = ki = 0: only the overload rule can add capacity.
+    ctrl = ControllerConfig(pid=PIDConfig(setpoint_signal="slo_mean_ratio", setpoint=0.3, kp=0.0, ki=0.0,
+                                          deadband=0.0, error_clip=3.0))
+    ctl = PIDController()
+    sig = {"slo_mean_ratio": 2.0, "request_rate_rps": 10.0}  # e = 2/0.3 - 1 = 5.7, clipped to 3: saturated
+    ctl.decide(_estimate({**sig, "queue_length": 0.0}, 2, 0, 10.0, t=100.0), svc, ctrl)
+    # 60 s later the queue holds 150 more: arrivals ~ 10 served + 150/60 = 12.5 req/s, so the 2 ready
+    # replicas (20 req/s of capacity) should be 20 x 12.5 / 10 = 25 -> 3 replicas.
+    d = ctl.decide(_estimate({**sig, "queue_length": 150.0}, 2, 0, 10.0, t=160.0), svc, ctrl)
+    assert d.desired == {"h100": 3}
+    # Not saturated (e = 0.5 / 0.3 - 1 = 0.67 < 3): the rule does not apply.
+    ctl2 = PIDController()
+    low = {"slo_mean_ratio": 0.5, "request_rate_rps": 10.0}
+    ctl2.decide(_estimate({**low, "queue_length": 0.0}, 2, 0, 10.0, t=100.0), svc, ctrl)
+    d = ctl2.decide(_estimate({**low, "queue_length": 150.0}, 2, 0, 10.0, t=160.0), svc, ctrl)
+    assert d.desired == {"h100": 2}

@@ -46,7 +46,12 @@ FLEET_DOC: dict[str, Any] = {
     "services": [{"name": "llm", "model": "m", "slo": SLO, "variants": [
         _variant("h100", "H100-SXM", "llama-3-8b/h100-sxm", 2.99, 0, 0),
         _variant("a100", "A100-80GB", "llama-3-8b/a100-80gb", 1.79, 1, 1)]}],
-    "controller": {"tick_s": 15, "window_s": 60, "guard": {"scale_down_cooldown_s": 60, "idle_ticks_to_min": 4}},
+    # The p95 signal: the mean signals differ between the paths for a minute after a pod becomes ready
+    # (Prometheus's rate() starts at a pod's first scrape, the simulator at its ready time), and the
+    # comparisons below are of the paths, not of the signal.
+    "controller": {"tick_s": 15, "window_s": 60,
+                   "pid": {"setpoint_signal": "slo_p95_ratio", "setpoint": 0.5, "deadband": 0.1},
+                   "guard": {"scale_down_cooldown_s": 60, "idle_ticks_to_min": 4}},
 }
 
 
