@@ -231,10 +231,18 @@ class PIDConfig(_Strict):
     ki: float = Field(default=0.005, ge=0)
     kd: float = Field(default=0.0, ge=0)
     derivative_filter_s: float = Field(default=30.0, gt=0)
-    deadband: float = Field(default=0.25, ge=0)
+    deadband: float = Field(default=0.25, ge=0, lt=1)
     down_gain: float = Field(default=0.5, gt=0)
     error_clip: float = Field(default=3.0, gt=0)
     scale_with_replicas: StrictBool = True
+
+    @model_validator(mode="after")
+    def _band(self) -> PIDConfig:
+        # The error is clipped to [-1, error_clip]; a band that wide would zero every error on that side.
+        if self.deadband >= self.error_clip:
+            raise ValueError(f"deadband ({self.deadband}) must be below error_clip ({self.error_clip}): "
+                             "no error would ever leave the band")
+        return self
 
 
 class GuardConfig(_Strict):
@@ -279,7 +287,7 @@ class ControllerConfig(_Strict):
     """
 
     tick_s: float = Field(default=15.0, ge=1.0)
-    window_s: float = Field(default=300.0, gt=0)
+    window_s: float = Field(default=300.0, gt=0, le=86400.0)
     pid: PIDConfig = PIDConfig()
     guard: GuardConfig = GuardConfig()
     forecast: ForecastConfig = ForecastConfig()

@@ -63,7 +63,8 @@ def _mean(histogram: str) -> str:
 
 
 def _rate(counter: str, extra: str = "") -> str:
-    return f"sum(rate({counter}{{$sel{extra}}}[$window]))"
+    # ``extra`` goes first: PromQL allows a trailing comma, so an empty ``$sel`` still parses.
+    return f"sum(rate({counter}{{{extra + ',' if extra else ''}$sel}}[$window]))"
 
 
 def _vllm(kv: str, hits: str, queries: str, itl: str, tpot: str, name: str) -> QuerySet:
@@ -85,8 +86,8 @@ def _vllm(kv: str, hits: str, queries: str, itl: str, tpot: str, name: str) -> Q
             "running": "sum(vllm:num_requests_running{$sel})",
             "prefix_hit_rate": f"{_rate(hits)} / {_rate(queries)}",
             # finished_reason in {stop, length, abort, error, repetition} (vLLM FinishReason).
-            "success_rps": _rate("vllm:request_success_total", ',finished_reason!~"abort|error"'),
-            "abort_rps": _rate("vllm:request_success_total", ',finished_reason=~"abort|error"'),
+            "success_rps": _rate("vllm:request_success_total", 'finished_reason!~"abort|error"'),
+            "abort_rps": _rate("vllm:request_success_total", 'finished_reason=~"abort|error"'),
             "preemptions_rps": _rate("vllm:num_preemptions_total"),
         },
         kv_usage=kv,

@@ -151,8 +151,9 @@ def _fast_forward(sim: FleetSimulator, now: float, tick: float, ticks: list[Tick
     """Skip ticks that cannot change anything, up to the last tick before the next arrival.
 
     Safe when nothing is in flight (no request on a replica or at the gateway), no replica is
-    starting or draining, and the last ``quiet`` ticks changed no replica count (so the idle rule
-    has acted and the fleet is settled): until the next arrival every signal stays what it is.
+    starting or draining, and the last ``quiet`` ticks all saw the service idle (its window empty
+    of traffic) and changed no replica count (so the idle rule has acted and the fleet is settled):
+    until the next arrival every signal stays what it is.
     Without this, a trace with hours of silence would be ticked through every 15 s.
     """
     nxt = sim.next_arrival_s
@@ -161,6 +162,6 @@ def _fast_forward(sim: FleetSimulator, now: float, tick: float, ticks: list[Tick
     for rec in ticks[-quiet:]:
         for st in rec.services.values():
             moving = any(v.starting or v.draining for v in st.estimate.variants.values())
-            if moving or st.applied != st.estimate.current:
+            if moving or st.estimate.idle is not True or st.applied != st.estimate.current:
                 return now
     return now + math.floor((nxt - now) / tick - 1) * tick

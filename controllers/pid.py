@@ -30,7 +30,8 @@ during that time would ask for it again, so positive errors are not integrated w
 * Overload: with the error at ``error_clip`` the latency no longer says how much capacity is missing,
   the queue does. Arrivals are estimated as the completion rate plus the queue's growth over the
   last ``OVERLOAD_LOOKBACK_S``, and the target is at least the ready capacity scaled by arrivals
-  over completions (KPA's panic mode sizes from observed demand in the same situation).
+  over completions, at most ``1 + error_clip`` times (stalled completions must not ask for the whole
+  fleet at once). KPA's panic mode sizes from observed demand in the same situation.
 
 Defaults (``autoscaler.config.PIDConfig``, ``ControllerConfig``): setpoint 0.3 on ``slo_mean_ratio``
 (the larger of mean TTFT / TTFT SLO and mean TPOT / ITL SLO, interactive class), deadband 0.25,
@@ -215,7 +216,8 @@ class PIDController:
             history = (*(h for h in history if h[0] >= est.time_s - OVERLOAD_LOOKBACK_S), (est.time_s, queue))
         if terms.error >= pid.error_clip and served and len(history) > 1 and history[-1][0] > history[0][0]:
             growth = max(history[-1][1] - history[0][1], 0.0) / (history[-1][0] - history[0][0])
-            u = min(max(u, est.ready_capacity_rps * (served + growth) / served), out_max)
+            factor = min((served + growth) / served, 1.0 + pid.error_clip)
+            u = min(max(u, est.ready_capacity_rps * factor), out_max)
         state = replace(state, queue_history=history)
         desired = split_capacity(u, svc.variants, current, w)
         change = capacity_of(desired, w) - est.capacity_rps

@@ -125,6 +125,16 @@ def test_zero_traffic_nan_quantiles_read_as_idle_and_scale_to_minimum(world: Wor
     assert "idle for 2 ticks" in second.reason
 
 
+def test_every_default_query_parses_with_an_empty_selector(world: World) -> None:
+    # A user's selector override may be empty; the queries with extra matchers must still parse
+    # (Prometheus answers HTTP 400 to a syntax error, which PromServer.query raises).
+    from autoscaler.promql import QUERY_SETS, render
+
+    for qs in QUERY_SETS.values():
+        for name, template in qs.signals.items():
+            assert isinstance(world.prom.query(render(template, "", 5.0)), list), (qs.name, name)
+
+
 def test_mean_ratios_are_window_means_over_the_interactive_slo() -> None:
     cfg = fleet("svc")
     slo = cfg.services[0].slo["interactive"]
@@ -135,10 +145,16 @@ def test_mean_ratios_are_window_means_over_the_interactive_slo() -> None:
     assert est.signals["ttft_mean_ratio"] == pytest.approx(0.6)
     assert est.signals["tpot_mean_ratio"] == pytest.approx(0.2)
     assert est.signals["slo_mean_ratio"] == pytest.approx(0.6)  # the larger of the two
-    sig["tpot_mean_s"] = None  # one unknown: the combined ratio is unknown, not the other alone
+    # One unknown (no request with two output tokens finished): the known ratio is a lower bound of
+    # the larger one, so it stands only once it is past the SLO itself.
+    sig["tpot_mean_s"] = None
     est = estimate(ServiceObservation("svc", 0.0, sig, {"h100": VariantObservation(2, 0)}), cfg.services[0],
                    {"h100": 10.0})
-    assert est.signals["slo_mean_ratio"] is None
+    assert est.signals["slo_mean_ratio"] is None  # 0.6 < 1: could be either side of the setpoint
+    sig["ttft_mean_s"] = 3.0 * slo.ttft_s
+    est = estimate(ServiceObservation("svc", 0.0, sig, {"h100": VariantObservation(2, 0)}), cfg.services[0],
+                   {"h100": 10.0})
+    assert est.signals["slo_mean_ratio"] == pytest.approx(3.0)
 
 
 # ----------------------------------------------------------------------------- failures

@@ -305,3 +305,20 @@ def test_boolean_fields_take_only_booleans(tmp_path, value) -> None:
     doc["controller"]["pid"]["scale_with_replicas"] = value
     msg = load_error(write(tmp_path, doc))
     assert "controller.pid.scale_with_replicas:" in msg and "boolean" in msg
+
+
+@pytest.mark.parametrize(("where", "key", "value", "message"), [
+    ("pid", "deadband", 1.0, r"controller\.pid\.deadband: Input should be less than 1"),
+    ("pid", "error_clip", 0.2, r"controller\.pid: deadband \(0\.25\) must be below error_clip \(0\.2\)"),
+    ("controller", "window_s", 1e9, r"controller\.window_s: Input should be less than or equal to 86400"),
+])
+def test_settings_that_switch_control_off_are_rejected(tmp_path, where: str, key: str, value: float,
+                                                       message: str) -> None:
+    # A deadband >= 1 never lets a (clipped at -1) negative error out; one >= error_clip never a positive one;
+    # a window of years keeps the loop warming up forever.
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    (doc["controller"]["pid"] if where == "pid" else doc["controller"])[key] = value
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)

@@ -405,3 +405,17 @@ def test_overload_sizes_for_arrivals_from_queue_growth(make_fleet) -> None:
     ctl2.decide(_estimate({**low, "queue_length": 0.0}, 2, 0, 10.0, t=100.0), svc, ctrl)
     d = ctl2.decide(_estimate({**low, "queue_length": 150.0}, 2, 0, 10.0, t=160.0), svc, ctrl)
     assert d.desired == {"h100": 2}
+
+
+def test_overload_factor_is_capped_at_one_plus_error_clip(make_fleet) -> None:
+    from autoscaler.config import ControllerConfig, PIDConfig
+
+    svc = make_fleet(10, min_replicas=0, max_replicas=40).services[0]
+    ctrl = ControllerConfig(pid=PIDConfig(setpoint_signal="slo_mean_ratio", setpoint=0.3, kp=0.0, ki=0.0,
+                                          deadband=0.0, error_clip=3.0))
+    ctl = PIDController()
+    sig = {"slo_mean_ratio": 2.0, "request_rate_rps": 1e-9}  # completions stalled, queue growing
+    ctl.decide(_estimate({**sig, "queue_length": 0.0}, 2, 0, 10.0, t=100.0), svc, ctrl)
+    d = ctl.decide(_estimate({**sig, "queue_length": 600.0}, 2, 0, 10.0, t=160.0), svc, ctrl)
+    # Uncapped: 20 x (1e-9 + 10) / 1e-9 -> the whole fleet. Capped at 1 + 3 = 4x: 80 req/s -> 8 replicas.
+    assert d.desired == {"h100": 8}

@@ -414,3 +414,16 @@ def test_unknown_crash_target_rejected(make_fleet) -> None:
     with pytest.raises(ConfigError, match=r"simulator\.crashes\[0\]\.variant: unknown variant 'nope'"):
         make_fleet(1, crashes=[{"time_s": 1.0, "variant": "nope"}])
 
+
+
+def test_quiet_gap_is_skipped_only_after_the_idle_rule_had_its_window(make_fleet) -> None:
+    # 2 req/s for 600 s, then one request at 4,000 s. After the traffic the 300-s window still holds
+    # requests, so the service is not idle and the PID holds (no replica change); skipping to 4,000 s
+    # then would keep the fleet at its traffic size through the gap. The idle rule must get its ticks:
+    # the fleet is at its minimum (1) well before the lone request.
+    cfg = make_fleet(3, min_replicas=1, max_replicas=4)
+    reqs = [Request(arrival_s=i * 0.5, input_tokens=500, output_tokens=100) for i in range(1200)]
+    reqs.append(Request(arrival_s=4000.0, input_tokens=500, output_tokens=100))
+    run = run_simulation(cfg, Workload(reqs), "pid", steady_start=False)
+    before = [rec for rec in run.ticks if 1500.0 <= rec.time_s < 4000.0]
+    assert before and all(sum(rec.services["svc"].applied.values()) == 1 for rec in before)

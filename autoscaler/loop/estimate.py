@@ -2,7 +2,8 @@
 
 Derived signals: ``ttft_p95_ratio`` (p95 TTFT / the interactive TTFT SLO), ``tpot_p95_ratio``
 (p95 of per-request mean time per output token / the interactive ITL SLO, which is a per-request
-mean), ``slo_p95_ratio`` (the larger of the two); ``ttft_mean_ratio``, ``tpot_mean_ratio`` and
+mean), ``slo_p95_ratio`` (the larger of the two; with one unknown, the other if it is >= 1, since
+the larger can only be higher, else unknown); ``ttft_mean_ratio``, ``tpot_mean_ratio`` and
 ``slo_mean_ratio``, the same with the window means (``ttft_mean_s``, ``tpot_mean_s``); ``queue_per_replica``
 (waiting requests per ready replica), and ``kv_usage`` as observed. Idle detection uses the
 request counters, never the (undefined at zero traffic) latency quantiles, and is unknown when any
@@ -84,8 +85,10 @@ def estimate(obs: ServiceObservation, svc: Service, weights: dict[str, float]) -
         ttft, tpot = sig.get(f"ttft_{stat}_s"), sig.get(f"tpot_{stat}_s")
         sig[f"ttft_{stat}_ratio"] = None if ttft is None else ttft / slo.ttft_s
         sig[f"tpot_{stat}_ratio"] = None if tpot is None else tpot / slo.itl_s
-        ratios = (sig[f"ttft_{stat}_ratio"], sig[f"tpot_{stat}_ratio"])
-        sig[f"slo_{stat}_ratio"] = None if None in ratios else max(ratios)  # type: ignore[type-var]
+        known = [r for r in (sig[f"ttft_{stat}_ratio"], sig[f"tpot_{stat}_ratio"]) if r is not None]
+        # One ratio unknown (e.g. no request with two output tokens finished): the known one is a
+        # lower bound of the larger, so it stands only once it is past the SLO itself (>= 1).
+        sig[f"slo_{stat}_ratio"] = max(known) if len(known) == 2 or (known and known[0] >= 1.0) else None
     ready = sum(v.ready for v in obs.variants.values())
     queue = sig.get("queue_length")
     sig["queue_per_replica"] = None if queue is None else queue / max(ready, 1)
