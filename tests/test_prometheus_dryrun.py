@@ -125,6 +125,7 @@ def test_dry_run_makes_the_simulator_loops_decisions(run: Run) -> None:
     wall = run.live.tick_wall_s
     exact = within = 0
     ratio_diffs = []
+    mean_diffs = []
     for w, rec in run.dry:
         st = rec.services["llm"]
         assert st.estimate.errors == [], st.estimate.errors
@@ -139,14 +140,20 @@ def test_dry_run_makes_the_simulator_loops_decisions(run: Run) -> None:
         a, b = st.estimate.signals["slo_p95_ratio"], sim[i].estimate.signals["slo_p95_ratio"]
         if a is not None and b is not None:
             ratio_diffs.append(abs(a - b) / b)
+        a, b = st.estimate.signals["slo_mean_ratio"], sim[i].estimate.signals["slo_mean_ratio"]
+        if a is not None and b is not None:
+            mean_diffs.append(abs(a - b) / b)
     n = len(run.dry)
     print(f"\ndry-run vs simulator loop: {n} ticks compared, {exact} equal at the same tick, "
-          f"{within} within one tick; median |slo_p95_ratio| difference {statistics.median(ratio_diffs):.1%}")
+          f"{within} within one tick; median |slo_p95_ratio| difference {statistics.median(ratio_diffs):.1%}, "
+          f"|slo_mean_ratio| {statistics.median(mean_diffs):.1%}")
     totals = [sum(st.applied.values()) for st in sim]
     assert max(totals) > totals[0] and totals[-1] < max(totals)  # the run scaled up and back down
     assert n >= 20
     assert within >= 0.85 * n and exact >= 0.5 * n
     assert statistics.median(ratio_diffs) < 0.1
+    # The default signal, read through PromQL (rate(_sum) / rate(_count)), is the simulator's.
+    assert len(mean_diffs) >= 0.8 * n and statistics.median(mean_diffs) < 0.1
 
 
 def test_cli_once_json_interface(run: Run) -> None:
