@@ -185,6 +185,20 @@ def track(state: PIDState, guard_cut: float, applied: float) -> PIDState:
 OVERLOAD_LOOKBACK_S = 60.0
 
 
+def overload_factor(history: tuple[tuple[float, float], ...], served: float | None, cap: float) -> float | None:
+    """Arrivals over completions, at most ``cap``: ``(served + queue growth) / served``; None when unknown.
+
+    Args:
+        history: ``(time s, queue length)`` samples, oldest first; growth is between the first and last.
+        served: completion rate, requests/s (None or 0: unknown).
+        cap: the largest factor returned.
+    """
+    if not served or len(history) < 2 or history[-1][0] <= history[0][0]:
+        return None
+    growth = max(history[-1][1] - history[0][1], 0.0) / (history[-1][0] - history[0][0])
+    return min((served + growth) / served, cap)
+
+
 class PIDController:
     """The PID policy for every service of a fleet (state kept per service).
 
@@ -212,15 +226,15 @@ class PIDController:
             pid, state, y, cfg.tick_s, est.capacity_rps, out_min, out_max,
             hold_integral=est.starting > 0, scale=est.ready_capacity_rps,
         )
-        queue, served = est.signals.get("queue_length"), est.signals.get("request_rate_rps")
+        queue = est.signals.get("queue_length")
         history = state.queue_history
         if queue is not None:
             history = (*(h for h in history if h[0] >= est.time_s - OVERLOAD_LOOKBACK_S), (est.time_s, queue))
-        if terms.error >= pid.error_clip and served and len(history) > 1 and history[-1][0] > history[0][0]:
-            growth = max(history[-1][1] - history[0][1], 0.0) / (history[-1][0] - history[0][0])
-            factor = min((served + growth) / served, 1.0 + pid.error_clip)
-            u = min(max(u, est.ready_capacity_rps * factor), out_max)
         state = replace(state, queue_history=history)
+        if terms.error >= pid.error_clip:
+            factor = overload_factor(history, est.signals.get("request_rate_rps"), 1.0 + pid.error_clip)
+            if factor is not None:
+                u = min(max(u, est.ready_capacity_rps * factor), out_max)
         desired = split_capacity(u, svc.variants, current, w)
         change = capacity_of(desired, w) - est.capacity_rps
         against = (change > 0 and terms.error <= 0) or (change < 0 and terms.error >= 0)

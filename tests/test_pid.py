@@ -319,28 +319,6 @@ def test_scale_ignored_when_scale_with_replicas_off() -> None:
     assert out == pytest.approx(20.5)
 
 
-def test_controller_holds_while_starting_replicas_cover_the_target(make_fleet) -> None:
-    # One variant of capacity w per replica; 2 ready + 2 starting; measurement 1.0 vs setpoint 0.5 -> e = 1.
-    from autoscaler.config import ControllerConfig, PIDConfig
-    from autoscaler.loop.estimate import ServiceEstimate
-    from autoscaler.loop.observe import VariantObservation
-
-    cfg = make_fleet(4, min_replicas=0, max_replicas=10)
-    svc = cfg.services[0]
-    w = 10.0
-    ctrl = ControllerConfig(pid=PIDConfig(setpoint_signal="slo_p95_ratio", kp=0.0, ki=0.01, setpoint=0.5, deadband=0.0))
-    est = ServiceEstimate(
-        service="svc", time_s=100.0, signals={"slo_p95_ratio": 1.0},
-        variants={"h100": VariantObservation(ready=2, starting=2)}, weights={"h100": w},
-        idle=False, capacity_rps=4 * w, ready_capacity_rps=2 * w, starting=2,
-    )
-    # kp = 0: the output is the integral, frozen at 4w while replicas start -> 4 replicas: hold.
-    d = PIDController().decide(est, svc, ctrl)
-    assert d.desired == {"h100": 4}
-    assert d.reason.startswith("hold: slo_p95_ratio=1 vs setpoint 0.5")
-    assert "waiting for 2 starting replica(s)" in d.reason
-
-
 def _estimate(signals: dict[str, float], ready: int, starting: int, w: float, t: float = 100.0):
     from autoscaler.loop.estimate import ServiceEstimate
     from autoscaler.loop.observe import VariantObservation
@@ -350,6 +328,21 @@ def _estimate(signals: dict[str, float], ready: int, starting: int, w: float, t:
         variants={"h100": VariantObservation(ready=ready, starting=starting)}, weights={"h100": w},
         idle=False, capacity_rps=(ready + starting) * w, ready_capacity_rps=ready * w, starting=starting,
     )
+
+
+def test_controller_holds_while_starting_replicas_cover_the_target(make_fleet) -> None:
+    # One variant of capacity w per replica; 2 ready + 2 starting; measurement 1.0 vs setpoint 0.5 -> e = 1.
+    from autoscaler.config import ControllerConfig, PIDConfig
+
+    cfg = make_fleet(4, min_replicas=0, max_replicas=10)
+    svc = cfg.services[0]
+    ctrl = ControllerConfig(pid=PIDConfig(setpoint_signal="slo_p95_ratio", kp=0.0, ki=0.01, setpoint=0.5, deadband=0.0))
+    est = _estimate({"slo_p95_ratio": 1.0}, ready=2, starting=2, w=10.0)
+    # kp = 0: the output is the integral, frozen at 4w while replicas start -> 4 replicas: hold.
+    d = PIDController().decide(est, svc, ctrl)
+    assert d.desired == {"h100": 4}
+    assert d.reason.startswith("hold: slo_p95_ratio=1 vs setpoint 0.5")
+    assert "waiting for 2 starting replica(s)" in d.reason
 
 
 def test_controller_never_scales_against_the_error(make_fleet) -> None:
