@@ -262,17 +262,21 @@ class GuardConfig(_Strict):
 
 
 class ForecastConfig(_Strict):
-    """The loop's forecast stage (``autoscaler.loop.forecast``; off by default: no controller uses it yet).
+    """The loop's forecast stages (``autoscaler.loop.forecast`` for load, ``autoscaler.loop.warmth`` for
+    the prefix-cache hit rate; off by default: no controller uses them yet).
 
     Attributes:
-        enabled: forecast request rate and token mix every tick.
+        enabled: forecast request rate, token mix and prefix-cache hit rate every tick.
         horizon_s: how far ahead, seconds (about a cold replica start).
         step_s: forecast step, seconds; ticks within a step are averaged.
+        router: how the gateway places requests, for the cache-warmth model: ``least_outstanding``
+            (placement ignores the cache) or ``prefix_affinity``; None = ``simulator.router``.
     """
 
     enabled: StrictBool = False
     horizon_s: float = Field(default=300.0, gt=0)
     step_s: float = Field(default=60.0, gt=0, le=3600.0)
+    router: Literal["least_outstanding", "prefix_affinity"] | None = None
 
 
 class ControllerConfig(_Strict):

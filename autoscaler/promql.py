@@ -45,6 +45,8 @@ class QuerySet:
         signals: signal name -> template; a signal absent here is always unknown (None).
         kv_usage: per-pod KV-usage gauge (fraction 0..1).
         waiting, running: per-pod queue and batch gauges (requests).
+        prefix_hits, prefix_queries: per-pod prefix-cache counters in tokens (hits, and prompt tokens
+            looked up), read by the cache-warmth model; None where the server has no token counters.
     """
 
     name: str
@@ -52,6 +54,8 @@ class QuerySet:
     kv_usage: str
     waiting: str
     running: str
+    prefix_hits: str | None = None
+    prefix_queries: str | None = None
 
 
 def _quantile(q: float, histogram: str) -> str:
@@ -67,7 +71,7 @@ def _rate(counter: str, extra: str = "") -> str:
     return f"sum(rate({counter}{{{extra + ',' if extra else ''}$sel}}[$window]))"
 
 
-def _vllm(kv: str, hits: str, queries: str, itl: str, tpot: str, name: str) -> QuerySet:
+def _vllm(kv: str, hits: str, queries: str, itl: str, tpot: str, name: str, token_counters: bool) -> QuerySet:
     return QuerySet(
         name=name,
         signals={
@@ -93,16 +97,21 @@ def _vllm(kv: str, hits: str, queries: str, itl: str, tpot: str, name: str) -> Q
         kv_usage=kv,
         waiting="vllm:num_requests_waiting",
         running="vllm:num_requests_running",
+        prefix_hits=hits if token_counters else None,
+        prefix_queries=queries if token_counters else None,
     )
 
 
 VLLM_033 = _vllm("vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
-                 "vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds", "vllm-0.33")
+                 "vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds", "vllm-0.33",
+                 token_counters=True)
 # Before 0.9 there is no per-request TPOT histogram: the per-step ``time_per_output_token`` stands in
-# for ITL and TPOT. Prefix-cache counters counted blocks in <= 0.8 (a ratio of the two is still a hit rate).
+# for ITL and TPOT. Prefix-cache counters counted blocks in <= 0.8 (a ratio of the two is still a hit rate,
+# but not a token count the cache-warmth model could weigh against the KV capacity).
 VLLM_PRE_09 = _vllm("vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_hits_total",
                     "vllm:gpu_prefix_cache_queries_total", "vllm:time_per_output_token_seconds",
-                    "vllm:time_per_output_token_seconds", "vllm-pre-0.9")
+                    "vllm:time_per_output_token_seconds", "vllm-pre-0.9",
+                    token_counters=False)
 # SGLang has no per-request TPOT histogram (ITL stands in), no abort split of finished requests other
 # than ``num_aborted_requests_total``, and no preemption counter (``num_retracted_reqs`` is a gauge).
 SGLANG_0523 = QuerySet(
@@ -128,6 +137,8 @@ SGLANG_0523 = QuerySet(
     kv_usage="sglang:token_usage",
     waiting="sglang:num_queue_reqs",
     running="sglang:num_running_reqs",
+    prefix_hits="sglang:cached_tokens_total",
+    prefix_queries="sglang:prompt_tokens_total",
 )
 
 QUERY_SETS: dict[str, QuerySet] = {q.name: q for q in (VLLM_033, VLLM_PRE_09, SGLANG_0523)}

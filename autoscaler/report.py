@@ -22,6 +22,7 @@ import numpy as np
 
 from autoscaler.loop.forecast import FORECAST_SIGNALS
 from autoscaler.loop.runner import ServiceTick
+from autoscaler.loop.warmth import WARMTH_SIGNALS
 from autoscaler.simulate import SimulationRun
 from autoscaler.simulator.engine import COMPLETED, FAILED, REJECTED
 from autoscaler.workload.types import REQUEST_CLASSES
@@ -131,7 +132,7 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
 
 TIMELINE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "itl_p95_s", "tpot_p95_s", "ttft_mean_s", "tpot_mean_s",
                     "kv_usage", "queue_length", "prefix_hit_rate", "slo_p95_ratio", "slo_mean_ratio",
-                    *FORECAST_SIGNALS)
+                    *FORECAST_SIGNALS, *WARMTH_SIGNALS)
 
 
 def timeline_rows(run: SimulationRun) -> list[dict[str, Any]]:

@@ -251,8 +251,10 @@ class CacheWarmthModel:
     def observe(self, t_s: float, samples: Sequence[ReplicaSample]) -> None:
         """Learn from one interval ending at ``t_s`` (seconds), one sample per serving replica.
 
-        The first call only initialises the replicas' state (there is no interval yet); a call in
-        which no replica saw a query leaves the state as it is.
+        The first call only initialises the replicas' state (there is no interval yet), each replica
+        as if it had served its share of this call's queries since its ``ready_s`` (equal shares
+        when no replica saw a query); a later call in which no replica saw a query leaves the state
+        as it is.
 
         Raises:
             ValueError: ``t_s`` not after the previous call's, or negative counter increases.
@@ -268,7 +270,8 @@ class CacheWarmthModel:
         t_prev = t_s if self._t_prev is None else self._t_prev
         self._t_prev = t_s
         learn = t_s > t_prev and total > 0
-        p = q / total if total > 0 else np.zeros(len(q))
+        # no query at all (e.g. the first call): shares unknown, taken as equal for replicas first seen now
+        p = q / total if total > 0 else np.full(len(q), 1.0 / max(len(q), 1))
         self._misses = {rid: self._misses.get(rid, deque()) for rid in ids}
         # measured before this interval's misses join, so a burst of hits cannot inflate its own regressor
         horizon = np.array([_eviction_horizon(self._misses[s.replica_id], t_prev, s.kv_cache_tokens) for s in samples])

@@ -130,18 +130,19 @@ def _stub_sim(pods: list[SimpleNamespace]) -> SimpleNamespace:
 
 
 def test_scrape_keeps_gauge_samples_for_max_over_time() -> None:
-    pod = SimpleNamespace(rid=1, variant="h100", metrics=SimpleNamespace(kv_usage=0.2, waiting=1, running=3),
-                          refresh_gauges=lambda: None)
+    pod = SimpleNamespace(rid=1, variant="h100", ready_s=0.0, refresh_gauges=lambda: None,
+                          metrics=SimpleNamespace(kv_usage=0.2, waiting=1, running=3, prefix_hits=0.0,
+                                                  prefix_queries=0.0))
     src = SimMetricsSource(_stub_sim([pod]), window_s=60.0)  # type: ignore[arg-type]
     src.scrape(15.0)
     pod.metrics.kv_usage, pod.metrics.waiting = 0.9, 7
     src.scrape(30.0)
     pod.metrics.kv_usage, pod.metrics.waiting = 0.1, 0
     src.scrape(60.0)
-    [p] = src._pods([pod])  # type: ignore[list-item]
+    [p] = src._pods("svc", [pod])  # type: ignore[list-item]
     assert (p.kv_usage, p.waiting, p.kv_usage_max, p.waiting_max) == (0.1, 0.0, 0.9, 7.0)
     src.scrape(90.0)  # window (30, 90]: the t=30 sample has left
-    [p] = src._pods([pod])  # type: ignore[list-item]
+    [p] = src._pods("svc", [pod])  # type: ignore[list-item]
     assert (p.kv_usage_max, p.waiting_max) == (0.1, 0.0)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from conftest import DATA_DIR
 from promserver import (
+    PREFIX_HIT_FRACTION,
     PROMPT_TOKENS_PER_REQUEST,
     FakeDeployment,
     FakeExporter,
@@ -126,6 +127,12 @@ def test_signals_equal_hand_calculations(world: World) -> None:
     assert (a100.ready, a100.starting) == (1, 0)  # no Deployment series: the one fresh pod
     assert sorted((p.variant, p.running, p.waiting) for p in obs.pods) == [
         ("a100", 1.0, 0.0), ("h100", 2.0, 1.0), ("h100", 3.0, 0.0)]
+    # The cache-warmth model's per-pod counters: each fake pod hits PREFIX_HIT_FRACTION of its prompt tokens.
+    assert sorted(p.name for p in obs.pods) == ["src-a100-0", "src-h100-0", "src-h100-1"]
+    for p in obs.pods:
+        assert p.prefix_queries_total is not None and p.prefix_queries_total > 0
+        assert p.prefix_hits_total == pytest.approx(PREFIX_HIT_FRACTION * p.prefix_queries_total)
+        assert p.ready_s is None  # Prometheus alone cannot tell
 
 
 def test_custom_selectors_from_the_fleet_file(world: World) -> None:
@@ -146,6 +153,8 @@ def test_pre_09_query_set_reads_a_real_v0_capture(world: World) -> None:
     assert old.signals["request_rate_rps"] == 0.0  # a frozen capture: no traffic
     _, new = observe(fleet(name="qwen", model="Qwen/Qwen3-0.6B"), world.prom.url)
     assert new.signals["kv_usage"] is None  # vllm:kv_cache_usage_perc does not exist before 0.9
+    # <= 0.8 counted prefix-cache blocks, not tokens: the warmth model is not fed block counts
+    assert [(p.prefix_hits_total, p.prefix_queries_total) for p in old.pods] == [(None, None)]
 
 
 def _names(template: str) -> set[str]:
@@ -165,6 +174,7 @@ def test_query_set_metric_names_exist_in_the_documented_servers(data_dir: Path) 
     for name, known in (("vllm-0.33", v033), ("vllm-pre-0.9", old), ("sglang", sglang)):
         qs = QUERY_SETS[name]
         used = set().union(*(_names(t) for t in qs.signals.values())) | {qs.kv_usage, qs.waiting, qs.running}
+        used |= {n for n in (qs.prefix_hits, qs.prefix_queries) if n is not None}
         assert used <= known, f"{name}: unknown {sorted(used - known)}"
 
 
@@ -220,6 +230,32 @@ def test_speed_shrinks_windows_and_scales_rates() -> None:
     assert any("[750ms]" in q for q in runner.seen)  # 3 s of the source's time at 4x = 0.75 wall seconds
     assert obs.signals["request_rate_rps"] == 12.0  # 3 per wall second = 12 per source second
     assert obs.signals["ttft_p95_s"] == 0.5  # a latency is not a rate
+
+
+def test_a_failed_or_absurd_prefix_counter_query_is_a_warning_not_a_hold() -> None:
+    # Only the cache-warmth model reads the per-pod prefix counters: their failure must not hold the loop.
+    class Runner:
+        def query(self, promql: str, at: float | None) -> list[dict[str, Any]]:
+            pod = {"pod": "src-h100-0"}
+            if "src-a100" in promql:  # the other variant has no pods
+                return []
+            if "vllm:prefix_cache_hits_total{" in promql and promql.startswith("sum by"):
+                raise RuntimeError("HTTP 503")
+            if "vllm:prefix_cache_queries_total{" in promql and promql.startswith("sum by"):
+                return [{"metric": pod, "value": [0, "-5"]}]
+            if "time() - timestamp" in promql:
+                return [{"metric": pod, "value": [0, "1"]}]
+            if promql.startswith("vllm:") or "max_over_time" in promql:
+                return [{"metric": pod, "value": [0, "0.5"]}]
+            return []
+
+    src = PrometheusSource(fleet(), Runner())
+    obs = src.observe(0.0)["src"]
+    assert obs.errors == []
+    assert [(p.name, p.prefix_hits_total, p.prefix_queries_total) for p in obs.pods] == [("src-h100-0", None, None)]
+    warnings = " | ".join(src.warnings["src"])
+    assert "src/h100 pods (prefix_hits): RuntimeError: HTTP 503" in warnings
+    assert "prefix_queries counter -5 ignored" in warnings
 
 
 @pytest.mark.parametrize(("section", "message"), [

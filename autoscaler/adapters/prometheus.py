@@ -4,7 +4,8 @@ Each ``observe`` runs two rounds of instant queries (concurrently, ``max_concurr
 
 1. per variant (its selector is the service matchers AND the variant's pod matchers): the age of
    each pod's newest ``running`` sample (``time() - timestamp(...)``), its running, waiting and KV
-   gauges, ``max_over_time`` of KV usage and waiting over the window, and the Deployment's replicas
+   gauges, ``max_over_time`` of KV usage and waiting over the window, its prefix-cache counters
+   (optional: a failed query is a warning, the counters unknown), and the Deployment's replicas
    from kube-state-metrics (``autoscaler.promql``);
 2. every signal of the query set for the service and for each variant, restricted to the *valid*
    pods with ``<pod_label>=~"a|b"``. A pod is valid when its newest sample is at most
@@ -184,6 +185,10 @@ def check_reachable(client: PrometheusConnect) -> None:
         raise PrometheusError(f"cannot query Prometheus at {redact(client.url)}: {describe(exc)}") from None
 
 
+# Per-pod queries whose failure leaves their fields unknown instead of holding the loop.
+OPTIONAL_POD_QUERIES = ("prefix_hits", "prefix_queries")
+
+
 @dataclass
 class _Outcome:
     """A query's result, or why it failed."""
@@ -201,6 +206,8 @@ class _Pod:
     kv: list[float] = field(default_factory=list)
     kv_max: float | None = None
     waiting_max: float | None = None
+    prefix_hits: float | None = None
+    prefix_queries: float | None = None
 
 
 @dataclass
@@ -295,6 +302,9 @@ class PrometheusSource:
             "kv_max": f"max by ({pl}) (max_over_time({q.kv_usage}{sel}[{w}]))",
             "waiting_max": f"sum by ({pl}) (max_over_time({q.waiting}{sel}[{w}]))",
         }
+        if q.prefix_hits and q.prefix_queries:
+            out["prefix_hits"] = f"sum by ({pl}) ({q.prefix_hits}{sel})"
+            out["prefix_queries"] = f"sum by ({pl}) ({q.prefix_queries}{sel})"
         if dep_sel.strip():
             out["spec"] = f"max({KSM_SPEC_REPLICAS}{{{dep_sel}}})"
             out["ready"] = f"max({KSM_READY_REPLICAS}{{{dep_sel}}})"
@@ -313,11 +323,17 @@ class PrometheusSource:
                 pod = pods.get(s["metric"].get(pl, ""))
                 if pod is not None:
                     getattr(pod, key).append(_value(s))
-        for key in ("kv_max", "waiting_max"):
-            for s in res[key].result:
+        for key in ("kv_max", "waiting_max", *OPTIONAL_POD_QUERIES):
+            for s in res[key].result if key in res else ():
                 pod = pods.get(s["metric"].get(pl, ""))
                 if pod is not None:
                     setattr(pod, key, _value(s))
+        for pod in pods.values():
+            for key in OPTIONAL_POD_QUERIES:
+                x = getattr(pod, key)
+                if x is not None and not 0 <= x < math.inf:
+                    warn.append(f"{scope}: pod {pod.name}: {key} counter {x:g} ignored (not finite and >= 0)")
+                    setattr(pod, key, None)
         fresh, valid = [], []
         for pod in sorted(pods.values(), key=lambda p: p.name):
             if pod.age_s > self.prom.staleness_s:
@@ -417,6 +433,9 @@ class PrometheusSource:
         for v in svc.variants:
             scope = f"{svc.name}/{v.name}"
             res = {k: f.result() for k, f in inventory[(svc.name, v.name)].items()}
+            for k in OPTIONAL_POD_QUERIES:  # only the cache-warmth model reads them: a failure is a warning
+                if k in res and res[k].error is not None:
+                    plan.warnings.append(f"{scope} pods ({k}): {res.pop(k).error}")
             failed = [f"{scope} pods ({k}): {r.error}" for k, r in res.items() if r.error is not None]
             plan.errors += failed
             known = known and not failed
@@ -480,4 +499,5 @@ class PrometheusSource:
         waiting = sum(p.waiting)
         return PodObservation(variant=variant, kv_usage=kv, waiting=waiting, running=sum(p.running),
                               kv_usage_max=kv if p.kv_max is None else p.kv_max,
-                              waiting_max=waiting if p.waiting_max is None else p.waiting_max)
+                              waiting_max=waiting if p.waiting_max is None else p.waiting_max,
+                              name=p.name, prefix_hits_total=p.prefix_hits, prefix_queries_total=p.prefix_queries)

@@ -39,8 +39,11 @@ class SimMetricsSource:
                 while hist[0][0] <= now - self.window_s:
                     hist.popleft()
 
-    def _pods(self, ready: list[Replica]) -> list[PodObservation]:
-        """Latest and window-max gauges of ``ready`` pods (call after ``scrape``)."""
+    def _pods(self, service: str, ready: list[Replica]) -> list[PodObservation]:
+        """Latest and window-max gauges and prefix-cache counters of ``ready`` pods (call after ``scrape``).
+
+        Pods are named as the exposition names them (``<service>-<variant>-<replica id>``).
+        """
         out = []
         for r in ready:
             hist = self._gauges[r.rid]
@@ -51,6 +54,10 @@ class SimMetricsSource:
                 running=float(r.metrics.running),
                 kv_usage_max=max(h[1] for h in hist),
                 waiting_max=max(h[2] for h in hist),
+                name=f"{service}-{r.variant}-{r.rid}",
+                prefix_hits_total=r.metrics.prefix_hits,
+                prefix_queries_total=r.metrics.prefix_queries,
+                ready_s=r.ready_s,
             ))
         return out
 
@@ -143,7 +150,7 @@ class SimMetricsSource:
                 signals.update(request_rate_rps=0.0, queue_length=float(len(svc.gateway)), running=0.0)
             else:
                 signals["queue_length"] = (signals["queue_length"] or 0.0) + len(svc.gateway)
-            out[name] = ServiceObservation(name, now, signals, variants, pods=self._pods(svc.ready))
+            out[name] = ServiceObservation(name, now, signals, variants, pods=self._pods(name, svc.ready))
         for rid in self._history.keys() - seen:
             del self._history[rid]
         for rid in self._gauges.keys() - seen:

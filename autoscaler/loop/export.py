@@ -22,7 +22,9 @@
   buckets (``Histogram.DEFAULT_BUCKETS``);
 - ``autoscaler_forecast_rate_rps`` {service, bound=point|lower|upper} and
   ``autoscaler_forecast_tokens`` {service, kind=input|output}: the forecast stage's outputs
-  (``controller.forecast.enabled``), ``horizon_s`` ahead; absent while unknown or disabled.
+  (``controller.forecast.enabled``), ``horizon_s`` ahead; absent while unknown or disabled;
+- ``autoscaler_forecast_prefix_hit_rate`` {service}: the cache-warmth stage's fleet prefix-cache hit
+  rate ``horizon_s`` ahead (fraction), absent while the model has not learned or is disabled.
 """
 
 from __future__ import annotations
@@ -134,6 +136,9 @@ class LoopMetrics(Collector):
                                    labels=("service", "bound"))
         f_tokens = GaugeMetricFamily("autoscaler_forecast_tokens",
                                      f"Forecast mean tokens per request {horizon}.", labels=("service", "kind"))
+        f_hits = GaugeMetricFamily("autoscaler_forecast_prefix_hit_rate",
+                                   f"Forecast prefix-cache hit rate of the fleet {horizon}, fraction.",
+                                   labels=("service",))
         signal_name = self.loop.cfg.controller.pid.setpoint_signal
         controller = getattr(self.loop.controller, "name", type(self.loop.controller).__name__)
         if self._last is not None:
@@ -159,6 +164,8 @@ class LoopMetrics(Collector):
                         f_rate.add_metric([name, FORECAST_RATE_BOUNDS[sig]], x)
                     elif sig in FORECAST_TOKEN_KINDS:
                         f_tokens.add_metric([name, FORECAST_TOKEN_KINDS[sig]], x)
+                    elif sig == "forecast_prefix_hit_rate":
+                        f_hits.add_metric([name], x)
                     else:
                         signals.add_metric([name, sig], x)
         for name, n in self._idle.items():
@@ -174,7 +181,7 @@ class LoopMetrics(Collector):
             cum.append((floatToGoString(b), acc))
         duration.add_metric([], cum, self._duration_sum)
         return [current, ready, desired, setpoint, measured, terms, signals, admission, idle, decisions, failures,
-                duration, f_rate, f_tokens]
+                duration, f_rate, f_tokens, f_hits]
 
 
 class _Quiet(WSGIRequestHandler):

@@ -15,7 +15,10 @@ same histograms: exact, where a quantile is interpolated inside a bucket),
 Per-pod gauges (``ServiceObservation.pods``, ready pods only) serve the baselines that scale on
 per-pod metrics (``controllers.baselines``): the latest sample of ``vllm:kv_cache_usage_perc``,
 ``vllm:num_requests_waiting`` and ``vllm:num_requests_running``, and
-``max_over_time(...[window])`` of the first two over the source's window.
+``max_over_time(...[window])`` of the first two over the source's window; and, for the cache-warmth
+model (``autoscaler.loop.warmth``), the pod's name and the latest values of its prefix-cache counters
+``vllm:prefix_cache_hits_total`` and ``vllm:prefix_cache_queries_total`` (tokens; None where the
+server exports none, e.g. SGLang).
 """
 
 from __future__ import annotations
@@ -75,6 +78,10 @@ class PodObservation:
         waiting, running: latest ``vllm:num_requests_waiting`` / ``..._running`` (requests).
         kv_usage_max: ``max_over_time(vllm:kv_cache_usage_perc[window])``.
         waiting_max: ``max_over_time(vllm:num_requests_waiting[window])``.
+        name: pod name ("" when the source has none).
+        prefix_hits_total: latest ``vllm:prefix_cache_hits_total`` (tokens, a counter), None = unknown.
+        prefix_queries_total: latest ``vllm:prefix_cache_queries_total`` (tokens), None = unknown.
+        ready_s: when the pod became ready (seconds, the loop's clock), None when the source cannot tell.
     """
 
     variant: str
@@ -83,6 +90,10 @@ class PodObservation:
     running: float
     kv_usage_max: float
     waiting_max: float
+    name: str = ""
+    prefix_hits_total: float | None = None
+    prefix_queries_total: float | None = None
+    ready_s: float | None = None
 
 
 @dataclass

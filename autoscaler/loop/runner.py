@@ -26,6 +26,7 @@ from autoscaler.loop.estimate import ServiceEstimate, estimate
 from autoscaler.loop.forecast import ForecastStage
 from autoscaler.loop.guard import GuardState, guard
 from autoscaler.loop.observe import MetricsSource
+from autoscaler.loop.warmth import WarmthStage
 from controllers.base import Controller, Decision
 from controllers.split import cost_per_capacity
 from models.capacity import variant_weights
@@ -82,6 +83,8 @@ class ControlLoop:
         self.query_failures = {s.name: 0 for s in cfg.services}
         fc = cfg.controller.forecast
         self.forecasts = {s.name: ForecastStage(fc) for s in cfg.services} if fc.enabled else {}
+        router = fc.router or cfg.simulator.router
+        self.warmth = {s.name: WarmthStage(fc, s, router) for s in cfg.services} if fc.enabled else {}
 
     def start(self, now: float) -> None:
         """Mark the loop's start: it decides nothing until one signal window of data exists."""
@@ -97,6 +100,7 @@ class ControlLoop:
             est = estimate(obs, svc, self.weights[svc.name])
             if svc.name in self.forecasts:
                 self.forecasts[svc.name].apply(est)
+                self.warmth[svc.name].apply(est)
             if est.errors:
                 self.query_failures[svc.name] += len(est.errors)
                 log.warning("%s: %d metric queries failed, holding replicas; first: %s",

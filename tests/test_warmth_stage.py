@@ -1,0 +1,153 @@
+"""The loop's cache-warmth stage (autoscaler.loop.warmth): counters to model samples, hand-computed
+predictions, unknown never read as zero, and the stage wired into the loop, timeline and exports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from autoscaler.adapters.simulator import SimActuator, SimMetricsSource
+from autoscaler.config import FleetConfig, ForecastConfig
+from autoscaler.loop.estimate import estimate
+from autoscaler.loop.export import LoopMetrics
+from autoscaler.loop.observe import PodObservation, ServiceObservation, VariantObservation
+from autoscaler.loop.runner import ControlLoop
+from autoscaler.loop.warmth import WARM_AGE_S, WarmthStage
+from autoscaler.report import timeline_rows
+from autoscaler.simulate import run_simulation
+from autoscaler.simulator.fleet import FleetSimulator
+from autoscaler.workload.types import Request, Workload
+from controllers.pid import PIDController
+from models.cache_warmth import CacheWarmthModel, ReplicaSample, WarmthParams
+
+HUGE_KV = 10**15  # eviction horizon effectively infinite: every reusable prefix is still cached
+
+
+def pod(name: str, hits: float | None, queries: float | None, ready_s: float | None = None) -> PodObservation:
+    return PodObservation("h100", 0.1, 0.0, 1.0, 0.1, 0.0, name=name, prefix_hits_total=hits,
+                          prefix_queries_total=queries, ready_s=ready_s)
+
+
+def tick(cfg: FleetConfig, t: float, pods: list[PodObservation], starting: int = 0,
+         rate: float | None = 10.0, ready: int | None = None) -> Any:
+    prompt = None if rate is None else 1000 * rate
+    sig: dict[str, float | None] = {"request_rate_rps": rate, "prompt_tokens_rps": prompt}
+    n = len(pods) if ready is None else ready
+    obs = ServiceObservation("svc", t, sig, {"h100": VariantObservation(n, starting, 0, dict(sig))}, pods=pods)
+    return estimate(obs, cfg.services[0], {"h100": 5.0})
+
+
+class Spy(CacheWarmthModel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[float, list[ReplicaSample]]] = []
+
+    def observe(self, t_s: float, samples: Any) -> None:
+        self.calls.append((t_s, list(samples)))
+        super().observe(t_s, samples)
+
+
+def test_counters_become_increases_with_ready_times(make_fleet) -> None:
+    cfg = make_fleet(3, max_replicas=4)
+    spy = Spy()
+    stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy)
+    stage.apply(tick(cfg, 100.0, [pod("a", 50, 100), pod("b", 10, 40)]))
+    # a pod without counters: no learning this tick (the model would read it as removed)
+    stage.apply(tick(cfg, 115.0, [pod("a", 60, 120), pod("b", 10, 50), pod("c", None, None)]))
+    stage.apply(tick(cfg, 130.0, [pod("a", 80, 160), pod("b", 3, 5), pod("c", 30, 70)]))
+    assert [t for t, _ in spy.calls] == [100.0, 130.0]
+    first = {s.replica_id: s for s in spy.calls[0][1]}
+    # pods present at the first tick: warm (served for an unknown time), their readings a baseline
+    assert first["a"].ready_s == first["b"].ready_s == 100.0 - WARM_AGE_S
+    assert (first["a"].hits_tokens, first["a"].queries_tokens) == (0.0, 0.0)
+    second = {s.replica_id: s for s in spy.calls[1][1]}
+    assert (second["a"].hits_tokens, second["a"].queries_tokens) == (30.0, 60.0)  # 80-50, 160-100
+    # b's counters went down: a restarted server, a new replica to the model, cold from now
+    assert (second["b#1"].hits_tokens, second["b#1"].queries_tokens, second["b#1"].ready_s) == (3.0, 5.0, 130.0)
+    # c appeared after the first tick: its counters count from its start, ready when first seen
+    assert (second["c"].hits_tokens, second["c"].queries_tokens, second["c"].ready_s) == (30.0, 70.0, 115.0)
+    assert all(s.kv_cache_tokens == 400_000 for s in second.values())
+
+
+def test_a_count_mismatch_or_a_source_ready_time(make_fleet) -> None:
+    cfg = make_fleet(3, max_replicas=4)
+    spy = Spy()
+    stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy)
+    # three replicas ready but two pods reported: no learning
+    stage.apply(tick(cfg, 10.0, [pod("a", 0, 0), pod("b", 0, 0)], ready=3))
+    assert spy.calls == []
+    stage.apply(tick(cfg, 25.0, [pod("a", 5, 10, ready_s=-40.0), pod("b", 5, 10)]))
+    (_, samples), = spy.calls
+    assert samples[0].ready_s == -40.0  # the source's ready time wins over the first-tick rule
+
+
+def test_hand_computed_fleet_hit_rates(make_fleet) -> None:
+    # Fixed parameters, a cache so large nothing is evicted (E = 1), shared 0.1, reusable 0.6.
+    cfg = make_fleet(2, max_replicas=4, kv_cache_tokens=HUGE_KV, startup_s=10.0)
+    fc = ForecastConfig(enabled=True, horizon_s=300, step_s=60)
+    params = WarmthParams(shared_hit=0.1, reuse_hit=0.6, reuse_time_s=120.0)
+
+    def run(router: str, starting: int) -> float | None:
+        stage = WarmthStage(fc, cfg.services[0], router, model=CacheWarmthModel(router, fixed=params))
+        pods = [pod("a", 0, 0), pod("b", 0, 0)]
+        stage.apply(tick(cfg, 0.0, pods))
+        est = tick(cfg, 15.0, pods, starting=starting)
+        stage.apply(est)
+        return est.signals["forecast_prefix_hit_rate"]
+
+    # Placement ignores the cache: each of N warm replicas holds 1/N of the reusable prefixes and gets
+    # 1/N of the requests: fleet = 0.1 + 0.6 / N.
+    assert run("least_outstanding", 0) == pytest.approx(0.1 + 0.6 / 2, abs=1e-9)
+    # A third replica starting (ready in 10 s): the replicas' held shares always sum to 1 (all are
+    # driven by shares summing to 1 from a total of 1), and each gets 1/3: fleet = 0.1 + 0.6 / 3.
+    assert run("least_outstanding", 1) == pytest.approx(0.1 + 0.6 / 3, abs=1e-9)
+    # Prefix affinity: a request goes where its prefix is, so every reusable prefix hits: 0.1 + 0.6.
+    assert run("prefix_affinity", 0) == pytest.approx(0.1 + 0.6, abs=1e-9)
+
+
+def test_unknown_until_learned_or_when_the_load_is_unknown(make_fleet) -> None:
+    cfg = make_fleet(2, max_replicas=4)
+    fc = ForecastConfig(enabled=True)
+    stage = WarmthStage(fc, cfg.services[0], "least_outstanding")
+    est = tick(cfg, 0.0, [pod("a", 0, 0), pod("b", 0, 0)])
+    stage.apply(est)
+    assert est.signals["forecast_prefix_hit_rate"] is None  # nothing learned: unknown, not 0
+    fixed = CacheWarmthModel(fixed=WarmthParams(0.2, 0.0, 60.0))
+    stage = WarmthStage(fc, cfg.services[0], "least_outstanding", model=fixed)
+    est = tick(cfg, 0.0, [pod("a", 0, 0)], rate=None)
+    stage.apply(est)
+    assert est.signals["forecast_prefix_hit_rate"] is None
+
+
+def system_prompt_load(rate_rps: float, duration_s: float) -> Workload:
+    """1,024-token prompts whose first 512-token block is one shared system prompt, the rest unique."""
+    n = int(rate_rps * duration_s)
+    return Workload([Request(arrival_s=i / rate_rps, input_tokens=1024, output_tokens=20, hash_ids=(1, 100 + i))
+                     for i in range(n)], block_tokens=512)
+
+
+def test_the_loop_forecasts_the_shared_prompt_hit_rate(make_fleet) -> None:
+    # Every request after a replica's first hits exactly its 512-token system-prompt block: 512/1024.
+    # Requests 0.25 s apart finish before the next arrives, so one replica takes them all and the model
+    # has its MIN_SAMPLES = 20 replica-intervals with traffic after 20 ticks (300 s); unknown before.
+    cfg = make_fleet(2, controller={"forecast": {"enabled": True, "horizon_s": 300, "step_s": 60}})
+    run = run_simulation(cfg, system_prompt_load(4.0, 900.0), "pid")
+    rows = timeline_rows(run)
+    assert all(r["forecast_prefix_hit_rate"] is None for r in rows if r["time_s"] < 300)
+    late = [r for r in rows if r["time_s"] >= 330]
+    assert late and all(r["forecast_prefix_hit_rate"] == pytest.approx(0.5, abs=0.01) for r in late)
+
+
+def test_the_forecast_hit_rate_is_exported(make_fleet) -> None:
+    cfg = make_fleet(1, controller={"forecast": {"enabled": True}})
+    sim = FleetSimulator(cfg, system_prompt_load(2.0, 400.0))
+    loop = ControlLoop(cfg, SimMetricsSource(sim, 60.0), SimActuator(sim), PIDController())
+    metrics = LoopMetrics(loop, CollectorRegistry())
+    for k in range(1, 26):  # 20 ticks with traffic before the model reports (see the test above)
+        sim.run_until(15.0 * k)
+        metrics.record(loop.tick(15.0 * k), 0.001)
+    text = generate_latest(metrics.registry).decode()
+    line = next(x for x in text.splitlines() if x.startswith('autoscaler_forecast_prefix_hit_rate{service="svc"}'))
+    assert float(line.split()[-1]) == pytest.approx(0.5, abs=0.01)
