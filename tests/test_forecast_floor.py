@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import poisson
 
-from models.forecast.metrics import mean_sampling_mad, poisson_mad
+from models.forecast.metrics import hindsight_linear_mae, mean_sampling_mad, poisson_mad
 
 
 def test_poisson_mad_hand_computed() -> None:
@@ -52,3 +52,45 @@ def test_mean_sampling_mad() -> None:
     rng = np.random.default_rng(1)
     means = rng.normal(0.0, 3.0, (100_000, 9)).mean(axis=1)
     assert np.mean(np.abs(means)) == pytest.approx(mean_sampling_mad(np.array([3.0]), np.array([9]))[0], rel=0.01)
+
+
+def test_hindsight_linear_mae_hand_computed() -> None:
+    # lags 1, horizon 1 on [1, 2, 3, 10]: points (1, 2), (2, 3), (3, 10). An optimal LAD line passes
+    # through two of them: through (1, 2) and (3, 10) (y = 4x - 2) misses (2, 3) by 3, the other two
+    # pairs miss the third point by 6. Best total 3 over 3 points: MAE 1.
+    assert hindsight_linear_mae(np.array([1.0, 2.0, 3.0, 10.0]), 0, 1, 1) == pytest.approx(1.0, abs=1e-7)
+
+
+def test_hindsight_linear_mae_is_zero_on_exact_linear_recurrences() -> None:
+    # A sinusoid plus a constant obeys y[t+1] - c = 2 cos(w) (y[t] - c) - (y[t-1] - c): y[t+3] is linear
+    # in y[t], y[t-1] and 1. It never settles, so last value is far off.
+    t = np.arange(200)
+    wave = 5 + 3 * np.sin(0.3 * t + 1)
+    assert np.mean(np.abs(wave[13:] - wave[10:-3])) > 1.0
+    assert hindsight_linear_mae(wave, 10, 3, 2) == pytest.approx(0.0, abs=1e-6)
+    # A seasonal series: the value one season back is exact.
+    t = np.arange(300)
+    season = np.sin(2 * np.pi * t / 24) + (t % 24 == 5)
+    assert hindsight_linear_mae(season, 100, 3, 1, period=24) == pytest.approx(0.0, abs=1e-7)
+
+
+def test_hindsight_linear_mae_never_exceeds_last_value() -> None:
+    rng = np.random.default_rng(3)
+    walk = np.cumsum(rng.normal(size=400))
+    walk[[50, 51, 200]] = np.nan  # missing values are carried forward in features, skipped as targets
+    start, h = 100, 3
+    got = hindsight_linear_mae(walk, start, h, 4)
+    filled = walk.copy()
+    for i in range(1, len(filled)):
+        if not np.isfinite(filled[i]):
+            filled[i] = filled[i - 1]
+    origins = [o for o in range(start, len(walk) - h) if np.isfinite(walk[o + h])]
+    last_value = float(np.mean([abs(walk[o + h] - filled[o]) for o in origins]))
+    assert 0 < got <= last_value + 1e-9
+
+
+def test_hindsight_linear_mae_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="lags and horizon"):
+        hindsight_linear_mae(np.arange(10.0), 0, 0, 1)
+    with pytest.raises(ValueError, match="no origin"):
+        hindsight_linear_mae(np.full(10, np.nan), 0, 1, 1)

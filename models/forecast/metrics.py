@@ -12,11 +12,18 @@ around its expected value when requests arrive independently given the past (``p
 bin's mean token length varies around the length distribution's mean by its sampling error
 (``mean_sampling_mad``). Their mean over the scored bins, over the MASE scale, bounds any
 forecaster's MASE from below under that sampling model.
+
+Hindsight linear bound (``hindsight_linear_mae``): the smallest mean absolute error any linear
+predictor from a fixed set of past values reaches on the scored steps, its coefficients chosen on
+those same steps. A linear forecaster has to learn its coefficients from the past, so none does
+better on average on those features; forecasters that are not linear in them, or that read other
+data, are not bounded by it.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy.optimize import linprog
 from scipy.stats import poisson
 
 
@@ -81,3 +88,44 @@ def mean_sampling_mad(sd: np.ndarray, n: np.ndarray) -> np.ndarray:
     n = np.asarray(n, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(n >= 1, np.sqrt(2 / np.pi) * np.asarray(sd, dtype=np.float64) / np.sqrt(n), np.nan)
+
+
+def hindsight_linear_mae(y: np.ndarray, start: int, horizon: int, lags: int, period: int | None = None) -> float:
+    """Least mean absolute error of a linear predictor of y[t + horizon] from past values, over origins t >= start.
+
+    Features at origin t: 1, y[t], ..., y[t - lags + 1] and, with ``period``, y[t + horizon - period]
+    and y[t + horizon - 2 period] (a missing value carries the one before it forward; origins whose
+    features or target are missing are skipped). The coefficients minimise the summed absolute error
+    over the scored origins themselves: least absolute deviations as an exact linear program
+    (``scipy.optimize.linprog``, HiGHS). Last value is one such predictor, so the result never exceeds
+    its mean absolute error.
+
+    Raises:
+        ValueError: ``lags`` or ``horizon`` < 1, or no origin with finite features and target.
+        RuntimeError: the linear program failed.
+    """
+    if lags < 1 or horizon < 1:
+        raise ValueError(f"lags and horizon must be >= 1, got {lags}, {horizon}")
+    y = np.asarray(y, dtype=np.float64)
+    filled = y.copy()
+    for i in range(1, len(filled)):
+        if not np.isfinite(filled[i]):
+            filled[i] = filled[i - 1]
+    rows, target = [], []
+    for t in range(max(start, lags - 1), len(y) - horizon):
+        season = [filled[t + horizon - k * period] if t + horizon - k * period >= 0 else np.nan
+                  for k in (1, 2)] if period else []
+        x = np.r_[1.0, filled[t - lags + 1:t + 1][::-1], season]
+        if np.isfinite(y[t + horizon]) and np.isfinite(x).all():
+            rows.append(x)
+            target.append(y[t + horizon])
+    if not rows:
+        raise ValueError("no origin with finite features and target")
+    a, b = np.array(rows), np.array(target)
+    n, k = a.shape
+    # min sum(u + v) subject to a @ beta + u - v = b, u, v >= 0, beta free
+    res = linprog(np.r_[np.zeros(k), np.ones(2 * n)], A_eq=np.hstack([a, np.eye(n), -np.eye(n)]), b_eq=b,
+                  bounds=[(None, None)] * k + [(0, None)] * (2 * n), method="highs")
+    if not res.success:
+        raise RuntimeError(f"least-absolute-deviation fit failed: {res.message}")
+    return float(res.fun) / n
