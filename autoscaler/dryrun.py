@@ -31,7 +31,9 @@ from rich.table import Table
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.config import FleetConfig
 from autoscaler.loop.export import LoopMetrics
+from autoscaler.loop.forecast import FORECAST_SIGNALS
 from autoscaler.loop.runner import ControlLoop, TickRecord
+from autoscaler.loop.warmth import WARMTH_SIGNALS
 from controllers.base import Controller, Decision
 from controllers.pid import PIDController
 
@@ -162,6 +164,9 @@ def tick_tables(run: DryRun, record: TickRecord, wall_s: float) -> list[Table | 
             s.add_column(col, justify="right")
         for sig in TABLE_SIGNALS:
             s.add_row(sig, _fmt(est.signals.get(sig)), *(_fmt(v.signals.get(sig)) for v in est.variants.values()))
+        for sig in (*FORECAST_SIGNALS, *WARMTH_SIGNALS):  # service-wide, present when the forecast stages run
+            if sig in est.signals:
+                s.add_row(sig, _fmt(est.signals[sig]), *("-" for _ in est.variants))
         out.append(s)
         out += [f"[red]error:[/] {escape(e)}" for e in est.errors]
         out += [f"[yellow]warning:[/] {escape(w)}" for w in run.warnings(name, record)]
