@@ -195,3 +195,20 @@ def test_cli_bad_arguments_exit_2(args: list[str]) -> None:
     res = CliRunner().invoke(app, ["dry-run", "--prometheus-url", "http://127.0.0.1:9", *args])
     assert res.exit_code == 2
     assert res.stderr.startswith("error: ")
+
+
+def test_cli_table_shows_the_forecast_signals_when_the_stages_run(run: Run, tmp_path: Path) -> None:
+    doc = yaml.safe_load(run.config_file.read_text())
+    doc["controller"]["forecast"] = {"enabled": True}
+    on = tmp_path / "fleet.yaml"
+    on.write_text(yaml.safe_dump(doc))
+    res = CliRunner().invoke(app, ["dry-run", "--prometheus-url", run.prom.url, "--config", str(on),
+                                   "--once", "--speed", str(SPEED)])
+    assert res.exit_code == 0, res.output
+    # One tick: nothing learned yet, so the cache-warmth forecast is unknown ("-"), not 0.
+    row = next(ln for ln in res.stdout.splitlines() if "forecast_prefix_hit_rate" in ln)
+    assert "-" in row and " 0 " not in row
+    assert "forecast_rate_rps" in res.stdout
+    off = CliRunner().invoke(app, ["dry-run", "--prometheus-url", run.prom.url, "--config", str(run.config_file),
+                                   "--once", "--speed", str(SPEED)])
+    assert "forecast_" not in off.stdout
