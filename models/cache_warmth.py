@@ -46,6 +46,9 @@ SHAPE = 2  # Erlang stages of the reuse-distance distribution (see the module do
 REUSE_TIMES_S = tuple(float(x) for x in np.geomspace(15.0, 3600.0, 13))
 MIN_SAMPLES = 20  # replica-intervals with traffic before the parameters are reported
 FIXED_POINT_ITERATIONS = 5  # eviction horizon <-> hit rate; converges in 2-3 on Mooncake-like loads
+# Misses older than this are forgotten: reuse distances that long are certain under every grid mean
+# (Erlang(2) CDF at 10 means: 1 - 21 e^-20), so an eviction horizon beyond it reads as infinite.
+MISS_HISTORY_S = 10 * max(REUSE_TIMES_S)
 
 
 def reuse_cdf(d_s: np.ndarray | float, reuse_time_s: float) -> np.ndarray:
@@ -129,14 +132,21 @@ def _erlang_stages(p: float, age_s: float, reuse_time_s: float) -> np.ndarray:
     return p * np.array(cdf)
 
 
-def _advance(stages: np.ndarray, p: np.ndarray, dt: float, reuse_time_s: float) -> np.ndarray:
-    """Run the cascade ``dt`` seconds: rows are replicas, columns stages, ``p`` the inputs (one per row)."""
-    a = 1.0 - math.exp(-dt * SHAPE / reuse_time_s)
-    out = stages.copy()
-    drive = p
+def _advance(stages: np.ndarray, p: np.ndarray, dt: float | np.ndarray, reuse_time_s: float) -> np.ndarray:
+    """Run the cascade ``dt`` seconds (one value, or one per row) with each row's input held at ``p``:
+    rows are replicas, columns stages.
+
+    Exact for a constant input, whatever ``dt``: with x = dt SHAPE / reuse_time_s, stage j (1-based)
+    becomes p + e^-x sum_{i<=j} (s_i - p) x^(j-i) / (j-i)!. From an empty cache that is p times the
+    Erlang(j) CDF, as ``_erlang_stages``.
+    """
+    x = (np.maximum(dt, 0.0) * SHAPE / reuse_time_s) * np.ones(len(stages))
+    decay = np.exp(-x)
+    gap = stages - np.asarray(p, dtype=np.float64)[:, None]
+    out = np.empty_like(stages)
     for j in range(SHAPE):
-        out[:, j] = stages[:, j] + a * (drive - stages[:, j])
-        drive = out[:, j]
+        acc = sum(gap[:, i] * x ** (j - i) / math.factorial(j - i) for i in range(j + 1))
+        out[:, j] = p + decay * acc
     return out
 
 
@@ -276,14 +286,20 @@ class CacheWarmthModel:
         # measured before this interval's misses join, so a burst of hits cannot inflate its own regressor
         horizon = np.array([_eviction_horizon(self._misses[s.replica_id], t_prev, s.kv_cache_tokens) for s in samples])
         for s, miss in zip(samples, q - hits, strict=True):
-            self._misses[s.replica_id].append((max(t_prev, s.ready_s), t_s, float(miss)))
+            history = self._misses[s.replica_id]
+            if miss > 0:  # an interval without misses cannot move the horizon: not kept
+                history.append((max(t_prev, s.ready_s), t_s, float(miss)))
+            while history and history[0][1] < t_s - MISS_HISTORY_S:
+                history.popleft()
+        # a replica that became ready inside the interval has served only since then
+        served_s = t_s - np.maximum(t_prev, np.array([s.ready_s for s in samples], dtype=np.float64))
         used = q > 0
         forget = 0.5 ** ((t_s - t_prev) / self.half_life_s)
         for f in self._fits:
             # a replica seen for the first time: the state a constant share since ready_s would give
             fresh = [_erlang_stages(p[i], t_prev - s.ready_s, f.tau) for i, s in enumerate(samples)]
             start = np.array([f.stages.get(rid, fresh[i]) for i, rid in enumerate(ids)]).reshape(len(ids), SHAPE)
-            end = _advance(start, p, t_s - t_prev, f.tau) if learn else start
+            end = _advance(start, p, served_s, f.tau) if learn else start
             f.stages = dict(zip(ids, end, strict=True))  # a replica absent from this call is gone
             if not learn:
                 continue

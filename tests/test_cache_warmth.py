@@ -160,3 +160,42 @@ def test_scale_down_on_the_mooncake_trace_beats_holding_the_hit_rate(data_dir: P
     assert actual[:5].mean() < held  # the removed replicas took their cache with them
     assert forecast.fleet_hit_rate[:5].mean() < held  # and the model says so
     assert np.abs(actual - forecast.fleet_hit_rate).mean() < np.abs(actual - held).mean()
+
+
+def test_a_replica_first_seen_after_a_gap_is_warm_only_since_its_ready_time() -> None:
+    """Observed at 0 s and at 600 s, where a new replica ready at 600 s appears: it has served for 0 s.
+
+    The next 60-s step from an empty cache with a half share: stage 2 ends at 0.5 G(60 s) (G Erlang-2,
+    mean 120 s), so the step's mean state is 0.25 G(60), and its hit rate 0.05 + 0.4 * 0.25 G(60)
+    (E = 1). Advanced over the 600-s gap instead, it would read about 0.05 + 0.4 * 0.5 = 0.25.
+    """
+    model = CacheWarmthModel(fixed=PARAMS)
+    model.observe(0.0, [ReplicaSample("old", -1e6, 0.0, 1000.0, HUGE)])
+    both = [ReplicaSample("old", -1e6, 0.0, 1000.0, HUGE), ReplicaSample("new", 600.0, 0.0, 1000.0, HUGE)]
+    model.observe(600.0, both)
+    plan = [ReplicaPlan("old", -1e6, HUGE), ReplicaPlan("new", 600.0, HUGE)]
+    f = model.predict(600.0, plan, 60, 60, 10.0, 1000.0)
+    assert f.replica_hit_rate["new"][0] == pytest.approx(0.05 + 0.4 * 0.25 * erlang2(60.0, 120.0), abs=1e-9)
+
+
+def test_miss_history_stays_bounded_while_idle() -> None:
+    model = CacheWarmthModel(fixed=PARAMS)
+    for k in range(5000):  # 20 hours of 15-s ticks without a miss, then a day of small misses
+        model.observe(15.0 * k, [ReplicaSample("r", -1e6, 0.0, 0.0, HUGE)])
+    assert len(model._misses["r"]) == 0
+    for k in range(5000, 11000):
+        model.observe(15.0 * k, [ReplicaSample("r", -1e6, 0.0, 10.0, HUGE)])
+    assert len(model._misses["r"]) <= 36000 / 15 + 1  # MISS_HISTORY_S of 15-s intervals
+
+
+def test_the_cascade_step_is_exact_whatever_its_length() -> None:
+    """One 60-s step equals 240 steps of 0.25 s under a constant input (the cascade is linear, time-invariant)."""
+    from models.cache_warmth import _advance
+
+    start = np.array([[0.3, 0.1], [0.0, 0.0], [0.5, 0.6]])
+    p = np.array([0.25, 0.5, 0.25])
+    fine = start
+    for _ in range(240):
+        fine = _advance(fine, p, 0.25, 120.0)
+    assert _advance(start, p, 60.0, 120.0) == pytest.approx(fine, abs=1e-12)
+    assert _advance(np.zeros((1, 2)), np.array([0.5]), 60.0, 120.0)[0, 1] == pytest.approx(0.5 * erlang2(60, 120))

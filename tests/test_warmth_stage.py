@@ -56,19 +56,63 @@ def test_counters_become_increases_with_ready_times(make_fleet) -> None:
     stage.apply(tick(cfg, 100.0, [pod("a", 50, 100), pod("b", 10, 40)]))
     # a pod without counters: no learning this tick (the model would read it as removed)
     stage.apply(tick(cfg, 115.0, [pod("a", 60, 120), pod("b", 10, 50), pod("c", None, None)]))
+    # b's counters went down: a restarted server; this tick's increases are unknown, nothing learned
     stage.apply(tick(cfg, 130.0, [pod("a", 80, 160), pod("b", 3, 5), pod("c", 30, 70)]))
-    assert [t for t, _ in spy.calls] == [100.0, 130.0]
+    stage.apply(tick(cfg, 145.0, [pod("a", 90, 180), pod("b", 13, 25), pod("c", 40, 90)]))
+    assert [t for t, _ in spy.calls] == [100.0, 145.0]
     first = {s.replica_id: s for s in spy.calls[0][1]}
     # pods present at the first tick: warm (served for an unknown time), their readings a baseline
     assert first["a"].ready_s == first["b"].ready_s == 100.0 - WARM_AGE_S
     assert (first["a"].hits_tokens, first["a"].queries_tokens) == (0.0, 0.0)
     second = {s.replica_id: s for s in spy.calls[1][1]}
-    assert (second["a"].hits_tokens, second["a"].queries_tokens) == (30.0, 60.0)  # 80-50, 160-100
-    # b's counters went down: a restarted server, a new replica to the model, cold from now
-    assert (second["b#1"].hits_tokens, second["b#1"].queries_tokens, second["b#1"].ready_s) == (3.0, 5.0, 130.0)
+    assert (second["a"].hits_tokens, second["a"].queries_tokens) == (40.0, 80.0)  # since the last reading: 100 s
+    # the restarted b is a new replica to the model, cold from 130 s, counting from its reading then
+    assert (second["b#1"].hits_tokens, second["b#1"].queries_tokens, second["b#1"].ready_s) == (10.0, 20.0, 130.0)
     # c appeared after the first tick: its counters count from its start, ready when first seen
-    assert (second["c"].hits_tokens, second["c"].queries_tokens, second["c"].ready_s) == (30.0, 70.0, 115.0)
+    assert (second["c"].hits_tokens, second["c"].queries_tokens, second["c"].ready_s) == (40.0, 90.0, 115.0)
     assert all(s.kv_cache_tokens == 400_000 for s in second.values())
+
+
+def test_a_pod_missing_for_a_tick_continues_from_its_last_reading(make_fleet) -> None:
+    cfg = make_fleet(2, max_replicas=4)
+    spy = Spy()
+    stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy)
+    stage.apply(tick(cfg, 0.0, [pod("a", 3e8, 5e8), pod("b", 3e8, 5e8)]))
+    stage.apply(tick(cfg, 15.0, [pod("a", 3e8 + 3e3, 5e8 + 1e4)], ready=2))  # b's query failed
+    stage.apply(tick(cfg, 30.0, [pod("a", 3e8 + 6e3, 5e8 + 2e4), pod("b", 3e8 + 6e3, 5e8 + 2e4)]))
+    got = {s.replica_id: (s.hits_tokens, s.queries_tokens) for s in spy.calls[-1][1]}
+    assert got == {"a": (6e3, 2e4), "b": (6e3, 2e4)}  # not b's lifetime counters
+
+
+def test_the_first_tick_with_pods_sets_the_warm_baseline(make_fleet) -> None:
+    cfg = make_fleet(2, max_replicas=4)
+    spy = Spy()
+    stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy)
+    stage.apply(tick(cfg, 0.0, [], ready=0))  # every query failed on the first tick
+    stage.apply(tick(cfg, 15.0, [pod("a", 3e8, 5e8), pod("b", 3e8, 5e8)]))
+    [(_, samples)] = spy.calls
+    assert [(s.ready_s, s.queries_tokens) for s in samples] == [(15.0 - WARM_AGE_S, 0.0)] * 2
+
+
+@pytest.mark.parametrize("bad", [(float("nan"), 10.0), (5.0, float("inf")), (-1.0, 10.0), (20.0, 10.0)])
+def test_an_absurd_counter_is_unknown_for_its_tick(make_fleet, bad: tuple[float, float]) -> None:
+    cfg = make_fleet(1, max_replicas=4)
+    spy = Spy()
+    stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy)
+    stage.apply(tick(cfg, 0.0, [pod("a", 0, 0)]))
+    stage.apply(tick(cfg, 15.0, [pod("a", *bad)]))
+    stage.apply(tick(cfg, 30.0, [pod("a", 5, 10)]))
+    assert [t for t, _ in spy.calls] == [0.0, 30.0]
+    assert (spy.calls[1][1][0].hits_tokens, spy.calls[1][1][0].queries_tokens) == (5.0, 10.0)
+
+
+def test_a_pod_listed_twice_does_not_break_the_tick(make_fleet) -> None:
+    cfg = make_fleet(2, max_replicas=4)
+    spy = Spy()
+    stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy)
+    est = tick(cfg, 0.0, [pod("a", 0, 0), pod("a", 0, 0)], ready=2)
+    stage.apply(est)
+    assert spy.calls == [] and est.signals["forecast_prefix_hit_rate"] is None
 
 
 def test_a_count_mismatch_or_a_source_ready_time(make_fleet) -> None:

@@ -13,13 +13,18 @@ the counters, or while the load is unknown.
 
 Rules, each because a counter alone cannot tell:
   * a pod's ready time is the source's ``ready_s`` whenever it gives one; otherwise the tick the pod was
-    first seen, except pods present at the stage's first tick, which have served for an unknown
-    time and are taken as warm (ready ``WARM_AGE_S`` earlier);
-  * a pod first seen after the first tick started with its counters at zero (a new process), so its
-    whole counter is its increase;
-  * a counter that went down is a restarted server: the new value is the increase, and the pod is a
-    new replica to the model, cold from this tick;
-  * the model learns only on ticks where every ready replica reported both counters (it reads a
+    first seen, except pods present at the first tick that lists any pod, which have served for an
+    unknown time and are taken as warm (ready ``WARM_AGE_S`` earlier);
+  * a pod first seen later started with its counters at zero (a new process), so its whole counter
+    is its first increase; a pod of that first tick starts from its first reading;
+  * a pod missing for a while (a failed query, a stale scrape) and back with counters that did not
+    go down is the same process: its increase runs from its last reading (pods unseen for
+    ``RETAIN_S`` are forgotten);
+  * a counter that went down is a restarted server (or a reused pod name): a new replica to the model,
+    cold from this tick, its reading a new baseline; the tick's increases are unknown, so it is not
+    learned from;
+  * a counter that is not finite, negative, or hits above queries is unknown for that tick;
+  * the model learns only on ticks where every ready replica reported both counters once (it reads a
     replica missing from an interval as removed); on other ticks it only predicts.
 """
 
@@ -34,6 +39,15 @@ from models.cache_warmth import REUSE_TIMES_S, CacheWarmthModel, ReplicaPlan, Re
 
 WARMTH_SIGNALS = ("forecast_prefix_hit_rate",)
 WARM_AGE_S = 10 * max(REUSE_TIMES_S)  # Erlang(2) reuse CDF at 10 means is 1 - 21 e^-20: warm
+RETAIN_S = 3600.0  # a pod unseen this long is forgotten (its name may come back as a new process)
+
+
+def _counters(p: PodObservation) -> tuple[float, float] | None:
+    """(hits, queries) of a pod when both are known, finite, >= 0 and hits <= queries; else None."""
+    h, q = p.prefix_hits_total, p.prefix_queries_total
+    if h is None or q is None or not (0 <= h <= q < math.inf):
+        return None
+    return float(h), float(q)
 
 
 def _per_request(tokens_rps: float | None, rate_rps: float | None) -> float | None:
@@ -61,56 +75,68 @@ class WarmthStage:
         self._initial: set[str] = set()  # pods of the first tick not yet read: their first reading is a baseline
         self._ready: dict[str, float] = {}  # pod name -> ready time used by the model
         self._restarts: dict[str, int] = {}  # pod name -> server restarts seen (part of the model's replica id)
-        self._last: dict[str, tuple[float, float]] = {}  # pod name -> (hits, queries) at the last learning tick
+        self._last: dict[str, tuple[float, float]] = {}  # pod name -> (hits, queries) at its last reading
+        self._seen: dict[str, float] = {}  # pod name -> last tick it was listed
+        self._t_learned: float | None = None
 
     def apply(self, est: ServiceEstimate) -> None:
         """Learn from ``est.pods`` and add ``forecast_prefix_hit_rate`` to ``est.signals`` (in place)."""
         now = est.time_s
-        pods = [p for p in est.pods if p.name and p.variant in self.variants]
-        if not self._started:
+        pods: dict[str, PodObservation] = {}
+        duplicated = False
+        for p in est.pods:  # a pod listed twice (overlapping variant selectors) counts once
+            if p.name and p.variant in self.variants:
+                duplicated = duplicated or p.name in pods
+                pods.setdefault(p.name, p)
+        if not self._started and pods:
             self._started = True
-            self._initial = {p.name for p in pods}
-        for p in pods:
-            if p.ready_s is not None:
-                self._ready[p.name] = p.ready_s
-            elif p.name not in self._ready:
-                self._ready[p.name] = now - WARM_AGE_S if p.name in self._initial else now
-        counters = {p.name: (p.prefix_hits_total, p.prefix_queries_total) for p in pods}
-        reported = [(p, h, q) for p, (h, q) in zip(pods, counters.values(), strict=True)
-                    if h is not None and q is not None]
+            self._initial = set(pods)
+        for name, p in pods.items():
+            self._seen[name] = now
+            if p.ready_s is not None and math.isfinite(p.ready_s):
+                self._ready[name] = p.ready_s
+            elif name not in self._ready:
+                self._ready[name] = now - WARM_AGE_S if name in self._initial else now
+        reported = {name: c for name, p in pods.items() if (c := _counters(p)) is not None}
         ready = sum(v.ready for v in est.variants.values() if v.counts_known)
-        if reported and len(reported) == len(pods) == ready:
-            self._learn(now, reported)
-        for d in (self._ready, self._restarts, self._last):
-            for name in d.keys() - counters.keys():
-                del d[name]
-        self._initial &= counters.keys()
-        est.signals["forecast_prefix_hit_rate"] = self._predict(est, pods)
+        complete = not duplicated and bool(reported) and len(reported) == len(pods) == ready
+        if complete and (self._t_learned is None or now > self._t_learned):
+            self._learn(now, pods, reported)
+        for name in [n for n, t in self._seen.items() if t < now - RETAIN_S]:
+            for d in (self._seen, self._ready, self._restarts, self._last):
+                d.pop(name, None)
+        est.signals["forecast_prefix_hit_rate"] = self._predict(est, list(pods.values()))
 
     def _id(self, name: str) -> str:
         """The model's replica id of pod ``name``: a restarted server is a new replica."""
         n = self._restarts.get(name, 0)
         return f"{name}#{n}" if n else name
 
-    def _learn(self, now: float, reported: list[tuple[PodObservation, float, float]]) -> None:
+    def _learn(self, now: float, pods: dict[str, PodObservation], reported: dict[str, tuple[float, float]]) -> None:
+        restarted = [n for n, (h, q) in reported.items() if n in self._last and (h < self._last[n][0]
+                                                                               or q < self._last[n][1])]
+        for name in restarted:
+            ready_s = pods[name].ready_s
+            self._ready[name] = ready_s if ready_s is not None and math.isfinite(ready_s) else now
+            self._restarts[name] = self._restarts.get(name, 0) + 1
+            self._last[name] = reported[name]
+        if restarted:  # this tick's increases are unknown for them
+            return
         samples = []
-        for p, hits, queries in reported:
-            before = self._last.get(p.name)
+        for name, (hits, queries) in reported.items():
+            before = self._last.get(name)
             if before is None:
-                base = p.name in self._initial
-                self._initial.discard(p.name)
+                base = name in self._initial
                 d_hits, d_queries = (0.0, 0.0) if base else (hits, queries)
-            elif hits < before[0] or queries < before[1]:  # restarted: counters from zero, cache cold
-                d_hits, d_queries = hits, queries
-                self._ready[p.name] = p.ready_s if p.ready_s is not None else now
-                self._restarts[p.name] = self._restarts.get(p.name, 0) + 1
             else:
                 d_hits, d_queries = hits - before[0], queries - before[1]
-            v = self.variants[p.variant]
-            samples.append(ReplicaSample(self._id(p.name), self._ready[p.name], min(d_hits, d_queries), d_queries,
-                                         float(v.kv_cache_tokens)))
-        self._last = {p.name: (hits, queries) for p, hits, queries in reported}
+            kv = float(self.variants[pods[name].variant].kv_cache_tokens)
+            # hits can outrun queries between two readings only through skewed scrapes: capped
+            samples.append(ReplicaSample(self._id(name), self._ready[name], min(d_hits, d_queries), d_queries, kv))
+        self._initial -= reported.keys()
+        self._last.update(reported)
         self.model.observe(now, samples)
+        self._t_learned = now
 
     def _predict(self, est: ServiceEstimate, pods: list[PodObservation]) -> float | None:
         if self.model.params is None:
@@ -133,7 +159,8 @@ class WarmthStage:
                 continue
             plan += [ReplicaPlan(f"{name}/starting-{i}", now + v.startup_warm_s, float(v.kv_cache_tokens),
                                  est.weights.get(name, 1.0)) for i in range(obs.starting)]
-        step = min(self.cfg.step_s, self.cfg.horizon_s)
-        f = self.model.predict(now, plan, self.cfg.horizon_s, step, max(rate, 0.0), max(prompt, 0.0))
+        horizon = self.cfg.horizon_s
+        step = horizon / math.ceil(horizon / self.cfg.step_s)  # the last step ends at the horizon exactly
+        f = self.model.predict(now, plan, horizon, step, max(rate, 0.0), max(prompt, 0.0))
         x = float(f.fleet_hit_rate[-1])
         return x if math.isfinite(x) else None
