@@ -141,7 +141,8 @@ def simulate(
     trace: Annotated[Path | None, typer.Option(help="Request trace (Azure CSV or Mooncake JSONL); "
                                                "default: the embedded synthetic workload.")] = None,
     trace_format: Annotated[str | None, typer.Option(help="azure | mooncake (default: detected).")] = None,
-    controller: Annotated[str, typer.Option(help="pid | static")] = "pid",
+    controller: Annotated[str, typer.Option(
+        help="pid | static | any baseline spec of `compare` (e.g. hpa, kpa:target=70)")] = "pid",
     rate_scale: Annotated[float, typer.Option(help="Thin (<1) or superpose jittered copies (>1).")] = 1.0,
     time_scale: Annotated[float, typer.Option(help="Multiply arrival times (0.5 = twice as fast).")] = 1.0,
     batch_fraction: Annotated[

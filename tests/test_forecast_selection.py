@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.forecast.auto import AutoForecaster
 from models.forecast.baselines import LastValue
 from models.forecast.intervals import Z90, ResidualIntervals
 from models.forecast.metrics import coverage, mape, mase, naive_scale
@@ -34,6 +35,22 @@ def test_interval_falls_back_to_the_random_walk_width() -> None:
     lo, hi = ResidualIntervals(max_horizon=3).bounds(np.array([10.0, 10.0, 10.0]), sd1=2.0)
     np.testing.assert_allclose(hi - 10, Z90 * 2.0 * np.sqrt([1, 2, 3]))
     np.testing.assert_allclose(10 - lo, Z90 * 2.0 * np.sqrt([1, 2, 3]))
+
+
+def test_the_early_interval_is_unknown_then_follows_the_short_history() -> None:
+    # One value: no change measured yet, so no interval (not a zero-width one).
+    f = AutoForecaster(max_horizon=2)
+    f.fit(np.array([10.0]))
+    first = f.forecast(2)
+    assert first is not None and first.mean[0] == 10.0 and np.isnan(first.lower).all() and np.isnan(first.upper).all()
+    # Values 10, 12, 11: one-step changes +2, -1, sd 1.5; still the last-value stand-in (< 13 steps),
+    # so the interval is the random-walk one, +-1.645 * 1.5 * sqrt(h) around 11.
+    f.update(12.0)
+    f.update(11.0)
+    g = f.forecast(2)
+    assert g is not None
+    np.testing.assert_allclose(g.upper - 11.0, Z90 * 1.5 * np.sqrt([1, 2]))
+    np.testing.assert_allclose(11.0 - g.lower, Z90 * 1.5 * np.sqrt([1, 2]))
 
 
 def test_backtest_errors_by_hand() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -15,14 +16,22 @@ from models.forecast.selection import candidates, select
 MIN_SELECT_STEPS = 13  # 10 fit steps (the smallest model history) + 3 backtest origins
 
 
+def _change_sd(y: np.ndarray) -> float:
+    """Standard deviation of the finite one-step changes of ``y``; NaN with fewer than two."""
+    d = np.diff(y)
+    d = d[np.isfinite(d)]
+    return float(d.std()) if len(d) > 1 else math.nan
+
+
 @dataclass(frozen=True)
 class Forecast:
     """Forecast path for steps 1..h after the newest observation, in the series' units.
 
     Attributes:
         mean: point forecasts, shape (h,).
-        lower: 5th percentile (lower end of the central 90% interval), shape (h,).
-        upper: 95th percentile, shape (h,).
+        lower: 5th percentile (lower end of the central 90% interval), shape (h,); NaN while unknown
+            (the series has fewer than two consecutive finite values to measure its changes by).
+        upper: 95th percentile, shape (h,); NaN while unknown, as ``lower``.
         model: name of the model that made it.
     """
 
@@ -79,7 +88,7 @@ class AutoForecaster:
         self.intervals = ResidualIntervals(max_horizon)
         self._since_select = 0
         self._provisional = True  # the model is a stand-in until MIN_SELECT_STEPS steps exist
-        self._sd1 = 0.0
+        self._sd1 = math.nan  # sd of one-step changes, the interval before errors exist; NaN: unknown
         self._path = np.zeros(0)
 
     def fit(self, y: np.ndarray) -> None:
@@ -98,6 +107,8 @@ class AutoForecaster:
         if self.model is None or due or (self._provisional and len(self.history) >= MIN_SELECT_STEPS):
             self._select()
         else:
+            if self._provisional:  # a stand-in: its fallback interval follows the short history
+                self._sd1 = _change_sd(np.array(self.history))
             self.model.update(v)
             self._record(self.model)
 
@@ -121,9 +132,7 @@ class AutoForecaster:
         if not np.isfinite(y).any():
             self.model = None
             return
-        d = np.diff(y)
-        d = d[np.isfinite(d)]
-        self._sd1 = float(d.std()) if len(d) > 1 else 0.0
+        self._sd1 = _change_sd(y)
         self.intervals = ResidualIntervals(self.max_horizon)
         model: PointForecaster | None = None
         if len(y) >= MIN_SELECT_STEPS:

@@ -60,7 +60,8 @@ class ResidualIntervals:
             self.errors[h].extend(float(e) for e in errors[:, h] if np.isfinite(e))
 
     def bounds(self, path: np.ndarray, sd1: float) -> tuple[np.ndarray, np.ndarray]:
-        """Lower and upper 90% bounds for ``path`` (shape (h,)); ``sd1`` >= 0 is the random-walk fallback.
+        """Lower and upper 90% bounds for ``path`` (shape (h,)); ``sd1`` >= 0 is the random-walk fallback
+        (NaN when unknown: the bounds of horizons without enough errors are then NaN).
 
         Horizons beyond ``max_horizon`` widen the last tracked horizon's errors by sqrt(h / max_horizon).
         """

@@ -23,8 +23,8 @@ class QuantityForecast:
 
     Attributes:
         point: forecast at ``now + horizon_s``, in the quantity's units (requests/s or tokens).
-        lower: 5th percentile there (lower end of the central 90% interval).
-        upper: 95th percentile there; the value an MPC plans capacity on.
+        lower: 5th percentile there (lower end of the central 90% interval); NaN while unknown.
+        upper: 95th percentile there; the value an MPC plans capacity on; NaN while unknown.
         model: name of the model in use.
         times_s: end time of every step up to the horizon, seconds, shape (k,).
         path: the per-step forecast (mean, lower, upper), each of shape (k,).
