@@ -112,7 +112,8 @@ class WarmthForecast:
 
     Attributes:
         times_s: end of each step, seconds.
-        fleet_hit_rate: hit tokens / query tokens of the whole fleet per step, shape (k,).
+        fleet_hit_rate: hit tokens / query tokens of the whole fleet per step, shape (k,), NaN for a
+            step in which no replica serves.
         replica_hit_rate: replica id -> hit rate per step, shape (k,), NaN while it does not serve.
     """
 
@@ -351,7 +352,7 @@ class CacheWarmthModel:
         stages = np.array(
             [known.get(r.replica_id, _erlang_stages(p_now[i], t_s - r.ready_s, tau)) for i, r in enumerate(plan)]
         ).reshape(len(plan), SHAPE)
-        fleet = np.zeros(len(times))
+        fleet = np.full(len(times), np.nan)  # a step in which no replica serves has no hit rate
         per = np.full((len(plan), len(times)), np.nan)
         hit = np.full(len(plan), params.shared_hit)
         for j, t in enumerate(times):

@@ -58,18 +58,19 @@ def test_counters_become_increases_with_ready_times(make_fleet) -> None:
     stage.apply(tick(cfg, 115.0, [pod("a", 60, 120), pod("b", 10, 50), pod("c", None, None)]))
     # b's counters went down: a restarted server; this tick's increases are unknown, nothing learned
     stage.apply(tick(cfg, 130.0, [pod("a", 80, 160), pod("b", 3, 5), pod("c", 30, 70)]))
-    stage.apply(tick(cfg, 145.0, [pod("a", 90, 180), pod("b", 13, 25), pod("c", 40, 90)]))
+    stage.apply(tick(cfg, 145.0, [pod("a", 90, 190), pod("b", 13, 25), pod("c", 40, 90)]))
     assert [t for t, _ in spy.calls] == [100.0, 145.0]
     first = {s.replica_id: s for s in spy.calls[0][1]}
     # pods present at the first tick: warm (served for an unknown time), their readings a baseline
     assert first["a"].ready_s == first["b"].ready_s == 100.0 - WARM_AGE_S
     assert (first["a"].hits_tokens, first["a"].queries_tokens) == (0.0, 0.0)
     second = {s.replica_id: s for s in spy.calls[1][1]}
-    assert (second["a"].hits_tokens, second["a"].queries_tokens) == (40.0, 80.0)  # since the last reading: 100 s
-    # the restarted b is a new replica to the model, cold from 130 s, counting from its reading then
+    # every reading at 130 s is a baseline (the restart made that tick's increases unknown)
+    assert (second["a"].hits_tokens, second["a"].queries_tokens) == (10.0, 30.0)
+    # the restarted b is a new replica to the model, cold from 130 s
     assert (second["b#1"].hits_tokens, second["b#1"].queries_tokens, second["b#1"].ready_s) == (10.0, 20.0, 130.0)
-    # c appeared after the first tick: its counters count from its start, ready when first seen
-    assert (second["c"].hits_tokens, second["c"].queries_tokens, second["c"].ready_s) == (40.0, 90.0, 115.0)
+    # c appeared after the first tick, ready when first seen (115 s); its increase runs from 130 s
+    assert (second["c"].hits_tokens, second["c"].queries_tokens, second["c"].ready_s) == (10.0, 20.0, 115.0)
     assert all(s.kv_cache_tokens == 400_000 for s in second.values())
 
 
@@ -195,3 +196,61 @@ def test_the_forecast_hit_rate_is_exported(make_fleet) -> None:
     text = generate_latest(metrics.registry).decode()
     line = next(x for x in text.splitlines() if x.startswith('autoscaler_forecast_prefix_hit_rate{service="svc"}'))
     assert float(line.split()[-1]) == pytest.approx(0.5, abs=0.01)
+
+
+FIXED = WarmthParams(shared_hit=0.1, reuse_hit=0.6, reuse_time_s=600.0)
+
+
+def fixed_stage(cfg: FleetConfig) -> tuple[WarmthStage, Spy]:
+    spy = Spy()
+    spy.fixed = FIXED
+    spy._fits = CacheWarmthModel(fixed=FIXED)._fits
+    return WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy), spy
+
+
+def test_a_pod_back_after_ticks_learned_without_it_starts_from_a_new_reading(make_fleet) -> None:
+    # Two equal warm replicas under cache-blind placement hold at most 0.1 + 0.6 / 2 = 0.40.
+    cfg = make_fleet(2, max_replicas=4, kv_cache_tokens=HUGE_KV)
+    stage, spy = fixed_stage(cfg)
+    stage.apply(tick(cfg, 0.0, [pod("a", 0, 0), pod("b", 0, 0)]))
+    for i, t in enumerate((15.0, 30.0, 45.0)):  # b gone, and the ready count with it: learned without b
+        stage.apply(tick(cfg, t, [pod("a", 1e4 * (i + 1), 2e4 * (i + 1))], ready=1))
+    stage.apply(tick(cfg, 60.0, [pod("a", 4e4, 8e4), pod("b", 4e4, 8e4)]))
+    assert spy.calls[-1][0] == 45.0  # the tick b came back on is not learned from
+    est = tick(cfg, 75.0, [pod("a", 5e4, 1e5), pod("b", 5e4, 1e5)])
+    stage.apply(est)
+    # b is a new, cold replica to the model (its share of the cache went to a while it was away)
+    got = {s.replica_id: (s.queries_tokens, s.ready_s) for s in spy.calls[-1][1]}
+    assert got == {"a": (2e4, -WARM_AGE_S), "b#1": (2e4, 60.0)}
+    assert est.signals["forecast_prefix_hit_rate"] <= 0.40 + 1e-9
+
+
+def test_pods_seen_before_the_first_complete_tick_are_warm(make_fleet) -> None:
+    cfg = make_fleet(2, max_replicas=4, kv_cache_tokens=HUGE_KV)
+    stage, spy = fixed_stage(cfg)
+    stage.apply(tick(cfg, 0.0, [pod("a", 3e8, 5e8)], ready=2))  # b's gauges missing on the first scrape
+    est = tick(cfg, 15.0, [pod("a", 3e8 + 1e4, 5e8 + 2e4), pod("b", 3e8 + 1e4, 5e8 + 2e4)])
+    stage.apply(est)
+    assert [(s.ready_s, s.queries_tokens) for s in spy.calls[0][1]] == [(-WARM_AGE_S, 0.0), (15.0 - WARM_AGE_S, 0.0)]
+    assert est.signals["forecast_prefix_hit_rate"] == pytest.approx(0.1 + 0.6 / 2, abs=1e-9)
+
+
+def test_a_name_unseen_for_retain_s_comes_back_as_a_new_process(make_fleet) -> None:
+    cfg = make_fleet(2, max_replicas=4)
+    spy = Spy()
+    stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy)
+    stage.apply(tick(cfg, 0.0, [pod("a", 0, 0), pod("b", None, None)]))
+    stage.apply(tick(cfg, 15.0, [pod("a", 10, 20)], ready=1))
+    stage.apply(tick(cfg, 4000.0, [pod("a", 30, 60)], ready=1))
+    stage.apply(tick(cfg, 4015.0, [pod("a", 40, 80), pod("b", 500, 1000)]))
+    b = next(s for s in spy.calls[-1][1] if s.replica_id == "b")
+    assert (b.ready_s, b.hits_tokens, b.queries_tokens) == (4015.0, 500.0, 1000.0)
+
+
+def test_a_ready_time_in_the_future_is_now_and_never_a_zero_forecast(make_fleet) -> None:
+    cfg = make_fleet(1, max_replicas=4, kv_cache_tokens=HUGE_KV)
+    stage, spy = fixed_stage(cfg)
+    est = tick(cfg, 0.0, [pod("a", 0, 0, ready_s=400.0)])  # a skewed source clock
+    stage.apply(est)
+    assert spy.calls[0][1][0].ready_s == 0.0
+    assert est.signals["forecast_prefix_hit_rate"] is not None and est.signals["forecast_prefix_hit_rate"] >= 0.1

@@ -12,17 +12,19 @@ while the model has not learned yet (``models.cache_warmth.MIN_SAMPLES``), while
 the counters, or while the load is unknown.
 
 Rules, each because a counter alone cannot tell:
-  * a pod's ready time is the source's ``ready_s`` whenever it gives one; otherwise the tick the pod was
-    first seen, except pods present at the first tick that lists any pod, which have served for an
-    unknown time and are taken as warm (ready ``WARM_AGE_S`` earlier);
+  * a pod's ready time is the source's ``ready_s`` whenever it gives one (never later than now: it is
+    listed as ready); otherwise the tick the pod was first seen, except pods seen before the first
+    tick on which every ready replica reported, which have served for an unknown time and are taken
+    as warm (ready ``WARM_AGE_S`` earlier) and start from their first reading;
   * a pod first seen later started with its counters at zero (a new process), so its whole counter
-    is its first increase; a pod of that first tick starts from its first reading;
+    is its first increase;
   * a pod missing for a while (a failed query, a stale scrape) and back with counters that did not
-    go down is the same process: its increase runs from its last reading (pods unseen for
-    ``RETAIN_S`` are forgotten);
+    go down is the same process: its increase runs from its last reading, unless the model learned
+    a tick without it (it then read the pod as removed and gave its share of the cache to the
+    others), in which case it comes back as a restarted one (pods unseen for ``RETAIN_S`` are forgotten);
   * a counter that went down is a restarted server (or a reused pod name): a new replica to the model,
-    cold from this tick, its reading a new baseline; the tick's increases are unknown, so it is not
-    learned from;
+    cold from this tick; the tick's increases are unknown, so it is not learned from and every
+    pod's reading becomes a new baseline;
   * a counter that is not finite, negative, or hits above queries is unknown for that tick;
   * the model learns only on ticks where every ready replica reported both counters once (it reads a
     replica missing from an interval as removed); on other ticks it only predicts.
@@ -76,8 +78,11 @@ class WarmthStage:
         self._ready: dict[str, float] = {}  # pod name -> ready time used by the model
         self._restarts: dict[str, int] = {}  # pod name -> server restarts seen (part of the model's replica id)
         self._last: dict[str, tuple[float, float]] = {}  # pod name -> (hits, queries) at its last reading
+        self._read_s: dict[str, float] = {}  # pod name -> time of that reading
+        self._cold: dict[str, float] = {}  # pod name -> since when the model counts it cold (restart, return)
         self._seen: dict[str, float] = {}  # pod name -> last tick it was listed
         self._t_learned: float | None = None
+        self._in_model: set[str] = set()  # pods of the last tick learned from
 
     def apply(self, est: ServiceEstimate) -> None:
         """Learn from ``est.pods`` and add ``forecast_prefix_hit_rate`` to ``est.signals`` (in place)."""
@@ -88,13 +93,12 @@ class WarmthStage:
             if p.name and p.variant in self.variants:
                 duplicated = duplicated or p.name in pods
                 pods.setdefault(p.name, p)
-        if not self._started and pods:
-            self._started = True
-            self._initial = set(pods)
+        if self._t_learned is None:  # until a complete tick, every pod seen has served for an unknown time
+            self._initial |= pods.keys() - self._last.keys()
         for name, p in pods.items():
             self._seen[name] = now
             if p.ready_s is not None and math.isfinite(p.ready_s):
-                self._ready[name] = p.ready_s
+                self._ready[name] = max(min(p.ready_s, now), self._cold.get(name, -math.inf))
             elif name not in self._ready:
                 self._ready[name] = now - WARM_AGE_S if name in self._initial else now
         reported = {name: c for name, p in pods.items() if (c := _counters(p)) is not None}
@@ -103,8 +107,9 @@ class WarmthStage:
         if complete and (self._t_learned is None or now > self._t_learned):
             self._learn(now, pods, reported)
         for name in [n for n, t in self._seen.items() if t < now - RETAIN_S]:
-            for d in (self._seen, self._ready, self._restarts, self._last):
+            for d in (self._seen, self._ready, self._restarts, self._last, self._read_s, self._cold):
                 d.pop(name, None)
+            self._initial.discard(name)
         est.signals["forecast_prefix_hit_rate"] = self._predict(est, list(pods.values()))
 
     def _id(self, name: str) -> str:
@@ -115,12 +120,15 @@ class WarmthStage:
     def _learn(self, now: float, pods: dict[str, PodObservation], reported: dict[str, tuple[float, float]]) -> None:
         restarted = [n for n, (h, q) in reported.items() if n in self._last and (h < self._last[n][0]
                                                                                or q < self._last[n][1])]
-        for name in restarted:
-            ready_s = pods[name].ready_s
-            self._ready[name] = ready_s if ready_s is not None and math.isfinite(ready_s) else now
+        # back after the model learned a tick without it (and so dropped it): its increase spans
+        # intervals the model never saw, and its share of the cache went to the others meanwhile
+        returned = [n for n in reported if n in self._last and n not in restarted and self._t_learned is not None
+                    and self._read_s[n] < self._t_learned and n not in self._in_model]
+        for name in restarted + returned:  # a new replica to the model, cold from now
+            self._ready[name] = self._cold[name] = now
             self._restarts[name] = self._restarts.get(name, 0) + 1
-            self._last[name] = reported[name]
-        if restarted:  # this tick's increases are unknown for them
+        if restarted or returned:  # their increases are unknown: every reading is a new baseline, nothing learned
+            self._remember(now, reported)
             return
         samples = []
         for name, (hits, queries) in reported.items():
@@ -134,9 +142,14 @@ class WarmthStage:
             # hits can outrun queries between two readings only through skewed scrapes: capped
             samples.append(ReplicaSample(self._id(name), self._ready[name], min(d_hits, d_queries), d_queries, kv))
         self._initial -= reported.keys()
-        self._last.update(reported)
+        self._remember(now, reported)
         self.model.observe(now, samples)
         self._t_learned = now
+        self._in_model = set(reported)
+
+    def _remember(self, now: float, reported: dict[str, tuple[float, float]]) -> None:
+        self._last.update(reported)
+        self._read_s.update(dict.fromkeys(reported, now))
 
     def _predict(self, est: ServiceEstimate, pods: list[PodObservation]) -> float | None:
         if self.model.params is None:
