@@ -331,7 +331,9 @@ class CacheWarmthModel:
             mean_input_tokens: expected mean prompt length, tokens (>= 0).
 
         Requests are shared by ``weight`` among the replicas serving at mid-step; a replica the model
-        has not observed starts from the state a constant share since its ``ready_s`` would give.
+        has not observed starts from the state a constant share since its ``ready_s`` would give. The
+        learned states date from the last ``observe``; the time from then to ``t_s`` is run with the
+        shares of the replicas serving at ``t_s``.
 
         Raises:
             ValueError: non-positive ``horizon_s``/``step_s``, negative rate or prompt length.
@@ -349,9 +351,15 @@ class CacheWarmthModel:
         removed_at = np.array([math.inf if r.removed_s is None else r.removed_s for r in plan])
         now = (ready_at <= t_s) & (t_s < removed_at)
         p_now = np.where(now, weight, 0.0) / max(float(weight[now].sum()), 1e-300)
+        # The learned states are as of the last observation (t0); carry every replica to t_s with
+        # today's shares, so the held shares stay consistent (they sum to at most 1).
+        t0 = min(self._t_prev, t_s) if known and self._t_prev is not None else t_s
         stages = np.array(
-            [known.get(r.replica_id, _erlang_stages(p_now[i], t_s - r.ready_s, tau)) for i, r in enumerate(plan)]
+            [known.get(r.replica_id, _erlang_stages(p_now[i], t0 - r.ready_s, tau)) for i, r in enumerate(plan)]
         ).reshape(len(plan), SHAPE)
+        if t0 < t_s:
+            served = t_s - np.maximum(t0, ready_at)
+            stages = np.where(now[:, None], _advance(stages, p_now, served, tau), stages)
         fleet = np.full(len(times), np.nan)  # a step in which no replica serves has no hit rate
         per = np.full((len(plan), len(times)), np.nan)
         hit = np.full(len(plan), params.shared_hit)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -54,24 +55,34 @@ def test_counters_become_increases_with_ready_times(make_fleet) -> None:
     spy = Spy()
     stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy)
     stage.apply(tick(cfg, 100.0, [pod("a", 50, 100), pod("b", 10, 40)]))
-    # a pod without counters: no learning this tick (the model would read it as removed)
+    # a pod without counters: an incomplete tick, not learned (the model would read c as removed)
     stage.apply(tick(cfg, 115.0, [pod("a", 60, 120), pod("b", 10, 50), pod("c", None, None)]))
-    # b's counters went down: a restarted server; this tick's increases are unknown, nothing learned
+    # b's counters went down: a restarted server. Its increase is unknown, so the model only
+    # restarts its interval here (every increase 0).
     stage.apply(tick(cfg, 130.0, [pod("a", 80, 160), pod("b", 3, 5), pod("c", 30, 70)]))
     stage.apply(tick(cfg, 145.0, [pod("a", 90, 190), pod("b", 13, 25), pod("c", 40, 90)]))
-    assert [t for t, _ in spy.calls] == [100.0, 145.0]
+    assert [t for t, _ in spy.calls] == [100.0, 130.0, 145.0]
     first = {s.replica_id: s for s in spy.calls[0][1]}
-    # pods present at the first tick: warm (served for an unknown time), their readings a baseline
+    # the first complete tick: warm pods (served for an unknown time), their readings a baseline
     assert first["a"].ready_s == first["b"].ready_s == 100.0 - WARM_AGE_S
     assert (first["a"].hits_tokens, first["a"].queries_tokens) == (0.0, 0.0)
-    second = {s.replica_id: s for s in spy.calls[1][1]}
-    # every reading at 130 s is a baseline (the restart made that tick's increases unknown)
-    assert (second["a"].hits_tokens, second["a"].queries_tokens) == (10.0, 30.0)
-    # the restarted b is a new replica to the model, cold from 130 s
-    assert (second["b#1"].hits_tokens, second["b#1"].queries_tokens, second["b#1"].ready_s) == (10.0, 20.0, 130.0)
-    # c appeared after the first tick, ready when first seen (115 s); its increase runs from 130 s
-    assert (second["c"].hits_tokens, second["c"].queries_tokens, second["c"].ready_s) == (10.0, 20.0, 115.0)
-    assert all(s.kv_cache_tokens == 400_000 for s in second.values())
+    restart = {s.replica_id: (s.ready_s, s.hits_tokens, s.queries_tokens) for s in spy.calls[1][1]}
+    # the restarted b is a new replica, cold from 130 s; c, first listed at 115 s, became ready
+    # after the last learned tick (100 s): a new process, ready at 115 s
+    assert restart == {"a": (100.0 - WARM_AGE_S, 0.0, 0.0), "b#1": (130.0, 0.0, 0.0), "c": (115.0, 0.0, 0.0)}
+    second = {s.replica_id: (s.hits_tokens, s.queries_tokens) for s in spy.calls[2][1]}
+    assert second == {"a": (10.0, 30.0), "b#1": (10.0, 20.0), "c": (10.0, 20.0)}  # since 130 s
+    assert all(s.kv_cache_tokens == 400_000 for s in spy.calls[2][1])
+
+
+def test_a_new_process_since_the_last_learned_tick_brings_its_whole_counter(make_fleet) -> None:
+    cfg = make_fleet(2, max_replicas=4)
+    spy = Spy()
+    stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy)
+    stage.apply(tick(cfg, 0.0, [pod("a", 0, 0)]))
+    stage.apply(tick(cfg, 15.0, [pod("a", 10, 20), pod("c", 4, 9)]))  # c scaled up since 0 s
+    got = {s.replica_id: (s.ready_s, s.hits_tokens, s.queries_tokens) for s in spy.calls[-1][1]}
+    assert got == {"a": (-WARM_AGE_S, 10.0, 20.0), "c": (15.0, 4.0, 9.0)}
 
 
 def test_a_pod_missing_for_a_tick_continues_from_its_last_reading(make_fleet) -> None:
@@ -216,12 +227,13 @@ def test_a_pod_back_after_ticks_learned_without_it_starts_from_a_new_reading(mak
     for i, t in enumerate((15.0, 30.0, 45.0)):  # b gone, and the ready count with it: learned without b
         stage.apply(tick(cfg, t, [pod("a", 1e4 * (i + 1), 2e4 * (i + 1))], ready=1))
     stage.apply(tick(cfg, 60.0, [pod("a", 4e4, 8e4), pod("b", 4e4, 8e4)]))
-    assert spy.calls[-1][0] == 45.0  # the tick b came back on is not learned from
+    # b's increase is unknown on the tick it comes back: the model only restarts its interval
+    assert spy.calls[-1][0] == 60.0 and all(s.queries_tokens == 0.0 for s in spy.calls[-1][1])
     est = tick(cfg, 75.0, [pod("a", 5e4, 1e5), pod("b", 5e4, 1e5)])
     stage.apply(est)
     # b is a new, cold replica to the model (its share of the cache went to a while it was away)
     got = {s.replica_id: (s.queries_tokens, s.ready_s) for s in spy.calls[-1][1]}
-    assert got == {"a": (2e4, -WARM_AGE_S), "b#1": (2e4, 60.0)}
+    assert got == {"a": (2e4, -WARM_AGE_S), "b": (2e4, 60.0)}  # the model dropped the old b at 15 s
     assert est.signals["forecast_prefix_hit_rate"] <= 0.40 + 1e-9
 
 
@@ -231,7 +243,7 @@ def test_pods_seen_before_the_first_complete_tick_are_warm(make_fleet) -> None:
     stage.apply(tick(cfg, 0.0, [pod("a", 3e8, 5e8)], ready=2))  # b's gauges missing on the first scrape
     est = tick(cfg, 15.0, [pod("a", 3e8 + 1e4, 5e8 + 2e4), pod("b", 3e8 + 1e4, 5e8 + 2e4)])
     stage.apply(est)
-    assert [(s.ready_s, s.queries_tokens) for s in spy.calls[0][1]] == [(-WARM_AGE_S, 0.0), (15.0 - WARM_AGE_S, 0.0)]
+    assert [(s.ready_s, s.queries_tokens) for s in spy.calls[0][1]] == [(15.0 - WARM_AGE_S, 0.0)] * 2
     assert est.signals["forecast_prefix_hit_rate"] == pytest.approx(0.1 + 0.6 / 2, abs=1e-9)
 
 
@@ -254,3 +266,72 @@ def test_a_ready_time_in_the_future_is_now_and_never_a_zero_forecast(make_fleet)
     stage.apply(est)
     assert spy.calls[0][1][0].ready_s == 0.0
     assert est.signals["forecast_prefix_hit_rate"] is not None and est.signals["forecast_prefix_hit_rate"] >= 0.1
+
+
+def test_pods_counted_late_never_push_the_held_shares_above_one(make_fleet) -> None:
+    # A scale-up whose new pod reports no counters for 10 minutes, a pod listed without counters that
+    # comes back with its lifetime counter, and a pod whose source says it is old but the model never
+    # saw: under cache-blind placement N replicas hold at most 0.1 + 0.6 / N.
+    cfg = make_fleet(3, max_replicas=4, kv_cache_tokens=HUGE_KV)
+    stage, _ = fixed_stage(cfg)
+    stage.apply(tick(cfg, 0.0, [pod("a", 0, 0), pod("b", 0, 0)]))
+    for k in range(1, 40):
+        t = 15.0 * k
+        c = pod("c", 4e5 + k, 8e5 + 2 * k) if t >= 600 else pod("c", None, None)
+        est = tick(cfg, t, [pod("a", 1e4 * k, 2e4 * k), pod("b", 1e4 * k, 2e4 * k), c])
+        stage.apply(est)
+        assert est.signals["forecast_prefix_hit_rate"] <= 0.1 + 0.6 / 3 + 1e-9
+    two = make_fleet(2, max_replicas=4, kv_cache_tokens=HUGE_KV)
+    stage, _ = fixed_stage(two)
+    stage.apply(tick(two, 0.0, [pod("a", 0, 0)], ready=1))
+    for k in range(1, 5):
+        old = [pod("b", 3e8 + k, 5e8 + k, ready_s=-7200.0)] if k >= 2 else []
+        est = tick(two, 15.0 * k, [pod("a", 1e4 * k, 2e4 * k), *old])
+        stage.apply(est)
+        assert est.signals["forecast_prefix_hit_rate"] <= 0.1 + 0.6 / (1 + len(old)) + 1e-9
+
+
+def test_a_restart_seen_on_an_incomplete_tick_is_not_missed(make_fleet) -> None:
+    cfg = make_fleet(2, max_replicas=4)
+    spy = Spy()
+    stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy)
+    stage.apply(tick(cfg, 0.0, [pod("a", 100, 200), pod("b", 100, 200)]))
+    stage.apply(tick(cfg, 15.0, [pod("a", 5, 10)], ready=2))  # a restarted; b's query failed
+    stage.apply(tick(cfg, 30.0, [pod("a", 150, 300), pod("b", 150, 300)]))  # a is past its old reading
+    ids = {s.replica_id: s.ready_s for s in spy.calls[-1][1]}
+    assert ids == {"a#1": 15.0, "b": -WARM_AGE_S}
+
+
+@pytest.mark.parametrize("router", ["least_outstanding", "prefix_affinity"])
+def test_random_pod_churn_never_crashes_or_breaks_the_share_bound(make_fleet, router: str) -> None:
+    # With equal weights and a cache too large to evict, N replicas hold at most 0.1 + 0.6 / N
+    # (cache-blind placement) or 0.1 + 0.6 (prefix affinity): the held shares sum to at most 1.
+    cfg = make_fleet(4, max_replicas=8, kv_cache_tokens=HUGE_KV)
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        spy = Spy()
+        spy.fixed, spy.router = FIXED, router
+        spy._fits = CacheWarmthModel(fixed=FIXED)._fits
+        stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], router, model=spy)
+        counters = {n: [0.0, 0.0] for n in "abcdef"}
+        live = {"a", "b"}
+        for k in range(60):
+            if rng.random() < 0.15:
+                live ^= {str(rng.choice(list("abcdef")))}
+            for n in live:
+                if rng.random() < 0.05:
+                    counters[n] = [0.0, 0.0]  # restart
+                q = float(rng.integers(0, 2000))
+                counters[n][0] += float(rng.integers(0, int(q) + 1))
+                counters[n][1] += q
+            pods = [pod(n, *counters[n]) if rng.random() > 0.1 else pod(n, None, None) for n in sorted(live)]
+            ready = len(pods) + (int(rng.integers(-1, 2)) if rng.random() < 0.1 else 0)
+            starting = int(rng.integers(0, 2))
+            est = tick(cfg, 15.0 * k, pods, starting=starting, ready=max(ready, 0))
+            stage.apply(est)
+            x = est.signals["forecast_prefix_hit_rate"]
+            if x is None:
+                continue
+            n = len(pods) + starting
+            bound = 0.1 + 0.6 if router == "prefix_affinity" else 0.1 + 0.6 / n
+            assert 0.0 <= x <= bound + 1e-9, (seed, k)

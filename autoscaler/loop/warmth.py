@@ -1,33 +1,34 @@
 """Cache-warmth stage: the fleet's prefix-cache hit rate ``horizon_s`` ahead, learned from per-pod counters.
 
 Each tick it turns every ready pod's prefix-cache counters (``PodObservation.prefix_hits_total`` /
-``prefix_queries_total``, tokens) into increases since the previous tick, feeds them to
-``models.cache_warmth.CacheWarmthModel``, and predicts the fleet's hit rate over the forecast step
-that ends ``horizon_s`` ahead, for the fleet as it will be then: the ready pods (keeping what each
-has learned) plus every replica still starting, cold, ready after its variant's ``startup_warm_s``
-(the earliest it can serve, so the prediction errs toward fewer hits: more prefill work).
+``prefix_queries_total``, tokens) into increases, feeds them to ``models.cache_warmth.CacheWarmthModel``,
+and predicts the fleet's hit rate over the forecast step that ends ``horizon_s`` ahead, for the fleet
+as it will be then: the ready pods plus every replica still starting, cold, ready after its
+variant's ``startup_warm_s`` (the earliest it can serve, so the prediction errs toward fewer hits:
+more prefill work).
 
 Adds ``forecast_prefix_hit_rate`` (fraction 0..1) to the estimate's signals. It is None, never 0,
-while the model has not learned yet (``models.cache_warmth.MIN_SAMPLES``), while no pod reports
-the counters, or while the load is unknown.
+while the model has not learned yet (``models.cache_warmth.MIN_SAMPLES``), while no pod is listed,
+or while the load is unknown.
 
-Rules, each because a counter alone cannot tell:
-  * a pod's ready time is the source's ``ready_s`` whenever it gives one (never later than now: it is
-    listed as ready); otherwise the tick the pod was first seen, except pods seen before the first
-    tick on which every ready replica reported, which have served for an unknown time and are taken
-    as warm (ready ``WARM_AGE_S`` earlier) and start from their first reading;
-  * a pod first seen later started with its counters at zero (a new process), so its whole counter
-    is its first increase;
-  * a pod missing for a while (a failed query, a stale scrape) and back with counters that did not
-    go down is the same process: its increase runs from its last reading, unless the model learned
-    a tick without it (it then read the pod as removed and gave its share of the cache to the
-    others), in which case it comes back as a restarted one (pods unseen for ``RETAIN_S`` are forgotten);
-  * a counter that went down is a restarted server (or a reused pod name): a new replica to the model,
-    cold from this tick; the tick's increases are unknown, so it is not learned from and every
-    pod's reading becomes a new baseline;
-  * a counter that is not finite, negative, or hits above queries is unknown for that tick;
-  * the model learns only on ticks where every ready replica reported both counters once (it reads a
-    replica missing from an interval as removed); on other ticks it only predicts.
+The model needs, on every tick it learns from, each serving replica's counter increase over one
+interval (since the last tick it learned from). Rules, each because a counter alone cannot tell:
+  * it learns only on complete ticks: every variant's replica count known and equal to its pods
+    listed, each with both counters (a replica missing from an interval reads as removed);
+  * the first complete tick is a baseline: its pods have served for an unknown time and are taken
+    as warm (ready ``WARM_AGE_S`` earlier, or at the source's ``ready_s``);
+  * a pod read on the last learned tick continues: its increase is the difference of readings;
+  * a pod that became ready since the last learned tick (the source's ``ready_s``, else the tick it
+    was first listed) is a new process: its counters started at zero, so they are its increase;
+  * any other pod joining (back after the model learned ticks without it, or never read before),
+    and a pod whose counter went down on any tick since (a restarted server, a reused name), is a
+    new replica to the model, cold from this tick (or from the restart): its share of the cache
+    went to the others meanwhile. Its increase is unknown, so on that tick the model only restarts
+    its interval (every increase taken as 0);
+  * a counter that is not finite, negative, or hits above queries is unknown (the tick is incomplete);
+  * a pod listed but not learned yet is planned as the model would take it: new processes from
+    their ready time, others cold from now (before the first complete tick: warm);
+  * names unseen for ``RETAIN_S`` are forgotten; a ready time is never later than now.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ def _counters(p: PodObservation) -> tuple[float, float] | None:
     return float(h), float(q)
 
 
+def _source_ready(p: PodObservation) -> float | None:
+    return p.ready_s if p.ready_s is not None and math.isfinite(p.ready_s) else None
+
+
 def _per_request(tokens_rps: float | None, rate_rps: float | None) -> float | None:
     if tokens_rps is None or rate_rps is None or rate_rps <= 0:
         return None
@@ -73,16 +78,16 @@ class WarmthStage:
         self.cfg = cfg
         self.variants = {v.name: v for v in svc.variants}
         self.model = model or CacheWarmthModel(router=router)
-        self._started = False
-        self._initial: set[str] = set()  # pods of the first tick not yet read: their first reading is a baseline
-        self._ready: dict[str, float] = {}  # pod name -> ready time used by the model
-        self._restarts: dict[str, int] = {}  # pod name -> server restarts seen (part of the model's replica id)
-        self._last: dict[str, tuple[float, float]] = {}  # pod name -> (hits, queries) at its last reading
-        self._read_s: dict[str, float] = {}  # pod name -> time of that reading
-        self._cold: dict[str, float] = {}  # pod name -> since when the model counts it cold (restart, return)
         self._seen: dict[str, float] = {}  # pod name -> last tick it was listed
+        self._born: dict[str, float] = {}  # pod name -> when it became ready (source's ready_s, else first listed)
+        self._id: dict[str, str] = {}  # pods of the model -> replica id there
+        self._ready: dict[str, float] = {}  # pods of the model -> ready time there
+        self._last: dict[str, tuple[float, float]] = {}  # pods of the model -> (hits, queries) at the last learned tick
         self._t_learned: float | None = None
-        self._in_model: set[str] = set()  # pods of the last tick learned from
+        self._model_ids: set[str] = set()  # replica ids of the model's last observation
+        self._reading: dict[str, tuple[float, float]] = {}  # pod name -> its newest reading, any tick
+        self._restarted: dict[str, float] = {}  # pod name -> when its counters went down, until learned
+        self._serial = 0
 
     def apply(self, est: ServiceEstimate) -> None:
         """Learn from ``est.pods`` and add ``forecast_prefix_hit_rate`` to ``est.signals`` (in place)."""
@@ -93,65 +98,84 @@ class WarmthStage:
             if p.name and p.variant in self.variants:
                 duplicated = duplicated or p.name in pods
                 pods.setdefault(p.name, p)
-        if self._t_learned is None:  # until a complete tick, every pod seen has served for an unknown time
-            self._initial |= pods.keys() - self._last.keys()
         for name, p in pods.items():
             self._seen[name] = now
-            if p.ready_s is not None and math.isfinite(p.ready_s):
-                self._ready[name] = max(min(p.ready_s, now), self._cold.get(name, -math.inf))
-            elif name not in self._ready:
-                self._ready[name] = now - WARM_AGE_S if name in self._initial else now
+            ready = _source_ready(p)
+            if ready is not None:
+                self._born[name] = min(ready, now)
+            else:
+                self._born.setdefault(name, now)
         reported = {name: c for name, p in pods.items() if (c := _counters(p)) is not None}
-        ready = sum(v.ready for v in est.variants.values() if v.counts_known)
-        complete = not duplicated and bool(reported) and len(reported) == len(pods) == ready
-        if complete and (self._t_learned is None or now > self._t_learned):
+        for name, (hits, queries) in reported.items():  # a restart seen on any tick, complete or not
+            before = self._reading.get(name)
+            if before is not None and (hits < before[0] or queries < before[1]):
+                self._restarted[name] = now
+            self._reading[name] = (hits, queries)
+        if (not duplicated and self._complete(est, pods, reported)
+                and (self._t_learned is None or now > self._t_learned)):
             self._learn(now, pods, reported)
         for name in [n for n, t in self._seen.items() if t < now - RETAIN_S]:
-            for d in (self._seen, self._ready, self._restarts, self._last, self._read_s, self._cold):
+            for d in (self._seen, self._born, self._id, self._ready, self._last, self._reading, self._restarted):
                 d.pop(name, None)
-            self._initial.discard(name)
-        est.signals["forecast_prefix_hit_rate"] = self._predict(est, list(pods.values()))
+        est.signals["forecast_prefix_hit_rate"] = self._predict(est, pods)
 
-    def _id(self, name: str) -> str:
-        """The model's replica id of pod ``name``: a restarted server is a new replica."""
-        n = self._restarts.get(name, 0)
-        return f"{name}#{n}" if n else name
+    @staticmethod
+    def _complete(est: ServiceEstimate, pods: dict[str, PodObservation],
+                  reported: dict[str, tuple[float, float]]) -> bool:
+        """Every variant's count known and equal to its listed pods, every pod with both counters."""
+        if not reported or len(reported) != len(pods):
+            return False
+        for name, obs in est.variants.items():
+            listed = sum(1 for p in pods.values() if p.variant == name)
+            if not obs.counts_known or obs.ready != listed:
+                return False
+        return True
+
+    def _join(self, name: str, ready_s: float) -> None:
+        """Pod ``name`` becomes a replica of the model, ready at ``ready_s``, under an id the model does not hold."""
+        rid = name
+        if rid in self._model_ids or rid in self._id.values():
+            self._serial += 1
+            rid = f"{name}#{self._serial}"
+        self._id[name] = rid
+        self._ready[name] = ready_s
 
     def _learn(self, now: float, pods: dict[str, PodObservation], reported: dict[str, tuple[float, float]]) -> None:
-        restarted = [n for n, (h, q) in reported.items() if n in self._last and (h < self._last[n][0]
-                                                                               or q < self._last[n][1])]
-        # back after the model learned a tick without it (and so dropped it): its increase spans
-        # intervals the model never saw, and its share of the cache went to the others meanwhile
-        returned = [n for n in reported if n in self._last and n not in restarted and self._t_learned is not None
-                    and self._read_s[n] < self._t_learned and n not in self._in_model]
-        for name in restarted + returned:  # a new replica to the model, cold from now
-            self._ready[name] = self._cold[name] = now
-            self._restarts[name] = self._restarts.get(name, 0) + 1
-        if restarted or returned:  # their increases are unknown: every reading is a new baseline, nothing learned
-            self._remember(now, reported)
-            return
-        samples = []
+        """One complete tick: the increases since the last learned tick, or a restart of the interval."""
+        known = True  # every increase known: learn from them; else only restart the model's interval
+        increases: dict[str, tuple[float, float]] = {}
         for name, (hits, queries) in reported.items():
             before = self._last.get(name)
-            if before is None:
-                base = name in self._initial
-                d_hits, d_queries = (0.0, 0.0) if base else (hits, queries)
+            restarted = self._restarted.pop(name, None)
+            if self._t_learned is None:
+                source = _source_ready(pods[name])
+                warm = self._born[name] if source is not None else now - WARM_AGE_S
+                self._join(name, warm if restarted is None else restarted)
+                increases[name] = (0.0, 0.0)
+            elif restarted is None and before is not None and hits >= before[0] and queries >= before[1]:
+                increases[name] = (hits - before[0], queries - before[1])
+            elif before is None and self._born[name] > self._t_learned:
+                self._join(name, self._born[name])
+                increases[name] = (hits, queries)
             else:
-                d_hits, d_queries = hits - before[0], queries - before[1]
+                self._join(name, now if restarted is None else restarted)
+                increases[name] = (0.0, 0.0)
+                known = False
+        samples = []
+        for name, (d_hits, d_queries) in increases.items():
+            if not known:
+                d_hits = d_queries = 0.0
             kv = float(self.variants[pods[name].variant].kv_cache_tokens)
             # hits can outrun queries between two readings only through skewed scrapes: capped
-            samples.append(ReplicaSample(self._id(name), self._ready[name], min(d_hits, d_queries), d_queries, kv))
-        self._initial -= reported.keys()
-        self._remember(now, reported)
+            samples.append(ReplicaSample(self._id[name], self._ready[name], min(d_hits, d_queries), d_queries, kv))
+        self._last = dict(reported)
+        self._id = {n: i for n, i in self._id.items() if n in reported}
+        self._ready = {n: t for n, t in self._ready.items() if n in reported}
         self.model.observe(now, samples)
         self._t_learned = now
-        self._in_model = set(reported)
+        self._model_ids = {s.replica_id for s in samples}
 
-    def _remember(self, now: float, reported: dict[str, tuple[float, float]]) -> None:
-        self._last.update(reported)
-        self._read_s.update(dict.fromkeys(reported, now))
-
-    def _predict(self, est: ServiceEstimate, pods: list[PodObservation]) -> float | None:
+    def _predict(self, est: ServiceEstimate, pods: dict[str, PodObservation]) -> float | None:
         if self.model.params is None:
             return None
         sig = est.signals
@@ -164,8 +188,18 @@ class WarmthStage:
         if rate is None or prompt is None or not pods:
             return None
         now = est.time_s
-        plan = [ReplicaPlan(self._id(p.name), self._ready[p.name], float(self.variants[p.variant].kv_cache_tokens),
-                            est.weights.get(p.variant, 1.0)) for p in pods]
+        plan = []
+        for name, p in pods.items():
+            kv, weight = float(self.variants[p.variant].kv_cache_tokens), est.weights.get(p.variant, 1.0)
+            if name in self._id:  # a replica of the model
+                plan.append(ReplicaPlan(self._id[name], self._ready[name], kv, weight))
+                continue
+            # listed, not learned yet: as the model would take it on its next complete tick
+            if self._t_learned is None:
+                ready = self._born[name] if _source_ready(p) is not None else now - WARM_AGE_S
+            else:
+                ready = self._born[name] if self._born[name] > self._t_learned else now
+            plan.append(ReplicaPlan(f"{name}/unlearned", ready, kv, weight))
         for name, obs in est.variants.items():
             v = self.variants.get(name)
             if v is None or not obs.counts_known:
