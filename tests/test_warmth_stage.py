@@ -315,7 +315,9 @@ def test_random_pod_churn_never_crashes_or_breaks_the_share_bound(make_fleet, ro
         stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], router, model=spy)
         counters = {n: [0.0, 0.0] for n in "abcdef"}
         live = {"a", "b"}
-        for k in range(60):
+        t = 0.0
+        for _ in range(60):
+            t += 15.0 if rng.random() > 0.05 else 4000.0  # now and then a gap longer than RETAIN_S
             if rng.random() < 0.15:
                 live ^= {str(rng.choice(list("abcdef")))}
             for n in live:
@@ -327,11 +329,50 @@ def test_random_pod_churn_never_crashes_or_breaks_the_share_bound(make_fleet, ro
             pods = [pod(n, *counters[n]) if rng.random() > 0.1 else pod(n, None, None) for n in sorted(live)]
             ready = len(pods) + (int(rng.integers(-1, 2)) if rng.random() < 0.1 else 0)
             starting = int(rng.integers(0, 2))
-            est = tick(cfg, 15.0 * k, pods, starting=starting, ready=max(ready, 0))
+            est = tick(cfg, t, pods, starting=starting, ready=max(ready, 0))
             stage.apply(est)
             x = est.signals["forecast_prefix_hit_rate"]
             if x is None:
                 continue
             n = len(pods) + starting
             bound = 0.1 + 0.6 if router == "prefix_affinity" else 0.1 + 0.6 / n
-            assert 0.0 <= x <= bound + 1e-9, (seed, k)
+            assert 0.0 <= x <= bound + 1e-9, (seed, t)
+
+
+@pytest.mark.parametrize(("router", "bound"), [("least_outstanding", 0.1 + 0.6 / 2), ("prefix_affinity", 0.7)])
+def test_an_old_restart_mark_does_not_bring_a_pod_back_warm(make_fleet, router: str, bound: float) -> None:
+    cfg = make_fleet(2, max_replicas=4, kv_cache_tokens=HUGE_KV)
+    spy = Spy()
+    spy.fixed, spy.router, spy._fits = FIXED, router, CacheWarmthModel(fixed=FIXED)._fits
+    stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], router, model=spy)
+    stage.apply(tick(cfg, 0.0, [pod("a", 0, 0), pod("b", 100, 200)]))
+    stage.apply(tick(cfg, 15.0, [pod("a", 10, 20), pod("b", 5, 10)], ready=3))  # b restarted; incomplete
+    for k in range(2, 200):  # b gone for 50 minutes, learned without it
+        stage.apply(tick(cfg, 15.0 * k, [pod("a", 10 * k, 20 * k)], ready=1))
+    est = tick(cfg, 3000.0, [pod("a", 2000, 4000), pod("b", 50, 100)])
+    stage.apply(est)
+    assert {s.replica_id: s.ready_s for s in spy.calls[-1][1]}["b"] == 3000.0
+    assert est.signals["forecast_prefix_hit_rate"] <= bound + 1e-9
+
+
+def test_a_pod_the_model_holds_keeps_its_baseline_through_a_long_gap(make_fleet) -> None:
+    cfg = make_fleet(2, max_replicas=4)
+    spy = Spy()
+    stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy)
+    stage.apply(tick(cfg, 0.0, [pod("a", 3e8, 5e8), pod("b", 3e8, 5e8)]))
+    for k in range(1, 250):  # b's metrics missing for over an hour while it still serves: nothing learned
+        stage.apply(tick(cfg, 15.0 * k, [pod("a", 3e8 + 1e3 * k, 5e8 + 2e3 * k)], ready=2))
+    stage.apply(tick(cfg, 3750.0, [pod("a", 3e8 + 2.5e5, 5e8 + 5e5), pod("b", 3e8 + 2.5e5, 5e8 + 5e5)]))
+    assert spy.calls[-1][0] == 3750.0
+    got = {s.replica_id: (s.hits_tokens, s.queries_tokens) for s in spy.calls[-1][1]}
+    assert got == {"a": (2.5e5, 5e5), "b": (2.5e5, 5e5)}  # both over the same 0 -> 3750 s interval
+
+
+def test_a_source_ready_time_shows_a_restart_the_counters_hide(make_fleet) -> None:
+    cfg = make_fleet(2, max_replicas=4)
+    spy = Spy()
+    stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy)
+    stage.apply(tick(cfg, 0.0, [pod("a", 0, 0, ready_s=-7200.0), pod("b", 100, 200, ready_s=-7200.0)]))
+    stage.apply(tick(cfg, 15.0, [pod("a", 10, 20, ready_s=-7200.0), pod("b", 500, 1000, ready_s=5.0)]))
+    got = {s.replica_id: (s.ready_s, s.queries_tokens) for s in spy.calls[-1][1]}
+    assert got == {"a": (-7200.0, 0.0), "b#1": (5.0, 0.0)}  # a new incarnation: the interval restarts

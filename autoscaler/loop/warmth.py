@@ -28,7 +28,8 @@ interval (since the last tick it learned from). Rules, each because a counter al
   * a counter that is not finite, negative, or hits above queries is unknown (the tick is incomplete);
   * a pod listed but not learned yet is planned as the model would take it: new processes from
     their ready time, others cold from now (before the first complete tick: warm);
-  * names unseen for ``RETAIN_S`` are forgotten; a ready time is never later than now.
+  * names unseen for ``RETAIN_S`` that the model does not hold are forgotten; a ready time is never
+    later than now; a tick at a non-finite time is ignored.
 """
 
 from __future__ import annotations
@@ -92,6 +93,9 @@ class WarmthStage:
     def apply(self, est: ServiceEstimate) -> None:
         """Learn from ``est.pods`` and add ``forecast_prefix_hit_rate`` to ``est.signals`` (in place)."""
         now = est.time_s
+        if not math.isfinite(now):  # a broken clock: nothing to learn or plan from
+            est.signals["forecast_prefix_hit_rate"] = None
+            return
         pods: dict[str, PodObservation] = {}
         duplicated = False
         for p in est.pods:  # a pod listed twice (overlapping variant selectors) counts once
@@ -102,7 +106,10 @@ class WarmthStage:
             self._seen[name] = now
             ready = _source_ready(p)
             if ready is not None:
-                self._born[name] = min(ready, now)
+                ready = min(ready, now)
+                if name in self._id and ready > max(self._ready[name], self._t_learned or -math.inf):
+                    self._restarted[name] = ready  # the source says: a new process since the last learned tick
+                self._born[name] = ready
             else:
                 self._born.setdefault(name, now)
         reported = {name: c for name, p in pods.items() if (c := _counters(p)) is not None}
@@ -114,7 +121,8 @@ class WarmthStage:
         if (not duplicated and self._complete(est, pods, reported)
                 and (self._t_learned is None or now > self._t_learned)):
             self._learn(now, pods, reported)
-        for name in [n for n, t in self._seen.items() if t < now - RETAIN_S]:
+        # forgotten: names long unseen that the model does not hold (its baseline must outlive any gap)
+        for name in [n for n, t in self._seen.items() if t < now - RETAIN_S and n not in self._id]:
             for d in (self._seen, self._born, self._id, self._ready, self._last, self._reading, self._restarted):
                 d.pop(name, None)
         est.signals["forecast_prefix_hit_rate"] = self._predict(est, pods)
@@ -133,8 +141,10 @@ class WarmthStage:
 
     def _join(self, name: str, ready_s: float) -> None:
         """Pod ``name`` becomes a replica of the model, ready at ``ready_s``, under an id the model does not hold."""
+        taken = self._model_ids | set(self._id.values()) | self._seen.keys()
+        taken.discard(name)
         rid = name
-        if rid in self._model_ids or rid in self._id.values():
+        while rid in taken or (rid == name and name in self._model_ids):
             self._serial += 1
             rid = f"{name}#{self._serial}"
         self._id[name] = rid
@@ -146,7 +156,9 @@ class WarmthStage:
         increases: dict[str, tuple[float, float]] = {}
         for name, (hits, queries) in reported.items():
             before = self._last.get(name)
-            restarted = self._restarted.pop(name, None)
+            restarted = self._restarted.get(name)
+            if restarted is not None and self._t_learned is not None and restarted <= self._t_learned:
+                restarted = None  # an old mark: the model has learned since (without the pod)
             if self._t_learned is None:
                 source = _source_ready(pods[name])
                 warm = self._born[name] if source is not None else now - WARM_AGE_S
@@ -155,7 +167,7 @@ class WarmthStage:
             elif restarted is None and before is not None and hits >= before[0] and queries >= before[1]:
                 increases[name] = (hits - before[0], queries - before[1])
             elif before is None and self._born[name] > self._t_learned:
-                self._join(name, self._born[name])
+                self._join(name, max(self._born[name], restarted or -math.inf))
                 increases[name] = (hits, queries)
             else:
                 self._join(name, now if restarted is None else restarted)
@@ -168,6 +180,7 @@ class WarmthStage:
             kv = float(self.variants[pods[name].variant].kv_cache_tokens)
             # hits can outrun queries between two readings only through skewed scrapes: capped
             samples.append(ReplicaSample(self._id[name], self._ready[name], min(d_hits, d_queries), d_queries, kv))
+        self._restarted.clear()
         self._last = dict(reported)
         self._id = {n: i for n, i in self._id.items() if n in reported}
         self._ready = {n: t for n, t in self._ready.items() if n in reported}
