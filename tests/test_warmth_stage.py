@@ -67,9 +67,9 @@ def test_counters_become_increases_with_ready_times(make_fleet) -> None:
     assert first["a"].ready_s == first["b"].ready_s == 100.0 - WARM_AGE_S
     assert (first["a"].hits_tokens, first["a"].queries_tokens) == (0.0, 0.0)
     restart = {s.replica_id: (s.ready_s, s.hits_tokens, s.queries_tokens) for s in spy.calls[1][1]}
-    # the restarted b is a new replica, cold from 130 s; c, first listed at 115 s, became ready
-    # after the last learned tick (100 s): a new process, ready at 115 s
-    assert restart == {"a": (100.0 - WARM_AGE_S, 0.0, 0.0), "b#1": (130.0, 0.0, 0.0), "c": (115.0, 0.0, 0.0)}
+    # the restarted b is a new replica, cold from 130 s; c (no source ready time: it may be an old
+    # pod that was hidden) joins cold from 130 s too
+    assert restart == {"a": (100.0 - WARM_AGE_S, 0.0, 0.0), "b#1": (130.0, 0.0, 0.0), "c": (130.0, 0.0, 0.0)}
     second = {s.replica_id: (s.hits_tokens, s.queries_tokens) for s in spy.calls[2][1]}
     assert second == {"a": (10.0, 30.0), "b#1": (10.0, 20.0), "c": (10.0, 20.0)}  # since 130 s
     assert all(s.kv_cache_tokens == 400_000 for s in spy.calls[2][1])
@@ -80,9 +80,24 @@ def test_a_new_process_since_the_last_learned_tick_brings_its_whole_counter(make
     spy = Spy()
     stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy)
     stage.apply(tick(cfg, 0.0, [pod("a", 0, 0)]))
-    stage.apply(tick(cfg, 15.0, [pod("a", 10, 20), pod("c", 4, 9)]))  # c scaled up since 0 s
+    stage.apply(tick(cfg, 15.0, [pod("a", 10, 20), pod("c", 4, 9, ready_s=6.0)]))  # c scaled up at 6 s
     got = {s.replica_id: (s.ready_s, s.hits_tokens, s.queries_tokens) for s in spy.calls[-1][1]}
-    assert got == {"a": (-WARM_AGE_S, 10.0, 20.0), "c": (15.0, 4.0, 9.0)}
+    assert got == {"a": (-WARM_AGE_S, 10.0, 20.0), "c": (6.0, 4.0, 9.0)}
+    # without a source ready time a new name may be an old pod that was hidden: cold, interval restart
+    stage.apply(tick(cfg, 30.0, [pod("a", 20, 40), pod("c", 8, 18, ready_s=6.0), pod("d", 9e8, 1e9)], ready=3))
+    got = {s.replica_id: (s.ready_s, s.queries_tokens) for s in spy.calls[-1][1]}
+    assert got == {"a": (-WARM_AGE_S, 0.0), "c": (6.0, 0.0), "d": (30.0, 0.0)}
+
+
+@pytest.mark.parametrize("second", [0.0, -10.0])
+def test_a_restart_on_a_repeated_or_earlier_timestamp_is_kept(make_fleet, second: float) -> None:
+    cfg = make_fleet(1, max_replicas=4)
+    spy = Spy()
+    stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy)
+    stage.apply(tick(cfg, 0.0, [pod("a", 100, 200)]))
+    stage.apply(tick(cfg, second, [pod("a", 5, 10)]))  # counters went down; the clock did not advance
+    stage.apply(tick(cfg, 15.0, [pod("a", 150, 300)]))
+    assert [(s.replica_id, s.ready_s, s.queries_tokens) for s in spy.calls[-1][1]] == [("a#1", 0.0, 0.0)]
 
 
 def test_a_pod_missing_for_a_tick_continues_from_its_last_reading(make_fleet) -> None:
@@ -247,7 +262,7 @@ def test_pods_seen_before_the_first_complete_tick_are_warm(make_fleet) -> None:
     assert est.signals["forecast_prefix_hit_rate"] == pytest.approx(0.1 + 0.6 / 2, abs=1e-9)
 
 
-def test_a_name_unseen_for_retain_s_comes_back_as_a_new_process(make_fleet) -> None:
+def test_a_name_unseen_for_retain_s_comes_back_as_a_new_cold_replica(make_fleet) -> None:
     cfg = make_fleet(2, max_replicas=4)
     spy = Spy()
     stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy)
@@ -256,7 +271,8 @@ def test_a_name_unseen_for_retain_s_comes_back_as_a_new_process(make_fleet) -> N
     stage.apply(tick(cfg, 4000.0, [pod("a", 30, 60)], ready=1))
     stage.apply(tick(cfg, 4015.0, [pod("a", 40, 80), pod("b", 500, 1000)]))
     b = next(s for s in spy.calls[-1][1] if s.replica_id == "b")
-    assert (b.ready_s, b.hits_tokens, b.queries_tokens) == (4015.0, 500.0, 1000.0)
+    # forgotten, so not a warm baseline; no source ready time, so its counter is not an increase
+    assert (b.ready_s, b.hits_tokens, b.queries_tokens) == (4015.0, 0.0, 0.0)
 
 
 def test_a_ready_time_in_the_future_is_now_and_never_a_zero_forecast(make_fleet) -> None:

@@ -18,13 +18,14 @@ interval (since the last tick it learned from). Rules, each because a counter al
   * the first complete tick is a baseline: its pods have served for an unknown time and are taken
     as warm (ready ``WARM_AGE_S`` earlier, or at the source's ``ready_s``);
   * a pod read on the last learned tick continues: its increase is the difference of readings;
-  * a pod that became ready since the last learned tick (the source's ``ready_s``, else the tick it
-    was first listed) is a new process: its counters started at zero, so they are its increase;
-  * any other pod joining (back after the model learned ticks without it, or never read before),
-    and a pod whose counter went down on any tick since (a restarted server, a reused name), is a
-    new replica to the model, cold from this tick (or from the restart): its share of the cache
-    went to the others meanwhile. Its increase is unknown, so on that tick the model only restarts
-    its interval (every increase taken as 0);
+  * a pod whose source ``ready_s`` is after the last learned tick is a new process: its counters
+    started at zero, so they are its increase;
+  * any other pod joining (new without a source ready time: it may be an old pod that was hidden;
+    back after the model learned ticks without it; never read before), and a pod whose counter went
+    down on any tick since, or whose source ready time moved later (a restarted server, a reused
+    name), is a new replica to the model, cold from this tick (or from the restart): its share of
+    the cache went to the others meanwhile. Its increase is unknown, so on that tick the model only
+    restarts its interval (every increase taken as 0);
   * a counter that is not finite, negative, or hits above queries is unknown (the tick is incomplete);
   * a pod listed but not learned yet is planned as the model would take it: new processes from
     their ready time, others cold from now (before the first complete tick: warm);
@@ -44,6 +45,7 @@ from models.cache_warmth import REUSE_TIMES_S, CacheWarmthModel, ReplicaPlan, Re
 WARMTH_SIGNALS = ("forecast_prefix_hit_rate",)
 WARM_AGE_S = 10 * max(REUSE_TIMES_S)  # Erlang(2) reuse CDF at 10 means is 1 - 21 e^-20: warm
 RETAIN_S = 3600.0  # a pod unseen this long is forgotten (its name may come back as a new process)
+READY_TOLERANCE_S = 1.0  # a source ready time later than the model's by more than this is a new process
 
 
 def _counters(p: PodObservation) -> tuple[float, float] | None:
@@ -107,8 +109,8 @@ class WarmthStage:
             ready = _source_ready(p)
             if ready is not None:
                 ready = min(ready, now)
-                if name in self._id and ready > max(self._ready[name], self._t_learned or -math.inf):
-                    self._restarted[name] = ready  # the source says: a new process since the last learned tick
+                if name in self._id and ready > self._ready[name] + READY_TOLERANCE_S:
+                    self._restarted[name] = ready  # the source says: a newer process than the model's
                 self._born[name] = ready
             else:
                 self._born.setdefault(name, now)
@@ -156,9 +158,7 @@ class WarmthStage:
         increases: dict[str, tuple[float, float]] = {}
         for name, (hits, queries) in reported.items():
             before = self._last.get(name)
-            restarted = self._restarted.get(name)
-            if restarted is not None and self._t_learned is not None and restarted <= self._t_learned:
-                restarted = None  # an old mark: the model has learned since (without the pod)
+            restarted = self._restarted.get(name)  # marks clear on every learned tick: this one is newer
             if self._t_learned is None:
                 source = _source_ready(pods[name])
                 warm = self._born[name] if source is not None else now - WARM_AGE_S
@@ -166,11 +166,11 @@ class WarmthStage:
                 increases[name] = (0.0, 0.0)
             elif restarted is None and before is not None and hits >= before[0] and queries >= before[1]:
                 increases[name] = (hits - before[0], queries - before[1])
-            elif before is None and self._born[name] > self._t_learned:
+            elif before is None and _source_ready(pods[name]) is not None and self._born[name] > self._t_learned:
                 self._join(name, max(self._born[name], restarted or -math.inf))
                 increases[name] = (hits, queries)
             else:
-                self._join(name, now if restarted is None else restarted)
+                self._join(name, now if restarted is None else max(restarted, self._t_learned))
                 increases[name] = (0.0, 0.0)
                 known = False
         samples = []
