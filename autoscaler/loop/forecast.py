@@ -32,7 +32,11 @@ def _known(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _per_request(tokens_rps: float | None, rate_rps: float | None) -> float | None:
+def per_request(tokens_rps: float | None, rate_rps: float | None) -> float | None:
+    """Tokens per request from a token rate and a request rate (both per second).
+
+    None when either is unknown or the request rate is not > 0 (no traffic is not zero tokens).
+    """
     if tokens_rps is None or rate_rps is None or rate_rps <= 0:
         return None
     return tokens_rps / rate_rps
@@ -57,8 +61,8 @@ class ForecastStage:
             self.forecaster.update(
                 est.time_s,
                 rate,
-                _per_request(sig.get("prompt_tokens_rps"), rate),
-                _per_request(sig.get("generation_tokens_rps"), rate),
+                per_request(sig.get("prompt_tokens_rps"), rate),
+                per_request(sig.get("generation_tokens_rps"), rate),
             )
             f = self.forecaster.forecast(self.cfg.horizon_s)
         sig["forecast_rate_rps"] = f.rate_rps.point if f.rate_rps else None

@@ -27,8 +27,8 @@ interval (since the last tick it learned from). Rules, each because a counter al
     the cache went to the others meanwhile. Its increase is unknown, so on that tick the model only
     restarts its interval (every increase taken as 0);
   * a counter that is not finite, negative, or hits above queries is unknown (the tick is incomplete);
-  * a pod listed but not learned yet is planned as the model would take it: new processes from
-    their ready time, others cold from now (before the first complete tick: warm);
+  * a pod listed but not learned yet is planned as the model would take it: new processes (by the
+    source's ready time) from then, others cold from now (before the first complete tick: warm);
   * names unseen for ``RETAIN_S`` that the model does not hold are forgotten; a ready time is never
     later than now; a tick at a non-finite time is ignored.
 """
@@ -39,6 +39,7 @@ import math
 
 from autoscaler.config import ForecastConfig, Service
 from autoscaler.loop.estimate import ServiceEstimate
+from autoscaler.loop.forecast import per_request
 from autoscaler.loop.observe import PodObservation
 from models.cache_warmth import REUSE_TIMES_S, CacheWarmthModel, ReplicaPlan, ReplicaSample
 
@@ -58,12 +59,6 @@ def _counters(p: PodObservation) -> tuple[float, float] | None:
 
 def _source_ready(p: PodObservation) -> float | None:
     return p.ready_s if p.ready_s is not None and math.isfinite(p.ready_s) else None
-
-
-def _per_request(tokens_rps: float | None, rate_rps: float | None) -> float | None:
-    if tokens_rps is None or rate_rps is None or rate_rps <= 0:
-        return None
-    return tokens_rps / rate_rps
 
 
 class WarmthStage:
@@ -197,7 +192,7 @@ class WarmthStage:
             rate = sig.get("request_rate_rps")
         prompt = sig.get("forecast_input_tokens")
         if prompt is None:
-            prompt = _per_request(sig.get("prompt_tokens_rps"), sig.get("request_rate_rps"))
+            prompt = per_request(sig.get("prompt_tokens_rps"), sig.get("request_rate_rps"))
         if rate is None or prompt is None or not pods:
             return None
         now = est.time_s
@@ -210,8 +205,10 @@ class WarmthStage:
             # listed, not learned yet: as the model would take it on its next complete tick
             if self._t_learned is None:
                 ready = self._born[name] if _source_ready(p) is not None else now - WARM_AGE_S
+            elif _source_ready(p) is not None and self._born[name] > self._t_learned:
+                ready = self._born[name]
             else:
-                ready = self._born[name] if self._born[name] > self._t_learned else now
+                ready = now
             plan.append(ReplicaPlan(f"{name}/unlearned", ready, kv, weight))
         for name, obs in est.variants.items():
             v = self.variants.get(name)
