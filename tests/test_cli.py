@@ -160,25 +160,24 @@ def test_unknown_service(tmp_path: Path) -> None:
     assert "nope" in line and "llama-3.1-8b" in line
 
 
-def test_config_error_names_list_items_verbatim(tmp_path: Path) -> None:
-    # The key path names list items by their `name` in brackets; the terminal output must keep the
-    # brackets (they look like rich markup and were once swallowed).
+def simulate_with_edited_fleet(tmp_path: Path, old: str, new: str) -> str:
+    """``simulate`` with examples/fleet.yaml where ``old`` is replaced by ``new``; its one-line error."""
     trace = azure_csv(tmp_path / "t.csv", n=5)
     doc = Path(__file__).resolve().parents[1].joinpath("examples", "fleet.yaml").read_text()
     cfg = tmp_path / "fleet.yaml"
-    cfg.write_text(doc.replace("price_per_gpu_hour: 2.99", "price_per_gpu_hour: -2.99"))
+    cfg.write_text(doc.replace(old, new))
     res = CliRunner().invoke(app, ["simulate", "--config", str(cfg), "--trace", str(trace),
                                    "--out", str(tmp_path / "o")])
-    line = one_line_error(res)
+    return one_line_error(res)
+
+
+def test_config_error_names_list_items_verbatim(tmp_path: Path) -> None:
+    # The key path names list items by their `name` in brackets; the terminal output must keep the
+    # brackets (they look like rich markup and were once swallowed).
+    line = simulate_with_edited_fleet(tmp_path, "price_per_gpu_hour: 2.99", "price_per_gpu_hour: -2.99")
     assert "services[llama-3.1-8b].variants[h100].price_per_gpu_hour" in line
 
 
 def test_config_error_with_a_newline_in_a_name_stays_one_line(tmp_path: Path) -> None:
-    trace = azure_csv(tmp_path / "t.csv", n=5)
-    doc = Path(__file__).resolve().parents[1].joinpath("examples", "fleet.yaml").read_text()
-    cfg = tmp_path / "fleet.yaml"
-    cfg.write_text(doc.replace("profile: llama-3-8b/h100-sxm", 'profile: "nope\\nline2"'))
-    res = CliRunner().invoke(app, ["simulate", "--config", str(cfg), "--trace", str(trace),
-                                   "--out", str(tmp_path / "o")])
-    line = one_line_error(res)
+    line = simulate_with_edited_fleet(tmp_path, "profile: llama-3-8b/h100-sxm", 'profile: "nope\\nline2"')
     assert "unknown performance profile 'nope\\nline2'" in line
