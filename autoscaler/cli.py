@@ -16,7 +16,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autoscaler.config import FleetConfig, default_config, load_config
+from autoscaler.config import FleetConfig
+from autoscaler.config.loading import default_config, load_config
 from autoscaler.errors import AutoscalerError
 from autoscaler.workload.types import Workload
 

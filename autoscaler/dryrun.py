@@ -39,7 +39,7 @@ from controllers.pid import PIDController
 
 if TYPE_CHECKING:
     from autoscaler.config import ControllerConfig, Service
-    from autoscaler.loop.estimate import ServiceEstimate
+    from autoscaler.state import ServiceEstimate
 
 TABLE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "tpot_p95_s", "itl_p95_s", "slo_p95_ratio", "slo_mean_ratio",
                  "kv_usage", "queue_length", "running", "prefix_hit_rate", "success_rps", "abort_rps")

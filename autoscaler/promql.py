@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from string import Template
 
-from autoscaler.loop.observe import SIGNALS
+from autoscaler.state import SIGNALS
 
 # kube-state-metrics v2 Deployment metrics (labels ``namespace``, ``deployment``).
 KSM_SPEC_REPLICAS = "kube_deployment_spec_replicas"

@@ -22,7 +22,7 @@ import yaml
 
 from autoscaler.cli import build_workload
 from autoscaler.compare import markdown_table, run_compare, write_comparison
-from autoscaler.config import load_config
+from autoscaler.config.loading import load_config
 from autoscaler.workload.types import Workload
 
 HERE = Path(__file__).resolve().parent

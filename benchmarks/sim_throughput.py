@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from autoscaler.cli import build_workload
-from autoscaler.config import load_config
+from autoscaler.config.loading import load_config
 from autoscaler.simulate import run_simulation
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ from multiprocessing import Pool
 from pathlib import Path
 
 from autoscaler.cli import DEFAULT_BATCH_FRACTION, build_workload
-from autoscaler.config import load_config
+from autoscaler.config.loading import load_config
 from autoscaler.report import summarize
 from autoscaler.simulate import run_simulation
 from autoscaler.workload.types import Workload

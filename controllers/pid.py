@@ -71,7 +71,7 @@ from controllers.split import capacity_of, split_capacity
 
 if TYPE_CHECKING:
     from autoscaler.config import ControllerConfig, Service
-    from autoscaler.loop.estimate import ServiceEstimate
+    from autoscaler.state import ServiceEstimate
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from models.profiles import get_profile
 
 if TYPE_CHECKING:
     from autoscaler.config import ControllerConfig
-    from autoscaler.loop.estimate import ServiceEstimate
+    from autoscaler.state import ServiceEstimate
     from autoscaler.workload.types import Request, Workload
 
 PEAK_WINDOW_S = 60.0

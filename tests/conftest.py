@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from autoscaler.config import FleetConfig, parse_config
+from autoscaler.config import FleetConfig
+from autoscaler.config.loading import parse_config
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 

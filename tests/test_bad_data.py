@@ -20,11 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from promserver import FakeDeployment, FakeExporter, FakePod, PromServer, Proxy
 
 from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect
-from autoscaler.config import FleetConfig, parse_config
+from autoscaler.config import FleetConfig
+from autoscaler.config.loading import parse_config
 from autoscaler.loop.estimate import estimate
 from autoscaler.loop.export import LoopMetrics
-from autoscaler.loop.observe import SIGNALS, ServiceObservation, VariantObservation
 from autoscaler.loop.runner import ControlLoop
+from autoscaler.state import SIGNALS, ServiceObservation, VariantObservation
 from controllers.pid import PIDController
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}

@@ -4,8 +4,7 @@ stabilisation, with the constants of vllm-project/aibrix pkg/controller/podautos
 
 from __future__ import annotations
 
-from autoscaler.loop.estimate import ServiceEstimate
-from autoscaler.loop.observe import PodObservation, VariantObservation
+from autoscaler.state import PodObservation, ServiceEstimate, VariantObservation
 from controllers.baselines.aibrix import AIBrixController, AIBrixKPAState, aibrix_apa, aibrix_kpa, aibrix_stabilize
 
 

@@ -9,9 +9,9 @@ import pytest
 
 import autoscaler.simulate as simulate
 from autoscaler.adapters.simulator import SimMetricsSource
-from autoscaler.config import parse_config
-from autoscaler.loop.observe import ServiceObservation, VariantObservation
+from autoscaler.config.loading import parse_config
 from autoscaler.loop.runner import ControlLoop
+from autoscaler.state import ServiceObservation, VariantObservation
 from autoscaler.workload.types import Request, Workload
 from controllers.base import Decision
 from controllers.baselines import BASELINE_NAMES, make_baseline, parse_spec

@@ -9,8 +9,7 @@ import math
 import pytest
 
 from autoscaler.config import EngineConfig
-from autoscaler.loop.estimate import ServiceEstimate
-from autoscaler.loop.observe import VariantObservation
+from autoscaler.state import ServiceEstimate, VariantObservation
 from controllers.baselines.dynamo import DynamoPlanner, planner_replicas
 from controllers.baselines.predictors import ConstantPredictor, KalmanPredictor
 from models.capacity import marginal_costs, replica_capacity_rps, replica_capacity_slo_rps

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.loop.estimate import ServiceEstimate
-from autoscaler.loop.observe import PodObservation, VariantObservation
+from autoscaler.state import PodObservation, ServiceEstimate, VariantObservation
 from controllers.baselines.hpa import HPABehavior, HPAController, hpa_external_replicas, hpa_pod_metric_replicas
 
 

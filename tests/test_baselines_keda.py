@@ -3,8 +3,7 @@ as kedacore/keda-docs scaledobject-spec.md and scaling-deployments.md state them
 
 from __future__ import annotations
 
-from autoscaler.loop.estimate import ServiceEstimate
-from autoscaler.loop.observe import VariantObservation
+from autoscaler.state import ServiceEstimate, VariantObservation
 from controllers.baselines.keda import KedaController, KedaState, keda_activation
 
 

@@ -3,8 +3,7 @@ rate limits and windows, from knative/serving config/core/configmaps/autoscaler.
 
 from __future__ import annotations
 
-from autoscaler.loop.estimate import ServiceEstimate
-from autoscaler.loop.observe import VariantObservation
+from autoscaler.state import ServiceEstimate, VariantObservation
 from controllers.baselines.knative import KnativeKPAController, KPAState, kpa_scale
 
 

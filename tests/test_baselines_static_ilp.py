@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from autoscaler.config import parse_config
+from autoscaler.config.loading import parse_config
 from autoscaler.workload.types import Request, Workload
 from controllers.baselines.static_ilp import cost_optimal_mix, static_ilp_controller
 from models.capacity import replica_capacity_slo_rps

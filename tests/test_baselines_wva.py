@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.config import parse_config
-from autoscaler.loop.estimate import ServiceEstimate
-from autoscaler.loop.observe import PodObservation, VariantObservation
+from autoscaler.config.loading import parse_config
+from autoscaler.state import PodObservation, ServiceEstimate, VariantObservation
 from controllers.baselines.wva import Saturation, WVAController, saturation_analysis, wva_targets
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autoscaler.config import parse_config
+from autoscaler.config.loading import parse_config
 from autoscaler.simulator.engine import DRAINING, GONE, READY
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.workload.classes import group_workflows

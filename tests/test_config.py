@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autoscaler.config import default_config, load_config, parse_config
+from autoscaler.config.loading import default_config, load_config, parse_config
 from autoscaler.errors import ConfigError
 from models.profiles import list_profiles
 

@@ -8,11 +8,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from test_prometheus_dryrun import FLEET_DOC, ramp
 
-from autoscaler.config import parse_config
+from autoscaler.config.loading import parse_config
 from autoscaler.loop.export import LoopMetrics, parse_address, serve
-from autoscaler.loop.observe import SIGNALS, ServiceObservation, VariantObservation
 from autoscaler.loop.runner import ControlLoop
 from autoscaler.realtime import LiveSimulation
+from autoscaler.state import SIGNALS, ServiceObservation, VariantObservation
 from controllers.pid import PIDController
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

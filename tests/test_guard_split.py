@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from autoscaler.config import GuardConfig, parse_config
+from autoscaler.config import GuardConfig
+from autoscaler.config.loading import parse_config
 from autoscaler.loop.guard import GuardState, guard
 from controllers.base import Decision
 from controllers.split import capacity_of, cost_per_capacity, split_capacity

@@ -320,8 +320,7 @@ def test_scale_ignored_when_scale_with_replicas_off() -> None:
 
 
 def _estimate(signals: dict[str, float], ready: int, starting: int, w: float, t: float = 100.0):
-    from autoscaler.loop.estimate import ServiceEstimate
-    from autoscaler.loop.observe import VariantObservation
+    from autoscaler.state import ServiceEstimate, VariantObservation
 
     return ServiceEstimate(
         service="svc", time_s=t, signals=signals,

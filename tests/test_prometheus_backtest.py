@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from autoscaler.adapters.prometheus import connect
 from autoscaler.backtest import run_backtest
 from autoscaler.cli import app
-from autoscaler.config import FleetConfig, parse_config
+from autoscaler.config import FleetConfig
+from autoscaler.config.loading import parse_config
 from autoscaler.realtime import LiveSimulation
 from autoscaler.report import timeline_rows
 from autoscaler.simulate import SimulationRun

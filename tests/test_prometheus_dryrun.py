@@ -24,7 +24,8 @@ from typer.testing import CliRunner
 
 from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect
 from autoscaler.cli import app
-from autoscaler.config import FleetConfig, parse_config
+from autoscaler.config import FleetConfig
+from autoscaler.config.loading import parse_config
 from autoscaler.dryrun import DryRun
 from autoscaler.loop.export import MetricsServer, serve
 from autoscaler.loop.runner import TickRecord

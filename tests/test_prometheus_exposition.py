@@ -14,7 +14,7 @@ from test_prometheus_dryrun import FLEET_DOC, ramp
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
-from autoscaler.config import parse_config
+from autoscaler.config.loading import parse_config
 from autoscaler.loop.export import serve
 from autoscaler.realtime import LiveSimulation
 from autoscaler.simulator.engine import DRAINING, READY

@@ -29,7 +29,8 @@ from promserver import (
 )
 
 from autoscaler.adapters.prometheus import LiveRunner, PrometheusError, PrometheusSource, connect
-from autoscaler.config import FleetConfig, parse_config
+from autoscaler.config import FleetConfig
+from autoscaler.config.loading import parse_config
 from autoscaler.errors import ConfigError
 from autoscaler.promql import QUERY_SETS
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from autoscaler.config import default_config, parse_config
+from autoscaler.config.loading import default_config, parse_config
 from autoscaler.report import summarize
 from autoscaler.simulate import SimulationRun, run_simulation
 from autoscaler.simulator.engine import COMPLETED, FAILED, REJECTED

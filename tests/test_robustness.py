@@ -25,7 +25,7 @@ import yaml
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
-from autoscaler.config import parse_config
+from autoscaler.config.loading import parse_config
 from autoscaler.errors import ConfigError
 from autoscaler.report import summarize, timeline_rows
 from autoscaler.simulate import run_simulation

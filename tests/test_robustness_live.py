@@ -27,7 +27,7 @@ from promserver import LocalHTTPServer, PromServer, free_port
 from typer.testing import CliRunner, Result
 
 from autoscaler.cli import app
-from autoscaler.config import default_config
+from autoscaler.config.loading import default_config
 
 # ----------------------------------------------------------------------------- helpers
 Answer = Callable[[str, str], tuple[int, bytes]]  # (path, promql) -> (HTTP status, body)

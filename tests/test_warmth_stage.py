@@ -13,12 +13,12 @@ from autoscaler.adapters.simulator import SimActuator, SimMetricsSource
 from autoscaler.config import FleetConfig, ForecastConfig
 from autoscaler.loop.estimate import estimate
 from autoscaler.loop.export import LoopMetrics
-from autoscaler.loop.observe import PodObservation, ServiceObservation, VariantObservation
 from autoscaler.loop.runner import ControlLoop
 from autoscaler.loop.warmth import WARM_AGE_S, WarmthStage
 from autoscaler.report import timeline_rows
 from autoscaler.simulate import run_simulation
 from autoscaler.simulator.fleet import FleetSimulator
+from autoscaler.state import PodObservation, ServiceObservation, VariantObservation
 from autoscaler.workload.types import Request, Workload
 from controllers.pid import PIDController
 from models.cache_warmth import CacheWarmthModel, ReplicaSample, WarmthParams

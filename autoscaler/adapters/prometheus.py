@@ -46,7 +46,6 @@ from urllib3.util.retry import Retry
 
 from autoscaler.config import FleetConfig, PrometheusConfig, Service, Variant
 from autoscaler.errors import AutoscalerError
-from autoscaler.loop.observe import SIGNALS, PodObservation, ServiceObservation, VariantObservation
 from autoscaler.promql import (
     KSM_READY_REPLICAS,
     KSM_SPEC_REPLICAS,
@@ -58,6 +57,7 @@ from autoscaler.promql import (
     quote,
     render,
 )
+from autoscaler.state import SIGNALS, PodObservation, ServiceObservation, VariantObservation
 
 log = logging.getLogger(__name__)
 

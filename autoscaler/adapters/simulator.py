@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections import deque
 
-from autoscaler.loop.observe import PodObservation, ServiceObservation, VariantObservation
 from autoscaler.simulator.engine import DRAINING, READY, Replica
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS, histogram_quantile
+from autoscaler.state import PodObservation, ServiceObservation, VariantObservation
 
 
 class SimMetricsSource:

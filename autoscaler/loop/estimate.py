@@ -17,46 +17,11 @@ None with a line in ``warnings``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from autoscaler.config import Service
-from autoscaler.loop.observe import PodObservation, ServiceObservation, VariantObservation
+from autoscaler.state import ServiceEstimate, ServiceObservation
 from autoscaler.workload.types import INTERACTIVE
-
-
-@dataclass
-class ServiceEstimate:
-    """Inputs to a controller for one service at one tick.
-
-    Attributes:
-        signals: observed plus derived signals; None = unknown.
-        idle: True when the counters show no traffic and nothing in flight; None when unknown.
-        weights: variant -> capacity of one replica, requests/s.
-        capacity_rps: capacity of ready + starting replicas, requests/s.
-        ready_capacity_rps: capacity of ready replicas only, requests/s.
-        starting: replicas still provisioning, all variants.
-        pods: per-pod gauges of the ready pods, as observed (for per-pod baselines).
-        warnings: values rejected as absurd (see the module docstring).
-    """
-
-    service: str
-    time_s: float
-    signals: dict[str, float | None]
-    variants: dict[str, VariantObservation]
-    weights: dict[str, float]
-    idle: bool | None
-    capacity_rps: float
-    ready_capacity_rps: float
-    starting: int
-    errors: list[str] = field(default_factory=list)
-    pods: list[PodObservation] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def current(self) -> dict[str, int]:
-        """variant -> ready + starting replicas."""
-        return {name: v.current for name, v in self.variants.items()}
-
 
 # vLLM's ``kv_cache_usage_perc`` is a fraction 0..1 despite its name (METRICS.md, vLLM 0.33.0).
 FRACTIONS = ("kv_usage", "prefix_hit_rate")

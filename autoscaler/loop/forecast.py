@@ -15,7 +15,7 @@ import math
 from threadpoolctl import threadpool_limits
 
 from autoscaler.config import ForecastConfig
-from autoscaler.loop.estimate import ServiceEstimate
+from autoscaler.state import ServiceEstimate
 from models.forecast import LoadForecaster
 
 FORECAST_SIGNALS = (

@@ -1,120 +1,14 @@
-"""Observe stage: what a metrics source reports each tick, and the interface sources implement.
+"""Observe stage: the interface every metrics source implements (Prometheus, the simulator).
 
-Every signal is ``float | None``: None means *unknown* (query failed, no data), never zero.
-
-Signal names (per service; per variant the same names restricted to that variant's pods):
-``request_rate_rps``, ``prompt_tokens_rps``, ``generation_tokens_rps`` (tokens/s),
-``ttft_p50_s``, ``ttft_p95_s``, ``itl_p50_s``, ``itl_p95_s`` (seconds, ``histogram_quantile``
-over the window), ``tpot_p95_s`` (p95 of per-request mean time per output token, seconds),
-``ttft_mean_s`` and ``tpot_mean_s`` (means over the window, ``rate(_sum) / rate(_count)`` of the
-same histograms: exact, where a quantile is interpolated inside a bucket),
-``kv_usage`` (mean fraction over pods), ``queue_length`` and ``running``
-(requests, summed over pods), ``prefix_hit_rate`` (hits/queries over the window),
-``success_rps`` and ``abort_rps`` (requests/s), ``preemptions_rps``.
-
-Per-pod gauges (``ServiceObservation.pods``, ready pods only) serve the baselines that scale on
-per-pod metrics (``controllers.baselines``): the latest sample of ``vllm:kv_cache_usage_perc``,
-``vllm:num_requests_waiting`` and ``vllm:num_requests_running``, and
-``max_over_time(...[window])`` of the first two over the source's window; and, for the cache-warmth
-model (``autoscaler.loop.warmth``), the pod's name and the latest values of its prefix-cache counters
-``vllm:prefix_cache_hits_total`` and ``vllm:prefix_cache_queries_total`` (tokens; None where the
-server exports none, e.g. SGLang).
+What a source reports (signal names, units, per-variant and per-pod observations) is defined in
+``autoscaler.state``: every signal is ``float | None``, None meaning *unknown*, never zero.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Protocol
 
-SIGNALS = (
-    "request_rate_rps",
-    "prompt_tokens_rps",
-    "generation_tokens_rps",
-    "ttft_p50_s",
-    "ttft_p95_s",
-    "itl_p50_s",
-    "itl_p95_s",
-    "tpot_p95_s",
-    "ttft_mean_s",
-    "tpot_mean_s",
-    "kv_usage",
-    "queue_length",
-    "running",
-    "prefix_hit_rate",
-    "success_rps",
-    "abort_rps",
-    "preemptions_rps",
-)
-
-
-@dataclass
-class VariantObservation:
-    """Replica counts (from the actuator's view of the Deployment) and signals of one variant.
-
-    ``counts_known`` False: the source could not tell the counts (every query that gives them
-    failed, nothing known before); ``ready``/``starting`` are then 0 placeholders that must not be
-    read as a count, and the loop holds the service.
-    """
-
-    ready: int
-    starting: int
-    draining: int = 0
-    signals: dict[str, float | None] = field(default_factory=dict)
-    counts_known: bool = True
-
-    @property
-    def current(self) -> int:
-        """Replicas counted by the Deployment: ready + starting."""
-        return self.ready + self.starting
-
-
-@dataclass
-class PodObservation:
-    """Gauges of one ready pod (vLLM metric names in the module docstring).
-
-    Attributes:
-        variant: the pod's variant.
-        kv_usage: latest ``vllm:kv_cache_usage_perc`` (fraction 0..1).
-        waiting, running: latest ``vllm:num_requests_waiting`` / ``..._running`` (requests).
-        kv_usage_max: ``max_over_time(vllm:kv_cache_usage_perc[window])``.
-        waiting_max: ``max_over_time(vllm:num_requests_waiting[window])``.
-        name: pod name ("" when the source has none).
-        prefix_hits_total: latest ``vllm:prefix_cache_hits_total`` (tokens, a counter), None = unknown.
-        prefix_queries_total: latest ``vllm:prefix_cache_queries_total`` (tokens), None = unknown.
-        ready_s: when the pod became ready (seconds, the loop's clock), None when the source cannot tell.
-    """
-
-    variant: str
-    kv_usage: float
-    waiting: float
-    running: float
-    kv_usage_max: float
-    waiting_max: float
-    name: str = ""
-    prefix_hits_total: float | None = None
-    prefix_queries_total: float | None = None
-    ready_s: float | None = None
-
-
-@dataclass
-class ServiceObservation:
-    """One tick's observation of a service.
-
-    Attributes:
-        service: service name.
-        time_s: observation time, seconds.
-        signals: service-wide signals (see module docstring); None = unknown.
-        variants: per-variant counts and signals.
-        errors: one line per failed query (empty when everything worked).
-        pods: per-pod gauges of the ready pods (empty when the source has none).
-    """
-
-    service: str
-    time_s: float
-    signals: dict[str, float | None]
-    variants: dict[str, VariantObservation]
-    errors: list[str] = field(default_factory=list)
-    pods: list[PodObservation] = field(default_factory=list)
+from autoscaler.state import ServiceObservation
 
 
 class MetricsSource(Protocol):

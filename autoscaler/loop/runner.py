@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 
 from autoscaler.config import FleetConfig, Service
 from autoscaler.loop.actuate import Actuator
-from autoscaler.loop.estimate import ServiceEstimate, estimate
+from autoscaler.loop.estimate import estimate
 from autoscaler.loop.forecast import ForecastStage
 from autoscaler.loop.guard import GuardState, guard
 from autoscaler.loop.observe import MetricsSource
 from autoscaler.loop.warmth import WarmthStage
+from autoscaler.state import ServiceEstimate
 from controllers.base import Controller, Decision
 from controllers.split import cost_per_capacity
 from models.capacity import variant_weights

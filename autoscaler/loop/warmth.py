@@ -38,9 +38,8 @@ from __future__ import annotations
 import math
 
 from autoscaler.config import ForecastConfig, Service
-from autoscaler.loop.estimate import ServiceEstimate
 from autoscaler.loop.forecast import per_request
-from autoscaler.loop.observe import PodObservation
+from autoscaler.state import PodObservation, ServiceEstimate
 from models.cache_warmth import REUSE_TIMES_S, CacheWarmthModel, ReplicaPlan, ReplicaSample
 
 WARMTH_SIGNALS = ("forecast_prefix_hit_rate",)

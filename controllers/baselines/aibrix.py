@@ -44,7 +44,7 @@ from controllers.baselines.common import SampleWindow, count_bounds, place_count
 
 if TYPE_CHECKING:
     from autoscaler.config import ControllerConfig, Service
-    from autoscaler.loop.estimate import ServiceEstimate
+    from autoscaler.state import ServiceEstimate
 
 RESYNC_S = 10.0
 OBSERVE_WINDOW_S = 180.0

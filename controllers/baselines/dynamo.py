@@ -42,7 +42,7 @@ from models.profiles import get_profile
 
 if TYPE_CHECKING:
     from autoscaler.config import ControllerConfig, EngineConfig, Service
-    from autoscaler.loop.estimate import ServiceEstimate
+    from autoscaler.state import ServiceEstimate
 
 THROUGHPUT_ADJUSTMENT_INTERVAL_S = 180.0
 TTFT_TARGET_S = 0.5

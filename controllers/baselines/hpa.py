@@ -39,7 +39,7 @@ from controllers.baselines.common import count_bounds, place_count
 
 if TYPE_CHECKING:
     from autoscaler.config import ControllerConfig, Service
-    from autoscaler.loop.estimate import ServiceEstimate
+    from autoscaler.state import ServiceEstimate
 
 SYNC_PERIOD_S = 15.0
 TOLERANCE = 0.1

@@ -38,7 +38,7 @@ from controllers.baselines.hpa import SYNC_PERIOD_S, TOLERANCE, HPABehavior, hpa
 
 if TYPE_CHECKING:
     from autoscaler.config import ControllerConfig, Service
-    from autoscaler.loop.estimate import ServiceEstimate
+    from autoscaler.state import ServiceEstimate
 
 POLLING_INTERVAL_S = 30.0
 COOLDOWN_PERIOD_S = 300.0

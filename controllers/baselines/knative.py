@@ -38,7 +38,7 @@ from controllers.baselines.common import SampleWindow, count_bounds, place_count
 
 if TYPE_CHECKING:
     from autoscaler.config import ControllerConfig, Service
-    from autoscaler.loop.estimate import ServiceEstimate
+    from autoscaler.state import ServiceEstimate
 
 TICK_INTERVAL_S = 2.0
 STABLE_WINDOW_S = 60.0

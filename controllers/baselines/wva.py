@@ -31,7 +31,7 @@ from controllers.split import cost_per_capacity
 
 if TYPE_CHECKING:
     from autoscaler.config import ControllerConfig, Service
-    from autoscaler.loop.estimate import ServiceEstimate
+    from autoscaler.state import ServiceEstimate
 
 RECONCILE_S = 60.0
 WINDOW_S = 60.0

@@ -1,0 +1,25 @@
+"""The fleet file's schema (pydantic), one module per section.
+
+``fleet`` (services, variants, SLOs, the whole ``FleetConfig``), ``control`` (the loop and its
+controllers), ``prometheus`` (the live metrics source), ``simulator`` (the embedded simulator); reading
+and validating a file is ``autoscaler.config.loading`` (``load_config``, ``parse_config``,
+``default_config``), which also checks the variants against the performance profiles.
+"""
+
+from autoscaler.config.base import MAX_INT, Strict
+from autoscaler.config.control import ControllerConfig, ForecastConfig, GuardConfig, PIDConfig, SetpointSignal
+from autoscaler.config.fleet import SLO, FleetConfig, Service, Variant
+from autoscaler.config.prometheus import (
+    BasicAuth,
+    PrometheusConfig,
+    QuerySetName,
+    ServiceSelectors,
+    VariantSelectors,
+)
+from autoscaler.config.simulator import Crash, EngineConfig, SimulatorConfig
+
+__all__ = [
+    "MAX_INT", "SLO", "BasicAuth", "ControllerConfig", "Crash", "EngineConfig", "FleetConfig", "ForecastConfig",
+    "GuardConfig", "PIDConfig", "PrometheusConfig", "QuerySetName", "Service", "ServiceSelectors", "SetpointSignal",
+    "SimulatorConfig", "Strict", "Variant", "VariantSelectors",
+]

@@ -1,0 +1,101 @@
+"""Fleet-file section ``controller``: loop period, signal window, PID gains, guard rules, forecast stages."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, StrictBool, model_validator
+
+from autoscaler.config.base import Strict
+
+SetpointSignal = Literal[
+    "slo_mean_ratio", "ttft_mean_ratio", "tpot_mean_ratio", "ttft_p95_ratio", "tpot_p95_ratio", "slo_p95_ratio",
+    "kv_usage", "queue_per_replica",
+]
+
+
+class PIDConfig(Strict):
+    """PID gains and shaping (see ``controllers.pid``).
+
+    The error is ``measured/setpoint - 1`` on the chosen signal, so gains are in replicas per unit of
+    relative error (``kp``) and per unit of relative error-second (``ki``), scaled by the current
+    replica count when ``scale_with_replicas`` is on.
+    """
+
+    setpoint_signal: SetpointSignal = "slo_mean_ratio"
+    setpoint: float = Field(default=0.3, gt=0)
+    kp: float = Field(default=0.2, ge=0)
+    ki: float = Field(default=0.005, ge=0)
+    kd: float = Field(default=0.0, ge=0)
+    derivative_filter_s: float = Field(default=30.0, gt=0)
+    deadband: float = Field(default=0.25, ge=0, lt=1)
+    down_gain: float = Field(default=0.5, gt=0)
+    error_clip: float = Field(default=3.0, gt=0)
+    scale_with_replicas: StrictBool = True
+
+    @model_validator(mode="after")
+    def _band(self) -> PIDConfig:
+        # The error is clipped to [-1, error_clip]; a band that wide would zero every error on that side.
+        if self.deadband >= self.error_clip:
+            raise ValueError(f"deadband ({self.deadband}) must be below error_clip ({self.error_clip}): "
+                             "no error would ever leave the band")
+        return self
+
+
+class GuardConfig(Strict):
+    """Safety rules applied to every decision.
+
+    Attributes:
+        max_step_up: most replicas added per service per tick.
+        max_step_down: most replicas removed per service per tick.
+        scale_down_cooldown_s: no scale-down for this long after any scale-up.
+        idle_ticks_to_min: consecutive idle ticks before an idle service scales toward its minimum.
+    """
+
+    max_step_up: int = Field(default=8, ge=1)
+    max_step_down: int = Field(default=2, ge=1)
+    scale_down_cooldown_s: float = Field(default=180.0, ge=0)
+    idle_ticks_to_min: int = Field(default=8, ge=1)
+
+
+class ForecastConfig(Strict):
+    """The loop's forecast stages (``autoscaler.loop.forecast`` for load, ``autoscaler.loop.warmth`` for
+    the prefix-cache hit rate; off by default: no controller uses them yet).
+
+    Attributes:
+        enabled: forecast request rate, token mix and prefix-cache hit rate every tick.
+        horizon_s: how far ahead, seconds (about a cold replica start).
+        step_s: forecast step, seconds; ticks within a step are averaged.
+        router: how the gateway places requests, for the cache-warmth model: ``least_outstanding``
+            (placement ignores the cache) or ``prefix_affinity``; None = ``simulator.router``.
+    """
+
+    enabled: StrictBool = False
+    horizon_s: float = Field(default=300.0, gt=0)
+    step_s: float = Field(default=60.0, gt=0, le=3600.0)
+    router: Literal["least_outstanding", "prefix_affinity"] | None = None
+
+
+class ControllerConfig(Strict):
+    """Control-loop settings.
+
+    Attributes:
+        tick_s: seconds between loop ticks.
+        window_s: look-back window of rate/quantile signals (PromQL ``rate(...[window])``), seconds.
+        pid: PID settings.
+        guard: safety rules.
+        forecast: the forecast stage.
+    """
+
+    tick_s: float = Field(default=15.0, ge=1.0)
+    window_s: float = Field(default=300.0, gt=0, le=86400.0)
+    pid: PIDConfig = PIDConfig()
+    guard: GuardConfig = GuardConfig()
+    forecast: ForecastConfig = ForecastConfig()
+
+    @model_validator(mode="after")
+    def _window(self) -> ControllerConfig:
+        if self.window_s < self.tick_s:
+            raise ValueError(f"window_s ({self.window_s}) is shorter than tick_s ({self.tick_s})")
+        return self
+

@@ -1,0 +1,183 @@
+"""Fleet-file top level: services (models), their SLOs and variants (one Deployment per GPU
+generation), and the whole ``FleetConfig`` with its cross-section checks."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator, model_validator
+
+from autoscaler.config.base import Strict
+from autoscaler.config.control import ControllerConfig
+from autoscaler.config.prometheus import PrometheusConfig
+from autoscaler.config.simulator import SimulatorConfig
+from autoscaler.workload.types import BATCH, INTERACTIVE
+
+
+class SLO(Strict):
+    """Latency objectives of one request class.
+
+    Attributes:
+        ttft_s: time-to-first-token objective, seconds.
+        itl_s: mean inter-token latency objective (per request), seconds.
+    """
+
+    ttft_s: float = Field(gt=0)
+    itl_s: float = Field(gt=0)
+
+
+class Variant(Strict):
+    """One Deployment of a service on one GPU generation.
+
+    Attributes:
+        name: variant name, unique within the service (the Deployment's name suffix).
+        gpu: GPU type, e.g. ``H100-SXM``.
+        gpus_per_replica: GPUs one replica occupies (tensor parallel size).
+        price_per_gpu_hour: $/GPU-hour.
+        min_replicas, max_replicas: replica bounds for this variant.
+        quota: extra cap on replicas (e.g. a cloud quota), or None.
+        initial_replicas: replicas ready (warm) at t=0 in simulation; defaults to ``min_replicas``.
+        startup_cold_s: seconds from scale-up to ready when weights are not on the node.
+        startup_warm_s: seconds from scale-up to ready when weights are cached on the node.
+        warm_nodes: how many replicas can start warm (nodes with weights cached); the rest start cold.
+        kv_cache_tokens: KV-cache capacity of one replica, tokens.
+        profile: performance profile name (see ``models.profiles.list_profiles()``).
+    """
+
+    name: str
+    gpu: str
+    gpus_per_replica: int = Field(default=1, ge=1)
+    price_per_gpu_hour: float = Field(ge=0)
+    min_replicas: int = Field(default=0, ge=0)
+    max_replicas: int = Field(ge=0)
+    quota: int | None = Field(default=None, ge=0)
+    initial_replicas: int | None = Field(default=None, ge=0)
+    startup_cold_s: float = Field(default=300.0, ge=0)
+    startup_warm_s: float = Field(default=90.0, ge=0)
+    warm_nodes: int = Field(default=0, ge=0)
+    kv_cache_tokens: int = Field(gt=0)
+    profile: str
+
+    @property
+    def cap(self) -> int:
+        """Largest replica count allowed: ``min(max_replicas, quota)``."""
+        return self.max_replicas if self.quota is None else min(self.max_replicas, self.quota)
+
+    @property
+    def start_replicas(self) -> int:
+        """Replicas ready at t=0 in simulation."""
+        n = self.min_replicas if self.initial_replicas is None else self.initial_replicas
+        return min(max(n, self.min_replicas), self.cap)
+
+    @property
+    def price_per_replica_hour(self) -> float:
+        """$/replica-hour = GPUs per replica x $/GPU-hour."""
+        return self.gpus_per_replica * self.price_per_gpu_hour
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Variant:
+        if self.min_replicas > self.cap:
+            raise ValueError(f"min_replicas ({self.min_replicas}) exceeds max_replicas/quota ({self.cap})")
+        return self
+
+
+class Service(Strict):
+    """A served model and the variants that serve it.
+
+    Attributes:
+        name: service name.
+        model: served model name (vLLM ``model_name`` label).
+        max_model_len: longest prompt + output accepted, tokens; longer requests are rejected
+            (vLLM answers HTTP 400), counted as ``rejected``.
+        slo: objectives per request class; must define ``interactive`` and ``batch``.
+        variants: at least one.
+    """
+
+    name: str
+    model: str
+    max_model_len: int = Field(default=32768, gt=0)
+    slo: dict[str, SLO]
+    variants: list[Variant] = Field(min_length=1)
+
+    @field_validator("slo")
+    @classmethod
+    def _classes(cls, v: dict[str, SLO]) -> dict[str, SLO]:
+        missing = [c for c in (INTERACTIVE, BATCH) if c not in v]
+        if missing:
+            raise ValueError(f"missing SLO class(es): {', '.join(missing)}")
+        return v
+
+    @model_validator(mode="after")
+    def _unique(self) -> Service:
+        if all(v.cap == 0 for v in self.variants):
+            raise ValueError("every variant has max_replicas (or quota) 0: the service could never serve")
+        names = [v.name for v in self.variants]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"duplicate variant name(s): {', '.join(sorted(dup))}")
+        return self
+
+
+
+class FleetConfig(Strict):
+    """The whole fleet file."""
+
+    services: list[Service] = Field(min_length=1)
+    simulator: SimulatorConfig = SimulatorConfig()
+    controller: ControllerConfig = ControllerConfig()
+    prometheus: PrometheusConfig = PrometheusConfig()
+
+    @model_validator(mode="after")
+    def _unique(self) -> FleetConfig:
+        names = [s.name for s in self.services]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"duplicate service name(s): {', '.join(sorted(dup))}")
+        return self
+
+    @model_validator(mode="after")
+    def _kv_holds_max_model_len(self) -> FleetConfig:
+        # vLLM refuses to start when one max_model_len sequence cannot fit in the KV cache; the
+        # simulator also keeps one block of rounding slack per sequence (simulator.engine).
+        block = self.simulator.engine.block_size
+        for s in self.services:
+            for v in s.variants:
+                if v.kv_cache_tokens < s.max_model_len + block:
+                    raise ValueError(
+                        f"services[{s.name}].variants[{v.name}].kv_cache_tokens ({v.kv_cache_tokens}) cannot hold "
+                        f"one max_model_len ({s.max_model_len}) sequence plus one {block}-token block"
+                    )
+        return self
+
+    @model_validator(mode="after")
+    def _crash_targets(self) -> FleetConfig:
+        variants = {s.name: {v.name for v in s.variants} for s in self.services}
+        for i, c in enumerate(self.simulator.crashes):
+            svc = c.service or self.services[0].name
+            if svc not in variants:
+                raise ValueError(f"simulator.crashes[{i}].service: unknown service '{svc}'")
+            if c.variant not in variants[svc]:
+                raise ValueError(
+                    f"simulator.crashes[{i}].variant: unknown variant '{c.variant}' of service '{svc}' "
+                    f"(known: {', '.join(sorted(variants[svc]))})"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _selector_names(self) -> FleetConfig:
+        variants = {s.name: {v.name for v in s.variants} for s in self.services}
+        for name, sel in self.prometheus.selectors.items():
+            if name not in variants:
+                raise ValueError(f"prometheus.selectors: unknown service '{name}'")
+            unknown = sorted(set(sel.variants) - variants[name])
+            if unknown:
+                raise ValueError(f"prometheus.selectors[{name}]: unknown variant(s) {', '.join(unknown)}")
+        return self
+
+    def service(self, name: str | None = None) -> Service:
+        """The named service (the first when ``name`` is None); KeyError if unknown."""
+        if name is None:
+            return self.services[0]
+        for s in self.services:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+

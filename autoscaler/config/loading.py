@@ -1,0 +1,127 @@
+"""Reading a fleet file: YAML with duplicate keys refused, validation, and the checks that need the
+performance profiles. ``load_config`` and ``parse_config`` raise ``ConfigError`` naming the file, the
+key and the problem.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from autoscaler.config.fleet import FleetConfig
+from autoscaler.errors import ConfigError
+from models.capacity import marginal_costs
+from models.profiles import get_profile, list_profiles
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key written twice in one mapping is an error (PyYAML keeps
+    the last). Keys brought in by a merge key (``<<: *anchor``) may be overridden, as YAML allows."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[object, object]:
+        seen: set[object] = set()
+        for key_node, _ in getattr(node, "value", []):
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                repeated = key in seen
+            except TypeError:  # unhashable: PyYAML's own check reports it
+                continue
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key '{key}'", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[arg-type]
+
+
+
+def _key_path(loc: tuple[int | str, ...], data: object) -> str:
+    """Render a pydantic error location as a YAML key path, naming list items by their ``name``."""
+    parts: list[str] = []
+    node = data
+    for item in loc:
+        if isinstance(item, int) and isinstance(node, list) and 0 <= item < len(node):
+            node = node[item]
+            label = node.get("name") if isinstance(node, dict) else None
+            parts.append(f"[{label}]" if label else f"[{item}]")
+        else:
+            node = node.get(item) if isinstance(node, dict) else None
+            parts.append(f".{item}" if parts else str(item))
+    return "".join(parts) or "<root>"
+
+
+def parse_config(data: object, source: str = "<fleet>") -> FleetConfig:
+    """Validate a parsed YAML document; raises ``ConfigError`` '<source>: <key>: <problem>'."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: top level must be a mapping with a 'services' list")
+    try:
+        cfg = FleetConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        key = f"{_key_path(tuple(err['loc']), data)}: " if err["loc"] else ""
+        raise ConfigError(f"{source}: {key}{msg}{more}") from None
+    _check_profiles(cfg, source)
+    return cfg
+
+
+def _check_profiles(cfg: FleetConfig, source: str) -> None:
+    """Every variant names a known profile, and every ITL objective is above its fixed step time."""
+    known = list_profiles()
+    for s in cfg.services:
+        for v in s.variants:
+            if v.profile not in known:
+                raise ConfigError(
+                    f"{source}: services[{s.name}].variants[{v.name}].profile: unknown performance "
+                    f"profile '{v.profile}' (GPU {v.gpu}); known: {', '.join(known)}"
+                )
+            t0 = marginal_costs(get_profile(v.profile))[0]
+            for cls, slo in s.slo.items():
+                if slo.itl_s <= t0:
+                    raise ConfigError(
+                        f"{source}: services[{s.name}].slo.{cls}.itl_s: {slo.itl_s} s is at or below the "
+                        f"fixed step time {t0:.4f} s of variant {v.name} ({v.profile}); no batch can meet it"
+                    )
+
+
+def load_config(path: str | Path) -> FleetConfig:
+    """Read and validate a fleet YAML file.
+
+    Raises:
+        ConfigError: the file is missing, is not YAML, or fails validation; the message names the
+            file and the key.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read fleet file: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not a UTF-8 text file (byte {exc.start})") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except RecursionError:
+        raise ConfigError(f"{p}: YAML nested too deeply") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}:" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        context = getattr(exc, "context", None)
+        what = f"{context}; {problem}" if context and problem != str(exc) else problem
+        raise ConfigError(f"{p}:{where} invalid YAML: {' '.join(what.split())}") from None
+    except (ValueError, OverflowError) as exc:  # a scalar PyYAML cannot convert (!!int abc, 2024-13-45)
+        raise ConfigError(f"{p}: invalid YAML value: {' '.join(str(exc).split())}") from None
+    return parse_config(data, str(p))
+
+
+def default_config() -> FleetConfig:
+    """The embedded example fleet (same content as ``examples/fleet.yaml``), shipped in the package."""
+    from importlib.resources import files
+
+    text = files("autoscaler").joinpath("default_fleet.yaml").read_text()
+    return parse_config(yaml.load(text, Loader=_UniqueKeyLoader), "<embedded default fleet>")

@@ -1,0 +1,106 @@
+"""Fleet-file section ``prometheus``: where and how the loop reads a live Prometheus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, StrictBool, field_validator, model_validator
+
+from autoscaler.config.base import Strict
+from autoscaler.promql import check_matchers, check_template
+
+QuerySetName = Literal["vllm-0.33", "vllm-pre-0.9", "sglang"]
+
+
+class BasicAuth(Strict):
+    """HTTP basic auth for Prometheus; the password is read from a file (e.g. a mounted Secret)."""
+
+    username: str
+    password_file: Path
+
+
+def _check_matchers(v: str | None) -> str | None:
+    """A selector must be PromQL label matchers, else every query it is in fails (HTTP 400)."""
+    return None if v is None else check_matchers(v)
+
+
+class VariantSelectors(Strict):
+    """PromQL label matchers (without braces) of one variant.
+
+    Attributes:
+        pods: matchers of the variant's pods' vLLM series; default
+            ``namespace="<namespace>",pod=~"<service>-<variant>-.*"``.
+        deployment: matchers of its kube-state-metrics Deployment series; default
+            ``namespace="<namespace>",deployment="<service>-<variant>"``.
+    """
+
+    pods: str | None = None
+    deployment: str | None = None
+
+    @field_validator("pods", "deployment")
+    @classmethod
+    def _matchers(cls, v: str | None) -> str | None:
+        return _check_matchers(v)
+
+
+class ServiceSelectors(Strict):
+    """Label matchers of one service: ``service`` is ANDed into every query of the service
+    (default ``model_name="<model>"``); ``variants`` by variant name."""
+
+    service: str | None = None
+    variants: dict[str, VariantSelectors] = Field(default_factory=dict)
+
+    @field_validator("service")
+    @classmethod
+    def _matchers(cls, v: str | None) -> str | None:
+        return _check_matchers(v)
+
+
+class PrometheusConfig(Strict):
+    """Where and how the loop reads a live Prometheus (``autoscaler dry-run`` / ``backtest``).
+
+    Attributes:
+        url: base URL, e.g. ``https://prometheus.monitoring:9090`` (``--prometheus-url`` overrides).
+        query_set: default PromQL per signal (``autoscaler.promql``).
+        queries: signal -> PromQL template overriding the query set (``$sel``, ``$window``).
+        namespace: Kubernetes namespace used by the default selectors.
+        pod_label: label that names a pod on the vLLM series.
+        staleness_s: a pod whose newest sample is older than this is ignored, seconds; default 120 =
+            two of Prometheus's default 1 m ``scrape_interval``. Set it to ~2 scrape intervals.
+        timeout_s: per-query HTTP timeout, seconds.
+        bearer_token_file: file holding a bearer token (e.g. a service-account token).
+        basic_auth: username and password file.
+        ca_file: CA bundle to verify the server's certificate.
+        tls_verify: False disables certificate verification.
+        max_concurrency: queries in flight at once.
+        selectors: service name -> label matchers (defaults above).
+    """
+
+    url: str | None = None
+    query_set: QuerySetName = "vllm-0.33"
+    queries: dict[str, str] = Field(default_factory=dict)
+    namespace: str = "default"
+    pod_label: str = Field(default="pod", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+    staleness_s: float = Field(default=120.0, gt=0)
+    timeout_s: float = Field(default=10.0, gt=0)
+    bearer_token_file: Path | None = None
+    basic_auth: BasicAuth | None = None
+    ca_file: Path | None = None
+    tls_verify: StrictBool = True
+    max_concurrency: int = Field(default=8, ge=1)
+    selectors: dict[str, ServiceSelectors] = Field(default_factory=dict)
+
+    @field_validator("queries")
+    @classmethod
+    def _templates(cls, v: dict[str, str]) -> dict[str, str]:
+        for signal, template in v.items():
+            check_template(signal, template)
+        return v
+
+    @model_validator(mode="after")
+    def _one_auth(self) -> PrometheusConfig:
+        if self.bearer_token_file is not None and self.basic_auth is not None:
+            raise ValueError("set bearer_token_file or basic_auth, not both")
+        return self
+

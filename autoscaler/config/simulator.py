@@ -1,0 +1,49 @@
+"""Fleet-file section ``simulator``: the embedded simulator's engine settings and injected faults."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from autoscaler.config.base import Strict
+
+
+class EngineConfig(Strict):
+    """vLLM scheduler settings the simulator reproduces (per replica).
+
+    Attributes:
+        max_num_seqs: running-batch bound (vLLM ``--max-num-seqs``; its default is 256 on GPUs).
+        max_num_batched_tokens: token budget per engine step (vLLM ``--max-num-batched-tokens``;
+            8192 is vLLM V1's default for online serving on data-centre GPUs).
+        block_size: KV-cache block size in tokens (vLLM default 16).
+    """
+
+    max_num_seqs: int = Field(default=256, ge=1)
+    max_num_batched_tokens: int = Field(default=8192, ge=16)
+    block_size: int = Field(default=16, ge=1)
+
+
+class Crash(Strict):
+    """One injected replica crash."""
+
+    time_s: float = Field(ge=0)
+    service: str | None = None
+    variant: str
+
+
+class SimulatorConfig(Strict):
+    """Embedded fleet simulator settings.
+
+    Attributes:
+        router: ``least_outstanding`` (default) or ``prefix_affinity``.
+        engine: per-replica vLLM scheduler settings.
+        gateway_timeout_s: a request waiting at the gateway (no replica ready) longer than this fails.
+        crashes: replica crashes to inject, as ``{time_s, variant}``; the oldest ready replica of
+            that variant crashes.
+    """
+
+    router: Literal["least_outstanding", "prefix_affinity"] = "least_outstanding"
+    engine: EngineConfig = EngineConfig()
+    gateway_timeout_s: float = Field(default=600.0, gt=0)
+    crashes: list[Crash] = Field(default_factory=list)
