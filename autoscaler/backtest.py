@@ -1,13 +1,13 @@
 """``autoscaler backtest``: replay the decisions the loop would have made over a past time range.
 
-The loop (PID controller, no actuator) ticks at ``start + k * step`` for ``k = 0..(end - start) / step``
-through a ``PrometheusSource`` whose instant queries are answered from range queries
-(``custom_query_range``): ``RangeRunner`` fetches each distinct query once, from the first tick that
-needs it to ``end``, so a backtest costs one range query per distinct PromQL string (the set of
-valid pods changes the string only when pods come or go). ``step`` replaces ``controller.tick_s``
-(the PID's time step). Outputs are the ``simulate`` timeline (``timeline.csv``, same columns; the
-``arrival_rate_rps`` column is the observed ``request_rate_rps``, since arrivals are not in
-Prometheus) and plot.
+The loop (any controller of the registry, default ``pid``, built without a trace; no actuator) ticks
+at ``start + k * step`` for ``k = 0..(end - start) / step`` through a ``PrometheusSource`` whose
+instant queries are answered from range queries (``custom_query_range``): ``RangeRunner`` fetches
+each distinct query once, from the first tick that needs it to ``end``, so a backtest costs one
+range query per distinct PromQL string (the set of valid pods changes the string only when pods
+come or go). ``step`` replaces ``controller.tick_s`` (the PID's time step). Outputs are the
+``simulate`` timeline (``timeline.csv``, same columns; the ``arrival_rate_rps`` column is the
+observed ``request_rate_rps``, since arrivals are not in Prometheus) and plot.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from autoscaler.adapters.prometheus import PrometheusSource, redact
 from autoscaler.config import FleetConfig
 from autoscaler.loop.runner import ControlLoop, TickRecord
 from autoscaler.report import tick_row, write_timeline_csv
-from controllers.pid import PIDController
+from controllers.registry import build
 
 # Prometheus refuses range queries of more than 11,000 points per series (web/api/v1/api.go).
 MAX_POINTS = 11_000
@@ -121,23 +121,27 @@ class BacktestRun:
     start: int
     step: int
     range_queries: int
+    controller: str = "pid"
 
 
-def run_backtest(cfg: FleetConfig, client: PrometheusConnect, start: float, end: float, step: float) -> BacktestRun:
-    """Replay the loop over ``[start, end]`` every ``step`` seconds (see the module docstring).
+def run_backtest(cfg: FleetConfig, client: PrometheusConnect, start: float, end: float, step: float,
+                 controller: str = "pid") -> BacktestRun:
+    """Replay the loop over ``[start, end]`` every ``step`` seconds with ``controller`` (a registry
+    spec, built without a trace; see the module docstring).
 
     Raises:
-        ValueError: a bad range (``check_range``).
+        ValueError: a bad range (``check_range``) or controller spec.
     """
     t0, dt, n = check_range(start, end, step)
     cfg = cfg.model_copy(deep=True)
     cfg.controller.tick_s = float(dt)
+    ctrl = build(controller, cfg)
     runner = RangeRunner(client, t0 + (n - 1) * dt, dt)
-    source = PrometheusSource(cfg, runner, clock=lambda now: t0 + now)
-    loop = ControlLoop(cfg, source, None, PIDController())
-    loop.start(-cfg.controller.window_s)  # the range has history before its start
+    source = PrometheusSource(cfg, runner, clock=lambda now: t0 + now, window_s=ctrl.window_s)
+    loop = ControlLoop(cfg, source, None, ctrl)
+    loop.start(-ctrl.window_s)  # the range has history before its start
     ticks = [loop.tick(float(k * dt)) for k in range(n)]
-    return BacktestRun(cfg, ticks, t0, dt, runner.queries)
+    return BacktestRun(cfg, ticks, t0, dt, runner.queries, ctrl.name)
 
 
 def timeline_rows(run: BacktestRun) -> list[dict[str, Any]]:
@@ -172,7 +176,7 @@ def write_outputs(run: BacktestRun, out: Path, url: str, service: str | None = N
         from autoscaler.plot import plot_timeline
 
         # plot_timeline reads these attributes of a SimulationRun; unknown counts are gaps (NaN).
-        stand_in = SimpleNamespace(controller="pid (backtest)", sim=SimpleNamespace(
+        stand_in = SimpleNamespace(controller=f"{run.controller} (backtest)", sim=SimpleNamespace(
             cfg=run.cfg, target=target, workload=SimpleNamespace(source=f"{redact(url)} from {run.start}")))
         plot_rows = [{k: math.nan if v is None and k.startswith(("ready_", "starting_", "desired_")) else v
                       for k, v in row.items()} for row in rows]

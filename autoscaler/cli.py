@@ -19,15 +19,9 @@ from rich.table import Table
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import default_config, load_config
 from autoscaler.errors import AutoscalerError
+from autoscaler.workload.build import DEFAULT_BATCH_FRACTION, build_workload
 from autoscaler.workload.types import Workload
-
-# The embedded default workload's mean rate: Azure conv's measured 5.53 req/s x 18, so that the
-# example fleet (about 16 req/s per replica at the ITL SLO, ``models.capacity``) scales over ~4-10 replicas.
-EMBEDDED_RATE_RPS = 100.0
-# ... and its rate curve runs at the speed of a real day (one hour of it, from the daily trough), not
-# a day compressed into the hour: 24x faster swings than real traffic would make every reactive
-# policy with 90-300 s replica starts look worse than it is.
-EMBEDDED_DAY_S = 86400.0
+from controllers.registry import NAMES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Observability-driven control-loop autoscaler for LLM inference fleets.")
@@ -40,46 +34,10 @@ def _main() -> None:
     """Observability-driven control-loop autoscaler for LLM inference fleets."""
 
 
-DEFAULT_BATCH_FRACTION = 0.2  # --batch-fraction: share of trace requests (workflows) in the batch class
-
-
 def _fail(msg: str) -> typer.Exit:
     one_line = msg.replace("\r", "\\r").replace("\n", "\\n")  # a name may hold a newline; the error stays one line
     err_console.print(f"[bold red]error:[/] {escape(one_line)}", highlight=False, soft_wrap=True)
     return typer.Exit(2)
-
-
-def build_workload(
-    trace: Path | None,
-    trace_format: str | None,
-    rate_scale: float,
-    time_scale: float,
-    seed: int,
-    batch_fraction: float,
-) -> Workload:
-    """Load (or synthesise) the workload, assign classes and workflows, and shape its rate.
-
-    Raises:
-        TraceError: a malformed trace.
-        ValueError: bad shaping arguments.
-    """
-    from autoscaler.workload.classes import assign_classes, group_workflows
-    from autoscaler.workload.loader import load_trace
-    from autoscaler.workload.shaping import shape
-    if trace is None:
-        from autoscaler.workload.synthetic import synthetic_workload
-
-        wl = synthetic_workload(seed=seed, mean_rate_rps=EMBEDDED_RATE_RPS, day_s=EMBEDDED_DAY_S,
-                                batch_fraction=batch_fraction)
-    else:
-        wl = group_workflows(load_trace(trace, trace_format))
-        wl = assign_classes(wl, batch_fraction=batch_fraction, seed=seed)
-    if rate_scale != 1.0 or time_scale != 1.0:
-        wl = shape(wl, time_scale=time_scale, rate_scale=rate_scale, seed=seed)
-    if not wl.requests:
-        where = "the trace" if trace is not None else "the synthetic workload"
-        raise ValueError(f"no requests left in {where} after --rate-scale {rate_scale:g}")
-    return wl
 
 
 def prepare_out(out: Path) -> None:
@@ -143,7 +101,7 @@ def simulate(
                                                "default: the embedded synthetic workload.")] = None,
     trace_format: Annotated[str | None, typer.Option(help="azure | mooncake (default: detected).")] = None,
     controller: Annotated[str, typer.Option(
-        help="pid | static | any baseline spec of `compare` (e.g. hpa, kpa:target=70)")] = "pid",
+        help=f"Controller spec NAME[:key=value...]; NAME is one of {', '.join(NAMES)}.")] = "pid",
     rate_scale: Annotated[float, typer.Option(help="Thin (<1) or superpose jittered copies (>1).")] = 1.0,
     time_scale: Annotated[float, typer.Option(help="Multiply arrival times (0.5 = twice as fast).")] = 1.0,
     batch_fraction: Annotated[
@@ -267,15 +225,19 @@ def dry_run(
     speed: Annotated[float, typer.Option(help="Source runs this many times faster than real time "
                                          "(a simulator served with --speed); 1 for a real cluster.")] = 1.0,
     serve_metrics: Annotated[str | None, typer.Option(help="HOST:PORT to serve the autoscaler_* metrics.")] = None,
+    controller: Annotated[str, typer.Option(
+        help=f"Controller spec NAME[:key=value...]; NAME is one of {', '.join(NAMES)}.")] = "pid",
 ) -> None:
     """Observe a live Prometheus and print, tick by tick, what the loop would do. Never actuates."""
     import logging
     import math
 
     from autoscaler.loop.export import parse_address
+    from controllers.registry import build
 
     try:
         cfg = _load_cfg(config)
+        ctrl = build(controller, cfg)
         if output not in ("table", "json"):
             raise ValueError(f"--output must be table or json, got '{output}'")
         if once and (interval is not None or ticks is not None):
@@ -296,10 +258,10 @@ def dry_run(
         raise _fail(str(exc)) from None
     # The table shows failures and ignored pods itself; JSON keeps stdout for data and logs to stderr.
     with _StderrLog(logging.WARNING if output == "json" else logging.ERROR):
-        _dry_run_ticks(cfg, prometheus_url, once, interval, ticks, output, speed, serve_metrics)
+        _dry_run_ticks(cfg, ctrl, prometheus_url, once, interval, ticks, output, speed, serve_metrics)
 
 
-def _dry_run_ticks(cfg: FleetConfig, prometheus_url: str | None, once: bool, interval: float | None,
+def _dry_run_ticks(cfg: FleetConfig, ctrl: Any, prometheus_url: str | None, once: bool, interval: float | None,
                    ticks: int | None, output: str, speed: float, serve_metrics: str | None) -> None:
     """The dry-run loop of ``dry_run`` (arguments already checked)."""
     import time
@@ -307,31 +269,26 @@ def _dry_run_ticks(cfg: FleetConfig, prometheus_url: str | None, once: bool, int
     from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource
     from autoscaler.dryrun import DryRun, tick_json, tick_tables
     from autoscaler.loop.export import serve
+    from autoscaler.loop.ticker import run_every
 
     client = _prometheus(cfg, prometheus_url)
-    run = DryRun(cfg, PrometheusSource(cfg, LiveRunner(client), speed=speed), speed)
+    run = DryRun(cfg, PrometheusSource(cfg, LiveRunner(client), speed=speed, window_s=ctrl.window_s), ctrl, speed)
     try:
         server = serve(run.metrics.registry, serve_metrics) if serve_metrics else None
     except (ValueError, OSError) as exc:
         raise _fail(f"--serve-metrics {serve_metrics}: {exc}") from None
-    period = interval if interval is not None else cfg.controller.tick_s / speed
-    limit = 1 if once else ticks
-    done = 0
-    due = time.monotonic()
+
+    def tick() -> None:
+        record = run.tick()
+        wall = time.time()
+        if output == "json":
+            typer.echo(json.dumps(tick_json(run, record, wall)))
+        else:
+            for item in tick_tables(run, record, wall):
+                console.print(item)
+
     try:
-        while limit is None or done < limit:
-            record = run.tick()
-            wall = time.time()
-            if output == "json":
-                typer.echo(json.dumps(tick_json(run, record, wall)))
-            else:
-                for item in tick_tables(run, record, wall):
-                    console.print(item)
-            done += 1
-            if limit is not None and done >= limit:
-                break
-            due += period
-            time.sleep(max(0.0, due - time.monotonic()))
+        run_every(interval if interval is not None else ctrl.tick_s / speed, tick, 1 if once else ticks)
     except KeyboardInterrupt:
         pass
     finally:
@@ -345,23 +302,26 @@ def backtest(
     end: Annotated[str, typer.Option(help="Range end: unix seconds or ISO 8601.")],
     prometheus_url: Annotated[str | None, typer.Option(help="Prometheus base URL (default: prometheus.url).")] = None,
     config: Annotated[Path | None, typer.Option(help="Fleet YAML file (default: the embedded example fleet).")] = None,
-    step: Annotated[float | None, typer.Option(help="Seconds between ticks (default: controller.tick_s).")] = None,
+    step: Annotated[float | None, typer.Option(help="Seconds between ticks (default: the controller's tick).")] = None,
     service: Annotated[str | None, typer.Option(help="Service to plot (default: first).")] = None,
     out: Annotated[Path, typer.Option(help="Directory for timeline.csv and timeline.png.")] = Path("out"),
     plot: Annotated[bool, typer.Option("--plot", help="Write timeline.png.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    controller: Annotated[str, typer.Option(
+        help=f"Controller spec NAME[:key=value...]; NAME is one of {', '.join(NAMES)}.")] = "pid",
 ) -> None:
     """Replay the decisions the loop would have made over a past range of a Prometheus's history."""
     import logging
 
     from autoscaler.backtest import check_range, parse_time, run_backtest, write_outputs
+    from controllers.registry import build
 
     try:
         cfg = _load_cfg(config)
         if service is not None and service not in {s.name for s in cfg.services}:
             raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
         t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")
-        dt = cfg.controller.tick_s if step is None else step
+        dt = build(controller, cfg).tick_s if step is None else step
         check_range(t0, t1, dt)  # bad input exits 2 before connecting, even to an unreachable server
         prepare_out(out)
     except (AutoscalerError, ValueError) as exc:
@@ -370,7 +330,7 @@ def backtest(
         client = _prometheus(cfg, prometheus_url)
         url = prometheus_url or cfg.prometheus.url or ""
         try:
-            run = run_backtest(cfg, client, t0, t1, dt)
+            run = run_backtest(cfg, client, t0, t1, dt, controller)
             summary = write_outputs(run, out, url, service, plot=plot)
         except (ValueError, OSError) as exc:
             raise _fail(str(exc)) from None

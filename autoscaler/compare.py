@@ -28,9 +28,9 @@ from typing import Any
 
 from autoscaler.config import FleetConfig
 from autoscaler.report import summarize, timeline_rows
-from autoscaler.simulate import CONTROLLERS, SimulationRun, make_controller, run_simulation
+from autoscaler.simulate import SimulationRun, run_simulation
 from autoscaler.workload.types import Workload
-from controllers.baselines import BASELINE_NAMES, parse_spec
+from controllers.registry import NAMES, build, parse_spec
 
 COST_KEY = "cost_per_successful_request_usd"
 RATIO_KEY = "ratio_to_best_cost_per_successful_request"
@@ -54,16 +54,12 @@ def check_names(names: Sequence[str]) -> None:
         ValueError: one line; an unknown name's message lists the valid ones.
     """
     if not names:
-        raise ValueError(f"no controller given; choose from: {', '.join(CONTROLLERS)}")
+        raise ValueError(f"no controller given; choose from: {', '.join(NAMES)}")
     dup = sorted({n for n in names if list(names).count(n) > 1})
     if dup:
         raise ValueError(f"controller listed twice: {', '.join(dup)}")
     for name in names:
-        base = name.split(":", 1)[0]
-        if base not in CONTROLLERS or (base in ("pid", "static") and name != base):
-            raise ValueError(f"unknown controller '{name}'; choose from: {', '.join(CONTROLLERS)}")
-        if base in BASELINE_NAMES:
-            parse_spec(name)
+        parse_spec(name)
 
 
 def check_controllers(names: Sequence[str], cfg: FleetConfig, workload: Workload, service: str | None) -> None:
@@ -74,7 +70,7 @@ def check_controllers(names: Sequence[str], cfg: FleetConfig, workload: Workload
     """
     check_names(names)
     for name in names:
-        make_controller(name, cfg, workload, service)
+        build(name, cfg, service, workload)
 
 
 def direction_changes(deltas: Sequence[int]) -> int:

@@ -1,9 +1,9 @@
 """``autoscaler dry-run``: the control loop on a live Prometheus, deciding every tick, never actuating.
 
-``DryRun`` runs ``ControlLoop`` with a ``PrometheusSource`` and no actuator (the loop then never
-scales anything) and the PID controller in tracking mode (``Shadow``). Prometheus already holds
-history, so the loop decides from its first tick (no warm-up). Admission thresholds are shown as
-``-``/null: no admission controller is configured yet.
+``DryRun`` runs ``ControlLoop`` with a ``PrometheusSource``, no actuator (the loop then never scales
+anything) and any controller of the registry (``controllers.registry``; default ``pid``) in tracking
+mode (``Shadow``). Prometheus already holds history, so the loop decides from its first tick (no
+warm-up). Admission thresholds are shown as ``-``/null when the controller sets none.
 
 ``tick_json`` is the machine interface (one JSON object per tick)::
 
@@ -12,7 +12,7 @@ history, so the loop decides from its first tick (no warm-up). Admission thresho
         "variants": {<variant>: {"current_replicas", "ready_replicas", "starting_replicas",
                                  "desired_replicas", "reason"}},
         "signals": {<signal>: value or null}, "decision": {"hold", "reason", "terms"},
-        "admission_thresholds": null, "errors": [...], "warnings": [...]}}}
+        "admission_thresholds": {<priority class>: s} or null, "errors": [...], "warnings": [...]}}}
 
 ``errors`` lists failed queries (empty when all worked); on any, the loop holds. A variant whose
 replica count is unknown (every query that tells it failed, none known before) has null counts
@@ -35,48 +35,46 @@ from autoscaler.loop.forecast import FORECAST_SIGNALS
 from autoscaler.loop.runner import ControlLoop, TickRecord
 from autoscaler.loop.warmth import WARMTH_SIGNALS
 from controllers.base import Controller, Decision
-from controllers.pid import PIDController
 
 if TYPE_CHECKING:
-    from autoscaler.config import ControllerConfig, Service
+    from collections.abc import Mapping
+
+    from autoscaler.config import Service
     from autoscaler.state import ServiceEstimate
 
 TABLE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "tpot_p95_s", "itl_p95_s", "slo_p95_ratio", "slo_mean_ratio",
                  "kv_usage", "queue_length", "running", "prefix_hit_rate", "success_rps", "abort_rps")
 
 
-class Shadow:
+class Shadow(Controller):
     """A controller in tracking mode, for a loop whose decisions nobody applies.
 
     Someone else sets the replicas (a person, an HPA, or nobody), so before each decision the
     controller is told the difference between what it asked for last time and what the fleet has
-    now, through the same back-calculation hook the guard uses for its own cuts (``guarded``; PID:
+    now, through the same hook the guard uses for its own cuts (``on_guard_cut``; PID:
     ``controllers.pid.track``): to the controller, whoever set the fleet is one more guard. Its
     state (the PID integral) then follows the real fleet, as in a bumpless transfer, instead of
     winding up against decisions that were never applied.
     """
 
     def __init__(self, inner: Controller) -> None:
+        super().__init__(inner.name, inner.tick_s, inner.window_s, inner.own_guard)
         self.inner = inner
-        self.name = inner.name
         self._asked: dict[str, dict[str, int]] = {}
 
-    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
+    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """The inner decision, after tracking the fleet's actual replicas."""
         asked = self._asked.get(svc.name)
-        feedback = getattr(self.inner, "guarded", None)
-        if asked is not None and feedback is not None and asked != est.current:
-            feedback(svc.name, asked, est.current, est.weights)
-        decision = self.inner.decide(est, svc, cfg)
+        if asked is not None and asked != est.current:
+            self.inner.on_guard_cut(svc.name, asked, est.current, est.weights)
+        decision = self.inner.decide(est, svc)
         self._asked[svc.name] = dict(est.current if decision.hold else decision.desired)
         return decision
 
-    def guarded(self, service: str, intended: dict[str, int], applied: dict[str, int],
-                weights: dict[str, float]) -> None:
+    def on_guard_cut(self, service: str, intended: Mapping[str, int], applied: Mapping[str, int],
+                     weights: Mapping[str, float]) -> None:
         """Forward the guard's cut; what was asked is then what the guard let through."""
-        feedback = getattr(self.inner, "guarded", None)
-        if feedback is not None:
-            feedback(service, intended, applied, weights)
+        self.inner.on_guard_cut(service, intended, applied, weights)
         self._asked[service] = dict(applied)
 
 
@@ -87,19 +85,21 @@ class DryRun:
     Args:
         cfg: the fleet.
         source: a ``PrometheusSource``.
+        controller: the policy (``controllers.registry.build(spec, cfg)``), run as a ``Shadow``.
         speed: simulated seconds per wall second of the source (1 for a real cluster); the loop's
             time is wall time since the start times ``speed``.
     """
 
     cfg: FleetConfig
     source: PrometheusSource
+    controller: Controller
     speed: float = 1.0
     t0: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
-        self.loop = ControlLoop(self.cfg, self.source, None, Shadow(PIDController()))
+        self.loop = ControlLoop(self.cfg, self.source, None, Shadow(self.controller))
         # Prometheus has history: a window of data exists before the first tick.
-        self.loop.start(-self.cfg.controller.window_s)
+        self.loop.start(-self.controller.window_s)
         self.metrics = LoopMetrics(self.loop)
 
     def tick(self) -> TickRecord:
@@ -130,7 +130,7 @@ def tick_json(run: DryRun, record: TickRecord, wall_s: float) -> dict[str, Any]:
             },
             "signals": dict(est.signals),
             "decision": {"hold": st.decision.hold, "reason": st.decision.reason, "terms": dict(st.decision.terms)},
-            "admission_thresholds": None,
+            "admission_thresholds": dict(st.decision.admission) or None,
             "errors": list(est.errors),
             "warnings": run.warnings(name, record),
         }
@@ -150,13 +150,14 @@ def tick_tables(run: DryRun, record: TickRecord, wall_s: float) -> list[Table | 
         t = Table(title=f"{name} at {stamp} (dry-run: nothing is changed)", title_justify="left")
         for col in ("variant", "current (ready+starting)", "desired", "change", "admission", "reason"):
             t.add_column(col, justify="right" if col in ("desired", "change") else "left")
+        admission = ", ".join(f"{c} {s:g} s" for c, s in sorted(st.decision.admission.items())) or "-"
         for v, obs in est.variants.items():
             if not obs.counts_known:  # unknown: "?", never 0
-                t.add_row(v, "? (?+?)", "?", "?", "-", escape(st.reason))
+                t.add_row(v, "? (?+?)", "?", "?", admission, escape(st.reason))
                 continue
             delta = st.applied[v] - obs.current
             t.add_row(v, f"{obs.current} ({obs.ready}+{obs.starting})", str(st.applied[v]),
-                      f"{delta:+d}" if delta else "0", "-", escape(st.reason))
+                      f"{delta:+d}" if delta else "0", admission, escape(st.reason))
         out.append(t)
         s = Table(show_header=True, title=f"{name}: observed signals", title_justify="left")
         s.add_column("signal")

@@ -1,18 +1,21 @@
 """Run the control loop against the embedded fleet simulator on a workload.
 
-``run_simulation`` wires the simulator adapters into ``ControlLoop``, ticks it until every request
-has ended, and returns the run (simulator, tick records, wall time) for ``autoscaler.report``.
+``SimulationDriver`` wires the simulator adapters into ``ControlLoop`` and steps them until every
+request has ended: flat out for ``autoscaler simulate`` and ``compare`` (``run_simulation``), or paced
+at a speed for a served simulation (``autoscaler.realtime``), with the same stepping either way.
 
-The loop ticks at the controller's own period (``tick_s`` attribute, e.g. Knative's 2 s or Dynamo's
-180 s; default the fleet file's ``controller.tick_s``) with its signal window (``window_s``
-attribute, default ``controller.window_s``). Between ticks longer than ``controller.tick_s`` the
-metrics source is scraped every ``controller.tick_s`` (Prometheus's scrape interval), so windowed
-gauge signals such as ``max_over_time`` see the samples a real Prometheus would.
+The loop ticks at the controller's own period (``Controller.tick_s``, e.g. Knative's 2 s or
+Dynamo's 180 s) with its signal window (``Controller.window_s``). Between ticks longer than
+``controller.tick_s`` the metrics source is scraped every ``controller.tick_s`` (Prometheus's scrape
+interval), so windowed gauge signals such as ``max_over_time`` see the samples a real Prometheus
+would. Run flat out, stretches in which nothing can change (no request in flight, the fleet idle
+and settled) are skipped up to the next arrival.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,12 +26,12 @@ from autoscaler.loop.runner import ControlLoop, TickRecord
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.workload.types import Workload
 from controllers.base import Controller
-from controllers.baselines import BASELINE_NAMES, make_baseline
-from controllers.pid import PIDController
-from controllers.static import StaticController, opening_rate_rps, peak_provisioning, provision_for
+from controllers.registry import build
+from controllers.static import StaticController, opening_rate_rps, provision_for, workload_mix
 
-CONTROLLERS = ("pid", "static", *BASELINE_NAMES)
 MAX_DRAIN_S = 4 * 3600.0
+# Wall seconds between sub-steps when paced: ten fresh states per second for a 1 s scrape interval.
+PACED_SUBSTEP_WALL_S = 0.1
 
 
 @dataclass
@@ -50,39 +53,20 @@ class SimulationRun:
     wall_s: float
 
 
-def make_controller(name: str, cfg: FleetConfig, workload: Workload, service: str | None) -> Controller:
-    """Build a controller by name.
-
-    ``static`` sizes every service's variants for the workload's peak rate; the fleet starts at
-    that size (its ``initial_replicas`` are overridden by the caller through ``static_start``).
-
-    Raises:
-        ValueError: unknown controller name.
-    """
-    if name == "pid":
-        return PIDController()
-    if name == "static":
-        svc = cfg.service(service)
-        return StaticController({svc.name: peak_provisioning(svc, workload)})
-    if name.split(":", 1)[0] in BASELINE_NAMES:
-        return make_baseline(name, cfg, workload, service)
-    raise ValueError(f"unknown controller '{name}'; choose one of: {', '.join(CONTROLLERS)}")
-
-
 def start_at(cfg: FleetConfig, controller: Controller, workload: Workload, service: str | None,
              steady_start: bool) -> FleetConfig:
     """The fleet with its initial replicas set: a static controller's fixed counts, or (with
     ``steady_start``) the replicas ``provision_for`` gives for the workload's opening rate (its
     highest 60-s arrival rate in the first 5 minutes, ``opening_rate_rps``: the rule the static
-    baseline applies to the whole trace) with the PID setpoint's headroom (ITL at setpoint x SLO),
-    as a fleet that has been serving this traffic for a while would have. Otherwise the fleet
-    file's counts."""
+    baseline applies to the whole trace) at the PID setpoint's mean ITL (setpoint x ITL SLO), as a
+    fleet that has been serving this traffic for a while would have. Otherwise the fleet file's counts."""
     if isinstance(controller, StaticController):
         start = controller.replicas
     elif steady_start:
         svc = cfg.service(service)
         opening = opening_rate_rps(workload, max_model_len=svc.max_model_len)
-        start = {svc.name: provision_for(svc, workload, opening, cfg.controller.pid.setpoint)}
+        itl = cfg.controller.pid.setpoint * svc.slo["interactive"].itl_s
+        start = {svc.name: provision_for(svc, cfg.simulator.engine, workload_mix(svc, workload), opening, itl)}
     else:
         return cfg
     cfg = cfg.model_copy(deep=True)
@@ -94,6 +78,106 @@ def start_at(cfg: FleetConfig, controller: Controller, workload: Workload, servi
     return cfg
 
 
+class SimulationDriver:
+    """The simulator, its adapters and the loop, stepped tick by tick (module docstring).
+
+    Args:
+        cfg: the fleet.
+        workload: the requests (all sent to ``service``, default the first).
+        controller: the policy.
+        service: the service the workload targets.
+        steady_start: start adaptive controllers from the fleet sized for the workload's first
+            5 minutes (``start_at``) instead of the fleet file's ``initial_replicas``.
+        on_tick: called after each tick with its record and its wall time, seconds.
+
+    Attributes:
+        lock: held while the simulation advances; readers of ``sim`` from other threads take it.
+        ticks: the loop's records; ``tick_wall_s``: unix time at which each ran.
+    """
+
+    def __init__(self, cfg: FleetConfig, workload: Workload, controller: Controller, service: str | None = None,
+                 steady_start: bool = True,
+                 on_tick: Callable[[TickRecord, float], None] | None = None) -> None:
+        self.ctrl = controller
+        self.cfg = start_at(cfg, controller, workload, service, steady_start)
+        self.sim = FleetSimulator(self.cfg, workload, service)
+        self.source = SimMetricsSource(self.sim, controller.window_s)
+        self.loop = ControlLoop(self.cfg, self.source, SimActuator(self.sim), controller)
+        self.on_tick = on_tick
+        self.lock = threading.Lock()
+        self.ticks: list[TickRecord] = []
+        self.tick_wall_s: list[float] = []
+
+    def run(
+        self,
+        speed: float | None = None,
+        substep_s: float | None = None,
+        on_step: Callable[[float], None] | None = None,
+        stop: threading.Event | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> SimulationRun:
+        """Run until every request has ended (or the drain limit, or ``stop`` is set).
+
+        Args:
+            speed: simulated seconds per wall second; None runs as fast as possible and skips quiet stretches.
+            substep_s: simulated seconds per sub-step; default ``speed * 0.1`` when paced, else the tick.
+            on_step: called with the simulated time after each sub-step, before a tick due then.
+            stop: set from another thread to end the run early.
+            progress: called after each tick with the fraction of requests ended (0..1).
+
+        Raises:
+            ValueError: ``speed`` or ``substep_s`` not > 0.
+        """
+        if speed is not None and not speed > 0:
+            raise ValueError(f"--speed must be > 0, got {speed}")
+        tick = self.ctrl.tick_s
+        step = substep_s or (min(tick, speed * PACED_SUBSTEP_WALL_S) if speed else tick)
+        if not step > 0:
+            raise ValueError(f"sub-step must be > 0, got {step}")
+        scrapes = max(1, round(tick / self.cfg.controller.tick_s))
+        sim = self.sim
+        t_wall = time.perf_counter()
+        t0 = time.monotonic()
+        limit = sim.last_arrival_s + MAX_DRAIN_S
+        quiet = self.cfg.controller.guard.idle_ticks_to_min + 2
+        now = 0.0
+        while not (sim.done and now >= sim.last_arrival_s) and now < limit:
+            if stop is not None and stop.is_set():
+                break
+            if speed is None:
+                now = _fast_forward(sim, now, tick, self.ticks, quiet)
+            start = now
+            for j in range(1, scrapes + 1):
+                target = start + tick if j == scrapes else start + j * tick / scrapes
+                while now < target:
+                    now = min(now + step, target)
+                    if speed:
+                        time.sleep(max(0.0, t0 + now / speed - time.monotonic()))
+                    with self.lock:
+                        sim.run_until(now)
+                    if on_step is not None:
+                        on_step(now)
+                if j < scrapes:
+                    with self.lock:
+                        self.source.scrape(now)
+            with self.lock:
+                sim.expire_gateway()
+                started = time.perf_counter()
+                record = self.loop.tick(now)
+                if self.on_tick is not None:
+                    self.on_tick(record, time.perf_counter() - started)
+            self.ticks.append(record)
+            self.tick_wall_s.append(time.time())
+            if progress is not None:
+                progress(1 - sim.open_requests / max(len(sim.requests), 1))
+        with self.lock:
+            if not sim.done:
+                sim.fail_open()
+        finished = [sr.t_finish for sr in sim.requests if sr.t_finish is not None]
+        end_s = max([sim.last_arrival_s, *finished])
+        return SimulationRun(sim, self.ticks, self.ctrl.name, end_s, time.perf_counter() - t_wall)
+
+
 def run_simulation(
     cfg: FleetConfig,
     workload: Workload,
@@ -102,49 +186,21 @@ def run_simulation(
     progress: Callable[[float], None] | None = None,
     steady_start: bool = True,
 ) -> SimulationRun:
-    """Simulate ``workload`` on the fleet under ``controller`` until every request has ended.
+    """Simulate ``workload`` on the fleet under ``controller`` until every request has ended, flat out.
 
     Args:
         cfg: the fleet.
         workload: requests (all sent to ``service``, default the first).
-        controller: ``pid``, ``static``, a baseline spec (``controllers.baselines``), or a
-            controller object (e.g. ``controllers.static.ScheduledController``).
+        controller: a spec (``controllers.registry``) or a controller object (e.g.
+            ``controllers.static.ScheduledController``).
         progress: called after each tick with the fraction of requests ended (0..1).
-        steady_start: start adaptive controllers from the fleet sized for the workload's first
-            5 minutes (see ``start_at``) instead of the fleet file's ``initial_replicas``.
+        steady_start: as ``SimulationDriver``.
 
     Raises:
-        ValueError: unknown controller or service.
+        ValueError: unknown controller or service, or a bad controller parameter.
     """
-    t_wall = time.perf_counter()
-    ctrl = make_controller(controller, cfg, workload, service) if isinstance(controller, str) else controller
-    cfg = start_at(cfg, ctrl, workload, service, steady_start)
-    sim = FleetSimulator(cfg, workload, service)
-    source = SimMetricsSource(sim, getattr(ctrl, "window_s", cfg.controller.window_s))
-    loop = ControlLoop(cfg, source, SimActuator(sim), ctrl)
-    tick = getattr(ctrl, "tick_s", cfg.controller.tick_s)
-    scrapes = max(1, round(tick / cfg.controller.tick_s))
-    ticks: list[TickRecord] = []
-    total = max(len(sim.requests), 1)
-    limit = sim.last_arrival_s + MAX_DRAIN_S
-    now = 0.0
-    quiet = cfg.controller.guard.idle_ticks_to_min + 2
-    while not (sim.done and now >= sim.last_arrival_s) and now < limit:
-        now = _fast_forward(sim, now, tick, ticks, quiet)
-        for k in range(1, scrapes):
-            sim.run_until(now + k * tick / scrapes)
-            source.scrape(now + k * tick / scrapes)
-        now += tick
-        sim.run_until(now)
-        sim.expire_gateway()
-        ticks.append(loop.tick(now))
-        if progress is not None:
-            progress(1 - sim.open_requests / total)
-    if not sim.done:
-        sim.fail_open()
-    finished = [sr.t_finish for sr in sim.requests if sr.t_finish is not None]
-    end_s = max([sim.last_arrival_s, *finished])
-    return SimulationRun(sim, ticks, ctrl.name, end_s, time.perf_counter() - t_wall)
+    ctrl = build(controller, cfg, service, workload) if isinstance(controller, str) else controller
+    return SimulationDriver(cfg, workload, ctrl, service, steady_start).run(progress=progress)
 
 
 def _fast_forward(sim: FleetSimulator, now: float, tick: float, ticks: list[TickRecord], quiet: int) -> float:

@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
-from autoscaler.cli import build_workload
 from autoscaler.compare import markdown_table, run_compare, write_comparison
 from autoscaler.config.loading import load_config
+from autoscaler.workload.build import build_workload
 from autoscaler.workload.types import Workload
 
 HERE = Path(__file__).resolve().parent

@@ -15,9 +15,9 @@ import statistics
 import time
 from pathlib import Path
 
-from autoscaler.cli import build_workload
 from autoscaler.config.loading import load_config
 from autoscaler.simulate import run_simulation
+from autoscaler.workload.build import build_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -21,10 +21,10 @@ import argparse
 from multiprocessing import Pool
 from pathlib import Path
 
-from autoscaler.cli import DEFAULT_BATCH_FRACTION, build_workload
 from autoscaler.config.loading import load_config
 from autoscaler.report import summarize
 from autoscaler.simulate import run_simulation
+from autoscaler.workload.build import DEFAULT_BATCH_FRACTION, build_workload
 from autoscaler.workload.types import Workload
 from controllers.split import cost_per_capacity
 from controllers.static import ScheduledController, StaticController, peak_provisioning
@@ -68,24 +68,27 @@ def main() -> None:
     cfg = load_config(ROOT / "examples" / "fleet.yaml")
     svc = cfg.services[0]
     wl = build_workload(args.trace, None, args.rate_scale, 1.0, args.seed, DEFAULT_BATCH_FRACTION)
-    w = variant_weights(svc)
+    w = variant_weights(svc, cfg.simulator.engine)
     dearest_first = [v.name for v in sorted(svc.variants, key=lambda v: -cost_per_capacity(v, w[v.name]))]
     mins = {v.name: v.min_replicas for v in svc.variants}
-    peak = peak_provisioning(svc, wl)
+    peak = peak_provisioning(svc, cfg.simulator.engine, wl)
     minus1 = smaller(peak, dearest_first, mins)
     minus2 = smaller(minus1, dearest_first, mins)
+
+    tick, window = cfg.controller.tick_s, cfg.controller.window_s
 
     def fleet(f: dict[str, int]) -> str:
         return "+".join(f"{n}{name}" for name, n in f.items() if n)
 
     jobs: list[tuple[str, object, argparse.Namespace]] = [
         (f"static {fleet(peak)} (peak)", "static", args),
-        (f"static {fleet(minus1)}", StaticController({svc.name: minus1}), args),
-        (f"static {fleet(minus2)}", StaticController({svc.name: minus2}), args),
+        (f"static {fleet(minus1)}", StaticController({svc.name: minus1}, tick, window), args),
+        (f"static {fleet(minus2)}", StaticController({svc.name: minus2}, tick, window), args),
     ]
     for t in args.switch_s:
         schedule = [(0.0, {svc.name: minus1}), (t, {svc.name: peak})]
-        jobs.append((f"schedule {fleet(minus1)} then {fleet(peak)} at {t:g} s", ScheduledController(schedule), args))
+        jobs.append((f"schedule {fleet(minus1)} then {fleet(peak)} at {t:g} s",
+                     ScheduledController(schedule, tick, window), args))
     jobs.append(("pid", "pid", args))
     print(f"{args.trace.name} x{args.rate_scale:g}, seed {args.seed}")
     base: float | None = None

@@ -19,11 +19,11 @@ import itertools
 from multiprocessing import Pool
 from pathlib import Path
 
-from autoscaler.cli import DEFAULT_BATCH_FRACTION, build_workload
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import load_config
 from autoscaler.report import summarize
 from autoscaler.simulate import run_simulation
+from autoscaler.workload.build import DEFAULT_BATCH_FRACTION, build_workload
 from autoscaler.workload.types import Workload
 
 ROOT = Path(__file__).resolve().parents[1]

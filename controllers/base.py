@@ -1,37 +1,131 @@
-"""What every controller returns, and the interface the loop's decide stage calls."""
+"""The controller contract: what every controller is given, declares and returns.
+
+A controller is built once with its settings (``controllers.registry`` builds any of them by spec)
+and then called once per tick and service with that tick's estimate. It declares:
+
+- ``name``: the spec it was built from (``pid``, ``hpa:target=0.4``...), used in results and metrics;
+- ``tick_s``: how often it decides, seconds (the PID: the fleet file's ``controller.tick_s``; HPA's
+  sync period 15 s; Dynamo's adjustment interval 180 s);
+- ``window_s``: the look-back window of the rate and ``max_over_time`` signals it reads, seconds;
+- ``own_guard``: True when it brings its own stabilisation and rate limits (the anchors' baselines,
+  fixed fleets): the loop then only clamps its decision to the variants' bounds, so it is measured
+  with its own rules; False when the loop's guard (step limits, cool-down, warm-up and idle rules)
+  applies (``autoscaler.loop.guard``);
+- ``on_guard_cut``: told what the guard (or the actuator, or whoever else sets the fleet) let
+  through when it differs from what was asked, so a controller with memory (the PID's integral)
+  can track the fleet instead of winding up against decisions never applied.
+
+``decide`` returns a ``Decision``: replicas per variant and, for controllers that set them,
+admission thresholds per priority class, with a named reason (``Reason``) beside the text.
+"""
 
 from __future__ import annotations
 
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from enum import StrEnum
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from autoscaler.config import ControllerConfig, Service
+    from autoscaler.config import Service
     from autoscaler.state import ServiceEstimate
+
+
+class Reason(StrEnum):
+    """Why a decision or a guard step is what it is (the ``reason`` label of the loop's metrics).
+
+    In the spirit of the HPA's condition reasons (``ScaleUpLimit``, ``TooManyReplicas``...): a
+    decision carries one, the guard adds its own for each cut it makes.
+    """
+
+    SCALE_UP = "scale_up"
+    SCALE_DOWN = "scale_down"
+    NO_CHANGE = "no_change"
+    FIXED = "fixed"  # a fixed fleet (static, scheduled)
+    SIGNAL_UNKNOWN = "signal_unknown"  # the controller's input is unknown: hold
+    WARMING_UP = "warming_up"  # less than one signal window of data: hold
+    METRICS_ERROR = "metrics_error"  # a metric query failed: hold
+    COUNTS_UNKNOWN = "counts_unknown"  # a variant's replica count is unknown: hold
+    IDLE_TO_MIN = "idle_to_min"  # idle for the configured ticks: toward the minimum
+    SCALE_FROM_ZERO = "scale_from_zero"  # requests wait and no replica exists
+    # the guard's cuts
+    TOO_MANY_REPLICAS = "too_many_replicas"  # clamped to max_replicas / quota
+    TOO_FEW_REPLICAS = "too_few_replicas"  # clamped to min_replicas
+    SCALE_UP_LIMIT = "scale_up_limit"  # max_step_up
+    SCALE_DOWN_LIMIT = "scale_down_limit"  # max_step_down
+    COOLDOWN = "cooldown"  # scale-down held within scale_down_cooldown_s of a scale-up
+
+
+HOLD_REASONS = frozenset({Reason.SIGNAL_UNKNOWN, Reason.WARMING_UP, Reason.METRICS_ERROR, Reason.COUNTS_UNKNOWN})
 
 
 @dataclass
 class Decision:
-    """Desired replicas per variant of one service, with the reason and the controller's terms.
+    """What one controller asks for one service at one tick.
 
     Attributes:
-        desired: variant name -> desired replica count.
-        reason: short human-readable reason (``scale up: ttft_p95 1.8x setpoint`` ...).
+        desired: variant name -> desired replica count (variants left out keep their count).
+        reason: short human-readable reason (``scale up: slo_mean_ratio=0.61 vs setpoint 0.3`` ...).
+        code: the named reason.
         terms: numbers worth exporting (setpoint, measurement, PID terms, target capacity).
         hold: True when the controller could not decide (missing data): the guard keeps replicas.
+        admission: priority class -> admission threshold at the gateway (the longest estimated
+            queue wait a request of that class may face, seconds; ``autoscaler.loop.actuate``);
+            empty when the controller sets none.
     """
 
     desired: dict[str, int]
     reason: str
+    code: Reason = Reason.NO_CHANGE
     terms: dict[str, float] = field(default_factory=dict)
     hold: bool = False
+    admission: dict[str, float] = field(default_factory=dict)
 
 
-class Controller(Protocol):
-    """A replica-count policy for one or more services."""
+def change_reason(desired: Mapping[str, int], current: Mapping[str, int]) -> Reason:
+    """``SCALE_UP`` if any variant grows, else ``SCALE_DOWN`` if any shrinks, else ``NO_CHANGE``."""
+    if any(n > current.get(v, 0) for v, n in desired.items()):
+        return Reason.SCALE_UP
+    if any(n < current.get(v, 0) for v, n in desired.items()):
+        return Reason.SCALE_DOWN
+    return Reason.NO_CHANGE
 
-    name: str
 
-    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
-        """Desired replicas per variant of ``svc`` given this tick's estimate."""
-        ...
+def hold(current: Mapping[str, int], reason: str, code: Reason = Reason.SIGNAL_UNKNOWN) -> Decision:
+    """A decision that keeps every variant at ``current`` because the controller cannot decide."""
+    return Decision(dict(current), reason, code, hold=True)
+
+
+class Controller(ABC):
+    """A replica-count (and admission) policy for the services of a fleet (module docstring).
+
+    Args:
+        name: the spec it was built from.
+        tick_s: seconds between decisions (> 0).
+        window_s: signal look-back window, seconds (> 0).
+        own_guard: brings its own stabilisation (the loop applies only the variants' bounds).
+
+    Raises:
+        ValueError: ``tick_s`` or ``window_s`` not a finite number > 0.
+    """
+
+    def __init__(self, name: str, tick_s: float, window_s: float, own_guard: bool = False) -> None:
+        for what, x in (("tick_s", tick_s), ("window_s", window_s)):
+            if not 0 < x < math.inf:
+                raise ValueError(f"{name}: {what} must be a finite number > 0, got {x}")
+        self.name = name
+        self.tick_s = float(tick_s)
+        self.window_s = float(window_s)
+        self.own_guard = own_guard
+
+    @abstractmethod
+    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
+        """What to ask for ``svc`` given this tick's estimate (pure of I/O: no query, no write)."""
+
+    def on_guard_cut(self, service: str, intended: Mapping[str, int], applied: Mapping[str, int],
+                     weights: Mapping[str, float]) -> None:
+        """``applied`` (replicas per variant) is what the fleet got instead of ``intended``; ``weights``
+        is one replica's capacity per variant (requests/s). A controller without memory ignores it."""
+        return None

@@ -37,27 +37,9 @@ Defaults (``autoscaler.config.PIDConfig``, ``ControllerConfig``): setpoint 0.3 o
 (the larger of mean TTFT / TTFT SLO and mean TPOT / ITL SLO, interactive class), deadband 0.25,
 window 300 s, kp 0.2, ki 0.005/s, down_gain 0.5, error_clip 3.
 
-Why means over a 300-s window, measured on the simulator (seed 0, example fleet; SLO attainment /
-GPU-hours). Each step below was checked on Azure conv x20 and Mooncake x6; static peak provisioning
-there gives 99.98% / 10.72 and 98.91% / 10.84.
-* On Mooncake the p95 signals cannot see over-provisioning. The p95 TTFT has a ~0.9 s prefill floor
-  (0.45 of the 2 s SLO). vLLM's TPOT buckets (0.025, 0.05, 0.075 s) are as wide as the signal's
-  range, so the interpolated p95 reads ~0.045 s at an exact 0.030 s, then jumps to <= 0.025 s.
-  The window means (``rate(_sum) / rate(_count)``) are exact and fall smoothly with replicas:
-  mean TPOT 0.036 / 0.027 / 0.020 s at 10 / 11 / 13 replicas.
-  The p95 PID (setpoint 0.5, deadband 0.1, 60 s) spent 14.57 GPU-h on Mooncake (98.96%).
-* Setpoint x deadband x window grid on the means ({0.28, 0.3, 0.33, 0.36} x {0.1, 0.2, 0.25} x
-  {180, 240, 300, 420} s). 60-s means hunt (Mooncake 12.20 at setpoint 0.3); 300 s with deadband
-  0.2-0.25 settled near 10.8-11.0. Setpoints above 0.3 lost Azure SLO (87-91%).
-* With the three rules above: Azure 98.08% / 9.26, Mooncake 97.91% / 10.82, and 10.82-11.26 on
-  seeds 1-3. The step scenario went from 64.9% to 84.2% with the overload rule alone.
-* The cost is slower reaction to gradual ramps: the ``benchmarks/scenarios`` ramp fell from 98.5% /
-  6.19 to 95.8% / 6.89, and the embedded day from 99.99% / 6.73 to 98.80% / 6.83. The step went from
-  80.6% / 3.40 to 84.2% / 4.23, Azure code from 86.6% / 25.0 to 83.0% / 21.6.
-* kp and ki come from earlier grids on the p95 signal (``benchmarks/tune_pid.py``): setpoint {0.45-0.6}
-  x kp {0.2, 0.3, 0.5} x ki {0.005, 0.01, 0.02} (>= 99.5% on Azure x20 and Mooncake x4 at the fewest
-  GPU-hours), then kp {0.03-0.2} x ki {0.0025-0.005} x error_clip {1, 3}: smaller gains saved GPU-hours
-  but the step, ramp and Azure code scenarios fell from 79 / 98 / 84% to 55 / 94 / 47% interactive SLO.
+The defaults come from grids run with ``benchmarks/tune_pid.py`` on Azure conv x20, Mooncake x6 and
+the embedded day, each checked against static peak provisioning; ``docs/controllers.md`` records
+those runs and why window means replaced the p95 signals.
 """
 
 from __future__ import annotations
@@ -66,11 +48,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from autoscaler.config import PIDConfig
-from controllers.base import Decision
+from controllers.base import Controller, Decision, Reason, change_reason, hold
 from controllers.split import capacity_of, split_capacity
 
 if TYPE_CHECKING:
-    from autoscaler.config import ControllerConfig, Service
+    from collections.abc import Mapping
+
+    from autoscaler.config import Service
     from autoscaler.state import ServiceEstimate
 
 
@@ -199,31 +183,36 @@ def overload_factor(history: tuple[tuple[float, float], ...], served: float | No
     return min((served + growth) / served, cap)
 
 
-class PIDController:
+class PIDController(Controller):
     """The PID policy for every service of a fleet (state kept per service).
 
     ``decide`` holds (no change) when the setpoint signal is unknown; otherwise it runs ``pid_step``
     on the service's capacity and splits the result across variants with ``controllers.split``.
+
+    Args:
+        settings: gains and shaping (the fleet file's ``controller.pid``).
+        tick_s: seconds between decisions, the PID's time step (``controller.tick_s``).
+        window_s: signal window, seconds (``controller.window_s``).
     """
 
-    name = "pid"
-
-    def __init__(self) -> None:
+    def __init__(self, settings: PIDConfig, tick_s: float, window_s: float, name: str = "pid") -> None:
+        super().__init__(name, tick_s, window_s)
+        self.settings = settings
         self.states: dict[str, PIDState] = {}
 
-    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
+    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Desired replicas per variant; see the module docstring for the control law."""
-        pid = cfg.pid
+        pid = self.settings
         y = est.signals.get(pid.setpoint_signal)
         current = est.current
         if y is None:
-            return Decision(dict(current), f"hold: {pid.setpoint_signal} unknown", hold=True)
+            return hold(current, f"hold: {pid.setpoint_signal} unknown")
         w = est.weights
         out_min = sum(v.min_replicas * w[v.name] for v in svc.variants)
         out_max = sum(v.cap * w[v.name] for v in svc.variants)
         state = self.states.get(svc.name, PIDState())
         u, state, terms = pid_step(
-            pid, state, y, cfg.tick_s, est.capacity_rps, out_min, out_max,
+            pid, state, y, self.tick_s, est.capacity_rps, out_min, out_max,
             hold_integral=est.starting > 0, scale=est.ready_capacity_rps,
         )
         queue = est.signals.get("queue_length")
@@ -252,6 +241,7 @@ class PIDController:
         return Decision(
             desired,
             reason,
+            change_reason(desired, current) if change else Reason.NO_CHANGE,
             terms={
                 "setpoint": pid.setpoint,
                 "measurement": y,
@@ -263,9 +253,9 @@ class PIDController:
             },
         )
 
-    def guarded(self, service: str, intended: dict[str, int], applied: dict[str, int],
-                weights: dict[str, float]) -> None:
-        """Feed back what the guard let through (back-calculation anti-windup, see ``track``)."""
+    def on_guard_cut(self, service: str, intended: Mapping[str, int], applied: Mapping[str, int],
+                     weights: Mapping[str, float]) -> None:
+        """Back-calculation anti-windup: move the integral toward what was applied (``track``)."""
         if service in self.states:
             done = capacity_of(applied, weights)
             self.states[service] = track(self.states[service], done - capacity_of(intended, weights), done)

@@ -4,37 +4,38 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autoscaler.config import Service
-from controllers.base import Decision
+from autoscaler.config import EngineConfig, Service
+from controllers.base import Controller, Decision, Reason
 from controllers.split import split_capacity
-from models.capacity import replica_capacity_rps
-from models.profiles import get_profile
+from models.capacity import ReplicaSpec, RequestMix, mean_itl_rate, variant_weights
 
 if TYPE_CHECKING:
-    from autoscaler.config import ControllerConfig
     from autoscaler.state import ServiceEstimate
     from autoscaler.workload.types import Request, Workload
 
 PEAK_WINDOW_S = 60.0
 
 
-class StaticController:
+class StaticController(Controller):
     """Always asks for the same replicas per variant (a peak-provisioned fleet never scales).
 
-    ``own_guard``: the loop applies only the replica bounds, none of its adaptive rules (idle
-    scale-to-minimum, step limits), so the fleet really stays fixed.
+    It brings its own (empty) stabilisation: the loop applies only the replica bounds, none of its
+    adaptive rules (idle scale-to-minimum, step limits), so the fleet really stays fixed.
+
+    Args:
+        replicas: service -> variant -> replicas; variants not listed keep their current count.
+        tick_s, window_s: the loop's period and signal window (nothing here reads signals).
+        name: the spec it was built from.
     """
 
-    name = "static"
-    own_guard = True
-
-    def __init__(self, replicas: dict[str, dict[str, int]]) -> None:
+    def __init__(self, replicas: dict[str, dict[str, int]], tick_s: float, window_s: float,
+                 name: str = "static") -> None:
+        super().__init__(name, tick_s, window_s, own_guard=True)
         self.replicas = replicas
 
-    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
-        """The fixed replicas of ``svc`` (variants not listed keep their current count)."""
-        desired = {**est.current, **self.replicas.get(svc.name, {})}
-        return Decision(desired, "static")
+    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
+        """The fixed replicas of ``svc``."""
+        return Decision({**est.current, **self.replicas.get(svc.name, {})}, self.name, Reason.FIXED)
 
 
 class ScheduledController(StaticController):
@@ -43,24 +44,24 @@ class ScheduledController(StaticController):
     Args:
         schedule: ``(start_s, replicas)`` pairs sorted by ``start_s``, the first at 0; ``replicas``
             is service -> variant -> count, held from ``start_s`` until the next pair's ``start_s``.
+        tick_s, window_s: as ``StaticController``.
 
     Raises:
         ValueError: empty, unsorted, or not starting at 0.
     """
 
-    name = "scheduled"
-
-    def __init__(self, schedule: list[tuple[float, dict[str, dict[str, int]]]]) -> None:
+    def __init__(self, schedule: list[tuple[float, dict[str, dict[str, int]]]], tick_s: float, window_s: float,
+                 name: str = "scheduled") -> None:
         starts = [t for t, _ in schedule]
         if not schedule or starts[0] != 0 or starts != sorted(starts):
             raise ValueError(f"schedule must start at 0 s and be sorted by start time, got starts {starts}")
-        super().__init__(schedule[0][1])
+        super().__init__(schedule[0][1], tick_s, window_s, name)
         self.schedule = schedule
 
-    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
+    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """The replicas of the window holding ``est.time_s``."""
         replicas = next(r for t, r in reversed(self.schedule) if t <= est.time_s)
-        return Decision({**est.current, **replicas.get(svc.name, {})}, "scheduled")
+        return Decision({**est.current, **replicas.get(svc.name, {})}, self.name, Reason.FIXED)
 
 
 def served(workload: Workload, max_model_len: int | None) -> list[Request]:
@@ -85,29 +86,37 @@ def _peak_rate(t: list[float], window_s: float) -> float:
     return best / window_s
 
 
-def provision_for(svc: Service, workload: Workload, rate_rps: float, itl_fraction: float = 1.0) -> dict[str, int]:
-    """Replicas per variant whose capacity covers ``rate_rps`` at ``itl_fraction`` x the interactive ITL SLO.
-
-    Per-replica capacity comes from ``models.capacity.replica_capacity_rps`` at the mean prompt and
-    output lengths of the requests the service accepts (``max_model_len``: rejected requests cost
-    nothing); variants are filled cheapest cost-per-capacity first (``controllers.split``), starting
-    from each variant's minimum.
-    """
+def workload_mix(svc: Service, workload: Workload) -> RequestMix | None:
+    """The request mix of the requests ``svc`` accepts (``max_model_len``), None when there are none."""
     reqs = served(workload, svc.max_model_len)
     if not reqs:
+        return None
+    return RequestMix.from_requests([r.input_tokens for r in reqs], [r.output_tokens for r in reqs])
+
+
+def provision_for(svc: Service, engine: EngineConfig, mix: RequestMix | None, rate_rps: float,
+                  mean_itl_s: float | None = None) -> dict[str, int]:
+    """Replicas per variant whose capacity covers ``rate_rps`` (requests/s).
+
+    Per-replica capacity is ``models.capacity.replica_capacity`` at the service's interactive SLO for
+    ``mix`` (None: no request is accepted, every variant at its minimum); with ``mean_itl_s``, at most
+    the rate at which the mean ITL reaches it (``mean_itl_rate``: a fleet whose PID sits at its
+    setpoint). Variants are filled at the lowest cost for the capacity (``controllers.split``),
+    starting from each variant's minimum.
+    """
+    if mix is None:
         return {v.name: v.min_replicas for v in svc.variants}
-    mean_in = sum(r.input_tokens for r in reqs) / max(len(reqs), 1)
-    mean_out = sum(r.output_tokens for r in reqs) / max(len(reqs), 1)
-    itl = svc.slo["interactive"].itl_s * itl_fraction
-    weights = {
-        v.name: replica_capacity_rps(get_profile(v.profile), mean_in, mean_out, itl) for v in svc.variants
-    }
+    weights = variant_weights(svc, engine, mix)
+    if mean_itl_s is not None:
+        weights = {v.name: min(weights[v.name], mean_itl_rate(ReplicaSpec.of(v, engine), mix, mean_itl_s))
+                   for v in svc.variants}
     return split_capacity(rate_rps, svc.variants, {}, weights)
 
 
-def peak_provisioning(svc: Service, workload: Workload) -> dict[str, int]:
+def peak_provisioning(svc: Service, engine: EngineConfig, workload: Workload) -> dict[str, int]:
     """Replicas per variant for the workload's peak 60-s arrival rate (``provision_for``)."""
-    return provision_for(svc, workload, peak_rate_rps(workload, max_model_len=svc.max_model_len))
+    return provision_for(svc, engine, workload_mix(svc, workload),
+                         peak_rate_rps(workload, max_model_len=svc.max_model_len))
 
 
 def opening_rate_rps(workload: Workload, window_s: float = 300.0, max_model_len: int | None = None) -> float:

@@ -1,110 +1,435 @@
-"""Steady-state capacity of one replica, derived from its performance profile.
+"""Steady-state capacity of one replica: the largest arrival rate it serves within the SLO.
 
-Little's law on a continuously batched engine: at ``rate`` requests/s with mean prompt ``L_in``
-and output ``L_out`` tokens and step time ``s``, each step carries ``rate*s*L_in`` prefill tokens
-and ``rate*s*L_out`` decoding sequences with mean context ``L_in + L_out/2``. With the profile's
-marginal costs (``t0`` per step, ``a`` per prefill token, ``b`` per sequence, ``g`` per context
-token) the step time solves ``s = t0 + rate*s*(a*L_in + b*L_out + g*(L_in + L_out/2)*L_out)``, so
-the largest rate whose step time (= mean inter-token latency) stays within ``itl_s`` is
+A replica of a continuously batched engine (vLLM V1: chunked prefill, ``max_num_seqs``, a KV cache
+of ``kv_cache_tokens``) is limited by four resources. Its capacity is the minimum of four bounds,
+each the largest Poisson arrival rate ``lam`` (requests/s) at which the requests missing that part
+of the SLO stay within ``1 - attainment`` (default 1 %):
 
-    rate_max = (1 - t0/itl_s) / (a*L_in + b*L_out + g*(L_in + L_out/2)*L_out).
+* **ITL** (step time vs the ITL target). A request decoding ``D = L_out - 1`` tokens gets one per
+  engine step; its mean time per output token is ``s_d + X / D``, where ``s_d`` is the mean
+  decode-only step and ``X`` the prefill work of the requests arriving while it decodes (chunked
+  prefill puts their chunks into its steps). ``X`` is compound Poisson over the window
+  ``D x itl_s``: mean ``lam w a E[P]``, variance ``lam w a^2 E[P^2]`` (``P`` uncached prompt
+  tokens, ``a`` seconds per prefill token), taken as a gamma variable. A request misses when
+  ``X > D (itl_s - s_d)``; short outputs have few steps to average over and miss first.
+* **TTFT** (prefill time vs the TTFT target). Prefills are served FCFS: an M/G/1 queue whose
+  service is the request's prefill steps (``a P + ceil(P / budget) s_d``), with the exponential
+  waiting-time tail of heavy traffic (Kingman): ``P(W > t) = rho exp(-2 (1 - rho) t / (E[S] (ca^2 +
+  cs^2)))``. A request misses when its wait exceeds ``ttft_s - S - s_d``.
+* **max_num_seqs** (Little's law on the time in system ``T``). Each request holds one of
+  ``max_num_seqs`` slots for ``T = S + L_out s``: an M/M/c queue with ``c = max_num_seqs`` and
+  offered load ``lam T``; a request misses when its wait for a slot (Erlang C, decay ``(c - lam T) / T``)
+  exceeds the TTFT slack.
+* **KV cache** (resident tokens x concurrency <= ``kv_cache_tokens``). A request reserves its
+  prompt (plus one block) at admission and grows one token per step, so the tokens resident are a
+  compound Poisson (shot-noise) sum with mean ``lam E[int r dt]`` and variance ``lam E[int r^2 dt]``
+  (Campbell's theorem), taken as gamma. An arriving request that finds no room for its prompt
+  waits or, once decoding, is preempted (PASTA: it sees the time-average occupancy): a miss.
 
-``replica_capacity_slo_rps`` adds a TTFT target and prefix-cache hits (for the Dynamo planner and
-the static cost-optimal mix, ``controllers.baselines``): without queueing, vLLM's chunked prefill
-takes ``k = ceil(L_in*(1-hit) / max_num_batched_tokens)`` steps to prefill a prompt's uncached
-tokens, so TTFT ~ k mean steps and the step time must stay within ``min(itl_s, ttft_s/k)``; cached
-tokens drop out of the prefill work (``a*L_in*(1-hit)``) but are still read as context by decode.
+Everything rests on the fluid operating point of the step-time model (``PerformanceProfile``: ``t0``
+per step, ``a`` per prefill token, ``b`` per decoding sequence, ``g`` per context token): the mean
+step time solves ``s = t0 + lam s W`` with ``W = E[a P + b L_out + g (L_in L_out + L_out^2 / 2)]`` the
+work one request brings, so ``s = t0 / (1 - lam W)``; ``mean_itl_rate`` is the rate at which ``s``
+reaches an ITL target (the bound without the tail).
+
+Measured against the simulator (``tests/test_capacity.py``): on a workload built for each bound
+the model is within 15 % of the simulator's knee (the highest rate a replica serves at 99 %).
+``docs/simulator.md`` has the measurements on mixed traffic.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+from scipy import stats
+
+from autoscaler.workload import synthetic
 from models.profiles import get_profile
 
 if TYPE_CHECKING:
-    from autoscaler.config import Service
+    from autoscaler.config import EngineConfig, Service, Variant
     from models.profiles import PerformanceProfile
 
-REFERENCE_INPUT_TOKENS = 1024
-REFERENCE_OUTPUT_TOKENS = 256
-REFERENCE_ITL_S = 0.08
+DEFAULT_ATTAINMENT = 0.99
+"""Share of requests that must meet the SLO at capacity (the product's attainment objective)."""
+
+# Output-length strata of ``RequestMix.from_requests`` (quantile edges), finer toward the top: the
+# long outputs dominate KV occupancy and time in system.
+_OUTPUT_EDGES = (*np.linspace(0.0, 0.96, 25), 0.98, 0.99, 0.995, 0.998, 0.999, 1.0)
+_INPUT_POINTS = 8  # prompt-length quantiles per output stratum
+# Length distribution assumed when only the means are known (``RequestMix.from_means``): lognormal
+# with the shape of Azure LLM inference 2023 conv (sigma = sqrt(2 ln(mean / median)) of its prompt and
+# output lengths, ``autoscaler.workload.synthetic``).
+INPUT_SIGMA = math.sqrt(2.0 * math.log(synthetic.INPUT_MEAN_TOKENS / synthetic.INPUT_MEDIAN_TOKENS))
+OUTPUT_SIGMA = math.sqrt(2.0 * math.log(synthetic.OUTPUT_MEAN_TOKENS / synthetic.OUTPUT_MEDIAN_TOKENS))
+_BISECTION_STEPS = 40  # relative precision 2**-40 of the fluid limit
+
+
+@dataclass(frozen=True, eq=False)
+class RequestMix:
+    """The requests a replica serves, as weighted representative points.
+
+    Attributes:
+        input_tokens, output_tokens: prompt and output lengths of each point, tokens (>= 1).
+        weights: share of requests each point stands for (sums to 1).
+        prefix_hit_rate: fraction of prompt tokens served from the prefix cache, in [0, 1).
+        arrival_scv: squared coefficient of variation of inter-arrival times (1 for Poisson).
+    """
+
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    weights: np.ndarray
+    prefix_hit_rate: float = 0.0
+    arrival_scv: float = 1.0
+
+    def __post_init__(self) -> None:
+        n = len(self.weights)
+        if n == 0 or len(self.input_tokens) != n or len(self.output_tokens) != n:
+            raise ValueError("a request mix needs at least one point, with a length pair per weight")
+        if not 0.0 <= self.prefix_hit_rate < 1.0:
+            raise ValueError(f"prefix_hit_rate must be in [0, 1), got {self.prefix_hit_rate}")
+        if np.any(self.input_tokens < 1) or np.any(self.output_tokens < 1) or np.any(self.weights < 0):
+            raise ValueError("token lengths must be >= 1 and weights >= 0")
+
+    @classmethod
+    def from_requests(cls, input_tokens: Sequence[float], output_tokens: Sequence[float],
+                      prefix_hit_rate: float = 0.0) -> RequestMix:
+        """A stratified summary of observed requests (a trace): output-length strata (finer toward
+        the longest), each split into ``_INPUT_POINTS`` prompt-length quantiles at the stratum's mean
+        output, so both marginals and their dependence survive in at most ~250 points (equal points
+        merged: fixed lengths are one point).
+
+        Raises:
+            ValueError: no request, or lengths of different counts.
+        """
+        ins = np.asarray(input_tokens, dtype=float)
+        outs = np.asarray(output_tokens, dtype=float)
+        if ins.size == 0 or ins.size != outs.size:
+            raise ValueError("a request mix needs at least one request, with as many prompts as outputs")
+        order = np.argsort(outs, kind="stable")
+        ins, outs = ins[order], outs[order]
+        n = ins.size
+        cuts = np.unique(np.round(np.array(_OUTPUT_EDGES) * n).astype(int))
+        pts_in, pts_out, pts_w = [], [], []
+        for lo, hi in itertools.pairwise(cuts):
+            if hi <= lo:
+                continue
+            stratum = np.sort(ins[lo:hi])
+            k = min(_INPUT_POINTS, hi - lo)
+            bounds = np.linspace(0, hi - lo, k + 1).astype(int)
+            mean_out = float(outs[lo:hi].mean())
+            for a, b in itertools.pairwise(bounds):
+                if b > a:
+                    pts_in.append(float(stratum[a:b].mean()))
+                    pts_out.append(mean_out)
+                    pts_w.append((b - a) / n)
+        pairs, where = np.unique(np.column_stack([pts_in, pts_out]), axis=0, return_inverse=True)
+        weights = np.bincount(where.ravel(), weights=pts_w)  # equal points merged
+        return cls(pairs[:, 0], pairs[:, 1], weights / weights.sum(), prefix_hit_rate)
+
+    @classmethod
+    def from_means(cls, input_tokens: float, output_tokens: float, prefix_hit_rate: float = 0.0) -> RequestMix:
+        """Lognormal prompt and output lengths with these means and the shape ``INPUT_SIGMA`` /
+        ``OUTPUT_SIGMA`` (independent), summarised as ``from_requests`` does, deterministically.
+
+        Raises:
+            ValueError: a mean below 1 token.
+        """
+        if not (input_tokens >= 1 and output_tokens >= 1):
+            raise ValueError(f"mean lengths must be >= 1 token, got {input_tokens} and {output_tokens}")
+        q = (np.arange(200) + 0.5) / 200
+        def lognormal(mean: float, sigma: float) -> np.ndarray:
+            return np.maximum(np.exp(math.log(mean) - sigma * sigma / 2 + sigma * stats.norm.ppf(q)), 1.0)
+        ins, outs = np.meshgrid(lognormal(input_tokens, INPUT_SIGMA), lognormal(output_tokens, OUTPUT_SIGMA))
+        return cls.from_requests(ins.ravel(), outs.ravel(), prefix_hit_rate)
+
+    def with_prefix_hit_rate(self, hit: float) -> RequestMix:
+        """The same lengths with another prefix-cache hit rate."""
+        return RequestMix(self.input_tokens, self.output_tokens, self.weights, hit, self.arrival_scv)
+
+    @property
+    def mean_input(self) -> float:
+        """Mean prompt length, tokens."""
+        return float(self.weights @ self.input_tokens)
+
+    @property
+    def mean_output(self) -> float:
+        """Mean output length, tokens."""
+        return float(self.weights @ self.output_tokens)
+
+    @property
+    def uncached(self) -> np.ndarray:
+        """Prompt tokens each point prefills (the prefix-cache hits drop out), tokens."""
+        return self.input_tokens * (1.0 - self.prefix_hit_rate)
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """What bounds one replica: its step-time profile and its vLLM settings.
+
+    Attributes:
+        profile: step-time model of the (model, GPU).
+        max_num_seqs: running-batch bound (vLLM ``--max-num-seqs``).
+        max_num_batched_tokens: tokens per engine step (vLLM ``--max-num-batched-tokens``).
+        block_size: KV block, tokens (one block of slack per running sequence).
+        kv_cache_tokens: KV-cache capacity, tokens.
+    """
+
+    profile: PerformanceProfile
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    kv_cache_tokens: int
+
+    @classmethod
+    def of(cls, variant: Variant, engine: EngineConfig) -> ReplicaSpec:
+        """The spec of one replica of ``variant`` under the fleet's engine settings."""
+        return cls(get_profile(variant.profile), engine.max_num_seqs, engine.max_num_batched_tokens,
+                   engine.block_size, variant.kv_cache_tokens)
+
+
+@dataclass(frozen=True)
+class CapacityBounds:
+    """Each bound of the module docstring, requests/s; ``rps`` is their minimum."""
+
+    itl_rps: float
+    ttft_rps: float
+    seqs_rps: float
+    kv_rps: float
+
+    @property
+    def rps(self) -> float:
+        """The replica's capacity: the tightest bound, requests/s."""
+        return min(self.itl_rps, self.ttft_rps, self.seqs_rps, self.kv_rps)
+
+    @property
+    def binding(self) -> str:
+        """Which bound is the capacity: ``itl``, ``ttft``, ``seqs`` or ``kv``."""
+        named = {"itl": self.itl_rps, "ttft": self.ttft_rps, "seqs": self.seqs_rps, "kv": self.kv_rps}
+        return min(named, key=lambda k: named[k])
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """One replica's fluid steady state at an arrival rate (module docstring).
+
+    Attributes:
+        rate_rps: arrival rate, requests/s.
+        step_s: mean engine step (= mean time per output token), seconds.
+        decode_step_s: mean step without its prefill share, seconds.
+        decoding: sequences decoding at once.
+        prefill_s: mean prefill service time of a request, seconds.
+        time_in_system_s: mean prefill plus decode time of a request, seconds.
+        concurrency: requests on the replica (Little's law), running and prefilling.
+        kv_tokens: mean KV tokens resident.
+    """
+
+    rate_rps: float
+    step_s: float
+    decode_step_s: float
+    decoding: float
+    prefill_s: float
+    time_in_system_s: float
+    concurrency: float
+    kv_tokens: float
 
 
 def marginal_costs(profile: PerformanceProfile) -> tuple[float, float, float, float]:
-    """``(t0, a, b, g)``: seconds per step, per prefill token, per decode sequence, per context token.
-
-    Read off the profile by finite differences around a mid-size batch (prefill 1024 tokens,
-    32 sequences), where vLLM serving steps usually sit.
-    """
-    p0, n0 = 1024, 32
-    base = profile.step_time(p0, n0, 0)
-    a = (profile.step_time(p0 + 1024, n0, 0) - base) / 1024
-    b = (profile.step_time(p0, n0 + 32, 0) - base) / 32
-    t0 = base - a * p0 - b * n0
-    return max(t0, 0.0), a, b, profile.seconds_per_ctx_token
+    """``(t0, a, b, g)``: seconds per step, per prefill token, per decode sequence, per context token."""
+    return (profile.step_overhead_s, profile.prefill_s_per_token, profile.decode_s_per_seq,
+            profile.seconds_per_ctx_token)
 
 
-def replica_capacity_rps(
-    profile: PerformanceProfile,
-    input_tokens: float = REFERENCE_INPUT_TOKENS,
-    output_tokens: float = REFERENCE_OUTPUT_TOKENS,
-    itl_s: float = REFERENCE_ITL_S,
-) -> float:
-    """Largest request rate (requests/s) one replica sustains with mean ITL <= ``itl_s`` seconds.
+def _decode_work(spec: ReplicaSpec, mix: RequestMix) -> np.ndarray:
+    """Seconds of step time each point's decode adds over its life (``b L_out + g sum of contexts``)."""
+    _, _, b, g = marginal_costs(spec.profile)
+    lin, lout = mix.input_tokens, mix.output_tokens
+    return b * lout + g * (lin * lout + lout * lout / 2)
+
+
+def _work(spec: ReplicaSpec, mix: RequestMix) -> float:
+    """``W``: mean seconds of step time one request brings beyond the per-step overhead."""
+    a = spec.profile.prefill_s_per_token
+    return float(mix.weights @ (a * mix.uncached + _decode_work(spec, mix)))
+
+
+def mean_itl_rate(spec: ReplicaSpec, mix: RequestMix, itl_s: float) -> float:
+    """The rate at which the mean step time (= mean ITL) reaches ``itl_s``: ``(1 - t0 / itl_s) / W``.
 
     Raises:
-        ValueError: ``itl_s`` is not above the profile's fixed step cost (no rate can meet it).
+        ValueError: ``itl_s`` is not above the profile's fixed step time (no rate can meet it).
     """
-    return _max_rate(profile, input_tokens, input_tokens, output_tokens, itl_s, "ITL")
+    t0 = spec.profile.step_overhead_s
+    if itl_s <= t0:
+        raise ValueError(f"ITL target {itl_s}s is below the fixed step time {t0:.4f}s of {spec.profile.name}")
+    return (1.0 - t0 / itl_s) / _work(spec, mix)
 
 
-def _max_rate(profile: PerformanceProfile, prefill_tokens: float, input_tokens: float, output_tokens: float,
-              step_s: float, what: str) -> float:
-    """Largest rate whose mean step time stays within ``step_s`` (module docstring's formula)."""
-    t0, a, b, g = marginal_costs(profile)
-    if step_s <= t0:
-        raise ValueError(f"{what} target {step_s}s is below the fixed step time {t0:.4f}s of {profile.name}")
-    work = a * prefill_tokens + b * output_tokens + g * (input_tokens + output_tokens / 2) * output_tokens
-    return (1 - t0 / step_s) / work
+def operating_point(spec: ReplicaSpec, mix: RequestMix, rate_rps: float) -> OperatingPoint:
+    """The fluid steady state at ``rate_rps`` (module docstring).
+
+    Raises:
+        ValueError: ``rate_rps`` negative, or at or above the fluid limit ``1 / W`` (the queue grows forever).
+    """
+    t0 = spec.profile.step_overhead_s
+    work = _work(spec, mix)
+    if rate_rps < 0 or rate_rps * work >= 1.0:
+        raise ValueError(f"rate {rate_rps:g} req/s is outside [0, {1 / work:.4g}) of {spec.profile.name} "
+                         "for this mix (the fluid limit)")
+    s = t0 / (1.0 - rate_rps * work)
+    wdec = _decode_work(spec, mix)
+    decoding = rate_rps * s * float(mix.weights @ mix.output_tokens)
+    sd = t0 + rate_rps * s * float(mix.weights @ wdec)
+    prefill = _prefill_s(spec, mix, decoding, sd)
+    tsys = prefill + mix.output_tokens * s
+    lin = mix.input_tokens + spec.block_size
+    lout = mix.output_tokens
+    token_s = prefill * lin + s * (lin * lout + lout * lout / 2)
+    return OperatingPoint(rate_rps, s, sd, decoding, float(mix.weights @ prefill), float(mix.weights @ tsys),
+                          rate_rps * float(mix.weights @ tsys), rate_rps * float(mix.weights @ token_s))
 
 
-def replica_capacity_slo_rps(
-    profile: PerformanceProfile,
-    input_tokens: float,
-    output_tokens: float,
-    itl_s: float,
-    ttft_s: float,
-    chunk_tokens: int,
-    prefix_hit_rate: float = 0.0,
-) -> float:
-    """Largest request rate (requests/s) one replica sustains with mean ITL <= ``itl_s`` and TTFT <= ``ttft_s``.
+def _prefill_s(spec: ReplicaSpec, mix: RequestMix, decoding: float, decode_step_s: float) -> np.ndarray:
+    """Prefill service time of each point: its prefill work plus the steps its chunks ride in, seconds."""
+    a = spec.profile.prefill_s_per_token
+    budget = max(spec.max_num_batched_tokens - decoding, 1.0)
+    p = mix.uncached
+    return a * p + np.ceil(p / budget) * decode_step_s
+
+
+def _gamma_sf(x: np.ndarray | float, mean: np.ndarray | float, var: np.ndarray | float) -> np.ndarray:
+    """P(X > x) for a gamma variable with this mean and variance (0 where the mean is 0)."""
+    mean = np.asarray(mean, dtype=float)
+    var = np.maximum(np.asarray(var, dtype=float), 1e-300)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = stats.gamma.sf(x, mean * mean / var, scale=var / np.maximum(mean, 1e-300))
+    return np.where(mean > 0, out, 0.0)
+
+
+def _erlang_c(servers: int, load: float) -> float:
+    """Probability that an arrival waits in an M/M/c queue with ``servers`` and offered ``load`` (Erlangs)."""
+    if load >= servers:
+        return 1.0
+    b = 1.0
+    for k in range(1, servers + 1):  # Erlang B by its stable recursion
+        b = load * b / (k + load * b)
+    return servers * b / (servers - load * (1.0 - b))
+
+
+def _itl_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float) -> float:
+    op = operating_point(spec, mix, rate)
+    a = spec.profile.prefill_s_per_token
+    if op.decode_step_s >= itl_s:
+        return 1.0
+    p = mix.uncached
+    d = mix.output_tokens - 1.0
+    window = d * itl_s
+    mean = rate * window * a * float(mix.weights @ p)
+    var = rate * window * a * a * float(mix.weights @ (p * p))
+    miss = _gamma_sf(d * (itl_s - op.decode_step_s), mean, var)
+    return float(mix.weights @ np.where(d >= 1, miss, 0.0))
+
+
+def _ttft_slack(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, ttft_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(prefill service time, time left for waiting) of each point, seconds."""
+    service = _prefill_s(spec, mix, op.decoding, op.decode_step_s)
+    return service, ttft_s - service - op.decode_step_s
+
+
+def _ttft_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float) -> float:
+    op = operating_point(spec, mix, rate)
+    service, slack = _ttft_slack(spec, mix, op, ttft_s)
+    es = float(mix.weights @ service)
+    rho = rate * es
+    if rho >= 1.0:
+        return 1.0
+    cs2 = float(mix.weights @ (service * service)) / (es * es) - 1.0
+    decay = 2.0 * (1.0 - rho) / (es * (mix.arrival_scv + cs2))
+    miss = np.where(slack < 0, 1.0, rho * np.exp(-decay * np.maximum(slack, 0.0)))
+    return float(mix.weights @ miss)
+
+
+def _seqs_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float) -> float:
+    op = operating_point(spec, mix, rate)
+    load = op.concurrency
+    if load >= spec.max_num_seqs:
+        return 1.0
+    _, slack = _ttft_slack(spec, mix, op, ttft_s)
+    decay = (spec.max_num_seqs - load) / op.time_in_system_s
+    wait = _erlang_c(spec.max_num_seqs, load)
+    miss = np.where(slack < 0, 1.0, wait * np.exp(-decay * np.maximum(slack, 0.0)))
+    return float(mix.weights @ miss)
+
+
+def _kv_miss(spec: ReplicaSpec, mix: RequestMix, rate: float) -> float:
+    op = operating_point(spec, mix, rate)
+    service = _prefill_s(spec, mix, op.decoding, op.decode_step_s)
+    lin = mix.input_tokens + spec.block_size
+    lout = mix.output_tokens
+    s = op.step_s
+    first = service * lin + s * (lin * lout + lout * lout / 2)
+    second = service * lin * lin + s * (lin * lin * lout + lin * lout * lout + lout ** 3 / 3)
+    mean = rate * float(mix.weights @ first)
+    var = rate * float(mix.weights @ second)
+    return float(mix.weights @ _gamma_sf(spec.kv_cache_tokens - lin, mean, var))
+
+
+def _largest_rate(miss: Callable[[float], float], limit: float, budget: float) -> float:
+    """Largest rate in ``[0, limit)`` whose ``miss`` is within ``budget`` (``miss`` grows with the rate)."""
+    lo, hi = 0.0, limit
+    for _ in range(_BISECTION_STEPS):
+        mid = (lo + hi) / 2
+        if miss(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float,
+                     attainment: float = DEFAULT_ATTAINMENT) -> CapacityBounds:
+    """The four bounds of the module docstring for one replica, requests/s.
 
     Args:
-        profile: the replica's step-time model.
-        input_tokens, output_tokens: mean prompt and output lengths, tokens.
-        itl_s, ttft_s: targets, seconds.
-        chunk_tokens: prefill tokens per engine step (vLLM ``max_num_batched_tokens``).
-        prefix_hit_rate: fraction of prompt tokens served from the prefix cache, in [0, 1).
+        spec: the replica.
+        mix: the requests it serves.
+        ttft_s, itl_s: the SLO's targets, seconds.
+        attainment: share of requests that must meet each part of the SLO, in (0, 1).
 
     Raises:
-        ValueError: the binding step time ``min(itl_s, ttft_s/k)`` (module docstring) is not above the
-            profile's fixed step cost, or ``prefix_hit_rate`` is outside [0, 1).
+        ValueError: ``attainment`` outside (0, 1), or ``itl_s`` not above the profile's fixed step time.
     """
-    if not 0.0 <= prefix_hit_rate < 1.0:
-        raise ValueError(f"prefix_hit_rate must be in [0, 1), got {prefix_hit_rate}")
-    uncached = input_tokens * (1.0 - prefix_hit_rate)
-    steps = max(1, math.ceil(uncached / chunk_tokens))
-    if ttft_s / steps < itl_s:
-        return _max_rate(profile, uncached, input_tokens, output_tokens, ttft_s / steps, f"TTFT/{steps}-step")
-    return _max_rate(profile, uncached, input_tokens, output_tokens, itl_s, "ITL")
+    if not 0.0 < attainment < 1.0:
+        raise ValueError(f"attainment must be in (0, 1), got {attainment}")
+    mean_itl_rate(spec, mix, itl_s)  # raises when no rate can meet the ITL target
+    limit = 1.0 / _work(spec, mix)
+    budget = 1.0 - attainment
+    return CapacityBounds(
+        itl_rps=_largest_rate(lambda r: _itl_miss(spec, mix, r, itl_s), limit, budget),
+        ttft_rps=_largest_rate(lambda r: _ttft_miss(spec, mix, r, ttft_s), limit, budget),
+        seqs_rps=_largest_rate(lambda r: _seqs_miss(spec, mix, r, ttft_s), limit, budget),
+        kv_rps=_largest_rate(lambda r: _kv_miss(spec, mix, r), limit, budget),
+    )
 
 
-def variant_weights(svc: Service) -> dict[str, float]:
-    """variant -> capacity of one replica in requests/s at the reference workload.
+def service_mix(svc: Service) -> RequestMix:
+    """The mix a service is sized for without a trace: its fleet file's ``typical_request`` means."""
+    t = svc.typical_request
+    return RequestMix.from_means(t.input_tokens, t.output_tokens, t.prefix_hit_rate)
+
+
+def variant_weights(svc: Service, engine: EngineConfig, mix: RequestMix | None = None) -> dict[str, float]:
+    """variant -> capacity of one replica (``replica_capacity(...).rps``), requests/s, at the service's
+    interactive SLO and ``mix`` (default ``service_mix(svc)``).
 
     A variant's profile describes one whole replica (all its GPUs), so ``gpus_per_replica`` changes
     its price, not its capacity here.
     """
-    return {v.name: replica_capacity_rps(get_profile(v.profile)) for v in svc.variants}
+    mix = service_mix(svc) if mix is None else mix
+    slo = svc.slo["interactive"]
+    return {v.name: replica_capacity(ReplicaSpec.of(v, engine), mix, slo.ttft_s, slo.itl_s).rps for v in svc.variants}

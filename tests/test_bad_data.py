@@ -26,7 +26,7 @@ from autoscaler.loop.estimate import estimate
 from autoscaler.loop.export import LoopMetrics
 from autoscaler.loop.runner import ControlLoop
 from autoscaler.state import SIGNALS, ServiceObservation, VariantObservation
-from controllers.pid import PIDController
+from controllers.registry import build
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
 WINDOW_S = 5.0
@@ -94,7 +94,7 @@ def source(cfg: FleetConfig, url: str) -> PrometheusSource:
 
 
 def dry_loop(cfg: FleetConfig, src: PrometheusSource) -> ControlLoop:
-    loop = ControlLoop(cfg, src, None, PIDController())
+    loop = ControlLoop(cfg, src, None, build("pid", cfg))
     loop.start(-cfg.controller.window_s)  # Prometheus has the history: no warm-up hold
     return loop
 
@@ -219,7 +219,7 @@ def test_errors_hold_even_when_the_controller_would_scale() -> None:
 
     src = Source()
     src.errors = ["svc request_rate_rps: HTTP 503"]
-    loop = ControlLoop(cfg, src, None, PIDController())
+    loop = ControlLoop(cfg, src, None, build("pid", cfg))
     loop.start(-WINDOW_S)
     held = loop.tick(0.0).services["svc"]
     src.errors = []

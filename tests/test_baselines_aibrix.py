@@ -64,7 +64,6 @@ def test_stabilization_takes_the_min_over_the_scale_down_window() -> None:
 
 def test_controller_sums_pods_and_windows(make_fleet) -> None:
     svc = make_fleet(replicas=4, min_replicas=1, max_replicas=20).services[0]
-    cfg = make_fleet().controller
     ab = AIBrixController(target=0.5)
 
     def est(t: float, kv: list[float]) -> ServiceEstimate:
@@ -74,7 +73,7 @@ def test_controller_sums_pods_and_windows(make_fleet) -> None:
                                starting=0, pods=pods)
 
     # sum 4 x 0.5 = 2.0 = 4 pods on target -> 4
-    assert ab.decide(est(10.0, [0.5] * 4), svc, cfg).desired == {"h100": 4}
+    assert ab.decide(est(10.0, [0.5] * 4), svc).desired == {"h100": 4}
     # t=20: sum 4 x 1.0 = 4.0; stable (180 s) mean 3.0, panic (60 s) mean 3.0, not panic;
     # 3.0/4 = 0.75 per pod -> ceil(3.0/0.5) = 6 (cap 8)
-    assert ab.decide(est(20.0, [1.0] * 4), svc, cfg).desired == {"h100": 6}
+    assert ab.decide(est(20.0, [1.0] * 4), svc).desired == {"h100": 6}

@@ -10,14 +10,16 @@ import pytest
 import autoscaler.simulate as simulate
 from autoscaler.adapters.simulator import SimMetricsSource
 from autoscaler.config.loading import parse_config
+from autoscaler.loop.actuate import APPLIED, ActuationResult
 from autoscaler.loop.runner import ControlLoop
 from autoscaler.state import ServiceObservation, VariantObservation
 from autoscaler.workload.types import Request, Workload
-from controllers.base import Decision
-from controllers.baselines import BASELINE_NAMES, make_baseline, parse_spec
-from controllers.baselines.calibrate import operating_point, workload_operating_point
+from controllers.base import Controller, Decision
+from controllers.baselines.calibrate import calibrate
 from controllers.baselines.common import SampleWindow, place_count
-from models.capacity import marginal_costs, replica_capacity_rps
+from controllers.registry import BASELINE_NAMES, build, parse_spec
+from controllers.static import workload_mix
+from models.capacity import RequestMix, marginal_costs, variant_weights
 from models.profiles import get_profile
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
@@ -53,31 +55,44 @@ def test_sample_window_mean_over_half_open_interval() -> None:
     assert w.mean(100.0, 6.0) is None
 
 
-def test_operating_point_is_littles_law_at_70_percent_of_slo_rate() -> None:
-    svc = three_variants().services[0]
+def test_calibration_is_littles_law_at_70_percent_of_capacity() -> None:
+    cfg = three_variants()
+    svc, engine = cfg.services[0], cfg.simulator.engine
+    mix = RequestMix.from_requests([1000], [200])
+    caps = variant_weights(svc, engine, mix)
+    # the cheapest per capacity is the GH200 variant "cheap" (1.5 $/h, the fastest profile)
+    assert min(caps, key=lambda n: {"big": 3.0, "cheap": 1.5, "old": 1.8}[n] / caps[n]) == "cheap"
     t0, a, b, g = marginal_costs(get_profile("llama-3-8b/gh200"))
-    # cheapest per capacity at the ITL SLO is the GH200 variant "cheap" (1.5 $/h, the fastest profile)
-    r = 0.7 * replica_capacity_rps(get_profile("llama-3-8b/gh200"), 1000, 200, 0.1)
-    step = t0 / (1 - r * (a * 1000 + b * 200 + g * (1000 + 100) * 200))
-    op = operating_point(svc, 1000, 200)
-    assert op.variant == "cheap"
-    assert op.concurrency == pytest.approx(r * 200 * step, rel=1e-12)
-    assert op.kv_usage == pytest.approx(r * 200 * step * 1100 / 400000, rel=1e-12)
+    r = 0.7 * caps["cheap"]
+    step = t0 / (1 - r * (a * 1000 + b * 200 + g * (1000 * 200 + 200 * 200 / 2)))
+    decoding = r * step * 200
+    decode_step = t0 + r * step * (b * 200 + g * (1000 * 200 + 200 * 200 / 2))
+    prefill = a * 1000 + decode_step  # one chunk: 1000 tokens < 8192 - decoding
+    cal = calibrate(svc, engine, mix)
+    assert decoding < 8192 - 1000
+    assert cal.variant == "cheap"
+    assert cal.concurrency == pytest.approx(r * (prefill + 200 * step), rel=1e-12)
+    kv = r * (prefill * 1016 + step * (1016 * 200 + 200 * 200 / 2))  # 16-token block of slack
+    assert cal.kv_usage == pytest.approx(kv / 400000, rel=1e-12)
 
 
-def test_operating_point_uses_the_requests_the_service_accepts() -> None:
-    svc = three_variants().services[0]  # max_model_len 32768
+def test_calibration_uses_the_requests_the_service_accepts() -> None:
+    cfg = three_variants()
+    svc = cfg.services[0]  # max_model_len 32768
     reqs = [Request(arrival_s=float(i), input_tokens=1000, output_tokens=200) for i in range(3)]
     reqs.append(Request(arrival_s=3.0, input_tokens=40000, output_tokens=10))  # rejected by vLLM
-    assert workload_operating_point(svc, Workload(reqs)) == operating_point(svc, 1000, 200)
+    mix = workload_mix(svc, Workload(reqs))
+    assert mix is not None and mix.mean_input == 1000 and mix.mean_output == 200
+    assert calibrate(svc, cfg.simulator.engine, mix) == calibrate(svc, cfg.simulator.engine,
+                                                                  RequestMix.from_requests([1000], [200]))
 
 
 # ------------------------------------------------------------------------------------ registry
 def test_specs_parse_and_bad_ones_fail_in_one_line() -> None:
     assert parse_spec("hpa:metric=queue:target=5") == ("hpa", {"metric": "queue", "target": 5})
     assert parse_spec("dynamo:ttft=2:itl=0.1") == ("dynamo", {"ttft": 2, "itl": 0.1})
-    with pytest.raises(ValueError, match="unknown baseline 'mpc'; choose one of: hpa"):
-        parse_spec("mpc")
+    with pytest.raises(ValueError, match="unknown controller 'nope'; choose one of: pid, static, hpa"):
+        parse_spec("nope")
     with pytest.raises(ValueError, match="bad parameter 'speed=3' for kpa; it takes: target"):
         parse_spec("kpa:speed=3")
     with pytest.raises(ValueError, match="it takes: none"):
@@ -98,18 +113,16 @@ class _Actuator:
     def __init__(self) -> None:
         self.scaled: list[tuple[str, str, int]] = []
 
-    def counts(self, service: str, variant: str) -> tuple[int, int, int]:
-        return 2, 0, 0
-
-    def scale(self, service: str, variant: str, replicas: int) -> None:
+    def scale(self, service: str, variant: str, replicas: int) -> ActuationResult:
         self.scaled.append((service, variant, replicas))
+        return APPLIED
 
 
-class _Jump:
-    name = "jump"
-    own_guard = True
+class _Jump(Controller):
+    def __init__(self) -> None:
+        super().__init__("jump", 15.0, 300.0, own_guard=True)
 
-    def decide(self, est, svc, cfg) -> Decision:
+    def decide(self, est, svc) -> Decision:
         return Decision({"h100": 50}, "jump")
 
 
@@ -174,4 +187,4 @@ def test_every_baseline_runs_in_the_loop(make_fleet, name: str) -> None:
     run = simulate.run_simulation(cfg, small_workload(), name)
     assert run.controller == name
     assert all(sr.status is not None for sr in run.sim.requests)
-    assert make_baseline(name, cfg, small_workload(), None).name == name
+    assert build(name, cfg, None, small_workload()).name == name

@@ -1,5 +1,4 @@
-"""Dynamo throughput planner baseline (controllers.baselines.dynamo, .predictors) and the SLO-aware
-per-replica capacity it uses (models.capacity.replica_capacity_slo_rps); ai-dynamo/dynamo planner
+"""Dynamo throughput planner baseline (controllers.baselines.dynamo, .predictors); ai-dynamo/dynamo planner
 throughput_scaling.py, defaults.py and load/predictors.py (ANCHORS.md §1)."""
 
 from __future__ import annotations
@@ -12,33 +11,7 @@ from autoscaler.config import EngineConfig
 from autoscaler.state import ServiceEstimate, VariantObservation
 from controllers.baselines.dynamo import DynamoPlanner, planner_replicas
 from controllers.baselines.predictors import ConstantPredictor, KalmanPredictor
-from models.capacity import marginal_costs, replica_capacity_rps, replica_capacity_slo_rps
-from models.profiles import get_profile
-
-H100 = get_profile("llama-3-8b/h100-sxm")
-
-
-# ------------------------------------------------------------------------------------ capacity
-def test_slo_capacity_equals_itl_capacity_when_ttft_is_loose() -> None:
-    # 1,000-token prompts fit one 8,192-token chunk: TTFT ~ 1 step; 2 s allows a 2 s step, the ITL 0.1 s binds
-    assert replica_capacity_slo_rps(H100, 1000, 200, 0.1, 2.0, 8192) == pytest.approx(
-        replica_capacity_rps(H100, 1000, 200, 0.1), rel=1e-12)
-
-
-def test_prefix_hits_discount_prefill_work_not_context() -> None:
-    t0, a, b, g = marginal_costs(H100)
-    # 20,000-token prompts, half cached: 10,000 uncached tokens = 2 chunks; step limit min(0.1, 2.0/2)
-    expected = (1 - t0 / 0.1) / (a * 10000 + b * 100 + g * (20000 + 50) * 100)
-    assert replica_capacity_slo_rps(H100, 20000, 100, 0.1, 2.0, 8192, 0.5) == pytest.approx(expected, rel=1e-12)
-
-
-def test_ttft_binds_for_long_prompts() -> None:
-    t0, a, b, g = marginal_costs(H100)
-    # 20,000 uncached tokens = ceil(20000/8192) = 3 chunks; TTFT 0.12 s -> steps of at most 0.04 s < ITL 0.1
-    expected = (1 - t0 / 0.04) / (a * 20000 + b * 100 + g * (20000 + 50) * 100)
-    assert replica_capacity_slo_rps(H100, 20000, 100, 0.1, 0.12, 8192) == pytest.approx(expected, rel=1e-12)
-    with pytest.raises(ValueError, match="prefix_hit_rate"):
-        replica_capacity_slo_rps(H100, 1000, 100, 0.1, 2.0, 8192, 1.0)
+from models.capacity import ReplicaSpec, RequestMix, replica_capacity
 
 
 # ------------------------------------------------------------------------------------ predictors
@@ -88,20 +61,19 @@ def estimate(t: float, current: int, rate: float | None, prompt: float, gen: flo
 
 def test_planner_sizes_for_demand_at_its_targets(make_fleet) -> None:
     svc = make_fleet(replicas=1, min_replicas=0, max_replicas=40).services[0]
-    cfg = make_fleet().controller
     planner = DynamoPlanner(EngineConfig(), predictor="constant")
     # 50 req/s of 1,000-in / 100-out, 20 % cached: demand 50 req/s over per-replica rate at ttft 0.5, itl 0.05
-    d = planner.decide(estimate(180.0, 1, 50.0, 50000.0, 5000.0, 0.2), svc, cfg)
-    per_replica = replica_capacity_slo_rps(H100, 1000, 100, 0.05, 0.5, 8192, 0.2)
+    d = planner.decide(estimate(180.0, 1, 50.0, 50000.0, 5000.0, 0.2), svc)
+    spec = ReplicaSpec.of(svc.variants[0], EngineConfig())
+    per_replica = replica_capacity(spec, RequestMix.from_means(1000, 100, 0.2), 0.5, 0.05).rps
     assert d.desired == {"h100": math.ceil(50.0 / per_replica)}
 
 
 def test_planner_skips_on_missing_or_zero_traffic_and_keeps_min_endpoint(make_fleet) -> None:
     svc = make_fleet(replicas=1, min_replicas=0, max_replicas=40).services[0]
-    cfg = make_fleet().controller
     planner = DynamoPlanner(EngineConfig())
-    assert planner.decide(estimate(180.0, 3, 0.0, 0.0, 0.0, None), svc, cfg).hold  # 0/0: NaN, skipped
-    assert planner.decide(estimate(360.0, 3, None, 10.0, 1.0, None), svc, cfg).hold
+    assert planner.decide(estimate(180.0, 3, 0.0, 0.0, 0.0, None), svc).hold  # 0/0: NaN, skipped
+    assert planner.decide(estimate(360.0, 3, None, 10.0, 1.0, None), svc).hold
     # a tiny demand still keeps one endpoint
     assert planner_replicas(0.0, svc, {"h100": 3}, {"h100": 10.0}) == {"h100": 1}
     with pytest.raises(ValueError, match="predictor"):

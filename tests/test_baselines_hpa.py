@@ -95,23 +95,22 @@ def test_scale_up_limit_counts_from_the_period_start() -> None:
 # ------------------------------------------------------------------------------------ controller
 def test_controller_replays_a_kv_sequence(make_fleet) -> None:
     svc = make_fleet(replicas=2, min_replicas=1, max_replicas=20).services[0]
-    cfg = make_fleet().controller
     hpa = HPAController(target=0.2)
     # t=0: 2 pods at 0.4 -> ratio 2.0 -> ceil(2*2) = 4 (limit max(4, 6) allows it)
-    assert hpa.decide(estimate(0.0, [0.4, 0.4]), svc, cfg).desired == {"h100": 4}
+    assert hpa.decide(estimate(0.0, [0.4, 0.4]), svc).desired == {"h100": 4}
     # t=15: 2 ready at 0.42 and 2 starting: zero-filled ratio 1.05 -> hold 4
-    assert hpa.decide(estimate(15.0, [0.42, 0.42], starting=2), svc, cfg).desired == {"h100": 4}
+    assert hpa.decide(estimate(15.0, [0.42, 0.42], starting=2), svc).desired == {"h100": 4}
     # t=30..: 4 ready at 0.05 -> ratio 0.25 -> proposal 1, held at 4 by the 300 s window
-    assert hpa.decide(estimate(30.0, [0.05] * 4), svc, cfg).desired == {"h100": 4}
-    assert hpa.decide(estimate(285.0, [0.05] * 4), svc, cfg).desired == {"h100": 4}
+    assert hpa.decide(estimate(30.0, [0.05] * 4), svc).desired == {"h100": 4}
+    assert hpa.decide(estimate(285.0, [0.05] * 4), svc).desired == {"h100": 4}
     # t=300: recommendations after t=0 are 4 (t=15) and 1s -> still 4; t=315: only 1s are left
-    assert hpa.decide(estimate(300.0, [0.05] * 4), svc, cfg).desired == {"h100": 4}
-    assert hpa.decide(estimate(315.0, [0.05] * 4), svc, cfg).desired == {"h100": 1}
+    assert hpa.decide(estimate(300.0, [0.05] * 4), svc).desired == {"h100": 4}
+    assert hpa.decide(estimate(315.0, [0.05] * 4), svc).desired == {"h100": 1}
 
 
 def test_controller_holds_without_ready_pods_and_rejects_bad_settings(make_fleet) -> None:
     svc = make_fleet(replicas=2, min_replicas=1, max_replicas=20).services[0]
-    d = HPAController(target=0.2).decide(estimate(0.0, [], starting=2), svc, make_fleet().controller)
+    d = HPAController(target=0.2).decide(estimate(0.0, [], starting=2), svc)
     assert d.hold
     with pytest.raises(ValueError, match="metric"):
         HPAController(target=1.0, metric="cpu")

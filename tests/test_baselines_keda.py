@@ -17,7 +17,7 @@ def test_activation_threshold_overrides_scaling(make_fleet) -> None:
     # ANCHORS §4: threshold 10, activation 50, metric 40 gives 0 replicas (minReplicaCount 0).
     svc = make_fleet(replicas=2, min_replicas=0, max_replicas=20).services[0]
     keda = KedaController(threshold=10.0, metric="queue", activation_threshold=50.0)
-    assert keda.decide(estimate(0.0, 2, 40.0), svc, make_fleet().controller).desired == {"h100": 0}
+    assert keda.decide(estimate(0.0, 2, 40.0), svc).desired == {"h100": 0}
 
 
 def test_activation_wakes_a_target_at_zero_only_above_the_threshold() -> None:
@@ -40,23 +40,21 @@ def test_cooldown_period_before_scaling_to_zero() -> None:
 
 def test_external_metric_proposal_and_minimum_one_when_min_count_is_positive(make_fleet) -> None:
     svc = make_fleet(replicas=2, min_replicas=1, max_replicas=20).services[0]
-    cfg = make_fleet().controller
     keda = KedaController(threshold=10.0, metric="concurrency")
     # concurrency 45 + 5 = 50 over 2 pods of 10 -> ratio 2.5 -> ceil(50/10) = 5 (limit max(4, 6))
-    assert keda.decide(estimate(0.0, 2, 5.0, running=45.0), svc, cfg).desired == {"h100": 5}
+    assert keda.decide(estimate(0.0, 2, 5.0, running=45.0), svc).desired == {"h100": 5}
     # 0 in flight: proposal 0, held by the 300 s stabilisation, then the HPA minimum of 1
-    assert keda.decide(estimate(15.0, 5, 0.0, running=0.0), svc, cfg).desired == {"h100": 5}
-    assert keda.decide(estimate(300.0, 5, 0.0, running=0.0), svc, cfg).desired == {"h100": 1}
+    assert keda.decide(estimate(15.0, 5, 0.0, running=0.0), svc).desired == {"h100": 5}
+    assert keda.decide(estimate(300.0, 5, 0.0, running=0.0), svc).desired == {"h100": 1}
 
 
 def test_fallback_after_consecutive_failures(make_fleet) -> None:
     svc = make_fleet(replicas=2, min_replicas=1, max_replicas=20).services[0]
-    cfg = make_fleet().controller
     keda = KedaController(threshold=10.0, metric="queue", fallback_failures=3, fallback_replicas=6)
-    assert keda.decide(estimate(0.0, 2, None), svc, cfg).hold
-    assert keda.decide(estimate(15.0, 2, None), svc, cfg).hold
+    assert keda.decide(estimate(0.0, 2, None), svc).hold
+    assert keda.decide(estimate(15.0, 2, None), svc).hold
     # third failure: the scaler reports 10 * 6 -> ceil(60/10) = 6; limit from 2 is max(4, 6) = 6
-    assert keda.decide(estimate(30.0, 2, None), svc, cfg).desired == {"h100": 6}
+    assert keda.decide(estimate(30.0, 2, None), svc).desired == {"h100": 6}
     # a success resets the count: queue 60 over 6 pods is ratio 1.0 -> keep 6
-    d = keda.decide(estimate(45.0, 6, 60.0), svc, cfg)
+    d = keda.decide(estimate(45.0, 6, 60.0), svc)
     assert d.desired == {"h100": 6} and keda.states["svc"].failures == 0

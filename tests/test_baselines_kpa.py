@@ -47,20 +47,19 @@ def estimate(t: float, ready: int, running: float) -> ServiceEstimate:
 
 def test_controller_windows_and_start_in_panic(make_fleet) -> None:
     svc = make_fleet(replicas=3, min_replicas=0, max_replicas=50).services[0]
-    cfg = make_fleet().controller
     kpa = KnativeKPAController(target=10.0)
     # a new autoscaler with 3 ready pods starts in panic at 3: low load does not scale it down
-    assert kpa.decide(estimate(2.0, 3, 5.0), svc, cfg).desired == {"h100": 3}
+    assert kpa.decide(estimate(2.0, 3, 5.0), svc).desired == {"h100": 3}
     # samples every 2 s; at t=8 the 6 s panic window (2, 8] holds t=4, 6, 8 = 5, 5, 65 -> mean 25,
     # dppc 3 < 2*3; the 60 s stable window holds 5, 5, 5, 65 -> 20 -> dspc 2; panic keeps 3
     for t in (4.0, 6.0):
-        kpa.decide(estimate(t, 3, 5.0), svc, cfg)
-    assert kpa.decide(estimate(8.0, 3, 65.0), svc, cfg).desired == {"h100": 3}
+        kpa.decide(estimate(t, 3, 5.0), svc)
+    assert kpa.decide(estimate(8.0, 3, 65.0), svc).desired == {"h100": 3}
     # t=10: panic (4, 10] = 5, 65, 65 -> 45 -> dppc 5; stable 29 -> 3; desired 5; 5/3 < 2 so no extension
-    assert kpa.decide(estimate(10.0, 3, 65.0), svc, cfg).desired == {"h100": 5}
+    assert kpa.decide(estimate(10.0, 3, 65.0), svc).desired == {"h100": 5}
     # the start panic began at t=2: it ends at the first tick after t=62 (no extension since)
     for t in range(12, 63, 2):
-        assert kpa.decide(estimate(float(t), 3, 0.0), svc, cfg).desired == {"h100": 5}, t
+        assert kpa.decide(estimate(float(t), 3, 0.0), svc).desired == {"h100": 5}, t
     # t=64: stable mode; the stable window (4, 64] holds 30 samples (t=6..64) summing 5+65+65 = 135:
     # mean 4.5 -> dspc 1, within [floor(3/2), 3000]
-    assert kpa.decide(estimate(64.0, 3, 0.0), svc, cfg).desired == {"h100": 1}
+    assert kpa.decide(estimate(64.0, 3, 0.0), svc).desired == {"h100": 1}

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from autoscaler.config.loading import parse_config
 from autoscaler.workload.types import Request, Workload
-from controllers.baselines.static_ilp import cost_optimal_mix, static_ilp_controller
-from models.capacity import replica_capacity_slo_rps
-from models.profiles import get_profile
+from controllers.baselines.static_ilp import cost_optimal_mix
+from controllers.registry import build
+from controllers.static import workload_mix
+from models.capacity import variant_weights
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
 
@@ -43,7 +46,13 @@ def test_controller_holds_the_mix_for_the_peak_minute() -> None:
     # 3,000 requests 0.02 s apart, then one a second: the busiest 60 s window [0, 60] holds 3,001
     reqs = [Request(arrival_s=i * 0.02, input_tokens=1000, output_tokens=100) for i in range(3000)]
     reqs += [Request(arrival_s=60.0 + i, input_tokens=1000, output_tokens=100) for i in range(60)]
-    ctrl = static_ilp_controller(cfg.services[0], Workload(reqs), cfg.simulator.engine)
-    per = replica_capacity_slo_rps(get_profile("llama-3-8b/h100-sxm"), 1000, 100, 0.1, 2.0, 8192)
+    wl = Workload(reqs)
+    ctrl = build("static-ilp", cfg, workload=wl)
+    per = variant_weights(cfg.services[0], cfg.simulator.engine, workload_mix(cfg.services[0], wl))["a"]
     assert ctrl.name == "static-ilp"
     assert ctrl.replicas == {"svc": {"a": math.ceil(3001 / 60 / per)}}
+    # without a trace it needs the rate to size for
+    assert build("static-ilp:peak_rps=50", cfg).replicas == {"svc": {"a": math.ceil(50 / variant_weights(
+        cfg.services[0], cfg.simulator.engine)["a"])}}
+    with pytest.raises(ValueError, match="static-ilp needs a trace"):
+        build("static-ilp", cfg)

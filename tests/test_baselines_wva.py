@@ -86,4 +86,4 @@ def test_controller_reads_window_peaks(make_fleet) -> None:
                           weights={"h100": 10.0}, idle=False, capacity_rps=0.0, ready_capacity_rps=0.0, starting=0,
                           pods=pods)
     # latest KV 0.1 looks idle, but the 1 m peaks give spare (0.02 + 0.05)/2 = 0.035 < 0.1: scale up
-    assert WVAController().decide(est, svc, make_fleet().controller).desired == {"h100": 3}
+    assert WVAController().decide(est, svc).desired == {"h100": 3}

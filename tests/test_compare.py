@@ -62,11 +62,11 @@ def test_parallel_equals_serial(make_fleet) -> None:
 
 
 def test_unknown_controller_is_a_one_line_error(make_fleet) -> None:
-    with pytest.raises(ValueError, match="unknown controller 'mpc'; choose from: pid, static, hpa"):
-        run_compare(make_fleet(), burst_workload(), ["pid", "mpc"])
-    res = CliRunner().invoke(app, ["compare", "--controllers", "hpa,mpc"])
+    with pytest.raises(ValueError, match="unknown controller 'nope'; choose one of: pid, static, hpa"):
+        run_compare(make_fleet(), burst_workload(), ["pid", "nope"])
+    res = CliRunner().invoke(app, ["compare", "--controllers", "hpa,nope"])
     assert res.exit_code == 2
-    assert "error: unknown controller 'mpc'" in res.output
+    assert "error: unknown controller 'nope'" in res.output
     assert "Traceback" not in res.output
 
 

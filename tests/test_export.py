@@ -13,7 +13,8 @@ from autoscaler.loop.export import LoopMetrics, parse_address, serve
 from autoscaler.loop.runner import ControlLoop
 from autoscaler.realtime import LiveSimulation
 from autoscaler.state import SIGNALS, ServiceObservation, VariantObservation
-from controllers.pid import PIDController
+from controllers.base import Reason
+from controllers.registry import build
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -39,10 +40,12 @@ def test_loop_metrics_of_a_simulated_run() -> None:
         key = (("service", "llm"), ("variant", v))
         assert s[("autoscaler_desired_replicas", key)] == last.applied[v]
         assert s[("autoscaler_current_replicas", key)] == last.estimate.variants[v].current
-    counts = {r: s.get(("autoscaler_decisions_total", (("reason", r), ("service", "llm"))), 0.0)
-              for r in ("scale_up", "scale_down", "no_change", "idle_to_min", "hold", "metrics_error")}
+    counts = {r.value: s.get(("autoscaler_decisions_total", (("reason", r.value), ("service", "llm"))), 0.0)
+              for r in Reason}
     assert sum(counts.values()) == len(ticks)
-    assert counts["hold"] == sum(st.decision.hold for st in ticks)  # warm-up and unknown signals
+    holds = [st.decision.code for st in ticks if st.decision.hold]
+    assert counts["warming_up"] == holds.count(Reason.WARMING_UP) > 0  # the first window
+    assert counts["warming_up"] + counts["signal_unknown"] == len(holds)
     ups = sum(any(n > st.estimate.current[v] for v, n in st.applied.items()) for st in ticks if not st.decision.hold)
     assert counts["scale_up"] == ups > 0
     assert counts["metrics_error"] == 0
@@ -62,7 +65,16 @@ def test_loop_metrics_of_a_simulated_run() -> None:
         assert (key in s) == (x is not None)  # unknown is absent, never 0
         if x is not None:
             assert s[key] == pytest.approx(x)
-    assert "# TYPE autoscaler_admission_threshold gauge" in text  # declared, no admission controller yet
+    assert "# TYPE autoscaler_admission_threshold gauge" in text  # declared; the PID sets no thresholds
+    assert not any(k[0] == "autoscaler_admission_threshold" for k in s)
+    limits = {}
+    for st in ticks:
+        for limit in st.limits:
+            limits[limit.value] = limits.get(limit.value, 0) + 1
+    assert {k[1][0][1]: v for k, v in s.items() if k[0] == "autoscaler_guard_limits_total"} == limits
+    # the simulator applies every write
+    assert not any(k[0] == "autoscaler_actuation_errors_total" for k in s)
+    assert s[("autoscaler_able_to_scale", (("service", "llm"), ("variant", "h100")))] == 1.0
 
 
 def test_failures_and_unknown_signals_are_exported_as_such(make_fleet) -> None:
@@ -74,7 +86,7 @@ def test_failures_and_unknown_signals_are_exported_as_such(make_fleet) -> None:
             return {"svc": ServiceObservation("svc", now, sig, {"h100": VariantObservation(2, 0)},
                                               ["svc running: HTTP 503", "svc kv_usage: HTTP 503"])}
 
-    loop = ControlLoop(cfg, Failing(), None, PIDController())
+    loop = ControlLoop(cfg, Failing(), None, build("pid", cfg))
     loop.start(-cfg.controller.window_s)
     metrics = LoopMetrics(loop)
     for t in (0.0, 15.0, 30.0):

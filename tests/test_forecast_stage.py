@@ -11,7 +11,7 @@ from autoscaler.report import timeline_rows
 from autoscaler.simulate import run_simulation
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.workload.types import Request, Workload
-from controllers.pid import PIDController
+from controllers.registry import build
 
 
 def steady(rate_rps: float, duration_s: float) -> Workload:
@@ -40,7 +40,7 @@ def test_forecast_is_off_by_default_and_exported_when_on(make_fleet) -> None:
 
     cfg = make_fleet(1, controller={"forecast": {"enabled": True}})
     sim = FleetSimulator(cfg, steady(2.0, 400.0))
-    loop = ControlLoop(cfg, SimMetricsSource(sim, 60.0), SimActuator(sim), PIDController())
+    loop = ControlLoop(cfg, SimMetricsSource(sim, 60.0), SimActuator(sim), build("pid", cfg))
     metrics = LoopMetrics(loop, CollectorRegistry())
     for k in range(1, 21):
         sim.run_until(15.0 * k)

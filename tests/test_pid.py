@@ -272,13 +272,13 @@ def test_track_feeds_into_next_step() -> None:
     assert out == pytest.approx(9.0)
 
 
-def test_controller_guarded_uses_capacity_difference() -> None:
-    ctl = PIDController()
+def test_controller_guard_cut_uses_capacity_difference() -> None:
+    ctl = PIDController(PIDConfig(), 15.0, 300.0)
     ctl.states["svc"] = PIDState(integral=20.0)
     # intended 5*2 + 2*3 = 16, applied 3*2 + 2*3 = 12 -> cut -4 -> integral 16
-    ctl.guarded("svc", {"a": 5, "b": 2}, {"a": 3, "b": 2}, {"a": 2.0, "b": 3.0})
+    ctl.on_guard_cut("svc", {"a": 5, "b": 2}, {"a": 3, "b": 2}, {"a": 2.0, "b": 3.0})
     assert ctl.states["svc"].integral == pytest.approx(16.0)
-    ctl.guarded("other", {"a": 1}, {"a": 0}, {"a": 1.0})  # unknown service: ignored
+    ctl.on_guard_cut("other", {"a": 1}, {"a": 0}, {"a": 1.0})  # unknown service: ignored
     assert "other" not in ctl.states
 
 
@@ -338,7 +338,7 @@ def test_controller_holds_while_starting_replicas_cover_the_target(make_fleet) -
     ctrl = ControllerConfig(pid=PIDConfig(setpoint_signal="slo_p95_ratio", kp=0.0, ki=0.01, setpoint=0.5, deadband=0.0))
     est = _estimate({"slo_p95_ratio": 1.0}, ready=2, starting=2, w=10.0)
     # kp = 0: the output is the integral, frozen at 4w while replicas start -> 4 replicas: hold.
-    d = PIDController().decide(est, svc, ctrl)
+    d = PIDController(ctrl.pid, ctrl.tick_s, ctrl.window_s).decide(est, svc)
     assert d.desired == {"h100": 4}
     assert d.reason.startswith("hold: slo_p95_ratio=1 vs setpoint 0.5")
     assert "waiting for 2 starting replica(s)" in d.reason
@@ -350,16 +350,16 @@ def test_controller_never_scales_against_the_error(make_fleet) -> None:
     svc = make_fleet(10, min_replicas=0, max_replicas=20).services[0]
     ctrl = ControllerConfig(pid=PIDConfig(setpoint_signal="slo_mean_ratio", setpoint=0.3, kp=0.0, ki=0.0,
                                           deadband=0.0))
-    ctl = PIDController()
+    ctl = PIDController(ctrl.pid, ctrl.tick_s, ctrl.window_s)
     # A wound-up integral of 12 replicas (w = 10) while the fleet has 10: the output asks for 12,
     # but the measurement (0.2 < 0.3) says over-provisioned: hold, never scale up.
     ctl.states["svc"] = PIDState(integral=120.0)
-    d = ctl.decide(_estimate({"slo_mean_ratio": 0.2}, 10, 0, 10.0), svc, ctrl)
+    d = ctl.decide(_estimate({"slo_mean_ratio": 0.2}, 10, 0, 10.0), svc)
     assert d.desired == {"h100": 10}
     assert "disagrees with the error's sign" in d.reason
     # The mirror case: integral at 8 replicas, measurement above the setpoint: no scale-down.
     ctl.states["svc"] = PIDState(integral=80.0)
-    d = ctl.decide(_estimate({"slo_mean_ratio": 0.4}, 10, 0, 10.0), svc, ctrl)
+    d = ctl.decide(_estimate({"slo_mean_ratio": 0.4}, 10, 0, 10.0), svc)
     assert d.desired == {"h100": 10}
 
 
@@ -368,11 +368,11 @@ def test_controller_reanchors_the_integral_inside_the_deadband(make_fleet) -> No
 
     svc = make_fleet(10, min_replicas=0, max_replicas=20).services[0]
     ctrl = ControllerConfig(pid=PIDConfig(setpoint_signal="slo_mean_ratio", setpoint=0.3, deadband=0.25))
-    ctl = PIDController()
+    ctl = PIDController(ctrl.pid, ctrl.tick_s, ctrl.window_s)
     ctl.states["svc"] = PIDState(integral=95.0)
     # 0.25 / 0.3 - 1 = -0.167, inside +-0.25: hold, and the integral becomes the fleet (9 x 10 = 90),
     # so a later step starts from the replicas that run, not from an old target.
-    d = ctl.decide(_estimate({"slo_mean_ratio": 0.25}, 9, 0, 10.0), svc, ctrl)
+    d = ctl.decide(_estimate({"slo_mean_ratio": 0.25}, 9, 0, 10.0), svc)
     assert d.desired == {"h100": 9}
     assert ctl.states["svc"].integral == pytest.approx(90.0)
 
@@ -384,18 +384,18 @@ def test_overload_sizes_for_arrivals_from_queue_growth(make_fleet) -> None:
     # kp = ki = 0: only the overload rule can add capacity.
     ctrl = ControllerConfig(pid=PIDConfig(setpoint_signal="slo_mean_ratio", setpoint=0.3, kp=0.0, ki=0.0,
                                           deadband=0.0, error_clip=3.0))
-    ctl = PIDController()
+    ctl = PIDController(ctrl.pid, ctrl.tick_s, ctrl.window_s)
     sig = {"slo_mean_ratio": 2.0, "request_rate_rps": 10.0}  # e = 2/0.3 - 1 = 5.7, clipped to 3: saturated
-    ctl.decide(_estimate({**sig, "queue_length": 0.0}, 2, 0, 10.0, t=100.0), svc, ctrl)
+    ctl.decide(_estimate({**sig, "queue_length": 0.0}, 2, 0, 10.0, t=100.0), svc)
     # 60 s later the queue holds 150 more: arrivals ~ 10 served + 150/60 = 12.5 req/s, so the 2 ready
     # replicas (20 req/s of capacity) should be 20 x 12.5 / 10 = 25 -> 3 replicas.
-    d = ctl.decide(_estimate({**sig, "queue_length": 150.0}, 2, 0, 10.0, t=160.0), svc, ctrl)
+    d = ctl.decide(_estimate({**sig, "queue_length": 150.0}, 2, 0, 10.0, t=160.0), svc)
     assert d.desired == {"h100": 3}
     # Not saturated (e = 0.5 / 0.3 - 1 = 0.67 < 3): the rule does not apply.
-    ctl2 = PIDController()
+    ctl2 = PIDController(ctrl.pid, ctrl.tick_s, ctrl.window_s)
     low = {"slo_mean_ratio": 0.5, "request_rate_rps": 10.0}
-    ctl2.decide(_estimate({**low, "queue_length": 0.0}, 2, 0, 10.0, t=100.0), svc, ctrl)
-    d = ctl2.decide(_estimate({**low, "queue_length": 150.0}, 2, 0, 10.0, t=160.0), svc, ctrl)
+    ctl2.decide(_estimate({**low, "queue_length": 0.0}, 2, 0, 10.0, t=100.0), svc)
+    d = ctl2.decide(_estimate({**low, "queue_length": 150.0}, 2, 0, 10.0, t=160.0), svc)
     assert d.desired == {"h100": 2}
 
 
@@ -405,9 +405,9 @@ def test_overload_factor_is_capped_at_one_plus_error_clip(make_fleet) -> None:
     svc = make_fleet(10, min_replicas=0, max_replicas=40).services[0]
     ctrl = ControllerConfig(pid=PIDConfig(setpoint_signal="slo_mean_ratio", setpoint=0.3, kp=0.0, ki=0.0,
                                           deadband=0.0, error_clip=3.0))
-    ctl = PIDController()
+    ctl = PIDController(ctrl.pid, ctrl.tick_s, ctrl.window_s)
     sig = {"slo_mean_ratio": 2.0, "request_rate_rps": 1e-9}  # completions stalled, queue growing
-    ctl.decide(_estimate({**sig, "queue_length": 0.0}, 2, 0, 10.0, t=100.0), svc, ctrl)
-    d = ctl.decide(_estimate({**sig, "queue_length": 600.0}, 2, 0, 10.0, t=160.0), svc, ctrl)
+    ctl.decide(_estimate({**sig, "queue_length": 0.0}, 2, 0, 10.0, t=100.0), svc)
+    d = ctl.decide(_estimate({**sig, "queue_length": 600.0}, 2, 0, 10.0, t=160.0), svc)
     # Uncapped: 20 x (1e-9 + 10) / 1e-9 -> the whole fleet. Capped at 1 + 3 = 4x: 80 req/s -> 8 replicas.
     assert d.desired == {"h100": 8}

@@ -31,6 +31,7 @@ from autoscaler.loop.export import MetricsServer, serve
 from autoscaler.loop.runner import TickRecord
 from autoscaler.realtime import LiveSimulation
 from autoscaler.workload.types import Request, Workload
+from controllers.registry import build
 
 SPEED = 20.0  # simulated seconds per wall second
 SCRAPE = "500ms"  # 10 simulated seconds between scrapes
@@ -99,7 +100,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     try:
         prom.start()
         prom.wait_for("up", lambda r: bool(r) and r[0]["value"][1] == "1")
-        dry = DryRun(cfg, PrometheusSource(cfg, LiveRunner(connect(cfg.prometheus, prom.url)), speed=SPEED), SPEED)
+        source = PrometheusSource(cfg, LiveRunner(connect(cfg.prometheus, prom.url)), speed=SPEED)
+        dry = DryRun(cfg, source, build("pid", cfg), SPEED)
         tick_wall = cfg.controller.tick_s / SPEED
         start = time.monotonic()
         thread.start()
@@ -172,6 +174,24 @@ def test_cli_once_json_interface(run: Run) -> None:
         out = svc["variants"][v]
         assert out["current_replicas"] == counts.counts(v).current
         assert isinstance(out["desired_replicas"], int) and isinstance(out["reason"], str)
+
+
+@pytest.mark.parametrize("spec", ["hpa", "keda:metric=queue", "wva"])
+def test_cli_runs_any_registry_controller(run: Run, spec: str) -> None:
+    # Calibrated without a trace, from the fleet file and the profiles alone.
+    res = CliRunner().invoke(app, ["dry-run", "--prometheus-url", run.prom.url, "--config", str(run.config_file),
+                                   "--once", "--output", "json", "--speed", str(SPEED), "--controller", spec])
+    assert res.exit_code == 0, res.output
+    svc = json.loads(res.stdout.strip().splitlines()[-1])["services"]["llm"]
+    assert svc["errors"] == []
+    reason = svc["variants"]["h100"]["reason"]
+    assert reason.startswith(spec.split(":")[0]), reason  # the baseline decided, not the PID
+    counts = run.live.sim.services["llm"]
+    for v in ("h100", "a100"):
+        assert svc["variants"][v]["current_replicas"] == counts.counts(v).current
+    bad = CliRunner().invoke(app, ["dry-run", "--prometheus-url", run.prom.url, "--config", str(run.config_file),
+                                   "--once", "--controller", "static-ilp"])
+    assert bad.exit_code == 2 and "static-ilp needs a trace" in bad.stderr
 
 
 def test_cli_table_output_says_nothing_changes(run: Run) -> None:

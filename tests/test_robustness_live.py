@@ -216,7 +216,7 @@ def test_bug_compare_negative_seed_names_the_option(tmp_path: Path) -> None:
 # ============================================================================= compare: correct today
 @pytest.mark.parametrize(("spec", "needle"), [
     ("pid,,pid", "listed twice"), (",,", "no controller given"), ("", "no controller given"),
-    ("bogus", "unknown controller 'bogus'"), ("pid:x=1", "unknown controller"),
+    ("bogus", "unknown controller 'bogus'"), ("pid:x=1", "bad parameter 'x=1' for pid; it takes: none"),
     ("hpa:target=-1", "target must be > 0"), ("kpa:target=0", "target must be > 0"),
     ("hpa:metric=bogus", "metric must be one of"), ("dynamo:predictor=bogus", "predictor must be one of"),
     ("hpa:target", "bad parameter"), ("hpa:", "bad parameter"),

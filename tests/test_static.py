@@ -38,7 +38,7 @@ def test_opening_rate_of_an_empty_workload_is_zero() -> None:
 def test_scheduled_controller_holds_each_window_fleet(make_fleet) -> None:
     cfg = make_fleet(1, min_replicas=1, max_replicas=3)
     wl = Workload(arrivals([float(t) for t in range(0, 200, 5)]))
-    ctrl = ScheduledController([(0.0, {"svc": {"h100": 1}}), (60.0, {"svc": {"h100": 3}})])
+    ctrl = ScheduledController([(0.0, {"svc": {"h100": 1}}), (60.0, {"svc": {"h100": 3}})], 15.0, 300.0)
     run = run_simulation(cfg, wl, ctrl)
     applied = [(rec.time_s, rec.services["svc"].applied["h100"]) for rec in run.ticks]
     assert run.controller == "scheduled"
@@ -49,4 +49,4 @@ def test_scheduled_controller_holds_each_window_fleet(make_fleet) -> None:
 @pytest.mark.parametrize("schedule", [[], [(10.0, {})], [(0.0, {}), (100.0, {}), (50.0, {})]])
 def test_scheduled_controller_rejects_bad_schedules(schedule) -> None:
     with pytest.raises(ValueError, match="schedule must start at 0 s"):
-        ScheduledController(schedule)
+        ScheduledController(schedule, 15.0, 300.0)

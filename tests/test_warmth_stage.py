@@ -20,7 +20,7 @@ from autoscaler.simulate import run_simulation
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.state import PodObservation, ServiceObservation, VariantObservation
 from autoscaler.workload.types import Request, Workload
-from controllers.pid import PIDController
+from controllers.registry import build
 from models.cache_warmth import CacheWarmthModel, ReplicaSample, WarmthParams
 
 HUGE_KV = 10**15  # eviction horizon effectively infinite: every reusable prefix is still cached
@@ -214,7 +214,7 @@ def test_the_loop_forecasts_the_shared_prompt_hit_rate(make_fleet) -> None:
 def test_the_forecast_hit_rate_is_exported(make_fleet) -> None:
     cfg = make_fleet(1, controller={"forecast": {"enabled": True}})
     sim = FleetSimulator(cfg, system_prompt_load(2.0, 400.0))
-    loop = ControlLoop(cfg, SimMetricsSource(sim, 60.0), SimActuator(sim), PIDController())
+    loop = ControlLoop(cfg, SimMetricsSource(sim, 60.0), SimActuator(sim), build("pid", cfg))
     metrics = LoopMetrics(loop, CollectorRegistry())
     for k in range(1, 26):  # 20 ticks with traffic before the model reports (see the test above)
         sim.run_until(15.0 * k)

@@ -241,13 +241,15 @@ class PrometheusSource:
         runner: evaluates instant queries (``LiveRunner``, or ``backtest.RangeRunner`` for history).
         speed: how many times faster than real time the source runs (1 for a real cluster).
         clock: maps the loop's time (seconds) to the unix time to evaluate at; None = the server's now.
+        window_s: signal look-back window in the source's seconds (the controller's
+            ``window_s``); default ``controller.window_s``.
 
     Attributes:
         warnings: service -> this tick's warnings (pods ignored, no fresh pods).
     """
 
     def __init__(self, cfg: FleetConfig, runner: QueryRunner, *, speed: float = 1.0,
-                 clock: Callable[[float], float] | None = None) -> None:
+                 clock: Callable[[float], float] | None = None, window_s: float | None = None) -> None:
         if not 0 < speed < math.inf:
             raise ValueError(f"speed must be finite and > 0, got {speed}")
         self.cfg = cfg
@@ -257,7 +259,7 @@ class PrometheusSource:
         self.clock = clock
         self.qs = QUERY_SETS[self.prom.query_set]
         self.queries = {**self.qs.signals, **self.prom.queries}
-        self.window_s = cfg.controller.window_s / speed
+        self.window_s = (cfg.controller.window_s if window_s is None else window_s) / speed
         self.warnings: dict[str, list[str]] = {}
         self._counts: dict[tuple[str, str], tuple[int, int]] = {}
 

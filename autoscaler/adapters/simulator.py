@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from autoscaler.loop.actuate import APPLIED, ActuationResult
 from autoscaler.simulator.engine import DRAINING, READY, Replica
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS, histogram_quantile
@@ -159,16 +160,12 @@ class SimMetricsSource:
 
 
 class SimActuator:
-    """Scales the simulator's Deployments."""
+    """Scales the simulator's Deployments (every write applies: the simulator has no API server)."""
 
     def __init__(self, sim: FleetSimulator) -> None:
         self.sim = sim
 
-    def counts(self, service: str, variant: str) -> tuple[int, int, int]:
-        """``(ready, starting, draining)`` replicas."""
-        c = self.sim.services[service].counts(variant)
-        return c.ready, c.starting, c.draining
-
-    def scale(self, service: str, variant: str, replicas: int) -> None:
+    def scale(self, service: str, variant: str, replicas: int) -> ActuationResult:
         """Set the variant's replicas."""
         self.sim.set_replicas(service, variant, replicas)
+        return APPLIED

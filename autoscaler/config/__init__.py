@@ -8,7 +8,7 @@ and validating a file is ``autoscaler.config.loading`` (``load_config``, ``parse
 
 from autoscaler.config.base import MAX_INT, Strict
 from autoscaler.config.control import ControllerConfig, ForecastConfig, GuardConfig, PIDConfig, SetpointSignal
-from autoscaler.config.fleet import SLO, FleetConfig, Service, Variant
+from autoscaler.config.fleet import SLO, FleetConfig, Service, TypicalRequest, Variant
 from autoscaler.config.prometheus import (
     BasicAuth,
     PrometheusConfig,
@@ -21,5 +21,5 @@ from autoscaler.config.simulator import Crash, EngineConfig, SimulatorConfig
 __all__ = [
     "MAX_INT", "SLO", "BasicAuth", "ControllerConfig", "Crash", "EngineConfig", "FleetConfig", "ForecastConfig",
     "GuardConfig", "PIDConfig", "PrometheusConfig", "QuerySetName", "Service", "ServiceSelectors", "SetpointSignal",
-    "SimulatorConfig", "Strict", "Variant", "VariantSelectors",
+    "SimulatorConfig", "Strict", "TypicalRequest", "Variant", "VariantSelectors",
 ]

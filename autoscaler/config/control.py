@@ -8,6 +8,9 @@ from pydantic import Field, StrictBool, model_validator
 
 from autoscaler.config.base import Strict
 
+DEFAULT_TICK_S = 15.0  # seconds between ticks: HPA's sync period and Prometheus's usual scrape interval
+DEFAULT_WINDOW_S = 300.0  # signal look-back window, seconds (controllers.pid: why 300 s)
+
 SetpointSignal = Literal[
     "slo_mean_ratio", "ttft_mean_ratio", "tpot_mean_ratio", "ttft_p95_ratio", "tpot_p95_ratio", "slo_p95_ratio",
     "kv_usage", "queue_per_replica",
@@ -87,8 +90,8 @@ class ControllerConfig(Strict):
         forecast: the forecast stage.
     """
 
-    tick_s: float = Field(default=15.0, ge=1.0)
-    window_s: float = Field(default=300.0, gt=0, le=86400.0)
+    tick_s: float = Field(default=DEFAULT_TICK_S, ge=1.0)
+    window_s: float = Field(default=DEFAULT_WINDOW_S, gt=0, le=86400.0)
     pid: PIDConfig = PIDConfig()
     guard: GuardConfig = GuardConfig()
     forecast: ForecastConfig = ForecastConfig()

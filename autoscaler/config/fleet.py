@@ -79,6 +79,22 @@ class Variant(Strict):
         return self
 
 
+class TypicalRequest(Strict):
+    """The request a service is sized for when no trace is given (dry-run, the daemon), and the
+    workload the baselines' metric targets are calibrated on (``controllers.baselines.calibrate``).
+
+    Attributes:
+        input_tokens, output_tokens: mean prompt and output lengths, tokens; the capacity model
+            assumes lognormal lengths around them (``models.capacity.RequestMix.from_means``). Defaults:
+            1024 and 256, the reference request of the profiles' benchmarks.
+        prefix_hit_rate: expected fraction of prompt tokens served from the prefix cache.
+    """
+
+    input_tokens: float = Field(default=1024.0, ge=1)
+    output_tokens: float = Field(default=256.0, ge=1)
+    prefix_hit_rate: float = Field(default=0.0, ge=0, lt=1)
+
+
 class Service(Strict):
     """A served model and the variants that serve it.
 
@@ -89,6 +105,7 @@ class Service(Strict):
             (vLLM answers HTTP 400), counted as ``rejected``.
         slo: objectives per request class; must define ``interactive`` and ``batch``.
         variants: at least one.
+        typical_request: the request it is sized for without a trace.
     """
 
     name: str
@@ -96,6 +113,7 @@ class Service(Strict):
     max_model_len: int = Field(default=32768, gt=0)
     slo: dict[str, SLO]
     variants: list[Variant] = Field(min_length=1)
+    typical_request: TypicalRequest = TypicalRequest()
 
     @field_validator("slo")
     @classmethod

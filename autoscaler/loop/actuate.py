@@ -1,17 +1,60 @@
-"""Actuate stage: the interface to whatever runs the replicas (simulator, Kubernetes)."""
+"""Actuate stage: the interfaces to whatever runs the replicas and whatever admits the requests.
+
+An ``Actuator`` sets a variant's replica count (the Kubernetes scale subresource, the simulator) and
+says what happened, as the HPA records ``AbleToScale`` / ``FailedRescale``: ``applied``, or why not
+(``conflict``: the object changed under us, HTTP 409; ``forbidden``: no permission, HTTP 403;
+``unreachable``: the API did not answer; ``invalid``: the request was refused as malformed). An
+``AdmissionSink`` publishes a service's admission thresholds to the gateway (priority class ->
+longest estimated queue wait, seconds) and answers the same way. The loop records every result
+(``ServiceTick.actuation``), counts the failures and exports them
+(``autoscaler_actuation_errors_total``); a failed write leaves the variant at its current count.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 
-class Actuator(Protocol):
-    """Reads and sets replica counts of a service's variants (one Deployment per variant)."""
+class ActuationStatus(StrEnum):
+    """Outcome of one write (module docstring)."""
 
-    def counts(self, service: str, variant: str) -> tuple[int, int, int]:
-        """``(ready, starting, draining)`` replicas of the variant."""
+    APPLIED = "applied"
+    CONFLICT = "conflict"
+    FORBIDDEN = "forbidden"
+    UNREACHABLE = "unreachable"
+    INVALID = "invalid"
+
+
+@dataclass(frozen=True)
+class ActuationResult:
+    """What one write did: its status and, when it failed, a one-line why."""
+
+    status: ActuationStatus
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when the write was applied."""
+        return self.status is ActuationStatus.APPLIED
+
+
+APPLIED = ActuationResult(ActuationStatus.APPLIED)
+
+
+class Actuator(Protocol):
+    """Sets replica counts of a service's variants (one Deployment per variant)."""
+
+    def scale(self, service: str, variant: str, replicas: int) -> ActuationResult:
+        """Set the variant's desired replica count (the workload's scale subresource)."""
         ...
 
-    def scale(self, service: str, variant: str, replicas: int) -> None:
-        """Set the variant's desired replica count (the Deployment's scale subresource)."""
+
+class AdmissionSink(Protocol):
+    """Publishes admission thresholds to the gateway of a service."""
+
+    def publish(self, service: str, thresholds: Mapping[str, float]) -> ActuationResult:
+        """Make ``thresholds`` (priority class -> longest queue wait, seconds) the gateway's for ``service``."""
         ...

@@ -12,12 +12,20 @@
   returned (PID: ``error``, ``p``, ``i``, ``d``, ``target_capacity_rps``);
 - ``autoscaler_signal`` {service, signal}: every known observed and derived signal; unknown ones
   are absent, never 0;
-- ``autoscaler_admission_threshold`` {service, class}: declared without samples, as no admission
-  controller is configured yet;
+- ``autoscaler_admission_threshold`` {service, priority}: the decision's admission thresholds
+  (longest estimated queue wait, seconds), absent when the controller sets none;
 - ``autoscaler_idle_ticks`` {service}: consecutive idle ticks;
-- ``autoscaler_decisions_total`` {service, reason}: ``scale_up``, ``scale_down``, ``no_change``,
-  ``idle_to_min``, ``hold`` (signal unknown or warming up), ``metrics_error`` (a query failed);
+- ``autoscaler_decisions_total`` {service, reason}: ``scale_up``, ``scale_down``, ``no_change``
+  (what was applied), or the named reason of a decision that could not be made
+  (``controllers.base.Reason``: ``signal_unknown``, ``warming_up``, ``metrics_error``,
+  ``counts_unknown``), ``idle_to_min``, ``scale_from_zero``;
+- ``autoscaler_guard_limits_total`` {service, limit}: the guard's cuts (``scale_up_limit``,
+  ``scale_down_limit``, ``cooldown``, ``too_many_replicas``, ``too_few_replicas``);
 - ``autoscaler_metric_query_failures_total`` {service}: failed metric queries;
+- ``autoscaler_actuation_errors_total`` {service, target, result}: writes that failed (``target`` is a
+  variant, or ``admission``; ``result`` ``conflict``, ``forbidden``, ``unreachable``, ``invalid``);
+- ``autoscaler_able_to_scale`` {service, variant}: 1 when the variant's last write was applied (or
+  none was needed), 0 when it failed, as the HPA's ``AbleToScale`` condition;
 - ``autoscaler_loop_duration_seconds``: histogram of tick wall time, prometheus_client's default
   buckets (``Histogram.DEFAULT_BUCKETS``);
 - ``autoscaler_forecast_rate_rps`` {service, bound=point|lower|upper} and
@@ -43,6 +51,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from autoscaler.loop.runner import ControlLoop, ServiceTick, TickRecord
+from controllers.base import Reason, change_reason
 
 BUCKETS: tuple[float, ...] = tuple(b for b in Histogram.DEFAULT_BUCKETS if b != float("inf"))
 
@@ -53,20 +62,12 @@ FORECAST_RATE_BOUNDS = {"forecast_rate_rps": "point", "forecast_rate_lower_rps":
 FORECAST_TOKEN_KINDS = {"forecast_input_tokens": "input", "forecast_output_tokens": "output"}
 
 
-def decision_kind(st: ServiceTick, idle: bool) -> str:
+def decision_kind(st: ServiceTick) -> str:
     """The ``reason`` label of one service's decision (see the module docstring)."""
-    if st.estimate.errors:
-        return "metrics_error"
-    if st.decision.hold:
-        return "hold"
-    if idle:
-        return "idle_to_min"
-    current = st.estimate.current
-    if any(n > current[v] for v, n in st.applied.items()):
-        return "scale_up"
-    if any(n < current[v] for v, n in st.applied.items()):
-        return "scale_down"
-    return "no_change"
+    code = st.decision.code
+    if st.decision.hold or code in (Reason.IDLE_TO_MIN, Reason.SCALE_FROM_ZERO):
+        return code.value
+    return change_reason(st.applied, st.estimate.current).value
 
 
 class LoopMetrics(Collector):
@@ -83,20 +84,24 @@ class LoopMetrics(Collector):
         self._last: TickRecord | None = None
         self._idle: dict[str, int] = {}
         self._decisions: dict[tuple[str, str], int] = {}
+        self._limits: dict[tuple[str, str], int] = {}
+        self._able: dict[tuple[str, str], bool] = {}
         self._buckets = [0] * (len(BUCKETS) + 1)
         self._duration_sum = 0.0
         self.registry.register(self)
 
     def record(self, tick: TickRecord, duration_s: float) -> None:
         """Account for one tick that took ``duration_s`` wall seconds."""
-        limit = self.loop.cfg.controller.guard.idle_ticks_to_min
         with self._lock:
             self._last = tick
             for name, st in tick.services.items():
-                idle = self.loop.guards[name].idle_ticks
-                self._idle[name] = idle
-                key = (name, decision_kind(st, idle >= limit))
+                self._idle[name] = self.loop.guards[name].idle_ticks
+                key = (name, decision_kind(st))
                 self._decisions[key] = self._decisions.get(key, 0) + 1
+                for limit in st.limits:
+                    self._limits[(name, limit.value)] = self._limits.get((name, limit.value), 0) + 1
+                for v, res in st.actuation.items():
+                    self._able[(name, v)] = res.ok
             self._buckets[bisect_left(BUCKETS, duration_s)] += 1
             self._duration_sum += duration_s
 
@@ -123,12 +128,18 @@ class LoopMetrics(Collector):
         signals = GaugeMetricFamily("autoscaler_signal", "Observed and derived signals; unknown ones are absent.",
                                     labels=("service", "signal"))
         admission = GaugeMetricFamily("autoscaler_admission_threshold",
-                                      "Admission threshold per class (no admission controller configured).",
-                                      labels=("service", "class"))
+                                      "Admission threshold per priority class: longest queue wait, seconds.",
+                                      labels=("service", "priority"))
         idle = GaugeMetricFamily("autoscaler_idle_ticks", "Consecutive idle ticks.", labels=("service",))
         decisions = CounterMetricFamily("autoscaler_decisions", "Decisions by reason.", labels=("service", "reason"))
         failures = CounterMetricFamily("autoscaler_metric_query_failures", "Metric queries that failed.",
                                        labels=("service",))
+        limits = CounterMetricFamily("autoscaler_guard_limits", "Cuts the guard made to decisions, by rule.",
+                                     labels=("service", "limit"))
+        act_errors = CounterMetricFamily("autoscaler_actuation_errors", "Writes (replicas, admission) that failed.",
+                                         labels=("service", "target", "result"))
+        able = GaugeMetricFamily("autoscaler_able_to_scale", "1 when the variant's last write was applied, else 0.",
+                                 labels=("service", "variant"))
         fc = self.loop.cfg.controller.forecast
         horizon = f"{fc.horizon_s:g} s ahead"
         f_rate = GaugeMetricFamily("autoscaler_forecast_rate_rps",
@@ -140,7 +151,7 @@ class LoopMetrics(Collector):
                                    f"Forecast prefix-cache hit rate of the fleet {horizon}, fraction.",
                                    labels=("service",))
         signal_name = self.loop.cfg.controller.pid.setpoint_signal
-        controller = getattr(self.loop.controller, "name", type(self.loop.controller).__name__)
+        controller = self.loop.controller.name
         if self._last is not None:
             for name, st in self._last.services.items():
                 for v, obs in st.estimate.variants.items():
@@ -149,6 +160,8 @@ class LoopMetrics(Collector):
                     current.add_metric([name, v], obs.current)
                     ready.add_metric([name, v], obs.ready)
                     desired.add_metric([name, v], st.applied[v])
+                for priority, wait in sorted(st.decision.admission.items()):
+                    admission.add_metric([name, priority], wait)
                 t = st.decision.terms
                 if "setpoint" in t:
                     setpoint.add_metric([name, signal_name], t["setpoint"])
@@ -174,6 +187,13 @@ class LoopMetrics(Collector):
             decisions.add_metric([name, reason], n)
         for name, n in self.loop.query_failures.items():
             failures.add_metric([name], n)
+        for (name, limit), n in sorted(self._limits.items()):
+            limits.add_metric([name, limit], n)
+        for (name, target, status), n in sorted(self.loop.actuation_errors.items()):
+            act_errors.add_metric([name, target, status.value], n)
+        for svc in self.loop.cfg.services:
+            for v in svc.variants:
+                able.add_metric([svc.name, v.name], float(self._able.get((svc.name, v.name), True)))
         duration = HistogramMetricFamily("autoscaler_loop_duration_seconds", "Wall time of one loop tick.")
         cum, acc = [], 0
         for b, n in zip((*BUCKETS, float("inf")), self._buckets, strict=True):
@@ -181,7 +201,7 @@ class LoopMetrics(Collector):
             cum.append((floatToGoString(b), acc))
         duration.add_metric([], cum, self._duration_sum)
         return [current, ready, desired, setpoint, measured, terms, signals, admission, idle, decisions, failures,
-                duration, f_rate, f_tokens, f_hits]
+                limits, act_errors, able, duration, f_rate, f_tokens, f_hits]
 
 
 class _Quiet(WSGIRequestHandler):

@@ -1,12 +1,18 @@
-"""The control loop: observe -> estimate -> decide -> guard -> actuate, once per tick.
+"""The control loop: observe -> estimate -> (forecast) -> decide -> guard -> actuate, once per tick.
 
 The same ``ControlLoop`` runs against the simulator, a live Prometheus (dry-run) and Kubernetes;
-only the ``MetricsSource`` and ``Actuator`` differ.
+only the ``MetricsSource``, the ``Actuator`` and the ``AdmissionSink`` differ.
 
-A controller with ``own_guard = True`` (the anchors' baselines, ``controllers.baselines``) brings
-its own stabilisation and rate limits, so it is measured with its rules alone: the loop calls it on
-every tick (no warm-up hold, no idle-to-minimum rule) and only clamps its decision to each
-variant's ``[min_replicas, min(max_replicas, quota)]``.
+A controller that brings its own guard (``Controller.own_guard``: the anchors' baselines, fixed
+fleets) is measured with its rules alone: the loop calls it on every tick (no warm-up hold, no
+idle-to-minimum rule) and only clamps its decision to each variant's ``[min_replicas,
+min(max_replicas, quota)]``. When the guard (or a failed write) changes what a controller asked for,
+the loop tells it through ``Controller.on_guard_cut``.
+
+Actuation: each variant whose count changes is written through the actuator; the result is kept in
+``ServiceTick.actuation``, failures are counted in ``actuation_errors`` (service, variant, status)
+and logged, and a failed variant stays at its current count in ``ServiceTick.applied``. A decision's
+admission thresholds go to the admission sink, when there is one, with the same accounting.
 
 Fail-static: when any metric query failed this tick (``ServiceObservation.errors``), the loop holds
 every variant at its current count (no scale-down on an outage read as idle), adds the failures to
@@ -21,14 +27,14 @@ import logging
 from dataclasses import dataclass, field
 
 from autoscaler.config import FleetConfig, Service
-from autoscaler.loop.actuate import Actuator
+from autoscaler.loop.actuate import ActuationResult, ActuationStatus, Actuator, AdmissionSink
 from autoscaler.loop.estimate import estimate
 from autoscaler.loop.forecast import ForecastStage
-from autoscaler.loop.guard import GuardState, guard
+from autoscaler.loop.guard import Guarded, GuardState, clamp, guard
 from autoscaler.loop.observe import MetricsSource
 from autoscaler.loop.warmth import WarmthStage
 from autoscaler.state import ServiceEstimate
-from controllers.base import Controller, Decision
+from controllers.base import Controller, Decision, Reason, hold
 from controllers.split import cost_per_capacity
 from models.capacity import variant_weights
 
@@ -37,12 +43,27 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ServiceTick:
-    """What the loop saw and did for one service at one tick."""
+    """What the loop saw and did for one service at one tick.
+
+    Attributes:
+        estimate: the estimate the controller read.
+        decision: what the controller asked for.
+        applied: replicas per variant after the guard and the writes (a failed write keeps the
+            variant at its current count); what a dry-run would set.
+        reason: the decision's reason and the guard's notes.
+        limits: the guard's cuts, named.
+        actuation: variant -> result of its write (only variants whose count changed).
+        admission: result of publishing the decision's admission thresholds (None when none were set
+            or there is no sink).
+    """
 
     estimate: ServiceEstimate
     decision: Decision
     applied: dict[str, int]
     reason: str
+    limits: list[Reason] = field(default_factory=list)
+    actuation: dict[str, ActuationResult] = field(default_factory=dict)
+    admission: ActuationResult | None = None
 
 
 @dataclass
@@ -53,35 +74,29 @@ class TickRecord:
     services: dict[str, ServiceTick] = field(default_factory=dict)
 
 
-def bounds_only(decision: Decision, current: dict[str, int], svc: Service) -> dict[str, int]:
-    """The decision clamped to each variant's bounds; the current replicas when it holds."""
-    if decision.hold:
-        return dict(current)
-    return {v.name: min(max(decision.desired.get(v.name, current[v.name]), v.min_replicas), v.cap)
-            for v in svc.variants}
-
-
 class ControlLoop:
     """Runs one controller over every service of a fleet.
 
     Args:
         cfg: the fleet.
         source: where signals come from.
-        actuator: where replica counts are read and set; None for dry-run (never actuates).
-        controller: the policy.
+        actuator: where replica counts are set; None for dry-run (never actuates).
+        controller: the policy (``controllers.registry.build``).
+        admission: where admission thresholds go; None when nothing consumes them.
     """
 
-    def __init__(
-        self, cfg: FleetConfig, source: MetricsSource, actuator: Actuator | None, controller: Controller
-    ) -> None:
+    def __init__(self, cfg: FleetConfig, source: MetricsSource, actuator: Actuator | None, controller: Controller,
+                 admission: AdmissionSink | None = None) -> None:
         self.cfg = cfg
         self.source = source
         self.actuator = actuator
         self.controller = controller
-        self.weights = {s.name: variant_weights(s) for s in cfg.services}
+        self.admission = admission
+        self.weights = {s.name: variant_weights(s, cfg.simulator.engine) for s in cfg.services}
         self.guards = {s.name: GuardState() for s in cfg.services}
         self.started_s = 0.0
         self.query_failures = {s.name: 0 for s in cfg.services}
+        self.actuation_errors: dict[tuple[str, str, ActuationStatus], int] = {}
         fc = cfg.controller.forecast
         self.forecasts = {s.name: ForecastStage(fc) for s in cfg.services} if fc.enabled else {}
         router = fc.router or cfg.simulator.router
@@ -91,11 +106,57 @@ class ControlLoop:
         """Mark the loop's start: it decides nothing until one signal window of data exists."""
         self.started_s = now
 
+    def _decide(self, svc: Service, est: ServiceEstimate, now: float) -> Decision:
+        """The decision for one service: the loop's own rules first, then the controller's."""
+        gstate = self.guards[svc.name]
+        ctrl = self.controller
+        waiting = est.signals.get("queue_length") or 0.0
+        unknown = [n for n, v in est.variants.items() if not v.counts_known]
+        if unknown:  # never decide (nor scale from zero) on counts nobody knows
+            why = f"replica count of {', '.join(unknown)} unknown"
+            if est.errors:
+                why = f"{len(est.errors)} metric queries failed ({est.errors[0]}); {why}"
+            return hold(est.current, f"hold: {why}", Reason.COUNTS_UNKNOWN)
+        if ctrl.own_guard:
+            return ctrl.decide(est, svc)
+        if est.capacity_rps == 0 and waiting > 0:
+            return scale_from_zero(svc, self.weights[svc.name], waiting)
+        if now - self.started_s < ctrl.window_s:
+            return hold(est.current, "warming up: less than one window of data", Reason.WARMING_UP)
+        if est.errors:
+            return hold(est.current, f"hold: {len(est.errors)} metric queries failed ({est.errors[0]})",
+                        Reason.METRICS_ERROR)
+        if gstate.idle_ticks >= self.cfg.controller.guard.idle_ticks_to_min:
+            return Decision({v.name: v.min_replicas for v in svc.variants},
+                            f"idle for {gstate.idle_ticks} ticks: toward minimum", Reason.IDLE_TO_MIN)
+        return ctrl.decide(est, svc)
+
+    def _actuate(self, svc: Service, current: dict[str, int], guarded: Guarded) -> tuple[dict[str, int],
+                                                                                          dict[str, ActuationResult]]:
+        """Write every changed variant; returns (replicas the fleet now has asked for, results)."""
+        applied = dict(guarded.replicas)
+        results: dict[str, ActuationResult] = {}
+        if self.actuator is None:
+            return applied, results
+        for name, n in guarded.replicas.items():
+            if n == current[name]:
+                continue
+            res = self.actuator.scale(svc.name, name, n)
+            results[name] = res
+            if not res.ok:
+                applied[name] = current[name]
+                self._count(svc.name, name, res)
+        return applied, results
+
+    def _count(self, service: str, target: str, res: ActuationResult) -> None:
+        key = (service, target, res.status)
+        self.actuation_errors[key] = self.actuation_errors.get(key, 0) + 1
+        log.warning("%s/%s: write %s: %s", service, target, res.status.value, res.message or "-")
+
     def tick(self, now: float) -> TickRecord:
         """Run every stage once at time ``now`` (seconds) and return what happened."""
         record = TickRecord(time_s=now)
         observations = self.source.observe(now)
-        ctrl = self.cfg.controller
         for svc in self.cfg.services:
             obs = observations[svc.name]
             est = estimate(obs, svc, self.weights[svc.name])
@@ -110,41 +171,23 @@ class ControlLoop:
                 log.warning(line)
             gstate = self.guards[svc.name]
             gstate.idle_ticks = gstate.idle_ticks + 1 if est.idle else 0
-            own_guard = getattr(self.controller, "own_guard", False)
-            waiting = est.signals.get("queue_length") or 0.0
-            unknown = [n for n, v in est.variants.items() if not v.counts_known]
-            if unknown:  # never decide (nor scale from zero) on counts nobody knows
-                why = f"replica count of {', '.join(unknown)} unknown"
-                if est.errors:
-                    why = f"{len(est.errors)} metric queries failed ({est.errors[0]}); {why}"
-                decision = Decision(dict(est.current), f"hold: {why}", hold=True)
-            elif own_guard:
-                decision = self.controller.decide(est, svc, ctrl)
-            elif est.capacity_rps == 0 and waiting > 0:
-                decision = scale_from_zero(svc, self.weights[svc.name], waiting)
-            elif now - self.started_s < ctrl.window_s:
-                decision = Decision(dict(est.current), "warming up: less than one window of data", hold=True)
-            elif est.errors:
-                decision = Decision(dict(est.current), f"hold: {len(est.errors)} metric queries failed "
-                                    f"({est.errors[0]})", hold=True)
-            elif gstate.idle_ticks >= ctrl.guard.idle_ticks_to_min:
-                decision = Decision({v.name: v.min_replicas for v in svc.variants},
-                                    f"idle for {gstate.idle_ticks} ticks: toward minimum")
-            else:
-                decision = self.controller.decide(est, svc, ctrl)
+            decision = self._decide(svc, est, now)
             current = est.current
-            if own_guard:
-                applied, reason = bounds_only(decision, current, svc), decision.reason
+            if self.controller.own_guard:
+                guarded = clamp(decision, current, svc)
             else:
-                applied, reason = guard(decision, current, svc, ctrl.guard, gstate, now, self.weights[svc.name])
-            feedback = getattr(self.controller, "guarded", None)
-            if feedback is not None and not decision.hold and applied != decision.desired:
-                feedback(svc.name, decision.desired, applied, self.weights[svc.name])
-            if self.actuator is not None:
-                for name, n in applied.items():
-                    if n != current[name]:
-                        self.actuator.scale(svc.name, name, n)
-            record.services[svc.name] = ServiceTick(est, decision, applied, reason)
+                guarded = guard(decision, current, svc, self.cfg.controller.guard, gstate, now,
+                                self.weights[svc.name])
+            applied, results = self._actuate(svc, current, guarded)
+            if not decision.hold and applied != decision.desired:
+                self.controller.on_guard_cut(svc.name, decision.desired, applied, self.weights[svc.name])
+            admission = None
+            if decision.admission and self.admission is not None:
+                admission = self.admission.publish(svc.name, decision.admission)
+                if not admission.ok:
+                    self._count(svc.name, "admission", admission)
+            record.services[svc.name] = ServiceTick(est, decision, applied, guarded.reason, guarded.limits,
+                                                    results, admission)
         return record
 
 
@@ -155,4 +198,4 @@ def scale_from_zero(svc: Service, weights: dict[str, float], waiting: float) -> 
     v = min(candidates, key=lambda v: cost_per_capacity(v, weights[v.name]))
     desired = {x.name: 0 for x in svc.variants}
     desired[v.name] = max(1, v.min_replicas)
-    return Decision(desired, f"scale from zero: {waiting:g} requests waiting and no replica")
+    return Decision(desired, f"scale from zero: {waiting:g} requests waiting and no replica", Reason.SCALE_FROM_ZERO)

@@ -49,15 +49,20 @@ class VariantCounts:
 
 
 class ServiceSim:
-    """One service: its variants' replicas, its gateway queue and router."""
+    """One service: its variants' replicas, its gateway queue and router.
 
-    def __init__(self, cfg: Service) -> None:
+    Args:
+        cfg: the service.
+        weights: variant -> capacity of one replica, requests/s (the router weighs replicas by it).
+    """
+
+    def __init__(self, cfg: Service, weights: dict[str, float]) -> None:
         self.cfg = cfg
         self.variants: dict[str, Variant] = {v.name: v for v in cfg.variants}
         self.replicas: list[Replica] = []
         self.ready: list[Replica] = []
         self.gateway: deque[SimRequest] = deque()
-        self.weights = variant_weights(cfg)
+        self.weights = weights
 
     def counts(self, variant: str) -> VariantCounts:
         """Current replica counts of ``variant``."""
@@ -90,7 +95,7 @@ class FleetSimulator:
         self.cfg = cfg
         self.workload = workload
         self.target = cfg.service(service).name
-        self.services = {s.name: ServiceSim(s) for s in cfg.services}
+        self.services = {s.name: ServiceSim(s, variant_weights(s, cfg.simulator.engine)) for s in cfg.services}
         self.now = 0.0
         self._events: list[tuple[float, int, int, object, int]] = []
         self._seq = 0

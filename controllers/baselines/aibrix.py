@@ -39,11 +39,12 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from controllers.base import Decision
+from autoscaler.config.control import DEFAULT_WINDOW_S
+from controllers.base import Controller, Decision, change_reason, hold
 from controllers.baselines.common import SampleWindow, count_bounds, place_count
 
 if TYPE_CHECKING:
-    from autoscaler.config import ControllerConfig, Service
+    from autoscaler.config import Service
     from autoscaler.state import ServiceEstimate
 
 RESYNC_S = 10.0
@@ -113,7 +114,7 @@ def aibrix_stabilize(history: list[tuple[float, int]], now: float, recommendatio
     return recommendation
 
 
-class AIBrixController:
+class AIBrixController(Controller):
     """An AIBrix PodAutoscaler whose target is the whole service (``controllers.baselines.common``).
 
     Args:
@@ -121,11 +122,10 @@ class AIBrixController:
         strategy: ``kpa`` or ``apa``.
     """
 
-    name = "aibrix"
-    own_guard = True
-    tick_s = RESYNC_S
 
-    def __init__(self, target: float, strategy: str = "kpa") -> None:
+    def __init__(self, target: float, strategy: str = "kpa", *, window_s: float = DEFAULT_WINDOW_S,
+                 name: str = "aibrix") -> None:
+        super().__init__(name, RESYNC_S, window_s, own_guard=True)
         if strategy not in ("kpa", "apa"):
             raise ValueError(f"aibrix strategy must be kpa or apa, got '{strategy}'")
         if target <= 0:
@@ -136,10 +136,10 @@ class AIBrixController:
         self.states: dict[str, AIBrixKPAState] = {}
         self.history: dict[str, list[tuple[float, int]]] = {}
 
-    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
+    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Desired replicas per variant (module docstring)."""
         if not est.pods:
-            return Decision(dict(est.current), "aibrix: no ready pod to scrape", hold=True)
+            return hold(est.current, "aibrix: no ready pod to scrape")
         now = est.time_s
         values = [p.kv_usage for p in est.pods]
         window = self.windows.setdefault(svc.name, SampleWindow(OBSERVE_WINDOW_S))
@@ -157,6 +157,6 @@ class AIBrixController:
         stabilized = aibrix_stabilize(self.history.setdefault(svc.name, []), now, rec, current)
         lo, hi = count_bounds(svc, 1)
         total = min(max(stabilized, lo), hi)
-        return Decision(place_count(total, svc, est.current, est.weights),
-                        f"aibrix {mode}: kv {stable:.3g}/{panic:.3g}, recommendation {rec}, desired {total}",
-                        terms={"setpoint": self.target, "measurement": stable})
+        desired = place_count(total, svc, est.current, est.weights)
+        return Decision(desired, f"aibrix {mode}: kv {stable:.3g}/{panic:.3g}, recommendation {rec}, desired {total}",
+                        change_reason(desired, est.current), terms={"setpoint": self.target, "measurement": stable})

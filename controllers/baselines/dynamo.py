@@ -16,9 +16,9 @@ Every ``throughput_adjustment_interval`` = 180 s:
    ``kalman``) and forecast the next interval; the hit rate is read with last-value semantics (an
    unknown one, no prefix-cache query in the window, gives no discount: the conservative choice).
 3. ``demand = predicted num_req / 180`` requests/s. Per-replica throughput at the TTFT and ITL targets,
-   prefill work discounted by the hit rate (``effective_isl = isl x (1 - hit)``):
-   ``models.capacity.replica_capacity_slo_rps`` on each variant's profile (our stand-in for the
-   planner's interpolated pre-deployment profile).
+   prefill work discounted by the hit rate (``effective_isl = isl x (1 - hit)``): the capacity model
+   every controller here sizes with (``models.capacity.replica_capacity`` at the predicted mean
+   lengths), our stand-in for the planner's interpolated pre-deployment profile.
 4. Replicas: ``ceil(demand / per-replica throughput)``, at least ``min_endpoint`` = 1. Dynamo has one
    pool; on a fleet of several GPU generations the demand is split with ``controllers.split``
    (cheapest cost per capacity first). The GPU budget is the fleet file's replica caps (not the
@@ -34,14 +34,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from controllers.base import Decision
+from controllers.base import Controller, Decision, change_reason, hold
 from controllers.baselines.predictors import PREDICTORS, ConstantPredictor
 from controllers.split import cost_per_capacity, split_capacity
-from models.capacity import replica_capacity_slo_rps
-from models.profiles import get_profile
+from models.capacity import ReplicaSpec, RequestMix, replica_capacity
 
 if TYPE_CHECKING:
-    from autoscaler.config import ControllerConfig, EngineConfig, Service
+    from autoscaler.config import EngineConfig, Service
     from autoscaler.state import ServiceEstimate
 
 THROUGHPUT_ADJUSTMENT_INTERVAL_S = 180.0
@@ -62,54 +61,49 @@ def planner_replicas(demand_rps: float, svc: Service, current: dict[str, int], p
     return desired
 
 
-class DynamoPlanner:
+class DynamoPlanner(Controller):
     """The throughput planner (module docstring).
 
     Args:
-        engine: the vLLM engine settings (prefill chunk = ``max_num_batched_tokens``).
+        engine: the vLLM engine settings of each replica.
         predictor: ``kalman`` or ``constant``.
         ttft, itl: targets, seconds.
     """
 
-    name = "dynamo"
-    own_guard = True
-    tick_s = THROUGHPUT_ADJUSTMENT_INTERVAL_S
-    window_s = THROUGHPUT_ADJUSTMENT_INTERVAL_S
 
     def __init__(self, engine: EngineConfig, predictor: str = DEFAULT_PREDICTOR, ttft: float = TTFT_TARGET_S,
-                 itl: float = ITL_TARGET_S) -> None:
+                 itl: float = ITL_TARGET_S, *, name: str = "dynamo") -> None:
+        super().__init__(name, THROUGHPUT_ADJUSTMENT_INTERVAL_S, THROUGHPUT_ADJUSTMENT_INTERVAL_S, own_guard=True)
         if predictor not in PREDICTORS:
             raise ValueError(f"dynamo predictor must be one of {', '.join(PREDICTORS)}, got '{predictor}'")
         if ttft <= 0 or itl <= 0:
             raise ValueError(f"dynamo ttft and itl targets must be > 0, got {ttft}, {itl}")
-        self.chunk_tokens = engine.max_num_batched_tokens
+        self.engine = engine
         self.predictor = predictor
         self.ttft = ttft
         self.itl = itl
         self.load: dict[str, dict[str, ConstantPredictor]] = {}
 
-    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
+    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Desired replicas per variant (module docstring)."""
         sig = est.signals
         rate, prompt, gen = sig.get("request_rate_rps"), sig.get("prompt_tokens_rps"), sig.get("generation_tokens_rps")
         if rate is None or prompt is None or gen is None or not rate > 0:
-            return Decision(dict(est.current), "dynamo: metrics contain None or NaN, skipping", hold=True)
+            return hold(est.current, "dynamo: metrics contain None or NaN, skipping")
         preds = self.load.setdefault(svc.name, {k: PREDICTORS[self.predictor]() for k in ("num_req", "isl", "osl")})
         for key, value in (("num_req", rate * self.window_s), ("isl", prompt / rate), ("osl", gen / rate)):
             preds[key].add(value)
         num_req, isl, osl = (preds[k].predict() for k in ("num_req", "isl", "osl"))
         if num_req is None or isl is None or osl is None:
-            return Decision(dict(est.current), "dynamo: no load observed yet", hold=True)
+            return hold(est.current, "dynamo: no load observed yet")
         hit = sig.get("prefix_hit_rate") or 0.0
         demand = max(num_req, 0.0) / self.window_s
-        per_replica = {
-            v.name: replica_capacity_slo_rps(get_profile(v.profile), max(isl, 1.0), max(osl, 1.0), self.itl,
-                                             self.ttft, self.chunk_tokens, min(hit, 0.99))
-            for v in svc.variants
-        }
+        mix = RequestMix.from_means(max(isl, 1.0), max(osl, 1.0), min(hit, 0.99))
+        per_replica = {v.name: replica_capacity(ReplicaSpec.of(v, self.engine), mix, self.ttft, self.itl).rps
+                       for v in svc.variants}
         desired = planner_replicas(demand, svc, est.current, per_replica)
         need = {v.name: math.ceil(demand / per_replica[v.name]) for v in svc.variants}
         return Decision(desired,
                         f"dynamo: demand {demand:.3g} req/s (isl {isl:.0f}, osl {osl:.0f}, hit {hit:.2f}), "
                         f"single-pool replicas {need}",
-                        terms={"target_capacity_rps": demand})
+                        change_reason(desired, est.current), terms={"target_capacity_rps": demand})

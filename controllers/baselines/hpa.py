@@ -34,11 +34,12 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from controllers.base import Decision
+from autoscaler.config.control import DEFAULT_WINDOW_S
+from controllers.base import Controller, Decision, change_reason, hold
 from controllers.baselines.common import count_bounds, place_count
 
 if TYPE_CHECKING:
-    from autoscaler.config import ControllerConfig, Service
+    from autoscaler.config import Service
     from autoscaler.state import ServiceEstimate
 
 SYNC_PERIOD_S = 15.0
@@ -144,7 +145,7 @@ class HPABehavior:
         return desired
 
 
-class HPAController:
+class HPAController(Controller):
     """One HPA whose scale target is the whole service (``controllers.baselines.common``).
 
     Args:
@@ -155,12 +156,11 @@ class HPAController:
         downscale_window_s: scale-down stabilisation window, seconds.
     """
 
-    name = "hpa"
-    own_guard = True
-    tick_s = SYNC_PERIOD_S
 
     def __init__(self, target: float, metric: str = "kv_usage", tolerance: float = TOLERANCE,
-                 downscale_window_s: float = DOWNSCALE_STABILIZATION_S) -> None:
+                 downscale_window_s: float = DOWNSCALE_STABILIZATION_S, *, window_s: float = DEFAULT_WINDOW_S,
+                 name: str = "hpa") -> None:
+        super().__init__(name, SYNC_PERIOD_S, window_s, own_guard=True)
         if metric not in POD_METRICS:
             raise ValueError(f"hpa metric must be one of {', '.join(POD_METRICS)}, got '{metric}'")
         if target <= 0:
@@ -171,24 +171,27 @@ class HPAController:
         self.behaviors: dict[str, HPABehavior] = {}
         self.downscale_window_s = downscale_window_s
 
-    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
+    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Desired replicas per variant (module docstring)."""
         current = sum(est.current.values())
         lo, hi = count_bounds(svc, MIN_REPLICAS_FLOOR)
         if current == 0:
-            return Decision(dict(est.current), "hpa: scaling disabled, target has 0 replicas", hold=True)
+            return hold(est.current, "hpa: scaling disabled, target has 0 replicas")
         if current > hi or current < lo:
             total = min(max(current, lo), hi)
-            return Decision(place_count(total, svc, est.current, est.weights), f"hpa: to bounds {total}")
+            desired = place_count(total, svc, est.current, est.weights)
+            return Decision(desired, f"hpa: to bounds {total}", change_reason(desired, est.current))
         values = [p.kv_usage if self.metric == "kv_usage" else p.waiting for p in est.pods]
         proposal = hpa_pod_metric_replicas(values, est.starting, self.target, current, self.tolerance)
         if proposal is None:
-            return Decision(dict(est.current), f"hpa: no ready pod reports {POD_METRICS[self.metric]}", hold=True)
+            return hold(est.current, f"hpa: no ready pod reports {POD_METRICS[self.metric]}")
         beh = self.behaviors.setdefault(svc.name, HPABehavior(self.downscale_window_s))
         total = beh.normalize(est.time_s, proposal, current, lo, hi)
         measured = sum(values) / len(values)
+        desired = place_count(total, svc, est.current, est.weights)
         return Decision(
-            place_count(total, svc, est.current, est.weights),
+            desired,
             f"hpa: {self.metric} {measured:.3g} vs {self.target:.3g}, proposal {proposal}, desired {total}",
+            change_reason(desired, est.current),
             terms={"setpoint": self.target, "measurement": measured},
         )

@@ -32,12 +32,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from controllers.base import Decision
+from autoscaler.config.control import DEFAULT_WINDOW_S
+from controllers.base import Controller, Decision, change_reason, hold
 from controllers.baselines.common import count_bounds, place_count
 from controllers.baselines.hpa import SYNC_PERIOD_S, TOLERANCE, HPABehavior, hpa_external_replicas
 
 if TYPE_CHECKING:
-    from autoscaler.config import ControllerConfig, Service
+    from autoscaler.config import Service
     from autoscaler.state import ServiceEstimate
 
 POLLING_INTERVAL_S = 30.0
@@ -76,7 +77,7 @@ def keda_activation(value: float | None, current: int, state: KedaState, now: fl
     return None
 
 
-class KedaController:
+class KedaController(Controller):
     """A ScaledObject whose target is the whole service (``controllers.baselines.common``).
 
     Args:
@@ -86,13 +87,12 @@ class KedaController:
         fallback_failures, fallback_replicas: the fallback block (both or neither).
     """
 
-    name = "keda"
-    own_guard = True
-    tick_s = SYNC_PERIOD_S
 
     def __init__(self, threshold: float, metric: str = "concurrency",
                  activation_threshold: float = ACTIVATION_THRESHOLD, fallback_failures: int | None = None,
-                 fallback_replicas: int | None = None) -> None:
+                 fallback_replicas: int | None = None, *, window_s: float = DEFAULT_WINDOW_S,
+                 name: str = "keda") -> None:
+        super().__init__(name, SYNC_PERIOD_S, window_s, own_guard=True)
         if metric not in METRICS:
             raise ValueError(f"keda metric must be one of {', '.join(METRICS)}, got '{metric}'")
         if threshold <= 0:
@@ -107,7 +107,7 @@ class KedaController:
         self.states: dict[str, KedaState] = {}
         self.behaviors: dict[str, HPABehavior] = {}
 
-    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
+    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Desired replicas per variant (module docstring)."""
         now = est.time_s
         state = self.states.setdefault(svc.name, KedaState())
@@ -121,22 +121,23 @@ class KedaController:
             forced = keda_activation(value, current, state, now, self.activation_threshold)
             state.last_poll_s = now
             if forced is not None:
-                return Decision(place_count(forced, svc, est.current, est.weights),
-                                f"keda: activation -> {forced}")
+                desired = place_count(forced, svc, est.current, est.weights)
+                return Decision(desired, f"keda: activation -> {forced}", change_reason(desired, est.current))
         if current == 0:
-            return Decision(dict(est.current), "keda: inactive at 0 replicas", hold=True)
+            return hold(est.current, "keda: inactive at 0 replicas")
         if self.fallback_failures is not None and state.failures >= self.fallback_failures:
             assert self.fallback_replicas is not None
             proposal = hpa_external_replicas(self.threshold * self.fallback_replicas, self.threshold, current,
                                              TOLERANCE)
             why = f"fallback after {state.failures} failures"
         elif value is None:
-            return Decision(dict(est.current), f"keda: {self.metric} unknown ({state.failures} failures)", hold=True)
+            return hold(est.current, f"keda: {self.metric} unknown ({state.failures} failures)")
         else:
             proposal = hpa_external_replicas(value, self.threshold, current, TOLERANCE)
             why = f"{self.metric} {value:.3g} vs {self.threshold:.3g}/pod"
         beh = self.behaviors.setdefault(svc.name, HPABehavior())
         total = beh.normalize(now, proposal, current, lo, hi)
         terms = {"setpoint": self.threshold} | ({} if value is None else {"measurement": value})
-        return Decision(place_count(total, svc, est.current, est.weights),
-                        f"keda: {why}, proposal {proposal}, desired {total}", terms=terms)
+        desired = place_count(total, svc, est.current, est.weights)
+        return Decision(desired, f"keda: {why}, proposal {proposal}, desired {total}",
+                        change_reason(desired, est.current), terms=terms)

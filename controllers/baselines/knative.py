@@ -33,11 +33,12 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from controllers.base import Decision
+from autoscaler.config.control import DEFAULT_WINDOW_S
+from controllers.base import Controller, Decision, change_reason, hold
 from controllers.baselines.common import SampleWindow, count_bounds, place_count
 
 if TYPE_CHECKING:
-    from autoscaler.config import ControllerConfig, Service
+    from autoscaler.config import Service
     from autoscaler.state import ServiceEstimate
 
 TICK_INTERVAL_S = 2.0
@@ -89,7 +90,7 @@ def kpa_scale(state: KPAState, stable: float, panic: float, ready: int, now: flo
     return state.max_panic_pods, state
 
 
-class KnativeKPAController:
+class KnativeKPAController(Controller):
     """The KPA for a revision that is the whole service (``controllers.baselines.common``).
 
     Args:
@@ -97,12 +98,11 @@ class KnativeKPAController:
         stable_window_s: stable window; the panic window is ``panic_window_percentage`` % of it.
     """
 
-    name = "kpa"
-    own_guard = True
-    tick_s = TICK_INTERVAL_S
 
     def __init__(self, target: float, stable_window_s: float = STABLE_WINDOW_S,
-                 panic_window_percentage: float = PANIC_WINDOW_PERCENTAGE) -> None:
+                 panic_window_percentage: float = PANIC_WINDOW_PERCENTAGE, *, window_s: float = DEFAULT_WINDOW_S,
+                 name: str = "kpa") -> None:
+        super().__init__(name, TICK_INTERVAL_S, window_s, own_guard=True)
         if target <= 0:
             raise ValueError(f"kpa target must be > 0, got {target}")
         self.target = target
@@ -111,11 +111,11 @@ class KnativeKPAController:
         self.windows: dict[str, SampleWindow] = {}
         self.states: dict[str, KPAState] = {}
 
-    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
+    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Desired replicas per variant (module docstring)."""
         running, queued = est.signals.get("running"), est.signals.get("queue_length")
         if running is None or queued is None:
-            return Decision(dict(est.current), "kpa: concurrency unknown", hold=True)
+            return hold(est.current, "kpa: concurrency unknown")
         now = est.time_s
         window = self.windows.setdefault(svc.name, SampleWindow(self.stable_window_s))
         window.add(now, running + queued)
@@ -131,7 +131,8 @@ class KnativeKPAController:
         lo, hi = count_bounds(svc)
         total = min(max(desired, lo), hi)
         mode = "panic" if self.states[svc.name].panic_time_s is not None else "stable"
-        return Decision(place_count(total, svc, est.current, est.weights),
+        placed = place_count(total, svc, est.current, est.weights)
+        return Decision(placed,
                         f"kpa {mode}: concurrency {stable:.3g} ({self.stable_window_s:g} s) / {panic:.3g} "
                         f"({self.panic_window_s:g} s), desired {total}",
-                        terms={"setpoint": self.target, "measurement": stable})
+                        change_reason(placed, est.current), terms={"setpoint": self.target, "measurement": stable})

@@ -2,17 +2,16 @@
 
 The Mélange ILP (Griggs et al., arXiv 2404.14527; used by AIBrix's GPU optimizer,
 ``python/aibrix/aibrix/gpu_optimizer/optimizer/solver/melange/solver.py``, ANCHORS.md §2 and §7)
-reduced to one request-size bucket, the trace's mean:
+with the request sizes folded into each GPU's capacity for the trace's mix:
 
     minimise   sum_v price_v x n_v                       ($/hour)
     subject to sum_v capacity_v x n_v >= peak rate        (requests/s)
                min_replicas_v <= n_v <= min(max_replicas_v, quota_v), n_v integer
 
-solved with ``scipy.optimize.milp`` (HiGHS). ``capacity_v`` is one replica's rate at the service's
-interactive TTFT and ITL objectives and the mean prompt/output lengths of the requests the service
-accepts (``max_model_len``; ``models.capacity.replica_capacity_slo_rps``); the peak is their highest
-60 s arrival rate (``controllers.static.peak_rate_rps``), as for ``static``. The fleet starts at this
-mix and never scales.
+solved with ``scipy.optimize.milp`` (HiGHS). ``capacity_v`` is one replica's capacity at the service's
+interactive SLO for the request mix the service accepts (``max_model_len``; ``models.capacity``);
+the peak is their highest 60 s arrival rate (``controllers.static.peak_rate_rps``), as for
+``static``. The fleet starts at this mix and never scales.
 """
 
 from __future__ import annotations
@@ -23,10 +22,8 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from autoscaler.config import EngineConfig, Service, Variant
-from autoscaler.workload.types import INTERACTIVE, Workload
-from controllers.static import StaticController, peak_rate_rps, served
-from models.capacity import replica_capacity_slo_rps
-from models.profiles import get_profile
+from controllers.static import StaticController
+from models.capacity import RequestMix, variant_weights
 
 
 def cost_optimal_mix(variants: Sequence[Variant], demand_rps: float,
@@ -56,18 +53,12 @@ def cost_optimal_mix(variants: Sequence[Variant], demand_rps: float,
     return {v.name: round(float(x)) for v, x in zip(variants, res.x, strict=True)}
 
 
-def static_ilp_controller(svc: Service, workload: Workload, engine: EngineConfig) -> StaticController:
-    """A ``StaticController`` (named ``static-ilp``) holding the cost-optimal mix for ``workload``'s peak."""
-    reqs = served(workload, svc.max_model_len)
-    mean_in = sum(r.input_tokens for r in reqs) / max(len(reqs), 1)
-    mean_out = sum(r.output_tokens for r in reqs) / max(len(reqs), 1)
-    slo = svc.slo[INTERACTIVE]
-    capacity = {
-        v.name: replica_capacity_slo_rps(get_profile(v.profile), max(mean_in, 1.0), max(mean_out, 1.0), slo.itl_s,
-                                         slo.ttft_s, engine.max_num_batched_tokens)
-        for v in svc.variants
-    }
-    peak = peak_rate_rps(workload, max_model_len=svc.max_model_len)
-    ctrl = StaticController({svc.name: cost_optimal_mix(svc.variants, peak, capacity)})
-    ctrl.name = "static-ilp"
-    return ctrl
+def static_ilp_controller(svc: Service, engine: EngineConfig, mix: RequestMix | None, peak_rps: float,
+                          tick_s: float, window_s: float, name: str = "static-ilp") -> StaticController:
+    """A ``StaticController`` holding the cost-optimal mix for ``peak_rps`` (requests/s) of ``mix``
+    (None: nothing accepted, every variant at its minimum)."""
+    if mix is None:
+        mix_replicas = {v.name: v.min_replicas for v in svc.variants}
+    else:
+        mix_replicas = cost_optimal_mix(svc.variants, peak_rps, variant_weights(svc, engine, mix))
+    return StaticController({svc.name: mix_replicas}, tick_s, window_s, name)

@@ -26,11 +26,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from controllers.base import Decision
+from controllers.base import Controller, Decision, change_reason, hold
 from controllers.split import cost_per_capacity
 
 if TYPE_CHECKING:
-    from autoscaler.config import ControllerConfig, Service
+    from autoscaler.config import Service
     from autoscaler.state import ServiceEstimate
 
 RECONCILE_S = 60.0
@@ -93,19 +93,19 @@ def wva_targets(sat: Saturation, svc: Service, current: Mapping[str, int], start
     return target, "within thresholds"
 
 
-class WVAController:
+class WVAController(Controller):
     """The WVA saturation analyzer and cost-aware variant choice, acting directly on the replicas."""
 
-    name = "wva"
-    own_guard = True
-    tick_s = RECONCILE_S
-    window_s = WINDOW_S
 
-    def decide(self, est: ServiceEstimate, svc: Service, cfg: ControllerConfig) -> Decision:
+    def __init__(self, *, name: str = "wva") -> None:
+        super().__init__(name, RECONCILE_S, WINDOW_S, own_guard=True)
+
+    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Desired replicas per variant (module docstring)."""
         if not est.pods:
-            return Decision(dict(est.current), "wva: no ready pod reports metrics", hold=True)
+            return hold(est.current, "wva: no ready pod reports metrics")
         sat = saturation_analysis([p.kv_usage_max for p in est.pods], [p.waiting_max for p in est.pods])
         starting = {name: v.starting for name, v in est.variants.items()}
         target, why = wva_targets(sat, svc, est.current, starting, est.weights)
-        return Decision(target, f"wva: {why} ({sat.non_saturated}/{len(est.pods)} pods non-saturated)")
+        return Decision(target, f"wva: {why} ({sat.non_saturated}/{len(est.pods)} pods non-saturated)",
+                        change_reason(target, est.current))

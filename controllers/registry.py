@@ -1,0 +1,257 @@
+"""Every controller, built by spec for every driver (simulate, compare, dry-run, backtest, the daemon).
+
+A spec is ``name`` or ``name:key=value[:key=value...]``, e.g. ``hpa:metric=queue:target=5`` or
+``dynamo:ttft=2:itl=0.1:predictor=constant``. ``parse_spec`` checks each value against the
+parameter's ``Param`` (text, or a finite number in range: targets and windows > 0, tolerances and
+thresholds >= 0) and names the controller and parameter when one is wrong.
+
+Names: ``pid`` (``controllers.pid``); ``static`` and ``static-ilp`` (fixed fleets,
+``controllers.static``, ``controllers.baselines.static_ilp``); the anchors' autoscalers
+(``controllers.baselines``): ``hpa``, ``keda``, ``kpa`` (Knative), ``aibrix`` and ``aibrix-apa``,
+``dynamo``, ``wva``.
+
+With a workload (a trace, in ``simulate`` and ``compare``), what is calibrated comes from it: the
+fixed fleets are sized for its peak 60-s arrival rate, and the metric targets of HPA, KEDA, Knative
+and AIBrix are one replica's load at 70 % of its capacity for its request mix
+(``controllers.baselines.calibrate``). Without one (``dry-run``, ``backtest``, the daemon), from the
+fleet file and the profiles alone: the mix is the service's ``typical_request``; ``static`` holds
+each variant's ``initial_replicas`` unless ``static:peak_rps=R`` sizes it for ``R`` requests/s, and
+``static-ilp`` needs ``peak_rps``. Queue-metric targets default to the anchors' thresholds (HPA 5,
+KEDA 10). Calibration is for the target service (default the first); the controller applies the
+same targets to every service it runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autoscaler.config import FleetConfig, Service
+from autoscaler.workload.types import Workload
+from controllers.base import Controller
+from controllers.baselines.aibrix import AIBrixController
+from controllers.baselines.calibrate import Calibration, calibrate
+from controllers.baselines.dynamo import DynamoPlanner
+from controllers.baselines.hpa import DEFAULT_QUEUE_TARGET, HPAController
+from controllers.baselines.keda import DEFAULT_QUEUE_THRESHOLD, KedaController
+from controllers.baselines.knative import KnativeKPAController
+from controllers.baselines.static_ilp import static_ilp_controller
+from controllers.baselines.wva import WVAController
+from controllers.pid import PIDController
+from controllers.static import StaticController, peak_rate_rps, provision_for, workload_mix
+from models.capacity import RequestMix, service_mix
+
+
+@dataclass(frozen=True)
+class Param:
+    """What a spec may set one parameter to.
+
+    ``kind`` is ``str`` (passed as written; the controller checks the choice), ``float`` (a finite
+    number) or ``int`` (a whole number); numbers must be ``> low`` (``>= low`` when ``closed``) and,
+    with ``high``, ``<= high``.
+    """
+
+    kind: type
+    low: float | None = None
+    closed: bool = False
+    high: float | None = None
+
+    def bounds(self) -> str:
+        """The range as text: ``> 0``, ``>= 1``, ``in (0, 100]``."""
+        low = "" if self.low is None else format(self.low, "g")
+        if self.high is None:
+            return f"{'>=' if self.closed else '>'} {low}"
+        if self.low is None:
+            return f"<= {self.high:g}"
+        return f"in {'[' if self.closed else '('}{low}, {self.high:g}]"
+
+    def parse(self, name: str, key: str, text: str) -> int | float | str:
+        """``text`` as this parameter's value.
+
+        Raises:
+            ValueError: one line naming ``name`` and ``key``: not a number, not finite, out of range.
+        """
+        if self.kind is str:
+            return text
+        what = f"{name} {key}"
+        try:
+            value: int | float = int(text) if self.kind is int else float(text)
+        except ValueError:
+            kind = "a whole number" if self.kind is int else "a number"
+            raise ValueError(f"{what} must be {kind}, got '{text}'") from None
+        if not math.isfinite(value):
+            raise ValueError(f"{what} must be a finite number, got '{text}'")
+        below = self.low is not None and (value < self.low if self.closed else value <= self.low)
+        above = self.high is not None and value > self.high
+        if below or above:
+            raise ValueError(f"{what} must be {self.bounds()}, got {text}")
+        return value
+
+
+TEXT = Param(str)
+POSITIVE = Param(float, 0.0)
+NON_NEGATIVE = Param(float, 0.0, closed=True)
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a factory may read: the fleet, the target service, the spec, and the workload (None live)."""
+
+    cfg: FleetConfig
+    svc: Service
+    spec: str
+    workload: Workload | None
+
+    @property
+    def mix(self) -> RequestMix | None:
+        """The request mix to calibrate on: the workload's accepted requests, else the fleet file's."""
+        return service_mix(self.svc) if self.workload is None else workload_mix(self.svc, self.workload)
+
+    def calibration(self) -> Calibration:
+        """One replica's load at 70 % of capacity (``controllers.baselines.calibrate``)."""
+        mix = self.mix
+        return calibrate(self.svc, self.cfg.simulator.engine, service_mix(self.svc) if mix is None else mix)
+
+    def peak_rps(self, given: float | None) -> float:
+        """``given``, else the workload's peak 60-s arrival rate.
+
+        Raises:
+            ValueError: neither (no workload, no ``peak_rps``).
+        """
+        if given is not None:
+            return given
+        if self.workload is None:
+            raise ValueError(f"{self.spec.split(':', 1)[0]} needs a trace (simulate, compare) or peak_rps=R "
+                             "(requests/s to size the fleet for)")
+        return peak_rate_rps(self.workload, max_model_len=self.svc.max_model_len)
+
+
+_Factory = Callable[[dict[str, Any], BuildContext], Controller]
+
+
+def _params(cls: type, *skip: str, **schema: Param) -> dict[str, Param]:
+    """Constructor parameters a spec may set (the fleet file gives the rest), in signature order,
+    each with its ``Param``; ``schema`` must cover exactly those parameters."""
+    names = [p for p in inspect.signature(cls).parameters if p not in ("engine", "window_s", "name", *skip)]
+    if set(names) != set(schema):
+        raise TypeError(f"{cls.__name__}: spec schema {sorted(schema)} != constructor parameters {sorted(names)}")
+    return {n: schema[n] for n in names}
+
+
+def _window(ctx: BuildContext) -> float:
+    return ctx.cfg.controller.window_s
+
+
+def _pid(kw: dict[str, Any], ctx: BuildContext) -> Controller:
+    c = ctx.cfg.controller
+    return PIDController(c.pid, c.tick_s, c.window_s, name=ctx.spec)
+
+
+def _static(kw: dict[str, Any], ctx: BuildContext) -> Controller:
+    c, svc = ctx.cfg.controller, ctx.svc
+    if ctx.workload is None and "peak_rps" not in kw:
+        replicas = {v.name: v.start_replicas for v in svc.variants}
+    else:
+        replicas = provision_for(svc, ctx.cfg.simulator.engine, ctx.mix, ctx.peak_rps(kw.get("peak_rps")))
+    return StaticController({svc.name: replicas}, c.tick_s, c.window_s, name=ctx.spec)
+
+
+def _static_ilp(kw: dict[str, Any], ctx: BuildContext) -> Controller:
+    c = ctx.cfg.controller
+    return static_ilp_controller(ctx.svc, ctx.cfg.simulator.engine, ctx.mix, ctx.peak_rps(kw.get("peak_rps")),
+                                 c.tick_s, c.window_s, name=ctx.spec)
+
+
+def _hpa(kw: dict[str, Any], ctx: BuildContext) -> Controller:
+    if "target" not in kw:
+        queue = kw.get("metric") == "queue"
+        kw = {**kw, "target": DEFAULT_QUEUE_TARGET if queue else ctx.calibration().kv_usage}
+    return HPAController(**kw, window_s=_window(ctx), name=ctx.spec)
+
+
+def _keda(kw: dict[str, Any], ctx: BuildContext) -> Controller:
+    if "threshold" not in kw:
+        queue = kw.get("metric") == "queue"
+        kw = {**kw, "threshold": DEFAULT_QUEUE_THRESHOLD if queue else ctx.calibration().concurrency}
+    return KedaController(**kw, window_s=_window(ctx), name=ctx.spec)
+
+
+def _kpa(kw: dict[str, Any], ctx: BuildContext) -> Controller:
+    kw = {"target": ctx.calibration().concurrency, **kw} if "target" not in kw else kw
+    return KnativeKPAController(**kw, window_s=_window(ctx), name=ctx.spec)
+
+
+def _aibrix(strategy: str) -> _Factory:
+    def build(kw: dict[str, Any], ctx: BuildContext) -> Controller:
+        kw = {"target": ctx.calibration().kv_usage, **kw} if "target" not in kw else kw
+        return AIBrixController(**kw, strategy=strategy, window_s=_window(ctx), name=ctx.spec)
+    return build
+
+
+_AIBRIX = _params(AIBrixController, "strategy", target=POSITIVE)
+_SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
+    "pid": ({}, _pid),
+    "static": ({"peak_rps": POSITIVE}, _static),
+    "hpa": (_params(HPAController, target=POSITIVE, metric=TEXT, tolerance=NON_NEGATIVE,
+                    downscale_window_s=NON_NEGATIVE), _hpa),
+    "keda": (_params(KedaController, threshold=POSITIVE, metric=TEXT, activation_threshold=NON_NEGATIVE,
+                     fallback_failures=Param(int, 1, closed=True), fallback_replicas=Param(int, 0, closed=True)),
+             _keda),
+    "kpa": (_params(KnativeKPAController, target=POSITIVE, stable_window_s=POSITIVE,
+                    panic_window_percentage=Param(float, 0.0, high=100.0)), _kpa),
+    "aibrix": (_AIBRIX, _aibrix("kpa")),
+    "aibrix-apa": (_AIBRIX, _aibrix("apa")),
+    "dynamo": (_params(DynamoPlanner, predictor=TEXT, ttft=POSITIVE, itl=POSITIVE),
+               lambda kw, ctx: DynamoPlanner(ctx.cfg.simulator.engine, **kw, name=ctx.spec)),
+    "wva": (_params(WVAController), lambda kw, ctx: WVAController(name=ctx.spec)),
+    "static-ilp": ({"peak_rps": POSITIVE}, _static_ilp),
+}
+NAMES = tuple(_SPECS)
+BASELINE_NAMES = tuple(n for n in NAMES if n not in ("pid", "static"))
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
+    """Split ``name:key=value:...`` into the name and its parameters (numbers parsed and checked).
+
+    Raises:
+        ValueError: one line: unknown name (listing the known ones), a parameter without ``=``, one the
+            controller does not take or given twice, a number that is not one, not finite or out of
+            range (``Param``).
+    """
+    name, *parts = spec.strip().split(":")
+    if name not in _SPECS:
+        raise ValueError(f"unknown controller '{name}'; choose one of: {', '.join(NAMES)}")
+    allowed = _SPECS[name][0]
+    params: dict[str, int | float | str] = {}
+    for part in parts:
+        key, eq, text = part.partition("=")
+        if not eq or key not in allowed:
+            raise ValueError(f"bad parameter '{part}' for {name}; it takes: {', '.join(allowed) or 'none'}")
+        if key in params:
+            raise ValueError(f"{name} {key} given twice in '{spec}'")
+        params[key] = allowed[key].parse(name, key, text)
+    return name, params
+
+
+def build(spec: str, cfg: FleetConfig, service: str | None = None, workload: Workload | None = None) -> Controller:
+    """The controller named by ``spec`` (module docstring); its ``name`` is the spec.
+
+    Args:
+        spec: ``name[:key=value...]``.
+        cfg: the fleet (settings of the PID and the loop, engine settings, variants).
+        service: the service calibrated on (default the first).
+        workload: the trace, in simulation; None for a live loop.
+
+    Raises:
+        ValueError: unknown name, bad parameter, or a value the controller rejects; unknown service.
+    """
+    name, params = parse_spec(spec)
+    try:
+        svc = cfg.service(service)
+    except KeyError:
+        known = ", ".join(s.name for s in cfg.services)
+        raise ValueError(f"unknown service '{service}' (fleet has: {known})") from None
+    return _SPECS[name][1](dict(params), BuildContext(cfg, svc, spec.strip(), workload))

@@ -1,0 +1,190 @@
+"""The controller contract (controllers.base), the registry (controllers.registry), and what the loop does
+with actuation results and admission thresholds (autoscaler.loop.runner, .actuate, .export, .ticker)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
+from autoscaler.loop.export import LoopMetrics
+from autoscaler.loop.runner import ControlLoop
+from autoscaler.loop.ticker import run_every
+from autoscaler.state import ServiceObservation, VariantObservation
+from controllers.base import Controller, Decision, Reason
+from controllers.registry import NAMES, build, parse_spec
+
+
+class Source:
+    def __init__(self, ready: int = 2) -> None:
+        self.ready = ready
+
+    def observe(self, now: float) -> dict[str, ServiceObservation]:
+        sig = {"request_rate_rps": 5.0, "running": 3.0, "queue_length": 0.0}
+        return {"svc": ServiceObservation("svc", now, sig, {"h100": VariantObservation(self.ready, 0)})}
+
+
+class Actuator:
+    def __init__(self, results: list[ActuationResult]) -> None:
+        self.results = results
+        self.calls: list[tuple[str, str, int]] = []
+
+    def scale(self, service: str, variant: str, replicas: int) -> ActuationResult:
+        self.calls.append((service, variant, replicas))
+        return self.results.pop(0)
+
+
+class Sink:
+    def __init__(self, result: ActuationResult = APPLIED) -> None:
+        self.result = result
+        self.published: list[tuple[str, dict[str, float]]] = []
+
+    def publish(self, service: str, thresholds: Mapping[str, float]) -> ActuationResult:
+        self.published.append((service, dict(thresholds)))
+        return self.result
+
+
+class Fixed(Controller):
+    """Asks for ``want`` replicas (and admission thresholds) and records every guard cut it is told of."""
+
+    def __init__(self, want: int, admission: dict[str, float] | None = None) -> None:
+        super().__init__("fixed-test", 15.0, 60.0, own_guard=True)
+        self.want = want
+        self.admission = admission or {}
+        self.cuts: list[tuple[dict[str, int], dict[str, int]]] = []
+
+    def decide(self, est, svc) -> Decision:
+        return Decision({"h100": self.want}, "test", Reason.SCALE_UP, admission=dict(self.admission))
+
+    def on_guard_cut(self, service, intended, applied, weights) -> None:
+        self.cuts.append((dict(intended), dict(applied)))
+
+
+def samples(metrics: LoopMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client import generate_latest
+
+    text = generate_latest(metrics.registry).decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+@pytest.mark.parametrize("status", [ActuationStatus.CONFLICT, ActuationStatus.FORBIDDEN, ActuationStatus.UNREACHABLE])
+def test_a_failed_write_keeps_the_variant_is_counted_and_exported(make_fleet, status: ActuationStatus) -> None:
+    cfg = make_fleet(2, min_replicas=1, max_replicas=8)
+    ctrl = Fixed(5)
+    act = Actuator([ActuationResult(status, "HTTP 409: the object has been modified"), APPLIED])
+    loop = ControlLoop(cfg, Source(), act, ctrl)
+    metrics = LoopMetrics(loop)
+    rec = loop.tick(15.0)
+    metrics.record(rec, 0.01)
+    st = rec.services["svc"]
+    assert act.calls == [("svc", "h100", 5)]
+    assert st.actuation == {"h100": ActuationResult(status, "HTTP 409: the object has been modified")}
+    assert st.applied == {"h100": 2}  # nothing changed: still the current count
+    assert ctrl.cuts == [({"h100": 5}, {"h100": 2})]  # the controller is told, like a guard cut
+    assert loop.actuation_errors == {("svc", "h100", status): 1}
+    s = samples(metrics)
+    key = (("result", status.value), ("service", "svc"), ("target", "h100"))
+    assert s[("autoscaler_actuation_errors_total", key)] == 1
+    assert s[("autoscaler_able_to_scale", (("service", "svc"), ("variant", "h100")))] == 0.0
+    metrics.record(loop.tick(30.0), 0.01)  # the retry applies
+    s = samples(metrics)
+    assert s[("autoscaler_able_to_scale", (("service", "svc"), ("variant", "h100")))] == 1.0
+    assert s[("autoscaler_actuation_errors_total", key)] == 1
+
+
+def test_admission_thresholds_go_to_the_sink_and_are_exported(make_fleet) -> None:
+    cfg = make_fleet(2, min_replicas=1, max_replicas=8)
+    sink = Sink()
+    loop = ControlLoop(cfg, Source(), Actuator([APPLIED]), Fixed(2, {"low": 1.5, "high": 30.0}), admission=sink)
+    metrics = LoopMetrics(loop)
+    rec = loop.tick(15.0)
+    metrics.record(rec, 0.01)
+    assert sink.published == [("svc", {"low": 1.5, "high": 30.0})]
+    assert rec.services["svc"].admission == APPLIED
+    s = samples(metrics)
+    assert s[("autoscaler_admission_threshold", (("priority", "low"), ("service", "svc")))] == 1.5
+    refused = Sink(ActuationResult(ActuationStatus.INVALID, "unknown priority 'x'"))
+    loop = ControlLoop(cfg, Source(), Actuator([APPLIED]), Fixed(2, {"x": 1.0}), admission=refused)
+    loop.tick(15.0)
+    assert loop.actuation_errors == {("svc", "admission", ActuationStatus.INVALID): 1}
+
+
+def test_no_admission_thresholds_publish_nothing(make_fleet) -> None:
+    cfg = make_fleet(2, min_replicas=1, max_replicas=8)
+    sink = Sink()
+    ControlLoop(cfg, Source(), Actuator([APPLIED]), Fixed(2), admission=sink).tick(15.0)
+    assert sink.published == []
+
+
+class Bare(Controller):
+    def decide(self, est, svc) -> Decision:
+        return Decision({}, "bare")
+
+
+def test_controller_settings_are_validated() -> None:
+    with pytest.raises(ValueError, match="x: tick_s must be a finite number > 0, got 0.0"):
+        Bare("x", 0.0, 60.0)
+    with pytest.raises(ValueError, match="window_s must be a finite number > 0, got inf"):
+        Bare("x", 15.0, float("inf"))
+    bare = Bare("x", 15.0, 60.0)
+    assert not bare.own_guard
+    assert bare.on_guard_cut("svc", {"a": 2}, {"a": 1}, {"a": 1.0}) is None  # no memory: nothing to track
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_controller_builds_without_a_trace(make_fleet, name: str) -> None:
+    cfg = make_fleet(2, min_replicas=1, max_replicas=8)
+    spec = f"{name}:peak_rps=20" if name == "static-ilp" else name
+    ctrl = build(spec, cfg)
+    assert ctrl.name == spec and ctrl.tick_s > 0 and ctrl.window_s > 0
+    est_loop = ControlLoop(cfg, Source(), Actuator([APPLIED] * 4), ctrl)
+    est_loop.start(-ctrl.window_s)
+    rec = est_loop.tick(ctrl.tick_s)
+    assert 1 <= rec.services["svc"].applied["h100"] <= 8
+
+
+def test_controller_periods_come_from_the_fleet_or_the_anchor(make_fleet) -> None:
+    cfg = make_fleet(2, controller={"tick_s": 10, "window_s": 120})
+    assert (build("pid", cfg).tick_s, build("pid", cfg).window_s) == (10.0, 120.0)
+    assert build("hpa", cfg).tick_s == 15.0 and build("hpa", cfg).window_s == 120.0  # HPA's sync period
+    assert (build("dynamo", cfg).tick_s, build("dynamo", cfg).window_s) == (180.0, 180.0)
+    assert build("kpa", cfg).tick_s == 2.0
+    assert not build("pid", cfg).own_guard and build("static", cfg).own_guard and build("wva", cfg).own_guard
+
+
+def test_static_without_a_trace_holds_the_initial_replicas(make_fleet) -> None:
+    cfg = make_fleet(3, min_replicas=1, max_replicas=8)
+    assert build("static", cfg).replicas == {"svc": {"h100": 3}}
+    sized = build("static:peak_rps=100", cfg).replicas["svc"]["h100"]
+    assert sized > build("static:peak_rps=10", cfg).replicas["svc"]["h100"]
+
+
+def test_parse_spec_checks_names_and_values() -> None:
+    assert parse_spec(" static:peak_rps=5 ") == ("static", {"peak_rps": 5.0})
+    with pytest.raises(ValueError, match="static peak_rps must be > 0"):
+        parse_spec("static:peak_rps=0")
+    with pytest.raises(ValueError, match="bad parameter 'kp=1' for pid; it takes: none"):
+        parse_spec("pid:kp=1")
+
+
+def test_run_every_keeps_a_fixed_schedule() -> None:
+    clock = [100.0]
+    started: list[float] = []
+
+    def tick() -> None:
+        started.append(clock[0])
+        clock[0] += 0.3 if len(started) != 2 else 1.5  # the second tick overruns its 1 s period
+
+    def sleep(s: float) -> None:
+        clock[0] += s
+
+    assert run_every(1.0, tick, 4, sleep=sleep, clock=lambda: clock[0]) == 4
+    # due at 100, 101, 102, 103: the overrun tick (101 -> 102.5) is followed at once, then back on time
+    assert started == [100.0, 101.0, 102.5, 103.0]
+    with pytest.raises(ValueError, match="finite number > 0"):
+        run_every(0.0, tick, 1)
+    with pytest.raises(ValueError, match="limit must be >= 1"):
+        run_every(1.0, tick, 0)
