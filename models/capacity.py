@@ -79,6 +79,8 @@ class RequestMix:
         weights: share of requests each point stands for (sums to 1).
         prefix_hit_rate: fraction of prompt tokens served from the prefix cache, in [0, 1).
         arrival_scv: squared coefficient of variation of inter-arrival times (1 for Poisson).
+        input_m2: mean squared prompt length of the requests summarised, tokens^2 (the points'
+            own when None); the ITL bound's prefill variance reads it.
     """
 
     input_tokens: np.ndarray
@@ -86,6 +88,7 @@ class RequestMix:
     weights: np.ndarray
     prefix_hit_rate: float = 0.0
     arrival_scv: float = 1.0
+    input_m2: float | None = None
 
     def __post_init__(self) -> None:
         n = len(self.weights)
@@ -130,7 +133,8 @@ class RequestMix:
                     pts_w.append((b - a) / n)
         pairs, where = np.unique(np.column_stack([pts_in, pts_out]), axis=0, return_inverse=True)
         weights = np.bincount(where.ravel(), weights=pts_w)  # equal points merged
-        return cls(pairs[:, 0], pairs[:, 1], weights / weights.sum(), prefix_hit_rate)
+        return cls(pairs[:, 0], pairs[:, 1], weights / weights.sum(), prefix_hit_rate,
+                   input_m2=float(np.mean(ins * ins)))
 
     @classmethod
     def from_means(cls, input_tokens: float, output_tokens: float, prefix_hit_rate: float = 0.0) -> RequestMix:
@@ -150,7 +154,13 @@ class RequestMix:
 
     def with_prefix_hit_rate(self, hit: float) -> RequestMix:
         """The same lengths with another prefix-cache hit rate."""
-        return RequestMix(self.input_tokens, self.output_tokens, self.weights, hit, self.arrival_scv)
+        return RequestMix(self.input_tokens, self.output_tokens, self.weights, hit, self.arrival_scv, self.input_m2)
+
+    @property
+    def uncached_m2(self) -> float:
+        """Mean squared uncached prompt length, tokens^2."""
+        m2 = float(self.weights @ self.input_tokens ** 2) if self.input_m2 is None else self.input_m2
+        return m2 * (1.0 - self.prefix_hit_rate) ** 2
 
     @property
     def mean_input(self) -> float:
@@ -330,7 +340,7 @@ def _itl_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float) -> 
     d = mix.output_tokens - 1.0
     window = d * itl_s
     mean = rate * window * a * float(mix.weights @ p)
-    var = rate * window * a * a * float(mix.weights @ (p * p))
+    var = rate * window * a * a * mix.uncached_m2
     miss = _gamma_sf(d * (itl_s - op.decode_step_s), mean, var)
     return float(mix.weights @ np.where(d >= 1, miss, 0.0))
 

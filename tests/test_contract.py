@@ -125,7 +125,7 @@ class Bare(Controller):
 
 
 def test_controller_settings_are_validated() -> None:
-    with pytest.raises(ValueError, match="x: tick_s must be a finite number > 0, got 0.0"):
+    with pytest.raises(ValueError, match=r"x: tick_s must be a finite number > 0, got 0\.0"):
         Bare("x", 0.0, 60.0)
     with pytest.raises(ValueError, match="window_s must be a finite number > 0, got inf"):
         Bare("x", 15.0, float("inf"))

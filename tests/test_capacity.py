@@ -1,0 +1,182 @@
+"""The capacity model (models.capacity): each bound against the simulator's measured knee, the fluid
+formulas by hand, and the request mix.
+
+The knee is measured, not modelled: one replica, Poisson arrivals of fixed-length requests for 20
+minutes at a rate, SLO attainment of the run; bisection on the rate between 0 and the fluid limit
+(the rate at which the mean step time diverges) finds the highest rate served at >= 99 %.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from autoscaler.config import FleetConfig
+from autoscaler.config.loading import parse_config
+from autoscaler.report import summarize
+from autoscaler.simulate import run_simulation
+from autoscaler.workload.types import Request, Workload
+from controllers.registry import build
+from controllers.static import StaticController
+from models.capacity import (
+    ReplicaSpec,
+    RequestMix,
+    _erlang_c,
+    marginal_costs,
+    mean_itl_rate,
+    operating_point,
+    replica_capacity,
+)
+from models.profiles import get_profile
+
+H100 = get_profile("llama-3-8b/h100-sxm")
+RUN_S = 1200.0
+
+
+def fleet(ttft_s: float = 2.0, itl_s: float = 0.1, kv: int = 400_000, seqs: int = 256, replicas: int = 1,
+          max_replicas: int = 1) -> FleetConfig:
+    doc: dict[str, Any] = {
+        "services": [{"name": "svc", "model": "m", "max_model_len": 16384,
+                      "slo": {"interactive": {"ttft_s": ttft_s, "itl_s": itl_s}, "batch": {"ttft_s": 20, "itl_s": 1}},
+                      "variants": [{"name": "h100", "gpu": "H100-SXM", "price_per_gpu_hour": 2.99,
+                                    "min_replicas": 0, "max_replicas": max_replicas, "initial_replicas": replicas,
+                                    "startup_cold_s": 10, "kv_cache_tokens": kv,
+                                    "profile": "llama-3-8b/h100-sxm"}]}],
+        "simulator": {"engine": {"max_num_seqs": seqs, "max_num_batched_tokens": 8192}},
+    }
+    return parse_config(doc, "<capacity test>")
+
+
+def poisson(rate_rps: float, input_tokens: int, output_tokens: int, seed: int = 0) -> Workload:
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.uniform(0.0, RUN_S, rng.poisson(rate_rps * RUN_S)))
+    return Workload([Request(float(a), input_tokens, output_tokens) for a in t], source="poisson")
+
+
+def attainment(cfg: FleetConfig, wl: Workload, controller: Any) -> float:
+    return summarize(run_simulation(cfg, wl, controller))["slo_attainment"]["interactive"]
+
+
+def knee(cfg: FleetConfig, input_tokens: int, output_tokens: int) -> float:
+    """Highest rate one replica serves at >= 99 % (module docstring), requests/s."""
+    spec = ReplicaSpec.of(cfg.services[0].variants[0], cfg.simulator.engine)
+    _, a, b, g = marginal_costs(spec.profile)
+    lo, hi = 0.0, 1.0 / (a * input_tokens + b * output_tokens
+                         + g * (input_tokens * output_tokens + output_tokens ** 2 / 2))
+    one = StaticController({"svc": {"h100": 1}}, cfg.controller.tick_s, cfg.controller.window_s)
+    for _ in range(9):
+        mid = (lo + hi) / 2
+        if attainment(cfg, poisson(mid, input_tokens, output_tokens), one) >= 0.99:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+# name, fleet, prompt, output: each workload makes one bound the tightest
+BOUNDS = [
+    # many long decodes on a small batch limit: slots run out before steps get slow
+    ("seqs", dict(seqs=64), 100, 1000),
+    # long outputs on a small KV cache: resident tokens run out first
+    ("kv", dict(kv=120_000), 1000, 3000),
+    # long prompts against a tight TTFT objective: the prefill queue
+    ("ttft", dict(ttft_s=0.5), 4000, 50),
+    # long prompts, short outputs: the prefill chunks of others stall a short decode past its ITL
+    ("itl", {}, 8000, 20),
+]
+
+
+@pytest.mark.parametrize(("bound", "settings", "input_tokens", "output_tokens"), BOUNDS, ids=[b[0] for b in BOUNDS])
+def test_each_bound_is_within_15_percent_of_the_simulators_knee(bound: str, settings: dict[str, Any],
+                                                               input_tokens: int, output_tokens: int) -> None:
+    cfg = fleet(**settings)
+    spec = ReplicaSpec.of(cfg.services[0].variants[0], cfg.simulator.engine)
+    slo = cfg.services[0].slo["interactive"]
+    model = replica_capacity(spec, RequestMix.from_requests([input_tokens], [output_tokens]), slo.ttft_s, slo.itl_s)
+    measured = knee(cfg, input_tokens, output_tokens)
+    print(f"\n{bound}: model {model.rps:.3f} req/s ({model.binding}), simulator knee {measured:.3f}")
+    assert model.binding == bound
+    assert model.rps == pytest.approx(measured, rel=0.15)
+    # the other bounds are well above it: the workload really tests this one
+    others = [getattr(model, f"{b}_rps") for b, *_ in BOUNDS if b != bound]
+    assert min(others) > 1.1 * model.rps
+
+
+@pytest.mark.parametrize(("bound", "settings", "input_tokens", "output_tokens"), BOUNDS, ids=[b[0] for b in BOUNDS])
+def test_static_sizing_on_the_model_meets_the_slo(bound: str, settings: dict[str, Any], input_tokens: int,
+                                                  output_tokens: int) -> None:
+    cfg = fleet(**settings, replicas=0, max_replicas=20)
+    spec = ReplicaSpec.of(cfg.services[0].variants[0], cfg.simulator.engine)
+    slo = cfg.services[0].slo["interactive"]
+    per = replica_capacity(spec, RequestMix.from_requests([input_tokens], [output_tokens]), slo.ttft_s, slo.itl_s).rps
+    wl = poisson(3.5 * per, input_tokens, output_tokens, seed=1)
+    static = build("static", cfg, workload=wl)
+    assert 4 <= static.replicas["svc"]["h100"] <= 6  # ceil(peak minute / capacity)
+    assert attainment(cfg, wl, static) >= 0.99
+
+
+# ------------------------------------------------------------------------------------ by hand
+def test_fluid_rates_by_hand() -> None:
+    spec = ReplicaSpec(H100, 256, 8192, 16, 400_000)
+    t0, a, b, g = marginal_costs(H100)
+    mix = RequestMix.from_requests([1000], [200])
+    work = a * 1000 + b * 200 + g * (1000 * 200 + 200 * 200 / 2)
+    assert mean_itl_rate(spec, mix, 0.1) == pytest.approx((1 - t0 / 0.1) / work, rel=1e-12)
+    op = operating_point(spec, mix, 5.0)
+    assert op.step_s == pytest.approx(t0 / (1 - 5.0 * work), rel=1e-12)
+    assert op.decoding == pytest.approx(5.0 * op.step_s * 200, rel=1e-12)  # Little's law on decode steps
+    assert op.concurrency == pytest.approx(5.0 * op.time_in_system_s, rel=1e-12)
+    with pytest.raises(ValueError, match="below the fixed step time"):
+        mean_itl_rate(spec, mix, t0 / 2)
+    with pytest.raises(ValueError, match="fluid limit"):
+        operating_point(spec, mix, 1.0 / work)
+
+
+def test_prefix_hits_raise_capacity_of_a_prefill_bound_replica() -> None:
+    spec = ReplicaSpec(H100, 256, 8192, 16, 400_000)
+    cold = replica_capacity(spec, RequestMix.from_requests([8000], [20]), 2.0, 0.1)
+    warm = replica_capacity(spec, RequestMix.from_requests([8000], [20], prefix_hit_rate=0.5), 2.0, 0.1)
+    assert warm.rps > 1.5 * cold.rps
+
+
+def test_capacity_falls_as_the_attainment_goal_rises() -> None:
+    spec = ReplicaSpec(H100, 256, 8192, 16, 400_000)
+    mix = RequestMix.from_means(1154, 211)
+    rates = [replica_capacity(spec, mix, 2.0, 0.1, attainment=q).rps for q in (0.9, 0.99, 0.999)]
+    assert rates[0] > rates[1] > rates[2] > 0
+    assert rates[0] < mean_itl_rate(spec, mix, 0.1) * 1.0001  # never above the fluid mean-ITL rate
+    with pytest.raises(ValueError, match="attainment"):
+        replica_capacity(spec, mix, 2.0, 0.1, attainment=1.0)
+
+
+def test_erlang_c_known_values() -> None:
+    assert _erlang_c(1, 0.5) == pytest.approx(0.5)  # M/M/1: P(wait) = rho
+    assert _erlang_c(2, 1.0) == pytest.approx(1 / 3)  # (A^2/2 * 2/(2-1)) / (1 + 1 + 2) = 2/6
+    assert _erlang_c(4, 4.0) == 1.0
+
+
+def test_request_mix_keeps_moments_and_merges_equal_points() -> None:
+    rng = np.random.default_rng(3)
+    ins = np.clip(np.rint(rng.lognormal(6.8, 0.6, 50_000)), 1, None)
+    outs = np.clip(np.rint(rng.lognormal(4.8, 1.0, 50_000)), 1, None)
+    mix = RequestMix.from_requests(ins, outs)
+    assert len(mix.weights) <= 250 and mix.weights.sum() == pytest.approx(1.0)
+    assert mix.mean_input == pytest.approx(ins.mean(), rel=1e-9)
+    assert mix.mean_output == pytest.approx(outs.mean(), rel=1e-9)
+    # second moments, which the tails of the bounds read, within a few percent
+    assert float(mix.weights @ mix.output_tokens ** 2) == pytest.approx(float(np.mean(outs ** 2)), rel=0.05)
+    assert float(mix.weights @ mix.input_tokens ** 2) == pytest.approx(float(np.mean(ins ** 2)), rel=0.06)
+    assert mix.uncached_m2 == pytest.approx(float(np.mean(ins ** 2)), rel=1e-9)  # kept exactly
+    assert mix.with_prefix_hit_rate(0.5).uncached_m2 == pytest.approx(float(np.mean(ins ** 2)) / 4, rel=1e-9)
+    one = RequestMix.from_requests([500] * 7, [40] * 7)
+    assert (list(one.input_tokens), list(one.output_tokens), list(one.weights)) == ([500.0], [40.0], [1.0])
+    means = RequestMix.from_means(1000, 200)
+    assert means.mean_input == pytest.approx(1000, rel=0.01) and means.mean_output == pytest.approx(200, rel=0.02)
+    with pytest.raises(ValueError, match="at least one"):
+        RequestMix.from_requests([], [])
+    with pytest.raises(ValueError, match="prefix_hit_rate"):
+        RequestMix.from_requests([10], [10], prefix_hit_rate=1.0)
+    assert math.isclose(means.with_prefix_hit_rate(0.3).prefix_hit_rate, 0.3)
