@@ -25,7 +25,7 @@ from prometheus_api_client import PrometheusConnect
 from autoscaler.adapters.prometheus import PrometheusSource, redact
 from autoscaler.config import FleetConfig
 from autoscaler.loop.runner import ControlLoop, TickRecord
-from autoscaler.report import tick_row, write_timeline_csv
+from autoscaler.timeline import tick_row, write_timeline_csv
 from controllers.registry import build
 
 # Prometheus refuses range queries of more than 11,000 points per series (web/api/v1/api.go).

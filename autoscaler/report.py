@@ -13,18 +13,15 @@ Definitions:
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from autoscaler.loop.forecast import FORECAST_SIGNALS
-from autoscaler.loop.runner import ServiceTick
-from autoscaler.loop.warmth import WARMTH_SIGNALS
 from autoscaler.simulate import SimulationRun
 from autoscaler.simulator.engine import COMPLETED, FAILED, REJECTED
+from autoscaler.timeline import tick_row, write_timeline_csv
 from autoscaler.workload.types import REQUEST_CLASSES
 
 
@@ -130,11 +127,6 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
     }
 
 
-TIMELINE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "itl_p95_s", "tpot_p95_s", "ttft_mean_s", "tpot_mean_s",
-                    "kv_usage", "queue_length", "prefix_hit_rate", "slo_p95_ratio", "slo_mean_ratio",
-                    *FORECAST_SIGNALS, *WARMTH_SIGNALS)
-
-
 def timeline_rows(run: SimulationRun) -> list[dict[str, Any]]:
     """One row per (tick, service): demand, signals, replicas per variant, controller terms, reason."""
     arrivals = np.array([sr.req.arrival_s for sr in run.sim.requests])
@@ -148,32 +140,6 @@ def timeline_rows(run: SimulationRun) -> list[dict[str, Any]]:
         for name, st in rec.services.items():
             rows.append(tick_row(rec.time_s, name, st, demand if name == run.sim.target else 0.0))
     return rows
-
-
-def tick_row(time_s: float, service: str, st: ServiceTick, arrival_rate_rps: float | None) -> dict[str, Any]:
-    """One timeline row: time, service, arrival rate, signals, replicas per variant, controller terms, reason."""
-    row: dict[str, Any] = {"time_s": time_s, "service": service, "arrival_rate_rps": arrival_rate_rps}
-    for s in TIMELINE_SIGNALS:
-        row[s] = st.estimate.signals.get(s)
-    for v, obs in st.estimate.variants.items():
-        row[f"ready_{v}"] = obs.ready
-        row[f"starting_{v}"] = obs.starting
-        row[f"desired_{v}"] = st.applied[v]
-    for k in ("setpoint", "measurement", "p", "i", "d", "target_capacity_rps"):
-        row[f"ctl_{k}"] = st.decision.terms.get(k)
-    row["reason"] = st.reason
-    return row
-
-
-def write_timeline_csv(rows: list[dict[str, Any]], path: Path) -> None:
-    """Write timeline rows as CSV (columns in first-seen order); nothing when there are no rows."""
-    if not rows:
-        return
-    fields = list(dict.fromkeys(k for row in rows for k in row))
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
 
 
 def write_outputs(run: SimulationRun, out: Path, plot: bool = False) -> dict[str, Any]:

@@ -61,6 +61,13 @@ def _fleet(
     return parse_config(doc, "<test fleet>")
 
 
+def pytest_report_header() -> list[str]:
+    """Say up front when the real-Prometheus tests cannot run here (they fail, naming what is missing)."""
+    from promserver import MISSING, PROMETHEUS, PROMTOOL
+
+    return [MISSING.format(binary=b) for b in (PROMETHEUS, PROMTOOL) if not Path(b).is_file()]
+
+
 @pytest.fixture
 def make_fleet() -> Callable[..., FleetConfig]:
     """Factory for a one-service, one-variant fleet (see ``_fleet``)."""

@@ -10,6 +10,7 @@ a Prometheus and fails on demand (HTTP 503, slow answers), checks credentials, o
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import ssl
 import subprocess
@@ -31,8 +32,16 @@ from prometheus_client.registry import Collector
 
 from autoscaler.loop.export import MetricsServer, serve
 
-PROMETHEUS = "/usr/bin/prometheus"
-PROMTOOL = "/usr/bin/promtool"
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+MISSING = ("{binary} not found: the tests that run a real Prometheus need Debian's prometheus package "
+           "(apt-get install prometheus, which brings promtool; .ci/run installs it)")
+
+
+def require(binary: str) -> str:
+    """``binary``'s path; AssertionError saying how to get it when it is not installed."""
+    assert Path(binary).is_file(), MISSING.format(binary=binary)
+    return binary
 
 
 def free_port() -> int:
@@ -83,7 +92,7 @@ class PromServer:
         self.log = self.workdir / "prometheus.log"
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={self.tsdb}",
+                [require(PROMETHEUS), f"--config.file={cfg}", f"--storage.tsdb.path={self.tsdb}",
                  f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
                 stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
@@ -138,7 +147,7 @@ class PromServer:
 
 def backfill(openmetrics: Path, tsdb: Path) -> None:
     """``promtool tsdb create-blocks-from openmetrics``; AssertionError with promtool's output on failure."""
-    res = subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(tsdb)],
+    res = subprocess.run([require(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(tsdb)],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
 

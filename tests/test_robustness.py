@@ -1,10 +1,8 @@
 """Robustness tests: bad input must give a one-line error (exit 2, no traceback) and runs must stay
 consistent on edge-case workloads and fleets.
 
-The ``test_bug_*`` tests pin behaviour that is wrong today (found by a break-it session on f770bf5);
-``test_fixed_*`` pin bugs found there that the working tree has since fixed (rich markup in error
-messages, --out not a directory, crashes naming unknown variants); the others pin edge cases that
-already behave correctly.
+Many of these cases were found by trying to break the CLI and the simulator (bad traces, bad fleet
+files, edge-case workloads); each test guards the behaviour that must hold for its case.
 """
 
 from __future__ import annotations
@@ -122,9 +120,9 @@ def time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
-# =========================================================================== bugs (fail today)
-def test_fixed_error_message_keeps_bracketed_key_path(tmp_path: Path) -> None:
-    """cli._fail prints the message as rich markup, so '[llama-3.1-8b]' and '[h100]' vanish."""
+# =========================================================================== bad input and edge cases
+def test_error_message_keeps_bracketed_key_path(tmp_path: Path) -> None:
+    """The error's key path keeps its brackets ('[llama-3.1-8b]', '[h100]'): the message is not read as rich markup."""
     doc = default_doc()
     doc["services"][0]["variants"][0]["price_per_gpu_hour"] = -1
     cfg = write_cfg(tmp_path / "fleet.yaml", doc)
@@ -133,30 +131,30 @@ def test_fixed_error_message_keeps_bracketed_key_path(tmp_path: Path) -> None:
     assert "services[llama-3.1-8b].variants[h100].price_per_gpu_hour" in line
 
 
-def test_fixed_error_message_with_markup_closing_tag_is_not_a_traceback(tmp_path: Path) -> None:
-    """A bad value like '[/bold]' in a trace makes rich raise MarkupError while printing the error."""
+def test_error_message_with_markup_closing_tag_is_not_a_traceback(tmp_path: Path) -> None:
+    """A bad value like '[/bold]' in a trace is printed in the one-line error, not parsed as markup."""
     trace = azure(tmp_path / "t.csv", rows=["[/bold],1,1"])
     line = one_line_error(invoke("--trace", str(trace), "--out", str(tmp_path / "o")))
     assert "line 2" in line and "[/bold]" in line
 
 
 @pytest.mark.parametrize("extra", [[], ["--controller", "static"]])
-def test_bug_rate_scale_leaving_no_requests_is_an_error(tmp_path: Path, extra: list[str]) -> None:
-    """--rate-scale 1e-9 thins every request away: ZeroDivisionError in models.capacity today."""
+def test_rate_scale_leaving_no_requests_is_an_error(tmp_path: Path, extra: list[str]) -> None:
+    """--rate-scale 1e-9 thins every request away: a one-line error about the requests, not a crash."""
     res = invoke("--trace", str(azure(tmp_path / "t.csv")), "--rate-scale", "1e-9",
                  "--out", str(tmp_path / "o"), *extra)
     line = one_line_error(res)
     assert "request" in line
 
 
-def test_fixed_out_is_a_file(tmp_path: Path) -> None:
+def test_out_is_a_file(tmp_path: Path) -> None:
     out = tmp_path / "taken"
     out.write_text("not a directory")
     line = one_line_error(invoke("--trace", str(azure(tmp_path / "t.csv", n=5)), "--out", str(out)))
     assert str(out) in line
 
 
-def test_fixed_out_cannot_be_created(tmp_path: Path) -> None:
+def test_out_cannot_be_created(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
     out = blocker / "sub"
@@ -164,15 +162,15 @@ def test_fixed_out_cannot_be_created(tmp_path: Path) -> None:
     assert str(out) in line
 
 
-def test_bug_negative_seed_message_names_the_option(tmp_path: Path) -> None:
-    """Today: 'error: expected non-negative integer' (numpy's words; which argument?)."""
+def test_negative_seed_message_names_the_option(tmp_path: Path) -> None:
+    """A negative seed is refused naming --seed (not numpy's 'expected non-negative integer')."""
     line = one_line_error(invoke("--trace", str(azure(tmp_path / "t.csv", n=5)), "--seed", "-1",
                                  "--out", str(tmp_path / "o")))
     assert "seed" in line
 
 
-def test_bug_mooncake_huge_integer_timestamp(tmp_path: Path) -> None:
-    """math.isfinite(10**400) raises OverflowError -> traceback."""
+def test_mooncake_huge_integer_timestamp(tmp_path: Path) -> None:
+    """A timestamp of 400 digits (past float range) is a one-line error naming file and line."""
     trace = tmp_path / "t.jsonl"
     trace.write_text(mc_line(ts=10**400) + "\n")
     line = one_line_error(invoke("--trace", str(trace), "--out", str(tmp_path / "o")))
@@ -180,8 +178,8 @@ def test_bug_mooncake_huge_integer_timestamp(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["azure", "mooncake"])
-def test_bug_over_long_integer_names_file_and_line(tmp_path: Path, fmt: str) -> None:
-    """int() of > 4300 digits raises a bare ValueError: the message has no file or line today."""
+def test_over_long_integer_names_file_and_line(tmp_path: Path, fmt: str) -> None:
+    """A count of more than 4300 digits (Python's int limit) is an error naming the file and the line."""
     digits = "9" * 5000
     if fmt == "azure":
         trace = azure(tmp_path / "t.csv", rows=[f"{stamp(0)},300,20", f"{stamp(1)},{digits},20"])
@@ -196,14 +194,14 @@ def test_bug_over_long_integer_names_file_and_line(tmp_path: Path, fmt: str) -> 
     assert ("implausibly large" if fmt == "azure" else "4300 digits") in line
 
 
-def test_bug_deeply_nested_json_line(tmp_path: Path) -> None:
+def test_deeply_nested_json_line(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
     trace.write_text(mc_line() + "\n" + '{"x": ' + "[" * 5000 + "]" * 5000 + "}\n")
     line = one_line_error(invoke("--trace", str(trace), "--out", str(tmp_path / "o")))
     assert "line 2" in line
 
 
-def test_bug_deeply_nested_yaml_fleet(tmp_path: Path) -> None:
+def test_deeply_nested_yaml_fleet(tmp_path: Path) -> None:
     cfg = tmp_path / "fleet.yaml"
     cfg.write_text("services: " + "[" * 1200 + "]" * 1200 + "\n")
     line = one_line_error(invoke("--config", str(cfg), "--trace", str(azure(tmp_path / "t.csv", n=5)),
@@ -219,8 +217,8 @@ def test_bug_deeply_nested_yaml_fleet(tmp_path: Path) -> None:
     (("services", 0, "variants", 0, "startup_cold_s"), math.inf),
     (("simulator", "crashes"), [{"time_s": math.inf, "variant": "h100"}]),
 ])
-def test_bug_config_rejects_non_finite_numbers(path: tuple[Any, ...], value: Any) -> None:
-    """.inf passes every ge/gt bound: inf price -> 'Infinity' in results.json, inf tick_s -> IndexError."""
+def test_config_rejects_non_finite_numbers(path: tuple[Any, ...], value: Any) -> None:
+    """Infinity is refused wherever a number belongs (it would pass ge/gt bounds and leak into results)."""
     doc = default_doc()
     node: Any = doc
     for k in path[:-1]:
@@ -231,7 +229,7 @@ def test_bug_config_rejects_non_finite_numbers(path: tuple[Any, ...], value: Any
     assert "fleet.yaml" in str(exc.value) and str(path[-1]) in str(exc.value)
 
 
-def test_bug_infinite_price_never_reaches_results_json(tmp_path: Path) -> None:
+def test_infinite_price_never_reaches_results_json(tmp_path: Path) -> None:
     doc = one_variant_doc(price_per_gpu_hour=math.inf)
     cfg = write_cfg(tmp_path / "fleet.yaml", doc)
     out = tmp_path / "o"
@@ -245,8 +243,8 @@ def test_bug_infinite_price_never_reaches_results_json(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("crash", [{"time_s": 10, "variant": "tpu"}, {"time_s": 10, "variant": "h100", "service": "x"}])
-def test_fixed_crash_of_unknown_variant_is_a_config_error(crash: dict[str, Any]) -> None:
-    """Today parse_config accepts it; the simulator later raises a ValueError naming no file/key."""
+def test_crash_of_unknown_variant_is_a_config_error(crash: dict[str, Any]) -> None:
+    """A crash naming an unknown variant or service is refused when the fleet file is read, naming the key."""
     doc = default_doc()
     doc["simulator"]["crashes"] = [crash]
     with pytest.raises(ConfigError) as exc:
@@ -254,7 +252,7 @@ def test_fixed_crash_of_unknown_variant_is_a_config_error(crash: dict[str, Any])
     assert "fleet.yaml" in str(exc.value) and "crashes" in str(exc.value)
 
 
-def test_bug_non_utf8_fleet_file_names_the_file(tmp_path: Path) -> None:
+def test_non_utf8_fleet_file_names_the_file(tmp_path: Path) -> None:
     cfg = tmp_path / "fleet.yaml"
     cfg.write_bytes(b"services:\n  - name: x\n\xff\xfe\n")
     line = one_line_error(invoke("--config", str(cfg), "--trace", str(azure(tmp_path / "t.csv", n=5)),
@@ -262,8 +260,8 @@ def test_bug_non_utf8_fleet_file_names_the_file(tmp_path: Path) -> None:
     assert str(cfg) in line
 
 
-def test_bug_unreachable_itl_slo_names_file_and_key(tmp_path: Path) -> None:
-    """An interactive itl_s below the profile's fixed step time: today 'ITL target 0.0005s is below ...'."""
+def test_unreachable_itl_slo_names_file_and_key(tmp_path: Path) -> None:
+    """An interactive itl_s below the profile's fixed step time is an error naming the file and the key."""
     doc = default_doc()
     doc["services"][0]["slo"]["interactive"]["itl_s"] = 0.001
     cfg = write_cfg(tmp_path / "fleet.yaml", doc)
@@ -272,8 +270,8 @@ def test_bug_unreachable_itl_slo_names_file_and_key(tmp_path: Path) -> None:
     assert str(cfg) in line and "itl_s" in line
 
 
-def test_bug_fleet_that_can_never_serve_is_rejected() -> None:
-    """Every variant capped at 0 replicas: accepted today, and every request silently fails."""
+def test_fleet_that_can_never_serve_is_rejected() -> None:
+    """A fleet whose every variant is capped at 0 replicas is refused (every request would fail)."""
     doc = default_doc()
     for v in doc["services"][0]["variants"]:
         v.update(min_replicas=0, max_replicas=0, initial_replicas=0)
@@ -291,10 +289,10 @@ def test_bug_fleet_that_can_never_serve_is_rejected() -> None:
     # block_size larger than the whole KV cache
     ({"block_size": 500_000}, 32768, 400_000, [(0.0, 300, 20), (1.0, 300, 20)]),
 ])
-def test_bug_request_that_fits_is_never_stuck_forever(engine: dict[str, Any], mml: int, kv: int,
+def test_request_that_fits_is_never_stuck_forever(engine: dict[str, Any], mml: int, kv: int,
                                                       pairs: list[tuple[float, int, int]]) -> None:
-    """Either the fleet is rejected up front, or every accepted request completes. Today the request at
-    the head of the replica's queue is never admitted; it and everything behind it fail after 4 h."""
+    """Either the fleet is rejected up front, or every accepted request completes: a request at the head
+    of a replica's queue that can never be admitted would block it and everything behind it."""
     doc = one_variant_doc(kv_cache_tokens=kv, min_replicas=1, initial_replicas=1)
     doc["services"][0]["max_model_len"] = mml
     doc["simulator"]["engine"] = engine
@@ -307,7 +305,7 @@ def test_bug_request_that_fits_is_never_stuck_forever(engine: dict[str, Any], mm
     assert run.end_s < 600
 
 
-def test_bug_scale_from_zero_after_idle_gap() -> None:
+def test_scale_from_zero_after_idle_gap() -> None:
     """min_replicas 0: the fleet scales to zero in the gap; when traffic returns the PID holds
     ('signal unknown': no pod to measure) and every later request fails at the gateway timeout."""
     cfg = parse_config(one_variant_doc(min_replicas=0, initial_replicas=0), "fleet.yaml")
@@ -317,7 +315,7 @@ def test_bug_scale_from_zero_after_idle_gap() -> None:
     assert res["requests"]["completed"] == 120
 
 
-def test_bug_static_controller_never_scales() -> None:
+def test_static_controller_never_scales() -> None:
     """The static baseline is 'a fixed replica count' but the loop's idle rule scales it to the minimum
     during a gap and back up afterwards (cold start included)."""
     cfg = parse_config(one_variant_doc(min_replicas=0, initial_replicas=0), "fleet.yaml")
@@ -325,7 +323,7 @@ def test_bug_static_controller_never_scales() -> None:
     assert run.sim.scale_events == 0
 
 
-def test_bug_timeline_counts_requests_arriving_at_t0() -> None:
+def test_timeline_counts_requests_arriving_at_t0() -> None:
     """timeline_rows uses (prev, now] windows from prev=0, so a request at t=0 is in no tick. Every trace
     starts at t=0; a burst at t=0 shows an arrival rate of 0. (tests/test_cli.py::test_timeline_csv pins
     the current 2.0 rps and must change with the fix.)"""
@@ -340,7 +338,7 @@ def test_bug_timeline_counts_requests_arriving_at_t0() -> None:
 
 
 @pytest.mark.parametrize("controller", ["static", "pid"])
-def test_bug_rejected_request_does_not_inflate_provisioning(controller: str) -> None:
+def test_rejected_request_does_not_inflate_provisioning(controller: str) -> None:
     """One request far beyond max_model_len is rejected, yet its length enters the mean prompt length
     that sizes the static fleet / the PID's steady start: the real Azure conv trace plus one such row
     costs $192 instead of $1.45 under static."""
@@ -352,7 +350,7 @@ def test_bug_rejected_request_does_not_inflate_provisioning(controller: str) -> 
     assert dirty["cost_usd"]["total"] <= 1.1 * clean["cost_usd"]["total"]
 
 
-def test_bug_outlier_timestamp_does_not_hang(tmp_path: Path) -> None:
+def test_outlier_timestamp_does_not_hang(tmp_path: Path) -> None:
     """Two requests a year apart: the loop ticks every 15 s through the idle year (2.1 M ticks, minutes;
     a Mooncake line with an epoch-ms timestamp among relative ones: hours). Finish or refuse quickly."""
     trace = azure(tmp_path / "t.csv", rows=["2023-11-16 18:00:00.0,300,20", "2024-11-16 18:00:00.0,300,20"])
@@ -544,7 +542,7 @@ def test_gateway_timeout_fails_requests_when_nothing_can_serve() -> None:
     try:
         cfg = parse_config(doc, "fleet.yaml")
     except ConfigError:
-        return  # rejecting such a fleet is fine too (see test_bug_fleet_that_can_never_serve_is_rejected)
+        return  # rejecting such a fleet is fine too (see test_fleet_that_can_never_serve_is_rejected)
     run = run_simulation(cfg, workload([(float(i), 300, 20) for i in range(10)]))
     assert statuses(run) == ["failed"] * 10
     assert all(sr.t_finish - sr.req.arrival_s <= 30.0 + cfg.controller.tick_s for sr in run.sim.requests)

@@ -5,8 +5,8 @@ one-line ``error: ...`` naming what is wrong, exit status 2 (1 for an unreachabl
 traceback; a failed, slow or 5xx query is unknown (never zero) and never causes a scale-down;
 ``compare.json`` rows are consistent and deterministic for a seed (serial == parallel).
 
-``test_bug_*`` tests pin behaviour that is wrong today (they fail until it is fixed); the others pin
-cases that already behave correctly. A fake Prometheus (``http.server`` in a thread on 127.0.0.1,
+Many cases were found by trying to break these commands; each test guards what must hold for it. A
+fake Prometheus (``http.server`` in a thread on 127.0.0.1,
 port 0) answers each query with a function of the PromQL; one test starts Debian's real
 ``prometheus`` on an empty TSDB (``promserver.PromServer``).
 """
@@ -160,8 +160,8 @@ VARIANTS = [v.name for v in default_config().services[0].variants]
 
 # ============================================================================= compare: bugs
 @pytest.mark.parametrize("spec", ["hpa:target=abc", "kpa:target=abc", "dynamo:ttft=abc", "hpa:tolerance=abc"])
-def test_bug_non_numeric_spec_value_is_one_line_error(tmp_path: Path, spec: str) -> None:
-    # Today: TypeError traceback ('<=' not supported between 'str' and 'int'), exit 1, after loading the trace.
+def test_non_numeric_spec_value_is_one_line_error(tmp_path: Path, spec: str) -> None:
+    # A number that is not one is refused before the trace is loaded, naming the parameter.
     res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", spec,
                  "--workers", "1", "--out", str(tmp_path / "out"))
     assert_one_line_error(res, 2, spec.split(":")[1].split("=")[0])
@@ -169,9 +169,8 @@ def test_bug_non_numeric_spec_value_is_one_line_error(tmp_path: Path, spec: str)
 
 @pytest.mark.parametrize("spec", ["hpa:target=nan", "kpa:target=nan", "kpa:target=inf", "hpa:target=inf",
                                   "dynamo:ttft=nan", "aibrix:target=inf"])
-def test_bug_non_finite_spec_target_is_rejected(tmp_path: Path, spec: str) -> None:
-    # Today: nan passes `target <= 0` and fails later with "cannot convert float NaN to integer" (or runs);
-    # inf runs as if no target were set.
+def test_non_finite_spec_target_is_rejected(tmp_path: Path, spec: str) -> None:
+    # NaN and infinity are refused (they would pass `target <= 0` checks).
     res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", spec,
                  "--workers", "1", "--out", str(tmp_path / "out"))
     assert_one_line_error(res, 2, spec.split(":")[1].split("=")[0])
@@ -179,17 +178,16 @@ def test_bug_non_finite_spec_target_is_rejected(tmp_path: Path, spec: str) -> No
 
 @pytest.mark.parametrize("spec", ["kpa:stable_window_s=0", "kpa:stable_window_s=-60", "kpa:panic_window_percentage=0",
                                   "hpa:tolerance=-1", "hpa:downscale_window_s=-10"])
-def test_bug_out_of_range_spec_parameter_is_rejected(tmp_path: Path, spec: str) -> None:
-    # Today: kpa stable_window_s=0 -> IndexError traceback, panic_window_percentage=0 -> AssertionError
-    # traceback; negative tolerance / windows run silently.
+def test_out_of_range_spec_parameter_is_rejected(tmp_path: Path, spec: str) -> None:
+    # Zero or negative windows and tolerances are refused up front, naming the parameter.
     res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", spec,
                  "--workers", "1", "--out", str(tmp_path / "out"))
     assert_one_line_error(res, 2, spec.split(":")[1].split("=")[0])
 
 
 @pytest.mark.parametrize("sub", ["", "sub"])
-def test_bug_compare_out_is_a_file_fails_before_simulating(tmp_path: Path, sub: str) -> None:
-    # Today: every controller runs, then FileExistsError / NotADirectoryError traceback, exit 1.
+def test_compare_out_is_a_file_fails_before_simulating(tmp_path: Path, sub: str) -> None:
+    # A bad --out fails before any controller runs.
     (tmp_path / "afile").write_text("x")
     out = tmp_path / "afile" / sub if sub else tmp_path / "afile"
     res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", "pid,static",
@@ -199,21 +197,21 @@ def test_bug_compare_out_is_a_file_fails_before_simulating(tmp_path: Path, sub: 
 
 
 @pytest.mark.parametrize("workers", ["0", "-1"])
-def test_bug_compare_workers_below_one_is_rejected(tmp_path: Path, workers: str) -> None:
-    # Today: silently runs serially.
+def test_compare_workers_below_one_is_rejected(tmp_path: Path, workers: str) -> None:
+    # --workers below 1 is refused, not run serially.
     res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", "pid,static",
                  "--workers", workers, "--out", str(tmp_path / "out"))
     assert_one_line_error(res, 2, "--workers")
 
 
-def test_bug_compare_negative_seed_names_the_option(tmp_path: Path) -> None:
-    # Today: "error: expected non-negative integer" (from numpy), which names nothing.
+def test_compare_negative_seed_names_the_option(tmp_path: Path) -> None:
+    # The error names --seed.
     res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", "pid",
                  "--seed", "-1", "--out", str(tmp_path / "out"))
     assert_one_line_error(res, 2, "--seed")
 
 
-# ============================================================================= compare: correct today
+# ============================================================================= compare: controller lists
 @pytest.mark.parametrize(("spec", "needle"), [
     ("pid,,pid", "listed twice"), (",,", "no controller given"), ("", "no controller given"),
     ("bogus", "unknown controller 'bogus'"), ("pid:x=1", "bad parameter 'x=1' for pid; it takes: none"),
@@ -277,9 +275,8 @@ def test_compare_json_is_valid_consistent_and_serial_equals_parallel(tmp_path: P
 # ============================================================================= dry-run: bugs
 @pytest.mark.parametrize("url", ["127.0.0.1:9090", "localhost", "ftp://127.0.0.1:9", "http://[::1",
                                  "http://127.0.0.1:99999", "http://"])
-def test_bug_malformed_prometheus_url_is_bad_input(url: str) -> None:
-    # Today: exit 1 "cannot query Prometheus at ...: malformed response (InvalidURL)" (MissingSchema for
-    # 'localhost'); 'http://[::1' is a ValueError traceback.
+def test_malformed_prometheus_url_is_bad_input(url: str) -> None:
+    # A malformed URL is bad input (exit 2, naming it), not an unreachable server.
     res = invoke("dry-run", "--prometheus-url", url, "--once")
     line = assert_one_line_error(res, 2, url)
     assert "malformed response" not in line
@@ -287,19 +284,17 @@ def test_bug_malformed_prometheus_url_is_bad_input(url: str) -> None:
 
 @pytest.mark.parametrize("args", [["--once", "--speed", "nan"], ["--once", "--speed", "inf"],
                                   ["--ticks", "2", "--interval", "nan"], ["--ticks", "2", "--interval", "inf"]])
-def test_bug_non_finite_speed_or_interval_is_rejected(args: list[str], fake: Callable[[Answer], FakeProm]) -> None:
-    # Today: nan/inf pass the `<= 0` checks; --speed nan is a ValueError traceback, --interval inf an
-    # OverflowError traceback after the first tick, the others run.
+def test_non_finite_speed_or_interval_is_rejected(args: list[str], fake: Callable[[Answer], FakeProm]) -> None:
+    # NaN and infinity are refused for --speed and --interval, before the first tick.
     prom = fake(empty)
     res = invoke("dry-run", "--prometheus-url", prom.url, "--output", "json", *args)
     assert_one_line_error(res, 2, args[-2])
 
 
-def test_bug_replica_counts_are_not_zero_when_only_vllm_queries_fail(fake: Callable[[Answer], FakeProm]) -> None:
-    # kube-state-metrics answers 4 replicas per variant; every vLLM query fails (HTTP 500). Today the
-    # first tick reports current_replicas 0 and desired_replicas 0 for a fleet of 4: a failed query
-    # read as zero, and a recommendation to scale 4 -> 0 (PrometheusSource._counts_of ignores the
-    # kube-state-metrics answer whenever the pods' age query failed).
+def test_replica_counts_are_not_zero_when_only_vllm_queries_fail(fake: Callable[[Answer], FakeProm]) -> None:
+    # kube-state-metrics answers 4 replicas per variant; every vLLM query fails (HTTP 500). The counts
+    # come from kube-state-metrics all the same, and the loop holds at 4: a failed query is never read
+    # as zero, and never recommends 4 -> 0.
     prom = fake(failing(500, b'{"status":"error","errorType":"internal","error":"boom"}', ksm="4"))
     res = invoke("dry-run", "--prometheus-url", prom.url, "--once", "--output", "json")
     assert res.exit_code == 0, res.stderr
@@ -311,9 +306,9 @@ def test_bug_replica_counts_are_not_zero_when_only_vllm_queries_fail(fake: Calla
         assert var["desired_replicas"] in (None, 4), var
 
 
-def test_bug_unknown_replica_counts_are_null_not_zero(fake: Callable[[Answer], FakeProm]) -> None:
+def test_unknown_replica_counts_are_null_not_zero(fake: Callable[[Answer], FakeProm]) -> None:
     # Every query but the reachability probe fails on the first tick: the replica counts are unknown.
-    # Today they are printed as 0 current / 0 desired.
+    # Unknown counts are null, never printed as 0 current / 0 desired.
     prom = fake(failing(503, b"unavailable"))
     res = invoke("dry-run", "--prometheus-url", prom.url, "--once", "--output", "json")
     assert res.exit_code == 0, res.stderr
@@ -325,23 +320,23 @@ def test_bug_unknown_replica_counts_are_null_not_zero(fake: Callable[[Answer], F
 
 
 @pytest.mark.parametrize("command", [["dry-run", "--once"], ["backtest", "--start", "0", "--end", "60"]])
-def test_bug_url_credentials_are_not_printed(command: list[str], tmp_path: Path) -> None:
-    # Today: "error: cannot query Prometheus at http://user:s3cret@127.0.0.1:...".
+def test_url_credentials_are_not_printed(command: list[str], tmp_path: Path) -> None:
+    # The password in the URL is masked in the error.
     out = ["--out", str(tmp_path / "out")] if command[0] == "backtest" else []
     res = invoke(*command, *out, "--prometheus-url", f"http://user:s3cret@127.0.0.1:{free_port()}")
     assert res.exit_code == 1
     assert "s3cret" not in res.stderr + res.stdout
 
 
-def test_bug_malformed_selector_is_a_config_error(tmp_path: Path) -> None:
-    # Today: accepted; a real Prometheus then answers HTTP 400 to every query, forever, and dry-run
-    # exits 0 holding (here the server is unreachable, so exit 1 instead of 2).
+def test_malformed_selector_is_a_config_error(tmp_path: Path) -> None:
+    # A selector that is not PromQL matchers is refused when the fleet file is read (else every query
+    # would get HTTP 400, forever), before connecting.
     cfg = fleet_file(tmp_path, {"selectors": {SERVICE: {"service": "this is not a matcher"}}})
     res = invoke("dry-run", "--config", str(cfg), "--prometheus-url", unreachable(), "--once")
     assert_one_line_error(res, 2, "selectors")
 
 
-# ============================================================================= dry-run: correct today
+# ============================================================================= dry-run: arguments
 @pytest.mark.parametrize("args", [["--interval", "0"], ["--interval", "-1"], ["--once", "--interval", "5"],
                                   ["--once", "--ticks", "3"], ["--ticks", "0"], ["--output", "bogus", "--once"],
                                   ["--speed", "0", "--once"], ["--speed", "-2", "--once"]])
@@ -416,38 +411,37 @@ def test_dry_run_empty_prometheus_holds_with_warnings(fake: Callable[[Answer], F
     (["--start", "0", "--end", "-inf"], "--end"), (["--start", "0", "--end", "600", "--step", "inf"], "--step"),
     (["--start", "0", "--end", "600", "--step", "nan"], "--step"),
 ])
-def test_bug_non_finite_times_and_steps_are_one_line_errors(tmp_path: Path, args: list[str], option: str,
+def test_non_finite_times_and_steps_are_one_line_errors(tmp_path: Path, args: list[str], option: str,
                                                             fake: Callable[[Answer], FakeProm]) -> None:
-    # Today: inf -> OverflowError traceback; nan -> "error: cannot convert float NaN to integer".
+    # NaN and infinity are one-line errors naming the option.
     res = invoke("backtest", "--prometheus-url", fake(empty).url, "--out", str(tmp_path / "out"), *args)
     assert_one_line_error(res, 2, option)
 
 
 @pytest.mark.parametrize("args", [["--start", "100", "--end", "50"], ["--start", "0", "--end", "60", "--step", "0"],
                                   ["--start", "0", "--end", "31536000", "--step", "15"]])
-def test_bug_backtest_range_errors_do_not_need_prometheus(tmp_path: Path, args: list[str]) -> None:
-    # Today: the range is checked only after connecting, so an unreachable URL hides it (exit 1).
+def test_backtest_range_errors_do_not_need_prometheus(tmp_path: Path, args: list[str]) -> None:
+    # The range is checked before connecting, so an unreachable URL cannot hide a bad range.
     res = invoke("backtest", "--prometheus-url", unreachable(), "--out", str(tmp_path / "out"), *args)
     assert_one_line_error(res, 2)
 
 
-def test_bug_backtest_time_beyond_calendar_is_rejected(tmp_path: Path, fake: Callable[[Answer], FakeProm]) -> None:
-    # 1e15 s is past year 9999: today every range query fails locally ("malformed response (ValueError)"),
-    # the run "succeeds" with exit 0 and 120 query failures (e.g. when milliseconds are passed as seconds).
+def test_backtest_time_beyond_calendar_is_rejected(tmp_path: Path, fake: Callable[[Answer], FakeProm]) -> None:
+    # 1e15 s is past year 9999 (milliseconds passed as seconds): refused, not run as failing queries.
     res = invoke("backtest", "--prometheus-url", fake(empty).url, "--start", "1e15", "--end", "1000000000000060",
                  "--out", str(tmp_path / "out"))
     assert_one_line_error(res, 2, "--start")
 
 
-def test_bug_backtest_out_is_a_file_names_the_option(tmp_path: Path, fake: Callable[[Answer], FakeProm]) -> None:
-    # Today: "error: [Errno 17] File exists: '...'", after all the range queries.
+def test_backtest_out_is_a_file_names_the_option(tmp_path: Path, fake: Callable[[Answer], FakeProm]) -> None:
+    # A bad --out is named, before any range query.
     (tmp_path / "afile").write_text("x")
     res = invoke("backtest", "--prometheus-url", fake(empty).url, "--start", "0", "--end", "60",
                  "--out", str(tmp_path / "afile"))
     assert_one_line_error(res, 2, "--out")
 
 
-# ============================================================================= backtest: correct today
+# ============================================================================= backtest: ranges
 @pytest.mark.parametrize(("args", "needle"), [
     (["--start", "100", "--end", "50"], "--end must be after --start"),
     (["--start", "100", "--end", "100"], "--end must be after --start"),

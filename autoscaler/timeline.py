@@ -1,0 +1,41 @@
+"""The per-tick timeline of a run (``timeline.csv``): one row per tick and service, for simulations and backtests."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from autoscaler.loop.forecast import FORECAST_SIGNALS
+from autoscaler.loop.runner import ServiceTick
+from autoscaler.loop.warmth import WARMTH_SIGNALS
+
+TIMELINE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "itl_p95_s", "tpot_p95_s", "ttft_mean_s", "tpot_mean_s",
+                    "kv_usage", "queue_length", "prefix_hit_rate", "slo_p95_ratio", "slo_mean_ratio",
+                    *FORECAST_SIGNALS, *WARMTH_SIGNALS)
+
+
+def tick_row(time_s: float, service: str, st: ServiceTick, arrival_rate_rps: float | None) -> dict[str, Any]:
+    """One timeline row: time, service, arrival rate, signals, replicas per variant, controller terms, reason."""
+    row: dict[str, Any] = {"time_s": time_s, "service": service, "arrival_rate_rps": arrival_rate_rps}
+    for s in TIMELINE_SIGNALS:
+        row[s] = st.estimate.signals.get(s)
+    for v, obs in st.estimate.variants.items():
+        row[f"ready_{v}"] = obs.ready
+        row[f"starting_{v}"] = obs.starting
+        row[f"desired_{v}"] = st.applied[v]
+    for k in ("setpoint", "measurement", "p", "i", "d", "target_capacity_rps"):
+        row[f"ctl_{k}"] = st.decision.terms.get(k)
+    row["reason"] = st.reason
+    return row
+
+
+def write_timeline_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    """Write timeline rows as CSV (columns in first-seen order); nothing when there are no rows."""
+    if not rows:
+        return
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
