@@ -4,7 +4,8 @@ A query template is a ``string.Template`` with two placeholders:
 
 - ``$sel``: label matchers without braces that select the pods in scope (a service or one variant,
   restricted to the pods that passed the freshness and sanity checks), e.g.
-  ``model_name="m",pod=~"a|b"``;
+  ``model_name="m",pod=~"a|b"``; for the service-wide signals (``SERVICE_SIGNALS``: the gateway's
+  ``arrival_rate_rps``), the service's matchers alone, e.g. ``model_name="m"``;
 - ``$window``: the signal look-back window as a PromQL duration, e.g. ``60000ms``.
 
 Every template returns one series (aggregated with ``sum``/``avg``/``histogram_quantile``); the
@@ -32,6 +33,13 @@ from autoscaler.state import SIGNALS
 # kube-state-metrics v2 Deployment metrics (labels ``namespace``, ``deployment``).
 KSM_SPEC_REPLICAS = "kube_deployment_spec_replicas"
 KSM_READY_REPLICAS = "kube_deployment_status_replicas_ready"
+# Requests arriving at the gateway: the Gateway API Inference Extension's endpoint picker counts every
+# request it receives per model (``inference_model_request_total{model_name, target_model_name}``,
+# gateway-api-inference-extension ``site-src/guides/metrics.md``, ALPHA). Completions fall when the
+# fleet saturates; arrivals do not, which is what a planner sizing for demand must read.
+GATEWAY_REQUESTS = "inference_model_request_total"
+# Signals evaluated once per service with the service's matchers only: the gateway's series carry no pod.
+SERVICE_SIGNALS = frozenset({"arrival_rate_rps"})
 
 PLACEHOLDERS = frozenset({"sel", "window"})
 
@@ -93,6 +101,7 @@ def _vllm(kv: str, hits: str, queries: str, itl: str, tpot: str, name: str, toke
             "success_rps": _rate("vllm:request_success_total", 'finished_reason!~"abort|error"'),
             "abort_rps": _rate("vllm:request_success_total", 'finished_reason=~"abort|error"'),
             "preemptions_rps": _rate("vllm:num_preemptions_total"),
+            "arrival_rate_rps": _rate(GATEWAY_REQUESTS),
         },
         kv_usage=kv,
         waiting="vllm:num_requests_waiting",
@@ -133,6 +142,7 @@ SGLANG_0523 = QuerySet(
         "prefix_hit_rate": f"{_rate('sglang:cached_tokens_total')} / {_rate('sglang:prompt_tokens_total')}",
         "success_rps": f"{_rate('sglang:num_requests_total')} - {_rate('sglang:num_aborted_requests_total')}",
         "abort_rps": _rate("sglang:num_aborted_requests_total"),
+        "arrival_rate_rps": _rate(GATEWAY_REQUESTS),
     },
     kv_usage="sglang:token_usage",
     waiting="sglang:num_queue_reqs",

@@ -5,11 +5,12 @@ request has ended: flat out for ``autoscaler simulate`` and ``compare`` (``run_s
 at a speed for a served simulation (``autoscaler.realtime``), with the same stepping either way.
 
 The loop ticks at the controller's own period (``Controller.tick_s``, e.g. Knative's 2 s or
-Dynamo's 180 s) with its signal window (``Controller.window_s``). Between ticks longer than
-``controller.tick_s`` the metrics source is scraped every ``controller.tick_s`` (Prometheus's scrape
-interval), so windowed gauge signals such as ``max_over_time`` see the samples a real Prometheus
-would. Run flat out, stretches in which nothing can change (no request in flight, the fleet idle
-and settled) are skipped up to the next arrival.
+Dynamo's 180 s) with its signal window (``Controller.window_s``). The metrics source samples every
+pod every ``simulator.scrape_interval_s`` (15 s by default, Prometheus's usual interval), or at each
+tick of a controller that ticks faster (its anchor reads the pods itself, as Knative's autoscaler
+does every second), and at each tick; the signals are what PromQL would compute from those
+samples (``autoscaler.adapters.simulator``). Run flat out, stretches in which nothing can change
+(no request in flight, the fleet idle and settled) are skipped up to the next arrival.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ class SimulationDriver:
         step = substep_s or (min(tick, speed * PACED_SUBSTEP_WALL_S) if speed else tick)
         if not step > 0:
             raise ValueError(f"sub-step must be > 0, got {step}")
-        scrapes = max(1, round(tick / self.cfg.controller.tick_s))
+        scrapes = max(1, round(tick / min(self.cfg.simulator.scrape_interval_s, tick)))
         sim = self.sim
         t_wall = time.perf_counter()
         t0 = time.monotonic()
@@ -161,7 +162,6 @@ class SimulationDriver:
                     with self.lock:
                         self.source.scrape(now)
             with self.lock:
-                sim.expire_gateway()
                 started = time.perf_counter()
                 record = self.loop.tick(now)
                 if self.on_tick is not None:

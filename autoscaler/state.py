@@ -11,7 +11,9 @@ over the window), ``tpot_p95_s`` (p95 of per-request mean time per output token,
 same histograms: exact, where a quantile is interpolated inside a bucket),
 ``kv_usage`` (mean fraction over pods), ``queue_length`` and ``running``
 (requests, summed over pods), ``prefix_hit_rate`` (hits/queries over the window),
-``success_rps`` and ``abort_rps`` (requests/s), ``preemptions_rps``.
+``success_rps`` and ``abort_rps`` (requests/s), ``preemptions_rps``; ``arrival_rate_rps``
+(requests/s arriving at the gateway, service-wide only: completions fall when the fleet saturates,
+arrivals do not).
 
 Per-pod gauges (``ServiceObservation.pods``, ready pods only) serve the baselines that scale on
 per-pod metrics (``controllers.baselines``): the latest sample of ``vllm:kv_cache_usage_perc``,
@@ -44,6 +46,7 @@ SIGNALS = (
     "success_rps",
     "abort_rps",
     "preemptions_rps",
+    "arrival_rate_rps",
 )
 
 
@@ -107,6 +110,8 @@ class ServiceObservation:
         variants: per-variant counts and signals.
         errors: one line per failed query (empty when everything worked).
         pods: per-pod gauges of the ready pods (empty when the source has none).
+        history_s: how far back the source holds the service's samples, seconds (None: it cannot
+            tell); the loop decides nothing on less than one signal window.
     """
 
     service: str
@@ -115,6 +120,7 @@ class ServiceObservation:
     variants: dict[str, VariantObservation]
     errors: list[str] = field(default_factory=list)
     pods: list[PodObservation] = field(default_factory=list)
+    history_s: float | None = None
 
 
 @dataclass
@@ -130,6 +136,7 @@ class ServiceEstimate:
         starting: replicas still provisioning, all variants.
         pods: per-pod gauges of the ready pods, as observed (for per-pod baselines).
         warnings: values rejected as absurd (see the module docstring).
+        history_s: how far back the source holds samples, seconds (None: unknown).
     """
 
     service: str
@@ -144,6 +151,7 @@ class ServiceEstimate:
     errors: list[str] = field(default_factory=list)
     pods: list[PodObservation] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    history_s: float | None = None
 
     @property
     def current(self) -> dict[str, int]:

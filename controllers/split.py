@@ -23,8 +23,9 @@ _PER_POSITION = 1e-9
 
 
 def cost_per_capacity(v: Variant, weight_rps: float) -> float:
-    """$/hour per request/s of capacity of one replica of ``v``."""
-    return v.price_per_replica_hour / weight_rps
+    """$/hour per request/s of capacity of one replica of ``v`` (infinite when it has none: a replica
+    that cannot meet the SLO for this mix at any load)."""
+    return v.price_per_replica_hour / weight_rps if weight_rps > 0 else float("inf")
 
 
 def split_capacity(

@@ -433,9 +433,18 @@ def service_mix(svc: Service) -> RequestMix:
     return RequestMix.from_means(t.input_tokens, t.output_tokens, t.prefix_hit_rate)
 
 
+def throughput_weights(svc: Service, engine: EngineConfig, mix: RequestMix | None = None) -> dict[str, float]:
+    """variant -> the rate at which one replica's mean ITL reaches the interactive ITL objective
+    (``mean_itl_rate``), requests/s: its speed, which a router balances load by (never 0: the fleet
+    file's ITL objectives are above every profile's fixed step time)."""
+    mix = service_mix(svc) if mix is None else mix
+    itl = svc.slo["interactive"].itl_s
+    return {v.name: mean_itl_rate(ReplicaSpec.of(v, engine), mix, itl) for v in svc.variants}
+
+
 def variant_weights(svc: Service, engine: EngineConfig, mix: RequestMix | None = None) -> dict[str, float]:
     """variant -> capacity of one replica (``replica_capacity(...).rps``), requests/s, at the service's
-    interactive SLO and ``mix`` (default ``service_mix(svc)``).
+    interactive SLO and ``mix`` (default ``service_mix(svc)``); 0 for a variant that cannot meet it.
 
     A variant's profile describes one whole replica (all its GPUs), so ``gpus_per_replica`` changes
     its price, not its capacity here.

@@ -26,7 +26,7 @@ def _fleet(
     gpus_per_replica: int = 1,
     startup_s: float = 10.0,
     crashes: list[dict[str, Any]] | None = None,
-    gateway_timeout_s: float = 600.0,
+    client_timeout_s: float = 600.0,
     max_model_len: int | None = None,
     profile: str = "llama-3-8b/h100-sxm",
     controller: dict[str, Any] | None = None,
@@ -54,7 +54,7 @@ def _fleet(
     }
     doc: dict[str, Any] = {
         "services": [{"name": "svc", "model": "m", "max_model_len": max_model_len, "slo": SLO, "variants": [v]}],
-        "simulator": {"gateway_timeout_s": gateway_timeout_s, "crashes": crashes or []},
+        "simulator": {"client_timeout_s": client_timeout_s, "crashes": crashes or []},
     }
     if controller is not None:
         doc["controller"] = controller

@@ -126,9 +126,9 @@ class PromServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        """Instant query result (``data.result``)."""
-        q = urllib.parse.urlencode({"query": promql})
+    def query(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
+        """Instant query result (``data.result``), at unix time ``at`` (default: the server's now)."""
+        q = urllib.parse.urlencode({"query": promql, **({} if at is None else {"time": f"{at:.3f}"})})
         with urllib.request.urlopen(f"{self.url}/api/v1/query?{q}", timeout=5) as r:
             return json.loads(r.read())["data"]["result"]
 

@@ -12,6 +12,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from autoscaler.loop.estimate import estimate
 from autoscaler.loop.export import LoopMetrics
 from autoscaler.loop.runner import ControlLoop
 from autoscaler.state import SIGNALS, ServiceObservation, VariantObservation
+from controllers.base import Reason
 from controllers.registry import build
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
@@ -80,7 +82,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             s.start()
         for s in servers:
             s.wait_for("count(up == 1)", lambda r: bool(r) and int(r[0]["value"][1]) == len(targets))
-        time.sleep(2.5)  # a few scrapes: rates need two samples in the window
+        time.sleep(WINDOW_S + 1.5)  # a whole window of samples: the loop decides nothing on less
         yield World(servers[0], servers[1], exporters)
     finally:
         for s in servers:
@@ -124,6 +126,26 @@ def test_zero_traffic_nan_quantiles_read_as_idle_and_scale_to_minimum(world: Wor
     assert first.applied == {"h100": 3}  # one idle tick of two: no change yet
     assert second.applied == {"h100": 1}  # 3 - max_step_down 2 = min_replicas 1
     assert "idle for 2 ticks" in second.reason
+
+
+def test_no_decision_until_prometheus_holds_a_whole_window(world: World, tmp_path: Path) -> None:
+    # A Prometheus started just now on the same targets holds a second or two of the 5-s window: the
+    # loop holds and says why, then decides once the window is covered.
+    fresh = PromServer(tmp_path / "fresh", [e.target for e in world.exporters.values()]).start()
+    try:
+        fresh.wait_for('count(vllm:num_requests_running{model_name="m-idle"}) == 2', bool)
+        cfg = fleet("idle")
+        loop = dry_loop(cfg, source(cfg, fresh.url))
+        st = loop.tick(0.0).services["idle"]
+        assert st.estimate.history_s is not None and st.estimate.history_s < WINDOW_S - 1
+        assert st.decision.hold and st.decision.code is Reason.WARMING_UP
+        assert st.decision.reason.startswith("warming up: the source holds") and st.applied == {"h100": 3}
+        time.sleep(WINDOW_S + 0.5)
+        st = loop.tick(1.0).services["idle"]
+        assert st.estimate.history_s >= WINDOW_S - 1
+        assert st.decision.code is not Reason.WARMING_UP
+    finally:
+        fresh.stop()
 
 
 def test_every_default_query_parses_with_an_empty_selector(world: World) -> None:

@@ -12,6 +12,7 @@ from autoscaler.adapters.simulator import SimMetricsSource
 from autoscaler.config.loading import parse_config
 from autoscaler.loop.actuate import APPLIED, ActuationResult
 from autoscaler.loop.runner import ControlLoop
+from autoscaler.simulator.metrics import ReplicaMetrics
 from autoscaler.state import ServiceObservation, VariantObservation
 from autoscaler.workload.types import Request, Workload
 from controllers.base import Controller, Decision
@@ -139,23 +140,23 @@ def test_own_guard_controllers_get_bounds_only(make_fleet) -> None:
 
 # ------------------------------------------------------------------------------------ source
 def _stub_sim(pods: list[SimpleNamespace]) -> SimpleNamespace:
-    return SimpleNamespace(services={"svc": SimpleNamespace(ready=pods)})
+    svc = SimpleNamespace(replicas=pods, arrivals=0, gateway=[], variants={"h100": None},
+                          counts=lambda v: SimpleNamespace(ready=len(pods), starting=0, draining=0))
+    return SimpleNamespace(services={"svc": svc})
 
 
 def test_scrape_keeps_gauge_samples_for_max_over_time() -> None:
-    pod = SimpleNamespace(rid=1, variant="h100", ready_s=0.0, refresh_gauges=lambda: None,
-                          metrics=SimpleNamespace(kv_usage=0.2, waiting=1, running=3, prefix_hits=0.0,
-                                                  prefix_queries=0.0))
+    pod = SimpleNamespace(rid=1, variant="h100", state="ready", ready_s=0.0, refresh_gauges=lambda: None,
+                          metrics=ReplicaMetrics())
     src = SimMetricsSource(_stub_sim([pod]), window_s=60.0)  # type: ignore[arg-type]
+    pod.metrics.kv_usage, pod.metrics.waiting = 0.2, 1
     src.scrape(15.0)
     pod.metrics.kv_usage, pod.metrics.waiting = 0.9, 7
     src.scrape(30.0)
     pod.metrics.kv_usage, pod.metrics.waiting = 0.1, 0
-    src.scrape(60.0)
-    [p] = src._pods("svc", [pod])  # type: ignore[list-item]
+    [p] = src.observe(60.0)["svc"].pods
     assert (p.kv_usage, p.waiting, p.kv_usage_max, p.waiting_max) == (0.1, 0.0, 0.9, 7.0)
-    src.scrape(90.0)  # window (30, 90]: the t=30 sample has left
-    [p] = src._pods("svc", [pod])  # type: ignore[list-item]
+    [p] = src.observe(90.0)["svc"].pods  # window (30, 90]: the t=30 sample has left
     assert (p.kv_usage_max, p.waiting_max) == (0.1, 0.0)
 
 

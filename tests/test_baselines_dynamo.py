@@ -51,10 +51,11 @@ def test_kalman_follows_a_constant_series_exactly() -> None:
 
 
 # ------------------------------------------------------------------------------------ planner
-def estimate(t: float, current: int, rate: float | None, prompt: float, gen: float, hit: float | None
-             ) -> ServiceEstimate:
+def estimate(t: float, current: int, rate: float | None, prompt: float, gen: float, hit: float | None,
+             arrivals: float | None = -1.0) -> ServiceEstimate:
+    """Signals of one interval; ``arrivals`` defaults to the completion rate (a fleet keeping up)."""
     sig = {"request_rate_rps": rate, "prompt_tokens_rps": prompt, "generation_tokens_rps": gen,
-           "prefix_hit_rate": hit}
+           "prefix_hit_rate": hit, "arrival_rate_rps": rate if arrivals == -1.0 else arrivals}
     return ServiceEstimate(service="svc", time_s=t, signals=sig, variants={"h100": VariantObservation(current, 0)},
                            weights={"h100": 10.0}, idle=False, capacity_rps=0.0, ready_capacity_rps=0.0, starting=0)
 
@@ -67,6 +68,20 @@ def test_planner_sizes_for_demand_at_its_targets(make_fleet) -> None:
     spec = ReplicaSpec.of(svc.variants[0], EngineConfig())
     per_replica = replica_capacity(spec, RequestMix.from_means(1000, 100, 0.2), 0.5, 0.05).rps
     assert d.desired == {"h100": math.ceil(50.0 / per_replica)}
+
+
+def test_planner_sizes_for_arrivals_when_completions_stall(make_fleet) -> None:
+    # Saturated: 40 req/s arrive, 8 complete. The planner counts arrivals at its frontend, so it sizes
+    # for 40, with the lengths of the requests that did complete.
+    svc = make_fleet(replicas=1, min_replicas=0, max_replicas=40).services[0]
+    planner = DynamoPlanner(EngineConfig(), predictor="constant")
+    d = planner.decide(estimate(180.0, 2, 8.0, 8000.0, 800.0, None, arrivals=40.0), svc)
+    spec = ReplicaSpec.of(svc.variants[0], EngineConfig())
+    per_replica = replica_capacity(spec, RequestMix.from_means(1000, 100), 0.5, 0.05).rps
+    assert d.desired == {"h100": math.ceil(40.0 / per_replica)}
+    # the next interval nothing completes: the last ISL and OSL stand
+    d = planner.decide(estimate(360.0, 2, 0.0, 0.0, 0.0, None, arrivals=40.0), svc)
+    assert not d.hold and d.desired == {"h100": math.ceil(40.0 / per_replica)}
 
 
 def test_planner_skips_on_missing_or_zero_traffic_and_keeps_min_endpoint(make_fleet) -> None:

@@ -48,12 +48,14 @@ FLEET_DOC: dict[str, Any] = {
     "services": [{"name": "llm", "model": "m", "slo": SLO, "variants": [
         _variant("h100", "H100-SXM", "llama-3-8b/h100-sxm", 2.99, 0, 0),
         _variant("a100", "A100-80GB", "llama-3-8b/a100-80gb", 1.79, 1, 1)]}],
-    # The p95 signal: the mean signals differ between the paths for a minute after a pod becomes ready
-    # (Prometheus's rate() starts at a pod's first scrape, the simulator at its ready time), and the
-    # comparisons below are of the paths, not of the signal.
+    # The default signal (slo_mean_ratio) on a 60-s window, so a 450-s run scales up and down.
     "controller": {"tick_s": 15, "window_s": 60,
-                   "pid": {"setpoint_signal": "slo_p95_ratio", "setpoint": 0.5, "deadband": 0.1},
                    "guard": {"scale_down_cooldown_s": 60, "idle_ticks_to_min": 4}},
+    # An H100 and an A100 replica crash at the peak: the survivors are overloaded until replacements are ready,
+    # and the PID's overload rule (arrivals from completions and queue growth) sizes the fleet.
+    # The simulator's own Prometheus samples as often as the real one scrapes it (SCRAPE x SPEED).
+    "simulator": {"crashes": [{"time_s": 235, "variant": "h100"}, {"time_s": 236, "variant": "a100"}],
+                  "scrape_interval_s": 10},
 }
 
 
@@ -129,6 +131,10 @@ def test_dry_run_makes_the_simulator_loops_decisions(run: Run) -> None:
     exact = within = 0
     ratio_diffs = []
     mean_diffs = []
+    rate_diffs = []
+    overloaded = 0
+    window = run.cfg.controller.window_s
+    finished = [sr.t_finish for sr in run.live.sim.requests if sr.status == "completed"]
     for w, rec in run.dry:
         st = rec.services["llm"]
         assert st.estimate.errors == [], st.estimate.errors
@@ -146,10 +152,19 @@ def test_dry_run_makes_the_simulator_loops_decisions(run: Run) -> None:
         a, b = st.estimate.signals["slo_mean_ratio"], sim[i].estimate.signals["slo_mean_ratio"]
         if a is not None and b is not None:
             mean_diffs.append(abs(a - b) / b)
+        # Rates are per second of the simulator's clock (the source runs SPEED x faster): the dry-run's
+        # request rate is the completions the simulator made in its window, counted exactly.
+        t = sim[i].estimate.time_s + (w - wall[i]) * SPEED
+        done = sum(t - window < f <= t for f in finished)
+        a = st.estimate.signals["request_rate_rps"]
+        if a is not None and done:
+            rate_diffs.append(abs(a - done / window) / (done / window))
+        overloaded += (st.decision.terms.get("error") or 0.0) >= run.cfg.controller.pid.error_clip
     n = len(run.dry)
     print(f"\ndry-run vs simulator loop: {n} ticks compared, {exact} equal at the same tick, "
           f"{within} within one tick; median |slo_p95_ratio| difference {statistics.median(ratio_diffs):.1%}, "
-          f"|slo_mean_ratio| {statistics.median(mean_diffs):.1%}")
+          f"|slo_mean_ratio| {statistics.median(mean_diffs):.1%}, |request_rate_rps| "
+          f"{statistics.median(rate_diffs):.1%}; overloaded ticks {overloaded}")
     totals = [sum(st.applied.values()) for st in sim]
     assert max(totals) > totals[0] and totals[-1] < max(totals)  # the run scaled up and back down
     assert n >= 20
@@ -157,6 +172,11 @@ def test_dry_run_makes_the_simulator_loops_decisions(run: Run) -> None:
     assert statistics.median(ratio_diffs) < 0.1
     # The default signal, read through PromQL (rate(_sum) / rate(_count)), is the simulator's.
     assert len(mean_diffs) >= 0.8 * n and statistics.median(mean_diffs) < 0.1
+    # Prometheus extrapolates a window's increase by up to half a scrape interval at each edge: 5 s of
+    # a 60-s window, 8 %.
+    assert len(rate_diffs) >= 0.8 * n and statistics.median(rate_diffs) < 0.08
+    assert overloaded >= 2  # the crash overloads the fleet, and the paths still agree through it
+    assert [c["applied"] for c in run.live.sim.crash_outcomes()] == [True, True]
 
 
 def test_cli_once_json_interface(run: Run) -> None:

@@ -211,7 +211,7 @@ def test_tls_verification_custom_ca_and_verify_off(world: World) -> None:
     assert off.errors == [] and off.signals["running"] == 6.0
 
 
-def test_speed_shrinks_windows_and_scales_rates() -> None:
+def test_speed_shrinks_windows_and_divides_rates() -> None:
     cfg = fleet()
 
     class Runner:
@@ -229,7 +229,8 @@ def test_speed_shrinks_windows_and_scales_rates() -> None:
     runner = Runner()
     obs = PrometheusSource(cfg, runner, speed=4.0).observe(0.0)["src"]
     assert any("[750ms]" in q for q in runner.seen)  # 3 s of the source's time at 4x = 0.75 wall seconds
-    assert obs.signals["request_rate_rps"] == 12.0  # 3 per wall second = 12 per source second
+    # 3 completions per wall second from a source running 4x faster: 0.75 per second of its own clock
+    assert obs.signals["request_rate_rps"] == 0.75
     assert obs.signals["ttft_p95_s"] == 0.5  # a latency is not a rate
 
 

@@ -389,24 +389,71 @@ def test_gateway_holds_requests_until_a_replica_is_ready(make_fleet) -> None:
     assert sr.t_first == pytest.approx(11.0 + st(400), rel=1e-12)
 
 
-def test_gateway_timeout_fails_waiting_requests(make_fleet) -> None:
+def test_client_timeout_fails_requests_waiting_at_the_gateway(make_fleet) -> None:
     wl = Workload([
-        Request(arrival_s=0.0, input_tokens=400, output_tokens=3),  # expired by the tick at 6 s
-        Request(arrival_s=4.0, input_tokens=400, output_tokens=3),  # waited 7 s > 5 s when the replica is ready
+        Request(arrival_s=0.0, input_tokens=400, output_tokens=3),  # its client gives up at 5 s
+        Request(arrival_s=4.0, input_tokens=400, output_tokens=3),  # at 9 s, before the replica is ready
         Request(arrival_s=8.0, input_tokens=400, output_tokens=3),  # waited 3 s: served
     ])
-    sim = FleetSimulator(make_fleet(0, min_replicas=0, max_replicas=2, startup_s=10.0, gateway_timeout_s=5.0), wl)
+    sim = FleetSimulator(make_fleet(0, min_replicas=0, max_replicas=2, startup_s=10.0, client_timeout_s=5.0), wl)
     sim.run_until(1.0)
     sim.set_replicas("svc", "h100", 1)  # ready at 11 s
-    sim.run_until(6.0)
-    sim.expire_gateway()
-    r0, r1, r2 = sim.requests
-    assert r0.status == FAILED and r0.t_finish == 6.0
-    assert r1.status is None
     run_all(sim)
-    assert r1.status == FAILED and r1.t_finish == 11.0
+    r0, r1, r2 = sim.requests
+    assert (r0.status, r0.t_finish) == (FAILED, 5.0)
+    assert (r1.status, r1.t_finish) == (FAILED, 9.0)
     assert r2.status == COMPLETED and r2.t_first == pytest.approx(11.0 + st(400))
     assert math.isclose(r2.t_first - r2.req.arrival_s, 3.0 + st(400))
+
+
+def test_client_timeout_aborts_queued_and_running_requests_and_frees_their_cache(make_fleet) -> None:
+    # One replica, max_num_seqs 256: a 2,000-token decode (~16 s alone) and, behind it, a short one.
+    # With a 10 s timeout the long one is aborted mid-decode; the short one completes.
+    long = Request(arrival_s=0.0, input_tokens=1000, output_tokens=2000)
+    short = Request(arrival_s=1.0, input_tokens=100, output_tokens=10)
+    sim = FleetSimulator(make_fleet(1, client_timeout_s=10.0), Workload([long, short]))
+    run_all(sim)
+    a, b = sim.requests
+    assert (a.status, a.t_finish) == (FAILED, 10.0)
+    assert b.status == COMPLETED
+    (r,) = sim.services["svc"].replicas
+    assert r.metrics.success["abort"] == 1
+    assert r.kv_used == 0 and r.n_dec == 0 and not r.prefilling and not r.waiting  # nothing held after the abort
+    # the aborted decode stopped at the step boundary after 10 s: far fewer than 2,000 tokens generated
+    assert r.metrics.generation_tokens < 2000
+
+
+def test_client_timeout_of_requests_queued_on_a_replica(make_fleet) -> None:
+    # One sequence at a time (max_num_seqs 1), ten requests at t = 0 of ~0.8 s each, clients giving up
+    # at 4.5 s: five complete, the sixth is aborted while running, the last four while still queued.
+    cfg = make_fleet(1, client_timeout_s=4.5)
+    cfg.simulator.engine.max_num_seqs = 1
+    sim = FleetSimulator(cfg, Workload([Request(arrival_s=0.0, input_tokens=100, output_tokens=100)
+                                        for _ in range(10)]))
+    run_all(sim)
+    status = [sr.status for sr in sim.requests]
+    assert status == [COMPLETED] * 5 + [FAILED] * 5
+    assert all(sr.t_finish == 4.5 for sr in sim.requests[5:])
+    assert sim.requests[5].t_first is not None and all(sr.t_first is None for sr in sim.requests[6:])
+    (r,) = sim.services["svc"].replicas
+    assert r.metrics.success["abort"] == 5 and r.metrics.success["stop"] == 5
+    assert r.kv_used == 0 and not r.waiting and not r.busy
+
+
+def test_a_crashed_replicas_replacement_starts_warm_when_a_warm_node_is_free(make_fleet) -> None:
+    # 2 warm nodes, 3 replicas (the first two on the warm nodes). The oldest replica (on a warm node)
+    # crashes: its node is free, so the replacement starts warm although 2 replicas are still alive.
+    cfg = make_fleet(3, crashes=[{"time_s": 1.0, "variant": "h100"}])
+    v = cfg.services[0].variants[0]
+    v.warm_nodes, v.startup_warm_s, v.startup_cold_s = 2, 30.0, 300.0
+    sim = FleetSimulator(cfg, Workload([Request(arrival_s=5.0, input_tokens=100, output_tokens=5)]))
+    assert [r.warm_start for r in sim.services["svc"].replicas] == [True, True, False]
+    sim.run_until(2.0)
+    new = sim.services["svc"].replicas[-1]
+    assert new.warm_start and new.ready_s == pytest.approx(31.0)
+    # a fourth replica finds both warm nodes taken: cold
+    sim.set_replicas("svc", "h100", 4)
+    assert not sim.services["svc"].replicas[-1].warm_start
 
 
 def test_unknown_crash_target_rejected(make_fleet) -> None:

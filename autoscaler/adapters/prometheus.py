@@ -25,8 +25,14 @@ queries fail); when the needed ones failed, the last known counts are reported, 
 counts are unknown (``VariantObservation.counts_known`` False: the loop holds), never zero.
 
 Time: ``speed`` > 1 reads a source that runs that many times faster than real time (the simulator
-served with ``autoscaler simulate --serve-metrics --speed``): windows shrink by ``speed`` and
-per-second rates grow by it, so signals stay in the source's own seconds.
+served with ``autoscaler simulate --serve-metrics --speed``): windows shrink by ``speed`` (a
+300-s window of the source's clock is 300/``speed`` wall seconds), and per-second rates, measured
+per wall second, are divided by it, so signals stay in the source's own seconds.
+
+Service-wide, two more queries: the gateway's ``arrival_rate_rps`` (``autoscaler.promql``; optional,
+a failure is a warning) and how far back the service's samples go (``history_s``: ``time()`` minus
+the oldest sample of its pods' ``running`` gauge in the window, a subquery at the window / 30), so
+the loop decides nothing before Prometheus holds a whole window.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from autoscaler.promql import (
     KSM_SPEC_REPLICAS,
     QUERY_SETS,
     RATE_SIGNALS,
+    SERVICE_SIGNALS,
     duration,
     exact_alternation,
     matchers,
@@ -187,6 +194,8 @@ def check_reachable(client: PrometheusConnect) -> None:
 
 # Per-pod queries whose failure leaves their fields unknown instead of holding the loop.
 OPTIONAL_POD_QUERIES = ("prefix_hits", "prefix_queries")
+HISTORY = "history"  # the service-wide query of how far back its samples go
+HISTORY_STEPS = 30  # resolution of that subquery: the window over 30
 
 
 @dataclass
@@ -220,6 +229,7 @@ class _Plan:
     valid: dict[str, list[_Pod]] = field(default_factory=dict)
     counts: dict[str, tuple[int, int] | None] = field(default_factory=dict)
     jobs: dict[str, dict[str, Future[_Outcome]]] = field(default_factory=dict)
+    service_jobs: dict[str, Future[_Outcome]] = field(default_factory=dict)
 
 
 def _value(sample: dict[str, Any]) -> float:
@@ -380,16 +390,31 @@ class PrometheusSource:
                 n_ready = total if last is None else last[0]
             n_ready = min(max(n_ready, 0), total)
             counts = (n_ready, total - n_ready)
-        elif (spec is None or spec.error is None) and age.error is None:
-            # No Deployment series (or no kube-state-metrics selector): the fresh pods, all ready.
+        elif spec is None and age.error is None:
+            # No kube-state-metrics selector (counted by pods): the fresh pods, all ready.
             counts = (self._fresh_count(age), 0)
+        elif spec is not None and spec.error is None and age.error is None and age.result:
+            # kube-state-metrics has no series for the Deployment, but pods report: count them, all ready.
+            counts = (self._fresh_count(age), 0)
+        # Neither a Deployment series nor a pod: nothing says how many replicas there are (unknown, not 0).
         if counts is None:
             return last
         self._counts[key] = counts
         return counts
 
     def _signals(self, pool: ThreadPoolExecutor, sel: str, at: float | None) -> dict[str, Future[_Outcome]]:
-        return {name: pool.submit(self._run, render(t, sel, self.window_s), at) for name, t in self.queries.items()}
+        """The pod-scoped signal queries over the pods ``sel`` selects."""
+        return {name: pool.submit(self._run, render(t, sel, self.window_s), at)
+                for name, t in self.queries.items() if name not in SERVICE_SIGNALS}
+
+    def _service_queries(self, svc: Service) -> dict[str, str]:
+        """The service-wide queries: the gateway's signals and how far back the service's samples go."""
+        base = self.service_selector(svc)
+        out = {name: render(t, base, self.window_s) for name, t in self.queries.items() if name in SERVICE_SIGNALS}
+        step = duration(max(self.window_s / HISTORY_STEPS, 0.001))
+        out[HISTORY] = (f"time() - min(min_over_time(timestamp({self.qs.running}{{{base}}})"
+                        f"[{duration(self.window_s)}:{step}]))")
+        return out
 
     def _collect(self, futures: dict[str, Future[_Outcome]], errors: list[str], scope: str
                  ) -> dict[str, float | None]:
@@ -411,7 +436,7 @@ class PrometheusSource:
                 continue
             if math.isnan(x):
                 continue
-            out[name] = x * self.speed if name in RATE_SIGNALS else x
+            out[name] = x / self.speed if name in RATE_SIGNALS else x  # per second of the source's clock
         return out
 
     # ------------------------------------------------------------------ observe
@@ -464,6 +489,7 @@ class PrometheusSource:
                 plan.warnings.append(f"{scope}: {counts[0]} ready replica(s) but no pod with "
                                      "fresh, sane metrics")
         base, pl = self.service_selector(svc), self.prom.pod_label
+        plan.service_jobs = {k: pool.submit(self._run, q, at) for k, q in self._service_queries(svc).items()}
         every = [p.name for pods in plan.valid.values() for p in pods]
         if known and every:
             plan.jobs[svc.name] = self._signals(pool, matchers(base, f"{pl}=~{quote(exact_alternation(every))}"), at)
@@ -490,10 +516,39 @@ class PrometheusSource:
         # Per-pod gauges for the baselines: only pods that reported all three.
         pods = [self._pod_observation(v, p) for v, ps in plan.valid.items() for p in ps
                 if p.kv and p.waiting and p.running]
+        history = self._service_signals(plan, signals)
         for line in plan.warnings:
             log.warning(line)
         self.warnings[name] = plan.warnings
-        return ServiceObservation(name, now, signals, variants, plan.errors, pods=pods)
+        return ServiceObservation(name, now, signals, variants, plan.errors, pods=pods, history_s=history)
+
+    def _service_signals(self, plan: _Plan, signals: dict[str, float | None]) -> float | None:
+        """Fill the service-wide signals into ``signals``; return the history held, loop seconds.
+
+        The gateway is optional (not every fleet has one): a failed query is a warning and the signal
+        unknown, as the pods' prefix-cache counters are. The history query failing is an error.
+        """
+        name = plan.svc.name
+        found: dict[str, float | None] = {}
+        for key, fut in plan.service_jobs.items():
+            res = fut.result()
+            if res.error is not None:
+                if key == HISTORY:
+                    plan.errors.append(f"{name} history: {res.error}")
+                else:
+                    plan.warnings.append(f"{name} {key}: {res.error}")
+                continue
+            try:
+                x = _value(res.result[0]) if len(res.result) == 1 else None
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                plan.warnings.append(f"{name} {key}: {describe(exc)}")
+                continue
+            found[key] = None if x is None or math.isnan(x) else x
+        for key in SERVICE_SIGNALS:
+            x = found.get(key)
+            signals[key] = None if x is None else (x / self.speed if key in RATE_SIGNALS else x)
+        span = found.get(HISTORY)
+        return None if span is None else span * self.speed
 
     @staticmethod
     def _pod_observation(variant: str, p: _Pod) -> PodObservation:

@@ -1,162 +1,236 @@
 """The simulator behind the loop's interfaces: a ``MetricsSource`` and an ``Actuator``.
 
-``SimMetricsSource`` computes each signal the way the PromQL defaults do over the replicas'
-vLLM metrics: ``rate()`` of counters, ``histogram_quantile()`` of bucket increments and
-``rate(_sum) / rate(_count)`` means over the last ``window_s`` seconds, gauges summed (queue,
-running) or averaged (KV usage) over pods.
-Per-pod gauges are also sampled at every ``scrape`` (and every ``observe``), as Prometheus samples
-them at each scrape, so ``max_over_time(gauge[window_s])`` is the largest sample in
-``(now - window_s, now]``.
+``SimMetricsSource`` shows the controller what a Prometheus scraping every pod would: ``scrape``
+takes one sample of every serving pod's counters, histograms and gauges (and of the gateway's
+arrivals counter, and the Deployments' replica counts, as kube-state-metrics would), at the scrape
+interval; ``observe`` scrapes once more and evaluates each signal as the PromQL of
+``autoscaler.promql`` would on those samples:
+
+- ``rate()`` of a counter over ``(now - window, now]`` is Prometheus's ``extrapolatedRate``
+  (Prometheus 2.x ``promql/functions.go``): the increase between the first and last sample in the
+  window, extrapolated toward the window's edges by at most half a sample interval (or to where the
+  counter would reach zero), over the window; a series with fewer than two samples in the window
+  has no rate. A new pod's series starts at its first scrape, so what it served before that first
+  sample is not counted, as in Prometheus.
+- ``histogram_quantile`` of ``sum by (le) (rate(..._bucket))`` and means ``rate(_sum) / rate(_count)``;
+  gauges at their latest sample, ``max_over_time`` over the window's samples.
+- Only pods that serve now (ready or draining) and have been scraped are in scope, as the
+  Prometheus source keeps only pods with fresh samples; a removed pod's series goes stale at once.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from autoscaler.loop.actuate import APPLIED, ActuationResult
 from autoscaler.simulator.engine import DRAINING, READY, Replica
 from autoscaler.simulator.fleet import FleetSimulator
-from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS, histogram_quantile
-from autoscaler.state import PodObservation, ServiceObservation, VariantObservation
+from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS, ReplicaMetrics, histogram_quantile
+from autoscaler.state import SIGNALS, PodObservation, ServiceObservation, VariantObservation
+
+# Counter layout of one sample: scalar counters, then the cumulative buckets of each histogram.
+_SCALARS = ("prompt_tokens", "generation_tokens", "prefix_queries", "prefix_hits", "preemptions", "success",
+            "aborts", "ttft_sum", "ttft_count", "tpot_sum", "tpot_count", "e2e_count")
+_HISTS = {"ttft": len(TTFT_BUCKETS) + 1, "itl": len(ITL_BUCKETS) + 1, "tpot": len(ITL_BUCKETS) + 1}
+_INDEX = {k: i for i, k in enumerate(_SCALARS)}
+_SLICES: dict[str, slice] = {}
+_at = len(_SCALARS)
+for _name, _n in _HISTS.items():
+    _SLICES[_name] = slice(_at, _at + _n)
+    _at += _n
+
+
+def _counters(m: ReplicaMetrics) -> np.ndarray:
+    """One sample of every counter of a replica (the layout above; histogram buckets cumulative)."""
+    served = sum(m.success.values())
+    aborts = m.success["abort"] + m.success["error"]
+    scalars = [m.prompt_tokens, m.generation_tokens, m.prefix_queries, m.prefix_hits, m.preemptions,
+               served - aborts, aborts, m.ttft.total, m.ttft.count, m.tpot.total, m.tpot.count, m.e2e.count]
+    return np.concatenate([np.array(scalars, dtype=float), m.ttft.cumulative(), m.itl.cumulative(),
+                           m.tpot.cumulative()])
+
+
+def extrapolated_rate(times: np.ndarray, values: np.ndarray, start: float, end: float) -> np.ndarray | None:
+    """Prometheus 2.x ``rate()`` of counter samples over the range ``[start, end]``, per second.
+
+    Args:
+        times: sample times, seconds, increasing, shape (n,), all inside the range.
+        values: counter values, shape (n,) or (n, k) for k series sampled together.
+
+    Returns:
+        the rate of each series, or None with fewer than two samples (no rate, as in Prometheus).
+    """
+    n = len(times)
+    if n < 2:
+        return None
+    first, last = values[0], values[-1]
+    result = last - first  # the simulator's counters never reset
+    sampled = float(times[-1] - times[0])
+    average = sampled / (n - 1)
+    to_start = np.full(np.shape(first), float(times[0] - start))
+    to_end = float(end - times[-1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        to_zero = np.where(result > 0, sampled * first / np.where(result > 0, result, 1.0), np.inf)
+    to_start = np.where((result > 0) & (first >= 0) & (to_zero < to_start), to_zero, to_start)
+    threshold = average * 1.1
+    interval = sampled + np.where(to_start < threshold, to_start, average / 2)
+    interval = interval + (to_end if to_end < threshold else average / 2)
+    return result * (interval / sampled) / (end - start)
+
+
+@dataclass
+class _PodSeries:
+    """The scraped samples of one pod: times, counter vectors, and (KV usage, waiting, running) gauges."""
+
+    times: deque[float] = field(default_factory=deque)
+    counters: deque[np.ndarray] = field(default_factory=deque)
+    gauges: deque[tuple[float, float, float]] = field(default_factory=deque)
 
 
 class SimMetricsSource:
-    """Signals of a ``FleetSimulator``'s services, as a Prometheus scraping every pod would report."""
+    """Signals of a ``FleetSimulator``'s services, as a Prometheus scraping every pod would report.
+
+    Args:
+        sim: the simulator.
+        window_s: the look-back window of rates and ``max_over_time``, seconds.
+    """
 
     def __init__(self, sim: FleetSimulator, window_s: float) -> None:
         self.sim = sim
         self.window_s = window_s
-        self._history: dict[int, deque[tuple[float, dict[str, object]]]] = {}
-        self._gauges: dict[int, deque[tuple[float, float, float]]] = {}
+        self._pods: dict[int, _PodSeries] = {}
+        self._arrivals: dict[str, _PodSeries] = {name: _PodSeries() for name in sim.services}
+        self._first_scrape: dict[str, float] = {}
+        self._last_scrape: float | None = None
 
     def scrape(self, now: float) -> None:
-        """Record one sample of every ready pod's KV-usage and waiting gauges at ``now`` (seconds)."""
-        for svc in self.sim.services.values():
-            for r in svc.ready:
+        """Take one sample of every serving pod and of each gateway at ``now`` (seconds); once per instant."""
+        if self._last_scrape is not None and now <= self._last_scrape:
+            return
+        self._last_scrape = now
+        keep = now - self.window_s
+        serving: set[int] = set()
+        for name, svc in self.sim.services.items():
+            gw = self._arrivals[name]
+            gw.times.append(now)
+            gw.counters.append(np.array([float(svc.arrivals)]))
+            _prune(gw, keep)
+            for r in svc.replicas:
+                if r.state not in (READY, DRAINING):
+                    continue
                 r.refresh_gauges()
-                hist = self._gauges.setdefault(r.rid, deque())
-                if not hist or hist[-1][0] < now:
-                    hist.append((now, r.metrics.kv_usage, float(r.metrics.waiting)))
-                while hist[0][0] <= now - self.window_s:
-                    hist.popleft()
+                series = self._pods.setdefault(r.rid, _PodSeries())
+                series.times.append(now)
+                series.counters.append(_counters(r.metrics))
+                series.gauges.append((r.metrics.kv_usage, float(r.metrics.waiting), float(r.metrics.running)))
+                _prune(series, keep)
+                serving.add(r.rid)
+                self._first_scrape.setdefault(name, now)
+        for rid in self._pods.keys() - serving:  # gone: its series is stale
+            del self._pods[rid]
 
-    def _pods(self, service: str, ready: list[Replica]) -> list[PodObservation]:
-        """Latest and window-max gauges and prefix-cache counters of ``ready`` pods (call after ``scrape``).
+    def _pod_rates(self, rids: list[int], now: float) -> dict[int, np.ndarray | None]:
+        """``rate()`` of every counter of each pod over the window (None: fewer than two samples)."""
+        return {rid: extrapolated_rate(np.array(self._pods[rid].times), np.array(self._pods[rid].counters),
+                                       now - self.window_s, now) for rid in rids}
 
-        Pods are named as the exposition names them (``<service>-<variant>-<replica id>``).
-        """
-        out = []
-        for r in ready:
-            hist = self._gauges[r.rid]
-            out.append(PodObservation(
-                variant=r.variant,
-                kv_usage=r.metrics.kv_usage,
-                waiting=float(r.metrics.waiting),
-                running=float(r.metrics.running),
-                kv_usage_max=max(h[1] for h in hist),
-                waiting_max=max(h[2] for h in hist),
-                name=f"{service}-{r.variant}-{r.rid}",
-                prefix_hits_total=r.metrics.prefix_hits,
-                prefix_queries_total=r.metrics.prefix_queries,
-                ready_s=r.ready_s,
-            ))
-        return out
-
-    def _window_delta(self, r: Replica, now: float) -> tuple[dict[str, object], dict[str, object], float]:
-        """(snapshot now, the last snapshot at or before the window start, seconds between them).
-
-        A pod exports metrics once it is ready (its server starts after the weights load), with its
-        counters at zero, so its history starts with an empty snapshot at ``ready_s``: a young pod's
-        rates are over the time it has served, not over its provisioning time too.
-        """
-        snap = r.metrics.snapshot()
-        hist = self._history.setdefault(r.rid, deque([(r.ready_s, {})]))
-        hist.append((now, snap))
-        while len(hist) > 2 and hist[1][0] <= now - self.window_s:
-            hist.popleft()
-        t0, old = hist[0]
-        return snap, old, max(now - t0, 1e-9)
-
-    def _signals(self, pods: list[tuple[Replica, dict[str, object], dict[str, object], float]],
-                 ) -> dict[str, float | None]:
-        if not pods:
-            return dict.fromkeys(
-                ("request_rate_rps", "prompt_tokens_rps", "generation_tokens_rps", "ttft_p50_s",
-                 "ttft_p95_s", "itl_p50_s", "itl_p95_s", "tpot_p95_s", "ttft_mean_s", "tpot_mean_s", "kv_usage",
-                 "queue_length", "running",
-                 "prefix_hit_rate", "success_rps", "abort_rps", "preemptions_rps"))
+    def _signals(self, replicas: list[Replica], pod_rates: dict[int, np.ndarray | None]) -> dict[str, float | None]:
+        out: dict[str, float | None] = dict.fromkeys(SIGNALS)
+        if not replicas:
+            return out
+        known = [pod_rates[r.rid] for r in replicas if pod_rates[r.rid] is not None]
+        rates = np.sum(known, axis=0) if known else None
+        latest = [self._pods[r.rid].gauges[-1] for r in replicas]
+        out["kv_usage"] = sum(g[0] for g in latest) / len(latest)
+        out["queue_length"] = sum(g[1] for g in latest)
+        out["running"] = sum(g[2] for g in latest)
+        if rates is None:
+            return out
 
         def rate(key: str) -> float:
-            return sum((float(new[key]) - float(old.get(key, 0.0))) / dt  # type: ignore[arg-type]
-                       for _, new, old, dt in pods)
+            return float(rates[_INDEX[key]])
 
-        def buckets(key: str, n: int) -> list[float]:
-            acc = [0.0] * n
-            for _, new, old, _dt in pods:
-                o = old.get(key) or [0.0] * n
-                for i, (a, b) in enumerate(zip(new[key], o, strict=True)):  # type: ignore[call-overload]
-                    acc[i] += a - b
-            return acc
+        def buckets(name: str) -> list[float]:
+            cum = rates[_SLICES[name]]
+            return list(np.diff(cum, prepend=0.0))
 
         def mean(key: str) -> float | None:
             n = rate(f"{key}_count")
             return rate(f"{key}_sum") / n if n > 0 else None
 
-        ttft = buckets("ttft", len(TTFT_BUCKETS) + 1)
-        itl = buckets("itl", len(ITL_BUCKETS) + 1)
-        tpot = buckets("tpot", len(ITL_BUCKETS) + 1)
         queries = rate("prefix_queries")
-        serving = [r for r, *_ in pods if r.state in (READY, DRAINING)]
-        return {
+        out.update({
             "request_rate_rps": rate("e2e_count"),
             "prompt_tokens_rps": rate("prompt_tokens"),
             "generation_tokens_rps": rate("generation_tokens"),
-            "ttft_p50_s": histogram_quantile(0.5, TTFT_BUCKETS, ttft),
-            "ttft_p95_s": histogram_quantile(0.95, TTFT_BUCKETS, ttft),
-            "itl_p50_s": histogram_quantile(0.5, ITL_BUCKETS, itl),
-            "itl_p95_s": histogram_quantile(0.95, ITL_BUCKETS, itl),
-            "tpot_p95_s": histogram_quantile(0.95, ITL_BUCKETS, tpot),
+            "ttft_p50_s": histogram_quantile(0.5, TTFT_BUCKETS, buckets("ttft")),
+            "ttft_p95_s": histogram_quantile(0.95, TTFT_BUCKETS, buckets("ttft")),
+            "itl_p50_s": histogram_quantile(0.5, ITL_BUCKETS, buckets("itl")),
+            "itl_p95_s": histogram_quantile(0.95, ITL_BUCKETS, buckets("itl")),
+            "tpot_p95_s": histogram_quantile(0.95, ITL_BUCKETS, buckets("tpot")),
             "ttft_mean_s": mean("ttft"),
             "tpot_mean_s": mean("tpot"),
-            "kv_usage": (sum(r.metrics.kv_usage for r in serving) / len(serving)) if serving else None,
-            "queue_length": float(sum(r.metrics.waiting for r in serving)),
-            "running": float(sum(r.metrics.running for r in serving)),
             "prefix_hit_rate": rate("prefix_hits") / queries if queries > 0 else None,
             "success_rps": rate("success"),
             "abort_rps": rate("aborts"),
             "preemptions_rps": rate("preemptions"),
-        }
+        })
+        return out
+
+    def _pod_observations(self, service: str, replicas: list[Replica]) -> list[PodObservation]:
+        """Latest and window-max gauges and prefix-cache counters of the ``replicas`` (ready ones)."""
+        out = []
+        for r in replicas:
+            s = self._pods[r.rid]
+            kv, waiting, running = s.gauges[-1]
+            counters = s.counters[-1]
+            out.append(PodObservation(
+                variant=r.variant, kv_usage=kv, waiting=waiting, running=running,
+                kv_usage_max=max(g[0] for g in s.gauges), waiting_max=max(g[1] for g in s.gauges),
+                name=f"{service}-{r.variant}-{r.rid}",
+                prefix_hits_total=float(counters[_INDEX["prefix_hits"]]),
+                prefix_queries_total=float(counters[_INDEX["prefix_queries"]]),
+                ready_s=r.ready_s,
+            ))
+        return out
 
     def observe(self, now: float) -> dict[str, ServiceObservation]:
-        """Signals of every service at ``now`` (seconds)."""
-        out: dict[str, ServiceObservation] = {}
-        seen: set[int] = set()
+        """Signals of every service at ``now`` (seconds): one more scrape, then the window's samples."""
         self.scrape(now)
+        out: dict[str, ServiceObservation] = {}
         for name, svc in self.sim.services.items():
-            pods = []
-            for r in svc.replicas:
-                if r.state not in (READY, DRAINING):
-                    continue
-                r.refresh_gauges()
-                seen.add(r.rid)
-                pods.append((r, *self._window_delta(r, now)))
+            scraped = [r for r in svc.replicas if r.state in (READY, DRAINING) and r.rid in self._pods]
+            pod_rates = self._pod_rates([r.rid for r in scraped], now)
             variants = {}
             for vname in svc.variants:
                 c = svc.counts(vname)
-                vpods = [p for p in pods if p[0].variant == vname]
-                variants[vname] = VariantObservation(c.ready, c.starting, c.draining, self._signals(vpods))
-            signals = self._signals(pods)
-            if not pods:
-                # No pod serving: no traffic can be measured, but none is in flight on a pod either.
-                signals.update(request_rate_rps=0.0, queue_length=float(len(svc.gateway)), running=0.0)
-            else:
-                signals["queue_length"] = (signals["queue_length"] or 0.0) + len(svc.gateway)
-            out[name] = ServiceObservation(name, now, signals, variants, pods=self._pods(name, svc.ready))
-        for rid in self._history.keys() - seen:
-            del self._history[rid]
-        for rid in self._gauges.keys() - seen:
-            del self._gauges[rid]
+                mine = [r for r in scraped if r.variant == vname]
+                variants[vname] = VariantObservation(c.ready, c.starting, c.draining, self._signals(mine, pod_rates))
+            signals = self._signals(scraped, pod_rates)
+            # the gateway's queue (requests held while no replica is ready) is part of the service's queue
+            signals["queue_length"] = (signals["queue_length"] or 0.0) + len(svc.gateway)
+            if not scraped:  # no pod serving: nothing to measure, but nothing is in flight on a pod either
+                signals.update(request_rate_rps=0.0, running=0.0)
+            gw = self._arrivals[name]
+            arrivals = extrapolated_rate(np.array(gw.times), np.array(gw.counters), now - self.window_s, now)
+            signals["arrival_rate_rps"] = None if arrivals is None else float(arrivals[0])
+            first = self._first_scrape.get(name)
+            ready = [r for r in scraped if r.state == READY]
+            out[name] = ServiceObservation(name, now, signals, variants, pods=self._pod_observations(name, ready),
+                                           history_s=None if first is None else now - first)
         return out
+
+
+def _prune(series: _PodSeries, keep_after: float) -> None:
+    """Drop samples at or before ``keep_after`` (outside every window still to come)."""
+    while series.times and series.times[0] <= keep_after:
+        series.times.popleft()
+        series.counters.popleft()
+        if series.gauges:
+            series.gauges.popleft()
 
 
 class SimActuator:

@@ -38,12 +38,17 @@ class SimulatorConfig(Strict):
     Attributes:
         router: ``least_outstanding`` (default) or ``prefix_affinity``.
         engine: per-replica vLLM scheduler settings.
-        gateway_timeout_s: a request waiting at the gateway (no replica ready) longer than this fails.
+        client_timeout_s: a request still unfinished this long after it arrived fails: its client
+            gave up, wherever it was (waiting at the gateway, queued on a replica, or running, which
+            vLLM then aborts). Default 600 s, the 10-minute read timeout of common LLM clients.
+        scrape_interval_s: how often the simulated Prometheus samples every pod (seconds; a
+            controller ticking faster is sampled at its own tick, as its anchor reads the pods).
         crashes: replica crashes to inject, as ``{time_s, variant}``; the oldest ready replica of
             that variant crashes.
     """
 
     router: Literal["least_outstanding", "prefix_affinity"] = "least_outstanding"
     engine: EngineConfig = EngineConfig()
-    gateway_timeout_s: float = Field(default=600.0, gt=0)
+    client_timeout_s: float = Field(default=600.0, gt=0)
+    scrape_interval_s: float = Field(default=15.0, gt=0, le=300.0)
     crashes: list[Crash] = Field(default_factory=list)

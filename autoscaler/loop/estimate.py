@@ -1,4 +1,4 @@
-"""Estimate stage: derive the controllers' inputs from an observation.
+"""Estimate stage: derive the controllers' inputs from an observation (and infer arrivals without a gateway).
 
 Derived signals: ``ttft_p95_ratio`` (p95 TTFT / the interactive TTFT SLO), ``tpot_p95_ratio``
 (p95 of per-request mean time per output token / the interactive ITL SLO, which is a per-request
@@ -17,6 +17,7 @@ None with a line in ``warnings``.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import replace
 
 from autoscaler.config import Service
@@ -75,4 +76,34 @@ def estimate(obs: ServiceObservation, svc: Service, weights: dict[str, float]) -
         errors=list(obs.errors),
         pods=list(obs.pods),
         warnings=warnings,
+        history_s=obs.history_s,
     )
+
+
+ARRIVAL_LOOKBACK_S = 60.0
+
+
+class ArrivalInference:
+    """``arrival_rate_rps`` where the source has none (no gateway metric): completions plus the queue's
+    growth over the last ``ARRIVAL_LOOKBACK_S`` seconds, the arrivals the PID's overload rule infers
+    (``controllers.pid``). Unknown (None) until two queue samples a time apart exist.
+    """
+
+    def __init__(self, lookback_s: float = ARRIVAL_LOOKBACK_S) -> None:
+        self.lookback_s = lookback_s
+        self._queue: deque[tuple[float, float]] = deque()
+
+    def apply(self, est: ServiceEstimate) -> None:
+        """Record the queue; fill ``est.signals["arrival_rate_rps"]`` when it is unknown and can be inferred."""
+        queue = est.signals.get("queue_length")
+        if queue is not None and (not self._queue or est.time_s > self._queue[-1][0]):
+            self._queue.append((est.time_s, queue))
+        while self._queue and self._queue[0][0] < est.time_s - self.lookback_s:
+            self._queue.popleft()
+        served = est.signals.get("request_rate_rps")
+        if est.signals.get("arrival_rate_rps") is not None or served is None or len(self._queue) < 2:
+            return
+        (t0, q0), (t1, q1) = self._queue[0], self._queue[-1]
+        if t1 > t0:
+            est.signals["arrival_rate_rps"] = served + max(q1 - q0, 0.0) / (t1 - t0)
+

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from autoscaler.config import FleetConfig, Service
 from autoscaler.loop.actuate import ActuationResult, ActuationStatus, Actuator, AdmissionSink
-from autoscaler.loop.estimate import estimate
+from autoscaler.loop.estimate import ArrivalInference, estimate
 from autoscaler.loop.forecast import ForecastStage
 from autoscaler.loop.guard import Guarded, GuardState, clamp, guard
 from autoscaler.loop.observe import MetricsSource
@@ -94,6 +94,7 @@ class ControlLoop:
         self.admission = admission
         self.weights = {s.name: variant_weights(s, cfg.simulator.engine) for s in cfg.services}
         self.guards = {s.name: GuardState() for s in cfg.services}
+        self.arrivals = {s.name: ArrivalInference() for s in cfg.services}
         self.started_s = 0.0
         self.query_failures = {s.name: 0 for s in cfg.services}
         self.actuation_errors: dict[tuple[str, str, ActuationStatus], int] = {}
@@ -123,6 +124,9 @@ class ControlLoop:
             return scale_from_zero(svc, self.weights[svc.name], waiting)
         if now - self.started_s < ctrl.window_s:
             return hold(est.current, "warming up: less than one window of data", Reason.WARMING_UP)
+        if est.history_s is not None and est.history_s < ctrl.window_s - ctrl.tick_s:
+            return hold(est.current, f"warming up: the source holds {est.history_s:.0f} s of the {ctrl.window_s:g}-s "
+                        "window", Reason.WARMING_UP)
         if est.errors:
             return hold(est.current, f"hold: {len(est.errors)} metric queries failed ({est.errors[0]})",
                         Reason.METRICS_ERROR)
@@ -160,6 +164,7 @@ class ControlLoop:
         for svc in self.cfg.services:
             obs = observations[svc.name]
             est = estimate(obs, svc, self.weights[svc.name])
+            self.arrivals[svc.name].apply(est)
             if svc.name in self.forecasts:
                 self.forecasts[svc.name].apply(est)
                 self.warmth[svc.name].apply(est)

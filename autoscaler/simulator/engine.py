@@ -119,6 +119,7 @@ class Replica:
         self._seq = 0
 
         self.busy = False
+        self._aborted: list[SimRequest] = []  # in the batch when their client gave up; removed at a step boundary
         self._version = 0
         # In-flight step: (start_s, k_steps, base_s, g, n, ctx0, chunks) — chunks None for decode runs.
         self._step: tuple[float, int, float, float, int, int, list[tuple[SimRequest, int]] | None] | None = None
@@ -162,6 +163,35 @@ class Replica:
         elif was_empty and self._step is not None and self._step[6] is None:
             self._interrupt(now)
 
+    def abort(self, sr: SimRequest, now: float) -> None:
+        """The client of ``sr`` gave up (vLLM aborts the request, ``finished_reason="abort"``).
+
+        A queued request leaves the queue at once; one in the batch leaves at the next step boundary
+        (a decode run in flight is cut there), freeing its KV cache. The caller ends ``sr``.
+        """
+        self.metrics.success["abort"] += 1
+        if sr in self.waiting:
+            self.waiting.remove(sr)
+            if not self.busy:
+                self._schedule(now)
+                if not self.busy and self.state == DRAINING and not self.waiting:
+                    self.sim.on_drained(self, now)
+            return
+        self._aborted.append(sr)
+        if self.busy and self._step is not None and self._step[6] is None:
+            self._interrupt(now)
+
+    def _purge_aborted(self) -> None:
+        """Take the requests whose clients gave up out of the batch (at a step boundary)."""
+        for sr in self._aborted:
+            if sr in self.prefilling:
+                self.prefilling.remove(sr)
+                self.kv_pref -= sr.prefill_target
+            else:  # decoding: its heap entry is skipped from now on (its status is set)
+                self.n_dec -= 1
+                self.ctx_dec -= sr.ctx_at_entry + (self.D - sr.d_entry)
+        self._aborted.clear()
+
     def fail_all(self, now: float) -> list[SimRequest]:
         """Crash: every request on the replica fails; KV and prefix cache are lost."""
         lost = list(self.waiting) + self.prefilling
@@ -169,6 +199,7 @@ class Replica:
         self.waiting.clear()
         self.prefilling.clear()
         self._decode_heap.clear()
+        self._aborted.clear()
         self.n_dec = self.ctx_dec = self.kv_pref = 0
         self.busy = False
         self._step = None
@@ -218,6 +249,8 @@ class Replica:
         """Plan the next engine step (or decode run) starting at ``now``."""
         if self.state == GONE:
             return
+        if self._aborted:
+            self._purge_aborted()
         while self.n_dec and self.kv_used + self.n_dec + self._slack() > self.kv_cap:
             self._preempt_newest()
         n = self.n_dec
@@ -309,7 +342,7 @@ class Replica:
         if chunks:
             for sr, chunk in chunks:
                 sr.prefilled += chunk
-                if sr.prefilled >= sr.prefill_target:
+                if sr.prefilled >= sr.prefill_target and sr.status is None:  # an aborted one waits for the purge
                     self._prefill_done(sr, now)
         top = self._top_decode()
         while top is not None and top[0] <= self.D:

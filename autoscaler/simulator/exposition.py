@@ -7,7 +7,9 @@ metrics of ``autoscaler.simulator.metrics`` (names, help texts and buckets of vL
 ``namespace``, ``pod`` (``<service>-<variant>-<replica id>``) and ``variant``; and for every variant
 the kube-state-metrics v2 Deployment series ``kube_deployment_spec_replicas`` (ready + starting)
 and ``kube_deployment_status_replicas_ready`` (labels ``namespace``, ``deployment`` =
-``<service>-<variant>``), as a cluster running kube-state-metrics exposes them.
+``<service>-<variant>``), as a cluster running kube-state-metrics exposes them; and for every
+service the gateway's request counter ``inference_model_request_total`` (labels ``model_name``,
+``target_model_name``), as the Gateway API Inference Extension's endpoint picker exports it.
 
 ``OpenMetricsHistory`` records the collector at chosen unix times and writes one OpenMetrics file
 with timestamps, grouped by series and in time order as ``promtool tsdb create-blocks-from
@@ -26,7 +28,7 @@ from prometheus_client.openmetrics.exposition import ALLOWUTF8, generate_latest
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from autoscaler.promql import KSM_READY_REPLICAS, KSM_SPEC_REPLICAS
+from autoscaler.promql import GATEWAY_REQUESTS, KSM_READY_REPLICAS, KSM_SPEC_REPLICAS
 from autoscaler.simulator.engine import DRAINING, READY
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.metrics import (
@@ -114,7 +116,10 @@ class SimCollector(Collector):
                                  labels=("namespace", "deployment"))
         ready = GaugeMetricFamily(KSM_READY_REPLICAS, "The number of ready replicas per deployment.",
                                   labels=("namespace", "deployment"))
+        gateway = CounterMetricFamily(GATEWAY_REQUESTS, "Counter of inference model requests broken out for each "
+                                      "model and target model.", labels=("model_name", "target_model_name"))
         for svc in self.sim.services.values():
+            gateway.add_metric([svc.cfg.model, svc.cfg.model], svc.arrivals)
             for vname in svc.variants:
                 c = svc.counts(vname)
                 dep = [self.namespace, f"{svc.cfg.name}-{vname}"]
@@ -135,7 +140,7 @@ class SimCollector(Collector):
                     success.add_metric([*labels, reason], n)
                 for key, fam in hists.items():
                     _add_histogram(fam, labels, getattr(m, key))
-        yield from (running, waiting, kv, *counters.values(), success, *hists.values(), spec, ready)
+        yield from (running, waiting, kv, *counters.values(), success, *hists.values(), spec, ready, gateway)
 
 
 class OpenMetricsHistory:

@@ -6,6 +6,10 @@ numbers, so the same workload and decisions always give the same run.
 Replica lifecycle: provisioning (paid for, serves nothing) -> ready (empty prefix cache) ->
 draining on scale-down (takes no new work, finishes what it holds) -> gone. A crashed replica's
 requests fail, its cache is lost, and a replacement starts, as a ReplicaSet recreates a pod.
+
+Nodes: ``warm_nodes`` of a variant's nodes hold its weights; a new replica starts warm when one of
+them is free (no live replica on it), else cold. Clients: a request unfinished ``client_timeout_s``
+after it arrived fails, wherever it is (gateway, a replica's queue, or running: vLLM aborts it).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from autoscaler.simulator.engine import (
 )
 from autoscaler.simulator.router import least_outstanding, prefix_affinity
 from autoscaler.workload.types import Workload
-from models.capacity import variant_weights
+from models.capacity import throughput_weights
 from models.profiles import get_profile
 
 _READY, _STEP, _CRASH = 0, 1, 2
@@ -53,7 +57,8 @@ class ServiceSim:
 
     Args:
         cfg: the service.
-        weights: variant -> capacity of one replica, requests/s (the router weighs replicas by it).
+        weights: variant -> speed of one replica, requests/s (``models.capacity.throughput_weights``):
+            the router weighs replicas by it.
     """
 
     def __init__(self, cfg: Service, weights: dict[str, float]) -> None:
@@ -63,6 +68,7 @@ class ServiceSim:
         self.ready: list[Replica] = []
         self.gateway: deque[SimRequest] = deque()
         self.weights = weights
+        self.arrivals = 0  # requests received, as a gateway's request counter counts them
 
     def counts(self, variant: str) -> VariantCounts:
         """Current replica counts of ``variant``."""
@@ -95,7 +101,7 @@ class FleetSimulator:
         self.cfg = cfg
         self.workload = workload
         self.target = cfg.service(service).name
-        self.services = {s.name: ServiceSim(s, variant_weights(s, cfg.simulator.engine)) for s in cfg.services}
+        self.services = {s.name: ServiceSim(s, throughput_weights(s, cfg.simulator.engine)) for s in cfg.services}
         self.now = 0.0
         self._events: list[tuple[float, int, int, object, int]] = []
         self._seq = 0
@@ -103,6 +109,7 @@ class FleetSimulator:
         self._next_arrival = 0
         self.requests = [SimRequest(r) for r in workload.requests]
         self.open_requests = len(self.requests)
+        self._oldest = 0  # index of the oldest request that may still be open (for client timeouts)
         self.scale_events = 0
         self.crash_log: list[dict[str, object]] = []
         for s in self.services.values():
@@ -121,17 +128,30 @@ class FleetSimulator:
         """Schedule the end of a replica's engine step."""
         self._push(t, _STEP, replica, version)
 
+    def _next_timeout_s(self) -> float:
+        """When the oldest open request's client gives up (inf when none is open)."""
+        reqs = self.requests
+        while self._oldest < self._next_arrival and reqs[self._oldest].status is not None:
+            self._oldest += 1
+        if self._oldest >= self._next_arrival:
+            return float("inf")
+        return reqs[self._oldest].req.arrival_s + self.cfg.simulator.client_timeout_s
+
     def run_until(self, t_end: float) -> None:
-        """Process every arrival and event up to and including ``t_end`` (seconds)."""
+        """Process every arrival, event and client timeout up to and including ``t_end`` (seconds)."""
         reqs = self.requests
         events = self._events
         n = len(reqs)
         while True:
             t_arr = reqs[self._next_arrival].req.arrival_s if self._next_arrival < n else float("inf")
             t_evt = events[0][0] if events else float("inf")
-            if min(t_arr, t_evt) > t_end:
+            t_out = self._next_timeout_s()
+            if min(t_arr, t_evt, t_out) > t_end:
                 break
-            if t_arr <= t_evt:
+            if t_out < min(t_arr, t_evt):  # at equal times the arrival or the completion comes first
+                self.now = t_out
+                self._time_out(reqs[self._oldest])
+            elif t_arr <= t_evt:
                 self.now = t_arr
                 sr = reqs[self._next_arrival]
                 self._next_arrival += 1
@@ -183,6 +203,7 @@ class FleetSimulator:
     # ------------------------------------------------------------------ requests
     def _arrive(self, sr: SimRequest) -> None:
         svc = self.services[self.target]
+        svc.arrivals += 1
         req = sr.req
         if req.input_tokens + req.output_tokens > svc.cfg.max_model_len:
             self._end(sr, REJECTED)
@@ -209,25 +230,21 @@ class FleetSimulator:
         self._end(sr, COMPLETED)
 
     def _drain_gateway(self, svc: ServiceSim) -> None:
-        timeout = self.cfg.simulator.gateway_timeout_s
         while svc.gateway and svc.ready:
-            sr = svc.gateway.popleft()
-            if self.now - sr.req.arrival_s > timeout:
-                self._end(sr, FAILED)
-            else:
-                self._route(svc, sr)
+            self._route(svc, svc.gateway.popleft())
 
-    def expire_gateway(self) -> None:
-        """Fail gateway-queued requests older than the gateway timeout (called each tick)."""
-        timeout = self.cfg.simulator.gateway_timeout_s
-        for svc in self.services.values():
-            while svc.gateway and self.now - svc.gateway[0].req.arrival_s > timeout:
-                self._end(svc.gateway.popleft(), FAILED)
+    def _time_out(self, sr: SimRequest) -> None:
+        """The client of ``sr`` gave up: take it out of wherever it is, and count it failed."""
+        if sr.replica is None:
+            self.services[self.target].gateway.remove(sr)
+        else:
+            sr.replica.abort(sr, self.now)
+        self._end(sr, FAILED)
 
     # ------------------------------------------------------------------ replicas
     def _new_replica(self, svc: ServiceSim, v: Variant, ready_now: bool = False) -> Replica:
-        alive = sum(1 for r in svc.replicas if r.variant == v.name and r.state != GONE)
-        warm = alive < v.warm_nodes
+        on_warm_nodes = sum(1 for r in svc.replicas if r.variant == v.name and r.state != GONE and r.warm_start)
+        warm = on_warm_nodes < v.warm_nodes  # a node holding the weights is free
         delay = 0.0 if ready_now else (v.startup_warm_s if warm else v.startup_cold_s)
         self._rid += 1
         r = Replica(

@@ -43,11 +43,15 @@ def calibrate(svc: Service, engine: EngineConfig, mix: RequestMix,
     """The module docstring's operating point for ``mix``.
 
     Raises:
-        ValueError: ``utilization`` outside (0, 1).
+        ValueError: ``utilization`` outside (0, 1), or no variant can meet the SLO for ``mix``.
     """
     if not 0 < utilization < 1:
         raise ValueError(f"utilization must be in (0, 1), got {utilization}")
     caps = variant_weights(svc, engine, mix)
+    if not any(c > 0 for c in caps.values()):
+        raise ValueError(f"service {svc.name}: no variant meets the interactive SLO for this request mix "
+                         f"(mean {mix.mean_input:.0f} prompt / {mix.mean_output:.0f} output tokens), so no target "
+                         "can be calibrated; set it in the spec (e.g. hpa:target=0.5)")
     v = min(svc.variants, key=lambda v: cost_per_capacity(v, caps[v.name]))
     spec = ReplicaSpec.of(v, engine)
     op = operating_point(spec, mix, utilization * caps[v.name])

@@ -8,10 +8,13 @@ for the metrics.
 Every ``throughput_adjustment_interval`` = 180 s:
 
 1. Observe the last interval (the loop's signals over a 180 s window, the planner's
-   ``increase(...[180s])`` queries): request count ``num_req = request rate x 180``, mean input length
-   ``isl = prompt tokens / requests``, mean output length ``osl = generation tokens / requests``, and the
-   prefix-cache hit rate. Any of these unknown, or no request (``0/0``), makes the planner skip the
-   interval ("Metrics contain None or NaN", ai-dynamo/dynamo#3131).
+   ``increase(...[180s])`` queries): request count ``num_req = arrival rate x 180`` (the planner reads
+   ``dynamo_frontend_requests_total``, requests arriving at its frontend: here the gateway's
+   ``arrival_rate_rps``, which keeps counting when the fleet saturates and completions stall), mean
+   input length ``isl = prompt tokens / completed requests`` and output length ``osl = generation
+   tokens / completed requests``, and the prefix-cache hit rate. No arrival (``0/0`` ISL), or the
+   arrival rate unknown, makes the planner skip the interval ("Metrics contain None or NaN",
+   ai-dynamo/dynamo#3131); an interval with arrivals but no completion keeps the last ISL and OSL.
 2. Feed ``num_req``, ``isl`` and ``osl`` to one load predictor each (``predictors``: ``constant`` or
    ``kalman``) and forecast the next interval; the hit rate is read with last-value semantics (an
    unknown one, no prefix-cache query in the window, gives no discount: the conservative choice).
@@ -87,12 +90,15 @@ class DynamoPlanner(Controller):
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Desired replicas per variant (module docstring)."""
         sig = est.signals
+        arrivals = sig.get("arrival_rate_rps")
         rate, prompt, gen = sig.get("request_rate_rps"), sig.get("prompt_tokens_rps"), sig.get("generation_tokens_rps")
-        if rate is None or prompt is None or gen is None or not rate > 0:
+        if arrivals is None or not arrivals > 0:
             return hold(est.current, "dynamo: metrics contain None or NaN, skipping")
         preds = self.load.setdefault(svc.name, {k: PREDICTORS[self.predictor]() for k in ("num_req", "isl", "osl")})
-        for key, value in (("num_req", rate * self.window_s), ("isl", prompt / rate), ("osl", gen / rate)):
-            preds[key].add(value)
+        preds["num_req"].add(arrivals * self.window_s)
+        if rate is not None and rate > 0 and prompt is not None and gen is not None:
+            preds["isl"].add(prompt / rate)
+            preds["osl"].add(gen / rate)
         num_req, isl, osl = (preds[k].predict() for k in ("num_req", "isl", "osl"))
         if num_req is None or isl is None or osl is None:
             return hold(est.current, "dynamo: no load observed yet")
@@ -102,7 +108,8 @@ class DynamoPlanner(Controller):
         per_replica = {v.name: replica_capacity(ReplicaSpec.of(v, self.engine), mix, self.ttft, self.itl).rps
                        for v in svc.variants}
         desired = planner_replicas(demand, svc, est.current, per_replica)
-        need = {v.name: math.ceil(demand / per_replica[v.name]) for v in svc.variants}
+        need = {v.name: math.ceil(demand / per_replica[v.name]) if per_replica[v.name] > 0 else "none meets the targets"
+                for v in svc.variants}
         return Decision(desired,
                         f"dynamo: demand {demand:.3g} req/s (isl {isl:.0f}, osl {osl:.0f}, hit {hit:.2f}), "
                         f"single-pool replicas {need}",
