@@ -6,10 +6,11 @@ at a speed for a served simulation (``autoscaler.realtime``), with the same step
 
 The loop ticks at the controller's own period (``Controller.tick_s``, e.g. Knative's 2 s or
 Dynamo's 180 s) with its signal window (``Controller.window_s``). The metrics source samples every
-pod every ``simulator.scrape_interval_s`` (15 s by default, Prometheus's usual interval), or at each
-tick of a controller that ticks faster (its anchor reads the pods itself, as Knative's autoscaler
-does every second), and at each tick; the signals are what PromQL would compute from those
-samples (``autoscaler.adapters.simulator``). Run flat out, stretches in which nothing can change
+pod at multiples of ``simulator.scrape_interval_s`` (15 s by default, Prometheus's usual interval),
+or of the tick of a controller that ticks faster (its anchor reads the pods itself, as Knative's
+autoscaler does every second); a tick between two scrapes sees the last one, as an instant query
+would, and the signals are what PromQL would compute from those samples
+(``autoscaler.adapters.simulator``). Run flat out, stretches in which nothing can change
 (no request in flight, the fleet idle and settled) are skipped up to the next arrival.
 """
 
@@ -102,7 +103,8 @@ class SimulationDriver:
         self.ctrl = controller
         self.cfg = start_at(cfg, controller, workload, service, steady_start)
         self.sim = FleetSimulator(self.cfg, workload, service)
-        self.source = SimMetricsSource(self.sim, controller.window_s)
+        self.source = SimMetricsSource(self.sim, controller.window_s,
+                                       min(self.cfg.simulator.scrape_interval_s, controller.tick_s))
         self.loop = ControlLoop(self.cfg, self.source, SimActuator(self.sim), controller)
         self.on_tick = on_tick
         self.lock = threading.Lock()
@@ -135,7 +137,7 @@ class SimulationDriver:
         step = substep_s or (min(tick, speed * PACED_SUBSTEP_WALL_S) if speed else tick)
         if not step > 0:
             raise ValueError(f"sub-step must be > 0, got {step}")
-        scrapes = max(1, round(tick / min(self.cfg.simulator.scrape_interval_s, tick)))
+        interval = self.source.scrape_interval_s
         sim = self.sim
         t_wall = time.perf_counter()
         t0 = time.monotonic()
@@ -147,9 +149,8 @@ class SimulationDriver:
                 break
             if speed is None:
                 now = _fast_forward(sim, now, tick, self.ticks, quiet)
-            start = now
-            for j in range(1, scrapes + 1):
-                target = start + tick if j == scrapes else start + j * tick / scrapes
+            end = now + tick
+            for target in (*_grid(now, end, interval), end):
                 while now < target:
                     now = min(now + step, target)
                     if speed:
@@ -158,7 +159,7 @@ class SimulationDriver:
                         sim.run_until(now)
                     if on_step is not None:
                         on_step(now)
-                if j < scrapes:
+                if target < end:
                     with self.lock:
                         self.source.scrape(now)
             with self.lock:
@@ -201,6 +202,16 @@ def run_simulation(
     """
     ctrl = build(controller, cfg, service, workload) if isinstance(controller, str) else controller
     return SimulationDriver(cfg, workload, ctrl, service, steady_start).run(progress=progress)
+
+
+def _grid(start: float, end: float, interval: float) -> list[float]:
+    """The scrape times ``k * interval`` strictly inside ``(start, end)``, seconds."""
+    k = math.floor(start / interval + 1e-9) + 1
+    out = []
+    while k * interval < end - 1e-9:
+        out.append(k * interval)
+        k += 1
+    return out
 
 
 def _fast_forward(sim: FleetSimulator, now: float, tick: float, ticks: list[TickRecord], quiet: int) -> float:

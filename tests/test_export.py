@@ -52,9 +52,10 @@ def test_loop_metrics_of_a_simulated_run() -> None:
     assert s[("autoscaler_metric_query_failures_total", (("service", "llm"),))] == 0
     assert s[("autoscaler_loop_duration_seconds_count", ())] == len(ticks)
     assert s[("autoscaler_loop_duration_seconds_bucket", (("le", "+Inf"),))] == len(ticks)
-    sig = (("service", "llm"), ("signal", "slo_p95_ratio"))
+    pid = live.cfg.controller.pid
+    sig = (("service", "llm"), ("signal", pid.setpoint_signal))
     if "setpoint" in last.decision.terms:
-        assert s[("autoscaler_setpoint", sig)] == 0.5  # FLEET_DOC's setpoint
+        assert s[("autoscaler_setpoint", sig)] == pid.setpoint
         assert s[("autoscaler_measured", sig)] == last.decision.terms["measurement"]
         assert s[("autoscaler_controller_term", (("controller", "pid"), ("service", "llm"), ("term", "p")))] == \
             last.decision.terms["p"]

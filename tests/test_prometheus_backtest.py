@@ -29,7 +29,9 @@ from autoscaler.simulator.exposition import OpenMetricsHistory
 from controllers.registry import build
 
 SCRAPE_S = 5.0
-DOC = {**FLEET_DOC, "prometheus": {"staleness_s": 2 * SCRAPE_S}}
+# The simulated loop samples pods as often as the history is recorded, so both paths see the same samples.
+DOC = {**FLEET_DOC, "prometheus": {"staleness_s": 2 * SCRAPE_S},
+       "simulator": {**FLEET_DOC["simulator"], "scrape_interval_s": SCRAPE_S}}
 
 
 @dataclass

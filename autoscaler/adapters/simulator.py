@@ -2,9 +2,9 @@
 
 ``SimMetricsSource`` shows the controller what a Prometheus scraping every pod would: ``scrape``
 takes one sample of every serving pod's counters, histograms and gauges (and of the gateway's
-arrivals counter, and the Deployments' replica counts, as kube-state-metrics would), at the scrape
-interval; ``observe`` scrapes once more and evaluates each signal as the PromQL of
-``autoscaler.promql`` would on those samples:
+arrivals counter), at the scrape interval; ``observe`` evaluates each signal as the PromQL of
+``autoscaler.promql`` would on those samples (replica counts are read at the tick, as
+kube-state-metrics reports a Deployment's status as it changes):
 
 - ``rate()`` of a counter over ``(now - window, now]`` is Prometheus's ``extrapolatedRate``
   (Prometheus 2.x ``promql/functions.go``): the increase between the first and last sample in the
@@ -96,11 +96,14 @@ class SimMetricsSource:
     Args:
         sim: the simulator.
         window_s: the look-back window of rates and ``max_over_time``, seconds.
+        scrape_interval_s: how often pods are sampled, seconds; ``observe`` samples only when the
+            last sample is at least this old (a driver scraping on its own grid keeps it from doing so).
     """
 
-    def __init__(self, sim: FleetSimulator, window_s: float) -> None:
+    def __init__(self, sim: FleetSimulator, window_s: float, scrape_interval_s: float = 15.0) -> None:
         self.sim = sim
         self.window_s = window_s
+        self.scrape_interval_s = scrape_interval_s
         self._pods: dict[int, _PodSeries] = {}
         self._arrivals: dict[str, _PodSeries] = {name: _PodSeries() for name in sim.services}
         self._first_scrape: dict[str, float] = {}
@@ -198,8 +201,10 @@ class SimMetricsSource:
         return out
 
     def observe(self, now: float) -> dict[str, ServiceObservation]:
-        """Signals of every service at ``now`` (seconds): one more scrape, then the window's samples."""
-        self.scrape(now)
+        """Signals of every service at ``now`` (seconds) from the window's samples (a scrape first when
+        the last one is a scrape interval old or more)."""
+        if self._last_scrape is None or now - self._last_scrape >= self.scrape_interval_s - 1e-9:
+            self.scrape(now)
         out: dict[str, ServiceObservation] = {}
         for name, svc in self.sim.services.items():
             scraped = [r for r in svc.replicas if r.state in (READY, DRAINING) and r.rid in self._pods]
