@@ -34,7 +34,7 @@ from autoscaler.workload.types import Request, Workload
 from controllers.registry import build
 
 SPEED = 20.0  # simulated seconds per wall second
-SCRAPE = "500ms"  # 10 simulated seconds between scrapes
+SCRAPE = "250ms"  # 5 simulated seconds between scrapes, the simulator's own (FLEET_DOC's scrape_interval_s)
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
 
 
@@ -53,9 +53,8 @@ FLEET_DOC: dict[str, Any] = {
                    "guard": {"scale_down_cooldown_s": 60, "idle_ticks_to_min": 4}},
     # An H100 and an A100 replica crash at the peak: the survivors are overloaded until replacements are ready,
     # and the PID's overload rule (arrivals from completions and queue growth) sizes the fleet.
-    # The simulator's own Prometheus samples as often as the real one scrapes it (SCRAPE x SPEED).
     "simulator": {"crashes": [{"time_s": 235, "variant": "h100"}, {"time_s": 236, "variant": "a100"}],
-                  "scrape_interval_s": 10},
+                  "scrape_interval_s": 5},
 }
 
 
@@ -172,8 +171,9 @@ def test_dry_run_makes_the_simulator_loops_decisions(run: Run) -> None:
     assert statistics.median(ratio_diffs) < 0.1
     # The default signal, read through PromQL (rate(_sum) / rate(_count)), is the simulator's.
     assert len(mean_diffs) >= 0.8 * n and statistics.median(mean_diffs) < 0.1
-    # Prometheus extrapolates a window's increase by up to half a scrape interval at each edge: 5 s of
-    # a 60-s window, 8 %.
+    # The dry-run's window ends at Prometheus's last scrape, up to one scrape interval before its tick,
+    # and rate() extrapolates each edge by up to half an interval: about one interval, 5 s of a 60-s
+    # window, 8 %.
     assert len(rate_diffs) >= 0.8 * n and statistics.median(rate_diffs) < 0.08
     assert overloaded >= 2  # the crash overloads the fleet, and the paths still agree through it
     assert [c["applied"] for c in run.live.sim.crash_outcomes()] == [True, True]
