@@ -164,9 +164,10 @@ def write_outputs(run: BacktestRun, out: Path, url: str, service: str | None = N
                   ) -> dict[str, Any]:
     """Write ``timeline.csv`` (and ``timeline.png``) under ``out``; return a summary.
 
-    Summary keys: ``ticks``, ``range_queries``, ``scale_changes`` (ticks where some variant's
-    decision differs from its current count), ``holds`` (ticks the controller could not decide),
-    ``query_failures`` (failed queries, all ticks).
+    Summary keys, all of the target service's rows of ``timeline.csv``: ``ticks``, ``range_queries``,
+    ``decisions`` (rows per value of the timeline's ``decision`` column: ``scale_up``, ``scale_down``,
+    ``no_change``, or why nothing could be decided), ``scale_changes`` (``scale_up`` + ``scale_down``),
+    ``holds`` (rows the controller could not decide), ``query_failures`` (failed queries).
     """
     out.mkdir(parents=True, exist_ok=True)
     rows = timeline_rows(run)
@@ -177,16 +178,22 @@ def write_outputs(run: BacktestRun, out: Path, url: str, service: str | None = N
 
         # plot_timeline reads these attributes of a SimulationRun; unknown counts are gaps (NaN).
         stand_in = SimpleNamespace(controller=f"{run.controller} (backtest)", sim=SimpleNamespace(
-            cfg=run.cfg, target=target, workload=SimpleNamespace(source=f"{redact(url)} from {run.start}")))
+            cfg=run.cfg, target=target, workload=SimpleNamespace(
+                source=f"{redact(url)} from {datetime.fromtimestamp(run.start, UTC):%Y-%m-%d %H:%M:%S} UTC")))
         plot_rows = [{k: math.nan if v is None and k.startswith(("ready_", "starting_", "desired_")) else v
                       for k, v in row.items()} for row in rows]
         plot_timeline(stand_in, plot_rows, out / "timeline.png")  # type: ignore[arg-type]
+    mine = [row for row in rows if row["service"] == target]
+    decisions: dict[str, int] = {}
+    for row in mine:
+        decisions[row["decision"]] = decisions.get(row["decision"], 0) + 1
     sts = [rec.services[target] for rec in run.ticks]
     return {
         "service": target,
-        "ticks": len(run.ticks),
+        "ticks": len(mine),
         "range_queries": run.range_queries,
-        "scale_changes": sum(st.applied != st.estimate.current for st in sts),
+        "decisions": decisions,
+        "scale_changes": decisions.get("scale_up", 0) + decisions.get("scale_down", 0),
         "holds": sum(st.decision.hold for st in sts),
         "query_failures": sum(len(st.estimate.errors) for st in sts),
     }

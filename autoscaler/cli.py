@@ -20,7 +20,6 @@ from autoscaler.config import FleetConfig
 from autoscaler.config.loading import default_config, load_config
 from autoscaler.errors import AutoscalerError
 from autoscaler.workload.build import DEFAULT_BATCH_FRACTION, build_workload
-from autoscaler.workload.types import Workload
 from controllers.registry import NAMES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -56,6 +55,48 @@ def prepare_out(out: Path) -> None:
 
 def _load_cfg(config: Path | None) -> FleetConfig:
     return default_config() if config is None else load_config(config)
+
+
+def _warn(msg: str) -> None:
+    err_console.print(f"[bold yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+
+
+class _Progress:
+    """Progress of a long run on stderr: a bar on a terminal, a line per 10 % otherwise (logs, CI)."""
+
+    def __init__(self, label: str, enabled: bool = True) -> None:
+        self.label = label
+        self.enabled = enabled
+        self.bar: Progress | None = None
+        self.next = 0.1
+
+    def __enter__(self) -> _Progress:
+        if self.enabled and err_console.is_terminal:
+            self.bar = Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), TaskProgressColumn(),
+                                TimeElapsedColumn(), console=err_console, transient=True)
+            self.bar.__enter__()
+            self.task = self.bar.add_task(self.label, total=1.0)
+        return self
+
+    def update(self, fraction: float) -> None:
+        """Record progress (0..1)."""
+        if self.bar is not None:
+            self.bar.update(self.task, completed=fraction)
+            return
+        while self.enabled and fraction >= self.next - 1e-9 and self.next <= 1.0 + 1e-9:
+            err_console.print(f"{self.label}: {self.next:.0%}", highlight=False)
+            self.next += 0.1
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+
+def _interrupted(out: Path) -> typer.Exit:
+    err_console.print(f"[bold red]interrupted:[/] no results written to {escape(str(out))} (the files an earlier "
+                      "run left there under the same names were removed when this one started)", highlight=False,
+                      soft_wrap=True)
+    return typer.Exit(130)
 
 
 def _fmt(x: Any, spec: str = ".3f") -> str:
@@ -111,16 +152,19 @@ def simulate(
     seed: Annotated[int, typer.Option(help="Seed for class assignment and rate shaping.")] = 0,
     out: Annotated[Path, typer.Option(help="Directory for results.json, timeline.csv, timeline.png.")] = Path(
         "out"),
-    plot: Annotated[bool, typer.Option("--plot", help="Write timeline.png.")] = False,
-    json_output: Annotated[bool, typer.Option("--json", help="Print results.json instead of a table.")] = False,
+    plot: Annotated[bool, typer.Option("--plot", help="Write timeline.png.", metavar="")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print results.json instead of a table.",
+                                              metavar="")] = False,
     serve_metrics: Annotated[str | None, typer.Option(
         help="HOST:PORT: run in scaled real time and serve every replica's vLLM metrics for Prometheus.")] = None,
     speed: Annotated[float | None, typer.Option(
         help="With --serve-metrics: simulated seconds per wall second (default 1).")] = None,
 ) -> None:
     """Run the control loop on a trace against the embedded fleet simulator."""
-    from autoscaler.report import write_outputs
-    from autoscaler.simulate import run_simulation
+    from autoscaler import files
+    from autoscaler.report import OUTPUTS, write_outputs
+    from autoscaler.simulate import long_run_warning, run_simulation
+    from controllers.registry import parse_spec
 
     try:
         if seed < 0:
@@ -130,19 +174,23 @@ def simulate(
         cfg = _load_cfg(config)
         if service is not None and service not in {s.name for s in cfg.services}:
             raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
-        wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction)
+        parse_spec(controller)  # a bad spec fails before the trace is read
         prepare_out(out)
-        with Progress(TextColumn("[bold]simulating[/] {task.description}"), BarColumn(),
-                      TaskProgressColumn(), TimeElapsedColumn(), console=err_console,
-                      disable=json_output, transient=True) as bar:
-            task = bar.add_task(f"{len(wl.requests)} requests, {controller}", total=1.0)
-            if serve_metrics is None:
-                run = run_simulation(cfg, wl, controller, service,
-                                     progress=lambda f: bar.update(task, completed=f))
-            else:
-                run = _served_simulation(cfg, wl, controller, service, serve_metrics, speed or 1.0, out,
-                                         progress=lambda f: bar.update(task, completed=f))
-        res = write_outputs(run, out, plot=plot)
+        files.clear(out, (*OUTPUTS, "realtime.json"))
+        if serve_metrics is not None:
+            res = _served_simulation(cfg, controller, service, serve_metrics, speed or 1.0, out, plot, json_output,
+                                     lambda: build_workload(trace, trace_format, rate_scale, time_scale, seed,
+                                                            batch_fraction))
+        else:
+            wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction)
+            warning = long_run_warning(cfg, wl, service)
+            if warning:
+                _warn(warning)
+            with _Progress(f"simulating {len(wl.requests)} requests, {controller}", not json_output) as bar:
+                run = run_simulation(cfg, wl, controller, service, progress=bar.update)
+            res = write_outputs(run, out, plot=plot)
+    except KeyboardInterrupt:
+        raise _interrupted(out) from None
     except (AutoscalerError, ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
     if json_output:
@@ -153,20 +201,36 @@ def simulate(
                       + (f" and {out / 'timeline.png'}" if plot else ""))
 
 
-def _served_simulation(cfg: FleetConfig, wl: Workload, controller: str, service: str | None, address: str,
-                       speed: float, out: Path, progress: Any) -> Any:
-    """``simulate --serve-metrics``: the paced run (``autoscaler.realtime``); writes ``realtime.json`` too."""
-    from autoscaler.realtime import LiveSimulation, serve_simulation, write_tick_times
+def _served_simulation(cfg: FleetConfig, controller: str, service: str | None, address: str, speed: float,
+                       out: Path, plot: bool, quiet: bool, workload: Any) -> dict[str, Any]:
+    """``simulate --serve-metrics``: bind the address and say so first, then build the workload and run
+    paced (``autoscaler.realtime``); writes ``realtime.json`` beside the results."""
+    from prometheus_client import CollectorRegistry
 
-    if speed <= 0:
-        raise ValueError(f"--speed must be > 0, got {speed:g}")
-    live = LiveSimulation(cfg, wl, controller, service)
-    host = address.rpartition(":")[0]
-    run = serve_simulation(live, address, speed, progress=progress, on_serving=lambda port: err_console.print(
-        f"serving metrics at http://{host}:{port}/metrics at {speed:g}x real time", highlight=False))
-    out.mkdir(parents=True, exist_ok=True)
-    write_tick_times(live, speed, out / "realtime.json")
-    return run
+    from autoscaler.loop.export import parse_address, serve
+    from autoscaler.realtime import LiveSimulation, write_tick_times
+    from autoscaler.report import write_outputs
+
+    if not 0 < speed < float("inf"):
+        raise ValueError(f"--speed must be a finite number > 0, got {speed:g}")
+    try:
+        host, _ = parse_address(address)
+    except ValueError as exc:
+        raise ValueError(f"--serve-metrics {address}: {exc}") from None
+    registry = CollectorRegistry()
+    server = serve(registry, address)
+    try:
+        err_console.print(f"serving metrics at http://{host}:{server.port}/metrics at {speed:g}x real time",
+                          highlight=False)
+        wl = workload()
+        live = LiveSimulation(cfg, wl, controller, service, registry=registry)
+        with _Progress(f"serving {len(wl.requests)} requests, {controller}", not quiet) as bar:
+            run = live.run(speed=speed, progress=bar.update)
+        res = write_outputs(run, out, plot=plot)
+        write_tick_times(live, speed, out / "realtime.json")
+        return res
+    finally:
+        server.close()
 
 
 class _StderrLog:
@@ -367,12 +431,21 @@ def compare(
     seed: Annotated[int, typer.Option(help="Seed for class assignment and rate shaping.")] = 0,
     workers: Annotated[int | None, typer.Option(help="Processes (default: min(controllers, CPUs)).")] = None,
     out: Annotated[Path, typer.Option(help="Directory for compare.json and compare.png.")] = Path("out"),
-    json_output: Annotated[bool, typer.Option("--json", help="Print compare.json instead of a table.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print compare.json instead of a table.",
+                                              metavar="")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Add p99 ITL, $, $/succ. task, scale events, wall s.",
+                                       metavar="")] = False,
+    floor: Annotated[float, typer.Option(help="Interactive SLO attainment a row needs to be ranked by cost.")
+                     ] = 0.99,
 ) -> None:
     """Run several controllers on the same trace, fleet and seed and print them side by side."""
-    from autoscaler.compare import TABLE_HEADERS, check_names, run_compare, table_cells, write_comparison
+    from autoscaler import files
+    from autoscaler.compare import OUTPUTS, check_names, columns, legend, run_compare, table_cells, write_comparison
+    from autoscaler.simulate import long_run_warning
 
     try:
+        if not 0 <= floor <= 1:
+            raise ValueError(f"--floor must be in [0, 1], got {floor:g}")
         if seed < 0:
             raise ValueError(f"--seed must be >= 0, got {seed}")
         if workers is not None and workers < 1:
@@ -382,24 +455,40 @@ def compare(
             raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
         names = [c.strip() for c in controllers.split(",") if c.strip()]
         check_names(names)
-        wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction)
         prepare_out(out)
-        comp = run_compare(cfg, wl, names, service, workers,
-                           done=lambda row: err_console.print(f"done: {row['controller']} ({row['wall_s']:.1f} s)",
-                                                              highlight=False))
+        files.clear(out, OUTPUTS)
+        wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction)
+        warning = long_run_warning(cfg, wl, service)
+        if warning:
+            _warn(warning)
+        finished = []
+
+        def done(row: dict[str, Any]) -> None:
+            finished.append(row)
+            err_console.print(f"done {len(finished)}/{len(names)}: {row['controller']} ({row['wall_s']:.1f} s)",
+                              highlight=False)
+
+        comp = run_compare(cfg, wl, names, service, workers, done=done, floor=floor)
         paths = write_comparison(comp, cfg, service, out)
+    except KeyboardInterrupt:
+        raise _interrupted(out) from None
     except (AutoscalerError, ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
     if json_output:
         console.print_json(json.dumps(comp.rows))
         return
-    t = Table(title=f"{len(wl.requests)} requests of {wl.source} (rate x{rate_scale:g}, seed {seed})")
-    for i, h in enumerate(TABLE_HEADERS):
-        t.add_column(h, justify="left" if i == 0 else "right")
-    for cells in table_cells(comp.rows):
+    t = Table(title=f"{len(wl.requests)} requests of {wl.source} (rate x{rate_scale:g}, seed {seed})",
+              title_justify="left")
+    for i, (h, _) in enumerate(columns(wide)):
+        t.add_column(h, justify="left" if i == 0 else "right", overflow="fold", no_wrap=i > 0)
+    for cells in table_cells(comp.rows, wide):
         t.add_row(*cells)
-    console.print(t, width=max(console.width, 170))  # 13 columns: never squeeze the numbers
-    console.print(f"wrote {' and '.join(str(p) for p in paths)}")
+    # Printed whole whatever the terminal (or pipe) width: 100 columns, or the wide table's own width.
+    width = max(console.width if console.is_terminal else 0, 170 if wide else 100)
+    Console(width=width, highlight=False).print(t)
+    for line in legend(comp.rows):
+        console.print(line, highlight=False, soft_wrap=True)
+    console.print(f"wrote {' and '.join(str(p) for p in paths)}", highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":

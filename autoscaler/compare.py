@@ -10,8 +10,11 @@ Each row of ``compare.json`` is the run's ``results.json`` (``autoscaler.report.
 - ``controller``: the name (or spec) as given;
 - ``oscillations_per_hour``: direction changes of the target service's replica count (a scale-up
   after a scale-down or the reverse, counted between consecutive scaling actions) per simulated hour;
+- ``meets_attainment_floor`` and ``attainment_floor``: whether the row's interactive SLO attainment
+  reaches the floor (default 0.99): only such rows are ranked by cost;
 - ``ratio_to_best_cost_per_successful_request``: the row's cost per successful request over the
-  lowest among the rows (over the ``oracle`` row's when one is present); None when undefined.
+  lowest among the rows that meet the floor (over the ``oracle`` row's when one is present); None
+  for a row below the floor (a controller missing the SLO is not cheap, it is failing) or undefined.
 """
 
 from __future__ import annotations
@@ -27,11 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.config import FleetConfig
+from autoscaler.files import write_text
 from autoscaler.report import summarize, timeline_rows
 from autoscaler.simulate import SimulationRun, run_simulation
 from autoscaler.workload.types import Workload
 from controllers.registry import NAMES, build, parse_spec
 
+OUTPUTS = ("compare.json", "compare.png")
 COST_KEY = "cost_per_successful_request_usd"
 RATIO_KEY = "ratio_to_best_cost_per_successful_request"
 REFERENCE = "oracle"
@@ -88,13 +93,21 @@ def oscillations_per_hour(run: SimulationRun) -> float:
     return direction_changes(deltas) / (run.end_s / 3600) if run.end_s > 0 else 0.0
 
 
-def add_ratios(rows: list[dict[str, Any]]) -> None:
-    """Set ``RATIO_KEY`` on every row (module docstring), in place."""
-    ref_row = next((r for r in rows if r["controller"] == REFERENCE), None)
-    costs = [r[COST_KEY] for r in rows if r[COST_KEY] is not None]
-    ref = (ref_row[COST_KEY] if ref_row is not None else min(costs, default=None))
+DEFAULT_FLOOR = 0.99
+
+
+def add_ratios(rows: list[dict[str, Any]], floor: float = DEFAULT_FLOOR) -> None:
+    """Set ``meets_attainment_floor``, ``attainment_floor`` and ``RATIO_KEY`` on every row (module
+    docstring), in place."""
     for r in rows:
-        ok = r[COST_KEY] is not None and ref is not None and ref > 0
+        att = r["slo_attainment"]["interactive"]
+        r["attainment_floor"] = floor
+        r["meets_attainment_floor"] = att is not None and att >= floor
+    ranked = [r for r in rows if r["meets_attainment_floor"] and r[COST_KEY] is not None]
+    ref_row = next((r for r in rows if r["controller"] == REFERENCE), None)
+    ref = ref_row[COST_KEY] if ref_row is not None else min((r[COST_KEY] for r in ranked), default=None)
+    for r in rows:
+        ok = r in ranked and ref is not None and ref > 0
         r[RATIO_KEY] = r[COST_KEY] / ref if ok else None
 
 
@@ -128,12 +141,13 @@ def _work(name: str) -> RunResult:
 
 def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str], service: str | None = None,
                 workers: int | None = None,
-                done: Callable[[dict[str, Any]], None] | None = None) -> Comparison:
+                done: Callable[[dict[str, Any]], None] | None = None, floor: float = DEFAULT_FLOOR) -> Comparison:
     """Simulate every controller on ``workload`` and collect the rows in the order given.
 
     Args:
         workers: processes (default ``min(len(controllers), os.cpu_count())``); 1 runs serially here.
         done: called with each row as its run finishes.
+        floor: interactive attainment a row needs to be ranked by cost (``add_ratios``).
 
     Raises:
         ValueError: ``workers`` below 1; see ``check_controllers``.
@@ -159,7 +173,7 @@ def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str]
                 if done is not None:
                     done(results[name][0])
     rows = [results[name][0] for name in controllers]
-    add_ratios(rows)
+    add_ratios(rows, floor)
     return Comparison(rows, {name: results[name][1] for name in controllers})
 
 
@@ -167,34 +181,56 @@ def _fmt(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
-TABLE_HEADERS = ("controller", "SLO interactive", "SLO batch", "p99 TTFT s", "p99 ITL s", "GPU-h", "$",
-                 "$/succ. req", "$/succ. task", "ratio", "scale events", "osc./h", "wall s")
+# (header, cell) per column; the first set fits 100 columns, --wide adds the second.
+_Cell = Callable[[dict[str, Any]], str]
+COLUMNS: tuple[tuple[str, _Cell], ...] = (
+    ("controller", lambda r: r["controller"] + ("" if r["meets_attainment_floor"] else " *")),
+    ("SLO all", lambda r: _fmt(r["slo_attainment"]["all"], ".2%")),
+    ("SLO int.", lambda r: _fmt(r["slo_attainment"]["interactive"], ".2%")),
+    ("SLO batch", lambda r: _fmt(r["slo_attainment"]["batch"], ".2%")),
+    ("p99 TTFT s", lambda r: _fmt(r["ttft_s"]["p99"], ".2f")),
+    ("GPU-h", lambda r: _fmt(r["gpu_hours"]["total"], ".2f")),
+    ("$/succ. req", lambda r: _fmt(r[COST_KEY], ".3e")),
+    ("ratio", lambda r: _fmt(r[RATIO_KEY], ".2f")),
+    ("osc./h", lambda r: _fmt(r["oscillations_per_hour"], ".1f")),
+)
+WIDE_COLUMNS: tuple[tuple[str, _Cell], ...] = (
+    ("p99 ITL s", lambda r: _fmt(r["itl_s"]["p99"], ".3f")),
+    ("$", lambda r: _fmt(r["cost_usd"]["total"], ".2f")),
+    ("$/succ. task", lambda r: _fmt(r["cost_per_successful_task_usd"], ".3e")),
+    ("scale events", lambda r: str(r["scale_events"])),
+    ("wall s", lambda r: _fmt(r["wall_s"], ".1f")),
+)
 
 
-def table_cells(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
-    """One list of formatted cells per row, in ``TABLE_HEADERS`` order."""
-    return [[
-        r["controller"],
-        _fmt(r["slo_attainment"]["interactive"], ".2%"),
-        _fmt(r["slo_attainment"]["batch"], ".2%"),
-        _fmt(r["ttft_s"]["p99"], ".2f"),
-        _fmt(r["itl_s"]["p99"], ".3f"),
-        _fmt(r["gpu_hours"]["total"], ".2f"),
-        _fmt(r["cost_usd"]["total"], ".2f"),
-        _fmt(r[COST_KEY], ".3e"),
-        _fmt(r["cost_per_successful_task_usd"], ".3e"),
-        _fmt(r[RATIO_KEY], ".2f"),
-        str(r["scale_events"]),
-        _fmt(r["oscillations_per_hour"], ".1f"),
-        _fmt(r["wall_s"], ".1f"),
-    ] for r in rows]
+def columns(wide: bool = False) -> tuple[tuple[str, _Cell], ...]:
+    """The table's columns: ``COLUMNS``, and ``WIDE_COLUMNS`` with ``wide``."""
+    return COLUMNS + WIDE_COLUMNS if wide else COLUMNS
 
 
-def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The comparison as a Markdown table."""
-    lines = ["| " + " | ".join(TABLE_HEADERS) + " |", "|" + "---|" * len(TABLE_HEADERS)]
-    lines += ["| " + " | ".join(cells) + " |" for cells in table_cells(rows)]
-    return "\n".join(lines)
+def table_cells(rows: Sequence[dict[str, Any]], wide: bool = False) -> list[list[str]]:
+    """One list of formatted cells per row, in the order of ``columns(wide)``."""
+    return [[cell(r) for _, cell in columns(wide)] for r in rows]
+
+
+def legend(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The lines printed under the table: what ``ratio``, ``*`` and ``osc./h`` mean."""
+    floor = rows[0]["attainment_floor"] if rows else DEFAULT_FLOOR
+    ref = "the oracle" if any(r["controller"] == REFERENCE for r in rows) else "the cheapest ranked row"
+    lines = [f"ratio: cost per successful request over {ref}; only rows reaching {floor:.1%} interactive SLO "
+             "attainment are ranked.",
+             "osc./h: changes of scaling direction (up after down or down after up) per simulated hour."]
+    if any(not r["meets_attainment_floor"] for r in rows):
+        lines.insert(1, f"*: below the {floor:.1%} floor, not ranked.")
+    return lines
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], wide: bool = True) -> str:
+    """The comparison as a Markdown table, with its legend under it."""
+    heads = [h for h, _ in columns(wide)]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in table_cells(rows, wide)]
+    return "\n".join([*lines, "", *legend(rows)])
 
 
 def write_comparison(comp: Comparison, cfg: FleetConfig, service: str | None, out: Path) -> list[Path]:
@@ -202,6 +238,6 @@ def write_comparison(comp: Comparison, cfg: FleetConfig, service: str | None, ou
     from autoscaler.plot import plot_compare
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(json.dumps(comp.rows, indent=2) + "\n")
     plot_compare(comp.timelines, cfg.service(service), out / "compare.png")
+    write_text(out / "compare.json", json.dumps(comp.rows, indent=2) + "\n")
     return [out / "compare.json", out / "compare.png"]

@@ -1,4 +1,9 @@
-"""Timeline plot of a simulation: demand, replicas per variant, and latency against the SLO."""
+"""Plots of runs: one run's timeline, and several controllers side by side.
+
+Every plot gives a variant the same colour (its position in the fleet file), draws legends outside
+the axes (they never cover data), and shows the signal the controller acts on against its setpoint
+beside the p95 latencies, since the PID controls window means, not p95s.
+"""
 
 from __future__ import annotations
 
@@ -9,75 +14,116 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from autoscaler.files import atomic
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
     from autoscaler.config import Service
     from autoscaler.simulate import SimulationRun
 
+_LEGEND = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 8, "borderaxespad": 0.0}
+
+
+def variant_colors(svc: Service) -> dict[str, str]:
+    """variant -> matplotlib colour, by its position in the fleet file (the same in every plot)."""
+    return {v.name: f"C{i}" for i, v in enumerate(svc.variants)}
+
+
+def _used(svc: Service, rows: list[dict[str, Any]]) -> list[str]:
+    return [v.name for v in svc.variants if any(r[f"ready_{v.name}"] or r[f"starting_{v.name}"] for r in rows)]
+
+
+def _replicas(ax: Axes, svc: Service, rows: list[dict[str, Any]], t: list[float]) -> float:
+    """Ready replicas per variant, stacked, and ready + starting dashed; returns the highest total."""
+    colors = variant_colors(svc)
+    used = _used(svc, rows)
+    stacks = [[r[f"ready_{v}"] for r in rows] for v in used]
+    ax.stackplot(t, *stacks, labels=[f"{v} ready" for v in used], colors=[colors[v] for v in used], alpha=0.8,
+                 step="post")
+    total = [sum(r[f"ready_{v}"] + r[f"starting_{v}"] for v in used) for r in rows]
+    ax.plot(t, total, "k--", lw=0.8, label="ready + starting", drawstyle="steps-post")
+    ax.set_ylabel("replicas")
+    return max(total, default=0.0)
+
+
+def _latency(ax: Axes, svc: Service, rows: list[dict[str, Any]], t: list[float]) -> None:
+    slo = svc.slo["interactive"]
+    ax.plot(t, [r["ttft_p95_s"] for r in rows], color="tab:red", lw=0.9, label="p95 TTFT")
+    ax.axhline(slo.ttft_s, color="tab:red", ls=":", lw=0.9, label="TTFT SLO")
+    ax.plot(t, [r["tpot_p95_s"] for r in rows], color="tab:blue", lw=0.9, label="p95 TPOT")
+    ax.axhline(slo.itl_s, color="tab:blue", ls=":", lw=0.9, label="ITL SLO (per-request mean)")
+    ax.set_yscale("log")
+    ax.set_ylabel("latency (s)")
+
+
+def _controlled(ax: Axes, rows: list[dict[str, Any]], t: list[float], signal: str) -> None:
+    """The controller's measurement against its setpoint (absent for controllers without one)."""
+    measured = [r.get("ctl_measurement") for r in rows]
+    if not any(m is not None for m in measured):
+        ax.text(0.5, 0.5, "this controller has no setpoint", ha="center", va="center", transform=ax.transAxes)
+        ax.set_yticks([])
+        return
+    ax.plot(t, measured, color="tab:purple", lw=0.9, label=f"controlled: {signal}")
+    ax.plot(t, [r.get("ctl_setpoint") for r in rows], color="tab:purple", ls=":", lw=0.9, label="setpoint")
+    ax.set_ylabel("controlled signal")
+
 
 def plot_timeline(run: SimulationRun, rows: list[dict[str, Any]], path: Path) -> None:
-    """Write a three-panel PNG: arrival rate, replicas per variant (stacked), p95 TTFT/TPOT vs SLO."""
+    """Write a four-panel PNG: arrival rate, replicas per variant (stacked), p95 TTFT/TPOT against the
+    SLO, and the controlled signal against its setpoint."""
     svc = run.sim.cfg.service(run.sim.target)
     rows = [r for r in rows if r["service"] == svc.name]
     t = [r["time_s"] / 60 for r in rows]
-    fig, axes = plt.subplots(3, 1, figsize=(11, 8), sharex=True)
-    axes[0].plot(t, [r["arrival_rate_rps"] for r in rows], color="black", lw=1)
+    fig, axes = plt.subplots(4, 1, figsize=(12, 10), sharex=True)
+    axes[0].plot(t, [r["arrival_rate_rps"] for r in rows], color="black", lw=1, label="arrivals")
     axes[0].set_ylabel("arrivals (req/s)")
     axes[0].set_title(f"{run.controller}: {svc.name} on {run.sim.workload.source}")
-    used = [v for v in svc.variants if any(r[f"ready_{v.name}"] or r[f"starting_{v.name}"] for r in rows)]
-    stacks = [[r[f"ready_{v.name}"] for r in rows] for v in used]
-    axes[1].stackplot(t, *stacks, labels=[f"{v.name} ready" for v in used], alpha=0.8, step="post")
-    starting = [sum(r[f"starting_{v.name}"] for v in used) for r in rows]
-    axes[1].plot(t, [sum(s[i] for s in stacks) + starting[i] for i in range(len(t))], "k--", lw=0.8,
-                 label="ready + starting")
-    axes[1].set_ylabel("replicas")
-    axes[1].legend(loc="upper right", fontsize=8)
-    slo = svc.slo["interactive"]
-    axes[2].plot(t, [r["ttft_p95_s"] for r in rows], label="p95 TTFT (s)", color="tab:red")
-    axes[2].axhline(slo.ttft_s, color="tab:red", ls=":", label="TTFT SLO (interactive)")
-    axes[2].plot(t, [r["tpot_p95_s"] for r in rows], label="p95 TPOT (s)", color="tab:blue")
-    axes[2].axhline(slo.itl_s, color="tab:blue", ls=":", label="ITL SLO (interactive, per-request mean)")
-    axes[2].set_yscale("log")
-    axes[2].set_ylabel("latency (s)")
-    axes[2].set_xlabel("time (min)")
-    axes[2].legend(loc="upper right", fontsize=8)
+    _replicas(axes[1], svc, rows, t)
+    _latency(axes[2], svc, rows, t)
+    _controlled(axes[3], rows, t, run.sim.cfg.controller.pid.setpoint_signal)
+    axes[3].set_xlabel("time (min)")
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(**_LEGEND)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
 
 
 def plot_compare(timelines: dict[str, list[dict[str, Any]]], svc: Service, path: Path) -> None:
     """Write a PNG with one row of panels per controller: ready replicas per variant (stacked, with
-    ready + starting dashed) and p95 TTFT/TPOT against the interactive SLO, on a shared time axis.
+    ready + starting dashed, on one replica axis for every row) and p95 TTFT/TPOT against the
+    interactive SLO, on a shared time axis.
 
     ``timelines`` maps controller name to ``timeline_rows``-style rows of ``svc`` (``time_s``,
     ``ready_<variant>``, ``starting_<variant>``, ``ttft_p95_s``, ``tpot_p95_s``).
     """
     names = list(timelines)
-    fig, axes = plt.subplots(len(names), 2, figsize=(13, 2.4 * len(names) + 0.6), sharex=True, squeeze=False)
-    slo = svc.slo["interactive"]
-    colors = {v.name: f"C{i}" for i, v in enumerate(svc.variants)}  # the same colour for a variant in every row
+    fig, axes = plt.subplots(len(names), 2, figsize=(14, 2.4 * len(names) + 0.6), sharex=True, squeeze=False)
+    top = 1.0
     for (ax_rep, ax_lat), name in zip(axes, names, strict=True):
         rows = timelines[name]
         t = [r["time_s"] / 60 for r in rows]
-        used = [v.name for v in svc.variants if any(r[f"ready_{v.name}"] or r[f"starting_{v.name}"] for r in rows)]
-        stacks = [[r[f"ready_{v}"] for r in rows] for v in used]
-        ax_rep.stackplot(t, *stacks, labels=used, colors=[colors[v] for v in used], alpha=0.8, step="post")
-        ax_rep.plot(t, [sum(r[f"ready_{v}"] + r[f"starting_{v}"] for v in used) for r in rows], "k--", lw=0.7,
-                    label="ready + starting")
+        top = max(top, _replicas(ax_rep, svc, rows, t))
         ax_rep.set_ylabel(f"{name}\nreplicas")
-        ax_rep.legend(loc="upper right", fontsize=7)
-        ax_lat.plot(t, [r["ttft_p95_s"] for r in rows], color="tab:red", lw=0.8, label="p95 TTFT")
-        ax_lat.axhline(slo.ttft_s, color="tab:red", ls=":", lw=0.8, label="TTFT SLO")
-        ax_lat.plot(t, [r["tpot_p95_s"] for r in rows], color="tab:blue", lw=0.8, label="p95 TPOT")
-        ax_lat.axhline(slo.itl_s, color="tab:blue", ls=":", lw=0.8, label="ITL SLO")
-        ax_lat.set_yscale("log")
-        ax_lat.set_ylabel("latency (s)")
-        ax_lat.legend(loc="upper right", fontsize=7)
-    axes[0][0].set_title(f"{svc.name}: replicas per variant")
-    axes[0][1].set_title("latency vs interactive SLO")
+        _latency(ax_lat, svc, rows, t)
+    for ax_rep, _ in axes:
+        ax_rep.set_ylim(0, top * 1.05)
+    colors = variant_colors(svc)
+    handles = [Patch(color=colors[v.name], alpha=0.8, label=f"{v.name} ready") for v in svc.variants]
+    handles.append(Line2D([], [], color="black", ls="--", lw=0.8, label="ready + starting"))
+    handles += axes[0][1].get_legend_handles_labels()[0]
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8, frameon=False)
+    axes[0][0].set_title(f"{svc.name}: replicas per variant", pad=18)
+    axes[0][1].set_title("latency vs interactive SLO", pad=18)
     axes[-1][0].set_xlabel("time (min)")
     axes[-1][1].set_xlabel("time (min)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
+    with atomic(path) as tmp:
+        fig.savefig(tmp, dpi=90, format="png")
     plt.close(fig)

@@ -203,8 +203,10 @@ def duration(seconds: float) -> str:
 
 
 def quote(value: str) -> str:
-    """A PromQL double-quoted string literal."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A PromQL double-quoted string literal (Go escapes: backslash, double quote, newline, tab, CR)."""
+    escaped = (value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+               .replace("\r", "\\r"))
+    return '"' + escaped + '"'
 
 
 _RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")

@@ -13,7 +13,10 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from autoscaler.config import FleetConfig
+from autoscaler.files import write_text
 from autoscaler.loop.export import LoopMetrics, serve
 from autoscaler.simulate import SimulationDriver, SimulationRun
 from autoscaler.simulator.exposition import SimCollector
@@ -31,16 +34,18 @@ class LiveSimulation(SimulationDriver):
         service: the service the workload targets.
         namespace: ``namespace`` label of the served metrics.
         steady_start: as ``SimulationDriver``.
+        registry: where to register the metrics (one already served, say); a new one by default.
 
     Attributes:
         registry: holds the simulator's metrics and the loop's own.
     """
 
     def __init__(self, cfg: FleetConfig, workload: Workload, controller: str = "pid", service: str | None = None,
-                 namespace: str = "default", steady_start: bool = True) -> None:
+                 namespace: str = "default", steady_start: bool = True,
+                 registry: CollectorRegistry | None = None) -> None:
         super().__init__(cfg, workload, build(controller, cfg, service, workload), service, steady_start)
         self.collector = SimCollector(self.sim, self.lock, namespace)
-        self.metrics = LoopMetrics(self.loop)
+        self.metrics = LoopMetrics(self.loop, registry)
         self.on_tick = self.metrics.record
         self.registry = self.metrics.registry
         self.registry.register(self.collector)
@@ -69,4 +74,4 @@ def serve_simulation(live: LiveSimulation, address: str, speed: float,
 def write_tick_times(live: LiveSimulation, speed: float, path: Path) -> None:
     """Write ``{"speed", "time_s": [...], "wall_unix_s": [...]}``: when each tick ran, to align a dry-run."""
     doc = {"speed": speed, "time_s": [r.time_s for r in live.ticks], "wall_unix_s": live.tick_wall_s}
-    path.write_text(json.dumps(doc) + "\n")
+    write_text(path, json.dumps(doc) + "\n")

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from autoscaler.files import write_text
 from autoscaler.simulate import SimulationRun
 from autoscaler.simulator.engine import COMPLETED, FAILED, REJECTED
 from autoscaler.timeline import tick_row, write_timeline_csv
@@ -142,15 +143,19 @@ def timeline_rows(run: SimulationRun) -> list[dict[str, Any]]:
     return rows
 
 
+OUTPUTS = ("results.json", "timeline.csv", "timeline.png")
+
+
 def write_outputs(run: SimulationRun, out: Path, plot: bool = False) -> dict[str, Any]:
-    """Write ``results.json`` and ``timeline.csv`` (and ``timeline.png`` with ``plot``) under ``out``."""
+    """Write ``results.json`` and ``timeline.csv`` (and ``timeline.png`` with ``plot``) under ``out``,
+    each atomically (``autoscaler.files``)."""
     out.mkdir(parents=True, exist_ok=True)
     results = summarize(run)
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     rows = timeline_rows(run)
     write_timeline_csv(rows, out / "timeline.csv")
     if plot:
         from autoscaler.plot import plot_timeline
 
         plot_timeline(run, rows, out / "timeline.png")
+    write_text(out / "results.json", json.dumps(results, indent=2) + "\n")  # last: the run's results are whole
     return results

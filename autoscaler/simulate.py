@@ -16,6 +16,7 @@ would, and the signals are what PromQL would compute from those samples
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -202,6 +203,30 @@ def run_simulation(
     """
     ctrl = build(controller, cfg, service, workload) if isinstance(controller, str) else controller
     return SimulationDriver(cfg, workload, ctrl, service, steady_start).run(progress=progress)
+
+
+LONG_GAP_S = 86400.0  # a day without arrivals
+LONG_RUN_S = 7 * 86400.0  # a week of simulated time
+
+
+def long_run_warning(cfg: FleetConfig, workload: Workload, service: str | None = None) -> str | None:
+    """One line when the workload spans more than a week or has a gap of more than a day between
+    arrivals (a row dated a year late, a large ``--time-scale``): the fleet is paid for the whole span,
+    at least its minimum replicas, and the line says how much that is. None otherwise."""
+    reqs = workload.requests
+    if len(reqs) < 1:
+        return None
+    span = reqs[-1].arrival_s - reqs[0].arrival_s
+    gaps = [(b.arrival_s - a.arrival_s, i + 1) for i, (a, b) in enumerate(itertools.pairwise(reqs))]
+    gap, after = max(gaps, default=(0.0, 0))
+    if span <= LONG_RUN_S and gap <= LONG_GAP_S:
+        return None
+    svc = cfg.service(service)
+    gpu_h = sum(v.min_replicas * v.gpus_per_replica for v in svc.variants) * span / 3600
+    usd = sum(v.min_replicas * v.price_per_replica_hour for v in svc.variants) * span / 3600
+    why = f"a gap of {gap / 86400:.1f} days after request {after}" if gap > LONG_GAP_S else "a long trace"
+    return (f"{workload.source}: arrivals span {span / 86400:.1f} days ({why}); the fleet is paid for all of it: "
+            f"at least {gpu_h:,.0f} GPU-hours (${usd:,.0f}) at its minimum replicas")
 
 
 def _grid(start: float, end: float, interval: float) -> list[float]:

@@ -6,6 +6,8 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from autoscaler.files import atomic
+from autoscaler.loop.export import decision_kind
 from autoscaler.loop.forecast import FORECAST_SIGNALS
 from autoscaler.loop.runner import ServiceTick
 from autoscaler.loop.warmth import WARMTH_SIGNALS
@@ -16,7 +18,9 @@ TIMELINE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "itl_p95_s", "tpot_p95_s",
 
 
 def tick_row(time_s: float, service: str, st: ServiceTick, arrival_rate_rps: float | None) -> dict[str, Any]:
-    """One timeline row: time, service, arrival rate, signals, replicas per variant, controller terms, reason."""
+    """One timeline row: time, service, arrival rate, signals, replicas per variant, controller terms, the
+    decision's kind (``loop.export.decision_kind``: the ``reason`` label of ``autoscaler_decisions_total``)
+    and the reason."""
     row: dict[str, Any] = {"time_s": time_s, "service": service, "arrival_rate_rps": arrival_rate_rps}
     for s in TIMELINE_SIGNALS:
         row[s] = st.estimate.signals.get(s)
@@ -26,16 +30,17 @@ def tick_row(time_s: float, service: str, st: ServiceTick, arrival_rate_rps: flo
         row[f"desired_{v}"] = st.applied[v]
     for k in ("setpoint", "measurement", "p", "i", "d", "target_capacity_rps"):
         row[f"ctl_{k}"] = st.decision.terms.get(k)
+    row["decision"] = decision_kind(st)
     row["reason"] = st.reason
     return row
 
 
 def write_timeline_csv(rows: list[dict[str, Any]], path: Path) -> None:
-    """Write timeline rows as CSV (columns in first-seen order); nothing when there are no rows."""
+    """Write timeline rows as CSV (columns in first-seen order), atomically; nothing when there are no rows."""
     if not rows:
         return
     fields = list(dict.fromkeys(k for row in rows for k in row))
-    with path.open("w", newline="") as f:
+    with atomic(path) as tmp, tmp.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)

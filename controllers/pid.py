@@ -232,7 +232,7 @@ class PIDController(Controller):
         if terms.error == 0:
             state = replace(state, integral=est.capacity_rps)
         self.states[svc.name] = state
-        verb = "scale up" if change > 0 else "scale down" if change < 0 else "hold"
+        verb = "scale up" if change > 0 else "scale down" if change < 0 else "no change"
         reason = f"{verb}: {pid.setpoint_signal}={y:.3g} vs setpoint {pid.setpoint:.3g}"
         if against:
             reason += " (the output disagrees with the error's sign)"

@@ -28,7 +28,8 @@ SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "
 
 def three_variants():
     def v(name: str, price: float, profile: str, **kw) -> dict:
-        return {"name": name, "gpu": "X", "price_per_gpu_hour": price, "max_replicas": 10, "kv_cache_tokens": 400000,
+        return {"name": name, "gpu": profile.split("/")[1].upper(), "price_per_gpu_hour": price, "max_replicas": 10,
+                "kv_cache_tokens": 400000,
                 "profile": profile, **kw}
     return parse_config({"services": [{"name": "svc", "model": "m", "slo": SLO, "variants": [
         v("big", 3.0, "llama-3-8b/h100-sxm"), v("cheap", 1.5, "llama-3-8b/gh200", max_replicas=2, min_replicas=1),

@@ -17,7 +17,7 @@ SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "
 
 
 def service(*variants: dict):
-    base = {"gpu": "X", "kv_cache_tokens": 400000, "profile": "llama-3-8b/h100-sxm"}
+    base = {"gpu": "H100-SXM", "kv_cache_tokens": 400000, "profile": "llama-3-8b/h100-sxm"}
     doc = {"services": [{"name": "svc", "model": "m", "slo": SLO, "variants": [{**base, **v} for v in variants]}]}
     return parse_config(doc).services[0]
 

@@ -41,7 +41,8 @@ def test_scale_down_safety_simulation() -> None:
 
 def fleet_service():
     def v(name: str, price: float, profile: str, **kw) -> dict:
-        return {"name": name, "gpu": "X", "price_per_gpu_hour": price, "max_replicas": 10, "kv_cache_tokens": 400000,
+        return {"name": name, "gpu": profile.split("/")[1].upper(), "price_per_gpu_hour": price, "max_replicas": 10,
+                "kv_cache_tokens": 400000,
                 "profile": profile, **kw}
     doc = {"services": [{"name": "svc", "model": "m", "slo": SLO, "variants": [
         v("big", 3.0, "llama-3-8b/h100-sxm"), v("cheap", 1.5, "llama-3-8b/gh200", max_replicas=2),

@@ -21,15 +21,21 @@ def test_direction_changes_skip_holds() -> None:
     assert direction_changes([1, -1, 1, -1]) == 3
 
 
-def test_ratio_to_best_and_to_oracle() -> None:
-    rows = [{"controller": "a", "cost_per_successful_request_usd": 2.0},
-            {"controller": "b", "cost_per_successful_request_usd": 4.0},
-            {"controller": "c", "cost_per_successful_request_usd": None}]
+def _row(name: str, cost: float | None, interactive: float | None) -> dict:
+    return {"controller": name, "cost_per_successful_request_usd": cost, "slo_attainment": {"interactive": interactive}}
+
+
+def test_ratio_ranks_only_rows_that_reach_the_attainment_floor() -> None:
+    # "cheap" misses the SLO (85 %): it is not the best, it is failing; "a" is the cheapest that meets 99 %.
+    rows = [_row("a", 2.0, 0.995), _row("b", 4.0, 0.999), _row("c", None, 0.999), _row("cheap", 1.0, 0.85)]
     add_ratios(rows)
-    assert [r["ratio_to_best_cost_per_successful_request"] for r in rows] == [1.0, 2.0, None]
-    rows.append({"controller": "oracle", "cost_per_successful_request_usd": 1.6})
+    assert [r["ratio_to_best_cost_per_successful_request"] for r in rows] == [1.0, 2.0, None, None]
+    assert [r["meets_attainment_floor"] for r in rows] == [True, True, True, False]
+    add_ratios(rows, floor=0.8)  # a lower floor ranks it
+    assert [r["ratio_to_best_cost_per_successful_request"] for r in rows] == [2.0, 4.0, None, 1.0]
+    rows.append(_row("oracle", 1.6, 0.999))
     add_ratios(rows)
-    assert [r["ratio_to_best_cost_per_successful_request"] for r in rows] == [1.25, 2.5, None, 1.0]
+    assert [r["ratio_to_best_cost_per_successful_request"] for r in rows] == [1.25, 2.5, None, None, 1.0]
 
 
 def burst_workload() -> Workload:
@@ -58,7 +64,9 @@ def test_parallel_equals_serial(make_fleet) -> None:
     # the burst makes every adaptive controller scale up and back down at least once
     for r in serial.rows:
         assert r["scale_events"] >= 2, r["controller"]
-    assert markdown_table(serial.rows).count("\n") == len(names) + 1
+    table = markdown_table(serial.rows)
+    assert sum(line.startswith("| ") for line in table.splitlines()) == len(names) + 1  # header + rows
+    assert "ratio: cost per successful request over the cheapest ranked row" in table
 
 
 def test_unknown_controller_is_a_one_line_error(make_fleet) -> None:
@@ -84,8 +92,19 @@ def test_cli_compare_on_a_real_trace(data_dir, tmp_path) -> None:
         assert results_keys <= set(r)
         assert r["requests"]["total"] == rows[0]["requests"]["total"]  # same workload for all
         assert r["oscillations_per_hour"] >= 0
-    costs = [r["cost_per_successful_request_usd"] for r in rows]
+    ranked = [r["cost_per_successful_request_usd"] for r in rows if r["slo_attainment"]["interactive"] >= 0.99]
     assert [r["ratio_to_best_cost_per_successful_request"] for r in rows] == pytest.approx(
-        [c / min(costs) for c in costs])
+        [r["cost_per_successful_request_usd"] / min(ranked) if r["slo_attainment"]["interactive"] >= 0.99 else None
+         for r in rows])
     assert (tmp_path / "compare.png").stat().st_size > 10_000
-    assert "dynamo:itl=0.1:ttft=2" in res.output
+    # Piped (not a terminal): the whole table, within 100 columns, every controller and number uncut.
+    table = [ln for ln in res.stdout.splitlines() if ln.startswith(("┃", "│", "┏", "┡", "└"))]
+    assert table and max(len(ln) for ln in table) <= 100
+    assert sum("SLO all" in ln for ln in table) == 1 and not any("…" in ln for ln in table)
+    for r in rows:
+        assert any(ln.startswith("│ " + r["controller"].split(":")[0]) for ln in table), r["controller"]
+        assert f"{r['gpu_hours']['total']:.2f}" in res.stdout
+    assert "ratio: cost per successful request over" in res.stdout and "osc./h: changes of scaling" in res.stdout
+    wide = CliRunner().invoke(app, ["compare", "--trace", str(trace), "--rate-scale", "0.1", "--controllers",
+                                    "hpa,pid", "--seed", "3", "--out", str(tmp_path / "w"), "--wide"])
+    assert wide.exit_code == 0 and "p99 ITL s" in wide.stdout and "wall s" in wide.stdout

@@ -177,7 +177,7 @@ def test_max_model_len_must_fit_in_kv_cache(tmp_path) -> None:
 def test_service_that_can_never_serve_is_rejected(tmp_path) -> None:
     doc = yaml.safe_load(EXAMPLE.read_text())
     for v in doc["services"][0]["variants"]:
-        v["min_replicas"] = v["max_replicas"] = 0
+        v["min_replicas"] = v["max_replicas"] = v["initial_replicas"] = 0
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(ConfigError, match=r"services\[llama-3.1-8b\]: every variant has max_replicas"):
@@ -322,3 +322,45 @@ def test_settings_that_switch_control_off_are_rejected(tmp_path, where: str, key
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(ConfigError, match=message):
         load_config(path)
+
+
+# ------------------------------------------------------------------------------------ what vLLM or Kubernetes refuse
+@pytest.mark.parametrize(("edit", "key", "needle"), [
+    (lambda d: variant_named(d, "h100").update(gpu="A100-80GB"), "variants[h100].gpu",
+     "'A100-80GB', but profile 'llama-3-8b/h100-sxm' was measured on H100-SXM"),
+    (lambda d: variant_named(d, "h100").update(gpu="TPU-v5"), "variants[h100].gpu",
+     "unknown GPU 'TPU-v5'; known: A100-80GB, GH200, H100-SXM"),
+    (lambda d: variant_named(d, "gh200").update(initial_replicas=9), "variants[gh200]",
+     "initial_replicas (9) exceeds max_replicas/quota (4)"),
+    (lambda d: variant_named(d, "h100").update(price_per_gpu_hour="2.99"), "variants[h100].price_per_gpu_hour",
+     "a number is expected, got the string '2.99' (write it without quotes)"),
+    (lambda d: variant_named(d, "h100").update(max_replicas="40"), "variants[h100].max_replicas",
+     "a number is expected, got the string '40'"),
+    (lambda d: d["simulator"]["engine"].update(max_num_seqs=512, max_num_batched_tokens=256), "simulator.engine",
+     "max_num_batched_tokens (256) must be >= max_num_seqs (512)"),
+    (lambda d: variant_named(d, "h100").update(name='h"100'), "variants[h\"100].name",
+     "variant name 'h\"100' is not a Kubernetes DNS label"),
+    (lambda d: variant_named(d, "h100").update(name=""), "variants[0].name", "variant name '' is not"),
+    (lambda d: variant_named(d, "h100").update(name="H100"), "variants[H100].name", "not a Kubernetes DNS label"),
+    (lambda d: d["services"][0].update(name="llama 3"), "services[llama 3].name",
+     "service name 'llama 3' is not a Kubernetes DNS subdomain"),
+    (lambda d: d["services"][0].update(name="x" * 250), "services[" + "x" * 250 + "]",
+     "Deployment name"),
+])
+def test_values_vllm_or_kubernetes_would_refuse_are_errors_naming_the_key(tmp_path: Path, edit, key: str,
+                                                                          needle: str) -> None:
+    doc = example_doc()
+    edit(doc)
+    msg = load_error(write(tmp_path, doc))
+    assert key in msg and needle in msg, msg
+
+
+def test_a_name_with_a_newline_never_reaches_a_query() -> None:
+    # Refused as a name; a model name (free text) is escaped in PromQL instead.
+    from autoscaler.promql import quote
+
+    doc = example_doc()
+    variant_named(doc, "h100")["name"] = "h100\nx"
+    with pytest.raises(ConfigError, match="not a Kubernetes DNS label"):
+        parse_config(doc, "fleet.yaml")
+    assert quote('m"\n\\') == '"m\\"\\n\\\\"'

@@ -64,6 +64,18 @@ def test_hold_keeps_current_and_does_not_touch_state() -> None:
     assert st.last_scale_up_s is None
 
 
+def test_a_hold_stays_within_the_bounds_unless_the_counts_are_unknown() -> None:
+    svc = service(variant("a", 1.0, min_replicas=2), variant("b", 2.0, max_replicas=3))
+    st = GuardState()
+    g = guard(Decision({"a": 0, "b": 0}, "hold: x unknown", hold=True), {"a": 0, "b": 5}, svc, GCFG, st, 0.0,
+              weights=weights(svc))
+    assert g.replicas == {"a": 2, "b": 3} and g.limits == [Reason.TOO_FEW_REPLICAS, Reason.TOO_MANY_REPLICAS]
+    assert "a: kept at its minimum 2" in g.reason and "b: capped at 3" in g.reason
+    unknown = Decision({"a": 0, "b": 0}, "hold: replica count of a unknown", Reason.COUNTS_UNKNOWN, hold=True)
+    g = guard(unknown, {"a": 0, "b": 5}, svc, GCFG, GuardState(), 0.0, weights=weights(svc))
+    assert g.replicas == {"a": 0, "b": 5} and g.limits == []  # placeholders: nothing can be set
+
+
 def test_clamps_to_min_max_and_quota() -> None:
     svc = service(
         variant("a", 1.0, min_replicas=2, max_replicas=10),

@@ -340,7 +340,7 @@ def test_controller_holds_while_starting_replicas_cover_the_target(make_fleet) -
     # kp = 0: the output is the integral, frozen at 4w while replicas start -> 4 replicas: hold.
     d = PIDController(ctrl.pid, ctrl.tick_s, ctrl.window_s).decide(est, svc)
     assert d.desired == {"h100": 4}
-    assert d.reason.startswith("hold: slo_p95_ratio=1 vs setpoint 0.5")
+    assert d.reason.startswith("no change: slo_p95_ratio=1 vs setpoint 0.5") and not d.hold
     assert "waiting for 2 starting replica(s)" in d.reason
 
 

@@ -401,8 +401,8 @@ def test_dry_run_empty_prometheus_holds_with_warnings(fake: Callable[[Answer], F
         assert st["errors"] == [] and st["decision"]["hold"] is True
         assert all(v is None for v in st["signals"].values())
         assert any("no series match the selectors" in w for w in st["warnings"])
-        for var in st["variants"].values():
-            assert var["desired_replicas"] == var["current_replicas"]
+        for var in st["variants"].values():  # no Deployment series and no pod: unknown, never 0
+            assert var["current_replicas"] is None and var["desired_replicas"] is None
 
 
 # ============================================================================= backtest: bugs
@@ -485,7 +485,9 @@ def test_real_empty_prometheus_dry_run_and_backtest_hold(tmp_path: Path) -> None
         st = ticks_json(res)[0]["services"][SERVICE]
         assert st["errors"] == [] and st["decision"]["hold"] is True
         assert all(v is None for v in st["signals"].values())
-        assert all(v["desired_replicas"] == v["current_replicas"] for v in st["variants"].values())
+        assert all(v["desired_replicas"] is None and v["current_replicas"] is None for v in st["variants"].values())
+        table = invoke("dry-run", "--prometheus-url", prom.url, "--once")
+        assert table.exit_code == 0 and "? (?+?)" in table.stdout  # the table says unknown too
         now = int(time.time())
         res = invoke("backtest", "--prometheus-url", prom.url, "--start", str(now - 600), "--end", str(now),
                      "--json", "--out", str(tmp_path / "out"))

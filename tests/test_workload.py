@@ -483,3 +483,17 @@ def test_measured_figures_match_synthetic_constants(capsys: pytest.CaptureFixtur
     printed = capsys.readouterr().out
     assert "INPUT_MEAN_TOKENS = 1154.7" in printed
     assert "BLOCK_REUSE_FRACTION = 0.366" in printed
+
+
+def test_thinning_keeps_the_class_mix() -> None:
+    # Classes and thinning draw from the same seed but separate streams: thinned to 10 % or 50 %, the
+    # workload keeps ~20 % batch (with one stream, everything kept at 10 % would be batch).
+    from autoscaler.workload.classes import assign_classes
+    from autoscaler.workload.shaping import shape
+
+    wl = assign_classes(Workload([Request(arrival_s=i * 0.1, input_tokens=100, output_tokens=10)
+                                  for i in range(20_000)]), batch_fraction=0.2, seed=3)
+    for scale in (0.1, 0.5):
+        thin = shape(wl, rate_scale=scale, seed=3)
+        share = sum(r.request_class == "batch" for r in thin.requests) / len(thin.requests)
+        assert share == pytest.approx(0.2, abs=0.02), scale

@@ -2,9 +2,38 @@
 
 from __future__ import annotations
 
+import re
+import types
+from typing import Any, Union, get_args, get_origin
+
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 MAX_INT = 2**53  # integers beyond this lose precision as floats; no replica count or token limit is near it
+
+# Kubernetes object names (apimachinery validation, RFC 1123): a DNS label (<= 63, e.g. a variant, so
+# that "<service>-<variant>" stays a valid Deployment name) and a DNS subdomain (<= 253, e.g. a service).
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _numeric(annotation: Any) -> bool:
+    """True for ``int``, ``float`` and their optional forms."""
+    if annotation in (int, float):
+        return True
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return bool(args) and all(a in (int, float) for a in args)
+    return False
+
+
+def check_name(value: str, what: str, label: bool) -> str:
+    """``value`` if it is a Kubernetes DNS label (``label``) or subdomain, else ValueError naming ``what``."""
+    pattern, limit, kind = (DNS_LABEL, 63, "DNS label") if label else (DNS_SUBDOMAIN, 253, "DNS subdomain")
+    if not (pattern.fullmatch(value) and len(value) <= limit):
+        raise ValueError(f"{what} {value!r} is not a Kubernetes {kind} (lowercase letters, digits and '-'"
+                         f"{'' if label else ' and .'}, starting and ending with a letter or digit, at most "
+                         f"{limit} characters)")
+    return value
 
 
 class Strict(BaseModel):
@@ -20,5 +49,8 @@ class Strict(BaseModel):
         # a 400-digit integer validates as int but overflows the float arithmetic of the controllers
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
             raise ValueError(f"an integer of {len(str(abs(value)))} digits is too large (at most 2**53)")
+        # pydantic's lax mode also reads "2.99" as 2.99: a quoted number is a typo worth naming
+        if isinstance(value, str) and info.field_name and _numeric(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"a number is expected, got the string {value!r} (write it without quotes)")
         return value
 

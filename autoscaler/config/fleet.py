@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from autoscaler.config.base import Strict
+from autoscaler.config.base import Strict, check_name
 from autoscaler.config.control import ControllerConfig
 from autoscaler.config.prometheus import PrometheusConfig
 from autoscaler.config.simulator import SimulatorConfig
@@ -72,10 +72,17 @@ class Variant(Strict):
         """$/replica-hour = GPUs per replica x $/GPU-hour."""
         return self.gpus_per_replica * self.price_per_gpu_hour
 
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, v: str) -> str:
+        return check_name(v, "variant name", label=True)
+
     @model_validator(mode="after")
     def _bounds(self) -> Variant:
         if self.min_replicas > self.cap:
             raise ValueError(f"min_replicas ({self.min_replicas}) exceeds max_replicas/quota ({self.cap})")
+        if self.initial_replicas is not None and self.initial_replicas > self.cap:
+            raise ValueError(f"initial_replicas ({self.initial_replicas}) exceeds max_replicas/quota ({self.cap})")
         return self
 
 
@@ -115,6 +122,11 @@ class Service(Strict):
     variants: list[Variant] = Field(min_length=1)
     typical_request: TypicalRequest = TypicalRequest()
 
+    @field_validator("name")
+    @classmethod
+    def _dns_subdomain(cls, v: str) -> str:
+        return check_name(v, "service name", label=False)
+
     @field_validator("slo")
     @classmethod
     def _classes(cls, v: dict[str, SLO]) -> dict[str, SLO]:
@@ -131,6 +143,8 @@ class Service(Strict):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"duplicate variant name(s): {', '.join(sorted(dup))}")
+        for n in names:  # the variant's Deployment is "<service>-<variant>"
+            check_name(f"{self.name}-{n}", "Deployment name", label=False)
         return self
 
 

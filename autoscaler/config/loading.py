@@ -14,6 +14,7 @@ from autoscaler.config.fleet import FleetConfig
 from autoscaler.errors import ConfigError
 from models.capacity import marginal_costs
 from models.profiles import get_profile, list_profiles
+from models.profiles.specs import GPUS
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -71,15 +72,24 @@ def parse_config(data: object, source: str = "<fleet>") -> FleetConfig:
 
 
 def _check_profiles(cfg: FleetConfig, source: str) -> None:
-    """Every variant names a known profile, and every ITL objective is above its fixed step time."""
+    """Every variant names a known GPU and a known profile measured on that GPU, and every ITL objective
+    is above the profile's fixed step time."""
     known = list_profiles()
+    gpus = {key.upper(): key for key in GPUS}
     for s in cfg.services:
         for v in s.variants:
+            where = f"{source}: services[{s.name}].variants[{v.name}]"
+            if v.gpu.upper() not in gpus:
+                raise ConfigError(f"{where}.gpu: unknown GPU '{v.gpu}'; known: {', '.join(sorted(gpus))}")
             if v.profile not in known:
                 raise ConfigError(
-                    f"{source}: services[{s.name}].variants[{v.name}].profile: unknown performance "
-                    f"profile '{v.profile}' (GPU {v.gpu}); known: {', '.join(known)}"
+                    f"{where}.profile: unknown performance profile '{v.profile}' (GPU {v.gpu}); "
+                    f"known: {', '.join(known)}"
                 )
+            measured = get_profile(v.profile).gpu
+            if gpus[v.gpu.upper()] != measured:
+                raise ConfigError(f"{where}.gpu: '{v.gpu}', but profile '{v.profile}' was measured on "
+                                  f"{measured.upper()}")
             t0 = marginal_costs(get_profile(v.profile))[0]
             for cls, slo in s.slo.items():
                 if slo.itl_s <= t0:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from autoscaler.config.base import Strict
 
@@ -22,6 +22,14 @@ class EngineConfig(Strict):
     max_num_seqs: int = Field(default=256, ge=1)
     max_num_batched_tokens: int = Field(default=8192, ge=16)
     block_size: int = Field(default=16, ge=1)
+
+    @model_validator(mode="after")
+    def _budget(self) -> EngineConfig:
+        # vLLM refuses to start when a step's token budget cannot hold one token per running sequence.
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
+                             f"({self.max_num_seqs}), as vLLM requires")
+        return self
 
 
 class Crash(Strict):

@@ -1,7 +1,8 @@
 """Guard stage: safety rules between a controller's decision and the actuator.
 
 Rules, in order: hold everything when the controller could not decide (missing data is never
-read as zero); clamp each variant to ``[min_replicas, min(max_replicas, quota)]``; no scale-down
+read as zero), within each variant's bounds; clamp each variant to ``[min_replicas,
+min(max_replicas, quota)]``; no scale-down
 within ``scale_down_cooldown_s`` of the service's last scale-up; at most ``max_step_up`` replicas
 added and ``max_step_down`` removed per tick (summed over variants: additions go to the variants
 with the lowest cost per unit of capacity first, removals to the highest first, as in
@@ -37,14 +38,16 @@ class Guarded:
 
 def clamp(decision: Decision, current: dict[str, int], svc: Service) -> Guarded:
     """The decision clamped to each variant's bounds (the only rule for a controller with its own
-    guard); the current replicas when it holds."""
-    if decision.hold:
+    guard). A hold keeps the current replicas, brought within the bounds too (a variant below its
+    minimum goes up to it, one above its cap comes down to it, named), unless the counts themselves
+    are unknown (``Reason.COUNTS_UNKNOWN``: nothing can be set)."""
+    if decision.hold and decision.code is Reason.COUNTS_UNKNOWN:
         return Guarded(dict(current), decision.reason)
     out: dict[str, int] = {}
     limits: list[Reason] = []
     notes = [decision.reason]
     for v in svc.variants:
-        want = decision.desired.get(v.name, current[v.name])
+        want = current[v.name] if decision.hold else decision.desired.get(v.name, current[v.name])
         out[v.name] = min(max(want, v.min_replicas), v.cap)
         if want > v.cap:
             limits.append(Reason.TOO_MANY_REPLICAS)
@@ -70,6 +73,8 @@ def guard(
     """
     bounded = clamp(decision, current, svc)
     if decision.hold:
+        if any(n > current[k] for k, n in bounded.replicas.items()):
+            state.last_scale_up_s = now
         return bounded
     reasons = [bounded.reason]
     limits = list(bounded.limits)

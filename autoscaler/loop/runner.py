@@ -191,8 +191,10 @@ class ControlLoop:
                 admission = self.admission.publish(svc.name, decision.admission)
                 if not admission.ok:
                     self._count(svc.name, "admission", admission)
-            record.services[svc.name] = ServiceTick(est, decision, applied, guarded.reason, guarded.limits,
-                                                    results, admission)
+            reason = guarded.reason
+            if applied == current and decision.code in (Reason.SCALE_UP, Reason.SCALE_DOWN):
+                reason = f"no change: {reason}"  # asked for, but cut by the guard or a failed write
+            record.services[svc.name] = ServiceTick(est, decision, applied, reason, guarded.limits, results, admission)
         return record
 
 

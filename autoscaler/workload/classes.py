@@ -2,8 +2,11 @@
 
 Class rule (``assign_classes``): a request's *unit* is its workflow if it has one, else the request
 itself. Units are taken in order of their first request (by arrival), and
-``np.random.default_rng(seed).random(n_units) < batch_fraction`` marks the batch ones; every request of
-a unit gets that unit's class, so a conversation is wholly interactive or wholly batch. The default
+``np.random.default_rng((seed, CLASS_STREAM)).random(n_units) < batch_fraction`` marks the batch ones;
+every request of a unit gets that unit's class, so a conversation is wholly interactive or wholly
+batch. The stream is its own (``CLASS_STREAM``): drawn from the seed alone, the same numbers would
+also decide which units rate thinning keeps (``shaping``), and a trace thinned to 10 % would keep
+only batch requests. The default
 20 % batch / 80 % interactive split and the priorities (interactive 1, batch 0) are assumptions, not
 measurements: none of the public traces labels request classes.
 
@@ -43,6 +46,11 @@ from autoscaler.workload.types import BATCH, INTERACTIVE, Request, Workload
 SHARED_MIN_FRACTION = 0.01  # see the workflow rule: ids in >= 1 % of requests are a common prompt
 
 
+# Independent random streams per use of a seed (numpy seeds a generator from the tuple's entropy).
+CLASS_STREAM = 1
+SHAPE_STREAM = 2
+
+
 def unit_index(requests: list[Request]) -> np.ndarray:
     """Index of each request's unit (its workflow, else itself), numbered by first appearance."""
     seen: dict[tuple[str, int], int] = {}
@@ -78,7 +86,7 @@ def assign_classes(
         raise ValueError(f"priorities must be >= 0, got {interactive_priority} and {batch_priority}")
     units = unit_index(workload.requests)
     n_units = int(units.max()) + 1 if len(units) else 0
-    is_batch = np.random.default_rng(seed).random(n_units) < batch_fraction
+    is_batch = np.random.default_rng((seed, CLASS_STREAM)).random(n_units) < batch_fraction
     requests = [
         dataclasses.replace(
             r,

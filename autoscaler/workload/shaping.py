@@ -1,6 +1,7 @@
 """Rate shaping: speed a workload up or down in time, and thin or multiply its request rate.
 
-Rules (all randomness from ``np.random.default_rng(seed)``; same input and seed -> same output):
+Rules (all randomness from ``np.random.default_rng((seed, classes.SHAPE_STREAM))``, a stream of its own;
+same input and seed -> same output):
     * Units: a request's unit is its workflow if it has one, else the request itself. Thinning and
       jitter act on whole units, so a kept conversation keeps all its steps, in order.
     * ``time_scale``: every arrival is multiplied by it (0.5 = the same requests in half the time,
@@ -27,7 +28,7 @@ import math
 
 import numpy as np
 
-from autoscaler.workload.classes import SHARED_MIN_FRACTION, shared_ids, unit_index
+from autoscaler.workload.classes import SHAPE_STREAM, SHARED_MIN_FRACTION, shared_ids, unit_index
 from autoscaler.workload.types import Request, Workload
 
 
@@ -80,7 +81,7 @@ def shape(
         if rate_scale > whole:
             plan.append((whole, rate_scale - whole))
 
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng((seed, SHAPE_STREAM))
     out: list[Request] = []
     for k, keep_p in plan:
         keep = rng.random(n_units) < keep_p if keep_p < 1 else np.ones(n_units, dtype=bool)
