@@ -401,11 +401,15 @@ def backtest(
     if json_output:
         console.print_json(json.dumps(summary))
         return
-    t = Table(title=f"backtest {start} .. {end} every {dt:g} s", show_header=True)
+    from datetime import UTC, datetime
+
+    span = " .. ".join(f"{datetime.fromtimestamp(x, UTC):%Y-%m-%d %H:%M:%S}" for x in (t0, t1))
+    t = Table(title=f"backtest {span} UTC every {dt:g} s", show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
     for k, v in summary.items():
-        t.add_row(k.replace("_", " "), str(v))
+        value = ", ".join(f"{kind} {n}" for kind, n in sorted(v.items())) if isinstance(v, dict) else str(v)
+        t.add_row(k.replace("_", " "), value)
     console.print(t)
     console.print(f"wrote {out / 'timeline.csv'}" + (f" and {out / 'timeline.png'}" if plot else ""))
 

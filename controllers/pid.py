@@ -27,6 +27,10 @@ during that time would ask for it again, so positive errors are not integrated w
   band (the output falls back to the integral), and each round trip pays for a replica's start-up.
 * It never moves against the error's sign: no scale-up while the measurement is at or below the
   setpoint, no scale-down while above it (the integral or an earlier P term can point the other way).
+  Holding then sets the integral so that the output is the fleet (bumpless: ``I = capacity - P - D``):
+  an integral left below the fleet while the error is positive would turn the first negative error
+  into a scale-down of several replicas at once, and one reset to the fleet would let the same
+  positive P term ask for more on the next tick while replicas are still starting.
 * Overload: with the error at ``error_clip`` the latency no longer says how much capacity is missing,
   the queue does. Arrivals are estimated as the completion rate plus the queue's growth over the
   last ``OVERLOAD_LOOKBACK_S``, and the target is at least the ready capacity scaled by arrivals
@@ -231,6 +235,8 @@ class PIDController(Controller):
             desired, change = dict(current), 0.0
         if terms.error == 0:
             state = replace(state, integral=est.capacity_rps)
+        elif against:
+            state = replace(state, integral=min(max(est.capacity_rps - terms.p - terms.d, out_min), out_max))
         self.states[svc.name] = state
         verb = "scale up" if change > 0 else "scale down" if change < 0 else "no change"
         reason = f"{verb}: {pid.setpoint_signal}={y:.3g} vs setpoint {pid.setpoint:.3g}"

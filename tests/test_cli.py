@@ -181,3 +181,59 @@ def test_config_error_names_list_items_verbatim(tmp_path: Path) -> None:
 def test_config_error_with_a_newline_in_a_name_stays_one_line(tmp_path: Path) -> None:
     line = simulate_with_edited_fleet(tmp_path, "profile: llama-3-8b/h100-sxm", 'profile: "nope\\nline2"')
     assert "unknown performance profile 'nope\\nline2'" in line
+
+
+# ------------------------------------------------------------------------------------ output a person reads
+def test_flags_show_no_value_in_help() -> None:
+    out = CliRunner().invoke(app, ["simulate", "--help"], terminal_width=100).stdout
+    plot = next(ln for ln in out.splitlines() if "--plot" in ln)
+    assert "<bool>" not in plot and "Write timeline.png." in plot
+
+
+def test_progress_is_a_line_per_tenth_when_not_a_terminal(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["simulate", "--trace", str(azure_csv(tmp_path / "t.csv")),
+                                   "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("simulating")]
+    assert [ln.rsplit(" ", 1)[1] for ln in lines] == [f"{p}%" for p in range(10, 101, 10)]
+
+
+def test_an_interrupted_run_exits_130_and_leaves_no_old_results(tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "o"
+    trace = str(azure_csv(tmp_path / "t.csv"))
+    assert CliRunner().invoke(app, ["simulate", "--trace", trace, "--out", str(out)]).exit_code == 0
+    assert (out / "results.json").is_file()
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("autoscaler.simulate.run_simulation", interrupt)
+    res = CliRunner().invoke(app, ["simulate", "--trace", trace, "--out", str(out)])
+    assert res.exit_code == 130
+    assert res.stderr.startswith("interrupted: no results written to")
+    assert not (out / "results.json").exists() and not (out / "timeline.csv").exists()
+
+
+def test_results_are_written_atomically(tmp_path: Path, monkeypatch) -> None:
+    # A write that fails half-way leaves no file under the final name and no temporary file behind.
+    from autoscaler import files
+
+    target = tmp_path / "results.json"
+    with pytest.raises(RuntimeError), files.atomic(target) as tmp:
+        tmp.write_text('{"half": ')
+        raise RuntimeError("disk full")
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+    files.write_text(target, "{}\n")
+    assert target.read_text() == "{}\n" and [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_a_trace_spanning_a_year_is_a_warning_with_its_cost(tmp_path: Path) -> None:
+    trace = azure_csv(tmp_path / "t.csv", n=20)
+    with trace.open("a") as f:
+        f.write("2024-11-16 18:16:00.0000000,300,20\n")  # one row a year late
+    res = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    line = next(ln for ln in res.stderr.splitlines() if ln.startswith("warning:"))
+    # the example fleet's minimum is one GH200 ($1.49/h) for 366 days (2024 is a leap year)
+    assert "arrivals span 366.0 days (a gap of 366.0 days after request 20)" in line
+    assert "at least 8,784 GPU-hours ($13,088) at its minimum replicas" in line

@@ -117,9 +117,20 @@ def test_cli_backtest_writes_the_simulate_timeline_and_plot(history: History, tm
     summary = json.loads(res.stdout)
     assert summary["ticks"] == (300 - 60) // 15 + 1 and summary["query_failures"] == 0
     with (tmp_path / "timeline.csv").open() as f:
-        header = next(csv.reader(f))
-    assert header == list(timeline_rows(history.run)[0])
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == list(timeline_rows(history.run)[0])
+    # the summary counts what the rows say
+    kinds = [r["decision"] for r in rows]
+    assert summary["decisions"] == {k: kinds.count(k) for k in set(kinds)}
+    assert sum(summary["decisions"].values()) == summary["ticks"] == len(rows)
+    assert summary["scale_changes"] == kinds.count("scale_up") + kinds.count("scale_down")
+    assert summary["holds"] == sum(k in ("warming_up", "signal_unknown", "metrics_error", "counts_unknown")
+                                   for k in kinds)
     assert (tmp_path / "timeline.png").stat().st_size > 0
+    table = CliRunner().invoke(app, ["backtest", "--prometheus-url", history.prom.url, "--config",
+                                     str(history.config_file), "--start", str(start), "--end", str(end),
+                                     "--out", str(tmp_path / "t")])
+    assert "UTC" in table.stdout and str(start) not in table.stdout.split("\n")[0]  # a date, not unix seconds
 
 
 @pytest.mark.parametrize(("args", "message"), [
