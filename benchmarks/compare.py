@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,15 @@ def main() -> None:
         sc = yaml.safe_load((SCENARIOS / f"{name}.yaml").read_text())
         t = time.perf_counter()
         wl = scenario_workload(sc, args.data)
-        comp = run_compare(cfg, wl, sc["controllers"], workers=args.workers)
+        total = len(sc["controllers"])
+        finished: list[str] = []
+
+        def done(row: dict[str, Any], total: int = total, finished: list[str] = finished, name: str = name) -> None:
+            finished.append(row["controller"])
+            print(f"{name}: {len(finished)}/{total} done ({row['controller']}, {row['wall_s']:.0f} s)",
+                  file=sys.stderr, flush=True)
+
+        comp = run_compare(cfg, wl, sc["controllers"], workers=args.workers, done=done)
         write_comparison(comp, cfg, None, args.out / name)
         scale = f", rate x{sc['rate_scale']:g}" if "rate_scale" in sc else ""
         print(f"\n### {name}: {len(wl.requests)} requests ({sc.get('trace', 'synthetic ' + sc.get('synthetic', ''))}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -34,10 +35,11 @@ def main() -> None:
     for scale in args.rate_scale:
         wl = build_workload(trace, None, scale, 1.0, 0, 0.2)
         rates, walls = [], []
-        for _ in range(args.repeat):
+        for k in range(args.repeat):
             t = time.perf_counter()
             run_simulation(cfg, wl, "pid")
             wall = time.perf_counter() - t
+            print(f"x{scale:g}: run {k + 1}/{args.repeat} {wall:.2f} s", file=sys.stderr, flush=True)
             walls.append(wall)
             rates.append(len(wl.requests) / wall)
         row = {

@@ -124,3 +124,15 @@ def test_paced_served_run_decides_as_the_plain_run(tmp_path: Path) -> None:
 def test_speed_without_serve_metrics_exits_2() -> None:
     res = CliRunner().invoke(app, ["simulate", "--speed", "10"])
     assert res.exit_code == 2 and "--speed needs --serve-metrics" in res.stderr
+
+
+def test_the_example_scrape_config_is_valid() -> None:
+    import subprocess
+
+    from promserver import PROMTOOL, require
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "prometheus.yml"
+    res = subprocess.run([require(PROMTOOL), "check", "config", str(example)], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "127.0.0.1:9400" in example.read_text()  # the address its header serves the simulator at
