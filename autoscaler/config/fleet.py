@@ -181,7 +181,7 @@ class FleetConfig(Strict):
 
     @model_validator(mode="after")
     def _crash_targets(self) -> FleetConfig:
-        variants = {s.name: {v.name for v in s.variants} for s in self.services}
+        variants = self.variant_names()
         for i, c in enumerate(self.simulator.crashes):
             svc = c.service or self.services[0].name
             if svc not in variants:
@@ -195,7 +195,7 @@ class FleetConfig(Strict):
 
     @model_validator(mode="after")
     def _selector_names(self) -> FleetConfig:
-        variants = {s.name: {v.name for v in s.variants} for s in self.services}
+        variants = self.variant_names()
         for name, sel in self.prometheus.selectors.items():
             if name not in variants:
                 raise ValueError(f"prometheus.selectors: unknown service '{name}'")
@@ -203,6 +203,10 @@ class FleetConfig(Strict):
             if unknown:
                 raise ValueError(f"prometheus.selectors[{name}]: unknown variant(s) {', '.join(unknown)}")
         return self
+
+    def variant_names(self) -> dict[str, set[str]]:
+        """Variant names per service name."""
+        return {s.name: {v.name for v in s.variants} for s in self.services}
 
     def service(self, name: str | None = None) -> Service:
         """The named service (the first when ``name`` is None); KeyError if unknown."""
