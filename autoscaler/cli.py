@@ -198,7 +198,7 @@ def simulate(
     else:
         console.print(results_table(res))
         console.print(f"wrote {out / 'results.json'} and {out / 'timeline.csv'}"
-                      + (f" and {out / 'timeline.png'}" if plot else ""))
+                      + (f" and {out / 'timeline.png'}" if plot else ""), highlight=False, soft_wrap=True)
 
 
 def _served_simulation(cfg: FleetConfig, controller: str, service: str | None, address: str, speed: float,
@@ -281,7 +281,7 @@ def _prometheus(cfg: FleetConfig, url: str | None) -> Any:
 def dry_run(
     prometheus_url: Annotated[str | None, typer.Option(help="Prometheus base URL (default: prometheus.url).")] = None,
     config: Annotated[Path | None, typer.Option(help="Fleet YAML file (default: the embedded example fleet).")] = None,
-    once: Annotated[bool, typer.Option("--once", help="Decide once and exit.")] = False,
+    once: Annotated[bool, typer.Option("--once", help="Decide once and exit.", metavar="")] = False,
     interval: Annotated[float | None, typer.Option(help="Wall seconds between ticks (default: tick_s / speed).")
                         ] = None,
     ticks: Annotated[int | None, typer.Option(help="Stop after this many ticks (default: run until Ctrl-C).")] = None,
@@ -369,8 +369,8 @@ def backtest(
     step: Annotated[float | None, typer.Option(help="Seconds between ticks (default: the controller's tick).")] = None,
     service: Annotated[str | None, typer.Option(help="Service to plot (default: first).")] = None,
     out: Annotated[Path, typer.Option(help="Directory for timeline.csv and timeline.png.")] = Path("out"),
-    plot: Annotated[bool, typer.Option("--plot", help="Write timeline.png.")] = False,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    plot: Annotated[bool, typer.Option("--plot", help="Write timeline.png.", metavar="")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.", metavar="")] = False,
     controller: Annotated[str, typer.Option(
         help=f"Controller spec NAME[:key=value...]; NAME is one of {', '.join(NAMES)}.")] = "pid",
 ) -> None:
@@ -411,7 +411,8 @@ def backtest(
         value = ", ".join(f"{kind} {n}" for kind, n in sorted(v.items())) if isinstance(v, dict) else str(v)
         t.add_row(k.replace("_", " "), value)
     console.print(t)
-    console.print(f"wrote {out / 'timeline.csv'}" + (f" and {out / 'timeline.png'}" if plot else ""))
+    console.print(f"wrote {out / 'timeline.csv'}" + (f" and {out / 'timeline.png'}" if plot else ""),
+                  highlight=False, soft_wrap=True)
 
 
 
@@ -425,7 +426,8 @@ def compare(
                                                "default: the embedded synthetic workload.")] = None,
     trace_format: Annotated[str | None, typer.Option(help="azure | mooncake (default: detected).")] = None,
     controllers: Annotated[str, typer.Option(help="Comma-separated controllers or baseline specs "
-                                             "(name:key=value...).")] = DEFAULT_COMPARE,
+                                             f"(name:key=value...). Default: {DEFAULT_COMPARE.replace(',', ', ')}.",
+                                             show_default=False)] = DEFAULT_COMPARE,
     rate_scale: Annotated[float, typer.Option(help="Thin (<1) or superpose jittered copies (>1).")] = 1.0,
     time_scale: Annotated[float, typer.Option(help="Multiply arrival times (0.5 = twice as fast).")] = 1.0,
     batch_fraction: Annotated[

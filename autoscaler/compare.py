@@ -217,11 +217,11 @@ def legend(rows: Sequence[dict[str, Any]]) -> list[str]:
     """The lines printed under the table: what ``ratio``, ``*`` and ``osc./h`` mean."""
     floor = rows[0]["attainment_floor"] if rows else DEFAULT_FLOOR
     ref = "the oracle" if any(r["controller"] == REFERENCE for r in rows) else "the cheapest ranked row"
-    lines = [f"ratio: cost per successful request over {ref}; only rows reaching {floor:.1%} interactive SLO "
-             "attainment are ranked.",
+    lines = [f"ratio: cost per successful request over {ref};",
+             f"  only rows reaching {floor:.1%} interactive SLO attainment are ranked.",
              "osc./h: changes of scaling direction (up after down or down after up) per simulated hour."]
     if any(not r["meets_attainment_floor"] for r in rows):
-        lines.insert(1, f"*: below the {floor:.1%} floor, not ranked.")
+        lines.insert(2, f"*: below the {floor:.1%} floor, not ranked.")
     return lines
 
 

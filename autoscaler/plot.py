@@ -54,8 +54,8 @@ def _latency(ax: Axes, svc: Service, rows: list[dict[str, Any]], t: list[float])
     slo = svc.slo["interactive"]
     ax.plot(t, [r["ttft_p95_s"] for r in rows], color="tab:red", lw=0.9, label="p95 TTFT")
     ax.axhline(slo.ttft_s, color="tab:red", ls=":", lw=0.9, label="TTFT SLO")
-    ax.plot(t, [r["tpot_p95_s"] for r in rows], color="tab:blue", lw=0.9, label="p95 TPOT")
-    ax.axhline(slo.itl_s, color="tab:blue", ls=":", lw=0.9, label="ITL SLO (per-request mean)")
+    ax.plot(t, [r["tpot_p95_s"] for r in rows], color="tab:blue", lw=0.9, label="p95 of requests' mean TPOT")
+    ax.axhline(slo.itl_s, color="tab:blue", ls=":", lw=0.9, label="ITL SLO (a request's mean)")
     ax.set_yscale("log")
     ax.set_ylabel("latency (s)")
 

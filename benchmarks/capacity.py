@@ -102,7 +102,7 @@ def measure(name: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES), metavar="NAME")
     ap.add_argument("--json", action="store_true", help="print one JSON object per case")
     args = ap.parse_args()

@@ -47,7 +47,7 @@ def scenario_workload(sc: dict[str, Any], data: Path) -> Workload:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("scenarios", nargs="*", help="scenario names (default: all in benchmarks/scenarios)")
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "compare")

@@ -510,7 +510,7 @@ def print_cache(data: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--bin-s", type=float, default=15.0, help="bin width for the per-request traces, seconds")
     ap.add_argument("--json", action="store_true", help="print the forecast rows as one JSON list")

@@ -56,7 +56,7 @@ def _run(job: tuple[str, object, argparse.Namespace]) -> tuple[str, float, float
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--trace", type=Path,
                     default=ROOT.parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl")
     ap.add_argument("--rate-scale", type=float, default=6.0)

@@ -56,7 +56,7 @@ def _run(job: Job) -> tuple[str, str, dict[str, float | str], float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--signal", nargs="+", default=["slo_mean_ratio"])
     ap.add_argument("--setpoint", type=float, nargs="+", default=[0.3])
