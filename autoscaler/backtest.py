@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,10 +23,11 @@ from typing import Any
 
 from prometheus_api_client import PrometheusConnect
 
-from autoscaler.adapters.prometheus import PrometheusSource, redact
+from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.config import FleetConfig
 from autoscaler.loop.runner import ControlLoop, TickRecord
 from autoscaler.timeline import tick_row, write_timeline_csv
+from autoscaler.urls import redact
 from controllers.registry import build
 
 # Prometheus refuses range queries of more than 11,000 points per series (web/api/v1/api.go).
@@ -112,6 +114,9 @@ class RangeRunner:
         return [{"metric": m, "value": [t, values[t]]} for m, values in cached[1] if t in values]
 
 
+OUTPUTS = ("timeline.csv", "timeline.png")
+
+
 @dataclass
 class BacktestRun:
     """A replayed range: the loop's records at ``start + time_s``."""
@@ -122,12 +127,14 @@ class BacktestRun:
     step: int
     range_queries: int
     controller: str = "pid"
+    warnings: list[str] = field(default_factory=list)
 
 
 def run_backtest(cfg: FleetConfig, client: PrometheusConnect, start: float, end: float, step: float,
                  controller: str = "pid") -> BacktestRun:
     """Replay the loop over ``[start, end]`` every ``step`` seconds with ``controller`` (a registry
-    spec, built without a trace; see the module docstring).
+    spec, built without a trace; see the module docstring). ``warnings`` holds each distinct source
+    warning (no series match the selectors, pods ignored) with the number of ticks it was given on.
 
     Raises:
         ValueError: a bad range (``check_range``) or controller spec.
@@ -140,8 +147,12 @@ def run_backtest(cfg: FleetConfig, client: PrometheusConnect, start: float, end:
     source = PrometheusSource(cfg, runner, clock=lambda now: t0 + now, window_s=ctrl.window_s)
     loop = ControlLoop(cfg, source, None, ctrl)
     loop.start(-ctrl.window_s)  # the range has history before its start
-    ticks = [loop.tick(float(k * dt)) for k in range(n)]
-    return BacktestRun(cfg, ticks, t0, dt, runner.queries, ctrl.name)
+    ticks, seen = [], Counter[str]()
+    for k in range(n):
+        ticks.append(loop.tick(float(k * dt)))
+        seen.update({w for lines in source.warnings.values() for w in lines})
+    warnings = [f"{count} of {n} ticks: {w}" for w, count in seen.items()]
+    return BacktestRun(cfg, ticks, t0, dt, runner.queries, ctrl.name, warnings)
 
 
 def timeline_rows(run: BacktestRun) -> list[dict[str, Any]]:

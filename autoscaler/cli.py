@@ -16,9 +16,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from autoscaler import files
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import default_config, load_config
-from autoscaler.errors import AutoscalerError
+from autoscaler.errors import AutoscalerError, Terminated
 from autoscaler.workload.build import DEFAULT_BATCH_FRACTION, build_workload
 from controllers.registry import NAMES
 
@@ -37,20 +38,6 @@ def _fail(msg: str) -> typer.Exit:
     one_line = msg.replace("\r", "\\r").replace("\n", "\\n")  # a name may hold a newline; the error stays one line
     err_console.print(f"[bold red]error:[/] {escape(one_line)}", highlight=False, soft_wrap=True)
     return typer.Exit(2)
-
-
-def prepare_out(out: Path) -> None:
-    """Create the output directory before any long work, so a bad ``--out`` fails at once.
-
-    Raises:
-        ValueError: ``out`` exists and is not a directory, or cannot be created.
-    """
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out}: exists and is not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"--out {out}: cannot create directory: {exc.strerror}") from None
 
 
 def _load_cfg(config: Path | None) -> FleetConfig:
@@ -92,11 +79,16 @@ class _Progress:
             self.bar.__exit__(None, None, None)
 
 
-def _interrupted(out: Path) -> typer.Exit:
+def _interrupted(out: Path, names: tuple[str, ...], exc: KeyboardInterrupt) -> typer.Exit:
+    """Remove what the run had written of its outputs, say so, and exit 130 (Ctrl-C) or 143 (SIGTERM)."""
+    try:
+        files.clear(out, names)
+    except ValueError as err:
+        _warn(str(err))
     err_console.print(f"[bold red]interrupted:[/] no results written to {escape(str(out))} (the files an earlier "
                       "run left there under the same names were removed when this one started)", highlight=False,
                       soft_wrap=True)
-    return typer.Exit(130)
+    return typer.Exit(143 if isinstance(exc, Terminated) else 130)
 
 
 def _fmt(x: Any, spec: str = ".3f") -> str:
@@ -161,11 +153,11 @@ def simulate(
         help="With --serve-metrics: simulated seconds per wall second (default 1).")] = None,
 ) -> None:
     """Run the control loop on a trace against the embedded fleet simulator."""
-    from autoscaler import files
     from autoscaler.report import OUTPUTS, write_outputs
     from autoscaler.simulate import long_run_warning, run_simulation
     from controllers.registry import parse_spec
 
+    names = (*OUTPUTS, "realtime.json")
     try:
         if seed < 0:
             raise ValueError(f"--seed must be >= 0, got {seed}")
@@ -175,10 +167,11 @@ def simulate(
         if service is not None and service not in {s.name for s in cfg.services}:
             raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
         parse_spec(controller)  # a bad spec fails before the trace is read
-        prepare_out(out)
-        files.clear(out, (*OUTPUTS, "realtime.json"))
+        files.check_writable(out)
+        files.clear(out, names)
         if serve_metrics is not None:
-            res = _served_simulation(cfg, controller, service, serve_metrics, speed or 1.0, out, plot, json_output,
+            res = _served_simulation(cfg, controller, service, serve_metrics, 1.0 if speed is None else speed, out,
+                                     plot, json_output,
                                      lambda: build_workload(trace, trace_format, rate_scale, time_scale, seed,
                                                             batch_fraction))
         else:
@@ -189,8 +182,8 @@ def simulate(
             with _Progress(f"simulating {len(wl.requests)} requests, {controller}", not json_output) as bar:
                 run = run_simulation(cfg, wl, controller, service, progress=bar.update)
             res = write_outputs(run, out, plot=plot)
-    except KeyboardInterrupt:
-        raise _interrupted(out) from None
+    except KeyboardInterrupt as exc:
+        raise _interrupted(out, names, exc) from None
     except (AutoscalerError, ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
     if json_output:
@@ -218,7 +211,10 @@ def _served_simulation(cfg: FleetConfig, controller: str, service: str | None, a
     except ValueError as exc:
         raise ValueError(f"--serve-metrics {address}: {exc}") from None
     registry = CollectorRegistry()
-    server = serve(registry, address)
+    try:
+        server = serve(registry, address)
+    except OSError as exc:
+        raise ValueError(f"--serve-metrics {address}: {exc.strerror or exc}") from None
     try:
         err_console.print(f"serving metrics at http://{host}:{server.port}/metrics at {speed:g}x real time",
                           highlight=False)
@@ -339,12 +335,17 @@ def _dry_run_ticks(cfg: FleetConfig, ctrl: Any, prometheus_url: str | None, once
     run = DryRun(cfg, PrometheusSource(cfg, LiveRunner(client), speed=speed, window_s=ctrl.window_s), ctrl, speed)
     try:
         server = serve(run.metrics.registry, serve_metrics) if serve_metrics else None
-    except (ValueError, OSError) as exc:
+    except ValueError as exc:
         raise _fail(f"--serve-metrics {serve_metrics}: {exc}") from None
+    except OSError as exc:
+        raise _fail(f"--serve-metrics {serve_metrics}: {exc.strerror or exc}") from None
+    done, failed = [0], [0]
 
     def tick() -> None:
         record = run.tick()
         wall = time.time()
+        done[0] += 1
+        failed[0] += any(st.estimate.errors for st in record.services.values())
         if output == "json":
             typer.echo(json.dumps(tick_json(run, record, wall)))
         else:
@@ -353,11 +354,17 @@ def _dry_run_ticks(cfg: FleetConfig, ctrl: Any, prometheus_url: str | None, once
 
     try:
         run_every(interval if interval is not None else ctrl.tick_s / speed, tick, 1 if once else ticks)
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt as exc:
+        err_console.print(f"[bold red]interrupted:[/] dry-run stopped after {done[0]} tick(s)", highlight=False)
+        raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
     finally:
         if server is not None:
             server.close()
+    if failed[0]:
+        # A bounded run (--once, --ticks) whose queries failed did not show what the loop would do.
+        err_console.print(f"[bold red]error:[/] queries failed on {failed[0]} of {done[0]} tick(s); the loop held "
+                          "there", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -377,7 +384,7 @@ def backtest(
     """Replay the decisions the loop would have made over a past range of a Prometheus's history."""
     import logging
 
-    from autoscaler.backtest import check_range, parse_time, run_backtest, write_outputs
+    from autoscaler.backtest import OUTPUTS, check_range, parse_time, run_backtest, write_outputs
     from controllers.registry import build
 
     try:
@@ -387,15 +394,20 @@ def backtest(
         t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")
         dt = build(controller, cfg).tick_s if step is None else step
         check_range(t0, t1, dt)  # bad input exits 2 before connecting, even to an unreachable server
-        prepare_out(out)
+        files.check_writable(out)
+        files.clear(out, OUTPUTS)
     except (AutoscalerError, ValueError) as exc:
         raise _fail(str(exc)) from None
     with _StderrLog(logging.ERROR):
-        client = _prometheus(cfg, prometheus_url)
-        url = prometheus_url or cfg.prometheus.url or ""
         try:
+            client = _prometheus(cfg, prometheus_url)
+            url = prometheus_url or cfg.prometheus.url or ""
             run = run_backtest(cfg, client, t0, t1, dt, controller)
+            for warning in run.warnings:
+                _warn(warning)
             summary = write_outputs(run, out, url, service, plot=plot)
+        except KeyboardInterrupt as exc:
+            raise _interrupted(out, OUTPUTS, exc) from None
         except (ValueError, OSError) as exc:
             raise _fail(str(exc)) from None
     if json_output:
@@ -445,7 +457,6 @@ def compare(
                      ] = 0.99,
 ) -> None:
     """Run several controllers on the same trace, fleet and seed and print them side by side."""
-    from autoscaler import files
     from autoscaler.compare import OUTPUTS, check_names, columns, legend, run_compare, table_cells, write_comparison
     from autoscaler.simulate import long_run_warning
 
@@ -459,9 +470,12 @@ def compare(
         cfg = _load_cfg(config)
         if service is not None and service not in {s.name for s in cfg.services}:
             raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
-        names = [c.strip() for c in controllers.split(",") if c.strip()]
+        names = [c.strip() for c in controllers.split(",")]
+        names = names if any(names) else []
+        if "" in names:
+            raise ValueError(f"--controllers '{controllers}': an empty entry (two commas, or one at an end)")
         check_names(names)
-        prepare_out(out)
+        files.check_writable(out)
         files.clear(out, OUTPUTS)
         wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction)
         warning = long_run_warning(cfg, wl, service)
@@ -476,8 +490,8 @@ def compare(
 
         comp = run_compare(cfg, wl, names, service, workers, done=done, floor=floor)
         paths = write_comparison(comp, cfg, service, out)
-    except KeyboardInterrupt:
-        raise _interrupted(out) from None
+    except KeyboardInterrupt as exc:
+        raise _interrupted(out, OUTPUTS, exc) from None
     except (AutoscalerError, ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
     if json_output:

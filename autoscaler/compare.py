@@ -23,6 +23,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -132,6 +133,9 @@ _JOB: tuple[FleetConfig, Workload, str | None] | None = None
 def _init_worker(cfg: FleetConfig, workload: Workload, service: str | None) -> None:
     global _JOB
     _JOB = (cfg, workload, service)
+    # Ctrl-C reaches the whole process group: the parent handles it and terminates the pool (SIGTERM).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _work(name: str) -> RunResult:
@@ -165,13 +169,22 @@ def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str]
     else:
         # fork hands the workload to the workers without pickling it (when the platform has fork).
         ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-        with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(cfg, workload, service)) as pool:
+        before = set(multiprocessing.active_children())
+        pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
+                                   initargs=(cfg, workload, service))
+        try:
             futures = {name: pool.submit(_work, name) for name in controllers}
             for name, fut in futures.items():
                 results[name] = fut.result()
                 if done is not None:
                     done(results[name][0])
+        except BaseException:
+            # A row's error or an interrupt: stop the other runs now rather than wait for them.
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in set(multiprocessing.active_children()) - before:
+                proc.terminate()
+            raise
+        pool.shutdown()
     rows = [results[name][0] for name in controllers]
     add_ratios(rows, floor)
     return Comparison(rows, {name: results[name][1] for name in controllers})

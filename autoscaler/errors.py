@@ -15,3 +15,7 @@ class TraceError(AutoscalerError):
 
 class ProfileError(AutoscalerError):
     """An unknown GPU/model performance profile was requested."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised by the command line's handler so a terminated run cleans up as an interrupted one."""

@@ -8,25 +8,58 @@ directory and renamed into place (``atomic``), so a reader sees the whole file o
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 
+def check_writable(out: Path) -> None:
+    """Create directory ``out`` if needed and check that files can be created in it, before any long work.
+
+    Raises:
+        ValueError: ``out`` exists and is not a directory, cannot be created, or refuses a new file.
+    """
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise ValueError(f"--out {out}: cannot write there: {exc.strerror}") from None
+
+
 def clear(out: Path, names: Iterable[str]) -> None:
-    """Remove ``out / name`` for each name that exists (the outputs an earlier run left)."""
+    """Remove ``out / name`` for each name that exists (the outputs an earlier run left).
+
+    Raises:
+        ValueError: one of them is a directory or cannot be removed.
+    """
     for name in names:
-        (out / name).unlink(missing_ok=True)
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            raise ValueError(f"{path}: is a directory, where this run writes a file")
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot remove the earlier run's file: {exc.strerror}") from None
 
 
 @contextmanager
 def atomic(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path`` to write to; renamed to ``path`` when the block succeeds,
-    removed when it fails."""
+    removed when it fails.
+
+    Raises:
+        OSError: writing or renaming failed; the message names ``path``, not the temporary file.
+    """
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as exc:
+        raise OSError(f"cannot write {path}: {exc.strerror}") from None
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -12,6 +12,10 @@ import csv
 import json
 import math
 import signal
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib.resources import files
@@ -252,6 +256,20 @@ def test_crash_of_unknown_variant_is_a_config_error(crash: dict[str, Any]) -> No
     assert "fleet.yaml" in str(exc.value) and "crashes" in str(exc.value)
 
 
+def test_crash_without_service_in_a_two_service_fleet_is_a_config_error() -> None:
+    """With two services a crash must say whose variant fails: 'h100' alone would silently pick the first."""
+    doc = default_doc()
+    other = copy.deepcopy(doc["services"][0])
+    other["name"] = "other"
+    doc["services"].append(other)
+    doc["simulator"]["crashes"] = [{"time_s": 10, "variant": "h100"}]
+    with pytest.raises(ConfigError) as exc:
+        parse_config(doc, "fleet.yaml")
+    assert "crashes[0].service" in str(exc.value) and "required" in str(exc.value)
+    doc["simulator"]["crashes"][0]["service"] = "other"
+    assert parse_config(doc, "fleet.yaml").simulator.crashes[0].service == "other"
+
+
 def test_non_utf8_fleet_file_names_the_file(tmp_path: Path) -> None:
     cfg = tmp_path / "fleet.yaml"
     cfg.write_bytes(b"services:\n  - name: x\n\xff\xfe\n")
@@ -450,6 +468,9 @@ def test_mismatched_trace_format_is_one_line_error(tmp_path: Path) -> None:
     (lambda d: d["services"][0].update(max_model_len=1_000_000), "max_model_len"),
     (lambda d: d["simulator"].update(engine={"block_size": 0}), "block_size"),
     (lambda d: d["services"][0]["slo"].pop("batch"), "batch"),
+    (lambda d: d["services"][0]["variants"][0].update(price_per_gpu_hour=1001), "price_per_gpu_hour"),
+    (lambda d: d["controller"]["pid"].update(setpoint_signal="kv_usage", setpoint=1.0), "setpoint"),
+    (lambda d: d.setdefault("prometheus", {}).update(url="localhost:9090"), "url"),
 ])
 def test_invalid_fleet_is_config_error(mutate: Any, key: str) -> None:
     doc = default_doc()
@@ -555,3 +576,67 @@ def test_timeline_has_one_row_per_tick(tmp_path: Path) -> None:
     with (out / "timeline.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert [float(r["time_s"]) for r in rows] == pytest.approx([15.0 * (i + 1) for i in range(len(rows))])
+
+
+def test_mooncake_key_given_twice_names_file_and_line(tmp_path: Path) -> None:
+    """json keeps the last of two equal keys; the reader refuses the line instead of guessing which is meant."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(mc_line() + "\n" + mc_line(ts=1)[:-1] + ', "input_length": 9}\n')
+    line = one_line_error(invoke("--trace", str(trace), "--out", str(tmp_path / "o")))
+    assert str(trace) in line and "line 2" in line and "'input_length' given twice" in line
+
+
+def test_rate_scale_beyond_the_request_cap_is_refused_before_simulating(tmp_path: Path) -> None:
+    """40 requests x 1e6 = 4e7 > MAX_REQUESTS (2e7): refused at once, naming rate_scale and the cap."""
+    line = one_line_error(invoke("--trace", str(azure(tmp_path / "t.csv")), "--rate-scale", "1e6",
+                                 "--out", str(tmp_path / "o")))
+    assert "rate_scale 1e+06" in line and "at most 20,000,000" in line
+    assert not (tmp_path / "o" / "results.json").exists()
+
+
+def test_output_name_taken_by_a_directory_fails_before_simulating(tmp_path: Path) -> None:
+    """A directory where results.json goes is an error naming it, given before the trace is simulated."""
+    out = tmp_path / "o"
+    (out / "results.json").mkdir(parents=True)
+    line = one_line_error(invoke("--trace", str(azure(tmp_path / "t.csv")), "--out", str(out)))
+    assert str(out / "results.json") in line and "is a directory" in line
+    assert not (out / "timeline.csv").exists()
+
+
+def test_served_simulation_speed_zero_is_refused(tmp_path: Path) -> None:
+    """--speed 0 is an error (it once ran at 1x without a word)."""
+    line = one_line_error(invoke("--trace", str(azure(tmp_path / "t.csv")), "--serve-metrics", "127.0.0.1:0",
+                                 "--speed", "0", "--out", str(tmp_path / "o")))
+    assert "--speed" in line and "got 0" in line
+
+
+def test_served_simulation_port_in_use_names_the_address(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        address = f"127.0.0.1:{busy.getsockname()[1]}"
+        line = one_line_error(invoke("--trace", str(azure(tmp_path / "t.csv")), "--serve-metrics", address,
+                                     "--out", str(tmp_path / "o")))
+    assert line == f"error: --serve-metrics {address}: Address already in use", line
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupted_simulation_exits_130_or_143_and_leaves_no_results(tmp_path: Path, sig: int,
+                                                                        status: int) -> None:
+    """The console script, stopped while it simulates the embedded default (~25 s of work), says it was
+    interrupted in one line, exits 128 + the signal's number, and leaves no results behind."""
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "results.json").write_text("{}")  # an earlier run's: removed when this one starts
+    exe = Path(sys.executable).with_name("autoscaler")
+    proc = subprocess.Popen([str(exe), "simulate", "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while (out / "results.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == status, (proc.returncode, stderr)
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("interrupted:"), stderr
+    assert sorted(p.name for p in out.iterdir()) == []

@@ -14,6 +14,10 @@ port 0) answers each query with a function of the PromQL; one test starts Debian
 from __future__ import annotations
 
 import json
+import signal
+import socket
+import subprocess
+import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -213,7 +217,8 @@ def test_compare_negative_seed_names_the_option(tmp_path: Path) -> None:
 
 # ============================================================================= compare: controller lists
 @pytest.mark.parametrize(("spec", "needle"), [
-    ("pid,,pid", "listed twice"), (",,", "no controller given"), ("", "no controller given"),
+    ("pid,pid", "listed twice"), ("pid,,hpa", "an empty entry"), ("pid,", "an empty entry"),
+    (",,", "no controller given"), ("", "no controller given"),
     ("bogus", "unknown controller 'bogus'"), ("pid:x=1", "bad parameter 'x=1' for pid; it takes: none"),
     ("hpa:target=-1", "target must be > 0"), ("kpa:target=0", "target must be > 0"),
     ("hpa:metric=bogus", "metric must be one of"), ("dynamo:predictor=bogus", "predictor must be one of"),
@@ -257,6 +262,38 @@ def test_compare_every_request_rejected_gives_consistent_rows(tmp_path: Path) ->
         assert r["cost_per_successful_request_usd"] is None
 
 
+def test_interrupted_compare_stops_its_workers_and_leaves_no_results(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the console script) during a two-worker compare of the embedded default: exit 130,
+    one 'interrupted:' line, no outputs, and no worker left running (forked workers share its command line)."""
+    out = tmp_path / "o"
+    exe = Path(sys.executable).with_name("autoscaler")
+    proc = subprocess.Popen([str(exe), "compare", "--controllers", "pid,static", "--workers", "2", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(_same_command(out)) < 3 and time.monotonic() < deadline:  # the command and its two workers
+        time.sleep(0.2)
+    assert len(_same_command(out)) == 3, "the workers never started"
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (proc.returncode, stderr)
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("interrupted:"), stderr
+    assert list(out.iterdir()) == []
+    time.sleep(0.5)
+    assert _same_command(out) == []
+
+
+def _same_command(out: Path) -> list[str]:
+    """Pids of the processes whose command line names ``out``."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and str(out).encode() in (p / "cmdline").read_bytes():
+                pids.append(p.name)
+        except OSError:  # the process ended while we looked
+            pass
+    return pids
+
+
 def test_compare_json_is_valid_consistent_and_serial_equals_parallel(tmp_path: Path) -> None:
     trace = azure_trace(tmp_path / "t.csv", 150, gap_s=0.5)
     names = ["pid", "static", "hpa", "kpa", "dynamo"]
@@ -273,6 +310,13 @@ def test_compare_json_is_valid_consistent_and_serial_equals_parallel(tmp_path: P
 
 
 # ============================================================================= dry-run: bugs
+def assert_queries_failed(res: Any, failed: int, ticks: int) -> None:
+    """A bounded dry-run whose queries failed still prints every tick, then exits 1 saying so."""
+    assert res.exit_code == 1, res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last == f"error: queries failed on {failed} of {ticks} tick(s); the loop held there", last
+
+
 @pytest.mark.parametrize("url", ["127.0.0.1:9090", "localhost", "ftp://127.0.0.1:9", "http://[::1",
                                  "http://127.0.0.1:99999", "http://"])
 def test_malformed_prometheus_url_is_bad_input(url: str) -> None:
@@ -297,7 +341,7 @@ def test_replica_counts_are_not_zero_when_only_vllm_queries_fail(fake: Callable[
     # as zero, and never recommends 4 -> 0.
     prom = fake(failing(500, b'{"status":"error","errorType":"internal","error":"boom"}', ksm="4"))
     res = invoke("dry-run", "--prometheus-url", prom.url, "--once", "--output", "json")
-    assert res.exit_code == 0, res.stderr
+    assert_queries_failed(res, 1, 1)
     st = ticks_json(res)[0]["services"][SERVICE]
     assert st["decision"]["hold"] is True and st["errors"]
     for v in VARIANTS:
@@ -311,7 +355,7 @@ def test_unknown_replica_counts_are_null_not_zero(fake: Callable[[Answer], FakeP
     # Unknown counts are null, never printed as 0 current / 0 desired.
     prom = fake(failing(503, b"unavailable"))
     res = invoke("dry-run", "--prometheus-url", prom.url, "--once", "--output", "json")
-    assert res.exit_code == 0, res.stderr
+    assert_queries_failed(res, 1, 1)
     st = ticks_json(res)[0]["services"][SERVICE]
     assert st["decision"]["hold"] is True
     for v in VARIANTS:
@@ -356,6 +400,16 @@ def test_dry_run_bad_prometheus_section_exit_2(tmp_path: Path, section: dict[str
     assert_one_line_error(res, 2, needle)
 
 
+def test_dry_run_metrics_port_in_use_names_the_address(fake: Callable[[Answer], FakeProm]) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        address = f"127.0.0.1:{busy.getsockname()[1]}"
+        res = invoke("dry-run", "--prometheus-url", fake(empty).url, "--once", "--serve-metrics", address)
+    line = assert_one_line_error(res, 2)
+    assert line == f"error: --serve-metrics {address}: Address already in use", line
+
+
 def test_dry_run_without_any_url_exit_2() -> None:
     assert_one_line_error(invoke("dry-run", "--once"), 2, "no Prometheus URL")
 
@@ -381,7 +435,7 @@ def test_dry_run_failed_queries_are_unknown_and_hold(tmp_path: Path, answer: Ans
                                                       fake: Callable[[Answer], FakeProm]) -> None:
     cfg = fleet_file(tmp_path, {"timeout_s": 0.5})
     res = invoke("dry-run", "--config", str(cfg), "--prometheus-url", fake(answer).url, "--once", "--output", "json")
-    assert res.exit_code == 0, res.stderr
+    assert_queries_failed(res, 1, 1)
     st = ticks_json(res)[0]["services"][SERVICE]
     assert st["decision"]["hold"] is True and "metric queries failed" in st["decision"]["reason"]
     assert st["errors"] and all(problem in e for e in st["errors"]), st["errors"]
@@ -462,6 +516,7 @@ def test_backtest_iso_with_offset_and_no_data_holds(tmp_path: Path, fake: Callab
     res = invoke("backtest", "--prometheus-url", fake(empty).url, "--start", "2025-01-01T02:00:00+02:00",
                  "--end", "2025-01-01T00:01:00Z", "--json", "--out", str(tmp_path / "out"))
     assert res.exit_code == 0, res.stderr
+    assert "warning: 5 of 5 ticks: " in res.stderr and "no series match the selectors" in res.stderr
     summary = json.loads(res.stdout)
     assert summary["ticks"] == 5  # 0, 15, ..., 60 s at the default 15 s tick
     assert summary["holds"] == 5 and summary["scale_changes"] == 0 and summary["query_failures"] == 0

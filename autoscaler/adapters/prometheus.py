@@ -40,7 +40,6 @@ from __future__ import annotations
 import logging
 import math
 import re
-import urllib.parse
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
+from autoscaler import urls
 from autoscaler.config import FleetConfig, PrometheusConfig, Service, Variant
 from autoscaler.errors import AutoscalerError
 from autoscaler.promql import (
@@ -65,6 +65,7 @@ from autoscaler.promql import (
     render,
 )
 from autoscaler.state import SIGNALS, PodObservation, ServiceObservation, VariantObservation
+from autoscaler.urls import redact
 
 log = logging.getLogger(__name__)
 
@@ -104,31 +105,12 @@ def _secret(path: object, what: str) -> str:
         raise PrometheusError(f"cannot read prometheus.{what} {path}: {exc.strerror}") from None
 
 
-# The userinfo of a URL (``user:password@``), up to the last ``@`` before the path.
-_USERINFO = re.compile(r"(?<=://)[^/?#\s]*@")
-
-
-def redact(text: str) -> str:
-    """``text`` with the credentials of every URL in it (``scheme://user:password@``) masked."""
-    return _USERINFO.sub("***@", text)
-
-
 def check_url(url: str) -> None:
     """Raise ``PrometheusError`` unless ``url`` is an ``http(s)://HOST[:PORT][/path]`` base URL."""
-    shown = redact(url)
     try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
+        urls.check_url(url)
     except ValueError as exc:
-        raise PrometheusError(f"malformed Prometheus URL '{shown}': {exc}") from None
-    if parts.scheme not in ("http", "https"):
-        raise PrometheusError(f"malformed Prometheus URL '{shown}': must start with http:// or https://")
-    if not parts.hostname:
-        raise PrometheusError(f"malformed Prometheus URL '{shown}': no host")
-    if port == 0:
-        raise PrometheusError(f"malformed Prometheus URL '{shown}': port must be in 1..65535")
-    if parts.query or parts.fragment:
-        raise PrometheusError(f"malformed Prometheus URL '{shown}': a base URL has no ?query or #fragment")
+        raise PrometheusError(str(exc)) from None
 
 
 def connect(prom: PrometheusConfig, url: str) -> PrometheusConnect:

@@ -42,6 +42,8 @@ class PIDConfig(Strict):
         if self.deadband >= self.error_clip:
             raise ValueError(f"deadband ({self.deadband}) must be below error_clip ({self.error_clip}): "
                              "no error would ever leave the band")
+        if self.setpoint_signal == "kv_usage" and self.setpoint >= 1:
+            raise ValueError(f"setpoint ({self.setpoint}) must be below 1 for kv_usage, a fraction of the KV cache")
         return self
 
 

@@ -11,6 +11,10 @@ from autoscaler.config.prometheus import PrometheusConfig
 from autoscaler.config.simulator import SimulatorConfig
 from autoscaler.workload.types import BATCH, INTERACTIVE
 
+# GPU prices are a few $/GPU-hour (examples/fleet.yaml: H100-SXM $2.99); a thousand times that is a unit
+# mistake (cents, per month), and unbounded values overflow the cost optimisation.
+MAX_PRICE_PER_GPU_HOUR = 1000.0
+
 
 class SLO(Strict):
     """Latency objectives of one request class.
@@ -31,7 +35,7 @@ class Variant(Strict):
         name: variant name, unique within the service (the Deployment's name suffix).
         gpu: GPU type, e.g. ``H100-SXM``.
         gpus_per_replica: GPUs one replica occupies (tensor parallel size).
-        price_per_gpu_hour: $/GPU-hour.
+        price_per_gpu_hour: $/GPU-hour, at most ``MAX_PRICE_PER_GPU_HOUR``.
         min_replicas, max_replicas: replica bounds for this variant.
         quota: extra cap on replicas (e.g. a cloud quota), or None.
         initial_replicas: replicas ready (warm) at t=0 in simulation; defaults to ``min_replicas``.
@@ -45,7 +49,7 @@ class Variant(Strict):
     name: str
     gpu: str
     gpus_per_replica: int = Field(default=1, ge=1)
-    price_per_gpu_hour: float = Field(ge=0)
+    price_per_gpu_hour: float = Field(ge=0, le=MAX_PRICE_PER_GPU_HOUR)
     min_replicas: int = Field(default=0, ge=0)
     max_replicas: int = Field(ge=0)
     quota: int | None = Field(default=None, ge=0)
@@ -183,6 +187,9 @@ class FleetConfig(Strict):
     def _crash_targets(self) -> FleetConfig:
         variants = self.variant_names()
         for i, c in enumerate(self.simulator.crashes):
+            if c.service is None and len(self.services) > 1:
+                raise ValueError(f"simulator.crashes[{i}].service: required when the fleet has more than one "
+                                 f"service ({', '.join(variants)})")
             svc = c.service or self.services[0].name
             if svc not in variants:
                 raise ValueError(f"simulator.crashes[{i}].service: unknown service '{svc}'")

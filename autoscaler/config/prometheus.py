@@ -9,6 +9,7 @@ from pydantic import Field, StrictBool, field_validator, model_validator
 
 from autoscaler.config.base import Strict
 from autoscaler.promql import check_matchers, check_template
+from autoscaler.urls import check_url
 
 QuerySetName = Literal["vllm-0.33", "vllm-pre-0.9", "sglang"]
 
@@ -90,6 +91,13 @@ class PrometheusConfig(Strict):
     tls_verify: StrictBool = True
     max_concurrency: int = Field(default=8, ge=1)
     selectors: dict[str, ServiceSelectors] = Field(default_factory=dict)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_url(v)
+        return v
 
     @field_validator("queries")
     @classmethod

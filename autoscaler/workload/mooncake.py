@@ -34,6 +34,19 @@ KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
 MAX_TIMESTAMP_MS = 10**13
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (``json`` would keep the last value silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKeyError(k)
+        out[k] = v
+    return out
+
+
 def _is_int(value: object) -> bool:
     """True for a JSON integer (``bool`` is an ``int`` subclass in Python but not a count)."""
     return isinstance(value, int) and not isinstance(value, bool)
@@ -52,7 +65,7 @@ def load_mooncake(path: str | Path) -> Workload:
 
     Raises:
         TraceError: missing/empty/non-UTF-8 file, invalid JSON, a line that is not an object, a
-            missing key, a value of the wrong type, a negative or non-finite timestamp, a negative
+            missing or repeated key, a value of the wrong type, a negative or non-finite timestamp, a negative
             count, input_length == 0, or too many / negative hash_ids.
     """
     p, lines = read_lines(path)
@@ -61,7 +74,9 @@ def load_mooncake(path: str | Path) -> Workload:
     clamped = 0
     for n, text in lines:
         try:
-            obj = json.loads(text)
+            obj = json.loads(text, object_pairs_hook=_unique_keys)
+        except DuplicateKeyError as err:
+            raise trace_error(p, n, f"key {err.args[0]!r} given twice") from None
         except json.JSONDecodeError as err:
             raise trace_error(p, n, f"invalid JSON ({err.msg} at column {err.colno})") from None
         except ValueError as err:  # e.g. an integer literal beyond Python's 4300-digit limit

@@ -31,6 +31,11 @@ import numpy as np
 from autoscaler.workload.classes import SHAPE_STREAM, SHARED_MIN_FRACTION, shared_ids, unit_index
 from autoscaler.workload.types import Request, Workload
 
+# Requests in one shaped workload. A simulated request costs ~0.7 KB of memory (Azure conv: 189 MB max
+# RSS at x1, 431 MB at x20 with 387k requests) and ~1/25,000 s (docs/benchmarks.md): 20 M is ~14 GB and
+# a quarter of an hour; beyond it is almost surely a typo.
+MAX_REQUESTS = 20_000_000
+
 
 def shape(
     workload: Workload,
@@ -55,7 +60,7 @@ def shape(
         the shaped ``Workload``; ``meta`` gains ``time_scale``, ``rate_scale`` and ``shape_seed``.
 
     Raises:
-        ValueError: a non-finite or out-of-range argument.
+        ValueError: a non-finite or out-of-range argument, or more than ``MAX_REQUESTS`` requests.
     """
     for name, value in (("time_scale", time_scale), ("rate_scale", rate_scale)):
         if not (math.isfinite(value) and value > 0):
@@ -66,6 +71,9 @@ def shape(
         raise ValueError(f"shared_min_fraction must be in (0, 1], got {shared_min_fraction}")
 
     reqs = workload.requests
+    if len(reqs) * rate_scale > MAX_REQUESTS:
+        raise ValueError(f"rate_scale {rate_scale:g} would make ~{len(reqs) * rate_scale:,.0f} requests from "
+                         f"{len(reqs):,}; at most {MAX_REQUESTS:,} are simulated in one run")
     units = unit_index(reqs)
     n_units = int(units.max()) + 1 if len(units) else 0
     id_stride = max((max(r.hash_ids) for r in reqs if r.hash_ids), default=-1) + 1
