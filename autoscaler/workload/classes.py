@@ -87,13 +87,10 @@ def assign_classes(
     units = unit_index(workload.requests)
     n_units = int(units.max()) + 1 if len(units) else 0
     is_batch = np.random.default_rng((seed, CLASS_STREAM)).random(n_units) < batch_fraction
+    batch = is_batch[units].tolist()
     requests = [
-        dataclasses.replace(
-            r,
-            request_class=BATCH if is_batch[u] else INTERACTIVE,
-            priority=batch_priority if is_batch[u] else interactive_priority,
-        )
-        for r, u in zip(workload.requests, units, strict=True)
+        r.with_class(BATCH, batch_priority) if b else r.with_class(INTERACTIVE, interactive_priority)
+        for r, b in zip(workload.requests, batch, strict=True)
     ]
     return Workload(requests, workload.block_tokens, workload.source, dict(workload.meta))
 

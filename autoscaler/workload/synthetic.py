@@ -39,6 +39,7 @@ requests are follow-up turns (Mooncake: 33 %; conversations still open at the en
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from dataclasses import dataclass
@@ -193,22 +194,23 @@ def synthetic_workload(
     gap_mu, gap_sigma = _lognormal(TURN_GAP_MEDIAN_S, TURN_GAP_MEAN_S)
     outputs = np.clip(np.rint(rng.lognormal(out_mu, out_sigma, len(arrivals))), 1, OUTPUT_MAX_TOKENS)
     app_cdf = np.cumsum(np.arange(1, N_APPS + 1, dtype=float) ** -APP_ZIPF_EXPONENT)
-    app_cdf /= app_cdf[-1]
+    app_cdf = (app_cdf / app_cdf[-1]).tolist()
     extra_turn_p = 1.0 / (MULTI_TURN_MEAN_TURNS - 1.0)  # geometric on {1, 2, ...}, mean MULTI - 1
 
     conversations: list[_Conversation] = []
     due: list[tuple[float, int]] = []  # (time the next turn may arrive, conversation id)
     next_hash = N_APPS * SYSTEM_PROMPT_BLOCKS  # ids below are the applications' system prompts
     requests: list[Request] = []
-    for arrival, output in zip(arrivals, outputs, strict=True):
+    for arrival, output in zip(arrivals.tolist(), outputs.tolist(), strict=True):  # floats, not numpy scalars
         if due and due[0][0] <= arrival:
             wf = heapq.heappop(due)[1]
         else:
             wf = len(conversations)
             turns = 1 if rng.random() < SINGLE_TURN_FRACTION else 1 + int(rng.geometric(extra_turn_p))
-            lengths = np.clip(np.rint(rng.lognormal(in_mu, in_sigma, turns)), 1, INPUT_MAX_TOKENS)
-            app = int(np.searchsorted(app_cdf, rng.random(), side="right"))
-            conversations.append(_Conversation(app, sorted(int(x) for x in lengths)))
+            # round() rounds half to even as np.rint does; plain Python is ~5x faster on a few numbers.
+            lengths = [min(max(round(x), 1), INPUT_MAX_TOKENS) for x in rng.lognormal(in_mu, in_sigma, turns).tolist()]
+            app = bisect.bisect_right(app_cdf, rng.random())
+            conversations.append(_Conversation(app, sorted(lengths)))
         conv = conversations[wf]
         tokens = conv.inputs[conv.turn]
         complete, blocks = tokens // BLOCK_TOKENS, -(-tokens // BLOCK_TOKENS)

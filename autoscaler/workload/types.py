@@ -36,6 +36,12 @@ class Request:
     step: int | None = None
     rid: int = -1
 
+    def with_class(self, request_class: str, priority: int) -> Request:
+        """A copy with ``request_class`` and ``priority`` replaced (``dataclasses.replace`` costs ~10 us a
+        request, a third of building the embedded default's 358k requests)."""
+        return Request(self.arrival_s, self.input_tokens, self.output_tokens, request_class, priority,
+                       self.hash_ids, self.workflow_id, self.step, self.rid)
+
 
 @dataclass
 class Workload:
