@@ -99,6 +99,12 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
     hits = sum(r.metrics.prefix_hits for s in sim.services.values() for r in s.replicas)
     queries = sum(r.metrics.prefix_queries for s in sim.services.values() for r in s.replicas)
     total = len(sim.requests)
+    extra: dict[str, Any] = {}
+    solves = [st.decision.terms["solve_ms"] for t in run.ticks for st in t.services.values()
+              if "solve_ms" in st.decision.terms]
+    if solves:  # a planning controller (mpc): its solve time per tick, milliseconds
+        extra["solve_ms"] = {"p50": float(np.percentile(solves, 50)), "p99": float(np.percentile(solves, 99)),
+                             "max": float(max(solves))}
     return {
         "controller": run.controller,
         "workload": sim.workload.source,
@@ -125,6 +131,7 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
         "simulated_s": run.end_s,
         "wall_s": run.wall_s,
         "simulated_requests_per_s": total / run.wall_s if run.wall_s > 0 else None,
+        **extra,
     }
 
 

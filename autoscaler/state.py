@@ -27,6 +27,10 @@ server exports none, e.g. SGLang).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from models.forecast.load import LoadForecast
 
 SIGNALS = (
     "request_rate_rps",
@@ -137,6 +141,8 @@ class ServiceEstimate:
         pods: per-pod gauges of the ready pods, as observed (for per-pod baselines).
         warnings: values rejected as absurd (see the module docstring).
         history_s: how far back the source holds samples, seconds (None: unknown).
+        forecast: the forecast stage's load forecast over the controller's horizon
+            (``models.forecast.LoadForecast``), None when no forecast stage runs.
     """
 
     service: str
@@ -152,6 +158,7 @@ class ServiceEstimate:
     pods: list[PodObservation] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     history_s: float | None = None
+    forecast: LoadForecast | None = None
 
     @property
     def current(self) -> dict[str, int]:

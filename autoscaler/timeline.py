@@ -12,6 +12,9 @@ from autoscaler.loop.forecast import FORECAST_SIGNALS
 from autoscaler.loop.runner import ServiceTick
 from autoscaler.loop.warmth import WARMTH_SIGNALS
 
+PLAN_STEPS = 3
+"""Planned steps per variant in a timeline row (``plan_<variant>``: replicas at the next three ticks)."""
+
 TIMELINE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "itl_p95_s", "tpot_p95_s", "ttft_mean_s", "tpot_mean_s",
                     "kv_usage", "queue_length", "prefix_hit_rate", "slo_p95_ratio", "slo_mean_ratio",
                     *FORECAST_SIGNALS, *WARMTH_SIGNALS)
@@ -30,6 +33,11 @@ def tick_row(time_s: float, service: str, st: ServiceTick, arrival_rate_rps: flo
         row[f"desired_{v}"] = st.applied[v]
     for k in ("setpoint", "measurement", "p", "i", "d", "target_capacity_rps"):
         row[f"ctl_{k}"] = st.decision.terms.get(k)
+    if st.decision.plan:  # a planning controller: its demand, solve time and first three planned steps
+        for k in ("demand_rps", "solve_ms"):
+            row[f"ctl_{k}"] = st.decision.terms.get(k)
+        for v, steps in st.decision.plan.items():
+            row[f"plan_{v}"] = "/".join(str(n) for n in steps[:PLAN_STEPS])
     row["decision"] = decision_kind(st)
     row["reason"] = st.reason
     return row

@@ -11,6 +11,9 @@ and then called once per tick and service with that tick's estimate. It declares
   fixed fleets): the loop then only clamps its decision to the variants' bounds, so it is measured
   with its own rules; False when the loop's guard (step limits, cool-down, warm-up and idle rules)
   applies (``autoscaler.loop.guard``);
+- ``forecast_horizon_s``: how far ahead it reads the load forecast (``ServiceEstimate.forecast``),
+  seconds; None when it reads none. The loop runs its forecast stage for a controller that reads it,
+  whatever ``controller.forecast.enabled`` says;
 - ``on_guard_cut``: told what the guard (or the actuator, or whoever else sets the fleet) let
   through when it differs from what was asked, so a controller with memory (the PID's integral)
   can track the fleet instead of winding up against decisions never applied.
@@ -74,6 +77,8 @@ class Decision:
         admission: priority class -> admission threshold at the gateway (the longest estimated
             queue wait a request of that class may face, seconds; ``autoscaler.loop.actuate``);
             empty when the controller sets none.
+        plan: variant -> replicas the controller plans for its next steps (a planning controller's
+            horizon, first step first); empty for a controller that plans nothing ahead.
     """
 
     desired: dict[str, int]
@@ -82,6 +87,7 @@ class Decision:
     terms: dict[str, float] = field(default_factory=dict)
     hold: bool = False
     admission: dict[str, float] = field(default_factory=dict)
+    plan: dict[str, list[int]] = field(default_factory=dict)
 
 
 def change_reason(desired: Mapping[str, int], current: Mapping[str, int]) -> Reason:
@@ -106,19 +112,22 @@ class Controller(ABC):
         tick_s: seconds between decisions (> 0).
         window_s: signal look-back window, seconds (> 0).
         own_guard: brings its own stabilisation (the loop applies only the variants' bounds).
+        forecast_horizon_s: how far ahead it reads the load forecast, seconds; None: it reads none.
 
     Raises:
-        ValueError: ``tick_s`` or ``window_s`` not a finite number > 0.
+        ValueError: ``tick_s``, ``window_s`` or ``forecast_horizon_s`` not a finite number > 0.
     """
 
-    def __init__(self, name: str, tick_s: float, window_s: float, own_guard: bool = False) -> None:
-        for what, x in (("tick_s", tick_s), ("window_s", window_s)):
-            if not 0 < x < math.inf:
+    def __init__(self, name: str, tick_s: float, window_s: float, own_guard: bool = False,
+                 forecast_horizon_s: float | None = None) -> None:
+        for what, x in (("tick_s", tick_s), ("window_s", window_s), ("forecast_horizon_s", forecast_horizon_s)):
+            if x is not None and not 0 < x < math.inf:
                 raise ValueError(f"{name}: {what} must be a finite number > 0, got {x}")
         self.name = name
         self.tick_s = float(tick_s)
         self.window_s = float(window_s)
         self.own_guard = own_guard
+        self.forecast_horizon_s = forecast_horizon_s
 
     @abstractmethod
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:

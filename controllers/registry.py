@@ -8,7 +8,7 @@ thresholds >= 0) and names the controller and parameter when one is wrong.
 Names: ``pid`` (``controllers.pid``); ``static`` and ``static-ilp`` (fixed fleets,
 ``controllers.static``, ``controllers.baselines.static_ilp``); the anchors' autoscalers
 (``controllers.baselines``): ``hpa``, ``keda``, ``kpa`` (Knative), ``aibrix`` and ``aibrix-apa``,
-``dynamo``, ``wva``.
+``dynamo``, ``wva``; ``mpc`` (``controllers.mpc``: ``mpc:horizon=40:quantile=0.9:miss_weight=10:forecast=auto``).
 
 With a workload (a trace, in ``simulate`` and ``compare``), what is calibrated comes from it: the
 fixed fleets are sized for its peak 60-s arrival rate, and the metric targets of HPA, KEDA, Knative
@@ -40,9 +40,10 @@ from controllers.baselines.keda import DEFAULT_QUEUE_THRESHOLD, KedaController
 from controllers.baselines.knative import KnativeKPAController
 from controllers.baselines.static_ilp import static_ilp_controller
 from controllers.baselines.wva import WVAController
+from controllers.mpc import MPCController
 from controllers.pid import PIDController
 from controllers.static import StaticController, peak_rate_rps, provision_for, workload_mix
-from models.capacity import RequestMix, service_mix
+from models.capacity import RequestMix, service_mix, variant_weights
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,21 @@ def _aibrix(strategy: str) -> _Factory:
     return build
 
 
+def _mpc(kw: dict[str, Any], ctx: BuildContext) -> Controller:
+    return MPCController(ctx.cfg, _service_weights(ctx), **kw, name=ctx.spec)
+
+
+def _service_weights(ctx: BuildContext) -> dict[str, dict[str, float]]:
+    """service -> variant -> one replica's capacity (requests/s) for the service's mix: its accepted
+    requests of the workload, else its ``typical_request``; 0 for a service the workload never calls."""
+    out = {}
+    for svc in ctx.cfg.services:
+        mix = service_mix(svc) if ctx.workload is None else workload_mix(svc, ctx.workload)
+        out[svc.name] = ({v.name: 0.0 for v in svc.variants} if mix is None
+                         else variant_weights(svc, ctx.cfg.simulator.engine, mix))
+    return out
+
+
 _AIBRIX = _params(AIBrixController, "strategy", target=POSITIVE)
 _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
     "pid": ({}, _pid),
@@ -208,9 +224,11 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                lambda kw, ctx: DynamoPlanner(ctx.cfg.simulator.engine, **kw, name=ctx.spec)),
     "wva": (_params(WVAController), lambda kw, ctx: WVAController(name=ctx.spec)),
     "static-ilp": ({"peak_rps": POSITIVE}, _static_ilp),
+    "mpc": (_params(MPCController, "cfg", "weights", horizon=Param(int, 1, closed=True),
+                    quantile=Param(float, 0.0, high=0.999), miss_weight=POSITIVE, forecast=TEXT), _mpc),
 }
 NAMES = tuple(_SPECS)
-BASELINE_NAMES = tuple(n for n in NAMES if n not in ("pid", "static"))
+BASELINE_NAMES = tuple(n for n in NAMES if n not in ("pid", "static", "mpc"))
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:

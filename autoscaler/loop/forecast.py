@@ -5,7 +5,8 @@ prompt and output tokens per request (token rates / request rate), None when unk
 query or no traffic is never read as zero tokens), and adds to the estimate's signals, for
 ``horizon_s`` ahead: ``forecast_rate_rps`` (point), ``forecast_rate_lower_rps`` /
 ``forecast_rate_upper_rps`` (90% interval), ``forecast_input_tokens``, ``forecast_output_tokens``.
-All are None until the forecaster has data.
+All are None until the forecaster has data. ``ServiceEstimate.forecast`` gets the whole forecast, its
+paths reaching ``path_horizon_s`` (a planning controller's horizon) when that is longer.
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ def per_request(tokens_rps: float | None, rate_rps: float | None) -> float | Non
 class ForecastStage:
     """One service's load forecaster."""
 
-    def __init__(self, cfg: ForecastConfig) -> None:
+    def __init__(self, cfg: ForecastConfig, path_horizon_s: float | None = None) -> None:
         self.cfg = cfg
-        self.forecaster = LoadForecaster(step_s=cfg.step_s, max_horizon_s=max(cfg.horizon_s, cfg.step_s))
+        self.path_horizon_s = max(cfg.horizon_s, path_horizon_s or 0.0)
+        self.forecaster = LoadForecaster(step_s=cfg.step_s, max_horizon_s=max(self.path_horizon_s, cfg.step_s))
 
     def apply(self, est: ServiceEstimate) -> None:
         """Update with ``est``'s signals and add the forecast signals to ``est.signals`` (in place).
@@ -65,6 +67,8 @@ class ForecastStage:
                 per_request(sig.get("generation_tokens_rps"), rate),
             )
             f = self.forecaster.forecast(self.cfg.horizon_s)
+            est.forecast = f if self.path_horizon_s == self.cfg.horizon_s else self.forecaster.forecast(
+                self.path_horizon_s)
         sig["forecast_rate_rps"] = f.rate_rps.point if f.rate_rps else None
         sig["forecast_rate_lower_rps"] = _known(f.rate_rps.lower) if f.rate_rps else None
         sig["forecast_rate_upper_rps"] = _known(f.rate_rps.upper) if f.rate_rps else None

@@ -99,9 +99,11 @@ class ControlLoop:
         self.query_failures = {s.name: 0 for s in cfg.services}
         self.actuation_errors: dict[tuple[str, str, ActuationStatus], int] = {}
         fc = cfg.controller.forecast
-        self.forecasts = {s.name: ForecastStage(fc) for s in cfg.services} if fc.enabled else {}
+        wanted = fc.enabled or controller.forecast_horizon_s is not None
+        self.forecasts = {s.name: ForecastStage(fc, controller.forecast_horizon_s)
+                          for s in cfg.services} if wanted else {}
         router = fc.router or cfg.simulator.router
-        self.warmth = {s.name: WarmthStage(fc, s, router) for s in cfg.services} if fc.enabled else {}
+        self.warmth = {s.name: WarmthStage(fc, s, router) for s in cfg.services} if wanted else {}
 
     def start(self, now: float) -> None:
         """Mark the loop's start: it decides nothing until one signal window of data exists."""

@@ -1,0 +1,349 @@
+"""Replica planning over a horizon: one mixed-integer program for every service of a fleet.
+
+The MPC (``controllers.mpc``) solves it every tick on forecast demand and applies the first step; the
+oracle (``controllers.oracle``) solves it once on a trace's true demand. Steps ``k = 1..H`` of
+``dt_s`` seconds; step ``k`` spans ``[(k - 1) dt, k dt)`` from now. For each variant ``v`` and step ``k``
+(integer unless said otherwise):
+
+- ``n[v,k]``: replicas ordered (ready + starting) during step ``k``; ``n[v,0]`` is today's count;
+- ``cw[v,k]``, ``cc[v,k]``: replicas ordered so far that start warm (on a node holding the weights:
+  at most ``warm_free``) and cold; ``cd[v,k]``: replicas removed so far. All three never decrease,
+  and ``n[v,k] = n[v,0] + cw[v,k] + cc[v,k] - cd[v,k]``;
+- ``s[v,k]`` (continuous): replicas serving in step ``k``: at most the replicas ready by then,
+  ``ready0[v,k]`` (today's ready ones and the starting ones as they become ready) plus the orders old
+  enough, ``cw[v,k - Lw] + cc[v,k - Lc]`` with ``L = ceil(startup / dt)``, less the removals
+  ``cd[v,k]``. A removal takes a ready replica (a start is never cancelled, so an order and a removal
+  in one step cannot pass for a ready replica), and ``s <= n`` follows;
+- ``u[k]`` (continuous, per service): demand left unserved, requests/s:
+  ``u[k] >= demand[k] - sum_v capacity[v,k] s[v,k]``.
+
+minimise  sum_k sum_v price_v dt / 3600 n[v,k]             (GPU cost, $)
+        + sum_k miss_cost dt u[k]                            (requests left unserved, $)
+        + sum_v start_cost_v (cw + cc)[v,H] + stop_cost cd[v,H]   (churn, $)
+
+Move blocking (as MPC practice keeps integer plans small): replica counts change only at the start of
+each block (``PlanProblem.blocks``: 0-based first steps, by default 1, 1, 1, 1, 2, 2, 4, 4, 8, 8, 8
+steps long for 40 steps), so the integer variables are per block and the serving and unserved ones per
+step; the first block is one step, the one applied.
+
+subject to the variants' bounds (``min_replicas <= n <= min(max_replicas, quota)``, and ``n >=
+keep`` for a service recovering from a loss: no warm replica removed), the service's largest change
+per step (``max_up`` orders, ``max_down`` removals), and, across services, GPUs per GPU type within
+``gpu_quota`` and all GPUs within ``gpu_budget``. Solved by ``scipy.optimize.milp`` (HiGHS); the
+constraint matrix is sparse with a bounded number of entries per row, so a day of 60-s steps solves
+as one problem.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+BLOCK_VARS = 4  # per variant and block: n, cw, cc, cd
+N, CW, CC, CD = range(BLOCK_VARS)
+
+
+def default_blocks(steps: int) -> list[int]:
+    """First step (0-based) of each block: lengths 1, 1, 1, 1, 2, 2, 4, 4, then 8 until ``steps``."""
+    starts, k, lengths = [], 0, [1, 1, 1, 1, 2, 2, 4, 4]
+    while k < steps:
+        starts.append(k)
+        k += lengths.pop(0) if lengths else 8
+    return starts
+
+
+@dataclass(frozen=True)
+class PlanVariant:
+    """One variant of a service, as the planner sees it.
+
+    Attributes:
+        name: variant name.
+        gpu: GPU type (the key of ``PlanProblem.gpu_quota``).
+        gpus_per_replica: GPUs one replica holds.
+        price_per_hour: $ per replica-hour.
+        capacity_rps: requests/s one serving replica serves within the SLO, per step, shape (H,).
+        current: replicas today (ready + starting), ``n[v,0]``.
+        ready: replicas ready by each step from today's replicas alone, shape (H,), non-decreasing
+            (ready now, plus the starting ones from the step they become ready).
+        min_replicas, max_replicas: bounds (``max_replicas`` already includes any quota).
+        warm_steps, cold_steps: steps from an order to ready, warm and cold (``ceil(startup / dt)``).
+        warm_free: orders that can still start warm over the horizon (free nodes holding the weights).
+        keep: replicas that must stay at every step (the ready ones while recovering; 0 otherwise).
+        start_cost: $ per replica ordered; ``stop_cost``: $ per replica removed.
+    """
+
+    name: str
+    gpu: str
+    gpus_per_replica: int
+    price_per_hour: float
+    capacity_rps: np.ndarray
+    current: int
+    ready: np.ndarray
+    min_replicas: int
+    max_replicas: int
+    warm_steps: int
+    cold_steps: int
+    warm_free: int = 0
+    keep: int = 0
+    start_cost: float = 0.0
+    stop_cost: float = 0.0
+
+
+@dataclass(frozen=True)
+class PlanService:
+    """One service: its variants, the demand to serve and its limits.
+
+    Attributes:
+        name: service name.
+        variants: at least one.
+        demand_rps: requests/s to serve in each step, shape (H,).
+        miss_cost: $ per request of demand left unserved (> every variant's cost per request served,
+            or the plan prefers missing to serving).
+        max_up, max_down: most replicas ordered / removed per step, all variants together (None: no limit).
+    """
+
+    name: str
+    variants: Sequence[PlanVariant]
+    demand_rps: np.ndarray
+    miss_cost: float
+    max_up: int | None = None
+    max_down: int | None = None
+
+
+@dataclass(frozen=True)
+class PlanProblem:
+    """Every service of a fleet over ``steps`` steps of ``dt_s`` seconds.
+
+    Attributes:
+        gpu_quota: GPU type -> most GPUs of that type held by all services at any step.
+        gpu_budget: most GPUs of any type held at any step (None: no budget).
+        blocks: first step (0-based, ascending, the first 0) of each block over which replica counts
+            stay constant; None = ``default_blocks(steps)``.
+        time_limit_s: HiGHS's time limit; the best plan found by then is used.
+        mip_rel_gap: relative optimality gap at which HiGHS stops.
+    """
+
+    services: Sequence[PlanService]
+    dt_s: float
+    steps: int
+    gpu_quota: Mapping[str, int] = field(default_factory=dict)
+    gpu_budget: int | None = None
+    blocks: Sequence[int] | None = None
+    integer_blocks: int | None = None
+    time_limit_s: float = 10.0
+    mip_rel_gap: float = 1e-4
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The solved plan.
+
+    Attributes:
+        replicas: service -> variant -> ``n[v,k]`` for k = 1..H, integers, shape (H,).
+        serving: service -> variant -> ``s[v,k]``, shape (H,).
+        unserved_rps: service -> ``u[k]``, requests/s, shape (H,).
+        cost: the objective, $.
+        solve_ms: wall time of the solve, milliseconds.
+        relaxed: True when the step limits had to be dropped to find any plan (today's fleet is
+            further outside its bounds or quotas than the limits allow undoing in time).
+    """
+
+    replicas: dict[str, dict[str, np.ndarray]]
+    serving: dict[str, dict[str, np.ndarray]]
+    unserved_rps: dict[str, np.ndarray]
+    cost: float
+    solve_ms: float
+    relaxed: bool = False
+
+
+class _Index:
+    """Column of every variable: per variant ``BLOCK_VARS x blocks`` integers then ``H`` serving
+    variables; then per service ``H`` unserved ones."""
+
+    def __init__(self, problem: PlanProblem) -> None:
+        self.h = problem.steps
+        self.starts = list(default_blocks(self.h) if problem.blocks is None else problem.blocks)
+        self.nb = len(self.starts)
+        self.integer_blocks = self.nb if problem.integer_blocks is None else min(problem.integer_blocks, self.nb)
+        # block of each step
+        self.block_of = np.searchsorted(self.starts, np.arange(self.h), side="right") - 1
+        self.blocks: dict[tuple[int, int], int] = {}
+        col = 0
+        for i, svc in enumerate(problem.services):
+            for j in range(len(svc.variants)):
+                self.blocks[i, j] = col
+                col += BLOCK_VARS * self.nb + self.h
+        self.unserved = {}
+        for i in range(len(problem.services)):
+            self.unserved[i] = col
+            col += self.h
+        self.size = col
+
+    def var(self, i: int, j: int, kind: int, b: int) -> int:
+        """Column of variable ``kind`` of variant ``j`` of service ``i`` in block ``b``."""
+        return self.blocks[i, j] + kind * self.nb + b
+
+    def s(self, i: int, j: int, k: int) -> int:
+        """Column of the serving replicas of variant ``j`` of service ``i`` at step ``k`` (0-based)."""
+        return self.blocks[i, j] + BLOCK_VARS * self.nb + k
+
+    def u(self, i: int, k: int) -> int:
+        return self.unserved[i] + k
+
+
+class _Rows:
+    """Sparse constraint rows ``lb <= A x <= ub``, built row by row."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.lb: list[float] = []
+        self.ub: list[float] = []
+
+    def add(self, terms: Sequence[tuple[int, float]], lb: float, ub: float) -> None:
+        r = len(self.lb)
+        for c, v in terms:
+            self.rows.append(r)
+            self.cols.append(c)
+            self.vals.append(v)
+        self.lb.append(lb)
+        self.ub.append(ub)
+
+    def constraint(self, size: int) -> LinearConstraint:
+        a = sparse.csr_array((self.vals, (self.rows, self.cols)), shape=(len(self.lb), size))
+        return LinearConstraint(a, np.array(self.lb), np.array(self.ub))
+
+
+def _check(problem: PlanProblem) -> None:
+    h = problem.steps
+    if h < 1 or not 0 < problem.dt_s < math.inf:
+        raise ValueError(f"need steps >= 1 and a finite dt_s > 0, got {h} and {problem.dt_s}")
+    if problem.blocks is not None:
+        starts = list(problem.blocks)
+        if not starts or starts[0] != 0 or any(b <= a for a, b in itertools.pairwise(starts)) or starts[-1] >= h:
+            raise ValueError(f"blocks must ascend from 0 below steps ({h}), got {starts}")
+    for svc in problem.services:
+        if not svc.variants:
+            raise ValueError(f"{svc.name}: no variant to plan")
+        if np.shape(svc.demand_rps) != (h,) or not np.all(np.isfinite(svc.demand_rps)):
+            raise ValueError(f"{svc.name}: demand_rps must be {h} finite numbers")
+        for v in svc.variants:
+            if np.shape(v.capacity_rps) != (h,) or np.shape(v.ready) != (h,):
+                raise ValueError(f"{svc.name}/{v.name}: capacity_rps and ready must have {h} steps")
+            if v.min_replicas > v.max_replicas:
+                raise ValueError(f"{svc.name}/{v.name}: min_replicas {v.min_replicas} > max_replicas {v.max_replicas}")
+
+
+def _build(problem: PlanProblem, limits: bool) -> tuple[np.ndarray, LinearConstraint, Bounds, np.ndarray]:
+    idx = _Index(problem)
+    h, dt, nb = problem.steps, problem.dt_s, idx.nb
+    length = np.diff([*idx.starts, h])  # steps per block
+    c = np.zeros(idx.size)
+    lo = np.zeros(idx.size)
+    hi = np.full(idx.size, np.inf)
+    integral = np.zeros(idx.size)
+    rows = _Rows()
+    gpu_terms: dict[str | None, list[list[tuple[int, float]]]] = {}
+    for i, svc in enumerate(problem.services):
+        for j, v in enumerate(svc.variants):
+            cols = {kind: [idx.var(i, j, kind, b) for b in range(nb)] for kind in range(BLOCK_VARS)}
+            for kind in (CW, CC, CD):  # n = current + cw + cc - cd is then whole too; HiGHS branches less
+                integral[cols[kind][:idx.integer_blocks]] = 1
+            c[cols[N]] = v.price_per_hour * dt / 3600.0 * length
+            c[cols[CW][-1]] += v.start_cost
+            c[cols[CC][-1]] += v.start_cost
+            c[cols[CD][-1]] += v.stop_cost
+            lo[cols[N]] = max(v.min_replicas, min(v.keep, v.max_replicas))
+            hi[cols[N]] = v.max_replicas
+            hi[cols[CW]] = v.warm_free
+            for b in range(nb):
+                rows.add([(cols[N][b], 1.0), (cols[CW][b], -1.0), (cols[CC][b], -1.0), (cols[CD][b], 1.0)],
+                         v.current, v.current)
+                if b > 0:
+                    for kind in (CW, CC, CD):
+                        rows.add([(cols[kind][b], 1.0), (cols[kind][b - 1], -1.0)], 0.0, np.inf)
+                for key in (v.gpu, None):
+                    per_block = gpu_terms.setdefault(key, [[] for _ in range(nb)])
+                    per_block[b].append((cols[N][b], float(v.gpus_per_replica)))
+            for k in range(h):
+                s = idx.s(i, j, k)
+                rows.add([(s, 1.0), (cols[N][idx.block_of[k]], -1.0)], -np.inf, 0.0)
+                ready = [(s, 1.0), (cols[CD][idx.block_of[k]], 1.0)]  # removals take ready replicas
+                for kind, steps in ((CW, v.warm_steps), (CC, v.cold_steps)):
+                    if k - steps >= 0:  # orders of the last block begun by then are ready
+                        ready.append((cols[kind][idx.block_of[k - steps]], -1.0))
+                rows.add(ready, -np.inf, float(v.ready[k]))
+        for k in range(h):
+            u = idx.u(i, k)
+            c[u] = svc.miss_cost * dt
+            rows.add([(u, 1.0)] + [(idx.s(i, j, k), float(v.capacity_rps[k])) for j, v in enumerate(svc.variants)],
+                     float(svc.demand_rps[k]), np.inf)
+        if not limits:
+            continue
+        for b in range(nb):
+            for kinds, limit in (((CW, CC), svc.max_up), ((CD,), svc.max_down)):
+                if limit is None:
+                    continue
+                terms = []
+                for j in range(len(svc.variants)):
+                    for kind in kinds:
+                        terms.append((idx.var(i, j, kind, b), 1.0))
+                        if b > 0:
+                            terms.append((idx.var(i, j, kind, b - 1), -1.0))
+                rows.add(terms, -np.inf, float(limit * length[b - 1] if b > 0 else limit))
+    for key, per_block in gpu_terms.items():
+        limit = problem.gpu_budget if key is None else problem.gpu_quota.get(key)
+        if limit is None:
+            continue
+        for terms in per_block:
+            rows.add(terms, -np.inf, float(limit))
+    return c, rows.constraint(idx.size), Bounds(lo, hi), integral
+
+
+def solve(problem: PlanProblem) -> Plan:
+    """The cheapest plan (module docstring).
+
+    When no plan meets the step limits (today's fleet is further above a bound or quota than
+    ``max_down`` removals undo in time), the limits are dropped and ``Plan.relaxed`` says so.
+
+    Raises:
+        ValueError: malformed problem (shapes, bounds).
+        RuntimeError: no plan even without the step limits (the bounds, ``keep`` and the quotas
+            contradict one another), naming HiGHS's message.
+    """
+    _check(problem)
+    started = time.perf_counter()
+    options = {"time_limit": problem.time_limit_s, "mip_rel_gap": problem.mip_rel_gap}
+    relaxed = False
+    c, cons, bounds, integral = _build(problem, limits=True)
+    res = milp(c, constraints=cons, bounds=bounds, integrality=integral, options=options)
+    if res.x is None:
+        relaxed = True
+        c, cons, bounds, integral = _build(problem, limits=False)
+        res = milp(c, constraints=cons, bounds=bounds, integrality=integral, options=options)
+    if res.x is None:
+        raise RuntimeError(f"planner: HiGHS found no plan ({res.message})")
+    solve_ms = (time.perf_counter() - started) * 1000.0
+    idx = _Index(problem)
+    h = problem.steps
+    replicas: dict[str, dict[str, np.ndarray]] = {}
+    serving: dict[str, dict[str, np.ndarray]] = {}
+    unserved: dict[str, np.ndarray] = {}
+    for i, svc in enumerate(problem.services):
+        replicas[svc.name], serving[svc.name] = {}, {}
+        for j, v in enumerate(svc.variants):
+            start = idx.var(i, j, N, 0)
+            per_block = np.rint(res.x[start:start + idx.nb]).astype(int)
+            replicas[svc.name][v.name] = per_block[idx.block_of]
+            start = idx.s(i, j, 0)
+            serving[svc.name][v.name] = res.x[start:start + h].copy()
+        unserved[svc.name] = res.x[idx.u(i, 0):idx.u(i, 0) + h].copy()
+    return Plan(replicas, serving, unserved, float(res.fun), solve_ms, relaxed)
