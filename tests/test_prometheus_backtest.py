@@ -142,3 +142,16 @@ def test_cli_backtest_bad_ranges_exit_2(history: History, args: list[str], messa
     res = CliRunner().invoke(app, ["backtest", "--prometheus-url", history.prom.url, *args])
     assert res.exit_code == 2
     assert res.stderr.startswith("error: ") and message in res.stderr
+
+
+def test_backtest_runs_the_mpc(history: History) -> None:
+    # The MPC replayed through range queries: its forecast stage and plan run on Prometheus's history.
+    cfg, tick = history.cfg, int(history.cfg.controller.tick_s)
+    first, end = int(cfg.controller.window_s), int(history.run.ticks[-1].time_s)
+    bt = run_backtest(cfg, connect(cfg.prometheus, history.prom.url), history.base + first, history.base + end,
+                      tick, "mpc")
+    decided = [rec.services["llm"] for rec in bt.ticks if rec.services["llm"].decision.reason.startswith("mpc")]
+    assert len(decided) >= 0.8 * len(bt.ticks)
+    for st in decided:
+        assert st.estimate.errors == [] and set(st.decision.plan) == set(st.estimate.variants)
+        assert all(len(p) == 40 for p in st.decision.plan.values())

@@ -209,7 +209,7 @@ def test_cli_once_json_interface(run: Run) -> None:
             assert not st.reason.startswith(("scale up", "scale down")), st.reason
 
 
-@pytest.mark.parametrize("spec", ["hpa", "keda:metric=queue", "wva"])
+@pytest.mark.parametrize("spec", ["hpa", "keda:metric=queue", "wva", "mpc"])
 def test_cli_runs_any_registry_controller(run: Run, spec: str) -> None:
     # Calibrated without a trace, from the fleet file and the profiles alone.
     res = CliRunner().invoke(app, ["dry-run", "--prometheus-url", run.prom.url, "--config", str(run.config_file),
