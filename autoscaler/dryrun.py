@@ -11,7 +11,7 @@ warm-up). Admission thresholds are shown as ``-``/null when the controller sets 
      "services": {<service>: {
         "variants": {<variant>: {"current_replicas", "ready_replicas", "starting_replicas",
                                  "desired_replicas", "reason"}},
-        "signals": {<signal>: value or null}, "decision": {"hold", "reason", "terms"},
+        "signals": {<signal>: value or null}, "decision": {"hold", "reason", "terms", "plan", "remove_first"},
         "admission_thresholds": {<priority class>: s} or null, "errors": [...], "warnings": [...]}}}
 
 ``errors`` lists failed queries (empty when all worked); on any, the loop holds. A variant whose
@@ -30,7 +30,7 @@ from rich.table import Table
 
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.config import FleetConfig
-from autoscaler.loop.export import LoopMetrics
+from autoscaler.loop.export import PLAN_STEPS, LoopMetrics
 from autoscaler.loop.forecast import FORECAST_SIGNALS
 from autoscaler.loop.runner import ControlLoop, TickRecord
 from autoscaler.loop.warmth import WARMTH_SIGNALS
@@ -129,7 +129,9 @@ def tick_json(run: DryRun, record: TickRecord, wall_s: float) -> dict[str, Any]:
                 for v, obs in est.variants.items()
             },
             "signals": dict(est.signals),
-            "decision": {"hold": st.decision.hold, "reason": st.decision.reason, "terms": dict(st.decision.terms)},
+            "decision": {"hold": st.decision.hold, "reason": st.decision.reason, "terms": dict(st.decision.terms),
+                         "plan": dict(st.decision.plan) or None,
+                         "remove_first": dict(st.decision.remove_first) or None},
             "admission_thresholds": dict(st.decision.admission) or None,
             "errors": list(est.errors),
             "warnings": run.warnings(name, record),
@@ -148,16 +150,20 @@ def tick_tables(run: DryRun, record: TickRecord, wall_s: float) -> list[Table | 
     for name, st in record.services.items():
         est = st.estimate
         t = Table(title=f"{name} at {stamp} (dry-run: nothing is changed)", title_justify="left")
-        for col in ("variant", "current (ready+starting)", "desired", "change", "admission", "reason"):
+        plan = st.decision.plan
+        cols = ("variant", "current (ready+starting)", "desired", "change", *(("plan",) if plan else ()), "admission",
+                "reason")
+        for col in cols:
             t.add_column(col, justify="right" if col in ("desired", "change") else "left")
         admission = ", ".join(f"{c} {s:g} s" for c, s in sorted(st.decision.admission.items())) or "-"
         for v, obs in est.variants.items():
+            planned = ("/".join(str(n) for n in plan.get(v, [])[:PLAN_STEPS]),) if plan else ()
             if not obs.counts_known:  # unknown: "?", never 0
-                t.add_row(v, "? (?+?)", "?", "?", admission, escape(st.reason))
+                t.add_row(v, "? (?+?)", "?", "?", *planned, admission, escape(st.reason))
                 continue
             delta = st.applied[v] - obs.current
             t.add_row(v, f"{obs.current} ({obs.ready}+{obs.starting})", str(st.applied[v]),
-                      f"{delta:+d}" if delta else "0", admission, escape(st.reason))
+                      f"{delta:+d}" if delta else "0", *planned, admission, escape(st.reason))
         out.append(t)
         s = Table(show_header=True, title=f"{name}: observed signals", title_justify="left")
         s.add_column("signal")

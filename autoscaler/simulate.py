@@ -30,7 +30,7 @@ from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.workload.types import Workload
 from controllers.base import Controller
 from controllers.registry import build
-from controllers.static import StaticController, opening_rate_rps, provision_for, workload_mix
+from controllers.static import StaticController, steady_start_fleet
 
 MAX_DRAIN_S = 4 * 3600.0
 # Wall seconds between sub-steps when paced: ten fresh states per second for a 1 s scrape interval.
@@ -67,9 +67,8 @@ def start_at(cfg: FleetConfig, controller: Controller, workload: Workload, servi
         start = controller.replicas
     elif steady_start:
         svc = cfg.service(service)
-        opening = opening_rate_rps(workload, max_model_len=svc.max_model_len)
         itl = cfg.controller.pid.setpoint * svc.slo["interactive"].itl_s
-        start = {svc.name: provision_for(svc, cfg.simulator.engine, workload_mix(svc, workload), opening, itl)}
+        start = {svc.name: steady_start_fleet(svc, cfg.simulator.engine, workload, itl)}
     else:
         return cfg
     cfg = cfg.model_copy(deep=True)

@@ -7,13 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.files import atomic
-from autoscaler.loop.export import decision_kind
+from autoscaler.loop.export import PLAN_STEPS, decision_kind
 from autoscaler.loop.forecast import FORECAST_SIGNALS
 from autoscaler.loop.runner import ServiceTick
 from autoscaler.loop.warmth import WARMTH_SIGNALS
-
-PLAN_STEPS = 3
-"""Planned steps per variant in a timeline row (``plan_<variant>``: replicas at the next three ticks)."""
 
 TIMELINE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "itl_p95_s", "tpot_p95_s", "ttft_mean_s", "tpot_mean_s",
                     "kv_usage", "queue_length", "prefix_hit_rate", "slo_p95_ratio", "slo_mean_ratio",

@@ -79,6 +79,8 @@ class Decision:
             empty when the controller sets none.
         plan: variant -> replicas the controller plans for its next steps (a planning controller's
             horizon, first step first); empty for a controller that plans nothing ahead.
+        remove_first: variant -> names of the pods to remove first when its count goes down, in
+            order (the actuator passes them on; empty: the platform chooses).
     """
 
     desired: dict[str, int]
@@ -88,6 +90,7 @@ class Decision:
     hold: bool = False
     admission: dict[str, float] = field(default_factory=dict)
     plan: dict[str, list[int]] = field(default_factory=dict)
+    remove_first: dict[str, list[str]] = field(default_factory=dict)
 
 
 def change_reason(desired: Mapping[str, int], current: Mapping[str, int]) -> Reason:

@@ -4,18 +4,24 @@ Each tick ``MPCController.decide`` builds one ``models.planning`` problem for th
 it with HiGHS (``scipy.optimize.milp``):
 
 - demand per step (requests/s): the load forecast's ``quantile`` (the forecast stage's path, its
-  90 % interval read as normal: ``mean + z(q) / z(0.95) x (upper - mean)``), never below today's
-  arrival rate (a forecast that lags a rise must not cancel it; a fall is followed when it is
-  seen), plus today's queue spread over the steps until new replicas have run ``DRAIN_S``. Without a
-  forecast yet (the first step of history), or with ``forecast=last``, today's rate for every step;
+  90 % interval read as normal: ``mean + z(q) / z(0.95) x (upper - mean)``), never below the
+  highest arrival rate of the last ``hold_s`` (a forecast that lags a rise must not cancel it; a fall
+  is followed once it has lasted ``hold_s``), plus today's queue spread over the steps until new
+  replicas have run ``DRAIN_S``. Without a forecast yet (the first step of history), or with
+  ``forecast=last``, that rate for every step;
 - capacity per replica (requests/s at the interactive SLO, ``models.capacity``) for the mix the
   registry calibrated on (the trace's in simulation, the fleet file's ``typical_request`` live);
 - replicas ready by each step: today's ready ones, and the starting ones when their start-up (warm
   while warm nodes are free, else cold) has run from the tick this controller saw them appear;
+- no ready replica is removed before the controller has seen ``hold_s`` of arrival rates (its first
+  window is all it knows of the load), nor while the service recovers from a loss;
 - a service that lost replicas it did not ask to remove (a crash, an eviction) is recovering for a
   cold start plus the guard's cool-down: meanwhile no plan removes a ready replica;
 - costs: GPU $/hour, ``miss_weight`` times the dearest variant's $ per request served for each
   request of demand left unserved, and a cold start's GPU time per replica started.
+
+On a scale-down ``Decision.remove_first`` names the pods to remove, coldest and least loaded first
+(``removal_order``); the simulator honours it.
 
 The loop's guard still applies (step limits, cool-down, warm-up and idle rules); the plan's step
 limits are the guard's, so it seldom cuts. ``Decision.plan`` holds the plan per variant;
@@ -26,23 +32,42 @@ unserved demand over the horizon (``unserved_rps_max``).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from controllers.base import Controller, Decision, change_reason, hold
+from models.capacity import ReplicaSpec, RequestMix, replica_capacity, speed_factor, utilisation
 from models.planning import PlanProblem, PlanService, PlanVariant, solve
 
 if TYPE_CHECKING:
     from autoscaler.config import FleetConfig, Service, Variant
-    from autoscaler.state import ServiceEstimate
+    from autoscaler.state import PodObservation, ServiceEstimate
 
 DRAIN_S = 60.0
 """Seconds over which the plan drains today's queue (the TTFT SLOs are seconds; a minute keeps the
 backlog's extra replicas few)."""
+
+DEFAULT_HOLD_S = 300.0
+"""Seconds of observed arrival rates whose highest the plan never goes below: a minute's rate
+swings by a fifth on Azure conv and Mooncake, and a replica removed on a dip takes a cold start
+(300 s) to come back; HPA's scale-down stabilisation window is 300 s for the same reason."""
+
+SPEED_TICKS = 20
+"""Ticks of speed factors the median is taken over (5 minutes at 15 s): overloaded ticks read high
+(measured: median 1.000, 90th percentile 1.15 on the step scenario with the right profile)."""
+SPEED_MIN_TICKS = 4
+SPEED_MAX_UTILISATION = 0.6
+"""Speed factors are read only below this utilisation (``models.capacity.utilisation``): the fluid
+step-time model reads high under queueing (Azure conv, right profile: median 1.04 at every load)."""
+SPEED_LIMITS = (0.5, 3.0)
+"""Speed factors believed: a GPU twice as fast as profiled, or three times as slow, is a wrong
+profile to fix, not one to follow."""
+SPEED_STEP = 0.02
 
 DEFAULT_WINDOW_S = 60.0
 """Signal window, seconds: the plan reads rates, not latency quantiles, and a 300-s window (the PID's)
@@ -57,9 +82,30 @@ class _ServiceMemory:
     """What the controller remembers of a service between ticks."""
 
     seen_starting: dict[str, list[float]] = field(default_factory=dict)  # variant -> first-seen time per start
+    rates: list[tuple[float, float]] = field(default_factory=list)  # (time, arrival rate) over the last hold_s
     last_applied: dict[str, int] = field(default_factory=dict)
     last_time_s: float = -math.inf
     recovering_until: float = -math.inf
+    first_s: float | None = None  # the first tick this controller decided for the service
+    speed: dict[str, deque[float]] = field(default_factory=dict)  # variant -> recent speed factors
+    last_speed: dict[str, float] = field(default_factory=dict)  # variant -> the factor used this tick
+
+
+def removal_order(est: ServiceEstimate, desired: Mapping[str, int]) -> dict[str, list[str]]:
+    """variant -> its ready pods, coldest first (lowest prefix-cache hit rate over the pod's life, unknown
+    counted cold), the least loaded (running + waiting) first among equals; for the variants that
+    shrink. Removing them keeps the warm caches, whose hits are prefill the fleet does not redo."""
+    out: dict[str, list[str]] = {}
+    for v, n in desired.items():
+        if v not in est.variants or n >= est.variants[v].current:
+            continue
+        pods = [p for p in est.pods if p.variant == v and p.name]
+
+        def key(p: PodObservation) -> tuple[float, float]:
+            q, h = p.prefix_queries_total, p.prefix_hits_total
+            return (h / q if q and h is not None else 0.0, p.running + p.waiting)
+        out[v] = [p.name for p in sorted(pods, key=key)]
+    return out
 
 
 class MPCController(Controller):
@@ -72,6 +118,9 @@ class MPCController(Controller):
         quantile: forecast quantile planned on, in (0, 1).
         miss_weight: cost of a request left unserved, in units of the dearest variant's cost per request.
         forecast: ``auto`` (the forecast stage's path) or ``last`` (today's rate for every step).
+        hold_s: the plan never goes below the highest arrival rate seen over this many seconds (>= 0).
+        learn: 1 to correct each variant's capacity from its own telemetry (needs ``mixes``), 0 not to.
+        mixes: service -> the request mix ``weights`` were computed for (None: the service gets none).
         window_s: signal window, seconds (at least the tick).
         name: the spec it was built from.
 
@@ -81,10 +130,11 @@ class MPCController(Controller):
 
     def __init__(self, cfg: FleetConfig, weights: Mapping[str, Mapping[str, float]], horizon: int = 40,
                  quantile: float = 0.9, miss_weight: float = 10.0, forecast: str = "auto",
+                 hold_s: float = DEFAULT_HOLD_S, learn: int = 1, mixes: Mapping[str, RequestMix | None] | None = None,
                  window_s: float = DEFAULT_WINDOW_S, name: str = "mpc") -> None:
-        if horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf:
-            raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1) and miss_weight > 0, got "
-                             f"{horizon}, {quantile}, {miss_weight}")
+        if horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf or not 0 <= hold_s < math.inf:
+            raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
+                             f"got {horizon}, {quantile}, {miss_weight}, {hold_s}")
         if forecast not in FORECASTS:
             raise ValueError(f"{name}: forecast must be one of {', '.join(FORECASTS)}, got '{forecast}'")
         c = cfg.controller
@@ -96,6 +146,11 @@ class MPCController(Controller):
         self.quantile = quantile
         self.z = NormalDist().inv_cdf(quantile) / Z95
         self.miss_weight = miss_weight
+        self.hold_s = hold_s
+        self.learn = bool(learn) and mixes is not None
+        self.mixes = dict(mixes or {})
+        self.engine = cfg.simulator.engine
+        self._capacity_cache: dict[tuple[str, str, float], float] = {}
         self.forecast = forecast
         self.memory: dict[str, _ServiceMemory] = {}
 
@@ -144,6 +199,51 @@ class MPCController(Controller):
             mem.recovering_until = est.time_s + cold_s + self.guard.scale_down_cooldown_s
         return est.time_s < mem.recovering_until
 
+    # ------------------------------------------------------------------ capacity, learned online
+    def speed(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> dict[str, float]:
+        """variant -> how many times slower than its profile it runs: the median of the last
+        ``SPEED_TICKS`` speed factors (``models.capacity.speed_factor``) from its pods' mean ITL at
+        their rate per ready replica; 1 until ``SPEED_MIN_TICKS`` are known, or without ``learn``."""
+        mix = self.mixes.get(svc.name)
+        out = {}
+        for v in svc.variants:
+            seen = mem.speed.setdefault(v.name, deque(maxlen=SPEED_TICKS))
+            obs = est.variants[v.name]
+            rate, itl = obs.signals.get("request_rate_rps"), obs.signals.get("tpot_mean_s")
+            spec = ReplicaSpec.of(v, self.engine)
+            if (self.learn and mix is not None and obs.ready > 0 and rate and itl
+                    and utilisation(spec, mix, rate / obs.ready) <= SPEED_MAX_UTILISATION):
+                seen.append(speed_factor(spec, mix, rate / obs.ready, itl))
+            alpha = float(np.median(seen)) if len(seen) >= SPEED_MIN_TICKS else 1.0
+            out[v.name] = min(max(alpha, SPEED_LIMITS[0]), SPEED_LIMITS[1])
+        return out
+
+    def corrected_weights(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> dict[str, float]:
+        """variant -> one replica's capacity (requests/s) with its profile slowed by its learned speed
+        factor (rounded to 2 %, so a slowly moving estimate reuses the capacity computed before)."""
+        base = self.weights.get(svc.name, est.weights)
+        mix = self.mixes.get(svc.name)
+        speeds = self.speed(est, svc, mem)
+        mem.last_speed = speeds
+        out = {}
+        for v in svc.variants:
+            alpha = round(round(speeds[v.name] / SPEED_STEP) * SPEED_STEP, 4)
+            if alpha == 1.0 or mix is None:
+                out[v.name] = float(base.get(v.name, 0.0))
+                continue
+            key = (svc.name, v.name, alpha)
+            if key not in self._capacity_cache:
+                spec = ReplicaSpec.of(v, self.engine)
+                slo = svc.slo["interactive"]
+                try:
+                    cap = replica_capacity(replace(spec, profile=spec.profile.slowed(alpha)), mix, slo.ttft_s,
+                                           slo.itl_s).rps
+                except ValueError:  # so slow the ITL target is out of reach
+                    cap = 0.0
+                self._capacity_cache[key] = cap
+            out[v.name] = self._capacity_cache[key]
+        return out
+
     # ------------------------------------------------------------------ decide
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Plan the horizon and ask for its first step (module docstring)."""
@@ -155,9 +255,12 @@ class MPCController(Controller):
             return hold(current, "hold: request rate unknown")
         mem = self.memory.setdefault(svc.name, _ServiceMemory())
         recovering = self._recovering(est, svc, mem)
-        weights = self.weights.get(svc.name, est.weights)
+        mem.first_s = est.time_s if mem.first_s is None else mem.first_s
+        learning = est.time_s - mem.first_s < self.hold_s  # too little rate history to scale down on
+        weights = self.corrected_weights(est, svc, mem)
         dt = self.tick_s
-        demand = self.demand(est, svc, now_rps)
+        mem.rates = [(t, r) for t, r in mem.rates if t > est.time_s - self.hold_s] + [(est.time_s, now_rps)]
+        demand = self.demand(est, svc, max(r for _, r in mem.rates))
         variants = []
         for v in svc.variants:
             obs = est.variants[v.name]
@@ -167,7 +270,7 @@ class MPCController(Controller):
                 capacity_rps=np.full(self.horizon, w), current=obs.current,
                 ready=self._ready_by_step(est, v, mem), min_replicas=v.min_replicas, max_replicas=v.cap,
                 warm_steps=math.ceil(v.startup_warm_s / dt), cold_steps=math.ceil(v.startup_cold_s / dt),
-                warm_free=max(0, v.warm_nodes - obs.current), keep=obs.ready if recovering else 0,
+                warm_free=max(0, v.warm_nodes - obs.current), keep=obs.ready if recovering or learning else 0,
                 start_cost=v.price_per_replica_hour * v.startup_cold_s / 3600.0,
             ))
         per_request = [v.price_per_hour / 3600.0 / v.capacity_rps[0] for v in variants if v.capacity_rps[0] > 0]
@@ -183,11 +286,13 @@ class MPCController(Controller):
         unserved = plan.unserved_rps[svc.name]
         mem.last_applied, mem.last_time_s = dict(desired), est.time_s
         terms = {"demand_rps": float(demand[0]), "solve_ms": plan.solve_ms,
-                 "unserved_rps_max": float(unserved.max()), "recovering": float(recovering)}
+                 "unserved_rps_max": float(unserved.max()), "recovering": float(recovering),
+                 **{f"speed_{v}": x for v, x in mem.last_speed.items()}}
         code = change_reason(desired, current)
         why = (f"mpc: plan for {demand[0]:.1f} req/s now, up to {demand.max():.1f} within "
                f"{self.horizon * dt:g} s" + ("; recovering from a loss" if recovering else ""))
-        return Decision(desired, why, code, terms, plan={name: [int(x) for x in n] for name, n in steps.items()})
+        return Decision(desired, why, code, terms, plan={name: [int(x) for x in n] for name, n in steps.items()},
+                        remove_first=removal_order(est, desired))
 
     def on_guard_cut(self, service: str, intended: Mapping[str, int], applied: Mapping[str, int],
                      weights: Mapping[str, float]) -> None:

@@ -8,7 +8,8 @@ thresholds >= 0) and names the controller and parameter when one is wrong.
 Names: ``pid`` (``controllers.pid``); ``static`` and ``static-ilp`` (fixed fleets,
 ``controllers.static``, ``controllers.baselines.static_ilp``); the anchors' autoscalers
 (``controllers.baselines``): ``hpa``, ``keda``, ``kpa`` (Knative), ``aibrix`` and ``aibrix-apa``,
-``dynamo``, ``wva``; ``mpc`` (``controllers.mpc``: ``mpc:horizon=40:quantile=0.9:miss_weight=10:forecast=auto``).
+``dynamo``, ``wva``; ``mpc`` (``controllers.mpc``: ``mpc:horizon=40:quantile=0.9:miss_weight=10:forecast=auto``);
+``oracle`` (``controllers.oracle``: the same plan solved offline on the trace's true demand; needs a trace).
 
 With a workload (a trace, in ``simulate`` and ``compare``), what is calibrated comes from it: the
 fixed fleets are sized for its peak 60-s arrival rate, and the metric targets of HPA, KEDA, Knative
@@ -41,8 +42,9 @@ from controllers.baselines.knative import KnativeKPAController
 from controllers.baselines.static_ilp import static_ilp_controller
 from controllers.baselines.wva import WVAController
 from controllers.mpc import MPCController
+from controllers.oracle import oracle_controller
 from controllers.pid import PIDController
-from controllers.static import StaticController, peak_rate_rps, provision_for, workload_mix
+from controllers.static import StaticController, peak_rate_rps, provision_for, steady_start_fleet, workload_mix
 from models.capacity import RequestMix, service_mix, variant_weights
 
 
@@ -193,18 +195,32 @@ def _aibrix(strategy: str) -> _Factory:
 
 
 def _mpc(kw: dict[str, Any], ctx: BuildContext) -> Controller:
-    return MPCController(ctx.cfg, _service_weights(ctx), **kw, name=ctx.spec)
+    return MPCController(ctx.cfg, _service_weights(ctx), **kw, mixes=_service_mixes(ctx), name=ctx.spec)
+
+
+def _oracle(kw: dict[str, Any], ctx: BuildContext) -> Controller:
+    if ctx.workload is None:
+        raise ValueError("oracle needs a trace (simulate, compare): it plans on the true future demand")
+    svc = ctx.svc
+    itl = ctx.cfg.controller.pid.setpoint * svc.slo["interactive"].itl_s
+    initial = steady_start_fleet(svc, ctx.cfg.simulator.engine, ctx.workload, itl)
+    return oracle_controller(ctx.cfg, svc, ctx.workload, _service_weights(ctx)[svc.name], initial, **kw,
+                             name=ctx.spec)
+
+
+def _service_mixes(ctx: BuildContext) -> dict[str, RequestMix | None]:
+    """service -> the mix it is sized for: its accepted requests of the workload, else its
+    ``typical_request``; None for a service that accepts none of the workload."""
+    return {svc.name: service_mix(svc) if ctx.workload is None else workload_mix(svc, ctx.workload)
+            for svc in ctx.cfg.services}
 
 
 def _service_weights(ctx: BuildContext) -> dict[str, dict[str, float]]:
-    """service -> variant -> one replica's capacity (requests/s) for the service's mix: its accepted
-    requests of the workload, else its ``typical_request``; 0 for a service the workload never calls."""
-    out = {}
-    for svc in ctx.cfg.services:
-        mix = service_mix(svc) if ctx.workload is None else workload_mix(svc, ctx.workload)
-        out[svc.name] = ({v.name: 0.0 for v in svc.variants} if mix is None
-                         else variant_weights(svc, ctx.cfg.simulator.engine, mix))
-    return out
+    """service -> variant -> one replica's capacity (requests/s) for the service's mix
+    (``_service_mixes``); 0 for a service that accepts none of the workload."""
+    mixes = _service_mixes(ctx)
+    return {svc.name: {v.name: 0.0 for v in svc.variants} if mixes[svc.name] is None
+            else variant_weights(svc, ctx.cfg.simulator.engine, mixes[svc.name]) for svc in ctx.cfg.services}
 
 
 _AIBRIX = _params(AIBrixController, "strategy", target=POSITIVE)
@@ -224,11 +240,13 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                lambda kw, ctx: DynamoPlanner(ctx.cfg.simulator.engine, **kw, name=ctx.spec)),
     "wva": (_params(WVAController), lambda kw, ctx: WVAController(name=ctx.spec)),
     "static-ilp": ({"peak_rps": POSITIVE}, _static_ilp),
-    "mpc": (_params(MPCController, "cfg", "weights", horizon=Param(int, 1, closed=True),
-                    quantile=Param(float, 0.0, high=0.999), miss_weight=POSITIVE, forecast=TEXT), _mpc),
+    "oracle": ({"miss_weight": POSITIVE}, _oracle),
+    "mpc": (_params(MPCController, "cfg", "weights", "mixes", horizon=Param(int, 1, closed=True),
+                    quantile=Param(float, 0.0, high=0.999), miss_weight=POSITIVE, forecast=TEXT,
+                    hold_s=NON_NEGATIVE, learn=Param(int, 0, closed=True, high=1)), _mpc),
 }
 NAMES = tuple(_SPECS)
-BASELINE_NAMES = tuple(n for n in NAMES if n not in ("pid", "static", "mpc"))
+BASELINE_NAMES = tuple(n for n in NAMES if n not in ("pid", "static", "mpc", "oracle"))
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:

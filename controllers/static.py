@@ -127,3 +127,11 @@ def opening_rate_rps(workload: Workload, window_s: float = 300.0, max_model_len:
     t0 = workload.requests[0].arrival_s
     t = [r.arrival_s for r in served(workload, max_model_len) if r.arrival_s - t0 < window_s]
     return _peak_rate(t, PEAK_WINDOW_S)
+
+
+def steady_start_fleet(svc: Service, engine: EngineConfig, workload: Workload, mean_itl_s: float) -> dict[str, int]:
+    """Replicas per variant of a fleet that has been serving ``workload``'s opening traffic a while:
+    ``provision_for`` its opening rate (``opening_rate_rps``) with the mean ITL at ``mean_itl_s`` (the
+    PID's setpoint x the ITL SLO); where every adaptive controller starts in simulation."""
+    opening = opening_rate_rps(workload, max_model_len=svc.max_model_len)
+    return provision_for(svc, engine, workload_mix(svc, workload), opening, mean_itl_s)

@@ -280,6 +280,31 @@ def mean_itl_rate(spec: ReplicaSpec, mix: RequestMix, itl_s: float) -> float:
     return (1.0 - t0 / itl_s) / _work(spec, mix)
 
 
+def speed_factor(spec: ReplicaSpec, mix: RequestMix, rate_rps: float, mean_itl_s: float) -> float:
+    """How many times longer than its profile says a replica's steps are, from its mean ITL at a rate.
+
+    The fluid model with every step ``alpha`` times as long has mean step time ``s = alpha t0 / (1 -
+    lam alpha W)``; solved for the observed ``s``: ``alpha = s / (t0 + lam W s)``. 1 for a replica that
+    runs as profiled; above 1 for a slower one (the online correction of ``controllers.mpc``).
+
+    Args:
+        rate_rps: requests/s one replica serves (>= 0).
+        mean_itl_s: its observed mean inter-token latency (mean step time), seconds (> 0).
+
+    Raises:
+        ValueError: a negative rate or a non-positive ITL.
+    """
+    if rate_rps < 0 or not mean_itl_s > 0:
+        raise ValueError(f"need rate_rps >= 0 and mean_itl_s > 0, got {rate_rps} and {mean_itl_s}")
+    return mean_itl_s / (spec.profile.step_overhead_s + rate_rps * _work(spec, mix) * mean_itl_s)
+
+
+def utilisation(spec: ReplicaSpec, mix: RequestMix, rate_rps: float) -> float:
+    """``lam W``: the fraction of the fluid limit ``1 / W`` a replica serving ``rate_rps`` runs at, by
+    its profile (the mean step time is ``t0 / (1 - lam W)``)."""
+    return rate_rps * _work(spec, mix)
+
+
 def operating_point(spec: ReplicaSpec, mix: RequestMix, rate_rps: float) -> OperatingPoint:
     """The fluid steady state at ``rate_rps`` (module docstring).
 

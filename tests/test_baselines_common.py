@@ -3,6 +3,7 @@ how the loop and the simulation run them (own guard, own tick, scrapes between t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import SimpleNamespace
 
 import pytest
@@ -115,7 +116,7 @@ class _Actuator:
     def __init__(self) -> None:
         self.scaled: list[tuple[str, str, int]] = []
 
-    def scale(self, service: str, variant: str, replicas: int) -> ActuationResult:
+    def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
         self.scaled.append((service, variant, replicas))
         return APPLIED
 

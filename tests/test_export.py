@@ -76,6 +76,23 @@ def test_loop_metrics_of_a_simulated_run() -> None:
     # the simulator applies every write
     assert not any(k[0] == "autoscaler_actuation_errors_total" for k in s)
     assert s[("autoscaler_able_to_scale", (("service", "llm"), ("variant", "h100")))] == 1.0
+    assert not any(k[0].startswith("autoscaler_mpc_") for k in s)  # the PID plans nothing ahead
+
+
+def test_mpc_plan_is_exported() -> None:
+    live = LiveSimulation(parse_config(FLEET_DOC, "<test>"), ramp(), "mpc", steady_start=False)
+    live.run()
+    _, s = scrape(live.metrics)
+    last = live.ticks[-1].services["llm"]
+    assert last.decision.plan, last.reason
+    for v, steps in last.decision.plan.items():
+        for k in (1, 2, 3):
+            key = (("service", "llm"), ("step", str(k)), ("variant", v))
+            assert s[("autoscaler_mpc_planned_replicas", key)] == steps[k - 1]
+        assert ("autoscaler_mpc_planned_replicas", (("service", "llm"), ("step", "4"), ("variant", v))) not in s
+    assert s[("autoscaler_mpc_demand_rps", (("service", "llm"),))] == pytest.approx(last.decision.terms["demand_rps"])
+    assert s[("autoscaler_mpc_solve_seconds", (("service", "llm"),))] == pytest.approx(
+        last.decision.terms["solve_ms"] / 1000)
 
 
 def test_failures_and_unknown_signals_are_exported_as_such(make_fleet) -> None:

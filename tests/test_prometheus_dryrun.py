@@ -219,6 +219,10 @@ def test_cli_runs_any_registry_controller(run: Run, spec: str) -> None:
     assert svc["errors"] == []
     reason = svc["variants"]["h100"]["reason"]
     assert reason.startswith(spec.split(":")[0]), reason  # the baseline decided, not the PID
+    plan = svc["decision"]["plan"]
+    assert (plan is not None) == (spec == "mpc")  # only a planning controller has a plan
+    if plan is not None:
+        assert set(plan) == {"h100", "a100"} and all(len(p) == 40 for p in plan.values())
     counts = run.live.sim.services["llm"]
     for v in ("h100", "a100"):
         assert svc["variants"][v]["current_replicas"] == counts.counts(v).current

@@ -630,7 +630,7 @@ def test_interrupted_simulation_exits_130_or_143_and_leaves_no_results(tmp_path:
     (out / "results.json").write_text("{}")  # an earlier run's: removed when this one starts
     exe = Path(sys.executable).with_name("autoscaler")
     proc = subprocess.Popen([str(exe), "simulate", "--out", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     deadline = time.monotonic() + 60
     while (out / "results.json").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -640,3 +640,9 @@ def test_interrupted_simulation_exits_130_or_143_and_leaves_no_results(tmp_path:
     assert proc.returncode == status, (proc.returncode, stderr)
     assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("interrupted:"), stderr
     assert sorted(p.name for p in out.iterdir()) == []
+
+
+def default_sigint() -> None:
+    """In the child, before exec: SIGINT back to its default, so Python turns it into KeyboardInterrupt
+    (a shell running the tests in the background starts them with SIGINT ignored, and children inherit it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -268,7 +268,7 @@ def test_interrupted_compare_stops_its_workers_and_leaves_no_results(tmp_path: P
     out = tmp_path / "o"
     exe = Path(sys.executable).with_name("autoscaler")
     proc = subprocess.Popen([str(exe), "compare", "--controllers", "pid,static", "--workers", "2", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     deadline = time.monotonic() + 120
     while len(_same_command(out)) < 3 and time.monotonic() < deadline:  # the command and its two workers
         time.sleep(0.2)
@@ -550,3 +550,9 @@ def test_real_empty_prometheus_dry_run_and_backtest_hold(tmp_path: Path) -> None
         summary = json.loads(res.stdout)
         assert summary["ticks"] == 41 and summary["holds"] == 41
         assert summary["scale_changes"] == 0 and summary["query_failures"] == 0
+
+
+def default_sigint() -> None:
+    """In the child, before exec: SIGINT back to its default, so Python turns it into KeyboardInterrupt
+    (a shell running the tests in the background starts them with SIGINT ignored, and children inherit it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

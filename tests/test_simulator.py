@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from autoscaler.adapters.simulator import SimActuator, pod_name
 from autoscaler.errors import ConfigError
 from autoscaler.report import summarize
 from autoscaler.simulate import run_simulation
@@ -374,6 +375,22 @@ def test_scale_down_removes_starting_replica_first(make_fleet) -> None:
     sim.run_until(12.0)
     assert [r.state for r in reps] == [READY, READY, GONE]
     assert sim.scale_events == 3
+
+
+def test_scale_down_removes_the_named_replicas_first(make_fleet) -> None:
+    # The same state as above: rep2 would be drained (fewest outstanding), but the controller names
+    # rep1 (through the actuator, by pod name): rep1 drains, rep2 keeps serving.
+    wl = Workload([
+        Request(arrival_s=0.0, input_tokens=500, output_tokens=500),
+        Request(arrival_s=0.001, input_tokens=500, output_tokens=500),
+        Request(arrival_s=0.002, input_tokens=500, output_tokens=500),
+    ])
+    sim = FleetSimulator(make_fleet(2, min_replicas=0, max_replicas=4), wl)
+    rep1, rep2 = replicas(sim)
+    sim.run_until(1.0)
+    assert (rep1.outstanding, rep2.outstanding) == (2, 1)
+    SimActuator(sim).scale("svc", "h100", 1, [pod_name("svc", "h100", rep1.rid), "svc-h100-nosuch"])
+    assert rep1.state == DRAINING and rep2.state == READY
 
 
 # ------------------------------------------------------------------------------ (j) gateway

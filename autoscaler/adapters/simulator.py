@@ -21,6 +21,7 @@ kube-state-metrics reports a Deployment's status as it changes):
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -193,7 +194,7 @@ class SimMetricsSource:
             out.append(PodObservation(
                 variant=r.variant, kv_usage=kv, waiting=waiting, running=running,
                 kv_usage_max=max(g[0] for g in s.gauges), waiting_max=max(g[1] for g in s.gauges),
-                name=f"{service}-{r.variant}-{r.rid}",
+                name=pod_name(service, r.variant, r.rid),
                 prefix_hits_total=float(counters[_INDEX["prefix_hits"]]),
                 prefix_queries_total=float(counters[_INDEX["prefix_queries"]]),
                 ready_s=r.ready_s,
@@ -238,13 +239,19 @@ def _prune(series: _PodSeries, keep_after: float) -> None:
             series.gauges.popleft()
 
 
+def pod_name(service: str, variant: str, rid: int) -> str:
+    """The name a simulated replica's pod goes by (``PodObservation.name``)."""
+    return f"{service}-{variant}-{rid}"
+
+
 class SimActuator:
     """Scales the simulator's Deployments (every write applies: the simulator has no API server)."""
 
     def __init__(self, sim: FleetSimulator) -> None:
         self.sim = sim
 
-    def scale(self, service: str, variant: str, replicas: int) -> ActuationResult:
-        """Set the variant's replicas."""
-        self.sim.set_replicas(service, variant, replicas)
+    def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
+        """Set the variant's replicas; the pods named in ``remove_first`` (``pod_name``) go first."""
+        rids = {pod_name(service, r.variant, r.rid): r.rid for r in self.sim.alive_replicas(service)}
+        self.sim.set_replicas(service, variant, replicas, [rids[n] for n in remove_first if n in rids])
         return APPLIED

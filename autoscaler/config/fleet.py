@@ -186,6 +186,11 @@ class FleetConfig(Strict):
     @model_validator(mode="after")
     def _crash_targets(self) -> FleetConfig:
         variants = self.variant_names()
+        known = {v for names in variants.values() for v in names}
+        for name in self.simulator.slowdown:
+            if name not in known:
+                raise ValueError(f"simulator.slowdown: unknown variant '{name}' "
+                                 f"(fleet has: {', '.join(sorted(known))})")
         for i, c in enumerate(self.simulator.crashes):
             if c.service is None and len(self.services) > 1:
                 raise ValueError(f"simulator.crashes[{i}].service: required when the fleet has more than one "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -51,6 +51,8 @@ class SimulatorConfig(Strict):
             vLLM then aborts). Default 600 s, the 10-minute read timeout of common LLM clients.
         scrape_interval_s: how often the simulated Prometheus samples every pod (seconds; a
             controller ticking faster is sampled at its own tick, as its anchor reads the pods).
+        slowdown: variant name -> how many times longer its replicas' steps are than its profile says
+            (a fault: GPUs slower than measured; the controllers still read the profile), in (0, 10];
         crashes: replica crashes to inject, as ``{time_s, variant}``; the oldest ready replica of
             that variant crashes.
     """
@@ -60,3 +62,4 @@ class SimulatorConfig(Strict):
     client_timeout_s: float = Field(default=600.0, gt=0)
     scrape_interval_s: float = Field(default=15.0, gt=0, le=300.0)
     crashes: list[Crash] = Field(default_factory=list)
+    slowdown: dict[str, Annotated[float, Field(gt=0, le=10)]] = Field(default_factory=dict)

@@ -12,7 +12,7 @@ longest estimated queue wait, seconds) and answers the same way. The loop record
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -47,8 +47,9 @@ APPLIED = ActuationResult(ActuationStatus.APPLIED)
 class Actuator(Protocol):
     """Sets replica counts of a service's variants (one Deployment per variant)."""
 
-    def scale(self, service: str, variant: str, replicas: int) -> ActuationResult:
-        """Set the variant's desired replica count (the workload's scale subresource)."""
+    def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
+        """Set the variant's desired replica count (the workload's scale subresource); on a scale-down,
+        the pods named in ``remove_first`` go first, in order, where the platform allows a choice."""
         ...
 
 

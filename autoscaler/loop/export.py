@@ -32,7 +32,10 @@
   ``autoscaler_forecast_tokens`` {service, kind=input|output}: the forecast stage's outputs
   (``controller.forecast.enabled``), ``horizon_s`` ahead; absent while unknown or disabled;
 - ``autoscaler_forecast_prefix_hit_rate`` {service}: the cache-warmth stage's fleet prefix-cache hit
-  rate ``horizon_s`` ahead (fraction), absent while the model has not learned or is disabled.
+  rate ``horizon_s`` ahead (fraction), absent while the model has not learned or is disabled;
+- ``autoscaler_mpc_planned_replicas`` {service, variant, step=1..3}, ``autoscaler_mpc_demand_rps``
+  {service} and ``autoscaler_mpc_solve_seconds`` {service}: a planning controller's (``mpc``) plan for
+  the next three ticks, the demand it serves now and its solve time; absent for other controllers.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ from prometheus_client.utils import floatToGoString
 
 from autoscaler.loop.runner import ControlLoop, ServiceTick, TickRecord
 from controllers.base import Reason, change_reason
+
+PLAN_STEPS = 3
+"""Steps of a controller's plan exported per variant (the MPC's next three ticks)."""
 
 BUCKETS: tuple[float, ...] = tuple(b for b in Histogram.DEFAULT_BUCKETS if b != float("inf"))
 
@@ -150,6 +156,13 @@ class LoopMetrics(Collector):
         f_hits = GaugeMetricFamily("autoscaler_forecast_prefix_hit_rate",
                                    f"Forecast prefix-cache hit rate of the fleet {horizon}, fraction.",
                                    labels=("service",))
+        plan = GaugeMetricFamily("autoscaler_mpc_planned_replicas",
+                                 f"Replicas the plan holds for each of the next {PLAN_STEPS} ticks.",
+                                 labels=("service", "variant", "step"))
+        plan_demand = GaugeMetricFamily("autoscaler_mpc_demand_rps", "Demand the plan serves now, requests/s.",
+                                        labels=("service",))
+        plan_solve = GaugeMetricFamily("autoscaler_mpc_solve_seconds", "Wall time of the last plan's solve.",
+                                       labels=("service",))
         signal_name = self.loop.cfg.controller.pid.setpoint_signal
         controller = self.loop.controller.name
         if self._last is not None:
@@ -160,6 +173,12 @@ class LoopMetrics(Collector):
                     current.add_metric([name, v], obs.current)
                     ready.add_metric([name, v], obs.ready)
                     desired.add_metric([name, v], st.applied[v])
+                for v, steps in st.decision.plan.items():
+                    for k, n in enumerate(steps[:PLAN_STEPS], start=1):
+                        plan.add_metric([name, v, str(k)], n)
+                if st.decision.plan and "demand_rps" in st.decision.terms:
+                    plan_demand.add_metric([name], st.decision.terms["demand_rps"])
+                    plan_solve.add_metric([name], st.decision.terms.get("solve_ms", 0.0) / 1000.0)
                 for priority, wait in sorted(st.decision.admission.items()):
                     admission.add_metric([name, priority], wait)
                 t = st.decision.terms
@@ -201,7 +220,7 @@ class LoopMetrics(Collector):
             cum.append((floatToGoString(b), acc))
         duration.add_metric([], cum, self._duration_sum)
         return [current, ready, desired, setpoint, measured, terms, signals, admission, idle, decisions, failures,
-                limits, act_errors, able, duration, f_rate, f_tokens, f_hits]
+                limits, act_errors, able, duration, f_rate, f_tokens, f_hits, plan, plan_demand, plan_solve]
 
 
 class _Quiet(WSGIRequestHandler):

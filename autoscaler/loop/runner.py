@@ -137,8 +137,8 @@ class ControlLoop:
                             f"idle for {gstate.idle_ticks} ticks: toward minimum", Reason.IDLE_TO_MIN)
         return ctrl.decide(est, svc)
 
-    def _actuate(self, svc: Service, current: dict[str, int], guarded: Guarded) -> tuple[dict[str, int],
-                                                                                          dict[str, ActuationResult]]:
+    def _actuate(self, svc: Service, current: dict[str, int], guarded: Guarded,
+                 remove_first: dict[str, list[str]]) -> tuple[dict[str, int], dict[str, ActuationResult]]:
         """Write every changed variant; returns (replicas the fleet now has asked for, results)."""
         applied = dict(guarded.replicas)
         results: dict[str, ActuationResult] = {}
@@ -147,7 +147,7 @@ class ControlLoop:
         for name, n in guarded.replicas.items():
             if n == current[name]:
                 continue
-            res = self.actuator.scale(svc.name, name, n)
+            res = self.actuator.scale(svc.name, name, n, remove_first.get(name, ()) if n < current[name] else ())
             results[name] = res
             if not res.ok:
                 applied[name] = current[name]
@@ -185,7 +185,7 @@ class ControlLoop:
             else:
                 guarded = guard(decision, current, svc, self.cfg.controller.guard, gstate, now,
                                 self.weights[svc.name])
-            applied, results = self._actuate(svc, current, guarded)
+            applied, results = self._actuate(svc, current, guarded, decision.remove_first)
             if not decision.hold and applied != decision.desired:
                 self.controller.on_guard_cut(svc.name, decision.desired, applied, self.weights[svc.name])
             admission = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autoscaler.config import FleetConfig, Service, Variant
@@ -251,7 +252,7 @@ class FleetSimulator:
             rid=self._rid,
             service=svc.cfg.name,
             variant=v.name,
-            profile=get_profile(v.profile),
+            profile=get_profile(v.profile).slowed(self.cfg.simulator.slowdown.get(v.name, 1.0)),
             engine=self.cfg.simulator.engine,
             kv_cache_tokens=v.kv_cache_tokens,
             hash_block_tokens=self.workload.block_tokens,
@@ -305,11 +306,13 @@ class FleetSimulator:
         self._retire(r)
         self._new_replica(svc, svc.variants[variant])
 
-    def set_replicas(self, service: str, variant: str, desired: int) -> int:
+    def set_replicas(self, service: str, variant: str, desired: int, remove_first: Sequence[int] = ()) -> int:
         """Actuate: make ready + starting replicas of ``variant`` equal ``desired``.
 
-        Scale-down removes starting replicas first (newest first), then drains the ready replicas
-        holding the fewest requests. Returns the change applied (replicas added, negative if removed).
+        Scale-down removes the replicas whose ids are in ``remove_first`` first (in that order, those
+        of this variant and not gone), then starting replicas (newest first), then drains the ready
+        replicas holding the fewest requests. Returns the change applied (replicas added, negative if
+        removed).
         """
         svc = self.services[service]
         v = svc.variants[variant]
@@ -323,7 +326,10 @@ class FleetSimulator:
             starting.sort(key=lambda r: -r.created_s)
             ready = [r for r in svc.ready if r.variant == variant]
             ready.sort(key=lambda r: (r.outstanding, -r.ready_s))
-            for r in (starting + ready)[: -delta]:
+            by_id = {r.rid: r for r in starting + ready}
+            named = [by_id[i] for i in dict.fromkeys(remove_first) if i in by_id]
+            rest = [r for r in starting + ready if r not in named]
+            for r in (named + rest)[: -delta]:
                 if r.state == PROVISIONING or r.outstanding == 0:
                     self._retire(r)
                 else:

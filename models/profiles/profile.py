@@ -8,7 +8,7 @@ here reads the benchmark data.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 
@@ -62,6 +62,20 @@ class PerformanceProfile:
     def seconds_per_ctx_token(self) -> float:
         """Seconds one decode step spends per KV-context token: KV bytes / effective bandwidth."""
         return self.kv_bytes_per_token / (self.bandwidth_efficiency * self.mem_bandwidth_bytes_per_s)
+
+    def slowed(self, factor: float) -> PerformanceProfile:
+        """This profile with every step ``factor`` times as long (a GPU slower than its measurements:
+        throttled clocks, a noisy neighbour), for the simulator's ``slowdown`` fault.
+
+        Raises:
+            ValueError: ``factor`` not a finite number > 0.
+        """
+        if not 0 < factor < float("inf"):
+            raise ValueError(f"slowdown factor must be a finite number > 0, got {factor}")
+        return replace(self, step_overhead_s=self.step_overhead_s * factor,
+                       prefill_s_per_token=self.prefill_s_per_token * factor,
+                       decode_s_per_seq=self.decode_s_per_seq * factor,
+                       bandwidth_efficiency=self.bandwidth_efficiency / factor)
 
     def step_time(self, prefill_tokens: int, decode_seqs: int, decode_ctx_tokens: int) -> float:
         """Seconds for one engine iteration.

@@ -1,0 +1,126 @@
+"""The oracle: the planner of ``models.planning`` solved once, offline, on a trace's true demand.
+
+It knows every arrival in advance, so its schedule is the lowest cost this fleet reaches at the SLO
+with these start-up times, as far as the capacity model is right; it is then *simulated* like any
+controller, so its attainment is measured, not assumed. ``compare`` ranks every row's cost against it
+when it is present (``autoscaler.compare``).
+
+The problem: steps of the loop's tick (coarser when the trace is long: at most ``MAX_STEPS`` steps),
+replica counts constant over ``BLOCK_S`` blocks; demand per block the highest 60-s arrival rate of
+the served requests in any window overlapping it (``true_demand``: the peak rule of ``static``, per
+block); each replica's capacity as the MPC's (the trace's
+mix, ``models.capacity``); the fleet starts where every adaptive controller starts in simulation
+(``autoscaler.simulate.start_at``: sized for the opening minutes), ready; warm nodes, step limits and
+quotas as the MPC's; starting a replica costs its cold start's GPU time; a request left unserved costs
+``miss_weight`` times the dearest variant's cost per request.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from controllers.base import Decision, Reason
+from controllers.static import PEAK_WINDOW_S, ScheduledController, served
+from models.planning import PlanProblem, PlanService, PlanVariant, solve
+
+if TYPE_CHECKING:
+    from autoscaler.config import FleetConfig, Service
+    from autoscaler.state import ServiceEstimate
+    from autoscaler.workload.types import Workload
+
+BLOCK_S = 60.0
+"""Seconds over which the oracle's replica counts stay constant and its demand is averaged (one
+60-s block: the peak window ``static`` is sized on)."""
+
+MAX_STEPS = 2000
+"""Most steps in the offline problem (a day of 60-s steps is 1,440); longer traces get coarser steps."""
+
+
+def true_demand(svc: Service, workload: Workload, dt_s: float, steps: int, block_steps: int,
+                window_s: float = PEAK_WINDOW_S) -> np.ndarray:
+    """Requests/s of ``svc``'s served requests per step, shape (steps,): for each block of
+    ``block_steps`` steps, the most arrivals in any ``window_s``-second window that overlaps it, over
+    ``window_s`` (the rule ``static`` applies to the whole trace, applied per block), repeated for
+    the block's steps."""
+    t = np.sort(np.array([r.arrival_s for r in served(workload, svc.max_model_len)]))
+    block_s = dt_s * block_steps
+    n_blocks = math.ceil(steps / block_steps)
+    per_start = np.zeros(n_blocks)  # most arrivals in a window starting in each block
+    if len(t):
+        counts = np.searchsorted(t, t + window_s, side="left") - np.arange(len(t))
+        np.maximum.at(per_start, np.minimum((t // block_s).astype(int), n_blocks - 1), counts)
+    reach = math.ceil(window_s / block_s)  # windows starting this many blocks earlier still overlap
+    overlap = np.array([per_start[max(0, j - reach):j + 1].max() for j in range(n_blocks)])
+    return np.repeat(overlap / window_s, block_steps)[:steps]
+
+
+class OracleController(ScheduledController):
+    """Plays a schedule solved in advance; starts from ``initial`` (service -> variant -> replicas).
+
+    Args:
+        schedule: ``(start_s, replicas)`` pairs, as ``ScheduledController``.
+        initial: the fleet ready at t = 0 (``autoscaler.simulate.start_at`` reads ``replicas``).
+        plan_cost: the objective of the offline plan, $; ``solve_ms``: its solve time.
+    """
+
+    def __init__(self, schedule: list[tuple[float, dict[str, dict[str, int]]]],
+                 initial: dict[str, dict[str, int]], tick_s: float, window_s: float, plan_cost: float,
+                 solve_ms: float, name: str = "oracle") -> None:
+        super().__init__(schedule, tick_s, window_s, name)
+        self.replicas = initial
+        self.plan_cost = plan_cost
+        self.solve_ms = solve_ms
+
+    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
+        """The schedule's replicas for ``est.time_s``."""
+        d = super().decide(est, svc)
+        return Decision(d.desired, f"{self.name}: offline plan", Reason.FIXED)
+
+
+def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weights: dict[str, float],
+                      initial: dict[str, int], miss_weight: float = 10.0, name: str = "oracle") -> OracleController:
+    """Solve the offline plan for ``svc`` on ``workload`` (module docstring) and wrap it as a controller.
+
+    Args:
+        weights: variant -> one replica's capacity, requests/s.
+        initial: variant -> replicas ready at t = 0.
+
+    Raises:
+        ValueError: no variant can serve within the SLO, or a bad argument.
+        RuntimeError: HiGHS found no plan.
+    """
+    c = cfg.controller
+    if not workload.requests:
+        raise ValueError(f"{name} needs a trace with requests")
+    duration = max(r.arrival_s for r in workload.requests) + c.tick_s
+    dt = c.tick_s * max(1, math.ceil(duration / c.tick_s / MAX_STEPS))
+    steps = math.ceil(duration / dt)
+    block_steps = max(1, round(BLOCK_S / dt))
+    demand = true_demand(svc, workload, dt, steps, block_steps)
+    per_request = [v.price_per_replica_hour / 3600.0 / weights[v.name] for v in svc.variants if weights[v.name] > 0]
+    if not per_request:
+        raise ValueError(f"{name}: no variant of {svc.name} can serve its requests within the SLO")
+    variants = [PlanVariant(
+        name=v.name, gpu=v.gpu, gpus_per_replica=v.gpus_per_replica, price_per_hour=v.price_per_replica_hour,
+        capacity_rps=np.full(steps, weights[v.name]), current=initial[v.name],
+        ready=np.full(steps, float(initial[v.name])), min_replicas=v.min_replicas, max_replicas=v.cap,
+        warm_steps=math.ceil(v.startup_warm_s / dt), cold_steps=math.ceil(v.startup_cold_s / dt),
+        warm_free=max(0, v.warm_nodes - initial[v.name]), start_cost=v.price_per_replica_hour * v.startup_cold_s / 3600,
+    ) for v in svc.variants]
+    limit = round(dt / c.tick_s)  # the guard's limits are per tick
+    problem = PlanProblem([PlanService(svc.name, variants, demand, miss_weight * max(per_request),
+                                       c.guard.max_step_up * limit, c.guard.max_step_down * limit)],
+                          dt, steps, blocks=list(range(0, steps, block_steps)), time_limit_s=120.0, mip_rel_gap=1e-3)
+    plan = solve(problem)
+    counts = plan.replicas[svc.name]
+    schedule = []
+    for k in range(steps):
+        now = {v: int(n[k]) for v, n in counts.items()}
+        if not schedule or schedule[-1][1][svc.name] != now:
+            schedule.append((k * dt, {svc.name: now}))
+    if schedule[0][0] != 0:
+        schedule.insert(0, (0.0, {svc.name: dict(initial)}))
+    return OracleController(schedule, {svc.name: dict(initial)}, c.tick_s, c.window_s, plan.cost, plan.solve_ms, name)
