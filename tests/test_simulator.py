@@ -334,16 +334,17 @@ def test_router_spreads_to_least_outstanding_replica(make_fleet) -> None:
 
 
 # ------------------------------------------------------------------------------ (i) draining
-def test_draining_replica_finishes_its_work_and_stops_costing(make_fleet) -> None:
-    wl = Workload([
-        Request(arrival_s=0.0, input_tokens=500, output_tokens=500),
-        Request(arrival_s=0.001, input_tokens=500, output_tokens=500),
-        Request(arrival_s=0.002, input_tokens=500, output_tokens=500),
-        Request(arrival_s=1.5, input_tokens=500, output_tokens=10),
-    ])
+def two_replicas_holding_two_and_one(make_fleet, *extra: Request) -> FleetSimulator:
+    """Two H100 replicas at t = 1 s: the first holds two long requests, the second one."""
+    wl = Workload([*(Request(arrival_s=t, input_tokens=500, output_tokens=500) for t in (0.0, 0.001, 0.002)), *extra])
     sim = FleetSimulator(make_fleet(2, min_replicas=0, max_replicas=4), wl)
-    rep1, rep2 = replicas(sim)
     sim.run_until(1.0)
+    return sim
+
+
+def test_draining_replica_finishes_its_work_and_stops_costing(make_fleet) -> None:
+    sim = two_replicas_holding_two_and_one(make_fleet, Request(arrival_s=1.5, input_tokens=500, output_tokens=10))
+    rep1, rep2 = replicas(sim)
     # rep1 holds requests 0 and 2, rep2 holds request 1: rep2 (fewest outstanding) is drained.
     assert (rep1.outstanding, rep2.outstanding) == (2, 1)
     assert sim.set_replicas("svc", "h100", 1) == -1
@@ -380,14 +381,8 @@ def test_scale_down_removes_starting_replica_first(make_fleet) -> None:
 def test_scale_down_removes_the_named_replicas_first(make_fleet) -> None:
     # The same state as above: rep2 would be drained (fewest outstanding), but the controller names
     # rep1 (through the actuator, by pod name): rep1 drains, rep2 keeps serving.
-    wl = Workload([
-        Request(arrival_s=0.0, input_tokens=500, output_tokens=500),
-        Request(arrival_s=0.001, input_tokens=500, output_tokens=500),
-        Request(arrival_s=0.002, input_tokens=500, output_tokens=500),
-    ])
-    sim = FleetSimulator(make_fleet(2, min_replicas=0, max_replicas=4), wl)
+    sim = two_replicas_holding_two_and_one(make_fleet)
     rep1, rep2 = replicas(sim)
-    sim.run_until(1.0)
     assert (rep1.outstanding, rep2.outstanding) == (2, 1)
     SimActuator(sim).scale("svc", "h100", 1, [pod_name("svc", "h100", rep1.rid), "svc-h100-nosuch"])
     assert rep1.state == DRAINING and rep2.state == READY
