@@ -1,0 +1,77 @@
+"""Benchmark: solve time of the MPC's plan (``models.planning``), one service and many under shared quotas.
+
+Problems are drawn from a seed: each service has the example fleet's three variants (H100 $2.99, A100
+$1.79, GH200 $1.49 with 15.8, 6.4 and 15.8 req/s per replica, 90-s warm and 300-s cold starts, 4 warm
+nodes), today's replicas drawn in 0..6, and a 40-step demand path of 15-s steps: a random walk around
+a level drawn in 20..120 req/s. Shared across services: H100 and GH200 GPU quotas of 40 % of what
+every service's peak would need of them, and a GPU budget of 80 % (never below what the services hold
+today, so a plan exists within the step limits), so the quotas bind.
+
+Prints p50 / p99 / max solve time (milliseconds) per size over ``--trials`` problems. Goals (issue 13):
+1 service x 3 variants x 40 steps p99 <= 50 ms; 50 services p99 <= 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+
+from models.planning import PlanProblem, PlanService, PlanVariant, solve
+
+STEPS = 40
+DT_S = 15.0
+VARIANTS = (("h100", "H100", 2.99, 15.8), ("a100", "A100", 1.79, 6.4), ("gh200", "GH200", 1.49, 15.8))
+
+
+def service(i: int, rng: np.random.Generator) -> PlanService:
+    level = rng.uniform(20, 120)
+    demand = np.clip(level + np.cumsum(rng.normal(0, level / 20, STEPS)), 0, None)
+    variants = []
+    for name, gpu, price, cap in VARIANTS:
+        n = int(rng.integers(0, 7))
+        variants.append(PlanVariant(name, gpu, 1, price, np.full(STEPS, cap), n, np.full(STEPS, float(n)), 0, 40,
+                                    math.ceil(90 / DT_S), math.ceil(300 / DT_S), max(0, 4 - n), 0,
+                                    price * 300 / 3600))
+    miss = 10 * max(p / 3600 / c for _, _, p, c in VARIANTS)
+    return PlanService(f"s{i}", variants, demand, miss, max_up=8, max_down=2)
+
+
+def problem(n_services: int, rng: np.random.Generator, integer_blocks: int | None = None,
+            gap: float = 1e-4) -> PlanProblem:
+    services = [service(i, rng) for i in range(n_services)]
+    peak_gpus = sum(math.ceil(s.demand_rps.max() / 15.8) for s in services)
+    held = {gpu: sum(v.current for s in services for v in s.variants if v.gpu == gpu) for _, gpu, _, _ in VARIANTS}
+    quota = {gpu: max(held[gpu], int(0.4 * peak_gpus)) for gpu in ("H100", "GH200")}  # never below today's
+    budget = max(sum(held.values()), int(0.8 * peak_gpus)) if n_services > 1 else None
+    return PlanProblem(services, DT_S, STEPS, gpu_quota=quota if n_services > 1 else {}, gpu_budget=budget,
+                       integer_blocks=integer_blocks, time_limit_s=60.0, mip_rel_gap=gap)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--sizes", type=int, nargs="*", default=[1, 10, 50], help="services per problem")
+    ap.add_argument("--trials", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--integer-blocks", type=int, default=None,
+                    help="blocks kept integer (the rest relaxed); default all, as the MPC solves")
+    ap.add_argument("--gap", type=float, default=1e-4, help="HiGHS's relative optimality gap (the MPC's: 1e-4)")
+    args = ap.parse_args()
+    print("| services | variables | p50 ms | p99 ms | max ms | relaxed |")
+    print("|---|---|---|---|---|---|")
+    for n in args.sizes:
+        rng = np.random.default_rng((args.seed, n))
+        times, relaxed = [], 0
+        trials = args.trials if n < 50 else max(3, args.trials // 6)
+        for _ in range(trials):
+            plan = solve(problem(n, rng, args.integer_blocks, args.gap))
+            times.append(plan.solve_ms)
+            relaxed += plan.relaxed
+        p50, p99 = np.percentile(times, [50, 99])
+        size = n * len(VARIANTS) * (4 * 11 + STEPS) + n * STEPS
+        print(f"| {n} | {size} | {p50:.0f} | {p99:.0f} | {max(times):.0f} | {relaxed}/{trials} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
