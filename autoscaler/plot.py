@@ -2,7 +2,9 @@
 
 Every plot gives a variant the same colour (its position in the fleet file), draws legends outside
 the axes (they never cover data), and shows the signal the controller acts on against its setpoint
-beside the p95 latencies, since the PID controls window means, not p95s.
+beside the p95 latencies, since the PID controls window means, not p95s. For a planning controller
+(the MPC) the timeline adds what it planned two ticks before each tick against what happened, and the
+demand it planned for against the arrivals.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ if TYPE_CHECKING:
     from autoscaler.config import Service
     from autoscaler.simulate import SimulationRun
 
+PLAN_AHEAD = 2
+"""Ticks ahead the replicas panel draws a planning controller's plan (the plan's third step: the last
+one in ``timeline.csv``, two ticks after the one it applies)."""
+
 _LEGEND = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 8, "borderaxespad": 0.0}
 
 
@@ -46,8 +52,26 @@ def _replicas(ax: Axes, svc: Service, rows: list[dict[str, Any]], t: list[float]
                  step="post")
     total = [sum(r[f"ready_{v}"] + r[f"starting_{v}"] for v in used) for r in rows]
     ax.plot(t, total, "k--", lw=0.8, label="ready + starting", drawstyle="steps-post")
+    ahead_t, ahead = planned_ahead(rows, svc, PLAN_AHEAD)
+    if ahead:
+        ax.plot([x / 60.0 for x in ahead_t], ahead, color="tab:orange", ls=":", lw=1.0, drawstyle="steps-post",
+                label=f"planned {PLAN_AHEAD} ticks before")
     ax.set_ylabel("replicas")
-    return max(total, default=0.0)
+    return max([*total, *ahead], default=0.0)
+
+
+def planned_ahead(rows: list[dict[str, Any]], svc: Service, k: int) -> tuple[list[float], list[int]]:
+    """A planning controller's total replicas for each tick as planned ``k`` ticks before it
+    (``plan_<variant>`` columns: ``n1/n2/n3``), at the tick it was planned for, seconds; empty for
+    other controllers. Rows are one service's, one per tick."""
+    times, totals = [], []
+    for i, r in enumerate(rows[:len(rows) - k]):
+        cols = [r.get(f"plan_{v.name}") for v in svc.variants]
+        if any(c is None for c in cols):
+            continue
+        times.append(rows[i + k]["time_s"])
+        totals.append(sum(int(c.split("/")[k]) for c in cols))
+    return times, totals
 
 
 def _latency(ax: Axes, svc: Service, rows: list[dict[str, Any]], t: list[float]) -> None:
@@ -61,7 +85,14 @@ def _latency(ax: Axes, svc: Service, rows: list[dict[str, Any]], t: list[float])
 
 
 def _controlled(ax: Axes, rows: list[dict[str, Any]], t: list[float], signal: str) -> None:
-    """The controller's measurement against its setpoint (absent for controllers without one)."""
+    """The controller's measurement against its setpoint; for a planning controller, the demand it
+    planned for against the arrivals (absent for controllers with neither)."""
+    demand = [r.get("ctl_demand_rps") for r in rows]
+    if any(d is not None for d in demand):
+        ax.plot(t, [r["arrival_rate_rps"] for r in rows], color="black", lw=0.8, label="arrivals")
+        ax.plot(t, demand, color="tab:orange", lw=0.9, label="demand planned for (forecast quantile, hold, queue)")
+        ax.set_ylabel("req/s")
+        return
     measured = [r.get("ctl_measurement") for r in rows]
     if not any(m is not None for m in measured):
         ax.text(0.5, 0.5, "this controller has no setpoint", ha="center", va="center", transform=ax.transAxes)

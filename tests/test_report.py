@@ -7,6 +7,7 @@ import re
 import pytest
 
 from autoscaler.config.loading import default_config, parse_config
+from autoscaler.plot import planned_ahead
 from autoscaler.report import summarize
 from autoscaler.simulate import SimulationRun, run_simulation
 from autoscaler.simulator.engine import COMPLETED, FAILED, REJECTED
@@ -195,3 +196,17 @@ def test_every_variant_is_listed_in_gpu_hours_and_cost_even_unused() -> None:
     assert list(res["gpu_hours"]) == ["h100", "a100", "gh200", "total"] == list(res["cost_usd"])
     assert res["gpu_hours"]["h100"] == 0.0 and res["gpu_hours"]["a100"] == 0.0 and res["cost_usd"]["a100"] == 0.0
     assert res["gpu_hours"]["gh200"] > 0 and res["gpu_hours"]["total"] == res["gpu_hours"]["gh200"]
+
+
+def test_planned_ahead_puts_each_plan_at_the_tick_it_was_for() -> None:
+    # Plans at ticks 0, 15, 30 s (n1/n2/n3 per variant): the third step of the plan made at 0 s is
+    # for 30 s: 3 + 1 = 4 replicas; the one made at 15 s is for 45 s: 5 + 0 = 5.
+    cfg = default_config()
+    svc = cfg.services[0]
+    names = [v.name for v in svc.variants]
+    plans = [("1/2/3", "0/0/1", "0/0/0"), ("2/3/5", "1/1/0", "0/0/0"), ("3/3/3", "0/0/0", "0/0/0"),
+             ("3/3/3", "0/0/0", "0/0/0")]
+    rows = [{"time_s": 15.0 * i, **{f"plan_{v}": p for v, p in zip(names, plan, strict=True)}}
+            for i, plan in enumerate(plans)]
+    assert planned_ahead(rows, svc, 2) == ([30.0, 45.0], [4, 5])
+    assert planned_ahead([{"time_s": 0.0}, {"time_s": 15.0}, {"time_s": 30.0}], svc, 2) == ([], [])
