@@ -18,7 +18,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from prometheus_api_client import PrometheusConnect
@@ -187,13 +186,11 @@ def write_outputs(run: BacktestRun, out: Path, url: str, service: str | None = N
     if plot and rows:
         from autoscaler.plot import plot_timeline
 
-        # plot_timeline reads these attributes of a SimulationRun; unknown counts are gaps (NaN).
-        stand_in = SimpleNamespace(controller=f"{run.controller} (backtest)", sim=SimpleNamespace(
-            cfg=run.cfg, target=target, workload=SimpleNamespace(
-                source=f"{redact(url)} from {datetime.fromtimestamp(run.start, UTC):%Y-%m-%d %H:%M:%S} UTC")))
+        source = f"{redact(url)} from {datetime.fromtimestamp(run.start, UTC):%Y-%m-%d %H:%M:%S} UTC"
         plot_rows = [{k: math.nan if v is None and k.startswith(("ready_", "starting_", "desired_")) else v
-                      for k, v in row.items()} for row in rows]
-        plot_timeline(stand_in, plot_rows, out / "timeline.png")  # type: ignore[arg-type]
+                      for k, v in row.items()} for row in rows]  # unknown counts are gaps
+        plot_timeline(run.cfg, target, f"{run.controller} (backtest): {target} on {source}", plot_rows,
+                      out / "timeline.png")
     mine = [row for row in rows if row["service"] == target]
     decisions: dict[str, int] = {}
     for row in mine:

@@ -24,8 +24,7 @@ from autoscaler.files import atomic
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-    from autoscaler.config import Service
-    from autoscaler.simulate import SimulationRun
+    from autoscaler.config import FleetConfig, Service
 
 PLAN_AHEAD = 2
 """Ticks ahead the replicas panel draws a planning controller's plan (the plan's third step: the last
@@ -103,19 +102,20 @@ def _controlled(ax: Axes, rows: list[dict[str, Any]], t: list[float], signal: st
     ax.set_ylabel("controlled signal")
 
 
-def plot_timeline(run: SimulationRun, rows: list[dict[str, Any]], path: Path) -> None:
-    """Write a four-panel PNG: arrival rate, replicas per variant (stacked), p95 TTFT/TPOT against the
-    SLO, and the controlled signal against its setpoint."""
-    svc = run.sim.cfg.service(run.sim.target)
+def plot_timeline(cfg: FleetConfig, service: str, title: str, rows: list[dict[str, Any]], path: Path) -> None:
+    """Write a four-panel PNG of ``service``'s timeline rows (``autoscaler.timeline``; a None count is a
+    gap): arrival rate, replicas per variant (stacked), p95 TTFT/TPOT against the SLO, and the controlled
+    signal against its setpoint. ``title`` says which controller ran on what."""
+    svc = cfg.service(service)
     rows = [r for r in rows if r["service"] == svc.name]
     t = [r["time_s"] / 60 for r in rows]
     fig, axes = plt.subplots(4, 1, figsize=(12, 10), sharex=True)
     axes[0].plot(t, [r["arrival_rate_rps"] for r in rows], color="black", lw=1, label="arrivals")
     axes[0].set_ylabel("arrivals (req/s)")
-    axes[0].set_title(f"{run.controller}: {svc.name} on {run.sim.workload.source}")
+    axes[0].set_title(title)
     _replicas(axes[1], svc, rows, t)
     _latency(axes[2], svc, rows, t)
-    _controlled(axes[3], rows, t, run.sim.cfg.controller.pid.setpoint_signal)
+    _controlled(axes[3], rows, t, cfg.controller.pid.setpoint_signal)
     axes[3].set_xlabel("time (min)")
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:

@@ -163,6 +163,7 @@ def write_outputs(run: SimulationRun, out: Path, plot: bool = False) -> dict[str
     if plot:
         from autoscaler.plot import plot_timeline
 
-        plot_timeline(run, rows, out / "timeline.png")
+        plot_timeline(run.sim.cfg, run.sim.target, f"{run.controller}: {run.sim.target} on {run.sim.workload.source}",
+                      rows, out / "timeline.png")
     write_text(out / "results.json", json.dumps(results, indent=2) + "\n")  # last: the run's results are whole
     return results

@@ -27,10 +27,6 @@ server exports none, e.g. SGLang).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from models.forecast.load import LoadForecast
 
 SIGNALS = (
     "request_rate_rps",
@@ -127,6 +123,22 @@ class ServiceObservation:
     history_s: float | None = None
 
 
+@dataclass(frozen=True)
+class RateForecast:
+    """A request-rate forecast path, one point per forecast step.
+
+    Attributes:
+        times_s: end time of each step, seconds (the loop's clock), ascending.
+        mean_rps: forecast mean, requests/s.
+        upper_rps: 95th percentile (upper end of the central 90 % interval), requests/s; NaN while
+            the interval is unknown.
+    """
+
+    times_s: tuple[float, ...]
+    mean_rps: tuple[float, ...]
+    upper_rps: tuple[float, ...]
+
+
 @dataclass
 class ServiceEstimate:
     """Inputs to a controller for one service at one tick.
@@ -141,8 +153,8 @@ class ServiceEstimate:
         pods: per-pod gauges of the ready pods, as observed (for per-pod baselines).
         warnings: values rejected as absurd (see the module docstring).
         history_s: how far back the source holds samples, seconds (None: unknown).
-        forecast: the forecast stage's load forecast over the controller's horizon
-            (``models.forecast.LoadForecast``), None when no forecast stage runs.
+        rate_forecast: the forecast stage's request-rate path over the controller's horizon, None
+            when no forecast stage runs or it has no data yet.
     """
 
     service: str
@@ -158,7 +170,7 @@ class ServiceEstimate:
     pods: list[PodObservation] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     history_s: float | None = None
-    forecast: LoadForecast | None = None
+    rate_forecast: RateForecast | None = None
 
     @property
     def current(self) -> dict[str, int]:

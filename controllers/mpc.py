@@ -91,6 +91,27 @@ class _ServiceMemory:
     last_speed: dict[str, float] = field(default_factory=dict)  # variant -> the factor used this tick
 
 
+def plan_variant(v: Variant, dt_s: float, capacity_rps: np.ndarray, current: int, ready: np.ndarray,
+                 keep: int = 0) -> PlanVariant:
+    """``v`` as the planner sees it with steps of ``dt_s`` seconds: start-ups in whole steps, the warm
+    nodes today's ``current`` replicas leave free, and a replica started costing its cold start's GPU
+    time ($); ``capacity_rps`` and ``ready`` per step (``models.planning.PlanVariant``)."""
+    return PlanVariant(
+        name=v.name, gpu=v.gpu, gpus_per_replica=v.gpus_per_replica, price_per_hour=v.price_per_replica_hour,
+        capacity_rps=capacity_rps, current=current, ready=ready, min_replicas=v.min_replicas, max_replicas=v.cap,
+        warm_steps=math.ceil(v.startup_warm_s / dt_s), cold_steps=math.ceil(v.startup_cold_s / dt_s),
+        warm_free=max(0, v.warm_nodes - current), keep=keep,
+        start_cost=v.price_per_replica_hour * v.startup_cold_s / 3600.0,
+    )
+
+
+def miss_cost(variants: list[PlanVariant], miss_weight: float) -> float | None:
+    """$ per request left unserved: ``miss_weight`` x the dearest variant's $ per request served at
+    its first step's capacity; None when no variant can serve within the SLO."""
+    per_request = [v.price_per_hour / 3600.0 / v.capacity_rps[0] for v in variants if v.capacity_rps[0] > 0]
+    return miss_weight * max(per_request) if per_request else None
+
+
 def removal_order(est: ServiceEstimate, desired: Mapping[str, int]) -> dict[str, list[str]]:
     """variant -> its ready pods, coldest first (lowest prefix-cache hit rate over the pod's life, unknown
     counted cold), the least loaded (running + waiting) first among equals; for the variants that
@@ -160,9 +181,9 @@ class MPCController(Controller):
         dt, h = self.tick_s, self.horizon
         mid = est.time_s + (np.arange(h) + 0.5) * dt
         path = np.full(h, now_rps)
-        f = est.forecast.rate_rps if est.forecast is not None and self.forecast == "auto" else None
+        f = est.rate_forecast if self.forecast == "auto" else None
         if f is not None:
-            mean, upper = np.asarray(f.path.mean, float), np.asarray(f.path.upper, float)
+            mean, upper = np.asarray(f.mean_rps), np.asarray(f.upper_rps)
             spread = np.where(np.isfinite(upper), upper - mean, 0.0)
             q = np.maximum(mean + self.z * spread, 0.0)
             path = np.interp(mid, f.times_s, q)
@@ -265,19 +286,13 @@ class MPCController(Controller):
         for v in svc.variants:
             obs = est.variants[v.name]
             w = float(weights.get(v.name, 0.0))
-            variants.append(PlanVariant(
-                name=v.name, gpu=v.gpu, gpus_per_replica=v.gpus_per_replica, price_per_hour=v.price_per_replica_hour,
-                capacity_rps=np.full(self.horizon, w), current=obs.current,
-                ready=self._ready_by_step(est, v, mem), min_replicas=v.min_replicas, max_replicas=v.cap,
-                warm_steps=math.ceil(v.startup_warm_s / dt), cold_steps=math.ceil(v.startup_cold_s / dt),
-                warm_free=max(0, v.warm_nodes - obs.current), keep=obs.ready if recovering or learning else 0,
-                start_cost=v.price_per_replica_hour * v.startup_cold_s / 3600.0,
-            ))
-        per_request = [v.price_per_hour / 3600.0 / v.capacity_rps[0] for v in variants if v.capacity_rps[0] > 0]
-        if not per_request:
+            variants.append(plan_variant(v, dt, np.full(self.horizon, w), obs.current, self._ready_by_step(est, v, mem),
+                                         keep=obs.ready if recovering or learning else 0))
+        miss = miss_cost(variants, self.miss_weight)
+        if miss is None:
             return hold(current, "hold: no variant can serve within the SLO")
         problem = PlanProblem(
-            [PlanService(svc.name, variants, demand, self.miss_weight * max(per_request),
+            [PlanService(svc.name, variants, demand, miss,
                          self.guard.max_step_up, self.guard.max_step_down)],
             dt, self.horizon)
         plan = solve(problem)

@@ -5,8 +5,8 @@ prompt and output tokens per request (token rates / request rate), None when unk
 query or no traffic is never read as zero tokens), and adds to the estimate's signals, for
 ``horizon_s`` ahead: ``forecast_rate_rps`` (point), ``forecast_rate_lower_rps`` /
 ``forecast_rate_upper_rps`` (90% interval), ``forecast_input_tokens``, ``forecast_output_tokens``.
-All are None until the forecaster has data. ``ServiceEstimate.forecast`` gets the whole forecast, its
-paths reaching ``path_horizon_s`` (a planning controller's horizon) when that is longer.
+All are None until the forecaster has data. ``ServiceEstimate.rate_forecast`` gets the request-rate
+path, reaching ``path_horizon_s`` (a planning controller's horizon) when that is longer.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 from threadpoolctl import threadpool_limits
 
 from autoscaler.config import ForecastConfig
-from autoscaler.state import ServiceEstimate
+from autoscaler.state import RateForecast, ServiceEstimate
 from models.forecast import LoadForecaster
 
 FORECAST_SIGNALS = (
@@ -67,8 +67,10 @@ class ForecastStage:
                 per_request(sig.get("generation_tokens_rps"), rate),
             )
             f = self.forecaster.forecast(self.cfg.horizon_s)
-            est.forecast = f if self.path_horizon_s == self.cfg.horizon_s else self.forecaster.forecast(
-                self.path_horizon_s)
+            path = (f if self.path_horizon_s == self.cfg.horizon_s else self.forecaster.forecast(
+                self.path_horizon_s)).rate_rps
+        est.rate_forecast = None if path is None else RateForecast(
+            tuple(path.times_s.tolist()), tuple(path.path.mean.tolist()), tuple(path.path.upper.tolist()))
         sig["forecast_rate_rps"] = f.rate_rps.point if f.rate_rps else None
         sig["forecast_rate_lower_rps"] = _known(f.rate_rps.lower) if f.rate_rps else None
         sig["forecast_rate_upper_rps"] = _known(f.rate_rps.upper) if f.rate_rps else None
