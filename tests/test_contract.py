@@ -143,10 +143,16 @@ def test_every_controller_builds_without_a_trace(make_fleet, name: str) -> None:
     spec = f"{name}:peak_rps=20" if name == "static-ilp" else name
     ctrl = build(spec, cfg)
     assert ctrl.name == spec and ctrl.tick_s > 0 and ctrl.window_s > 0
-    est_loop = ControlLoop(cfg, Source(), Actuator([APPLIED] * 4), ctrl)
+    actuator = Actuator([APPLIED] * 4)
+    est_loop = ControlLoop(cfg, Source(), actuator, ctrl)
     est_loop.start(-ctrl.window_s)
-    rec = est_loop.tick(ctrl.tick_s)
-    assert 1 <= rec.services["svc"].applied["h100"] <= 8
+    st = est_loop.tick(ctrl.tick_s).services["svc"]
+    # The controller itself decided (a window of history exists: no warm-up hold), or held on a signal
+    # this source does not give (per-pod gauges, latency); and the actuator saw exactly the change.
+    assert st.decision.code is not Reason.WARMING_UP
+    assert st.decision.reason.startswith(name) or st.decision.code is Reason.SIGNAL_UNKNOWN, st.decision.reason
+    n = st.applied["h100"]
+    assert actuator.calls == ([] if n == 2 else [("svc", "h100", n)])
 
 
 def test_controller_periods_come_from_the_fleet_or_the_anchor(make_fleet) -> None:
