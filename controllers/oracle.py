@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from controllers.base import Decision, Reason
+from controllers.mpc import miss_cost, plan_variant
 from controllers.static import PEAK_WINDOW_S, ScheduledController, served
-from models.planning import PlanProblem, PlanService, PlanVariant, solve
+from models.planning import PlanProblem, PlanService, solve
 
 if TYPE_CHECKING:
     from autoscaler.config import FleetConfig, Service
@@ -100,18 +101,13 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
     steps = math.ceil(duration / dt)
     block_steps = max(1, round(BLOCK_S / dt))
     demand = true_demand(svc, workload, dt, steps, block_steps)
-    per_request = [v.price_per_replica_hour / 3600.0 / weights[v.name] for v in svc.variants if weights[v.name] > 0]
-    if not per_request:
+    variants = [plan_variant(v, dt, np.full(steps, weights[v.name]), initial[v.name],
+                             np.full(steps, float(initial[v.name]))) for v in svc.variants]
+    miss = miss_cost(variants, miss_weight)
+    if miss is None:
         raise ValueError(f"{name}: no variant of {svc.name} can serve its requests within the SLO")
-    variants = [PlanVariant(
-        name=v.name, gpu=v.gpu, gpus_per_replica=v.gpus_per_replica, price_per_hour=v.price_per_replica_hour,
-        capacity_rps=np.full(steps, weights[v.name]), current=initial[v.name],
-        ready=np.full(steps, float(initial[v.name])), min_replicas=v.min_replicas, max_replicas=v.cap,
-        warm_steps=math.ceil(v.startup_warm_s / dt), cold_steps=math.ceil(v.startup_cold_s / dt),
-        warm_free=max(0, v.warm_nodes - initial[v.name]), start_cost=v.price_per_replica_hour * v.startup_cold_s / 3600,
-    ) for v in svc.variants]
     limit = round(dt / c.tick_s)  # the guard's limits are per tick
-    problem = PlanProblem([PlanService(svc.name, variants, demand, miss_weight * max(per_request),
+    problem = PlanProblem([PlanService(svc.name, variants, demand, miss,
                                        c.guard.max_step_up * limit, c.guard.max_step_down * limit)],
                           dt, steps, blocks=list(range(0, steps, block_steps)), time_limit_s=120.0, mip_rel_gap=1e-3)
     plan = solve(problem)

@@ -195,7 +195,8 @@ def _aibrix(strategy: str) -> _Factory:
 
 
 def _mpc(kw: dict[str, Any], ctx: BuildContext) -> Controller:
-    return MPCController(ctx.cfg, _service_weights(ctx), **kw, mixes=_service_mixes(ctx), name=ctx.spec)
+    mixes = _service_mixes(ctx)
+    return MPCController(ctx.cfg, _service_weights(ctx, mixes), **kw, mixes=mixes, name=ctx.spec)
 
 
 def _oracle(kw: dict[str, Any], ctx: BuildContext) -> Controller:
@@ -215,10 +216,11 @@ def _service_mixes(ctx: BuildContext) -> dict[str, RequestMix | None]:
             for svc in ctx.cfg.services}
 
 
-def _service_weights(ctx: BuildContext) -> dict[str, dict[str, float]]:
-    """service -> variant -> one replica's capacity (requests/s) for the service's mix
-    (``_service_mixes``); 0 for a service that accepts none of the workload."""
-    mixes = _service_mixes(ctx)
+def _service_weights(ctx: BuildContext,
+                     mixes: dict[str, RequestMix | None] | None = None) -> dict[str, dict[str, float]]:
+    """service -> variant -> one replica's capacity (requests/s) for the service's mix (``mixes``,
+    default ``_service_mixes``); 0 for a service that accepts none of the workload."""
+    mixes = _service_mixes(ctx) if mixes is None else mixes
     return {svc.name: {v.name: 0.0 for v in svc.variants} if mixes[svc.name] is None
             else variant_weights(svc, ctx.cfg.simulator.engine, mixes[svc.name]) for svc in ctx.cfg.services}
 
