@@ -20,7 +20,7 @@ from autoscaler import files
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import default_config, load_config
 from autoscaler.errors import AutoscalerError, Terminated
-from autoscaler.workload.build import DEFAULT_BATCH_FRACTION, build_workload
+from autoscaler.workload.build import DEFAULT_BATCH_FRACTION, build_workload, parse_span
 from controllers.registry import NAMES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -130,9 +130,12 @@ def results_table(res: dict[str, Any]) -> Table:
 @app.command()
 def simulate(
     config: Annotated[Path | None, typer.Option(help="Fleet YAML file (default: the embedded example fleet).")] = None,
-    trace: Annotated[Path | None, typer.Option(help="Request trace (Azure CSV or Mooncake JSONL); "
+    trace: Annotated[Path | None, typer.Option(help="Request trace (Azure CSV, Mooncake JSONL or ServeGen folder); "
                                                "default: the embedded synthetic workload.")] = None,
     trace_format: Annotated[str | None, typer.Option(help="azure | mooncake (default: detected).")] = None,
+    span: Annotated[str | None, typer.Option(
+        help="START:END seconds: only the requests arriving then (a ServeGen folder: that part of its "
+             "time axis; default its first day).", show_default=False)] = None,
     controller: Annotated[str, typer.Option(
         help=f"Controller spec NAME[:key=value...]; NAME is one of {', '.join(NAMES)}.")] = "pid",
     rate_scale: Annotated[float, typer.Option(help="Thin (<1) or superpose jittered copies (>1).")] = 1.0,
@@ -167,15 +170,16 @@ def simulate(
         if service is not None and service not in {s.name for s in cfg.services}:
             raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
         parse_spec(controller)  # a bad spec fails before the trace is read
+        span_s = None if span is None else parse_span(span)
         files.check_writable(out)
         files.clear(out, names)
         if serve_metrics is not None:
             res = _served_simulation(cfg, controller, service, serve_metrics, 1.0 if speed is None else speed, out,
                                      plot, json_output,
                                      lambda: build_workload(trace, trace_format, rate_scale, time_scale, seed,
-                                                            batch_fraction))
+                                                            batch_fraction, span_s))
         else:
-            wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction)
+            wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span_s)
             warning = long_run_warning(cfg, wl, service)
             if warning:
                 _warn(warning)
@@ -434,9 +438,12 @@ DEFAULT_COMPARE = "hpa,keda,kpa,aibrix,dynamo,wva,static,static-ilp,pid"
 @app.command()
 def compare(
     config: Annotated[Path | None, typer.Option(help="Fleet YAML file (default: the embedded example fleet).")] = None,
-    trace: Annotated[Path | None, typer.Option(help="Request trace (Azure CSV or Mooncake JSONL); "
+    trace: Annotated[Path | None, typer.Option(help="Request trace (Azure CSV, Mooncake JSONL or ServeGen folder); "
                                                "default: the embedded synthetic workload.")] = None,
     trace_format: Annotated[str | None, typer.Option(help="azure | mooncake (default: detected).")] = None,
+    span: Annotated[str | None, typer.Option(
+        help="START:END seconds: only the requests arriving then (a ServeGen folder: that part of its "
+             "time axis; default its first day).", show_default=False)] = None,
     controllers: Annotated[str, typer.Option(help="Comma-separated controllers or baseline specs "
                                              f"(name:key=value...). Default: {DEFAULT_COMPARE.replace(',', ', ')}.",
                                              show_default=False)] = DEFAULT_COMPARE,
@@ -475,9 +482,10 @@ def compare(
         if "" in names:
             raise ValueError(f"--controllers '{controllers}': an empty entry (two commas, or one at an end)")
         check_names(names)
+        span_s = None if span is None else parse_span(span)
         files.check_writable(out)
         files.clear(out, OUTPUTS)
-        wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction)
+        wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span_s)
         warning = long_run_warning(cfg, wl, service)
         if warning:
             _warn(warning)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 
 from autoscaler.workload.classes import assign_classes, group_workflows
 from autoscaler.workload.loader import load_trace
+from autoscaler.workload.servegen import is_servegen_dir, load_servegen
 from autoscaler.workload.shaping import shape
 from autoscaler.workload.synthetic import synthetic_workload
 from autoscaler.workload.types import Workload
@@ -18,6 +21,37 @@ EMBEDDED_RATE_RPS = 100.0
 # policy with 90-300 s replica starts look worse than it is.
 EMBEDDED_DAY_S = 86400.0
 DEFAULT_BATCH_FRACTION = 0.2  # share of trace requests (workflows) in the batch class, an assumption
+SERVEGEN_DEFAULT_SPAN = (0.0, 86400.0)  # a ServeGen folder without a span: its first day
+
+
+def parse_span(text: str) -> tuple[float, float]:
+    """``START:END`` in seconds -> (start, end).
+
+    Raises:
+        ValueError: not two numbers, not finite, start < 0 or end <= start.
+    """
+    parts = text.split(":")
+    try:
+        start, end = (float(x) for x in parts) if len(parts) == 2 else (math.nan, math.nan)
+    except ValueError:
+        start = end = math.nan
+    if not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end):
+        raise ValueError(f"--span {text!r}: expected START:END in seconds with 0 <= START < END")
+    return start, end
+
+
+def crop(wl: Workload, start_s: float, end_s: float) -> Workload:
+    """The requests arriving in [start_s, end_s) seconds after the first one, times from ``start_s``.
+
+    Raises:
+        ValueError: no request in the span.
+    """
+    t0 = wl.requests[0].arrival_s if wl.requests else 0.0
+    kept = [replace(r, arrival_s=r.arrival_s - t0 - start_s) for r in wl.requests
+            if start_s <= r.arrival_s - t0 < end_s]
+    if not kept:
+        raise ValueError(f"no request in --span {start_s:g}:{end_s:g} (the trace lasts {wl.duration_s:.0f} s)")
+    return Workload(kept, block_tokens=wl.block_tokens, source=wl.source, meta={**wl.meta, "span_start_s": start_s})
 
 
 def build_workload(
@@ -27,16 +61,22 @@ def build_workload(
     time_scale: float = 1.0,
     seed: int = 0,
     batch_fraction: float = DEFAULT_BATCH_FRACTION,
+    span: tuple[float, float] | None = None,
 ) -> Workload:
     """Load (or synthesise) the workload, assign classes and workflows, and shape its rate.
 
     Args:
-        trace: an Azure CSV or Mooncake JSONL; None for the embedded synthetic workload.
-        trace_format: ``azure`` | ``mooncake``; None detects it from the file.
-        rate_scale: thin (< 1) or superpose jittered copies (> 1).
+        trace: an Azure CSV, a Mooncake JSONL or a ServeGen model folder (``workload.servegen``);
+            None for the embedded synthetic workload.
+        trace_format: ``azure`` | ``mooncake``; None detects it from the file (not used for a folder).
+        rate_scale: thin (< 1) or superpose jittered copies (> 1); for a ServeGen folder, multiplies
+            every client's rate before the arrivals are drawn.
         time_scale: multiply arrival times.
         seed: for class assignment, shaping and the synthetic workload.
         batch_fraction: share of workflows in the batch class.
+        span: (start, end) seconds: the requests of a file trace (or the embedded workload) arriving in
+            that span after its first request, or the span of the ServeGen time axis to generate
+            (default: its first day); arrival times then count from the span's start.
 
     Raises:
         TraceError: a malformed trace.
@@ -45,8 +85,16 @@ def build_workload(
     if trace is None:
         wl = synthetic_workload(seed=seed, mean_rate_rps=EMBEDDED_RATE_RPS, day_s=EMBEDDED_DAY_S,
                                 batch_fraction=batch_fraction)
+        if span is not None:
+            wl = crop(wl, *span)
+    elif trace.is_dir() and is_servegen_dir(trace):
+        wl = load_servegen(trace, *(span or SERVEGEN_DEFAULT_SPAN), rate_scale=rate_scale, seed=seed)
+        wl = assign_classes(wl, batch_fraction=batch_fraction, seed=seed)
+        rate_scale = 1.0  # applied to the clients' rates above
     else:
         wl = group_workflows(load_trace(trace, trace_format))
+        if span is not None:
+            wl = crop(wl, *span)
         wl = assign_classes(wl, batch_fraction=batch_fraction, seed=seed)
     if rate_scale != 1.0 or time_scale != 1.0:
         wl = shape(wl, time_scale=time_scale, rate_scale=rate_scale, seed=seed)

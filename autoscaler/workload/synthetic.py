@@ -104,7 +104,7 @@ DAY_S = 86400.0
 GRID_S = 1.0  # resolution of the rate curve, seconds
 
 
-def _lognormal(median: float, mean: float) -> tuple[float, float]:
+def lognormal_params(median: float, mean: float) -> tuple[float, float]:
     """(mu, sigma) of the lognormal with this median and mean."""
     return math.log(median), math.sqrt(2.0 * math.log(mean / median))
 
@@ -189,9 +189,9 @@ def synthetic_workload(
         points = np.concatenate([points, points[-1] + np.cumsum(rng.gamma(shape_k, 1.0 / shape_k, 1000))])
     arrivals = np.interp(points[points < expected], cumulative, t)
 
-    in_mu, in_sigma = _lognormal(INPUT_MEDIAN_TOKENS, INPUT_MEAN_TOKENS)
-    out_mu, out_sigma = _lognormal(OUTPUT_MEDIAN_TOKENS, OUTPUT_MEAN_TOKENS)
-    gap_mu, gap_sigma = _lognormal(TURN_GAP_MEDIAN_S, TURN_GAP_MEAN_S)
+    in_mu, in_sigma = lognormal_params(INPUT_MEDIAN_TOKENS, INPUT_MEAN_TOKENS)
+    out_mu, out_sigma = lognormal_params(OUTPUT_MEDIAN_TOKENS, OUTPUT_MEAN_TOKENS)
+    gap_mu, gap_sigma = lognormal_params(TURN_GAP_MEDIAN_S, TURN_GAP_MEAN_S)
     outputs = np.clip(np.rint(rng.lognormal(out_mu, out_sigma, len(arrivals))), 1, OUTPUT_MAX_TOKENS)
     app_cdf = np.cumsum(np.arange(1, N_APPS + 1, dtype=float) ** -APP_ZIPF_EXPONENT)
     app_cdf = (app_cdf / app_cdf[-1]).tolist()

@@ -22,10 +22,6 @@ from autoscaler.workload.types import Request, Workload
 BATCH_FRACTION = 0.2
 
 
-def _lognormal(median: float, mean: float) -> tuple[float, float]:
-    return math.log(median), math.sqrt(2.0 * math.log(mean / median))
-
-
 def piecewise_workload(knots: Sequence[tuple[float, float]], seed: int, name: str) -> Workload:
     """Requests whose rate follows the piecewise-linear ``knots`` (time s, req/s), from the first knot's time.
 
@@ -43,8 +39,8 @@ def piecewise_workload(knots: Sequence[tuple[float, float]], seed: int, name: st
     rng = np.random.default_rng(seed)
     points = np.cumsum(rng.exponential(1.0, int(cum[-1] + 10 * math.sqrt(cum[-1]) + 100)))
     arrivals = np.interp(points[points < cum[-1]], cum, grid)
-    in_mu, in_sigma = _lognormal(syn.INPUT_MEDIAN_TOKENS, syn.INPUT_MEAN_TOKENS)
-    out_mu, out_sigma = _lognormal(syn.OUTPUT_MEDIAN_TOKENS, syn.OUTPUT_MEAN_TOKENS)
+    in_mu, in_sigma = syn.lognormal_params(syn.INPUT_MEDIAN_TOKENS, syn.INPUT_MEAN_TOKENS)
+    out_mu, out_sigma = syn.lognormal_params(syn.OUTPUT_MEDIAN_TOKENS, syn.OUTPUT_MEAN_TOKENS)
     ins = np.clip(np.rint(rng.lognormal(in_mu, in_sigma, len(arrivals))), 1, syn.INPUT_MAX_TOKENS)
     outs = np.clip(np.rint(rng.lognormal(out_mu, out_sigma, len(arrivals))), 1, syn.OUTPUT_MAX_TOKENS)
     reqs = [Request(arrival_s=float(a - t[0]), input_tokens=int(i), output_tokens=int(o))
