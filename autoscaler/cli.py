@@ -136,6 +136,8 @@ def simulate(
     span: Annotated[str | None, typer.Option(
         help="START:END seconds: only the requests arriving then (a ServeGen folder: that part of its "
              "time axis; default its first day).", show_default=False)] = None,
+    lengths_from: Annotated[Path | None, typer.Option(
+        help="With a ServeGen folder: draw each request's (input, output) tokens from this trace.")] = None,
     controller: Annotated[str, typer.Option(
         help=f"Controller spec NAME[:key=value...]; NAME is one of {', '.join(NAMES)}.")] = "pid",
     rate_scale: Annotated[float, typer.Option(help="Thin (<1) or superpose jittered copies (>1).")] = 1.0,
@@ -177,9 +179,9 @@ def simulate(
             res = _served_simulation(cfg, controller, service, serve_metrics, 1.0 if speed is None else speed, out,
                                      plot, json_output,
                                      lambda: build_workload(trace, trace_format, rate_scale, time_scale, seed,
-                                                            batch_fraction, span_s))
+                                                            batch_fraction, span_s, lengths_from))
         else:
-            wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span_s)
+            wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span_s, lengths_from)
             warning = long_run_warning(cfg, wl, service)
             if warning:
                 _warn(warning)
@@ -444,6 +446,8 @@ def compare(
     span: Annotated[str | None, typer.Option(
         help="START:END seconds: only the requests arriving then (a ServeGen folder: that part of its "
              "time axis; default its first day).", show_default=False)] = None,
+    lengths_from: Annotated[Path | None, typer.Option(
+        help="With a ServeGen folder: draw each request's (input, output) tokens from this trace.")] = None,
     controllers: Annotated[str, typer.Option(help="Comma-separated controllers or baseline specs "
                                              f"(name:key=value...). Default: {DEFAULT_COMPARE.replace(',', ', ')}.",
                                              show_default=False)] = DEFAULT_COMPARE,
@@ -485,7 +489,7 @@ def compare(
         span_s = None if span is None else parse_span(span)
         files.check_writable(out)
         files.clear(out, OUTPUTS)
-        wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span_s)
+        wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span_s, lengths_from)
         warning = long_run_warning(cfg, wl, service)
         if warning:
             _warn(warning)

@@ -1,11 +1,15 @@
 """Benchmark: ``autoscaler compare`` on the shipped scenarios (``benchmarks/scenarios/*.yaml``).
 
-Each scenario names a trace relative to ``--data`` (with its rate scale) or a synthetic workload built
-in ``benchmarks/scenarios/synthetic.py`` (with its parameters), a seed and the controllers to run, on
-``examples/fleet.yaml``. For each scenario this prints a Markdown table (``autoscaler.compare``) and
-writes ``<out>/<scenario>/compare.json`` and ``compare.png``. Trace scenarios are the same as
+Each scenario names a trace relative to ``--data`` (with its rate scale, and for a ServeGen folder
+its ``span`` and the trace its lengths come from, ``lengths_from``) or a synthetic workload built in
+``benchmarks/scenarios/synthetic.py`` (with its parameters), a seed and the controllers to run, on
+``examples/fleet.yaml`` with the scenario's ``fleet`` patch, if any (mappings merge key by key, the
+``services`` and ``variants`` lists entry by entry on ``name``). For each scenario this prints a
+Markdown table (``autoscaler.compare``) and writes ``<out>/<scenario>/compare.json``, ``compare.png``
+and the fleet it ran on, ``fleet.yaml``. Trace scenarios are the same as
 
-    autoscaler compare --config examples/fleet.yaml --trace ../shared/data/<trace> --rate-scale R --seed S
+    autoscaler compare --config <out>/<scenario>/fleet.yaml --trace ../shared/data/<trace> --rate-scale R \
+        --seed S [--span START:END --lengths-from ../shared/data/<trace>]
 
     python benchmarks/compare.py [SCENARIO ...] [--data ../shared/data] [--out runs/compare] [--workers N]
 """
@@ -22,7 +26,7 @@ from typing import Any
 import yaml
 
 from autoscaler.compare import markdown_table, run_compare, write_comparison
-from autoscaler.config.loading import load_config
+from autoscaler.config.loading import parse_config
 from autoscaler.workload.build import build_workload
 from autoscaler.workload.types import Workload
 
@@ -42,8 +46,28 @@ def _synthetic() -> dict[str, Any]:
 def scenario_workload(sc: dict[str, Any], data: Path) -> Workload:
     """The scenario's workload: a trace under ``data`` shaped by its rate scale, or a synthetic one."""
     if "trace" in sc:
-        return build_workload(data / sc["trace"], None, float(sc.get("rate_scale", 1.0)), 1.0, int(sc["seed"]), 0.2)
+        span = tuple(float(x) for x in sc["span"]) if "span" in sc else None
+        lengths = data / sc["lengths_from"] if "lengths_from" in sc else None
+        return build_workload(data / sc["trace"], None, float(sc.get("rate_scale", 1.0)), 1.0, int(sc["seed"]), 0.2,
+                              span, lengths)  # type: ignore[arg-type]
     return _synthetic()[sc["synthetic"]](**sc.get("params", {}), seed=int(sc["seed"]))
+
+
+def merged(base: Any, patch: Any) -> Any:
+    """``patch`` laid over ``base``: mappings key by key, lists of named mappings entry by entry on
+    ``name`` (unnamed patch entries are appended), anything else replaced."""
+    if isinstance(base, dict) and isinstance(patch, dict):
+        return {**base, **{k: merged(base[k], v) if k in base else v for k, v in patch.items()}}
+    if isinstance(base, list) and isinstance(patch, list) and all(isinstance(x, dict) for x in base + patch):
+        by_name = {p.get("name"): p for p in patch}
+        out = [merged(b, by_name[b.get("name")]) if b.get("name") in by_name else b for b in base]
+        return out + [p for p in patch if p.get("name") not in {b.get("name") for b in base}]
+    return patch
+
+
+def scenario_fleet(sc: dict[str, Any]) -> dict[str, Any]:
+    """The example fleet document with the scenario's ``fleet`` patch laid over it."""
+    return merged(yaml.safe_load((ROOT / "examples" / "fleet.yaml").read_text()), sc.get("fleet", {}))
 
 
 def main() -> None:
@@ -54,9 +78,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=None)
     args = ap.parse_args()
     names = args.scenarios or sorted(p.stem for p in SCENARIOS.glob("*.yaml"))
-    cfg = load_config(ROOT / "examples" / "fleet.yaml")
     for name in names:
         sc = yaml.safe_load((SCENARIOS / f"{name}.yaml").read_text())
+        fleet = scenario_fleet(sc)
+        cfg = parse_config(fleet, f"{name} fleet")
+        (args.out / name).mkdir(parents=True, exist_ok=True)
+        (args.out / name / "fleet.yaml").write_text(yaml.safe_dump(fleet, sort_keys=False))
         t = time.perf_counter()
         wl = scenario_workload(sc, args.data)
         total = len(sc["controllers"])

@@ -74,7 +74,7 @@ DEFAULT_WINDOW_S = 60.0
 would show a step in load a cold start late. 60 s is four 15-s scrapes, PromQL's least for a steady ``rate``."""
 
 Z95 = NormalDist().inv_cdf(0.95)
-FORECASTS = ("auto", "last")
+FORECASTS = ("auto", "last", "perfect")
 
 
 @dataclass
@@ -138,26 +138,32 @@ class MPCController(Controller):
         horizon: steps of ``tick_s`` planned (>= 1).
         quantile: forecast quantile planned on, in (0, 1).
         miss_weight: cost of a request left unserved, in units of the dearest variant's cost per request.
-        forecast: ``auto`` (the forecast stage's path) or ``last`` (today's rate for every step).
+        forecast: ``auto`` (the forecast stage's path), ``last`` (today's rate for every step) or
+            ``perfect`` (``future_rps``, the trace's true demand: a yardstick for the forecaster).
         hold_s: the plan never goes below the highest arrival rate seen over this many seconds (>= 0).
         learn: 1 to correct each variant's capacity from its own telemetry (needs ``mixes``), 0 not to.
         mixes: service -> the request mix ``weights`` were computed for (None: the service gets none).
         window_s: signal window, seconds (at least the tick).
+        future_rps: with ``forecast=perfect``, service -> true demand per tick from t = 0, requests/s.
         name: the spec it was built from.
 
     Raises:
-        ValueError: an argument out of range or an unknown ``forecast``.
+        ValueError: an argument out of range, an unknown ``forecast``, or ``perfect`` without
+            ``future_rps``.
     """
 
     def __init__(self, cfg: FleetConfig, weights: Mapping[str, Mapping[str, float]], horizon: int = 40,
                  quantile: float = 0.9, miss_weight: float = 10.0, forecast: str = "auto",
                  hold_s: float = DEFAULT_HOLD_S, learn: int = 1, mixes: Mapping[str, RequestMix | None] | None = None,
-                 window_s: float = DEFAULT_WINDOW_S, name: str = "mpc") -> None:
+                 window_s: float = DEFAULT_WINDOW_S, future_rps: Mapping[str, np.ndarray] | None = None,
+                 name: str = "mpc") -> None:
         if horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf or not 0 <= hold_s < math.inf:
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
                              f"got {horizon}, {quantile}, {miss_weight}, {hold_s}")
         if forecast not in FORECASTS:
             raise ValueError(f"{name}: forecast must be one of {', '.join(FORECASTS)}, got '{forecast}'")
+        if forecast == "perfect" and future_rps is None:
+            raise ValueError(f"{name}: forecast=perfect needs a trace (simulate, compare): it reads the true demand")
         c = cfg.controller
         super().__init__(name, c.tick_s, max(window_s, c.tick_s),
                          forecast_horizon_s=horizon * c.tick_s if forecast == "auto" else None)
@@ -173,6 +179,7 @@ class MPCController(Controller):
         self.engine = cfg.simulator.engine
         self._capacity_cache: dict[tuple[str, str, float], float] = {}
         self.forecast = forecast
+        self.future_rps = {k: np.asarray(v, dtype=float) for k, v in (future_rps or {}).items()}
         self.memory: dict[str, _ServiceMemory] = {}
 
     # ------------------------------------------------------------------ demand
@@ -182,7 +189,11 @@ class MPCController(Controller):
         mid = est.time_s + (np.arange(h) + 0.5) * dt
         path = np.full(h, now_rps)
         f = est.rate_forecast if self.forecast == "auto" else None
-        if f is not None:
+        future = self.future_rps.get(svc.name)
+        if self.forecast == "perfect" and future is not None and len(future):
+            first = round(est.time_s / dt) + 1  # the steps after this tick
+            path = future[np.minimum(first + np.arange(h), len(future) - 1)]
+        elif f is not None:
             mean, upper = np.asarray(f.mean_rps), np.asarray(f.upper_rps)
             spread = np.where(np.isfinite(upper), upper - mean, 0.0)
             q = np.maximum(mean + self.z * spread, 0.0)

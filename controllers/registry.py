@@ -8,7 +8,8 @@ thresholds >= 0) and names the controller and parameter when one is wrong.
 Names: ``pid`` (``controllers.pid``); ``static`` and ``static-ilp`` (fixed fleets,
 ``controllers.static``, ``controllers.baselines.static_ilp``); the anchors' autoscalers
 (``controllers.baselines``): ``hpa``, ``keda``, ``kpa`` (Knative), ``aibrix`` and ``aibrix-apa``,
-``dynamo``, ``wva``; ``mpc`` (``controllers.mpc``: ``mpc:horizon=40:quantile=0.9:miss_weight=10:forecast=auto``);
+``dynamo``, ``wva``; ``mpc`` (``controllers.mpc``: ``mpc:horizon=40:quantile=0.9:miss_weight=10:forecast=auto``;
+``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace);
 ``oracle`` (``controllers.oracle``: the same plan solved offline on the trace's true demand; needs a trace).
 
 With a workload (a trace, in ``simulate`` and ``compare``), what is calibrated comes from it: the
@@ -42,7 +43,7 @@ from controllers.baselines.knative import KnativeKPAController
 from controllers.baselines.static_ilp import static_ilp_controller
 from controllers.baselines.wva import WVAController
 from controllers.mpc import MPCController
-from controllers.oracle import oracle_controller
+from controllers.oracle import oracle_controller, true_demand
 from controllers.pid import PIDController
 from controllers.static import StaticController, peak_rate_rps, provision_for, steady_start_fleet, workload_mix
 from models.capacity import RequestMix, service_mix, variant_weights
@@ -196,7 +197,12 @@ def _aibrix(strategy: str) -> _Factory:
 
 def _mpc(kw: dict[str, Any], ctx: BuildContext) -> Controller:
     mixes = _service_mixes(ctx)
-    return MPCController(ctx.cfg, _service_weights(ctx, mixes), **kw, mixes=mixes, name=ctx.spec)
+    future = None
+    if kw.get("forecast") == "perfect" and ctx.workload is not None:
+        dt = ctx.cfg.controller.tick_s
+        steps = math.ceil(ctx.workload.duration_s / dt) + 2
+        future = {s.name: true_demand(s, ctx.workload, dt, steps, 1) for s in ctx.cfg.services}
+    return MPCController(ctx.cfg, _service_weights(ctx, mixes), **kw, mixes=mixes, future_rps=future, name=ctx.spec)
 
 
 def _oracle(kw: dict[str, Any], ctx: BuildContext) -> Controller:
@@ -243,7 +249,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
     "wva": (_params(WVAController), lambda kw, ctx: WVAController(name=ctx.spec)),
     "static-ilp": ({"peak_rps": POSITIVE}, _static_ilp),
     "oracle": ({"miss_weight": POSITIVE}, _oracle),
-    "mpc": (_params(MPCController, "cfg", "weights", "mixes", horizon=Param(int, 1, closed=True),
+    "mpc": (_params(MPCController, "cfg", "weights", "mixes", "future_rps", horizon=Param(int, 1, closed=True),
                     quantile=Param(float, 0.0, high=0.999), miss_weight=POSITIVE, forecast=TEXT,
                     hold_s=NON_NEGATIVE, learn=Param(int, 0, closed=True, high=1)), _mpc),
 }

@@ -134,6 +134,32 @@ def test_spec_sets_the_plan() -> None:
     assert build("mpc:forecast=last", CFG).forecast_horizon_s is None
 
 
+def test_perfect_foresight_plans_on_the_trace_s_true_demand() -> None:
+    # 10 req/s (one every 0.1 s) for 10 min, then 40 req/s: the true demand per 15-s step is the most
+    # arrivals in a 60-s window overlapping it, / 60 s; from 600 - 60 - 15 s on a window reaches into
+    # the step, so the step at 540-555 s already reads more than 10 req/s.
+    reqs = [Request(arrival_s=0.1 * i, input_tokens=2048, output_tokens=512) for i in range(6000)]
+    reqs += [Request(arrival_s=600.0 + 0.025 * i, input_tokens=2048, output_tokens=512) for i in range(24000)]
+    wl = Workload(reqs, source="test")
+    with pytest.raises(ValueError, match="forecast=perfect needs a trace"):
+        build("mpc:forecast=perfect", CFG)
+    c = build("mpc:forecast=perfect:hold_s=0", CFG, workload=wl)
+    assert isinstance(c, MPCController) and c.forecast_horizon_s is None  # no forecast stage needed
+    future = c.future_rps[SVC.name]
+    assert future[10] == pytest.approx(10.0, abs=0.02) and future[60] == pytest.approx(40.0, abs=0.02)
+    # at t = 450 s the path's steps are 465..1050 s: 10 req/s until the windows reach 600 s, then 40
+    path = c.demand(estimate(450.0, 10.0, {"gh200": 1}), SVC, 10.0)
+    step_start = 450.0 + 15.0 * (1 + np.arange(40))
+    assert np.all(path[step_start + 15.0 <= 540.0] == pytest.approx(10.0, abs=0.02))
+    assert np.all(path[step_start >= 600.0] == pytest.approx(40.0, abs=0.02))
+    # the plan has capacity for 40 req/s (the registry's per-replica capacities for this mix) from
+    # the step on, and less before it
+    plan = c.decide(estimate(450.0, 10.0, {"gh200": 1}), SVC).plan
+    w = c.weights[SVC.name]
+    capacity = np.array([sum(plan[v.name][k] * w[v.name] for v in SVC.variants) for k in range(40)])
+    assert np.all(capacity[step_start >= 600.0] >= 40.0) and capacity[0] < 40.0
+
+
 def test_simulated_step_is_served_after_one_startup() -> None:
     # 10 req/s for 10 min, then 40 req/s for 20 min (Poisson, the default fleet's typical request).
     # After the step the MPC orders within a tick of seeing it; from one cold start later (300 s)

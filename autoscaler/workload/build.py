@@ -6,6 +6,8 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from autoscaler.workload.classes import assign_classes, group_workflows
 from autoscaler.workload.loader import load_trace
 from autoscaler.workload.servegen import is_servegen_dir, load_servegen
@@ -62,6 +64,7 @@ def build_workload(
     seed: int = 0,
     batch_fraction: float = DEFAULT_BATCH_FRACTION,
     span: tuple[float, float] | None = None,
+    lengths_from: Path | None = None,
 ) -> Workload:
     """Load (or synthesise) the workload, assign classes and workflows, and shape its rate.
 
@@ -77,18 +80,27 @@ def build_workload(
         span: (start, end) seconds: the requests of a file trace (or the embedded workload) arriving in
             that span after its first request, or the span of the ServeGen time axis to generate
             (default: its first day); arrival times then count from the span's start.
+        lengths_from: a trace file whose (input, output) token pairs a ServeGen folder's requests
+            draw from (``workload.servegen``); only with a ServeGen folder.
 
     Raises:
         TraceError: a malformed trace.
-        ValueError: bad shaping arguments, or no request left after shaping.
+        ValueError: bad shaping arguments, no request left after shaping, or ``lengths_from`` without
+            a ServeGen folder.
     """
+    servegen = trace is not None and trace.is_dir() and is_servegen_dir(trace)
+    if lengths_from is not None and not servegen:
+        raise ValueError("--lengths-from needs --trace to be a ServeGen folder")
     if trace is None:
         wl = synthetic_workload(seed=seed, mean_rate_rps=EMBEDDED_RATE_RPS, day_s=EMBEDDED_DAY_S,
                                 batch_fraction=batch_fraction)
         if span is not None:
             wl = crop(wl, *span)
-    elif trace.is_dir() and is_servegen_dir(trace):
-        wl = load_servegen(trace, *(span or SERVEGEN_DEFAULT_SPAN), rate_scale=rate_scale, seed=seed)
+    elif servegen:
+        pairs = None
+        if lengths_from is not None:
+            pairs = np.array([(r.input_tokens, r.output_tokens) for r in load_trace(lengths_from).requests])
+        wl = load_servegen(trace, *(span or SERVEGEN_DEFAULT_SPAN), rate_scale=rate_scale, seed=seed, lengths=pairs)
         wl = assign_classes(wl, batch_fraction=batch_fraction, seed=seed)
         rate_scale = 1.0  # applied to the clients' rates above
     else:

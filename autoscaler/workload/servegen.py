@@ -11,8 +11,10 @@ overlap a span into requests, deterministically for a seed:
   the process in equilibrium (``_first_arrival``); arrivals past the window end are dropped.
   ``rate_scale`` multiplies every client's rate, so the aggregate keeps its shape.
 * Lengths, tokens: the ``dataset.json`` files that carry ServeGen's length distributions are not in
-  the copied data (``SOURCE.md``), so input and output lengths are the lognormals of the embedded
-  default workload (``synthetic``: Azure conv's median and mean, clipped to its maxima).
+  the copied data (``SOURCE.md``). Given ``lengths`` (the (input, output) pairs of another trace),
+  each request draws one pair with replacement, keeping their correlation; otherwise input and output
+  are the lognormals of the embedded default workload (``synthetic``: Azure conv's median and mean,
+  clipped to its maxima).
 * Prefix sharing, 512-token blocks: each client is one application whose system prompt fills the
   first ``synthetic.SYSTEM_PROMPT_BLOCKS`` complete blocks of each of its requests (as in the
   embedded default); every other block is unique. Each request is its own workflow.
@@ -94,7 +96,7 @@ def _first_arrival(dist: str, shape: float, mean_gap: float, rng: np.random.Gene
 
 
 def load_servegen(path: str | Path, start_s: float, end_s: float, rate_scale: float = 1.0,
-                  seed: int = 0) -> Workload:
+                  seed: int = 0, lengths: np.ndarray | None = None) -> Workload:
     """Requests of every client in ``path`` arriving in [start_s, end_s) of the ServeGen time axis.
 
     Args:
@@ -103,19 +105,22 @@ def load_servegen(path: str | Path, start_s: float, end_s: float, rate_scale: fl
             [86400 d, 86400 (d + 1))).
         rate_scale: multiplies every client's rate (> 0).
         seed: the same folder, span, scale and seed always give the same workload.
+        lengths: (input, output) token pairs to draw from, shape (n, 2), n >= 1; None = the lognormals.
 
     Returns:
         a ``Workload`` (``block_tokens`` 512, arrivals from 0 = ``start_s``), ``source`` = the folder.
 
     Raises:
         TraceError: no chunk file in the folder, a malformed row, or no request in the span.
-        ValueError: an empty span or a rate scale that is not a finite number > 0.
+        ValueError: an empty span, a rate scale that is not a finite number > 0, or empty ``lengths``.
     """
     p = Path(path)
     if not (math.isfinite(start_s) and math.isfinite(end_s) and end_s > start_s):
         raise ValueError(f"the span needs start < end, got {start_s:g}..{end_s:g}")
     if not (math.isfinite(rate_scale) and rate_scale > 0):
         raise ValueError(f"rate scale must be a finite number > 0, got {rate_scale}")
+    if lengths is not None and (np.ndim(lengths) != 2 or len(lengths) == 0 or np.shape(lengths)[1] != 2):
+        raise ValueError("lengths must be a non-empty list of (input, output) token pairs")
     if not is_servegen_dir(p):
         raise trace_error(p, None, "not a ServeGen folder (no chunk-<n>-trace.csv in it)")
     chunks = sorted((int(m.group(1)), f) for f in p.iterdir() if (m := CHUNK.fullmatch(f.name)))
@@ -140,10 +145,14 @@ def load_servegen(path: str | Path, start_s: float, end_s: float, rate_scale: fl
     order = np.argsort(arrivals, kind="stable")
     arrivals, owner = arrivals[order] - start_s, owner[order]
 
-    in_mu, in_sigma = syn.lognormal_params(syn.INPUT_MEDIAN_TOKENS, syn.INPUT_MEAN_TOKENS)
-    out_mu, out_sigma = syn.lognormal_params(syn.OUTPUT_MEDIAN_TOKENS, syn.OUTPUT_MEAN_TOKENS)
-    ins = np.clip(np.rint(rng.lognormal(in_mu, in_sigma, len(arrivals))), 1, syn.INPUT_MAX_TOKENS).astype(int)
-    outs = np.clip(np.rint(rng.lognormal(out_mu, out_sigma, len(arrivals))), 1, syn.OUTPUT_MAX_TOKENS).astype(int)
+    if lengths is not None:
+        pairs = np.asarray(lengths, dtype=int)[rng.integers(0, len(lengths), len(arrivals))]
+        ins, outs = pairs[:, 0], pairs[:, 1]
+    else:
+        in_mu, in_sigma = syn.lognormal_params(syn.INPUT_MEDIAN_TOKENS, syn.INPUT_MEAN_TOKENS)
+        out_mu, out_sigma = syn.lognormal_params(syn.OUTPUT_MEDIAN_TOKENS, syn.OUTPUT_MEAN_TOKENS)
+        ins = np.clip(np.rint(rng.lognormal(in_mu, in_sigma, len(arrivals))), 1, syn.INPUT_MAX_TOKENS).astype(int)
+        outs = np.clip(np.rint(rng.lognormal(out_mu, out_sigma, len(arrivals))), 1, syn.OUTPUT_MAX_TOKENS).astype(int)
     block, system_blocks = syn.BLOCK_TOKENS, syn.SYSTEM_PROMPT_BLOCKS
     next_hash = (int(owner.max()) + 1) * system_blocks  # ids below are the clients' system prompts
     requests = []

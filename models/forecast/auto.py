@@ -138,7 +138,8 @@ class AutoForecaster:
         if len(y) >= MIN_SELECT_STEPS:
             origins = min(self.origins, len(y) - 10)
             try:
-                best = select(candidates(len(y) - origins, self.period), y, origins, self.max_horizon)
+                best = select(candidates(len(y) - origins, self.period), y, origins, self.max_horizon,
+                              getattr(self, "_score_h", None))
             except ValueError:  # every finite value is in the backtest part (e.g. after a long outage)
                 pass
             else:
