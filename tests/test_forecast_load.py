@@ -54,3 +54,23 @@ def test_intervals_bracket_the_point_and_ticks_cannot_go_back() -> None:
     assert 0 <= q.lower <= q.point <= q.upper
     with pytest.raises(ValueError):
         lf.update(0.0, 1.0, 1.0, 1.0)
+
+
+def test_forecast_pair_equals_two_forecasts() -> None:
+    # a trending, noisy series long enough for a selected model and measured intervals: the short
+    # forecast cut from the long one is the one forecast(300) makes on its own, and the long is intact
+    lf = LoadForecaster(step_s=60, season_s=None, max_horizon_s=600)
+    rng = np.random.default_rng(3)
+    for k in range(60 * 4):
+        lf.update(15.0 * k, float(10 + 0.05 * k + rng.normal()), float(1000 + rng.normal(0, 50)), 200.0)
+    short, long = lf.forecast_pair(300, 600)
+    for q in ("rate_rps", "mean_input_tokens", "mean_output_tokens"):
+        a, b, c = getattr(short, q), getattr(lf.forecast(300), q), getattr(long, q)
+        assert a is not None and b is not None and c is not None
+        assert (a.point, a.lower, a.upper, a.model) == (b.point, b.lower, b.upper, b.model)
+        np.testing.assert_array_equal(a.times_s, b.times_s)
+        np.testing.assert_array_equal(a.path.upper, b.path.upper)
+        np.testing.assert_array_equal(c.path.mean, getattr(lf.forecast(600), q).path.mean)
+    assert len(long.rate_rps.times_s) > len(short.rate_rps.times_s)  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="path_horizon_s"):
+        lf.forecast_pair(300, 200)

@@ -66,9 +66,8 @@ class ForecastStage:
                 per_request(sig.get("prompt_tokens_rps"), rate),
                 per_request(sig.get("generation_tokens_rps"), rate),
             )
-            f = self.forecaster.forecast(self.cfg.horizon_s)
-            path = (f if self.path_horizon_s == self.cfg.horizon_s else self.forecaster.forecast(
-                self.path_horizon_s)).rate_rps
+            f, long = self.forecaster.forecast_pair(self.cfg.horizon_s, self.path_horizon_s)
+            path = long.rate_rps
         est.rate_forecast = None if path is None else RateForecast(
             tuple(path.times_s.tolist()), tuple(path.path.mean.tolist()), tuple(path.path.upper.tolist()))
         sig["forecast_rate_rps"] = f.rate_rps.point if f.rate_rps else None

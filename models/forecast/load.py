@@ -132,6 +132,12 @@ class LoadForecaster:
             model.update(self._sums[q] / self._counts[q] if self._counts[q] else None)
             self._sums[q], self._counts[q] = 0.0, 0
 
+    def _steps(self, horizon_s: float) -> tuple[float, float, int]:
+        """(newest tick time, end of the open step, steps reaching ``horizon_s`` after the newest tick)."""
+        now = self._t_last if self._t_last is not None else 0.0
+        first_end = (self._step + 1) * self.step_s if self._step is not None else self.step_s
+        return now, first_end, max(1, math.ceil((now + horizon_s - first_end) / self.step_s) + 1)
+
     def forecast(self, horizon_s: float) -> LoadForecast:
         """Forecast each quantity ``horizon_s`` seconds (> 0) after the newest tick.
 
@@ -142,9 +148,7 @@ class LoadForecaster:
         """
         if horizon_s <= 0:
             raise ValueError(f"horizon_s must be > 0, got {horizon_s}")
-        now = self._t_last if self._t_last is not None else 0.0
-        first_end = (self._step + 1) * self.step_s if self._step is not None else self.step_s
-        k = max(1, math.ceil((now + horizon_s - first_end) / self.step_s) + 1)
+        now, first_end, k = self._steps(horizon_s)
         times = first_end + self.step_s * np.arange(k)
         out: dict[str, QuantityForecast | None] = {}
         for q, model in self.models.items():
@@ -155,3 +159,27 @@ class LoadForecaster:
                 else QuantityForecast(float(f.mean[-1]), float(f.lower[-1]), float(f.upper[-1]), f.model, times, f)
             )
         return LoadForecast(now, horizon_s, out["rate_rps"], out["mean_input_tokens"], out["mean_output_tokens"])
+
+    def forecast_pair(self, horizon_s: float, path_horizon_s: float) -> tuple[LoadForecast, LoadForecast]:
+        """``forecast(horizon_s)`` and ``forecast(path_horizon_s)`` (>= ``horizon_s``) from one forecast:
+        the shorter is the longer's first steps (every model's path and interval at a step do not
+        depend on how far past it the path reaches).
+
+        Raises:
+            ValueError: ``horizon_s`` <= 0 or ``path_horizon_s`` < ``horizon_s``.
+        """
+        if path_horizon_s < horizon_s:
+            raise ValueError(f"path_horizon_s must be >= horizon_s, got {path_horizon_s} < {horizon_s}")
+        long = self.forecast(path_horizon_s)
+        k = self._steps(horizon_s)[2]
+
+        def cut(q: QuantityForecast | None) -> QuantityForecast | None:
+            if q is None:
+                return None
+            p = Forecast(q.path.mean[:k], q.path.lower[:k], q.path.upper[:k], q.path.model)
+            return QuantityForecast(float(p.mean[-1]), float(p.lower[-1]), float(p.upper[-1]), q.model,
+                                    q.times_s[:k], p)
+
+        short = LoadForecast(long.time_s, horizon_s, cut(long.rate_rps), cut(long.mean_input_tokens),
+                             cut(long.mean_output_tokens))
+        return short, long
