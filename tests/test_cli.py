@@ -237,3 +237,36 @@ def test_a_trace_spanning_a_year_is_a_warning_with_its_cost(tmp_path: Path) -> N
     # the example fleet's minimum is one GH200 ($1.49/h) for 366 days (2024 is a leap year)
     assert "arrivals span 366.0 days (a gap of 366.0 days after request 20)" in line
     assert "at least 8,784 GPU-hours ($13,088) at its minimum replicas" in line
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    (["--span", "100"], "START:END"),
+    (["--span", "150:160"], "no request in --span 150:160"),  # the 200-row trace lasts 99.5 s
+    (["--lengths-from", "LENGTHS"], "needs --trace to be a ServeGen folder"),
+])
+def test_span_and_lengths_errors(tmp_path: Path, extra: list[str], needle: str) -> None:
+    trace = azure_csv(tmp_path / "t.csv")
+    extra = [str(trace) if x == "LENGTHS" else x for x in extra]
+    res = CliRunner().invoke(app, ["simulate", "--trace", str(trace), *extra, "--out", str(tmp_path / "o")])
+    assert needle in one_line_error(res)
+
+
+def test_span_crops_the_trace(tmp_path: Path) -> None:
+    # rows every 0.5 s from 0 to 99.5 s: [10, 20) holds 20 of them
+    trace = azure_csv(tmp_path / "t.csv")
+    res = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--span", "10:20", "--controller", "static",
+                                   "--json", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "o" / "results.json").read_text())["requests"]["total"] == 20
+
+
+def test_simulate_a_servegen_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "chunk-0-trace.csv").write_text("0,2.0,1.0,Gamma,1.0,0.5\n600,0,0,,0,0\n")
+    lengths = azure_csv(tmp_path / "t.csv")
+    res = CliRunner().invoke(app, ["simulate", "--trace", str(folder), "--span", "0:300", "--lengths-from",
+                                   str(lengths), "--controller", "static", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    total = json.loads((tmp_path / "o" / "results.json").read_text())["requests"]["total"]
+    assert abs(total - 600) < 5 * 600 ** 0.5  # Poisson, 2 req/s for 300 s
