@@ -58,15 +58,28 @@ class Shadow(Controller):
     """
 
     def __init__(self, inner: Controller) -> None:
-        super().__init__(inner.name, inner.tick_s, inner.window_s, inner.own_guard)
+        super().__init__(inner.name, inner.tick_s, inner.window_s, inner.own_guard, inner.forecast_horizon_s)
         self.inner = inner
         self._asked: dict[str, dict[str, int]] = {}
+        self._tracked: set[str] = set()  # services tracked by this tick's prepare
+
+    def _track(self, est: ServiceEstimate) -> None:
+        asked = self._asked.get(est.service)
+        if asked is not None and asked != est.current:
+            self.inner.on_guard_cut(est.service, asked, est.current, est.weights)
+
+    def prepare(self, estimates: Mapping[str, ServiceEstimate]) -> None:
+        """Track every service's actual replicas, then let the inner controller plan them."""
+        for est in estimates.values():
+            self._track(est)
+        self._tracked = set(estimates)
+        self.inner.prepare(estimates)
 
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """The inner decision, after tracking the fleet's actual replicas."""
-        asked = self._asked.get(svc.name)
-        if asked is not None and asked != est.current:
-            self.inner.on_guard_cut(svc.name, asked, est.current, est.weights)
+        if svc.name not in self._tracked:
+            self._track(est)
+        self._tracked.discard(svc.name)
         decision = self.inner.decide(est, svc)
         self._asked[svc.name] = dict(est.current if decision.hold else decision.desired)
         return decision

@@ -132,6 +132,12 @@ class Controller(ABC):
         self.own_guard = own_guard
         self.forecast_horizon_s = forecast_horizon_s
 
+    def prepare(self, estimates: Mapping[str, ServiceEstimate]) -> None:
+        """Called once per tick with every service's estimate (service name -> estimate) before any
+        ``decide``: a controller that plans the services together (sharing GPU quotas) solves here and
+        answers each ``decide`` from that plan. One that decides per service ignores it."""
+        return None
+
     @abstractmethod
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """What to ask for ``svc`` given this tick's estimate (pure of I/O: no query, no write)."""

@@ -42,7 +42,7 @@ import numpy as np
 
 from controllers.base import Controller, Decision, change_reason, hold
 from models.capacity import ReplicaSpec, RequestMix, replica_capacity, speed_factor, utilisation
-from models.planning import PlanProblem, PlanService, PlanVariant, solve
+from models.planning import Plan, PlanProblem, PlanService, PlanVariant, solve
 
 if TYPE_CHECKING:
     from autoscaler.config import FleetConfig, Service, Variant
@@ -89,6 +89,14 @@ class _ServiceMemory:
     first_s: float | None = None  # the first tick this controller decided for the service
     speed: dict[str, deque[float]] = field(default_factory=dict)  # variant -> recent speed factors
     last_speed: dict[str, float] = field(default_factory=dict)  # variant -> the factor used this tick
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """One service's plan inputs for a tick."""
+
+    service: PlanService
+    recovering: bool
 
 
 def plan_variant(v: Variant, dt_s: float, capacity_rps: np.ndarray, current: int, ready: np.ndarray,
@@ -179,6 +187,9 @@ class MPCController(Controller):
         self.engine = cfg.simulator.engine
         self._capacity_cache: dict[tuple[str, str, float], float] = {}
         self.forecast = forecast
+        self.services = list(cfg.services)
+        self.gpu_limits = cfg.gpu_limits
+        self._joint: dict[str, tuple[float, _Inputs | Decision, Plan | None]] = {}
         self.future_rps = {k: np.asarray(v, dtype=float) for k, v in (future_rps or {}).items()}
         self.memory: dict[str, _ServiceMemory] = {}
 
@@ -277,8 +288,8 @@ class MPCController(Controller):
         return out
 
     # ------------------------------------------------------------------ decide
-    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
-        """Plan the horizon and ask for its first step (module docstring)."""
+    def _inputs(self, est: ServiceEstimate, svc: Service) -> _Inputs | Decision:
+        """This tick's plan inputs for ``svc`` (updating its memory once), or a hold."""
         current = est.current
         now_rps = est.signals.get("arrival_rate_rps")
         if now_rps is None:
@@ -302,21 +313,55 @@ class MPCController(Controller):
         miss = miss_cost(variants, self.miss_weight)
         if miss is None:
             return hold(current, "hold: no variant can serve within the SLO")
-        problem = PlanProblem(
-            [PlanService(svc.name, variants, demand, miss,
-                         self.guard.max_step_up, self.guard.max_step_down)],
-            dt, self.horizon)
-        plan = solve(problem)
+        plan_svc = PlanService(svc.name, variants, demand, miss, self.guard.max_step_up, self.guard.max_step_down)
+        return _Inputs(plan_svc, recovering)
+
+    def _problem(self, services: list[PlanService]) -> PlanProblem:
+        """One problem for ``services`` within the fleet's shared GPU limits."""
+        return PlanProblem(services, self.tick_s, self.horizon, gpu_quota=dict(self.gpu_limits.quota),
+                           gpu_budget=self.gpu_limits.budget)
+
+    def prepare(self, estimates: Mapping[str, ServiceEstimate]) -> None:
+        """With more than one service, plan them all in one problem (their shared GPU quotas and
+        budget bind together); each ``decide`` then reads its part."""
+        self._joint = {}
+        if len(estimates) < 2:
+            return
+        inputs: dict[str, _Inputs | Decision] = {}
+        for svc in self.services:
+            if svc.name in estimates:
+                inputs[svc.name] = self._inputs(estimates[svc.name], svc)
+        planned = {name: x for name, x in inputs.items() if isinstance(x, _Inputs)}
+        plan = solve(self._problem([x.service for x in planned.values()])) if planned else None
+        for name, x in inputs.items():
+            self._joint[name] = (estimates[name].time_s, x, plan)
+
+    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
+        """Plan the horizon and ask for its first step (module docstring); with several services,
+        the part of this tick's joint plan (``prepare``) that is ``svc``'s."""
+        joint = self._joint.pop(svc.name, None)
+        if joint is not None and joint[0] == est.time_s:
+            _, inputs, plan = joint
+        else:
+            inputs, plan = self._inputs(est, svc), None
+        if isinstance(inputs, Decision):
+            return inputs
+        if plan is None:
+            plan = solve(self._problem([inputs.service]))
+        current = est.current
+        mem = self.memory[svc.name]
+        dt = self.tick_s
+        demand = inputs.service.demand_rps
         steps = plan.replicas[svc.name]
         desired = {name: int(n[0]) for name, n in steps.items()}
         unserved = plan.unserved_rps[svc.name]
         mem.last_applied, mem.last_time_s = dict(desired), est.time_s
         terms = {"demand_rps": float(demand[0]), "solve_ms": plan.solve_ms,
-                 "unserved_rps_max": float(unserved.max()), "recovering": float(recovering),
+                 "unserved_rps_max": float(unserved.max()), "recovering": float(inputs.recovering),
                  **{f"speed_{v}": x for v, x in mem.last_speed.items()}}
         code = change_reason(desired, current)
         why = (f"mpc: plan for {demand[0]:.1f} req/s now, up to {demand.max():.1f} within "
-               f"{self.horizon * dt:g} s" + ("; recovering from a loss" if recovering else ""))
+               f"{self.horizon * dt:g} s" + ("; recovering from a loss" if inputs.recovering else ""))
         return Decision(desired, why, code, terms, plan={name: [int(x) for x in n] for name, n in steps.items()},
                         remove_first=removal_order(est, desired))
 

@@ -109,7 +109,8 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
     limit = round(dt / c.tick_s)  # the guard's limits are per tick
     problem = PlanProblem([PlanService(svc.name, variants, demand, miss,
                                        c.guard.max_step_up * limit, c.guard.max_step_down * limit)],
-                          dt, steps, blocks=list(range(0, steps, block_steps)), time_limit_s=120.0, mip_rel_gap=1e-3)
+                          dt, steps, blocks=list(range(0, steps, block_steps)), gpu_quota=dict(cfg.gpu_limits.quota),
+                          gpu_budget=cfg.gpu_limits.budget, time_limit_s=120.0, mip_rel_gap=1e-3)
     plan = solve(problem)
     counts = plan.replicas[svc.name]
     schedule = []

@@ -153,10 +153,34 @@ class Service(Strict):
 
 
 
+class GPULimits(Strict):
+    """GPUs the whole fleet may hold, across services (a cloud quota, a reservation, a budget).
+
+    Attributes:
+        quota: GPU type (a variant's ``gpu``) -> the most GPUs of that type all services together hold.
+        budget: the most GPUs of any type all services together hold, or None.
+
+    The MPC plans every service in one problem within them (``controllers.mpc``); the other
+    controllers decide per service and do not read them.
+    """
+
+    quota: dict[str, int] = Field(default_factory=dict)
+    budget: int | None = Field(default=None, ge=0)
+
+    @field_validator("quota")
+    @classmethod
+    def _non_negative(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = {k: n for k, n in v.items() if n < 0}
+        if bad:
+            raise ValueError(f"quota must be >= 0 GPUs, got {bad}")
+        return v
+
+
 class FleetConfig(Strict):
     """The whole fleet file."""
 
     services: list[Service] = Field(min_length=1)
+    gpu_limits: GPULimits = GPULimits()
     simulator: SimulatorConfig = SimulatorConfig()
     controller: ControllerConfig = ControllerConfig()
     prometheus: PrometheusConfig = PrometheusConfig()
@@ -203,6 +227,28 @@ class FleetConfig(Strict):
                     f"simulator.crashes[{i}].variant: unknown variant '{c.variant}' of service '{svc}' "
                     f"(known: {', '.join(sorted(variants[svc]))})"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _limits_hold_the_minimum(self) -> FleetConfig:
+        # a fleet whose minimum (or starting) replicas already break a shared limit has no valid plan
+        gpus = {v.gpu for s in self.services for v in s.variants}
+        for gpu in self.gpu_limits.quota:
+            if gpu not in gpus:
+                raise ValueError(f"gpu_limits.quota: no variant runs on '{gpu}' (GPUs: {', '.join(sorted(gpus))})")
+        for what in ("min_replicas", "initial_replicas"):
+            held: dict[str, int] = {}
+            for s in self.services:
+                for v in s.variants:
+                    held[v.gpu] = held.get(v.gpu, 0) + getattr(v, what) * v.gpus_per_replica
+            for gpu, cap in self.gpu_limits.quota.items():
+                if held.get(gpu, 0) > cap:
+                    raise ValueError(f"gpu_limits.quota: {gpu} {cap} is below the {held[gpu]} GPUs the "
+                                     f"services' {what} hold")
+            budget = self.gpu_limits.budget
+            if budget is not None and sum(held.values()) > budget:
+                raise ValueError(f"gpu_limits.budget: {budget} is below the {sum(held.values())} GPUs the "
+                                 f"services' {what} hold")
         return self
 
     @model_validator(mode="after")

@@ -163,6 +163,7 @@ class ControlLoop:
         """Run every stage once at time ``now`` (seconds) and return what happened."""
         record = TickRecord(time_s=now)
         observations = self.source.observe(now)
+        estimates = {}
         for svc in self.cfg.services:
             obs = observations[svc.name]
             est = estimate(obs, svc, self.weights[svc.name])
@@ -178,6 +179,11 @@ class ControlLoop:
                 log.warning(line)
             gstate = self.guards[svc.name]
             gstate.idle_ticks = gstate.idle_ticks + 1 if est.idle else 0
+            estimates[svc.name] = est
+        self.controller.prepare(estimates)
+        for svc in self.cfg.services:
+            est = estimates[svc.name]
+            gstate = self.guards[svc.name]
             decision = self._decide(svc, est, now)
             current = est.current
             if self.controller.own_guard:

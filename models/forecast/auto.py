@@ -136,7 +136,7 @@ class AutoForecaster:
         self.intervals = ResidualIntervals(self.max_horizon)
         model: PointForecaster | None = None
         if len(y) >= MIN_SELECT_STEPS:
-            origins = min(self.origins, len(y) - 10)
+            origins = min(self.origins, len(y) - 10, max(3, len(y) // 2))
             try:
                 best = select(candidates(len(y) - origins, self.period), y, origins, self.max_horizon,
                               getattr(self, "_score_h", None))
