@@ -75,6 +75,10 @@ would show a step in load a cold start late. 60 s is four 15-s scrapes, PromQL's
 
 Z95 = NormalDist().inv_cdf(0.95)
 FORECASTS = ("auto", "last", "perfect")
+MIXES = ("calibrated", "forecast")
+MIX_STEP = 0.05
+"""Forecast token means and hit rates are rounded to 5 % (of the calibrated mean; of the hit rate)
+before a capacity is computed for them, so a slowly moving forecast reuses capacities (~40 ms each)."""
 
 
 @dataclass
@@ -152,6 +156,9 @@ class MPCController(Controller):
         learn: 1 to correct each variant's capacity from its own telemetry (needs ``mixes``), 0 not to.
         mixes: service -> the request mix ``weights`` were computed for (None: the service gets none).
         window_s: signal window, seconds (at least the tick).
+        mix: ``calibrated`` (capacity for the mix the registry calibrated on) or ``forecast`` (that
+            mix scaled to the forecast stage's mean prompt and output lengths, at the cache-warmth
+            stage's predicted fleet prefix-cache hit rate, which counts starting replicas cold).
         future_rps: with ``forecast=perfect``, service -> true demand per tick from t = 0, requests/s.
         name: the spec it was built from.
 
@@ -163,18 +170,20 @@ class MPCController(Controller):
     def __init__(self, cfg: FleetConfig, weights: Mapping[str, Mapping[str, float]], horizon: int = 40,
                  quantile: float = 0.9, miss_weight: float = 10.0, forecast: str = "auto",
                  hold_s: float = DEFAULT_HOLD_S, learn: int = 1, mixes: Mapping[str, RequestMix | None] | None = None,
-                 window_s: float = DEFAULT_WINDOW_S, future_rps: Mapping[str, np.ndarray] | None = None,
-                 name: str = "mpc") -> None:
+                 window_s: float = DEFAULT_WINDOW_S, mix: str = "calibrated",
+                 future_rps: Mapping[str, np.ndarray] | None = None, name: str = "mpc") -> None:
         if horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf or not 0 <= hold_s < math.inf:
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
                              f"got {horizon}, {quantile}, {miss_weight}, {hold_s}")
         if forecast not in FORECASTS:
             raise ValueError(f"{name}: forecast must be one of {', '.join(FORECASTS)}, got '{forecast}'")
+        if mix not in MIXES:
+            raise ValueError(f"{name}: mix must be one of {', '.join(MIXES)}, got '{mix}'")
         if forecast == "perfect" and future_rps is None:
             raise ValueError(f"{name}: forecast=perfect needs a trace (simulate, compare): it reads the true demand")
         c = cfg.controller
         super().__init__(name, c.tick_s, max(window_s, c.tick_s),
-                         forecast_horizon_s=horizon * c.tick_s if forecast == "auto" else None)
+                         forecast_horizon_s=horizon * c.tick_s if forecast == "auto" or mix == "forecast" else None)
         self.guard = c.guard
         self.weights = {s: dict(w) for s, w in weights.items()}
         self.horizon = horizon
@@ -185,8 +194,9 @@ class MPCController(Controller):
         self.learn = bool(learn) and mixes is not None
         self.mixes = dict(mixes or {})
         self.engine = cfg.simulator.engine
-        self._capacity_cache: dict[tuple[str, str, float], float] = {}
+        self._capacity_cache: dict[tuple[str, str, float, float, float, float], float] = {}
         self.forecast = forecast
+        self.mix = mix
         self.services = list(cfg.services)
         self.gpu_limits = cfg.gpu_limits
         self._joint: dict[str, tuple[float, _Inputs | Decision, Plan | None]] = {}
@@ -261,20 +271,42 @@ class MPCController(Controller):
             out[v.name] = min(max(alpha, SPEED_LIMITS[0]), SPEED_LIMITS[1])
         return out
 
-    def corrected_weights(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> dict[str, float]:
-        """variant -> one replica's capacity (requests/s) with its profile slowed by its learned speed
-        factor (rounded to 2 %, so a slowly moving estimate reuses the capacity computed before)."""
-        base = self.weights.get(svc.name, est.weights)
+    def _mix(self, est: ServiceEstimate, svc: Service) -> tuple[RequestMix | None, tuple[float, float, float]]:
+        """The mix capacity is computed for this tick, and its key: (input scale, output scale, hit rate),
+        each rounded to ``MIX_STEP``; (1, 1, calibrated hit rate) for ``mix=calibrated`` or while the
+        forecasts are unknown."""
         mix = self.mixes.get(svc.name)
+        if mix is None or self.mix != "forecast":
+            return mix, (1.0, 1.0, mix.prefix_hit_rate if mix else 0.0)
+        sig = est.signals
+
+        def rounded(x: float | None, base: float) -> float:
+            return 1.0 if x is None or not x > 0 else max(MIX_STEP, round(x / base / MIX_STEP) * MIX_STEP)
+        s_in = rounded(sig.get("forecast_input_tokens"), mix.mean_input)
+        s_out = rounded(sig.get("forecast_output_tokens"), mix.mean_output)
+        hit = sig.get("forecast_prefix_hit_rate")
+        hit = mix.prefix_hit_rate if hit is None else min(round(hit / MIX_STEP) * MIX_STEP, 0.95)
+        key = (round(s_in, 4), round(s_out, 4), round(hit, 4))
+        if key == (1.0, 1.0, mix.prefix_hit_rate):
+            return mix, key
+        return mix.scaled(s_in, s_out).with_prefix_hit_rate(hit), key
+
+    def corrected_weights(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> dict[str, float]:
+        """variant -> one replica's capacity (requests/s) for this tick's mix (``mix``) with its profile
+        slowed by its learned speed factor (rounded to 2 %, so a slowly moving estimate reuses the
+        capacity computed before)."""
+        base = self.weights.get(svc.name, est.weights)
+        mix, mix_key = self._mix(est, svc)
         speeds = self.speed(est, svc, mem)
         mem.last_speed = speeds
+        calibrated = self.mixes.get(svc.name)
         out = {}
         for v in svc.variants:
             alpha = round(round(speeds[v.name] / SPEED_STEP) * SPEED_STEP, 4)
-            if alpha == 1.0 or mix is None:
+            if mix is None or (alpha == 1.0 and mix is calibrated):
                 out[v.name] = float(base.get(v.name, 0.0))
                 continue
-            key = (svc.name, v.name, alpha)
+            key = (svc.name, v.name, alpha, *mix_key)
             if key not in self._capacity_cache:
                 spec = ReplicaSpec.of(v, self.engine)
                 slo = svc.slo["interactive"]

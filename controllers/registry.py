@@ -251,7 +251,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
     "oracle": ({"miss_weight": POSITIVE}, _oracle),
     "mpc": (_params(MPCController, "cfg", "weights", "mixes", "future_rps", horizon=Param(int, 1, closed=True),
                     quantile=Param(float, 0.0, high=0.999), miss_weight=POSITIVE, forecast=TEXT,
-                    hold_s=NON_NEGATIVE, learn=Param(int, 0, closed=True, high=1)), _mpc),
+                    hold_s=NON_NEGATIVE, learn=Param(int, 0, closed=True, high=1), mix=TEXT), _mpc),
 }
 NAMES = tuple(_SPECS)
 BASELINE_NAMES = tuple(n for n in NAMES if n not in ("pid", "static", "mpc", "oracle"))

@@ -152,6 +152,20 @@ class RequestMix:
         ins, outs = np.meshgrid(lognormal(input_tokens, INPUT_SIGMA), lognormal(output_tokens, OUTPUT_SIGMA))
         return cls.from_requests(ins.ravel(), outs.ravel(), prefix_hit_rate)
 
+    def scaled(self, input_factor: float, output_factor: float) -> RequestMix:
+        """The same shape with every prompt ``input_factor`` and every output ``output_factor`` times as
+        long (at least 1 token): the mix whose means a forecast says the load will have.
+
+        Raises:
+            ValueError: a factor that is not a finite number > 0.
+        """
+        if not (0 < input_factor < math.inf and 0 < output_factor < math.inf):
+            raise ValueError(f"scale factors must be finite numbers > 0, got {input_factor}, {output_factor}")
+        m2 = None if self.input_m2 is None else self.input_m2 * input_factor ** 2
+        return RequestMix(np.maximum(self.input_tokens * input_factor, 1.0),
+                          np.maximum(self.output_tokens * output_factor, 1.0), self.weights, self.prefix_hit_rate,
+                          self.arrival_scv, m2)
+
     def with_prefix_hit_rate(self, hit: float) -> RequestMix:
         """The same lengths with another prefix-cache hit rate."""
         return RequestMix(self.input_tokens, self.output_tokens, self.weights, hit, self.arrival_scv, self.input_m2)

@@ -15,9 +15,9 @@ from autoscaler.report import request_outcomes, summarize, timeline_rows
 from autoscaler.simulate import run_simulation
 from autoscaler.state import PodObservation, ServiceEstimate, VariantObservation
 from autoscaler.workload.types import Request, Workload
-from controllers.mpc import MPCController
+from controllers.mpc import MPCController, _ServiceMemory
 from controllers.registry import build, parse_spec
-from models.capacity import ReplicaSpec, RequestMix, speed_factor, utilisation
+from models.capacity import ReplicaSpec, RequestMix, replica_capacity, speed_factor, utilisation
 
 CFG = default_config()
 SVC = CFG.services[0]
@@ -280,3 +280,30 @@ def test_gpu_limits_are_checked_against_the_fleet() -> None:
                            ({"quota": {"GH200": -1}}, ">= 0")]:
         with pytest.raises(ConfigError, match=needle):
             parse_config({**doc, "gpu_limits": limits})
+
+
+def test_mix_forecast_sizes_for_the_forecast_lengths_and_hit_rate() -> None:
+    # Calibrated on 1000/200-token requests; the forecast says prompts twice as long, then a 50 %
+    # prefix-cache hit rate: each replica's capacity is replica_capacity for that mix (computed here
+    # independently), lower for the long prompts and higher for the hits; unknown forecasts keep
+    # the calibrated capacity.
+    mix = RequestMix.from_means(1000.0, 200.0)
+    cal = {v.name: 7.0 for v in SVC.variants}
+    c = MPCController(CFG, {SVC.name: cal}, forecast="last", mix="forecast", mixes={SVC.name: mix})
+    assert c.forecast_horizon_s is not None  # the loop runs the forecast stage for it
+    slo = SVC.slo["interactive"]
+    h100 = SVC.variants[0]
+    spec = ReplicaSpec.of(h100, CFG.simulator.engine)
+    est = estimate(600.0, 20.0, {"gh200": 2})
+    mem = _ServiceMemory()
+    assert c.corrected_weights(est, SVC, mem) == cal  # no forecast yet: the calibrated capacities
+    est.signals.update({"forecast_input_tokens": 2000.0, "forecast_output_tokens": 200.0})
+    long = c.corrected_weights(est, SVC, mem)["h100"]
+    assert long == pytest.approx(replica_capacity(spec, mix.scaled(2.0, 1.0), slo.ttft_s, slo.itl_s).rps)
+    est.signals["forecast_prefix_hit_rate"] = 0.5
+    warm = c.corrected_weights(est, SVC, mem)["h100"]
+    assert warm == pytest.approx(
+        replica_capacity(spec, mix.scaled(2.0, 1.0).with_prefix_hit_rate(0.5), slo.ttft_s, slo.itl_s).rps)
+    assert long < replica_capacity(spec, mix, slo.ttft_s, slo.itl_s).rps and warm > long
+    with pytest.raises(ValueError, match="mix"):
+        build("mpc:mix=bogus", CFG)
