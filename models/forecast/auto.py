@@ -136,10 +136,9 @@ class AutoForecaster:
         self.intervals = ResidualIntervals(self.max_horizon)
         model: PointForecaster | None = None
         if len(y) >= MIN_SELECT_STEPS:
-            origins = min(self.origins, len(y) - 10, max(3, len(y) // 2))
+            origins = min(self.origins, len(y) - 10)
             try:
-                best = select(candidates(len(y) - origins, self.period), y, origins, self.max_horizon,
-                              getattr(self, "_score_h", None))
+                best = select(candidates(len(y) - origins, self.period), y, origins, self.max_horizon)
             except ValueError:  # every finite value is in the backtest part (e.g. after a long outage)
                 pass
             else:

@@ -46,11 +46,7 @@ class Backtest:
     @property
     def score(self) -> float:
         """Mean absolute error averaged over horizons, series units (inf when a horizon has no score)."""
-        return self.score_upto(self.errors.shape[1])
-
-    def score_upto(self, horizon: int) -> float:
-        """``score`` over horizons 1..``horizon`` only."""
-        per_h = [np.nanmean(np.abs(c)) if np.isfinite(c).any() else np.inf for c in self.errors.T[:horizon]]
+        per_h = [np.nanmean(np.abs(c)) if np.isfinite(c).any() else np.inf for c in self.errors.T]
         return float(np.mean(per_h))
 
 
@@ -100,8 +96,7 @@ def candidates(n_fit: int, period: int | None) -> list[Factory]:
     return out
 
 
-def select(factories: Sequence[Factory], y: np.ndarray, origins: int, horizon: int,
-           score_horizon: int | None = None) -> Backtest:
+def select(factories: Sequence[Factory], y: np.ndarray, origins: int, horizon: int) -> Backtest:
     """The lowest backtest score among the candidates and their median ensemble (ties: the earlier).
 
     Candidates that cannot be fitted are skipped.
@@ -121,5 +116,4 @@ def select(factories: Sequence[Factory], y: np.ndarray, origins: int, horizon: i
         forecasts = np.median([r.forecasts for r in results], axis=0)
         ensemble = MedianEnsemble([r.model for r in results])
         results.append(Backtest(ensemble, forecasts, _targets(y, origins, horizon) - forecasts))
-    h = horizon if score_horizon is None else score_horizon
-    return min(results, key=lambda r: r.score_upto(h))
+    return min(results, key=lambda r: r.score)
