@@ -4,7 +4,8 @@ Each scenario names a trace relative to ``--data`` (with its rate scale, and for
 its ``span`` and the trace its lengths come from, ``lengths_from``) or a synthetic workload built in
 ``benchmarks/scenarios/synthetic.py`` (with its parameters), a seed and the controllers to run, on
 ``examples/fleet.yaml`` with the scenario's ``fleet`` patch, if any (mappings merge key by key, the
-``services`` and ``variants`` lists entry by entry on ``name``). For each scenario this prints a
+``services`` and ``variants`` lists entry by entry on ``name``), ranking the rows that reach its
+``floor`` of interactive SLO attainment (default 0.99). For each scenario this prints a
 Markdown table (``autoscaler.compare``) and writes ``<out>/<scenario>/compare.json``, ``compare.png``
 and the fleet it ran on, ``fleet.yaml``. Trace scenarios are the same as
 
@@ -76,6 +77,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "compare")
     ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--controllers", default=None, help="comma-separated: run these instead of the scenario's")
     args = ap.parse_args()
     names = args.scenarios or sorted(p.stem for p in SCENARIOS.glob("*.yaml"))
     for name in names:
@@ -86,7 +88,8 @@ def main() -> None:
         (args.out / name / "fleet.yaml").write_text(yaml.safe_dump(fleet, sort_keys=False))
         t = time.perf_counter()
         wl = scenario_workload(sc, args.data)
-        total = len(sc["controllers"])
+        controllers = args.controllers.split(",") if args.controllers else sc["controllers"]
+        total = len(controllers)
         finished: list[str] = []
 
         def done(row: dict[str, Any], total: int = total, finished: list[str] = finished, name: str = name) -> None:
@@ -94,7 +97,7 @@ def main() -> None:
             print(f"{name}: {len(finished)}/{total} done ({row['controller']}, {row['wall_s']:.0f} s)",
                   file=sys.stderr, flush=True)
 
-        comp = run_compare(cfg, wl, sc["controllers"], workers=args.workers, done=done)
+        comp = run_compare(cfg, wl, controllers, workers=args.workers, done=done, floor=float(sc.get("floor", 0.99)))
         write_comparison(comp, cfg, None, args.out / name)
         scale = f", rate x{sc['rate_scale']:g}" if "rate_scale" in sc else ""
         print(f"\n### {name}: {len(wl.requests)} requests ({sc.get('trace', 'synthetic ' + sc.get('synthetic', ''))}"
