@@ -195,6 +195,11 @@ def _aibrix(strategy: str) -> _Factory:
     return build
 
 
+MAX_HORIZON = 480
+"""Longest MPC horizon a spec may ask for, ticks (2 h at 15 s): the plan's size and solve time grow
+with it, and no start-up plus cool-down in a fleet file is near that long."""
+
+
 def _mpc(kw: dict[str, Any], ctx: BuildContext) -> Controller:
     mixes = _service_mixes(ctx)
     future = None
@@ -249,7 +254,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
     "wva": (_params(WVAController), lambda kw, ctx: WVAController(name=ctx.spec)),
     "static-ilp": ({"peak_rps": POSITIVE}, _static_ilp),
     "oracle": ({"miss_weight": POSITIVE}, _oracle),
-    "mpc": (_params(MPCController, "cfg", "weights", "mixes", "future_rps", horizon=Param(int, 1, closed=True),
+    "mpc": (_params(MPCController, "cfg", "weights", "mixes", "future_rps",
+                    horizon=Param(int, 1, closed=True, high=MAX_HORIZON),
                     quantile=Param(float, 0.0, high=0.999), miss_weight=POSITIVE, forecast=TEXT,
                     hold_s=NON_NEGATIVE, learn=Param(int, 0, closed=True, high=1), mix=TEXT), _mpc),
 }

@@ -29,7 +29,8 @@ step; the first block is one step, the one applied.
 subject to the variants' bounds (``min_replicas <= n <= min(max_replicas, quota)``, and ``n >=
 keep`` for a service recovering from a loss: no warm replica removed), the service's largest change
 per step (``max_up`` orders, ``max_down`` removals), and, across services, GPUs per GPU type within
-``gpu_quota`` and all GPUs within ``gpu_budget``. Solved by ``scipy.optimize.milp`` (HiGHS); the
+``gpu_quota`` and all GPUs within ``gpu_budget`` (a fleet that already holds more, as one started by
+hand can, may keep what it holds but never grows past it). Solved by ``scipy.optimize.milp`` (HiGHS); the
 constraint matrix is sparse with a bounded number of entries per row, so a day of 60-s steps solves
 as one problem.
 """
@@ -299,12 +300,17 @@ def _build(problem: PlanProblem, limits: bool) -> tuple[np.ndarray, LinearConstr
                         if b > 0:
                             terms.append((idx.var(i, j, kind, b - 1), -1.0))
                 rows.add(terms, -np.inf, float(limit * length[b - 1] if b > 0 else limit))
+    held: dict[str | None, int] = {None: 0}  # GPUs today's replicas hold, per GPU type and in all
+    for svc in problem.services:
+        for v in svc.variants:
+            held[v.gpu] = held.get(v.gpu, 0) + v.current * v.gpus_per_replica
+            held[None] += v.current * v.gpus_per_replica
     for key, per_block in gpu_terms.items():
         limit = problem.gpu_budget if key is None else problem.gpu_quota.get(key)
         if limit is None:
             continue
-        for terms in per_block:
-            rows.add(terms, -np.inf, float(limit))
+        for terms in per_block:  # a fleet already past a limit may keep what it holds, never grow
+            rows.add(terms, -np.inf, float(max(limit, held.get(key, 0))))
     return c, rows.constraint(idx.size), Bounds(lo, hi), integral
 
 

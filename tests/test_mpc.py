@@ -122,7 +122,7 @@ def test_scale_down_names_the_coldest_least_loaded_pods_first() -> None:
 
 @pytest.mark.parametrize(("spec", "needle"), [
     ("mpc:horizon=0", "horizon"), ("mpc:quantile=1", "quantile"), ("mpc:miss_weight=0", "miss_weight"),
-    ("mpc:forecast=crystal", "forecast"), ("mpc:bogus=1", "bogus"),
+    ("mpc:forecast=crystal", "forecast"), ("mpc:bogus=1", "bogus"), ("mpc:horizon=481", "horizon"),
 ])
 def test_bad_spec_is_a_value_error(spec: str, needle: str) -> None:
     with pytest.raises(ValueError, match=needle):

@@ -119,6 +119,20 @@ def test_shared_gpu_quota_and_budget_hold_at_every_step() -> None:
     assert total[-1] == 11  # 120 req/s of demand: the budget binds
 
 
+def test_a_fleet_past_its_quota_keeps_what_it_holds_and_never_grows() -> None:
+    # 6 H100s held (all kept: the first ticks remove no ready replica) against a quota of 4, and
+    # demand for 9: the plan is feasible, never holds more than the 6, and adds A100s for the rest.
+    h = 8
+    svc = PlanService("s", [variant("h100", h, current=6, keep=6, hi=10, gpu="H100", warm_free=5),
+                            variant("a100", h, price=2.0, hi=10, gpu="A100", warm_free=5)],
+                      np.full(h, 90.0), miss_cost=1.0)
+    plan = solve(PlanProblem([svc], 60.0, h, gpu_quota={"H100": 4}))
+    assert plan.replicas["s"]["h100"].max() == 6 and plan.replicas["s"]["a100"][-1] == 3
+    budget = solve(PlanProblem([svc], 60.0, h, gpu_budget=5))  # past the budget: the same rule
+    total = budget.replicas["s"]["h100"] + budget.replicas["s"]["a100"]
+    assert total.max() == 6
+
+
 def test_keep_holds_ready_replicas_while_recovering() -> None:
     # Five ready replicas and no demand: without keep the plan removes them (max_down 2 per step);
     # with keep=5 it removes none.

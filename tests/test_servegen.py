@@ -85,6 +85,7 @@ def test_clients_share_their_system_prompt_only(tmp_path: Path) -> None:
     ("0,-1,1.0,Gamma,1.0,1.0", "rate >= 0"),
     ("0,1.0,1.0,Poisson,1.0,1.0", "distribution"),
     ("0,1.0,1.0,Gamma,0,1.0", "shape > 0"),
+    ("0,1.0,1.0,Weibull,0.001,1.0", "below 0.01"),
 ])
 def test_malformed_rows_name_file_and_line(tmp_path: Path, row: str, problem: str) -> None:
     (tmp_path / "chunk-0-trace.csv").write_text("0,0,0,,0,0\n" + row + "\n")
@@ -104,6 +105,20 @@ def test_folder_and_span_errors(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="START:END"):
             parse_span(bad)
     assert parse_span("86400:172800") == (86400.0, 172800.0)
+
+
+def test_too_many_requests_and_odd_folders_are_refused_before_generating(tmp_path: Path) -> None:
+    write_client(tmp_path, 0, [(0, 5.0, "Gamma", 1.0)])
+    # 5 req/s x 600 s x 1e4 = 3e7 requests: over the 20 M a run simulates (and never allocated)
+    for scale in (1e4, 1e308):
+        with pytest.raises(ValueError, match="at most 20,000,000"):
+            load_servegen(tmp_path, 0, 600, rate_scale=scale)
+    with pytest.raises(ValueError, match="no format to choose"):
+        build_workload(tmp_path, "azure", span=(0.0, 600.0))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(TraceError, match="not a ServeGen one"):
+        build_workload(empty)
 
 
 def test_crop_keeps_the_span_from_the_first_arrival() -> None:

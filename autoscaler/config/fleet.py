@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from autoscaler.config.base import Strict, check_name
+from autoscaler.config.base import MAX_INT, Strict, check_name
 from autoscaler.config.control import ControllerConfig
 from autoscaler.config.prometheus import PrometheusConfig
 from autoscaler.config.simulator import SimulatorConfig
@@ -167,12 +167,14 @@ class GPULimits(Strict):
     quota: dict[str, int] = Field(default_factory=dict)
     budget: int | None = Field(default=None, ge=0)
 
-    @field_validator("quota")
+    @field_validator("quota", mode="before")
     @classmethod
-    def _non_negative(cls, v: dict[str, int]) -> dict[str, int]:
-        bad = {k: n for k, n in v.items() if n < 0}
-        if bad:
-            raise ValueError(f"quota must be >= 0 GPUs, got {bad}")
+    def _whole_non_negative(cls, v: object) -> object:
+        # each count is checked as the scalar fields are: no boolean, string or fraction read as a number
+        if isinstance(v, dict):
+            for k, n in v.items():
+                if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_INT:
+                    raise ValueError(f"quota[{k}] must be a whole number of GPUs >= 0, got {n!r}")
         return v
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from autoscaler.errors import TraceError
 from autoscaler.workload.classes import assign_classes, group_workflows
 from autoscaler.workload.loader import load_trace
 from autoscaler.workload.servegen import is_servegen_dir, load_servegen
@@ -84,11 +85,16 @@ def build_workload(
             draw from (``workload.servegen``); only with a ServeGen folder.
 
     Raises:
-        TraceError: a malformed trace.
+        TraceError: a malformed trace, or a folder that is not a ServeGen one.
         ValueError: bad shaping arguments, no request left after shaping, or ``lengths_from`` without
             a ServeGen folder.
     """
     servegen = trace is not None and trace.is_dir() and is_servegen_dir(trace)
+    if trace is not None and trace.is_dir() and not servegen:
+        raise TraceError(f"{trace}: a folder, but not a ServeGen one (no chunk-<n>-trace.csv in it); "
+                         "--trace takes a trace file or a ServeGen model folder")
+    if servegen and trace_format is not None:
+        raise ValueError(f"--trace-format {trace_format}: a ServeGen folder has no format to choose")
     if lengths_from is not None and not servegen:
         raise ValueError("--lengths-from needs --trace to be a ServeGen folder")
     if trace is None:

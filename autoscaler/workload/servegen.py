@@ -32,11 +32,13 @@ import numpy as np
 
 from autoscaler.workload import synthetic as syn
 from autoscaler.workload._common import read_lines, show, trace_error
+from autoscaler.workload.shaping import MAX_REQUESTS
 from autoscaler.workload.types import Request, Workload
 
 WINDOW_S = 600.0  # ServeGen's window length (SOURCE.md)
 CHUNK = re.compile(r"chunk-(\d+)-trace\.csv")
 DISTRIBUTIONS = ("Gamma", "Weibull")
+MIN_WEIBULL_SHAPE = 0.01  # Gamma(1 + 1/k) overflows a float below ~0.006
 
 
 def is_servegen_dir(path: Path) -> bool:
@@ -69,6 +71,9 @@ def _windows(path: Path, start_s: float, end_s: float) -> list[tuple[float, floa
         if dist not in DISTRIBUTIONS or not (math.isfinite(shape) and shape > 0):
             raise trace_error(p, n, f"rate {rate:g} needs a distribution in {list(DISTRIBUTIONS)} with a "
                                     f"shape > 0, got {show(dist)} shape {show(fields[4])}")
+        if dist == "Weibull" and shape < MIN_WEIBULL_SHAPE:
+            raise trace_error(p, n, f"Weibull shape {shape:g} is below {MIN_WEIBULL_SHAPE} (its mean overflows; "
+                                    "ServeGen's smallest is 0.15)")
         rows.append((t, rate, dist, shape))
     return rows
 
@@ -124,11 +129,18 @@ def load_servegen(path: str | Path, start_s: float, end_s: float, rate_scale: fl
     if not is_servegen_dir(p):
         raise trace_error(p, None, "not a ServeGen folder (no chunk-<n>-trace.csv in it)")
     chunks = sorted((int(m.group(1)), f) for f in p.iterdir() if (m := CHUNK.fullmatch(f.name)))
+    rows = [(client, _windows(f, start_s, end_s)) for client, f in chunks]
+    expected = sum(rate * rate_scale * (min(t + WINDOW_S, end_s) - max(t, start_s))
+                   for _, windows in rows for t, rate, _, _ in windows)
+    if expected > MAX_REQUESTS:
+        raise ValueError(f"{p}: the span {start_s:g}..{end_s:g} s at rate x{rate_scale:g} holds ~{expected:,.0f} "
+                         f"requests; at most {MAX_REQUESTS:,} are simulated in one run (a smaller --rate-scale "
+                         "or --span)")
     rng = np.random.default_rng(seed)
     times: list[np.ndarray] = []
     clients: list[np.ndarray] = []
-    for client, f in chunks:
-        for t, rate, dist, shape in _windows(f, start_s, end_s):
+    for client, windows in rows:
+        for t, rate, dist, shape in windows:
             mean_gap = 1.0 / (rate * rate_scale)
             n = int(WINDOW_S / mean_gap * 1.5 + 10 * math.sqrt(WINDOW_S / mean_gap) + 10)
             gaps = _gaps(dist, shape, mean_gap, n, rng)
