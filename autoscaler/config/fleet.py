@@ -153,6 +153,9 @@ class Service(Strict):
 
 
 
+WHAT = {"min_replicas": "min_replicas", "start_replicas": "initial_replicas"}
+
+
 class GPULimits(Strict):
     """GPUs the whole fleet may hold, across services (a cloud quota, a reservation, a budget).
 
@@ -238,7 +241,7 @@ class FleetConfig(Strict):
         for gpu in self.gpu_limits.quota:
             if gpu not in gpus:
                 raise ValueError(f"gpu_limits.quota: no variant runs on '{gpu}' (GPUs: {', '.join(sorted(gpus))})")
-        for what in ("min_replicas", "initial_replicas"):
+        for what in ("min_replicas", "start_replicas"):
             held: dict[str, int] = {}
             for s in self.services:
                 for v in s.variants:
@@ -246,11 +249,11 @@ class FleetConfig(Strict):
             for gpu, cap in self.gpu_limits.quota.items():
                 if held.get(gpu, 0) > cap:
                     raise ValueError(f"gpu_limits.quota: {gpu} {cap} is below the {held[gpu]} GPUs the "
-                                     f"services' {what} hold")
+                                     f"services' {WHAT[what]} hold")
             budget = self.gpu_limits.budget
             if budget is not None and sum(held.values()) > budget:
                 raise ValueError(f"gpu_limits.budget: {budget} is below the {sum(held.values())} GPUs the "
-                                 f"services' {what} hold")
+                                 f"services' {WHAT[what]} hold")
         return self
 
     @model_validator(mode="after")
