@@ -101,7 +101,7 @@ def test_folder_and_span_errors(tmp_path: Path) -> None:
         load_servegen(tmp_path, 0, 600)
     with pytest.raises(ValueError, match="start < end"):
         load_servegen(tmp_path, 600, 600)
-    for bad in ("10", "a:b", "5:5", "-1:10", "0:inf"):
+    for bad in ("10", "a:b", "5:5", "-1:10", "0:inf", "1_0:100"):
         with pytest.raises(ValueError, match="START:END"):
             parse_span(bad)
     assert parse_span("86400:172800") == (86400.0, 172800.0)

@@ -34,6 +34,8 @@ def parse_span(text: str) -> tuple[float, float]:
         ValueError: not two numbers, not finite, start < 0 or end <= start.
     """
     parts = text.split(":")
+    if "_" in text:  # float() reads 1_0 as 10: a typo here
+        parts = []
     try:
         start, end = (float(x) for x in parts) if len(parts) == 2 else (math.nan, math.nan)
     except ValueError:

@@ -123,7 +123,7 @@ def load_servegen(path: str | Path, start_s: float, end_s: float, rate_scale: fl
     if not (math.isfinite(start_s) and math.isfinite(end_s) and end_s > start_s):
         raise ValueError(f"the span needs start < end, got {start_s:g}..{end_s:g}")
     if not (math.isfinite(rate_scale) and rate_scale > 0):
-        raise ValueError(f"rate scale must be a finite number > 0, got {rate_scale}")
+        raise ValueError(f"--rate-scale must be a finite number > 0, got {rate_scale}")
     if lengths is not None and (np.ndim(lengths) != 2 or len(lengths) == 0 or np.shape(lengths)[1] != 2):
         raise ValueError("lengths must be a non-empty list of (input, output) token pairs")
     if not is_servegen_dir(p):
