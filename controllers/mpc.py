@@ -1,16 +1,20 @@
 """Model-predictive control: every tick, plan replicas per variant over a horizon and apply the first step.
 
 Each tick ``MPCController.decide`` builds one ``models.planning`` problem for the service and solves
-it with HiGHS (``scipy.optimize.milp``):
+it with HiGHS (``scipy.optimize.milp``), within the fleet's ``gpu_limits``; with several services,
+``prepare`` solves them all in one problem first (a quota one service fills is what another does
+without) and each ``decide`` reads its part:
 
 - demand per step (requests/s): the load forecast's ``quantile`` (the forecast stage's path, its
   90 % interval read as normal: ``mean + z(q) / z(0.95) x (upper - mean)``), never below the
   highest arrival rate of the last ``hold_s`` (a forecast that lags a rise must not cancel it; a fall
   is followed once it has lasted ``hold_s``), plus today's queue spread over the steps until new
   replicas have run ``DRAIN_S``. Without a forecast yet (the first step of history), or with
-  ``forecast=last``, that rate for every step;
+  ``forecast=last``, that rate for every step; with ``forecast=perfect`` (simulation only), the
+  trace's true demand per step;
 - capacity per replica (requests/s at the interactive SLO, ``models.capacity``) for the mix the
-  registry calibrated on (the trace's in simulation, the fleet file's ``typical_request`` live);
+  registry calibrated on (the trace's in simulation, the fleet file's ``typical_request`` live), or
+  with ``mix=forecast`` that mix scaled to the forecast lengths at the predicted prefix-cache hit rate;
 - replicas ready by each step: today's ready ones, and the starting ones when their start-up (warm
   while warm nodes are free, else cold) has run from the tick this controller saw them appear;
 - no ready replica is removed before the controller has seen ``hold_s`` of arrival rates (its first
