@@ -358,10 +358,12 @@ class MPCController(Controller):
                            gpu_budget=self.gpu_limits.budget)
 
     def prepare(self, estimates: Mapping[str, ServiceEstimate]) -> None:
-        """With more than one service, plan them all in one problem (their shared GPU quotas and
-        budget bind together); each ``decide`` then reads its part."""
+        """With more than one service under shared GPU limits, plan them all in one problem (the
+        quotas and budget bind them together); each ``decide`` then reads its part. Without limits
+        the services are independent and each ``decide`` solves its own, smaller problem."""
         self._joint = {}
-        if len(estimates) < 2:
+        limits = self.gpu_limits
+        if len(estimates) < 2 or not (limits.quota or limits.budget is not None):
             return
         inputs: dict[str, _Inputs | Decision] = {}
         for svc in self.services:

@@ -252,6 +252,7 @@ class SimActuator:
 
     def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
         """Set the variant's replicas; the pods named in ``remove_first`` (``pod_name``) go first."""
-        rids = {pod_name(service, r.variant, r.rid): r.rid for r in self.sim.alive_replicas(service)}
+        rids = {pod_name(service, r.variant, r.rid): r.rid for r in self.sim.alive_replicas(service)} \
+            if remove_first else {}
         self.sim.set_replicas(service, variant, replicas, [rids[n] for n in remove_first if n in rids])
         return APPLIED

@@ -153,9 +153,6 @@ class Service(Strict):
 
 
 
-WHAT = {"min_replicas": "min_replicas", "start_replicas": "initial_replicas"}
-
-
 class GPULimits(Strict):
     """GPUs the whole fleet may hold, across services (a cloud quota, a reservation, a budget).
 
@@ -241,19 +238,19 @@ class FleetConfig(Strict):
         for gpu in self.gpu_limits.quota:
             if gpu not in gpus:
                 raise ValueError(f"gpu_limits.quota: no variant runs on '{gpu}' (GPUs: {', '.join(sorted(gpus))})")
-        for what in ("min_replicas", "start_replicas"):
+        for attr, what in (("min_replicas", "min_replicas"), ("start_replicas", "initial_replicas")):
             held: dict[str, int] = {}
             for s in self.services:
                 for v in s.variants:
-                    held[v.gpu] = held.get(v.gpu, 0) + getattr(v, what) * v.gpus_per_replica
+                    held[v.gpu] = held.get(v.gpu, 0) + getattr(v, attr) * v.gpus_per_replica
             for gpu, cap in self.gpu_limits.quota.items():
                 if held.get(gpu, 0) > cap:
                     raise ValueError(f"gpu_limits.quota: {gpu} {cap} is below the {held[gpu]} GPUs the "
-                                     f"services' {WHAT[what]} hold")
+                                     f"services' {what} hold")
             budget = self.gpu_limits.budget
             if budget is not None and sum(held.values()) > budget:
                 raise ValueError(f"gpu_limits.budget: {budget} is below the {sum(held.values())} GPUs the "
-                                 f"services' {WHAT[what]} hold")
+                                 f"services' {what} hold")
         return self
 
     @model_validator(mode="after")

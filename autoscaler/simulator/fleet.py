@@ -328,7 +328,8 @@ class FleetSimulator:
             ready.sort(key=lambda r: (r.outstanding, -r.ready_s))
             by_id = {r.rid: r for r in starting + ready}
             named = [by_id[i] for i in dict.fromkeys(remove_first) if i in by_id]
-            rest = [r for r in starting + ready if r not in named]
+            named_ids = {r.rid for r in named}
+            rest = [r for r in starting + ready if r.rid not in named_ids]
             for r in (named + rest)[: -delta]:
                 if r.state == PROVISIONING or r.outstanding == 0:
                     self._retire(r)

@@ -91,7 +91,7 @@ def build_workload(
         ValueError: bad shaping arguments, no request left after shaping, or ``lengths_from`` without
             a ServeGen folder.
     """
-    servegen = trace is not None and trace.is_dir() and is_servegen_dir(trace)
+    servegen = trace is not None and is_servegen_dir(trace)
     if trace is not None and trace.is_dir() and not servegen:
         raise TraceError(f"{trace}: a folder, but not a ServeGen one (no chunk-<n>-trace.csv in it); "
                          "--trace takes a trace file or a ServeGen model folder")
@@ -110,14 +110,14 @@ def build_workload(
             pairs = np.array([(r.input_tokens, r.output_tokens) for r in load_trace(lengths_from).requests])
         wl = load_servegen(trace, *(span or SERVEGEN_DEFAULT_SPAN), rate_scale=rate_scale, seed=seed, lengths=pairs)
         wl = assign_classes(wl, batch_fraction=batch_fraction, seed=seed)
-        rate_scale = 1.0  # applied to the clients' rates above
     else:
         wl = group_workflows(load_trace(trace, trace_format))
         if span is not None:
             wl = crop(wl, *span)
         wl = assign_classes(wl, batch_fraction=batch_fraction, seed=seed)
-    if rate_scale != 1.0 or time_scale != 1.0:
-        wl = shape(wl, time_scale=time_scale, rate_scale=rate_scale, seed=seed)
+    thin_or_copy = 1.0 if servegen else rate_scale  # a ServeGen folder's clients were scaled above
+    if thin_or_copy != 1.0 or time_scale != 1.0:
+        wl = shape(wl, time_scale=time_scale, rate_scale=thin_or_copy, seed=seed)
     if not wl.requests:
         where = "the trace" if trace is not None else "the synthetic workload"
         raise ValueError(f"no requests left in {where} after --rate-scale {rate_scale:g}")
