@@ -156,6 +156,9 @@ def simulate(
         help="HOST:PORT: run in scaled real time and serve every replica's vLLM metrics for Prometheus.")] = None,
     speed: Annotated[float | None, typer.Option(
         help="With --serve-metrics: simulated seconds per wall second (default 1).")] = None,
+    admission: Annotated[str | None, typer.Option(
+        help="Admission policy at the gateway: none | pid | mpc (default: none for the anchors, the fleet "
+             "file's controller.admission otherwise).", show_default=False)] = None,
 ) -> None:
     """Run the control loop on a trace against the embedded fleet simulator."""
     from autoscaler.report import OUTPUTS, write_outputs
@@ -172,12 +175,13 @@ def simulate(
         if service is not None and service not in {s.name for s in cfg.services}:
             raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
         parse_spec(controller)  # a bad spec fails before the trace is read
+        _check_admission(admission)
         span_s = None if span is None else parse_span(span)
         files.check_writable(out)
         files.clear(out, names)
         if serve_metrics is not None:
             res = _served_simulation(cfg, controller, service, serve_metrics, 1.0 if speed is None else speed, out,
-                                     plot, json_output,
+                                     plot, json_output, admission,
                                      lambda: build_workload(trace, trace_format, rate_scale, time_scale, seed,
                                                             batch_fraction, span_s, lengths_from))
         else:
@@ -186,7 +190,7 @@ def simulate(
             if warning:
                 _warn(warning)
             with _Progress(f"simulating {len(wl.requests)} requests, {controller}", not json_output) as bar:
-                run = run_simulation(cfg, wl, controller, service, progress=bar.update)
+                run = run_simulation(cfg, wl, controller, service, progress=bar.update, admission=admission)
             res = write_outputs(run, out, plot=plot)
     except KeyboardInterrupt as exc:
         raise _interrupted(out, names, exc) from None
@@ -200,12 +204,20 @@ def simulate(
                       + (f" and {out / 'timeline.png'}" if plot else ""), highlight=False, soft_wrap=True)
 
 
+def _check_admission(admission: str | None) -> None:
+    from autoscaler.config import ADMISSION_MODES
+
+    if admission is not None and admission not in ADMISSION_MODES:
+        raise ValueError(f"--admission must be one of {', '.join(ADMISSION_MODES)}, got '{admission}'")
+
+
 def _served_simulation(cfg: FleetConfig, controller: str, service: str | None, address: str, speed: float,
-                       out: Path, plot: bool, quiet: bool, workload: Any) -> dict[str, Any]:
+                       out: Path, plot: bool, quiet: bool, admission: str | None, workload: Any) -> dict[str, Any]:
     """``simulate --serve-metrics``: bind the address and say so first, then build the workload and run
     paced (``autoscaler.realtime``); writes ``realtime.json`` beside the results."""
     from prometheus_client import CollectorRegistry
 
+    from autoscaler.loop.admission import PATH, AdmissionDocument
     from autoscaler.loop.export import parse_address, serve
     from autoscaler.realtime import LiveSimulation, write_tick_times
     from autoscaler.report import write_outputs
@@ -217,15 +229,16 @@ def _served_simulation(cfg: FleetConfig, controller: str, service: str | None, a
     except ValueError as exc:
         raise ValueError(f"--serve-metrics {address}: {exc}") from None
     registry = CollectorRegistry()
+    document = AdmissionDocument()
     try:
-        server = serve(registry, address)
+        server = serve(registry, address, {PATH: document.json})
     except OSError as exc:
         raise ValueError(f"--serve-metrics {address}: {exc.strerror or exc}") from None
     try:
-        err_console.print(f"serving metrics at http://{host}:{server.port}/metrics at {speed:g}x real time",
-                          highlight=False)
+        err_console.print(f"serving metrics at http://{host}:{server.port}/metrics and admission thresholds at "
+                          f"{PATH}, at {speed:g}x real time", highlight=False, soft_wrap=True)
         wl = workload()
-        live = LiveSimulation(cfg, wl, controller, service, registry=registry)
+        live = LiveSimulation(cfg, wl, controller, service, registry=registry, admission=admission, document=document)
         with _Progress(f"serving {len(wl.requests)} requests, {controller}", not quiet) as bar:
             run = live.run(speed=speed, progress=bar.update)
         res = write_outputs(run, out, plot=plot)
@@ -334,13 +347,14 @@ def _dry_run_ticks(cfg: FleetConfig, ctrl: Any, prometheus_url: str | None, once
 
     from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource
     from autoscaler.dryrun import DryRun, tick_json, tick_tables
+    from autoscaler.loop.admission import PATH
     from autoscaler.loop.export import serve
     from autoscaler.loop.ticker import run_every
 
     client = _prometheus(cfg, prometheus_url)
     run = DryRun(cfg, PrometheusSource(cfg, LiveRunner(client), speed=speed, window_s=ctrl.window_s), ctrl, speed)
     try:
-        server = serve(run.metrics.registry, serve_metrics) if serve_metrics else None
+        server = serve(run.metrics.registry, serve_metrics, {PATH: run.document.json}) if serve_metrics else None
     except ValueError as exc:
         raise _fail(f"--serve-metrics {serve_metrics}: {exc}") from None
     except OSError as exc:
@@ -466,6 +480,9 @@ def compare(
                                        metavar="")] = False,
     floor: Annotated[float, typer.Option(help="Interactive SLO attainment a row needs to be ranked by cost.")
                      ] = 0.99,
+    admission: Annotated[str | None, typer.Option(
+        help="Admission policy at the gateway: none | pid | mpc (default: none for the anchors, the fleet "
+             "file's controller.admission otherwise); a row SPEC@POLICY sets its own.", show_default=False)] = None,
 ) -> None:
     """Run several controllers on the same trace, fleet and seed and print them side by side."""
     from autoscaler.compare import OUTPUTS, check_names, columns, legend, run_compare, table_cells, write_comparison
@@ -486,6 +503,7 @@ def compare(
         if "" in names:
             raise ValueError(f"--controllers '{controllers}': an empty entry (two commas, or one at an end)")
         check_names(names)
+        _check_admission(admission)
         span_s = None if span is None else parse_span(span)
         files.check_writable(out)
         files.clear(out, OUTPUTS)
@@ -500,7 +518,7 @@ def compare(
             err_console.print(f"done {len(finished)}/{len(names)}: {row['controller']} ({row['wall_s']:.1f} s)",
                               highlight=False)
 
-        comp = run_compare(cfg, wl, names, service, workers, done=done, floor=floor)
+        comp = run_compare(cfg, wl, names, service, workers, done=done, floor=floor, admission=admission)
         paths = write_comparison(comp, cfg, service, out)
     except KeyboardInterrupt as exc:
         raise _interrupted(out, OUTPUTS, exc) from None

@@ -7,7 +7,9 @@ so the rows equal a serial run's except ``wall_s`` and ``simulated_requests_per_
 
 Each row of ``compare.json`` is the run's ``results.json`` (``autoscaler.report.summarize``) plus:
 
-- ``controller``: the name (or spec) as given;
+- ``controller``: the name (or spec) as given; ``SPEC@POLICY`` (``pid@mpc``) runs the row with that
+  admission policy (``none``, ``pid``, ``mpc``), else it gets ``admission`` (the CLI's ``--admission``)
+  or, without one, ``autoscaler.simulate.default_admission``;
 - ``oscillations_per_hour``: direction changes of the target service's replica count (a scale-up
   after a scale-down or the reverse, counted between consecutive scaling actions) per simulated hour;
 - ``meets_attainment_floor`` and ``attainment_floor``: whether the row's interactive SLO attainment
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autoscaler.config import FleetConfig
+from autoscaler.config import ADMISSION_MODES, FleetConfig
 from autoscaler.files import write_text
 from autoscaler.report import summarize, timeline_rows
 from autoscaler.simulate import SimulationRun, run_simulation
@@ -65,7 +67,16 @@ def check_names(names: Sequence[str]) -> None:
     if dup:
         raise ValueError(f"controller listed twice: {', '.join(dup)}")
     for name in names:
-        parse_spec(name)
+        spec, policy = split_row(name)
+        parse_spec(spec)
+        if policy is not None and policy not in ADMISSION_MODES:
+            raise ValueError(f"'{name}': unknown admission policy '{policy}' (known: {', '.join(ADMISSION_MODES)})")
+
+
+def split_row(name: str) -> tuple[str, str | None]:
+    """``SPEC@POLICY`` -> (spec, policy); a name without ``@`` -> (name, None)."""
+    spec, sep, policy = name.partition("@")
+    return spec, (policy if sep else None)
 
 
 def check_controllers(names: Sequence[str], cfg: FleetConfig, workload: Workload, service: str | None) -> None:
@@ -76,7 +87,7 @@ def check_controllers(names: Sequence[str], cfg: FleetConfig, workload: Workload
     """
     check_names(names)
     for name in names:
-        build(name, cfg, service, workload)
+        build(split_row(name)[0], cfg, service, workload)
 
 
 def direction_changes(deltas: Sequence[int]) -> int:
@@ -118,21 +129,23 @@ def _plot_columns(run: SimulationRun) -> list[dict[str, Any]]:
             for row in timeline_rows(run) if row["service"] == run.sim.target]
 
 
-def run_one(name: str, cfg: FleetConfig, workload: Workload, service: str | None) -> RunResult:
-    """Simulate one controller; returns its row (without the ratio) and its plot columns."""
-    run = run_simulation(cfg, workload, name, service)
+def run_one(name: str, cfg: FleetConfig, workload: Workload, service: str | None,
+            admission: str | None = None) -> RunResult:
+    """Simulate one row (``SPEC`` or ``SPEC@POLICY``); returns its row (without the ratio) and its plot columns."""
+    spec, policy = split_row(name)
+    run = run_simulation(cfg, workload, spec, service, admission=policy or admission)
     row = summarize(run)
     row["controller"] = name
     row["oscillations_per_hour"] = oscillations_per_hour(run)
     return row, _plot_columns(run)
 
 
-_JOB: tuple[FleetConfig, Workload, str | None] | None = None
+_JOB: tuple[FleetConfig, Workload, str | None, str | None] | None = None
 
 
-def _init_worker(cfg: FleetConfig, workload: Workload, service: str | None) -> None:
+def _init_worker(cfg: FleetConfig, workload: Workload, service: str | None, admission: str | None) -> None:
     global _JOB
-    _JOB = (cfg, workload, service)
+    _JOB = (cfg, workload, service, admission)
     # Ctrl-C reaches the whole process group: the parent handles it and terminates the pool (SIGTERM).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -145,10 +158,12 @@ def _work(name: str) -> RunResult:
 
 def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str], service: str | None = None,
                 workers: int | None = None,
-                done: Callable[[dict[str, Any]], None] | None = None, floor: float = DEFAULT_FLOOR) -> Comparison:
+                done: Callable[[dict[str, Any]], None] | None = None, floor: float = DEFAULT_FLOOR,
+                admission: str | None = None) -> Comparison:
     """Simulate every controller on ``workload`` and collect the rows in the order given.
 
     Args:
+        admission: the admission policy of rows that name none (None: ``simulate.default_admission``).
         workers: processes (default ``min(len(controllers), os.cpu_count())``); 1 runs serially here.
         done: called with each row as its run finishes.
         floor: interactive attainment a row needs to be ranked by cost (``add_ratios``).
@@ -163,7 +178,7 @@ def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str]
     results: dict[str, RunResult] = {}
     if n == 1:
         for name in controllers:
-            results[name] = run_one(name, cfg, workload, service)
+            results[name] = run_one(name, cfg, workload, service, admission)
             if done is not None:
                 done(results[name][0])
     else:
@@ -171,7 +186,7 @@ def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str]
         ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
         before = set(multiprocessing.active_children())
         pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(cfg, workload, service))
+                                   initargs=(cfg, workload, service, admission))
         try:
             futures = {name: pool.submit(_work, name) for name in controllers}
             for name, fut in futures.items():

@@ -3,7 +3,10 @@
 ``DryRun`` runs ``ControlLoop`` with a ``PrometheusSource``, no actuator (the loop then never scales
 anything) and any controller of the registry (``controllers.registry``; default ``pid``) in tracking
 mode (``Shadow``). Prometheus already holds history, so the loop decides from its first tick (no
-warm-up). Admission thresholds are shown as ``-``/null when the controller sets none.
+warm-up). The fleet file's admission policy (``controller.admission``) runs too; its thresholds go to
+``DryRun.document`` (served at ``GET /v1/admission`` with ``--serve-metrics``) and are shown as
+``-``/null while none is set (the policies read the gateway's per-priority signals; a source without
+them holds).
 
 ``tick_json`` is the machine interface (one JSON object per tick)::
 
@@ -12,7 +15,7 @@ warm-up). Admission thresholds are shown as ``-``/null when the controller sets 
         "variants": {<variant>: {"current_replicas", "ready_replicas", "starting_replicas",
                                  "desired_replicas", "reason"}},
         "signals": {<signal>: value or null}, "decision": {"hold", "reason", "terms", "plan", "remove_first"},
-        "admission_thresholds": {<priority class>: s} or null, "errors": [...], "warnings": [...]}}}
+        "admission_thresholds": {<priority>: s or null (no limit)} or null, "errors": [...], "warnings": [...]}}}
 
 ``errors`` lists failed queries (empty when all worked); on any, the loop holds. A variant whose
 replica count is unknown (every query that tells it failed, none known before) has null counts
@@ -30,10 +33,12 @@ from rich.table import Table
 
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.config import FleetConfig
+from autoscaler.loop.admission import AdmissionDocument
 from autoscaler.loop.export import PLAN_STEPS, LoopMetrics
 from autoscaler.loop.forecast import FORECAST_SIGNALS
 from autoscaler.loop.runner import ControlLoop, TickRecord
 from autoscaler.loop.warmth import WARMTH_SIGNALS
+from controllers.admission import build_admission
 from controllers.base import Controller, Decision
 
 if TYPE_CHECKING:
@@ -101,6 +106,9 @@ class DryRun:
         controller: the policy (``controllers.registry.build(spec, cfg)``), run as a ``Shadow``.
         speed: simulated seconds per wall second of the source (1 for a real cluster); the loop's
             time is wall time since the start times ``speed``.
+
+    Attributes:
+        document: the admission thresholds the loop would publish (``autoscaler.loop.admission``).
     """
 
     cfg: FleetConfig
@@ -110,7 +118,9 @@ class DryRun:
     t0: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
-        self.loop = ControlLoop(self.cfg, self.source, None, Shadow(self.controller))
+        self.document = AdmissionDocument()
+        policy = build_admission(self.cfg.controller.admission, self.cfg.controller.admission_settings)
+        self.loop = ControlLoop(self.cfg, self.source, None, Shadow(self.controller), self.document, policy)
         # Prometheus has history: a window of data exists before the first tick.
         self.loop.start(-self.controller.window_s)
         self.metrics = LoopMetrics(self.loop)
@@ -168,7 +178,8 @@ def tick_tables(run: DryRun, record: TickRecord, wall_s: float) -> list[Table | 
                 "reason")
         for col in cols:
             t.add_column(col, justify="right" if col in ("desired", "change") else "left")
-        admission = ", ".join(f"{c} {s:g} s" for c, s in sorted(st.decision.admission.items())) or "-"
+        admission = ", ".join(f"{c} {'no limit' if s is None else format(s, 'g') + ' s'}"
+                              for c, s in sorted(st.decision.admission.items())) or "-"
         for v, obs in est.variants.items():
             planned = ("/".join(str(n) for n in plan.get(v, [])[:PLAN_STEPS]),) if plan else ()
             if not obs.counts_known:  # unknown: "?", never 0

@@ -17,10 +17,11 @@ from prometheus_client import CollectorRegistry
 
 from autoscaler.config import FleetConfig
 from autoscaler.files import write_text
+from autoscaler.loop.admission import PATH, AdmissionDocument, TeeSink
 from autoscaler.loop.export import LoopMetrics, serve
-from autoscaler.simulate import SimulationDriver, SimulationRun
+from autoscaler.simulate import SimulationDriver, SimulationRun, default_admission
 from autoscaler.simulator.exposition import SimCollector
-from autoscaler.workload.types import Workload
+from autoscaler.workload.types import PRIORITIES, Workload
 from controllers.registry import build
 
 
@@ -35,20 +36,34 @@ class LiveSimulation(SimulationDriver):
         namespace: ``namespace`` label of the served metrics.
         steady_start: as ``SimulationDriver``.
         registry: where to register the metrics (one already served, say); a new one by default.
+        admission: the admission policy (None: ``simulate.default_admission``); its thresholds also go
+            to ``document`` (a new one by default), which ``serve_simulation`` serves at ``GET /v1/admission``.
 
     Attributes:
         registry: holds the simulator's metrics and the loop's own.
+        document: the published admission thresholds (``autoscaler.loop.admission``).
     """
 
     def __init__(self, cfg: FleetConfig, workload: Workload, controller: str = "pid", service: str | None = None,
                  namespace: str = "default", steady_start: bool = True,
-                 registry: CollectorRegistry | None = None) -> None:
-        super().__init__(cfg, workload, build(controller, cfg, service, workload), service, steady_start)
+                 registry: CollectorRegistry | None = None, admission: str | None = None,
+                 document: AdmissionDocument | None = None) -> None:
+        ctrl = build(controller, cfg, service, workload)
+        mode = default_admission(cfg, ctrl.name) if admission is None else admission
+        super().__init__(cfg, workload, ctrl, service, steady_start, admission=mode)
+        self.document = document if document is not None else AdmissionDocument()
+        if self.loop.admission is not None:
+            self.loop.admission = TeeSink(self.loop.admission, self.document)
         self.collector = SimCollector(self.sim, self.lock, namespace)
-        self.metrics = LoopMetrics(self.loop, registry)
+        self.metrics = LoopMetrics(self.loop, registry, shed=self._shed)
         self.on_tick = self.metrics.record
         self.registry = self.metrics.registry
         self.registry.register(self.collector)
+
+    def _shed(self) -> dict[tuple[str, str], int]:
+        """(service, priority) -> attempts each gateway shed."""
+        return {(name, p): svc.flow.shed[i] for name, svc in self.sim.services.items() if svc.flow is not None
+                for i, p in enumerate(PRIORITIES)}
 
 
 def serve_simulation(live: LiveSimulation, address: str, speed: float,
@@ -62,7 +77,7 @@ def serve_simulation(live: LiveSimulation, address: str, speed: float,
         ValueError: bad address or speed.
         OSError: the address cannot be bound.
     """
-    server = serve(live.registry, address)
+    server = serve(live.registry, address, {PATH: live.document.json})
     try:
         if on_serving is not None:
             on_serving(server.port)

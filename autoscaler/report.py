@@ -3,10 +3,20 @@
 Definitions:
 - A request *meets its SLO* when it completed, its TTFT <= the class's ``ttft_s`` and its mean
   inter-token latency ((finish - first token) / (output tokens - 1)) <= the class's ``itl_s``.
+- A request's outcome is its last attempt's (clients retry, ``simulator.clients``); its TTFT counts
+  from its first attempt's arrival, as its user waited.
 - SLO attainment of a class = requests meeting the SLO / requests of that class that were accepted
-  (completed or failed); requests rejected for exceeding ``max_model_len`` are reported apart.
+  (completed, failed, or shed by the gateway with no retry left: ``rejected_admission``, a miss);
+  requests rejected for exceeding ``max_model_len`` are reported apart. By priority
+  (``slo_attainment_by_priority``) the same over that priority's accepted requests.
 - A *task* is a workflow (all requests sharing a ``workflow_id``), or a single request without one;
-  it succeeds when every one of its requests meets its SLO.
+  it succeeds when every one of its requests meets its SLO (so one shed request fails it).
+- Goodput = requests meeting their SLO per second: ``mean`` over the span from the first arrival to the
+  last, ``min_60s`` the lowest of its whole 60-s windows (by completion time); None on a span under 60 s.
+- ``admission``: ``shed`` requests whose last attempt was shed, ``shed_attempts`` attempts answered
+  HTTP 429 (deferred ones past their deadline included), ``deferred`` attempts deferred, ``retries``
+  attempts sent again by their clients, ``shed_mid_workflow`` shed requests that continued a workflow
+  in progress.
 - Cost = sum over replicas of (seconds from creation to removal, provisioning included) x
   $/replica-hour / 3600; GPU-hours likewise with GPUs per replica.
 """
@@ -21,9 +31,11 @@ import numpy as np
 
 from autoscaler.files import write_text
 from autoscaler.simulate import SimulationRun
-from autoscaler.simulator.engine import COMPLETED, FAILED, REJECTED
+from autoscaler.simulator.engine import COMPLETED, FAILED, REJECTED, SHED
 from autoscaler.timeline import tick_row, write_timeline_csv
-from autoscaler.workload.types import REQUEST_CLASSES
+from autoscaler.workload.types import PRIORITIES, REQUEST_CLASSES
+
+GOODPUT_WINDOW_S = 60.0
 
 
 def _quantiles(x: np.ndarray) -> dict[str, float | None]:
@@ -34,11 +46,14 @@ def _quantiles(x: np.ndarray) -> dict[str, float | None]:
 
 
 def request_outcomes(run: SimulationRun) -> dict[str, np.ndarray]:
-    """Per-request arrays: ``status``, ``cls``, ``ttft`` and ``itl`` (s, NaN when undefined), ``ok``."""
+    """Per-request arrays (each request's last attempt): ``status``, ``cls``, ``priority``, ``ttft`` and
+    ``itl`` (s, NaN when undefined), ``ok``, ``finish`` (s, NaN while open)."""
     svc = run.sim.cfg.service(run.sim.target)
-    reqs = run.sim.requests
+    reqs = run.sim.final
     status = np.array([sr.status for sr in reqs], dtype=object)
     cls = np.array([sr.req.request_class for sr in reqs], dtype=object)
+    priority = np.array([sr.req.priority for sr in reqs], dtype=int)
+    finish = np.array([sr.t_finish if sr.t_finish is not None else np.nan for sr in reqs])
     ttft = np.array([sr.t_first - sr.req.arrival_s if sr.t_first is not None else np.nan for sr in reqs])
     itl = np.array([
         (sr.t_finish - sr.t_first) / (sr.req.output_tokens - 1)
@@ -52,8 +67,26 @@ def request_outcomes(run: SimulationRun) -> dict[str, np.ndarray]:
     with np.errstate(invalid="ignore"):
         ttft_ok = completed & (ttft <= ttft_slo)
         itl_ok = completed & (itl <= itl_slo)
-    return {"status": status, "cls": cls, "ttft": ttft, "itl": itl,
+    return {"status": status, "cls": cls, "priority": priority, "ttft": ttft, "itl": itl, "finish": finish,
             "ttft_ok": ttft_ok, "itl_ok": itl_ok, "ok": ttft_ok & itl_ok}
+
+
+def goodput(ok: np.ndarray, finish: np.ndarray, start_s: float, end_s: float,
+            window_s: float = GOODPUT_WINDOW_S) -> dict[str, float | None]:
+    """Requests meeting their SLO per second between ``start_s`` and ``end_s``, by completion time:
+    ``mean`` over the span and ``min_60s``, the lowest over its whole ``window_s`` windows (None when
+    the span holds none)."""
+    span = end_s - start_s
+    if span <= 0:
+        return {"mean": None, "min_60s": None}
+    done = finish[ok]
+    done = done[(done >= start_s) & (done < end_s)]
+    n_windows = int(span // window_s)
+    low = None
+    if n_windows:
+        counts = np.histogram(done, bins=n_windows, range=(start_s, start_s + n_windows * window_s))[0]
+        low = float(counts.min()) / window_s
+    return {"mean": len(done) / span, "min_60s": low}
 
 
 def summarize(run: SimulationRun) -> dict[str, Any]:
@@ -72,6 +105,10 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
         slo[c] = frac(o["ok"])
         detail[c] = {"requests": n, "ttft": frac(o["ttft_ok"]), "itl": frac(o["itl_ok"]), "both": frac(o["ok"])}
     completed = status == COMPLETED
+    by_priority: dict[str, float | None] = {}
+    for level, name in enumerate(PRIORITIES):
+        mask = accepted & (o["priority"] == level)
+        by_priority[name] = float((o["ok"] & mask).sum()) / int(mask.sum()) if mask.any() else None
 
     def key_of(service: str, variant: str) -> str:
         return variant if len(sim.services) == 1 else f"{service}/{variant}"
@@ -92,13 +129,23 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
     ok = o["ok"]
     n_ok = int(ok.sum())
     tasks: dict[object, bool] = {}
-    for sr, good in zip(sim.requests, ok, strict=True):
+    for sr, good in zip(sim.final, ok, strict=True):
         key = ("w", sr.req.workflow_id) if sr.req.workflow_id is not None else ("r", sr.req.rid)
         tasks[key] = tasks.get(key, True) and bool(good)
     n_tasks_ok = sum(tasks.values())
     hits = sum(r.metrics.prefix_hits for s in sim.services.values() for r in s.replicas)
     queries = sum(r.metrics.prefix_queries for s in sim.services.values() for r in s.replicas)
     total = len(sim.requests)
+    arrivals = [sr.req.arrival_s for sr in sim.requests]
+    flows = [s.flow for s in sim.services.values() if s.flow is not None]
+    admission = {
+        "policy": run.admission,
+        "shed": sim.shed_final,
+        "shed_attempts": sum(sum(f.shed) for f in flows),
+        "deferred": sum(sum(f.deferred) for f in flows),
+        "retries": sim.retries,
+        "shed_mid_workflow": sim.shed_mid_workflow,
+    }
     extra: dict[str, Any] = {}
     solves = [st.decision.terms["solve_ms"] for t in run.ticks for st in t.services.values()
               if "solve_ms" in st.decision.terms]
@@ -114,9 +161,13 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
             "completed": int(completed.sum()),
             "rejected": int((status == REJECTED).sum()),
             "failed": int((status == FAILED).sum()),
+            "rejected_admission": int((status == SHED).sum()),
         },
         "slo_attainment": slo,
         "slo_attainment_detail": detail,
+        "slo_attainment_by_priority": by_priority,
+        "goodput_rps": goodput(ok, o["finish"], min(arrivals, default=0.0), max(arrivals, default=0.0)),
+        "admission": admission,
         "ttft_s": _quantiles(o["ttft"][completed]),
         "itl_s": _quantiles(o["itl"][completed]),
         "gpu_hours": gpu_hours,

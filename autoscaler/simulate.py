@@ -23,13 +23,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from autoscaler.adapters.simulator import SimActuator, SimMetricsSource
+from autoscaler.adapters.simulator import SimActuator, SimAdmissionSink, SimMetricsSource
 from autoscaler.config import FleetConfig
 from autoscaler.loop.runner import ControlLoop, TickRecord
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.workload.types import Workload
+from controllers.admission import build_admission
 from controllers.base import Controller
-from controllers.registry import build
+from controllers.registry import ANCHORS, build
 from controllers.static import StaticController, steady_start_fleet
 
 MAX_DRAIN_S = 4 * 3600.0
@@ -45,6 +46,7 @@ class SimulationRun:
         sim: the simulator, holding every request's outcome and every replica's lifetime.
         ticks: the loop's record of each tick.
         controller: controller name.
+        admission: the admission policy (``none``, ``pid``, ``mpc``).
         end_s: simulated time when the last request ended (or the drain limit), seconds.
         wall_s: wall-clock seconds the run took.
     """
@@ -54,6 +56,7 @@ class SimulationRun:
     controller: str
     end_s: float
     wall_s: float
+    admission: str = "none"
 
 
 def start_at(cfg: FleetConfig, controller: Controller, workload: Workload, service: str | None,
@@ -91,6 +94,8 @@ class SimulationDriver:
         steady_start: start adaptive controllers from the fleet sized for the workload's first
             5 minutes (``start_at``) instead of the fleet file's ``initial_replicas``.
         on_tick: called after each tick with its record and its wall time, seconds.
+        admission: the admission policy, ``none``, ``pid`` or ``mpc`` (``controllers.admission``); with
+            one, the gateway runs flow control (``autoscaler.simulator.gateway``).
 
     Attributes:
         lock: held while the simulation advances; readers of ``sim`` from other threads take it.
@@ -99,13 +104,16 @@ class SimulationDriver:
 
     def __init__(self, cfg: FleetConfig, workload: Workload, controller: Controller, service: str | None = None,
                  steady_start: bool = True,
-                 on_tick: Callable[[TickRecord, float], None] | None = None) -> None:
+                 on_tick: Callable[[TickRecord, float], None] | None = None, admission: str = "none") -> None:
         self.ctrl = controller
         self.cfg = start_at(cfg, controller, workload, service, steady_start)
-        self.sim = FleetSimulator(self.cfg, workload, service)
+        policy = build_admission(admission, self.cfg.controller.admission_settings)
+        self.admission = admission
+        self.sim = FleetSimulator(self.cfg, workload, service, admission=policy is not None)
         self.source = SimMetricsSource(self.sim, controller.window_s,
                                        min(self.cfg.simulator.scrape_interval_s, controller.tick_s))
-        self.loop = ControlLoop(self.cfg, self.source, SimActuator(self.sim), controller)
+        self.loop = ControlLoop(self.cfg, self.source, SimActuator(self.sim), controller,
+                                SimAdmissionSink(self.sim) if policy is not None else None, policy)
         self.on_tick = on_tick
         self.lock = threading.Lock()
         self.ticks: list[TickRecord] = []
@@ -174,9 +182,9 @@ class SimulationDriver:
         with self.lock:
             if not sim.done:
                 sim.fail_open()
-        finished = [sr.t_finish for sr in sim.requests if sr.t_finish is not None]
+        finished = [sr.t_finish for sr in sim.final if sr.t_finish is not None]
         end_s = max([sim.last_arrival_s, *finished])
-        return SimulationRun(sim, self.ticks, self.ctrl.name, end_s, time.perf_counter() - t_wall)
+        return SimulationRun(sim, self.ticks, self.ctrl.name, end_s, time.perf_counter() - t_wall, self.admission)
 
 
 def run_simulation(
@@ -186,6 +194,7 @@ def run_simulation(
     service: str | None = None,
     progress: Callable[[float], None] | None = None,
     steady_start: bool = True,
+    admission: str | None = None,
 ) -> SimulationRun:
     """Simulate ``workload`` on the fleet under ``controller`` until every request has ended, flat out.
 
@@ -196,12 +205,21 @@ def run_simulation(
             ``controllers.static.ScheduledController``).
         progress: called after each tick with the fraction of requests ended (0..1).
         steady_start: as ``SimulationDriver``.
+        admission: the admission policy (``none``, ``pid``, ``mpc``); None: ``default_admission``.
 
     Raises:
-        ValueError: unknown controller or service, or a bad controller parameter.
+        ValueError: unknown controller, service or admission policy, or a bad controller parameter.
     """
     ctrl = build(controller, cfg, service, workload) if isinstance(controller, str) else controller
-    return SimulationDriver(cfg, workload, ctrl, service, steady_start).run(progress=progress)
+    mode = default_admission(cfg, ctrl.name) if admission is None else admission
+    return SimulationDriver(cfg, workload, ctrl, service, steady_start, admission=mode).run(progress=progress)
+
+
+def default_admission(cfg: FleetConfig, controller: str) -> str:
+    """The admission policy a run gets without ``--admission``: ``none`` for the anchors' autoscalers
+    (``controllers.registry.ANCHORS``: measured as their users run them), the fleet file's
+    ``controller.admission`` otherwise."""
+    return "none" if controller.split(":")[0] in ANCHORS else cfg.controller.admission
 
 
 LONG_GAP_S = 86400.0  # a day without arrivals

@@ -35,6 +35,8 @@ def tick_row(time_s: float, service: str, st: ServiceTick, arrival_rate_rps: flo
             row[f"ctl_{k}"] = st.decision.terms.get(k)
         for v, steps in st.decision.plan.items():
             row[f"plan_{v}"] = "/".join(str(n) for n in steps[:PLAN_STEPS])
+    for p, x in st.decision.admission.items():  # thresholds, seconds of estimated wait ("" = no limit)
+        row[f"admission_{p}"] = "" if x is None else x
     row["decision"] = decision_kind(st)
     row["reason"] = st.reason
     return row

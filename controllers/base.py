@@ -74,9 +74,9 @@ class Decision:
         code: the named reason.
         terms: numbers worth exporting (setpoint, measurement, PID terms, target capacity).
         hold: True when the controller could not decide (missing data): the guard keeps replicas.
-        admission: priority class -> admission threshold at the gateway (the longest estimated
-            queue wait a request of that class may face, seconds; ``autoscaler.loop.actuate``);
-            empty when the controller sets none.
+        admission: priority (``autoscaler.workload.types.PRIORITIES``) -> admission threshold at the
+            gateway: the longest estimated queue wait a request of that priority may be admitted to,
+            seconds, None for no limit (``controllers.admission``); empty when none is set.
         plan: variant -> replicas the controller plans for its next steps (a planning controller's
             horizon, first step first); empty for a controller that plans nothing ahead.
         remove_first: variant -> names of the pods to remove first when its count goes down, in
@@ -88,7 +88,7 @@ class Decision:
     code: Reason = Reason.NO_CHANGE
     terms: dict[str, float] = field(default_factory=dict)
     hold: bool = False
-    admission: dict[str, float] = field(default_factory=dict)
+    admission: dict[str, float | None] = field(default_factory=dict)
     plan: dict[str, list[int]] = field(default_factory=dict)
     remove_first: dict[str, list[str]] = field(default_factory=dict)
 

@@ -260,6 +260,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     hold_s=NON_NEGATIVE, learn=Param(int, 0, closed=True, high=1), mix=TEXT), _mpc),
 }
 NAMES = tuple(_SPECS)
+ANCHORS = frozenset({"hpa", "keda", "kpa", "aibrix", "aibrix-apa", "dynamo", "wva"})
+"""The anchors' autoscalers (``controllers.baselines``): run without admission unless told otherwise."""
 BASELINE_NAMES = tuple(n for n in NAMES if n not in ("pid", "static", "mpc", "oracle"))
 
 

@@ -30,11 +30,13 @@ def _fleet(
     max_model_len: int | None = None,
     profile: str = "llama-3-8b/h100-sxm",
     controller: dict[str, Any] | None = None,
+    simulator: dict[str, Any] | None = None,
 ) -> FleetConfig:
     """One service ``svc`` with one variant ``h100``; ``replicas`` ready at t=0; every start is cold.
 
     ``max_model_len`` defaults to the smaller of 32768 and the KV capacity less one 16-token block
-    (a longer one is invalid: config requires room for one max-length sequence plus a block).
+    (a longer one is invalid: config requires room for one max-length sequence plus a block);
+    ``simulator`` adds keys to the ``simulator`` section (``engine``, ``clients``, ``gateway``...).
     """
     if max_model_len is None:
         max_model_len = min(32768, kv_cache_tokens - 16)
@@ -54,7 +56,7 @@ def _fleet(
     }
     doc: dict[str, Any] = {
         "services": [{"name": "svc", "model": "m", "max_model_len": max_model_len, "slo": SLO, "variants": [v]}],
-        "simulator": {"client_timeout_s": client_timeout_s, "crashes": crashes or []},
+        "simulator": {"client_timeout_s": client_timeout_s, "crashes": crashes or [], **(simulator or {})},
     }
     if controller is not None:
         doc["controller"] = controller

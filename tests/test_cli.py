@@ -47,9 +47,13 @@ def test_results_json_documented_keys_and_consistency(run_result) -> None:
     _, out = run_result
     r = json.loads((out / "results.json").read_text())
     req = r["requests"]
-    assert set(req) == {"total", "completed", "rejected", "failed"}
+    assert set(req) == {"total", "completed", "rejected", "failed", "rejected_admission"}
     assert req["total"] == N_ROWS
-    assert req["completed"] + req["rejected"] + req["failed"] == N_ROWS
+    assert req["completed"] + req["rejected"] + req["failed"] + req["rejected_admission"] == N_ROWS
+    assert req["rejected_admission"] == 0 == r["admission"]["shed"]  # no admission policy: nothing is shed
+    assert r["admission"]["policy"] == "none"
+    assert set(r["slo_attainment_by_priority"]) == {"sheddable", "standard", "critical"}
+    assert set(r["goodput_rps"]) == {"mean", "min_60s"}
     assert req["rejected"] == 0  # every request is far below max_model_len 32768
 
     assert set(r["slo_attainment"]) == {"interactive", "batch", "all"}

@@ -114,7 +114,8 @@ def test_paced_served_run_decides_as_the_plain_run(tmp_path: Path) -> None:
     assert desired(tmp_path / "served") == desired(tmp_path / "plain")
     # it says where it listens first, before the workload is even read, then its progress
     first = served.stderr.splitlines()[0]
-    assert first.startswith("serving metrics at http://127.0.0.1:") and first.endswith("/metrics at 200x real time")
+    assert first.startswith("serving metrics at http://127.0.0.1:")
+    assert first.endswith("/metrics and admission thresholds at /v1/admission, at 200x real time")
     assert served.stderr.splitlines()[-1] == "serving 240 requests, pid: 100%"
     times = json.loads((tmp_path / "served" / "realtime.json").read_text())
     assert times["speed"] == 200 and len(times["wall_unix_s"]) == len(desired(tmp_path / "plain"))

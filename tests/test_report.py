@@ -53,7 +53,7 @@ def hand_run(make_fleet) -> SimulationRun:
 
 def test_request_counts(make_fleet) -> None:
     res = summarize(hand_run(make_fleet))
-    assert res["requests"] == {"total": 8, "completed": 6, "rejected": 1, "failed": 1}
+    assert res["requests"] == {"total": 8, "completed": 6, "rejected": 1, "failed": 1, "rejected_admission": 0}
     assert res["controller"] == "hand" and res["workload"] == "test:hand" and res["service"] == "svc"
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -37,8 +39,31 @@ def test_every_scenario_names_a_valid_fleet_and_controllers(path: Path) -> None:
     assert sc["name"] == path.stem
     cfg = parse_config(bench.scenario_fleet(sc), path.name)
     check_names(sc["controllers"])
+    if path.stem == "surge":  # the admission benchmark: both scaling controllers under each policy
+        assert set(sc["controllers"]) == {f"{c}@{a}" for c in ("pid", "mpc") for a in ("none", "pid", "mpc")}
+        assert cfg.simulator.client_timeout_s == 30.0
+        return
     assert {"mpc", "oracle", "pid", "static"} <= set(sc["controllers"])
     if path.stem == "azure-code":
         assert cfg.simulator.engine.max_num_batched_tokens == 2048
     if path.stem.startswith("servegen-day"):
         assert cfg.services[0].max_model_len == 131072 and sc["span"][1] - sc["span"][0] == 86400
+
+
+def test_surge_workload_is_what_its_scenario_says() -> None:
+    sc = yaml.safe_load((ROOT / "benchmarks" / "scenarios" / "surge.yaml").read_text())
+    wl = bench.scenario_workload(sc, ROOT)
+    t = np.array([r.arrival_s for r in wl.requests])
+    # request rate in the steady part and the surge, away from the edges (think times smear ~40 s)
+    base = ((t > 300) & (t < 850)).sum() / 550
+    surge = ((t > 1000) & (t < 1500)).sum() / 500
+    assert base == pytest.approx(30.0, rel=0.06) and surge == pytest.approx(90.0, rel=0.06)
+    steps = Counter(r.workflow_id for r in wl.requests)
+    assert set(steps.values()) <= {3, 4, 5} and len(set(steps.values())) == 3
+    by_wf: dict[int, set[int]] = {}
+    for r in wl.requests:
+        by_wf.setdefault(r.workflow_id, set()).add(r.priority)
+    assert all(len(p) == 1 for p in by_wf.values())
+    share = Counter(next(iter(p)) for p in by_wf.values())
+    n = len(by_wf)
+    assert share[0] / n == pytest.approx(0.2, abs=0.03) and share[2] / n == pytest.approx(0.2, abs=0.03)

@@ -74,7 +74,8 @@ def test_every_request_ends_exactly_once(make_fleet, monkeypatch) -> None:
     assert sum(statuses.values()) == len(wl.requests) == 60
     assert ends == Counter({r.rid: 1 for r in wl.requests})
     res = summarize(run)["requests"]
-    assert res == {"total": 60, "completed": statuses[COMPLETED], "rejected": 6, "failed": statuses[FAILED]}
+    assert res == {"total": 60, "completed": statuses[COMPLETED], "rejected": 6, "failed": statuses[FAILED],
+                   "rejected_admission": 0}
     # Rejected requests are exactly the oversize ones, rejected on arrival.
     for sr in sim.requests:
         oversize = sr.req.input_tokens + sr.req.output_tokens > 8192

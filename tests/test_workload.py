@@ -359,7 +359,10 @@ def test_assign_classes_deterministic_and_fraction(azure_conv: Workload) -> None
     n_batch = sum(r.request_class == BATCH for r in a.requests)
     assert low <= n_batch <= high
     assert all((r.priority == 0) == (r.request_class == BATCH) for r in a.requests)
-    assert all(r.priority == 1 for r in a.requests if r.request_class == INTERACTIVE)
+    interactive = [r for r in a.requests if r.request_class == INTERACTIVE]
+    assert {r.priority for r in interactive} == {1, 2}
+    low, high = binomial_bound(len(interactive), 0.25)  # Azure conv has no workflows: one unit per request
+    assert low <= sum(r.priority == 2 for r in interactive) <= high
     assert all(r.request_class == INTERACTIVE for r in azure_conv.requests)  # input untouched
 
 
@@ -370,6 +373,10 @@ def test_classes_follow_workflows(mooncake_grouped: Workload) -> None:
     for r in a.requests:
         per_wf[r.workflow_id].add(r.request_class)
     assert all(len(c) == 1 for c in per_wf.values())
+    prio: defaultdict[int, set[int]] = defaultdict(set)
+    for r in a.requests:
+        prio[r.workflow_id].add(r.priority)
+    assert all(len(p) == 1 for p in prio.values())  # a workflow keeps one priority
     low, high = binomial_bound(len(per_wf), 0.5)
     assert low <= sum(c == {BATCH} for c in per_wf.values()) <= high
 
@@ -380,8 +387,9 @@ def test_assign_classes_extremes_and_errors() -> None:
     assert {r.request_class for r in assign_classes(w, batch_fraction=1.0).requests} == {BATCH}
     with pytest.raises(ValueError, match="batch_fraction"):
         assign_classes(w, batch_fraction=1.5)
-    with pytest.raises(ValueError, match="priorities"):
-        assign_classes(w, batch_priority=-1)
+    with pytest.raises(ValueError, match="critical_fraction"):
+        assign_classes(w, critical_fraction=-0.1)
+    assert {r.priority for r in assign_classes(w, batch_fraction=0.0, critical_fraction=1.0).requests} == {2}
 
 
 @needs_data

@@ -16,21 +16,37 @@ kube-state-metrics reports a Deployment's status as it changes):
   gauges at their latest sample, ``max_over_time`` over the window's samples.
 - Only pods that serve now (ready or draining) and have been scraped are in scope, as the
   Prometheus source keeps only pods with fresh samples; a removed pod's series goes stale at once.
+- The gateway's counters per priority (attempts received; under flow control, attempts dispatched
+  and the seconds they waited) give ``arrival_rate_rps.<priority>`` and ``gateway_wait_s.<priority>``
+  (mean wait of the dispatched, ``rate(wait) / rate(dispatched)``) over the last
+  ``GATEWAY_WINDOW_S`` (or the window, if shorter), and its gauges ``gateway_queue.<priority>``
+  (requests queued) and ``gateway_oldest_wait_s.<priority>`` (the oldest one's wait, 0 when none)
+  at the latest scrape; the flow-control signals are absent (unknown) without flow control. Under flow
+  control the service's ``queue_length`` counts the gateway's queue and ``ttft_mean_s`` adds the mean
+  gateway wait of the requests dispatched over the window: the TTFT users see includes it, and a
+  controller reading vLLM's TTFT alone would see a calm fleet while requests wait at the gateway.
+
+``SimAdmissionSink`` hands a decision's admission thresholds to each service's gateway.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from autoscaler.loop.actuate import APPLIED, ActuationResult
+from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
 from autoscaler.simulator.engine import DRAINING, READY, Replica
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS, ReplicaMetrics, histogram_quantile
 from autoscaler.state import SIGNALS, PodObservation, ServiceObservation, VariantObservation
+from autoscaler.workload.types import PRIORITIES
+
+GATEWAY_WINDOW_S = 60.0
+"""Seconds the per-priority gateway rates are taken over: admission must follow a surge within a
+minute even under a controller whose window is five (the PID's)."""
 
 # Counter layout of one sample: scalar counters, then the cumulative buckets of each histogram.
 _SCALARS = ("prompt_tokens", "generation_tokens", "prefix_queries", "prefix_hits", "preemptions", "success",
@@ -88,7 +104,7 @@ class _PodSeries:
 
     times: deque[float] = field(default_factory=deque)
     counters: deque[np.ndarray] = field(default_factory=deque)
-    gauges: deque[tuple[float, float, float]] = field(default_factory=deque)
+    gauges: deque[tuple[float, ...]] = field(default_factory=deque)
 
 
 class SimMetricsSource:
@@ -120,7 +136,12 @@ class SimMetricsSource:
         for name, svc in self.sim.services.items():
             gw = self._arrivals[name]
             gw.times.append(now)
-            gw.counters.append(np.array([float(svc.arrivals)]))
+            flow = svc.flow
+            n = len(PRIORITIES)
+            flow_counters = [*flow.dispatched, *flow.wait_sum_s] if flow is not None else [0.0] * (2 * n)
+            gw.counters.append(np.array([float(svc.arrivals), *svc.arrivals_by_priority, *flow_counters], dtype=float))
+            gw.gauges.append(tuple(float(x) for x in (*flow.queued, *(flow.oldest_wait_s(p, now) for p in range(n))))
+                             if flow is not None else ())
             _prune(gw, keep)
             for r in svc.replicas:
                 if r.state not in (READY, DRAINING):
@@ -223,11 +244,48 @@ class SimMetricsSource:
             gw = self._arrivals[name]
             arrivals = extrapolated_rate(np.array(gw.times), np.array(gw.counters), now - self.window_s, now)
             signals["arrival_rate_rps"] = None if arrivals is None else float(arrivals[0])
+            signals.update(_gateway_signals(gw, now, min(self.window_s, GATEWAY_WINDOW_S), svc.flow is not None))
+            if svc.flow is not None:  # the user's TTFT includes the gateway's wait, and its queue is the service's
+                signals["queue_length"] = (signals["queue_length"] or 0.0) + svc.flow.waiting
+                wait = _mean_gateway_wait(gw, now, self.window_s)
+                if wait is not None and signals["ttft_mean_s"] is not None:
+                    signals["ttft_mean_s"] += wait
             first = self._first_scrape.get(name)
             ready = [r for r in scraped if r.state == READY]
             out[name] = ServiceObservation(name, now, signals, variants, pods=self._pod_observations(name, ready),
                                            history_s=None if first is None else now - first)
         return out
+
+
+def _gateway_signals(gw: _PodSeries, now: float, window_s: float, flow: bool) -> dict[str, float | None]:
+    """Per-priority gateway signals (module docstring) from the gateway's samples."""
+    n = len(PRIORITIES)
+    times = np.array(gw.times)
+    recent = times > now - window_s
+    rates = extrapolated_rate(times[recent], np.array(gw.counters)[recent], now - window_s, now) \
+        if recent.any() else None
+    out: dict[str, float | None] = {}
+    for i, p in enumerate(PRIORITIES):
+        out[f"arrival_rate_rps.{p}"] = None if rates is None else float(rates[1 + i])
+        if not flow:
+            continue
+        dispatched = None if rates is None else float(rates[1 + n + i])
+        waited = None if rates is None else float(rates[1 + 2 * n + i])
+        out[f"gateway_wait_s.{p}"] = waited / dispatched if dispatched and waited is not None else None
+        latest = gw.gauges[-1] if gw.gauges else ()
+        out[f"gateway_queue.{p}"] = latest[i] if latest else None
+        out[f"gateway_oldest_wait_s.{p}"] = latest[n + i] if latest else None
+    return out
+
+
+def _mean_gateway_wait(gw: _PodSeries, now: float, window_s: float) -> float | None:
+    """Mean gateway wait of the requests dispatched over the window, all priorities, seconds."""
+    n = len(PRIORITIES)
+    rates = extrapolated_rate(np.array(gw.times), np.array(gw.counters), now - window_s, now)
+    if rates is None:
+        return None
+    dispatched, waited = float(rates[1 + n:1 + 2 * n].sum()), float(rates[1 + 2 * n:1 + 3 * n].sum())
+    return waited / dispatched if dispatched > 0 else None
 
 
 def _prune(series: _PodSeries, keep_after: float) -> None:
@@ -242,6 +300,22 @@ def _prune(series: _PodSeries, keep_after: float) -> None:
 def pod_name(service: str, variant: str, rid: int) -> str:
     """The name a simulated replica's pod goes by (``PodObservation.name``)."""
     return f"{service}-{variant}-{rid}"
+
+
+class SimAdmissionSink:
+    """Sets the simulator's gateway thresholds (``autoscaler.simulator.gateway.Gateway.set_thresholds``):
+    a malformed set is refused (``invalid``) and the last good one stays in force."""
+
+    def __init__(self, sim: FleetSimulator) -> None:
+        self.sim = sim
+
+    def publish(self, service: str, thresholds: Mapping[str, float | None]) -> ActuationResult:
+        """Apply ``thresholds`` (priority -> seconds of estimated wait, None for no limit) at ``service``'s gateway."""
+        flow = self.sim.services[service].flow
+        if flow is None:
+            return ActuationResult(ActuationStatus.INVALID, f"{service}: the gateway runs without flow control")
+        why = flow.set_thresholds(thresholds)
+        return APPLIED if why is None else ActuationResult(ActuationStatus.INVALID, f"{service}: {why}")
 
 
 class SimActuator:

@@ -7,7 +7,15 @@ and validating a file is ``autoscaler.config.loading`` (``load_config``, ``parse
 """
 
 from autoscaler.config.base import MAX_INT, Strict
-from autoscaler.config.control import ControllerConfig, ForecastConfig, GuardConfig, PIDConfig, SetpointSignal
+from autoscaler.config.control import (
+    ADMISSION_MODES,
+    AdmissionConfig,
+    ControllerConfig,
+    ForecastConfig,
+    GuardConfig,
+    PIDConfig,
+    SetpointSignal,
+)
 from autoscaler.config.fleet import SLO, FleetConfig, Service, TypicalRequest, Variant
 from autoscaler.config.prometheus import (
     BasicAuth,
@@ -16,10 +24,11 @@ from autoscaler.config.prometheus import (
     ServiceSelectors,
     VariantSelectors,
 )
-from autoscaler.config.simulator import Crash, EngineConfig, SimulatorConfig
+from autoscaler.config.simulator import ClientConfig, Crash, EngineConfig, GatewayConfig, SimulatorConfig
 
 __all__ = [
-    "MAX_INT", "SLO", "BasicAuth", "ControllerConfig", "Crash", "EngineConfig", "FleetConfig", "ForecastConfig",
-    "GuardConfig", "PIDConfig", "PrometheusConfig", "QuerySetName", "Service", "ServiceSelectors", "SetpointSignal",
+    "ADMISSION_MODES", "MAX_INT", "SLO", "AdmissionConfig", "BasicAuth", "ClientConfig", "ControllerConfig", "Crash",
+    "EngineConfig", "FleetConfig", "ForecastConfig", "GatewayConfig", "GuardConfig", "PIDConfig", "PrometheusConfig",
+    "QuerySetName", "Service", "ServiceSelectors", "SetpointSignal",
     "SimulatorConfig", "Strict", "TypicalRequest", "Variant", "VariantSelectors",
 ]

@@ -81,6 +81,32 @@ class ForecastConfig(Strict):
     router: Literal["least_outstanding", "prefix_affinity"] | None = None
 
 
+ADMISSION_MODES = ("none", "pid", "mpc")
+
+
+class AdmissionConfig(Strict):
+    """Settings of the admission policies (``controllers.admission``).
+
+    Attributes:
+        wait_fraction: a priority's wait budget is this fraction of its class's TTFT objective
+            (critical and standard: ``interactive``; sheddable: ``batch``), seconds: a request that
+            waits longer at the gateway is unlikely to meet its TTFT once prefilled.
+        kp, ki: the PID's gains on the relative wait error (``wait / budget - 1``), in budgets per unit
+            error and per unit error-second.
+        max_budgets: the largest threshold the PID sets, in wait budgets (its integral's anti-windup
+            bound): past a few budgets a wait misses the TTFT anyway, and a wider range would take
+            the PID minutes to come back down from.
+        shed_tolerance: the MPC leaves a priority unlimited while it sheds less than this fraction of
+            its demand, and sheds it whole above ``1 - shed_tolerance``.
+    """
+
+    wait_fraction: float = Field(default=0.5, gt=0, le=10)
+    kp: float = Field(default=0.5, ge=0)
+    ki: float = Field(default=0.02, ge=0)
+    max_budgets: float = Field(default=4.0, gt=0)
+    shed_tolerance: float = Field(default=0.02, ge=0, lt=0.5)
+
+
 class ControllerConfig(Strict):
     """Control-loop settings.
 
@@ -90,6 +116,9 @@ class ControllerConfig(Strict):
         pid: PID settings.
         guard: safety rules.
         forecast: the forecast stage.
+        admission: the admission policy (``none``, ``pid`` or ``mpc``) for controllers other than
+            the anchors' (``simulate`` and ``compare`` take ``--admission`` to override it).
+        admission_settings: the policies' settings.
     """
 
     tick_s: float = Field(default=DEFAULT_TICK_S, ge=1.0)
@@ -97,6 +126,8 @@ class ControllerConfig(Strict):
     pid: PIDConfig = PIDConfig()
     guard: GuardConfig = GuardConfig()
     forecast: ForecastConfig = ForecastConfig()
+    admission: Literal["none", "pid", "mpc"] = "none"
+    admission_settings: AdmissionConfig = AdmissionConfig()
 
     @model_validator(mode="after")
     def _window(self) -> ControllerConfig:

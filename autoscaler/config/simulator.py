@@ -40,21 +40,63 @@ class Crash(Strict):
     variant: str
 
 
+class ClientConfig(Strict):
+    """How the simulated clients retry: by default not at all (each trace request is one attempt);
+    the backoff defaults are the OpenAI Python client's (a 0.5-s first delay doubling to at most 8 s,
+    each delay shortened by up to a quarter at random), and so is ``max_retries: 2``, which the
+    surge scenario sets.
+
+    A request whose attempt was shed (HTTP 429), timed out (``client_timeout_s``) or failed on a
+    crashed replica is sent again after ``min(backoff_base_s x 2^k, backoff_cap_s) x (1 - jitter x u)``
+    (k = retries so far, u uniform in [0, 1)), up to ``max_retries`` times; every attempt is counted
+    and the request ends with its last attempt.
+    """
+
+    max_retries: int = Field(default=0, ge=0, le=20)
+    backoff_base_s: float = Field(default=0.5, gt=0)
+    backoff_cap_s: float = Field(default=8.0, gt=0)
+    jitter: float = Field(default=0.25, ge=0, le=1)
+
+
+class GatewayConfig(Strict):
+    """The simulated gateway's flow control, in force while an admission policy runs (``--admission
+    pid|mpc``); without one, requests go straight to the router, as through a plain proxy.
+
+    The gateway holds a queue per priority and dispatches, highest priority first (within a priority,
+    requests of workflows already in progress first, then first come first served), to the ready
+    replica the router picks among those not *saturated*: a replica is saturated when more than
+    ``queue_depth_threshold`` requests wait in it or its KV-cache usage is above
+    ``kv_cache_threshold`` (the Gateway API Inference Extension's saturation detector and its
+    defaults, 5 and 0.8). A request that has waited ``max_wait_s`` is dispatched before any other
+    priority (so the lowest is never starved past it). A request above its priority's admission
+    threshold is deferred when it continues a workflow in progress (kept, shed if still queued
+    ``defer_s`` later) and shed (HTTP 429) otherwise.
+    """
+
+    queue_depth_threshold: int = Field(default=5, ge=0)
+    kv_cache_threshold: float = Field(default=0.8, gt=0, le=1)
+    max_wait_s: float = Field(default=120.0, gt=0)
+    defer_s: float = Field(default=30.0, gt=0)
+
+
 class SimulatorConfig(Strict):
     """Embedded fleet simulator settings.
 
     Attributes:
         router: ``least_outstanding`` (default) or ``prefix_affinity``.
         engine: per-replica vLLM scheduler settings.
-        client_timeout_s: a request still unfinished this long after it arrived fails: its client
-            gave up, wherever it was (waiting at the gateway, queued on a replica, or running, which
-            vLLM then aborts). Default 600 s, the 10-minute read timeout of common LLM clients.
+        client_timeout_s: an attempt still unfinished this long after it was sent fails: its client
+            gave up (and retries, ``clients``), wherever it was (waiting at the gateway, queued on a
+            replica, or running, which vLLM then aborts). Default 600 s, the 10-minute read timeout of
+            common LLM clients.
         scrape_interval_s: how often the simulated Prometheus samples every pod (seconds; a
             controller ticking faster is sampled at its own tick, as its anchor reads the pods).
         slowdown: variant name -> how many times longer its replicas' steps are than its profile says
             (a fault: GPUs slower than measured; the controllers still read the profile), in (0, 10];
         crashes: replica crashes to inject, as ``{time_s, variant}``; the oldest ready replica of
             that variant crashes.
+        clients: how clients retry (``ClientConfig``).
+        gateway: the gateway's flow control under an admission policy (``GatewayConfig``).
     """
 
     router: Literal["least_outstanding", "prefix_affinity"] = "least_outstanding"
@@ -63,3 +105,5 @@ class SimulatorConfig(Strict):
     scrape_interval_s: float = Field(default=15.0, gt=0, le=300.0)
     crashes: list[Crash] = Field(default_factory=list)
     slowdown: dict[str, Annotated[float, Field(gt=0, le=10)]] = Field(default_factory=dict)
+    clients: ClientConfig = ClientConfig()
+    gateway: GatewayConfig = GatewayConfig()

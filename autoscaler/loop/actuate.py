@@ -4,8 +4,9 @@ An ``Actuator`` sets a variant's replica count (the Kubernetes scale subresource
 says what happened, as the HPA records ``AbleToScale`` / ``FailedRescale``: ``applied``, or why not
 (``conflict``: the object changed under us, HTTP 409; ``forbidden``: no permission, HTTP 403;
 ``unreachable``: the API did not answer; ``invalid``: the request was refused as malformed). An
-``AdmissionSink`` publishes a service's admission thresholds to the gateway (priority class ->
-longest estimated queue wait, seconds) and answers the same way. The loop records every result
+``AdmissionSink`` publishes a service's admission thresholds to the gateway (priority -> longest
+estimated queue wait, seconds, None for no limit) and answers the same way; a malformed set is
+``invalid`` and the gateway keeps the last good one. The loop records every result
 (``ServiceTick.actuation``), counts the failures and exports them
 (``autoscaler_actuation_errors_total``); a failed write leaves the variant at its current count.
 """
@@ -56,6 +57,7 @@ class Actuator(Protocol):
 class AdmissionSink(Protocol):
     """Publishes admission thresholds to the gateway of a service."""
 
-    def publish(self, service: str, thresholds: Mapping[str, float]) -> ActuationResult:
-        """Make ``thresholds`` (priority class -> longest queue wait, seconds) the gateway's for ``service``."""
+    def publish(self, service: str, thresholds: Mapping[str, float | None]) -> ActuationResult:
+        """Make ``thresholds`` (priority -> longest estimated queue wait, seconds; None: no limit) the
+        gateway's for ``service``."""
         ...

@@ -13,7 +13,9 @@
 - ``autoscaler_signal`` {service, signal}: every known observed and derived signal; unknown ones
   are absent, never 0;
 - ``autoscaler_admission_threshold`` {service, priority}: the decision's admission thresholds
-  (longest estimated queue wait, seconds), absent when the controller sets none;
+  (longest estimated queue wait, seconds; +Inf for no limit), absent when none is set;
+- ``autoscaler_admission_shed_total`` {service, priority}: attempts the gateway shed (HTTP 429), from the
+  gateway's own count where the loop runs one (the simulator), absent otherwise;
 - ``autoscaler_idle_ticks`` {service}: consecutive idle ticks;
 - ``autoscaler_decisions_total`` {service, reason}: ``scale_up``, ``scale_down``, ``no_change``
   (what was applied), or the named reason of a decision that could not be made
@@ -40,9 +42,10 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -79,12 +82,19 @@ def decision_kind(st: ServiceTick) -> str:
 class LoopMetrics(Collector):
     """``autoscaler_*`` metrics of one ``ControlLoop`` (see the module docstring).
 
+    Args:
+        loop: the loop whose ticks are recorded.
+        registry: where to register (a new registry by default).
+        shed: returns (service, priority) -> attempts the gateway shed, where the loop runs the gateway.
+
     Attributes:
         registry: the registry this collector is registered in (serve it with ``serve``).
     """
 
-    def __init__(self, loop: ControlLoop, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, loop: ControlLoop, registry: CollectorRegistry | None = None,
+                 shed: Callable[[], Mapping[tuple[str, str], int]] | None = None) -> None:
         self.loop = loop
+        self.shed = shed
         self.registry = registry if registry is not None else CollectorRegistry()
         self._lock = threading.Lock()
         self._last: TickRecord | None = None
@@ -134,8 +144,10 @@ class LoopMetrics(Collector):
         signals = GaugeMetricFamily("autoscaler_signal", "Observed and derived signals; unknown ones are absent.",
                                     labels=("service", "signal"))
         admission = GaugeMetricFamily("autoscaler_admission_threshold",
-                                      "Admission threshold per priority class: longest queue wait, seconds.",
+                                      "Admission threshold per priority: longest estimated queue wait, seconds.",
                                       labels=("service", "priority"))
+        shed = CounterMetricFamily("autoscaler_admission_shed", "Attempts the gateway shed (HTTP 429), per priority.",
+                                   labels=("service", "priority"))
         idle = GaugeMetricFamily("autoscaler_idle_ticks", "Consecutive idle ticks.", labels=("service",))
         decisions = CounterMetricFamily("autoscaler_decisions", "Decisions by reason.", labels=("service", "reason"))
         failures = CounterMetricFamily("autoscaler_metric_query_failures", "Metric queries that failed.",
@@ -180,7 +192,7 @@ class LoopMetrics(Collector):
                     plan_demand.add_metric([name], st.decision.terms["demand_rps"])
                     plan_solve.add_metric([name], st.decision.terms.get("solve_ms", 0.0) / 1000.0)
                 for priority, wait in sorted(st.decision.admission.items()):
-                    admission.add_metric([name, priority], wait)
+                    admission.add_metric([name, priority], math.inf if wait is None else wait)
                 t = st.decision.terms
                 if "setpoint" in t:
                     setpoint.add_metric([name, signal_name], t["setpoint"])
@@ -200,6 +212,8 @@ class LoopMetrics(Collector):
                         f_hits.add_metric([name], x)
                     else:
                         signals.add_metric([name, sig], x)
+        for (name, priority), n in sorted((self.shed() if self.shed is not None else {}).items()):
+            shed.add_metric([name, priority], n)
         for name, n in self._idle.items():
             idle.add_metric([name], n)
         for (name, reason), n in sorted(self._decisions.items()):
@@ -219,7 +233,7 @@ class LoopMetrics(Collector):
             acc += n
             cum.append((floatToGoString(b), acc))
         duration.add_metric([], cum, self._duration_sum)
-        return [current, ready, desired, setpoint, measured, terms, signals, admission, idle, decisions, failures,
+        return [current, ready, desired, setpoint, measured, terms, signals, admission, shed, idle, decisions, failures,
                 limits, act_errors, able, duration, f_rate, f_tokens, f_hits, plan, plan_demand, plan_solve]
 
 
@@ -259,10 +273,12 @@ class MetricsServer:
         self.thread.join(timeout=5)
 
 
-def serve(registry: CollectorRegistry, address: str) -> MetricsServer:
-    """Serve ``registry`` at ``http://HOST:PORT/metrics`` (any path) in a background thread.
+def serve(registry: CollectorRegistry, address: str,
+          routes: Mapping[str, Callable[[], bytes]] | None = None) -> MetricsServer:
+    """Serve ``registry`` at ``http://HOST:PORT/metrics`` (any path but those of ``routes``) in a
+    background thread; ``routes`` maps a path (``/v1/admission``) to what returns its JSON body.
 
-    Always in the text format 0.0.4, as vLLM serves (METRICS.md): prometheus_client 0.26's
+    Metrics always in the text format 0.0.4, as vLLM serves (METRICS.md): prometheus_client 0.26's
     OpenMetrics writer, which Prometheus asks for first, rewrites the colon of ``vllm:`` names to ``_``.
 
     Raises:
@@ -272,7 +288,14 @@ def serve(registry: CollectorRegistry, address: str) -> MetricsServer:
     host, port = parse_address(address)
     inner: Callable[..., Any] = make_wsgi_app(registry)
 
+    extra = dict(routes or {})
+
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        body = extra.get(environ.get("PATH_INFO", ""))
+        if body is not None:
+            data = body()
+            start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+            return [data]
         environ["HTTP_ACCEPT"] = "text/plain; version=0.0.4"
         return inner(environ, start_response)
 

@@ -11,8 +11,10 @@ the loop tells it through ``Controller.on_guard_cut``.
 
 Actuation: each variant whose count changes is written through the actuator; the result is kept in
 ``ServiceTick.actuation``, failures are counted in ``actuation_errors`` (service, variant, status)
-and logged, and a failed variant stays at its current count in ``ServiceTick.applied``. A decision's
-admission thresholds go to the admission sink, when there is one, with the same accounting.
+and logged, and a failed variant stays at its current count in ``ServiceTick.applied``. Admission:
+an admission policy (``controllers.admission``), when the loop has one, sets the thresholds of every
+decision that carries none; a decision's thresholds go to the admission sink, when there is one,
+with the same accounting.
 
 Fail-static: when any metric query failed this tick (``ServiceObservation.errors``), the loop holds
 every variant at its current count (no scale-down on an outage read as idle), adds the failures to
@@ -34,6 +36,7 @@ from autoscaler.loop.guard import Guarded, GuardState, clamp, guard
 from autoscaler.loop.observe import MetricsSource
 from autoscaler.loop.warmth import WarmthStage
 from autoscaler.state import ServiceEstimate
+from controllers.admission import AdmissionPolicy
 from controllers.base import Controller, Decision, Reason, hold
 from controllers.split import cost_per_capacity
 from models.capacity import variant_weights
@@ -83,15 +86,17 @@ class ControlLoop:
         actuator: where replica counts are set; None for dry-run (never actuates).
         controller: the policy (``controllers.registry.build``).
         admission: where admission thresholds go; None when nothing consumes them.
+        policy: the admission policy; None: only the controller's own thresholds, if any.
     """
 
     def __init__(self, cfg: FleetConfig, source: MetricsSource, actuator: Actuator | None, controller: Controller,
-                 admission: AdmissionSink | None = None) -> None:
+                 admission: AdmissionSink | None = None, policy: AdmissionPolicy | None = None) -> None:
         self.cfg = cfg
         self.source = source
         self.actuator = actuator
         self.controller = controller
         self.admission = admission
+        self.policy = policy
         self.weights = {s.name: variant_weights(s, cfg.simulator.engine) for s in cfg.services}
         self.guards = {s.name: GuardState() for s in cfg.services}
         self.arrivals = {s.name: ArrivalInference() for s in cfg.services}
@@ -194,6 +199,8 @@ class ControlLoop:
             applied, results = self._actuate(svc, current, guarded, decision.remove_first)
             if not decision.hold and applied != decision.desired:
                 self.controller.on_guard_cut(svc.name, decision.desired, applied, self.weights[svc.name])
+            if self.policy is not None and not decision.admission:
+                decision.admission = self.policy.thresholds(est, svc)
             admission = None
             if decision.admission and self.admission is not None:
                 admission = self.admission.publish(svc.name, decision.admission)

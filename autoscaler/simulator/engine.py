@@ -33,18 +33,54 @@ if TYPE_CHECKING:
 PROVISIONING, READY, DRAINING, GONE = "provisioning", "ready", "draining", "gone"
 
 COMPLETED, REJECTED, FAILED = "completed", "rejected", "failed"
+SHED = "rejected_admission"  # the gateway answered HTTP 429
 
 
 class SimRequest:
-    """Simulation state of one request (times in seconds, sizes in tokens)."""
+    """Simulation state of one attempt at a request (times in seconds, sizes in tokens).
+
+    ``attempt`` counts from 0 (a client's retry is a new ``SimRequest`` for the same ``req``);
+    ``sent_s`` is when this attempt was sent (the server's clock for TTFT starts there; the user's, at
+    ``req.arrival_s``). ``queued_s`` is when it entered the gateway's queue while it waits there (else
+    None), ``waited_s`` how long it waited there and ``dispatched_s`` when it left it (None: it never
+    queued there),
+    ``deadline_s`` when a deferred attempt is shed, ``continuing`` whether it continued a workflow in
+    progress when it reached the gateway.
+    """
 
     __slots__ = (
-        "admit_seq", "ctx_at_entry", "d_entry", "epoch", "generated", "hit_tokens", "prefill_target",
-        "prefilled", "replica", "req", "status", "t_finish", "t_first", "t_first_decode_step",
+        "admit_seq",
+        "attempt",
+        "continuing",
+        "ctx_at_entry",
+        "d_entry",
+        "deadline_s",
+        "dispatched_s",
+        "epoch",
+        "generated",
+        "hit_tokens",
+        "prefill_target",
+        "prefilled",
+        "queued_s",
+        "replica",
+        "req",
+        "sent_s",
+        "status",
+        "t_finish",
+        "t_first",
+        "t_first_decode_step",
+        "waited_s",
     )
 
-    def __init__(self, req: Request) -> None:
+    def __init__(self, req: Request, attempt: int = 0, sent_s: float | None = None) -> None:
         self.req = req
+        self.attempt = attempt
+        self.sent_s = req.arrival_s if sent_s is None else sent_s
+        self.queued_s: float | None = None
+        self.waited_s: float | None = None
+        self.dispatched_s: float | None = None
+        self.deadline_s: float | None = None
+        self.continuing = False
         self.prefill_target = req.input_tokens
         self.prefilled = 0
         self.hit_tokens = 0
@@ -361,7 +397,7 @@ class Replica:
 
     def _complete(self, sr: SimRequest, now: float) -> None:
         m = self.metrics
-        m.e2e.observe(now - sr.req.arrival_s)
+        m.e2e.observe(now - sr.sent_s)
         if sr.req.output_tokens > 1 and sr.t_first is not None:
             m.tpot.observe((now - sr.t_first) / (sr.req.output_tokens - 1))
         m.success["stop"] += 1
@@ -374,7 +410,7 @@ class Replica:
         self.metrics.generation_tokens += 1
         if sr.t_first is None:
             sr.t_first = now
-            self.metrics.ttft.observe(now - sr.req.arrival_s)
+            self.metrics.ttft.observe(now - sr.sent_s)
         if sr.generated >= sr.req.output_tokens:
             self._complete(sr, now)
             return

@@ -8,13 +8,22 @@ draining on scale-down (takes no new work, finishes what it holds) -> gone. A cr
 requests fail, its cache is lost, and a replacement starts, as a ReplicaSet recreates a pod.
 
 Nodes: ``warm_nodes`` of a variant's nodes hold its weights; a new replica starts warm when one of
-them is free (no live replica on it), else cold. Clients: a request unfinished ``client_timeout_s``
-after it arrived fails, wherever it is (gateway, a replica's queue, or running: vLLM aborts it).
+them is free (no live replica on it), else cold. Clients: an attempt unfinished ``client_timeout_s``
+after it was sent fails, wherever it is (gateway, a replica's queue, or running: vLLM aborts it);
+one that failed so, on a crashed replica, or was shed by the gateway (HTTP 429) is retried as
+``simulator.clients`` says (``autoscaler.config.ClientConfig``), each retry a new attempt
+(``SimRequest``) of the same request; ``requests`` holds every request's first attempt, ``final`` its
+last. A request too long for ``max_model_len`` is rejected (HTTP 400) and not retried.
+
+Gateway: without an admission policy, requests go to the router at once (held only while no replica
+is ready); with one (``admission=True``), each service's ``autoscaler.simulator.gateway.Gateway``
+queues them by priority and dispatches to unsaturated replicas.
 """
 
 from __future__ import annotations
 
 import heapq
+import random
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,15 +37,19 @@ from autoscaler.simulator.engine import (
     PROVISIONING,
     READY,
     REJECTED,
+    SHED,
     Replica,
     SimRequest,
 )
+from autoscaler.simulator.gateway import DEFER, SHED_429, Gateway
 from autoscaler.simulator.router import least_outstanding, prefix_affinity
-from autoscaler.workload.types import Workload
+from autoscaler.workload.types import PRIORITIES, Workload
 from models.capacity import throughput_weights
 from models.profiles import get_profile
 
-_READY, _STEP, _CRASH = 0, 1, 2
+_READY, _STEP, _CRASH, _RETRY, _TIMEOUT, _DEADLINE = range(6)
+RETRIED = frozenset({FAILED, SHED})  # what a client sends again (timeouts, 5xx, 429); not a 400
+RETRY_SEED = 4  # the jitter's random stream: the same run always draws the same delays
 
 
 @dataclass
@@ -69,7 +82,9 @@ class ServiceSim:
         self.ready: list[Replica] = []
         self.gateway: deque[SimRequest] = deque()
         self.weights = weights
-        self.arrivals = 0  # requests received, as a gateway's request counter counts them
+        self.arrivals = 0  # attempts received, as a gateway's request counter counts them
+        self.arrivals_by_priority = [0] * len(PRIORITIES)
+        self.flow: Gateway | None = None  # flow control, under an admission policy
 
     def counts(self, variant: str) -> VariantCounts:
         """Current replica counts of ``variant``."""
@@ -93,22 +108,34 @@ class FleetSimulator:
         cfg: the fleet.
         workload: requests to replay; all go to ``service`` (default: the first service).
         service: name of the service the workload targets.
+        admission: run each service's gateway with flow control (module docstring).
 
     The control loop drives it: ``run_until(t)`` advances the simulation, ``set_replicas`` actuates,
     and ``services`` / ``requests`` expose state for observation and results.
     """
 
-    def __init__(self, cfg: FleetConfig, workload: Workload, service: str | None = None) -> None:
+    def __init__(self, cfg: FleetConfig, workload: Workload, service: str | None = None,
+                 admission: bool = False) -> None:
         self.cfg = cfg
         self.workload = workload
         self.target = cfg.service(service).name
         self.services = {s.name: ServiceSim(s, throughput_weights(s, cfg.simulator.engine)) for s in cfg.services}
+        if admission:
+            for svc in self.services.values():
+                svc.flow = Gateway(cfg.simulator.gateway)
         self.now = 0.0
         self._events: list[tuple[float, int, int, object, int]] = []
         self._seq = 0
         self._rid = 0
         self._next_arrival = 0
         self.requests = [SimRequest(r) for r in workload.requests]
+        self.final = list(self.requests)
+        self._closed = bytearray(len(self.requests))
+        self._stopping = False
+        self._jitter = random.Random(RETRY_SEED)
+        self.retries = 0
+        self.shed_final = 0  # requests whose last attempt was shed
+        self.shed_mid_workflow = 0  # ... of which continued a workflow in progress
         self.open_requests = len(self.requests)
         self._oldest = 0  # index of the oldest request that may still be open (for client timeouts)
         self.scale_events = 0
@@ -162,10 +189,20 @@ class FleetSimulator:
                 self.now = t
                 if kind == _STEP:
                     obj.on_step_end(t, version)  # type: ignore[attr-defined]
+                    flow = self.services[obj.service].flow  # type: ignore[attr-defined]
+                    if flow is not None and flow.waiting:
+                        self._fill(self.services[obj.service], obj)  # type: ignore[arg-type]
                 elif kind == _READY:
                     self._on_ready(obj)  # type: ignore[arg-type]
-                else:
+                elif kind == _CRASH:
                     self._crash(*obj)  # type: ignore[misc]
+                elif kind == _RETRY:
+                    self._retry(obj)  # type: ignore[arg-type]
+                elif kind == _TIMEOUT:
+                    if obj.status is None:  # type: ignore[attr-defined]
+                        self._time_out(obj)  # type: ignore[arg-type]
+                else:
+                    self._deadline(obj)  # type: ignore[arg-type]
         self.now = max(self.now, t_end)
 
     def crash_outcomes(self) -> list[dict[str, object]]:
@@ -205,42 +242,125 @@ class FleetSimulator:
     def _arrive(self, sr: SimRequest) -> None:
         svc = self.services[self.target]
         svc.arrivals += 1
+        svc.arrivals_by_priority[sr.req.priority] += 1
         req = sr.req
         if req.input_tokens + req.output_tokens > svc.cfg.max_model_len:
-            self._end(sr, REJECTED)
+            self._end_attempt(sr, REJECTED)
+            return
+        if svc.flow is not None:
+            verdict = svc.flow.offer(sr, self.now)
+            if verdict == SHED_429:
+                self._end_attempt(sr, SHED)
+                return
+            if verdict == DEFER:
+                assert sr.deadline_s is not None
+                self._push(sr.deadline_s, _DEADLINE, sr, 0)
+            self._pump(svc)
             return
         if not svc.ready:
             svc.gateway.append(sr)
             return
         self._route(svc, sr)
 
-    def _route(self, svc: ServiceSim, sr: SimRequest) -> None:
+    def _pick(self, svc: ServiceSim, replicas: Sequence[Replica], sr: SimRequest) -> Replica:
         if self.cfg.simulator.router == "prefix_affinity":
-            r = prefix_affinity(svc.ready, svc.weights, sr.req)
-        else:
-            r = least_outstanding(svc.ready, svc.weights)
-        r.enqueue(sr, self.now)
+            return prefix_affinity(replicas, svc.weights, sr.req)
+        return least_outstanding(replicas, svc.weights)
+
+    def _route(self, svc: ServiceSim, sr: SimRequest) -> None:
+        self._pick(svc, svc.ready, sr).enqueue(sr, self.now)
+
+    def _saturated(self, r: Replica) -> bool:
+        """The gateway's saturation rule (``GatewayConfig``): too many waiting, or the KV cache too full."""
+        g = self.cfg.simulator.gateway
+        return len(r.waiting) > g.queue_depth_threshold or r.kv_used > g.kv_cache_threshold * r.kv_cap
+
+    def _pump(self, svc: ServiceSim) -> None:
+        """Dispatch queued requests to the unsaturated ready replicas, the router choosing among them."""
+        flow = svc.flow
+        assert flow is not None
+        free = [r for r in svc.ready if not self._saturated(r)]
+        while free and flow.waiting:
+            sr = flow.pop(self.now)
+            assert sr is not None
+            r = self._pick(svc, free, sr)
+            r.enqueue(sr, self.now)
+            if self._saturated(r):
+                free.remove(r)
+
+    def _fill(self, svc: ServiceSim, r: Replica) -> None:
+        """After a step of ``r``: dispatch queued requests to it while it is ready and unsaturated."""
+        flow = svc.flow
+        assert flow is not None
+        while flow.waiting and r.state == READY and not self._saturated(r):
+            sr = flow.pop(self.now)
+            assert sr is not None
+            r.enqueue(sr, self.now)
 
     def _end(self, sr: SimRequest, status: str) -> None:
         sr.status = status
         sr.t_finish = self.now
+
+    def _end_attempt(self, sr: SimRequest, status: str) -> None:
+        """End the attempt ``sr`` with ``status``; its client sends it again (``ClientConfig``) or the
+        request ends with it."""
+        self._end(sr, status)
+        clients = self.cfg.simulator.clients
+        if status in RETRIED and sr.attempt < clients.max_retries and not self._stopping:
+            delay = min(clients.backoff_base_s * 2 ** sr.attempt, clients.backoff_cap_s)
+            delay *= 1 - clients.jitter * self._jitter.random()
+            self.retries += 1
+            self._push(self.now + delay, _RETRY, sr, 0)
+            return
+        self._close(sr)
+
+    def _close(self, sr: SimRequest) -> None:
+        rid = sr.req.rid
+        if self._closed[rid]:
+            return
+        self._closed[rid] = 1
         self.open_requests -= 1
+        if sr.status == SHED:
+            self.shed_final += 1
+            self.shed_mid_workflow += sr.continuing
+
+    def _retry(self, prev: SimRequest) -> None:
+        """The client of ``prev`` sends its request again, as a new attempt."""
+        sr = SimRequest(prev.req, prev.attempt + 1, self.now)
+        self.final[prev.req.rid] = sr
+        self._push(self.now + self.cfg.simulator.client_timeout_s, _TIMEOUT, sr, 0)
+        self._arrive(sr)
 
     def on_complete(self, sr: SimRequest, now: float) -> None:
         """Called by a replica when a request has produced its last token."""
         self._end(sr, COMPLETED)
+        self._close(sr)
+        flow = self.services[self.target].flow
+        if flow is not None:
+            flow.completed(now)
 
     def _drain_gateway(self, svc: ServiceSim) -> None:
         while svc.gateway and svc.ready:
             self._route(svc, svc.gateway.popleft())
 
     def _time_out(self, sr: SimRequest) -> None:
-        """The client of ``sr`` gave up: take it out of wherever it is, and count it failed."""
-        if sr.replica is None:
-            self.services[self.target].gateway.remove(sr)
-        else:
+        """The client of ``sr`` gave up: take it out of wherever it is; the attempt failed."""
+        svc = self.services[self.target]
+        if sr.replica is not None:
             sr.replica.abort(sr, self.now)
-        self._end(sr, FAILED)
+        elif svc.flow is not None:
+            svc.flow.discard(sr)
+        else:
+            svc.gateway.remove(sr)
+        self._end_attempt(sr, FAILED)
+
+    def _deadline(self, sr: SimRequest) -> None:
+        """A deferred attempt's deadline: shed it if it is still queued."""
+        flow = self.services[self.target].flow
+        if sr.status is None and sr.queued_s is not None and flow is not None:
+            flow.discard(sr)
+            flow.shed[sr.req.priority] += 1
+            self._end_attempt(sr, SHED)
 
     # ------------------------------------------------------------------ replicas
     def _new_replica(self, svc: ServiceSim, v: Variant, ready_now: bool = False) -> Replica:
@@ -275,7 +395,10 @@ class FleetSimulator:
         r.state = READY
         svc = self.services[r.service]
         svc.ready.append(r)
-        self._drain_gateway(svc)
+        if svc.flow is not None:
+            self._pump(svc)
+        else:
+            self._drain_gateway(svc)
 
     def _retire(self, r: Replica) -> None:
         svc = self.services[r.service]
@@ -301,7 +424,7 @@ class FleetSimulator:
         failed = r.fail_all(self.now)
         for sr in failed:
             r.metrics.success["error"] += 1
-            self._end(sr, FAILED)
+            self._end_attempt(sr, FAILED)
         entry.update(applied=True, failed_requests=len(failed))
         self._retire(r)
         self._new_replica(svc, svc.variants[variant])
@@ -341,11 +464,15 @@ class FleetSimulator:
         return delta
 
     def fail_open(self) -> int:
-        """End the simulation: fail every request still open (e.g. past the drain limit). Returns how many."""
+        """End the simulation: fail every request still open (e.g. past the drain limit), with no
+        retry. Returns how many."""
+        self._stopping = True
         n = 0
-        for sr in self.requests:
-            if sr.status is None:
-                self._end(sr, FAILED)
+        for sr in self.final:
+            if not self._closed[sr.req.rid]:
+                if sr.status is None:
+                    self._end(sr, FAILED)
+                self._close(sr)
                 n += 1
         return n
 

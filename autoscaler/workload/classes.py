@@ -6,9 +6,13 @@ itself. Units are taken in order of their first request (by arrival), and
 every request of a unit gets that unit's class, so a conversation is wholly interactive or wholly
 batch. The stream is its own (``CLASS_STREAM``): drawn from the seed alone, the same numbers would
 also decide which units rate thinning keeps (``shaping``), and a trace thinned to 10 % would keep
-only batch requests. The default
-20 % batch / 80 % interactive split and the priorities (interactive 1, batch 0) are assumptions, not
-measurements: none of the public traces labels request classes.
+only batch requests.
+
+Priority rule (same call): batch units are ``sheddable`` (0); an interactive unit is ``critical`` (2)
+when ``np.random.default_rng((seed, PRIORITY_STREAM)).random(n_units) < critical_fraction``, else
+``standard`` (1), again one draw per unit, so a workflow keeps one priority. The default
+20 % batch / 80 % interactive split and the 25 % of interactive units that are critical (so 20 % of
+all units) are assumptions, not measurements: none of the public traces labels classes or tenants.
 
 Workflow rule (``group_workflows``), for traces with chained prefix hashes (Mooncake): a request R
 *continues* an earlier request E when R's ``hash_ids`` start with all of E's complete blocks
@@ -41,7 +45,7 @@ from collections import Counter
 
 import numpy as np
 
-from autoscaler.workload.types import BATCH, INTERACTIVE, Request, Workload
+from autoscaler.workload.types import BATCH, CRITICAL, INTERACTIVE, SHEDDABLE, STANDARD, Request, Workload
 
 SHARED_MIN_FRACTION = 0.01  # see the workflow rule: ids in >= 1 % of requests are a common prompt
 
@@ -49,6 +53,8 @@ SHARED_MIN_FRACTION = 0.01  # see the workflow rule: ids in >= 1 % of requests a
 # Independent random streams per use of a seed (numpy seeds a generator from the tuple's entropy).
 CLASS_STREAM = 1
 SHAPE_STREAM = 2
+PRIORITY_STREAM = 3
+CRITICAL_FRACTION = 0.25
 
 
 def unit_index(requests: list[Request]) -> np.ndarray:
@@ -65,32 +71,31 @@ def assign_classes(
     workload: Workload,
     batch_fraction: float = 0.2,
     seed: int = 0,
-    interactive_priority: int = 1,
-    batch_priority: int = 0,
+    critical_fraction: float = CRITICAL_FRACTION,
 ) -> Workload:
-    """Return a copy of ``workload`` with ``request_class`` and ``priority`` set by the rule above.
+    """Return a copy of ``workload`` with ``request_class`` and ``priority`` set by the rules above.
 
     Args:
         workload: requests (not modified).
         batch_fraction: probability that a unit (workflow or lone request) is batch, in [0, 1].
-        seed: seed of the draw; the same workload and seed always give the same classes.
-        interactive_priority: priority given to interactive requests (>= 0, higher = more important).
-        batch_priority: priority given to batch requests (>= 0).
+        seed: seed of the draws; the same workload and seed always give the same classes and priorities.
+        critical_fraction: probability that an interactive unit is critical, in [0, 1].
 
     Raises:
-        ValueError: ``batch_fraction`` outside [0, 1] or a negative priority.
+        ValueError: ``batch_fraction`` or ``critical_fraction`` outside [0, 1].
     """
-    if not 0.0 <= batch_fraction <= 1.0:
-        raise ValueError(f"batch_fraction must be in [0, 1], got {batch_fraction}")
-    if interactive_priority < 0 or batch_priority < 0:
-        raise ValueError(f"priorities must be >= 0, got {interactive_priority} and {batch_priority}")
+    for name, x in (("batch_fraction", batch_fraction), ("critical_fraction", critical_fraction)):
+        if not 0.0 <= x <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {x}")
     units = unit_index(workload.requests)
     n_units = int(units.max()) + 1 if len(units) else 0
     is_batch = np.random.default_rng((seed, CLASS_STREAM)).random(n_units) < batch_fraction
+    is_critical = np.random.default_rng((seed, PRIORITY_STREAM)).random(n_units) < critical_fraction
     batch = is_batch[units].tolist()
+    critical = is_critical[units].tolist()
     requests = [
-        r.with_class(BATCH, batch_priority) if b else r.with_class(INTERACTIVE, interactive_priority)
-        for r, b in zip(workload.requests, batch, strict=True)
+        r.with_class(BATCH, SHEDDABLE) if b else r.with_class(INTERACTIVE, CRITICAL if c else STANDARD)
+        for r, b, c in zip(workload.requests, batch, critical, strict=True)
     ]
     return Workload(requests, workload.block_tokens, workload.source, dict(workload.meta))
 

@@ -8,6 +8,18 @@ INTERACTIVE = "interactive"
 BATCH = "batch"
 REQUEST_CLASSES = (INTERACTIVE, BATCH)
 
+PRIORITIES = ("sheddable", "standard", "critical")
+"""Tenant priority levels by ``Request.priority`` (0, 1, 2): the three criticalities of the Gateway API
+Inference Extension's InferenceModel (Sheddable, Standard, Critical), lowest first."""
+SHEDDABLE, STANDARD, CRITICAL = range(3)
+
+
+def priority_name(level: int) -> str:
+    """The name of priority ``level`` (``PRIORITIES``); ValueError outside 0..2."""
+    if not 0 <= level < len(PRIORITIES):
+        raise ValueError(f"priority must be one of 0..{len(PRIORITIES) - 1}, got {level}")
+    return PRIORITIES[level]
+
 
 @dataclass(slots=True)
 class Request:
@@ -18,7 +30,7 @@ class Request:
         input_tokens: prompt length in tokens (>= 1).
         output_tokens: tokens to generate (>= 1).
         request_class: SLO class, one of ``REQUEST_CLASSES``.
-        priority: tenant priority, higher is more important (0 = lowest).
+        priority: tenant priority, an index of ``PRIORITIES`` (0 sheddable, 1 standard, 2 critical).
         hash_ids: prefix-block hashes, chained (equal leading ids = shareable prefix); each block
             covers ``Workload.block_tokens`` tokens. Empty when the trace has none.
         workflow_id: id of the multi-step task this request belongs to, or None.

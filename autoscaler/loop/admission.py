@@ -1,0 +1,116 @@
+"""The admission sink outside the simulator: a versioned JSON document of the thresholds, served by
+the loop at ``GET /v1/admission`` (``autoscaler.loop.export.serve``).
+
+Schema (``apiVersion`` ``autoscaler/v1``, ``kind`` ``AdmissionThresholds``; docs/admission.md)::
+
+    {"apiVersion": "autoscaler/v1", "kind": "AdmissionThresholds", "generation": 7,
+     "unit": "seconds of estimated queue wait",
+     "priorities": ["sheddable", "standard", "critical"],
+     "services": {"<service>": {"thresholds": {"critical": null, "standard": 1.0, "sheddable": 0.0},
+                                "updated_unix_s": 1764600000.0}}}
+
+``null`` is no limit. ``generation`` counts the accepted publications, so a consumer can tell a new
+document from the one it holds. A set with an unknown priority or a value that is not a finite
+number >= 0 (``check_thresholds``) is refused (``invalid``) and the document keeps the last good one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, AdmissionSink
+from autoscaler.workload.types import PRIORITIES
+
+API_VERSION = "autoscaler/v1"
+KIND = "AdmissionThresholds"
+PATH = "/v1/admission"
+
+
+def check_thresholds(thresholds: Mapping[str, Any]) -> str | None:
+    """Why ``thresholds`` (priority name -> seconds, None for no limit) cannot be applied, or None:
+    an unknown priority, or a value that is not a finite number >= 0 (NaN, negative, infinite, text)."""
+    for name, x in thresholds.items():
+        if name not in PRIORITIES:
+            return f"unknown priority '{name}' (known: {', '.join(PRIORITIES)})"
+        if x is None:
+            continue
+        if isinstance(x, bool) or not isinstance(x, int | float) or not 0 <= x < math.inf:
+            return f"threshold of '{name}' must be a finite number of seconds >= 0 or null, got {x!r}"
+    return None
+
+
+class AdmissionDocument:
+    """The latest good thresholds per service, as the document of the module docstring (thread-safe).
+
+    ``publish`` is an ``AdmissionSink``: the loop's writes land here and a server reads ``json()``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._services: dict[str, dict[str, Any]] = {}
+        self.generation = 0
+
+    def publish(self, service: str, thresholds: Mapping[str, float | None]) -> ActuationResult:
+        """Store ``thresholds`` for ``service`` (priorities left out keep theirs), or refuse them."""
+        why = check_thresholds(thresholds)
+        if why is not None:
+            return ActuationResult(ActuationStatus.INVALID, f"{service}: {why}")
+        with self._lock:
+            entry = self._services.setdefault(service, {"thresholds": {}})
+            entry["thresholds"].update({p: None if x is None else float(x) for p, x in thresholds.items()})
+            entry["updated_unix_s"] = time.time()
+            self.generation += 1
+        return APPLIED
+
+    def document(self) -> dict[str, Any]:
+        """The document (module docstring)."""
+        with self._lock:
+            services = {k: {"thresholds": dict(v["thresholds"]), "updated_unix_s": v["updated_unix_s"]}
+                        for k, v in self._services.items()}
+            return {"apiVersion": API_VERSION, "kind": KIND, "generation": self.generation,
+                    "unit": "seconds of estimated queue wait", "priorities": list(PRIORITIES), "services": services}
+
+    def json(self) -> bytes:
+        """The document as UTF-8 JSON."""
+        return (json.dumps(self.document(), indent=2) + "\n").encode()
+
+
+def parse_document(text: str | bytes) -> dict[str, dict[str, float | None]]:
+    """service -> priority -> threshold (seconds, None for no limit) from a document, as a gateway reads it.
+
+    Raises:
+        ValueError: not JSON, another apiVersion or kind, or a malformed threshold (``check_thresholds``).
+    """
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"admission document: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(doc, dict) or doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
+        raise ValueError(f"admission document: expected apiVersion {API_VERSION} and kind {KIND}")
+    out: dict[str, dict[str, float | None]] = {}
+    for service, entry in (doc.get("services") or {}).items():
+        thresholds = entry.get("thresholds") if isinstance(entry, dict) else None
+        if not isinstance(thresholds, dict):
+            raise ValueError(f"admission document: services.{service}.thresholds is not a mapping")
+        why = check_thresholds(thresholds)
+        if why is not None:
+            raise ValueError(f"admission document: services.{service}: {why}")
+        out[service] = {p: None if x is None else float(x) for p, x in thresholds.items()}
+    return out
+
+
+class TeeSink:
+    """Publishes to several sinks (the simulator's gateway and the served document); the result is
+    the first failure, else applied."""
+
+    def __init__(self, *sinks: AdmissionSink) -> None:
+        self.sinks = sinks
+
+    def publish(self, service: str, thresholds: Mapping[str, float | None]) -> ActuationResult:
+        """Publish to every sink in turn."""
+        results = [s.publish(service, thresholds) for s in self.sinks]
+        return next((r for r in results if not r.ok), APPLIED)

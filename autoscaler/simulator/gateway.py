@@ -1,0 +1,177 @@
+"""A service's gateway under an admission policy: a queue per priority, thresholds, and dispatch.
+
+The rules are ``autoscaler.config.GatewayConfig``'s. The threshold of a priority is the longest
+*estimated* queue wait, seconds, a request of that priority may be admitted to (None: no limit).
+A wait, not a queue length, because the same queue length means a different wait on two replicas
+or twenty, for short prompts or long ones, while the TTFT objective it protects is in seconds.
+
+Estimated wait of a request of priority p: the requests queued ahead of it (every queued request of
+a higher priority; of its own, the in-progress ones, and the new ones too when it is new) over the
+rate at which the queue drains for it, the service's completions over the last ``RATE_WINDOW_S``
+less the arrivals of higher priorities over the same window (they will overtake it); 0 with nothing
+ahead, infinite when nothing drains for it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+
+from autoscaler.config import GatewayConfig
+from autoscaler.loop.admission import check_thresholds
+from autoscaler.simulator.engine import SimRequest
+from autoscaler.workload.types import PRIORITIES
+
+RATE_WINDOW_S = 30.0
+"""Seconds of completions and arrivals the wait estimate reads: a few TTFT objectives, short enough to
+follow a surge within one controller tick."""
+
+ADMIT, DEFER, SHED_429 = "admit", "defer", "shed"
+
+
+class Gateway:
+    """Flow control in front of one service's router (module docstring).
+
+    Args:
+        cfg: the gateway settings.
+
+    Attributes:
+        thresholds: priority level -> threshold, seconds (None: no limit); all None until set.
+        queued: priority level -> requests waiting in the gateway.
+        arrivals, dispatched, shed, deferred: priority level -> attempts counted so far.
+        wait_sum_s: priority level -> seconds waited in the gateway by the dispatched requests.
+    """
+
+    def __init__(self, cfg: GatewayConfig) -> None:
+        self.cfg = cfg
+        n = len(PRIORITIES)
+        self.thresholds: list[float | None] = [None] * n
+        self._continuing: list[deque[SimRequest]] = [deque() for _ in range(n)]
+        self._new: list[deque[SimRequest]] = [deque() for _ in range(n)]
+        self.queued = [0] * n
+        self._queued_continuing = [0] * n
+        self.started: set[int] = set()  # workflows with a request dispatched
+        self._completions: deque[float] = deque()
+        self._arrival_times: list[deque[float]] = [deque() for _ in range(n)]
+        self.arrivals = [0] * n
+        self.dispatched = [0] * n
+        self.shed = [0] * n
+        self.deferred = [0] * n
+        self.wait_sum_s = [0.0] * n
+
+    # ------------------------------------------------------------------ thresholds
+    def set_thresholds(self, thresholds: Mapping[str, float | None]) -> str | None:
+        """Apply ``thresholds`` (priority name -> seconds or None; priorities left out keep theirs), or
+        return why not (``check_thresholds``) and keep the ones in force."""
+        why = check_thresholds(thresholds)
+        if why is not None:
+            return why
+        for name, x in thresholds.items():
+            self.thresholds[PRIORITIES.index(name)] = None if x is None else float(x)
+        return None
+
+    # ------------------------------------------------------------------ estimates
+    def _prune(self, now: float) -> None:
+        cut = now - RATE_WINDOW_S
+        while self._completions and self._completions[0] <= cut:
+            self._completions.popleft()
+        for times in self._arrival_times:
+            while times and times[0] <= cut:
+                times.popleft()
+
+    def continues(self, sr: SimRequest) -> bool:
+        """True when ``sr`` belongs to a workflow with a request already dispatched."""
+        return sr.req.workflow_id is not None and sr.req.workflow_id in self.started
+
+    def estimated_wait_s(self, sr: SimRequest, now: float) -> float:
+        """Seconds ``sr`` would wait in the queue if admitted now (module docstring)."""
+        p = sr.req.priority
+        ahead = sum(self.queued[p + 1:]) + (self._queued_continuing[p] if self.continues(sr) else self.queued[p])
+        if ahead == 0:
+            return 0.0
+        self._prune(now)
+        overtaking = sum(len(t) for t in self._arrival_times[p + 1:])
+        drain = (len(self._completions) - overtaking) / RATE_WINDOW_S
+        return ahead / drain if drain > 0 else math.inf
+
+    # ------------------------------------------------------------------ intake
+    def offer(self, sr: SimRequest, now: float) -> str:
+        """Decide on an arriving attempt: ``ADMIT`` (queued), ``DEFER`` (queued with
+        ``sr.deadline_s`` set) or ``SHED_429`` (not queued: the caller answers HTTP 429)."""
+        p = sr.req.priority
+        self.arrivals[p] += 1
+        self._arrival_times[p].append(now)
+        limit = self.thresholds[p]
+        continuing = sr.continuing = self.continues(sr)
+        verdict = ADMIT
+        if limit is not None and self.estimated_wait_s(sr, now) > limit:
+            verdict = DEFER if continuing else SHED_429
+        if verdict == SHED_429:
+            self.shed[p] += 1
+            return SHED_429
+        if verdict == DEFER:
+            self.deferred[p] += 1
+            sr.deadline_s = now + self.cfg.defer_s
+        sr.queued_s = now
+        (self._continuing if continuing else self._new)[p].append(sr)
+        self.queued[p] += 1
+        self._queued_continuing[p] += continuing
+        return verdict
+
+    def discard(self, sr: SimRequest) -> None:
+        """``sr`` left the queue undispatched (its client gave up, or its deadline passed); its entry
+        is skipped when reached (the caller sets its status)."""
+        p = sr.req.priority
+        self.queued[p] -= 1
+        self._queued_continuing[p] -= sr.continuing
+        sr.queued_s = None
+
+    # ------------------------------------------------------------------ dispatch
+    @property
+    def waiting(self) -> int:
+        """Requests in the gateway's queues."""
+        return sum(self.queued)
+
+    def _head(self, q: deque[SimRequest]) -> SimRequest | None:
+        while q and q[0].queued_s is None:  # discarded entries
+            q.popleft()
+        return q[0] if q else None
+
+    def pop(self, now: float) -> SimRequest | None:
+        """The next request to dispatch, taken out of its queue (None when empty): one that has waited
+        ``max_wait_s`` first (the oldest such), else the highest priority's in-progress workflows,
+        then its new requests."""
+        if not self.waiting:
+            return None
+        best: tuple[float, deque[SimRequest]] | None = None
+        order = [q for p in reversed(range(len(PRIORITIES))) for q in (self._continuing[p], self._new[p])]
+        for q in order:
+            head = self._head(q)
+            aged = head is not None and head.queued_s is not None and now - head.queued_s >= self.cfg.max_wait_s
+            if aged and (best is None or head.queued_s < best[0]):  # type: ignore[union-attr, operator]
+                best = (head.queued_s, q)  # type: ignore[union-attr, assignment]
+        queue = best[1] if best is not None else next(q for q in order if self._head(q) is not None)
+        sr = queue.popleft()
+        p = sr.req.priority
+        self.queued[p] -= 1
+        self._queued_continuing[p] -= sr.continuing
+        self.dispatched[p] += 1
+        assert sr.queued_s is not None
+        sr.waited_s = now - sr.queued_s
+        sr.dispatched_s = now
+        self.wait_sum_s[p] += sr.waited_s
+        sr.queued_s = None
+        if sr.req.workflow_id is not None:
+            self.started.add(sr.req.workflow_id)
+        return sr
+
+    def oldest_wait_s(self, level: int, now: float) -> float:
+        """How long the oldest request of priority ``level`` still queued has waited, seconds (0 when none)."""
+        heads = [self._head(q) for q in (self._continuing[level], self._new[level])]
+        times = [h.queued_s for h in heads if h is not None and h.queued_s is not None]
+        return now - min(times) if times else 0.0
+
+    def completed(self, now: float) -> None:
+        """A request of the service completed at ``now`` (the drain rate of the wait estimate)."""
+        self._completions.append(now)

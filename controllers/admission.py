@@ -1,0 +1,146 @@
+"""Admission policies: each tick, the gateway's threshold per priority (``Decision.admission``).
+
+A threshold is the longest estimated queue wait, seconds, a request of that priority may be admitted
+to at the gateway; None is no limit (``autoscaler.simulator.gateway`` says how the wait is estimated
+and what happens above it). Each priority has a *wait budget*: ``wait_fraction`` of its class's TTFT
+objective (``critical`` and ``standard`` are interactive, ``sheddable`` batch), the wait past which a
+request is unlikely to meet its TTFT once prefilled. Both policies run beside any scaling controller
+(the anchors' included) and read only the estimate's gateway signals (``autoscaler.adapters.simulator``):
+
+- ``pid``: per priority, a PI law on its queue wait (the larger of the mean wait of its requests
+  dispatched over the last minute and the wait of its oldest queued one) against its budget: with
+  ``e = wait / budget - 1`` clipped to [-1, 3], ``threshold = budget x (1 - kp e - ki integral(e))``
+  within ``[0, max_budgets x budget]``; the integral stops where the threshold would leave that range
+  (anti-windup). A wait that is unknown (no gateway data) holds the threshold.
+- ``mpc``: the plan's balance for the coming tick, served highest priority first: the capacity of
+  the ready replicas at the interactive SLO (``ServiceEstimate.ready_capacity_rps``) goes to each
+  priority's demand (its arrival rate over the last minute, retries included, plus its queue over
+  ``DRAIN_S``) from the top down; a priority short of less than ``shed_tolerance`` of its demand is
+  left unlimited, one short of more than ``1 - shed_tolerance`` gets 0 (nothing that would wait),
+  and one in between its wait budget (what can be served in time is, the rest is shed). Shedding a
+  request costs more the higher its priority, so the cheapest shed is always the lowest priority's;
+  a request continuing a workflow in progress is dearer than a new one of its priority, which the
+  gateway honours by deferring it instead of shedding it and dispatching it first.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+from autoscaler.workload.types import BATCH, INTERACTIVE, PRIORITIES
+
+if TYPE_CHECKING:
+    from autoscaler.config import AdmissionConfig, Service
+    from autoscaler.state import ServiceEstimate
+
+PRIORITY_CLASS = {"sheddable": BATCH, "standard": INTERACTIVE, "critical": INTERACTIVE}
+"""The SLO class of each priority's requests (``autoscaler.workload.classes``: batch units are sheddable)."""
+
+DRAIN_S = 60.0
+"""Seconds over which the ``mpc`` policy counts a priority's queue as demand (the MPC's ``DRAIN_S``)."""
+
+ERROR_CLIP = (-1.0, 3.0)
+
+
+def wait_budgets(svc: Service, cfg: AdmissionConfig) -> dict[str, float]:
+    """priority -> its wait budget, seconds: ``wait_fraction`` x its class's TTFT objective."""
+    return {p: cfg.wait_fraction * svc.slo[PRIORITY_CLASS[p]].ttft_s for p in PRIORITIES}
+
+
+class AdmissionPolicy(ABC):
+    """Sets a service's admission thresholds each tick from its estimate (pure of I/O).
+
+    Args:
+        cfg: the fleet file's ``controller.admission_settings``.
+    """
+
+    name = ""
+
+    def __init__(self, cfg: AdmissionConfig) -> None:
+        self.cfg = cfg
+        self.last: dict[str, dict[str, float | None]] = {}
+
+    @abstractmethod
+    def thresholds(self, est: ServiceEstimate, svc: Service) -> dict[str, float | None]:
+        """priority -> threshold, seconds (None: no limit), for ``svc`` this tick."""
+
+
+class PIDAdmission(AdmissionPolicy):
+    """The ``pid`` policy (module docstring)."""
+
+    name = "pid"
+
+    def __init__(self, cfg: AdmissionConfig) -> None:
+        super().__init__(cfg)
+        self.integral: dict[tuple[str, str], float] = {}
+        self.last_time: dict[str, float] = {}
+
+    def thresholds(self, est: ServiceEstimate, svc: Service) -> dict[str, float | None]:
+        """One PI step per priority on its gateway wait (module docstring)."""
+        cfg = self.cfg
+        dt = est.time_s - self.last_time.get(svc.name, est.time_s)
+        self.last_time[svc.name] = est.time_s
+        last = self.last.setdefault(svc.name, {})
+        out: dict[str, float | None] = {}
+        for p, budget in wait_budgets(svc, cfg).items():
+            oldest = est.signals.get(f"gateway_oldest_wait_s.{p}")
+            if oldest is None:  # no gateway data: hold what is in force
+                out[p] = last.get(p)
+                continue
+            mean = est.signals.get(f"gateway_wait_s.{p}")
+            wait = max(oldest, mean or 0.0)
+            e = min(max(wait / budget - 1.0, ERROR_CLIP[0]), ERROR_CLIP[1])
+            key = (svc.name, p)
+            integral = self.integral.get(key, 0.0) + e * dt
+            if cfg.ki > 0:  # anti-windup: the integral alone keeps the threshold within [0, max]
+                integral = min(max(integral, (1.0 - cfg.max_budgets) / cfg.ki), 1.0 / cfg.ki)
+            self.integral[key] = integral
+            u = cfg.kp * e + cfg.ki * integral
+            out[p] = min(max(budget * (1.0 - u), 0.0), cfg.max_budgets * budget)
+        self.last[svc.name] = out
+        return out
+
+
+class PlanAdmission(AdmissionPolicy):
+    """The ``mpc`` policy (module docstring)."""
+
+    name = "mpc"
+
+    def thresholds(self, est: ServiceEstimate, svc: Service) -> dict[str, float | None]:
+        """The capacity-vs-demand balance of the coming tick, highest priority first (module docstring)."""
+        sig = est.signals
+        demand: dict[str, float] = {}
+        for p in PRIORITIES:
+            rate = sig.get(f"arrival_rate_rps.{p}")
+            if rate is None:  # no gateway data: hold what is in force
+                return dict(self.last.get(svc.name, {}))
+            demand[p] = rate + (sig.get(f"gateway_queue.{p}") or 0.0) / DRAIN_S
+        left = est.ready_capacity_rps
+        budgets = wait_budgets(svc, self.cfg)
+        tol = self.cfg.shed_tolerance
+        out: dict[str, float | None] = {}
+        for p in reversed(PRIORITIES):
+            served = min(demand[p], left)
+            left -= served
+            short = 1.0 - served / demand[p] if demand[p] > 0 else 0.0
+            out[p] = None if short <= tol else (0.0 if short >= 1.0 - tol else budgets[p])
+        self.last[svc.name] = out
+        return out
+
+
+POLICIES = {"pid": PIDAdmission, "mpc": PlanAdmission}
+
+
+def build_admission(mode: str, cfg: AdmissionConfig) -> AdmissionPolicy | None:
+    """The policy named ``mode`` (``none``, ``pid``, ``mpc``); None for ``none``.
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+    if mode == "none":
+        return None
+    if mode not in POLICIES:
+        raise ValueError(f"unknown admission policy '{mode}' (known: none, {', '.join(POLICIES)})")
+    return POLICIES[mode](cfg)
+
