@@ -136,7 +136,7 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
     hits = sum(r.metrics.prefix_hits for s in sim.services.values() for r in s.replicas)
     queries = sum(r.metrics.prefix_queries for s in sim.services.values() for r in s.replicas)
     total = len(sim.requests)
-    arrivals = [sr.req.arrival_s for sr in sim.requests]
+    first_arrival_s = sim.requests[0].req.arrival_s if sim.requests else 0.0
     flows = [s.flow for s in sim.services.values() if s.flow is not None]
     admission = {
         "policy": run.admission,
@@ -166,7 +166,7 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
         "slo_attainment": slo,
         "slo_attainment_detail": detail,
         "slo_attainment_by_priority": by_priority,
-        "goodput_rps": goodput(ok, o["finish"], min(arrivals, default=0.0), max(arrivals, default=0.0)),
+        "goodput_rps": goodput(ok, o["finish"], first_arrival_s, sim.last_arrival_s),
         "admission": admission,
         "ttft_s": _quantiles(o["ttft"][completed]),
         "itl_s": _quantiles(o["itl"][completed]),

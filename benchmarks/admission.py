@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from autoscaler.compare import split_row
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.report import request_outcomes, summarize
@@ -55,8 +56,8 @@ def capacity_rps(cfg: FleetConfig, workload: Workload) -> float:
 
 def run_row(row: str, cfg: FleetConfig, workload: Workload, window: tuple[float, float]) -> dict[str, Any]:
     """One ``SCALING@ADMISSION`` run and its figures (module docstring)."""
-    spec, _, admission = row.partition("@")
-    run = run_simulation(cfg, workload, spec, admission=admission or None)
+    spec, admission = split_row(row)
+    run = run_simulation(cfg, workload, spec, admission=admission)
     res = summarize(run)
     o = request_outcomes(run)
     final = run.sim.final

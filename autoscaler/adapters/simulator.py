@@ -247,7 +247,7 @@ class SimMetricsSource:
             signals.update(_gateway_signals(gw, now, min(self.window_s, GATEWAY_WINDOW_S), svc.flow is not None))
             if svc.flow is not None:  # the user's TTFT includes the gateway's wait, and its queue is the service's
                 signals["queue_length"] = (signals["queue_length"] or 0.0) + svc.flow.waiting
-                wait = _mean_gateway_wait(gw, now, self.window_s)
+                wait = None if arrivals is None else _mean_gateway_wait(arrivals)
                 if wait is not None and signals["ttft_mean_s"] is not None:
                     signals["ttft_mean_s"] += wait
             first = self._first_scrape.get(name)
@@ -264,6 +264,7 @@ def _gateway_signals(gw: _PodSeries, now: float, window_s: float, flow: bool) ->
     recent = times > now - window_s
     rates = extrapolated_rate(times[recent], np.array(gw.counters)[recent], now - window_s, now) \
         if recent.any() else None
+    latest = gw.gauges[-1] if gw.gauges else ()
     out: dict[str, float | None] = {}
     for i, p in enumerate(PRIORITIES):
         out[f"arrival_rate_rps.{p}"] = None if rates is None else float(rates[1 + i])
@@ -272,18 +273,15 @@ def _gateway_signals(gw: _PodSeries, now: float, window_s: float, flow: bool) ->
         dispatched = None if rates is None else float(rates[1 + n + i])
         waited = None if rates is None else float(rates[1 + 2 * n + i])
         out[f"gateway_wait_s.{p}"] = waited / dispatched if dispatched and waited is not None else None
-        latest = gw.gauges[-1] if gw.gauges else ()
         out[f"gateway_queue.{p}"] = latest[i] if latest else None
         out[f"gateway_oldest_wait_s.{p}"] = latest[n + i] if latest else None
     return out
 
 
-def _mean_gateway_wait(gw: _PodSeries, now: float, window_s: float) -> float | None:
-    """Mean gateway wait of the requests dispatched over the window, all priorities, seconds."""
+def _mean_gateway_wait(rates: np.ndarray) -> float | None:
+    """Mean gateway wait of the requests dispatched over the window, all priorities, seconds, from the
+    ``rate()`` of every gateway counter over it."""
     n = len(PRIORITIES)
-    rates = extrapolated_rate(np.array(gw.times), np.array(gw.counters), now - window_s, now)
-    if rates is None:
-        return None
     dispatched, waited = float(rates[1 + n:1 + 2 * n].sum()), float(rates[1 + 2 * n:1 + 3 * n].sum())
     return waited / dispatched if dispatched > 0 else None
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, StrictBool, model_validator
 
@@ -81,7 +81,8 @@ class ForecastConfig(Strict):
     router: Literal["least_outstanding", "prefix_affinity"] | None = None
 
 
-ADMISSION_MODES = ("none", "pid", "mpc")
+AdmissionMode = Literal["none", "pid", "mpc"]
+ADMISSION_MODES: tuple[str, ...] = get_args(AdmissionMode)
 
 
 class AdmissionConfig(Strict):
@@ -126,7 +127,7 @@ class ControllerConfig(Strict):
     pid: PIDConfig = PIDConfig()
     guard: GuardConfig = GuardConfig()
     forecast: ForecastConfig = ForecastConfig()
-    admission: Literal["none", "pid", "mpc"] = "none"
+    admission: AdmissionMode = "none"
     admission_settings: AdmissionConfig = AdmissionConfig()
 
     @model_validator(mode="after")

@@ -358,8 +358,7 @@ class FleetSimulator:
         """A deferred attempt's deadline: shed it if it is still queued."""
         flow = self.services[self.target].flow
         if sr.status is None and sr.queued_s is not None and flow is not None:
-            flow.discard(sr)
-            flow.shed[sr.req.priority] += 1
+            flow.expire(sr)
             self._end_attempt(sr, SHED)
 
     # ------------------------------------------------------------------ replicas

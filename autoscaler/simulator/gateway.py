@@ -49,6 +49,8 @@ class Gateway:
         self.thresholds: list[float | None] = [None] * n
         self._continuing: list[deque[SimRequest]] = [deque() for _ in range(n)]
         self._new: list[deque[SimRequest]] = [deque() for _ in range(n)]
+        # dispatch order: each priority's in-progress workflows, then its new requests, top priority first
+        self._order = [q for p in reversed(range(n)) for q in (self._continuing[p], self._new[p])]
         self.queued = [0] * n
         self._queued_continuing = [0] * n
         self.started: set[int] = set()  # workflows with a request dispatched
@@ -119,6 +121,11 @@ class Gateway:
         self._queued_continuing[p] += continuing
         return verdict
 
+    def expire(self, sr: SimRequest) -> None:
+        """A deferred ``sr`` reached its deadline still queued: it leaves the queue, counted as shed."""
+        self.discard(sr)
+        self.shed[sr.req.priority] += 1
+
     def discard(self, sr: SimRequest) -> None:
         """``sr`` left the queue undispatched (its client gave up, or its deadline passed); its entry
         is skipped when reached (the caller sets its status)."""
@@ -144,14 +151,9 @@ class Gateway:
         then its new requests."""
         if not self.waiting:
             return None
-        best: tuple[float, deque[SimRequest]] | None = None
-        order = [q for p in reversed(range(len(PRIORITIES))) for q in (self._continuing[p], self._new[p])]
-        for q in order:
-            head = self._head(q)
-            aged = head is not None and head.queued_s is not None and now - head.queued_s >= self.cfg.max_wait_s
-            if aged and (best is None or head.queued_s < best[0]):  # type: ignore[union-attr, operator]
-                best = (head.queued_s, q)  # type: ignore[union-attr, assignment]
-        queue = best[1] if best is not None else next(q for q in order if self._head(q) is not None)
+        heads = [(q[0].queued_s, q) for q in self._order if self._head(q) is not None]
+        aged = [h for h in heads if h[0] is not None and now - h[0] >= self.cfg.max_wait_s]
+        queue = min(aged, key=lambda h: h[0] or 0.0)[1] if aged else heads[0][1]
         sr = queue.popleft()
         p = sr.req.priority
         self.queued[p] -= 1
