@@ -106,6 +106,15 @@ def results_table(res: dict[str, Any]) -> Table:
     for c, d in res["slo_attainment_detail"].items():
         t.add_row(f"SLO attainment {c} (TTFT / ITL / both)",
                   f"{_fmt(d['ttft'], '.2%')} / {_fmt(d['itl'], '.2%')} / {_fmt(d['both'], '.2%')}")
+    bp = res["slo_attainment_by_priority"]
+    t.add_row("SLO attainment critical / standard / sheddable",
+              f"{_fmt(bp['critical'], '.2%')} / {_fmt(bp['standard'], '.2%')} / {_fmt(bp['sheddable'], '.2%')}")
+    a = res["admission"]
+    if a["policy"] != "none":
+        t.add_row(f"admission {a['policy']}: shed (429s) / deferred / mid-workflow",
+                  f"{a['shed']} ({a['shed_attempts']}) / {a['deferred']} / {a['shed_mid_workflow']}")
+    if a["retries"]:
+        t.add_row("client retries", str(a["retries"]))
     for k, label in (("ttft_s", "TTFT"), ("itl_s", "ITL")):
         q = res[k]
         t.add_row(f"{label} p50 / p95 / p99 (s)", f"{_fmt(q['p50'])} / {_fmt(q['p95'])} / {_fmt(q['p99'])}")
