@@ -453,6 +453,40 @@ def test_client_timeout_of_requests_queued_on_a_replica(make_fleet) -> None:
     assert r.kv_used == 0 and not r.waiting and not r.busy
 
 
+def test_a_streaming_clients_timeout_ends_with_its_first_token(make_fleet) -> None:
+    # As above, with streaming clients: the sixth request has its first token before 4.5 s and runs to
+    # its end; the last four still have none at 4.5 s and fail then.
+    cfg = make_fleet(1, client_timeout_s=4.5, simulator={"clients": {"streaming": True}})
+    cfg.simulator.engine.max_num_seqs = 1
+    sim = FleetSimulator(cfg, Workload([Request(arrival_s=0.0, input_tokens=100, output_tokens=100)
+                                        for _ in range(10)]))
+    run_all(sim)
+    assert [sr.status for sr in sim.requests] == [COMPLETED] * 6 + [FAILED] * 4
+    assert sim.requests[5].t_finish > 4.5
+    assert all(sr.t_finish == 4.5 and sr.t_first is None for sr in sim.requests[6:])
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_retried_attempt_times_out_as_its_client_streams(make_fleet, streaming: bool) -> None:
+    # No replica until 6 s: the first attempt times out at 5 s with no token and is retried within
+    # 0.5 s. The retry's 2,000-token decode (~16 s) outlasts its own 5-s timeout: a non-streaming
+    # client gives up on it; a streaming one, which has its first token, reads it to the end.
+    cfg = make_fleet(0, min_replicas=0, max_replicas=2, startup_s=5.0, client_timeout_s=5.0,
+                     simulator={"clients": {"max_retries": 1, "streaming": streaming}})
+    sim = FleetSimulator(cfg, Workload([Request(arrival_s=0.0, input_tokens=400, output_tokens=2000)]))
+    sim.run_until(1.0)
+    sim.set_replicas("svc", "h100", 1)
+    run_all(sim)
+    (first,) = sim.requests
+    (last,) = sim.final
+    assert (first.status, first.t_finish, sim.retries) == (FAILED, 5.0, 1)
+    assert last.attempt == 1 and last.t_first is not None
+    if streaming:
+        assert last.status == COMPLETED and last.t_finish - last.sent_s > 5.0
+    else:
+        assert last.status == FAILED and last.t_finish == pytest.approx(last.sent_s + 5.0)
+
+
 def test_a_crashed_replicas_replacement_starts_warm_when_a_warm_node_is_free(make_fleet) -> None:
     # 2 warm nodes, 3 replicas (the first two on the warm nodes). The oldest replica (on a warm node)
     # crashes: its node is free, so the replacement starts warm although 2 replicas are still alive.

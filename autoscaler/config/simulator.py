@@ -50,12 +50,19 @@ class ClientConfig(Strict):
     crashed replica is sent again after ``min(backoff_base_s x 2^k, backoff_cap_s) x (1 - jitter x u)``
     (k = retries so far, u uniform in [0, 1)), up to ``max_retries`` times; every attempt is counted
     and the request ends with its last attempt.
+
+    ``streaming`` clients ask for a stream of tokens (``stream=True``). The OpenAI client's timeout is
+    httpx's, which bounds each read, not the whole response: a streaming attempt times out only while
+    no token has come (its first token cancels ``client_timeout_s``; a gap between tokens never
+    approaches it), while a non-streaming one (the default) receives nothing until its last token, so
+    ``client_timeout_s`` bounds its whole generation.
     """
 
     max_retries: int = Field(default=0, ge=0, le=20)
     backoff_base_s: float = Field(default=0.5, gt=0)
     backoff_cap_s: float = Field(default=8.0, gt=0)
     jitter: float = Field(default=0.25, ge=0, le=1)
+    streaming: bool = False
 
 
 class GatewayConfig(Strict):
@@ -87,8 +94,9 @@ class SimulatorConfig(Strict):
         engine: per-replica vLLM scheduler settings.
         client_timeout_s: an attempt still unfinished this long after it was sent fails: its client
             gave up (and retries, ``clients``), wherever it was (waiting at the gateway, queued on a
-            replica, or running, which vLLM then aborts). Default 600 s, the 10-minute read timeout of
-            common LLM clients.
+            replica, or running, which vLLM then aborts); a streaming client's attempt only while it
+            has no token yet (``ClientConfig``). Default 600 s, the 10-minute read timeout of common
+            LLM clients.
         scrape_interval_s: how often the simulated Prometheus samples every pod (seconds; a
             controller ticking faster is sampled at its own tick, as its anchor reads the pods).
         slowdown: variant name -> how many times longer its replicas' steps are than its profile says

@@ -9,11 +9,11 @@ requests fail, its cache is lost, and a replacement starts, as a ReplicaSet recr
 
 Nodes: ``warm_nodes`` of a variant's nodes hold its weights; a new replica starts warm when one of
 them is free (no live replica on it), else cold. Clients: an attempt unfinished ``client_timeout_s``
-after it was sent fails, wherever it is (gateway, a replica's queue, or running: vLLM aborts it);
-one that failed so, on a crashed replica, or was shed by the gateway (HTTP 429) is retried as
-``simulator.clients`` says (``autoscaler.config.ClientConfig``), each retry a new attempt
-(``SimRequest``) of the same request; ``requests`` holds every request's first attempt, ``final`` its
-last. A request too long for ``max_model_len`` is rejected (HTTP 400) and not retried.
+after it was sent (a streaming client's: with no token yet) fails, wherever it is (gateway, a
+replica's queue, or running: vLLM aborts it); one that failed so, on a crashed replica, or was shed
+by the gateway (HTTP 429) is retried as ``simulator.clients`` says (``autoscaler.config.ClientConfig``),
+each retry a new attempt (``SimRequest``) of the same request; ``requests`` holds every request's
+first attempt, ``final`` its last. A request too long for ``max_model_len`` is rejected (HTTP 400) and not retried.
 
 Gateway: without an admission policy, requests go to the router at once (held only while no replica
 is ready); with one (``admission=True``), each service's ``autoscaler.simulator.gateway.Gateway``
@@ -159,7 +159,9 @@ class FleetSimulator:
     def _next_timeout_s(self) -> float:
         """When the oldest open request's client gives up (inf when none is open)."""
         reqs = self.requests
-        while self._oldest < self._next_arrival and reqs[self._oldest].status is not None:
+        streaming = self.cfg.simulator.clients.streaming
+        while self._oldest < self._next_arrival and (
+                reqs[self._oldest].status is not None or (streaming and reqs[self._oldest].t_first is not None)):
             self._oldest += 1
         if self._oldest >= self._next_arrival:
             return float("inf")
@@ -199,7 +201,8 @@ class FleetSimulator:
                 elif kind == _RETRY:
                     self._retry(obj)  # type: ignore[arg-type]
                 elif kind == _TIMEOUT:
-                    if obj.status is None:  # type: ignore[attr-defined]
+                    if obj.status is None and not (  # type: ignore[attr-defined]
+                            obj.t_first is not None and self.cfg.simulator.clients.streaming):  # type: ignore[attr-defined]
                         self._time_out(obj)  # type: ignore[arg-type]
                 else:
                     self._deadline(obj)  # type: ignore[arg-type]
