@@ -13,7 +13,11 @@ Besides the run's ``results.json`` figures it reports, over the scenario's ``sur
 - ``sheddable_max_wait_after_s``: the longest gateway wait of a sheddable request dispatched after
   the window (the gateway's ``max_wait_s`` bounds it).
 
-    python benchmarks/admission.py [--out runs/admission] [--workers N] [--rows pid@none,mpc@mpc]
+With ``--seeds`` it runs each seed's workload (the scenario's own seed by default), prints a table
+per seed and then each row's spread over the seeds (min / median / max).
+
+    python benchmarks/admission.py [--scenario surge.yaml] [--seeds 0,1,2] [--out runs/admission]
+                                   [--workers N] [--rows pid@none,mpc@mpc]
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from compare import scenario_fleet, scenario_workload  # noqa: E402
 
-SCENARIO = HERE / "scenarios" / "surge.yaml"
+SCENARIOS = HERE / "scenarios"
 
 
 def capacity_rps(cfg: FleetConfig, workload: Workload) -> float:
@@ -105,39 +109,67 @@ def table(rows: list[dict[str, Any]], capacity: float) -> str:
     return "\n".join(lines)
 
 
-_JOB: tuple[FleetConfig, Workload, tuple[float, float]] | None = None
+def spread(by_seed: dict[int, list[dict[str, Any]]], capacity: dict[int, float]) -> str:
+    """The Markdown table of each row's min / median / max over the seeds."""
+    lines = ["| row | critical in surge | goodput in surge (x capacity) | $/succ. task |", "|" + "---|" * 4]
+    rows = [r["row"] for r in next(iter(by_seed.values()))]
+
+    def mmm(xs: list[float], fmt: str) -> str:
+        return " / ".join(format(x, fmt) for x in (min(xs), float(np.median(xs)), max(xs)))
+    for i, row in enumerate(rows):
+        crit = [runs[i]["critical_surge"] for runs in by_seed.values()]
+        good = [runs[i]["goodput_surge_rps"] / capacity[s] for s, runs in by_seed.items()]
+        cost = [runs[i]["results"]["cost_per_successful_task_usd"] for runs in by_seed.values()]
+        lines.append(f"| {row} | {mmm(crit, '.2%')} | {mmm(good, '.2f')} | {mmm(cost, '.6f')} |")
+    return "\n".join(lines)
 
 
-def _init(cfg: FleetConfig, workload: Workload, window: tuple[float, float]) -> None:
+_JOB: tuple[FleetConfig, dict[int, Workload], tuple[float, float]] | None = None
+
+
+def _init(cfg: FleetConfig, workloads: dict[int, Workload], window: tuple[float, float]) -> None:
     global _JOB
-    _JOB = (cfg, workload, window)
+    _JOB = (cfg, workloads, window)
 
 
-def _work(row: str) -> dict[str, Any]:
+def _work(job: tuple[int, str]) -> dict[str, Any]:
     assert _JOB is not None
-    return run_row(row, *_JOB)
+    cfg, workloads, window = _JOB
+    return run_row(job[1], cfg, workloads[job[0]], window)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenario", default="surge.yaml",
+                    help="a scenario under benchmarks/scenarios with a surge window")
+    ap.add_argument("--seeds", default=None, help="comma-separated workload seeds (default: the scenario's)")
     ap.add_argument("--out", type=Path, default=HERE.parent / "runs" / "admission")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--rows", default=None, help="comma-separated SCALING@ADMISSION rows (default: the scenario's)")
     args = ap.parse_args()
-    sc = yaml.safe_load(SCENARIO.read_text())
-    cfg = parse_config(scenario_fleet(sc), "surge fleet")
-    wl = scenario_workload(sc, HERE)
+    path = SCENARIOS / args.scenario
+    sc = yaml.safe_load(path.read_text())
+    cfg = parse_config(scenario_fleet(sc), path.name)
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [int(sc["seed"])]
+    workloads = {s: scenario_workload({**sc, "seed": s}, HERE) for s in seeds}
     window = (float(sc["surge"]["start_s"]), float(sc["surge"]["end_s"]))
     rows = args.rows.split(",") if args.rows else sc["controllers"]
-    cap = capacity_rps(cfg, wl)
-    with ProcessPoolExecutor(max_workers=min(args.workers, len(rows)), initializer=_init,
-                             initargs=(cfg, wl, window)) as pool:
-        out = list(pool.map(_work, rows))
+    cap = {s: capacity_rps(cfg, wl) for s, wl in workloads.items()}
+    jobs = [(s, r) for s in seeds for r in rows]
+    with ProcessPoolExecutor(max_workers=min(args.workers, len(jobs)), initializer=_init,
+                             initargs=(cfg, workloads, window)) as pool:
+        out = list(pool.map(_work, jobs))
+    by_seed = {s: out[i * len(rows):(i + 1) * len(rows)] for i, s in enumerate(seeds)}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "surge.json").write_text(json.dumps({"capacity_rps": cap, "rows": out}, indent=2) + "\n")
-    print(f"### surge: {len(wl.requests)} requests; fleet capacity at the SLO {cap:.1f} req/s; "
-          f"window {window[0]:g}-{window[1]:g} s\n")
-    print(table(out, cap))
+    (args.out / f"{sc['name']}.json").write_text(json.dumps(
+        {"seeds": {str(s): {"capacity_rps": cap[s], "rows": by_seed[s]} for s in seeds}}, indent=2) + "\n")
+    for s in seeds:
+        print(f"### {sc['name']}, seed {s}: {len(workloads[s].requests)} requests; fleet capacity at the SLO "
+              f"{cap[s]:.1f} req/s; window {window[0]:g}-{window[1]:g} s\n")
+        print(table(by_seed[s], cap[s]) + "\n")
+    if len(seeds) > 1:
+        print(f"### {sc['name']}: min / median / max over seeds {', '.join(map(str, seeds))}\n")
+        print(spread(by_seed, cap))
 
 
 if __name__ == "__main__":

@@ -278,3 +278,28 @@ def test_simulate_cli_refuses_an_unknown_admission_policy(tmp_path) -> None:
     assert res.exit_code != 0 and "--admission must be one of none, pid, mpc" in res.output
     res = CliRunner().invoke(app, ["compare", "--controllers", "pid@fifo", "--out", str(tmp_path / "o")])
     assert res.exit_code != 0 and "unknown admission policy 'fifo'" in res.output
+
+
+def test_the_gateways_shed_rate_is_read_as_its_arrival_rate_is(make_fleet) -> None:
+    # The shed counter of the sheddable priority grows as its arrivals counter does (and the
+    # standard priority's arrivals at half that pace, nothing shed): the two rates are equal, and
+    # the shed rate of a priority that sheds nothing is 0. Without flow control there is no shed rate.
+    from autoscaler.adapters.simulator import SimMetricsSource
+
+    sim = gateway_sim(make_fleet, [req(10_000.0, 0)])
+    svc = sim.services["svc"]
+    src = SimMetricsSource(sim, window_s=60.0)
+    for k in range(5):
+        svc.arrivals_by_priority[0] = svc.flow.shed[0] = 30 * k
+        svc.arrivals_by_priority[1] = 15 * k
+        src.scrape(15.0 * k)
+    sig = src.observe(60.0)["svc"].signals
+    assert sig["arrival_rate_rps.sheddable"] > 0
+    assert sig["gateway_shed_rps.sheddable"] == pytest.approx(sig["arrival_rate_rps.sheddable"])
+    assert sig["arrival_rate_rps.standard"] == pytest.approx(sig["arrival_rate_rps.sheddable"] / 2)
+    assert sig["gateway_shed_rps.standard"] == 0.0 == sig["gateway_shed_rps.critical"]
+    plain = FleetSimulator(make_fleet(1), Workload([req(10_000.0, 0)], source="test"))
+    src = SimMetricsSource(plain, window_s=60.0)
+    for k in range(3):
+        src.scrape(15.0 * k)
+    assert "gateway_shed_rps.sheddable" not in src.observe(30.0)["svc"].signals

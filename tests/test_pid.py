@@ -411,3 +411,29 @@ def test_overload_factor_is_capped_at_one_plus_error_clip(make_fleet) -> None:
     d = ctl.decide(_estimate({**sig, "queue_length": 600.0}, 2, 0, 10.0, t=160.0), svc)
     # Uncapped: 20 x (1e-9 + 10) / 1e-9 -> the whole fleet. Capped at 1 + 3 = 4x: 80 req/s -> 8 replicas.
     assert d.desired == {"h100": 8}
+
+
+def test_shedding_sizes_for_the_gateways_arrivals_while_the_error_is_positive(make_fleet) -> None:
+    from autoscaler.config import ControllerConfig, PIDConfig
+
+    svc = make_fleet(10, min_replicas=0, max_replicas=40).services[0]
+    # kp = ki = 0: only the demand floor can add capacity. e = 0.4 / 0.3 - 1 = 0.33 > 0, far below the clip.
+    ctrl = ControllerConfig(pid=PIDConfig(setpoint_signal="slo_mean_ratio", setpoint=0.3, kp=0.0, ki=0.0,
+                                          deadband=0.0, error_clip=3.0))
+    sig = {"slo_mean_ratio": 0.4, "request_rate_rps": 10.0, "arrival_rate_rps": 25.0, "queue_length": 0.0}
+    shedding = {**sig, "gateway_shed_rps.sheddable": 9.0, "gateway_shed_rps.standard": 0.0}
+    # 2 ready replicas of 10 req/s; the gateway receives 25 req/s and 10 complete: 20 x 25 / 10 = 50 -> 5.
+    d = PIDController(ctrl.pid, ctrl.tick_s, ctrl.window_s).decide(_estimate(shedding, 2, 0, 10.0), svc)
+    assert d.desired == {"h100": 5}
+    # Capped at 1 + error_clip = 4x the ready capacity: 80 req/s -> 8 replicas.
+    d = PIDController(ctrl.pid, ctrl.tick_s, ctrl.window_s).decide(
+        _estimate({**shedding, "arrival_rate_rps": 1000.0}, 2, 0, 10.0), svc)
+    assert d.desired == {"h100": 8}
+    # Nothing shed (0, or no gateway data): the same arrivals do not move it, as before.
+    for quiet in ({**sig, "gateway_shed_rps.sheddable": 0.0}, sig):
+        d = PIDController(ctrl.pid, ctrl.tick_s, ctrl.window_s).decide(_estimate(quiet, 2, 0, 10.0), svc)
+        assert d.desired == {"h100": 2}
+    # Shedding with the latency below the setpoint (e < 0): no scale-up from it.
+    d = PIDController(ctrl.pid, ctrl.tick_s, ctrl.window_s).decide(
+        _estimate({**shedding, "slo_mean_ratio": 0.2}, 2, 0, 10.0), svc)
+    assert d.desired == {"h100": 2}

@@ -16,9 +16,11 @@ kube-state-metrics reports a Deployment's status as it changes):
   gauges at their latest sample, ``max_over_time`` over the window's samples.
 - Only pods that serve now (ready or draining) and have been scraped are in scope, as the
   Prometheus source keeps only pods with fresh samples; a removed pod's series goes stale at once.
-- The gateway's counters per priority (attempts received; under flow control, attempts dispatched
-  and the seconds they waited) give ``arrival_rate_rps.<priority>`` and ``gateway_wait_s.<priority>``
-  (mean wait of the dispatched, ``rate(wait) / rate(dispatched)``) over the last
+- The gateway's counters per priority (attempts received; under flow control, attempts dispatched,
+  the seconds they waited, and attempts shed) give ``arrival_rate_rps.<priority>``,
+  ``gateway_wait_s.<priority>`` (mean wait of the dispatched, ``rate(wait) / rate(dispatched)``) and
+  ``gateway_shed_rps.<priority>`` (HTTP 429s per second, deferred ones shed at their deadline
+  included) over the last
   ``GATEWAY_WINDOW_S`` (or the window, if shorter), and its gauges ``gateway_queue.<priority>``
   (requests queued) and ``gateway_oldest_wait_s.<priority>`` (the oldest one's wait, 0 when none)
   at the latest scrape; the flow-control signals are absent (unknown) without flow control. Under flow
@@ -138,7 +140,7 @@ class SimMetricsSource:
             gw.times.append(now)
             flow = svc.flow
             n = len(PRIORITIES)
-            flow_counters = [*flow.dispatched, *flow.wait_sum_s] if flow is not None else [0.0] * (2 * n)
+            flow_counters = [*flow.dispatched, *flow.wait_sum_s, *flow.shed] if flow is not None else [0.0] * (3 * n)
             gw.counters.append(np.array([float(svc.arrivals), *svc.arrivals_by_priority, *flow_counters], dtype=float))
             gw.gauges.append(tuple(float(x) for x in (*flow.queued, *(flow.oldest_wait_s(p, now) for p in range(n))))
                              if flow is not None else ())
@@ -273,6 +275,7 @@ def _gateway_signals(gw: _PodSeries, now: float, window_s: float, flow: bool) ->
         dispatched = None if rates is None else float(rates[1 + n + i])
         waited = None if rates is None else float(rates[1 + 2 * n + i])
         out[f"gateway_wait_s.{p}"] = waited / dispatched if dispatched and waited is not None else None
+        out[f"gateway_shed_rps.{p}"] = None if rates is None else float(rates[1 + 3 * n + i])
         out[f"gateway_queue.{p}"] = latest[i] if latest else None
         out[f"gateway_oldest_wait_s.{p}"] = latest[n + i] if latest else None
     return out
