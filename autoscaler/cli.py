@@ -550,5 +550,31 @@ def compare(
     console.print(f"wrote {' and '.join(str(p) for p in paths)}", highlight=False, soft_wrap=True)
 
 
+admission_app = typer.Typer(no_args_is_help=True, help="Admission thresholds for a real gateway.")
+app.add_typer(admission_app, name="admission")
+
+
+@admission_app.command("objectives")
+def admission_objectives(
+    source: Annotated[str, typer.Argument(help="the loop's address (http://HOST:PORT, /v1/admission added) "
+                                                "or a file holding an admission document")],
+    pool: Annotated[str | None, typer.Option(
+        help="the InferencePool the objectives name (default: the service)")] = None,
+    namespace: Annotated[str | None, typer.Option(help="the objectives' namespace")] = None,
+) -> None:
+    """Print the Gateway API Inference Extension's InferenceObjectives for the thresholds in force
+    (one per service and priority; docs/admission.md), for `kubectl apply -f -`."""
+    import yaml
+
+    from autoscaler.adapters.gateway_api import objectives, read_document
+    try:
+        manifests = objectives(read_document(source), pool, namespace)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    if not manifests:
+        raise _fail(f"admission document {source}: no service has thresholds yet")
+    typer.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
+
+
 if __name__ == "__main__":
     app()

@@ -1,0 +1,116 @@
+"""The Gateway API Inference Extension (GIE) as a consumer of the admission thresholds.
+
+GIE's endpoint picker (EPP) reads its ``EndpointPickerConfig`` (saturation detector, flow-control
+priority bands) once, at startup, but watches its ``InferenceObjective`` resources: each names a
+serving objective that clients select per request (header ``x-gateway-inference-objective``) and
+carries an integer ``priority``. While the pool is saturated the EPP rejects (HTTP 503) requests of
+a *negative* priority when its flow control is off, and dispatches bands highest priority first when
+it is on (GIE's configuration guide, "Saturation Detector Configuration" and "Flow Control").
+
+So the thresholds reach GIE as the priorities of one objective per (service, priority), named
+``<service>-<priority>``:
+
+- no limit (``null``) or a positive wait budget: the priority's rank, ``critical`` 2, ``standard`` 1,
+  ``sheddable`` 0 (never shed by the EPP; a positive budget is a wait the EPP's queue and the
+  client's deadline bound, which GIE cannot set per objective);
+- 0 (admit nothing that would wait): the rank minus 3 (``critical`` -1, ``standard`` -2,
+  ``sheddable`` -3): shed while the pool is saturated, lowest first, and below every open band.
+
+This is coarser than the simulator's gateway, which compares each request's estimated wait with the
+threshold; docs/admission.md says what is lost. ``objectives`` is pure; ``read_document`` fetches.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from autoscaler.loop.admission import PATH, parse_document
+from autoscaler.urls import redact
+from autoscaler.workload.types import PRIORITIES
+
+API_VERSION = "inference.networking.x-k8s.io/v1alpha2"
+KIND = "InferenceObjective"
+POOL_GROUP = "inference.networking.k8s.io"
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+SHED_OFFSET = len(PRIORITIES)
+"""How far a priority whose threshold is 0 drops: below every rank, so shed bands stay under open ones."""
+
+
+def objective_priority(priority: str, threshold: float | None) -> int:
+    """The ``InferenceObjective`` priority for ``priority`` under ``threshold`` (module docstring).
+
+    Raises:
+        ValueError: an unknown priority.
+    """
+    if priority not in PRIORITIES:
+        raise ValueError(f"unknown priority '{priority}' (known: {', '.join(PRIORITIES)})")
+    rank = PRIORITIES.index(priority)
+    return rank - SHED_OFFSET if threshold == 0 else rank
+
+
+def objectives(thresholds: Mapping[str, Mapping[str, float | None]], pool: str | None = None,
+               namespace: str | None = None) -> list[dict[str, Any]]:
+    """One ``InferenceObjective`` manifest per (service, priority) of ``thresholds``
+    (service -> priority -> seconds or None, as ``parse_document`` returns), on the InferencePool
+    ``pool`` (default: the service's name), in ``namespace`` when given; priorities a service does
+    not list have no limit.
+
+    Raises:
+        ValueError: a service name that cannot name a Kubernetes object (lower-case letters, digits,
+            ``-`` and ``.``; at most 253 characters with the priority appended).
+    """
+    out = []
+    for service in sorted(thresholds):
+        for p in reversed(PRIORITIES):
+            name = f"{service}-{p}"
+            if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+                raise ValueError(f"service '{service}': '{name}' is not a valid Kubernetes object name "
+                                 "(lower-case letters, digits, '-' and '.')")
+            meta: dict[str, Any] = {"name": name}
+            if namespace:
+                meta["namespace"] = namespace
+            meta["labels"] = {"app.kubernetes.io/managed-by": "autoscaler", "autoscaler/service": service,
+                              "autoscaler/priority": p}
+            out.append({"apiVersion": API_VERSION, "kind": KIND, "metadata": meta,
+                        "spec": {"priority": objective_priority(p, thresholds[service].get(p)),
+                                 "poolRef": {"group": POOL_GROUP, "kind": "InferencePool",
+                                             "name": pool or service}}})
+    return out
+
+
+def read_document(source: str, timeout_s: float = 10.0) -> dict[str, dict[str, float | None]]:
+    """The thresholds of the admission document at ``source``: an ``http(s)://`` URL (the loop's
+    address, ``/v1/admission`` added when the URL has no path) or a file.
+
+    Raises:
+        ValueError: unreachable, not found, or not a valid document; the message names the source
+            (credentials masked).
+    """
+    if source.startswith(("http://", "https://")):
+        parts = urllib.parse.urlsplit(source)
+        url = source if parts.path not in ("", "/") else urllib.parse.urlunsplit(parts._replace(path=PATH))
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as r:
+                body = r.read()
+        except urllib.error.HTTPError as exc:
+            raise ValueError(f"admission document at {redact(url)}: HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ValueError(f"admission document at {redact(url)}: unreachable ({reason})") from None
+        where = redact(url)
+    else:
+        try:
+            body = Path(source).read_bytes()
+        except OSError as exc:
+            raise ValueError(f"admission document {source}: {exc.strerror or exc}") from None
+        where = source
+    try:
+        return parse_document(body)
+    except ValueError as exc:
+        raise ValueError(f"{exc} ({where})") from None

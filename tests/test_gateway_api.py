@@ -1,0 +1,95 @@
+"""The admission thresholds as the Gateway API Inference Extension's InferenceObjectives
+(autoscaler.adapters.gateway_api, ``autoscaler admission objectives``, examples/gateway)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+from typer.testing import CliRunner
+
+from autoscaler.adapters.gateway_api import objective_priority, objectives, read_document
+from autoscaler.cli import app
+from autoscaler.loop.admission import AdmissionDocument
+from autoscaler.loop.export import serve
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_priorities_keep_their_rank_until_a_threshold_of_zero_sheds_them() -> None:
+    # ranks: sheddable 0, standard 1, critical 2; a threshold of 0 drops a priority by 3, below every rank
+    assert [objective_priority(p, None) for p in ("sheddable", "standard", "critical")] == [0, 1, 2]
+    assert [objective_priority(p, 1.5) for p in ("sheddable", "standard", "critical")] == [0, 1, 2]
+    assert [objective_priority(p, 0.0) for p in ("sheddable", "standard", "critical")] == [-3, -2, -1]
+    with pytest.raises(ValueError, match="unknown priority 'gold'"):
+        objective_priority("gold", None)
+
+
+def test_one_objective_per_service_and_priority_on_its_pool() -> None:
+    out = objectives({"chat": {"sheddable": 0.0, "standard": 2.0}, "code": {}}, namespace="llm")
+    assert [m["metadata"]["name"] for m in out] == [
+        "chat-critical", "chat-standard", "chat-sheddable", "code-critical", "code-standard", "code-sheddable"]
+    assert [m["spec"]["priority"] for m in out] == [2, 1, -3, 2, 1, 0]
+    assert {m["spec"]["poolRef"]["name"] for m in out[:3]} == {"chat"}
+    assert all(m["apiVersion"] == "inference.networking.x-k8s.io/v1alpha2" and m["kind"] == "InferenceObjective"
+               and m["metadata"]["namespace"] == "llm" for m in out)
+    assert {m["spec"]["poolRef"]["name"] for m in objectives({"chat": {}}, pool="pool-a")} == {"pool-a"}
+    with pytest.raises(ValueError, match="'Chat_1-critical' is not a valid Kubernetes object name"):
+        objectives({"Chat_1": {}})
+
+
+def test_the_cli_reads_the_served_document_and_prints_objectives() -> None:
+    doc = AdmissionDocument()
+    doc.publish("llama-3.1-8b", {"critical": None, "standard": 1.0, "sheddable": 0.0})
+    server = serve(CollectorRegistry(), "127.0.0.1:0", {"/v1/admission": doc.json})
+    try:
+        res = CliRunner().invoke(app, ["admission", "objectives", f"http://127.0.0.1:{server.port}",
+                                       "--namespace", "llm"])
+    finally:
+        server.close()
+    assert res.exit_code == 0, res.output
+    by_name = {m["metadata"]["name"]: m["spec"]["priority"] for m in yaml.safe_load_all(res.output)}
+    assert by_name == {"llama-3.1-8b-critical": 2, "llama-3.1-8b-standard": 1, "llama-3.1-8b-sheddable": -3}
+
+
+def test_the_shipped_example_is_what_the_cli_prints_with_no_limit(tmp_path: Path) -> None:
+    doc = AdmissionDocument()
+    doc.publish("llama-3.1-8b", {"critical": None, "standard": None, "sheddable": None})
+    path = tmp_path / "doc.json"
+    path.write_bytes(doc.json())
+    res = CliRunner().invoke(app, ["admission", "objectives", str(path), "--namespace", "llm"])
+    assert res.exit_code == 0, res.output
+    shipped = list(yaml.safe_load_all((ROOT / "examples" / "gateway" / "inference-objectives.yaml").read_text()))
+    assert shipped == list(yaml.safe_load_all(res.output))
+    epp = yaml.safe_load((ROOT / "examples" / "gateway" / "epp-config.yaml").read_text())
+    # one flow-control band for every priority an objective can take
+    bands = {b["priority"] for b in epp["flowControl"]["priorityBands"]}
+    assert bands == {objective_priority(p, t) for p in ("sheddable", "standard", "critical") for t in (None, 0.0)}
+    assert "flowControl" in epp["featureGates"]
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("http://127.0.0.1:1", "admission document at http://127.0.0.1:1/v1/admission: unreachable"),
+    ("{tmp}/missing.json", "missing.json: No such file or directory"),
+    ("{tmp}/bad.json", "threshold of 'standard' must be a finite number of seconds >= 0"),
+    ("{tmp}/empty.json", "no service has thresholds yet"),
+])
+def test_bad_sources_are_one_line_errors(tmp_path: Path, source: str, message: str) -> None:
+    (tmp_path / "bad.json").write_text('{"apiVersion": "autoscaler/v1", "kind": "AdmissionThresholds", '
+                                       '"services": {"chat": {"thresholds": {"standard": -1}}}}')
+    (tmp_path / "empty.json").write_bytes(AdmissionDocument().json())
+    res = CliRunner().invoke(app, ["admission", "objectives", source.format(tmp=tmp_path)])
+    assert res.exit_code == 2
+    assert message in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_a_page_that_is_not_the_document_is_refused_naming_its_url() -> None:
+    server = serve(CollectorRegistry(), "127.0.0.1:0", {})  # no /v1/admission route: the metrics page answers
+    try:
+        with pytest.raises(ValueError, match=rf"not JSON .*\(http://127.0.0.1:{server.port}/v1/admission\)"):
+            read_document(f"http://127.0.0.1:{server.port}")
+    finally:
+        server.close()
