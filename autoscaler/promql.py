@@ -1,4 +1,5 @@
-"""Default PromQL per signal: vLLM 0.33, vLLM before 0.9, and SGLang 0.5.23; label-matcher helpers.
+"""Default PromQL per signal: vLLM 0.33, vLLM before 0.9, SGLang 0.5.23, and vLLM 0.33 read through
+the recording rules (``recorded``); label-matcher helpers.
 
 A query template is a ``string.Template`` with two placeholders:
 
@@ -151,7 +152,56 @@ SGLANG_0523 = QuerySet(
     prefix_queries="sglang:prompt_tokens_total",
 )
 
-QUERY_SETS: dict[str, QuerySet] = {q.name: q for q in (VLLM_033, VLLM_PRE_09, SGLANG_0523)}
+RECORDED_WINDOW = "5m"
+RECORDED_WINDOW_S = 300.0
+"""The window of the recording rules: the default ``controller.window_s``. A loop reading ``recorded``
+must use it (``FleetConfig`` checks), and cannot read a source faster than real time."""
+
+# Counters and histogram series the vLLM 0.33 signals take a rate of, each recorded by
+# ``RECORDING_RULES`` as ``autoscaler:<name without "vllm:">:rate5m`` (the colon of ``vllm:`` becomes
+# ``_``), with every label kept, so a recorded query selects pods with ``$sel`` as the raw one does.
+_RATED = (
+    "vllm:e2e_request_latency_seconds_count", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+    "vllm:time_to_first_token_seconds_bucket", "vllm:time_to_first_token_seconds_sum",
+    "vllm:time_to_first_token_seconds_count", "vllm:inter_token_latency_seconds_bucket",
+    "vllm:request_time_per_output_token_seconds_bucket", "vllm:request_time_per_output_token_seconds_sum",
+    "vllm:request_time_per_output_token_seconds_count", "vllm:prefix_cache_hits_total",
+    "vllm:prefix_cache_queries_total", "vllm:request_success_total", "vllm:num_preemptions_total",
+    GATEWAY_REQUESTS,
+)
+
+
+def recorded_name(series: str) -> str:
+    """The recording rule's name for the rate of ``series`` over ``RECORDED_WINDOW``."""
+    return f"autoscaler:{series.replace('vllm:', 'vllm_')}:rate{RECORDED_WINDOW}"
+
+
+RECORDING_RULES: dict[str, str] = {recorded_name(s): f"rate({s}[{RECORDED_WINDOW}])" for s in _RATED}
+"""Recording rule name -> expression, one per rated series; ``autoscaler dashboards export`` writes
+them (``rules/autoscaler-recording.yaml``) and the ``recorded`` query set reads them."""
+
+
+_RATE = re.compile(r"rate\((?P<series>[a-zA-Z_:][a-zA-Z0-9_:]*)\{(?P<matchers>[^}]*)\}\[\$window\]\)")
+
+
+def _recorded(template: str) -> str:
+    """A vLLM 0.33 template with each ``rate(<series>{...}[$window])`` replaced by its recorded series
+    (a series ``_RATED`` lacks is a KeyError, at import)."""
+    names = {s: recorded_name(s) for s in _RATED}
+    return _RATE.sub(lambda m: f"{names[m['series']]}{{{m['matchers']}}}", template)
+
+
+VLLM_033_RECORDED = QuerySet(
+    name="recorded",
+    signals={k: _recorded(v) for k, v in VLLM_033.signals.items()},
+    kv_usage=VLLM_033.kv_usage,
+    waiting=VLLM_033.waiting,
+    running=VLLM_033.running,
+    prefix_hits=VLLM_033.prefix_hits,
+    prefix_queries=VLLM_033.prefix_queries,
+)
+
+QUERY_SETS: dict[str, QuerySet] = {q.name: q for q in (VLLM_033, VLLM_PRE_09, SGLANG_0523, VLLM_033_RECORDED)}
 
 RATE_SIGNALS = frozenset(s for s in SIGNALS if s.endswith("_rps"))
 

@@ -43,6 +43,10 @@ def test_loop_metrics_of_a_simulated_run() -> None:
     counts = {r.value: s.get(("autoscaler_decisions_total", (("reason", r.value), ("service", "llm"))), 0.0)
               for r in Reason}
     assert sum(counts.values()) == len(ticks)
+    # every reason a decision can be counted under is there from the start, 0 when it never happened
+    assert {dict(k[1])["reason"] for k in s if k[0] == "autoscaler_decisions_total"} == {
+        "scale_up", "scale_down", "no_change", "signal_unknown", "warming_up", "metrics_error", "counts_unknown",
+        "idle_to_min", "scale_from_zero"}
     holds = [st.decision.code for st in ticks if st.decision.hold]
     assert counts["warming_up"] == holds.count(Reason.WARMING_UP) > 0  # the first window
     assert counts["warming_up"] + counts["signal_unknown"] == len(holds)
@@ -73,8 +77,14 @@ def test_loop_metrics_of_a_simulated_run() -> None:
         for limit in st.limits:
             limits[limit.value] = limits.get(limit.value, 0) + 1
     assert {k[1][0][1]: v for k, v in s.items() if k[0] == "autoscaler_guard_limits_total"} == limits
-    # the simulator applies every write
-    assert not any(k[0] == "autoscaler_actuation_errors_total" for k in s)
+    # the simulator applies every write: every (target, result) series is there, at 0
+    errors = {(dict(k[1])["target"], dict(k[1])["result"]): v for k, v in s.items()
+              if k[0] == "autoscaler_actuation_errors_total"}
+    assert errors == {(t, r): 0.0 for t in ("h100", "a100", "admission")
+                      for r in ("conflict", "forbidden", "unreachable", "invalid")}
+    for v in live.cfg.services[0].variants:  # GPUs x $/GPU-hour from the fleet file
+        key = ("autoscaler_replica_price_usd_per_hour", (("service", "llm"), ("variant", v.name)))
+        assert s[key] == v.gpus_per_replica * v.price_per_gpu_hour
     assert s[("autoscaler_able_to_scale", (("service", "llm"), ("variant", "h100")))] == 1.0
     assert not any(k[0].startswith("autoscaler_mpc_") for k in s)  # the PID plans nothing ahead
 

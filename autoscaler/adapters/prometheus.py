@@ -70,6 +70,12 @@ from autoscaler.urls import redact
 log = logging.getLogger(__name__)
 
 
+def service_selector(prom: PrometheusConfig, svc: Service) -> str:
+    """Matchers that select ``svc``'s series: its ``prometheus.selectors`` entry, else ``model_name="<model>"``."""
+    sel = prom.selectors.get(svc.name)
+    return sel.service if sel is not None and sel.service is not None else f"model_name={quote(svc.model)}"
+
+
 class PrometheusError(AutoscalerError):
     """Prometheus cannot be used at all (unreachable, unreadable credentials); one-line message."""
 
@@ -244,6 +250,8 @@ class PrometheusSource:
                  clock: Callable[[float], float] | None = None, window_s: float | None = None) -> None:
         if not 0 < speed < math.inf:
             raise ValueError(f"speed must be finite and > 0, got {speed}")
+        if cfg.prometheus.query_set == "recorded" and speed != 1:
+            raise ValueError("prometheus.query_set recorded reads rates recorded over real time: speed must be 1")
         self.cfg = cfg
         self.prom = cfg.prometheus
         self.runner = runner
@@ -257,9 +265,8 @@ class PrometheusSource:
 
     # ------------------------------------------------------------------ selectors
     def service_selector(self, svc: Service) -> str:
-        """Matchers ANDed into every query of ``svc`` (default ``model_name="<model>"``)."""
-        sel = self.prom.selectors.get(svc.name)
-        return sel.service if sel is not None and sel.service is not None else f"model_name={quote(svc.model)}"
+        """Matchers ANDed into every query of ``svc`` (``service_selector``)."""
+        return service_selector(self.prom, svc)
 
     def variant_selectors(self, svc: Service, v: Variant) -> tuple[str, str]:
         """``(pod matchers, Deployment matchers)`` of a variant; defaults in ``config.VariantSelectors``."""

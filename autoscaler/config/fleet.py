@@ -9,6 +9,7 @@ from autoscaler.config.base import MAX_INT, Strict, check_name
 from autoscaler.config.control import ControllerConfig
 from autoscaler.config.prometheus import PrometheusConfig
 from autoscaler.config.simulator import SimulatorConfig
+from autoscaler.promql import RECORDED_WINDOW, RECORDED_WINDOW_S
 from autoscaler.workload.types import BATCH, INTERACTIVE
 
 # GPU prices are a few $/GPU-hour (examples/fleet.yaml: H100-SXM $2.99); a thousand times that is a unit
@@ -251,6 +252,14 @@ class FleetConfig(Strict):
             if budget is not None and sum(held.values()) > budget:
                 raise ValueError(f"gpu_limits.budget: {budget} is below the {sum(held.values())} GPUs the "
                                  f"services' {what} hold")
+        return self
+
+    @model_validator(mode="after")
+    def _recorded_window(self) -> FleetConfig:
+        if self.prometheus.query_set == "recorded" and self.controller.window_s != RECORDED_WINDOW_S:
+            raise ValueError(f"prometheus.query_set recorded reads rates the recording rules take over "
+                             f"{RECORDED_WINDOW}: controller.window_s must be {RECORDED_WINDOW_S:g}, "
+                             f"not {self.controller.window_s:g}")
         return self
 
     @model_validator(mode="after")

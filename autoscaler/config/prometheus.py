@@ -11,7 +11,7 @@ from autoscaler.config.base import Strict
 from autoscaler.promql import check_matchers, check_template
 from autoscaler.urls import check_url
 
-QuerySetName = Literal["vllm-0.33", "vllm-pre-0.9", "sglang"]
+QuerySetName = Literal["vllm-0.33", "vllm-pre-0.9", "sglang", "recorded"]
 
 
 class BasicAuth(Strict):
@@ -63,7 +63,8 @@ class PrometheusConfig(Strict):
 
     Attributes:
         url: base URL, e.g. ``https://prometheus.monitoring:9090`` (``--prometheus-url`` overrides).
-        query_set: default PromQL per signal (``autoscaler.promql``).
+        query_set: default PromQL per signal (``autoscaler.promql``); ``recorded`` reads vLLM 0.33
+            through the recording rules ``autoscaler dashboards export`` writes (``rules/``).
         queries: signal -> PromQL template overriding the query set (``$sel``, ``$window``).
         namespace: Kubernetes namespace used by the default selectors.
         pod_label: label that names a pod on the vLLM series.

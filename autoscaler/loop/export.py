@@ -20,14 +20,18 @@
 - ``autoscaler_decisions_total`` {service, reason}: ``scale_up``, ``scale_down``, ``no_change``
   (what was applied), or the named reason of a decision that could not be made
   (``controllers.base.Reason``: ``signal_unknown``, ``warming_up``, ``metrics_error``,
-  ``counts_unknown``), ``idle_to_min``, ``scale_from_zero``;
+  ``counts_unknown``), ``idle_to_min``, ``scale_from_zero``; every reason present from the start at 0;
 - ``autoscaler_guard_limits_total`` {service, limit}: the guard's cuts (``scale_up_limit``,
   ``scale_down_limit``, ``cooldown``, ``too_many_replicas``, ``too_few_replicas``);
 - ``autoscaler_metric_query_failures_total`` {service}: failed metric queries;
 - ``autoscaler_actuation_errors_total`` {service, target, result}: writes that failed (``target`` is a
-  variant, or ``admission``; ``result`` ``conflict``, ``forbidden``, ``unreachable``, ``invalid``);
+  variant, or ``admission``; ``result`` ``conflict``, ``forbidden``, ``unreachable``, ``invalid``),
+  every combination present from the start at 0, so ``rate()`` and alerts see a series before the
+  first failure;
 - ``autoscaler_able_to_scale`` {service, variant}: 1 when the variant's last write was applied (or
   none was needed), 0 when it failed, as the HPA's ``AbleToScale`` condition;
+- ``autoscaler_replica_price_usd_per_hour`` {service, variant}: a replica's price from the fleet file
+  (its GPUs x ``price_per_gpu_hour``), so dashboards can turn replicas into cost;
 - ``autoscaler_loop_duration_seconds``: histogram of tick wall time, prometheus_client's default
   buckets (``Histogram.DEFAULT_BUCKETS``);
 - ``autoscaler_forecast_rate_rps`` {service, bound=point|lower|upper} and
@@ -56,8 +60,9 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from autoscaler.loop.actuate import ActuationStatus
 from autoscaler.loop.runner import ControlLoop, ServiceTick, TickRecord
-from controllers.base import Reason, change_reason
+from controllers.base import HOLD_REASONS, Reason, change_reason
 
 PLAN_STEPS = 3
 """Steps of a controller's plan exported per variant (the MPC's next three ticks)."""
@@ -69,6 +74,11 @@ BUCKETS: tuple[float, ...] = tuple(b for b in Histogram.DEFAULT_BUCKETS if b != 
 FORECAST_RATE_BOUNDS = {"forecast_rate_rps": "point", "forecast_rate_lower_rps": "lower",
                         "forecast_rate_upper_rps": "upper"}
 FORECAST_TOKEN_KINDS = {"forecast_input_tokens": "input", "forecast_output_tokens": "output"}
+
+
+DECISION_KINDS = (Reason.SCALE_UP.value, Reason.SCALE_DOWN.value, Reason.NO_CHANGE.value,
+                  *sorted(r.value for r in HOLD_REASONS), Reason.IDLE_TO_MIN.value, Reason.SCALE_FROM_ZERO.value)
+"""Every ``reason`` label ``decision_kind`` gives; each service's counters start at 0 for all of them."""
 
 
 def decision_kind(st: ServiceTick) -> str:
@@ -216,17 +226,24 @@ class LoopMetrics(Collector):
             shed.add_metric([name, priority], n)
         for name, n in self._idle.items():
             idle.add_metric([name], n)
-        for (name, reason), n in sorted(self._decisions.items()):
-            decisions.add_metric([name, reason], n)
+        for svc in self.loop.cfg.services:
+            for reason in DECISION_KINDS:
+                decisions.add_metric([svc.name, reason], self._decisions.get((svc.name, reason), 0))
         for name, n in self.loop.query_failures.items():
             failures.add_metric([name], n)
         for (name, limit), n in sorted(self._limits.items()):
             limits.add_metric([name, limit], n)
-        for (name, target, status), n in sorted(self.loop.actuation_errors.items()):
-            act_errors.add_metric([name, target, status.value], n)
+        price = GaugeMetricFamily("autoscaler_replica_price_usd_per_hour", "Price of one replica, USD per hour.",
+                                  labels=sv)
+        errors = self.loop.actuation_errors
+        failed = [st for st in ActuationStatus if st != ActuationStatus.APPLIED]
         for svc in self.loop.cfg.services:
+            for target in (*(v.name for v in svc.variants), "admission"):
+                for status in failed:
+                    act_errors.add_metric([svc.name, target, status.value], errors.get((svc.name, target, status), 0))
             for v in svc.variants:
                 able.add_metric([svc.name, v.name], float(self._able.get((svc.name, v.name), True)))
+                price.add_metric([svc.name, v.name], v.price_per_replica_hour)
         duration = HistogramMetricFamily("autoscaler_loop_duration_seconds", "Wall time of one loop tick.")
         cum, acc = [], 0
         for b, n in zip((*BUCKETS, float("inf")), self._buckets, strict=True):
@@ -234,7 +251,7 @@ class LoopMetrics(Collector):
             cum.append((floatToGoString(b), acc))
         duration.add_metric([], cum, self._duration_sum)
         return [current, ready, desired, setpoint, measured, terms, signals, admission, shed, idle, decisions, failures,
-                limits, act_errors, able, duration, f_rate, f_tokens, f_hits, plan, plan_demand, plan_solve]
+                limits, act_errors, able, price, duration, f_rate, f_tokens, f_hits, plan, plan_demand, plan_solve]
 
 
 class _Quiet(WSGIRequestHandler):
