@@ -97,20 +97,25 @@ def _fmt(x: Any, spec: str = ".3f") -> str:
 
 def results_table(res: dict[str, Any]) -> Table:
     """A rich table of one run's ``results.json``."""
-    t = Table(title=f"{res['controller']} on {res['workload']}", show_header=True)
+    a = res["admission"]
+    policy = "" if a["policy"] == "none" else f"@{a['policy']}"
+    t = Table(title=f"{res['controller']}{policy} on {res['workload']}", show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
     r = res["requests"]
-    t.add_row("requests total / completed / rejected / failed",
-              f"{r['total']} / {r['completed']} / {r['rejected']} / {r['failed']}")
+    if policy:
+        t.add_row("requests total / completed / rejected / shed / failed",
+                  f"{r['total']} / {r['completed']} / {r['rejected']} / {r['rejected_admission']} / {r['failed']}")
+    else:
+        t.add_row("requests total / completed / rejected / failed",
+                  f"{r['total']} / {r['completed']} / {r['rejected']} / {r['failed']}")
     for c, d in res["slo_attainment_detail"].items():
         t.add_row(f"SLO attainment {c} (TTFT / ITL / both)",
                   f"{_fmt(d['ttft'], '.2%')} / {_fmt(d['itl'], '.2%')} / {_fmt(d['both'], '.2%')}")
     bp = res["slo_attainment_by_priority"]
     t.add_row("SLO attainment critical / standard / sheddable",
               f"{_fmt(bp['critical'], '.2%')} / {_fmt(bp['standard'], '.2%')} / {_fmt(bp['sheddable'], '.2%')}")
-    a = res["admission"]
-    if a["policy"] != "none":
+    if policy:
         t.add_row(f"admission {a['policy']}: shed (429s) / deferred / mid-workflow",
                   f"{a['shed']} ({a['shed_attempts']}) / {a['deferred']} / {a['shed_mid_workflow']}")
     if a["retries"]:
@@ -198,7 +203,8 @@ def simulate(
             warning = long_run_warning(cfg, wl, service)
             if warning:
                 _warn(warning)
-            with _Progress(f"simulating {len(wl.requests)} requests, {controller}", not json_output) as bar:
+            shown = controller if admission is None else f"{controller}@{admission}"
+            with _Progress(f"simulating {len(wl.requests)} requests, {shown}", not json_output) as bar:
                 run = run_simulation(cfg, wl, controller, service, progress=bar.update, admission=admission)
             res = write_outputs(run, out, plot=plot)
     except KeyboardInterrupt as exc:
@@ -248,7 +254,8 @@ def _served_simulation(cfg: FleetConfig, controller: str, service: str | None, a
                           f"{PATH}, at {speed:g}x real time", highlight=False, soft_wrap=True)
         wl = workload()
         live = LiveSimulation(cfg, wl, controller, service, registry=registry, admission=admission, document=document)
-        with _Progress(f"serving {len(wl.requests)} requests, {controller}", not quiet) as bar:
+        shown = controller if admission is None else f"{controller}@{admission}"
+        with _Progress(f"serving {len(wl.requests)} requests, {shown}", not quiet) as bar:
             run = live.run(speed=speed, progress=bar.update)
         res = write_outputs(run, out, plot=plot)
         write_tick_times(live, speed, out / "realtime.json")
@@ -562,8 +569,10 @@ def admission_objectives(
         help="the InferencePool the objectives name (default: the service)")] = None,
     namespace: Annotated[str | None, typer.Option(help="the objectives' namespace")] = None,
 ) -> None:
-    """Print the Gateway API Inference Extension's InferenceObjectives for the thresholds in force
-    (one per service and priority; docs/admission.md), for `kubectl apply -f -`."""
+    """Print the thresholds in force as Gateway API Inference Extension InferenceObjectives.
+
+    One objective per service and priority (docs/admission.md), for `kubectl apply -f -`.
+    """
     import yaml
 
     from autoscaler.adapters.gateway_api import objectives, read_document
@@ -572,8 +581,36 @@ def admission_objectives(
     except ValueError as exc:
         raise _fail(str(exc)) from None
     if not manifests:
-        raise _fail(f"admission document {source}: no service has thresholds yet")
+        raise _fail(f"admission document at {source}: no thresholds published yet (the loop publishes them "
+                    "at its first decision)")
     typer.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
+
+
+dashboards_app = typer.Typer(no_args_is_help=True, help="The Grafana dashboards and Prometheus rules.")
+app.add_typer(dashboards_app, name="dashboards")
+
+
+@dashboards_app.command("export")
+def dashboards_export(
+    out: Annotated[Path, typer.Option(help="directory to write dashboards/, provisioning/ and rules/ under")],
+    config: Annotated[Path | None, typer.Option(help="fleet file (default: the embedded default fleet)")] = None,
+    objective: Annotated[float, typer.Option(
+        help="fraction of interactive requests within their objectives the burn-rate alerts defend")] = 0.99,
+    prometheus_url: Annotated[str, typer.Option(
+        help="the URL the provisioned Grafana datasource points at")] = "http://prometheus:9090",
+) -> None:
+    """Write the dashboard bundle for a fleet: Grafana dashboards, provisioning, Prometheus rules
+    (docs/dashboards.md)."""
+    from autoscaler.dashboards.bundle import render, write
+    from autoscaler.urls import check_url
+
+    cfg = _load_cfg(config)
+    try:
+        check_url(prometheus_url)
+        paths = write(render(cfg, objective, prometheus_url), out)
+    except (ValueError, OSError) as exc:
+        raise _fail(str(exc)) from None
+    console.print(f"wrote {len(paths)} files under {out}", highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":

@@ -60,13 +60,15 @@ class Target:
 
 
 class PromServer:
-    """A Prometheus scraping ``targets`` every ``scrape_interval`` (a Prometheus duration)."""
+    """A Prometheus scraping ``targets`` every ``scrape_interval`` (a Prometheus duration), evaluating
+    ``rule_files`` as often."""
 
     def __init__(self, workdir: Path, targets: Iterable[Target] = (), scrape_interval: str = "1s",
-                 tsdb: Path | None = None) -> None:
+                 tsdb: Path | None = None, rule_files: Iterable[Path] = ()) -> None:
         self.workdir = workdir
         self.targets = list(targets)
         self.scrape_interval = scrape_interval
+        self.rule_files = [str(p) for p in rule_files]
         self.tsdb = tsdb or workdir / "tsdb"
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -79,8 +81,10 @@ class PromServer:
     def start(self, timeout_s: float = 15.0) -> PromServer:
         """Start and wait until ready; raises RuntimeError (with the log's tail) if it does not come up."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        conf = {
-            "global": {"scrape_interval": self.scrape_interval, "scrape_timeout": self.scrape_interval},
+        conf: dict[str, Any] = {
+            "global": {"scrape_interval": self.scrape_interval, "scrape_timeout": self.scrape_interval,
+                       "evaluation_interval": self.scrape_interval},
+            "rule_files": self.rule_files,
             "scrape_configs": [
                 {"job_name": f"t{i}", "honor_labels": True,
                  "static_configs": [{"targets": [t.address], "labels": t.labels}]}
@@ -131,6 +135,21 @@ class PromServer:
         q = urllib.parse.urlencode({"query": promql, **({} if at is None else {"time": f"{at:.3f}"})})
         with urllib.request.urlopen(f"{self.url}/api/v1/query?{q}", timeout=5) as r:
             return json.loads(r.read())["data"]["result"]
+
+    def query_range(self, promql: str, start: float, end: float, step_s: float) -> list[dict[str, Any]]:
+        """Range query result (``data.result``) from ``start`` to ``end`` (unix s) every ``step_s``;
+        AssertionError with Prometheus's error when it refuses the query (HTTP 400: a parse error)."""
+        q = urllib.parse.urlencode({"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": step_s})
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v1/query_range?{q}", timeout=10) as r:
+                return json.loads(r.read())["data"]["result"]
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(f"{promql}: {json.loads(exc.read()).get('error')}") from None
+
+    def query_rules(self) -> list[dict[str, Any]]:
+        """The rule groups the server loaded (``/api/v1/rules``, ``data.groups``)."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/rules", timeout=5) as r:
+            return json.loads(r.read())["data"]["groups"]
 
     def wait_for(self, promql: str, ok: Callable[[list[dict[str, Any]]], bool], timeout_s: float = 15.0
                  ) -> list[dict[str, Any]]:

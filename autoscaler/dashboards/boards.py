@@ -1,0 +1,171 @@
+"""The three dashboards: control-loop overview, KV cache and cache warmth, loop health.
+
+Each is a ``Board`` (``panels.py``) built from the fleet file: the SLO lines are the interactive
+objectives of its first service, and the attainment panel counts a request within its TTFT (or ITL)
+objective by vLLM's largest histogram bucket at or below it (``rules.slo_bucket``). Every panel reads
+a metric the product, vLLM, kube-state-metrics or the gateway exports today; none waits for one.
+"""
+
+from __future__ import annotations
+
+from autoscaler.config import FleetConfig
+from autoscaler.dashboards.panels import GATEWAY, LOOP, LOOP_VARIANT, PODS, RATE, Board, new_board, series, unstacked
+from autoscaler.dashboards.rules import slo_bucket
+from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS
+from autoscaler.workload.types import INTERACTIVE
+
+TAGS = ["autoscaler", "llm-inference"]
+
+
+def _hist(q: float, name: str, by: str = "") -> str:
+    group = f"le{', ' + by if by else ''}"
+    return f"histogram_quantile({q}, sum by ({group}) (rate({name}_bucket{{{PODS}}}[{RATE}])))"
+
+
+def overview(cfg: FleetConfig) -> Board:
+    """Demand and forecast, the GPU mix, SLO attainment and latency against the SLO, cost, admission,
+    the controlled signal against its setpoint (PID terms, MPC plan), and scale decisions."""
+    slo = cfg.services[0].slo[INTERACTIVE]
+    ttft_le, itl_le = slo_bucket(slo.ttft_s, TTFT_BUCKETS), slo_bucket(slo.itl_s, ITL_BUCKETS)
+    b = new_board("autoscaler-overview", "Autoscaler: control loop overview",
+                  "What the autoscaler sees and decides: demand, replicas, SLOs, cost, admission.", TAGS)
+    b.add(series("reqps", "Requests arriving at the gateway, completed by vLLM, and the forecast (point and "
+                 "90% interval)."), "Demand and forecast", [
+        (f"sum(rate(inference_model_request_total{{{GATEWAY}}}[{RATE}]))", "arrivals (gateway)"),
+        (f"sum(rate(vllm:e2e_request_latency_seconds_count{{{PODS}}}[{RATE}]))", "completions"),
+        (f"sum by (bound) (autoscaler_forecast_rate_rps{{{LOOP}}})", "forecast {{bound}}"),
+    ])
+    b.add(unstacked(series("short", "Ready replicas per variant, stacked (the GPU mix); ready + starting and the "
+                           "decision as lines.", stack=True, minimum=0), "B", "C"), "Replicas per variant", [
+        (f"sum by (variant) (autoscaler_ready_replicas{{{LOOP_VARIANT}}})", "{{variant}} ready"),
+        (f"sum(autoscaler_current_replicas{{{LOOP_VARIANT}}})", "ready + starting"),
+        (f"sum(autoscaler_desired_replicas{{{LOOP_VARIANT}}})", "desired"),
+    ])
+    b.add(series("percentunit", f"Fraction of requests whose TTFT is within {ttft_le} s and whose time per output "
+                 f"token is within {itl_le} s (vLLM's buckets at or below the interactive objectives "
+                 f"{slo.ttft_s:g} s and {slo.itl_s:g} s).", minimum=0), "SLO attainment", [
+        (f'sum(rate(vllm:time_to_first_token_seconds_bucket{{{PODS},le="{ttft_le}"}}[{RATE}])) / '
+         f"sum(rate(vllm:time_to_first_token_seconds_count{{{PODS}}}[{RATE}]))", "TTFT"),
+        (f'sum(rate(vllm:request_time_per_output_token_seconds_bucket{{{PODS},le="{itl_le}"}}[{RATE}])) / '
+         f"sum(rate(vllm:request_time_per_output_token_seconds_count{{{PODS}}}[{RATE}]))", "ITL"),
+    ])
+    b.add(series("s", f"TTFT p50 and p95 against the interactive objective ({slo.ttft_s:g} s, dashed).",
+                 lines=[(slo.ttft_s, "red")]), "TTFT", [
+        (_hist(0.5, "vllm:time_to_first_token_seconds"), "p50"),
+        (_hist(0.95, "vllm:time_to_first_token_seconds"), "p95"),
+    ])
+    b.add(series("s", f"Time per output token p50 and p95 against the interactive objective ({slo.itl_s:g} s, "
+                 "dashed).", lines=[(slo.itl_s, "red")]), "ITL (time per output token)", [
+        (_hist(0.5, "vllm:request_time_per_output_token_seconds"), "p50"),
+        (_hist(0.95, "vllm:request_time_per_output_token_seconds"), "p95"),
+    ])
+    # max by (service, variant): one value per variant however many loops report it (a leader and its
+    # followers, a dry-run beside the daemon), so the product has one match per side.
+    hourly = (f"max by (service, variant) (autoscaler_current_replicas{{{LOOP_VARIANT}}}) * on (service, variant) "
+              f"max by (service, variant) (autoscaler_replica_price_usd_per_hour{{{LOOP_VARIANT}}})")
+    cost = f"sum by (variant) ({hourly})"
+    b.add(series("currencyUSD", "What the replicas that run (ready or starting) cost per hour, per variant.",
+                 stack=True, minimum=0), "Cost per hour", [(cost, "{{variant}}")])
+    b.add(series("currencyUSD", "Cost per hour over the requests vLLM finished (not aborted) in that hour.",
+                 minimum=0), "Cost per successful request", [
+        (f"sum({hourly}) / 3600 / "
+         f'sum(rate(vllm:request_success_total{{{PODS},finished_reason!~"abort|error"}}[{RATE}]))', "$/request"),
+    ])
+    b.add(series("s", "Admission threshold per priority: the longest estimated gateway wait a request may be "
+                 "admitted to (no line: no limit).", minimum=0), "Admission thresholds", [
+        (f"autoscaler_admission_threshold{{{LOOP}}} < +Inf", "{{service}} {{priority}}"),
+    ])
+    b.add(series("reqps", "Attempts the gateway shed (HTTP 429) per second, per priority.", stack=True, minimum=0),
+          "Shed rate by priority", [
+              (f"sum by (priority) (rate(autoscaler_admission_shed_total{{{LOOP}}}[{RATE}]))", "{{priority}}"),
+          ])
+    b.add(series("short", "The controller's measurement against its setpoint (the PID's signal)."),
+          "Controlled signal and setpoint", [
+              (f"autoscaler_measured{{{LOOP}}}", "{{signal}}"),
+              (f"autoscaler_setpoint{{{LOOP}}}", "setpoint"),
+          ])
+    b.add(series("reqps", "The PID's terms, in requests/s of capacity: P, I, D and the target they sum to."),
+          "PID terms", [
+              (f'autoscaler_controller_term{{{LOOP},term=~"p|i|d|target_capacity_rps"}}', "{{term}}"),
+          ])
+    b.add(series("short", "Replicas the MPC's plan holds for the next three ticks, per variant, and the demand "
+                 "it serves now (right axis: requests/s).", minimum=0), "MPC plan", [
+        (f"sum by (variant, step) (autoscaler_mpc_planned_replicas{{{LOOP_VARIANT}}})", "{{variant}} +{{step}}"),
+        (f"autoscaler_mpc_demand_rps{{{LOOP}}}", "demand (req/s)"),
+    ])
+    b.annotate("Scale decisions", f'sum by (service, reason) (changes(autoscaler_decisions_total{{{LOOP},'
+               f'reason=~"scale_up|scale_down|idle_to_min|scale_from_zero"}}[1m])) > 0', "a scale-up or -down")
+    return b
+
+
+def kv_cache(cfg: FleetConfig) -> Board:
+    """KV usage per replica, prefix-cache hit rate, predicted against observed cache warmth,
+    preemptions, and the queues that fill when the cache runs out."""
+    b = new_board("autoscaler-kv-cache", "Autoscaler: KV cache and cache warmth",
+                  "KV-cache pressure and prefix-cache warmth of every replica, and the warmth model's forecast.",
+                  TAGS)
+    b.add(series("percentunit", "KV-cache usage of each replica (vLLM's kv_cache_usage_perc).", minimum=0),
+          "KV-cache usage per replica", [(f"max by (pod) (vllm:kv_cache_usage_perc{{{PODS}}})", "{{pod}}")])
+    b.add(series("percentunit", "Prefix-cache hits over prompt tokens looked up, per variant.", minimum=0),
+          "Prefix-cache hit rate", [
+              (f"sum by (variant) (rate(vllm:prefix_cache_hits_total{{{PODS}}}[{RATE}])) / "
+               f"sum by (variant) (rate(vllm:prefix_cache_queries_total{{{PODS}}}[{RATE}]))", "{{variant}}"),
+          ])
+    horizon = cfg.controller.forecast.horizon_s
+    b.add(series("percentunit", f"The cache-warmth model's fleet hit rate forecast {horizon:g} s ahead, against "
+                 "the hit rate the loop observed.", minimum=0), "Cache warmth: predicted and observed", [
+        (f"autoscaler_forecast_prefix_hit_rate{{{LOOP}}}", "predicted ({{service}})"),
+        (f'autoscaler_signal{{{LOOP},signal="prefix_hit_rate"}}', "observed ({{service}})"),
+    ])
+    b.add(series("short", "Requests preempted per second, per replica (KV cache ran out mid-decode).", minimum=0),
+          "Preemptions", [(f"sum by (pod) (rate(vllm:num_preemptions_total{{{PODS}}}[{RATE}]))", "{{pod}}")])
+    b.add(series("short", "Requests running and waiting in vLLM, per variant.", minimum=0), "Running and waiting", [
+        (f"sum by (variant) (vllm:num_requests_running{{{PODS}}})", "{{variant}} running"),
+        (f"sum by (variant) (vllm:num_requests_waiting{{{PODS}}})", "{{variant}} waiting"),
+    ])
+    b.add(series("short", "Prompt and generated tokens per second, the work the cache saves or costs.",
+                 minimum=0), "Token throughput", [
+        (f"sum(rate(vllm:prompt_tokens_total{{{PODS}}}[{RATE}]))", "prompt"),
+        (f"sum(rate(vllm:generation_tokens_total{{{PODS}}}[{RATE}]))", "generated"),
+    ])
+    return b
+
+
+def loop_health(cfg: FleetConfig) -> Board:
+    """Loop duration, metric-query failures, actuation results, decisions by reason, guard cuts,
+    idle ticks and the replicas kube-state-metrics sees."""
+    b = new_board("autoscaler-loop-health", "Autoscaler: loop health",
+                  "Is the loop ticking, reading its metrics, and getting its writes through?", TAGS)
+    tick = cfg.controller.tick_s
+    b.add(series("s", f"Wall time of one loop tick, p50 and p99 (a tick is {tick:g} s apart).", minimum=0),
+          "Loop duration", [
+              (f"histogram_quantile(0.5, sum by (le) (rate(autoscaler_loop_duration_seconds_bucket[{RATE}])))", "p50"),
+              (f"histogram_quantile(0.99, sum by (le) (rate(autoscaler_loop_duration_seconds_bucket[{RATE}])))",
+               "p99"),
+          ])
+    b.add(series("short", "Metric queries that failed, per minute (the loop holds while its inputs are unknown).",
+                 minimum=0), "Metric-query failures", [
+        (f"sum by (service) (increase(autoscaler_metric_query_failures_total{{{LOOP}}}[1m]))", "{{service}}"),
+    ])
+    b.add(series("short", "Writes that failed per minute, by target and result; and whether each variant's last "
+                 "write was applied (1) or not (0).", minimum=0), "Actuation results", [
+        (f"sum by (target, result) (increase(autoscaler_actuation_errors_total{{{LOOP}}}[1m]))",
+         "{{target}} {{result}}"),
+        (f"min by (variant) (autoscaler_able_to_scale{{{LOOP_VARIANT}}})", "{{variant}} able to scale"),
+    ])
+    b.add(series("short", "Decisions per minute by reason (scale_up, scale_down, no_change, holds and why).",
+                 stack=True, minimum=0), "Decisions by reason", [
+        (f"sum by (reason) (increase(autoscaler_decisions_total{{{LOOP}}}[1m]))", "{{reason}}"),
+    ])
+    b.add(series("short", "Consecutive idle ticks per service (the loop goes to the minimum after enough).",
+                 minimum=0), "Idle ticks", [(f"autoscaler_idle_ticks{{{LOOP}}}", "{{service}}")])
+    b.add(series("short", "Replicas per Deployment as kube-state-metrics reports them: wanted (spec) and ready; "
+                 "a gap that lasts is a variant stuck starting or Pending.", minimum=0), "Deployments", [
+        ('sum by (deployment) (kube_deployment_spec_replicas{namespace=~"$namespace"})', "{{deployment}} spec"),
+        ('sum by (deployment) (kube_deployment_status_replicas_ready{namespace=~"$namespace"})',
+         "{{deployment}} ready"),
+    ])
+    return b
+
+
+BOARDS = (overview, kv_cache, loop_health)

@@ -1,0 +1,150 @@
+"""The dashboard bundle (autoscaler.dashboards): the committed copy is what the generator writes, the
+rules pass ``promtool check rules`` and the hand-written ``promtool test rules`` file, the dashboards
+have what an operator expects of them, the recorded query set and the ``export`` command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from promserver import PROMTOOL, require
+from typer.testing import CliRunner
+
+from autoscaler.cli import app
+from autoscaler.config.loading import default_config, parse_config
+from autoscaler.dashboards.bundle import render
+from autoscaler.dashboards.rules import alerts, slo_bucket
+from autoscaler.errors import ConfigError
+from autoscaler.promql import QUERY_SETS, RECORDING_RULES
+from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "dashboards"
+
+
+def test_the_committed_bundle_is_what_export_writes_for_the_default_fleet() -> None:
+    files = render(default_config()).files
+    committed = {str(p.relative_to(COMMITTED)): p.read_text() for p in COMMITTED.rglob("*")
+                 if p.is_file() and p.parts[len(COMMITTED.parts)] in ("dashboards", "provisioning", "rules")}
+    assert sorted(committed) == sorted(files)
+    stale = [rel for rel, text in files.items() if committed[rel] != text]
+    assert not stale, f"regenerate with `autoscaler dashboards export --out dashboards`: {stale}"
+
+
+def test_promtool_checks_the_rules() -> None:
+    rules = sorted((COMMITTED / "rules").glob("*.yaml"))
+    res = subprocess.run([require(PROMTOOL), "check", "rules", *map(str, rules)], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "SUCCESS: 9 rules found" in res.stdout and "SUCCESS: 23 rules found" in res.stdout
+
+
+def test_promtool_unit_tests_of_every_alert_pass() -> None:
+    test_file = COMMITTED / "tests" / "alerts.test.yaml"
+    res = subprocess.run([require(PROMTOOL), "test", "rules", str(test_file)], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    # each alert has a case where it fires and one where it must not
+    tested = yaml.safe_load(test_file.read_text())["tests"]
+    fired, quiet = set(), set()
+    for case in tested:
+        for t in case["alert_rule_test"]:
+            (fired if t["exp_alerts"] else quiet).add(t["alertname"])
+    names = {a.name for a in alerts(0.99)}
+    assert fired == names and quiet == names
+
+
+def test_every_alert_has_its_runbook() -> None:
+    headings = {line[3:].strip().lower() for line in (ROOT / "docs" / "runbooks.md").read_text().splitlines()
+                if line.startswith("## ")}
+    for a in alerts(0.99):
+        anchor = a.rule()["annotations"]["runbook"]
+        assert anchor == f"docs/runbooks.md#{a.name.lower()}" and a.name.lower() in headings
+
+
+def test_the_slo_bucket_is_the_largest_at_or_below_the_objective() -> None:
+    assert slo_bucket(2.0, TTFT_BUCKETS) == "1.0"  # vLLM 0.33 has 1.0 and 2.5 around it
+    assert slo_bucket(2.5, TTFT_BUCKETS) == "2.5" and slo_bucket(0.1, ITL_BUCKETS) == "0.1"
+    assert slo_bucket(0.12, ITL_BUCKETS) == "0.1" and slo_bucket(1e9, TTFT_BUCKETS) == "2560.0"
+    with pytest.raises(ValueError, match="below vLLM's smallest bucket"):
+        slo_bucket(0.0005, TTFT_BUCKETS)
+
+
+def _boards() -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in (COMMITTED / "dashboards").glob("*.json")}
+
+
+def test_dashboards_have_stable_uids_variables_units_and_slo_lines() -> None:
+    boards = _boards()
+    assert set(boards) == {"autoscaler-overview", "autoscaler-kv-cache", "autoscaler-loop-health"}
+    slo = default_config().services[0].slo["interactive"]
+    for uid, b in boards.items():
+        assert b["uid"] == uid
+        variables = {v["name"]: v for v in b["templating"]["list"]}
+        assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+        assert {"namespace", "service", "variant"} <= set(variables)
+        titles = [p["title"] for p in b["panels"]]
+        assert len(titles) == len(set(titles)) >= 6
+        for p in b["panels"]:
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
+            assert p["fieldConfig"]["defaults"].get("unit"), f"{uid} / {p['title']}: no unit"
+            assert p["targets"] and all(t["expr"] for t in p["targets"])
+            # no two panels overlap on the 24-column grid
+        cells = [(p["gridPos"]["x"], p["gridPos"]["y"]) for p in b["panels"]]
+        assert len(cells) == len(set(cells))
+    latency = {p["title"]: p for p in boards["autoscaler-overview"]["panels"]}
+    for title, objective in (("TTFT", slo.ttft_s), ("ITL (time per output token)", slo.itl_s)):
+        steps = latency[title]["fieldConfig"]["defaults"]["thresholds"]["steps"]
+        assert [s["value"] for s in steps if s["value"] is not None] == [objective]
+        assert latency[title]["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] == "dashed"
+
+
+def test_provisioning_points_grafana_at_the_bundle() -> None:
+    ds = yaml.safe_load((COMMITTED / "provisioning" / "datasources" / "autoscaler.yaml").read_text())
+    assert ds["apiVersion"] == 1 and ds["datasources"][0]["type"] == "prometheus"
+    prov = yaml.safe_load((COMMITTED / "provisioning" / "dashboards" / "autoscaler.yaml").read_text())
+    assert prov["providers"][0]["type"] == "file" and prov["providers"][0]["options"]["path"]
+
+
+def test_the_recorded_query_set_reads_only_recorded_rates() -> None:
+    recorded = QUERY_SETS["recorded"]
+    assert set(recorded.signals) == set(QUERY_SETS["vllm-0.33"].signals)
+    for signal, template in recorded.signals.items():
+        assert "rate(" not in template and "$window" not in template and "$sel" in template, signal
+    used = {name for t in recorded.signals.values() for name in RECORDING_RULES if name in t}
+    assert used == set(RECORDING_RULES)  # every recording rule is read, none is left over
+    assert all(expr.startswith("rate(") and expr.endswith("[5m])") for expr in RECORDING_RULES.values())
+
+
+def test_the_recorded_query_set_needs_the_rules_window(make_fleet) -> None:
+    from autoscaler.adapters.prometheus import PrometheusSource
+
+    doc = make_fleet(1).model_dump(mode="json", exclude_unset=True)
+    cfg = parse_config({**doc, "prometheus": {"query_set": "recorded"}}, "f.yaml")
+    with pytest.raises(ValueError, match="speed must be 1"):
+        PrometheusSource(cfg, runner=None, speed=10.0)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"controller\.window_s must be 300, not 60"):
+        parse_config({**doc, "prometheus": {"query_set": "recorded"}, "controller": {"window_s": 60}}, "f.yaml")
+
+
+def test_export_writes_the_bundle_and_refuses_bad_settings(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["dashboards", "export", "--out", str(tmp_path / "b"),
+                                   "--prometheus-url", "http://prom.monitoring:9090"])
+    assert res.exit_code == 0, res.output
+    assert "wrote 7 files" in res.output
+    ds = yaml.safe_load((tmp_path / "b" / "provisioning" / "datasources" / "autoscaler.yaml").read_text())
+    assert ds["datasources"][0]["url"] == "http://prom.monitoring:9090"
+    alert_rules = yaml.safe_load((tmp_path / "b" / "rules" / "autoscaler-alerts.yaml").read_text())
+    fast = next(r for g in alert_rules["groups"] for r in g["rules"] if r["alert"] == "AutoscalerTTFTBurnRateFast")
+    assert "(14.4 * 0.01)" in fast["expr"]
+    for args, message in ((["--objective", "1.5"], "SLO objective must be a fraction in (0, 1), got 1.5"),
+                          (["--prometheus-url", "prom:9090"], "must start with http:// or https://")):
+        res = CliRunner().invoke(app, ["dashboards", "export", "--out", str(tmp_path / "c"), *args])
+        assert res.exit_code == 2 and message in res.output, res.output
+    res = CliRunner().invoke(app, ["dashboards", "export", "--out", str(tmp_path / "d"), "--objective", "0.999"])
+    assert res.exit_code == 0
+    slow = (tmp_path / "d" / "rules" / "autoscaler-alerts.yaml").read_text()
+    assert "(6 * 0.001)" in slow
