@@ -50,8 +50,11 @@ def test_the_cli_reads_the_served_document_and_prints_objectives() -> None:
     finally:
         server.close()
     assert res.exit_code == 0, res.output
-    by_name = {m["metadata"]["name"]: m["spec"]["priority"] for m in yaml.safe_load_all(res.output)}
+    docs = list(yaml.safe_load_all(res.output))
+    by_name = {m["metadata"]["name"]: m["spec"]["priority"] for m in docs}
     assert by_name == {"llama-3.1-8b-critical": 2, "llama-3.1-8b-standard": 1, "llama-3.1-8b-sheddable": -3}
+    # the threshold behind each priority, for the people reading the objectives
+    assert [m["metadata"]["annotations"]["autoscaler/admission-threshold-seconds"] for m in docs] == ["none", "1", "0"]
 
 
 def test_the_shipped_example_is_what_the_cli_prints_with_no_limit(tmp_path: Path) -> None:
@@ -72,9 +75,11 @@ def test_the_shipped_example_is_what_the_cli_prints_with_no_limit(tmp_path: Path
 
 @pytest.mark.parametrize(("source", "message"), [
     ("http://127.0.0.1:1", "admission document at http://127.0.0.1:1/v1/admission: unreachable"),
-    ("{tmp}/missing.json", "missing.json: No such file or directory"),
-    ("{tmp}/bad.json", "threshold of 'standard' must be a finite number of seconds >= 0"),
-    ("{tmp}/empty.json", "no service has thresholds yet"),
+    ("{tmp}/missing.json", "admission document at {tmp}/missing.json: No such file or directory"),
+    ("127.0.0.1:9100", "admission document at 127.0.0.1:9100: No such file or directory (a URL starts with http://)"),
+    ("{tmp}/bad.json", "admission document at {tmp}/bad.json: services.chat: threshold of 'standard' must be a finite "
+                       "number of seconds >= 0"),
+    ("{tmp}/empty.json", "no thresholds published yet (the loop publishes them at its first decision)"),
 ])
 def test_bad_sources_are_one_line_errors(tmp_path: Path, source: str, message: str) -> None:
     (tmp_path / "bad.json").write_text('{"apiVersion": "autoscaler/v1", "kind": "AdmissionThresholds", '
@@ -82,14 +87,15 @@ def test_bad_sources_are_one_line_errors(tmp_path: Path, source: str, message: s
     (tmp_path / "empty.json").write_bytes(AdmissionDocument().json())
     res = CliRunner().invoke(app, ["admission", "objectives", source.format(tmp=tmp_path)])
     assert res.exit_code == 2
-    assert message in res.output and "Traceback" not in res.output
+    assert message.format(tmp=tmp_path) in res.output.replace("\n", "") and "Traceback" not in res.output
     assert len(res.output.strip().splitlines()) == 1
 
 
 def test_a_page_that_is_not_the_document_is_refused_naming_its_url() -> None:
     server = serve(CollectorRegistry(), "127.0.0.1:0", {})  # no /v1/admission route: the metrics page answers
     try:
-        with pytest.raises(ValueError, match=rf"not JSON .*\(http://127.0.0.1:{server.port}/v1/admission\)"):
+        with pytest.raises(ValueError, match=rf"admission document at http://127.0.0.1:{server.port}/v1/admission: "
+                                             r"not JSON"):
             read_document(f"http://127.0.0.1:{server.port}")
     finally:
         server.close()

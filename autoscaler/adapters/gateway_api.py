@@ -38,6 +38,9 @@ API_VERSION = "inference.networking.x-k8s.io/v1alpha2"
 KIND = "InferenceObjective"
 POOL_GROUP = "inference.networking.k8s.io"
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_HOST_PORT = re.compile(r"[\w.-]+:\d+")
+THRESHOLD_ANNOTATION = "autoscaler/admission-threshold-seconds"
+"""Each objective's annotation: the threshold behind its priority (``none`` for no limit), for people."""
 SHED_OFFSET = len(PRIORITIES)
 """How far a priority whose threshold is 0 drops: below every rank, so shed bands stay under open ones."""
 
@@ -77,8 +80,10 @@ def objectives(thresholds: Mapping[str, Mapping[str, float | None]], pool: str |
                 meta["namespace"] = namespace
             meta["labels"] = {"app.kubernetes.io/managed-by": "autoscaler", "autoscaler/service": service,
                               "autoscaler/priority": p}
+            threshold = thresholds[service].get(p)
+            meta["annotations"] = {THRESHOLD_ANNOTATION: "none" if threshold is None else f"{threshold:g}"}
             out.append({"apiVersion": API_VERSION, "kind": KIND, "metadata": meta,
-                        "spec": {"priority": objective_priority(p, thresholds[service].get(p)),
+                        "spec": {"priority": objective_priority(p, threshold),
                                  "poolRef": {"group": POOL_GROUP, "kind": "InferencePool",
                                              "name": pool or service}}})
     return out
@@ -90,27 +95,28 @@ def read_document(source: str, timeout_s: float = 10.0) -> dict[str, dict[str, f
 
     Raises:
         ValueError: unreachable, not found, or not a valid document; the message names the source
-            (credentials masked).
+            (credentials masked) as ``admission document at <source>: <why>``.
     """
     if source.startswith(("http://", "https://")):
         parts = urllib.parse.urlsplit(source)
         url = source if parts.path not in ("", "/") else urllib.parse.urlunsplit(parts._replace(path=PATH))
+        where = redact(url)
         try:
             with urllib.request.urlopen(url, timeout=timeout_s) as r:
                 body = r.read()
         except urllib.error.HTTPError as exc:
-            raise ValueError(f"admission document at {redact(url)}: HTTP {exc.code}") from None
+            raise ValueError(f"admission document at {where}: HTTP {exc.code}") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise ValueError(f"admission document at {redact(url)}: unreachable ({reason})") from None
-        where = redact(url)
+            raise ValueError(f"admission document at {where}: unreachable ({reason})") from None
     else:
+        where = source
         try:
             body = Path(source).read_bytes()
         except OSError as exc:
-            raise ValueError(f"admission document {source}: {exc.strerror or exc}") from None
-        where = source
+            hint = " (a URL starts with http://)" if _HOST_PORT.fullmatch(source) else ""
+            raise ValueError(f"admission document at {source}: {exc.strerror or exc}{hint}") from None
     try:
         return parse_document(body)
     except ValueError as exc:
-        raise ValueError(f"{exc} ({where})") from None
+        raise ValueError(f"admission document at {where}: {str(exc).removeprefix('admission document: ')}") from None
