@@ -6,13 +6,16 @@ from __future__ import annotations
 import re
 import urllib.parse
 
-# The userinfo of a URL (``user:password@``), up to the last ``@`` before the path.
+# The userinfo of a URL (``user:password@``), up to the last ``@`` before the path; or, for a URL
+# written without its scheme, a leading ``user:password@``.
 _USERINFO = re.compile(r"(?<=://)[^/?#\s]*@")
+_BARE_USERINFO = re.compile(r"^[^/?#\s:@]+:[^/?#\s]*@")
 
 
 def redact(text: str) -> str:
-    """``text`` with the credentials of every URL in it (``scheme://user:password@``) masked."""
-    return _USERINFO.sub("***@", text)
+    """``text`` with the credentials of every URL in it (``scheme://user:password@``, or a leading
+    ``user:password@`` where the scheme was left out) masked."""
+    return _BARE_USERINFO.sub("***@", _USERINFO.sub("***@", text))
 
 
 def check_url(url: str) -> None:

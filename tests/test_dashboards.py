@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from autoscaler.cli import app
 from autoscaler.config.loading import default_config, parse_config
 from autoscaler.dashboards.bundle import render
-from autoscaler.dashboards.rules import alerts, slo_bucket
+from autoscaler.dashboards.rules import alerts, slo_buckets
 from autoscaler.errors import ConfigError
 from autoscaler.promql import QUERY_SETS, RECORDING_RULES
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS
@@ -39,7 +39,7 @@ def test_promtool_checks_the_rules() -> None:
     res = subprocess.run([require(PROMTOOL), "check", "rules", *map(str, rules)], capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "SUCCESS: 9 rules found" in res.stdout and "SUCCESS: 23 rules found" in res.stdout
+    assert "SUCCESS: 10 rules found" in res.stdout and "SUCCESS: 23 rules found" in res.stdout
 
 
 def test_promtool_unit_tests_of_every_alert_pass() -> None:
@@ -53,24 +53,42 @@ def test_promtool_unit_tests_of_every_alert_pass() -> None:
     for case in tested:
         for t in case["alert_rule_test"]:
             (fired if t["exp_alerts"] else quiet).add(t["alertname"])
-    names = {a.name for a in alerts(0.99)}
+    names = {a.name for a in alerts(0.99, default_config())}
     assert fired == names and quiet == names
 
 
 def test_every_alert_has_its_runbook() -> None:
     headings = {line[3:].strip().lower() for line in (ROOT / "docs" / "runbooks.md").read_text().splitlines()
                 if line.startswith("## ")}
-    for a in alerts(0.99):
+    for a in alerts(0.99, default_config()):
         anchor = a.rule()["annotations"]["runbook"]
         assert anchor == f"docs/runbooks.md#{a.name.lower()}" and a.name.lower() in headings
 
 
-def test_the_slo_bucket_is_the_largest_at_or_below_the_objective() -> None:
-    assert slo_bucket(2.0, TTFT_BUCKETS) == "1.0"  # vLLM 0.33 has 1.0 and 2.5 around it
-    assert slo_bucket(2.5, TTFT_BUCKETS) == "2.5" and slo_bucket(0.1, ITL_BUCKETS) == "0.1"
-    assert slo_bucket(0.12, ITL_BUCKETS) == "0.1" and slo_bucket(1e9, TTFT_BUCKETS) == "2560.0"
-    with pytest.raises(ValueError, match="below vLLM's smallest bucket"):
-        slo_bucket(0.0005, TTFT_BUCKETS)
+def test_requests_within_an_objective_are_counted_exactly_on_a_bound_and_interpolated_between() -> None:
+    assert slo_buckets(2.5, TTFT_BUCKETS) == (None, "2.5", 1.0) and slo_buckets(0.1, ITL_BUCKETS) == (None, "0.1", 1.0)
+    lo, hi, w = slo_buckets(2.0, TTFT_BUCKETS)  # vLLM 0.33 has 1.0 and 2.5 around it
+    assert (lo, hi) == ("1.0", "2.5") and w == pytest.approx((2.0 - 1.0) / (2.5 - 1.0))
+    lo, hi, w = slo_buckets(0.0005, TTFT_BUCKETS)  # below the first bound: a share of the first bucket
+    assert (lo, hi) == (None, "0.001") and w == pytest.approx(0.5)
+    assert slo_buckets(1e9, TTFT_BUCKETS) == (None, "2560.0", 1.0)
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        slo_buckets(0.0, TTFT_BUCKETS)
+
+
+def test_the_objective_must_let_the_fast_burn_fire(tmp_path: Path) -> None:
+    for bad in (0.9, 0.93, 1.0):
+        with pytest.raises(ValueError, match=r"SLO objective must be above 0\.9306"):
+            alerts(bad, default_config())
+    tiny = next(a for a in alerts(0.9999999999999, default_config()) if a.name == "AutoscalerTTFTBurnRateFast")
+    assert f"(14.4 * {1 - 0.9999999999999:.6g})" in tiny.expr and "* 0)" not in tiny.expr  # never rounded to 0
+
+
+def test_other_query_sets_are_refused(make_fleet) -> None:
+    doc = make_fleet(1).model_dump(mode="json", exclude_unset=True)
+    for qs in ("sglang", "vllm-pre-0.9"):
+        with pytest.raises(ValueError, match=f"prometheus.query_set {qs}: the dashboards and rules read vLLM 0.33"):
+            render(parse_config({**doc, "prometheus": {"query_set": qs}}, "f.yaml"))
 
 
 def _boards() -> dict[str, dict]:
@@ -140,7 +158,7 @@ def test_export_writes_the_bundle_and_refuses_bad_settings(tmp_path: Path) -> No
     alert_rules = yaml.safe_load((tmp_path / "b" / "rules" / "autoscaler-alerts.yaml").read_text())
     fast = next(r for g in alert_rules["groups"] for r in g["rules"] if r["alert"] == "AutoscalerTTFTBurnRateFast")
     assert "(14.4 * 0.01)" in fast["expr"]
-    for args, message in ((["--objective", "1.5"], "SLO objective must be a fraction in (0, 1), got 1.5"),
+    for args, message in ((["--objective", "1.5"], "SLO objective must be above 0.9306"),
                           (["--prometheus-url", "prom:9090"], "must start with http:// or https://")):
         res = CliRunner().invoke(app, ["dashboards", "export", "--out", str(tmp_path / "c"), *args])
         assert res.exit_code == 2 and message in res.output, res.output

@@ -1,8 +1,9 @@
 """The three dashboards: control-loop overview, KV cache and cache warmth, loop health.
 
 Each is a ``Board`` (``panels.py``) built from the fleet file: the SLO lines are the interactive
-objectives of its first service, and the attainment panel counts a request within its TTFT (or ITL)
-objective by vLLM's largest histogram bucket at or below it (``rules.slo_bucket``). Every panel reads
+objectives of its first service, and the attainment panel counts the requests within the TTFT (or
+ITL) objective from vLLM's histogram buckets, interpolated inside the bucket that holds the objective
+(``rules.within``; exact on a bucket bound). Every panel reads
 a metric the product, vLLM, kube-state-metrics or the gateway exports today; none waits for one.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from autoscaler.config import FleetConfig
 from autoscaler.dashboards.panels import GATEWAY, LOOP, LOOP_VARIANT, PODS, RATE, Board, new_board, series, unstacked
-from autoscaler.dashboards.rules import slo_bucket
+from autoscaler.dashboards.rules import within
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS
 from autoscaler.workload.types import INTERACTIVE
 
@@ -26,7 +27,8 @@ def overview(cfg: FleetConfig) -> Board:
     """Demand and forecast, the GPU mix, SLO attainment and latency against the SLO, cost, admission,
     the controlled signal against its setpoint (PID terms, MPC plan), and scale decisions."""
     slo = cfg.services[0].slo[INTERACTIVE]
-    ttft_le, itl_le = slo_bucket(slo.ttft_s, TTFT_BUCKETS), slo_bucket(slo.itl_s, ITL_BUCKETS)
+    ttft_ok = within("vllm:time_to_first_token_seconds", PODS, slo.ttft_s, TTFT_BUCKETS, RATE)
+    itl_ok = within("vllm:request_time_per_output_token_seconds", PODS, slo.itl_s, ITL_BUCKETS, RATE)
     b = new_board("autoscaler-overview", "Autoscaler: control loop overview",
                   "What the autoscaler sees and decides: demand, replicas, SLOs, cost, admission.", TAGS)
     b.add(series("reqps", "Requests arriving at the gateway, completed by vLLM, and the forecast (point and "
@@ -41,14 +43,13 @@ def overview(cfg: FleetConfig) -> Board:
         (f"sum(autoscaler_current_replicas{{{LOOP_VARIANT}}})", "ready + starting"),
         (f"sum(autoscaler_desired_replicas{{{LOOP_VARIANT}}})", "desired"),
     ])
-    b.add(series("percentunit", f"Fraction of requests whose TTFT is within {ttft_le} s and whose time per output "
-                 f"token is within {itl_le} s (vLLM's buckets at or below the interactive objectives "
-                 f"{slo.ttft_s:g} s and {slo.itl_s:g} s).", minimum=0), "SLO attainment", [
-        (f'sum(rate(vllm:time_to_first_token_seconds_bucket{{{PODS},le="{ttft_le}"}}[{RATE}])) / '
-         f"sum(rate(vllm:time_to_first_token_seconds_count{{{PODS}}}[{RATE}]))", "TTFT"),
-        (f'sum(rate(vllm:request_time_per_output_token_seconds_bucket{{{PODS},le="{itl_le}"}}[{RATE}])) / '
-         f"sum(rate(vllm:request_time_per_output_token_seconds_count{{{PODS}}}[{RATE}]))", "ITL"),
-    ])
+    b.add(series("percentunit", f"Fraction of requests whose TTFT is within the interactive objective "
+                 f"({slo.ttft_s:g} s) and whose time per output token is within its ({slo.itl_s:g} s), from vLLM's "
+                 "histogram buckets (interpolated inside the bucket that holds the objective).", minimum=0),
+          "SLO attainment", [
+              (f"{ttft_ok} / sum(rate(vllm:time_to_first_token_seconds_count{{{PODS}}}[{RATE}]))", "TTFT"),
+              (f"{itl_ok} / sum(rate(vllm:request_time_per_output_token_seconds_count{{{PODS}}}[{RATE}]))", "ITL"),
+          ])
     b.add(series("s", f"TTFT p50 and p95 against the interactive objective ({slo.ttft_s:g} s, dashed).",
                  lines=[(slo.ttft_s, "red")]), "TTFT", [
         (_hist(0.5, "vllm:time_to_first_token_seconds"), "p50"),

@@ -55,7 +55,7 @@ def render(cfg: FleetConfig, objective: float = DEFAULT_OBJECTIVE,
     """The bundle for the fleet ``cfg`` (SLO lines and error ratios from its services).
 
     Raises:
-        ValueError: an objective outside (0, 1), or an SLO below vLLM's smallest histogram bucket.
+        ValueError: an objective outside (0.9306, 1), or a query set the bundle does not read.
     """
     files: dict[str, str] = {}
     panel_queries: list[tuple[str, str, str]] = []
@@ -76,9 +76,9 @@ def render(cfg: FleetConfig, objective: float = DEFAULT_OBJECTIVE,
         "allowUiUpdates": False, "options": {"path": DASHBOARDS_PATH, "foldersFromFilesStructure": False}}]})
     recording = recording_groups(cfg)
     files["rules/autoscaler-recording.yaml"] = _yaml({"groups": recording})
-    files["rules/autoscaler-alerts.yaml"] = _yaml({"groups": alert_groups(objective)})
+    files["rules/autoscaler-alerts.yaml"] = _yaml({"groups": alert_groups(objective, cfg)})
     return Bundle(files, panel_queries, variable_queries,
-                  [r for g in recording for r in g["rules"]], alerts(objective))
+                  [r for g in recording for r in g["rules"]], alerts(objective, cfg))
 
 
 def write(bundle: Bundle, out: Path) -> list[Path]:

@@ -7,9 +7,11 @@ Recording rules (``rules/autoscaler-recording.yaml``):
   vLLM 0.33 signal takes a rate of, every label kept (the ``recorded`` query set reads them);
 - per service, ``autoscaler:{ttft,itl}_slo_errors:ratio_rate{5m,30m,1h,6h}``: the fraction of its
   requests whose TTFT (time per output token) exceeds the interactive objective, over each window the
-  alerts read. A request is within the objective when vLLM's histogram counts it in the largest bucket
-  at or below it (``slo_bucket``): exact when the objective is a bucket bound, conservative otherwise
-  (a 2-s TTFT objective counts the 1-s bucket; vLLM 0.33 has none between 1 and 2.5 s).
+  alerts read. The requests within it are counted from vLLM's histogram, exactly when the objective
+  is a bucket bound and by linear interpolation inside the bucket that holds it otherwise
+  (``slo_buckets``, as ``histogram_quantile`` interpolates): a 2-s TTFT objective, between vLLM
+  0.33's 1-s and 2.5-s bounds, counts the 1-s bucket and two thirds of the next. Put objectives on
+  bounds for exact counts.
 
 Alerts (``rules/autoscaler-alerts.yaml``), each with a runbook paragraph in docs/runbooks.md:
 
@@ -17,15 +19,21 @@ Alerts (``rules/autoscaler-alerts.yaml``), each with a runbook paragraph in docs
   over 5 m both above 14.4 x the error budget (``1 - objective``), and ``...BurnRateSlow`` (ticket):
   over 6 h and 30 m above 6 x (the Google SRE workbook, "Alerting on SLOs": 2 % and 5 % of a 30-day
   budget spent in an hour and in six hours);
-- ``AutoscalerLoopStalled``: no tick in 10 minutes, or no sample of the loop at all;
+- ``AutoscalerLoopStalled``: no tick in 10 minutes by any instance of the job (a restarted pod's
+  old series does not count), or no sample of the loop at all;
 - ``AutoscalerMetricsMissing``: for 10 minutes, metric queries failed or decisions were held because
   a signal or a replica count was unknown;
-- ``AutoscalerActuationFailing``: for 5 minutes, writes failed or a variant is not able to scale;
-- ``AutoscalerVariantStuckPending``: for 15 minutes, a Deployment has fewer ready replicas than it
-  wants (pods Pending for want of GPUs, or crash-looping), from kube-state-metrics;
-- ``AutoscalerAnotherWriter``: for 10 minutes, a Deployment's replicas differ from what the loop
-  decided (another writer: a person, a GitOps sync, another autoscaler); Deployments named
-  ``<service>-<variant>``, the default selectors' convention.
+- ``AutoscalerActuationFailing``: for 5 minutes, at least 3 writes failed in 10 minutes (409s left
+  out: a conflict is retried, and a lasting one is ``AutoscalerAnotherWriter``), or a variant's last
+  write failed (``autoscaler_able_to_scale`` 0);
+- ``AutoscalerDemandUnserved`` (page): for 10 minutes, requests of a fleet's model arrive at the
+  gateway and vLLM finishes none (an outage the SLO ratios cannot see: no request, no ratio);
+- ``AutoscalerVariantStuckPending``: for 15 minutes, one of the fleet's Deployments (in
+  ``prometheus.namespace``) has fewer ready replicas than it wants (pods Pending for want of GPUs, or
+  crash-looping), from kube-state-metrics;
+- ``AutoscalerAnotherWriter``: for 10 minutes, one of the fleet's Deployments has other replicas than
+  the loop decided (another writer: a person, a GitOps sync, another autoscaler); it joins the
+  Deployment ``<service>-<variant>`` (the default workload name) to the loop's decision.
 
 ``Alert.signals`` are the parts of an alert's expression that have a value while all is well (the
 ratios, the counts, the gap), which the bundle's live test requires to return data; the alert's own
@@ -41,7 +49,7 @@ from prometheus_client.utils import floatToGoString
 
 from autoscaler.adapters.prometheus import service_selector
 from autoscaler.config import FleetConfig
-from autoscaler.promql import RECORDING_RULES
+from autoscaler.promql import RECORDING_RULES, exact_alternation, quote
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS
 from autoscaler.workload.types import INTERACTIVE
 from controllers.base import HOLD_REASONS, Reason
@@ -53,37 +61,64 @@ MISSING = "|".join(sorted(r.value for r in HOLD_REASONS - {Reason.WARMING_UP}))
 """Decision reasons that mean the loop held because an input was missing (a first window of warm-up is not)."""
 
 
-def slo_bucket(objective_s: float, buckets: tuple[float, ...]) -> str:
-    """The ``le`` label of the largest bucket bound at or below ``objective_s``, as vLLM's client writes it.
+def slo_buckets(objective_s: float, buckets: tuple[float, ...]) -> tuple[str | None, str, float]:
+    """How to count requests within ``objective_s`` from vLLM's histogram: ``(lower le, upper le,
+    weight)``, the requests counted within being ``lower + weight x (upper - lower)`` (linear
+    interpolation inside the bucket that holds the objective, as ``histogram_quantile`` assumes);
+    exact when the objective is a bound (``(None, bound, 1.0)``). Labels as vLLM's client writes them.
+    An objective past the largest finite bound counts at it.
 
     Raises:
-        ValueError: the objective is below the smallest bucket.
+        ValueError: the objective is not a positive number.
     """
-    below = [b for b in buckets if b <= objective_s + 1e-12]
-    if not below:
-        raise ValueError(f"objective {objective_s:g} s is below vLLM's smallest bucket ({buckets[0]:g} s)")
-    return floatToGoString(below[-1])
+    if not objective_s > 0:
+        raise ValueError(f"objective must be a positive number of seconds, got {objective_s:g}")
+    for i, b in enumerate(buckets):
+        if abs(b - objective_s) <= 1e-12 * max(1.0, b):
+            return None, floatToGoString(b), 1.0
+        if b > objective_s:
+            lo = buckets[i - 1] if i else 0.0
+            weight = (objective_s - lo) / (b - lo)
+            return (floatToGoString(lo) if i else None), floatToGoString(b), weight
+    return None, floatToGoString(buckets[-1]), 1.0
 
 
-def _error_ratio(hist: str, le: str, sel: str, window: str) -> str:
-    return (f'1 - sum(rate({hist}_bucket{{{sel},le="{le}"}}[{window}])) / '
-            f"sum(rate({hist}_count{{{sel}}}[{window}]))")
+def within(hist: str, sel: str, objective_s: float, buckets: tuple[float, ...], window: str) -> str:
+    """PromQL: requests per second of ``hist`` within ``objective_s`` over ``window`` (``slo_buckets``)."""
+    lo, hi, weight = slo_buckets(objective_s, buckets)
+    upper = f'sum(rate({hist}_bucket{{{sel},le="{hi}"}}[{window}]))'
+    if weight == 1.0:
+        return upper
+    if lo is None:  # below the first bound: a share of the first bucket
+        return f"{upper} * {weight:.6g}"
+    lower = f'sum(rate({hist}_bucket{{{sel},le="{lo}"}}[{window}]))'
+    return f"({lower} + ({upper} - {lower}) * {weight:.6g})"
 
 
 def recording_groups(cfg: FleetConfig) -> list[dict[str, Any]]:
-    """The recording rule groups (module docstring), as the rule file's ``groups``."""
+    """The recording rule groups (module docstring), as the rule file's ``groups``.
+
+    Raises:
+        ValueError: a query set other than vLLM 0.33's (``vllm-0.33``, ``recorded``): the rules and
+            panels read vLLM 0.33's series.
+    """
+    if cfg.prometheus.query_set not in ("vllm-0.33", "recorded"):
+        raise ValueError(f"prometheus.query_set {cfg.prometheus.query_set}: the dashboards and rules read vLLM "
+                         "0.33's series (vllm-0.33 or recorded); other servers are not covered yet")
     signals = [{"record": name, "expr": expr} for name, expr in RECORDING_RULES.items()]
     slo: list[dict[str, Any]] = []
     for svc in cfg.services:
         sel = service_selector(cfg.prometheus, svc)
         objective = svc.slo[INTERACTIVE]
-        for key, hist, le in (
-            ("ttft", "vllm:time_to_first_token_seconds", slo_bucket(objective.ttft_s, TTFT_BUCKETS)),
-            ("itl", "vllm:request_time_per_output_token_seconds", slo_bucket(objective.itl_s, ITL_BUCKETS)),
+        for key, hist, target, buckets in (
+            ("ttft", "vllm:time_to_first_token_seconds", objective.ttft_s, TTFT_BUCKETS),
+            ("itl", "vllm:request_time_per_output_token_seconds", objective.itl_s, ITL_BUCKETS),
         ):
             for w in SLO_WINDOWS:
+                ok = within(hist, sel, target, buckets, w)
                 slo.append({"record": f"autoscaler:{key}_slo_errors:ratio_rate{w}",
-                            "expr": _error_ratio(hist, le, sel, w), "labels": {"service": svc.name}})
+                            "expr": f"1 - {ok} / sum(rate({hist}_count{{{sel}}}[{w}]))",
+                            "labels": {"service": svc.name}})
     return [{"name": "autoscaler-signals", "rules": signals}, {"name": "autoscaler-slo", "rules": slo}]
 
 
@@ -105,33 +140,48 @@ class Alert:
                 "annotations": {"summary": self.summary, "runbook": f"docs/runbooks.md#{self.name.lower()}"}}
 
 
-def alerts(objective: float) -> list[Alert]:
-    """The alerts of the module docstring, for an SLO ``objective`` (fraction of requests within it).
+def alerts(objective: float, cfg: FleetConfig) -> list[Alert]:
+    """The alerts of the module docstring, for an SLO ``objective`` (fraction of requests within it)
+    and the fleet ``cfg`` (its models, Deployments and namespace).
 
     Raises:
-        ValueError: an objective outside (0, 1).
+        ValueError: an objective outside (1 - 1 / 14.4, 1): below it, a fast burn is more than every
+            request failing, and the page could never fire.
     """
-    if not 0 < objective < 1:
-        raise ValueError(f"SLO objective must be a fraction in (0, 1), got {objective:g}")
-    budget = 1 - objective
+    lowest = 1 - 1 / FAST_BURN
+    if not lowest < objective < 1:
+        raise ValueError(f"SLO objective must be above {lowest:.4f} (below, a {FAST_BURN:g}x burn of its budget "
+                         f"is more than every request failing) and below 1, got {objective:g}")
+    budget = f"{1 - objective:.6g}"
     out = []
     for key, what in (("ttft", "TTFT"), ("itl", "ITL")):
         for speed, (long_w, short_w), factor, severity in (
             ("Fast", ("1h", "5m"), FAST_BURN, "page"), ("Slow", ("6h", "30m"), SLOW_BURN, "ticket"),
         ):
             long_r, short_r = (f"autoscaler:{key}_slo_errors:ratio_rate{w}" for w in (long_w, short_w))
-            limit = f"{factor:g} * {floatToGoString(round(budget, 12))}"
+            limit = f"{factor:g} * {budget}"
             out.append(Alert(
                 f"Autoscaler{what}BurnRate{speed}", f"{long_r} > ({limit}) and {short_r} > ({limit})",
                 (long_r, short_r), "2m" if speed == "Fast" else "15m", severity,
                 f"{{{{ $labels.service }}}}: {what} SLO error budget burning {factor:g}x too fast "
                 f"over {long_w} and {short_w}"))
-    gap = "max by (namespace, deployment) (kube_deployment_spec_replicas - kube_deployment_status_replicas_ready)"
+    deployments = sorted(cfg.kubernetes.workload(s.name, v.name).name or "" for s in cfg.services
+                         for v in s.variants if cfg.kubernetes.workload(s.name, v.name).kind == "Deployment")
+    ksm = f"namespace={quote(cfg.prometheus.namespace)},deployment=~{quote(exact_alternation(deployments))}"
+    models = f"model_name=~{quote(exact_alternation(sorted({s.model for s in cfg.services})))}"
+    gap = (f"max by (namespace, deployment) (kube_deployment_spec_replicas{{{ksm}}} - "
+           f"kube_deployment_status_replicas_ready{{{ksm}}})")
+    ticks = "sum by (job) (increase(autoscaler_loop_duration_seconds_count[10m]))"
+    errors = 'sum by (service, target) (increase(autoscaler_actuation_errors_total{result!="conflict"}[10m]))'
+    arrivals = f"sum by (model_name) (rate(inference_model_request_total{{{models}}}[5m]))"
+    served = f"sum by (model_name) (rate(vllm:e2e_request_latency_seconds_count{{{models}}}[5m]))"
+    spec = f"max by (deployment) (kube_deployment_spec_replicas{{{ksm}}})"
+    decided = 'max by (deployment) (label_join(autoscaler_desired_replicas, "deployment", "-", "service", "variant"))'
     out += [
-        Alert("AutoscalerLoopStalled", "increase(autoscaler_loop_duration_seconds_count[10m]) == 0 or "
-              "absent_over_time(autoscaler_loop_duration_seconds_count[10m])",
-              ("increase(autoscaler_loop_duration_seconds_count[10m])",), "0m", "page",
-              "The autoscaler's loop has not ticked (or not been scraped) in 10 minutes: nothing is being decided"),
+        Alert("AutoscalerLoopStalled",
+              f"{ticks} == 0 or absent_over_time(autoscaler_loop_duration_seconds_count[10m])", (ticks,), "0m",
+              "page", "The autoscaler's loop has not ticked (or not been scraped) in 10 minutes: nothing is "
+              "being decided"),
         Alert("AutoscalerMetricsMissing",
               "sum by (service) (increase(autoscaler_metric_query_failures_total[10m])) > 0 or "
               f'sum by (service) (increase(autoscaler_decisions_total{{reason=~"{MISSING}"}}[10m])) > 0',
@@ -140,26 +190,22 @@ def alerts(objective: float) -> list[Alert]:
               "10m", "ticket",
               "{{ $labels.service }}: the loop's metrics are missing; it holds its replicas"),
         Alert("AutoscalerActuationFailing",
-              "sum by (service, target) (increase(autoscaler_actuation_errors_total[10m])) > 0 or "
-              "min by (service, variant) (autoscaler_able_to_scale) == 0",
-              ("sum by (service, target) (increase(autoscaler_actuation_errors_total[10m]))",
-               "min by (service, variant) (autoscaler_able_to_scale)"),
+              f"{errors} >= 3 or min by (service, variant) (autoscaler_able_to_scale) == 0",
+              (errors, "min by (service, variant) (autoscaler_able_to_scale)"),
               "5m", "page", "{{ $labels.service }}: the autoscaler's writes fail"),
+        Alert("AutoscalerDemandUnserved", f"{arrivals} > 0 unless on (model_name) {served} > 0", (arrivals, served),
+              "10m", "page", "{{ $labels.model_name }}: requests arrive at the gateway and none is served"),
         Alert("AutoscalerVariantStuckPending", f"{gap} > 0", (gap,),
               "15m", "ticket",
               "{{ $labels.deployment }}: fewer replicas ready than wanted for 15 minutes (Pending, crash-looping)"),
-        Alert("AutoscalerAnotherWriter",
-              "max by (deployment) (kube_deployment_spec_replicas) != on (deployment) max by (deployment) "
-              '(label_join(autoscaler_desired_replicas, "deployment", "-", "service", "variant"))',
-              ("max by (deployment) (kube_deployment_spec_replicas) - on (deployment) max by (deployment) "
-               '(label_join(autoscaler_desired_replicas, "deployment", "-", "service", "variant"))',),
-              "10m", "ticket",
+        Alert("AutoscalerAnotherWriter", f"{spec} != on (deployment) {decided}",
+              (f"{spec} - on (deployment) {decided}",), "10m", "ticket",
               "{{ $labels.deployment }}: replicas differ from the autoscaler's decision for 10 minutes "
               "(another writer)"),
     ]
     return out
 
 
-def alert_groups(objective: float) -> list[dict[str, Any]]:
+def alert_groups(objective: float, cfg: FleetConfig) -> list[dict[str, Any]]:
     """The alerting rule group, as the rule file's ``groups``."""
-    return [{"name": "autoscaler-alerts", "rules": [a.rule() for a in alerts(objective)]}]
+    return [{"name": "autoscaler-alerts", "rules": [a.rule() for a in alerts(objective, cfg)]}]
