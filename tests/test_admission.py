@@ -303,3 +303,14 @@ def test_the_gateways_shed_rate_is_read_as_its_arrival_rate_is(make_fleet) -> No
     for k in range(3):
         src.scrape(15.0 * k)
     assert "gateway_shed_rps.sheddable" not in src.observe(30.0)["svc"].signals
+
+
+def test_streaming_takes_only_a_boolean(make_fleet) -> None:
+    from autoscaler.config.loading import parse_config
+    from autoscaler.errors import ConfigError
+
+    doc = make_fleet(1).model_dump(mode="json", exclude_unset=True)
+    for bad in ("yes", "true", 1):
+        with pytest.raises(ConfigError, match=r"simulator\.clients\.streaming"):
+            parse_config({**doc, "simulator": {"clients": {"streaming": bad}}}, "f.yaml")
+    assert parse_config({**doc, "simulator": {"clients": {"streaming": True}}}, "f.yaml").simulator.clients.streaming

@@ -99,3 +99,70 @@ def test_a_page_that_is_not_the_document_is_refused_naming_its_url() -> None:
             read_document(f"http://127.0.0.1:{server.port}")
     finally:
         server.close()
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("http://user:s3cret@127.0.0.1/", "credentials in the URL are not supported"),
+    ("http://user:s3cret@127.0.0.1:9/", "credentials in the URL are not supported"),
+    ("ftp://127.0.0.1/doc", "the URL must be http:// or https:// with a host"),
+    ("http://127.0.0.1:99999/", "malformed URL"),
+])
+def test_urls_that_cannot_work_are_refused_without_showing_credentials(source: str, message: str) -> None:
+    res = CliRunner().invoke(app, ["admission", "objectives", source])
+    assert res.exit_code == 2 and message in res.output and "s3cret" not in res.output, res.output
+    assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ('{"apiVersion": "autoscaler/v1", "kind": "AdmissionThresholds", "services": [1, 2]}',
+     "services is not a mapping"),
+    ('{"apiVersion": "autoscaler/v1", "kind": "AdmissionThresholds", "services": {"s": {"thresholds": '
+     '{"standard": 1' + "0" * 400 + "}}}}", "an integer of 401 digits"),
+    ("[" * 100_000, "not JSON (RecursionError)"),
+    ("\xff\xfe{", "not JSON"),
+])
+def test_malformed_documents_are_one_line_errors(tmp_path: Path, body: str, message: str) -> None:
+    path = tmp_path / "doc.json"
+    path.write_bytes(body.encode("latin-1"))
+    res = CliRunner().invoke(app, ["admission", "objectives", str(path)])
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
+
+
+def test_a_server_that_drips_is_cut_off_at_the_deadline() -> None:
+    import socket
+    import threading
+    import time
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+
+    def drip() -> None:
+        conn, _ = srv.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+        try:
+            for _ in range(40):
+                conn.sendall(b"{")
+                time.sleep(0.1)
+        except OSError:
+            pass
+        conn.close()
+
+    threading.Thread(target=drip, daemon=True).start()
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=r"not read within 1 s|unreachable"):
+        read_document(f"http://127.0.0.1:{port}", timeout_s=1.0)
+    assert time.monotonic() - started < 3.0
+    srv.close()
+
+
+def test_names_kubernetes_would_refuse_are_refused() -> None:
+    for service in ("a..b", "a.-b", "x" * 64):
+        with pytest.raises(ValueError, match=r"not a valid Kubernetes object name|cannot be a Kubernetes label"):
+            objectives({service: {}})
+    with pytest.raises(ValueError, match="--pool 'Bad Pool!' is not a valid InferencePool name"):
+        objectives({"chat": {}}, pool="Bad Pool!")
+    with pytest.raises(ValueError, match="--namespace 'NS With Space' is not a valid namespace"):
+        objectives({"chat": {}}, namespace="NS With Space")

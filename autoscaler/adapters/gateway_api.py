@@ -22,12 +22,13 @@ threshold; docs/admission.md says what is lost. ``objectives`` is pure; ``read_d
 
 from __future__ import annotations
 
+import http.client
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from autoscaler.loop.admission import PATH, parse_document
@@ -37,7 +38,12 @@ from autoscaler.workload.types import PRIORITIES
 API_VERSION = "inference.networking.x-k8s.io/v1alpha2"
 KIND = "InferenceObjective"
 POOL_GROUP = "inference.networking.k8s.io"
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
+_DNS_LABEL = re.compile(_LABEL)
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+MAX_BYTES = 16 * 2**20
+"""The largest admission document read, bytes."""
 _HOST_PORT = re.compile(r"[\w.-]+:\d+")
 THRESHOLD_ANNOTATION = "autoscaler/admission-threshold-seconds"
 """Each objective's annotation: the threshold behind its priority (``none`` for no limit), for people."""
@@ -65,11 +71,19 @@ def objectives(thresholds: Mapping[str, Mapping[str, float | None]], pool: str |
     not list have no limit.
 
     Raises:
-        ValueError: a service name that cannot name a Kubernetes object (lower-case letters, digits,
-            ``-`` and ``.``; at most 253 characters with the priority appended).
+        ValueError: a service name that cannot name a Kubernetes object (DNS-1123 subdomain, at most
+            253 characters with the priority appended) or be a label value (at most 63 characters), or
+            an invalid ``pool`` or ``namespace``.
     """
+    if namespace is not None and (len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace)):
+        raise ValueError(f"--namespace '{namespace}' is not a valid namespace (lower-case letters, digits, '-')")
+    if pool is not None and (len(pool) > 253 or not _DNS_SUBDOMAIN.fullmatch(pool)):
+        raise ValueError(f"--pool '{pool}' is not a valid InferencePool name (lower-case letters, digits, '-', '.')")
     out = []
     for service in sorted(thresholds):
+        if len(service) > 63 or not _LABEL_VALUE.fullmatch(service):
+            raise ValueError(f"service '{service}' cannot be a Kubernetes label value (at most 63 letters, digits, "
+                             "'-', '_', '.')")
         for p in reversed(PRIORITIES):
             name = f"{service}-{p}"
             if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
@@ -91,32 +105,62 @@ def objectives(thresholds: Mapping[str, Mapping[str, float | None]], pool: str |
 
 def read_document(source: str, timeout_s: float = 10.0) -> dict[str, dict[str, float | None]]:
     """The thresholds of the admission document at ``source``: an ``http(s)://`` URL (the loop's
-    address, ``/v1/admission`` added when the URL has no path) or a file.
+    address, ``/v1/admission`` added when the URL has no path) or a file; at most ``MAX_BYTES``,
+    read within ``timeout_s`` in all.
 
     Raises:
-        ValueError: unreachable, not found, or not a valid document; the message names the source
-            (credentials masked) as ``admission document at <source>: <why>``.
+        ValueError: unreachable, not found, too slow or too large, credentials in the URL, or not a
+            valid document; the message names the source (credentials masked) as
+            ``admission document at <source>: <why>``.
     """
-    if source.startswith(("http://", "https://")):
-        parts = urllib.parse.urlsplit(source)
-        url = source if parts.path not in ("", "/") else urllib.parse.urlunsplit(parts._replace(path=PATH))
-        where = redact(url)
-        try:
-            with urllib.request.urlopen(url, timeout=timeout_s) as r:
-                body = r.read()
-        except urllib.error.HTTPError as exc:
-            raise ValueError(f"admission document at {where}: HTTP {exc.code}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ValueError(f"admission document at {where}: unreachable ({reason})") from None
+    if "://" in source:
+        body, where = _fetch(source, timeout_s)
     else:
         where = source
         try:
-            body = Path(source).read_bytes()
+            with open(source, "rb") as f:
+                body = f.read(MAX_BYTES + 1)
         except OSError as exc:
             hint = " (a URL starts with http://)" if _HOST_PORT.fullmatch(source) else ""
             raise ValueError(f"admission document at {source}: {exc.strerror or exc}{hint}") from None
+    if len(body) > MAX_BYTES:
+        raise ValueError(f"admission document at {where}: larger than {MAX_BYTES // 2**20} MiB")
     try:
         return parse_document(body)
     except ValueError as exc:
         raise ValueError(f"admission document at {where}: {str(exc).removeprefix('admission document: ')}") from None
+
+
+def _fetch(source: str, timeout_s: float) -> tuple[bytes, str]:
+    """The body at the URL ``source`` and the URL as shown (``read_document``)."""
+    shown = redact(source)
+    try:
+        parts = urllib.parse.urlsplit(source)
+        parts.port  # noqa: B018 (raises on a malformed port)
+    except ValueError:
+        raise ValueError(f"admission document at {shown}: malformed URL") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"admission document at {shown}: the URL must be http:// or https:// with a host")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(f"admission document at {shown}: credentials in the URL are not supported")
+    url = source if parts.path not in ("", "/") else urllib.parse.urlunsplit(parts._replace(path=PATH))
+    where = redact(url)
+    deadline = time.monotonic() + timeout_s
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            chunks: list[bytes] = []
+            size = 0
+            while size <= MAX_BYTES:
+                if time.monotonic() > deadline:
+                    raise ValueError(f"admission document at {where}: not read within {timeout_s:g} s")
+                chunk = r.read1(65536)  # what has arrived: a drip cannot hold a whole read
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            return b"".join(chunks), where
+    except urllib.error.HTTPError as exc:
+        raise ValueError(f"admission document at {where}: HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        reason = getattr(exc, "reason", None) or type(exc).__name__
+        raise ValueError(f"admission document at {where}: unreachable ({reason})") from None

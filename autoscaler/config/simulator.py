@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, StrictBool, model_validator
 
 from autoscaler.config.base import Strict
 
@@ -62,7 +62,7 @@ class ClientConfig(Strict):
     backoff_base_s: float = Field(default=0.5, gt=0)
     backoff_cap_s: float = Field(default=8.0, gt=0)
     jitter: float = Field(default=0.25, ge=0, le=1)
-    streaming: bool = False
+    streaming: StrictBool = False
 
 
 class GatewayConfig(Strict):

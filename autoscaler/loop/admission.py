@@ -17,7 +17,6 @@ number >= 0 (``check_thresholds``) is refused (``invalid``) and the document kee
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 from collections.abc import Mapping
@@ -29,6 +28,9 @@ from autoscaler.workload.types import PRIORITIES
 API_VERSION = "autoscaler/v1"
 KIND = "AdmissionThresholds"
 PATH = "/v1/admission"
+MAX_THRESHOLD_S = 1e9
+"""The largest threshold accepted, seconds (about 32 years): any longer wait is no limit, and an
+integer past it may not even convert to a float."""
 
 
 def check_thresholds(thresholds: Mapping[str, Any]) -> str | None:
@@ -39,8 +41,9 @@ def check_thresholds(thresholds: Mapping[str, Any]) -> str | None:
             return f"unknown priority '{name}' (known: {', '.join(PRIORITIES)})"
         if x is None:
             continue
-        if isinstance(x, bool) or not isinstance(x, int | float) or not 0 <= x < math.inf:
-            return f"threshold of '{name}' must be a finite number of seconds >= 0 or null, got {x!r}"
+        if isinstance(x, bool) or not isinstance(x, int | float) or not 0 <= x < MAX_THRESHOLD_S:
+            shown = x if not isinstance(x, int) or x < MAX_THRESHOLD_S else f"an integer of {len(str(x))} digits"
+            return f"threshold of '{name}' must be a finite number of seconds >= 0 (below 1e9) or null, got {shown!r}"
     return None
 
 
@@ -89,10 +92,15 @@ def parse_document(text: str | bytes) -> dict[str, dict[str, float | None]]:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"admission document: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except (UnicodeDecodeError, RecursionError) as exc:  # not text, or nested past the parser's depth
+        raise ValueError(f"admission document: not JSON ({type(exc).__name__})") from None
     if not isinstance(doc, dict) or doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
         raise ValueError(f"admission document: expected apiVersion {API_VERSION} and kind {KIND}")
+    services = doc.get("services") or {}
+    if not isinstance(services, dict):
+        raise ValueError("admission document: services is not a mapping")
     out: dict[str, dict[str, float | None]] = {}
-    for service, entry in (doc.get("services") or {}).items():
+    for service, entry in services.items():
         thresholds = entry.get("thresholds") if isinstance(entry, dict) else None
         if not isinstance(thresholds, dict):
             raise ValueError(f"admission document: services.{service}.thresholds is not a mapping")
