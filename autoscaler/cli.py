@@ -342,6 +342,8 @@ def dry_run(
             raise ValueError(f"--speed must be a finite number > 0, got {speed:g}")
         if interval is not None and not 0 < interval < math.inf:
             raise ValueError(f"--interval must be a finite number > 0, got {interval:g}")
+        if cfg.prometheus.query_set == "recorded" and speed != 1:
+            raise ValueError("prometheus.query_set recorded reads rates recorded over real time: --speed must be 1")
         if ticks is not None and ticks < 1:
             raise ValueError(f"--ticks must be >= 1, got {ticks}")
         if serve_metrics is not None:
@@ -557,6 +559,67 @@ def compare(
     console.print(f"wrote {' and '.join(str(p) for p in paths)}", highlight=False, soft_wrap=True)
 
 
+@app.command("run")
+def run_daemon(
+    config: Annotated[Path, typer.Option(help="Fleet YAML file.")],
+    controller: Annotated[str, typer.Option(
+        help=f"Controller spec NAME[:key=value...]; NAME is one of {', '.join(NAMES)}.")] = "pid",
+    kubeconfig: Annotated[Path | None, typer.Option(
+        help="kubeconfig file (default: the pod's service account in a cluster, else ~/.kube/config).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Do everything but the writes; log them.",
+                                          metavar="")] = False,
+    port: Annotated[int, typer.Option(help="Port of /metrics, /healthz, /readyz and /v1/admission.")] = 9090,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    prometheus_url: Annotated[str | None, typer.Option(help="Prometheus base URL (default: prometheus.url).")] = None,
+    identity: Annotated[str | None, typer.Option(
+        help="This daemon's name in the Lease (default: $POD_NAME, else the host name).")] = None,
+    log_format: Annotated[str, typer.Option(help="text | json (one JSON object per line).")] = "text",
+) -> None:
+    """Run the control loop on a cluster: leader election, scale subresource writes, admission
+    ConfigMaps, Events (docs/daemon.md). SIGTERM finishes the tick and releases the lease."""
+    import logging
+    import os
+    import signal
+    import socket
+    import sys
+
+    from autoscaler.adapters.kubernetes import connect as kube_connect
+    from autoscaler.adapters.prometheus import LiveRunner, PrometheusError, PrometheusSource
+    from autoscaler.adapters.prometheus import connect as prom_connect
+    from autoscaler.daemon import Daemon, json_formatter
+
+    try:
+        cfg = _load_cfg(config)
+        if log_format not in ("text", "json"):
+            raise ValueError(f"--log-format must be text or json, got '{log_format}'")
+        if not 0 <= port <= 65535:
+            raise ValueError(f"--port must be in 0..65535, got {port}")
+        url = prometheus_url or cfg.prometheus.url
+        if not url:
+            raise ValueError("no Prometheus URL: pass --prometheus-url or set prometheus.url in the fleet file")
+        source = PrometheusSource(cfg, LiveRunner(prom_connect(cfg.prometheus, url)))
+        api = kube_connect(kubeconfig)
+        name = identity or os.environ.get("POD_NAME") or socket.gethostname()
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(json_formatter() if log_format == "json" else
+                             logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger("autoscaler")
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        daemon = Daemon(cfg, controller, source, api, name, f"{host}:{port}", dry_run=dry_run)
+    except (AutoscalerError, PrometheusError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    except OSError as exc:
+        raise _fail(f"--port {port}: {exc.strerror or exc}") from None
+    signal.signal(signal.SIGTERM, lambda *_: daemon.stop())
+    logging.getLogger("autoscaler.daemon").info("%s serving on %s:%d (%s%s)", name, host, daemon.server.port,
+                                                controller, ", dry run" if dry_run else "")
+    try:
+        daemon.run()
+    except KeyboardInterrupt:
+        daemon.stop()
+
+
 admission_app = typer.Typer(no_args_is_help=True, help="Admission thresholds for a real gateway.")
 app.add_typer(admission_app, name="admission")
 
@@ -604,11 +667,13 @@ def dashboards_export(
     from autoscaler.dashboards.bundle import render, write
     from autoscaler.urls import check_url
 
-    cfg = _load_cfg(config)
     try:
+        cfg = _load_cfg(config)
+        if not str(out).strip():
+            raise ValueError("--out must name a directory")
         check_url(prometheus_url)
         paths = write(render(cfg, objective, prometheus_url), out)
-    except (ValueError, OSError) as exc:
+    except (AutoscalerError, ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
     console.print(f"wrote {len(paths)} files under {out}", highlight=False, soft_wrap=True)
 

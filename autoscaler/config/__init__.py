@@ -1,7 +1,8 @@
 """The fleet file's schema (pydantic), one module per section.
 
 ``fleet`` (services, variants, SLOs, the whole ``FleetConfig``), ``control`` (the loop and its
-controllers), ``prometheus`` (the live metrics source), ``simulator`` (the embedded simulator); reading
+controllers), ``prometheus`` (the live metrics source), ``kubernetes`` (where the daemon writes),
+``simulator`` (the embedded simulator); reading
 and validating a file is ``autoscaler.config.loading`` (``load_config``, ``parse_config``,
 ``default_config``), which also checks the variants against the performance profiles.
 """
@@ -17,6 +18,7 @@ from autoscaler.config.control import (
     SetpointSignal,
 )
 from autoscaler.config.fleet import SLO, FleetConfig, Service, TypicalRequest, Variant
+from autoscaler.config.kubernetes import KubernetesConfig, LeaseConfig, Workload
 from autoscaler.config.prometheus import (
     BasicAuth,
     PrometheusConfig,
@@ -28,7 +30,8 @@ from autoscaler.config.simulator import ClientConfig, Crash, EngineConfig, Gatew
 
 __all__ = [
     "ADMISSION_MODES", "MAX_INT", "SLO", "AdmissionConfig", "BasicAuth", "ClientConfig", "ControllerConfig", "Crash",
-    "EngineConfig", "FleetConfig", "ForecastConfig", "GatewayConfig", "GuardConfig", "PIDConfig", "PrometheusConfig",
+    "EngineConfig", "FleetConfig", "ForecastConfig", "GatewayConfig", "GuardConfig", "KubernetesConfig", "LeaseConfig",
+    "PIDConfig", "PrometheusConfig",
     "QuerySetName", "Service", "ServiceSelectors", "SetpointSignal",
-    "SimulatorConfig", "Strict", "TypicalRequest", "Variant", "VariantSelectors",
+    "SimulatorConfig", "Strict", "TypicalRequest", "Variant", "VariantSelectors", "Workload",
 ]

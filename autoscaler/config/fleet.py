@@ -7,6 +7,7 @@ from pydantic import Field, field_validator, model_validator
 
 from autoscaler.config.base import MAX_INT, Strict, check_name
 from autoscaler.config.control import ControllerConfig
+from autoscaler.config.kubernetes import KubernetesConfig
 from autoscaler.config.prometheus import PrometheusConfig
 from autoscaler.config.simulator import SimulatorConfig
 from autoscaler.promql import RECORDED_WINDOW, RECORDED_WINDOW_S
@@ -187,6 +188,7 @@ class FleetConfig(Strict):
     simulator: SimulatorConfig = SimulatorConfig()
     controller: ControllerConfig = ControllerConfig()
     prometheus: PrometheusConfig = PrometheusConfig()
+    kubernetes: KubernetesConfig = KubernetesConfig()
 
     @model_validator(mode="after")
     def _unique(self) -> FleetConfig:
@@ -260,6 +262,17 @@ class FleetConfig(Strict):
             raise ValueError(f"prometheus.query_set recorded reads rates the recording rules take over "
                              f"{RECORDED_WINDOW}: controller.window_s must be {RECORDED_WINDOW_S:g}, "
                              f"not {self.controller.window_s:g}")
+        return self
+
+    @model_validator(mode="after")
+    def _workload_names(self) -> FleetConfig:
+        variants = self.variant_names()
+        for name, by_variant in self.kubernetes.workloads.items():
+            if name not in variants:
+                raise ValueError(f"kubernetes.workloads: unknown service '{name}'")
+            unknown = sorted(set(by_variant) - variants[name])
+            if unknown:
+                raise ValueError(f"kubernetes.workloads[{name}]: unknown variant(s) {', '.join(unknown)}")
         return self
 
     @model_validator(mode="after")

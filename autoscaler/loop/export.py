@@ -51,6 +51,7 @@ import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -291,9 +292,10 @@ class MetricsServer:
 
 
 def serve(registry: CollectorRegistry, address: str,
-          routes: Mapping[str, Callable[[], bytes]] | None = None) -> MetricsServer:
+          routes: Mapping[str, Callable[[], bytes | tuple[int, bytes]]] | None = None) -> MetricsServer:
     """Serve ``registry`` at ``http://HOST:PORT/metrics`` (any path but those of ``routes``) in a
-    background thread; ``routes`` maps a path (``/v1/admission``) to what returns its JSON body.
+    background thread; ``routes`` maps a path (``/v1/admission``, ``/healthz``) to what returns its
+    body (JSON, or text), with its HTTP status when not 200 (``(503, b"not ready")``).
 
     Metrics always in the text format 0.0.4, as vLLM serves (METRICS.md): prometheus_client 0.26's
     OpenMetrics writer, which Prometheus asks for first, rewrites the colon of ``vllm:`` names to ``_``.
@@ -310,8 +312,11 @@ def serve(registry: CollectorRegistry, address: str,
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         body = extra.get(environ.get("PATH_INFO", ""))
         if body is not None:
-            data = body()
-            start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+            answer = body()
+            code, data = answer if isinstance(answer, tuple) else (200, answer)
+            kind = "application/json" if data.startswith((b"{", b"[")) else "text/plain; charset=utf-8"
+            start_response(f"{code} {HTTPStatus(code).phrase}", [("Content-Type", kind),
+                                                                  ("Content-Length", str(len(data)))])
             return [data]
         environ["HTTP_ACCEPT"] = "text/plain; version=0.0.4"
         return inner(environ, start_response)

@@ -1,0 +1,297 @@
+"""Kubernetes behind the loop's interfaces (the official ``kubernetes`` client): the ``Actuator`` over
+the scale subresource, the admission thresholds as a ConfigMap per service, and decisions as Events.
+
+Scaling (``KubernetesActuator.scale``) reads the workload's scale subresource (apps/v1 Deployments
+and StatefulSets; custom resources such as LeaderWorkerSet through ``CustomObjectsApi``) with its
+resourceVersion and replaces it with the new ``spec.replicas``, so a write made since the read is a
+409, not a lost update; a 409 is re-read and retried up to ``kubernetes.conflict_retries`` times
+with a short backoff within the tick, then reported as ``conflict``. Before a scale-down, the pods
+the decision names to go first (``remove_first``) get the annotation
+``controller.kubernetes.io/pod-deletion-cost`` (lowest first), so the ReplicaSet removes them and
+keeps the rest (the annotation is honoured by ReplicaSets since Kubernetes 1.22).
+
+Results follow the actuator contract: 403 and 401 are ``forbidden`` with the missing permission
+named (verb, resource and namespace), 404, 400 and 422 ``invalid``, 409 after the retries
+``conflict``, anything else (5xx, refused connections, timeouts) ``unreachable``. A failed write
+changes nothing; the loop keeps the variant at its count and retries next tick.
+
+``ConfigMapSink`` is the daemon's ``AdmissionSink``: the ConfigMap ``autoscaler-admission-<service>``
+(``kubernetes.admission_configmap``) holds the keys ``thresholds.json`` (the ``autoscaler/v1``
+``AdmissionThresholds`` document of that service alone, docs/admission.md) and one key per priority
+(``critical``, ``standard``, ``sheddable``: seconds, or ``none`` for no limit), created when absent
+and replaced with its resourceVersion otherwise.
+
+``EventRecorder`` writes each applied change as a core/v1 Event on the workload (reason
+``ScaledUp`` / ``ScaledDown``, message the decision's reason), so ``kubectl describe`` shows why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from autoscaler.config import FleetConfig, Workload
+from autoscaler.errors import AutoscalerError
+from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
+from autoscaler.loop.admission import API_VERSION, KIND, check_thresholds
+from autoscaler.workload.types import PRIORITIES
+
+log = logging.getLogger(__name__)
+
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+COMPONENT = "autoscaler"
+CONFLICT_BACKOFF_S = 0.1
+"""First wait before re-reading after a 409, doubled per retry (client-go's ``retry.DefaultRetry``
+starts at 10 ms; a tick has seconds to spare)."""
+
+
+class KubernetesError(AutoscalerError):
+    """The Kubernetes API cannot be used at all (no kubeconfig, no in-cluster credentials)."""
+
+
+def connect(kubeconfig: Path | None = None, context: str | None = None) -> client.ApiClient:
+    """A client from ``kubeconfig`` (and ``context``), or the pod's service account in a cluster
+    when no kubeconfig is given and one is mounted, else ``~/.kube/config``.
+
+    Raises:
+        KubernetesError: neither can be loaded (the message names the file and why).
+    """
+    try:
+        if kubeconfig is None and Path("/var/run/secrets/kubernetes.io/serviceaccount/token").is_file():
+            cfg = client.Configuration()
+            config.load_incluster_config(client_configuration=cfg)
+            return client.ApiClient(cfg)
+        return config.new_client_from_config(config_file=str(kubeconfig) if kubeconfig else None, context=context)
+    except (config.ConfigException, OSError, ValueError) as exc:
+        where = kubeconfig or "~/.kube/config"
+        raise KubernetesError(f"kubeconfig {where}: {str(exc).splitlines()[0] if str(exc) else exc}") from None
+
+
+def describe(exc: BaseException) -> str:
+    """One line from a failed call: the API server's message, else the transport's error."""
+    if isinstance(exc, ApiException):
+        try:
+            message = json.loads(exc.body or "{}").get("message")
+        except (ValueError, AttributeError):
+            message = None
+        return f"HTTP {exc.status}: {message or exc.reason}"
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+
+
+def result_of(exc: BaseException, what: str) -> ActuationResult:
+    """The actuator result of a failed call doing ``what`` (e.g. ``update deployments/scale llm/x``)."""
+    if isinstance(exc, ApiException):
+        if exc.status in (401, 403):
+            return ActuationResult(ActuationStatus.FORBIDDEN, f"forbidden: {what} ({describe(exc)}); grant the "
+                                   "daemon's service account that verb on that resource (deploy/base RBAC)")
+        if exc.status == 409:
+            return ActuationResult(ActuationStatus.CONFLICT, f"{what}: {describe(exc)}")
+        if exc.status in (400, 404, 422):
+            return ActuationResult(ActuationStatus.INVALID, f"{what}: {describe(exc)}")
+    return ActuationResult(ActuationStatus.UNREACHABLE, f"{what}: {describe(exc)}")
+
+
+TRANSPORT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+class ScaleClient:
+    """Reads and replaces the scale subresource of one kind of workload."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.apps = client.AppsV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    def resource(self, w: Workload) -> tuple[str, str]:
+        """``(API group, plural)`` of ``w``, as RBAC names them."""
+        if w.kind == "Deployment":
+            return "apps", "deployments"
+        if w.kind == "StatefulSet":
+            return "apps", "statefulsets"
+        assert w.api_version is not None and w.plural is not None  # the config requires them
+        return w.api_version.split("/")[0], w.plural
+
+    def read(self, w: Workload, namespace: str) -> tuple[int, str | None]:
+        """``(spec.replicas, resourceVersion)`` of ``w``'s scale."""
+        if w.kind == "Deployment":
+            s = self.apps.read_namespaced_deployment_scale(w.name, namespace)
+        elif w.kind == "StatefulSet":
+            s = self.apps.read_namespaced_stateful_set_scale(w.name, namespace)
+        else:
+            group, version = (w.api_version or "").split("/")
+            raw = self.custom.get_namespaced_custom_object_scale(group, version, namespace, w.plural, w.name)
+            return int(raw.get("spec", {}).get("replicas", 0)), raw.get("metadata", {}).get("resourceVersion")
+        return int(s.spec.replicas or 0), s.metadata.resource_version
+
+    def replace(self, w: Workload, namespace: str, replicas: int, resource_version: str | None) -> None:
+        """Set ``w``'s scale to ``replicas`` if it is still at ``resource_version`` (else HTTP 409)."""
+        body = {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {"name": w.name, "namespace": namespace, "resourceVersion": resource_version},
+                "spec": {"replicas": replicas}}
+        if w.kind == "Deployment":
+            self.apps.replace_namespaced_deployment_scale(w.name, namespace, body)
+        elif w.kind == "StatefulSet":
+            self.apps.replace_namespaced_stateful_set_scale(w.name, namespace, body)
+        else:
+            group, version = (w.api_version or "").split("/")
+            self.custom.replace_namespaced_custom_object_scale(group, version, namespace, w.plural, w.name, body)
+
+
+class KubernetesActuator:
+    """The ``Actuator`` over the scale subresource (module docstring).
+
+    Args:
+        cfg: the fleet (``kubernetes`` section: namespace, workloads, conflict retries).
+        api: a client (``connect``).
+        sleep: how to wait between conflict retries (tests pass a recorder).
+    """
+
+    def __init__(self, cfg: FleetConfig, api: client.ApiClient, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.cfg = cfg
+        self.kube = cfg.kubernetes
+        self.scales = ScaleClient(api)
+        self.core = client.CoreV1Api(api)
+        self.sleep = sleep
+        self.changes: list[tuple[str, str, int, int]] = []
+        """``(service, variant, replicas before, after)`` of every write that changed a scale, in order;
+        the daemon takes them to record Events."""
+
+    def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
+        """Set the variant's replicas (module docstring); ``remove_first`` pods get the lowest deletion cost."""
+        w = self.kube.workload(service, variant)
+        ns = self.kube.namespace
+        group, plural = self.scales.resource(w)
+        where = f"{plural}/scale {ns}/{w.name} (API group {group or 'core'})"
+        what = f"update {where}"
+        note = ""
+        for attempt in range(self.kube.conflict_retries + 1):
+            try:
+                current, version = self.scales.read(w, ns)
+            except TRANSPORT_ERRORS as exc:
+                return result_of(exc, f"get {where}")
+            if current == replicas:  # already there (the metrics lag the API server): nothing to write
+                return APPLIED
+            if replicas < current and remove_first and attempt == 0:
+                note = self._deletion_cost(ns, remove_first)
+            try:
+                self.scales.replace(w, ns, replicas, version)
+            except TRANSPORT_ERRORS as exc:
+                if isinstance(exc, ApiException) and exc.status == 409 and attempt < self.kube.conflict_retries:
+                    self.sleep(CONFLICT_BACKOFF_S * 2 ** attempt)
+                    continue
+                res = result_of(exc, what)
+                if res.status is ActuationStatus.CONFLICT:
+                    res = ActuationResult(res.status, f"{res.message} (after {attempt + 1} attempts)")
+                return res
+            self.changes.append((service, variant, current, replicas))
+            return ActuationResult(ActuationStatus.APPLIED, note) if note else APPLIED
+        raise AssertionError("unreachable: the loop returns on its last attempt")
+
+    def _deletion_cost(self, namespace: str, pods: Sequence[str]) -> str:
+        """Give ``pods`` deletion costs ``-len(pods)`` .. ``-1`` in order; a note when some failed (the
+        scale-down goes ahead: the ReplicaSet then picks by its own rules)."""
+        failed = []
+        for i, pod in enumerate(pods):
+            body = {"metadata": {"annotations": {DELETION_COST: str(i - len(pods))}}}
+            try:
+                self.core.patch_namespaced_pod(pod, namespace, body)
+            except TRANSPORT_ERRORS as exc:
+                failed.append(f"{pod} ({describe(exc)})")
+        if failed:
+            log.warning("deletion cost not set on %s", ", ".join(failed))
+            return f"deletion cost not set on {', '.join(failed)}"
+        return ""
+
+
+class ConfigMapSink:
+    """The ``AdmissionSink`` that writes one ConfigMap per service (module docstring)."""
+
+    def __init__(self, cfg: FleetConfig, api: client.ApiClient) -> None:
+        self.kube = cfg.kubernetes
+        self.core = client.CoreV1Api(api)
+        self.generation: dict[str, int] = {}
+
+    def name(self, service: str) -> str:
+        """The service's ConfigMap name."""
+        return self.kube.admission_configmap.format(service=service)
+
+    def data(self, service: str, thresholds: Mapping[str, float | None]) -> dict[str, str]:
+        """The ConfigMap's ``data`` for ``thresholds`` (module docstring)."""
+        full = {p: thresholds.get(p) for p in PRIORITIES}
+        doc = {"apiVersion": API_VERSION, "kind": KIND, "generation": self.generation.get(service, 0),
+               "unit": "seconds of estimated queue wait", "priorities": list(PRIORITIES),
+               "services": {service: {"thresholds": full, "updated_unix_s": time.time()}}}
+        return {"thresholds.json": json.dumps(doc, sort_keys=True),
+                **{p: "none" if x is None else f"{x:g}" for p, x in full.items()}}
+
+    def publish(self, service: str, thresholds: Mapping[str, float | None]) -> ActuationResult:
+        """Write ``thresholds`` to the service's ConfigMap, or refuse a malformed set (``invalid``)."""
+        why = check_thresholds(thresholds)
+        if why is not None:
+            return ActuationResult(ActuationStatus.INVALID, f"{service}: {why}")
+        ns, name = self.kube.namespace, self.name(service)
+        self.generation[service] = self.generation.get(service, 0) + 1
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"name": name, "namespace": ns,
+                                             "labels": {"app.kubernetes.io/managed-by": COMPONENT}},
+                                "data": self.data(service, thresholds)}
+        try:
+            existing = self.core.read_namespaced_config_map(name, ns)
+        except ApiException as exc:
+            if exc.status != 404:
+                return result_of(exc, f"get configmaps {ns}/{name}")
+            try:
+                self.core.create_namespaced_config_map(ns, body)
+            except TRANSPORT_ERRORS as exc2:
+                return result_of(exc2, f"create configmaps {ns}/{name}")
+            return APPLIED
+        except TRANSPORT_ERRORS as exc:
+            return result_of(exc, f"get configmaps {ns}/{name}")
+        body["metadata"]["resourceVersion"] = existing.metadata.resource_version
+        try:
+            self.core.replace_namespaced_config_map(name, ns, body)
+        except TRANSPORT_ERRORS as exc:
+            return result_of(exc, f"update configmaps {ns}/{name}")
+        return APPLIED
+
+
+class EventRecorder:
+    """Writes decisions as core/v1 Events on the workloads (module docstring); failures are logged,
+    never raised (an Event is a record, not an action)."""
+
+    def __init__(self, cfg: FleetConfig, api: client.ApiClient, identity: str) -> None:
+        self.kube = cfg.kubernetes
+        self.core = client.CoreV1Api(api)
+        self.scales = ScaleClient(api)
+        self.identity = identity
+
+    def scaled(self, service: str, variant: str, before: int, after: int, reason: str) -> bool:
+        """Record that ``variant`` of ``service`` went from ``before`` to ``after`` replicas because of
+        ``reason``; False when the Event could not be written."""
+        w = self.kube.workload(service, variant)
+        ns = self.kube.namespace
+        now = datetime.now(UTC)
+        group, _ = self.scales.resource(w)
+        api_version = "apps/v1" if group == "apps" else (w.api_version or "")
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{w.name}.", namespace=ns),
+            involved_object=client.V1ObjectReference(kind=w.kind, name=w.name, namespace=ns, api_version=api_version),
+            reason="ScaledUp" if after > before else "ScaledDown", type="Normal",
+            message=f"{before} -> {after} replicas: {reason}",
+            source=client.V1EventSource(component=COMPONENT, host=self.identity),
+            reporting_component=COMPONENT, reporting_instance=self.identity,
+            first_timestamp=now, last_timestamp=now, count=1)
+        try:
+            self.core.create_namespaced_event(ns, event)
+        except TRANSPORT_ERRORS as exc:
+            log.warning("event on %s/%s not written: %s", ns, w.name, describe(exc))
+            return False
+        return True

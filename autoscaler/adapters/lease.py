@@ -1,0 +1,132 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease: of several daemons, one actuates.
+
+The rule is client-go's (``tools/leaderelection``), on the official client's ``CoordinationV1Api``:
+a candidate takes the Lease when it is absent, held by nobody, held by itself, or not renewed for
+its ``leaseDurationSeconds``; a leader renews every ``retry_s`` and stops leading when it has not
+renewed for ``renew_s``; ``release`` (on shutdown) clears the holder so a follower takes over at its
+next try instead of after the lease duration. Every write replaces the Lease with the
+resourceVersion it read, so of two candidates that read the same free Lease only one's write
+succeeds (the other's is a 409).
+
+A follower times the lease on its own clock from the moment it saw the holder's ``renewTime``
+change, never from the timestamp itself, so a leader whose clock is skewed cannot make followers
+take over early (client-go does the same). The client's ``kubernetes.leaderelection`` is not used:
+its loop cannot be stopped nor the lease released, and its ``LeaseLock`` needs a client release
+(37) whose dependencies are above this package's floors.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from autoscaler.config import LeaseConfig
+
+log = logging.getLogger(__name__)
+
+
+class LeaderElector:
+    """One candidate for the Lease ``name`` in ``namespace`` (module docstring).
+
+    Args:
+        api: a client.
+        name, namespace: the Lease.
+        identity: this candidate's name (the pod name in a cluster).
+        cfg: durations (``kubernetes.lease``).
+        clock: seconds, monotonic (tests pass their own).
+    """
+
+    def __init__(self, api: client.ApiClient, name: str, namespace: str, identity: str, cfg: LeaseConfig,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.api = client.CoordinationV1Api(api)
+        self.name = name
+        self.namespace = namespace
+        self.identity = identity
+        self.cfg = cfg
+        self.clock = clock
+        self.leading = False
+        self.last_renewed: float | None = None
+        self.holder: str | None = None
+        self._seen: tuple[str | None, object] | None = None
+        self._seen_at = 0.0
+
+    def _spec(self, acquired: datetime | None, holder: str | None = None,
+              duration: int | None = None) -> client.V1LeaseSpec:
+        now = datetime.now(UTC)
+        return client.V1LeaseSpec(holder_identity=self.identity if holder is None else holder,
+                                  lease_duration_seconds=duration or max(1, round(self.cfg.duration_s)),
+                                  acquire_time=acquired or now, renew_time=now)
+
+    def try_acquire_or_renew(self) -> bool:
+        """One attempt to take or keep the Lease; whether this candidate leads after it (an API
+        server that does not answer counts as a failed renewal, never as a won election)."""
+        now = self.clock()
+        try:
+            return self._try(now)
+        except ApiException as exc:
+            if exc.status != 409:  # a 409 is a lost race, not worth a warning
+                log.warning("lease %s/%s: HTTP %s", self.namespace, self.name, exc.status)
+            return self._renew_failed(now)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+            return self._renew_failed(now)
+
+    def _try(self, now: float) -> bool:
+        try:
+            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            body = client.V1Lease(metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
+                                  spec=self._spec(None))
+            self.api.create_namespaced_lease(self.namespace, body)
+            return self._won(now)
+        spec = lease.spec or client.V1LeaseSpec()
+        holder = spec.holder_identity or None
+        seen = (holder, spec.renew_time)
+        if seen != self._seen:  # the holder renewed (or changed): its lease runs from now on our clock
+            self._seen, self._seen_at = seen, now
+        self.holder = holder
+        duration = float(spec.lease_duration_seconds or self.cfg.duration_s)
+        if holder not in (None, self.identity) and now - self._seen_at < duration:
+            self.leading = False
+            return False
+        lease.spec = self._spec(spec.acquire_time if holder == self.identity else None)
+        self.api.replace_namespaced_lease(self.name, self.namespace, lease)  # 409 if it changed since the read
+        return self._won(now)
+
+    def _won(self, now: float) -> bool:
+        if not self.leading:
+            log.info("%s leads (lease %s/%s)", self.identity, self.namespace, self.name)
+        self.leading, self.last_renewed, self.holder = True, now, self.identity
+        return True
+
+    def _renew_failed(self, now: float) -> bool:
+        if self.leading and (self.last_renewed is None or now - self.last_renewed >= self.cfg.renew_s):
+            log.warning("%s stops leading: the lease was not renewed for %g s", self.identity, self.cfg.renew_s)
+            self.leading = False
+        return self.leading
+
+    def release(self) -> bool:
+        """Give the Lease up if this candidate holds it (shutdown); whether it was released."""
+        if not self.leading:
+            return False
+        self.leading = False
+        try:
+            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+            spec = lease.spec or client.V1LeaseSpec()
+            if spec.holder_identity != self.identity:
+                return False
+            lease.spec = self._spec(spec.acquire_time, holder="", duration=1)
+            self.api.replace_namespaced_lease(self.name, self.namespace, lease)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            log.warning("lease %s/%s not released: %s", self.namespace, self.name, exc)
+            return False
+        log.info("%s released the lease", self.identity)
+        return True

@@ -1,0 +1,85 @@
+"""Fleet-file section ``kubernetes``: where the daemon (``autoscaler run``) writes, and its lease."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from autoscaler.config.base import Strict
+
+
+class Workload(Strict):
+    """The workload whose scale subresource holds one variant's replicas.
+
+    Attributes:
+        kind: ``Deployment`` or ``StatefulSet`` (apps/v1), or any custom resource with a scale
+            subresource (``api_version`` and ``plural`` then required, e.g. ``LeaderWorkerSet``,
+            ``leaderworkerset.x-k8s.io/v1``, ``leaderworkersets``).
+        name: its name; default ``<service>-<variant>`` (the default Prometheus selectors' convention).
+        api_version, plural: a custom resource's ``group/version`` and plural name.
+    """
+
+    kind: str = "Deployment"
+    name: str | None = None
+    api_version: str | None = None
+    plural: str | None = None
+
+    @model_validator(mode="after")
+    def _custom(self) -> Workload:
+        builtin = self.kind in ("Deployment", "StatefulSet")
+        if not builtin and (self.api_version is None or self.plural is None or "/" not in self.api_version):
+            raise ValueError(f"kind {self.kind}: a custom resource needs api_version (group/version) and plural")
+        if builtin and (self.api_version not in (None, "apps/v1") or self.plural is not None):
+            raise ValueError(f"kind {self.kind} is apps/v1: leave api_version and plural unset")
+        return self
+
+
+class LeaseConfig(Strict):
+    """Leader election on a ``coordination.k8s.io/v1`` Lease: one daemon of several actuates.
+
+    Attributes:
+        name: the Lease's name, in ``KubernetesConfig.namespace_self``.
+        duration_s: how long a leader's claim lasts without renewal; a follower takes over after it.
+        renew_s: a leader that could not renew for this long stops leading (< duration_s).
+        retry_s: how often candidates try to acquire and the leader renews (< renew_s).
+
+    Defaults are client-go's ``LeaderElectionConfig`` usual 15 / 10 / 2 s.
+    """
+
+    name: str = "autoscaler-leader"
+    duration_s: float = Field(default=15.0, gt=0)
+    renew_s: float = Field(default=10.0, gt=0)
+    retry_s: float = Field(default=2.0, gt=0)
+
+    @model_validator(mode="after")
+    def _order(self) -> LeaseConfig:
+        if not self.retry_s < self.renew_s < self.duration_s:
+            raise ValueError("need retry_s < renew_s < duration_s")
+        return self
+
+
+class KubernetesConfig(Strict):
+    """Where ``autoscaler run`` writes.
+
+    Attributes:
+        namespace: the namespace of the serving workloads, their pods and the admission ConfigMaps.
+        namespace_self: the daemon's own namespace (its Lease and Events about itself); default: the
+            pod's namespace in-cluster, else ``namespace``.
+        workloads: service -> variant -> ``Workload``; a variant left out is the Deployment
+            ``<service>-<variant>``.
+        conflict_retries: how many times a write that met a 409 (the object changed since it was
+            read) is re-read and retried within one tick.
+        lease: leader election (``LeaseConfig``).
+        admission_configmap: the name of a service's admission ConfigMap, ``{service}`` replaced.
+    """
+
+    namespace: str = "default"
+    namespace_self: str | None = None
+    workloads: dict[str, dict[str, Workload]] = Field(default_factory=dict)
+    conflict_retries: int = Field(default=3, ge=0, le=10)
+    lease: LeaseConfig = LeaseConfig()
+    admission_configmap: str = "autoscaler-admission-{service}"
+
+    def workload(self, service: str, variant: str) -> Workload:
+        """The workload of ``variant`` of ``service`` (its name filled in)."""
+        w = self.workloads.get(service, {}).get(variant, Workload())
+        return w if w.name is not None else w.model_copy(update={"name": f"{service}-{variant}"})

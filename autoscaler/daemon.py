@@ -1,0 +1,218 @@
+"""``autoscaler run``: the control loop as a service on a cluster.
+
+One ``Daemon`` is one candidate. A thread runs leader election on the Lease
+(``autoscaler.adapters.lease``) every ``kubernetes.lease.retry_s``; while it leads, the main thread
+ticks a ``ControlLoop`` every ``controller.tick_s`` over Prometheus (``PrometheusSource``), writing
+replicas through the scale subresource (``KubernetesActuator``), admission thresholds to their
+ConfigMaps (``ConfigMapSink``) and to ``GET /v1/admission``, and an Event per scale change. A
+follower never writes: it does not run the loop at all. A daemon that starts leading builds its
+loop afresh from what Prometheus and the cluster hold (replica counts, a window of history), so the
+first decision after a restart or a failover is bounded by the guard like any other.
+
+``dry_run`` does everything but the writes: the actuator and the sink log what they would write
+and report it applied, and no Lease is taken (every dry-run daemon acts as a leader that writes
+nothing).
+
+HTTP on ``address``: ``/metrics`` (the loop's and ``autoscaler_leader``), ``/v1/admission``,
+``/healthz`` (200 while the loop thread ticks on schedule: no tick missed for three periods) and
+``/readyz`` (200 once the first election attempt and, when leading, the first tick are done).
+``stop()`` (SIGTERM) lets the tick in progress finish, releases the Lease and closes the server.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kubernetes import client
+from prometheus_client import CollectorRegistry, Gauge
+
+from autoscaler.adapters.kubernetes import ConfigMapSink, EventRecorder, KubernetesActuator
+from autoscaler.adapters.lease import LeaderElector
+from autoscaler.adapters.prometheus import PrometheusSource
+from autoscaler.config import FleetConfig
+from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
+from autoscaler.loop.admission import PATH, AdmissionDocument, TeeSink, check_thresholds
+from autoscaler.loop.export import LoopMetrics, MetricsServer, serve
+from autoscaler.loop.runner import ControlLoop, TickRecord
+from controllers.admission import build_admission
+from controllers.registry import build
+
+log = logging.getLogger(__name__)
+
+
+class LoggingActuator:
+    """``--dry-run``'s actuator: logs the write it would make and reports it applied."""
+
+    def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
+        """Log ``would scale``."""
+        first = f", removing {', '.join(remove_first)} first" if remove_first else ""
+        log.info("dry-run: would scale %s/%s to %d replicas%s", service, variant, replicas, first)
+        return APPLIED
+
+
+class LoggingSink:
+    """``--dry-run``'s admission sink: logs the thresholds it would write (a malformed set is still refused)."""
+
+    def publish(self, service: str, thresholds: Mapping[str, float | None]) -> ActuationResult:
+        """Log ``would publish``."""
+        why = check_thresholds(thresholds)
+        if why is not None:
+            return ActuationResult(ActuationStatus.INVALID, f"{service}: {why}")
+        log.info("dry-run: would publish admission thresholds of %s: %s", service, json.dumps(dict(thresholds)))
+        return APPLIED
+
+
+class Daemon:
+    """One candidate of ``autoscaler run`` (module docstring).
+
+    Args:
+        cfg: the fleet.
+        controller: a registry spec (``pid``, ``mpc``, ``hpa:...``).
+        source: a ``PrometheusSource`` (real time).
+        api: a Kubernetes client (``adapters.kubernetes.connect``).
+        identity: this candidate's name (the pod's name in a cluster).
+        address: ``HOST:PORT`` of the HTTP endpoints (port 0: any free one).
+        dry_run: write nothing (module docstring).
+        namespace_self: where the Lease lives (default ``kubernetes.namespace_self``, else
+            ``kubernetes.namespace``).
+        speed: the source's seconds per wall second (1 on a cluster; a simulator served faster in
+            tests): the loop ticks every ``tick_s / speed`` wall seconds on the source's clock.
+    """
+
+    def __init__(self, cfg: FleetConfig, controller: str, source: PrometheusSource, api: client.ApiClient,
+                 identity: str, address: str, dry_run: bool = False, namespace_self: str | None = None,
+                 speed: float = 1.0) -> None:
+        build(controller, cfg)  # an unknown spec fails here, before anything starts
+        self.cfg = cfg
+        self.spec = controller
+        self.source = source
+        self.api = api
+        self.identity = identity
+        self.dry_run = dry_run
+        self.speed = speed
+        kube = cfg.kubernetes
+        lease_ns = namespace_self or kube.namespace_self or kube.namespace
+        self.elector = LeaderElector(api, kube.lease.name, lease_ns, identity, kube.lease)
+        self.document = AdmissionDocument()
+        self.registry = CollectorRegistry()
+        self.leader_gauge = Gauge("autoscaler_leader", "1 while this daemon leads (writes), else 0.",
+                                  ["identity"], registry=self.registry)
+        self.leader_gauge.labels(identity).set(0)
+        self.events = EventRecorder(cfg, api, identity)
+        self.stopping = threading.Event()
+        self.loop: ControlLoop | None = None
+        self.metrics: LoopMetrics | None = None
+        self.ticks = 0
+        self.last_tick: float | None = None
+        self.elected_once = threading.Event()
+        self.started = time.monotonic()
+        self.server: MetricsServer = serve(self.registry, address, {
+            PATH: self.document.json, "/healthz": self._healthz, "/readyz": self._readyz})
+
+    # ------------------------------------------------------------------ HTTP
+    def _healthz(self) -> tuple[int, bytes]:
+        period = self.cfg.controller.tick_s / self.speed
+        stalled = self.last_tick is not None and time.monotonic() - self.last_tick > 3 * period
+        return (503, b"tick loop stalled\n") if stalled else (200, b"ok\n")
+
+    def _readyz(self) -> tuple[int, bytes]:
+        ready = self.elected_once.is_set() and (not self.leading or self.ticks > 0)
+        return (200, b"ready\n") if ready else (503, b"not ready\n")
+
+    @property
+    def leading(self) -> bool:
+        """Whether this daemon writes now."""
+        return self.dry_run or self.elector.leading
+
+    # ------------------------------------------------------------------ election
+    def _elect(self) -> None:
+        while not self.stopping.is_set():
+            if not self.dry_run:
+                was = self.elector.leading
+                now = self.elector.try_acquire_or_renew()
+                if now != was:
+                    log.info("%s %s", self.identity, "leads" if now else "follows")
+            self.leader_gauge.labels(self.identity).set(1 if self.leading else 0)
+            self.elected_once.set()
+            self.stopping.wait(self.cfg.kubernetes.lease.retry_s)
+
+    # ------------------------------------------------------------------ loop
+    def _new_loop(self) -> ControlLoop:
+        ctrl = build(self.spec, self.cfg)
+        sink = TeeSink(LoggingSink() if self.dry_run else ConfigMapSink(self.cfg, self.api), self.document)
+        actuator = LoggingActuator() if self.dry_run else KubernetesActuator(self.cfg, self.api)
+        policy = build_admission(self.cfg.controller.admission, self.cfg.controller.admission_settings)
+        loop = ControlLoop(self.cfg, self.source, actuator, ctrl, sink, policy)
+        loop.start(-ctrl.window_s)  # Prometheus holds history: the window is there already
+        if self.metrics is not None:
+            self.registry.unregister(self.metrics)
+        self.metrics = LoopMetrics(loop, registry=self.registry)
+        return loop
+
+    def tick(self) -> TickRecord | None:
+        """One tick if this daemon leads (building its loop on the first), else None."""
+        if not self.leading:
+            self.loop = None  # a later leadership starts from the cluster's state, not from ours
+            return None
+        if self.loop is None:
+            self.loop = self._new_loop()
+            log.info("%s starts its loop (%s)", self.identity, self.spec)
+        started = time.perf_counter()
+        record = self.loop.tick((time.monotonic() - self.started) * self.speed)
+        assert self.metrics is not None
+        self.metrics.record(record, time.perf_counter() - started)
+        self.ticks += 1
+        if isinstance(self.loop.actuator, KubernetesActuator):  # an Event per write that changed a scale
+            for name, v, before, after in self.loop.actuator.changes:
+                self.events.scaled(name, v, before, after, record.services[name].reason)
+            self.loop.actuator.changes.clear()
+        for name, st in record.services.items():
+            log.info("%s: %s", name, json.dumps({"reason": st.reason, "applied": st.applied}))
+        return record
+
+    def run(self) -> None:
+        """Elect and tick until ``stop()``; then release the Lease and close the server."""
+        elector = threading.Thread(target=self._elect, name="leader-election", daemon=True)
+        elector.start()
+        self.elected_once.wait(timeout=self.cfg.kubernetes.lease.duration_s)
+        period = self.cfg.controller.tick_s / self.speed
+        due = time.monotonic()
+        try:
+            while not self.stopping.is_set():
+                self.last_tick = time.monotonic()
+                try:
+                    self.tick()
+                except Exception:  # a bug in one tick must not kill the daemon; the next tick retries
+                    log.exception("tick failed")
+                due += period
+                self.stopping.wait(max(0.0, due - time.monotonic()))
+        finally:
+            self.stopping.set()
+            elector.join(timeout=5)
+            if self.elector.release():
+                log.info("%s released the lease", self.identity)
+            self.leader_gauge.labels(self.identity).set(0)
+            self.server.close()
+
+    def stop(self) -> None:
+        """Ask ``run`` to finish its tick and shut down (SIGTERM)."""
+        self.stopping.set()
+
+
+def json_formatter() -> logging.Formatter:
+    """A formatter writing one JSON object per record (``--log-format json``)."""
+
+    class _Json(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            out: dict[str, Any] = {"time": self.formatTime(record), "level": record.levelname,
+                                   "logger": record.name, "message": record.getMessage()}
+            if record.exc_info:
+                out["exception"] = self.formatException(record.exc_info)
+            return json.dumps(out)
+
+    return _Json()

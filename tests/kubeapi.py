@@ -1,0 +1,215 @@
+"""Test helper: an emulated Kubernetes API server over HTTP on 127.0.0.1 (kmock's ``KubernetesEmulator``,
+extended), in a background thread, for the official ``kubernetes`` client.
+
+kmock keeps objects in memory and serves create / read / list / watch / replace / patch / delete.
+``Emulator`` adds what the daemon relies on and kmock leaves out:
+
+- replace (PUT, which kmock leaves unserved) and ``metadata.resourceVersion`` on every object,
+  from one counter bumped by every write, with optimistic concurrency: a replace carrying an older
+  resourceVersion is answered HTTP 409 Conflict, as the real API server does;
+- the ``scale`` subresource of Deployments, StatefulSets and the custom resources named in
+  ``scalable``: GET answers an ``autoscaling/v1`` Scale built from the object (its spec.replicas,
+  status.replicas, the object's resourceVersion); PUT checks the resourceVersion and sets
+  spec.replicas; PATCH sets it unchecked;
+- ``metadata.generateName`` on create (a name is made from it);
+- RBAC refusals: a request whose ``(verb, plural, subresource)`` is in ``forbidden`` is answered
+  HTTP 403 Forbidden with the API server's message;
+- a way down: ``down`` set makes every request fail with HTTP 503 (the server itself stays up,
+  so a test can bring it back).
+
+``EmulatedCluster`` runs it in a thread with its own event loop and gives a configured client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import aiohttp.web
+import kmock
+from kubernetes import client
+
+SCALABLE = {"deployments", "statefulsets"}
+
+
+def status(code: int, reason: str, message: str) -> aiohttp.web.Response:
+    """A ``v1 Status`` failure, as the API server answers errors."""
+    return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                      "message": message, "reason": reason, "code": code}, status=code)
+
+
+VERBS = {"GET": "get", "PUT": "update", "PATCH": "patch", "POST": "create", "DELETE": "delete"}
+
+
+class Emulator(kmock.KubernetesEmulator):
+    """kmock's emulator with resourceVersions, 409s, the scale subresource, 403s and an outage (module doc)."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.versions = itertools.count(1)
+        self.forbidden: set[tuple[str, str, str | None]] = set()
+        self.scalable: set[str] = set(SCALABLE)
+        self.down = False
+        self.writes: list[tuple[str, str, str | None, str | None, Any, str]] = []
+        """(method, plural or plural/scale, namespace, name, body or replicas, the client's User-Agent)."""
+
+    def _object(self, request: kmock.Request) -> Any:
+        key = (request.resource, request.namespace, request.name)
+        return self._objects[key] if key in self._objects else None  # noqa: SIM401 (ObjectsArray has no .get)
+
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        if self.down:
+            return status(503, "ServiceUnavailable", "the API server is unavailable")
+        res = request.resource
+        method = str(getattr(request.method, "value", request.method)).upper()
+        if res is not None:
+            verb = VERBS.get(method, method.lower())
+            if "watch" in request.params and verb == "get":
+                verb = "watch"
+            elif verb == "get" and request.name is None:
+                verb = "list"
+            if (verb, res.plural, request.subresource) in self.forbidden:
+                sub = f"/{request.subresource}" if request.subresource else ""
+                return status(403, "Forbidden", f'{res.plural}{sub} "{request.name}" is forbidden: User '
+                              f'"system:serviceaccount:autoscaler:autoscaler" cannot {verb} resource '
+                              f'"{res.plural}{sub}" in API group "{res.group}" in the namespace "{request.namespace}"')
+            if request.subresource == "scale" and res.plural in self.scalable:
+                return await self._scale(request, method)
+            if method == "PUT" and request.name is not None and request.subresource is None:
+                return await self._replace(request)
+            if method in ("POST", "PATCH") and isinstance(request.data, dict):
+                async with self._lock:
+                    meta = request.data.setdefault("metadata", {})
+                    if method == "POST" and not meta.get("name") and meta.get("generateName"):
+                        meta["name"] = f"{meta['generateName']}{next(self.versions):x}"
+                    meta["resourceVersion"] = str(next(self.versions))
+                    self.writes.append((method, res.plural, request.namespace, request.name, request.data,
+                                        request.headers.get("User-Agent", "")))
+        return await super()._handle(request)
+
+    async def _replace(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        """PUT of a whole object (kmock serves only PATCH): 404 if absent, 409 if stale, else stored."""
+        res = request.resource
+        body = request.data if isinstance(request.data, dict) else {}
+        async with self._lock:
+            obj = self._object(request)
+            if obj is None or obj.deleted:
+                return status(404, "NotFound", f'{res.plural} "{request.name}" not found')
+            sent = (body.get("metadata") or {}).get("resourceVersion")
+            if sent is not None and sent != obj.get("metadata", {}).get("resourceVersion"):
+                return status(409, "Conflict", f'Operation cannot be fulfilled on {res.plural} "{request.name}": '
+                              "the object has been modified; please apply your changes to the latest version and "
+                              "try again")
+            body.setdefault("metadata", {})["resourceVersion"] = str(next(self.versions))
+            obj.patch(body)
+            self.writes.append(("PUT", res.plural, request.namespace, request.name, body,
+                                request.headers.get("User-Agent", "")))
+            raw = obj.raw
+            await self._buses[res].put({"type": "MODIFIED", "object": raw})
+        return aiohttp.web.json_response(raw)
+
+    async def _scale(self, request: kmock.Request, method: str) -> aiohttp.web.StreamResponse:
+        async with self._lock:
+            obj = self._object(request)
+            if obj is None or obj.deleted:
+                return status(404, "NotFound", f'{request.resource.plural} "{request.name}" not found')
+            if method in ("PUT", "PATCH"):
+                body = request.data or {}
+                sent = (body.get("metadata") or {}).get("resourceVersion")
+                if method == "PUT" and sent is not None and sent != obj.get("metadata", {}).get("resourceVersion"):
+                    return status(409, "Conflict", f'Operation cannot be fulfilled on {request.resource.plural} '
+                                  f'"{request.name}": the object has been modified; please apply your changes to '
+                                  "the latest version and try again")
+                replicas = (body.get("spec") or {}).get("replicas")
+                if not isinstance(replicas, int) or replicas < 0:
+                    return status(422, "Invalid", f"Scale.spec.replicas: Invalid value: {replicas!r}")
+                obj.patch({"spec": {"replicas": replicas}, "metadata": {"resourceVersion": str(next(self.versions))}})
+                self.writes.append((method, f"{request.resource.plural}/scale", request.namespace, request.name,
+                                    replicas, request.headers.get("User-Agent", "")))
+                await self._buses[request.resource].put({"type": "MODIFIED", "object": obj.raw})
+            raw = obj.raw
+        spec = raw.get("spec", {}).get("replicas", 1)
+        return aiohttp.web.json_response({
+            "apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": request.name, "namespace": request.namespace,
+                         "resourceVersion": raw.get("metadata", {}).get("resourceVersion")},
+            "spec": {"replicas": spec},
+            "status": {"replicas": raw.get("status", {}).get("replicas", spec)},
+        })
+
+
+class EmulatedCluster:
+    """An ``Emulator`` served on 127.0.0.1 from a background thread; ``api`` is a client for it."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self.emulator: Emulator | None = None
+        self.url = ""
+        self._thread = threading.Thread(target=self._run, name="kube-emulator", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._serve())
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        async with Emulator() as emu, kmock.Server(emu) as srv:
+            for plural in ("apps/v1/deployments", "apps/v1/statefulsets", "v1/pods", "v1/events", "v1/configmaps",
+                           "coordination.k8s.io/v1/leases", "events.k8s.io/v1/events"):
+                emu.resources[plural] = {}
+            self.emulator = emu
+            self.url = str(srv.url).rstrip("/")
+            self._ready.set()
+            await self._stop.wait()
+
+    def start(self) -> EmulatedCluster:
+        """Start serving; RuntimeError if it does not come up within 10 s."""
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the emulated API server did not start")
+        return self
+
+    def stop(self) -> None:
+        """Stop serving (idempotent)."""
+        if self._stop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(timeout=10)
+
+    def api(self, user_agent: str | None = None) -> client.ApiClient:
+        """A ``kubernetes`` client for this server (no auth, no retries), sending ``user_agent``."""
+        cfg = client.Configuration(host=self.url)
+        cfg.retries = 0
+        api = client.ApiClient(cfg)
+        if user_agent is not None:
+            api.user_agent = user_agent
+        return api
+
+    @property
+    def emu(self) -> Emulator:
+        assert self.emulator is not None
+        return self.emulator
+
+
+def deployment(name: str, namespace: str, replicas: int) -> dict[str, Any]:
+    """A minimal apps/v1 Deployment ``name`` in ``namespace`` at ``replicas``, as a test fixture."""
+    labels = {"app": name}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels},
+                                  "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]}}}}
+
+
+@contextmanager
+def emulated_cluster() -> Iterator[EmulatedCluster]:
+    """An ``EmulatedCluster`` for the duration of the block."""
+    cluster = EmulatedCluster().start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

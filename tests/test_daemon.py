@@ -1,0 +1,185 @@
+"""``autoscaler run`` (autoscaler.daemon) in a closed loop over real HTTP: two daemons with the real
+``kubernetes`` client against the emulated API server (tests/kubeapi.py), a simulated fleet that
+follows the emulated Deployments' ``spec.replicas`` (as a ReplicaSet controller would), served to a
+real Prometheus that both daemons read. The leader scales the fleet through a surge; it is killed
+mid-surge (no release) and the follower takes over within the lease; only one ever writes."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from kubeapi import EmulatedCluster, deployment, emulated_cluster
+from kubernetes import client
+from promserver import PromServer, Target
+from test_prometheus_dryrun import FLEET_DOC, ramp
+
+from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect
+from autoscaler.config import FleetConfig
+from autoscaler.config.loading import parse_config
+from autoscaler.daemon import Daemon
+from autoscaler.loop.export import serve
+from autoscaler.realtime import LiveSimulation
+from autoscaler.state import ServiceEstimate
+from controllers.base import Controller, Decision, Reason, hold
+
+SPEED = 20.0
+SCRAPE = "250ms"
+NS = "default"
+LEASE = {"duration_s": 3.0, "renew_s": 2.0, "retry_s": 0.5}  # wall seconds
+
+
+class FollowTheCluster(Controller):
+    """The simulated cluster's own loop decides nothing: its replicas are what the API server says."""
+
+    def __init__(self) -> None:
+        super().__init__("cluster", 15.0, 60.0, own_guard=True)
+
+    def decide(self, est: ServiceEstimate, svc: object) -> Decision:
+        return hold(est.current, "the emulated Deployments decide", Reason.FIXED)
+
+
+@dataclass
+class Run:
+    cfg: FleetConfig
+    cluster: EmulatedCluster
+    daemons: dict[str, Daemon]
+    killed_at: float
+    took_over_at: float | None
+    spec_history: list[dict[str, int]] = field(default_factory=list)
+
+
+def make_daemon(cfg: FleetConfig, cluster: EmulatedCluster, prom: PromServer, name: str) -> Daemon:
+    source = PrometheusSource(cfg, LiveRunner(connect(cfg.prometheus, prom.url)), speed=SPEED)
+    return Daemon(cfg, "pid", source, cluster.api(user_agent=f"autoscaler/{name}"), name, "127.0.0.1:0",
+                  namespace_self="autoscaler", speed=SPEED)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    work: Path = tmp_path_factory.mktemp("daemon")
+    doc = copy.deepcopy(FLEET_DOC)
+    doc["kubernetes"] = {"namespace": NS, "lease": LEASE}
+    cfg = parse_config(doc, "<test>")
+    with emulated_cluster() as cluster:
+        apps = client.AppsV1Api(cluster.api())
+        for v in cfg.services[0].variants:
+            apps.create_namespaced_deployment(NS, deployment(f"llm-{v.name}", NS, v.start_replicas))
+        live = LiveSimulation(cfg, ramp(), "static", steady_start=False)
+        live.loop.controller = FollowTheCluster()
+        history: list[dict[str, int]] = []
+        kube = client.AppsV1Api(cluster.api(user_agent="replicaset-controller"))
+
+        def follow(_: float) -> None:  # the ReplicaSet controller: pods follow spec.replicas
+            wanted = {v.name: int(kube.read_namespaced_deployment(f"llm-{v.name}", NS).spec.replicas)
+                      for v in cfg.services[0].variants}
+            history.append(wanted)
+            with live.lock:
+                for v, n in wanted.items():
+                    live.sim.set_replicas("llm", v, n)
+
+        server = serve(live.registry, "127.0.0.1:0")
+        prom = PromServer(work / "prom", [Target(f"127.0.0.1:{server.port}")], scrape_interval=SCRAPE)
+        stop = threading.Event()
+        sim = threading.Thread(target=live.run, kwargs={"speed": SPEED, "stop": stop, "on_step": follow})
+        daemons = {n: make_daemon(cfg, cluster, prom, n) for n in ("a", "b")}
+        threads = {n: threading.Thread(target=d.run, name=f"daemon-{n}") for n, d in daemons.items()}
+        try:
+            prom.start()
+            prom.wait_for("up", lambda r: bool(r) and r[0]["value"][1] == "1")
+            sim.start()
+            threads["a"].start()
+            deadline = time.monotonic() + 10
+            while not daemons["a"].leading and time.monotonic() < deadline:
+                time.sleep(0.05)
+            threads["b"].start()
+            time.sleep(200 / SPEED)  # into the surge (arrivals ramp from 80 s, peak from 200 s)
+            daemons["a"].elector.release = lambda: False  # type: ignore[method-assign]  # killed: no release
+            daemons["a"].stop()
+            killed_at = time.monotonic()
+            took_over_at = None
+            while sim.is_alive():
+                if took_over_at is None and daemons["b"].leading:
+                    took_over_at = time.monotonic()
+                time.sleep(0.05)
+            daemons["b"].stop()
+            for t in threads.values():
+                t.join(timeout=30)
+            yield Run(cfg, cluster, daemons, killed_at, took_over_at, history)
+        finally:
+            stop.set()
+            for d in daemons.values():
+                d.stop()
+            prom.stop()
+            server.close()
+
+
+def scale_writers(run: Run) -> list[str]:
+    return [w[5] for w in run.cluster.emu.writes if w[1] == "deployments/scale"]
+
+
+def test_exactly_one_writer_at_a_time_and_the_follower_takes_over(run: Run) -> None:
+    writers = scale_writers(run)
+    assert "autoscaler/a" in writers and "autoscaler/b" in writers, writers
+    first_b = writers.index("autoscaler/b")
+    assert set(writers[:first_b]) == {"autoscaler/a"} and set(writers[first_b:]) == {"autoscaler/b"}
+    # the follower took over once the dead leader's lease ran out, within one retry of it
+    assert run.took_over_at is not None
+    failover = run.took_over_at - run.killed_at
+    lease = run.cfg.kubernetes.lease
+    assert lease.duration_s - lease.retry_s <= failover <= lease.duration_s + 3 * lease.retry_s, failover
+
+
+def test_the_fleet_is_scaled_up_through_the_surge(run: Run) -> None:
+    totals = [sum(h.values()) for h in run.spec_history]
+    start = sum(v.start_replicas for v in run.cfg.services[0].variants)
+    assert max(totals) > start  # the surge was met with replicas, written by the daemons
+    assert {w[3] for w in run.cluster.emu.writes if w[1] == "deployments/scale"} <= {"llm-h100", "llm-a100"}
+
+
+def test_each_change_is_an_event_and_the_lease_is_released_on_stop(run: Run) -> None:
+    events = client.CoreV1Api(run.cluster.api()).list_namespaced_event(NS).items
+    by = {e.source.host for e in events if e.reason in ("ScaledUp", "ScaledDown")}
+    assert by == {"a", "b"}
+    assert all(e.involved_object.kind == "Deployment" and " -> " in e.message for e in events)
+    lease = client.CoordinationV1Api(run.cluster.api()).read_namespaced_lease("autoscaler-leader", "autoscaler")
+    assert not lease.spec.holder_identity  # b released it when stopped
+
+
+def test_a_follower_answers_health_and_readiness_and_never_writes(tmp_path: Path) -> None:
+    doc = copy.deepcopy(FLEET_DOC)
+    doc["kubernetes"] = {"namespace": NS, "lease": LEASE}
+    doc["prometheus"] = {"url": "http://127.0.0.1:1"}  # nothing there: the loop would hold
+    cfg = parse_config(doc, "<test>")
+    with emulated_cluster() as cluster:
+        client.CoordinationV1Api(cluster.api()).create_namespaced_lease("autoscaler", client.V1Lease(
+            metadata={"name": "autoscaler-leader"},
+            spec=client.V1LeaseSpec(holder_identity="someone-else", lease_duration_seconds=3600)))
+        source = PrometheusSource(cfg, LiveRunner(connect(cfg.prometheus, "http://127.0.0.1:1")))
+        d = Daemon(cfg, "pid", source, cluster.api(user_agent="autoscaler/c"), "c", "127.0.0.1:0",
+                   namespace_self="autoscaler")
+        t = threading.Thread(target=d.run)
+        t.start()
+        try:
+            deadline = time.monotonic() + 10
+            while not d.elected_once.is_set() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            base = f"http://127.0.0.1:{d.server.port}"
+            for path in ("/healthz", "/readyz"):
+                with urllib.request.urlopen(base + path, timeout=5) as r:
+                    assert r.status == 200
+            with urllib.request.urlopen(base + "/metrics", timeout=5) as r:
+                assert 'autoscaler_leader{identity="c"} 0.0' in r.read().decode()
+            time.sleep(1.0)
+            assert not d.leading and d.loop is None
+            assert not [w for w in cluster.emu.writes if w[5] == "autoscaler/c"]  # not even the Lease
+        finally:
+            d.stop()
+            t.join(timeout=15)
+        assert not t.is_alive()

@@ -1,0 +1,209 @@
+"""The Kubernetes adapters (autoscaler.adapters.kubernetes, autoscaler.adapters.lease) with the real
+``kubernetes`` client over HTTP against the emulated API server (tests/kubeapi.py): scale applied
+through the scale subresource with its resourceVersion, 409 retried, 403 named, an outage reported
+and nothing written, deletion costs before a scale-down, the admission ConfigMap, Events, and leader
+election on a Lease."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from kubeapi import EmulatedCluster, deployment, emulated_cluster
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from autoscaler.adapters.kubernetes import DELETION_COST, ConfigMapSink, EventRecorder, KubernetesActuator
+from autoscaler.adapters.lease import LeaderElector
+from autoscaler.config import LeaseConfig
+from autoscaler.config.loading import parse_config
+from autoscaler.loop.actuate import ActuationStatus
+
+NS = "llm"
+
+
+@pytest.fixture
+def cluster(make_fleet) -> Iterator[EmulatedCluster]:
+    with emulated_cluster() as c:
+        client.AppsV1Api(c.api()).create_namespaced_deployment(NS, deployment("svc-h100", NS, 2))
+        yield c
+
+
+@pytest.fixture
+def fleet(make_fleet):
+    doc = make_fleet(2, min_replicas=0, max_replicas=8).model_dump(mode="json", exclude_unset=True)
+    return parse_config({**doc, "kubernetes": {"namespace": NS, "conflict_retries": 2}}, "<test>")
+
+
+def replicas(c: EmulatedCluster, name: str = "svc-h100") -> int:
+    return int(client.AppsV1Api(c.api()).read_namespaced_deployment(name, NS).spec.replicas)
+
+
+def test_scale_goes_through_the_scale_subresource_with_its_resource_version(cluster, fleet) -> None:
+    act = KubernetesActuator(fleet, cluster.api())
+    assert act.scale("svc", "h100", 5).ok
+    assert replicas(cluster) == 5
+    put = [w[:5] for w in cluster.emu.writes if w[1] == "deployments/scale"]
+    assert put == [("PUT", "deployments/scale", NS, "svc-h100", 5)]
+    assert act.scale("svc", "h100", 5).ok  # already there (metrics lag the API server): no second write
+    assert len([w for w in cluster.emu.writes if w[1] == "deployments/scale"]) == 1
+    assert act.changes == [("svc", "h100", 2, 5)]  # what the daemon records as Events
+
+
+def test_a_conflict_is_re_read_and_retried_then_reported(cluster, fleet) -> None:
+    waits: list[float] = []
+    act = KubernetesActuator(fleet, cluster.api(), sleep=waits.append)
+    apps = client.AppsV1Api(cluster.api())
+    original = act.scales.read
+    edits = iter(range(2))  # another writer edits the Deployment between our read and our write, twice
+
+    def read_then_edit(w, ns):  # type: ignore[no-untyped-def]
+        got = original(w, ns)
+        if next(edits, None) is not None:
+            apps.patch_namespaced_deployment("svc-h100", NS, {"spec": {"replicas": 3}})
+        return got
+
+    act.scales.read = read_then_edit  # type: ignore[method-assign]
+    assert act.scale("svc", "h100", 6).ok  # the third attempt reads the current version
+    assert replicas(cluster) == 6 and waits == [0.1, 0.2]
+    edits = iter(range(10))  # it keeps changing: three attempts (conflict_retries 2), then conflict
+    res = act.scale("svc", "h100", 7)
+    assert res.status is ActuationStatus.CONFLICT and "after 3 attempts" in res.message
+    assert replicas(cluster) == 3  # the other writer's value stands
+
+
+def test_forbidden_names_the_missing_permission_and_writes_nothing(cluster, fleet) -> None:
+    cluster.emu.forbidden.add(("update", "deployments", "scale"))
+    res = KubernetesActuator(fleet, cluster.api()).scale("svc", "h100", 4)
+    assert res.status is ActuationStatus.FORBIDDEN
+    assert res.message.startswith("forbidden: update deployments/scale llm/svc-h100 (API group apps)")
+    assert 'cannot update resource "deployments/scale"' in res.message and "\n" not in res.message
+    assert replicas(cluster) == 2
+
+
+def test_an_api_server_down_is_unreachable_and_changes_nothing(cluster, fleet) -> None:
+    cluster.emu.down = True
+    res = KubernetesActuator(fleet, cluster.api()).scale("svc", "h100", 0)
+    assert res.status is ActuationStatus.UNREACHABLE and "HTTP 503" in res.message
+    cluster.emu.down = False
+    assert replicas(cluster) == 2
+    cluster.stop()  # nothing listening at all: still one line, no exception
+    res = KubernetesActuator(fleet, cluster.api()).scale("svc", "h100", 0)
+    assert res.status is ActuationStatus.UNREACHABLE and "\n" not in res.message
+
+
+def test_a_missing_workload_is_invalid(cluster, fleet) -> None:
+    client.AppsV1Api(cluster.api()).delete_namespaced_deployment("svc-h100", NS)
+    res = KubernetesActuator(fleet, cluster.api()).scale("svc", "h100", 3)
+    assert res.status is ActuationStatus.INVALID and "HTTP 404" in res.message
+
+
+def test_pods_to_remove_first_get_the_lowest_deletion_cost_before_a_scale_down(cluster, fleet) -> None:
+    core = client.CoreV1Api(cluster.api())
+    for pod in ("svc-h100-a", "svc-h100-b"):
+        core.create_namespaced_pod(NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
+                                        "spec": {"containers": [{"name": "vllm", "image": "x"}]}})
+    act = KubernetesActuator(fleet, cluster.api())
+    assert act.scale("svc", "h100", 1, remove_first=["svc-h100-b"]).ok
+    costs = {p: (core.read_namespaced_pod(p, NS).metadata.annotations or {}).get(DELETION_COST)
+             for p in ("svc-h100-a", "svc-h100-b")}
+    assert costs == {"svc-h100-a": None, "svc-h100-b": "-1"}
+    order = [(w[1], w[3]) for w in cluster.emu.writes if w[1] in ("pods", "deployments/scale") and w[0] != "POST"]
+    assert order == [("pods", "svc-h100-b"), ("deployments/scale", "svc-h100")]  # the cost is set first
+    # a scale-up never touches pods; a failed annotation does not stop the scale-down
+    cluster.emu.forbidden.add(("patch", "pods", None))
+    res = act.scale("svc", "h100", 0, remove_first=["svc-h100-a"])
+    assert res.ok and "deletion cost not set on svc-h100-a" in res.message and replicas(cluster) == 0
+
+
+def test_admission_thresholds_go_to_a_configmap_per_service(cluster, fleet) -> None:
+    sink = ConfigMapSink(fleet, cluster.api())
+    assert sink.publish("svc", {"critical": None, "standard": 1.0, "sheddable": 0.0}).ok
+    assert sink.publish("svc", {"critical": None, "standard": 0.5, "sheddable": 0.0}).ok  # replaced
+    cm = client.CoreV1Api(cluster.api()).read_namespaced_config_map("autoscaler-admission-svc", NS)
+    assert {k: v for k, v in cm.data.items() if k != "thresholds.json"} == {
+        "critical": "none", "standard": "0.5", "sheddable": "0"}
+    doc = json.loads(cm.data["thresholds.json"])
+    assert doc["kind"] == "AdmissionThresholds" and doc["generation"] == 2
+    assert doc["services"]["svc"]["thresholds"] == {"critical": None, "standard": 0.5, "sheddable": 0.0}
+    bad = sink.publish("svc", {"standard": float("nan")})
+    assert bad.status is ActuationStatus.INVALID
+    assert client.CoreV1Api(cluster.api()).read_namespaced_config_map(
+        "autoscaler-admission-svc", NS).data["standard"] == "0.5"  # the last good set stays
+    cluster.emu.forbidden.add(("update", "configmaps", None))
+    res = sink.publish("svc", {"standard": 2.0})
+    assert res.status is ActuationStatus.FORBIDDEN and "update configmaps llm/autoscaler-admission-svc" in res.message
+
+
+def test_a_scale_decision_is_an_event_on_the_workload(cluster, fleet) -> None:
+    rec = EventRecorder(fleet, cluster.api(), "daemon-a")
+    assert rec.scaled("svc", "h100", 2, 4, "scale up: slo_mean_ratio=0.61 vs setpoint 0.3")
+    (event,) = client.CoreV1Api(cluster.api()).list_namespaced_event(NS).items
+    assert event.reason == "ScaledUp" and event.involved_object.name == "svc-h100"
+    assert event.involved_object.kind == "Deployment" and event.message.startswith("2 -> 4 replicas: scale up")
+    cluster.emu.forbidden.add(("create", "events", None))
+    assert not rec.scaled("svc", "h100", 4, 3, "scale down")  # logged, never raised
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_one_candidate_leads_and_a_follower_takes_over_after_the_lease(cluster) -> None:
+    cfg = LeaseConfig(duration_s=15, renew_s=10, retry_s=2)
+    clock = Clock()
+    a = LeaderElector(cluster.api(), "autoscaler-leader", "autoscaler", "a", cfg, clock)
+    b = LeaderElector(cluster.api(), "autoscaler-leader", "autoscaler", "b", cfg, clock)
+    assert a.try_acquire_or_renew() and not b.try_acquire_or_renew()
+    for _ in range(5):  # a renews every 2 s: b never takes over
+        clock.t += 2
+        assert a.try_acquire_or_renew() and not b.try_acquire_or_renew()
+    # a dies (stops renewing): b takes over once a full lease duration passed since the renewal it saw
+    clock.t += 14
+    assert not b.try_acquire_or_renew()
+    clock.t += 1.5
+    assert b.try_acquire_or_renew() and b.leading
+    clock.t += 2
+    assert not a.try_acquire_or_renew() and not a.leading  # a comes back as a follower
+    lease = client.CoordinationV1Api(cluster.api()).read_namespaced_lease("autoscaler-leader", "autoscaler")
+    assert lease.spec.holder_identity == "b" and lease.spec.lease_duration_seconds == 15
+
+
+def test_a_released_lease_is_taken_at_the_next_try_and_an_outage_stops_leading(cluster) -> None:
+    cfg = LeaseConfig(duration_s=15, renew_s=10, retry_s=2)
+    clock = Clock()
+    a = LeaderElector(cluster.api(), "l", "autoscaler", "a", cfg, clock)
+    b = LeaderElector(cluster.api(), "l", "autoscaler", "b", cfg, clock)
+    assert a.try_acquire_or_renew() and not b.try_acquire_or_renew()
+    assert a.release() and not a.leading
+    clock.t += 2
+    assert b.try_acquire_or_renew()  # no need to wait out the 15 s
+    # the API server goes away: b keeps leading until renew_s without a renewal, then stops
+    cluster.emu.down = True
+    clock.t += 2
+    assert b.try_acquire_or_renew()
+    clock.t += 8
+    assert not b.try_acquire_or_renew() and not b.leading
+    cluster.emu.down = False
+    assert b.release() is False  # it is not leading any more: nothing to release
+
+
+def test_of_two_candidates_racing_for_a_free_lease_only_one_wins(cluster) -> None:
+    cfg = LeaseConfig(duration_s=15, renew_s=10, retry_s=2)
+    a = LeaderElector(cluster.api(), "l", "autoscaler", "a", cfg, Clock())
+    b = LeaderElector(cluster.api(), "l", "autoscaler", "b", cfg, Clock())
+    assert a.try_acquire_or_renew() and a.release()  # the lease exists and is free
+    stale = b.api.read_namespaced_lease("l", "autoscaler")  # b reads the free lease...
+    assert not stale.spec.holder_identity
+    assert a.try_acquire_or_renew()  # ...a takes it first...
+    stale.spec = b._spec(None)
+    with pytest.raises(ApiException) as err:  # ...and b's write, from the stale read, is a 409
+        b.api.replace_namespaced_lease("l", "autoscaler", stale)
+    assert err.value.status == 409
+    lease = client.CoordinationV1Api(cluster.api()).read_namespaced_lease("l", "autoscaler")
+    assert lease.spec.holder_identity == "a"
