@@ -13,7 +13,12 @@ first decision after a restart or a failover is bounded by the guard like any ot
 and report it applied, and no Lease is taken (every dry-run daemon acts as a leader that writes
 nothing).
 
-HTTP on ``address``: ``/metrics`` (the loop's and ``autoscaler_leader``), ``/v1/admission``,
+Another writer (``KubernetesActuator``): a variant whose replicas someone else changed is left alone
+for ``kubernetes.other_writer_quiet_s``; each such change is an Event (``OtherWriter``) and counts in
+``autoscaler_external_writes_total``, and ``autoscaler_paused`` is 1 while it is left alone.
+
+HTTP on ``address``: ``/metrics`` (the loop's, ``autoscaler_leader``, ``autoscaler_external_writes_total``
+and ``autoscaler_paused``), ``/v1/admission``,
 ``/healthz`` (200 while the loop thread ticks on schedule: no tick missed for three periods) and
 ``/readyz`` (200 once the first election attempt and, when leading, the first tick are done).
 ``stop()`` (SIGTERM) lets the tick in progress finish, releases the Lease and closes the server.
@@ -29,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubernetes import client
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from autoscaler.adapters.kubernetes import ConfigMapSink, EventRecorder, KubernetesActuator
 from autoscaler.adapters.lease import LeaderElector
@@ -103,6 +108,14 @@ class Daemon:
         self.leader_gauge = Gauge("autoscaler_leader", "1 while this daemon leads (writes), else 0.",
                                   ["identity"], registry=self.registry)
         self.leader_gauge.labels(identity).set(0)
+        self.external = Counter("autoscaler_external_writes", "Changes another writer made to a variant's replicas.",
+                                ["service", "variant"], registry=self.registry)
+        self.paused = Gauge("autoscaler_paused", "1 while a variant is left alone after another writer's change.",
+                            ["service", "variant"], registry=self.registry)
+        for svc in cfg.services:
+            for v in svc.variants:
+                self.external.labels(svc.name, v.name)
+                self.paused.labels(svc.name, v.name).set(0)
         self.events = EventRecorder(cfg, api, identity)
         self.stopping = threading.Event()
         self.loop: ControlLoop | None = None
@@ -167,10 +180,18 @@ class Daemon:
         assert self.metrics is not None
         self.metrics.record(record, time.perf_counter() - started)
         self.ticks += 1
-        if isinstance(self.loop.actuator, KubernetesActuator):  # an Event per write that changed a scale
-            for name, v, before, after in self.loop.actuator.changes:
+        act = self.loop.actuator
+        if isinstance(act, KubernetesActuator):  # an Event per write that changed a scale, and per other writer
+            for name, v, before, after in act.changes:
                 self.events.scaled(name, v, before, after, record.services[name].reason)
-            self.loop.actuator.changes.clear()
+            for name, v, ours, theirs in act.external:
+                self.external.labels(name, v).inc()
+                self.events.other_writer(name, v, ours, theirs, self.cfg.kubernetes.other_writer_quiet_s)
+            act.changes.clear()
+            act.external.clear()
+            for svc in self.cfg.services:
+                for v in svc.variants:
+                    self.paused.labels(svc.name, v.name).set(1 if act.paused(svc.name, v.name) else 0)
         for name, st in record.services.items():
             log.info("%s: %s", name, json.dumps({"reason": st.reason, "applied": st.applied}))
         return record

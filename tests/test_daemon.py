@@ -7,6 +7,10 @@ mid-surge (no release) and the follower takes over within the lease; only one ev
 from __future__ import annotations
 
 import copy
+import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 from kubeapi import EmulatedCluster, deployment, emulated_cluster
 from kubernetes import client
 from promserver import PromServer, Target
@@ -33,6 +38,7 @@ SPEED = 20.0
 SCRAPE = "250ms"
 NS = "default"
 LEASE = {"duration_s": 3.0, "renew_s": 2.0, "retry_s": 0.5}  # wall seconds
+QUIET_S = 4.0  # how long the daemon leaves a variant alone after another writer's change, wall seconds
 
 
 class FollowTheCluster(Controller):
@@ -53,6 +59,8 @@ class Run:
     killed_at: float
     took_over_at: float | None
     spec_history: list[dict[str, int]] = field(default_factory=list)
+    other_writer: tuple[int, int] | None = None
+    """Indices into the emulator's writes: just after another writer's edit, and ``QUIET_S`` x 0.8 later."""
 
 
 def make_daemon(cfg: FleetConfig, cluster: EmulatedCluster, prom: PromServer, name: str) -> Daemon:
@@ -65,7 +73,7 @@ def make_daemon(cfg: FleetConfig, cluster: EmulatedCluster, prom: PromServer, na
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     work: Path = tmp_path_factory.mktemp("daemon")
     doc = copy.deepcopy(FLEET_DOC)
-    doc["kubernetes"] = {"namespace": NS, "lease": LEASE}
+    doc["kubernetes"] = {"namespace": NS, "lease": LEASE, "other_writer_quiet_s": QUIET_S}
     cfg = parse_config(doc, "<test>")
     with emulated_cluster() as cluster:
         apps = client.AppsV1Api(cluster.api())
@@ -104,14 +112,25 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             daemons["a"].stop()
             killed_at = time.monotonic()
             took_over_at = None
+            other: tuple[int, int] | None = None
+            edited_at = None
             while sim.is_alive():
+                now = time.monotonic()
                 if took_over_at is None and daemons["b"].leading:
-                    took_over_at = time.monotonic()
+                    took_over_at = now
+                if took_over_at is not None and edited_at is None and now - took_over_at > 3.0:
+                    # someone scales the A100s by hand; the daemon must leave them alone for QUIET_S
+                    n = replicas_of(cluster, "llm-a100")
+                    client.AppsV1Api(cluster.api(user_agent="kubectl")).patch_namespaced_deployment(
+                        "llm-a100", NS, {"spec": {"replicas": n + 2}})
+                    edited_at, start = now, len(cluster.emu.writes)
+                if edited_at is not None and other is None and now - edited_at > 0.8 * QUIET_S:
+                    other = (start, len(cluster.emu.writes))
                 time.sleep(0.05)
             daemons["b"].stop()
             for t in threads.values():
                 t.join(timeout=30)
-            yield Run(cfg, cluster, daemons, killed_at, took_over_at, history)
+            yield Run(cfg, cluster, daemons, killed_at, took_over_at, history, other)
         finally:
             stop.set()
             for d in daemons.values():
@@ -120,12 +139,16 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             server.close()
 
 
+def replicas_of(cluster: EmulatedCluster, name: str) -> int:
+    return int(client.AppsV1Api(cluster.api()).read_namespaced_deployment(name, NS).spec.replicas)
+
+
 def scale_writers(run: Run) -> list[str]:
     return [w[5] for w in run.cluster.emu.writes if w[1] == "deployments/scale"]
 
 
 def test_exactly_one_writer_at_a_time_and_the_follower_takes_over(run: Run) -> None:
-    writers = scale_writers(run)
+    writers = [w for w in scale_writers(run) if w != "kubectl"]
     assert "autoscaler/a" in writers and "autoscaler/b" in writers, writers
     first_b = writers.index("autoscaler/b")
     assert set(writers[:first_b]) == {"autoscaler/a"} and set(writers[first_b:]) == {"autoscaler/b"}
@@ -136,6 +159,19 @@ def test_exactly_one_writer_at_a_time_and_the_follower_takes_over(run: Run) -> N
     assert lease.duration_s - lease.retry_s <= failover <= lease.duration_s + 3 * lease.retry_s, failover
 
 
+def test_the_new_leader_starts_from_the_cluster_state_with_a_normal_step(run: Run) -> None:
+    events = sorted(client.CoreV1Api(run.cluster.api()).list_namespaced_event(NS).items,
+                    key=lambda e: e.metadata.resource_version and int(e.metadata.resource_version))
+    changes = [(e.source.host, e.involved_object.name, *map(int, e.message.split(" replicas")[0].split(" -> ")))
+               for e in events if e.reason in ("ScaledUp", "ScaledDown")]
+    last_a = {name: after for host, name, _, after in changes if host == "a"}
+    _, name, before, after = next(c for c in changes if c[0] == "b")
+    initial = {f"llm-{v.name}": v.start_replicas for v in run.cfg.services[0].variants}
+    assert before == last_a.get(name, initial[name])  # b read what a had left, not a reset fleet
+    guard = run.cfg.controller.guard
+    assert -guard.max_step_down <= after - before <= guard.max_step_up
+
+
 def test_the_fleet_is_scaled_up_through_the_surge(run: Run) -> None:
     totals = [sum(h.values()) for h in run.spec_history]
     start = sum(v.start_replicas for v in run.cfg.services[0].variants)
@@ -143,11 +179,23 @@ def test_the_fleet_is_scaled_up_through_the_surge(run: Run) -> None:
     assert {w[3] for w in run.cluster.emu.writes if w[1] == "deployments/scale"} <= {"llm-h100", "llm-a100"}
 
 
+def test_another_writer_is_detected_and_left_alone(run: Run) -> None:
+    assert run.other_writer is not None
+    start, end = run.other_writer
+    during = [w for w in run.cluster.emu.writes[start:end] if w[1] == "deployments/scale" and w[3] == "llm-a100"]
+    assert not during  # no write to the edited Deployment while it is left alone
+    events = client.CoreV1Api(run.cluster.api()).list_namespaced_event(NS).items
+    (other,) = [e for e in events if e.reason == "OtherWriter"]
+    assert other.type == "Warning" and other.involved_object.name == "llm-a100" and other.source.host == "b"
+    assert "by another writer" in other.message
+
+
 def test_each_change_is_an_event_and_the_lease_is_released_on_stop(run: Run) -> None:
     events = client.CoreV1Api(run.cluster.api()).list_namespaced_event(NS).items
     by = {e.source.host for e in events if e.reason in ("ScaledUp", "ScaledDown")}
     assert by == {"a", "b"}
-    assert all(e.involved_object.kind == "Deployment" and " -> " in e.message for e in events)
+    assert all(e.involved_object.kind == "Deployment" and " -> " in e.message for e in events
+               if e.reason != "OtherWriter")
     lease = client.CoordinationV1Api(run.cluster.api()).read_namespaced_lease("autoscaler-leader", "autoscaler")
     assert not lease.spec.holder_identity  # b released it when stopped
 
@@ -183,3 +231,48 @@ def test_a_follower_answers_health_and_readiness_and_never_writes(tmp_path: Path
             d.stop()
             t.join(timeout=15)
         assert not t.is_alive()
+
+
+def kubeconfig(path: Path, url: str) -> Path:
+    """A kubeconfig for the emulated API server (no auth)."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "emulated",
+        "clusters": [{"name": "emulated", "cluster": {"server": url}}],
+        "users": [{"name": "nobody", "user": {}}],
+        "contexts": [{"name": "emulated", "context": {"cluster": "emulated", "user": "nobody"}}]}))
+    return path
+
+
+def test_sigterm_finishes_and_releases_the_lease(tmp_path: Path) -> None:
+    doc = copy.deepcopy(FLEET_DOC)
+    doc["kubernetes"] = {"namespace": NS, "namespace_self": "autoscaler", "lease": LEASE}
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(doc))
+    with emulated_cluster() as cluster:
+        cmd = [str(Path(sys.executable).parent / "autoscaler"), "run", "--config", str(fleet), "--kubeconfig",
+               str(kubeconfig(tmp_path / "kubeconfig", cluster.url)), "--prometheus-url", "http://127.0.0.1:1",
+               "--port", "0", "--host", "127.0.0.1", "--identity", "d1", "--log-format", "json"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        leases = client.CoordinationV1Api(cluster.api())
+        try:
+            deadline = time.monotonic() + 20
+            holder = None
+            while time.monotonic() < deadline and holder != "d1":
+                try:
+                    holder = leases.read_namespaced_lease("autoscaler-leader", "autoscaler").spec.holder_identity
+                except client.ApiException:
+                    holder = None
+                time.sleep(0.1)
+            assert holder == "d1", proc.stderr.read() if proc.poll() is not None else "no lease"
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=15)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, err
+        assert not leases.read_namespaced_lease("autoscaler-leader", "autoscaler").spec.holder_identity
+        lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+        assert any("released the lease" in r["message"] for r in lines)
+        assert all({"time", "level", "logger", "message"} <= set(r) for r in lines)
+        # it held while Prometheus was unreachable: no scale write at all
+        assert not [w for w in cluster.emu.writes if w[1] == "deployments/scale"]

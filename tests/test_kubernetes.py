@@ -7,6 +7,7 @@ election on a Lease."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -56,12 +57,12 @@ def test_a_conflict_is_re_read_and_retried_then_reported(cluster, fleet) -> None
     act = KubernetesActuator(fleet, cluster.api(), sleep=waits.append)
     apps = client.AppsV1Api(cluster.api())
     original = act.scales.read
-    edits = iter(range(2))  # another writer edits the Deployment between our read and our write, twice
+    edits = iter(range(2))  # the Deployment's metadata changes between our read and our write, twice
 
     def read_then_edit(w, ns):  # type: ignore[no-untyped-def]
         got = original(w, ns)
         if next(edits, None) is not None:
-            apps.patch_namespaced_deployment("svc-h100", NS, {"spec": {"replicas": 3}})
+            apps.patch_namespaced_deployment("svc-h100", NS, {"metadata": {"annotations": {"x": str(time.time())}}})
         return got
 
     act.scales.read = read_then_edit  # type: ignore[method-assign]
@@ -70,7 +71,41 @@ def test_a_conflict_is_re_read_and_retried_then_reported(cluster, fleet) -> None
     edits = iter(range(10))  # it keeps changing: three attempts (conflict_retries 2), then conflict
     res = act.scale("svc", "h100", 7)
     assert res.status is ActuationStatus.CONFLICT and "after 3 attempts" in res.message
-    assert replicas(cluster) == 3  # the other writer's value stands
+    assert replicas(cluster) == 6 and not act.external
+
+
+def test_another_writer_is_left_alone_for_the_quiet_period(cluster, make_fleet) -> None:
+    doc = make_fleet(2, min_replicas=0, max_replicas=8).model_dump(mode="json", exclude_unset=True)
+    cfg = parse_config({**doc, "kubernetes": {"namespace": NS, "other_writer_quiet_s": 600}}, "<test>")
+    clock = Clock()
+    act = KubernetesActuator(cfg, cluster.api(), clock=clock)
+    apps = client.AppsV1Api(cluster.api())
+    assert act.scale("svc", "h100", 4).ok  # our write
+    apps.patch_namespaced_deployment("svc-h100", NS, {"spec": {"replicas": 1}})  # someone scales it down
+    clock.t = 10.0
+    res = act.scale("svc", "h100", 5)
+    assert res.status is ActuationStatus.CONFLICT and "another writer set 1 replicas" in res.message
+    assert replicas(cluster) == 1 and act.external == [("svc", "h100", 4, 1)] and act.paused("svc", "h100")
+    clock.t = 400.0  # still within 600 s of it: left alone, no write
+    assert act.scale("svc", "h100", 5).status is ActuationStatus.CONFLICT and replicas(cluster) == 1
+    clock.t = 611.0  # quiet for 600 s: ours again
+    assert act.scale("svc", "h100", 5).ok and replicas(cluster) == 5 and not act.paused("svc", "h100")
+    # a change during our own write (the 409's re-read shows other replicas) is another writer's too
+    original = act.scales.read
+    calls = iter(range(1))
+
+    def read_then_scale(w, ns):  # type: ignore[no-untyped-def]
+        got = original(w, ns)
+        if next(calls, None) is not None:
+            apps.patch_namespaced_deployment("svc-h100", NS, {"spec": {"replicas": 2}})
+        return got
+
+    act.scales.read = read_then_scale  # type: ignore[method-assign]
+    res = act.scale("svc", "h100", 6)
+    assert res.status is ActuationStatus.CONFLICT and replicas(cluster) == 2
+    assert act.external[-1] == ("svc", "h100", 5, 2)
+    # a new leader's actuator remembers nothing: what it reads first is the state, not another writer
+    assert KubernetesActuator(cfg, cluster.api(), clock=clock).scale("svc", "h100", 3).ok
 
 
 def test_forbidden_names_the_missing_permission_and_writes_nothing(cluster, fleet) -> None:

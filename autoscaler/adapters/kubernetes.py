@@ -4,11 +4,19 @@ the scale subresource, the admission thresholds as a ConfigMap per service, and 
 Scaling (``KubernetesActuator.scale``) reads the workload's scale subresource (apps/v1 Deployments
 and StatefulSets; custom resources such as LeaderWorkerSet through ``CustomObjectsApi``) with its
 resourceVersion and replaces it with the new ``spec.replicas``, so a write made since the read is a
-409, not a lost update; a 409 is re-read and retried up to ``kubernetes.conflict_retries`` times
-with a short backoff within the tick, then reported as ``conflict``. Before a scale-down, the pods
-the decision names to go first (``remove_first``) get the annotation
+409, not a lost update; a 409 (the Deployment's status or metadata changed since the read) is
+re-read and retried up to ``kubernetes.conflict_retries`` times with a short backoff within the
+tick, then reported as ``conflict``; one whose re-read shows other replicas is another writer's.
+Before a scale-down, the pods the decision names to go first (``remove_first``) get the annotation
 ``controller.kubernetes.io/pod-deletion-cost`` (lowest first), so the ReplicaSet removes them and
 keeps the rest (the annotation is honoured by ReplicaSets since Kubernetes 1.22).
+
+Another writer: the actuator remembers what it last wrote to each variant (or found already there).
+When a read finds other replicas than that, someone else wrote them; the actuator does not fight
+it: it leaves the variant at that count (``conflict``, "another writer ...") until
+``kubernetes.other_writer_quiet_s`` has passed without another such change, and records the change
+(``external``) for the daemon's Event and metric. A daemon that starts leading remembers nothing, so
+its first read is taken as the state, not as another writer.
 
 Results follow the actuator contract: 403 and 401 are ``forbidden`` with the missing permission
 named (verb, resource and namespace), 404, 400 and 422 ``invalid``, 409 after the retries
@@ -22,7 +30,8 @@ changes nothing; the loop keeps the variant at its count and retries next tick.
 and replaced with its resourceVersion otherwise.
 
 ``EventRecorder`` writes each applied change as a core/v1 Event on the workload (reason
-``ScaledUp`` / ``ScaledDown``, message the decision's reason), so ``kubectl describe`` shows why.
+``ScaledUp`` / ``ScaledDown``, message the decision's reason), and each change by another writer
+(reason ``OtherWriter``, type Warning), so ``kubectl describe`` shows why.
 """
 
 from __future__ import annotations
@@ -154,18 +163,47 @@ class KubernetesActuator:
         sleep: how to wait between conflict retries (tests pass a recorder).
     """
 
-    def __init__(self, cfg: FleetConfig, api: client.ApiClient, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, cfg: FleetConfig, api: client.ApiClient, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.cfg = cfg
         self.kube = cfg.kubernetes
         self.scales = ScaleClient(api)
         self.core = client.CoreV1Api(api)
         self.sleep = sleep
+        self.clock = clock
+        self.written: dict[tuple[str, str], int] = {}
+        """(service, variant) -> the replicas last written (or found already there)."""
+        self.paused_until: dict[tuple[str, str], float] = {}
+        self.external: list[tuple[str, str, int, int]] = []
+        """``(service, variant, replicas we wrote, replicas found)`` of each change another writer made."""
         self.changes: list[tuple[str, str, int, int]] = []
         """``(service, variant, replicas before, after)`` of every write that changed a scale, in order;
         the daemon takes them to record Events."""
 
+    def paused(self, service: str, variant: str) -> bool:
+        """Whether the variant is left alone after another writer's change (module docstring)."""
+        return self.clock() < self.paused_until.get((service, variant), float("-inf"))
+
+    def _other_writer(self, key: tuple[str, str], current: int, where: str) -> ActuationResult | None:
+        """A ``conflict`` when another writer changed the variant since our write or it is still
+        paused after one; None when the write may go ahead."""
+        ours = self.written.get(key)
+        now = self.clock()
+        if ours is not None and current != ours:  # changed behind our back: adopt it, pause
+            self.external.append((*key, ours, current))
+            self.written[key] = current
+            self.paused_until[key] = now + self.kube.other_writer_quiet_s
+            log.warning("%s: another writer set %d replicas (we wrote %d); left alone for %g s", where, current,
+                        ours, self.kube.other_writer_quiet_s)
+        if now < self.paused_until.get(key, float("-inf")):
+            left = self.paused_until[key] - now
+            return ActuationResult(ActuationStatus.CONFLICT, f"{where}: another writer set {current} replicas; "
+                                   f"left alone for {left:.0f} s more")
+        return None
+
     def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
         """Set the variant's replicas (module docstring); ``remove_first`` pods get the lowest deletion cost."""
+        key = (service, variant)
         w = self.kube.workload(service, variant)
         ns = self.kube.namespace
         group, plural = self.scales.resource(w)
@@ -177,7 +215,15 @@ class KubernetesActuator:
                 current, version = self.scales.read(w, ns)
             except TRANSPORT_ERRORS as exc:
                 return result_of(exc, f"get {where}")
+            if attempt == 0:
+                first = current
+            elif current != first:  # the 409 was another writer changing the replicas, not a status update
+                self.written[key] = first
+            held = self._other_writer(key, current, where)
+            if held is not None:
+                return held
             if current == replicas:  # already there (the metrics lag the API server): nothing to write
+                self.written[key] = current
                 return APPLIED
             if replicas < current and remove_first and attempt == 0:
                 note = self._deletion_cost(ns, remove_first)
@@ -192,6 +238,7 @@ class KubernetesActuator:
                     res = ActuationResult(res.status, f"{res.message} (after {attempt + 1} attempts)")
                 return res
             self.changes.append((service, variant, current, replicas))
+            self.written[key] = replicas
             return ActuationResult(ActuationStatus.APPLIED, note) if note else APPLIED
         raise AssertionError("unreachable: the loop returns on its last attempt")
 
@@ -276,6 +323,17 @@ class EventRecorder:
     def scaled(self, service: str, variant: str, before: int, after: int, reason: str) -> bool:
         """Record that ``variant`` of ``service`` went from ``before`` to ``after`` replicas because of
         ``reason``; False when the Event could not be written."""
+        return self._event(service, variant, "ScaledUp" if after > before else "ScaledDown", "Normal",
+                           f"{before} -> {after} replicas: {reason}")
+
+    def other_writer(self, service: str, variant: str, ours: int, theirs: int, quiet_s: float) -> bool:
+        """Record that another writer set ``theirs`` replicas where the daemon wrote ``ours``, and that the
+        daemon leaves the variant alone for ``quiet_s``; False when the Event could not be written."""
+        return self._event(service, variant, "OtherWriter", "Warning",
+                           f"replicas set to {theirs} by another writer (the autoscaler wrote {ours}); the autoscaler "
+                           f"leaves them alone until {quiet_s:g} s pass without another such change")
+
+    def _event(self, service: str, variant: str, reason: str, kind: str, message: str) -> bool:
         w = self.kube.workload(service, variant)
         ns = self.kube.namespace
         now = datetime.now(UTC)
@@ -284,8 +342,7 @@ class EventRecorder:
         event = client.CoreV1Event(
             metadata=client.V1ObjectMeta(generate_name=f"{w.name}.", namespace=ns),
             involved_object=client.V1ObjectReference(kind=w.kind, name=w.name, namespace=ns, api_version=api_version),
-            reason="ScaledUp" if after > before else "ScaledDown", type="Normal",
-            message=f"{before} -> {after} replicas: {reason}",
+            reason=reason, type=kind, message=message,
             source=client.V1EventSource(component=COMPONENT, host=self.identity),
             reporting_component=COMPONENT, reporting_instance=self.identity,
             first_timestamp=now, last_timestamp=now, count=1)

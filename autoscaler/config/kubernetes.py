@@ -70,6 +70,9 @@ class KubernetesConfig(Strict):
             read) is re-read and retried within one tick.
         lease: leader election (``LeaseConfig``).
         admission_configmap: the name of a service's admission ConfigMap, ``{service}`` replaced.
+        other_writer_quiet_s: when a workload's replicas were changed by another writer (a person,
+            a GitOps sync, another autoscaler) since the daemon's last write, the daemon leaves that
+            variant alone until this long has passed without another such change, seconds.
     """
 
     namespace: str = "default"
@@ -78,6 +81,7 @@ class KubernetesConfig(Strict):
     conflict_retries: int = Field(default=3, ge=0, le=10)
     lease: LeaseConfig = LeaseConfig()
     admission_configmap: str = "autoscaler-admission-{service}"
+    other_writer_quiet_s: float = Field(default=600.0, ge=0)
 
     def workload(self, service: str, variant: str) -> Workload:
         """The workload of ``variant`` of ``service`` (its name filled in)."""
