@@ -2,7 +2,8 @@
 
 One ``Daemon`` is one candidate. A thread runs leader election on the Lease
 (``autoscaler.adapters.lease``) every ``kubernetes.lease.retry_s``; while it leads, the main thread
-ticks a ``ControlLoop`` every ``controller.tick_s`` over Prometheus (``PrometheusSource``), writing
+ticks a ``ControlLoop`` every ``controller.tick_s`` over Prometheus (``PrometheusSource``; a variant
+whose pods cannot be placed is marked unavailable from the API server, ``PendingPods``), writing
 replicas through the scale subresource (``KubernetesActuator``), admission thresholds to their
 ConfigMaps (``ConfigMapSink``) and to ``GET /v1/admission``, and an Event per scale change. A
 follower never writes: it does not run the loop at all. A daemon that starts leading builds its
@@ -36,7 +37,7 @@ from typing import Any
 from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from autoscaler.adapters.kubernetes import ConfigMapSink, EventRecorder, KubernetesActuator
+from autoscaler.adapters.kubernetes import ClusterSource, ConfigMapSink, EventRecorder, KubernetesActuator, PendingPods
 from autoscaler.adapters.lease import LeaderElector
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.config import FleetConfig
@@ -95,7 +96,7 @@ class Daemon:
         build(controller, cfg)  # an unknown spec fails here, before anything starts
         self.cfg = cfg
         self.spec = controller
-        self.source = source
+        self.source = ClusterSource(source, PendingPods(cfg, api))
         self.api = api
         self.identity = identity
         self.dry_run = dry_run
@@ -176,6 +177,8 @@ class Daemon:
             self.loop = self._new_loop()
             log.info("%s starts its loop (%s)", self.identity, self.spec)
         started = time.perf_counter()
+        if isinstance(self.loop.actuator, KubernetesActuator):
+            self.loop.actuator.check_writers()
         record = self.loop.tick((time.monotonic() - self.started) * self.speed)
         assert self.metrics is not None
         self.metrics.record(record, time.perf_counter() - started)

@@ -57,6 +57,10 @@ class VariantObservation:
     ``counts_known`` False: the source could not tell the counts (every query that gives them
     failed, nothing known before); ``ready``/``starting`` are then 0 placeholders that must not be
     read as a count, and the loop holds the service.
+
+    ``unavailable`` True: the variant's new pods cannot be placed (Pending past
+    ``kubernetes.pending_timeout_s``, no GPU of its kind free); the loop then caps it at its ready
+    replicas, so the controllers give its demand to the other variants, until the mark lifts.
     """
 
     ready: int
@@ -64,6 +68,7 @@ class VariantObservation:
     draining: int = 0
     signals: dict[str, float | None] = field(default_factory=dict)
     counts_known: bool = True
+    unavailable: bool = False
 
     @property
     def current(self) -> int:

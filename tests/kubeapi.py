@@ -11,7 +11,7 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
   ``scalable``: GET answers an ``autoscaling/v1`` Scale built from the object (its spec.replicas,
   status.replicas, the object's resourceVersion); PUT checks the resourceVersion and sets
   spec.replicas; PATCH sets it unchecked;
-- ``metadata.generateName`` on create (a name is made from it);
+- ``metadata.generateName`` on create (a name is made from it), and equality ``labelSelector``s on lists;
 - RBAC refusals: a request whose ``(verb, plural, subresource)`` is in ``forbidden`` is answered
   HTTP 403 Forbidden with the API server's message;
 - a way down: ``down`` set makes every request fail with HTTP 503 (the server itself stays up,
@@ -90,6 +90,16 @@ class Emulator(kmock.KubernetesEmulator):
                     self.writes.append((method, res.plural, request.namespace, request.name, request.data,
                                         request.headers.get("User-Agent", "")))
         return await super()._handle(request)
+
+    async def _serve_list(self, request: kmock.Request) -> Any:
+        """kmock's list, filtered by an equality ``labelSelector`` (``a=b,c=d``) as the API server does."""
+        listed = await super()._serve_list(request)
+        selector = request.params.get("labelSelector")
+        if selector:
+            wanted = dict(part.split("=", 1) for part in selector.split(",") if "=" in part)
+            listed["items"] = [o for o in listed["items"] if all(
+                (o.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in wanted.items())]
+        return listed
 
     async def _replace(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         """PUT of a whole object (kmock serves only PATCH): 404 if absent, 409 if stale, else stored."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubeapi import EmulatedCluster, deployment, emulated_cluster
@@ -82,10 +83,13 @@ def test_another_writer_is_left_alone_for_the_quiet_period(cluster, make_fleet) 
     apps = client.AppsV1Api(cluster.api())
     assert act.scale("svc", "h100", 4).ok  # our write
     apps.patch_namespaced_deployment("svc-h100", NS, {"spec": {"replicas": 1}})  # someone scales it down
+    clock.t = 5.0
+    act.check_writers()  # seen at the next tick, before any write
+    assert act.external == [("svc", "h100", 4, 1)] and act.paused("svc", "h100")
     clock.t = 10.0
     res = act.scale("svc", "h100", 5)
     assert res.status is ActuationStatus.CONFLICT and "another writer set 1 replicas" in res.message
-    assert replicas(cluster) == 1 and act.external == [("svc", "h100", 4, 1)] and act.paused("svc", "h100")
+    assert replicas(cluster) == 1 and act.external == [("svc", "h100", 4, 1)] and act.paused("svc", "h100")  # once
     clock.t = 400.0  # still within 600 s of it: left alone, no write
     assert act.scale("svc", "h100", 5).status is ActuationStatus.CONFLICT and replicas(cluster) == 1
     clock.t = 611.0  # quiet for 600 s: ours again
@@ -242,3 +246,60 @@ def test_of_two_candidates_racing_for_a_free_lease_only_one_wins(cluster) -> Non
     assert err.value.status == 409
     lease = client.CoordinationV1Api(cluster.api()).read_namespaced_lease("l", "autoscaler")
     assert lease.spec.holder_identity == "a"
+
+
+def pod(name: str, labels: dict[str, str], phase: str, unschedulable_since: str | None = None) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase}
+    if unschedulable_since is not None:
+        status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                 "lastTransitionTime": unschedulable_since,
+                                 "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels,
+                                                            "creationTimestamp": "2026-12-01T10:00:00Z"},
+            "spec": {"containers": [{"name": "vllm", "image": "x"}]}, "status": status}
+
+
+def test_a_variant_whose_pods_stay_unschedulable_is_marked_unavailable_for_a_while(cluster, make_fleet) -> None:
+    from datetime import datetime
+
+    from autoscaler.adapters.kubernetes import PendingPods
+
+    doc = make_fleet(2, min_replicas=0, max_replicas=8).model_dump(mode="json", exclude_unset=True)
+    cfg = parse_config({**doc, "kubernetes": {"namespace": NS, "pending_timeout_s": 300, "pending_retry_s": 900}},
+                       "<test>")
+    core = client.CoreV1Api(cluster.api())
+    labels = {"app": "svc-h100"}  # the Deployment's selector
+    core.create_namespaced_pod(NS, pod("svc-h100-a", labels, "Running"))
+    core.create_namespaced_pod(NS, pod("svc-h100-b", labels, "Pending", "2026-12-01T10:00:00Z"))
+    core.create_namespaced_pod(NS, pod("other-x", {"app": "other"}, "Pending", "2026-12-01T09:00:00Z"))
+    t0 = datetime.fromisoformat("2026-12-01T10:00:00+00:00").timestamp()
+    now = [t0 + 200]
+    pods = PendingPods(cfg, cluster.api(), clock=lambda: now[0])
+    assert pods.unschedulable_for("svc", "h100") == pytest.approx(200)  # the other app's pod is not ours
+    assert not pods.unavailable("svc", "h100")  # 200 s < 300 s: still coming
+    now[0] = t0 + 301
+    assert pods.unavailable("svc", "h100")
+    core.delete_namespaced_pod("svc-h100-b", NS)  # given up: the mark holds for pending_retry_s
+    now[0] = t0 + 301 + 899
+    assert pods.unavailable("svc", "h100")
+    now[0] = t0 + 301 + 901
+    assert not pods.unavailable("svc", "h100")  # retried: it may grow again
+    cluster.emu.down = True
+    assert pods.unschedulable_for("svc", "h100") is None and not pods.unavailable("svc", "h100")
+
+
+def test_the_loop_gives_an_unavailable_variants_demand_to_the_others(make_fleet) -> None:
+    from autoscaler.loop.runner import available
+    from autoscaler.state import ServiceEstimate, VariantObservation
+
+    cfg = make_fleet(2, min_replicas=1, max_replicas=8)
+    svc = cfg.services[0]
+    est = ServiceEstimate(service="svc", time_s=0.0, signals={},
+                          variants={"h100": VariantObservation(ready=2, starting=3, unavailable=True)},
+                          weights={"h100": 1.0}, idle=False, capacity_rps=5.0, ready_capacity_rps=2.0, starting=3)
+    view = available(svc, est)
+    (v,) = view.variants
+    assert (v.max_replicas, v.min_replicas) == (2, 1) and v.cap == 2  # capped at its ready replicas
+    assert svc.variants[0].max_replicas == 8  # the fleet itself is untouched
+    est.variants["h100"].unavailable = False
+    assert available(svc, est) is svc

@@ -12,7 +12,8 @@ Before a scale-down, the pods the decision names to go first (``remove_first``) 
 keeps the rest (the annotation is honoured by ReplicaSets since Kubernetes 1.22).
 
 Another writer: the actuator remembers what it last wrote to each variant (or found already there).
-When a read finds other replicas than that, someone else wrote them; the actuator does not fight
+When a read (before a write, or ``check_writers`` at every tick) finds other replicas than that,
+someone else wrote them; the actuator does not fight
 it: it leaves the variant at that count (``conflict``, "another writer ...") until
 ``kubernetes.other_writer_quiet_s`` has passed without another such change, and records the change
 (``external``) for the daemon's Event and metric. A daemon that starts leading remembers nothing, so
@@ -28,6 +29,12 @@ changes nothing; the loop keeps the variant at its count and retries next tick.
 ``AdmissionThresholds`` document of that service alone, docs/admission.md) and one key per priority
 (``critical``, ``standard``, ``sheddable``: seconds, or ``none`` for no limit), created when absent
 and replaced with its resourceVersion otherwise.
+
+``PendingPods`` reads each variant's pods (the workload's ``spec.selector``) and marks a variant
+``unavailable`` while pods of it have been unschedulable (``PodScheduled`` False, reason
+``Unschedulable``) for ``kubernetes.pending_timeout_s``, for ``kubernetes.pending_retry_s``;
+``ClusterSource`` lays that over a Prometheus observation. A failed read marks nothing (unknown is
+not unavailable).
 
 ``EventRecorder`` writes each applied change as a core/v1 Event on the workload (reason
 ``ScaledUp`` / ``ScaledDown``, message the decision's reason), and each change by another writer
@@ -52,6 +59,8 @@ from autoscaler.config import FleetConfig, Workload
 from autoscaler.errors import AutoscalerError
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
 from autoscaler.loop.admission import API_VERSION, KIND, check_thresholds
+from autoscaler.loop.observe import MetricsSource
+from autoscaler.state import ServiceObservation
 from autoscaler.workload.types import PRIORITIES
 
 log = logging.getLogger(__name__)
@@ -201,6 +210,20 @@ class KubernetesActuator:
                                    f"left alone for {left:.0f} s more")
         return None
 
+    def check_writers(self) -> None:
+        """Read every variant written before and note another writer's change (``_other_writer``),
+        whether or not this tick writes it: a hand edit is seen within a tick, not at the next write."""
+        for service, variant in list(self.written):
+            w = self.kube.workload(service, variant)
+            group, plural = self.scales.resource(w)
+            where = f"{plural}/scale {self.kube.namespace}/{w.name} (API group {group or 'core'})"
+            try:
+                current, _ = self.scales.read(w, self.kube.namespace)
+            except TRANSPORT_ERRORS as exc:
+                log.warning("%s not read: %s", where, describe(exc))
+                continue
+            self._other_writer((service, variant), current, where)
+
     def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
         """Set the variant's replicas (module docstring); ``remove_first`` pods get the lowest deletion cost."""
         key = (service, variant)
@@ -308,6 +331,84 @@ class ConfigMapSink:
         except TRANSPORT_ERRORS as exc:
             return result_of(exc, f"update configmaps {ns}/{name}")
         return APPLIED
+
+
+class PendingPods:
+    """Which variants cannot place their pods (module docstring).
+
+    Args:
+        cfg: the fleet (``kubernetes``: namespace, workloads, pending timeout and retry).
+        api: a client.
+        clock: unix seconds (pod timestamps are wall time).
+    """
+
+    def __init__(self, cfg: FleetConfig, api: client.ApiClient, clock: Callable[[], float] = time.time) -> None:
+        self.cfg = cfg
+        self.kube = cfg.kubernetes
+        self.apps = client.AppsV1Api(api)
+        self.core = client.CoreV1Api(api)
+        self.clock = clock
+        self.marked_until: dict[tuple[str, str], float] = {}
+
+    def unschedulable_for(self, service: str, variant: str) -> float | None:
+        """Seconds the longest-unschedulable pod of the variant has been so (0 when none is); None
+        when the pods cannot be read (a Deployment only: other kinds are not read)."""
+        w = self.kube.workload(service, variant)
+        if w.kind != "Deployment":
+            return None
+        ns = self.kube.namespace
+        try:
+            dep = self.apps.read_namespaced_deployment(w.name, ns)
+            labels = (dep.spec.selector.match_labels or {}) if dep.spec and dep.spec.selector else {}
+            if not labels:
+                return None
+            selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+            pods = self.core.list_namespaced_pod(ns, label_selector=selector).items
+        except TRANSPORT_ERRORS as exc:
+            log.warning("pods of %s/%s not read: %s", ns, w.name, describe(exc))
+            return None
+        now = self.clock()
+        longest = 0.0
+        for pod in pods:
+            if pod.status is None or pod.status.phase != "Pending" or pod.metadata.deletion_timestamp is not None:
+                continue
+            for c in pod.status.conditions or []:
+                if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
+                    since = c.last_transition_time or pod.metadata.creation_timestamp
+                    if since is not None:
+                        longest = max(longest, now - since.timestamp())
+        return longest
+
+    def unavailable(self, service: str, variant: str) -> bool:
+        """Whether the variant is marked unavailable now (marking it when its pods have been
+        unschedulable for ``pending_timeout_s``)."""
+        key = (service, variant)
+        now = self.clock()
+        if now < self.marked_until.get(key, float("-inf")):
+            return True
+        stuck = self.unschedulable_for(service, variant)
+        if stuck is not None and stuck >= self.kube.pending_timeout_s:
+            self.marked_until[key] = now + self.kube.pending_retry_s
+            log.warning("%s/%s: pods unschedulable for %.0f s: unavailable for %g s, its demand goes to the other "
+                        "variants", service, variant, stuck, self.kube.pending_retry_s)
+            return True
+        return False
+
+
+class ClusterSource:
+    """A ``MetricsSource``: ``source``'s observation with the variants ``pods`` marks unavailable."""
+
+    def __init__(self, source: MetricsSource, pods: PendingPods) -> None:
+        self.source = source
+        self.pods = pods
+
+    def observe(self, now: float) -> dict[str, ServiceObservation]:
+        """``source.observe(now)``, each unavailable variant flagged (``VariantObservation.unavailable``)."""
+        observations = self.source.observe(now)
+        for name, obs in observations.items():
+            for v, vo in obs.variants.items():
+                vo.unavailable = self.pods.unavailable(name, v)
+        return observations
 
 
 class EventRecorder:

@@ -70,6 +70,11 @@ class KubernetesConfig(Strict):
             read) is re-read and retried within one tick.
         lease: leader election (``LeaseConfig``).
         admission_configmap: the name of a service's admission ConfigMap, ``{service}`` replaced.
+        pending_timeout_s: a variant whose pods have stayed unschedulable (Pending, no node fits:
+            no GPU of its kind free) this long is marked unavailable: the loop caps it at its ready
+            replicas and its demand goes to the other variants.
+        pending_retry_s: how long the mark lasts; then the variant may be scaled up again (and is
+            marked again if its pods still cannot be placed).
         other_writer_quiet_s: when a workload's replicas were changed by another writer (a person,
             a GitOps sync, another autoscaler) since the daemon's last write, the daemon leaves that
             variant alone until this long has passed without another such change, seconds.
@@ -82,6 +87,8 @@ class KubernetesConfig(Strict):
     lease: LeaseConfig = LeaseConfig()
     admission_configmap: str = "autoscaler-admission-{service}"
     other_writer_quiet_s: float = Field(default=600.0, ge=0)
+    pending_timeout_s: float = Field(default=300.0, gt=0)
+    pending_retry_s: float = Field(default=900.0, gt=0)
 
     def workload(self, service: str, variant: str) -> Workload:
         """The workload of ``variant`` of ``service`` (its name filled in)."""

@@ -186,7 +186,7 @@ class ControlLoop:
             gstate.idle_ticks = gstate.idle_ticks + 1 if est.idle else 0
             estimates[svc.name] = est
         self.controller.prepare(estimates)
-        for svc in self.cfg.services:
+        for svc in (available(s, estimates[s.name]) for s in self.cfg.services):
             est = estimates[svc.name]
             gstate = self.guards[svc.name]
             decision = self._decide(svc, est, now)
@@ -211,6 +211,19 @@ class ControlLoop:
                 reason = f"no change: {reason}"  # asked for, but cut by the guard or a failed write
             record.services[svc.name] = ServiceTick(est, decision, applied, reason, guarded.limits, results, admission)
         return record
+
+
+def available(svc: Service, est: ServiceEstimate) -> Service:
+    """``svc`` as the controller and the guard see it this tick: a variant the source marks
+    ``unavailable`` (its pods cannot be placed) capped at its ready replicas, so demand goes to the
+    other variants and its Pending pods are given up; ``svc`` itself when none is."""
+    marked = {name for name, obs in est.variants.items() if obs.unavailable}
+    if not marked:
+        return svc
+    variants = [v.model_copy(update={"max_replicas": min(v.max_replicas, est.variants[v.name].ready),
+                                     "min_replicas": min(v.min_replicas, est.variants[v.name].ready)})
+                if v.name in marked else v for v in svc.variants]
+    return svc.model_copy(update={"variants": variants})
 
 
 def scale_from_zero(svc: Service, weights: dict[str, float], waiting: float) -> Decision:
