@@ -161,7 +161,7 @@ class Daemon:
         sink = TeeSink(LoggingSink() if self.dry_run else ConfigMapSink(self.cfg, self.api), self.document)
         actuator = LoggingActuator() if self.dry_run else KubernetesActuator(self.cfg, self.api)
         policy = build_admission(self.cfg.controller.admission, self.cfg.controller.admission_settings)
-        loop = ControlLoop(self.cfg, self.source, actuator, ctrl, sink, policy)
+        loop = ControlLoop(self.cfg, self.source, actuator, ctrl, sink, policy, idle_first_removal=True)
         loop.start(-ctrl.window_s)  # Prometheus holds history: the window is there already
         if self.metrics is not None:
             self.registry.unregister(self.metrics)

@@ -303,3 +303,48 @@ def test_the_loop_gives_an_unavailable_variants_demand_to_the_others(make_fleet)
     assert svc.variants[0].max_replicas == 8  # the fleet itself is untouched
     est.variants["h100"].unavailable = False
     assert available(svc, est) is svc
+
+
+def test_statefulsets_and_custom_resources_scale_through_their_subresource(cluster, make_fleet) -> None:
+    doc = make_fleet(2, min_replicas=0, max_replicas=8).model_dump(mode="json", exclude_unset=True)
+    doc["services"][0]["variants"].append({**doc["services"][0]["variants"][0], "name": "lws"})
+    cfg = parse_config({**doc, "kubernetes": {"namespace": NS, "workloads": {"svc": {
+        "h100": {"kind": "StatefulSet", "name": "svc-sts"},
+        "lws": {"kind": "LeaderWorkerSet", "api_version": "leaderworkerset.x-k8s.io/v1", "plural": "leaderworkersets",
+                "name": "svc-lws"}}}}}, "<test>")
+    cluster.emu.resources["leaderworkerset.x-k8s.io/v1/leaderworkersets"] = {}
+    cluster.emu.scalable.add("leaderworkersets")
+    sts = deployment("svc-sts", NS, 1) | {"kind": "StatefulSet"}
+    sts["spec"]["serviceName"] = "svc-sts"
+    client.AppsV1Api(cluster.api()).create_namespaced_stateful_set(NS, sts)
+    custom = client.CustomObjectsApi(cluster.api())
+    custom.create_namespaced_custom_object("leaderworkerset.x-k8s.io", "v1", NS, "leaderworkersets", {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "svc-lws", "namespace": NS}, "spec": {"replicas": 1}})
+    act = KubernetesActuator(cfg, cluster.api())
+    assert act.scale("svc", "h100", 3).ok and act.scale("svc", "lws", 2).ok
+    assert client.AppsV1Api(cluster.api()).read_namespaced_stateful_set("svc-sts", NS).spec.replicas == 3
+    lws = custom.get_namespaced_custom_object("leaderworkerset.x-k8s.io", "v1", NS, "leaderworkersets", "svc-lws")
+    assert lws["spec"]["replicas"] == 2
+    assert [w[1] for w in cluster.emu.writes if w[1].endswith("/scale")] == [
+        "statefulsets/scale", "leaderworkersets/scale"]
+    cluster.emu.forbidden.add(("update", "leaderworkersets", "scale"))
+    res = act.scale("svc", "lws", 4)
+    assert res.status is ActuationStatus.FORBIDDEN
+    assert "leaderworkersets/scale llm/svc-lws (API group leaderworkerset.x-k8s.io)" in res.message
+
+
+def test_pods_with_the_fewest_requests_in_flight_go_first_when_the_controller_names_none() -> None:
+    from autoscaler.loop.runner import idle_first
+    from autoscaler.state import PodObservation, ServiceEstimate, VariantObservation
+
+    def p(name: str, running: float, waiting: float, variant: str = "h100") -> PodObservation:
+        return PodObservation(variant=variant, kv_usage=0.1, waiting=waiting, running=running, kv_usage_max=0.1,
+                              waiting_max=waiting, name=name)
+
+    est = ServiceEstimate(service="svc", time_s=0.0, signals={},
+                          variants={"h100": VariantObservation(ready=3, starting=0),
+                                    "a100": VariantObservation(ready=1, starting=0)},
+                          weights={"h100": 1.0, "a100": 1.0}, idle=False, capacity_rps=4.0, ready_capacity_rps=4.0,
+                          starting=0, pods=[p("h-1", 8, 2), p("h-2", 1, 0), p("h-3", 4, 0), p("a-1", 0, 0, "a100")])
+    assert idle_first(est, {"h100": 1, "a100": 1}) == {"h100": ["h-2", "h-3", "h-1"]}  # a100 does not shrink

@@ -87,11 +87,15 @@ class ControlLoop:
         controller: the policy (``controllers.registry.build``).
         admission: where admission thresholds go; None when nothing consumes them.
         policy: the admission policy; None: only the controller's own thresholds, if any.
+        idle_first_removal: on a scale-down the controller names no pods for, name them idle first
+            (``idle_first``; the daemon sets it, the simulator has its own rule, the same one).
     """
 
     def __init__(self, cfg: FleetConfig, source: MetricsSource, actuator: Actuator | None, controller: Controller,
-                 admission: AdmissionSink | None = None, policy: AdmissionPolicy | None = None) -> None:
+                 admission: AdmissionSink | None = None, policy: AdmissionPolicy | None = None,
+                 idle_first_removal: bool = False) -> None:
         self.cfg = cfg
+        self.idle_first_removal = idle_first_removal
         self.source = source
         self.actuator = actuator
         self.controller = controller
@@ -196,7 +200,10 @@ class ControlLoop:
             else:
                 guarded = guard(decision, current, svc, self.cfg.controller.guard, gstate, now,
                                 self.weights[svc.name])
-            applied, results = self._actuate(svc, current, guarded, decision.remove_first)
+            remove_first = decision.remove_first
+            if not remove_first and self.idle_first_removal:
+                remove_first = idle_first(est, guarded.replicas)
+            applied, results = self._actuate(svc, current, guarded, remove_first)
             if not decision.hold and applied != decision.desired:
                 self.controller.on_guard_cut(svc.name, decision.desired, applied, self.weights[svc.name])
             if self.policy is not None and not decision.admission:
@@ -211,6 +218,18 @@ class ControlLoop:
                 reason = f"no change: {reason}"  # asked for, but cut by the guard or a failed write
             record.services[svc.name] = ServiceTick(est, decision, applied, reason, guarded.limits, results, admission)
         return record
+
+
+def idle_first(est: ServiceEstimate, desired: dict[str, int]) -> dict[str, list[str]]:
+    """variant -> its ready pods, fewest requests in flight (running + waiting) first, for the
+    variants that shrink: the removal order of controllers that name none (the MPC names its own,
+    coldest cache first), so a scale-down cuts the fewest generations."""
+    out: dict[str, list[str]] = {}
+    for v, n in desired.items():
+        if v in est.variants and n < est.variants[v].current:
+            pods = [p for p in est.pods if p.variant == v and p.name]
+            out[v] = [p.name for p in sorted(pods, key=lambda p: (p.running + p.waiting, p.name))]
+    return out
 
 
 def available(svc: Service, est: ServiceEstimate) -> Service:
