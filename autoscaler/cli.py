@@ -572,7 +572,7 @@ def run_daemon(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
     prometheus_url: Annotated[str | None, typer.Option(help="Prometheus base URL (default: prometheus.url).")] = None,
     identity: Annotated[str | None, typer.Option(
-        help="This daemon's name in the Lease (default: $POD_NAME, else the host name).")] = None,
+        help="This daemon's name in the Lease (default: $POD_NAME, else HOST-PID).")] = None,
     log_format: Annotated[str, typer.Option(help="text | json (one JSON object per line).")] = "text",
 ) -> None:
     """Run the control loop on a cluster: leader election, scale subresource writes, admission
@@ -599,7 +599,7 @@ def run_daemon(
             raise ValueError("no Prometheus URL: pass --prometheus-url or set prometheus.url in the fleet file")
         source = PrometheusSource(cfg, LiveRunner(prom_connect(cfg.prometheus, url)))
         api = kube_connect(kubeconfig)
-        name = identity or os.environ.get("POD_NAME") or socket.gethostname()
+        name = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(json_formatter() if log_format == "json" else
                              logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -610,7 +610,7 @@ def run_daemon(
     except (AutoscalerError, PrometheusError, ValueError) as exc:
         raise _fail(str(exc)) from None
     except OSError as exc:
-        raise _fail(f"--port {port}: {exc.strerror or exc}") from None
+        raise _fail(f"--host {host} --port {port}: {exc.strerror or exc}") from None
     signal.signal(signal.SIGTERM, lambda *_: daemon.stop())
     logging.getLogger("autoscaler.daemon").info("%s serving on %s:%d (%s%s)", name, host, daemon.server.port,
                                                 controller, ", dry run" if dry_run else "")

@@ -6,9 +6,12 @@ ticks a ``ControlLoop`` every ``controller.tick_s`` over Prometheus (``Prometheu
 whose pods cannot be placed is marked unavailable from the API server, ``PendingPods``), writing
 replicas through the scale subresource (``KubernetesActuator``), admission thresholds to their
 ConfigMaps (``ConfigMapSink``) and to ``GET /v1/admission``, and an Event per scale change. A
-follower never writes: it does not run the loop at all. A daemon that starts leading builds its
-loop afresh from what Prometheus and the cluster hold (replica counts, a window of history), so the
-first decision after a restart or a failover is bounded by the guard like any other.
+follower never writes: it does not run the loop at all, and a leader checks its leadership at each
+write (``LeaderOnly``), so a tick that outlives it writes nothing more. A daemon that starts leading
+builds its loop afresh from what the cluster and Prometheus hold (replica counts from the API
+server, a window of history), so the first decision after a restart or a failover is bounded by the
+guard like any other, and, as the previous leader may just have scaled up, it scales nothing down
+for the guard's cool-down.
 
 ``dry_run`` does everything but the writes: the actuator and the sink log what they would write
 and report it applied, and no Lease is taken (every dry-run daemon acts as a leader that writes
@@ -73,6 +76,27 @@ class LoggingSink:
         return APPLIED
 
 
+class LeaderOnly:
+    """An actuator or admission sink that writes only while ``daemon`` leads, checked at each write:
+    a tick that outlives its leadership (a slow Prometheus, a renewal that failed meanwhile) writes
+    nothing more (``conflict``: not the leader)."""
+
+    def __init__(self, inner: Any, daemon: Daemon) -> None:
+        self.inner = inner
+        self.daemon = daemon
+
+    def _lost(self) -> ActuationResult:
+        return ActuationResult(ActuationStatus.CONFLICT, f"{self.daemon.identity} no longer leads: not written")
+
+    def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
+        """The inner actuator's ``scale`` while leading."""
+        return self.inner.scale(service, variant, replicas, remove_first) if self.daemon.leading else self._lost()
+
+    def publish(self, service: str, thresholds: Mapping[str, float | None]) -> ActuationResult:
+        """The inner sink's ``publish`` while leading."""
+        return self.inner.publish(service, thresholds) if self.daemon.leading else self._lost()
+
+
 class Daemon:
     """One candidate of ``autoscaler run`` (module docstring).
 
@@ -96,7 +120,7 @@ class Daemon:
         build(controller, cfg)  # an unknown spec fails here, before anything starts
         self.cfg = cfg
         self.spec = controller
-        self.source = ClusterSource(source, PendingPods(cfg, api))
+        self.source = ClusterSource(source, PendingPods(cfg, api), api)
         self.api = api
         self.identity = identity
         self.dry_run = dry_run
@@ -140,8 +164,9 @@ class Daemon:
 
     @property
     def leading(self) -> bool:
-        """Whether this daemon writes now."""
-        return self.dry_run or self.elector.leading
+        """Whether this daemon decides now: it holds a Lease renewed less than ``renew_s`` ago (every
+        dry-run daemon decides, and writes nothing)."""
+        return self.dry_run or self.elector.leads()
 
     # ------------------------------------------------------------------ election
     def _elect(self) -> None:
@@ -151,18 +176,24 @@ class Daemon:
                 now = self.elector.try_acquire_or_renew()
                 if now != was:
                     log.info("%s %s", self.identity, "leads" if now else "follows")
-            self.leader_gauge.labels(self.identity).set(1 if self.leading else 0)
+            self.leader_gauge.labels(self.identity).set(1 if self.elector.leads() else 0)
             self.elected_once.set()
             self.stopping.wait(self.cfg.kubernetes.lease.retry_s)
 
     # ------------------------------------------------------------------ loop
-    def _new_loop(self) -> ControlLoop:
+    def _new_loop(self, now: float) -> ControlLoop:
         ctrl = build(self.spec, self.cfg)
-        sink = TeeSink(LoggingSink() if self.dry_run else ConfigMapSink(self.cfg, self.api), self.document)
-        actuator = LoggingActuator() if self.dry_run else KubernetesActuator(self.cfg, self.api)
+        if self.dry_run:
+            sink: Any = TeeSink(LoggingSink(), self.document)
+            actuator: Any = LoggingActuator()
+        else:
+            sink = TeeSink(LeaderOnly(ConfigMapSink(self.cfg, self.api), self), self.document)
+            actuator = LeaderOnly(KubernetesActuator(self.cfg, self.api), self)
         policy = build_admission(self.cfg.controller.admission, self.cfg.controller.admission_settings)
         loop = ControlLoop(self.cfg, self.source, actuator, ctrl, sink, policy, idle_first_removal=True)
         loop.start(-ctrl.window_s)  # Prometheus holds history: the window is there already
+        for g in loop.guards.values():  # the previous leader may just have scaled up: no scale-down for a cool-down
+            g.last_scale_up_s = now
         if self.metrics is not None:
             self.registry.unregister(self.metrics)
         self.metrics = LoopMetrics(loop, registry=self.registry)
@@ -173,17 +204,19 @@ class Daemon:
         if not self.leading:
             self.loop = None  # a later leadership starts from the cluster's state, not from ours
             return None
+        now = (time.monotonic() - self.started) * self.speed
         if self.loop is None:
-            self.loop = self._new_loop()
+            self.loop = self._new_loop(now)
             log.info("%s starts its loop (%s)", self.identity, self.spec)
         started = time.perf_counter()
-        if isinstance(self.loop.actuator, KubernetesActuator):
-            self.loop.actuator.check_writers()
-        record = self.loop.tick((time.monotonic() - self.started) * self.speed)
+        kube = self.loop.actuator.inner if isinstance(self.loop.actuator, LeaderOnly) else None
+        if isinstance(kube, KubernetesActuator):
+            kube.check_writers()
+        record = self.loop.tick(now)
         assert self.metrics is not None
         self.metrics.record(record, time.perf_counter() - started)
         self.ticks += 1
-        act = self.loop.actuator
+        act = kube
         if isinstance(act, KubernetesActuator):  # an Event per write that changed a scale, and per other writer
             for name, v, before, after in act.changes:
                 self.events.scaled(name, v, before, after, record.services[name].reason)
@@ -218,8 +251,7 @@ class Daemon:
         finally:
             self.stopping.set()
             elector.join(timeout=5)
-            if self.elector.release():
-                log.info("%s released the lease", self.identity)
+            self.elector.release()
             self.leader_gauge.labels(self.identity).set(0)
             self.server.close()
 

@@ -84,13 +84,21 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         history: list[dict[str, int]] = []
         kube = client.AppsV1Api(cluster.api(user_agent="replicaset-controller"))
 
-        def follow(_: float) -> None:  # the ReplicaSet controller: pods follow spec.replicas
+        reported: dict[str, tuple[int, int]] = {}
+
+        def follow(_: float) -> None:  # the ReplicaSet controller and kubelets: pods follow spec.replicas
             wanted = {v.name: int(kube.read_namespaced_deployment(f"llm-{v.name}", NS).spec.replicas)
                       for v in cfg.services[0].variants}
             history.append(wanted)
             with live.lock:
                 for v, n in wanted.items():
                     live.sim.set_replicas("llm", v, n)
+                counts = {v: live.sim.services["llm"].counts(v) for v in wanted}
+            for v, c in counts.items():  # the Deployment's status, as its controller reports it
+                if reported.get(v) != (c.current, c.ready):
+                    reported[v] = (c.current, c.ready)
+                    kube.patch_namespaced_deployment_status(f"llm-{v}", NS, {"status": {
+                        "replicas": c.current, "readyReplicas": c.ready}})
 
         server = serve(live.registry, "127.0.0.1:0")
         prom = PromServer(work / "prom", [Target(f"127.0.0.1:{server.port}")], scrape_interval=SCRAPE)
@@ -276,3 +284,27 @@ def test_sigterm_finishes_and_releases_the_lease(tmp_path: Path) -> None:
         assert all({"time", "level", "logger", "message"} <= set(r) for r in lines)
         # it held while Prometheus was unreachable: no scale write at all
         assert not [w for w in cluster.emu.writes if w[1] == "deployments/scale"]
+
+
+def test_a_new_leader_writes_only_while_it_leads_and_scales_nothing_down_for_a_cool_down() -> None:
+    from autoscaler.daemon import LeaderOnly
+
+    doc = copy.deepcopy(FLEET_DOC)
+    doc["kubernetes"] = {"namespace": NS, "lease": LEASE}
+    cfg = parse_config(doc, "<test>")
+    with emulated_cluster() as cluster:
+        client.AppsV1Api(cluster.api()).create_namespaced_deployment(NS, deployment("llm-a100", NS, 1))
+        source = PrometheusSource(cfg, LiveRunner(connect(cfg.prometheus, "http://127.0.0.1:1")))
+        d = Daemon(cfg, "pid", source, cluster.api(), "d", "127.0.0.1:0", namespace_self="autoscaler")
+        try:
+            assert d.elector.try_acquire_or_renew() and d.leading
+            loop = d._new_loop(now=100.0)
+            assert all(g.last_scale_up_s == 100.0 for g in loop.guards.values())
+            gate = loop.actuator
+            assert isinstance(gate, LeaderOnly) and gate.scale("llm", "a100", 2).ok
+            d.elector.last_renewed = -1e9  # its renewal is long overdue: it no longer leads
+            res = gate.scale("llm", "a100", 3)
+            assert not res.ok and "no longer leads" in res.message
+            assert client.AppsV1Api(cluster.api()).read_namespaced_deployment("llm-a100", NS).spec.replicas == 2
+        finally:
+            d.server.close()

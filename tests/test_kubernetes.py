@@ -348,3 +348,71 @@ def test_pods_with_the_fewest_requests_in_flight_go_first_when_the_controller_na
                           weights={"h100": 1.0, "a100": 1.0}, idle=False, capacity_rps=4.0, ready_capacity_rps=4.0,
                           starting=0, pods=[p("h-1", 8, 2), p("h-2", 1, 0), p("h-3", 4, 0), p("a-1", 0, 0, "a100")])
     assert idle_first(est, {"h100": 1, "a100": 1}) == {"h100": ["h-2", "h-3", "h-1"]}  # a100 does not shrink
+
+
+def test_leadership_ends_once_a_renewal_is_overdue_even_if_no_call_returns(cluster) -> None:
+    cfg = LeaseConfig(duration_s=15, renew_s=10, retry_s=2)
+    clock = Clock()
+    a = LeaderElector(cluster.api(), "l", "autoscaler", "a", cfg, clock)
+    assert a.try_acquire_or_renew() and a.leads()
+    clock.t += 9.9  # no renewal attempt returned since (a hung call): still within renew_s
+    assert a.leads()
+    clock.t += 0.2
+    assert a.leading and not a.leads()  # the flag says nothing: the renewal's age decides
+    lease = client.CoordinationV1Api(cluster.api()).read_namespaced_lease("l", "autoscaler")
+    assert lease.spec.lease_duration_seconds == 15
+
+
+def test_a_fractional_lease_duration_is_rounded_up_for_the_followers(cluster) -> None:
+    a = LeaderElector(cluster.api(), "l", "autoscaler", "a", LeaseConfig(duration_s=2.4, renew_s=2.3, retry_s=1),
+                      Clock())
+    assert a.try_acquire_or_renew()
+    lease = client.CoordinationV1Api(cluster.api()).read_namespaced_lease("l", "autoscaler")
+    assert lease.spec.lease_duration_seconds == 3  # never below the leader's own 2.4 s
+
+
+def test_replica_counts_come_from_the_api_server(cluster, fleet) -> None:
+    from autoscaler.adapters.kubernetes import ClusterSource, PendingPods
+    from autoscaler.state import ServiceObservation, VariantObservation
+
+    class Lagging:  # what kube-state-metrics said a scrape ago
+        def observe(self, now: float) -> dict[str, ServiceObservation]:
+            return {"svc": ServiceObservation("svc", now, {}, {"h100": VariantObservation(ready=4, starting=0)})}
+
+    client.AppsV1Api(cluster.api()).patch_namespaced_deployment_status(
+        "svc-h100", NS, {"status": {"replicas": 2, "readyReplicas": 1}})
+    src = ClusterSource(Lagging(), PendingPods(fleet, cluster.api()), cluster.api())
+    vo = src.observe(0.0)["svc"].variants["h100"]
+    assert (vo.ready, vo.starting, vo.counts_known) == (1, 1, True)  # spec 2, 1 ready
+    cluster.emu.down = True  # the API server does not answer: what Prometheus said stands
+    vo = src.observe(0.0)["svc"].variants["h100"]
+    assert (vo.ready, vo.starting) == (4, 0)
+
+
+@pytest.mark.parametrize(("kube", "message"), [
+    ({"admission_configmap": "cm-{svc}"}, "may hold only the placeholder {service}"),
+    ({"admission_configmap": "CM_{service}"}, "is not a valid Kubernetes object name"),
+    ({"lease": {"name": ""}}, "lease name '' is not a valid Kubernetes object name"),
+    ({"lease": {"duration_s": 1e12}}, "less than or equal to 3600"),
+    ({"workloads": {"svc": {"h100": {"name": ""}}}}, "name '' is not a valid Kubernetes object name"),
+    ({"workloads": {"svc": {"h100": {"kind": "LeaderWorkerSet", "api_version": "a/b/c", "plural": "lws"}}}},
+     "a custom resource needs api_version"),
+])
+def test_kubernetes_settings_that_would_fail_later_are_refused(make_fleet, kube: dict, message: str) -> None:
+    from autoscaler.errors import ConfigError
+
+    doc = make_fleet(1).model_dump(mode="json", exclude_unset=True)
+    with pytest.raises(ConfigError, match="kubernetes") as err:
+        parse_config({**doc, "kubernetes": kube}, "f.yaml")
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["[]", "just a string", "a: [b", "users: 3"])
+def test_a_kubeconfig_that_is_not_one_is_a_one_line_error(tmp_path, text: str) -> None:
+    from autoscaler.adapters.kubernetes import KubernetesError, connect
+
+    path = tmp_path / "kubeconfig"
+    path.write_text(text)
+    with pytest.raises(KubernetesError, match=f"kubeconfig {path}: ") as err:
+        connect(path)
+    assert "\n" not in str(err.value)

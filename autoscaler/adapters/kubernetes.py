@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
@@ -61,6 +62,7 @@ from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
 from autoscaler.loop.admission import API_VERSION, KIND, check_thresholds
 from autoscaler.loop.observe import MetricsSource
 from autoscaler.state import ServiceObservation
+from autoscaler.urls import redact
 from autoscaler.workload.types import PRIORITIES
 
 log = logging.getLogger(__name__)
@@ -89,9 +91,12 @@ def connect(kubeconfig: Path | None = None, context: str | None = None) -> clien
             config.load_incluster_config(client_configuration=cfg)
             return client.ApiClient(cfg)
         return config.new_client_from_config(config_file=str(kubeconfig) if kubeconfig else None, context=context)
-    except (config.ConfigException, OSError, ValueError) as exc:
+    except (config.ConfigException, OSError, ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
         where = kubeconfig or "~/.kube/config"
-        raise KubernetesError(f"kubeconfig {where}: {str(exc).splitlines()[0] if str(exc) else exc}") from None
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if isinstance(exc, TypeError | AttributeError | yaml.YAMLError):
+            why = f"not a kubeconfig ({type(exc).__name__})"
+        raise KubernetesError(f"kubeconfig {where}: {redact(why)}") from None
 
 
 def describe(exc: BaseException) -> str:
@@ -396,17 +401,46 @@ class PendingPods:
 
 
 class ClusterSource:
-    """A ``MetricsSource``: ``source``'s observation with the variants ``pods`` marks unavailable."""
+    """A ``MetricsSource``: ``source``'s observation with each variant's replica counts read from the
+    API server (the workload's ``spec.replicas`` and ``status.readyReplicas``: ready, and starting
+    = wanted - ready, Pending pods included) where it answers, for Deployments and StatefulSets, and
+    the variants ``pods`` marks unavailable. kube-state-metrics, through Prometheus, lags the API
+    server by a scrape or more: a count read from it can turn a scale-up into an absolute write
+    below what the workload already has."""
 
-    def __init__(self, source: MetricsSource, pods: PendingPods) -> None:
+    def __init__(self, source: MetricsSource, pods: PendingPods, api: client.ApiClient) -> None:
         self.source = source
         self.pods = pods
+        self.kube = pods.kube
+        self.apps = client.AppsV1Api(api)
+
+    def counts(self, service: str, variant: str) -> tuple[int, int] | None:
+        """``(ready, starting)`` of the variant's workload from the API server; None when unknown."""
+        w = self.kube.workload(service, variant)
+        ns = self.kube.namespace
+        try:
+            if w.kind == "Deployment":
+                obj = self.apps.read_namespaced_deployment(w.name, ns)
+            elif w.kind == "StatefulSet":
+                obj = self.apps.read_namespaced_stateful_set(w.name, ns)
+            else:
+                return None
+        except TRANSPORT_ERRORS as exc:
+            log.warning("%s/%s not read: %s", ns, w.name, describe(exc))
+            return None
+        wanted = int(obj.spec.replicas if obj.spec and obj.spec.replicas is not None else 1)
+        ready = int((obj.status.ready_replicas if obj.status else None) or 0)
+        return min(ready, wanted), max(wanted - ready, 0)
 
     def observe(self, now: float) -> dict[str, ServiceObservation]:
-        """``source.observe(now)``, each unavailable variant flagged (``VariantObservation.unavailable``)."""
+        """``source.observe(now)`` with the API server's counts and the unavailable variants flagged."""
         observations = self.source.observe(now)
         for name, obs in observations.items():
             for v, vo in obs.variants.items():
+                counted = self.counts(name, v)
+                if counted is not None:
+                    vo.ready, vo.starting = counted
+                    vo.counts_known = True
                 vo.unavailable = self.pods.unavailable(name, v)
         return observations
 

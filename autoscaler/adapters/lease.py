@@ -2,8 +2,11 @@
 
 The rule is client-go's (``tools/leaderelection``), on the official client's ``CoordinationV1Api``:
 a candidate takes the Lease when it is absent, held by nobody, held by itself, or not renewed for
-its ``leaseDurationSeconds``; a leader renews every ``retry_s`` and stops leading when it has not
-renewed for ``renew_s``; ``release`` (on shutdown) clears the holder so a follower takes over at its
+its ``leaseDurationSeconds`` (the configured duration rounded up to whole seconds); a leader renews
+every ``retry_s`` and leads only while its last renewal is less than ``renew_s`` old (``leads()``,
+checked at each write, so a renewal that hangs or fails ends leadership in time: every call has a
+timeout of ``retry_s``, and ``renew_s < duration_s`` leaves the old leader silent before anyone may
+take over); ``release`` (on shutdown) clears the holder so a follower takes over at its
 next try instead of after the lease duration. Every write replaces the Lease with the
 resourceVersion it read, so of two candidates that read the same free Lease only one's write
 succeeds (the other's is a 409).
@@ -18,6 +21,7 @@ its loop cannot be stopped nor the lease released, and its ``LeaseLock`` needs a
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -52,15 +56,21 @@ class LeaderElector:
         self.clock = clock
         self.leading = False
         self.last_renewed: float | None = None
+        self.timeout = cfg.retry_s
         self.holder: str | None = None
         self._seen: tuple[str | None, object] | None = None
         self._seen_at = 0.0
+
+    def leads(self) -> bool:
+        """Whether this candidate may write now: it won the Lease and renewed it less than
+        ``renew_s`` ago (module docstring)."""
+        return self.leading and self.last_renewed is not None and self.clock() - self.last_renewed < self.cfg.renew_s
 
     def _spec(self, acquired: datetime | None, holder: str | None = None,
               duration: int | None = None) -> client.V1LeaseSpec:
         now = datetime.now(UTC)
         return client.V1LeaseSpec(holder_identity=self.identity if holder is None else holder,
-                                  lease_duration_seconds=duration or max(1, round(self.cfg.duration_s)),
+                                  lease_duration_seconds=duration or max(1, math.ceil(self.cfg.duration_s)),
                                   acquire_time=acquired or now, renew_time=now)
 
     def try_acquire_or_renew(self) -> bool:
@@ -70,7 +80,10 @@ class LeaderElector:
         try:
             return self._try(now)
         except ApiException as exc:
-            if exc.status != 409:  # a 409 is a lost race, not worth a warning
+            if exc.status in (401, 403):
+                log.warning("lease %s/%s: forbidden (HTTP %s): grant get, update and create on coordination.k8s.io "
+                            "leases in %s (deploy/base RBAC)", self.namespace, self.name, exc.status, self.namespace)
+            elif exc.status != 409:  # a 409 is a lost race, not worth a warning
                 log.warning("lease %s/%s: HTTP %s", self.namespace, self.name, exc.status)
             return self._renew_failed(now)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -79,13 +92,13 @@ class LeaderElector:
 
     def _try(self, now: float) -> bool:
         try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+            lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.timeout)
         except ApiException as exc:
             if exc.status != 404:
                 raise
             body = client.V1Lease(metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
                                   spec=self._spec(None))
-            self.api.create_namespaced_lease(self.namespace, body)
+            self.api.create_namespaced_lease(self.namespace, body, _request_timeout=self.timeout)
             return self._won(now)
         spec = lease.spec or client.V1LeaseSpec()
         holder = spec.holder_identity or None
@@ -98,7 +111,8 @@ class LeaderElector:
             self.leading = False
             return False
         lease.spec = self._spec(spec.acquire_time if holder == self.identity else None)
-        self.api.replace_namespaced_lease(self.name, self.namespace, lease)  # 409 if it changed since the read
+        # 409 if it changed since the read
+        self.api.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=self.timeout)
         return self._won(now)
 
     def _won(self, now: float) -> bool:
@@ -119,12 +133,12 @@ class LeaderElector:
             return False
         self.leading = False
         try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+            lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.timeout)
             spec = lease.spec or client.V1LeaseSpec()
             if spec.holder_identity != self.identity:
                 return False
             lease.spec = self._spec(spec.acquire_time, holder="", duration=1)
-            self.api.replace_namespaced_lease(self.name, self.namespace, lease)
+            self.api.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=self.timeout)
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             log.warning("lease %s/%s not released: %s", self.namespace, self.name, exc)
             return False

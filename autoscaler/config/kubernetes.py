@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+import re
+
+from pydantic import Field, field_validator, model_validator
 
 from autoscaler.config.base import Strict
+
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
+
+
+def _object_name(v: str, what: str) -> str:
+    if len(v) > 253 or not DNS_SUBDOMAIN.fullmatch(v):
+        raise ValueError(f"{what} '{v}' is not a valid Kubernetes object name (lower-case letters, digits, '-', '.')")
+    return v
 
 
 class Workload(Strict):
@@ -23,11 +34,18 @@ class Workload(Strict):
     api_version: str | None = None
     plural: str | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        return v if v is None else _object_name(v, "name")
+
     @model_validator(mode="after")
     def _custom(self) -> Workload:
         builtin = self.kind in ("Deployment", "StatefulSet")
-        if not builtin and (self.api_version is None or self.plural is None or "/" not in self.api_version):
-            raise ValueError(f"kind {self.kind}: a custom resource needs api_version (group/version) and plural")
+        group_version = re.fullmatch(rf"{DNS_SUBDOMAIN.pattern}/v[0-9a-z]+", self.api_version or "")
+        if not builtin and (group_version is None or self.plural is None or not re.fullmatch(_LABEL, self.plural)):
+            raise ValueError(f"kind {self.kind}: a custom resource needs api_version (group/version, e.g. "
+                             "leaderworkerset.x-k8s.io/v1) and plural (e.g. leaderworkersets)")
         if builtin and (self.api_version not in (None, "apps/v1") or self.plural is not None):
             raise ValueError(f"kind {self.kind} is apps/v1: leave api_version and plural unset")
         return self
@@ -46,9 +64,14 @@ class LeaseConfig(Strict):
     """
 
     name: str = "autoscaler-leader"
-    duration_s: float = Field(default=15.0, gt=0)
-    renew_s: float = Field(default=10.0, gt=0)
-    retry_s: float = Field(default=2.0, gt=0)
+    duration_s: float = Field(default=15.0, gt=0, le=3600)
+    renew_s: float = Field(default=10.0, gt=0, le=3600)
+    retry_s: float = Field(default=2.0, gt=0, le=3600)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _object_name(v, "lease name")
 
     @model_validator(mode="after")
     def _order(self) -> LeaseConfig:
@@ -89,6 +112,16 @@ class KubernetesConfig(Strict):
     other_writer_quiet_s: float = Field(default=600.0, ge=0)
     pending_timeout_s: float = Field(default=300.0, gt=0)
     pending_retry_s: float = Field(default=900.0, gt=0)
+
+    @field_validator("admission_configmap")
+    @classmethod
+    def _configmap(cls, v: str) -> str:
+        try:
+            name = v.format(service="svc")
+        except (KeyError, IndexError, ValueError):
+            raise ValueError(f"'{v}' may hold only the placeholder {{service}}") from None
+        _object_name(name, "admission_configmap")
+        return v
 
     def workload(self, service: str, variant: str) -> Workload:
         """The workload of ``variant`` of ``service`` (its name filled in)."""
