@@ -1,1 +1,2 @@
-"""I/O adapters behind the loop's interfaces (simulator now; Prometheus and Kubernetes later)."""
+"""I/O adapters behind the loop's interfaces: the simulator, Prometheus, Kubernetes (scale subresource,
+Lease, ConfigMaps, Events) and the Gateway API Inference Extension."""
