@@ -27,8 +27,9 @@ COMMITTED = ROOT / "dashboards"
 
 def test_the_committed_bundle_is_what_export_writes_for_the_default_fleet() -> None:
     files = render(default_config()).files
+    exported = ("dashboards", "provisioning", "rules", "kubernetes")
     committed = {str(p.relative_to(COMMITTED)): p.read_text() for p in COMMITTED.rglob("*")
-                 if p.is_file() and p.parts[len(COMMITTED.parts)] in ("dashboards", "provisioning", "rules")}
+                 if p.is_file() and p.parts[len(COMMITTED.parts)] in exported}
     assert sorted(committed) == sorted(files)
     stale = [rel for rel, text in files.items() if committed[rel] != text]
     assert not stale, f"regenerate with `autoscaler dashboards export --out dashboards`: {stale}"
@@ -123,8 +124,26 @@ def test_dashboards_have_stable_uids_variables_units_and_slo_lines() -> None:
 def test_provisioning_points_grafana_at_the_bundle() -> None:
     ds = yaml.safe_load((COMMITTED / "provisioning" / "datasources" / "autoscaler.yaml").read_text())
     assert ds["apiVersion"] == 1 and ds["datasources"][0]["type"] == "prometheus"
+    assert ds["datasources"][0]["uid"] == "autoscaler-prometheus" and ds["datasources"][0]["isDefault"] is False
     prov = yaml.safe_load((COMMITTED / "provisioning" / "dashboards" / "autoscaler.yaml").read_text())
     assert prov["providers"][0]["type"] == "file" and prov["providers"][0]["options"]["path"]
+
+
+def test_the_kubernetes_files_carry_the_same_rules_and_dashboards() -> None:
+    rule = yaml.safe_load((COMMITTED / "kubernetes" / "prometheusrule.yaml").read_text())
+    files = [yaml.safe_load((COMMITTED / "rules" / f).read_text())["groups"]
+             for f in ("autoscaler-recording.yaml", "autoscaler-alerts.yaml")]
+    assert rule["kind"] == "PrometheusRule" and rule["spec"]["groups"] == files[0] + files[1]
+    cm = yaml.safe_load((COMMITTED / "kubernetes" / "dashboards-configmap.yaml").read_text())
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert {k: json.loads(v) for k, v in cm["data"].items()} == {f"{uid}.json": b for uid, b in _boards().items()}
+
+
+def test_the_datasource_defaults_to_the_fleets_prometheus(make_fleet) -> None:
+    doc = make_fleet(1).model_dump(mode="json", exclude_unset=True)
+    cfg = parse_config({**doc, "prometheus": {"url": "http://prom.example:9090"}}, "f.yaml")
+    ds = yaml.safe_load(render(cfg).files["provisioning/datasources/autoscaler.yaml"])
+    assert ds["datasources"][0]["url"] == "http://prom.example:9090"
 
 
 def test_the_recorded_query_set_reads_only_recorded_rates() -> None:
@@ -152,7 +171,7 @@ def test_export_writes_the_bundle_and_refuses_bad_settings(tmp_path: Path) -> No
     res = CliRunner().invoke(app, ["dashboards", "export", "--out", str(tmp_path / "b"),
                                    "--prometheus-url", "http://prom.monitoring:9090"])
     assert res.exit_code == 0, res.output
-    assert "wrote 7 files" in res.output
+    assert "wrote 9 files" in res.output
     ds = yaml.safe_load((tmp_path / "b" / "provisioning" / "datasources" / "autoscaler.yaml").read_text())
     assert ds["datasources"][0]["url"] == "http://prom.monitoring:9090"
     alert_rules = yaml.safe_load((tmp_path / "b" / "rules" / "autoscaler-alerts.yaml").read_text())

@@ -142,6 +142,7 @@ def test_the_bundle_files_are_the_exported_layout(live: Live, tmp_path: Path) ->
     paths = write(live.bundle, tmp_path)
     assert sorted(str(p.relative_to(tmp_path)) for p in paths) == [
         "dashboards/autoscaler-kv-cache.json", "dashboards/autoscaler-loop-health.json",
-        "dashboards/autoscaler-overview.json", "provisioning/dashboards/autoscaler.yaml",
-        "provisioning/datasources/autoscaler.yaml", "rules/autoscaler-alerts.yaml",
-        "rules/autoscaler-recording.yaml"]
+        "dashboards/autoscaler-overview.json",
+        "kubernetes/dashboards-configmap.yaml", "kubernetes/prometheusrule.yaml",
+        "provisioning/dashboards/autoscaler.yaml", "provisioning/datasources/autoscaler.yaml",
+        "rules/autoscaler-alerts.yaml", "rules/autoscaler-recording.yaml"]

@@ -7,10 +7,16 @@ Layout (the interface others rely on)::
     DIR/provisioning/dashboards/autoscaler.yaml  a file provider reading DASHBOARDS_PATH
     DIR/rules/autoscaler-recording.yaml          recording rules (rules.py)
     DIR/rules/autoscaler-alerts.yaml             alerting rules (rules.py)
+    DIR/kubernetes/prometheusrule.yaml           the same rules as a prometheus-operator PrometheusRule
+    DIR/kubernetes/dashboards-configmap.yaml     the dashboards as a ConfigMap for Grafana's sidecar
 
 A stock Grafana loads it as it is with ``DIR/provisioning`` as its provisioning directory
 (``GF_PATHS_PROVISIONING``) and ``DIR/dashboards`` mounted at ``DASHBOARDS_PATH``; a Prometheus
-loads ``DIR/rules/*.yaml`` from its ``rule_files``.
+loads ``DIR/rules/*.yaml`` from its ``rule_files``. On a cluster with prometheus-operator and
+Grafana's dashboard sidecar (kube-prometheus-stack), ``kubectl apply -n monitoring -f DIR/kubernetes/``
+(the PrometheusRule may need the labels the operator's ``ruleSelector`` matches, e.g. ``release``).
+The provisioned datasource has its own uid (``autoscaler-prometheus``) and is not the default, so
+it sits beside an existing one.
 """
 
 from __future__ import annotations
@@ -50,33 +56,46 @@ def _yaml(doc: Any) -> str:
     return yaml.safe_dump(doc, sort_keys=False, width=120)
 
 
-def render(cfg: FleetConfig, objective: float = DEFAULT_OBJECTIVE,
-           prometheus_url: str = "http://prometheus:9090") -> Bundle:
-    """The bundle for the fleet ``cfg`` (SLO lines and error ratios from its services).
+def render(cfg: FleetConfig, objective: float = DEFAULT_OBJECTIVE, prometheus_url: str | None = None) -> Bundle:
+    """The bundle for the fleet ``cfg`` (SLO lines and error ratios from its services); the
+    datasource points at ``prometheus_url``, default the fleet's ``prometheus.url``, else
+    ``http://prometheus:9090``.
 
     Raises:
         ValueError: an objective outside (0.9306, 1), or a query set the bundle does not read.
     """
+    url = prometheus_url or cfg.prometheus.url or "http://prometheus:9090"
     files: dict[str, str] = {}
+    boards: dict[str, str] = {}
     panel_queries: list[tuple[str, str, str]] = []
     variable_queries: list[tuple[str, str]] = []
     for make in BOARDS:
         board = make(cfg)
         model = board.builder.build()
         uid = model.uid
-        files[f"dashboards/{uid}.json"] = json.dumps(model, cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
+        boards[f"{uid}.json"] = files[f"dashboards/{uid}.json"] = json.dumps(
+            model, cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
         panel_queries += [(uid, title, expr) for title, expr in board.queries]
         variable_queries += [(uid, v.query) for v in (model.templating.list_val or [])
                              if v.type_val == "query" and isinstance(v.query, str)]
     files["provisioning/datasources/autoscaler.yaml"] = _yaml({"apiVersion": 1, "datasources": [{
-        "name": "Prometheus", "type": "prometheus", "uid": "prometheus", "access": "proxy", "url": prometheus_url,
-        "isDefault": True}]})
+        "name": "Prometheus (autoscaler)", "type": "prometheus", "uid": "autoscaler-prometheus", "access": "proxy",
+        "url": url, "isDefault": False}]})
     files["provisioning/dashboards/autoscaler.yaml"] = _yaml({"apiVersion": 1, "providers": [{
         "name": "autoscaler", "folder": "Autoscaler", "type": "file", "disableDeletion": False,
         "allowUiUpdates": False, "options": {"path": DASHBOARDS_PATH, "foldersFromFilesStructure": False}}]})
     recording = recording_groups(cfg)
+    alerting = alert_groups(objective, cfg)
     files["rules/autoscaler-recording.yaml"] = _yaml({"groups": recording})
-    files["rules/autoscaler-alerts.yaml"] = _yaml({"groups": alert_groups(objective, cfg)})
+    files["rules/autoscaler-alerts.yaml"] = _yaml({"groups": alerting})
+    labels = {"app.kubernetes.io/name": "autoscaler", "app.kubernetes.io/component": "monitoring"}
+    files["kubernetes/prometheusrule.yaml"] = _yaml({
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+        "metadata": {"name": "autoscaler", "labels": labels}, "spec": {"groups": recording + alerting}})
+    files["kubernetes/dashboards-configmap.yaml"] = _yaml({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "autoscaler-dashboards", "labels": {**labels, "grafana_dashboard": "1"}},
+        "data": boards})
     return Bundle(files, panel_queries, variable_queries,
                   [r for g in recording for r in g["rules"]], alerts(objective, cfg))
 
