@@ -565,7 +565,8 @@ def run_daemon(
     controller: Annotated[str, typer.Option(
         help=f"Controller spec NAME[:key=value...]; NAME is one of {', '.join(NAMES)}.")] = "pid",
     kubeconfig: Annotated[Path | None, typer.Option(
-        help="kubeconfig file (default: the pod's service account in a cluster, else ~/.kube/config).")] = None,
+        help="kubeconfig file (default: the pod's service account in a cluster, else $KUBECONFIG or "
+             "~/.kube/config).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Do everything but the writes; log them.",
                                           metavar="")] = False,
     port: Annotated[int, typer.Option(help="Port of /metrics, /healthz, /readyz and /v1/admission.")] = 9090,
@@ -659,8 +660,9 @@ def dashboards_export(
     config: Annotated[Path | None, typer.Option(help="fleet file (default: the embedded default fleet)")] = None,
     objective: Annotated[float, typer.Option(
         help="fraction of interactive requests within their objectives the burn-rate alerts defend")] = 0.99,
-    prometheus_url: Annotated[str, typer.Option(
-        help="the URL the provisioned Grafana datasource points at")] = "http://prometheus:9090",
+    prometheus_url: Annotated[str | None, typer.Option(
+        help="the URL the provisioned Grafana datasource points at (default: the fleet's prometheus.url, "
+             "else http://prometheus:9090)")] = None,
 ) -> None:
     """Write the dashboard bundle for a fleet: Grafana dashboards, provisioning, Prometheus rules
     (docs/dashboards.md)."""
@@ -671,7 +673,8 @@ def dashboards_export(
         cfg = _load_cfg(config)
         if not str(out).strip():
             raise ValueError("--out must name a directory")
-        check_url(prometheus_url)
+        if prometheus_url is not None:
+            check_url(prometheus_url)
         paths = write(render(cfg, objective, prometheus_url), out)
     except (AutoscalerError, ValueError, OSError) as exc:
         raise _fail(str(exc)) from None

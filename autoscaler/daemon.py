@@ -228,8 +228,9 @@ class Daemon:
             for svc in self.cfg.services:
                 for v in svc.variants:
                     self.paused.labels(svc.name, v.name).set(1 if act.paused(svc.name, v.name) else 0)
-        for name, st in record.services.items():
-            log.info("%s: %s", name, json.dumps({"reason": st.reason, "applied": st.applied}))
+        for name, st in record.services.items():  # counts nobody knows are no counts, not zeros
+            known = {v: n for v, n in st.applied.items() if st.estimate.variants[v].counts_known}
+            log.info("%s: %s", name, json.dumps({"reason": st.reason, "applied": known}))
         return record
 
     def run(self) -> None:

@@ -416,3 +416,14 @@ def test_a_kubeconfig_that_is_not_one_is_a_one_line_error(tmp_path, text: str) -
     with pytest.raises(KubernetesError, match=f"kubeconfig {path}: ") as err:
         connect(path)
     assert "\n" not in str(err.value)
+
+
+def test_a_missing_kubeconfig_says_so(tmp_path, monkeypatch) -> None:
+    from autoscaler.adapters.kubernetes import KubernetesError, connect
+
+    with pytest.raises(KubernetesError, match=f"kubeconfig {tmp_path}/none.yaml: no such file"):
+        connect(tmp_path / "none.yaml")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "env.yaml"))  # the default names what it read
+    (tmp_path / "env.yaml").write_text("[]")
+    with pytest.raises(KubernetesError, match=f"kubeconfig {tmp_path}/env.yaml: "):
+        connect(None)

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -80,11 +81,14 @@ class KubernetesError(AutoscalerError):
 
 def connect(kubeconfig: Path | None = None, context: str | None = None) -> client.ApiClient:
     """A client from ``kubeconfig`` (and ``context``), or the pod's service account in a cluster
-    when no kubeconfig is given and one is mounted, else ``~/.kube/config``.
+    when no kubeconfig is given and one is mounted, else ``$KUBECONFIG`` or ``~/.kube/config``.
 
     Raises:
         KubernetesError: neither can be loaded (the message names the file and why).
     """
+    where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    if kubeconfig is not None and not kubeconfig.is_file():
+        raise KubernetesError(f"kubeconfig {kubeconfig}: no such file")
     try:
         if kubeconfig is None and Path("/var/run/secrets/kubernetes.io/serviceaccount/token").is_file():
             cfg = client.Configuration()
@@ -92,7 +96,6 @@ def connect(kubeconfig: Path | None = None, context: str | None = None) -> clien
             return client.ApiClient(cfg)
         return config.new_client_from_config(config_file=str(kubeconfig) if kubeconfig else None, context=context)
     except (config.ConfigException, OSError, ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
-        where = kubeconfig or "~/.kube/config"
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if isinstance(exc, TypeError | AttributeError | yaml.YAMLError):
             why = f"not a kubeconfig ({type(exc).__name__})"
