@@ -5,8 +5,8 @@ a candidate takes the Lease when it is absent, held by nobody, held by itself, o
 its ``leaseDurationSeconds`` (the configured duration rounded up to whole seconds); a leader renews
 every ``retry_s`` and leads only while its last renewal is less than ``renew_s`` old (``leads()``,
 checked at each write, so a renewal that hangs or fails ends leadership in time: every call has a
-timeout of ``retry_s``, and ``renew_s < duration_s`` leaves the old leader silent before anyone may
-take over); ``release`` (on shutdown) clears the holder so a follower takes over at its
+timeout of ``renew_s / 2``, and ``renew_s < duration_s`` leaves the old leader silent before anyone
+may take over); ``release`` (on shutdown) clears the holder so a follower takes over at its
 next try instead of after the lease duration. Every write replaces the Lease with the
 resourceVersion it read, so of two candidates that read the same free Lease only one's write
 succeeds (the other's is a 409).
@@ -56,7 +56,7 @@ class LeaderElector:
         self.clock = clock
         self.leading = False
         self.last_renewed: float | None = None
-        self.timeout = cfg.retry_s
+        self.timeout = cfg.renew_s / 2  # a hung call fails with time left to renew before renew_s
         self.holder: str | None = None
         self._seen: tuple[str | None, object] | None = None
         self._seen_at = 0.0
