@@ -109,7 +109,13 @@ def test_another_writer_is_left_alone_for_the_quiet_period(cluster, make_fleet) 
     assert res.status is ActuationStatus.CONFLICT and replicas(cluster) == 2
     assert act.external[-1] == ("svc", "h100", 5, 2)
     # a new leader's actuator remembers nothing: what it reads first is the state, not another writer
-    assert KubernetesActuator(cfg, cluster.api(), clock=clock).scale("svc", "h100", 3).ok
+    fresh = KubernetesActuator(cfg, cluster.api(), clock=clock)
+    fresh.check_writers()
+    assert not fresh.external and fresh.written == {("svc", "h100"): 2}
+    # and a variant it has never written is watched from that first read on
+    apps.patch_namespaced_deployment("svc-h100", NS, {"spec": {"replicas": 7}})
+    fresh.check_writers()
+    assert fresh.external == [("svc", "h100", 2, 7)] and fresh.paused("svc", "h100")
 
 
 def test_forbidden_names_the_missing_permission_and_writes_nothing(cluster, fleet) -> None:

@@ -11,7 +11,8 @@ Before a scale-down, the pods the decision names to go first (``remove_first``) 
 ``controller.kubernetes.io/pod-deletion-cost`` (lowest first), so the ReplicaSet removes them and
 keeps the rest (the annotation is honoured by ReplicaSets since Kubernetes 1.22).
 
-Another writer: the actuator remembers what it last wrote to each variant (or found already there).
+Another writer: the actuator remembers what it last wrote to each variant (or found there when it
+first read it).
 When a read (before a write, or ``check_writers`` at every tick) finds other replicas than that,
 someone else wrote them; the actuator does not fight
 it: it leaves the variant at that count (``conflict``, "another writer ...") until
@@ -219,18 +220,23 @@ class KubernetesActuator:
         return None
 
     def check_writers(self) -> None:
-        """Read every variant written before and note another writer's change (``_other_writer``),
-        whether or not this tick writes it: a hand edit is seen within a tick, not at the next write."""
-        for service, variant in list(self.written):
-            w = self.kube.workload(service, variant)
-            group, plural = self.scales.resource(w)
-            where = f"{plural}/scale {self.kube.namespace}/{w.name} (API group {group or 'core'})"
-            try:
-                current, _ = self.scales.read(w, self.kube.namespace)
-            except TRANSPORT_ERRORS as exc:
-                log.warning("%s not read: %s", where, describe(exc))
-                continue
-            self._other_writer((service, variant), current, where)
+        """Read every variant of the fleet and note another writer's change (``_other_writer``),
+        whether or not this tick writes it: a hand edit is seen within a tick, not at the next write.
+        A variant read for the first time is taken as it is (the state this actuator starts from)."""
+        for svc in self.cfg.services:
+            for v in svc.variants:
+                key = (svc.name, v.name)
+                w = self.kube.workload(*key)
+                group, plural = self.scales.resource(w)
+                where = f"{plural}/scale {self.kube.namespace}/{w.name} (API group {group or 'core'})"
+                try:
+                    current, _ = self.scales.read(w, self.kube.namespace)
+                except TRANSPORT_ERRORS as exc:
+                    log.warning("%s not read: %s", where, describe(exc))
+                    continue
+                if key not in self.written:
+                    self.written[key] = current
+                self._other_writer(key, current, where)
 
     def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
         """Set the variant's replicas (module docstring); ``remove_first`` pods get the lowest deletion cost."""
