@@ -42,6 +42,12 @@ def status(code: int, reason: str, message: str) -> aiohttp.web.Response:
                                       "message": message, "reason": reason, "code": code}, status=code)
 
 
+def conflict(plural: str, name: str | None) -> aiohttp.web.Response:
+    """The API server's 409 for a write carrying a resourceVersion older than the object's."""
+    return status(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": the object has been '
+                  "modified; please apply your changes to the latest version and try again")
+
+
 VERBS = {"GET": "get", "PUT": "update", "PATCH": "patch", "POST": "create", "DELETE": "delete"}
 
 
@@ -111,9 +117,7 @@ class Emulator(kmock.KubernetesEmulator):
                 return status(404, "NotFound", f'{res.plural} "{request.name}" not found')
             sent = (body.get("metadata") or {}).get("resourceVersion")
             if sent is not None and sent != obj.get("metadata", {}).get("resourceVersion"):
-                return status(409, "Conflict", f'Operation cannot be fulfilled on {res.plural} "{request.name}": '
-                              "the object has been modified; please apply your changes to the latest version and "
-                              "try again")
+                return conflict(res.plural, request.name)
             body.setdefault("metadata", {})["resourceVersion"] = str(next(self.versions))
             obj.patch(body)
             self.writes.append(("PUT", res.plural, request.namespace, request.name, body,
@@ -131,9 +135,7 @@ class Emulator(kmock.KubernetesEmulator):
                 body = request.data or {}
                 sent = (body.get("metadata") or {}).get("resourceVersion")
                 if method == "PUT" and sent is not None and sent != obj.get("metadata", {}).get("resourceVersion"):
-                    return status(409, "Conflict", f'Operation cannot be fulfilled on {request.resource.plural} '
-                                  f'"{request.name}": the object has been modified; please apply your changes to '
-                                  "the latest version and try again")
+                    return conflict(request.resource.plural, request.name)
                 replicas = (body.get("spec") or {}).get("replicas")
                 if not isinstance(replicas, int) or replicas < 0:
                     return status(422, "Invalid", f"Scale.spec.replicas: Invalid value: {replicas!r}")

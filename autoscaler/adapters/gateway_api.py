@@ -31,6 +31,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from autoscaler.config.kubernetes import DNS_LABEL, DNS_SUBDOMAIN
 from autoscaler.loop.admission import PATH, parse_document
 from autoscaler.urls import redact
 from autoscaler.workload.types import PRIORITIES
@@ -38,9 +39,6 @@ from autoscaler.workload.types import PRIORITIES
 API_VERSION = "inference.networking.x-k8s.io/v1alpha2"
 KIND = "InferenceObjective"
 POOL_GROUP = "inference.networking.k8s.io"
-_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
-_DNS_LABEL = re.compile(_LABEL)
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 MAX_BYTES = 16 * 2**20
 """The largest admission document read, bytes."""
@@ -75,9 +73,9 @@ def objectives(thresholds: Mapping[str, Mapping[str, float | None]], pool: str |
             253 characters with the priority appended) or be a label value (at most 63 characters), or
             an invalid ``pool`` or ``namespace``.
     """
-    if namespace is not None and (len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace)):
+    if namespace is not None and (len(namespace) > 63 or not DNS_LABEL.fullmatch(namespace)):
         raise ValueError(f"--namespace '{namespace}' is not a valid namespace (lower-case letters, digits, '-')")
-    if pool is not None and (len(pool) > 253 or not _DNS_SUBDOMAIN.fullmatch(pool)):
+    if pool is not None and (len(pool) > 253 or not DNS_SUBDOMAIN.fullmatch(pool)):
         raise ValueError(f"--pool '{pool}' is not a valid InferencePool name (lower-case letters, digits, '-', '.')")
     out = []
     for service in sorted(thresholds):
@@ -86,7 +84,7 @@ def objectives(thresholds: Mapping[str, Mapping[str, float | None]], pool: str |
                              "'-', '_', '.')")
         for p in reversed(PRIORITIES):
             name = f"{service}-{p}"
-            if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+            if len(name) > 253 or not DNS_SUBDOMAIN.fullmatch(name):
                 raise ValueError(f"service '{service}': '{name}' is not a valid Kubernetes object name "
                                  "(lower-case letters, digits, '-' and '.')")
             meta: dict[str, Any] = {"name": name}

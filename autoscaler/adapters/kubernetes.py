@@ -146,6 +146,11 @@ class ScaleClient:
         assert w.api_version is not None and w.plural is not None  # the config requires them
         return w.api_version.split("/")[0], w.plural
 
+    def where(self, w: Workload, namespace: str) -> str:
+        """``w``'s scale as errors and logs name it, e.g. ``deployments/scale llm/x (API group apps)``."""
+        group, plural = self.resource(w)
+        return f"{plural}/scale {namespace}/{w.name} (API group {group or 'core'})"
+
     def read(self, w: Workload, namespace: str) -> tuple[int, str | None]:
         """``(spec.replicas, resourceVersion)`` of ``w``'s scale."""
         if w.kind == "Deployment":
@@ -227,8 +232,7 @@ class KubernetesActuator:
             for v in svc.variants:
                 key = (svc.name, v.name)
                 w = self.kube.workload(*key)
-                group, plural = self.scales.resource(w)
-                where = f"{plural}/scale {self.kube.namespace}/{w.name} (API group {group or 'core'})"
+                where = self.scales.where(w, self.kube.namespace)
                 try:
                     current, _ = self.scales.read(w, self.kube.namespace)
                 except TRANSPORT_ERRORS as exc:
@@ -243,8 +247,7 @@ class KubernetesActuator:
         key = (service, variant)
         w = self.kube.workload(service, variant)
         ns = self.kube.namespace
-        group, plural = self.scales.resource(w)
-        where = f"{plural}/scale {ns}/{w.name} (API group {group or 'core'})"
+        where = self.scales.where(w, ns)
         what = f"update {where}"
         note = ""
         for attempt in range(self.kube.conflict_retries + 1):
@@ -364,15 +367,17 @@ class PendingPods:
         self.clock = clock
         self.marked_until: dict[tuple[str, str], float] = {}
 
-    def unschedulable_for(self, service: str, variant: str) -> float | None:
+    def unschedulable_for(self, service: str, variant: str, dep: Any = None) -> float | None:
         """Seconds the longest-unschedulable pod of the variant has been so (0 when none is); None
-        when the pods cannot be read (a Deployment only: other kinds are not read)."""
+        when the pods cannot be read (a Deployment only: other kinds are not read). ``dep``: the
+        Deployment, when the caller has just read it."""
         w = self.kube.workload(service, variant)
         if w.kind != "Deployment":
             return None
         ns = self.kube.namespace
         try:
-            dep = self.apps.read_namespaced_deployment(w.name, ns)
+            if dep is None:
+                dep = self.apps.read_namespaced_deployment(w.name, ns)
             labels = (dep.spec.selector.match_labels or {}) if dep.spec and dep.spec.selector else {}
             if not labels:
                 return None
@@ -393,14 +398,14 @@ class PendingPods:
                         longest = max(longest, now - since.timestamp())
         return longest
 
-    def unavailable(self, service: str, variant: str) -> bool:
+    def unavailable(self, service: str, variant: str, dep: Any = None) -> bool:
         """Whether the variant is marked unavailable now (marking it when its pods have been
-        unschedulable for ``pending_timeout_s``)."""
+        unschedulable for ``pending_timeout_s``); ``dep`` as ``unschedulable_for``."""
         key = (service, variant)
         now = self.clock()
         if now < self.marked_until.get(key, float("-inf")):
             return True
-        stuck = self.unschedulable_for(service, variant)
+        stuck = self.unschedulable_for(service, variant, dep)
         if stuck is not None and stuck >= self.kube.pending_timeout_s:
             self.marked_until[key] = now + self.kube.pending_retry_s
             log.warning("%s/%s: pods unschedulable for %.0f s: unavailable for %g s, its demand goes to the other "
@@ -423,34 +428,41 @@ class ClusterSource:
         self.kube = pods.kube
         self.apps = client.AppsV1Api(api)
 
-    def counts(self, service: str, variant: str) -> tuple[int, int] | None:
-        """``(ready, starting)`` of the variant's workload from the API server; None when unknown."""
+    def _read(self, service: str, variant: str) -> Any:
+        """The variant's Deployment or StatefulSet from the API server; None for other kinds or when
+        it does not answer."""
         w = self.kube.workload(service, variant)
         ns = self.kube.namespace
         try:
             if w.kind == "Deployment":
-                obj = self.apps.read_namespaced_deployment(w.name, ns)
-            elif w.kind == "StatefulSet":
-                obj = self.apps.read_namespaced_stateful_set(w.name, ns)
-            else:
-                return None
+                return self.apps.read_namespaced_deployment(w.name, ns)
+            if w.kind == "StatefulSet":
+                return self.apps.read_namespaced_stateful_set(w.name, ns)
         except TRANSPORT_ERRORS as exc:
             log.warning("%s/%s not read: %s", ns, w.name, describe(exc))
+        return None
+
+    def counts(self, service: str, variant: str, obj: Any = None) -> tuple[int, int] | None:
+        """``(ready, starting)`` of the variant's workload (``obj``, else read now); None when unknown."""
+        obj = obj if obj is not None else self._read(service, variant)
+        if obj is None:
             return None
         wanted = int(obj.spec.replicas if obj.spec and obj.spec.replicas is not None else 1)
         ready = int((obj.status.ready_replicas if obj.status else None) or 0)
         return min(ready, wanted), max(wanted - ready, 0)
 
     def observe(self, now: float) -> dict[str, ServiceObservation]:
-        """``source.observe(now)`` with the API server's counts and the unavailable variants flagged."""
+        """``source.observe(now)`` with the API server's counts and the unavailable variants flagged,
+        from one read of each workload."""
         observations = self.source.observe(now)
         for name, obs in observations.items():
             for v, vo in obs.variants.items():
-                counted = self.counts(name, v)
+                obj = self._read(name, v)
+                counted = self.counts(name, v, obj)
                 if counted is not None:
                     vo.ready, vo.starting = counted
                     vo.counts_known = True
-                vo.unavailable = self.pods.unavailable(name, v)
+                vo.unavailable = self.pods.unavailable(name, v, obj)
         return observations
 
 

@@ -9,7 +9,10 @@ from pydantic import Field, field_validator, model_validator
 from autoscaler.config.base import Strict
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS_LABEL = re.compile(_LABEL)
+"""A Kubernetes DNS-1123 label (a namespace's name, at most 63 characters)."""
 DNS_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
+"""A Kubernetes DNS-1123 subdomain (most objects' names, at most 253 characters)."""
 
 
 def _object_name(v: str, what: str) -> str:
@@ -43,7 +46,7 @@ class Workload(Strict):
     def _custom(self) -> Workload:
         builtin = self.kind in ("Deployment", "StatefulSet")
         group_version = re.fullmatch(rf"{DNS_SUBDOMAIN.pattern}/v[0-9a-z]+", self.api_version or "")
-        if not builtin and (group_version is None or self.plural is None or not re.fullmatch(_LABEL, self.plural)):
+        if not builtin and (group_version is None or self.plural is None or not DNS_LABEL.fullmatch(self.plural)):
             raise ValueError(f"kind {self.kind}: a custom resource needs api_version (group/version, e.g. "
                              "leaderworkerset.x-k8s.io/v1) and plural (e.g. leaderworkersets)")
         if builtin and (self.api_version not in (None, "apps/v1") or self.plural is not None):
