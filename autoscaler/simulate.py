@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from autoscaler.adapters.simulator import SimActuator, SimAdmissionSink, SimMetricsSource
 from autoscaler.config import FleetConfig
+from autoscaler.loop.observe import PendingMarks
 from autoscaler.loop.runner import ControlLoop, TickRecord
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.workload.types import Workload
@@ -110,8 +111,10 @@ class SimulationDriver:
         policy = build_admission(admission, self.cfg.controller.admission_settings)
         self.admission = admission
         self.sim = FleetSimulator(self.cfg, workload, service, admission=policy is not None)
+        kube = self.cfg.kubernetes
         self.source = SimMetricsSource(self.sim, controller.window_s,
-                                       min(self.cfg.simulator.scrape_interval_s, controller.tick_s))
+                                       min(self.cfg.simulator.scrape_interval_s, controller.tick_s),
+                                       PendingMarks(kube.pending_timeout_s, kube.pending_retry_s))
         self.loop = ControlLoop(self.cfg, self.source, SimActuator(self.sim), controller,
                                 SimAdmissionSink(self.sim) if policy is not None else None, policy)
         self.on_tick = on_tick

@@ -62,7 +62,7 @@ from autoscaler.config import FleetConfig, Workload
 from autoscaler.errors import AutoscalerError
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
 from autoscaler.loop.admission import API_VERSION, KIND, check_thresholds
-from autoscaler.loop.observe import MetricsSource
+from autoscaler.loop.observe import MetricsSource, PendingMarks
 from autoscaler.state import ServiceObservation
 from autoscaler.urls import redact
 from autoscaler.workload.types import PRIORITIES
@@ -365,7 +365,7 @@ class PendingPods:
         self.apps = client.AppsV1Api(api)
         self.core = client.CoreV1Api(api)
         self.clock = clock
-        self.marked_until: dict[tuple[str, str], float] = {}
+        self.marks = PendingMarks(self.kube.pending_timeout_s, self.kube.pending_retry_s)
 
     def unschedulable_for(self, service: str, variant: str, dep: Any = None) -> float | None:
         """Seconds the longest-unschedulable pod of the variant has been so (0 when none is); None
@@ -403,11 +403,10 @@ class PendingPods:
         unschedulable for ``pending_timeout_s``); ``dep`` as ``unschedulable_for``."""
         key = (service, variant)
         now = self.clock()
-        if now < self.marked_until.get(key, float("-inf")):
+        if self.marks.marked(key, now):
             return True
         stuck = self.unschedulable_for(service, variant, dep)
-        if stuck is not None and stuck >= self.kube.pending_timeout_s:
-            self.marked_until[key] = now + self.kube.pending_retry_s
+        if self.marks.mark_if_stuck(key, stuck, now):
             log.warning("%s/%s: pods unschedulable for %.0f s: unavailable for %g s, its demand goes to the other "
                         "variants", service, variant, stuck, self.kube.pending_retry_s)
             return True

@@ -28,19 +28,25 @@ kube-state-metrics reports a Deployment's status as it changes):
   gateway wait of the requests dispatched over the window: the TTFT users see includes it, and a
   controller reading vLLM's TTFT alone would see a calm fleet while requests wait at the gateway.
 
+Faults: a pod for which ``silent(replica, now)`` is true is not scraped (its target is down, or it
+emits nothing yet), so its series goes stale as a removed pod's does. A variant whose replicas have
+stayed Pending (``simulator.unschedulable``) for ``kubernetes.pending_timeout_s`` is marked
+``unavailable`` by the daemon's rule (``autoscaler.loop.observe.PendingMarks``).
+
 ``SimAdmissionSink`` hands a decision's admission thresholds to each service's gateway.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
-from autoscaler.simulator.engine import DRAINING, READY, Replica
+from autoscaler.loop.observe import PendingMarks
+from autoscaler.simulator.engine import DRAINING, PROVISIONING, READY, Replica
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS, ReplicaMetrics, histogram_quantile
 from autoscaler.state import SIGNALS, PodObservation, ServiceObservation, VariantObservation
@@ -117,9 +123,15 @@ class SimMetricsSource:
         window_s: the look-back window of rates and ``max_over_time``, seconds.
         scrape_interval_s: how often pods are sampled, seconds; ``observe`` samples only when the
             last sample is at least this old (a driver scraping on its own grid keeps it from doing so).
+        pending: the rule marking variants whose pods stay Pending unavailable (None: never marked).
+
+    Attributes:
+        silent: (replica, now) -> whether that pod's metrics are missing at ``now`` (a fault; never
+            by default).
     """
 
-    def __init__(self, sim: FleetSimulator, window_s: float, scrape_interval_s: float = 15.0) -> None:
+    def __init__(self, sim: FleetSimulator, window_s: float, scrape_interval_s: float = 15.0,
+                 pending: PendingMarks | None = None) -> None:
         self.sim = sim
         self.window_s = window_s
         self.scrape_interval_s = scrape_interval_s
@@ -127,6 +139,8 @@ class SimMetricsSource:
         self._arrivals: dict[str, _PodSeries] = {name: _PodSeries() for name in sim.services}
         self._first_scrape: dict[str, float] = {}
         self._last_scrape: float | None = None
+        self.pending = pending
+        self.silent: Callable[[Replica, float], bool] = lambda r, now: False
 
     def scrape(self, now: float) -> None:
         """Take one sample of every serving pod and of each gateway at ``now`` (seconds); once per instant."""
@@ -146,7 +160,7 @@ class SimMetricsSource:
                              if flow is not None else ())
             _prune(gw, keep)
             for r in svc.replicas:
-                if r.state not in (READY, DRAINING):
+                if r.state not in (READY, DRAINING) or self.silent(r, now):
                     continue
                 r.refresh_gauges()
                 series = self._pods.setdefault(r.rid, _PodSeries())
@@ -237,7 +251,11 @@ class SimMetricsSource:
             for vname in svc.variants:
                 c = svc.counts(vname)
                 mine = [r for r in scraped if r.variant == vname]
-                variants[vname] = VariantObservation(c.ready, c.starting, c.draining, self._signals(mine, pod_rates))
+                stuck = max((now - r.created_s for r in svc.replicas
+                             if r.variant == vname and r.state == PROVISIONING and r.scheduled_s > now), default=0.0)
+                variants[vname] = VariantObservation(c.ready, c.starting, c.draining, self._signals(mine, pod_rates),
+                                                     unavailable=self.pending is not None
+                                                     and self.pending.mark_if_stuck((name, vname), stuck, now))
             signals = self._signals(scraped, pod_rates)
             # the gateway's queue (requests held while no replica is ready) is part of the service's queue
             signals["queue_length"] = (signals["queue_length"] or 0.0) + len(svc.gateway)

@@ -220,16 +220,18 @@ class FleetConfig(Strict):
             if name not in known:
                 raise ValueError(f"simulator.slowdown: unknown variant '{name}' "
                                  f"(fleet has: {', '.join(sorted(known))})")
-        for i, c in enumerate(self.simulator.crashes):
-            if c.service is None and len(self.services) > 1:
-                raise ValueError(f"simulator.crashes[{i}].service: required when the fleet has more than one "
+        targets = [("crashes", i, c.service, c.variant) for i, c in enumerate(self.simulator.crashes)]
+        targets += [("unschedulable", i, u.service, u.variant) for i, u in enumerate(self.simulator.unschedulable)]
+        for key, i, service, variant in targets:
+            if service is None and len(self.services) > 1:
+                raise ValueError(f"simulator.{key}[{i}].service: required when the fleet has more than one "
                                  f"service ({', '.join(variants)})")
-            svc = c.service or self.services[0].name
+            svc = service or self.services[0].name
             if svc not in variants:
-                raise ValueError(f"simulator.crashes[{i}].service: unknown service '{svc}'")
-            if c.variant not in variants[svc]:
+                raise ValueError(f"simulator.{key}[{i}].service: unknown service '{svc}'")
+            if variant not in variants[svc]:
                 raise ValueError(
-                    f"simulator.crashes[{i}].variant: unknown variant '{c.variant}' of service '{svc}' "
+                    f"simulator.{key}[{i}].variant: unknown variant '{variant}' of service '{svc}' "
                     f"(known: {', '.join(sorted(variants[svc]))})"
                 )
         return self

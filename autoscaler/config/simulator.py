@@ -40,6 +40,23 @@ class Crash(Strict):
     variant: str
 
 
+class Unschedulable(Strict):
+    """A window in which no new pod of ``variant`` can be placed (no free GPU of its kind): a replica
+    asked for then stays Pending until ``end_s`` and only then starts (its start-up delay counts from
+    there); ``end_s`` None: for the rest of the run."""
+
+    variant: str
+    service: str | None = None
+    start_s: float = Field(default=0.0, ge=0)
+    end_s: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _order(self) -> Unschedulable:
+        if self.end_s is not None and self.end_s <= self.start_s:
+            raise ValueError(f"end_s ({self.end_s:g}) must be after start_s ({self.start_s:g})")
+        return self
+
+
 class ClientConfig(Strict):
     """How the simulated clients retry: by default not at all (each trace request is one attempt);
     the backoff defaults are the OpenAI Python client's (a 0.5-s first delay doubling to at most 8 s,
@@ -103,6 +120,11 @@ class SimulatorConfig(Strict):
             (a fault: GPUs slower than measured; the controllers still read the profile), in (0, 10];
         crashes: replica crashes to inject, as ``{time_s, variant}``; the oldest ready replica of
             that variant crashes.
+        unschedulable: windows in which a variant's new pods stay Pending (``Unschedulable``).
+        termination_grace_s: Kubernetes' ``terminationGracePeriodSeconds`` (its default is 30 s): a
+            replica removed by a scale-down still holding requests this long after is killed, and
+            those requests fail (their clients retry). None (default): a removed replica finishes
+            everything it holds first, as with a grace period longer than any generation.
         clients: how clients retry (``ClientConfig``).
         gateway: the gateway's flow control under an admission policy (``GatewayConfig``).
     """
@@ -112,6 +134,8 @@ class SimulatorConfig(Strict):
     client_timeout_s: float = Field(default=600.0, gt=0)
     scrape_interval_s: float = Field(default=15.0, gt=0, le=300.0)
     crashes: list[Crash] = Field(default_factory=list)
+    unschedulable: list[Unschedulable] = Field(default_factory=list)
+    termination_grace_s: float | None = Field(default=None, gt=0)
     slowdown: dict[str, Annotated[float, Field(gt=0, le=10)]] = Field(default_factory=dict)
     clients: ClientConfig = ClientConfig()
     gateway: GatewayConfig = GatewayConfig()

@@ -5,9 +5,10 @@ only the ``MetricsSource``, the ``Actuator`` and the ``AdmissionSink`` differ.
 
 A controller that brings its own guard (``Controller.own_guard``: the anchors' baselines, fixed
 fleets) is measured with its rules alone: the loop calls it on every tick (no warm-up hold, no
-idle-to-minimum rule) and only clamps its decision to each variant's ``[min_replicas,
-min(max_replicas, quota)]``. When the guard (or a failed write) changes what a controller asked for,
-the loop tells it through ``Controller.on_guard_cut``.
+idle-to-minimum rule, no cap on a variant whose pods cannot be placed) and only clamps its
+decision to each variant's ``[min_replicas, min(max_replicas, quota)]``. When the guard (or a
+failed write) changes what a controller asked for, the loop tells it through
+``Controller.on_guard_cut``.
 
 Actuation: each variant whose count changes is written through the actuator; the result is kept in
 ``ServiceTick.actuation``, failures are counted in ``actuation_errors`` (service, variant, status)
@@ -190,7 +191,8 @@ class ControlLoop:
             gstate.idle_ticks = gstate.idle_ticks + 1 if est.idle else 0
             estimates[svc.name] = est
         self.controller.prepare(estimates)
-        for svc in (available(s, estimates[s.name]) for s in self.cfg.services):
+        own = self.controller.own_guard
+        for svc in (s if own else available(s, estimates[s.name]) for s in self.cfg.services):
             est = estimates[svc.name]
             gstate = self.guards[svc.name]
             decision = self._decide(svc, est, now)

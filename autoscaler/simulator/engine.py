@@ -108,6 +108,8 @@ class Replica:
         hash_block_tokens: tokens per prefix-hash block of the workload.
         sim: the owning fleet simulator (for events and completions).
         created_s, ready_s: provisioning start and ready times, seconds.
+        scheduled_s (attribute): when it was placed on a node, seconds (after ``created_s`` when it
+            stayed Pending for want of a GPU).
     """
 
     def __init__(
@@ -138,6 +140,7 @@ class Replica:
         self.sim = sim
         self.created_s = created_s
         self.ready_s = ready_s
+        self.scheduled_s = created_s  # when it got a node (later than created_s while it was Pending)
         self.gone_s: float | None = None
         self.price_per_hour = price_per_hour
         self.warm_start = warm_start

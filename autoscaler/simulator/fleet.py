@@ -4,8 +4,11 @@ Deterministic: events are ordered by (time, insertion sequence) and nothing here
 numbers, so the same workload and decisions always give the same run.
 
 Replica lifecycle: provisioning (paid for, serves nothing) -> ready (empty prefix cache) ->
-draining on scale-down (takes no new work, finishes what it holds) -> gone. A crashed replica's
-requests fail, its cache is lost, and a replacement starts, as a ReplicaSet recreates a pod.
+draining on scale-down (takes no new work, finishes what it holds, or is killed
+``simulator.termination_grace_s`` after with what it still holds failing) -> gone. A crashed
+replica's requests fail, its cache is lost, and a replacement starts, as a ReplicaSet recreates a pod.
+A replica asked for inside one of its variant's ``simulator.unschedulable`` windows stays Pending
+(paid for nothing: no node runs it) until the window ends, and only then starts.
 
 Nodes: ``warm_nodes`` of a variant's nodes hold its weights; a new replica starts warm when one of
 them is free (no live replica on it), else cold. Clients: an attempt unfinished ``client_timeout_s``
@@ -47,7 +50,7 @@ from autoscaler.workload.types import PRIORITIES, Workload
 from models.capacity import throughput_weights
 from models.profiles import get_profile
 
-_READY, _STEP, _CRASH, _RETRY, _TIMEOUT, _DEADLINE = range(6)
+_READY, _STEP, _CRASH, _RETRY, _TIMEOUT, _DEADLINE, _KILL = range(7)
 RETRIED = frozenset({FAILED, SHED})  # what a client sends again (timeouts, 5xx, 429); not a 400
 RETRY_SEED = 4  # the jitter's random stream: the same run always draws the same delays
 
@@ -140,6 +143,7 @@ class FleetSimulator:
         self._oldest = 0  # index of the oldest request that may still be open (for client timeouts)
         self.scale_events = 0
         self.crash_log: list[dict[str, object]] = []
+        self.cut_requests = 0  # attempts failed because their replica's termination grace ran out
         for s in self.services.values():
             for v in s.cfg.variants:
                 for _ in range(v.start_replicas):
@@ -198,6 +202,8 @@ class FleetSimulator:
                     self._on_ready(obj)  # type: ignore[arg-type]
                 elif kind == _CRASH:
                     self._crash(*obj)  # type: ignore[misc]
+                elif kind == _KILL:
+                    self._kill(obj)  # type: ignore[arg-type]
                 elif kind == _RETRY:
                     self._retry(obj)  # type: ignore[arg-type]
                 elif kind == _TIMEOUT:
@@ -369,6 +375,7 @@ class FleetSimulator:
         on_warm_nodes = sum(1 for r in svc.replicas if r.variant == v.name and r.state != GONE and r.warm_start)
         warm = on_warm_nodes < v.warm_nodes  # a node holding the weights is free
         delay = 0.0 if ready_now else (v.startup_warm_s if warm else v.startup_cold_s)
+        placed = self.now if ready_now else self._placed_s(svc.cfg.name, v.name)
         self._rid += 1
         r = Replica(
             rid=self._rid,
@@ -380,16 +387,27 @@ class FleetSimulator:
             hash_block_tokens=self.workload.block_tokens,
             sim=self,
             created_s=self.now,
-            ready_s=self.now + delay,
+            ready_s=placed + delay,
             price_per_hour=v.price_per_replica_hour,
             warm_start=warm,
         )
+        r.scheduled_s = placed
         svc.replicas.append(r)
         if ready_now:
             self._on_ready(r)
         else:
             self._push(r.ready_s, _READY, r, 0)
         return r
+
+    def _placed_s(self, service: str, variant: str) -> float:
+        """When a pod of ``variant`` asked for now gets a node: now, or the end of the unschedulable
+        window it falls in (inf when that window never ends)."""
+        t = self.now
+        for u in self.cfg.simulator.unschedulable:
+            if (u.service or self.cfg.services[0].name) == service and u.variant == variant \
+                    and u.start_s <= t and (u.end_s is None or t < u.end_s):
+                t = float("inf") if u.end_s is None else u.end_s
+        return t
 
     def _on_ready(self, r: Replica) -> None:
         if r.state != PROVISIONING:
@@ -414,11 +432,31 @@ class FleetSimulator:
         """Called by a draining replica when its last request has finished."""
         self._retire(replica)
 
-    def _crash(self, service: str, variant: str) -> None:
+    def _kill(self, r: Replica) -> None:
+        """The termination grace of a draining replica ran out: what it still holds fails."""
+        if r.state != DRAINING:
+            return
+        failed = r.fail_all(self.now)
+        self.cut_requests += len(failed)
+        for sr in failed:
+            r.metrics.success["abort"] += 1
+            self._end_attempt(sr, FAILED)
+        self._retire(r)
+
+    def crash(self, service: str, variant: str) -> int:
+        """Crash the oldest ready replica of ``variant`` now (its requests fail, a replacement
+        starts). Returns the number of requests that failed; 0 when no replica of it is ready."""
+        entry: dict[str, object] = {}
+        self._crash(service, variant, entry)
+        return int(entry["failed_requests"])  # type: ignore[call-overload]
+
+    def _crash(self, service: str, variant: str, entry: dict[str, object] | None = None) -> None:
         svc = self.services[service]
         victims = [r for r in svc.ready if r.variant == variant]
-        entry: dict[str, object] = {"time_s": self.now, "service": service, "variant": variant}
-        self.crash_log.append(entry)
+        if entry is None:  # a configured crash: reported by crash_outcomes
+            entry = {}
+            self.crash_log.append(entry)
+        entry.update(time_s=self.now, service=service, variant=variant)
         if not victims:
             entry.update(applied=False, failed_requests=0, why="no ready replica of the variant")
             return
@@ -461,6 +499,9 @@ class FleetSimulator:
                 else:
                     r.state = DRAINING
                     svc.ready.remove(r)
+                    grace = self.cfg.simulator.termination_grace_s
+                    if grace is not None:
+                        self._push(self.now + grace, _KILL, r, 0)
         if delta:
             self.scale_events += 1
         return delta

@@ -1,51 +1,18 @@
 """Synthetic step and ramp workloads for the compare benchmarks, built in code (no data files).
 
-Arrivals: a Poisson process whose rate follows a piecewise-linear curve through ``(time s, req/s)``
-knots (unit-rate exponential gaps mapped through the inverse cumulative rate). Request sizes: the
-lognormals of the embedded default workload (``autoscaler.workload.synthetic``: median and mean of
-Azure conv's prompt and output lengths, clipped to its maxima); no prefix sharing; each request is
-its own task, 20 % batch (``autoscaler.workload.classes.assign_classes``). Same arguments and seed,
-same workload.
+Step and ramp: ``autoscaler.workload.piecewise`` (a Poisson process on a piecewise-linear rate, the
+embedded default's request sizes, no prefix sharing, each request its own task, 20 % batch). Same
+arguments and seed, same workload.
 """
 
 from __future__ import annotations
-
-import math
-from collections.abc import Sequence
 
 import numpy as np
 
 from autoscaler.workload import synthetic as syn
 from autoscaler.workload.classes import assign_classes
+from autoscaler.workload.piecewise import BATCH_FRACTION, piecewise_workload
 from autoscaler.workload.types import Request, Workload
-
-BATCH_FRACTION = 0.2
-
-
-def piecewise_workload(knots: Sequence[tuple[float, float]], seed: int, name: str) -> Workload:
-    """Requests whose rate follows the piecewise-linear ``knots`` (time s, req/s), from the first knot's time.
-
-    Raises:
-        ValueError: fewer than two knots, times not increasing, or a negative rate.
-    """
-    t = np.array([k[0] for k in knots], dtype=float)
-    r = np.array([k[1] for k in knots], dtype=float)
-    if len(knots) < 2 or np.any(np.diff(t) <= 0) or np.any(r < 0):
-        raise ValueError("knots need >= 2 points, increasing times and rates >= 0")
-    # cumulative rate on a 0.1 s grid (far below any reaction time), inverted by interpolation
-    grid = np.linspace(t[0], t[-1], round((t[-1] - t[0]) * 10) + 1)
-    rate = np.interp(grid, t, r)
-    cum = np.concatenate([[0.0], np.cumsum((rate[1:] + rate[:-1]) / 2 * np.diff(grid))])
-    rng = np.random.default_rng(seed)
-    points = np.cumsum(rng.exponential(1.0, int(cum[-1] + 10 * math.sqrt(cum[-1]) + 100)))
-    arrivals = np.interp(points[points < cum[-1]], cum, grid)
-    in_mu, in_sigma = syn.lognormal_params(syn.INPUT_MEDIAN_TOKENS, syn.INPUT_MEAN_TOKENS)
-    out_mu, out_sigma = syn.lognormal_params(syn.OUTPUT_MEDIAN_TOKENS, syn.OUTPUT_MEAN_TOKENS)
-    ins = np.clip(np.rint(rng.lognormal(in_mu, in_sigma, len(arrivals))), 1, syn.INPUT_MAX_TOKENS)
-    outs = np.clip(np.rint(rng.lognormal(out_mu, out_sigma, len(arrivals))), 1, syn.OUTPUT_MAX_TOKENS)
-    reqs = [Request(arrival_s=float(a - t[0]), input_tokens=int(i), output_tokens=int(o))
-            for a, i, o in zip(arrivals, ins, outs, strict=True)]
-    return assign_classes(Workload(reqs, source=f"synthetic:{name}", meta={"seed": seed}), BATCH_FRACTION, seed)
 
 
 def step_workload(base_rps: float, factor: float, before_s: float, rise_s: float, after_s: float,
