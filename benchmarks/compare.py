@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from autoscaler.compare import markdown_table, run_compare, write_comparison
-from autoscaler.config.loading import parse_config
+from autoscaler.config.loading import merged, parse_config
 from autoscaler.workload.build import build_workload
 from autoscaler.workload.types import Workload
 
@@ -52,18 +52,6 @@ def scenario_workload(sc: dict[str, Any], data: Path) -> Workload:
         return build_workload(data / sc["trace"], None, float(sc.get("rate_scale", 1.0)), 1.0, int(sc["seed"]), 0.2,
                               span, lengths)  # type: ignore[arg-type]
     return _synthetic()[sc["synthetic"]](**sc.get("params", {}), seed=int(sc["seed"]))
-
-
-def merged(base: Any, patch: Any) -> Any:
-    """``patch`` laid over ``base``: mappings key by key, lists of named mappings entry by entry on
-    ``name`` (unnamed patch entries are appended), anything else replaced."""
-    if isinstance(base, dict) and isinstance(patch, dict):
-        return {**base, **{k: merged(base[k], v) if k in base else v for k, v in patch.items()}}
-    if isinstance(base, list) and isinstance(patch, list) and all(isinstance(x, dict) for x in base + patch):
-        by_name = {p.get("name"): p for p in patch}
-        out = [merged(b, by_name[b.get("name")]) if b.get("name") in by_name else b for b in base]
-        return out + [p for p in patch if p.get("name") not in {b.get("name") for b in base}]
-    return patch
 
 
 def scenario_fleet(sc: dict[str, Any]) -> dict[str, Any]:

@@ -14,8 +14,10 @@ so capacity is removed more gently than it is added.
         (derivative on measurement, not on error, so a setpoint change causes no derivative kick)
     u = clamp(I + P + D, out_min, out_max)
 
-Anti-windup: the integral is clamped to the output limits and not integrated when the output is
-saturated in the error's direction (conditional integration). Replicas still starting are capacity
+Anti-windup: the integral is clamped to the output limits and, when a full step would saturate the
+output in the error's direction, integrated only as far as puts the output at that limit
+(conditional integration; holding it where it was left the output just above the minimum
+capacity for good, one replica more than the minimum after the load fell). Replicas still starting are capacity
 that has been asked for but cannot act yet (dead time of 90-300 s); integrating a positive error
 during that time would ask for it again, so positive errors are not integrated while
 ``hold_integral`` is set. The integral starts at the current capacity (bumpless start).
@@ -31,6 +33,28 @@ during that time would ask for it again, so positive errors are not integrated w
   an integral left below the fleet while the error is positive would turn the first negative error
   into a scale-down of several replicas at once, and one reset to the fleet would let the same
   positive P term ask for more on the next tick while replicas are still starting.
+* Demand cap: a scale-up asks for at most ``STARTING_DEMAND_CAP`` x the demand (the larger of the
+  gateway's arrivals and completions plus the queue's growth over ``OVERLOAD_LOOKBACK_S``), unless
+  nothing is starting, no replica became ready within ``OVERLOAD_LOOKBACK_S``, every ready replica
+  reports (new pods emit nothing until their first scrape: aibrix#2670's doubling) and the queue
+  grows. Not while the gateway sheds: the shedding rule below sizes from the ready replicas' own
+  completions, not from the capacity model.
+  The window's mean latency stays high while started replicas are not ready and for a window after
+  a backlog has drained; without the cap each tick of a fast ramp added capacity on top of what was
+  coming, and the tick after the backlog drained added eight replicas more (3.5x and 4.4x the
+  demand in the fault suite's ``fast-ramp``). A growing queue lifts it, so a capacity model that is
+  wrong about a GPU cannot hold the fleet below its need.
+* Demand floor: a scale-down leaves at least ``DOWN_DEMAND_FLOOR`` x the window's mean arrivals.
+  Under noise at a steady mean the latency dips below the setpoint between bursts, and a fleet cut
+  to the mean demand misses the next burst and scales up again (the fault suite's ``noisy-steady``
+  went 3 -> 2 -> 3 -> 4 replicas with reversals 135 s apart).
+* Backlog draining: no scale-up while the queue shrinks fast enough to empty within the shortest
+  warm start of the service's variants: a replica asked for now would be ready when the backlog
+  is gone, though the window's mean latency still shows it.
+* Nothing to serve: no scale-up while no request is running or waiting. The window's latency then
+  describes requests that have ended (traffic that stopped minutes ago), and a replica added now
+  could serve nothing (the fault suite's ``nan-at-zero`` scenario scaled up 150 s after the
+  traffic stopped without it).
 * Overload: with the error at ``error_clip`` the latency no longer says how much capacity is missing,
   the queue does. Arrivals are estimated as the completion rate plus the queue's growth over the
   last ``OVERLOAD_LOOKBACK_S``, and the target is at least the ready capacity scaled by arrivals
@@ -157,6 +181,10 @@ def pid_step(
     saturated = (unclamped > out_max and pushes_up) or (unclamped < out_min and e < 0)
     if not saturated and not (hold_integral and pushes_up):
         integral = min(max(candidate, out_min), out_max)
+    elif saturated and e < 0:  # integrate only as far as puts the output at its lower limit
+        integral = min(integral, max(out_min - p - d, out_min))
+    elif saturated and not hold_integral:  # ... or at its upper limit
+        integral = max(integral, min(out_max - p - d, out_max))
     output = min(max(integral + p + d, out_min), out_max)
     new_state = replace(state, integral=integral, prev_measurement=measurement, derivative=derivative)
     return output, new_state, PIDTerms(error=e, p=p, i=integral, d=d, output=output, saturated=saturated)
@@ -180,6 +208,13 @@ def track(state: PIDState, guard_cut: float, applied: float) -> PIDState:
 
 
 OVERLOAD_LOOKBACK_S = 60.0
+STARTING_DEMAND_CAP = 1.5
+DOWN_DEMAND_FLOOR = 1.25
+"""A scale-down leaves at least this many times the window's mean arrivals in capacity: the PID's
+own operating ratio at its setpoint (1.2-1.3x), so noise around a steady mean cannot take it below."""
+"""The target is at most this many times the demand (arrivals, or completions plus the queue's
+growth) unless the queue grows (module docstring): at its setpoint the PID runs near 1.2-1.3x the
+demand in capacity."""
 
 
 def overload_factor(history: tuple[tuple[float, float], ...], served: float | None, cap: float) -> float | None:
@@ -194,6 +229,28 @@ def overload_factor(history: tuple[tuple[float, float], ...], served: float | No
         return None
     growth = max(history[-1][1] - history[0][1], 0.0) / (history[-1][0] - history[0][0])
     return min((served + growth) / served, cap)
+
+
+def silent_pods(est: ServiceEstimate) -> int:
+    """Ready replicas with no per-pod series (not yet scraped, or their metrics missing); 0 when the
+    source gives no per-pod series at all."""
+    if not est.pods:
+        return 0
+    return max(0, sum(v.ready for v in est.variants.values()) - len(est.pods))
+
+
+def queue_growing(history: tuple[tuple[float, float], ...]) -> bool:
+    """Whether the queue is longer at the last sample of ``history`` than at the first."""
+    return len(history) >= 2 and history[-1][1] > history[0][1]
+
+
+def drain_time_s(history: tuple[tuple[float, float], ...]) -> float | None:
+    """Seconds until the queue empties at its rate of decline between the first and last sample of
+    ``history`` (``(time s, queue length)``, oldest first); None when it is empty or not declining."""
+    if len(history) < 2 or history[-1][0] <= history[0][0] or history[-1][1] <= 0:
+        return None
+    rate = (history[0][1] - history[-1][1]) / (history[-1][0] - history[0][0])
+    return history[-1][1] / rate if rate > 0 else None
 
 
 class PIDController(Controller):
@@ -242,9 +299,23 @@ class PIDController(Controller):
                 factor = max(factor or 1.0, min(arrivals / served, 1.0 + pid.error_clip))
             if factor is not None:
                 u = min(max(u, est.ready_capacity_rps * factor), out_max)
+        settling = est.starting > 0 or any(p.ready_s is not None and p.ready_s > est.time_s - OVERLOAD_LOOKBACK_S
+                                           for p in est.pods) or silent_pods(est) > 0
+        if (settling or not queue_growing(history)) and not shedding and u > est.capacity_rps:
+            demand = max(est.signals.get("arrival_rate_rps") or 0.0,
+                         (served or 0.0) * (overload_factor(history, served, float("inf")) or 1.0))
+            if demand > 0:
+                u = max(min(u, STARTING_DEMAND_CAP * demand), est.capacity_rps)
+        arrivals_rps = est.signals.get("arrival_rate_rps")
+        if u < est.capacity_rps and arrivals_rps:
+            u = max(u, min(DOWN_DEMAND_FLOOR * arrivals_rps, est.capacity_rps))
         desired = split_capacity(u, svc.variants, current, w)
         change = capacity_of(desired, w) - est.capacity_rps
-        against = (change > 0 and terms.error <= 0) or (change < 0 and terms.error >= 0)
+        running = est.signals.get("running")
+        empty = running is not None and queue is not None and running + queue == 0
+        drain_s = drain_time_s(history)
+        draining = drain_s is not None and drain_s <= min(v.startup_warm_s for v in svc.variants)
+        against = (change > 0 and (terms.error <= 0 or empty or draining)) or (change < 0 and terms.error >= 0)
         if against:
             desired, change = dict(current), 0.0
         if terms.error == 0:
@@ -254,7 +325,11 @@ class PIDController(Controller):
         self.states[svc.name] = state
         verb = "scale up" if change > 0 else "scale down" if change < 0 else "no change"
         reason = f"{verb}: {pid.setpoint_signal}={y:.3g} vs setpoint {pid.setpoint:.3g}"
-        if against:
+        if against and terms.error > 0 and empty:
+            reason += " (nothing is running or waiting)"
+        elif against and terms.error > 0 and draining:
+            reason += f" (the queue drains in {drain_s:.0f} s, before a new replica could start)"
+        elif against:
             reason += " (the output disagrees with the error's sign)"
         if change == 0 and terms.error > 0 and est.starting > 0:
             reason += f" (waiting for {est.starting} starting replica(s), which cover the target)"

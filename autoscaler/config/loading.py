@@ -6,6 +6,7 @@ key and the problem.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -131,7 +132,23 @@ def load_config(path: str | Path) -> FleetConfig:
 
 def default_config() -> FleetConfig:
     """The embedded example fleet (same content as ``examples/fleet.yaml``), shipped in the package."""
+    return parse_config(default_fleet_document(), "<embedded default fleet>")
+
+
+def merged(base: Any, patch: Any) -> Any:
+    """``patch`` laid over the fleet document ``base``: mappings key by key, lists of named mappings
+    entry by entry on ``name`` (unnamed patch entries are appended), anything else replaced."""
+    if isinstance(base, dict) and isinstance(patch, dict):
+        return {**base, **{k: merged(base[k], v) if k in base else v for k, v in patch.items()}}
+    if isinstance(base, list) and isinstance(patch, list) and all(isinstance(x, dict) for x in base + patch):
+        by_name = {p.get("name"): p for p in patch}
+        out = [merged(b, by_name[b.get("name")]) if b.get("name") in by_name else b for b in base]
+        return out + [p for p in patch if p.get("name") not in {b.get("name") for b in base}]
+    return patch
+
+
+def default_fleet_document() -> dict[str, Any]:
+    """The embedded example fleet as a parsed YAML document (to lay a patch over)."""
     from importlib.resources import files
 
-    text = files("autoscaler").joinpath("default_fleet.yaml").read_text()
-    return parse_config(yaml.load(text, Loader=_UniqueKeyLoader), "<embedded default fleet>")
+    return yaml.load(files("autoscaler").joinpath("default_fleet.yaml").read_text(), Loader=_UniqueKeyLoader)

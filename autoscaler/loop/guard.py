@@ -2,7 +2,8 @@
 
 Rules, in order: hold everything when the controller could not decide (missing data is never
 read as zero), within each variant's bounds; clamp each variant to ``[min_replicas,
-min(max_replicas, quota)]``; no scale-down
+min(max_replicas, quota)]`` (a variant above its cap, say one whose pods cannot be placed
+(``autoscaler.loop.runner.available``), comes down to it at once, whatever the rules below); no scale-down
 within ``scale_down_cooldown_s`` of the service's last scale-up; at most ``max_step_up`` replicas
 added and ``max_step_down`` removed per tick (summed over variants: additions go to the variants
 with the lowest cost per unit of capacity first, removals to the highest first, as in
@@ -96,6 +97,11 @@ def guard(
         delta = bounded.replicas[v.name] - current[v.name]
         if delta >= 0:
             continue
+        if current[v.name] > v.cap:  # above its cap (a quota, or pods that cannot be placed): no waiting
+            out[v.name] = v.cap
+            delta = bounded.replicas[v.name] - v.cap
+            if delta >= 0:
+                continue
         if cooling:
             reasons.append(f"{v.name}: scale-down held by cool-down")
             limits.append(Reason.COOLDOWN)
@@ -105,7 +111,7 @@ def guard(
         if step < -delta:
             reasons.append(f"{v.name}: step limited to -{step}")
             limits.append(Reason.SCALE_DOWN_LIMIT)
-        out[v.name] = current[v.name] - step
+        out[v.name] -= step
     if any(out[n] > current[n] for n in out):
         state.last_scale_up_s = now
     return Guarded(out, "; ".join(reasons), limits)

@@ -109,7 +109,8 @@ class Replica:
         sim: the owning fleet simulator (for events and completions).
         created_s, ready_s: provisioning start and ready times, seconds.
         scheduled_s (attribute): when it was placed on a node, seconds (after ``created_s`` when it
-            stayed Pending for want of a GPU).
+            stayed Pending for want of a GPU); ``removed_s``: when a scale-down removed it (None: it
+            was not, or it crashed).
     """
 
     def __init__(
@@ -141,6 +142,7 @@ class Replica:
         self.created_s = created_s
         self.ready_s = ready_s
         self.scheduled_s = created_s  # when it got a node (later than created_s while it was Pending)
+        self.removed_s: float | None = None  # when a scale-down removed it (it may drain after)
         self.gone_s: float | None = None
         self.price_per_hour = price_per_hour
         self.warm_start = warm_start

@@ -494,6 +494,7 @@ class FleetSimulator:
             named_ids = {r.rid for r in named}
             rest = [r for r in starting + ready if r.rid not in named_ids]
             for r in (named + rest)[: -delta]:
+                r.removed_s = self.now
                 if r.state == PROVISIONING or r.outstanding == 0:
                     self._retire(r)
                 else:

@@ -1,0 +1,167 @@
+"""Counting harmful actions in a finished simulation (``Scenario.harm``).
+
+Capacity is what the capacity model gives one replica of each variant at the interactive SLO for
+the scenario's own request sizes (``models.capacity.variant_weights`` on the workload's
+``RequestMix``), requests/s; *demand* at ``t`` is the highest 60-s arrival rate of the workload's
+requests (first attempts: retries are the failure's echo, not demand) over ``[t - 120 s, t +
+lookahead_s]``. A tick *scales down* when the capacity it leaves asked for is below what it found
+(a swap of GPU generations at equal or higher capacity is not one), *up* when above. The rules,
+each counting events:
+
+- ``down_on_missing_data``: a scale-down at a tick inside a window where metrics were missing (the
+  scenario's ``prometheus_down`` or ``pod_metrics_missing``) or a query failed: an outage read as idle.
+- ``down_while_missing_slo``: a scale-down while the interactive requests arriving from 120 s before
+  to ``lookahead_s`` after it meet their SLO less often than ``objective``: capacity removed from a
+  fleet that is failing (a warm replica removed while recovering from a crash, say).
+- ``overshoot``: a scale-up to more than ``factor`` x demand + one replica of capacity (and above
+  the minimum replicas): past what the demand needs, e.g. doubling while new pods emit no metrics.
+- ``killed_starting``: a replica removed before it was ready (Pending or starting) while the ready
+  replicas left could not carry the demand: the pod the demand was waiting for.
+- ``cut_generations``: requests a scale-down killed when the termination grace ran out.
+- ``held_pending``: a replica left Pending longer than ``after_s`` (default
+  ``kubernetes.pending_timeout_s`` + 60 s): the controller waits on pods no node can take.
+- ``held_idle``: replicas alive at ``after_s`` (seconds from the first arrival) beyond what the demand
+  then needs (``factor`` x demand in replicas of the largest capacity, at least the minimum): held
+  after the load stopped.
+- ``flaps``: a scale-down within ``window_s`` after a scale-up, or the reverse: a target reversing
+  under a steady mean.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autoscaler.faults.scenario import HarmRule, PodMetricsMissing, PrometheusDown, Scenario
+from autoscaler.report import request_outcomes
+from autoscaler.simulate import SimulationRun
+from autoscaler.workload.types import INTERACTIVE
+from models.capacity import RequestMix, variant_weights
+
+DEMAND_BIN_S = 60.0
+DEMAND_BEHIND_S = 120.0
+
+
+@dataclass
+class Change:
+    """One tick's net change of the target service: time, capacity found and asked for (req/s),
+    whether the tick's metric queries failed."""
+
+    time_s: float
+    before_rps: float
+    after_rps: float
+    errors: bool
+
+
+class RunFacts:
+    """What the rules read from one run: capacities, demand, SLO outcomes by arrival, changes."""
+
+    def __init__(self, run: SimulationRun) -> None:
+        sim = run.sim
+        self.run = run
+        self.svc = sim.cfg.service(sim.target)
+        reqs = sim.workload.requests
+        mix = RequestMix.from_requests([r.input_tokens for r in reqs], [r.output_tokens for r in reqs])
+        self.capacity = variant_weights(self.svc, sim.cfg.simulator.engine, mix)
+        arrivals = np.array([r.arrival_s for r in reqs])
+        self.end_s = run.end_s
+        n_bins = max(1, math.ceil((self.end_s + DEMAND_BIN_S) / DEMAND_BIN_S))
+        self.rate = np.bincount((arrivals // DEMAND_BIN_S).astype(int), minlength=n_bins) / DEMAND_BIN_S
+        o = request_outcomes(run)
+        inter = o["cls"] == INTERACTIVE
+        order = np.argsort(arrivals[inter], kind="stable")
+        self.inter_arrival = arrivals[inter][order]
+        self.inter_ok = np.concatenate([[0], np.cumsum(o["ok"][inter][order])])
+        self.changes: list[Change] = []
+        for tick in run.ticks:
+            st = tick.services.get(sim.target)
+            if st is None:
+                continue
+            before = self.capacity_of(st.estimate.current)
+            after = self.capacity_of(st.applied)
+            if not math.isclose(before, after):
+                self.changes.append(Change(tick.time_s, before, after, bool(st.estimate.errors)))
+        self.min_rps = self.capacity_of({v.name: v.min_replicas for v in self.svc.variants})
+
+    def capacity_of(self, replicas: dict[str, int]) -> float:
+        """Capacity of ``replicas`` (variant -> count), requests/s."""
+        return sum(n * self.capacity.get(v, 0.0) for v, n in replicas.items())
+
+    def demand(self, t: float, lookahead_s: float) -> float:
+        """Highest 60-s arrival rate over ``[t - 120, t + lookahead_s]``, requests/s."""
+        lo = max(0, int((t - DEMAND_BEHIND_S) // DEMAND_BIN_S))
+        hi = min(len(self.rate), int((t + lookahead_s) // DEMAND_BIN_S) + 1)
+        return float(self.rate[lo:hi].max()) if hi > lo else 0.0
+
+    def attainment(self, start: float, end: float) -> float | None:
+        """Interactive SLO attainment of the requests arriving in ``[start, end)``; None when none do."""
+        i, j = np.searchsorted(self.inter_arrival, [start, end])
+        return float(self.inter_ok[j] - self.inter_ok[i]) / (j - i) if j > i else None
+
+
+def _missing_windows(sc: Scenario) -> list[tuple[float, float]]:
+    return [(f.start_s, f.end_s) for f in sc.faults if isinstance(f, PrometheusDown | PodMetricsMissing)]
+
+
+def count(rule: HarmRule, facts: RunFacts, sc: Scenario) -> int:
+    """The events ``rule`` counts in the run (module docstring)."""
+    run = facts.run
+    downs = [c for c in facts.changes if c.after_rps < c.before_rps]
+    ups = [c for c in facts.changes if c.after_rps > c.before_rps]
+    one = max(facts.capacity.values())
+    if rule.rule == "down_on_missing_data":
+        windows = _missing_windows(sc)
+        return sum(1 for c in downs if c.errors or any(a <= c.time_s <= b for a, b in windows))
+    if rule.rule == "down_while_missing_slo":
+        n = 0
+        for c in downs:
+            att = facts.attainment(c.time_s - DEMAND_BEHIND_S, c.time_s + rule.lookahead_s)
+            n += att is not None and att < rule.objective
+        return n
+    if rule.rule == "overshoot":
+        return sum(1 for c in ups
+                   if c.after_rps > max(facts.min_rps, rule.factor * facts.demand(c.time_s, rule.lookahead_s) + one))
+    replicas = [r for s in run.sim.services.values() for r in s.replicas if s.cfg.name == run.sim.target]
+    if rule.rule == "killed_starting":
+        n = 0
+        for r in replicas:
+            t = r.removed_s
+            if t is None or t >= r.ready_s:
+                continue
+            ready = sum(facts.capacity[x.variant] for x in replicas
+                        if x is not r and x.ready_s <= t and (x.removed_s is None or x.removed_s > t)
+                        and (x.gone_s is None or x.gone_s > t))
+            n += ready < facts.demand(t, rule.lookahead_s)
+        return n
+    if rule.rule == "cut_generations":
+        return run.sim.cut_requests
+    if rule.rule == "held_pending":
+        limit = rule.after_s if rule.after_s is not None else run.sim.cfg.kubernetes.pending_timeout_s + 60.0
+        n = 0
+        for r in replicas:
+            left = min(x for x in (r.scheduled_s, r.removed_s, r.gone_s, facts.end_s) if x is not None)
+            n += left - r.created_s > limit
+        return n
+    if rule.rule == "held_idle":
+        at = rule.after_s if rule.after_s is not None else facts.end_s
+        alive = sum(1 for r in replicas if r.created_s <= at and (r.removed_s is None or r.removed_s > at)
+                    and (r.gone_s is None or r.gone_s > at))
+        need = max(sum(v.min_replicas for v in facts.svc.variants),
+                   math.ceil(rule.factor * facts.demand(at, 0.0) / one))
+        return max(0, alive - need)
+    if rule.rule == "flaps":
+        n = 0
+        for a, b in zip(facts.changes, facts.changes[1:], strict=False):
+            reversed_ = (a.after_rps > a.before_rps) != (b.after_rps > b.before_rps)
+            n += reversed_ and b.time_s - a.time_s <= rule.window_s
+        return n
+    raise ValueError(f"{rule.rule}: counted only in the live layer")
+
+
+def harm_counts(sc: Scenario, run: SimulationRun) -> dict[str, Any]:
+    """rule name -> events it counts in ``run`` (every rule of the scenario)."""
+    facts = RunFacts(run)
+    return {rule.rule: int(count(rule, facts, sc)) for rule in sc.harm}

@@ -1,0 +1,95 @@
+"""Injecting a scenario's simulator-layer faults into a ``SimulationDriver``.
+
+- ``crash``: at the first sub-step at or after ``time_s``, the ``fraction`` of ready replicas (at
+  least one; the oldest first, whatever their variant) crash; each is replaced, cold, as a
+  ReplicaSet replaces a pod.
+- ``prometheus_down``: inside the window nothing is scraped and every observation carries a failed
+  query and no signal, as the Prometheus source reports an unreachable server; replica counts stay
+  known (the daemon reads them from the API server).
+- ``pod_metrics_missing`` / ``new_pods_silent``: the pods concerned are not scraped
+  (``SimMetricsSource.silent``); they go on serving.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from autoscaler.adapters.simulator import SimMetricsSource
+from autoscaler.faults.scenario import CrashFault, NewPodsSilent, PodMetricsMissing, PrometheusDown, Scenario
+from autoscaler.simulate import SimulationDriver
+from autoscaler.simulator.engine import Replica
+from autoscaler.state import ServiceObservation
+
+UNREACHABLE = "prometheus unreachable (injected fault)"
+
+
+class FaultySource:
+    """A ``MetricsSource`` over a ``SimMetricsSource`` that fails inside the ``prometheus_down`` windows."""
+
+    def __init__(self, inner: SimMetricsSource, down: list[PrometheusDown]) -> None:
+        self.inner = inner
+        self.down = down
+        self.scrape_interval_s = inner.scrape_interval_s
+
+    def _is_down(self, now: float) -> bool:
+        return any(f.start_s <= now < f.end_s for f in self.down)
+
+    def scrape(self, now: float) -> None:
+        """Scrape unless Prometheus is down."""
+        if not self._is_down(now):
+            self.inner.scrape(now)
+
+    def observe(self, now: float) -> dict[str, ServiceObservation]:
+        """The inner observation, or inside a window every signal unknown and a failed query."""
+        if not self._is_down(now):
+            return self.inner.observe(now)
+        out = {}
+        for name, obs in self.inner.observe(now).items():
+            variants = {v: dataclasses.replace(o, signals=dict.fromkeys(o.signals)) for v, o in obs.variants.items()}
+            out[name] = dataclasses.replace(obs, signals=dict.fromkeys(obs.signals), variants=variants, pods=[],
+                                            errors=[UNREACHABLE])
+        return out
+
+
+class Injector:
+    """Installs ``scenario``'s faults on ``driver``; pass ``on_step`` to ``driver.run``."""
+
+    def __init__(self, scenario: Scenario, driver: SimulationDriver) -> None:
+        self.driver = driver
+        self.crashes = sorted((f for f in scenario.faults if isinstance(f, CrashFault)), key=lambda f: f.time_s)
+        self.crashed: list[tuple[float, int, int]] = []  # (time, replicas crashed, requests failed)
+        down = [f for f in scenario.faults if isinstance(f, PrometheusDown)]
+        missing = [f for f in scenario.faults if isinstance(f, PodMetricsMissing)]
+        silent_new = [f.delay_s for f in scenario.faults if isinstance(f, NewPodsSilent)]
+        sim = driver.sim
+        inner = driver.source
+
+        def silent(r: Replica, now: float) -> bool:
+            if any(now < r.ready_s + d for d in silent_new):
+                return True
+            for f in missing:
+                if f.start_s <= now < f.end_s:
+                    ready = sorted((x for x in sim.services[r.service].replicas
+                                    if x.variant == f.variant and x.ready_s <= f.start_s and x.gone_s is None),
+                                   key=lambda x: x.ready_s)
+                    if r in ready[: f.pods]:
+                        return True
+            return False
+
+        inner.silent = silent
+        if down:
+            source = FaultySource(inner, down)
+            driver.source = source  # type: ignore[assignment]
+            driver.loop.source = source
+
+    def on_step(self, now: float) -> None:
+        """Apply the crashes due by ``now`` (seconds)."""
+        sim = self.driver.sim
+        while self.crashes and self.crashes[0].time_s <= now:
+            fault = self.crashes.pop(0)
+            svc = sim.services[sim.target]
+            ready = sorted(svc.ready, key=lambda r: r.ready_s)
+            victims = ready[: max(1, math.ceil(fault.fraction * len(ready) - 1e-9))] if ready else []
+            failed = sum(sim.crash(sim.target, r.variant) for r in victims)
+            self.crashed.append((now, len(victims), failed))

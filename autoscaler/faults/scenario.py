@@ -1,0 +1,203 @@
+"""A fault scenario file (``benchmarks/faults/*.yaml``): what failed for an anchor's users, the
+workload and fleet that reproduce it, the faults injected and when, and what counts as harmful.
+
+A scenario names the reports it reproduces (``reported``), says what went wrong (``failure``) and
+what a harmful action is for it (``harmful``, prose; ``harm``, the rules that count them,
+``autoscaler.faults.harm``). Its ``workload`` is built in code (``piecewise``: a rate curve and
+request sizes) or read from a trace under the data folder (``trace``); its ``fleet`` is a patch laid
+over the embedded default fleet (mappings key by key, the ``services`` and ``variants`` lists entry
+by entry on ``name``). ``faults`` are injected at simulated times (seconds from the first arrival).
+``layer: live`` scenarios run the daemon against the emulated API server and a real Prometheus
+(``autoscaler.faults.live``), the rest in the simulator. ``short`` ones are also tests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import Discriminator, Field, Tag, ValidationError, model_validator
+
+from autoscaler.config.base import Strict
+from autoscaler.errors import ConfigError
+
+
+class Piecewise(Strict):
+    """A Poisson workload on a piecewise-linear rate (``autoscaler.workload.piecewise``).
+
+    Attributes:
+        knots: (time s, req/s) points, times increasing.
+        input_tokens, output_tokens: (median, mean, max) of the lognormal lengths, tokens (default:
+            the embedded default workload's).
+        batch_fraction: share of batch requests.
+    """
+
+    knots: list[tuple[float, float]] = Field(min_length=2)
+    input_tokens: tuple[float, float, int] | None = None
+    output_tokens: tuple[float, float, int] | None = None
+    batch_fraction: float = Field(default=0.2, ge=0, le=1)
+
+
+class Trace(Strict):
+    """A trace file under the data folder (``--data``), shaped as ``autoscaler simulate`` shapes one."""
+
+    path: str
+    rate_scale: float = Field(default=1.0, gt=0)
+    span: tuple[float, float] | None = None
+
+
+class WorkloadSpec(Strict):
+    """Exactly one of ``piecewise`` and ``trace``."""
+
+    piecewise: Piecewise | None = None
+    trace: Trace | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> WorkloadSpec:
+        if (self.piecewise is None) == (self.trace is None):
+            raise ValueError("give exactly one of piecewise and trace")
+        return self
+
+
+class CrashFault(Strict):
+    """``fraction`` of the ready replicas (all variants, the oldest first) crash at ``time_s``."""
+
+    kind: Literal["crash"]
+    time_s: float = Field(ge=0)
+    fraction: float = Field(gt=0, le=1)
+
+
+class PrometheusDown(Strict):
+    """Every metric query fails from ``start_s`` to ``end_s`` (the server is unreachable)."""
+
+    kind: Literal["prometheus_down"]
+    start_s: float = Field(ge=0)
+    end_s: float
+
+
+class PodMetricsMissing(Strict):
+    """``pods`` ready pods of ``variant`` (the oldest) emit no metrics from ``start_s`` to ``end_s``
+    (a hung exporter or GPU): they serve, but Prometheus has no fresh sample of them."""
+
+    kind: Literal["pod_metrics_missing"]
+    variant: str
+    pods: int = Field(default=1, ge=1)
+    start_s: float = Field(ge=0)
+    end_s: float
+
+
+class NewPodsSilent(Strict):
+    """Every pod emits no metrics for its first ``delay_s`` after it is ready (vLLM's first scrape
+    waits for the engine's first step; a ServiceMonitor picks a pod up late)."""
+
+    kind: Literal["new_pods_silent"]
+    delay_s: float = Field(gt=0)
+
+
+class ExternalEdit(Strict):
+    """Another writer (a person, a GitOps sync) sets ``variant``'s replicas at ``time_s``."""
+
+    kind: Literal["external_edit"]
+    time_s: float = Field(ge=0)
+    variant: str
+    replicas: int = Field(ge=0)
+
+
+class ApiErrors(Strict):
+    """Every write to the API server answers ``status`` from ``start_s`` to ``end_s`` (503: down;
+    409: each write loses a race with another writer)."""
+
+    kind: Literal["api_errors"]
+    status: Literal[409, 500, 503]
+    start_s: float = Field(ge=0)
+    end_s: float
+
+
+class SecondDaemon(Strict):
+    """A second daemon (another replica of the autoscaler's Deployment) starts at ``time_s``; the
+    first is killed (no Lease release) at ``kill_s``, if given."""
+
+    kind: Literal["second_daemon"]
+    time_s: float = Field(ge=0)
+    kill_s: float | None = None
+
+
+def _kind(value: Any) -> Any:
+    return value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+
+
+Fault = Annotated[
+    Annotated[CrashFault, Tag("crash")] | Annotated[PrometheusDown, Tag("prometheus_down")]
+    | Annotated[PodMetricsMissing, Tag("pod_metrics_missing")] | Annotated[NewPodsSilent, Tag("new_pods_silent")]
+    | Annotated[ExternalEdit, Tag("external_edit")] | Annotated[ApiErrors, Tag("api_errors")]
+    | Annotated[SecondDaemon, Tag("second_daemon")],
+    Discriminator(_kind),
+]
+SIM_FAULTS = ("crash", "prometheus_down", "pod_metrics_missing", "new_pods_silent")
+LIVE_FAULTS = ("prometheus_down", "external_edit", "api_errors", "second_daemon")
+
+
+class HarmRule(Strict):
+    """One rule counting harmful actions (``autoscaler.faults.harm.RULES``) and its settings."""
+
+    rule: Literal["down_on_missing_data", "down_while_missing_slo", "overshoot", "killed_starting",
+                  "cut_generations", "held_pending", "held_idle", "flaps", "overwrote_other_writer",
+                  "two_writers"]
+    objective: float = Field(default=0.95, gt=0, lt=1)
+    lookahead_s: float = Field(default=300.0, ge=0)
+    factor: float = Field(default=2.0, ge=1)
+    after_s: float | None = Field(default=None, ge=0)
+    window_s: float = Field(default=600.0, gt=0)
+
+
+class Scenario(Strict):
+    """One fault scenario (module docstring)."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    reported: list[str] = Field(min_length=1)
+    failure: str
+    harmful: str
+    layer: Literal["simulator", "live"] = "simulator"
+    short: bool = False
+    seed: int = Field(default=0, ge=0)
+    workload: WorkloadSpec
+    fleet: dict[str, Any] = Field(default_factory=dict)
+    faults: list[Fault] = Field(default_factory=list)
+    harm: list[HarmRule] = Field(min_length=1)
+    admission: Literal["none", "pid", "mpc"] | None = None
+    """Admission policy for our controllers (the anchors run without, as their users run them)."""
+
+    @model_validator(mode="after")
+    def _faults_fit_the_layer(self) -> Scenario:
+        allowed = LIVE_FAULTS if self.layer == "live" else SIM_FAULTS
+        for i, f in enumerate(self.faults):
+            if f.kind not in allowed:
+                raise ValueError(f"faults[{i}]: {f.kind} is not injected in the {self.layer} layer "
+                                 f"(it injects {', '.join(allowed)})")
+            end = getattr(f, "end_s", None)
+            if end is not None and end <= f.start_s:  # type: ignore[union-attr]
+                raise ValueError(f"faults[{i}]: end_s must be after start_s")
+        return self
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read one scenario file.
+
+    Raises:
+        ConfigError: unreadable, not YAML, or invalid; the message names the file and the key.
+    """
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read scenario: {exc.strerror}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not a YAML scenario: {str(exc).splitlines()[0]}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: a scenario is a mapping")
+    try:
+        return Scenario.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(x) for x in err["loc"])
+        raise ConfigError(f"{path}: {key + ': ' if key else ''}{err['msg'].removeprefix('Value error, ')}") from None

@@ -1,0 +1,209 @@
+"""The fault suite: every scenario against every controller, one row each (``autoscaler faults run``).
+
+A row is ``{scenario, controller, harmful_actions, slo_attainment_interactive, requests_failed,
+retries, cost_usd}`` plus ``harm`` (rule -> events, ``autoscaler.faults.harm``), ``layer`` and
+``reported``. Our controllers (``pid``, ``mpc``) run with the scenario's ``admission`` policy (else
+the fleet's), the anchors without one, as their users run them. Simulator rows run in parallel
+processes; live rows (``autoscaler.faults.live``) one after another, each on its own ports.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from autoscaler.compare import split_row
+from autoscaler.config import FleetConfig
+from autoscaler.config.loading import default_fleet_document, merged, parse_config
+from autoscaler.errors import ConfigError
+from autoscaler.faults.harm import harm_counts
+from autoscaler.faults.inject import Injector
+from autoscaler.faults.scenario import Scenario, load_scenario
+from autoscaler.report import summarize
+from autoscaler.simulate import SimulationDriver, default_admission
+from autoscaler.workload.build import build_workload
+from autoscaler.workload.piecewise import piecewise_workload
+from autoscaler.workload.types import INTERACTIVE, Workload
+from controllers.registry import build
+
+DEFAULT_CONTROLLERS = ("pid", "mpc", "hpa", "keda", "kpa", "aibrix", "dynamo", "wva")
+ROW_KEYS = ("scenario", "controller", "harmful_actions", "slo_attainment_interactive", "requests_failed",
+            "retries", "cost_usd")
+
+
+def suite_dir() -> Path:
+    """``benchmarks/faults`` of the source tree this package runs from."""
+    return Path(__file__).resolve().parents[2] / "benchmarks" / "faults"
+
+
+def load_suite(directory: Path, names: Sequence[str] | None = None) -> list[Scenario]:
+    """The scenarios of ``directory`` (``*.yaml``, by name), or the ``names`` among them, in that order.
+
+    Raises:
+        ConfigError: no such directory, an unknown name (the message lists the known ones), or a
+            scenario file that does not validate.
+    """
+    if not directory.is_dir():
+        raise ConfigError(f"{directory}: no fault scenarios there (--suite names the folder of *.yaml scenarios)")
+    paths = {p.stem: p for p in sorted(directory.glob("*.yaml"))}
+    wanted = list(names) if names else list(paths)
+    unknown = [n for n in wanted if n not in paths]
+    if unknown:
+        raise ConfigError(f"unknown scenario {', '.join(unknown)} (known: {', '.join(paths)})")
+    out = []
+    for n in wanted:
+        sc = load_scenario(paths[n])
+        if sc.name != n:
+            raise ConfigError(f"{paths[n]}: name '{sc.name}' differs from the file's name '{n}'")
+        out.append(sc)
+    return out
+
+
+def scenario_fleet(sc: Scenario) -> FleetConfig:
+    """The embedded default fleet with the scenario's patch.
+
+    Raises:
+        ConfigError: the patched fleet does not validate.
+    """
+    return parse_config(merged(default_fleet_document(), sc.fleet), f"scenario {sc.name}: fleet")
+
+
+def scenario_workload(sc: Scenario, data: Path) -> Workload:
+    """The scenario's requests.
+
+    Raises:
+        ConfigError: its trace is not under ``data``; ValueError from a bad rate curve.
+    """
+    spec = sc.workload
+    if spec.piecewise is not None:
+        p = spec.piecewise
+        sizes = {k: v for k, v in (("input_tokens", p.input_tokens), ("output_tokens", p.output_tokens)) if v}
+        return piecewise_workload(p.knots, sc.seed, sc.name, batch_fraction=p.batch_fraction, **sizes)
+    assert spec.trace is not None
+    path = data / spec.trace.path
+    if not path.exists():
+        raise ConfigError(f"scenario {sc.name}: trace {path} not found (--data names the folder holding "
+                          f"{spec.trace.path})")
+    return build_workload(path, None, spec.trace.rate_scale, 1.0, sc.seed, 0.2, spec.trace.span)
+
+
+def admission_for(sc: Scenario, cfg: FleetConfig, name: str) -> str:
+    """A row's admission policy: its own (``SPEC@POLICY``), else none for an anchor, else the
+    scenario's, else the fleet's."""
+    spec, policy = split_row(name)
+    if policy is not None:
+        return policy
+    default = default_admission(cfg, spec)
+    return default if default == "none" or sc.admission is None else sc.admission
+
+
+def run_sim_row(sc: Scenario, name: str, cfg: FleetConfig, workload: Workload) -> dict[str, Any]:
+    """One simulator-layer row."""
+    spec, _ = split_row(name)
+    ctrl = build(spec, cfg, None, workload)
+    driver = SimulationDriver(cfg, workload, ctrl, admission=admission_for(sc, cfg, name))
+    injector = Injector(sc, driver)
+    loop_log = logging.getLogger("autoscaler.loop")
+    level = loop_log.level
+    loop_log.setLevel(logging.ERROR)  # the injected faults' warnings, every tick, are the point, not news
+    try:
+        run = driver.run(on_step=injector.on_step)
+    finally:
+        loop_log.setLevel(level)
+    return make_row(sc, name, summarize(run), harm_counts(sc, run))
+
+
+def make_row(sc: Scenario, name: str, summary: dict[str, Any], harm: dict[str, int]) -> dict[str, Any]:
+    """The row of ``name`` on ``sc`` from a run's ``results.json`` document and its harm counts."""
+    return {
+        "scenario": sc.name,
+        "controller": name,
+        "harmful_actions": sum(harm.values()),
+        "slo_attainment_interactive": summary["slo_attainment"][INTERACTIVE],
+        "requests_failed": summary["requests"]["failed"],
+        "retries": summary["admission"]["retries"],
+        "cost_usd": summary["cost_usd"]["total"],
+        "harm": harm,
+        "layer": sc.layer,
+        "reported": sc.reported,
+        "wall_s": summary["wall_s"],
+    }
+
+
+_JOBS: dict[str, tuple[Scenario, FleetConfig, Workload]] = {}
+
+
+def _work(job: tuple[str, str]) -> dict[str, Any]:
+    sc, cfg, wl = _JOBS[job[0]]
+    return run_sim_row(sc, job[1], cfg, wl)
+
+
+def run_suite(scenarios: Sequence[Scenario], controllers: Sequence[str], data: Path, workers: int | None = None,
+              done: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Every scenario x controller, rows in that order.
+
+    Raises:
+        ConfigError: a scenario's fleet or trace (before anything runs); ValueError: an unknown
+            controller; RuntimeError: a live row's harness failed (``autoscaler.faults.live``).
+    """
+    for name in controllers:
+        split_row(name)
+    prepared = {}
+    for sc in scenarios:
+        cfg = scenario_fleet(sc)
+        wl = scenario_workload(sc, data) if sc.layer == "simulator" else None
+        for name in controllers:
+            build(split_row(name)[0], cfg, None, wl)  # an unknown controller fails here, before any run
+        prepared[sc.name] = (sc, cfg, wl)
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    sim_jobs = [(sc.name, c) for sc in scenarios if sc.layer == "simulator" for c in controllers]
+    live_jobs = [(sc.name, c) for sc in scenarios if sc.layer == "live" for c in controllers]
+    n = min(len(sim_jobs), os.cpu_count() or 1) if workers is None else max(1, min(workers, len(sim_jobs)))
+    _JOBS.clear()
+    _JOBS.update({k: v for k, v in prepared.items() if v[2] is not None})  # type: ignore[misc]
+    if sim_jobs and n == 1:
+        for job in sim_jobs:
+            rows[job] = _work(job)
+            if done is not None:
+                done(rows[job])
+    elif sim_jobs:
+        ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+        with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+            futures = {job: pool.submit(_work, job) for job in sim_jobs}
+            for job, fut in futures.items():
+                rows[job] = fut.result()
+                if done is not None:
+                    done(rows[job])
+    if live_jobs:
+        from autoscaler.faults.live import run_live_row
+
+        for job in live_jobs:
+            sc, cfg, _ = prepared[job[0]]
+            rows[job] = run_live_row(sc, job[1], cfg)
+            if done is not None:
+                done(rows[job])
+    return [rows[(sc.name, c)] for sc in scenarios for c in controllers]
+
+
+def _cell(x: Any, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as one Markdown table: scenario x controller -> harm (by rule), attainment, failed,
+    retries, cost."""
+    head = "| scenario | controller | harmful actions | interactive SLO | failed | retries | cost $ |"
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        parts = [f"{k} {v}" for k, v in r["harm"].items() if v]
+        harm = f"{r['harmful_actions']}" + (f" ({', '.join(parts)})" if parts else "")
+        lines.append(f"| {r['scenario']} | {r['controller']} | {harm} | "
+                     f"{_cell(r['slo_attainment_interactive'] and 100 * r['slo_attainment_interactive'], '.2f')}"
+                     f"{'' if r['slo_attainment_interactive'] is None else ' %'} | {r['requests_failed']} | "
+                     f"{r['retries']} | {_cell(r['cost_usd'], '.2f')} |")
+    return "\n".join(lines)
