@@ -681,5 +681,62 @@ def dashboards_export(
     console.print(f"wrote {len(paths)} files under {out}", highlight=False, soft_wrap=True)
 
 
+faults_app = typer.Typer(no_args_is_help=True, help="Fault scenarios: the failures the anchors' users reported.")
+app.add_typer(faults_app, name="faults")
+
+
+@faults_app.command("run")
+def faults_run(
+    scenarios: Annotated[str | None, typer.Option(
+        help="comma-separated scenario names (default: every *.yaml of --suite)", show_default=False)] = None,
+    controllers: Annotated[str, typer.Option(help="comma-separated controller specs (SPEC@POLICY sets a row's "
+                                             "admission policy)")] = "pid,mpc,hpa,keda,kpa,aibrix,dynamo,wva",
+    out: Annotated[Path | None, typer.Option(help="directory for faults.json and faults.md")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="print the rows as JSON instead of a table",
+                                              metavar="")] = False,
+    suite: Annotated[Path | None, typer.Option(
+        help="folder of scenario files (default: benchmarks/faults of this source tree)", show_default=False)] = None,
+    data: Annotated[Path, typer.Option(help="folder holding the traces trace scenarios name")] = Path("../shared/data"),
+    workers: Annotated[int | None, typer.Option(help="processes for the simulator rows (default: CPUs)")] = None,
+) -> None:
+    """Run the fault scenarios against the controllers; print scenario x controller -> harmful actions,
+    interactive attainment, requests failed, retries and cost (docs/faults.md)."""
+    from autoscaler.faults.suite import load_suite, markdown_table, run_suite, suite_dir, write_results
+
+    try:
+        if workers is not None and workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {workers}")
+        names = [c.strip() for c in controllers.split(",")]
+        if "" in names or len(set(names)) != len(names):
+            raise ValueError(f"--controllers '{controllers}': an empty or repeated entry")
+        wanted = None if scenarios is None else [s.strip() for s in scenarios.split(",")]
+        if wanted is not None and ("" in wanted or len(set(wanted)) != len(wanted)):
+            raise ValueError(f"--scenarios '{scenarios}': an empty or repeated entry")
+        suite_path = suite_dir() if suite is None else suite
+        chosen = load_suite(suite_path, wanted)
+        if out is not None:
+            files.check_writable(out)
+        total = len(chosen) * len(names)
+        finished: list[dict[str, Any]] = []
+
+        def done(row: dict[str, Any]) -> None:
+            finished.append(row)
+            err_console.print(f"done {len(finished)}/{total}: {row['scenario']} x {row['controller']} "
+                              f"({row['wall_s']:.0f} s)", highlight=False)
+
+        rows = run_suite(chosen, names, data, workers, done)
+        paths = write_results(rows, out) if out is not None else []
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except (AutoscalerError, ValueError, OSError, RuntimeError) as exc:
+        raise _fail(str(exc)) from None
+    if json_output:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    typer.echo(markdown_table(rows))
+    if paths:
+        console.print(f"wrote {' and '.join(str(p) for p in paths)}", highlight=False, soft_wrap=True)
+
+
 if __name__ == "__main__":
     app()

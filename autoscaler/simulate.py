@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from autoscaler.adapters.simulator import SimActuator, SimAdmissionSink, SimMetricsSource
+from autoscaler.adapters.simulator import SimActuator, SimAdmissionSink, SimDrainer, SimMetricsSource
 from autoscaler.config import FleetConfig
 from autoscaler.loop.observe import PendingMarks
 from autoscaler.loop.runner import ControlLoop, TickRecord
@@ -116,7 +116,8 @@ class SimulationDriver:
                                        min(self.cfg.simulator.scrape_interval_s, controller.tick_s),
                                        PendingMarks(kube.pending_timeout_s, kube.pending_retry_s))
         self.loop = ControlLoop(self.cfg, self.source, SimActuator(self.sim), controller,
-                                SimAdmissionSink(self.sim) if policy is not None else None, policy)
+                                SimAdmissionSink(self.sim) if policy is not None else None, policy,
+                                drainer=SimDrainer(self.sim))
         self.on_tick = on_tick
         self.lock = threading.Lock()
         self.ticks: list[TickRecord] = []

@@ -349,3 +349,27 @@ class SimActuator:
             if remove_first else {}
         self.sim.set_replicas(service, variant, replicas, [rids[n] for n in remove_first if n in rids])
         return APPLIED
+
+
+class SimDrainer:
+    """Takes the simulator's pods (``pod_name``) out of its router and back (``Drainer``)."""
+
+    def __init__(self, sim: FleetSimulator) -> None:
+        self.sim = sim
+
+    def _set(self, service: str, pods: Sequence[str], cordoned: bool) -> list[str]:
+        by_name = {pod_name(service, r.variant, r.rid): r for r in self.sim.alive_replicas(service)}
+        done = []
+        for name in pods:
+            if name in by_name:
+                by_name[name].cordoned = cordoned
+                done.append(name)
+        return done
+
+    def cordon(self, service: str, pods: Sequence[str]) -> list[str]:
+        """No new request goes to ``pods``; returns those that exist."""
+        return self._set(service, pods, True)
+
+    def uncordon(self, service: str, pods: Sequence[str]) -> None:
+        """``pods`` take new requests again."""
+        self._set(service, pods, False)

@@ -1,22 +1,24 @@
 """Counting harmful actions in a finished simulation (``Scenario.harm``).
 
 Capacity is what the capacity model gives one replica of each variant at the interactive SLO for
-the scenario's own request sizes (``models.capacity.variant_weights`` on the workload's
-``RequestMix``), requests/s; *demand* at ``t`` is the highest 60-s arrival rate of the workload's
-requests (first attempts: retries are the failure's echo, not demand) over ``[t - 120 s, t +
-lookahead_s]``. A tick *scales down* when the capacity it leaves asked for is below what it found
-(a swap of GPU generations at equal or higher capacity is not one), *up* when above. The rules,
-each counting events:
+the scenario's own request sizes and the prefix-cache hit rate the run reached
+(``models.capacity.variant_weights`` on the workload's ``RequestMix``), requests/s; *demand* at
+``t`` is the highest 60-s arrival rate of the workload's requests (first attempts: retries are the
+failure's echo, not demand) over ``[t - 120 s, t + lookahead_s]``. A tick *scales down* when the
+capacity it leaves asked for is below what it found (a swap of GPU generations at equal or higher
+capacity is not one), *up* when above. The rules, each counting events:
 
 - ``down_on_missing_data``: a scale-down at a tick inside a window where metrics were missing (the
   scenario's ``prometheus_down`` or ``pod_metrics_missing``) or a query failed: an outage read as idle.
-- ``down_while_missing_slo``: a scale-down while the interactive requests arriving from 120 s before
-  to ``lookahead_s`` after it meet their SLO less often than ``objective``: capacity removed from a
-  fleet that is failing (a warm replica removed while recovering from a crash, say).
+- ``down_while_missing_slo``: a scale-down while the interactive requests (accepted: a request
+  refused as too long is not the fleet's miss) that arrived in the 120 s before it meet their SLO
+  less often than ``objective``: capacity removed from a fleet that is failing (a warm replica
+  removed while recovering from a crash, say). Only the past: a crash the next minute is not the
+  controller's to foresee.
 - ``overshoot``: a scale-up to more than ``factor`` x demand + one replica of capacity (and above
   the minimum replicas): past what the demand needs, e.g. doubling while new pods emit no metrics.
-- ``killed_starting``: a replica removed before it was ready (Pending or starting) while the ready
-  replicas left could not carry the demand: the pod the demand was waiting for.
+- ``killed_starting``: a replica removed before it was ready (Pending or starting) while the SLO
+  was being missed (as ``down_while_missing_slo``): the pod the waiting demand needed.
 - ``cut_generations``: requests a scale-down killed when the termination grace ran out.
 - ``held_pending``: a replica left Pending longer than ``after_s`` (default
   ``kubernetes.pending_timeout_s`` + 60 s): the controller waits on pods no node can take.
@@ -38,6 +40,7 @@ import numpy as np
 from autoscaler.faults.scenario import HarmRule, PodMetricsMissing, PrometheusDown, Scenario
 from autoscaler.report import request_outcomes
 from autoscaler.simulate import SimulationRun
+from autoscaler.simulator.engine import REJECTED
 from autoscaler.workload.types import INTERACTIVE
 from models.capacity import RequestMix, variant_weights
 
@@ -64,14 +67,17 @@ class RunFacts:
         self.run = run
         self.svc = sim.cfg.service(sim.target)
         reqs = sim.workload.requests
-        mix = RequestMix.from_requests([r.input_tokens for r in reqs], [r.output_tokens for r in reqs])
+        replicas = [r for s in sim.services.values() for r in s.replicas]
+        queries = sum(r.metrics.prefix_queries for r in replicas)
+        hit = min(sum(r.metrics.prefix_hits for r in replicas) / queries, 0.99) if queries else 0.0
+        mix = RequestMix.from_requests([r.input_tokens for r in reqs], [r.output_tokens for r in reqs], hit)
         self.capacity = variant_weights(self.svc, sim.cfg.simulator.engine, mix)
         arrivals = np.array([r.arrival_s for r in reqs])
         self.end_s = run.end_s
         n_bins = max(1, math.ceil((self.end_s + DEMAND_BIN_S) / DEMAND_BIN_S))
         self.rate = np.bincount((arrivals // DEMAND_BIN_S).astype(int), minlength=n_bins) / DEMAND_BIN_S
         o = request_outcomes(run)
-        inter = o["cls"] == INTERACTIVE
+        inter = (o["cls"] == INTERACTIVE) & (o["status"] != REJECTED)  # as summarize counts attainment
         order = np.argsort(arrivals[inter], kind="stable")
         self.inter_arrival = arrivals[inter][order]
         self.inter_ok = np.concatenate([[0], np.cumsum(o["ok"][inter][order])])
@@ -118,7 +124,7 @@ def count(rule: HarmRule, facts: RunFacts, sc: Scenario) -> int:
     if rule.rule == "down_while_missing_slo":
         n = 0
         for c in downs:
-            att = facts.attainment(c.time_s - DEMAND_BEHIND_S, c.time_s + rule.lookahead_s)
+            att = facts.attainment(c.time_s - DEMAND_BEHIND_S, c.time_s)
             n += att is not None and att < rule.objective
         return n
     if rule.rule == "overshoot":
@@ -131,10 +137,8 @@ def count(rule: HarmRule, facts: RunFacts, sc: Scenario) -> int:
             t = r.removed_s
             if t is None or t >= r.ready_s:
                 continue
-            ready = sum(facts.capacity[x.variant] for x in replicas
-                        if x is not r and x.ready_s <= t and (x.removed_s is None or x.removed_s > t)
-                        and (x.gone_s is None or x.gone_s > t))
-            n += ready < facts.demand(t, rule.lookahead_s)
+            att = facts.attainment(t - DEMAND_BEHIND_S, t)
+            n += att is not None and att < rule.objective
         return n
     if rule.rule == "cut_generations":
         return run.sim.cut_requests

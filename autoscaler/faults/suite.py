@@ -9,6 +9,7 @@ processes; live rows (``autoscaler.faults.live``) one after another, each on its
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import os
@@ -24,12 +25,13 @@ from autoscaler.errors import ConfigError
 from autoscaler.faults.harm import harm_counts
 from autoscaler.faults.inject import Injector
 from autoscaler.faults.scenario import Scenario, load_scenario
+from autoscaler.files import write_text
 from autoscaler.report import summarize
 from autoscaler.simulate import SimulationDriver, default_admission
 from autoscaler.workload.build import build_workload
 from autoscaler.workload.piecewise import piecewise_workload
 from autoscaler.workload.types import INTERACTIVE, Workload
-from controllers.registry import build
+from controllers.registry import ANCHORS, build
 
 DEFAULT_CONTROLLERS = ("pid", "mpc", "hpa", "keda", "kpa", "aibrix", "dynamo", "wva")
 ROW_KEYS = ("scenario", "controller", "harmful_actions", "slo_attainment_interactive", "requests_failed",
@@ -98,8 +100,9 @@ def admission_for(sc: Scenario, cfg: FleetConfig, name: str) -> str:
     spec, policy = split_row(name)
     if policy is not None:
         return policy
-    default = default_admission(cfg, spec)
-    return default if default == "none" or sc.admission is None else sc.admission
+    if spec.split(":")[0] in ANCHORS or sc.admission is None:
+        return default_admission(cfg, spec)
+    return sc.admission
 
 
 def run_sim_row(sc: Scenario, name: str, cfg: FleetConfig, workload: Workload) -> dict[str, Any]:
@@ -207,3 +210,16 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
                      f"{'' if r['slo_attainment_interactive'] is None else ' %'} | {r['requests_failed']} | "
                      f"{r['retries']} | {_cell(r['cost_usd'], '.2f')} |")
     return "\n".join(lines)
+
+
+def write_results(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+    """Write ``faults.json`` (the rows) and ``faults.md`` (the table) under ``out``; returns the paths.
+
+    Raises:
+        OSError: the directory cannot be created or written.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "faults.json", out / "faults.md"]
+    write_text(paths[0], json.dumps(list(rows), indent=2) + "\n")
+    write_text(paths[1], markdown_table(rows) + "\n")
+    return paths

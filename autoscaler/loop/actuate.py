@@ -61,3 +61,16 @@ class AdmissionSink(Protocol):
         """Make ``thresholds`` (priority -> longest estimated queue wait, seconds; None: no limit) the
         gateway's for ``service``."""
         ...
+
+
+class Drainer(Protocol):
+    """Takes pods out of the routing of new requests (and back), so a scale-down can remove a pod
+    once it holds nothing."""
+
+    def cordon(self, service: str, pods: Sequence[str]) -> list[str]:
+        """Stop routing new requests to ``pods``; returns those it could (a pod it cannot, it leaves)."""
+        ...
+
+    def uncordon(self, service: str, pods: Sequence[str]) -> None:
+        """Route to ``pods`` again."""
+        ...

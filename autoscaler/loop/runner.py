@@ -30,7 +30,8 @@ import logging
 from dataclasses import dataclass, field
 
 from autoscaler.config import FleetConfig, Service
-from autoscaler.loop.actuate import ActuationResult, ActuationStatus, Actuator, AdmissionSink
+from autoscaler.loop.actuate import ActuationResult, ActuationStatus, Actuator, AdmissionSink, Drainer
+from autoscaler.loop.drain import DrainState, drain
 from autoscaler.loop.estimate import ArrivalInference, estimate
 from autoscaler.loop.forecast import ForecastStage
 from autoscaler.loop.guard import Guarded, GuardState, clamp, guard
@@ -90,12 +91,17 @@ class ControlLoop:
         policy: the admission policy; None: only the controller's own thresholds, if any.
         idle_first_removal: on a scale-down the controller names no pods for, name them idle first
             (``idle_first``; the daemon sets it, the simulator has its own rule, the same one).
+        drainer: takes pods out of routing so a scale-down removes them once they hold nothing
+            (``autoscaler.loop.drain``; not for a controller with its own guard, measured as its
+            users run it); None: pods are removed at once.
     """
 
     def __init__(self, cfg: FleetConfig, source: MetricsSource, actuator: Actuator | None, controller: Controller,
                  admission: AdmissionSink | None = None, policy: AdmissionPolicy | None = None,
-                 idle_first_removal: bool = False) -> None:
+                 idle_first_removal: bool = False, drainer: Drainer | None = None) -> None:
         self.cfg = cfg
+        self.drainer = drainer
+        self.drains = {s.name: DrainState() for s in cfg.services}
         self.idle_first_removal = idle_first_removal
         self.source = source
         self.actuator = actuator
@@ -205,9 +211,19 @@ class ControlLoop:
             remove_first = decision.remove_first
             if not remove_first and self.idle_first_removal:
                 remove_first = idle_first(est, guarded.replicas)
+            timeout = self.cfg.controller.guard.drain_timeout_s
+            draining: dict[str, int] = {}  # variant -> the count a drain in progress will reach
+            if self.drainer is not None and timeout > 0 and not self.controller.own_guard:
+                order = remove_first or idle_first(est, guarded.replicas)
+                replicas, remove_first, notes = drain(self.drainer, self.drains[svc.name], est, guarded.replicas,
+                                                      order, timeout, now)
+                draining = {v: n for v, n in guarded.replicas.items() if replicas[v] != n}
+                guarded = Guarded(replicas, "; ".join([guarded.reason, *notes]), guarded.limits)
             applied, results = self._actuate(svc, current, guarded, remove_first)
-            if not decision.hold and applied != decision.desired:
-                self.controller.on_guard_cut(svc.name, decision.desired, applied, self.weights[svc.name])
+            # a drain in progress is the scale-down under way, not a cut the controller must track
+            told = {v: draining.get(v, n) if v not in results or results[v].ok else n for v, n in applied.items()}
+            if not decision.hold and told != decision.desired:
+                self.controller.on_guard_cut(svc.name, decision.desired, told, self.weights[svc.name])
             if self.policy is not None and not decision.admission:
                 decision.admission = self.policy.thresholds(est, svc)
             admission = None

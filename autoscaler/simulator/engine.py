@@ -143,6 +143,7 @@ class Replica:
         self.ready_s = ready_s
         self.scheduled_s = created_s  # when it got a node (later than created_s while it was Pending)
         self.removed_s: float | None = None  # when a scale-down removed it (it may drain after)
+        self.cordoned = False  # taken out of routing: gets no new request, serves what it holds
         self.gone_s: float | None = None
         self.price_per_hour = price_per_hour
         self.warm_start = warm_start

@@ -276,8 +276,13 @@ class FleetSimulator:
             return prefix_affinity(replicas, svc.weights, sr.req)
         return least_outstanding(replicas, svc.weights)
 
+    @staticmethod
+    def _routable(svc: ServiceSim) -> list[Replica]:
+        """The ready replicas not cordoned (all ready ones if every one is)."""
+        return [r for r in svc.ready if not r.cordoned] or svc.ready
+
     def _route(self, svc: ServiceSim, sr: SimRequest) -> None:
-        self._pick(svc, svc.ready, sr).enqueue(sr, self.now)
+        self._pick(svc, self._routable(svc), sr).enqueue(sr, self.now)
 
     def _saturated(self, r: Replica) -> bool:
         """The gateway's saturation rule (``GatewayConfig``): too many waiting, or the KV cache too full."""
@@ -288,7 +293,7 @@ class FleetSimulator:
         """Dispatch queued requests to the unsaturated ready replicas, the router choosing among them."""
         flow = svc.flow
         assert flow is not None
-        free = [r for r in svc.ready if not self._saturated(r)]
+        free = [r for r in self._routable(svc) if not self._saturated(r)]
         while free and flow.waiting:
             sr = flow.pop(self.now)
             assert sr is not None
@@ -301,7 +306,7 @@ class FleetSimulator:
         """After a step of ``r``: dispatch queued requests to it while it is ready and unsaturated."""
         flow = svc.flow
         assert flow is not None
-        while flow.waiting and r.state == READY and not self._saturated(r):
+        while flow.waiting and r.state == READY and not r.cordoned and not self._saturated(r):
             sr = flow.pop(self.now)
             assert sr is not None
             r.enqueue(sr, self.now)

@@ -1,0 +1,83 @@
+"""Drain before removal: a scale-down removes pods only once they hold nothing.
+
+Kubernetes kills a removed pod ``terminationGracePeriodSeconds`` (30 s by default) after asking it
+to stop, and whatever it still generates is cut (volcano-sh/kthena#1589). With a ``Drainer``, a
+scale-down of ``k`` pods of a variant first takes the ``k`` pods it would remove (the decision's
+``remove_first``, else fewest requests in flight first) out of the routing of new requests, keeps
+the variant's count, and writes the lower count, naming those pods first, once each holds nothing
+(running + waiting 0 at the tick) or has been draining ``controller.guard.drain_timeout_s``. A
+decision that no longer removes them puts them back. A pod the drainer cannot take out is removed
+at once, as without one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autoscaler.loop.actuate import Drainer
+from autoscaler.state import ServiceEstimate
+
+
+@dataclass
+class DrainState:
+    """Pods of one service taken out of routing: name -> (variant, since when, seconds)."""
+
+    pods: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+
+def drain(drainer: Drainer, state: DrainState, est: ServiceEstimate, desired: dict[str, int],
+          order: dict[str, list[str]], timeout_s: float, now: float) -> tuple[dict[str, int], dict[str, list[str]],
+                                                                                   list[str]]:
+    """What to write this tick: (replicas per variant, pods to remove first per variant, notes).
+
+    Args:
+        drainer: takes pods out of routing.
+        state: the service's draining pods (updated).
+        est: this tick's estimate (its ``pods``: the ready pods, with requests in flight).
+        desired: replicas per variant after the guard.
+        order: variant -> pods in the order a scale-down removes them.
+        timeout_s: longest a pod drains before it is removed anyway, seconds.
+        now: the loop's clock, seconds.
+    """
+    pods = {p.name: p for p in est.pods if p.name}
+    for name in [n for n in state.pods if n not in pods]:  # gone, or no longer reported
+        del state.pods[name]
+    out = dict(desired)
+    first: dict[str, list[str]] = {}
+    notes: list[str] = []
+    for variant, n in desired.items():
+        obs = est.variants.get(variant)
+        cur = obs.current if obs is not None else n
+        mine = [name for name, (v, _) in state.pods.items() if v == variant]
+        k = cur - n
+        if k <= 0:
+            if mine:
+                drainer.uncordon(est.service, mine)
+                for name in mine:
+                    del state.pods[name]
+                notes.append(f"{variant}: {len(mine)} draining pod(s) back in service")
+            continue
+        k_start = min(k, obs.starting if obs is not None else 0)  # a starting pod holds nothing to drain
+        candidates = mine + [p for p in order.get(variant, []) if p in pods and p not in mine]
+        victims = candidates[:k - k_start]
+        unnamed = k - k_start - len(victims)  # pods the source does not report: removed as decided
+        back = [name for name in mine if name not in victims]
+        if back:
+            drainer.uncordon(est.service, back)
+            for name in back:
+                del state.pods[name]
+        fresh = [p for p in victims if p not in state.pods]
+        taken = set(drainer.cordon(est.service, fresh)) if fresh else set()
+        for name in fresh:
+            if name in taken:
+                state.pods[name] = (variant, now)
+        busy = [p for p in victims if p in state.pods and pods[p].running + pods[p].waiting > 0
+                and now - state.pods[p][1] < timeout_s]
+        done = [p for p in victims if p not in busy]
+        out[variant] = cur - k_start - unnamed - len(done)
+        first[variant] = done
+        if busy:
+            notes.append(f"{variant}: draining {len(busy)} pod(s) before removal")
+        for p in done:
+            state.pods.pop(p, None)
+    return out, first, notes
