@@ -65,7 +65,7 @@ def _fleet(
 
 def pytest_report_header() -> list[str]:
     """Say up front when the real-Prometheus tests cannot run here (they fail, naming what is missing)."""
-    from promserver import MISSING, PROMETHEUS, PROMTOOL
+    from autoscaler.faults.promserver import MISSING, PROMETHEUS, PROMTOOL
 
     return [MISSING.format(binary=b) for b in (PROMETHEUS, PROMTOOL) if not Path(b).is_file()]
 

@@ -1,7 +1,5 @@
-"""Test helpers: a real Prometheus (Debian ``prometheus`` package) on 127.0.0.1, fake vLLM pods, a proxy.
+"""Test helpers: a real Prometheus (``autoscaler.faults.promserver``), fake vLLM pods, a proxy.
 
-``PromServer`` writes a temporary config, starts ``/usr/bin/prometheus`` on a free port with its
-own TSDB directory, waits until ``/-/ready``, and ``stop()`` kills it (also from ``__exit__``).
 ``FakePod`` / ``FakeExporter`` serve hand-made vLLM 0.33 series whose counters grow linearly in
 wall time, so every rate and quantile has a value computable by hand. ``Proxy`` sits in front of
 a Prometheus and fails on demand (HTTP 503, slow answers), checks credentials, or speaks TLS.
@@ -9,9 +7,6 @@ a Prometheus and fails on demand (HTTP 503, slow answers), checks credentials, o
 
 from __future__ import annotations
 
-import json
-import shutil
-import socket
 import ssl
 import subprocess
 import threading
@@ -19,149 +14,18 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from autoscaler.faults.promserver import PROMTOOL, Target, require
 from autoscaler.loop.export import MetricsServer, serve
-
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
-MISSING = ("{binary} not found: the tests that run a real Prometheus need Debian's prometheus package "
-           "(apt-get install prometheus, which brings promtool; .ci/run installs it)")
-
-
-def require(binary: str) -> str:
-    """``binary``'s path; AssertionError saying how to get it when it is not installed."""
-    assert Path(binary).is_file(), MISSING.format(binary=binary)
-    return binary
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Target:
-    """One scrape target: ``host:port`` and static labels."""
-
-    address: str
-    labels: dict[str, str] = field(default_factory=dict)
-
-
-class PromServer:
-    """A Prometheus scraping ``targets`` every ``scrape_interval`` (a Prometheus duration), evaluating
-    ``rule_files`` as often."""
-
-    def __init__(self, workdir: Path, targets: Iterable[Target] = (), scrape_interval: str = "1s",
-                 tsdb: Path | None = None, rule_files: Iterable[Path] = ()) -> None:
-        self.workdir = workdir
-        self.targets = list(targets)
-        self.scrape_interval = scrape_interval
-        self.rule_files = [str(p) for p in rule_files]
-        self.tsdb = tsdb or workdir / "tsdb"
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        """Base URL."""
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout_s: float = 15.0) -> PromServer:
-        """Start and wait until ready; raises RuntimeError (with the log's tail) if it does not come up."""
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        conf: dict[str, Any] = {
-            "global": {"scrape_interval": self.scrape_interval, "scrape_timeout": self.scrape_interval,
-                       "evaluation_interval": self.scrape_interval},
-            "rule_files": self.rule_files,
-            "scrape_configs": [
-                {"job_name": f"t{i}", "honor_labels": True,
-                 "static_configs": [{"targets": [t.address], "labels": t.labels}]}
-                for i, t in enumerate(self.targets)
-            ],
-        }
-        cfg = self.workdir / "prometheus.yml"
-        cfg.write_text(yaml.safe_dump(conf))
-        self.log = self.workdir / "prometheus.log"
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [require(PROMETHEUS), f"--config.file={cfg}", f"--storage.tsdb.path={self.tsdb}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                break
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.05)
-        tail = self.log.read_text()[-2000:]
-        self.stop()
-        raise RuntimeError(f"prometheus did not become ready:\n{tail}")
-
-    def stop(self) -> None:
-        """Kill the server (idempotent)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def __enter__(self) -> PromServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def query(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
-        """Instant query result (``data.result``), at unix time ``at`` (default: the server's now)."""
-        q = urllib.parse.urlencode({"query": promql, **({} if at is None else {"time": f"{at:.3f}"})})
-        with urllib.request.urlopen(f"{self.url}/api/v1/query?{q}", timeout=5) as r:
-            return json.loads(r.read())["data"]["result"]
-
-    def query_range(self, promql: str, start: float, end: float, step_s: float) -> list[dict[str, Any]]:
-        """Range query result (``data.result``) from ``start`` to ``end`` (unix s) every ``step_s``;
-        AssertionError with Prometheus's error when it refuses the query (HTTP 400: a parse error)."""
-        q = urllib.parse.urlencode({"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": step_s})
-        try:
-            with urllib.request.urlopen(f"{self.url}/api/v1/query_range?{q}", timeout=10) as r:
-                return json.loads(r.read())["data"]["result"]
-        except urllib.error.HTTPError as exc:
-            raise AssertionError(f"{promql}: {json.loads(exc.read()).get('error')}") from None
-
-    def query_rules(self) -> list[dict[str, Any]]:
-        """The rule groups the server loaded (``/api/v1/rules``, ``data.groups``)."""
-        with urllib.request.urlopen(f"{self.url}/api/v1/rules", timeout=5) as r:
-            return json.loads(r.read())["data"]["groups"]
-
-    def wait_for(self, promql: str, ok: Callable[[list[dict[str, Any]]], bool], timeout_s: float = 15.0
-                 ) -> list[dict[str, Any]]:
-        """Poll ``promql`` until ``ok(result)``; AssertionError on timeout."""
-        deadline = time.monotonic() + timeout_s
-        result: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
-            result = self.query(promql)
-            if ok(result):
-                return result
-            time.sleep(0.2)
-        raise AssertionError(f"timed out waiting for {promql}: last {result}")
 
 
 def backfill(openmetrics: Path, tsdb: Path) -> None:

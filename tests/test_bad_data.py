@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from promserver import FakeDeployment, FakeExporter, FakePod, PromServer, Proxy
+from promserver import FakeDeployment, FakeExporter, FakePod, Proxy
 
 from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
+from autoscaler.faults.promserver import PromServer
 from autoscaler.loop.estimate import estimate
 from autoscaler.loop.export import LoopMetrics
 from autoscaler.loop.runner import ControlLoop
@@ -236,7 +237,8 @@ def test_errors_hold_even_when_the_controller_would_scale() -> None:
 
         def observe(self, now: float) -> dict[str, ServiceObservation]:
             sig: dict[str, float | None] = dict.fromkeys(SIGNALS, 1.0)
-            sig.update(ttft_p95_s=10.0, tpot_p95_s=0.5)  # 5x the SLOs: the PID scales up
+            # 5x the SLOs and 100 req/s arriving at two replicas: the PID scales up
+            sig.update(ttft_p95_s=10.0, tpot_p95_s=0.5, arrival_rate_rps=100.0)
             return {"svc": ServiceObservation("svc", now, sig, {"h100": VariantObservation(2, 0)}, list(self.errors))}
 
     src = Source()

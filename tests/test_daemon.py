@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubeapi import EmulatedCluster, deployment, emulated_cluster
 from kubernetes import client
-from promserver import PromServer, Target
 from test_prometheus_dryrun import FLEET_DOC, ramp
 
 from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.daemon import Daemon
+from autoscaler.faults.kubeapi import EmulatedCluster, deployment, emulated_cluster
+from autoscaler.faults.promserver import PromServer, Target
 from autoscaler.loop.export import serve
 from autoscaler.realtime import LiveSimulation
 from autoscaler.state import ServiceEstimate

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from promserver import PROMTOOL, require
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
@@ -18,6 +17,7 @@ from autoscaler.config.loading import default_config, parse_config
 from autoscaler.dashboards.bundle import render
 from autoscaler.dashboards.rules import alerts, slo_buckets
 from autoscaler.errors import ConfigError
+from autoscaler.faults.promserver import PROMTOOL, require
 from autoscaler.promql import QUERY_SETS, RECORDING_RULES
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS
 

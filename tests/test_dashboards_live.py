@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from promserver import PromServer, Target
 from test_prometheus_dryrun import FLEET_DOC, ramp
 
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.dashboards.bundle import Bundle, render, write
+from autoscaler.faults.promserver import PromServer, Target
 from autoscaler.loop.export import serve
 from autoscaler.promql import QUERY_SETS
 from autoscaler.promql import render as render_query

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubeapi import EmulatedCluster, deployment, emulated_cluster
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -20,6 +19,7 @@ from autoscaler.adapters.kubernetes import DELETION_COST, ConfigMapSink, EventRe
 from autoscaler.adapters.lease import LeaderElector
 from autoscaler.config import LeaseConfig
 from autoscaler.config.loading import parse_config
+from autoscaler.faults.kubeapi import EmulatedCluster, deployment, emulated_cluster
 from autoscaler.loop.actuate import ActuationStatus
 
 NS = "llm"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from promserver import PromServer, backfill
+from promserver import backfill
 from test_prometheus_dryrun import FLEET_DOC, ramp
 from typer.testing import CliRunner
 
@@ -22,6 +22,7 @@ from autoscaler.backtest import run_backtest
 from autoscaler.cli import app
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
+from autoscaler.faults.promserver import PromServer
 from autoscaler.realtime import LiveSimulation
 from autoscaler.report import timeline_rows
 from autoscaler.simulate import SimulationRun

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from promserver import PromServer, Target, free_port
 from typer.testing import CliRunner
 
 from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect
@@ -27,6 +26,7 @@ from autoscaler.cli import app
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.dryrun import DryRun
+from autoscaler.faults.promserver import PromServer, Target, free_port
 from autoscaler.loop.export import MetricsServer, serve
 from autoscaler.loop.runner import TickRecord
 from autoscaler.realtime import LiveSimulation

@@ -130,7 +130,7 @@ def test_speed_without_serve_metrics_exits_2() -> None:
 def test_the_example_scrape_config_is_valid() -> None:
     import subprocess
 
-    from promserver import PROMTOOL, require
+    from autoscaler.faults.promserver import PROMTOOL, require
 
     example = Path(__file__).resolve().parents[1] / "examples" / "prometheus.yml"
     res = subprocess.run([require(PROMTOOL), "check", "config", str(example)], capture_output=True, text=True,

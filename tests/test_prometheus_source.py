@@ -22,9 +22,7 @@ from promserver import (
     FakeDeployment,
     FakeExporter,
     FakePod,
-    PromServer,
     Proxy,
-    Target,
     self_signed,
 )
 
@@ -32,6 +30,7 @@ from autoscaler.adapters.prometheus import LiveRunner, PrometheusError, Promethe
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.errors import ConfigError
+from autoscaler.faults.promserver import PromServer, Target
 from autoscaler.promql import QUERY_SETS
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}

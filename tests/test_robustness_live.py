@@ -27,11 +27,12 @@ from typing import Any
 
 import pytest
 import yaml
-from promserver import LocalHTTPServer, PromServer, free_port
+from promserver import LocalHTTPServer
 from typer.testing import CliRunner, Result
 
 from autoscaler.cli import app
 from autoscaler.config.loading import default_config
+from autoscaler.faults.promserver import PromServer, free_port
 
 # ----------------------------------------------------------------------------- helpers
 Answer = Callable[[str, str], tuple[int, bytes]]  # (path, promql) -> (HTTP status, body)

@@ -10,9 +10,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from promserver import PromServer, backfill
+from promserver import backfill
 
 from autoscaler.adapters.simulator import SimMetricsSource, extrapolated_rate
+from autoscaler.faults.promserver import PromServer
 from autoscaler.simulator.fleet import VariantCounts
 from autoscaler.simulator.metrics import ReplicaMetrics
 

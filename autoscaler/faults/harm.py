@@ -59,10 +59,17 @@ class Change:
     errors: bool
 
 
-class RunFacts:
-    """What the rules read from one run: capacities, demand, SLO outcomes by arrival, changes."""
+Counts = tuple[float, dict[str, int], dict[str, int], bool]
+"""A tick's (time s, replicas found, replicas asked for, whether its queries failed)."""
 
-    def __init__(self, run: SimulationRun) -> None:
+
+class RunFacts:
+    """What the rules read from one run: capacities, demand, SLO outcomes by arrival, changes.
+
+    ``counts``: the run's changes of replicas, when not its loop's ticks (a live run's writes).
+    """
+
+    def __init__(self, run: SimulationRun, counts: list[Counts] | None = None) -> None:
         sim = run.sim
         self.run = run
         self.svc = sim.cfg.service(sim.target)
@@ -81,15 +88,14 @@ class RunFacts:
         order = np.argsort(arrivals[inter], kind="stable")
         self.inter_arrival = arrivals[inter][order]
         self.inter_ok = np.concatenate([[0], np.cumsum(o["ok"][inter][order])])
+        if counts is None:
+            counts = [(tick.time_s, st.estimate.current, st.applied, bool(st.estimate.errors))
+                      for tick in run.ticks if (st := tick.services.get(sim.target)) is not None]
         self.changes: list[Change] = []
-        for tick in run.ticks:
-            st = tick.services.get(sim.target)
-            if st is None:
-                continue
-            before = self.capacity_of(st.estimate.current)
-            after = self.capacity_of(st.applied)
+        for t, found, asked, errors in counts:
+            before, after = self.capacity_of(found), self.capacity_of(asked)
             if not math.isclose(before, after):
-                self.changes.append(Change(tick.time_s, before, after, bool(st.estimate.errors)))
+                self.changes.append(Change(t, before, after, errors))
         self.min_rps = self.capacity_of({v.name: v.min_replicas for v in self.svc.variants})
 
     def capacity_of(self, replicas: dict[str, int]) -> float:

@@ -13,8 +13,9 @@ import json
 import logging
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -111,14 +112,24 @@ def run_sim_row(sc: Scenario, name: str, cfg: FleetConfig, workload: Workload) -
     ctrl = build(spec, cfg, None, workload)
     driver = SimulationDriver(cfg, workload, ctrl, admission=admission_for(sc, cfg, name))
     injector = Injector(sc, driver)
-    loop_log = logging.getLogger("autoscaler.loop")
-    level = loop_log.level
-    loop_log.setLevel(logging.ERROR)  # the injected faults' warnings, every tick, are the point, not news
-    try:
+    with quiet_logs("autoscaler.loop"):
         run = driver.run(on_step=injector.on_step)
-    finally:
-        loop_log.setLevel(level)
     return make_row(sc, name, summarize(run), harm_counts(sc, run))
+
+
+@contextmanager
+def quiet_logs(*names: str) -> Iterator[None]:
+    """Only errors from these loggers meanwhile: the injected faults' warnings, every tick, are the
+    point of a scenario, not news."""
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
 
 
 def make_row(sc: Scenario, name: str, summary: dict[str, Any], harm: dict[str, int]) -> dict[str, Any]:
@@ -187,7 +198,8 @@ def run_suite(scenarios: Sequence[Scenario], controllers: Sequence[str], data: P
 
         for job in live_jobs:
             sc, cfg, _ = prepared[job[0]]
-            rows[job] = run_live_row(sc, job[1], cfg)
+            with quiet_logs("autoscaler", "kubernetes", "urllib3"):
+                rows[job] = run_live_row(sc, job[1], cfg, data)
             if done is not None:
                 done(rows[job])
     return [rows[(sc.name, c)] for sc in scenarios for c in controllers]

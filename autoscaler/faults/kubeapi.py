@@ -1,5 +1,6 @@
-"""Test helper: an emulated Kubernetes API server over HTTP on 127.0.0.1 (kmock's ``KubernetesEmulator``,
-extended), in a background thread, for the official ``kubernetes`` client.
+"""An emulated Kubernetes API server over HTTP on 127.0.0.1 (kmock's ``KubernetesEmulator``, extended),
+in a background thread, for the official ``kubernetes`` client: the fault suite's live scenarios and
+the tests run the daemon against it. kmock comes with the ``faults`` (and ``test``) extra.
 
 kmock keeps objects in memory and serves create / read / list / watch / replace / patch / delete.
 ``Emulator`` adds what the daemon relies on and kmock leaves out:
@@ -14,8 +15,10 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
 - ``metadata.generateName`` on create (a name is made from it), and equality ``labelSelector``s on lists;
 - RBAC refusals: a request whose ``(verb, plural, subresource)`` is in ``forbidden`` is answered
   HTTP 403 Forbidden with the API server's message;
+- a bounded request log (``REQUEST_LOG``), so an emulator serving a daemon for minutes keeps pace;
 - a way down: ``down`` set makes every request fail with HTTP 503 (the server itself stays up,
-  so a test can bring it back).
+  so a test can bring it back); ``conflicts`` set answers every write of a scale subresource
+  HTTP 409, as when another writer always gets there first.
 
 ``EmulatedCluster`` runs it in a thread with its own event loop and gives a configured client.
 """
@@ -51,6 +54,11 @@ def conflict(plural: str, name: str | None) -> aiohttp.web.Response:
 VERBS = {"GET": "get", "PUT": "update", "PATCH": "patch", "POST": "create", "DELETE": "delete"}
 
 
+REQUEST_LOG = 200
+"""Requests kmock's log keeps (it matches each request against all of them: a long run would slow to
+a crawl); assertions here read ``Emulator.writes``, which keeps every write."""
+
+
 class Emulator(kmock.KubernetesEmulator):
     """kmock's emulator with resourceVersions, 409s, the scale subresource, 403s and an outage (module doc)."""
 
@@ -60,6 +68,7 @@ class Emulator(kmock.KubernetesEmulator):
         self.forbidden: set[tuple[str, str, str | None]] = set()
         self.scalable: set[str] = set(SCALABLE)
         self.down = False
+        self.conflicts = False
         self.writes: list[tuple[str, str, str | None, str | None, Any, str]] = []
         """(method, plural or plural/scale, namespace, name, body or replicas, the client's User-Agent)."""
 
@@ -68,6 +77,8 @@ class Emulator(kmock.KubernetesEmulator):
         return self._objects[key] if key in self._objects else None  # noqa: SIM401 (ObjectsArray has no .get)
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        if len(self._requests) > REQUEST_LOG:  # kmock scans its whole request log on every request
+            del self._requests[: len(self._requests) - REQUEST_LOG // 2]
         if self.down:
             return status(503, "ServiceUnavailable", "the API server is unavailable")
         res = request.resource
@@ -132,6 +143,8 @@ class Emulator(kmock.KubernetesEmulator):
             if obj is None or obj.deleted:
                 return status(404, "NotFound", f'{request.resource.plural} "{request.name}" not found')
             if method in ("PUT", "PATCH"):
+                if self.conflicts:
+                    return conflict(request.resource.plural, request.name)
                 body = request.data or {}
                 sent = (body.get("metadata") or {}).get("resourceVersion")
                 if method == "PUT" and sent is not None and sent != obj.get("metadata", {}).get("resourceVersion"):
