@@ -701,7 +701,8 @@ def faults_run(
 ) -> None:
     """Run the fault scenarios against the controllers; print scenario x controller -> harmful actions,
     interactive attainment, requests failed, retries and cost (docs/faults.md)."""
-    from autoscaler.faults.suite import load_suite, markdown_table, run_suite, suite_dir, write_results
+    from autoscaler.faults.rows import markdown_table, write_results
+    from autoscaler.faults.suite import load_suite, run_suite, suite_dir
 
     try:
         if workers is not None and workers < 1:

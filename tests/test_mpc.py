@@ -182,7 +182,7 @@ def test_simulated_step_is_served_after_one_startup() -> None:
     rows = [r for r in timeline_rows(run) if r.get("plan_gh200")]
     assert rows and all(len(r["plan_gh200"].split("/")) == 3 for r in rows)
     assert all(r["desired_gh200"] == int(r["plan_gh200"].split("/")[0]) or "guard" in r["reason"]
-               or "held" in r["reason"] or "limit" in r["reason"] for r in rows)
+               or "held" in r["reason"] or "limit" in r["reason"] or "draining" in r["reason"] for r in rows)
 
 
 def test_speed_factor_inverts_the_fluid_step_time() -> None:

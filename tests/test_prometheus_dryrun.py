@@ -51,9 +51,10 @@ FLEET_DOC: dict[str, Any] = {
     # The default signal (slo_mean_ratio) on a 60-s window, so a 450-s run scales up and down.
     "controller": {"tick_s": 15, "window_s": 60,
                    "guard": {"scale_down_cooldown_s": 60, "idle_ticks_to_min": 4}},
-    # An H100 and an A100 replica crash at the peak: the survivors are overloaded until replacements are ready,
-    # and the PID's overload rule (arrivals from completions and queue growth) sizes the fleet.
-    "simulator": {"crashes": [{"time_s": 235, "variant": "h100"}, {"time_s": 236, "variant": "a100"}],
+    # Two A100 replicas (the PID serves this ramp on A100s alone) crash at the peak: the survivors are
+    # overloaded until replacements are ready, and the PID's overload rule (arrivals from completions and
+    # queue growth) sizes the fleet.
+    "simulator": {"crashes": [{"time_s": 235, "variant": "a100"}, {"time_s": 236, "variant": "a100"}],
                   "scrape_interval_s": 5},
 }
 

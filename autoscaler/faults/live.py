@@ -33,8 +33,15 @@ from typing import Any
 
 from autoscaler.config import FleetConfig
 from autoscaler.faults.harm import Counts, RunFacts, count
-from autoscaler.faults.scenario import ApiErrors, ExternalEdit, PrometheusDown, Scenario, SecondDaemon
-from autoscaler.faults.suite import make_row, scenario_workload
+from autoscaler.faults.rows import make_row
+from autoscaler.faults.scenario import (
+    ApiErrors,
+    ExternalEdit,
+    PrometheusDown,
+    Scenario,
+    SecondDaemon,
+    scenario_workload,
+)
 from autoscaler.report import summarize
 from autoscaler.simulate import SimulationRun
 from autoscaler.state import ServiceEstimate

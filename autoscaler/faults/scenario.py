@@ -19,8 +19,13 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Discriminator, Field, Tag, ValidationError, model_validator
 
+from autoscaler.config import FleetConfig
 from autoscaler.config.base import Strict
+from autoscaler.config.loading import default_fleet_document, merged, parse_config
 from autoscaler.errors import ConfigError
+from autoscaler.workload.build import build_workload
+from autoscaler.workload.piecewise import piecewise_workload
+from autoscaler.workload.types import Workload
 
 
 class Piecewise(Strict):
@@ -201,3 +206,31 @@ def load_scenario(path: Path) -> Scenario:
         err = exc.errors()[0]
         key = ".".join(str(x) for x in err["loc"])
         raise ConfigError(f"{path}: {key + ': ' if key else ''}{err['msg'].removeprefix('Value error, ')}") from None
+
+
+def scenario_fleet(sc: Scenario) -> FleetConfig:
+    """The embedded default fleet with the scenario's patch.
+
+    Raises:
+        ConfigError: the patched fleet does not validate.
+    """
+    return parse_config(merged(default_fleet_document(), sc.fleet), f"scenario {sc.name}: fleet")
+
+
+def scenario_workload(sc: Scenario, data: Path) -> Workload:
+    """The scenario's requests.
+
+    Raises:
+        ConfigError: its trace is not under ``data``; ValueError from a bad rate curve.
+    """
+    spec = sc.workload
+    if spec.piecewise is not None:
+        p = spec.piecewise
+        sizes = {k: v for k, v in (("input_tokens", p.input_tokens), ("output_tokens", p.output_tokens)) if v}
+        return piecewise_workload(p.knots, sc.seed, sc.name, batch_fraction=p.batch_fraction, **sizes)
+    assert spec.trace is not None
+    path = data / spec.trace.path
+    if not path.exists():
+        raise ConfigError(f"scenario {sc.name}: trace {path} not found (--data names the folder holding "
+                          f"{spec.trace.path})")
+    return build_workload(path, None, spec.trace.rate_scale, 1.0, sc.seed, 0.2, spec.trace.span)

@@ -9,7 +9,6 @@ processes; live rows (``autoscaler.faults.live``) one after another, each on its
 
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing
 import os
@@ -21,22 +20,17 @@ from typing import Any
 
 from autoscaler.compare import split_row
 from autoscaler.config import FleetConfig
-from autoscaler.config.loading import default_fleet_document, merged, parse_config
 from autoscaler.errors import ConfigError
 from autoscaler.faults.harm import harm_counts
 from autoscaler.faults.inject import Injector
-from autoscaler.faults.scenario import Scenario, load_scenario
-from autoscaler.files import write_text
+from autoscaler.faults.rows import make_row
+from autoscaler.faults.scenario import Scenario, load_scenario, scenario_fleet, scenario_workload
 from autoscaler.report import summarize
 from autoscaler.simulate import SimulationDriver, default_admission
-from autoscaler.workload.build import build_workload
-from autoscaler.workload.piecewise import piecewise_workload
-from autoscaler.workload.types import INTERACTIVE, Workload
+from autoscaler.workload.types import Workload
 from controllers.registry import ANCHORS, build
 
 DEFAULT_CONTROLLERS = ("pid", "mpc", "hpa", "keda", "kpa", "aibrix", "dynamo", "wva")
-ROW_KEYS = ("scenario", "controller", "harmful_actions", "slo_attainment_interactive", "requests_failed",
-            "retries", "cost_usd")
 
 
 def suite_dir() -> Path:
@@ -65,34 +59,6 @@ def load_suite(directory: Path, names: Sequence[str] | None = None) -> list[Scen
             raise ConfigError(f"{paths[n]}: name '{sc.name}' differs from the file's name '{n}'")
         out.append(sc)
     return out
-
-
-def scenario_fleet(sc: Scenario) -> FleetConfig:
-    """The embedded default fleet with the scenario's patch.
-
-    Raises:
-        ConfigError: the patched fleet does not validate.
-    """
-    return parse_config(merged(default_fleet_document(), sc.fleet), f"scenario {sc.name}: fleet")
-
-
-def scenario_workload(sc: Scenario, data: Path) -> Workload:
-    """The scenario's requests.
-
-    Raises:
-        ConfigError: its trace is not under ``data``; ValueError from a bad rate curve.
-    """
-    spec = sc.workload
-    if spec.piecewise is not None:
-        p = spec.piecewise
-        sizes = {k: v for k, v in (("input_tokens", p.input_tokens), ("output_tokens", p.output_tokens)) if v}
-        return piecewise_workload(p.knots, sc.seed, sc.name, batch_fraction=p.batch_fraction, **sizes)
-    assert spec.trace is not None
-    path = data / spec.trace.path
-    if not path.exists():
-        raise ConfigError(f"scenario {sc.name}: trace {path} not found (--data names the folder holding "
-                          f"{spec.trace.path})")
-    return build_workload(path, None, spec.trace.rate_scale, 1.0, sc.seed, 0.2, spec.trace.span)
 
 
 def admission_for(sc: Scenario, cfg: FleetConfig, name: str) -> str:
@@ -130,23 +96,6 @@ def quiet_logs(*names: str) -> Iterator[None]:
     finally:
         for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
-
-
-def make_row(sc: Scenario, name: str, summary: dict[str, Any], harm: dict[str, int]) -> dict[str, Any]:
-    """The row of ``name`` on ``sc`` from a run's ``results.json`` document and its harm counts."""
-    return {
-        "scenario": sc.name,
-        "controller": name,
-        "harmful_actions": sum(harm.values()),
-        "slo_attainment_interactive": summary["slo_attainment"][INTERACTIVE],
-        "requests_failed": summary["requests"]["failed"],
-        "retries": summary["admission"]["retries"],
-        "cost_usd": summary["cost_usd"]["total"],
-        "harm": harm,
-        "layer": sc.layer,
-        "reported": sc.reported,
-        "wall_s": summary["wall_s"],
-    }
 
 
 _JOBS: dict[str, tuple[Scenario, FleetConfig, Workload]] = {}
@@ -205,33 +154,3 @@ def run_suite(scenarios: Sequence[Scenario], controllers: Sequence[str], data: P
     return [rows[(sc.name, c)] for sc in scenarios for c in controllers]
 
 
-def _cell(x: Any, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
-
-
-def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The rows as one Markdown table: scenario x controller -> harm (by rule), attainment, failed,
-    retries, cost."""
-    head = "| scenario | controller | harmful actions | interactive SLO | failed | retries | cost $ |"
-    lines = [head, "|---|---|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        parts = [f"{k} {v}" for k, v in r["harm"].items() if v]
-        harm = f"{r['harmful_actions']}" + (f" ({', '.join(parts)})" if parts else "")
-        lines.append(f"| {r['scenario']} | {r['controller']} | {harm} | "
-                     f"{_cell(r['slo_attainment_interactive'] and 100 * r['slo_attainment_interactive'], '.2f')}"
-                     f"{'' if r['slo_attainment_interactive'] is None else ' %'} | {r['requests_failed']} | "
-                     f"{r['retries']} | {_cell(r['cost_usd'], '.2f')} |")
-    return "\n".join(lines)
-
-
-def write_results(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
-    """Write ``faults.json`` (the rows) and ``faults.md`` (the table) under ``out``; returns the paths.
-
-    Raises:
-        OSError: the directory cannot be created or written.
-    """
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "faults.json", out / "faults.md"]
-    write_text(paths[0], json.dumps(list(rows), indent=2) + "\n")
-    write_text(paths[1], markdown_table(rows) + "\n")
-    return paths

@@ -1,0 +1,64 @@
+"""The fault suite's rows and their table (``autoscaler faults run``'s output)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from autoscaler.faults.scenario import Scenario
+from autoscaler.files import write_text
+from autoscaler.workload.types import INTERACTIVE
+
+ROW_KEYS = ("scenario", "controller", "harmful_actions", "slo_attainment_interactive", "requests_failed",
+            "retries", "cost_usd")
+
+
+def make_row(sc: Scenario, name: str, summary: dict[str, Any], harm: dict[str, int]) -> dict[str, Any]:
+    """The row of ``name`` on ``sc`` from a run's ``results.json`` document and its harm counts."""
+    return {
+        "scenario": sc.name,
+        "controller": name,
+        "harmful_actions": sum(harm.values()),
+        "slo_attainment_interactive": summary["slo_attainment"][INTERACTIVE],
+        "requests_failed": summary["requests"]["failed"],
+        "retries": summary["admission"]["retries"],
+        "cost_usd": summary["cost_usd"]["total"],
+        "harm": harm,
+        "layer": sc.layer,
+        "reported": sc.reported,
+        "wall_s": summary["wall_s"],
+    }
+
+
+def _cell(x: Any, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as one Markdown table: scenario x controller -> harm (by rule), attainment, failed,
+    retries, cost."""
+    head = "| scenario | controller | harmful actions | interactive SLO | failed | retries | cost $ |"
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        parts = [f"{k} {v}" for k, v in r["harm"].items() if v]
+        harm = f"{r['harmful_actions']}" + (f" ({', '.join(parts)})" if parts else "")
+        lines.append(f"| {r['scenario']} | {r['controller']} | {harm} | "
+                     f"{_cell(r['slo_attainment_interactive'] and 100 * r['slo_attainment_interactive'], '.2f')}"
+                     f"{'' if r['slo_attainment_interactive'] is None else ' %'} | {r['requests_failed']} | "
+                     f"{r['retries']} | {_cell(r['cost_usd'], '.2f')} |")
+    return "\n".join(lines)
+
+
+def write_results(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+    """Write ``faults.json`` (the rows) and ``faults.md`` (the table) under ``out``; returns the paths.
+
+    Raises:
+        OSError: the directory cannot be created or written.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "faults.json", out / "faults.md"]
+    write_text(paths[0], json.dumps(list(rows), indent=2) + "\n")
+    write_text(paths[1], markdown_table(rows) + "\n")
+    return paths

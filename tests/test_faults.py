@@ -1,0 +1,165 @@
+"""The fault suite (autoscaler.faults): every short scenario of benchmarks/faults gives our controllers
+zero harmful actions; the rules that count harm fire on controllers built to do the harm; scenario
+files fail with one-line errors; ``autoscaler faults run`` keeps its interface."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DATA_DIR
+from typer.testing import CliRunner
+
+from autoscaler.cli import app
+from autoscaler.errors import ConfigError
+from autoscaler.faults.rows import ROW_KEYS
+from autoscaler.faults.scenario import load_scenario, scenario_fleet, scenario_workload
+from autoscaler.faults.suite import load_suite, run_sim_row, run_suite, suite_dir
+from autoscaler.state import ServiceEstimate
+from controllers.base import Controller, Decision, Reason
+
+SHORT = [sc for sc in load_suite(suite_dir()) if sc.short]
+SIM = [sc for sc in SHORT if sc.layer == "simulator"]
+LIVE = [sc for sc in SHORT if sc.layer == "live"]
+OURS = ("pid", "mpc")
+
+
+@pytest.fixture(scope="module")
+def sim_rows() -> dict[tuple[str, str], dict[str, Any]]:
+    rows = run_suite(SIM, OURS, DATA_DIR, workers=2)
+    return {(r["scenario"], r["controller"]): r for r in rows}
+
+
+@pytest.mark.parametrize("controller", OURS)
+@pytest.mark.parametrize("scenario", [sc.name for sc in SIM])
+def test_our_controllers_do_no_harm_in_the_simulator_scenarios(sim_rows: dict[tuple[str, str], dict[str, Any]],
+                                                                scenario: str, controller: str) -> None:
+    row = sim_rows[(scenario, controller)]
+    assert row["harmful_actions"] == 0, row["harm"]
+    assert set(ROW_KEYS) <= set(row)
+
+
+@pytest.mark.parametrize("controller", OURS)
+@pytest.mark.parametrize("scenario", [sc.name for sc in LIVE])
+def test_our_controllers_do_no_harm_in_the_live_scenarios(scenario: str, controller: str) -> None:
+    (row,) = run_suite([sc for sc in LIVE if sc.name == scenario], [controller], DATA_DIR)
+    assert row["harmful_actions"] == 0, row["harm"]
+    assert row["slo_attainment_interactive"] is not None and row["slo_attainment_interactive"] > 0.5
+
+
+def test_the_suite_has_a_scenario_for_every_reported_failure() -> None:
+    reported = {r for sc in load_suite(suite_dir()) for r in sc.reported}
+    for thread in ("ai-dynamo/dynamo#3131", "ai-dynamo/dynamo#6985", "ai-dynamo/dynamo#14765", "kedacore/keda#3064",
+                   "ai-dynamo/dynamo#14251", "ai-dynamo/dynamo#4420", "ai-dynamo/dynamo#10528",
+                   "vllm-project/aibrix#1032", "vllm-project/aibrix#2670", "vllm-project/aibrix#1159",
+                   "vllm-project/aibrix#1014", "llm-d/llm-d-autoscaling#1352", "llm-d/llm-d-autoscaling#1071",
+                   "kserve/kserve#1247", "kubeai-project/kubeai#67", "volcano-sh/kthena#1589"):
+        assert thread in reported, thread
+
+
+# ----------------------------------------------------------------------------- the rules fire
+class Harmful(Controller):
+    """A controller built to do one harm: ``mode`` ``missing-as-zero`` removes a replica whenever a
+    query failed (an outage read as idle); ``doubling`` doubles the fleet every tick."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__(mode, 15.0, 60.0, own_guard=True)
+        self.mode = mode
+
+    def decide(self, est: ServiceEstimate, svc: object) -> Decision:
+        cur = dict(est.current)
+        if self.mode == "missing-as-zero" and est.errors:
+            name = max(cur, key=lambda v: cur[v])
+            cur[name] -= 1
+        elif self.mode == "doubling" and est.signals.get("running"):
+            cur = {v: max(1, 2 * n) for v, n in cur.items()}
+        return Decision(cur, self.mode, Reason.SCALE_UP)
+
+
+def _run(name: str, controller: Controller) -> dict[str, Any]:
+    from autoscaler.faults.harm import harm_counts
+    from autoscaler.faults.inject import Injector
+    from autoscaler.simulate import SimulationDriver
+
+    sc = load_suite(suite_dir(), [name])[0]
+    cfg = scenario_fleet(sc)
+    driver = SimulationDriver(cfg, scenario_workload(sc, DATA_DIR), controller)
+    injector = Injector(sc, driver)
+    return harm_counts(sc, driver.run(on_step=injector.on_step))
+
+
+def test_a_scale_down_on_missing_data_is_counted() -> None:
+    harm = _run("prometheus-outage", Harmful("missing-as-zero"))
+    # 600 s of outage, a tick every 15 s, one replica removed per tick down to the minimum: several
+    assert harm["down_on_missing_data"] >= 3, harm
+
+
+def test_a_doubling_fleet_is_counted_as_overshoot() -> None:
+    harm = _run("silent-new-pods", Harmful("doubling"))
+    assert harm["overshoot"] >= 1, harm
+
+
+def test_generations_cut_without_draining_are_counted() -> None:
+    sc = load_suite(suite_dir(), ["long-generations"])[0]
+    cfg = scenario_fleet(sc)
+    cfg.controller.guard.drain_timeout_s = 0.0  # pods removed at once, their 30-s grace then cuts
+    row = run_sim_row(sc, "pid", cfg, scenario_workload(sc, DATA_DIR))
+    assert row["harm"]["cut_generations"] > 0 and row["requests_failed"] == row["harm"]["cut_generations"]
+
+
+def test_pods_held_pending_are_counted_for_an_anchor_that_waits_on_them() -> None:
+    sc = load_suite(suite_dir(), ["pending-pods"])[0]
+    row = run_sim_row(sc, "hpa", scenario_fleet(sc), scenario_workload(sc, DATA_DIR))
+    assert row["harm"]["held_pending"] > 0  # HPA keeps asking for H100 pods no node can take
+
+
+# ----------------------------------------------------------------------------- files and the CLI
+def _scenario(tmp_path: Path, text: str, name: str = "bad") -> Path:
+    (tmp_path / f"{name}.yaml").write_text(text)
+    return tmp_path / f"{name}.yaml"
+
+
+MINIMAL = """name: bad
+reported: [x/y#1]
+failure: f
+harmful: h
+workload: {piecewise: {knots: [[0, 1], [60, 1]]}}
+harm: [{rule: overshoot}]
+"""
+
+
+@pytest.mark.parametrize(("extra", "where"), [
+    ("faults: [{kind: external_edit, time_s: 1, variant: h100, replicas: 2}]", "faults.0: external_edit is not"),
+    ("faults: [{kind: prometheus_down, start_s: 10, end_s: 5}]", "end_s must be after start_s"),
+    ("faults: [{kind: meteor}]", "faults.0"),
+    ("harm: [{rule: vibes}]", "harm.0.rule"),
+])
+def test_a_bad_scenario_is_a_one_line_error_naming_file_and_key(tmp_path: Path, extra: str, where: str) -> None:
+    text = MINIMAL.replace("harm: [{rule: overshoot}]\n", "") + extra + ("\nharm: [{rule: overshoot}]\n"
+                                                                         if "harm" not in extra else "\n")
+    with pytest.raises(ConfigError) as err:
+        load_scenario(_scenario(tmp_path, text))
+    msg = str(err.value)
+    assert "\n" not in msg and "bad.yaml" in msg and where in msg, msg
+
+
+def test_unknown_scenario_lists_the_known_ones(tmp_path: Path) -> None:
+    _scenario(tmp_path, MINIMAL)
+    with pytest.raises(ConfigError, match=r"unknown scenario nope \(known: bad\)"):
+        load_suite(tmp_path, ["nope"])
+
+
+def test_faults_run_prints_the_rows_as_json(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["faults", "run", "--scenarios", "nan-at-zero", "--controllers", "pid,keda",
+                                   "--json", "--out", str(tmp_path / "out"), "--data", str(DATA_DIR)])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout[res.stdout.index("["):])
+    assert [r["controller"] for r in rows] == ["pid", "keda"] and all(set(ROW_KEYS) <= set(r) for r in rows)
+    assert json.loads((tmp_path / "out" / "faults.json").read_text()) == rows
+
+
+def test_faults_run_with_a_bad_controller_fails_before_running(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["faults", "run", "--scenarios", "nan-at-zero", "--controllers", "pid,nope"])
+    assert res.exit_code == 2 and "nope" in res.output
