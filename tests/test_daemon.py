@@ -28,27 +28,16 @@ from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.daemon import Daemon
 from autoscaler.faults.kubeapi import EmulatedCluster, deployment, emulated_cluster
+from autoscaler.faults.live import FollowTheCluster
 from autoscaler.faults.promserver import PromServer, Target
 from autoscaler.loop.export import serve
 from autoscaler.realtime import LiveSimulation
-from autoscaler.state import ServiceEstimate
-from controllers.base import Controller, Decision, Reason, hold
 
 SPEED = 20.0
 SCRAPE = "250ms"
 NS = "default"
 LEASE = {"duration_s": 3.0, "renew_s": 2.0, "retry_s": 0.5}  # wall seconds
 QUIET_S = 4.0  # how long the daemon leaves a variant alone after another writer's change, wall seconds
-
-
-class FollowTheCluster(Controller):
-    """The simulated cluster's own loop decides nothing: its replicas are what the API server says."""
-
-    def __init__(self) -> None:
-        super().__init__("cluster", 15.0, 60.0, own_guard=True)
-
-    def decide(self, est: ServiceEstimate, svc: object) -> Decision:
-        return hold(est.current, "the emulated Deployments decide", Reason.FIXED)
 
 
 @dataclass

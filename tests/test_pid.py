@@ -437,3 +437,40 @@ def test_shedding_sizes_for_the_gateways_arrivals_while_the_error_is_positive(ma
     d = PIDController(ctrl.pid, ctrl.tick_s, ctrl.window_s).decide(
         _estimate({**shedding, "slo_mean_ratio": 0.2}, 2, 0, 10.0), svc)
     assert d.desired == {"h100": 2}
+
+
+def _pid(**kw: float) -> PIDController:
+    from autoscaler.config import ControllerConfig, PIDConfig
+
+    ctrl = ControllerConfig(pid=PIDConfig(setpoint_signal="slo_mean_ratio", setpoint=0.3, deadband=0.0, **kw))
+    return PIDController(ctrl.pid, ctrl.tick_s, ctrl.window_s)
+
+
+def test_no_scale_up_when_nothing_is_running_or_waiting(make_fleet) -> None:
+    svc = make_fleet(2, min_replicas=0, max_replicas=20).services[0]
+    # the window's latency is 3x the setpoint, but the traffic has stopped: nothing in flight
+    quiet = {"slo_mean_ratio": 0.9, "request_rate_rps": 5.0, "arrival_rate_rps": 5.0, "queue_length": 0.0,
+             "running": 0.0}
+    assert _pid().decide(_estimate(quiet, 2, 0, 10.0), svc).desired == {"h100": 2}
+    busy = {**quiet, "running": 12.0, "arrival_rate_rps": 30.0}  # in flight, and more arriving than it serves
+    assert _pid().decide(_estimate(busy, 2, 0, 10.0), svc).desired["h100"] > 2
+
+
+def test_while_replicas_start_a_scale_up_asks_for_at_most_one_and_a_half_times_the_demand(make_fleet) -> None:
+    svc = make_fleet(4, min_replicas=0, max_replicas=40).services[0]
+    # 2 ready + 2 starting of 10 req/s, 30 req/s arriving, the error at its clip: without the cap the
+    # P term alone asks for far more; with it, at most 1.5 x 30 = 45 req/s -> 5 replicas
+    sig = {"slo_mean_ratio": 3.0, "request_rate_rps": 20.0, "arrival_rate_rps": 30.0, "queue_length": 50.0,
+           "running": 100.0}
+    d = _pid(kp=2.0).decide(_estimate(sig, 2, 2, 10.0), svc)
+    assert d.desired == {"h100": 5}, d.terms
+
+
+def test_a_scale_down_leaves_a_quarter_more_than_the_arrivals(make_fleet) -> None:
+    svc = make_fleet(10, min_replicas=0, max_replicas=40).services[0]
+    # 10 replicas of 10 req/s, 32 req/s arriving, latency far below the setpoint: the floor is
+    # 1.25 x 32 = 40 req/s -> 4 replicas, however hard the P term pulls
+    sig = {"slo_mean_ratio": 0.03, "request_rate_rps": 32.0, "arrival_rate_rps": 32.0, "queue_length": 0.0,
+           "running": 20.0}
+    d = _pid(kp=5.0, down_gain=1.0).decide(_estimate(sig, 10, 0, 10.0), svc)
+    assert d.desired == {"h100": 4}, d.terms
