@@ -30,8 +30,6 @@ from autoscaler.simulate import SimulationDriver, default_admission
 from autoscaler.workload.types import Workload
 from controllers.registry import ANCHORS, build
 
-DEFAULT_CONTROLLERS = ("pid", "mpc", "hpa", "keda", "kpa", "aibrix", "dynamo", "wva")
-
 
 def suite_dir() -> Path:
     """``benchmarks/faults`` of the source tree this package runs from."""
