@@ -14,13 +14,13 @@ so capacity is removed more gently than it is added.
         (derivative on measurement, not on error, so a setpoint change causes no derivative kick)
     u = clamp(I + P + D, out_min, out_max)
 
-Anti-windup: the integral is clamped to the output limits and, when a full step would saturate the
-output in the error's direction, integrated only as far as puts the output at that limit
-(conditional integration; holding it where it was left the output just above the minimum
-capacity for good, one replica more than the minimum after the load fell). Replicas still starting are capacity
-that has been asked for but cannot act yet (dead time of 90-300 s); integrating a positive error
-during that time would ask for it again, so positive errors are not integrated while
-``hold_integral`` is set. The integral starts at the current capacity (bumpless start).
+Anti-windup: the integral is clamped to the output limits and not integrated when the output is
+saturated in the error's direction (conditional integration), except toward the minimum: there it
+is integrated as far as puts the output at the minimum (held where it was, it left the output just
+above the minimum capacity for good, one replica more than the minimum after the load fell).
+Replicas still starting are capacity that has been asked for but cannot act yet (dead time of
+90-300 s); integrating a positive error during that time would ask for it again, so positive errors
+are not integrated while ``hold_integral`` is set. The integral starts at the current capacity (bumpless start).
 
 ``PIDController`` adds three rules around ``pid_step`` (replicas are whole and take minutes to start):
 
@@ -183,8 +183,6 @@ def pid_step(
         integral = min(max(candidate, out_min), out_max)
     elif saturated and e < 0:  # integrate only as far as puts the output at its lower limit
         integral = min(integral, max(out_min - p - d, out_min))
-    elif saturated and not hold_integral:  # ... or at its upper limit
-        integral = max(integral, min(out_max - p - d, out_max))
     output = min(max(integral + p + d, out_min), out_max)
     new_state = replace(state, integral=integral, prev_measurement=measurement, derivative=derivative)
     return output, new_state, PIDTerms(error=e, p=p, i=integral, d=d, output=output, saturated=saturated)

