@@ -80,6 +80,7 @@ those runs and why window means replaced the p95 signals.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -89,8 +90,6 @@ from controllers.base import Controller, Decision, Reason, change_reason, hold
 from controllers.split import capacity_of, split_capacity
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from autoscaler.config import Service
     from autoscaler.state import ServiceEstimate
 
@@ -103,12 +102,15 @@ class PIDState:
         integral: integral term in output units (requests/s of capacity), None before the first step.
         prev_measurement: last raw measurement, None before the first step.
         derivative: filtered derivative of the measurement divided by the setpoint, 1/s.
+        queue_history: ``(time s, queue length)`` samples over ``OVERLOAD_LOOKBACK_S``.
+        weights: the per-replica capacities (variant, requests/s) the integral was counted in.
     """
 
     integral: float | None = None
     prev_measurement: float | None = None
     derivative: float = 0.0
     queue_history: tuple[tuple[float, float], ...] = ()
+    weights: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,22 @@ def track(state: PIDState, guard_cut: float, applied: float) -> PIDState:
     return replace(state, integral=min(max(state.integral + guard_cut, lo), hi))
 
 
+def rescale(state: PIDState, current: Mapping[str, int], weights: Mapping[str, float]) -> PIDState:
+    """``state`` with its integral counted in ``weights`` (variant -> requests/s per replica).
+
+    The loop re-derives the capacities when the served mix changes (``autoscaler.loop.mix``); the
+    integral, in requests/s of capacity, is scaled by how the ``current`` fleet's capacity changed,
+    so it stands for the same replicas: left as it was, 8k-token prompts that cut a replica's
+    capacity five-fold would read the integral as five times the fleet.
+    """
+    key = tuple(sorted(weights.items()))
+    if state.integral is not None and state.weights and state.weights != key:
+        before = capacity_of(current, dict(state.weights))
+        if before > 0:
+            state = replace(state, integral=state.integral * capacity_of(current, weights) / before)
+    return replace(state, weights=key)
+
+
 OVERLOAD_LOOKBACK_S = 60.0
 STARTING_DEMAND_CAP = 1.5
 DOWN_DEMAND_FLOOR = 1.25
@@ -278,7 +296,7 @@ class PIDController(Controller):
         w = est.weights
         out_min = sum(v.min_replicas * w[v.name] for v in svc.variants)
         out_max = sum(v.cap * w[v.name] for v in svc.variants)
-        state = self.states.get(svc.name, PIDState())
+        state = rescale(self.states.get(svc.name, PIDState()), est.current, w)
         u, state, terms = pid_step(
             pid, state, y, self.tick_s, est.capacity_rps, out_min, out_max,
             hold_integral=est.starting > 0, scale=est.ready_capacity_rps,

@@ -126,6 +126,9 @@ class ControllerConfig(Strict):
         admission: the admission policy (``none``, ``pid`` or ``mpc``) for controllers other than
             the anchors' (``simulate`` and ``compare`` take ``--admission`` to override it).
         admission_settings: the policies' settings.
+        capacity_mix: the request mix the loop's per-replica capacities are sized for: ``observed``
+            (default) learns it from the served requests' token counters once a window holds enough
+            of them (``autoscaler.loop.mix``); ``typical`` keeps each service's ``typical_request``.
     """
 
     tick_s: float = Field(default=DEFAULT_TICK_S, ge=1.0)
@@ -135,6 +138,7 @@ class ControllerConfig(Strict):
     forecast: ForecastConfig = ForecastConfig()
     admission: AdmissionMode = "none"
     admission_settings: AdmissionConfig = AdmissionConfig()
+    capacity_mix: Literal["observed", "typical"] = "observed"
 
     @model_validator(mode="after")
     def _window(self) -> ControllerConfig:

@@ -22,6 +22,10 @@ every variant at its current count (no scale-down on an outage read as idle), ad
 ``query_failures`` and logs them; rejected values (``ServiceEstimate.warnings``) are logged too.
 When a variant's replica count is unknown (``VariantObservation.counts_known``), the loop holds the
 service whatever the controller, before any other rule.
+
+Capacities: each tick the estimate counts replicas at the capacities of the mix the service serves
+(``autoscaler.loop.mix``, ``controller.capacity_mix``), which the guard, the controller and
+``on_guard_cut`` read too.
 """
 
 from __future__ import annotations
@@ -35,13 +39,13 @@ from autoscaler.loop.drain import DrainState, drain
 from autoscaler.loop.estimate import ArrivalInference, estimate
 from autoscaler.loop.forecast import ForecastStage
 from autoscaler.loop.guard import Guarded, GuardState, clamp, guard
+from autoscaler.loop.mix import MixTracker
 from autoscaler.loop.observe import MetricsSource
 from autoscaler.loop.warmth import WarmthStage
 from autoscaler.state import ServiceEstimate
 from controllers.admission import AdmissionPolicy
 from controllers.base import Controller, Decision, Reason, hold
 from controllers.split import cost_per_capacity
-from models.capacity import variant_weights
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +112,10 @@ class ControlLoop:
         self.controller = controller
         self.admission = admission
         self.policy = policy
-        self.weights = {s.name: variant_weights(s, cfg.simulator.engine) for s in cfg.services}
+        observed = cfg.controller.capacity_mix == "observed"
+        self.mixes = {s.name: MixTracker(s, cfg.simulator.engine, cfg.controller.window_s, observed)
+                      for s in cfg.services}
+        self.weights = {s.name: self.mixes[s.name].weights for s in cfg.services}
         self.guards = {s.name: GuardState() for s in cfg.services}
         self.arrivals = {s.name: ArrivalInference() for s in cfg.services}
         self.started_s = 0.0
@@ -138,7 +145,7 @@ class ControlLoop:
             return hold(est.current, f"hold: {why}", Reason.COUNTS_UNKNOWN)
         if ctrl.own_guard:
             return ctrl.decide(est, svc)
-        if est.capacity_rps == 0 and waiting > 0:
+        if sum(est.current.values()) == 0 and waiting > 0:
             return scale_from_zero(svc, self.weights[svc.name], waiting)
         if now - self.started_s < ctrl.window_s:
             return hold(est.current, "warming up: less than one window of data", Reason.WARMING_UP)
@@ -182,10 +189,11 @@ class ControlLoop:
         estimates = {}
         for svc in self.cfg.services:
             obs = observations[svc.name]
+            self.weights[svc.name] = self.mixes[svc.name].update(obs.signals)
             est = estimate(obs, svc, self.weights[svc.name])
             self.arrivals[svc.name].apply(est)
             if svc.name in self.forecasts:
-                self.forecasts[svc.name].apply(est)
+                self.forecasts[svc.name].apply(est, self.controller.window_s - self.controller.tick_s)
                 self.warmth[svc.name].apply(est)
             if est.errors:
                 self.query_failures[svc.name] += len(est.errors)

@@ -1,0 +1,99 @@
+"""Estimate stage: the request mix the capacity model sizes replicas for, learnt from what is served.
+
+A fleet file's ``typical_request`` is a guess made once. When the traffic differs (8k-token prompts
+where 1k were declared: dynamo#10528's prefill-heavy burst), every capacity the loop reads is wrong
+from the first tick: one GH200 counted as 14.9 req/s where it serves 2.9, so a PID that caps a
+scale-up at 1.5x the demand never scales up, and a demand floor lets the fleet shrink below its need.
+
+``MixTracker`` starts from ``typical_request`` and, once the window holds at least
+``MIN_REQUESTS`` completions, re-derives the per-replica capacities (``models.capacity.variant_weights``)
+from the window's own means: prompt tokens per request (``prompt_tokens_rps / request_rate_rps``),
+output tokens per request (``generation_tokens_rps / request_rate_rps``) and the prefix-cache hit rate
+(``prefix_hit_rate``; the declared one where the server exports none). These are vLLM's
+``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total`` and ``vllm:request_success_total``
+rates over the same window. While load rises, tokens are counted before their requests complete,
+so the means read long and the capacities low: the error is on the side of more replicas.
+
+It re-derives only when the prompt tokens computed per request (input x (1 - hit)) or the output
+tokens per request moved by more than ``MIX_TOLERANCE`` from the mix the capacities were derived
+for: every change moves the unit a capacity-based controller integrates in, so it must be rare.
+A variant that cannot meet the SLO for the served mix at any load gets capacity 0, as
+``variant_weights`` gives it (the split then moves its load to the others). A mix under which no
+variant can meet it is not adopted: there is nothing to size for, and the warning says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+
+from autoscaler.config import EngineConfig, Service
+from autoscaler.loop.forecast import per_request
+from models.capacity import RequestMix, variant_weights
+
+log = logging.getLogger(__name__)
+
+MIN_REQUESTS = 20.0
+"""Completions the window must hold before its means replace the declared mix (20: a mean of
+lognormal lengths with sigma ~1 is then within ~25 % of the true mean, the tolerance below)."""
+
+MIX_TOLERANCE = 0.25
+"""Relative change of prompt tokens computed or output tokens per request that re-derives the
+capacities (the same 25 % as the PID's deadband: smaller moves are inside the capacity model's error)."""
+
+
+class MixTracker:
+    """The per-replica capacities (variant -> requests/s) of one service for the mix it serves.
+
+    Args:
+        svc: the service; its ``typical_request`` is the starting mix.
+        engine: the simulator's engine settings the capacity model reads.
+        window_s: the signal window, seconds (``controller.window_s``).
+        observed: learn the mix from the signals; False keeps ``typical_request`` for good.
+    """
+
+    def __init__(self, svc: Service, engine: EngineConfig, window_s: float, observed: bool = True) -> None:
+        t = svc.typical_request
+        self.svc = svc
+        self.engine = engine
+        self.window_s = window_s
+        self.observed = observed
+        self.basis = (t.input_tokens, t.output_tokens, t.prefix_hit_rate)
+        self.weights = variant_weights(svc, engine, RequestMix.from_means(*self.basis))
+        self._refused: tuple[float, float, float] | None = None
+
+    def update(self, signals: Mapping[str, float | None]) -> dict[str, float]:
+        """The capacities for this tick, re-derived when the window's mix left the tolerance (module
+        docstring); unchanged when a signal it needs is unknown or the window holds too few requests."""
+        mix = self.window_mix(signals) if self.observed else None
+        if mix is None or not self._moved(mix):
+            return self.weights
+        weights = variant_weights(self.svc, self.engine, RequestMix.from_means(*mix))
+        if all(w <= 0 for w in weights.values()):
+            if self._refused != mix:
+                log.warning("%s: no variant meets the SLO for the served mix of %.0f in / %.0f out tokens (hit %.2f); "
+                            "keeping the capacities of %.0f / %.0f", self.svc.name, *mix, *self.basis[:2])
+            self._refused = mix
+            return self.weights
+        log.info("%s: sizing for the served mix: %.0f in / %.0f out tokens, hit %.2f (was %.0f / %.0f, %.2f)",
+                 self.svc.name, *mix, *self.basis)
+        self.basis, self.weights, self._refused = mix, weights, None
+        return self.weights
+
+    def window_mix(self, signals: Mapping[str, float | None]) -> tuple[float, float, float] | None:
+        """(mean prompt tokens, mean output tokens, prefix hit rate) of the window; None when unknown."""
+        rate = signals.get("request_rate_rps")
+        prompt = per_request(signals.get("prompt_tokens_rps"), rate)
+        gen = per_request(signals.get("generation_tokens_rps"), rate)
+        if (rate is None or prompt is None or gen is None or not math.isfinite(prompt * gen)
+                or rate * self.window_s < MIN_REQUESTS):
+            return None
+        hit = signals.get("prefix_hit_rate")
+        hit = self.basis[2] if hit is None or not math.isfinite(hit) else min(max(hit, 0.0), 0.99)
+        return max(prompt, 1.0), max(gen, 1.0), hit
+
+    def _moved(self, mix: tuple[float, float, float]) -> bool:
+        computed, basis_computed = mix[0] * (1 - mix[2]), self.basis[0] * (1 - self.basis[2])
+        return (abs(computed / basis_computed - 1) > MIX_TOLERANCE
+                or abs(mix[1] / self.basis[1] - 1) > MIX_TOLERANCE)

@@ -1,0 +1,110 @@
+"""The loop's served-mix capacities (autoscaler.loop.mix) and the PID's integral across a change of them."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.config import FleetConfig
+from autoscaler.config.loading import default_fleet_document
+from autoscaler.loop.mix import MIN_REQUESTS, MixTracker
+from controllers.pid import PIDState, rescale
+from models.capacity import RequestMix, variant_weights
+
+CFG = FleetConfig.model_validate(default_fleet_document())
+SVC = CFG.services[0]
+ENGINE = CFG.simulator.engine
+WINDOW_S = 300.0
+
+
+def served(rate: float, input_tokens: float, output_tokens: float, hit: float | None = None) -> dict[str, float | None]:
+    return {"request_rate_rps": rate, "prompt_tokens_rps": rate * input_tokens,
+            "generation_tokens_rps": rate * output_tokens, "prefix_hit_rate": hit}
+
+
+def expected(input_tokens: float, output_tokens: float, hit: float) -> dict[str, float]:
+    return variant_weights(SVC, ENGINE, RequestMix.from_means(input_tokens, output_tokens, hit))
+
+
+def test_starts_at_the_declared_typical_request() -> None:
+    t = SVC.typical_request
+    assert MixTracker(SVC, ENGINE, WINDOW_S).weights == expected(t.input_tokens, t.output_tokens, t.prefix_hit_rate)
+    assert MixTracker(SVC, ENGINE, WINDOW_S).weights == variant_weights(SVC, ENGINE)
+
+
+def test_sizes_for_the_served_mix_once_the_window_holds_enough_requests() -> None:
+    # dynamo#10528's burst: 8000-token prompts where 1024 were declared; a GH200 is then worth about
+    # a sixth of the declared capacity
+    m = MixTracker(SVC, ENGINE, WINDOW_S)
+    declared = dict(m.weights)
+    w = m.update(served(5.0, 8000, 400, 0.1))
+    assert w == expected(8000, 400, 0.1)
+    assert w["gh200"] < declared["gh200"] / 4
+    assert m.basis == (8000, 400, 0.1)
+
+
+def test_keeps_the_capacities_inside_the_tolerance_and_without_enough_data() -> None:
+    m = MixTracker(SVC, ENGINE, WINDOW_S)
+    declared = dict(m.weights)
+    assert m.update(served(5.0, 1024 * 1.2, 256 * 0.8)) == declared  # both within 25 %
+    few = MIN_REQUESTS / WINDOW_S * 0.9  # fewer completions in the window than MIN_REQUESTS
+    assert m.update(served(few, 8000, 256)) == declared
+    for missing in ("request_rate_rps", "prompt_tokens_rps", "generation_tokens_rps"):
+        sig = served(5.0, 8000, 256)
+        sig[missing] = None
+        assert m.update(sig) == declared
+    assert m.update({**served(5.0, 8000, 256), "prompt_tokens_rps": float("nan")}) == declared
+    assert m.update(served(0.0, 8000, 256)) == declared  # no traffic is not a mix
+
+
+def test_the_prefix_hit_rate_counts_through_the_tokens_it_leaves_to_compute() -> None:
+    # 1024 tokens at hit 0.5 leave 512 to compute: outside the tolerance of 1024 at hit 0
+    m = MixTracker(SVC, ENGINE, WINDOW_S)
+    assert m.update(served(5.0, 1024, 256, 0.5)) == expected(1024, 256, 0.5)
+    # unknown hit rate (a server exporting none): the declared one
+    m2 = MixTracker(SVC, ENGINE, WINDOW_S)
+    assert m2.update(served(5.0, 4000, 256, None)) == expected(4000, 256, SVC.typical_request.prefix_hit_rate)
+
+
+def test_a_variant_that_cannot_meet_the_slo_gets_zero_and_no_variant_keeps_the_old() -> None:
+    m = MixTracker(SVC, ENGINE, WINDOW_S)
+    long_ = expected(16000, 256, 0.0)
+    assert long_["a100"] == 0 < long_["h100"]  # (the capacity model's own answer)
+    assert m.update(served(2.0, 16000, 256, 0.0)) == long_
+    before = dict(m.weights)
+    assert all(w == 0 for w in expected(64000, 256, 0.0).values())
+    assert m.update(served(2.0, 64000, 256, 0.0)) == before
+
+
+def test_typical_keeps_the_declared_mix() -> None:
+    m = MixTracker(SVC, ENGINE, WINDOW_S, observed=False)
+    declared = dict(m.weights)
+    assert m.update(served(5.0, 8000, 400)) == declared
+
+
+@pytest.mark.parametrize("mode", ["observed", "typical"])
+def test_the_loop_counts_capacity_at_the_served_mix(mode: str) -> None:
+    from autoscaler.simulate import run_simulation
+    from autoscaler.workload.types import Request, Workload
+
+    doc = default_fleet_document()
+    doc["controller"]["capacity_mix"] = mode
+    cfg = FleetConfig.model_validate(doc)
+    reqs = [Request(arrival_s=i / 2.0, input_tokens=6000, output_tokens=100) for i in range(1200)]
+    run = run_simulation(cfg, Workload(reqs), "pid")
+    est = run.ticks[-1].services[cfg.services[0].name].estimate
+    declared = variant_weights(cfg.services[0], cfg.simulator.engine)
+    if mode == "typical":
+        assert est.weights == declared
+    else:
+        assert est.weights["gh200"] < declared["gh200"] / 3
+
+
+def test_pid_integral_stands_for_the_same_replicas_after_a_change() -> None:
+    # 3 replicas counted at 10 req/s each (integral 30) are 6 req/s at 2 each
+    state = PIDState(integral=30.0, weights=(("a", 10.0),))
+    out = rescale(state, {"a": 3}, {"a": 2.0})
+    assert out.integral == pytest.approx(6.0)
+    assert out.weights == (("a", 2.0),)
+    assert rescale(out, {"a": 3}, {"a": 2.0}).integral == pytest.approx(6.0)  # unchanged weights
+    first = rescale(PIDState(integral=30.0), {"a": 3}, {"a": 2.0})  # nothing known before: as it is
+    assert first.integral == 30.0
