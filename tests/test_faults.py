@@ -32,25 +32,7 @@ def sim_rows() -> dict[tuple[str, str], dict[str, Any]]:
     return {(r["scenario"], r["controller"]): r for r in rows}
 
 
-KNOWN_HARM = {
-    # The PID removes a GH200 at the trough after a burst of 8k-token prompts whose backlog still
-    # misses the SLO: its 300-s window mean reads calm (docs/faults.md, "What is left").
-    ("prefill-sinusoid", "pid"): "down_while_missing_slo",
-    # The MPC holds a second GH200 ~9 min past the 15-min mark: after the drop its forecast's 90 %
-    # interval stays wide, so it plans for ~12 req/s where 3 arrive (docs/faults.md, "What is left").
-    ("slow-scale-down", "mpc"): "held_idle",
-}
-
-
-def _case(scenario: str, controller: str) -> Any:
-    known = KNOWN_HARM.get((scenario, controller))
-    # strict, and only for the harm assertion: CI fails the day the harm is gone (the mark must go) or
-    # the run breaks another way
-    marks = [pytest.mark.xfail(strict=True, raises=AssertionError, reason=f"known: {known}")] if known else []
-    return pytest.param(scenario, controller, marks=marks, id=f"{scenario}-{controller}")
-
-
-@pytest.mark.parametrize(("scenario", "controller"), [_case(sc.name, c) for sc in SIM for c in OURS])
+@pytest.mark.parametrize(("scenario", "controller"), [(sc.name, c) for sc in SIM for c in OURS])
 def test_our_controllers_do_no_harm_in_the_simulator_scenarios(sim_rows: dict[tuple[str, str], dict[str, Any]],
                                                                 scenario: str, controller: str) -> None:
     row = sim_rows[(scenario, controller)]

@@ -42,9 +42,32 @@ def test_forecast_is_off_by_default_and_exported_when_on(make_fleet) -> None:
     sim = FleetSimulator(cfg, steady(2.0, 400.0))
     loop = ControlLoop(cfg, SimMetricsSource(sim, 60.0), SimActuator(sim), build("pid", cfg))
     metrics = LoopMetrics(loop, CollectorRegistry())
-    for k in range(1, 21):
+    for k in range(1, 31):  # the forecaster is fed once the source holds the PID's 300-s window
         sim.run_until(15.0 * k)
         metrics.record(loop.tick(15.0 * k), 0.001)
     text = generate_latest(metrics.registry).decode()
     assert 'autoscaler_forecast_rate_rps{bound="point",service="svc"}' in text
     assert 'autoscaler_forecast_tokens{kind="input",service="svc"}' in text
+
+
+def test_rates_over_a_partial_window_are_not_fed() -> None:
+    # A source holding 100 s of a 300-s window reports rates over a third of it (a ramp from zero no
+    # traffic made): nothing is fed, so no forecast exists; once it holds the window, the steps are.
+    from autoscaler.config import ForecastConfig
+    from autoscaler.loop.forecast import ForecastStage
+    from autoscaler.state import ServiceEstimate
+
+    stage = ForecastStage(ForecastConfig(enabled=True, step_s=60, horizon_s=120))
+
+    def tick(t: float, history_s: float) -> ServiceEstimate:
+        est = ServiceEstimate("svc", t, {"request_rate_rps": 5.0, "prompt_tokens_rps": 500.0,
+                                         "generation_tokens_rps": 100.0}, {}, {}, False, 0.0, 0.0, 0,
+                              history_s=history_s)
+        stage.apply(est, window_s=300.0)
+        return est
+
+    for t in range(15, 300, 15):
+        assert tick(float(t), float(t)).signals["forecast_rate_rps"] is None
+    seen = [tick(float(t), float(t)).signals["forecast_rate_rps"] for t in range(300, 480, 15)]
+    assert seen[0] is None  # the first full-window tick opens a step; no step has closed yet
+    assert seen[-1] == 5.0

@@ -51,21 +51,28 @@ class ForecastStage:
         self.path_horizon_s = max(cfg.horizon_s, path_horizon_s or 0.0)
         self.forecaster = LoadForecaster(step_s=cfg.step_s, max_horizon_s=max(self.path_horizon_s, cfg.step_s))
 
-    def apply(self, est: ServiceEstimate) -> None:
+    def apply(self, est: ServiceEstimate, window_s: float | None = None) -> None:
         """Update with ``est``'s signals and add the forecast signals to ``est.signals`` (in place).
+
+        While the source holds less than ``window_s`` (the signals' window, seconds) of samples
+        (``est.history_s``), its rates are over a part of the window: they are not fed (a simulation
+        starting at t = 0 would show a ramp from zero that no traffic made, and its errors would
+        widen the forecast's interval for as long as they are kept).
 
         BLAS runs single-threaded meanwhile: the state-space fits multiply small matrices, for which
         OpenBLAS's threads cost far more than they save (3x slower on a 2-core machine, measured).
         """
         sig = est.signals
         rate = sig.get("request_rate_rps")
+        partial = window_s is not None and est.history_s is not None and est.history_s < window_s
         with threadpool_limits(limits=1, user_api="blas"):
-            self.forecaster.update(
-                est.time_s,
-                rate,
-                per_request(sig.get("prompt_tokens_rps"), rate),
-                per_request(sig.get("generation_tokens_rps"), rate),
-            )
+            if not partial:
+                self.forecaster.update(
+                    est.time_s,
+                    rate,
+                    per_request(sig.get("prompt_tokens_rps"), rate),
+                    per_request(sig.get("generation_tokens_rps"), rate),
+                )
             f, long = self.forecaster.forecast_pair(self.cfg.horizon_s, self.path_horizon_s)
             path = long.rate_rps
         est.rate_forecast = None if path is None else RateForecast(
