@@ -698,6 +698,8 @@ def faults_run(
         help="folder of scenario files (default: benchmarks/faults of this source tree)", show_default=False)] = None,
     data: Annotated[Path, typer.Option(help="folder holding the traces trace scenarios name")] = Path("../shared/data"),
     workers: Annotated[int | None, typer.Option(help="processes for the simulator rows (default: CPUs)")] = None,
+    seed: Annotated[int | None, typer.Option(help="workload seed of every scenario (default: each file's own)",
+                                             show_default=False)] = None,
 ) -> None:
     """Run the fault scenarios against the controllers; print scenario x controller -> harmful actions,
     interactive attainment, requests failed, retries and cost (docs/faults.md)."""
@@ -707,6 +709,8 @@ def faults_run(
     try:
         if workers is not None and workers < 1:
             raise ValueError(f"--workers must be >= 1, got {workers}")
+        if seed is not None and seed < 0:
+            raise ValueError(f"--seed must be >= 0, got {seed}")
         names = [c.strip() for c in controllers.split(",")]
         if "" in names or len(set(names)) != len(names):
             raise ValueError(f"--controllers '{controllers}': an empty or repeated entry")
@@ -715,6 +719,8 @@ def faults_run(
             raise ValueError(f"--scenarios '{scenarios}': an empty or repeated entry")
         suite_path = suite_dir() if suite is None else suite
         chosen = load_suite(suite_path, wanted)
+        if seed is not None:
+            chosen = [sc.model_copy(update={"seed": seed}) for sc in chosen]
         if out is not None:
             files.check_writable(out)
         total = len(chosen) * len(names)

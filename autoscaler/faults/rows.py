@@ -28,6 +28,7 @@ def make_row(sc: Scenario, name: str, summary: dict[str, Any], harm: dict[str, i
         "harm": harm,
         "layer": sc.layer,
         "reported": sc.reported,
+        "seed": sc.seed,
         "wall_s": summary["wall_s"],
     }
 
