@@ -166,3 +166,17 @@ def test_faults_run_prints_the_rows_as_json(tmp_path: Path) -> None:
 def test_faults_run_with_a_bad_controller_fails_before_running(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["faults", "run", "--scenarios", "nan-at-zero", "--controllers", "pid,nope"])
     assert res.exit_code == 2 and "nope" in res.output
+
+
+def test_faults_run_seed_sets_every_scenarios_workload_seed(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["faults", "run", "--scenarios", "nan-at-zero", "--controllers", "pid",
+                                   "--json", "--seed", "3", "--data", str(DATA_DIR)])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(res.stdout[res.stdout.index("["):])
+    assert row["seed"] == 3
+    sc = load_suite(suite_dir(), ["nan-at-zero"])[0]
+    arrivals = [[r.arrival_s for r in scenario_workload(sc.model_copy(update={"seed": s}), DATA_DIR).requests]
+                for s in (0, 3)]
+    assert arrivals[0] != arrivals[1]
+    bad = CliRunner().invoke(app, ["faults", "run", "--scenarios", "nan-at-zero", "--seed", "-1"])
+    assert bad.exit_code == 2 and "--seed must be >= 0" in bad.output
