@@ -202,7 +202,8 @@ def test_speed_factor_inverts_the_fluid_step_time() -> None:
 def test_mpc_learns_gpus_slower_than_their_profile() -> None:
     # The simulator's GPUs run 1.6 times slower than the profiles say (simulator.slowdown); 10 req/s,
     # then 60. Learning from its pods' ITL, the MPC's speed factors reach 1.6 within 10 % and it
-    # serves the step; told nothing (learn=0) it sizes for the profile and the fleet collapses.
+    # serves the step; told nothing (learn=0) it sizes for the profile, a fleet with 1/1.6 = 62.5 % of
+    # the capacity the step needs, so at most about that share of the step's requests meets the SLO.
     # (On Azure conv x20 with GPUs 1.3x slow: 99.45 % learned, 81.55 % not; docs/controllers.md.)
     cfg = CFG.model_copy(deep=True)
     cfg.simulator.slowdown = {v.name: 1.6 for v in SVC.variants}
@@ -222,7 +223,7 @@ def test_mpc_learns_gpus_slower_than_their_profile() -> None:
             last = run.ticks[-1].services[SVC.name].decision.terms
             learned = [last[f"speed_{v.name}"] for v in SVC.variants if last[f"speed_{v.name}"] != 1.0]
             assert learned and all(abs(x - 1.6) <= 0.16 for x in learned), last
-    assert results["mpc"] >= 0.99 and results["mpc:learn=0"] < 0.5, results
+    assert results["mpc"] >= 0.99 and results["mpc:learn=0"] < 0.7, results
 
 
 def test_slowdown_names_a_known_variant() -> None:
