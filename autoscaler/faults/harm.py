@@ -32,6 +32,7 @@ capacity is not one), *up* when above. The rules, each counting events:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,57 +119,92 @@ def _missing_windows(sc: Scenario) -> list[tuple[float, float]]:
     return [(f.start_s, f.end_s) for f in sc.faults if isinstance(f, PrometheusDown | PodMetricsMissing)]
 
 
-def count(rule: HarmRule, facts: RunFacts, sc: Scenario) -> int:
-    """The events ``rule`` counts in the run (module docstring)."""
-    run = facts.run
-    downs = [c for c in facts.changes if c.after_rps < c.before_rps]
+def _downs(facts: RunFacts) -> list[Change]:
+    return [c for c in facts.changes if c.after_rps < c.before_rps]
+
+
+def _one(facts: RunFacts) -> float:
+    """The largest replica's capacity, requests/s: the slack every sizing rule allows."""
+    return max(facts.capacity.values())
+
+
+def _replicas(facts: RunFacts) -> list[Any]:
+    sim = facts.run.sim
+    return [r for s in sim.services.values() for r in s.replicas if s.cfg.name == sim.target]
+
+
+def _missing_slo(facts: RunFacts, rule: HarmRule, t: float) -> bool:
+    att = facts.attainment(t - DEMAND_BEHIND_S, t)
+    return att is not None and att < rule.objective
+
+
+def _down_on_missing_data(rule: HarmRule, facts: RunFacts, sc: Scenario) -> int:
+    windows = _missing_windows(sc)
+    return sum(1 for c in _downs(facts) if c.errors or any(a <= c.time_s <= b for a, b in windows))
+
+
+def _down_while_missing_slo(rule: HarmRule, facts: RunFacts, sc: Scenario) -> int:
+    return sum(1 for c in _downs(facts) if _missing_slo(facts, rule, c.time_s))
+
+
+def _overshoot(rule: HarmRule, facts: RunFacts, sc: Scenario) -> int:
     ups = [c for c in facts.changes if c.after_rps > c.before_rps]
-    one = max(facts.capacity.values())
-    if rule.rule == "down_on_missing_data":
-        windows = _missing_windows(sc)
-        return sum(1 for c in downs if c.errors or any(a <= c.time_s <= b for a, b in windows))
-    if rule.rule == "down_while_missing_slo":
-        n = 0
-        for c in downs:
-            att = facts.attainment(c.time_s - DEMAND_BEHIND_S, c.time_s)
-            n += att is not None and att < rule.objective
-        return n
-    if rule.rule == "overshoot":
-        return sum(1 for c in ups
-                   if c.after_rps > max(facts.min_rps, rule.factor * facts.demand(c.time_s, rule.lookahead_s) + one))
-    replicas = [r for s in run.sim.services.values() for r in s.replicas if s.cfg.name == run.sim.target]
-    if rule.rule == "killed_starting":
-        n = 0
-        for r in replicas:
-            t = r.removed_s
-            if t is None or t >= r.ready_s:
-                continue
-            att = facts.attainment(t - DEMAND_BEHIND_S, t)
-            n += att is not None and att < rule.objective
-        return n
-    if rule.rule == "cut_generations":
-        return run.sim.cut_requests
-    if rule.rule == "held_pending":
-        limit = rule.after_s if rule.after_s is not None else run.sim.cfg.kubernetes.pending_timeout_s + 60.0
-        n = 0
-        for r in replicas:
-            left = min(x for x in (r.scheduled_s, r.removed_s, r.gone_s, facts.end_s) if x is not None)
-            n += left - r.created_s > limit
-        return n
-    if rule.rule == "held_idle":
-        at = rule.after_s if rule.after_s is not None else facts.end_s
-        alive = sum(1 for r in replicas if r.created_s <= at and (r.removed_s is None or r.removed_s > at)
-                    and (r.gone_s is None or r.gone_s > at))
-        need = max(sum(v.min_replicas for v in facts.svc.variants),
-                   math.ceil(rule.factor * facts.demand(at, 0.0) / one))
-        return max(0, alive - need)
-    if rule.rule == "flaps":
-        n = 0
-        for a, b in zip(facts.changes, facts.changes[1:], strict=False):
-            reversed_ = (a.after_rps > a.before_rps) != (b.after_rps > b.before_rps)
-            n += reversed_ and b.time_s - a.time_s <= rule.window_s
-        return n
-    raise ValueError(f"{rule.rule}: counted only in the live layer")
+    return sum(1 for c in ups if c.after_rps > max(facts.min_rps, rule.factor * facts.demand(c.time_s, rule.lookahead_s)
+                                                   + _one(facts)))
+
+
+def _killed_starting(rule: HarmRule, facts: RunFacts, sc: Scenario) -> int:
+    return sum(1 for r in _replicas(facts)
+               if r.removed_s is not None and r.removed_s < r.ready_s and _missing_slo(facts, rule, r.removed_s))
+
+
+def _cut_generations(rule: HarmRule, facts: RunFacts, sc: Scenario) -> int:
+    return facts.run.sim.cut_requests
+
+
+def _held_pending(rule: HarmRule, facts: RunFacts, sc: Scenario) -> int:
+    limit = rule.after_s if rule.after_s is not None else facts.run.sim.cfg.kubernetes.pending_timeout_s + 60.0
+    return sum(1 for r in _replicas(facts)
+               if min(x for x in (r.scheduled_s, r.removed_s, r.gone_s, facts.end_s) if x is not None)
+               - r.created_s > limit)
+
+
+def _held_idle(rule: HarmRule, facts: RunFacts, sc: Scenario) -> int:
+    at = rule.after_s if rule.after_s is not None else facts.end_s
+    alive = sum(1 for r in _replicas(facts) if r.created_s <= at and (r.removed_s is None or r.removed_s > at)
+                and (r.gone_s is None or r.gone_s > at))
+    need = max(sum(v.min_replicas for v in facts.svc.variants),
+               math.ceil(rule.factor * facts.demand(at, 0.0) / _one(facts)))
+    return max(0, alive - need)
+
+
+def _flaps(rule: HarmRule, facts: RunFacts, sc: Scenario) -> int:
+    return sum(1 for a, b in zip(facts.changes, facts.changes[1:], strict=False)
+               if (a.after_rps > a.before_rps) != (b.after_rps > b.before_rps) and b.time_s - a.time_s <= rule.window_s)
+
+
+RULES: dict[str, Callable[[HarmRule, RunFacts, Scenario], int]] = {
+    "down_on_missing_data": _down_on_missing_data,
+    "down_while_missing_slo": _down_while_missing_slo,
+    "overshoot": _overshoot,
+    "killed_starting": _killed_starting,
+    "cut_generations": _cut_generations,
+    "held_pending": _held_pending,
+    "held_idle": _held_idle,
+    "flaps": _flaps,
+}
+"""The simulator layer's rules (module docstring); the live layer adds its own (``autoscaler.faults.live``)."""
+
+
+def count(rule: HarmRule, facts: RunFacts, sc: Scenario) -> int:
+    """The events ``rule`` counts in the run (module docstring).
+
+    Raises:
+        ValueError: a rule counted only in the live layer.
+    """
+    if rule.rule not in RULES:
+        raise ValueError(f"{rule.rule}: counted only in the live layer")
+    return int(RULES[rule.rule](rule, facts, sc))
 
 
 def harm_counts(sc: Scenario, run: SimulationRun) -> dict[str, Any]:
