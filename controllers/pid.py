@@ -255,9 +255,16 @@ def silent_pods(est: ServiceEstimate) -> int:
     return max(0, sum(v.ready for v in est.variants.values()) - len(est.pods))
 
 
-def queue_growing(history: tuple[tuple[float, float], ...]) -> bool:
-    """Whether the queue is longer at the last sample of ``history`` than at the first."""
-    return len(history) >= 2 and history[-1][1] > history[0][1]
+QUEUE_NOISE = 0.1
+"""A queue that grows by at most one request plus this share of the running ones over the lookback
+is noise, not a growing queue (prefill-sinusoid, seed 2: 0 -> 1 waiting request lifted the demand cap
+while the window's mean still showed a drained backlog, and the PID added seven replicas)."""
+
+
+def queue_growing(history: tuple[tuple[float, float], ...], running: float | None) -> bool:
+    """Whether the queue grew between the first and last sample of ``history`` by more than
+    ``1 + QUEUE_NOISE * running`` requests (``running``: requests running now; None counts as 0)."""
+    return len(history) >= 2 and history[-1][1] - history[0][1] > 1 + QUEUE_NOISE * (running or 0.0)
 
 
 def drain_time_s(history: tuple[tuple[float, float], ...]) -> float | None:
@@ -317,7 +324,8 @@ class PIDController(Controller):
                 u = min(max(u, est.ready_capacity_rps * factor), out_max)
         settling = est.starting > 0 or any(p.ready_s is not None and p.ready_s > est.time_s - OVERLOAD_LOOKBACK_S
                                            for p in est.pods) or silent_pods(est) > 0
-        if (settling or not queue_growing(history)) and not shedding and u > est.capacity_rps:
+        growing = queue_growing(history, est.signals.get("running"))
+        if (settling or not growing) and not shedding and u > est.capacity_rps:
             demand = max(est.signals.get("arrival_rate_rps") or 0.0,
                          (served or 0.0) * (overload_factor(history, served, float("inf")) or 1.0))
             if demand > 0:

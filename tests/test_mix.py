@@ -6,7 +6,7 @@ import pytest
 
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import default_fleet_document
-from autoscaler.loop.mix import MIN_REQUESTS, MixTracker
+from autoscaler.loop.mix import MIN_REQUESTS, QUEUE_STEADY, STEADY_TOLERANCE, MixTracker
 from controllers.pid import PIDState, rescale
 from models.capacity import RequestMix, variant_weights
 
@@ -17,8 +17,10 @@ WINDOW_S = 300.0
 
 
 def served(rate: float, input_tokens: float, output_tokens: float, hit: float | None = None) -> dict[str, float | None]:
+    """A steady window's signals: no queue, completions equal to the arrivals."""
     return {"request_rate_rps": rate, "prompt_tokens_rps": rate * input_tokens,
-            "generation_tokens_rps": rate * output_tokens, "prefix_hit_rate": hit}
+            "generation_tokens_rps": rate * output_tokens, "prefix_hit_rate": hit,
+            "queue_length": 0.0, "running": 20.0, "arrival_rate_rps": rate}
 
 
 def expected(input_tokens: float, output_tokens: float, hit: float) -> dict[str, float]:
@@ -36,7 +38,7 @@ def test_sizes_for_the_served_mix_once_the_window_holds_enough_requests() -> Non
     # a sixth of the declared capacity
     m = MixTracker(SVC, ENGINE, WINDOW_S)
     declared = dict(m.weights)
-    w = m.update(served(5.0, 8000, 400, 0.1))
+    w = m.update(served(5.0, 8000, 400, 0.1), 0.0)
     assert w == expected(8000, 400, 0.1)
     assert w["gh200"] < declared["gh200"] / 4
     assert m.basis == (8000, 400, 0.1)
@@ -45,40 +47,40 @@ def test_sizes_for_the_served_mix_once_the_window_holds_enough_requests() -> Non
 def test_keeps_the_capacities_inside_the_tolerance_and_without_enough_data() -> None:
     m = MixTracker(SVC, ENGINE, WINDOW_S)
     declared = dict(m.weights)
-    assert m.update(served(5.0, 1024 * 1.2, 256 * 0.8)) == declared  # both within 25 %
+    assert m.update(served(5.0, 1024 * 1.2, 256 * 0.8), 0.0) == declared  # both within 25 %
     few = MIN_REQUESTS / WINDOW_S * 0.9  # fewer completions in the window than MIN_REQUESTS
-    assert m.update(served(few, 8000, 256)) == declared
+    assert m.update(served(few, 8000, 256), 0.0) == declared
     for missing in ("request_rate_rps", "prompt_tokens_rps", "generation_tokens_rps"):
         sig = served(5.0, 8000, 256)
         sig[missing] = None
-        assert m.update(sig) == declared
-    assert m.update({**served(5.0, 8000, 256), "prompt_tokens_rps": float("nan")}) == declared
-    assert m.update(served(0.0, 8000, 256)) == declared  # no traffic is not a mix
+        assert m.update(sig, 0.0) == declared
+    assert m.update({**served(5.0, 8000, 256), "prompt_tokens_rps": float("nan")}, 0.0) == declared
+    assert m.update(served(0.0, 8000, 256), 0.0) == declared  # no traffic is not a mix
 
 
 def test_the_prefix_hit_rate_counts_through_the_tokens_it_leaves_to_compute() -> None:
     # 1024 tokens at hit 0.5 leave 512 to compute: outside the tolerance of 1024 at hit 0
     m = MixTracker(SVC, ENGINE, WINDOW_S)
-    assert m.update(served(5.0, 1024, 256, 0.5)) == expected(1024, 256, 0.5)
+    assert m.update(served(5.0, 1024, 256, 0.5), 0.0) == expected(1024, 256, 0.5)
     # unknown hit rate (a server exporting none): the declared one
     m2 = MixTracker(SVC, ENGINE, WINDOW_S)
-    assert m2.update(served(5.0, 4000, 256, None)) == expected(4000, 256, SVC.typical_request.prefix_hit_rate)
+    assert m2.update(served(5.0, 4000, 256, None), 0.0) == expected(4000, 256, SVC.typical_request.prefix_hit_rate)
 
 
 def test_a_variant_that_cannot_meet_the_slo_gets_zero_and_no_variant_keeps_the_old() -> None:
     m = MixTracker(SVC, ENGINE, WINDOW_S)
     long_ = expected(16000, 256, 0.0)
     assert long_["a100"] == 0 < long_["h100"]  # (the capacity model's own answer)
-    assert m.update(served(2.0, 16000, 256, 0.0)) == long_
+    assert m.update(served(2.0, 16000, 256, 0.0), 0.0) == long_
     before = dict(m.weights)
     assert all(w == 0 for w in expected(64000, 256, 0.0).values())
-    assert m.update(served(2.0, 64000, 256, 0.0)) == before
+    assert m.update(served(2.0, 64000, 256, 0.0), 0.0) == before
 
 
 def test_typical_keeps_the_declared_mix() -> None:
     m = MixTracker(SVC, ENGINE, WINDOW_S, observed=False)
     declared = dict(m.weights)
-    assert m.update(served(5.0, 8000, 400)) == declared
+    assert m.update(served(5.0, 8000, 400), 0.0) == declared
 
 
 @pytest.mark.parametrize("mode", ["observed", "typical"])
@@ -108,3 +110,20 @@ def test_pid_integral_stands_for_the_same_replicas_after_a_change() -> None:
     assert rescale(out, {"a": 3}, {"a": 2.0}).integral == pytest.approx(6.0)  # unchanged weights
     first = rescale(PIDState(integral=30.0), {"a": 3}, {"a": 2.0})  # nothing known before: as it is
     assert first.integral == 30.0
+
+
+def test_only_a_steady_window_is_read() -> None:
+    # After a backlog the window holds tokens of requests still running: nothing is read until a
+    # whole window (300 s) has passed without one, nor while completions are off the arrivals by > 10 %.
+    m = MixTracker(SVC, ENGINE, WINDOW_S)
+    declared = dict(m.weights)
+    backlog = {**served(5.0, 8000, 400), "queue_length": QUEUE_STEADY * 20 + 2}
+    assert m.update(backlog, 0.0) == declared
+    assert m.update(served(5.0, 8000, 400), 290.0) == declared
+    off = {**served(5.0, 8000, 400), "arrival_rate_rps": 5.0 * (1 + STEADY_TOLERANCE) + 0.1}
+    assert m.update(off, 301.0) == declared
+    assert m.update({**served(5.0, 8000, 400), "queue_length": None}, 302.0) == declared  # unknown queue
+    assert m.update(served(5.0, 8000, 400), 603.0) == expected(8000, 400, 0.0)
+    # without a gateway (no arrivals), a window without a backlog is read
+    m2 = MixTracker(SVC, ENGINE, WINDOW_S)
+    assert m2.update({**served(5.0, 8000, 400), "arrival_rate_rps": None}, 0.0) == expected(8000, 400, 0.0)

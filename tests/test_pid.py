@@ -16,7 +16,7 @@ import math
 import pytest
 
 from autoscaler.config import PIDConfig
-from controllers.pid import PIDController, PIDState, pid_step, track
+from controllers.pid import QUEUE_NOISE, PIDController, PIDState, pid_step, queue_growing, track
 
 
 def cfg(**kw) -> PIDConfig:
@@ -474,3 +474,12 @@ def test_a_scale_down_leaves_a_quarter_more_than_the_arrivals(make_fleet) -> Non
            "running": 20.0}
     d = _pid(kp=5.0, down_gain=1.0).decide(_estimate(sig, 10, 0, 10.0), svc)
     assert d.desired == {"h100": 4}, d.terms
+
+
+def test_a_queue_growing_by_noise_is_not_growing() -> None:
+    # over the lookback: 0 -> 1 waiting with 7 running is noise (1 <= 1 + 0.7); 0 -> 5 with 20 running is not
+    assert not queue_growing(((0.0, 0.0), (60.0, 1.0)), 7.0)
+    assert queue_growing(((0.0, 0.0), (60.0, 5.0)), 20.0)
+    assert not queue_growing(((0.0, 0.0), (60.0, 1 + QUEUE_NOISE * 20.0)), 20.0)
+    assert queue_growing(((0.0, 0.0), (60.0, 2.5)), None)
+    assert not queue_growing(((0.0, 5.0),), 0.0)

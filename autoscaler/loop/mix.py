@@ -14,6 +14,12 @@ output tokens per request (``generation_tokens_rps / request_rate_rps``) and the
 rates over the same window. While load rises, tokens are counted before their requests complete,
 so the means read long and the capacities low: the error is on the side of more replicas.
 
+Only a steady window is read: no sample of it with a queue beyond ``QUEUE_STEADY`` of the running
+requests, and completions within ``STEADY_TOLERANCE`` of the gateway's arrivals where the source has
+them. Tokens are counted as they are computed and requests as they complete, so after a backlog the
+window holds the tokens of requests still running (the fault suite's ``silent-new-pods``, seed 1:
+output tokens read long, capacities fell by half, and the PID added eight replicas at once).
+
 It re-derives only when the prompt tokens computed per request (input x (1 - hit)) or the output
 tokens per request moved by more than ``MIX_TOLERANCE`` from the mix the capacities were derived
 for: every change moves the unit a capacity-based controller integrates in, so it must be rare.
@@ -43,6 +49,13 @@ MIX_TOLERANCE = 0.25
 capacities (the same 25 % as the PID's deadband: smaller moves are inside the capacity model's error)."""
 
 
+QUEUE_STEADY = 0.1
+"""Waiting requests per running request (plus one) a steady window's samples stay within."""
+
+STEADY_TOLERANCE = 0.1
+"""Completions within 10 % of the arrivals: the window is not filling or flushing a backlog."""
+
+
 class MixTracker:
     """The per-replica capacities (variant -> requests/s) of one service for the mix it serves.
 
@@ -62,11 +75,16 @@ class MixTracker:
         self.basis = (t.input_tokens, t.output_tokens, t.prefix_hit_rate)
         self.weights = variant_weights(svc, engine, RequestMix.from_means(*self.basis))
         self._refused: tuple[float, float, float] | None = None
+        self._backlog_s = -math.inf  # the last time a sample's queue was beyond QUEUE_STEADY (or unknown)
 
-    def update(self, signals: Mapping[str, float | None]) -> dict[str, float]:
-        """The capacities for this tick, re-derived when the window's mix left the tolerance (module
-        docstring); unchanged when a signal it needs is unknown or the window holds too few requests."""
-        mix = self.window_mix(signals) if self.observed else None
+    def update(self, signals: Mapping[str, float | None], time_s: float) -> dict[str, float]:
+        """The capacities for this tick at ``time_s`` (seconds), re-derived when the window is steady and
+        its mix left the tolerance (module docstring); unchanged when a signal it needs is unknown or
+        the window holds too few requests."""
+        queue, running = signals.get("queue_length"), signals.get("running")
+        if queue is None or running is None or queue > QUEUE_STEADY * running + 1:
+            self._backlog_s = time_s
+        mix = self.window_mix(signals) if self.observed and self.steady(signals, time_s) else None
         if mix is None or not self._moved(mix):
             return self.weights
         weights = variant_weights(self.svc, self.engine, RequestMix.from_means(*mix))
@@ -80,6 +98,14 @@ class MixTracker:
                  self.svc.name, *mix, *self.basis)
         self.basis, self.weights, self._refused = mix, weights, None
         return self.weights
+
+    def steady(self, signals: Mapping[str, float | None], time_s: float) -> bool:
+        """No backlog within the window and, where arrivals are known, completions that match them."""
+        if time_s - self._backlog_s < self.window_s:
+            return False
+        rate, arrivals = signals.get("request_rate_rps"), signals.get("arrival_rate_rps")
+        return arrivals is None or (rate is not None and arrivals > 0
+                                    and abs(rate / arrivals - 1) <= STEADY_TOLERANCE)
 
     def window_mix(self, signals: Mapping[str, float | None]) -> tuple[float, float, float] | None:
         """(mean prompt tokens, mean output tokens, prefix hit rate) of the window; None when unknown."""

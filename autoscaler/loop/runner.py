@@ -189,7 +189,7 @@ class ControlLoop:
         estimates = {}
         for svc in self.cfg.services:
             obs = observations[svc.name]
-            self.weights[svc.name] = self.mixes[svc.name].update(obs.signals)
+            self.weights[svc.name] = self.mixes[svc.name].update(obs.signals, now)
             est = estimate(obs, svc, self.weights[svc.name])
             self.arrivals[svc.name].apply(est)
             if svc.name in self.forecasts:
