@@ -127,3 +127,36 @@ def test_only_a_steady_window_is_read() -> None:
     # without a gateway (no arrivals), a window without a backlog is read
     m2 = MixTracker(SVC, ENGINE, WINDOW_S)
     assert m2.update({**served(5.0, 8000, 400), "arrival_rate_rps": None}, 0.0) == expected(8000, 400, 0.0)
+
+
+@pytest.mark.parametrize("bad", [
+    {"prompt_tokens_rps": -40000.0}, {"generation_tokens_rps": -1280.0},  # negative counters: not a mix
+    {"prompt_tokens_rps": 0.0}, {"generation_tokens_rps": 0.0},  # a mean below one token
+    {"request_rate_rps": float("inf")}, {"prompt_tokens_rps": float("inf")},
+    {"generation_tokens_rps": 5.0 * 1e9},  # a mean output longer than max_model_len (32768)
+    {"prompt_tokens_rps": 5.0 * (SVC.max_model_len + 1)},
+])
+def test_signals_no_served_request_can_have_are_not_a_mix(bad: dict[str, float]) -> None:
+    m = MixTracker(SVC, ENGINE, WINDOW_S)
+    declared = dict(m.weights)
+    assert m.update({**served(5.0, 8000, 400), **bad}, 0.0) == declared
+
+
+@pytest.mark.parametrize("queue", [float("nan"), -100.0, float("inf")])
+def test_a_queue_that_is_not_a_count_is_a_backlog(queue: float) -> None:
+    m = MixTracker(SVC, ENGINE, WINDOW_S)
+    declared = dict(m.weights)
+    assert m.update({**served(5.0, 8000, 400), "queue_length": queue}, 0.0) == declared
+    assert m.update(served(5.0, 8000, 400), 299.0) == declared  # a window after it, not before
+    assert m.update(served(5.0, 8000, 400), 301.0) == expected(8000, 400, 0.0)
+
+
+def test_a_mix_no_variant_serves_is_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
+    doc = default_fleet_document()
+    doc["services"][0]["max_model_len"] = 131072
+    doc["services"][0]["variants"] = [{**v, "kv_cache_tokens": 140000} for v in doc["services"][0]["variants"]]
+    svc = FleetConfig.model_validate(doc).services[0]
+    m = MixTracker(svc, ENGINE, WINDOW_S)
+    for k, prompt in enumerate((64000, 64500, 65000, 63000)):  # the window's mean moves every tick
+        m.update(served(2.0, prompt, 256, 0.0), 15.0 * k)
+    assert sum("no variant meets the SLO" in r.getMessage() for r in caplog.records) == 1

@@ -74,14 +74,14 @@ class MixTracker:
         self.observed = observed
         self.basis = (t.input_tokens, t.output_tokens, t.prefix_hit_rate)
         self.weights = variant_weights(svc, engine, RequestMix.from_means(*self.basis))
-        self._refused: tuple[float, float, float] | None = None
+        self._refused = False
         self._backlog_s = -math.inf  # the last time a sample's queue was beyond QUEUE_STEADY (or unknown)
 
     def update(self, signals: Mapping[str, float | None], time_s: float) -> dict[str, float]:
         """The capacities for this tick at ``time_s`` (seconds), re-derived when the window is steady and
         its mix left the tolerance (module docstring); unchanged when a signal it needs is unknown or
         the window holds too few requests."""
-        queue, running = signals.get("queue_length"), signals.get("running")
+        queue, running = _count(signals.get("queue_length")), _count(signals.get("running"))
         if queue is None or running is None or queue > QUEUE_STEADY * running + 1:
             self._backlog_s = time_s
         mix = self.window_mix(signals) if self.observed and self.steady(signals, time_s) else None
@@ -89,14 +89,14 @@ class MixTracker:
             return self.weights
         weights = variant_weights(self.svc, self.engine, RequestMix.from_means(*mix))
         if all(w <= 0 for w in weights.values()):
-            if self._refused != mix:
+            if not self._refused:  # once until a mix is adopted: the window's means move every tick
                 log.warning("%s: no variant meets the SLO for the served mix of %.0f in / %.0f out tokens (hit %.2f); "
                             "keeping the capacities of %.0f / %.0f", self.svc.name, *mix, *self.basis[:2])
-            self._refused = mix
+            self._refused = True
             return self.weights
         log.info("%s: sizing for the served mix: %.0f in / %.0f out tokens, hit %.2f (was %.0f / %.0f, %.2f)",
                  self.svc.name, *mix, *self.basis)
-        self.basis, self.weights, self._refused = mix, weights, None
+        self.basis, self.weights, self._refused = mix, weights, False
         return self.weights
 
     def steady(self, signals: Mapping[str, float | None], time_s: float) -> bool:
@@ -109,17 +109,23 @@ class MixTracker:
 
     def window_mix(self, signals: Mapping[str, float | None]) -> tuple[float, float, float] | None:
         """(mean prompt tokens, mean output tokens, prefix hit rate) of the window; None when unknown."""
-        rate = signals.get("request_rate_rps")
-        prompt = per_request(signals.get("prompt_tokens_rps"), rate)
-        gen = per_request(signals.get("generation_tokens_rps"), rate)
-        if (rate is None or prompt is None or gen is None or not math.isfinite(prompt * gen)
-                or rate * self.window_s < MIN_REQUESTS):
-            return None
+        rate = _count(signals.get("request_rate_rps"))
+        prompt = per_request(_count(signals.get("prompt_tokens_rps")), rate)
+        gen = per_request(_count(signals.get("generation_tokens_rps")), rate)
+        longest = self.svc.max_model_len
+        if (rate is None or prompt is None or gen is None or rate * self.window_s < MIN_REQUESTS
+                or not (1 <= prompt <= longest and 1 <= gen <= longest)):
+            return None  # unknown, too few, or means no accepted request can have: not a mix
         hit = signals.get("prefix_hit_rate")
-        hit = self.basis[2] if hit is None or not math.isfinite(hit) else min(max(hit, 0.0), 0.99)
-        return max(prompt, 1.0), max(gen, 1.0), hit
+        hit = self.basis[2] if hit is None or not 0 <= hit <= 1 else min(hit, 0.99)
+        return prompt, gen, hit
 
     def _moved(self, mix: tuple[float, float, float]) -> bool:
         computed, basis_computed = mix[0] * (1 - mix[2]), self.basis[0] * (1 - self.basis[2])
         return (abs(computed / basis_computed - 1) > MIX_TOLERANCE
                 or abs(mix[1] / self.basis[1] - 1) > MIX_TOLERANCE)
+
+
+def _count(x: float | None) -> float | None:
+    """``x`` when it is a finite number >= 0 (a rate, a count), else None: unknown, never a value."""
+    return x if x is not None and math.isfinite(x) and x >= 0 else None
