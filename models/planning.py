@@ -39,8 +39,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -314,6 +317,23 @@ def _build(problem: PlanProblem, limits: bool) -> tuple[np.ndarray, LinearConstr
     return c, rows.constraint(idx.size), Bounds(lo, hi), integral
 
 
+@contextmanager
+def _solver_stdout_silenced() -> Iterator[None]:
+    """File descriptor 1 on /dev/null meanwhile: HiGHS prints a debug line
+    (``HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();``) straight to
+    stdout whatever its output options (ERGO-Code/HiGHS#2783), which breaks ``--json`` output."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(null)
+        os.close(saved)
+
+
 def solve(problem: PlanProblem) -> Plan:
     """The cheapest plan (module docstring).
 
@@ -330,11 +350,12 @@ def solve(problem: PlanProblem) -> Plan:
     options = {"time_limit": problem.time_limit_s, "mip_rel_gap": problem.mip_rel_gap}
     relaxed = False
     c, cons, bounds, integral = _build(problem, limits=True)
-    res = milp(c, constraints=cons, bounds=bounds, integrality=integral, options=options)
-    if res.x is None:
-        relaxed = True
-        c, cons, bounds, integral = _build(problem, limits=False)
+    with _solver_stdout_silenced():
         res = milp(c, constraints=cons, bounds=bounds, integrality=integral, options=options)
+        if res.x is None:
+            relaxed = True
+            c, cons, bounds, integral = _build(problem, limits=False)
+            res = milp(c, constraints=cons, bounds=bounds, integrality=integral, options=options)
     if res.x is None:
         raise RuntimeError(f"planner: HiGHS found no plan ({res.message})")
     solve_ms = (time.perf_counter() - started) * 1000.0

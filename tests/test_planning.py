@@ -169,3 +169,16 @@ def test_default_blocks_cover_the_horizon() -> None:
 def test_malformed_problem_is_a_value_error(problem: PlanProblem) -> None:
     with pytest.raises(ValueError):
         solve(problem)
+
+
+def test_the_solver_cannot_write_to_stdout(capfd: pytest.CaptureFixture[str]) -> None:
+    # HiGHS prints a debug line to file descriptor 1 whatever its options (ERGO-Code/HiGHS#2783);
+    # during a solve fd 1 goes nowhere, and it is restored after.
+    import os
+
+    from models.planning import _solver_stdout_silenced
+
+    with _solver_stdout_silenced():
+        os.write(1, b"HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();\n")
+    os.write(1, b"after\n")
+    assert capfd.readouterr().out == "after\n"
