@@ -18,6 +18,7 @@ from rich.table import Table
 
 from autoscaler import files
 from autoscaler.config import FleetConfig
+from autoscaler.config.base import MAX_INT
 from autoscaler.config.loading import default_config, load_config
 from autoscaler.errors import AutoscalerError, Terminated
 from autoscaler.workload.build import DEFAULT_BATCH_FRACTION, build_workload, parse_span
@@ -696,21 +697,24 @@ def faults_run(
                                               metavar="")] = False,
     suite: Annotated[Path | None, typer.Option(
         help="folder of scenario files (default: benchmarks/faults of this source tree)", show_default=False)] = None,
-    data: Annotated[Path, typer.Option(help="folder holding the traces trace scenarios name")] = Path("../shared/data"),
+    data: Annotated[Path, typer.Option(help="folder holding the traces that trace scenarios name")] = Path(
+        "../shared/data"),
     workers: Annotated[int | None, typer.Option(help="processes for the simulator rows (default: CPUs)")] = None,
     seed: Annotated[int | None, typer.Option(help="workload seed of every scenario (default: each file's own)",
                                              show_default=False)] = None,
 ) -> None:
-    """Run the fault scenarios against the controllers; print scenario x controller -> harmful actions,
-    interactive attainment, requests failed, retries and cost (docs/faults.md)."""
+    """Run the fault scenarios against the controllers and print one table.
+
+    Scenario x controller -> harmful actions, interactive attainment, requests failed, retries and
+    cost (docs/faults.md)."""
     from autoscaler.faults.rows import markdown_table, write_results
     from autoscaler.faults.suite import load_suite, run_suite, suite_dir
 
     try:
         if workers is not None and workers < 1:
             raise ValueError(f"--workers must be >= 1, got {workers}")
-        if seed is not None and seed < 0:
-            raise ValueError(f"--seed must be >= 0, got {seed}")
+        if seed is not None and not 0 <= seed <= MAX_INT:
+            raise ValueError(f"--seed must be in [0, 2**53], got {seed}")
         names = [c.strip() for c in controllers.split(",")]
         if "" in names or len(set(names)) != len(names):
             raise ValueError(f"--controllers '{controllers}': an empty or repeated entry")

@@ -137,6 +137,7 @@ harm: [{rule: overshoot}]
     ("faults: [{kind: external_edit, time_s: 1, variant: h100, replicas: 2}]", "faults[0]: external_edit is not"),
     ("faults: [{kind: prometheus_down, start_s: 10, end_s: 5}]", "end_s must be after start_s"),
     ("faults: [{kind: meteor}]", "faults.0"),
+    ("faults: [{time_s: 5}]", "faults.0: a fault needs a kind: crash,"),
     ("harm: [{rule: vibes}]", "harm.0.rule"),
 ])
 def test_a_bad_scenario_is_a_one_line_error_naming_file_and_key(tmp_path: Path, extra: str, where: str) -> None:
@@ -146,6 +147,35 @@ def test_a_bad_scenario_is_a_one_line_error_naming_file_and_key(tmp_path: Path, 
         load_scenario(_scenario(tmp_path, text))
     msg = str(err.value)
     assert "\n" not in msg and "bad.yaml" in msg and where in msg, msg
+
+
+@pytest.mark.parametrize(("workload", "where"), [
+    ("{piecewise: {knots: [[0, 1], [60, 1], [30, 2]]}}", "workload.piecewise: Value error, knots: times must"),
+    ("{piecewise: {knots: [[-100, 1], [60, 1]]}}", "knots: times must start at >= 0 s"),
+    ("{piecewise: {knots: [[0, 0], [60, 0]]}}", "and one > 0"),
+])
+def test_a_rate_curve_no_workload_can_follow_names_file_and_key(tmp_path: Path, workload: str, where: str) -> None:
+    text = MINIMAL.replace("workload: {piecewise: {knots: [[0, 1], [60, 1]]}}", f"workload: {workload}")
+    with pytest.raises(ConfigError) as err:
+        load_scenario(_scenario(tmp_path, text))
+    assert "bad.yaml" in str(err.value) and where.split("Value error, ")[-1] in str(err.value), str(err.value)
+
+
+def test_faults_naming_what_the_fleet_lacks_or_out_of_order_are_errors(tmp_path: Path) -> None:
+    text = MINIMAL.replace("harm:", "faults: [{kind: pod_metrics_missing, variant: tpu, start_s: 0, end_s: 10}]\nharm:")
+    with pytest.raises(ConfigError, match=r"scenario bad: faults\[0\]\.variant: no variant 'tpu' in its fleet"):
+        scenario_fleet(load_scenario(_scenario(tmp_path, text)))
+    live = MINIMAL.replace("harm:", "layer: live\nfaults: [{kind: second_daemon, time_s: 100, kill_s: 50}]\nharm:")
+    with pytest.raises(ConfigError, match=r"bad.yaml: faults.0.second_daemon: .*kill_s must be after time_s"):
+        load_scenario(_scenario(tmp_path, live))
+    sizes = MINIMAL.replace("[60, 1]]}}", "[60, 1]], input_tokens: [1000, 500, 2000]}}")
+    with pytest.raises(ConfigError, match=r"^scenario bad: workload.piecewise: input_tokens"):
+        scenario_workload(load_scenario(_scenario(tmp_path, sizes)), DATA_DIR)
+
+
+def test_an_empty_suite_folder_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"no \*\.yaml fault scenarios there"):
+        load_suite(tmp_path)
 
 
 def test_unknown_scenario_lists_the_known_ones(tmp_path: Path) -> None:
@@ -178,5 +208,6 @@ def test_faults_run_seed_sets_every_scenarios_workload_seed(tmp_path: Path) -> N
     arrivals = [[r.arrival_s for r in scenario_workload(sc.model_copy(update={"seed": s}), DATA_DIR).requests]
                 for s in (0, 3)]
     assert arrivals[0] != arrivals[1]
-    bad = CliRunner().invoke(app, ["faults", "run", "--scenarios", "nan-at-zero", "--seed", "-1"])
-    assert bad.exit_code == 2 and "--seed must be >= 0" in bad.output
+    for seed in ("-1", str(2**53 + 1)):
+        bad = CliRunner().invoke(app, ["faults", "run", "--scenarios", "nan-at-zero", "--seed", seed])
+        assert bad.exit_code == 2 and "--seed must be in [0, 2**53]" in bad.output

@@ -13,6 +13,7 @@ by entry on ``name``). ``faults`` are injected at simulated times (seconds from 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -42,6 +43,15 @@ class Piecewise(Strict):
     input_tokens: tuple[float, float, int] | None = None
     output_tokens: tuple[float, float, int] | None = None
     batch_fraction: float = Field(default=0.2, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _curve(self) -> Piecewise:
+        times = [t for t, _ in self.knots]
+        if times[0] < 0 or any(b <= a for a, b in itertools.pairwise(times)):
+            raise ValueError("knots: times must start at >= 0 s and increase")
+        if any(r < 0 for _, r in self.knots) or not any(r > 0 for _, r in self.knots):
+            raise ValueError("knots: rates must be >= 0 req/s, and one > 0 (no request arrives otherwise)")
+        return self
 
 
 class Trace(Strict):
@@ -127,6 +137,12 @@ class SecondDaemon(Strict):
     time_s: float = Field(ge=0)
     kill_s: float | None = None
 
+    @model_validator(mode="after")
+    def _kill_after_start(self) -> SecondDaemon:
+        if self.kill_s is not None and self.kill_s <= self.time_s:
+            raise ValueError("kill_s must be after time_s (the first daemon is killed once the second runs)")
+        return self
+
 
 def _kind(value: Any) -> Any:
     return value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
@@ -137,7 +153,9 @@ Fault = Annotated[
     | Annotated[PodMetricsMissing, Tag("pod_metrics_missing")] | Annotated[NewPodsSilent, Tag("new_pods_silent")]
     | Annotated[ExternalEdit, Tag("external_edit")] | Annotated[ApiErrors, Tag("api_errors")]
     | Annotated[SecondDaemon, Tag("second_daemon")],
-    Discriminator(_kind),
+    Discriminator(_kind, custom_error_type="fault_kind",
+                  custom_error_message="a fault needs a kind: crash, prometheus_down, pod_metrics_missing, "
+                                       "new_pods_silent, external_edit, api_errors or second_daemon"),
 ]
 SIM_FAULTS = ("crash", "prometheus_down", "pod_metrics_missing", "new_pods_silent")
 LIVE_FAULTS = ("prometheus_down", "external_edit", "api_errors", "second_daemon")
@@ -214,20 +232,31 @@ def scenario_fleet(sc: Scenario) -> FleetConfig:
     Raises:
         ConfigError: the patched fleet does not validate.
     """
-    return parse_config(merged(default_fleet_document(), sc.fleet), f"scenario {sc.name}: fleet")
+    cfg = parse_config(merged(default_fleet_document(), sc.fleet), f"scenario {sc.name}: fleet")
+    variants = {v.name for svc in cfg.services for v in svc.variants}
+    for i, f in enumerate(sc.faults):
+        name = getattr(f, "variant", None)
+        if name is not None and name not in variants:
+            raise ConfigError(f"scenario {sc.name}: faults[{i}].variant: no variant '{name}' in its fleet "
+                              f"(it has {', '.join(sorted(variants))})")
+    return cfg
 
 
 def scenario_workload(sc: Scenario, data: Path) -> Workload:
     """The scenario's requests.
 
     Raises:
-        ConfigError: its trace is not under ``data``; ValueError from a bad rate curve.
+        ConfigError: its trace is not under ``data``, or its request lengths cannot be drawn (named
+            with the scenario).
     """
     spec = sc.workload
     if spec.piecewise is not None:
         p = spec.piecewise
         sizes = {k: v for k, v in (("input_tokens", p.input_tokens), ("output_tokens", p.output_tokens)) if v}
-        return piecewise_workload(p.knots, sc.seed, sc.name, batch_fraction=p.batch_fraction, **sizes)
+        try:
+            return piecewise_workload(p.knots, sc.seed, sc.name, batch_fraction=p.batch_fraction, **sizes)
+        except ValueError as exc:
+            raise ConfigError(f"scenario {sc.name}: workload.piecewise: {exc}") from None
     assert spec.trace is not None
     path = data / spec.trace.path
     if not path.exists():

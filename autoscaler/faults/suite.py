@@ -46,6 +46,8 @@ def load_suite(directory: Path, names: Sequence[str] | None = None) -> list[Scen
     if not directory.is_dir():
         raise ConfigError(f"{directory}: no fault scenarios there (--suite names the folder of *.yaml scenarios)")
     paths = {p.stem: p for p in sorted(directory.glob("*.yaml"))}
+    if not paths:
+        raise ConfigError(f"{directory}: no *.yaml fault scenarios there")
     wanted = list(names) if names else list(paths)
     unknown = [n for n in wanted if n not in paths]
     if unknown:
