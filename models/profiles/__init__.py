@@ -2,14 +2,14 @@
 tensor-parallel group).
 
 Public API: ``PerformanceProfile``, ``get_profile(name_or_file)``, ``list_profiles()``,
-``shipped_entries()``, ``profile_name(model, gpu, tp)``, ``is_profile_file(name)``. The shipped
+``shipped_entries()``, ``listing()``, ``profile_name(model, gpu, tp)``, ``is_profile_file(name)``. The shipped
 profiles (``autoscaler profiles list``) are fitted by ``python -m models.profiles.fit`` and loaded
 from the package data file ``coefficients.json``; ``models.profiles.profile_file`` reads a profile
 kept in a file of its own.
 """
 
 from models.profiles.lookup import get_profile, is_profile_file
-from models.profiles.profile import PerformanceProfile, list_profiles, profile_name, shipped_entries
+from models.profiles.profile import PerformanceProfile, list_profiles, listing, profile_name, shipped_entries
 
-__all__ = ["PerformanceProfile", "get_profile", "is_profile_file", "list_profiles", "profile_name",
+__all__ = ["PerformanceProfile", "get_profile", "is_profile_file", "list_profiles", "listing", "profile_name",
            "shipped_entries"]

@@ -149,6 +149,16 @@ def shipped_entries() -> dict[str, dict[str, Any]]:
     return dict(_document()["profiles"])
 
 
+LISTING_FIELDS = ("name", "model", "gpu", "tensor_parallel", "rows_fitted", "rows_held_out", "heldout_mape")
+"""Keys of each ``listing()`` item (``autoscaler profiles list --json``: an interface others rely on)."""
+
+
+def listing() -> list[dict[str, Any]]:
+    """One item per shipped profile, sorted by name, with exactly the keys of ``LISTING_FIELDS``."""
+    return [{"name": name, **{k: entry[k] for k in LISTING_FIELDS[1:]}}
+            for name, entry in sorted(shipped_entries().items())]
+
+
 def list_profiles() -> list[str]:
     """Names of the shipped profiles, sorted."""
     return sorted(_profiles())
