@@ -43,7 +43,7 @@ it; on 80 GB cards none of these batches would run out of KV:
   0.9 x 160 - 138 = 6 GB; on 4 x 80 GB it would be 150 GB.
 - Llama-3-8B on 1 A100, L=2048, B=32 -> 64 (lines 799, 804): 66.2 -> 125.7 s (x1.90; H100 x1.52): the
   34.4 GB demand exceeds a 40 GB card's ~20 GB pool, not an 80 GB card's ~56 GB.
-- Llama-2-7B on 1 A100: L=1024 B=16 -> 32 (17.2 -> 34.4 GB) takes x1.84 (H100 x1.44).
+- Llama-2-7B on 1 A100: L=1024 B=16 -> 32 (17.2 -> 34.4 GB; lines 713, 718) takes x1.84 (H100 x1.47).
 
 ``llama-3-8b/a100-80gb`` (the name before this was known, used by fleet files) stays loadable as a
 stand-in (``STAND_INS``): the ``llama-3-8b/a100-40gb`` step times stated on the 80 GB card's
@@ -304,7 +304,7 @@ def fit_combo(combo: Combo, data: Data, prefill_s_per_token: float | None = None
     keep = [0, 2, 3] if prefill_s_per_token is not None else [0, 1, 2, 3]
 
     def params(x: np.ndarray) -> np.ndarray:
-        full = start.copy() if prefill_s_per_token is None else np.array([0.0, prefill_s_per_token, 0.0, 0.0])
+        full = np.array([0.0, prefill_s_per_token or 0.0, 0.0, 0.0])  # the free entries are overwritten
         full[keep] = x
         return full
 
