@@ -1,4 +1,4 @@
-"""Performance profiles: wall time of one vLLM engine iteration, per model x GPU.
+"""Performance profiles: wall time of one vLLM engine iteration, per model x GPU x tensor-parallel degree.
 
 The fitted coefficients ship in ``coefficients.json`` beside this module (package data), written by
 ``python -m models.profiles.fit``; physical constants come from ``models.profiles.specs``. Nothing
@@ -7,6 +7,7 @@ here reads the benchmark data.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, replace
 from functools import cache
@@ -145,8 +146,9 @@ def _profiles() -> dict[str, PerformanceProfile]:
 
 
 def shipped_entries() -> dict[str, dict[str, Any]]:
-    """The shipped profiles' entries of ``coefficients.json`` (coefficients, source rows, errors), by name."""
-    return dict(_document()["profiles"])
+    """The shipped profiles' entries of ``coefficients.json`` (coefficients, source rows, errors), by name
+    (a copy: the caller may change it)."""
+    return copy.deepcopy(_document()["profiles"])
 
 
 LISTING_FIELDS = ("name", "model", "gpu", "tensor_parallel", "rows_fitted", "rows_held_out", "heldout_mape")
