@@ -759,14 +759,14 @@ def profiles_table() -> Table:
                   caption="LIB: LLM-Inference-Bench All_results.csv (+ Fig_21 TTFT where prefill is fitted); "
                           "Splitwise: perf_model.csv. Errors: mean |predicted / measured - 1|. prior: "
                           "prefill slope pinned (docs/simulator.md). *: a stand-in carrying another profile's "
-                          "step times (--json has no such key; coefficients.json's stand_in_for says which).")
+                          "step times (coefficients.json's stand_in says which and why).")
     table.add_column("profile", no_wrap=True)
     table.add_column("source", no_wrap=True)
     for col in ("fit rows", "held out", "held-out err", "fit err"):
         table.add_column(col, justify="right")
     table.add_column("prefill")
     for name, e in sorted(shipped_entries().items()):
-        mark = "*" if "stand_in_for" in e else ""
+        mark = "*" if "stand_in" in e else ""
         table.add_row(name + mark, _SOURCE_LABEL[e["source"]], str(e["rows_fitted"]), str(e["rows_held_out"]),
                       f"{e['heldout_mape']:.1%}", f"{e['fit_mape']:.1%}",
                       "fitted" if e["prefill_prior"] is None else "prior")

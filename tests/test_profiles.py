@@ -106,7 +106,7 @@ def test_a100_80gb_stand_in_has_the_40gb_step_times() -> None:
     assert old.mem_bandwidth_bytes_per_s == 2.039e12 and measured.mem_bandwidth_bytes_per_s == 1.555e12
     for args in [(0, 1, 1000), (8192, 0, 0), (512, 64, 300_000)]:
         assert old.step_time(*args) == pytest.approx(measured.step_time(*args), rel=1e-12)
-    assert DOC["profiles"]["llama-3-8b/a100-80gb"]["stand_in_for"]
+    assert DOC["profiles"]["llama-3-8b/a100-80gb"]["stand_in"]["profile"] == "llama-3-8b/a100-40gb"
 
 
 def test_every_shipped_profile_within_ten_percent_held_out() -> None:

@@ -412,7 +412,7 @@ def _selection(combo: Combo) -> dict[str, object]:
     }
 
 
-def _entry(f: ProfileFit, p: PerformanceProfile, measured_on: str | None = None) -> dict[str, object]:
+def _entry(f: ProfileFit, p: PerformanceProfile, stand_in_of: tuple[str, str] | None = None) -> dict[str, object]:
     gpu = GPUS[p.gpu]
     entry: dict[str, object] = {
         "model": p.model, "gpu": p.gpu, "tensor_parallel": p.tensor_parallel,
@@ -428,8 +428,8 @@ def _entry(f: ProfileFit, p: PerformanceProfile, measured_on: str | None = None)
         "held_out_rows": [{**r.doc(), "predicted_s": r.predict(p)[0]} for r in f.held_out_rows],
         "excluded_rows": [{**r.doc(), "reason": why} for r, why in f.excluded_rows],
     }
-    if measured_on is not None:
-        entry["stand_in_for"] = measured_on
+    if stand_in_of is not None:
+        entry["stand_in"] = {"profile": stand_in_of[0], "why": stand_in_of[1]}
     return entry
 
 
@@ -438,7 +438,7 @@ def build_document(fits: dict[str, ProfileFit], data_dir: Path, vidur_s_per_toke
     what was not shipped and why, and the cross-checks."""
     profiles = {name: _entry(f, f.profile) for name, f in fits.items() if shipped(f)}
     for name, (of, why) in STAND_INS.items():
-        profiles[name] = _entry(fits[of], stand_in(name, fits[of].profile), why)
+        profiles[name] = _entry(fits[of], stand_in(name, fits[of].profile), (of, why))
     not_shipped = {f"{profile_name(m, g, tp)} ({src})": why for (m, g, tp, src), why in NOT_SHIPPED.items()}
     not_shipped |= {f"{name} ({f.combo.source})": f"held-out MAPE {f.held_out_mape:.1%} > {MAX_HELD_OUT_MAPE:.0%}"
                     for name, f in fits.items() if not shipped(f)}

@@ -25,8 +25,9 @@ PERF_MODEL = "splitwise-perf-model/perf_model.csv"
 MODEL_NAMES: dict[str, str] = {"llama-2-70b": "llama2-70b"}
 """Model key -> ``model`` value of its rows (bloom-176b is not modelled)."""
 HARDWARE: dict[str, str] = {"a100-80gb": "a100-80gb", "h100-sxm": "h100-80gb"}
-"""GPU key -> ``hardware`` value. ``h100-80gb-pcap`` is left out: it is derived, not measured (its
-token_time and e2e_time equal h100-80gb's line by line, its prompt_time is exactly 1.3 x)."""
+"""GPU key -> ``hardware`` value: a DGX-A100 80 GB holds A100 80GB SXM4 cards, a DGX-H100 H100 SXM5
+80 GB cards. ``h100-80gb-pcap`` is left out: it is derived, not measured (its token_time and
+e2e_time equal h100-80gb's line by line, its prompt_time is exactly 1.3 x)."""
 HELD_OUT = {"prompt_size": 1024, "batch_size": 8, "token_size": 1024}
 """A line is held out if it is the sweep's point at any of these values (one per axis)."""
 MAX_PREFILL_TOKENS = 2048
