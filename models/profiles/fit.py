@@ -439,10 +439,18 @@ def build_document(fits: dict[str, ProfileFit], data_dir: Path, vidur_s_per_toke
     profiles = {name: _entry(f, f.profile) for name, f in fits.items() if shipped(f)}
     for name, (of, why) in STAND_INS.items():
         profiles[name] = _entry(fits[of], stand_in(name, fits[of].profile), (of, why))
+    replicates: dict[str, object] = {}
+    reruns = bench.load_replicate_rows(data_dir)
+    for name, f in fits.items():
+        c = f.combo
+        rows = [r for r in bench.rows_for(reruns, c.model, c.gpu, c.tp) if bench.preemption(c.model, c.gpu, c.tp, r)
+                is None] if c.source == LIB and shipped(f) else []
+        if rows:
+            replicates[name] = {"rows": len(rows), "mape": mape(f.profile, rows)}
     not_shipped = {f"{profile_name(m, g, tp)} ({src})": why for (m, g, tp, src), why in NOT_SHIPPED.items()}
     not_shipped |= {f"{name} ({f.combo.source})": f"held-out MAPE {f.held_out_mape:.1%} > {MAX_HELD_OUT_MAPE:.0%}"
                     for name, f in fits.items() if not shipped(f)}
-    files = [bench.ALL_RESULTS, bench.TTFT_RESULTS, splitwise.PERF_MODEL, VIDUR_A100_MLP]
+    files = [bench.ALL_RESULTS, bench.TTFT_RESULTS, bench.REPLICATE_RESULTS, splitwise.PERF_MODEL, VIDUR_A100_MLP]
     return {
         "fitted_on": datetime.date.today().isoformat(),
         "fitted_by": "python -m models.profiles.fit",
@@ -461,6 +469,9 @@ def build_document(fits: dict[str, ProfileFit], data_dir: Path, vidur_s_per_toke
             "vidur_a100_prefill_s_per_token": vidur_s_per_token,
             "fitted_a100_40gb_prefill_s_per_token": fits["llama-3-8b/a100-40gb"].profile.prefill_s_per_token,
             "note": "Vidur: marginal non-attention op time per token, 4096->8192 tokens, x32 layers",
+            "replicate_mape": replicates,
+            "replicate_note": f"{bench.REPLICATE_RESULTS}: independent fp16 re-runs, never fitted "
+                              "(preempting ones left out)",
         },
         "not_shipped": dict(sorted(not_shipped.items())),
         "profiles": dict(sorted(profiles.items())),
