@@ -103,9 +103,9 @@ class BenchRow:
         return self.source == ALL_RESULTS and self.input_len == HELD_OUT_LENGTH
 
     def doc(self) -> dict[str, object]:
-        """The row as it appears in ``coefficients.json``."""
-        return {"source": self.source, "line": self.line, "batch": self.batch, "input_len": self.input_len,
-                "output_len": self.output_len, "latency_s": self.latency_s}
+        """The row's reference in ``coefficients.json``: its file and line (the measured values stay in
+        the data: the project ships no copy of it)."""
+        return {"source": self.source, "line": self.line}
 
 
 def read_csv(path: Path) -> list[tuple[int, dict[str, str]]]:

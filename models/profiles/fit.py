@@ -425,7 +425,7 @@ def _entry(f: ProfileFit, p: PerformanceProfile, stand_in_of: tuple[str, str] | 
         "rows_fitted": len(f.fit_rows), "rows_held_out": len(f.held_out_rows),
         "fit_mape": mape(p, f.fit_rows), "heldout_mape": mape(p, f.held_out_rows),
         "prefill_prior": f.prefill_prior,
-        "held_out_rows": [{**r.doc(), "predicted_s": r.predict(p)[0]} for r in f.held_out_rows],
+        "held_out_rows": [r.doc() for r in f.held_out_rows],
         "excluded_rows": [{**r.doc(), "reason": why} for r, why in f.excluded_rows],
     }
     if stand_in_of is not None:

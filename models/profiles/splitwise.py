@@ -82,9 +82,9 @@ class SplitwiseRow:
             or self.tokens == HELD_OUT["token_size"])
 
     def doc(self) -> dict[str, object]:
-        """The row as it appears in ``coefficients.json``."""
-        return {"source": PERF_MODEL, "line": self.line, "phase": self.phase, "prompt": self.prompt,
-                "batch": self.batch, "tokens": self.tokens, "time_s": self.time_s}
+        """The row's reference in ``coefficients.json``: its file, line and phase (the measured values
+        stay in the data: the project ships no copy of it)."""
+        return {"source": PERF_MODEL, "line": self.line, "phase": self.phase}
 
 
 def load_rows(data_dir: Path) -> list[SplitwiseRow]:
