@@ -749,5 +749,48 @@ def faults_run(
         console.print(f"wrote {' and '.join(str(p) for p in paths)}", highlight=False, soft_wrap=True)
 
 
+profiles_app = typer.Typer(no_args_is_help=True, help="The shipped performance profiles.")
+app.add_typer(profiles_app, name="profiles")
+
+_SOURCE_LABEL = {"llm-inference-bench": "LIB", "splitwise": "Splitwise"}
+
+
+def profiles_table() -> Table:
+    """Every shipped profile: where its rows come from, how many, its errors, how its prefill slope was set."""
+    from models.profiles import shipped_entries
+
+    table = Table(title="Shipped performance profiles",
+                  caption="LIB: LLM-Inference-Bench All_results.csv (+ Fig_21 TTFT where prefill is fitted); "
+                          "Splitwise: perf_model.csv. Errors: mean |predicted / measured - 1|. prior: "
+                          "prefill slope pinned (docs/simulator.md). *: a stand-in carrying another profile's "
+                          "step times (coefficients.json's stand_in says which and why).")
+    table.add_column("profile", no_wrap=True)
+    table.add_column("source", no_wrap=True)
+    for col in ("fit rows", "held out", "held-out err", "fit err"):
+        table.add_column(col, justify="right")
+    table.add_column("prefill")
+    for name, e in sorted(shipped_entries().items()):
+        mark = "*" if "stand_in" in e else ""
+        table.add_row(name + mark, _SOURCE_LABEL[e["source"]], str(e["rows_fitted"]), str(e["rows_held_out"]),
+                      f"{e['heldout_mape']:.1%}", f"{e['fit_mape']:.1%}",
+                      "fitted" if e["prefill_prior"] is None else "prior")
+    return table
+
+
+@profiles_app.command("list")
+def profiles_list(
+    json_output: Annotated[bool, typer.Option("--json", help="Print a JSON list of {name, model, gpu, "
+                                              "tensor_parallel, rows_fitted, rows_held_out, heldout_mape}.",
+                                              metavar="")] = False,
+) -> None:
+    """Every shipped profile with its source rows and held-out error (a fleet file's profile: names one)."""
+    from models.profiles import listing
+
+    if json_output:
+        typer.echo(json.dumps(listing(), indent=2))
+    else:
+        console.print(profiles_table())
+
+
 if __name__ == "__main__":
     app()

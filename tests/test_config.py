@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import csv
+import json
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import yaml
 
 from autoscaler.config.loading import default_config, load_config, parse_config
 from autoscaler.errors import ConfigError
-from models.profiles import list_profiles
+from models.profiles import get_profile, list_profiles, shipped_entries
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "fleet.yaml"
@@ -110,9 +112,42 @@ def test_unknown_profile_lists_known(tmp_path: Path) -> None:
     assert "services[llama-3.1-8b].variants[gh200].profile" in msg
     assert "llama-3-8b/b200" in msg
     known = list_profiles()
-    assert len(known) == 3
-    for name in known:
-        assert name in msg
+    # Every shipped profile (read straight from the package's coefficients.json) is listed.
+    shipped = json.loads(resources.files("models.profiles").joinpath("coefficients.json").read_text())["profiles"]
+    assert known == sorted(shipped) and len(known) > 3
+    assert msg.endswith(f"known: {', '.join(known)}, or a profile file (*.json)")
+
+
+def _profile_file(path: Path, **coefficients: float) -> Path:
+    entry = shipped_entries()["llama-3-8b/gh200"]
+    path.write_text(json.dumps({**entry, "coefficients": {**entry["coefficients"], **coefficients}}))
+    return path
+
+
+def test_profile_file_relative_to_the_fleet_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ./profiles/mine.json resolves against the fleet file's directory, not the working directory.
+    (tmp_path / "fleet" / "profiles").mkdir(parents=True)
+    _profile_file(tmp_path / "fleet" / "profiles" / "mine.json", step_overhead_s=0.02)
+    doc = example_doc()
+    variant_named(doc, "gh200")["profile"] = "./profiles/mine.json"
+    fleet = write(tmp_path / "fleet", doc)
+    monkeypatch.chdir(tmp_path)
+    gh200 = variant_named(load_config(fleet).model_dump(), "gh200")
+    assert gh200["profile"] == str(tmp_path / "fleet" / "profiles" / "mine.json")
+    assert get_profile(gh200["profile"]).step_overhead_s == 0.02
+    assert get_profile(gh200["profile"]).step_overhead_s != get_profile("llama-3-8b/gh200").step_overhead_s
+
+
+def test_bad_profile_file_names_the_file_and_the_field(tmp_path: Path) -> None:
+    bad = _profile_file(tmp_path / "bad.json", bandwidth_efficiency=0.0)
+    doc = example_doc()
+    variant_named(doc, "gh200")["profile"] = "bad.json"
+    msg = load_error(write(tmp_path, doc))
+    assert msg == (f"{tmp_path / 'fleet.yaml'}: services[llama-3.1-8b].variants[gh200].profile: {bad}: "
+                   "coefficients.bandwidth_efficiency: Input should be greater than 0")
+    variant_named(doc, "gh200")["profile"] = "absent.json"
+    msg = load_error(write(tmp_path, doc))
+    assert f"variants[gh200].profile: {tmp_path / 'absent.json'}: cannot read profile file" in msg
 
 
 def test_min_replicas_above_quota(tmp_path: Path) -> None:
@@ -329,7 +364,7 @@ def test_settings_that_switch_control_off_are_rejected(tmp_path, where: str, key
     (lambda d: variant_named(d, "h100").update(gpu="A100-80GB"), "variants[h100].gpu",
      "'A100-80GB', but profile 'llama-3-8b/h100-sxm' was measured on H100-SXM"),
     (lambda d: variant_named(d, "h100").update(gpu="TPU-v5"), "variants[h100].gpu",
-     "unknown GPU 'TPU-v5'; known: A100-80GB, GH200, H100-SXM"),
+     "unknown GPU 'TPU-v5'; known: A100-40GB, A100-80GB, GH200, H100-SXM"),
     (lambda d: variant_named(d, "gh200").update(initial_replicas=9), "variants[gh200]",
      "initial_replicas (9) exceeds max_replicas/quota (4)"),
     (lambda d: variant_named(d, "h100").update(price_per_gpu_hour="2.99"), "variants[h100].price_per_gpu_hour",

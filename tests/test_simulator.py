@@ -7,6 +7,7 @@ Timing expectations are computed from the performance profile's documented step-
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from types import SimpleNamespace
@@ -21,7 +22,7 @@ from autoscaler.simulator.engine import COMPLETED, DRAINING, FAILED, GONE, PROVI
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.router import least_outstanding
 from autoscaler.workload.types import BATCH, Request, Workload
-from models.profiles import get_profile
+from models.profiles import get_profile, shipped_entries
 
 H100 = get_profile("llama-3-8b/h100-sxm")
 
@@ -214,6 +215,20 @@ def test_single_request_ttft_and_decode_time(make_fleet) -> None:
     g = H100.seconds_per_ctx_token
     assert decode == pytest.approx(49 * (st(0, 1, 0) + g * 10_000) + g * 49 * 48 / 2, rel=1e-12)
     assert sr.status == COMPLETED
+
+
+def test_a_profile_file_sets_the_step_times(make_fleet, tmp_path) -> None:
+    # The H100 profile written to a file with a 30 ms step overhead: the simulator must step at its pace.
+    entry = shipped_entries()["llama-3-8b/h100-sxm"]
+    path = tmp_path / "slow-h100.json"
+    path.write_text(json.dumps({**entry, "coefficients": {**entry["coefficients"], "step_overhead_s": 0.03}}))
+    sim = FleetSimulator(make_fleet(1, profile=str(path)),
+                         Workload([Request(arrival_s=1.0, input_tokens=1000, output_tokens=3)]))
+    run_all(sim)
+    (sr,) = sim.requests
+    assert sr.t_first - sr.req.arrival_s == pytest.approx(st(1000) - H100.step_overhead_s + 0.03, rel=1e-12)
+    decode = sum(st(0, 1, 1000 + i) - H100.step_overhead_s + 0.03 for i in range(2))
+    assert sr.t_finish - sr.t_first == pytest.approx(decode, rel=1e-9)
 
 
 def test_single_token_request_finishes_at_first_token(make_fleet) -> None:

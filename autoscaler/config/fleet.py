@@ -45,7 +45,8 @@ class Variant(Strict):
         startup_warm_s: seconds from scale-up to ready when weights are cached on the node.
         warm_nodes: how many replicas can start warm (nodes with weights cached); the rest start cold.
         kv_cache_tokens: KV-cache capacity of one replica, tokens.
-        profile: performance profile name (see ``models.profiles.list_profiles()``).
+        profile: a shipped performance profile name (``models.profiles.list_profiles()``), or a path to a
+            profile file (``*.json``; ``models.profiles.profile_file``), made absolute by the loader.
     """
 
     name: str

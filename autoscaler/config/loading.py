@@ -12,9 +12,9 @@ import yaml
 from pydantic import ValidationError
 
 from autoscaler.config.fleet import FleetConfig
-from autoscaler.errors import ConfigError
+from autoscaler.errors import ConfigError, ProfileError
 from models.capacity import marginal_costs
-from models.profiles import get_profile, list_profiles
+from models.profiles import get_profile, is_profile_file, list_profiles
 from models.profiles.specs import GPUS
 
 
@@ -56,8 +56,12 @@ def _key_path(loc: tuple[int | str, ...], data: object) -> str:
     return "".join(parts) or "<root>"
 
 
-def parse_config(data: object, source: str = "<fleet>") -> FleetConfig:
-    """Validate a parsed YAML document; raises ``ConfigError`` '<source>: <key>: <problem>'."""
+def parse_config(data: object, source: str = "<fleet>", base_dir: Path | None = None) -> FleetConfig:
+    """Validate a parsed YAML document; raises ``ConfigError`` '<source>: <key>: <problem>'.
+
+    A variant's ``profile`` that names a profile file (``*.json``) is made absolute against
+    ``base_dir`` (the fleet file's directory; the working directory if None).
+    """
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: top level must be a mapping with a 'services' list")
     try:
@@ -68,13 +72,24 @@ def parse_config(data: object, source: str = "<fleet>") -> FleetConfig:
         msg = err["msg"].removeprefix("Value error, ")
         key = f"{_key_path(tuple(err['loc']), data)}: " if err["loc"] else ""
         raise ConfigError(f"{source}: {key}{msg}{more}") from None
+    cfg = _resolve_profile_files(cfg, Path.cwd() if base_dir is None else base_dir)
     _check_profiles(cfg, source)
     return cfg
 
 
+def _resolve_profile_files(cfg: FleetConfig, base_dir: Path) -> FleetConfig:
+    """``cfg`` with every profile file path absolute (relative ones against ``base_dir``)."""
+    def resolved(profile: str) -> str:
+        return str(base_dir / profile) if is_profile_file(profile) and not Path(profile).is_absolute() else profile
+
+    services = [s.model_copy(update={"variants": [v.model_copy(update={"profile": resolved(v.profile)})
+                                                  for v in s.variants]}) for s in cfg.services]
+    return cfg.model_copy(update={"services": services})
+
+
 def _check_profiles(cfg: FleetConfig, source: str) -> None:
-    """Every variant names a known GPU and a known profile measured on that GPU, and every ITL objective
-    is above the profile's fixed step time."""
+    """Every variant names a known GPU and a shipped profile or a valid profile file of that GPU, and
+    every ITL objective is above the profile's fixed step time."""
     known = list_profiles()
     gpus = {key.upper(): key for key in GPUS}
     for s in cfg.services:
@@ -82,16 +97,19 @@ def _check_profiles(cfg: FleetConfig, source: str) -> None:
             where = f"{source}: services[{s.name}].variants[{v.name}]"
             if v.gpu.upper() not in gpus:
                 raise ConfigError(f"{where}.gpu: unknown GPU '{v.gpu}'; known: {', '.join(sorted(gpus))}")
-            if v.profile not in known:
+            if not is_profile_file(v.profile) and v.profile not in known:
                 raise ConfigError(
                     f"{where}.profile: unknown performance profile '{v.profile}' (GPU {v.gpu}); "
-                    f"known: {', '.join(known)}"
+                    f"known: {', '.join(known)}, or a profile file (*.json)"
                 )
-            measured = get_profile(v.profile).gpu
-            if gpus[v.gpu.upper()] != measured:
+            try:
+                profile = get_profile(v.profile)
+            except ProfileError as exc:
+                raise ConfigError(f"{where}.profile: {exc}") from None
+            if gpus[v.gpu.upper()] != profile.gpu:
                 raise ConfigError(f"{where}.gpu: '{v.gpu}', but profile '{v.profile}' was measured on "
-                                  f"{measured.upper()}")
-            t0 = marginal_costs(get_profile(v.profile))[0]
+                                  f"{profile.gpu.upper()}")
+            t0 = marginal_costs(profile)[0]
             for cls, slo in s.slo.items():
                 if slo.itl_s <= t0:
                     raise ConfigError(
@@ -127,7 +145,7 @@ def load_config(path: str | Path) -> FleetConfig:
         raise ConfigError(f"{p}:{where} invalid YAML: {' '.join(what.split())}") from None
     except (ValueError, OverflowError) as exc:  # a scalar PyYAML cannot convert (!!int abc, 2024-13-45)
         raise ConfigError(f"{p}: invalid YAML value: {' '.join(str(exc).split())}") from None
-    return parse_config(data, str(p))
+    return parse_config(data, str(p), p.parent)
 
 
 def default_config() -> FleetConfig:

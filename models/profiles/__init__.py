@@ -1,10 +1,15 @@
-"""Performance profiles: seconds per vLLM engine iteration for a model on a GPU.
+"""Performance profiles: seconds per vLLM engine iteration for a model on one replica (one GPU or a
+tensor-parallel group).
 
-Public API: ``PerformanceProfile``, ``get_profile(name)``, ``list_profiles()``. Shipped profiles:
-``llama-3-8b/a100-80gb``, ``llama-3-8b/gh200``, ``llama-3-8b/h100-sxm``. Coefficients are fitted by
-``python -m models.profiles.fit`` and loaded from the package data file ``coefficients.json``.
+Public API: ``PerformanceProfile``, ``get_profile(name_or_file)``, ``list_profiles()``,
+``shipped_entries()``, ``listing()``, ``profile_name(model, gpu, tp)``, ``is_profile_file(name)``. The shipped
+profiles (``autoscaler profiles list``) are fitted by ``python -m models.profiles.fit`` and loaded
+from the package data file ``coefficients.json``; ``models.profiles.profile_file`` reads a profile
+kept in a file of its own.
 """
 
-from models.profiles.profile import PerformanceProfile, get_profile, list_profiles
+from models.profiles.lookup import get_profile, is_profile_file
+from models.profiles.profile import PerformanceProfile, list_profiles, listing, profile_name, shipped_entries
 
-__all__ = ["PerformanceProfile", "get_profile", "list_profiles"]
+__all__ = ["PerformanceProfile", "get_profile", "is_profile_file", "list_profiles", "listing", "profile_name",
+           "shipped_entries"]

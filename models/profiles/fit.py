@@ -1,372 +1,456 @@
-"""Fit the performance profiles to measured vLLM runs and write ``coefficients.json``.
+"""Fit the performance profiles to measured runs and write ``coefficients.json``.
 
 Usage::
 
-    python -m models.profiles.fit --data /work/shared/data --out models/profiles/coefficients.json
+    python -m models.profiles.fit --data ../shared/data --out models/profiles/coefficients.json
 
-Data (``<data>/llm-inference-bench``, LLM-Inference-Bench, github.com/argonne-lcf/LLM-Inference-Bench
-at 4211f5d4e9bc0145ed541b6d372d5d8223b44235, BSD-3-Clause, arXiv:2411.00136):
+A profile is keyed by (model, GPU, tensor-parallel degree) and describes one whole replica. Its rows
+come from one source (``COMBOS``):
 
-- ``All_results.csv``: offline static-batch runs, Framework == vLLM, Model == Meta-Llama-3-8B,
-  Num of Hardware == 1, Hardware in {Nvidia A100, H100, GH200 GPU}: batch B in {1, 16, 32, 64},
-  input = output = L in {128, ..., 2048}; Latency = seconds for the whole batch.
-- ``Fig_21__all_results_TTFT.csv``: the same benchmark with output length 1 (B=16, L=1024), i.e. the
-  prefill alone; the only rows that pin the prefill slope, so they are always fitted.
-- ``Fig_3__A100_H100_quant_all_results.csv``: independent re-runs (fp16 weights and KV) on A100 and
-  H100, used only as a cross-check (``replicate_mape``).
+- LLM-Inference-Bench (``models.profiles.bench``): vLLM offline batches, whole-run latencies. Held
+  out: every ``All_results.csv`` row of length 512. Not used: rows whose KV demand exceeds the
+  replica's KV pool (``bench.preemption``: vLLM preempts and recomputes, which step time does not
+  model).
+- Splitwise (``models.profiles.splitwise``): prefill and mean decode-step times of Llama-2-70B.
+  Held out: the sweep's points at P = 1024, B = 8 and T = 1024. Not used: ``splitwise.exclusion``.
 
-The runs used vLLM 0.5.x (``vLLM/*/`` scripts of that repository) without chunked prefill, so the
-scheduler's default ``max_num_batched_tokens = max(max_model_len, 2048) = 8192`` applies: whole
-prompts are packed ``8192 // L`` per prefill-only step, then ``L - 1`` decode steps follow with all B
-sequences, the j-th with KV context ``B * (L + j)``. A row's predicted latency is the sum of
-``PerformanceProfile.step_time`` over those steps (``predict_latency``).
+The four coefficients of ``PerformanceProfile`` are fitted by ``scipy.optimize.least_squares`` on
+log(predicted / measured) within physical bounds: the step overhead is at least the time to read
+the weights one token needs at the replica's peak bandwidth, the prefill cost per token at least its
+matmul FLOPs at the replica's peak tensor throughput, the per-sequence cost non-negative, and the
+bandwidth efficiency in [0.3, 1].
 
-Per GPU, the four coefficients of ``PerformanceProfile`` are fitted by
-``scipy.optimize.least_squares`` on log(predicted / measured) latency (latencies span 0.4-125 s),
-within physical bounds: the step overhead is at least the time to read the weights at peak
-bandwidth, the prefill cost per token at least its matmul FLOPs at peak tensor throughput, the
-per-sequence cost non-negative, and the bandwidth efficiency in [0.3, 1]. All rows with L = 512 are
-held out (the middle length, so the held-out error measures interpolation at every batch size).
+**Prefill prior.** With input = output, an LLM-Inference-Bench run's prefill tokens B·L and decode
+steps B·(L-1) are nearly collinear, so its whole-run latencies pin only their sum. Only the
+single-GPU Llama-3-8B, Llama-2-7B and Mistral-7B combos have TTFT rows (``Fig_21``: output length 1,
+the prefill alone) that separate them; those are fitted with all four coefficients free. Every other
+LLM-Inference-Bench combo has its prefill slope pinned to the FLOP bound at the prefill efficiency
+those TTFT fits measured on the same GPU (``PREFILL_EFFICIENCY_FROM``; the mean over the three
+models of FLOP bound / fitted slope), divided over its TP GPUs:
+``prefill_flops_per_token / (tp x peak_dense_bf16_flops x efficiency)``. This is grounded in the same
+GPU and vLLM build measured directly (0.71 on the A100, 0.55 on the H100, 0.64 on the GH200), where
+the FLOP bound at peak would be 30-45 % optimistic and
+Vidur's kernel profile covers neither Mistral, Qwen2 nor the H100 for Llama-3. Splitwise separates
+prefill from decode itself and needs no prior.
 
-Caveat: the A100 rows were most likely measured on 40 GB A100s (1.555 TB/s, see ``EXCLUDED``) but
-feed the ``a100-80gb`` profile (2.039 TB/s); its fitted overhead and efficiency absorb the slower
-memory, so that profile errs on the slow side for an 80 GB card.
+**A100 40 GB, not 80 GB.** LLM-Inference-Bench's A100 rows were measured on 40 GB cards (ALCF Polaris,
+4 x A100 40GB SXM4 per node), so they feed ``a100-40gb`` profiles. The KV pool the rows imply decides
+it; on 80 GB cards none of these batches would run out of KV:
+
+- Llama-2-70B on 4 A100s (All_results lines 926-934): L=256 B=1 -> 16 takes 8.6 -> 10.4 s (x1.22,
+  H100 x4: x1.24), L=512 17.2 -> 36.2 s (x2.11), L=2048 68.8 -> 423.7 s (x6.2): the pool holds
+  between 16 x 512 and 16 x 1024 tokens x 320 KiB = 2.7-5.4 GB. On 4 x 40 GB it is
+  0.9 x 160 - 138 = 6 GB; on 4 x 80 GB it would be 150 GB.
+- Llama-3-8B on 1 A100, L=2048, B=32 -> 64 (lines 799, 804): 66.2 -> 125.7 s (x1.90; H100 x1.52): the
+  34.4 GB demand exceeds a 40 GB card's ~20 GB pool, not an 80 GB card's ~56 GB.
+- Llama-2-7B on 1 A100: L=1024 B=16 -> 32 (17.2 -> 34.4 GB; lines 713, 718) takes x1.84 (H100 x1.47).
+
+``llama-3-8b/a100-80gb`` (the name before this was known, used by fleet files) stays loadable as a
+stand-in (``STAND_INS``): the ``llama-3-8b/a100-40gb`` step times stated on the 80 GB card's
+datasheet (the same seconds per context token), conservative for an 80 GB card, whose faster memory
+is not measured in any of this data for Llama-3-8B.
+
+Against Splitwise's 80 GB A100 the same Llama-2-70B x4 runs at B = 1 (not preempting) take 0.76 x
+the Splitwise-fitted ``llama-2-70b/a100-80gb/tp4`` prediction, while on H100 x4 LIB takes 0.63 x
+Splitwise's (a newer vLLM): relative to that speed-up, LIB's A100s are 1.2 x slower, as a 40 GB card's
+1.555 TB/s (against 2.039) would make them; consistent, though not decisive alone.
+
+**Not shipped.** Every combo of ``COMBOS`` whose held-out error exceeds ``MAX_HELD_OUT_MAPE`` is
+refused by the fit (``shipped``); the document's ``not_shipped`` lists them with their error, and
+``NOT_SHIPPED`` the combos measured but not fitted at all. At the last fit:
+
+=========================  ==================================================================
+combo                      why
+=========================  ==================================================================
+mixtral-8x7b A100 40GB x4  LIB, 27 rows: held-out 14.0 %, fit 13.6 %. The fit errs +8 % at B = 1,
+                           -20 % at B = 16, +26 % at B = 64: one sequence reads 2 of 8 experts, a
+                           batch nearly all, so the step overhead is not constant in the batch.
+llama-2-70b A100 40GB x4   LIB, 11 rows: 2 preempt by the KV rule and one more (B = 16, L = 512,
+                           5.4 GB against a 6 GB pool less activations) does in fact; held-out
+                           20.9 %. Splitwise's llama-2-70b/a100-80gb/tp4 covers 80 GB cards.
+qwen2-7b A100 40GB x1, x4  LIB: no x1 rows, 1 row at x4.
+llama-2-70b H100 x4        Splitwise's TP 4 rows: the key is shipped from LIB instead (see
+                           ``NOT_SHIPPED``).
+=========================  ==================================================================
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 from scipy.optimize import least_squares
 
-from models.profiles.profile import PerformanceProfile
-from models.profiles.specs import A100_80GB, GPUS, LLAMA_3_8B, GpuSpec, ModelSpec
+from models.profiles import bench, splitwise
+from models.profiles.profile import PerformanceProfile, profile_name
+from models.profiles.specs import GPUS, MODELS
 
 BENCH_REPO = "github.com/argonne-lcf/LLM-Inference-Bench"
 BENCH_COMMIT = "4211f5d4e9bc0145ed541b6d372d5d8223b44235"
 """Repository HEAD the files were copied at (``All_results.csv`` last changed in ae7e7a41)."""
+SPLITWISE_REPO = "github.com/Mutinifni/splitwise-sim"
+SPLITWISE_COMMIT = "8f99e7dc9b407f4ce2488d03dd44c0b8b946dab0"
 VIDUR_REPO = "github.com/microsoft/vidur"
 VIDUR_COMMIT = "7d47513363ec447a741ac5e47241580b47724fbf"
-
-ALL_RESULTS = "llm-inference-bench/All_results.csv"
-TTFT_RESULTS = "llm-inference-bench/Fig_21__all_results_TTFT.csv"
-REPLICATE_RESULTS = "llm-inference-bench/Fig_3__A100_H100_quant_all_results.csv"
 VIDUR_A100_MLP = "vidur-profiling/profiling/compute/a100/meta-llama/Meta-Llama-3-8B/mlp.csv"
-"""Paths relative to the ``--data`` directory."""
+"""Path relative to the ``--data`` directory."""
 
-DATA_FRAMEWORK = "vLLM"
-DATA_MODEL = "meta-llama/Meta-Llama-3-8B"
-REPLICATE_DTYPES = "Weight = fp16, KV Cache = fp16"
-MEASURED_HARDWARE: dict[str, str] = {
-    "a100-80gb": "Nvidia A100 GPU",
-    "h100-sxm": "Nvidia H100 GPU",
-    "gh200": "Nvidia GH200 GPU",
-}
-"""GPU key -> ``Hardware`` value of its rows in the benchmark files."""
-A100_PROFILE = f"{LLAMA_3_8B.key}/{A100_80GB.key}"
-"""The profile whose prefill slope is cross-checked against Vidur's A100 kernel profile."""
-
-MAX_NUM_BATCHED_TOKENS = 8192
-"""Prefill tokens per step in the benchmark runs (vLLM 0.5 default without chunked prefill)."""
-HELD_OUT_LENGTH = 512
-"""Input = output length whose All_results rows are held out."""
+LIB = "llm-inference-bench"
+SPLITWISE = "splitwise"
+MAX_HELD_OUT_MAPE = 0.10
+"""A combo whose held-out error exceeds this is not shipped."""
 MIN_BANDWIDTH_EFFICIENCY = 0.3
 """Lower bound of the fitted KV-read bandwidth efficiency (upper bound 1: peak bandwidth)."""
-EXCLUDED: dict[tuple[str, int, int, int], str] = {
-    ("Nvidia A100 GPU", 2048, 2048, 64): (
-        "KV demand 64 x 4096 tokens x 128 KiB = 34 GB exceeds the ~20 GB KV pool of a 40 GB A100 "
-        "(the runs used ALCF Polaris paths, whose A100s have 40 GB), so vLLM preempts and recomputes: "
-        "throughput rises 5% from B=32 to B=64 here (26-31% on H100/GH200); 125.7 s, and 125.5 s "
-        "in Fig_3. Step time does not model preemption."
-    ),
-}
-"""(Hardware, input length, output length, batch) -> why such runs are not used."""
 
 
 @dataclass(frozen=True)
-class BenchRow:
-    """One measured offline run: B prompts of ``input_len`` tokens, ``output_len`` tokens each.
+class Combo:
+    """One profile to fit: (model, GPU, tensor-parallel degree) and the source of its rows.
 
     Attributes:
-        hardware: ``Hardware`` column, e.g. ``"Nvidia H100 GPU"``.
-        batch: prompts in the batch (B).
-        input_len: prompt tokens per request.
-        output_len: generated tokens per request.
-        latency_s: measured seconds for the whole batch.
-        source: data file, relative to the data directory.
+        model: model key (``specs.MODELS``).
+        gpu: GPU key (``specs.GPUS``).
+        tp: tensor-parallel degree (GPUs per replica).
+        source: ``LIB`` or ``SPLITWISE``.
     """
 
-    hardware: str
-    batch: int
-    input_len: int
-    output_len: int
-    latency_s: float
+    model: str
+    gpu: str
+    tp: int
     source: str
+
+    @property
+    def name(self) -> str:
+        """The profile's name (``profile.profile_name``)."""
+        return profile_name(self.model, self.gpu, self.tp)
+
+
+def _lib(model: str, gpu: str, *tps: int) -> list[Combo]:
+    return [Combo(model, gpu, tp, LIB) for tp in tps]
+
+
+COMBOS: tuple[Combo, ...] = (
+    *_lib("llama-3-8b", "a100-40gb", 1, 2), *_lib("llama-3-8b", "h100-sxm", 1, 2, 4),
+    *_lib("llama-3-8b", "gh200", 1),
+    *_lib("llama-2-7b", "a100-40gb", 1, 2, 4), *_lib("llama-2-7b", "h100-sxm", 1, 2, 4),
+    *_lib("llama-2-7b", "gh200", 1),
+    *_lib("mistral-7b", "a100-40gb", 1, 2, 4), *_lib("mistral-7b", "h100-sxm", 1, 2, 4),
+    *_lib("qwen2-7b", "a100-40gb", 2), *_lib("qwen2-7b", "h100-sxm", 1, 2, 4), *_lib("qwen2-7b", "gh200", 1),
+    *_lib("llama-3-70b", "h100-sxm", 4), *_lib("qwen2-72b", "h100-sxm", 4), *_lib("llama-2-70b", "h100-sxm", 4),
+    *_lib("llama-2-70b", "a100-40gb", 4), *_lib("mixtral-8x7b", "a100-40gb", 4),
+    *(Combo("llama-2-70b", "a100-80gb", tp, SPLITWISE) for tp in (2, 4, 8)),
+    *(Combo("llama-2-70b", "h100-sxm", tp, SPLITWISE) for tp in (2, 8)),
+)
+"""Every combo fitted and, if its held-out error is within ``MAX_HELD_OUT_MAPE``, shipped."""
+
+NOT_SHIPPED: dict[tuple[str, str, int, str], str] = {
+    ("qwen2-7b", "a100-40gb", 1, LIB): "no rows",
+    ("qwen2-7b", "a100-40gb", 4, LIB): "1 row",
+    ("llama-2-70b", "h100-sxm", 4, SPLITWISE): (
+        "one profile per key, and LLM-Inference-Bench's 20 vLLM rows (the "
+        "benchmark of llama-3-70b and qwen2-72b on h100-sxm/tp4) ship; they run 0.55-0.68 x the "
+        "Splitwise-fitted prediction (a newer vLLM), so Splitwise's TP 2 and TP 8 profiles err slow"
+    ),
+}
+"""(model, GPU, TP, source) measured there but not fitted from it -> why."""
+
+STAND_INS: dict[str, tuple[str, str]] = {
+    "llama-3-8b/a100-80gb": (
+        "llama-3-8b/a100-40gb",
+        "stand-in: the llama-3-8b/a100-40gb step times on the A100 80GB datasheet (the rows were "
+        "measured on 40 GB cards; conservative for an 80 GB card's faster memory)",
+    ),
+}
+"""Shipped name -> (the fitted profile whose step times it carries, why)."""
+
+PREFILL_EFFICIENCY_FROM: dict[str, tuple[str, ...]] = {
+    "a100-40gb": ("llama-3-8b/a100-40gb", "llama-2-7b/a100-40gb", "mistral-7b/a100-40gb"),
+    "h100-sxm": ("llama-3-8b/h100-sxm", "llama-2-7b/h100-sxm", "mistral-7b/h100-sxm"),
+    "gh200": ("llama-3-8b/gh200", "llama-2-7b/gh200"),
+}
+"""GPU -> the TTFT-fitted profiles whose prefill efficiency pins the prefill prior on that GPU (the
+single-GPU combos with ``Fig_21`` rows; it has no All_results rows of Mistral on GH200)."""
+
+
+class Row(Protocol):
+    """A measured row of any source: what it measured and what a profile predicts for it."""
+
+    source: str
+    line: int
+
+    @property
+    def measured(self) -> tuple[float, ...]: ...
+
+    @property
+    def held_out(self) -> bool: ...
+
+    def predict(self, profile: PerformanceProfile) -> tuple[float, ...]: ...
+
+    def doc(self) -> dict[str, object]: ...
 
 
 @dataclass(frozen=True)
 class ProfileFit:
-    """Result of fitting one profile.
+    """Result of fitting one combo.
 
     Attributes:
+        combo: what was fitted.
         profile: the fitted profile.
         fit_rows: rows the coefficients were fitted to.
         held_out_rows: rows kept out of the fit.
-        excluded_rows: rows not used at all (reasons in ``EXCLUDED``).
+        excluded_rows: (row, why) for rows not used at all.
         fit_mape: mean |predicted / measured - 1| over ``fit_rows``.
         held_out_mape: the same over ``held_out_rows``.
+        prefill_prior: how the prefill slope was pinned, or None when it was fitted.
     """
 
+    combo: Combo
     profile: PerformanceProfile
-    fit_rows: tuple[BenchRow, ...]
-    held_out_rows: tuple[BenchRow, ...]
-    excluded_rows: tuple[BenchRow, ...]
+    fit_rows: tuple[Row, ...]
+    held_out_rows: tuple[Row, ...]
+    excluded_rows: tuple[tuple[Row, str], ...]
     fit_mape: float
     held_out_mape: float
+    prefill_prior: str | None
 
 
-def read_csv(path: Path) -> list[dict[str, str]]:
-    """Rows of a published CSV as dicts, header names and values stripped, blank lines skipped."""
-    # Published files have blank lines, padded header names and short rows (missing -> "").
-    with path.open(newline="", encoding="utf-8") as f:
-        return [{k.strip(): (v or "").strip() for k, v in r.items() if k} for r in csv.DictReader(f)]
+@dataclass(frozen=True)
+class Data:
+    """Every row of every source, read once."""
+
+    bench: list[bench.BenchRow]
+    splitwise: list[splitwise.SplitwiseRow]
+
+    @classmethod
+    def load(cls, data_dir: Path) -> Data:
+        """Read the sources under ``data_dir``.
+
+        Raises:
+            FileNotFoundError: a data file is missing.
+        """
+        return cls(bench.load_rows(data_dir), splitwise.load_rows(data_dir))
 
 
-def _is_selected(r: dict[str, str]) -> bool:
-    return (
-        r["Framework"] == DATA_FRAMEWORK
-        and r["Model"] == DATA_MODEL
-        and r["Num of Hardware"] == "1"
-        and r["Hardware"] in MEASURED_HARDWARE.values()
-    )
+def combo_rows(combo: Combo, data: Data) -> list[tuple[Row, str | None]]:
+    """(row, why it is not used or None) for every row of ``combo``'s source measuring it."""
+    if combo.source == LIB:
+        rows = bench.rows_for(data.bench, combo.model, combo.gpu, combo.tp)
+        return [(r, bench.preemption(combo.model, combo.gpu, combo.tp, r)) for r in rows]
+    return [(r, splitwise.exclusion(r)) for r in splitwise.rows_for(data.splitwise, combo.model, combo.gpu, combo.tp)]
 
 
-def _bench_row(r: dict[str, str], source: str, input_col: str, output_col: str, latency_col: str) -> BenchRow:
-    return BenchRow(
-        r["Hardware"],
-        int(r["Batch Size"]),
-        int(r[input_col]),
-        int(r[output_col]),
-        float(r[latency_col]),
-        source,
-    )
-
-
-def load_rows(data_dir: Path) -> list[BenchRow]:
-    """Selected single-GPU vLLM Llama-3-8B rows of ``ALL_RESULTS`` and ``TTFT_RESULTS``.
-
-    Raises:
-        FileNotFoundError: a data file is missing.
-    """
-    io = "Input Output Length"
-    rows = [
-        _bench_row(r, ALL_RESULTS, io, io, "Latency")
-        for r in read_csv(data_dir / ALL_RESULTS)
-        if _is_selected(r)
-    ]
-    rows += [
-        _bench_row(r, TTFT_RESULTS, "Input Length", "Output Length", "Latency")
-        for r in read_csv(data_dir / TTFT_RESULTS)
-        if _is_selected(r)
-    ]
-    return rows
-
-
-def load_replicate_rows(data_dir: Path) -> list[BenchRow]:
-    """Independent re-runs in ``REPLICATE_RESULTS`` (fp16 weights and KV; A100 and H100 only).
-
-    Exact duplicate lines of the published file are dropped; ``EXCLUDED`` rows are left out.
-
-    Raises:
-        FileNotFoundError: the data file is missing.
-    """
-    io = "Input Output Length"
-    rows = {
-        _bench_row(r, REPLICATE_RESULTS, io, io, "latency")
-        for r in read_csv(data_dir / REPLICATE_RESULTS)
-        if _is_selected(r) and r["kv_cache_dtype"] == REPLICATE_DTYPES
-    }
-    return sorted((r for r in rows if _exclusion(r) is None), key=_row_key)
-
-
-def _row_key(r: BenchRow) -> tuple[str, str, int, int, int]:
-    return (r.hardware, r.source, r.input_len, r.output_len, r.batch)
-
-
-def _exclusion(r: BenchRow) -> str | None:
-    return EXCLUDED.get((r.hardware, r.input_len, r.output_len, r.batch))
-
-
-def split_rows(
-    rows: Iterable[BenchRow], hardware: str
-) -> tuple[list[BenchRow], list[BenchRow], list[BenchRow]]:
-    """Split ``hardware``'s rows into (fit, held-out, excluded), each sorted by (source, L, B)."""
-    fit: list[BenchRow] = []
-    held_out: list[BenchRow] = []
-    excluded: list[BenchRow] = []
-    for r in sorted((r for r in rows if r.hardware == hardware), key=_row_key):
-        if _exclusion(r) is not None:
-            excluded.append(r)
-        elif r.source == ALL_RESULTS and r.input_len == HELD_OUT_LENGTH:
-            held_out.append(r)
+def split_rows(combo: Combo, data: Data) -> tuple[list[Row], list[Row], list[tuple[Row, str]]]:
+    """``combo``'s rows as (fit, held-out, (excluded, why))."""
+    fit: list[Row] = []
+    held_out: list[Row] = []
+    excluded: list[tuple[Row, str]] = []
+    for r, why in combo_rows(combo, data):
+        if why is not None:
+            excluded.append((r, why))
         else:
-            fit.append(r)
+            (held_out if r.held_out else fit).append(r)
     return fit, held_out, excluded
 
 
-def predict_latency(profile: PerformanceProfile, row: BenchRow) -> float:
-    """Seconds the benchmark run ``row`` takes under ``profile`` (steps as in the module doc)."""
-    per_step = max(1, MAX_NUM_BATCHED_TOKENS // row.input_len)
-    full_steps, last_prompts = divmod(row.batch, per_step)
-    prefill = full_steps * profile.step_time(per_step * row.input_len, 0, 0)
-    prefill += profile.step_time(last_prompts * row.input_len, 0, 0)
-    steps = row.output_len - 1
-    # Context of decode step j (1..steps) is B * (L + j): the prompt plus j generated tokens.
-    ctx_tokens = row.batch * (steps * row.input_len + steps * (steps + 1) // 2)
-    decode = steps * profile.step_time(0, row.batch, 0) + profile.seconds_per_ctx_token * ctx_tokens
-    return prefill + decode
+def mape(profile: PerformanceProfile, rows: Sequence[Row]) -> float:
+    """Mean absolute relative error of ``profile``'s predictions over every measured value of ``rows``."""
+    errors = [abs(p / m - 1.0) for r in rows for p, m in zip(r.predict(profile), r.measured, strict=True)]
+    return float(np.mean(errors))
 
 
-def mape(profile: PerformanceProfile, rows: Sequence[BenchRow]) -> float:
-    """Mean absolute relative error of ``predict_latency`` over ``rows``."""
-    return float(np.mean([abs(predict_latency(profile, r) / r.latency_s - 1.0) for r in rows]))
-
-
-def _profile(model: ModelSpec, gpu: GpuSpec, params: Sequence[float]) -> PerformanceProfile:
+def make_profile(combo: Combo, params: Sequence[float]) -> PerformanceProfile:
+    """The profile of ``combo`` with coefficients (overhead, prefill, decode, efficiency)."""
     step_overhead_s, prefill_s_per_token, decode_s_per_seq, bandwidth_efficiency = map(float, params)
+    model, gpu = MODELS[combo.model], GPUS[combo.gpu]
     return PerformanceProfile(
-        name=f"{model.key}/{gpu.key}",
-        model=model.key,
-        gpu=gpu.key,
-        kv_bytes_per_token=model.kv_bytes_per_token,
-        mem_bandwidth_bytes_per_s=gpu.mem_bandwidth_bytes_per_s,
-        step_overhead_s=step_overhead_s,
-        prefill_s_per_token=prefill_s_per_token,
-        decode_s_per_seq=decode_s_per_seq,
-        bandwidth_efficiency=bandwidth_efficiency,
+        name=combo.name, model=model.key, gpu=gpu.key, kv_bytes_per_token=model.kv_bytes_per_token,
+        mem_bandwidth_bytes_per_s=combo.tp * gpu.mem_bandwidth_bytes_per_s, step_overhead_s=step_overhead_s,
+        prefill_s_per_token=prefill_s_per_token, decode_s_per_seq=decode_s_per_seq,
+        bandwidth_efficiency=bandwidth_efficiency, tensor_parallel=combo.tp,
     )
 
 
-def fit_profile(model: ModelSpec, gpu: GpuSpec, rows: Iterable[BenchRow]) -> ProfileFit:
-    """Fit ``gpu``'s profile to its rows among ``rows`` (least squares on log latency ratio).
+def bounds(combo: Combo) -> tuple[float, float]:
+    """(least step overhead, least prefill seconds per token) the datasheets allow ``combo``."""
+    model, gpu = MODELS[combo.model], GPUS[combo.gpu]
+    return (model.active_weight_bytes / (combo.tp * gpu.mem_bandwidth_bytes_per_s),
+            model.prefill_flops_per_token / (combo.tp * gpu.peak_dense_bf16_flops))
+
+
+def fit_combo(combo: Combo, data: Data, prefill_s_per_token: float | None = None,
+              prefill_prior: str | None = None) -> ProfileFit:
+    """Fit ``combo`` (least squares on log ratio); the prefill slope is fixed if given.
 
     Raises:
-        ValueError: there are fewer fit rows than coefficients.
+        ValueError: fewer fit values than free coefficients.
     """
-    fit, held_out, excluded = split_rows(rows, MEASURED_HARDWARE[gpu.key])
-    if len(fit) < 4:
-        raise ValueError(f"{gpu.key}: {len(fit)} fit rows, need at least 4")
-    weights_read_s = model.weight_bytes / gpu.mem_bandwidth_bytes_per_s
-    compute_s_per_token = model.prefill_flops_per_token / gpu.peak_dense_bf16_flops
-    lower = np.array([weights_read_s, compute_s_per_token, 0.0, MIN_BANDWIDTH_EFFICIENCY])
+    fit, held_out, excluded = split_rows(combo, data)
+    free = 3 if prefill_s_per_token is not None else 4
+    if sum(len(r.measured) for r in fit) < free:
+        raise ValueError(f"{combo.name}: {len(fit)} fit rows, need at least {free}")
+    weights_s, flops_s = bounds(combo)
+    lower = np.array([weights_s, flops_s, 0.0, MIN_BANDWIDTH_EFFICIENCY])
     upper = np.array([np.inf, np.inf, np.inf, 1.0])
-    scale = np.array([weights_read_s, compute_s_per_token, 1e-5, 1.0])
-    start = np.array([1.5 * weights_read_s, 1.5 * compute_s_per_token, 5e-5, 0.7])
+    scale = np.array([weights_s, flops_s, 1e-5, 1.0])
+    start = np.array([1.5 * weights_s, 1.5 * flops_s, 5e-5, 0.7])
+    keep = [0, 2, 3] if prefill_s_per_token is not None else [0, 1, 2, 3]
 
-    def residuals(params: np.ndarray) -> list[float]:
-        p = _profile(model, gpu, params)
-        return [math.log(predict_latency(p, r) / r.latency_s) for r in fit]
+    def params(x: np.ndarray) -> np.ndarray:
+        full = np.array([0.0, prefill_s_per_token or 0.0, 0.0, 0.0])  # the free entries are overwritten
+        full[keep] = x
+        return full
 
-    result = least_squares(
-        residuals, start, bounds=(lower, upper), x_scale=scale, xtol=1e-12, ftol=1e-12, gtol=1e-12
-    )
-    profile = _profile(model, gpu, result.x)
-    return ProfileFit(
-        profile=profile,
-        fit_rows=tuple(fit),
-        held_out_rows=tuple(held_out),
-        excluded_rows=tuple(excluded),
-        fit_mape=mape(profile, fit),
-        held_out_mape=mape(profile, held_out),
-    )
+    def residuals(x: np.ndarray) -> list[float]:
+        p = make_profile(combo, params(x))
+        return [math.log(q / m) for r in fit for q, m in zip(r.predict(p), r.measured, strict=True)]
+
+    result = least_squares(residuals, start[keep], bounds=(lower[keep], upper[keep]), x_scale=scale[keep],
+                           xtol=1e-12, ftol=1e-12, gtol=1e-12)
+    profile = make_profile(combo, params(result.x))
+    return ProfileFit(combo, profile, tuple(fit), tuple(held_out), tuple(excluded), mape(profile, fit),
+                      mape(profile, held_out), prefill_prior)
 
 
-def fit_all(data_dir: Path) -> dict[str, ProfileFit]:
-    """Fit every shipped profile (Llama-3-8B on each GPU of ``MEASURED_HARDWARE``), by name."""
-    rows = load_rows(data_dir)
-    fits = (fit_profile(LLAMA_3_8B, GPUS[key], rows) for key in MEASURED_HARDWARE)
-    return {f.profile.name: f for f in fits}
+def _has_ttft(combo: Combo, data: Data) -> bool:
+    return combo.source == LIB and any(r.source == bench.TTFT_RESULTS for r, why in combo_rows(combo, data)
+                                       if why is None)
+
+
+def prefill_efficiency(fits: dict[str, ProfileFit], gpu: str) -> float:
+    """Mean FLOP bound / fitted prefill slope of ``PREFILL_EFFICIENCY_FROM[gpu]``'s fits."""
+    ratios = [bounds(fits[n].combo)[1] / fits[n].profile.prefill_s_per_token for n in PREFILL_EFFICIENCY_FROM[gpu]]
+    return float(np.mean(ratios))
+
+
+def fit_all(data: Data, log: Callable[[str], None] = lambda _: None) -> dict[str, ProfileFit]:
+    """Fit every combo of ``COMBOS``, TTFT-separated ones first (they set the prefill prior); by name.
+
+    Every combo is returned, shipped or not (``shipped`` decides).
+    """
+    fits: dict[str, ProfileFit] = {}
+    for combo in COMBOS:
+        if combo.source == SPLITWISE or _has_ttft(combo, data):
+            fits[combo.name] = fit_combo(combo, data)
+    for combo in COMBOS:
+        if combo.name not in fits:
+            eff = prefill_efficiency(fits, combo.gpu)
+            slope = bounds(combo)[1] / eff
+            prior = (f"FLOP bound at the prefill efficiency {eff:.3f} the TTFT rows measured on "
+                     f"{combo.gpu} ({', '.join(PREFILL_EFFICIENCY_FROM[combo.gpu])}): "
+                     f"prefill_flops_per_token / ({combo.tp} x peak x {eff:.3f})")
+            fits[combo.name] = fit_combo(combo, data, slope, prior)
+    for name, f in fits.items():
+        if not shipped(f):
+            log(f"not shipped: {name}: held-out MAPE {f.held_out_mape:.1%} > {MAX_HELD_OUT_MAPE:.0%}")
+    return {c.name: fits[c.name] for c in COMBOS}
+
+
+def shipped(f: ProfileFit) -> bool:
+    """Whether the fit is good enough to ship: held-out rows exist and err at most ``MAX_HELD_OUT_MAPE``."""
+    return bool(f.held_out_rows) and f.held_out_mape <= MAX_HELD_OUT_MAPE
+
+
+def stand_in(name: str, of: PerformanceProfile) -> PerformanceProfile:
+    """``of``'s step times under the name ``name`` (``"<model>/<gpu>[/tp<N>]"``), stated on that
+    GPU's datasheet bandwidth: the efficiency is rescaled so that seconds per context token agree."""
+    gpu = name.split("/")[1]
+    bw = of.tensor_parallel * GPUS[gpu].mem_bandwidth_bytes_per_s
+    return replace(of, name=name, gpu=gpu, mem_bandwidth_bytes_per_s=bw,
+                   bandwidth_efficiency=of.bandwidth_efficiency * of.mem_bandwidth_bytes_per_s / bw)
 
 
 def vidur_prefill_s_per_token(data_dir: Path) -> float:
-    """Marginal A100 prefill seconds per token of Llama-3-8B's non-attention ops, from Vidur.
+    """Marginal A100 (80 GB) prefill seconds per token of Llama-3-8B's non-attention ops, from Vidur.
 
     Sums the median per-layer op times (ms) of ``VIDUR_A100_MLP`` at TP 1 (embedding excluded:
     it runs once per model, not per layer), takes the slope between 4096 and 8192 tokens (8192 =
     the benchmark's prefill step) and multiplies by the layer count. Repeated profiling rows at the
     same token count are averaged. Attention is not in the file; at the benchmark's 1-2k-token
-    prompts it adds only a few percent.
+    prompts it adds only a few percent. Prefill is compute-bound, so the 40 GB and 80 GB A100
+    (the same 312 TFLOPS) should agree.
     """
     per_layer_ms: dict[int, list[float]] = {}
-    for r in read_csv(data_dir / VIDUR_A100_MLP):
+    for _, r in bench.read_csv(data_dir / VIDUR_A100_MLP):
         if r["num_tensor_parallel_workers"] == "1":
             ops = [k for k in r if k.endswith(".median") and not k.startswith("time_stats.emb.")]
             per_layer_ms.setdefault(int(r["num_tokens"]), []).append(sum(float(r[k]) for k in ops))
-    lo, hi = 4096, MAX_NUM_BATCHED_TOKENS
+    lo, hi = 4096, 8192
     slope_ms = (float(np.mean(per_layer_ms[hi])) - float(np.mean(per_layer_ms[lo]))) / (hi - lo)
-    return slope_ms * 1e-3 * LLAMA_3_8B.num_layers
+    return slope_ms * 1e-3 * MODELS["llama-3-8b"].num_layers
 
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _row_doc(profile: PerformanceProfile, r: BenchRow) -> dict[str, object]:
+def _selection(combo: Combo) -> dict[str, object]:
+    """Which rows of the source files feed ``combo`` (the ``source_rows`` entry)."""
+    if combo.source == LIB:
+        return {
+            "files": [bench.ALL_RESULTS, bench.TTFT_RESULTS],
+            "Framework": bench.FRAMEWORK, "Model": bench.MODEL_NAMES[combo.model],
+            "Hardware": bench.HARDWARE[combo.gpu], "Num of Hardware": combo.tp,
+            "held_out": f"{bench.ALL_RESULTS} rows with Input Output Length == {bench.HELD_OUT_LENGTH}",
+            "excluded": "KV demand B x 2L x kv_bytes_per_token over the KV pool (vLLM preempts)",
+        }
+    held = ", ".join(f"{k} == {v}" for k, v in splitwise.HELD_OUT.items())
     return {
-        "source": r.source,
-        "batch": r.batch,
-        "input_len": r.input_len,
-        "output_len": r.output_len,
-        "latency_s": r.latency_s,
-        "predicted_s": predict_latency(profile, r),
+        "files": [splitwise.PERF_MODEL],
+        "model": splitwise.MODEL_NAMES[combo.model], "hardware": splitwise.HARDWARE[combo.gpu],
+        "tensor_parallel": combo.tp,
+        "rows": "each line: its prompt_time (prefill) and its token_time (mean decode step)",
+        "held_out": f"lines with {held} (other than the base point)",
+        "excluded": "batched or > 2048-token prefills; TP 2 at B = 64",
     }
 
 
-def build_document(
-    fits: dict[str, ProfileFit], data_dir: Path, vidur_s_per_token: float
-) -> dict[str, object]:
-    """The ``coefficients.json`` content: coefficients per profile plus provenance and checks.
+def _entry(f: ProfileFit, p: PerformanceProfile, stand_in_of: tuple[str, str] | None = None) -> dict[str, object]:
+    gpu = GPUS[p.gpu]
+    entry: dict[str, object] = {
+        "model": p.model, "gpu": p.gpu, "tensor_parallel": p.tensor_parallel,
+        "architecture": {k: v for k, v in asdict(MODELS[p.model]).items() if k not in ("key", "source")},
+        "coefficients": {"step_overhead_s": p.step_overhead_s, "prefill_s_per_token": p.prefill_s_per_token,
+                         "decode_s_per_seq": p.decode_s_per_seq, "bandwidth_efficiency": p.bandwidth_efficiency},
+        "kv_bytes_per_token": p.kv_bytes_per_token, "mem_bandwidth_bytes_per_s": p.mem_bandwidth_bytes_per_s,
+        "gpu_source": gpu.source, "model_source": MODELS[p.model].source,
+        "source": f.combo.source, "measured_gpu": f.combo.gpu, "source_rows": _selection(f.combo),
+        "rows_fitted": len(f.fit_rows), "rows_held_out": len(f.held_out_rows),
+        "fit_mape": mape(p, f.fit_rows), "heldout_mape": mape(p, f.held_out_rows),
+        "prefill_prior": f.prefill_prior,
+        "held_out_rows": [r.doc() for r in f.held_out_rows],
+        "excluded_rows": [{**r.doc(), "reason": why} for r, why in f.excluded_rows],
+    }
+    if stand_in_of is not None:
+        entry["stand_in"] = {"profile": stand_in_of[0], "why": stand_in_of[1]}
+    return entry
 
-    ``vidur_s_per_token`` is ``vidur_prefill_s_per_token(data_dir)``, recorded as a cross-check.
-    """
-    replicates = load_replicate_rows(data_dir)
-    a100 = fits[A100_PROFILE].profile
-    profiles: dict[str, object] = {}
+
+def build_document(fits: dict[str, ProfileFit], data_dir: Path, vidur_s_per_token: float) -> dict[str, object]:
+    """The ``coefficients.json`` content: the shipped profiles with provenance and errors, the stand-ins,
+    what was not shipped and why, and the cross-checks."""
+    profiles = {name: _entry(f, f.profile) for name, f in fits.items() if shipped(f)}
+    for name, (of, why) in STAND_INS.items():
+        profiles[name] = _entry(fits[of], stand_in(name, fits[of].profile), (of, why))
+    replicates: dict[str, object] = {}
+    reruns = bench.load_replicate_rows(data_dir)
     for name, f in fits.items():
-        p, gpu = f.profile, GPUS[f.profile.gpu]
-        reps = [r for r in replicates if r.hardware == MEASURED_HARDWARE[p.gpu]]
-        profiles[name] = {
-            "model": p.model,
-            "gpu": p.gpu,
-            "coefficients": {
-                "step_overhead_s": p.step_overhead_s,
-                "prefill_s_per_token": p.prefill_s_per_token,
-                "decode_s_per_seq": p.decode_s_per_seq,
-                "bandwidth_efficiency": p.bandwidth_efficiency,
-            },
-            "kv_bytes_per_token": p.kv_bytes_per_token,
-            "mem_bandwidth_bytes_per_s": p.mem_bandwidth_bytes_per_s,
-            "gpu_source": gpu.source,
-            "measured_hardware": MEASURED_HARDWARE[p.gpu],
-            "n_fit_rows": len(f.fit_rows),
-            "n_held_out_rows": len(f.held_out_rows),
-            "fit_mape": f.fit_mape,
-            "held_out_mape": f.held_out_mape,
-            "replicate_mape": mape(p, reps) if reps else None,
-            "n_replicate_rows": len(reps),
-            "held_out_rows": [_row_doc(p, r) for r in f.held_out_rows],
-            "excluded_rows": [{**_row_doc(p, r), "reason": _exclusion(r)} for r in f.excluded_rows],
-        }
-    files = [ALL_RESULTS, TTFT_RESULTS, REPLICATE_RESULTS, VIDUR_A100_MLP]
+        c = f.combo
+        rows = [r for r in bench.rows_for(reruns, c.model, c.gpu, c.tp) if bench.preemption(c.model, c.gpu, c.tp, r)
+                is None] if c.source == LIB and shipped(f) else []
+        if rows:
+            replicates[name] = {"rows": len(rows), "mape": mape(f.profile, rows)}
+    not_shipped = {f"{profile_name(m, g, tp)} ({src})": why for (m, g, tp, src), why in NOT_SHIPPED.items()}
+    not_shipped |= {f"{name} ({f.combo.source})": f"held-out MAPE {f.held_out_mape:.1%} > {MAX_HELD_OUT_MAPE:.0%}"
+                    for name, f in fits.items() if not shipped(f)}
+    files = [bench.ALL_RESULTS, bench.TTFT_RESULTS, bench.REPLICATE_RESULTS, splitwise.PERF_MODEL, VIDUR_A100_MLP]
     return {
         "fitted_on": datetime.date.today().isoformat(),
         "fitted_by": "python -m models.profiles.fit",
@@ -376,25 +460,21 @@ def build_document(
         ),
         "sources": {
             "llm-inference-bench": {"repo": BENCH_REPO, "commit": BENCH_COMMIT},
+            "splitwise": {"repo": SPLITWISE_REPO, "commit": SPLITWISE_COMMIT},
             "vidur-profiling": {"repo": VIDUR_REPO, "commit": VIDUR_COMMIT},
             "files_sha256": {name: _sha256(data_dir / name) for name in files},
         },
-        "row_filters": {
-            "Framework": DATA_FRAMEWORK,
-            "Model": DATA_MODEL,
-            "Num of Hardware": 1,
-            "Hardware": sorted(MEASURED_HARDWARE.values()),
-            "held_out": f"{ALL_RESULTS} rows with Input Output Length == {HELD_OUT_LENGTH}",
-            "fit_also": f"{TTFT_RESULTS} rows (output length 1: prefill only)",
-            "replicates": f"{REPLICATE_RESULTS} rows with kv_cache_dtype == '{REPLICATE_DTYPES}'",
-            "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
-        },
+        "max_heldout_mape": MAX_HELD_OUT_MAPE,
         "cross_checks": {
             "vidur_a100_prefill_s_per_token": vidur_s_per_token,
-            "fitted_a100_prefill_s_per_token": a100.prefill_s_per_token,
+            "fitted_a100_40gb_prefill_s_per_token": fits["llama-3-8b/a100-40gb"].profile.prefill_s_per_token,
             "note": "Vidur: marginal non-attention op time per token, 4096->8192 tokens, x32 layers",
+            "replicate_mape": replicates,
+            "replicate_note": f"{bench.REPLICATE_RESULTS}: independent fp16 re-runs, never fitted "
+                              "(preempting ones left out)",
         },
-        "profiles": profiles,
+        "not_shipped": dict(sorted(not_shipped.items())),
+        "profiles": dict(sorted(profiles.items())),
     }
 
 
@@ -406,22 +486,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, required=True, help="shared data directory")
     parser.add_argument("--out", type=Path, required=True, help="coefficients.json to write")
     args = parser.parse_args(argv)
-    fits = fit_all(args.data)
+    fits = fit_all(Data.load(args.data), log=print)
     vidur = vidur_prefill_s_per_token(args.data)
     for name, f in fits.items():
         p = f.profile
         print(
             f"{name}: step_overhead={p.step_overhead_s * 1e3:.3f} ms "
             f"prefill={p.prefill_s_per_token * 1e6:.2f} us/token "
-            f"decode={p.decode_s_per_seq * 1e6:.2f} us/seq eta={p.bandwidth_efficiency:.3f} "
-            f"({p.seconds_per_ctx_token * 1e9:.2f} ns/ctx-token) | fit MAPE {f.fit_mape:.2%} "
-            f"({len(f.fit_rows)} rows), held-out MAPE {f.held_out_mape:.2%} ({len(f.held_out_rows)} rows)"
+            f"decode={p.decode_s_per_seq * 1e6:.2f} us/seq eta={p.bandwidth_efficiency:.3f} | "
+            f"fit MAPE {f.fit_mape:.2%} ({len(f.fit_rows)} rows), held-out MAPE {f.held_out_mape:.2%} "
+            f"({len(f.held_out_rows)} rows), {len(f.excluded_rows)} excluded"
+            + ("" if f.prefill_prior is None else " [prefill prior]")
         )
-    a100 = fits[A100_PROFILE].profile
-    print(
-        f"A100 prefill: Vidur non-attention ops {vidur * 1e6:.2f} us/token, "
-        f"fitted {a100.prefill_s_per_token * 1e6:.2f} us/token"
-    )
+    print(f"A100 prefill: Vidur non-attention ops {vidur * 1e6:.2f} us/token, "
+          f"fitted {fits['llama-3-8b/a100-40gb'].profile.prefill_s_per_token * 1e6:.2f} us/token")
     doc = build_document(fits, args.data, vidur)
     args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")

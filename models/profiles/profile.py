@@ -1,4 +1,4 @@
-"""Performance profiles: wall time of one vLLM engine iteration, per model x GPU.
+"""Performance profiles: wall time of one vLLM engine iteration, per model x GPU x tensor-parallel degree.
 
 The fitted coefficients ship in ``coefficients.json`` beside this module (package data), written by
 ``python -m models.profiles.fit``; physical constants come from ``models.profiles.specs``. Nothing
@@ -7,10 +7,12 @@ here reads the benchmark data.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from autoscaler.errors import ProfileError
 from models.profiles.specs import GPUS, MODELS
@@ -19,9 +21,15 @@ COEFFICIENTS_FILE = "coefficients.json"
 """Name of the package-data file holding the fitted coefficients."""
 
 
+def profile_name(model: str, gpu: str, tensor_parallel: int = 1) -> str:
+    """``"<model>/<gpu>"`` at tensor parallel 1, ``"<model>/<gpu>/tp<N>"`` at N."""
+    return f"{model}/{gpu}" if tensor_parallel == 1 else f"{model}/{gpu}/tp{tensor_parallel}"
+
+
 @dataclass(frozen=True)
 class PerformanceProfile:
-    """Step-time model of one vLLM engine (continuous batching) serving one model on one GPU.
+    """Step-time model of one vLLM engine (continuous batching) serving one model on one replica
+    (one GPU, or ``tensor_parallel`` GPUs together).
 
     One iteration that prefills ``p`` prompt tokens and decodes one token for each of ``n``
     sequences whose KV contexts total ``c`` tokens takes, in seconds,
@@ -36,16 +44,19 @@ class PerformanceProfile:
     token, so it is grounded in memory bandwidth for contexts longer than any measured one.
 
     Attributes:
-        name: profile name, ``"<model>/<gpu>"``, e.g. ``"llama-3-8b/h100-sxm"``.
+        name: profile name, ``"<model>/<gpu>"`` at tensor parallel 1, ``"<model>/<gpu>/tp<N>"`` at N,
+            e.g. ``"llama-3-8b/h100-sxm"``, ``"llama-3-70b/h100-sxm/tp4"``.
         model: model key (``models.profiles.specs.MODELS``).
         gpu: GPU key (``models.profiles.specs.GPUS``).
         kv_bytes_per_token: KV-cache bytes per context token (131072 for Llama-3-8B bf16).
-        mem_bandwidth_bytes_per_s: datasheet peak HBM bandwidth, bytes/s.
+        mem_bandwidth_bytes_per_s: datasheet peak HBM bandwidth of the whole replica, bytes/s
+            (``tensor_parallel`` x one GPU's: each GPU streams its shard of the weights and KV).
         step_overhead_s: fitted fixed cost of a non-idle step, seconds.
         prefill_s_per_token: fitted cost per prefilled prompt token, seconds/token.
         decode_s_per_seq: fitted cost per decoded sequence, seconds/sequence.
         bandwidth_efficiency: fitted fraction of peak bandwidth achieved reading the KV cache,
             in (0, 1].
+        tensor_parallel: GPUs of one replica (vLLM ``--tensor-parallel-size``).
     """
 
     name: str
@@ -57,6 +68,7 @@ class PerformanceProfile:
     prefill_s_per_token: float
     decode_s_per_seq: float
     bandwidth_efficiency: float
+    tensor_parallel: int = 1
 
     @property
     def seconds_per_ctx_token(self) -> float:
@@ -110,20 +122,43 @@ class PerformanceProfile:
 
 
 @cache
-def _profiles() -> dict[str, PerformanceProfile]:
+def _document() -> dict[str, Any]:
     text = resources.files("models.profiles").joinpath(COEFFICIENTS_FILE).read_text(encoding="utf-8")
+    doc: dict[str, Any] = json.loads(text)
+    return doc
+
+
+@cache
+def _profiles() -> dict[str, PerformanceProfile]:
     profiles: dict[str, PerformanceProfile] = {}
-    for name, entry in json.loads(text)["profiles"].items():
-        model, gpu = MODELS[entry["model"]], GPUS[entry["gpu"]]
+    for name, entry in _document()["profiles"].items():
+        model, gpu, tp = MODELS[entry["model"]], GPUS[entry["gpu"]], entry["tensor_parallel"]
         profiles[name] = PerformanceProfile(
             name=name,
             model=model.key,
             gpu=gpu.key,
             kv_bytes_per_token=model.kv_bytes_per_token,
-            mem_bandwidth_bytes_per_s=gpu.mem_bandwidth_bytes_per_s,
+            mem_bandwidth_bytes_per_s=tp * gpu.mem_bandwidth_bytes_per_s,
+            tensor_parallel=tp,
             **entry["coefficients"],
         )
     return profiles
+
+
+def shipped_entries() -> dict[str, dict[str, Any]]:
+    """The shipped profiles' entries of ``coefficients.json`` (coefficients, source rows, errors), by name
+    (a copy: the caller may change it)."""
+    return copy.deepcopy(_document()["profiles"])
+
+
+LISTING_FIELDS = ("name", "model", "gpu", "tensor_parallel", "rows_fitted", "rows_held_out", "heldout_mape")
+"""Keys of each ``listing()`` item (``autoscaler profiles list --json``: an interface others rely on)."""
+
+
+def listing() -> list[dict[str, Any]]:
+    """One item per shipped profile, sorted by name, with exactly the keys of ``LISTING_FIELDS``."""
+    return [{"name": name, **{k: entry[k] for k in LISTING_FIELDS[1:]}}
+            for name, entry in sorted(shipped_entries().items())]
 
 
 def list_profiles() -> list[str]:
@@ -131,7 +166,7 @@ def list_profiles() -> list[str]:
     return sorted(_profiles())
 
 
-def get_profile(name: str) -> PerformanceProfile:
+def shipped_profile(name: str) -> PerformanceProfile:
     """The shipped profile called ``name``.
 
     Raises:

@@ -1,0 +1,39 @@
+"""Tests for ``autoscaler profiles list`` (typer CliRunner, in process)."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+from typer.testing import CliRunner
+
+from autoscaler.cli import app
+
+# The shipped document, read directly rather than through the code under test.
+DOC = json.loads(resources.files("models.profiles").joinpath("coefficients.json").read_text())
+KEYS = ["name", "model", "gpu", "tensor_parallel", "rows_fitted", "rows_held_out", "heldout_mape"]
+
+
+def test_json_lists_every_shipped_profile_with_exactly_the_interface_keys() -> None:
+    res = CliRunner().invoke(app, ["profiles", "list", "--json"])
+    assert res.exit_code == 0, res.output
+    items = json.loads(res.output)
+    assert [i["name"] for i in items] == sorted(DOC["profiles"])
+    for item in items:
+        assert list(item) == KEYS
+        entry = DOC["profiles"][item["name"]]
+        assert {k: item[k] for k in KEYS[1:]} == {k: entry[k] for k in KEYS[1:]}
+        tp = item["tensor_parallel"]
+        assert item["name"] == f"{item['model']}/{item['gpu']}" + ("" if tp == 1 else f"/tp{tp}")
+        assert 0 <= item["heldout_mape"] <= 0.10
+
+
+def test_table_fits_100_columns_and_shows_each_held_out_error() -> None:
+    res = CliRunner().invoke(app, ["profiles", "list"], env={"COLUMNS": "100"}, terminal_width=100)
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    for name, entry in DOC["profiles"].items():
+        (row,) = [line for line in lines if f" {name} " in line or f" {name}* " in line]
+        cells = [c.strip() for c in row.strip("│ ").split("│")]
+        assert cells[2:5] == [str(entry["rows_fitted"]), str(entry["rows_held_out"]), f"{entry['heldout_mape']:.1%}"]
