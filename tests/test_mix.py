@@ -6,7 +6,7 @@ import pytest
 
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import default_fleet_document
-from autoscaler.loop.mix import MIN_REQUESTS, QUEUE_STEADY, STEADY_TOLERANCE, MixTracker
+from autoscaler.loop.mix import MIN_REQUESTS, STEADY_TOLERANCE, MixTracker
 from controllers.pid import PIDState, rescale
 from models.capacity import RequestMix, variant_weights
 
@@ -21,6 +21,16 @@ def served(rate: float, input_tokens: float, output_tokens: float, hit: float | 
     return {"request_rate_rps": rate, "prompt_tokens_rps": rate * input_tokens,
             "generation_tokens_rps": rate * output_tokens, "prefix_hit_rate": hit,
             "queue_length": 0.0, "running": 20.0, "arrival_rate_rps": rate}
+
+
+def settle(m: MixTracker, signals: dict[str, float | None]) -> dict[str, float]:
+    """Feed ``signals`` every 15 s for one window after the tracker's last tick; the capacities at its end."""
+    start_s = m._running[-1][0] + 15.0 if m._running else 0.0
+    t = start_s
+    while t < start_s + WINDOW_S:
+        m.update(signals, t)
+        t += 15.0
+    return m.update(signals, t)
 
 
 def expected(input_tokens: float, output_tokens: float, hit: float) -> dict[str, float]:
@@ -38,7 +48,7 @@ def test_sizes_for_the_served_mix_once_the_window_holds_enough_requests() -> Non
     # a sixth of the declared capacity
     m = MixTracker(SVC, ENGINE, WINDOW_S)
     declared = dict(m.weights)
-    w = m.update(served(5.0, 8000, 400, 0.1), 0.0)
+    w = settle(m, served(5.0, 8000, 400, 0.1))
     assert w == expected(8000, 400, 0.1)
     assert w["gh200"] < declared["gh200"] / 4
     assert m.basis == (8000, 400, 0.1)
@@ -47,40 +57,40 @@ def test_sizes_for_the_served_mix_once_the_window_holds_enough_requests() -> Non
 def test_keeps_the_capacities_inside_the_tolerance_and_without_enough_data() -> None:
     m = MixTracker(SVC, ENGINE, WINDOW_S)
     declared = dict(m.weights)
-    assert m.update(served(5.0, 1024 * 1.2, 256 * 0.8), 0.0) == declared  # both within 25 %
+    assert settle(m, served(5.0, 1024 * 1.2, 256 * 0.8)) == declared  # both within 25 %
     few = MIN_REQUESTS / WINDOW_S * 0.9  # fewer completions in the window than MIN_REQUESTS
-    assert m.update(served(few, 8000, 256), 0.0) == declared
+    assert settle(m, served(few, 8000, 256)) == declared
     for missing in ("request_rate_rps", "prompt_tokens_rps", "generation_tokens_rps"):
         sig = served(5.0, 8000, 256)
         sig[missing] = None
-        assert m.update(sig, 0.0) == declared
-    assert m.update({**served(5.0, 8000, 256), "prompt_tokens_rps": float("nan")}, 0.0) == declared
-    assert m.update(served(0.0, 8000, 256), 0.0) == declared  # no traffic is not a mix
+        assert settle(m, sig) == declared
+    assert settle(m, {**served(5.0, 8000, 256), "prompt_tokens_rps": float("nan")}) == declared
+    assert settle(m, served(0.0, 8000, 256)) == declared  # no traffic is not a mix
 
 
 def test_the_prefix_hit_rate_counts_through_the_tokens_it_leaves_to_compute() -> None:
     # 1024 tokens at hit 0.5 leave 512 to compute: outside the tolerance of 1024 at hit 0
     m = MixTracker(SVC, ENGINE, WINDOW_S)
-    assert m.update(served(5.0, 1024, 256, 0.5), 0.0) == expected(1024, 256, 0.5)
+    assert settle(m, served(5.0, 1024, 256, 0.5)) == expected(1024, 256, 0.5)
     # unknown hit rate (a server exporting none): the declared one
     m2 = MixTracker(SVC, ENGINE, WINDOW_S)
-    assert m2.update(served(5.0, 4000, 256, None), 0.0) == expected(4000, 256, SVC.typical_request.prefix_hit_rate)
+    assert settle(m2, served(5.0, 4000, 256, None)) == expected(4000, 256, SVC.typical_request.prefix_hit_rate)
 
 
 def test_a_variant_that_cannot_meet_the_slo_gets_zero_and_no_variant_keeps_the_old() -> None:
     m = MixTracker(SVC, ENGINE, WINDOW_S)
     long_ = expected(16000, 256, 0.0)
     assert long_["a100"] == 0 < long_["h100"]  # (the capacity model's own answer)
-    assert m.update(served(2.0, 16000, 256, 0.0), 0.0) == long_
+    assert settle(m, served(2.0, 16000, 256, 0.0)) == long_
     before = dict(m.weights)
     assert all(w == 0 for w in expected(64000, 256, 0.0).values())
-    assert m.update(served(2.0, 64000, 256, 0.0), 0.0) == before
+    assert settle(m, served(2.0, 64000, 256, 0.0)) == before
 
 
 def test_typical_keeps_the_declared_mix() -> None:
     m = MixTracker(SVC, ENGINE, WINDOW_S, observed=False)
     declared = dict(m.weights)
-    assert m.update(served(5.0, 8000, 400), 0.0) == declared
+    assert settle(m, served(5.0, 8000, 400)) == declared
 
 
 @pytest.mark.parametrize("mode", ["observed", "typical"])
@@ -112,21 +122,22 @@ def test_pid_integral_stands_for_the_same_replicas_after_a_change() -> None:
     assert first.integral == 30.0
 
 
-def test_only_a_steady_window_is_read() -> None:
-    # After a backlog the window holds tokens of requests still running: nothing is read until a
-    # whole window (300 s) has passed without one, nor while completions are off the arrivals by > 10 %.
+def test_only_a_window_whose_running_requests_held_steady_is_read() -> None:
+    # Tokens of requests running at either end of the window bias its means by about the change in
+    # running requests over its completions (5 req/s x 300 s = 1500): at most 10 % of them is read.
     m = MixTracker(SVC, ENGINE, WINDOW_S)
     declared = dict(m.weights)
-    backlog = {**served(5.0, 8000, 400), "queue_length": QUEUE_STEADY * 20 + 2}
-    assert m.update(backlog, 0.0) == declared
-    assert m.update(served(5.0, 8000, 400), 290.0) == declared
-    off = {**served(5.0, 8000, 400), "arrival_rate_rps": 5.0 * (1 + STEADY_TOLERANCE) + 0.1}
-    assert m.update(off, 301.0) == declared
-    assert m.update({**served(5.0, 8000, 400), "queue_length": None}, 302.0) == declared  # unknown queue
-    assert m.update(served(5.0, 8000, 400), 603.0) == expected(8000, 400, 0.0)
-    # without a gateway (no arrivals), a window without a backlog is read
+    assert m.update(served(5.0, 8000, 400), 0.0) == declared  # less than a window of samples
+    grown = 20.0 + STEADY_TOLERANCE * 5.0 * WINDOW_S + 1
+    assert m.update({**served(5.0, 8000, 400), "running": grown}, WINDOW_S) == declared
+    assert m.update({**served(5.0, 8000, 400), "running": None}, WINDOW_S + 15) == declared
     m2 = MixTracker(SVC, ENGINE, WINDOW_S)
-    assert m2.update({**served(5.0, 8000, 400), "arrival_rate_rps": None}, 0.0) == expected(8000, 400, 0.0)
+    m2.update(served(5.0, 8000, 400), 0.0)
+    within = 20.0 + STEADY_TOLERANCE * 5.0 * WINDOW_S - 1
+    assert m2.update({**served(5.0, 8000, 400), "running": within}, WINDOW_S) == expected(8000, 400, 0.0)
+    # a standing backlog is read: waiting requests have no tokens counted yet
+    m3 = MixTracker(SVC, ENGINE, WINDOW_S)
+    assert settle(m3, {**served(5.0, 8000, 400), "queue_length": 500.0}) == expected(8000, 400, 0.0)
 
 
 @pytest.mark.parametrize("bad", [
@@ -139,16 +150,16 @@ def test_only_a_steady_window_is_read() -> None:
 def test_signals_no_served_request_can_have_are_not_a_mix(bad: dict[str, float]) -> None:
     m = MixTracker(SVC, ENGINE, WINDOW_S)
     declared = dict(m.weights)
-    assert m.update({**served(5.0, 8000, 400), **bad}, 0.0) == declared
+    assert settle(m, {**served(5.0, 8000, 400), **bad}) == declared
 
 
-@pytest.mark.parametrize("queue", [float("nan"), -100.0, float("inf")])
-def test_a_queue_that_is_not_a_count_is_a_backlog(queue: float) -> None:
+@pytest.mark.parametrize("running", [float("nan"), -100.0, float("inf")])
+def test_running_requests_that_are_not_a_count_are_unknown(running: float) -> None:
     m = MixTracker(SVC, ENGINE, WINDOW_S)
     declared = dict(m.weights)
-    assert m.update({**served(5.0, 8000, 400), "queue_length": queue}, 0.0) == declared
-    assert m.update(served(5.0, 8000, 400), 299.0) == declared  # a window after it, not before
-    assert m.update(served(5.0, 8000, 400), 301.0) == expected(8000, 400, 0.0)
+    m.update({**served(5.0, 8000, 400), "running": running}, 0.0)
+    assert m.update(served(5.0, 8000, 400), WINDOW_S) == declared  # the window's start is unknown
+    assert m.update(served(5.0, 8000, 400), 2 * WINDOW_S) == expected(8000, 400, 0.0)
 
 
 def test_a_mix_no_variant_serves_is_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -157,6 +168,6 @@ def test_a_mix_no_variant_serves_is_warned_about_once(caplog: pytest.LogCaptureF
     doc["services"][0]["variants"] = [{**v, "kv_cache_tokens": 140000} for v in doc["services"][0]["variants"]]
     svc = FleetConfig.model_validate(doc).services[0]
     m = MixTracker(svc, ENGINE, WINDOW_S)
-    for k, prompt in enumerate((64000, 64500, 65000, 63000)):  # the window's mean moves every tick
+    for k, prompt in enumerate((64000, 64500, 65000, 63000) * 10):  # the window's mean moves every tick
         m.update(served(2.0, prompt, 256, 0.0), 15.0 * k)
     assert sum("no variant meets the SLO" in r.getMessage() for r in caplog.records) == 1

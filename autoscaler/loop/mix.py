@@ -14,11 +14,12 @@ output tokens per request (``generation_tokens_rps / request_rate_rps``) and the
 rates over the same window. While load rises, tokens are counted before their requests complete,
 so the means read long and the capacities low: the error is on the side of more replicas.
 
-Only a steady window is read: no sample of it with a queue beyond ``QUEUE_STEADY`` of the running
-requests, and completions within ``STEADY_TOLERANCE`` of the gateway's arrivals where the source has
-them. Tokens are counted as they are computed and requests as they complete, so after a backlog the
-window holds the tokens of requests still running (the fault suite's ``silent-new-pods``, seed 1:
-output tokens read long, capacities fell by half, and the PID added eight replicas at once).
+Only a window whose running requests held steady is read: within ``STEADY_TOLERANCE`` of its
+completions between its first sample and now. Tokens are counted as they are computed and requests
+as they complete, so the tokens of requests running at either end of the window bias the means by
+about the change in running requests over the completions (a queue does not: waiting requests
+have no tokens counted yet). A standing backlog is read, so a mix that leaves the fleet short is
+learnt while it is short.
 
 It re-derives only when the prompt tokens computed per request (input x (1 - hit)) or the output
 tokens per request moved by more than ``MIX_TOLERANCE`` from the mix the capacities were derived
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from collections.abc import Mapping
 
 from autoscaler.config import EngineConfig, Service
@@ -49,11 +51,9 @@ MIX_TOLERANCE = 0.25
 capacities (the same 25 % as the PID's deadband: smaller moves are inside the capacity model's error)."""
 
 
-QUEUE_STEADY = 0.1
-"""Waiting requests per running request (plus one) a steady window's samples stay within."""
-
 STEADY_TOLERANCE = 0.1
-"""Completions within 10 % of the arrivals: the window is not filling or flushing a backlog."""
+"""Largest change in running requests over a window, as a share of the window's completions, whose
+means are read (a bias of at most ~10 %, inside ``MIX_TOLERANCE``)."""
 
 
 class MixTracker:
@@ -75,15 +75,15 @@ class MixTracker:
         self.basis = (t.input_tokens, t.output_tokens, t.prefix_hit_rate)
         self.weights = variant_weights(svc, engine, RequestMix.from_means(*self.basis))
         self._refused = False
-        self._backlog_s = -math.inf  # the last time a sample's queue was beyond QUEUE_STEADY (or unknown)
+        self._running: deque[tuple[float, float | None]] = deque()  # (time s, running) over the window
 
     def update(self, signals: Mapping[str, float | None], time_s: float) -> dict[str, float]:
         """The capacities for this tick at ``time_s`` (seconds), re-derived when the window is steady and
         its mix left the tolerance (module docstring); unchanged when a signal it needs is unknown or
         the window holds too few requests."""
-        queue, running = _count(signals.get("queue_length")), _count(signals.get("running"))
-        if queue is None or running is None or queue > QUEUE_STEADY * running + 1:
-            self._backlog_s = time_s
+        self._running.append((time_s, _count(signals.get("running"))))
+        while len(self._running) > 1 and self._running[1][0] <= time_s - self.window_s:
+            self._running.popleft()
         mix = self.window_mix(signals) if self.observed and self.steady(signals, time_s) else None
         if mix is None or not self._moved(mix):
             return self.weights
@@ -100,12 +100,13 @@ class MixTracker:
         return self.weights
 
     def steady(self, signals: Mapping[str, float | None], time_s: float) -> bool:
-        """No backlog within the window and, where arrivals are known, completions that match them."""
-        if time_s - self._backlog_s < self.window_s:
+        """Whether the running requests, known at the window's start and now (``time_s``), changed by
+        at most ``STEADY_TOLERANCE`` of the window's completions."""
+        (t0, first), (_, last) = self._running[0], self._running[-1]
+        rate = _count(signals.get("request_rate_rps"))
+        if first is None or last is None or rate is None or time_s - t0 < self.window_s:
             return False
-        rate, arrivals = signals.get("request_rate_rps"), signals.get("arrival_rate_rps")
-        return arrivals is None or (rate is not None and arrivals > 0
-                                    and abs(rate / arrivals - 1) <= STEADY_TOLERANCE)
+        return abs(last - first) <= STEADY_TOLERANCE * rate * self.window_s
 
     def window_mix(self, signals: Mapping[str, float | None]) -> tuple[float, float, float] | None:
         """(mean prompt tokens, mean output tokens, prefix hit rate) of the window; None when unknown."""
