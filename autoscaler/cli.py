@@ -577,8 +577,10 @@ def run_daemon(
         help="This daemon's name in the Lease (default: $POD_NAME, else HOST-PID).")] = None,
     log_format: Annotated[str, typer.Option(help="text | json (one JSON object per line).")] = "text",
 ) -> None:
-    """Run the control loop on a cluster: leader election, scale subresource writes, admission
-    ConfigMaps, Events (docs/daemon.md). SIGTERM finishes the tick and releases the lease."""
+    """Run the control loop on a cluster (docs/daemon.md).
+
+    Leader election, scale subresource writes, admission ConfigMaps, Events. SIGTERM finishes the
+    tick and releases the lease."""
     import logging
     import os
     import signal
