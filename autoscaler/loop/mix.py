@@ -43,13 +43,13 @@ from models.capacity import RequestMix, variant_weights
 log = logging.getLogger(__name__)
 
 MIN_REQUESTS = 20.0
-"""Completions the window must hold before its means replace the declared mix (20: a mean of
-lognormal lengths with sigma ~1 is then within ~25 % of the true mean, the tolerance below)."""
+"""Completions the window must hold before its means replace the declared mix (20: the standard error
+of a mean of lognormal lengths with sigma 1 is then sqrt(e - 1) / sqrt(20) = 29 %, near the tolerance
+below; more requests narrow it)."""
 
 MIX_TOLERANCE = 0.25
 """Relative change of prompt tokens computed or output tokens per request that re-derives the
 capacities (the same 25 % as the PID's deadband: smaller moves are inside the capacity model's error)."""
-
 
 STEADY_TOLERANCE = 0.1
 """Largest change in running requests over a window, as a share of the window's completions, whose
