@@ -61,11 +61,14 @@ def test_the_suite_has_a_scenario_for_every_reported_failure() -> None:
 # ----------------------------------------------------------------------------- the rules fire
 class Harmful(Controller):
     """A controller built to do one harm: ``mode`` ``missing-as-zero`` removes a replica whenever a
-    query failed (an outage read as idle); ``doubling`` doubles the fleet every tick."""
+    query failed (an outage read as idle); ``doubling`` doubles the fleet every tick; ``shrink``
+    removes the busiest replica at the first tick from 1000 s on (after long-generations' drop),
+    without the loop's drain (its own guard)."""
 
     def __init__(self, mode: str) -> None:
         super().__init__(mode, 15.0, 60.0, own_guard=True)
         self.mode = mode
+        self.shrunk = False
 
     def decide(self, est: ServiceEstimate, svc: object) -> Decision:
         cur = dict(est.current)
@@ -74,16 +77,23 @@ class Harmful(Controller):
             cur[name] -= 1
         elif self.mode == "doubling" and est.signals.get("running"):
             cur = {v: max(1, 2 * n) for v, n in cur.items()}
+        elif self.mode == "shrink" and est.time_s >= 1000.0 and not self.shrunk and est.pods:
+            busiest = max(est.pods, key=lambda p: p.running)
+            cur[busiest.variant] -= 1
+            self.shrunk = True
+            return Decision(cur, self.mode, Reason.SCALE_DOWN, remove_first={busiest.variant: [busiest.name]})
         return Decision(cur, self.mode, Reason.SCALE_UP)
 
 
-def _run(name: str, controller: Controller) -> tuple[dict[str, Any], Any]:
+def _run(name: str, controller: Controller, grace_s: float | None = None) -> tuple[dict[str, Any], Any]:
     from autoscaler.faults.harm import harm_counts
     from autoscaler.faults.inject import Injector
     from autoscaler.simulate import SimulationDriver
 
     sc = load_suite(suite_dir(), [name])[0]
     cfg = scenario_fleet(sc)
+    if grace_s is not None:
+        cfg.simulator.termination_grace_s = grace_s
     driver = SimulationDriver(cfg, scenario_workload(sc, DATA_DIR), controller)
     injector = Injector(sc, driver)
     run = driver.run(on_step=injector.on_step)
@@ -105,11 +115,13 @@ def test_a_doubling_fleet_is_counted_as_overshoot() -> None:
 
 
 def test_generations_cut_without_draining_are_counted() -> None:
-    sc = load_suite(suite_dir(), ["long-generations"])[0]
-    cfg = scenario_fleet(sc)
-    cfg.controller.guard.drain_timeout_s = 0.0  # pods removed at once, their 30-s grace then cuts
-    row = run_sim_row(sc, "pid", cfg, scenario_workload(sc, DATA_DIR))
-    assert row["harm"]["cut_generations"] > 0 and row["requests_failed"] == row["harm"]["cut_generations"]
+    # the busiest pod removed at once under 2000-token answers, with a 1-s grace: it cuts what the pod
+    # still holds, and every cut generation is a failed request
+    from autoscaler.report import summarize
+
+    harm, run = _run("long-generations", Harmful("shrink"), grace_s=1.0)
+    failed = summarize(run)["requests"]["failed"]
+    assert harm["cut_generations"] > 0 and harm["cut_generations"] == run.sim.cut_requests == failed, harm
 
 
 def test_pods_held_pending_are_counted_for_an_anchor_that_waits_on_them() -> None:

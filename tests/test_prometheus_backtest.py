@@ -31,8 +31,13 @@ from controllers.registry import build
 
 SCRAPE_S = 5.0
 # The simulated loop samples pods as often as the history is recorded, so both paths see the same samples.
+# Both size replicas for the declared mix: the backtest's loop starts a window in, and the served mix is
+# learnt from a window of a loop's own samples (autoscaler.loop.mix), so it would be adopted a window
+# later there and every decision until then would differ for that reason alone (tests/test_mix.py
+# tests the learning).
 DOC = {**FLEET_DOC, "prometheus": {"staleness_s": 2 * SCRAPE_S},
-       "simulator": {**FLEET_DOC["simulator"], "scrape_interval_s": SCRAPE_S}}
+       "simulator": {**FLEET_DOC["simulator"], "scrape_interval_s": SCRAPE_S},
+       "controller": {**FLEET_DOC["controller"], "capacity_mix": "typical"}}
 
 
 @dataclass
