@@ -164,7 +164,14 @@ def test_the_new_leader_starts_from_the_cluster_state_with_a_normal_step(run: Ru
     last_a = {name: after for host, name, _, after in changes if host == "a"}
     _, name, before, after = next(c for c in changes if c[0] == "b")
     initial = {f"llm-{v.name}": v.start_replicas for v in run.cfg.services[0].variants}
-    assert before == last_a.get(name, initial[name])  # b read what a had left, not a reset fleet
+    # b read the cluster's state, not a reset fleet: what a left, or the hand edit (kubectl, 3 s after
+    # the takeover) when b's first change came after it
+    writes = run.cluster.emu.writes
+    first_b = next(i for i, w in enumerate(writes) if w[1] == "deployments/scale" and w[3] == name
+                   and w[5].startswith("autoscaler/b"))
+    edits = [w[4]["spec"]["replicas"] for w in writes[:first_b]
+             if w[1] == "deployments" and w[3] == name and w[5].startswith("kubectl") and "spec" in w[4]]
+    assert before == (edits[-1] if edits else last_a.get(name, initial[name]))
     guard = run.cfg.controller.guard
     assert -guard.max_step_down <= after - before <= guard.max_step_up
 
