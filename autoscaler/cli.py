@@ -794,5 +794,99 @@ def profiles_list(
         console.print(profiles_table())
 
 
+profile_app = typer.Typer(no_args_is_help=True, help="A profile from your own measurements.")
+app.add_typer(profile_app, name="profile")
+
+
+def _fit_table(res: Any) -> Table:
+    """The fitted coefficients beside the shipped profile of the same (model, GPU, TP), if any."""
+    from models.profiles import list_profiles, profile_name, shipped_entries
+
+    doc = res.document
+    name = profile_name(doc["model"], doc["gpu"], doc["tensor_parallel"])
+    shipped = shipped_entries()[name]["coefficients"] if name in list_profiles() else None
+    f = res.fit
+    table = Table(title=f"profile fit: {doc['model']} on {doc['tensor_parallel']} x {doc['gpu']}",
+                  caption=f"{f.rows_fitted} {f.unit}s fitted, {f.rows_held_out} held out: held-out error "
+                          f"{f.heldout_mape:.1%} (fit {f.fit_mape:.1%}), mean |predicted / measured - 1| of their "
+                          "durations. se: standard error / value.")
+    table.add_column("coefficient", no_wrap=True)
+    table.add_column("fitted", justify="right")
+    table.add_column("se", justify="right")
+    if shipped is not None:
+        table.add_column(f"shipped {name}", justify="right")
+    se = dict(f.relative_se)
+    se["bandwidth_efficiency"] = se.pop("seconds_per_ctx_token")
+    for key, value in doc["coefficients"].items():
+        row = [key, f"{value:.4g}", f"{se[key]:.1%}"]
+        if shipped is not None:
+            row.append(f"{shipped[key]:.4g}")
+        table.add_row(*row)
+    return table
+
+
+@profile_app.command("fit")
+def profile_fit(
+    model: Annotated[str, typer.Option(help="Model key (autoscaler profiles list shows them), e.g. llama-3-8b.")],
+    gpu: Annotated[str, typer.Option(help="GPU key, e.g. h100-sxm.")],
+    out: Annotated[Path, typer.Option(help="Profile file to write (*.json; a fleet file's profile: names it).")],
+    bench: Annotated[list[Path] | None, typer.Option(
+        help="Result JSON of vllm bench serve --save-result --save-detailed against one replica (repeat for "
+             "a sweep).")] = None,
+    prometheus_url: Annotated[str | None, typer.Option(help="Prometheus base URL of the live fleet.")] = None,
+    selector: Annotated[str | None, typer.Option(
+        help='PromQL matchers of the pods of this model on this GPU, e.g. model_name="m",variant="h100".')] = None,
+    start: Annotated[str | None, typer.Option(help="Range start: unix seconds or ISO 8601 (UTC if no offset).")] = None,
+    end: Annotated[str | None, typer.Option(help="Range end: unix seconds or ISO 8601.")] = None,
+    tensor_parallel: Annotated[int, typer.Option(help="GPUs per replica (vLLM --tensor-parallel-size).")] = 1,
+    window: Annotated[float, typer.Option(help="Prometheus: seconds per window (one row per busy pod-window).")] = 60.0,
+    resolution: Annotated[float, typer.Option(help="Prometheus: the scrape interval, seconds.")] = 15.0,
+    max_num_batched_tokens: Annotated[int, typer.Option(
+        help="Benchmark: the server's --max-num-batched-tokens.")] = 8192,
+    tolerance: Annotated[float, typer.Option(
+        help="Benchmark: seconds within which tokens of one engine step reach the client.")] = 0.001,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the profile file's content as JSON.",
+                                              metavar="")] = False,
+) -> None:
+    """Fit a profile to a vLLM benchmark's results or a Prometheus range, and write it as a profile file."""
+    import logging
+
+    from autoscaler import profile_fit as pf
+    from autoscaler.backtest import parse_time
+
+    try:
+        if (bench is None) == (prometheus_url is None):
+            raise ValueError("give either --bench FILE (one or more) or --prometheus-url with --selector, --start "
+                             "and --end")
+        pf.check_target(model, gpu, tensor_parallel, out)
+        files.check_writable(out.parent)
+        if bench is not None:
+            res = pf.from_bench(bench, model, gpu, tensor_parallel, out, max_num_batched_tokens, tolerance)
+        else:
+            if selector is None or start is None or end is None:
+                raise ValueError("--prometheus-url needs --selector, --start and --end")
+            t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")
+    except (AutoscalerError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    except OSError as exc:
+        raise _fail(f"{out}: {exc.strerror or exc}") from None
+    if prometheus_url is not None:
+        with _StderrLog(logging.ERROR):
+            client = _prometheus(default_config(), prometheus_url)
+            try:
+                res = pf.from_prometheus(client, prometheus_url, selector or "", t0, t1, model, gpu, tensor_parallel,
+                                         out, window, resolution,
+                                         log=lambda m: err_console.print(m, highlight=False, soft_wrap=True))
+            except AutoscalerError as exc:
+                raise _fail(str(exc)) from None
+            except OSError as exc:
+                raise _fail(f"{out}: {exc.strerror or exc}") from None
+    if json_output:
+        typer.echo(json.dumps(res.document, indent=2))
+        return
+    console.print(_fit_table(res))
+    console.print(f"wrote {res.out}", highlight=False, soft_wrap=True)
+
+
 if __name__ == "__main__":
     app()

@@ -376,6 +376,7 @@ class Replica:
             return
         t0, k, _base, _g, n, _ctx0, chunks = self._step
         m = self.metrics
+        m.iteration_tokens.observe(n + sum(c for _, c in chunks or ()), k)
         if n:
             self.D += k
             self.ctx_dec += n * k

@@ -32,8 +32,10 @@ from autoscaler.promql import GATEWAY_REQUESTS, KSM_READY_REPLICAS, KSM_SPEC_REP
 from autoscaler.simulator.engine import DRAINING, READY
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.metrics import (
+    CACHE_CONFIG_INFO,
     E2E_SECONDS,
     GENERATION_TOKENS,
+    ITERATION_TOKENS,
     ITL_SECONDS,
     KV_CACHE_USAGE_PERC,
     NUM_PREEMPTIONS,
@@ -111,7 +113,10 @@ class SimCollector(Collector):
             "itl": _histogram(ITL_SECONDS, "Histogram of inter-token latency in seconds."),
             "tpot": _histogram(TPOT_SECONDS, "Histogram of time_per_output_token_seconds per request."),
             "e2e": _histogram(E2E_SECONDS, "Histogram of e2e request latency in seconds."),
+            "iteration_tokens": _histogram(ITERATION_TOKENS, "Histogram of number of tokens per engine_step."),
         }
+        cache_config = GaugeMetricFamily(CACHE_CONFIG_INFO, "Information of the LLMEngine CacheConfig",
+                                         labels=(*POD_LABELS, "block_size", "num_gpu_blocks"))
         spec = GaugeMetricFamily(KSM_SPEC_REPLICAS, "Number of desired pods for a deployment.",
                                  labels=("namespace", "deployment"))
         ready = GaugeMetricFamily(KSM_READY_REPLICAS, "The number of ready replicas per deployment.",
@@ -134,13 +139,15 @@ class SimCollector(Collector):
                 running.add_metric(labels, m.running)
                 waiting.add_metric(labels, m.waiting)
                 kv.add_metric(labels, m.kv_usage)
+                cache_config.add_metric([*labels, str(r.block), str(r.kv_cap // r.block)], 1.0)
                 for key, fam in counters.items():
                     fam.add_metric(labels, getattr(m, key))
                 for reason, n in m.success.items():
                     success.add_metric([*labels, reason], n)
                 for key, fam in hists.items():
                     _add_histogram(fam, labels, getattr(m, key))
-        yield from (running, waiting, kv, *counters.values(), success, *hists.values(), spec, ready, gateway)
+        yield from (running, waiting, kv, cache_config, *counters.values(), success, *hists.values(), spec, ready,
+                    gateway)
 
 
 class OpenMetricsHistory:

@@ -20,6 +20,7 @@ ITL_BUCKETS: tuple[float, ...] = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
     40.0, 80.0,
 )
+ITERATION_TOKENS_BUCKETS: tuple[float, ...] = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 E2E_BUCKETS: tuple[float, ...] = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
     480.0, 960.0, 1920.0, 7680.0,
@@ -39,6 +40,8 @@ TTFT_SECONDS = "vllm:time_to_first_token_seconds"
 ITL_SECONDS = "vllm:inter_token_latency_seconds"
 TPOT_SECONDS = "vllm:request_time_per_output_token_seconds"
 E2E_SECONDS = "vllm:e2e_request_latency_seconds"
+ITERATION_TOKENS = "vllm:iteration_tokens_total"  # a histogram whose name ends in _total, as vLLM's does
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
 
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 
@@ -100,7 +103,8 @@ class ReplicaMetrics:
     Gauges: ``running``, ``waiting`` (requests), ``kv_usage`` (fraction 0..1).
     Counters: tokens, prefix-cache queries/hits (tokens), preemptions, successes by finished_reason.
     Histograms: TTFT, ITL (one observation per decode step per sequence), TPOT (per finished
-    request: its mean time per output token after the first, same buckets as ITL), e2e latency.
+    request: its mean time per output token after the first, same buckets as ITL), e2e latency,
+    tokens per engine step (``iteration_tokens``: prefill chunk tokens + decoding sequences).
     """
 
     running: int = 0
@@ -116,6 +120,7 @@ class ReplicaMetrics:
     itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
     tpot: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
     e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
+    iteration_tokens: Histogram = field(default_factory=lambda: Histogram(ITERATION_TOKENS_BUCKETS))
 
     def snapshot(self) -> dict[str, object]:
         """Copy of the cumulative values, for window deltas."""

@@ -1,0 +1,130 @@
+"""``autoscaler profile fit``: a profile from an operator's own measurements, written as a profile file.
+
+Two sources, each giving rows of busy engine time (``models.profiles.measured``):
+
+- result files of vLLM's serving benchmark against one replica (``models.profiles.vllm_bench``: one
+  row per reconstructed engine step); several files (a sweep over request rates or concurrencies)
+  are fitted together;
+- a Prometheus range of live pods (``autoscaler.adapters.prometheus_profile``: one row per pod
+  per busy window).
+
+The file written is what a fleet file's ``profile: ./my-model-h100.json`` names
+(``models.profiles.profile_file``); it records where it was fitted from and the fit's errors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autoscaler.errors import ProfileError
+from autoscaler.urls import redact
+from models.profiles import measured, vllm_bench
+from models.profiles.measured import MeasuredFit, Rows
+from models.profiles.profile_file import load_profile_file
+from models.profiles.specs import GPUS, MODELS
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What ``profile fit`` measured and wrote.
+
+    Attributes:
+        fit: the coefficients and errors.
+        document: the profile file's content.
+        out: where it was written.
+    """
+
+    fit: MeasuredFit
+    document: dict[str, Any]
+    out: Path
+
+
+def check_target(model: str, gpu: str, tensor_parallel: int, out: Path) -> None:
+    """Refuse an unknown model or GPU, a TP degree < 1, or an output that a fleet file would not read
+    as a profile file, before any data is read.
+
+    Raises:
+        ProfileError: one line naming the option and what is known.
+    """
+    if model not in MODELS:
+        raise ProfileError(f"--model: unknown model '{model}'; known: {', '.join(sorted(MODELS))}")
+    if gpu not in GPUS:
+        raise ProfileError(f"--gpu: unknown GPU '{gpu}'; known: {', '.join(sorted(GPUS))}")
+    if tensor_parallel < 1:
+        raise ProfileError(f"--tensor-parallel must be >= 1, got {tensor_parallel}")
+    if out.suffix != ".json":
+        raise ProfileError(f"--out {out}: a profile file's name ends in .json (a fleet's profile: reads that as a "
+                           "file)")
+
+
+def bench_rows(paths: Sequence[Path], max_num_batched_tokens: int, tolerance_s: float) -> Rows:
+    """The steps of every benchmark result in ``paths``, together.
+
+    Raises:
+        ProfileError: a file cannot be read or placed in time (``vllm_bench.load``).
+    """
+    parts = [vllm_bench.steps(vllm_bench.load(p), max_num_batched_tokens, tolerance_s) for p in paths]
+    return Rows(*(np.concatenate([getattr(r, k) for r in parts]) for k in
+                  ("duration_s", "steps", "prefill_tokens", "decode_seqs", "ctx_tokens")), unit="step")
+
+
+def fit_and_write(rows: Rows, source: str, provenance: dict[str, object], model: str, gpu: str,
+                  tensor_parallel: int, out: Path) -> FitResult:
+    """Fit ``rows``, write the profile file ``out`` and read it back as a fleet file would.
+
+    Raises:
+        ProfileError: the data cannot pin a coefficient, or the result is not a valid profile.
+        OSError: ``out`` cannot be written.
+    """
+    f = measured.fit(rows, source)
+    doc = measured.profile_document(f, model, gpu, tensor_parallel, provenance)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    load_profile_file(out)
+    return FitResult(f, doc, out)
+
+
+def from_bench(paths: Sequence[Path], model: str, gpu: str, tensor_parallel: int, out: Path,
+               max_num_batched_tokens: int = vllm_bench.DEFAULT_MAX_NUM_BATCHED_TOKENS,
+               tolerance_s: float = vllm_bench.DEFAULT_TOLERANCE_S) -> FitResult:
+    """A profile from benchmark result files (module doc).
+
+    Raises:
+        ProfileError: bad options or files, or data that cannot pin a coefficient.
+    """
+    check_target(model, gpu, tensor_parallel, out)
+    rows = bench_rows(paths, max_num_batched_tokens, tolerance_s)
+    source = ", ".join(str(p) for p in paths)
+    provenance = {"kind": "vllm bench serve", "files": [str(p) for p in paths],
+                  "max_num_batched_tokens": max_num_batched_tokens, "tolerance_s": tolerance_s}
+    return fit_and_write(rows, source, provenance, model, gpu, tensor_parallel, out)
+
+
+def from_prometheus(client: Any, url: str, selector: str, start: float, end: float, model: str, gpu: str,
+                    tensor_parallel: int, out: Path, window_s: float = 60.0, resolution_s: float = 15.0,
+                    pod_label: str = "pod", log: Callable[[str], None] = lambda _: None) -> FitResult:
+    """A profile from a Prometheus range of live pods (module doc).
+
+    Raises:
+        ProfileError: bad options, or data that cannot pin a coefficient.
+        PrometheusError: a query failed or matched nothing.
+    """
+    from autoscaler.adapters.prometheus_profile import busy_windows
+
+    check_target(model, gpu, tensor_parallel, out)
+    url = redact(url)
+    if not end - start >= 2 * window_s:
+        raise ProfileError(f"--start .. --end spans {end - start:g} s; it must hold at least two {window_s:g}-s "
+                           "windows")
+    if not 0 < resolution_s <= window_s / 2:
+        raise ProfileError(f"--resolution must be > 0 and at most half of --window, got {resolution_s:g}")
+    rows = busy_windows(client, selector, start, end, window_s, resolution_s, pod_label, log)
+    provenance = {"kind": "prometheus", "url": url, "selector": selector, "start": start, "end": end,
+                  "window_s": window_s, "resolution_s": resolution_s}
+    return fit_and_write(rows, url, provenance, model, gpu, tensor_parallel, out)
