@@ -133,8 +133,11 @@ def fit(rows: Rows, source: str) -> MeasuredFit:
     theta = sol.x / scale
     resid = a @ theta - 1.0
     s2 = max(float(np.mean(resid**2)) * len(yf) / max(len(yf) - 4, 1), NOISE_FLOOR**2)
-    cov = s2 * np.linalg.pinv(a.T @ a)
-    se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    # (X'X)^-1 from the SVD of the column-scaled design, a singular direction kept (as a huge
+    # variance) where a pseudo-inverse would drop it and hide exact collinearity.
+    _, sv, vt = np.linalg.svd(a / scale, full_matrices=False)
+    inv_sq = 1.0 / np.maximum(sv, 1e-12 * sv.max()) ** 2
+    se = np.sqrt(s2 * (vt.T**2 @ inv_sq)) / scale
     rse = {name: (float(se[i] / theta[i]) if theta[i] > 0 else float("inf")) for i, name in enumerate(COEFFICIENTS)}
     empty = {name: not np.any(x[:, i] > 0) for i, name in enumerate(COEFFICIENTS)}
     bad = [name for name in COEFFICIENTS if empty[name] or rse[name] > MAX_RELATIVE_SE]

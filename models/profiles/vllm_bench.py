@@ -196,10 +196,11 @@ def steps(run: BenchRun, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_T
         end = float(times[g].max())
         active = {r for r in active if finish[r] > prev_end}
         firsts = {int(req[i]) for i in g if idx[i] == 0}
-        if active:  # busy: the step began as the last ended, with the requests sent before then
+        next_send = run.start_s[send_order[sent]] if sent < n_req else math.inf
+        if active or next_send <= prev_end:  # busy: the step began as the last ended
             begin, cutoff = prev_end, prev_end - tolerance_s
         else:  # idle: it began at the next send
-            begin = min(run.start_s[send_order[sent]], end) if sent < n_req else end
+            begin = min(next_send, end)
             cutoff = begin + tolerance_s
         while sent < n_req and (run.start_s[send_order[sent]] < cutoff or send_order[sent] in firsts):
             active.add(send_order[sent])

@@ -1,0 +1,310 @@
+"""autoscaler profile fit: a profile recovered from data a known profile produced.
+
+The benchmark results are written by the simulator in vLLM's format (``autoscaler.simulator.vllm_bench``)
+from a shipped profile; the Prometheus range is the simulator's own exposition of one replica,
+backfilled with promtool and read back through a real Prometheus. The fit must recover the
+profile's coefficients within 10 % (the issue's bar), and refuse data that cannot pin one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from autoscaler.cli import app
+from autoscaler.config import EngineConfig
+from autoscaler.config.loading import parse_config
+from autoscaler.errors import ProfileError
+from autoscaler.faults.promserver import PromServer
+from autoscaler.realtime import LiveSimulation
+from autoscaler.simulator import vllm_bench as sim_bench
+from autoscaler.simulator.engine import READY, SimRequest
+from autoscaler.simulator.exposition import OpenMetricsHistory
+from autoscaler.workload.types import Request, Workload
+from models.profiles import PerformanceProfile, get_profile, measured, vllm_bench
+from models.profiles.measured import COEFFICIENTS, Rows
+from models.profiles.profile_file import load_profile_file
+
+sys.path.insert(0, str(Path(__file__).parent))
+from promserver import backfill
+
+TOLERANCE = 0.10  # the issue's bar: coefficients within 10 %
+runner = CliRunner()
+
+
+def _truth(p: PerformanceProfile) -> dict[str, float]:
+    return {"step_overhead_s": p.step_overhead_s, "prefill_s_per_token": p.prefill_s_per_token,
+            "decode_s_per_seq": p.decode_s_per_seq, "bandwidth_efficiency": p.bandwidth_efficiency}
+
+
+def _assert_recovers(written: Path, p: PerformanceProfile) -> None:
+    got = load_profile_file(written)
+    for key, want in _truth(p).items():
+        assert getattr(got, key) == pytest.approx(want, rel=TOLERANCE), key
+
+
+def _mixed_sizes(n: int, seed: int) -> list[tuple[int, int]]:
+    rng = np.random.default_rng(seed)
+    return [(int(rng.integers(50, 4000)), int(rng.integers(10, 600))) for _ in range(n)]
+
+
+# --------------------------------------------------------------------------- the least-squares fit
+def _rows(theta: np.ndarray, design: np.ndarray) -> Rows:
+    return Rows(design @ theta, *design.T, unit="step")
+
+
+def test_exact_rows_give_the_coefficients_back() -> None:
+    rng = np.random.default_rng(0)
+    design = np.column_stack([np.ones(200), rng.integers(0, 8000, 200), rng.integers(0, 64, 200),
+                              rng.integers(0, 200_000, 200)]).astype(float)
+    theta = np.array([8e-3, 2.5e-5, 5e-5, 6e-8])
+    f = measured.fit(_rows(theta, design), "<rows>")
+    assert [f.coefficients[k] for k in COEFFICIENTS] == pytest.approx(theta, rel=1e-9)
+    assert f.rows_held_out == 40 and f.rows_fitted == 160 and f.heldout_mape < 1e-9
+
+
+def test_collinear_columns_are_refused_by_name() -> None:
+    # Every step decodes 16 sequences: the step overhead and the per-sequence cost cannot be told
+    # apart, and the fit must say which two.
+    rng = np.random.default_rng(1)
+    steps = np.ones(100)
+    design = np.column_stack([steps, rng.integers(0, 8000, 100), 16 * steps, rng.integers(0, 200_000, 100)])
+    with pytest.raises(ProfileError) as err:
+        measured.fit(_rows(np.array([8e-3, 2.5e-5, 5e-5, 6e-8]), design.astype(float)), "<rows>")
+    assert "<rows>: cannot pin step_overhead_s, decode_s_per_seq from 100 steps" in str(err.value)
+
+
+def test_too_few_rows_are_refused() -> None:
+    design = np.ones((10, 4))
+    with pytest.raises(ProfileError, match="10 usable steps of busy engine time, need at least 20"):
+        measured.fit(_rows(np.ones(4), design), "<rows>")
+
+
+# --------------------------------------------------------------------------- vLLM benchmark results
+@pytest.mark.parametrize("name", ["llama-3-8b/h100-sxm", "llama-3-70b/h100-sxm/tp4"])
+def test_poisson_benchmark_with_start_times_recovers_the_profile(name: str, tmp_path: Path) -> None:
+    p = get_profile(name)
+    bench = tmp_path / "bench.json"
+    # Each streamed chunk reaches the client up to a fraction of a millisecond late (exponential, mean 0.1 ms).
+    sim_bench.write(bench, sim_bench.run(p, _mixed_sizes(400, 2), request_rate=3.0, jitter_s=1e-4))
+    model, gpu = p.model, p.gpu
+    out = tmp_path / "mine.json"
+    res = runner.invoke(app, ["profile", "fit", "--model", model, "--gpu", gpu, "--tensor-parallel",
+                              str(p.tensor_parallel), "--bench", str(bench), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert f"wrote {out}" in res.output
+    _assert_recovers(out, p)
+
+
+def test_closed_loop_benchmark_without_start_times_is_replayed(tmp_path: Path) -> None:
+    # vLLM's own client saves no send times: at --request-rate inf with --max-concurrency the
+    # latencies replay them (each request goes when one finishes).
+    p = get_profile("qwen2-7b/h100-sxm")
+    result = sim_bench.run(p, _mixed_sizes(300, 3), max_concurrency=24, drop_start_times=True)
+    assert "start_times" not in result and result["request_rate"] == "inf"
+    bench = tmp_path / "bench.json"
+    sim_bench.write(bench, result)
+    out = tmp_path / "mine.json"
+    res = runner.invoke(app, ["profile", "fit", "--model", "qwen2-7b", "--gpu", "h100-sxm", "--bench", str(bench),
+                              "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    _assert_recovers(out, p)
+
+
+def test_held_out_error_is_recomputed_from_the_written_profile(tmp_path: Path) -> None:
+    p = get_profile("llama-3-8b/h100-sxm")
+    bench = tmp_path / "bench.json"
+    sim_bench.write(bench, sim_bench.run(p, _mixed_sizes(200, 4), request_rate=3.0, jitter_s=1e-4))
+    out = tmp_path / "mine.json"
+    res = runner.invoke(app, ["profile", "fit", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--bench", str(bench),
+                              "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    got = load_profile_file(out)
+    rows = vllm_bench.steps(vllm_bench.load(bench))
+    held = np.arange(len(rows)) % measured.HOLD_OUT_EVERY == measured.HOLD_OUT_EVERY - 1
+    pred = (got.step_overhead_s * rows.steps + got.prefill_s_per_token * rows.prefill_tokens
+            + got.decode_s_per_seq * rows.decode_seqs + got.seconds_per_ctx_token * rows.ctx_tokens)
+    assert doc["heldout_mape"] == pytest.approx(float(np.mean(np.abs(pred[held] / rows.duration_s[held] - 1))),
+                                                rel=1e-9)
+    assert doc["rows_held_out"] == int(held.sum()) and doc["rows_fitted"] == len(rows) - int(held.sum())
+
+
+def test_the_written_file_serves_as_a_fleet_profile(tmp_path: Path) -> None:
+    p = get_profile("llama-3-8b/h100-sxm")
+    bench = tmp_path / "bench.json"
+    sim_bench.write(bench, sim_bench.run(p, _mixed_sizes(200, 5), request_rate=3.0))
+    out = tmp_path / "mine.json"
+    assert runner.invoke(app, ["profile", "fit", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--bench",
+                               str(bench), "--out", str(out)]).exit_code == 0
+    mine = get_profile(str(out))
+    # One prefill step of 1000 tokens and a decode step of 32 sequences at 64k context, as the source profile.
+    for args in ((1000, 0, 0), (0, 32, 65536), (512, 16, 20000)):
+        assert mine.step_time(*args) == pytest.approx(p.step_time(*args), rel=0.02)
+
+
+def test_prefill_only_benchmark_cannot_pin_the_decode_terms(tmp_path: Path) -> None:
+    p = get_profile("llama-3-8b/h100-sxm")
+    rng = np.random.default_rng(6)
+    bench = tmp_path / "bench.json"
+    sim_bench.write(bench, sim_bench.run(p, [(int(rng.integers(100, 4000)), 1) for _ in range(200)],
+                                         request_rate=5.0))
+    out = tmp_path / "mine.json"
+    res = runner.invoke(app, ["profile", "fit", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--bench", str(bench),
+                              "--out", str(out)])
+    assert res.exit_code == 2
+    assert "cannot pin decode_s_per_seq, seconds_per_ctx_token" in res.output and "no step has any" in res.output
+    assert not out.exists()
+
+
+def test_jitter_wider_than_the_tolerance_is_named(tmp_path: Path) -> None:
+    p = get_profile("llama-3-8b/h100-sxm")
+    bench = tmp_path / "bench.json"
+    sim_bench.write(bench, sim_bench.run(p, _mixed_sizes(300, 7), request_rate=4.0, jitter_s=5e-4))
+    with pytest.raises(ProfileError, match="raise --tolerance"):
+        vllm_bench.steps(vllm_bench.load(bench))
+
+
+def _write(tmp_path: Path, doc: Any) -> Path:
+    path = tmp_path / "b.json"
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d.pop("itls"), "'itls' missing or not a list: save the run with --save-result --save-detailed"),
+    (lambda d: d.pop("start_times"), "request_rate 2.0 with no 'start_times'"),
+    (lambda d: d["itls"][3].pop(), "request 3: 4 inter-token gaps for 6 output tokens"),
+    (lambda d: d["ttfts"].__setitem__(1, float("nan")), "ttfts[1] must be a finite number"),
+    (lambda d: d["output_lens"].append(4), "'output_lens' has 11 entries, 'input_lens' 10"),
+])
+def test_bad_benchmark_files_are_named(tmp_path: Path, edit: Any, message: str) -> None:
+    doc = sim_bench.run(get_profile("llama-3-8b/h100-sxm"), [(100, 6)] * 10, request_rate=2.0)
+    edit(doc)
+    with pytest.raises(ProfileError) as err:
+        vllm_bench.load(_write(tmp_path, doc))
+    assert message in str(err.value) and str(tmp_path / "b.json") in str(err.value)
+
+
+def test_cli_refuses_bad_options_before_reading_data(tmp_path: Path) -> None:
+    base = ["profile", "fit", "--gpu", "h100-sxm", "--bench", str(tmp_path / "none.json")]
+    for extra, message in ((["--model", "gpt-9", "--out", "x.json"], "--model: unknown model 'gpt-9'; known:"),
+                           (["--model", "llama-3-8b", "--out", "x.yaml"], "a profile file's name ends in .json"),
+                           (["--model", "llama-3-8b", "--out", "x.json", "--prometheus-url", "http://h:1"],
+                            "give either --bench")):
+        res = runner.invoke(app, base + extra)
+        assert res.exit_code == 2 and message in res.output, res.output
+    res = runner.invoke(app, ["profile", "fit", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--bench",
+                              str(tmp_path / "none.json"), "--out", str(tmp_path / "x.json")])
+    assert res.exit_code == 2 and "cannot read benchmark result: No such file or directory" in res.output
+
+
+# --------------------------------------------------------------------------- simulator metrics
+def test_iteration_tokens_counts_every_step() -> None:
+    # One 100-token prompt with 3 output tokens on an idle replica: a prefill step of 100 tokens
+    # (its first token), then two decode steps of one sequence each: 3 steps, 102 tokens.
+    sink = sim_bench._Sink()
+    r = sim_bench._Recording(0, "s", "v", get_profile("llama-3-8b/h100-sxm"), EngineConfig(), 10_000, 16, sink,
+                             0.0, 0.0, 0.0, False)
+    r.state = READY
+    r.enqueue(SimRequest(Request(0.0, 100, 3, rid=0)), 0.0)
+    while sink.events:
+        t, _, version = heapq.heappop(sink.events)
+        r.on_step_end(t, version)
+    h = r.metrics.iteration_tokens
+    assert (h.count, h.total) == (3, 102)
+    assert len(sink.tokens[0]) == 2  # the two decode tokens' times
+
+
+# --------------------------------------------------------------------------- a Prometheus range
+SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
+PHASES = (  # (req/s, prompt tokens range, output tokens range): load and context vary apart
+    (2.5, (4000, 6000), (100, 200)), (14, (50, 150), (200, 400)), (6, (1000, 2000), (100, 300)),
+    (2, (100, 200), (500, 800)), (8, (2000, 3000), (50, 100)), (5, (300, 600), (300, 500)))
+PHASE_S = 100.0
+
+
+@dataclass
+class Range:
+    prom: PromServer
+    base: int
+    end: int
+    profile: PerformanceProfile
+
+
+def _phased(phases: tuple[tuple[float, tuple[int, int], tuple[int, int]], ...], repeats: int, seed: int) -> Workload:
+    rng = np.random.default_rng(seed)
+    reqs, t = [], 0.0
+    for i, (rate, inp, out) in enumerate(phases * repeats):
+        end = (i + 1) * PHASE_S
+        while (t := t + rng.exponential(1 / rate)) < end:
+            reqs.append(Request(t, int(rng.integers(*inp)), int(rng.integers(*out))))
+        t = end
+    return Workload(reqs, source="phases")
+
+
+def _history(work: Path, name: str, wl: Workload, base: int) -> None:
+    doc = {"services": [{"name": "llm", "model": "m", "slo": SLO, "variants": [
+        {"name": "h100", "gpu": "H100-SXM", "price_per_gpu_hour": 2.99, "min_replicas": 1, "max_replicas": 1,
+         "initial_replicas": 1, "startup_cold_s": 30, "startup_warm_s": 30, "kv_cache_tokens": 400_000,
+         "profile": name}]}],
+        "controller": {"tick_s": 15, "window_s": 60}, "simulator": {"scrape_interval_s": 1}}
+    live = LiveSimulation(parse_config(doc, "<test>"), wl, controller="static")
+    recorder = OpenMetricsHistory(live.collector)
+    live.run(substep_s=1.0, on_step=lambda t: recorder.record(base + t))
+    recorder.write(work / f"{base}.om")
+    backfill(work / f"{base}.om", work / "tsdb")
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Range]:
+    work = tmp_path_factory.mktemp("profile-fit")
+    p = get_profile("llama-3-8b/h100-sxm")
+    base = int(time.time()) - 4 * 3600  # within the default 15 d retention, far from the live head
+    _history(work, p.name, _phased(PHASES, 6, 0), base)
+    # Two hours later, an hour of one steady phase: too little variation to pin the decode terms.
+    _history(work, p.name, _phased(PHASES[2:3], 18, 1), base + 7200)
+    prom = PromServer(work / "prom", tsdb=work / "tsdb")
+    try:
+        prom.start()
+        yield Range(prom, base, base + int(len(PHASES) * 6 * PHASE_S), p)
+    finally:
+        prom.stop()
+
+
+def test_prometheus_range_recovers_the_profile(history: Range, tmp_path: Path) -> None:
+    out = tmp_path / "live.json"
+    res = runner.invoke(app, ["profile", "fit", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--prometheus-url",
+                              history.prom.url, "--selector", 'model_name="m",variant="h100"', "--start",
+                              str(history.base), "--end", str(history.end), "--window", "20", "--resolution", "1",
+                              "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    _assert_recovers(out, history.profile)
+    doc = json.loads(out.read_text())
+    assert doc["fitted_from"]["kind"] == "prometheus" and doc["row_unit"] == "window" and doc["rows_held_out"] > 0
+
+
+def test_prometheus_range_of_one_steady_load_is_refused(history: Range, tmp_path: Path) -> None:
+    start = history.base + 7200
+    res = runner.invoke(app, ["profile", "fit", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--prometheus-url",
+                              history.prom.url, "--selector", 'model_name="m"', "--start", str(start), "--end",
+                              str(start + 1800), "--window", "20", "--resolution", "1", "--out",
+                              str(tmp_path / "x.json")])
+    assert res.exit_code == 2 and "cannot pin" in res.output and "decode_s_per_seq" in res.output, res.output
+
+
+def test_prometheus_selector_matching_nothing_is_named(history: Range, tmp_path: Path) -> None:
+    res = runner.invoke(app, ["profile", "fit", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--prometheus-url",
+                              history.prom.url, "--selector", 'model_name="other"', "--start", str(history.base),
+                              "--end", str(history.end), "--out", str(tmp_path / "x.json")])
+    assert res.exit_code == 2 and "no series for" in res.output and 'model_name="other"' in res.output
