@@ -49,6 +49,8 @@ def _truth(p: PerformanceProfile) -> dict[str, float]:
 
 def _assert_recovers(written: Path, p: PerformanceProfile) -> None:
     got = load_profile_file(written)
+    print(f"\n{p.name} from {written.name}: " + ", ".join(f"{k} {getattr(got, k) / v - 1:+.1%}"
+                                                       for k, v in _truth(p).items()))
     for key, want in _truth(p).items():
         assert getattr(got, key) == pytest.approx(want, rel=TOLERANCE), key
 

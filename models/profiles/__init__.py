@@ -5,7 +5,8 @@ Public API: ``PerformanceProfile``, ``get_profile(name_or_file)``, ``list_profil
 ``shipped_entries()``, ``listing()``, ``profile_name(model, gpu, tp)``, ``is_profile_file(name)``. The shipped
 profiles (``autoscaler profiles list``) are fitted by ``python -m models.profiles.fit`` and loaded
 from the package data file ``coefficients.json``; ``models.profiles.profile_file`` reads a profile
-kept in a file of its own.
+kept in a file of its own; ``models.profiles.measured`` fits one to an operator's measured engine
+intervals, which ``models.profiles.vllm_bench`` reads off vLLM benchmark results.
 """
 
 from models.profiles.lookup import get_profile, is_profile_file
