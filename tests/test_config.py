@@ -363,6 +363,10 @@ def test_settings_that_switch_control_off_are_rejected(tmp_path, where: str, key
 @pytest.mark.parametrize(("edit", "key", "needle"), [
     (lambda d: variant_named(d, "h100").update(gpu="A100-80GB"), "variants[h100].gpu",
      "'A100-80GB', but profile 'llama-3-8b/h100-sxm' was measured on H100-SXM"),
+    (lambda d: variant_named(d, "h100").update(gpus_per_replica=4), "variants[h100].gpus_per_replica",
+     "4, but profile 'llama-3-8b/h100-sxm' describes a replica of 1 GPUs (tensor parallel)"),
+    (lambda d: variant_named(d, "h100").update(gpus_per_replica=2, profile="llama-3-8b/h100-sxm/tp4"),
+     "variants[h100].gpus_per_replica", "2, but profile 'llama-3-8b/h100-sxm/tp4' describes a replica of 4 GPUs"),
     (lambda d: variant_named(d, "h100").update(gpu="TPU-v5"), "variants[h100].gpu",
      "unknown GPU 'TPU-v5'; known: A100-40GB, A100-80GB, GH200, H100-SXM"),
     (lambda d: variant_named(d, "gh200").update(initial_replicas=9), "variants[gh200]",

@@ -88,8 +88,8 @@ def _resolve_profile_files(cfg: FleetConfig, base_dir: Path) -> FleetConfig:
 
 
 def _check_profiles(cfg: FleetConfig, source: str) -> None:
-    """Every variant names a known GPU and a shipped profile or a valid profile file of that GPU, and
-    every ITL objective is above the profile's fixed step time."""
+    """Every variant names a known GPU and a shipped profile or a valid profile file of that GPU and of
+    its GPUs per replica, and every ITL objective is above the profile's fixed step time."""
     known = list_profiles()
     gpus = {key.upper(): key for key in GPUS}
     for s in cfg.services:
@@ -109,6 +109,9 @@ def _check_profiles(cfg: FleetConfig, source: str) -> None:
             if gpus[v.gpu.upper()] != profile.gpu:
                 raise ConfigError(f"{where}.gpu: '{v.gpu}', but profile '{v.profile}' was measured on "
                                   f"{profile.gpu.upper()}")
+            if v.gpus_per_replica != profile.tensor_parallel:
+                raise ConfigError(f"{where}.gpus_per_replica: {v.gpus_per_replica}, but profile '{v.profile}' "
+                                  f"describes a replica of {profile.tensor_parallel} GPUs (tensor parallel)")
             t0 = marginal_costs(profile)[0]
             for cls, slo in s.slo.items():
                 if slo.itl_s <= t0:

@@ -192,20 +192,33 @@ def steps(run: BenchRun, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_T
     prev_end, sent = -math.inf, 0
     active: set[int] = set()  # sent and not finished
     prefilling: list[int] = []  # sent, first token not yet out, in sending order
+    admitted = [False] * n_req
     for g in groups:
         end = float(times[g].max())
         active = {r for r in active if finish[r] > prev_end}
         firsts = {int(req[i]) for i in g if idx[i] == 0}
+        while sent < n_req and admitted[send_order[sent]]:
+            sent += 1
         next_send = run.start_s[send_order[sent]] if sent < n_req else math.inf
         if active or next_send <= prev_end:  # busy: the step began as the last ended
             begin, cutoff = prev_end, prev_end - tolerance_s
         else:  # idle: it began at the next send
             begin = min(next_send, end)
             cutoff = begin + tolerance_s
-        while sent < n_req and (run.start_s[send_order[sent]] < cutoff or send_order[sent] in firsts):
-            active.add(send_order[sent])
-            prefilling.append(send_order[sent])
-            sent += 1
+        # Sent before the step began (a send within the tolerance of its start may have missed it),
+        # and whatever prefilled in it (its first token came at its end), in sending order.
+        joined = []
+        for r in send_order[sent:]:
+            if run.start_s[r] >= cutoff:
+                break
+            if not admitted[r]:
+                joined.append(r)
+        joined += [r for r in firsts if not admitted[r] and r not in joined]
+        for r in joined:
+            admitted[r] = True
+            active.add(r)
+        if joined:
+            prefilling = sorted(prefilling + joined, key=lambda r: (run.start_s[r], r))
         dec = [i for i in g if idx[i] > 0]
         n = len(dec)
         ctx = int(sum(run.input_tokens[int(req[i])] + int(idx[i]) - 1 for i in dec))
