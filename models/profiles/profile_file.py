@@ -19,13 +19,13 @@ GPU's datasheet figure) are derived; if the file states them they must agree.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import ConfigDict, Field, ValidationError
 
 from autoscaler.config.base import Strict
 from autoscaler.errors import ProfileError
+from models.profiles.jsonfile import read_object
 from models.profiles.profile import PerformanceProfile
 from models.profiles.specs import GPUS, ModelSpec
 
@@ -86,14 +86,7 @@ def load_profile_file(path: Path) -> PerformanceProfile:
         ProfileError: the file is unreadable, not JSON, or a field is missing or invalid; one line
             naming the file and the field.
     """
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ProfileError(f"{path}: cannot read profile file: {exc.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProfileError(f"{path}: not a JSON profile file: {' '.join(str(exc).split())}") from None
-    if not isinstance(doc, dict):
-        raise ProfileError(f"{path}: a profile file is one JSON object, got {type(doc).__name__}")
+    doc = read_object(path, "profile file")
     try:
         f = ProfileFile.model_validate(doc)
     except ValidationError as exc:

@@ -26,7 +26,6 @@ assumes none (the benchmark's random prompts share no prefix).
 from __future__ import annotations
 
 import heapq
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from autoscaler.errors import ProfileError
+from models.profiles.jsonfile import read_object
 from models.profiles.measured import Rows
 
 DEFAULT_TOLERANCE_S = 0.001
@@ -97,14 +97,7 @@ def load(path: Path) -> BenchRun:
             than one token, or a Poisson run without ``start_times``; one line naming the file and
             the field (and request).
     """
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ProfileError(f"{path}: cannot read benchmark result: {exc.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProfileError(f"{path}: not a JSON benchmark result: {' '.join(str(exc).split())}") from None
-    if not isinstance(doc, dict):
-        raise ProfileError(f"{path}: a benchmark result is one JSON object, got {type(doc).__name__}")
+    doc = read_object(path, "benchmark result")
     inputs = _list(doc, "input_lens", path)
     n = len(inputs)
     outputs, ttfts, itls = (_list(doc, k, path, n) for k in ("output_lens", "ttfts", "itls"))
