@@ -71,7 +71,8 @@ def bench_rows(paths: Sequence[Path], max_num_batched_tokens: int, tolerance_s: 
     """
     parts = [vllm_bench.steps(vllm_bench.load(p), max_num_batched_tokens, tolerance_s) for p in paths]
     return Rows(*(np.concatenate([getattr(r, k) for r in parts]) for k in
-                  ("duration_s", "steps", "prefill_tokens", "decode_seqs", "ctx_tokens")), unit="step")
+                  ("duration_s", "steps", "prefill_tokens", "decode_seqs", "ctx_tokens", "prefill_pairs")),
+                unit="step")
 
 
 def fit_and_write(rows: Rows, source: str, provenance: dict[str, object], model: str, gpu: str,
@@ -82,7 +83,7 @@ def fit_and_write(rows: Rows, source: str, provenance: dict[str, object], model:
         ProfileError: the data cannot pin a coefficient, or the result is not a valid profile.
         OSError: ``out`` cannot be written.
     """
-    f = measured.fit(rows, source)
+    f = measured.fit(rows, source, MODELS[model].attention_tokens_per_pair)
     doc = measured.profile_document(f, model, gpu, tensor_parallel, provenance)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")

@@ -10,7 +10,8 @@ of the SLO stay within ``1 - attainment`` (default 1 %):
   decode-only step and ``X`` the prefill work of the requests arriving while it decodes (chunked
   prefill puts their chunks into its steps). ``X`` is compound Poisson over the window
   ``D x itl_s``: mean ``lam w a E[P]``, variance ``lam w a^2 E[P^2]`` (``P`` uncached prompt
-  tokens, ``a`` seconds per prefill token), taken as a gamma variable. A request misses when
+  tokens, ``a`` seconds per prefill token), taken as a gamma variable (for a single request size,
+  the exact Poisson count of prefills, ``P(N > D (itl_s - s_d) / (a P))``). A request misses when
   ``X > D (itl_s - s_d)``; short outputs have few steps to average over and miss first.
 * **TTFT** (prefill time vs the TTFT target). Prefills are served FCFS: an M/G/1 queue whose
   service is the request's prefill steps (``a P + ceil(P / budget) s_d``), with the exponential
@@ -28,8 +29,10 @@ of the SLO stay within ``1 - attainment`` (default 1 %):
 
 Everything rests on the fluid operating point of the step-time model (``PerformanceProfile``: ``t0``
 per step, ``a`` per prefill token, ``b`` per decoding sequence, ``g`` per context token): the mean
-step time solves ``s = t0 + lam s W`` with ``W = E[a P + b L_out + g (L_in L_out + L_out^2 / 2)]`` the
-work one request brings, so ``s = t0 / (1 - lam W)``; ``mean_itl_rate`` is the rate at which ``s``
+step time solves ``s = t0 + lam s W`` with ``W = E[a Q + b L_out + g (L_in L_out + L_out^2 / 2)]`` the
+work one request brings (``Q``: its prefill-token equivalents, the uncached tokens plus their
+attention pairs, ``PerformanceProfile.prefill_equivalent``; ``Q`` replaces ``P`` in the prefill work
+above too), so ``s = t0 / (1 - lam W)``; ``mean_itl_rate`` is the rate at which ``s``
 reaches an ITL target (the bound without the tail).
 
 Measured against the simulator (``tests/test_capacity.py``): on a workload built for each bound
@@ -276,10 +279,16 @@ def _decode_work(spec: ReplicaSpec, mix: RequestMix) -> np.ndarray:
     return b * lout + g * (lin * lout + lout * lout / 2)
 
 
+def _prefill_tokens(spec: ReplicaSpec, mix: RequestMix) -> np.ndarray:
+    """Prefill-token equivalents each point computes: its uncached tokens and the attention pairs
+    they form with the whole prompt before them (``PerformanceProfile.prefill_equivalent``)."""
+    return spec.profile.prefill_equivalent(mix.uncached, mix.input_tokens - mix.uncached)
+
+
 def _work(spec: ReplicaSpec, mix: RequestMix) -> float:
     """``W``: mean seconds of step time one request brings beyond the per-step overhead."""
     a = spec.profile.prefill_s_per_token
-    return float(mix.weights @ (a * mix.uncached + _decode_work(spec, mix)))
+    return float(mix.weights @ (a * _prefill_tokens(spec, mix) + _decode_work(spec, mix)))
 
 
 def mean_itl_rate(spec: ReplicaSpec, mix: RequestMix, itl_s: float) -> float:
@@ -348,7 +357,7 @@ def _prefill_s(spec: ReplicaSpec, mix: RequestMix, decoding: float, decode_step_
     a = spec.profile.prefill_s_per_token
     budget = max(spec.max_num_batched_tokens - decoding, 1.0)
     p = mix.uncached
-    return a * p + np.ceil(p / budget) * decode_step_s
+    return a * _prefill_tokens(spec, mix) + np.ceil(p / budget) * decode_step_s
 
 
 def _gamma_sf(x: np.ndarray | float, mean: np.ndarray | float, var: np.ndarray | float) -> np.ndarray:
@@ -376,11 +385,20 @@ def _itl_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float) -> 
     if op.decode_step_s >= itl_s:
         return 1.0
     p = mix.uncached
+    q = _prefill_tokens(spec, mix)
     d = mix.output_tokens - 1.0
     window = d * itl_s
-    mean = rate * window * a * float(mix.weights @ p)
-    var = rate * window * a * a * mix.uncached_m2
-    miss = _gamma_sf(d * (itl_s - op.decode_step_s), mean, var)
+    mean = rate * window * a * float(mix.weights @ q)
+    # E[Q^2] taken as E[P^2] scaled by (E[Q] / E[P])^2: the attention share rides on the prompt length.
+    var = rate * window * a * a * mix.uncached_m2 * (float(mix.weights @ q) / max(float(mix.weights @ p), 1e-300)) ** 2
+    slack = d * (itl_s - op.decode_step_s)
+    if mix.weights.size == 1 and np.isclose(mix.uncached_m2, float(p[0]) ** 2):
+        # One request size: X is a Poisson count of one prefill's cost, whose tail is the Poisson's
+        # (the gamma, continuous, puts mass between the counts and overstates it up to ~2x there).
+        c = a * float(q[0])
+        miss = stats.poisson.sf(np.floor(slack / c), rate * window) if c > 0 else np.zeros_like(d)
+    else:
+        miss = _gamma_sf(slack, mean, var)
     return float(mix.weights @ np.where(d >= 1, miss, 0.0))
 
 

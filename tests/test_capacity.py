@@ -123,7 +123,9 @@ def test_fluid_rates_by_hand() -> None:
     spec = ReplicaSpec(H100, 256, 8192, 16, 400_000)
     t0, a, b, g = marginal_costs(H100)
     mix = RequestMix.from_requests([1000], [200])
-    work = a * 1000 + b * 200 + g * (1000 * 200 + 200 * 200 / 2)
+    # The prompt's 1000 tokens form 1000 x 1001 / 2 attention pairs, each worth r tokens of matmuls.
+    prefill = 1000 + H100.attention_tokens_per_pair * 1000 * 1001 / 2
+    work = a * prefill + b * 200 + g * (1000 * 200 + 200 * 200 / 2)
     assert mean_itl_rate(spec, mix, 0.1) == pytest.approx((1 - t0 / 0.1) / work, rel=1e-12)
     op = operating_point(spec, mix, 5.0)
     assert op.step_s == pytest.approx(t0 / (1 - 5.0 * work), rel=1e-12)

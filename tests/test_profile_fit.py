@@ -31,9 +31,10 @@ from autoscaler.simulator import vllm_bench as sim_bench
 from autoscaler.simulator.engine import READY, SimRequest
 from autoscaler.simulator.exposition import OpenMetricsHistory
 from autoscaler.workload.types import Request, Workload
-from models.profiles import PerformanceProfile, get_profile, measured, vllm_bench
+from models.profiles import PerformanceProfile, get_profile, measured, prefill_pairs, vllm_bench
 from models.profiles.measured import COEFFICIENTS, Rows
 from models.profiles.profile_file import load_profile_file
+from models.profiles.specs import MODELS
 
 sys.path.insert(0, str(Path(__file__).parent))
 from promserver import backfill
@@ -61,8 +62,9 @@ def _mixed_sizes(n: int, seed: int) -> list[tuple[int, int]]:
 
 
 # --------------------------------------------------------------------------- the least-squares fit
-def _rows(theta: np.ndarray, design: np.ndarray) -> Rows:
-    return Rows(design @ theta, *design.T, unit="step")
+def _rows(theta: np.ndarray, design: np.ndarray, pairs: np.ndarray | None = None, ratio: float = 0.0) -> Rows:
+    q = np.zeros(len(design)) if pairs is None else pairs
+    return Rows(design @ theta + theta[1] * ratio * q, *design.T, prefill_pairs=q, unit="step")
 
 
 def test_exact_rows_give_the_coefficients_back() -> None:
@@ -70,9 +72,22 @@ def test_exact_rows_give_the_coefficients_back() -> None:
     design = np.column_stack([np.ones(200), rng.integers(0, 8000, 200), rng.integers(0, 64, 200),
                               rng.integers(0, 200_000, 200)]).astype(float)
     theta = np.array([8e-3, 2.5e-5, 5e-5, 6e-8])
-    f = measured.fit(_rows(theta, design), "<rows>")
+    f = measured.fit(_rows(theta, design), "<rows>", 0.0)
     assert [f.coefficients[k] for k in COEFFICIENTS] == pytest.approx(theta, rel=1e-9)
     assert f.rows_held_out == 40 and f.rows_fitted == 160 and f.heldout_mape < 1e-9
+
+
+def test_attention_pairs_count_at_the_architecture_ratio() -> None:
+    # Rows made with prefill cost a (p + r q): fitted with r, the prefill slope is a again; fitted as
+    # if attention were free, the slope absorbs the pairs (mean 2k-token prompts: ~4 % more).
+    rng = np.random.default_rng(2)
+    p = rng.integers(100, 4000, 200).astype(float)
+    design = np.column_stack([np.ones(200), p, rng.integers(1, 256, 200),
+                              rng.integers(0, 2_000_000, 200)]).astype(float)
+    theta, r = np.array([8e-3, 2.5e-5, 5e-5, 6e-8]), MODELS["llama-3-8b"].attention_tokens_per_pair
+    rows = _rows(theta, design, prefill_pairs(0, p), r)
+    assert measured.fit(rows, "<rows>", r).coefficients["prefill_s_per_token"] == pytest.approx(2.5e-5, rel=1e-9)
+    assert measured.fit(rows, "<rows>", 0.0).coefficients["prefill_s_per_token"] > 1.03 * 2.5e-5
 
 
 def test_collinear_columns_are_refused_by_name() -> None:
@@ -82,14 +97,14 @@ def test_collinear_columns_are_refused_by_name() -> None:
     steps = np.ones(100)
     design = np.column_stack([steps, rng.integers(0, 8000, 100), 16 * steps, rng.integers(0, 200_000, 100)])
     with pytest.raises(ProfileError) as err:
-        measured.fit(_rows(np.array([8e-3, 2.5e-5, 5e-5, 6e-8]), design.astype(float)), "<rows>")
+        measured.fit(_rows(np.array([8e-3, 2.5e-5, 5e-5, 6e-8]), design.astype(float)), "<rows>", 0.0)
     assert "<rows>: cannot pin step_overhead_s, decode_s_per_seq from 100 steps" in str(err.value)
 
 
 def test_too_few_rows_are_refused() -> None:
     design = np.ones((10, 4))
     with pytest.raises(ProfileError, match="10 usable steps of busy engine time, need at least 20"):
-        measured.fit(_rows(np.ones(4), design), "<rows>")
+        measured.fit(_rows(np.ones(4), design), "<rows>", 0.0)
 
 
 # --------------------------------------------------------------------------- vLLM benchmark results
@@ -135,7 +150,8 @@ def test_held_out_error_is_recomputed_from_the_written_profile(tmp_path: Path) -
     got = load_profile_file(out)
     rows = vllm_bench.steps(vllm_bench.load(bench))
     held = np.arange(len(rows)) % measured.HOLD_OUT_EVERY == measured.HOLD_OUT_EVERY - 1
-    pred = (got.step_overhead_s * rows.steps + got.prefill_s_per_token * rows.prefill_tokens
+    prefill = rows.prefill_tokens + got.attention_tokens_per_pair * rows.prefill_pairs
+    pred = (got.step_overhead_s * rows.steps + got.prefill_s_per_token * prefill
             + got.decode_s_per_seq * rows.decode_seqs + got.seconds_per_ctx_token * rows.ctx_tokens)
     assert doc["heldout_mape"] == pytest.approx(float(np.mean(np.abs(pred[held] / rows.duration_s[held] - 1))),
                                                 rel=1e-9)

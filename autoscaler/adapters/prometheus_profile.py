@@ -8,6 +8,10 @@ queries at step ``window_s``, so the windows do not overlap), vLLM 0.33's own se
   ``increase(vllm:prefix_cache_hits_total[w])`` (cached tokens are not computed);
 - decode sequence-steps: ``increase(vllm:inter_token_latency_seconds_count[w])`` (one observation
   per sequence per decode step);
+- attention pairs of the prefill: as if each of the window's prefills
+  (``increase(vllm:time_to_first_token_seconds_count[w])``) were its mean one, uncached tokens after
+  cached ones (low by E[L^2] / E[L]^2 for prompts of mixed lengths: the term is a few percent of
+  the prefill's);
 - KV context read by them: decode sequence-steps x the mean KV tokens per running request,
   ``avg_over_time(vllm:kv_cache_usage_perc[w])`` x the pool (``num_gpu_blocks`` x ``block_size``
   of ``vllm:cache_config_info``) / ``avg_over_time(vllm:num_requests_running[w])``. A prefilling
@@ -31,6 +35,7 @@ from prometheus_api_client import PrometheusConnect
 from autoscaler.adapters.prometheus import PrometheusError, describe
 from autoscaler.promql import duration
 from autoscaler.urls import redact
+from models.profiles import prefill_pairs
 from models.profiles.measured import Rows
 
 QUERIES: dict[str, str] = {
@@ -38,6 +43,7 @@ QUERIES: dict[str, str] = {
     "prompt": "sum by ($pod) (increase(vllm:prompt_tokens_total{$sel}[$w]))",
     "hits": "sum by ($pod) (increase(vllm:prefix_cache_hits_total{$sel}[$w]))",
     "decode": "sum by ($pod) (increase(vllm:inter_token_latency_seconds_count{$sel}[$w]))",
+    "prefills": "sum by ($pod) (increase(vllm:time_to_first_token_seconds_count{$sel}[$w]))",
     "ctx": "sum by ($pod) (sum_over_time((rate(vllm:inter_token_latency_seconds_count{$sel}[$r2])"
            " * vllm:kv_cache_usage_perc{$sel} / vllm:num_requests_running{$sel})[$w:$r])) * $rs",
     "running_min": "sum by ($pod) (min_over_time(vllm:num_requests_running{$sel}[$w]))",
@@ -100,7 +106,7 @@ def busy_windows(client: PrometheusConnect, sel: str, start: float, end: float, 
                                   "and do the pods export it (vLLM >= 0.7's V1 metrics)?")
         series[name] = _by_pod(res, pod_label)
     pools = pool_tokens(client, sel, end, pod_label)
-    rows: list[tuple[float, float, float, float, float]] = []
+    rows: list[tuple[float, float, float, float, float, float]] = []
     idle = 0
     for pod, steps in series["steps"].items():
         if pod not in pools:
@@ -113,9 +119,13 @@ def busy_windows(client: PrometheusConnect, sel: str, start: float, end: float, 
                 continue
             if any(v is None or not np.isfinite(v) for v in vals.values()):
                 continue
-            rows.append((window_s, m, max(0.0, float(vals["prompt"] or 0.0) - float(vals["hits"] or 0.0)),
-                         float(vals["decode"] or 0.0), float(vals["ctx"] or 0.0) * pools[pod]))
+            prompt, uncached, prefills = float(vals["prompt"] or 0.0), 0.0, float(vals["prefills"] or 0.0)
+            uncached = max(0.0, prompt - float(vals["hits"] or 0.0))
+            # Each prefill as the window's mean one: its uncached tokens after its cached ones.
+            pairs = prefills * prefill_pairs((prompt - uncached) / prefills, uncached / prefills) if prefills else 0.0
+            rows.append((window_s, m, uncached, float(vals["decode"] or 0.0), float(vals["ctx"] or 0.0) * pools[pod],
+                         pairs))
     log(f"{len(rows)} busy windows of {window_s:g} s from {len(series['steps'])} pods ({idle} not busy throughout)")
-    arr = np.array(rows, dtype=float).reshape(-1, 5)
+    arr = np.array(rows, dtype=float).reshape(-1, 6)
     return Rows(duration_s=arr[:, 0], steps=arr[:, 1], prefill_tokens=arr[:, 2], decode_seqs=arr[:, 3],
-                ctx_tokens=arr[:, 4], unit="window")
+                ctx_tokens=arr[:, 4], prefill_pairs=arr[:, 5], unit="window")

@@ -10,6 +10,9 @@ Speed: a run of steps with no prefill work has a fixed batch, so its duration is
 closed form (step time is affine in the decode context, which grows by ``n`` tokens per step) and
 simulated as one event that ends at the next decode completion, KV limit, or arrival.
 
+A prefill chunk's attention is costed by its position in the prompt (``prefill_pairs``: a chunk
+late in a long prompt attends to everything before it).
+
 KV accounting is in tokens: a request holds its whole (re)prefill target from admission, then one
 more token per generated token. Admission and growth keep ``block_size`` tokens of slack per
 running sequence, so block rounding can never take usage over capacity.
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 from autoscaler.simulator.metrics import ReplicaMetrics
 from autoscaler.simulator.prefix_cache import PrefixCache
 from autoscaler.workload.types import Request
+from models.profiles import prefill_pairs
 
 if TYPE_CHECKING:
     from autoscaler.config import EngineConfig
@@ -308,7 +312,8 @@ class Replica:
             self._admit(budget, n, chunks)
         if chunks:
             p = sum(c for _, c in chunks)
-            dur = self.profile.step_time(p, n, self.ctx_dec)
+            pairs = sum(prefill_pairs(sr.prefilled, c) for sr, c in chunks)
+            dur = self.profile.step_time(p, n, self.ctx_dec, pairs)
             self._start(now, 1, dur, 0.0, n, self.ctx_dec, chunks, dur)
             return
         if n == 0:

@@ -18,7 +18,7 @@ The runs used vLLM 0.5.x without chunked prefill, so the scheduler's default
 ``max_position_embeddings``) applies: whole prompts are packed ``max_num_batched_tokens // L`` per
 prefill-only step, then ``L - 1`` decode steps follow with all B sequences, the j-th with KV
 context ``B * (L + j)``. A row's predicted latency is the sum of ``PerformanceProfile.step_time``
-over those steps (``BenchRow.predict``).
+over those steps, each prompt's attention pairs included (``BenchRow.predict``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.profiles.profile import PerformanceProfile
+from models.profiles.profile import PerformanceProfile, prefill_pairs
 from models.profiles.specs import GPUS, MODELS
 
 ALL_RESULTS = "llm-inference-bench/All_results.csv"
@@ -190,8 +190,9 @@ def predict_latency(profile: PerformanceProfile, row: BenchRow) -> float:
     """Seconds the benchmark run ``row`` takes under ``profile`` (steps as in the module doc)."""
     per_step = max(1, max_num_batched_tokens(profile.model) // row.input_len)
     full_steps, last_prompts = divmod(row.batch, per_step)
-    prefill = full_steps * profile.step_time(per_step * row.input_len, 0, 0)
-    prefill += profile.step_time(last_prompts * row.input_len, 0, 0)
+    pairs = prefill_pairs(0, row.input_len)  # each prompt's own, in whichever step it is
+    prefill = full_steps * profile.step_time(per_step * row.input_len, 0, 0, per_step * pairs)
+    prefill += profile.step_time(last_prompts * row.input_len, 0, 0, last_prompts * pairs)
     steps = row.output_len - 1
     # Context of decode step j (1..steps) is B * (L + j): the prompt plus j generated tokens.
     ctx_tokens = row.batch * (steps * row.input_len + steps * (steps + 1) // 2)

@@ -3,12 +3,14 @@
 Each row is an interval of wall time in which one engine was busy throughout (one step of a
 benchmark's reconstructed timeline, or one Prometheus window of a live pod) with what it did in it:
 engine steps ``m``, prompt tokens prefilled ``p``, decode sequence-steps ``n`` (one per sequence per
-step) and the KV-context tokens those decodes read ``c`` (summed over sequence-steps). Summing
-``PerformanceProfile.step_time`` over the interval's steps gives, exactly,
+step), the attention pairs those prompt tokens formed ``q`` and the KV-context tokens those decodes
+read ``c`` (summed over sequence-steps). Summing ``PerformanceProfile.step_time`` over the interval's
+steps gives, exactly,
 
-    duration_s = step_overhead_s * m + prefill_s_per_token * p + decode_s_per_seq * n
+    duration_s = step_overhead_s * m + prefill_s_per_token * (p + r q) + decode_s_per_seq * n
                  + seconds_per_ctx_token * c
 
+with ``r`` the model's ``attention_tokens_per_pair`` (from its architecture, not fitted)
 so the four coefficients follow from linear least squares (``scipy.optimize.lsq_linear``, each >= 0)
 on relative residuals (each row divided by its duration: every interval weighs alike, as the
 shipped fits weigh log ratios). ``bandwidth_efficiency`` is ``kv_bytes_per_token /
@@ -65,6 +67,7 @@ class Rows:
         prefill_tokens: prompt tokens prefilled in it.
         decode_seqs: decode sequence-steps in it.
         ctx_tokens: KV-context tokens read by those decodes, summed over sequence-steps.
+        prefill_pairs: attention (query, key) pairs the prefilled tokens formed.
         unit: what a row is (``"step"``, ``"window"``), for messages.
     """
 
@@ -73,12 +76,14 @@ class Rows:
     prefill_tokens: np.ndarray
     decode_seqs: np.ndarray
     ctx_tokens: np.ndarray
+    prefill_pairs: np.ndarray
     unit: str
 
-    @property
-    def design(self) -> np.ndarray:
-        """(rows, 4): the columns multiplying ``COEFFICIENTS``."""
-        return np.column_stack([self.steps, self.prefill_tokens, self.decode_seqs, self.ctx_tokens]).astype(float)
+    def design(self, attention_tokens_per_pair: float) -> np.ndarray:
+        """(rows, 4): the columns multiplying ``COEFFICIENTS``, the prefill one in prefill-token
+        equivalents (tokens + ``attention_tokens_per_pair`` x pairs)."""
+        prefill = self.prefill_tokens + attention_tokens_per_pair * self.prefill_pairs
+        return np.column_stack([self.steps, prefill, self.decode_seqs, self.ctx_tokens]).astype(float)
 
     def __len__(self) -> int:
         return len(self.duration_s)
@@ -109,18 +114,19 @@ def _mape(x: np.ndarray, y: np.ndarray, theta: np.ndarray) -> float:
     return float(np.mean(np.abs(x @ theta / y - 1.0)))
 
 
-def fit(rows: Rows, source: str) -> MeasuredFit:
+def fit(rows: Rows, source: str, attention_tokens_per_pair: float) -> MeasuredFit:
     """Fit the four coefficients to ``rows`` (held-out rows left out), checking each is pinned.
 
     Args:
         rows: the measured intervals.
         source: what they were read from, for messages (a file, a Prometheus URL).
+        attention_tokens_per_pair: the model's (``specs.ModelSpec``; 0 leaves attention out).
 
     Raises:
         ProfileError: fewer than ``MIN_ROWS`` usable rows, or a coefficient not pinned (one line
             naming each, its relative standard error and what the data lacks).
     """
-    x, y = rows.design, rows.duration_s.astype(float)
+    x, y = rows.design(attention_tokens_per_pair), rows.duration_s.astype(float)
     ok = np.isfinite(y) & (y > 0) & np.all(np.isfinite(x) & (x >= 0), axis=1)
     x, y = x[ok], y[ok]
     if len(y) < MIN_ROWS:

@@ -31,14 +31,18 @@ class PerformanceProfile:
     """Step-time model of one vLLM engine (continuous batching) serving one model on one replica
     (one GPU, or ``tensor_parallel`` GPUs together).
 
-    One iteration that prefills ``p`` prompt tokens and decodes one token for each of ``n``
-    sequences whose KV contexts total ``c`` tokens takes, in seconds,
+    One iteration that prefills ``p`` prompt tokens forming ``q`` attention (query, key) pairs and
+    decodes one token for each of ``n`` sequences whose KV contexts total ``c`` tokens takes, in seconds,
 
-        t = step_overhead_s + prefill_s_per_token * p + decode_s_per_seq * n + seconds_per_ctx_token * c
+        t = step_overhead_s + prefill_s_per_token * (p + attention_tokens_per_pair * q)
+            + decode_s_per_seq * n + seconds_per_ctx_token * c
 
     when ``p > 0`` or ``n > 0``, and 0 when the engine is idle. ``step_overhead_s`` is the per-step
     cost (reading all weights once, plus scheduling/launch overhead), ``prefill_s_per_token`` the
-    compute cost of a prompt token, ``decode_s_per_seq`` the per-sequence decode cost (sampling,
+    compute cost of a prompt token's matmuls, ``attention_tokens_per_pair`` the FLOPs of one
+    attention pair in units of a token's matmul FLOPs (from the architecture,
+    ``specs.ModelSpec.attention_tokens_per_pair``: attention is quadratic in prompt length, so a
+    long prompt costs more per token), ``decode_s_per_seq`` the per-sequence decode cost (sampling,
     bookkeeping, the sequence's row of the matmuls), and the context term is the time to stream the
     KV cache: ``kv_bytes_per_token / (bandwidth_efficiency * mem_bandwidth_bytes_per_s)`` per
     token, so it is grounded in memory bandwidth for contexts longer than any measured one.
@@ -57,6 +61,8 @@ class PerformanceProfile:
         bandwidth_efficiency: fitted fraction of peak bandwidth achieved reading the KV cache,
             in (0, 1].
         tensor_parallel: GPUs of one replica (vLLM ``--tensor-parallel-size``).
+        attention_tokens_per_pair: prefill-token equivalents of one attention pair (derived from
+            the model's architecture; 0 leaves attention out).
     """
 
     name: str
@@ -69,6 +75,7 @@ class PerformanceProfile:
     decode_s_per_seq: float
     bandwidth_efficiency: float
     tensor_parallel: int = 1
+    attention_tokens_per_pair: float = 0.0
 
     @property
     def seconds_per_ctx_token(self) -> float:
@@ -89,36 +96,56 @@ class PerformanceProfile:
                        decode_s_per_seq=self.decode_s_per_seq * factor,
                        bandwidth_efficiency=self.bandwidth_efficiency / factor)
 
-    def step_time(self, prefill_tokens: int, decode_seqs: int, decode_ctx_tokens: int) -> float:
+    def prefill_equivalent(self, tokens: Any, start: Any = 0) -> Any:
+        """Prefill-token equivalents of prefilling ``tokens`` prompt tokens after ``start`` already in
+        the KV cache (a chunk, or cache hits): ``tokens + attention_tokens_per_pair *
+        prefill_pairs(start, tokens)``. Numbers or numpy arrays (element-wise)."""
+        return tokens + self.attention_tokens_per_pair * prefill_pairs(start, tokens)
+
+    def step_time(self, prefill_tokens: int, decode_seqs: int, decode_ctx_tokens: int,
+                  prefill_attention_pairs: float = 0) -> float:
         """Seconds for one engine iteration.
 
         Args:
             prefill_tokens: prompt tokens prefilled this step (sum over the scheduled chunks).
             decode_seqs: sequences that decode one token this step.
             decode_ctx_tokens: total KV-context tokens of those sequences.
+            prefill_attention_pairs: attention (query, key) pairs those prompt tokens form (sum of
+                ``prefill_pairs`` over the chunks); 0 leaves attention out.
 
         Returns:
-            Wall time in seconds; exactly ``step_time(p, n, 0) + seconds_per_ctx_token * c``, and
+            Wall time in seconds; exactly ``step_time(p, n, 0, q) + seconds_per_ctx_token * c``, and
             0.0 for an idle step (no prefill and no decode).
 
         Raises:
-            ValueError: a count is negative, or context tokens are given without decode sequences.
+            ValueError: a count is negative, context tokens are given without decode sequences, or
+                attention pairs without prefill tokens.
         """
-        if prefill_tokens < 0 or decode_seqs < 0 or decode_ctx_tokens < 0:
+        if prefill_tokens < 0 or decode_seqs < 0 or decode_ctx_tokens < 0 or prefill_attention_pairs < 0:
             raise ValueError(
                 f"step_time counts must be >= 0, got prefill_tokens={prefill_tokens}, "
-                f"decode_seqs={decode_seqs}, decode_ctx_tokens={decode_ctx_tokens}"
+                f"decode_seqs={decode_seqs}, decode_ctx_tokens={decode_ctx_tokens}, "
+                f"prefill_attention_pairs={prefill_attention_pairs}"
             )
         if decode_seqs == 0 and decode_ctx_tokens > 0:
             raise ValueError(f"decode_ctx_tokens={decode_ctx_tokens} given with decode_seqs=0")
+        if prefill_tokens == 0 and prefill_attention_pairs > 0:
+            raise ValueError(f"prefill_attention_pairs={prefill_attention_pairs} given with prefill_tokens=0")
         if prefill_tokens == 0 and decode_seqs == 0:
             return 0.0
         base = (
             self.step_overhead_s
-            + self.prefill_s_per_token * prefill_tokens
+            + self.prefill_s_per_token * (prefill_tokens + self.attention_tokens_per_pair * prefill_attention_pairs)
             + self.decode_s_per_seq * decode_seqs
         )
         return base + self.seconds_per_ctx_token * decode_ctx_tokens
+
+
+def prefill_pairs(start: Any, tokens: Any) -> Any:
+    """Causal attention (query, key) pairs of prefilling ``tokens`` prompt tokens after ``start``
+    tokens already in the KV cache: the token at position i (1-based) attends to i keys, so
+    ``tokens * start + tokens * (tokens + 1) / 2``. Numbers or numpy arrays (element-wise)."""
+    return tokens * start + tokens * (tokens + 1) / 2
 
 
 @cache
@@ -140,6 +167,7 @@ def _profiles() -> dict[str, PerformanceProfile]:
             kv_bytes_per_token=model.kv_bytes_per_token,
             mem_bandwidth_bytes_per_s=tp * gpu.mem_bandwidth_bytes_per_s,
             tensor_parallel=tp,
+            attention_tokens_per_pair=model.attention_tokens_per_pair,
             **entry["coefficients"],
         )
     return profiles

@@ -13,8 +13,9 @@ provenance fields are allowed and ignored):
 - ``rows_fitted``, ``rows_held_out`` (>= 0), ``heldout_mape`` (>= 0, or null with no held-out rows),
   ``fit_mape`` (optional).
 
-``kv_bytes_per_token`` and ``mem_bandwidth_bytes_per_s`` (the replica's: ``tensor_parallel`` x the
-GPU's datasheet figure) are derived; if the file states them they must agree.
+``kv_bytes_per_token``, the attention term (``specs.ModelSpec.attention_tokens_per_pair``) and
+``mem_bandwidth_bytes_per_s`` (the replica's: ``tensor_parallel`` x the GPU's datasheet figure) are
+derived; if the file states the first or the last they must agree.
 """
 
 from __future__ import annotations
@@ -103,4 +104,4 @@ def load_profile_file(path: Path) -> PerformanceProfile:
                                f"give {derived:g}")
     return PerformanceProfile(name=str(path), model=f.model, gpu=f.gpu, kv_bytes_per_token=spec.kv_bytes_per_token,
                               mem_bandwidth_bytes_per_s=bandwidth, tensor_parallel=f.tensor_parallel,
-                              **f.coefficients.model_dump())
+                              attention_tokens_per_pair=spec.attention_tokens_per_pair, **f.coefficients.model_dump())

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models.profiles.bench import read_csv
-from models.profiles.profile import PerformanceProfile
+from models.profiles.profile import PerformanceProfile, prefill_pairs
 
 PERF_MODEL = "splitwise-perf-model/perf_model.csv"
 """Path relative to the ``--data`` directory."""
@@ -70,7 +70,7 @@ class SplitwiseRow:
     def predict(self, profile: PerformanceProfile) -> tuple[float, ...]:
         """Seconds of the prefill step, or of the mean decode step, under ``profile``."""
         if self.phase == "prefill":
-            return (profile.step_time(self.batch * self.prompt, 0, 0),)
+            return (profile.step_time(self.batch * self.prompt, 0, 0, self.batch * prefill_pairs(0, self.prompt)),)
         # Decode step j (1..T-1) reads contexts of P + j tokens: P + T/2 on average.
         return (profile.step_time(0, self.batch, self.batch * (self.prompt + self.tokens // 2)),)
 

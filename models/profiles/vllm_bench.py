@@ -14,8 +14,9 @@ which the saved latencies replay exactly. A Poisson run without ``start_times`` 
 time, and is refused.
 
 What each step did (``Rows``): its decode sequences and their KV context (prompt + tokens so far);
-its prefill, from vLLM V1's scheduler (``max_num_batched_tokens`` per step, decodes first, then
-prompt chunks FCFS among the requests sent before the step began): a request whose first token
+its prefill (tokens, and the attention pairs each chunk forms at its place in its prompt), from vLLM
+V1's scheduler (``max_num_batched_tokens`` per step, decodes first, then prompt chunks FCFS among
+the requests sent before the step began): a request whose first token
 came at this step prefilled the rest of its prompt in it, an earlier one a chunk of what the budget
 left. A step starts when the previous ended, or at the first send after an idle spell. Steps that
 emit nothing (prompt chunks with no sequence decoding) fall inside the next step that does, whose
@@ -35,6 +36,7 @@ import numpy as np
 from autoscaler.errors import ProfileError
 from models.profiles.jsonfile import read_object
 from models.profiles.measured import Rows
+from models.profiles.profile import prefill_pairs
 
 DEFAULT_TOLERANCE_S = 0.001
 """Token times this close belong to one engine step (a step takes milliseconds; a streamed chunk's
@@ -181,7 +183,7 @@ def steps(run: BenchRun, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_T
     finish = [float(t[-1]) for t in run.token_s]
     remaining = list(run.input_tokens)
     budget = max_num_batched_tokens
-    rows: list[tuple[float, int, int, int, int]] = []
+    rows: list[tuple[float, int, int, int, int, float]] = []
     prev_end, sent = -math.inf, 0
     active: set[int] = set()  # sent and not finished
     prefilling: list[int] = []  # sent, first token not yet out, in sending order
@@ -215,17 +217,18 @@ def steps(run: BenchRun, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_T
         dec = [i for i in g if idx[i] > 0]
         n = len(dec)
         ctx = int(sum(run.input_tokens[int(req[i])] + int(idx[i]) - 1 for i in dec))
-        left, p = budget - n, 0
+        left, p, pairs = budget - n, 0, 0.0
         for r in prefilling:
             take = remaining[r] if r in firsts else max(0, min(remaining[r] - 1, left))
+            pairs += prefill_pairs(run.input_tokens[r] - remaining[r], take)
             remaining[r] -= take
             left -= take
             p += take
         prefilling = [r for r in prefilling if r not in firsts]
         m = 1 if n > 0 else max(1, math.ceil(p / budget))
         if end > begin:
-            rows.append((end - begin, m, p, n, ctx))
+            rows.append((end - begin, m, p, n, ctx, pairs))
         prev_end = end
-    arr = np.array(rows, dtype=float).reshape(-1, 5)
+    arr = np.array(rows, dtype=float).reshape(-1, 6)
     return Rows(duration_s=arr[:, 0], steps=arr[:, 1], prefill_tokens=arr[:, 2], decode_seqs=arr[:, 3],
-                ctx_tokens=arr[:, 4], unit="step")
+                ctx_tokens=arr[:, 4], prefill_pairs=arr[:, 5], unit="step")
