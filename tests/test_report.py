@@ -117,7 +117,7 @@ def test_multi_service_cost_keys() -> None:
     def svc(name: str, price: float, n: int) -> dict:
         return {"name": name, "model": "m", "slo": slo, "variants": [{
             "name": "v", "gpu": "H100-SXM", "price_per_gpu_hour": price, "gpus_per_replica": 2,
-            "min_replicas": n, "max_replicas": n, "kv_cache_tokens": 400000, "profile": "llama-3-8b/h100-sxm"}]}
+            "min_replicas": n, "max_replicas": n, "kv_cache_tokens": 400000, "profile": "llama-3-8b/h100-sxm/tp2"}]}
 
     cfg = parse_config({"services": [svc("a", 1.0, 1), svc("b", 2.0, 3)]})
     sim = FleetSimulator(cfg, Workload([]), service="a")

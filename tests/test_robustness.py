@@ -524,8 +524,8 @@ def test_burst_at_one_instant_completes() -> None:
 
 def test_cost_matches_gpu_hours_and_price() -> None:
     doc = default_doc()
-    for v in doc["services"][0]["variants"]:
-        v["gpus_per_replica"] = 8
+    h100 = next(v for v in doc["services"][0]["variants"] if v["name"] == "h100")
+    h100.update(gpus_per_replica=2, profile="llama-3-8b/h100-sxm/tp2")  # a TP-2 replica: two GPUs' price
     cfg = parse_config(doc, "fleet.yaml")
     r = summarize(run_simulation(cfg, workload([(i * 0.1, 1000, 100) for i in range(3000)])))
     check_results(r, 3000)

@@ -125,8 +125,8 @@ def test_kv_usage_never_exceeds_capacity_under_preemption(make_fleet, monkeypatc
 # ------------------------------------------------------------------------------ (c) cost
 def test_cost_equals_replica_seconds_times_price(make_fleet) -> None:
     price, gpus = 1.5, 2
-    cfg = make_fleet(2, price_per_gpu_hour=price, gpus_per_replica=gpus, startup_s=30.0,
-                     crashes=[{"time_s": 20.0, "variant": "h100"}])
+    cfg = make_fleet(2, price_per_gpu_hour=price, gpus_per_replica=gpus, profile="llama-3-8b/h100-sxm/tp2",
+                     startup_s=30.0, crashes=[{"time_s": 20.0, "variant": "h100"}])
     wl = Workload([Request(arrival_s=i * 2.0, input_tokens=500, output_tokens=100) for i in range(30)])
     run = run_simulation(cfg, wl, "pid")
     res = summarize(run)
