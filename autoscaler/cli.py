@@ -216,8 +216,9 @@ def simulate(
         console.print_json(json.dumps(res))
     else:
         console.print(results_table(res))
-        console.print(f"wrote {out / 'results.json'} and {out / 'timeline.csv'}"
-                      + (f" and {out / 'timeline.png'}" if plot else ""), highlight=False, soft_wrap=True)
+        written = [out / "results.json", out / "timeline.csv"] + ([out / "timeline.png"] if plot else [])
+        console.print(f"wrote {', '.join(str(p) for p in written[:-1])} and {written[-1]}", highlight=False,
+                      soft_wrap=True)
 
 
 def _check_admission(admission: str | None) -> None:
@@ -805,18 +806,14 @@ def _fit_table(res: Any) -> Table:
     doc = res.document
     name = profile_name(doc["model"], doc["gpu"], doc["tensor_parallel"])
     shipped = shipped_entries()[name]["coefficients"] if name in list_profiles() else None
-    f = res.fit
     table = Table(title=f"profile fit: {doc['model']} on {doc['tensor_parallel']} x {doc['gpu']}",
-                  caption=f"{f.rows_fitted} {f.unit}s fitted, {f.rows_held_out} held out: held-out error "
-                          f"{f.heldout_mape:.1%} (fit {f.fit_mape:.1%}), mean |predicted / measured - 1| of their "
-                          "durations. se: standard error / value.")
+                  caption="se: standard error / value")
     table.add_column("coefficient", no_wrap=True)
     table.add_column("fitted", justify="right")
     table.add_column("se", justify="right")
     if shipped is not None:
         table.add_column(f"shipped {name}", justify="right")
-    se = dict(f.relative_se)
-    se["bandwidth_efficiency"] = se.pop("seconds_per_ctx_token")
+    se = doc["relative_standard_error"]
     for key, value in doc["coefficients"].items():
         row = [key, f"{value:.4g}", f"{se[key]:.1%}"]
         if shipped is not None:
@@ -827,8 +824,8 @@ def _fit_table(res: Any) -> Table:
 
 @profile_app.command("fit")
 def profile_fit(
-    model: Annotated[str, typer.Option(help="Model key (autoscaler profiles list shows them), e.g. llama-3-8b.")],
-    gpu: Annotated[str, typer.Option(help="GPU key, e.g. h100-sxm.")],
+    model: Annotated[str, typer.Option(help="Model key: a shipped profile name's first part, e.g. llama-3-8b.")],
+    gpu: Annotated[str, typer.Option(help="GPU, as in a fleet file or a profile name, e.g. H100-SXM.")],
     out: Annotated[Path, typer.Option(help="Profile file to write (*.json; a fleet file's profile: names it).")],
     bench: Annotated[list[Path] | None, typer.Option(
         help="Result JSON of vllm bench serve --save-result --save-detailed against one replica (repeat for "
@@ -848,7 +845,10 @@ def profile_fit(
     json_output: Annotated[bool, typer.Option("--json", help="Print the profile file's content as JSON.",
                                               metavar="")] = False,
 ) -> None:
-    """Fit a profile to a vLLM benchmark's results or a Prometheus range, and write it as a profile file."""
+    """Fit a profile to a vLLM benchmark's results (--bench) or a Prometheus range (--prometheus-url); write it.
+
+    Give exactly one of --bench and --prometheus-url (with --selector, --start and --end).
+    """
     import logging
 
     from autoscaler import profile_fit as pf
@@ -858,14 +858,15 @@ def profile_fit(
         if (bench is None) == (prometheus_url is None):
             raise ValueError("give either --bench FILE (one or more) or --prometheus-url with --selector, --start "
                              "and --end")
+        gpu = gpu.lower()  # fleet files write H100-SXM, profile names h100-sxm
         pf.check_target(model, gpu, tensor_parallel, out)
-        files.check_writable(out.parent)
         if bench is not None:
             res = pf.from_bench(bench, model, gpu, tensor_parallel, out, max_num_batched_tokens, tolerance)
         else:
             if selector is None or start is None or end is None:
                 raise ValueError("--prometheus-url needs --selector, --start and --end")
             t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")
+            pf.check_prometheus_options(t0, t1, window, resolution)
     except (AutoscalerError, ValueError) as exc:
         raise _fail(str(exc)) from None
     except OSError as exc:
@@ -885,6 +886,10 @@ def profile_fit(
         typer.echo(json.dumps(res.document, indent=2))
         return
     console.print(_fit_table(res))
+    f = res.fit
+    console.print(f"{f.rows_fitted} {f.unit}s fitted, {f.rows_held_out} held out; held-out error {f.heldout_mape:.1%} "
+                  f"(fit {f.fit_mape:.1%}): mean |predicted / measured - 1| of their durations", highlight=False,
+                  soft_wrap=True)
     console.print(f"wrote {res.out}", highlight=False, soft_wrap=True)
 
 

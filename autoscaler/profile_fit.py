@@ -15,6 +15,8 @@ The file written is what a fleet file's ``profile: ./my-model-h100.json`` names
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +47,13 @@ class FitResult:
     out: Path
 
 
+MAX_TENSOR_PARALLEL = 64
+"""Most GPUs one replica spans here (vLLM's tensor parallel runs within a node or two)."""
+
+
 def check_target(model: str, gpu: str, tensor_parallel: int, out: Path) -> None:
-    """Refuse an unknown model or GPU, a TP degree < 1, or an output that a fleet file would not read
-    as a profile file, before any data is read.
+    """Refuse an unknown model or GPU, a TP degree outside [1, ``MAX_TENSOR_PARALLEL``], or an output
+    that a fleet file would not read as a profile file or cannot be written, before any data is read.
 
     Raises:
         ProfileError: one line naming the option and what is known.
@@ -56,11 +62,52 @@ def check_target(model: str, gpu: str, tensor_parallel: int, out: Path) -> None:
         raise ProfileError(f"--model: unknown model '{model}'; known: {', '.join(sorted(MODELS))}")
     if gpu not in GPUS:
         raise ProfileError(f"--gpu: unknown GPU '{gpu}'; known: {', '.join(sorted(GPUS))}")
-    if tensor_parallel < 1:
-        raise ProfileError(f"--tensor-parallel must be >= 1, got {tensor_parallel}")
+    if not 1 <= tensor_parallel <= MAX_TENSOR_PARALLEL:
+        raise ProfileError(f"--tensor-parallel must be in [1, {MAX_TENSOR_PARALLEL}], got {tensor_parallel}")
+    parent = next((p for p in (out.parent, *out.parent.parents) if p.exists()), Path("."))
+    if out.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ProfileError(f"--out {out}: " + ("is a directory" if out.is_dir() else
+                                               f"cannot create a file under {parent}"))
     if out.suffix != ".json":
         raise ProfileError(f"--out {out}: a profile file's name ends in .json (a fleet's profile: reads that as a "
                            "file)")
+
+
+def check_bench_options(paths: Sequence[Path], out: Path, max_num_batched_tokens: int, tolerance_s: float) -> None:
+    """Refuse a file given twice, ``--out`` naming an input, a step budget < 1 or a tolerance outside
+    [0, 1) s, before any data is read.
+
+    Raises:
+        ProfileError: one line naming the option.
+    """
+    seen: set[Path] = set()
+    for p in paths:
+        real = p.resolve()
+        if real in seen:
+            raise ProfileError(f"--bench {p}: given twice (its steps would count twice)")
+        seen.add(real)
+    if out.resolve() in seen:
+        raise ProfileError(f"--out {out}: is one of the --bench files, which it would overwrite")
+    if max_num_batched_tokens < 1:
+        raise ProfileError(f"--max-num-batched-tokens must be >= 1, got {max_num_batched_tokens}")
+    if not 0 <= tolerance_s < 1:
+        raise ProfileError(f"--tolerance must be in [0, 1) s (tokens of one step arrive within it), got {tolerance_s}")
+
+
+def check_prometheus_options(start: float, end: float, window_s: float, resolution_s: float) -> None:
+    """Refuse a range that does not hold two windows, or a window or resolution that is not a
+    positive number (the resolution at most half the window), before connecting.
+
+    Raises:
+        ProfileError: one line naming the option.
+    """
+    if not 0 < window_s < float("inf"):
+        raise ProfileError(f"--window must be a positive number of seconds, got {window_s}")
+    if not 0 < resolution_s <= window_s / 2:
+        raise ProfileError(f"--resolution must be > 0 and at most half of --window, got {resolution_s:g}")
+    if not end - start >= 2 * window_s:
+        raise ProfileError(f"--start .. --end spans {end - start:g} s; it must hold at least two {window_s:g}-s "
+                           "windows")
 
 
 def bench_rows(paths: Sequence[Path], max_num_batched_tokens: int, tolerance_s: float) -> Rows:
@@ -84,10 +131,19 @@ def fit_and_write(rows: Rows, source: str, provenance: dict[str, object], model:
         OSError: ``out`` cannot be written.
     """
     f = measured.fit(rows, source, MODELS[model].attention_tokens_per_pair)
-    doc = measured.profile_document(f, model, gpu, tensor_parallel, provenance)
+    doc = measured.profile_document(f, model, gpu, tensor_parallel, provenance, source)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    load_profile_file(out)
+    # Written beside the target and moved over it once it reads back: a full disk or a crash never
+    # leaves a partial file, nor truncates a good one.
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(doc, indent=2) + "\n")
+        load_profile_file(Path(tmp))
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     return FitResult(f, doc, out)
 
 
@@ -100,6 +156,7 @@ def from_bench(paths: Sequence[Path], model: str, gpu: str, tensor_parallel: int
         ProfileError: bad options or files, or data that cannot pin a coefficient.
     """
     check_target(model, gpu, tensor_parallel, out)
+    check_bench_options(paths, out, max_num_batched_tokens, tolerance_s)
     rows = bench_rows(paths, max_num_batched_tokens, tolerance_s)
     source = ", ".join(str(p) for p in paths)
     provenance = {"kind": "vllm bench serve", "files": [str(p) for p in paths],
@@ -119,12 +176,8 @@ def from_prometheus(client: Any, url: str, selector: str, start: float, end: flo
     from autoscaler.adapters.prometheus_profile import busy_windows
 
     check_target(model, gpu, tensor_parallel, out)
+    check_prometheus_options(start, end, window_s, resolution_s)
     url = redact(url)
-    if not end - start >= 2 * window_s:
-        raise ProfileError(f"--start .. --end spans {end - start:g} s; it must hold at least two {window_s:g}-s "
-                           "windows")
-    if not 0 < resolution_s <= window_s / 2:
-        raise ProfileError(f"--resolution must be > 0 and at most half of --window, got {resolution_s:g}")
     rows = busy_windows(client, selector, start, end, window_s, resolution_s, pod_label, log)
     provenance = {"kind": "prometheus", "url": url, "selector": selector, "start": start, "end": end,
                   "window_s": window_s, "resolution_s": resolution_s}

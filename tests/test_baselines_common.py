@@ -65,12 +65,14 @@ def test_calibration_is_littles_law_at_70_percent_of_capacity() -> None:
     caps = variant_weights(svc, engine, mix)
     # the cheapest per capacity is the GH200 variant "cheap" (1.5 $/h, the fastest profile)
     assert min(caps, key=lambda n: {"big": 3.0, "cheap": 1.5, "old": 1.8}[n] / caps[n]) == "cheap"
-    t0, a, b, g = marginal_costs(get_profile("llama-3-8b/gh200"))
+    gh200 = get_profile("llama-3-8b/gh200")
+    t0, a, b, g = marginal_costs(gh200)
+    tokens = 1000 + gh200.attention_tokens_per_pair * 1000 * 1001 / 2  # the prompt's attention pairs included
     r = 0.7 * caps["cheap"]
-    step = t0 / (1 - r * (a * 1000 + b * 200 + g * (1000 * 200 + 200 * 200 / 2)))
+    step = t0 / (1 - r * (a * tokens + b * 200 + g * (1000 * 200 + 200 * 200 / 2)))
     decoding = r * step * 200
     decode_step = t0 + r * step * (b * 200 + g * (1000 * 200 + 200 * 200 / 2))
-    prefill = a * 1000 + decode_step  # one chunk: 1000 tokens < 8192 - decoding
+    prefill = a * tokens + decode_step  # one chunk: 1000 tokens < 8192 - decoding
     cal = calibrate(svc, engine, mix)
     assert decoding < 8192 - 1000
     assert cal.variant == "cheap"

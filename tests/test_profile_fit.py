@@ -205,6 +205,10 @@ def _write(tmp_path: Path, doc: Any) -> Path:
     (lambda d: d["itls"][3].pop(), "request 3: 4 inter-token gaps for 6 output tokens"),
     (lambda d: d["ttfts"].__setitem__(1, float("nan")), "ttfts[1] must be a finite number"),
     (lambda d: d["output_lens"].append(4), "'output_lens' has 11 entries, 'input_lens' 10"),
+    (lambda d: d["input_lens"].__setitem__(2, 1e300), "input_lens[2] must be a finite number in [1, 1e+07]"),
+    (lambda d: d["input_lens"].__setitem__(2, 100.5), "input_lens[2] must be a whole number, got 100.5"),
+    (lambda d: d["ttfts"].__setitem__(4, 1e300), "ttfts[4] must be a finite number in [0, 1e+06]"),
+    (lambda d: d.__setitem__("errors", "boom"), "'errors' missing or not a list"),
 ])
 def test_bad_benchmark_files_are_named(tmp_path: Path, edit: Any, message: str) -> None:
     doc = sim_bench.run(get_profile("llama-3-8b/h100-sxm"), [(100, 6)] * 10, request_rate=2.0)
@@ -214,17 +218,61 @@ def test_bad_benchmark_files_are_named(tmp_path: Path, edit: Any, message: str) 
     assert message in str(err.value) and str(tmp_path / "b.json") in str(err.value)
 
 
+def test_a_refused_fit_keeps_the_previous_profile_and_its_inputs(tmp_path: Path) -> None:
+    p = get_profile("llama-3-8b/h100-sxm")
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    sim_bench.write(good, sim_bench.run(p, _mixed_sizes(200, 8), request_rate=3.0))
+    sim_bench.write(bad, sim_bench.run(p, [(1000, 1)] * 50, request_rate=3.0))
+    out = tmp_path / "mine.json"
+    base = ["profile", "fit", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--out", str(out)]
+    assert runner.invoke(app, [*base, "--bench", str(good)]).exit_code == 0
+    before = out.read_bytes()
+    assert runner.invoke(app, [*base, "--bench", str(bad)]).exit_code == 2
+    assert out.read_bytes() == before and [f.name for f in tmp_path.iterdir() if f.name.startswith(".")] == []
+    res = runner.invoke(app, ["profile", "fit", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--bench", str(good),
+                              "--out", str(good)])
+    assert res.exit_code == 2 and "is one of the --bench files" in res.output
+    assert json.loads(good.read_text())["input_lens"]  # still the benchmark
+    res = runner.invoke(app, [*base, "--bench", str(good), "--bench", str(tmp_path / "." / "good.json")])
+    assert res.exit_code == 2 and "given twice" in res.output
+
+
+def test_a_context_term_far_below_the_datasheet_is_refused(tmp_path: Path) -> None:
+    # Llama-3-8B's steps read as a 64-GPU replica: the KV-read time would mean a sliver of the bandwidth.
+    bench = tmp_path / "bench.json"
+    sim_bench.write(bench, sim_bench.run(get_profile("llama-3-8b/h100-sxm"), _mixed_sizes(200, 9), request_rate=3.0))
+    res = runner.invoke(app, ["profile", "fit", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--tensor-parallel",
+                              "64", "--bench", str(bench), "--out", str(tmp_path / "x.json")])
+    assert res.exit_code == 2 and f"{bench}: the fitted KV-read time" in res.output and "plausible" in res.output
+
+
 def test_cli_refuses_bad_options_before_reading_data(tmp_path: Path) -> None:
     base = ["profile", "fit", "--gpu", "h100-sxm", "--bench", str(tmp_path / "none.json")]
     for extra, message in ((["--model", "gpt-9", "--out", "x.json"], "--model: unknown model 'gpt-9'; known:"),
                            (["--model", "llama-3-8b", "--out", "x.yaml"], "a profile file's name ends in .json"),
                            (["--model", "llama-3-8b", "--out", "x.json", "--prometheus-url", "http://h:1"],
-                            "give either --bench")):
+                            "give either --bench"),
+                           (["--model", "llama-3-8b", "--out", "x.json", "--max-num-batched-tokens", "0"],
+                            "--max-num-batched-tokens must be >= 1"),
+                           (["--model", "llama-3-8b", "--out", "x.json", "--tolerance", "-1"],
+                            "--tolerance must be in [0, 1) s"),
+                           (["--model", "llama-3-8b", "--out", "x.json", "--tensor-parallel", "1000"],
+                            "--tensor-parallel must be in [1, 64]"),
+                           (["--model", "llama-3-8b", "--out", str(tmp_path)], "is a directory")):
         res = runner.invoke(app, base + extra)
         assert res.exit_code == 2 and message in res.output, res.output
     res = runner.invoke(app, ["profile", "fit", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--bench",
                               str(tmp_path / "none.json"), "--out", str(tmp_path / "x.json")])
     assert res.exit_code == 2 and "cannot read benchmark result: No such file or directory" in res.output
+    res = runner.invoke(app, ["profile", "fit", "--model", "llama-3-8b", "--gpu", "H100-SXM", "--bench",
+                              "/dev/zero", "--out", str(tmp_path / "x.json")])
+    assert res.exit_code == 2 and "/dev/zero: cannot read benchmark result: not a regular file" in res.output
+    # Prometheus options are checked before connecting (nothing listens on port 9).
+    res = runner.invoke(app, ["profile", "fit", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--prometheus-url",
+                              "http://127.0.0.1:9", "--selector", 'model_name="m"', "--start", "2000", "--end", "1000",
+                              "--out", str(tmp_path / "x.json")])
+    assert res.exit_code == 2 and "--start .. --end spans -1000 s" in res.output
+    assert not (tmp_path / "x.json").exists()
 
 
 # --------------------------------------------------------------------------- simulator metrics

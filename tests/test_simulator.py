@@ -22,13 +22,15 @@ from autoscaler.simulator.engine import COMPLETED, DRAINING, FAILED, GONE, PROVI
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.router import least_outstanding
 from autoscaler.workload.types import BATCH, Request, Workload
-from models.profiles import get_profile, shipped_entries
+from models.profiles import get_profile, prefill_pairs, shipped_entries
 
 H100 = get_profile("llama-3-8b/h100-sxm")
 
 
-def st(p: int, n: int = 0, c: int = 0) -> float:
-    return H100.step_time(p, n, c)
+def st(p: int, n: int = 0, c: int = 0, start: int = 0) -> float:
+    """One step: ``p`` prompt tokens after ``start`` already cached (their attention pairs counted),
+    ``n`` decodes at ``c`` context tokens in all."""
+    return H100.step_time(p, n, c, prefill_pairs(start, p))
 
 
 def run_all(sim: FleetSimulator, t_end: float = 10_000.0) -> None:
@@ -204,9 +206,9 @@ def test_single_request_ttft_and_decode_time(make_fleet) -> None:
     sim = FleetSimulator(make_fleet(1), Workload([Request(arrival_s=1.0, input_tokens=10_000, output_tokens=50)]))
     run_all(sim)
     (sr,) = sim.requests
-    # Prefill in chunks of max_num_batched_tokens = 8192: 8192 then 1808 tokens; the first token is out
-    # at the end of the last chunk.
-    ttft = st(8192) + st(1808)
+    # Prefill in chunks of max_num_batched_tokens = 8192: 8192 then 1808 tokens (attending to the 8192
+    # before them too); the first token is out at the end of the last chunk.
+    ttft = st(8192) + st(1808, start=8192)
     assert sr.t_first - sr.req.arrival_s == pytest.approx(ttft, rel=1e-12)
     # 49 more tokens, one per decode step; step i reads a context of 10000 + i tokens.
     decode = sum(st(0, 1, 10_000 + i) for i in range(49))
@@ -317,11 +319,11 @@ def test_prefix_cache_hits_and_counters(make_fleet) -> None:
     s1, s2, s3, s4 = sim.requests
     # identical: 3 blocks x 512 = 1536 >= 1500, capped at input - 1 = 1499; only 1 token is prefilled
     assert s2.hit_tokens == 1499
-    assert s2.t_first - 5.0 == pytest.approx(st(1), rel=1e-12)
+    assert s2.t_first - 5.0 == pytest.approx(st(1, start=1499), rel=1e-12)
     assert s1.t_first == pytest.approx(st(1500), rel=1e-12)
     # two leading blocks: 1024 tokens hit, 476 prefilled
     assert s3.hit_tokens == 1024
-    assert s3.t_first - 10.0 == pytest.approx(st(476), rel=1e-12)
+    assert s3.t_first - 10.0 == pytest.approx(st(476, start=1024), rel=1e-12)
     assert s4.hit_tokens == 0
     m = r.metrics
     assert m.prefix_hits == 1499 + 1024

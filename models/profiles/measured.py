@@ -157,13 +157,21 @@ def fit(rows: Rows, source: str, attention_tokens_per_pair: float) -> MeasuredFi
                        heldout_mape=_mape(x[held], y[held], theta), unit=rows.unit)
 
 
-def profile_document(f: MeasuredFit, model: str, gpu: str, tensor_parallel: int, source: dict[str, object]) -> dict:
+MIN_BANDWIDTH_EFFICIENCY = 0.05
+"""Least fraction of datasheet bandwidth a fitted context term may imply (the shipped fits find
+0.3-1): below it the model, GPU or TP degree given is wrong."""
+
+
+def profile_document(f: MeasuredFit, model: str, gpu: str, tensor_parallel: int, source: dict[str, object],
+                     where: str = "") -> dict:
     """The profile file (``models.profiles.profile_file``) of fit ``f`` for ``model`` on ``tensor_parallel``
-    x ``gpu``, with ``source`` (what it was fitted from) recorded beside it.
+    x ``gpu``, with ``source`` (what it was fitted from) recorded beside it; ``where`` (the data's
+    name) leads any error message.
 
     Raises:
         ProfileError: an unknown model or GPU (the message lists the known ones), or a context term
-            implying more than the replica's datasheet bandwidth (the model, GPU or TP is wrong).
+            implying more than the replica's datasheet bandwidth, or less than
+            ``MIN_BANDWIDTH_EFFICIENCY`` of it (the model, GPU or TP is wrong).
     """
     if model not in MODELS:
         raise ProfileError(f"unknown model '{model}'; known: {', '.join(sorted(MODELS))}")
@@ -172,11 +180,12 @@ def profile_document(f: MeasuredFit, model: str, gpu: str, tensor_parallel: int,
     spec = MODELS[model]
     bandwidth = tensor_parallel * GPUS[gpu].mem_bandwidth_bytes_per_s
     efficiency = spec.kv_bytes_per_token / (f.coefficients["seconds_per_ctx_token"] * bandwidth)
-    if efficiency > 1.0:
+    if not MIN_BANDWIDTH_EFFICIENCY <= efficiency <= 1.0:
         raise ProfileError(
-            f"the fitted KV-read time ({f.coefficients['seconds_per_ctx_token']:.3g} s per context token) needs "
-            f"{efficiency:.2f} x the peak bandwidth of {tensor_parallel} x {gpu} for {model}'s "
-            f"{spec.kv_bytes_per_token} KV bytes per token: is the model, GPU or tensor parallel degree wrong?")
+            f"{where + ': ' if where else ''}the fitted KV-read time ({f.coefficients['seconds_per_ctx_token']:.3g} s "
+            f"per context token) means {efficiency:.3g} x the peak bandwidth of {tensor_parallel} x {gpu} for "
+            f"{model}'s {spec.kv_bytes_per_token} KV bytes per token (plausible: {MIN_BANDWIDTH_EFFICIENCY:g} to 1): "
+            "is the model, GPU or tensor parallel degree wrong?")
     return {
         "model": model, "gpu": gpu, "tensor_parallel": tensor_parallel,
         "architecture": {k: v for k, v in asdict(spec).items() if k not in ("key", "source")},
@@ -187,5 +196,8 @@ def profile_document(f: MeasuredFit, model: str, gpu: str, tensor_parallel: int,
         "kv_bytes_per_token": spec.kv_bytes_per_token, "mem_bandwidth_bytes_per_s": bandwidth,
         "rows_fitted": f.rows_fitted, "rows_held_out": f.rows_held_out, "row_unit": f.unit,
         "fit_mape": f.fit_mape, "heldout_mape": f.heldout_mape,
-        "relative_standard_error": f.relative_se, "fitted_by": "autoscaler profile fit", "fitted_from": source,
+        # bandwidth_efficiency is 1 / (seconds_per_ctx_token x bandwidth): the same relative error, to first order
+        "relative_standard_error": {**{k: f.relative_se[k] for k in COEFFICIENTS[:3]},
+                                    "bandwidth_efficiency": f.relative_se["seconds_per_ctx_token"]},
+        "fitted_by": "autoscaler profile fit", "fitted_from": source,
     }

@@ -72,10 +72,23 @@ def _list(doc: dict, key: str, path: Path, n: int | None = None) -> list:
     return v
 
 
-def _number(v: object, what: str, path: Path, minimum: float = 0.0) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < minimum:
-        raise ProfileError(f"{path}: {what} must be a finite number >= {minimum:g}, got {v!r}")
+MAX_SECONDS = 1e6
+"""Largest time a result may hold (a TTFT, a gap, the spread of send times), s: about 12 days."""
+MAX_TOKENS = 10**7
+"""Largest prompt or output a result may hold, tokens (beyond any served context length)."""
+
+
+def _number(v: object, what: str, path: Path, minimum: float = 0.0, maximum: float = MAX_SECONDS) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not minimum <= v <= maximum:
+        raise ProfileError(f"{path}: {what} must be a finite number in [{minimum:g}, {maximum:g}], got {v!r}")
     return float(v)
+
+
+def _count(v: object, what: str, path: Path, minimum: int = 1) -> int:
+    x = _number(v, what, path, minimum, MAX_TOKENS)
+    if x != int(x):
+        raise ProfileError(f"{path}: {what} must be a whole number, got {v!r}")
+    return int(x)
 
 
 def _replay_starts(latency_s: list[float], limit: int) -> list[float]:
@@ -103,9 +116,7 @@ def load(path: Path) -> BenchRun:
     inputs = _list(doc, "input_lens", path)
     n = len(inputs)
     outputs, ttfts, itls = (_list(doc, k, path, n) for k in ("output_lens", "ttfts", "itls"))
-    errors = doc.get("errors") if isinstance(doc.get("errors"), list) else [""] * n
-    if len(errors) != n:
-        raise ProfileError(f"{path}: 'errors' has {len(errors)} entries, 'input_lens' {n}")
+    errors = _list(doc, "errors", path, n) if "errors" in doc else [""] * n
     ok = [i for i in range(n) if not errors[i]]
     if not ok:
         raise ProfileError(f"{path}: no successful request")
@@ -117,14 +128,17 @@ def load(path: Path) -> BenchRun:
         gaps = itls[i]
         if not isinstance(gaps, list):
             raise ProfileError(f"{path}: itls[{i}] is not a list")
-        out = int(_number(outputs[i], f"output_lens[{i}]", path, 1))
+        out = _count(outputs[i], f"output_lens[{i}]", path)
         if len(gaps) != out - 1:
             raise ProfileError(f"{path}: request {i}: {len(gaps)} inter-token gaps for {out} output tokens: its "
                                "chunks carry several tokens, so its tokens' times are unknown")
         latency.append(_number(ttfts[i], f"ttfts[{i}]", path) + sum(_number(g, f"itls[{i}]", path) for g in gaps))
     if isinstance(doc.get("start_times"), list):
         raw = _list(doc, "start_times", path, n)
-        starts = [_number(raw[i], f"start_times[{i}]", path, -math.inf) for i in range(n)]
+        starts = [_number(raw[i], f"start_times[{i}]", path, -math.inf, math.inf) for i in range(n)]
+        if max(starts) - min(starts) > MAX_SECONDS:
+            raise ProfileError(f"{path}: start_times span {max(starts) - min(starts):.3g} s, more than "
+                               f"{MAX_SECONDS:g} s: not one benchmark run")
     else:
         rate = doc.get("request_rate", "inf")
         if rate not in ("inf", float("inf")):
@@ -132,12 +146,12 @@ def load(path: Path) -> BenchRun:
                                "is unknown; save the run with a client that records start_times, or run at "
                                "--request-rate inf with --max-concurrency N")
         conc = doc.get("max_concurrency")
-        limit = n if conc is None else int(_number(conc, "max_concurrency", path, 1))
+        limit = n if conc is None else _count(conc, "max_concurrency", path)
         starts = _replay_starts(latency, limit)
     t0 = min(starts[i] for i in ok)
     token_s = [np.concatenate([[starts[i] - t0 + float(ttfts[i])], np.asarray(itls[i], float)]).cumsum() for i in ok]
     return BenchRun(path=path, start_s=[starts[i] - t0 for i in ok],
-                    input_tokens=[int(_number(inputs[i], f"input_lens[{i}]", path, 1)) for i in ok],
+                    input_tokens=[_count(inputs[i], f"input_lens[{i}]", path) for i in ok],
                     output_tokens=[int(outputs[i]) for i in ok], token_s=token_s)
 
 
