@@ -147,3 +147,11 @@ class Controller(ABC):
         """``applied`` (replicas per variant) is what the fleet got instead of ``intended``; ``weights``
         is one replica's capacity per variant (requests/s). A controller without memory ignores it."""
         return None
+
+
+def silent_pods(est: ServiceEstimate) -> int:
+    """Ready replicas with no per-pod series (not yet scraped, or their metrics missing); 0 when the
+    source gives no per-pod series at all."""
+    if not est.pods:
+        return 0
+    return max(0, sum(v.ready for v in est.variants.values()) - len(est.pods))

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from controllers.base import Controller, Decision, change_reason, hold
+from controllers.base import Controller, Decision, change_reason, hold, silent_pods
 from models.capacity import ReplicaSpec, RequestMix, replica_capacity, speed_factor, utilisation
 from models.planning import Plan, PlanProblem, PlanService, PlanVariant, solve
 
@@ -392,6 +392,9 @@ class MPCController(Controller):
         demand = inputs.service.demand_rps
         steps = plan.replicas[svc.name]
         desired = {name: int(n[0]) for name, n in steps.items()}
+        silent = silent_pods(est)
+        if silent:  # a ready pod that reports nothing may be serving anything: none goes meanwhile
+            desired = {name: max(n, current.get(name, 0)) for name, n in desired.items()}
         unserved = plan.unserved_rps[svc.name]
         mem.last_applied, mem.last_time_s = dict(desired), est.time_s
         terms = {"demand_rps": float(demand[0]), "solve_ms": plan.solve_ms,
@@ -399,7 +402,8 @@ class MPCController(Controller):
                  **{f"speed_{v}": x for v, x in mem.last_speed.items()}}
         code = change_reason(desired, current)
         why = (f"mpc: plan for {demand[0]:.1f} req/s now, up to {demand.max():.1f} within "
-               f"{self.horizon * dt:g} s" + ("; recovering from a loss" if inputs.recovering else ""))
+               f"{self.horizon * dt:g} s" + ("; recovering from a loss" if inputs.recovering else "")
+               + (f"; no scale-down while {silent} ready pod(s) report nothing" if silent else ""))
         return Decision(desired, why, code, terms, plan={name: [int(x) for x in n] for name, n in steps.items()},
                         remove_first=removal_order(est, desired))
 

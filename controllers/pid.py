@@ -86,7 +86,7 @@ from typing import TYPE_CHECKING
 
 from autoscaler.config import PIDConfig
 from autoscaler.workload.types import PRIORITIES
-from controllers.base import Controller, Decision, Reason, change_reason, hold
+from controllers.base import Controller, Decision, Reason, change_reason, hold, silent_pods
 from controllers.split import capacity_of, split_capacity
 
 if TYPE_CHECKING:
@@ -245,14 +245,6 @@ def overload_factor(history: tuple[tuple[float, float], ...], served: float | No
         return None
     growth = max(history[-1][1] - history[0][1], 0.0) / (history[-1][0] - history[0][0])
     return min((served + growth) / served, cap)
-
-
-def silent_pods(est: ServiceEstimate) -> int:
-    """Ready replicas with no per-pod series (not yet scraped, or their metrics missing); 0 when the
-    source gives no per-pod series at all."""
-    if not est.pods:
-        return 0
-    return max(0, sum(v.ready for v in est.variants.values()) - len(est.pods))
 
 
 QUEUE_NOISE = 0.1
