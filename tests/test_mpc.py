@@ -109,15 +109,24 @@ def test_nothing_ready_is_removed_before_hold_s_of_rates_nor_below_their_peak() 
 
 
 def test_scale_down_names_the_coldest_least_loaded_pods_first() -> None:
-    # 6 A100s ready at 10 req/s (hold_s 0: it scales down at once). Pods: hit rates 0.5, 0.1, 0.1 and
-    # unknown, loads 1, 5, 2 and 0: unknown (cold) first, then the two at 0.1 by load, then 0.5.
-    est = estimate(600.0, 10.0, {"a100": 6})
+    # 4 A100s ready at 10 req/s, each reporting (hold_s 0: it scales down at once). Pods: hit rates
+    # 0.5, 0.1, 0.1 and unknown, loads 1, 5, 2 and 0: unknown (cold) first, then the two at 0.1 by
+    # load, then 0.5.
+    est = estimate(600.0, 10.0, {"a100": 4})
     est.pods = [PodObservation("a100", 0.3, 0, load, 0.3, 0, name, hits, 100.0 if hits is not None else None)
                 for name, hits, load in (("warm", 50.0, 1.0), ("busy", 10.0, 5.0), ("idle", 10.0, 2.0),
                                          ("new", None, 0.0))]
     d = controller(hold_s=0.0).decide(est, SVC)
-    assert d.desired["a100"] < 6
+    assert d.desired["a100"] < 4
     assert d.remove_first == {"a100": ["new", "idle", "busy", "warm"]}
+
+
+def test_no_replica_goes_while_a_ready_pod_reports_nothing() -> None:
+    # The same fleet with two more A100s ready that export nothing: the plan's scale-down waits.
+    est = estimate(600.0, 10.0, {"a100": 6})
+    est.pods = [PodObservation("a100", 0.3, 0, 1.0, 0.3, 0, f"p{i}", 10.0, 100.0) for i in range(4)]
+    d = controller(hold_s=0.0).decide(est, SVC)
+    assert d.desired["a100"] == 6 and "2 ready pod(s) report nothing" in d.reason
 
 
 @pytest.mark.parametrize(("spec", "needle"), [
