@@ -859,29 +859,20 @@ def profile_fit(
             raise ValueError("give either --bench FILE (one or more) or --prometheus-url with --selector, --start "
                              "and --end")
         gpu = gpu.lower()  # fleet files write H100-SXM, profile names h100-sxm
-        pf.check_target(model, gpu, tensor_parallel, out)
         if bench is not None:
             res = pf.from_bench(bench, model, gpu, tensor_parallel, out, max_num_batched_tokens, tolerance)
         else:
-            if selector is None or start is None or end is None:
+            if prometheus_url is None or selector is None or start is None or end is None:
                 raise ValueError("--prometheus-url needs --selector, --start and --end")
             t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")
-            pf.check_prometheus_options(t0, t1, window, resolution)
+            with _StderrLog(logging.ERROR):
+                res = pf.from_prometheus(lambda url: _prometheus(default_config(), url), prometheus_url, selector,
+                                         t0, t1, model, gpu, tensor_parallel, out, window, resolution,
+                                         log=lambda m: err_console.print(m, highlight=False, soft_wrap=True))
     except (AutoscalerError, ValueError) as exc:
         raise _fail(str(exc)) from None
     except OSError as exc:
         raise _fail(f"{out}: {exc.strerror or exc}") from None
-    if prometheus_url is not None:
-        with _StderrLog(logging.ERROR):
-            client = _prometheus(default_config(), prometheus_url)
-            try:
-                res = pf.from_prometheus(client, prometheus_url, selector or "", t0, t1, model, gpu, tensor_parallel,
-                                         out, window, resolution,
-                                         log=lambda m: err_console.print(m, highlight=False, soft_wrap=True))
-            except AutoscalerError as exc:
-                raise _fail(str(exc)) from None
-            except OSError as exc:
-                raise _fail(f"{out}: {exc.strerror or exc}") from None
     if json_output:
         typer.echo(json.dumps(res.document, indent=2))
         return

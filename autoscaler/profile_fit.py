@@ -18,7 +18,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -117,9 +117,8 @@ def bench_rows(paths: Sequence[Path], max_num_batched_tokens: int, tolerance_s: 
         ProfileError: a file cannot be read or placed in time (``vllm_bench.load``).
     """
     parts = [vllm_bench.steps(vllm_bench.load(p), max_num_batched_tokens, tolerance_s) for p in paths]
-    return Rows(*(np.concatenate([getattr(r, k) for r in parts]) for k in
-                  ("duration_s", "steps", "prefill_tokens", "decode_seqs", "ctx_tokens", "prefill_pairs")),
-                unit="step")
+    columns = [f.name for f in fields(Rows) if f.name != "unit"]
+    return Rows(**{k: np.concatenate([getattr(r, k) for r in parts]) for k in columns}, unit="step")
 
 
 def fit_and_write(rows: Rows, source: str, provenance: dict[str, object], model: str, gpu: str,
@@ -164,10 +163,11 @@ def from_bench(paths: Sequence[Path], model: str, gpu: str, tensor_parallel: int
     return fit_and_write(rows, source, provenance, model, gpu, tensor_parallel, out)
 
 
-def from_prometheus(client: Any, url: str, selector: str, start: float, end: float, model: str, gpu: str,
-                    tensor_parallel: int, out: Path, window_s: float = 60.0, resolution_s: float = 15.0,
+def from_prometheus(connect: Callable[[str], Any], url: str, selector: str, start: float, end: float, model: str,
+                    gpu: str, tensor_parallel: int, out: Path, window_s: float = 60.0, resolution_s: float = 15.0,
                     pod_label: str = "pod", log: Callable[[str], None] = lambda _: None) -> FitResult:
-    """A profile from a Prometheus range of live pods (module doc).
+    """A profile from a Prometheus range of live pods (module doc); ``connect(url)`` gives the client,
+    once the options have passed.
 
     Raises:
         ProfileError: bad options, or data that cannot pin a coefficient.
@@ -177,6 +177,7 @@ def from_prometheus(client: Any, url: str, selector: str, start: float, end: flo
 
     check_target(model, gpu, tensor_parallel, out)
     check_prometheus_options(start, end, window_s, resolution_s)
+    client = connect(url)
     url = redact(url)
     rows = busy_windows(client, selector, start, end, window_s, resolution_s, pod_label, log)
     provenance = {"kind": "prometheus", "url": url, "selector": selector, "start": start, "end": end,

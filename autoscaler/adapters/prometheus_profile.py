@@ -119,7 +119,7 @@ def busy_windows(client: PrometheusConnect, sel: str, start: float, end: float, 
                 continue
             if any(v is None or not np.isfinite(v) for v in vals.values()):
                 continue
-            prompt, uncached, prefills = float(vals["prompt"] or 0.0), 0.0, float(vals["prefills"] or 0.0)
+            prompt, prefills = float(vals["prompt"] or 0.0), float(vals["prefills"] or 0.0)
             uncached = max(0.0, prompt - float(vals["hits"] or 0.0))
             # Each prefill as the window's mean one: its uncached tokens after its cached ones.
             pairs = prefills * prefill_pairs((prompt - uncached) / prefills, uncached / prefills) if prefills else 0.0

@@ -191,8 +191,8 @@ def steps(run: BenchRun, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_T
     times, req, idx = times[order], req[order], idx[order]
     cut = np.flatnonzero(np.diff(times) > tolerance_s) + 1
     groups = np.split(np.arange(len(times)), cut)
-    _check_grouping(run, [float(times[g].max()) for g in groups], [int(np.sum(idx[g] > 0)) for g in groups],
-                    tolerance_s)
+    ends = [float(times[g].max()) for g in groups]
+    _check_grouping(run, ends, [int(np.sum(idx[g] > 0)) for g in groups], tolerance_s)
     send_order = sorted(range(n_req), key=lambda r: run.start_s[r])
     finish = [float(t[-1]) for t in run.token_s]
     remaining = list(run.input_tokens)
@@ -202,8 +202,7 @@ def steps(run: BenchRun, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_T
     active: set[int] = set()  # sent and not finished
     prefilling: list[int] = []  # sent, first token not yet out, in sending order
     admitted = [False] * n_req
-    for g in groups:
-        end = float(times[g].max())
+    for g, end in zip(groups, ends, strict=True):
         active = {r for r in active if finish[r] > prev_end}
         firsts = {int(req[i]) for i in g if idx[i] == 0}
         while sent < n_req and admitted[send_order[sent]]:
