@@ -35,7 +35,7 @@ attention pairs, ``PerformanceProfile.prefill_equivalent``; ``Q`` replaces ``P``
 above too), so ``s = t0 / (1 - lam W)``; ``mean_itl_rate`` is the rate at which ``s``
 reaches an ITL target (the bound without the tail).
 
-Measured against the simulator (``tests/test_capacity.py``): on a workload built for each bound
+Measured against the simulator (``tests/unit/test_capacity.py``): on a workload built for each bound
 the model is within 15 % of the simulator's knee (the highest rate a replica serves at 99 %).
 ``docs/simulator.md`` has the measurements on mixed traffic.
 """

@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.paths import DATA_DIR
 
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
-
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
 
@@ -61,6 +60,16 @@ def _fleet(
     if controller is not None:
         doc["controller"] = controller
     return parse_config(doc, "<test fleet>")
+
+
+INTEGRATION = Path(__file__).resolve().parent / "integration"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test under ``tests/integration/`` ``integration`` (the folder is the marker's definition)."""
+    for item in items:
+        if INTEGRATION in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.integration)
 
 
 def pytest_report_header() -> list[str]:

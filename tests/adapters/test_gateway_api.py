@@ -8,14 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
+from support.paths import ROOT
 from typer.testing import CliRunner
 
 from autoscaler.adapters.gateway_api import objective_priority, objectives, read_document
 from autoscaler.cli import app
 from autoscaler.loop.admission import AdmissionDocument
 from autoscaler.loop.export import serve
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_priorities_keep_their_rank_until_a_threshold_of_zero_sheds_them() -> None:

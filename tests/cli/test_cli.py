@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
@@ -167,7 +168,7 @@ def test_unknown_service(tmp_path: Path) -> None:
 def simulate_with_edited_fleet(tmp_path: Path, old: str, new: str) -> str:
     """``simulate`` with examples/fleet.yaml where ``old`` is replaced by ``new``; its one-line error."""
     trace = azure_csv(tmp_path / "t.csv", n=5)
-    doc = Path(__file__).resolve().parents[1].joinpath("examples", "fleet.yaml").read_text()
+    doc = ROOT.joinpath("examples", "fleet.yaml").read_text()
     cfg = tmp_path / "fleet.yaml"
     cfg.write_text(doc.replace(old, new))
     res = CliRunner().invoke(app, ["simulate", "--config", str(cfg), "--trace", str(trace),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.paths import ROOT
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
@@ -21,7 +22,6 @@ from autoscaler.faults.promserver import PROMTOOL, require
 from autoscaler.promql import QUERY_SETS, RECORDING_RULES
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS
 
-ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "dashboards"
 
 

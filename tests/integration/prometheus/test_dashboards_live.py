@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_prometheus_dryrun import FLEET_DOC, ramp
+from support.fleets import FLEET_DOC, ramp
 
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config

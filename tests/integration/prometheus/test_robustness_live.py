@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 import yaml
-from promserver import LocalHTTPServer
+from support.paths import ROOT
+from support.promserver import LocalHTTPServer
 from typer.testing import CliRunner, Result
 
 from autoscaler.cli import app
@@ -148,7 +149,7 @@ def azure_trace(path: Path, n: int, prompt: int = 400, gap_s: float = 1.0) -> Pa
 
 
 def fleet_file(tmp_path: Path, prometheus: dict[str, Any]) -> Path:
-    doc = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "fleet.yaml").read_text())
+    doc = yaml.safe_load((ROOT / "examples" / "fleet.yaml").read_text())
     doc["prometheus"] = prometheus
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(doc))

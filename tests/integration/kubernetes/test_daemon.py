@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
-from test_prometheus_dryrun import FLEET_DOC, ramp
+from support.fleets import FLEET_DOC, ramp
 
 from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect
 from autoscaler.config import FleetConfig

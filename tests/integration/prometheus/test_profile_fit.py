@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.promserver import backfill
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
@@ -35,9 +35,6 @@ from models.profiles import PerformanceProfile, get_profile, measured, prefill_p
 from models.profiles.measured import COEFFICIENTS, Rows
 from models.profiles.profile_file import load_profile_file
 from models.profiles.specs import MODELS
-
-sys.path.insert(0, str(Path(__file__).parent))
-from promserver import backfill
 
 TOLERANCE = 0.10  # the bar: coefficients within 10 %
 runner = CliRunner()

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.paths import ROOT
 
 from models.forecast.metrics import hindsight_linear_mae, naive_scale
 
-ROOT = Path(__file__).resolve().parents[1]
 SPEC = importlib.util.spec_from_file_location("bench_forecast", ROOT / "benchmarks" / "forecast.py")
 assert SPEC is not None and SPEC.loader is not None
 bench = importlib.util.module_from_spec(SPEC)

@@ -1,7 +1,7 @@
 """Bad data never drives a decision (ANCHORS.md section 6: outages read as idle, NaN at zero traffic,
 stale pods, one pod blocking all, absurd values).
 
-Most tests run the loop against a real Prometheus (``tests/promserver.py``) scraping fake vLLM pods,
+Most tests run the loop against a real Prometheus (``tests/support/promserver.py``) scraping fake vLLM pods,
 one scrape target per pod, whose values are set by hand.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from promserver import FakeDeployment, FakeExporter, FakePod, Proxy
+from support.promserver import FakeDeployment, FakeExporter, FakePod, Proxy
 
 from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect
 from autoscaler.config import FleetConfig

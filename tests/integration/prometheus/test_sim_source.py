@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from promserver import backfill
+from support.promserver import backfill
 
 from autoscaler.adapters.simulator import SimMetricsSource, extrapolated_rate
 from autoscaler.faults.promserver import PromServer

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DATA_DIR
-from promserver import (
+from support.paths import DATA_DIR
+from support.promserver import (
     PREFIX_HIT_FRACTION,
     PROMPT_TOKENS_PER_REQUEST,
     FakeDeployment,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DATA_DIR
+from support.paths import DATA_DIR
 from typer.testing import CliRunner
 
 from autoscaler.cli import app

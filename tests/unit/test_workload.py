@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.paths import DATA_DIR
 
 from autoscaler.errors import TraceError
 from autoscaler.workload import synthetic
@@ -22,7 +23,7 @@ from autoscaler.workload.shaping import shape
 from autoscaler.workload.synthetic import rate_curve, synthetic_workload
 from autoscaler.workload.types import BATCH, INTERACTIVE, Request, Workload
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = DATA_DIR
 AZURE_CONV = DATA / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
 AZURE_CODE = DATA / "azure-llm-2023" / "AzureLLMInferenceTrace_code.csv"
 MOONCAKE = DATA / "mooncake" / "conversation_trace.jsonl"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from promserver import backfill
-from test_prometheus_dryrun import FLEET_DOC, ramp
+from support.fleets import FLEET_DOC, ramp
+from support.promserver import backfill
 from typer.testing import CliRunner
 
 from autoscaler.adapters.prometheus import connect
@@ -33,7 +33,7 @@ SCRAPE_S = 5.0
 # The simulated loop samples pods as often as the history is recorded, so both paths see the same samples.
 # Both size replicas for the declared mix: the backtest's loop starts a window in, and the served mix is
 # learnt from a window of a loop's own samples (autoscaler.loop.mix), so it would be adopted a window
-# later there and every decision until then would differ for that reason alone (tests/test_mix.py
+# later there and every decision until then would differ for that reason alone (tests/unit/test_mix.py
 # tests the learning).
 DOC = {**FLEET_DOC, "prometheus": {"staleness_s": 2 * SCRAPE_S},
        "simulator": {**FLEET_DOC["simulator"], "scrape_interval_s": SCRAPE_S},

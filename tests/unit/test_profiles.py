@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.paths import DATA_DIR
 
 from autoscaler.errors import ProfileError
 from models.profiles import PerformanceProfile, bench, fit, get_profile, list_profiles, profile_name, shipped_entries
 from models.profiles.specs import GPUS, LLAMA_3_8B, MIXTRAL_8X7B, MODELS
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 LEGACY = ["llama-3-8b/a100-80gb", "llama-3-8b/gh200", "llama-3-8b/h100-sxm"]
 """Names fleet files used before the multi-model profiles; they must keep loading."""
 COEFFICIENTS = ("step_overhead_s", "prefill_s_per_token", "decode_s_per_seq", "bandwidth_efficiency")

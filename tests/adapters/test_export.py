@@ -6,7 +6,7 @@ import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from test_prometheus_dryrun import FLEET_DOC, ramp
+from support.fleets import FLEET_DOC, ramp
 
 from autoscaler.config.loading import parse_config
 from autoscaler.loop.export import LoopMetrics, parse_address, serve

@@ -10,7 +10,8 @@ import urllib.request
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
-from test_prometheus_dryrun import FLEET_DOC, ramp
+from support.fleets import FLEET_DOC, ramp
+from support.paths import ROOT
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
@@ -132,7 +133,7 @@ def test_the_example_scrape_config_is_valid() -> None:
 
     from autoscaler.faults.promserver import PROMTOOL, require
 
-    example = Path(__file__).resolve().parents[1] / "examples" / "prometheus.yml"
+    example = ROOT / "examples" / "prometheus.yml"
     res = subprocess.run([require(PROMTOOL), "check", "config", str(example)], capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr

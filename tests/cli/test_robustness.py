@@ -343,7 +343,7 @@ def test_static_controller_never_scales() -> None:
 
 def test_timeline_counts_requests_arriving_at_t0() -> None:
     """timeline_rows uses (prev, now] windows from prev=0, so a request at t=0 is in no tick. Every trace
-    starts at t=0; a burst at t=0 shows an arrival rate of 0. (tests/test_cli.py::test_timeline_csv pins
+    starts at t=0; a burst at t=0 shows an arrival rate of 0. (tests/cli/test_cli.py::test_timeline_csv pins
     the current 2.0 rps and must change with the fix.)"""
     cfg = parse_config(one_variant_doc(min_replicas=1, initial_replicas=1), "fleet.yaml")
     run = run_simulation(cfg, workload([(0.0, 300, 20)] * 50 + [(5.0, 300, 20)] * 10))

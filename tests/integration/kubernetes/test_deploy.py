@@ -24,12 +24,12 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from support.paths import ROOT
 
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import load_config
 from autoscaler.promql import exact_alternation
 
-ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 BASE, VLLM, OVERLAY = "deploy/base", "deploy/examples/vllm", "deploy/overlays/example"
 KUSTOMIZATIONS = [BASE, VLLM, OVERLAY]

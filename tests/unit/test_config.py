@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.paths import ROOT
 
 from autoscaler.config.loading import default_config, load_config, parse_config
 from autoscaler.errors import ConfigError
 from models.profiles import get_profile, list_profiles, shipped_entries
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "fleet.yaml"
 
 

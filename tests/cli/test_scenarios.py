@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from support.paths import ROOT
 
 from autoscaler.compare import check_names
 from autoscaler.config.loading import parse_config
 
-ROOT = Path(__file__).resolve().parents[1]
 SPEC = importlib.util.spec_from_file_location("bench_compare", ROOT / "benchmarks" / "compare.py")
 assert SPEC is not None and SPEC.loader is not None
 bench = importlib.util.module_from_spec(SPEC)

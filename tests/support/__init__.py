@@ -1,0 +1,1 @@
+"""Helpers the tests share: fleets, paths, fake exporters and proxies (not tests themselves)."""
