@@ -48,6 +48,7 @@ def burst_workload() -> Workload:
     return Workload(reqs, source="burst")
 
 
+@pytest.mark.slow
 def test_parallel_equals_serial(make_fleet) -> None:
     cfg = make_fleet(replicas=1, min_replicas=1, max_replicas=6)
     wl = burst_workload()
@@ -78,6 +79,7 @@ def test_unknown_controller_is_a_one_line_error(make_fleet) -> None:
     assert "Traceback" not in res.output
 
 
+@pytest.mark.slow
 def test_cli_compare_on_a_real_trace(data_dir, tmp_path) -> None:
     trace = data_dir / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
     res = CliRunner().invoke(app, ["compare", "--trace", str(trace), "--rate-scale", "0.1", "--controllers",

@@ -621,6 +621,7 @@ def test_served_simulation_port_in_use_names_the_address(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.slow
 def test_interrupted_simulation_exits_130_or_143_and_leaves_no_results(tmp_path: Path, sig: int,
                                                                         status: int) -> None:
     """The console script, stopped while it simulates the embedded default (~25 s of work), says it was

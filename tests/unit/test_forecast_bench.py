@@ -21,6 +21,7 @@ sys.modules["bench_forecast"] = bench  # its dataclasses look their module up
 SPEC.loader.exec_module(bench)
 
 
+@pytest.mark.slow
 def test_json_adds_the_hindsight_linear_row_per_series(monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     # one short AR(1) series (so the run takes seconds): every model row is kept, and the extra row

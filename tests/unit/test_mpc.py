@@ -171,6 +171,7 @@ def test_perfect_foresight_plans_on_the_trace_s_true_demand() -> None:
     assert np.all(capacity[step_start >= 600.0] >= 40.0) and capacity[0] < 40.0
 
 
+@pytest.mark.slow
 def test_simulated_step_is_served_after_one_startup() -> None:
     # 10 req/s for 10 min, then 40 req/s for 20 min (Poisson, the default fleet's typical request).
     # After the step the MPC orders within a tick of seeing it; from one cold start later (300 s)
@@ -208,6 +209,7 @@ def test_speed_factor_inverts_the_fluid_step_time() -> None:
     assert slowed.step_time(512, 8, 4000) == pytest.approx(1.3 * spec.profile.step_time(512, 8, 4000))
 
 
+@pytest.mark.slow
 def test_mpc_learns_gpus_slower_than_their_profile() -> None:
     # The simulator's GPUs run 1.6 times slower than the profiles say (simulator.slowdown); 10 req/s,
     # then 60. Learning from its pods' ITL, the MPC's speed factors reach 1.6 within 10 % and it

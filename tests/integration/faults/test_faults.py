@@ -20,6 +20,8 @@ from autoscaler.faults.suite import load_suite, run_sim_row, run_suite, suite_di
 from autoscaler.state import ServiceEstimate
 from controllers.base import Controller, Decision, Reason
 
+pytestmark = pytest.mark.slow  # whole module: its fixtures run scaled real-time fleets or the fault suite
+
 SHORT = [sc for sc in load_suite(suite_dir()) if sc.short]
 SIM = [sc for sc in SHORT if sc.layer == "simulator"]
 LIVE = [sc for sc in SHORT if sc.layer == "live"]

@@ -33,6 +33,8 @@ from autoscaler.faults.promserver import PromServer, Target
 from autoscaler.loop.export import serve
 from autoscaler.realtime import LiveSimulation
 
+pytestmark = pytest.mark.slow  # whole module: its fixtures run scaled real-time fleets or the fault suite
+
 SPEED = 20.0
 SCRAPE = "250ms"
 NS = "default"

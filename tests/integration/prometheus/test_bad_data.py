@@ -110,6 +110,7 @@ def exported(metrics: LoopMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...
 
 
 # ----------------------------------------------------------------------------- zero traffic
+@pytest.mark.slow
 def test_zero_traffic_nan_quantiles_read_as_idle_and_scale_to_minimum(world: World) -> None:
     promql = ('histogram_quantile(0.95, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket'
               '{model_name="m-idle"}[5s])))')
@@ -129,6 +130,7 @@ def test_zero_traffic_nan_quantiles_read_as_idle_and_scale_to_minimum(world: Wor
     assert "idle for 2 ticks" in second.reason
 
 
+@pytest.mark.slow
 def test_no_decision_until_prometheus_holds_a_whole_window(world: World, tmp_path: Path) -> None:
     # A Prometheus started just now on the same targets holds a second or two of the 5-s window: the
     # loop holds and says why, then decides once the window is covered.
@@ -182,6 +184,7 @@ def test_mean_ratios_are_window_means_over_the_interactive_slo() -> None:
 
 
 # ----------------------------------------------------------------------------- failures
+@pytest.mark.slow
 def test_http_5xx_and_timeouts_are_unknown_hold_and_are_counted(world: World, caplog: pytest.LogCaptureFixture
                                                                 ) -> None:
     proxy = Proxy(world.prom.url, slow_s=4.0)

@@ -29,6 +29,8 @@ from autoscaler.promql import render as render_query
 from autoscaler.realtime import LiveSimulation
 from autoscaler.workload.classes import assign_classes
 
+pytestmark = pytest.mark.slow  # whole module: its fixtures run scaled real-time fleets or the fault suite
+
 SPEED = 20.0
 SCRAPE = "250ms"
 VARIABLES = {"$namespace": ".*", "$service": ".*", "$model": ".*", "$variant": ".*", "$__rate_interval": "30s"}

@@ -345,6 +345,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Range]:
         prom.stop()
 
 
+@pytest.mark.slow
 def test_prometheus_range_recovers_the_profile(history: Range, tmp_path: Path) -> None:
     out = tmp_path / "live.json"
     res = runner.invoke(app, ["profile", "fit", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--prometheus-url",

@@ -31,6 +31,8 @@ from autoscaler.loop.runner import TickRecord
 from autoscaler.realtime import LiveSimulation
 from controllers.registry import build
 
+pytestmark = pytest.mark.slow  # whole module: its fixtures run scaled real-time fleets or the fault suite
+
 SPEED = 20.0  # simulated seconds per wall second
 SCRAPE = "250ms"  # 5 simulated seconds between scrapes, the simulator's own (FLEET_DOC's scrape_interval_s)
 

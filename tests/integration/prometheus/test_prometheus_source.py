@@ -104,6 +104,7 @@ def observe(cfg: FleetConfig, url: str) -> tuple[PrometheusSource, Any]:
     return src, src.observe(0.0)[cfg.services[0].name]
 
 
+@pytest.mark.slow
 def test_signals_equal_hand_calculations(world: World) -> None:
     _, obs = observe(fleet(), world.prom.url)
     assert obs.errors == []
@@ -196,6 +197,7 @@ def test_bearer_and_basic_auth_are_sent(world: World) -> None:
         assert without.errors and all("HTTP 401" in e for e in without.errors)
 
 
+@pytest.mark.slow
 def test_tls_verification_custom_ca_and_verify_off(world: World) -> None:
     cert, key = self_signed(world.work)
     proxy = Proxy(world.prom.url, tls=(cert, key))

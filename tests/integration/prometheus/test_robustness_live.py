@@ -264,6 +264,7 @@ def test_compare_every_request_rejected_gives_consistent_rows(tmp_path: Path) ->
         assert r["cost_per_successful_request_usd"] is None
 
 
+@pytest.mark.slow
 def test_interrupted_compare_stops_its_workers_and_leaves_no_results(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT to the console script) during a two-worker compare of the embedded default: exit 130,
     one 'interrupted:' line, no outputs, and no worker left running (forked workers share its command line)."""
@@ -296,6 +297,7 @@ def _same_command(out: Path) -> list[str]:
     return pids
 
 
+@pytest.mark.slow
 def test_compare_json_is_valid_consistent_and_serial_equals_parallel(tmp_path: Path) -> None:
     trace = azure_trace(tmp_path / "t.csv", 150, gap_s=0.5)
     names = ["pid", "static", "hpa", "kpa", "dynamo"]
@@ -433,6 +435,7 @@ def test_dry_run_unusable_prometheus_exit_1(answer: Answer | None, needle: str,
     (failing(200, b"{not json"), "malformed response"),
     (failing(200, vector("1"), delay_s=1.5), "timed out"),
 ])
+@pytest.mark.slow
 def test_dry_run_failed_queries_are_unknown_and_hold(tmp_path: Path, answer: Answer, problem: str,
                                                       fake: Callable[[Answer], FakeProm]) -> None:
     cfg = fleet_file(tmp_path, {"timeout_s": 0.5})
