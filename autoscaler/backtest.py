@@ -162,7 +162,7 @@ def timeline_rows(run: BacktestRun) -> list[dict[str, Any]]:
     rows = []
     for rec in run.ticks:
         for name, st in rec.services.items():
-            row = tick_row(rec.time_s, name, st, st.estimate.signals.get("request_rate_rps"))
+            row = tick_row(rec.time_s, name, st, st.estimate.signals.request_rate_rps)
             for v, obs in st.estimate.variants.items():
                 if not obs.counts_known:
                     row[f"ready_{v}"] = row[f"starting_{v}"] = row[f"desired_{v}"] = None

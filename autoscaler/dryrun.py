@@ -151,7 +151,7 @@ def tick_json(run: DryRun, record: TickRecord, wall_s: float) -> dict[str, Any]:
                  "desired_replicas": None, "reason": st.reason}
                 for v, obs in est.variants.items()
             },
-            "signals": dict(est.signals),
+            "signals": est.signals.flat(),
             "decision": {"hold": st.decision.hold, "reason": st.decision.reason, "terms": dict(st.decision.terms),
                          "plan": dict(st.decision.plan) or None,
                          "remove_first": dict(st.decision.remove_first) or None},
@@ -194,10 +194,11 @@ def tick_tables(run: DryRun, record: TickRecord, wall_s: float) -> list[Table | 
         for col in ("service", *est.variants):
             s.add_column(col, justify="right")
         for sig in TABLE_SIGNALS:
-            s.add_row(sig, _fmt(est.signals.get(sig)), *(_fmt(v.signals.get(sig)) for v in est.variants.values()))
+            s.add_row(sig, _fmt(est.signals.value(sig)), *(_fmt(v.signals.value(sig)) for v in est.variants.values()))
+        flat = est.signals.flat()
         for sig in (*FORECAST_SIGNALS, *WARMTH_SIGNALS):  # service-wide, present when the forecast stages run
-            if sig in est.signals:
-                s.add_row(sig, _fmt(est.signals[sig]), *("-" for _ in est.variants))
+            if sig in flat:
+                s.add_row(sig, _fmt(flat[sig]), *("-" for _ in est.variants))
         out.append(s)
         out += [f"[red]error:[/] {escape(e)}" for e in est.errors]
         out += [f"[yellow]warning:[/] {escape(w)}" for w in run.warnings(name, record)]

@@ -26,6 +26,7 @@ server exports none, e.g. SGLang).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 SIGNALS = (
@@ -48,6 +49,163 @@ SIGNALS = (
     "preemptions_rps",
     "arrival_rate_rps",
 )
+"""The observed signals, in the order sources report them (the fields of ``Signals`` that sources fill)."""
+
+DERIVED = (
+    "ttft_p95_ratio",
+    "tpot_p95_ratio",
+    "slo_p95_ratio",
+    "ttft_mean_ratio",
+    "tpot_mean_ratio",
+    "slo_mean_ratio",
+    "queue_per_replica",
+)
+"""The signals the estimate stage derives (``autoscaler.loop.estimate``), in the order it derives them."""
+
+PRIORITY_NAMES = {
+    "arrival_rate_rps": "arrival_rate_rps.{p}",
+    "wait_s": "gateway_wait_s.{p}",
+    "shed_rps": "gateway_shed_rps.{p}",
+    "queue": "gateway_queue.{p}",
+    "oldest_wait_s": "gateway_oldest_wait_s.{p}",
+}
+"""``PrioritySignals`` field -> the name it is exported under, ``{p}`` the priority."""
+
+FORECAST_NAMES = {
+    "rate_rps": "forecast_rate_rps",
+    "rate_lower_rps": "forecast_rate_lower_rps",
+    "rate_upper_rps": "forecast_rate_upper_rps",
+    "input_tokens": "forecast_input_tokens",
+    "output_tokens": "forecast_output_tokens",
+}
+"""``ForecastSignals`` field -> the name it is exported under."""
+
+WARMTH_NAME = "forecast_prefix_hit_rate"
+"""The name ``Signals.prefix_hit_rate_forecast`` is exported under."""
+
+
+@dataclass(frozen=True)
+class PrioritySignals:
+    """One priority's signals at the gateway (a source with a gateway that reports them, e.g. the
+    simulator's flow control); None = unknown.
+
+    Attributes:
+        arrival_rate_rps: requests/s of this priority arriving at the gateway.
+        wait_s: mean wait of the requests dispatched over the window, seconds.
+        shed_rps: requests/s shed (HTTP 429) by the gateway.
+        queue: requests of this priority held at the gateway now.
+        oldest_wait_s: how long the oldest held one has waited, seconds (0 when none is held).
+    """
+
+    arrival_rate_rps: float | None = None
+    wait_s: float | None = None
+    shed_rps: float | None = None
+    queue: float | None = None
+    oldest_wait_s: float | None = None
+
+
+NO_PRIORITY = PrioritySignals()
+
+
+@dataclass(frozen=True)
+class ForecastSignals:
+    """The load forecast stage's point forecasts (``autoscaler.loop.forecast``); None = unknown.
+
+    Attributes:
+        rate_rps, rate_lower_rps, rate_upper_rps: request rate over the horizon and its central
+            90 % interval, requests/s.
+        input_tokens, output_tokens: mean prompt and generation length over the horizon, tokens.
+    """
+
+    rate_rps: float | None = None
+    rate_lower_rps: float | None = None
+    rate_upper_rps: float | None = None
+    input_tokens: float | None = None
+    output_tokens: float | None = None
+
+
+@dataclass(frozen=True)
+class Signals:
+    """One scope's signals (a service, or one variant's pods) at one tick; None = unknown, never zero.
+
+    The observed fields (``SIGNALS``, module docstring) are what sources fill; the ``DERIVED`` ones
+    the estimate stage computes (None in an observation); ``by_priority`` the gateway's signals per
+    priority (empty where the source has none); ``forecast`` the load forecast stage's output and
+    ``prefix_hit_rate_forecast`` the cache-warmth stage's (``forecast``/``warmth_known`` False while
+    those stages do not run: their names are then absent from ``flat()``).
+    """
+
+    request_rate_rps: float | None = None
+    prompt_tokens_rps: float | None = None
+    generation_tokens_rps: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    tpot_p95_s: float | None = None
+    ttft_mean_s: float | None = None
+    tpot_mean_s: float | None = None
+    kv_usage: float | None = None
+    queue_length: float | None = None
+    running: float | None = None
+    prefix_hit_rate: float | None = None
+    success_rps: float | None = None
+    abort_rps: float | None = None
+    preemptions_rps: float | None = None
+    arrival_rate_rps: float | None = None
+    ttft_p95_ratio: float | None = None
+    tpot_p95_ratio: float | None = None
+    slo_p95_ratio: float | None = None
+    ttft_mean_ratio: float | None = None
+    tpot_mean_ratio: float | None = None
+    slo_mean_ratio: float | None = None
+    queue_per_replica: float | None = None
+    by_priority: Mapping[str, PrioritySignals] = field(default_factory=dict)
+    forecast: ForecastSignals | None = None
+    prefix_hit_rate_forecast: float | None = None
+    warmth_known: bool = False
+
+    def priority(self, p: str) -> PrioritySignals:
+        """Priority ``p``'s gateway signals (all unknown where the source reports none)."""
+        return self.by_priority.get(p, NO_PRIORITY)
+
+    def value(self, name: str) -> float | None:
+        """The signal exported as ``name`` (``flat()``'s keys: a name a fleet file or a query set gives,
+        e.g. ``controller.pid.setpoint_signal``); None when unknown or absent."""
+        return self.flat().get(name)
+
+    def flat(self, derived: bool = True) -> dict[str, float | None]:
+        """name -> value of every signal this scope has, in a fixed order: ``SIGNALS``, ``DERIVED``
+        (unless ``derived`` is False), each priority's gateway signals, the forecast's, the warmth's."""
+        out: dict[str, float | None] = {k: getattr(self, k) for k in SIGNALS}
+        if derived:
+            out.update((k, getattr(self, k)) for k in DERIVED)
+        for p, ps in self.by_priority.items():
+            out.update((name.format(p=p), getattr(ps, f)) for f, name in PRIORITY_NAMES.items())
+        if self.forecast is not None:
+            out.update((name, getattr(self.forecast, f)) for f, name in FORECAST_NAMES.items())
+        if self.warmth_known:
+            out[WARMTH_NAME] = self.prefix_hit_rate_forecast
+        return out
+
+    @classmethod
+    def of(cls, values: Mapping[str, float | None]) -> Signals:
+        """Signals from name -> value (``flat()``'s names); raises ``KeyError`` naming an unknown name."""
+        top: dict[str, float | None] = {}
+        prio: dict[str, dict[str, float | None]] = {}
+        by_name = {name.split(".")[0]: f for f, name in PRIORITY_NAMES.items()}
+        for name, x in values.items():
+            if name in _TOP:
+                top[name] = x
+            elif "." in name and name.split(".", 1)[0] in by_name:
+                base, p = name.split(".", 1)
+                prio.setdefault(p, {})[by_name[base]] = x
+            else:
+                raise KeyError(f"unknown signal {name!r}")
+        return cls(**top, by_priority={p: PrioritySignals(**v) for p, v in prio.items()})  # type: ignore[arg-type]
+
+
+_TOP = frozenset((*SIGNALS, *DERIVED))
 
 
 @dataclass
@@ -66,7 +224,7 @@ class VariantObservation:
     ready: int
     starting: int
     draining: int = 0
-    signals: dict[str, float | None] = field(default_factory=dict)
+    signals: Signals = field(default_factory=Signals)
     counts_known: bool = True
     unavailable: bool = False
 
@@ -121,7 +279,7 @@ class ServiceObservation:
 
     service: str
     time_s: float
-    signals: dict[str, float | None]
+    signals: Signals
     variants: dict[str, VariantObservation]
     errors: list[str] = field(default_factory=list)
     pods: list[PodObservation] = field(default_factory=list)
@@ -164,7 +322,7 @@ class ServiceEstimate:
 
     service: str
     time_s: float
-    signals: dict[str, float | None]
+    signals: Signals
     variants: dict[str, VariantObservation]
     weights: dict[str, float]
     idle: bool | None

@@ -23,7 +23,7 @@ def tick_row(time_s: float, service: str, st: ServiceTick, arrival_rate_rps: flo
     and the reason."""
     row: dict[str, Any] = {"time_s": time_s, "service": service, "arrival_rate_rps": arrival_rate_rps}
     for s in TIMELINE_SIGNALS:
-        row[s] = st.estimate.signals.get(s)
+        row[s] = st.estimate.signals.value(s)
     for v, obs in st.estimate.variants.items():
         row[f"ready_{v}"] = obs.ready
         row[f"starting_{v}"] = obs.starting

@@ -84,11 +84,12 @@ class PIDAdmission(AdmissionPolicy):
         last = self.last.setdefault(svc.name, {})
         out: dict[str, float | None] = {}
         for p, budget in wait_budgets(svc, cfg).items():
-            oldest = est.signals.get(f"gateway_oldest_wait_s.{p}")
+            gateway = est.signals.priority(p)
+            oldest = gateway.oldest_wait_s
             if oldest is None:  # no gateway data: hold what is in force
                 out[p] = last.get(p)
                 continue
-            mean = est.signals.get(f"gateway_wait_s.{p}")
+            mean = gateway.wait_s
             wait = max(oldest, mean or 0.0)
             e = min(max(wait / budget - 1.0, ERROR_CLIP[0]), ERROR_CLIP[1])
             key = (svc.name, p)
@@ -112,10 +113,10 @@ class PlanAdmission(AdmissionPolicy):
         sig = est.signals
         demand: dict[str, float] = {}
         for p in PRIORITIES:
-            rate = sig.get(f"arrival_rate_rps.{p}")
+            rate = sig.priority(p).arrival_rate_rps
             if rate is None:  # no gateway data: hold what is in force
                 return dict(self.last.get(svc.name, {}))
-            demand[p] = rate + (sig.get(f"gateway_queue.{p}") or 0.0) / DRAIN_S
+            demand[p] = rate + (sig.priority(p).queue or 0.0) / DRAIN_S
         left = est.ready_capacity_rps
         budgets = wait_budgets(svc, self.cfg)
         tol = self.cfg.shed_tolerance

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from autoscaler.state import ForecastSignals
 from controllers.base import Controller, Decision, change_reason, hold, silent_pods
 from models.capacity import ReplicaSpec, RequestMix, replica_capacity, speed_factor, utilisation
 from models.planning import Plan, PlanProblem, PlanService, PlanVariant, solve
@@ -225,7 +226,7 @@ class MPCController(Controller):
             path = np.interp(mid, f.times_s, q)
         path = np.maximum(path, now_rps)
         fastest = min(math.ceil((v.startup_warm_s if v.warm_nodes else v.startup_cold_s) / dt) for v in svc.variants)
-        queue = est.signals.get("queue_length") or 0.0
+        queue = est.signals.queue_length or 0.0
         drain = fastest + max(1, math.ceil(DRAIN_S / dt))  # until new replicas have served a drain period
         path[:drain] += queue / (drain * dt)
         return path
@@ -266,7 +267,7 @@ class MPCController(Controller):
         for v in svc.variants:
             seen = mem.speed.setdefault(v.name, deque(maxlen=SPEED_TICKS))
             obs = est.variants[v.name]
-            rate, itl = obs.signals.get("request_rate_rps"), obs.signals.get("tpot_mean_s")
+            rate, itl = obs.signals.request_rate_rps, obs.signals.tpot_mean_s
             spec = ReplicaSpec.of(v, self.engine)
             if (self.learn and mix is not None and obs.ready > 0 and rate and itl
                     and utilisation(spec, mix, rate / obs.ready) <= SPEED_MAX_UTILISATION):
@@ -286,9 +287,10 @@ class MPCController(Controller):
 
         def rounded(x: float | None, base: float) -> float:
             return 1.0 if x is None or not x > 0 else max(MIX_STEP, round(x / base / MIX_STEP) * MIX_STEP)
-        s_in = rounded(sig.get("forecast_input_tokens"), mix.mean_input)
-        s_out = rounded(sig.get("forecast_output_tokens"), mix.mean_output)
-        hit = sig.get("forecast_prefix_hit_rate")
+        forecast = sig.forecast or ForecastSignals()
+        s_in = rounded(forecast.input_tokens, mix.mean_input)
+        s_out = rounded(forecast.output_tokens, mix.mean_output)
+        hit = sig.prefix_hit_rate_forecast
         hit = mix.prefix_hit_rate if hit is None else min(round(hit / MIX_STEP) * MIX_STEP, 0.95)
         key = (round(s_in, 4), round(s_out, 4), round(hit, 4))
         if key == (1.0, 1.0, mix.prefix_hit_rate):
@@ -327,9 +329,9 @@ class MPCController(Controller):
     def _inputs(self, est: ServiceEstimate, svc: Service) -> _Inputs | Decision:
         """This tick's plan inputs for ``svc`` (updating its memory once), or a hold."""
         current = est.current
-        now_rps = est.signals.get("arrival_rate_rps")
+        now_rps = est.signals.arrival_rate_rps
         if now_rps is None:
-            now_rps = est.signals.get("request_rate_rps")
+            now_rps = est.signals.request_rate_rps
         if now_rps is None:
             return hold(current, "hold: request rate unknown")
         mem = self.memory.setdefault(svc.name, _ServiceMemory())

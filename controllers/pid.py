@@ -288,7 +288,7 @@ class PIDController(Controller):
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Desired replicas per variant; see the module docstring for the control law."""
         pid = self.settings
-        y = est.signals.get(pid.setpoint_signal)
+        y = est.signals.value(pid.setpoint_signal)
         current = est.current
         if y is None:
             return hold(current, f"hold: {pid.setpoint_signal} unknown")
@@ -300,34 +300,34 @@ class PIDController(Controller):
             pid, state, y, self.tick_s, est.capacity_rps, out_min, out_max,
             hold_integral=est.starting > 0, scale=est.ready_capacity_rps,
         )
-        queue = est.signals.get("queue_length")
+        queue = est.signals.queue_length
         history = state.queue_history
         if queue is not None:
             history = (*(h for h in history if h[0] >= est.time_s - OVERLOAD_LOOKBACK_S), (est.time_s, queue))
         state = replace(state, queue_history=history)
-        served = est.signals.get("request_rate_rps")
-        shedding = any((est.signals.get(f"gateway_shed_rps.{p}") or 0.0) > 0 for p in PRIORITIES)
+        served = est.signals.request_rate_rps
+        shedding = any((est.signals.priority(p).shed_rps or 0.0) > 0 for p in PRIORITIES)
         if terms.error >= pid.error_clip or (shedding and terms.error > 0):
             factor = overload_factor(history, served, 1.0 + pid.error_clip)
-            arrivals = est.signals.get("arrival_rate_rps")
+            arrivals = est.signals.arrival_rate_rps
             if shedding and arrivals is not None and served:
                 factor = max(factor or 1.0, min(arrivals / served, 1.0 + pid.error_clip))
             if factor is not None:
                 u = min(max(u, est.ready_capacity_rps * factor), out_max)
         settling = est.starting > 0 or any(p.ready_s is not None and p.ready_s > est.time_s - OVERLOAD_LOOKBACK_S
                                            for p in est.pods) or silent_pods(est) > 0
-        growing = queue_growing(history, est.signals.get("running"))
+        growing = queue_growing(history, est.signals.running)
         if (settling or not growing) and not shedding and u > est.capacity_rps:
-            demand = max(est.signals.get("arrival_rate_rps") or 0.0,
+            demand = max(est.signals.arrival_rate_rps or 0.0,
                          (served or 0.0) * (overload_factor(history, served, float("inf")) or 1.0))
             if demand > 0:
                 u = max(min(u, STARTING_DEMAND_CAP * demand), est.capacity_rps)
-        arrivals_rps = est.signals.get("arrival_rate_rps")
+        arrivals_rps = est.signals.arrival_rate_rps
         if u < est.capacity_rps and arrivals_rps:
             u = max(u, min(DOWN_DEMAND_FLOOR * arrivals_rps, est.capacity_rps))
         desired = split_capacity(u, svc.variants, current, w)
         change = capacity_of(desired, w) - est.capacity_rps
-        running = est.signals.get("running")
+        running = est.signals.running
         empty = running is not None and queue is not None and running + queue == 0
         drain_s = drain_time_s(history)
         draining = drain_s is not None and drain_s <= min(v.startup_warm_s for v in svc.variants)

@@ -64,7 +64,7 @@ from autoscaler.promql import (
     quote,
     render,
 )
-from autoscaler.state import SIGNALS, PodObservation, ServiceObservation, VariantObservation
+from autoscaler.state import SIGNALS, PodObservation, ServiceObservation, Signals, VariantObservation
 from autoscaler.urls import redact
 
 log = logging.getLogger(__name__)
@@ -492,27 +492,27 @@ class PrometheusSource:
     def _finish(self, plan: _Plan, now: float) -> ServiceObservation:
         """Round 2 results -> the service's observation (unknown signals None)."""
         name = plan.svc.name
-        signals = self._collect(plan.jobs[name], plan.errors, name) if name in plan.jobs else dict.fromkeys(SIGNALS)
+        values = self._collect(plan.jobs[name], plan.errors, name) if name in plan.jobs else dict.fromkeys(SIGNALS)
         variants = {}
         for v in plan.svc.variants:
             scope = f"{name}/{v.name}"
             vsig = self._collect(plan.jobs[scope], plan.errors, scope) if scope in plan.jobs else dict.fromkeys(SIGNALS)
             counts = plan.counts[v.name]
             if counts is None:  # unknown: the loop holds (``counts_known``), the 0s are never read
-                variants[v.name] = VariantObservation(0, 0, 0, vsig, counts_known=False)
+                variants[v.name] = VariantObservation(0, 0, 0, Signals.of(vsig), counts_known=False)
             else:
-                variants[v.name] = VariantObservation(counts[0], counts[1], 0, vsig)
+                variants[v.name] = VariantObservation(counts[0], counts[1], 0, Signals.of(vsig))
         # Per-pod gauges for the baselines: only pods that reported all three.
         pods = [self._pod_observation(v, p) for v, ps in plan.valid.items() for p in ps
                 if p.kv and p.waiting and p.running]
-        history = self._service_signals(plan, signals)
+        history = self._service_signals(plan, values)
         for line in plan.warnings:
             log.warning(line)
         self.warnings[name] = plan.warnings
-        return ServiceObservation(name, now, signals, variants, plan.errors, pods=pods, history_s=history)
+        return ServiceObservation(name, now, Signals.of(values), variants, plan.errors, pods=pods, history_s=history)
 
-    def _service_signals(self, plan: _Plan, signals: dict[str, float | None]) -> float | None:
-        """Fill the service-wide signals into ``signals``; return the history held, loop seconds.
+    def _service_signals(self, plan: _Plan, values: dict[str, float | None]) -> float | None:
+        """Fill the service-wide signals into ``values`` (name -> value); return the history held, loop seconds.
 
         The gateway is optional (not every fleet has one): a failed query is a warning and the signal
         unknown, as the pods' prefix-cache counters are. The history query failing is an error.
@@ -535,7 +535,7 @@ class PrometheusSource:
             found[key] = None if x is None or math.isnan(x) else x
         for key in SERVICE_SIGNALS:
             x = found.get(key)
-            signals[key] = None if x is None else (x / self.speed if key in RATE_SIGNALS else x)
+            values[key] = None if x is None else (x / self.speed if key in RATE_SIGNALS else x)
         span = found.get(HISTORY)
         return None if span is None else span * self.speed
 

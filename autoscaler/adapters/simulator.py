@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -49,7 +49,7 @@ from autoscaler.loop.observe import PendingMarks
 from autoscaler.simulator.engine import DRAINING, PROVISIONING, READY, Replica
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS, ReplicaMetrics, histogram_quantile
-from autoscaler.state import SIGNALS, PodObservation, ServiceObservation, VariantObservation
+from autoscaler.state import PodObservation, PrioritySignals, ServiceObservation, Signals, VariantObservation
 from autoscaler.workload.types import PRIORITIES
 
 GATEWAY_WINDOW_S = 60.0
@@ -178,18 +178,16 @@ class SimMetricsSource:
         return {rid: extrapolated_rate(np.array(self._pods[rid].times), np.array(self._pods[rid].counters),
                                        now - self.window_s, now) for rid in rids}
 
-    def _signals(self, replicas: list[Replica], pod_rates: dict[int, np.ndarray | None]) -> dict[str, float | None]:
-        out: dict[str, float | None] = dict.fromkeys(SIGNALS)
+    def _signals(self, replicas: list[Replica], pod_rates: dict[int, np.ndarray | None]) -> Signals:
         if not replicas:
-            return out
+            return Signals()
         known = [pod_rates[r.rid] for r in replicas if pod_rates[r.rid] is not None]
         rates = np.sum(known, axis=0) if known else None
         latest = [self._pods[r.rid].gauges[-1] for r in replicas]
-        out["kv_usage"] = sum(g[0] for g in latest) / len(latest)
-        out["queue_length"] = sum(g[1] for g in latest)
-        out["running"] = sum(g[2] for g in latest)
+        gauges = Signals(kv_usage=sum(g[0] for g in latest) / len(latest), queue_length=sum(g[1] for g in latest),
+                         running=sum(g[2] for g in latest))
         if rates is None:
-            return out
+            return gauges
 
         def rate(key: str) -> float:
             return float(rates[_INDEX[key]])
@@ -203,23 +201,23 @@ class SimMetricsSource:
             return rate(f"{key}_sum") / n if n > 0 else None
 
         queries = rate("prefix_queries")
-        out.update({
-            "request_rate_rps": rate("e2e_count"),
-            "prompt_tokens_rps": rate("prompt_tokens"),
-            "generation_tokens_rps": rate("generation_tokens"),
-            "ttft_p50_s": histogram_quantile(0.5, TTFT_BUCKETS, buckets("ttft")),
-            "ttft_p95_s": histogram_quantile(0.95, TTFT_BUCKETS, buckets("ttft")),
-            "itl_p50_s": histogram_quantile(0.5, ITL_BUCKETS, buckets("itl")),
-            "itl_p95_s": histogram_quantile(0.95, ITL_BUCKETS, buckets("itl")),
-            "tpot_p95_s": histogram_quantile(0.95, ITL_BUCKETS, buckets("tpot")),
-            "ttft_mean_s": mean("ttft"),
-            "tpot_mean_s": mean("tpot"),
-            "prefix_hit_rate": rate("prefix_hits") / queries if queries > 0 else None,
-            "success_rps": rate("success"),
-            "abort_rps": rate("aborts"),
-            "preemptions_rps": rate("preemptions"),
-        })
-        return out
+        return replace(
+            gauges,
+            request_rate_rps=rate("e2e_count"),
+            prompt_tokens_rps=rate("prompt_tokens"),
+            generation_tokens_rps=rate("generation_tokens"),
+            ttft_p50_s=histogram_quantile(0.5, TTFT_BUCKETS, buckets("ttft")),
+            ttft_p95_s=histogram_quantile(0.95, TTFT_BUCKETS, buckets("ttft")),
+            itl_p50_s=histogram_quantile(0.5, ITL_BUCKETS, buckets("itl")),
+            itl_p95_s=histogram_quantile(0.95, ITL_BUCKETS, buckets("itl")),
+            tpot_p95_s=histogram_quantile(0.95, ITL_BUCKETS, buckets("tpot")),
+            ttft_mean_s=mean("ttft"),
+            tpot_mean_s=mean("tpot"),
+            prefix_hit_rate=rate("prefix_hits") / queries if queries > 0 else None,
+            success_rps=rate("success"),
+            abort_rps=rate("aborts"),
+            preemptions_rps=rate("preemptions"),
+        )
 
     def _pod_observations(self, service: str, replicas: list[Replica]) -> list[PodObservation]:
         """Latest and window-max gauges and prefix-cache counters of the ``replicas`` (ready ones)."""
@@ -258,18 +256,21 @@ class SimMetricsSource:
                                                      and self.pending.mark_if_stuck((name, vname), stuck, now))
             signals = self._signals(scraped, pod_rates)
             # the gateway's queue (requests held while no replica is ready) is part of the service's queue
-            signals["queue_length"] = (signals["queue_length"] or 0.0) + len(svc.gateway)
+            queue = (signals.queue_length or 0.0) + len(svc.gateway)
             if not scraped:  # no pod serving: nothing to measure, but nothing is in flight on a pod either
-                signals.update(request_rate_rps=0.0, running=0.0)
+                signals = replace(signals, request_rate_rps=0.0, running=0.0)
             gw = self._arrivals[name]
             arrivals = extrapolated_rate(np.array(gw.times), np.array(gw.counters), now - self.window_s, now)
-            signals["arrival_rate_rps"] = None if arrivals is None else float(arrivals[0])
-            signals.update(_gateway_signals(gw, now, min(self.window_s, GATEWAY_WINDOW_S), svc.flow is not None))
+            ttft_mean = signals.ttft_mean_s
             if svc.flow is not None:  # the user's TTFT includes the gateway's wait, and its queue is the service's
-                signals["queue_length"] = (signals["queue_length"] or 0.0) + svc.flow.waiting
+                queue = queue + svc.flow.waiting
                 wait = None if arrivals is None else _mean_gateway_wait(arrivals)
-                if wait is not None and signals["ttft_mean_s"] is not None:
-                    signals["ttft_mean_s"] += wait
+                if wait is not None and ttft_mean is not None:
+                    ttft_mean += wait
+            signals = replace(signals, queue_length=queue, ttft_mean_s=ttft_mean,
+                              arrival_rate_rps=None if arrivals is None else float(arrivals[0]),
+                              by_priority=_gateway_signals(gw, now, min(self.window_s, GATEWAY_WINDOW_S),
+                                                           svc.flow is not None))
             first = self._first_scrape.get(name)
             ready = [r for r in scraped if r.state == READY]
             out[name] = ServiceObservation(name, now, signals, variants, pods=self._pod_observations(name, ready),
@@ -277,7 +278,7 @@ class SimMetricsSource:
         return out
 
 
-def _gateway_signals(gw: _PodSeries, now: float, window_s: float, flow: bool) -> dict[str, float | None]:
+def _gateway_signals(gw: _PodSeries, now: float, window_s: float, flow: bool) -> dict[str, PrioritySignals]:
     """Per-priority gateway signals (module docstring) from the gateway's samples."""
     n = len(PRIORITIES)
     times = np.array(gw.times)
@@ -285,17 +286,21 @@ def _gateway_signals(gw: _PodSeries, now: float, window_s: float, flow: bool) ->
     rates = extrapolated_rate(times[recent], np.array(gw.counters)[recent], now - window_s, now) \
         if recent.any() else None
     latest = gw.gauges[-1] if gw.gauges else ()
-    out: dict[str, float | None] = {}
+    out: dict[str, PrioritySignals] = {}
     for i, p in enumerate(PRIORITIES):
-        out[f"arrival_rate_rps.{p}"] = None if rates is None else float(rates[1 + i])
+        arrival = None if rates is None else float(rates[1 + i])
         if not flow:
+            out[p] = PrioritySignals(arrival_rate_rps=arrival)
             continue
         dispatched = None if rates is None else float(rates[1 + n + i])
         waited = None if rates is None else float(rates[1 + 2 * n + i])
-        out[f"gateway_wait_s.{p}"] = waited / dispatched if dispatched and waited is not None else None
-        out[f"gateway_shed_rps.{p}"] = None if rates is None else float(rates[1 + 3 * n + i])
-        out[f"gateway_queue.{p}"] = latest[i] if latest else None
-        out[f"gateway_oldest_wait_s.{p}"] = latest[n + i] if latest else None
+        out[p] = PrioritySignals(
+            arrival_rate_rps=arrival,
+            wait_s=waited / dispatched if dispatched and waited is not None else None,
+            shed_rps=None if rates is None else float(rates[1 + 3 * n + i]),
+            queue=latest[i] if latest else None,
+            oldest_wait_s=latest[n + i] if latest else None,
+        )
     return out
 
 

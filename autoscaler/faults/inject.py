@@ -19,7 +19,7 @@ from autoscaler.adapters.simulator import SimMetricsSource
 from autoscaler.faults.scenario import CrashFault, NewPodsSilent, PodMetricsMissing, PrometheusDown, Scenario
 from autoscaler.simulate import SimulationDriver
 from autoscaler.simulator.engine import Replica
-from autoscaler.state import ServiceObservation
+from autoscaler.state import ServiceObservation, Signals
 
 UNREACHABLE = "prometheus unreachable (injected fault)"
 
@@ -46,8 +46,8 @@ class FaultySource:
             return self.inner.observe(now)
         out = {}
         for name, obs in self.inner.observe(now).items():
-            variants = {v: dataclasses.replace(o, signals=dict.fromkeys(o.signals)) for v, o in obs.variants.items()}
-            out[name] = dataclasses.replace(obs, signals=dict.fromkeys(obs.signals), variants=variants, pods=[],
+            variants = {v: dataclasses.replace(o, signals=Signals()) for v, o in obs.variants.items()}
+            out[name] = dataclasses.replace(obs, signals=Signals(), variants=variants, pods=[],
                                             errors=[UNREACHABLE])
         return out
 

@@ -20,45 +20,53 @@ import math
 from collections import deque
 from dataclasses import replace
 
-from autoscaler.config import Service
-from autoscaler.state import ServiceEstimate, ServiceObservation
+from autoscaler.config import SLO, Service
+from autoscaler.state import ServiceEstimate, ServiceObservation, Signals
 from autoscaler.workload.types import INTERACTIVE
 
 # vLLM's ``kv_cache_usage_perc`` is a fraction 0..1 despite its name (METRICS.md, vLLM 0.33.0).
 FRACTIONS = ("kv_usage", "prefix_hit_rate")
 
 
-def sanitize(signals: dict[str, float | None], warnings: list[str], scope: str) -> dict[str, float | None]:
+def sanitize(signals: Signals, warnings: list[str], scope: str) -> Signals:
     """``signals`` with NaN, infinite, negative and above-one fractions set to None (see module docstring)."""
     out: dict[str, float | None] = {}
-    for name, x in signals.items():
+    for name, x in signals.flat(derived=False).items():
         bad = x is not None and not math.isnan(x) and (math.isinf(x) or x < 0 or (name in FRACTIONS and x > 1))
         if bad:
             bound = ", <= 1" if name in FRACTIONS else ""
             warnings.append(f"{scope}: rejected {name}={x:g} (must be finite, >= 0{bound})")
         out[name] = None if x is None or math.isnan(x) or bad else x
-    return out
+    return Signals.of(out)
+
+
+def slo_ratios(ttft: float | None, tpot: float | None, slo: SLO) -> tuple[float | None, float | None, float | None]:
+    """``(ttft ratio, tpot ratio, slo ratio)`` of a TTFT and a per-request mean time per output token
+    (seconds) to the interactive SLO (module docstring); each None when unknown."""
+    r_ttft = None if ttft is None else ttft / slo.ttft_s
+    r_tpot = None if tpot is None else tpot / slo.itl_s
+    known = [r for r in (r_ttft, r_tpot) if r is not None]
+    # One ratio unknown (e.g. no request with two output tokens finished): the known one is a
+    # lower bound of the larger, so it stands only once it is past the SLO itself (>= 1).
+    r_slo = max(known) if len(known) == 2 or (known and known[0] >= 1.0) else None
+    return r_ttft, r_tpot, r_slo
 
 
 def estimate(obs: ServiceObservation, svc: Service, weights: dict[str, float]) -> ServiceEstimate:
     """Derive a ``ServiceEstimate`` from one observation (pure)."""
     warnings: list[str] = []
-    sig = sanitize(obs.signals, warnings, obs.service)
+    observed = sanitize(obs.signals, warnings, obs.service)
     variants = {n: replace(v, signals=sanitize(v.signals, warnings, f"{obs.service}/{n}"))
                 for n, v in obs.variants.items()}
     slo = svc.slo[INTERACTIVE]
-    for stat in ("p95", "mean"):
-        ttft, tpot = sig.get(f"ttft_{stat}_s"), sig.get(f"tpot_{stat}_s")
-        sig[f"ttft_{stat}_ratio"] = None if ttft is None else ttft / slo.ttft_s
-        sig[f"tpot_{stat}_ratio"] = None if tpot is None else tpot / slo.itl_s
-        known = [r for r in (sig[f"ttft_{stat}_ratio"], sig[f"tpot_{stat}_ratio"]) if r is not None]
-        # One ratio unknown (e.g. no request with two output tokens finished): the known one is a
-        # lower bound of the larger, so it stands only once it is past the SLO itself (>= 1).
-        sig[f"slo_{stat}_ratio"] = max(known) if len(known) == 2 or (known and known[0] >= 1.0) else None
+    ttft_p95, tpot_p95, slo_p95 = slo_ratios(observed.ttft_p95_s, observed.tpot_p95_s, slo)
+    ttft_mean, tpot_mean, slo_mean = slo_ratios(observed.ttft_mean_s, observed.tpot_mean_s, slo)
     ready = sum(v.ready for v in obs.variants.values())
-    queue = sig.get("queue_length")
-    sig["queue_per_replica"] = None if queue is None else queue / max(ready, 1)
-    rate, running = sig.get("request_rate_rps"), sig.get("running")
+    queue = observed.queue_length
+    sig = replace(observed, ttft_p95_ratio=ttft_p95, tpot_p95_ratio=tpot_p95, slo_p95_ratio=slo_p95,
+                  ttft_mean_ratio=ttft_mean, tpot_mean_ratio=tpot_mean, slo_mean_ratio=slo_mean,
+                  queue_per_replica=None if queue is None else queue / max(ready, 1))
+    rate, running = sig.request_rate_rps, sig.running
     known = rate is not None and running is not None and queue is not None
     idle = (rate == 0 and running == 0 and queue == 0) if known and not obs.errors else None
     cap = sum(v.current * weights[name] for name, v in obs.variants.items())
@@ -93,17 +101,17 @@ class ArrivalInference:
         self.lookback_s = lookback_s
         self._queue: deque[tuple[float, float]] = deque()
 
-    def apply(self, est: ServiceEstimate) -> None:
-        """Record the queue; fill ``est.signals["arrival_rate_rps"]`` when it is unknown and can be inferred."""
-        queue = est.signals.get("queue_length")
+    def apply(self, est: ServiceEstimate) -> ServiceEstimate:
+        """Record the queue; ``est`` with ``arrival_rate_rps`` filled when it is unknown and can be inferred."""
+        queue = est.signals.queue_length
         if queue is not None and (not self._queue or est.time_s > self._queue[-1][0]):
             self._queue.append((est.time_s, queue))
         while self._queue and self._queue[0][0] < est.time_s - self.lookback_s:
             self._queue.popleft()
-        served = est.signals.get("request_rate_rps")
-        if est.signals.get("arrival_rate_rps") is not None or served is None or len(self._queue) < 2:
-            return
+        served = est.signals.request_rate_rps
+        if est.signals.arrival_rate_rps is not None or served is None or len(self._queue) < 2:
+            return est
         (t0, q0), (t1, q1) = self._queue[0], self._queue[-1]
-        if t1 > t0:
-            est.signals["arrival_rate_rps"] = served + max(q1 - q0, 0.0) / (t1 - t0)
-
+        if t1 <= t0:
+            return est
+        return replace(est, signals=replace(est.signals, arrival_rate_rps=served + max(q1 - q0, 0.0) / (t1 - t0)))

@@ -212,7 +212,7 @@ class LoopMetrics(Collector):
                 for term, x in t.items():
                     if term not in ("setpoint", "measurement"):
                         terms.add_metric([name, controller, term], x)
-                for sig, x in st.estimate.signals.items():
+                for sig, x in st.estimate.signals.flat().items():
                     if x is None:
                         continue
                     if sig in FORECAST_RATE_BOUNDS:

@@ -12,20 +12,16 @@ path, reaching ``path_horizon_s`` (a planning controller's horizon) when that is
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from threadpoolctl import threadpool_limits
 
 from autoscaler.config import ForecastConfig
-from autoscaler.state import RateForecast, ServiceEstimate
+from autoscaler.state import FORECAST_NAMES, ForecastSignals, RateForecast, ServiceEstimate
 from models.forecast import LoadForecaster
 
-FORECAST_SIGNALS = (
-    "forecast_rate_rps",
-    "forecast_rate_lower_rps",
-    "forecast_rate_upper_rps",
-    "forecast_input_tokens",
-    "forecast_output_tokens",
-)
+FORECAST_SIGNALS = tuple(FORECAST_NAMES.values())
+"""The names the forecast signals are exported under (``autoscaler.state.FORECAST_NAMES``)."""
 
 
 def _known(x: float) -> float | None:
@@ -51,8 +47,8 @@ class ForecastStage:
         self.path_horizon_s = max(cfg.horizon_s, path_horizon_s or 0.0)
         self.forecaster = LoadForecaster(step_s=cfg.step_s, max_horizon_s=max(self.path_horizon_s, cfg.step_s))
 
-    def apply(self, est: ServiceEstimate, window_s: float | None = None) -> None:
-        """Update with ``est``'s signals and add the forecast signals to ``est.signals`` (in place).
+    def apply(self, est: ServiceEstimate, window_s: float | None = None) -> ServiceEstimate:
+        """Update with ``est``'s signals; ``est`` with the forecast signals and the rate path.
 
         While the source holds less than ``window_s`` (the signals' window, seconds) of samples
         (``est.history_s``), its rates are over a part of the window: they are not fed (a simulation
@@ -63,22 +59,25 @@ class ForecastStage:
         OpenBLAS's threads cost far more than they save (3x slower on a 2-core machine, measured).
         """
         sig = est.signals
-        rate = sig.get("request_rate_rps")
+        rate = sig.request_rate_rps
         partial = window_s is not None and est.history_s is not None and est.history_s < window_s
         with threadpool_limits(limits=1, user_api="blas"):
             if not partial:
                 self.forecaster.update(
                     est.time_s,
                     rate,
-                    per_request(sig.get("prompt_tokens_rps"), rate),
-                    per_request(sig.get("generation_tokens_rps"), rate),
+                    per_request(sig.prompt_tokens_rps, rate),
+                    per_request(sig.generation_tokens_rps, rate),
                 )
             f, long = self.forecaster.forecast_pair(self.cfg.horizon_s, self.path_horizon_s)
             path = long.rate_rps
-        est.rate_forecast = None if path is None else RateForecast(
+        rate_forecast = None if path is None else RateForecast(
             tuple(path.times_s.tolist()), tuple(path.path.mean.tolist()), tuple(path.path.upper.tolist()))
-        sig["forecast_rate_rps"] = f.rate_rps.point if f.rate_rps else None
-        sig["forecast_rate_lower_rps"] = _known(f.rate_rps.lower) if f.rate_rps else None
-        sig["forecast_rate_upper_rps"] = _known(f.rate_rps.upper) if f.rate_rps else None
-        sig["forecast_input_tokens"] = f.mean_input_tokens.point if f.mean_input_tokens else None
-        sig["forecast_output_tokens"] = f.mean_output_tokens.point if f.mean_output_tokens else None
+        forecast = ForecastSignals(
+            rate_rps=f.rate_rps.point if f.rate_rps else None,
+            rate_lower_rps=_known(f.rate_rps.lower) if f.rate_rps else None,
+            rate_upper_rps=_known(f.rate_rps.upper) if f.rate_rps else None,
+            input_tokens=f.mean_input_tokens.point if f.mean_input_tokens else None,
+            output_tokens=f.mean_output_tokens.point if f.mean_output_tokens else None,
+        )
+        return replace(est, signals=replace(sig, forecast=forecast), rate_forecast=rate_forecast)

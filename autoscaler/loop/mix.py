@@ -34,10 +34,10 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Mapping
 
 from autoscaler.config import EngineConfig, Service
 from autoscaler.loop.forecast import per_request
+from autoscaler.state import Signals
 from models.capacity import RequestMix, variant_weights
 
 log = logging.getLogger(__name__)
@@ -77,11 +77,11 @@ class MixTracker:
         self._refused = False
         self._running: deque[tuple[float, float | None]] = deque()  # (time s, running) over the window
 
-    def update(self, signals: Mapping[str, float | None], time_s: float) -> dict[str, float]:
+    def update(self, signals: Signals, time_s: float) -> dict[str, float]:
         """The capacities for this tick at ``time_s`` (seconds), re-derived when the window is steady and
         its mix left the tolerance (module docstring); unchanged when a signal it needs is unknown or
         the window holds too few requests."""
-        self._running.append((time_s, _count(signals.get("running"))))
+        self._running.append((time_s, _count(signals.running)))
         while len(self._running) > 1 and self._running[1][0] <= time_s - self.window_s:
             self._running.popleft()
         mix = self.window_mix(signals) if self.observed and self.steady(signals, time_s) else None
@@ -99,25 +99,25 @@ class MixTracker:
         self.basis, self.weights, self._refused = mix, weights, False
         return self.weights
 
-    def steady(self, signals: Mapping[str, float | None], time_s: float) -> bool:
+    def steady(self, signals: Signals, time_s: float) -> bool:
         """Whether the running requests, known at the window's start and now (``time_s``), changed by
         at most ``STEADY_TOLERANCE`` of the window's completions."""
         (t0, first), (_, last) = self._running[0], self._running[-1]
-        rate = _count(signals.get("request_rate_rps"))
+        rate = _count(signals.request_rate_rps)
         if first is None or last is None or rate is None or time_s - t0 < self.window_s:
             return False
         return abs(last - first) <= STEADY_TOLERANCE * rate * self.window_s
 
-    def window_mix(self, signals: Mapping[str, float | None]) -> tuple[float, float, float] | None:
+    def window_mix(self, signals: Signals) -> tuple[float, float, float] | None:
         """(mean prompt tokens, mean output tokens, prefix hit rate) of the window; None when unknown."""
-        rate = _count(signals.get("request_rate_rps"))
-        prompt = per_request(_count(signals.get("prompt_tokens_rps")), rate)
-        gen = per_request(_count(signals.get("generation_tokens_rps")), rate)
+        rate = _count(signals.request_rate_rps)
+        prompt = per_request(_count(signals.prompt_tokens_rps), rate)
+        gen = per_request(_count(signals.generation_tokens_rps), rate)
         longest = self.svc.max_model_len
         if (rate is None or prompt is None or gen is None or rate * self.window_s < MIN_REQUESTS
                 or not (1 <= prompt <= longest and 1 <= gen <= longest)):
             return None  # unknown, too few, or means no accepted request can have: not a mix
-        hit = signals.get("prefix_hit_rate")
+        hit = signals.prefix_hit_rate
         hit = self.basis[2] if hit is None or not 0 <= hit <= 1 else min(hit, 0.99)
         return prompt, gen, hit
 

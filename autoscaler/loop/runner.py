@@ -136,7 +136,7 @@ class ControlLoop:
         """The decision for one service: the loop's own rules first, then the controller's."""
         gstate = self.guards[svc.name]
         ctrl = self.controller
-        waiting = est.signals.get("queue_length") or 0.0
+        waiting = est.signals.queue_length or 0.0
         unknown = [n for n, v in est.variants.items() if not v.counts_known]
         if unknown:  # never decide (nor scale from zero) on counts nobody knows
             why = f"replica count of {', '.join(unknown)} unknown"
@@ -191,10 +191,10 @@ class ControlLoop:
             obs = observations[svc.name]
             self.weights[svc.name] = self.mixes[svc.name].update(obs.signals, now)
             est = estimate(obs, svc, self.weights[svc.name])
-            self.arrivals[svc.name].apply(est)
+            est = self.arrivals[svc.name].apply(est)
             if svc.name in self.forecasts:
-                self.forecasts[svc.name].apply(est, self.controller.window_s - self.controller.tick_s)
-                self.warmth[svc.name].apply(est)
+                est = self.forecasts[svc.name].apply(est, self.controller.window_s - self.controller.tick_s)
+                est = self.warmth[svc.name].apply(est)
             if est.errors:
                 self.query_failures[svc.name] += len(est.errors)
                 log.warning("%s: %d metric queries failed, holding replicas; first: %s",

@@ -36,13 +36,14 @@ interval (since the last tick it learned from). Rules, each because a counter al
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from autoscaler.config import ForecastConfig, Service
 from autoscaler.loop.forecast import per_request
-from autoscaler.state import PodObservation, ServiceEstimate
+from autoscaler.state import WARMTH_NAME, ForecastSignals, PodObservation, ServiceEstimate
 from models.cache_warmth import REUSE_TIMES_S, CacheWarmthModel, ReplicaPlan, ReplicaSample
 
-WARMTH_SIGNALS = ("forecast_prefix_hit_rate",)
+WARMTH_SIGNALS = (WARMTH_NAME,)
 WARM_AGE_S = 10 * max(REUSE_TIMES_S)  # Erlang(2) reuse CDF at 10 means is 1 - 21 e^-20: warm
 RETAIN_S = 3600.0  # a pod unseen this long is forgotten (its name may come back as a new process)
 READY_TOLERANCE_S = 1.0  # a source ready time later than the model's by more than this is a new process
@@ -86,12 +87,12 @@ class WarmthStage:
         self._restarted: dict[str, float] = {}  # pod name -> when its counters went down, until learned
         self._serial = 0
 
-    def apply(self, est: ServiceEstimate) -> None:
-        """Learn from ``est.pods`` and add ``forecast_prefix_hit_rate`` to ``est.signals`` (in place)."""
+    def apply(self, est: ServiceEstimate) -> ServiceEstimate:
+        """Learn from ``est.pods``; ``est`` with the fleet's forecast prefix-cache hit rate
+        (``Signals.prefix_hit_rate_forecast``, exported as ``forecast_prefix_hit_rate``)."""
         now = est.time_s
         if not math.isfinite(now):  # a broken clock: nothing to learn or plan from
-            est.signals["forecast_prefix_hit_rate"] = None
-            return
+            return _with_warmth(est, None)
         pods: dict[str, PodObservation] = {}
         duplicated = False
         for p in est.pods:  # a pod listed twice (overlapping variant selectors) counts once
@@ -121,7 +122,7 @@ class WarmthStage:
         for name in [n for n, t in self._seen.items() if t < now - RETAIN_S and n not in self._id]:
             for d in (self._seen, self._born, self._id, self._ready, self._last, self._reading, self._restarted):
                 d.pop(name, None)
-        est.signals["forecast_prefix_hit_rate"] = self._predict(est, pods)
+        return _with_warmth(est, self._predict(est, pods))
 
     @staticmethod
     def _complete(est: ServiceEstimate, pods: dict[str, PodObservation],
@@ -186,12 +187,13 @@ class WarmthStage:
         if self.model.params is None:
             return None
         sig = est.signals
-        rate = sig.get("forecast_rate_rps")
+        forecast = sig.forecast or ForecastSignals()
+        rate = forecast.rate_rps
         if rate is None:
-            rate = sig.get("request_rate_rps")
-        prompt = sig.get("forecast_input_tokens")
+            rate = sig.request_rate_rps
+        prompt = forecast.input_tokens
         if prompt is None:
-            prompt = per_request(sig.get("prompt_tokens_rps"), sig.get("request_rate_rps"))
+            prompt = per_request(sig.prompt_tokens_rps, sig.request_rate_rps)
         if rate is None or prompt is None or not pods:
             return None
         now = est.time_s
@@ -220,3 +222,8 @@ class WarmthStage:
         f = self.model.predict(now, plan, horizon, step, max(rate, 0.0), max(prompt, 0.0))
         x = float(f.fleet_hit_rate[-1])
         return x if math.isfinite(x) else None
+
+
+def _with_warmth(est: ServiceEstimate, hit_rate: float | None) -> ServiceEstimate:
+    """``est`` with the warmth stage's forecast hit rate (None: unknown)."""
+    return replace(est, signals=replace(est.signals, prefix_hit_rate_forecast=hit_rate, warmth_known=True))

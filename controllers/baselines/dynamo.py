@@ -90,8 +90,8 @@ class DynamoPlanner(Controller):
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Desired replicas per variant (module docstring)."""
         sig = est.signals
-        arrivals = sig.get("arrival_rate_rps")
-        rate, prompt, gen = sig.get("request_rate_rps"), sig.get("prompt_tokens_rps"), sig.get("generation_tokens_rps")
+        arrivals = sig.arrival_rate_rps
+        rate, prompt, gen = sig.request_rate_rps, sig.prompt_tokens_rps, sig.generation_tokens_rps
         if arrivals is None or not arrivals > 0:
             return hold(est.current, "dynamo: metrics contain None or NaN, skipping")
         preds = self.load.setdefault(svc.name, {k: PREDICTORS[self.predictor]() for k in ("num_req", "isl", "osl")})
@@ -102,7 +102,7 @@ class DynamoPlanner(Controller):
         num_req, isl, osl = (preds[k].predict() for k in ("num_req", "isl", "osl"))
         if num_req is None or isl is None or osl is None:
             return hold(est.current, "dynamo: no load observed yet")
-        hit = sig.get("prefix_hit_rate") or 0.0
+        hit = sig.prefix_hit_rate or 0.0
         demand = max(num_req, 0.0) / self.window_s
         mix = RequestMix.from_means(max(isl, 1.0), max(osl, 1.0), min(hit, 0.99))
         per_replica = {v.name: replica_capacity(ReplicaSpec.of(v, self.engine), mix, self.ttft, self.itl).rps

@@ -111,7 +111,7 @@ class KedaController(Controller):
         """Desired replicas per variant (module docstring)."""
         now = est.time_s
         state = self.states.setdefault(svc.name, KedaState())
-        parts = [est.signals.get(s) for s in METRICS[self.metric]]
+        parts = [est.signals.value(s) for s in METRICS[self.metric]]
         value = None if None in parts else sum(parts)  # type: ignore[arg-type]
         state.failures = state.failures + 1 if value is None else 0
         current = sum(est.current.values())

@@ -113,7 +113,7 @@ class KnativeKPAController(Controller):
 
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Desired replicas per variant (module docstring)."""
-        running, queued = est.signals.get("running"), est.signals.get("queue_length")
+        running, queued = est.signals.running, est.signals.queue_length
         if running is None or queued is None:
             return hold(est.current, "kpa: concurrency unknown")
         now = est.time_s

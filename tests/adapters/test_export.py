@@ -12,7 +12,7 @@ from autoscaler.config.loading import parse_config
 from autoscaler.loop.export import LoopMetrics, parse_address, serve
 from autoscaler.loop.runner import ControlLoop
 from autoscaler.realtime import LiveSimulation
-from autoscaler.state import SIGNALS, ServiceObservation, VariantObservation
+from autoscaler.state import SIGNALS, ServiceObservation, Signals, VariantObservation
 from controllers.base import Reason
 from controllers.registry import build
 
@@ -65,7 +65,7 @@ def test_loop_metrics_of_a_simulated_run() -> None:
             last.decision.terms["p"]
     else:
         assert ("autoscaler_setpoint", sig) not in s
-    for name, x in last.estimate.signals.items():
+    for name, x in last.estimate.signals.flat().items():
         key = ("autoscaler_signal", (("service", "llm"), ("signal", name)))
         assert (key in s) == (x is not None)  # unknown is absent, never 0
         if x is not None:
@@ -111,7 +111,7 @@ def test_failures_and_unknown_signals_are_exported_as_such(make_fleet) -> None:
     class Failing:
         def observe(self, now: float) -> dict[str, ServiceObservation]:
             sig: dict[str, float | None] = dict.fromkeys(SIGNALS)
-            return {"svc": ServiceObservation("svc", now, sig, {"h100": VariantObservation(2, 0)},
+            return {"svc": ServiceObservation("svc", now, Signals.of(sig), {"h100": VariantObservation(2, 0)},
                                               ["svc running: HTTP 503", "svc kv_usage: HTTP 503"])}
 
     loop = ControlLoop(cfg, Failing(), None, build("pid", cfg))

@@ -23,7 +23,7 @@ from autoscaler.report import summarize
 from autoscaler.simulate import SimulationRun, run_simulation
 from autoscaler.simulator.engine import COMPLETED, SHED
 from autoscaler.simulator.fleet import FleetSimulator
-from autoscaler.state import ServiceEstimate
+from autoscaler.state import ServiceEstimate, Signals
 from autoscaler.workload.types import BATCH, INTERACTIVE, Request, Workload
 from controllers.admission import PIDAdmission, PlanAdmission, build_admission, wait_budgets
 
@@ -211,7 +211,7 @@ def test_thresholds_round_trip_through_get_v1_admission() -> None:
 
 # ------------------------------------------------------------------------------ the policies
 def estimate(signals: dict[str, float | None], ready_capacity: float = 0.0, t: float = 0.0) -> ServiceEstimate:
-    return ServiceEstimate("svc", t, signals, {}, {}, False, ready_capacity, ready_capacity, 0)
+    return ServiceEstimate("svc", t, Signals.of(signals), {}, {}, False, ready_capacity, ready_capacity, 0)
 
 
 def test_wait_budgets_follow_the_class_slos(make_fleet) -> None:
@@ -293,7 +293,7 @@ def test_the_gateways_shed_rate_is_read_as_its_arrival_rate_is(make_fleet) -> No
         svc.arrivals_by_priority[0] = svc.flow.shed[0] = 30 * k
         svc.arrivals_by_priority[1] = 15 * k
         src.scrape(15.0 * k)
-    sig = src.observe(60.0)["svc"].signals
+    sig = src.observe(60.0)["svc"].signals.flat()
     assert sig["arrival_rate_rps.sheddable"] > 0
     assert sig["gateway_shed_rps.sheddable"] == pytest.approx(sig["arrival_rate_rps.sheddable"])
     assert sig["arrival_rate_rps.standard"] == pytest.approx(sig["arrival_rate_rps.sheddable"] / 2)
@@ -302,7 +302,7 @@ def test_the_gateways_shed_rate_is_read_as_its_arrival_rate_is(make_fleet) -> No
     src = SimMetricsSource(plain, window_s=60.0)
     for k in range(3):
         src.scrape(15.0 * k)
-    assert "gateway_shed_rps.sheddable" not in src.observe(30.0)["svc"].signals
+    assert src.observe(30.0)["svc"].signals.priority("sheddable").shed_rps is None  # no flow control: unknown
 
 
 def test_streaming_takes_only_a_boolean(make_fleet) -> None:

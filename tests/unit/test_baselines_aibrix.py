@@ -4,7 +4,7 @@ stabilisation, with the constants of vllm-project/aibrix pkg/controller/podautos
 
 from __future__ import annotations
 
-from autoscaler.state import PodObservation, ServiceEstimate, VariantObservation
+from autoscaler.state import PodObservation, ServiceEstimate, Signals, VariantObservation
 from controllers.baselines.aibrix import AIBrixController, AIBrixKPAState, aibrix_apa, aibrix_kpa, aibrix_stabilize
 
 
@@ -68,7 +68,8 @@ def test_controller_sums_pods_and_windows(make_fleet) -> None:
 
     def est(t: float, kv: list[float]) -> ServiceEstimate:
         pods = [PodObservation("h100", k, 0.0, 0.0, k, 0.0) for k in kv]
-        return ServiceEstimate(service="svc", time_s=t, signals={}, variants={"h100": VariantObservation(len(kv), 0)},
+        return ServiceEstimate(service="svc", time_s=t, signals=Signals(),
+                               variants={"h100": VariantObservation(len(kv), 0)},
                                weights={"h100": 10.0}, idle=False, capacity_rps=0.0, ready_capacity_rps=0.0,
                                starting=0, pods=pods)
 

@@ -14,7 +14,7 @@ from autoscaler.config.loading import parse_config
 from autoscaler.loop.actuate import APPLIED, ActuationResult
 from autoscaler.loop.runner import ControlLoop
 from autoscaler.simulator.metrics import ReplicaMetrics
-from autoscaler.state import ServiceObservation, VariantObservation
+from autoscaler.state import ServiceObservation, Signals, VariantObservation
 from autoscaler.workload.types import Request, Workload
 from controllers.base import Controller, Decision
 from controllers.baselines.calibrate import calibrate
@@ -111,7 +111,7 @@ class _Source:
 
     def observe(self, now: float) -> dict[str, ServiceObservation]:
         self.calls += 1
-        return {"svc": ServiceObservation("svc", now, {}, {"h100": VariantObservation(2, 0)})}
+        return {"svc": ServiceObservation("svc", now, Signals(), {"h100": VariantObservation(2, 0)})}
 
 
 class _Actuator:

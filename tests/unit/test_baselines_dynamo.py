@@ -8,7 +8,7 @@ import math
 import pytest
 
 from autoscaler.config import EngineConfig
-from autoscaler.state import ServiceEstimate, VariantObservation
+from autoscaler.state import ServiceEstimate, Signals, VariantObservation
 from controllers.baselines.dynamo import DynamoPlanner, planner_replicas
 from controllers.baselines.predictors import ConstantPredictor, KalmanPredictor
 from models.capacity import ReplicaSpec, RequestMix, replica_capacity
@@ -56,7 +56,8 @@ def estimate(t: float, current: int, rate: float | None, prompt: float, gen: flo
     """Signals of one interval; ``arrivals`` defaults to the completion rate (a fleet keeping up)."""
     sig = {"request_rate_rps": rate, "prompt_tokens_rps": prompt, "generation_tokens_rps": gen,
            "prefix_hit_rate": hit, "arrival_rate_rps": rate if arrivals == -1.0 else arrivals}
-    return ServiceEstimate(service="svc", time_s=t, signals=sig, variants={"h100": VariantObservation(current, 0)},
+    return ServiceEstimate(service="svc", time_s=t, signals=Signals.of(sig),
+                           variants={"h100": VariantObservation(current, 0)},
                            weights={"h100": 10.0}, idle=False, capacity_rps=0.0, ready_capacity_rps=0.0, starting=0)
 
 

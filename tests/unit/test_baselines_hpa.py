@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.state import PodObservation, ServiceEstimate, VariantObservation
+from autoscaler.state import PodObservation, ServiceEstimate, Signals, VariantObservation
 from controllers.baselines.hpa import HPABehavior, HPAController, hpa_external_replicas, hpa_pod_metric_replicas
 
 
 def estimate(t: float, kv: list[float], starting: int = 0) -> ServiceEstimate:
     """One variant ``h100``: a ready pod per KV value, plus ``starting`` pods."""
     pods = [PodObservation("h100", k, 0.0, 0.0, k, 0.0) for k in kv]
-    return ServiceEstimate(service="svc", time_s=t, signals={},
+    return ServiceEstimate(service="svc", time_s=t, signals=Signals.of({}),
                            variants={"h100": VariantObservation(len(kv), starting)}, weights={"h100": 10.0},
                            idle=False, capacity_rps=0.0, ready_capacity_rps=0.0, starting=starting, pods=pods)
 

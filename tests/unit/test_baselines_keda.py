@@ -3,12 +3,12 @@ as kedacore/keda-docs scaledobject-spec.md and scaling-deployments.md state them
 
 from __future__ import annotations
 
-from autoscaler.state import ServiceEstimate, VariantObservation
+from autoscaler.state import ServiceEstimate, Signals, VariantObservation
 from controllers.baselines.keda import KedaController, KedaState, keda_activation
 
 
 def estimate(t: float, current: int, queue: float | None, running: float | None = 0.0) -> ServiceEstimate:
-    return ServiceEstimate(service="svc", time_s=t, signals={"queue_length": queue, "running": running},
+    return ServiceEstimate(service="svc", time_s=t, signals=Signals.of({"queue_length": queue, "running": running}),
                            variants={"h100": VariantObservation(current, 0)}, weights={"h100": 10.0}, idle=False,
                            capacity_rps=0.0, ready_capacity_rps=0.0, starting=0)
 

@@ -3,7 +3,7 @@ rate limits and windows, from knative/serving config/core/configmaps/autoscaler.
 
 from __future__ import annotations
 
-from autoscaler.state import ServiceEstimate, VariantObservation
+from autoscaler.state import ServiceEstimate, Signals, VariantObservation
 from controllers.baselines.knative import KnativeKPAController, KPAState, kpa_scale
 
 
@@ -40,7 +40,7 @@ def test_scale_rates() -> None:
 
 
 def estimate(t: float, ready: int, running: float) -> ServiceEstimate:
-    return ServiceEstimate(service="svc", time_s=t, signals={"running": running, "queue_length": 0.0},
+    return ServiceEstimate(service="svc", time_s=t, signals=Signals.of({"running": running, "queue_length": 0.0}),
                            variants={"h100": VariantObservation(ready, 0)}, weights={"h100": 10.0}, idle=False,
                            capacity_rps=0.0, ready_capacity_rps=0.0, starting=0)
 

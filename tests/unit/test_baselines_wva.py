@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from autoscaler.config.loading import parse_config
-from autoscaler.state import PodObservation, ServiceEstimate, VariantObservation
+from autoscaler.state import PodObservation, ServiceEstimate, Signals, VariantObservation
 from controllers.baselines.wva import Saturation, WVAController, saturation_analysis, wva_targets
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
@@ -83,7 +83,7 @@ def test_scale_down_leaves_the_most_expensive_replica_and_keeps_the_cheapest_at_
 def test_controller_reads_window_peaks(make_fleet) -> None:
     svc = make_fleet(replicas=2, min_replicas=0, max_replicas=10).services[0]
     pods = [PodObservation("h100", 0.1, 0.0, 0.0, 0.78, 0.0), PodObservation("h100", 0.1, 0.0, 0.0, 0.75, 0.0)]
-    est = ServiceEstimate(service="svc", time_s=60.0, signals={}, variants={"h100": VariantObservation(2, 0)},
+    est = ServiceEstimate(service="svc", time_s=60.0, signals=Signals(), variants={"h100": VariantObservation(2, 0)},
                           weights={"h100": 10.0}, idle=False, capacity_rps=0.0, ready_capacity_rps=0.0, starting=0,
                           pods=pods)
     # latest KV 0.1 looks idle, but the 1 m peaks give spare (0.02 + 0.05)/2 = 0.035 < 0.1: scale up

@@ -12,7 +12,7 @@ from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
 from autoscaler.loop.export import LoopMetrics
 from autoscaler.loop.runner import ControlLoop
 from autoscaler.loop.ticker import run_every
-from autoscaler.state import ServiceObservation, VariantObservation
+from autoscaler.state import ServiceObservation, Signals, VariantObservation
 from controllers.base import Controller, Decision, Reason
 from controllers.registry import NAMES, build, parse_spec
 
@@ -23,7 +23,7 @@ class Source:
 
     def observe(self, now: float) -> dict[str, ServiceObservation]:
         sig = {"request_rate_rps": 5.0, "running": 3.0, "queue_length": 0.0}
-        return {"svc": ServiceObservation("svc", now, sig, {"h100": VariantObservation(self.ready, 0)})}
+        return {"svc": ServiceObservation("svc", now, Signals.of(sig), {"h100": VariantObservation(self.ready, 0)})}
 
 
 class Actuator:

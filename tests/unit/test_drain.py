@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from autoscaler.loop.drain import DrainState, drain
 from autoscaler.loop.guard import GuardState, guard
-from autoscaler.state import PodObservation, ServiceEstimate, VariantObservation
+from autoscaler.state import PodObservation, ServiceEstimate, Signals, VariantObservation
 from controllers.base import Decision, Reason
 
 
@@ -29,8 +29,8 @@ class Recorder:
 
 def _est(busy: dict[str, int], starting: int = 0) -> ServiceEstimate:
     pods = [PodObservation("h100", 0.1, 0.0, float(n), 0.1, 0.0, name=p) for p, n in busy.items()]
-    return ServiceEstimate("svc", 0.0, {}, {"h100": VariantObservation(len(busy), starting)}, {"h100": 10.0}, False,
-                           10.0 * (len(busy) + starting), 10.0 * len(busy), starting, pods=pods)
+    return ServiceEstimate("svc", 0.0, Signals(), {"h100": VariantObservation(len(busy), starting)}, {"h100": 10.0},
+                           False, 10.0 * (len(busy) + starting), 10.0 * len(busy), starting, pods=pods)
 
 
 def test_a_busy_pod_is_cordoned_and_kept_until_it_holds_nothing() -> None:

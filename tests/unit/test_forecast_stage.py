@@ -10,6 +10,7 @@ from autoscaler.loop.runner import ControlLoop
 from autoscaler.report import timeline_rows
 from autoscaler.simulate import run_simulation
 from autoscaler.simulator.fleet import FleetSimulator
+from autoscaler.state import Signals
 from autoscaler.workload.types import Request, Workload
 from controllers.registry import build
 
@@ -60,14 +61,14 @@ def test_rates_over_a_partial_window_are_not_fed() -> None:
     stage = ForecastStage(ForecastConfig(enabled=True, step_s=60, horizon_s=120))
 
     def tick(t: float, history_s: float) -> ServiceEstimate:
-        est = ServiceEstimate("svc", t, {"request_rate_rps": 5.0, "prompt_tokens_rps": 500.0,
-                                         "generation_tokens_rps": 100.0}, {}, {}, False, 0.0, 0.0, 0,
+        est = ServiceEstimate("svc", t, Signals(request_rate_rps=5.0, prompt_tokens_rps=500.0,
+                                                generation_tokens_rps=100.0), {}, {}, False, 0.0, 0.0, 0,
                               history_s=history_s)
-        stage.apply(est, window_s=300.0)
+        est = stage.apply(est, window_s=300.0)
         return est
 
     for t in range(15, 300, 15):
-        assert tick(float(t), float(t)).signals["forecast_rate_rps"] is None
-    seen = [tick(float(t), float(t)).signals["forecast_rate_rps"] for t in range(300, 480, 15)]
+        assert tick(float(t), float(t)).signals.forecast.rate_rps is None
+    seen = [tick(float(t), float(t)).signals.forecast.rate_rps for t in range(300, 480, 15)]
     assert seen[0] is None  # the first full-window tick opens a step; no step has closed yet
     assert seen[-1] == 5.0

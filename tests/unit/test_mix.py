@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import default_fleet_document
 from autoscaler.loop.mix import MIN_REQUESTS, STEADY_TOLERANCE, MixTracker
+from autoscaler.state import Signals
 from controllers.pid import PIDState, rescale
 from models.capacity import RequestMix, variant_weights
 
@@ -16,14 +19,14 @@ ENGINE = CFG.simulator.engine
 WINDOW_S = 300.0
 
 
-def served(rate: float, input_tokens: float, output_tokens: float, hit: float | None = None) -> dict[str, float | None]:
+def served(rate: float, input_tokens: float, output_tokens: float, hit: float | None = None) -> Signals:
     """A steady window's signals: no queue, completions equal to the arrivals."""
-    return {"request_rate_rps": rate, "prompt_tokens_rps": rate * input_tokens,
-            "generation_tokens_rps": rate * output_tokens, "prefix_hit_rate": hit,
-            "queue_length": 0.0, "running": 20.0, "arrival_rate_rps": rate}
+    return Signals(request_rate_rps=rate, prompt_tokens_rps=rate * input_tokens,
+                   generation_tokens_rps=rate * output_tokens, prefix_hit_rate=hit,
+                   queue_length=0.0, running=20.0, arrival_rate_rps=rate)
 
 
-def settle(m: MixTracker, signals: dict[str, float | None]) -> dict[str, float]:
+def settle(m: MixTracker, signals: Signals) -> dict[str, float]:
     """Feed ``signals`` every 15 s for one window after the tracker's last tick; the capacities at its end."""
     start_s = m._running[-1][0] + 15.0 if m._running else 0.0
     t = start_s
@@ -61,10 +64,9 @@ def test_keeps_the_capacities_inside_the_tolerance_and_without_enough_data() -> 
     few = MIN_REQUESTS / WINDOW_S * 0.9  # fewer completions in the window than MIN_REQUESTS
     assert settle(m, served(few, 8000, 256)) == declared
     for missing in ("request_rate_rps", "prompt_tokens_rps", "generation_tokens_rps"):
-        sig = served(5.0, 8000, 256)
-        sig[missing] = None
+        sig = replace(served(5.0, 8000, 256), **{missing: None})
         assert settle(m, sig) == declared
-    assert settle(m, {**served(5.0, 8000, 256), "prompt_tokens_rps": float("nan")}) == declared
+    assert settle(m, replace(served(5.0, 8000, 256), prompt_tokens_rps=float("nan"))) == declared
     assert settle(m, served(0.0, 8000, 256)) == declared  # no traffic is not a mix
 
 
@@ -129,15 +131,15 @@ def test_only_a_window_whose_running_requests_held_steady_is_read() -> None:
     declared = dict(m.weights)
     assert m.update(served(5.0, 8000, 400), 0.0) == declared  # less than a window of samples
     grown = 20.0 + STEADY_TOLERANCE * 5.0 * WINDOW_S + 1
-    assert m.update({**served(5.0, 8000, 400), "running": grown}, WINDOW_S) == declared
-    assert m.update({**served(5.0, 8000, 400), "running": None}, WINDOW_S + 15) == declared
+    assert m.update(replace(served(5.0, 8000, 400), running=grown), WINDOW_S) == declared
+    assert m.update(replace(served(5.0, 8000, 400), running=None), WINDOW_S + 15) == declared
     m2 = MixTracker(SVC, ENGINE, WINDOW_S)
     m2.update(served(5.0, 8000, 400), 0.0)
     within = 20.0 + STEADY_TOLERANCE * 5.0 * WINDOW_S - 1
-    assert m2.update({**served(5.0, 8000, 400), "running": within}, WINDOW_S) == expected(8000, 400, 0.0)
+    assert m2.update(replace(served(5.0, 8000, 400), running=within), WINDOW_S) == expected(8000, 400, 0.0)
     # a standing backlog is read: waiting requests have no tokens counted yet
     m3 = MixTracker(SVC, ENGINE, WINDOW_S)
-    assert settle(m3, {**served(5.0, 8000, 400), "queue_length": 500.0}) == expected(8000, 400, 0.0)
+    assert settle(m3, replace(served(5.0, 8000, 400), queue_length=500.0)) == expected(8000, 400, 0.0)
 
 
 @pytest.mark.parametrize("bad", [
@@ -150,14 +152,14 @@ def test_only_a_window_whose_running_requests_held_steady_is_read() -> None:
 def test_signals_no_served_request_can_have_are_not_a_mix(bad: dict[str, float]) -> None:
     m = MixTracker(SVC, ENGINE, WINDOW_S)
     declared = dict(m.weights)
-    assert settle(m, {**served(5.0, 8000, 400), **bad}) == declared
+    assert settle(m, replace(served(5.0, 8000, 400), **bad)) == declared
 
 
 @pytest.mark.parametrize("running", [float("nan"), -100.0, float("inf")])
 def test_running_requests_that_are_not_a_count_are_unknown(running: float) -> None:
     m = MixTracker(SVC, ENGINE, WINDOW_S)
     declared = dict(m.weights)
-    m.update({**served(5.0, 8000, 400), "running": running}, 0.0)
+    m.update(replace(served(5.0, 8000, 400), running=running), 0.0)
     assert m.update(served(5.0, 8000, 400), WINDOW_S) == declared  # the window's start is unknown
     assert m.update(served(5.0, 8000, 400), 2 * WINDOW_S) == expected(8000, 400, 0.0)
 

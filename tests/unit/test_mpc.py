@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from importlib.resources import files
 
 import numpy as np
@@ -13,7 +14,7 @@ from autoscaler.config.loading import default_config, parse_config
 from autoscaler.errors import ConfigError
 from autoscaler.report import request_outcomes, summarize, timeline_rows
 from autoscaler.simulate import run_simulation
-from autoscaler.state import PodObservation, ServiceEstimate, VariantObservation
+from autoscaler.state import ForecastSignals, PodObservation, ServiceEstimate, Signals, VariantObservation
 from autoscaler.workload.types import Request, Workload
 from controllers.mpc import MPCController, _ServiceMemory
 from controllers.registry import build, parse_spec
@@ -30,7 +31,7 @@ def estimate(t: float, rate: float | None, ready: dict[str, int], starting: dict
     variants = {v.name: VariantObservation(ready.get(v.name, 0), starting.get(v.name, 0)) for v in SVC.variants}
     signals: dict[str, float | None] = {"arrival_rate_rps": rate, "queue_length": queue}
     cap = sum(10.0 * o.current for o in variants.values())
-    return ServiceEstimate(SVC.name, t, signals, variants, dict(WEIGHTS), False, cap, cap,
+    return ServiceEstimate(SVC.name, t, Signals.of(signals), variants, dict(WEIGHTS), False, cap, cap,
                            sum(starting.values()))
 
 
@@ -257,7 +258,7 @@ def two_services(limits: dict[str, object] | None) -> tuple[MPCController, list[
     ests = []
     for svc in cfg.services:
         variants = {v.name: VariantObservation(ready[v.name], 0) for v in svc.variants}
-        ests.append(ServiceEstimate(svc.name, 600.0, {"arrival_rate_rps": 75.0, "queue_length": 0.0}, variants,
+        ests.append(ServiceEstimate(svc.name, 600.0, Signals(arrival_rate_rps=75.0, queue_length=0.0), variants,
                                     dict(WEIGHTS), False, 60.0, 60.0, 0))
     return MPCController(cfg, {s.name: WEIGHTS for s in cfg.services}, forecast="last", hold_s=0), ests
 
@@ -309,10 +310,10 @@ def test_mix_forecast_sizes_for_the_forecast_lengths_and_hit_rate() -> None:
     est = estimate(600.0, 20.0, {"gh200": 2})
     mem = _ServiceMemory()
     assert c.corrected_weights(est, SVC, mem) == cal  # no forecast yet: the calibrated capacities
-    est.signals.update({"forecast_input_tokens": 2000.0, "forecast_output_tokens": 200.0})
+    est = replace(est, signals=replace(est.signals, forecast=ForecastSignals(input_tokens=2000.0, output_tokens=200.0)))
     long = c.corrected_weights(est, SVC, mem)["h100"]
     assert long == pytest.approx(replica_capacity(spec, mix.scaled(2.0, 1.0), slo.ttft_s, slo.itl_s).rps)
-    est.signals["forecast_prefix_hit_rate"] = 0.5
+    est = replace(est, signals=replace(est.signals, prefix_hit_rate_forecast=0.5, warmth_known=True))
     warm = c.corrected_weights(est, SVC, mem)["h100"]
     assert warm == pytest.approx(
         replica_capacity(spec, mix.scaled(2.0, 1.0).with_prefix_hit_rate(0.5), slo.ttft_s, slo.itl_s).rps)

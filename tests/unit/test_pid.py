@@ -320,10 +320,10 @@ def test_scale_ignored_when_scale_with_replicas_off() -> None:
 
 
 def _estimate(signals: dict[str, float], ready: int, starting: int, w: float, t: float = 100.0):
-    from autoscaler.state import ServiceEstimate, VariantObservation
+    from autoscaler.state import ServiceEstimate, Signals, VariantObservation
 
     return ServiceEstimate(
-        service="svc", time_s=t, signals=signals,
+        service="svc", time_s=t, signals=Signals.of(signals),
         variants={"h100": VariantObservation(ready=ready, starting=starting)}, weights={"h100": w},
         idle=False, capacity_rps=(ready + starting) * w, ready_capacity_rps=ready * w, starting=starting,
     )

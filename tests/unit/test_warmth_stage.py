@@ -18,7 +18,7 @@ from autoscaler.loop.warmth import WARM_AGE_S, WarmthStage
 from autoscaler.report import timeline_rows
 from autoscaler.simulate import run_simulation
 from autoscaler.simulator.fleet import FleetSimulator
-from autoscaler.state import PodObservation, ServiceObservation, VariantObservation
+from autoscaler.state import PodObservation, ServiceObservation, Signals, VariantObservation
 from autoscaler.workload.types import Request, Workload
 from controllers.registry import build
 from models.cache_warmth import CacheWarmthModel, ReplicaSample, WarmthParams
@@ -36,7 +36,8 @@ def tick(cfg: FleetConfig, t: float, pods: list[PodObservation], starting: int =
     prompt = None if rate is None else 1000 * rate
     sig: dict[str, float | None] = {"request_rate_rps": rate, "prompt_tokens_rps": prompt}
     n = len(pods) if ready is None else ready
-    obs = ServiceObservation("svc", t, sig, {"h100": VariantObservation(n, starting, 0, dict(sig))}, pods=pods)
+    obs = ServiceObservation("svc", t, Signals.of(sig), {"h100": VariantObservation(n, starting, 0, Signals.of(sig))},
+                             pods=pods)
     return estimate(obs, cfg.services[0], {"h100": 5.0})
 
 
@@ -138,8 +139,8 @@ def test_a_pod_listed_twice_does_not_break_the_tick(make_fleet) -> None:
     spy = Spy()
     stage = WarmthStage(ForecastConfig(enabled=True), cfg.services[0], "least_outstanding", model=spy)
     est = tick(cfg, 0.0, [pod("a", 0, 0), pod("a", 0, 0)], ready=2)
-    stage.apply(est)
-    assert spy.calls == [] and est.signals["forecast_prefix_hit_rate"] is None
+    est = stage.apply(est)
+    assert spy.calls == [] and est.signals.prefix_hit_rate_forecast is None
 
 
 def test_a_count_mismatch_or_a_source_ready_time(make_fleet) -> None:
@@ -165,8 +166,8 @@ def test_hand_computed_fleet_hit_rates(make_fleet) -> None:
         pods = [pod("a", 0, 0), pod("b", 0, 0)]
         stage.apply(tick(cfg, 0.0, pods))
         est = tick(cfg, 15.0, pods, starting=starting)
-        stage.apply(est)
-        return est.signals["forecast_prefix_hit_rate"]
+        est = stage.apply(est)
+        return est.signals.prefix_hit_rate_forecast
 
     # Placement ignores the cache: each of N warm replicas holds 1/N of the reusable prefixes and gets
     # 1/N of the requests: fleet = 0.1 + 0.6 / N.
@@ -183,13 +184,13 @@ def test_unknown_until_learned_or_when_the_load_is_unknown(make_fleet) -> None:
     fc = ForecastConfig(enabled=True)
     stage = WarmthStage(fc, cfg.services[0], "least_outstanding")
     est = tick(cfg, 0.0, [pod("a", 0, 0), pod("b", 0, 0)])
-    stage.apply(est)
-    assert est.signals["forecast_prefix_hit_rate"] is None  # nothing learned: unknown, not 0
+    est = stage.apply(est)
+    assert est.signals.prefix_hit_rate_forecast is None  # nothing learned: unknown, not 0
     fixed = CacheWarmthModel(fixed=WarmthParams(0.2, 0.0, 60.0))
     stage = WarmthStage(fc, cfg.services[0], "least_outstanding", model=fixed)
     est = tick(cfg, 0.0, [pod("a", 0, 0)], rate=None)
-    stage.apply(est)
-    assert est.signals["forecast_prefix_hit_rate"] is None
+    est = stage.apply(est)
+    assert est.signals.prefix_hit_rate_forecast is None
 
 
 def system_prompt_load(rate_rps: float, duration_s: float) -> Workload:
@@ -245,11 +246,11 @@ def test_a_pod_back_after_ticks_learned_without_it_starts_from_a_new_reading(mak
     # b's increase is unknown on the tick it comes back: the model only restarts its interval
     assert spy.calls[-1][0] == 60.0 and all(s.queries_tokens == 0.0 for s in spy.calls[-1][1])
     est = tick(cfg, 75.0, [pod("a", 5e4, 1e5), pod("b", 5e4, 1e5)])
-    stage.apply(est)
+    est = stage.apply(est)
     # b is a new, cold replica to the model (its share of the cache went to a while it was away)
     got = {s.replica_id: (s.queries_tokens, s.ready_s) for s in spy.calls[-1][1]}
     assert got == {"a": (2e4, -WARM_AGE_S), "b": (2e4, 60.0)}  # the model dropped the old b at 15 s
-    assert est.signals["forecast_prefix_hit_rate"] <= 0.40 + 1e-9
+    assert est.signals.prefix_hit_rate_forecast <= 0.40 + 1e-9
 
 
 def test_pods_seen_before_the_first_complete_tick_are_warm(make_fleet) -> None:
@@ -257,9 +258,9 @@ def test_pods_seen_before_the_first_complete_tick_are_warm(make_fleet) -> None:
     stage, spy = fixed_stage(cfg)
     stage.apply(tick(cfg, 0.0, [pod("a", 3e8, 5e8)], ready=2))  # b's gauges missing on the first scrape
     est = tick(cfg, 15.0, [pod("a", 3e8 + 1e4, 5e8 + 2e4), pod("b", 3e8 + 1e4, 5e8 + 2e4)])
-    stage.apply(est)
+    est = stage.apply(est)
     assert [(s.ready_s, s.queries_tokens) for s in spy.calls[0][1]] == [(15.0 - WARM_AGE_S, 0.0)] * 2
-    assert est.signals["forecast_prefix_hit_rate"] == pytest.approx(0.1 + 0.6 / 2, abs=1e-9)
+    assert est.signals.prefix_hit_rate_forecast == pytest.approx(0.1 + 0.6 / 2, abs=1e-9)
 
 
 def test_a_name_unseen_for_retain_s_comes_back_as_a_new_cold_replica(make_fleet) -> None:
@@ -279,9 +280,9 @@ def test_a_ready_time_in_the_future_is_now_and_never_a_zero_forecast(make_fleet)
     cfg = make_fleet(1, max_replicas=4, kv_cache_tokens=HUGE_KV)
     stage, spy = fixed_stage(cfg)
     est = tick(cfg, 0.0, [pod("a", 0, 0, ready_s=400.0)])  # a skewed source clock
-    stage.apply(est)
+    est = stage.apply(est)
     assert spy.calls[0][1][0].ready_s == 0.0
-    assert est.signals["forecast_prefix_hit_rate"] is not None and est.signals["forecast_prefix_hit_rate"] >= 0.1
+    assert est.signals.prefix_hit_rate_forecast is not None and est.signals.prefix_hit_rate_forecast >= 0.1
 
 
 def test_pods_counted_late_never_push_the_held_shares_above_one(make_fleet) -> None:
@@ -295,16 +296,16 @@ def test_pods_counted_late_never_push_the_held_shares_above_one(make_fleet) -> N
         t = 15.0 * k
         c = pod("c", 4e5 + k, 8e5 + 2 * k) if t >= 600 else pod("c", None, None)
         est = tick(cfg, t, [pod("a", 1e4 * k, 2e4 * k), pod("b", 1e4 * k, 2e4 * k), c])
-        stage.apply(est)
-        assert est.signals["forecast_prefix_hit_rate"] <= 0.1 + 0.6 / 3 + 1e-9
+        est = stage.apply(est)
+        assert est.signals.prefix_hit_rate_forecast <= 0.1 + 0.6 / 3 + 1e-9
     two = make_fleet(2, max_replicas=4, kv_cache_tokens=HUGE_KV)
     stage, _ = fixed_stage(two)
     stage.apply(tick(two, 0.0, [pod("a", 0, 0)], ready=1))
     for k in range(1, 5):
         old = [pod("b", 3e8 + k, 5e8 + k, ready_s=-7200.0)] if k >= 2 else []
         est = tick(two, 15.0 * k, [pod("a", 1e4 * k, 2e4 * k), *old])
-        stage.apply(est)
-        assert est.signals["forecast_prefix_hit_rate"] <= 0.1 + 0.6 / (1 + len(old)) + 1e-9
+        est = stage.apply(est)
+        assert est.signals.prefix_hit_rate_forecast <= 0.1 + 0.6 / (1 + len(old)) + 1e-9
 
 
 def test_a_restart_seen_on_an_incomplete_tick_is_not_missed(make_fleet) -> None:
@@ -346,8 +347,8 @@ def test_random_pod_churn_never_crashes_or_breaks_the_share_bound(make_fleet, ro
             ready = len(pods) + (int(rng.integers(-1, 2)) if rng.random() < 0.1 else 0)
             starting = int(rng.integers(0, 2))
             est = tick(cfg, t, pods, starting=starting, ready=max(ready, 0))
-            stage.apply(est)
-            x = est.signals["forecast_prefix_hit_rate"]
+            est = stage.apply(est)
+            x = est.signals.prefix_hit_rate_forecast
             if x is None:
                 continue
             n = len(pods) + starting
@@ -366,9 +367,9 @@ def test_an_old_restart_mark_does_not_bring_a_pod_back_warm(make_fleet, router: 
     for k in range(2, 200):  # b gone for 50 minutes, learned without it
         stage.apply(tick(cfg, 15.0 * k, [pod("a", 10 * k, 20 * k)], ready=1))
     est = tick(cfg, 3000.0, [pod("a", 2000, 4000), pod("b", 50, 100)])
-    stage.apply(est)
+    est = stage.apply(est)
     assert {s.replica_id: s.ready_s for s in spy.calls[-1][1]}["b"] == 3000.0
-    assert est.signals["forecast_prefix_hit_rate"] <= bound + 1e-9
+    assert est.signals.prefix_hit_rate_forecast <= bound + 1e-9
 
 
 def test_a_pod_the_model_holds_keeps_its_baseline_through_a_long_gap(make_fleet) -> None:

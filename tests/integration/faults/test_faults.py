@@ -85,7 +85,7 @@ class Harmful(Controller):
         if self.mode == "missing-as-zero" and est.errors:
             name = max(cur, key=lambda v: cur[v])
             cur[name] -= 1
-        elif self.mode == "doubling" and est.signals.get("running"):
+        elif self.mode == "doubling" and est.signals.running:
             cur = {v: max(1, 2 * n) for v, n in cur.items()}
         elif self.mode == "shrink" and est.time_s >= 1000.0 and not self.shrunk and est.pods:
             busiest = max(est.pods, key=lambda p: p.running)

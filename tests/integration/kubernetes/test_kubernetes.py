@@ -296,11 +296,11 @@ def test_a_variant_whose_pods_stay_unschedulable_is_marked_unavailable_for_a_whi
 
 def test_the_loop_gives_an_unavailable_variants_demand_to_the_others(make_fleet) -> None:
     from autoscaler.loop.runner import available
-    from autoscaler.state import ServiceEstimate, VariantObservation
+    from autoscaler.state import ServiceEstimate, Signals, VariantObservation
 
     cfg = make_fleet(2, min_replicas=1, max_replicas=8)
     svc = cfg.services[0]
-    est = ServiceEstimate(service="svc", time_s=0.0, signals={},
+    est = ServiceEstimate(service="svc", time_s=0.0, signals=Signals.of({}),
                           variants={"h100": VariantObservation(ready=2, starting=3, unavailable=True)},
                           weights={"h100": 1.0}, idle=False, capacity_rps=5.0, ready_capacity_rps=2.0, starting=3)
     view = available(svc, est)
@@ -342,13 +342,13 @@ def test_statefulsets_and_custom_resources_scale_through_their_subresource(clust
 
 def test_pods_with_the_fewest_requests_in_flight_go_first_when_the_controller_names_none() -> None:
     from autoscaler.loop.runner import idle_first
-    from autoscaler.state import PodObservation, ServiceEstimate, VariantObservation
+    from autoscaler.state import PodObservation, ServiceEstimate, Signals, VariantObservation
 
     def p(name: str, running: float, waiting: float, variant: str = "h100") -> PodObservation:
         return PodObservation(variant=variant, kv_usage=0.1, waiting=waiting, running=running, kv_usage_max=0.1,
                               waiting_max=waiting, name=name)
 
-    est = ServiceEstimate(service="svc", time_s=0.0, signals={},
+    est = ServiceEstimate(service="svc", time_s=0.0, signals=Signals.of({}),
                           variants={"h100": VariantObservation(ready=3, starting=0),
                                     "a100": VariantObservation(ready=1, starting=0)},
                           weights={"h100": 1.0, "a100": 1.0}, idle=False, capacity_rps=4.0, ready_capacity_rps=4.0,
@@ -379,11 +379,11 @@ def test_a_fractional_lease_duration_is_rounded_up_for_the_followers(cluster) ->
 
 def test_replica_counts_come_from_the_api_server(cluster, fleet) -> None:
     from autoscaler.adapters.kubernetes import ClusterSource, PendingPods
-    from autoscaler.state import ServiceObservation, VariantObservation
+    from autoscaler.state import ServiceObservation, Signals, VariantObservation
 
     class Lagging:  # what kube-state-metrics said a scrape ago
         def observe(self, now: float) -> dict[str, ServiceObservation]:
-            return {"svc": ServiceObservation("svc", now, {}, {"h100": VariantObservation(ready=4, starting=0)})}
+            return {"svc": ServiceObservation("svc", now, Signals(), {"h100": VariantObservation(ready=4, starting=0)})}
 
     client.AppsV1Api(cluster.api()).patch_namespaced_deployment_status(
         "svc-h100", NS, {"status": {"replicas": 2, "readyReplicas": 1}})

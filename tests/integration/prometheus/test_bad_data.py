@@ -27,7 +27,7 @@ from autoscaler.faults.promserver import PromServer
 from autoscaler.loop.estimate import estimate
 from autoscaler.loop.export import LoopMetrics
 from autoscaler.loop.runner import ControlLoop
-from autoscaler.state import SIGNALS, ServiceObservation, VariantObservation
+from autoscaler.state import SIGNALS, ServiceObservation, Signals, VariantObservation
 from controllers.base import Reason
 from controllers.registry import build
 
@@ -121,9 +121,9 @@ def test_zero_traffic_nan_quantiles_read_as_idle_and_scale_to_minimum(world: Wor
     second = loop.tick(1.0).services["idle"]
     est = first.estimate
     assert est.errors == []
-    assert est.signals["ttft_p95_s"] is None and est.signals["slo_p95_ratio"] is None
-    assert est.signals["ttft_mean_s"] is None and est.signals["slo_mean_ratio"] is None  # 0/0 means too
-    assert est.signals["request_rate_rps"] == 0.0 and est.signals["running"] == 0.0
+    assert est.signals.ttft_p95_s is None and est.signals.slo_p95_ratio is None
+    assert est.signals.ttft_mean_s is None and est.signals.slo_mean_ratio is None  # 0/0 means too
+    assert est.signals.request_rate_rps == 0.0 and est.signals.running == 0.0
     assert est.idle is True
     assert first.applied == {"h100": 3}  # one idle tick of two: no change yet
     assert second.applied == {"h100": 1}  # 3 - max_step_down 2 = min_replicas 1
@@ -168,7 +168,7 @@ def test_mean_ratios_are_window_means_over_the_interactive_slo() -> None:
     sig.update(ttft_mean_s=0.6 * slo.ttft_s, tpot_mean_s=0.2 * slo.itl_s)
 
     def signals() -> dict[str, float | None]:
-        obs = ServiceObservation("svc", 0.0, sig, {"h100": VariantObservation(2, 0)})
+        obs = ServiceObservation("svc", 0.0, Signals.of(sig), {"h100": VariantObservation(2, 0)})
         return estimate(obs, cfg.services[0], {"h100": 10.0}).signals
 
     est_signals = signals()
@@ -207,7 +207,7 @@ def test_http_5xx_and_timeouts_are_unknown_hold_and_are_counted(world: World, ca
     for rec, problem in ((down, "HTTP 503"), (slow, "timed out")):
         st = rec.services["idle"]
         assert st.estimate.errors and all(problem in e for e in st.estimate.errors), st.estimate.errors
-        assert all(v is None for v in st.estimate.signals.values())
+        assert all(v is None for v in st.estimate.signals.flat().values())
         assert st.estimate.idle is None  # an outage is not an idle window
         assert st.decision.hold and "metric queries failed" in st.reason
         assert st.applied == {"h100": 3}  # held at the last known count: no scale-down
@@ -242,7 +242,8 @@ def test_errors_hold_even_when_the_controller_would_scale() -> None:
             sig: dict[str, float | None] = dict.fromkeys(SIGNALS, 1.0)
             # 5x the SLOs and 100 req/s arriving at two replicas: the PID scales up
             sig.update(ttft_p95_s=10.0, tpot_p95_s=0.5, arrival_rate_rps=100.0)
-            return {"svc": ServiceObservation("svc", now, sig, {"h100": VariantObservation(2, 0)}, list(self.errors))}
+            return {"svc": ServiceObservation("svc", now, Signals.of(sig), {"h100": VariantObservation(2, 0)},
+                                              list(self.errors))}
 
     src = Source()
     src.errors = ["svc request_rate_rps: HTTP 503"]
@@ -261,22 +262,22 @@ def test_stale_pod_is_ignored_and_others_decide(world: World) -> None:
     src = source(cfg, world.prom.url)
     st = dry_loop(cfg, src).tick(0.0).services["stale"]
     assert st.estimate.errors == []
-    assert st.estimate.signals["running"] == 3.0 and st.estimate.signals["kv_usage"] == pytest.approx(0.2)
+    assert st.estimate.signals.running == 3.0 and st.estimate.signals.kv_usage == pytest.approx(0.2)
     assert any("stale-h100-1" in w and "old" in w for w in src.warnings["stale"])
     assert not st.decision.hold  # the fresh pod's quantiles decide
     loose = fleet("stale", staleness_s=1000.0)  # the same pod, inside the bound, counts
-    assert source(loose, world.prom.url).observe(0.0)["stale"].signals["running"] == 8.0
+    assert source(loose, world.prom.url).observe(0.0)["stale"].signals.running == 8.0
 
 
 def test_pod_without_metrics_does_not_block_the_others(world: World) -> None:
     cfg = fleet("miss")
     src = source(cfg, world.prom.url)
-    assert src.observe(0.0)["miss"].signals["running"] == 8.0
+    assert src.observe(0.0)["miss"].signals.running == 8.0
     world.exporters["miss-1"].close()  # the pod's endpoint stops answering (GPU hang, crash)
     world.prom.wait_for('vllm:num_requests_running{pod="miss-h100-1"}', lambda r: r == [])
     st = dry_loop(cfg, src).tick(1.0).services["miss"]
     assert st.estimate.errors == []
-    assert st.estimate.signals["running"] == 2.0 and st.estimate.signals["kv_usage"] == pytest.approx(0.3)
+    assert st.estimate.signals.running == 2.0 and st.estimate.signals.kv_usage == pytest.approx(0.3)
     assert st.estimate.variants["h100"].current == 2  # kube-state-metrics still counts it
     assert not st.decision.hold
 
@@ -287,7 +288,7 @@ def test_pods_with_absurd_gauges_are_ignored_with_a_warning(world: World) -> Non
     src = source(cfg, world.prom.url)
     obs = src.observe(0.0)["bad"]
     assert obs.errors == []
-    assert obs.signals["running"] == 2.0 and obs.signals["kv_usage"] == pytest.approx(0.3)
+    assert obs.signals.running == 2.0 and obs.signals.kv_usage == pytest.approx(0.3)
     warnings = src.warnings["bad"]
     assert any("bad-h100-1" in w and "vllm:kv_cache_usage_perc=1.7" in w for w in warnings), warnings
     assert any("bad-h100-2" in w and "vllm:num_requests_running=-1" in w for w in warnings), warnings
@@ -301,7 +302,7 @@ def test_negative_rate_and_infinite_value_from_queries_are_rejected(world: World
     })
     st = dry_loop(cfg, source(cfg, world.prom.url)).tick(0.0).services["miss"]
     est = st.estimate
-    assert est.signals["request_rate_rps"] is None and est.signals["kv_usage"] is None
+    assert est.signals.request_rate_rps is None and est.signals.kv_usage is None
     assert any("rejected request_rate_rps=-" in w for w in est.warnings), est.warnings
     assert any("rejected kv_usage=inf" in w for w in est.warnings), est.warnings
     assert est.idle is None  # a negative rate is not "no traffic"
@@ -311,11 +312,12 @@ def test_estimate_rejects_absurd_values_whatever_the_source() -> None:
     cfg = fleet("svc")
     sig: dict[str, Any] = dict.fromkeys(SIGNALS, 0.0)
     sig.update(request_rate_rps=-2.0, ttft_p95_s=math.inf, kv_usage=1.5, prefix_hit_rate=0.5, running=math.nan)
-    obs = ServiceObservation("svc", 0.0, sig, {"h100": VariantObservation(1, 0, signals={"kv_usage": -0.1})})
+    obs = ServiceObservation("svc", 0.0, Signals.of(sig),
+                             {"h100": VariantObservation(1, 0, signals=Signals(kv_usage=-0.1))})
     est = estimate(obs, cfg.services[0], {"h100": 1.0})
-    assert est.signals["request_rate_rps"] is None and est.signals["ttft_p95_s"] is None
-    assert est.signals["kv_usage"] is None and est.variants["h100"].signals["kv_usage"] is None
-    assert est.signals["running"] is None  # NaN is undefined, not absurd: no warning
-    assert est.signals["prefix_hit_rate"] == 0.5
+    assert est.signals.request_rate_rps is None and est.signals.ttft_p95_s is None
+    assert est.signals.kv_usage is None and est.variants["h100"].signals.kv_usage is None
+    assert est.signals.running is None  # NaN is undefined, not absurd: no warning
+    assert est.signals.prefix_hit_rate == 0.5
     assert len(est.warnings) == 4, est.warnings
     assert est.idle is None

@@ -110,17 +110,17 @@ def test_dry_run_makes_the_simulator_loops_decisions(run: Run) -> None:
         lag = [sim[j].applied for j in range(i - 2, i + 3) if 0 <= j < len(sim)]
         for v, n_dry in st.applied.items():
             assert min(a[v] for a in lag) - 1 <= n_dry <= max(a[v] for a in lag) + 1, (w, st.applied, lag)
-        a, b = st.estimate.signals["slo_p95_ratio"], sim[k].estimate.signals["slo_p95_ratio"]
+        a, b = st.estimate.signals.slo_p95_ratio, sim[k].estimate.signals.slo_p95_ratio
         if a is not None and b is not None:
             ratio_diffs.append(abs(a - b) / b)
-        a, b = st.estimate.signals["slo_mean_ratio"], sim[k].estimate.signals["slo_mean_ratio"]
+        a, b = st.estimate.signals.slo_mean_ratio, sim[k].estimate.signals.slo_mean_ratio
         if a is not None and b is not None:
             mean_diffs.append(abs(a - b) / b)
         # Rates are per second of the simulator's clock (the source runs SPEED x faster): the dry-run's
         # request rate is the completions the simulator made in its window, counted exactly.
         t = sim[k].estimate.time_s + (w - wall[k]) * SPEED
         done = sum(t - window < f <= t for f in finished)
-        a = st.estimate.signals["request_rate_rps"]
+        a = st.estimate.signals.request_rate_rps
         if a is not None and done:
             rate_diffs.append(abs(a - done / window) / (done / window))
         overloaded += (st.decision.terms.get("error") or 0.0) >= run.cfg.controller.pid.error_clip

@@ -122,8 +122,8 @@ def test_signals_equal_hand_calculations(world: World) -> None:
     assert s["prompt_tokens_rps"] == pytest.approx(12.0 * PROMPT_TOKENS_PER_REQUEST, rel=0.1)
     assert s["itl_p95_s"] is None and s["preemptions_rps"] is None  # not exported by the fake pods
     h100, a100 = obs.variants["h100"], obs.variants["a100"]
-    assert h100.signals["running"] == 5.0 and h100.signals["kv_usage"] == pytest.approx(0.4)
-    assert a100.signals["request_rate_rps"] == pytest.approx(2.0, rel=0.1)
+    assert h100.signals.running == 5.0 and h100.signals.kv_usage == pytest.approx(0.4)
+    assert a100.signals.request_rate_rps == pytest.approx(2.0, rel=0.1)
     assert (h100.ready, h100.starting) == (2, 1)  # kube-state-metrics: spec 3, ready 2
     assert (a100.ready, a100.starting) == (1, 0)  # no Deployment series: the one fresh pod
     assert sorted((p.variant, p.running, p.waiting) for p in obs.pods) == [
@@ -142,7 +142,7 @@ def test_custom_selectors_from_the_fleet_file(world: World) -> None:
     _, obs = observe(cfg, world.prom.url)
     assert obs.errors == []
     assert (obs.variants["h100"].ready, obs.variants["h100"].starting) == (2, 0)  # pods counted, KSM not asked
-    assert obs.variants["h100"].signals["running"] == 5.0
+    assert obs.variants["h100"].signals.running == 5.0
 
 
 def test_pre_09_query_set_reads_a_real_v0_capture(world: World) -> None:
@@ -150,10 +150,10 @@ def test_pre_09_query_set_reads_a_real_v0_capture(world: World) -> None:
     _, old = observe(cfg_old, world.prom.url)
     assert old.errors == []
     assert old.variants["h100"].ready == 1 and old.variants["a100"].ready == 0  # one pod, no Deployment series
-    assert old.signals["kv_usage"] == 0.0 and old.signals["running"] == 0.0  # vllm:gpu_cache_usage_perc
-    assert old.signals["request_rate_rps"] == 0.0  # a frozen capture: no traffic
+    assert old.signals.kv_usage == 0.0 and old.signals.running == 0.0  # vllm:gpu_cache_usage_perc
+    assert old.signals.request_rate_rps == 0.0  # a frozen capture: no traffic
     _, new = observe(fleet(name="qwen", model="Qwen/Qwen3-0.6B"), world.prom.url)
-    assert new.signals["kv_usage"] is None  # vllm:kv_cache_usage_perc does not exist before 0.9
+    assert new.signals.kv_usage is None  # vllm:kv_cache_usage_perc does not exist before 0.9
     # <= 0.8 counted prefix-cache blocks, not tokens: the warmth model is not fed block counts
     assert [(p.prefix_hits_total, p.prefix_queries_total) for p in old.pods] == [(None, None)]
 
@@ -193,7 +193,7 @@ def test_bearer_and_basic_auth_are_sent(world: World) -> None:
             _, without = observe(fleet(), proxy.url)
         finally:
             proxy.close()
-        assert with_auth.errors == [] and with_auth.signals["running"] == 6.0
+        assert with_auth.errors == [] and with_auth.signals.running == 6.0
         assert without.errors and all("HTTP 401" in e for e in without.errors)
 
 
@@ -208,8 +208,8 @@ def test_tls_verification_custom_ca_and_verify_off(world: World) -> None:
     finally:
         proxy.close()
     assert strict.errors and all("TLS error" in e for e in strict.errors)
-    assert with_ca.errors == [] and with_ca.signals["running"] == 6.0
-    assert off.errors == [] and off.signals["running"] == 6.0
+    assert with_ca.errors == [] and with_ca.signals.running == 6.0
+    assert off.errors == [] and off.signals.running == 6.0
 
 
 def test_speed_shrinks_windows_and_divides_rates() -> None:
@@ -231,8 +231,8 @@ def test_speed_shrinks_windows_and_divides_rates() -> None:
     obs = PrometheusSource(cfg, runner, speed=4.0).observe(0.0)["src"]
     assert any("[750ms]" in q for q in runner.seen)  # 3 s of the source's time at 4x = 0.75 wall seconds
     # 3 completions per wall second from a source running 4x faster: 0.75 per second of its own clock
-    assert obs.signals["request_rate_rps"] == 0.75
-    assert obs.signals["ttft_p95_s"] == 0.5  # a latency is not a rate
+    assert obs.signals.request_rate_rps == 0.75
+    assert obs.signals.ttft_p95_s == 0.5  # a latency is not a rate
 
 
 def test_a_failed_or_absurd_prefix_counter_query_is_a_warning_not_a_hold() -> None:
