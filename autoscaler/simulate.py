@@ -72,7 +72,7 @@ def start_at(cfg: FleetConfig, controller: Controller, workload: Workload, servi
     elif steady_start:
         svc = cfg.service(service)
         itl = cfg.controller.pid.setpoint * svc.slo["interactive"].itl_s
-        start = {svc.name: steady_start_fleet(svc, cfg.simulator.engine, workload, itl)}
+        start = {svc.name: steady_start_fleet(svc, cfg.engine, workload, itl)}
     else:
         return cfg
     cfg = cfg.model_copy(deep=True)

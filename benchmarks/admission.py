@@ -54,7 +54,7 @@ def capacity_rps(cfg: FleetConfig, workload: Workload) -> float:
     """Capacity at the interactive SLO of the fleet a PID run starts with, requests/s."""
     start = start_at(cfg, build("pid", cfg, None, workload), workload, None, True)
     svc = start.services[0]
-    w = variant_weights(svc, start.simulator.engine)
+    w = variant_weights(svc, start.engine)
     return sum(v.start_replicas * w[v.name] for v in svc.variants)
 
 

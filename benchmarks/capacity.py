@@ -55,7 +55,7 @@ def fleet(variant: str, kv: int, seqs: int, chunk: int, ttft: float) -> FleetCon
     v = svc.variants[0]
     v.min_replicas, v.kv_cache_tokens, v.quota, v.initial_replicas = 0, kv, None, 1
     svc.slo["interactive"].ttft_s = ttft
-    cfg.simulator.engine.max_num_seqs, cfg.simulator.engine.max_num_batched_tokens = seqs, chunk
+    cfg.engine.max_num_seqs, cfg.engine.max_num_batched_tokens = seqs, chunk
     return cfg
 
 
@@ -92,7 +92,7 @@ def knee(cfg: FleetConfig, prompt: int, output: int, sigmas: tuple[float, float]
 def measure(name: str) -> dict[str, Any]:
     variant, kv, seqs, chunk, ttft, prompt, output, sigmas = CASES[name]
     cfg = fleet(variant, kv, seqs, chunk, ttft)
-    spec = ReplicaSpec.of(cfg.services[0].variants[0], cfg.simulator.engine)
+    spec = ReplicaSpec.of(cfg.services[0].variants[0], cfg.engine)
     ins, outs = lengths(20_000, prompt, output, sigmas, 1)
     model = replica_capacity(spec, RequestMix.from_requests(ins, outs), ttft, cfg.services[0].slo["interactive"].itl_s)
     measured = knee(cfg, prompt, output, sigmas, 0.5 * model.rps, 1.5 * model.rps)

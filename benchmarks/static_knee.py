@@ -68,10 +68,10 @@ def main() -> None:
     cfg = load_config(ROOT / "examples" / "fleet.yaml")
     svc = cfg.services[0]
     wl = build_workload(args.trace, None, args.rate_scale, 1.0, args.seed, DEFAULT_BATCH_FRACTION)
-    w = variant_weights(svc, cfg.simulator.engine)
+    w = variant_weights(svc, cfg.engine)
     dearest_first = [v.name for v in sorted(svc.variants, key=lambda v: -cost_per_capacity(v, w[v.name]))]
     mins = {v.name: v.min_replicas for v in svc.variants}
-    peak = peak_provisioning(svc, cfg.simulator.engine, wl)
+    peak = peak_provisioning(svc, cfg.engine, wl)
     minus1 = smaller(peak, dearest_first, mins)
     minus2 = smaller(minus1, dearest_first, mins)
 

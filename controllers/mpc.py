@@ -198,7 +198,7 @@ class MPCController(Controller):
         self.hold_s = hold_s
         self.learn = bool(learn) and mixes is not None
         self.mixes = dict(mixes or {})
-        self.engine = cfg.simulator.engine
+        self.engine = cfg.engine
         self._capacity_cache: dict[tuple[str, str, float, float, float, float], float] = {}
         self.forecast = forecast
         self.mix = mix

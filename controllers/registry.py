@@ -117,7 +117,7 @@ class BuildContext:
     def calibration(self) -> Calibration:
         """One replica's load at 70 % of capacity (``controllers.baselines.calibrate``)."""
         mix = self.mix
-        return calibrate(self.svc, self.cfg.simulator.engine, service_mix(self.svc) if mix is None else mix)
+        return calibrate(self.svc, self.cfg.engine, service_mix(self.svc) if mix is None else mix)
 
     def peak_rps(self, given: float | None) -> float:
         """``given``, else the workload's peak 60-s arrival rate.
@@ -159,13 +159,13 @@ def _static(kw: dict[str, Any], ctx: BuildContext) -> Controller:
     if ctx.workload is None and "peak_rps" not in kw:
         replicas = {v.name: v.start_replicas for v in svc.variants}
     else:
-        replicas = provision_for(svc, ctx.cfg.simulator.engine, ctx.mix, ctx.peak_rps(kw.get("peak_rps")))
+        replicas = provision_for(svc, ctx.cfg.engine, ctx.mix, ctx.peak_rps(kw.get("peak_rps")))
     return StaticController({svc.name: replicas}, c.tick_s, c.window_s, name=ctx.spec)
 
 
 def _static_ilp(kw: dict[str, Any], ctx: BuildContext) -> Controller:
     c = ctx.cfg.controller
-    return static_ilp_controller(ctx.svc, ctx.cfg.simulator.engine, ctx.mix, ctx.peak_rps(kw.get("peak_rps")),
+    return static_ilp_controller(ctx.svc, ctx.cfg.engine, ctx.mix, ctx.peak_rps(kw.get("peak_rps")),
                                  c.tick_s, c.window_s, name=ctx.spec)
 
 
@@ -215,7 +215,7 @@ def _oracle(kw: dict[str, Any], ctx: BuildContext) -> Controller:
         raise ValueError("oracle needs a trace (simulate, compare): it plans on the true future demand")
     svc = ctx.svc
     itl = ctx.cfg.controller.pid.setpoint * svc.slo["interactive"].itl_s
-    initial = steady_start_fleet(svc, ctx.cfg.simulator.engine, ctx.workload, itl)
+    initial = steady_start_fleet(svc, ctx.cfg.engine, ctx.workload, itl)
     return oracle_controller(ctx.cfg, svc, ctx.workload, _service_weights(ctx)[svc.name], initial, **kw,
                              name=ctx.spec)
 
@@ -233,7 +233,7 @@ def _service_weights(ctx: BuildContext,
     default ``_service_mixes``); 0 for a service that accepts none of the workload."""
     mixes = _service_mixes(ctx) if mixes is None else mixes
     return {svc.name: {v.name: 0.0 for v in svc.variants} if mixes[svc.name] is None
-            else variant_weights(svc, ctx.cfg.simulator.engine, mixes[svc.name]) for svc in ctx.cfg.services}
+            else variant_weights(svc, ctx.cfg.engine, mixes[svc.name]) for svc in ctx.cfg.services}
 
 
 _AIBRIX = _params(AIBrixController, "strategy", target=POSITIVE)
@@ -250,7 +250,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
     "aibrix": (_AIBRIX, _aibrix("kpa")),
     "aibrix-apa": (_AIBRIX, _aibrix("apa")),
     "dynamo": (_params(DynamoPlanner, predictor=TEXT, ttft=POSITIVE, itl=POSITIVE),
-               lambda kw, ctx: DynamoPlanner(ctx.cfg.simulator.engine, **kw, name=ctx.spec)),
+               lambda kw, ctx: DynamoPlanner(ctx.cfg.engine, **kw, name=ctx.spec)),
     "wva": (_params(WVAController), lambda kw, ctx: WVAController(name=ctx.spec)),
     "static-ilp": ({"peak_rps": POSITIVE}, _static_ilp),
     "oracle": ({"miss_weight": POSITIVE}, _oracle),

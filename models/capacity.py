@@ -46,7 +46,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from scipy import stats
@@ -55,8 +55,64 @@ from autoscaler.workload import synthetic
 from models.profiles import get_profile
 
 if TYPE_CHECKING:
-    from autoscaler.config import EngineConfig, Service, Variant
+    from collections.abc import Mapping
+
     from models.profiles import PerformanceProfile
+
+
+# What this module reads of a fleet file (``autoscaler.config`` satisfies these structurally, and
+# the model stays below the config layer): the engine limits, a variant, a service.
+class EngineLimits(Protocol):
+    """vLLM scheduler limits of one replica (``engine`` of a fleet file)."""
+
+    @property
+    def max_num_seqs(self) -> int: ...
+    @property
+    def max_num_batched_tokens(self) -> int: ...
+    @property
+    def block_size(self) -> int: ...
+
+
+class VariantSpec(Protocol):
+    """One variant: its name, its performance profile's name and its KV-cache capacity, tokens."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def profile(self) -> str: ...
+    @property
+    def kv_cache_tokens(self) -> int: ...
+
+
+class Objective(Protocol):
+    """One class's latency objectives, s."""
+
+    @property
+    def ttft_s(self) -> float: ...
+    @property
+    def itl_s(self) -> float: ...
+
+
+class TypicalLengths(Protocol):
+    """Mean prompt and output lengths, tokens, and the prefix-cache hit rate a service is sized for."""
+
+    @property
+    def input_tokens(self) -> float: ...
+    @property
+    def output_tokens(self) -> float: ...
+    @property
+    def prefix_hit_rate(self) -> float: ...
+
+
+class ServiceSpec(Protocol):
+    """A service as sized here: its typical request, its objectives by class, its variants."""
+
+    @property
+    def typical_request(self) -> TypicalLengths: ...
+    @property
+    def slo(self) -> Mapping[str, Objective]: ...
+    @property
+    def variants(self) -> Sequence[VariantSpec]: ...
 
 DEFAULT_ATTAINMENT = 0.99
 """Share of requests that must meet the SLO at capacity (the product's attainment objective)."""
@@ -214,7 +270,7 @@ class ReplicaSpec:
     kv_cache_tokens: int
 
     @classmethod
-    def of(cls, variant: Variant, engine: EngineConfig) -> ReplicaSpec:
+    def of(cls, variant: VariantSpec, engine: EngineLimits) -> ReplicaSpec:
         """The spec of one replica of ``variant`` under the fleet's engine settings."""
         return cls(get_profile(variant.profile), engine.max_num_seqs, engine.max_num_batched_tokens,
                    engine.block_size, variant.kv_cache_tokens)
@@ -484,13 +540,13 @@ def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: f
     )
 
 
-def service_mix(svc: Service) -> RequestMix:
+def service_mix(svc: ServiceSpec) -> RequestMix:
     """The mix a service is sized for without a trace: its fleet file's ``typical_request`` means."""
     t = svc.typical_request
     return RequestMix.from_means(t.input_tokens, t.output_tokens, t.prefix_hit_rate)
 
 
-def throughput_weights(svc: Service, engine: EngineConfig, mix: RequestMix | None = None) -> dict[str, float]:
+def throughput_weights(svc: ServiceSpec, engine: EngineLimits, mix: RequestMix | None = None) -> dict[str, float]:
     """variant -> the rate at which one replica's mean ITL reaches the interactive ITL objective
     (``mean_itl_rate``), requests/s: its speed, which a router balances load by (never 0: the fleet
     file's ITL objectives are above every profile's fixed step time)."""
@@ -499,7 +555,7 @@ def throughput_weights(svc: Service, engine: EngineConfig, mix: RequestMix | Non
     return {v.name: mean_itl_rate(ReplicaSpec.of(v, engine), mix, itl) for v in svc.variants}
 
 
-def variant_weights(svc: Service, engine: EngineConfig, mix: RequestMix | None = None) -> dict[str, float]:
+def variant_weights(svc: ServiceSpec, engine: EngineLimits, mix: RequestMix | None = None) -> dict[str, float]:
     """variant -> capacity of one replica (``replica_capacity(...).rps``), requests/s, at the service's
     interactive SLO and ``mix`` (default ``service_mix(svc)``); 0 for a variant that cannot meet it.
 

@@ -30,12 +30,14 @@ def _fleet(
     profile: str = "llama-3-8b/h100-sxm",
     controller: dict[str, Any] | None = None,
     simulator: dict[str, Any] | None = None,
+    engine: dict[str, Any] | None = None,
 ) -> FleetConfig:
     """One service ``svc`` with one variant ``h100``; ``replicas`` ready at t=0; every start is cold.
 
     ``max_model_len`` defaults to the smaller of 32768 and the KV capacity less one 16-token block
     (a longer one is invalid: config requires room for one max-length sequence plus a block);
-    ``simulator`` adds keys to the ``simulator`` section (``engine``, ``clients``, ``gateway``...).
+    ``simulator`` adds keys to the ``simulator`` section (``clients``, ``gateway``...), ``engine`` is the
+    ``engine`` section.
     """
     if max_model_len is None:
         max_model_len = min(32768, kv_cache_tokens - 16)
@@ -59,6 +61,8 @@ def _fleet(
     }
     if controller is not None:
         doc["controller"] = controller
+    if engine is not None:
+        doc["engine"] = engine
     return parse_config(doc, "<test fleet>")
 
 

@@ -1,6 +1,7 @@
 """The fleet file's schema (pydantic), one module per section.
 
-``fleet`` (services, variants, SLOs, the whole ``FleetConfig``), ``control`` (the loop and its
+``fleet`` (services, variants, SLOs, the whole ``FleetConfig``), ``engine`` (the vLLM limits of each
+replica), ``control`` (the loop and its
 controllers), ``prometheus`` (the live metrics source), ``kubernetes`` (where the daemon writes),
 ``simulator`` (the embedded simulator); reading
 and validating a file is ``autoscaler.config.loading`` (``load_config``, ``parse_config``,
@@ -17,6 +18,7 @@ from autoscaler.config.control import (
     PIDConfig,
     SetpointSignal,
 )
+from autoscaler.config.engine import EngineConfig
 from autoscaler.config.fleet import SLO, FleetConfig, Service, TypicalRequest, Variant
 from autoscaler.config.kubernetes import KubernetesConfig, LeaseConfig, Workload
 from autoscaler.config.prometheus import (
@@ -26,7 +28,7 @@ from autoscaler.config.prometheus import (
     ServiceSelectors,
     VariantSelectors,
 )
-from autoscaler.config.simulator import ClientConfig, Crash, EngineConfig, GatewayConfig, SimulatorConfig
+from autoscaler.config.simulator import ClientConfig, Crash, GatewayConfig, SimulatorConfig
 
 __all__ = [
     "ADMISSION_MODES", "MAX_INT", "SLO", "AdmissionConfig", "BasicAuth", "ClientConfig", "ControllerConfig", "Crash",

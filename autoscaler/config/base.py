@@ -1,29 +1,18 @@
-"""The strict pydantic base every fleet-file section derives from."""
+"""Kubernetes name checks of the fleet file; its sections derive from ``autoscaler.schema.Strict``
+(re-exported here with ``MAX_INT``)."""
 
 from __future__ import annotations
 
 import re
-import types
-from typing import Any, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from autoscaler.schema import MAX_INT, Strict
 
-MAX_INT = 2**53  # integers beyond this lose precision as floats; no replica count or token limit is near it
+__all__ = ["DNS_LABEL", "DNS_SUBDOMAIN", "MAX_INT", "Strict", "check_name"]
 
 # Kubernetes object names (apimachinery validation, RFC 1123): a DNS label (<= 63, e.g. a variant, so
 # that "<service>-<variant>" stays a valid Deployment name) and a DNS subdomain (<= 253, e.g. a service).
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-def _numeric(annotation: Any) -> bool:
-    """True for ``int``, ``float`` and their optional forms."""
-    if annotation in (int, float):
-        return True
-    if get_origin(annotation) in (Union, types.UnionType):
-        args = [a for a in get_args(annotation) if a is not type(None)]
-        return bool(args) and all(a in (int, float) for a in args)
-    return False
 
 
 def check_name(value: str, what: str, label: bool) -> str:
@@ -34,23 +23,3 @@ def check_name(value: str, what: str, label: bool) -> str:
                          f"{'' if label else ' and .'}, starting and ending with a letter or digit, at most "
                          f"{limit} characters)")
     return value
-
-
-class Strict(BaseModel):
-    # NaN and Infinity are never meaningful here (prices, times, gains) and would leak into results.
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_as_number(cls, value: object, info: ValidationInfo) -> object:
-        # pydantic's lax mode reads YAML's true/false as 1/0 wherever a number is expected.
-        if isinstance(value, bool) and info.field_name and cls.model_fields[info.field_name].annotation is not bool:
-            raise ValueError(f"the boolean {str(value).lower()} is not a valid value here")
-        # a 400-digit integer validates as int but overflows the float arithmetic of the controllers
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
-            raise ValueError(f"an integer of {len(str(abs(value)))} digits is too large (at most 2**53)")
-        # pydantic's lax mode also reads "2.99" as 2.99: a quoted number is a typo worth naming
-        if isinstance(value, str) and info.field_name and _numeric(cls.model_fields[info.field_name].annotation):
-            raise ValueError(f"a number is expected, got the string {value!r} (write it without quotes)")
-        return value
-

@@ -3,10 +3,14 @@ generation), and the whole ``FleetConfig`` with its cross-section checks."""
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
 from pydantic import Field, field_validator, model_validator
 
 from autoscaler.config.base import MAX_INT, Strict, check_name
 from autoscaler.config.control import ControllerConfig
+from autoscaler.config.engine import EngineConfig
 from autoscaler.config.kubernetes import KubernetesConfig
 from autoscaler.config.prometheus import PrometheusConfig
 from autoscaler.config.simulator import SimulatorConfig
@@ -186,10 +190,26 @@ class FleetConfig(Strict):
 
     services: list[Service] = Field(min_length=1)
     gpu_limits: GPULimits = GPULimits()
+    engine: EngineConfig = EngineConfig()
     simulator: SimulatorConfig = SimulatorConfig()
     controller: ControllerConfig = ControllerConfig()
     prometheus: PrometheusConfig = PrometheusConfig()
     kubernetes: KubernetesConfig = KubernetesConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_moved(cls, data: Any) -> Any:
+        # The engine limits lived under ``simulator:`` before they bounded live fleets too; a file
+        # written then still loads, with a warning, unless it also says where they live now.
+        sim = data.get("simulator") if isinstance(data, dict) else None
+        if not (isinstance(sim, dict) and "engine" in sim):
+            return data
+        if "engine" in data:
+            raise ValueError("simulator.engine and engine both given: the engine limits now live only under engine")
+        warnings.warn("fleet file: simulator.engine is now engine (top level); read from simulator.engine",
+                      FutureWarning, stacklevel=2)
+        sim = {k: v for k, v in sim.items() if k != "engine"}
+        return {**data, "engine": data["simulator"]["engine"], "simulator": sim}
 
     @model_validator(mode="after")
     def _unique(self) -> FleetConfig:
@@ -202,8 +222,8 @@ class FleetConfig(Strict):
     @model_validator(mode="after")
     def _kv_holds_max_model_len(self) -> FleetConfig:
         # vLLM refuses to start when one max_model_len sequence cannot fit in the KV cache; the
-        # simulator also keeps one block of rounding slack per sequence (simulator.engine).
-        block = self.simulator.engine.block_size
+        # simulator also keeps one block of rounding slack per sequence (engine).
+        block = self.engine.block_size
         for s in self.services:
             for v in s.variants:
                 if v.kv_cache_tokens < s.max_model_len + block:

@@ -1,4 +1,4 @@
-"""Fleet-file section ``simulator``: the embedded simulator's engine settings and injected faults."""
+"""Fleet-file section ``simulator``: the embedded simulator's router, clients, gateway and injected faults."""
 
 from __future__ import annotations
 
@@ -7,29 +7,6 @@ from typing import Annotated, Literal
 from pydantic import Field, StrictBool, model_validator
 
 from autoscaler.config.base import Strict
-
-
-class EngineConfig(Strict):
-    """vLLM scheduler settings the simulator reproduces (per replica).
-
-    Attributes:
-        max_num_seqs: running-batch bound (vLLM ``--max-num-seqs``; its default is 256 on GPUs).
-        max_num_batched_tokens: token budget per engine step (vLLM ``--max-num-batched-tokens``;
-            8192 is vLLM V1's default for online serving on data-centre GPUs).
-        block_size: KV-cache block size in tokens (vLLM default 16).
-    """
-
-    max_num_seqs: int = Field(default=256, ge=1)
-    max_num_batched_tokens: int = Field(default=8192, ge=16)
-    block_size: int = Field(default=16, ge=1)
-
-    @model_validator(mode="after")
-    def _budget(self) -> EngineConfig:
-        # vLLM refuses to start when a step's token budget cannot hold one token per running sequence.
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
-                             f"({self.max_num_seqs}), as vLLM requires")
-        return self
 
 
 class Crash(Strict):
@@ -108,7 +85,6 @@ class SimulatorConfig(Strict):
 
     Attributes:
         router: ``least_outstanding`` (default) or ``prefix_affinity``.
-        engine: per-replica vLLM scheduler settings.
         client_timeout_s: an attempt still unfinished this long after it was sent fails: its client
             gave up (and retries, ``clients``), wherever it was (waiting at the gateway, queued on a
             replica, or running, which vLLM then aborts); a streaming client's attempt only while it
@@ -130,7 +106,6 @@ class SimulatorConfig(Strict):
     """
 
     router: Literal["least_outstanding", "prefix_affinity"] = "least_outstanding"
-    engine: EngineConfig = EngineConfig()
     client_timeout_s: float = Field(default=600.0, gt=0)
     scrape_interval_s: float = Field(default=15.0, gt=0, le=300.0)
     crashes: list[Crash] = Field(default_factory=list)

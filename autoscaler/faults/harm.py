@@ -79,7 +79,7 @@ class RunFacts:
         queries = sum(r.metrics.prefix_queries for r in replicas)
         hit = min(sum(r.metrics.prefix_hits for r in replicas) / queries, 0.99) if queries else 0.0
         mix = RequestMix.from_requests([r.input_tokens for r in reqs], [r.output_tokens for r in reqs], hit)
-        self.capacity = variant_weights(self.svc, sim.cfg.simulator.engine, mix)
+        self.capacity = variant_weights(self.svc, sim.cfg.engine, mix)
         arrivals = np.array([r.arrival_s for r in reqs])
         self.end_s = run.end_s
         n_bins = max(1, math.ceil((self.end_s + DEMAND_BIN_S) / DEMAND_BIN_S))

@@ -122,7 +122,7 @@ class FleetSimulator:
         self.cfg = cfg
         self.workload = workload
         self.target = cfg.service(service).name
-        self.services = {s.name: ServiceSim(s, throughput_weights(s, cfg.simulator.engine)) for s in cfg.services}
+        self.services = {s.name: ServiceSim(s, throughput_weights(s, cfg.engine)) for s in cfg.services}
         if admission:
             for svc in self.services.values():
                 svc.flow = Gateway(cfg.simulator.gateway)
@@ -387,7 +387,7 @@ class FleetSimulator:
             service=svc.cfg.name,
             variant=v.name,
             profile=get_profile(v.profile).slowed(self.cfg.simulator.slowdown.get(v.name, 1.0)),
-            engine=self.cfg.simulator.engine,
+            engine=self.cfg.engine,
             kv_cache_tokens=v.kv_cache_tokens,
             hash_block_tokens=self.workload.block_tokens,
             sim=self,

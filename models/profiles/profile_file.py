@@ -24,8 +24,8 @@ from pathlib import Path
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from autoscaler.config.base import Strict
 from autoscaler.errors import ProfileError
+from autoscaler.schema import Strict
 from models.profiles.jsonfile import read_object
 from models.profiles.profile import PerformanceProfile
 from models.profiles.specs import GPUS, ModelSpec

@@ -313,7 +313,7 @@ def test_request_that_fits_is_never_stuck_forever(engine: dict[str, Any], mml: i
     of a replica's queue that can never be admitted would block it and everything behind it."""
     doc = one_variant_doc(kv_cache_tokens=kv, min_replicas=1, initial_replicas=1)
     doc["services"][0]["max_model_len"] = mml
-    doc["simulator"]["engine"] = engine
+    doc["engine"] = engine
     try:
         cfg = parse_config(doc, "fleet.yaml")
     except ConfigError:
@@ -466,7 +466,7 @@ def test_mismatched_trace_format_is_one_line_error(tmp_path: Path) -> None:
     (lambda d: d["services"].append(copy.deepcopy(d["services"][0])), "duplicate"),
     (lambda d: d["controller"].update(tick_s=0), "tick_s"),
     (lambda d: d["services"][0].update(max_model_len=1_000_000), "max_model_len"),
-    (lambda d: d["simulator"].update(engine={"block_size": 0}), "block_size"),
+    (lambda d: d.update(engine={"block_size": 0}), "block_size"),
     (lambda d: d["services"][0]["slo"].pop("batch"), "batch"),
     (lambda d: d["services"][0]["variants"][0].update(price_per_gpu_hour=1001), "price_per_gpu_hour"),
     (lambda d: d["controller"]["pid"].update(setpoint_signal="kv_usage", setpoint=1.0), "setpoint"),

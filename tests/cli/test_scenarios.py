@@ -46,7 +46,7 @@ def test_every_scenario_names_a_valid_fleet_and_controllers(path: Path) -> None:
         return
     assert {"mpc", "oracle", "pid", "static"} <= set(sc["controllers"])
     if path.stem == "azure-code":
-        assert cfg.simulator.engine.max_num_batched_tokens == 2048
+        assert cfg.engine.max_num_batched_tokens == 2048
     if path.stem.startswith("servegen-day"):
         assert cfg.services[0].max_model_len == 131072 and sc["span"][1] - sc["span"][0] == 86400
 

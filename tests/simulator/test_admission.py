@@ -38,9 +38,8 @@ def req(t: float, priority: int, out: int = 10, workflow: int | None = None, ste
 
 
 def gateway_sim(make_fleet, requests: list[Request], clients: dict | None = None, **gateway) -> FleetSimulator:
-    sim_cfg = {"engine": ONE_AT_A_TIME["engine"], "gateway": {"queue_depth_threshold": 0, **gateway},
-               "clients": clients or {"max_retries": 0}}
-    cfg = make_fleet(1, simulator=sim_cfg)
+    sim_cfg = {"gateway": {"queue_depth_threshold": 0, **gateway}, "clients": clients or {"max_retries": 0}}
+    cfg = make_fleet(1, simulator=sim_cfg, engine=ONE_AT_A_TIME["engine"])
     return FleetSimulator(cfg, Workload(requests, source="test:gateway"), admission=True)
 
 

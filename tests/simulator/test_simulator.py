@@ -457,7 +457,7 @@ def test_client_timeout_of_requests_queued_on_a_replica(make_fleet) -> None:
     # One sequence at a time (max_num_seqs 1), ten requests at t = 0 of ~0.8 s each, clients giving up
     # at 4.5 s: five complete, the sixth is aborted while running, the last four while still queued.
     cfg = make_fleet(1, client_timeout_s=4.5)
-    cfg.simulator.engine.max_num_seqs = 1
+    cfg.engine.max_num_seqs = 1
     sim = FleetSimulator(cfg, Workload([Request(arrival_s=0.0, input_tokens=100, output_tokens=100)
                                         for _ in range(10)]))
     run_all(sim)
@@ -474,7 +474,7 @@ def test_a_streaming_clients_timeout_ends_with_its_first_token(make_fleet) -> No
     # As above, with streaming clients: the sixth request has its first token before 4.5 s and runs to
     # its end; the last four still have none at 4.5 s and fail then.
     cfg = make_fleet(1, client_timeout_s=4.5, simulator={"clients": {"streaming": True}})
-    cfg.simulator.engine.max_num_seqs = 1
+    cfg.engine.max_num_seqs = 1
     sim = FleetSimulator(cfg, Workload([Request(arrival_s=0.0, input_tokens=100, output_tokens=100)
                                         for _ in range(10)]))
     run_all(sim)

@@ -60,7 +60,7 @@ def test_sample_window_mean_over_half_open_interval() -> None:
 
 def test_calibration_is_littles_law_at_70_percent_of_capacity() -> None:
     cfg = three_variants()
-    svc, engine = cfg.services[0], cfg.simulator.engine
+    svc, engine = cfg.services[0], cfg.engine
     mix = RequestMix.from_requests([1000], [200])
     caps = variant_weights(svc, engine, mix)
     # the cheapest per capacity is the GH200 variant "cheap" (1.5 $/h, the fastest profile)
@@ -88,7 +88,7 @@ def test_calibration_uses_the_requests_the_service_accepts() -> None:
     reqs.append(Request(arrival_s=3.0, input_tokens=40000, output_tokens=10))  # rejected by vLLM
     mix = workload_mix(svc, Workload(reqs))
     assert mix is not None and mix.mean_input == 1000 and mix.mean_output == 200
-    assert calibrate(svc, cfg.simulator.engine, mix) == calibrate(svc, cfg.simulator.engine,
+    assert calibrate(svc, cfg.engine, mix) == calibrate(svc, cfg.engine,
                                                                   RequestMix.from_requests([1000], [200]))
 
 

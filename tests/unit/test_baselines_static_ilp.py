@@ -48,11 +48,11 @@ def test_controller_holds_the_mix_for_the_peak_minute() -> None:
     reqs += [Request(arrival_s=60.0 + i, input_tokens=1000, output_tokens=100) for i in range(60)]
     wl = Workload(reqs)
     ctrl = build("static-ilp", cfg, workload=wl)
-    per = variant_weights(cfg.services[0], cfg.simulator.engine, workload_mix(cfg.services[0], wl))["a"]
+    per = variant_weights(cfg.services[0], cfg.engine, workload_mix(cfg.services[0], wl))["a"]
     assert ctrl.name == "static-ilp"
     assert ctrl.replicas == {"svc": {"a": math.ceil(3001 / 60 / per)}}
     # without a trace it needs the rate to size for
     assert build("static-ilp:peak_rps=50", cfg).replicas == {"svc": {"a": math.ceil(50 / variant_weights(
-        cfg.services[0], cfg.simulator.engine)["a"])}}
+        cfg.services[0], cfg.engine)["a"])}}
     with pytest.raises(ValueError, match="static-ilp needs a trace"):
         build("static-ilp", cfg)

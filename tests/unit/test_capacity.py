@@ -45,7 +45,7 @@ def fleet(ttft_s: float = 2.0, itl_s: float = 0.1, kv: int = 400_000, seqs: int 
                                     "min_replicas": 0, "max_replicas": max_replicas, "initial_replicas": replicas,
                                     "startup_cold_s": 10, "kv_cache_tokens": kv,
                                     "profile": "llama-3-8b/h100-sxm"}]}],
-        "simulator": {"engine": {"max_num_seqs": seqs, "max_num_batched_tokens": 8192}},
+        "engine": {"max_num_seqs": seqs, "max_num_batched_tokens": 8192},
     }
     return parse_config(doc, "<capacity test>")
 
@@ -62,7 +62,7 @@ def attainment(cfg: FleetConfig, wl: Workload, controller: Any) -> float:
 
 def knee(cfg: FleetConfig, input_tokens: int, output_tokens: int) -> float:
     """Highest rate one replica serves at >= 99 % (module docstring), requests/s."""
-    spec = ReplicaSpec.of(cfg.services[0].variants[0], cfg.simulator.engine)
+    spec = ReplicaSpec.of(cfg.services[0].variants[0], cfg.engine)
     _, a, b, g = marginal_costs(spec.profile)
     lo, hi = 0.0, 1.0 / (a * input_tokens + b * output_tokens
                          + g * (input_tokens * output_tokens + output_tokens ** 2 / 2))
@@ -93,7 +93,7 @@ BOUNDS = [
 def test_each_bound_is_within_15_percent_of_the_simulators_knee(bound: str, settings: dict[str, Any],
                                                                input_tokens: int, output_tokens: int) -> None:
     cfg = fleet(**settings)
-    spec = ReplicaSpec.of(cfg.services[0].variants[0], cfg.simulator.engine)
+    spec = ReplicaSpec.of(cfg.services[0].variants[0], cfg.engine)
     slo = cfg.services[0].slo["interactive"]
     model = replica_capacity(spec, RequestMix.from_requests([input_tokens], [output_tokens]), slo.ttft_s, slo.itl_s)
     measured = knee(cfg, input_tokens, output_tokens)
@@ -109,7 +109,7 @@ def test_each_bound_is_within_15_percent_of_the_simulators_knee(bound: str, sett
 def test_static_sizing_on_the_model_meets_the_slo(bound: str, settings: dict[str, Any], input_tokens: int,
                                                   output_tokens: int) -> None:
     cfg = fleet(**settings, replicas=0, max_replicas=20)
-    spec = ReplicaSpec.of(cfg.services[0].variants[0], cfg.simulator.engine)
+    spec = ReplicaSpec.of(cfg.services[0].variants[0], cfg.engine)
     slo = cfg.services[0].slo["interactive"]
     per = replica_capacity(spec, RequestMix.from_requests([input_tokens], [output_tokens]), slo.ttft_s, slo.itl_s).rps
     wl = poisson(3.5 * per, input_tokens, output_tokens, seed=1)

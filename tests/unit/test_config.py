@@ -51,7 +51,7 @@ def test_example_fleet_loads() -> None:
     assert (gh.quota, gh.cap, gh.min_replicas, gh.start_replicas) == (4, 4, 1, 2)
     assert svc.variants[0].start_replicas == 1 and svc.variants[1].start_replicas == 0
     assert cfg.controller.tick_s == 15 and cfg.controller.guard.max_step_down == 2
-    assert cfg.simulator.engine.max_num_batched_tokens == 8192
+    assert cfg.engine.max_num_batched_tokens == 8192
     assert svc.slo["batch"].ttft_s == 20.0
 
 
@@ -375,7 +375,7 @@ def test_settings_that_switch_control_off_are_rejected(tmp_path, where: str, key
      "a number is expected, got the string '2.99' (write it without quotes)"),
     (lambda d: variant_named(d, "h100").update(max_replicas="40"), "variants[h100].max_replicas",
      "a number is expected, got the string '40'"),
-    (lambda d: d["simulator"]["engine"].update(max_num_seqs=512, max_num_batched_tokens=256), "simulator.engine",
+    (lambda d: d["engine"].update(max_num_seqs=512, max_num_batched_tokens=256), "engine",
      "max_num_batched_tokens (256) must be >= max_num_seqs (512)"),
     (lambda d: variant_named(d, "h100").update(name='h"100'), "variants[h\"100].name",
      "variant name 'h\"100' is not a Kubernetes DNS label"),
@@ -403,3 +403,18 @@ def test_a_name_with_a_newline_never_reaches_a_query() -> None:
     with pytest.raises(ConfigError, match="not a Kubernetes DNS label"):
         parse_config(doc, "fleet.yaml")
     assert quote('m"\n\\') == '"m\\"\\n\\\\"'
+
+
+def test_engine_under_simulator_still_loads_with_a_warning() -> None:
+    """``simulator.engine`` (the engine limits' place before they moved to the top level) is read
+    into ``engine`` with a FutureWarning; giving both is refused rather than picking one."""
+    doc = yaml.safe_load((ROOT / "autoscaler" / "default_fleet.yaml").read_text())
+    limits = {"max_num_seqs": 64, "max_num_batched_tokens": 2048, "block_size": 32}
+    old = {**doc, "simulator": {**doc["simulator"], "engine": limits}}
+    del old["engine"]
+    with pytest.warns(FutureWarning, match="simulator.engine is now engine"):
+        cfg = parse_config(old, "old.yaml")
+    assert (cfg.engine.max_num_seqs, cfg.engine.max_num_batched_tokens, cfg.engine.block_size) == (64, 2048, 32)
+    both = {**old, "engine": limits}
+    with pytest.raises(ConfigError, match="simulator.engine and engine both given"):
+        parse_config(both, "both.yaml")

@@ -15,7 +15,7 @@ from models.capacity import RequestMix, variant_weights
 
 CFG = FleetConfig.model_validate(default_fleet_document())
 SVC = CFG.services[0]
-ENGINE = CFG.simulator.engine
+ENGINE = CFG.engine
 WINDOW_S = 300.0
 
 
@@ -106,7 +106,7 @@ def test_the_loop_counts_capacity_at_the_served_mix(mode: str) -> None:
     reqs = [Request(arrival_s=i / 2.0, input_tokens=6000, output_tokens=100) for i in range(1200)]
     run = run_simulation(cfg, Workload(reqs), "pid")
     est = run.ticks[-1].services[cfg.services[0].name].estimate
-    declared = variant_weights(cfg.services[0], cfg.simulator.engine)
+    declared = variant_weights(cfg.services[0], cfg.engine)
     if mode == "typical":
         assert est.weights == declared
     else:

@@ -199,7 +199,7 @@ def test_simulated_step_is_served_after_one_startup() -> None:
 def test_speed_factor_inverts_the_fluid_step_time() -> None:
     # s = alpha t0 / (1 - lam alpha W) for a replica alpha times slower: speed_factor gives alpha back.
     v = SVC.variants[0]
-    spec = ReplicaSpec.of(v, CFG.simulator.engine)
+    spec = ReplicaSpec.of(v, CFG.engine)
     mix = RequestMix.from_means(1024, 128)
     t0 = spec.profile.step_overhead_s
     w = utilisation(spec, mix, 1.0)  # W: seconds of step time per request
@@ -306,7 +306,7 @@ def test_mix_forecast_sizes_for_the_forecast_lengths_and_hit_rate() -> None:
     assert c.forecast_horizon_s is not None  # the loop runs the forecast stage for it
     slo = SVC.slo["interactive"]
     h100 = SVC.variants[0]
-    spec = ReplicaSpec.of(h100, CFG.simulator.engine)
+    spec = ReplicaSpec.of(h100, CFG.engine)
     est = estimate(600.0, 20.0, {"gh200": 2})
     mem = _ServiceMemory()
     assert c.corrected_weights(est, SVC, mem) == cal  # no forecast yet: the calibrated capacities

@@ -511,7 +511,7 @@ def test_the_example_vllm_deployments_are_the_fleets_variants(fleet: FleetConfig
         assert f["--model"] == svc.model
         assert int(f["--max-model-len"]) == svc.max_model_len
         assert int(f.get("--tensor-parallel-size", "1")) == v.gpus_per_replica
-        engine = fleet.simulator.engine
+        engine = fleet.engine
         assert (int(f["--max-num-seqs"]), int(f["--max-num-batched-tokens"]), int(f["--block-size"])) == (
             engine.max_num_seqs, engine.max_num_batched_tokens, engine.block_size)
         for kind in ("requests", "limits"):
