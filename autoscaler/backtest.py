@@ -13,7 +13,6 @@ observed ``request_rate_rps``, since arrivals are not in Prometheus) and plot.
 from __future__ import annotations
 
 import math
-import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,11 +21,12 @@ from typing import Any
 
 from prometheus_api_client import PrometheusConnect
 
-from autoscaler.adapters.prometheus import PrometheusSource
+from autoscaler.adapters.prometheus import RangeRunner
 from autoscaler.config import FleetConfig
-from autoscaler.loop.runner import ControlLoop, TickRecord
+from autoscaler.loop.runner import TickRecord
 from autoscaler.timeline import tick_row, write_timeline_csv
 from autoscaler.urls import redact
+from autoscaler.wiring import Replay, build_loop, build_source
 from controllers.registry import build
 
 # Prometheus refuses range queries of more than 11,000 points per series (web/api/v1/api.go).
@@ -78,41 +78,6 @@ def check_range(start: float, end: float, step: float) -> tuple[int, int, int]:
     return t0, dt, n
 
 
-class RangeRunner:
-    """Answers instant queries at grid times from cached range queries (see the module docstring).
-
-    Args:
-        client: the Prometheus client.
-        end: last grid time, unix seconds (integer).
-        step: grid step, seconds (integer >= 1).
-    """
-
-    def __init__(self, client: PrometheusConnect, end: int, step: int) -> None:
-        self.client = client
-        self.end = end
-        self.step = step
-        self.queries = 0
-        self._cache: dict[str, tuple[int, list[tuple[dict[str, str], dict[int, str]]]]] = {}
-        self._lock = threading.Lock()
-
-    def query(self, promql: str, at: float | None) -> list[dict[str, Any]]:
-        """The instant vector of ``promql`` at grid time ``at``."""
-        if at is None:
-            raise ValueError("a backtest query needs a time")
-        t = round(at)
-        with self._lock:
-            cached = self._cache.get(promql)
-        if cached is None or t < cached[0]:
-            result = self.client.custom_query_range(
-                promql, datetime.fromtimestamp(t, UTC), datetime.fromtimestamp(self.end, UTC), str(self.step))
-            series = [(s["metric"], {round(float(ts)): v for ts, v in s["values"]}) for s in result]
-            cached = (t, series)
-            with self._lock:
-                self._cache[promql] = cached
-                self.queries += 1
-        return [{"metric": m, "value": [t, values[t]]} for m, values in cached[1] if t in values]
-
-
 OUTPUTS = ("timeline.csv", "timeline.png")
 
 
@@ -142,10 +107,10 @@ def run_backtest(cfg: FleetConfig, client: PrometheusConnect, start: float, end:
     cfg = cfg.model_copy(deep=True)
     cfg.controller.tick_s = float(dt)
     ctrl = build(controller, cfg)
-    runner = RangeRunner(client, t0 + (n - 1) * dt, dt)
-    source = PrometheusSource(cfg, runner, clock=lambda now: t0 + now, window_s=ctrl.window_s)
-    loop = ControlLoop(cfg, source, None, ctrl)
-    loop.start(-ctrl.window_s)  # the range has history before its start
+    source = build_source(cfg, client, window_s=ctrl.window_s, replay=Replay(t0, t0 + (n - 1) * dt, dt))
+    runner = source.runner
+    assert isinstance(runner, RangeRunner)
+    loop = build_loop(cfg, "backtest", source, ctrl)  # the range has history before its start
     ticks, seen = [], Counter[str]()
     for k in range(n):
         ticks.append(loop.tick(float(k * dt)))

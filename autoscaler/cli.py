@@ -365,14 +365,14 @@ def _dry_run_ticks(cfg: FleetConfig, ctrl: Any, prometheus_url: str | None, once
     """The dry-run loop of ``dry_run`` (arguments already checked)."""
     import time
 
-    from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource
     from autoscaler.dryrun import DryRun, tick_json, tick_tables
     from autoscaler.loop.admission import PATH
     from autoscaler.loop.export import serve
     from autoscaler.loop.ticker import run_every
+    from autoscaler.wiring import build_source
 
     client = _prometheus(cfg, prometheus_url)
-    run = DryRun(cfg, PrometheusSource(cfg, LiveRunner(client), speed=speed, window_s=ctrl.window_s), ctrl, speed)
+    run = DryRun(cfg, build_source(cfg, client, speed=speed, window_s=ctrl.window_s), ctrl, speed)
     try:
         server = serve(run.metrics.registry, serve_metrics, {PATH: run.document.json}) if serve_metrics else None
     except ValueError as exc:
@@ -589,9 +589,10 @@ def run_daemon(
     import sys
 
     from autoscaler.adapters.kubernetes import connect as kube_connect
-    from autoscaler.adapters.prometheus import LiveRunner, PrometheusError, PrometheusSource
+    from autoscaler.adapters.prometheus import PrometheusError
     from autoscaler.adapters.prometheus import connect as prom_connect
     from autoscaler.daemon import Daemon, json_formatter
+    from autoscaler.wiring import build_source
 
     try:
         cfg = _load_cfg(config)
@@ -602,7 +603,7 @@ def run_daemon(
         url = prometheus_url or cfg.prometheus.url
         if not url:
             raise ValueError("no Prometheus URL: pass --prometheus-url or set prometheus.url in the fleet file")
-        source = PrometheusSource(cfg, LiveRunner(prom_connect(cfg.prometheus, url)))
+        source = build_source(cfg, prom_connect(cfg.prometheus, url))
         api = kube_connect(kubeconfig)
         name = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         handler = logging.StreamHandler(sys.stderr)

@@ -48,7 +48,7 @@ from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
 from autoscaler.loop.admission import PATH, AdmissionDocument, TeeSink, check_thresholds
 from autoscaler.loop.export import LoopMetrics, MetricsServer, serve
 from autoscaler.loop.runner import ControlLoop, TickRecord
-from controllers.admission import build_admission
+from autoscaler.wiring import admission_policy, build_loop
 from controllers.registry import build
 
 log = logging.getLogger(__name__)
@@ -189,9 +189,8 @@ class Daemon:
         else:
             sink = TeeSink(LeaderOnly(ConfigMapSink(self.cfg, self.api), self), self.document)
             actuator = LeaderOnly(KubernetesActuator(self.cfg, self.api), self)
-        policy = build_admission(self.cfg.controller.admission, self.cfg.controller.admission_settings)
-        loop = ControlLoop(self.cfg, self.source, actuator, ctrl, sink, policy, idle_first_removal=True)
-        loop.start(-ctrl.window_s)  # Prometheus holds history: the window is there already
+        loop = build_loop(self.cfg, "run", self.source, ctrl, actuator=actuator, sink=sink,
+                          policy=admission_policy(self.cfg, "run"))
         for g in loop.guards.values():  # the previous leader may just have scaled up: no scale-down for a cool-down
             g.last_scale_up_s = now
         if self.metrics is not None:

@@ -36,9 +36,9 @@ from autoscaler.config import FleetConfig
 from autoscaler.loop.admission import AdmissionDocument
 from autoscaler.loop.export import PLAN_STEPS, LoopMetrics
 from autoscaler.loop.forecast import FORECAST_SIGNALS
-from autoscaler.loop.runner import ControlLoop, TickRecord
+from autoscaler.loop.runner import TickRecord
 from autoscaler.loop.warmth import WARMTH_SIGNALS
-from controllers.admission import build_admission
+from autoscaler.wiring import admission_policy, build_loop
 from controllers.base import Controller, Decision
 
 if TYPE_CHECKING:
@@ -119,10 +119,8 @@ class DryRun:
 
     def __post_init__(self) -> None:
         self.document = AdmissionDocument()
-        policy = build_admission(self.cfg.controller.admission, self.cfg.controller.admission_settings)
-        self.loop = ControlLoop(self.cfg, self.source, None, Shadow(self.controller), self.document, policy)
-        # Prometheus has history: a window of data exists before the first tick.
-        self.loop.start(-self.controller.window_s)
+        self.loop = build_loop(self.cfg, "dry-run", self.source, Shadow(self.controller), sink=self.document,
+                               policy=admission_policy(self.cfg, "dry-run"))
         self.metrics = LoopMetrics(self.loop)
 
     def tick(self) -> TickRecord:

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from autoscaler.adapters.simulator import SimActuator, SimAdmissionSink, SimDrainer, SimMetricsSource
 from autoscaler.config import FleetConfig
 from autoscaler.loop.observe import PendingMarks
-from autoscaler.loop.runner import ControlLoop, TickRecord
+from autoscaler.loop.runner import TickRecord
 from autoscaler.simulator.fleet import FleetSimulator
+from autoscaler.wiring import admission_policy, build_loop
 from autoscaler.workload.types import Workload
-from controllers.admission import build_admission
 from controllers.base import Controller
 from controllers.registry import ANCHORS, build
 from controllers.static import StaticController, steady_start_fleet
@@ -108,16 +108,16 @@ class SimulationDriver:
                  on_tick: Callable[[TickRecord, float], None] | None = None, admission: str = "none") -> None:
         self.ctrl = controller
         self.cfg = start_at(cfg, controller, workload, service, steady_start)
-        policy = build_admission(admission, self.cfg.controller.admission_settings)
+        policy = admission_policy(self.cfg, "simulate", admission)
         self.admission = admission
         self.sim = FleetSimulator(self.cfg, workload, service, admission=policy is not None)
         kube = self.cfg.kubernetes
         self.source = SimMetricsSource(self.sim, controller.window_s,
                                        min(self.cfg.simulator.scrape_interval_s, controller.tick_s),
                                        PendingMarks(kube.pending_timeout_s, kube.pending_retry_s))
-        self.loop = ControlLoop(self.cfg, self.source, SimActuator(self.sim), controller,
-                                SimAdmissionSink(self.sim) if policy is not None else None, policy,
-                                drainer=SimDrainer(self.sim))
+        self.loop = build_loop(self.cfg, "simulate", self.source, controller, actuator=SimActuator(self.sim),
+                               sink=SimAdmissionSink(self.sim) if policy is not None else None, policy=policy,
+                               drainer=SimDrainer(self.sim))
         self.on_tick = on_tick
         self.lock = threading.Lock()
         self.ticks: list[TickRecord] = []

@@ -40,9 +40,11 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import requests
@@ -231,12 +233,49 @@ def _count(sample: dict[str, Any]) -> int:
     return round(x)
 
 
+class RangeRunner:
+    """Answers instant queries at grid times from cached range queries (``autoscaler.backtest``):
+    each distinct query is fetched once, from the first grid time that needs it to ``end``.
+
+    Args:
+        client: the Prometheus client.
+        end: last grid time, unix seconds (integer).
+        step: grid step, seconds (integer >= 1).
+    """
+
+    def __init__(self, client: PrometheusConnect, end: int, step: int) -> None:
+        self.client = client
+        self.end = end
+        self.step = step
+        self.queries = 0
+        self._cache: dict[str, tuple[int, list[tuple[dict[str, str], dict[int, str]]]]] = {}
+        self._lock = threading.Lock()
+
+    def query(self, promql: str, at: float | None) -> list[dict[str, Any]]:
+        """The instant vector of ``promql`` at grid time ``at``."""
+        if at is None:
+            raise ValueError("a backtest query needs a time")
+        t = round(at)
+        with self._lock:
+            cached = self._cache.get(promql)
+        if cached is None or t < cached[0]:
+            result = self.client.custom_query_range(
+                promql, datetime.fromtimestamp(t, UTC), datetime.fromtimestamp(self.end, UTC), str(self.step))
+            series = [(s["metric"], {round(float(ts)): v for ts, v in s["values"]}) for s in result]
+            cached = (t, series)
+            with self._lock:
+                self._cache[promql] = cached
+                self.queries += 1
+        return [{"metric": m, "value": [t, values[t]]} for m, values in cached[1] if t in values]
+
+
+
 class PrometheusSource:
     """Signals of every service of ``cfg`` read from Prometheus (see the module docstring).
 
     Args:
         cfg: the fleet; its ``prometheus`` section gives the query set, selectors and staleness bound.
-        runner: evaluates instant queries (``LiveRunner``, or ``backtest.RangeRunner`` for history).
+        runner: evaluates instant queries (``LiveRunner``, or ``RangeRunner`` for history).
         speed: how many times faster than real time the source runs (1 for a real cluster).
         clock: maps the loop's time (seconds) to the unix time to evaluate at; None = the server's now.
         window_s: signal look-back window in the source's seconds (the controller's

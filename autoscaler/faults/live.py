@@ -114,11 +114,12 @@ def run_live_row(sc: Scenario, name: str, cfg: FleetConfig, data: Path) -> dict[
         from autoscaler.faults.kubeapi import deployment, emulated_cluster
     except ImportError as exc:
         raise RuntimeError(f"live scenario {sc.name} needs kmock: pip install -e '.[faults]' ({exc})") from None
-    from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect
+    from autoscaler.adapters.prometheus import connect
     from autoscaler.daemon import Daemon
     from autoscaler.faults.promserver import PROMETHEUS, PromServer, Target, require
     from autoscaler.loop.export import serve
     from autoscaler.realtime import LiveSimulation
+    from autoscaler.wiring import build_source
 
     require(PROMETHEUS)
     cfg = live_config(cfg)
@@ -170,7 +171,7 @@ def run_live_row(sc: Scenario, name: str, cfg: FleetConfig, data: Path) -> dict[
                                name=f"sim-{sc.name}")
 
         def make_daemon(identity: str) -> Daemon:
-            source = PrometheusSource(cfg, LiveRunner(connect(cfg.prometheus, prom.url)), speed=SPEED)
+            source = build_source(cfg, connect(cfg.prometheus, prom.url), speed=SPEED)
             return Daemon(cfg, name, source, cluster.api(user_agent=f"autoscaler/{identity}"), identity,
                           "127.0.0.1:0", namespace_self=NAMESPACE, speed=SPEED)
 

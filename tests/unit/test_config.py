@@ -412,9 +412,9 @@ def test_engine_under_simulator_still_loads_with_a_warning() -> None:
     limits = {"max_num_seqs": 64, "max_num_batched_tokens": 2048, "block_size": 32}
     old = {**doc, "simulator": {**doc["simulator"], "engine": limits}}
     del old["engine"]
-    with pytest.warns(FutureWarning, match="simulator.engine is now engine"):
+    with pytest.warns(FutureWarning, match=r"simulator\.engine is now engine"):
         cfg = parse_config(old, "old.yaml")
     assert (cfg.engine.max_num_seqs, cfg.engine.max_num_batched_tokens, cfg.engine.block_size) == (64, 2048, 32)
     both = {**old, "engine": limits}
-    with pytest.raises(ConfigError, match="simulator.engine and engine both given"):
+    with pytest.raises(ConfigError, match=r"simulator\.engine and engine both given"):
         parse_config(both, "both.yaml")

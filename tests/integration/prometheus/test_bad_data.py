@@ -167,20 +167,20 @@ def test_mean_ratios_are_window_means_over_the_interactive_slo() -> None:
     sig: dict[str, float | None] = dict.fromkeys(SIGNALS, None)
     sig.update(ttft_mean_s=0.6 * slo.ttft_s, tpot_mean_s=0.2 * slo.itl_s)
 
-    def signals() -> dict[str, float | None]:
+    def signals() -> Signals:
         obs = ServiceObservation("svc", 0.0, Signals.of(sig), {"h100": VariantObservation(2, 0)})
         return estimate(obs, cfg.services[0], {"h100": 10.0}).signals
 
     est_signals = signals()
-    assert est_signals["ttft_mean_ratio"] == pytest.approx(0.6)
-    assert est_signals["tpot_mean_ratio"] == pytest.approx(0.2)
-    assert est_signals["slo_mean_ratio"] == pytest.approx(0.6)  # the larger of the two
+    assert est_signals.ttft_mean_ratio == pytest.approx(0.6)
+    assert est_signals.tpot_mean_ratio == pytest.approx(0.2)
+    assert est_signals.slo_mean_ratio == pytest.approx(0.6)  # the larger of the two
     # One unknown (no request with two output tokens finished): the known ratio is a lower bound of
     # the larger one, so it stands only once it is past the SLO itself.
     sig["tpot_mean_s"] = None
-    assert signals()["slo_mean_ratio"] is None  # 0.6 < 1: could be either side of the setpoint
+    assert signals().slo_mean_ratio is None  # 0.6 < 1: could be either side of the setpoint
     sig["ttft_mean_s"] = 3.0 * slo.ttft_s
-    assert signals()["slo_mean_ratio"] == pytest.approx(3.0)
+    assert signals().slo_mean_ratio == pytest.approx(3.0)
 
 
 # ----------------------------------------------------------------------------- failures

@@ -109,18 +109,18 @@ def test_signals_equal_hand_calculations(world: World) -> None:
     _, obs = observe(fleet(), world.prom.url)
     assert obs.errors == []
     s = obs.signals
-    assert s["running"] == 6.0 and s["queue_length"] == 1.0
-    assert s["kv_usage"] == pytest.approx((0.3 + 0.5 + 0.1) / 3)
+    assert s.running == 6.0 and s.queue_length == 1.0
+    assert s.kv_usage == pytest.approx((0.3 + 0.5 + 0.1) / 3)
     # Quantiles and ratios depend only on the buckets' proportions (promserver.TTFT_SHARES, TPOT_SHARES).
-    assert s["ttft_p50_s"] == pytest.approx(0.25)
-    assert s["ttft_p95_s"] == pytest.approx(0.25 + 0.25 * (0.95 - 0.5) / 0.5)
-    assert s["tpot_p95_s"] == pytest.approx(0.025 + 0.025 * 0.95)
-    assert s["prefix_hit_rate"] == pytest.approx(0.4)
+    assert s.ttft_p50_s == pytest.approx(0.25)
+    assert s.ttft_p95_s == pytest.approx(0.25 + 0.25 * (0.95 - 0.5) / 0.5)
+    assert s.tpot_p95_s == pytest.approx(0.025 + 0.025 * 0.95)
+    assert s.prefix_hit_rate == pytest.approx(0.4)
     # Counters grow at 4 + 6 + 2 requests per second.
-    assert s["request_rate_rps"] == pytest.approx(12.0, rel=0.1)
-    assert s["success_rps"] == pytest.approx(12.0, rel=0.1) and s["abort_rps"] == 0.0
-    assert s["prompt_tokens_rps"] == pytest.approx(12.0 * PROMPT_TOKENS_PER_REQUEST, rel=0.1)
-    assert s["itl_p95_s"] is None and s["preemptions_rps"] is None  # not exported by the fake pods
+    assert s.request_rate_rps == pytest.approx(12.0, rel=0.1)
+    assert s.success_rps == pytest.approx(12.0, rel=0.1) and s.abort_rps == 0.0
+    assert s.prompt_tokens_rps == pytest.approx(12.0 * PROMPT_TOKENS_PER_REQUEST, rel=0.1)
+    assert s.itl_p95_s is None and s.preemptions_rps is None  # not exported by the fake pods
     h100, a100 = obs.variants["h100"], obs.variants["a100"]
     assert h100.signals.running == 5.0 and h100.signals.kv_usage == pytest.approx(0.4)
     assert a100.signals.request_rate_rps == pytest.approx(2.0, rel=0.1)

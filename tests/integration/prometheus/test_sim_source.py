@@ -93,14 +93,14 @@ def test_signals_are_promql_over_the_scraped_samples() -> None:
     sig = src.observe(45.0)["svc"].signals
     # B: 2 TTFTs (sum 1.0) between its samples at 30 and 45, A: none after t=15. Each pod's rate is
     # extrapolated by the same factor on _sum and _count, so the mean is 1.0 / 2 exactly.
-    assert sig["ttft_mean_s"] == pytest.approx(0.5)
-    assert sig["tpot_mean_s"] == pytest.approx((0.04 + 0.05) / 3)
-    assert sig["kv_usage"] == pytest.approx(0.4)  # gauges at their latest sample, averaged
+    assert sig.ttft_mean_s == pytest.approx(0.5)
+    assert sig.tpot_mean_s == pytest.approx((0.04 + 0.05) / 3)
+    assert sig.kv_usage == pytest.approx(0.4)  # gauges at their latest sample, averaged
     # a pod scraped once has gauges but no rate; a service with no pod scraped has no signal
     src2 = SimMetricsSource(_stub([_Pod(rid=3, variant="h100", state="ready", ready_s=0.0,
                                         metrics=ReplicaMetrics())]), window_s=60.0)  # type: ignore[arg-type]
     sig2 = src2.observe(15.0)["svc"].signals
-    assert sig2["request_rate_rps"] is None and sig2["ttft_mean_s"] is None and sig2["running"] == 0.0
+    assert sig2.request_rate_rps is None and sig2.ttft_mean_s is None and sig2.running == 0.0
 
 
 def test_history_is_the_span_of_the_services_samples() -> None:
