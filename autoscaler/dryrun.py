@@ -25,6 +25,7 @@ replica count is unknown (every query that tells it failed, none known before) h
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +34,11 @@ from rich.table import Table
 
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.config import FleetConfig
-from autoscaler.loop.admission import AdmissionDocument
-from autoscaler.loop.export import PLAN_STEPS, LoopMetrics
+from autoscaler.loop.admission import PATH, AdmissionDocument
+from autoscaler.loop.export import PLAN_STEPS, LoopMetrics, MetricsServer, serve
 from autoscaler.loop.forecast import FORECAST_SIGNALS
 from autoscaler.loop.runner import TickRecord
+from autoscaler.loop.ticker import run_every
 from autoscaler.loop.warmth import WARMTH_SIGNALS
 from autoscaler.wiring import admission_policy, build_loop
 from controllers.base import Controller, Decision
@@ -133,6 +135,47 @@ class DryRun:
     def warnings(self, service: str, record: TickRecord) -> list[str]:
         """The tick's warnings for ``service``: pods ignored by the source, values rejected by estimate."""
         return [*self.source.warnings.get(service, []), *record.services[service].estimate.warnings]
+
+
+@dataclass
+class TickCount:
+    """Ticks a dry-run has run (``done``) and those on which a query failed (``failed``)."""
+
+    done: int = 0
+    failed: int = 0
+
+
+def run_ticks(run: DryRun, period_s: float, limit: int | None, show: Callable[[TickRecord, float], None],
+              count: TickCount) -> None:
+    """Tick ``run`` every ``period_s`` wall seconds (``loop.ticker.run_every``), ``limit`` times (None:
+    until interrupted), handing each record and its wall time (unix s) to ``show``; ``count`` counts
+    them as they run, so it holds the tally when ``KeyboardInterrupt`` propagates.
+
+    Raises:
+        ValueError: ``period_s`` not a finite number > 0, or ``limit`` below 1.
+    """
+    def tick() -> None:
+        record = run.tick()
+        wall = time.time()
+        count.done += 1
+        count.failed += any(st.estimate.errors for st in record.services.values())
+        show(record, wall)
+
+    run_every(period_s, tick, limit)
+
+
+def serve_dry_run(run: DryRun, address: str) -> MetricsServer:
+    """Serve ``run``'s ``autoscaler_*`` metrics and admission document (``GET /v1/admission``) at ``HOST:PORT``.
+
+    Raises:
+        ValueError: a bad address or one that cannot be bound, naming it.
+    """
+    try:
+        return serve(run.metrics.registry, address, {PATH: run.document.json})
+    except ValueError as exc:
+        raise ValueError(f"--serve-metrics {address}: {exc}") from None
+    except OSError as exc:
+        raise ValueError(f"--serve-metrics {address}: {exc.strerror or exc}") from None
 
 
 def tick_json(run: DryRun, record: TickRecord, wall_s: float) -> dict[str, Any]:

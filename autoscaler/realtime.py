@@ -10,7 +10,9 @@ faster; run it flat out with ``on_step`` to record its history (the backtest tes
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -18,8 +20,8 @@ from prometheus_client import CollectorRegistry
 from autoscaler.config import FleetConfig
 from autoscaler.files import write_text
 from autoscaler.loop.admission import PATH, AdmissionDocument, TeeSink
-from autoscaler.loop.export import LoopMetrics, serve
-from autoscaler.simulate import SimulationDriver, SimulationRun, default_admission
+from autoscaler.loop.export import LoopMetrics, parse_address, serve
+from autoscaler.simulate import SimulationDriver, default_admission
 from autoscaler.simulator.exposition import SimCollector
 from autoscaler.workload.types import PRIORITIES, Workload
 from controllers.registry import build
@@ -37,7 +39,7 @@ class LiveSimulation(SimulationDriver):
         steady_start: as ``SimulationDriver``.
         registry: where to register the metrics (one already served, say); a new one by default.
         admission: the admission policy (None: ``simulate.default_admission``); its thresholds also go
-            to ``document`` (a new one by default), which ``serve_simulation`` serves at ``GET /v1/admission``.
+            to ``document`` (a new one by default), which ``served`` serves at ``GET /v1/admission``.
 
     Attributes:
         registry: holds the simulator's metrics and the loop's own.
@@ -66,22 +68,40 @@ class LiveSimulation(SimulationDriver):
                 for i, p in enumerate(PRIORITIES)}
 
 
-def serve_simulation(live: LiveSimulation, address: str, speed: float,
-                     progress: Callable[[float], None] | None = None,
-                     on_serving: Callable[[int], None] | None = None) -> SimulationRun:
-    """Run ``live`` paced at ``speed`` while serving its registry at ``HOST:PORT``; stop serving at the end.
+@dataclass
+class Endpoint:
+    """A bound metrics endpoint (``served``): serve a ``LiveSimulation`` built with its ``registry`` and
+    ``document`` and a Prometheus scraping ``http://host:port/metrics`` sees it."""
 
-    ``on_serving`` gets the bound port once the server is up.
+    host: str
+    port: int
+    registry: CollectorRegistry
+    document: AdmissionDocument
+
+
+@contextmanager
+def served(address: str, speed: float) -> Iterator[Endpoint]:
+    """Bind ``HOST:PORT`` and serve a new registry's metrics and admission document (``GET /v1/admission``)
+    while the block runs, so the address is known to work before any workload is read.
 
     Raises:
-        ValueError: bad address or speed.
-        OSError: the address cannot be bound.
+        ValueError: a speed that is not a finite number > 0, a bad address, or one that cannot be bound
+            (each naming it).
     """
-    server = serve(live.registry, address, {PATH: live.document.json})
+    if not 0 < speed < float("inf"):
+        raise ValueError(f"--speed must be a finite number > 0, got {speed:g}")
     try:
-        if on_serving is not None:
-            on_serving(server.port)
-        return live.run(speed=speed, progress=progress)
+        host, _ = parse_address(address)
+    except ValueError as exc:
+        raise ValueError(f"--serve-metrics {address}: {exc}") from None
+    registry = CollectorRegistry()
+    document = AdmissionDocument()
+    try:
+        server = serve(registry, address, {PATH: document.json})
+    except OSError as exc:
+        raise ValueError(f"--serve-metrics {address}: {exc.strerror or exc}") from None
+    try:
+        yield Endpoint(host, server.port, registry, document)
     finally:
         server.close()
 

@@ -1,0 +1,76 @@
+"""``autoscaler run``: the daemon on a Kubernetes cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from autoscaler.cli.common import app, fail, load_cfg
+from autoscaler.cli.options import ControllerOpt, PrometheusUrlOpt
+from autoscaler.errors import AutoscalerError
+
+
+@app.command("run")
+def run_daemon(
+    config: Annotated[Path, typer.Option(help="Fleet YAML file.")],
+    controller: ControllerOpt = "pid",
+    kubeconfig: Annotated[Path | None, typer.Option(
+        help="kubeconfig file (default: the pod's service account in a cluster, else $KUBECONFIG or "
+             "~/.kube/config).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Do everything but the writes; log them.",
+                                          metavar="")] = False,
+    port: Annotated[int, typer.Option(help="Port of /metrics, /healthz, /readyz and /v1/admission.")] = 9090,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    prometheus_url: PrometheusUrlOpt = None,
+    identity: Annotated[str | None, typer.Option(
+        help="This daemon's name in the Lease (default: $POD_NAME, else HOST-PID).")] = None,
+    log_format: Annotated[str, typer.Option(help="text | json (one JSON object per line).")] = "text",
+) -> None:
+    """Run the control loop on a cluster (docs/daemon.md).
+
+    Leader election, scale subresource writes, admission ConfigMaps, Events. SIGTERM finishes the
+    tick and releases the lease."""
+    import logging
+    import os
+    import signal
+    import socket
+    import sys
+
+    from autoscaler.adapters.kubernetes import connect as kube_connect
+    from autoscaler.adapters.prometheus import PrometheusError
+    from autoscaler.adapters.prometheus import connect as prom_connect
+    from autoscaler.daemon import Daemon, json_formatter
+    from autoscaler.wiring import build_source
+
+    try:
+        cfg = load_cfg(config)
+        if log_format not in ("text", "json"):
+            raise ValueError(f"--log-format must be text or json, got '{log_format}'")
+        if not 0 <= port <= 65535:
+            raise ValueError(f"--port must be in 0..65535, got {port}")
+        url = prometheus_url or cfg.prometheus.url
+        if not url:
+            raise ValueError("no Prometheus URL: pass --prometheus-url or set prometheus.url in the fleet file")
+        source = build_source(cfg, prom_connect(cfg.prometheus, url))
+        api = kube_connect(kubeconfig)
+        name = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(json_formatter() if log_format == "json" else
+                             logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger("autoscaler")
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        daemon = Daemon(cfg, controller, source, api, name, f"{host}:{port}", dry_run=dry_run)
+    except (AutoscalerError, PrometheusError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(f"--host {host} --port {port}: {exc.strerror or exc}") from None
+    signal.signal(signal.SIGTERM, lambda *_: daemon.stop())
+    logging.getLogger("autoscaler.daemon").info("%s serving on %s:%d (%s%s)", name, host, daemon.server.port,
+                                                controller, ", dry run" if dry_run else "")
+    try:
+        daemon.run()
+    except KeyboardInterrupt:
+        daemon.stop()

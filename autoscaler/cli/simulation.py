@@ -1,0 +1,182 @@
+"""``autoscaler simulate``: the loop on a trace against the embedded simulator (paced and served with
+``--serve-metrics``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from autoscaler import files
+from autoscaler.cli.common import (
+    ProgressBar,
+    app,
+    check_admission,
+    console,
+    err_console,
+    fail,
+    fmt,
+    interrupted,
+    load_cfg,
+    warn,
+)
+from autoscaler.cli.options import (
+    BatchFractionOpt,
+    ConfigOpt,
+    ControllerOpt,
+    LengthsFromOpt,
+    PlotOpt,
+    RateScaleOpt,
+    SeedOpt,
+    SpanOpt,
+    TimeScaleOpt,
+    TraceFormatOpt,
+    TraceOpt,
+    TraceServiceOpt,
+)
+from autoscaler.config import FleetConfig
+from autoscaler.errors import AutoscalerError
+from autoscaler.workload.build import DEFAULT_BATCH_FRACTION, build_workload, parse_span
+
+
+def results_table(res: dict[str, Any]) -> Table:
+    """A rich table of one run's ``results.json``."""
+    a = res["admission"]
+    policy = "" if a["policy"] == "none" else f"@{a['policy']}"
+    t = Table(title=f"{res['controller']}{policy} on {res['workload']}", show_header=True)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    r = res["requests"]
+    if policy:
+        t.add_row("requests total / completed / rejected / shed / failed",
+                  f"{r['total']} / {r['completed']} / {r['rejected']} / {r['rejected_admission']} / {r['failed']}")
+    else:
+        t.add_row("requests total / completed / rejected / failed",
+                  f"{r['total']} / {r['completed']} / {r['rejected']} / {r['failed']}")
+    for c, d in res["slo_attainment_detail"].items():
+        t.add_row(f"SLO attainment {c} (TTFT / ITL / both)",
+                  f"{fmt(d['ttft'], '.2%')} / {fmt(d['itl'], '.2%')} / {fmt(d['both'], '.2%')}")
+    bp = res["slo_attainment_by_priority"]
+    t.add_row("SLO attainment critical / standard / sheddable",
+              f"{fmt(bp['critical'], '.2%')} / {fmt(bp['standard'], '.2%')} / {fmt(bp['sheddable'], '.2%')}")
+    if policy:
+        t.add_row(f"admission {a['policy']}: shed (429s) / deferred / mid-workflow",
+                  f"{a['shed']} ({a['shed_attempts']}) / {a['deferred']} / {a['shed_mid_workflow']}")
+    if a["retries"]:
+        t.add_row("client retries", str(a["retries"]))
+    for k, label in (("ttft_s", "TTFT"), ("itl_s", "ITL")):
+        q = res[k]
+        t.add_row(f"{label} p50 / p95 / p99 (s)", f"{fmt(q['p50'])} / {fmt(q['p95'])} / {fmt(q['p99'])}")
+    for v, h in res["gpu_hours"].items():
+        t.add_row(f"GPU-hours / $ {v}", f"{h:.2f} / ${res['cost_usd'][v]:.2f}")
+    t.add_row("cost per successful request", f"${fmt(res['cost_per_successful_request_usd'], '.7f')}")
+    t.add_row("cost per successful task", f"${fmt(res['cost_per_successful_task_usd'], '.7f')}")
+    t.add_row("prefix-cache hit rate", fmt(res["prefix_cache_hit_rate"], ".2%"))
+    t.add_row("preemptions / scale events", f"{res['preemptions']} / {res['scale_events']}")
+    crashes = res.get("crashes") or []
+    if crashes:
+        applied = [c for c in crashes if c["applied"]]
+        skipped = "; ".join(f"{c['variant']} at {c['time_s']:g} s: {c['why']}" for c in crashes if not c["applied"])
+        t.add_row("injected crashes applied / failed requests",
+                  f"{len(applied)} of {len(crashes)} / {sum(c['failed_requests'] for c in applied)}"
+                  + (f" (skipped: {skipped})" if skipped else ""))
+    t.add_row("simulated requests per wall-second",
+              f"{fmt(res['simulated_requests_per_s'], ',.0f')} ({res['wall_s']:.2f} s wall)")
+    return t
+
+
+@app.command()
+def simulate(
+    config: ConfigOpt = None,
+    trace: TraceOpt = None,
+    trace_format: TraceFormatOpt = None,
+    span: SpanOpt = None,
+    lengths_from: LengthsFromOpt = None,
+    controller: ControllerOpt = "pid",
+    rate_scale: RateScaleOpt = 1.0,
+    time_scale: TimeScaleOpt = 1.0,
+    batch_fraction: BatchFractionOpt = DEFAULT_BATCH_FRACTION,
+    service: TraceServiceOpt = None,
+    seed: SeedOpt = 0,
+    out: Annotated[Path, typer.Option(help="Directory for results.json, timeline.csv, timeline.png.")] = Path(
+        "out"),
+    plot: PlotOpt = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print results.json instead of a table.",
+                                              metavar="")] = False,
+    serve_metrics: Annotated[str | None, typer.Option(
+        help="HOST:PORT: run in scaled real time and serve every replica's vLLM metrics for Prometheus.")] = None,
+    speed: Annotated[float | None, typer.Option(
+        help="With --serve-metrics: simulated seconds per wall second (default 1).")] = None,
+    admission: Annotated[str | None, typer.Option(
+        help="Admission policy at the gateway: none | pid | mpc (default: none for the anchors, the fleet "
+             "file's controller.admission otherwise).", show_default=False)] = None,
+) -> None:
+    """Run the control loop on a trace against the embedded fleet simulator."""
+    from autoscaler.report import OUTPUTS, write_outputs
+    from autoscaler.simulate import long_run_warning, run_simulation
+    from controllers.registry import parse_spec
+
+    names = (*OUTPUTS, "realtime.json")
+    try:
+        if seed < 0:
+            raise ValueError(f"--seed must be >= 0, got {seed}")
+        if serve_metrics is None and speed is not None:
+            raise ValueError("--speed needs --serve-metrics")
+        cfg = load_cfg(config)
+        if service is not None and service not in {s.name for s in cfg.services}:
+            raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
+        parse_spec(controller)  # a bad spec fails before the trace is read
+        check_admission(admission)
+        span_s = None if span is None else parse_span(span)
+        files.check_writable(out)
+        files.clear(out, names)
+        if serve_metrics is not None:
+            res = _served_simulation(cfg, controller, service, serve_metrics, 1.0 if speed is None else speed, out,
+                                     plot, json_output, admission,
+                                     lambda: build_workload(trace, trace_format, rate_scale, time_scale, seed,
+                                                            batch_fraction, span_s, lengths_from))
+        else:
+            wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span_s, lengths_from)
+            warning = long_run_warning(cfg, wl, service)
+            if warning:
+                warn(warning)
+            shown = controller if admission is None else f"{controller}@{admission}"
+            with ProgressBar(f"simulating {len(wl.requests)} requests, {shown}", not json_output) as bar:
+                run = run_simulation(cfg, wl, controller, service, progress=bar.update, admission=admission)
+            res = write_outputs(run, out, plot=plot)
+    except KeyboardInterrupt as exc:
+        raise interrupted(out, names, exc) from None
+    except (AutoscalerError, ValueError, OSError) as exc:
+        raise fail(str(exc)) from None
+    if json_output:
+        console.print_json(json.dumps(res))
+    else:
+        console.print(results_table(res))
+        written = [out / "results.json", out / "timeline.csv"] + ([out / "timeline.png"] if plot else [])
+        console.print(f"wrote {', '.join(str(p) for p in written[:-1])} and {written[-1]}", highlight=False,
+                      soft_wrap=True)
+
+
+def _served_simulation(cfg: FleetConfig, controller: str, service: str | None, address: str, speed: float,
+                       out: Path, plot: bool, quiet: bool, admission: str | None, workload: Any) -> dict[str, Any]:
+    """``simulate --serve-metrics``: bind the address and say so first, then build the workload and run
+    paced (``autoscaler.realtime``); writes ``realtime.json`` beside the results."""
+    from autoscaler.loop.admission import PATH
+    from autoscaler.realtime import LiveSimulation, served, write_tick_times
+    from autoscaler.report import write_outputs
+
+    with served(address, speed) as endpoint:
+        err_console.print(f"serving metrics at http://{endpoint.host}:{endpoint.port}/metrics and admission "
+                          f"thresholds at {PATH}, at {speed:g}x real time", highlight=False, soft_wrap=True)
+        wl = workload()
+        live = LiveSimulation(cfg, wl, controller, service, registry=endpoint.registry, admission=admission,
+                              document=endpoint.document)
+        shown = controller if admission is None else f"{controller}@{admission}"
+        with ProgressBar(f"serving {len(wl.requests)} requests, {shown}", not quiet) as bar:
+            run = live.run(speed=speed, progress=bar.update)
+        res = write_outputs(run, out, plot=plot)
+        write_tick_times(live, speed, out / "realtime.json")
+        return res

@@ -1,0 +1,275 @@
+"""The command groups around the loop: ``admission``, ``dashboards``, ``faults``, ``profiles``, ``profile``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from autoscaler import files
+from autoscaler.cli.common import StderrLog, app, connect_prometheus, console, err_console, fail, load_cfg
+from autoscaler.config.base import MAX_INT
+from autoscaler.config.loading import default_config
+from autoscaler.errors import AutoscalerError
+
+admission_app = typer.Typer(no_args_is_help=True, help="Admission thresholds for a real gateway.")
+app.add_typer(admission_app, name="admission")
+
+
+@admission_app.command("objectives")
+def admission_objectives(
+    source: Annotated[str, typer.Argument(help="the loop's address (http://HOST:PORT, /v1/admission added) "
+                                                "or a file holding an admission document")],
+    pool: Annotated[str | None, typer.Option(
+        help="the InferencePool the objectives name (default: the service)")] = None,
+    namespace: Annotated[str | None, typer.Option(help="the objectives' namespace")] = None,
+) -> None:
+    """Print the thresholds in force as Gateway API Inference Extension InferenceObjectives.
+
+    One objective per service and priority (docs/admission.md), for `kubectl apply -f -`.
+    """
+    import yaml
+
+    from autoscaler.adapters.gateway_api import objectives, read_document
+    try:
+        manifests = objectives(read_document(source), pool, namespace)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if not manifests:
+        raise fail(f"admission document at {source}: no thresholds published yet (the loop publishes them "
+                    "at its first decision)")
+    typer.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
+
+
+dashboards_app = typer.Typer(no_args_is_help=True, help="The Grafana dashboards and Prometheus rules.")
+app.add_typer(dashboards_app, name="dashboards")
+
+
+@dashboards_app.command("export")
+def dashboards_export(
+    out: Annotated[Path, typer.Option(help="directory to write dashboards/, provisioning/ and rules/ under")],
+    config: Annotated[Path | None, typer.Option(help="fleet file (default: the embedded default fleet)")] = None,
+    objective: Annotated[float, typer.Option(
+        help="fraction of interactive requests within their objectives the burn-rate alerts defend")] = 0.99,
+    prometheus_url: Annotated[str | None, typer.Option(
+        help="the URL the provisioned Grafana datasource points at (default: the fleet's prometheus.url, "
+             "else http://prometheus:9090)")] = None,
+) -> None:
+    """Write the dashboard bundle for a fleet: Grafana dashboards, provisioning, Prometheus rules
+    (docs/dashboards.md)."""
+    from autoscaler.dashboards.bundle import render, write
+    from autoscaler.urls import check_url
+
+    try:
+        cfg = load_cfg(config)
+        if not str(out).strip():
+            raise ValueError("--out must name a directory")
+        if prometheus_url is not None:
+            check_url(prometheus_url)
+        paths = write(render(cfg, objective, prometheus_url), out)
+    except (AutoscalerError, ValueError, OSError) as exc:
+        raise fail(str(exc)) from None
+    console.print(f"wrote {len(paths)} files under {out}", highlight=False, soft_wrap=True)
+
+
+faults_app = typer.Typer(no_args_is_help=True, help="Fault scenarios: the failures the anchors' users reported.")
+app.add_typer(faults_app, name="faults")
+
+
+@faults_app.command("run")
+def faults_run(
+    scenarios: Annotated[str | None, typer.Option(
+        help="comma-separated scenario names (default: every *.yaml of --suite)", show_default=False)] = None,
+    controllers: Annotated[str, typer.Option(help="comma-separated controller specs (SPEC@POLICY sets a row's "
+                                             "admission policy)")] = "pid,mpc,hpa,keda,kpa,aibrix,dynamo,wva",
+    out: Annotated[Path | None, typer.Option(help="directory for faults.json and faults.md")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="print the rows as JSON instead of a table",
+                                              metavar="")] = False,
+    suite: Annotated[Path | None, typer.Option(
+        help="folder of scenario files (default: benchmarks/faults of this source tree)", show_default=False)] = None,
+    data: Annotated[Path, typer.Option(help="folder holding the traces that trace scenarios name")] = Path(
+        "../shared/data"),
+    workers: Annotated[int | None, typer.Option(help="processes for the simulator rows (default: CPUs)")] = None,
+    seed: Annotated[int | None, typer.Option(help="workload seed of every scenario (default: each file's own)",
+                                             show_default=False)] = None,
+) -> None:
+    """Run the fault scenarios against the controllers and print one table.
+
+    Scenario x controller -> harmful actions, interactive attainment, requests failed, retries and
+    cost (docs/faults.md)."""
+    from autoscaler.faults.rows import markdown_table, write_results
+    from autoscaler.faults.suite import load_suite, run_suite, suite_dir
+
+    try:
+        if workers is not None and workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {workers}")
+        if seed is not None and not 0 <= seed <= MAX_INT:
+            raise ValueError(f"--seed must be in [0, 2**53], got {seed}")
+        names = [c.strip() for c in controllers.split(",")]
+        if "" in names or len(set(names)) != len(names):
+            raise ValueError(f"--controllers '{controllers}': an empty or repeated entry")
+        wanted = None if scenarios is None else [s.strip() for s in scenarios.split(",")]
+        if wanted is not None and ("" in wanted or len(set(wanted)) != len(wanted)):
+            raise ValueError(f"--scenarios '{scenarios}': an empty or repeated entry")
+        suite_path = suite_dir() if suite is None else suite
+        chosen = load_suite(suite_path, wanted)
+        if seed is not None:
+            chosen = [sc.model_copy(update={"seed": seed}) for sc in chosen]
+        if out is not None:
+            files.check_writable(out)
+        total = len(chosen) * len(names)
+        finished: list[dict[str, Any]] = []
+
+        def done(row: dict[str, Any]) -> None:
+            finished.append(row)
+            err_console.print(f"done {len(finished)}/{total}: {row['scenario']} x {row['controller']} "
+                              f"({row['wall_s']:.0f} s)", highlight=False)
+
+        rows = run_suite(chosen, names, data, workers, done)
+        paths = write_results(rows, out) if out is not None else []
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except (AutoscalerError, ValueError, OSError, RuntimeError) as exc:
+        raise fail(str(exc)) from None
+    if json_output:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    typer.echo(markdown_table(rows))
+    if paths:
+        console.print(f"wrote {' and '.join(str(p) for p in paths)}", highlight=False, soft_wrap=True)
+
+
+profiles_app = typer.Typer(no_args_is_help=True, help="The shipped performance profiles.")
+app.add_typer(profiles_app, name="profiles")
+
+_SOURCE_LABEL = {"llm-inference-bench": "LIB", "splitwise": "Splitwise"}
+
+
+def profiles_table() -> Table:
+    """Every shipped profile: where its rows come from, how many, its errors, how its prefill slope was set."""
+    from models.profiles import shipped_entries
+
+    table = Table(title="Shipped performance profiles",
+                  caption="LIB: LLM-Inference-Bench All_results.csv (+ Fig_21 TTFT where prefill is fitted); "
+                          "Splitwise: perf_model.csv. Errors: mean |predicted / measured - 1|. prior: "
+                          "prefill slope pinned (docs/simulator.md). *: a stand-in carrying another profile's "
+                          "step times (coefficients.json's stand_in says which and why).")
+    table.add_column("profile", no_wrap=True)
+    table.add_column("source", no_wrap=True)
+    for col in ("fit rows", "held out", "held-out err", "fit err"):
+        table.add_column(col, justify="right")
+    table.add_column("prefill")
+    for name, e in sorted(shipped_entries().items()):
+        mark = "*" if "stand_in" in e else ""
+        table.add_row(name + mark, _SOURCE_LABEL[e["source"]], str(e["rows_fitted"]), str(e["rows_held_out"]),
+                      f"{e['heldout_mape']:.1%}", f"{e['fit_mape']:.1%}",
+                      "fitted" if e["prefill_prior"] is None else "prior")
+    return table
+
+
+@profiles_app.command("list")
+def profiles_list(
+    json_output: Annotated[bool, typer.Option("--json", help="Print a JSON list of {name, model, gpu, "
+                                              "tensor_parallel, rows_fitted, rows_held_out, heldout_mape}.",
+                                              metavar="")] = False,
+) -> None:
+    """Every shipped profile with its source rows and held-out error (a fleet file's profile: names one)."""
+    from models.profiles import listing
+
+    if json_output:
+        typer.echo(json.dumps(listing(), indent=2))
+    else:
+        console.print(profiles_table())
+
+
+profile_app = typer.Typer(no_args_is_help=True, help="A profile from your own measurements.")
+app.add_typer(profile_app, name="profile")
+
+
+def _fit_table(res: Any) -> Table:
+    """The fitted coefficients beside the shipped profile of the same (model, GPU, TP), if any."""
+    from models.profiles import list_profiles, profile_name, shipped_entries
+
+    doc = res.document
+    name = profile_name(doc["model"], doc["gpu"], doc["tensor_parallel"])
+    shipped = shipped_entries()[name]["coefficients"] if name in list_profiles() else None
+    table = Table(title=f"profile fit: {doc['model']} on {doc['tensor_parallel']} x {doc['gpu']}",
+                  caption="se: standard error / value")
+    table.add_column("coefficient", no_wrap=True)
+    table.add_column("fitted", justify="right")
+    table.add_column("se", justify="right")
+    if shipped is not None:
+        table.add_column(f"shipped {name}", justify="right")
+    se = doc["relative_standard_error"]
+    for key, value in doc["coefficients"].items():
+        row = [key, f"{value:.4g}", f"{se[key]:.1%}"]
+        if shipped is not None:
+            row.append(f"{shipped[key]:.4g}")
+        table.add_row(*row)
+    return table
+
+
+@profile_app.command("fit")
+def profile_fit(
+    model: Annotated[str, typer.Option(help="Model key: a shipped profile name's first part, e.g. llama-3-8b.")],
+    gpu: Annotated[str, typer.Option(help="GPU, as in a fleet file or a profile name, e.g. H100-SXM.")],
+    out: Annotated[Path, typer.Option(help="Profile file to write (*.json; a fleet file's profile: names it).")],
+    bench: Annotated[list[Path] | None, typer.Option(
+        help="Result JSON of vllm bench serve --save-result --save-detailed against one replica (repeat for "
+             "a sweep).")] = None,
+    prometheus_url: Annotated[str | None, typer.Option(help="Prometheus base URL of the live fleet.")] = None,
+    selector: Annotated[str | None, typer.Option(
+        help='PromQL matchers of the pods of this model on this GPU, e.g. model_name="m",variant="h100".')] = None,
+    start: Annotated[str | None, typer.Option(help="Range start: unix seconds or ISO 8601 (UTC if no offset).")] = None,
+    end: Annotated[str | None, typer.Option(help="Range end: unix seconds or ISO 8601.")] = None,
+    tensor_parallel: Annotated[int, typer.Option(help="GPUs per replica (vLLM --tensor-parallel-size).")] = 1,
+    window: Annotated[float, typer.Option(help="Prometheus: seconds per window (one row per busy pod-window).")] = 60.0,
+    resolution: Annotated[float, typer.Option(help="Prometheus: the scrape interval, seconds.")] = 15.0,
+    max_num_batched_tokens: Annotated[int, typer.Option(
+        help="Benchmark: the server's --max-num-batched-tokens.")] = 8192,
+    tolerance: Annotated[float, typer.Option(
+        help="Benchmark: seconds within which tokens of one engine step reach the client.")] = 0.001,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the profile file's content as JSON.",
+                                              metavar="")] = False,
+) -> None:
+    """Fit a profile to a vLLM benchmark's results (--bench) or a Prometheus range (--prometheus-url); write it.
+
+    Give exactly one of --bench and --prometheus-url (with --selector, --start and --end).
+    """
+    import logging
+
+    from autoscaler import profile_fit as pf
+    from autoscaler.backtest import parse_time
+
+    try:
+        if (bench is None) == (prometheus_url is None):
+            raise ValueError("give either --bench FILE (one or more) or --prometheus-url with --selector, --start "
+                             "and --end")
+        gpu = gpu.lower()  # fleet files write H100-SXM, profile names h100-sxm
+        if bench is not None:
+            res = pf.from_bench(bench, model, gpu, tensor_parallel, out, max_num_batched_tokens, tolerance)
+        else:
+            if prometheus_url is None or selector is None or start is None or end is None:
+                raise ValueError("--prometheus-url needs --selector, --start and --end")
+            t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")
+            with StderrLog(logging.ERROR):
+                res = pf.from_prometheus(lambda url: connect_prometheus(default_config(), url), prometheus_url,
+                                         selector,
+                                         t0, t1, model, gpu, tensor_parallel, out, window, resolution,
+                                         log=lambda m: err_console.print(m, highlight=False, soft_wrap=True))
+    except (AutoscalerError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(f"{out}: {exc.strerror or exc}") from None
+    if json_output:
+        typer.echo(json.dumps(res.document, indent=2))
+        return
+    console.print(_fit_table(res))
+    f = res.fit
+    console.print(f"{f.rows_fitted} {f.unit}s fitted, {f.rows_held_out} held out; held-out error {f.heldout_mape:.1%} "
+                  f"(fit {f.fit_mape:.1%}): mean |predicted / measured - 1| of their durations", highlight=False,
+                  soft_wrap=True)
+    console.print(f"wrote {res.out}", highlight=False, soft_wrap=True)
