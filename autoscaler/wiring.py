@@ -77,11 +77,12 @@ def build_source(cfg: FleetConfig, client: PrometheusConnect, *, speed: float = 
         replay: a backtest's grid: queries are answered from range queries at the grid's times
             (``RangeRunner``) and the source's clock is the grid's (``start`` + loop time).
     """
+    window = cfg.controller.window_s if window_s is None else window_s
     if replay is None:
-        return PrometheusSource(cfg, LiveRunner(client), speed=speed, window_s=window_s)
+        return PrometheusSource(cfg.prometheus, cfg.services, LiveRunner(client), window_s=window, speed=speed)
     t0 = replay.start
-    return PrometheusSource(cfg, RangeRunner(client, replay.end, replay.step), clock=lambda now: t0 + now,
-                            window_s=window_s)
+    return PrometheusSource(cfg.prometheus, cfg.services, RangeRunner(client, replay.end, replay.step),
+                            window_s=window, clock=lambda now: t0 + now)
 
 
 def admission_policy(cfg: FleetConfig, mode: Mode, name: str | None = None) -> AdmissionPolicy | None:

@@ -41,7 +41,7 @@ import logging
 import math
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,7 +52,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from urllib3.util.retry import Retry
 
 from autoscaler import urls
-from autoscaler.config import FleetConfig, PrometheusConfig, Service, Variant
+from autoscaler.config import PrometheusConfig, Service, Variant
 from autoscaler.errors import AutoscalerError
 from autoscaler.promql import (
     KSM_READY_REPLICAS,
@@ -271,34 +271,34 @@ class RangeRunner:
 
 
 class PrometheusSource:
-    """Signals of every service of ``cfg`` read from Prometheus (see the module docstring).
+    """Signals of every service of ``services`` read from Prometheus (see the module docstring).
 
     Args:
-        cfg: the fleet; its ``prometheus`` section gives the query set, selectors and staleness bound.
+        prom: the fleet file's ``prometheus`` section: the query set, selectors and staleness bound.
+        services: the services to observe (their selectors and variants).
         runner: evaluates instant queries (``LiveRunner``, or ``RangeRunner`` for history).
+        window_s: signal look-back window, s of the loop (the controller's ``window_s``).
         speed: how many times faster than real time the source runs (1 for a real cluster).
         clock: maps the loop's time (seconds) to the unix time to evaluate at; None = the server's now.
-        window_s: signal look-back window in the source's seconds (the controller's
-            ``window_s``); default ``controller.window_s``.
 
     Attributes:
         warnings: service -> this tick's warnings (pods ignored, no fresh pods).
     """
 
-    def __init__(self, cfg: FleetConfig, runner: QueryRunner, *, speed: float = 1.0,
-                 clock: Callable[[float], float] | None = None, window_s: float | None = None) -> None:
+    def __init__(self, prom: PrometheusConfig, services: Sequence[Service], runner: QueryRunner, *, window_s: float,
+                 speed: float = 1.0, clock: Callable[[float], float] | None = None) -> None:
         if not 0 < speed < math.inf:
             raise ValueError(f"speed must be finite and > 0, got {speed}")
-        if cfg.prometheus.query_set == "recorded" and speed != 1:
+        if prom.query_set == "recorded" and speed != 1:
             raise ValueError("prometheus.query_set recorded reads rates recorded over real time: speed must be 1")
-        self.cfg = cfg
-        self.prom = cfg.prometheus
+        self.services = list(services)
+        self.prom = prom
         self.runner = runner
         self.speed = speed
         self.clock = clock
         self.qs = QUERY_SETS[self.prom.query_set]
         self.queries = {**self.qs.signals, **self.prom.queries}
-        self.window_s = (cfg.controller.window_s if window_s is None else window_s) / speed
+        self.window_s = window_s / speed
         self.warnings: dict[str, list[str]] = {}
         self._counts: dict[tuple[str, str], tuple[int, int]] = {}
 
@@ -475,9 +475,9 @@ class PrometheusSource:
             inventory = {
                 (svc.name, v.name): {k: pool.submit(self._run, q, at)
                                      for k, q in self._inventory_queries(svc, v).items()}
-                for svc in self.cfg.services for v in svc.variants
+                for svc in self.services for v in svc.variants
             }
-            plans = [self._plan(svc, inventory, pool, at) for svc in self.cfg.services]
+            plans = [self._plan(svc, inventory, pool, at) for svc in self.services]
             return {plan.svc.name: self._finish(plan, now) for plan in plans}
 
     def _plan(self, svc: Service, inventory: dict[tuple[str, str], dict[str, Future[_Outcome]]],

@@ -162,7 +162,7 @@ def test_the_recorded_query_set_needs_the_rules_window(make_fleet) -> None:
     doc = make_fleet(1).model_dump(mode="json", exclude_unset=True)
     cfg = parse_config({**doc, "prometheus": {"query_set": "recorded"}}, "f.yaml")
     with pytest.raises(ValueError, match="speed must be 1"):
-        PrometheusSource(cfg, runner=None, speed=10.0)  # type: ignore[arg-type]
+        PrometheusSource(cfg.prometheus, cfg.services, runner=None, window_s=cfg.controller.window_s, speed=10.0)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"controller\.window_s must be 300, not 60"):
         parse_config({**doc, "prometheus": {"query_set": "recorded"}, "controller": {"window_s": 60}}, "f.yaml")
 

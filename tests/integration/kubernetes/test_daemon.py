@@ -23,7 +23,7 @@ import yaml
 from kubernetes import client
 from support.fleets import FLEET_DOC, ramp
 
-from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect
+from autoscaler.adapters.prometheus import connect
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.daemon import Daemon
@@ -32,6 +32,7 @@ from autoscaler.faults.live import FollowTheCluster
 from autoscaler.faults.promserver import PromServer, Target
 from autoscaler.loop.export import serve
 from autoscaler.realtime import LiveSimulation
+from autoscaler.wiring import build_source
 
 pytestmark = pytest.mark.slow  # whole module: its fixtures run scaled real-time fleets or the fault suite
 
@@ -55,7 +56,7 @@ class Run:
 
 
 def make_daemon(cfg: FleetConfig, cluster: EmulatedCluster, prom: PromServer, name: str) -> Daemon:
-    source = PrometheusSource(cfg, LiveRunner(connect(cfg.prometheus, prom.url)), speed=SPEED)
+    source = build_source(cfg, connect(cfg.prometheus, prom.url), speed=SPEED)
     return Daemon(cfg, "pid", source, cluster.api(user_agent=f"autoscaler/{name}"), name, "127.0.0.1:0",
                   namespace_self="autoscaler", speed=SPEED)
 
@@ -215,7 +216,7 @@ def test_a_follower_answers_health_and_readiness_and_never_writes(tmp_path: Path
         client.CoordinationV1Api(cluster.api()).create_namespaced_lease("autoscaler", client.V1Lease(
             metadata={"name": "autoscaler-leader"},
             spec=client.V1LeaseSpec(holder_identity="someone-else", lease_duration_seconds=3600)))
-        source = PrometheusSource(cfg, LiveRunner(connect(cfg.prometheus, "http://127.0.0.1:1")))
+        source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
         d = Daemon(cfg, "pid", source, cluster.api(user_agent="autoscaler/c"), "c", "127.0.0.1:0",
                    namespace_self="autoscaler")
         t = threading.Thread(target=d.run)
@@ -292,7 +293,7 @@ def test_a_new_leader_writes_only_while_it_leads_and_scales_nothing_down_for_a_c
     cfg = parse_config(doc, "<test>")
     with emulated_cluster() as cluster:
         client.AppsV1Api(cluster.api()).create_namespaced_deployment(NS, deployment("llm-a100", NS, 1))
-        source = PrometheusSource(cfg, LiveRunner(connect(cfg.prometheus, "http://127.0.0.1:1")))
+        source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
         d = Daemon(cfg, "pid", source, cluster.api(), "d", "127.0.0.1:0", namespace_self="autoscaler")
         try:
             assert d.elector.try_acquire_or_renew() and d.leading

@@ -20,7 +20,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from support.promserver import FakeDeployment, FakeExporter, FakePod, Proxy
 
-from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect
+from autoscaler.adapters.prometheus import PrometheusSource, connect
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.faults.promserver import PromServer
@@ -28,6 +28,7 @@ from autoscaler.loop.estimate import estimate
 from autoscaler.loop.export import LoopMetrics
 from autoscaler.loop.runner import ControlLoop
 from autoscaler.state import SIGNALS, ServiceObservation, Signals, VariantObservation
+from autoscaler.wiring import build_source
 from controllers.base import Reason
 from controllers.registry import build
 
@@ -93,7 +94,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def source(cfg: FleetConfig, url: str) -> PrometheusSource:
-    return PrometheusSource(cfg, LiveRunner(connect(cfg.prometheus, url)))
+    return build_source(cfg, connect(cfg.prometheus, url))
 
 
 def dry_loop(cfg: FleetConfig, src: PrometheusSource) -> ControlLoop:

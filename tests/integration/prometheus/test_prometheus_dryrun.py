@@ -20,7 +20,7 @@ import yaml
 from support.fleets import FLEET_DOC, ramp
 from typer.testing import CliRunner
 
-from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect
+from autoscaler.adapters.prometheus import connect
 from autoscaler.cli import app
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
@@ -29,6 +29,7 @@ from autoscaler.faults.promserver import PromServer, Target, free_port
 from autoscaler.loop.export import MetricsServer, serve
 from autoscaler.loop.runner import TickRecord
 from autoscaler.realtime import LiveSimulation
+from autoscaler.wiring import build_source
 from controllers.registry import build
 
 pytestmark = pytest.mark.slow  # whole module: its fixtures run scaled real-time fleets or the fault suite
@@ -60,7 +61,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     try:
         prom.start()
         prom.wait_for("up", lambda r: bool(r) and r[0]["value"][1] == "1")
-        source = PrometheusSource(cfg, LiveRunner(connect(cfg.prometheus, prom.url)), speed=SPEED)
+        source = build_source(cfg, connect(cfg.prometheus, prom.url), speed=SPEED)
         dry = DryRun(cfg, source, build("pid", cfg), SPEED)
         tick_wall = cfg.controller.tick_s / SPEED
         start = time.monotonic()

@@ -26,12 +26,13 @@ from support.promserver import (
     self_signed,
 )
 
-from autoscaler.adapters.prometheus import LiveRunner, PrometheusError, PrometheusSource, connect
+from autoscaler.adapters.prometheus import PrometheusError, PrometheusSource, connect
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.errors import ConfigError
 from autoscaler.faults.promserver import PromServer, Target
 from autoscaler.promql import QUERY_SETS
+from autoscaler.wiring import build_source
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
 V0_CAPTURE = "vllm-metrics/exposition_v0engine_cpu_Qwen3-0.6B_capture.txt"
@@ -100,7 +101,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def observe(cfg: FleetConfig, url: str) -> tuple[PrometheusSource, Any]:
-    src = PrometheusSource(cfg, LiveRunner(connect(cfg.prometheus, url)))
+    src = build_source(cfg, connect(cfg.prometheus, url))
     return src, src.observe(0.0)[cfg.services[0].name]
 
 
@@ -228,7 +229,8 @@ def test_speed_shrinks_windows_and_divides_rates() -> None:
             return [{"metric": {}, "value": [0, "3"]}] if promql.startswith("sum(rate(") else []
 
     runner = Runner()
-    obs = PrometheusSource(cfg, runner, speed=4.0).observe(0.0)["src"]
+    src = PrometheusSource(cfg.prometheus, cfg.services, runner, window_s=cfg.controller.window_s, speed=4.0)
+    obs = src.observe(0.0)["src"]
     assert any("[750ms]" in q for q in runner.seen)  # 3 s of the source's time at 4x = 0.75 wall seconds
     # 3 completions per wall second from a source running 4x faster: 0.75 per second of its own clock
     assert obs.signals.request_rate_rps == 0.75
@@ -252,7 +254,8 @@ def test_a_failed_or_absurd_prefix_counter_query_is_a_warning_not_a_hold() -> No
                 return [{"metric": pod, "value": [0, "0.5"]}]
             return []
 
-    src = PrometheusSource(fleet(), Runner())
+    cfg = fleet()
+    src = PrometheusSource(cfg.prometheus, cfg.services, Runner(), window_s=cfg.controller.window_s)
     obs = src.observe(0.0)["src"]
     assert obs.errors == []
     assert [(p.name, p.prefix_hits_total, p.prefix_queries_total) for p in obs.pods] == [("src-h100-0", None, None)]
