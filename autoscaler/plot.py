@@ -9,6 +9,7 @@ demand it planned for against the arrivals.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.artist import Artist
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
@@ -63,13 +65,14 @@ def planned_ahead(rows: list[dict[str, Any]], svc: Service, k: int) -> tuple[lis
     """A planning controller's total replicas for each tick as planned ``k`` ticks before it
     (``plan_<variant>`` columns: ``n1/n2/n3``), at the tick it was planned for, seconds; empty for
     other controllers. Rows are one service's, one per tick."""
-    times, totals = [], []
+    times: list[float] = []
+    totals: list[int] = []
     for i, r in enumerate(rows[:len(rows) - k]):
-        cols = [r.get(f"plan_{v.name}") for v in svc.variants]
-        if any(c is None for c in cols):
+        cols = [c for v in svc.variants if (c := r.get(f"plan_{v.name}")) is not None]
+        if len(cols) < len(svc.variants):
             continue
         times.append(rows[i + k]["time_s"])
-        totals.append(sum(int(c.split("/")[k]) for c in cols))
+        totals.append(sum(int(str(c).split("/")[k]) for c in cols))
     return times, totals
 
 
@@ -83,13 +86,18 @@ def _latency(ax: Axes, svc: Service, rows: list[dict[str, Any]], t: list[float])
     ax.set_ylabel("latency (s)")
 
 
+def _gaps(values: list[Any]) -> list[float]:
+    """``values`` with NaN for the unknown (None) ones: matplotlib leaves a gap there, as it does for None."""
+    return [math.nan if v is None else float(v) for v in values]
+
+
 def _controlled(ax: Axes, rows: list[dict[str, Any]], t: list[float], signal: str) -> None:
     """The controller's measurement against its setpoint; for a planning controller, the demand it
     planned for against the arrivals (absent for controllers with neither)."""
     demand = [r.get("ctl_demand_rps") for r in rows]
     if any(d is not None for d in demand):
         ax.plot(t, [r["arrival_rate_rps"] for r in rows], color="black", lw=0.8, label="arrivals")
-        ax.plot(t, demand, color="tab:orange", lw=0.9, label="demand planned for (forecast quantile, hold, queue)")
+        ax.plot(t, _gaps(demand), color="tab:orange", lw=0.9, label="demand planned for (forecast quantile, hold, queue)")
         ax.set_ylabel("req/s")
         return
     measured = [r.get("ctl_measurement") for r in rows]
@@ -97,8 +105,8 @@ def _controlled(ax: Axes, rows: list[dict[str, Any]], t: list[float], signal: st
         ax.text(0.5, 0.5, "this controller has no setpoint", ha="center", va="center", transform=ax.transAxes)
         ax.set_yticks([])
         return
-    ax.plot(t, measured, color="tab:purple", lw=0.9, label=f"controlled: {signal}")
-    ax.plot(t, [r.get("ctl_setpoint") for r in rows], color="tab:purple", ls=":", lw=0.9, label="setpoint")
+    ax.plot(t, _gaps(measured), color="tab:purple", lw=0.9, label=f"controlled: {signal}")
+    ax.plot(t, _gaps([r.get("ctl_setpoint") for r in rows]), color="tab:purple", ls=":", lw=0.9, label="setpoint")
     ax.set_ylabel("controlled signal")
 
 
@@ -146,7 +154,7 @@ def plot_compare(timelines: dict[str, list[dict[str, Any]]], svc: Service, path:
     for ax_rep, _ in axes:
         ax_rep.set_ylim(0, top * 1.05)
     colors = variant_colors(svc)
-    handles = [Patch(color=colors[v.name], alpha=0.8, label=f"{v.name} ready") for v in svc.variants]
+    handles: list[Artist] = [Patch(color=colors[v.name], alpha=0.8, label=f"{v.name} ready") for v in svc.variants]
     handles.append(Line2D([], [], color="black", ls="--", lw=0.8, label="ready + starting"))
     handles += axes[0][1].get_legend_handles_labels()[0]
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8, frameon=False)

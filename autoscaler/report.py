@@ -57,7 +57,7 @@ def request_outcomes(run: SimulationRun) -> dict[str, np.ndarray]:
     ttft = np.array([sr.t_first - sr.req.arrival_s if sr.t_first is not None else np.nan for sr in reqs])
     itl = np.array([
         (sr.t_finish - sr.t_first) / (sr.req.output_tokens - 1)
-        if sr.status == COMPLETED and sr.req.output_tokens > 1 and sr.t_first is not None
+        if sr.status == COMPLETED and sr.req.output_tokens > 1 and sr.t_first is not None and sr.t_finish is not None
         else (0.0 if sr.status == COMPLETED else np.nan)
         for sr in reqs
     ])
@@ -130,8 +130,8 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
     n_ok = int(ok.sum())
     tasks: dict[object, bool] = {}
     for sr, good in zip(sim.final, ok, strict=True):
-        key = ("w", sr.req.workflow_id) if sr.req.workflow_id is not None else ("r", sr.req.rid)
-        tasks[key] = tasks.get(key, True) and bool(good)
+        task = ("w", sr.req.workflow_id) if sr.req.workflow_id is not None else ("r", sr.req.rid)
+        tasks[task] = tasks.get(task, True) and bool(good)
     n_tasks_ok = sum(tasks.values())
     hits = sum(r.metrics.prefix_hits for s in sim.services.values() for r in s.replicas)
     queries = sum(r.metrics.prefix_queries for s in sim.services.values() for r in s.replicas)

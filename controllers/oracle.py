@@ -113,7 +113,7 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
                           gpu_budget=cfg.gpu_limits.budget, time_limit_s=120.0, mip_rel_gap=1e-3)
     plan = solve(problem)
     counts = plan.replicas[svc.name]
-    schedule = []
+    schedule: list[tuple[float, dict[str, dict[str, int]]]] = []
     for k in range(steps):
         now = {v: int(n[k]) for v, n in counts.items()}
         if not schedule or schedule[-1][1][svc.name] != now:

@@ -147,7 +147,7 @@ def connect(prom: PrometheusConfig, url: str) -> PrometheusConnect:
     if prom.basic_auth is not None:
         auth = (prom.basic_auth.username, _secret(prom.basic_auth.password_file, "basic_auth.password_file"))
     return PrometheusConnect(url=url.rstrip("/"), headers=headers, auth=auth, session=session,
-                             timeout=prom.timeout_s, retry=Retry(total=0))  # type: ignore[arg-type]
+                             timeout=prom.timeout_s, retry=Retry(total=0))
 
 
 def describe(exc: BaseException) -> str:

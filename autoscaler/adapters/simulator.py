@@ -181,7 +181,7 @@ class SimMetricsSource:
     def _signals(self, replicas: list[Replica], pod_rates: dict[int, np.ndarray | None]) -> Signals:
         if not replicas:
             return Signals()
-        known = [pod_rates[r.rid] for r in replicas if pod_rates[r.rid] is not None]
+        known = [pr for r in replicas if (pr := pod_rates[r.rid]) is not None]
         rates = np.sum(known, axis=0) if known else None
         latest = [self._pods[r.rid].gauges[-1] for r in replicas]
         gauges = Signals(kv_usage=sum(g[0] for g in latest) / len(latest), queue_length=sum(g[1] for g in latest),

@@ -73,6 +73,7 @@ def render(cfg: FleetConfig, objective: float = DEFAULT_OBJECTIVE, prometheus_ur
         board = make(cfg)
         model = board.builder.build()
         uid = model.uid
+        assert uid is not None, board  # every board of boards.py sets its uid
         boards[f"{uid}.json"] = files[f"dashboards/{uid}.json"] = json.dumps(
             model, cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
         panel_queries += [(uid, title, expr) for title, expr in board.queries]

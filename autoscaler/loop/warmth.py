@@ -36,6 +36,7 @@ interval (since the last tick it learned from). Rules, each because a counter al
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import replace
 
 from autoscaler.config import ForecastConfig, Service
@@ -82,7 +83,7 @@ class WarmthStage:
         self._ready: dict[str, float] = {}  # pods of the model -> ready time there
         self._last: dict[str, tuple[float, float]] = {}  # pods of the model -> (hits, queries) at the last learned tick
         self._t_learned: float | None = None
-        self._model_ids: set[str] = set()  # replica ids of the model's last observation
+        self._model_ids: set[Hashable] = set()  # replica ids of the model's last observation
         self._reading: dict[str, tuple[float, float]] = {}  # pod name -> its newest reading, any tick
         self._restarted: dict[str, float] = {}  # pod name -> when its counters went down, until learned
         self._serial = 0

@@ -144,8 +144,8 @@ class SimCollector(Collector):
                     fam.add_metric(labels, getattr(m, key))
                 for reason, n in m.success.items():
                     success.add_metric([*labels, reason], n)
-                for key, fam in hists.items():
-                    _add_histogram(fam, labels, getattr(m, key))
+                for key, hist in hists.items():
+                    _add_histogram(hist, labels, getattr(m, key))
         yield from (running, waiting, kv, cache_config, *counters.values(), success, *hists.values(), spec, ready,
                     gateway)
 

@@ -197,7 +197,7 @@ class FleetSimulator:
                     obj.on_step_end(t, version)  # type: ignore[attr-defined]
                     flow = self.services[obj.service].flow  # type: ignore[attr-defined]
                     if flow is not None and flow.waiting:
-                        self._fill(self.services[obj.service], obj)  # type: ignore[arg-type]
+                        self._fill(self.services[obj.service], obj)  # type: ignore[arg-type, attr-defined]
                 elif kind == _READY:
                     self._on_ready(obj)  # type: ignore[arg-type]
                 elif kind == _CRASH:

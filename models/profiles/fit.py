@@ -189,8 +189,11 @@ single-GPU combos with ``Fig_21`` rows; it has no All_results rows of Mistral on
 class Row(Protocol):
     """A measured row of any source: what it measured and what a profile predicts for it."""
 
-    source: str
-    line: int
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def line(self) -> int: ...
 
     @property
     def measured(self) -> tuple[float, ...]: ...
@@ -272,7 +275,7 @@ def mape(profile: PerformanceProfile, rows: Sequence[Row]) -> float:
     return float(np.mean(errors))
 
 
-def make_profile(combo: Combo, params: Sequence[float]) -> PerformanceProfile:
+def make_profile(combo: Combo, params: Sequence[float] | np.ndarray) -> PerformanceProfile:
     """The profile of ``combo`` with coefficients (overhead, prefill, decode, efficiency)."""
     step_overhead_s, prefill_s_per_token, decode_s_per_seq, bandwidth_efficiency = map(float, params)
     model, gpu = MODELS[combo.model], GPUS[combo.gpu]
