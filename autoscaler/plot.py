@@ -97,7 +97,8 @@ def _controlled(ax: Axes, rows: list[dict[str, Any]], t: list[float], signal: st
     demand = [r.get("ctl_demand_rps") for r in rows]
     if any(d is not None for d in demand):
         ax.plot(t, [r["arrival_rate_rps"] for r in rows], color="black", lw=0.8, label="arrivals")
-        ax.plot(t, _gaps(demand), color="tab:orange", lw=0.9, label="demand planned for (forecast quantile, hold, queue)")
+        ax.plot(t, _gaps(demand), color="tab:orange", lw=0.9,
+                label="demand planned for (forecast quantile, hold, queue)")
         ax.set_ylabel("req/s")
         return
     measured = [r.get("ctl_measurement") for r in rows]
