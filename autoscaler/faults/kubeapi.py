@@ -11,9 +11,9 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
 - the ``scale`` subresource of Deployments, StatefulSets and the custom resources named in
   ``scalable`` (LeaderWorkerSets from the start): GET answers an ``autoscaling/v1`` Scale built from
   the object (its spec.replicas, status.replicas, the object's resourceVersion, and
-  ``status.selector`` from the status field ``SELECTOR_PATHS`` names); PUT checks the
-  resourceVersion and sets spec.replicas; PATCH sets it unchecked; a Scale of an absent object is
-  HTTP 404;
+  ``status.selector`` from the status field ``selector_paths`` names, ``SELECTOR_PATHS`` at first);
+  PUT checks the resourceVersion and sets spec.replicas; PATCH sets it unchecked; a Scale of an
+  absent object is HTTP 404;
 - the custom resources ``CUSTOM_RESOURCES`` (LeaderWorkerSet, KServe InferenceService) served like
   built-in ones (a PUT of the whole object is checked as above);
 - ``metadata.uid`` on create (a random UUID, as the API server assigns), ``metadata.generateName`` on
@@ -81,6 +81,7 @@ class Emulator(kmock.KubernetesEmulator):
         self.versions = itertools.count(1)
         self.forbidden: set[tuple[str, str, str | None]] = set()
         self.scalable: set[str] = set(SCALABLE)
+        self.selector_paths: dict[str, str] = dict(SELECTOR_PATHS)
         self.down = False
         self.conflicts = False
         self.writes: list[tuple[str, str, str | None, str | None, Any, str]] = []
@@ -175,7 +176,7 @@ class Emulator(kmock.KubernetesEmulator):
             raw = obj.raw
         spec = raw.get("spec", {}).get("replicas", 1)
         scale_status: dict[str, Any] = {"replicas": raw.get("status", {}).get("replicas", spec)}
-        path = SELECTOR_PATHS.get(request.resource.plural)
+        path = self.selector_paths.get(request.resource.plural)
         if path is not None and raw.get("status", {}).get(path):
             scale_status["selector"] = raw["status"][path]
         return aiohttp.web.json_response({
