@@ -1,24 +1,30 @@
 """Kubernetes behind the loop's interfaces (the official ``kubernetes`` client): the ``Actuator`` over
-the scale subresource, the admission thresholds as a ConfigMap per service, and decisions as Events.
+each variant's workload connector, the admission thresholds as a ConfigMap per service, and
+decisions as Events.
 
-Scaling (``KubernetesActuator.scale``) reads the workload's scale subresource (apps/v1 Deployments
-and StatefulSets; custom resources such as LeaderWorkerSet through ``CustomObjectsApi``) with its
-resourceVersion and replaces it with the new ``spec.replicas``, so a write made since the read is a
-409, not a lost update; a 409 (the Deployment's status or metadata changed since the read) is
-re-read and retried up to ``kubernetes.conflict_retries`` times with a short backoff within the
-tick, then reported as ``conflict``; one whose re-read shows other replicas is another writer's.
-Before a scale-down, the pods the decision names to go first (``remove_first``) get the annotation
-``controller.kubernetes.io/pod-deletion-cost`` (lowest first), so the ReplicaSet removes them and
-keeps the rest (the annotation is honoured by ReplicaSets since Kubernetes 1.22).
+Each variant's workload is reached through the connector of its kind (``autoscaler.adapters.workloads``:
+Deployment and StatefulSet through apps/v1's scale subresource, LeaderWorkerSet and any custom
+resource through ``CustomObjectsApi``'s, a KServe InferenceService through its predictor's
+``minReplicas`` / ``maxReplicas``); nothing here branches on the kind.
 
-Another writer: the actuator remembers what it last wrote to each variant (or found there when it
-first read it).
-When a read (before a write, or ``check_writers`` at every tick) finds other replicas than that,
-someone else wrote them; the actuator does not fight
-it: it leaves the variant at that count (``conflict``, "another writer ...") until
-``kubernetes.other_writer_quiet_s`` has passed without another such change, and records the change
-(``external``) for the daemon's Event and metric. A daemon that starts leading remembers nothing, so
-its first read is taken as the state, not as another writer.
+Scaling (``KubernetesActuator.scale``) reads the workload's replica count with its resourceVersion
+and writes the new count with it, so a write made since the read is a 409, not a lost update; a 409
+(the object's status or metadata changed since the read) is re-read and retried up to
+``kubernetes.conflict_retries`` times with a short backoff within the tick, then reported as
+``conflict``; one whose re-read shows other replicas is another writer's. The result carries
+``before`` / ``after`` when the count changed and ``external`` for another writer's change, which the
+daemon records as Events. Before a scale-down, the pods the decision names to go first
+(``remove_first``) get the annotation ``controller.kubernetes.io/pod-deletion-cost`` (lowest first),
+so the ReplicaSet removes them and keeps the rest (the annotation is honoured by ReplicaSets since
+Kubernetes 1.22; other controllers ignore it).
+
+Another writer: each connector remembers what was last written to its workload (or found there when
+it was first read). When a read (before a write, or ``check_writers`` at every tick) finds other
+replicas than that, someone else wrote them; the actuator does not fight it: it leaves the variant at
+that count (``conflict``, "another writer ...") until ``kubernetes.other_writer_quiet_s`` has passed
+without another such change, and returns the change (an ``ExternalChange``: in the write's result,
+or from ``check_writers``) for the daemon's Event and metric. A daemon that starts leading remembers
+nothing, so its first read is taken as the state, not as another writer.
 
 Results follow the actuator contract: 403 and 401 are ``forbidden`` with the missing permission
 named (verb, resource and namespace), 404, 400 and 422 ``invalid``, 409 after the retries
@@ -31,7 +37,7 @@ changes nothing; the loop keeps the variant at its count and retries next tick.
 (``critical``, ``standard``, ``sheddable``: seconds, or ``none`` for no limit), created when absent
 and replaced with its resourceVersion otherwise.
 
-``PendingPods`` reads each variant's pods (the workload's ``spec.selector``) and marks a variant
+``PendingPods`` reads each variant's pods (selected as its connector says) and marks a variant
 ``unavailable`` while pods of it have been unschedulable (``PodScheduled`` False, reason
 ``Unschedulable``) for ``kubernetes.pending_timeout_s``, for ``kubernetes.pending_retry_s``;
 ``ClusterSource`` lays that over a Prometheus observation. A failed read marks nothing (unknown is
@@ -39,7 +45,8 @@ not unavailable).
 
 ``EventRecorder`` writes each applied change as a core/v1 Event on the workload (reason
 ``ScaledUp`` / ``ScaledDown``, message the decision's reason), and each change by another writer
-(reason ``OtherWriter``, type Warning), so ``kubectl describe`` shows why.
+(reason ``OtherWriter``, type Warning), so ``kubectl describe`` shows why; ``result`` writes those a
+write's result calls for. The ``involvedObject`` is the connector's reference (with the object's uid).
 """
 
 from __future__ import annotations

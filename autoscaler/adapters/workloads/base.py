@@ -158,6 +158,9 @@ class Connector:
     default_api_version: ClassVar[str | None] = None
     """``group/version`` of the kind (None: the fleet file must give it)."""
     default_plural: ClassVar[str | None] = None
+    scale_subresource: ClassVar[bool] = True
+    """Whether writes go through ``<plural>/scale`` (RBAC: get and update on it); False: the object
+    itself is read and replaced (get and update on ``<plural>``)."""
 
     def __init__(self, api: client.ApiClient, workload: Workload, namespace: str, quiet_s: float = 0.0) -> None:
         given = (workload.api_version, workload.plural)

@@ -49,6 +49,7 @@ class InferenceServiceConnector(ScaleConnector):
     kind: ClassVar[str] = "InferenceService"
     default_api_version: ClassVar[str | None] = "serving.kserve.io/v1beta1"
     default_plural: ClassVar[str | None] = "inferenceservices"
+    scale_subresource: ClassVar[bool] = False
 
     def where(self) -> str:
         """E.g. ``inferenceservices llm/x (API group serving.kserve.io)``: the object itself is written."""
