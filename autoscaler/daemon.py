@@ -255,9 +255,9 @@ class Daemon:
                     self.external.labels(name, v).inc()
                 self.events.result(name, v, res, st.reason)
         for svc in self.cfg.services:
-            for v in svc.variants:
-                paused = self.writer is not None and self.writer.paused(svc.name, v.name)
-                self.paused.labels(svc.name, v.name).set(1 if paused else 0)
+            for var in svc.variants:
+                paused = self.writer is not None and self.writer.paused(svc.name, var.name)
+                self.paused.labels(svc.name, var.name).set(1 if paused else 0)
         for (name, v), conn in self.source.connectors.items():
             labels = (name, v, conn.workload_kind, conn.name)
             state = self.source.states.get((name, v))

@@ -176,7 +176,7 @@ class Emulator(kmock.KubernetesEmulator):
             raw = obj.raw
         spec = raw.get("spec", {}).get("replicas", 1)
         scale_status: dict[str, Any] = {"replicas": raw.get("status", {}).get("replicas", spec)}
-        path = self.selector_paths.get(request.resource.plural)
+        path = self.selector_paths.get(str(getattr(request.resource, "plural", "")))
         if path is not None and raw.get("status", {}).get(path):
             scale_status["selector"] = raw["status"][path]
         return aiohttp.web.json_response({

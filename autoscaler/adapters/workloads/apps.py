@@ -20,6 +20,20 @@ def scale_body(name: str, namespace: str, replicas: int, resource_version: str |
             "spec": {"replicas": replicas}}
 
 
+def v1_scale(name: str, namespace: str, replicas: int, resource_version: str | None) -> client.V1Scale:
+    """``scale_body`` as the apps/v1 client's model."""
+    return client.V1Scale(api_version="autoscaling/v1", kind="Scale",
+                          metadata=client.V1ObjectMeta(name=name, namespace=namespace,
+                                                       resource_version=resource_version),
+                          spec=client.V1ScaleSpec(replicas=replicas))
+
+
+def scale_of(s: client.V1Scale) -> Scale:
+    """A ``Scale`` from the apps/v1 client's model (0 replicas when the spec has none)."""
+    replicas = s.spec.replicas if s.spec is not None else None
+    return Scale(int(replicas or 0), s.metadata.resource_version if s.metadata is not None else None)
+
+
 def state_of(obj: Any) -> WorkloadState:
     """A ``WorkloadState`` from an apps/v1 object as the client returns it."""
     wanted = int(obj.spec.replicas if obj.spec and obj.spec.replicas is not None else 1)
@@ -43,12 +57,11 @@ class DeploymentConnector(Connector):
 
     def read_scale(self) -> Scale:
         """``spec.replicas`` and resourceVersion of the Deployment's scale subresource."""
-        s = self.apps.read_namespaced_deployment_scale(self.name, self.namespace)
-        return Scale(int(s.spec.replicas or 0), s.metadata.resource_version)
+        return scale_of(self.apps.read_namespaced_deployment_scale(self.name, self.namespace))
 
     def scale(self, replicas: int, resource_version: str | None) -> None:
         """Replace the scale subresource (409 when ``resource_version`` is stale)."""
-        body = scale_body(self.name, self.namespace, replicas, resource_version)
+        body = v1_scale(self.name, self.namespace, replicas, resource_version)
         self.apps.replace_namespaced_deployment_scale(self.name, self.namespace, body)
 
     def state(self) -> WorkloadState:
@@ -64,12 +77,11 @@ class StatefulSetConnector(DeploymentConnector):
 
     def read_scale(self) -> Scale:
         """``spec.replicas`` and resourceVersion of the StatefulSet's scale subresource."""
-        s = self.apps.read_namespaced_stateful_set_scale(self.name, self.namespace)
-        return Scale(int(s.spec.replicas or 0), s.metadata.resource_version)
+        return scale_of(self.apps.read_namespaced_stateful_set_scale(self.name, self.namespace))
 
     def scale(self, replicas: int, resource_version: str | None) -> None:
         """Replace the scale subresource (409 when ``resource_version`` is stale)."""
-        body = scale_body(self.name, self.namespace, replicas, resource_version)
+        body = v1_scale(self.name, self.namespace, replicas, resource_version)
         self.apps.replace_namespaced_stateful_set_scale(self.name, self.namespace, body)
 
     def state(self) -> WorkloadState:

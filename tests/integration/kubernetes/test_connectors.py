@@ -260,7 +260,8 @@ def test_an_unknown_kind_is_refused_at_startup_in_one_line(make_fleet: Callable[
 
 def test_an_inference_service_is_scaled_through_the_daemons_tick(make_fleet: Callable[..., FleetConfig]) -> None:
     """End to end: the daemon leads, reads the InferenceService's counts, writes its predictor's
-    replicas with the static controller's count, and records the Event from the write's result."""
+    replicas with the static controller's count, and records the Event from the write's result; a
+    hand edit is seen at the next tick, recorded once, and left alone."""
     from autoscaler.daemon import Daemon
     from autoscaler.state import ServiceObservation, Signals, VariantObservation
 
@@ -299,5 +300,19 @@ def test_an_inference_service_is_scaled_through_the_daemons_tick(make_fleet: Cal
             labels = {"service": "svc", "variant": "h100", "kind": "InferenceService", "workload": NAME}
             assert d.registry.get_sample_value("autoscaler_workload_ready_replicas", labels) == 2.0  # the Ready pods
             assert d.registry.get_sample_value("autoscaler_workload_desired_replicas", labels) == 2.0  # read first
+            # someone pins the predictor to 1 by hand: the next tick sees it before writing, records it
+            # and leaves the InferenceService alone
+            custom.patch_namespaced_custom_object("serving.kserve.io", "v1beta1", NS, "inferenceservices", NAME,
+                                                  {"spec": {"predictor": {"minReplicas": 1, "maxReplicas": 1}}})
+            assert d.tick() is not None
+            isvc = custom.get_namespaced_custom_object("serving.kserve.io", "v1beta1", NS, "inferenceservices",
+                                                       NAME)
+            assert isvc["spec"]["predictor"]["minReplicas"] == 1
+            other = [e for e in client.CoreV1Api(api).list_namespaced_event(NS).items if e.reason == "OtherWriter"]
+            assert len(other) == 1 and other[0].involved_object.uid == isvc["metadata"]["uid"]
+            assert "replicas set to 1 by another writer (the autoscaler wrote 4)" in other[0].message
+            sv = {"service": "svc", "variant": "h100"}
+            assert d.registry.get_sample_value("autoscaler_external_writes_total", sv) == 1.0
+            assert d.registry.get_sample_value("autoscaler_paused", sv) == 1.0
         finally:
             d.server.close()
