@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -256,6 +257,28 @@ def test_an_unknown_kind_is_refused_at_startup_in_one_line(make_fleet: Callable[
         wrong = fleet(make_fleet, {"kind": "StatefulSet", "api_version": "apps/v2", "plural": "statefulsets"})
         with pytest.raises(WorkloadError, match="kind StatefulSet is apps/v1"):
             connector(cluster.api(), wrong.kubernetes.workload("svc", "h100"), NS)
+
+
+def test_autoscaler_run_refuses_an_unknown_kind_in_one_line(tmp_path: Path,
+                                                           make_fleet: Callable[..., FleetConfig]) -> None:
+    import yaml
+    from typer.testing import CliRunner
+
+    from autoscaler.cli import app
+
+    doc = make_fleet(2).model_dump(mode="json", exclude_unset=True)
+    doc["kubernetes"] = {"workloads": {"svc": {"h100": {"kind": "RayService"}}}}
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(doc))
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump({  # never contacted: the kind is refused first
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {}}], "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    res = CliRunner().invoke(app, ["run", "--config", str(tmp_path / "fleet.yaml"), "--kubeconfig",
+                                   str(tmp_path / "kubeconfig"), "--prometheus-url", "http://127.0.0.1:1",
+                                   "--port", "0", "--host", "127.0.0.1"])
+    assert res.exit_code == 2
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "error: kind RayService is not one of Deployment, StatefulSet" in lines[0]
 
 
 def test_an_inference_service_is_scaled_through_the_daemons_tick(make_fleet: Callable[..., FleetConfig]) -> None:
