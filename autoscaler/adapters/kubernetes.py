@@ -65,7 +65,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from autoscaler.adapters.workloads import TRANSPORT_ERRORS, Connector, WorkloadState, connector
+from autoscaler.adapters.workloads import TRANSPORT_ERRORS, WorkloadConnector, WorkloadState, connector
 from autoscaler.config import FleetConfig
 from autoscaler.errors import AutoscalerError
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, ExternalChange
@@ -135,8 +135,8 @@ def result_of(exc: BaseException, what: str) -> ActuationResult:
     return ActuationResult(ActuationStatus.UNREACHABLE, f"{what}: {describe(exc)}")
 
 
-def connectors(cfg: FleetConfig, api: client.ApiClient) -> dict[tuple[str, str], Connector]:
-    """``(service, variant) -> Connector`` of every variant of the fleet (``workloads.connector``).
+def connectors(cfg: FleetConfig, api: client.ApiClient) -> dict[tuple[str, str], WorkloadConnector]:
+    """``(service, variant) -> WorkloadConnector`` of every variant of the fleet (``workloads.connector``).
 
     Raises:
         WorkloadError: a workload of an unknown kind without api_version and plural, or a known kind
@@ -174,7 +174,7 @@ class KubernetesActuator:
         """Whether the variant is left alone after another writer's change (module docstring)."""
         return self.connectors[(service, variant)].paused_for(self.clock()) > 0
 
-    def _note(self, conn: Connector, current: int) -> ExternalChange | None:
+    def _note(self, conn: WorkloadConnector, current: int) -> ExternalChange | None:
         """``conn.note``, logged when it is another writer's change."""
         ext = conn.note(current, self.clock())
         if ext is not None:

@@ -71,9 +71,16 @@ class WorkloadState:
 
 
 class WorkloadConnector(Protocol):
-    """One workload of one kind (module docstring)."""
+    """One workload of one kind (module docstring).
 
-    kind: ClassVar[str]
+    Attributes:
+        workload_kind: its kind, as Events name it (``Deployment``, ``LeaderWorkerSet``, ...).
+        api_version: its ``group/version`` (``apps/v1``).
+        plural: its resource's plural (``deployments``).
+        name, namespace: the object's.
+    """
+
+    workload_kind: str
     api_version: str
     plural: str
     name: str
