@@ -7,18 +7,21 @@ KEDA) is pinned to it, and a write that raced another is HTTP 409. KServe reads 
 to 0 writes ``minReplicas: 0, maxReplicas: 1``: scale-to-zero allowed, at most one replica.
 ``minReplicas`` unset is 1 (``constants.DefaultMinReplicas``).
 
-Readiness: ``InferenceServiceStatus`` carries conditions (``PredictorReady``, ``Ready``) and
-``modelStatus.copies`` (``totalCopies`` counts copies in every state, Pending and FailedToLoad
-included), but no count of ready replicas; ready is therefore the number of the predictor's pods
-(labels ``serving.kserve.io/inferenceservice=<name>`` and ``component=predictor``, as KServe labels
-them in RawDeployment and Serverless modes) whose ``Ready`` condition is True, and pending pods
-are read from the same pods.
+Readiness: ``InferenceServiceStatus`` carries conditions (``PredictorReady``, ``Ready``: all or
+nothing) and ``modelStatus.copies.totalCopies``, whose meaning changed between releases (the
+predictor's pods in every state up to v0.15, its Running and Ready pods from v0.16, whatever the
+field's comment says), and no other count of ready replicas. Ready is therefore counted as KServe
+v0.16+ counts it (``countReadyPods``), from the pods themselves: the predictor's pods (labels
+``serving.kserve.io/inferenceservice=<name>`` and ``component=predictor``) that are Running with
+their ``Ready`` condition True, not being deleted; pending pods are read from the same pods.
 
-Source: kserve/kserve ``pkg/apis/serving/v1beta1/component.go`` (commit
-017d86a94cb89b242e219f7a717ee56fc8f43eef), ``inference_service_status.go`` (commit
-0217bdabaaa250485b336805da1aed04960dc758) and ``pkg/constants/constants.go``
-(``InferenceServicePodLabelKey``, ``KServiceComponentLabel``; commit
-000652d723032b3813ffc6d4a452fbcc31bd8649), as read.
+Source: kserve/kserve v0.20.0 (the latest release in the mirror read):
+``pkg/apis/serving/v1beta1/component.go`` (``ComponentExtensionSpec.MinReplicas`` /
+``MaxReplicas``, ``validateReplicas``), ``inference_service.go`` (``+kubebuilder:subresource:status``
+only: no scale subresource), ``inference_service_status.go`` (``PropagateModelStatus``,
+``countReadyPods``; v0.15.0 for the older ``totalCopies``) and ``pkg/constants/constants.go``
+(``InferenceServicePodLabelKey``, ``KServiceComponentLabel``, ``DefaultMinReplicas``; the predictor's
+objects carry both labels: ``pkg/controller/v1beta1/inferenceservice/components/predictor.go``).
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ class InferenceServiceConnector(ScaleConnector):
         assert selector is not None
         ready = 0
         for pod in self.pods(selector):
-            if pod.metadata.deletion_timestamp is not None or pod.status is None:
+            if pod.metadata.deletion_timestamp is not None or pod.status is None or pod.status.phase != "Running":
                 continue
             if any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []):
                 ready += 1

@@ -5,10 +5,10 @@ selects the leader pods only); ready counts are ``status.readyReplicas`` (groups
 every group carry the label ``leaderworkerset.sigs.k8s.io/name=<name>`` (``SetNameLabelKey``), so a
 worker that cannot be placed counts as pending too, not only a leader.
 
-Source: kubernetes-sigs/lws ``api/leaderworkerset/v1/leaderworkerset_types.go`` (the kubebuilder
-markers and ``LeaderWorkerSetStatus``), at commit 024af0845195be26fb4a0847c37d7209849d69da as read;
-the same names are documented in LWS's "Labels, Annotations and Environment Variables" reference
-(2025-03-14).
+Source: kubernetes-sigs/lws v0.9.0 (the same in v0.7.0 and v0.8.0):
+``api/leaderworkerset/v1/leaderworkerset_types.go`` (``SetNameLabelKey``, ``LeaderWorkerSetStatus``,
+the ``+kubebuilder:subresource:scale`` marker), ``groupversion_info.go`` (group and version) and
+``config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml`` (plural, ``labelSelectorPath``).
 """
 
 from __future__ import annotations

@@ -6,12 +6,13 @@ read what the connectors report and compare it with those values, and read what 
 from the emulator with the generic custom-objects client, not through the connector.
 
 The LeaderWorkerSet names (``leaderworkerset.sigs.k8s.io/name`` on every pod, ``status.readyReplicas``
-in groups, the scale subresource's ``.status.hpaPodSelector``) are kubernetes-sigs/lws
-``api/leaderworkerset/v1/leaderworkerset_types.go`` at commit 024af0845195be26fb4a0847c37d7209849d69da;
-the InferenceService's (``spec.predictor.minReplicas`` / ``maxReplicas``, the pod labels
-``serving.kserve.io/inferenceservice`` and ``component=predictor``, no ready count in its status) are
-kserve/kserve ``pkg/apis/serving/v1beta1/component.go``, ``inference_service_status.go`` and
-``pkg/constants/constants.go`` (commits in autoscaler/adapters/workloads/kserve.py)."""
+in groups, the scale subresource's ``.status.hpaPodSelector``) are kubernetes-sigs/lws v0.9.0's
+(``api/leaderworkerset/v1/leaderworkerset_types.go``); the InferenceService's
+(``spec.predictor.minReplicas`` / ``maxReplicas``, the pod labels ``serving.kserve.io/inferenceservice``
+and ``component=predictor``, no scale subresource, ready = Running and Ready predictor pods, not
+``modelStatus.copies.totalCopies``, which the objects here set to a different number) are kserve/kserve
+v0.20.0's (``pkg/apis/serving/v1beta1/component.go``, ``inference_service_status.go``,
+``pkg/constants/constants.go``)."""
 
 from __future__ import annotations
 
