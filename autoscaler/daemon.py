@@ -245,10 +245,9 @@ class Daemon:
     def _record(self, found: Mapping[tuple[str, str], ExternalChange], record: TickRecord) -> None:
         """Events and metrics of one tick: another writer's changes ``found`` before it, and each
         write's result (``EventRecorder.result``); the paused variants; the workloads' counts."""
-        quiet = self.cfg.kubernetes.other_writer_quiet_s
         for (name, v), ext in found.items():
             self.external.labels(name, v).inc()
-            self.events.other_writer(name, v, ext.ours, ext.theirs, quiet)
+            self.events.other_writer(name, v, ext.ours, ext.theirs, ext.quiet_s)
         for name, st in record.services.items():
             for v, res in st.actuation.items():
                 if res.external is not None:
