@@ -17,12 +17,22 @@ for the guard's cool-down.
 and report it applied, and no Lease is taken (every dry-run daemon acts as a leader that writes
 nothing).
 
+Each variant's workload is reached through the connector of its kind
+(``autoscaler.adapters.workloads``: Deployment, StatefulSet, LeaderWorkerSet, InferenceService, any
+custom resource with a scale subresource); an unknown kind stops the daemon at startup with one line.
+Events come from the results: a write that changed a count (``ActuationResult.before`` / ``after``) is
+a ``ScaledUp`` / ``ScaledDown`` Event on the workload, and another writer's change (``external``, from
+a write's read or from ``KubernetesActuator.check_writers`` at the start of each tick) an
+``OtherWriter`` one.
+
 Another writer (``KubernetesActuator``): a variant whose replicas someone else changed is left alone
 for ``kubernetes.other_writer_quiet_s``; each such change is an Event (``OtherWriter``) and counts in
 ``autoscaler_external_writes_total``, and ``autoscaler_paused`` is 1 while it is left alone.
 
-HTTP on ``address``: ``/metrics`` (the loop's, ``autoscaler_leader``, ``autoscaler_external_writes_total``
-and ``autoscaler_paused``), ``/v1/admission``,
+HTTP on ``address``: ``/metrics`` (the loop's, ``autoscaler_leader``, ``autoscaler_external_writes_total``,
+``autoscaler_paused``, and ``autoscaler_workload_desired_replicas`` / ``autoscaler_workload_ready_replicas``
+labelled ``service``, ``variant``, ``kind`` and ``workload``: the counts last read from the API server,
+for every kind, where kube-state-metrics has series for apps/v1 kinds only), ``/v1/admission``,
 ``/healthz`` (200 while the loop thread ticks on schedule: no tick missed for three periods) and
 ``/readyz`` (200 once the first election attempt and, when leading, the first tick are done).
 ``stop()`` (SIGTERM) lets the tick in progress finish, releases the Lease and closes the server.
@@ -30,6 +40,7 @@ and ``autoscaler_paused``), ``/v1/admission``,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -44,7 +55,7 @@ from autoscaler.adapters.kubernetes import ClusterSource, ConfigMapSink, EventRe
 from autoscaler.adapters.lease import LeaderElector
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.config import FleetConfig
-from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
+from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, ExternalChange
 from autoscaler.loop.admission import PATH, AdmissionDocument, TeeSink, check_thresholds
 from autoscaler.loop.export import LoopMetrics, MetricsServer, serve
 from autoscaler.loop.runner import ControlLoop, TickRecord
@@ -141,7 +152,15 @@ class Daemon:
             for v in svc.variants:
                 self.external.labels(svc.name, v.name)
                 self.paused.labels(svc.name, v.name).set(0)
+        labels = ["service", "variant", "kind", "workload"]
+        self.workload_desired = Gauge("autoscaler_workload_desired_replicas", "Replicas the variant's workload "
+                                      "wants, as last read from the API server.", labels, registry=self.registry)
+        self.workload_ready = Gauge("autoscaler_workload_ready_replicas", "Replicas of the variant's workload ready "
+                                    "(LeaderWorkerSet: groups), as last read from the API server.", labels,
+                                    registry=self.registry)
         self.events = EventRecorder(cfg, api, identity)
+        self.writer: KubernetesActuator | None = None
+        """The actuator writing to the cluster while this daemon leads (None in dry-run or as a follower)."""
         self.stopping = threading.Event()
         self.loop: ControlLoop | None = None
         self.metrics: LoopMetrics | None = None
@@ -186,9 +205,11 @@ class Daemon:
         if self.dry_run:
             sink: Any = TeeSink(LoggingSink(), self.document)
             actuator: Any = LoggingActuator()
+            self.writer = None
         else:
             sink = TeeSink(LeaderOnly(ConfigMapSink(self.cfg, self.api), self), self.document)
-            actuator = LeaderOnly(KubernetesActuator(self.cfg, self.api), self)
+            self.writer = KubernetesActuator(self.cfg, self.api)
+            actuator = LeaderOnly(self.writer, self)
         loop = build_loop(self.cfg, "run", self.source, ctrl, actuator=actuator, sink=sink,
                           policy=admission_policy(self.cfg, "run"))
         for g in loop.guards.values():  # the previous leader may just have scaled up: no scale-down for a cool-down
@@ -202,35 +223,49 @@ class Daemon:
         """One tick if this daemon leads (building its loop on the first), else None."""
         if not self.leading:
             self.loop = None  # a later leadership starts from the cluster's state, not from ours
+            self.writer = None
             return None
         now = (time.monotonic() - self.started) * self.speed
         if self.loop is None:
             self.loop = self._new_loop(now)
             log.info("%s starts its loop (%s)", self.identity, self.spec)
         started = time.perf_counter()
-        kube = self.loop.actuator.inner if isinstance(self.loop.actuator, LeaderOnly) else None
-        if isinstance(kube, KubernetesActuator):
-            kube.check_writers()
+        found = self.writer.check_writers() if self.writer is not None else {}
         record = self.loop.tick(now)
         assert self.metrics is not None
         self.metrics.record(record, time.perf_counter() - started)
         self.ticks += 1
-        act = kube
-        if isinstance(act, KubernetesActuator):  # an Event per write that changed a scale, and per other writer
-            for name, v, before, after in act.changes:
-                self.events.scaled(name, v, before, after, record.services[name].reason)
-            for name, v, ours, theirs in act.external:
-                self.external.labels(name, v).inc()
-                self.events.other_writer(name, v, ours, theirs, self.cfg.kubernetes.other_writer_quiet_s)
-            act.changes.clear()
-            act.external.clear()
-            for svc in self.cfg.services:
-                for v in svc.variants:
-                    self.paused.labels(svc.name, v.name).set(1 if act.paused(svc.name, v.name) else 0)
+        self._record(found, record)
         for name, st in record.services.items():  # counts nobody knows are no counts, not zeros
             known = {v: n for v, n in st.applied.items() if st.estimate.variants[v].counts_known}
             log.info("%s: %s", name, json.dumps({"reason": st.reason, "applied": known}))
         return record
+
+    def _record(self, found: Mapping[tuple[str, str], ExternalChange], record: TickRecord) -> None:
+        """Events and metrics of one tick: another writer's changes ``found`` before it, and each
+        write's result (``EventRecorder.result``); the paused variants; the workloads' counts."""
+        for (name, v), ext in found.items():
+            self.external.labels(name, v).inc()
+            self.events.other_writer(name, v, ext.ours, ext.theirs, ext.quiet_s)
+        for name, st in record.services.items():
+            for v, res in st.actuation.items():
+                if res.external is not None:
+                    self.external.labels(name, v).inc()
+                self.events.result(name, v, res, st.reason)
+        for svc in self.cfg.services:
+            for var in svc.variants:
+                paused = self.writer is not None and self.writer.paused(svc.name, var.name)
+                self.paused.labels(svc.name, var.name).set(1 if paused else 0)
+        for (name, v), conn in self.source.connectors.items():
+            labels = (name, v, conn.workload_kind, conn.name)
+            state = self.source.states.get((name, v))
+            if state is None:
+                for gauge in (self.workload_desired, self.workload_ready):
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(*labels)
+                continue
+            self.workload_desired.labels(*labels).set(state.desired)
+            self.workload_ready.labels(*labels).set(state.ready)
 
     def run(self) -> None:
         """Elect and tick until ``stop()``; then release the Lease and close the server."""

@@ -1,24 +1,30 @@
 """Kubernetes behind the loop's interfaces (the official ``kubernetes`` client): the ``Actuator`` over
-the scale subresource, the admission thresholds as a ConfigMap per service, and decisions as Events.
+each variant's workload connector, the admission thresholds as a ConfigMap per service, and
+decisions as Events.
 
-Scaling (``KubernetesActuator.scale``) reads the workload's scale subresource (apps/v1 Deployments
-and StatefulSets; custom resources such as LeaderWorkerSet through ``CustomObjectsApi``) with its
-resourceVersion and replaces it with the new ``spec.replicas``, so a write made since the read is a
-409, not a lost update; a 409 (the Deployment's status or metadata changed since the read) is
-re-read and retried up to ``kubernetes.conflict_retries`` times with a short backoff within the
-tick, then reported as ``conflict``; one whose re-read shows other replicas is another writer's.
-Before a scale-down, the pods the decision names to go first (``remove_first``) get the annotation
-``controller.kubernetes.io/pod-deletion-cost`` (lowest first), so the ReplicaSet removes them and
-keeps the rest (the annotation is honoured by ReplicaSets since Kubernetes 1.22).
+Each variant's workload is reached through the connector of its kind (``autoscaler.adapters.workloads``:
+Deployment and StatefulSet through apps/v1's scale subresource, LeaderWorkerSet and any custom
+resource through ``CustomObjectsApi``'s, a KServe InferenceService through its predictor's
+``minReplicas`` / ``maxReplicas``); nothing here branches on the kind.
 
-Another writer: the actuator remembers what it last wrote to each variant (or found there when it
-first read it).
-When a read (before a write, or ``check_writers`` at every tick) finds other replicas than that,
-someone else wrote them; the actuator does not fight
-it: it leaves the variant at that count (``conflict``, "another writer ...") until
-``kubernetes.other_writer_quiet_s`` has passed without another such change, and records the change
-(``external``) for the daemon's Event and metric. A daemon that starts leading remembers nothing, so
-its first read is taken as the state, not as another writer.
+Scaling (``KubernetesActuator.scale``) reads the workload's replica count with its resourceVersion
+and writes the new count with it, so a write made since the read is a 409, not a lost update; a 409
+(the object's status or metadata changed since the read) is re-read and retried up to
+``kubernetes.conflict_retries`` times with a short backoff within the tick, then reported as
+``conflict``; one whose re-read shows other replicas is another writer's. The result carries
+``before`` / ``after`` when the count changed and ``external`` for another writer's change, which the
+daemon records as Events. Before a scale-down, the pods the decision names to go first
+(``remove_first``) get the annotation ``controller.kubernetes.io/pod-deletion-cost`` (lowest first),
+so the ReplicaSet removes them and keeps the rest (the annotation is honoured by ReplicaSets since
+Kubernetes 1.22; other controllers ignore it).
+
+Another writer: each connector remembers what was last written to its workload (or found there when
+it was first read). When a read (before a write, or ``check_writers`` at every tick) finds other
+replicas than that, someone else wrote them; the actuator does not fight it: it leaves the variant at
+that count (``conflict``, "another writer ...") until ``kubernetes.other_writer_quiet_s`` has passed
+without another such change, and returns the change (an ``ExternalChange``: in the write's result,
+or from ``check_writers``) for the daemon's Event and metric. A daemon that starts leading remembers
+nothing, so its first read is taken as the state, not as another writer.
 
 Results follow the actuator contract: 403 and 401 are ``forbidden`` with the missing permission
 named (verb, resource and namespace), 404, 400 and 422 ``invalid``, 409 after the retries
@@ -31,7 +37,7 @@ changes nothing; the loop keeps the variant at its count and retries next tick.
 (``critical``, ``standard``, ``sheddable``: seconds, or ``none`` for no limit), created when absent
 and replaced with its resourceVersion otherwise.
 
-``PendingPods`` reads each variant's pods (the workload's ``spec.selector``) and marks a variant
+``PendingPods`` reads each variant's pods (selected as its connector says) and marks a variant
 ``unavailable`` while pods of it have been unschedulable (``PodScheduled`` False, reason
 ``Unschedulable``) for ``kubernetes.pending_timeout_s``, for ``kubernetes.pending_retry_s``;
 ``ClusterSource`` lays that over a Prometheus observation. A failed read marks nothing (unknown is
@@ -39,7 +45,8 @@ not unavailable).
 
 ``EventRecorder`` writes each applied change as a core/v1 Event on the workload (reason
 ``ScaledUp`` / ``ScaledDown``, message the decision's reason), and each change by another writer
-(reason ``OtherWriter``, type Warning), so ``kubectl describe`` shows why.
+(reason ``OtherWriter``, type Warning), so ``kubectl describe`` shows why; ``result`` writes those a
+write's result calls for. The ``involvedObject`` is the connector's reference (with the object's uid).
 """
 
 from __future__ import annotations
@@ -49,18 +56,19 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import urllib3
 import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from autoscaler.config import FleetConfig, Workload
+from autoscaler.adapters.workloads import TRANSPORT_ERRORS, WorkloadConnector, WorkloadState, connector
+from autoscaler.config import FleetConfig
 from autoscaler.errors import AutoscalerError
-from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
+from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, ExternalChange
 from autoscaler.loop.admission import API_VERSION, KIND, check_thresholds
 from autoscaler.loop.observe import MetricsSource, PendingMarks
 from autoscaler.state import ServiceObservation
@@ -127,148 +135,102 @@ def result_of(exc: BaseException, what: str) -> ActuationResult:
     return ActuationResult(ActuationStatus.UNREACHABLE, f"{what}: {describe(exc)}")
 
 
-TRANSPORT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
+def connectors(cfg: FleetConfig, api: client.ApiClient) -> dict[tuple[str, str], WorkloadConnector]:
+    """``(service, variant) -> WorkloadConnector`` of every variant of the fleet (``workloads.connector``).
 
-
-class ScaleClient:
-    """Reads and replaces the scale subresource of one kind of workload."""
-
-    def __init__(self, api: client.ApiClient) -> None:
-        self.apps = client.AppsV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
-
-    def resource(self, w: Workload) -> tuple[str, str]:
-        """``(API group, plural)`` of ``w``, as RBAC names them."""
-        if w.kind == "Deployment":
-            return "apps", "deployments"
-        if w.kind == "StatefulSet":
-            return "apps", "statefulsets"
-        assert w.api_version is not None and w.plural is not None  # the config requires them
-        return w.api_version.split("/")[0], w.plural
-
-    def where(self, w: Workload, namespace: str) -> str:
-        """``w``'s scale as errors and logs name it, e.g. ``deployments/scale llm/x (API group apps)``."""
-        group, plural = self.resource(w)
-        return f"{plural}/scale {namespace}/{w.name} (API group {group or 'core'})"
-
-    def read(self, w: Workload, namespace: str) -> tuple[int, str | None]:
-        """``(spec.replicas, resourceVersion)`` of ``w``'s scale."""
-        if w.kind == "Deployment":
-            s = self.apps.read_namespaced_deployment_scale(w.name, namespace)
-        elif w.kind == "StatefulSet":
-            s = self.apps.read_namespaced_stateful_set_scale(w.name, namespace)
-        else:
-            group, version = (w.api_version or "").split("/")
-            raw = self.custom.get_namespaced_custom_object_scale(group, version, namespace, w.plural, w.name)
-            return int(raw.get("spec", {}).get("replicas", 0)), raw.get("metadata", {}).get("resourceVersion")
-        return int(s.spec.replicas or 0), s.metadata.resource_version
-
-    def replace(self, w: Workload, namespace: str, replicas: int, resource_version: str | None) -> None:
-        """Set ``w``'s scale to ``replicas`` if it is still at ``resource_version`` (else HTTP 409)."""
-        body = {"apiVersion": "autoscaling/v1", "kind": "Scale",
-                "metadata": {"name": w.name, "namespace": namespace, "resourceVersion": resource_version},
-                "spec": {"replicas": replicas}}
-        if w.kind == "Deployment":
-            self.apps.replace_namespaced_deployment_scale(w.name, namespace, body)
-        elif w.kind == "StatefulSet":
-            self.apps.replace_namespaced_stateful_set_scale(w.name, namespace, body)
-        else:
-            group, version = (w.api_version or "").split("/")
-            self.custom.replace_namespaced_custom_object_scale(group, version, namespace, w.plural, w.name, body)
+    Raises:
+        WorkloadError: a workload of an unknown kind without api_version and plural, or a known kind
+            with another API version (one line).
+    """
+    kube = cfg.kubernetes
+    return {(svc.name, v.name): connector(api, kube.workload(svc.name, v.name), kube.namespace,
+                                          kube.other_writer_quiet_s)
+            for svc in cfg.services for v in svc.variants}
 
 
 class KubernetesActuator:
-    """The ``Actuator`` over the scale subresource (module docstring).
+    """The ``Actuator`` over each variant's workload connector (module docstring).
 
     Args:
         cfg: the fleet (``kubernetes`` section: namespace, workloads, conflict retries).
         api: a client (``connect``).
         sleep: how to wait between conflict retries (tests pass a recorder).
+        clock: monotonic seconds (the other-writer quiet period).
+
+    Raises:
+        WorkloadError: as ``connectors``.
     """
 
     def __init__(self, cfg: FleetConfig, api: client.ApiClient, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.cfg = cfg
         self.kube = cfg.kubernetes
-        self.scales = ScaleClient(api)
+        self.connectors = connectors(cfg, api)
         self.core = client.CoreV1Api(api)
         self.sleep = sleep
         self.clock = clock
-        self.written: dict[tuple[str, str], int] = {}
-        """(service, variant) -> the replicas last written (or found already there)."""
-        self.paused_until: dict[tuple[str, str], float] = {}
-        self.external: list[tuple[str, str, int, int]] = []
-        """``(service, variant, replicas we wrote, replicas found)`` of each change another writer made."""
-        self.changes: list[tuple[str, str, int, int]] = []
-        """``(service, variant, replicas before, after)`` of every write that changed a scale, in order;
-        the daemon takes them to record Events."""
 
     def paused(self, service: str, variant: str) -> bool:
         """Whether the variant is left alone after another writer's change (module docstring)."""
-        return self.clock() < self.paused_until.get((service, variant), float("-inf"))
+        return self.connectors[(service, variant)].paused_for(self.clock()) > 0
 
-    def _other_writer(self, key: tuple[str, str], current: int, where: str) -> ActuationResult | None:
-        """A ``conflict`` when another writer changed the variant since our write or it is still
-        paused after one; None when the write may go ahead."""
-        ours = self.written.get(key)
-        now = self.clock()
-        if ours is not None and current != ours:  # changed behind our back: adopt it, pause
-            self.external.append((*key, ours, current))
-            self.written[key] = current
-            self.paused_until[key] = now + self.kube.other_writer_quiet_s
-            log.warning("%s: another writer set %d replicas (we wrote %d); left alone for %g s", where, current,
-                        ours, self.kube.other_writer_quiet_s)
-        if now < self.paused_until.get(key, float("-inf")):
-            left = self.paused_until[key] - now
-            return ActuationResult(ActuationStatus.CONFLICT, f"{where}: another writer set {current} replicas; "
-                                   f"left alone for {left:.0f} s more")
-        return None
+    def _note(self, conn: WorkloadConnector, current: int) -> ExternalChange | None:
+        """``conn.note``, logged when it is another writer's change."""
+        ext = conn.note(current, self.clock())
+        if ext is not None:
+            log.warning("%s: another writer set %d replicas (we wrote %d); left alone for %g s", conn.where(),
+                        ext.theirs, ext.ours, ext.quiet_s)
+        return ext
 
-    def check_writers(self) -> None:
-        """Read every variant of the fleet and note another writer's change (``_other_writer``),
-        whether or not this tick writes it: a hand edit is seen within a tick, not at the next write.
-        A variant read for the first time is taken as it is (the state this actuator starts from)."""
-        for svc in self.cfg.services:
-            for v in svc.variants:
-                key = (svc.name, v.name)
-                w = self.kube.workload(*key)
-                where = self.scales.where(w, self.kube.namespace)
-                try:
-                    current, _ = self.scales.read(w, self.kube.namespace)
-                except TRANSPORT_ERRORS as exc:
-                    log.warning("%s not read: %s", where, describe(exc))
-                    continue
-                if key not in self.written:
-                    self.written[key] = current
-                self._other_writer(key, current, where)
+    def check_writers(self) -> dict[tuple[str, str], ExternalChange]:
+        """Read every variant of the fleet and return another writer's changes, whether or not this
+        tick writes the variant: a hand edit is seen within a tick, not at the next write. A variant
+        read for the first time is taken as it is (the state this actuator starts from)."""
+        found = {}
+        for key, conn in self.connectors.items():
+            try:
+                current = conn.read_scale().replicas
+            except TRANSPORT_ERRORS as exc:
+                log.warning("%s not read: %s", conn.where(), describe(exc))
+                continue
+            ext = self._note(conn, current)
+            if ext is not None:
+                found[key] = ext
+        return found
 
     def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
-        """Set the variant's replicas (module docstring); ``remove_first`` pods get the lowest deletion cost."""
-        key = (service, variant)
-        w = self.kube.workload(service, variant)
+        """Set the variant's replicas (module docstring); ``remove_first`` pods get the lowest deletion
+        cost. The result carries ``before`` / ``after`` when the count changed and ``external`` when
+        the read found another writer's change."""
+        conn = self.connectors[(service, variant)]
         ns = self.kube.namespace
-        where = self.scales.where(w, ns)
+        where = conn.where()
         what = f"update {where}"
         note = ""
+        external: ExternalChange | None = None
+        first = 0
         for attempt in range(self.kube.conflict_retries + 1):
             try:
-                current, version = self.scales.read(w, ns)
+                read = conn.read_scale()
             except TRANSPORT_ERRORS as exc:
-                return result_of(exc, f"get {where}")
+                return replace(result_of(exc, f"get {where}"), external=external)
+            current = read.replicas
             if attempt == 0:
                 first = current
             elif current != first:  # the 409 was another writer changing the replicas, not a status update
-                self.written[key] = first
-            held = self._other_writer(key, current, where)
-            if held is not None:
-                return held
+                conn.wrote(first)
+            external = self._note(conn, current) or external
+            left = conn.paused_for(self.clock())
+            if left > 0:
+                return ActuationResult(ActuationStatus.CONFLICT, f"{where}: another writer set {current} replicas; "
+                                       f"left alone for {left:.0f} s more", external=external)
             if current == replicas:  # already there (the metrics lag the API server): nothing to write
-                self.written[key] = current
-                return APPLIED
+                conn.wrote(current)
+                return replace(APPLIED, external=external)
             if replicas < current and remove_first and attempt == 0:
                 note = self._deletion_cost(ns, remove_first)
             try:
-                self.scales.replace(w, ns, replicas, version)
+                conn.scale(replicas, read.resource_version)
             except TRANSPORT_ERRORS as exc:
                 if isinstance(exc, ApiException) and exc.status == 409 and attempt < self.kube.conflict_retries:
                     self.sleep(CONFLICT_BACKOFF_S * 2 ** attempt)
@@ -276,10 +238,9 @@ class KubernetesActuator:
                 res = result_of(exc, what)
                 if res.status is ActuationStatus.CONFLICT:
                     res = ActuationResult(res.status, f"{res.message} (after {attempt + 1} attempts)")
-                return res
-            self.changes.append((service, variant, current, replicas))
-            self.written[key] = replicas
-            return ActuationResult(ActuationStatus.APPLIED, note) if note else APPLIED
+                return replace(res, external=external)
+            conn.wrote(replicas)
+            return ActuationResult(ActuationStatus.APPLIED, note, before=current, after=replicas, external=external)
         raise AssertionError("unreachable: the loop returns on its last attempt")
 
     def _deletion_cost(self, namespace: str, pods: Sequence[str]) -> str:
@@ -357,55 +318,32 @@ class PendingPods:
         cfg: the fleet (``kubernetes``: namespace, workloads, pending timeout and retry).
         api: a client.
         clock: unix seconds (pod timestamps are wall time).
+
+    Raises:
+        WorkloadError: as ``connectors``.
     """
 
     def __init__(self, cfg: FleetConfig, api: client.ApiClient, clock: Callable[[], float] = time.time) -> None:
         self.cfg = cfg
         self.kube = cfg.kubernetes
-        self.apps = client.AppsV1Api(api)
-        self.core = client.CoreV1Api(api)
+        self.connectors = connectors(cfg, api)
         self.clock = clock
         self.marks = PendingMarks(self.kube.pending_timeout_s, self.kube.pending_retry_s)
 
-    def unschedulable_for(self, service: str, variant: str, dep: Any = None) -> float | None:
+    def unschedulable_for(self, service: str, variant: str, state: WorkloadState | None = None) -> float | None:
         """Seconds the longest-unschedulable pod of the variant has been so (0 when none is); None
-        when the pods cannot be read (a Deployment only: other kinds are not read). ``dep``: the
-        Deployment, when the caller has just read it."""
-        w = self.kube.workload(service, variant)
-        if w.kind != "Deployment":
-            return None
-        ns = self.kube.namespace
-        try:
-            if dep is None:
-                dep = self.apps.read_namespaced_deployment(w.name, ns)
-            labels = (dep.spec.selector.match_labels or {}) if dep.spec and dep.spec.selector else {}
-            if not labels:
-                return None
-            selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-            pods = self.core.list_namespaced_pod(ns, label_selector=selector).items
-        except TRANSPORT_ERRORS as exc:
-            log.warning("pods of %s/%s not read: %s", ns, w.name, describe(exc))
-            return None
-        now = self.clock()
-        longest = 0.0
-        for pod in pods:
-            if pod.status is None or pod.status.phase != "Pending" or pod.metadata.deletion_timestamp is not None:
-                continue
-            for c in pod.status.conditions or []:
-                if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
-                    since = c.last_transition_time or pod.metadata.creation_timestamp
-                    if since is not None:
-                        longest = max(longest, now - since.timestamp())
-        return longest
+        when the pods cannot be read or selected. ``state``: the workload, when the caller has just
+        read it."""
+        return self.connectors[(service, variant)].unschedulable_for(self.clock(), state)
 
-    def unavailable(self, service: str, variant: str, dep: Any = None) -> bool:
+    def unavailable(self, service: str, variant: str, state: WorkloadState | None = None) -> bool:
         """Whether the variant is marked unavailable now (marking it when its pods have been
-        unschedulable for ``pending_timeout_s``); ``dep`` as ``unschedulable_for``."""
+        unschedulable for ``pending_timeout_s``); ``state`` as ``unschedulable_for``."""
         key = (service, variant)
         now = self.clock()
         if self.marks.marked(key, now):
             return True
-        stuck = self.unschedulable_for(service, variant, dep)
+        stuck = self.unschedulable_for(service, variant, state)
         if self.marks.mark_if_stuck(key, stuck, now):
             log.warning("%s/%s: pods unschedulable for %.0f s: unavailable for %g s, its demand goes to the other "
                         "variants", service, variant, stuck, self.kube.pending_retry_s)
@@ -415,40 +353,35 @@ class PendingPods:
 
 class ClusterSource:
     """A ``MetricsSource``: ``source``'s observation with each variant's replica counts read from the
-    API server (the workload's ``spec.replicas`` and ``status.readyReplicas``: ready, and starting
-    = wanted - ready, Pending pods included) where it answers, for Deployments and StatefulSets, and
-    the variants ``pods`` marks unavailable. kube-state-metrics, through Prometheus, lags the API
-    server by a scrape or more: a count read from it can turn a scale-up into an absolute write
-    below what the workload already has."""
+    API server (the connector's desired and ready replicas: ready, and starting = wanted - ready,
+    Pending pods included) where it answers, for every kind, and the variants ``pods`` marks
+    unavailable. kube-state-metrics, through Prometheus, lags the API server by a scrape or more
+    (and has no series for custom resources): a count read from it can turn a scale-up into an
+    absolute write below what the workload already has. ``states`` keeps each variant's last read
+    (the daemon exports it)."""
 
     def __init__(self, source: MetricsSource, pods: PendingPods, api: client.ApiClient) -> None:
         self.source = source
         self.pods = pods
         self.kube = pods.kube
-        self.apps = client.AppsV1Api(api)
+        self.connectors = pods.connectors
+        self.states: dict[tuple[str, str], WorkloadState] = {}
 
-    def _read(self, service: str, variant: str) -> Any:
-        """The variant's Deployment or StatefulSet from the API server; None for other kinds or when
-        it does not answer."""
-        w = self.kube.workload(service, variant)
-        ns = self.kube.namespace
+    def _read(self, service: str, variant: str) -> WorkloadState | None:
+        """The variant's workload from the API server; None when it does not answer."""
+        conn = self.connectors[(service, variant)]
         try:
-            if w.kind == "Deployment":
-                return self.apps.read_namespaced_deployment(w.name, ns)
-            if w.kind == "StatefulSet":
-                return self.apps.read_namespaced_stateful_set(w.name, ns)
+            return conn.state()
         except TRANSPORT_ERRORS as exc:
-            log.warning("%s/%s not read: %s", ns, w.name, describe(exc))
+            log.warning("%s %s/%s not read: %s", conn.workload_kind, conn.namespace, conn.name, describe(exc))
         return None
 
-    def counts(self, service: str, variant: str, obj: Any = None) -> tuple[int, int] | None:
-        """``(ready, starting)`` of the variant's workload (``obj``, else read now); None when unknown."""
-        obj = obj if obj is not None else self._read(service, variant)
-        if obj is None:
+    def counts(self, service: str, variant: str, state: WorkloadState | None = None) -> tuple[int, int] | None:
+        """``(ready, starting)`` of the variant's workload (``state``, else read now); None when unknown."""
+        state = state if state is not None else self._read(service, variant)
+        if state is None:
             return None
-        wanted = int(obj.spec.replicas if obj.spec and obj.spec.replicas is not None else 1)
-        ready = int((obj.status.ready_replicas if obj.status else None) or 0)
-        return min(ready, wanted), max(wanted - ready, 0)
+        return min(state.ready, state.desired), max(state.desired - state.ready, 0)
 
     def observe(self, now: float) -> dict[str, ServiceObservation]:
         """``source.observe(now)`` with the API server's counts and the unavailable variants flagged,
@@ -456,23 +389,32 @@ class ClusterSource:
         observations = self.source.observe(now)
         for name, obs in observations.items():
             for v, vo in obs.variants.items():
-                obj = self._read(name, v)
-                counted = self.counts(name, v, obj)
+                state = self._read(name, v)
+                if state is None:
+                    self.states.pop((name, v), None)
+                else:
+                    self.states[(name, v)] = state
+                counted = self.counts(name, v, state)
                 if counted is not None:
                     vo.ready, vo.starting = counted
                     vo.counts_known = True
-                vo.unavailable = self.pods.unavailable(name, v, obj)
+                vo.unavailable = self.pods.unavailable(name, v, state)
         return observations
 
 
 class EventRecorder:
     """Writes decisions as core/v1 Events on the workloads (module docstring); failures are logged,
-    never raised (an Event is a record, not an action)."""
+    never raised (an Event is a record, not an action). The ``involvedObject`` is the connector's
+    reference (apiVersion, kind, name, namespace and, when the workload can be read, uid).
+
+    Raises:
+        WorkloadError: as ``connectors``.
+    """
 
     def __init__(self, cfg: FleetConfig, api: client.ApiClient, identity: str) -> None:
         self.kube = cfg.kubernetes
         self.core = client.CoreV1Api(api)
-        self.scales = ScaleClient(api)
+        self.connectors = connectors(cfg, api)
         self.identity = identity
 
     def scaled(self, service: str, variant: str, before: int, after: int, reason: str) -> bool:
@@ -488,15 +430,29 @@ class EventRecorder:
                            f"replicas set to {theirs} by another writer (the autoscaler wrote {ours}); the autoscaler "
                            f"leaves them alone until {quiet_s:g} s pass without another such change")
 
+    def result(self, service: str, variant: str, res: ActuationResult, reason: str) -> int:
+        """The Events a write's result calls for: ``OtherWriter`` when it found another writer's
+        change, ``ScaledUp`` / ``ScaledDown`` when it changed the count; how many were written."""
+        written = 0
+        if res.external is not None:
+            written += self.other_writer(service, variant, res.external.ours, res.external.theirs,
+                                         res.external.quiet_s)
+        if res.changed:
+            assert res.before is not None and res.after is not None
+            written += self.scaled(service, variant, res.before, res.after, reason)
+        return written
+
     def _event(self, service: str, variant: str, reason: str, kind: str, message: str) -> bool:
-        w = self.kube.workload(service, variant)
-        ns = self.kube.namespace
+        conn = self.connectors[(service, variant)]
+        ns = conn.namespace
         now = datetime.now(UTC)
-        group, _ = self.scales.resource(w)
-        api_version = "apps/v1" if group == "apps" else (w.api_version or "")
+        try:
+            state: WorkloadState | None = conn.state()
+        except TRANSPORT_ERRORS:
+            state = None  # the Event still names the object, without its uid
         event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{w.name}.", namespace=ns),
-            involved_object=client.V1ObjectReference(kind=w.kind, name=w.name, namespace=ns, api_version=api_version),
+            metadata=client.V1ObjectMeta(generate_name=f"{conn.name}.", namespace=ns),
+            involved_object=conn.reference(state),
             reason=reason, type=kind, message=message,
             source=client.V1EventSource(component=COMPONENT, host=self.identity),
             reporting_component=COMPONENT, reporting_instance=self.identity,
@@ -504,6 +460,6 @@ class EventRecorder:
         try:
             self.core.create_namespaced_event(ns, event)
         except TRANSPORT_ERRORS as exc:
-            log.warning("event on %s/%s not written: %s", ns, w.name, describe(exc))
+            log.warning("event on %s/%s not written: %s", ns, conn.name, describe(exc))
             return False
         return True

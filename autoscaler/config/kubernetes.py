@@ -21,15 +21,22 @@ def _object_name(v: str, what: str) -> str:
     return v
 
 
+KIND = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")
+"""A Kubernetes kind (CamelCase)."""
+
+
 class Workload(Strict):
-    """The workload whose scale subresource holds one variant's replicas.
+    """The workload whose replicas are one variant's.
 
     Attributes:
-        kind: ``Deployment`` or ``StatefulSet`` (apps/v1), or any custom resource with a scale
-            subresource (``api_version`` and ``plural`` then required, e.g. ``LeaderWorkerSet``,
-            ``leaderworkerset.x-k8s.io/v1``, ``leaderworkersets``).
+        kind: the workload's kind. The kinds with a connector (``autoscaler.adapters.workloads``:
+            ``Deployment``, ``StatefulSet``, ``LeaderWorkerSet``, ``InferenceService``) know their
+            API version and plural; any other kind is a custom resource with a scale subresource and
+            needs ``api_version`` and ``plural``. Which kinds are known is the connectors' registry's
+            to say: an unknown kind without them is refused when the daemon starts (one line).
         name: its name; default ``<service>-<variant>`` (the default Prometheus selectors' convention).
-        api_version, plural: a custom resource's ``group/version`` and plural name.
+        api_version, plural: a custom resource's ``group/version`` and plural name (a known kind's
+            may be given only as they are).
     """
 
     kind: str = "Deployment"
@@ -42,15 +49,21 @@ class Workload(Strict):
     def _name(cls, v: str | None) -> str | None:
         return v if v is None else _object_name(v, "name")
 
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        if not KIND.fullmatch(v):
+            raise ValueError(f"kind '{v}' is not a Kubernetes kind (CamelCase letters and digits, e.g. Deployment)")
+        return v
+
     @model_validator(mode="after")
     def _custom(self) -> Workload:
-        builtin = self.kind in ("Deployment", "StatefulSet")
-        group_version = re.fullmatch(rf"{DNS_SUBDOMAIN.pattern}/v[0-9a-z]+", self.api_version or "")
-        if not builtin and (group_version is None or self.plural is None or not DNS_LABEL.fullmatch(self.plural)):
+        bad_version = self.api_version is not None and not re.fullmatch(
+            rf"{DNS_SUBDOMAIN.pattern}/v[0-9a-z]+", self.api_version)
+        bad_plural = self.plural is not None and not DNS_LABEL.fullmatch(self.plural)
+        if bad_version or bad_plural or (self.api_version is None) != (self.plural is None):
             raise ValueError(f"kind {self.kind}: a custom resource needs api_version (group/version, e.g. "
-                             "leaderworkerset.x-k8s.io/v1) and plural (e.g. leaderworkersets)")
-        if builtin and (self.api_version not in (None, "apps/v1") or self.plural is not None):
-            raise ValueError(f"kind {self.kind} is apps/v1: leave api_version and plural unset")
+                             "leaderworkerset.x-k8s.io/v1) and plural (e.g. leaderworkersets), both or neither")
         return self
 
 

@@ -30,10 +30,18 @@ Alerts (``rules/autoscaler-alerts.yaml``), each with a runbook paragraph in docs
   gateway and vLLM finishes none (an outage the SLO ratios cannot see: no request, no ratio);
 - ``AutoscalerVariantStuckPending``: for 15 minutes, one of the fleet's Deployments (in
   ``prometheus.namespace``) has fewer ready replicas than it wants (pods Pending for want of GPUs, or
-  crash-looping), from kube-state-metrics;
+  crash-looping), from kube-state-metrics; for the fleet's workloads of other kinds (StatefulSet,
+  LeaderWorkerSet, InferenceService, a custom resource), which kube-state-metrics has no series of
+  (or none this rule reads), from the daemon's own ``autoscaler_workload_desired_replicas`` and
+  ``autoscaler_workload_ready_replicas`` (labels ``service``, ``variant``, ``kind``, ``workload``:
+  the counts its connector last read from the API server; a LeaderWorkerSet counts groups);
 - ``AutoscalerAnotherWriter``: for 10 minutes, one of the fleet's Deployments has other replicas than
   the loop decided (another writer: a person, a GitOps sync, another autoscaler); it joins the
-  Deployment ``<service>-<variant>`` (the default workload name) to the loop's decision.
+  Deployment ``<service>-<variant>`` (the default workload name) to the loop's decision; a workload
+  of another kind is joined on its ``service`` and ``variant`` labels from the daemon's gauge.
+
+The branches for other kinds are there only when the fleet has such workloads, so a fleet of
+Deployments gets the rules it always had.
 
 ``Alert.signals`` are the parts of an alert's expression that have a value while all is well (the
 ratios, the counts, the gap), which the bundle's live test requires to return data; the alert's own
@@ -177,6 +185,29 @@ def alerts(objective: float, cfg: FleetConfig) -> list[Alert]:
     served = f"sum by (model_name) (rate(vllm:e2e_request_latency_seconds_count{{{models}}}[5m]))"
     spec = f"max by (deployment) (kube_deployment_spec_replicas{{{ksm}}})"
     decided = 'max by (deployment) (label_join(autoscaler_desired_replicas, "deployment", "-", "service", "variant"))'
+    stuck = Alert("AutoscalerVariantStuckPending", f"{gap} > 0", (gap,), "15m", "ticket",
+                  "{{ $labels.deployment }}: fewer replicas ready than wanted for 15 minutes (Pending, crash-looping)")
+    writer = Alert("AutoscalerAnotherWriter", f"{spec} != on (deployment) {decided}",
+                   (f"{spec} - on (deployment) {decided}",), "10m", "ticket",
+                   "{{ $labels.deployment }}: replicas differ from the autoscaler's decision for 10 minutes "
+                   "(another writer)")
+    others = sorted({w.name or "" for s in cfg.services for v in s.variants
+                     if (w := cfg.kubernetes.workload(s.name, v.name)).kind != "Deployment"})
+    if others:  # kinds kube-state-metrics has no series of here: the daemon's own gauges
+        own = f'kind!="Deployment",workload=~{quote(exact_alternation(others))}'
+        own_gap = (f"max by (service, variant, kind, workload) (autoscaler_workload_desired_replicas{{{own}}} - "
+                   f"autoscaler_workload_ready_replicas{{{own}}})")
+        own_spec = f"max by (service, variant) (autoscaler_workload_desired_replicas{{{own}}})"
+        own_decided = "max by (service, variant) (autoscaler_desired_replicas)"
+        stuck = Alert(stuck.name, f"{gap} > 0 or {own_gap} > 0", (gap, own_gap), stuck.for_, stuck.severity,
+                      "{{ $labels.deployment }}{{ $labels.workload }}: fewer replicas ready than wanted for 15 "
+                      "minutes (Pending, crash-looping)")
+        writer = Alert(writer.name, f"{spec} != on (deployment) {decided} or {own_spec} != on (service, variant) "
+                       f"{own_decided}", (*writer.signals, f"{own_spec} - on (service, variant) {own_decided}"),
+                       writer.for_, writer.severity,
+                       "{{ $labels.deployment }}{{ $labels.service }}{{ if $labels.variant }}/{{ end }}"
+                       "{{ $labels.variant }}: replicas differ from the autoscaler's decision for 10 minutes "
+                       "(another writer)")
     out += [
         Alert("AutoscalerLoopStalled",
               f"{ticks} == 0 or absent_over_time(autoscaler_loop_duration_seconds_count[10m])", (ticks,), "0m",
@@ -195,13 +226,8 @@ def alerts(objective: float, cfg: FleetConfig) -> list[Alert]:
               "5m", "page", "{{ $labels.service }}: the autoscaler's writes fail"),
         Alert("AutoscalerDemandUnserved", f"{arrivals} > 0 unless on (model_name) {served} > 0", (arrivals, served),
               "10m", "page", "{{ $labels.model_name }}: requests arrive at the gateway and none is served"),
-        Alert("AutoscalerVariantStuckPending", f"{gap} > 0", (gap,),
-              "15m", "ticket",
-              "{{ $labels.deployment }}: fewer replicas ready than wanted for 15 minutes (Pending, crash-looping)"),
-        Alert("AutoscalerAnotherWriter", f"{spec} != on (deployment) {decided}",
-              (f"{spec} - on (deployment) {decided}",), "10m", "ticket",
-              "{{ $labels.deployment }}: replicas differ from the autoscaler's decision for 10 minutes "
-              "(another writer)"),
+        stuck,
+        writer,
     ]
     return out
 

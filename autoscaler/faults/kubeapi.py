@@ -9,10 +9,15 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
   from one counter bumped by every write, with optimistic concurrency: a replace carrying an older
   resourceVersion is answered HTTP 409 Conflict, as the real API server does;
 - the ``scale`` subresource of Deployments, StatefulSets and the custom resources named in
-  ``scalable``: GET answers an ``autoscaling/v1`` Scale built from the object (its spec.replicas,
-  status.replicas, the object's resourceVersion); PUT checks the resourceVersion and sets
-  spec.replicas; PATCH sets it unchecked;
-- ``metadata.generateName`` on create (a name is made from it), and equality ``labelSelector``s on lists;
+  ``scalable`` (LeaderWorkerSets from the start): GET answers an ``autoscaling/v1`` Scale built from
+  the object (its spec.replicas, status.replicas, the object's resourceVersion, and
+  ``status.selector`` from the status field ``selector_paths`` names, ``SELECTOR_PATHS`` at first);
+  PUT checks the resourceVersion and sets spec.replicas; PATCH sets it unchecked; a Scale of an
+  absent object is HTTP 404;
+- the custom resources ``CUSTOM_RESOURCES`` (LeaderWorkerSet, KServe InferenceService) served like
+  built-in ones (a PUT of the whole object is checked as above);
+- ``metadata.uid`` on create (a random UUID, as the API server assigns), ``metadata.generateName`` on
+  create (a name is made from it), and equality ``labelSelector``s on lists;
 - RBAC refusals: a request whose ``(verb, plural, subresource)`` is in ``forbidden`` is answered
   HTTP 403 Forbidden with the API server's message;
 - a bounded request log (``REQUEST_LOG``), so an emulator serving a daemon for minutes keeps pace;
@@ -28,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -36,7 +42,15 @@ import aiohttp.web
 import kmock
 from kubernetes import client
 
-SCALABLE = {"deployments", "statefulsets"}
+SCALABLE = {"deployments", "statefulsets", "leaderworkersets"}
+"""Plurals served with a scale subresource."""
+SELECTOR_PATHS = {"leaderworkersets": "hpaPodSelector"}
+"""Plural -> the status field a Scale's ``status.selector`` is read from (the CRD's
+``selectorpath``; LeaderWorkerSet's is ``.status.hpaPodSelector``, kubernetes-sigs/lws
+``leaderworkerset_types.go``)."""
+CUSTOM_RESOURCES = ("leaderworkerset.x-k8s.io/v1/leaderworkersets", "serving.kserve.io/v1beta1/inferenceservices")
+"""Custom resources served from the start: LeaderWorkerSet (with its scale subresource) and KServe's
+InferenceService (none: KServe's CRD has no scale subresource)."""
 
 
 def status(code: int, reason: str, message: str) -> aiohttp.web.Response:
@@ -67,6 +81,7 @@ class Emulator(kmock.KubernetesEmulator):
         self.versions = itertools.count(1)
         self.forbidden: set[tuple[str, str, str | None]] = set()
         self.scalable: set[str] = set(SCALABLE)
+        self.selector_paths: dict[str, str] = dict(SELECTOR_PATHS)
         self.down = False
         self.conflicts = False
         self.writes: list[tuple[str, str, str | None, str | None, Any, str]] = []
@@ -103,6 +118,8 @@ class Emulator(kmock.KubernetesEmulator):
                     meta = request.data.setdefault("metadata", {})
                     if method == "POST" and not meta.get("name") and meta.get("generateName"):
                         meta["name"] = f"{meta['generateName']}{next(self.versions):x}"
+                    if method == "POST":
+                        meta.setdefault("uid", str(uuid.uuid4()))
                     meta["resourceVersion"] = str(next(self.versions))
                     self.writes.append((method, res.plural, request.namespace, request.name, request.data,
                                         request.headers.get("User-Agent", "")))
@@ -158,12 +175,16 @@ class Emulator(kmock.KubernetesEmulator):
                 await self._buses[request.resource].put({"type": "MODIFIED", "object": obj.raw})
             raw = obj.raw
         spec = raw.get("spec", {}).get("replicas", 1)
+        scale_status: dict[str, Any] = {"replicas": raw.get("status", {}).get("replicas", spec)}
+        path = self.selector_paths.get(str(getattr(request.resource, "plural", "")))
+        if path is not None and raw.get("status", {}).get(path):
+            scale_status["selector"] = raw["status"][path]
         return aiohttp.web.json_response({
             "apiVersion": "autoscaling/v1", "kind": "Scale",
             "metadata": {"name": request.name, "namespace": request.namespace,
                          "resourceVersion": raw.get("metadata", {}).get("resourceVersion")},
             "spec": {"replicas": spec},
-            "status": {"replicas": raw.get("status", {}).get("replicas", spec)},
+            "status": scale_status,
         })
 
 
@@ -186,7 +207,7 @@ class EmulatedCluster:
         self._stop = asyncio.Event()
         async with Emulator() as emu, kmock.Server(emu) as srv:
             for plural in ("apps/v1/deployments", "apps/v1/statefulsets", "v1/pods", "v1/events", "v1/configmaps",
-                           "coordination.k8s.io/v1/leases", "events.k8s.io/v1/events"):
+                           "coordination.k8s.io/v1/leases", "events.k8s.io/v1/events", *CUSTOM_RESOURCES):
                 emu.resources[plural] = {}
             self.emulator = emu
             self.url = str(srv.url).rstrip("/")

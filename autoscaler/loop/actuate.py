@@ -9,6 +9,11 @@ estimated queue wait, seconds, None for no limit) and answers the same way; a ma
 ``invalid`` and the gateway keeps the last good one. The loop records every result
 (``ServiceTick.actuation``), counts the failures and exports them
 (``autoscaler_actuation_errors_total``); a failed write leaves the variant at its current count.
+
+A result also says what the write found and did, so whoever records it (the daemon's Events) reads
+it from the result: ``before`` / ``after`` (replicas, set when the write changed the workload's
+replica count) and ``external`` (an ``ExternalChange``: another writer changed the count since this
+actuator last wrote or read it).
 """
 
 from __future__ import annotations
@@ -30,16 +35,41 @@ class ActuationStatus(StrEnum):
 
 
 @dataclass(frozen=True)
+class ExternalChange:
+    """Another writer's change of a variant's replica count, found by a read.
+
+    Attributes:
+        ours: replicas the actuator last wrote (or found at its first read).
+        theirs: replicas the workload holds now.
+        quiet_s: how long the actuator now leaves the variant alone, seconds.
+    """
+
+    ours: int
+    theirs: int
+    quiet_s: float
+
+
+@dataclass(frozen=True)
 class ActuationResult:
-    """What one write did: its status and, when it failed, a one-line why."""
+    """What one write did: its status and, when it failed, a one-line why; ``before`` and ``after``
+    (replicas) when it changed the workload's count; ``external`` when the read before it found
+    another writer's change (module docstring)."""
 
     status: ActuationStatus
     message: str = ""
+    before: int | None = None
+    after: int | None = None
+    external: ExternalChange | None = None
 
     @property
     def ok(self) -> bool:
         """True when the write was applied."""
         return self.status is ActuationStatus.APPLIED
+
+    @property
+    def changed(self) -> bool:
+        """True when the write changed the replica count (``before`` -> ``after``)."""
+        return self.ok and self.before is not None and self.after is not None and self.before != self.after
 
 
 APPLIED = ActuationResult(ActuationStatus.APPLIED)

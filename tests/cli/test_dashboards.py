@@ -185,3 +185,87 @@ def test_export_writes_the_bundle_and_refuses_bad_settings(tmp_path: Path) -> No
     assert res.exit_code == 0
     slow = (tmp_path / "d" / "rules" / "autoscaler-alerts.yaml").read_text()
     assert "(6 * 0.001)" in slow
+
+
+LWS_ALERTS_TEST = """
+rule_files: [rules/autoscaler-recording.yaml, rules/autoscaler-alerts.yaml]
+evaluation_interval: 1m
+tests:
+  # svc/h100 is the LeaderWorkerSet svc-h100: it wants 3 groups and has 1 ready for 40 minutes (the
+  # daemon's gauges; kube-state-metrics has no LeaderWorkerSet series). A workload the fleet does not
+  # hold, and a Deployment's gauge (kube-state-metrics' branch covers those), lag too and must not fire.
+  - interval: 1m
+    input_series:
+      - series: 'autoscaler_workload_desired_replicas{service="svc",variant="h100",
+          kind="LeaderWorkerSet",workload="svc-h100"}'
+        values: '3x40'
+      - series: 'autoscaler_workload_ready_replicas{service="svc",variant="h100",
+          kind="LeaderWorkerSet",workload="svc-h100"}'
+        values: '1x40'
+      - series: 'autoscaler_workload_desired_replicas{service="x",variant="y",
+          kind="LeaderWorkerSet",workload="x-y"}'
+        values: '3x40'
+      - series: 'autoscaler_workload_ready_replicas{service="x",variant="y",
+          kind="LeaderWorkerSet",workload="x-y"}'
+        values: '0x40'
+      - series: 'autoscaler_workload_desired_replicas{service="svc",variant="h100",
+          kind="Deployment",workload="svc-h100"}'
+        values: '3x40'
+      - series: 'autoscaler_workload_ready_replicas{service="svc",variant="h100",
+          kind="Deployment",workload="svc-h100"}'
+        values: '0x40'
+      - series: 'autoscaler_desired_replicas{service="svc",variant="h100"}'
+        values: '3x40'
+    alert_rule_test:
+      - eval_time: 10m
+        alertname: AutoscalerVariantStuckPending
+        exp_alerts: []
+      - eval_time: 20m
+        alertname: AutoscalerVariantStuckPending
+        exp_alerts:
+          - exp_labels: {severity: ticket, service: svc, variant: h100, kind: LeaderWorkerSet, workload: svc-h100}
+            exp_annotations:
+              summary: "svc-h100: fewer replicas ready than wanted for 15 minutes (Pending, crash-looping)"
+              runbook: docs/runbooks.md#autoscalervariantstuckpending
+      - eval_time: 20m
+        alertname: AutoscalerAnotherWriter
+        exp_alerts: []
+  # Someone set the LeaderWorkerSet to 5 groups while the loop decides 3.
+  - interval: 1m
+    input_series:
+      - series: 'autoscaler_workload_desired_replicas{service="svc",variant="h100",
+          kind="LeaderWorkerSet",workload="svc-h100"}'
+        values: '3x5 5x30'
+      - series: 'autoscaler_workload_ready_replicas{service="svc",variant="h100",
+          kind="LeaderWorkerSet",workload="svc-h100"}'
+        values: '3x5 5x30'
+      - series: 'autoscaler_desired_replicas{service="svc",variant="h100"}'
+        values: '3x35'
+    alert_rule_test:
+      - eval_time: 25m
+        alertname: AutoscalerAnotherWriter
+        exp_alerts:
+          - exp_labels: {severity: ticket, service: svc, variant: h100}
+            exp_annotations:
+              summary: "svc/h100: replicas differ from the autoscaler's decision for 10 minutes (another writer)"
+              runbook: docs/runbooks.md#autoscaleranotherwriter
+      - eval_time: 25m
+        alertname: AutoscalerVariantStuckPending
+        exp_alerts: []
+"""
+
+
+def test_a_leaderworkerset_gets_the_replica_gap_and_another_writer_alerts(tmp_path: Path, make_fleet) -> None:
+    doc = make_fleet(2).model_dump(mode="json", exclude_unset=True)
+    cfg = parse_config({**doc, "kubernetes": {"workloads": {"svc": {"h100": {"kind": "LeaderWorkerSet"}}}}},
+                       "<test>")
+    for rel, text in render(cfg).files.items():
+        if rel.startswith("rules/"):
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / rel).write_text(text)
+    (tmp_path / "lws.test.yaml").write_text(LWS_ALERTS_TEST)
+    res = subprocess.run([require(PROMTOOL), "test", "rules", str(tmp_path / "lws.test.yaml")], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    # a fleet of Deployments keeps the rules it had: no branch on the daemon's own gauges
+    assert not any("autoscaler_workload_" in a.expr for a in alerts(0.99, default_config()))

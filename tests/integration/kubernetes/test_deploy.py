@@ -26,6 +26,8 @@ import pytest
 import yaml
 from support.paths import ROOT
 
+from autoscaler.adapters.workloads import CONNECTORS
+from autoscaler.adapters.workloads.scale import ScaleConnector
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import load_config
 from autoscaler.promql import exact_alternation
@@ -349,11 +351,13 @@ def atoms(namespace: str, groups: list[str], resources: list[str], verbs: list[s
     return {(namespace, g, r, v, n) for g in groups for r in resources for v in verbs for n in (names or ["*"])}
 
 
-def workload_resource(w: Any) -> tuple[str, str]:
-    """(API group, plural) of a fleet ``kubernetes.workloads`` entry."""
-    if w.kind in ("Deployment", "StatefulSet"):
-        return "apps", w.kind.lower() + "s"
-    return w.api_version.split("/")[0], w.plural
+def workload_resource(w: Any) -> tuple[str, str, bool]:
+    """(API group, plural, written through ``<plural>/scale``) of a fleet ``kubernetes.workloads``
+    entry, from the connectors' registry."""
+    cls = CONNECTORS.get(w.kind, ScaleConnector)
+    api_version = w.api_version or cls.default_api_version
+    plural = w.plural or cls.default_plural
+    return api_version.rpartition("/")[0], plural, cls.scale_subresource
 
 
 def expected_permissions(cfg: FleetConfig) -> set[Atom]:
@@ -361,15 +365,18 @@ def expected_permissions(cfg: FleetConfig) -> set[Atom]:
     Kubernetes can restrict a verb by name (get, update, patch of one object)."""
     k = cfg.kubernetes
     ns, self_ns = k.namespace, k.namespace_self
-    by_resource: dict[tuple[str, str], list[str]] = {}
+    by_resource: dict[tuple[str, str, bool], list[str]] = {}
     for svc, v in variants(cfg):
         w = k.workload(svc.name, v.name)
         by_resource.setdefault(workload_resource(w), []).append(w.name)
     out: set[Atom] = set()
-    for (group, plural), names in by_resource.items():
+    for (group, plural, scale), names in by_resource.items():
         out |= atoms(ns, [group], [plural], ["get"], names)
         out |= atoms(ns, [group], [plural], ["list", "watch"], [])
-        out |= atoms(ns, [group], [f"{plural}/scale"], ["get", "update"], names)
+        if scale:
+            out |= atoms(ns, [group], [f"{plural}/scale"], ["get", "update"], names)
+        else:  # the object itself is replaced (a KServe InferenceService)
+            out |= atoms(ns, [group], [plural], ["update"], names)
     out |= atoms(ns, [""], ["pods"], ["get", "list", "watch", "patch"], [])
     admission = [k.admission_configmap.format(service=s.name) for s in cfg.services]
     out |= atoms(ns, [""], ["configmaps"], ["get", "update"], admission)

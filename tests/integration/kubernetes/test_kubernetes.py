@@ -17,10 +17,11 @@ from kubernetes.client.rest import ApiException
 
 from autoscaler.adapters.kubernetes import DELETION_COST, ConfigMapSink, EventRecorder, KubernetesActuator
 from autoscaler.adapters.lease import LeaderElector
+from autoscaler.adapters.workloads import Scale
 from autoscaler.config import LeaseConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.faults.kubeapi import EmulatedCluster, deployment, emulated_cluster
-from autoscaler.loop.actuate import ActuationStatus
+from autoscaler.loop.actuate import ActuationStatus, ExternalChange
 
 NS = "llm"
 
@@ -44,35 +45,38 @@ def replicas(c: EmulatedCluster, name: str = "svc-h100") -> int:
 
 def test_scale_goes_through_the_scale_subresource_with_its_resource_version(cluster, fleet) -> None:
     act = KubernetesActuator(fleet, cluster.api())
-    assert act.scale("svc", "h100", 5).ok
+    res = act.scale("svc", "h100", 5)
+    assert res.ok
     assert replicas(cluster) == 5
     put = [w[:5] for w in cluster.emu.writes if w[1] == "deployments/scale"]
     assert put == [("PUT", "deployments/scale", NS, "svc-h100", 5)]
-    assert act.scale("svc", "h100", 5).ok  # already there (metrics lag the API server): no second write
+    again = act.scale("svc", "h100", 5)  # already there (metrics lag the API server): no second write
+    assert again.ok and not again.changed
     assert len([w for w in cluster.emu.writes if w[1] == "deployments/scale"]) == 1
-    assert act.changes == [("svc", "h100", 2, 5)]  # what the daemon records as Events
+    assert (res.before, res.after, res.changed, res.external) == (2, 5, True, None)  # what the daemon records
 
 
 def test_a_conflict_is_re_read_and_retried_then_reported(cluster, fleet) -> None:
     waits: list[float] = []
     act = KubernetesActuator(fleet, cluster.api(), sleep=waits.append)
     apps = client.AppsV1Api(cluster.api())
-    original = act.scales.read
+    conn = act.connectors[("svc", "h100")]
+    original = conn.read_scale
     edits = iter(range(2))  # the Deployment's metadata changes between our read and our write, twice
 
-    def read_then_edit(w, ns):  # type: ignore[no-untyped-def]
-        got = original(w, ns)
+    def read_then_edit() -> Scale:
+        got = original()
         if next(edits, None) is not None:
             apps.patch_namespaced_deployment("svc-h100", NS, {"metadata": {"annotations": {"x": str(time.time())}}})
         return got
 
-    act.scales.read = read_then_edit  # type: ignore[method-assign]
+    conn.read_scale = read_then_edit  # type: ignore[method-assign]
     assert act.scale("svc", "h100", 6).ok  # the third attempt reads the current version
     assert replicas(cluster) == 6 and waits == [0.1, 0.2]
     edits = iter(range(10))  # it keeps changing: three attempts (conflict_retries 2), then conflict
     res = act.scale("svc", "h100", 7)
     assert res.status is ActuationStatus.CONFLICT and "after 3 attempts" in res.message
-    assert replicas(cluster) == 6 and not act.external
+    assert replicas(cluster) == 6 and res.external is None and not res.changed
 
 
 def test_another_writer_is_left_alone_for_the_quiet_period(cluster, make_fleet) -> None:
@@ -84,38 +88,37 @@ def test_another_writer_is_left_alone_for_the_quiet_period(cluster, make_fleet) 
     assert act.scale("svc", "h100", 4).ok  # our write
     apps.patch_namespaced_deployment("svc-h100", NS, {"spec": {"replicas": 1}})  # someone scales it down
     clock.t = 5.0
-    act.check_writers()  # seen at the next tick, before any write
-    assert act.external == [("svc", "h100", 4, 1)] and act.paused("svc", "h100")
+    found = act.check_writers()  # seen at the next tick, before any write
+    assert found == {("svc", "h100"): ExternalChange(4, 1, 600.0)} and act.paused("svc", "h100")
     clock.t = 10.0
     res = act.scale("svc", "h100", 5)
     assert res.status is ActuationStatus.CONFLICT and "another writer set 1 replicas" in res.message
-    assert replicas(cluster) == 1 and act.external == [("svc", "h100", 4, 1)] and act.paused("svc", "h100")  # once
+    assert replicas(cluster) == 1 and res.external is None and act.paused("svc", "h100")  # reported once
     clock.t = 400.0  # still within 600 s of it: left alone, no write
     assert act.scale("svc", "h100", 5).status is ActuationStatus.CONFLICT and replicas(cluster) == 1
     clock.t = 611.0  # quiet for 600 s: ours again
     assert act.scale("svc", "h100", 5).ok and replicas(cluster) == 5 and not act.paused("svc", "h100")
     # a change during our own write (the 409's re-read shows other replicas) is another writer's too
-    original = act.scales.read
+    conn = act.connectors[("svc", "h100")]
+    original = conn.read_scale
     calls = iter(range(1))
 
-    def read_then_scale(w, ns):  # type: ignore[no-untyped-def]
-        got = original(w, ns)
+    def read_then_scale() -> Scale:
+        got = original()
         if next(calls, None) is not None:
             apps.patch_namespaced_deployment("svc-h100", NS, {"spec": {"replicas": 2}})
         return got
 
-    act.scales.read = read_then_scale  # type: ignore[method-assign]
+    conn.read_scale = read_then_scale  # type: ignore[method-assign]
     res = act.scale("svc", "h100", 6)
     assert res.status is ActuationStatus.CONFLICT and replicas(cluster) == 2
-    assert act.external[-1] == ("svc", "h100", 5, 2)
+    assert res.external == ExternalChange(5, 2, 600.0)
     # a new leader's actuator remembers nothing: what it reads first is the state, not another writer
     fresh = KubernetesActuator(cfg, cluster.api(), clock=clock)
-    fresh.check_writers()
-    assert not fresh.external and fresh.written == {("svc", "h100"): 2}
+    assert fresh.check_writers() == {} and fresh.connectors[("svc", "h100")].last == 2
     # and a variant it has never written is watched from that first read on
     apps.patch_namespaced_deployment("svc-h100", NS, {"spec": {"replicas": 7}})
-    fresh.check_writers()
-    assert fresh.external == [("svc", "h100", 2, 7)] and fresh.paused("svc", "h100")
+    assert fresh.check_writers() == {("svc", "h100"): ExternalChange(2, 7, 600.0)} and fresh.paused("svc", "h100")
 
 
 def test_forbidden_names_the_missing_permission_and_writes_nothing(cluster, fleet) -> None:

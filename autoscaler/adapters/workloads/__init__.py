@@ -1,0 +1,55 @@
+"""One connector per kind of workload behind one contract (``base.WorkloadConnector``), and the
+registry the daemon picks them from.
+
+``CONNECTORS`` maps a ``kubernetes.workloads`` kind to its class; a kind not in it is any custom
+resource with a scale subresource (``scale.ScaleConnector``), which then needs ``api_version`` and
+``plural`` in the fleet file. Adding a kind is one class (a ``base.Connector`` subclass with
+``read_scale``, ``scale`` and ``state``) and one row here.
+"""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from autoscaler.adapters.workloads.apps import DeploymentConnector, StatefulSetConnector
+from autoscaler.adapters.workloads.base import (
+    TRANSPORT_ERRORS,
+    Connector,
+    Scale,
+    WorkloadConnector,
+    WorkloadError,
+    WorkloadState,
+)
+from autoscaler.adapters.workloads.kserve import InferenceServiceConnector
+from autoscaler.adapters.workloads.lws import LeaderWorkerSetConnector
+from autoscaler.adapters.workloads.scale import ScaleConnector
+from autoscaler.config import Workload
+
+CONNECTORS: dict[str, type[Connector]] = {
+    "Deployment": DeploymentConnector,
+    "StatefulSet": StatefulSetConnector,
+    "LeaderWorkerSet": LeaderWorkerSetConnector,
+    "InferenceService": InferenceServiceConnector,
+}
+"""Kind -> connector class (module docstring)."""
+
+
+def connector(api: client.ApiClient, workload: Workload, namespace: str, quiet_s: float = 0.0) -> Connector:
+    """The connector of ``workload`` (its name filled in).
+
+    Raises:
+        WorkloadError: a known kind given another API version or plural, or an unknown kind without
+            ``api_version`` and ``plural`` (one line, naming the supported kinds).
+    """
+    cls = CONNECTORS.get(workload.kind)
+    if cls is None:
+        if workload.api_version is None or workload.plural is None:
+            raise WorkloadError(f"kind {workload.kind} is not one of {', '.join(CONNECTORS)}: a custom resource with "
+                                "a scale subresource needs api_version (group/version) and plural in "
+                                "kubernetes.workloads")
+        cls = ScaleConnector
+    return cls(api, workload, namespace, quiet_s)
+
+
+__all__ = ["CONNECTORS", "TRANSPORT_ERRORS", "Connector", "Scale", "WorkloadConnector", "WorkloadError",
+           "WorkloadState", "connector"]

@@ -1,0 +1,263 @@
+"""What the daemon needs of a kind of workload, and the parts every kind shares.
+
+``WorkloadConnector`` is the contract: read the replica counts (desired, ready, the object's
+resourceVersion), read and write the replica count with optimistic concurrency (a write carrying a
+stale resourceVersion is HTTP 409, raised as the client's ``ApiException``), the seconds the
+longest-unschedulable pod of the workload has been so, the reference an Event names
+(``involvedObject``), and another writer's change (``note`` / ``wrote`` / ``paused_for``).
+
+``Connector`` implements what every kind shares: pending pods from the pods selected by
+``WorkloadState.selector`` (Pending, not being deleted, condition ``PodScheduled`` False with reason
+``Unschedulable``, timed from that condition's ``lastTransitionTime``, else the pod's creation), the
+Event reference, and the other-writer memory (what this connector last wrote or first read; a
+different count read later is another writer's, and the variant is left alone for
+``quiet_s`` after it). A kind subclasses it with ``read_scale``, ``scale`` and ``state``.
+
+Every call that talks to the API server raises what the client raises (``TRANSPORT_ERRORS``); the
+actuator turns them into results.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from autoscaler.config import Workload
+from autoscaler.errors import AutoscalerError
+from autoscaler.loop.actuate import ExternalChange
+
+log = logging.getLogger(__name__)
+
+TRANSPORT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
+"""What a call to the API server may raise: an HTTP error status, or no answer at all."""
+
+
+class WorkloadError(AutoscalerError):
+    """A workload the daemon cannot handle (an unknown kind, a kind with the wrong API version);
+    raised once, at startup, with a one-line message."""
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A workload's replica count as its scale is read: ``replicas`` and the resourceVersion a
+    write must carry."""
+
+    replicas: int
+    resource_version: str | None
+
+
+@dataclass(frozen=True)
+class WorkloadState:
+    """One read of a workload.
+
+    Attributes:
+        desired: the replicas it wants (``spec.replicas`` or the kind's equivalent).
+        ready: the replicas ready (the kind's status; for a LeaderWorkerSet, whole groups).
+        resource_version: the object's ``metadata.resourceVersion``.
+        uid: the object's ``metadata.uid`` (None when the server gave none).
+        selector: the labels that select its pods (equality only); None when unknown.
+    """
+
+    desired: int
+    ready: int
+    resource_version: str | None
+    uid: str | None
+    selector: dict[str, str] | None = field(default=None)
+
+
+class WorkloadConnector(Protocol):
+    """One workload of one kind (module docstring).
+
+    Attributes:
+        workload_kind: its kind, as Events name it (``Deployment``, ``LeaderWorkerSet``, ...).
+        api_version: its ``group/version`` (``apps/v1``).
+        plural: its resource's plural (``deployments``).
+        name, namespace: the object's.
+    """
+
+    workload_kind: str
+    api_version: str
+    plural: str
+    name: str
+    namespace: str
+
+    def where(self) -> str:
+        """The workload as errors name it, e.g. ``deployments/scale llm/x (API group apps)``."""
+        ...
+
+    def read_scale(self) -> Scale:
+        """The replica count the daemon writes, and the resourceVersion a write must carry."""
+        ...
+
+    def scale(self, replicas: int, resource_version: str | None) -> None:
+        """Set the replica count to ``replicas`` if the object is still at ``resource_version``
+        (else the server answers 409)."""
+        ...
+
+    def state(self) -> WorkloadState:
+        """Desired and ready replicas, resourceVersion, uid and pod selector, from one read."""
+        ...
+
+    def unschedulable_for(self, now: float, state: WorkloadState | None = None) -> float | None:
+        """Seconds (``now``: unix seconds) the longest-unschedulable pod has been so; 0 when none
+        is; None when the pods cannot be read or selected."""
+        ...
+
+    def reference(self, state: WorkloadState | None = None) -> client.V1ObjectReference:
+        """The ``involvedObject`` of an Event about this workload."""
+        ...
+
+    def note(self, current: int, now: float) -> ExternalChange | None:
+        """Remember ``current`` replicas read at ``now`` (monotonic seconds); another writer's change
+        when it differs from what was last written or read."""
+        ...
+
+    def wrote(self, replicas: int) -> None:
+        """Remember that ``replicas`` is now the count (written, or found already there)."""
+        ...
+
+    def paused_for(self, now: float) -> float:
+        """Seconds the workload is still left alone after another writer's change (0: not paused)."""
+        ...
+
+
+def selector_of(match_labels: dict[str, str] | None) -> dict[str, str] | None:
+    """``match_labels`` when it selects anything, else None."""
+    return dict(match_labels) if match_labels else None
+
+
+def parse_selector(text: str | None) -> dict[str, str] | None:
+    """A label selector string (``a=b,c=d``, as a Scale's ``status.selector``) as labels; None when
+    empty or when it uses set-based operators (``in``, ``!=``, ``exists``), which are not read."""
+    if not text:
+        return None
+    labels: dict[str, str] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or key.endswith("!") or " " in part.strip() or value.startswith("="):
+            return None
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+class Connector:
+    """The parts of a ``WorkloadConnector`` every kind shares (module docstring).
+
+    Subclasses set ``kind``, ``default_api_version`` and ``default_plural`` and implement
+    ``read_scale``, ``scale`` and ``state``.
+
+    Args:
+        api: a client.
+        workload: the variant's workload (its name filled in: ``KubernetesConfig.workload``).
+        namespace: where it lives.
+        quiet_s: how long a variant is left alone after another writer's change, seconds.
+
+    Raises:
+        WorkloadError: ``workload`` names another API version or plural than the kind's.
+    """
+
+    kind: ClassVar[str] = ""
+    default_api_version: ClassVar[str | None] = None
+    """``group/version`` of the kind (None: the fleet file must give it)."""
+    default_plural: ClassVar[str | None] = None
+    scale_subresource: ClassVar[bool] = True
+    """Whether writes go through ``<plural>/scale`` (RBAC: get and update on it); False: the object
+    itself is read and replaced (get and update on ``<plural>``)."""
+
+    def __init__(self, api: client.ApiClient, workload: Workload, namespace: str, quiet_s: float = 0.0) -> None:
+        given = (workload.api_version, workload.plural)
+        if self.default_api_version is not None and given != (None, None) and given != (
+                self.default_api_version, self.default_plural):
+            raise WorkloadError(f"kind {workload.kind} is {self.default_api_version} ({self.default_plural}): leave "
+                                f"api_version and plural unset, got {given[0]} and {given[1]}")
+        api_version = workload.api_version or self.default_api_version
+        plural = workload.plural or self.default_plural
+        if api_version is None or plural is None:
+            raise WorkloadError(f"kind {workload.kind}: a custom resource with a scale subresource needs api_version "
+                                "(group/version) and plural in kubernetes.workloads")
+        assert workload.name is not None  # KubernetesConfig.workload fills it in
+        self.api = api
+        self.api_version = api_version
+        self.plural = plural
+        self.group, _, self.version = api_version.rpartition("/")
+        self.name = workload.name
+        self.namespace = namespace
+        self.workload_kind = workload.kind
+        self.quiet_s = quiet_s
+        self.core = client.CoreV1Api(api)
+        self.last: int | None = None
+        """Replicas last written or found (None: never read)."""
+        self.paused_until = float("-inf")
+
+    # ------------------------------------------------------------------ per kind
+    def read_scale(self) -> Scale:
+        """See ``WorkloadConnector``."""
+        raise NotImplementedError
+
+    def scale(self, replicas: int, resource_version: str | None) -> None:
+        """See ``WorkloadConnector``."""
+        raise NotImplementedError
+
+    def state(self) -> WorkloadState:
+        """See ``WorkloadConnector``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ shared
+    def where(self) -> str:
+        """See ``WorkloadConnector``."""
+        return f"{self.plural}/scale {self.namespace}/{self.name} (API group {self.group or 'core'})"
+
+    def pods(self, selector: dict[str, str]) -> list[Any]:
+        """The pods in the namespace carrying every label of ``selector`` (``V1Pod``)."""
+        text = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        return list(self.core.list_namespaced_pod(self.namespace, label_selector=text).items)
+
+    def unschedulable_for(self, now: float, state: WorkloadState | None = None) -> float | None:
+        """See ``WorkloadConnector``; a failed read is None (unknown is not unschedulable), logged."""
+        try:
+            selector = (state if state is not None else self.state()).selector
+            if not selector:
+                return None
+            pods = self.pods(selector)
+        except TRANSPORT_ERRORS as exc:
+            log.warning("pods of %s %s/%s not read: %s", self.workload_kind, self.namespace, self.name,
+                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            return None
+        longest = 0.0
+        for pod in pods:
+            if pod.status is None or pod.status.phase != "Pending" or pod.metadata.deletion_timestamp is not None:
+                continue
+            for c in pod.status.conditions or []:
+                if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
+                    since = c.last_transition_time or pod.metadata.creation_timestamp
+                    if since is not None:
+                        longest = max(longest, now - since.timestamp())
+        return longest
+
+    def reference(self, state: WorkloadState | None = None) -> client.V1ObjectReference:
+        """See ``WorkloadConnector``; the uid when ``state`` has it."""
+        return client.V1ObjectReference(api_version=self.api_version, kind=self.workload_kind, name=self.name,
+                                        namespace=self.namespace, uid=state.uid if state is not None else None)
+
+    def note(self, current: int, now: float) -> ExternalChange | None:
+        """See ``WorkloadConnector``: the first read is taken as the state, not as another writer."""
+        ours = self.last
+        self.last = current
+        if ours is None or ours == current:
+            return None
+        self.paused_until = now + self.quiet_s
+        return ExternalChange(ours, current, self.quiet_s)
+
+    def wrote(self, replicas: int) -> None:
+        """See ``WorkloadConnector``."""
+        self.last = replicas
+
+    def paused_for(self, now: float) -> float:
+        """See ``WorkloadConnector``."""
+        return max(0.0, self.paused_until - now)
+
