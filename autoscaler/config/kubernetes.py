@@ -142,4 +142,9 @@ class KubernetesConfig(Strict):
     def workload(self, service: str, variant: str) -> Workload:
         """The workload of ``variant`` of ``service`` (its name filled in)."""
         w = self.workloads.get(service, {}).get(variant, Workload())
-        return w if w.name is not None else w.model_copy(update={"name": f"{service}-{variant}"})
+        return w if w.name is not None else w.model_copy(update={"name": self.workload_name(service, variant)})
+
+    def workload_name(self, service: str, variant: str) -> str:
+        """The name of the workload of ``variant`` of ``service``: its ``name``, else ``<service>-<variant>``."""
+        name = self.workloads.get(service, {}).get(variant, Workload()).name
+        return f"{service}-{variant}" if name is None else name

@@ -173,7 +173,7 @@ def alerts(objective: float, cfg: FleetConfig) -> list[Alert]:
                 (long_r, short_r), "2m" if speed == "Fast" else "15m", severity,
                 f"{{{{ $labels.service }}}}: {what} SLO error budget burning {factor:g}x too fast "
                 f"over {long_w} and {short_w}"))
-    deployments = sorted(cfg.kubernetes.workload(s.name, v.name).name or "" for s in cfg.services
+    deployments = sorted(cfg.kubernetes.workload_name(s.name, v.name) for s in cfg.services
                          for v in s.variants if cfg.kubernetes.workload(s.name, v.name).kind == "Deployment")
     ksm = f"namespace={quote(cfg.prometheus.namespace)},deployment=~{quote(exact_alternation(deployments))}"
     models = f"model_name=~{quote(exact_alternation(sorted({s.model for s in cfg.services})))}"

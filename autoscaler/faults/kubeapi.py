@@ -84,10 +84,12 @@ class Emulator(kmock.KubernetesEmulator):
         self.selector_paths: dict[str, str] = dict(SELECTOR_PATHS)
         self.down = False
         self.conflicts = False
-        self.writes: list[tuple[str, str, str | None, str | None, Any, str]] = []
+        self.writes: list[tuple[str, str | None, str | None, str | None, Any, str]] = []
         """(method, plural or plural/scale, namespace, name, body or replicas, the client's User-Agent)."""
 
     def _object(self, request: kmock.Request) -> Any:
+        if request.resource is None or request.name is None:
+            return None
         key = (request.resource, request.namespace, request.name)
         return self._objects[key] if key in self._objects else None  # noqa: SIM401 (ObjectsArray has no .get)
 
@@ -127,7 +129,7 @@ class Emulator(kmock.KubernetesEmulator):
 
     async def _serve_list(self, request: kmock.Request) -> Any:
         """kmock's list, filtered by an equality ``labelSelector`` (``a=b,c=d``) as the API server does."""
-        listed = await super()._serve_list(request)
+        listed: Any = await super()._serve_list(request)
         selector = request.params.get("labelSelector")
         if selector:
             wanted = dict(part.split("=", 1) for part in selector.split(",") if "=" in part)
@@ -141,11 +143,11 @@ class Emulator(kmock.KubernetesEmulator):
         body = request.data if isinstance(request.data, dict) else {}
         async with self._lock:
             obj = self._object(request)
-            if obj is None or obj.deleted:
-                return status(404, "NotFound", f'{res.plural} "{request.name}" not found')
+            if res is None or obj is None or obj.deleted:
+                return status(404, "NotFound", f'{getattr(res, "plural", "")} "{request.name}" not found')
             sent = (body.get("metadata") or {}).get("resourceVersion")
             if sent is not None and sent != obj.get("metadata", {}).get("resourceVersion"):
-                return conflict(res.plural, request.name)
+                return conflict(str(res.plural), str(request.name))
             body.setdefault("metadata", {})["resourceVersion"] = str(next(self.versions))
             obj.patch(body)
             self.writes.append(("PUT", res.plural, request.namespace, request.name, body,
@@ -155,24 +157,25 @@ class Emulator(kmock.KubernetesEmulator):
         return aiohttp.web.json_response(raw)
 
     async def _scale(self, request: kmock.Request, method: str) -> aiohttp.web.StreamResponse:
+        res = request.resource
         async with self._lock:
             obj = self._object(request)
-            if obj is None or obj.deleted:
-                return status(404, "NotFound", f'{request.resource.plural} "{request.name}" not found')
+            if res is None or obj is None or obj.deleted:
+                return status(404, "NotFound", f'{getattr(res, "plural", "")} "{request.name}" not found')
             if method in ("PUT", "PATCH"):
                 if self.conflicts:
-                    return conflict(request.resource.plural, request.name)
-                body = request.data or {}
+                    return conflict(str(res.plural), str(request.name))
+                body: Any = request.data or {}
                 sent = (body.get("metadata") or {}).get("resourceVersion")
                 if method == "PUT" and sent is not None and sent != obj.get("metadata", {}).get("resourceVersion"):
-                    return conflict(request.resource.plural, request.name)
+                    return conflict(str(res.plural), str(request.name))
                 replicas = (body.get("spec") or {}).get("replicas")
                 if not isinstance(replicas, int) or replicas < 0:
                     return status(422, "Invalid", f"Scale.spec.replicas: Invalid value: {replicas!r}")
                 obj.patch({"spec": {"replicas": replicas}, "metadata": {"resourceVersion": str(next(self.versions))}})
-                self.writes.append((method, f"{request.resource.plural}/scale", request.namespace, request.name,
+                self.writes.append((method, f"{res.plural}/scale", request.namespace, request.name,
                                     replicas, request.headers.get("User-Agent", "")))
-                await self._buses[request.resource].put({"type": "MODIFIED", "object": obj.raw})
+                await self._buses[res].put({"type": "MODIFIED", "object": obj.raw})
             raw = obj.raw
         spec = raw.get("spec", {}).get("replicas", 1)
         scale_status: dict[str, Any] = {"replicas": raw.get("status", {}).get("replicas", spec)}
@@ -208,7 +211,7 @@ class EmulatedCluster:
         async with Emulator() as emu, kmock.Server(emu) as srv:
             for plural in ("apps/v1/deployments", "apps/v1/statefulsets", "v1/pods", "v1/events", "v1/configmaps",
                            "coordination.k8s.io/v1/leases", "events.k8s.io/v1/events", *CUSTOM_RESOURCES):
-                emu.resources[plural] = {}
+                emu.resources[plural] = kmock.ResourceInfo()
             self.emulator = emu
             self.url = str(srv.url).rstrip("/")
             self._ready.set()

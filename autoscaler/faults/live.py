@@ -126,7 +126,7 @@ def run_live_row(sc: Scenario, name: str, cfg: FleetConfig, data: Path) -> dict[
     svc = cfg.services[0]
     workload = scenario_workload(sc, data)
     record = LiveRecord()
-    deps = {v.name: cfg.kubernetes.workload(svc.name, v.name).name for v in svc.variants}
+    deps = {v.name: cfg.kubernetes.workload_name(svc.name, v.name) for v in svc.variants}
     with tempfile.TemporaryDirectory(prefix=f"faults-{sc.name}-") as tmp, emulated_cluster() as cluster:
         apps = client.AppsV1Api(cluster.api(user_agent="replicaset-controller"))
         for v in svc.variants:
