@@ -131,7 +131,7 @@ class Daemon:
         build(controller, cfg)  # an unknown spec fails here, before anything starts
         self.cfg = cfg
         self.spec = controller
-        self.source = ClusterSource(source, PendingPods(cfg, api), api)
+        self.source = ClusterSource(source, PendingPods(cfg.kubernetes, cfg.services, api), api)
         self.api = api
         self.identity = identity
         self.dry_run = dry_run
@@ -158,7 +158,7 @@ class Daemon:
         self.workload_ready = Gauge("autoscaler_workload_ready_replicas", "Replicas of the variant's workload ready "
                                     "(LeaderWorkerSet: groups), as last read from the API server.", labels,
                                     registry=self.registry)
-        self.events = EventRecorder(cfg, api, identity)
+        self.events = EventRecorder(cfg.kubernetes, cfg.services, api, identity)
         self.writer: KubernetesActuator | None = None
         """The actuator writing to the cluster while this daemon leads (None in dry-run or as a follower)."""
         self.stopping = threading.Event()
@@ -207,8 +207,8 @@ class Daemon:
             actuator: Any = LoggingActuator()
             self.writer = None
         else:
-            sink = TeeSink(LeaderOnly(ConfigMapSink(self.cfg, self.api), self), self.document)
-            self.writer = KubernetesActuator(self.cfg, self.api)
+            sink = TeeSink(LeaderOnly(ConfigMapSink(self.cfg.kubernetes, self.api), self), self.document)
+            self.writer = KubernetesActuator(self.cfg.kubernetes, self.cfg.services, self.api)
             actuator = LeaderOnly(self.writer, self)
         loop = build_loop(self.cfg, "run", self.source, ctrl, actuator=actuator, sink=sink,
                           policy=admission_policy(self.cfg, "run"))

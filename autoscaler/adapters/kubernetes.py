@@ -66,7 +66,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from autoscaler.adapters.workloads import TRANSPORT_ERRORS, WorkloadConnector, WorkloadState, connector
-from autoscaler.config import FleetConfig
+from autoscaler.config import KubernetesConfig, Service
 from autoscaler.errors import AutoscalerError
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, ExternalChange
 from autoscaler.loop.admission import API_VERSION, KIND, check_thresholds
@@ -135,24 +135,25 @@ def result_of(exc: BaseException, what: str) -> ActuationResult:
     return ActuationResult(ActuationStatus.UNREACHABLE, f"{what}: {describe(exc)}")
 
 
-def connectors(cfg: FleetConfig, api: client.ApiClient) -> dict[tuple[str, str], WorkloadConnector]:
-    """``(service, variant) -> WorkloadConnector`` of every variant of the fleet (``workloads.connector``).
+def connectors(kube: KubernetesConfig, services: Sequence[Service],
+               api: client.ApiClient) -> dict[tuple[str, str], WorkloadConnector]:
+    """``(service, variant) -> WorkloadConnector`` of every variant of ``services`` (``workloads.connector``).
 
     Raises:
         WorkloadError: a workload of an unknown kind without api_version and plural, or a known kind
             with another API version (one line).
     """
-    kube = cfg.kubernetes
     return {(svc.name, v.name): connector(api, kube.workload(svc.name, v.name), kube.namespace,
                                           kube.other_writer_quiet_s)
-            for svc in cfg.services for v in svc.variants}
+            for svc in services for v in svc.variants}
 
 
 class KubernetesActuator:
     """The ``Actuator`` over each variant's workload connector (module docstring).
 
     Args:
-        cfg: the fleet (``kubernetes`` section: namespace, workloads, conflict retries).
+        kube: the fleet file's ``kubernetes`` section (namespace, workloads, conflict retries).
+        services: the services whose variants' workloads it scales.
         api: a client (``connect``).
         sleep: how to wait between conflict retries (tests pass a recorder).
         clock: monotonic seconds (the other-writer quiet period).
@@ -161,11 +162,11 @@ class KubernetesActuator:
         WorkloadError: as ``connectors``.
     """
 
-    def __init__(self, cfg: FleetConfig, api: client.ApiClient, sleep: Callable[[float], None] = time.sleep,
+    def __init__(self, kube: KubernetesConfig, services: Sequence[Service], api: client.ApiClient,
+                 sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.cfg = cfg
-        self.kube = cfg.kubernetes
-        self.connectors = connectors(cfg, api)
+        self.kube = kube
+        self.connectors = connectors(kube, services, api)
         self.core = client.CoreV1Api(api)
         self.sleep = sleep
         self.clock = clock
@@ -260,10 +261,10 @@ class KubernetesActuator:
 
 
 class ConfigMapSink:
-    """The ``AdmissionSink`` that writes one ConfigMap per service (module docstring)."""
+    """The ``AdmissionSink`` that writes one ConfigMap per service in ``kube.namespace`` (module docstring)."""
 
-    def __init__(self, cfg: FleetConfig, api: client.ApiClient) -> None:
-        self.kube = cfg.kubernetes
+    def __init__(self, kube: KubernetesConfig, api: client.ApiClient) -> None:
+        self.kube = kube
         self.core = client.CoreV1Api(api)
         self.generation: dict[str, int] = {}
 
@@ -315,7 +316,8 @@ class PendingPods:
     """Which variants cannot place their pods (module docstring).
 
     Args:
-        cfg: the fleet (``kubernetes``: namespace, workloads, pending timeout and retry).
+        kube: the fleet file's ``kubernetes`` section (namespace, workloads, pending timeout and retry).
+        services: the services whose variants' pods it watches.
         api: a client.
         clock: unix seconds (pod timestamps are wall time).
 
@@ -323,10 +325,10 @@ class PendingPods:
         WorkloadError: as ``connectors``.
     """
 
-    def __init__(self, cfg: FleetConfig, api: client.ApiClient, clock: Callable[[], float] = time.time) -> None:
-        self.cfg = cfg
-        self.kube = cfg.kubernetes
-        self.connectors = connectors(cfg, api)
+    def __init__(self, kube: KubernetesConfig, services: Sequence[Service], api: client.ApiClient,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.kube = kube
+        self.connectors = connectors(kube, services, api)
         self.clock = clock
         self.marks = PendingMarks(self.kube.pending_timeout_s, self.kube.pending_retry_s)
 
@@ -411,10 +413,11 @@ class EventRecorder:
         WorkloadError: as ``connectors``.
     """
 
-    def __init__(self, cfg: FleetConfig, api: client.ApiClient, identity: str) -> None:
-        self.kube = cfg.kubernetes
+    def __init__(self, kube: KubernetesConfig, services: Sequence[Service], api: client.ApiClient,
+                 identity: str) -> None:
+        self.kube = kube
         self.core = client.CoreV1Api(api)
-        self.connectors = connectors(cfg, api)
+        self.connectors = connectors(kube, services, api)
         self.identity = identity
 
     def scaled(self, service: str, variant: str, before: int, after: int, reason: str) -> bool:

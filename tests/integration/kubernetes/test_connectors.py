@@ -178,17 +178,17 @@ class Clock:
 
 
 def test_counts_are_the_workloads(setup: Setup) -> None:
-    conn = KubernetesActuator(setup.cfg, setup.api).connectors[("svc", "h100")]
+    conn = KubernetesActuator(setup.cfg.kubernetes, setup.cfg.services, setup.api).connectors[("svc", "h100")]
     state = conn.state()
     raw = setup.raw()
     assert (state.desired, state.ready) == (DESIRED, READY)
     assert state.resource_version == raw["metadata"]["resourceVersion"] and state.uid == raw["metadata"]["uid"]
-    src = ClusterSource(None, PendingPods(setup.cfg, setup.api), setup.api)  # type: ignore[arg-type]
+    src = ClusterSource(None, PendingPods(setup.cfg.kubernetes, setup.cfg.services, setup.api), setup.api)  # type: ignore[arg-type]
     assert src.counts("svc", "h100") == (READY, DESIRED - READY)
 
 
 def test_a_scale_carries_the_version_read_and_a_stale_one_is_409(setup: Setup) -> None:
-    conn = KubernetesActuator(setup.cfg, setup.api).connectors[("svc", "h100")]
+    conn = KubernetesActuator(setup.cfg.kubernetes, setup.cfg.services, setup.api).connectors[("svc", "h100")]
     read = conn.read_scale()
     assert read.replicas == DESIRED and read.resource_version == setup.raw()["metadata"]["resourceVersion"]
     conn.scale(5, read.resource_version)
@@ -202,7 +202,7 @@ def test_a_scale_carries_the_version_read_and_a_stale_one_is_409(setup: Setup) -
 
 def test_the_actuator_reports_before_after_and_another_writer(setup: Setup) -> None:
     clock = Clock()
-    act = KubernetesActuator(setup.cfg, setup.api, clock=clock)
+    act = KubernetesActuator(setup.cfg.kubernetes, setup.cfg.services, setup.api, clock=clock)
     res = act.scale("svc", "h100", 4)
     assert res.ok and (res.before, res.after, res.external) == (DESIRED, 4, None) and setup.replicas() == 4
     setup.set_replicas(1)  # someone scales it down by hand
@@ -218,7 +218,7 @@ def test_the_actuator_reports_before_after_and_another_writer(setup: Setup) -> N
 
 def test_pending_pods_of_the_workload_mark_it_unavailable(setup: Setup) -> None:
     now = [T0 + 200]
-    pods = PendingPods(setup.cfg, setup.api, clock=lambda: now[0])
+    pods = PendingPods(setup.cfg.kubernetes, setup.cfg.services, setup.api, clock=lambda: now[0])
     assert pods.unschedulable_for("svc", "h100") == pytest.approx(200)  # the other app's pod is not this one's
     assert not pods.unavailable("svc", "h100")
     now[0] = T0 + 301
@@ -226,7 +226,7 @@ def test_pending_pods_of_the_workload_mark_it_unavailable(setup: Setup) -> None:
 
 
 def test_events_name_the_workload_with_its_uid(setup: Setup) -> None:
-    rec = EventRecorder(setup.cfg, setup.api, "daemon-a")
+    rec = EventRecorder(setup.cfg.kubernetes, setup.cfg.services, setup.api, "daemon-a")
     assert rec.scaled("svc", "h100", 3, 4, "scale up")
     (event,) = client.CoreV1Api(setup.api).list_namespaced_event(NS).items
     ref = event.involved_object
@@ -240,7 +240,7 @@ def test_events_name_the_workload_with_its_uid(setup: Setup) -> None:
 def test_an_absent_workload_is_invalid(setup: Setup) -> None:
     k = setup.kind
     client.CustomObjectsApi(setup.api).delete_namespaced_custom_object(k.group, k.version, NS, k.plural, NAME)
-    res = KubernetesActuator(setup.cfg, setup.api).scale("svc", "h100", 2)
+    res = KubernetesActuator(setup.cfg.kubernetes, setup.cfg.services, setup.api).scale("svc", "h100", 2)
     assert res.status is ActuationStatus.INVALID and "HTTP 404" in res.message
 
 
@@ -253,7 +253,7 @@ def test_an_unknown_kind_is_refused_at_startup_in_one_line(make_fleet: Callable[
     with emulated_cluster() as cluster:
         cfg = fleet(make_fleet, {"kind": "RayService"})  # the fleet file takes it ...
         with pytest.raises(WorkloadError, match="kind RayService is not one of Deployment, StatefulSet") as err:
-            KubernetesActuator(cfg, cluster.api())  # ... the registry does not
+            KubernetesActuator(cfg.kubernetes, cfg.services, cluster.api())  # ... the registry does not
         assert "\n" not in str(err.value)
         wrong = fleet(make_fleet, {"kind": "StatefulSet", "api_version": "apps/v2", "plural": "statefulsets"})
         with pytest.raises(WorkloadError, match="kind StatefulSet is apps/v1"):

@@ -44,7 +44,7 @@ def replicas(c: EmulatedCluster, name: str = "svc-h100") -> int:
 
 
 def test_scale_goes_through_the_scale_subresource_with_its_resource_version(cluster, fleet) -> None:
-    act = KubernetesActuator(fleet, cluster.api())
+    act = KubernetesActuator(fleet.kubernetes, fleet.services, cluster.api())
     res = act.scale("svc", "h100", 5)
     assert res.ok
     assert replicas(cluster) == 5
@@ -58,7 +58,7 @@ def test_scale_goes_through_the_scale_subresource_with_its_resource_version(clus
 
 def test_a_conflict_is_re_read_and_retried_then_reported(cluster, fleet) -> None:
     waits: list[float] = []
-    act = KubernetesActuator(fleet, cluster.api(), sleep=waits.append)
+    act = KubernetesActuator(fleet.kubernetes, fleet.services, cluster.api(), sleep=waits.append)
     apps = client.AppsV1Api(cluster.api())
     conn = act.connectors[("svc", "h100")]
     original = conn.read_scale
@@ -83,7 +83,7 @@ def test_another_writer_is_left_alone_for_the_quiet_period(cluster, make_fleet) 
     doc = make_fleet(2, min_replicas=0, max_replicas=8).model_dump(mode="json", exclude_unset=True)
     cfg = parse_config({**doc, "kubernetes": {"namespace": NS, "other_writer_quiet_s": 600}}, "<test>")
     clock = Clock()
-    act = KubernetesActuator(cfg, cluster.api(), clock=clock)
+    act = KubernetesActuator(cfg.kubernetes, cfg.services, cluster.api(), clock=clock)
     apps = client.AppsV1Api(cluster.api())
     assert act.scale("svc", "h100", 4).ok  # our write
     apps.patch_namespaced_deployment("svc-h100", NS, {"spec": {"replicas": 1}})  # someone scales it down
@@ -114,7 +114,7 @@ def test_another_writer_is_left_alone_for_the_quiet_period(cluster, make_fleet) 
     assert res.status is ActuationStatus.CONFLICT and replicas(cluster) == 2
     assert res.external == ExternalChange(5, 2, 600.0)
     # a new leader's actuator remembers nothing: what it reads first is the state, not another writer
-    fresh = KubernetesActuator(cfg, cluster.api(), clock=clock)
+    fresh = KubernetesActuator(cfg.kubernetes, cfg.services, cluster.api(), clock=clock)
     assert fresh.check_writers() == {} and fresh.connectors[("svc", "h100")].last == 2
     # and a variant it has never written is watched from that first read on
     apps.patch_namespaced_deployment("svc-h100", NS, {"spec": {"replicas": 7}})
@@ -123,7 +123,7 @@ def test_another_writer_is_left_alone_for_the_quiet_period(cluster, make_fleet) 
 
 def test_forbidden_names_the_missing_permission_and_writes_nothing(cluster, fleet) -> None:
     cluster.emu.forbidden.add(("update", "deployments", "scale"))
-    res = KubernetesActuator(fleet, cluster.api()).scale("svc", "h100", 4)
+    res = KubernetesActuator(fleet.kubernetes, fleet.services, cluster.api()).scale("svc", "h100", 4)
     assert res.status is ActuationStatus.FORBIDDEN
     assert res.message.startswith("forbidden: update deployments/scale llm/svc-h100 (API group apps)")
     assert 'cannot update resource "deployments/scale"' in res.message and "\n" not in res.message
@@ -132,18 +132,18 @@ def test_forbidden_names_the_missing_permission_and_writes_nothing(cluster, flee
 
 def test_an_api_server_down_is_unreachable_and_changes_nothing(cluster, fleet) -> None:
     cluster.emu.down = True
-    res = KubernetesActuator(fleet, cluster.api()).scale("svc", "h100", 0)
+    res = KubernetesActuator(fleet.kubernetes, fleet.services, cluster.api()).scale("svc", "h100", 0)
     assert res.status is ActuationStatus.UNREACHABLE and "HTTP 503" in res.message
     cluster.emu.down = False
     assert replicas(cluster) == 2
     cluster.stop()  # nothing listening at all: still one line, no exception
-    res = KubernetesActuator(fleet, cluster.api()).scale("svc", "h100", 0)
+    res = KubernetesActuator(fleet.kubernetes, fleet.services, cluster.api()).scale("svc", "h100", 0)
     assert res.status is ActuationStatus.UNREACHABLE and "\n" not in res.message
 
 
 def test_a_missing_workload_is_invalid(cluster, fleet) -> None:
     client.AppsV1Api(cluster.api()).delete_namespaced_deployment("svc-h100", NS)
-    res = KubernetesActuator(fleet, cluster.api()).scale("svc", "h100", 3)
+    res = KubernetesActuator(fleet.kubernetes, fleet.services, cluster.api()).scale("svc", "h100", 3)
     assert res.status is ActuationStatus.INVALID and "HTTP 404" in res.message
 
 
@@ -152,7 +152,7 @@ def test_pods_to_remove_first_get_the_lowest_deletion_cost_before_a_scale_down(c
     for pod in ("svc-h100-a", "svc-h100-b"):
         core.create_namespaced_pod(NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
                                         "spec": {"containers": [{"name": "vllm", "image": "x"}]}})
-    act = KubernetesActuator(fleet, cluster.api())
+    act = KubernetesActuator(fleet.kubernetes, fleet.services, cluster.api())
     assert act.scale("svc", "h100", 1, remove_first=["svc-h100-b"]).ok
     costs = {p: (core.read_namespaced_pod(p, NS).metadata.annotations or {}).get(DELETION_COST)
              for p in ("svc-h100-a", "svc-h100-b")}
@@ -166,7 +166,7 @@ def test_pods_to_remove_first_get_the_lowest_deletion_cost_before_a_scale_down(c
 
 
 def test_admission_thresholds_go_to_a_configmap_per_service(cluster, fleet) -> None:
-    sink = ConfigMapSink(fleet, cluster.api())
+    sink = ConfigMapSink(fleet.kubernetes, cluster.api())
     assert sink.publish("svc", {"critical": None, "standard": 1.0, "sheddable": 0.0}).ok
     assert sink.publish("svc", {"critical": None, "standard": 0.5, "sheddable": 0.0}).ok  # replaced
     cm = client.CoreV1Api(cluster.api()).read_namespaced_config_map("autoscaler-admission-svc", NS)
@@ -185,7 +185,7 @@ def test_admission_thresholds_go_to_a_configmap_per_service(cluster, fleet) -> N
 
 
 def test_a_scale_decision_is_an_event_on_the_workload(cluster, fleet) -> None:
-    rec = EventRecorder(fleet, cluster.api(), "daemon-a")
+    rec = EventRecorder(fleet.kubernetes, fleet.services, cluster.api(), "daemon-a")
     assert rec.scaled("svc", "h100", 2, 4, "scale up: slo_mean_ratio=0.61 vs setpoint 0.3")
     (event,) = client.CoreV1Api(cluster.api()).list_namespaced_event(NS).items
     assert event.reason == "ScaledUp" and event.involved_object.name == "svc-h100"
@@ -283,7 +283,7 @@ def test_a_variant_whose_pods_stay_unschedulable_is_marked_unavailable_for_a_whi
     core.create_namespaced_pod(NS, pod("other-x", {"app": "other"}, "Pending", "2026-12-01T09:00:00Z"))
     t0 = datetime.fromisoformat("2026-12-01T10:00:00+00:00").timestamp()
     now = [t0 + 200]
-    pods = PendingPods(cfg, cluster.api(), clock=lambda: now[0])
+    pods = PendingPods(cfg.kubernetes, cfg.services, cluster.api(), clock=lambda: now[0])
     assert pods.unschedulable_for("svc", "h100") == pytest.approx(200)  # the other app's pod is not ours
     assert not pods.unavailable("svc", "h100")  # 200 s < 300 s: still coming
     now[0] = t0 + 301
@@ -330,7 +330,7 @@ def test_statefulsets_and_custom_resources_scale_through_their_subresource(clust
     custom.create_namespaced_custom_object("leaderworkerset.x-k8s.io", "v1", NS, "leaderworkersets", {
         "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
         "metadata": {"name": "svc-lws", "namespace": NS}, "spec": {"replicas": 1}})
-    act = KubernetesActuator(cfg, cluster.api())
+    act = KubernetesActuator(cfg.kubernetes, cfg.services, cluster.api())
     assert act.scale("svc", "h100", 3).ok and act.scale("svc", "lws", 2).ok
     assert client.AppsV1Api(cluster.api()).read_namespaced_stateful_set("svc-sts", NS).spec.replicas == 3
     lws = custom.get_namespaced_custom_object("leaderworkerset.x-k8s.io", "v1", NS, "leaderworkersets", "svc-lws")
@@ -390,7 +390,7 @@ def test_replica_counts_come_from_the_api_server(cluster, fleet) -> None:
 
     client.AppsV1Api(cluster.api()).patch_namespaced_deployment_status(
         "svc-h100", NS, {"status": {"replicas": 2, "readyReplicas": 1}})
-    src = ClusterSource(Lagging(), PendingPods(fleet, cluster.api()), cluster.api())
+    src = ClusterSource(Lagging(), PendingPods(fleet.kubernetes, fleet.services, cluster.api()), cluster.api())
     vo = src.observe(0.0)["svc"].variants["h100"]
     assert (vo.ready, vo.starting, vo.counts_known) == (1, 1, True)  # spec 2, 1 ready
     cluster.emu.down = True  # the API server does not answer: what Prometheus said stands
