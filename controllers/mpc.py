@@ -58,17 +58,17 @@ DRAIN_S = 60.0
 backlog's extra replicas few)."""
 
 DEFAULT_HOLD_S = 300.0
-"""Seconds of observed arrival rates whose highest the plan never goes below: a minute's rate
-swings by a fifth on Azure conv and Mooncake, and a replica removed on a dip takes a cold start
+"""Seconds of observed arrival rates whose highest the plan never goes below: a minute's rate swings
+(``docs/controllers.md#the-mpcs-constants``), and a replica removed on a dip takes a cold start
 (300 s) to come back; HPA's scale-down stabilisation window is 300 s for the same reason."""
 
 SPEED_TICKS = 20
-"""Ticks of speed factors the median is taken over (5 minutes at 15 s): overloaded ticks read high
-(measured: median 1.000, 90th percentile 1.15 on the step scenario with the right profile)."""
+"""Ticks of speed factors the median is taken over (5 minutes at 15 s): overloaded ticks read high, and
+a median ignores them (figures: ``docs/controllers.md#the-mpcs-constants``)."""
 SPEED_MIN_TICKS = 4
 SPEED_MAX_UTILISATION = 0.6
 """Speed factors are read only below this utilisation (``models.capacity.utilisation``): the fluid
-step-time model reads high under queueing (Azure conv, right profile: median 1.04 at every load)."""
+step-time model reads high under queueing (``docs/controllers.md#the-mpcs-constants``)."""
 SPEED_LIMITS = (0.5, 3.0)
 """Speed factors believed: a GPU twice as fast as profiled, or three times as slow, is a wrong
 profile to fix, not one to follow."""
@@ -83,7 +83,8 @@ FORECASTS = ("auto", "last", "perfect")
 MIXES = ("calibrated", "forecast")
 MIX_STEP = 0.05
 """Forecast token means and hit rates are rounded to 5 % (of the calibrated mean; of the hit rate)
-before a capacity is computed for them, so a slowly moving forecast reuses capacities (~40 ms each)."""
+before a capacity is computed for them, so a slowly moving forecast reuses capacities, each costly to
+compute (``docs/controllers.md#the-mpcs-constants``)."""
 
 
 @dataclass

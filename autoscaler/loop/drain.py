@@ -20,7 +20,8 @@ from autoscaler.state import ServiceEstimate
 
 @dataclass
 class DrainState:
-    """Pods of one service taken out of routing: name -> (variant, since when, seconds)."""
+    """Pods of one service taken out of routing: pod name -> (its variant, when it was taken out on
+    the loop's clock, seconds)."""
 
     pods: dict[str, tuple[str, float]] = field(default_factory=dict)
 

@@ -56,7 +56,7 @@ class ForecastStage:
         widen the forecast's interval for as long as they are kept).
 
         BLAS runs single-threaded meanwhile: the state-space fits multiply small matrices, for which
-        OpenBLAS's threads cost far more than they save (3x slower on a 2-core machine, measured).
+        OpenBLAS's threads cost far more than they save (the measurement: ``docs/forecasting.md``).
         """
         sig = est.signals
         rate = sig.request_rate_rps

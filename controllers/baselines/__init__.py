@@ -1,4 +1,6 @@
-"""The anchors' autoscalers, re-implemented with their own rules and constants (ANCHORS.md §7).
+"""The anchors' autoscalers, re-implemented with their own rules and constants.
+
+The rules and constants each takes, with their sources: ``docs/anchors.md#baselines-re-implemented``.
 
 Each baseline is a ``controllers.base.Controller`` that runs in the same ``ControlLoop`` as the PID,
 against the simulator or a live Prometheus. It keeps its own state (windows, stabilisation history,

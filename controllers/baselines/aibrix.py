@@ -1,6 +1,6 @@
 """AIBrix PodAutoscaler, KPA and APA strategies, with AIBrix's recommendation stabilisation.
 
-Sources (ANCHORS.md §2, vllm-project/aibrix at e3e10f9): defaults in
+Sources (``docs/anchors.md#aibrix``, vllm-project/aibrix at e3e10f9): defaults in
 ``pkg/controller/podautoscaler/context/context.go`` (``MaxScaleUpRate`` 2, ``MaxScaleDownRate`` 2,
 ``Up/DownFluctuationTolerance`` 0.1, ``ScaleUpCooldownWindow`` 0 s, ``ScaleDownCooldownWindow``
 300 s, ``PanicThreshold`` 2.0, ``ScaleToZero`` false); windows in
@@ -24,7 +24,7 @@ mean (APA) into its windows. With N the target's current replicas:
   takes the **max** of the recommendations in the scale-up window (0 s: only the current one),
   scaling down the **min** of those in the 300 s scale-down window. This is the opposite of the
   Kubernetes HPA (highest recommendation over the window on scale-down), so the 300 s window makes
-  scale-down faster, not slower; it is reproduced as written (ANCHORS.md §2 flags it).
+  scale-down faster, not slower; it is reproduced as written (``docs/anchors.md#aibrix-stabilisation``).
 - Bounds ``[max(minReplicas, 1), maxReplicas]`` (``ScaleToZero`` false).
 
 Metric: ``vllm:kv_cache_usage_perc`` (``gpu_cache_usage_perc``, AIBrix's typical metric,

@@ -1,6 +1,7 @@
 """NVIDIA Dynamo planner, throughput-based loop (aggregated serving: one pool per GPU generation).
 
-Sources (ANCHORS.md §1): ai-dynamo/dynamo ``components/src/dynamo/planner/core/throughput_scaling.py``
+Sources (``docs/anchors.md#dynamo-throughput-scaling``): ai-dynamo/dynamo
+``components/src/dynamo/planner/core/throughput_scaling.py``
 (read at 0c9050c), ``components/src/dynamo/planner/config/defaults.py``,
 ``docs/fern/design-docs/planner-design.md``, and ``components/planner/src/dynamo/planner/utils/prometheus.py``
 for the metrics.

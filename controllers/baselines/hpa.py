@@ -1,7 +1,7 @@
 """Kubernetes Horizontal Pod Autoscaler (autoscaling/v2) on a per-pod vLLM metric.
 
 Sources: kubernetes/website ``content/en/docs/tasks/run-application/horizontal-pod-autoscale.md``
-(ANCHORS.md §4) for the rules and defaults; kubernetes/kubernetes
+(``docs/anchors.md#kubernetes-hpa``) for the rules and defaults; kubernetes/kubernetes
 ``pkg/controller/podautoscaler/replica_calculator.go`` (``calcPlainMetricReplicas``,
 ``GetExternalPerPodMetricReplicas``) and ``horizontal.go`` (``stabilizeRecommendationWithBehaviors``,
 ``calculateScaleUpLimitWithScalingRules``) for the order of the steps.
@@ -53,8 +53,8 @@ SCALE_DOWN_PERCENT = 100.0
 SCALE_DOWN_PERIOD_S = 15.0
 MIN_REPLICAS_FLOOR = 1
 
-# Queue target: the GIE/WVA saturation queue depth (ANCHORS.md §3); the KV-usage target defaults to
-# one replica's KV usage at 70 % of its SLO rate (``controllers.baselines.calibrate``).
+# Queue target: the GIE/WVA saturation queue depth (``docs/anchors.md#gie-endpoint-picker``); the KV-usage
+# target defaults to one replica's KV usage at 70 % of its SLO rate (``controllers.baselines.calibrate``).
 DEFAULT_QUEUE_TARGET = 5.0
 POD_METRICS = {"kv_usage": "vllm:kv_cache_usage_perc", "queue": "vllm:num_requests_waiting"}
 

@@ -1,6 +1,6 @@
 """KEDA ScaledObject with a Prometheus trigger: activation by the KEDA operator, scaling by its HPA.
 
-Sources (ANCHORS.md §4): keda.sh ``docs/*/scalers/prometheus``; kedacore/keda-docs
+Sources (``docs/anchors.md#keda``): keda.sh ``docs/*/scalers/prometheus``; kedacore/keda-docs
 ``content/docs/2.15/reference/scaledobject-spec.md`` and ``.../concepts/scaling-deployments.md``.
 
 - Query with ``threshold`` (AverageValue per pod) and ``activationThreshold`` (default 0).

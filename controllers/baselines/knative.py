@@ -1,6 +1,6 @@
 """Knative Pod Autoscaler (KPA) on request concurrency, stable and panic windows.
 
-Sources (ANCHORS.md §4): knative/serving ``config/core/configmaps/autoscaler.yaml`` for the defaults;
+Sources (``docs/anchors.md#knative-kpa``): knative/serving ``config/core/configmaps/autoscaler.yaml`` for the defaults;
 knative.dev/docs/serving/autoscaling/kpa-specific; the decider step follows knative/serving
 ``pkg/autoscaler/scaling/autoscaler.go`` ``Scale()`` (as ported in vllm-project/aibrix
 ``pkg/controller/podautoscaler/scaler/kpa.go``).

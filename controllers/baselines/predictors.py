@@ -1,6 +1,7 @@
 """Dynamo planner's load predictors: constant (last value) and Kalman local linear trend.
 
-Source (ANCHORS.md §1): ai-dynamo/dynamo ``components/src/dynamo/planner/core/load/predictors.py``
+Source (``docs/anchors.md#dynamo-load-predictors``): ai-dynamo/dynamo
+``components/src/dynamo/planner/core/load/predictors.py``
 and ``components/src/dynamo/planner/config/defaults.py``. Shared rules: NaN/inf observations become
 0, and leading zeros (the idle time after a deploy) are skipped; with no data the prediction is None.
 

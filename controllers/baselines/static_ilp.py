@@ -1,7 +1,7 @@
 """Static cost-optimal GPU mix: one integer program on the whole trace's peak (Mélange-style).
 
 The Mélange ILP (Griggs et al., arXiv 2404.14527; used by AIBrix's GPU optimizer,
-``python/aibrix/aibrix/gpu_optimizer/optimizer/solver/melange/solver.py``, ANCHORS.md §2 and §7)
+``python/aibrix/aibrix/gpu_optimizer/optimizer/solver/melange/solver.py``, ``docs/anchors.md#aibrix-gpu-optimizer``)
 with the request sizes folded into each GPU's capacity for the trace's mix:
 
     minimise   sum_v price_v x n_v                       ($/hour)

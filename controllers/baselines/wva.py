@@ -1,6 +1,7 @@
 """llm-d workload-variant-autoscaler (WVA), saturation mode, cost-aware across variants.
 
-Sources (ANCHORS.md §3, llm-d/llm-d-workload-variant-autoscaler at b08b1c7): ``docs/saturation-analyzer.md``,
+Sources (``docs/anchors.md#llm-d-wva``, llm-d/llm-d-workload-variant-autoscaler at b08b1c7):
+``docs/saturation-analyzer.md``,
 ``docs/saturation-scaling-config.md`` (thresholds), ``docs/design/controller-behavior.md``
 (``GLOBAL_OPT_INTERVAL`` 60 s), ``internal/engines/pipeline/cost_aware_optimizer.go`` (variant choice).
 

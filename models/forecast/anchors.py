@@ -1,10 +1,11 @@
 """The NVIDIA Dynamo planner's load predictors, re-implemented as the anchors to beat.
 
 Source: ``ai-dynamo/dynamo`` ``components/src/dynamo/planner/core/load/predictors.py`` and
-``config/defaults.py`` (ANCHORS.md section 1). Shared input rule (``BasePredictor.add_data_point``):
-a non-finite value (NaN, +-inf) counts as 0, and zeros before the first non-zero value (the idle
-period after a deploy) are skipped, so they are not steps of the model's series. Fewer than
-``min_points`` = 5 accepted values: the forecast is the last value (0 when there is none).
+``config/defaults.py`` (``docs/anchors.md#dynamo-load-predictors``). Shared input rule
+(``BasePredictor.add_data_point``): a non-finite value (NaN, +-inf) counts as 0, and zeros before the
+first non-zero value (the idle period after a deploy) are skipped, so they are not steps of the
+model's series. Fewer than ``min_points`` = 5 accepted values: the forecast is the last value (0 when
+there is none).
 
 Dynamo predicts one interval ahead; the h-step forecasts below are the natural extension of each
 model (constant: the same value; ARIMA: its h-step forecast; Kalman: level + h * trend).

@@ -2,7 +2,7 @@
 
 The same model as the Dynamo planner's Kalman predictor (level + trend, F = [[1, 1], [0, 1]]), but
 the level, trend and observation variances are estimated by maximum likelihood instead of fixed at
-q_level = 1, q_trend = 0.1, r = 10 (ANCHORS.md section 1), which only suit one scale of series.
+q_level = 1, q_trend = 0.1, r = 10 (``docs/anchors.md#dynamo-load-predictors``), which only suit one scale of series.
 """
 
 from __future__ import annotations

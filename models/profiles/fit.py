@@ -25,59 +25,27 @@ steps B·(L-1) are nearly collinear, so its whole-run latencies pin only their s
 single-GPU Llama-3-8B, Llama-2-7B and Mistral-7B combos have TTFT rows (``Fig_21``: output length 1,
 the prefill alone) that separate them; those are fitted with all four coefficients free. Every other
 LLM-Inference-Bench combo has its prefill slope pinned to the FLOP bound at the prefill efficiency
-those TTFT fits measured on the same GPU (``PREFILL_EFFICIENCY_FROM``; the mean over the three
-models of FLOP bound / fitted slope), divided over its TP GPUs:
-``prefill_flops_per_token / (tp x peak_dense_bf16_flops x efficiency)``. This is grounded in the same
-GPU and vLLM build measured directly (0.73 on the A100, 0.57 on the H100, 0.66 on the GH200), where
-the FLOP bound at peak would be 30-45 % optimistic and
-Vidur's kernel profile covers neither Mistral, Qwen2 nor the H100 for Llama-3. Splitwise separates
-prefill from decode itself and needs no prior.
+those TTFT fits measured on the same GPU (``PREFILL_EFFICIENCY_FROM``; the mean over the models of
+FLOP bound / fitted slope), divided over its TP GPUs:
+``prefill_flops_per_token / (tp x peak_dense_bf16_flops x efficiency)``: the same GPU and vLLM build
+measured directly, where the FLOP bound at peak would be optimistic and Vidur's kernel profile does
+not cover every model and GPU. Splitwise separates prefill from decode itself and needs no prior.
 
 **Attention.** Every predicted prefill includes its prompts' attention pairs at the model's
 ``specs.ModelSpec.attention_tokens_per_pair`` (derived from the architecture, not fitted), so the
-fitted ``prefill_s_per_token`` is the matmul cost alone. LIB's TTFT rows are all at L = 1024 and
-cannot check it; on Splitwise's 4k and 8k unbatched prefills (excluded) it moves the error from
--22..-41 % to -19..-38 %.
+fitted ``prefill_s_per_token`` is the matmul cost alone.
 
-**A100 40 GB, not 80 GB.** LLM-Inference-Bench's A100 rows were measured on 40 GB cards (ALCF Polaris,
-4 x A100 40GB SXM4 per node), so they feed ``a100-40gb`` profiles. The KV pool the rows imply decides
-it; on 80 GB cards none of these batches would run out of KV:
-
-- Llama-2-70B on 4 A100s (All_results lines 926-934): L=256 B=1 -> 16 takes 8.6 -> 10.4 s (x1.22,
-  H100 x4: x1.24), L=512 17.2 -> 36.2 s (x2.11), L=2048 68.8 -> 423.7 s (x6.2): the pool holds
-  between 16 x 512 and 16 x 1024 tokens x 320 KiB = 2.7-5.4 GB. On 4 x 40 GB it is
-  0.9 x 160 - 138 = 6 GB; on 4 x 80 GB it would be 150 GB.
-- Llama-3-8B on 1 A100, L=2048, B=32 -> 64 (lines 799, 804): 66.2 -> 125.7 s (x1.90; H100 x1.52): the
-  34.4 GB demand exceeds a 40 GB card's ~20 GB pool, not an 80 GB card's ~56 GB.
-- Llama-2-7B on 1 A100: L=1024 B=16 -> 32 (17.2 -> 34.4 GB; lines 713, 718) takes x1.84 (H100 x1.47).
-
-``llama-3-8b/a100-80gb`` (the name before this was known, used by fleet files) stays loadable as a
-stand-in (``STAND_INS``): the ``llama-3-8b/a100-40gb`` step times stated on the 80 GB card's
-datasheet (the same seconds per context token), conservative for an 80 GB card, whose faster memory
-is not measured in any of this data for Llama-3-8B.
-
-Against Splitwise's 80 GB A100 the same Llama-2-70B x4 runs at B = 1 (not preempting) take 0.76 x
-the Splitwise-fitted ``llama-2-70b/a100-80gb/tp4`` prediction, while on H100 x4 LIB takes 0.63 x
-Splitwise's (a newer vLLM): relative to that speed-up, LIB's A100s are 1.2 x slower, as a 40 GB card's
-1.555 TB/s (against 2.039) would make them; consistent, though not decisive alone.
+**A100 40 GB, not 80 GB.** LLM-Inference-Bench's A100 rows were measured on 40 GB cards (ALCF Polaris),
+so they feed ``a100-40gb`` profiles: the KV pool the rows imply decides it. ``llama-3-8b/a100-80gb``
+(the name before this was known, used by fleet files) stays loadable as a stand-in (``STAND_INS``).
 
 **Not shipped.** Every combo of ``COMBOS`` whose held-out error exceeds ``MAX_HELD_OUT_MAPE`` is
 refused by the fit (``shipped``); the document's ``not_shipped`` lists them with their error, and
-``NOT_SHIPPED`` the combos measured but not fitted at all. At the last fit:
+``NOT_SHIPPED`` the combos measured but not fitted at all.
 
-=========================  ==================================================================
-combo                      why
-=========================  ==================================================================
-mixtral-8x7b A100 40GB x4  LIB, 27 rows: held-out 14.0 %, fit 13.6 %. The fit errs +8 % at B = 1,
-                           -20 % at B = 16, +26 % at B = 64: one sequence reads 2 of 8 experts, a
-                           batch nearly all, so the step overhead is not constant in the batch.
-llama-2-70b A100 40GB x4   LIB, 11 rows: 2 preempt by the KV rule and one more (B = 16, L = 512,
-                           5.4 GB against a 6 GB pool less activations) does in fact; held-out
-                           20.8 %. Splitwise's llama-2-70b/a100-80gb/tp4 covers 80 GB cards.
-qwen2-7b A100 40GB x1, x4  LIB: no x1 rows, 1 row at x4.
-llama-2-70b H100 x4        Splitwise's TP 4 rows: the key is shipped from LIB instead (see
-                           ``NOT_SHIPPED``).
-=========================  ==================================================================
+The figures behind these choices (prefill efficiencies, the attention term's effect, the rows that
+show a 40 GB KV pool, the cross-check against Splitwise, the combos not shipped and why) are in
+``docs/simulator.md#how-the-fit-was-checked``.
 """
 
 from __future__ import annotations

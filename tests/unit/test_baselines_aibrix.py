@@ -1,6 +1,6 @@
 """AIBrix PodAutoscaler baseline (controllers.baselines.aibrix): KPA and APA steps and AIBrix's
 stabilisation, with the constants of vllm-project/aibrix pkg/controller/podautoscaler/context/context.go
-(ANCHORS.md §2)."""
+(``docs/anchors.md#aibrix-kpa-and-apa``)."""
 
 from __future__ import annotations
 

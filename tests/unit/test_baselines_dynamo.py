@@ -1,5 +1,5 @@
 """Dynamo throughput planner baseline (controllers.baselines.dynamo, .predictors); ai-dynamo/dynamo planner
-throughput_scaling.py, defaults.py and load/predictors.py (ANCHORS.md §1)."""
+throughput_scaling.py, defaults.py and load/predictors.py (``docs/anchors.md#dynamo-planner``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Kubernetes HPA baseline (controllers.baselines.hpa): hand-made metric sequences against the
-rules of kubernetes/website horizontal-pod-autoscale.md (ANCHORS.md §4)."""
+rules of kubernetes/website horizontal-pod-autoscale.md (``docs/anchors.md#kubernetes-hpa``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """KEDA Prometheus-scaler baseline (controllers.baselines.keda): activation, cooldown and fallback
-as kedacore/keda-docs scaledobject-spec.md and scaling-deployments.md state them (ANCHORS.md §4)."""
+as kedacore/keda-docs scaledobject-spec.md and scaling-deployments.md state them (``docs/anchors.md#keda``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def estimate(t: float, current: int, queue: float | None, running: float | None 
 
 
 def test_activation_threshold_overrides_scaling(make_fleet) -> None:
-    # ANCHORS §4: threshold 10, activation 50, metric 40 gives 0 replicas (minReplicaCount 0).
+    # docs/anchors.md#keda: threshold 10, activation 50, metric 40 gives 0 replicas (minReplicaCount 0).
     svc = make_fleet(replicas=2, min_replicas=0, max_replicas=20).services[0]
     keda = KedaController(threshold=10.0, metric="queue", activation_threshold=50.0)
     assert keda.decide(estimate(0.0, 2, 40.0), svc).desired == {"h100": 0}

@@ -1,5 +1,6 @@
 """Knative KPA baseline (controllers.baselines.knative): panic entry and exit, no scale-down in panic,
-rate limits and windows, from knative/serving config/core/configmaps/autoscaler.yaml (ANCHORS.md §4)."""
+rate limits and windows, from knative/serving config/core/configmaps/autoscaler.yaml
+(``docs/anchors.md#knative-kpa``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """llm-d WVA saturation baseline (controllers.baselines.wva), against docs/saturation-analyzer.md and
-docs/saturation-scaling-config.md of llm-d/llm-d-workload-variant-autoscaler (ANCHORS.md §3)."""
+docs/saturation-scaling-config.md of llm-d/llm-d-workload-variant-autoscaler (``docs/anchors.md#llm-d-wva``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The Dynamo planner's predictors: input rule, Kalman constants, ARIMA behaviour (ANCHORS.md section 1)."""
+"""The Dynamo planner's predictors: input rule, Kalman constants, ARIMA behaviour
+(``docs/anchors.md#dynamo-load-predictors``)."""
 
 from __future__ import annotations
 

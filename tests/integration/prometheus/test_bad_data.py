@@ -1,5 +1,5 @@
-"""Bad data never drives a decision (ANCHORS.md section 6: outages read as idle, NaN at zero traffic,
-stale pods, one pod blocking all, absurd values).
+"""Bad data never drives a decision (``docs/anchors.md#failures-users-reported``: outages read as idle,
+NaN at zero traffic, stale pods, one pod blocking all, absurd values).
 
 Most tests run the loop against a real Prometheus (``tests/support/promserver.py``) scraping fake vLLM pods,
 one scrape target per pod, whose values are set by hand.
