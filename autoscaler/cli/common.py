@@ -37,6 +37,12 @@ def load_cfg(config: Path | None) -> FleetConfig:
     return default_config() if config is None else load_config(config)
 
 
+def check_service(cfg: FleetConfig, service: str | None) -> None:
+    """ValueError naming the fleet's services when ``--service`` names none of them."""
+    if service is not None and service not in {s.name for s in cfg.services}:
+        raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
+
+
 def warn(msg: str) -> None:
     err_console.print(f"[bold yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True)
 

@@ -11,7 +11,17 @@ from rich.console import Console
 from rich.table import Table
 
 from autoscaler import files
-from autoscaler.cli.common import app, check_admission, console, err_console, fail, interrupted, load_cfg, warn
+from autoscaler.cli.common import (
+    app,
+    check_admission,
+    check_service,
+    console,
+    err_console,
+    fail,
+    interrupted,
+    load_cfg,
+    warn,
+)
 from autoscaler.cli.options import (
     BatchFractionOpt,
     ConfigOpt,
@@ -69,8 +79,7 @@ def compare(
         if workers is not None and workers < 1:
             raise ValueError(f"--workers must be >= 1, got {workers}")
         cfg = load_cfg(config)
-        if service is not None and service not in {s.name for s in cfg.services}:
-            raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
+        check_service(cfg, service)
         names = [c.strip() for c in controllers.split(",")]
         names = names if any(names) else []
         if "" in names:

@@ -13,6 +13,7 @@ from autoscaler import files
 from autoscaler.cli.common import (
     StderrLog,
     app,
+    check_service,
     connect_prometheus,
     console,
     err_console,
@@ -133,8 +134,7 @@ def backtest(
 
     try:
         cfg = load_cfg(config)
-        if service is not None and service not in {s.name for s in cfg.services}:
-            raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
+        check_service(cfg, service)
         t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")
         dt = build(controller, cfg).tick_s if step is None else step
         check_range(t0, t1, dt)  # bad input exits 2 before connecting, even to an unreachable server

@@ -15,6 +15,7 @@ from autoscaler.cli.common import (
     ProgressBar,
     app,
     check_admission,
+    check_service,
     console,
     err_console,
     fail,
@@ -126,8 +127,7 @@ def simulate(
         if serve_metrics is None and speed is not None:
             raise ValueError("--speed needs --serve-metrics")
         cfg = load_cfg(config)
-        if service is not None and service not in {s.name for s in cfg.services}:
-            raise ValueError(f"unknown service '{service}' (fleet has: {', '.join(s.name for s in cfg.services)})")
+        check_service(cfg, service)
         parse_spec(controller)  # a bad spec fails before the trace is read
         check_admission(admission)
         span_s = None if span is None else parse_span(span)
