@@ -64,6 +64,36 @@ class Reason(StrEnum):
 HOLD_REASONS = frozenset({Reason.SIGNAL_UNKNOWN, Reason.WARMING_UP, Reason.METRICS_ERROR, Reason.COUNTS_UNKNOWN})
 
 
+@dataclass(frozen=True)
+class Gauge:
+    """One number a controller exports as a metric of its own (``loop.export`` adds the ``service`` label).
+
+    Attributes:
+        name: the metric family, ``autoscaler_*``.
+        help: its help text (the same for every sample of the family).
+        value: the sample.
+        labels: label name -> value beside ``service`` (the same names for every sample of the family).
+        term: the key of ``Decision.terms`` this gauge exports, which is then not exported again as
+            ``autoscaler_controller_term``; None: the gauge is not one of the terms.
+    """
+
+    name: str
+    help: str
+    value: float
+    labels: tuple[tuple[str, str], ...] = ()
+    term: str | None = None
+
+
+def setpoint_gauges(signal: str, setpoint: float, measurement: float | None) -> tuple[Gauge, ...]:
+    """A setpoint controller's ``autoscaler_setpoint`` and ``autoscaler_measured`` (label ``signal``: what
+    it controls), exporting its ``setpoint`` and ``measurement`` terms; no measurement while unknown."""
+    labels = (("signal", signal),)
+    out = [Gauge("autoscaler_setpoint", "Controller setpoint.", setpoint, labels, "setpoint")]
+    if measurement is not None:
+        out.append(Gauge("autoscaler_measured", "Controller measurement.", measurement, labels, "measurement"))
+    return tuple(out)
+
+
 @dataclass
 class Decision:
     """What one controller asks for one service at one tick.
@@ -81,6 +111,8 @@ class Decision:
             horizon, first step first); empty for a controller that plans nothing ahead.
         remove_first: variant -> names of the pods to remove first when its count goes down, in
             order (the actuator passes them on; empty: the platform chooses).
+        gauges: the controller's own metrics (``Gauge``: a setpoint and its measurement, a plan's
+            demand); the exporter knows no controller, it exports these by the names they carry.
     """
 
     desired: dict[str, int]
@@ -91,6 +123,7 @@ class Decision:
     admission: dict[str, float | None] = field(default_factory=dict)
     plan: dict[str, list[int]] = field(default_factory=dict)
     remove_first: dict[str, list[str]] = field(default_factory=dict)
+    gauges: tuple[Gauge, ...] = ()
 
 
 def change_reason(desired: Mapping[str, int], current: Mapping[str, int]) -> Reason:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autoscaler.state import ForecastSignals
-from controllers.base import Controller, Decision, change_reason, hold, silent_pods
+from controllers.base import Controller, Decision, Gauge, change_reason, hold, silent_pods
 from models.capacity import ReplicaSpec, RequestMix, replica_capacity, speed_factor, utilisation
 from models.planning import Plan, PlanProblem, PlanService, PlanVariant, solve
 
@@ -407,8 +407,10 @@ class MPCController(Controller):
         why = (f"mpc: plan for {demand[0]:.1f} req/s now, up to {demand.max():.1f} within "
                f"{self.horizon * dt:g} s" + ("; recovering from a loss" if inputs.recovering else "")
                + (f"; no scale-down while {silent} ready pod(s) report nothing" if silent else ""))
+        gauges = (Gauge("autoscaler_mpc_demand_rps", "Demand the plan serves now, requests/s.", terms["demand_rps"]),
+                  Gauge("autoscaler_mpc_solve_seconds", "Wall time of the last plan's solve.", plan.solve_ms / 1000.0))
         return Decision(desired, why, code, terms, plan={name: [int(x) for x in n] for name, n in steps.items()},
-                        remove_first=removal_order(est, desired))
+                        remove_first=removal_order(est, desired), gauges=gauges)
 
     def on_guard_cut(self, service: str, intended: Mapping[str, int], applied: Mapping[str, int],
                      weights: Mapping[str, float]) -> None:

@@ -86,7 +86,7 @@ from typing import TYPE_CHECKING
 
 from autoscaler.config import PIDConfig
 from autoscaler.workload.types import PRIORITIES
-from controllers.base import Controller, Decision, Reason, change_reason, hold, silent_pods
+from controllers.base import Controller, Decision, Reason, change_reason, hold, setpoint_gauges, silent_pods
 from controllers.split import capacity_of, split_capacity
 
 if TYPE_CHECKING:
@@ -362,6 +362,7 @@ class PIDController(Controller):
                 "d": terms.d,
                 "target_capacity_rps": u,
             },
+            gauges=setpoint_gauges(pid.setpoint_signal, pid.setpoint, y),
         )
 
     def on_guard_cut(self, service: str, intended: Mapping[str, int], applied: Mapping[str, int],

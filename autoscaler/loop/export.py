@@ -6,8 +6,10 @@
 - ``autoscaler_current_replicas``, ``autoscaler_ready_replicas``, ``autoscaler_desired_replicas``
   {service, variant}: ready + starting, ready, and the guarded decision of the last tick (absent
   while the variant's replica count is unknown);
-- ``autoscaler_setpoint``, ``autoscaler_measured`` {service, signal}: the controller's setpoint and
-  measurement (absent while the measurement is unknown);
+- the gauges the decision names itself (``controllers.base.Gauge``) {service, and the gauge's
+  labels}: a setpoint controller's ``autoscaler_setpoint`` and ``autoscaler_measured`` {signal: what
+  it controls} (absent while the measurement is unknown), a planning controller's
+  ``autoscaler_mpc_demand_rps`` and ``autoscaler_mpc_solve_seconds``; the exporter knows no controller;
 - ``autoscaler_controller_term`` {service, controller, term}: the other numbers the controller
   returned (PID: ``error``, ``p``, ``i``, ``d``, ``target_capacity_rps``);
 - ``autoscaler_signal`` {service, signal}: every known observed and derived signal; unknown ones
@@ -39,9 +41,8 @@
   (``controller.forecast.enabled``), ``horizon_s`` ahead; absent while unknown or disabled;
 - ``autoscaler_forecast_prefix_hit_rate`` {service}: the cache-warmth stage's fleet prefix-cache hit
   rate ``horizon_s`` ahead (fraction), absent while the model has not learned or is disabled;
-- ``autoscaler_mpc_planned_replicas`` {service, variant, step=1..3}, ``autoscaler_mpc_demand_rps``
-  {service} and ``autoscaler_mpc_solve_seconds`` {service}: a planning controller's (``mpc``) plan for
-  the next three ticks, the demand it serves now and its solve time; absent for other controllers.
+- ``autoscaler_mpc_planned_replicas`` {service, variant, step=1..3}: a planning controller's plan
+  (``Decision.plan``) for the next three ticks; absent for other controllers.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from prometheus_client.utils import floatToGoString
 
 from autoscaler.loop.actuate import ActuationStatus
 from autoscaler.loop.runner import ControlLoop, ServiceTick, TickRecord
+from autoscaler.state import WARMTH_NAME
 from controllers.base import HOLD_REASONS, Reason, change_reason
 
 PLAN_STEPS = 3
@@ -142,33 +144,62 @@ class LoopMetrics(Collector):
             return list(self._families())
 
     def _families(self) -> Iterable[Metric]:
+        ticked = [] if self._last is None else list(self._last.services.items())
+        return [*self._replica_families(ticked), *self._decision_families(ticked), *self._signal_families(ticked),
+                *self._counter_families(), *self._variant_families(), self._duration_family()]
+
+    @staticmethod
+    def _replica_families(ticked: list[tuple[str, ServiceTick]]) -> list[Metric]:
         sv = ("service", "variant")
         current = GaugeMetricFamily("autoscaler_current_replicas", "Replicas ready or starting, per variant.",
                                     labels=sv)
         ready = GaugeMetricFamily("autoscaler_ready_replicas", "Replicas ready, per variant.", labels=sv)
         desired = GaugeMetricFamily("autoscaler_desired_replicas", "Replicas decided (after the guard), per variant.",
                                     labels=sv)
-        setpoint = GaugeMetricFamily("autoscaler_setpoint", "Controller setpoint.", labels=("service", "signal"))
-        measured = GaugeMetricFamily("autoscaler_measured", "Controller measurement.", labels=("service", "signal"))
+        for name, st in ticked:
+            for v, obs in st.estimate.variants.items():
+                if not obs.counts_known:  # unknown: no sample rather than a false 0
+                    continue
+                current.add_metric([name, v], obs.current)
+                ready.add_metric([name, v], obs.ready)
+                desired.add_metric([name, v], st.applied[v])
+        return [current, ready, desired]
+
+    def _decision_families(self, ticked: list[tuple[str, ServiceTick]]) -> list[Metric]:
+        """The decision's terms, admission thresholds, plan, and the gauges the controller names itself."""
         terms = GaugeMetricFamily("autoscaler_controller_term", "Controller terms (PID error, p, i, d, target).",
                                   labels=("service", "controller", "term"))
-        signals = GaugeMetricFamily("autoscaler_signal", "Observed and derived signals; unknown ones are absent.",
-                                    labels=("service", "signal"))
         admission = GaugeMetricFamily("autoscaler_admission_threshold",
                                       "Admission threshold per priority: longest estimated queue wait, seconds.",
                                       labels=("service", "priority"))
-        shed = CounterMetricFamily("autoscaler_admission_shed", "Attempts the gateway shed (HTTP 429), per priority.",
-                                   labels=("service", "priority"))
-        idle = GaugeMetricFamily("autoscaler_idle_ticks", "Consecutive idle ticks.", labels=("service",))
-        decisions = CounterMetricFamily("autoscaler_decisions", "Decisions by reason.", labels=("service", "reason"))
-        failures = CounterMetricFamily("autoscaler_metric_query_failures", "Metric queries that failed.",
-                                       labels=("service",))
-        limits = CounterMetricFamily("autoscaler_guard_limits", "Cuts the guard made to decisions, by rule.",
-                                     labels=("service", "limit"))
-        act_errors = CounterMetricFamily("autoscaler_actuation_errors", "Writes (replicas, admission) that failed.",
-                                         labels=("service", "target", "result"))
-        able = GaugeMetricFamily("autoscaler_able_to_scale", "1 when the variant's last write was applied, else 0.",
-                                 labels=("service", "variant"))
+        plan = GaugeMetricFamily("autoscaler_mpc_planned_replicas",
+                                 f"Replicas the plan holds for each of the next {PLAN_STEPS} ticks.",
+                                 labels=("service", "variant", "step"))
+        own: dict[str, GaugeMetricFamily] = {}
+        controller = self.loop.controller.name
+        for name, st in ticked:
+            d = st.decision
+            for v, steps in d.plan.items():
+                for k, n in enumerate(steps[:PLAN_STEPS], start=1):
+                    plan.add_metric([name, v, str(k)], n)
+            for priority, wait in sorted(d.admission.items()):
+                admission.add_metric([name, priority], math.inf if wait is None else wait)
+            for g in d.gauges:
+                family = own.get(g.name)
+                if family is None:
+                    labels = ("service", *(k for k, _ in g.labels))
+                    family = own[g.name] = GaugeMetricFamily(g.name, g.help, labels=labels)
+                family.add_metric([name, *(x for _, x in g.labels)], g.value)
+            mirrored = {g.term for g in d.gauges}
+            for term, x in d.terms.items():
+                if term not in mirrored:
+                    terms.add_metric([name, controller, term], x)
+        return [*own.values(), terms, admission, plan]
+
+    def _signal_families(self, ticked: list[tuple[str, ServiceTick]]) -> list[Metric]:
+        """Every known signal; the forecast stages' outputs in their own families."""
+        signals = GaugeMetricFamily("autoscaler_signal", "Observed and derived signals; unknown ones are absent.",
+                                    labels=("service", "signal"))
         fc = self.loop.cfg.controller.forecast
         horizon = f"{fc.horizon_s:g} s ahead"
         f_rate = GaugeMetricFamily("autoscaler_forecast_rate_rps",
@@ -179,50 +210,32 @@ class LoopMetrics(Collector):
         f_hits = GaugeMetricFamily("autoscaler_forecast_prefix_hit_rate",
                                    f"Forecast prefix-cache hit rate of the fleet {horizon}, fraction.",
                                    labels=("service",))
-        plan = GaugeMetricFamily("autoscaler_mpc_planned_replicas",
-                                 f"Replicas the plan holds for each of the next {PLAN_STEPS} ticks.",
-                                 labels=("service", "variant", "step"))
-        plan_demand = GaugeMetricFamily("autoscaler_mpc_demand_rps", "Demand the plan serves now, requests/s.",
-                                        labels=("service",))
-        plan_solve = GaugeMetricFamily("autoscaler_mpc_solve_seconds", "Wall time of the last plan's solve.",
+        for name, st in ticked:
+            for sig, x in st.estimate.signals.flat().items():
+                if x is None:
+                    continue
+                if sig in FORECAST_RATE_BOUNDS:
+                    f_rate.add_metric([name, FORECAST_RATE_BOUNDS[sig]], x)
+                elif sig in FORECAST_TOKEN_KINDS:
+                    f_tokens.add_metric([name, FORECAST_TOKEN_KINDS[sig]], x)
+                elif sig == WARMTH_NAME:
+                    f_hits.add_metric([name], x)
+                else:
+                    signals.add_metric([name, sig], x)
+        return [signals, f_rate, f_tokens, f_hits]
+
+    def _counter_families(self) -> list[Metric]:
+        """Shed attempts, idle ticks, decisions by reason, query failures, the guard's cuts, failed writes."""
+        shed = CounterMetricFamily("autoscaler_admission_shed", "Attempts the gateway shed (HTTP 429), per priority.",
+                                   labels=("service", "priority"))
+        idle = GaugeMetricFamily("autoscaler_idle_ticks", "Consecutive idle ticks.", labels=("service",))
+        decisions = CounterMetricFamily("autoscaler_decisions", "Decisions by reason.", labels=("service", "reason"))
+        failures = CounterMetricFamily("autoscaler_metric_query_failures", "Metric queries that failed.",
                                        labels=("service",))
-        signal_name = self.loop.cfg.controller.pid.setpoint_signal
-        controller = self.loop.controller.name
-        if self._last is not None:
-            for name, st in self._last.services.items():
-                for v, obs in st.estimate.variants.items():
-                    if not obs.counts_known:  # unknown: no sample rather than a false 0
-                        continue
-                    current.add_metric([name, v], obs.current)
-                    ready.add_metric([name, v], obs.ready)
-                    desired.add_metric([name, v], st.applied[v])
-                for v, steps in st.decision.plan.items():
-                    for k, n in enumerate(steps[:PLAN_STEPS], start=1):
-                        plan.add_metric([name, v, str(k)], n)
-                if st.decision.plan and "demand_rps" in st.decision.terms:
-                    plan_demand.add_metric([name], st.decision.terms["demand_rps"])
-                    plan_solve.add_metric([name], st.decision.terms.get("solve_ms", 0.0) / 1000.0)
-                for priority, wait in sorted(st.decision.admission.items()):
-                    admission.add_metric([name, priority], math.inf if wait is None else wait)
-                t = st.decision.terms
-                if "setpoint" in t:
-                    setpoint.add_metric([name, signal_name], t["setpoint"])
-                if "measurement" in t:
-                    measured.add_metric([name, signal_name], t["measurement"])
-                for term, x in t.items():
-                    if term not in ("setpoint", "measurement"):
-                        terms.add_metric([name, controller, term], x)
-                for sig, x in st.estimate.signals.flat().items():
-                    if x is None:
-                        continue
-                    if sig in FORECAST_RATE_BOUNDS:
-                        f_rate.add_metric([name, FORECAST_RATE_BOUNDS[sig]], x)
-                    elif sig in FORECAST_TOKEN_KINDS:
-                        f_tokens.add_metric([name, FORECAST_TOKEN_KINDS[sig]], x)
-                    elif sig == "forecast_prefix_hit_rate":
-                        f_hits.add_metric([name], x)
-                    else:
-                        signals.add_metric([name, sig], x)
+        limits = CounterMetricFamily("autoscaler_guard_limits", "Cuts the guard made to decisions, by rule.",
+                                     labels=("service", "limit"))
+        act_errors = CounterMetricFamily("autoscaler_actuation_errors", "Writes (replicas, admission) that failed.",
+                                         labels=("service", "target", "result"))
         for (name, priority), n in sorted((self.shed() if self.shed is not None else {}).items()):
             shed.add_metric([name, priority], n)
         for name, n in self._idle.items():
@@ -234,25 +247,35 @@ class LoopMetrics(Collector):
             failures.add_metric([name], n)
         for (name, limit), n in sorted(self._limits.items()):
             limits.add_metric([name, limit], n)
-        price = GaugeMetricFamily("autoscaler_replica_price_usd_per_hour", "Price of one replica, USD per hour.",
-                                  labels=sv)
         errors = self.loop.actuation_errors
         failed = [st for st in ActuationStatus if st != ActuationStatus.APPLIED]
         for svc in self.loop.cfg.services:
             for target in (*(v.name for v in svc.variants), "admission"):
                 for status in failed:
                     act_errors.add_metric([svc.name, target, status.value], errors.get((svc.name, target, status), 0))
+        return [shed, idle, decisions, failures, limits, act_errors]
+
+    def _variant_families(self) -> list[Metric]:
+        """Whether each variant's last write was applied, and a replica's price."""
+        sv = ("service", "variant")
+        able = GaugeMetricFamily("autoscaler_able_to_scale", "1 when the variant's last write was applied, else 0.",
+                                 labels=sv)
+        price = GaugeMetricFamily("autoscaler_replica_price_usd_per_hour", "Price of one replica, USD per hour.",
+                                  labels=sv)
+        for svc in self.loop.cfg.services:
             for v in svc.variants:
                 able.add_metric([svc.name, v.name], float(self._able.get((svc.name, v.name), True)))
                 price.add_metric([svc.name, v.name], v.price_per_replica_hour)
+        return [able, price]
+
+    def _duration_family(self) -> Metric:
         duration = HistogramMetricFamily("autoscaler_loop_duration_seconds", "Wall time of one loop tick.")
         cum, acc = [], 0
         for b, n in zip((*BUCKETS, float("inf")), self._buckets, strict=True):
             acc += n
             cum.append((floatToGoString(b), acc))
         duration.add_metric([], cum, self._duration_sum)
-        return [current, ready, desired, setpoint, measured, terms, signals, admission, shed, idle, decisions, failures,
-                limits, act_errors, able, price, duration, f_rate, f_tokens, f_hits, plan, plan_demand, plan_solve]
+        return duration
 
 
 class _Quiet(WSGIRequestHandler):

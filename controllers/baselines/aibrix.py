@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from autoscaler.config.control import DEFAULT_WINDOW_S
-from controllers.base import Controller, Decision, change_reason, hold
+from controllers.base import Controller, Decision, change_reason, hold, setpoint_gauges
 from controllers.baselines.common import SampleWindow, count_bounds, place_count
 
 if TYPE_CHECKING:
@@ -159,4 +159,5 @@ class AIBrixController(Controller):
         total = min(max(stabilized, lo), hi)
         desired = place_count(total, svc, est.current, est.weights)
         return Decision(desired, f"aibrix {mode}: kv {stable:.3g}/{panic:.3g}, recommendation {rec}, desired {total}",
-                        change_reason(desired, est.current), terms={"setpoint": self.target, "measurement": stable})
+                        change_reason(desired, est.current), terms={"setpoint": self.target, "measurement": stable},
+                        gauges=setpoint_gauges("kv_usage", self.target, stable))

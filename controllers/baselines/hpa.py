@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from autoscaler.config.control import DEFAULT_WINDOW_S
-from controllers.base import Controller, Decision, change_reason, hold
+from controllers.base import Controller, Decision, change_reason, hold, setpoint_gauges
 from controllers.baselines.common import count_bounds, place_count
 
 if TYPE_CHECKING:
@@ -194,4 +194,5 @@ class HPAController(Controller):
             f"hpa: {self.metric} {measured:.3g} vs {self.target:.3g}, proposal {proposal}, desired {total}",
             change_reason(desired, est.current),
             terms={"setpoint": self.target, "measurement": measured},
+            gauges=setpoint_gauges(self.metric, self.target, measured),
         )

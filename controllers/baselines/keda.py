@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autoscaler.config.control import DEFAULT_WINDOW_S
-from controllers.base import Controller, Decision, change_reason, hold
+from controllers.base import Controller, Decision, change_reason, hold, setpoint_gauges
 from controllers.baselines.common import count_bounds, place_count
 from controllers.baselines.hpa import SYNC_PERIOD_S, TOLERANCE, HPABehavior, hpa_external_replicas
 
@@ -140,4 +140,5 @@ class KedaController(Controller):
         terms = {"setpoint": self.threshold} | ({} if value is None else {"measurement": value})
         desired = place_count(total, svc, est.current, est.weights)
         return Decision(desired, f"keda: {why}, proposal {proposal}, desired {total}",
-                        change_reason(desired, est.current), terms=terms)
+                        change_reason(desired, est.current), terms=terms,
+                        gauges=setpoint_gauges(self.metric, self.threshold, value))

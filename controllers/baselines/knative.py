@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from autoscaler.config.control import DEFAULT_WINDOW_S
-from controllers.base import Controller, Decision, change_reason, hold
+from controllers.base import Controller, Decision, change_reason, hold, setpoint_gauges
 from controllers.baselines.common import SampleWindow, count_bounds, place_count
 
 if TYPE_CHECKING:
@@ -135,4 +135,5 @@ class KnativeKPAController(Controller):
         return Decision(placed,
                         f"kpa {mode}: concurrency {stable:.3g} ({self.stable_window_s:g} s) / {panic:.3g} "
                         f"({self.panic_window_s:g} s), desired {total}",
-                        change_reason(placed, est.current), terms={"setpoint": self.target, "measurement": stable})
+                        change_reason(placed, est.current), terms={"setpoint": self.target, "measurement": stable},
+                        gauges=setpoint_gauges("concurrency", self.target, stable))
