@@ -22,52 +22,27 @@ Replicas still starting are capacity that has been asked for but cannot act yet 
 90-300 s); integrating a positive error during that time would ask for it again, so positive errors
 are not integrated while ``hold_integral`` is set. The integral starts at the current capacity (bumpless start).
 
-``PIDController`` adds three rules around ``pid_step`` (replicas are whole and take minutes to start):
+``PIDController`` runs rules around ``pid_step``, each a pure function of ``controllers.pid_rules``
+(replicas are whole and take minutes to start; docs/controllers.md gives the fault-suite runs that
+found each):
 
-* Inside the deadband it holds and re-anchors the integral to the current capacity (ready + starting):
-  otherwise a scale-down made by the P term comes back as a scale-up once the error returns to the
-  band (the output falls back to the integral), and each round trip pays for a replica's start-up.
-* It never moves against the error's sign: no scale-up while the measurement is at or below the
-  setpoint, no scale-down while above it (the integral or an earlier P term can point the other way).
-  Holding then sets the integral so that the output is the fleet (bumpless: ``I = capacity - P - D``):
-  an integral left below the fleet while the error is positive would turn the first negative error
-  into a scale-down of several replicas at once, and one reset to the fleet would let the same
-  positive P term ask for more on the next tick while replicas are still starting.
-* Demand cap: a scale-up asks for at most ``STARTING_DEMAND_CAP`` x the demand (the larger of the
-  gateway's arrivals and completions plus the queue's growth over ``OVERLOAD_LOOKBACK_S``), unless
-  nothing is starting, no replica became ready within ``OVERLOAD_LOOKBACK_S``, every ready replica
-  reports (new pods emit nothing until their first scrape: aibrix#2670's doubling) and the queue
-  grows. Not while the gateway sheds: the shedding rule below sizes from the ready replicas' own
-  completions, not from the capacity model.
-  The window's mean latency stays high while started replicas are not ready and for a window after
-  a backlog has drained; without the cap each tick of a fast ramp added capacity on top of what was
-  coming, and the tick after the backlog drained added eight replicas more (3.5x and 4.4x the
-  demand in the fault suite's ``fast-ramp``). A growing queue lifts it, so a capacity model that is
-  wrong about a GPU cannot hold the fleet below its need.
-* Demand floor: a scale-down leaves at least ``DOWN_DEMAND_FLOOR`` x the window's mean arrivals.
-  Under noise at a steady mean the latency dips below the setpoint between bursts, and a fleet cut
-  to the mean demand misses the next burst and scales up again (the fault suite's ``noisy-steady``
-  went 3 -> 2 -> 3 -> 4 replicas with reversals 135 s apart).
-* Backlog draining: no scale-up while the queue shrinks fast enough to empty within the shortest
-  warm start of the service's variants: a replica asked for now would be ready when the backlog
-  is gone, though the window's mean latency still shows it.
-* Nothing to serve: no scale-up while no request is running or waiting. The window's latency then
-  describes requests that have ended (traffic that stopped minutes ago), and a replica added now
-  could serve nothing (the fault suite's ``nan-at-zero`` scenario scaled up 150 s after the
-  traffic stopped without it).
-* Overload: with the error at ``error_clip`` the latency no longer says how much capacity is missing,
-  the queue does. Arrivals are estimated as the completion rate plus the queue's growth over the
-  last ``OVERLOAD_LOOKBACK_S``, and the target is at least the ready capacity scaled by arrivals
-  over completions, at most ``1 + error_clip`` times (stalled completions must not ask for the whole
-  fleet at once). KPA's panic mode sizes from observed demand in the same situation.
-* Shedding: while an admission policy has the gateway shed (``gateway_shed_rps.<priority>`` > 0),
-  the latency stays near the wait budgets the policy holds and says neither how much capacity is
-  missing nor, often, that any is: the shed demand never reaches a pod. Then, whenever the error is
-  positive, the target is at least the ready capacity scaled by the gateway's arrivals (every
-  attempt, ``arrival_rate_rps``) over completions, capped as above. Retried attempts make this an
-  overestimate of the demand, which the cap bounds; without it PID scaling under admission reached
-  94.6-99.5 % critical attainment through the surge benchmark instead of 98.9-99.6 %
-  (docs/benchmarks.md, "Admission").
+* Overload: with the error at ``error_clip`` the latency no longer says how much capacity is
+  missing, the queue does: size for completions plus the queue's growth, at most ``1 + error_clip``
+  times the ready capacity (KPA's panic mode sizes from observed demand in the same situation).
+* Shedding: while the gateway sheds, the latency sits near the admission policy's wait budgets and
+  hides the shed demand; with a positive error, size for the gateway's arrivals over completions.
+* Demand cap: a scale-up asks for at most ``STARTING_DEMAND_CAP`` x the demand while capacity is
+  settling (replicas starting, just ready, or not yet reporting: new pods emit nothing until their
+  first scrape, aibrix#2670) or the queue is not growing; a growing queue lifts it, so a capacity
+  model wrong about a GPU cannot hold the fleet below its need.
+* Demand floor: a scale-down leaves at least ``DOWN_DEMAND_FLOOR`` x the window's mean arrivals, so
+  noise around a steady mean cannot take the fleet below it.
+* Never against the error: no scale-up at or below the setpoint, with nothing running or waiting
+  (the window then describes traffic that has stopped) or with a backlog that drains before a warm
+  start; no scale-down above the setpoint.
+* Re-anchor: inside the deadband the integral is the fleet (a P-term move would otherwise come back
+  as the opposite one once the error returns to the band); after a hold against the error it is
+  set so the output is the fleet (bumpless).
 
 Defaults (``autoscaler.config.PIDConfig``, ``ControllerConfig``): setpoint 0.3 on ``slo_mean_ratio``
 (the larger of mean TTFT / TTFT SLO and mean TPOT / ITL SLO, interactive class), deadband 0.25,
@@ -87,6 +62,17 @@ from typing import TYPE_CHECKING
 from autoscaler.config import PIDConfig
 from autoscaler.workload.types import PRIORITIES
 from controllers.base import Controller, Decision, Reason, change_reason, hold, setpoint_gauges, silent_pods
+from controllers.pid_rules import (
+    OVERLOAD_LOOKBACK_S,
+    History,
+    Load,
+    against_error,
+    demand_cap,
+    demand_floor,
+    overload_target,
+    reanchor,
+    record_queue,
+)
 from controllers.split import capacity_of, split_capacity
 
 if TYPE_CHECKING:
@@ -223,51 +209,6 @@ def rescale(state: PIDState, current: Mapping[str, int], weights: Mapping[str, f
     return replace(state, weights=key)
 
 
-OVERLOAD_LOOKBACK_S = 60.0
-STARTING_DEMAND_CAP = 1.5
-DOWN_DEMAND_FLOOR = 1.25
-"""A scale-down leaves at least this many times the window's mean arrivals in capacity: the PID's
-own operating ratio at its setpoint (1.2-1.3x), so noise around a steady mean cannot take it below."""
-"""The target is at most this many times the demand (arrivals, or completions plus the queue's
-growth) unless the queue grows (module docstring): at its setpoint the PID runs near 1.2-1.3x the
-demand in capacity."""
-
-
-def overload_factor(history: tuple[tuple[float, float], ...], served: float | None, cap: float) -> float | None:
-    """Arrivals over completions, at most ``cap``: ``(served + queue growth) / served``; None when unknown.
-
-    Args:
-        history: ``(time s, queue length)`` samples, oldest first; growth is between the first and last.
-        served: completion rate, requests/s (None or 0: unknown).
-        cap: the largest factor returned.
-    """
-    if not served or len(history) < 2 or history[-1][0] <= history[0][0]:
-        return None
-    growth = max(history[-1][1] - history[0][1], 0.0) / (history[-1][0] - history[0][0])
-    return min((served + growth) / served, cap)
-
-
-QUEUE_NOISE = 0.1
-"""A queue that grows by at most one request plus this share of the running ones over the lookback
-is noise, not a growing queue (prefill-sinusoid, seed 2: 0 -> 1 waiting request lifted the demand cap
-while the window's mean still showed a drained backlog, and the PID added seven replicas)."""
-
-
-def queue_growing(history: tuple[tuple[float, float], ...], running: float | None) -> bool:
-    """Whether the queue grew between the first and last sample of ``history`` by more than
-    ``1 + QUEUE_NOISE * running`` requests (``running``: requests running now; None counts as 0)."""
-    return len(history) >= 2 and history[-1][1] - history[0][1] > 1 + QUEUE_NOISE * (running or 0.0)
-
-
-def drain_time_s(history: tuple[tuple[float, float], ...]) -> float | None:
-    """Seconds until the queue empties at its rate of decline between the first and last sample of
-    ``history`` (``(time s, queue length)``, oldest first); None when it is empty or not declining."""
-    if len(history) < 2 or history[-1][0] <= history[0][0] or history[-1][1] <= 0:
-        return None
-    rate = (history[0][1] - history[-1][1]) / (history[-1][0] - history[0][0])
-    return history[-1][1] / rate if rate > 0 else None
-
-
 class PIDController(Controller):
     """The PID policy for every service of a fleet (state kept per service).
 
@@ -286,7 +227,8 @@ class PIDController(Controller):
         self.states: dict[str, PIDState] = {}
 
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
-        """Desired replicas per variant; see the module docstring for the control law."""
+        """Desired replicas per variant: ``pid_step`` on the service's capacity, then the rules of
+        ``controllers.pid_rules`` in their order (see the module docstrings)."""
         pid = self.settings
         y = est.signals.value(pid.setpoint_signal)
         current = est.current
@@ -300,53 +242,21 @@ class PIDController(Controller):
             pid, state, y, self.tick_s, est.capacity_rps, out_min, out_max,
             hold_integral=est.starting > 0, scale=est.ready_capacity_rps,
         )
-        queue = est.signals.queue_length
-        history = state.queue_history
-        if queue is not None:
-            history = (*(h for h in history if h[0] >= est.time_s - OVERLOAD_LOOKBACK_S), (est.time_s, queue))
-        state = replace(state, queue_history=history)
-        served = est.signals.request_rate_rps
-        shedding = any((est.signals.priority(p).shed_rps or 0.0) > 0 for p in PRIORITIES)
-        if terms.error >= pid.error_clip or (shedding and terms.error > 0):
-            factor = overload_factor(history, served, 1.0 + pid.error_clip)
-            arrivals = est.signals.arrival_rate_rps
-            if shedding and arrivals is not None and served:
-                factor = max(factor or 1.0, min(arrivals / served, 1.0 + pid.error_clip))
-            if factor is not None:
-                u = min(max(u, est.ready_capacity_rps * factor), out_max)
-        settling = est.starting > 0 or any(p.ready_s is not None and p.ready_s > est.time_s - OVERLOAD_LOOKBACK_S
-                                           for p in est.pods) or silent_pods(est) > 0
-        growing = queue_growing(history, est.signals.running)
-        if (settling or not growing) and not shedding and u > est.capacity_rps:
-            demand = max(est.signals.arrival_rate_rps or 0.0,
-                         (served or 0.0) * (overload_factor(history, served, float("inf")) or 1.0))
-            if demand > 0:
-                u = max(min(u, STARTING_DEMAND_CAP * demand), est.capacity_rps)
-        arrivals_rps = est.signals.arrival_rate_rps
-        if u < est.capacity_rps and arrivals_rps:
-            u = max(u, min(DOWN_DEMAND_FLOOR * arrivals_rps, est.capacity_rps))
-        desired = split_capacity(u, svc.variants, current, w)
+        load = self._load(est, svc, out_max, record_queue(state.queue_history, est.time_s, est.signals.queue_length))
+        state = replace(state, queue_history=load.history)
+        target = demand_floor(demand_cap(overload_target(u, terms.error, pid.error_clip, load), load), load)
+        desired = split_capacity(target, svc.variants, current, w)
         change = capacity_of(desired, w) - est.capacity_rps
-        running = est.signals.running
-        empty = running is not None and queue is not None and running + queue == 0
-        drain_s = drain_time_s(history)
-        draining = drain_s is not None and drain_s <= min(v.startup_warm_s for v in svc.variants)
-        against = (change > 0 and (terms.error <= 0 or empty or draining)) or (change < 0 and terms.error >= 0)
-        if against:
+        held = against_error(change, terms.error, load)
+        if held is not None:
             desired, change = dict(current), 0.0
-        if terms.error == 0:
-            state = replace(state, integral=est.capacity_rps)
-        elif against:
-            state = replace(state, integral=min(max(est.capacity_rps - terms.p - terms.d, out_min), out_max))
+        state = replace(state, integral=reanchor(state.integral, terms.error, held is not None, est.capacity_rps,
+                                                 terms.p, terms.d, out_min, out_max))
         self.states[svc.name] = state
         verb = "scale up" if change > 0 else "scale down" if change < 0 else "no change"
         reason = f"{verb}: {pid.setpoint_signal}={y:.3g} vs setpoint {pid.setpoint:.3g}"
-        if against and terms.error > 0 and empty:
-            reason += " (nothing is running or waiting)"
-        elif against and terms.error > 0 and draining:
-            reason += f" (the queue drains in {drain_s:.0f} s, before a new replica could start)"
-        elif against:
-            reason += " (the output disagrees with the error's sign)"
+        if held is not None:
+            reason += f" ({held})"
         if change == 0 and terms.error > 0 and est.starting > 0:
             reason += f" (waiting for {est.starting} starting replica(s), which cover the target)"
         return Decision(
@@ -360,9 +270,29 @@ class PIDController(Controller):
                 "p": terms.p,
                 "i": terms.i,
                 "d": terms.d,
-                "target_capacity_rps": u,
+                "target_capacity_rps": target,
             },
             gauges=setpoint_gauges(pid.setpoint_signal, pid.setpoint, y),
+        )
+
+    @staticmethod
+    def _load(est: ServiceEstimate, svc: Service, out_max: float, history: History) -> Load:
+        """What the rules read of this tick (``pid_rules.Load``)."""
+        recent = est.time_s - OVERLOAD_LOOKBACK_S
+        settling = (est.starting > 0 or any(p.ready_s is not None and p.ready_s > recent for p in est.pods)
+                    or silent_pods(est) > 0)
+        return Load(
+            capacity_rps=est.capacity_rps,
+            ready_capacity_rps=est.ready_capacity_rps,
+            out_max=out_max,
+            served_rps=est.signals.request_rate_rps,
+            arrivals_rps=est.signals.arrival_rate_rps,
+            shedding=any((est.signals.priority(p).shed_rps or 0.0) > 0 for p in PRIORITIES),
+            history=history,
+            running=est.signals.running,
+            queue=est.signals.queue_length,
+            settling=settling,
+            warm_start_s=min(v.startup_warm_s for v in svc.variants),
         )
 
     def on_guard_cut(self, service: str, intended: Mapping[str, int], applied: Mapping[str, int],

@@ -16,7 +16,8 @@ import math
 import pytest
 
 from autoscaler.config import PIDConfig
-from controllers.pid import QUEUE_NOISE, PIDController, PIDState, pid_step, queue_growing, track
+from controllers.pid import PIDController, PIDState, pid_step, track
+from controllers.pid_rules import QUEUE_NOISE, queue_growing
 
 
 def cfg(**kw) -> PIDConfig:

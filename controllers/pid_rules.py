@@ -1,0 +1,180 @@
+"""The PID controller's rules around its control law, each a pure function (``controllers.pid``).
+
+``PIDController.decide`` runs them as a chain, in this order, on the PID's output ``u`` (the
+service's target capacity, requests/s):
+
+1. ``overload_target``: at the error clip, or while the gateway sheds, size from the queue and the
+   arrivals, not the latency;
+2. ``demand_cap``: a scale-up asks for at most ``STARTING_DEMAND_CAP`` x the demand while capacity is
+   settling or the queue is not growing;
+3. ``demand_floor``: a scale-down leaves at least ``DOWN_DEMAND_FLOOR`` x the arrivals;
+4. (the target is split into replicas per variant, ``controllers.split``)
+5. ``against_error``: never move against the error's sign, nor scale up with nothing to serve or a
+   backlog that drains before a replica could start (returns why, or None);
+6. ``reanchor``: where the integral goes after a hold (the fleet, bumpless).
+
+What each rule reads of the tick is a ``Load``. Units: requests/s for rates and capacities, seconds
+for times, requests for queue lengths. The module docstring of ``controllers.pid`` gives why each
+rule exists; docs/controllers.md the runs that found them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OVERLOAD_LOOKBACK_S = 60.0
+"""Seconds of queue history the overload and demand rules read (and "recently ready" means)."""
+
+STARTING_DEMAND_CAP = 1.5
+"""The target is at most this many times the demand (arrivals, or completions plus the queue's
+growth) unless the queue grows: at its setpoint the PID runs near 1.2-1.3x the demand in capacity."""
+
+DOWN_DEMAND_FLOOR = 1.25
+"""A scale-down leaves at least this many times the window's mean arrivals in capacity: the PID's
+own operating ratio at its setpoint (1.2-1.3x), so noise around a steady mean cannot take it below."""
+
+QUEUE_NOISE = 0.1
+"""A queue that grows by at most one request plus this share of the running ones over the lookback
+is noise, not a growing queue (the fault suite's prefill-sinusoid: one more waiting request lifted
+the demand cap while the window still showed a drained backlog)."""
+
+History = tuple[tuple[float, float], ...]
+"""``(time s, queue length)`` samples, oldest first."""
+
+
+@dataclass(frozen=True)
+class Load:
+    """What the rules read of one tick of one service.
+
+    Attributes:
+        capacity_rps: capacity of the replicas ready and starting.
+        ready_capacity_rps: capacity of the ready replicas.
+        out_max: the most capacity the variants' caps allow.
+        served_rps: completion rate (``request_rate_rps``); None: unknown.
+        arrivals_rps: the gateway's arrival rate (``arrival_rate_rps``); None: unknown.
+        shedding: the gateway sheds some priority (``gateway_shed_rps.<p>`` > 0).
+        history: queue samples over ``OVERLOAD_LOOKBACK_S``.
+        running: requests running now; None: unknown.
+        queue: requests waiting now; None: unknown.
+        settling: capacity is settling: replicas starting, one ready within ``OVERLOAD_LOOKBACK_S``,
+            or a ready pod that reports nothing yet.
+        warm_start_s: the shortest warm start of the service's variants.
+    """
+
+    capacity_rps: float
+    ready_capacity_rps: float
+    out_max: float
+    served_rps: float | None
+    arrivals_rps: float | None
+    shedding: bool
+    history: History
+    running: float | None
+    queue: float | None
+    settling: bool
+    warm_start_s: float
+
+
+def record_queue(history: History, now_s: float, queue: float | None) -> History:
+    """``history`` with ``(now_s, queue)`` appended and samples older than ``OVERLOAD_LOOKBACK_S`` dropped;
+    unchanged while the queue is unknown."""
+    if queue is None:
+        return history
+    return (*(h for h in history if h[0] >= now_s - OVERLOAD_LOOKBACK_S), (now_s, queue))
+
+
+def overload_factor(history: History, served: float | None, cap: float) -> float | None:
+    """Arrivals over completions, at most ``cap``: ``(served + queue growth) / served``; None when unknown.
+
+    Args:
+        history: queue samples; growth is between the first and last.
+        served: completion rate, requests/s (None or 0: unknown).
+        cap: the largest factor returned.
+    """
+    if not served or len(history) < 2 or history[-1][0] <= history[0][0]:
+        return None
+    growth = max(history[-1][1] - history[0][1], 0.0) / (history[-1][0] - history[0][0])
+    return min((served + growth) / served, cap)
+
+
+def queue_growing(history: History, running: float | None) -> bool:
+    """Whether the queue grew between the first and last sample of ``history`` by more than
+    ``1 + QUEUE_NOISE * running`` requests (``running``: requests running now; None counts as 0)."""
+    return len(history) >= 2 and history[-1][1] - history[0][1] > 1 + QUEUE_NOISE * (running or 0.0)
+
+
+def drain_time_s(history: History) -> float | None:
+    """Seconds until the queue empties at its rate of decline between the first and last sample of
+    ``history``; None when it is empty or not declining."""
+    if len(history) < 2 or history[-1][0] <= history[0][0] or history[-1][1] <= 0:
+        return None
+    rate = (history[0][1] - history[-1][1]) / (history[-1][0] - history[0][0])
+    return history[-1][1] / rate if rate > 0 else None
+
+
+def overload_target(u: float, error: float, error_clip: float, load: Load) -> float:
+    """The target raised to the ready capacity times arrivals over completions when the latency no
+    longer says how much is missing: the error at ``error_clip``, or positive while the gateway sheds
+    (the shed demand never reaches a pod). The factor is the queue's (``overload_factor``), or while
+    shedding the gateway's arrivals over completions if larger, at most ``1 + error_clip``; the
+    result is at most ``out_max``. ``u`` unchanged otherwise or when the factor is unknown."""
+    if not (error >= error_clip or (load.shedding and error > 0)):
+        return u
+    factor = overload_factor(load.history, load.served_rps, 1.0 + error_clip)
+    if load.shedding and load.arrivals_rps is not None and load.served_rps:
+        factor = max(factor or 1.0, min(load.arrivals_rps / load.served_rps, 1.0 + error_clip))
+    if factor is None:
+        return u
+    return min(max(u, load.ready_capacity_rps * factor), load.out_max)
+
+
+def demand_cap(u: float, load: Load) -> float:
+    """A scale-up (``u`` above the capacity) cut to ``STARTING_DEMAND_CAP`` x the demand (the larger of
+    the arrivals and the completions times the queue's overload factor), never below the capacity;
+    only while capacity is settling or the queue is not growing, and not while the gateway sheds
+    (``overload_target`` sizes that case)."""
+    if load.shedding or u <= load.capacity_rps or not (load.settling or not queue_growing(load.history, load.running)):
+        return u
+    demand = max(load.arrivals_rps or 0.0,
+                 (load.served_rps or 0.0) * (overload_factor(load.history, load.served_rps, float("inf")) or 1.0))
+    if demand <= 0:
+        return u
+    return max(min(u, STARTING_DEMAND_CAP * demand), load.capacity_rps)
+
+
+def demand_floor(u: float, load: Load) -> float:
+    """A scale-down (``u`` below the capacity) stops at ``DOWN_DEMAND_FLOOR`` x the arrivals, or at the
+    capacity if that is less; ``u`` unchanged without known, non-zero arrivals."""
+    if u >= load.capacity_rps or not load.arrivals_rps:
+        return u
+    return max(u, min(DOWN_DEMAND_FLOOR * load.arrivals_rps, load.capacity_rps))
+
+
+def against_error(change_rps: float, error: float, load: Load) -> str | None:
+    """Why a change of ``change_rps`` of capacity is held, or None when it may go ahead.
+
+    Held: a scale-up with the error at or below zero, with nothing running or waiting, or with a
+    queue that drains within ``warm_start_s``; a scale-down with the error at or above zero. The
+    reason is the parenthesis the decision's text ends with.
+    """
+    empty = load.running is not None and load.queue is not None and load.running + load.queue == 0
+    drain_s = drain_time_s(load.history)
+    draining = drain_s is not None and drain_s <= load.warm_start_s
+    if not ((change_rps > 0 and (error <= 0 or empty or draining)) or (change_rps < 0 and error >= 0)):
+        return None
+    if error > 0 and empty:
+        return "nothing is running or waiting"
+    if error > 0 and draining:
+        return f"the queue drains in {drain_s:.0f} s, before a new replica could start"
+    return "the output disagrees with the error's sign"
+
+
+def reanchor(integral: float | None, error: float, held: bool, capacity_rps: float, p: float, d: float,
+             out_min: float, out_max: float) -> float | None:
+    """The integral after the rules: the capacity inside the deadband (``error`` 0), so a P-term move
+    does not come back as the opposite one; ``capacity - P - D`` within the output limits after a
+    hold against the error (bumpless: the output is the fleet); else ``integral`` unchanged."""
+    if error == 0:
+        return capacity_rps
+    if held:
+        return min(max(capacity_rps - p - d, out_min), out_max)
+    return integral
