@@ -42,7 +42,7 @@ from autoscaler.loop.guard import Guarded, GuardState, clamp, guard
 from autoscaler.loop.mix import MixTracker
 from autoscaler.loop.observe import MetricsSource
 from autoscaler.loop.warmth import WarmthStage
-from autoscaler.state import ServiceEstimate
+from autoscaler.state import ServiceEstimate, ServiceObservation
 from controllers.admission import AdmissionPolicy
 from controllers.base import Controller, Decision, Reason, hold
 from controllers.split import cost_per_capacity
@@ -183,67 +183,85 @@ class ControlLoop:
         log.warning("%s/%s: write %s: %s", service, target, res.status.value, res.message or "-")
 
     def tick(self, now: float) -> TickRecord:
-        """Run every stage once at time ``now`` (seconds) and return what happened."""
+        """Run every stage once at time ``now`` (seconds) and return what happened: observe, estimate
+        each service (``_estimate``), let the controller see them all, then decide, guard, drain,
+        actuate and publish per service (``_act``)."""
         record = TickRecord(time_s=now)
         observations = self.source.observe(now)
-        estimates = {}
-        for svc in self.cfg.services:
-            obs = observations[svc.name]
-            self.weights[svc.name] = self.mixes[svc.name].update(obs.signals, now)
-            est = estimate(obs, svc, self.weights[svc.name])
-            est = self.arrivals[svc.name].apply(est)
-            if svc.name in self.forecasts:
-                est = self.forecasts[svc.name].apply(est, self.controller.window_s - self.controller.tick_s)
-                est = self.warmth[svc.name].apply(est)
-            if est.errors:
-                self.query_failures[svc.name] += len(est.errors)
-                log.warning("%s: %d metric queries failed, holding replicas; first: %s",
-                            svc.name, len(est.errors), est.errors[0])
-            for line in est.warnings:
-                log.warning(line)
-            gstate = self.guards[svc.name]
-            gstate.idle_ticks = gstate.idle_ticks + 1 if est.idle else 0
-            estimates[svc.name] = est
+        estimates = {svc.name: self._estimate(svc, observations[svc.name], now) for svc in self.cfg.services}
         self.controller.prepare(estimates)
         own = self.controller.own_guard
         for svc in (s if own else available(s, estimates[s.name]) for s in self.cfg.services):
-            est = estimates[svc.name]
-            gstate = self.guards[svc.name]
-            decision = self._decide(svc, est, now)
-            current = est.current
-            if self.controller.own_guard:
-                guarded = clamp(decision, current, svc)
-            else:
-                guarded = guard(decision, current, svc, self.cfg.controller.guard, gstate, now,
-                                self.weights[svc.name])
-            remove_first = decision.remove_first
-            if not remove_first and self.idle_first_removal:
-                remove_first = idle_first(est, guarded.replicas)
-            timeout = self.cfg.controller.guard.drain_timeout_s
-            draining: dict[str, int] = {}  # variant -> the count a drain in progress will reach
-            if self.drainer is not None and timeout > 0 and not self.controller.own_guard:
-                order = remove_first or idle_first(est, guarded.replicas)
-                replicas, remove_first, notes = drain(self.drainer, self.drains[svc.name], est, guarded.replicas,
-                                                      order, timeout, now)
-                draining = {v: n for v, n in guarded.replicas.items() if replicas[v] != n}
-                guarded = Guarded(replicas, "; ".join([guarded.reason, *notes]), guarded.limits)
-            applied, results = self._actuate(svc, current, guarded, remove_first)
-            # a drain in progress is the scale-down under way, not a cut the controller must track
-            told = {v: draining.get(v, n) if v not in results or results[v].ok else n for v, n in applied.items()}
-            if not decision.hold and told != decision.desired:
-                self.controller.on_guard_cut(svc.name, decision.desired, told, self.weights[svc.name])
-            if self.policy is not None and not decision.admission:
-                decision.admission = self.policy.thresholds(est, svc)
-            admission = None
-            if decision.admission and self.admission is not None:
-                admission = self.admission.publish(svc.name, decision.admission)
-                if not admission.ok:
-                    self._count(svc.name, "admission", admission)
-            reason = guarded.reason
-            if applied == current and decision.code in (Reason.SCALE_UP, Reason.SCALE_DOWN):
-                reason = f"no change: {reason}"  # asked for, but cut by the guard or a failed write
-            record.services[svc.name] = ServiceTick(est, decision, applied, reason, guarded.limits, results, admission)
+            record.services[svc.name] = self._act(svc, estimates[svc.name], now)
         return record
+
+    def _estimate(self, svc: Service, obs: ServiceObservation, now: float) -> ServiceEstimate:
+        """The estimate stages of one service (estimate, arrivals, forecast, warmth), counting failed
+        queries and the idle ticks."""
+        self.weights[svc.name] = self.mixes[svc.name].update(obs.signals, now)
+        est = estimate(obs, svc, self.weights[svc.name])
+        est = self.arrivals[svc.name].apply(est)
+        if svc.name in self.forecasts:
+            est = self.forecasts[svc.name].apply(est, self.controller.window_s - self.controller.tick_s)
+            est = self.warmth[svc.name].apply(est)
+        if est.errors:
+            self.query_failures[svc.name] += len(est.errors)
+            log.warning("%s: %d metric queries failed, holding replicas; first: %s",
+                        svc.name, len(est.errors), est.errors[0])
+        for line in est.warnings:
+            log.warning(line)
+        gstate = self.guards[svc.name]
+        gstate.idle_ticks = gstate.idle_ticks + 1 if est.idle else 0
+        return est
+
+    def _act(self, svc: Service, est: ServiceEstimate, now: float) -> ServiceTick:
+        """Decide, guard, drain, actuate and publish the admission thresholds of one service."""
+        decision = self._decide(svc, est, now)
+        current = est.current
+        if self.controller.own_guard:
+            guarded = clamp(decision, current, svc)
+        else:
+            guarded = guard(decision, current, svc, self.cfg.controller.guard, self.guards[svc.name], now,
+                            self.weights[svc.name])
+        remove_first = decision.remove_first
+        if not remove_first and self.idle_first_removal:
+            remove_first = idle_first(est, guarded.replicas)
+        guarded, remove_first, draining = self._drain(svc, est, guarded, remove_first, now)
+        applied, results = self._actuate(svc, current, guarded, remove_first)
+        # a drain in progress is the scale-down under way, not a cut the controller must track
+        told = {v: draining.get(v, n) if v not in results or results[v].ok else n for v, n in applied.items()}
+        if not decision.hold and told != decision.desired:
+            self.controller.on_guard_cut(svc.name, decision.desired, told, self.weights[svc.name])
+        admission = self._publish(svc, est, decision)
+        reason = guarded.reason
+        if applied == current and decision.code in (Reason.SCALE_UP, Reason.SCALE_DOWN):
+            reason = f"no change: {reason}"  # asked for, but cut by the guard or a failed write
+        return ServiceTick(est, decision, applied, reason, guarded.limits, results, admission)
+
+    def _drain(self, svc: Service, est: ServiceEstimate, guarded: Guarded, remove_first: dict[str, list[str]],
+               now: float) -> tuple[Guarded, dict[str, list[str]], dict[str, int]]:
+        """The guarded counts with scale-downs held while their pods drain (``loop.drain``), the removal
+        order, and variant -> the count a drain in progress will reach; unchanged without a drainer."""
+        timeout = self.cfg.controller.guard.drain_timeout_s
+        if self.drainer is None or timeout <= 0 or self.controller.own_guard:
+            return guarded, remove_first, {}
+        order = remove_first or idle_first(est, guarded.replicas)
+        replicas, remove_first, notes = drain(self.drainer, self.drains[svc.name], est, guarded.replicas,
+                                              order, timeout, now)
+        draining = {v: n for v, n in guarded.replicas.items() if replicas[v] != n}
+        return Guarded(replicas, "; ".join([guarded.reason, *notes]), guarded.limits), remove_first, draining
+
+    def _publish(self, svc: Service, est: ServiceEstimate, decision: Decision) -> ActuationResult | None:
+        """The admission thresholds (the controller's, else the policy's) written to the sink; None when
+        there are none or no sink."""
+        if self.policy is not None and not decision.admission:
+            decision.admission = self.policy.thresholds(est, svc)
+        if not decision.admission or self.admission is None:
+            return None
+        admission = self.admission.publish(svc.name, decision.admission)
+        if not admission.ok:
+            self._count(svc.name, "admission", admission)
+        return admission
 
 
 def idle_first(est: ServiceEstimate, desired: dict[str, int]) -> dict[str, list[str]]:
