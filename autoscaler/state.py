@@ -190,19 +190,28 @@ class Signals:
 
     @classmethod
     def of(cls, values: Mapping[str, float | None]) -> Signals:
-        """Signals from name -> value (``flat()``'s names); raises ``KeyError`` naming an unknown name."""
+        """Signals from name -> value (``flat()``'s names, so ``Signals.of(s.flat()) == s``); raises
+        ``KeyError`` naming an unknown name."""
         top: dict[str, float | None] = {}
         prio: dict[str, dict[str, float | None]] = {}
+        forecast: dict[str, float | None] = {}
+        warmth: dict[str, float | bool | None] = {}
         by_name = {name.split(".")[0]: f for f, name in PRIORITY_NAMES.items()}
+        forecast_fields = {name: f for f, name in FORECAST_NAMES.items()}
         for name, x in values.items():
             if name in _TOP:
                 top[name] = x
+            elif name in forecast_fields:
+                forecast[forecast_fields[name]] = x
+            elif name == WARMTH_NAME:
+                warmth = {"prefix_hit_rate_forecast": x, "warmth_known": True}
             elif "." in name and name.split(".", 1)[0] in by_name:
                 base, p = name.split(".", 1)
                 prio.setdefault(p, {})[by_name[base]] = x
             else:
                 raise KeyError(f"unknown signal {name!r}")
-        return cls(**top, by_priority={p: PrioritySignals(**v) for p, v in prio.items()})  # type: ignore[arg-type]
+        return cls(**top, by_priority={p: PrioritySignals(**v) for p, v in prio.items()},  # type: ignore[arg-type]
+                   forecast=ForecastSignals(**forecast) if forecast else None, **warmth)  # type: ignore[arg-type]
 
 
 _TOP = frozenset((*SIGNALS, *DERIVED))

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from autoscaler.compare import markdown_table, run_compare, write_comparison
-from autoscaler.config.loading import merged, parse_config
+from autoscaler.config.loading import merged, moved_keys, parse_config
 from autoscaler.workload.build import build_workload
 from autoscaler.workload.types import Workload
 
@@ -56,7 +56,8 @@ def scenario_workload(sc: dict[str, Any], data: Path) -> Workload:
 
 def scenario_fleet(sc: dict[str, Any]) -> dict[str, Any]:
     """The example fleet document with the scenario's ``fleet`` patch laid over it."""
-    return merged(yaml.safe_load((ROOT / "examples" / "fleet.yaml").read_text()), sc.get("fleet", {}))
+    patch = moved_keys(sc.get("fleet", {}), f"scenario {sc.get('name')}: fleet")
+    return merged(yaml.safe_load((ROOT / "examples" / "fleet.yaml").read_text()), patch)
 
 
 def main() -> None:

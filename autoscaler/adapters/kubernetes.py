@@ -65,7 +65,15 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from autoscaler.adapters.workloads import TRANSPORT_ERRORS, WorkloadConnector, WorkloadState, connector
+from autoscaler.adapters.workloads import (
+    TRANSPORT_ERRORS,
+    WorkloadConnector,
+    WorkloadError,
+    WorkloadState,
+    connector,
+    connector_class,
+)
+from autoscaler.adapters.workloads.base import ObjectError
 from autoscaler.config import KubernetesConfig, Service
 from autoscaler.errors import AutoscalerError
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, ExternalChange
@@ -132,6 +140,8 @@ def result_of(exc: BaseException, what: str) -> ActuationResult:
             return ActuationResult(ActuationStatus.CONFLICT, f"{what}: {describe(exc)}")
         if exc.status in (400, 404, 422):
             return ActuationResult(ActuationStatus.INVALID, f"{what}: {describe(exc)}")
+    if isinstance(exc, ObjectError):
+        return ActuationResult(ActuationStatus.INVALID, f"{what}: {exc}")
     return ActuationResult(ActuationStatus.UNREACHABLE, f"{what}: {describe(exc)}")
 
 
@@ -143,9 +153,25 @@ def connectors(kube: KubernetesConfig, services: Sequence[Service],
         WorkloadError: a workload of an unknown kind without api_version and plural, or a known kind
             with another API version (one line).
     """
+    check_workloads(kube, services)
     return {(svc.name, v.name): connector(api, kube.workload(svc.name, v.name), kube.namespace,
                                           kube.other_writer_quiet_s)
             for svc in services for v in svc.variants}
+
+
+def check_workloads(kube: KubernetesConfig, services: Sequence[Service]) -> None:
+    """Check every variant's workload against the connector registry, with no call to the API server
+    (``autoscaler run`` does it before connecting).
+
+    Raises:
+        WorkloadError: one line naming ``kubernetes.workloads.<service>.<variant>`` and the problem.
+    """
+    for svc in services:
+        for v in svc.variants:
+            try:
+                connector_class(kube.workload(svc.name, v.name))
+            except WorkloadError as exc:
+                raise WorkloadError(f"kubernetes.workloads.{svc.name}.{v.name}: {exc}") from None
 
 
 class KubernetesActuator:

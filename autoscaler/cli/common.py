@@ -3,6 +3,7 @@ fleet file and a reachable Prometheus."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,16 @@ def fail(msg: str) -> typer.Exit:
 
 
 def load_cfg(config: Path | None) -> FleetConfig:
-    return default_config() if config is None else load_config(config)
+    """The fleet file (default: the embedded one); a key read from its old place is one warning line."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FutureWarning)
+        cfg = default_config() if config is None else load_config(config)
+    for w in caught:
+        if issubclass(w.category, FutureWarning):
+            warn(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return cfg
 
 
 def check_service(cfg: FleetConfig, service: str | None) -> None:

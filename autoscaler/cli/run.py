@@ -38,6 +38,7 @@ def run_daemon(
     import socket
     import sys
 
+    from autoscaler.adapters.kubernetes import check_workloads
     from autoscaler.adapters.kubernetes import connect as kube_connect
     from autoscaler.adapters.prometheus import PrometheusError
     from autoscaler.adapters.prometheus import connect as prom_connect
@@ -46,6 +47,7 @@ def run_daemon(
 
     try:
         cfg = load_cfg(config)
+        check_workloads(cfg.kubernetes, cfg.services)  # before connecting: a bad kind is the file's error
         if log_format not in ("text", "json"):
             raise ValueError(f"--log-format must be text or json, got '{log_format}'")
         if not 0 <= port <= 65535:

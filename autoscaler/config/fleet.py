@@ -3,9 +3,6 @@ generation), and the whole ``FleetConfig`` with its cross-section checks."""
 
 from __future__ import annotations
 
-import warnings
-from typing import Any
-
 from pydantic import Field, field_validator, model_validator
 
 from autoscaler.config.base import MAX_INT, Strict, check_name
@@ -196,21 +193,6 @@ class FleetConfig(Strict):
     prometheus: PrometheusConfig = PrometheusConfig()
     kubernetes: KubernetesConfig = KubernetesConfig()
 
-    @model_validator(mode="before")
-    @classmethod
-    def _engine_moved(cls, data: Any) -> Any:
-        # The engine limits lived under ``simulator:`` before they bounded live fleets too; a file
-        # written then still loads, with a warning, unless it also says where they live now.
-        sim = data.get("simulator") if isinstance(data, dict) else None
-        if not (isinstance(sim, dict) and "engine" in sim):
-            return data
-        if "engine" in data:
-            raise ValueError("simulator.engine and engine both given: the engine limits now live only under engine")
-        warnings.warn("fleet file: simulator.engine is now engine (top level); read from simulator.engine",
-                      FutureWarning, stacklevel=2)
-        sim = {k: v for k, v in sim.items() if k != "engine"}
-        return {**data, "engine": data["simulator"]["engine"], "simulator": sim}
-
     @model_validator(mode="after")
     def _unique(self) -> FleetConfig:
         names = [s.name for s in self.services]
@@ -255,6 +237,21 @@ class FleetConfig(Strict):
                     f"simulator.{key}[{i}].variant: unknown variant '{variant}' of service '{svc}' "
                     f"(known: {', '.join(sorted(variants[svc]))})"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _one_workload_per_variant(self) -> FleetConfig:
+        # two variants scaling one object would each undo the other's writes: the second write of a
+        # tick scales the first variant's replicas away with no warning
+        seen: dict[tuple[str, str], str] = {}
+        for s in self.services:
+            for v in s.variants:
+                key = (self.kubernetes.workload(s.name, v.name).kind, self.kubernetes.workload_name(s.name, v.name))
+                here = f"services[{s.name}].variants[{v.name}]"
+                if key in seen:
+                    raise ValueError(f"kubernetes.workloads: {seen[key]} and {here} both scale {key[0]} '{key[1]}' "
+                                     "(give each variant its own workload name)")
+                seen[key] = here
         return self
 
     @model_validator(mode="after")

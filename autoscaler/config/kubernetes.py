@@ -58,10 +58,13 @@ class Workload(Strict):
 
     @model_validator(mode="after")
     def _custom(self) -> Workload:
-        bad_version = self.api_version is not None and not re.fullmatch(
-            rf"{DNS_SUBDOMAIN.pattern}/v[0-9a-z]+", self.api_version)
-        bad_plural = self.plural is not None and not DNS_LABEL.fullmatch(self.plural)
-        if bad_version or bad_plural or (self.api_version is None) != (self.plural is None):
+        if self.api_version is not None and not re.fullmatch(rf"{DNS_SUBDOMAIN.pattern}/v[0-9a-z]+", self.api_version):
+            raise ValueError(f"kind {self.kind}: api_version '{self.api_version}' is not group/version (lowercase, "
+                             "e.g. leaderworkerset.x-k8s.io/v1)")
+        if self.plural is not None and not DNS_LABEL.fullmatch(self.plural):
+            raise ValueError(f"kind {self.kind}: plural '{self.plural}' is not a resource's plural name (lowercase, "
+                             "e.g. leaderworkersets)")
+        if (self.api_version is None) != (self.plural is None):
             raise ValueError(f"kind {self.kind}: a custom resource needs api_version (group/version, e.g. "
                              "leaderworkerset.x-k8s.io/v1) and plural (e.g. leaderworkersets), both or neither")
         return self

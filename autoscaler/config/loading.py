@@ -5,6 +5,7 @@ key and the problem.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -64,14 +65,18 @@ def parse_config(data: object, source: str = "<fleet>", base_dir: Path | None = 
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: top level must be a mapping with a 'services' list")
+    migrated = moved_keys(data, source)
+    moved, data = migrated is not data, migrated
     try:
         cfg = FleetConfig.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         msg = err["msg"].removeprefix("Value error, ")
-        key = f"{_key_path(tuple(err['loc']), data)}: " if err["loc"] else ""
-        raise ConfigError(f"{source}: {key}{msg}{more}") from None
+        key = _key_path(tuple(err["loc"]), data)
+        if moved and key.split(".")[0] == "engine":  # name the key where the file has it
+            key = f"simulator.{key}"
+        raise ConfigError(f"{source}: {key + ': ' if err['loc'] else ''}{msg}{more}") from None
     cfg = _resolve_profile_files(cfg, Path.cwd() if base_dir is None else base_dir)
     _check_profiles(cfg, source)
     return cfg
@@ -154,6 +159,26 @@ def load_config(path: str | Path) -> FleetConfig:
 def default_config() -> FleetConfig:
     """The embedded example fleet (same content as ``examples/fleet.yaml``), shipped in the package."""
     return parse_config(default_fleet_document(), "<embedded default fleet>")
+
+
+def moved_keys(doc: dict[str, Any], source: str = "<fleet>") -> dict[str, Any]:
+    """``doc`` (a fleet document or a patch of one) with the keys that moved put in their new places:
+    ``simulator.engine`` -> ``engine`` (the engine limits bound live fleets too), with a
+    ``FutureWarning`` naming ``source``. Apply it to a patch before laying it over a base (``merged``),
+    so the patch's old key overrides the base's new one; ``doc`` itself when nothing moved.
+
+    Raises:
+        ConfigError: the document has both places (naming ``source``).
+    """
+    sim = doc.get("simulator")
+    if not (isinstance(sim, dict) and "engine" in sim):
+        return doc
+    if "engine" in doc:
+        raise ConfigError(f"{source}: simulator.engine and engine both given: the engine limits now live only "
+                          "under engine")
+    warnings.warn(f"{source}: simulator.engine is now engine (top level); read from simulator.engine",
+                  FutureWarning, stacklevel=2)
+    return {**doc, "engine": sim["engine"], "simulator": {k: v for k, v in sim.items() if k != "engine"}}
 
 
 def merged(base: Any, patch: Any) -> Any:

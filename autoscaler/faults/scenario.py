@@ -22,7 +22,7 @@ from pydantic import Discriminator, Field, Tag, ValidationError, model_validator
 
 from autoscaler.config import FleetConfig
 from autoscaler.config.base import Strict
-from autoscaler.config.loading import default_fleet_document, merged, parse_config
+from autoscaler.config.loading import default_fleet_document, merged, moved_keys, parse_config
 from autoscaler.errors import ConfigError
 from autoscaler.workload.build import build_workload
 from autoscaler.workload.piecewise import piecewise_workload
@@ -232,7 +232,8 @@ def scenario_fleet(sc: Scenario) -> FleetConfig:
     Raises:
         ConfigError: the patched fleet does not validate.
     """
-    cfg = parse_config(merged(default_fleet_document(), sc.fleet), f"scenario {sc.name}: fleet")
+    where = f"scenario {sc.name}: fleet"
+    cfg = parse_config(merged(default_fleet_document(), moved_keys(sc.fleet, where)), where)
     variants = {v.name for svc in cfg.services for v in svc.variants}
     for i, f in enumerate(sc.faults):
         name = getattr(f, "variant", None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import csv
 import json
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 import yaml
 from support.paths import ROOT
 
-from autoscaler.config.loading import default_config, load_config, parse_config
+from autoscaler.config.loading import default_config, load_config, merged, moved_keys, parse_config
 from autoscaler.errors import ConfigError
 from models.profiles import get_profile, list_profiles, shipped_entries
 
@@ -418,3 +419,35 @@ def test_engine_under_simulator_still_loads_with_a_warning() -> None:
     both = {**old, "engine": limits}
     with pytest.raises(ConfigError, match=r"simulator\.engine and engine both given"):
         parse_config(both, "both.yaml")
+    bad = {**old, "simulator": {**old["simulator"], "engine": {**limits, "max_num_seqs": True}}}
+    with pytest.raises(ConfigError, match=r"^bad\.yaml: simulator\.engine\.max_num_seqs: the boolean true"), \
+            pytest.warns(FutureWarning):
+        parse_config(bad, "bad.yaml")  # the error names the key where the file has it
+
+
+def test_a_patch_in_the_old_place_overrides_the_base() -> None:
+    """A scenario's fleet patch written with simulator.engine, laid over a base that has engine: the
+    patch's limits win (moved before merging), not a 'both given' error."""
+    base = yaml.safe_load((ROOT / "autoscaler" / "default_fleet.yaml").read_text())
+    patch = {"simulator": {"engine": {"max_num_batched_tokens": 2048}}}
+    with pytest.warns(FutureWarning, match=r"^scenario x: simulator\.engine is now engine"):
+        doc = merged(base, moved_keys(patch, "scenario x"))
+    cfg = parse_config(doc, "scenario x")
+    assert (cfg.engine.max_num_batched_tokens, cfg.engine.max_num_seqs) == (2048, 256)  # 256: the base's
+
+
+@pytest.mark.parametrize(("workloads", "kind_name"), [
+    ({"h100": {"kind": "LeaderWorkerSet", "name": "same"}, "a100": {"kind": "LeaderWorkerSet", "name": "same"}},
+     "LeaderWorkerSet 'same'"),
+    ({"h100": {"name": "{svc}-a100"}}, "Deployment '{svc}-a100'"),  # an explicit name equal to another's default
+])
+def test_two_variants_never_scale_one_workload(workloads: dict[str, dict[str, str]], kind_name: str) -> None:
+    """Two variants on one object would undo each other's writes every tick: refused, naming both."""
+    doc = yaml.safe_load((ROOT / "autoscaler" / "default_fleet.yaml").read_text())
+    svc = doc["services"][0]["name"]
+    doc["kubernetes"] = {"workloads": {svc: {v: {k: x.format(svc=svc) for k, x in w.items()}
+                                             for v, w in workloads.items()}}}
+    with pytest.raises(ConfigError, match=re.escape(f"both scale {kind_name.format(svc=svc)}")):
+        parse_config(doc, "fleet.yaml")
+    doc["kubernetes"]["workloads"][svc]["h100"]["kind"] = "StatefulSet"  # another kind: another object
+    parse_config(doc, "fleet.yaml")

@@ -61,6 +61,7 @@ def test_forecast_and_warmth_appear_once_their_stages_run() -> None:
     flat = s.flat()
     assert all(flat[name] == 2.0 for name in FORECAST_NAMES.values())
     assert flat[WARMTH_NAME] == 0.4
+    assert Signals.of(flat) == s  # the forecast's and the warmth's names come back too
 
 
 def test_unknown_name_is_refused_with_its_name() -> None:

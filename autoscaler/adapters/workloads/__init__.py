@@ -41,6 +41,16 @@ def connector(api: client.ApiClient, workload: Workload, namespace: str, quiet_s
         WorkloadError: a known kind given another API version or plural, or an unknown kind without
             ``api_version`` and ``plural`` (one line, naming the supported kinds).
     """
+    return connector_class(workload)(api, workload, namespace, quiet_s)
+
+
+def connector_class(workload: Workload) -> type[Connector]:
+    """The class that serves ``workload``, its API version and plural checked (``Connector.resolve``);
+    no call to the API server.
+
+    Raises:
+        WorkloadError: as ``connector``.
+    """
     cls = CONNECTORS.get(workload.kind)
     if cls is None:
         if workload.api_version is None or workload.plural is None:
@@ -48,8 +58,9 @@ def connector(api: client.ApiClient, workload: Workload, namespace: str, quiet_s
                                 "a scale subresource needs api_version (group/version) and plural in "
                                 "kubernetes.workloads")
         cls = ScaleConnector
-    return cls(api, workload, namespace, quiet_s)
+    cls.resolve(workload)
+    return cls
 
 
 __all__ = ["CONNECTORS", "TRANSPORT_ERRORS", "Connector", "Scale", "WorkloadConnector", "WorkloadError",
-           "WorkloadState", "connector"]
+           "WorkloadState", "connector", "connector_class"]

@@ -33,8 +33,14 @@ from autoscaler.loop.actuate import ExternalChange
 
 log = logging.getLogger(__name__)
 
-TRANSPORT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
-"""What a call to the API server may raise: an HTTP error status, or no answer at all."""
+class ObjectError(ValueError):
+    """An object the API server returned that is not shaped as its kind says (a field of the wrong
+    type, a section that is null): the variant is then unknown for the tick, never read as 0."""
+
+
+TRANSPORT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ObjectError)
+"""What reading or writing a workload may raise: an HTTP error status, no answer at all, or an
+object not shaped as its kind (``ObjectError``)."""
 
 
 class WorkloadError(AutoscalerError):
@@ -169,17 +175,28 @@ class Connector:
     """Whether writes go through ``<plural>/scale`` (RBAC: get and update on it); False: the object
     itself is read and replaced (get and update on ``<plural>``)."""
 
-    def __init__(self, api: client.ApiClient, workload: Workload, namespace: str, quiet_s: float = 0.0) -> None:
+    @classmethod
+    def resolve(cls, workload: Workload) -> tuple[str, str]:
+        """``(api_version, plural)`` of ``workload`` as this class serves it.
+
+        Raises:
+            WorkloadError: a known kind given another API version or plural; a custom resource
+                without both.
+        """
         given = (workload.api_version, workload.plural)
-        if self.default_api_version is not None and given != (None, None) and given != (
-                self.default_api_version, self.default_plural):
-            raise WorkloadError(f"kind {workload.kind} is {self.default_api_version} ({self.default_plural}): leave "
+        if cls.default_api_version is not None and given != (None, None) and given != (
+                cls.default_api_version, cls.default_plural):
+            raise WorkloadError(f"kind {workload.kind} is {cls.default_api_version} ({cls.default_plural}): leave "
                                 f"api_version and plural unset, got {given[0]} and {given[1]}")
-        api_version = workload.api_version or self.default_api_version
-        plural = workload.plural or self.default_plural
+        api_version = workload.api_version or cls.default_api_version
+        plural = workload.plural or cls.default_plural
         if api_version is None or plural is None:
             raise WorkloadError(f"kind {workload.kind}: a custom resource with a scale subresource needs api_version "
                                 "(group/version) and plural in kubernetes.workloads")
+        return api_version, plural  # their format: autoscaler.config.kubernetes.Workload
+
+    def __init__(self, api: client.ApiClient, workload: Workload, namespace: str, quiet_s: float = 0.0) -> None:
+        api_version, plural = self.resolve(workload)
         assert workload.name is not None  # KubernetesConfig.workload fills it in
         self.api = api
         self.api_version = api_version

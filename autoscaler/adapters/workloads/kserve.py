@@ -5,7 +5,11 @@ decided count and the resourceVersion the caller read: the predictor's own autos
 KEDA) is pinned to it, and a write that raced another is HTTP 409. KServe reads ``maxReplicas`` 0 as
 "no limit" (``validateReplicas``: minReplicas may exceed maxReplicas only when it is 0), so a scale
 to 0 writes ``minReplicas: 0, maxReplicas: 1``: scale-to-zero allowed, at most one replica.
-``minReplicas`` unset is 1 (``constants.DefaultMinReplicas``).
+``minReplicas`` unset is 1 (``constants.DefaultMinReplicas``). A predictor pinned that way has that
+many replicas; one that is not (``minReplicas`` below ``maxReplicas``, or either unset: KServe's own
+autoscaler picks) has as many as its pods not being deleted, at least ``minReplicas``. A predictor
+that is not an object, or bounds that are not counts, make the variant unknown for the tick
+(``ObjectError``), never 0.
 
 Readiness: ``InferenceServiceStatus`` carries conditions (``PredictorReady``, ``Ready``: all or
 nothing) and ``modelStatus.copies.totalCopies``, whose meaning changed between releases (the
@@ -29,8 +33,8 @@ from __future__ import annotations
 import copy
 from typing import Any, ClassVar
 
-from autoscaler.adapters.workloads.base import Scale, WorkloadState
-from autoscaler.adapters.workloads.scale import ScaleConnector, _int
+from autoscaler.adapters.workloads.base import ObjectError, Scale, WorkloadState
+from autoscaler.adapters.workloads.scale import ScaleConnector
 
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
 """``constants.InferenceServicePodLabelKey``: the InferenceService's name, on its pods."""
@@ -40,10 +44,46 @@ DEFAULT_MIN_REPLICAS = 1
 """``constants.DefaultMinReplicas``: the predictor's replicas when ``minReplicas`` is unset."""
 
 
-def predictor_replicas(obj: dict[str, Any]) -> int:
-    """``spec.predictor.minReplicas`` of an InferenceService (1 when unset)."""
-    predictor = ((obj.get("spec") or {}).get("predictor") or {})
-    return _int(predictor.get("minReplicas"), DEFAULT_MIN_REPLICAS)
+def predictor(obj: dict[str, Any]) -> dict[str, Any]:
+    """``spec.predictor`` of an InferenceService.
+
+    Raises:
+        ObjectError: ``spec`` or ``spec.predictor`` is not an object (KServe requires a predictor).
+    """
+    spec = obj.get("spec")
+    found = spec.get("predictor") if isinstance(spec, dict) else None
+    if not isinstance(found, dict):
+        raise ObjectError(f"spec.predictor is {found!r}, not an object")
+    return found
+
+
+def _count(spec: dict[str, Any], key: str, default: int | None) -> int | None:
+    x = spec.get(key)
+    if x is None:
+        return default
+    if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+        raise ObjectError(f"spec.predictor.{key} is {x!r}, not a replica count")
+    return x
+
+
+def replica_bounds(obj: dict[str, Any]) -> tuple[int, int | None]:
+    """``(minReplicas, maxReplicas)`` of the predictor: 1 for an unset minimum, None for an unset maximum.
+
+    Raises:
+        ObjectError: either is not a non-negative integer, or the predictor is not an object.
+    """
+    p = predictor(obj)
+    lo = _count(p, "minReplicas", DEFAULT_MIN_REPLICAS)
+    assert lo is not None
+    return lo, _count(p, "maxReplicas", None)
+
+
+def pinned_replicas(obj: dict[str, Any]) -> int | None:
+    """The count the predictor is pinned to: ``minReplicas`` when ``maxReplicas`` equals it, or is 1
+    over a minimum of 0 (a scale to zero as ``InferenceServiceConnector.scale`` writes it); None
+    while KServe's own autoscaler picks a count between them."""
+    lo, hi = replica_bounds(obj)
+    return lo if hi == lo or (lo == 0 and hi == 1) else None
 
 
 class InferenceServiceConnector(ScaleConnector):
@@ -59,18 +99,35 @@ class InferenceServiceConnector(ScaleConnector):
         return f"{self.plural} {self.namespace}/{self.name} (API group {self.group})"
 
     def read_scale(self) -> Scale:
-        """``spec.predictor.minReplicas`` and the object's resourceVersion."""
+        """The predictor's replicas (``replicas``) and the object's resourceVersion."""
         obj = self.object()
-        return Scale(predictor_replicas(obj), (obj.get("metadata") or {}).get("resourceVersion"))
+        return Scale(self.replicas(obj), (obj.get("metadata") or {}).get("resourceVersion"))
+
+    def replicas(self, obj: dict[str, Any]) -> int:
+        """The count it is pinned to (``pinned_replicas``); while KServe's autoscaler picks, its
+        predictor pods that are not being deleted, at least ``minReplicas`` (what KServe runs now:
+        the minimum alone would read a fleet KServe grew as the minimum, and a write below it as a
+        scale-up).
+
+        Raises:
+            ObjectError: the predictor's bounds are malformed.
+        """
+        pinned = pinned_replicas(obj)
+        if pinned is not None:
+            return pinned
+        selector = self.selector(obj)
+        assert selector is not None
+        live = sum(1 for pod in self.pods(selector) if pod.metadata.deletion_timestamp is None)
+        return max(replica_bounds(obj)[0], live)
 
     def scale(self, replicas: int, resource_version: str | None) -> None:
         """Replace the object with the predictor's minReplicas and maxReplicas set (module docstring);
         409 when ``resource_version`` is stale."""
         obj = copy.deepcopy(self.object())
         obj.setdefault("metadata", {})["resourceVersion"] = resource_version
-        predictor = obj.setdefault("spec", {}).setdefault("predictor", {})
-        predictor["minReplicas"] = replicas
-        predictor["maxReplicas"] = max(replicas, 1)
+        spec = predictor(obj)
+        spec["minReplicas"] = replicas
+        spec["maxReplicas"] = max(replicas, 1)
         self.custom.replace_namespaced_custom_object(self.group, self.version, self.namespace, self.plural,
                                                      self.name, obj)
 
@@ -90,4 +147,4 @@ class InferenceServiceConnector(ScaleConnector):
                 continue
             if any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []):
                 ready += 1
-        return WorkloadState(predictor_replicas(obj), ready, meta.get("resourceVersion"), meta.get("uid"), selector)
+        return WorkloadState(self.replicas(obj), ready, meta.get("resourceVersion"), meta.get("uid"), selector)

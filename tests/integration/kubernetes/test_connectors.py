@@ -16,6 +16,7 @@ v0.20.0's (``pkg/apis/serving/v1beta1/component.go``, ``inference_service_status
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,10 +27,16 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from autoscaler.adapters.kubernetes import ClusterSource, EventRecorder, KubernetesActuator, PendingPods
+from autoscaler.adapters.kubernetes import (
+    ClusterSource,
+    EventRecorder,
+    KubernetesActuator,
+    PendingPods,
+)
 from autoscaler.adapters.workloads import CONNECTORS, WorkloadError, connector
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
+from autoscaler.errors import ConfigError
 from autoscaler.faults.kubeapi import EmulatedCluster, deployment, emulated_cluster
 from autoscaler.loop.actuate import ActuationStatus, ExternalChange
 
@@ -139,6 +146,8 @@ class Setup:
         patch: dict[str, Any] = n  # type: ignore[assignment]
         for key in reversed(self.kind.replicas_path):
             patch = {key: patch}
+        if self.kind.kind == "InferenceService":  # pinned, as a hand edit that means a count would be
+            patch["spec"]["predictor"]["maxReplicas"] = max(n, 1)
         k = self.kind
         client.CustomObjectsApi(self.api).patch_namespaced_custom_object(k.group, k.version, NS, k.plural, NAME, patch)
 
@@ -279,7 +288,27 @@ def test_autoscaler_run_refuses_an_unknown_kind_in_one_line(tmp_path: Path,
                                    "--port", "0", "--host", "127.0.0.1"])
     assert res.exit_code == 2
     lines = [line for line in res.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and "error: kind RayService is not one of Deployment, StatefulSet" in lines[0]
+    assert len(lines) == 1 and "error: kubernetes.workloads.svc.h100: kind RayService is not one of Deployment, " \
+        "StatefulSet" in lines[0]
+    # the fleet file's error comes before the kubeconfig's: a missing kubeconfig does not hide it
+    res = CliRunner().invoke(app, ["run", "--config", str(tmp_path / "fleet.yaml"), "--kubeconfig",
+                                   str(tmp_path / "missing"), "--prometheus-url", "http://127.0.0.1:1"])
+    assert res.exit_code == 2 and "kubernetes.workloads.svc.h100: kind RayService" in res.output
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"api_version": "v1", "plural": "modelservers"}, "api_version 'v1' is not group/version"),
+    ({"api_version": "Example.com/v1", "plural": "modelservers"}, "api_version 'Example.com/v1' is not group/version"),
+    ({"api_version": "example.com/v1", "plural": "Model_Servers"}, "plural 'Model_Servers' is not"),
+    ({"api_version": "example.com/v1"}, "a custom resource needs api_version (group/version, e.g. "
+                                        "leaderworkerset.x-k8s.io/v1) and plural (e.g. leaderworkersets), both or "
+                                        "neither"),
+])
+def test_a_custom_resource_is_named_by_group_version_and_plural(make_fleet: Callable[..., FleetConfig],
+                                                               entry: dict[str, str], message: str) -> None:
+    """Refused when the file loads, naming what is wrong (not 'both or neither' when both are given)."""
+    with pytest.raises(ConfigError, match=re.escape(f"kubernetes.workloads.svc.h100: kind ModelServer: {message}")):
+        fleet(make_fleet, {"kind": "ModelServer", **entry})
 
 
 def test_an_inference_service_is_scaled_through_the_daemons_tick(make_fleet: Callable[..., FleetConfig]) -> None:
@@ -340,3 +369,54 @@ def test_an_inference_service_is_scaled_through_the_daemons_tick(make_fleet: Cal
             assert d.registry.get_sample_value("autoscaler_paused", sv) == 1.0
         finally:
             d.server.close()
+
+
+ISVC = next(k for k in KINDS if k.kind == "InferenceService")
+
+
+def _isvc_setup(cluster: EmulatedCluster, make_fleet: Callable[..., FleetConfig], predictor: Any,
+                pods: int) -> KubernetesActuator:
+    """An InferenceService with ``predictor`` as its spec.predictor and ``pods`` Running, Ready predictor pods."""
+    api = cluster.api()
+    body = _isvc()
+    body["spec"]["predictor"] = predictor
+    client.CustomObjectsApi(api).create_namespaced_custom_object(ISVC.group, ISVC.version, NS, ISVC.plural, body)
+    for i in range(pods):
+        client.CoreV1Api(api).create_namespaced_pod(NS, pod(f"{NAME}-{i}", ISVC.pod_labels, True))
+    cfg = fleet(make_fleet, ISVC.entry)
+    return KubernetesActuator(cfg.kubernetes, cfg.services, api)
+
+
+@pytest.mark.parametrize(("predictor", "expected"), [
+    ({"maxReplicas": 10}, 5),  # minReplicas unset (1), KServe's autoscaler runs 5 pods: 5, not 1
+    ({"minReplicas": 2, "maxReplicas": 10}, 5),  # the same above a minimum of 2
+    ({"minReplicas": 7, "maxReplicas": 10}, 7),  # pods still starting: at least the minimum
+    ({"minReplicas": 4, "maxReplicas": 4}, 4),  # pinned (as this connector writes it): the pin
+    ({"minReplicas": 0, "maxReplicas": 1}, 0),  # a scale to zero as this connector writes it
+])
+def test_an_autoscaled_inference_service_counts_its_pods(make_fleet: Callable[..., FleetConfig],
+                                                         predictor: dict[str, Any], expected: int) -> None:
+    with emulated_cluster() as cluster:
+        act = _isvc_setup(cluster, make_fleet, predictor, pods=5)
+        conn = act.connectors[("svc", "h100")]
+        assert conn.read_scale().replicas == expected
+        assert conn.state().desired == expected
+        if expected == 5:  # a write to 3 is a scale-down from the 5 KServe runs, reported as such
+            res = act.scale("svc", "h100", 3)
+            assert res.status is ActuationStatus.APPLIED and (res.before, res.after) == (5, 3)
+
+
+@pytest.mark.parametrize("predictor", [None, {"minReplicas": "3", "maxReplicas": 3}, {"minReplicas": True},
+                                       {"minReplicas": 2, "maxReplicas": -1}])
+def test_a_malformed_inference_service_is_invalid_not_zero(make_fleet: Callable[..., FleetConfig],
+                                                           predictor: Any) -> None:
+    """A predictor that is not an object or bounds that are not counts: the write is INVALID naming the
+    field, the counts are unknown (None), never 0, and no exception escapes the tick."""
+    with emulated_cluster() as cluster:
+        act = _isvc_setup(cluster, make_fleet, predictor, pods=2)
+        res = act.scale("svc", "h100", 2)
+        assert res.status is ActuationStatus.INVALID and "spec.predictor" in res.message
+        cfg = fleet(make_fleet, ISVC.entry)
+        src = ClusterSource(None, PendingPods(cfg.kubernetes, cfg.services, cluster.api()),  # type: ignore[arg-type]
+                            cluster.api())
+        assert src.counts("svc", "h100") is None

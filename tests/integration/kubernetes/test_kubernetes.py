@@ -405,7 +405,7 @@ def test_replica_counts_come_from_the_api_server(cluster, fleet) -> None:
     ({"lease": {"duration_s": 1e12}}, "less than or equal to 3600"),
     ({"workloads": {"svc": {"h100": {"name": ""}}}}, "name '' is not a valid Kubernetes object name"),
     ({"workloads": {"svc": {"h100": {"kind": "LeaderWorkerSet", "api_version": "a/b/c", "plural": "lws"}}}},
-     "a custom resource needs api_version"),
+     "api_version 'a/b/c' is not group/version"),
 ])
 def test_kubernetes_settings_that_would_fail_later_are_refused(make_fleet, kube: dict, message: str) -> None:
     from autoscaler.errors import ConfigError
