@@ -17,6 +17,10 @@ Each row of ``compare.json`` is the run's ``results.json`` (``autoscaler.report.
 - ``ratio_to_best_cost_per_successful_request``: the row's cost per successful request over the
   lowest among the rows that meet the floor (over the ``oracle`` row's when one is present); None
   for a row below the floor (a controller missing the SLO is not cheap, it is failing) or undefined.
+
+A run that raises is a row that says so: ``failed`` holds the error in one line, its figures are
+null (never 0), it is not ranked, and the other rows run and are written as usual; an interrupt
+still stops the whole comparison.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import json
 import multiprocessing
 import os
 import signal
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -44,7 +49,24 @@ COST_KEY = "cost_per_successful_request_usd"
 RATIO_KEY = "ratio_to_best_cost_per_successful_request"
 REFERENCE = "oracle"
 PLOT_SIGNALS = ("ttft_p95_s", "tpot_p95_s")
+FAILED_KEY = "failed"
 RunResult = tuple[dict[str, Any], list[dict[str, Any]]]
+
+
+def failed_row(name: str, exc: BaseException, wall_s: float) -> dict[str, Any]:
+    """The row of a run that raised ``exc``: the error in one line under ``FAILED_KEY``, every figure
+    the table reads null, ``wall_s`` the seconds it ran."""
+    message = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return {"controller": name, FAILED_KEY: message, "slo_attainment": {"all": None, "interactive": None,
+                                                                         "batch": None},
+            "ttft_s": {"p99": None}, "itl_s": {"p99": None}, "gpu_hours": {"total": None},
+            "cost_usd": {"total": None}, COST_KEY: None, "cost_per_successful_task_usd": None,
+            "scale_events": None, "oscillations_per_hour": None, "wall_s": wall_s}
+
+
+def failed(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows whose run failed."""
+    return [r for r in rows if r.get(FAILED_KEY)]
 
 
 @dataclass
@@ -131,9 +153,14 @@ def _plot_columns(run: SimulationRun) -> list[dict[str, Any]]:
 
 def run_one(name: str, cfg: FleetConfig, workload: Workload, service: str | None,
             admission: str | None = None) -> RunResult:
-    """Simulate one row (``SPEC`` or ``SPEC@POLICY``); returns its row (without the ratio) and its plot columns."""
+    """Simulate one row (``SPEC`` or ``SPEC@POLICY``); returns its row (without the ratio) and its plot
+    columns; a run that raises is a ``failed_row`` with no plot columns (an interrupt propagates)."""
     spec, policy = split_row(name)
-    run = run_simulation(cfg, workload, spec, service, admission=policy or admission)
+    t0 = time.perf_counter()
+    try:
+        run = run_simulation(cfg, workload, spec, service, admission=policy or admission)
+    except Exception as exc:  # any error of one controller's run: the other rows still count
+        return failed_row(name, exc, time.perf_counter() - t0), []
     row = summarize(run)
     row["controller"] = name
     row["oscillations_per_hour"] = oscillations_per_hour(run)
@@ -189,8 +216,12 @@ def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str]
                                    initargs=(cfg, workload, service, admission))
         try:
             futures = {name: pool.submit(_work, name) for name in controllers}
+            started = time.perf_counter()
             for name, fut in futures.items():
-                results[name] = fut.result()
+                try:
+                    results[name] = fut.result()
+                except Exception as exc:  # the worker itself died (killed, out of memory): a failed row
+                    results[name] = failed_row(name, exc, time.perf_counter() - started), []
                 if done is not None:
                     done(results[name][0])
         except BaseException:
@@ -212,7 +243,8 @@ def _fmt(x: float | None, spec: str) -> str:
 # (header, cell) per column; the first set fits 100 columns, --wide adds the second.
 _Cell = Callable[[dict[str, Any]], str]
 COLUMNS: tuple[tuple[str, _Cell], ...] = (
-    ("controller", lambda r: r["controller"] + ("" if r["meets_attainment_floor"] else " *")),
+    ("controller", lambda r: r["controller"] + (" (failed)" if r.get(FAILED_KEY) else
+                                                "" if r["meets_attainment_floor"] else " *")),
     ("SLO all", lambda r: _fmt(r["slo_attainment"]["all"], ".2%")),
     ("SLO int.", lambda r: _fmt(r["slo_attainment"]["interactive"], ".2%")),
     ("SLO batch", lambda r: _fmt(r["slo_attainment"]["batch"], ".2%")),
@@ -226,7 +258,7 @@ WIDE_COLUMNS: tuple[tuple[str, _Cell], ...] = (
     ("p99 ITL s", lambda r: _fmt(r["itl_s"]["p99"], ".3f")),
     ("$", lambda r: _fmt(r["cost_usd"]["total"], ".2f")),
     ("$/succ. task", lambda r: _fmt(r["cost_per_successful_task_usd"], ".3e")),
-    ("scale events", lambda r: str(r["scale_events"])),
+    ("scale events", lambda r: _fmt(r["scale_events"], "d")),
     ("wall s", lambda r: _fmt(r["wall_s"], ".1f")),
 )
 
@@ -248,8 +280,9 @@ def legend(rows: Sequence[dict[str, Any]]) -> list[str]:
     lines = [f"ratio: cost per successful request over {ref};",
              f"  only rows reaching {floor:.1%} interactive SLO attainment are ranked.",
              "osc./h: changes of scaling direction (up after down or down after up) per simulated hour."]
-    if any(not r["meets_attainment_floor"] for r in rows):
+    if any(not r["meets_attainment_floor"] and not r.get(FAILED_KEY) for r in rows):
         lines.insert(2, f"*: below the {floor:.1%} floor, not ranked.")
+    lines += [f"{r['controller']} failed: {r[FAILED_KEY]}" for r in failed(rows)]
     return lines
 
 
@@ -262,10 +295,12 @@ def markdown_table(rows: Sequence[dict[str, Any]], wide: bool = True) -> str:
 
 
 def write_comparison(comp: Comparison, cfg: FleetConfig, service: str | None, out: Path) -> list[Path]:
-    """Write ``compare.json`` and ``compare.png`` under ``out``; returns their paths."""
+    """Write ``compare.json`` and ``compare.png`` (the rows that ran) under ``out``; returns their paths."""
     from autoscaler.plot import plot_compare
 
     out.mkdir(parents=True, exist_ok=True)
-    plot_compare(comp.timelines, cfg.service(service), out / "compare.png")
+    plotted = {name: t for name, t in comp.timelines.items() if t}  # a failed row has nothing to plot
+    if plotted:
+        plot_compare(plotted, cfg.service(service), out / "compare.png")
     write_text(out / "compare.json", json.dumps(comp.rows, indent=2) + "\n")
-    return [out / "compare.json", out / "compare.png"]
+    return [out / "compare.json", *([out / "compare.png"] if plotted else [])]

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from autoscaler.compare import markdown_table, run_compare, write_comparison
+from autoscaler.compare import failed, markdown_table, run_compare, write_comparison
 from autoscaler.config.loading import merged, moved_keys, parse_config
 from autoscaler.workload.build import build_workload
 from autoscaler.workload.types import Workload
@@ -69,6 +69,7 @@ def main() -> None:
     ap.add_argument("--controllers", default=None, help="comma-separated: run these instead of the scenario's")
     args = ap.parse_args()
     names = args.scenarios or sorted(p.stem for p in SCENARIOS.glob("*.yaml"))
+    failures: list[str] = []
     for name in names:
         sc = yaml.safe_load((SCENARIOS / f"{name}.yaml").read_text())
         fleet = scenario_fleet(sc)
@@ -92,6 +93,9 @@ def main() -> None:
         print(f"\n### {name}: {len(wl.requests)} requests ({sc.get('trace', 'synthetic ' + sc.get('synthetic', ''))}"
               f"{scale}, seed {sc['seed']}; {time.perf_counter() - t:.0f} s)\n")
         print(markdown_table(comp.rows), flush=True)
+        failures += [f"{name}/{r['controller']}" for r in failed(comp.rows)]
+    if failures:  # every table is printed and written; the exit status says some row is missing
+        sys.exit(f"failed rows: {', '.join(failures)}")
 
 
 if __name__ == "__main__":

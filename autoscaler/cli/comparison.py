@@ -68,7 +68,16 @@ def compare(
              "file's controller.admission otherwise); a row SPEC@POLICY sets its own.", show_default=False)] = None,
 ) -> None:
     """Run several controllers on the same trace, fleet and seed and print them side by side."""
-    from autoscaler.compare import OUTPUTS, check_names, columns, legend, run_compare, table_cells, write_comparison
+    from autoscaler.compare import (
+        FAILED_KEY,
+        OUTPUTS,
+        check_names,
+        columns,
+        legend,
+        run_compare,
+        table_cells,
+        write_comparison,
+    )
     from autoscaler.simulate import long_run_warning
 
     try:
@@ -97,7 +106,8 @@ def compare(
 
         def done(row: dict[str, Any]) -> None:
             finished.append(row)
-            err_console.print(f"done {len(finished)}/{len(names)}: {row['controller']} ({row['wall_s']:.1f} s)",
+            how = "failed" if row.get(FAILED_KEY) else "done"
+            err_console.print(f"{how} {len(finished)}/{len(names)}: {row['controller']} ({row['wall_s']:.1f} s)",
                               highlight=False)
 
         comp = run_compare(cfg, wl, names, service, workers, done=done, floor=floor, admission=admission)
@@ -108,6 +118,7 @@ def compare(
         raise fail(str(exc)) from None
     if json_output:
         console.print_json(json.dumps(comp.rows))
+        _exit_if_failed(comp.rows)
         return
     t = Table(title=f"{len(wl.requests)} requests of {wl.source} (rate x{rate_scale:g}, seed {seed})",
               title_justify="left")
@@ -121,3 +132,16 @@ def compare(
     for line in legend(comp.rows):
         console.print(line, highlight=False, soft_wrap=True)
     console.print(f"wrote {' and '.join(str(p) for p in paths)}", highlight=False, soft_wrap=True)
+    _exit_if_failed(comp.rows)
+
+
+def _exit_if_failed(rows: list[dict[str, Any]]) -> None:
+    """Exit 1 with one line when a row failed (the other rows are written and shown)."""
+    from autoscaler.compare import failed
+
+    bad = failed(rows)
+    if bad:
+        err_console.print(f"[bold red]error:[/] {len(bad)} of {len(rows)} rows failed: "
+                          f"{', '.join(r['controller'] for r in bad)} (the row's 'failed' says why)",
+                          highlight=False, soft_wrap=True)
+        raise typer.Exit(1)

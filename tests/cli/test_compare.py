@@ -110,3 +110,51 @@ def test_cli_compare_on_a_real_trace(data_dir, tmp_path) -> None:
     wide = CliRunner().invoke(app, ["compare", "--trace", str(trace), "--rate-scale", "0.1", "--controllers",
                                     "hpa,pid", "--seed", "3", "--out", str(tmp_path / "w"), "--wide"])
     assert wide.exit_code == 0 and "p99 ITL s" in wide.stdout and "wall s" in wide.stdout
+
+
+def _failing(monkeypatch: pytest.MonkeyPatch, spec: str) -> None:
+    """Make ``spec``'s run raise as a solver at its time limit would; the other runs are untouched."""
+    import autoscaler.compare as comp
+
+    real = comp.run_simulation
+
+    def run(cfg, workload, controller, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if controller == spec:
+            raise RuntimeError("MILP time limit reached\nwithout an incumbent")
+        return real(cfg, workload, controller, *args, **kwargs)
+
+    monkeypatch.setattr(comp, "run_simulation", run)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failing_run_is_a_row_that_says_so(make_fleet, monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    """One controller raising loses nothing else: its row says why in one line with null figures and
+    is not ranked; the other row equals the same run without the failure."""
+    cfg = make_fleet(replicas=1, min_replicas=1, max_replicas=6)
+    wl = burst_workload()
+    alone = run_compare(cfg, wl, ["hpa"], workers=1).rows[0]
+    _failing(monkeypatch, "kpa")
+    comp = run_compare(cfg, wl, ["kpa", "hpa"], workers=workers)
+    bad, good = comp.rows
+    assert bad["controller"] == "kpa"
+    assert bad["failed"] == "RuntimeError: MILP time limit reached without an incumbent"
+    assert bad["slo_attainment"] == {"all": None, "interactive": None, "batch": None}
+    assert bad["cost_per_successful_request_usd"] is None and bad["ratio_to_best_cost_per_successful_request"] is None
+    assert not bad["meets_attainment_floor"] and comp.timelines["kpa"] == []
+    assert {k: v for k, v in good.items() if k not in WALL} == {k: v for k, v in alone.items() if k not in WALL}
+    table = markdown_table(comp.rows)
+    assert "| kpa (failed) | - | - |" in table
+    assert "kpa failed: RuntimeError: MILP time limit reached without an incumbent" in table
+
+
+def test_cli_compare_writes_the_rows_and_exits_1_when_one_failed(make_fleet, monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path) -> None:
+    _failing(monkeypatch, "kpa")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["compare", "--controllers", "kpa,hpa", "--span", "0:600", "--workers", "1",
+                                   "--out", str(out)])
+    assert res.exit_code == 1, res.output
+    rows = json.loads((out / "compare.json").read_text())
+    assert [r["controller"] for r in rows] == ["kpa", "hpa"] and "failed" in rows[0] and "failed" not in rows[1]
+    assert (out / "compare.png").is_file()  # the row that ran is plotted
+    assert "error: 1 of 2 rows failed: kpa" in res.output and "Traceback" not in res.output
