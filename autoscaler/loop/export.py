@@ -278,9 +278,40 @@ class LoopMetrics(Collector):
         return duration
 
 
+IDLE_TIMEOUT_S = 10.0
+"""A connection that sends nothing for this long is closed (a scrape or probe sends at once)."""
+MAX_CONNECTIONS = 32
+"""Connections served at once; one more is closed at once rather than given a thread."""
+
+
 class _Quiet(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """No access log."""
+
+
+class _BoundedServer(ThreadingWSGIServer):
+    """prometheus_client's threading WSGI server with at most ``slots`` connections at a time, each
+    closed after ``timeout`` s of silence (``StreamRequestHandler.timeout``)."""
+
+    slots: threading.BoundedSemaphore
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection when a slot is free; else close it."""
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """Serve the connection, then free its slot."""
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -293,6 +324,13 @@ def parse_address(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"'{address}' is not HOST:PORT")
     return host.strip("[]"), int(port)
+
+
+def _plain(start_response: Callable[..., Any], code: int, data: bytes,
+           headers: list[tuple[str, str]] | None = None) -> list[bytes]:
+    start_response(f"{code} {HTTPStatus(code).phrase}", [("Content-Type", "text/plain; charset=utf-8"),
+                                                          ("Content-Length", str(len(data))), *(headers or [])])
+    return [data]
 
 
 @dataclass
@@ -315,10 +353,13 @@ class MetricsServer:
 
 
 def serve(registry: CollectorRegistry, address: str,
-          routes: Mapping[str, Callable[[], bytes | tuple[int, bytes]]] | None = None) -> MetricsServer:
-    """Serve ``registry`` at ``http://HOST:PORT/metrics`` (any path but those of ``routes``) in a
-    background thread; ``routes`` maps a path (``/v1/admission``, ``/healthz``) to what returns its
-    body (JSON, or text), with its HTTP status when not 200 (``(503, b"not ready")``).
+          routes: Mapping[str, Callable[[], bytes | tuple[int, bytes]]] | None = None,
+          idle_timeout_s: float = IDLE_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS) -> MetricsServer:
+    """Serve ``registry`` at ``http://HOST:PORT/metrics`` in a background thread; ``routes`` maps a
+    path (``/v1/admission``, ``/healthz``) to what returns its body (JSON, or text), with its HTTP
+    status when not 200 (``(503, b"not ready")``). Any other path is 404 (a probe with a typo fails),
+    any method but GET and HEAD 405; a connection silent for ``idle_timeout_s`` is closed, and at most
+    ``max_connections`` are served at once.
 
     Metrics always in the text format 0.0.4, as vLLM serves (METRICS.md): prometheus_client 0.26's
     OpenMetrics writer, which Prometheus asks for first, rewrites the colon of ``vllm:`` names to ``_``.
@@ -333,7 +374,20 @@ def serve(registry: CollectorRegistry, address: str,
     extra = dict(routes or {})
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        body = extra.get(environ.get("PATH_INFO", ""))
+        if environ.get("REQUEST_METHOD") == "HEAD":  # a GET's status and headers, without the body
+            body = get(dict(environ, REQUEST_METHOD="GET"), start_response)
+            if hasattr(body, "close"):
+                body.close()
+            return []
+        return get(environ, start_response)
+
+    def get(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if path not in extra and path != "/metrics":
+            return _plain(start_response, 404, f"no such path: {path} (/metrics, {', '.join(extra)})".encode())
+        if environ.get("REQUEST_METHOD", "GET") != "GET":
+            return _plain(start_response, 405, b"only GET and HEAD", [("Allow", "GET, HEAD")])
+        body = extra.get(path)
         if body is not None:
             answer = body()
             code, data = answer if isinstance(answer, tuple) else (200, answer)
@@ -344,7 +398,9 @@ def serve(registry: CollectorRegistry, address: str,
         environ["HTTP_ACCEPT"] = "text/plain; version=0.0.4"
         return inner(environ, start_response)
 
-    httpd = make_server(host, port, app, ThreadingWSGIServer, handler_class=_Quiet)
+    handler = type("_Handler", (_Quiet,), {"timeout": idle_timeout_s})
+    httpd = make_server(host, port, app, _BoundedServer, handler_class=handler)
+    httpd.slots = threading.BoundedSemaphore(max_connections)
     thread = threading.Thread(target=httpd.serve_forever, name=f"metrics-{port}", daemon=True)
     thread.start()
     return MetricsServer(httpd, thread)

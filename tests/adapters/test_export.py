@@ -137,3 +137,56 @@ def test_parse_address_rejects_bad_addresses(bad: str) -> None:
 def test_parse_address() -> None:
     assert parse_address("127.0.0.1:9100") == ("127.0.0.1", 9100)
     assert parse_address("[::1]:0") == ("::1", 0)
+
+
+def _status(url: str, method: str = "GET") -> int:
+    import urllib.error
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=5) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+
+
+def test_unknown_paths_and_methods_are_refused() -> None:
+    """A probe with a typo fails (404), a write to a read-only endpoint is 405 (issue 31, item 8)."""
+    from prometheus_client import CollectorRegistry
+
+    server = serve(CollectorRegistry(), "127.0.0.1:0", {"/healthz": lambda: b"ok"})
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        assert _status(base + "/metrics") == 200 and _status(base + "/healthz") == 200
+        assert _status(base + "/metrics", "HEAD") == 200
+        assert _status(base + "/healthzz") == 404 and _status(base + "/") == 404
+        assert _status(base + "/healthz", "POST") == 405 and _status(base + "/metrics", "DELETE") == 405
+    finally:
+        server.close()
+
+
+def test_silent_connections_are_bounded_and_timed_out() -> None:
+    """At most ``max_connections`` at once (one more is closed at once), and a silent one is closed
+    after ``idle_timeout_s``: 50 idle sockets cannot hold 50 threads."""
+    import socket
+    import time
+
+    from prometheus_client import CollectorRegistry
+
+    server = serve(CollectorRegistry(), "127.0.0.1:0", idle_timeout_s=1.0, max_connections=2)
+    try:
+        held = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(2)]
+        time.sleep(0.2)  # both accepted and waiting for a request
+        extra = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        assert extra.recv(1) == b""  # closed without an answer: no slot
+        extra.close()
+        t0 = time.monotonic()
+        assert held[0].recv(1) == b"" and held[1].recv(1) == b""  # closed by the idle timeout ...
+        assert time.monotonic() - t0 < 25  # ... not by the 30-s client timeout
+        for s in held:
+            s.close()
+        deadline = time.monotonic() + 10
+        while _status(f"http://127.0.0.1:{server.port}/metrics") != 200:  # the slots come back
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        server.close()

@@ -91,10 +91,19 @@ def test_bad_sources_are_one_line_errors(tmp_path: Path, source: str, message: s
 
 
 def test_a_page_that_is_not_the_document_is_refused_naming_its_url() -> None:
-    server = serve(CollectorRegistry(), "127.0.0.1:0", {})  # no /v1/admission route: the metrics page answers
+    server = serve(CollectorRegistry(), "127.0.0.1:0", {"/v1/admission": lambda: b"<html>a login page</html>"})
     try:
         with pytest.raises(ValueError, match=rf"admission document at http://127.0.0.1:{server.port}/v1/admission: "
                                              r"not JSON"):
+            read_document(f"http://127.0.0.1:{server.port}")
+    finally:
+        server.close()
+
+
+def test_a_server_without_the_document_is_refused_naming_its_url() -> None:
+    server = serve(CollectorRegistry(), "127.0.0.1:0", {})  # a metrics server only: /v1/admission is 404
+    try:
+        with pytest.raises(ValueError, match=rf"http://127.0.0.1:{server.port}/v1/admission.*404"):
             read_document(f"http://127.0.0.1:{server.port}")
     finally:
         server.close()
