@@ -2,7 +2,8 @@
 
 A run first removes the files it is about to write (``clear``), so an interrupted run leaves none of
 an earlier run's behind under its names; each file is then written to a temporary name in the same
-directory and renamed into place (``atomic``), so a reader sees the whole file or none of it.
+directory, flushed to disk and renamed into place (``atomic``), so a reader sees the whole file or none
+of it, after a crash too; ``clear`` also removes the temporary files a killed run left.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def clear(out: Path, names: Iterable[str]) -> None:
             raise ValueError(f"{path}: is a directory, where this run writes a file")
         try:
             path.unlink(missing_ok=True)
+            for tmp in out.glob(f".{name}.tmp-*"):  # a killed run's half-written file
+                tmp.unlink(missing_ok=True)
         except OSError as exc:
             raise ValueError(f"{path}: cannot remove the earlier run's file: {exc.strerror}") from None
 
@@ -57,11 +60,21 @@ def atomic(path: Path) -> Iterator[Path]:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         yield tmp
+        _fsync(tmp)  # the data on disk before the name points at it: a crash leaves the old file or the new
         os.replace(tmp, path)
+        _fsync(path.parent, directory=True)  # the rename itself
     except OSError as exc:
         raise OSError(f"cannot write {path}: {exc.strerror}") from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _fsync(path: Path, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_text(path: Path, text: str) -> None:

@@ -22,6 +22,7 @@ it sits beside an existing one.
 from __future__ import annotations
 
 import json
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from autoscaler.config import FleetConfig
 from autoscaler.dashboards.boards import BOARDS
 from autoscaler.dashboards.rules import Alert, alert_groups, alerts, recording_groups
+from autoscaler.files import write_text
 
 DASHBOARDS_PATH = "/var/lib/grafana/dashboards/autoscaler"
 DEFAULT_OBJECTIVE = 0.99
@@ -81,7 +83,7 @@ def render(cfg: FleetConfig, objective: float = DEFAULT_OBJECTIVE, prometheus_ur
                              if v.type_val == "query" and isinstance(v.query, str)]
     files["provisioning/datasources/autoscaler.yaml"] = _yaml({"apiVersion": 1, "datasources": [{
         "name": "Prometheus (autoscaler)", "type": "prometheus", "uid": "autoscaler-prometheus", "access": "proxy",
-        "url": url, "isDefault": False}]})
+        **datasource_access(url), "isDefault": False}]})
     files["provisioning/dashboards/autoscaler.yaml"] = _yaml({"apiVersion": 1, "providers": [{
         "name": "autoscaler", "folder": "Autoscaler", "type": "file", "disableDeletion": False,
         "allowUiUpdates": False, "options": {"path": DASHBOARDS_PATH, "foldersFromFilesStructure": False}}]})
@@ -101,16 +103,49 @@ def render(cfg: FleetConfig, objective: float = DEFAULT_OBJECTIVE, prometheus_ur
                   [r for g in recording for r in g["rules"]], alerts(objective, cfg))
 
 
+BASIC_AUTH_ENV = ("PROMETHEUS_BASIC_AUTH_USER", "PROMETHEUS_BASIC_AUTH_PASSWORD")
+"""The environment variables Grafana reads the datasource's basic-auth user and password from when
+the Prometheus URL carried them (Grafana expands ``${VAR}`` in provisioning files)."""
+
+
+def datasource_access(url: str) -> dict[str, Any]:
+    """The datasource's ``url`` and, for a URL with ``user:password@``, basic auth read from the
+    environment (``BASIC_AUTH_ENV``): a credential is never written into the bundle."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return {"url": url}
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    netloc = host + (f":{parts.port}" if parts.port is not None else "")
+    user, password = BASIC_AUTH_ENV
+    return {"url": urllib.parse.urlunsplit(parts._replace(netloc=netloc)), "basicAuth": True,
+            "basicAuthUser": f"${{{user}}}", "secureJsonData": {"basicAuthPassword": f"${{{password}}}"}}
+
+
+MANIFEST = ".autoscaler-bundle"
+"""The list of files the last export wrote under its folder, so the next one removes those it no
+longer writes (and nothing else in the folder)."""
+
+
 def write(bundle: Bundle, out: Path) -> list[Path]:
-    """Write every file of ``bundle`` under ``out``; the paths written.
+    """Write every file of ``bundle`` under ``out``, each atomically (``autoscaler.files.atomic``),
+    after removing the files an earlier export listed in ``MANIFEST`` that this one does not write;
+    the paths written.
 
     Raises:
         OSError: ``out`` cannot be written.
     """
+    manifest = out / MANIFEST
+    before = manifest.read_text().split("\n") if manifest.is_file() else []
+    for rel in before:
+        stale = out / rel
+        if rel and rel not in bundle.files and ".." not in Path(rel).parts and stale.is_file():
+            stale.unlink()
     paths = []
     for rel, text in bundle.files.items():
         path = out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        write_text(path, text)
         paths.append(path)
+    write_text(manifest, "\n".join(sorted(bundle.files)) + "\n")
     return paths

@@ -269,3 +269,44 @@ def test_a_leaderworkerset_gets_the_replica_gap_and_another_writer_alerts(tmp_pa
     assert res.returncode == 0, res.stdout + res.stderr
     # a fleet of Deployments keeps the rules it had: no branch on the daemon's own gauges
     assert not any("autoscaler_workload_" in a.expr for a in alerts(0.99, default_config()))
+
+
+def test_a_url_with_credentials_never_puts_them_in_the_bundle() -> None:
+    """The datasource gets the URL without ``user:password@`` and basic auth read from the environment
+    when Grafana provisions it (issue 31, item 11)."""
+    files = render(default_config(), prometheus_url="https://alice:s3cr3t@prom.example:9443/prom").files
+    assert not [rel for rel, text in files.items() if "s3cr3t" in text or "alice" in text]
+    ds = yaml.safe_load(files["provisioning/datasources/autoscaler.yaml"])["datasources"][0]
+    assert ds["url"] == "https://prom.example:9443/prom"
+    assert (ds["basicAuth"], ds["basicAuthUser"]) == (True, "${PROMETHEUS_BASIC_AUTH_USER}")
+    assert ds["secureJsonData"] == {"basicAuthPassword": "${PROMETHEUS_BASIC_AUTH_PASSWORD}"}
+    plain = yaml.safe_load(render(default_config(), prometheus_url="http://prom:9090").files[
+        "provisioning/datasources/autoscaler.yaml"])["datasources"][0]
+    assert plain["url"] == "http://prom:9090" and "basicAuth" not in plain
+
+
+def test_export_removes_what_an_earlier_export_wrote_and_nothing_else(tmp_path: Path) -> None:
+    """A file the previous export listed and this one does not write is removed; a file the user put
+    there is kept; every file is written whole (no temporary file left)."""
+    out = tmp_path / "bundle"
+    res = CliRunner().invoke(app, ["dashboards", "export", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    listed = (out / ".autoscaler-bundle").read_text().split()
+    assert sorted(listed) == sorted(render(default_config()).files)
+    (out / "dashboards" / "retired-board.json").write_text("{}")  # as an older release's export left it
+    (out / ".autoscaler-bundle").write_text("\n".join([*listed, "dashboards/retired-board.json"]) + "\n")
+    (out / "dashboards" / "mine.json").write_text("{}")  # the user's own, never listed
+    res = CliRunner().invoke(app, ["dashboards", "export", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert not (out / "dashboards" / "retired-board.json").exists() and (out / "dashboards" / "mine.json").exists()
+    assert not list(out.rglob(".*.tmp-*"))
+
+
+def test_clear_removes_a_killed_runs_temporary_files(tmp_path: Path) -> None:
+    from autoscaler.files import clear
+
+    (tmp_path / ".results.json.tmp-4242").write_text("{half")
+    (tmp_path / "results.json").write_text("{}")
+    (tmp_path / "keep.txt").write_text("x")
+    clear(tmp_path, ["results.json"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
