@@ -9,10 +9,30 @@ of it, after a crash too; ``clear`` also removes the temporary files a killed ru
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+
+def read_regular(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of ``path``, which must be a regular file (a device, a FIFO or a socket would block or
+    never end: ``--config /dev/zero``) of at most ``limit`` bytes when given.
+
+    Raises:
+        OSError: it cannot be read (``strerror`` says why).
+        ValueError: it is not a regular file, or is larger than ``limit``.
+    """
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a device, FIFO or socket)"
+        raise ValueError(f"is {kind}")
+    with open(path, "rb") as f:
+        data = f.read() if limit is None else f.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise ValueError(f"larger than {limit // 2**20} MiB")
+    return data
 
 
 def check_writable(out: Path) -> None:

@@ -29,9 +29,11 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from autoscaler.config.kubernetes import DNS_LABEL, DNS_SUBDOMAIN
+from autoscaler.files import read_regular
 from autoscaler.loop.admission import PATH, parse_document
 from autoscaler.urls import redact
 from autoscaler.workload.types import PRIORITIES
@@ -116,11 +118,12 @@ def read_document(source: str, timeout_s: float = 10.0) -> dict[str, dict[str, f
     else:
         where = source
         try:
-            with open(source, "rb") as f:
-                body = f.read(MAX_BYTES + 1)
+            body = read_regular(Path(source), MAX_BYTES)
         except OSError as exc:
             hint = " (a URL starts with http://)" if _HOST_PORT.fullmatch(source) else ""
             raise ValueError(f"admission document at {source}: {exc.strerror or exc}{hint}") from None
+        except ValueError as exc:
+            raise ValueError(f"admission document at {source}: {exc}") from None
     if len(body) > MAX_BYTES:
         raise ValueError(f"admission document at {where}: larger than {MAX_BYTES // 2**20} MiB")
     try:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from autoscaler.config.fleet import FleetConfig
 from autoscaler.errors import ConfigError, ProfileError
+from autoscaler.files import read_regular
 from models.capacity import marginal_costs
 from models.profiles import get_profile, is_profile_file, list_profiles
 from models.profiles.specs import GPUS
@@ -126,6 +127,10 @@ def _check_profiles(cfg: FleetConfig, source: str) -> None:
                     )
 
 
+MAX_FLEET_BYTES = 16 * 2**20
+"""A fleet file is read only up to this size (the largest fleet imaginable is a few hundred KiB)."""
+
+
 def load_config(path: str | Path) -> FleetConfig:
     """Read and validate a fleet YAML file.
 
@@ -135,11 +140,13 @@ def load_config(path: str | Path) -> FleetConfig:
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_regular(p, MAX_FLEET_BYTES).decode("utf-8")
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read fleet file: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not a UTF-8 text file (byte {exc.start})") from None
+    except ValueError as exc:  # not a regular file, or too large
+        raise ConfigError(f"{p}: cannot read fleet file: {exc}") from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except RecursionError:

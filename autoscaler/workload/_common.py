@@ -6,6 +6,7 @@ import codecs
 from pathlib import Path
 
 from autoscaler.errors import TraceError
+from autoscaler.files import read_regular
 
 
 def trace_error(path: Path, line: int | None, problem: str) -> TraceError:
@@ -30,13 +31,13 @@ def read_lines(path: str | Path) -> tuple[Path, list[tuple[int, str]]]:
     """
     p = Path(path)
     try:
-        data = p.read_bytes()
+        data = read_regular(p)
     except FileNotFoundError:
         raise trace_error(p, None, "file not found") from None
-    except IsADirectoryError:
-        raise trace_error(p, None, "is a directory, not a trace file") from None
     except OSError as err:
         raise trace_error(p, None, f"cannot read file ({err.strerror})") from None
+    except ValueError as err:  # a directory, a device, a FIFO
+        raise trace_error(p, None, f"{err}, not a trace file") from None
     data = data.removeprefix(codecs.BOM_UTF8)
     try:
         text = data.decode("utf-8")

@@ -451,3 +451,23 @@ def test_two_variants_never_scale_one_workload(workloads: dict[str, dict[str, st
         parse_config(doc, "fleet.yaml")
     doc["kubernetes"]["workloads"][svc]["h100"]["kind"] = "StatefulSet"  # another kind: another object
     parse_config(doc, "fleet.yaml")
+
+
+def test_only_a_bounded_regular_file_is_read_as_a_fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device never ends and a FIFO blocks: refused before reading (issue 31, item 12); a file
+    beyond the size bound is refused after reading no more than it."""
+    import os
+
+    import autoscaler.config.loading as loading
+
+    fifo = tmp_path / "fleet.fifo"
+    os.mkfifo(fifo)
+    for path, why in ((Path("/dev/zero"), "is not a regular file"), (fifo, "is not a regular file"),
+                      (tmp_path, "is a directory")):
+        with pytest.raises(ConfigError, match=f"^{re.escape(str(path))}: cannot read fleet file: {why}"):
+            load_config(path)
+    big = tmp_path / "big.yaml"
+    big.write_text("services: []\n" + "#" * 2048)
+    monkeypatch.setattr(loading, "MAX_FLEET_BYTES", 2**20 // 1024)  # 1 KiB
+    with pytest.raises(ConfigError, match="larger than"):
+        load_config(big)
