@@ -144,6 +144,10 @@ class Daemon:
         self.leader_gauge = Gauge("autoscaler_leader", "1 while this daemon leads (writes), else 0.",
                                   ["identity"], registry=self.registry)
         self.leader_gauge.labels(identity).set(0)
+        self.duplicate_gauge = Gauge("autoscaler_duplicate_identity", "1 once another process renewed the Lease "
+                                     "under this daemon's identity (this one no longer leads), else 0.",
+                                     ["identity"], registry=self.registry)
+        self.duplicate_gauge.labels(identity).set(0)
         self.external = Counter("autoscaler_external_writes", "Changes another writer made to a variant's replicas.",
                                 ["service", "variant"], registry=self.registry)
         self.paused = Gauge("autoscaler_paused", "1 while a variant is left alone after another writer's change.",
@@ -196,6 +200,7 @@ class Daemon:
                 if now != was:
                     log.info("%s %s", self.identity, "leads" if now else "follows")
             self.leader_gauge.labels(self.identity).set(1 if self.elector.leads() else 0)
+            self.duplicate_gauge.labels(self.identity).set(1 if self.elector.duplicate else 0)
             self.elected_once.set()
             self.stopping.wait(self.cfg.kubernetes.lease.retry_s)
 

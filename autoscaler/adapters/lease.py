@@ -11,6 +11,11 @@ next try instead of after the lease duration. Every write replaces the Lease wit
 resourceVersion it read, so of two candidates that read the same free Lease only one's write
 succeeds (the other's is a 409).
 
+Two processes started with one identity would both renew the Lease as theirs and both write. A
+candidate remembers the renew times it wrote (the last few: a write whose answer was lost may still
+have landed); finding the Lease held under its identity with a renew time it did not write, it
+stops leading for good (``duplicate``), logs it as an error, and the daemon exports it.
+
 A follower times the lease on its own clock from the moment it saw the holder's ``renewTime``
 change, never from the timestamp itself, so a leader whose clock is skewed cannot make followers
 take over early (client-go does the same). The client's ``kubernetes.leaderelection`` is not used:
@@ -23,6 +28,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -60,6 +66,9 @@ class LeaderElector:
         self.holder: str | None = None
         self._seen: tuple[str | None, object] | None = None
         self._seen_at = 0.0
+        self._mine: deque[datetime] = deque(maxlen=8)  # renew times this candidate wrote
+        self.duplicate = False
+        """Another process renews the Lease under this identity: this one never leads again."""
 
     def leads(self) -> bool:
         """Whether this candidate may write now: it won the Lease and renewed it less than
@@ -98,6 +107,7 @@ class LeaderElector:
                 raise
             body = client.V1Lease(metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
                                   spec=self._spec(None))
+            self._mine.append(body.spec.renew_time)
             self.api.create_namespaced_lease(self.namespace, body, _request_timeout=self.timeout)
             return self._won(now)
         spec = lease.spec or client.V1LeaseSpec()
@@ -106,11 +116,21 @@ class LeaderElector:
         if seen != self._seen:  # the holder renewed (or changed): its lease runs from now on our clock
             self._seen, self._seen_at = seen, now
         self.holder = holder
+        if holder == self.identity and self._mine and spec.renew_time not in self._mine:
+            if not self.duplicate:
+                log.error("lease %s/%s: renewed as %s by another process (renew time %s, not ours): two daemons "
+                          "share this identity; this one stops leading for good", self.namespace, self.name,
+                          self.identity, spec.renew_time)
+            self.duplicate = True
+        if self.duplicate:
+            self.leading = False
+            return False
         duration = float(spec.lease_duration_seconds or self.cfg.duration_s)
         if holder not in (None, self.identity) and now - self._seen_at < duration:
             self.leading = False
             return False
         lease.spec = self._spec(spec.acquire_time if holder == self.identity else None)
+        self._mine.append(lease.spec.renew_time)
         # 409 if it changed since the read
         self.api.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=self.timeout)
         return self._won(now)

@@ -436,3 +436,33 @@ def test_a_missing_kubeconfig_says_so(tmp_path, monkeypatch) -> None:
     (tmp_path / "env.yaml").write_text("[]")
     with pytest.raises(KubernetesError, match=f"kubeconfig {tmp_path}/env.yaml: "):
         connect(None)
+
+
+def test_two_daemons_with_one_identity_never_both_lead(cluster, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 31, item 2: b, started with a's identity, renews the Lease as its own; a finds a renew
+    time it did not write, stops leading for good and says so; never are both leading."""
+    cfg = LeaseConfig(duration_s=15, renew_s=10, retry_s=2)
+    clock = Clock()
+    a = LeaderElector(cluster.api(), "l", "autoscaler", "same", cfg, clock)
+    b = LeaderElector(cluster.api(), "l", "autoscaler", "same", cfg, clock)
+    assert a.try_acquire_or_renew() and not a.duplicate
+    for _ in range(4):
+        clock.t += 2
+        b.try_acquire_or_renew()
+        a.try_acquire_or_renew()
+        assert not (a.leads() and b.leads())
+    assert a.duplicate and not a.leading and b.leads() and not b.duplicate
+    assert "two daemons share this identity" in caplog.text
+    clock.t += 60  # b goes away; a stays out, as it said
+    assert not a.try_acquire_or_renew()
+
+
+def test_a_restart_under_the_same_identity_is_not_a_duplicate(cluster) -> None:
+    """A new process with the identity of one that died (a pod restarted) takes the Lease over as its own."""
+    cfg = LeaseConfig(duration_s=15, renew_s=10, retry_s=2)
+    clock = Clock()
+    assert LeaderElector(cluster.api(), "l", "autoscaler", "p", cfg, clock).try_acquire_or_renew()
+    again = LeaderElector(cluster.api(), "l", "autoscaler", "p", cfg, clock)  # nothing written yet
+    for _ in range(3):
+        clock.t += 2
+        assert again.try_acquire_or_renew() and not again.duplicate
