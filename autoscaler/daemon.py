@@ -213,7 +213,7 @@ class Daemon:
             self.writer = None
         else:
             sink = TeeSink(LeaderOnly(ConfigMapSink(self.cfg.kubernetes, self.api), self), self.document)
-            self.writer = KubernetesActuator(self.cfg.kubernetes, self.cfg.services, self.api)
+            self.writer = KubernetesActuator(self.cfg.kubernetes, self.cfg.services, self.api, fence=self.may_write)
             actuator = LeaderOnly(self.writer, self)
         loop = build_loop(self.cfg, "run", self.source, ctrl, actuator=actuator, sink=sink,
                           policy=admission_policy(self.cfg, "run"))
@@ -223,6 +223,11 @@ class Daemon:
             self.registry.unregister(self.metrics)
         self.metrics = LoopMetrics(loop, registry=self.registry)
         return loop
+
+    def may_write(self) -> bool:
+        """Whether a write started now lands while this daemon still leads: its lease has more time
+        left than one API call may take (the elector's call deadline, ``renew_s / 2``)."""
+        return self.dry_run or self.elector.lease_left_s() > self.elector.timeout
 
     def tick(self) -> TickRecord | None:
         """One tick if this daemon leads (building its loop on the first), else None."""
@@ -249,14 +254,17 @@ class Daemon:
     def _record(self, found: Mapping[tuple[str, str], ExternalChange], record: TickRecord) -> None:
         """Events and metrics of one tick: another writer's changes ``found`` before it, and each
         write's result (``EventRecorder.result``); the paused variants; the workloads' counts."""
+        leads = self.leading  # a daemon that lost the Lease during the tick writes no Event
         for (name, v), ext in found.items():
             self.external.labels(name, v).inc()
-            self.events.other_writer(name, v, ext.ours, ext.theirs, ext.quiet_s)
+            if leads:
+                self.events.other_writer(name, v, ext.ours, ext.theirs, ext.quiet_s)
         for name, st in record.services.items():
             for v, res in st.actuation.items():
                 if res.external is not None:
                     self.external.labels(name, v).inc()
-                self.events.result(name, v, res, st.reason)
+                if leads:
+                    self.events.result(name, v, res, st.reason)
         for svc in self.cfg.services:
             for var in svc.variants:
                 paused = self.writer is not None and self.writer.paused(svc.name, var.name)

@@ -96,9 +96,11 @@ class KubernetesError(AutoscalerError):
     """The Kubernetes API cannot be used at all (no kubeconfig, no in-cluster credentials)."""
 
 
-def connect(kubeconfig: Path | None = None, context: str | None = None) -> client.ApiClient:
+def connect(kubeconfig: Path | None = None, context: str | None = None,
+            timeout_s: float | None = None) -> client.ApiClient:
     """A client from ``kubeconfig`` (and ``context``), or the pod's service account in a cluster
-    when no kubeconfig is given and one is mounted, else ``$KUBECONFIG`` or ``~/.kube/config``.
+    when no kubeconfig is given and one is mounted, else ``$KUBECONFIG`` or ``~/.kube/config``;
+    every call of it gives up after ``timeout_s`` (connect and read; None: no deadline).
 
     Raises:
         KubernetesError: neither can be loaded (the message names the file and why).
@@ -110,13 +112,35 @@ def connect(kubeconfig: Path | None = None, context: str | None = None) -> clien
         if kubeconfig is None and Path("/var/run/secrets/kubernetes.io/serviceaccount/token").is_file():
             cfg = client.Configuration()
             config.load_incluster_config(client_configuration=cfg)
-            return client.ApiClient(cfg)
-        return config.new_client_from_config(config_file=str(kubeconfig) if kubeconfig else None, context=context)
+            return with_deadline(client.ApiClient(cfg), timeout_s)
+        return with_deadline(config.new_client_from_config(config_file=str(kubeconfig) if kubeconfig else None,
+                                                           context=context), timeout_s)
     except (config.ConfigException, OSError, ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if isinstance(exc, TypeError | AttributeError | yaml.YAMLError):
             why = f"not a kubeconfig ({type(exc).__name__})"
         raise KubernetesError(f"kubeconfig {where}: {redact(why)}") from None
+
+
+def with_deadline(api: client.ApiClient, timeout_s: float | None) -> client.ApiClient:
+    """``api`` with every call that names no ``_request_timeout`` of its own bounded by ``timeout_s``
+    (connect and read): the client has no default, so a hung API server hangs a call, and the tick
+    or the renewal making it, for ever. Unchanged for None.
+
+    The generated API classes pass ``_request_timeout`` to ``ApiClient.call_api`` as a keyword (None
+    when the caller gave none); this instance's ``call_api`` fills it in.
+    """
+    if timeout_s is None:
+        return api
+    call = api.call_api
+
+    def call_api(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("_request_timeout") is None:
+            kwargs["_request_timeout"] = (timeout_s, timeout_s)
+        return call(*args, **kwargs)
+
+    api.call_api = call_api
+    return api
 
 
 def describe(exc: BaseException) -> str:
@@ -183,6 +207,8 @@ class KubernetesActuator:
         api: a client (``connect``).
         sleep: how to wait between conflict retries (tests pass a recorder).
         clock: monotonic seconds (the other-writer quiet period).
+        fence: asked immediately before each write (after its read): False abandons the write (the
+            daemon's: it still leads for longer than a call may take); None: always write.
 
     Raises:
         WorkloadError: as ``connectors``.
@@ -190,12 +216,13 @@ class KubernetesActuator:
 
     def __init__(self, kube: KubernetesConfig, services: Sequence[Service], api: client.ApiClient,
                  sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, fence: Callable[[], bool] | None = None) -> None:
         self.kube = kube
         self.connectors = connectors(kube, services, api)
         self.core = client.CoreV1Api(api)
         self.sleep = sleep
         self.clock = clock
+        self.fence = fence
 
     def paused(self, service: str, variant: str) -> bool:
         """Whether the variant is left alone after another writer's change (module docstring)."""
@@ -254,6 +281,9 @@ class KubernetesActuator:
             if current == replicas:  # already there (the metrics lag the API server): nothing to write
                 conn.wrote(current)
                 return replace(APPLIED, external=external)
+            if self.fence is not None and not self.fence():  # leadership may have ended during the read
+                return ActuationResult(ActuationStatus.CONFLICT, f"{where}: not written: this daemon may no longer "
+                                       "lead by the time the write lands", external=external)
             if replicas < current and remove_first and attempt == 0:
                 note = self._deletion_cost(ns, remove_first)
             try:

@@ -75,6 +75,13 @@ class LeaderElector:
         ``renew_s`` ago (module docstring)."""
         return self.leading and self.last_renewed is not None and self.clock() - self.last_renewed < self.cfg.renew_s
 
+    def lease_left_s(self) -> float:
+        """Seconds this candidate may still write (``renew_s`` from its last renewal); 0 when not leading."""
+        if not self.leads():
+            return 0.0
+        assert self.last_renewed is not None
+        return self.cfg.renew_s - (self.clock() - self.last_renewed)
+
     def _spec(self, acquired: datetime | None, holder: str | None = None,
               duration: int | None = None) -> client.V1LeaseSpec:
         now = datetime.now(UTC)

@@ -56,7 +56,7 @@ def run_daemon(
         if not url:
             raise ValueError("no Prometheus URL: pass --prometheus-url or set prometheus.url in the fleet file")
         source = build_source(cfg, prom_connect(cfg.prometheus, url))
-        api = kube_connect(kubeconfig)
+        api = kube_connect(kubeconfig, timeout_s=cfg.kubernetes.lease.renew_s / 2)  # a call ends within a lease
         name = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(json_formatter() if log_format == "json" else

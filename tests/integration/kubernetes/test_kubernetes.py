@@ -466,3 +466,63 @@ def test_a_restart_under_the_same_identity_is_not_a_duplicate(cluster) -> None:
     for _ in range(3):
         clock.t += 2
         assert again.try_acquire_or_renew() and not again.duplicate
+
+
+def test_no_write_once_leadership_is_not_certain_for_the_call(cluster, fleet) -> None:
+    """Issue 31, item 1: the fence is asked between the Scale's read and its write; False abandons
+    the write (a former leader whose GET returned late writes nothing)."""
+    asked: list[int] = []
+
+    def fence() -> bool:
+        asked.append(len([w for w in cluster.emu.writes if w[1] == "deployments/scale"]))
+        return False
+
+    act = KubernetesActuator(fleet.kubernetes, fleet.services, cluster.api(), fence=fence)
+    res = act.scale("svc", "h100", 5)
+    assert res.status is ActuationStatus.CONFLICT and "may no longer lead" in res.message
+    assert asked == [0] and replicas(cluster) == 2
+    assert not [w for w in cluster.emu.writes if w[1] == "deployments/scale"]
+
+
+def test_the_lease_left_is_what_a_write_may_count_on() -> None:
+    cfg = LeaseConfig(duration_s=15, renew_s=10, retry_s=2)
+    clock = Clock()
+    el = LeaderElector(client.ApiClient(), "l", "autoscaler", "a", cfg, clock)
+    assert el.lease_left_s() == 0.0  # not leading
+    el.leading, el.last_renewed = True, 0.0
+    clock.t = 3.0
+    assert el.lease_left_s() == 7.0  # renew_s 10 - 3 s since the renewal
+    clock.t = 10.0
+    assert el.lease_left_s() == 0.0 and not el.leads()
+
+
+def test_a_hung_api_server_ends_a_call_at_the_deadline() -> None:
+    """A server that accepts and never answers: with the deadline the call fails (in time to renew
+    the lease), instead of hanging the tick for ever."""
+    import socket
+    import threading
+
+    import urllib3
+
+    from autoscaler.adapters.kubernetes import with_deadline
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+    conf = client.Configuration(host=f"http://127.0.0.1:{port}")
+    api = with_deadline(client.ApiClient(conf), 0.5)
+    outcome: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            client.AppsV1Api(api).read_namespaced_deployment_scale("x", "y")
+        except BaseException as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(timeout=60)  # without a deadline the call would still be waiting
+    srv.close()
+    assert not t.is_alive() and outcome
+    assert isinstance(outcome[0], urllib3.exceptions.HTTPError)  # a timeout, which TRANSPORT_ERRORS covers
