@@ -375,14 +375,15 @@ class PendingPods:
         kube: the fleet file's ``kubernetes`` section (namespace, workloads, pending timeout and retry).
         services: the services whose variants' pods it watches.
         api: a client.
-        clock: unix seconds (pod timestamps are wall time).
+        clock: monotonic seconds: pending pods are timed on this clock alone, never against the API
+            server's timestamps (another machine's clock).
 
     Raises:
         WorkloadError: as ``connectors``.
     """
 
     def __init__(self, kube: KubernetesConfig, services: Sequence[Service], api: client.ApiClient,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.connectors = connectors(kube, services, api)
         self.clock = clock

@@ -8,7 +8,9 @@ longest-unschedulable pod of the workload has been so, the reference an Event na
 
 ``Connector`` implements what every kind shares: pending pods from the pods selected by
 ``WorkloadState.selector`` (Pending, not being deleted, condition ``PodScheduled`` False with reason
-``Unschedulable``, timed from that condition's ``lastTransitionTime``, else the pod's creation), the
+``Unschedulable``, timed on the daemon's own clock from when it first saw the pod so: the API
+server's timestamps are another machine's clock, and a skew of an hour would mark a variant
+unavailable a second after its pod went Pending; after a restart the timing starts again), the
 Event reference, and the other-writer memory (what this connector last wrote or first read; a
 different count read later is another writer's, and the variant is left alone for
 ``quiet_s`` after it). A kind subclasses it with ``read_scale``, ``scale`` and ``state``.
@@ -110,8 +112,8 @@ class WorkloadConnector(Protocol):
         ...
 
     def unschedulable_for(self, now: float, state: WorkloadState | None = None) -> float | None:
-        """Seconds (``now``: unix seconds) the longest-unschedulable pod has been so; 0 when none
-        is; None when the pods cannot be read or selected."""
+        """Seconds (``now``: the daemon's monotonic clock) the longest-unschedulable pod has been seen
+        so; 0 when none is; None when the pods cannot be read or selected."""
         ...
 
     def reference(self, state: WorkloadState | None = None) -> client.V1ObjectReference:
@@ -207,6 +209,8 @@ class Connector:
         self.workload_kind = workload.kind
         self.quiet_s = quiet_s
         self.core = client.CoreV1Api(api)
+        self._unschedulable: dict[tuple[str, str], float] = {}
+        """(pod, the condition's transition) -> when this connector first saw it unschedulable, local s."""
         self.last: int | None = None
         """Replicas last written or found (None: never read)."""
         self.paused_until = float("-inf")
@@ -245,16 +249,16 @@ class Connector:
             log.warning("pods of %s %s/%s not read: %s", self.workload_kind, self.namespace, self.name,
                         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             return None
-        longest = 0.0
+        seen: dict[tuple[str, str], float] = {}
         for pod in pods:
             if pod.status is None or pod.status.phase != "Pending" or pod.metadata.deletion_timestamp is not None:
                 continue
             for c in pod.status.conditions or []:
                 if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
-                    since = c.last_transition_time or pod.metadata.creation_timestamp
-                    if since is not None:
-                        longest = max(longest, now - since.timestamp())
-        return longest
+                    key = (str(pod.metadata.name), str(c.last_transition_time or pod.metadata.creation_timestamp))
+                    seen[key] = self._unschedulable.get(key, now)
+        self._unschedulable = seen  # a pod scheduled, deleted or pending anew starts over
+        return max((now - first for first in seen.values()), default=0.0)
 
     def reference(self, state: WorkloadState | None = None) -> client.V1ObjectReference:
         """See ``WorkloadConnector``; the uid when ``state`` has it."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,6 @@ from autoscaler.loop.actuate import ActuationStatus, ExternalChange
 NS = "llm"
 NAME = "w"
 DESIRED, READY = 3, 2
-T0 = datetime.fromisoformat("2026-12-01T10:00:00+00:00").timestamp()
 
 
 @dataclass(frozen=True)
@@ -226,11 +224,13 @@ def test_the_actuator_reports_before_after_and_another_writer(setup: Setup) -> N
 
 
 def test_pending_pods_of_the_workload_mark_it_unavailable(setup: Setup) -> None:
-    now = [T0 + 200]
+    now = [50.0]  # the daemon's own clock
     pods = PendingPods(setup.cfg.kubernetes, setup.cfg.services, setup.api, clock=lambda: now[0])
+    assert pods.unschedulable_for("svc", "h100") == 0.0  # first seen now
+    now[0] = 250.0
     assert pods.unschedulable_for("svc", "h100") == pytest.approx(200)  # the other app's pod is not this one's
     assert not pods.unavailable("svc", "h100")
-    now[0] = T0 + 301
+    now[0] = 351.0
     assert pods.unavailable("svc", "h100")
 
 

@@ -269,8 +269,6 @@ def pod(name: str, labels: dict[str, str], phase: str, unschedulable_since: str 
 
 
 def test_a_variant_whose_pods_stay_unschedulable_is_marked_unavailable_for_a_while(cluster, make_fleet) -> None:
-    from datetime import datetime
-
     from autoscaler.adapters.kubernetes import PendingPods
 
     doc = make_fleet(2, min_replicas=0, max_replicas=8).model_dump(mode="json", exclude_unset=True)
@@ -281,9 +279,11 @@ def test_a_variant_whose_pods_stay_unschedulable_is_marked_unavailable_for_a_whi
     core.create_namespaced_pod(NS, pod("svc-h100-a", labels, "Running"))
     core.create_namespaced_pod(NS, pod("svc-h100-b", labels, "Pending", "2026-12-01T10:00:00Z"))
     core.create_namespaced_pod(NS, pod("other-x", {"app": "other"}, "Pending", "2026-12-01T09:00:00Z"))
-    t0 = datetime.fromisoformat("2026-12-01T10:00:00+00:00").timestamp()
-    now = [t0 + 200]
+    t0 = 1000.0  # the daemon's own (monotonic) clock: the pods' timestamps are never compared with it
+    now = [t0]
     pods = PendingPods(cfg.kubernetes, cfg.services, cluster.api(), clock=lambda: now[0])
+    assert pods.unschedulable_for("svc", "h100") == 0.0  # first seen unschedulable now
+    now[0] = t0 + 200
     assert pods.unschedulable_for("svc", "h100") == pytest.approx(200)  # the other app's pod is not ours
     assert not pods.unavailable("svc", "h100")  # 200 s < 300 s: still coming
     now[0] = t0 + 301
@@ -526,3 +526,22 @@ def test_a_hung_api_server_ends_a_call_at_the_deadline() -> None:
     srv.close()
     assert not t.is_alive() and outcome
     assert isinstance(outcome[0], urllib3.exceptions.HTTPError)  # a timeout, which TRANSPORT_ERRORS covers
+
+
+def test_pending_pods_are_timed_on_the_daemons_clock_whatever_the_servers(cluster, make_fleet) -> None:
+    """Issue 31, item 5: a pod whose timestamps say it has been unschedulable for a day (the API
+    server's clock an hour or a day ahead of ours) is 0 s old when first seen, and counts from there."""
+    from autoscaler.adapters.kubernetes import PendingPods
+
+    doc = make_fleet(2, min_replicas=0, max_replicas=8).model_dump(mode="json", exclude_unset=True)
+    cfg = parse_config({**doc, "kubernetes": {"namespace": NS, "pending_timeout_s": 300, "pending_retry_s": 900}},
+                       "<test>")
+    core = client.CoreV1Api(cluster.api())
+    core.create_namespaced_pod(NS, pod("svc-h100-b", {"app": "svc-h100"}, "Pending", "2000-01-01T00:00:00Z"))
+    now = [5.0]
+    pods = PendingPods(cfg.kubernetes, cfg.services, cluster.api(), clock=lambda: now[0])
+    assert pods.unschedulable_for("svc", "h100") == 0.0 and not pods.unavailable("svc", "h100")
+    now[0] = 5.0 + 299
+    assert not pods.unavailable("svc", "h100")
+    now[0] = 5.0 + 301
+    assert pods.unavailable("svc", "h100")
