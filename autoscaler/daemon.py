@@ -59,6 +59,7 @@ from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, E
 from autoscaler.loop.admission import PATH, AdmissionDocument, TeeSink, check_thresholds
 from autoscaler.loop.export import LoopMetrics, MetricsServer, serve
 from autoscaler.loop.runner import ControlLoop, TickRecord
+from autoscaler.loop.ticker import next_due
 from autoscaler.wiring import admission_policy, build_loop
 from controllers.registry import build
 
@@ -294,7 +295,10 @@ class Daemon:
                     self.tick()
                 except Exception:  # a bug in one tick must not kill the daemon; the next tick retries
                     log.exception("tick failed")
-                due += period
+                due, skipped = next_due(due, period, time.monotonic())
+                if skipped:
+                    log.warning("a tick took %.0f s: %d tick(s) skipped, not replayed",
+                                time.monotonic() - self.last_tick, skipped)
                 self.stopping.wait(max(0.0, due - time.monotonic()))
         finally:
             self.stopping.set()

@@ -193,6 +193,16 @@ def test_run_every_keeps_a_fixed_schedule() -> None:
     assert run_every(1.0, tick, 4, sleep=sleep, clock=lambda: clock[0]) == 4
     # due at 100, 101, 102, 103: the overrun tick (101 -> 102.5) is followed at once, then back on time
     assert started == [100.0, 101.0, 102.5, 103.0]
+    started.clear()
+    clock[0] = 200.0
+
+    def slow(n: int = 2) -> None:
+        started.append(clock[0])
+        clock[0] += 0.3 if len(started) != n else 4.5  # the second tick overruns four periods
+
+    assert run_every(1.0, slow, 4, sleep=sleep, clock=lambda: clock[0]) == 4
+    # 201 -> 205.5: the ticks due at 202, 203 and 204 are skipped, one runs at once (due 205), then 206
+    assert started == [200.0, 201.0, 205.5, 206.0]
     with pytest.raises(ValueError, match="finite number > 0"):
         run_every(0.0, tick, 1)
     with pytest.raises(ValueError, match="limit must be >= 1"):
