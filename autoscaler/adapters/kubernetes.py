@@ -108,8 +108,13 @@ def connect(kubeconfig: Path | None = None, context: str | None = None,
     where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
     if kubeconfig is not None and not kubeconfig.is_file():
         raise KubernetesError(f"kubeconfig {kubeconfig}: no such file")
+    in_cluster = Path("/var/run/secrets/kubernetes.io/serviceaccount/token").is_file()
+    if kubeconfig is None and not in_cluster and not os.environ.get("KUBECONFIG") \
+            and not Path("~/.kube/config").expanduser().is_file():
+        raise KubernetesError("no kubeconfig: ~/.kube/config does not exist, $KUBECONFIG is unset and this is not "
+                              "a pod with a service account (pass --kubeconfig)")
     try:
-        if kubeconfig is None and Path("/var/run/secrets/kubernetes.io/serviceaccount/token").is_file():
+        if kubeconfig is None and in_cluster:
             cfg = client.Configuration()
             config.load_incluster_config(client_configuration=cfg)
             return with_deadline(client.ApiClient(cfg), timeout_s)

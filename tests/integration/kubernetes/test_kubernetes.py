@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -545,3 +546,13 @@ def test_pending_pods_are_timed_on_the_daemons_clock_whatever_the_servers(cluste
     assert not pods.unavailable("svc", "h100")
     now[0] = 5.0 + 301
     assert pods.unavailable("svc", "h100")
+
+
+def test_no_kubeconfig_anywhere_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not the client's 'Invalid kube-config file. No configuration found.' for a file that is not there."""
+    from autoscaler.adapters.kubernetes import KubernetesError, connect
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    with pytest.raises(KubernetesError, match=r"^no kubeconfig: ~/\.kube/config does not exist, \$KUBECONFIG is unset"):
+        connect()
