@@ -183,6 +183,8 @@ class Daemon:
         return (503, b"tick loop stalled\n") if stalled else (200, b"ok\n")
 
     def _readyz(self) -> tuple[int, bytes]:
+        if self.elector.failing is not None and not self.dry_run:  # it cannot take part in the election
+            return 503, f"not ready: {self.elector.failing}\n".encode()
         ready = self.elected_once.is_set() and (not self.leading or self.ticks > 0)
         return (200, b"ready\n") if ready else (503, b"not ready\n")
 

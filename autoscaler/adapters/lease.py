@@ -67,6 +67,8 @@ class LeaderElector:
         self._seen: tuple[str | None, object] | None = None
         self._seen_at = 0.0
         self._mine: deque[datetime] = deque(maxlen=8)  # renew times this candidate wrote
+        self.failing: str | None = None
+        """Why the last attempt could not read or write the Lease (None: it could): readiness."""
         self.duplicate = False
         """Another process renews the Lease under this identity: this one never leads again."""
 
@@ -94,8 +96,11 @@ class LeaderElector:
         server that does not answer counts as a failed renewal, never as a won election)."""
         now = self.clock()
         try:
-            return self._try(now)
+            won = self._try(now)
+            self.failing = None
+            return won
         except ApiException as exc:
+            self.failing = None if exc.status == 409 else f"lease {self.namespace}/{self.name}: HTTP {exc.status}"
             if exc.status in (401, 403):
                 log.warning("lease %s/%s: forbidden (HTTP %s): grant get, update and create on coordination.k8s.io "
                             "leases in %s (deploy/base RBAC)", self.namespace, self.name, exc.status, self.namespace)
@@ -103,6 +108,7 @@ class LeaderElector:
                 log.warning("lease %s/%s: HTTP %s", self.namespace, self.name, exc.status)
             return self._renew_failed(now)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self.failing = f"lease {self.namespace}/{self.name}: {type(exc).__name__}"
             log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
             return self._renew_failed(now)
 
@@ -132,7 +138,8 @@ class LeaderElector:
         if self.duplicate:
             self.leading = False
             return False
-        duration = float(spec.lease_duration_seconds or self.cfg.duration_s)
+        # a dead holder's Lease of a day would leave no leader for a day: no longer than ours
+        duration = min(float(spec.lease_duration_seconds or self.cfg.duration_s), self.cfg.duration_s)
         if holder not in (None, self.identity) and now - self._seen_at < duration:
             self.leading = False
             return False

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -556,3 +557,32 @@ def test_no_kubeconfig_anywhere_says_so(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.delenv("KUBECONFIG", raising=False)
     with pytest.raises(KubernetesError, match=r"^no kubeconfig: ~/\.kube/config does not exist, \$KUBECONFIG is unset"):
         connect()
+
+
+def test_a_dead_holders_day_long_lease_is_held_no_longer_than_ours(cluster) -> None:
+    """Issue 31, item 4: a Lease left with leaseDurationSeconds of a day is taken over after our own
+    duration (15 s), not after the day."""
+    cfg = LeaseConfig(duration_s=15, renew_s=10, retry_s=2)
+    body = client.V1Lease(metadata=client.V1ObjectMeta(name="l", namespace="autoscaler"), spec=client.V1LeaseSpec(
+        holder_identity="dead", lease_duration_seconds=86400, renew_time=datetime.now(UTC)))
+    client.CoordinationV1Api(cluster.api()).create_namespaced_lease("autoscaler", body)
+    clock = Clock()
+    a = LeaderElector(cluster.api(), "l", "autoscaler", "a", cfg, clock)
+    assert not a.try_acquire_or_renew()
+    clock.t = 14.0
+    assert not a.try_acquire_or_renew()
+    clock.t = 15.5
+    assert a.try_acquire_or_renew()
+
+
+def test_a_candidate_that_cannot_reach_the_lease_says_why(cluster) -> None:
+    """Readiness follows whether the daemon can take part in the election (``failing``)."""
+    cfg = LeaseConfig(duration_s=15, renew_s=10, retry_s=2)
+    a = LeaderElector(cluster.api(), "l", "autoscaler", "a", cfg, Clock())
+    assert a.try_acquire_or_renew() and a.failing is None
+    cluster.emu.down = True
+    a.try_acquire_or_renew()
+    assert a.failing == "lease autoscaler/l: HTTP 503"
+    cluster.emu.down = False
+    a.try_acquire_or_renew()
+    assert a.failing is None
