@@ -168,14 +168,18 @@ def run_one(name: str, cfg: FleetConfig, workload: Workload, service: str | None
 
 
 _JOB: tuple[FleetConfig, Workload, str | None, str | None] | None = None
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def _init_worker(cfg: FleetConfig, workload: Workload, service: str | None, admission: str | None) -> None:
     global _JOB
     _JOB = (cfg, workload, service, admission)
     # Ctrl-C reaches the whole process group: the parent handles it and terminates the pool (SIGTERM).
+    # Both arrive blocked (the parent forks with them blocked), so the parent's handlers, inherited with
+    # the fork, never run here: a worker terminated while starting ends quietly, without a traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
 
 
 def _work(name: str) -> RunResult:
@@ -214,8 +218,12 @@ def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str]
         before = set(multiprocessing.active_children())
         pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
                                    initargs=(cfg, workload, service, admission))
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)  # the workers fork at the first submit
         try:
-            futures = {name: pool.submit(_work, name) for name in controllers}
+            try:
+                futures = {name: pool.submit(_work, name) for name in controllers}
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a signal that came meanwhile is raised here
             started = time.perf_counter()
             for name, fut in futures.items():
                 try:
