@@ -22,6 +22,7 @@ actuator turns them into results.
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -153,7 +154,7 @@ def parse_selector(text: str | None) -> dict[str, str] | None:
     return labels
 
 
-class Connector:
+class Connector(ABC):
     """The parts of a ``WorkloadConnector`` every kind shares (module docstring).
 
     Subclasses set ``kind``, ``default_api_version`` and ``default_plural`` and implement
@@ -216,17 +217,20 @@ class Connector:
         self.paused_until = float("-inf")
 
     # ------------------------------------------------------------------ per kind
+    @abstractmethod
     def read_scale(self) -> Scale:
         """See ``WorkloadConnector``."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def scale(self, replicas: int, resource_version: str | None) -> None:
         """See ``WorkloadConnector``."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def state(self) -> WorkloadState:
         """See ``WorkloadConnector``."""
-        raise NotImplementedError
+        ...
 
     # ------------------------------------------------------------------ shared
     def where(self) -> str:
