@@ -75,11 +75,14 @@ def build_source(cfg: FleetConfig, client: PrometheusConnect, *, speed: float = 
         speed: simulated seconds per wall second behind the server (1 for a real cluster).
         window_s: the controller's window, s (default ``controller.window_s``).
         replay: a backtest's grid: queries are answered from range queries at the grid's times
-            (``RangeRunner``) and the source's clock is the grid's (``start`` + loop time).
+            (``RangeRunner``) and the source's clock is the grid's (``start`` + loop time); a
+            replay has no tick to keep, so its queries have no common deadline.
     """
     window = cfg.controller.window_s if window_s is None else window_s
     if replay is None:
-        return PrometheusSource(cfg.prometheus, cfg.services, LiveRunner(client), window_s=window, speed=speed)
+        prom = cfg.prometheus
+        return PrometheusSource(prom, cfg.services, LiveRunner(client), window_s=window, speed=speed,
+                                deadline_s=prom.timeout_s if prom.deadline_s is None else prom.deadline_s)
     t0 = replay.start
     return PrometheusSource(cfg.prometheus, cfg.services, RangeRunner(client, replay.end, replay.step),
                             window_s=window, clock=lambda now: t0 + now)

@@ -29,6 +29,13 @@ served with ``autoscaler simulate --serve-metrics --speed``): windows shrink by 
 300-s window of the source's clock is 300/``speed`` wall seconds), and per-second rates, measured
 per wall second, are divided by it, so signals stay in the source's own seconds.
 
+A whole ``observe`` is bounded, not only each query: with ``deadline_s``, a query not answered
+that many (wall) seconds after the observation began is failed ("no answer within the
+observation's deadline") and the rest of the tick goes on without it, so a Prometheus that accepts
+connections and never answers costs one deadline per tick (the loop holds on unknown signals),
+not one ``timeout_s`` per round of queries per ``max_concurrency``. The queries left running are
+abandoned; each still ends at its own ``timeout_s``.
+
 Service-wide, two more queries: the gateway's ``arrival_rate_rps`` (``autoscaler.promql``; optional,
 a failure is a warning) and how far back the service's samples go (``history_s``: ``time()`` minus
 the oldest sample of its pods' ``running`` gauge in the window, a subquery at the window / 30), so
@@ -41,8 +48,10 @@ import logging
 import math
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -280,15 +289,20 @@ class PrometheusSource:
         window_s: signal look-back window, s of the loop (the controller's ``window_s``).
         speed: how many times faster than real time the source runs (1 for a real cluster).
         clock: maps the loop's time (seconds) to the unix time to evaluate at; None = the server's now.
+        deadline_s: bound on one whole ``observe``, wall seconds (module docstring); None: each
+            query bounded by its own timeout only (a backtest, which has no tick to keep).
 
     Attributes:
         warnings: service -> this tick's warnings (pods ignored, no fresh pods).
     """
 
     def __init__(self, prom: PrometheusConfig, services: Sequence[Service], runner: QueryRunner, *, window_s: float,
-                 speed: float = 1.0, clock: Callable[[float], float] | None = None) -> None:
+                 speed: float = 1.0, clock: Callable[[float], float] | None = None,
+                 deadline_s: float | None = None) -> None:
         if not 0 < speed < math.inf:
             raise ValueError(f"speed must be finite and > 0, got {speed}")
+        if deadline_s is not None and not 0 < deadline_s < math.inf:
+            raise ValueError(f"deadline_s must be finite and > 0, got {deadline_s}")
         if prom.query_set == "recorded" and speed != 1:
             raise ValueError("prometheus.query_set recorded reads rates recorded over real time: speed must be 1")
         self.services = list(services)
@@ -299,6 +313,8 @@ class PrometheusSource:
         self.qs = QUERY_SETS[self.prom.query_set]
         self.queries = {**self.qs.signals, **self.prom.queries}
         self.window_s = window_s / speed
+        self.deadline_s = deadline_s
+        self._deadline = math.inf  # monotonic time the observation in progress ends
         self.warnings: dict[str, list[str]] = {}
         self._counts: dict[tuple[str, str], tuple[int, int]] = {}
 
@@ -322,6 +338,8 @@ class PrometheusSource:
 
     # ------------------------------------------------------------------ queries
     def _run(self, promql: str, at: float | None) -> _Outcome:
+        if time.monotonic() >= self._deadline:  # queued behind slow queries: not started at all
+            return _Outcome(error=f"no answer within the observation's deadline ({self.deadline_s:g} s)")
         try:
             result = self.runner.query(promql, at)
             if not isinstance(result, list):
@@ -329,6 +347,15 @@ class PrometheusSource:
             return _Outcome(result)
         except Exception as exc:
             return _Outcome(error=describe(exc))
+
+    def _result(self, fut: Future[_Outcome]) -> _Outcome:
+        """``fut``'s outcome, or a failure once the observation's deadline has passed."""
+        try:
+            return fut.result(timeout=None if self._deadline == math.inf
+                              else max(0.0, self._deadline - time.monotonic()))
+        except FutureTimeout:
+            fut.cancel()
+            return _Outcome(error=f"no answer within the observation's deadline ({self.deadline_s:g} s)")
 
     def _inventory_queries(self, svc: Service, v: Variant) -> dict[str, str]:
         pods_sel, dep_sel = self.variant_selectors(svc, v)
@@ -448,7 +475,7 @@ class PrometheusSource:
                  ) -> dict[str, float | None]:
         out: dict[str, float | None] = dict.fromkeys(SIGNALS)
         for name, fut in futures.items():
-            res = fut.result()
+            res = self._result(fut)
             if res.error is not None:
                 errors.append(f"{scope} {name}: {res.error}")
                 continue
@@ -471,7 +498,9 @@ class PrometheusSource:
     def observe(self, now: float) -> dict[str, ServiceObservation]:
         """Signals of every service at loop time ``now`` (seconds); see the module docstring."""
         at = None if self.clock is None else self.clock(now)
-        with ThreadPoolExecutor(max_workers=self.prom.max_concurrency) as pool:
+        self._deadline = math.inf if self.deadline_s is None else time.monotonic() + self.deadline_s
+        pool = ThreadPoolExecutor(max_workers=self.prom.max_concurrency, thread_name_prefix="prometheus")
+        try:
             inventory = {
                 (svc.name, v.name): {k: pool.submit(self._run, q, at)
                                      for k, q in self._inventory_queries(svc, v).items()}
@@ -479,6 +508,8 @@ class PrometheusSource:
             }
             plans = [self._plan(svc, inventory, pool, at) for svc in self.services]
             return {plan.svc.name: self._finish(plan, now) for plan in plans}
+        finally:  # past the deadline, queries still in flight are abandoned (each ends at its timeout_s)
+            pool.shutdown(wait=self._deadline == math.inf, cancel_futures=True)
 
     def _plan(self, svc: Service, inventory: dict[tuple[str, str], dict[str, Future[_Outcome]]],
               pool: ThreadPoolExecutor, at: float | None) -> _Plan:
@@ -487,7 +518,7 @@ class PrometheusSource:
         known = True
         for v in svc.variants:
             scope = f"{svc.name}/{v.name}"
-            res = {k: f.result() for k, f in inventory[(svc.name, v.name)].items()}
+            res = {k: self._result(f) for k, f in inventory[(svc.name, v.name)].items()}
             for k in OPTIONAL_POD_QUERIES:  # only the cache-warmth model reads them: a failure is a warning
                 if k in res and res[k].error is not None:
                     plan.warnings.append(f"{scope} pods ({k}): {res.pop(k).error}")
@@ -559,7 +590,7 @@ class PrometheusSource:
         name = plan.svc.name
         found: dict[str, float | None] = {}
         for key, fut in plan.service_jobs.items():
-            res = fut.result()
+            res = self._result(fut)
             if res.error is not None:
                 if key == HISTORY:
                     plan.errors.append(f"{name} history: {res.error}")

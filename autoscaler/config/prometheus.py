@@ -71,6 +71,9 @@ class PrometheusConfig(Strict):
         staleness_s: a pod whose newest sample is older than this is ignored, seconds; default 120 =
             two of Prometheus's default 1 m ``scrape_interval``. Set it to ~2 scrape intervals.
         timeout_s: per-query HTTP timeout, seconds.
+        deadline_s: bound on all of one tick's queries together, wall seconds (default: ``timeout_s``,
+            so a tick waits no longer on Prometheus than one query may); a query not answered by
+            then is failed and its signal unknown (``adapters.prometheus``).
         bearer_token_file: file holding a bearer token (e.g. a service-account token).
         basic_auth: username and password file.
         ca_file: CA bundle to verify the server's certificate.
@@ -86,6 +89,7 @@ class PrometheusConfig(Strict):
     pod_label: str = Field(default="pod", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
     staleness_s: float = Field(default=120.0, gt=0)
     timeout_s: float = Field(default=10.0, gt=0)
+    deadline_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     bearer_token_file: Path | None = None
     basic_auth: BasicAuth | None = None
     ca_file: Path | None = None

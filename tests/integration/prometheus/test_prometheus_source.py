@@ -264,6 +264,39 @@ def test_a_failed_or_absurd_prefix_counter_query_is_a_warning_not_a_hold() -> No
     assert "prefix_queries counter -5 ignored" in warnings
 
 
+def test_a_tick_waits_one_deadline_for_a_prometheus_that_never_answers() -> None:
+    # Issue 31 item 6: the breaking pass's Prometheus accepted and never answered; each query was
+    # bounded, the tick was not (53 s). Here the pod queries answer and every signal query hangs
+    # until the test releases it, after observe() returns: observe must not wait for them.
+    released = threading.Event()
+    hung: list[str] = []
+
+    class Runner:
+        def query(self, promql: str, at: float | None) -> list[dict[str, Any]]:
+            pod = {"pod": "src-h100-0"}
+            if "src-a100" in promql or "kube_deployment" in promql:
+                return []
+            if 'pod=~"src-h100-.*"' in promql:  # the first round: the variant's pods
+                return [{"metric": pod, "value": [0, "1" if "time() - timestamp" in promql else "0.5"]}]
+            hung.append(promql)
+            released.wait(120)  # a generous safety net: the assertion below fails long before
+            return []
+
+    cfg = fleet({"max_concurrency": 2})
+    src = PrometheusSource(cfg.prometheus, cfg.services, Runner(), window_s=cfg.controller.window_s, deadline_s=0.5)
+    try:
+        obs = src.observe(0.0)["src"]
+        assert not released.is_set()
+        assert hung  # the signal queries were sent and did not answer
+    finally:
+        released.set()
+    # the pods (answered) are used; every unanswered signal is unknown, with the deadline as the reason
+    assert obs.variants["h100"].counts_known and obs.variants["h100"].ready == 1
+    assert obs.signals.request_rate_rps is None and obs.signals.ttft_p95_s is None
+    assert obs.errors and all("no answer within the observation's deadline (0.5 s)" in e for e in obs.errors)
+    assert any(e.startswith("src history:") for e in obs.errors)
+
+
 @pytest.mark.parametrize(("section", "message"), [
     ({"queries": {"nope": "sum(x{$sel})"}}, "unknown signal 'nope'"),
     ({"queries": {"running": "sum(vllm:num_requests_running)"}}, "must contain $sel"),
