@@ -32,10 +32,21 @@ for ``kubernetes.other_writer_quiet_s``; each such change is an Event (``OtherWr
 HTTP on ``address``: ``/metrics`` (the loop's, ``autoscaler_leader``, ``autoscaler_external_writes_total``,
 ``autoscaler_paused``, and ``autoscaler_workload_desired_replicas`` / ``autoscaler_workload_ready_replicas``
 labelled ``service``, ``variant``, ``kind`` and ``workload``: the counts last read from the API server,
-for every kind, where kube-state-metrics has series for apps/v1 kinds only), ``/v1/admission``,
-``/healthz`` (200 while the loop thread ticks on schedule: no tick missed for three periods) and
-``/readyz`` (200 once the first election attempt and, when leading, the first tick are done).
-``stop()`` (SIGTERM) lets the tick in progress finish, releases the Lease and closes the server.
+for every kind, where kube-state-metrics has series for apps/v1 kinds only), ``/v1/admission`` (the
+leader's document, its generations built on the Lease's term; a follower or a former leader answers
+503 with the leader's identity, and the document holds only what the ConfigMaps were written with),
+``/healthz`` (200 unless a tick has stalled, below) and ``/readyz`` (200 once the first election
+attempt and, when leading, the first tick are done; 503 while the Lease cannot be read or written,
+or a tick has stalled).
+
+A stalled tick (one running longer than ``stall_s``: three tick periods or two lease durations,
+whichever is longer, so neither a slow solve nor one Prometheus deadline counts) gives the Lease up:
+the election thread stops renewing for a loop that does nothing, releases the Lease so that another
+daemon leads at its next try, and takes part in the election again only once the tick has returned
+(whose writes, meanwhile, are refused: it no longer leads). ``stop()`` (SIGTERM) lets the tick in
+progress finish for ``kubernetes.stop_grace_s``, then releases the Lease and closes the server,
+leaving a tick that has not finished behind (``abandoned``): the process exits within the pod's grace
+period whatever a call in flight does.
 """
 
 from __future__ import annotations
@@ -56,7 +67,7 @@ from autoscaler.adapters.lease import LeaderElector
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.config import FleetConfig
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, ExternalChange
-from autoscaler.loop.admission import PATH, AdmissionDocument, TeeSink, check_thresholds
+from autoscaler.loop.admission import PATH, TERM_BITS, AdmissionDocument, TeeSink, check_thresholds
 from autoscaler.loop.export import LoopMetrics, MetricsServer, serve
 from autoscaler.loop.runner import ControlLoop, TickRecord
 from autoscaler.loop.ticker import next_due
@@ -171,20 +182,44 @@ class Daemon:
         self.metrics: LoopMetrics | None = None
         self.ticks = 0
         self.last_tick: float | None = None
+        self.tick_began: float | None = None
+        """When the tick in progress began (monotonic s), None between ticks."""
+        period = cfg.controller.tick_s / speed
+        self.stall_s = max(3 * period, 2 * kube.lease.duration_s)
+        """A tick running longer than this (wall s) has stalled (module docstring)."""
+        self.abandoned = False
+        """``run`` returned with a tick still in progress (it outlived ``stop_grace_s``)."""
         self.elected_once = threading.Event()
         self.started = time.monotonic()
         self.server: MetricsServer = serve(self.registry, address, {
-            PATH: self.document.json, "/healthz": self._healthz, "/readyz": self._readyz})
+            PATH: self._admission, "/healthz": self._healthz, "/readyz": self._readyz})
 
     # ------------------------------------------------------------------ HTTP
+    def _admission(self) -> tuple[int, bytes]:
+        """The admission document while this daemon leads and has begun its term's document; else 503
+        naming the leader (a follower or a former leader serves no thresholds)."""
+        if self.dry_run or (self.leading and self.document.leader == self.identity
+                            and self.document.generation >> TERM_BITS == self.elector.term):
+            return 200, self.document.json()
+        why = {"error": f"{self.identity} does not lead: ask the leader", "leader": self.elector.holder}
+        return 503, (json.dumps(why) + "\n").encode()
+
+    def stalled_for(self) -> float | None:
+        """How long the tick in progress has run past ``stall_s`` (s), or None when no tick has stalled."""
+        began = self.tick_began
+        if began is None:
+            return None
+        over = time.monotonic() - began - self.stall_s
+        return over if over > 0 else None
+
     def _healthz(self) -> tuple[int, bytes]:
-        period = self.cfg.controller.tick_s / self.speed
-        stalled = self.last_tick is not None and time.monotonic() - self.last_tick > 3 * period
-        return (503, b"tick loop stalled\n") if stalled else (200, b"ok\n")
+        return (503, b"tick loop stalled\n") if self.stalled_for() is not None else (200, b"ok\n")
 
     def _readyz(self) -> tuple[int, bytes]:
         if self.elector.failing is not None and not self.dry_run:  # it cannot take part in the election
             return 503, f"not ready: {self.elector.failing}\n".encode()
+        if self.stalled_for() is not None:
+            return 503, f"not ready: a tick has run for more than {self.stall_s:g} s\n".encode()
         ready = self.elected_once.is_set() and (not self.leading or self.ticks > 0)
         return (200, b"ready\n") if ready else (503, b"not ready\n")
 
@@ -197,7 +232,12 @@ class Daemon:
     # ------------------------------------------------------------------ election
     def _elect(self) -> None:
         while not self.stopping.is_set():
-            if not self.dry_run:
+            if not self.dry_run and self.stalled_for() is not None:
+                if self.elector.leading:  # renewing for a loop that does nothing would leave no one deciding
+                    log.error("%s: a tick has run for more than %g s: releasing the Lease until it returns",
+                              self.identity, self.stall_s)
+                    self.elector.release()
+            elif not self.dry_run:
                 was = self.elector.leading
                 now = self.elector.try_acquire_or_renew()
                 if now != was:
@@ -210,12 +250,16 @@ class Daemon:
     # ------------------------------------------------------------------ loop
     def _new_loop(self, now: float) -> ControlLoop:
         ctrl = build(self.spec, self.cfg)
+        term = 0 if self.dry_run else self.elector.term
+        self.document.begin(self.identity, term)
         if self.dry_run:
             sink: Any = TeeSink(LoggingSink(), self.document)
             actuator: Any = LoggingActuator()
             self.writer = None
-        else:
-            sink = TeeSink(LeaderOnly(ConfigMapSink(self.cfg.kubernetes, self.api), self), self.document)
+        else:  # the ConfigMap first: the endpoint serves only what the cluster holds
+            configmaps = ConfigMapSink(self.cfg.kubernetes, self.api, fence=self.may_write, leader=self.identity,
+                                       term=term)
+            sink = TeeSink(LeaderOnly(configmaps, self), self.document)
             self.writer = KubernetesActuator(self.cfg.kubernetes, self.cfg.services, self.api, fence=self.may_write)
             actuator = LeaderOnly(self.writer, self)
         loop = build_loop(self.cfg, "run", self.source, ctrl, actuator=actuator, sink=sink,
@@ -284,33 +328,47 @@ class Daemon:
             self.workload_ready.labels(*labels).set(state.ready)
 
     def run(self) -> None:
-        """Elect and tick until ``stop()``; then release the Lease and close the server."""
+        """Elect and tick until ``stop()``; then release the Lease and close the server (module docstring)."""
         elector = threading.Thread(target=self._elect, name="leader-election", daemon=True)
         elector.start()
         self.elected_once.wait(timeout=self.cfg.kubernetes.lease.duration_s)
-        period = self.cfg.controller.tick_s / self.speed
-        due = time.monotonic()
+        ticker = threading.Thread(target=self._tick_loop, name="tick-loop", daemon=True)
+        ticker.start()
         try:
-            while not self.stopping.is_set():
-                self.last_tick = time.monotonic()
-                try:
-                    self.tick()
-                except Exception:  # a bug in one tick must not kill the daemon; the next tick retries
-                    log.exception("tick failed")
-                due, skipped = next_due(due, period, time.monotonic())
-                if skipped:
-                    log.warning("a tick took %.0f s: %d tick(s) skipped, not replayed",
-                                time.monotonic() - self.last_tick, skipped)
-                self.stopping.wait(max(0.0, due - time.monotonic()))
+            self.stopping.wait()
         finally:
             self.stopping.set()
+            grace = self.cfg.kubernetes.stop_grace_s
+            ticker.join(timeout=grace)
+            if ticker.is_alive():
+                self.abandoned = True
+                log.warning("%s: the tick in progress did not finish within %g s of the stop: exiting without it",
+                            self.identity, grace)
             elector.join(timeout=5)
             self.elector.release()
             self.leader_gauge.labels(self.identity).set(0)
             self.server.close()
 
+    def _tick_loop(self) -> None:
+        """Tick every period until ``stop()``; missed ticks are skipped, not replayed."""
+        period = self.cfg.controller.tick_s / self.speed
+        due = time.monotonic()
+        while not self.stopping.is_set():
+            self.last_tick = self.tick_began = time.monotonic()
+            try:
+                self.tick()
+            except Exception:  # a bug in one tick must not kill the daemon; the next tick retries
+                log.exception("tick failed")
+            finally:
+                self.tick_began = None
+            due, skipped = next_due(due, period, time.monotonic())
+            if skipped:
+                log.warning("a tick took %.0f s: %d tick(s) skipped, not replayed",
+                            time.monotonic() - self.last_tick, skipped)
+            self.stopping.wait(max(0.0, due - time.monotonic()))
+
     def stop(self) -> None:
-        """Ask ``run`` to finish its tick and shut down (SIGTERM)."""
+        """Ask ``run`` to finish its tick (for ``kubernetes.stop_grace_s`` at most) and shut down (SIGTERM)."""
         self.stopping.set()
 
 

@@ -35,7 +35,10 @@ changes nothing; the loop keeps the variant at its count and retries next tick.
 (``kubernetes.admission_configmap``) holds the keys ``thresholds.json`` (the ``autoscaler/v1``
 ``AdmissionThresholds`` document of that service alone, docs/admission.md) and one key per priority
 (``critical``, ``standard``, ``sheddable``: seconds, or ``none`` for no limit), created when absent
-and replaced with its resourceVersion otherwise.
+and replaced with its resourceVersion otherwise. Its document carries the writing leader and a
+generation in that leader's term (``loop.admission``), so a gateway can tell it from a former
+leader's; like a scale, it is written only while the fence says the daemon still leads for longer
+than the call may take.
 
 ``PendingPods`` reads each variant's pods (selected as its connector says) and marks a variant
 ``unavailable`` while pods of it have been unschedulable (``PodScheduled`` False, reason
@@ -77,7 +80,7 @@ from autoscaler.adapters.workloads.base import ObjectError
 from autoscaler.config import KubernetesConfig, Service
 from autoscaler.errors import AutoscalerError
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, ExternalChange
-from autoscaler.loop.admission import API_VERSION, KIND, check_thresholds
+from autoscaler.loop.admission import API_VERSION, KIND, TERM_BITS, check_thresholds
 from autoscaler.loop.observe import MetricsSource, PendingMarks
 from autoscaler.state import ServiceObservation
 from autoscaler.urls import redact
@@ -322,12 +325,24 @@ class KubernetesActuator:
 
 
 class ConfigMapSink:
-    """The ``AdmissionSink`` that writes one ConfigMap per service in ``kube.namespace`` (module docstring)."""
+    """The ``AdmissionSink`` that writes one ConfigMap per service in ``kube.namespace`` (module docstring).
 
-    def __init__(self, kube: KubernetesConfig, api: client.ApiClient) -> None:
+    Args:
+        kube: the fleet file's ``kubernetes`` section.
+        api: a client.
+        fence: asked immediately before each write (after its read), as ``KubernetesActuator``'s.
+        leader, term: who writes and in which term (``LeaderElector.term``): the documents'
+            ``leader`` and the base of their generations (``term * 2**32``).
+    """
+
+    def __init__(self, kube: KubernetesConfig, api: client.ApiClient, fence: Callable[[], bool] | None = None,
+                 leader: str | None = None, term: int = 0) -> None:
         self.kube = kube
         self.core = client.CoreV1Api(api)
+        self.fence = fence
+        self.leader = leader
         self.generation: dict[str, int] = {}
+        self.base = term << TERM_BITS
 
     def name(self, service: str) -> str:
         """The service's ConfigMap name."""
@@ -336,8 +351,8 @@ class ConfigMapSink:
     def data(self, service: str, thresholds: Mapping[str, float | None]) -> dict[str, str]:
         """The ConfigMap's ``data`` for ``thresholds`` (module docstring)."""
         full = {p: thresholds.get(p) for p in PRIORITIES}
-        doc = {"apiVersion": API_VERSION, "kind": KIND, "generation": self.generation.get(service, 0),
-               "unit": "seconds of estimated queue wait", "priorities": list(PRIORITIES),
+        doc = {"apiVersion": API_VERSION, "kind": KIND, "generation": self.base + self.generation.get(service, 0),
+               "leader": self.leader, "unit": "seconds of estimated queue wait", "priorities": list(PRIORITIES),
                "services": {service: {"thresholds": full, "updated_unix_s": time.time()}}}
         return {"thresholds.json": json.dumps(doc, sort_keys=True),
                 **{p: "none" if x is None else f"{x:g}" for p, x in full.items()}}
@@ -358,6 +373,8 @@ class ConfigMapSink:
         except ApiException as exc:
             if exc.status != 404:
                 return result_of(exc, f"get configmaps {ns}/{name}")
+            if self.fence is not None and not self.fence():
+                return self._fenced(ns, name)
             try:
                 self.core.create_namespaced_config_map(ns, body)
             except TRANSPORT_ERRORS as exc2:
@@ -366,11 +383,19 @@ class ConfigMapSink:
         except TRANSPORT_ERRORS as exc:
             return result_of(exc, f"get configmaps {ns}/{name}")
         body["metadata"]["resourceVersion"] = existing.metadata.resource_version
+        if self.fence is not None and not self.fence():  # leadership may have ended during the read
+            return self._fenced(ns, name)
         try:
             self.core.replace_namespaced_config_map(name, ns, body)
         except TRANSPORT_ERRORS as exc:
             return result_of(exc, f"update configmaps {ns}/{name}")
         return APPLIED
+
+
+    @staticmethod
+    def _fenced(ns: str, name: str) -> ActuationResult:
+        return ActuationResult(ActuationStatus.CONFLICT, f"configmaps {ns}/{name}: not written: this daemon "
+                               "may no longer lead by the time the write lands")
 
 
 class PendingPods:

@@ -16,6 +16,12 @@ candidate remembers the renew times it wrote (the last few: a write whose answer
 have landed); finding the Lease held under its identity with a renew time it did not write, it
 stops leading for good (``duplicate``), logs it as an error, and the daemon exports it.
 
+Each acquisition is a new term: the candidate that takes the Lease writes ``leaseTransitions`` one
+more than it read (client-go increments it when the holder changes; here also when a restarted
+process takes back a Lease held under its own name, so that no two leaderships share a term), every
+renewal and the release keep it, and ``term`` is the value this candidate leads under: the admission
+documents' generations are built on it, so they increase across leaders.
+
 A follower times the lease on its own clock from the moment it saw the holder's ``renewTime``
 change, never from the timestamp itself, so a leader whose clock is skewed cannot make followers
 take over early (client-go does the same). The client's ``kubernetes.leaderelection`` is not used:
@@ -71,6 +77,8 @@ class LeaderElector:
         """Why the last attempt could not read or write the Lease (None: it could): readiness."""
         self.duplicate = False
         """Another process renews the Lease under this identity: this one never leads again."""
+        self.term = 0
+        """``leaseTransitions`` of the Lease as this candidate last took it (module docstring)."""
 
     def leads(self) -> bool:
         """Whether this candidate may write now: it won the Lease and renewed it less than
@@ -84,12 +92,12 @@ class LeaderElector:
         assert self.last_renewed is not None
         return self.cfg.renew_s - (self.clock() - self.last_renewed)
 
-    def _spec(self, acquired: datetime | None, holder: str | None = None,
+    def _spec(self, acquired: datetime | None, transitions: int, holder: str | None = None,
               duration: int | None = None) -> client.V1LeaseSpec:
         now = datetime.now(UTC)
         return client.V1LeaseSpec(holder_identity=self.identity if holder is None else holder,
                                   lease_duration_seconds=duration or max(1, math.ceil(self.cfg.duration_s)),
-                                  acquire_time=acquired or now, renew_time=now)
+                                  acquire_time=acquired or now, renew_time=now, lease_transitions=transitions)
 
     def try_acquire_or_renew(self) -> bool:
         """One attempt to take or keep the Lease; whether this candidate leads after it (an API
@@ -119,10 +127,10 @@ class LeaderElector:
             if exc.status != 404:
                 raise
             body = client.V1Lease(metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
-                                  spec=self._spec(None))
+                                  spec=self._spec(None, 0))
             self._mine.append(body.spec.renew_time)
             self.api.create_namespaced_lease(self.namespace, body, _request_timeout=self.timeout)
-            return self._won(now)
+            return self._won(now, 0)
         spec = lease.spec or client.V1LeaseSpec()
         holder = spec.holder_identity or None
         seen = (holder, spec.renew_time)
@@ -143,16 +151,18 @@ class LeaderElector:
         if holder not in (None, self.identity) and now - self._seen_at < duration:
             self.leading = False
             return False
-        lease.spec = self._spec(spec.acquire_time if holder == self.identity else None)
+        renewing = self.leading and holder == self.identity
+        transitions = (spec.lease_transitions or 0) + (0 if renewing else 1)
+        lease.spec = self._spec(spec.acquire_time if renewing else None, transitions)
         self._mine.append(lease.spec.renew_time)
         # 409 if it changed since the read
         self.api.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=self.timeout)
-        return self._won(now)
+        return self._won(now, transitions)
 
-    def _won(self, now: float) -> bool:
+    def _won(self, now: float, transitions: int) -> bool:
         if not self.leading:
-            log.info("%s leads (lease %s/%s)", self.identity, self.namespace, self.name)
-        self.leading, self.last_renewed, self.holder = True, now, self.identity
+            log.info("%s leads (lease %s/%s, term %d)", self.identity, self.namespace, self.name, transitions)
+        self.leading, self.last_renewed, self.holder, self.term = True, now, self.identity, transitions
         return True
 
     def _renew_failed(self, now: float) -> bool:
@@ -171,7 +181,7 @@ class LeaderElector:
             spec = lease.spec or client.V1LeaseSpec()
             if spec.holder_identity != self.identity:
                 return False
-            lease.spec = self._spec(spec.acquire_time, holder="", duration=1)
+            lease.spec = self._spec(spec.acquire_time, spec.lease_transitions or 0, holder="", duration=1)
             self.api.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=self.timeout)
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             log.warning("lease %s/%s not released: %s", self.namespace, self.name, exc)

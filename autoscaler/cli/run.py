@@ -31,7 +31,7 @@ def run_daemon(
     """Run the control loop on a cluster (docs/daemon.md).
 
     Leader election, scale subresource writes, admission ConfigMaps, Events. SIGTERM finishes the
-    tick and releases the lease."""
+    tick (kubernetes.stop_grace_s at most) and releases the lease."""
     import logging
     import os
     import signal
@@ -76,3 +76,8 @@ def run_daemon(
         daemon.run()
     except KeyboardInterrupt:
         daemon.stop()
+    logging.getLogger("autoscaler.daemon").info("%s stopped", name)
+    if daemon.abandoned:  # a tick hung in a call: its threads would hold the exit past the pod's grace
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(0)

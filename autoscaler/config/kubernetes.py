@@ -120,6 +120,10 @@ class KubernetesConfig(Strict):
         other_writer_quiet_s: when a workload's replicas were changed by another writer (a person,
             a GitOps sync, another autoscaler) since the daemon's last write, the daemon leaves that
             variant alone until this long has passed without another such change, seconds.
+        stop_grace_s: after SIGTERM, how long the tick in progress may take to finish, seconds;
+            then the daemon releases the Lease and exits without it (10 s: with the Lease's and the
+            server's own calls, each bounded by ``lease.renew_s / 2``, the exit fits in a pod's
+            default ``terminationGracePeriodSeconds`` of 30 s).
     """
 
     namespace: str = "default"
@@ -131,6 +135,7 @@ class KubernetesConfig(Strict):
     other_writer_quiet_s: float = Field(default=600.0, ge=0)
     pending_timeout_s: float = Field(default=300.0, gt=0)
     pending_retry_s: float = Field(default=900.0, gt=0)
+    stop_grace_s: float = Field(default=10.0, gt=0, le=3600)
 
     @field_validator("admission_configmap")
     @classmethod

@@ -3,14 +3,18 @@ the loop at ``GET /v1/admission`` (``autoscaler.loop.export.serve``).
 
 Schema (``apiVersion`` ``autoscaler/v1``, ``kind`` ``AdmissionThresholds``; docs/admission.md)::
 
-    {"apiVersion": "autoscaler/v1", "kind": "AdmissionThresholds", "generation": 7,
-     "unit": "seconds of estimated queue wait",
+    {"apiVersion": "autoscaler/v1", "kind": "AdmissionThresholds", "generation": 12884901895,
+     "leader": "autoscaler-7d9f-x2", "unit": "seconds of estimated queue wait",
      "priorities": ["sheddable", "standard", "critical"],
      "services": {"<service>": {"thresholds": {"critical": null, "standard": 1.0, "sheddable": 0.0},
                                 "updated_unix_s": 1764600000.0}}}
 
-``null`` is no limit. ``generation`` counts the accepted publications, so a consumer can tell a new
-document from the one it holds. A set with an unknown priority or a value that is not a finite
+``null`` is no limit. ``generation`` is ``term * 2**32 + n``: ``term`` the leader's (the Lease's
+``leaseTransitions`` when it took it, ``adapters.lease``), ``n`` the publications accepted in that
+term; so it increases with every publication and across leaders (a new leader's first document is
+newer than anything its predecessor served), and a consumer can tell a new document from the one it
+holds. ``leader`` is the identity of the daemon that wrote it (null outside ``autoscaler run``).
+A set with an unknown priority or a value that is not a finite
 number >= 0 (``check_thresholds``) is refused (``invalid``) and the document keeps the last good one.
 """
 
@@ -28,6 +32,9 @@ from autoscaler.workload.types import PRIORITIES
 API_VERSION = "autoscaler/v1"
 KIND = "AdmissionThresholds"
 PATH = "/v1/admission"
+TERM_BITS = 32
+"""A generation is ``term << TERM_BITS`` plus the publications of the term (module docstring): 2**32
+publications, one per service per tick, outlast any leadership."""
 MAX_THRESHOLD_S = 1e9
 """The largest threshold accepted, seconds (about 32 years): any longer wait is no limit, and an
 integer past it may not even convert to a float."""
@@ -56,6 +63,17 @@ class AdmissionDocument:
         self._lock = threading.Lock()
         self._services: dict[str, dict[str, Any]] = {}
         self.generation = 0
+        self.leader: str | None = None
+
+    def begin(self, leader: str, term: int) -> None:
+        """Start ``leader``'s term ``term`` (>= 0): an empty document whose generations start at
+        ``term * 2**32`` (module docstring)."""
+        if term < 0:
+            raise ValueError(f"term must be >= 0, got {term}")
+        with self._lock:
+            self._services = {}
+            self.generation = term << TERM_BITS
+            self.leader = leader
 
     def publish(self, service: str, thresholds: Mapping[str, float | None]) -> ActuationResult:
         """Store ``thresholds`` for ``service`` (priorities left out keep theirs), or refuse them."""
@@ -74,7 +92,7 @@ class AdmissionDocument:
         with self._lock:
             services = {k: {"thresholds": dict(v["thresholds"]), "updated_unix_s": v["updated_unix_s"]}
                         for k, v in self._services.items()}
-            return {"apiVersion": API_VERSION, "kind": KIND, "generation": self.generation,
+            return {"apiVersion": API_VERSION, "kind": KIND, "generation": self.generation, "leader": self.leader,
                     "unit": "seconds of estimated queue wait", "priorities": list(PRIORITIES), "services": services}
 
     def json(self) -> bytes:
@@ -112,13 +130,18 @@ def parse_document(text: str | bytes) -> dict[str, dict[str, float | None]]:
 
 
 class TeeSink:
-    """Publishes to several sinks (the simulator's gateway and the served document); the result is
-    the first failure, else applied."""
+    """Publishes to several sinks in order (the simulator's gateway, or the daemon's ConfigMap, then the
+    served document), stopping at the first that fails: a later sink never holds thresholds an
+    earlier one refused or could not write, so the ConfigMap and the endpoint never disagree
+    silently. The result is that failure, else applied."""
 
     def __init__(self, *sinks: AdmissionSink) -> None:
         self.sinks = sinks
 
     def publish(self, service: str, thresholds: Mapping[str, float | None]) -> ActuationResult:
-        """Publish to every sink in turn."""
-        results = [s.publish(service, thresholds) for s in self.sinks]
-        return next((r for r in results if not r.ok), APPLIED)
+        """Publish to each sink in turn until one fails."""
+        for sink in self.sinks:
+            res = sink.publish(service, thresholds)
+            if not res.ok:
+                return res
+        return APPLIED

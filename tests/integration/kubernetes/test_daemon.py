@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -235,6 +236,9 @@ def test_a_follower_answers_health_and_readiness_and_never_writes(tmp_path: Path
                     assert r.status == 200
             with urllib.request.urlopen(base + "/metrics", timeout=5) as r:
                 assert 'autoscaler_leader{identity="c"} 0.0' in r.read().decode()
+            with pytest.raises(urllib.error.HTTPError) as err:  # a follower serves no thresholds
+                urllib.request.urlopen(base + "/v1/admission", timeout=5)
+            assert err.value.code == 503 and json.loads(err.value.read())["leader"] == "someone-else"
             time.sleep(1.0)
             assert not d.leading and d.loop is None
             assert not [w for w in cluster.emu.writes if w[5] == "autoscaler/c"]  # not even the Lease
@@ -309,5 +313,142 @@ def test_a_new_leader_writes_only_while_it_leads_and_scales_nothing_down_for_a_c
             res = gate.scale("llm", "a100", 3)
             assert not res.ok and "no longer leads" in res.message
             assert client.AppsV1Api(cluster.api()).read_namespaced_deployment("llm-a100", NS).spec.replicas == 2
+        finally:
+            d.server.close()
+
+
+def _holder(cluster: EmulatedCluster) -> str | None:
+    lease = client.CoordinationV1Api(cluster.api()).read_namespaced_lease("autoscaler-leader", "autoscaler")
+    return lease.spec.holder_identity or None
+
+
+def test_a_stalled_tick_gives_the_lease_up_until_it_returns() -> None:
+    """Issue 31, item 3: a tick hung in a call left the election thread renewing for a loop that did
+    nothing. Past ``stall_s`` (here 2 lease durations, 6 s) the Lease is released, probes say why,
+    nothing is renewed while the tick hangs, and the daemon takes part again once it returns."""
+    doc = copy.deepcopy(FLEET_DOC)
+    doc["kubernetes"] = {"namespace": NS, "lease": LEASE}
+    cfg = parse_config(doc, "<test>")
+    with emulated_cluster() as cluster:
+        source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+        d = Daemon(cfg, "pid", source, cluster.api(user_agent="autoscaler/s"), "s", "127.0.0.1:0",
+                   namespace_self="autoscaler", speed=SPEED)
+        assert d.stall_s == 2 * LEASE["duration_s"]  # > 3 periods of 15 s / SPEED
+        hang, entered = threading.Event(), threading.Event()
+
+        def hung_tick() -> None:  # a call that does not return, as the breaking pass's GET
+            if d.leading and not hang.is_set():
+                entered.set()
+                hang.wait(SETTLE_S)
+
+        d.tick = hung_tick  # type: ignore[method-assign]
+        t = threading.Thread(target=d.run)
+        t.start()
+        base = f"http://127.0.0.1:{d.server.port}"
+        try:
+            assert entered.wait(SETTLE_S)
+            deadline = time.monotonic() + SETTLE_S
+            while _holder(cluster) == "s" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert _holder(cluster) is None and not d.leading
+            for path in ("/healthz", "/readyz"):
+                with pytest.raises(urllib.error.HTTPError) as err:
+                    urllib.request.urlopen(base + path, timeout=5)
+                assert err.value.code == 503
+            renewals = len([w for w in cluster.emu.writes if w[1] == "leases"])
+            time.sleep(5 * LEASE["retry_s"])  # five election rounds while the tick still hangs
+            assert len([w for w in cluster.emu.writes if w[1] == "leases"]) == renewals
+            assert _holder(cluster) is None
+            hang.set()  # the call returns: the daemon is a candidate again, and leads the free Lease
+            deadline = time.monotonic() + SETTLE_S
+            while _holder(cluster) != "s" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert _holder(cluster) == "s"
+            with urllib.request.urlopen(base + "/healthz", timeout=5) as r:
+                assert r.status == 200
+        finally:
+            hang.set()
+            d.stop()
+            t.join(timeout=SETTLE_S)
+        assert not t.is_alive() and not d.abandoned
+
+
+def test_sigterm_exits_within_the_grace_while_a_tick_hangs(tmp_path: Path) -> None:
+    """Issue 31, item 3: after SIGTERM the process waited for a hung call until killed. Prometheus
+    here accepts and never answers, with an hour-long timeout: the tick hangs in its first query, and
+    the process still exits (status 0, Lease released) after ``stop_grace_s`` (1 s)."""
+    import socket
+
+    doc = copy.deepcopy(FLEET_DOC)
+    doc["kubernetes"] = {"namespace": NS, "namespace_self": "autoscaler", "lease": LEASE, "stop_grace_s": 1.0}
+    doc["prometheus"] = {"timeout_s": 3600}
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(doc))
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)  # accepts (the kernel completes the handshake) and never answers
+    with emulated_cluster() as cluster:
+        cmd = [str(Path(sys.executable).parent / "autoscaler"), "run", "--config", str(fleet), "--kubeconfig",
+               str(kubeconfig(tmp_path / "kubeconfig", cluster.url)), "--prometheus-url",
+               f"http://127.0.0.1:{silent.getsockname()[1]}", "--port", "0", "--host", "127.0.0.1",
+               "--identity", "d2", "--log-format", "json"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + SETTLE_S
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    if _holder(cluster) == "d2":
+                        break
+                except client.ApiException:
+                    pass
+                time.sleep(0.1)
+            assert _holder(cluster) == "d2", proc.stderr.read() if proc.poll() is not None else "no lease"
+            time.sleep(1.0)  # into the tick, hung on its first query
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=SETTLE_S)  # without the grace: an hour
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            silent.close()
+        assert proc.returncode == 0, err
+        assert _holder(cluster) is None
+        messages = [json.loads(line)["message"] for line in err.splitlines() if line.startswith("{")]
+        assert any("did not finish within 1 s of the stop" in m for m in messages), messages
+        assert any(m.endswith("released the lease") for m in messages) and messages[-1] == "d2 stopped"
+
+
+def test_the_admission_endpoint_serves_the_leaders_term_and_nothing_once_it_no_longer_leads() -> None:
+    """Issue 31, item 7: a former leader served its last document indefinitely, and generations
+    restarted with each daemon. The leader's document names it and starts at its term's base
+    (term * 2**32); it is 503 once the daemon no longer leads, and a later term's first document is
+    newer than the last of the earlier one."""
+    doc = copy.deepcopy(FLEET_DOC)
+    doc["kubernetes"] = {"namespace": NS, "lease": LEASE}
+    cfg = parse_config(doc, "<test>")
+    with emulated_cluster() as cluster:
+        source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+        d = Daemon(cfg, "pid", source, cluster.api(), "d", "127.0.0.1:0", namespace_self="autoscaler")
+        url = f"http://127.0.0.1:{d.server.port}/v1/admission"
+        try:
+            assert d.elector.try_acquire_or_renew() and d.elector.term == 0
+            loop = d._new_loop(now=0.0)
+            assert loop.admission is not None and loop.admission.publish("llm", {"sheddable": 2.0}).ok
+            with urllib.request.urlopen(url, timeout=5) as r:
+                served = json.loads(r.read())
+            assert (served["leader"], served["generation"]) == ("d", 1)
+            cm = client.CoreV1Api(cluster.api()).read_namespaced_config_map("autoscaler-admission-llm", NS)
+            assert json.loads(cm.data["thresholds.json"])["generation"] == 1  # the ConfigMap agrees
+            d.elector.last_renewed = -1e9  # its renewal is long overdue: it no longer leads
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(url, timeout=5)
+            assert err.value.code == 503
+            assert d.elector.release()  # the Lease is free; the daemon takes it again, a new term
+            assert d.elector.try_acquire_or_renew() and d.elector.term == 1
+            with pytest.raises(urllib.error.HTTPError):  # leading, but its new term's document is not begun
+                urllib.request.urlopen(url, timeout=5)
+            d._new_loop(now=0.0)
+            with urllib.request.urlopen(url, timeout=5) as r:
+                served = json.loads(r.read())
+            assert served["generation"] == 2**32 and served["services"] == {}  # newer than generation 1
         finally:
             d.server.close()

@@ -251,7 +251,7 @@ def test_of_two_candidates_racing_for_a_free_lease_only_one_wins(cluster) -> Non
     stale = b.api.read_namespaced_lease("l", "autoscaler")  # b reads the free lease...
     assert not stale.spec.holder_identity
     assert a.try_acquire_or_renew()  # ...a takes it first...
-    stale.spec = b._spec(None)
+    stale.spec = b._spec(None, 1)
     with pytest.raises(ApiException) as err:  # ...and b's write, from the stale read, is a 409
         b.api.replace_namespaced_lease("l", "autoscaler", stale)
     assert err.value.status == 409
@@ -586,3 +586,67 @@ def test_a_candidate_that_cannot_reach_the_lease_says_why(cluster) -> None:
     cluster.emu.down = False
     a.try_acquire_or_renew()
     assert a.failing is None
+
+
+def _transitions(cluster: EmulatedCluster) -> int:
+    return client.CoordinationV1Api(cluster.api()).read_namespaced_lease("l", "autoscaler").spec.lease_transitions
+
+
+def test_each_leadership_is_a_new_term_kept_by_renewals_and_the_release(cluster) -> None:
+    """Issue 31, item 7: generations restart with each daemon unless they rest on something the
+    Lease keeps. client-go's rule: ``leaseTransitions`` + 1 when the holder changes, kept otherwise;
+    here also + 1 when a restarted process takes back a Lease held under its own name."""
+    cfg = LeaseConfig(duration_s=15, renew_s=10, retry_s=2)
+    clock = Clock()
+    a = LeaderElector(cluster.api(), "l", "autoscaler", "a", cfg, clock)
+    b = LeaderElector(cluster.api(), "l", "autoscaler", "b", cfg, clock)
+    assert a.try_acquire_or_renew() and a.term == 0 and _transitions(cluster) == 0  # created
+    clock.t += 2
+    assert a.try_acquire_or_renew() and a.term == 0 and _transitions(cluster) == 0  # renewed
+    assert a.release() and _transitions(cluster) == 0  # released: kept
+    assert b.try_acquire_or_renew() and b.term == 1 and _transitions(cluster) == 1  # a new holder
+    assert not a.try_acquire_or_renew()  # a sees b's renewal; b then dies without releasing
+    clock.t += 16  # a takes over once b's lease has run out on a's clock
+    assert a.try_acquire_or_renew() and a.term == 2 and _transitions(cluster) == 2
+    restarted = LeaderElector(cluster.api(), "l", "autoscaler", "a", cfg, clock)  # a's pod restarted
+    assert restarted.try_acquire_or_renew() and restarted.term == 3 and _transitions(cluster) == 3
+
+
+def test_admission_configmaps_carry_the_leader_and_a_generation_that_grows_across_terms(cluster, fleet) -> None:
+    """Issue 31, item 7: the term is the high part of the generation (term * 2**32 + n), so the first
+    document of a later leader is newer than the last of an earlier one."""
+    cm = client.CoreV1Api(cluster.api())
+
+    def doc() -> dict[str, Any]:
+        data = cm.read_namespaced_config_map("autoscaler-admission-svc", NS).data
+        return json.loads(data["thresholds.json"])
+
+    first = ConfigMapSink(fleet.kubernetes, cluster.api(), leader="a", term=0)
+    for x in (1.0, 2.0, 3.0):
+        assert first.publish("svc", {"sheddable": x}).ok
+    assert (doc()["leader"], doc()["generation"]) == ("a", 3)
+    second = ConfigMapSink(fleet.kubernetes, cluster.api(), leader="b", term=1)
+    assert second.publish("svc", {"sheddable": 0.5}).ok
+    assert (doc()["leader"], doc()["generation"]) == ("b", 2**32 + 1)
+
+
+def test_a_configmap_is_not_written_once_leadership_is_not_certain(cluster, fleet) -> None:
+    """Issue 31: the admission ConfigMap is fenced as a scale is, between its read and its write."""
+    cm = client.CoreV1Api(cluster.api())
+    assert ConfigMapSink(fleet.kubernetes, cluster.api()).publish("svc", {"sheddable": 1.0}).ok  # exists now
+    asked: list[bool] = []
+
+    def fence() -> bool:
+        asked.append(True)
+        return False
+
+    before = len(cluster.emu.writes)
+    res = ConfigMapSink(fleet.kubernetes, cluster.api(), fence=fence).publish("svc", {"sheddable": 9.0})
+    assert res.status is ActuationStatus.CONFLICT and "may no longer lead" in res.message and asked == [True]
+    assert len(cluster.emu.writes) == before
+    assert cm.read_namespaced_config_map("autoscaler-admission-svc", NS).data["sheddable"] == "1"
+    res = ConfigMapSink(fleet.kubernetes, cluster.api(), fence=fence).publish("other", {"sheddable": 9.0})
+    assert res.status is ActuationStatus.CONFLICT  # a create is fenced too
+    with pytest.raises(ApiException) as err:
+        cm.read_namespaced_config_map("autoscaler-admission-other", NS)
+    assert err.value.status == 404
