@@ -26,6 +26,12 @@ Alerts (``rules/autoscaler-alerts.yaml``), each with a runbook paragraph in docs
 - ``AutoscalerActuationFailing``: for 5 minutes, at least 3 writes failed in 10 minutes (409s left
   out: a conflict is retried, and a lasting one is ``AutoscalerAnotherWriter``), or a variant's last
   write failed (``autoscaler_able_to_scale`` 0);
+- ``AutoscalerTwoLeaders`` (page): for a minute, more than one daemon of a job reports
+  ``autoscaler_leader`` 1, or one reports ``autoscaler_duplicate_identity`` (two processes renewed
+  the Lease under one identity): two writers. The election makes this a bug or a misconfiguration
+  (two Leases, two identities alike), never a normal failover, whose overlap lasts less than a
+  scrape (a leader stops at ``renew_s``, a follower takes over after ``duration_s``); its gauges are
+  the daemon's alone, so it has no signal the simulator's live bundle test could read;
 - ``AutoscalerDemandUnserved`` (page): for 10 minutes, requests of a fleet's model arrive at the
   gateway and vLLM finishes none (an outage the SLO ratios cannot see: no request, no ratio);
 - ``AutoscalerVariantStuckPending``: for 15 minutes, one of the fleet's Deployments (in
@@ -228,6 +234,10 @@ def alerts(objective: float, cfg: FleetConfig) -> list[Alert]:
               "10m", "page", "{{ $labels.model_name }}: requests arrive at the gateway and none is served"),
         stuck,
         writer,
+        Alert("AutoscalerTwoLeaders",
+              "sum by (job) (autoscaler_leader) > 1 or max by (job, identity) (autoscaler_duplicate_identity) > 0",
+              (), "1m", "page", "{{ $labels.job }}: more than one autoscaler daemon leads{{ if $labels.identity }} "
+              "({{ $labels.identity }} is used by two processes){{ end }}: two writers"),
     ]
     return out
 
