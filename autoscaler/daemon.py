@@ -135,11 +135,16 @@ class Daemon:
             ``kubernetes.namespace``).
         speed: the source's seconds per wall second (1 on a cluster; a simulator served faster in
             tests): the loop ticks every ``tick_s / speed`` wall seconds on the source's clock.
+        admission_address: ``HOST:PORT`` serving ``/v1/admission`` alone (None: on ``address`` with
+            the metrics and probes), so that gateways and scrapers can be given different ports.
+
+    Raises:
+        OSError: an address cannot be bound (nothing is left listening).
     """
 
     def __init__(self, cfg: FleetConfig, controller: str, source: PrometheusSource, api: client.ApiClient,
                  identity: str, address: str, dry_run: bool = False, namespace_self: str | None = None,
-                 speed: float = 1.0) -> None:
+                 speed: float = 1.0, admission_address: str | None = None) -> None:
         build(controller, cfg)  # an unknown spec fails here, before anything starts
         self.cfg = cfg
         self.spec = controller
@@ -191,8 +196,17 @@ class Daemon:
         """``run`` returned with a tick still in progress (it outlived ``stop_grace_s``)."""
         self.elected_once = threading.Event()
         self.started = time.monotonic()
-        self.server: MetricsServer = serve(self.registry, address, {
-            PATH: self._admission, "/healthz": self._healthz, "/readyz": self._readyz})
+        probes = {"/healthz": self._healthz, "/readyz": self._readyz}
+        self.admission_server: MetricsServer | None = None
+        if admission_address is None:
+            self.server: MetricsServer = serve(self.registry, address, {PATH: self._admission, **probes})
+        else:  # the gateways' port apart from the scrapers' and the kubelet's
+            self.admission_server = serve(None, admission_address, {PATH: self._admission})
+            try:
+                self.server = serve(self.registry, address, probes)
+            except BaseException:
+                self.admission_server.close()
+                raise
 
     # ------------------------------------------------------------------ HTTP
     def _admission(self) -> tuple[int, bytes]:
@@ -348,6 +362,8 @@ class Daemon:
             self.elector.release()
             self.leader_gauge.labels(self.identity).set(0)
             self.server.close()
+            if self.admission_server is not None:
+                self.admission_server.close()
 
     def _tick_loop(self) -> None:
         """Tick every period until ``stop()``; missed ticks are skipped, not replayed."""

@@ -22,7 +22,11 @@ def run_daemon(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Do everything but the writes; log them.",
                                           metavar="")] = False,
     port: Annotated[int, typer.Option(help="Port of /metrics, /healthz, /readyz and /v1/admission.")] = 9090,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    admission_port: Annotated[int | None, typer.Option(
+        help="Serve /v1/admission on this port alone, not on --port (gateways apart from scrapers).")] = None,
+    host: Annotated[str, typer.Option(
+        help="Address to listen on (all interfaces: a pod's probes and scrapers reach it on the pod IP).")
+    ] = "0.0.0.0",
     prometheus_url: PrometheusUrlOpt = None,
     identity: Annotated[str | None, typer.Option(
         help="This daemon's name in the Lease (default: $POD_NAME, else HOST-PID).")] = None,
@@ -45,6 +49,7 @@ def run_daemon(
     from autoscaler.daemon import Daemon, json_formatter
     from autoscaler.wiring import build_source
 
+    ports = f"--port {port}" + ("" if admission_port is None else f" or --admission-port {admission_port}")
     try:
         cfg = load_cfg(config)
         check_workloads(cfg.kubernetes, cfg.services)  # before connecting: a bad kind is the file's error
@@ -52,6 +57,10 @@ def run_daemon(
             raise ValueError(f"--log-format must be text or json, got '{log_format}'")
         if not 0 <= port <= 65535:
             raise ValueError(f"--port must be in 0..65535, got {port}")
+        if admission_port is not None and not 0 <= admission_port <= 65535:
+            raise ValueError(f"--admission-port must be in 0..65535, got {admission_port}")
+        if admission_port is not None and admission_port == port != 0:
+            raise ValueError(f"--admission-port must differ from --port ({port})")
         url = prometheus_url or cfg.prometheus.url
         if not url:
             raise ValueError("no Prometheus URL: pass --prometheus-url or set prometheus.url in the fleet file")
@@ -64,14 +73,16 @@ def run_daemon(
         root = logging.getLogger("autoscaler")
         root.addHandler(handler)
         root.setLevel(logging.INFO)
-        daemon = Daemon(cfg, controller, source, api, name, f"{host}:{port}", dry_run=dry_run)
+        daemon = Daemon(cfg, controller, source, api, name, f"{host}:{port}", dry_run=dry_run,
+                        admission_address=None if admission_port is None else f"{host}:{admission_port}")
     except (AutoscalerError, PrometheusError, ValueError) as exc:
         raise fail(str(exc)) from None
     except OSError as exc:
-        raise fail(f"--host {host} --port {port}: {exc.strerror or exc}") from None
+        raise fail(f"--host {host} {ports}: {exc.strerror or exc}") from None
     signal.signal(signal.SIGTERM, lambda *_: daemon.stop())
-    logging.getLogger("autoscaler.daemon").info("%s serving on %s:%d (%s%s)", name, host, daemon.server.port,
-                                                controller, ", dry run" if dry_run else "")
+    extra = "" if daemon.admission_server is None else f", /v1/admission on port {daemon.admission_server.port}"
+    logging.getLogger("autoscaler.daemon").info("%s serving on %s:%d (%s%s%s)", name, host, daemon.server.port,
+                                                controller, ", dry run" if dry_run else "", extra)
     try:
         daemon.run()
     except KeyboardInterrupt:

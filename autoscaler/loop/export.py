@@ -352,10 +352,11 @@ class MetricsServer:
         self.thread.join(timeout=5)
 
 
-def serve(registry: CollectorRegistry, address: str,
+def serve(registry: CollectorRegistry | None, address: str,
           routes: Mapping[str, Callable[[], bytes | tuple[int, bytes]]] | None = None,
           idle_timeout_s: float = IDLE_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS) -> MetricsServer:
-    """Serve ``registry`` at ``http://HOST:PORT/metrics`` in a background thread; ``routes`` maps a
+    """Serve ``registry`` at ``http://HOST:PORT/metrics`` (None: no ``/metrics``, a port of ``routes``
+    alone) in a background thread; ``routes`` maps a
     path (``/v1/admission``, ``/healthz``) to what returns its body (JSON, or text), with its HTTP
     status when not 200 (``(503, b"not ready")``). Any other path is 404 (a probe with a typo fails),
     any method but GET and HEAD 405; a connection silent for ``idle_timeout_s`` is closed, and at most
@@ -369,9 +370,9 @@ def serve(registry: CollectorRegistry, address: str,
         OSError: the address cannot be bound.
     """
     host, port = parse_address(address)
-    inner: Callable[..., Any] = make_wsgi_app(registry)
-
+    inner: Callable[..., Any] | None = None if registry is None else make_wsgi_app(registry)
     extra = dict(routes or {})
+    paths = ([] if inner is None else ["/metrics"]) + list(extra)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         if environ.get("REQUEST_METHOD") == "HEAD":  # a GET's status and headers, without the body
@@ -383,8 +384,8 @@ def serve(registry: CollectorRegistry, address: str,
 
     def get(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         path = environ.get("PATH_INFO", "")
-        if path not in extra and path != "/metrics":
-            return _plain(start_response, 404, f"no such path: {path} (/metrics, {', '.join(extra)})".encode())
+        if path not in extra and (path != "/metrics" or inner is None):
+            return _plain(start_response, 404, f"no such path: {path} ({', '.join(paths)})".encode())
         if environ.get("REQUEST_METHOD", "GET") != "GET":
             return _plain(start_response, 405, b"only GET and HEAD", [("Allow", "GET, HEAD")])
         body = extra.get(path)
@@ -395,6 +396,7 @@ def serve(registry: CollectorRegistry, address: str,
             start_response(f"{code} {HTTPStatus(code).phrase}", [("Content-Type", kind),
                                                                   ("Content-Length", str(len(data)))])
             return [data]
+        assert inner is not None
         environ["HTTP_ACCEPT"] = "text/plain; version=0.0.4"
         return inner(environ, start_response)
 

@@ -452,3 +452,29 @@ def test_the_admission_endpoint_serves_the_leaders_term_and_nothing_once_it_no_l
             assert served["generation"] == 2**32 and served["services"] == {}  # newer than generation 1
         finally:
             d.server.close()
+
+
+def test_admission_on_its_own_port_leaves_the_metrics_port_to_scrapers_and_probes() -> None:
+    """Issue 31, item 8: ``--admission-port`` serves /v1/admission alone; the main port keeps the
+    metrics and probes and no longer serves the document."""
+    cfg = parse_config(copy.deepcopy(FLEET_DOC), "<test>")
+    with emulated_cluster() as cluster:
+        source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+        d = Daemon(cfg, "pid", source, cluster.api(), "d", "127.0.0.1:0", dry_run=True,
+                   admission_address="127.0.0.1:0")
+        try:
+            assert d.admission_server is not None and d.admission_server.port != d.server.port
+            main, adm = (f"http://127.0.0.1:{s.port}" for s in (d.server, d.admission_server))
+            d._new_loop(now=0.0)
+            with urllib.request.urlopen(adm + "/v1/admission", timeout=5) as r:
+                assert json.loads(r.read())["kind"] == "AdmissionThresholds"
+            with urllib.request.urlopen(main + "/metrics", timeout=5) as r:
+                assert "autoscaler_leader" in r.read().decode()
+            for url in (main + "/v1/admission", adm + "/metrics", adm + "/healthz"):
+                with pytest.raises(urllib.error.HTTPError) as err:
+                    urllib.request.urlopen(url, timeout=5)
+                assert err.value.code == 404, url
+        finally:
+            d.server.close()
+            if d.admission_server is not None:
+                d.admission_server.close()
