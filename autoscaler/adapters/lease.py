@@ -13,8 +13,12 @@ succeeds (the other's is a 409).
 
 Two processes started with one identity would both renew the Lease as theirs and both write. A
 candidate remembers the renew times it wrote (the last few: a write whose answer was lost may still
-have landed); finding the Lease held under its identity with a renew time it did not write, it
-stops leading for good (``duplicate``), logs it as an error, and the daemon exports it.
+have landed), and a Lease held under its identity with a renew time it did not write is not its
+own: it waits for that lease to run out as it would for another holder's (a restarted pod finds its
+dead predecessor's Lease, which runs out, and takes it then). Seeing such a renew time change (someone
+alive renews under its name), or finding one after it wrote its own, it stops leading for good
+(``duplicate``), logs it as an error, and the daemon exports it; so the second process never leads,
+and the first, if it finds out, stops too.
 
 Each acquisition is a new term: the candidate that takes the Lease writes ``leaseTransitions`` one
 more than it read (client-go increments it when the holder changes; here also when a restarted
@@ -134,10 +138,12 @@ class LeaderElector:
         spec = lease.spec or client.V1LeaseSpec()
         holder = spec.holder_identity or None
         seen = (holder, spec.renew_time)
+        renewed_as_us = self._seen is not None and self._seen[0] == holder == self.identity and seen != self._seen
         if seen != self._seen:  # the holder renewed (or changed): its lease runs from now on our clock
             self._seen, self._seen_at = seen, now
         self.holder = holder
-        if holder == self.identity and self._mine and spec.renew_time not in self._mine:
+        ours = holder == self.identity and spec.renew_time in self._mine
+        if holder == self.identity and not ours and (self._mine or renewed_as_us):
             if not self.duplicate:
                 log.error("lease %s/%s: renewed as %s by another process (renew time %s, not ours): two daemons "
                           "share this identity; this one stops leading for good", self.namespace, self.name,
@@ -148,7 +154,7 @@ class LeaderElector:
             return False
         # a dead holder's Lease of a day would leave no leader for a day: no longer than ours
         duration = min(float(spec.lease_duration_seconds or self.cfg.duration_s), self.cfg.duration_s)
-        if holder not in (None, self.identity) and now - self._seen_at < duration:
+        if holder is not None and not ours and now - self._seen_at < duration:
             self.leading = False
             return False
         renewing = self.leading and holder == self.identity

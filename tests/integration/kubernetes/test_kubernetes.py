@@ -441,33 +441,54 @@ def test_a_missing_kubeconfig_says_so(tmp_path, monkeypatch) -> None:
 
 
 def test_two_daemons_with_one_identity_never_both_lead(cluster, caplog: pytest.LogCaptureFixture) -> None:
-    """Issue 31, item 2: b, started with a's identity, renews the Lease as its own; a finds a renew
-    time it did not write, stops leading for good and says so; never are both leading."""
+    """Issue 31, item 2: b, started with a's identity while a leads, finds the Lease under its name
+    with a renew time it did not write: not its own, so it waits; seeing that renew time change (a
+    renews), it knows another process shares its identity, says so and never leads; a leads on."""
     cfg = LeaseConfig(duration_s=15, renew_s=10, retry_s=2)
     clock = Clock()
     a = LeaderElector(cluster.api(), "l", "autoscaler", "same", cfg, clock)
     b = LeaderElector(cluster.api(), "l", "autoscaler", "same", cfg, clock)
     assert a.try_acquire_or_renew() and not a.duplicate
-    for _ in range(4):
+    for _ in range(10):
         clock.t += 2
-        b.try_acquire_or_renew()
-        a.try_acquire_or_renew()
-        assert not (a.leads() and b.leads())
-    assert a.duplicate and not a.leading and b.leads() and not b.duplicate
+        assert not b.try_acquire_or_renew()
+        assert a.try_acquire_or_renew() and a.leads()
+        assert not b.leads()
+    assert b.duplicate and not a.duplicate
     assert "two daemons share this identity" in caplog.text
-    clock.t += 60  # b goes away; a stays out, as it said
-    assert not a.try_acquire_or_renew()
+    clock.t += 60  # a goes away; b stays out, as it said
+    assert not b.try_acquire_or_renew()
+
+
+def test_a_process_that_finds_its_identity_renewed_by_another_after_it_led_stops(cluster) -> None:
+    """The other order: a's renewals are lost for a while and b (same name) took the Lease after it
+    ran out; a, back, finds a renew time it did not write after writing its own: it stops for good."""
+    cfg = LeaseConfig(duration_s=15, renew_s=10, retry_s=2)
+    clock = Clock()
+    a = LeaderElector(cluster.api(), "l", "autoscaler", "same", cfg, clock)
+    b = LeaderElector(cluster.api(), "l", "autoscaler", "same", cfg, clock)
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()  # b sees a's Lease and waits for it to run out
+    clock.t += 16
+    assert b.try_acquire_or_renew() and not b.duplicate  # a was silent past the duration: a takeover
+    clock.t += 1
+    assert not a.try_acquire_or_renew() and a.duplicate and not a.leads()
+    assert b.try_acquire_or_renew() and b.leads()
 
 
 def test_a_restart_under_the_same_identity_is_not_a_duplicate(cluster) -> None:
-    """A new process with the identity of one that died (a pod restarted) takes the Lease over as its own."""
+    """A new process with the identity of one that died (a pod restarted) takes the Lease over as its
+    own once the dead one's lease has run out, as for any dead holder."""
     cfg = LeaseConfig(duration_s=15, renew_s=10, retry_s=2)
     clock = Clock()
     assert LeaderElector(cluster.api(), "l", "autoscaler", "p", cfg, clock).try_acquire_or_renew()
     again = LeaderElector(cluster.api(), "l", "autoscaler", "p", cfg, clock)  # nothing written yet
+    clock.t += 2
+    assert not again.try_acquire_or_renew() and not again.duplicate
+    clock.t += 15
     for _ in range(3):
-        clock.t += 2
         assert again.try_acquire_or_renew() and not again.duplicate
+        clock.t += 2
 
 
 def test_no_write_once_leadership_is_not_certain_for_the_call(cluster, fleet) -> None:
@@ -609,6 +630,8 @@ def test_each_leadership_is_a_new_term_kept_by_renewals_and_the_release(cluster)
     clock.t += 16  # a takes over once b's lease has run out on a's clock
     assert a.try_acquire_or_renew() and a.term == 2 and _transitions(cluster) == 2
     restarted = LeaderElector(cluster.api(), "l", "autoscaler", "a", cfg, clock)  # a's pod restarted
+    assert not restarted.try_acquire_or_renew()  # its predecessor's lease runs out first
+    clock.t += 16
     assert restarted.try_acquire_or_renew() and restarted.term == 3 and _transitions(cluster) == 3
 
 
