@@ -39,8 +39,9 @@ leader's document, its generations built on the Lease's term; a follower or a fo
 attempt and, when leading, the first tick are done; 503 while the Lease cannot be read or written,
 or a tick has stalled).
 
-A stalled tick (one running longer than ``stall_s``: three tick periods or two lease durations,
-whichever is longer, so neither a slow solve nor one Prometheus deadline counts) gives the Lease up:
+A stalled tick (one running longer than ``stall_s``: three tick periods, two lease durations, or the
+Prometheus deadline plus a lease duration, whichever is longest, so neither a slow solve nor a
+Prometheus that does not answer counts) gives the Lease up:
 the election thread stops renewing for a loop that does nothing, releases the Lease so that another
 daemon leads at its next try, and takes part in the election again only once the tick has returned
 (whose writes, meanwhile, are refused: it no longer leads). ``stop()`` (SIGTERM) lets the tick in
@@ -190,7 +191,7 @@ class Daemon:
         self.tick_began: float | None = None
         """When the tick in progress began (monotonic s), None between ticks."""
         period = cfg.controller.tick_s / speed
-        self.stall_s = max(3 * period, 2 * kube.lease.duration_s)
+        self.stall_s = max(3 * period, 2 * kube.lease.duration_s, (source.deadline_s or 0.0) + kube.lease.duration_s)
         """A tick running longer than this (wall s) has stalled (module docstring)."""
         self.abandoned = False
         """``run`` returned with a tick still in progress (it outlived ``stop_grace_s``)."""

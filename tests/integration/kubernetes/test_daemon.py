@@ -328,12 +328,13 @@ def test_a_stalled_tick_gives_the_lease_up_until_it_returns() -> None:
     nothing is renewed while the tick hangs, and the daemon takes part again once it returns."""
     doc = copy.deepcopy(FLEET_DOC)
     doc["kubernetes"] = {"namespace": NS, "lease": LEASE}
+    doc["prometheus"] = {"timeout_s": 1.0}  # its deadline (1 s) + a lease duration is below 2 durations
     cfg = parse_config(doc, "<test>")
     with emulated_cluster() as cluster:
         source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
         d = Daemon(cfg, "pid", source, cluster.api(user_agent="autoscaler/s"), "s", "127.0.0.1:0",
                    namespace_self="autoscaler", speed=SPEED)
-        assert d.stall_s == 2 * LEASE["duration_s"]  # > 3 periods of 15 s / SPEED
+        assert d.stall_s == 2 * LEASE["duration_s"]  # > 3 periods of 15 s / SPEED, > 1 s + a duration
         hang, entered = threading.Event(), threading.Event()
 
         def hung_tick() -> None:  # a call that does not return, as the breaking pass's GET
