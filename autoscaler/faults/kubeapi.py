@@ -23,7 +23,11 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
 - a bounded request log (``REQUEST_LOG``), so an emulator serving a daemon for minutes keeps pace;
 - a way down: ``down`` set makes every request fail with HTTP 503 (the server itself stays up,
   so a test can bring it back); ``conflicts`` set answers every write of a scale subresource
-  HTTP 409, as when another writer always gets there first.
+  HTTP 409, as when another writer always gets there first;
+- a hang: a request whose User-Agent is in ``hung`` is held unanswered while it stays there, then
+  answered HTTP 504 Timeout unprocessed (the real API server ends a request at its
+  ``--request-timeout``, 60 s by default, with 504), so a client without a deadline waits for ever
+  and a client with one gives up.
 
 ``EmulatedCluster`` runs it in a thread with its own event loop and gives a configured client.
 """
@@ -51,6 +55,10 @@ SELECTOR_PATHS = {"leaderworkersets": "hpaPodSelector"}
 CUSTOM_RESOURCES = ("leaderworkerset.x-k8s.io/v1/leaderworkersets", "serving.kserve.io/v1beta1/inferenceservices")
 """Custom resources served from the start: LeaderWorkerSet (with its scale subresource) and KServe's
 InferenceService (none: KServe's CRD has no scale subresource)."""
+
+
+HANG_POLL_S = 0.05
+"""How often a hung request looks whether its hang is over, wall seconds."""
 
 
 def status(code: int, reason: str, message: str) -> aiohttp.web.Response:
@@ -84,6 +92,7 @@ class Emulator(kmock.KubernetesEmulator):
         self.selector_paths: dict[str, str] = dict(SELECTOR_PATHS)
         self.down = False
         self.conflicts = False
+        self.hung: set[str] = set()
         self.writes: list[tuple[str, str | None, str | None, str | None, Any, str]] = []
         """(method, plural or plural/scale, namespace, name, body or replicas, the client's User-Agent)."""
 
@@ -96,6 +105,11 @@ class Emulator(kmock.KubernetesEmulator):
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         if len(self._requests) > REQUEST_LOG:  # kmock scans its whole request log on every request
             del self._requests[: len(self._requests) - REQUEST_LOG // 2]
+        agent = request.headers.get("User-Agent", "")
+        if agent in self.hung:
+            while agent in self.hung:
+                await asyncio.sleep(HANG_POLL_S)
+            return status(504, "Timeout", "the request did not complete within the allowed duration")
         if self.down:
             return status(503, "ServiceUnavailable", "the API server is unavailable")
         res = request.resource

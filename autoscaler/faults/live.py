@@ -5,10 +5,15 @@ against the emulated API server (``autoscaler.faults.kubeapi``), reading a real 
 The fleet's replicas follow the emulated Deployments' ``spec.replicas`` (as a ReplicaSet controller
 would) and their status is reported back; nothing in the simulation decides. The scenario's faults
 happen at simulated times: ``prometheus_down`` stops the Prometheus process (and starts it again on
-its TSDB), ``external_edit`` patches a Deployment as ``kubectl`` would, ``api_errors`` makes the API
-server answer every request 503/500 or every scale write 409, ``second_daemon`` starts a second
-candidate for the Lease (and kills the first without a release at ``kill_s``). Lease timings and the
-other-writer quiet period are the fleet's divided by ``SPEED`` (wall seconds).
+its TSDB), ``prometheus_slow`` freezes it (connections accepted, nothing answered) and lets it run
+again, ``external_edit`` patches a Deployment as ``kubectl`` would, ``api_errors`` makes the API
+server answer every request 503/500 or every scale write 409, ``api_hang`` holds every call of one
+daemon unanswered (then 504), ``second_daemon`` starts a second candidate for the Lease (``b``, or
+one more ``a``: two processes with one identity; and kills the first without a release at
+``kill_s``), ``stale_lease`` leaves a Lease of a gone holder, with a day-long duration, before the
+daemons start. Lease timings and the other-writer quiet period are the fleet's divided by ``SPEED``
+(wall seconds); every daemon's API calls have the deadline ``autoscaler run`` gives them
+(``lease.renew_s / 2``).
 
 Harm here reads the Deployments' ``spec.replicas`` history with who wrote each change:
 
@@ -16,7 +21,10 @@ Harm here reads the Deployments' ``spec.replicas`` history with who wrote each c
 - ``overwrote_other_writer``: an autoscaler write to a Deployment within the quiet period after
   another writer changed it (``kubernetes.other_writer_quiet_s``);
 - ``two_writers``: an autoscaler write by a daemon while another held the Lease (read twice a
-  second, before and after the write);
+  second, before and after the write), or by a second process with the leader's identity;
+- ``leaderless``: a stretch longer than the lease duration plus two retries (and the half second
+  between two looks at the Lease) in which the Lease was free or held by a gone process (killed, or
+  the stale holder) while a daemon ran: no one decided;
 - the simulator-layer rules (``autoscaler.faults.harm``) on the same history.
 
 Needs the ``prometheus`` binary and kmock (``pip install -e '.[faults]'``); RuntimeError otherwise.
@@ -36,10 +44,13 @@ from autoscaler.faults.harm import Counts, RunFacts, count
 from autoscaler.faults.rows import make_row
 from autoscaler.faults.scenario import (
     ApiErrors,
+    ApiHang,
     ExternalEdit,
     PrometheusDown,
+    PrometheusSlow,
     Scenario,
     SecondDaemon,
+    StaleLease,
     scenario_workload,
 )
 from autoscaler.report import summarize
@@ -51,7 +62,11 @@ SPEED = 20.0
 SCRAPE = "250ms"  # 5 simulated seconds between Prometheus scrapes
 NAMESPACE = "default"
 LEASE_S = {"duration_s": 60.0, "renew_s": 40.0, "retry_s": 10.0}  # simulated; / SPEED on the wall clock
-LIVE_RULES = ("down_on_missing_data", "overwrote_other_writer", "two_writers")
+LIVE_RULES = ("down_on_missing_data", "overwrote_other_writer", "two_writers", "leaderless")
+POLL_S = 0.5
+"""How often the harness reads the Lease's holder, wall seconds."""
+SECOND = "a (second)"
+"""The User-Agent name of a second process started with identity ``a``."""
 
 
 class FollowTheCluster(Controller):
@@ -82,6 +97,23 @@ class LiveRecord:
     writes: list[Write] = field(default_factory=list)
     holders: list[tuple[float, str | None]] = field(default_factory=list)
     edits: list[tuple[float, str]] = field(default_factory=list)
+    gone: dict[str, float] = field(default_factory=dict)
+    """Identity -> simulated time its process went away (killed; the stale holder at 0)."""
+    end_s: float = 0.0
+
+    def leaderless(self, limit_s: float) -> int:
+        """Stretches longer than ``limit_s`` (simulated s) with the Lease free or held by a gone process."""
+        out = 0
+        ends = [t for t, _ in self.holders[1:]] + [self.end_s]
+        for (t, holder), end in zip(self.holders, ends, strict=True):
+            if holder is None:
+                start = t
+            elif holder in self.gone:
+                start = max(t, self.gone[holder])
+            else:
+                continue
+            out += end - start > limit_s
+        return out
 
     def held_by_other(self, identity: str, t: float) -> bool:
         """Whether another candidate held the Lease both at the last look before ``t`` and at the
@@ -114,6 +146,7 @@ def run_live_row(sc: Scenario, name: str, cfg: FleetConfig, data: Path) -> dict[
         from autoscaler.faults.kubeapi import deployment, emulated_cluster
     except ImportError as exc:
         raise RuntimeError(f"live scenario {sc.name} needs kmock: pip install -e '.[faults]' ({exc})") from None
+    from autoscaler.adapters.kubernetes import with_deadline
     from autoscaler.adapters.prometheus import connect
     from autoscaler.daemon import Daemon
     from autoscaler.faults.promserver import PROMETHEUS, PromServer, Target, require
@@ -170,14 +203,20 @@ def run_live_row(sc: Scenario, name: str, cfg: FleetConfig, data: Path) -> dict[
         sim = threading.Thread(target=live.run, kwargs={"speed": SPEED, "stop": stop, "on_step": follow},
                                name=f"sim-{sc.name}")
 
-        def make_daemon(identity: str) -> Daemon:
+        def make_daemon(identity: str, agent: str | None = None) -> Daemon:
             source = build_source(cfg, connect(cfg.prometheus, prom.url), speed=SPEED)
-            return Daemon(cfg, name, source, cluster.api(user_agent=f"autoscaler/{identity}"), identity,
-                          "127.0.0.1:0", namespace_self=NAMESPACE, speed=SPEED)
+            api = with_deadline(cluster.api(user_agent=f"autoscaler/{agent or identity}"),
+                                cfg.kubernetes.lease.renew_s / 2)  # as autoscaler run connects
+            return Daemon(cfg, name, source, api, identity, "127.0.0.1:0", namespace_self=NAMESPACE, speed=SPEED)
 
         daemons = {"a": make_daemon("a")}
         threads = {"a": threading.Thread(target=daemons["a"].run, name="daemon-a")}
-        pending = sorted(sc.faults, key=lambda f: getattr(f, "time_s", getattr(f, "start_s", 0.0)))
+        for fault in sc.faults:
+            if isinstance(fault, StaleLease):
+                _stale_lease(fault, cluster, cfg.kubernetes.lease.name)
+                record.gone[fault.holder] = 0.0
+        pending = sorted((f for f in sc.faults if not isinstance(f, StaleLease)),
+                         key=lambda f: getattr(f, "time_s", getattr(f, "start_s", 0.0)))
         active: list[Any] = []
         coord = client.CoordinationV1Api(cluster.api(user_agent="observer"))
         lease_name = cfg.kubernetes.lease.name
@@ -192,7 +231,7 @@ def run_live_row(sc: Scenario, name: str, cfg: FleetConfig, data: Path) -> dict[
             while sim.is_alive():
                 now = live.sim.now
                 if time.monotonic() >= next_poll:  # the Lease's holder, twice a second
-                    next_poll = time.monotonic() + 0.5
+                    next_poll = time.monotonic() + POLL_S
                     try:
                         lease = coord.read_namespaced_lease(lease_name, NAMESPACE, _request_timeout=2)
                         holder = lease.spec.holder_identity if lease.spec else None
@@ -203,7 +242,7 @@ def run_live_row(sc: Scenario, name: str, cfg: FleetConfig, data: Path) -> dict[
                 while pending and getattr(pending[0], "time_s", getattr(pending[0], "start_s", 0.0)) <= now:
                     fault = pending.pop(0)
                     _begin(fault, prom, cluster, deps, record, now, daemons, threads, make_daemon)
-                    if isinstance(fault, PrometheusDown | ApiErrors):
+                    if isinstance(fault, PrometheusDown | ApiErrors | ApiHang | PrometheusSlow):
                         active.append(fault)
                 for fault in [f for f in active if f.end_s <= now]:
                     active.remove(fault)
@@ -212,10 +251,14 @@ def run_live_row(sc: Scenario, name: str, cfg: FleetConfig, data: Path) -> dict[
                 if kill_s is not None and now >= kill_s and not first.stopping.is_set():
                     first.elector.release = lambda: False  # type: ignore[method-assign]  # killed: no release
                     first.stop()
+                    record.gone["a"] = now
                 time.sleep(0.05)
         finally:
+            record.end_s = live.sim.now
             stop.set()
             cluster.emu.down = cluster.emu.conflicts = False
+            cluster.emu.hung.clear()
+            prom.resume()
             for d in daemons.values():
                 d.stop()
             for t in threads.values():
@@ -251,16 +294,38 @@ def _begin(fault: Any, prom: Any, cluster: Any, deps: dict[str, str], record: Li
         client.AppsV1Api(cluster.api(user_agent="kubectl")).patch_namespaced_deployment(
             deps[fault.variant], NAMESPACE, {"spec": {"replicas": fault.replicas}})
     elif isinstance(fault, SecondDaemon):
-        daemons["b"] = make_daemon("b")
-        threads["b"] = threading.Thread(target=daemons["b"].run, name="daemon-b")
-        threads["b"].start()
+        key = "b" if fault.identity == "b" else SECOND
+        daemons[key] = make_daemon(fault.identity, agent=None if fault.identity == "b" else SECOND)
+        threads[key] = threading.Thread(target=daemons[key].run, name=f"daemon-{key}")
+        threads[key].start()
+    elif isinstance(fault, ApiHang):
+        cluster.emu.hung.add(f"autoscaler/{fault.daemon}")
+    elif isinstance(fault, PrometheusSlow):
+        prom.pause()
 
 
 def _end(fault: Any, prom: Any, cluster: Any) -> None:
     if isinstance(fault, PrometheusDown):
         prom.start()
+    elif isinstance(fault, PrometheusSlow):
+        prom.resume()
+    elif isinstance(fault, ApiHang):
+        cluster.emu.hung.discard(f"autoscaler/{fault.daemon}")
     else:
         cluster.emu.down = cluster.emu.conflicts = False
+
+
+def _stale_lease(fault: StaleLease, cluster: Any, name: str) -> None:
+    """The Lease of a gone holder, renewed now, with the fault's duration."""
+    from datetime import UTC, datetime
+
+    from kubernetes import client
+
+    now = datetime.now(UTC)
+    client.CoordinationV1Api(cluster.api(user_agent="kubectl")).create_namespaced_lease(NAMESPACE, client.V1Lease(
+        metadata=client.V1ObjectMeta(name=name, namespace=NAMESPACE),
+        spec=client.V1LeaseSpec(holder_identity=fault.holder, lease_duration_seconds=fault.duration_s,
+                                acquire_time=now, renew_time=now, lease_transitions=0)))
 
 
 def live_harm(sc: Scenario, run: SimulationRun, record: LiveRecord, cfg: FleetConfig) -> dict[str, int]:
@@ -271,7 +336,7 @@ def live_harm(sc: Scenario, run: SimulationRun, record: LiveRecord, cfg: FleetCo
     quiet = cfg.kubernetes.other_writer_quiet_s * SPEED
     for rule in sc.harm:
         if rule.rule == "down_on_missing_data":
-            windows = [(f.start_s, f.end_s) for f in sc.faults if isinstance(f, PrometheusDown)]
+            windows = [(f.start_s, f.end_s) for f in sc.faults if isinstance(f, PrometheusDown | PrometheusSlow)]
             out[rule.rule] = sum(1 for w in ours if w.after < w.before and any(a <= w.time_s <= b for a, b in windows))
         elif rule.rule == "overwrote_other_writer":
             out[rule.rule] = sum(1 for w in ours for t, v in record.edits
@@ -279,6 +344,9 @@ def live_harm(sc: Scenario, run: SimulationRun, record: LiveRecord, cfg: FleetCo
         elif rule.rule == "two_writers":
             out[rule.rule] = sum(1 for w in ours
                                  if record.held_by_other(w.writer.removeprefix("autoscaler/"), w.time_s))
+        elif rule.rule == "leaderless":
+            lease = cfg.kubernetes.lease  # on the wall clock here (``live_config``)
+            out[rule.rule] = record.leaderless((lease.duration_s + 2 * lease.retry_s + POLL_S) * SPEED)
         else:
             out[rule.rule] = int(count(rule, facts, sc))
     return out

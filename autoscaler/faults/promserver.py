@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -105,9 +106,21 @@ class PromServer:
         self.stop()
         raise RuntimeError(f"prometheus did not become ready:\n{tail}")
 
-    def stop(self) -> None:
-        """Kill the server (idempotent)."""
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP): the kernel still accepts connections on its port, and nothing
+        answers them, as a Prometheus that is overloaded or stuck in a long GC pause."""
         if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused server run again (SIGCONT); it answers what waited."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        """Kill the server (idempotent; a paused one too)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=10)

@@ -131,17 +131,50 @@ class ApiErrors(Strict):
 
 class SecondDaemon(Strict):
     """A second daemon (another replica of the autoscaler's Deployment) starts at ``time_s``; the
-    first is killed (no Lease release) at ``kill_s``, if given."""
+    first is killed (no Lease release) at ``kill_s``, if given. ``identity`` is the second's name in
+    the Lease: ``b``, or ``a`` for two processes started with one identity (its writes are told apart
+    by its client's User-Agent, ``autoscaler/a (second)``)."""
 
     kind: Literal["second_daemon"]
     time_s: float = Field(ge=0)
     kill_s: float | None = None
+    identity: Literal["a", "b"] = "b"
 
     @model_validator(mode="after")
     def _kill_after_start(self) -> SecondDaemon:
         if self.kill_s is not None and self.kill_s <= self.time_s:
             raise ValueError("kill_s must be after time_s (the first daemon is killed once the second runs)")
         return self
+
+
+class ApiHang(Strict):
+    """Every API call of daemon ``daemon`` is held unanswered from ``start_s`` to ``end_s``, then
+    answered 504 unprocessed (a hung connection, an overloaded API server): its Lease calls fail at
+    their deadline while another candidate can still reach the server."""
+
+    kind: Literal["api_hang"]
+    daemon: Literal["a", "b"] = "a"
+    start_s: float = Field(ge=0)
+    end_s: float
+
+
+class PrometheusSlow(Strict):
+    """Prometheus accepts connections and answers nothing from ``start_s`` to ``end_s`` (the process
+    frozen; the kernel still completes the handshakes), then answers what waited."""
+
+    kind: Literal["prometheus_slow"]
+    start_s: float = Field(ge=0)
+    end_s: float
+
+
+class StaleLease(Strict):
+    """Before the daemons start, the Lease is held by ``holder``, a process that is gone, renewed just
+    now with ``lease_duration_seconds`` of ``duration_s`` (a day by default): a leftover of another
+    installation, or a hand-made Lease."""
+
+    kind: Literal["stale_lease"]
+    holder: str = Field(default="dead", pattern=r"^[a-z0-9][a-z0-9.-]*$")
+    duration_s: int = Field(default=86400, ge=1)
 
 
 def _kind(value: Any) -> Any:
@@ -152,13 +185,16 @@ Fault = Annotated[
     Annotated[CrashFault, Tag("crash")] | Annotated[PrometheusDown, Tag("prometheus_down")]
     | Annotated[PodMetricsMissing, Tag("pod_metrics_missing")] | Annotated[NewPodsSilent, Tag("new_pods_silent")]
     | Annotated[ExternalEdit, Tag("external_edit")] | Annotated[ApiErrors, Tag("api_errors")]
-    | Annotated[SecondDaemon, Tag("second_daemon")],
+    | Annotated[SecondDaemon, Tag("second_daemon")] | Annotated[ApiHang, Tag("api_hang")]
+    | Annotated[PrometheusSlow, Tag("prometheus_slow")] | Annotated[StaleLease, Tag("stale_lease")],
     Discriminator(_kind, custom_error_type="fault_kind",
                   custom_error_message="a fault needs a kind: crash, prometheus_down, pod_metrics_missing, "
-                                       "new_pods_silent, external_edit, api_errors or second_daemon"),
+                                       "new_pods_silent, external_edit, api_errors, second_daemon, api_hang, "
+                                       "prometheus_slow or stale_lease"),
 ]
 SIM_FAULTS = ("crash", "prometheus_down", "pod_metrics_missing", "new_pods_silent")
-LIVE_FAULTS = ("prometheus_down", "external_edit", "api_errors", "second_daemon")
+LIVE_FAULTS = ("prometheus_down", "external_edit", "api_errors", "second_daemon", "api_hang", "prometheus_slow",
+               "stale_lease")
 
 
 class HarmRule(Strict):
@@ -166,7 +202,7 @@ class HarmRule(Strict):
 
     rule: Literal["down_on_missing_data", "down_while_missing_slo", "overshoot", "killed_starting",
                   "cut_generations", "held_pending", "held_idle", "flaps", "overwrote_other_writer",
-                  "two_writers"]
+                  "two_writers", "leaderless"]
     objective: float = Field(default=0.95, gt=0, lt=1)
     lookahead_s: float = Field(default=300.0, ge=0)
     factor: float = Field(default=2.0, ge=1)
