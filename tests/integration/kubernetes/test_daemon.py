@@ -111,7 +111,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             while not daemons["a"].leading and time.monotonic() < deadline:
                 time.sleep(0.05)
             threads["b"].start()
-            time.sleep(200 / SPEED)  # into the surge (arrivals ramp from 80 s, peak from 200 s)
+            deadline = time.monotonic() + SETTLE_S
+            while live.sim.now < 200 and time.monotonic() < deadline:  # into the surge (peak from 200 s)
+                time.sleep(0.05)
             daemons["a"].elector.release = lambda: False  # type: ignore[method-assign]  # killed: no release
             daemons["a"].stop()
             killed_at = time.monotonic()
@@ -404,9 +406,11 @@ def test_sigterm_exits_within_the_grace_while_a_tick_hangs(tmp_path: Path) -> No
                     pass
                 time.sleep(0.1)
             assert _holder(cluster) == "d2", proc.stderr.read() if proc.poll() is not None else "no lease"
-            time.sleep(1.0)  # into the tick, hung on its first query
+            silent.settimeout(SETTLE_S)
+            held = silent.accept()[0]  # a query came: the tick is in progress, hung on it
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=SETTLE_S)  # without the grace: an hour
+            held.close()
         finally:
             if proc.poll() is None:
                 proc.kill()
