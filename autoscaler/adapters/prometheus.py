@@ -30,7 +30,7 @@ served with ``autoscaler simulate --serve-metrics --speed``): windows shrink by 
 per wall second, are divided by it, so signals stay in the source's own seconds.
 
 A whole ``observe`` is bounded, not only each query: with ``deadline_s``, a query not answered
-that many (wall) seconds after the observation began is failed ("no answer within the
+that many (wall) seconds after the observation began is failed ("timed out: no answer within the
 observation's deadline") and the rest of the tick goes on without it, so a Prometheus that accepts
 connections and never answers costs one deadline per tick (the loop holds on unknown signals),
 not one ``timeout_s`` per round of queries per ``max_concurrency``. The queries left running are
@@ -339,7 +339,7 @@ class PrometheusSource:
     # ------------------------------------------------------------------ queries
     def _run(self, promql: str, at: float | None) -> _Outcome:
         if time.monotonic() >= self._deadline:  # queued behind slow queries: not started at all
-            return _Outcome(error=f"no answer within the observation's deadline ({self.deadline_s:g} s)")
+            return _Outcome(error=f"timed out: no answer within the observation's deadline ({self.deadline_s:g} s)")
         try:
             result = self.runner.query(promql, at)
             if not isinstance(result, list):
@@ -355,7 +355,7 @@ class PrometheusSource:
                               else max(0.0, self._deadline - time.monotonic()))
         except FutureTimeout:
             fut.cancel()
-            return _Outcome(error=f"no answer within the observation's deadline ({self.deadline_s:g} s)")
+            return _Outcome(error=f"timed out: no answer within the observation's deadline ({self.deadline_s:g} s)")
 
     def _inventory_queries(self, svc: Service, v: Variant) -> dict[str, str]:
         pods_sel, dep_sel = self.variant_selectors(svc, v)

@@ -319,6 +319,8 @@ def test_an_inference_service_is_scaled_through_the_daemons_tick(make_fleet: Cal
     from autoscaler.state import ServiceObservation, Signals, VariantObservation
 
     class Quiet:  # Prometheus: the service exists, nothing is known yet of its pods
+        deadline_s = None  # as PrometheusSource's: its observe has no common deadline
+
         def observe(self, now: float) -> dict[str, ServiceObservation]:
             return {"svc": ServiceObservation("svc", now, Signals(), {"h100": VariantObservation(0, 0)},
                                               history_s=3600.0)}
