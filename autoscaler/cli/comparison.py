@@ -35,7 +35,7 @@ from autoscaler.cli.options import (
     TraceServiceOpt,
 )
 from autoscaler.errors import AutoscalerError
-from autoscaler.workload.build import DEFAULT_BATCH_FRACTION, build_workload, parse_span
+from autoscaler.workload.build import DEFAULT_BATCH_FRACTION, build_workload, check_shaping, parse_span
 
 DEFAULT_COMPARE = "hpa,keda,kpa,aibrix,dynamo,wva,static,static-ilp,pid"
 
@@ -87,6 +87,7 @@ def compare(
             raise ValueError(f"--seed must be >= 0, got {seed}")
         if workers is not None and workers < 1:
             raise ValueError(f"--workers must be >= 1, got {workers}")
+        check_shaping(rate_scale, time_scale, batch_fraction)  # before the fleet file, the trace or any work
         cfg = load_cfg(config)
         check_service(cfg, service)
         names = [c.strip() for c in controllers.split(",")]

@@ -40,7 +40,7 @@ from autoscaler.cli.options import (
 )
 from autoscaler.config import FleetConfig
 from autoscaler.errors import AutoscalerError
-from autoscaler.workload.build import DEFAULT_BATCH_FRACTION, build_workload, parse_span
+from autoscaler.workload.build import DEFAULT_BATCH_FRACTION, build_workload, check_shaping, parse_span
 
 
 def results_table(res: dict[str, Any]) -> Table:
@@ -126,6 +126,7 @@ def simulate(
             raise ValueError(f"--seed must be >= 0, got {seed}")
         if serve_metrics is None and speed is not None:
             raise ValueError("--speed needs --serve-metrics")
+        check_shaping(rate_scale, time_scale, batch_fraction)  # before the fleet file, the trace or any work
         cfg = load_cfg(config)
         check_service(cfg, service)
         parse_spec(controller)  # a bad spec fails before the trace is read

@@ -56,6 +56,36 @@ def read_lines(path: str | Path) -> tuple[Path, list[tuple[int, str]]]:
 MAX_TOKENS = 10_000_000
 
 
+# The longest span of arrivals a trace may have: ten years, 3.2e8 s. A real trace covers hours to weeks
+# (the Azure ones an hour, Mooncake's conversation trace one, ServeGen's 14 days); what lies beyond is
+# a corrupt timestamp (a row dated 9999, a 317-year gap), and the run's arrays sized by the span (the
+# goodput windows of 60 s, the loop's ticks) would take gigabytes to terabytes for a handful of requests.
+MAX_SPAN_S = 10 * 365.25 * 86400.0
+
+
+def check_span(path: Path, times: list[float], lines: list[int]) -> None:
+    """Refuse arrivals spread over more than ``MAX_SPAN_S`` seconds, naming the latest row and the earliest.
+
+    Args:
+        path: the trace, for the message.
+        times: each row's arrival, seconds on any common origin.
+        lines: each row's 1-based line number, in the order of ``times``.
+
+    Raises:
+        TraceError: the span exceeds ``MAX_SPAN_S`` (``<file>: line <n>: ...``).
+    """
+    if not times:
+        return
+    first = min(range(len(times)), key=times.__getitem__)
+    last = max(range(len(times)), key=times.__getitem__)
+    span = times[last] - times[first]
+    if span > MAX_SPAN_S:
+        years = span / (365.25 * 86400)
+        raise trace_error(path, lines[last], f"arrives {years:,.1f} years after line {lines[first]} (the earliest); "
+                                             f"a trace may span at most {MAX_SPAN_S / (365.25 * 86400):.0f} years "
+                                             "(a corrupt timestamp?)")
+
+
 def output_count(value: int) -> tuple[int, bool]:
     """Clamp a generated-token count of 0 to 1 token (vLLM always emits at least one token).
 

@@ -24,7 +24,7 @@ import re
 from datetime import date
 from pathlib import Path
 
-from autoscaler.workload._common import MAX_TOKENS, output_count, read_lines, show, trace_error
+from autoscaler.workload._common import MAX_TOKENS, check_span, output_count, read_lines, show, trace_error
 from autoscaler.workload.types import Request, Workload
 
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
@@ -55,7 +55,8 @@ def load_azure(path: str | Path) -> Workload:
 
     Raises:
         TraceError: missing/empty/non-UTF-8 file, wrong header, no data rows, wrong column count,
-            a bad timestamp, a non-integer or negative count, or ContextTokens == 0.
+            a bad timestamp, rows spread over more than ``_common.MAX_SPAN_S`` (ten years), a
+            non-integer or negative count, or ContextTokens == 0.
     """
     p, lines = read_lines(path)
     header_line, header = lines[0]
@@ -67,6 +68,7 @@ def load_azure(path: str | Path) -> Workload:
     day_ordinals: dict[str, int] = {}  # date text -> ordinal; parse and validate each date once
     first_day: int | None = None
     times: list[float] = []
+    rows: list[int] = []
     requests: list[Request] = []
     clamped = 0
     for n, text in lines[1:]:
@@ -97,8 +99,10 @@ def load_azure(path: str | Path) -> Workload:
         output_tokens, was_clamped = output_count(_count(p, n, "GeneratedTokens", fields[2]))
         clamped += was_clamped
         times.append(t)
+        rows.append(n)
         requests.append(Request(arrival_s=t, input_tokens=input_tokens, output_tokens=output_tokens))
 
+    check_span(p, times, rows)
     origin = min(times)
     for r in requests:
         r.arrival_s -= origin

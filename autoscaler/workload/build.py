@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from autoscaler.errors import TraceError
+from autoscaler.workload._common import MAX_SPAN_S
 from autoscaler.workload.classes import assign_classes, group_workflows
 from autoscaler.workload.loader import load_trace
 from autoscaler.workload.servegen import is_servegen_dir, load_servegen
@@ -43,6 +44,21 @@ def parse_span(text: str) -> tuple[float, float]:
     if not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end):
         raise ValueError(f"--span {text!r}: expected START:END in seconds with 0 <= START < END")
     return start, end
+
+
+def check_shaping(rate_scale: float, time_scale: float, batch_fraction: float) -> None:
+    """Check the shaping options before any trace is read or request drawn (``--rate-scale 0`` used to
+    be refused only after the whole trace was loaded, 11-18 s on the shared traces).
+
+    Raises:
+        ValueError: ``rate_scale`` or ``time_scale`` not a finite number > 0, or ``batch_fraction``
+            outside [0, 1] (NaN included); the message names the command-line option.
+    """
+    for option, value in (("--rate-scale", rate_scale), ("--time-scale", time_scale)):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{option} must be a finite number > 0, got {value:g}")
+    if not 0 <= batch_fraction <= 1:  # False for NaN too
+        raise ValueError(f"--batch-fraction must be in [0, 1], got {batch_fraction:g}")
 
 
 def crop(wl: Workload, start_s: float, end_s: float) -> Workload:
@@ -88,9 +104,11 @@ def build_workload(
 
     Raises:
         TraceError: a malformed trace, or a folder that is not a ServeGen one.
-        ValueError: bad shaping arguments, no request left after shaping, or ``lengths_from`` without
-            a ServeGen folder.
+        ValueError: bad shaping arguments (``check_shaping``, before anything is read), a
+            ``time_scale`` stretching the workload beyond ``MAX_SPAN_S``, no request left after
+            shaping, or ``lengths_from`` without a ServeGen folder.
     """
+    check_shaping(rate_scale, time_scale, batch_fraction)
     servegen = trace is not None and is_servegen_dir(trace)
     if trace is not None and trace.is_dir() and not servegen:
         raise TraceError(f"{trace}: a folder, but not a ServeGen one (no chunk-<n>-trace.csv in it); "
@@ -118,6 +136,9 @@ def build_workload(
     thin_or_copy = 1.0 if servegen else rate_scale  # a ServeGen folder's clients were scaled above
     if thin_or_copy != 1.0 or time_scale != 1.0:
         wl = shape(wl, time_scale=time_scale, rate_scale=thin_or_copy, seed=seed)
+    if wl.duration_s > MAX_SPAN_S:  # a file trace is checked row by row; --time-scale may still stretch it
+        raise ValueError(f"--time-scale {time_scale:g} stretches the workload to {wl.duration_s:.3g} s; at most "
+                         f"{MAX_SPAN_S:.3g} s (ten years) is simulated")
     if not wl.requests:
         where = "the trace" if trace is not None else "the synthetic workload"
         raise ValueError(f"no requests left in {where} after --rate-scale {rate_scale:g}")

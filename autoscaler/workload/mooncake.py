@@ -25,7 +25,7 @@ import json
 import math
 from pathlib import Path
 
-from autoscaler.workload._common import MAX_TOKENS, output_count, read_lines, show, trace_error
+from autoscaler.workload._common import MAX_TOKENS, check_span, output_count, read_lines, show, trace_error
 from autoscaler.workload.types import Request, Workload
 
 BLOCK_TOKENS = 512
@@ -65,11 +65,13 @@ def load_mooncake(path: str | Path) -> Workload:
 
     Raises:
         TraceError: missing/empty/non-UTF-8 file, invalid JSON, a line that is not an object, a
-            missing or repeated key, a value of the wrong type, a negative or non-finite timestamp, a negative
+            missing or repeated key, a value of the wrong type, a negative or non-finite timestamp,
+            timestamps spread over more than ``_common.MAX_SPAN_S`` (ten years), a negative
             count, input_length == 0, or too many / negative hash_ids.
     """
     p, lines = read_lines(path)
     stamps_ms: list[float] = []
+    rows: list[int] = []
     requests: list[Request] = []
     clamped = 0
     for n, text in lines:
@@ -116,8 +118,10 @@ def load_mooncake(path: str | Path) -> Workload:
         output_tokens, was_clamped = output_count(out)
         clamped += was_clamped
         stamps_ms.append(ts)
+        rows.append(n)
         requests.append(Request(arrival_s=0.0, input_tokens=inp, output_tokens=output_tokens, hash_ids=tuple(hashes)))
 
+    check_span(p, [ts / 1000.0 for ts in stamps_ms], rows)
     origin = min(stamps_ms)
     for r, ts in zip(requests, stamps_ms, strict=True):
         r.arrival_s = (ts - origin) / 1000.0

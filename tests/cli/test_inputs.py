@@ -1,0 +1,79 @@
+"""Inputs that used to blow up (gigabytes, hours, a hang) or pass silently must be refused at once with
+one line naming what is wrong and where, and a non-zero exit (issue 31, items 10 and 12).
+
+Each case is refused before any trace is read or request drawn, so none takes more than a second or
+two; the order is shown by pairing the bad option with a trace that does not exist (the old code
+read, or failed to read, the trace first).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from autoscaler.cli import app
+
+HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
+
+
+def one_line_error(res: Any) -> str:
+    """Assert the CLI's error contract (exit 2, one ``error:`` line on stderr, no traceback); the line."""
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert res.exit_code == 2, (res.exit_code, res.output)
+    assert "Traceback" not in res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["simulate", "compare"])
+@pytest.mark.parametrize(("option", "value"), [
+    ("--rate-scale", "0"), ("--rate-scale", "-1"), ("--rate-scale", "nan"), ("--rate-scale", "inf"),
+    ("--time-scale", "0"), ("--time-scale", "nan"), ("--batch-fraction", "nan"), ("--batch-fraction", "1.5"),
+])
+def test_shaping_options_refused_before_the_trace_is_read(tmp_path: Path, command: str, option: str,
+                                                          value: str) -> None:
+    missing = tmp_path / "no-such-trace.csv"
+    res = CliRunner().invoke(app, [command, "--trace", str(missing), option, value, "--out", str(tmp_path / "o")])
+    line = one_line_error(res)
+    assert option in line and "no-such-trace" not in line, line
+    assert not (tmp_path / "o").exists()  # refused before --out was even created
+
+
+def _azure(path: Path, stamps: list[str]) -> Path:
+    path.write_text(HEADER + "\n" + "".join(f"{s},100,10\n" for s in stamps))
+    return path
+
+
+def test_a_row_dated_9999_is_refused_naming_it(tmp_path: Path) -> None:
+    # Line 3 is the year-9999 row: 7,976 years after line 2, far beyond the ten years a trace may span.
+    trace = _azure(tmp_path / "t.csv", ["2023-11-16 18:15:46.0", "9999-11-16 18:15:46.0", "2023-11-16 18:15:47.0"])
+    res = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--out", str(tmp_path / "o")])
+    line = one_line_error(res)
+    assert f"{trace}: line 3:" in line and "line 2 (the earliest)" in line, line
+    # 7,976 Gregorian years hold 7976 * 365 + 1934 leap days = 2,913,174 days; / 365.25 = 7,975.8
+    assert "7,975.8 years" in line, line
+    assert not (tmp_path / "o" / "results.json").exists()
+
+
+def test_a_317_year_gap_in_a_mooncake_trace_is_refused_naming_the_row(tmp_path: Path) -> None:
+    # 10^13 ms, the loader's largest timestamp, is 316.9 years after 0: two requests, a 317-year run.
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n'
+                     '{"timestamp": 10000000000000, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n')
+    res = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--out", str(tmp_path / "o")])
+    line = one_line_error(res)
+    assert f"{trace}: line 2:" in line and "316.9 years" in line, line
+
+
+def test_time_scale_stretching_a_trace_past_ten_years_is_refused(tmp_path: Path) -> None:
+    # Two rows one second apart, stretched 1e9-fold: 1e9 s = 31.7 years > 10.
+    trace = _azure(tmp_path / "t.csv", ["2023-11-16 18:15:46.0", "2023-11-16 18:15:47.0"])
+    res = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--time-scale", "1e9",
+                                   "--out", str(tmp_path / "o")])
+    line = one_line_error(res)
+    assert "--time-scale 1e+09" in line and "1e+09 s" in line, line
