@@ -25,7 +25,7 @@ from autoscaler.config.base import Strict
 from autoscaler.config.loading import default_fleet_document, merged, moved_keys, parse_config
 from autoscaler.errors import ConfigError
 from autoscaler.workload.build import build_workload
-from autoscaler.workload.piecewise import piecewise_workload
+from autoscaler.workload.piecewise import check_knots, piecewise_workload
 from autoscaler.workload.types import Workload
 
 
@@ -51,7 +51,16 @@ class Piecewise(Strict):
             raise ValueError("knots: times must start at >= 0 s and increase")
         if any(r < 0 for _, r in self.knots) or not any(r > 0 for _, r in self.knots):
             raise ValueError("knots: rates must be >= 0 req/s, and one > 0 (no request arrives otherwise)")
+        try:
+            check_knots(self.knots)  # knots at 1e12 s, or a billion requests: refused when the file is read
+        except ValueError as exc:
+            raise ValueError(f"knots: {exc}") from None
         return self
+
+    @property
+    def end_s(self) -> float:
+        """The last arrival's bound, seconds from the first knot."""
+        return self.knots[-1][0] - self.knots[0][0]
 
 
 class Trace(Strict):
@@ -237,7 +246,47 @@ class Scenario(Strict):
             end = getattr(f, "end_s", None)
             if end is not None and end <= f.start_s:  # type: ignore[union-attr]
                 raise ValueError(f"faults[{i}]: end_s must be after start_s")
+        seen: dict[tuple[Any, ...], int] = {}
+        for i, f in enumerate(self.faults):
+            key = fault_key(f)
+            if key in seen:
+                raise ValueError(f"faults[{i}]: {describe(f)} repeats faults[{seen[key]}] (same kind, target and "
+                                 "time: injected once, it would be counted twice)")
+            seen[key] = i
+        w = self.workload
+        end_s = w.piecewise.end_s if w.piecewise is not None else (
+            None if w.trace is None or w.trace.span is None else w.trace.span[1] - w.trace.span[0])
+        if end_s is not None:
+            check_fault_times(self.faults, end_s)
         return self
+
+
+def fault_times(f: Any) -> dict[str, float]:
+    """The times a fault is scheduled at (``time_s``, ``start_s``, ``kill_s``: whichever it has), seconds."""
+    return {k: v for k in ("time_s", "start_s", "kill_s") if (v := getattr(f, k, None)) is not None}
+
+
+def fault_key(f: Any) -> tuple[Any, ...]:
+    """What makes two faults the same: kind, target (a variant or a daemon) and first scheduled time."""
+    times = fault_times(f)
+    return (f.kind, getattr(f, "variant", None), getattr(f, "daemon", None), times.get("time_s", times.get("start_s")))
+
+
+def describe(f: Any) -> str:
+    """A fault in a few words for a message: ``crash at time_s 2400``."""
+    target = getattr(f, "variant", None) or getattr(f, "daemon", None)
+    times = ", ".join(f"{k} {v:g}" for k, v in fault_times(f).items())
+    return f.kind + (f" of {target}" if target else "") + (f" at {times}" if times else "")
+
+
+def check_fault_times(faults: list[Any], end_s: float) -> None:
+    """ValueError naming the first fault scheduled after ``end_s``, the workload's last arrival (seconds
+    from the first): nothing would be running for it to act on, and the scenario would report no harm.
+    """
+    for i, f in enumerate(faults):
+        late = {k: v for k, v in fault_times(f).items() if v > end_s}
+        if late:
+            raise ValueError(f"faults[{i}]: {describe(f)} is after the workload's end ({end_s:g} s)")
 
 
 def load_scenario(path: Path) -> Scenario:
@@ -283,8 +332,8 @@ def scenario_workload(sc: Scenario, data: Path) -> Workload:
     """The scenario's requests.
 
     Raises:
-        ConfigError: its trace is not under ``data``, or its request lengths cannot be drawn (named
-            with the scenario).
+        ConfigError: its trace is not under ``data``, its request lengths cannot be drawn, or a fault
+            is scheduled after the whole trace's last arrival (named with the scenario).
     """
     spec = sc.workload
     if spec.piecewise is not None:
@@ -299,4 +348,10 @@ def scenario_workload(sc: Scenario, data: Path) -> Workload:
     if not path.exists():
         raise ConfigError(f"scenario {sc.name}: trace {path} not found (--data names the folder holding "
                           f"{spec.trace.path})")
-    return build_workload(path, None, spec.trace.rate_scale, 1.0, sc.seed, 0.2, spec.trace.span)
+    wl = build_workload(path, None, spec.trace.rate_scale, 1.0, sc.seed, 0.2, spec.trace.span)
+    if spec.trace.span is None:  # a whole trace's end is known once it is read
+        try:
+            check_fault_times(sc.faults, wl.duration_s)
+        except ValueError as exc:
+            raise ConfigError(f"scenario {sc.name}: {exc}") from None
+    return wl

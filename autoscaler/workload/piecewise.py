@@ -17,9 +17,38 @@ import numpy as np
 
 from autoscaler.workload import synthetic as syn
 from autoscaler.workload.classes import assign_classes
+from autoscaler.workload.shaping import MAX_REQUESTS
 from autoscaler.workload.types import Request, Workload
 
 BATCH_FRACTION = 0.2
+GRID_S = 0.1
+"""The step of the grid the cumulative rate is inverted on, seconds (far below any reaction time)."""
+MAX_GRID_STEPS = 10_000_000
+"""At most this many grid steps (about 11.6 days of knots at ``GRID_S``): the grid, the rate and the
+cumulative rate are three float arrays of that length, 240 MB here; knots at 1e12 s would ask 72.8 TiB."""
+
+
+def check_knots(knots: Sequence[tuple[float, float]]) -> None:
+    """Check a rate curve's (time s, req/s) knots before anything sized by them is allocated.
+
+    Raises:
+        ValueError: fewer than two knots, times not increasing, a negative or non-finite value, knots
+            spanning more than ``MAX_GRID_STEPS`` steps of ``GRID_S``, or a curve whose integral (the
+            expected number of requests) exceeds ``shaping.MAX_REQUESTS``.
+    """
+    t = np.array([k[0] for k in knots], dtype=float)
+    r = np.array([k[1] for k in knots], dtype=float)
+    if len(knots) < 2 or not (np.all(np.isfinite(t)) and np.all(np.isfinite(r))) or np.any(np.diff(t) <= 0) \
+            or np.any(r < 0):
+        raise ValueError("knots need >= 2 points, finite increasing times and finite rates >= 0")
+    steps = (t[-1] - t[0]) / GRID_S
+    if steps > MAX_GRID_STEPS:
+        raise ValueError(f"knots span {t[-1] - t[0]:.3g} s, {steps:.3g} steps of {GRID_S:g} s; at most "
+                         f"{MAX_GRID_STEPS:,} ({MAX_GRID_STEPS * GRID_S / 86400:.1f} days) are drawn")
+    expected = float(np.sum((r[1:] + r[:-1]) / 2 * np.diff(t)))  # the exact integral of a piecewise-linear rate
+    if expected > MAX_REQUESTS:
+        raise ValueError(f"knots ask ~{expected:,.0f} requests (the rate's integral); at most {MAX_REQUESTS:,} "
+                         "are simulated in one run")
 
 
 def piecewise_workload(
@@ -42,18 +71,17 @@ def piecewise_workload(
         batch_fraction: share of batch requests (0..1).
 
     Raises:
-        ValueError: fewer than two knots, times not increasing, a negative rate, or a size whose
-            mean is below its median or whose maximum is below 1.
+        ValueError: bad knots (``check_knots``, before any array sized by them exists), or a size
+            whose mean is below its median or whose maximum is below 1.
     """
+    check_knots(knots)
     t = np.array([k[0] for k in knots], dtype=float)
     r = np.array([k[1] for k in knots], dtype=float)
-    if len(knots) < 2 or np.any(np.diff(t) <= 0) or np.any(r < 0):
-        raise ValueError("knots need >= 2 points, increasing times and rates >= 0")
     for label, (median, mean, top) in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
         if not 0 < median <= mean or top < 1:
             raise ValueError(f"{label}: need 0 < median <= mean and max >= 1, got {median}, {mean}, {top}")
-    # cumulative rate on a 0.1 s grid (far below any reaction time), inverted by interpolation
-    grid = np.linspace(t[0], t[-1], round((t[-1] - t[0]) * 10) + 1)
+    # cumulative rate on the grid, inverted by interpolation
+    grid = np.linspace(t[0], t[-1], round((t[-1] - t[0]) / GRID_S) + 1)
     rate = np.interp(grid, t, r)
     cum = np.concatenate([[0.0], np.cumsum((rate[1:] + rate[:-1]) / 2 * np.diff(grid))])
     rng = np.random.default_rng(seed)
