@@ -18,8 +18,8 @@ def redact(text: str) -> str:
     return _BARE_USERINFO.sub("***@", _USERINFO.sub("***@", text))
 
 
-def check_url(url: str) -> None:
-    """Check that ``url`` is an ``http(s)://HOST[:PORT][/path]`` base URL.
+def check_url(url: str, what: str = "Prometheus URL") -> None:
+    """Check that ``url`` is an ``http(s)://HOST[:PORT][/path]`` base URL (``what`` names it in a message).
 
     Raises:
         ValueError: it is not; the message shows the URL with its credentials masked.
@@ -29,12 +29,12 @@ def check_url(url: str) -> None:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise ValueError(f"malformed Prometheus URL '{shown}': {exc}") from None
+        raise ValueError(f"malformed {what} '{shown}': {exc}") from None
     if parts.scheme not in ("http", "https"):
-        raise ValueError(f"malformed Prometheus URL '{shown}': must start with http:// or https://")
+        raise ValueError(f"malformed {what} '{shown}': must start with http:// or https://")
     if not parts.hostname:
-        raise ValueError(f"malformed Prometheus URL '{shown}': no host")
+        raise ValueError(f"malformed {what} '{shown}': no host")
     if port == 0:
-        raise ValueError(f"malformed Prometheus URL '{shown}': port must be in 1..65535")
+        raise ValueError(f"malformed {what} '{shown}': port must be in 1..65535")
     if parts.query or parts.fragment:
-        raise ValueError(f"malformed Prometheus URL '{shown}': a base URL has no ?query or #fragment")
+        raise ValueError(f"malformed {what} '{shown}': a base URL has no ?query or #fragment")

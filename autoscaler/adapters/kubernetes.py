@@ -83,7 +83,7 @@ from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, E
 from autoscaler.loop.admission import API_VERSION, KIND, TERM_BITS, check_thresholds
 from autoscaler.loop.observe import MetricsSource, PendingMarks
 from autoscaler.state import ServiceObservation
-from autoscaler.urls import redact
+from autoscaler.urls import check_url, redact
 from autoscaler.workload.types import PRIORITIES
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,8 @@ def connect(kubeconfig: Path | None = None, context: str | None = None,
     every call of it gives up after ``timeout_s`` (connect and read; None: no deadline).
 
     Raises:
-        KubernetesError: neither can be loaded (the message names the file and why).
+        KubernetesError: neither can be loaded, or the server is not an ``http(s)://HOST[:PORT][/path]``
+            URL (the message names the file and why).
     """
     where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
     if kubeconfig is not None and not kubeconfig.is_file():
@@ -120,9 +121,12 @@ def connect(kubeconfig: Path | None = None, context: str | None = None,
         if kubeconfig is None and in_cluster:
             cfg = client.Configuration()
             config.load_incluster_config(client_configuration=cfg)
-            return with_deadline(client.ApiClient(cfg), timeout_s)
-        return with_deadline(config.new_client_from_config(config_file=str(kubeconfig) if kubeconfig else None,
-                                                           context=context), timeout_s)
+            api = client.ApiClient(cfg)
+        else:
+            api = config.new_client_from_config(config_file=str(kubeconfig) if kubeconfig else None, context=context)
+        # the client takes any string as the server (`ht!tp://::::`) and fails at the first call instead
+        check_url(api.configuration.host, "server URL")
+        return with_deadline(api, timeout_s)
     except (config.ConfigException, OSError, ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if isinstance(exc, TypeError | AttributeError | yaml.YAMLError):

@@ -29,7 +29,8 @@ def run_daemon(
     ] = "0.0.0.0",
     prometheus_url: PrometheusUrlOpt = None,
     identity: Annotated[str | None, typer.Option(
-        help="This daemon's name in the Lease (default: $POD_NAME, else HOST-PID).")] = None,
+        help="This daemon's name in the Lease and its Events: 1 to 128 visible ASCII characters (default: "
+             "$POD_NAME, else HOST-PID).")] = None,
     log_format: Annotated[str, typer.Option(help="text | json (one JSON object per line).")] = "text",
 ) -> None:
     """Run the control loop on a cluster (docs/daemon.md).
@@ -46,6 +47,7 @@ def run_daemon(
     from autoscaler.adapters.kubernetes import connect as kube_connect
     from autoscaler.adapters.prometheus import PrometheusError
     from autoscaler.adapters.prometheus import connect as prom_connect
+    from autoscaler.config.kubernetes import check_identity
     from autoscaler.daemon import Daemon, json_formatter
     from autoscaler.wiring import build_source
 
@@ -61,12 +63,13 @@ def run_daemon(
             raise ValueError(f"--admission-port must be in 0..65535, got {admission_port}")
         if admission_port is not None and admission_port == port != 0:
             raise ValueError(f"--admission-port must differ from --port ({port})")
+        name = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+        check_identity(name, "--identity" if identity else "$POD_NAME" if os.environ.get("POD_NAME") else "HOST-PID")
         url = prometheus_url or cfg.prometheus.url
         if not url:
             raise ValueError("no Prometheus URL: pass --prometheus-url or set prometheus.url in the fleet file")
         source = build_source(cfg, prom_connect(cfg.prometheus, url))
         api = kube_connect(kubeconfig, timeout_s=cfg.kubernetes.lease.renew_s / 2)  # a call ends within a lease
-        name = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(json_formatter() if log_format == "json" else
                              logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

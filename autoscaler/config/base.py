@@ -7,7 +7,11 @@ import re
 
 from autoscaler.schema import MAX_INT, Strict
 
-__all__ = ["DNS_LABEL", "DNS_SUBDOMAIN", "MAX_INT", "Strict", "check_name"]
+__all__ = ["DNS_LABEL", "DNS_SUBDOMAIN", "MAX_INT", "MIN_WAIT_S", "Strict", "check_name"]
+
+MIN_WAIT_S = 0.1
+"""The shortest timeout, deadline or retry period a fleet file may set, seconds: below it a call fails on
+network latency alone, or a loop spins (``staleness_s: 1e-300`` used to be accepted)."""
 
 # Kubernetes object names (apimachinery validation, RFC 1123): a DNS label (<= 63, e.g. a variant, so
 # that "<service>-<variant>" stays a valid Deployment name) and a DNS subdomain (<= 253, e.g. a service).

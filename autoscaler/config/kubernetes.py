@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from autoscaler.config.base import Strict
+from autoscaler.config.base import MIN_WAIT_S, Strict, check_name
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS_LABEL = re.compile(_LABEL)
@@ -19,6 +19,24 @@ def _object_name(v: str, what: str) -> str:
     if len(v) > 253 or not DNS_SUBDOMAIN.fullmatch(v):
         raise ValueError(f"{what} '{v}' is not a valid Kubernetes object name (lower-case letters, digits, '-', '.')")
     return v
+
+
+MAX_IDENTITY = 128
+"""The longest leader identity: it is the Lease's ``holderIdentity`` and every Event's
+``reportingInstance``, which the API server refuses beyond 128 characters (``ReportingInstanceLengthLimit``
+in kubernetes ``pkg/apis/core/validation/events.go``), a label of the daemon's own metrics and part of
+its User-Agent header."""
+_IDENTITY = re.compile(r"[!-~]+")  # visible ASCII: a header value and a label, never a newline or a space
+
+
+def check_identity(value: str, where: str) -> str:
+    """``value`` if it can name the daemon (1 to ``MAX_IDENTITY`` visible ASCII characters, as a pod's
+    name or HOST-PID is), else ValueError naming ``where`` it came from (``--identity``, ``$POD_NAME``)."""
+    if not (_IDENTITY.fullmatch(value) and len(value) <= MAX_IDENTITY):
+        shown = value if len(value) <= 60 else value[:57] + "..."
+        raise ValueError(f"{where} {shown!r} cannot name the daemon: 1 to {MAX_IDENTITY} visible ASCII "
+                         f"characters (no space or control character), got {len(value)} characters")
+    return value
 
 
 KIND = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")
@@ -79,13 +97,14 @@ class LeaseConfig(Strict):
         renew_s: a leader that could not renew for this long stops leading (< duration_s).
         retry_s: how often candidates try to acquire and the leader renews (< renew_s).
 
-    Defaults are client-go's ``LeaderElectionConfig`` usual 15 / 10 / 2 s.
+    Defaults are client-go's ``LeaderElectionConfig`` usual 15 / 10 / 2 s. ``duration_s`` is at least
+    1 s (the Lease holds it as whole ``leaseDurationSeconds``), the others at least ``MIN_WAIT_S``.
     """
 
     name: str = "autoscaler-leader"
-    duration_s: float = Field(default=15.0, gt=0, le=3600)
-    renew_s: float = Field(default=10.0, gt=0, le=3600)
-    retry_s: float = Field(default=2.0, gt=0, le=3600)
+    duration_s: float = Field(default=15.0, ge=1, le=3600)
+    renew_s: float = Field(default=10.0, ge=MIN_WAIT_S, le=3600)
+    retry_s: float = Field(default=2.0, ge=MIN_WAIT_S, le=3600)
 
     @field_validator("name")
     @classmethod
@@ -105,7 +124,8 @@ class KubernetesConfig(Strict):
     Attributes:
         namespace: the namespace of the serving workloads, their pods and the admission ConfigMaps.
         namespace_self: the daemon's own namespace (its Lease and Events about itself); default: the
-            pod's namespace in-cluster, else ``namespace``.
+            pod's namespace in-cluster, else ``namespace``. Both are DNS-1123 labels (at most 63
+            characters), as Kubernetes requires of a namespace's name.
         workloads: service -> variant -> ``Workload``; a variant left out is the Deployment
             ``<service>-<variant>``.
         conflict_retries: how many times a write that met a 409 (the object changed since it was
@@ -136,6 +156,11 @@ class KubernetesConfig(Strict):
     pending_timeout_s: float = Field(default=300.0, gt=0)
     pending_retry_s: float = Field(default=900.0, gt=0)
     stop_grace_s: float = Field(default=10.0, gt=0, le=3600)
+
+    @field_validator("namespace", "namespace_self")
+    @classmethod
+    def _namespace(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return v if v is None else check_name(v, str(info.field_name), label=True)
 
     @field_validator("admission_configmap")
     @classmethod

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, StrictBool, field_validator, model_validator
 
-from autoscaler.config.base import Strict
+from autoscaler.config.base import MIN_WAIT_S, Strict, check_name
 from autoscaler.promql import check_matchers, check_template
 from autoscaler.urls import check_url
 
@@ -66,11 +66,13 @@ class PrometheusConfig(Strict):
         query_set: default PromQL per signal (``autoscaler.promql``); ``recorded`` reads vLLM 0.33
             through the recording rules ``autoscaler dashboards export`` writes (``rules/``).
         queries: signal -> PromQL template overriding the query set (``$sel``, ``$window``).
-        namespace: Kubernetes namespace used by the default selectors.
+        namespace: Kubernetes namespace used by the default selectors (a DNS-1123 label, as
+            Kubernetes requires of a namespace's name).
         pod_label: label that names a pod on the vLLM series.
-        staleness_s: a pod whose newest sample is older than this is ignored, seconds; default 120 =
-            two of Prometheus's default 1 m ``scrape_interval``. Set it to ~2 scrape intervals.
-        timeout_s: per-query HTTP timeout, seconds.
+        staleness_s: a pod whose newest sample is older than this is ignored, seconds (>= 1: samples
+            come a scrape interval apart, seconds at the least); default 120 = two of Prometheus's
+            default 1 m ``scrape_interval``. Set it to ~2 scrape intervals.
+        timeout_s: per-query HTTP timeout, seconds (>= ``MIN_WAIT_S``, as ``deadline_s``).
         deadline_s: bound on all of one tick's queries together, wall seconds (default: ``timeout_s``,
             so a tick waits no longer on Prometheus than one query may); a query not answered by
             then is failed and its signal unknown (``adapters.prometheus``).
@@ -87,9 +89,9 @@ class PrometheusConfig(Strict):
     queries: dict[str, str] = Field(default_factory=dict)
     namespace: str = "default"
     pod_label: str = Field(default="pod", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-    staleness_s: float = Field(default=120.0, gt=0)
-    timeout_s: float = Field(default=10.0, gt=0)
-    deadline_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    staleness_s: float = Field(default=120.0, ge=1)
+    timeout_s: float = Field(default=10.0, ge=MIN_WAIT_S)
+    deadline_s: float | None = Field(default=None, ge=MIN_WAIT_S, allow_inf_nan=False)
     bearer_token_file: Path | None = None
     basic_auth: BasicAuth | None = None
     ca_file: Path | None = None
@@ -103,6 +105,11 @@ class PrometheusConfig(Strict):
         if v is not None:
             check_url(v)
         return v
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        return check_name(v, "namespace", label=True)
 
     @field_validator("queries")
     @classmethod

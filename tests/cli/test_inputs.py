@@ -12,8 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from support.paths import ROOT
 from typer.testing import CliRunner
 
+from autoscaler.adapters.kubernetes import KubernetesError
+from autoscaler.adapters.kubernetes import connect as kube_connect
 from autoscaler.cli import app
 
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
@@ -77,3 +81,84 @@ def test_time_scale_stretching_a_trace_past_ten_years_is_refused(tmp_path: Path)
                                    "--out", str(tmp_path / "o")])
     line = one_line_error(res)
     assert "--time-scale 1e+09" in line and "1e+09 s" in line, line
+
+
+# ------------------------------------------------------------------ names and durations Kubernetes would refuse
+def _fleet(tmp_path: Path, section: str, values: dict[str, Any]) -> Path:
+    doc = yaml.safe_load((ROOT / "examples" / "fleet.yaml").read_text())
+    doc.setdefault(section, {}).update(values)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize(("section", "values", "where"), [
+    ("kubernetes", {"namespace": "LLM_Serving"},
+     "kubernetes.namespace: namespace 'LLM_Serving' is not a Kubernetes DNS label"),
+    ("kubernetes", {"namespace": "a" * 64}, "kubernetes.namespace: namespace 'aaaa"),  # 64 > 63 characters
+    ("kubernetes", {"namespace_self": "ops.team"}, "kubernetes.namespace_self: namespace_self 'ops.team' is not"),
+    ("prometheus", {"namespace": "-llm"}, "prometheus.namespace: namespace '-llm' is not a Kubernetes DNS label"),
+    ("prometheus", {"staleness_s": 1e-300}, "prometheus.staleness_s: Input should be greater than or equal to 1"),
+    ("prometheus", {"timeout_s": 1e-9}, "prometheus.timeout_s: Input should be greater than or equal to 0.1"),
+    ("kubernetes", {"lease": {"duration_s": 3e-300, "renew_s": 2e-300, "retry_s": 1e-300}},
+     "kubernetes.lease.duration_s: Input should be greater than or equal to 1"),
+])
+def test_names_and_durations_kubernetes_would_refuse_are_refused(tmp_path: Path, section: str,
+                                                                 values: dict[str, Any], where: str) -> None:
+    fleet = _fleet(tmp_path, section, values)
+    res = CliRunner().invoke(app, ["run", "--config", str(fleet), "--prometheus-url", "http://127.0.0.1:9",
+                                   "--port", "0"])
+    line = one_line_error(res)
+    assert f"{fleet}: {where}" in line, line
+
+
+@pytest.mark.parametrize(("identity", "shown"), [
+    ("daemon\nb", "'daemon\\nb'"), ("x" * 100_000, "'" + "x" * 57 + "...'"), ("a b", "'a b'"), ("x" * 129, "x" * 57),
+])
+def test_an_identity_no_lease_or_event_can_hold_is_refused_before_connecting(identity: str, shown: str) -> None:
+    # Events' reportingInstance takes at most 128 characters; a newline would also split a log line and a header.
+    res = CliRunner().invoke(app, ["run", "--config", str(ROOT / "examples" / "fleet.yaml"), "--identity", identity,
+                                   "--prometheus-url", "http://127.0.0.1:9", "--port", "0",
+                                   "--kubeconfig", "/nonexistent/kubeconfig"])
+    line = one_line_error(res)
+    assert line.startswith("error: --identity ") and shown in line and "cannot name the daemon" in line, line
+    assert len(line) < 300  # the 100 KB name is cut, not echoed
+
+
+def test_an_identity_of_128_visible_characters_is_taken() -> None:
+    # Reaches the kubeconfig, which does not exist: the identity itself was accepted.
+    res = CliRunner().invoke(app, ["run", "--config", str(ROOT / "examples" / "fleet.yaml"), "--identity", "x" * 128,
+                                   "--prometheus-url", "http://127.0.0.1:9", "--port", "0",
+                                   "--kubeconfig", "/nonexistent/kubeconfig"])
+    assert "kubeconfig /nonexistent/kubeconfig: no such file" in one_line_error(res)
+
+
+@pytest.mark.parametrize(("server", "why"), [
+    ("ht!tp://::::", "must start with http:// or https://"),
+    ("https://::::", "malformed server URL 'https://::::'"),
+    ("https://", "no host"),
+    ("https://api.example:0", "port must be in 1..65535"),
+])
+def test_a_kubeconfig_server_that_is_no_url_is_refused(tmp_path: Path, server: str, why: str) -> None:
+    # The connection itself, not the command: with the old code `autoscaler run` went on to lead with a
+    # client that fails every call, for ever.
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "c", "cluster": {"server": server}}], "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]}))
+    with pytest.raises(KubernetesError) as err:
+        kube_connect(kubeconfig)
+    assert f"kubeconfig {kubeconfig}: malformed server URL" in str(err.value) and why in str(err.value), err.value
+    assert "\n" not in str(err.value)
+
+
+def test_a_kubeconfig_server_with_a_path_is_taken(tmp_path: Path) -> None:
+    # Rancher and other proxies serve a cluster's API under a path: http(s)://HOST[:PORT]/path is a server.
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "c", "cluster": {"server": "https://rancher.example:8443/k8s/clusters/c-1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]}))
+    assert kube_connect(kubeconfig).configuration.host == "https://rancher.example:8443/k8s/clusters/c-1"
