@@ -10,10 +10,19 @@ import typer
 from rich.table import Table
 
 from autoscaler import files
-from autoscaler.cli.common import StderrLog, app, connect_prometheus, console, err_console, fail, load_cfg
+from autoscaler.cli.common import (
+    StderrLog,
+    app,
+    connect_prometheus,
+    console,
+    err_console,
+    fail,
+    interrupted,
+    load_cfg,
+)
 from autoscaler.config.base import MAX_INT
 from autoscaler.config.loading import default_config
-from autoscaler.errors import AutoscalerError
+from autoscaler.errors import AutoscalerError, Terminated
 
 admission_app = typer.Typer(no_args_is_help=True, help="Admission thresholds for a real gateway.")
 app.add_typer(admission_app, name="admission")
@@ -100,7 +109,7 @@ def faults_run(
 
     Scenario x controller -> harmful actions, interactive attainment, requests failed, retries and
     cost (docs/faults.md)."""
-    from autoscaler.faults.rows import markdown_table, write_results
+    from autoscaler.faults.rows import OUTPUTS, markdown_table, write_results
     from autoscaler.faults.suite import load_suite, run_suite, suite_dir
 
     try:
@@ -120,6 +129,7 @@ def faults_run(
             chosen = [sc.model_copy(update={"seed": seed}) for sc in chosen]
         if out is not None:
             files.check_writable(out)
+            files.clear(out, OUTPUTS)  # an interrupted run leaves none of an earlier run's results behind
         total = len(chosen) * len(names)
         finished: list[dict[str, Any]] = []
 
@@ -130,8 +140,10 @@ def faults_run(
 
         rows = run_suite(chosen, names, data, workers, done)
         paths = write_results(rows, out) if out is not None else []
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as exc:  # Ctrl-C (130) or SIGTERM (143, ``autoscaler.entry``)
+        if out is not None:
+            raise interrupted(out, OUTPUTS, exc) from None
+        raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
     except (AutoscalerError, ValueError, OSError, RuntimeError) as exc:
         raise fail(str(exc)) from None
     if json_output:

@@ -52,6 +52,10 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+OUTPUTS = ("faults.json", "faults.md")
+"""The files ``write_results`` writes under ``--out``."""
+
+
 def write_results(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     """Write ``faults.json`` (the rows) and ``faults.md`` (the table) under ``out``; returns the paths.
 
@@ -59,7 +63,7 @@ def write_results(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
         OSError: the directory cannot be created or written.
     """
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "faults.json", out / "faults.md"]
+    paths = [out / name for name in OUTPUTS]
     write_text(paths[0], json.dumps(list(rows), indent=2) + "\n")
     write_text(paths[1], markdown_table(rows) + "\n")
     return paths

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -101,6 +102,17 @@ def quiet_logs(*names: str) -> Iterator[None]:
 _JOBS: dict[str, tuple[Scenario, FleetConfig, Workload]] = {}
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _init_worker() -> None:
+    # As autoscaler.compare's workers: the parent handles Ctrl-C and SIGTERM and terminates the pool; the
+    # signals arrive blocked (the parent forks with them blocked), so its handlers never run here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+
 def _work(job: tuple[str, str]) -> dict[str, Any]:
     sc, cfg, wl = _JOBS[job[0]]
     return run_sim_row(sc, job[1], cfg, wl)
@@ -136,12 +148,25 @@ def run_suite(scenarios: Sequence[Scenario], controllers: Sequence[str], data: P
                 done(rows[job])
     elif sim_jobs:
         ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-        with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-            futures = {job: pool.submit(_work, job) for job in sim_jobs}
+        before = set(multiprocessing.active_children())
+        pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)  # the workers fork at the first submit
+        try:
+            try:
+                futures = {job: pool.submit(_work, job) for job in sim_jobs}
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a signal that came meanwhile is raised here
             for job, fut in futures.items():
                 rows[job] = fut.result()
                 if done is not None:
                     done(rows[job])
+        except BaseException:
+            # an interrupt (SIGTERM too) or a row's error: stop the other rows now rather than wait for them
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in set(multiprocessing.active_children()) - before:
+                proc.terminate()
+            raise
+        pool.shutdown()
     if live_jobs:
         from autoscaler.faults.live import run_live_row
 

@@ -8,6 +8,10 @@ read, or failed to read, the trace first).
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +166,46 @@ def test_a_kubeconfig_server_with_a_path_is_taken(tmp_path: Path) -> None:
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]}))
     assert kube_connect(kubeconfig).configuration.host == "https://rancher.example:8443/k8s/clusters/c-1"
+
+
+# ------------------------------------------------------------------ faults run --out, interrupted
+SETTLE_S = 120.0
+"""The longest a process may take to start or to end on a loaded machine: a bound on a failure, not a
+timing the test measures (CI's two cores may be busy)."""
+
+LONG_SCENARIO = """name: long
+reported: [x/y#1]
+failure: f
+harmful: h
+workload: {piecewise: {knots: [[0, 30], [7200, 30]]}}
+harm: [{rule: overshoot}]
+"""
+
+
+def test_a_sigtermed_faults_run_exits_143_and_leaves_no_results_that_look_complete(tmp_path: Path) -> None:
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "long.yaml").write_text(LONG_SCENARIO)  # two hours at 30 req/s: far from done when stopped
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("faults.json", "faults.md"):  # a previous run's results, complete-looking
+        (out / name).write_text("[]\n" if name.endswith("json") else "| scenario |\n")
+    exe = Path(sys.executable).with_name("autoscaler")
+    proc = subprocess.Popen([str(exe), "faults", "run", "--suite", str(tmp_path / "suite"), "--controllers",
+                             "pid,static", "--workers", "2", "--out", str(out), "--data", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + SETTLE_S
+        while (out / "faults.json").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not (out / "faults.json").exists() and not (out / "faults.md").exists(), \
+            "the previous run's results were not removed when this one started"
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=SETTLE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, stderr
+    assert "interrupted: no results written to" in stderr and "Traceback" not in stderr, stderr
+    assert sorted(p.name for p in out.iterdir()) == []  # no faults.json, faults.md or temporary file
