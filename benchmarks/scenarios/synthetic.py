@@ -11,7 +11,7 @@ import numpy as np
 
 from autoscaler.workload import synthetic as syn
 from autoscaler.workload.classes import assign_classes
-from autoscaler.workload.piecewise import BATCH_FRACTION, piecewise_workload
+from autoscaler.workload.piecewise import BATCH_FRACTION, check_knots, piecewise_workload
 from autoscaler.workload.types import Request, Workload
 
 
@@ -48,7 +48,8 @@ def surge_workload(base_rps: float, surge_rps: float, before_s: float, surge_s: 
     critical, 75 % standard).
 
     Raises:
-        ValueError: rates < 0, a step count outside 1 <= min_steps <= max_steps, or think_s <= 0.
+        ValueError: rates < 0, a step count outside 1 <= min_steps <= max_steps, think_s <= 0, or a
+            curve of more than ``MAX_REQUESTS`` requests, steps counted (``check_knots``).
     """
     if base_rps < 0 or surge_rps < 0 or not 1 <= min_steps <= max_steps or not think_s > 0:
         raise ValueError("need rates >= 0, 1 <= min_steps <= max_steps and think_s > 0")
@@ -56,6 +57,7 @@ def surge_workload(base_rps: float, surge_rps: float, before_s: float, surge_s: 
     t1, t2 = before_s, before_s + surge_s
     knots = [(0.0, base_rps / mean_steps), (t1, base_rps / mean_steps), (t1 + 1.0, surge_rps / mean_steps),
              (t2, surge_rps / mean_steps), (t2 + 1.0, base_rps / mean_steps), (t2 + after_s, base_rps / mean_steps)]
+    check_knots([(t, r * mean_steps) for t, r in knots])  # the requests, every step of every task counted
     starts = piecewise_workload(knots, seed, "surge").requests
     rng = np.random.default_rng((seed, 7))
     in_mu, in_sigma = syn.lognormal_params(syn.INPUT_MEDIAN_TOKENS, syn.INPUT_MEAN_TOKENS)

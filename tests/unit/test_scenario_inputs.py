@@ -7,10 +7,12 @@ curve of a billion requests per second to allocate the draws before anything sai
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from typing import Any
 
 import pytest
-from support.paths import DATA_DIR
+from support.paths import DATA_DIR, ROOT
 
 from autoscaler.errors import ConfigError
 from autoscaler.faults.scenario import load_scenario, scenario_workload
@@ -128,3 +130,26 @@ def test_every_shipped_fault_scenario_still_loads_and_its_trace_fits() -> None:
         sc = load_scenario(p)
         if sc.workload.trace is not None and sc.workload.trace.span is None:
             scenario_workload(sc, DATA_DIR)  # the whole trace's end checked against its faults
+
+
+# ------------------------------------------------------------------ the compare benchmarks' synthetic scenarios
+def _synthetic() -> dict[str, Any]:
+    spec = importlib.util.spec_from_file_location("scenario_synthetic", ROOT / "benchmarks" / "scenarios" /
+                                                  "synthetic.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.SYNTHETIC
+
+
+def test_a_step_scenario_held_for_1e12_s_is_refused_before_drawing() -> None:
+    with pytest.raises(ValueError, match=r"knots span 1e\+12 s"):
+        _synthetic()["step"](base_rps=30.0, factor=3.0, before_s=600.0, rise_s=60.0, after_s=1e12)
+
+
+def test_a_surge_of_tasks_with_a_million_steps_each_is_refused_counting_every_step() -> None:
+    # 1e6 req/s for 100 s is 1e8 requests > 20 M; a million steps a task makes it only 100 tasks, which
+    # is all the task curve counted (the old code then looped over 1e8 steps, gigabytes of requests).
+    with pytest.raises(ValueError, match=r"knots ask ~100,000,000 requests"):
+        _synthetic()["surge"](base_rps=1e6, surge_rps=1e6, before_s=40.0, surge_s=20.0, after_s=40.0,
+                              min_steps=1_000_000, max_steps=1_000_000)
