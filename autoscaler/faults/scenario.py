@@ -267,9 +267,11 @@ def fault_times(f: Any) -> dict[str, float]:
 
 
 def fault_key(f: Any) -> tuple[Any, ...]:
-    """What makes two faults the same: kind, target (a variant or a daemon) and first scheduled time."""
+    """What makes two faults the same: kind, target (a variant, a daemon, a second daemon's identity) and
+    first scheduled time."""
     times = fault_times(f)
-    return (f.kind, getattr(f, "variant", None), getattr(f, "daemon", None), times.get("time_s", times.get("start_s")))
+    target = tuple(getattr(f, k, None) for k in ("variant", "daemon", "identity"))
+    return (f.kind, target, times.get("time_s", times.get("start_s")))
 
 
 def describe(f: Any) -> str:

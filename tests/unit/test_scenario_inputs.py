@@ -121,6 +121,9 @@ def test_faults_differing_in_target_or_time_are_not_duplicates(tmp_path: Path) -
                                     "{kind: pod_metrics_missing, variant: a100, start_s: 5, end_s: 9}, "
                                     "{kind: pod_metrics_missing, variant: h100, start_s: 10, end_s: 20}]\nharm:")
     assert len(_load(tmp_path, text).faults) == 3  # type: ignore[attr-defined]
+    live = MINIMAL.replace("harm:", "layer: live\nfaults: [{kind: second_daemon, time_s: 60, identity: a}, "
+                                    "{kind: second_daemon, time_s: 60, identity: b}]\nharm:")
+    assert len(_load(tmp_path, live).faults) == 2  # type: ignore[attr-defined]
 
 
 def test_every_shipped_fault_scenario_still_loads_and_its_trace_fits() -> None:
