@@ -546,14 +546,14 @@ def solve(problem: PlanProblem) -> Plan:
         if res.x is None and limit is None:
             raise RuntimeError(f"planner: HiGHS found no plan ({res.message})")
         nodes = None if res.get("mip_node_count") is None else int(res.mip_node_count)
+        after = "" if nodes is None else f" after {nodes} nodes"
         fallback = None
         if res.x is not None:
             x = res.x
-            message = (str(res.message) if limit is None
-                       else f"HiGHS stopped at its {limit} after {nodes} nodes; its best plan so far")
+            message = str(res.message) if limit is None else f"HiGHS stopped at its {limit}{after}; its best plan"
         else:
             x, fallback = _fallback(problem, not relaxed, c, cons, bounds)
-            message = f"HiGHS stopped at its {limit} after {nodes} nodes without a plan; fallback: {fallback}"
+            message = f"HiGHS stopped at its {limit}{after} without a plan; fallback: {fallback}"
     solve_ms = (time.perf_counter() - started) * 1000.0
     idx = _Index(problem)
     h = problem.steps
