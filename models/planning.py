@@ -433,14 +433,17 @@ def _gpus(variants: Sequence[PlanVariant], counts: Sequence[int], gpu: str | Non
 def greedy_counts(problem: PlanProblem, limits: bool = True) -> dict[tuple[int, int], np.ndarray]:
     """A plan built without the solver: (service, variant) -> replicas per block, whole numbers.
 
-    Block by block and service by service (in order): each variant starts at its lower bound
-    (``min_replicas``, ``keep``); then replicas are added to the variant of lowest $ per request/s
-    (``price_per_hour / capacity_rps`` at the block's first step) first, up to its ``max_replicas`` and
-    within what the GPU quotas and budget leave (a limit below today's holding counts as that
-    holding), until the capacity covers the block's highest demand from its first step to the end of
-    the longest start-up of the service's variants (``cold_steps``) after its last, so replicas are
-    ordered before the demand they serve. With ``limits``, the change from the block before is then
-    cut to the step limits: orders to the cheapest variants first, removals from the dearest first.
+    Block by block: each variant's floor is the fewest replicas it can hold, its count in the block
+    before (today's for the first) less the removals allowed, from the dearest variant (by $ per
+    request/s, ``price_per_hour / capacity_rps`` at the block's first step) first: within the step
+    limit ``max_down`` (with ``limits``), never below ``min_replicas`` or ``keep``, and only of
+    replicas ready by the block's first step (today's ready ones and the orders one cold start old:
+    a removal takes a ready replica). Every service's floor is reserved against the GPU quotas and
+    budget (a limit below today's holding counts as that holding); then, service by service, until
+    the capacity covers the block's highest demand from its first step to the longest cold start of
+    the service's variants after its last (so replicas are ordered before the demand they serve),
+    replicas removed to reach the floor are kept back, cheapest first, then more are ordered,
+    cheapest first, up to ``max_replicas``, within the GPU limits and (with ``limits``) ``max_up``.
     """
     idx = _Index(problem)
     h = problem.steps
@@ -457,48 +460,68 @@ def greedy_counts(problem: PlanProblem, limits: bool = True) -> dict[tuple[int, 
         limit[None] = max(problem.gpu_budget, held[None])
     counts = {(i, j): np.zeros(idx.nb, dtype=int) for i, svc in enumerate(problem.services)
               for j in range(len(svc.variants))}
+    orders = {key: np.zeros(idx.nb) for key in counts}  # replicas ordered by each block, cumulative
+    removed = dict.fromkeys(counts, 0.0)  # replicas removed so far
     for b in range(idx.nb):
-        used: dict[str | None, float] = {}
+        k0 = idx.starts[b]
         length = 1 if b == 0 else ends[b - 1] - idx.starts[b - 1]
+        prev, floor, ranked = {}, {}, {}
         for i, svc in enumerate(problem.services):
-            k0 = idx.starts[b]
+            order = [j for _, j in sorted((v.price_per_hour / v.capacity_rps[k0], j)
+                                          for j, v in enumerate(svc.variants) if v.capacity_rps[k0] > 0)]
+            ranked[i] = order + [j for j in range(len(svc.variants)) if j not in order]
+            prev[i] = [int(v.current) if b == 0 else int(counts[i, j][b - 1]) for j, v in enumerate(svc.variants)]
+            floor[i] = list(prev[i])
+            down = math.inf if svc.max_down is None or not limits else svc.max_down * length
+            for j in reversed(ranked[i]):  # the dearest go first
+                v = svc.variants[j]
+                lag = k0 - v.cold_steps  # every order counted cold: ready no sooner than it may be
+                ready = v.ready[k0] + (orders[i, j][idx.block_of[lag]] if lag >= 0 else 0) - removed[i, j]
+                lowest = max(v.min_replicas, min(v.keep, v.max_replicas))
+                shrink = int(max(0, min(prev[i][j] - lowest, down, math.floor(ready + FEASIBLE_TOL))))
+                floor[i][j], down = prev[i][j] - shrink, down - shrink
+        used = {key: sum(_gpus(svc.variants, floor[i], key) for i, svc in enumerate(problem.services))
+                for key in limit}
+        for i, svc in enumerate(problem.services):
             ahead = max(v.cold_steps for v in svc.variants)
             need = float(np.max(svc.demand_rps[k0:min(h, ends[b] + ahead)]))
-            order = sorted((j for j, v in enumerate(svc.variants) if v.capacity_rps[k0] > 0),
-                           key=lambda j: svc.variants[j].price_per_hour / svc.variants[j].capacity_rps[k0])
-            target = [max(v.min_replicas, min(v.keep, v.max_replicas)) for v in svc.variants]
+            target = list(floor[i])
             covered = sum(v.capacity_rps[k0] * n for v, n in zip(svc.variants, target, strict=True))
-            for j in order:
-                v = svc.variants[j]
-                while covered < need and target[j] < v.max_replicas and all(
-                        used.get(key, 0) + _gpus(svc.variants, target, key) + v.gpus_per_replica
-                        <= limit.get(key, math.inf) for key in (v.gpu, None)):
-                    target[j] += 1
-                    covered += v.capacity_rps[k0]
-            prev = [int(v.current) if b == 0 else int(counts[i, j][b - 1]) for j, v in enumerate(svc.variants)]
-            if limits:
-                up = math.inf if svc.max_up is None else svc.max_up * length
-                down = math.inf if svc.max_down is None else svc.max_down * length
-                ranked = order + [j for j in range(len(svc.variants)) if j not in order]
-                for j in ranked:  # orders: cheapest first
-                    if target[j] > prev[j]:
-                        grow = int(min(target[j] - prev[j], up))
-                        target[j], up = prev[j] + grow, up - grow
-                for j in reversed(ranked):  # removals: dearest first
-                    if target[j] < prev[j]:
-                        shrink = int(min(prev[j] - target[j], down))
-                        target[j], down = prev[j] - shrink, down - shrink
-            for j, v in enumerate(svc.variants):
-                counts[i, j][b] = target[j]
+            up = math.inf if svc.max_up is None or not limits else svc.max_up * length
+            for j, v in enumerate(svc.variants):  # the lower bounds first, whatever they need
+                before = target[j]
+                target[j] = max(before, v.min_replicas, min(v.keep, v.max_replicas))
+                covered += v.capacity_rps[k0] * (target[j] - before)
+                up -= max(0, target[j] - max(prev[i][j], before))
                 for key in (v.gpu, None):
-                    used[key] = used.get(key, 0) + target[j] * v.gpus_per_replica
+                    used[key] = used.get(key, 0) + (target[j] - before) * v.gpus_per_replica
+            for keep_back in (True, False):  # first the replicas held before, then new orders
+                for j in ranked[i]:
+                    v = svc.variants[j]
+                    if v.capacity_rps[k0] <= 0:
+                        continue
+                    while (covered < need and target[j] < (prev[i][j] if keep_back else v.max_replicas)
+                           and (keep_back or up >= 1)
+                           and all(used.get(key, 0) + v.gpus_per_replica <= limit.get(key, math.inf)
+                                   for key in (v.gpu, None))):
+                        target[j] += 1
+                        covered += v.capacity_rps[k0]
+                        up -= 0 if target[j] <= prev[i][j] else 1
+                        for key in (v.gpu, None):
+                            used[key] = used.get(key, 0) + v.gpus_per_replica
+            for j in range(len(svc.variants)):
+                counts[i, j][b] = target[j]
+                orders[i, j][b] = (orders[i, j][b - 1] if b else 0) + max(0, target[j] - prev[i][j])
+                removed[i, j] += max(0, prev[i][j] - target[j])
     return counts
 
 
 def _fallback(problem: PlanProblem, limits: bool, c: np.ndarray, cons: LinearConstraint,
-              bounds: Bounds) -> tuple[np.ndarray, str]:
-    """A plan without HiGHS's MILP: the first of ``FALLBACKS`` that meets the constraints (the
-    hold is used whatever it breaks: it is today's fleet), and its name."""
+              bounds: Bounds) -> tuple[np.ndarray, str, bool]:
+    """A plan without HiGHS's MILP: the first of ``FALLBACKS`` that meets the constraints (with
+    ``limits``, the greedy is tried without the step limits too, as ``solve`` drops them when no
+    plan keeps them), its name, and whether the step limits were dropped. The hold is used whatever
+    it breaks: it is today's fleet, and only a problem without any plan gets that far."""
     idx = _Index(problem)
     res = milp(c, constraints=cons, bounds=bounds, integrality=np.zeros(idx.size),
                options={"time_limit": problem.time_limit_s})
@@ -507,13 +530,18 @@ def _fallback(problem: PlanProblem, limits: bool, c: np.ndarray, cons: LinearCon
                   for i, svc in enumerate(problem.services) for j in range(len(svc.variants))}
         x = _complete(problem, counts)
         if _feasible(x, cons, bounds):
-            return x, "lp-rounded"
+            return x, "lp-rounded", False
     x = _complete(problem, greedy_counts(problem, limits))
     if _feasible(x, cons, bounds):
-        return x, "greedy"
+        return x, "greedy", False
+    if limits:
+        _, loose, loose_bounds, _ = _build(problem, limits=False)
+        x = _complete(problem, greedy_counts(problem, limits=False))
+        if _feasible(x, loose, loose_bounds):
+            return x, "greedy", True
     held = {(i, j): np.full(idx.nb, v.current) for i, svc in enumerate(problem.services)
             for j, v in enumerate(svc.variants)}
-    return _complete(problem, held), "hold"
+    return _complete(problem, held), "hold", False
 
 
 def solve(problem: PlanProblem) -> Plan:
@@ -552,7 +580,8 @@ def solve(problem: PlanProblem) -> Plan:
             x = res.x
             message = str(res.message) if limit is None else f"HiGHS stopped at its {limit}{after}; its best plan"
         else:
-            x, fallback = _fallback(problem, not relaxed, c, cons, bounds)
+            x, fallback, dropped = _fallback(problem, not relaxed, c, cons, bounds)
+            relaxed = relaxed or dropped
             message = f"HiGHS stopped at its {limit}{after} without a plan; fallback: {fallback}"
     solve_ms = (time.perf_counter() - started) * 1000.0
     idx = _Index(problem)

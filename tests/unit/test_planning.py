@@ -259,13 +259,38 @@ def test_no_plan_at_the_time_limit_falls_back_to_the_greedy() -> None:
     assert plan.unserved_rps["s"] == pytest.approx([30.0, 0.0, 0.0, 0.0])
 
 
-def test_when_no_other_plan_keeps_the_constraints_the_fallback_holds_todays_replicas() -> None:
-    # Three replicas still starting (none ready within the horizon) and no demand: the greedy would
-    # remove them, but a removal takes a ready replica; holding the three is the one feasible plan.
+def test_the_greedy_removes_only_replicas_that_are_ready() -> None:
+    # Three replicas starting, ready by step: 0, 1, 3; no demand. A removal takes a ready replica, so
+    # the greedy removes none at step 0, one at step 1 (one ready), the other two at step 2.
     h = 3
-    svc = PlanService("s", [variant("a", h, current=3, ready=0, hi=5)], np.zeros(h), miss_cost=1.0)
+    v = PlanVariant("a", "a", 1, 1.0, np.full(h, 10.0), 3, np.array([0.0, 1.0, 3.0]), 0, 5, 1, 2)
+    svc = PlanService("s", [v], np.zeros(h), miss_cost=1.0)
     plan = solve(PlanProblem([svc], 60.0, h, blocks=list(range(h)), time_limit_s=0.0))
-    assert plan.stopped_at_limit and plan.fallback == "hold"
+    assert plan.fallback == "greedy" and list(plan.replicas["s"]["a"]) == [3, 2, 0]
+
+
+def test_the_greedy_reserves_what_other_services_cannot_remove_yet() -> None:
+    # A budget of 4 GPUs, all held by service "a" (4 ready, no demand, one removal a step); "b" needs
+    # 40 req/s at 10 per replica. Each step frees one GPU, which "b" takes: b 1, 2, 3, 4 while a goes
+    # 3, 2, 1, 0, never more than 4 in all.
+    h = 4
+    a = PlanService("a", [variant("a", h, current=4, hi=5, gpu="g")], np.zeros(h), miss_cost=1.0, max_down=1)
+    b = PlanService("b", [variant("b", h, hi=5, gpu="g")], np.full(h, 40.0), miss_cost=1.0)
+    plan = solve(PlanProblem([b, a], 60.0, h, blocks=list(range(h)), gpu_budget=4, time_limit_s=0.0))  # b planned first
+    assert plan.fallback == "greedy" and not plan.relaxed
+    assert list(plan.replicas["a"]["a"]) == [3, 2, 1, 0] and list(plan.replicas["b"]["b"]) == [1, 2, 3, 4]
+
+
+def test_a_problem_without_any_plan_stopped_at_its_limit_holds_todays_replicas() -> None:
+    # Three replicas, none ready within the horizon, and a cap of 2: reaching the cap takes removing
+    # one, and a removal takes a ready replica, so no plan exists. Solved to the end this raises;
+    # stopped at a limit first, the planner cannot know that: it holds today's replicas and says so.
+    h = 3
+    svc = PlanService("s", [variant("a", h, current=3, ready=0, hi=2)], np.zeros(h), miss_cost=1.0)
+    with pytest.raises(RuntimeError, match="no plan"):
+        solve(PlanProblem([svc], 60.0, h, blocks=list(range(h))))
+    plan = solve(PlanProblem([svc], 60.0, h, blocks=list(range(h)), time_limit_s=0.0))
+    assert plan.stopped_at_limit and plan.fallback == "hold" and "hold" in plan.message
     assert list(plan.replicas["s"]["a"]) == [3, 3, 3]
 
 
