@@ -7,7 +7,9 @@ a level drawn in 20..120 req/s. Shared across services: H100 and GH200 GPU quota
 every service's peak would need of them, and a GPU budget of 80 % (never below what the services hold
 today, so a plan exists within the step limits), so the quotas bind.
 
-Prints p50 / p99 / max solve time (milliseconds) per size over ``--trials`` problems. Goals (issue 13):
+Prints p50 / p99 / max solve time (milliseconds) per size over ``--trials`` problems, and how many
+plans had the step limits relaxed, stopped at the solver's limit (``--node-limit``: branch-and-bound
+nodes; the 60-s time limit) and were a fallback (``models.planning``), by kind. Goals (issue 13):
 1 service x 3 variants x 40 steps p99 <= 50 ms; 50 services p99 <= 2 s.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections import Counter
 
 import numpy as np
 
@@ -39,14 +42,14 @@ def service(i: int, rng: np.random.Generator) -> PlanService:
 
 
 def problem(n_services: int, rng: np.random.Generator, integer_blocks: int | None = None,
-            gap: float = 1e-4) -> PlanProblem:
+            gap: float = 1e-4, node_limit: int | None = None) -> PlanProblem:
     services = [service(i, rng) for i in range(n_services)]
     peak_gpus = sum(math.ceil(s.demand_rps.max() / 15.8) for s in services)
     held = {gpu: sum(v.current for s in services for v in s.variants if v.gpu == gpu) for _, gpu, _, _ in VARIANTS}
     quota = {gpu: max(held[gpu], int(0.4 * peak_gpus)) for gpu in ("H100", "GH200")}  # never below today's
     budget = max(sum(held.values()), int(0.8 * peak_gpus)) if n_services > 1 else None
     return PlanProblem(services, DT_S, STEPS, gpu_quota=quota if n_services > 1 else {}, gpu_budget=budget,
-                       integer_blocks=integer_blocks, time_limit_s=60.0, mip_rel_gap=gap)
+                       integer_blocks=integer_blocks, time_limit_s=60.0, mip_rel_gap=gap, node_limit=node_limit)
 
 
 def main() -> None:
@@ -57,20 +60,29 @@ def main() -> None:
     ap.add_argument("--integer-blocks", type=int, default=None,
                     help="blocks kept integer (the rest relaxed); default all, as the MPC solves")
     ap.add_argument("--gap", type=float, default=1e-4, help="HiGHS's relative optimality gap (the MPC's: 1e-4)")
+    ap.add_argument("--node-limit", type=int, default=None,
+                    help="most branch-and-bound nodes per solve (0 stops before the root); default none, as the MPC")
     args = ap.parse_args()
-    print("| services | variables | p50 ms | p99 ms | max ms | relaxed |")
-    print("|---|---|---|---|---|---|")
+    if args.node_limit is not None and args.node_limit < 0:
+        ap.error(f"--node-limit must be >= 0, got {args.node_limit}")
+    print("| services | variables | p50 ms | p99 ms | max ms | relaxed | at limit | fallbacks |")
+    print("|---|---|---|---|---|---|---|---|")
     for n in args.sizes:
         rng = np.random.default_rng((args.seed, n))
-        times, relaxed = [], 0
+        times, relaxed, at_limit, fallbacks = [], 0, 0, Counter[str]()
         trials = args.trials if n < 50 else max(3, args.trials // 6)
         for _ in range(trials):
-            plan = solve(problem(n, rng, args.integer_blocks, args.gap))
+            plan = solve(problem(n, rng, args.integer_blocks, args.gap, args.node_limit))
             times.append(plan.solve_ms)
             relaxed += plan.relaxed
+            at_limit += plan.stopped_at_limit
+            if plan.fallback:
+                fallbacks[plan.fallback] += 1
         p50, p99 = np.percentile(times, [50, 99])
         size = n * len(VARIANTS) * (4 * 11 + STEPS) + n * STEPS
-        print(f"| {n} | {size} | {p50:.0f} | {p99:.0f} | {max(times):.0f} | {relaxed}/{trials} |", flush=True)
+        kinds = ", ".join(f"{k} {c}" for k, c in sorted(fallbacks.items())) or "none"
+        print(f"| {n} | {size} | {p50:.0f} | {p99:.0f} | {max(times):.0f} | {relaxed}/{trials} | {at_limit}/{trials} "
+              f"| {kinds} |", flush=True)
 
 
 if __name__ == "__main__":

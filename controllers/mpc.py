@@ -31,6 +31,11 @@ The loop's guard still applies (step limits, cool-down, warm-up and idle rules);
 limits are the guard's, so it seldom cuts. ``Decision.plan`` holds the plan per variant;
 ``Decision.terms`` the demand planned for now (``demand_rps``), the solve time (``solve_ms``) and the
 unserved demand over the horizon (``unserved_rps_max``).
+
+The live loop bounds each solve by wall time (``PlanProblem.time_limit_s``, 10 s: a tick is 15 s) and,
+with ``node_limit``, by branch-and-bound nodes too. A solve stopped at either limit never raises: the
+plan is HiGHS's best so far or a fallback (``models.planning``), and the decision says so in its
+reason and in ``terms``: ``solver_at_limit`` (1 or 0) and ``plan_fallback`` (``FALLBACK_CODES``).
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ import numpy as np
 from autoscaler.state import ForecastSignals
 from controllers.base import Controller, Decision, Gauge, change_reason, hold, silent_pods
 from models.capacity import ReplicaSpec, RequestMix, replica_capacity, speed_factor, utilisation
-from models.planning import Plan, PlanProblem, PlanService, PlanVariant, solve
+from models.planning import FALLBACKS, Plan, PlanProblem, PlanService, PlanVariant, solve
 
 if TYPE_CHECKING:
     from autoscaler.config import FleetConfig, Service, Variant
@@ -77,6 +82,24 @@ SPEED_STEP = 0.02
 DEFAULT_WINDOW_S = 60.0
 """Signal window, seconds: the plan reads rates, not latency quantiles, and a 300-s window (the PID's)
 would show a step in load a cold start late. 60 s is four 15-s scrapes, PromQL's least for a steady ``rate``."""
+
+FALLBACK_CODES: dict[str | None, float] = {None: 0.0, **{name: float(i + 1) for i, name in enumerate(FALLBACKS)}}
+"""``Plan.fallback`` as the number ``Decision.terms["plan_fallback"]`` carries (terms are numbers): 0
+for the solver's plan, 1 ``lp-rounded``, 2 ``greedy``, 3 ``hold``."""
+
+
+def limit_note(plan: Plan) -> str:
+    """A reason's note for a plan stopped at the solver's limit ("" for one solved to its gap)."""
+    if not plan.stopped_at_limit:
+        return ""
+    return "; " + (f"solver at its limit, no plan: {plan.fallback} fallback" if plan.fallback
+                   else "solver at its limit: its best plan so far")
+
+
+def limit_terms(plan: Plan) -> dict[str, float]:
+    """``solver_at_limit`` (1 or 0) and ``plan_fallback`` (``FALLBACK_CODES``) for ``Decision.terms``."""
+    return {"solver_at_limit": float(plan.stopped_at_limit), "plan_fallback": FALLBACK_CODES[plan.fallback]}
+
 
 Z95 = NormalDist().inv_cdf(0.95)
 FORECASTS = ("auto", "last", "perfect")
@@ -166,21 +189,26 @@ class MPCController(Controller):
             mix scaled to the forecast stage's mean prompt and output lengths, at the cache-warmth
             stage's predicted fleet prefix-cache hit rate, which counts starting replicas cold).
         future_rps: with ``forecast=perfect``, service -> true demand per tick from t = 0, requests/s.
+        node_limit: most branch-and-bound nodes per solve (>= 0; None: none), beside the 10-s time
+            limit (``models.planning.PlanProblem``).
         name: the spec it was built from.
 
     Raises:
         ValueError: an argument out of range, an unknown ``forecast``, or ``perfect`` without
-            ``future_rps``.
+            ``future_rps``, a negative ``node_limit``.
     """
 
     def __init__(self, cfg: FleetConfig, weights: Mapping[str, Mapping[str, float]], horizon: int = 40,
                  quantile: float = 0.9, miss_weight: float = 10.0, forecast: str = "auto",
                  hold_s: float = DEFAULT_HOLD_S, learn: int = 1, mixes: Mapping[str, RequestMix | None] | None = None,
                  window_s: float = DEFAULT_WINDOW_S, mix: str = "calibrated",
-                 future_rps: Mapping[str, np.ndarray] | None = None, name: str = "mpc") -> None:
+                 future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
+                 name: str = "mpc") -> None:
         if horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf or not 0 <= hold_s < math.inf:
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
                              f"got {horizon}, {quantile}, {miss_weight}, {hold_s}")
+        if node_limit is not None and node_limit < 0:
+            raise ValueError(f"{name}: node_limit must be >= 0, got {node_limit}")
         if forecast not in FORECASTS:
             raise ValueError(f"{name}: forecast must be one of {', '.join(FORECASTS)}, got '{forecast}'")
         if mix not in MIXES:
@@ -208,6 +236,7 @@ class MPCController(Controller):
         self._joint: dict[str, tuple[float, _Inputs | Decision, Plan | None]] = {}
         self.future_rps = {k: np.asarray(v, dtype=float) for k, v in (future_rps or {}).items()}
         self.memory: dict[str, _ServiceMemory] = {}
+        self.node_limit = node_limit
 
     # ------------------------------------------------------------------ demand
     def demand(self, est: ServiceEstimate, svc: Service, now_rps: float) -> np.ndarray:
@@ -358,7 +387,7 @@ class MPCController(Controller):
     def _problem(self, services: list[PlanService]) -> PlanProblem:
         """One problem for ``services`` within the fleet's shared GPU limits."""
         return PlanProblem(services, self.tick_s, self.horizon, gpu_quota=dict(self.gpu_limits.quota),
-                           gpu_budget=self.gpu_limits.budget)
+                           gpu_budget=self.gpu_limits.budget, node_limit=self.node_limit)
 
     def prepare(self, estimates: Mapping[str, ServiceEstimate]) -> None:
         """With more than one service under shared GPU limits, plan them all in one problem (the
@@ -402,11 +431,12 @@ class MPCController(Controller):
         mem.last_applied, mem.last_time_s = dict(desired), est.time_s
         terms = {"demand_rps": float(demand[0]), "solve_ms": plan.solve_ms,
                  "unserved_rps_max": float(unserved.max()), "recovering": float(inputs.recovering),
-                 **{f"speed_{v}": x for v, x in mem.last_speed.items()}}
+                 **limit_terms(plan), **{f"speed_{v}": x for v, x in mem.last_speed.items()}}
         code = change_reason(desired, current)
         why = (f"mpc: plan for {demand[0]:.1f} req/s now, up to {demand.max():.1f} within "
                f"{self.horizon * dt:g} s" + ("; recovering from a loss" if inputs.recovering else "")
-               + (f"; no scale-down while {silent} ready pod(s) report nothing" if silent else ""))
+               + (f"; no scale-down while {silent} ready pod(s) report nothing" if silent else "")
+               + limit_note(plan))
         gauges = (Gauge("autoscaler_mpc_demand_rps", "Demand the plan serves now, requests/s.", terms["demand_rps"]),
                   Gauge("autoscaler_mpc_solve_seconds", "Wall time of the last plan's solve.", plan.solve_ms / 1000.0))
         return Decision(desired, why, code, terms, plan={name: [int(x) for x in n] for name, n in steps.items()},

@@ -13,6 +13,11 @@ mix, ``models.capacity``); the fleet starts where every adaptive controller star
 (``autoscaler.simulate.start_at``: sized for the opening minutes), ready; warm nodes, step limits and
 quotas as the MPC's; starting a replica costs its cold start's GPU time; a request left unserved costs
 ``miss_weight`` times the dearest variant's cost per request.
+
+Solved by work, not wall time: HiGHS stops after ``OFFLINE_NODE_LIMIT`` branch-and-bound nodes (its
+best plan by then, or a fallback: ``models.planning``), so the oracle's schedule is the same on a
+loaded machine as on an idle one; ``OFFLINE_TIME_LIMIT_S`` is only a backstop. Its decisions' reason
+and terms say when the plan stopped at a limit (``controllers.mpc.limit_note``).
 """
 
 from __future__ import annotations
@@ -23,9 +28,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from controllers.base import Decision, Reason
-from controllers.mpc import miss_cost, plan_variant
+from controllers.mpc import limit_note, limit_terms, miss_cost, plan_variant
 from controllers.static import PEAK_WINDOW_S, ScheduledController, served
-from models.planning import PlanProblem, PlanService, solve
+from models.planning import Plan, PlanProblem, PlanService, solve
 
 if TYPE_CHECKING:
     from autoscaler.config import FleetConfig, Service
@@ -38,6 +43,18 @@ BLOCK_S = 60.0
 
 MAX_STEPS = 2000
 """Most steps in the offline problem (a day of 60-s steps is 1,440); longer traces get coarser steps."""
+
+OFFLINE_NODE_LIMIT = 500
+"""Branch-and-bound nodes the offline solve may explore: a bound on work, so the plan does not depend
+on machine load (a 120-s time limit under load left a day trace without a plan: issue 31). The
+shipped scenarios need far fewer (``docs/controllers.md#at-the-solvers-limit``)."""
+
+OFFLINE_TIME_LIMIT_S = 3600.0
+"""A backstop only: a solve this long is a bug to report, not a limit the node limit should meet."""
+
+OFFLINE_GAP = 1e-3
+"""HiGHS's relative optimality gap offline: 0.1 % of the plan's cost, below the differences between
+controllers that ``compare`` reports."""
 
 
 def true_demand(svc: Service, workload: Workload, dt_s: float, steps: int, block_steps: int,
@@ -65,33 +82,42 @@ class OracleController(ScheduledController):
         schedule: ``(start_s, replicas)`` pairs, as ``ScheduledController``.
         initial: the fleet ready at t = 0 (``autoscaler.simulate.start_at`` reads ``replicas``).
         plan_cost: the objective of the offline plan, $; ``solve_ms``: its solve time.
+        plan: the solved plan, for its solver notes (``stopped_at_limit``, ``fallback``); None: none.
     """
 
     def __init__(self, schedule: list[tuple[float, dict[str, dict[str, int]]]],
                  initial: dict[str, dict[str, int]], tick_s: float, window_s: float, plan_cost: float,
-                 solve_ms: float, name: str = "oracle") -> None:
+                 solve_ms: float, name: str = "oracle", plan: Plan | None = None) -> None:
         super().__init__(schedule, tick_s, window_s, name)
         self.replicas = initial
         self.plan_cost = plan_cost
         self.solve_ms = solve_ms
+        self.plan = plan
 
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
-        """The schedule's replicas for ``est.time_s``."""
+        """The schedule's replicas for ``est.time_s``; the reason and terms say when the plan stopped
+        at the solver's limit."""
         d = super().decide(est, svc)
-        return Decision(d.desired, f"{self.name}: offline plan", Reason.FIXED)
+        if self.plan is None:
+            return Decision(d.desired, f"{self.name}: offline plan", Reason.FIXED)
+        return Decision(d.desired, f"{self.name}: offline plan{limit_note(self.plan)}", Reason.FIXED,
+                        terms=limit_terms(self.plan))
 
 
 def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weights: dict[str, float],
-                      initial: dict[str, int], miss_weight: float = 10.0, name: str = "oracle") -> OracleController:
+                      initial: dict[str, int], miss_weight: float = 10.0, node_limit: int = OFFLINE_NODE_LIMIT,
+                      name: str = "oracle") -> OracleController:
     """Solve the offline plan for ``svc`` on ``workload`` (module docstring) and wrap it as a controller.
 
     Args:
         weights: variant -> one replica's capacity, requests/s.
         initial: variant -> replicas ready at t = 0.
+        node_limit: branch-and-bound nodes the solve may explore (>= 0).
 
     Raises:
         ValueError: no variant can serve within the SLO, or a bad argument.
-        RuntimeError: HiGHS found no plan.
+        RuntimeError: no plan exists (the bounds and quotas contradict one another); never for a
+            limit reached.
     """
     c = cfg.controller
     if not workload.requests:
@@ -110,7 +136,8 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
     problem = PlanProblem([PlanService(svc.name, variants, demand, miss,
                                        c.guard.max_step_up * limit, c.guard.max_step_down * limit)],
                           dt, steps, blocks=list(range(0, steps, block_steps)), gpu_quota=dict(cfg.gpu_limits.quota),
-                          gpu_budget=cfg.gpu_limits.budget, time_limit_s=120.0, mip_rel_gap=1e-3)
+                          gpu_budget=cfg.gpu_limits.budget, time_limit_s=OFFLINE_TIME_LIMIT_S,
+                          node_limit=node_limit, mip_rel_gap=OFFLINE_GAP)
     plan = solve(problem)
     counts = plan.replicas[svc.name]
     schedule: list[tuple[float, dict[str, dict[str, int]]]] = []
@@ -120,4 +147,5 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
             schedule.append((k * dt, {svc.name: now}))
     if schedule[0][0] != 0:
         schedule.insert(0, (0.0, {svc.name: dict(initial)}))
-    return OracleController(schedule, {svc.name: dict(initial)}, c.tick_s, c.window_s, plan.cost, plan.solve_ms, name)
+    return OracleController(schedule, {svc.name: dict(initial)}, c.tick_s, c.window_s, plan.cost, plan.solve_ms, name,
+                            plan)

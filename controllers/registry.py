@@ -9,8 +9,10 @@ Names: ``pid`` (``controllers.pid``); ``static`` and ``static-ilp`` (fixed fleet
 ``controllers.static``, ``controllers.baselines.static_ilp``); the anchors' autoscalers
 (``controllers.baselines``): ``hpa``, ``keda``, ``kpa`` (Knative), ``aibrix`` and ``aibrix-apa``,
 ``dynamo``, ``wva``; ``mpc`` (``controllers.mpc``: ``mpc:horizon=40:quantile=0.9:miss_weight=10:forecast=auto``;
-``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace);
-``oracle`` (``controllers.oracle``: the same plan solved offline on the trace's true demand; needs a trace).
+``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
+``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time);
+``oracle`` (``controllers.oracle``: the same plan solved offline on the trace's true demand; needs a trace;
+``oracle:node_limit=N`` replaces its ``OFFLINE_NODE_LIMIT``).
 
 With a workload (a trace, in ``simulate`` and ``compare``), what is calibrated comes from it: the
 fixed fleets are sized for its peak 60-s arrival rate, and the metric targets of HPA, KEDA, Knative
@@ -253,11 +255,12 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                lambda kw, ctx: DynamoPlanner(ctx.cfg.engine, **kw, name=ctx.spec)),
     "wva": (_params(WVAController), lambda kw, ctx: WVAController(name=ctx.spec)),
     "static-ilp": ({"peak_rps": POSITIVE}, _static_ilp),
-    "oracle": ({"miss_weight": POSITIVE}, _oracle),
+    "oracle": ({"miss_weight": POSITIVE, "node_limit": Param(int, 0, closed=True)}, _oracle),
     "mpc": (_params(MPCController, "cfg", "weights", "mixes", "future_rps",
                     horizon=Param(int, 1, closed=True, high=MAX_HORIZON),
                     quantile=Param(float, 0.0, high=0.999), miss_weight=POSITIVE, forecast=TEXT,
-                    hold_s=NON_NEGATIVE, learn=Param(int, 0, closed=True, high=1), mix=TEXT), _mpc),
+                    hold_s=NON_NEGATIVE, learn=Param(int, 0, closed=True, high=1), mix=TEXT,
+                    node_limit=Param(int, 0, closed=True)), _mpc),
 }
 NAMES = tuple(_SPECS)
 ANCHORS = frozenset({"hpa", "keda", "kpa", "aibrix", "aibrix-apa", "dynamo", "wva"})

@@ -33,6 +33,12 @@ per step (``max_up`` orders, ``max_down`` removals), and, across services, GPUs 
 hand can, may keep what it holds but never grows past it). Solved by ``scipy.optimize.milp`` (HiGHS); the
 constraint matrix is sparse with a bounded number of entries per row, so a day of 60-s steps solves
 as one problem.
+
+At the solver's limit (``PlanProblem.time_limit_s``, or ``node_limit``: branch-and-bound nodes, a bound
+on work that does not depend on machine load) the solve never raises: HiGHS's best plan so far is used
+(``Plan.stopped_at_limit``), and without one a feasible plan is built instead (``Plan.fallback``): the
+LP relaxation with its replica counts rounded up, else a greedy plan (``greedy_counts``), else today's
+replicas held; the first two are used only when they meet every constraint.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -48,10 +55,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, milp
 
 BLOCK_VARS = 4  # per variant and block: n, cw, cc, cd
 N, CW, CC, CD = range(BLOCK_VARS)
+
+HIGHS_LIMITS = {13: "time limit", 14: "iteration limit", 16: "node limit"}
+"""HiGHS's model statuses for a solve stopped at a limit (``HighsModelStatus`` in HiGHS's ``HConst.h``:
+kTimeLimit, kIterationLimit, kSolutionLimit, which ``mip_max_nodes`` ends with). scipy maps the time
+and iteration limits to ``status`` 1 but the node limit to 4 ("not recognized"), so the HiGHS status
+in the message is read."""
+
+FALLBACKS = ("lp-rounded", "greedy", "hold")
+"""``Plan.fallback``'s values, in the order tried."""
+
+FEASIBLE_TOL = 1e-6
+"""Slack allowed when a fallback plan is checked against the constraints (HiGHS's default primal
+feasibility tolerance is 1e-7; the rounded plans are whole numbers and sums of them)."""
 
 
 def default_blocks(steps: int) -> list[int]:
@@ -130,7 +150,12 @@ class PlanProblem:
         gpu_budget: most GPUs of any type held at any step (None: no budget).
         blocks: first step (0-based, ascending, the first 0) of each block over which replica counts
             stay constant; None = ``default_blocks(steps)``.
-        time_limit_s: HiGHS's time limit; the best plan found by then is used.
+        integer_blocks: blocks kept integer, the first ones (None: all); the rest are relaxed.
+        time_limit_s: HiGHS's time limit, seconds (also the LP relaxation's, when one is solved for a
+            fallback); at the limit the best plan found is used (module docstring).
+        node_limit: most branch-and-bound nodes HiGHS explores (``scipy.optimize.milp``'s
+            ``node_limit``; 0 stops before the root), None for no limit; the same problem and limit
+            give the same plan on any machine, where a time limit does not.
         mip_rel_gap: relative optimality gap at which HiGHS stops.
     """
 
@@ -142,6 +167,7 @@ class PlanProblem:
     blocks: Sequence[int] | None = None
     integer_blocks: int | None = None
     time_limit_s: float = 10.0
+    node_limit: int | None = None
     mip_rel_gap: float = 1e-4
 
 
@@ -157,6 +183,12 @@ class Plan:
         solve_ms: wall time of the solve, milliseconds.
         relaxed: True when the step limits had to be dropped to find any plan (today's fleet is
             further outside its bounds or quotas than the limits allow undoing in time).
+        stopped_at_limit: True when HiGHS stopped at its time, node or iteration limit (the plan is
+            then its best so far, or a fallback), not at the optimality gap.
+        fallback: None for HiGHS's plan; else the plan built without it (``FALLBACKS``):
+            ``lp-rounded``, ``greedy`` or ``hold``.
+        message: what happened, one line (HiGHS's message, or the limit and the fallback).
+        nodes: branch-and-bound nodes HiGHS explored (None when it does not say).
     """
 
     replicas: dict[str, dict[str, np.ndarray]]
@@ -165,6 +197,10 @@ class Plan:
     cost: float
     solve_ms: float
     relaxed: bool = False
+    stopped_at_limit: bool = False
+    fallback: str | None = None
+    message: str = ""
+    nodes: int | None = None
 
 
 class _Index:
@@ -244,6 +280,8 @@ def _check(problem: PlanProblem) -> None:
                 raise ValueError(f"{svc.name}/{v.name}: capacity_rps and ready must have {h} steps")
             if v.min_replicas > v.max_replicas:
                 raise ValueError(f"{svc.name}/{v.name}: min_replicas {v.min_replicas} > max_replicas {v.max_replicas}")
+    if problem.node_limit is not None and problem.node_limit < 0:
+        raise ValueError(f"node_limit must be >= 0 or None, got {problem.node_limit}")
 
 
 def _build(problem: PlanProblem, limits: bool) -> tuple[np.ndarray, LinearConstraint, Bounds, np.ndarray]:
@@ -334,30 +372,217 @@ def _solver_stdout_silenced() -> Iterator[None]:
         os.close(saved)
 
 
+def _highs_limit(res: OptimizeResult) -> str | None:
+    """The limit HiGHS stopped at (``HIGHS_LIMITS``), or None when it stopped for another reason."""
+    m = re.search(r"HiGHS Status (\d+)", str(res.message))
+    if m is not None and int(m.group(1)) in HIGHS_LIMITS:
+        return HIGHS_LIMITS[int(m.group(1))]
+    return "time or iteration limit" if res.status == 1 else None
+
+
+def _feasible(x: np.ndarray, cons: LinearConstraint, bounds: Bounds) -> bool:
+    """True when ``x`` meets every row and bound within ``FEASIBLE_TOL``."""
+    ax = cons.A @ x
+    return bool(np.all(ax >= cons.lb - FEASIBLE_TOL) and np.all(ax <= cons.ub + FEASIBLE_TOL)
+                and np.all(x >= bounds.lb - FEASIBLE_TOL) and np.all(x <= bounds.ub + FEASIBLE_TOL))
+
+
+def _complete(problem: PlanProblem, counts: Mapping[tuple[int, int], np.ndarray]) -> np.ndarray:
+    """Every variable of the plan with replica counts ``counts`` ((service, variant) -> ``n`` per
+    block, whole numbers): each increase ordered (warm while ``warm_free`` lasts), each decrease a
+    removal, every ready replica serving (at most ``n``), the rest of the demand unserved. The serving
+    and unserved parts are the cheapest for these counts (serving costs nothing); whether the whole
+    meets the constraints is ``_feasible``'s to say."""
+    idx = _Index(problem)
+    h = problem.steps
+    x = np.zeros(idx.size)
+    for i, svc in enumerate(problem.services):
+        served = np.zeros(h)
+        for j, v in enumerate(svc.variants):
+            n = np.asarray(counts[i, j], dtype=float)
+            cum = np.zeros((BLOCK_VARS, idx.nb))
+            prev, cw, cc, cd = float(v.current), 0.0, 0.0, 0.0
+            for b in range(idx.nb):
+                d = n[b] - prev
+                if d > 0:
+                    warm = min(d, max(0.0, v.warm_free - cw))
+                    cw, cc = cw + warm, cc + d - warm
+                else:
+                    cd -= d
+                cum[:, b] = (n[b], cw, cc, cd)
+                prev = n[b]
+            for kind in range(BLOCK_VARS):
+                x[idx.var(i, j, kind, 0):idx.var(i, j, kind, 0) + idx.nb] = cum[kind]
+            for k in range(h):
+                ready = v.ready[k] - cum[CD, idx.block_of[k]]
+                for kind, steps in ((CW, v.warm_steps), (CC, v.cold_steps)):
+                    if k - steps >= 0:
+                        ready += cum[kind, idx.block_of[k - steps]]
+                s = max(0.0, min(n[idx.block_of[k]], ready))
+                x[idx.s(i, j, k)] = s
+                served[k] += v.capacity_rps[k] * s
+        x[idx.u(i, 0):idx.u(i, 0) + h] = np.maximum(np.asarray(svc.demand_rps, dtype=float) - served, 0.0)
+    return x
+
+
+def _gpus(variants: Sequence[PlanVariant], counts: Sequence[int], gpu: str | None) -> int:
+    """GPUs of type ``gpu`` (None: of any type) that ``counts`` replicas of ``variants`` hold."""
+    return sum(n * v.gpus_per_replica for v, n in zip(variants, counts, strict=True) if gpu is None or v.gpu == gpu)
+
+
+def greedy_counts(problem: PlanProblem, limits: bool = True) -> dict[tuple[int, int], np.ndarray]:
+    """A plan built without the solver: (service, variant) -> replicas per block, whole numbers.
+
+    Block by block: each variant's floor is the fewest replicas it can hold, its count in the block
+    before (today's for the first) less the removals allowed, from the dearest variant (by $ per
+    request/s, ``price_per_hour / capacity_rps`` at the block's first step) first: within the step
+    limit ``max_down`` (with ``limits``), never below ``min_replicas`` or ``keep``, and only of
+    replicas ready by the block's first step (today's ready ones and the orders one cold start old:
+    a removal takes a ready replica). Every service's floor is reserved against the GPU quotas and
+    budget (a limit below today's holding counts as that holding); then, service by service, until
+    the capacity covers the block's highest demand from its first step to the longest cold start of
+    the service's variants after its last (so replicas are ordered before the demand they serve),
+    replicas removed to reach the floor are kept back, cheapest first, then more are ordered,
+    cheapest first, up to ``max_replicas``, within the GPU limits and (with ``limits``) ``max_up``.
+    """
+    idx = _Index(problem)
+    h = problem.steps
+    ends = [*idx.starts[1:], h]
+    held: dict[str | None, int] = {None: 0}
+    for svc in problem.services:
+        for v in svc.variants:
+            held[v.gpu] = held.get(v.gpu, 0) + v.current * v.gpus_per_replica
+            held[None] += v.current * v.gpus_per_replica
+    limit: dict[str | None, float] = {key: math.inf for key in held}
+    for gpu, q in problem.gpu_quota.items():
+        limit[gpu] = max(q, held.get(gpu, 0))
+    if problem.gpu_budget is not None:
+        limit[None] = max(problem.gpu_budget, held[None])
+    counts = {(i, j): np.zeros(idx.nb, dtype=int) for i, svc in enumerate(problem.services)
+              for j in range(len(svc.variants))}
+    orders = {key: np.zeros(idx.nb) for key in counts}  # replicas ordered by each block, cumulative
+    removed = dict.fromkeys(counts, 0.0)  # replicas removed so far
+    for b in range(idx.nb):
+        k0 = idx.starts[b]
+        length = 1 if b == 0 else ends[b - 1] - idx.starts[b - 1]
+        prev, floor, ranked = {}, {}, {}
+        for i, svc in enumerate(problem.services):
+            order = [j for _, j in sorted((v.price_per_hour / v.capacity_rps[k0], j)
+                                          for j, v in enumerate(svc.variants) if v.capacity_rps[k0] > 0)]
+            ranked[i] = order + [j for j in range(len(svc.variants)) if j not in order]
+            prev[i] = [int(v.current) if b == 0 else int(counts[i, j][b - 1]) for j, v in enumerate(svc.variants)]
+            floor[i] = list(prev[i])
+            down = math.inf if svc.max_down is None or not limits else svc.max_down * length
+            for j in reversed(ranked[i]):  # the dearest go first
+                v = svc.variants[j]
+                lag = k0 - v.cold_steps  # every order counted cold: ready no sooner than it may be
+                ready = v.ready[k0] + (orders[i, j][idx.block_of[lag]] if lag >= 0 else 0) - removed[i, j]
+                lowest = max(v.min_replicas, min(v.keep, v.max_replicas))
+                shrink = int(max(0, min(prev[i][j] - lowest, down, math.floor(ready + FEASIBLE_TOL))))
+                floor[i][j], down = prev[i][j] - shrink, down - shrink
+        used = {key: sum(_gpus(svc.variants, floor[i], key) for i, svc in enumerate(problem.services))
+                for key in limit}
+        for i, svc in enumerate(problem.services):
+            ahead = max(v.cold_steps for v in svc.variants)
+            need = float(np.max(svc.demand_rps[k0:min(h, ends[b] + ahead)]))
+            target = list(floor[i])
+            covered = sum(v.capacity_rps[k0] * n for v, n in zip(svc.variants, target, strict=True))
+            up = math.inf if svc.max_up is None or not limits else svc.max_up * length
+            for j, v in enumerate(svc.variants):  # the lower bounds first, whatever they need
+                before = target[j]
+                target[j] = max(before, v.min_replicas, min(v.keep, v.max_replicas))
+                covered += v.capacity_rps[k0] * (target[j] - before)
+                up -= max(0, target[j] - max(prev[i][j], before))
+                for key in (v.gpu, None):
+                    used[key] = used.get(key, 0) + (target[j] - before) * v.gpus_per_replica
+            for keep_back in (True, False):  # first the replicas held before, then new orders
+                for j in ranked[i]:
+                    v = svc.variants[j]
+                    if v.capacity_rps[k0] <= 0:
+                        continue
+                    while (covered < need and target[j] < (prev[i][j] if keep_back else v.max_replicas)
+                           and (keep_back or up >= 1)
+                           and all(used.get(key, 0) + v.gpus_per_replica <= limit.get(key, math.inf)
+                                   for key in (v.gpu, None))):
+                        target[j] += 1
+                        covered += v.capacity_rps[k0]
+                        up -= 0 if target[j] <= prev[i][j] else 1
+                        for key in (v.gpu, None):
+                            used[key] = used.get(key, 0) + v.gpus_per_replica
+            for j in range(len(svc.variants)):
+                counts[i, j][b] = target[j]
+                orders[i, j][b] = (orders[i, j][b - 1] if b else 0) + max(0, target[j] - prev[i][j])
+                removed[i, j] += max(0, prev[i][j] - target[j])
+    return counts
+
+
+def _fallback(problem: PlanProblem, limits: bool, c: np.ndarray, cons: LinearConstraint,
+              bounds: Bounds) -> tuple[np.ndarray, str, bool]:
+    """A plan without HiGHS's MILP: the first of ``FALLBACKS`` that meets the constraints (with
+    ``limits``, the greedy is tried without the step limits too, as ``solve`` drops them when no
+    plan keeps them), its name, and whether the step limits were dropped. The hold is used whatever
+    it breaks: it is today's fleet, and only a problem without any plan gets that far."""
+    idx = _Index(problem)
+    res = milp(c, constraints=cons, bounds=bounds, integrality=np.zeros(idx.size),
+               options={"time_limit": problem.time_limit_s})
+    if res.x is not None:
+        counts = {(i, j): np.ceil(res.x[idx.var(i, j, N, 0):idx.var(i, j, N, 0) + idx.nb] - FEASIBLE_TOL)
+                  for i, svc in enumerate(problem.services) for j in range(len(svc.variants))}
+        x = _complete(problem, counts)
+        if _feasible(x, cons, bounds):
+            return x, "lp-rounded", False
+    x = _complete(problem, greedy_counts(problem, limits))
+    if _feasible(x, cons, bounds):
+        return x, "greedy", False
+    if limits:
+        _, loose, loose_bounds, _ = _build(problem, limits=False)
+        x = _complete(problem, greedy_counts(problem, limits=False))
+        if _feasible(x, loose, loose_bounds):
+            return x, "greedy", True
+    held = {(i, j): np.full(idx.nb, v.current) for i, svc in enumerate(problem.services)
+            for j, v in enumerate(svc.variants)}
+    return _complete(problem, held), "hold", False
+
+
 def solve(problem: PlanProblem) -> Plan:
     """The cheapest plan (module docstring).
 
     When no plan meets the step limits (today's fleet is further above a bound or quota than
-    ``max_down`` removals undo in time), the limits are dropped and ``Plan.relaxed`` says so.
+    ``max_down`` removals undo in time), the limits are dropped and ``Plan.relaxed`` says so. At a
+    time or node limit the best plan so far, or a fallback, is returned (module docstring):
+    ``Plan.stopped_at_limit``, ``Plan.fallback`` and ``Plan.message`` say which.
 
     Raises:
-        ValueError: malformed problem (shapes, bounds).
+        ValueError: malformed problem (shapes, bounds, a negative ``node_limit``).
         RuntimeError: no plan even without the step limits (the bounds, ``keep`` and the quotas
-            contradict one another), naming HiGHS's message.
+            contradict one another), naming HiGHS's message; never for a limit reached.
     """
     _check(problem)
     started = time.perf_counter()
-    options = {"time_limit": problem.time_limit_s, "mip_rel_gap": problem.mip_rel_gap}
+    options: dict[str, float | int] = {"time_limit": problem.time_limit_s, "mip_rel_gap": problem.mip_rel_gap}
+    if problem.node_limit is not None:
+        options["node_limit"] = problem.node_limit
     relaxed = False
     c, cons, bounds, integral = _build(problem, limits=True)
     with _solver_stdout_silenced():
         res = milp(c, constraints=cons, bounds=bounds, integrality=integral, options=options)
-        if res.x is None:
+        if res.x is None and _highs_limit(res) is None:  # no plan within the step limits
             relaxed = True
             c, cons, bounds, integral = _build(problem, limits=False)
             res = milp(c, constraints=cons, bounds=bounds, integrality=integral, options=options)
-    if res.x is None:
-        raise RuntimeError(f"planner: HiGHS found no plan ({res.message})")
+        limit = _highs_limit(res)
+        if res.x is None and limit is None:
+            raise RuntimeError(f"planner: HiGHS found no plan ({res.message})")
+        nodes = None if res.get("mip_node_count") is None else int(res.mip_node_count)
+        after = "" if nodes is None else f" after {nodes} nodes"
+        fallback = None
+        if res.x is not None:
+            x = res.x
+            message = str(res.message) if limit is None else f"HiGHS stopped at its {limit}{after}; its best plan"
+        else:
+            x, fallback, dropped = _fallback(problem, not relaxed, c, cons, bounds)
+            relaxed = relaxed or dropped
+            message = f"HiGHS stopped at its {limit}{after} without a plan; fallback: {fallback}"
     solve_ms = (time.perf_counter() - started) * 1000.0
     idx = _Index(problem)
     h = problem.steps
@@ -368,9 +593,10 @@ def solve(problem: PlanProblem) -> Plan:
         replicas[svc.name], serving[svc.name] = {}, {}
         for j, v in enumerate(svc.variants):
             start = idx.var(i, j, N, 0)
-            per_block = np.rint(res.x[start:start + idx.nb]).astype(int)
+            per_block = np.rint(x[start:start + idx.nb]).astype(int)
             replicas[svc.name][v.name] = per_block[idx.block_of]
             start = idx.s(i, j, 0)
-            serving[svc.name][v.name] = res.x[start:start + h].copy()
-        unserved[svc.name] = res.x[idx.u(i, 0):idx.u(i, 0) + h].copy()
-    return Plan(replicas, serving, unserved, float(res.fun), solve_ms, relaxed)
+            serving[svc.name][v.name] = x[start:start + h].copy()
+        unserved[svc.name] = x[idx.u(i, 0):idx.u(i, 0) + h].copy()
+    return Plan(replicas, serving, unserved, float(c @ x), solve_ms, relaxed, stopped_at_limit=limit is not None,
+                fallback=fallback, message=message, nodes=nodes)

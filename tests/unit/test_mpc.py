@@ -320,3 +320,23 @@ def test_mix_forecast_sizes_for_the_forecast_lengths_and_hit_rate() -> None:
     assert long < replica_capacity(spec, mix, slo.ttft_s, slo.itl_s).rps and warm > long
     with pytest.raises(ValueError, match="mix"):
         build("mpc:mix=bogus", CFG)
+
+
+def test_a_solve_stopped_at_its_node_limit_still_decides_and_says_so() -> None:
+    # node_limit=0 stops HiGHS before its root node: no plan from it. The MPC does not raise; it
+    # decides on the fallback plan and says so. 70 req/s at 10 req/s per replica needs 7 replicas; the
+    # cheapest, as in test_rise_orders_replicas_now_for_later, is 4 GH200 ($1.49) and 3 A100 ($1.79).
+    d = controller(node_limit=0).decide(estimate(600.0, 70.0, {"gh200": 3}), SVC)
+    assert d.terms["solver_at_limit"] == 1.0 and d.terms["plan_fallback"] == 1.0  # lp-rounded
+    assert "solver at its limit, no plan: lp-rounded fallback" in d.reason
+    assert 10.0 * sum(d.desired.values()) >= 70.0
+    assert d.desired == {"h100": 0, "a100": 3, "gh200": 4}
+    solved = controller().decide(estimate(600.0, 70.0, {"gh200": 3}), SVC)
+    assert solved.terms["solver_at_limit"] == 0.0 and "limit" not in solved.reason
+
+
+def test_spec_sets_the_node_limit() -> None:
+    c = build("mpc:node_limit=50", CFG)
+    assert isinstance(c, MPCController) and c.node_limit == 50
+    with pytest.raises(ValueError, match="node_limit"):
+        build("mpc:node_limit=-1", CFG)

@@ -9,6 +9,7 @@ from autoscaler.compare import RATIO_KEY, run_compare
 from autoscaler.config.loading import default_config
 from autoscaler.report import summarize
 from autoscaler.simulate import run_simulation
+from autoscaler.state import ServiceEstimate, Signals
 from autoscaler.workload.types import Request, Workload
 from controllers.oracle import OracleController, true_demand
 from controllers.registry import build
@@ -65,3 +66,25 @@ def test_compare_ranks_against_the_oracle() -> None:
     expected = rows["static"]["cost_per_successful_request_usd"] / rows["oracle"]["cost_per_successful_request_usd"]
     assert rows["static"][RATIO_KEY] == pytest.approx(expected)
     assert rows["static"][RATIO_KEY] > 1.0
+
+
+def test_oracle_bounded_by_nodes_is_reproducible_and_says_when_it_fell_back() -> None:
+    # The offline solve is bounded by work, not seconds: the same trace and node limit give the same
+    # schedule on any machine. node_limit=0 stops HiGHS before its root: the oracle still plans (the
+    # rounded LP relaxation) and its decisions say so.
+    from controllers.oracle import OFFLINE_NODE_LIMIT
+
+    wl = step_workload()
+    first, second = build("oracle:node_limit=0", CFG, None, wl), build("oracle:node_limit=0", CFG, None, wl)
+    assert isinstance(first, OracleController) and isinstance(second, OracleController)
+    assert first.schedule == second.schedule and first.plan_cost == second.plan_cost
+    assert first.plan is not None and first.plan.stopped_at_limit and first.plan.fallback == "lp-rounded"
+    est = ServiceEstimate(SVC.name, 0.0, Signals.of({}), {}, {}, False, 0.0, 0.0, 0)
+    d = first.decide(est, SVC)
+    assert "lp-rounded fallback" in d.reason and d.terms["plan_fallback"] == 1.0
+    default = build("oracle", CFG, None, wl)
+    assert isinstance(default, OracleController) and default.plan is not None
+    assert default.plan.nodes is not None and default.plan.nodes <= OFFLINE_NODE_LIMIT
+    assert not default.plan.stopped_at_limit and default.decide(est, SVC).terms["solver_at_limit"] == 0.0
+    # the fallback's schedule costs no less than the solved one (the solver's plan is the cheapest)
+    assert first.plan_cost >= default.plan_cost - 1e-6

@@ -182,3 +182,119 @@ def test_the_solver_cannot_write_to_stdout(capfd: pytest.CaptureFixture[str]) ->
         os.write(1, b"HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();\n")
     os.write(1, b"after\n")
     assert capfd.readouterr().out == "after\n"
+
+
+def covered_by_hand(plan_replicas: np.ndarray, cap: float, current: int, steps_to_ready: int) -> np.ndarray:
+    """Requests/s the replicas serve per step when every order of step k serves from k + steps_to_ready."""
+    ordered = np.maximum(np.diff([current, *plan_replicas]), 0).cumsum()
+    lagged = np.concatenate([np.zeros(steps_to_ready), ordered[:len(ordered) - steps_to_ready]])
+    return cap * np.minimum(plan_replicas, current + lagged)
+
+
+def test_a_node_limit_stops_at_the_best_plan_so_far() -> None:
+    # Three variants of odd capacities and GPU sizes under a shared quota: HiGHS needs more than one
+    # branch-and-bound node for the optimum; stopped after one it keeps its best plan, which meets the
+    # quotas and costs no less than the optimum.
+    h = 8
+    variants = [PlanVariant("a", "g0", 2, 1.79, np.full(h, 14.0), 0, np.zeros(h), 0, 12, 1, 2),
+                PlanVariant("b", "g1", 3, 2.54, np.full(h, 7.0), 0, np.zeros(h), 0, 12, 1, 2),
+                PlanVariant("c", "g0", 1, 2.0, np.full(h, 13.0), 0, np.zeros(h), 0, 12, 1, 2)]
+    svc = PlanService("s", variants, np.array([58.0, 71.0, 51.0, 99.0, 52.0, 44.0, 85.0, 57.0]), miss_cost=0.0035)
+
+    def problem(node_limit: int | None) -> PlanProblem:
+        return PlanProblem([svc], 60.0, h, blocks=list(range(h)), gpu_quota={"g0": 15}, gpu_budget=15,
+                           node_limit=node_limit)
+
+    best = solve(problem(None))
+    assert not best.stopped_at_limit and best.nodes is not None and best.nodes > 1
+    plan = solve(problem(1))
+    assert plan.stopped_at_limit and plan.fallback is None and plan.nodes == 1
+    assert "node limit" in plan.message
+    n = plan.replicas["s"]
+    assert (2 * n["a"] + n["c"]).max() <= 15 and (2 * n["a"] + 3 * n["b"] + n["c"]).max() <= 15
+    assert plan.cost >= best.cost - 1e-6
+
+
+def test_no_plan_at_the_node_limit_falls_back_to_the_rounded_lp() -> None:
+    # node_limit=0 stops HiGHS before its root node, with no plan. The LP relaxation serves 25 req/s
+    # with 2.5 replicas of 10 req/s; rounded up, 3 from the first step (the step limit allows 3
+    # orders), serving from step 2 (a 2-step start-up): the first two steps' demand is unserved.
+    h = 5
+    svc = PlanService("s", [variant("a", h, cap=10.0, hi=5, cold=2)], np.full(h, 25.0), miss_cost=1.0, max_up=3)
+    plan = solve(PlanProblem([svc], 60.0, h, blocks=list(range(h)), node_limit=0))
+    assert plan.stopped_at_limit and plan.fallback == "lp-rounded" and "lp-rounded" in plan.message
+    assert list(plan.replicas["s"]["a"]) == [3] * h
+    assert plan.unserved_rps["s"] == pytest.approx([25.0, 25.0, 0.0, 0.0, 0.0])
+    assert covered_by_hand(plan.replicas["s"]["a"], 10.0, 0, 2)[2:].min() >= 25.0
+    # the cost is the plan's own: 5 steps x 3 replicas x $1/h for a minute, and 2 minutes of 25 req/s missed
+    assert plan.cost == pytest.approx(15 / 60 + 2 * 60 * 25 * 1.0)
+
+
+def test_greedy_takes_the_cheapest_capacity_first_within_budget_and_step_limits() -> None:
+    # "b": $3/h for 10 req/s ($0.30 per req/s) before "a": $2/h for 5 ($0.40). Demand 35 req/s from
+    # step 2, a 2-step start-up: block 0 already looks at it. Hand: b to its cap of 3 (30 req/s), then
+    # one a (35); at most 2 orders a step: b=2 first, then b=3 and a=1. With a budget of 3 GPUs, b alone.
+    from models.planning import greedy_counts
+
+    h = 4
+    svc = PlanService("s", [variant("a", h, price=2.0, cap=5.0, hi=5, cold=2),
+                            variant("b", h, price=3.0, cap=10.0, hi=3, cold=2)],
+                      np.array([0.0, 0.0, 35.0, 35.0]), miss_cost=1.0, max_up=2)
+    counts = greedy_counts(PlanProblem([svc], 60.0, h, blocks=list(range(h))))
+    assert list(counts[0, 0]) == [0, 1, 1, 1] and list(counts[0, 1]) == [2, 3, 3, 3]
+    unlimited = greedy_counts(PlanProblem([svc], 60.0, h, blocks=list(range(h))), limits=False)
+    assert list(unlimited[0, 0]) == [1] * h and list(unlimited[0, 1]) == [3] * h
+    budget = greedy_counts(PlanProblem([svc], 60.0, h, blocks=list(range(h)), gpu_budget=3), limits=False)
+    assert list(budget[0, 0]) == [0] * h and list(budget[0, 1]) == [3] * h
+
+
+def test_no_plan_at_the_time_limit_falls_back_to_the_greedy() -> None:
+    # A zero time limit stops HiGHS (and the LP relaxation) at once. The greedy: 30 req/s at 10 per
+    # replica is 3 replicas, ordered at once, serving after the 1-step start-up.
+    h = 4
+    svc = PlanService("s", [variant("a", h, cap=10.0, hi=5, cold=1)], np.full(h, 30.0), miss_cost=1.0)
+    plan = solve(PlanProblem([svc], 60.0, h, blocks=list(range(h)), time_limit_s=0.0))
+    assert plan.stopped_at_limit and plan.fallback == "greedy" and "time limit" in plan.message
+    assert list(plan.replicas["s"]["a"]) == [3] * h
+    assert plan.unserved_rps["s"] == pytest.approx([30.0, 0.0, 0.0, 0.0])
+
+
+def test_the_greedy_removes_only_replicas_that_are_ready() -> None:
+    # Three replicas starting, ready by step: 0, 1, 3; no demand. A removal takes a ready replica, so
+    # the greedy removes none at step 0, one at step 1 (one ready), the other two at step 2.
+    h = 3
+    v = PlanVariant("a", "a", 1, 1.0, np.full(h, 10.0), 3, np.array([0.0, 1.0, 3.0]), 0, 5, 1, 2)
+    svc = PlanService("s", [v], np.zeros(h), miss_cost=1.0)
+    plan = solve(PlanProblem([svc], 60.0, h, blocks=list(range(h)), time_limit_s=0.0))
+    assert plan.fallback == "greedy" and list(plan.replicas["s"]["a"]) == [3, 2, 0]
+
+
+def test_the_greedy_reserves_what_other_services_cannot_remove_yet() -> None:
+    # A budget of 4 GPUs, all held by service "a" (4 ready, no demand, one removal a step); "b" needs
+    # 40 req/s at 10 per replica. Each step frees one GPU, which "b" takes: b 1, 2, 3, 4 while a goes
+    # 3, 2, 1, 0, never more than 4 in all.
+    h = 4
+    a = PlanService("a", [variant("a", h, current=4, hi=5, gpu="g")], np.zeros(h), miss_cost=1.0, max_down=1)
+    b = PlanService("b", [variant("b", h, hi=5, gpu="g")], np.full(h, 40.0), miss_cost=1.0)
+    plan = solve(PlanProblem([b, a], 60.0, h, blocks=list(range(h)), gpu_budget=4, time_limit_s=0.0))  # b planned first
+    assert plan.fallback == "greedy" and not plan.relaxed
+    assert list(plan.replicas["a"]["a"]) == [3, 2, 1, 0] and list(plan.replicas["b"]["b"]) == [1, 2, 3, 4]
+
+
+def test_a_problem_without_any_plan_stopped_at_its_limit_holds_todays_replicas() -> None:
+    # Three replicas, none ready within the horizon, and a cap of 2: reaching the cap takes removing
+    # one, and a removal takes a ready replica, so no plan exists. Solved to the end this raises;
+    # stopped at a limit first, the planner cannot know that: it holds today's replicas and says so.
+    h = 3
+    svc = PlanService("s", [variant("a", h, current=3, ready=0, hi=2)], np.zeros(h), miss_cost=1.0)
+    with pytest.raises(RuntimeError, match="no plan"):
+        solve(PlanProblem([svc], 60.0, h, blocks=list(range(h))))
+    plan = solve(PlanProblem([svc], 60.0, h, blocks=list(range(h)), time_limit_s=0.0))
+    assert plan.stopped_at_limit and plan.fallback == "hold" and "hold" in plan.message
+    assert list(plan.replicas["s"]["a"]) == [3, 3, 3]
+
+
+def test_a_negative_node_limit_is_a_value_error() -> None:
+    svc = PlanService("s", [variant("a", 3)], np.zeros(3), 1.0)
+    with pytest.raises(ValueError, match="node_limit"):
+        solve(PlanProblem([svc], 60.0, 3, node_limit=-1))
