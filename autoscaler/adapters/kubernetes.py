@@ -296,7 +296,7 @@ class KubernetesActuator:
             if self.fence is not None and not self.fence():  # leadership may have ended during the read
                 return ActuationResult(ActuationStatus.CONFLICT, f"{where}: not written: this daemon may no longer "
                                        "lead by the time the write lands", external=external)
-            if replicas < current and remove_first and attempt == 0:
+            if replicas < current and remove_first and attempt == 0 and self.kube.pod_deletion_cost:
                 note = self._deletion_cost(ns, remove_first)
             try:
                 conn.scale(replicas, read.resource_version)

@@ -144,6 +144,10 @@ class KubernetesConfig(Strict):
             then the daemon releases the Lease and exits without it (10 s: with the Lease's and the
             server's own calls, each bounded by ``lease.renew_s / 2``, the exit fits in a pod's
             default ``terminationGracePeriodSeconds`` of 30 s).
+        pod_deletion_cost: before a scale-down, annotate the pods the controller would remove first
+            with ``controller.kubernetes.io/pod-deletion-cost`` (lowest first) so the ReplicaSet
+            removes those; it needs ``patch`` on pods, which also permits changing a pod's image or
+            labels, so a fleet may turn it off (the ReplicaSet then picks by its own rules).
     """
 
     namespace: str = "default"
@@ -156,6 +160,7 @@ class KubernetesConfig(Strict):
     pending_timeout_s: float = Field(default=300.0, gt=0)
     pending_retry_s: float = Field(default=900.0, gt=0)
     stop_grace_s: float = Field(default=10.0, gt=0, le=3600)
+    pod_deletion_cost: bool = True
 
     @field_validator("namespace", "namespace_self")
     @classmethod

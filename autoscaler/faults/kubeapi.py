@@ -95,6 +95,10 @@ class Emulator(kmock.KubernetesEmulator):
         self.hung: set[str] = set()
         self.writes: list[tuple[str, str | None, str | None, str | None, Any, str]] = []
         """(method, plural or plural/scale, namespace, name, body or replicas, the client's User-Agent)."""
+        self.seen: set[tuple[str, str, str, str | None, str | None]] = set()
+        """Every request served, as RBAC authorizes it: (verb, API group, resource or resource/subresource,
+        namespace, name); the verb as the API server derives it (a GET of a collection is ``list``, with
+        ``?watch`` ``watch``)."""
 
     def _object(self, request: kmock.Request) -> Any:
         if request.resource is None or request.name is None:
@@ -120,6 +124,8 @@ class Emulator(kmock.KubernetesEmulator):
                 verb = "watch"
             elif verb == "get" and request.name is None:
                 verb = "list"
+            plural = f"{res.plural}/{request.subresource}" if request.subresource else res.plural
+            self.seen.add((verb, res.group or "", plural or "", request.namespace, request.name))
             if (verb, res.plural, request.subresource) in self.forbidden:
                 sub = f"/{request.subresource}" if request.subresource else ""
                 return status(403, "Forbidden", f'{res.plural}{sub} "{request.name}" is forbidden: User '

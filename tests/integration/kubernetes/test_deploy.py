@@ -372,19 +372,17 @@ def expected_permissions(cfg: FleetConfig) -> set[Atom]:
     out: set[Atom] = set()
     for (group, plural, scale), names in by_resource.items():
         out |= atoms(ns, [group], [plural], ["get"], names)
-        out |= atoms(ns, [group], [plural], ["list", "watch"], [])
         if scale:
             out |= atoms(ns, [group], [f"{plural}/scale"], ["get", "update"], names)
         else:  # the object itself is replaced (a KServe InferenceService)
             out |= atoms(ns, [group], [plural], ["update"], names)
-    out |= atoms(ns, [""], ["pods"], ["get", "list", "watch", "patch"], [])
+    out |= atoms(ns, [""], ["pods"], ["list", "patch"] if k.pod_deletion_cost else ["list"], [])
     admission = [k.admission_configmap.format(service=s.name) for s in cfg.services]
     out |= atoms(ns, [""], ["configmaps"], ["get", "update"], admission)
     out |= atoms(ns, [""], ["configmaps"], ["create"], [])
     out |= atoms(self_ns, ["coordination.k8s.io"], ["leases"], ["get", "update"], [k.lease.name])
     out |= atoms(self_ns, ["coordination.k8s.io"], ["leases"], ["create"], [])
-    for n in (ns, self_ns):
-        out |= atoms(n, ["", "events.k8s.io"], ["events"], ["create", "patch"], [])
+    out |= atoms(ns, [""], ["events"], ["create"], [])
     return out
 
 
@@ -440,12 +438,8 @@ def test_rbac_allows_the_daemons_calls_and_refuses_the_rest(fleet: FleetConfig) 
     names = [f"{s.name}-{v.name}" for s, v in variants(fleet)]
     pod, cm = f"{names[0]}-5d4f8b7c9-x2x7q", f"autoscaler-admission-{fleet.services[0].name}"
     calls = [("get", SERVING_NS, "apps", "deployments", n) for n in names]
-    calls += [(v, SERVING_NS, "apps", "deployments", None) for v in ("list", "watch")]
     calls += [(v, SERVING_NS, "apps", "deployments/scale", n) for v in ("get", "update") for n in names]
-    calls += [(v, SERVING_NS, "", "pods", pod) for v in ("get", "patch")]
-    calls += [(v, SERVING_NS, "", "pods", None) for v in ("list", "watch")]
-    calls += [(v, ns, g, "events", None) for v in ("create", "patch") for ns in (SERVING_NS, SELF_NS)
-              for g in ("", "events.k8s.io")]
+    calls += [("list", SERVING_NS, "", "pods", None), ("create", SERVING_NS, "", "events", None)]
     calls += [("get", SERVING_NS, "", "configmaps", cm), ("update", SERVING_NS, "", "configmaps", cm),
               ("create", SERVING_NS, "", "configmaps", None)]
     calls += [(v, SELF_NS, "coordination.k8s.io", "leases", "autoscaler-leader") for v in ("get", "update")]
@@ -476,6 +470,15 @@ def test_rbac_allows_the_daemons_calls_and_refuses_the_rest(fleet: FleetConfig) 
         ("get", "default", "apps", "deployments/scale", names[0]),
         ("list", SELF_NS, "", "pods", None),
         ("delete", SERVING_NS, "", "events", None),
+        # granted before issue 31's least-privilege pass, called by no code (tests/integration/kubernetes/test_rbac.py)
+        ("list", SERVING_NS, "apps", "deployments", None),
+        ("watch", SERVING_NS, "apps", "deployments", None),
+        ("get", SERVING_NS, "", "pods", pod),
+        ("watch", SERVING_NS, "", "pods", None),
+        ("patch", SERVING_NS, "", "pods", pod),  # the deletion cost is off in the shipped fleet
+        ("patch", SERVING_NS, "", "events", None),
+        ("create", SERVING_NS, "events.k8s.io", "events", None),
+        ("create", SELF_NS, "", "events", None),
     ]
     for call in refused:
         assert not allowed(objs, *call), f"allowed: {call}"
@@ -629,3 +632,62 @@ def test_the_dockerfile_runs_the_deployments_command_as_its_user() -> None:
     ignore = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
               if ln.strip() and not ln.startswith("#")]
     assert ignore[0] == "*" and {ln[1:] for ln in ignore if ln.startswith("!")} == copied, (ignore, copied)
+
+
+# ---------------------------------------------------------------- RBAC from the code's own calls
+def _calls_of_the_daemons_adapters(cfg: FleetConfig) -> set[tuple[str, str, str, str | None, str | None]]:
+    """Every request the daemon's Kubernetes adapters make for ``cfg``, as the emulated API server saw
+    them (``Emulator.seen``: verb, group, resource, namespace, name): the components ``autoscaler run``
+    builds (autoscaler/daemon.py), each through every path that reaches the server: the Lease
+    acquired, renewed and released (``LeaderElector``), each variant's workload read (``ClusterSource``),
+    its pods listed (``PendingPods``), scaled up and down with pods to remove first
+    (``KubernetesActuator``), an Event per change (``EventRecorder``), a service's admission ConfigMap
+    created then replaced (``ConfigMapSink``)."""
+    from kubernetes import client
+
+    from autoscaler.adapters.kubernetes import ConfigMapSink, EventRecorder, KubernetesActuator, PendingPods
+    from autoscaler.adapters.lease import LeaderElector
+    from autoscaler.faults.kubeapi import deployment, emulated_cluster
+
+    k = cfg.kubernetes
+    with emulated_cluster() as c:
+        api = c.api()
+        apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+        for svc, v in variants(cfg):
+            name = k.workload(svc.name, v.name).name
+            apps.create_namespaced_deployment(k.namespace, deployment(name, k.namespace, 2))
+            core.create_namespaced_pod(k.namespace, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": f"{name}-abc", "labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
+        c.emu.seen.clear()  # the fixtures' own requests are not the daemon's
+        elector = LeaderElector(api, k.lease.name, k.namespace_self or k.namespace, "daemon-a", k.lease)
+        assert elector.try_acquire_or_renew() and elector.try_acquire_or_renew() and elector.release()
+        pending, act = PendingPods(k, cfg.services, api), KubernetesActuator(k, cfg.services, api)
+        events, sink = EventRecorder(k, cfg.services, api, "daemon-a"), ConfigMapSink(k, api)
+        for svc, v in variants(cfg):
+            name = k.workload(svc.name, v.name).name
+            assert pending.unschedulable_for(svc.name, v.name) == 0
+            assert act.scale(svc.name, v.name, 3).ok and events.scaled(svc.name, v.name, 2, 3, "up")
+            assert act.scale(svc.name, v.name, 1, remove_first=[f"{name}-abc"]).ok
+        for svc in cfg.services:
+            assert sink.publish(svc.name, {"standard": 1.0}).ok and sink.publish(svc.name, {"standard": 0.5}).ok
+        return set(c.emu.seen)
+
+
+def test_rbac_grants_exactly_the_calls_the_daemons_code_makes(fleet: FleetConfig) -> None:
+    """Least privilege measured (issue 31, item 13): every request the adapters make is allowed by the
+    rendered Roles, and every (namespace, group, resource, verb) the Roles grant is one some request
+    used: a grant no code calls fails here (before: deployments list/watch, pods get/watch, events
+    patch, events.k8s.io, events in the daemon's namespace)."""
+    objs = render(BASE)
+    seen = _calls_of_the_daemons_adapters(fleet)
+    for verb, group, resource, ns, name in sorted(seen, key=str):
+        assert ns is not None and allowed(objs, verb, ns, group, resource, name), \
+            f"refused: {verb} {group or 'core'}/{resource} {ns}/{name}"
+    used = {(ns, group, resource, verb) for verb, group, resource, ns, _ in seen}
+    granted = {(ns, g, r, v) for ns, g, r, v, _ in granted_permissions(objs)}
+    assert granted - used == set(), "granted, called by no code"
+    # the deletion cost is the one optional call: off in the shipped fleet, it patches pods when on
+    assert not any(r == "pods" and v == "patch" for v, _, r, _, _ in seen)
+    on = fleet.model_copy(update={"kubernetes": fleet.kubernetes.model_copy(update={"pod_deletion_cost": True})})
+    extra = {(ns, g, r, v) for v, g, r, ns, _ in _calls_of_the_daemons_adapters(on)} - used
+    assert extra == {(SERVING_NS, "", "pods", "patch")}
