@@ -616,7 +616,9 @@ def test_the_dockerfile_runs_the_deployments_command_as_its_user() -> None:
     by = {}
     for word, *rest in instr:
         by.setdefault(word.upper(), []).append(rest[0] if rest else "")
-    assert all(f.split()[0] == "python:3.11-slim" for f in by["FROM"]), by["FROM"]
+    # one base, by digest: a tag moves (issue 31, item 13)
+    assert len({f.split()[0] for f in by["FROM"]}) == 1, by["FROM"]
+    assert all(re.fullmatch(r"python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", f.split()[0]) for f in by["FROM"])
     pod = daemon(render(BASE))["spec"]["template"]["spec"]
     (user,) = by["USER"]
     assert int(user.split(":")[0]) == pod["securityContext"]["runAsUser"]
@@ -625,7 +627,9 @@ def test_the_dockerfile_runs_the_deployments_command_as_its_user() -> None:
     assert entry == ["autoscaler"] and entry[0] in scripts
     assert cmd == ["run", "--config", "/etc/autoscaler/fleet.yaml", "--port", str(PORT)]
     assert pod["containers"][0]["args"][: len(cmd)] == cmd
-    assert re.search(r"pip install \.(\s|$)", text), "the package is not installed with `pip install .`"
+    # the dependencies only from the lock, checked against its hashes; the package itself adds none
+    assert re.search(r"pip install --require-hashes --no-deps -r requirements\.lock(\s|$)", text), text
+    assert re.search(r"pip install --no-deps \.(\s|$)", text), "the package is not installed with `pip install .`"
     # the build context (.dockerignore) holds exactly what the Dockerfile copies from it
     copied = {src.rstrip("/") for line in by["COPY"] if not line.startswith("--from")
               for src in line.split()[:-1]}
