@@ -52,11 +52,12 @@ import numpy as np
 from autoscaler.state import ForecastSignals
 from controllers.base import Controller, Decision, Gauge, change_reason, hold, silent_pods
 from models.capacity import ReplicaSpec, RequestMix, replica_capacity, speed_factor, utilisation
+from models.learning import CapacityPosterior, LatencyCurve, latency_curve
 from models.planning import FALLBACKS, Plan, PlanProblem, PlanService, PlanVariant, solve
 
 if TYPE_CHECKING:
-    from autoscaler.config import FleetConfig, Service, Variant
-    from autoscaler.state import PodObservation, ServiceEstimate
+    from autoscaler.config import SLO, FleetConfig, Service, Variant
+    from autoscaler.state import PodObservation, ServiceEstimate, VariantObservation
 
 DRAIN_S = 60.0
 """Seconds over which the plan drains today's queue (the TTFT SLOs are seconds; a minute keeps the
@@ -101,6 +102,33 @@ def limit_terms(plan: Plan) -> dict[str, float]:
     return {"solver_at_limit": float(plan.stopped_at_limit), "plan_fallback": FALLBACK_CODES[plan.fallback]}
 
 
+HOLDS_S = (0.0, 60.0, 120.0, 180.0, 300.0, 600.0)
+"""Holds ``hold`` measures, seconds: the shortest whose falls seldom reverse is used."""
+HOLD_HISTORY_S = 3600.0
+"""Seconds of arrival rates kept to measure the hold on: an hour of this service's own load."""
+HOLD_EVERY_S = 300.0
+"""How often the hold is measured again, seconds (it moves with an hour of history, not a tick)."""
+HOLD_MIN_TICKS = 40
+"""Ticks a hold needs judged (their floor and the cold start after them both in the history) before
+its reversals are believed: 10 minutes of 15-s ticks."""
+HOLD_REVERSALS = 0.1
+"""Share of held falls allowed to reverse within a cold start: above it a shorter hold would remove
+replicas that are wanted back before they could return."""
+FALL_TOLERANCE = 0.05
+"""A floor more than this share below the last tick's is a fall; a later rate within this share of
+the floor before the fall is a reversal (a 60-s rate of 30 req/s has a Poisson spread of ~2 %)."""
+
+COVERAGE = 0.9
+"""The share of future rates the measured hedge covers at each step (the forecaster's interval was
+read at its 0.9 quantile before: ``docs/controllers.md``)."""
+MAD_TO_SIGMA = 1.4826
+"""A normal's standard deviation over its median absolute deviation."""
+RESIDUALS = 240
+"""Forecast residuals kept per horizon step: an hour of 15-s ticks."""
+MIN_RESIDUALS = 40
+"""Residuals a step needs before its measured quantile replaces the forecaster's interval (the
+empirical 0.9 quantile of 40 has one sample above it per ten)."""
+
 Z95 = NormalDist().inv_cdf(0.95)
 FORECASTS = ("auto", "last", "perfect")
 MIXES = ("calibrated", "forecast")
@@ -110,18 +138,112 @@ before a capacity is computed for them, so a slowly moving forecast reuses capac
 compute (``docs/controllers.md#the-mpcs-constants``)."""
 
 
+MIN_LEARN_LOAD = 0.1
+"""Least rate per ready replica, as a share of the prior capacity, a tick is learned from: below it
+the replica is idle enough that its latencies are its profile's, not its load's."""
+
+
+def learnable(est: ServiceEstimate, obs: VariantObservation, ready_since_s: float, window_s: float,
+              slo: SLO) -> tuple[float, float, float] | None:
+    """``(rate, ttft ratio, tpot ratio)`` of a variant's tick that can show its capacity: the
+    requests/s its ready replicas serve, and their mean TTFT and mean time per output token over the
+    SLO targets; None when the tick cannot show it: no ready replica, a ready count that changed
+    within the signal window (the rate mixes two fleets), a ready pod reporting nothing
+    (``silent_pods``), the gateway shedding (the load served is not the load offered), a signal
+    unknown, or no load."""
+    if obs.ready < 1 or est.time_s - ready_since_s < window_s or silent_pods(est):
+        return None
+    if any((p.shed_rps or 0.0) > 0 for p in est.signals.by_priority.values()):
+        return None
+    sig = obs.signals
+    rate, ttft, tpot = sig.request_rate_rps, sig.ttft_mean_s, sig.tpot_mean_s
+    if rate is None or ttft is None or tpot is None or not rate > 0:
+        return None
+    return rate, ttft / slo.ttft_s, tpot / slo.itl_s
+
+
+def measured_hold(rates: list[tuple[float, float]], cold_s: float) -> float:
+    """The shortest of ``HOLDS_S`` whose falls seldom reverse, seconds, measured on ``rates`` ((time s,
+    arrival rate req/s), oldest first). With a hold, the plan's floor at a tick is the highest rate
+    over the hold before it; the floor *falls* where it drops more than ``FALL_TOLERANCE`` below the
+    last tick's (the plan may then remove replicas), and the fall *reverses* when a rate within the
+    next ``cold_s`` (a replica removed then could not be back sooner) comes back to within
+    ``FALL_TOLERANCE`` of the floor before the fall. The first hold with at most ``HOLD_REVERSALS`` of
+    its falls reversing (none falling is none reversing) is used; ``DEFAULT_HOLD_S`` until the
+    longest hold has ``HOLD_MIN_TICKS`` ticks judged; the longest when none is good enough."""
+    t = np.array([x for x, _ in rates])
+    r = np.array([y for _, y in rates])
+    if len(t) < 2:
+        return DEFAULT_HOLD_S
+    for span in HOLDS_S:
+        floor = np.array([r[(t >= x - span - 1e-9) & (t <= x)].max() for x in t])
+        judged = np.nonzero((t - span - (t[1] - t[0]) >= t[0] - 1e-9) & (t + cold_s <= t[-1] + 1e-9))[0]
+        if span == HOLDS_S[-1] and len(judged) < HOLD_MIN_TICKS:
+            return DEFAULT_HOLD_S
+        falls = reversals = 0
+        for i in judged:
+            if i == 0 or floor[i] >= floor[i - 1] * (1.0 - FALL_TOLERANCE):
+                continue
+            falls += 1
+            ahead = r[(t > t[i]) & (t <= t[i] + cold_s + 1e-9)]
+            reversals += bool(len(ahead) and ahead.max() >= floor[i - 1] * (1.0 - FALL_TOLERANCE))
+        if len(judged) >= HOLD_MIN_TICKS and reversals <= HOLD_REVERSALS * falls:
+            return span
+    return HOLDS_S[-1]
+
+
+def measured_path(mem: _ServiceMemory, now_s: float, dt: float, mean: np.ndarray, interval: np.ndarray,
+                  actual_rps: float | None) -> np.ndarray:
+    """Each step's demand from this service's own forecast errors: the mean path times ``exp`` of the
+    ``COVERAGE`` quantile of ``log(actual / mean)`` at that step over the last ``RESIDUALS``
+    forecasts, read robustly as ``median + z(COVERAGE) x 1.4826 MAD`` (a normal's quantile from the
+    median and the median absolute deviation): a one-off level shift, a step no forecaster sees
+    coming, makes outliers that an empirical quantile would carry as a hedge for an hour (on a x6
+    step it planned for 4-8x the load; the hold and the current-rate floor answer a step);
+    ``interval`` (the forecaster's band) at steps with fewer than ``MIN_RESIDUALS``. Records this
+    tick's actual rate against the forecasts that predicted it and keeps this tick's mean path.
+    Shapes (horizon,), requests/s."""
+    h = len(mean)
+    while len(mem.residuals) < h:
+        mem.residuals.append(deque(maxlen=RESIDUALS))
+    while mem.forecasts and mem.forecasts[0][0] < now_s - (h + 1) * dt:
+        mem.forecasts.popleft()
+    if actual_rps is not None and actual_rps > 0:
+        for issued, path in mem.forecasts:
+            k = round((now_s - issued) / dt) - 1  # the step whose end is now
+            if 0 <= k < h and path[k] > 0:
+                mem.residuals[k].append(math.log(actual_rps / path[k]))
+    mem.forecasts.append((now_s, np.asarray(mean, dtype=float).copy()))
+    out = np.array(interval, dtype=float)
+    z = NormalDist().inv_cdf(COVERAGE)
+    for k in range(h):
+        res = np.asarray(mem.residuals[k])
+        if len(res) >= MIN_RESIDUALS and mean[k] > 0:
+            centre = float(np.median(res))
+            scale = MAD_TO_SIGMA * float(np.median(np.abs(res - centre)))
+            out[k] = mean[k] * math.exp(centre + z * scale)
+    return out
+
+
 @dataclass
 class _ServiceMemory:
     """What the controller remembers of a service between ticks."""
 
     seen_starting: dict[str, list[float]] = field(default_factory=dict)  # variant -> first-seen time per start
-    rates: list[tuple[float, float]] = field(default_factory=list)  # (time, arrival rate) over the last hold_s
+    rates: list[tuple[float, float]] = field(default_factory=list)  # (time, arrival rate), last HOLD_HISTORY_S
+    forecasts: deque[tuple[float, np.ndarray]] = field(default_factory=deque)  # (issued at, mean path)
+    residuals: list[deque[float]] = field(default_factory=list)  # per step: log(actual / forecast mean)
+    hold_s: float = DEFAULT_HOLD_S  # the hold used this tick
+    hold_measured_s: float = -math.inf  # when the hold was last measured
     last_applied: dict[str, int] = field(default_factory=dict)
     last_time_s: float = -math.inf
     recovering_until: float = -math.inf
     first_s: float | None = None  # the first tick this controller decided for the service
     speed: dict[str, deque[float]] = field(default_factory=dict)  # variant -> recent speed factors
     last_speed: dict[str, float] = field(default_factory=dict)  # variant -> the factor used this tick
+    capacity: dict[str, CapacityPosterior] = field(default_factory=dict)  # variant -> learned capacity multiple
+    ready_since: dict[str, tuple[int, float]] = field(default_factory=dict)  # variant -> (ready, since when)
+    learned: dict[str, bool] = field(default_factory=dict)  # variant -> whether this tick measured
 
 
 @dataclass(frozen=True)
@@ -177,11 +299,15 @@ class MPCController(Controller):
         cfg: the fleet (tick, window, guard limits).
         weights: service -> variant -> capacity of one replica, requests/s.
         horizon: steps of ``tick_s`` planned (>= 1).
-        quantile: forecast quantile planned on, in (0, 1).
+        quantile: None (default): each step's demand is the forecast mean times the ``COVERAGE``
+            quantile of this service's own forecast errors at that step (``measured_path``), the
+            forecaster's interval until enough are known; a number in (0, 1): the forecaster's
+            interval read at that quantile, always.
         miss_weight: cost of a request left unserved, in units of the dearest variant's cost per request.
         forecast: ``auto`` (the forecast stage's path), ``last`` (today's rate for every step) or
             ``perfect`` (``future_rps``, the trace's true demand: a yardstick for the forecaster).
-        hold_s: the plan never goes below the highest arrival rate seen over this many seconds (>= 0).
+        hold_s: the plan never goes below the highest arrival rate seen over this many seconds (>= 0);
+            None (default): measured on the service's own rates (``measured_hold``).
         learn: 1 to correct each variant's capacity from its own telemetry (needs ``mixes``), 0 not to.
         mixes: service -> the request mix ``weights`` were computed for (None: the service gets none).
         window_s: signal window, seconds (at least the tick).
@@ -199,12 +325,13 @@ class MPCController(Controller):
     """
 
     def __init__(self, cfg: FleetConfig, weights: Mapping[str, Mapping[str, float]], horizon: int = 40,
-                 quantile: float = 0.9, miss_weight: float = 10.0, forecast: str = "auto",
-                 hold_s: float = DEFAULT_HOLD_S, learn: int = 1, mixes: Mapping[str, RequestMix | None] | None = None,
+                 quantile: float | None = None, miss_weight: float = 10.0, forecast: str = "auto",
+                 hold_s: float | None = None, learn: int = 1, mixes: Mapping[str, RequestMix | None] | None = None,
                  window_s: float = DEFAULT_WINDOW_S, mix: str = "calibrated",
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
                  name: str = "mpc") -> None:
-        if horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf or not 0 <= hold_s < math.inf:
+        if (horizon < 1 or (quantile is not None and not 0 < quantile < 1) or not 0 < miss_weight < math.inf
+                or (hold_s is not None and not 0 <= hold_s < math.inf)):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
                              f"got {horizon}, {quantile}, {miss_weight}, {hold_s}")
         if node_limit is not None and node_limit < 0:
@@ -222,13 +349,14 @@ class MPCController(Controller):
         self.weights = {s: dict(w) for s, w in weights.items()}
         self.horizon = horizon
         self.quantile = quantile
-        self.z = NormalDist().inv_cdf(quantile) / Z95
+        self.z = NormalDist().inv_cdf(COVERAGE if quantile is None else quantile) / Z95
         self.miss_weight = miss_weight
         self.hold_s = hold_s
         self.learn = bool(learn) and mixes is not None
         self.mixes = dict(mixes or {})
         self.engine = cfg.engine
         self._capacity_cache: dict[tuple[str, str, float, float, float, float], float] = {}
+        self._curve_cache: dict[tuple[str, str, float, float, float, float], LatencyCurve | None] = {}
         self.forecast = forecast
         self.mix = mix
         self.services = list(cfg.services)
@@ -254,6 +382,10 @@ class MPCController(Controller):
             spread = np.where(np.isfinite(upper), upper - mean, 0.0)
             q = np.maximum(mean + self.z * spread, 0.0)
             path = np.interp(mid, f.times_s, q)
+            if self.quantile is None:
+                mem = self.memory.setdefault(svc.name, _ServiceMemory())
+                path = measured_path(mem, est.time_s, dt, np.interp(mid, f.times_s, mean), path,
+                                     est.signals.arrival_rate_rps)
         path = np.maximum(path, now_rps)
         fastest = min(math.ceil((v.startup_warm_s if v.warm_nodes else v.startup_cold_s) / dt) for v in svc.variants)
         queue = est.signals.queue_length or 0.0
@@ -339,21 +471,52 @@ class MPCController(Controller):
         out = {}
         for v in svc.variants:
             alpha = round(round(speeds[v.name] / SPEED_STEP) * SPEED_STEP, 4)
+            key = (svc.name, v.name, alpha, *mix_key)
             if mix is None or (alpha == 1.0 and mix is calibrated):
                 out[v.name] = float(base.get(v.name, 0.0))
-                continue
-            key = (svc.name, v.name, alpha, *mix_key)
-            if key not in self._capacity_cache:
+            else:
+                if key not in self._capacity_cache:
+                    spec = ReplicaSpec.of(v, self.engine)
+                    slo = svc.slo["interactive"]
+                    try:
+                        cap = replica_capacity(replace(spec, profile=spec.profile.slowed(alpha)), mix, slo.ttft_s,
+                                               slo.itl_s).rps
+                    except ValueError:  # so slow the ITL target is out of reach
+                        cap = 0.0
+                    self._capacity_cache[key] = cap
+                out[v.name] = self._capacity_cache[key]
+            if mix is not None and self.learn:
+                out[v.name] *= self._learn_capacity(est, svc, v, mem, mix, alpha, key, out[v.name])
+        return out
+
+    def _learn_capacity(self, est: ServiceEstimate, svc: Service, v: Variant, mem: _ServiceMemory, mix: RequestMix,
+                        alpha: float, key: tuple[str, str, float, float, float, float], prior_rps: float) -> float:
+        """Update ``v``'s capacity posterior (``models.learning``) from this tick when it can show
+        capacity (``learnable``), and return the multiple of ``prior_rps`` the plan uses."""
+        post = mem.capacity.setdefault(v.name, CapacityPosterior())
+        obs = est.variants[v.name]
+        mem.learned[v.name] = False
+        held = mem.ready_since.get(v.name)
+        if held is None or held[0] != obs.ready:
+            mem.ready_since[v.name] = held = (obs.ready, est.time_s)
+        recovering = est.time_s < mem.recovering_until
+        measured = None if recovering else learnable(est, obs, held[1], self.window_s, svc.slo["interactive"])
+        if measured is not None and prior_rps > 0:
+            rate, ttft_ratio, tpot_ratio = measured
+            if key not in self._curve_cache:  # the model's own curve, its loads relative to its capacity
                 spec = ReplicaSpec.of(v, self.engine)
+                spec = replace(spec, profile=spec.profile.slowed(alpha))
                 slo = svc.slo["interactive"]
                 try:
-                    cap = replica_capacity(replace(spec, profile=spec.profile.slowed(alpha)), mix, slo.ttft_s,
-                                           slo.itl_s).rps
-                except ValueError:  # so slow the ITL target is out of reach
-                    cap = 0.0
-                self._capacity_cache[key] = cap
-            out[v.name] = self._capacity_cache[key]
-        return out
+                    model_rps = replica_capacity(spec, mix, slo.ttft_s, slo.itl_s).rps
+                    curve: LatencyCurve | None = latency_curve(spec, mix, slo.ttft_s, slo.itl_s, model_rps)
+                except ValueError:
+                    curve = None
+                self._curve_cache[key] = curve
+            curve = self._curve_cache[key]
+            if curve is not None and (rate / obs.ready) / prior_rps >= MIN_LEARN_LOAD:
+                mem.learned[v.name] = post.observe((rate / obs.ready) / prior_rps, ttft_ratio, tpot_ratio, curve)
+        return post.planned()
 
     # ------------------------------------------------------------------ decide
     def _inputs(self, est: ServiceEstimate, svc: Service) -> _Inputs | Decision:
@@ -367,11 +530,17 @@ class MPCController(Controller):
         mem = self.memory.setdefault(svc.name, _ServiceMemory())
         recovering = self._recovering(est, svc, mem)
         mem.first_s = est.time_s if mem.first_s is None else mem.first_s
-        learning = est.time_s - mem.first_s < self.hold_s  # too little rate history to scale down on
+        mem.rates = [(t, r) for t, r in mem.rates if t > est.time_s - HOLD_HISTORY_S] + [(est.time_s, now_rps)]
+        if self.hold_s is None:
+            if est.time_s - mem.hold_measured_s >= HOLD_EVERY_S:
+                cold = max(v.startup_cold_s for v in svc.variants)
+                mem.hold_s, mem.hold_measured_s = measured_hold(mem.rates, cold), est.time_s
+        else:
+            mem.hold_s = self.hold_s
+        learning = est.time_s - mem.first_s < mem.hold_s  # too little rate history to scale down on
         weights = self.corrected_weights(est, svc, mem)
         dt = self.tick_s
-        mem.rates = [(t, r) for t, r in mem.rates if t > est.time_s - self.hold_s] + [(est.time_s, now_rps)]
-        demand = self.demand(est, svc, max(r for _, r in mem.rates))
+        demand = self.demand(est, svc, max(r for t, r in mem.rates if t > est.time_s - mem.hold_s - 1e-9))
         variants = []
         for v in svc.variants:
             obs = est.variants[v.name]
@@ -431,7 +600,11 @@ class MPCController(Controller):
         mem.last_applied, mem.last_time_s = dict(desired), est.time_s
         terms = {"demand_rps": float(demand[0]), "solve_ms": plan.solve_ms,
                  "unserved_rps_max": float(unserved.max()), "recovering": float(inputs.recovering),
-                 **limit_terms(plan), **{f"speed_{v}": x for v, x in mem.last_speed.items()}}
+                 "hold_s": mem.hold_s,
+                 **limit_terms(plan), **{f"speed_{v}": x for v, x in mem.last_speed.items()},
+                 **{f"capacity_scale_{v}": p.planned() for v, p in mem.capacity.items()},
+                 **{f"capacity_sigma_{v}": p.sigma for v, p in mem.capacity.items()},
+                 **{f"capacity_learned_{v}": float(x) for v, x in mem.learned.items()}}
         code = change_reason(desired, current)
         why = (f"mpc: plan for {demand[0]:.1f} req/s now, up to {demand.max():.1f} within "
                f"{self.horizon * dt:g} s" + ("; recovering from a loss" if inputs.recovering else "")
