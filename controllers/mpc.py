@@ -6,15 +6,19 @@ it with HiGHS (``scipy.optimize.milp``), within the fleet's ``gpu_limits``; with
 without) and each ``decide`` reads its part:
 
 - demand per step (requests/s): the load forecast's ``quantile`` (the forecast stage's path, its
-  90 % interval read as normal: ``mean + z(q) / z(0.95) x (upper - mean)``), never below the
-  highest arrival rate of the last ``hold_s`` (a forecast that lags a rise must not cancel it; a fall
-  is followed once it has lasted ``hold_s``), plus today's queue spread over the steps until new
+  90 % interval read as normal: ``mean + z(q) / z(0.95) x (upper - mean)``), or with
+  ``hedge=measured`` the mean path times a hedge measured on this service's own forecast errors
+  (``measured_path``); never below the highest arrival rate of the last hold (``measured_hold``, or
+  ``hold_s`` given: a forecast that lags a rise must not cancel it; a fall is
+  followed once it has lasted the hold), plus today's queue spread over the steps until new
   replicas have run ``DRAIN_S``. Without a forecast yet (the first step of history), or with
   ``forecast=last``, that rate for every step; with ``forecast=perfect`` (simulation only), the
   trace's true demand per step;
 - capacity per replica (requests/s at the interactive SLO, ``models.capacity``) for the mix the
   registry calibrated on (the trace's in simulation, the fleet file's ``typical_request`` live), or
   with ``mix=forecast`` that mix scaled to the forecast lengths at the predicted prefix-cache hit rate;
+  with ``learn``, the profile slowed by the learned speed factor and the capacity scaled by what the
+  variant's replicas are seen to serve (``models.learning``);
 - replicas ready by each step: today's ready ones, and the starting ones when their start-up (warm
   while warm nodes are free, else cold) has run from the tick this controller saw them appear;
 - no ready replica is removed before the controller has seen ``hold_s`` of arrival rates (its first
@@ -125,12 +129,15 @@ MAD_TO_SIGMA = 1.4826
 """A normal's standard deviation over its median absolute deviation."""
 RESIDUALS = 240
 """Forecast residuals kept per horizon step: an hour of 15-s ticks."""
-MIN_RESIDUALS = 40
-"""Residuals a step needs before its measured quantile replaces the forecaster's interval (the
-empirical 0.9 quantile of 40 has one sample above it per ten)."""
+MIN_RESIDUALS = 120
+"""Residuals a step needs before its measured quantile replaces the forecaster's interval (half an
+hour of ticks), and at least four per step ahead: a level shift makes outliers of the ``k + 1``
+forecasts issued before it for step ``k``, which the median and MAD ignore only while they are a
+minority (with 40, a x3 step carried the next half hour's plan at 3x the load)."""
 
 Z95 = NormalDist().inv_cdf(0.95)
 FORECASTS = ("auto", "last", "perfect")
+HEDGES = ("band", "measured")
 MIXES = ("calibrated", "forecast")
 MIX_STEP = 0.05
 """Forecast token means and hit rates are rounded to 5 % (of the calibrated mean; of the hit rate)
@@ -200,7 +207,8 @@ def measured_path(mem: _ServiceMemory, now_s: float, dt: float, mean: np.ndarray
     median and the median absolute deviation): a one-off level shift, a step no forecaster sees
     coming, makes outliers that an empirical quantile would carry as a hedge for an hour (on a x6
     step it planned for 4-8x the load; the hold and the current-rate floor answer a step);
-    ``interval`` (the forecaster's band) at steps with fewer than ``MIN_RESIDUALS``. Records this
+    ``interval`` (the forecaster's band) at steps with fewer than ``MIN_RESIDUALS`` (and ``4 (k + 1)``
+    at step ``k``). Records this
     tick's actual rate against the forecasts that predicted it and keeps this tick's mean path.
     Shapes (horizon,), requests/s."""
     h = len(mean)
@@ -218,7 +226,7 @@ def measured_path(mem: _ServiceMemory, now_s: float, dt: float, mean: np.ndarray
     z = NormalDist().inv_cdf(COVERAGE)
     for k in range(h):
         res = np.asarray(mem.residuals[k])
-        if len(res) >= MIN_RESIDUALS and mean[k] > 0:
+        if len(res) >= max(MIN_RESIDUALS, 4 * (k + 1)) and mean[k] > 0:
             centre = float(np.median(res))
             scale = MAD_TO_SIGMA * float(np.median(np.abs(res - centre)))
             out[k] = mean[k] * math.exp(centre + z * scale)
@@ -299,10 +307,7 @@ class MPCController(Controller):
         cfg: the fleet (tick, window, guard limits).
         weights: service -> variant -> capacity of one replica, requests/s.
         horizon: steps of ``tick_s`` planned (>= 1).
-        quantile: None (default): each step's demand is the forecast mean times the ``COVERAGE``
-            quantile of this service's own forecast errors at that step (``measured_path``), the
-            forecaster's interval until enough are known; a number in (0, 1): the forecaster's
-            interval read at that quantile, always.
+        quantile: forecast quantile planned on, in (0, 1): the forecaster's interval read there.
         miss_weight: cost of a request left unserved, in units of the dearest variant's cost per request.
         forecast: ``auto`` (the forecast stage's path), ``last`` (today's rate for every step) or
             ``perfect`` (``future_rps``, the trace's true demand: a yardstick for the forecaster).
@@ -317,20 +322,24 @@ class MPCController(Controller):
         future_rps: with ``forecast=perfect``, service -> true demand per tick from t = 0, requests/s.
         node_limit: most branch-and-bound nodes per solve (>= 0; None: none), beside the 10-s time
             limit (``models.planning.PlanProblem``).
+        hedge: ``band`` (the forecaster's interval at ``quantile``) or ``measured`` (the forecast
+            mean times the ``COVERAGE`` quantile of this service's own forecast errors at each step,
+            ``measured_path``; the band until enough are known).
         name: the spec it was built from.
 
     Raises:
-        ValueError: an argument out of range, an unknown ``forecast``, or ``perfect`` without
+        ValueError: an argument out of range, an unknown ``forecast`` or ``hedge``, or ``perfect`` without
             ``future_rps``, a negative ``node_limit``.
     """
 
     def __init__(self, cfg: FleetConfig, weights: Mapping[str, Mapping[str, float]], horizon: int = 40,
-                 quantile: float | None = None, miss_weight: float = 10.0, forecast: str = "auto",
-                 hold_s: float | None = None, learn: int = 1, mixes: Mapping[str, RequestMix | None] | None = None,
+                 quantile: float = 0.9, miss_weight: float = 10.0, forecast: str = "auto",
+                 hold_s: float | None = None, learn: int = 1, hedge: str = "band",
+                 mixes: Mapping[str, RequestMix | None] | None = None,
                  window_s: float = DEFAULT_WINDOW_S, mix: str = "calibrated",
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
                  name: str = "mpc") -> None:
-        if (horizon < 1 or (quantile is not None and not 0 < quantile < 1) or not 0 < miss_weight < math.inf
+        if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
                              f"got {horizon}, {quantile}, {miss_weight}, {hold_s}")
@@ -338,6 +347,8 @@ class MPCController(Controller):
             raise ValueError(f"{name}: node_limit must be >= 0, got {node_limit}")
         if forecast not in FORECASTS:
             raise ValueError(f"{name}: forecast must be one of {', '.join(FORECASTS)}, got '{forecast}'")
+        if hedge not in HEDGES:
+            raise ValueError(f"{name}: hedge must be one of {', '.join(HEDGES)}, got '{hedge}'")
         if mix not in MIXES:
             raise ValueError(f"{name}: mix must be one of {', '.join(MIXES)}, got '{mix}'")
         if forecast == "perfect" and future_rps is None:
@@ -349,7 +360,8 @@ class MPCController(Controller):
         self.weights = {s: dict(w) for s, w in weights.items()}
         self.horizon = horizon
         self.quantile = quantile
-        self.z = NormalDist().inv_cdf(COVERAGE if quantile is None else quantile) / Z95
+        self.hedge = hedge
+        self.z = NormalDist().inv_cdf(quantile) / Z95
         self.miss_weight = miss_weight
         self.hold_s = hold_s
         self.learn = bool(learn) and mixes is not None
@@ -382,7 +394,7 @@ class MPCController(Controller):
             spread = np.where(np.isfinite(upper), upper - mean, 0.0)
             q = np.maximum(mean + self.z * spread, 0.0)
             path = np.interp(mid, f.times_s, q)
-            if self.quantile is None:
+            if self.hedge == "measured":
                 mem = self.memory.setdefault(svc.name, _ServiceMemory())
                 path = measured_path(mem, est.time_s, dt, np.interp(mid, f.times_s, mean), path,
                                      est.signals.arrival_rate_rps)
@@ -431,12 +443,25 @@ class MPCController(Controller):
             obs = est.variants[v.name]
             rate, itl = obs.signals.request_rate_rps, obs.signals.tpot_mean_s
             spec = ReplicaSpec.of(v, self.engine)
-            if (self.learn and mix is not None and obs.ready > 0 and rate and itl
+            steady = self._steady(est, v.name, mem) and not (obs.signals.queue_length or 0.0) > obs.ready
+            if (self.learn and mix is not None and obs.ready > 0 and rate and itl and steady
                     and utilisation(spec, mix, rate / obs.ready) <= SPEED_MAX_UTILISATION):
                 seen.append(speed_factor(spec, mix, rate / obs.ready, itl))
             alpha = float(np.median(seen)) if len(seen) >= SPEED_MIN_TICKS else 1.0
             out[v.name] = min(max(alpha, SPEED_LIMITS[0]), SPEED_LIMITS[1])
         return out
+
+    def _steady(self, est: ServiceEstimate, variant: str, mem: _ServiceMemory) -> bool:
+        """Whether ``variant``'s telemetry this tick shows a steady fleet (``learnable``'s rule without the
+        signals): its ready count unchanged over the signal window, no ready pod silent, the gateway
+        not shedding, the service not recovering from a loss. Records when the ready count changed."""
+        obs = est.variants[variant]
+        held = mem.ready_since.get(variant)
+        if held is None or held[0] != obs.ready:
+            mem.ready_since[variant] = held = (obs.ready, est.time_s)
+        if est.time_s < mem.recovering_until or est.time_s - held[1] < self.window_s or silent_pods(est):
+            return False
+        return not any((p.shed_rps or 0.0) > 0 for p in est.signals.by_priority.values())
 
     def _mix(self, est: ServiceEstimate, svc: Service) -> tuple[RequestMix | None, tuple[float, float, float]]:
         """The mix capacity is computed for this tick, and its key: (input scale, output scale, hit rate),
@@ -496,11 +521,9 @@ class MPCController(Controller):
         post = mem.capacity.setdefault(v.name, CapacityPosterior())
         obs = est.variants[v.name]
         mem.learned[v.name] = False
-        held = mem.ready_since.get(v.name)
-        if held is None or held[0] != obs.ready:
-            mem.ready_since[v.name] = held = (obs.ready, est.time_s)
+        since = mem.ready_since[v.name][1]
         recovering = est.time_s < mem.recovering_until
-        measured = None if recovering else learnable(est, obs, held[1], self.window_s, svc.slo["interactive"])
+        measured = None if recovering else learnable(est, obs, since, self.window_s, svc.slo["interactive"])
         if measured is not None and prior_rps > 0:
             rate, ttft_ratio, tpot_ratio = measured
             if key not in self._curve_cache:  # the model's own curve, its loads relative to its capacity
