@@ -34,6 +34,7 @@ from autoscaler.simulate import SimulationRun
 from autoscaler.simulator.engine import COMPLETED, FAILED, REJECTED, SHED
 from autoscaler.timeline import tick_row, write_timeline_csv
 from autoscaler.workload.types import PRIORITIES, REQUEST_CLASSES
+from controllers.bound import Outcome
 
 GOODPUT_WINDOW_S = 60.0
 
@@ -87,6 +88,13 @@ def goodput(ok: np.ndarray, finish: np.ndarray, start_s: float, end_s: float,
         counts = np.histogram(done, bins=n_windows, range=(start_s, start_s + n_windows * window_s))[0]
         low = float(counts.min()) / window_s
     return {"mean": len(done) / span, "min_60s": low}
+
+
+def outcome(run: SimulationRun) -> Outcome:
+    """A run's interactive SLO attainment (None without interactive requests) and total cost, $: what
+    ``bound``'s search compares candidates by (``summarize``'s figures)."""
+    res = summarize(run)
+    return Outcome(res["slo_attainment"]["interactive"], float(res["cost_usd"]["total"]))
 
 
 def summarize(run: SimulationRun) -> dict[str, Any]:

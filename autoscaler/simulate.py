@@ -31,6 +31,7 @@ from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.wiring import admission_policy, build_loop
 from autoscaler.workload.types import Workload
 from controllers.base import Controller
+from controllers.bound import Outcome
 from controllers.registry import ANCHORS, build
 from controllers.static import StaticController, steady_start_fleet
 
@@ -199,6 +200,7 @@ def run_simulation(
     progress: Callable[[float], None] | None = None,
     steady_start: bool = True,
     admission: str | None = None,
+    measure: Callable[[SimulationRun], Outcome] | None = None,
 ) -> SimulationRun:
     """Simulate ``workload`` on the fleet under ``controller`` until every request has ended, flat out.
 
@@ -210,11 +212,18 @@ def run_simulation(
         progress: called after each tick with the fraction of requests ended (0..1).
         steady_start: as ``SimulationDriver``.
         admission: the admission policy (``none``, ``pid``, ``mpc``); None: ``default_admission``.
+        measure: what a run's attainment and cost are (``autoscaler.report.outcome``): with it,
+            ``bound`` can search by simulating candidates on this fleet, workload and admission.
 
     Raises:
         ValueError: unknown controller, service or admission policy, or a bad controller parameter.
     """
-    ctrl = build(controller, cfg, service, workload) if isinstance(controller, str) else controller
+    simulate = None
+    if measure is not None:
+        def simulate(candidate: Controller) -> Outcome:
+            policy = default_admission(cfg, candidate.name) if admission is None else admission
+            return measure(SimulationDriver(cfg, workload, candidate, service, steady_start, admission=policy).run())
+    ctrl = build(controller, cfg, service, workload, simulate) if isinstance(controller, str) else controller
     mode = default_admission(cfg, ctrl.name) if admission is None else admission
     return SimulationDriver(cfg, workload, ctrl, service, steady_start, admission=mode).run(progress=progress)
 

@@ -14,7 +14,10 @@ fixes the hold it measures; ``learn=0`` turns off the speed and capacity it lear
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
 ``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time);
 ``oracle`` (``controllers.oracle``: the same plan solved offline on the trace's true demand; needs a trace;
-``oracle:node_limit=N`` replaces its ``OFFLINE_NODE_LIMIT``).
+``oracle:node_limit=N`` replaces its ``OFFLINE_NODE_LIMIT``); ``bound`` (``controllers.bound``: the
+cheapest schedule of the oracle's family, its capacities scaled, that reaches ``target`` (0.99)
+interactive attainment in simulation, within ``simulations`` (8) runs; needs a trace and a driver
+that simulates: ``simulate``, ``compare``).
 
 With a workload (a trace, in ``simulate`` and ``compare``), what is calibrated comes from it: the
 fixed fleets are sized for its peak 60-s arrival rate, and the metric targets of HPA, KEDA, Knative
@@ -46,6 +49,7 @@ from controllers.baselines.keda import DEFAULT_QUEUE_THRESHOLD, KedaController
 from controllers.baselines.knative import KnativeKPAController
 from controllers.baselines.static_ilp import static_ilp_controller
 from controllers.baselines.wva import WVAController
+from controllers.bound import Simulate, bound_controller
 from controllers.mpc import MPCController
 from controllers.oracle import oracle_controller, true_demand
 from controllers.pid import PIDController
@@ -112,6 +116,7 @@ class BuildContext:
     svc: Service
     spec: str
     workload: Workload | None
+    simulate: Simulate | None = None
 
     @property
     def mix(self) -> RequestMix | None:
@@ -224,6 +229,18 @@ def _oracle(kw: dict[str, Any], ctx: BuildContext) -> Controller:
                              name=ctx.spec)
 
 
+def _bound(kw: dict[str, Any], ctx: BuildContext) -> Controller:
+    if ctx.workload is None:
+        raise ValueError("bound needs a trace (simulate, compare): it searches schedules by simulating them")
+    if ctx.simulate is None:
+        raise ValueError("bound is searched by simulation: run it with simulate or compare")
+    svc = ctx.svc
+    itl = ctx.cfg.controller.pid.setpoint * svc.slo["interactive"].itl_s
+    initial = steady_start_fleet(svc, ctx.cfg.engine, ctx.workload, itl)
+    return bound_controller(ctx.cfg, svc, ctx.workload, _service_weights(ctx)[svc.name], initial, ctx.simulate,
+                            **kw, name=ctx.spec)
+
+
 def _service_mixes(ctx: BuildContext) -> dict[str, RequestMix | None]:
     """service -> the mix it is sized for: its accepted requests of the workload, else its
     ``typical_request``; None for a service that accepts none of the workload."""
@@ -258,6 +275,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
     "wva": (_params(WVAController), lambda kw, ctx: WVAController(name=ctx.spec)),
     "static-ilp": ({"peak_rps": POSITIVE}, _static_ilp),
     "oracle": ({"miss_weight": POSITIVE, "node_limit": Param(int, 0, closed=True)}, _oracle),
+    "bound": ({"target": Param(float, 0.0, high=1.0), "simulations": Param(int, 1, closed=True, high=40),
+               "miss_weight": POSITIVE, "node_limit": Param(int, 0, closed=True)}, _bound),
     "mpc": (_params(MPCController, "cfg", "weights", "mixes", "future_rps",
                     horizon=Param(int, 1, closed=True, high=MAX_HORIZON),
                     quantile=Param(float, 0.0, high=0.999), miss_weight=POSITIVE, forecast=TEXT,
@@ -267,7 +286,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
 NAMES = tuple(_SPECS)
 ANCHORS = frozenset({"hpa", "keda", "kpa", "aibrix", "aibrix-apa", "dynamo", "wva"})
 """The anchors' autoscalers (``controllers.baselines``): run without admission unless told otherwise."""
-BASELINE_NAMES = tuple(n for n in NAMES if n not in ("pid", "static", "mpc", "oracle"))
+BASELINE_NAMES = tuple(n for n in NAMES if n not in ("pid", "static", "mpc", "oracle", "bound"))
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
@@ -293,7 +312,8 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
     return name, params
 
 
-def build(spec: str, cfg: FleetConfig, service: str | None = None, workload: Workload | None = None) -> Controller:
+def build(spec: str, cfg: FleetConfig, service: str | None = None, workload: Workload | None = None,
+          simulate: Simulate | None = None) -> Controller:
     """The controller named by ``spec`` (module docstring); its ``name`` is the spec.
 
     Args:
@@ -301,6 +321,8 @@ def build(spec: str, cfg: FleetConfig, service: str | None = None, workload: Wor
         cfg: the fleet (settings of the PID and the loop, engine settings, variants).
         service: the service calibrated on (default the first).
         workload: the trace, in simulation; None for a live loop.
+        simulate: runs a controller on this fleet and workload and measures it (``controllers.bound``);
+            the simulation drivers give it, and only ``bound`` reads it.
 
     Raises:
         ValueError: unknown name, bad parameter, or a value the controller rejects; unknown service.
@@ -311,4 +333,4 @@ def build(spec: str, cfg: FleetConfig, service: str | None = None, workload: Wor
     except KeyError:
         known = ", ".join(s.name for s in cfg.services)
         raise ValueError(f"unknown service '{service}' (fleet has: {known})") from None
-    return _SPECS[name][1](dict(params), BuildContext(cfg, svc, spec.strip(), workload))
+    return _SPECS[name][1](dict(params), BuildContext(cfg, svc, spec.strip(), workload, simulate))

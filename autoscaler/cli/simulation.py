@@ -116,7 +116,7 @@ def simulate(
              "file's controller.admission otherwise).", show_default=False)] = None,
 ) -> None:
     """Run the control loop on a trace against the embedded fleet simulator."""
-    from autoscaler.report import OUTPUTS, write_outputs
+    from autoscaler.report import OUTPUTS, outcome, write_outputs
     from autoscaler.simulate import long_run_warning, run_simulation
     from controllers.registry import parse_spec
 
@@ -146,7 +146,8 @@ def simulate(
                 warn(warning)
             shown = controller if admission is None else f"{controller}@{admission}"
             with ProgressBar(f"simulating {len(wl.requests)} requests, {shown}", not json_output) as bar:
-                run = run_simulation(cfg, wl, controller, service, progress=bar.update, admission=admission)
+                run = run_simulation(cfg, wl, controller, service, progress=bar.update, admission=admission,
+                                     measure=outcome)
             res = write_outputs(run, out, plot=plot)
     except KeyboardInterrupt as exc:
         raise interrupted(out, names, exc) from None
