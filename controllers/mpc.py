@@ -17,8 +17,8 @@ without) and each ``decide`` reads its part:
 - capacity per replica (requests/s at the interactive SLO, ``models.capacity``) for the mix the
   registry calibrated on (the trace's in simulation, the fleet file's ``typical_request`` live), or
   with ``mix=forecast`` that mix scaled to the forecast lengths at the predicted prefix-cache hit rate;
-  with ``learn``, the profile slowed by the learned speed factor and the capacity scaled by what the
-  variant's replicas are seen to serve (``models.learning``);
+  with ``learn``, the profile slowed by the learned speed factor, and with ``learn=2`` the capacity
+  scaled by what the variant's replicas are seen to serve (``models.learning``);
 - replicas ready by each step: today's ready ones, and the starting ones when their start-up (warm
   while warm nodes are free, else cold) has run from the tick this controller saw them appear;
 - no ready replica is removed before the controller has seen ``hold_s`` of arrival rates (its first
@@ -313,7 +313,10 @@ class MPCController(Controller):
             ``perfect`` (``future_rps``, the trace's true demand: a yardstick for the forecaster).
         hold_s: the plan never goes below the highest arrival rate seen over this many seconds (>= 0);
             None (default): measured on the service's own rates (``measured_hold``).
-        learn: 1 to correct each variant's capacity from its own telemetry (needs ``mixes``), 0 not to.
+        learn: what each variant's capacity is corrected by from its own telemetry (needs ``mixes``):
+            0 nothing; 1 its speed (``speed_factor``); 2 its speed and its capacity posterior
+            (``models.learning``: opt-in, it cost more than it saved on the shipped traces,
+            ``docs/controllers.md#capacity-learned-online``).
         mixes: service -> the request mix ``weights`` were computed for (None: the service gets none).
         window_s: signal window, seconds (at least the tick).
         mix: ``calibrated`` (capacity for the mix the registry calibrated on) or ``forecast`` (that
@@ -365,6 +368,7 @@ class MPCController(Controller):
         self.miss_weight = miss_weight
         self.hold_s = hold_s
         self.learn = bool(learn) and mixes is not None
+        self.learn_capacity = self.learn and learn >= 2
         self.mixes = dict(mixes or {})
         self.engine = cfg.engine
         self._capacity_cache: dict[tuple[str, str, float, float, float, float], float] = {}
@@ -510,7 +514,7 @@ class MPCController(Controller):
                         cap = 0.0
                     self._capacity_cache[key] = cap
                 out[v.name] = self._capacity_cache[key]
-            if mix is not None and self.learn:
+            if mix is not None and self.learn_capacity:
                 out[v.name] *= self._learn_capacity(est, svc, v, mem, mix, alpha, key, out[v.name])
         return out
 

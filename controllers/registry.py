@@ -10,7 +10,8 @@ Names: ``pid`` (``controllers.pid``); ``static`` and ``static-ilp`` (fixed fleet
 (``controllers.baselines``): ``hpa``, ``keda``, ``kpa`` (Knative), ``aibrix`` and ``aibrix-apa``,
 ``dynamo``, ``wva``; ``mpc`` (``controllers.mpc``: ``mpc:horizon=40:quantile=0.9:miss_weight=10:forecast=auto``;
 ``hedge=measured`` plans on its own forecast errors instead of the forecaster's band; ``hold_s=S``
-fixes the hold it measures; ``learn=0`` turns off the speed and capacity it learns;
+fixes the hold it measures; ``learn=0`` turns off the speed it learns, ``learn=2`` adds the capacity
+posterior (``models.learning``);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
 ``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time);
 ``oracle`` (``controllers.oracle``: the same plan solved offline on the trace's true demand; needs a trace;
@@ -280,7 +281,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
     "mpc": (_params(MPCController, "cfg", "weights", "mixes", "future_rps",
                     horizon=Param(int, 1, closed=True, high=MAX_HORIZON),
                     quantile=Param(float, 0.0, high=0.999), miss_weight=POSITIVE, forecast=TEXT,
-                    hold_s=NON_NEGATIVE, learn=Param(int, 0, closed=True, high=1), hedge=TEXT, mix=TEXT,
+                    hold_s=NON_NEGATIVE, learn=Param(int, 0, closed=True, high=2), hedge=TEXT, mix=TEXT,
                     node_limit=Param(int, 0, closed=True)), _mpc),
 }
 NAMES = tuple(_SPECS)

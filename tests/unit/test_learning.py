@@ -145,7 +145,8 @@ def test_the_mpc_learns_one_capacity_from_either_side_without_oscillating() -> N
     wl = Workload([Request(float(a), 1024, 128) for a in t], source="test")
     learned = {}
     for prior in (0.7, 1.3):
-        ctrl = MPCController(cfg, {svc.name: {"h100": model * prior}}, mixes={svc.name: MIX}, forecast="last")
+        ctrl = MPCController(cfg, {svc.name: {"h100": model * prior}}, mixes={svc.name: MIX}, forecast="last",
+                             learn=2)
         run = run_simulation(cfg, wl, ctrl)
         late = [tk.services[svc.name].decision for tk in run.ticks if tk.time_s >= 600.0]
         learned[prior] = model * prior * float(np.median([d.terms["capacity_scale_h100"] for d in late[-40:]]))
