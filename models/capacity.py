@@ -127,6 +127,13 @@ _INPUT_POINTS = 8  # prompt-length quantiles per output stratum
 INPUT_SIGMA = math.sqrt(2.0 * math.log(synthetic.INPUT_MEAN_TOKENS / synthetic.INPUT_MEDIAN_TOKENS))
 OUTPUT_SIGMA = math.sqrt(2.0 * math.log(synthetic.OUTPUT_MEAN_TOKENS / synthetic.OUTPUT_MEDIAN_TOKENS))
 _BISECTION_STEPS = 40  # relative precision 2**-40 of the fluid limit
+UNLOADED = 1e-6
+UNSERVABLE_SHARE = 0.05
+"""Most requests a replica may miss even idle and still be given a capacity for the mix: a tail of
+prompts too long to prefill within the TTFT target (5 %: a long-prompt day's tail on an A100);
+a variant missing more cannot serve this mix, and gets 0."""
+"""A rate this share of the fluid limit stands for an idle replica: the misses there are the mix's
+own, which no rate removes (``replica_capacity``)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -516,7 +523,11 @@ def _largest_rate(miss: Callable[[float], float], limit: float, budget: float) -
 
 def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float,
                      attainment: float = DEFAULT_ATTAINMENT) -> CapacityBounds:
-    """The four bounds of the module docstring for one replica, requests/s.
+    """The four bounds of the module docstring for one replica, requests/s. Each bound's budget of
+    misses is ``1 - attainment`` on top of the misses it shows at no load (requests that miss on an
+    idle replica, e.g. prompts it cannot prefill within the TTFT target: no replica count helps them,
+    so they must not give a variant no capacity); a bound that misses more than ``UNSERVABLE_SHARE``
+    of its requests even idle gives 0.
 
     Args:
         spec: the replica.
@@ -532,11 +543,19 @@ def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: f
     mean_itl_rate(spec, mix, itl_s)  # raises when no rate can meet the ITL target
     limit = 1.0 / _work(spec, mix)
     budget = 1.0 - attainment
+
+    def largest(miss: Callable[[float], float]) -> float:
+        # What misses at any rate (a prompt this replica cannot prefill within the TTFT target even
+        # alone) is not load's doing: the budget is for the misses load adds on top of it.
+        floor = miss(limit * UNLOADED)
+        if floor > UNSERVABLE_SHARE:
+            return 0.0
+        return _largest_rate(miss, limit, budget + floor)
     return CapacityBounds(
-        itl_rps=_largest_rate(lambda r: _itl_miss(spec, mix, r, itl_s), limit, budget),
-        ttft_rps=_largest_rate(lambda r: _ttft_miss(spec, mix, r, ttft_s), limit, budget),
-        seqs_rps=_largest_rate(lambda r: _seqs_miss(spec, mix, r, ttft_s), limit, budget),
-        kv_rps=_largest_rate(lambda r: _kv_miss(spec, mix, r), limit, budget),
+        itl_rps=largest(lambda r: _itl_miss(spec, mix, r, itl_s)),
+        ttft_rps=largest(lambda r: _ttft_miss(spec, mix, r, ttft_s)),
+        seqs_rps=largest(lambda r: _seqs_miss(spec, mix, r, ttft_s)),
+        kv_rps=largest(lambda r: _kv_miss(spec, mix, r)),
     )
 
 

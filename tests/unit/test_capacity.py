@@ -182,3 +182,23 @@ def test_request_mix_keeps_moments_and_merges_equal_points() -> None:
     with pytest.raises(ValueError, match="prefix_hit_rate"):
         RequestMix.from_requests([10], [10], prefix_hit_rate=1.0)
     assert math.isclose(means.with_prefix_hit_rate(0.3).prefix_hit_rate, 0.3)
+
+
+def test_requests_no_idle_replica_can_serve_do_not_zero_a_variant() -> None:
+    # 3 % of prompts are so long that an idle replica's prefill alone (a x P, by hand from the
+    # profile) exceeds the 0.5-s TTFT target: they miss at any rate. Counted against the 1 % budget
+    # they left the variant no capacity (issue 28: A100s on long-prompt days); the budget is for the
+    # misses load adds, so the capacity is positive, and below the mix without them (they still load
+    # the replica). With a quarter of them so long, the variant cannot serve the mix: 0.
+    spec = ReplicaSpec(H100, 256, 8192, 16, 400_000)
+    a = H100.prefill_s_per_token
+    long = math.ceil(0.6 / a)  # prefill alone > 0.5 s
+    assert a * long > 0.5
+    servable = RequestMix.from_requests([1000] * 97, [100] * 97)
+    with_long = RequestMix.from_requests([1000] * 97 + [long] * 3, [100] * 100)
+    alone = replica_capacity(spec, servable, 0.5, 0.1)
+    mixed = replica_capacity(spec, with_long, 0.5, 0.1)
+    assert 0 < mixed.ttft_rps < alone.ttft_rps
+    assert 0 < mixed.rps <= alone.rps
+    mostly_long = RequestMix.from_requests([1000] * 75 + [long] * 25, [100] * 100)
+    assert replica_capacity(spec, mostly_long, 0.5, 0.1).ttft_rps == 0
