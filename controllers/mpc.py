@@ -8,8 +8,8 @@ without) and each ``decide`` reads its part:
 - demand per step (requests/s): the load forecast's ``quantile`` (the forecast stage's path, its
   90 % interval read as normal: ``mean + z(q) / z(0.95) x (upper - mean)``), or with
   ``hedge=measured`` the mean path times a hedge measured on this service's own forecast errors
-  (``measured_path``); never below the highest arrival rate of the last hold (``measured_hold``, or
-  ``hold_s`` given: a forecast that lags a rise must not cancel it; a fall is
+  (``measured_path``); never below the highest arrival rate of the last ``hold_s`` (300 s, or with
+  ``hedge=measured`` ``measured_hold``'s: a forecast that lags a rise must not cancel it; a fall is
   followed once it has lasted the hold), plus today's queue spread over the steps until new
   replicas have run ``DRAIN_S``. Without a forecast yet (the first step of history), or with
   ``forecast=last``, that rate for every step; with ``forecast=perfect`` (simulation only), the
@@ -106,8 +106,10 @@ def limit_terms(plan: Plan) -> dict[str, float]:
     return {"solver_at_limit": float(plan.stopped_at_limit), "plan_fallback": FALLBACK_CODES[plan.fallback]}
 
 
-HOLDS_S = (0.0, 60.0, 120.0, 180.0, 300.0, 600.0)
-"""Holds ``hold`` measures, seconds: the shortest whose falls seldom reverse is used."""
+HOLDS_S = (0.0, 60.0, 120.0, 180.0, DEFAULT_HOLD_S)
+"""Holds ``measured_hold`` chooses from, seconds: the shortest whose falls seldom reverse. Never
+longer than ``DEFAULT_HOLD_S``: a longer hold keeps replicas after the load has gone (the fault
+suite's pending-pods scenario held one idle replica past its check with a 600-s choice)."""
 HOLD_HISTORY_S = 3600.0
 """Seconds of arrival rates kept to measure the hold on: an hour of this service's own load."""
 HOLD_EVERY_S = 300.0
@@ -176,8 +178,8 @@ def measured_hold(rates: list[tuple[float, float]], cold_s: float) -> float:
     last tick's (the plan may then remove replicas), and the fall *reverses* when a rate within the
     next ``cold_s`` (a replica removed then could not be back sooner) comes back to within
     ``FALL_TOLERANCE`` of the floor before the fall. The first hold with at most ``HOLD_REVERSALS`` of
-    its falls reversing (none falling is none reversing) is used; ``DEFAULT_HOLD_S`` until the
-    longest hold has ``HOLD_MIN_TICKS`` ticks judged; the longest when none is good enough."""
+    its falls reversing (none falling is none reversing) is used; ``DEFAULT_HOLD_S``, the longest,
+    until it has ``HOLD_MIN_TICKS`` ticks judged, and when none is good enough."""
     t = np.array([x for x, _ in rates])
     r = np.array([y for _, y in rates])
     if len(t) < 2:
@@ -312,7 +314,8 @@ class MPCController(Controller):
         forecast: ``auto`` (the forecast stage's path), ``last`` (today's rate for every step) or
             ``perfect`` (``future_rps``, the trace's true demand: a yardstick for the forecaster).
         hold_s: the plan never goes below the highest arrival rate seen over this many seconds (>= 0);
-            None (default): measured on the service's own rates (``measured_hold``).
+            None (default): ``DEFAULT_HOLD_S``, or with ``hedge=measured`` measured on the service's
+            own rates (``measured_hold``).
         learn: what each variant's capacity is corrected by from its own telemetry (needs ``mixes``):
             0 nothing; 1 its speed (``speed_factor``); 2 its speed and its capacity posterior
             (``models.learning``: opt-in, it cost more than it saved on the shipped traces,
@@ -325,9 +328,10 @@ class MPCController(Controller):
         future_rps: with ``forecast=perfect``, service -> true demand per tick from t = 0, requests/s.
         node_limit: most branch-and-bound nodes per solve (>= 0; None: none), beside the 10-s time
             limit (``models.planning.PlanProblem``).
-        hedge: ``band`` (the forecaster's interval at ``quantile``) or ``measured`` (the forecast
-            mean times the ``COVERAGE`` quantile of this service's own forecast errors at each step,
-            ``measured_path``; the band until enough are known).
+        hedge: ``band`` (the forecaster's interval at ``quantile``, a ``DEFAULT_HOLD_S`` hold) or
+            ``measured`` (the forecast mean times the ``COVERAGE`` quantile of this service's own
+            forecast errors at each step, ``measured_path``, the band until enough are known; and
+            the hold ``measured_hold`` chooses, unless ``hold_s`` is given).
         name: the spec it was built from.
 
     Raises:
@@ -558,12 +562,12 @@ class MPCController(Controller):
         recovering = self._recovering(est, svc, mem)
         mem.first_s = est.time_s if mem.first_s is None else mem.first_s
         mem.rates = [(t, r) for t, r in mem.rates if t > est.time_s - HOLD_HISTORY_S] + [(est.time_s, now_rps)]
-        if self.hold_s is None:
+        if self.hold_s is None and self.hedge == "measured":
             if est.time_s - mem.hold_measured_s >= HOLD_EVERY_S:
                 cold = max(v.startup_cold_s for v in svc.variants)
                 mem.hold_s, mem.hold_measured_s = measured_hold(mem.rates, cold), est.time_s
         else:
-            mem.hold_s = self.hold_s
+            mem.hold_s = DEFAULT_HOLD_S if self.hold_s is None else self.hold_s
         learning = est.time_s - mem.first_s < mem.hold_s  # too little rate history to scale down on
         weights = self.corrected_weights(est, svc, mem)
         dt = self.tick_s

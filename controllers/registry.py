@@ -9,9 +9,9 @@ Names: ``pid`` (``controllers.pid``); ``static`` and ``static-ilp`` (fixed fleet
 ``controllers.static``, ``controllers.baselines.static_ilp``); the anchors' autoscalers
 (``controllers.baselines``): ``hpa``, ``keda``, ``kpa`` (Knative), ``aibrix`` and ``aibrix-apa``,
 ``dynamo``, ``wva``; ``mpc`` (``controllers.mpc``: ``mpc:horizon=40:quantile=0.9:miss_weight=10:forecast=auto``;
-``hedge=measured`` plans on its own forecast errors instead of the forecaster's band; ``hold_s=S``
-fixes the hold it measures; ``learn=0`` turns off the speed it learns, ``learn=2`` adds the capacity
-posterior (``models.learning``);
+``hedge=measured`` plans on its own forecast errors instead of the forecaster's band, and on the
+hold they show; ``hold_s=S`` fixes the hold (300 s); ``learn=0`` turns off the speed it learns,
+``learn=2`` adds the capacity posterior (``models.learning``);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
 ``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time);
 ``oracle`` (``controllers.oracle``: the same plan solved offline on the trace's true demand; needs a trace;
