@@ -152,6 +152,15 @@ MIN_LEARN_LOAD = 0.1
 the replica is idle enough that its latencies are its profile's, not its load's."""
 
 
+def steady_tick(est: ServiceEstimate, ready_since_s: float, window_s: float) -> bool:
+    """Whether a variant's window shows one steady fleet: its ready count unchanged since
+    ``ready_since_s`` for at least the signal window, no ready pod silent (``silent_pods``), the
+    gateway not shedding (the load served is then the load offered)."""
+    if est.time_s - ready_since_s < window_s or silent_pods(est):
+        return False
+    return not any((p.shed_rps or 0.0) > 0 for p in est.signals.by_priority.values())
+
+
 def learnable(est: ServiceEstimate, obs: VariantObservation, ready_since_s: float, window_s: float,
               slo: SLO) -> tuple[float, float, float] | None:
     """``(rate, ttft ratio, tpot ratio)`` of a variant's tick that can show its capacity: the
@@ -160,9 +169,7 @@ def learnable(est: ServiceEstimate, obs: VariantObservation, ready_since_s: floa
     within the signal window (the rate mixes two fleets), a ready pod reporting nothing
     (``silent_pods``), the gateway shedding (the load served is not the load offered), a signal
     unknown, or no load."""
-    if obs.ready < 1 or est.time_s - ready_since_s < window_s or silent_pods(est):
-        return None
-    if any((p.shed_rps or 0.0) > 0 for p in est.signals.by_priority.values()):
+    if obs.ready < 1 or not steady_tick(est, ready_since_s, window_s):
         return None
     sig = obs.signals
     rate, ttft, tpot = sig.request_rate_rps, sig.ttft_mean_s, sig.tpot_mean_s
@@ -460,16 +467,13 @@ class MPCController(Controller):
         return out
 
     def _steady(self, est: ServiceEstimate, variant: str, mem: _ServiceMemory) -> bool:
-        """Whether ``variant``'s telemetry this tick shows a steady fleet (``learnable``'s rule without the
-        signals): its ready count unchanged over the signal window, no ready pod silent, the gateway
-        not shedding, the service not recovering from a loss. Records when the ready count changed."""
+        """``steady_tick`` for ``variant``, and the service not recovering from a loss; records when
+        its ready count changed."""
         obs = est.variants[variant]
         held = mem.ready_since.get(variant)
         if held is None or held[0] != obs.ready:
             mem.ready_since[variant] = held = (obs.ready, est.time_s)
-        if est.time_s < mem.recovering_until or est.time_s - held[1] < self.window_s or silent_pods(est):
-            return False
-        return not any((p.shed_rps or 0.0) > 0 for p in est.signals.by_priority.values())
+        return est.time_s >= mem.recovering_until and steady_tick(est, held[1], self.window_s)
 
     def _mix(self, est: ServiceEstimate, svc: Service) -> tuple[RequestMix | None, tuple[float, float, float]]:
         """The mix capacity is computed for this tick, and its key: (input scale, output scale, hit rate),
@@ -508,19 +512,28 @@ class MPCController(Controller):
             if mix is None or (alpha == 1.0 and mix is calibrated):
                 out[v.name] = float(base.get(v.name, 0.0))
             else:
-                if key not in self._capacity_cache:
-                    spec = ReplicaSpec.of(v, self.engine)
-                    slo = svc.slo["interactive"]
-                    try:
-                        cap = replica_capacity(replace(spec, profile=spec.profile.slowed(alpha)), mix, slo.ttft_s,
-                                               slo.itl_s).rps
-                    except ValueError:  # so slow the ITL target is out of reach
-                        cap = 0.0
-                    self._capacity_cache[key] = cap
-                out[v.name] = self._capacity_cache[key]
+                out[v.name] = self._model_capacity(svc, v, alpha, mix, key)
             if mix is not None and self.learn_capacity:
                 out[v.name] *= self._learn_capacity(est, svc, v, mem, mix, alpha, key, out[v.name])
         return out
+
+    def _model_capacity(self, svc: Service, v: Variant, alpha: float, mix: RequestMix,
+                        key: tuple[str, str, float, float, float, float]) -> float:
+        """The model's capacity of one replica of ``v`` slowed by ``alpha`` for ``mix`` (requests/s; 0
+        when the ITL target is out of its reach), cached under ``key``."""
+        if key not in self._capacity_cache:
+            slo = svc.slo["interactive"]
+            try:
+                cap = replica_capacity(self._slowed(v, alpha), mix, slo.ttft_s, slo.itl_s).rps
+            except ValueError:  # so slow the ITL target is out of reach
+                cap = 0.0
+            self._capacity_cache[key] = cap
+        return self._capacity_cache[key]
+
+    def _slowed(self, v: Variant, alpha: float) -> ReplicaSpec:
+        """One replica of ``v`` with its profile ``alpha`` times slower."""
+        spec = ReplicaSpec.of(v, self.engine)
+        return replace(spec, profile=spec.profile.slowed(alpha))
 
     def _learn_capacity(self, est: ServiceEstimate, svc: Service, v: Variant, mem: _ServiceMemory, mix: RequestMix,
                         alpha: float, key: tuple[str, str, float, float, float, float], prior_rps: float) -> float:
@@ -535,15 +548,10 @@ class MPCController(Controller):
         if measured is not None and prior_rps > 0:
             rate, ttft_ratio, tpot_ratio = measured
             if key not in self._curve_cache:  # the model's own curve, its loads relative to its capacity
-                spec = ReplicaSpec.of(v, self.engine)
-                spec = replace(spec, profile=spec.profile.slowed(alpha))
                 slo = svc.slo["interactive"]
-                try:
-                    model_rps = replica_capacity(spec, mix, slo.ttft_s, slo.itl_s).rps
-                    curve: LatencyCurve | None = latency_curve(spec, mix, slo.ttft_s, slo.itl_s, model_rps)
-                except ValueError:
-                    curve = None
-                self._curve_cache[key] = curve
+                model_rps = self._model_capacity(svc, v, alpha, mix, key)
+                self._curve_cache[key] = (latency_curve(self._slowed(v, alpha), mix, slo.ttft_s, slo.itl_s, model_rps)
+                                          if model_rps > 0 else None)
             curve = self._curve_cache[key]
             if curve is not None and (rate / obs.ready) / prior_rps >= MIN_LEARN_LOAD:
                 mem.learned[v.name] = post.observe((rate / obs.ready) / prior_rps, ttft_ratio, tpot_ratio, curve)
