@@ -7,21 +7,27 @@ a level drawn in 20..120 req/s. Shared across services: H100 and GH200 GPU quota
 every service's peak would need of them, and a GPU budget of 80 % (never below what the services hold
 today, so a plan exists within the step limits), so the quotas bind.
 
-Prints p50 / p99 / max solve time (milliseconds) per size over ``--trials`` problems, and how many
-plans had the step limits relaxed, stopped at the solver's limit (``--node-limit``: branch-and-bound
-nodes; the 60-s time limit) and were a fallback (``models.planning``), by kind. Goals (issue 13):
+Prints p50 / p99 / max solve time (milliseconds; wall, and the process's CPU time, which load from
+other processes on the machine moves less) per size over ``--trials`` problems, and how many plans
+had the step limits relaxed, stopped at the solver's limit (``--node-limit``: branch-and-bound
+nodes; the 60-s time limit) and were a fallback (``models.planning``), by kind. ``--mpc`` solves as
+the MPC does (``--neighbourhood 0``, and ``--decompose`` above ``JOINT_UP_TO`` services x steps);
+without options, the exact joint MILP (as the oracle does). ``--vs-exact`` also solves each problem
+exactly and jointly and prints the cost over that optimum (p50 / max). Goals (issues 13 and 28):
 1 service x 3 variants x 40 steps p99 <= 50 ms; 50 services p99 <= 2 s.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+import time
 from collections import Counter
 
 import numpy as np
 
-from models.planning import PlanProblem, PlanService, PlanVariant, solve
+from models.planning import JOINT_UP_TO, PlanProblem, PlanService, PlanVariant, solve
 
 STEPS = 40
 DT_S = 15.0
@@ -42,14 +48,15 @@ def service(i: int, rng: np.random.Generator) -> PlanService:
 
 
 def problem(n_services: int, rng: np.random.Generator, integer_blocks: int | None = None,
-            gap: float = 1e-4, node_limit: int | None = None) -> PlanProblem:
+            gap: float = 1e-4, node_limit: int | None = None, **options: object) -> PlanProblem:
     services = [service(i, rng) for i in range(n_services)]
     peak_gpus = sum(math.ceil(s.demand_rps.max() / 15.8) for s in services)
     held = {gpu: sum(v.current for s in services for v in s.variants if v.gpu == gpu) for _, gpu, _, _ in VARIANTS}
     quota = {gpu: max(held[gpu], int(0.4 * peak_gpus)) for gpu in ("H100", "GH200")}  # never below today's
     budget = max(sum(held.values()), int(0.8 * peak_gpus)) if n_services > 1 else None
     return PlanProblem(services, DT_S, STEPS, gpu_quota=quota if n_services > 1 else {}, gpu_budget=budget,
-                       integer_blocks=integer_blocks, time_limit_s=60.0, mip_rel_gap=gap, node_limit=node_limit)
+                       integer_blocks=integer_blocks, time_limit_s=60.0, mip_rel_gap=gap, node_limit=node_limit,
+                       **options)  # type: ignore[arg-type]
 
 
 def main() -> None:
@@ -62,17 +69,42 @@ def main() -> None:
     ap.add_argument("--gap", type=float, default=1e-4, help="HiGHS's relative optimality gap (the MPC's: 1e-4)")
     ap.add_argument("--node-limit", type=int, default=None,
                     help="most branch-and-bound nodes per solve (0 stops before the root); default none, as the MPC")
+    ap.add_argument("--neighbourhood", type=int, default=None,
+                    help="search only within K of the LP relaxation's fractional counts (the MPC: 0); "
+                         "default the full search")
+    ap.add_argument("--decompose", action="store_true",
+                    help="several services: plan service by service within shares of the shared limits (the MPC does)")
+    ap.add_argument("--strengthen", choices=("on", "off", "auto"), default="auto",
+                    help="the valid inequalities (PlanProblem.strengthen); auto: with a fast path only")
+    ap.add_argument("--mpc", action="store_true",
+                    help="as the MPC solves: --neighbourhood 0, and --decompose above JOINT_UP_TO service-steps")
+    ap.add_argument("--vs-exact", action="store_true",
+                    help="also solve each problem exactly and jointly, and print the cost over that optimum")
     args = ap.parse_args()
     if args.node_limit is not None and args.node_limit < 0:
         ap.error(f"--node-limit must be >= 0, got {args.node_limit}")
-    print("| services | variables | p50 ms | p99 ms | max ms | relaxed | at limit | fallbacks |")
-    print("|---|---|---|---|---|---|---|---|")
+    if args.neighbourhood is not None and args.neighbourhood < 0:
+        ap.error(f"--neighbourhood must be >= 0, got {args.neighbourhood}")
+    options = {"neighbourhood": 0 if args.mpc else args.neighbourhood, "decompose": args.decompose,
+               "strengthen": {"on": True, "off": False, "auto": None}[args.strengthen]}
+    extra = " cost / exact p50 | max |" if args.vs_exact else ""
+    print("| services | variables | p50 ms | p99 ms | max ms | cpu p50 ms | cpu p99 ms | relaxed | at limit "
+          "| fallbacks |" + extra)
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if args.vs_exact else ""))
     for n in args.sizes:
         rng = np.random.default_rng((args.seed, n))
-        times, relaxed, at_limit, fallbacks = [], 0, 0, Counter[str]()
+        times, cpu, relaxed, at_limit, fallbacks, ratios = [], [], 0, 0, Counter[str](), []
         trials = args.trials if n < 50 else max(3, args.trials // 6)
         for _ in range(trials):
-            plan = solve(problem(n, rng, args.integer_blocks, args.gap, args.node_limit))
+            decompose = options["decompose"] or (args.mpc and n * STEPS > JOINT_UP_TO)
+            drawn = problem(n, rng, args.integer_blocks, args.gap, args.node_limit,
+                            **{**options, "decompose": decompose})
+            started = time.process_time()
+            plan = solve(drawn)
+            cpu.append((time.process_time() - started) * 1000.0)
+            if args.vs_exact:
+                exact = solve(dataclasses.replace(drawn, integer_blocks=None, neighbourhood=None, decompose=False))
+                ratios.append(plan.cost / exact.cost)
             times.append(plan.solve_ms)
             relaxed += plan.relaxed
             at_limit += plan.stopped_at_limit
@@ -81,8 +113,11 @@ def main() -> None:
         p50, p99 = np.percentile(times, [50, 99])
         size = n * len(VARIANTS) * (4 * 11 + STEPS) + n * STEPS
         kinds = ", ".join(f"{k} {c}" for k, c in sorted(fallbacks.items())) or "none"
-        print(f"| {n} | {size} | {p50:.0f} | {p99:.0f} | {max(times):.0f} | {relaxed}/{trials} | {at_limit}/{trials} "
-              f"| {kinds} |", flush=True)
+        gaps = f" {np.median(ratios):.4f} | {max(ratios):.4f} |" if ratios else ""
+        c50, c99 = np.percentile(cpu, [50, 99])
+        print(f"| {n} | {size} | {p50:.0f} | {p99:.0f} | {max(times):.0f} | {c50:.0f} | {c99:.0f} | {relaxed}/{trials} "
+              f"| {at_limit}/{trials} "
+              f"| {kinds} |{gaps}", flush=True)
 
 
 if __name__ == "__main__":

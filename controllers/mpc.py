@@ -57,7 +57,7 @@ from autoscaler.state import ForecastSignals
 from controllers.base import Controller, Decision, Gauge, change_reason, hold, silent_pods
 from models.capacity import ReplicaSpec, RequestMix, replica_capacity, speed_factor, utilisation
 from models.learning import CapacityPosterior, LatencyCurve, latency_curve
-from models.planning import FALLBACKS, Plan, PlanProblem, PlanService, PlanVariant, solve
+from models.planning import FALLBACKS, JOINT_UP_TO, Plan, PlanProblem, PlanService, PlanVariant, solve
 
 if TYPE_CHECKING:
     from autoscaler.config import SLO, FleetConfig, Service, Variant
@@ -593,9 +593,12 @@ class MPCController(Controller):
         return _Inputs(plan_svc, recovering)
 
     def _problem(self, services: list[PlanService]) -> PlanProblem:
-        """One problem for ``services`` within the fleet's shared GPU limits."""
+        """One problem for ``services`` within the fleet's shared GPU limits, solved fast: searched
+        near its LP relaxation, and service by service within shares of the limits above
+        ``JOINT_UP_TO`` service-steps (``docs/controllers.md#solving-fast``)."""
         return PlanProblem(services, self.tick_s, self.horizon, gpu_quota=dict(self.gpu_limits.quota),
-                           gpu_budget=self.gpu_limits.budget, node_limit=self.node_limit)
+                           gpu_budget=self.gpu_limits.budget, node_limit=self.node_limit, neighbourhood=0,
+                           decompose=len(services) * self.horizon > JOINT_UP_TO)
 
     def prepare(self, estimates: Mapping[str, ServiceEstimate]) -> None:
         """With more than one service under shared GPU limits, plan them all in one problem (the

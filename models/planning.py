@@ -39,23 +39,51 @@ on work that does not depend on machine load) the solve never raises: HiGHS's be
 (``Plan.stopped_at_limit``), and without one a feasible plan is built instead (``Plan.fallback``): the
 LP relaxation with its replica counts rounded up, else a greedy plan (``greedy_counts``), else today's
 replicas held; the first two are used only when they meet every constraint.
+
+Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurements):
+
+- Valid inequalities (``PlanProblem.strengthen``, on for the fast paths below): HiGHS spent its time at the root
+  closing a 6 % (up to 23 %) gap between the LP relaxation and the optimum, almost all of it whole
+  replicas covering fractional demand. Per service, step and capacity ``C`` of one of its variants,
+  the mixed-integer rounding of the demand row over whole serving counts, with ``f`` the fractional
+  part of ``demand / C``: ``sum_v (f floor(a_v) + min(frac(a_v), f)) s[v,k] + u[k] / C >= f
+  ceil(demand / C)``, ``a_v = capacity_v / C``. Every plan with whole serving counts meets it, and an
+  optimal plan serves ``min(n, ready)`` (whole when the ready counts are), so the optimum is
+  unchanged; the relaxation comes within 0.5 % of it on average.
+- The search near the LP relaxation (``PlanProblem.neighbourhood``, RENS in MIP terms): the integer
+  variables the relaxation leaves whole are fixed there, the fractional ones kept within ``k`` of their
+  floor and ceiling, and HiGHS searches that box without its presolve, symmetry detection and
+  sub-MIP heuristics (``FAST_OPTIONS``), which cost more than they save on it; the full search only
+  when the box holds no plan. The plan keeps every constraint (it is HiGHS's, in a smaller box).
+- Relaxed later blocks (``PlanProblem.integer_blocks``) are rounded to whole replicas, the cheapest of
+  a few roundings that keeps every constraint (``_round_tail``), solved whole when none does.
+- The decomposition by service (``PlanProblem.decompose``): the shared limits are shared out on the
+  joint LP relaxation (on coarser steps for a large fleet: the joint relaxation of 50 services takes
+  3 s, on 4x longer steps 0.4-0.5 s), each service's share rounded to whole GPUs per limit and block
+  (never below what it cannot shed in time: today's fleet removed as fast as its step limits and
+  ready replicas allow), then each service is planned alone within its share (the services whose
+  shares came out fractional together, a few at a time); a service left with unserved demand where
+  GPUs were left over plans again with them. The parts' shares sum within every limit, so the joint
+  plan keeps them; when even the services' least holdings break a limit the joint problem is solved.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
 import re
 import sys
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, milp
+from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, linprog, milp
 
 BLOCK_VARS = 4  # per variant and block: n, cw, cc, cd
 N, CW, CC, CD = range(BLOCK_VARS)
@@ -151,12 +179,29 @@ class PlanProblem:
         blocks: first step (0-based, ascending, the first 0) of each block over which replica counts
             stay constant; None = ``default_blocks(steps)``.
         integer_blocks: blocks kept integer, the first ones (None: all); the rest are relaxed.
-        time_limit_s: HiGHS's time limit, seconds (also the LP relaxation's, when one is solved for a
-            fallback); at the limit the best plan found is used (module docstring).
+        time_limit_s: HiGHS's time limit, seconds, shared by every HiGHS call of one solve (the
+            decomposition's and the search near the LP relaxation's too; the LP relaxation solved for
+            a fallback gets its own); at the limit the best plan found is used (module docstring).
         node_limit: most branch-and-bound nodes HiGHS explores (``scipy.optimize.milp``'s
             ``node_limit``; 0 stops before the root), None for no limit; the same problem and limit
             give the same plan on any machine, where a time limit does not.
         mip_rel_gap: relative optimality gap at which HiGHS stops.
+        strengthen: add the valid inequalities that tighten the LP relaxation (``_mir_rows``; the
+            optimum is unchanged, the LP bound comes much closer to it); None: with ``neighbourhood``,
+            ``decompose`` or ``integer_blocks`` only (for the full search they halve the median
+            solve but lengthen the slowest: ``docs/controllers.md#solving-fast``).
+        decompose: with several services under shared GPU limits, share the limits on the joint
+            LP relaxation, then plan service by service within those shares (module docstring,
+            "Solving fast"); the plan meets every constraint the joint one does, at a cost close to
+            the joint optimum's (``docs/controllers.md``). Ignored for one service or without shared
+            limits.
+        neighbourhood: None searches every integer plan; k >= 0 first searches only near the LP
+            relaxation (module docstring, "Solving fast"): the integer variables it leaves whole are
+            fixed, the fractional ones kept within k of their floor and ceiling; the full search
+            only when that finds no plan.
+        coarsen: with ``decompose``, steps of the LP the limits are shared on merged by this factor
+            (1: the problem's own); None: 1 up to ``FINE_SHARES`` service-steps, else the factor that
+            leaves ``COARSE_STEPS``.
     """
 
     services: Sequence[PlanService]
@@ -169,6 +214,10 @@ class PlanProblem:
     time_limit_s: float = 10.0
     node_limit: int | None = None
     mip_rel_gap: float = 1e-4
+    strengthen: bool | None = None
+    decompose: bool = False
+    neighbourhood: int | None = None
+    coarsen: int | None = None
 
 
 @dataclass(frozen=True)
@@ -188,7 +237,12 @@ class Plan:
         fallback: None for HiGHS's plan; else the plan built without it (``FALLBACKS``):
             ``lp-rounded``, ``greedy`` or ``hold``.
         message: what happened, one line (HiGHS's message, or the limit and the fallback).
-        nodes: branch-and-bound nodes HiGHS explored (None when it does not say).
+        nodes: branch-and-bound nodes HiGHS explored (None when it does not say; summed over the
+            services when decomposed).
+        gpu_prices: decomposed only: the shared limits' prices in the LP relaxation they were shared
+            on (limit key, None for the budget -> $ per GPU per block; its duals).
+        lower_bound: decomposed on the problem's own steps only: the LP relaxation's cost, a lower
+            bound on the joint optimum's, so ``cost - lower_bound`` bounds how far from optimal.
     """
 
     replicas: dict[str, dict[str, np.ndarray]]
@@ -201,6 +255,8 @@ class Plan:
     fallback: str | None = None
     message: str = ""
     nodes: int | None = None
+    gpu_prices: dict[str | None, np.ndarray] | None = None
+    lower_bound: float | None = None
 
 
 class _Index:
@@ -257,6 +313,28 @@ class _Rows:
         self.lb.append(lb)
         self.ub.append(ub)
 
+    def add_rows(self, cols: Sequence[np.ndarray], vals: Sequence[np.ndarray | float], lb: np.ndarray,
+                 ub: np.ndarray) -> None:
+        """Rows ``r = 0..len(lb) - 1`` at once, row ``r`` with the terms ``(cols[t][r], vals[t][r])``
+        in the order of ``t``, where ``cols[t][r] >= 0`` (a negative column: no such term)."""
+        first = len(self.lb)
+        order = np.arange(len(lb))
+        rows, columns, values = [], [], []
+        for col, val in zip(cols, vals, strict=True):
+            col = np.asarray(col)
+            there = col >= 0
+            rows.append(order[there])
+            columns.append(col[there])
+            values.append(np.broadcast_to(np.asarray(val, dtype=float), col.shape)[there])
+        # entries row by row, each row's terms in the order given (what add would have appended)
+        r = np.concatenate(rows)
+        by_row = np.argsort(r, kind="stable")
+        self.rows.extend((first + r[by_row]).tolist())
+        self.cols.extend(np.concatenate(columns)[by_row].tolist())
+        self.vals.extend(np.concatenate(values)[by_row].tolist())
+        self.lb.extend(np.asarray(lb, dtype=float).tolist())
+        self.ub.extend(np.asarray(ub, dtype=float).tolist())
+
     def constraint(self, size: int) -> LinearConstraint:
         a = sparse.csr_array((self.vals, (self.rows, self.cols)), shape=(len(self.lb), size))
         return LinearConstraint(a, np.array(self.lb), np.array(self.ub))
@@ -282,9 +360,98 @@ def _check(problem: PlanProblem) -> None:
                 raise ValueError(f"{svc.name}/{v.name}: min_replicas {v.min_replicas} > max_replicas {v.max_replicas}")
     if problem.node_limit is not None and problem.node_limit < 0:
         raise ValueError(f"node_limit must be >= 0 or None, got {problem.node_limit}")
+    if problem.neighbourhood is not None and problem.neighbourhood < 0:
+        raise ValueError(f"neighbourhood must be >= 0 or None, got {problem.neighbourhood}")
+    if problem.coarsen is not None and problem.coarsen < 1:
+        raise ValueError(f"coarsen must be >= 1 or None, got {problem.coarsen}")
 
 
-def _build(problem: PlanProblem, limits: bool) -> tuple[np.ndarray, LinearConstraint, Bounds, np.ndarray]:
+def _strengthened(problem: PlanProblem) -> bool:
+    """Whether ``problem`` gets the valid inequalities: ``PlanProblem.strengthen``, or when None, with
+    a fast path (``neighbourhood``, ``decompose`` or relaxed blocks) only."""
+    if problem.strengthen is not None:
+        return problem.strengthen
+    return problem.neighbourhood is not None or problem.decompose or problem.integer_blocks is not None
+
+
+def _limit_keys(problem: PlanProblem) -> list[str | None]:
+    """The shared GPU limits that bind some variant: each quota'd GPU type a variant uses, then None
+    for the budget when there is one."""
+    used = {v.gpu for svc in problem.services for v in svc.variants}
+    keys: list[str | None] = [g for g in sorted(problem.gpu_quota) if g in used]
+    return keys + ([None] if problem.gpu_budget is not None else [])
+
+
+def _held(problem: PlanProblem) -> dict[str | None, int]:
+    """GPUs today's replicas hold, per GPU type and (None) in all."""
+    held: dict[str | None, int] = {None: 0}
+    for svc in problem.services:
+        for v in svc.variants:
+            held[v.gpu] = held.get(v.gpu, 0) + v.current * v.gpus_per_replica
+            held[None] += v.current * v.gpus_per_replica
+    return held
+
+
+def _limits(problem: PlanProblem, keys: Sequence[str | None]) -> np.ndarray:
+    """The shared limits per (limit, block), as ``_usage`` orders them: a fleet already past a limit
+    may keep what it holds, never grow."""
+    held, nb = _held(problem), _Index(problem).nb
+    values = []
+    for key in keys:
+        limit = problem.gpu_budget if key is None else problem.gpu_quota[key]
+        values.append(np.full(nb, float(held.get(key, 0) if limit is None else max(limit, held.get(key, 0)))))
+    return np.concatenate(values) if values else np.zeros(0)
+
+
+def _usage(problem: PlanProblem, keys: Sequence[str | None]) -> sparse.csr_array:
+    """GPUs held per (limit, block): row ``ki * blocks + b`` sums ``gpus_per_replica n[v,b]`` over the
+    variants of GPU type ``keys[ki]`` (None: of any type)."""
+    idx = _Index(problem)
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    for ki, key in enumerate(keys):
+        for i, svc in enumerate(problem.services):
+            for j, v in enumerate(svc.variants):
+                if key is None or v.gpu == key:
+                    first = idx.var(i, j, N, 0)
+                    rows.extend(range(ki * idx.nb, (ki + 1) * idx.nb))
+                    cols.extend(range(first, first + idx.nb))
+                    vals.extend([float(v.gpus_per_replica)] * idx.nb)
+    return sparse.csr_array((vals, (rows, cols)), shape=(len(keys) * idx.nb, idx.size))
+
+
+def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows) -> None:
+    """Valid inequalities that tighten the LP relaxation without changing the optimum (module
+    docstring, "Solving fast"): per service and step, for each capacity ``C`` a variant has there,
+    the mixed-integer rounding of ``sum_v capacity_v s_v / C + u / C >= demand / C`` over whole
+    serving counts ``s_v``. An optimal plan serves ``s = min(n, ready)``, whole when the ready counts
+    are, so a service with a fractional ``ready`` gets none."""
+    for i, svc in enumerate(problem.services):
+        if any(np.any(np.abs(v.ready - np.round(v.ready)) > FEASIBLE_TOL) for v in svc.variants):
+            continue
+        for k in range(problem.steps):
+            d = float(svc.demand_rps[k])
+            caps = [float(v.capacity_rps[k]) for v in svc.variants]
+            for unit in sorted({round(cap, 9) for cap in caps if cap > FEASIBLE_TOL}):
+                beta = d / unit
+                f = beta - math.floor(beta)
+                if not 1e-6 < f < 1.0 - 1e-6:  # whole: the rounding adds nothing
+                    continue
+                terms = [(idx.u(i, k), 1.0 / unit)]
+                for j, cap in enumerate(caps):
+                    a = cap / unit
+                    coef = f * math.floor(a + 1e-9) + min(a - math.floor(a + 1e-9), f) if a > 0 else 0.0
+                    if coef > 0:
+                        terms.append((idx.s(i, j, k), coef))
+                rows.add(terms, f * math.ceil(beta), np.inf)
+
+
+def _build(problem: PlanProblem, limits: bool, caps: Mapping[str | None, np.ndarray] | None = None,
+           ) -> tuple[np.ndarray, LinearConstraint, Bounds, np.ndarray]:
+    """The MILP ``(c, constraints, bounds, integrality)``; without ``limits`` the step limits are left
+    out. ``caps`` (limit key -> GPUs per block) replace the shared quota and budget rows by rows of
+    their own, the last ones (``_solve_decomposed`` sets them per service)."""
     idx = _Index(problem)
     h, dt, nb = problem.steps, problem.dt_s, idx.nb
     length = np.diff([*idx.starts, h])  # steps per block
@@ -293,7 +460,6 @@ def _build(problem: PlanProblem, limits: bool) -> tuple[np.ndarray, LinearConstr
     hi = np.full(idx.size, np.inf)
     integral = np.zeros(idx.size)
     rows = _Rows()
-    gpu_terms: dict[str | None, list[list[tuple[int, float]]]] = {}
     for i, svc in enumerate(problem.services):
         for j, v in enumerate(svc.variants):
             cols = {kind: [idx.var(i, j, kind, b) for b in range(nb)] for kind in range(BLOCK_VARS)}
@@ -312,22 +478,23 @@ def _build(problem: PlanProblem, limits: bool) -> tuple[np.ndarray, LinearConstr
                 if b > 0:
                     for kind in (CW, CC, CD):
                         rows.add([(cols[kind][b], 1.0), (cols[kind][b - 1], -1.0)], 0.0, np.inf)
-                for key in (v.gpu, None):
-                    per_block = gpu_terms.setdefault(key, [[] for _ in range(nb)])
-                    per_block[b].append((cols[N][b], float(v.gpus_per_replica)))
-            for k in range(h):
-                s = idx.s(i, j, k)
-                rows.add([(s, 1.0), (cols[N][idx.block_of[k]], -1.0)], -np.inf, 0.0)
-                ready = [(s, 1.0), (cols[CD][idx.block_of[k]], 1.0)]  # removals take ready replicas
-                for kind, steps in ((CW, v.warm_steps), (CC, v.cold_steps)):
-                    if k - steps >= 0:  # orders of the last block begun by then are ready
-                        ready.append((cols[kind][idx.block_of[k - steps]], -1.0))
-                rows.add(ready, -np.inf, float(v.ready[k]))
-        for k in range(h):
-            u = idx.u(i, k)
-            c[u] = svc.miss_cost * dt
-            rows.add([(u, 1.0)] + [(idx.s(i, j, k), float(v.capacity_rps[k])) for j, v in enumerate(svc.variants)],
-                     float(svc.demand_rps[k]), np.inf)
+            # per step k, two rows: s <= n, and s <= the replicas ready by then (today's, plus the
+            # orders of the last block begun Lw / Lc steps before, less the removals: a removal
+            # takes a ready replica)
+            steps = np.arange(h)
+            serve = np.repeat(idx.s(i, j, 0) + steps, 2)
+            second = np.ravel(np.column_stack([np.asarray(cols[N])[idx.block_of], np.asarray(cols[CD])[idx.block_of]]))
+            ordered = []
+            for kind, lag in ((CW, v.warm_steps), (CC, v.cold_steps)):
+                col = np.where(steps - lag >= 0, np.asarray(cols[kind])[idx.block_of[np.maximum(steps - lag, 0)]], -1)
+                ordered.append(np.ravel(np.column_stack([np.full(h, -1), col])))
+            rows.add_rows([serve, second, *ordered], [1.0, np.tile([-1.0, 1.0], h), -1.0, -1.0],
+                          np.full(2 * h, -np.inf),
+                          np.ravel(np.column_stack([np.zeros(h), np.asarray(v.ready, dtype=float)])))
+        c[idx.u(i, 0):idx.u(i, 0) + h] = svc.miss_cost * dt
+        rows.add_rows([idx.u(i, 0) + np.arange(h)] + [idx.s(i, j, 0) + np.arange(h) for j in range(len(svc.variants))],
+                      [1.0] + [np.asarray(v.capacity_rps, dtype=float) for v in svc.variants],
+                      np.asarray(svc.demand_rps, dtype=float), np.full(h, np.inf))
         if not limits:
             continue
         for b in range(nb):
@@ -341,18 +508,19 @@ def _build(problem: PlanProblem, limits: bool) -> tuple[np.ndarray, LinearConstr
                         if b > 0:
                             terms.append((idx.var(i, j, kind, b - 1), -1.0))
                 rows.add(terms, -np.inf, float(limit * length[b - 1] if b > 0 else limit))
-    held: dict[str | None, int] = {None: 0}  # GPUs today's replicas hold, per GPU type and in all
-    for svc in problem.services:
-        for v in svc.variants:
-            held[v.gpu] = held.get(v.gpu, 0) + v.current * v.gpus_per_replica
-            held[None] += v.current * v.gpus_per_replica
-    for key, per_block in gpu_terms.items():
-        limit = problem.gpu_budget if key is None else problem.gpu_quota.get(key)
-        if limit is None:
-            continue
-        for terms in per_block:  # a fleet already past a limit may keep what it holds, never grow
-            rows.add(terms, -np.inf, float(max(limit, held.get(key, 0))))
-    return c, rows.constraint(idx.size), Bounds(lo, hi), integral
+    if _strengthened(problem):
+        _mir_rows(problem, idx, rows)
+    cons = rows.constraint(idx.size)
+    keys = list(caps) if caps is not None else _limit_keys(problem)
+    if keys:
+        usage = _usage(problem, keys)
+        if caps is not None:
+            ub = np.concatenate([np.asarray(caps[key], dtype=float) for key in keys])
+        else:
+            ub = _limits(problem, keys)
+        cons = LinearConstraint(sparse.vstack([cons.A, usage], format="csr"),
+                                np.concatenate([cons.lb, np.full(len(ub), -np.inf)]), np.concatenate([cons.ub, ub]))
+    return c, cons, Bounds(lo, hi), integral
 
 
 @contextmanager
@@ -517,7 +685,7 @@ def greedy_counts(problem: PlanProblem, limits: bool = True) -> dict[tuple[int, 
 
 
 def _fallback(problem: PlanProblem, limits: bool, c: np.ndarray, cons: LinearConstraint,
-              bounds: Bounds) -> tuple[np.ndarray, str, bool]:
+              bounds: Bounds, caps: Mapping[str | None, np.ndarray] | None = None) -> tuple[np.ndarray, str, bool]:
     """A plan without HiGHS's MILP: the first of ``FALLBACKS`` that meets the constraints (with
     ``limits``, the greedy is tried without the step limits too, as ``solve`` drops them when no
     plan keeps them), its name, and whether the step limits were dropped. The hold is used whatever
@@ -535,7 +703,7 @@ def _fallback(problem: PlanProblem, limits: bool, c: np.ndarray, cons: LinearCon
     if _feasible(x, cons, bounds):
         return x, "greedy", False
     if limits:
-        _, loose, loose_bounds, _ = _build(problem, limits=False)
+        _, loose, loose_bounds, _ = _build(problem, False, caps)
         x = _complete(problem, greedy_counts(problem, limits=False))
         if _feasible(x, loose, loose_bounds):
             return x, "greedy", True
@@ -544,46 +712,186 @@ def _fallback(problem: PlanProblem, limits: bool, c: np.ndarray, cons: LinearCon
     return _complete(problem, held), "hold", False
 
 
-def solve(problem: PlanProblem) -> Plan:
-    """The cheapest plan (module docstring).
+FAST_OPTIONS: dict[str, float | bool] = {
+    "presolve": False, "mip_detect_symmetry": False, "mip_heuristic_effort": 0.0, "mip_heuristic_run_rins": False,
+    "mip_heuristic_run_rens": False, "mip_heuristic_run_feasibility_jump": False,
+    "mip_heuristic_run_root_reduced_cost": False, "mip_pool_soft_limit": 1}
+"""HiGHS options for the searches with few free integer variables over a tight relaxation: the
+search near the LP relaxation (``_near_lp``) and a problem whose later blocks are relaxed. There
+HiGHS's presolve, symmetry detection, sub-MIP heuristics and cut pool cost more than the branching
+they save (1 service, first block integer: 11 / 34 ms CPU p50 / p99 against 25 / 60 with them; the
+pool limit alone took the near search's p99 from 100-120 to 47-49 ms), for the same plans."""
 
-    When no plan meets the step limits (today's fleet is further above a bound or quota than
-    ``max_down`` removals undo in time), the limits are dropped and ``Plan.relaxed`` says so. At a
-    time or node limit the best plan so far, or a fallback, is returned (module docstring):
-    ``Plan.stopped_at_limit``, ``Plan.fallback`` and ``Plan.message`` say which.
+JOINT_UP_TO = 400
+"""Service-steps (services x steps) up to which the MPC solves its problem jointly (near the LP
+relaxation); above, decomposed (10 services of 40 steps jointly: 0.4 s CPU and within 1.2 % of the
+optimum, decomposed 0.7 s; 20 services jointly 2.0 s, decomposed 1.0 s; ``docs/controllers.md``)."""
 
-    Raises:
-        ValueError: malformed problem (shapes, bounds, a negative ``node_limit``).
-        RuntimeError: no plan even without the step limits (the bounds, ``keep`` and the quotas
-            contradict one another), naming HiGHS's message; never for a limit reached.
-    """
-    _check(problem)
-    started = time.perf_counter()
-    options: dict[str, float | int] = {"time_limit": problem.time_limit_s, "mip_rel_gap": problem.mip_rel_gap}
+FINE_SHARES = 400
+"""Service-steps up to which a decomposed solve shares the limits on the LP relaxation of the
+problem itself (10 services of 40 steps: 0.1-0.3 s); above, on coarser steps (``COARSE_STEPS``)."""
+
+COARSE_STEPS = 10
+"""Steps of the coarse model the limits are shared on above ``FINE_SHARES`` (50 services of 40
+steps: 0.4-0.5 s against 3 s on the steps themselves)."""
+
+LP_OPTIONS: dict[str, float | bool] = {"presolve": False}
+"""HiGHS options for the services' LP relaxations in a decomposed solve (half the time with presolve)."""
+
+
+def _milp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray,
+          options: Mapping[str, float | bool | int]) -> OptimizeResult:
+    """``scipy.optimize.milp``; options it does not name are HiGHS's own, passed on verbatim (scipy
+    warns that it does so)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Unrecognized options", category=RuntimeWarning)
+        return milp(c, constraints=cons, bounds=bounds, integrality=integral, options=dict(options))
+
+
+def _left(deadline: float) -> float:
+    """Seconds left until ``deadline`` (``time.perf_counter``'s clock), never below 0."""
+    return max(0.0, deadline - time.perf_counter())
+
+
+def _options(problem: PlanProblem, deadline: float) -> dict[str, float | bool | int]:
+    """HiGHS's options for ``problem`` with the time left until ``deadline``."""
+    options: dict[str, float | bool | int] = {"time_limit": _left(deadline), "mip_rel_gap": problem.mip_rel_gap}
     if problem.node_limit is not None:
         options["node_limit"] = problem.node_limit
+    idx = _Index(problem)
+    if idx.integer_blocks < idx.nb:
+        options.update(FAST_OPTIONS)
+    return options
+
+
+@dataclass(frozen=True)
+class _Result:
+    """One solve: the plan's variables and how they were found (``Plan``'s fields of the same names)."""
+
+    x: np.ndarray
+    cost: float
+    relaxed: bool
+    limit: str | None
+    fallback: str | None
+    message: str
+    nodes: int | None
+    relaxation: float | None = None  # the LP relaxation's cost, when it was solved
+
+
+ROUNDING = (0.0, 0.25, 0.5, 0.75, 1.0)
+"""Thresholds a relaxed block's replica count is rounded at: up from this fractional part, down
+below it (0: always up, 1: always down); the cheapest rounding that meets the constraints is kept."""
+
+
+def _round_tail(problem: PlanProblem, c: np.ndarray, x: np.ndarray, cons: LinearConstraint,
+                bounds: Bounds) -> np.ndarray | None:
+    """Whole replica counts for the relaxed blocks of ``x`` (the integer ones kept): of the roundings
+    at each of ``ROUNDING``'s thresholds, the cheapest that meets every constraint; None when none
+    does."""
+    idx = _Index(problem)
+    k = idx.integer_blocks
+    best, best_cost = None, math.inf
+    for threshold in ROUNDING:
+        counts = {}
+        for i, svc in enumerate(problem.services):
+            for j in range(len(svc.variants)):
+                first = idx.var(i, j, N, 0)
+                n = x[first:first + idx.nb]
+                tail = n[k:]
+                down = np.floor(tail + FEASIBLE_TOL)
+                counts[i, j] = np.concatenate([np.rint(n[:k]), np.where(tail - down > max(threshold, FEASIBLE_TOL),
+                                                                        down + 1, down)])
+        rounded = _complete(problem, counts)
+        cost = float(c @ rounded)
+        if cost < best_cost - 1e-12 and _feasible(rounded, cons, bounds):
+            best, best_cost = rounded, cost
+    return best
+
+
+def _near_lp(problem: PlanProblem, c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray,
+             options: Mapping[str, float | bool | int], deadline: float) -> OptimizeResult | None:
+    """HiGHS's search near the LP relaxation (``PlanProblem.neighbourhood``): the integer variables
+    whole in the relaxation fixed there, the fractional ones kept within ``neighbourhood`` of their
+    floor and ceiling. None when the relaxation or that search finds no plan (the full search is
+    then made)."""
+    lp = _milp(c, cons, bounds, np.zeros(len(c)), {"time_limit": _left(deadline), **LP_OPTIONS})
+    if lp.x is None:
+        return None
+    k = float(problem.neighbourhood or 0)
+    x, whole = lp.x, integral > 0
+    frac = whole & (np.abs(x - np.rint(x)) > FEASIBLE_TOL)
+    fixed = whole & ~frac
+    lo, hi = np.array(bounds.lb, dtype=float), np.array(bounds.ub, dtype=float)
+    lo[fixed] = hi[fixed] = np.rint(x[fixed])
+    lo[frac] = np.maximum(lo[frac], np.floor(x[frac]) - k)
+    hi[frac] = np.minimum(hi[frac], np.ceil(x[frac]) + k)
+    res = _milp(c, cons, Bounds(lo, hi), integral, {**options, **FAST_OPTIONS, "time_limit": _left(deadline)})
+    res["relaxation"] = float(lp.fun)
+    return res if res.x is not None else None
+
+
+Model = tuple[np.ndarray, LinearConstraint, Bounds, np.ndarray]
+"""``_build``'s MILP: ``(c, constraints, bounds, integrality)``."""
+
+
+def _with_caps(model: Model, caps: np.ndarray) -> Model:
+    """``model`` (built with caps) with its cap rows, the last ``len(caps)``, set to ``caps``."""
+    c, cons, bounds, integral = model
+    ub = np.array(cons.ub, dtype=float)
+    ub[len(ub) - len(caps):] = caps
+    return c, LinearConstraint(cons.A, cons.lb, ub), bounds, integral
+
+
+def _solve_model(problem: PlanProblem, caps: Mapping[str | None, np.ndarray] | None = None,
+                 model: Model | None = None, deadline: float | None = None) -> _Result:
+    """One MILP (``_build``'s with ``caps``, or ``model`` when already built): HiGHS's plan, the step
+    limits dropped when no plan keeps them, a relaxed tail rounded (solved whole when no rounding
+    meets the constraints), a fallback at a limit without a plan (``solve``). Every HiGHS call
+    shares ``time_limit_s`` from now (or what is left until ``deadline``)."""
+    if deadline is None:
+        deadline = time.perf_counter() + problem.time_limit_s
+    options = _options(problem, deadline)
     relaxed = False
-    c, cons, bounds, integral = _build(problem, limits=True)
-    with _solver_stdout_silenced():
-        res = milp(c, constraints=cons, bounds=bounds, integrality=integral, options=options)
-        if res.x is None and _highs_limit(res) is None:  # no plan within the step limits
-            relaxed = True
-            c, cons, bounds, integral = _build(problem, limits=False)
-            res = milp(c, constraints=cons, bounds=bounds, integrality=integral, options=options)
-        limit = _highs_limit(res)
-        if res.x is None and limit is None:
-            raise RuntimeError(f"planner: HiGHS found no plan ({res.message})")
-        nodes = None if res.get("mip_node_count") is None else int(res.mip_node_count)
-        after = "" if nodes is None else f" after {nodes} nodes"
-        fallback = None
-        if res.x is not None:
-            x = res.x
-            message = str(res.message) if limit is None else f"HiGHS stopped at its {limit}{after}; its best plan"
-        else:
-            x, fallback, dropped = _fallback(problem, not relaxed, c, cons, bounds)
-            relaxed = relaxed or dropped
-            message = f"HiGHS stopped at its {limit}{after} without a plan; fallback: {fallback}"
-    solve_ms = (time.perf_counter() - started) * 1000.0
+    c, cons, bounds, integral = model if model is not None else _build(problem, True, caps)
+    res = None if problem.neighbourhood is None else _near_lp(problem, c, cons, bounds, integral, options, deadline)
+    near = res is not None
+    if res is None:
+        res = _milp(c, cons, bounds, integral, _options(problem, deadline))
+    if res.x is None and _highs_limit(res) is None:  # no plan within the step limits
+        relaxed = True
+        c, cons, bounds, integral = _build(problem, False, caps)
+        res = _milp(c, cons, bounds, integral, _options(problem, deadline))
+    limit = _highs_limit(res)
+    if res.x is None and limit is None:
+        raise RuntimeError(f"planner: HiGHS found no plan ({res.message})")
+    nodes = None if res.get("mip_node_count") is None else int(res.mip_node_count)
+    after = "" if nodes is None else f" after {nodes} nodes"
+    fallback = None
+    if res.x is not None:
+        x = res.x
+        message = str(res.message) if limit is None else f"HiGHS stopped at its {limit}{after}; its best plan"
+        if near:
+            message += f"; searched within {problem.neighbourhood} of the LP relaxation's fractional counts"
+        idx = _Index(problem)
+        if idx.integer_blocks < idx.nb:
+            rounded = _round_tail(problem, c, x, cons, bounds)
+            if rounded is None:
+                whole = _solve_model(dataclasses.replace(problem, integer_blocks=None), caps, deadline=deadline)
+                return dataclasses.replace(whole, relaxed=whole.relaxed or relaxed,
+                                           message=f"{whole.message}; no rounding of the relaxed blocks met "
+                                                   "the constraints: solved whole")
+            x = rounded
+            message += f"; blocks after the first {idx.integer_blocks} relaxed and rounded"
+    else:
+        x, fallback, dropped = _fallback(problem, not relaxed, c, cons, bounds, caps)
+        relaxed = relaxed or dropped
+        message = f"HiGHS stopped at its {limit}{after} without a plan; fallback: {fallback}"
+    return _Result(x, float(c @ x), relaxed, limit, fallback, message, nodes, res.get("relaxation"))
+
+
+def _parts(problem: PlanProblem, x: np.ndarray) -> tuple[dict[str, dict[str, np.ndarray]],
+                                                          dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """``Plan``'s replicas, serving and unserved_rps read from the variables ``x``."""
     idx = _Index(problem)
     h = problem.steps
     replicas: dict[str, dict[str, np.ndarray]] = {}
@@ -598,5 +906,235 @@ def solve(problem: PlanProblem) -> Plan:
             start = idx.s(i, j, 0)
             serving[svc.name][v.name] = x[start:start + h].copy()
         unserved[svc.name] = x[idx.u(i, 0):idx.u(i, 0) + h].copy()
-    return Plan(replicas, serving, unserved, float(c @ x), solve_ms, relaxed, stopped_at_limit=limit is not None,
-                fallback=fallback, message=message, nodes=nodes)
+    return replicas, serving, unserved
+
+
+def _coarse(problem: PlanProblem, factor: int) -> PlanProblem:
+    """``problem`` on steps ``factor`` times longer (the default blocks on them): demand averaged over
+    each coarse step, capacity and ready replicas read at its first fine step, start-ups and step
+    limits scaled; a model of the same fleet to share the limits on, not to plan with."""
+    h = math.ceil(problem.steps / factor)
+    first = np.arange(h) * factor
+    services = []
+    for svc in problem.services:
+        demand = np.array([float(np.mean(svc.demand_rps[k:k + factor])) for k in first])
+        variants = [dataclasses.replace(v, capacity_rps=np.asarray(v.capacity_rps)[first].copy(),
+                                        ready=np.asarray(v.ready)[first].copy(),
+                                        warm_steps=math.ceil(v.warm_steps / factor),
+                                        cold_steps=math.ceil(v.cold_steps / factor)) for v in svc.variants]
+        services.append(dataclasses.replace(svc, variants=variants, demand_rps=demand,
+                                            max_up=None if svc.max_up is None else svc.max_up * factor,
+                                            max_down=None if svc.max_down is None else svc.max_down * factor))
+    return dataclasses.replace(problem, services=services, steps=h, dt_s=problem.dt_s * factor, blocks=None,
+                               integer_blocks=None, decompose=False)
+
+
+def _shares(problem: PlanProblem, keys: Sequence[str | None], factor: int,
+            deadline: float) -> tuple[list[np.ndarray], np.ndarray, float] | None:
+    """The coordinator of the decomposition: the LP relaxation of the joint problem, on steps
+    ``factor`` times longer (``_coarse``) when ``factor > 1``. Returns each service's share of the
+    shared limits (GPUs per limit and block of ``problem``, as the relaxation holds them), the limits'
+    prices (its duals, $ per GPU per block) and its cost; None when it finds no solution."""
+    model = _coarse(problem, factor) if factor > 1 else problem
+    c, cons, bounds, _ = _build(model, True)
+    a, lb, ub = cons.A, cons.lb, cons.ub
+    eq = lb == ub
+    upper, lower = np.isfinite(ub) & ~eq, np.isfinite(lb) & ~eq
+    res = linprog(c, A_ub=sparse.vstack([a[upper], -a[lower]], format="csr"),
+                  b_ub=np.concatenate([ub[upper], -lb[lower]]), A_eq=a[eq], b_eq=lb[eq],
+                  bounds=np.column_stack([bounds.lb, bounds.ub]), method="highs",
+                  options={"time_limit": _left(deadline)})
+    if res.status != 0:
+        return None
+    idx, fine = _Index(model), _Index(problem)
+    block = idx.block_of[np.asarray(fine.starts) // factor]  # the coarse block each block begins in
+    shares = []
+    for i, svc in enumerate(problem.services):
+        share = np.zeros(len(keys) * fine.nb)
+        for j, v in enumerate(svc.variants):
+            n = res.x[idx.var(i, j, N, 0):idx.var(i, j, N, 0) + idx.nb][block]
+            for ki, key in enumerate(keys):
+                if key is None or v.gpu == key:
+                    share[ki * fine.nb:(ki + 1) * fine.nb] += v.gpus_per_replica * n
+        shares.append(share)
+    coupling = np.asarray(res.ineqlin.marginals)[int(upper.sum()) - len(keys) * idx.nb:int(upper.sum())]
+    prices = np.maximum(-coupling, 0.0).reshape(len(keys), idx.nb)[:, block].ravel()
+    return shares, prices, float(res.fun)
+
+
+def _apportion(shares: Sequence[np.ndarray], floors: Sequence[np.ndarray], limit: np.ndarray) -> list[np.ndarray]:
+    """Whole GPUs per service, limit and block that sum within ``limit`` and give each service at
+    least its ``floors``: each share rounded down (never below the floor), the services furthest
+    above their share giving GPUs back where the floors leave too few, then what is left handed out
+    by the largest fractional parts (largest-remainder apportionment, per limit and block)."""
+    share = np.array(shares, dtype=float)
+    floor = np.ceil(np.array(floors, dtype=float) - FEASIBLE_TOL)
+    whole = np.maximum(np.floor(share + FEASIBLE_TOL), floor)
+    for r in range(len(limit)):
+        while whole[:, r].sum() > limit[r] + FEASIBLE_TOL:  # floors above shares: others give back
+            over = np.where(whole[:, r] > floor[:, r], whole[:, r] - share[:, r], -np.inf)
+            whole[int(np.argmax(over)), r] -= 1.0
+        left = math.floor(limit[r] - whole[:, r].sum() + FEASIBLE_TOL)
+        for i in np.argsort(-(share[:, r] - whole[:, r]), kind="stable")[:max(left, 0)]:
+            if share[i, r] - whole[i, r] > FEASIBLE_TOL:
+                whole[i, r] += 1.0
+    return list(whole)
+
+
+GROUP = 4
+"""Most services a decomposed solve plans together: those whose shares the coordinator left
+fractional (the rounding between them is what the joint optimum decides), in groups of this many."""
+
+
+def _service_x(problem: PlanProblem, x: np.ndarray, i: int) -> np.ndarray:
+    """The variables of service ``i`` of ``problem`` out of ``x``, as a problem of that service alone
+    orders them."""
+    idx = _Index(problem)
+    first = idx.blocks[i, 0]
+    width = len(problem.services[i].variants) * (BLOCK_VARS * idx.nb + problem.steps)
+    return np.concatenate([x[first:first + width], x[idx.u(i, 0):idx.u(i, 0) + problem.steps]])
+
+
+def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
+    """Service by service within shares of the shared limits (module docstring, "Solving fast");
+    None when even the services' least holdings break a limit or the coordinator finds no solution
+    (the joint solve then decides)."""
+    keys = _limit_keys(problem)
+    nb, h = _Index(problem).nb, problem.steps
+    limit = _limits(problem, keys)
+    problem = dataclasses.replace(problem, strengthen=_strengthened(problem))  # the parts as the whole
+    subs = [dataclasses.replace(problem, services=[svc], gpu_quota={}, gpu_budget=None, decompose=False)
+            for svc in problem.services]
+    usage = [_usage(sub, keys) for sub in subs]
+    unlimited = {key: np.full(nb, np.inf) for key in keys}
+    models = [_build(sub, True, unlimited) for sub in subs]  # the cap rows set per solve (_with_caps)
+    floors = []  # each service's least holdings: today's fleet removed as fast as the limits allow
+    for sub, (_, cons, bounds, _) in zip(subs, models, strict=True):
+        idle = dataclasses.replace(sub, services=[dataclasses.replace(sub.services[0], demand_rps=np.zeros(h))])
+        x = _complete(sub, greedy_counts(idle))
+        if not _feasible(x, cons, bounds):
+            return None
+        floors.append(x)
+    floor_use = [u @ x for u, x in zip(usage, floors, strict=True)]
+    if np.any(np.sum(floor_use, axis=0) > limit + FEASIBLE_TOL):
+        return None
+    factor = problem.coarsen if problem.coarsen is not None else (
+        1 if len(subs) * h <= FINE_SHARES else math.ceil(h / COARSE_STEPS))
+    deadline = started + problem.time_limit_s  # every HiGHS call below shares it
+    coordinated = _shares(problem, keys, factor, deadline)
+    if coordinated is None:
+        return None
+    shares, price, relaxation = coordinated
+    allotted = _apportion(shares, floor_use, limit)
+    together = [i for i, share in enumerate(shares) if np.any(np.abs(share - np.rint(share)) > 1e-6)]
+    if factor > 1:  # on coarse steps (a large fleet): every service alone, for time (docs/controllers.md)
+        together = []
+    batches = [[i] for i in range(len(subs)) if i not in together]
+    batches += [together[k:k + GROUP] for k in range(0, len(together), GROUP)]
+    xs: dict[int, np.ndarray] = {}
+    results: dict[int, _Result] = {}
+    planned = np.zeros(len(limit))
+    unplanned = np.sum(allotted, axis=0)
+    nodes = 0
+    for batch in batches:
+        mine = np.sum([allotted[i] for i in batch], axis=0)
+        unplanned = unplanned - mine
+        cap = limit - planned - unplanned  # at least the batch's allotment: its least holdings fit
+        part = dataclasses.replace(problem, services=[problem.services[i] for i in batch], gpu_quota={},
+                                   gpu_budget=None, decompose=False)
+        alone = _with_caps(models[batch[0]], cap) if len(batch) == 1 else None
+        caps = {key: cap[ki * nb:(ki + 1) * nb] for ki, key in enumerate(keys)}
+        result = _solve_model(part, caps, alone, deadline)
+        nodes += result.nodes or 0
+        for b, i in enumerate(batch):
+            x = _service_x(part, result.x, b) if result.fallback != "hold" else floors[i]
+            xs[i], results[i] = x, result
+        use = np.sum([usage[i] @ xs[i] for i in batch], axis=0)
+        if np.any(use > cap + FEASIBLE_TOL):  # a fallback past the caps: the least holdings instead
+            for i in batch:
+                xs[i] = floors[i]
+            use = np.sum([usage[i] @ xs[i] for i in batch], axis=0)
+        planned = planned + use
+    improved = 0
+    for i, (sub, (c, _, _, _), u) in enumerate(zip(subs, models, usage, strict=True)):
+        # a service held to its allotment in a block where it leaves demand unserved and GPUs were
+        # left over plans again with them
+        mine = u @ xs[i]
+        cap = limit - (planned - mine)
+        missed = np.zeros(nb, dtype=bool)
+        missed[_Index(sub).block_of[xs[i][-h:] > FEASIBLE_TOL]] = True
+        room = (cap - mine).reshape(len(keys), nb)
+        fits = np.zeros(nb, dtype=bool)  # a replica of some variant fits in every limit it counts in
+        starts = np.asarray(_Index(sub).starts)
+        for v in sub.services[0].variants:  # ... and is ready by then
+            rows = [ki for ki, key in enumerate(keys) if key is None or key == v.gpu]
+            soonest = v.warm_steps if v.warm_free > 0 else v.cold_steps
+            fits |= np.all(room[rows] >= v.gpus_per_replica - FEASIBLE_TOL, axis=0) & (starts >= soonest)
+        if not np.any(missed & fits):
+            continue
+        model = _with_caps(models[i], cap)
+        lp = _milp(model[0], model[1], model[2], np.zeros(len(model[0])),
+                   {"time_limit": _left(deadline), **LP_OPTIONS})
+        before = results[i].relaxation if len(results[i].x) == len(c) else None
+        if lp.x is None or float(lp.fun) >= (float(c @ xs[i]) if before is None else before) - 1e-9:
+            continue  # the relaxation does no better with the GPUs left over
+        caps = {key: cap[ki * nb:(ki + 1) * nb] for ki, key in enumerate(keys)}
+        result = _solve_model(sub, caps, model, deadline)
+        nodes += result.nodes or 0
+        if (result.fallback != "hold" and np.all(u @ result.x <= cap + FEASIBLE_TOL)
+                and float(c @ result.x) < float(c @ xs[i]) - 1e-9):
+            planned = planned - mine + u @ result.x
+            xs[i], results[i] = result.x, result
+            improved += 1
+    replicas: dict[str, dict[str, np.ndarray]] = {}
+    serving: dict[str, dict[str, np.ndarray]] = {}
+    unserved: dict[str, np.ndarray] = {}
+    cost, relaxed, stopped, fallback = 0.0, False, False, None
+    for i, (sub, (c, _, _, _)) in enumerate(zip(subs, models, strict=True)):
+        cost += float(c @ xs[i])
+        relaxed = relaxed or results[i].relaxed
+        stopped = stopped or results[i].limit is not None
+        fallback = fallback or results[i].fallback
+        r, sv, un = _parts(sub, xs[i])
+        replicas.update(r)
+        serving.update(sv)
+        unserved.update(un)
+    bound = relaxation if factor == 1 else None
+    message = (f"decomposed: {len(subs)} services within their shares of the shared limits (LP relaxation"
+               + ("" if factor == 1 else f" on {factor}x coarser steps") + f"), {len(together)} with fractional "
+               f"shares planned in groups of up to {GROUP}, {improved} planned again with GPUs left over")
+    return Plan(replicas, serving, unserved, cost, (time.perf_counter() - started) * 1000.0, relaxed,
+                stopped_at_limit=stopped, fallback=fallback, message=message, nodes=nodes,
+                gpu_prices={key: price[ki * nb:(ki + 1) * nb].copy() for ki, key in enumerate(keys)},
+                lower_bound=bound)
+
+
+def solve(problem: PlanProblem) -> Plan:
+    """The cheapest plan (module docstring).
+
+    When no plan meets the step limits (today's fleet is further above a bound or quota than
+    ``max_down`` removals undo in time), the limits are dropped and ``Plan.relaxed`` says so. At a
+    time or node limit the best plan so far, or a fallback, is returned (module docstring):
+    ``Plan.stopped_at_limit``, ``Plan.fallback`` and ``Plan.message`` say which. With
+    ``PlanProblem.decompose`` and several services under shared limits, service by service within
+    shares of the limits (``Plan.gpu_prices`` and ``Plan.lower_bound`` then say at which prices and
+    how close).
+
+    Raises:
+        ValueError: malformed problem (shapes, bounds, a negative ``node_limit`` or ``neighbourhood``,
+            a ``coarsen`` below 1).
+        RuntimeError: no plan even without the step limits (the bounds, ``keep`` and the quotas
+            contradict one another), naming HiGHS's message; never for a limit reached.
+    """
+    _check(problem)
+    started = time.perf_counter()
+    with _solver_stdout_silenced():
+        if problem.decompose and len(problem.services) > 1 and _limit_keys(problem):
+            plan = _solve_decomposed(problem, started)
+            if plan is not None:
+                return plan
+        result = _solve_model(problem, deadline=started + problem.time_limit_s)
+    replicas, serving, unserved = _parts(problem, result.x)
+    return Plan(replicas, serving, unserved, result.cost, (time.perf_counter() - started) * 1000.0,
+                result.relaxed, stopped_at_limit=result.limit is not None, fallback=result.fallback,
+                message=result.message, nodes=result.nodes)
