@@ -166,25 +166,28 @@ def test_unknown_paths_and_methods_are_refused() -> None:
 
 def test_silent_connections_are_bounded_and_timed_out() -> None:
     """At most ``max_connections`` at once (one more is closed at once), and a silent one is closed
-    after ``idle_timeout_s``: 50 idle sockets cannot hold 50 threads."""
+    by the server after ``idle_timeout_s``: 50 idle sockets cannot hold 50 threads. No upper bound on
+    time is asserted (a busy machine only delays): the client's own timeout raises rather than
+    returning b"", so an empty read shows the server closed it, and a timer never fires early."""
     import socket
     import time
 
     from prometheus_client import CollectorRegistry
 
-    server = serve(CollectorRegistry(), "127.0.0.1:0", idle_timeout_s=1.0, max_connections=2)
+    idle_timeout_s, client_timeout_s = 1.0, 30.0
+    server = serve(CollectorRegistry(), "127.0.0.1:0", idle_timeout_s=idle_timeout_s, max_connections=2)
     try:
-        held = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(2)]
+        t0 = time.monotonic()
+        held = [socket.create_connection(("127.0.0.1", server.port), timeout=client_timeout_s) for _ in range(2)]
         time.sleep(0.2)  # both accepted and waiting for a request
-        extra = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        extra = socket.create_connection(("127.0.0.1", server.port), timeout=client_timeout_s)
         assert extra.recv(1) == b""  # closed without an answer: no slot
         extra.close()
-        t0 = time.monotonic()
-        assert held[0].recv(1) == b"" and held[1].recv(1) == b""  # closed by the idle timeout ...
-        assert time.monotonic() - t0 < 25  # ... not by the 30-s client timeout
+        assert held[0].recv(1) == b"" and held[1].recv(1) == b""  # closed by the server, not timed out here ...
+        assert time.monotonic() - t0 >= idle_timeout_s  # ... and not before its idle timeout
         for s in held:
             s.close()
-        deadline = time.monotonic() + 30 * 1.0  # 30 idle timeouts: the slots are back after one
+        deadline = time.monotonic() + client_timeout_s  # a bound on a failure (slots never freed), not a timing
         while _status(f"http://127.0.0.1:{server.port}/metrics") != 200:  # the slots come back
             assert time.monotonic() < deadline
             time.sleep(0.1)

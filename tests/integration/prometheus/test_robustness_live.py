@@ -162,6 +162,9 @@ def ticks_json(res: Result) -> list[dict[str, Any]]:
 
 SERVICE = default_config().services[0].name
 VARIANTS = [v.name for v in default_config().services[0].variants]
+FAILURE_BOUND_S = 300.0
+"""How long a wait on a subprocess may last before the test calls it hung: a bound on a failure, not a
+timing (a worker starts in ~2 s on an idle machine), long enough that CI's two busy cores never reach it."""
 
 
 # ============================================================================= compare: bugs
@@ -272,16 +275,16 @@ def test_interrupted_compare_stops_its_workers_and_leaves_no_results(tmp_path: P
     exe = Path(sys.executable).with_name("autoscaler")
     proc = subprocess.Popen([str(exe), "compare", "--controllers", "pid,static", "--workers", "2", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
-    deadline = time.monotonic() + 120  # a bound on a failure (the workers never start), not a timing
+    deadline = time.monotonic() + FAILURE_BOUND_S  # the workers never start
     while len(_same_command(out)) < 3 and time.monotonic() < deadline:  # the command and its two workers
         time.sleep(0.2)
     assert len(_same_command(out)) == 3, "the workers never started"
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=120)
+    _, stderr = proc.communicate(timeout=FAILURE_BOUND_S)
     assert proc.returncode == 130, (proc.returncode, stderr)
     assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("interrupted:"), stderr
     assert list(out.iterdir()) == []
-    deadline = time.monotonic() + 60  # the workers end on their own; a loaded machine may take a while
+    deadline = time.monotonic() + FAILURE_BOUND_S  # the workers end on their own
     while _same_command(out) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _same_command(out) == []
