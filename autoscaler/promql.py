@@ -34,11 +34,16 @@ from autoscaler.state import SIGNALS
 # kube-state-metrics v2 Deployment metrics (labels ``namespace``, ``deployment``).
 KSM_SPEC_REPLICAS = "kube_deployment_spec_replicas"
 KSM_READY_REPLICAS = "kube_deployment_status_replicas_ready"
-# Requests arriving at the gateway: the Gateway API Inference Extension's endpoint picker counts every
-# request it receives per model (``inference_model_request_total{model_name, target_model_name}``,
-# gateway-api-inference-extension ``site-src/guides/metrics.md``, ALPHA). Completions fall when the
-# fleet saturates; arrivals do not, which is what a planner sizing for demand must read.
-GATEWAY_REQUESTS = "inference_model_request_total"
+# Requests arriving at the gateway, counted by the endpoint picker (EPP) per model: completions fall
+# when the fleet saturates, arrivals do not, which is what a planner sizing for demand must read. The
+# name moved twice; newest first, each with labels ``model_name, target_model_name`` (+ ``priority``
+# from GIE v1.1.0, + ``fairness_id`` for llm-d's):
+# - ``llm_d_epp_request_total``: llm-d-router v0.10.0 ``pkg/epp/metrics/llm_d_router_metrics.go``;
+# - ``inference_objective_request_total``: gateway-api-inference-extension v1.1.0 to v1.5, and still
+#   registered (deprecated, counted alongside the new one) by llm-d-router v0.10.0 ``metrics.go``;
+# - ``inference_model_request_total``: gateway-api-inference-extension v0.x-v1.0.
+# An EPP may export two of them for the same requests, so the queries read the newest present, never a sum.
+GATEWAY_REQUESTS = ("llm_d_epp_request_total", "inference_objective_request_total", "inference_model_request_total")
 # Signals evaluated once per service with the service's matchers only: the gateway's series carry no pod.
 SERVICE_SIGNALS = frozenset({"arrival_rate_rps"})
 
@@ -75,6 +80,14 @@ def _mean(histogram: str) -> str:
     return f"sum(rate({histogram}_sum{{$sel}}[$window])) / sum(rate({histogram}_count{{$sel}}[$window]))"
 
 
+def first_present(counters: tuple[str, ...], matchers: str, window: str, by: str = "") -> str:
+    """``sum [by (by)] (rate(c{matchers}[window]))`` of the first of ``counters`` the scrape has, as one
+    PromQL expression (``or``: a later counter's series only where no earlier one has them, so two
+    names counting the same requests are never added); parenthesised, so it nests in any expression."""
+    agg = f"sum by ({by})" if by else "sum"
+    return "(" + " or ".join(f"{agg} (rate({c}{{{matchers}}}[{window}]))" for c in counters) + ")"
+
+
 def _rate(counter: str, extra: str = "") -> str:
     # ``extra`` goes first: PromQL allows a trailing comma, so an empty ``$sel`` still parses.
     return f"sum(rate({counter}{{{extra + ',' if extra else ''}$sel}}[$window]))"
@@ -102,7 +115,7 @@ def _vllm(kv: str, hits: str, queries: str, itl: str, tpot: str, name: str, toke
             "success_rps": _rate("vllm:request_success_total", 'finished_reason!~"abort|error"'),
             "abort_rps": _rate("vllm:request_success_total", 'finished_reason=~"abort|error"'),
             "preemptions_rps": _rate("vllm:num_preemptions_total"),
-            "arrival_rate_rps": _rate(GATEWAY_REQUESTS),
+            "arrival_rate_rps": first_present(GATEWAY_REQUESTS, "$sel", "$window"),
         },
         kv_usage=kv,
         waiting="vllm:num_requests_waiting",
@@ -143,7 +156,7 @@ SGLANG_0523 = QuerySet(
         "prefix_hit_rate": f"{_rate('sglang:cached_tokens_total')} / {_rate('sglang:prompt_tokens_total')}",
         "success_rps": f"{_rate('sglang:num_requests_total')} - {_rate('sglang:num_aborted_requests_total')}",
         "abort_rps": _rate("sglang:num_aborted_requests_total"),
-        "arrival_rate_rps": _rate(GATEWAY_REQUESTS),
+        "arrival_rate_rps": first_present(GATEWAY_REQUESTS, "$sel", "$window"),
     },
     kv_usage="sglang:token_usage",
     waiting="sglang:num_queue_reqs",
@@ -167,7 +180,7 @@ _RATED = (
     "vllm:request_time_per_output_token_seconds_bucket", "vllm:request_time_per_output_token_seconds_sum",
     "vllm:request_time_per_output_token_seconds_count", "vllm:prefix_cache_hits_total",
     "vllm:prefix_cache_queries_total", "vllm:request_success_total", "vllm:num_preemptions_total",
-    GATEWAY_REQUESTS,
+    *GATEWAY_REQUESTS,
 )
 
 

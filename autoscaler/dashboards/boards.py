@@ -12,6 +12,7 @@ from __future__ import annotations
 from autoscaler.config import FleetConfig
 from autoscaler.dashboards.panels import GATEWAY, LOOP, LOOP_VARIANT, PODS, RATE, Board, new_board, series, unstacked
 from autoscaler.dashboards.rules import within
+from autoscaler.promql import GATEWAY_REQUESTS, first_present
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS
 from autoscaler.workload.types import INTERACTIVE
 
@@ -33,7 +34,7 @@ def overview(cfg: FleetConfig) -> Board:
                   "What the autoscaler sees and decides: demand, replicas, SLOs, cost, admission.", TAGS)
     b.add(series("reqps", "Requests arriving at the gateway, completed by vLLM, and the forecast (point and "
                  "90% interval)."), "Demand and forecast", [
-        (f"sum(rate(inference_model_request_total{{{GATEWAY}}}[{RATE}]))", "arrivals (gateway)"),
+        (first_present(GATEWAY_REQUESTS, GATEWAY, RATE), "arrivals (gateway)"),
         (f"sum(rate(vllm:e2e_request_latency_seconds_count{{{PODS}}}[{RATE}]))", "completions"),
         (f"sum by (bound) (autoscaler_forecast_rate_rps{{{LOOP}}})", "forecast {{bound}}"),
     ])

@@ -33,7 +33,8 @@ Alerts (``rules/autoscaler-alerts.yaml``), each with a runbook paragraph in docs
   scrape (a leader stops at ``renew_s``, a follower takes over after ``duration_s``); its gauges are
   the daemon's alone, so it has no signal the simulator's live bundle test could read;
 - ``AutoscalerDemandUnserved`` (page): for 10 minutes, requests of a fleet's model arrive at the
-  gateway and vLLM finishes none (an outage the SLO ratios cannot see: no request, no ratio);
+  gateway (the newest of its request counters the scrape has, `autoscaler.promql.GATEWAY_REQUESTS`)
+  and vLLM finishes none (an outage the SLO ratios cannot see: no request, no ratio);
 - ``AutoscalerVariantStuckPending``: for 15 minutes, one of the fleet's Deployments (in
   ``prometheus.namespace``) has fewer ready replicas than it wants (pods Pending for want of GPUs, or
   crash-looping), from kube-state-metrics; for the fleet's workloads of other kinds (StatefulSet,
@@ -63,7 +64,7 @@ from prometheus_client.utils import floatToGoString
 
 from autoscaler.adapters.prometheus import service_selector
 from autoscaler.config import FleetConfig
-from autoscaler.promql import RECORDING_RULES, exact_alternation, quote
+from autoscaler.promql import GATEWAY_REQUESTS, RECORDING_RULES, exact_alternation, first_present, quote
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS
 from autoscaler.workload.types import INTERACTIVE
 from controllers.base import HOLD_REASONS, Reason
@@ -187,7 +188,7 @@ def alerts(objective: float, cfg: FleetConfig) -> list[Alert]:
            f"kube_deployment_status_replicas_ready{{{ksm}}})")
     ticks = "sum by (job) (increase(autoscaler_loop_duration_seconds_count[10m]))"
     errors = 'sum by (service, target) (increase(autoscaler_actuation_errors_total{result!="conflict"}[10m]))'
-    arrivals = f"sum by (model_name) (rate(inference_model_request_total{{{models}}}[5m]))"
+    arrivals = first_present(GATEWAY_REQUESTS, models, "5m", by="model_name")
     served = f"sum by (model_name) (rate(vllm:e2e_request_latency_seconds_count{{{models}}}[5m]))"
     spec = f"max by (deployment) (kube_deployment_spec_replicas{{{ksm}}})"
     decided = 'max by (deployment) (label_join(autoscaler_desired_replicas, "deployment", "-", "service", "variant"))'

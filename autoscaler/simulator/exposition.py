@@ -8,8 +8,12 @@ metrics of ``autoscaler.simulator.metrics`` (names, help texts and buckets of vL
 the kube-state-metrics v2 Deployment series ``kube_deployment_spec_replicas`` (ready + starting)
 and ``kube_deployment_status_replicas_ready`` (labels ``namespace``, ``deployment`` =
 ``<service>-<variant>``), as a cluster running kube-state-metrics exposes them; and for every
-service the gateway's request counter ``inference_model_request_total`` (labels ``model_name``,
-``target_model_name``), as the Gateway API Inference Extension's endpoint picker exports it.
+service the gateway's request counters as a current endpoint picker (llm-d-router v0.10.0,
+``pkg/epp/metrics``) exports them, both counting every request: ``llm_d_epp_request_total`` (labels
+``model_name``, ``target_model_name``, ``fairness_id`` = ``default-flow``, ``priority``) and its
+deprecated ``inference_objective_request_total`` (``model_name``, ``target_model_name``,
+``priority``); ``priority`` is the class's rank (sheddable 0, standard 1, critical 2: an
+``InferenceObjective``'s priority with no threshold, ``adapters.gateway_api``).
 
 ``OpenMetricsHistory`` records the collector at chosen unix times and writes one OpenMetrics file
 with timestamps, grouped by series and in time order as ``promtool tsdb create-blocks-from
@@ -51,6 +55,8 @@ from autoscaler.simulator.metrics import (
 )
 
 POD_LABELS = ("model_name", "engine", "namespace", "pod", "variant")
+DEFAULT_FAIRNESS_ID = "default-flow"
+"""The flow a request without a fairness header joins (llm-d-router v0.10.0 ``pkg/epp/metadata/consts.go``)."""
 
 
 def _histogram(name: str, doc: str) -> HistogramMetricFamily:
@@ -121,10 +127,18 @@ class SimCollector(Collector):
                                  labels=("namespace", "deployment"))
         ready = GaugeMetricFamily(KSM_READY_REPLICAS, "The number of ready replicas per deployment.",
                                   labels=("namespace", "deployment"))
-        gateway = CounterMetricFamily(GATEWAY_REQUESTS, "Counter of inference model requests broken out for each "
-                                      "model and target model.", labels=("model_name", "target_model_name"))
+        newest, deprecated = GATEWAY_REQUESTS[0], GATEWAY_REQUESTS[1]
+        gateway = CounterMetricFamily(newest.removesuffix("_total"), "Total number of processed requests.",
+                                      labels=("model_name", "target_model_name", "fairness_id", "priority"))
+        gateway_old = CounterMetricFamily(deprecated.removesuffix("_total"), "[Deprecated: Use "
+                                          f"{newest}] Counter of inference objective requests broken out for "
+                                          "each model and target model.",
+                                          labels=("model_name", "target_model_name", "priority"))
         for svc in self.sim.services.values():
-            gateway.add_metric([svc.cfg.model, svc.cfg.model], svc.arrivals)
+            for rank, received in enumerate(svc.arrivals_by_priority):
+                if received:  # as a labelled counter, a series appears with its first request
+                    gateway.add_metric([svc.cfg.model, svc.cfg.model, DEFAULT_FAIRNESS_ID, str(rank)], received)
+                    gateway_old.add_metric([svc.cfg.model, svc.cfg.model, str(rank)], received)
             for vname in svc.variants:
                 c = svc.counts(vname)
                 dep = [self.namespace, f"{svc.cfg.name}-{vname}"]
@@ -147,7 +161,7 @@ class SimCollector(Collector):
                 for key, hist in hists.items():
                     _add_histogram(hist, labels, getattr(m, key))
         yield from (running, waiting, kv, cache_config, *counters.values(), success, *hists.values(), spec, ready,
-                    gateway)
+                    gateway, gateway_old)
 
 
 class OpenMetricsHistory:

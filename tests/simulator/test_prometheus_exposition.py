@@ -12,6 +12,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from support.fleets import FLEET_DOC, ramp
 from support.paths import ROOT
+from support.promserver import GATEWAY_LABELS
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
@@ -73,6 +74,15 @@ def test_served_metrics_equal_the_replicas_metrics() -> None:
     dep = (("deployment", "llm-h100"), ("namespace", "default"))
     assert samples[("kube_deployment_spec_replicas", dep)] == before.current + 1
     assert samples[("kube_deployment_status_replicas_ready", dep)] == before.ready
+    # The gateway's counters as llm-d-router v0.10.0's EPP exports them (pkg/epp/metrics): both names count
+    # every request received, by priority (the ramp's requests are all one class).
+    received = svc.arrivals
+    assert received > 0 and received == sum(svc.arrivals_by_priority)
+    gateway = {k: v for k, v in samples.items() if k[0] in GATEWAY_LABELS}
+    assert {name for name, _ in gateway} == {"llm_d_epp_request_total", "inference_objective_request_total"}
+    for (name, labels), value in gateway.items():
+        assert tuple(sorted(GATEWAY_LABELS[name])) == tuple(k for k, _ in labels)
+        assert dict(labels)["model_name"] == "m" and value == received
 
 
 def test_history_file_keeps_vllm_names(tmp_path: Path) -> None:

@@ -92,6 +92,38 @@ class FakePod:
         return out
 
 
+GATEWAY_LABELS = {
+    "llm_d_epp_request_total": ("model_name", "target_model_name", "fairness_id", "priority"),
+    "inference_objective_request_total": ("model_name", "target_model_name", "priority"),
+    "inference_model_request_total": ("model_name", "target_model_name"),
+}
+"""Each endpoint-picker request counter's labels: llm-d-router v0.10.0 ``pkg/epp/metrics`` (the first
+two, both counted per request), gateway-api-inference-extension v1.0.0 ``site-src/guides/metrics.md``."""
+
+
+@dataclass
+class FakeGateway:
+    """An endpoint picker counting ``rate_rps`` requests per wall second of ``model`` (priority 2)
+    under each of ``counters``, as one EPP exports every name of its release."""
+
+    model: str
+    rate_rps: float
+    counters: tuple[str, ...]
+    t0: float = field(default_factory=time.time)
+
+    def families(self) -> list[Metric]:
+        n = self.rate_rps * (time.time() - self.t0)
+        values = {"model_name": self.model, "target_model_name": self.model, "fairness_id": "default-flow",
+                  "priority": "2"}
+        out: list[Metric] = []
+        for name in self.counters:
+            labels = GATEWAY_LABELS[name]
+            c = CounterMetricFamily(name, name, labels=labels)
+            c.add_metric([values[k] for k in labels], n)
+            out.append(c)
+        return out
+
+
 @dataclass
 class FakeDeployment:
     """kube-state-metrics series of one Deployment."""

@@ -21,6 +21,7 @@ from support.promserver import (
     PROMPT_TOKENS_PER_REQUEST,
     FakeDeployment,
     FakeExporter,
+    FakeGateway,
     FakePod,
     Proxy,
     self_signed,
@@ -79,7 +80,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     pods = [FakePod("src-h100-0", "m-src", running=2, waiting=1, kv=0.3, rate_rps=4),
             FakePod("src-h100-1", "m-src", running=3, kv=0.5, rate_rps=6),
             FakePod("src-a100-0", "m-src", variant="a100", running=1, kv=0.1, rate_rps=2)]
-    exporter = FakeExporter([*pods, FakeDeployment("src-h100", 3, 2)])  # no kube-state-metrics for a100
+    gateways = [FakeGateway("m-src", 5.0, ("llm_d_epp_request_total", "inference_objective_request_total")),
+                FakeGateway("m-gie", 3.0, ("inference_objective_request_total",)),
+                FakeGateway("m-old", 2.0, ("inference_model_request_total",))]
+    exporter = FakeExporter([*pods, *gateways, FakeDeployment("src-h100", 3, 2)])  # no kube-state-metrics for a100
     handler = type("V0", (_Static,), {"body": (DATA_DIR / V0_CAPTURE).read_bytes()})
     static = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=static.serve_forever, daemon=True)
@@ -135,6 +139,15 @@ def test_signals_equal_hand_calculations(world: World) -> None:
         assert p.prefix_queries_total is not None and p.prefix_queries_total > 0
         assert p.prefix_hits_total == pytest.approx(PREFIX_HIT_FRACTION * p.prefix_queries_total)
         assert p.ready_s is None  # Prometheus alone cannot tell
+
+
+@pytest.mark.parametrize(("model", "rate"), [("m-src", 5.0), ("m-gie", 3.0), ("m-old", 2.0)])
+def test_arrivals_read_whichever_gateway_counter_the_scrape_has(world: World, model: str, rate: float) -> None:
+    """llm-d-router v0.10.0's EPP counts each request twice, as ``llm_d_epp_request_total`` and the
+    deprecated ``inference_objective_request_total`` (m-src: 5 req/s, not 10); a GIE v1.1-v1.5 EPP
+    only the latter (m-gie); a v1.0 EPP ``inference_model_request_total`` (m-old)."""
+    _, obs = observe(fleet(model=model), world.prom.url)
+    assert obs.signals.arrival_rate_rps == pytest.approx(rate, rel=0.1)
 
 
 def test_custom_selectors_from_the_fleet_file(world: World) -> None:
