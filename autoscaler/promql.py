@@ -135,8 +135,10 @@ VLLM_PRE_09 = _vllm("vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_hits_tot
                     "vllm:gpu_prefix_cache_queries_total", "vllm:time_per_output_token_seconds",
                     "vllm:time_per_output_token_seconds", "vllm-pre-0.9",
                     token_counters=False)
-# SGLang has no per-request TPOT histogram (ITL stands in), no abort split of finished requests other
-# than ``num_aborted_requests_total``, and no preemption counter (``num_retracted_reqs`` is a gauge).
+# SGLang 0.5.23 (``python/sglang/srt/metrics/collector.py``) has a per-request TPOT histogram as vLLM's
+# (``request_time_per_output_token_seconds``), no abort split of finished requests other than
+# ``num_aborted_requests_total``, and counts its preemptions as retractions
+# (``num_retracted_requests_total``; ``num_retracted_reqs`` is a gauge of the last batch).
 SGLANG_0523 = QuerySet(
     name="sglang",
     signals={
@@ -147,15 +149,16 @@ SGLANG_0523 = QuerySet(
         "ttft_p95_s": _quantile(0.95, "sglang:time_to_first_token_seconds"),
         "itl_p50_s": _quantile(0.5, "sglang:inter_token_latency_seconds"),
         "itl_p95_s": _quantile(0.95, "sglang:inter_token_latency_seconds"),
-        "tpot_p95_s": _quantile(0.95, "sglang:inter_token_latency_seconds"),
+        "tpot_p95_s": _quantile(0.95, "sglang:request_time_per_output_token_seconds"),
         "ttft_mean_s": _mean("sglang:time_to_first_token_seconds"),
-        "tpot_mean_s": _mean("sglang:inter_token_latency_seconds"),
+        "tpot_mean_s": _mean("sglang:request_time_per_output_token_seconds"),
         "kv_usage": "avg(sglang:token_usage{$sel})",
         "queue_length": "sum(sglang:num_queue_reqs{$sel})",
         "running": "sum(sglang:num_running_reqs{$sel})",
         "prefix_hit_rate": f"{_rate('sglang:cached_tokens_total')} / {_rate('sglang:prompt_tokens_total')}",
         "success_rps": f"{_rate('sglang:num_requests_total')} - {_rate('sglang:num_aborted_requests_total')}",
         "abort_rps": _rate("sglang:num_aborted_requests_total"),
+        "preemptions_rps": _rate("sglang:num_retracted_requests_total"),
         "arrival_rate_rps": first_present(GATEWAY_REQUESTS, "$sel", "$window"),
     },
     kv_usage="sglang:token_usage",

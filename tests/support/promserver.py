@@ -92,6 +92,45 @@ class FakePod:
         return out
 
 
+@dataclass
+class FakeSGLangPod:
+    """One SGLang 0.5.23 pod (``python/sglang/srt/metrics/collector.py``): ``running`` requests, counters
+    growing at ``rate_rps`` requests per wall second, every request's per-request TPOT in (0.025, 0.05]
+    (``TPOT_SHARES``, sum 0.03 per request) and its tokens 0.02 s apart (ITL), ``retract_share`` of
+    requests retracted."""
+
+    name: str
+    model: str
+    variant: str = "h100"
+    running: float = 0.0
+    rate_rps: float = 0.0
+    retract_share: float = 0.5
+    namespace: str = "default"
+    t0: float = field(default_factory=time.time)
+
+    def families(self) -> list[Metric]:
+        names = ["model_name", "namespace", "pod", "variant"]
+        labels = [self.model, self.namespace, self.name, self.variant]
+        n = self.rate_rps * (time.time() - self.t0)
+        out: list[Metric] = []
+        for metric, value in (("sglang:num_running_reqs", self.running), ("sglang:num_queue_reqs", 0.0),
+                              ("sglang:token_usage", 0.2)):
+            g = GaugeMetricFamily(metric, metric, labels=names)
+            g.add_metric(labels, value)
+            out.append(g)
+        for metric, value in (("sglang:num_requests", n), ("sglang:num_retracted_requests", self.retract_share * n)):
+            c = CounterMetricFamily(metric, metric, labels=names)
+            c.add_metric(labels, value)
+            out.append(c)
+        for metric, shares, total in (("sglang:request_time_per_output_token_seconds", TPOT_SHARES, 0.03 * n),
+                                      ("sglang:inter_token_latency_seconds", (), 0.02 * 10 * n)):
+            count = n if shares else 10 * n
+            h = HistogramMetricFamily(metric, metric, labels=names)
+            h.add_metric(labels, [*((le, f * count) for le, f in shares), ("+Inf", count)], total)
+            out.append(h)
+        return out
+
+
 GATEWAY_LABELS = {
     "llm_d_epp_request_total": ("model_name", "target_model_name", "fairness_id", "priority"),
     "inference_objective_request_total": ("model_name", "target_model_name", "priority"),

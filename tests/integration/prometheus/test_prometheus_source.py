@@ -23,6 +23,7 @@ from support.promserver import (
     FakeExporter,
     FakeGateway,
     FakePod,
+    FakeSGLangPod,
     Proxy,
     self_signed,
 )
@@ -83,7 +84,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     gateways = [FakeGateway("m-src", 5.0, ("llm_d_epp_request_total", "inference_objective_request_total")),
                 FakeGateway("m-gie", 3.0, ("inference_objective_request_total",)),
                 FakeGateway("m-old", 2.0, ("inference_model_request_total",))]
-    exporter = FakeExporter([*pods, *gateways, FakeDeployment("src-h100", 3, 2)])  # no kube-state-metrics for a100
+    sglang = FakeSGLangPod("sgl-h100-0", "m-sgl", running=2, rate_rps=4)
+    # No kube-state-metrics for a100.
+    exporter = FakeExporter([*pods, *gateways, sglang, FakeDeployment("src-h100", 3, 2)])
     handler = type("V0", (_Static,), {"body": (DATA_DIR / V0_CAPTURE).read_bytes()})
     static = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=static.serve_forever, daemon=True)
@@ -141,6 +144,18 @@ def test_signals_equal_hand_calculations(world: World) -> None:
         assert p.ready_s is None  # Prometheus alone cannot tell
 
 
+def test_sglang_reads_its_per_request_tpot_and_retractions(world: World) -> None:
+    """SGLang 0.5.23 exports per-request TPOT (``sglang:request_time_per_output_token_seconds``, as
+    vLLM's; its own test ``test_request_tpot_excludes_invalid_or_incomplete_decode``) and retractions,
+    its preemptions (``sglang:num_retracted_requests_total``, ``metrics/collector.py``)."""
+    _, obs = observe(fleet({"query_set": "sglang"}, name="sgl", model="m-sgl"), world.prom.url)
+    s = obs.signals
+    assert s.tpot_mean_s == pytest.approx(0.03)  # the per-request TPOT, not the ITL's 0.02
+    assert s.tpot_p95_s == pytest.approx(0.025 + 0.025 * 0.95)  # TPOT_SHARES, as the vLLM pods'
+    assert s.preemptions_rps == pytest.approx(0.5 * 4, rel=0.1)
+    assert s.running == 2.0
+
+
 @pytest.mark.parametrize(("model", "rate"), [("m-src", 5.0), ("m-gie", 3.0), ("m-old", 2.0)])
 def test_arrivals_read_whichever_gateway_counter_the_scrape_has(world: World, model: str, rate: float) -> None:
     """llm-d-router v0.10.0's EPP counts each request twice, as ``llm_d_epp_request_total`` and the
@@ -184,6 +199,10 @@ def test_query_set_metric_names_exist_in_the_documented_servers(data_dir: Path) 
                 for r in csv.DictReader(f)}
     with (d / "sglang_metrics_v0.5.23.csv").open() as f:
         sglang = {r["name"] for r in csv.DictReader(f)}
+    # Two names the shared table lacks: the retraction counter of sglang's metrics/collector.py (a
+    # comment line sits between its ``Counter(`` and ``name=``, which the table's extraction skips) and
+    # the per-request TPOT histogram its own test_request_tpot_excludes_invalid_or_incomplete_decode reads.
+    sglang |= {"sglang:num_retracted_requests_total", "sglang:request_time_per_output_token_seconds"}
     old = set(re.findall(r"# TYPE (vllm:\S+)", (data_dir / V0_CAPTURE).read_text()))
     old |= set(re.findall(r"`(vllm:gpu_[a-z_]+)`", (d / "METRICS.md").read_text()))  # "Renamed / removed"
     for name, known in (("vllm-0.33", v033), ("vllm-pre-0.9", old), ("sglang", sglang)):
