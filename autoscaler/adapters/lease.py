@@ -2,7 +2,8 @@
 
 The rule is client-go's (``tools/leaderelection``), on the official client's ``CoordinationV1Api``:
 a candidate takes the Lease when it is absent, held by nobody, held by itself, or not renewed for
-its ``leaseDurationSeconds`` (the configured duration rounded up to whole seconds); a leader renews
+its ``leaseDurationSeconds`` (the configured duration truncated to whole seconds, as client-go writes
+it; the configuration keeps ``renew_s`` below it); a leader renews
 every ``retry_s`` and leads only while its last renewal is less than ``renew_s`` old (``leads()``,
 checked at each write, so a renewal that hangs or fails ends leadership in time: every call has a
 timeout of ``renew_s / 2``, and ``renew_s < duration_s`` leaves the old leader silent before anyone
@@ -36,11 +37,10 @@ its loop cannot be stopped nor the lease released, and its ``LeaseLock`` needs a
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import urllib3
 from kubernetes import client
@@ -49,6 +49,13 @@ from kubernetes.client.rest import ApiException
 from autoscaler.config import LeaseConfig
 
 log = logging.getLogger(__name__)
+
+
+def micro_time(t: datetime) -> datetime:
+    """``t``, moved 1 us later when it falls on a whole second: the client writes a datetime with
+    ``isoformat()``, which then drops the fraction, and the API server parses a Lease's times as
+    ``metav1.MicroTime`` (RFC3339Micro, six fraction digits required), refusing the write with a 400."""
+    return t if t.microsecond else t + timedelta(microseconds=1)
 
 
 class LeaderElector:
@@ -98,10 +105,11 @@ class LeaderElector:
 
     def _spec(self, acquired: datetime | None, transitions: int, holder: str | None = None,
               duration: int | None = None) -> client.V1LeaseSpec:
-        now = datetime.now(UTC)
+        now = micro_time(datetime.now(UTC))
         return client.V1LeaseSpec(holder_identity=self.identity if holder is None else holder,
-                                  lease_duration_seconds=duration or max(1, math.ceil(self.cfg.duration_s)),
-                                  acquire_time=acquired or now, renew_time=now, lease_transitions=transitions)
+                                  lease_duration_seconds=duration or int(self.cfg.duration_s),
+                                  acquire_time=micro_time(acquired) if acquired else now, renew_time=now,
+                                  lease_transitions=transitions)
 
     def try_acquire_or_renew(self) -> bool:
         """One attempt to take or keep the Lease; whether this candidate leads after it (an API

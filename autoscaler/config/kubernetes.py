@@ -88,6 +88,11 @@ class Workload(Strict):
         return self
 
 
+JITTER_FACTOR = 1.2
+"""client-go ``tools/leaderelection.JitterFactor``: retries wait up to 1.2x ``retry_s``, so a renewal
+deadline at or below that could pass between two tries."""
+
+
 class LeaseConfig(Strict):
     """Leader election on a ``coordination.k8s.io/v1`` Lease: one daemon of several actuates.
 
@@ -98,7 +103,10 @@ class LeaseConfig(Strict):
         retry_s: how often candidates try to acquire and the leader renews (< renew_s).
 
     Defaults are client-go's ``LeaderElectionConfig`` usual 15 / 10 / 2 s. ``duration_s`` is at least
-    1 s (the Lease holds it as whole ``leaseDurationSeconds``), the others at least ``MIN_WAIT_S``.
+    1 s, the others at least ``MIN_WAIT_S``. As client-go's ``NewLeaderElector`` (tools/leaderelection)
+    requires, ``renew_s`` exceeds ``JITTER_FACTOR`` x ``retry_s``; and since the Lease holds the duration
+    as whole seconds, truncated as client-go writes it, ``renew_s`` is below ``int(duration_s)``: the
+    old leader stops writing before a follower may take over.
     """
 
     name: str = "autoscaler-leader"
@@ -113,8 +121,10 @@ class LeaseConfig(Strict):
 
     @model_validator(mode="after")
     def _order(self) -> LeaseConfig:
-        if not self.retry_s < self.renew_s < self.duration_s:
-            raise ValueError("need retry_s < renew_s < duration_s")
+        if not JITTER_FACTOR * self.retry_s < self.renew_s < int(self.duration_s):
+            raise ValueError(f"need {JITTER_FACTOR:g} x retry_s < renew_s < duration_s in whole seconds "
+                             f"(client-go's rule; the Lease holds {int(self.duration_s)} s), got retry_s "
+                             f"{self.retry_s:g}, renew_s {self.renew_s:g}, duration_s {self.duration_s:g}")
         return self
 
 

@@ -18,6 +18,8 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
   built-in ones (a PUT of the whole object is checked as above);
 - ``metadata.uid`` on create (a random UUID, as the API server assigns), ``metadata.generateName`` on
   create (a name is made from it), and equality ``labelSelector``s on lists;
+- a Lease's ``acquireTime`` and ``renewTime`` parsed as ``metav1.MicroTime`` (RFC3339 with exactly six
+  fraction digits): anything else is HTTP 400 BadRequest, as the API server refuses it;
 - RBAC refusals: a request whose ``(verb, plural, subresource)`` is in ``forbidden`` is answered
   HTTP 403 Forbidden with the API server's message;
 - a bounded request log (``REQUEST_LOG``), so an emulator serving a daemon for minutes keeps pace;
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -55,6 +58,24 @@ SELECTOR_PATHS = {"leaderworkersets": "hpaPodSelector"}
 CUSTOM_RESOURCES = ("leaderworkerset.x-k8s.io/v1/leaderworkersets", "serving.kserve.io/v1beta1/inferenceservices")
 """Custom resources served from the start: LeaderWorkerSet (with its scale subresource) and KServe's
 InferenceService (none: KServe's CRD has no scale subresource)."""
+
+
+MICRO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}:\d{2})")
+"""apimachinery ``metav1.RFC3339Micro`` (``2006-01-02T15:04:05.000000Z07:00``), which ``MicroTime``'s
+JSON decoding parses with Go's ``time.Parse``: the six fraction digits are required."""
+MICRO_TIME_FIELDS = {"leases": ("acquireTime", "renewTime")}
+"""Plural -> the ``spec`` fields of type ``MicroTime`` (coordination.k8s.io/v1 ``LeaseSpec``)."""
+
+
+def bad_micro_time(plural: str, body: Any) -> str | None:
+    """The API server's complaint about a ``MicroTime`` field of ``body`` it cannot parse; None if none."""
+    spec = body.get("spec") if isinstance(body, dict) else None
+    for name in MICRO_TIME_FIELDS.get(plural, ()):
+        value = spec.get(name) if isinstance(spec, dict) else None
+        if value is not None and not (isinstance(value, str) and MICRO_TIME.fullmatch(value)):
+            return (f'{plural} in version "v1" cannot be handled: spec.{name}: parsing time "{value}" as '
+                    '"2006-01-02T15:04:05.000000Z07:00"')
+    return None
 
 
 HANG_POLL_S = 0.05
@@ -133,6 +154,8 @@ class Emulator(kmock.KubernetesEmulator):
                               f'"{res.plural}{sub}" in API group "{res.group}" in the namespace "{request.namespace}"')
             if request.subresource == "scale" and res.plural in self.scalable:
                 return await self._scale(request, method)
+            if method in ("POST", "PUT", "PATCH") and (bad := bad_micro_time(str(res.plural), request.data)):
+                return status(400, "BadRequest", bad)
             if method == "PUT" and request.name is not None and request.subresource is None:
                 return await self._replace(request)
             if method in ("POST", "PATCH") and isinstance(request.data, dict):

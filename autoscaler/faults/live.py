@@ -321,7 +321,9 @@ def _stale_lease(fault: StaleLease, cluster: Any, name: str) -> None:
 
     from kubernetes import client
 
-    now = datetime.now(UTC)
+    from autoscaler.adapters.lease import micro_time
+
+    now = micro_time(datetime.now(UTC))
     client.CoordinationV1Api(cluster.api(user_agent="kubectl")).create_namespaced_lease(NAMESPACE, client.V1Lease(
         metadata=client.V1ObjectMeta(name=name, namespace=NAMESPACE),
         spec=client.V1LeaseSpec(holder_identity=fault.holder, lease_duration_seconds=fault.duration_s,

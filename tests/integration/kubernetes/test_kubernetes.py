@@ -374,12 +374,41 @@ def test_leadership_ends_once_a_renewal_is_overdue_even_if_no_call_returns(clust
     assert lease.spec.lease_duration_seconds == 15
 
 
-def test_a_fractional_lease_duration_is_rounded_up_for_the_followers(cluster) -> None:
-    a = LeaderElector(cluster.api(), "l", "autoscaler", "a", LeaseConfig(duration_s=2.4, renew_s=2.3, retry_s=1),
+def test_a_fractional_lease_duration_is_truncated_as_client_go_writes_it(cluster) -> None:
+    """client-go ``tryAcquireOrRenew``: ``LeaseDurationSeconds: int(LeaseDuration / time.Second)``."""
+    a = LeaderElector(cluster.api(), "l", "autoscaler", "a", LeaseConfig(duration_s=3.7, renew_s=2.5, retry_s=2),
                       Clock())
     assert a.try_acquire_or_renew()
     lease = client.CoordinationV1Api(cluster.api()).read_namespaced_lease("l", "autoscaler")
-    assert lease.spec.lease_duration_seconds == 3  # never below the leader's own 2.4 s
+    assert lease.spec.lease_duration_seconds == 3
+
+
+@pytest.mark.parametrize(("duration", "renew", "retry"), [
+    (15, 10, 9),  # client-go NewLeaderElector: renewDeadline must be greater than retryPeriod*JitterFactor (10.8)
+    (2.4, 2.3, 1),  # the Lease holds 2 s: a follower could take over while the leader still writes
+    (15, 15, 2),  # leaseDuration must be greater than renewDeadline
+])
+def test_lease_timings_client_go_refuses_are_refused(duration: float, renew: float, retry: float) -> None:
+    with pytest.raises(ValueError, match=r"1.2 x retry_s < renew_s < duration_s in whole seconds"):
+        LeaseConfig(duration_s=duration, renew_s=renew, retry_s=retry)
+
+
+def test_a_renewal_on_a_whole_second_is_a_valid_micro_time(cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Lease's times are ``metav1.MicroTime``: the API server parses RFC3339Micro and refuses a time
+    without its six fraction digits (HTTP 400), which ``isoformat()`` drops at .000000."""
+    import autoscaler.adapters.lease as lease_mod
+
+    class WholeSecond(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return datetime(2026, 12, 4, 6, 30, 0, tzinfo=tz)
+
+    monkeypatch.setattr(lease_mod, "datetime", WholeSecond)
+    a = LeaderElector(cluster.api(), "l", "autoscaler", "a", LeaseConfig(), Clock())
+    assert a.try_acquire_or_renew() and a.leads()
+    raw = cluster.emu.writes[-1][4]["spec"]
+    assert raw["renewTime"] == raw["acquireTime"] == "2026-12-04T06:30:00.000001+00:00"
+    assert a.try_acquire_or_renew()  # the renewal re-sends the acquire time read back: still six digits
 
 
 def test_replica_counts_come_from_the_api_server(cluster, fleet) -> None:
