@@ -593,11 +593,14 @@ class MPCController(Controller):
         return _Inputs(plan_svc, recovering)
 
     def _problem(self, services: list[PlanService]) -> PlanProblem:
-        """One problem for ``services`` within the fleet's shared GPU limits, solved fast: searched
-        near its LP relaxation, and service by service within shares of the limits above
-        ``JOINT_UP_TO`` service-steps (``docs/controllers.md#solving-fast``)."""
+        """One problem for ``services`` within the fleet's shared GPU limits. One service is searched
+        exactly: searched only near its LP relaxation, the plan's first steps moved enough to cost
+        the ramp scenario 2.3 points of attainment (99.49 % against 97.22 %, at 1.04x the GPU-hours).
+        Several are searched near the LP relaxation, and service by service within shares of the
+        limits above ``JOINT_UP_TO`` service-steps (``docs/controllers.md#solving-fast``)."""
         return PlanProblem(services, self.tick_s, self.horizon, gpu_quota=dict(self.gpu_limits.quota),
-                           gpu_budget=self.gpu_limits.budget, node_limit=self.node_limit, neighbourhood=0,
+                           gpu_budget=self.gpu_limits.budget, node_limit=self.node_limit,
+                           neighbourhood=0 if len(services) > 1 else None,
                            decompose=len(services) * self.horizon > JOINT_UP_TO)
 
     def prepare(self, estimates: Mapping[str, ServiceEstimate]) -> None:
