@@ -1,18 +1,26 @@
-"""The Gateway API Inference Extension (GIE) as a consumer of the admission thresholds.
+"""The endpoint picker (EPP) of llm-d's router and the Gateway API Inference Extension (GIE) as a
+consumer of the admission thresholds.
 
-GIE's endpoint picker (EPP) reads its ``EndpointPickerConfig`` (saturation detector, flow-control
-priority bands) once, at startup, but watches its ``InferenceObjective`` resources: each names a
-serving objective that clients select per request (header ``x-gateway-inference-objective``) and
-carries an integer ``priority``. While the pool is saturated the EPP rejects (HTTP 503) requests of
-a *negative* priority when its flow control is off, and dispatches bands highest priority first when
-it is on (GIE's configuration guide, "Saturation Detector Configuration" and "Flow Control").
+The EPP reads its ``EndpointPickerConfig`` (flow control, its saturation detector, priority bands)
+once, at startup, but watches its ``InferenceObjective`` resources: each names a serving objective
+that clients select per request (header ``x-llm-d-inference-objective``; ``x-gateway-inference-
+objective``, the old name, is an alias) and carries an integer ``priority``. While the pool is
+saturated the EPP rejects requests of a *negative* priority (HTTP 429) when its flow control is off,
+and dispatches bands highest priority first when it is on (llm-d-router v0.10.0,
+``pkg/epp/requestcontrol/admission.go``, ``pkg/epp/metadata/consts.go``).
 
-So the thresholds reach GIE as the priorities of one objective per (service, priority), named
+Where the resources live moved: GIE v1.6.0 ships no EPP, and llm-d-router serves InferenceObjective
+as ``llm-d.ai/v1alpha2`` (and EndpointPickerConfig as ``llm-d.ai/v1alpha1``); an EPP that sees both
+groups prefers the new one. ``objectives`` writes the current group (``DEFAULT_API_GROUP``), GIE's
+``inference.networking.x-k8s.io`` on request, both with the same spec (the CRDs agree on
+``priority`` and ``poolRef``).
+
+So the thresholds reach the EPP as the priorities of one objective per (service, priority), named
 ``<service>-<priority>``:
 
 - no limit (``null``) or a positive wait budget: the priority's rank, ``critical`` 2, ``standard`` 1,
   ``sheddable`` 0 (never shed by the EPP; a positive budget is a wait the EPP's queue and the
-  client's deadline bound, which GIE cannot set per objective);
+  client's deadline bound, which the EPP cannot set per objective);
 - 0 (admit nothing that would wait): the rank minus 3 (``critical`` -1, ``standard`` -2,
   ``sheddable`` -3): shed while the pool is saturated, lowest first, and below every open band.
 
@@ -38,7 +46,11 @@ from autoscaler.loop.admission import PATH, parse_document
 from autoscaler.urls import redact
 from autoscaler.workload.types import PRIORITIES
 
-API_VERSION = "inference.networking.x-k8s.io/v1alpha2"
+API_VERSIONS = {"llm-d.ai": "llm-d.ai/v1alpha2",
+                "inference.networking.x-k8s.io": "inference.networking.x-k8s.io/v1alpha2"}
+"""API group -> the ``apiVersion`` of its InferenceObjective: llm-d-router v0.10.0
+(``config/crd/bases/llm-d.ai_inferenceobjectives.yaml``) and GIE v1.0-v1.5."""
+DEFAULT_API_GROUP = "llm-d.ai"
 KIND = "InferenceObjective"
 POOL_GROUP = "inference.networking.k8s.io"
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
@@ -64,17 +76,20 @@ def objective_priority(priority: str, threshold: float | None) -> int:
 
 
 def objectives(thresholds: Mapping[str, Mapping[str, float | None]], pool: str | None = None,
-               namespace: str | None = None) -> list[dict[str, Any]]:
+               namespace: str | None = None, api_group: str = DEFAULT_API_GROUP) -> list[dict[str, Any]]:
     """One ``InferenceObjective`` manifest per (service, priority) of ``thresholds``
     (service -> priority -> seconds or None, as ``parse_document`` returns), on the InferencePool
-    ``pool`` (default: the service's name), in ``namespace`` when given; priorities a service does
-    not list have no limit.
+    ``pool`` (default: the service's name), in ``namespace`` when given, of ``api_group``
+    (``API_VERSIONS``); priorities a service does not list have no limit.
 
     Raises:
         ValueError: a service name that cannot name a Kubernetes object (DNS-1123 subdomain, at most
             253 characters with the priority appended) or be a label value (at most 63 characters), or
-            an invalid ``pool`` or ``namespace``.
+            an invalid ``pool``, ``namespace`` or ``api_group``.
     """
+    if api_group not in API_VERSIONS:
+        raise ValueError(f"--api-group '{api_group}' is not one an EPP serves InferenceObjective in "
+                         f"(known: {', '.join(API_VERSIONS)})")
     if namespace is not None and (len(namespace) > 63 or not DNS_LABEL.fullmatch(namespace)):
         raise ValueError(f"--namespace '{namespace}' is not a valid namespace (lower-case letters, digits, '-')")
     if pool is not None and (len(pool) > 253 or not DNS_SUBDOMAIN.fullmatch(pool)):
@@ -96,7 +111,7 @@ def objectives(thresholds: Mapping[str, Mapping[str, float | None]], pool: str |
                               "autoscaler/priority": p}
             threshold = thresholds[service].get(p)
             meta["annotations"] = {THRESHOLD_ANNOTATION: "none" if threshold is None else f"{threshold:g}"}
-            out.append({"apiVersion": API_VERSION, "kind": KIND, "metadata": meta,
+            out.append({"apiVersion": API_VERSIONS[api_group], "kind": KIND, "metadata": meta,
                         "spec": {"priority": objective_priority(p, threshold),
                                  "poolRef": {"group": POOL_GROUP, "kind": "InferencePool",
                                              "name": pool or service}}})

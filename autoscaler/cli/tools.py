@@ -35,8 +35,11 @@ def admission_objectives(
     pool: Annotated[str | None, typer.Option(
         help="the InferencePool the objectives name (default: the service)")] = None,
     namespace: Annotated[str | None, typer.Option(help="the objectives' namespace")] = None,
+    api_group: Annotated[str, typer.Option(
+        help="the InferenceObjective's API group: llm-d.ai (llm-d-router) or inference.networking.x-k8s.io "
+             "(Gateway API Inference Extension up to v1.5)")] = "llm-d.ai",
 ) -> None:
-    """Print the thresholds in force as Gateway API Inference Extension InferenceObjectives.
+    """Print the thresholds in force as the endpoint picker's InferenceObjectives.
 
     One objective per service and priority (docs/admission.md), for `kubectl apply -f -`.
     """
@@ -44,7 +47,7 @@ def admission_objectives(
 
     from autoscaler.adapters.gateway_api import objectives, read_document
     try:
-        manifests = objectives(read_document(source), pool, namespace)
+        manifests = objectives(read_document(source), pool, namespace, api_group)
     except ValueError as exc:
         raise fail(str(exc)) from None
     if not manifests:

@@ -32,8 +32,13 @@ def test_one_objective_per_service_and_priority_on_its_pool() -> None:
         "chat-critical", "chat-standard", "chat-sheddable", "code-critical", "code-standard", "code-sheddable"]
     assert [m["spec"]["priority"] for m in out] == [2, 1, -3, 2, 1, 0]
     assert {m["spec"]["poolRef"]["name"] for m in out[:3]} == {"chat"}
-    assert all(m["apiVersion"] == "inference.networking.x-k8s.io/v1alpha2" and m["kind"] == "InferenceObjective"
+    assert all(m["apiVersion"] == "llm-d.ai/v1alpha2" and m["kind"] == "InferenceObjective"
                and m["metadata"]["namespace"] == "llm" for m in out)
+    old = objectives({"chat": {}}, api_group="inference.networking.x-k8s.io")
+    assert {m["apiVersion"] for m in old} == {"inference.networking.x-k8s.io/v1alpha2"}
+    assert [m["spec"] for m in old] == [m["spec"] for m in objectives({"chat": {}})]
+    with pytest.raises(ValueError, match=r"--api-group 'inference\.networking\.k8s\.io' is not one an EPP serves"):
+        objectives({"chat": {}}, api_group="inference.networking.k8s.io")
     assert {m["spec"]["poolRef"]["name"] for m in objectives({"chat": {}}, pool="pool-a")} == {"pool-a"}
     with pytest.raises(ValueError, match="'Chat_1-critical' is not a valid Kubernetes object name"):
         objectives({"Chat_1": {}})
@@ -54,6 +59,71 @@ def test_the_cli_reads_the_served_document_and_prints_objectives() -> None:
     assert by_name == {"llama-3.1-8b-critical": 2, "llama-3.1-8b-standard": 1, "llama-3.1-8b-sheddable": -3}
     # the threshold behind each priority, for the people reading the objectives
     assert [m["metadata"]["annotations"]["autoscaler/admission-threshold-seconds"] for m in docs] == ["none", "1", "0"]
+
+
+# llm-d-router v0.10.0 config/crd/bases/llm-d.ai_inferenceobjectives.yaml, version v1alpha2: the
+# constraints of its openAPIV3Schema (the API server prunes fields it does not list, so extra fields are
+# not an error; these are what it refuses).
+INFERENCE_OBJECTIVE_V1ALPHA2 = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "llm-d.ai/v1alpha2"},
+        "kind": {"const": "InferenceObjective"},
+        "metadata": {"type": "object"},
+        "spec": {
+            "type": "object",
+            "required": ["poolRef"],
+            "properties": {
+                "poolRef": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {
+                        "group": {"type": "string", "maxLength": 253,
+                                  "pattern": r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"},
+                        "kind": {"type": "string", "minLength": 1, "maxLength": 63,
+                                 "pattern": r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$"},
+                        "name": {"type": "string", "minLength": 1, "maxLength": 253},
+                    },
+                },
+                "priority": {"type": "integer", "minimum": -2**31, "maximum": 2**31 - 1},
+            },
+        },
+    },
+}
+
+
+def test_objectives_are_valid_under_the_current_llm_d_crd() -> None:
+    import jsonschema
+
+    for manifest in objectives({"llama-3.1-8b": {"critical": None, "standard": 0.0}, "code": {}}, namespace="llm"):
+        jsonschema.validate(manifest, INFERENCE_OBJECTIVE_V1ALPHA2)
+    with pytest.raises(jsonschema.ValidationError):  # the schema is no rubber stamp: the old group fails it
+        jsonschema.validate(objectives({"chat": {}}, api_group="inference.networking.x-k8s.io")[0],
+                            INFERENCE_OBJECTIVE_V1ALPHA2)
+
+
+# llm-d-router v0.10.0 apix/config/v1alpha1/endpointpickerconfig_types.go (decoded strictly, so an unknown
+# field fails the EPP's start) and the plugin types its registry names (pkg/epp/framework/plugins).
+EPP_CONFIG_FIELDS = {"apiVersion", "kind", "featureGates", "plugins", "schedulingProfiles", "dataLayer",
+                     "flowControl", "requestHandler", "saturationDetector", "parser"}
+FLOW_CONTROL_FIELDS = {"maxBytes", "maxRequests", "defaultRequestTTL", "defaultPriorityBand",
+                       "defaultNegativePriorityBand", "priorityBands", "usageLimitPolicyPluginRef",
+                       "saturationDetector", "enableEviction"}
+PLUGIN_TYPES = {"queue-scorer", "kv-cache-utilization-scorer", "prefix-cache-scorer", "max-score-picker",
+                "utilization-detector", "approx-prefix-cache-producer"}
+
+
+def test_the_example_epp_config_is_one_llm_d_router_v0_10_reads() -> None:
+    epp = yaml.safe_load((ROOT / "examples" / "gateway" / "epp-config.yaml").read_text())
+    assert (epp["apiVersion"], epp["kind"]) == ("llm-d.ai/v1alpha1", "EndpointPickerConfig")
+    assert set(epp) <= EPP_CONFIG_FIELDS and set(epp["flowControl"]) <= FLOW_CONTROL_FIELDS
+    assert "saturationDetector" not in epp  # deprecated at top level in v0.10.0: flowControl.saturationDetector
+    names = {p.get("name", p["type"]) for p in epp["plugins"]}  # a plugin without a name is named by its type
+    assert {p["type"] for p in epp["plugins"]} <= PLUGIN_TYPES
+    refs = {r["pluginRef"] for prof in epp["schedulingProfiles"] for r in prof["plugins"]}
+    assert refs | {epp["flowControl"]["saturationDetector"]["pluginRef"]} <= names
+    assert set(epp["plugins"][4]["parameters"]) == {"queueDepthThreshold", "kvCacheUtilThreshold"}
 
 
 def test_the_shipped_example_is_what_the_cli_prints_with_no_limit(tmp_path: Path) -> None:
