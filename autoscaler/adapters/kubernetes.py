@@ -16,7 +16,12 @@ and writes the new count with it, so a write made since the read is a 409, not a
 daemon records as Events. Before a scale-down, the pods the decision names to go first
 (``remove_first``) get the annotation ``controller.kubernetes.io/pod-deletion-cost`` (lowest first),
 so the ReplicaSet removes them and keeps the rest (the annotation is honoured by ReplicaSets since
-Kubernetes 1.22; other controllers ignore it).
+Kubernetes 1.22, so only for Deployments: a StatefulSet removes its highest ordinal, a
+LeaderWorkerSet its highest group, other kinds as their controller chooses, and for them nothing is
+annotated, ``WorkloadConnector.removal_order``, logged once). Costs an earlier scale-down left on
+pods that stayed (the ReplicaSet may have removed others, or the decision changed) are cleared first:
+the daemon marks the pods it annotates (``COST_MARK``) and removes both annotations from the
+workload's other pods, so an old cost never picks the next victims.
 
 Another writer: each connector remembers what was last written to its workload (or found there when
 it was first read). When a read (before a write, or ``check_writers`` at every tick) finds other
@@ -89,6 +94,8 @@ from autoscaler.workload.types import PRIORITIES
 log = logging.getLogger(__name__)
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+COST_MARK = "autoscaler/deletion-cost"
+"""Set beside ``DELETION_COST`` on the pods the daemon annotates, so it clears only costs it set."""
 COMPONENT = "autoscaler"
 CONFLICT_BACKOFF_S = 0.1
 """First wait before re-reading after a 409, doubled per retry (client-go's ``retry.DefaultRetry``
@@ -232,6 +239,7 @@ class KubernetesActuator:
         self.kube = kube
         self.connectors = connectors(kube, services, api)
         self.core = client.CoreV1Api(api)
+        self._cost_ignored: set[tuple[str, str]] = set()  # workloads whose kind ignores deletion costs, logged
         self.sleep = sleep
         self.clock = clock
         self.fence = fence
@@ -297,7 +305,7 @@ class KubernetesActuator:
                 return ActuationResult(ActuationStatus.CONFLICT, f"{where}: not written: this daemon may no longer "
                                        "lead by the time the write lands", external=external)
             if replicas < current and remove_first and attempt == 0 and self.kube.pod_deletion_cost:
-                note = self._deletion_cost(ns, remove_first)
+                note = self._deletion_cost(conn, ns, remove_first)
             try:
                 conn.scale(replicas, read.resource_version)
             except TRANSPORT_ERRORS as exc:
@@ -312,12 +320,19 @@ class KubernetesActuator:
             return ActuationResult(ActuationStatus.APPLIED, note, before=current, after=replicas, external=external)
         raise AssertionError("unreachable: the loop returns on its last attempt")
 
-    def _deletion_cost(self, namespace: str, pods: Sequence[str]) -> str:
-        """Give ``pods`` deletion costs ``-len(pods)`` .. ``-1`` in order; a note when some failed (the
-        scale-down goes ahead: the ReplicaSet then picks by its own rules)."""
-        failed = []
+    def _deletion_cost(self, conn: WorkloadConnector, namespace: str, pods: Sequence[str]) -> str:
+        """Give ``pods`` deletion costs ``-len(pods)`` .. ``-1`` in order, after clearing the costs this
+        daemon left on the workload's other pods; a note when some failed (the scale-down goes ahead:
+        the ReplicaSet then picks by its own rules). Nothing for a kind whose controller ignores the
+        annotation (``removal_order``, logged once per workload)."""
+        if conn.removal_order:
+            if (conn.namespace, conn.name) not in self._cost_ignored:
+                self._cost_ignored.add((conn.namespace, conn.name))
+                log.info("%s: no pod-deletion-cost written: it removes %s", conn.where(), conn.removal_order)
+            return ""
+        failed = self._clear_costs(conn, namespace, set(pods))
         for i, pod in enumerate(pods):
-            body = {"metadata": {"annotations": {DELETION_COST: str(i - len(pods))}}}
+            body = {"metadata": {"annotations": {DELETION_COST: str(i - len(pods)), COST_MARK: "set"}}}
             try:
                 self.core.patch_namespaced_pod(pod, namespace, body)
             except TRANSPORT_ERRORS as exc:
@@ -326,6 +341,27 @@ class KubernetesActuator:
             log.warning("deletion cost not set on %s", ", ".join(failed))
             return f"deletion cost not set on {', '.join(failed)}"
         return ""
+
+    def _clear_costs(self, conn: WorkloadConnector, namespace: str, keep: set[str]) -> list[str]:
+        """Remove the costs this daemon set (``COST_MARK``) from ``conn``'s pods not in ``keep``; the
+        pods it could not clear (or list), as notes."""
+        try:
+            selector = conn.state().selector
+            listed = self.core.list_namespaced_pod(namespace, label_selector=",".join(
+                f"{k}={v}" for k, v in sorted(selector.items()))).items if selector else []
+        except TRANSPORT_ERRORS as exc:
+            return [f"earlier costs of {conn.name} (pods not listed: {describe(exc)})"]
+        failed = []
+        for pod in listed:
+            name = pod.metadata.name
+            if name in keep or COST_MARK not in (pod.metadata.annotations or {}):
+                continue
+            try:  # a merge patch's null deletes the key
+                self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {
+                    DELETION_COST: None, COST_MARK: None}}})
+            except TRANSPORT_ERRORS as exc:
+                failed.append(f"{name} (an earlier cost not cleared: {describe(exc)})")
+        return failed
 
 
 class ConfigMapSink:

@@ -50,6 +50,7 @@ class DeploymentConnector(Connector):
     kind: ClassVar[str] = "Deployment"
     default_api_version: ClassVar[str | None] = "apps/v1"
     default_plural: ClassVar[str | None] = "deployments"
+    removal_order: ClassVar[str] = ""  # its ReplicaSet removes the lowest pod-deletion-cost first (1.22+)
 
     def __init__(self, api: client.ApiClient, workload: Workload, namespace: str, quiet_s: float = 0.0) -> None:
         super().__init__(api, workload, namespace, quiet_s)
@@ -74,6 +75,7 @@ class StatefulSetConnector(DeploymentConnector):
 
     kind: ClassVar[str] = "StatefulSet"
     default_plural: ClassVar[str | None] = "statefulsets"
+    removal_order: ClassVar[str] = "the highest ordinal first (the StatefulSet controller reads no pod-deletion-cost)"
 
     def read_scale(self) -> Scale:
         """``spec.replicas`` and resourceVersion of the StatefulSet's scale subresource."""

@@ -87,6 +87,9 @@ class WorkloadConnector(Protocol):
         api_version: its ``group/version`` (``apps/v1``).
         plural: its resource's plural (``deployments``).
         name, namespace: the object's.
+        removal_order: "" when its controller removes the pods with the lowest
+            ``controller.kubernetes.io/pod-deletion-cost`` first (a Deployment's ReplicaSet), else
+            which pods it removes instead (the annotation is then not written).
     """
 
     workload_kind: str
@@ -94,6 +97,11 @@ class WorkloadConnector(Protocol):
     plural: str
     name: str
     namespace: str
+
+    @property
+    def removal_order(self) -> str:
+        """See the class docstring."""
+        ...
 
     def where(self) -> str:
         """The workload as errors name it, e.g. ``deployments/scale llm/x (API group apps)``."""
@@ -174,6 +182,9 @@ class Connector(ABC):
     default_api_version: ClassVar[str | None] = None
     """``group/version`` of the kind (None: the fleet file must give it)."""
     default_plural: ClassVar[str | None] = None
+    removal_order: ClassVar[str] = ("its controller's own choice (only the ReplicaSet controller reads "
+                                    "pod-deletion-cost)")
+    """See ``WorkloadConnector``; the kinds the ReplicaSet controller serves set ""."""
     scale_subresource: ClassVar[bool] = True
     """Whether writes go through ``<plural>/scale`` (RBAC: get and update on it); False: the object
     itself is read and replaced (get and update on ``<plural>``)."""

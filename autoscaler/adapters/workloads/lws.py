@@ -27,6 +27,7 @@ class LeaderWorkerSetConnector(ScaleConnector):
     kind: ClassVar[str] = "LeaderWorkerSet"
     default_api_version: ClassVar[str | None] = "leaderworkerset.x-k8s.io/v1"
     default_plural: ClassVar[str | None] = "leaderworkersets"
+    removal_order: ClassVar[str] = "the groups of the highest index first (its leaders are a StatefulSet's pods)"
 
     def selector(self, obj: dict[str, Any]) -> dict[str, str] | None:
         """Every pod of every group: ``leaderworkerset.sigs.k8s.io/name=<name>``."""

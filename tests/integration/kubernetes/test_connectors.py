@@ -27,6 +27,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from autoscaler.adapters.kubernetes import (
+    DELETION_COST,
     ClusterSource,
     EventRecorder,
     KubernetesActuator,
@@ -422,3 +423,25 @@ def test_a_malformed_inference_service_is_invalid_not_zero(make_fleet: Callable[
         src = ClusterSource(None, PendingPods(cfg.kubernetes, cfg.services, cluster.api()),  # type: ignore[arg-type]
                             cluster.api())
         assert src.counts("svc", "h100") is None
+
+
+def test_deletion_costs_go_where_a_replicaset_reads_them_and_earlier_ones_are_cleared(setup: Setup) -> None:
+    """Only the ReplicaSet controller reads ``controller.kubernetes.io/pod-deletion-cost`` (Kubernetes
+    1.22+, ``pkg/controller/replicaset``): a StatefulSet removes its highest ordinal, a LeaderWorkerSet
+    its highest group, so for them no pod is patched. For a Deployment the cost set before one
+    scale-down is cleared before the next, so a pod that stayed is not the next one removed."""
+    act = KubernetesActuator(setup.cfg.kubernetes, setup.cfg.services, setup.api)
+    core = client.CoreV1Api(setup.api)
+
+    def costs() -> dict[str, str | None]:
+        return {p: (core.read_namespaced_pod(f"{NAME}-{p}", NS).metadata.annotations or {}).get(DELETION_COST)
+                for p in ("a", "b", "c")}
+
+    assert act.scale("svc", "h100", DESIRED - 1, remove_first=[f"{NAME}-a"]).ok
+    if setup.kind.kind != "Deployment":
+        assert costs() == {"a": None, "b": None, "c": None}
+        assert not [w for w in setup.cluster.emu.writes if w[:2] == ("PATCH", "pods")]
+        return
+    assert costs() == {"a": "-1", "b": None, "c": None}
+    assert act.scale("svc", "h100", DESIRED - 2, remove_first=[f"{NAME}-b"]).ok  # pod a stayed
+    assert costs() == {"a": None, "b": "-1", "c": None}
