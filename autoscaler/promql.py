@@ -1,5 +1,6 @@
-"""Default PromQL per signal: vLLM 0.33, vLLM before 0.9, SGLang 0.5.23, and vLLM 0.33 read through
-the recording rules (``recorded``); label-matcher helpers.
+"""Default PromQL per signal, one query set per server release range (vLLM 0.11 and later, 0.9.2 to
+0.10, before 0.9.2; SGLang 0.5.23; vLLM 0.11+ read through the recording rules, ``recorded``), how a
+service's set is detected from the series its pods export (``auto``); label-matcher helpers.
 
 A query template is a ``string.Template`` with two placeholders:
 
@@ -55,7 +56,7 @@ class QuerySet:
     """The PromQL defaults for one server family.
 
     Attributes:
-        name: ``vllm-0.33``, ``vllm-pre-0.9`` or ``sglang``.
+        name: ``vllm-0.11``, ``vllm-0.9.2``, ``vllm-pre-0.9.2``, ``sglang`` or ``recorded``.
         signals: signal name -> template; a signal absent here is always unknown (None).
         kv_usage: per-pod KV-usage gauge (fraction 0..1).
         waiting, running: per-pod queue and batch gauges (requests).
@@ -125,16 +126,25 @@ def _vllm(kv: str, hits: str, queries: str, itl: str, tpot: str, name: str, toke
     )
 
 
-VLLM_033 = _vllm("vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
-                 "vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds", "vllm-0.33",
+# Which names a vLLM exports depends on its release (vLLM's metrics/loggers.py and pull requests):
+# ``kv_cache_usage_perc`` and ``prefix_cache_{queries,hits}_total`` (tokens) replaced the ``gpu_*``
+# names in 0.9.2 (both exported until 0.11 hid the old ones); 0.11 added ``inter_token_latency_seconds``
+# and the per-request ``request_time_per_output_token_seconds`` and deprecated the per-step
+# ``time_per_output_token_seconds`` (#24110, #23919), removed in January 2026 (#32661). One set per range:
+VLLM_011 = _vllm("vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
+                 "vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds", "vllm-0.11",
                  token_counters=True)
-# Before 0.9 there is no per-request TPOT histogram: the per-step ``time_per_output_token`` stands in
+# 0.9.2 to 0.10: the new gauge and counters, the per-step ``time_per_output_token`` for ITL and TPOT.
+VLLM_092 = _vllm("vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
+                 "vllm:time_per_output_token_seconds", "vllm:time_per_output_token_seconds", "vllm-0.9.2",
+                 token_counters=True)
+# Before 0.9.2 there is no per-request TPOT histogram: the per-step ``time_per_output_token`` stands in
 # for ITL and TPOT. Prefix-cache counters counted blocks in <= 0.8 (a ratio of the two is still a hit rate,
 # but not a token count the cache-warmth model could weigh against the KV capacity).
-VLLM_PRE_09 = _vllm("vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_hits_total",
-                    "vllm:gpu_prefix_cache_queries_total", "vllm:time_per_output_token_seconds",
-                    "vllm:time_per_output_token_seconds", "vllm-pre-0.9",
-                    token_counters=False)
+VLLM_PRE_092 = _vllm("vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_hits_total",
+                     "vllm:gpu_prefix_cache_queries_total", "vllm:time_per_output_token_seconds",
+                     "vllm:time_per_output_token_seconds", "vllm-pre-0.9.2",
+                     token_counters=False)
 # SGLang 0.5.23 (``python/sglang/srt/metrics/collector.py``) has a per-request TPOT histogram as vLLM's
 # (``request_time_per_output_token_seconds``), no abort split of finished requests other than
 # ``num_aborted_requests_total``, and counts its preemptions as retractions
@@ -209,15 +219,53 @@ def _recorded(template: str) -> str:
 
 VLLM_033_RECORDED = QuerySet(
     name="recorded",
-    signals={k: _recorded(v) for k, v in VLLM_033.signals.items()},
-    kv_usage=VLLM_033.kv_usage,
-    waiting=VLLM_033.waiting,
-    running=VLLM_033.running,
-    prefix_hits=VLLM_033.prefix_hits,
-    prefix_queries=VLLM_033.prefix_queries,
+    signals={k: _recorded(v) for k, v in VLLM_011.signals.items()},
+    kv_usage=VLLM_011.kv_usage,
+    waiting=VLLM_011.waiting,
+    running=VLLM_011.running,
+    prefix_hits=VLLM_011.prefix_hits,
+    prefix_queries=VLLM_011.prefix_queries,
 )
 
-QUERY_SETS: dict[str, QuerySet] = {q.name: q for q in (VLLM_033, VLLM_PRE_09, SGLANG_0523, VLLM_033_RECORDED)}
+QUERY_SETS: dict[str, QuerySet] = {q.name: q for q in (VLLM_011, VLLM_092, VLLM_PRE_092, SGLANG_0523,
+                                                       VLLM_033_RECORDED)}
+"""Every query set by its name: the release range it fits (``recorded``: ``vllm-0.11`` through the rules)."""
+ALIASES = {"vllm-0.33": "vllm-0.11", "vllm-pre-0.9": "vllm-pre-0.9.2"}
+"""Earlier names of the query sets, still accepted (a set named after one release it was read from)."""
+AUTO = "auto"
+"""``prometheus.query_set`` that detects each service's set from the series its pods export (``detect``)."""
+MARKERS: tuple[tuple[str, str], ...] = (
+    ("sglang", "sglang:num_running_reqs"),
+    ("vllm-0.11", "vllm:inter_token_latency_seconds_count"),
+    ("vllm-0.11", "vllm:request_time_per_output_token_seconds_count"),
+    ("vllm-0.9.2", "vllm:kv_cache_usage_perc"),
+    ("vllm-pre-0.9.2", "vllm:gpu_cache_usage_perc"),
+)
+"""(query set, a series only its servers export among these; 0.11 has two), newest first: a vLLM of 0.9.2-0.10 also
+exports ``gpu_cache_usage_perc``, and one of 0.11 also ``kv_cache_usage_perc``, so the first present decides."""
+
+
+def query_set(name: str) -> QuerySet:
+    """The query set ``name`` (or an alias) names.
+
+    Raises:
+        KeyError: ``auto`` or an unknown name.
+    """
+    return QUERY_SETS[ALIASES.get(name, name)]
+
+
+def detection_query(sel: str) -> str:
+    """An instant query answering one series per marker name (``MARKERS``) the pods ``sel`` selects export."""
+    names = "|".join(re.escape(marker) for _, marker in MARKERS)
+    return f'count by (__name__) ({{__name__=~"{names}"{"," + sel if sel.strip() else ""}}})'
+
+
+def detect(names: set[str]) -> QuerySet | None:
+    """The query set of the newest server whose marker is among ``names``; None when none is."""
+    for name, marker in MARKERS:
+        if marker in names:
+            return QUERY_SETS[name]
+    return None
 
 RATE_SIGNALS = frozenset(s for s in SIGNALS if s.endswith("_rps"))
 

@@ -1,5 +1,9 @@
 """A live Prometheus as the loop's ``MetricsSource`` (prometheus-api-client), with per-pod validity checks.
 
+Which names to read: ``prometheus.query_set``, or with ``auto`` (the default) each service's set as
+detected from its pods' series (``promql.MARKERS``, one query per service until found, again when a
+tick finds none of its pods valid), logged when chosen.
+
 Each ``observe`` runs two rounds of instant queries (concurrently, ``max_concurrency`` at a time):
 
 1. per variant (its selector is the service matchers AND the variant's pod matchers): the age of
@@ -64,14 +68,18 @@ from autoscaler import urls
 from autoscaler.config import PrometheusConfig, Service, Variant
 from autoscaler.errors import AutoscalerError
 from autoscaler.promql import (
+    AUTO,
     KSM_READY_REPLICAS,
     KSM_SPEC_REPLICAS,
-    QUERY_SETS,
     RATE_SIGNALS,
     SERVICE_SIGNALS,
+    QuerySet,
+    detect,
+    detection_query,
     duration,
     exact_alternation,
     matchers,
+    query_set,
     quote,
     render,
 )
@@ -194,6 +202,8 @@ def check_reachable(client: PrometheusConnect) -> None:
 # Per-pod queries whose failure leaves their fields unknown instead of holding the loop.
 OPTIONAL_POD_QUERIES = ("prefix_hits", "prefix_queries")
 HISTORY = "history"  # the service-wide query of how far back its samples go
+DEFAULT_SET = query_set("vllm-0.11")
+"""What ``auto`` reads a service with before any of its pods' series tell its server."""
 HISTORY_STEPS = 30  # resolution of that subquery: the window over 30
 
 
@@ -310,8 +320,10 @@ class PrometheusSource:
         self.runner = runner
         self.speed = speed
         self.clock = clock
-        self.qs = QUERY_SETS[self.prom.query_set]
-        self.queries = {**self.qs.signals, **self.prom.queries}
+        self.fixed = None if prom.query_set == AUTO else query_set(prom.query_set)
+        self.detected: dict[str, QuerySet] = {}
+        """Service -> the query set detected from its pods' series (``auto``), until a tick finds none of
+        its pods valid (an upgrade may have changed the names): then detected again."""
         self.window_s = window_s / speed
         self.deadline_s = deadline_s
         self._deadline = math.inf  # monotonic time the observation in progress ends
@@ -335,6 +347,37 @@ class PrometheusSource:
             pods = vs.pods if vs.pods is not None else pods
             dep = vs.deployment if vs.deployment is not None else dep
         return pods, dep
+
+    def query_set(self, svc: Service) -> QuerySet:
+        """The query set ``svc`` is read with: the configured one, else the one detected for it, else
+        (nothing detected yet: no pod reports) the newest vLLM's, which reads the gateway and
+        kube-state-metrics as every set does."""
+        return self.fixed or self.detected.get(svc.name) or DEFAULT_SET
+
+    def queries(self, svc: Service) -> dict[str, str]:
+        """Signal -> PromQL template for ``svc``: its query set with the configured overrides."""
+        return {**self.query_set(svc).signals, **self.prom.queries}
+
+    def _detect(self, pool: ThreadPoolExecutor, at: float | None) -> None:
+        """With ``auto``, find the query set of each service not yet detected, from the marker series
+        (``promql.MARKERS``) its pods export; logs the choice. A failed detection leaves the service
+        undetected (read as ``DEFAULT_SET`` this tick) and is tried again next tick."""
+        if self.fixed is not None:
+            return
+        jobs = {svc.name: pool.submit(self._run, detection_query(self.service_selector(svc)), at)
+                for svc in self.services if svc.name not in self.detected}
+        for name, fut in jobs.items():
+            res = self._result(fut)
+            if res.error is not None:
+                log.warning("%s: query set not detected (%s); reading %s names this tick", name, res.error,
+                            DEFAULT_SET.name)
+                continue
+            found = {str(r.get("metric", {}).get("__name__")) for r in res.result if isinstance(r, dict)}
+            qs = detect(found)
+            if qs is not None:
+                self.detected[name] = qs
+                log.info("%s: query set %s, detected from the series its pods export (%s)", name, qs.name,
+                         ", ".join(sorted(found)))
 
     # ------------------------------------------------------------------ queries
     def _run(self, promql: str, at: float | None) -> _Outcome:
@@ -360,7 +403,7 @@ class PrometheusSource:
     def _inventory_queries(self, svc: Service, v: Variant) -> dict[str, str]:
         pods_sel, dep_sel = self.variant_selectors(svc, v)
         sel = "{" + matchers(self.service_selector(svc), pods_sel) + "}"
-        pl, w, q = self.prom.pod_label, duration(self.window_s), self.qs
+        pl, w, q = self.prom.pod_label, duration(self.window_s), self.query_set(svc)
         out = {
             "age": f"min by ({pl}) (time() - timestamp({q.running}{sel}))",
             "running": f"{q.running}{sel}",
@@ -377,8 +420,9 @@ class PrometheusSource:
             out["ready"] = f"max({KSM_READY_REPLICAS}{{{dep_sel}}})"
         return out
 
-    def _pods(self, res: dict[str, _Outcome], warn: list[str], scope: str) -> tuple[list[_Pod], list[_Pod]]:
-        """(fresh pods, of which valid) from a variant's inventory results."""
+    def _pods(self, res: dict[str, _Outcome], warn: list[str], scope: str, qs: QuerySet
+              ) -> tuple[list[_Pod], list[_Pod]]:
+        """(fresh pods, of which valid) from a variant's inventory results, read with ``qs``."""
         pl = self.prom.pod_label
         pods: dict[str, _Pod] = {}
         for s in res["age"].result:
@@ -408,9 +452,9 @@ class PrometheusSource:
                             f"(staleness bound {self.prom.staleness_s:g} s)")
                 continue
             fresh.append(pod)
-            bad = [(self.qs.running, x, math.inf) for x in pod.running if not 0 <= x < math.inf]
-            bad += [(self.qs.waiting, x, math.inf) for x in pod.waiting if not 0 <= x < math.inf]
-            bad += [(self.qs.kv_usage, x, 1.0) for x in pod.kv if not 0 <= x <= 1]
+            bad = [(qs.running, x, math.inf) for x in pod.running if not 0 <= x < math.inf]
+            bad += [(qs.waiting, x, math.inf) for x in pod.waiting if not 0 <= x < math.inf]
+            bad += [(qs.kv_usage, x, 1.0) for x in pod.kv if not 0 <= x <= 1]
             if bad:
                 metric, x, hi = bad[0]
                 warn.append(f"{scope}: pod {pod.name} ignored: {metric}={x:g} outside [0, {hi:g}]")
@@ -457,17 +501,19 @@ class PrometheusSource:
         self._counts[key] = counts
         return counts
 
-    def _signals(self, pool: ThreadPoolExecutor, sel: str, at: float | None) -> dict[str, Future[_Outcome]]:
-        """The pod-scoped signal queries over the pods ``sel`` selects."""
+    def _signals(self, pool: ThreadPoolExecutor, svc: Service, sel: str, at: float | None
+                 ) -> dict[str, Future[_Outcome]]:
+        """``svc``'s pod-scoped signal queries over the pods ``sel`` selects."""
         return {name: pool.submit(self._run, render(t, sel, self.window_s), at)
-                for name, t in self.queries.items() if name not in SERVICE_SIGNALS}
+                for name, t in self.queries(svc).items() if name not in SERVICE_SIGNALS}
 
     def _service_queries(self, svc: Service) -> dict[str, str]:
         """The service-wide queries: the gateway's signals and how far back the service's samples go."""
         base = self.service_selector(svc)
-        out = {name: render(t, base, self.window_s) for name, t in self.queries.items() if name in SERVICE_SIGNALS}
+        out = {name: render(t, base, self.window_s) for name, t in self.queries(svc).items()
+               if name in SERVICE_SIGNALS}
         step = duration(max(self.window_s / HISTORY_STEPS, 0.001))
-        out[HISTORY] = (f"time() - min(min_over_time(timestamp({self.qs.running}{{{base}}})"
+        out[HISTORY] = (f"time() - min(min_over_time(timestamp({self.query_set(svc).running}{{{base}}})"
                         f"[{duration(self.window_s)}:{step}]))")
         return out
 
@@ -501,6 +547,7 @@ class PrometheusSource:
         self._deadline = math.inf if self.deadline_s is None else time.monotonic() + self.deadline_s
         pool = ThreadPoolExecutor(max_workers=self.prom.max_concurrency, thread_name_prefix="prometheus")
         try:
+            self._detect(pool, at)
             inventory = {
                 (svc.name, v.name): {k: pool.submit(self._run, q, at)
                                      for k, q in self._inventory_queries(svc, v).items()}
@@ -528,7 +575,7 @@ class PrometheusSource:
             plan.valid[v.name] = []
             try:
                 if not failed:
-                    plan.valid[v.name] = self._pods(res, plan.warnings, scope)[1]
+                    plan.valid[v.name] = self._pods(res, plan.warnings, scope, self.query_set(svc))[1]
             except (KeyError, IndexError, TypeError, ValueError) as exc:
                 plan.errors.append(f"{scope} pods: {describe(exc)}")
                 known, plan.valid[v.name] = False, []
@@ -547,16 +594,19 @@ class PrometheusSource:
             elif not failed and counts is not None and counts[0] > 0 and not plan.valid[v.name]:
                 plan.warnings.append(f"{scope}: {counts[0]} ready replica(s) but no pod with "
                                      "fresh, sane metrics")
+        if known and not any(plan.valid.values()):  # no pod reads as the set says: look again next tick
+            self.detected.pop(svc.name, None)
         base, pl = self.service_selector(svc), self.prom.pod_label
         plan.service_jobs = {k: pool.submit(self._run, q, at) for k, q in self._service_queries(svc).items()}
         every = [p.name for pods in plan.valid.values() for p in pods]
         if known and every:
-            plan.jobs[svc.name] = self._signals(pool, matchers(base, f"{pl}=~{quote(exact_alternation(every))}"), at)
+            plan.jobs[svc.name] = self._signals(pool, svc, matchers(base, f"{pl}=~{quote(exact_alternation(every))}"),
+                                                at)
         for v in svc.variants:
             names = [p.name for p in plan.valid[v.name]]
             if names:
                 sel = matchers(base, self.variant_selectors(svc, v)[0], f"{pl}=~{quote(exact_alternation(names))}")
-                plan.jobs[f"{svc.name}/{v.name}"] = self._signals(pool, sel, at)
+                plan.jobs[f"{svc.name}/{v.name}"] = self._signals(pool, svc, sel, at)
         return plan
 
     def _finish(self, plan: _Plan, now: float) -> ServiceObservation:

@@ -11,7 +11,9 @@ from autoscaler.config.base import MIN_WAIT_S, Strict, check_name
 from autoscaler.promql import check_matchers, check_template
 from autoscaler.urls import check_url
 
-QuerySetName = Literal["vllm-0.33", "vllm-pre-0.9", "sglang", "recorded"]
+QuerySetName = Literal["auto", "vllm-0.11", "vllm-0.9.2", "vllm-pre-0.9.2", "sglang", "recorded", "vllm-0.33",
+                       "vllm-pre-0.9"]
+"""``autoscaler.promql``: ``auto`` detects each service's set; the last two are earlier names (``ALIASES``)."""
 
 
 class BasicAuth(Strict):
@@ -63,8 +65,9 @@ class PrometheusConfig(Strict):
 
     Attributes:
         url: base URL, e.g. ``https://prometheus.monitoring:9090`` (``--prometheus-url`` overrides).
-        query_set: default PromQL per signal (``autoscaler.promql``); ``recorded`` reads vLLM 0.33
-            through the recording rules ``autoscaler dashboards export`` writes (``rules/``).
+        query_set: default PromQL per signal (``autoscaler.promql``): ``auto`` (default) detects each
+            service's set from the series its pods export; ``recorded`` reads vLLM 0.11+ through the
+            recording rules ``autoscaler dashboards export`` writes (``rules/``).
         queries: signal -> PromQL template overriding the query set (``$sel``, ``$window``).
         namespace: Kubernetes namespace used by the default selectors (a DNS-1123 label, as
             Kubernetes requires of a namespace's name).
@@ -85,7 +88,7 @@ class PrometheusConfig(Strict):
     """
 
     url: str | None = None
-    query_set: QuerySetName = "vllm-0.33"
+    query_set: QuerySetName = "auto"
     queries: dict[str, str] = Field(default_factory=dict)
     namespace: str = "default"
     pod_label: str = Field(default="pod", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")

@@ -117,9 +117,9 @@ def recording_groups(cfg: FleetConfig) -> list[dict[str, Any]]:
         ValueError: a query set other than vLLM 0.33's (``vllm-0.33``, ``recorded``): the rules and
             panels read vLLM 0.33's series.
     """
-    if cfg.prometheus.query_set not in ("vllm-0.33", "recorded"):
+    if cfg.prometheus.query_set not in ("auto", "vllm-0.11", "vllm-0.33", "recorded"):
         raise ValueError(f"prometheus.query_set {cfg.prometheus.query_set}: the dashboards and rules read vLLM "
-                         "0.33's series (vllm-0.33 or recorded); other servers are not covered yet")
+                         "0.11+'s series (auto, vllm-0.11 or recorded); other servers are not covered yet")
     signals = [{"record": name, "expr": expr} for name, expr in RECORDING_RULES.items()]
     slo: list[dict[str, Any]] = []
     for svc in cfg.services:

@@ -88,8 +88,8 @@ def test_the_objective_must_let_the_fast_burn_fire(tmp_path: Path) -> None:
 
 def test_other_query_sets_are_refused(make_fleet) -> None:
     doc = make_fleet(1).model_dump(mode="json", exclude_unset=True)
-    for qs in ("sglang", "vllm-pre-0.9"):
-        with pytest.raises(ValueError, match=f"prometheus.query_set {qs}: the dashboards and rules read vLLM 0.33"):
+    for qs in ("sglang", "vllm-pre-0.9", "vllm-0.9.2"):
+        with pytest.raises(ValueError, match=f"prometheus.query_set {qs}: the dashboards and rules read vLLM 0.11"):
             render(parse_config({**doc, "prometheus": {"query_set": qs}}, "f.yaml"))
 
 
@@ -149,7 +149,7 @@ def test_the_datasource_defaults_to_the_fleets_prometheus(make_fleet) -> None:
 
 def test_the_recorded_query_set_reads_only_recorded_rates() -> None:
     recorded = QUERY_SETS["recorded"]
-    assert set(recorded.signals) == set(QUERY_SETS["vllm-0.33"].signals)
+    assert set(recorded.signals) == set(QUERY_SETS["vllm-0.11"].signals)
     for signal, template in recorded.signals.items():
         assert "rate(" not in template and "$window" not in template and "$sel" in template, signal
     used = {name for t in recorded.signals.values() for name in RECORDING_RULES if name in t}

@@ -60,6 +60,8 @@ class FakePod:
     rate_rps: float = 0.0
     stamp: float | None = None
     namespace: str = "default"
+    tpot_metric: str = "vllm:request_time_per_output_token_seconds"
+    """The TPOT histogram's name: a vLLM before 0.11 has the per-step ``vllm:time_per_output_token_seconds``."""
     t0: float = field(default_factory=time.time)
 
     def families(self) -> list[Metric]:
@@ -84,7 +86,7 @@ class FakePod:
         success.add_metric([*labels, "abort"], 0.0, timestamp=ts)
         out.append(success)
         for metric, shares in (("vllm:time_to_first_token_seconds", TTFT_SHARES),
-                               ("vllm:request_time_per_output_token_seconds", TPOT_SHARES),
+                               (self.tpot_metric, TPOT_SHARES),
                                ("vllm:e2e_request_latency_seconds", ())):
             h = HistogramMetricFamily(metric, metric, labels=names)
             h.add_metric(labels, [*((le, f * n) for le, f in shares), ("+Inf", n)], 0.3 * n, timestamp=ts)

@@ -85,6 +85,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 FakeGateway("m-gie", 3.0, ("inference_objective_request_total",)),
                 FakeGateway("m-old", 2.0, ("inference_model_request_total",))]
     sglang = FakeSGLangPod("sgl-h100-0", "m-sgl", running=2, rate_rps=4)
+    pods.append(FakePod("v092-h100-0", "m-092", running=1, kv=0.2, rate_rps=2,
+                        tpot_metric="vllm:time_per_output_token_seconds"))  # a vLLM of 0.9.2-0.10
     # No kube-state-metrics for a100.
     exporter = FakeExporter([*pods, *gateways, sglang, FakeDeployment("src-h100", 3, 2)])
     handler = type("V0", (_Static,), {"body": (DATA_DIR / V0_CAPTURE).read_bytes()})
@@ -181,10 +183,28 @@ def test_pre_09_query_set_reads_a_real_v0_capture(world: World) -> None:
     assert old.variants["h100"].ready == 1 and old.variants["a100"].ready == 0  # one pod, no Deployment series
     assert old.signals.kv_usage == 0.0 and old.signals.running == 0.0  # vllm:gpu_cache_usage_perc
     assert old.signals.request_rate_rps == 0.0  # a frozen capture: no traffic
-    _, new = observe(fleet(name="qwen", model="Qwen/Qwen3-0.6B"), world.prom.url)
-    assert new.signals.kv_usage is None  # vllm:kv_cache_usage_perc does not exist before 0.9
+    _, new = observe(fleet({"query_set": "vllm-0.11"}, name="qwen", model="Qwen/Qwen3-0.6B"), world.prom.url)
+    assert new.signals.kv_usage is None  # vllm:kv_cache_usage_perc does not exist before 0.9.2
     # <= 0.8 counted prefix-cache blocks, not tokens: the warmth model is not fed block counts
     assert [(p.prefix_hits_total, p.prefix_queries_total) for p in old.pods] == [(None, None)]
+
+
+@pytest.mark.parametrize(("name", "model", "detected"), [
+    ("src", "m-src", "vllm-0.11"),  # FakePod: the per-request TPOT histogram of 0.11 and later
+    ("v092", "m-092", "vllm-0.9.2"),  # kv_cache_usage_perc, the per-step time_per_output_token only
+    ("qwen", "Qwen/Qwen3-0.6B", "vllm-pre-0.9.2"),  # the real V0-engine capture: gpu_cache_usage_perc
+    ("sgl", "m-sgl", "sglang"),
+])
+def test_auto_detects_each_service_s_query_set_from_its_series(world: World, caplog: pytest.LogCaptureFixture,
+                                                                name: str, model: str, detected: str) -> None:
+    """The default ``auto`` reads each server with the set of its release range, and logs the choice."""
+    with caplog.at_level("INFO", logger="autoscaler.adapters.prometheus"):
+        src, obs = observe(fleet(name=name, model=model), world.prom.url)
+    assert src.query_set(src.services[0]).name == detected
+    assert f"{name}: query set {detected}, detected" in caplog.text
+    assert obs.errors == [] and obs.signals.kv_usage is not None and obs.signals.running is not None
+    if detected in ("vllm-0.11", "vllm-0.9.2"):  # both have the TPOT_SHARES histogram under their name
+        assert obs.signals.tpot_p95_s == pytest.approx(0.025 + 0.025 * 0.95)
 
 
 def _names(template: str) -> set[str]:
@@ -205,7 +225,10 @@ def test_query_set_metric_names_exist_in_the_documented_servers(data_dir: Path) 
     sglang |= {"sglang:num_retracted_requests_total", "sglang:request_time_per_output_token_seconds"}
     old = set(re.findall(r"# TYPE (vllm:\S+)", (data_dir / V0_CAPTURE).read_text()))
     old |= set(re.findall(r"`(vllm:gpu_[a-z_]+)`", (d / "METRICS.md").read_text()))  # "Renamed / removed"
-    for name, known in (("vllm-0.33", v033), ("vllm-pre-0.9", old), ("sglang", sglang)):
+    # 0.9.2-0.10: 0.33's gauges and counters, and the per-step TPOT histogram removed since (METRICS.md).
+    v092 = (v033 - {"vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds"}) | {
+        "vllm:time_per_output_token_seconds"}
+    for name, known in (("vllm-0.11", v033), ("vllm-0.9.2", v092), ("vllm-pre-0.9.2", old), ("sglang", sglang)):
         qs = QUERY_SETS[name]
         used = set().union(*(_names(t) for t in qs.signals.values())) | {qs.kv_usage, qs.waiting, qs.running}
         used |= {n for n in (qs.prefix_hits, qs.prefix_queries) if n is not None}
@@ -306,6 +329,8 @@ def test_a_tick_waits_one_deadline_for_a_prometheus_that_never_answers() -> None
     class Runner:
         def query(self, promql: str, at: float | None) -> list[dict[str, Any]]:
             pod = {"pod": "src-h100-0"}
+            if "__name__=~" in promql:  # which server: a vLLM of 0.11 or later
+                return [{"metric": {"__name__": "vllm:inter_token_latency_seconds_count"}, "value": [0, "1"]}]
             if "src-a100" in promql or "kube_deployment" in promql:
                 return []
             if 'pod=~"src-h100-.*"' in promql:  # the first round: the variant's pods
