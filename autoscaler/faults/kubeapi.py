@@ -16,8 +16,11 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
   absent object is HTTP 404;
 - the custom resources ``CUSTOM_RESOURCES`` (LeaderWorkerSet, KServe InferenceService) served like
   built-in ones (a PUT of the whole object is checked as above);
-- ``metadata.uid`` on create (a random UUID, as the API server assigns), ``metadata.generateName`` on
-  create (a name is made from it), and equality ``labelSelector``s on lists;
+- ``metadata.uid``, ``creationTimestamp`` and ``generation`` set by the server on create (whatever the
+  client sent), ``metadata.generateName`` on create (a name is made from it), and equality
+  ``labelSelector``s on lists;
+- replace as the API server does it: the body replaces the object whole (a field the client dropped
+  is gone), the server's metadata kept, ``generation`` bumped when the spec changed, the status kept;
 - a Lease's ``acquireTime`` and ``renewTime`` parsed as ``metav1.MicroTime`` (RFC3339 with exactly six
   fraction digits): anything else is HTTP 400 BadRequest, as the API server refuses it;
 - RBAC refusals: a request whose ``(verb, plural, subresource)`` is in ``forbidden`` is answered
@@ -37,6 +40,8 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
 from __future__ import annotations
 
 import asyncio
+import copy
+import datetime
 import itertools
 import re
 import threading
@@ -65,6 +70,31 @@ MICRO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}
 JSON decoding parses with Go's ``time.Parse``: the six fraction digits are required."""
 MICRO_TIME_FIELDS = {"leases": ("acquireTime", "renewTime")}
 """Plural -> the ``spec`` fields of type ``MicroTime`` (coordination.k8s.io/v1 ``LeaseSpec``)."""
+
+
+SERVER_META = ("uid", "creationTimestamp", "name", "namespace")
+"""Metadata the API server keeps across a replace (immutable, or the request path's)."""
+
+
+def replaced(old: dict[str, Any], body: dict[str, Any], version: str) -> dict[str, Any]:
+    """The object a PUT of ``body`` leaves, as the API server stores it: ``body`` whole (a field it
+    leaves out is gone, unlike a patch), with the server's metadata of ``old`` (``SERVER_META``), the
+    new ``resourceVersion``, ``metadata.generation`` bumped when the spec changed, and ``old``'s status
+    (a replace of the main resource does not write the status subresource)."""
+    new = copy.deepcopy(body)
+    meta = new.setdefault("metadata", {})
+    old_meta = old.get("metadata") or {}
+    for key in SERVER_META:
+        if key in old_meta:
+            meta[key] = old_meta[key]
+    meta["resourceVersion"] = version
+    generation = int(old_meta.get("generation") or 1)
+    meta["generation"] = generation + 1 if "spec" in old and new.get("spec") != old.get("spec") else generation
+    if "status" in old:
+        new["status"] = old["status"]
+    else:
+        new.pop("status", None)
+    return new
 
 
 def bad_micro_time(plural: str, body: Any) -> str | None:
@@ -163,8 +193,11 @@ class Emulator(kmock.KubernetesEmulator):
                     meta = request.data.setdefault("metadata", {})
                     if method == "POST" and not meta.get("name") and meta.get("generateName"):
                         meta["name"] = f"{meta['generateName']}{next(self.versions):x}"
-                    if method == "POST":
-                        meta.setdefault("uid", str(uuid.uuid4()))
+                    if method == "POST":  # server-set, whatever the client sent
+                        meta["uid"] = str(uuid.uuid4())
+                        meta["creationTimestamp"] = datetime.datetime.now(datetime.UTC).strftime(
+                            "%Y-%m-%dT%H:%M:%SZ")
+                        meta["generation"] = 1
                     meta["resourceVersion"] = str(next(self.versions))
                     self.writes.append((method, res.plural, request.namespace, request.name, request.data,
                                         request.headers.get("User-Agent", "")))
@@ -181,7 +214,8 @@ class Emulator(kmock.KubernetesEmulator):
         return listed
 
     async def _replace(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
-        """PUT of a whole object (kmock serves only PATCH): 404 if absent, 409 if stale, else stored."""
+        """PUT of a whole object (kmock serves only PATCH): 404 if absent, 409 if stale, else the body
+        replaces it (``replaced``)."""
         res = request.resource
         body = request.data if isinstance(request.data, dict) else {}
         async with self._lock:
@@ -191,8 +225,7 @@ class Emulator(kmock.KubernetesEmulator):
             sent = (body.get("metadata") or {}).get("resourceVersion")
             if sent is not None and sent != obj.get("metadata", {}).get("resourceVersion"):
                 return conflict(str(res.plural), str(request.name))
-            body.setdefault("metadata", {})["resourceVersion"] = str(next(self.versions))
-            obj.patch(body)
+            obj.create(replaced(obj.raw, body, str(next(self.versions))))
             self.writes.append(("PUT", res.plural, request.namespace, request.name, body,
                                 request.headers.get("User-Agent", "")))
             raw = obj.raw
