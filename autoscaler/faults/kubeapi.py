@@ -17,8 +17,10 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
 - the custom resources ``CUSTOM_RESOURCES`` (LeaderWorkerSet, KServe InferenceService) served like
   built-in ones (a PUT of the whole object is checked as above);
 - ``metadata.uid``, ``creationTimestamp`` and ``generation`` set by the server on create (whatever the
-  client sent), ``metadata.generateName`` on create (a name is made from it), and equality
-  ``labelSelector``s on lists;
+  client sent), ``metadata.generateName`` on create (a name is made from it);
+- ``labelSelector`` and ``fieldSelector`` on lists, equality terms (``=``, ``==``, ``!=``) honoured on
+  labels and on any dotted field (``involvedObject.uid``: how ``kubectl describe`` finds an object's
+  Events), anything else refused with HTTP 400, never ignored;
 - replace as the API server does it: the body replaces the object whole (a field the client dropped
   is gone), the server's metadata kept, ``generation`` bumped when the spec changed, the status kept;
 - a Lease's ``acquireTime`` and ``renewTime`` parsed as ``metav1.MicroTime`` (RFC3339 with exactly six
@@ -72,6 +74,48 @@ MICRO_TIME_FIELDS = {"leases": ("acquireTime", "renewTime")}
 """Plural -> the ``spec`` fields of type ``MicroTime`` (coordination.k8s.io/v1 ``LeaseSpec``)."""
 
 
+Term = tuple[str, bool, str]
+"""One selector requirement: (key, equal, value): ``key=value`` or ``key==value`` (True), ``key!=value``."""
+_TERM = re.compile(r"\s*([A-Za-z0-9_./-]+)\s*(==|=|!=)\s*([^,=!]*?)\s*")
+
+
+def _terms(text: str) -> list[Term] | None:
+    if not text:
+        return []
+    out = []
+    for part in text.split(","):
+        m = _TERM.fullmatch(part)
+        if m is None:
+            return None
+        out.append((m[1], m[2] != "!=", m[3]))
+    return out
+
+
+def label_terms(text: str) -> list[Term] | None:
+    """A ``labelSelector``'s requirements; None when it uses what this emulator does not evaluate
+    (set-based ``in``, ``notin``, existence)."""
+    return _terms(text)
+
+
+def field_terms(text: str) -> list[Term] | None:
+    """A ``fieldSelector``'s requirements (``metadata.name=x,involvedObject.uid=y``); None when malformed."""
+    return _terms(text)
+
+
+def _field(obj: dict[str, Any], path: str) -> str:
+    x: Any = obj
+    for key in path.split("."):
+        x = x.get(key) if isinstance(x, dict) else None
+    return "" if x is None else str(x)
+
+
+def selected(obj: dict[str, Any], labels: list[Term], fields: list[Term]) -> bool:
+    """Whether ``obj`` meets every label and field requirement (a field absent reads as empty)."""
+    have = (obj.get("metadata") or {}).get("labels") or {}
+    return (all((have.get(k) == v) == eq for k, eq, v in labels)
+            and all((_field(obj, k) == v) == eq for k, eq, v in fields))
+
+
 SERVER_META = ("uid", "creationTimestamp", "name", "namespace")
 """Metadata the API server keeps across a replace (immutable, or the request path's)."""
 
@@ -107,6 +151,15 @@ def bad_micro_time(plural: str, body: Any) -> str | None:
                     '"2006-01-02T15:04:05.000000Z07:00"')
     return None
 
+
+SERVED = {"apps/v1/deployments": "Deployment", "apps/v1/statefulsets": "StatefulSet",
+          "apps/v1/replicasets": "ReplicaSet", "v1/pods": "Pod", "v1/events": "Event", "v1/configmaps": "ConfigMap",
+          "coordination.k8s.io/v1/leases": "Lease", "events.k8s.io/v1/events": "Event",
+          "leaderworkerset.x-k8s.io/v1/leaderworkersets": "LeaderWorkerSet",
+          "serving.kserve.io/v1beta1/inferenceservices": "InferenceService"}
+"""``group/version/plural`` -> kind of every resource served from the start, with the discovery a
+client such as ``kubectl`` needs to map a name to it (kind, singular name, namespaced)."""
+VERBS_SERVED = {"create", "delete", "get", "list", "patch", "update", "watch"}
 
 HANG_POLL_S = 0.05
 """How often a hung request looks whether its hang is over, wall seconds."""
@@ -167,6 +220,11 @@ class Emulator(kmock.KubernetesEmulator):
             return status(504, "Timeout", "the request did not complete within the allowed duration")
         if self.down:
             return status(503, "ServiceUnavailable", "the API server is unavailable")
+        for param, parse in (("labelSelector", label_terms), ("fieldSelector", field_terms)):
+            text = request.params.get(param)
+            if text and parse(text) is None:  # refused, never ignored
+                return status(400, "BadRequest", f'unable to parse requirement: {param} "{text}" (this emulator '
+                              "serves equality selectors only)")
         res = request.resource
         method = str(getattr(request.method, "value", request.method)).upper()
         if res is not None:
@@ -204,13 +262,12 @@ class Emulator(kmock.KubernetesEmulator):
         return await super()._handle(request)
 
     async def _serve_list(self, request: kmock.Request) -> Any:
-        """kmock's list, filtered by an equality ``labelSelector`` (``a=b,c=d``) as the API server does."""
+        """kmock's list, filtered by ``labelSelector`` and ``fieldSelector`` as the API server does
+        (``selected``; ``_handle`` refused the selectors this emulator cannot evaluate)."""
         listed: Any = await super()._serve_list(request)
-        selector = request.params.get("labelSelector")
-        if selector:
-            wanted = dict(part.split("=", 1) for part in selector.split(",") if "=" in part)
-            listed["items"] = [o for o in listed["items"] if all(
-                (o.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in wanted.items())]
+        labels = label_terms(request.params.get("labelSelector") or "") or []
+        fields = field_terms(request.params.get("fieldSelector") or "") or []
+        listed["items"] = [o for o in listed["items"] if selected(o, labels, fields)]
         return listed
 
     async def _replace(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
@@ -285,9 +342,9 @@ class EmulatedCluster:
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
         async with Emulator() as emu, kmock.Server(emu) as srv:
-            for plural in ("apps/v1/deployments", "apps/v1/statefulsets", "v1/pods", "v1/events", "v1/configmaps",
-                           "coordination.k8s.io/v1/leases", "events.k8s.io/v1/events", *CUSTOM_RESOURCES):
-                emu.resources[plural] = kmock.ResourceInfo()
+            for path, kind in SERVED.items():
+                emu.resources[path] = kmock.ResourceInfo(namespaced=True, kind=kind, singular=kind.lower(),
+                                                         verbs=VERBS_SERVED)
             self.emulator = emu
             self.url = str(srv.url).rstrip("/")
             self._ready.set()

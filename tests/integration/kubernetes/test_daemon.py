@@ -23,6 +23,7 @@ import pytest
 import yaml
 from kubernetes import client
 from support.fleets import FLEET_DOC, ramp
+from support.kubectl import kubeconfig, kubectl
 
 from autoscaler.adapters.prometheus import connect
 from autoscaler.config import FleetConfig
@@ -214,6 +215,20 @@ def test_each_change_is_an_event_and_the_lease_is_released_on_stop(run: Run) -> 
     assert not lease.spec.holder_identity  # b released it when stopped
 
 
+def test_kubectl_describe_shows_the_daemons_events_on_each_deployment(run: Run, tmp_path: Path) -> None:
+    """kubectl describe finds an object's Events by ``involvedObject.uid`` (and name, namespace, kind),
+    so the daemon's appear there only because they carry the Deployment's uid (docs/daemon.md)."""
+    config = kubeconfig(tmp_path / "kubeconfig", run.cluster.url)
+    out = {}
+    for name in ("llm-h100", "llm-a100"):
+        proc = subprocess.run([kubectl(), "--kubeconfig", str(config), "-n", NS, "describe", "deployment", name],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        out[name] = proc.stdout.split("Events:", 1)[1]
+    assert "ScaledUp" in out["llm-h100"] and "autoscaler" in out["llm-h100"]
+    assert "OtherWriter" in out["llm-a100"] and "OtherWriter" not in out["llm-h100"]  # each its own Events
+
+
 def test_a_follower_answers_health_and_readiness_and_never_writes(tmp_path: Path) -> None:
     doc = copy.deepcopy(FLEET_DOC)
     doc["kubernetes"] = {"namespace": NS, "lease": LEASE}
@@ -248,16 +263,6 @@ def test_a_follower_answers_health_and_readiness_and_never_writes(tmp_path: Path
             d.stop()
             t.join(timeout=SETTLE_S)
         assert not t.is_alive()
-
-
-def kubeconfig(path: Path, url: str) -> Path:
-    """A kubeconfig for the emulated API server (no auth)."""
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "emulated",
-        "clusters": [{"name": "emulated", "cluster": {"server": url}}],
-        "users": [{"name": "nobody", "user": {}}],
-        "contexts": [{"name": "emulated", "context": {"cluster": "emulated", "user": "nobody"}}]}))
-    return path
 
 
 def test_sigterm_finishes_and_releases_the_lease(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ hold what ``autoscaler run`` needs and nothing more: the fleet in the ConfigMap 
 hardened and probed, its RBAC is exactly the least-privilege set derived from that fleet, and the
 example vLLM Deployments are the fleet's variants under the names the default Prometheus selectors expect.
 
-``KUBECTL`` names the kubectl to run (default: ``kubectl`` on PATH), e.g. Debian's 1.20 unpacked elsewhere.
+``KUBECTL`` names the kubectl to run (default: ``kubectl`` on PATH), e.g. Debian's 1.20 unpacked elsewhere
+(``support.kubectl``).
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import os
 import re
-import shutil
 import subprocess
 import tomllib
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from support.kubectl import kubectl
 from support.paths import ROOT
 
 from autoscaler.adapters.workloads import CONNECTORS
@@ -67,14 +67,6 @@ DURATION = re.compile(r"^(\d+(ms|s|m|h))+$")
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def kubectl() -> str:
-    exe = shutil.which(os.environ.get("KUBECTL", "kubectl"))
-    if exe is None:
-        pytest.fail("kubectl is not installed: install Debian's kubernetes-client (apt-get install "
-                    "kubernetes-client; CI installs it) or set KUBECTL to a kubectl binary", pytrace=False)
-    return exe
-
-
 @functools.cache
 def _render(path: str) -> str:
     proc = subprocess.run([kubectl(), "kustomize", str(ROOT / path)], capture_output=True, text=True,

@@ -62,3 +62,16 @@ def test_a_lease_time_without_microseconds_is_a_400(cluster: EmulatedCluster) ->
     body["spec"]["renewTime"] = "2026-12-04T06:30:00.000001Z"
     created = client.CoordinationV1Api(cluster.api()).create_namespaced_lease(NS, body)
     assert created.spec.renew_time.microsecond == 1
+
+
+def test_selectors_are_honoured_or_refused_never_ignored(cluster: EmulatedCluster) -> None:
+    core = client.CoreV1Api(cluster.api())
+    for name, app in (("p1", "a"), ("p2", "b")):
+        core.create_namespaced_pod(NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name,
+                                   "labels": {"app": app}}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    names = [p.metadata.name for p in core.list_namespaced_pod(NS, label_selector="app!=a").items]
+    assert names == ["p2"]
+    assert [p.metadata.name for p in core.list_namespaced_pod(NS, field_selector="metadata.name=p1").items] == ["p1"]
+    with pytest.raises(ApiException) as err:
+        core.list_namespaced_pod(NS, label_selector="app in (a,b)")  # set-based: not evaluated here
+    assert err.value.status == 400
