@@ -49,15 +49,18 @@ def overview(cfg: FleetConfig) -> Board:
                  "histogram buckets (interpolated inside the bucket that holds the objective).", minimum=0),
           "SLO attainment", [
               (f"{ttft_ok} / sum(rate(vllm:time_to_first_token_seconds_count{{{PODS}}}[{RATE}]))", "TTFT"),
-              (f"{itl_ok} / sum(rate(vllm:request_time_per_output_token_seconds_count{{{PODS}}}[{RATE}]))", "ITL"),
+              (f"{itl_ok} / sum(rate(vllm:request_time_per_output_token_seconds_count{{{PODS}}}[{RATE}]))",
+               "TPOT (per-request mean ITL)"),
           ])
     b.add(series("s", f"TTFT p50 and p95 against the interactive objective ({slo.ttft_s:g} s, dashed).",
                  lines=[(slo.ttft_s, "red")]), "TTFT", [
         (_hist(0.5, "vllm:time_to_first_token_seconds"), "p50"),
         (_hist(0.95, "vllm:time_to_first_token_seconds"), "p95"),
     ])
-    b.add(series("s", f"Time per output token p50 and p95 against the interactive objective ({slo.itl_s:g} s, "
-                 "dashed).", lines=[(slo.itl_s, "red")]), "ITL (time per output token)", [
+    b.add(series("s", f"Each request's time per output token (its mean inter-token latency, vLLM's "
+                 f"request_time_per_output_token_seconds, what the objective itl_s bounds) p50 and p95 against the "
+                 f"interactive objective ({slo.itl_s:g} s, dashed).", lines=[(slo.itl_s, "red")]),
+          "TPOT per request (mean ITL)", [
         (_hist(0.5, "vllm:request_time_per_output_token_seconds"), "p50"),
         (_hist(0.95, "vllm:request_time_per_output_token_seconds"), "p95"),
     ])

@@ -116,7 +116,7 @@ def test_dashboards_have_stable_uids_variables_units_and_slo_lines() -> None:
         cells = [(p["gridPos"]["x"], p["gridPos"]["y"]) for p in b["panels"]]
         assert len(cells) == len(set(cells))
     latency = {p["title"]: p for p in boards["autoscaler-overview"]["panels"]}
-    for title, objective in (("TTFT", slo.ttft_s), ("ITL (time per output token)", slo.itl_s)):
+    for title, objective in (("TTFT", slo.ttft_s), ("TPOT per request (mean ITL)", slo.itl_s)):
         steps = latency[title]["fieldConfig"]["defaults"]["thresholds"]["steps"]
         assert [s["value"] for s in steps if s["value"] is not None] == [objective]
         assert latency[title]["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] == "dashed"
