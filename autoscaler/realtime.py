@@ -44,19 +44,20 @@ class LiveSimulation(SimulationDriver):
     Attributes:
         registry: holds the simulator's metrics and the loop's own.
         document: the published admission thresholds (``autoscaler.loop.admission``).
+        vllm_release: whose metric names the served replicas export (``simulator.exposition.RELEASE_NAMES``).
     """
 
     def __init__(self, cfg: FleetConfig, workload: Workload, controller: str = "pid", service: str | None = None,
                  namespace: str = "default", steady_start: bool = True,
                  registry: CollectorRegistry | None = None, admission: str | None = None,
-                 document: AdmissionDocument | None = None) -> None:
+                 document: AdmissionDocument | None = None, vllm_release: str = "0.11") -> None:
         ctrl = build(controller, cfg, service, workload)
         mode = default_admission(cfg, ctrl.name) if admission is None else admission
         super().__init__(cfg, workload, ctrl, service, steady_start, admission=mode)
         self.document = document if document is not None else AdmissionDocument()
         if self.loop.admission is not None:
             self.loop.admission = TeeSink(self.loop.admission, self.document)
-        self.collector = SimCollector(self.sim, self.lock, namespace)
+        self.collector = SimCollector(self.sim, self.lock, namespace, vllm_release)
         self.metrics = LoopMetrics(self.loop, registry, shed=self._shed)
         self.on_tick = self.metrics.record
         self.registry = self.metrics.registry

@@ -55,6 +55,19 @@ from autoscaler.simulator.metrics import (
 )
 
 POD_LABELS = ("model_name", "engine", "namespace", "pod", "variant")
+RELEASE_NAMES: dict[str, dict[str, str]] = {
+    "0.11": {name: name for name in (KV_CACHE_USAGE_PERC, PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS, ITL_SECONDS,
+                                     TPOT_SECONDS)},
+    "0.9.2": {ITL_SECONDS: "vllm:time_per_output_token_seconds", TPOT_SECONDS: ""},
+    "pre-0.9.2": {ITL_SECONDS: "vllm:time_per_output_token_seconds", TPOT_SECONDS: "",
+                  KV_CACHE_USAGE_PERC: "vllm:gpu_cache_usage_perc",
+                  PREFIX_CACHE_QUERIES: "vllm:gpu_prefix_cache_queries_total",
+                  PREFIX_CACHE_HITS: "vllm:gpu_prefix_cache_hits_total"},
+}
+"""vLLM release range -> the names its replicas export where they differ from 0.11's (``autoscaler.promql``
+has the history): before 0.11 the per-step histogram was ``time_per_output_token_seconds`` and there was
+no per-request one ("" : not exported); before 0.9.2 the KV gauge and prefix counters had ``gpu_`` names.
+A test harness for ``prometheus.query_set: auto``; the default is 0.11's."""
 DEFAULT_FAIRNESS_ID = "default-flow"
 """The flow a request without a fairness header joins (llm-d-router v0.10.0 ``pkg/epp/metadata/consts.go``)."""
 
@@ -77,12 +90,20 @@ class SimCollector(Collector):
         sim: the simulator.
         lock: held while reading ``sim`` (the simulation advances in another thread).
         namespace: value of the ``namespace`` label.
+        release: the vLLM release range whose names the replicas export (``RELEASE_NAMES``).
+
+    Raises:
+        ValueError: an unknown ``release``.
     """
 
-    def __init__(self, sim: FleetSimulator, lock: threading.Lock | None = None, namespace: str = "default") -> None:
+    def __init__(self, sim: FleetSimulator, lock: threading.Lock | None = None, namespace: str = "default",
+                 release: str = "0.11") -> None:
+        if release not in RELEASE_NAMES:
+            raise ValueError(f"vLLM release '{release}' not exported (known: {', '.join(RELEASE_NAMES)})")
         self.sim = sim
         self.lock = lock or threading.Lock()
         self.namespace = namespace
+        self.names = {**RELEASE_NAMES["0.11"], **RELEASE_NAMES[release]}
 
     def describe(self) -> Iterable[Metric]:
         """Nothing up front: families depend on the fleet's state at scrape time."""
@@ -98,29 +119,31 @@ class SimCollector(Collector):
                                     labels=POD_LABELS)
         waiting = GaugeMetricFamily(NUM_REQUESTS_WAITING, "Number of requests waiting to be processed.",
                                     labels=POD_LABELS)
-        kv = GaugeMetricFamily(KV_CACHE_USAGE_PERC, "KV-cache usage. 1 means 100 percent usage.", labels=POD_LABELS)
+        names = self.names
+        kv = GaugeMetricFamily(names[KV_CACHE_USAGE_PERC], "KV-cache usage. 1 means 100 percent usage.",
+                               labels=POD_LABELS)
         counters = {
             "prompt_tokens": CounterMetricFamily(PROMPT_TOKENS, "Number of prefill tokens processed.",
                                                  labels=POD_LABELS),
             "generation_tokens": CounterMetricFamily(GENERATION_TOKENS, "Number of generation tokens processed.",
                                                      labels=POD_LABELS),
             "prefix_queries": CounterMetricFamily(
-                PREFIX_CACHE_QUERIES, "Prefix cache queries, in terms of number of queried tokens.",
+                names[PREFIX_CACHE_QUERIES], "Prefix cache queries, in terms of number of queried tokens.",
                 labels=POD_LABELS),
-            "prefix_hits": CounterMetricFamily(PREFIX_CACHE_HITS, "Prefix cache hits, in terms of number of cached "
-                                               "tokens.", labels=POD_LABELS),
+            "prefix_hits": CounterMetricFamily(names[PREFIX_CACHE_HITS], "Prefix cache hits, in terms of number of "
+                                               "cached tokens.", labels=POD_LABELS),
             "preemptions": CounterMetricFamily(NUM_PREEMPTIONS, "Cumulative number of preemption from the engine.",
                                                labels=POD_LABELS),
         }
         success = CounterMetricFamily(REQUEST_SUCCESS, "Count of successfully processed requests.",
                                       labels=(*POD_LABELS, "finished_reason"))
-        hists = {
-            "ttft": _histogram(TTFT_SECONDS, "Histogram of time to first token in seconds."),
-            "itl": _histogram(ITL_SECONDS, "Histogram of inter-token latency in seconds."),
-            "tpot": _histogram(TPOT_SECONDS, "Histogram of time_per_output_token_seconds per request."),
-            "e2e": _histogram(E2E_SECONDS, "Histogram of e2e request latency in seconds."),
-            "iteration_tokens": _histogram(ITERATION_TOKENS, "Histogram of number of tokens per engine_step."),
-        }
+        hists = {key: _histogram(name, doc) for key, (name, doc) in {
+            "ttft": (TTFT_SECONDS, "Histogram of time to first token in seconds."),
+            "itl": (names[ITL_SECONDS], "Histogram of inter-token latency in seconds."),
+            "tpot": (names[TPOT_SECONDS], "Histogram of time_per_output_token_seconds per request."),
+            "e2e": (E2E_SECONDS, "Histogram of e2e request latency in seconds."),
+            "iteration_tokens": (ITERATION_TOKENS, "Histogram of number of tokens per engine_step."),
+        }.items() if name}  # a name the release does not export is ""
         cache_config = GaugeMetricFamily(CACHE_CONFIG_INFO, "Information of the LLMEngine CacheConfig",
                                          labels=(*POD_LABELS, "block_size", "num_gpu_blocks"))
         spec = GaugeMetricFamily(KSM_SPEC_REPLICAS, "Number of desired pods for a deployment.",

@@ -1,0 +1,44 @@
+"""``prometheus.query_set: auto`` against a simulated fleet exporting each vLLM release range's names
+(``SimCollector(release=...)``), scraped by a real Prometheus: the source reads each with its own set
+and finds the KV usage and TPOT its names carry (issue 30, item 5)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from support.fleets import FLEET_DOC, ramp
+
+from autoscaler.adapters.prometheus import connect
+from autoscaler.config.loading import parse_config
+from autoscaler.faults.promserver import PromServer, Target
+from autoscaler.loop.export import serve
+from autoscaler.realtime import LiveSimulation
+from autoscaler.wiring import build_source
+
+
+@pytest.mark.parametrize(("release", "detected"), [
+    ("0.11", "vllm-0.11"), ("0.9.2", "vllm-0.9.2"), ("pre-0.9.2", "vllm-pre-0.9.2")])
+def test_a_served_fleet_of_each_release_is_read_with_its_own_query_set(tmp_path: Path, release: str,
+                                                                        detected: str) -> None:
+    cfg = parse_config(FLEET_DOC, "<test>")
+    live = LiveSimulation(cfg, ramp(), steady_start=False, vllm_release=release)
+    stop = threading.Event()
+    live.run(on_step=lambda t: stop.set() if t >= 240 else None, stop=stop)  # mid-ramp: replicas serving
+    server = serve(live.registry, "127.0.0.1:0")
+    prom = PromServer(tmp_path / "prom", [Target(f"127.0.0.1:{server.port}")], scrape_interval="250ms")
+    try:
+        prom.start()
+        prom.wait_for("up", lambda r: bool(r) and r[0]["value"][1] == "1")
+        time.sleep(1.0)  # a few scrapes
+        src = build_source(cfg, connect(cfg.prometheus, prom.url))
+        obs = src.observe(0.0)["llm"]
+    finally:
+        prom.stop()
+        server.close()
+    assert cfg.prometheus.query_set == "auto"
+    assert src.query_set(cfg.services[0]).name == detected
+    assert obs.errors == [] and obs.signals.kv_usage is not None and obs.signals.running is not None
+    assert sum(v.ready for v in obs.variants.values()) >= 1
