@@ -55,7 +55,15 @@ import numpy as np
 
 from autoscaler.state import ForecastSignals
 from controllers.base import Controller, Decision, Gauge, change_reason, hold, silent_pods
-from models.capacity import ReplicaSpec, RequestMix, replica_capacity, speed_factor, utilisation
+from models.capacity import (
+    UNSERVABLE_SHARE,
+    ReplicaSpec,
+    RequestMix,
+    allowance,
+    replica_capacity,
+    speed_factor,
+    utilisation,
+)
 from models.learning import CapacityPosterior, LatencyCurve, latency_curve
 from models.planning import FALLBACKS, JOINT_UP_TO, Plan, PlanProblem, PlanService, PlanVariant, solve
 
@@ -383,6 +391,7 @@ class MPCController(Controller):
         self.mixes = dict(mixes or {})
         self.engine = cfg.engine
         self._capacity_cache: dict[tuple[str, str, float, float, float, float], float] = {}
+        self._allowance_cache: dict[tuple[object, ...], float | None] = {}
         self._curve_cache: dict[tuple[str, str, float, float, float, float], LatencyCurve | None] = {}
         self.forecast = forecast
         self.mix = mix
@@ -499,32 +508,57 @@ class MPCController(Controller):
     def corrected_weights(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> dict[str, float]:
         """variant -> one replica's capacity (requests/s) for this tick's mix (``mix``) with its profile
         slowed by its learned speed factor (rounded to 2 %, so a slowly moving estimate reuses the
-        capacity computed before)."""
+        capacity computed before); the estimate's capacities when the model gives every variant 0 (a
+        plan on no capacity would order nothing: a silent scale-down)."""
         base = self.weights.get(svc.name, est.weights)
         mix, mix_key = self._mix(est, svc)
         speeds = self.speed(est, svc, mem)
         mem.last_speed = speeds
         calibrated = self.mixes.get(svc.name)
+        alphas = {v.name: round(round(speeds[v.name] / SPEED_STEP) * SPEED_STEP, 4) for v in svc.variants}
+        limit = None if mix is None else self._allowance(svc, alphas, mix, mix_key)
         out = {}
         for v in svc.variants:
-            alpha = round(round(speeds[v.name] / SPEED_STEP) * SPEED_STEP, 4)
+            alpha = alphas[v.name]
             key = (svc.name, v.name, alpha, *mix_key)
-            if mix is None or (alpha == 1.0 and mix is calibrated):
+            if mix is None or limit is None or (alpha == 1.0 and mix is calibrated):
                 out[v.name] = float(base.get(v.name, 0.0))
             else:
-                out[v.name] = self._model_capacity(svc, v, alpha, mix, key)
+                out[v.name] = self._model_capacity(svc, v, alpha, mix, key, limit)
             if mix is not None and self.learn_capacity:
                 out[v.name] *= self._learn_capacity(est, svc, v, mem, mix, alpha, key, out[v.name])
+        if not any(out.values()):  # no variant serves this mix: plan with the last capacities, not none
+            return {v.name: float(base.get(v.name, 0.0)) for v in svc.variants}
         return out
 
+    def _allowance(self, svc: Service, alphas: Mapping[str, float], mix: RequestMix,
+                   mix_key: tuple[float, float, float]) -> float | None:
+        """``models.capacity.allowance`` over ``svc``'s variants slowed by ``alphas`` for ``mix``, cached;
+        None when the ITL target is out of every variant's reach."""
+        key = (svc.name, tuple(sorted(alphas.items())), *mix_key)
+        if key not in self._allowance_cache:
+            slo = svc.slo["interactive"]
+            specs = [self._slowed(v, alphas[v.name]) for v in svc.variants]
+            try:
+                self._allowance_cache[key] = allowance(specs, mix, slo.ttft_s, slo.itl_s)
+            except ValueError:  # no operating point for the mix at all
+                self._allowance_cache[key] = None
+        return self._allowance_cache[key]
+
     def _model_capacity(self, svc: Service, v: Variant, alpha: float, mix: RequestMix,
-                        key: tuple[str, str, float, float, float, float]) -> float:
+                        key: tuple[str, str, float, float, float, float], unservable: float | None = None
+                        ) -> float:
         """The model's capacity of one replica of ``v`` slowed by ``alpha`` for ``mix`` (requests/s; 0
-        when the ITL target is out of its reach), cached under ``key``."""
+        when the ITL target is out of its reach), given the service's ``unservable`` allowance
+        (``_allowance``; computed when None), cached under ``key``."""
         if key not in self._capacity_cache:
             slo = svc.slo["interactive"]
+            if unservable is None:
+                alphas = {w.name: alpha if w.name == v.name else 1.0 for w in svc.variants}
+                unservable = self._allowance(svc, alphas, mix, key[3:]) or UNSERVABLE_SHARE
             try:
-                cap = replica_capacity(self._slowed(v, alpha), mix, slo.ttft_s, slo.itl_s).rps
+                cap = replica_capacity(self._slowed(v, alpha), mix, slo.ttft_s, slo.itl_s,
+                                       unservable=unservable).rps
             except ValueError:  # so slow the ITL target is out of reach
                 cap = 0.0
             self._capacity_cache[key] = cap

@@ -129,9 +129,11 @@ OUTPUT_SIGMA = math.sqrt(2.0 * math.log(synthetic.OUTPUT_MEAN_TOKENS / synthetic
 _BISECTION_STEPS = 40  # relative precision 2**-40 of the fluid limit
 UNLOADED = 1e-6
 UNSERVABLE_SHARE = 0.05
-"""Most requests a replica may miss even idle and still be given a capacity for the mix: a tail of
-prompts too long to prefill within the TTFT target (5 %: a long-prompt day's tail on an A100);
-a variant missing more cannot serve this mix, and gets 0."""
+"""How many more requests a replica may miss even idle than the service's best variant misses idle,
+and still be given a capacity for the mix: a tail of prompts too long to prefill within the TTFT
+target (5 %: a long-prompt day's tail on an A100). What the best variant misses idle no variant can
+serve, so it never takes a capacity away (``allowance``); a variant missing more cannot serve this
+mix, and gets 0."""
 """A rate this share of the fluid limit stands for an idle replica: the misses there are the mix's
 own, which no rate removes (``replica_capacity``)."""
 
@@ -521,19 +523,37 @@ def _largest_rate(miss: Callable[[float], float], limit: float, budget: float) -
     return lo
 
 
+def idle_misses(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float) -> float:
+    """The largest share of ``mix`` any of the four bounds misses on an idle ``spec`` (prompts it
+    cannot prefill within ``ttft_s`` even alone; 1 when its decode step alone exceeds ``itl_s``)."""
+    if itl_s <= spec.profile.step_overhead_s:
+        return 1.0
+    idle = UNLOADED / _work(spec, mix)
+    return max(_itl_miss(spec, mix, idle, itl_s), _ttft_miss(spec, mix, idle, ttft_s),
+               _seqs_miss(spec, mix, idle, ttft_s), _kv_miss(spec, mix, idle))
+
+
+def allowance(specs: Sequence[ReplicaSpec], mix: RequestMix, ttft_s: float, itl_s: float) -> float:
+    """The idle misses a variant of a service may show and keep a capacity (``replica_capacity``):
+    ``UNSERVABLE_SHARE`` above the fewest any of its variants' ``specs`` shows."""
+    return min((idle_misses(sp, mix, ttft_s, itl_s) for sp in specs), default=0.0) + UNSERVABLE_SHARE
+
+
 def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float,
-                     attainment: float = DEFAULT_ATTAINMENT) -> CapacityBounds:
+                     attainment: float = DEFAULT_ATTAINMENT, unservable: float = UNSERVABLE_SHARE
+                     ) -> CapacityBounds:
     """The four bounds of the module docstring for one replica, requests/s. Each bound's budget of
     misses is ``1 - attainment`` on top of the misses it shows at no load (requests that miss on an
     idle replica, e.g. prompts it cannot prefill within the TTFT target: no replica count helps them,
-    so they must not give a variant no capacity); a bound that misses more than ``UNSERVABLE_SHARE``
-    of its requests even idle gives 0.
+    so they must not give a variant no capacity); a bound that misses more than ``unservable`` of its
+    requests even idle gives 0 (``allowance`` sets it for a service's variants).
 
     Args:
         spec: the replica.
         mix: the requests it serves.
         ttft_s, itl_s: the SLO's targets, seconds.
         attainment: share of requests that must meet each part of the SLO, in (0, 1).
+        unservable: the most idle misses that leave a capacity.
 
     Raises:
         ValueError: ``attainment`` outside (0, 1), or ``itl_s`` not above the profile's fixed step time.
@@ -548,7 +568,7 @@ def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: f
         # What misses at any rate (a prompt this replica cannot prefill within the TTFT target even
         # alone) is not load's doing: the budget is for the misses load adds on top of it.
         floor = miss(limit * UNLOADED)
-        if floor > UNSERVABLE_SHARE:
+        if floor > unservable:
             return 0.0
         return _largest_rate(miss, limit, budget + floor)
     return CapacityBounds(
@@ -583,4 +603,6 @@ def variant_weights(svc: ServiceSpec, engine: EngineLimits, mix: RequestMix | No
     """
     mix = service_mix(svc) if mix is None else mix
     slo = svc.slo["interactive"]
-    return {v.name: replica_capacity(ReplicaSpec.of(v, engine), mix, slo.ttft_s, slo.itl_s).rps for v in svc.variants}
+    specs = {v.name: ReplicaSpec.of(v, engine) for v in svc.variants}
+    limit = allowance(list(specs.values()), mix, slo.ttft_s, slo.itl_s)
+    return {name: replica_capacity(sp, mix, slo.ttft_s, slo.itl_s, unservable=limit).rps for name, sp in specs.items()}

@@ -64,16 +64,25 @@ class GatewayConfig(Strict):
     pid|mpc``); without one, requests go straight to the router, as through a plain proxy.
 
     The gateway holds a queue per priority and dispatches, highest priority first (within a priority,
-    requests of workflows already in progress first, then first come first served), to the ready
-    replica the router picks among those not *saturated*: a replica is saturated when more than
-    ``queue_depth_threshold`` requests wait in it or its KV-cache usage is above
-    ``kv_cache_threshold`` (the Gateway API Inference Extension's saturation detector and its
-    defaults, 5 and 0.8). A request that has waited ``max_wait_s`` is dispatched before any other
+    requests of workflows already in progress first, then first come first served). When it may
+    dispatch depends on ``saturation``, both rules the endpoint picker's utilization detector with its
+    defaults (``queue_depth_threshold`` 5 waiting requests, ``kv_cache_threshold`` 0.8 KV usage):
+
+    - ``pool`` (default; GIE v1.5+ and llm-d-router v0.10.0, ``utilization-detector``): the pool's
+      saturation is the mean over its ready replicas of ``max(waiting / queue_depth_threshold,
+      kv usage / kv_cache_threshold)``; while it is >= 1 every band is held, below it the router picks
+      among all ready replicas;
+    - ``pod`` (GIE v1.0-v1.3): dispatch while any replica is not saturated (at most
+      ``queue_depth_threshold`` waiting and KV usage at most ``kv_cache_threshold``), to one of those;
+      a pool mostly full still takes work through its one free replica.
+
+    A request that has waited ``max_wait_s`` is dispatched before any other
     priority (so the lowest is never starved past it). A request above its priority's admission
     threshold is deferred when it continues a workflow in progress (kept, shed if still queued
     ``defer_s`` later) and shed (HTTP 429) otherwise.
     """
 
+    saturation: Literal["pool", "pod"] = "pool"
     queue_depth_threshold: int = Field(default=5, ge=0)
     kv_cache_threshold: float = Field(default=0.8, gt=0, le=1)
     max_wait_s: float = Field(default=120.0, gt=0)

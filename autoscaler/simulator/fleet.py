@@ -26,6 +26,7 @@ queues them by priority and dispatches to unsaturated replicas.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections import deque
 from collections.abc import Sequence
@@ -289,10 +290,31 @@ class FleetSimulator:
         g = self.cfg.simulator.gateway
         return len(r.waiting) > g.queue_depth_threshold or r.kv_used > g.kv_cache_threshold * r.kv_cap
 
+    def _pool_saturation(self, pods: list[Replica]) -> float:
+        """The pool's saturation (``GatewayConfig``, ``pool``): the mean over ``pods`` of each one's
+        ``max(waiting / queue_depth_threshold, kv usage / kv_cache_threshold)``; inf with no pod."""
+        g = self.cfg.simulator.gateway
+        if not pods:
+            return math.inf
+
+        def queue(r: Replica) -> float:  # a threshold of 0: any request waiting saturates it
+            return len(r.waiting) / g.queue_depth_threshold if g.queue_depth_threshold else (
+                math.inf if r.waiting else 0.0)
+
+        return sum(max(queue(r), r.kv_used / (g.kv_cache_threshold * r.kv_cap)) for r in pods) / len(pods)
+
     def _pump(self, svc: ServiceSim) -> None:
-        """Dispatch queued requests to the unsaturated ready replicas, the router choosing among them."""
+        """Dispatch queued requests while the gateway's saturation rule allows (``GatewayConfig``), the
+        router choosing among the replicas it allows."""
         flow = svc.flow
         assert flow is not None
+        if self.cfg.simulator.gateway.saturation == "pool":
+            pods = self._routable(svc)
+            while flow.waiting and self._pool_saturation(pods) < 1.0:
+                sr = flow.pop(self.now)
+                assert sr is not None
+                self._pick(svc, pods, sr).enqueue(sr, self.now)
+            return
         free = [r for r in self._routable(svc) if not self._saturated(r)]
         while free and flow.waiting:
             sr = flow.pop(self.now)
@@ -303,9 +325,13 @@ class FleetSimulator:
                 free.remove(r)
 
     def _fill(self, svc: ServiceSim, r: Replica) -> None:
-        """After a step of ``r``: dispatch queued requests to it while it is ready and unsaturated."""
+        """After a step of ``r``: the pool rule dispatches as ``_pump``; the per-pod rule dispatches to
+        ``r`` while it is ready and unsaturated."""
         flow = svc.flow
         assert flow is not None
+        if self.cfg.simulator.gateway.saturation == "pool":
+            self._pump(svc)
+            return
         while flow.waiting and r.state == READY and not r.cordoned and not self._saturated(r):
             sr = flow.pop(self.now)
             assert sr is not None

@@ -313,3 +313,18 @@ def test_streaming_takes_only_a_boolean(make_fleet) -> None:
         with pytest.raises(ConfigError, match=r"simulator\.clients\.streaming"):
             parse_config({**doc, "simulator": {"clients": {"streaming": bad}}}, "f.yaml")
     assert parse_config({**doc, "simulator": {"clients": {"streaming": True}}}, "f.yaml").simulator.clients.streaming
+
+
+@pytest.mark.parametrize(("saturation", "in_replica"), [("pool", 2), ("pod", 3)])
+def test_the_pool_rule_holds_at_a_mean_saturation_of_one_the_pod_rule_past_the_threshold(
+        make_fleet, saturation: str, in_replica: int) -> None:
+    """One replica running one request at a time, queue_depth_threshold 2. The pool rule (GIE v1.5+,
+    llm-d-router v0.10.0) holds once max(waiting / 2, kv / 0.8) reaches 1: 2 waiting in the replica.
+    The per-pod rule (GIE v1.0-v1.3) dispatches while waiting <= 2: 3 waiting. Of 10 requests sent
+    at once, 1 runs and the rest wait at the gateway."""
+    reqs = [req(0.001 * i, 2, out=1000) for i in range(10)]
+    sim = gateway_sim(make_fleet, reqs, queue_depth_threshold=2, saturation=saturation)
+    sim.run_until(0.5)
+    (replica,) = sim.services["svc"].replicas
+    assert len(replica.waiting) == in_replica
+    assert sim.services["svc"].flow.queued == [0, 0, 10 - 1 - in_replica]

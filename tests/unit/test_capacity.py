@@ -22,9 +22,12 @@ from autoscaler.workload.types import Request, Workload
 from controllers.registry import build
 from controllers.static import StaticController
 from models.capacity import (
+    UNSERVABLE_SHARE,
     ReplicaSpec,
     RequestMix,
     _erlang_c,
+    allowance,
+    idle_misses,
     marginal_costs,
     mean_itl_rate,
     operating_point,
@@ -202,3 +205,25 @@ def test_requests_no_idle_replica_can_serve_do_not_zero_a_variant() -> None:
     assert 0 < mixed.rps <= alone.rps
     mostly_long = RequestMix.from_requests([1000] * 75 + [long] * 25, [100] * 100)
     assert replica_capacity(spec, mostly_long, 0.5, 0.1).ttft_rps == 0
+
+
+def test_what_no_variant_can_serve_idle_never_zeroes_the_service() -> None:
+    # A long-prompt day (ServeGen with Mooncake lengths): 8 % of prompts cannot be prefilled within the
+    # TTFT target by an idle replica of any variant here. With an absolute 5 % allowance every variant
+    # got 0, the MPC and the oracle planned no capacity, and the MPC served 3 % of the day. The
+    # allowance is relative: 5 points above what the best variant misses idle. An H100 and a replica
+    # of half its prefill speed: the H100 misses the 8 % idle (by hand: a x P > 0.5 s), the slow one
+    # also the prompts between half and all of the target (another 40 %): it cannot serve this mix.
+    h100 = ReplicaSpec(H100, 256, 8192, 16, 400_000)
+    slow = ReplicaSpec(H100.slowed(2.0), 256, 8192, 16, 400_000)
+    a = H100.prefill_s_per_token
+    long, middle = math.ceil(0.6 / a), math.ceil(0.3 / a)  # idle prefill > 0.5 s on the H100; on the slow one
+    assert a * long > 0.5 and 2 * a * middle > 0.5 > a * middle
+    mix = RequestMix.from_requests([1000] * 52 + [middle] * 40 + [long] * 8, [100] * 100)
+    assert idle_misses(h100, mix, 0.5, 0.1) == pytest.approx(0.08, abs=0.005)
+    assert idle_misses(slow, mix, 0.5, 0.1) == pytest.approx(0.48, abs=0.005)
+    limit = allowance([h100, slow], mix, 0.5, 0.1)
+    assert limit == pytest.approx(0.08 + UNSERVABLE_SHARE, abs=0.005)
+    assert replica_capacity(h100, mix, 0.5, 0.1).rps == 0  # the absolute rule: nothing for anyone
+    assert replica_capacity(h100, mix, 0.5, 0.1, unservable=limit).rps > 0
+    assert replica_capacity(slow, mix, 0.5, 0.1, unservable=limit).rps == 0
