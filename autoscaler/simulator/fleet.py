@@ -20,7 +20,7 @@ first attempt, ``final`` its last. A request too long for ``max_model_len`` is r
 
 Gateway: without an admission policy, requests go to the router at once (held only while no replica
 is ready); with one (``admission=True``), each service's ``autoscaler.simulator.gateway.Gateway``
-queues them by priority and dispatches to unsaturated replicas.
+queues them by priority and dispatches while the pool is not saturated (``GatewayConfig.saturation``).
 """
 
 from __future__ import annotations
