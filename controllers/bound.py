@@ -27,7 +27,7 @@ multiplies the simulations (docs/controllers.md, "The bound").
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -78,8 +78,11 @@ class BoundController(OracleController):
     record: ``scale`` (its capacity scale; None when no candidate reached the target, and then the
     schedule is the most capacious tried), ``trials`` (every candidate simulated, in order)."""
 
-    scale: float | None
-    trials: tuple[Trial, ...]
+    def __init__(self, chosen: OracleController, scale: float | None, trials: Sequence[Trial]) -> None:
+        super().__init__(chosen.schedule, chosen.replicas, chosen.tick_s, chosen.window_s, chosen.plan_cost,
+                         chosen.solve_ms, chosen.name, chosen.plan)
+        self.scale = scale
+        self.trials = tuple(trials)
 
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """The chosen schedule's replicas; terms add ``capacity_scale`` (0 when none reached the
@@ -158,8 +161,4 @@ def bound_controller(cfg: FleetConfig, svc: Service, workload: Workload, weights
     feasible = [t for t in trials if t.feasible]
     best = min(feasible, key=lambda t: t.outcome.cost_usd) if feasible else min(trials, key=lambda t: t.scale)
     chosen = candidate(best.scale)
-    out = BoundController(chosen.schedule, chosen.replicas, chosen.tick_s, chosen.window_s, chosen.plan_cost,
-                          chosen.solve_ms, name, chosen.plan)
-    out.scale = best.scale if feasible else None
-    out.trials = tuple(trials)
-    return out
+    return BoundController(chosen, best.scale if feasible else None, trials)
