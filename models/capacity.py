@@ -128,14 +128,19 @@ INPUT_SIGMA = math.sqrt(2.0 * math.log(synthetic.INPUT_MEAN_TOKENS / synthetic.I
 OUTPUT_SIGMA = math.sqrt(2.0 * math.log(synthetic.OUTPUT_MEAN_TOKENS / synthetic.OUTPUT_MEDIAN_TOKENS))
 _BISECTION_STEPS = 40  # relative precision 2**-40 of the fluid limit
 UNLOADED = 1e-6
+"""A rate this share of the fluid limit stands for an idle replica: the misses there are the mix's
+own, which no rate removes (``replica_capacity``)."""
 UNSERVABLE_SHARE = 0.05
 """How many more requests a replica may miss even idle than the service's best variant misses idle,
 and still be given a capacity for the mix: a tail of prompts too long to prefill within the TTFT
 target (5 %: a long-prompt day's tail on an A100). What the best variant misses idle no variant can
 serve, so it never takes a capacity away (``allowance``); a variant missing more cannot serve this
 mix, and gets 0."""
-"""A rate this share of the fluid limit stands for an idle replica: the misses there are the mix's
-own, which no rate removes (``replica_capacity``)."""
+MOSTLY_UNSERVABLE = 0.5
+"""Above this share of a mix missed idle by the service's best variant, the mix says nothing about
+capacity (what is left to serve is the minority): no variant gets one, and the loop keeps the last
+capacities (``loop.mix``); a day's long-prompt tail (ServeGen with Mooncake lengths: about 8 %)
+is far below."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -535,8 +540,10 @@ def idle_misses(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float)
 
 def allowance(specs: Sequence[ReplicaSpec], mix: RequestMix, ttft_s: float, itl_s: float) -> float:
     """The idle misses a variant of a service may show and keep a capacity (``replica_capacity``):
-    ``UNSERVABLE_SHARE`` above the fewest any of its variants' ``specs`` shows."""
-    return min((idle_misses(sp, mix, ttft_s, itl_s) for sp in specs), default=0.0) + UNSERVABLE_SHARE
+    ``UNSERVABLE_SHARE`` above the fewest any of its variants' ``specs`` shows; ``UNSERVABLE_SHARE``
+    alone when even that is above ``MOSTLY_UNSERVABLE`` (every variant then gets 0)."""
+    best = min((idle_misses(sp, mix, ttft_s, itl_s) for sp in specs), default=0.0)
+    return (best if best <= MOSTLY_UNSERVABLE else 0.0) + UNSERVABLE_SHARE
 
 
 def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float,
