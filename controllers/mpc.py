@@ -526,7 +526,8 @@ class MPCController(Controller):
             else:
                 out[v.name] = self._model_capacity(svc, v, alpha, mix, key, limit)
             if mix is not None and self.learn_capacity:
-                out[v.name] *= self._learn_capacity(est, svc, v, mem, mix, alpha, key, out[v.name])
+                out[v.name] *= self._learn_capacity(est, svc, v, mem, mix, alpha, key, out[v.name],
+                                                    UNSERVABLE_SHARE if limit is None else limit)
         if not any(out.values()):  # no variant serves this mix: plan with the last capacities, not none
             return {v.name: float(base.get(v.name, 0.0)) for v in svc.variants}
         return out
@@ -546,16 +547,12 @@ class MPCController(Controller):
         return self._allowance_cache[key]
 
     def _model_capacity(self, svc: Service, v: Variant, alpha: float, mix: RequestMix,
-                        key: tuple[str, str, float, float, float, float], unservable: float | None = None
-                        ) -> float:
+                        key: tuple[str, str, float, float, float, float], unservable: float) -> float:
         """The model's capacity of one replica of ``v`` slowed by ``alpha`` for ``mix`` (requests/s; 0
         when the ITL target is out of its reach), given the service's ``unservable`` allowance
-        (``_allowance``; computed when None), cached under ``key``."""
+        (``_allowance``), cached under ``key``."""
         if key not in self._capacity_cache:
             slo = svc.slo["interactive"]
-            if unservable is None:
-                alphas = {w.name: alpha if w.name == v.name else 1.0 for w in svc.variants}
-                unservable = self._allowance(svc, alphas, mix, key[3:]) or UNSERVABLE_SHARE
             try:
                 cap = replica_capacity(self._slowed(v, alpha), mix, slo.ttft_s, slo.itl_s,
                                        unservable=unservable).rps
@@ -570,9 +567,11 @@ class MPCController(Controller):
         return replace(spec, profile=spec.profile.slowed(alpha))
 
     def _learn_capacity(self, est: ServiceEstimate, svc: Service, v: Variant, mem: _ServiceMemory, mix: RequestMix,
-                        alpha: float, key: tuple[str, str, float, float, float, float], prior_rps: float) -> float:
+                        alpha: float, key: tuple[str, str, float, float, float, float], prior_rps: float,
+                        unservable: float) -> float:
         """Update ``v``'s capacity posterior (``models.learning``) from this tick when it can show
-        capacity (``learnable``), and return the multiple of ``prior_rps`` the plan uses."""
+        capacity (``learnable``), and return the multiple of ``prior_rps`` the plan uses; ``unservable``
+        is the service's allowance (``_model_capacity``)."""
         post = mem.capacity.setdefault(v.name, CapacityPosterior())
         obs = est.variants[v.name]
         mem.learned[v.name] = False
@@ -583,7 +582,7 @@ class MPCController(Controller):
             rate, ttft_ratio, tpot_ratio = measured
             if key not in self._curve_cache:  # the model's own curve, its loads relative to its capacity
                 slo = svc.slo["interactive"]
-                model_rps = self._model_capacity(svc, v, alpha, mix, key)
+                model_rps = self._model_capacity(svc, v, alpha, mix, key, unservable)
                 self._curve_cache[key] = (latency_curve(self._slowed(v, alpha), mix, slo.ttft_s, slo.itl_s, model_rps)
                                           if model_rps > 0 else None)
             curve = self._curve_cache[key]

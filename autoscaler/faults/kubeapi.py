@@ -79,27 +79,16 @@ Term = tuple[str, bool, str]
 _TERM = re.compile(r"\s*([A-Za-z0-9_./-]+)\s*(==|=|!=)\s*([^,=!]*?)\s*")
 
 
-def _terms(text: str) -> list[Term] | None:
-    if not text:
-        return []
+def selector_terms(text: str) -> list[Term] | None:
+    """A ``labelSelector``'s or ``fieldSelector``'s requirements (``app=x``, ``involvedObject.uid=y``);
+    None when it uses what this emulator does not evaluate (set-based ``in``, ``notin``, existence)."""
     out = []
-    for part in text.split(","):
+    for part in text.split(",") if text else ():
         m = _TERM.fullmatch(part)
         if m is None:
             return None
         out.append((m[1], m[2] != "!=", m[3]))
     return out
-
-
-def label_terms(text: str) -> list[Term] | None:
-    """A ``labelSelector``'s requirements; None when it uses what this emulator does not evaluate
-    (set-based ``in``, ``notin``, existence)."""
-    return _terms(text)
-
-
-def field_terms(text: str) -> list[Term] | None:
-    """A ``fieldSelector``'s requirements (``metadata.name=x,involvedObject.uid=y``); None when malformed."""
-    return _terms(text)
 
 
 def _field(obj: dict[str, Any], path: str) -> str:
@@ -220,9 +209,9 @@ class Emulator(kmock.KubernetesEmulator):
             return status(504, "Timeout", "the request did not complete within the allowed duration")
         if self.down:
             return status(503, "ServiceUnavailable", "the API server is unavailable")
-        for param, parse in (("labelSelector", label_terms), ("fieldSelector", field_terms)):
+        for param in ("labelSelector", "fieldSelector"):
             text = request.params.get(param)
-            if text and parse(text) is None:  # refused, never ignored
+            if text and selector_terms(text) is None:  # refused, never ignored
                 return status(400, "BadRequest", f'unable to parse requirement: {param} "{text}" (this emulator '
                               "serves equality selectors only)")
         res = request.resource
@@ -265,8 +254,8 @@ class Emulator(kmock.KubernetesEmulator):
         """kmock's list, filtered by ``labelSelector`` and ``fieldSelector`` as the API server does
         (``selected``; ``_handle`` refused the selectors this emulator cannot evaluate)."""
         listed: Any = await super()._serve_list(request)
-        labels = label_terms(request.params.get("labelSelector") or "") or []
-        fields = field_terms(request.params.get("fieldSelector") or "") or []
+        labels = selector_terms(request.params.get("labelSelector") or "") or []
+        fields = selector_terms(request.params.get("fieldSelector") or "") or []
         listed["items"] = [o for o in listed["items"] if selected(o, labels, fields)]
         return listed
 

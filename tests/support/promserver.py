@@ -44,6 +44,14 @@ PROMPT_TOKENS_PER_REQUEST = 1000.0
 PREFIX_HIT_FRACTION = 0.4
 
 
+def _single(family: type[GaugeMetricFamily] | type[CounterMetricFamily], metric: str, names: list[str],
+            labels: list[str], value: float, ts: float | None = None) -> Metric:
+    """A family of ``metric`` holding one sample."""
+    fam = family(metric, metric, labels=names)
+    fam.add_metric(labels, value, timestamp=ts)
+    return fam
+
+
 @dataclass
 class FakePod:
     """One vLLM pod: gauges as given, counters growing at ``rate_rps`` requests per wall second.
@@ -69,18 +77,13 @@ class FakePod:
         names = ["engine", "model_name", "namespace", "pod", "variant"]
         n = self.rate_rps * (time.time() - self.t0)
         ts = self.stamp
-        out: list[Metric] = []
-        for metric, value in (("vllm:num_requests_running", self.running), ("vllm:num_requests_waiting", self.waiting),
-                              ("vllm:kv_cache_usage_perc", self.kv)):
-            g = GaugeMetricFamily(metric, metric, labels=names)
-            g.add_metric(labels, value, timestamp=ts)
-            out.append(g)
-        for metric, value in (("vllm:prompt_tokens", PROMPT_TOKENS_PER_REQUEST * n),
-                              ("vllm:prefix_cache_queries", PROMPT_TOKENS_PER_REQUEST * n),
-                              ("vllm:prefix_cache_hits", PREFIX_HIT_FRACTION * PROMPT_TOKENS_PER_REQUEST * n)):
-            c = CounterMetricFamily(metric, metric, labels=names)
-            c.add_metric(labels, value, timestamp=ts)
-            out.append(c)
+        out = [_single(GaugeMetricFamily, metric, names, labels, value, ts) for metric, value in (
+            ("vllm:num_requests_running", self.running), ("vllm:num_requests_waiting", self.waiting),
+            ("vllm:kv_cache_usage_perc", self.kv))]
+        out += [_single(CounterMetricFamily, metric, names, labels, value, ts) for metric, value in (
+            ("vllm:prompt_tokens", PROMPT_TOKENS_PER_REQUEST * n),
+            ("vllm:prefix_cache_queries", PROMPT_TOKENS_PER_REQUEST * n),
+            ("vllm:prefix_cache_hits", PREFIX_HIT_FRACTION * PROMPT_TOKENS_PER_REQUEST * n))]
         success = CounterMetricFamily("vllm:request_success", "s", labels=[*names, "finished_reason"])
         success.add_metric([*labels, "stop"], n, timestamp=ts)
         success.add_metric([*labels, "abort"], 0.0, timestamp=ts)
@@ -114,16 +117,10 @@ class FakeSGLangPod:
         names = ["model_name", "namespace", "pod", "variant"]
         labels = [self.model, self.namespace, self.name, self.variant]
         n = self.rate_rps * (time.time() - self.t0)
-        out: list[Metric] = []
-        for metric, value in (("sglang:num_running_reqs", self.running), ("sglang:num_queue_reqs", 0.0),
-                              ("sglang:token_usage", 0.2)):
-            g = GaugeMetricFamily(metric, metric, labels=names)
-            g.add_metric(labels, value)
-            out.append(g)
-        for metric, value in (("sglang:num_requests", n), ("sglang:num_retracted_requests", self.retract_share * n)):
-            c = CounterMetricFamily(metric, metric, labels=names)
-            c.add_metric(labels, value)
-            out.append(c)
+        out = [_single(GaugeMetricFamily, metric, names, labels, value) for metric, value in (
+            ("sglang:num_running_reqs", self.running), ("sglang:num_queue_reqs", 0.0), ("sglang:token_usage", 0.2))]
+        out += [_single(CounterMetricFamily, metric, names, labels, value) for metric, value in (
+            ("sglang:num_requests", n), ("sglang:num_retracted_requests", self.retract_share * n))]
         for metric, shares, total in (("sglang:request_time_per_output_token_seconds", TPOT_SHARES, 0.03 * n),
                                       ("sglang:inter_token_latency_seconds", (), 0.02 * 10 * n)):
             count = n if shares else 10 * n
@@ -156,13 +153,8 @@ class FakeGateway:
         n = self.rate_rps * (time.time() - self.t0)
         values = {"model_name": self.model, "target_model_name": self.model, "fairness_id": "default-flow",
                   "priority": "2"}
-        out: list[Metric] = []
-        for name in self.counters:
-            labels = GATEWAY_LABELS[name]
-            c = CounterMetricFamily(name, name, labels=labels)
-            c.add_metric([values[k] for k in labels], n)
-            out.append(c)
-        return out
+        return [_single(CounterMetricFamily, name, list(GATEWAY_LABELS[name]),
+                        [values[k] for k in GATEWAY_LABELS[name]], n) for name in self.counters]
 
 
 @dataclass
