@@ -45,6 +45,13 @@ KSM_READY_REPLICAS = "kube_deployment_status_replicas_ready"
 # - ``inference_model_request_total``: gateway-api-inference-extension v0.x-v1.0.
 # An EPP may export two of them for the same requests, so the queries read the newest present, never a sum.
 GATEWAY_REQUESTS = ("llm_d_epp_request_total", "inference_objective_request_total", "inference_model_request_total")
+# The EPP's flow control (llm-d-router v0.10.0 ``pkg/epp/metrics/llm_d_router_metrics.go``; the
+# ``inference_extension_`` names are GIE v1.x's, registered deprecated beside them): a histogram of the
+# seconds each request spent queued, by ``priority`` and ``outcome`` (``Dispatched``, ``RejectedCapacity``,
+# ``RejectedOther``, ``EvictedTTL``, ``EvictedContextCancelled``, ...), and a gauge of requests held now.
+GATEWAY_QUEUE_DURATION = ("llm_d_epp_flow_control_request_queue_duration_seconds",
+                          "inference_extension_flow_control_request_queue_duration_seconds")
+GATEWAY_QUEUE_SIZE = ("llm_d_epp_flow_control_queue_size", "inference_extension_flow_control_queue_size")
 # Signals evaluated once per service with the service's matchers only: the gateway's series carry no pod.
 SERVICE_SIGNALS = frozenset({"arrival_rate_rps"})
 
@@ -87,6 +94,39 @@ def first_present(counters: tuple[str, ...], matchers: str, window: str, by: str
     names counting the same requests are never added); parenthesised, so it nests in any expression."""
     agg = f"sum by ({by})" if by else "sum"
     return "(" + " or ".join(f"{agg} (rate({c}{{{matchers}}}[{window}]))" for c in counters) + ")"
+
+
+def _flow(suffix: str, outcome: str) -> str:
+    return first_present(tuple(f"{h}_{suffix}" for h in GATEWAY_QUEUE_DURATION), f'outcome=~"{outcome}",$sel',
+                         "$window", by="priority")
+
+
+_DISPATCHED = "Dispatched"
+_SHED = "Rejected.*|EvictedTTL"  # 429 at the door (RejectedCapacity, RejectedOther), 503 at the deadline (EvictedTTL)
+PRIORITY_QUERIES: dict[str, str] = {
+    "arrival_rate_rps": first_present(GATEWAY_REQUESTS, "$sel", "$window", by="priority"),
+    "dispatched_rps": _flow("count", _DISPATCHED),
+    "wait_s": f"{_flow('sum', _DISPATCHED)} / {_flow('count', _DISPATCHED)}",
+    # flow control with no shed yet has no shed series: 0 per priority it dispatched
+    "shed_rps": f"({_flow('count', _SHED)} or ({_flow('count', _DISPATCHED)} * 0))",
+    "queue": "(" + " or ".join(f"sum by (priority) ({g}{{$sel}})" for g in GATEWAY_QUEUE_SIZE) + ")",
+}
+"""``PrioritySignals`` field -> a template answering one series per ``priority`` label, over the
+service's matchers: what the gateway's series say per priority (``autoscaler.state.PrioritySignals``).
+Without flow control an EPP exports only the arrivals, and the other fields stay unknown."""
+
+
+def priority_name(label: str, names: tuple[str, ...]) -> str | None:
+    """The priority (one of ``names``, lowest first) an EPP's ``priority`` label stands for: the rank
+    ``autoscaler admission objectives`` gives it (0 the lowest), or that rank less ``len(names)`` (a
+    band shed to below every rank, ``adapters.gateway_api.SHED_OFFSET``); None for any other value."""
+    try:
+        rank = int(label)
+    except ValueError:
+        return None
+    if rank < 0:
+        rank += len(names)
+    return names[rank] if 0 <= rank < len(names) else None
 
 
 def _rate(counter: str, extra: str = "") -> str:

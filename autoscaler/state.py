@@ -26,6 +26,7 @@ server exports none, e.g. SGLang).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -67,7 +68,7 @@ PRIORITY_NAMES = {
     "wait_s": "gateway_wait_s.{p}",
     "shed_rps": "gateway_shed_rps.{p}",
     "queue": "gateway_queue.{p}",
-    "oldest_wait_s": "gateway_oldest_wait_s.{p}",
+    "dispatched_rps": "gateway_dispatched_rps.{p}",
 }
 """``PrioritySignals`` field -> the name it is exported under, ``{p}`` the priority."""
 
@@ -86,22 +87,34 @@ WARMTH_NAME = "forecast_prefix_hit_rate"
 
 @dataclass(frozen=True)
 class PrioritySignals:
-    """One priority's signals at the gateway (a source with a gateway that reports them, e.g. the
-    simulator's flow control); None = unknown.
+    """One priority's signals at the gateway, as an endpoint picker's flow control exports them
+    (``autoscaler.promql``: ``GATEWAY_REQUESTS``, ``GATEWAY_QUEUE_DURATION``, ``GATEWAY_QUEUE_SIZE``; the
+    simulator's gateway exports the same); None = unknown (no flow control: only the arrivals).
 
     Attributes:
         arrival_rate_rps: requests/s of this priority arriving at the gateway.
         wait_s: mean wait of the requests dispatched over the window, seconds.
         shed_rps: requests/s shed (HTTP 429) by the gateway.
         queue: requests of this priority held at the gateway now.
-        oldest_wait_s: how long the oldest held one has waited, seconds (0 when none is held).
+        dispatched_rps: requests/s of this priority the gateway dispatched to the pool.
     """
 
     arrival_rate_rps: float | None = None
     wait_s: float | None = None
     shed_rps: float | None = None
     queue: float | None = None
-    oldest_wait_s: float | None = None
+    dispatched_rps: float | None = None
+
+    @property
+    def queue_wait_s(self) -> float | None:
+        """The wait of a request joining the queue now at the current dispatch rate (Little's law:
+        ``queue / dispatched_rps``), seconds: 0 with nothing queued, inf when nothing is dispatched;
+        None when either is unknown."""
+        if self.queue is None or self.dispatched_rps is None:
+            return None
+        if self.queue <= 0:
+            return 0.0
+        return self.queue / self.dispatched_rps if self.dispatched_rps > 0 else math.inf
 
 
 NO_PRIORITY = PrioritySignals()

@@ -8,7 +8,9 @@ request is unlikely to meet its TTFT once prefilled. Both policies run beside an
 (the anchors' included) and read only the estimate's gateway signals (``autoscaler.adapters.simulator``):
 
 - ``pid``: per priority, a PI law on its queue wait (the larger of the mean wait of its requests
-  dispatched over the last minute and the wait of its oldest queued one) against its budget: with
+  dispatched over the last minute and the wait its queue implies at the rate it is dispatched,
+  ``PrioritySignals.queue_wait_s``: an EPP exports both, not its oldest request's wait) against its
+  budget: with
   ``e = wait / budget - 1`` clipped to [-1, 3], ``threshold = budget x (1 - kp e - ki integral(e))``
   within ``[0, max_budgets x budget]``; the integral stops where the threshold would leave that range
   (anti-windup). A wait that is unknown (no gateway data) holds the threshold.
@@ -85,12 +87,11 @@ class PIDAdmission(AdmissionPolicy):
         out: dict[str, float | None] = {}
         for p, budget in wait_budgets(svc, cfg).items():
             gateway = est.signals.priority(p)
-            oldest = gateway.oldest_wait_s
-            if oldest is None:  # no gateway data: hold what is in force
+            queued = gateway.queue_wait_s
+            if queued is None:  # no gateway data: hold what is in force
                 out[p] = last.get(p)
                 continue
-            mean = gateway.wait_s
-            wait = max(oldest, mean or 0.0)
+            wait = max(queued, gateway.wait_s or 0.0)
             e = min(max(wait / budget - 1.0, ERROR_CLIP[0]), ERROR_CLIP[1])
             key = (svc.name, p)
             integral = self.integral.get(key, 0.0) + e * dt

@@ -71,6 +71,7 @@ from autoscaler.promql import (
     AUTO,
     KSM_READY_REPLICAS,
     KSM_SPEC_REPLICAS,
+    PRIORITY_QUERIES,
     RATE_SIGNALS,
     SERVICE_SIGNALS,
     QuerySet,
@@ -79,12 +80,14 @@ from autoscaler.promql import (
     duration,
     exact_alternation,
     matchers,
+    priority_name,
     query_set,
     quote,
     render,
 )
-from autoscaler.state import SIGNALS, PodObservation, ServiceObservation, Signals, VariantObservation
+from autoscaler.state import PRIORITY_NAMES, SIGNALS, PodObservation, ServiceObservation, Signals, VariantObservation
 from autoscaler.urls import redact
+from autoscaler.workload.types import PRIORITIES
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +205,10 @@ def check_reachable(client: PrometheusConnect) -> None:
 # Per-pod queries whose failure leaves their fields unknown instead of holding the loop.
 OPTIONAL_POD_QUERIES = ("prefix_hits", "prefix_queries")
 HISTORY = "history"  # the service-wide query of how far back its samples go
+PRIORITY = "priority."  # prefix of the per-priority gateway queries' keys (``PRIORITY_QUERIES``)
+_COUNTED = frozenset({"arrival_rate_rps", "dispatched_rps", "shed_rps", "queue"})
+"""Per-priority gateway signals whose series appear with their first event: one priority absent where
+others answer has had none (0); a mean wait has no value without a dispatch."""
 DEFAULT_SET = query_set("vllm-0.11")
 """What ``auto`` reads a service with before any of its pods' series tell its server."""
 HISTORY_STEPS = 30  # resolution of that subquery: the window over 30
@@ -512,6 +519,7 @@ class PrometheusSource:
         base = self.service_selector(svc)
         out = {name: render(t, base, self.window_s) for name, t in self.queries(svc).items()
                if name in SERVICE_SIGNALS}
+        out.update({PRIORITY + k: render(t, base, self.window_s) for k, t in PRIORITY_QUERIES.items()})
         step = duration(max(self.window_s / HISTORY_STEPS, 0.001))
         out[HISTORY] = (f"time() - min(min_over_time(timestamp({self.query_set(svc).running}{{{base}}})"
                         f"[{duration(self.window_s)}:{step}]))")
@@ -641,6 +649,9 @@ class PrometheusSource:
         found: dict[str, float | None] = {}
         for key, fut in plan.service_jobs.items():
             res = self._result(fut)
+            if key.startswith(PRIORITY) and res.error is None:
+                self._priority_signals(key.removeprefix(PRIORITY), res.result, plan, values)
+                continue
             if res.error is not None:
                 if key == HISTORY:
                     plan.errors.append(f"{name} history: {res.error}")
@@ -656,8 +667,44 @@ class PrometheusSource:
         for key in SERVICE_SIGNALS:
             x = found.get(key)
             values[key] = None if x is None else (x / self.speed if key in RATE_SIGNALS else x)
+        self._gateway_latency(values)
         span = found.get(HISTORY)
         return None if span is None else span * self.speed
+
+    def _priority_signals(self, key: str, series: list[dict[str, Any]], plan: _Plan,
+                          values: dict[str, float | None]) -> None:
+        """One per-priority gateway query's answer (one series per ``priority`` label) into ``values``
+        as ``PRIORITY_NAMES`` names it; labels that name no priority are left out."""
+        got: dict[str, float] = {}
+        for sample in series:
+            p = priority_name(str(sample.get("metric", {}).get("priority", "")), PRIORITIES)
+            try:
+                x = _value(sample)
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                plan.warnings.append(f"{plan.svc.name} gateway {key}: {describe(exc)}")
+                return
+            if p is not None and not math.isnan(x):
+                got[p] = got.get(p, 0.0) + x
+        if not got:
+            return
+        for p in PRIORITIES:
+            y = got.get(p, 0.0 if key in _COUNTED else None)
+            values[PRIORITY_NAMES[key].format(p=p)] = y / self.speed if y is not None and key.endswith("_rps") else y
+
+    @staticmethod
+    def _gateway_latency(values: dict[str, float | None]) -> None:
+        """Under flow control the user's TTFT includes the gateway's wait and its queue is the service's:
+        add the mean wait of the requests dispatched over the window to ``ttft_mean_s`` (vLLM's starts
+        at the engine) and the gateway's queue to ``queue_length``, as the simulator's source does."""
+        queues = [values.get(PRIORITY_NAMES["queue"].format(p=p)) for p in PRIORITIES]
+        if any(q is not None for q in queues) and values.get("queue_length") is not None:
+            values["queue_length"] = (values["queue_length"] or 0.0) + sum(q or 0.0 for q in queues)
+        wait, rate = PRIORITY_NAMES["wait_s"], PRIORITY_NAMES["dispatched_rps"]
+        pairs = [(values.get(wait.format(p=p)), values.get(rate.format(p=p))) for p in PRIORITIES]
+        dispatched = sum(n for w, n in pairs if w is not None and n is not None)
+        if dispatched > 0 and values.get("ttft_mean_s") is not None:
+            waited = sum(w * n for w, n in pairs if w is not None and n is not None)
+            values["ttft_mean_s"] = (values["ttft_mean_s"] or 0.0) + waited / dispatched
 
     @staticmethod
     def _pod_observation(variant: str, p: _Pod) -> PodObservation:

@@ -20,10 +20,10 @@ kube-state-metrics reports a Deployment's status as it changes):
   the seconds they waited, and attempts shed) give ``arrival_rate_rps.<priority>``,
   ``gateway_wait_s.<priority>`` (mean wait of the dispatched, ``rate(wait) / rate(dispatched)``) and
   ``gateway_shed_rps.<priority>`` (HTTP 429s per second, deferred ones shed at their deadline
-  included) over the last
-  ``GATEWAY_WINDOW_S`` (or the window, if shorter), and its gauges ``gateway_queue.<priority>``
-  (requests queued) and ``gateway_oldest_wait_s.<priority>`` (the oldest one's wait, 0 when none)
-  at the latest scrape; the flow-control signals are absent (unknown) without flow control. Under flow
+  included) and ``gateway_dispatched_rps.<priority>`` over the last ``GATEWAY_WINDOW_S`` (or the
+  window, if shorter), and its gauge ``gateway_queue.<priority>`` (requests queued) at the latest
+  scrape: what an EPP's flow-control series give the Prometheus source (``autoscaler.promql``), no
+  more; the flow-control signals are absent (unknown) without flow control. Under flow
   control the service's ``queue_length`` counts the gateway's queue and ``ttft_mean_s`` adds the mean
   gateway wait of the requests dispatched over the window: the TTFT users see includes it, and a
   controller reading vLLM's TTFT alone would see a calm fleet while requests wait at the gateway.
@@ -156,8 +156,7 @@ class SimMetricsSource:
             n = len(PRIORITIES)
             flow_counters = [*flow.dispatched, *flow.wait_sum_s, *flow.shed] if flow is not None else [0.0] * (3 * n)
             gw.counters.append(np.array([float(svc.arrivals), *svc.arrivals_by_priority, *flow_counters], dtype=float))
-            gw.gauges.append(tuple(float(x) for x in (*flow.queued, *(flow.oldest_wait_s(p, now) for p in range(n))))
-                             if flow is not None else ())
+            gw.gauges.append(tuple(float(x) for x in flow.queued) if flow is not None else ())
             _prune(gw, keep)
             for r in svc.replicas:
                 if r.state not in (READY, DRAINING) or self.silent(r, now):
@@ -299,7 +298,7 @@ def _gateway_signals(gw: _PodSeries, now: float, window_s: float, flow: bool) ->
             wait_s=waited / dispatched if dispatched and waited is not None else None,
             shed_rps=None if rates is None else float(rates[1 + 3 * n + i]),
             queue=latest[i] if latest else None,
-            oldest_wait_s=latest[n + i] if latest else None,
+            dispatched_rps=dispatched,
         )
     return out
 

@@ -44,8 +44,12 @@ class SimRequest:
     """Simulation state of one attempt at a request (times in seconds, sizes in tokens).
 
     ``attempt`` counts from 0 (a client's retry is a new ``SimRequest`` for the same ``req``);
-    ``sent_s`` is when this attempt was sent (the server's clock for TTFT starts there; the user's, at
-    ``req.arrival_s``). ``queued_s`` is when it entered the gateway's queue while it waits there (else
+    ``sent_s`` is when this attempt was sent (the user's clock starts at ``req.arrival_s``);
+    ``received_s`` when a replica took it in (None before): vLLM's TTFT and e2e latency start there,
+    at the engine frontend's arrival (vLLM 0.33 ``vllm/v1/metrics/stats.py``,
+    ``IterationStats.update_from_output``: ``_time_since(req_stats.arrival_time)``), so time held
+    at the gateway is in what the user sees, never in what the pod exports. ``queued_s`` is when it
+    entered the gateway's queue while it waits there (else
     None), ``waited_s`` how long it waited there and ``dispatched_s`` when it left it (None: it never
     queued there),
     ``deadline_s`` when a deferred attempt is shed, ``continuing`` whether it continued a workflow in
@@ -66,6 +70,7 @@ class SimRequest:
         "prefill_target",
         "prefilled",
         "queued_s",
+        "received_s",
         "replica",
         "req",
         "sent_s",
@@ -81,6 +86,7 @@ class SimRequest:
         self.attempt = attempt
         self.sent_s = req.arrival_s if sent_s is None else sent_s
         self.queued_s: float | None = None
+        self.received_s: float | None = None
         self.waited_s: float | None = None
         self.dispatched_s: float | None = None
         self.deadline_s: float | None = None
@@ -202,6 +208,7 @@ class Replica:
     def enqueue(self, sr: SimRequest, now: float) -> None:
         """Accept a routed request into the waiting queue."""
         sr.replica = self
+        sr.received_s = now
         was_empty = not self.waiting
         self.waiting.append(sr)
         if not self.busy:
@@ -409,11 +416,16 @@ class Replica:
 
     def _complete(self, sr: SimRequest, now: float) -> None:
         m = self.metrics
-        m.e2e.observe(now - sr.sent_s)
+        m.e2e.observe(now - self._received(sr, now))
         if sr.req.output_tokens > 1 and sr.t_first is not None:
             m.tpot.observe((now - sr.t_first) / (sr.req.output_tokens - 1))
         m.success["stop"] += 1
         self.sim.on_complete(sr, now)
+
+    @staticmethod
+    def _received(sr: SimRequest, now: float) -> float:
+        """When the engine took ``sr`` in (``SimRequest``), seconds."""
+        return now if sr.received_s is None else sr.received_s
 
     def _prefill_done(self, sr: SimRequest, now: float) -> None:
         self.prefilling.remove(sr)
@@ -422,7 +434,7 @@ class Replica:
         self.metrics.generation_tokens += 1
         if sr.t_first is None:
             sr.t_first = now
-            self.metrics.ttft.observe(now - sr.sent_s)
+            self.metrics.ttft.observe(now - self._received(sr, now))
         if sr.generated >= sr.req.output_tokens:
             self._complete(sr, now)
             return

@@ -13,7 +13,12 @@ service the gateway's request counters as a current endpoint picker (llm-d-route
 ``model_name``, ``target_model_name``, ``fairness_id`` = ``default-flow``, ``priority``) and its
 deprecated ``inference_objective_request_total`` (``model_name``, ``target_model_name``,
 ``priority``); ``priority`` is the class's rank (sheddable 0, standard 1, critical 2: an
-``InferenceObjective``'s priority with no threshold, ``adapters.gateway_api``).
+``InferenceObjective``'s priority with no threshold, ``adapters.gateway_api``). A service under
+flow control (``simulator.gateway``) also exports the EPP's flow-control series (same file):
+``llm_d_epp_flow_control_request_queue_duration_seconds`` (histogram, labels ``fairness_id``,
+``priority``, ``outcome``, ``inference_pool`` = the service, ``model_name``, ``target_model_name``: the
+seconds each request spent in flow control until its outcome, ``gateway.OUTCOMES``) and
+``llm_d_epp_flow_control_queue_size`` (gauge, the same labels less ``outcome``: requests held now).
 
 ``OpenMetricsHistory`` records the collector at chosen unix times and writes one OpenMetrics file
 with timestamps, grouped by series and in time order as ``promtool tsdb create-blocks-from
@@ -32,9 +37,16 @@ from prometheus_client.openmetrics.exposition import ALLOWUTF8, generate_latest
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from autoscaler.promql import GATEWAY_REQUESTS, KSM_READY_REPLICAS, KSM_SPEC_REPLICAS
+from autoscaler.promql import (
+    GATEWAY_QUEUE_DURATION,
+    GATEWAY_QUEUE_SIZE,
+    GATEWAY_REQUESTS,
+    KSM_READY_REPLICAS,
+    KSM_SPEC_REPLICAS,
+)
 from autoscaler.simulator.engine import DRAINING, READY
 from autoscaler.simulator.fleet import FleetSimulator
+from autoscaler.simulator.gateway import OUTCOMES
 from autoscaler.simulator.metrics import (
     CACHE_CONFIG_INFO,
     E2E_SECONDS,
@@ -157,7 +169,22 @@ class SimCollector(Collector):
                                           f"{newest}] Counter of inference objective requests broken out for "
                                           "each model and target model.",
                                           labels=("model_name", "target_model_name", "priority"))
+        flow_labels = ("fairness_id", "priority", "inference_pool", "model_name", "target_model_name")
+        queue_duration = HistogramMetricFamily(
+            GATEWAY_QUEUE_DURATION[0].removesuffix("_seconds") + "_seconds",
+            "Distribution of total time requests spend in the Flow Control layer (from enqueue to final outcome).",
+            labels=(*flow_labels[:2], "outcome", *flow_labels[2:]))
+        queue_size = GaugeMetricFamily(GATEWAY_QUEUE_SIZE[0], "Current number of requests actively held in the "
+                                       "Flow Control queue.", labels=flow_labels)
         for svc in self.sim.services.values():
+            if svc.flow is not None:
+                pool = [svc.cfg.name, svc.cfg.model, svc.cfg.model]
+                for rank in range(len(svc.flow.queued)):
+                    queue_size.add_metric([DEFAULT_FAIRNESS_ID, str(rank), *pool], svc.flow.queued[rank])
+                    for outcome in OUTCOMES:
+                        h = svc.flow.queue_duration[outcome][rank]
+                        if h.count:  # a labelled histogram's series appears with its first observation
+                            _add_histogram(queue_duration, [DEFAULT_FAIRNESS_ID, str(rank), outcome, *pool], h)
             for rank, received in enumerate(svc.arrivals_by_priority):
                 if received:  # as a labelled counter, a series appears with its first request
                     gateway.add_metric([svc.cfg.model, svc.cfg.model, DEFAULT_FAIRNESS_ID, str(rank)], received)
@@ -184,7 +211,7 @@ class SimCollector(Collector):
                 for key, hist in hists.items():
                     _add_histogram(hist, labels, getattr(m, key))
         yield from (running, waiting, kv, cache_config, *counters.values(), success, *hists.values(), spec, ready,
-                    gateway, gateway_old)
+                    gateway, gateway_old, queue_duration, queue_size)
 
 
 class OpenMetricsHistory:

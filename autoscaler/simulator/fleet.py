@@ -389,7 +389,7 @@ class FleetSimulator:
         if sr.replica is not None:
             sr.replica.abort(sr, self.now)
         elif svc.flow is not None:
-            svc.flow.discard(sr)
+            svc.flow.discard(sr, self.now)
         else:
             svc.gateway.remove(sr)
         self._end_attempt(sr, FAILED)
@@ -398,7 +398,7 @@ class FleetSimulator:
         """A deferred attempt's deadline: shed it if it is still queued."""
         flow = self.services[self.target].flow
         if sr.status is None and sr.queued_s is not None and flow is not None:
-            flow.expire(sr)
+            flow.expire(sr, self.now)
             self._end_attempt(sr, SHED)
 
     # ------------------------------------------------------------------ replicas

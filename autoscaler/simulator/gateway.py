@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from autoscaler.config import GatewayConfig
 from autoscaler.loop.admission import check_thresholds
 from autoscaler.simulator.engine import SimRequest
+from autoscaler.simulator.metrics import Histogram
 from autoscaler.workload.types import PRIORITIES
 
 RATE_WINDOW_S = 30.0
@@ -28,6 +29,16 @@ RATE_WINDOW_S = 30.0
 follow a surge within one controller tick."""
 
 ADMIT, DEFER, SHED_429 = "admit", "defer", "shed"
+
+# How an attempt left flow control, as an EPP labels its queue-duration histogram (llm-d-router v0.10.0
+# ``pkg/epp/flowcontrol/types`` ``QueueOutcome.String()``): a 429 at the door is ``RejectedCapacity``, a
+# deferred one shed at its deadline ``EvictedTTL``, one whose client gave up ``EvictedContextCancelled``.
+DISPATCHED, REJECTED, EVICTED_TTL, CANCELLED = "Dispatched", "RejectedCapacity", "EvictedTTL", "EvictedContextCancelled"
+OUTCOMES = (DISPATCHED, REJECTED, EVICTED_TTL, CANCELLED)
+QUEUE_DURATION_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                          30.0, 60.0)
+"""Buckets of ``llm_d_epp_flow_control_request_queue_duration_seconds``, seconds (llm-d-router v0.10.0
+``pkg/epp/metrics/llm_d_router_metrics.go``)."""
 
 
 class Gateway:
@@ -41,6 +52,8 @@ class Gateway:
         queued: priority level -> requests waiting in the gateway.
         arrivals, dispatched, shed, deferred: priority level -> attempts counted so far.
         wait_sum_s: priority level -> seconds waited in the gateway by the dispatched requests.
+        queue_duration: outcome (``OUTCOMES``) -> priority level -> the seconds each attempt spent in
+            flow control until that outcome (0 for a 429 at the door).
     """
 
     def __init__(self, cfg: GatewayConfig) -> None:
@@ -61,6 +74,7 @@ class Gateway:
         self.shed = [0] * n
         self.deferred = [0] * n
         self.wait_sum_s = [0.0] * n
+        self.queue_duration = {o: [Histogram(QUEUE_DURATION_BUCKETS) for _ in range(n)] for o in OUTCOMES}
 
     # ------------------------------------------------------------------ thresholds
     def set_thresholds(self, thresholds: Mapping[str, float | None]) -> str | None:
@@ -111,6 +125,7 @@ class Gateway:
             verdict = DEFER if continuing else SHED_429
         if verdict == SHED_429:
             self.shed[p] += 1
+            self.queue_duration[REJECTED][p].observe(0.0)
             return SHED_429
         if verdict == DEFER:
             self.deferred[p] += 1
@@ -121,15 +136,17 @@ class Gateway:
         self._queued_continuing[p] += continuing
         return verdict
 
-    def expire(self, sr: SimRequest) -> None:
-        """A deferred ``sr`` reached its deadline still queued: it leaves the queue, counted as shed."""
-        self.discard(sr)
+    def expire(self, sr: SimRequest, now: float) -> None:
+        """A deferred ``sr`` reached its deadline still queued at ``now``: it leaves the queue, counted as shed."""
+        self.discard(sr, now, EVICTED_TTL)
         self.shed[sr.req.priority] += 1
 
-    def discard(self, sr: SimRequest) -> None:
-        """``sr`` left the queue undispatched (its client gave up, or its deadline passed); its entry
-        is skipped when reached (the caller sets its status)."""
+    def discard(self, sr: SimRequest, now: float, outcome: str = CANCELLED) -> None:
+        """``sr`` left the queue undispatched at ``now`` (its client gave up, or its deadline passed:
+        ``outcome``); its entry is skipped when reached (the caller sets its status)."""
         p = sr.req.priority
+        if sr.queued_s is not None:
+            self.queue_duration[outcome][p].observe(now - sr.queued_s)
         self.queued[p] -= 1
         self._queued_continuing[p] -= sr.continuing
         sr.queued_s = None
@@ -163,16 +180,11 @@ class Gateway:
         sr.waited_s = now - sr.queued_s
         sr.dispatched_s = now
         self.wait_sum_s[p] += sr.waited_s
+        self.queue_duration[DISPATCHED][p].observe(sr.waited_s)
         sr.queued_s = None
         if sr.req.workflow_id is not None:
             self.started.add(sr.req.workflow_id)
         return sr
-
-    def oldest_wait_s(self, level: int, now: float) -> float:
-        """How long the oldest request of priority ``level`` still queued has waited, seconds (0 when none)."""
-        heads = [self._head(q) for q in (self._continuing[level], self._new[level])]
-        times = [h.queued_s for h in heads if h is not None and h.queued_s is not None]
-        return now - min(times) if times else 0.0
 
     def completed(self, now: float) -> None:
         """A request of the service completed at ``now`` (the drain rate of the wait estimate)."""

@@ -59,6 +59,38 @@ def test_dispatch_is_by_priority_then_arrival(make_fleet) -> None:
     assert first_token_order(sim, [2, 3, 4, 5, 6]) == [4, 6, 3, 2, 5]  # critical, standard, sheddable; FCFS within
 
 
+def test_pods_time_from_their_own_arrival_and_the_gateway_exports_the_wait(make_fleet) -> None:
+    """vLLM's TTFT and e2e start when the engine takes the request in (vLLM 0.33
+    ``vllm/v1/metrics/stats.py``: ``_time_since(req_stats.arrival_time)``), so the pod's histograms
+    leave out the gateway's queue, which the EPP's own queue-duration histogram holds (llm-d-router
+    v0.10.0): client TTFT = pod TTFT + gateway wait, request by request, and in sum."""
+    from autoscaler.simulator.exposition import SimCollector
+
+    reqs = [req(0.0, 0, out=1000), req(0.01, 0), req(0.02, 0), req(0.03, 1), req(0.04, 2)]
+    sim = gateway_sim(make_fleet, reqs)
+    sim.run_until(10_000)
+    assert sim.done
+    final = [sim.final[i] for i in range(len(reqs))]
+    waits = [sr.waited_s for sr in final]
+    assert all(w is not None for w in waits) and sum(waits) > 10.0  # r2..r4 waited behind r0's 1000 tokens
+    for sr in final:
+        assert sr.received_s == pytest.approx(sr.req.arrival_s + sr.waited_s)
+    pod = sim.services["svc"].replicas[0].metrics
+    client = sum(sr.t_first - sr.req.arrival_s for sr in final)
+    assert pod.ttft.count == len(reqs)
+    assert pod.ttft.total == pytest.approx(client - sum(waits))
+    assert pod.e2e.total == pytest.approx(sum(sr.t_finish - sr.received_s for sr in final))
+    flow = sim.services["svc"].flow
+    families = {f.name: f for f in SimCollector(sim).collect()}
+    queued = families["llm_d_epp_flow_control_request_queue_duration_seconds"]
+    sums = {(x.labels["priority"], x.labels["outcome"]): x.value for x in queued.samples if x.name.endswith("_sum")}
+    by_priority = [sum(sr.waited_s for sr in final if sr.req.priority == p) for p in range(3)]
+    assert sums == {(str(p), "Dispatched"): pytest.approx(by_priority[p]) for p in range(3)}
+    assert flow.wait_sum_s == pytest.approx(by_priority)
+    sizes = {x.labels["priority"]: x.value for x in families["llm_d_epp_flow_control_queue_size"].samples}
+    assert sizes == {"0": 0.0, "1": 0.0, "2": 0.0}
+
+
 def test_workflow_in_progress_goes_first(make_fleet) -> None:
     # r0 is step 0 of workflow 7 and is dispatched; r2 (new, standard) queues before r3 (workflow 7, step 1).
     reqs = [req(0.0, 1, out=1000, workflow=7, step=0), req(0.01, 1), req(0.02, 1), req(0.03, 1, workflow=7, step=1)]
@@ -238,7 +270,9 @@ def test_pid_admission_law(make_fleet) -> None:
     svc = cfg.services[0]
     s = cfg.controller.admission_settings  # kp 0.5, ki 0.02, max 4 budgets
     policy = PIDAdmission(s)
-    waits = {f"gateway_oldest_wait_s.{p}": 0.0 for p in ("critical", "standard", "sheddable")}
+    # nothing queued at any priority, 1 req/s dispatched each: the queue implies no wait
+    waits = {f"gateway_{k}.{p}": v for p in ("critical", "standard", "sheddable")
+             for k, v in (("queue", 0.0), ("dispatched_rps", 1.0))}
     # no wait: e = -1; first tick dt = 0: threshold = b (1 + kp) = 1.5 budgets
     out = policy.thresholds(estimate(waits, t=0.0), svc)
     assert out["standard"] == pytest.approx(1.5) and out["sheddable"] == pytest.approx(15.0)
@@ -246,8 +280,10 @@ def test_pid_admission_law(make_fleet) -> None:
         out = policy.thresholds(estimate(waits, t=15.0 * k), svc)
     assert out["standard"] == pytest.approx(4.0 * 1.0)  # max_budgets x budget
     assert policy.integral[("svc", "standard")] == pytest.approx((1 - 4.0) / 0.02)
-    # a surge: standard waits 3 s (e = 2) for one tick; u = kp e + ki (I + e dt)
-    surge = {**waits, "gateway_oldest_wait_s.standard": 3.0, "gateway_wait_s.standard": 2.0}
+    # a surge: 6 standard requests queued, dispatched at 2 req/s, imply a 3-s wait (Little), above the
+    # 2-s mean of those dispatched: e = 3 / 1 - 1 = 2 for one tick; u = kp e + ki (I + e dt)
+    surge = {**waits, "gateway_queue.standard": 6.0, "gateway_dispatched_rps.standard": 2.0,
+             "gateway_wait_s.standard": 2.0}
     out = policy.thresholds(estimate(surge, t=600.0), svc)
     i_new = (1 - 4.0) / 0.02 + 2.0 * 15.0
     assert out["standard"] == pytest.approx(max(0.0, 1.0 * (1 - 0.5 * 2.0 - 0.02 * i_new)))

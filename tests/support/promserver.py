@@ -158,6 +158,43 @@ class FakeGateway:
 
 
 @dataclass
+class FakeFlowControl:
+    """An endpoint picker's flow control for ``model`` (pool ``pool``), as llm-d-router v0.10.0
+    (``pkg/epp/metrics/llm_d_router_metrics.go``) exports it under ``prefix`` (``llm_d_epp`` or GIE's
+    deprecated ``inference_extension``): per priority label, ``dispatched`` req/s each after ``wait_s``
+    seconds in the queue, ``rejected`` req/s answered 429 at once (``RejectedCapacity``), ``queue``
+    requests held now; and ``llm_d_epp_request_total`` counting both."""
+
+    model: str
+    pool: str
+    prefix: str
+    dispatched: dict[str, float]
+    wait_s: dict[str, float]
+    rejected: dict[str, float]
+    queue: dict[str, float]
+    t0: float = field(default_factory=time.time)
+
+    def families(self) -> list[Metric]:
+        dt = time.time() - self.t0
+        flow = ["fairness_id", "priority", "inference_pool", "model_name", "target_model_name"]
+        hist = HistogramMetricFamily(f"{self.prefix}_flow_control_request_queue_duration_seconds", "q",
+                                     labels=[*flow[:2], "outcome", *flow[2:]])
+        size = GaugeMetricFamily(f"{self.prefix}_flow_control_queue_size", "s", labels=flow)
+        requests = CounterMetricFamily("llm_d_epp_request", "r", labels=list(GATEWAY_LABELS["llm_d_epp_request_total"]))
+        for p in self.dispatched:
+            pool = ["default-flow", p, self.pool, self.model, self.model]
+            n = self.dispatched[p] * dt
+            hist.add_metric([*pool[:2], "Dispatched", *pool[2:]], [("+Inf", n)], self.wait_s[p] * n)
+            if self.rejected.get(p):
+                r = self.rejected[p] * dt
+                hist.add_metric([*pool[:2], "RejectedCapacity", *pool[2:]], [("+Inf", r)], 0.0)
+            size.add_metric(pool, self.queue[p])
+            total = (self.dispatched[p] + self.rejected.get(p, 0.0)) * dt
+            requests.add_metric([self.model, self.model, "default-flow", p], total)
+        return [hist, size, requests]
+
+
+@dataclass
 class FakeDeployment:
     """kube-state-metrics series of one Deployment."""
 

@@ -21,6 +21,7 @@ from support.promserver import (
     PROMPT_TOKENS_PER_REQUEST,
     FakeDeployment,
     FakeExporter,
+    FakeFlowControl,
     FakeGateway,
     FakePod,
     FakeSGLangPod,
@@ -87,8 +88,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     sglang = FakeSGLangPod("sgl-h100-0", "m-sgl", running=2, rate_rps=4)
     pods.append(FakePod("v092-h100-0", "m-092", running=1, kv=0.2, rate_rps=2,
                         tpot_metric="vllm:time_per_output_token_seconds"))  # a vLLM of 0.9.2-0.10
+    flows = [FakeFlowControl(model, "src", prefix, **FLOW) for model, prefix in FLOW_MODELS.items()]
+    pods += [FakePod("src-h100-0", model, waiting=1, kv=0.2, rate_rps=4) for model in FLOW_MODELS]
     # No kube-state-metrics for a100.
-    exporter = FakeExporter([*pods, *gateways, sglang, FakeDeployment("src-h100", 3, 2)])
+    exporter = FakeExporter([*pods, *gateways, *flows, sglang, FakeDeployment("src-h100", 3, 2)])
     handler = type("V0", (_Static,), {"body": (DATA_DIR / V0_CAPTURE).read_bytes()})
     static = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=static.serve_forever, daemon=True)
@@ -165,6 +168,36 @@ def test_arrivals_read_whichever_gateway_counter_the_scrape_has(world: World, mo
     only the latter (m-gie); a v1.0 EPP ``inference_model_request_total`` (m-old)."""
     _, obs = observe(fleet(model=model), world.prom.url)
     assert obs.signals.arrival_rate_rps == pytest.approx(rate, rel=0.1)
+
+
+# Flow control per EPP priority label: critical (2), standard (1), and sheddable shed to below every rank
+# (-3, ``adapters.gateway_api.SHED_OFFSET``), plus a label no objective of ours carries (7).
+FLOW = {"dispatched": {"2": 3.0, "1": 2.0, "-3": 1.0, "7": 5.0}, "wait_s": {"2": 0.1, "1": 0.4, "-3": 1.0, "7": 9.0},
+        "rejected": {"-3": 2.0}, "queue": {"2": 0.0, "1": 4.0, "-3": 6.0, "7": 50.0}}
+FLOW_MODELS = {"m-fc": "llm_d_epp", "m-fcold": "inference_extension"}
+
+
+@pytest.mark.parametrize("model", list(FLOW_MODELS))
+def test_flow_control_gives_each_priority_its_gateway_signals(world: World, model: str) -> None:
+    """What an EPP's flow control exports (llm-d-router v0.10.0, or GIE's deprecated names) becomes each
+    priority's signals, and the service's TTFT and queue include the gateway's: vLLM's TTFT starts at
+    the engine (vLLM 0.33 ``vllm/v1/metrics/stats.py``), after the gateway's queue."""
+    _, obs = observe(fleet(model=model), world.prom.url)
+    assert obs.errors == []
+    sig = obs.signals
+    want = {"critical": (3.0, 3.0, 0.1, 0.0, 0.0), "standard": (2.0, 2.0, 0.4, 0.0, 4.0),
+            "sheddable": (3.0, 1.0, 1.0, 2.0, 6.0)}  # arrivals = dispatched + rejected
+    for p, (arrival, dispatched, wait, shed, queue) in want.items():
+        got = sig.priority(p)
+        assert got.arrival_rate_rps == pytest.approx(arrival, rel=0.1), p
+        assert got.dispatched_rps == pytest.approx(dispatched, rel=0.1), p
+        assert got.wait_s == pytest.approx(wait, rel=1e-6), p  # rate(_sum) / rate(_count): exact
+        assert got.shed_rps == pytest.approx(shed, abs=0.1 * arrival), p
+        assert got.queue == queue, p
+    # the pod's mean TTFT 0.3 s plus the mean wait of the dispatched: (3 x 0.1 + 2 x 0.4 + 1 x 1.0) / 6
+    assert sig.ttft_mean_s == pytest.approx(0.3 + 2.1 / 6, rel=1e-3)
+    assert sig.queue_length == 1.0 + 4.0 + 6.0  # the pod's waiting + the gateway's queues
+    assert sig.priority("standard").queue_wait_s == pytest.approx(4.0 / 2.0, rel=0.1)
 
 
 def test_custom_selectors_from_the_fleet_file(world: World) -> None:
