@@ -14,7 +14,8 @@ queries at step ``window_s``, so the windows do not overlap), vLLM 0.33's own se
   the prefill's);
 - KV context read by them: decode sequence-steps x the mean KV tokens per running request,
   ``avg_over_time(vllm:kv_cache_usage_perc[w])`` x the pool (``num_gpu_blocks`` x ``block_size``
-  of ``vllm:cache_config_info``) / ``avg_over_time(vllm:num_requests_running[w])``. A prefilling
+  of ``vllm:cache_config_info``, summed over the pod's engines: ``pool_tokens``) /
+  ``avg_over_time(vllm:num_requests_running[w])``. A prefilling
   request holds about its prompt, a decoding one prompt + output so far: a few percent high when
   prefills are a large share of the batch.
 
@@ -63,24 +64,42 @@ def _by_pod(result: list[dict[str, Any]], pod_label: str) -> dict[str, dict[floa
     return {r["metric"].get(pod_label, ""): {float(t): float(v) for t, v in r["values"]} for r in result}
 
 
+def pool_query(sel: str, pod_label: str) -> str:
+    """The instant query of every selected pod's ``vllm:cache_config_info`` series.
+
+    vLLM labels them with the CacheConfig's fields and ``engine``, not ``model_name`` (vLLM 0.33
+    ``vllm/v1/metrics/loggers.py``), so a selector on the model finds none: the pods are those whose
+    ``num_requests_running`` the selector matches, joined on the pod label.
+    """
+    return (f"max by ({pod_label}, engine, num_gpu_blocks, block_size) (last_over_time({CACHE_CONFIG}[1h]) "
+            f"and on ({pod_label}) group by ({pod_label}) (last_over_time(vllm:num_requests_running{{{sel}}}[1h])))")
+
+
 def pool_tokens(client: PrometheusConnect, sel: str, at: float, pod_label: str) -> dict[str, float]:
-    """Each pod's KV pool, tokens (``num_gpu_blocks`` x ``block_size`` of ``vllm:cache_config_info``).
+    """Each pod's KV pool, tokens: ``num_gpu_blocks`` x ``block_size`` of its ``vllm:cache_config_info``
+    (``pool_query``), summed over its engines (a data-parallel pod runs one per rank, each with its own
+    pool); an engine whose config changed within the hour counts its largest pool once.
 
     Raises:
         PrometheusError: the query failed, or a pod's labels lack the two numbers.
     """
     try:
-        res = client.custom_query(f"last_over_time({CACHE_CONFIG}{{{sel}}}[1h])", params={"time": f"{at:.3f}"})
+        res = client.custom_query(pool_query(sel, pod_label), params={"time": f"{at:.3f}"})
     except Exception as exc:
         raise PrometheusError(f"{CACHE_CONFIG} at {redact(client.url)}: {describe(exc)}") from None
-    pools: dict[str, float] = {}
+    engines: dict[tuple[str, str], float] = {}
     for r in res:
         m = r["metric"]
         try:
-            pools[m.get(pod_label, "")] = float(m["num_gpu_blocks"]) * float(m["block_size"])
+            pool = float(m["num_gpu_blocks"]) * float(m["block_size"])
         except (KeyError, ValueError):
             raise PrometheusError(f"{CACHE_CONFIG} of pod '{m.get(pod_label, '')}' has no numeric num_gpu_blocks "
                                   "and block_size labels") from None
+        key = (m.get(pod_label, ""), m.get("engine", ""))
+        engines[key] = max(engines.get(key, 0.0), pool)
+    pools: dict[str, float] = {}
+    for (pod, _), pool in engines.items():
+        pools[pod] = pools.get(pod, 0.0) + pool
     return pools
 
 

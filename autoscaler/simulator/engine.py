@@ -59,6 +59,7 @@ class SimRequest:
     __slots__ = (
         "admit_seq",
         "attempt",
+        "computed",
         "continuing",
         "ctx_at_entry",
         "d_entry",
@@ -94,6 +95,7 @@ class SimRequest:
         self.prefill_target = req.input_tokens
         self.prefilled = 0
         self.hit_tokens = 0
+        self.computed = 0
         self.generated = 0
         self.d_entry = 0
         self.ctx_at_entry = 0
@@ -290,6 +292,7 @@ class Replica:
                 sr.prefilled = hit
             else:
                 sr.prefilled = 0
+            sr.computed = sr.prefill_target - sr.prefilled  # what this admission's prefill computes
             self._admit_counter += 1
             sr.admit_seq = self._admit_counter
             self.kv_pref += sr.prefill_target
@@ -388,17 +391,24 @@ class Replica:
             return
         t0, k, _base, _g, n, _ctx0, chunks = self._step
         m = self.metrics
-        m.iteration_tokens.observe(n + sum(c for _, c in chunks or ()), k)
+        if not chunks:  # k decode steps of n tokens each
+            m.iteration_tokens.observe(n, k)
         if n:
             self.D += k
             self.ctx_dec += n * k
             m.generation_tokens += n * k
             m.itl.observe((now - t0) / k, n * k)
         if chunks:
+            # vLLM counts a step's prompt tokens when a prefill ends, all it computed, plus its first
+            # token (vLLM 0.33 ``vllm/v1/metrics/loggers.py``: ``prompt_token_stats.computed +
+            # num_generation_tokens``), so a step carrying only a middle chunk counts its decodes alone.
+            step = n
             for sr, chunk in chunks:
                 sr.prefilled += chunk
                 if sr.prefilled >= sr.prefill_target and sr.status is None:  # an aborted one waits for the purge
+                    step += sr.computed + 1
                     self._prefill_done(sr, now)
+            m.iteration_tokens.observe(step)
         top = self._top_decode()
         while top is not None and top[0] <= self.D:
             heapq.heappop(self._decode_heap)
@@ -417,8 +427,8 @@ class Replica:
     def _complete(self, sr: SimRequest, now: float) -> None:
         m = self.metrics
         m.e2e.observe(now - self._received(sr, now))
-        if sr.req.output_tokens > 1 and sr.t_first is not None:
-            m.tpot.observe((now - sr.t_first) / (sr.req.output_tokens - 1))
+        if sr.t_first is not None:  # vLLM records 0 for a one-token request (``vllm/v1/metrics/stats.py``)
+            m.tpot.observe((now - sr.t_first) / (sr.req.output_tokens - 1) if sr.req.output_tokens > 1 else 0.0)
         m.success["stop"] += 1
         self.sim.on_complete(sr, now)
 

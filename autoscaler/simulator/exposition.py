@@ -28,13 +28,15 @@ openmetrics`` requires, so a backtest can read hours of history without waiting 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.openmetrics.exposition import ALLOWUTF8, generate_latest
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from autoscaler.promql import (
@@ -88,11 +90,13 @@ def _histogram(name: str, doc: str) -> HistogramMetricFamily:
     return HistogramMetricFamily(name, doc, labels=POD_LABELS)
 
 
-def _add_histogram(fam: HistogramMetricFamily, labels: list[str], h: Histogram) -> None:
+def _add_histogram(fam: HistogramMetricFamily, labels: list[str], h: Histogram, created: float | None = None) -> None:
     cum = h.cumulative()
     buckets = [(floatToGoString(b), c) for b, c in zip(h.bounds, cum, strict=False)]
     buckets.append(("+Inf", cum[-1]))
     fam.add_metric(labels, buckets, h.total)
+    if created is not None:  # ``HistogramMetricFamily.add_metric`` takes no ``created``, as a counter's does
+        fam.samples.append(Sample(fam.name + "_created", dict(zip(fam._labelnames, labels, strict=True)), created))
 
 
 class SimCollector(Collector):
@@ -103,19 +107,32 @@ class SimCollector(Collector):
         lock: held while reading ``sim`` (the simulation advances in another thread).
         namespace: value of the ``namespace`` label.
         release: the vLLM release range whose names the replicas export (``RELEASE_NAMES``).
+        created: whether each pod's counters and histograms carry a ``_created`` sample, as a vLLM's
+            do (``prometheus_client``'s default): the unix time, by ``clock``, at which the collector
+            first saw the replica serve (a live scrape's view; a history recorded at chosen times has none).
+        clock: unix seconds now.
 
     Raises:
         ValueError: an unknown ``release``.
     """
 
     def __init__(self, sim: FleetSimulator, lock: threading.Lock | None = None, namespace: str = "default",
-                 release: str = "0.11") -> None:
+                 release: str = "0.11", created: bool = False, clock: Callable[[], float] = time.time) -> None:
         if release not in RELEASE_NAMES:
             raise ValueError(f"vLLM release '{release}' not exported (known: {', '.join(RELEASE_NAMES)})")
         self.sim = sim
         self.lock = lock or threading.Lock()
         self.namespace = namespace
         self.names = {**RELEASE_NAMES["0.11"], **RELEASE_NAMES[release]}
+        self.created = created
+        self.clock = clock
+        self._first_seen: dict[int, float] = {}
+
+    def _created(self, rid: int) -> float | None:
+        """The ``_created`` value of replica ``rid``'s series (None: not exported)."""
+        if not self.created:
+            return None
+        return self._first_seen.setdefault(rid, self.clock())
 
     def describe(self) -> Iterable[Metric]:
         """Nothing up front: families depend on the fleet's state at scrape time."""
@@ -156,8 +173,11 @@ class SimCollector(Collector):
             "e2e": (E2E_SECONDS, "Histogram of e2e request latency in seconds."),
             "iteration_tokens": (ITERATION_TOKENS, "Histogram of number of tokens per engine_step."),
         }.items() if name}  # a name the release does not export is ""
+        # vLLM labels its CacheConfig info with the config's fields and ``engine``, no ``model_name``
+        # (vLLM 0.33 ``vllm/v1/metrics/loggers.py``); ``namespace``, ``pod`` and ``variant`` are the
+        # scrape's target labels, on every series of the pod.
         cache_config = GaugeMetricFamily(CACHE_CONFIG_INFO, "Information of the LLMEngine CacheConfig",
-                                         labels=(*POD_LABELS, "block_size", "num_gpu_blocks"))
+                                         labels=(*POD_LABELS[1:], "block_size", "num_gpu_blocks"))
         spec = GaugeMetricFamily(KSM_SPEC_REPLICAS, "Number of desired pods for a deployment.",
                                  labels=("namespace", "deployment"))
         ready = GaugeMetricFamily(KSM_READY_REPLICAS, "The number of ready replicas per deployment.",
@@ -171,7 +191,7 @@ class SimCollector(Collector):
                                           labels=("model_name", "target_model_name", "priority"))
         flow_labels = ("fairness_id", "priority", "inference_pool", "model_name", "target_model_name")
         queue_duration = HistogramMetricFamily(
-            GATEWAY_QUEUE_DURATION[0].removesuffix("_seconds") + "_seconds",
+            GATEWAY_QUEUE_DURATION[0],
             "Distribution of total time requests spend in the Flow Control layer (from enqueue to final outcome).",
             labels=(*flow_labels[:2], "outcome", *flow_labels[2:]))
         queue_size = GaugeMetricFamily(GATEWAY_QUEUE_SIZE[0], "Current number of requests actively held in the "
@@ -203,13 +223,14 @@ class SimCollector(Collector):
                 running.add_metric(labels, m.running)
                 waiting.add_metric(labels, m.waiting)
                 kv.add_metric(labels, m.kv_usage)
-                cache_config.add_metric([*labels, str(r.block), str(r.kv_cap // r.block)], 1.0)
+                cache_config.add_metric([*labels[1:], str(r.block), str(r.kv_cap // r.block)], 1.0)
+                created = self._created(r.rid)
                 for key, fam in counters.items():
-                    fam.add_metric(labels, getattr(m, key))
+                    fam.add_metric(labels, getattr(m, key), created=created)
                 for reason, n in m.success.items():
-                    success.add_metric([*labels, reason], n)
+                    success.add_metric([*labels, reason], n, created=created)
                 for key, hist in hists.items():
-                    _add_histogram(hist, labels, getattr(m, key))
+                    _add_histogram(hist, labels, getattr(m, key), created)
         yield from (running, waiting, kv, cache_config, *counters.values(), success, *hists.values(), spec, ready,
                     gateway, gateway_old, queue_duration, queue_size)
 

@@ -103,8 +103,10 @@ class ReplicaMetrics:
     Gauges: ``running``, ``waiting`` (requests), ``kv_usage`` (fraction 0..1).
     Counters: tokens, prefix-cache queries/hits (tokens), preemptions, successes by finished_reason.
     Histograms: TTFT, ITL (one observation per decode step per sequence), TPOT (per finished
-    request: its mean time per output token after the first, same buckets as ITL), e2e latency,
-    tokens per engine step (``iteration_tokens``: prefill chunk tokens + decoding sequences).
+    request: its mean time per output token after the first, 0 for a one-token request, same
+    buckets as ITL), e2e latency, tokens per engine step (``iteration_tokens``: as vLLM counts them,
+    the tokens each decoding sequence generated plus, for each prefill that ended in the step, every
+    prompt token it computed and its first token).
     """
 
     running: int = 0

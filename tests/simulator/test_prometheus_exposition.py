@@ -69,6 +69,12 @@ def test_served_metrics_equal_the_replicas_metrics() -> None:
         assert get("vllm:time_to_first_token_seconds_bucket", {"le": "+Inf"}) == r.metrics.ttft.count
         assert get("vllm:time_to_first_token_seconds_bucket", {"le": "0.5"}) == sum(
             c for b, c in zip(r.metrics.ttft.bounds, r.metrics.ttft.counts, strict=False) if b <= 0.5)
+        # as a vLLM's prometheus_client counters and histograms do (the v1 engine capture in
+        # shared/data/vllm-metrics has ``vllm:prefix_cache_queries_created``), each carries a ``_created``
+        # time; the CacheConfig info has no ``model_name`` (vLLM 0.33 ``vllm/v1/metrics/loggers.py``)
+        assert get("vllm:prompt_tokens_created") == get("vllm:time_to_first_token_seconds_created") > 1.7e9
+        info = {k for k in samples if k[0] == "vllm:cache_config_info" and dict(k[1])["pod"] == base["pod"]}
+        assert len(info) == 1 and "model_name" not in dict(next(iter(info))[1])
     exported_pods = {dict(k[1])["pod"] for k in samples if k[0] == "vllm:num_requests_running"}
     assert len(exported_pods) == len(serving)  # the provisioning replica has no endpoint yet
     dep = (("deployment", "llm-h100"), ("namespace", "default"))

@@ -272,10 +272,54 @@ def test_cli_refuses_bad_options_before_reading_data(tmp_path: Path) -> None:
     assert not (tmp_path / "x.json").exists()
 
 
+def test_the_pool_of_a_pod_is_found_from_a_model_selector_and_adds_its_engines(tmp_path: Path) -> None:
+    """vLLM 0.33's ``vllm:cache_config_info`` carries the CacheConfig's fields and ``engine``, no
+    ``model_name`` (``vllm/v1/metrics/loggers.py``): the documented selector ``model_name="m"`` must
+    still find each pod's pool, through the pod's other series, and a data-parallel pod's two engines
+    (1000 and 2000 blocks of 16 tokens) hold 48,000 tokens between them."""
+    from prometheus_api_client import PrometheusConnect
+
+    from autoscaler.adapters.prometheus_profile import pool_tokens
+
+    base = 1_700_000_000
+    lines = ["# TYPE vllm:cache_config_info gauge"]
+    for pod, engine, blocks in (("m-0", "0", 1000), ("m-0", "1", 2000), ("x-0", "0", 500)):
+        lines += [f'vllm:cache_config_info{{block_size="16",engine="{engine}",namespace="default",'
+                  f'num_gpu_blocks="{blocks}",pod="{pod}"}} 1 {base + t}' for t in range(0, 61, 15)]
+    lines.append("# TYPE vllm:num_requests_running gauge")
+    for pod, model in (("m-0", "m"), ("x-0", "x")):
+        lines += [f'vllm:num_requests_running{{engine="0",model_name="{model}",namespace="default",pod="{pod}"}} 2 '
+                  f'{base + t}' for t in range(0, 61, 15)]
+    (tmp_path / "in.om").write_text("\n".join([*lines, "# EOF", ""]))
+    backfill(tmp_path / "in.om", tmp_path / "tsdb")
+    prom = PromServer(tmp_path / "prom", tsdb=tmp_path / "tsdb").start()
+    try:
+        pools = pool_tokens(PrometheusConnect(prom.url), 'model_name="m"', base + 60, "pod")
+    finally:
+        prom.stop()
+    assert pools == {"m-0": 16 * (1000 + 2000)}
+
+
 # --------------------------------------------------------------------------- simulator metrics
+def test_a_one_token_request_has_a_time_per_output_token_of_zero() -> None:
+    """vLLM records every finished request's TPOT, 0 when it generated one token
+    (``vllm/v1/metrics/stats.py``: ``decode_time / (n - 1) if n - 1 > 0 else 0``)."""
+    sink = sim_bench._Sink()
+    r = sim_bench._Recording(0, "s", "v", get_profile("llama-3-8b/h100-sxm"), EngineConfig(), 10_000, 16, sink,
+                             0.0, 0.0, 0.0, False)
+    r.state = READY
+    r.enqueue(SimRequest(Request(0.0, 100, 1, rid=0)), 0.0)
+    while sink.events:
+        t, _, version = heapq.heappop(sink.events)
+        r.on_step_end(t, version)
+    assert (r.metrics.tpot.count, r.metrics.tpot.total) == (1, 0.0)
+    assert (r.metrics.iteration_tokens.count, r.metrics.iteration_tokens.total) == (1, 101)
+
+
 def test_iteration_tokens_counts_every_step() -> None:
-    # One 100-token prompt with 3 output tokens on an idle replica: a prefill step of 100 tokens
-    # (its first token), then two decode steps of one sequence each: 3 steps, 102 tokens.
+    # One 100-token prompt with 3 output tokens on an idle replica: a prefill step counted as vLLM 0.33
+    # counts it (``vllm/v1/metrics/loggers.py``: the prompt tokens computed + the tokens generated, so
+    # 100 + its first token), then two decode steps of one sequence each: 3 steps, 101 + 1 + 1 tokens.
     sink = sim_bench._Sink()
     r = sim_bench._Recording(0, "s", "v", get_profile("llama-3-8b/h100-sxm"), EngineConfig(), 10_000, 16, sink,
                              0.0, 0.0, 0.0, False)
@@ -285,7 +329,7 @@ def test_iteration_tokens_counts_every_step() -> None:
         t, _, version = heapq.heappop(sink.events)
         r.on_step_end(t, version)
     h = r.metrics.iteration_tokens
-    assert (h.count, h.total) == (3, 102)
+    assert (h.count, h.total) == (3, 103)
     assert len(sink.tokens[0]) == 2  # the two decode tokens' times
 
 
