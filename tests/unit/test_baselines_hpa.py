@@ -95,7 +95,7 @@ def test_scale_up_limit_counts_from_the_period_start() -> None:
 # ------------------------------------------------------------------------------------ controller
 def test_controller_replays_a_kv_sequence(make_fleet) -> None:
     svc = make_fleet(replicas=2, min_replicas=1, max_replicas=20).services[0]
-    hpa = HPAController(target=0.2)
+    hpa = HPAController(target=0.2, behavior="default")
     # t=0: 2 pods at 0.4 -> ratio 2.0 -> ceil(2*2) = 4 (limit max(4, 6) allows it)
     assert hpa.decide(estimate(0.0, [0.4, 0.4]), svc).desired == {"h100": 4}
     # t=15: 2 ready at 0.42 and 2 starting: zero-filled ratio 1.05 -> hold 4
@@ -106,6 +106,29 @@ def test_controller_replays_a_kv_sequence(make_fleet) -> None:
     # t=300: recommendations after t=0 are 4 (t=15) and 1s -> still 4; t=315: only 1s are left
     assert hpa.decide(estimate(300.0, [0.05] * 4), svc).desired == {"h100": 4}
     assert hpa.decide(estimate(315.0, [0.05] * 4), svc).desired == {"h100": 1}
+
+
+def test_controller_without_behavior_replays_the_same_sequence_on_the_legacy_path(make_fleet) -> None:
+    svc = make_fleet(replicas=2, min_replicas=1, max_replicas=20).services[0]
+    hpa = HPAController(target=0.2)  # no behavior field: normalizeDesiredReplicas
+    # t=0: proposal 4; limit max(2 * 2, 4) = 4
+    assert hpa.decide(estimate(0.0, [0.4, 0.4]), svc).desired == {"h100": 4}
+    assert hpa.decide(estimate(15.0, [0.42, 0.42], starting=2), svc).desired == {"h100": 4}
+    assert hpa.decide(estimate(30.0, [0.05] * 4), svc).desired == {"h100": 4}
+    # the legacy window [now - 300, now] still holds t=15's 4 at t=315; at t=330 only 1s are left
+    assert hpa.decide(estimate(315.0, [0.05] * 4), svc).desired == {"h100": 4}
+    assert hpa.decide(estimate(330.0, [0.05] * 4), svc).desired == {"h100": 1}
+
+
+def test_ready_pods_without_a_sample_are_missing_pods(make_fleet) -> None:
+    svc = make_fleet(replicas=4, min_replicas=1, max_replicas=20).services[0]
+    hpa = HPAController(target=0.5)
+    est = estimate(0.0, [0.1, 0.1])
+    est.variants["h100"] = VariantObservation(4, 0)  # 4 ready, 2 of them not scraped yet
+    # ratio 0.2 < 1: the 2 missing pods count as the target: (0.1 + 0.1 + 0.5 + 0.5) / 4 / 0.5 = 0.6,
+    # ceil(0.6 * 4) = 3 (without them: ceil(0.2 * 2) = 1); the initial recommendation (4) holds it
+    d = hpa.decide(est, svc)
+    assert d.desired == {"h100": 4} and "proposal 3" in d.reason
 
 
 def test_controller_holds_without_ready_pods_and_rejects_bad_settings(make_fleet) -> None:

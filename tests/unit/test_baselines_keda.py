@@ -41,20 +41,27 @@ def test_cooldown_period_before_scaling_to_zero() -> None:
 def test_external_metric_proposal_and_minimum_one_when_min_count_is_positive(make_fleet) -> None:
     svc = make_fleet(replicas=2, min_replicas=1, max_replicas=20).services[0]
     keda = KedaController(threshold=10.0, metric="concurrency")
-    # concurrency 45 + 5 = 50 over 2 pods of 10 -> ratio 2.5 -> ceil(50/10) = 5 (limit max(4, 6))
-    assert keda.decide(estimate(0.0, 2, 5.0, running=45.0), svc).desired == {"h100": 5}
-    # 0 in flight: proposal 0, held by the 300 s stabilisation, then the HPA minimum of 1
-    assert keda.decide(estimate(15.0, 5, 0.0, running=0.0), svc).desired == {"h100": 5}
-    assert keda.decide(estimate(300.0, 5, 0.0, running=0.0), svc).desired == {"h100": 1}
+    # concurrency 45 + 5 = 50 over 2 pods of 10 -> ratio 2.5 -> ceil(50/10) = 5, but KEDA's HPA has no
+    # behavior: the legacy limit max(2 * 2, 4) = 4
+    assert keda.decide(estimate(0.0, 2, 5.0, running=45.0), svc).desired == {"h100": 4}
+    # from 4: limit max(8, 4) = 8, the proposal 5 passes
+    assert keda.decide(estimate(15.0, 4, 5.0, running=45.0), svc).desired == {"h100": 5}
+    # 0 in flight: proposal 0, held by the highest recommendation of [now - 300, now] (5 at t=15)
+    assert keda.decide(estimate(30.0, 5, 0.0, running=0.0), svc).desired == {"h100": 5}
+    assert keda.decide(estimate(315.0, 5, 0.0, running=0.0), svc).desired == {"h100": 5}
+    # t=330: only 0s are left in [30, 330]; the HPA minimum of 1
+    assert keda.decide(estimate(330.0, 5, 0.0, running=0.0), svc).desired == {"h100": 1}
 
 
 def test_fallback_after_consecutive_failures(make_fleet) -> None:
     svc = make_fleet(replicas=2, min_replicas=1, max_replicas=20).services[0]
     keda = KedaController(threshold=10.0, metric="queue", fallback_failures=3, fallback_replicas=6)
-    assert keda.decide(estimate(0.0, 2, None), svc).hold
-    assert keda.decide(estimate(15.0, 2, None), svc).hold
-    # third failure: the scaler reports 10 * 6 -> ceil(60/10) = 6; limit from 2 is max(4, 6) = 6
-    assert keda.decide(estimate(30.0, 2, None), svc).desired == {"h100": 6}
+    for t in (0.0, 15.0, 30.0):  # failures 1..3 are not > failureThreshold 3: the HPA skips the sync
+        assert keda.decide(estimate(t, 2, None), svc).hold
+    # fourth failure: the scaler reports 10 * 6 -> ceil(60/10) = 6; the legacy limit from 2 is max(4, 4) = 4
+    assert keda.decide(estimate(45.0, 2, None), svc).desired == {"h100": 4}
+    # fifth: from 4 the limit is 8, so 6
+    assert keda.decide(estimate(60.0, 4, None), svc).desired == {"h100": 6}
     # a success resets the count: queue 60 over 6 pods is ratio 1.0 -> keep 6
-    d = keda.decide(estimate(45.0, 6, 60.0), svc)
+    d = keda.decide(estimate(75.0, 6, 60.0), svc)
     assert d.desired == {"h100": 6} and keda.states["svc"].failures == 0

@@ -1,0 +1,178 @@
+"""The anchors' own test cases, replayed on our baselines (issue 30, "The anchors as their users run them").
+
+Each test is named after the upstream test it replays; its inputs and expected figures are that
+test's, converted to our units where said.
+
+- Kubernetes: ``pkg/controller/podautoscaler/replica_calculator_test.go`` as of the Tolerances
+  refactor (Kubernetes 1.33+, KEP-4951) and ``horizontal_test.go`` (``TestNormalizeDesiredReplicas``,
+  ``TestConvertDesiredReplicasWithRules``), read through the public code index (no tag recorded;
+  the functions they test read the same in 1.34). Custom-metric (``podMetric``) cases map one to one
+  onto ``hpa_pod_metric_replicas``; CPU cases are used only where the target is 100 % of the
+  request, where a missing pod's 100 % of its request equals the plain metric's "the target", with
+  each pod's value its utilisation in % (usage of its 2 containers / their requests).
+- KEDA v2.20.2: ``pkg/fallback/fallback_test.go`` and ``apis/keda/v1alpha1/scaledobject_types.go``
+  (``CheckFallbackValid``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from controllers.baselines.hpa import HPABehavior, ScalingPolicy, ScalingRules, hpa_pod_metric_replicas
+from controllers.baselines.keda import KedaController, keda_fallback_active, keda_fallback_replicas
+
+
+# ----------------------------------------------------------- replica_calculator_test.go, podMetric
+def test_scale_up_as_in_TestReplicaCalcScaleUpCM() -> None:
+    # levels 20000, 10000, 30000 (milli) target 15000, 3 replicas -> 4
+    assert hpa_pod_metric_replicas([20.0, 10.0, 30.0], 0, 15.0, 3) == 4
+
+
+def test_unready_reporting_pods_count_as_in_TestReplicaCalcScaleUpCMUnreadyHotCpuNoLessScale() -> None:
+    # readiness True, True, False: for a non-CPU metric groupPods counts a reporting pod whatever its
+    # readiness: levels 50000, 10000, 30000, target 15000 -> 6
+    assert hpa_pod_metric_replicas([50.0, 10.0, 30.0], 0, 15.0, 3) == 6
+
+
+def test_as_in_TestReplicaCalcScaleUpCMUnreadyHotCpuScaleWouldScaleDown() -> None:
+    # levels 50000, 15000, 30000, target 15000, 3 replicas -> 7
+    assert hpa_pod_metric_replicas([50.0, 15.0, 30.0], 0, 15.0, 3) == 7
+
+
+def test_scale_down_as_in_TestReplicaCalcScaleDownCM() -> None:
+    assert hpa_pod_metric_replicas([12.0] * 5, 0, 20.0, 5) == 3
+
+
+def test_tolerance_as_in_TestReplicaCalcToleranceCM() -> None:
+    assert hpa_pod_metric_replicas([20.0, 21.0, 21.0], 0, 20.0, 3) == 3
+
+
+def test_per_direction_tolerance_as_in_TestReplicaCalcConfigurableToleranceCM() -> None:
+    # Tolerances{scaleDown: 0.1, scaleUp: 0.01}: ratio 20.667 / 20 = 1.033 > 1.01 -> 4
+    assert hpa_pod_metric_replicas([20.0, 21.0, 21.0], 0, 20.0, 3, up_tolerance=0.01, down_tolerance=0.1) == 4
+
+
+def test_missing_pods_at_target_ratio_as_in_TestPlainMetricReplicaCalcMissingMetricsNoChangeEq() -> None:
+    # 5 replicas, 3 report 20000, 19000, 21000 (target 20000): ratio 1.0, 2 missing pods are not
+    # filled in, the ratio stays 1.0 -> 5
+    assert hpa_pod_metric_replicas([20.0, 19.0, 21.0], 0, 20.0, 5, missing=2) == 5
+
+
+def test_missing_pod_in_a_rolling_update_as_in_TestReplicaCalcDuringRollingUpdateWithMaxSurgeCM() -> None:
+    # spec replicas 2, 3 pods running (max surge), 2 report 10000, target 17000: ratio 0.59 < 1, the
+    # missing pod counts as the target: 37/51 = 0.725, ceil(0.725 * 3) = 3 > 2 would scale the other
+    # way -> 2
+    assert hpa_pod_metric_replicas([10.0, 10.0], 0, 17.0, 2, missing=1) == 2
+
+
+# ----------------------------------------------- replica_calculator_test.go, CPU at a 100 % target
+def test_missing_pods_count_as_the_target_on_scale_down_as_in_TestReplicaCalcMissingMetrics() -> None:
+    # 4 pods of 2 x 1.0 CPU, 2 report 2 x 400m and 2 x 95m: 40 % and 9.5 %; ratio 0.2475; the 2 missing
+    # at 100 %: (40 + 9.5 + 100 + 100) / 4 = 62.4 %, ceil(0.624 * 4) = 3 (ignoring them: ceil(0.2475 * 2) = 1)
+    assert hpa_pod_metric_replicas([40.0, 9.5], 0, 100.0, 4, missing=2) == 3
+
+
+def test_missing_pod_on_scale_down_as_in_TestReplicaCalcMissingMetricsNoChangeLt() -> None:
+    # 2 pods, one at 60 %, one missing (100 %): 80 %, ceil(0.8 * 2) = 2 (ignoring it: ceil(0.6) = 1)
+    assert hpa_pod_metric_replicas([60.0], 0, 100.0, 2, missing=1) == 2
+
+
+def test_missing_pod_on_scale_up_as_in_TestReplicaCalcMissingMetricsNoChangeGt() -> None:
+    # one at 190 %, one missing at 0 %: 95 %, within tolerance -> 2
+    assert hpa_pod_metric_replicas([190.0], 0, 100.0, 2, missing=1) == 2
+
+
+def test_missing_pod_at_target_as_in_TestReplicaCalcMissingMetricsNoChangeEq() -> None:
+    assert hpa_pod_metric_replicas([100.0], 0, 100.0, 2, missing=1) == 2
+
+
+# ------------------------------------------------------- horizontal_test.go, the path without behavior
+@pytest.mark.parametrize(("name", "recommendations", "proposal", "expected"), [
+    ("empty log", [], 5, 5),
+    ("stabilize", [(4, -120), (5, -60)], 3, 5),
+    ("no stabilize", [(1, -120), (2, -60)], 3, 3),
+    ("no stabilize - old recommendations", [(10, -600), (9, -540)], 3, 3),
+    ("stabilize - old recommendations", [(10, -600), (4, -60), (5, -120), (9, -540)], 3, 5),
+])
+def test_stabilize_recommendation_as_in_TestNormalizeDesiredReplicas(name: str, recommendations: list[tuple[int, int]],
+                                                                     proposal: int, expected: int) -> None:
+    # stabilizeRecommendation over a 5-minute window; bounds wide enough not to bind
+    beh = HPABehavior(legacy=True)
+    now = 1000.0
+    beh.recommendations = [(now + dt, r) for r, dt in recommendations] or [(now - 1.0, 1)]
+    assert beh.normalize(now, proposal, current=expected, lo=1, hi=1000) == expected, name
+
+
+@pytest.mark.parametrize(("current", "desired", "lo", "hi", "expected", "why"), [
+    (5, 7, 3, 8, 7, "prenormalized desired replicas within range"),
+    (3, 1, 2, 8, 2, "prenormalized desired replicas < minReplicas"),
+    (20, 1000, 1, 10, 10, "maxReplicas is the limit because maxReplicas < scaleUpLimit"),
+    (3, 1000, 1, 2000, 6, "scaleUpLimit (calculateScaleUpLimit(3) = max(2 * 3, 4)) < maxReplicas"),
+    (1, 1000, 1, 2000, 4, "ours, derived: scaleUpLimitMinimum, max(2 * 1, 4)"),
+])
+def test_legacy_bounds_as_in_TestConvertDesiredReplicasWithRules(current: int, desired: int, lo: int, hi: int,
+                                                                 expected: int, why: str) -> None:
+    beh = HPABehavior(legacy=True)
+    beh.recommendations = [(-1000.0, 0)]  # no recommendation in the window
+    assert beh.normalize(0.0, desired, current, lo, hi) == expected, why
+
+
+# ------------------------------------------------------ horizontal.go, the path with behavior
+def test_scale_up_policies_select_max_min_disabled_as_in_calculateScaleUpLimitWithScalingRules() -> None:
+    # from 10 replicas with Pods 4 / 60 s and Percent 50 / 60 s: Max -> max(14, 15) = 15, Min -> 14,
+    # Disabled -> 10 (derived from horizontal.go, no upstream table read)
+    pods, percent = ScalingPolicy("Pods", 4, 60), ScalingPolicy("Percent", 50, 60)
+    for select, expected in (("Max", 15), ("Min", 14), ("Disabled", 10)):
+        beh = HPABehavior(scale_up=ScalingRules((pods, percent), select))
+        assert beh.normalize(0.0, 100, 10, 1, 100) == expected, select
+
+
+def test_scale_down_policies_and_period_start_as_in_calculateScaleDownLimitWithBehaviors() -> None:
+    # Pods 2 / 60 s and Percent 30 / 60 s from 10 (window 0 s): Max (largest change) -> min(8, trunc(7.0)) = 7;
+    # 30 s later at 7 the period started at 10: the limit stays 7, no further removal; 61 s after the
+    # first event the period starts at 7: min(5, trunc(4.9)) = 4
+    rules = ScalingRules((ScalingPolicy("Pods", 2, 60), ScalingPolicy("Percent", 30, 60)), "Max", 0.0)
+    beh = HPABehavior(scale_down=rules)
+    beh.recommendations = [(-1.0, 10)]
+    assert beh.normalize(0.0, 1, 10, 1, 100) == 7
+    assert beh.normalize(30.0, 1, 7, 1, 100) == 7
+    assert beh.normalize(61.0, 1, 7, 1, 100) == 4
+    min_rules = ScalingRules(rules.policies, "Min", 0.0)  # smallest change: max(8, 7) = 8
+    beh = HPABehavior(scale_down=min_rules)
+    beh.recommendations = [(-1.0, 10)]
+    assert beh.normalize(0.0, 1, 10, 1, 100) == 8
+
+
+# ------------------------------------------------------------------------ KEDA v2.20.2 fallback
+def test_fallback_only_beyond_the_threshold_as_in_fallback_test_should_bump_the_number_of_failures() -> None:
+    # "should bump the number of failures when metrics call fails": 0 -> 1 failure, threshold 3: the error
+    # is returned; "should return a normalised metric when number of failures are beyond threshold":
+    # 3 -> 4 failures, threshold 3: 10 replicas x AverageValue 10 = 100
+    assert not keda_fallback_active(1, 3)
+    assert not keda_fallback_active(3, 3)
+    assert keda_fallback_active(4, 3)
+    assert 10 * keda_fallback_replicas("static", 10, 5) == 100
+
+
+@pytest.mark.parametrize(("behavior", "current", "expected_value"), [
+    ("currentReplicasIfHigher", 4, 100),  # "should use fallback replicas when current replicas is lower ..."
+    ("currentReplicas", 6, 60),           # "should use current replicas when behavior is 'currentReplicas'"
+    ("static", 15, 100),                  # "should ignore current replicas when behavior is 'static'"
+    ("currentReplicasIfLower", 4, 40),    # doFallback: the smaller of current and fallback.replicas
+])
+def test_fallback_behaviors_as_in_fallback_test(behavior: str, current: int, expected_value: int) -> None:
+    # fallback.replicas 10, AverageValue target 10: the metric reported is 10 x replicas
+    assert 10 * keda_fallback_replicas(behavior, 10, current) == expected_value
+
+
+@pytest.mark.parametrize("kwargs", [dict(fallback_failures=-3, fallback_replicas=10),
+                                    dict(fallback_failures=3, fallback_replicas=-1)])
+def test_negative_fallback_is_invalid_as_in_CheckFallbackValid(kwargs: dict[str, int]) -> None:
+    # "FailureThreshold=%d & Replicas=%d must both be greater than or equal to 0"
+    with pytest.raises(ValueError, match=">= 0"):
+        KedaController(threshold=10.0, **kwargs)
+
+
+def test_a_zero_failure_threshold_is_valid_and_falls_back_at_the_first_failure() -> None:
+    keda = KedaController(threshold=10.0, fallback_failures=0, fallback_replicas=3)
+    assert keda.fallback_failures == 0 and keda_fallback_active(1, 0)
