@@ -15,7 +15,12 @@ them holds).
         "variants": {<variant>: {"current_replicas", "ready_replicas", "starting_replicas",
                                  "desired_replicas", "reason"}},
         "signals": {<signal>: value or null}, "decision": {"hold", "reason", "terms", "plan", "remove_first"},
-        "admission_thresholds": {<priority>: s or null (no limit)} or null, "errors": [...], "warnings": [...]}}}
+        "admission_thresholds": {<priority>: s or null (no limit)} or null, "query_set": <name>,
+        "errors": [...], "warnings": [...]}}}
+
+``query_set`` is the query set the service's signals were read with this tick (``autoscaler.promql``):
+the configured one, or with ``auto`` the one detected from its pods' series (the table's signals
+title names it too).
 
 ``errors`` lists failed queries (empty when all worked); on any, the loop holds. A variant whose
 replica count is unknown (every query that tells it failed, none known before) has null counts
@@ -132,6 +137,11 @@ class DryRun:
         self.metrics.record(record, time.perf_counter() - started)
         return record
 
+    def query_set(self, service: str) -> str:
+        """The name of the query set ``service`` is read with now (``PrometheusSource.query_set``)."""
+        svc = next(s for s in self.cfg.services if s.name == service)
+        return self.source.query_set(svc).name
+
     def warnings(self, service: str, record: TickRecord) -> list[str]:
         """The tick's warnings for ``service``: pods ignored by the source, values rejected by estimate."""
         return [*self.source.warnings.get(service, []), *record.services[service].estimate.warnings]
@@ -197,6 +207,7 @@ def tick_json(run: DryRun, record: TickRecord, wall_s: float) -> dict[str, Any]:
                          "plan": dict(st.decision.plan) or None,
                          "remove_first": dict(st.decision.remove_first) or None},
             "admission_thresholds": dict(st.decision.admission) or None,
+            "query_set": run.query_set(name),
             "errors": list(est.errors),
             "warnings": run.warnings(name, record),
         }
@@ -230,7 +241,8 @@ def tick_tables(run: DryRun, record: TickRecord, wall_s: float) -> list[Table | 
             t.add_row(v, f"{obs.current} ({obs.ready}+{obs.starting})", str(st.applied[v]),
                       f"{delta:+d}" if delta else "0", *planned, admission, escape(st.reason))
         out.append(t)
-        s = Table(show_header=True, title=f"{name}: observed signals", title_justify="left")
+        s = Table(show_header=True, title=f"{name}: observed signals (query set {run.query_set(name)})",
+                  title_justify="left")
         s.add_column("signal")
         for col in ("service", *est.variants):
             s.add_column(col, justify="right")

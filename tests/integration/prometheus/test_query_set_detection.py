@@ -4,14 +4,18 @@ and finds the KV usage and TPOT its names carry (issue 30, item 5)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 from support.fleets import FLEET_DOC, ramp
+from typer.testing import CliRunner
 
 from autoscaler.adapters.prometheus import connect
+from autoscaler.cli import app
 from autoscaler.config.loading import parse_config
 from autoscaler.faults.promserver import PromServer, Target
 from autoscaler.loop.export import serve
@@ -35,6 +39,11 @@ def test_a_served_fleet_of_each_release_is_read_with_its_own_query_set(tmp_path:
         time.sleep(1.0)  # a few scrapes
         src = build_source(cfg, connect(cfg.prometheus, prom.url))
         obs = src.observe(0.0)["llm"]
+        # ``autoscaler dry-run`` on the same fleet file picks it by itself and says which
+        fleet = tmp_path / "fleet.yaml"
+        fleet.write_text(yaml.safe_dump(FLEET_DOC))
+        res = CliRunner().invoke(app, ["dry-run", "--prometheus-url", prom.url, "--config", str(fleet), "--once",
+                                       "--output", "json"])
     finally:
         prom.stop()
         server.close()
@@ -42,3 +51,5 @@ def test_a_served_fleet_of_each_release_is_read_with_its_own_query_set(tmp_path:
     assert src.query_set(cfg.services[0]).name == detected
     assert obs.errors == [] and obs.signals.kv_usage is not None and obs.signals.running is not None
     assert sum(v.ready for v in obs.variants.values()) >= 1
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout.strip().splitlines()[-1])["services"]["llm"]["query_set"] == detected
