@@ -336,10 +336,25 @@ class Emulator(kmock.KubernetesEmulator):
         return self._objects[key] if key in self._objects else None  # noqa: SIM401 (ObjectsArray has no .get)
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        delay = self.slow.get(request.headers.get("User-Agent", ""))
+        if delay is None:
+            return await self._serve(request)
+
+        async def later() -> aiohttp.web.StreamResponse:
+            await asyncio.sleep(delay)
+            return await self._serve(request)
+
+        # shielded: a client that gives up does not cancel it, so its write still lands (as on a real
+        # API server, where a request past the client's deadline may well have been applied)
+        return await asyncio.shield(asyncio.ensure_future(later()))
+
+    async def _serve(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         if len(self._requests) > REQUEST_LOG:  # kmock scans its whole request log on every request
             del self._requests[: len(self._requests) - REQUEST_LOG // 2]
         fault = await self._fault(request.headers.get("User-Agent", ""))
         if fault is not None:
+            self.refused.append((str(getattr(request.method, "value", request.method)).upper(),
+                                 str(getattr(request.resource, "plural", "")), request.name, fault.status))
             return fault
         for param in ("labelSelector", "fieldSelector"):
             text = request.params.get(param)
@@ -382,8 +397,6 @@ class Emulator(kmock.KubernetesEmulator):
             while agent in self.hung:
                 await asyncio.sleep(HANG_POLL_S)
             return status(504, "Timeout", "the request did not complete within the allowed duration")
-        if agent in self.slow:
-            await asyncio.sleep(self.slow[agent])
         if self.down:
             return status(503, "ServiceUnavailable", "the API server is unavailable")
         if agent in self.throttled:
