@@ -102,6 +102,16 @@ CONFLICT_BACKOFF_S = 0.1
 starts at 10 ms; a tick has seconds to spare)."""
 
 
+NO_RETRIES = 0
+"""The client's retries (``Configuration.retries``, handed to urllib3): none. Left unset, urllib3's default
+(3) re-sends a PUT whose answer did not come within the deadline (the call then lasts up to four
+deadlines, and a write may land that long after the fence allowed it: "Fencing a former leader",
+docs/daemon.md) and sleeps through up to three ``Retry-After`` waits of any length on a 429. client-go
+retries a 429 after its Retry-After within the request's context deadline and never re-sends a
+timed-out write; here a 429 fails the call and the actuator writes nothing before its Retry-After has
+passed (``KubernetesActuator.scale``), and a write without an answer is the next tick's to repeat."""
+
+
 class KubernetesError(AutoscalerError):
     """The Kubernetes API cannot be used at all (no kubeconfig, no in-cluster credentials)."""
 
@@ -125,12 +135,14 @@ def connect(kubeconfig: Path | None = None, context: str | None = None,
         raise KubernetesError("no kubeconfig: ~/.kube/config does not exist, $KUBECONFIG is unset and this is not "
                               "a pod with a service account (pass --kubeconfig)")
     try:
+        cfg = client.Configuration()
         if kubeconfig is None and in_cluster:
-            cfg = client.Configuration()
             config.load_incluster_config(client_configuration=cfg)
-            api = client.ApiClient(cfg)
         else:
-            api = config.new_client_from_config(config_file=str(kubeconfig) if kubeconfig else None, context=context)
+            config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None, context=context,
+                                    client_configuration=cfg, persist_config=False)
+        cfg.retries = NO_RETRIES
+        api = client.ApiClient(cfg)
         # the client takes any string as the server (`ht!tp://::::`) and fails at the first call instead
         check_url(api.configuration.host, "server URL")
         return with_deadline(api, timeout_s)
@@ -243,6 +255,8 @@ class KubernetesActuator:
         self.sleep = sleep
         self.clock = clock
         self.fence = fence
+        self.not_before = float("-inf")
+        """``clock`` time before which no scale is written: a 429's ``Retry-After`` (``_throttled``)."""
 
     def paused(self, service: str, variant: str) -> bool:
         """Whether the variant is left alone after another writer's change (module docstring)."""
@@ -280,6 +294,10 @@ class KubernetesActuator:
         ns = self.kube.namespace
         where = conn.where()
         what = f"update {where}"
+        wait = self.not_before - self.clock()
+        if wait > 0:  # the API server asked for a pause (429 Retry-After): not a call before it ends
+            return ActuationResult(ActuationStatus.UNREACHABLE, f"{where}: not written: the API server asked to "
+                                   f"retry after {wait:.0f} s more (HTTP 429)")
         note = ""
         external: ExternalChange | None = None
         first = 0
@@ -287,6 +305,7 @@ class KubernetesActuator:
             try:
                 read = conn.read_scale()
             except TRANSPORT_ERRORS as exc:
+                self._throttled(exc)
                 return replace(result_of(exc, f"get {where}"), external=external)
             current = read.replicas
             if attempt == 0:
@@ -309,6 +328,9 @@ class KubernetesActuator:
             try:
                 conn.scale(replicas, read.resource_version)
             except TRANSPORT_ERRORS as exc:
+                self._throttled(exc)
+                if not isinstance(exc, ApiException | ObjectError):  # no answer: it may have been applied
+                    conn.maybe_wrote(replicas)
                 if isinstance(exc, ApiException) and exc.status == 409 and attempt < self.kube.conflict_retries:
                     self.sleep(CONFLICT_BACKOFF_S * 2 ** attempt)
                     continue
@@ -319,6 +341,17 @@ class KubernetesActuator:
             conn.wrote(replicas)
             return ActuationResult(ActuationStatus.APPLIED, note, before=current, after=replicas, external=external)
         raise AssertionError("unreachable: the loop returns on its last attempt")
+
+    def _throttled(self, exc: BaseException) -> None:
+        """After a 429, write nothing before its ``Retry-After`` (seconds; 1 when absent or not a number,
+        the API server's own value in its max-in-flight filter)."""
+        if isinstance(exc, ApiException) and exc.status == 429:
+            text = (exc.headers or {}).get("Retry-After")
+            try:
+                seconds = max(float(text), 0.0) if text is not None else 1.0
+            except ValueError:
+                seconds = 1.0
+            self.not_before = max(self.not_before, self.clock() + seconds)
 
     def _deletion_cost(self, conn: WorkloadConnector, namespace: str, pods: Sequence[str]) -> str:
         """Give ``pods`` deletion costs ``-len(pods)`` .. ``-1`` in order, after clearing the costs this

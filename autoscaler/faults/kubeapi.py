@@ -25,12 +25,28 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
   is gone), the server's metadata kept, ``generation`` bumped when the spec changed, the status kept;
 - a Lease's ``acquireTime`` and ``renewTime`` parsed as ``metav1.MicroTime`` (RFC3339 with exactly six
   fraction digits): anything else is HTTP 400 BadRequest, as the API server refuses it;
+- names checked as the API server checks them: ``metadata.name`` a DNS-1123 subdomain (at most 253
+  lower-case alphanumerics, '-' and '.', alphanumeric at both ends) for every kind served but core/v1
+  Events (a path segment: no '/', '%', not '.' or '..'), else HTTP 422 Invalid with the Status the
+  API server sends (``name_problems``, ``invalid``); a generated name is checked once made; a PUT whose
+  body names another object (or namespace) than its URL is HTTP 400 BadRequest (``_bad_identity``);
+- ``metadata.generation`` bumped by every spec change (a replace, a patch of the spec, a scale);
+- a controller step (off unless ``deployment_delay_s`` is set): ``deployment_delay_s`` after a
+  Deployment's spec changes, its status is written (observedGeneration, replicas, updated, ready and
+  available replicas) with a new resourceVersion, as the deployment controller does, so a write
+  carrying the version read before it is a 409; with ``replicaset_pods`` the Deployment's pods are kept
+  at ``spec.replicas``, removed in the ReplicaSet controller's order (``removal_order``: pod-deletion-cost);
 - RBAC refusals: a request whose ``(verb, plural, subresource)`` is in ``forbidden`` is answered
   HTTP 403 Forbidden with the API server's message;
 - a bounded request log (``REQUEST_LOG``), so an emulator serving a daemon for minutes keeps pace;
 - a way down: ``down`` set makes every request fail with HTTP 503 (the server itself stays up,
   so a test can bring it back); ``conflicts`` set answers every write of a scale subresource
   HTTP 409, as when another writer always gets there first;
+- faults as they come in production, per client (User-Agent): ``slow`` delays a request past the
+  client's deadline and then serves it (the write lands although the client gave up), ``throttled``
+  answers HTTP 429 TooManyRequests with ``Retry-After`` unserved; ``conflicts_left`` answers the next
+  scale writes 409 (transient, unlike ``conflicts``); ``EmulatedCluster.close_port`` refuses every
+  connection until ``open_port``; every refusal is listed in ``refused``;
 - a hang: a request whose User-Agent is in ``hung`` is held unanswered while it stays there, then
   answered HTTP 504 Timeout unprocessed (the real API server ends a request at its
   ``--request-timeout``, 60 s by default, with 504), so a client without a deadline waits for ever
@@ -141,6 +157,49 @@ def bad_micro_time(plural: str, body: Any) -> str | None:
     return None
 
 
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+"""apimachinery ``validation.IsDNS1123Subdomain`` (staging/src/k8s.io/apimachinery/pkg/util/validation/
+validation.go): lower-case alphanumerics, '-' and '.', starting and ending alphanumeric, at most
+``DNS1123_SUBDOMAIN_MAX`` characters: the ``NameIsDNSSubdomain`` rule of Deployments, StatefulSets,
+ReplicaSets, Pods, ConfigMaps, Leases, events.k8s.io Events and custom resources."""
+DNS1123_SUBDOMAIN_MAX = 253
+DNS1123_SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+                         "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+                         f"for validation is '{DNS1123_SUBDOMAIN.pattern}')")
+PATH_SEGMENT_NAMES = {("", "events")}
+"""(API group, plural) whose names only need to be a path segment (apimachinery ``path.ValidatePathSegmentName``:
+not ``.`` or ``..``, no ``/`` or ``%``): core/v1 Events, which ``ValidateEventCreate``
+(pkg/apis/core/validation/events.go) leaves to the generic ``rest.BeforeCreate`` for backward
+compatibility; events.k8s.io/v1 Events are held to the subdomain rule."""
+
+
+def name_problems(group: str, plural: str, name: str) -> list[str]:
+    """Why the API server refuses ``name`` for an object of ``plural`` in ``group`` (empty: accepted)."""
+    if (group, plural) in PATH_SEGMENT_NAMES:
+        if name in (".", ".."):
+            return [f"may not be '{name}'"]
+        return [f"may not contain '{c}'" for c in "/%" if c in name]
+    out = []
+    if len(name) > DNS1123_SUBDOMAIN_MAX:
+        out.append(f"must be no more than {DNS1123_SUBDOMAIN_MAX} characters")
+    if not DNS1123_SUBDOMAIN.fullmatch(name):
+        out.append(DNS1123_SUBDOMAIN_MSG)
+    return out
+
+
+def invalid(kind: str, group: str, name: str, field: str, problems: list[str]) -> aiohttp.web.Response:
+    """The API server's 422 for an object that fails validation (``errors.NewInvalid``): reason ``Invalid``,
+    the message ``Kind.group "name" is invalid: field: Invalid value: "name": why``, and one cause per problem."""
+    causes = [{"reason": "FieldValueInvalid", "message": f'Invalid value: "{name}": {p}', "field": field}
+              for p in problems]
+    qualified = f"{kind}.{group}" if group else kind
+    message = f'{qualified} "{name}" is invalid: ' + ", ".join(f"{field}: {c['message']}" for c in causes)
+    return aiohttp.web.json_response({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+        "reason": "Invalid", "details": {"name": name, "group": group, "kind": kind, "causes": causes},
+        "code": 422}, status=422)
+
+
 SERVED = {"apps/v1/deployments": "Deployment", "apps/v1/statefulsets": "StatefulSet",
           "apps/v1/replicasets": "ReplicaSet", "v1/pods": "Pod", "v1/events": "Event", "v1/configmaps": "ConfigMap",
           "coordination.k8s.io/v1/leases": "Lease", "events.k8s.io/v1/events": "Event",
@@ -166,12 +225,73 @@ def conflict(plural: str, name: str | None) -> aiohttp.web.Response:
                   "modified; please apply your changes to the latest version and try again")
 
 
+def too_many_requests(retry_after_s: int) -> aiohttp.web.Response:
+    """The API server's 429 when it sheds load (apiserver ``filters/maxinflight.go`` and API Priority and
+    Fairness answer ``Retry-After: 1``): the request is not served, the header says when to come back,
+    and the Status carries it as ``details.retryAfterSeconds``."""
+    resp = aiohttp.web.json_response({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "Too many requests, please try again later.", "reason": "TooManyRequests",
+        "details": {"retryAfterSeconds": retry_after_s}, "code": 429}, status=429)
+    resp.headers["Retry-After"] = str(retry_after_s)
+    return resp
+
+
 VERBS = {"GET": "get", "PUT": "update", "PATCH": "patch", "POST": "create", "DELETE": "delete"}
 
 
 REQUEST_LOG = 200
 """Requests kmock's log keeps (it matches each request against all of them: a long run would slow to
 a crawl); assertions here read ``Emulator.writes``, which keeps every write."""
+
+
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+PHASE_ORDER = {"Pending": 0, "Unknown": 1, "Running": 2}
+"""``podPhaseToOrdinal`` (pkg/controller/controller_utils.go): a phase missing from it ranks as Pending."""
+CONTROLLER_POLL_S = 0.02
+"""How often the controller step looks at the Deployments, wall seconds."""
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    """Whether ``pod`` has condition ``Ready`` True (``podutil.IsPodReady``)."""
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def pod_active(pod: dict[str, Any]) -> bool:
+    """``controller.IsPodActive``: not Succeeded or Failed, not being deleted."""
+    return ((pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and not (pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def deletion_cost(pod: dict[str, Any]) -> int:
+    """The pod's ``controller.kubernetes.io/pod-deletion-cost`` (0 when absent or not an int32, as
+    ``helper.GetDeletionCostFromPodAnnotations`` reads it)."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(DELETION_COST)
+    try:
+        cost = int(str(text).strip()) if text is not None else 0
+    except ValueError:
+        return 0
+    return cost if -(2**31) <= cost < 2**31 else 0
+
+
+def removal_order(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``pods`` in the order the ReplicaSet controller removes them on a scale-down (``getPodsToDelete``
+    in pkg/controller/replicaset/replica_set.go sorts by ``ActivePodsWithRanks.Less`` in
+    pkg/controller/controller_utils.go, Kubernetes 1.22 and later): unassigned (no ``spec.nodeName``)
+    before assigned; Pending < Unknown < Running; not ready before ready; lower pod-deletion-cost
+    first; then, simplified here, the newest ``creationTimestamp`` first. Left out: the rank of pods
+    doubled up on a node, the time since the pod became ready (logarithmic buckets) and container
+    restarts, which the real controller compares between the cost and the creation time; ties, which
+    it leaves to the sort, go here to the name last in order."""
+    def key(pod: dict[str, Any]) -> tuple[int, int, int, int, float, str]:
+        meta = pod.get("metadata") or {}
+        created = meta.get("creationTimestamp")
+        when = datetime.datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp() if created else 0.0
+        return (1 if (pod.get("spec") or {}).get("nodeName") else 0,
+                PHASE_ORDER.get(str((pod.get("status") or {}).get("phase")), 0), int(pod_ready(pod)),
+                deletion_cost(pod), -when, "".join(chr(0x10FFFF - ord(c)) for c in str(meta.get("name") or "")))
+    return sorted(pods, key=key)
 
 
 class Emulator(kmock.KubernetesEmulator):
@@ -185,7 +305,23 @@ class Emulator(kmock.KubernetesEmulator):
         self.selector_paths: dict[str, str] = dict(SELECTOR_PATHS)
         self.down = False
         self.conflicts = False
+        self.conflicts_left = 0
+        """Scale writes still to be answered 409 (a transient conflict: then they pass)."""
         self.hung: set[str] = set()
+        self.slow: dict[str, float] = {}
+        """User-Agent -> seconds each of its requests waits before it is served (then served in full: a write
+        lands even when the client has given up on it)."""
+        self.throttled: dict[str, int] = {}
+        """User-Agent -> the ``Retry-After`` seconds of the HTTP 429 each of its requests gets, unserved."""
+        self.deployment_delay_s: float | None = None
+        """Seconds after a Deployment's spec changes that the deployment-controller step writes its status
+        (``sync_deployments``); None: no such step (the status is whatever clients patch)."""
+        self.replicaset_pods = False
+        """Whether that step also keeps each Deployment's pods at ``spec.replicas``, removing the ones the
+        ReplicaSet controller would (``removal_order``) and creating ready ones."""
+        self._changed: dict[tuple[str | None, str], tuple[int, float]] = {}
+        self.refused: list[tuple[str, str, str | None, int]] = []
+        """Requests answered with an error status by a fault or a check: (method, plural, name, status)."""
         self.writes: list[tuple[str, str | None, str | None, str | None, Any, str]] = []
         """(method, plural or plural/scale, namespace, name, body or replicas, the client's User-Agent)."""
         self.seen: set[tuple[str, str, str, str | None, str | None]] = set()
@@ -200,15 +336,26 @@ class Emulator(kmock.KubernetesEmulator):
         return self._objects[key] if key in self._objects else None  # noqa: SIM401 (ObjectsArray has no .get)
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        delay = self.slow.get(request.headers.get("User-Agent", ""))
+        if delay is None:
+            return await self._serve(request)
+
+        async def later() -> aiohttp.web.StreamResponse:
+            await asyncio.sleep(delay)
+            return await self._serve(request)
+
+        # shielded: a client that gives up does not cancel it, so its write still lands (as on a real
+        # API server, where a request past the client's deadline may well have been applied)
+        return await asyncio.shield(asyncio.ensure_future(later()))
+
+    async def _serve(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         if len(self._requests) > REQUEST_LOG:  # kmock scans its whole request log on every request
             del self._requests[: len(self._requests) - REQUEST_LOG // 2]
-        agent = request.headers.get("User-Agent", "")
-        if agent in self.hung:
-            while agent in self.hung:
-                await asyncio.sleep(HANG_POLL_S)
-            return status(504, "Timeout", "the request did not complete within the allowed duration")
-        if self.down:
-            return status(503, "ServiceUnavailable", "the API server is unavailable")
+        fault = await self._fault(request.headers.get("User-Agent", ""))
+        if fault is not None:
+            self.refused.append((str(getattr(request.method, "value", request.method)).upper(),
+                                 str(getattr(request.resource, "plural", "")), request.name, fault.status))
+            return fault
         for param in ("labelSelector", "fieldSelector"):
             text = request.params.get(param)
             if text and selector_terms(text) is None:  # refused, never ignored
@@ -229,6 +376,9 @@ class Emulator(kmock.KubernetesEmulator):
                 return status(403, "Forbidden", f'{res.plural}{sub} "{request.name}" is forbidden: User '
                               f'"system:serviceaccount:autoscaler:autoscaler" cannot {verb} resource '
                               f'"{res.plural}{sub}" in API group "{res.group}" in the namespace "{request.namespace}"')
+            if method in ("POST", "PUT") and (wrong := self._bad_identity(request, method)) is not None:
+                self.refused.append((method, str(res.plural), request.name, wrong.status))
+                return wrong
             if request.subresource == "scale" and res.plural in self.scalable:
                 return await self._scale(request, method)
             if method in ("POST", "PUT", "PATCH") and (bad := bad_micro_time(str(res.plural), request.data)):
@@ -236,19 +386,156 @@ class Emulator(kmock.KubernetesEmulator):
             if method == "PUT" and request.name is not None and request.subresource is None:
                 return await self._replace(request)
             if method in ("POST", "PATCH") and isinstance(request.data, dict):
-                async with self._lock:
-                    meta = request.data.setdefault("metadata", {})
-                    if method == "POST" and not meta.get("name") and meta.get("generateName"):
-                        meta["name"] = f"{meta['generateName']}{next(self.versions):x}"
-                    if method == "POST":  # server-set, whatever the client sent
-                        meta["uid"] = str(uuid.uuid4())
-                        meta["creationTimestamp"] = datetime.datetime.now(datetime.UTC).strftime(
-                            "%Y-%m-%dT%H:%M:%SZ")
-                        meta["generation"] = 1
-                    meta["resourceVersion"] = str(next(self.versions))
-                    self.writes.append((method, res.plural, request.namespace, request.name, request.data,
-                                        request.headers.get("User-Agent", "")))
+                refused = await self._stamp(request, method)
+                if refused is not None:
+                    return refused
         return await super()._handle(request)
+
+    async def _fault(self, agent: str) -> aiohttp.web.StreamResponse | None:
+        """The fault switched on for a request from ``agent``, if any (module docstring); None: serve it."""
+        if agent in self.hung:
+            while agent in self.hung:
+                await asyncio.sleep(HANG_POLL_S)
+            return status(504, "Timeout", "the request did not complete within the allowed duration")
+        if self.down:
+            return status(503, "ServiceUnavailable", "the API server is unavailable")
+        if agent in self.throttled:
+            return too_many_requests(self.throttled[agent])
+        return None
+
+    async def _stamp(self, request: kmock.Request, method: str) -> aiohttp.web.StreamResponse | None:
+        """A create's or patch's server-set metadata (a generated name, uid, creationTimestamp,
+        generation, resourceVersion), recorded in ``writes``; the 422 of a generated name the API server
+        would refuse."""
+        res = request.resource
+        assert res is not None and isinstance(request.data, dict)
+        async with self._lock:
+            meta = request.data.setdefault("metadata", {})
+            if method == "POST" and not meta.get("name") and meta.get("generateName"):
+                meta["name"] = f"{meta['generateName']}{next(self.versions):x}"
+            if method == "POST":  # server-set, whatever the client sent
+                problems = name_problems(res.group or "", str(res.plural), str(meta.get("name") or ""))
+                if problems:
+                    self.refused.append((method, str(res.plural), meta.get("name"), 422))
+                    return invalid(self._kind(res), res.group or "", str(meta.get("name") or ""),
+                                   "metadata.name", problems)
+                meta["uid"] = str(uuid.uuid4())
+                meta["creationTimestamp"] = datetime.datetime.now(datetime.UTC).strftime(
+                    "%Y-%m-%dT%H:%M:%SZ")
+                meta["generation"] = 1
+            elif request.subresource is None and isinstance(request.data.get("spec"), dict):
+                current = self._object(request)  # a patch of the spec bumps the generation
+                if current is not None and not current.deleted:
+                    spec = current.raw.get("spec") or {}
+                    if any(spec.get(k) != v for k, v in request.data["spec"].items()):
+                        meta["generation"] = int(current.raw["metadata"].get("generation") or 1) + 1
+            meta["resourceVersion"] = str(next(self.versions))
+            self.writes.append((method, res.plural, request.namespace, request.name, request.data,
+                                request.headers.get("User-Agent", "")))
+        return None
+
+    async def run_controllers(self) -> None:
+        """The controller step, every ``CONTROLLER_POLL_S`` for ever (``EmulatedCluster`` runs it as a task)."""
+        while True:
+            await asyncio.sleep(CONTROLLER_POLL_S)
+            if self.deployment_delay_s is not None:
+                async with self._lock:
+                    await self.sync_deployments(asyncio.get_running_loop().time())
+
+    async def sync_deployments(self, now: float) -> None:
+        """What the deployment (and, with ``replicaset_pods``, the ReplicaSet) controller does, once
+        ``deployment_delay_s`` after each change of a Deployment's ``metadata.generation`` that its
+        ``status.observedGeneration`` does not show yet (``now``: the event loop's clock): the pods kept
+        at ``spec.replicas`` (``_sync_pods``), then ``status`` written (``observedGeneration``,
+        ``replicas``, ``updatedReplicas``, ``readyReplicas``, ``availableReplicas``: counted from the
+        pods; without pods, the readiness a client last reported, capped at the new replicas), with a new
+        resourceVersion: a write carrying the version read before it is then a 409, as on a real cluster
+        where the controller writes the status a moment after each scale. Called with the lock held."""
+        assert self.deployment_delay_s is not None
+        for (res, ns, name), obj in list(self._objects.items()):
+            if res.plural != "deployments" or res.group != "apps" or obj.deleted:
+                continue
+            raw = obj.raw
+            generation = int(raw.get("metadata", {}).get("generation") or 1)
+            old = raw.get("status") or {}
+            if old.get("observedGeneration") == generation:
+                continue
+            first = self._changed.get((ns, name))
+            if first is None or first[0] != generation:
+                self._changed[(ns, name)] = (generation, now)
+                continue
+            if now - first[1] < self.deployment_delay_s:
+                continue
+            wanted = int((raw.get("spec") or {}).get("replicas", 1))
+            if self.replicaset_pods:
+                pods = await self._sync_pods(ns, raw, wanted)
+                replicas, ready = len(pods), sum(pod_ready(p) for p in pods)
+            else:
+                replicas, ready = wanted, min(int(old.get("readyReplicas") or 0), wanted)
+            new = {"observedGeneration": generation, "replicas": replicas, "updatedReplicas": replicas,
+                   "readyReplicas": ready, "availableReplicas": ready}
+            obj.patch({"status": new, "metadata": {"resourceVersion": str(next(self.versions))}})
+            self.writes.append(("PATCH", "deployments/status", ns, name, new, "deployment-controller"))
+            await self._buses[res].put({"type": "MODIFIED", "object": obj.raw})
+
+    async def _sync_pods(self, ns: str | None, deployment: dict[str, Any], wanted: int) -> list[dict[str, Any]]:
+        """The ReplicaSet controller for ``deployment``: its active pods (selected by
+        ``spec.selector.matchLabels``) brought to ``wanted``, removing the first of ``removal_order`` at
+        once (no termination grace here) or creating ready ones (Running on node ``emulated``: no
+        scheduler, no kubelet); the pods left."""
+        pods_res = kmock.resource("", "v1", "pods")
+        labels = ((deployment.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        mine = [(key, o) for key, o in self._objects.items() if key[0] == pods_res and key[1] == ns
+                and not o.deleted and pod_active(o.raw)
+                and all(((o.raw.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in labels.items())]
+        by_name = {str(key[2]): o for key, o in mine}
+        if len(mine) > wanted:
+            for pod in removal_order([o.raw for _, o in mine])[: len(mine) - wanted]:
+                gone = by_name.pop(str(pod["metadata"]["name"]))
+                raw = gone.raw
+                gone.delete()
+                self.writes.append(("DELETE", "pods", ns, raw["metadata"]["name"], None, "replicaset-controller"))
+                await self._buses[pods_res].put({"type": "DELETED", "object": raw})
+        template = (deployment.get("spec") or {}).get("template") or {}
+        name = deployment["metadata"]["name"]
+        while len(by_name) < wanted:
+            pod_name = f"{name}-{next(self.versions):x}"
+            now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": pod_name, "namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": now,
+                                "labels": dict((template.get("metadata") or {}).get("labels") or labels),
+                                "resourceVersion": str(next(self.versions))},
+                   "spec": {**copy.deepcopy(template.get("spec") or {}), "nodeName": "emulated"},
+                   "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+            self._objects[(pods_res, ns, pod_name)] = pod
+            by_name[pod_name] = self._objects[(pods_res, ns, pod_name)]
+            self.writes.append(("POST", "pods", ns, pod_name, pod, "replicaset-controller"))
+            await self._buses[pods_res].put({"type": "ADDED", "object": pod})
+        return [o.raw for o in by_name.values()]
+
+    def _kind(self, res: Any) -> str:
+        """The kind served at resource ``res`` (its plural when this emulator was not told)."""
+        path = f"{res.group}/{res.version}/{res.plural}" if res.group else f"{res.version}/{res.plural}"
+        return SERVED.get(path, str(res.plural))
+
+    def _bad_identity(self, request: kmock.Request, method: str) -> aiohttp.web.Response | None:
+        """The API server's refusal of a create or replace whose body names another object than the request
+        (apiserver ``handlers/rest.go`` ``checkName``: HTTP 400 BadRequest), or whose name (given, not generated)
+        it would not accept (HTTP 422 Invalid, ``name_problems``); None when neither."""
+        res = request.resource
+        body = request.data if isinstance(request.data, dict) else {}
+        meta: dict[str, Any] = body["metadata"] if isinstance(body.get("metadata"), dict) else {}
+        name, namespace = meta.get("name") or "", meta.get("namespace") or ""
+        if method == "PUT" and request.name is not None and name != request.name:
+            return status(400, "BadRequest", f"the name of the object ({name}) does not match the name on the URL "
+                          f"({request.name})")
+        if request.namespace and namespace and namespace != request.namespace:
+            return status(400, "BadRequest", f"the namespace of the provided object ({namespace}) does not match the "
+                          f"namespace sent on the request ({request.namespace})")
+        if res is None or request.subresource is not None or (method == "POST" and not name):
+            return None  # a generated name is checked once made (``_handle``)
+        problems = name_problems(res.group or "", str(res.plural), name)
+        return invalid(self._kind(res), res.group or "", name, "metadata.name", problems) if problems else None
 
     async def _serve_list(self, request: kmock.Request) -> Any:
         """kmock's list, filtered by ``labelSelector`` and ``fieldSelector`` as the API server does
@@ -285,16 +572,22 @@ class Emulator(kmock.KubernetesEmulator):
             if res is None or obj is None or obj.deleted:
                 return status(404, "NotFound", f'{getattr(res, "plural", "")} "{request.name}" not found')
             if method in ("PUT", "PATCH"):
-                if self.conflicts:
+                if self.conflicts or self.conflicts_left > 0:
+                    self.conflicts_left = max(0, self.conflicts_left - 1)
+                    self.refused.append((method, f"{res.plural}/scale", request.name, 409))
                     return conflict(str(res.plural), str(request.name))
                 body: Any = request.data or {}
                 sent = (body.get("metadata") or {}).get("resourceVersion")
                 if method == "PUT" and sent is not None and sent != obj.get("metadata", {}).get("resourceVersion"):
+                    self.refused.append((method, f"{res.plural}/scale", request.name, 409))
                     return conflict(str(res.plural), str(request.name))
                 replicas = (body.get("spec") or {}).get("replicas")
                 if not isinstance(replicas, int) or replicas < 0:
                     return status(422, "Invalid", f"Scale.spec.replicas: Invalid value: {replicas!r}")
-                obj.patch({"spec": {"replicas": replicas}, "metadata": {"resourceVersion": str(next(self.versions))}})
+                meta: dict[str, Any] = {"resourceVersion": str(next(self.versions))}
+                if replicas != (obj.raw.get("spec") or {}).get("replicas", 1):  # the spec changed
+                    meta["generation"] = int(obj.raw.get("metadata", {}).get("generation") or 1) + 1
+                obj.patch({"spec": {"replicas": replicas}, "metadata": meta})
                 self.writes.append((method, f"{res.plural}/scale", request.namespace, request.name,
                                     replicas, request.headers.get("User-Agent", "")))
                 await self._buses[res].put({"type": "MODIFIED", "object": obj.raw})
@@ -321,6 +614,8 @@ class EmulatedCluster:
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
         self.emulator: Emulator | None = None
+        self._server: kmock.Server | None = None
+        self._port = 0
         self.url = ""
         self._thread = threading.Thread(target=self._run, name="kube-emulator", daemon=True)
 
@@ -330,14 +625,41 @@ class EmulatedCluster:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        async with Emulator() as emu, kmock.Server(emu) as srv:
+        async with Emulator() as emu:
+            self._server = kmock.Server(emu)
+            await self._server.__aenter__()
             for path, kind in SERVED.items():
                 emu.resources[path] = kmock.ResourceInfo(namespaced=True, kind=kind, singular=kind.lower(),
                                                          verbs=VERBS_SERVED)
             self.emulator = emu
-            self.url = str(srv.url).rstrip("/")
+            self.url = str(self._server.url).rstrip("/")
+            self._port = self._server.port
+            controllers = asyncio.create_task(emu.run_controllers())
             self._ready.set()
-            await self._stop.wait()
+            try:
+                await self._stop.wait()
+            finally:
+                controllers.cancel()
+                if self._server is not None:
+                    await self._server.__aexit__(None, None, None)
+
+    def close_port(self) -> None:
+        """Stop listening: every connection is refused (the API server's process down, its port closed)
+        until ``open_port``; what it holds is kept."""
+        async def close() -> None:
+            if self._server is not None:
+                server, self._server = self._server, None
+                await server.__aexit__(None, None, None)
+        asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=10)
+
+    def open_port(self) -> None:
+        """Listen again on the same port (after ``close_port``)."""
+        async def open_() -> None:
+            if self._server is None:
+                server = kmock.Server(self.emu, port=self._port)
+                await server.__aenter__()
+                self._server = server
+        asyncio.run_coroutine_threadsafe(open_(), self._loop).result(timeout=10)
 
     def start(self) -> EmulatedCluster:
         """Start serving; RuntimeError if it does not come up within 10 s."""

@@ -138,6 +138,11 @@ class WorkloadConnector(Protocol):
         """Remember that ``replicas`` is now the count (written, or found already there)."""
         ...
 
+    def maybe_wrote(self, replicas: int) -> None:
+        """Remember a write of ``replicas`` whose outcome is unknown (no answer within the deadline: the
+        API server may have applied it): a later read of that count is this daemon's, not another writer's."""
+        ...
+
     def paused_for(self, now: float) -> float:
         """Seconds the workload is still left alone after another writer's change (0: not paused)."""
         ...
@@ -225,6 +230,8 @@ class Connector(ABC):
         """(pod, the condition's transition) -> when this connector first saw it unschedulable, local s."""
         self.last: int | None = None
         """Replicas last written or found (None: never read)."""
+        self.maybe: int | None = None
+        """Replicas of a write left unanswered since (``maybe_wrote``)."""
         self.paused_until = float("-inf")
 
     # ------------------------------------------------------------------ per kind
@@ -282,16 +289,20 @@ class Connector(ABC):
 
     def note(self, current: int, now: float) -> ExternalChange | None:
         """See ``WorkloadConnector``: the first read is taken as the state, not as another writer."""
-        ours = self.last
-        self.last = current
-        if ours is None or ours == current:
+        ours, maybe = self.last, self.maybe
+        self.last, self.maybe = current, None
+        if ours is None or ours == current or maybe == current:  # ours, or our unanswered write that landed
             return None
         self.paused_until = now + self.quiet_s
         return ExternalChange(ours, current, self.quiet_s)
 
     def wrote(self, replicas: int) -> None:
         """See ``WorkloadConnector``."""
-        self.last = replicas
+        self.last, self.maybe = replicas, None
+
+    def maybe_wrote(self, replicas: int) -> None:
+        """See ``WorkloadConnector``."""
+        self.maybe = replicas
 
     def paused_for(self, now: float) -> float:
         """See ``WorkloadConnector``."""

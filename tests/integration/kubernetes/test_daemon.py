@@ -73,6 +73,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     doc["kubernetes"] = {"namespace": NS, "lease": LEASE, "other_writer_quiet_s": QUIET_S}
     cfg = parse_config(doc, "<test>")
     with emulated_cluster() as cluster:
+        cluster.emu.deployment_delay_s = 0.2  # the deployment controller's status writes: the everyday 409s
         apps = client.AppsV1Api(cluster.api())
         for v in cfg.services[0].variants:
             apps.create_namespaced_deployment(NS, deployment(f"llm-{v.name}", NS, v.start_replicas))

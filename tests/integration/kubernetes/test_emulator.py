@@ -75,3 +75,72 @@ def test_selectors_are_honoured_or_refused_never_ignored(cluster: EmulatedCluste
     with pytest.raises(ApiException) as err:
         core.list_namespaced_pod(NS, label_selector="app in (a,b)")  # set-based: not evaluated here
     assert err.value.status == 400
+
+
+def _refusal(err: pytest.ExceptionInfo[ApiException]) -> dict:
+    import json
+
+    return json.loads(err.value.body)
+
+
+@pytest.mark.parametrize("name", ["Upper", "under_score", "-dash-first", "dot-last.", "a" * 254])
+def test_a_name_that_is_not_a_dns_subdomain_is_a_422_invalid(cluster: EmulatedCluster, name: str) -> None:
+    """apimachinery ``IsDNS1123Subdomain``: lower-case alphanumerics, '-' and '.', alphanumeric at both ends,
+    at most 253 characters; the API server answers ``errors.NewInvalid``: 422, reason Invalid, a cause on
+    ``metadata.name``."""
+    with pytest.raises(ApiException) as err:
+        client.AppsV1Api(cluster.api()).create_namespaced_deployment(NS, deployment(name, NS, 1))
+    body = _refusal(err)
+    assert err.value.status == 422 and body["reason"] == "Invalid" and body["kind"] == "Status"
+    assert body["details"]["kind"] == "Deployment" and body["details"]["group"] == "apps"
+    assert [c["field"] for c in body["details"]["causes"]] == ["metadata.name"]
+    assert body["message"].startswith(f'Deployment.apps "{name}" is invalid: metadata.name: Invalid value')
+    assert client.AppsV1Api(cluster.api()).list_namespaced_deployment(NS).items == []  # nothing stored
+
+
+def test_names_the_api_server_accepts_are_created(cluster: EmulatedCluster) -> None:
+    apps = client.AppsV1Api(cluster.api())
+    for name in ("a", "llm-h100", "v1.2-x", "a" * 253):
+        assert apps.create_namespaced_deployment(NS, deployment(name, NS, 1)).metadata.name == name
+
+
+def test_event_names_follow_their_api_groups_rule(cluster: EmulatedCluster) -> None:
+    """core/v1 Events keep the legacy rule (a path segment: ``ValidateEventCreate`` skips the name for v1),
+    events.k8s.io/v1 Events need a DNS subdomain; a ConfigMap or a Lease is held to it too."""
+    ref = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "namespace": NS}
+    core = client.CoreV1Api(cluster.api())
+    core.create_namespaced_event(NS, {"metadata": {"name": "D.Upper_ok"}, "involvedObject": ref,
+                                      "reason": "R", "message": "m"})
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_event(NS, {"metadata": {"name": "a%b"}, "involvedObject": ref, "reason": "R"})
+    assert err.value.status == 422 and _refusal(err)["reason"] == "Invalid"
+    with pytest.raises(ApiException) as err:
+        client.EventsV1Api(cluster.api()).create_namespaced_event(NS, {
+            "apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "D.Upper"},
+            "eventTime": "2026-12-04T06:30:00.000001Z", "reportingController": "x", "reportingInstance": "y",
+            "action": "a", "reason": "R", "type": "Normal"})
+    assert err.value.status == 422 and _refusal(err)["details"]["group"] == "events.k8s.io"
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_config_map(NS, {"metadata": {"name": "Bad"}, "data": {}})
+    assert err.value.status == 422
+    # a generated name is checked once made: a generateName ending in '.' gets a suffix and passes
+    made = core.create_namespaced_event(NS, {"metadata": {"generateName": "d."}, "involvedObject": ref, "reason": "R"})
+    assert made.metadata.name.startswith("d.") and len(made.metadata.name) > 2
+
+
+def test_a_put_whose_body_names_another_object_is_a_400(cluster: EmulatedCluster) -> None:
+    """apiserver ``handlers/rest.go`` ``checkName``: the body's name must be the URL's (BadRequest)."""
+    apps = client.AppsV1Api(cluster.api())
+    created = apps.create_namespaced_deployment(NS, deployment("d", NS, 1))
+    created.metadata.name = "e"
+    with pytest.raises(ApiException) as err:
+        apps.replace_namespaced_deployment("d", NS, created)
+    assert err.value.status == 400 and _refusal(err)["message"] == (
+        "the name of the object (e) does not match the name on the URL (d)")
+    scale = apps.read_namespaced_deployment_scale("d", NS)
+    scale.metadata.name = "other"
+    scale.spec.replicas = 4
+    with pytest.raises(ApiException) as err:
+        apps.replace_namespaced_deployment_scale("d", NS, scale)
+    assert err.value.status == 400
+    assert apps.read_namespaced_deployment("d", NS).spec.replicas == 1  # neither was applied
