@@ -102,28 +102,43 @@ def _flow(suffix: str, outcome: str) -> str:
 
 
 _DISPATCHED = "Dispatched"
-_SHED = "Rejected.*|EvictedTTL"  # 429 at the door (RejectedCapacity, RejectedOther), 503 at the deadline (EvictedTTL)
+# Shed: 429 at the door (``RejectedCapacity``, ``RejectedNoEndpoints``, ``RejectedOther``), 503 at the
+# deadline (``EvictedTTL``, ``EvictedNoEndpoints``: queued while the pool had no endpoint), or pushed
+# out by higher priorities (``EvictedDisplaced``, ``EvictedPreempted``); not a client that gave up
+# (``EvictedContextCancelled``) nor a shutdown (``EvictedOther``).
+_SHED = "Rejected.*|Evicted(TTL|NoEndpoints|Displaced|Preempted)"
+GATEWAY_WINDOW_S = 60.0
+"""Seconds the per-priority gateway signals are taken over (the window, if shorter): admission must
+follow a surge within a minute even under a controller whose window is five (the PID's)."""
 PRIORITY_QUERIES: dict[str, str] = {
     "arrival_rate_rps": first_present(GATEWAY_REQUESTS, "$sel", "$window", by="priority"),
     "dispatched_rps": _flow("count", _DISPATCHED),
-    "wait_s": f"{_flow('sum', _DISPATCHED)} / {_flow('count', _DISPATCHED)}",
+    "waited": _flow("sum", _DISPATCHED),
     # flow control with no shed yet has no shed series: 0 per priority it dispatched
     "shed_rps": f"({_flow('count', _SHED)} or ({_flow('count', _DISPATCHED)} * 0))",
     "queue": "(" + " or ".join(f"sum by (priority) ({g}{{$sel}})" for g in GATEWAY_QUEUE_SIZE) + ")",
 }
-"""``PrioritySignals`` field -> a template answering one series per ``priority`` label, over the
-service's matchers: what the gateway's series say per priority (``autoscaler.state.PrioritySignals``).
-Without flow control an EPP exports only the arrivals, and the other fields stay unknown."""
+"""Signal -> a template answering one series per ``priority`` label over the service's matchers and
+``GATEWAY_WINDOW_S``: what the gateway's series say per priority (``autoscaler.state.PrioritySignals``;
+``waited`` is the seconds waited per second by the requests dispatched, so a priority's mean wait is
+``waited / dispatched_rps`` once its labels are added up). Without flow control an EPP exports only
+the arrivals, and the other fields stay unknown."""
+GATEWAY_TOTALS: dict[str, str] = {
+    "waited": _flow("sum", _DISPATCHED).replace("sum by (priority)", "sum"),
+    "dispatched": _flow("count", _DISPATCHED).replace("sum by (priority)", "sum"),
+}
+"""The same over every priority and the signal window, for the mean gateway wait that the service's
+``ttft_mean_s`` adds (the simulator's source takes it over the same window)."""
+_PRIORITY_LABEL = re.compile(r"-?[0-9]+")
 
 
 def priority_name(label: str, names: tuple[str, ...]) -> str | None:
     """The priority (one of ``names``, lowest first) an EPP's ``priority`` label stands for: the rank
     ``autoscaler admission objectives`` gives it (0 the lowest), or that rank less ``len(names)`` (a
     band shed to below every rank, ``adapters.gateway_api.SHED_OFFSET``); None for any other value."""
-    try:
-        rank = int(label)
-    except ValueError:
+    if not _PRIORITY_LABEL.fullmatch(label):  # as Go's strconv.Itoa writes an int, nothing else
         return None
+    rank = int(label)
     if rank < 0:
         rank += len(names)
     return names[rank] if 0 <= rank < len(names) else None

@@ -69,6 +69,8 @@ from autoscaler.config import PrometheusConfig, Service, Variant
 from autoscaler.errors import AutoscalerError
 from autoscaler.promql import (
     AUTO,
+    GATEWAY_TOTALS,
+    GATEWAY_WINDOW_S,
     KSM_READY_REPLICAS,
     KSM_SPEC_REPLICAS,
     PRIORITY_QUERIES,
@@ -206,7 +208,9 @@ def check_reachable(client: PrometheusConnect) -> None:
 OPTIONAL_POD_QUERIES = ("prefix_hits", "prefix_queries")
 HISTORY = "history"  # the service-wide query of how far back its samples go
 PRIORITY = "priority."  # prefix of the per-priority gateway queries' keys (``PRIORITY_QUERIES``)
-_COUNTED = frozenset({"arrival_rate_rps", "dispatched_rps", "shed_rps", "queue"})
+TOTAL = "gateway."  # prefix of the service-wide gateway totals' keys (``GATEWAY_TOTALS``)
+_FAILED = "failed"
+_COUNTED = frozenset({"arrival_rate_rps", "dispatched_rps", "waited", "shed_rps", "queue"})
 """Per-priority gateway signals whose series appear with their first event: one priority absent where
 others answer has had none (0); a mean wait has no value without a dispatch."""
 DEFAULT_SET = query_set("vllm-0.11")
@@ -246,6 +250,7 @@ class _Plan:
     counts: dict[str, tuple[int, int] | None] = field(default_factory=dict)
     jobs: dict[str, dict[str, Future[_Outcome]]] = field(default_factory=dict)
     service_jobs: dict[str, Future[_Outcome]] = field(default_factory=dict)
+    pods_known: bool = False  # every pod query answered (so no valid pod means none serves)
 
 
 def _value(sample: dict[str, Any]) -> float:
@@ -328,6 +333,7 @@ class PrometheusSource:
         self.speed = speed
         self.clock = clock
         self.fixed = None if prom.query_set == AUTO else query_set(prom.query_set)
+        self._flow_seen: set[str] = set()  # services whose gateway has shown flow-control series
         self.detected: dict[str, QuerySet] = {}
         """Service -> the query set detected from its pods' series (``auto``), until a tick finds none of
         its pods valid (an upgrade may have changed the names): then detected again."""
@@ -519,7 +525,9 @@ class PrometheusSource:
         base = self.service_selector(svc)
         out = {name: render(t, base, self.window_s) for name, t in self.queries(svc).items()
                if name in SERVICE_SIGNALS}
-        out.update({PRIORITY + k: render(t, base, self.window_s) for k, t in PRIORITY_QUERIES.items()})
+        gateway_window = min(self.window_s, GATEWAY_WINDOW_S)
+        out.update({PRIORITY + k: render(t, base, gateway_window) for k, t in PRIORITY_QUERIES.items()})
+        out.update({TOTAL + k: render(t, base, self.window_s) for k, t in GATEWAY_TOTALS.items()})
         step = duration(max(self.window_s / HISTORY_STEPS, 0.001))
         out[HISTORY] = (f"time() - min(min_over_time(timestamp({self.query_set(svc).running}{{{base}}})"
                         f"[{duration(self.window_s)}:{step}]))")
@@ -602,6 +610,7 @@ class PrometheusSource:
             elif not failed and counts is not None and counts[0] > 0 and not plan.valid[v.name]:
                 plan.warnings.append(f"{scope}: {counts[0]} ready replica(s) but no pod with "
                                      "fresh, sane metrics")
+        plan.pods_known = known
         if known and not any(plan.valid.values()):  # no pod reads as the set says: look again next tick
             self.detected.pop(svc.name, None)
         base, pl = self.service_selector(svc), self.prom.pod_label
@@ -647,16 +656,18 @@ class PrometheusSource:
         """
         name = plan.svc.name
         found: dict[str, float | None] = {}
+        answers: dict[str, list[dict[str, Any]] | str] = {}
         for key, fut in plan.service_jobs.items():
             res = self._result(fut)
-            if key.startswith(PRIORITY) and res.error is None:
-                self._priority_signals(key.removeprefix(PRIORITY), res.result, plan, values)
-                continue
             if res.error is not None:
                 if key == HISTORY:
                     plan.errors.append(f"{name} history: {res.error}")
                 else:
                     plan.warnings.append(f"{name} {key}: {res.error}")
+                    answers[key] = _FAILED
+                continue
+            if key.startswith((PRIORITY, TOTAL)):
+                answers[key] = res.result
                 continue
             try:
                 x = _value(res.result[0]) if len(res.result) == 1 else None
@@ -667,44 +678,88 @@ class PrometheusSource:
         for key in SERVICE_SIGNALS:
             x = found.get(key)
             values[key] = None if x is None else (x / self.speed if key in RATE_SIGNALS else x)
-        self._gateway_latency(values)
+        self._gateway(plan, answers, values)
         span = found.get(HISTORY)
         return None if span is None else span * self.speed
 
-    def _priority_signals(self, key: str, series: list[dict[str, Any]], plan: _Plan,
-                          values: dict[str, float | None]) -> None:
-        """One per-priority gateway query's answer (one series per ``priority`` label) into ``values``
-        as ``PRIORITY_NAMES`` names it; labels that name no priority are left out."""
+    def _by_priority(self, key: str, answer: list[dict[str, Any]] | str, plan: _Plan
+                     ) -> dict[str, float | None] | None:
+        """One per-priority gateway query's answer -> priority -> value (rates per second of the
+        source's clock); None when it failed or has no series. The labels that name one priority are
+        added up; labels naming none are left out; a value that is not a finite number >= 0 makes its
+        priority unknown (a warning), never 0; a priority absent where others answer has had no event."""
+        if isinstance(answer, str):
+            return None
         got: dict[str, float] = {}
-        for sample in series:
+        bad: set[str] = set()
+        for sample in answer:
             p = priority_name(str(sample.get("metric", {}).get("priority", "")), PRIORITIES)
+            if p is None:
+                continue
             try:
                 x = _value(sample)
             except (KeyError, IndexError, TypeError, ValueError) as exc:
                 plan.warnings.append(f"{plan.svc.name} gateway {key}: {describe(exc)}")
-                return
-            if p is not None and not math.isnan(x):
-                got[p] = got.get(p, 0.0) + x
-        if not got:
-            return
-        for p in PRIORITIES:
-            y = got.get(p, 0.0 if key in _COUNTED else None)
-            values[PRIORITY_NAMES[key].format(p=p)] = y / self.speed if y is not None and key.endswith("_rps") else y
+                bad.add(p)
+                continue
+            if not 0 <= x < math.inf:  # NaN included
+                plan.warnings.append(f"{plan.svc.name} gateway {key} of priority {p}: {x:g} is not a count")
+                bad.add(p)
+                continue
+            got[p] = got.get(p, 0.0) + x
+        if not got and not bad:
+            return None
+        scale = self.speed if key.endswith("_rps") or key == "waited" else 1.0
+        return {p: None if p in bad else (got[p] / scale if p in got else (0.0 if key in _COUNTED else None))
+                for p in PRIORITIES}
 
-    @staticmethod
-    def _gateway_latency(values: dict[str, float | None]) -> None:
-        """Under flow control the user's TTFT includes the gateway's wait and its queue is the service's:
-        add the mean wait of the requests dispatched over the window to ``ttft_mean_s`` (vLLM's starts
-        at the engine) and the gateway's queue to ``queue_length``, as the simulator's source does."""
-        queues = [values.get(PRIORITY_NAMES["queue"].format(p=p)) for p in PRIORITIES]
-        if any(q is not None for q in queues) and values.get("queue_length") is not None:
-            values["queue_length"] = (values["queue_length"] or 0.0) + sum(q or 0.0 for q in queues)
-        wait, rate = PRIORITY_NAMES["wait_s"], PRIORITY_NAMES["dispatched_rps"]
-        pairs = [(values.get(wait.format(p=p)), values.get(rate.format(p=p))) for p in PRIORITIES]
-        dispatched = sum(n for w, n in pairs if w is not None and n is not None)
-        if dispatched > 0 and values.get("ttft_mean_s") is not None:
-            waited = sum(w * n for w, n in pairs if w is not None and n is not None)
-            values["ttft_mean_s"] = (values["ttft_mean_s"] or 0.0) + waited / dispatched
+    def _total(self, key: str, answer: list[dict[str, Any]] | str | None) -> float | str | None:
+        """A service-wide gateway total (per second of the source's clock): ``_FAILED``, or None (no series)."""
+        if answer is None or isinstance(answer, str):
+            return _FAILED if answer == _FAILED else None
+        try:
+            x = _value(answer[0]) if len(answer) == 1 else None
+        except (KeyError, IndexError, TypeError, ValueError):
+            return _FAILED
+        if x is None:
+            return None
+        return x / self.speed if 0 <= x < math.inf else _FAILED
+
+    def _gateway(self, plan: _Plan, answers: dict[str, list[dict[str, Any]] | str], values: dict[str, float | None]
+                 ) -> None:
+        """The gateway's per-priority signals into ``values``; under flow control the user's TTFT includes
+        the gateway's wait and its queue is the service's: add the mean wait of the requests dispatched
+        over the window to ``ttft_mean_s`` (vLLM's starts at the engine) and the gateway's queue to
+        ``queue_length``, as the simulator's source does. A service whose gateway has shown flow control
+        and whose queue or wait query fails now has those two unknown, not the pods' alone."""
+        name = plan.svc.name
+        per = {k: self._by_priority(k, answers.get(PRIORITY + k, _FAILED), plan) for k in PRIORITY_QUERIES}
+        for key in ("arrival_rate_rps", "dispatched_rps", "shed_rps", "queue"):
+            for p, x in (per[key] or {}).items():
+                values[PRIORITY_NAMES[key].format(p=p)] = x
+        waited, dispatched = per["waited"] or {}, per["dispatched_rps"] or {}
+        for p in PRIORITIES:
+            w, n = waited.get(p), dispatched.get(p)
+            values[PRIORITY_NAMES["wait_s"].format(p=p)] = w / n if w is not None and n else None
+        if per["queue"] is not None or per["dispatched_rps"] is not None:
+            self._flow_seen.add(name)
+        flow = name in self._flow_seen
+        queues = per["queue"]
+        if queues is not None and all(q is not None for q in queues.values()):
+            pods = values.get("queue_length")
+            if pods is None and plan.pods_known and not any(plan.valid.values()):
+                pods = 0.0  # no pod serves: only the gateway holds requests (scale from zero)
+            values["queue_length"] = None if pods is None else pods + sum(q or 0.0 for q in queues.values())
+        elif flow:
+            plan.warnings.append(f"{name}: the gateway's queue is unknown this tick, so the service's queue is too")
+            values["queue_length"] = None
+        total_w, total_n = (self._total(k, answers.get(TOTAL + k)) for k in ("waited", "dispatched"))
+        if isinstance(total_w, float) and isinstance(total_n, float):
+            if total_n > 0 and values.get("ttft_mean_s") is not None:
+                values["ttft_mean_s"] = (values["ttft_mean_s"] or 0.0) + total_w / total_n
+        elif flow and (total_w == _FAILED or total_n == _FAILED):
+            plan.warnings.append(f"{name}: the gateway's wait is unknown this tick, so the users' TTFT is too")
+            values["ttft_mean_s"] = None
 
     @staticmethod
     def _pod_observation(variant: str, p: _Pod) -> PodObservation:

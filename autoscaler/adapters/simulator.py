@@ -46,15 +46,12 @@ import numpy as np
 
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
 from autoscaler.loop.observe import PendingMarks
+from autoscaler.promql import GATEWAY_WINDOW_S
 from autoscaler.simulator.engine import DRAINING, PROVISIONING, READY, Replica
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS, ReplicaMetrics, histogram_quantile
 from autoscaler.state import PodObservation, PrioritySignals, ServiceObservation, Signals, VariantObservation
 from autoscaler.workload.types import PRIORITIES
-
-GATEWAY_WINDOW_S = 60.0
-"""Seconds the per-priority gateway rates are taken over: admission must follow a surge within a
-minute even under a controller whose window is five (the PID's)."""
 
 # Counter layout of one sample: scalar counters, then the cumulative buckets of each histogram.
 _SCALARS = ("prompt_tokens", "generation_tokens", "prefix_queries", "prefix_hits", "preemptions", "success",

@@ -194,10 +194,97 @@ def test_flow_control_gives_each_priority_its_gateway_signals(world: World, mode
         assert got.wait_s == pytest.approx(wait, rel=1e-6), p  # rate(_sum) / rate(_count): exact
         assert got.shed_rps == pytest.approx(shed, abs=0.1 * arrival), p
         assert got.queue == queue, p
-    # the pod's mean TTFT 0.3 s plus the mean wait of the dispatched: (3 x 0.1 + 2 x 0.4 + 1 x 1.0) / 6
-    assert sig.ttft_mean_s == pytest.approx(0.3 + 2.1 / 6, rel=1e-3)
+    # the pod's mean TTFT 0.3 s plus the mean wait of every request dispatched, label 7's included (the
+    # pod's TTFT counts them too): (3 x 0.1 + 2 x 0.4 + 1 x 1.0 + 5 x 9) / 11
+    assert sig.ttft_mean_s == pytest.approx(0.3 + 47.1 / 11, rel=1e-3)
     assert sig.queue_length == 1.0 + 4.0 + 6.0  # the pod's waiting + the gateway's queues
     assert sig.priority("standard").queue_wait_s == pytest.approx(4.0 / 2.0, rel=0.1)
+
+
+class GatewayRunner:
+    """Answers the per-priority gateway queries from ``answers`` (kind -> series, or an exception to
+    raise), the service-wide totals from ``totals``, and one h100 pod (TTFT mean 0.3 s, 1 waiting)."""
+
+    def __init__(self, answers: dict[str, Any], totals: dict[str, Any] | None = None) -> None:
+        self.answers, self.totals = answers, totals or {}
+        self.seen: list[str] = []
+
+    @staticmethod
+    def kind(q: str) -> str:
+        for marker, kind in (("queue_size", "queue"), ("request_total", "arrival"), ("Rejected", "shed"),
+                             ("_sum{", "waited")):
+            if marker in q:
+                return kind
+        return "dispatched"
+
+    def query(self, promql: str, at: float | None) -> list[dict[str, Any]]:
+        self.seen.append(promql)
+        if "flow_control" in promql or "request_total" in promql:
+            table = self.answers if "by (priority)" in promql else self.totals
+            answer = table.get(self.kind(promql), [])
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+        pod = {"pod": "src-h100-0"}
+        if "src-a100" in promql:
+            return []
+        if "time() - timestamp" in promql:
+            return [{"metric": pod, "value": [0, "1"]}]
+        if promql.startswith("time() - min("):
+            return [{"metric": {}, "value": [0, "100"]}]
+        if promql.startswith("vllm:") or "max_over_time" in promql:
+            return [{"metric": pod, "value": [0, "0.5"]}]
+        if "time_to_first_token_seconds_sum" in promql:
+            return [{"metric": {}, "value": [0, "0.3"]}]
+        if promql.startswith("sum(vllm:num_requests_waiting"):
+            return [{"metric": {}, "value": [0, "1"]}]
+        return []
+
+
+def _per(values: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"metric": {"priority": p}, "value": [0, v]} for p, v in values.items()]
+
+
+def _one(x: str) -> list[dict[str, Any]]:
+    return [{"metric": {}, "value": [0, x]}]
+
+
+def test_gateway_signals_add_a_priority_s_labels_and_never_read_a_bad_value_as_zero() -> None:
+    # standard (rank 1) dispatched under two labels within one window, its band shed to -2 for part of
+    # it: 2 req/s after 2.0 s and 2 req/s after 0.5 s wait 1.25 s on average, not 2.5; critical's queue
+    # gauge is NaN (unknown, not 0: so is the service's queue); "+1" and "0_1" are no label an EPP writes.
+    answers = {"dispatched": _per({"1": "2", "-2": "2", "2": "3", "0": "1", "+1": "9", "0_1": "9"}),
+               "waited": _per({"1": "4", "-2": "1", "2": "0.3", "0": "0"}),
+               "queue": _per({"1": "4", "2": "NaN", "0": "0"}),
+               "arrival": _per({"1": "4", "2": "3", "0": "1"}), "shed": _per({"1": "0", "2": "0", "0": "0"})}
+    runner = GatewayRunner(answers, {"waited": _one("5.3"), "dispatched": _one("8")})
+    cfg = fleet()
+    src = PrometheusSource(cfg.prometheus, cfg.services, runner, window_s=300.0)
+    obs = src.observe(0.0)["src"]
+    sig = obs.signals
+    assert sig.priority("standard").wait_s == pytest.approx(5.0 / 4.0)
+    assert sig.priority("standard").dispatched_rps == 4.0
+    assert sig.priority("critical").wait_s == pytest.approx(0.1)
+    assert sig.priority("critical").queue is None and sig.priority("standard").queue == 4.0
+    assert sig.queue_length is None  # one band's queue unknown: the service's is unknown, not the pod's 1
+    assert sig.ttft_mean_s == pytest.approx(0.3 + 5.3 / 8)  # the service-wide totals over the window
+    # the per-priority series over a minute (GATEWAY_WINDOW_S), the totals over the 300-s window
+    assert all("[60000ms]" in q for q in runner.seen if "by (priority) (rate(" in q)
+    assert all("[300000ms]" in q for q in runner.seen if "flow_control" in q and "by (priority)" not in q)
+    # shed: llm-d-router's QueueOutcome strings for a 429 or 503, not a client that gave up (RE2 anchors =~)
+    shed = re.search(r'outcome=~"([^"]+)"', next(q for q in runner.seen if "Rejected" in q))
+    assert shed is not None
+    outcomes = {o: bool(re.fullmatch(shed[1], o)) for o in ("RejectedCapacity", "RejectedNoEndpoints", "EvictedTTL",
+                                                            "EvictedNoEndpoints", "EvictedContextCancelled")}
+    assert outcomes == {"RejectedCapacity": True, "RejectedNoEndpoints": True, "EvictedTTL": True,
+                        "EvictedNoEndpoints": True, "EvictedContextCancelled": False}
+    # a gateway that showed flow control and whose wait query fails: the users' TTFT is unknown too
+    runner.totals = {"waited": RuntimeError("HTTP 503"), "dispatched": _one("8")}
+    runner.answers = {**answers, "queue": _per({"1": "4", "2": "0", "0": "0"})}
+    later = src.observe(15.0)["src"]
+    assert later.errors == [] and later.signals.ttft_mean_s is None
+    assert later.signals.queue_length == 1.0 + 4.0
+    assert any("users' TTFT is too" in w for w in src.warnings["src"])
 
 
 def test_custom_selectors_from_the_fleet_file(world: World) -> None:
