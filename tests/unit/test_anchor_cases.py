@@ -12,14 +12,21 @@ test's, converted to our units where said.
   each pod's value its utilisation in % (usage of its 2 containers / their requests).
 - KEDA v2.20.2: ``pkg/fallback/fallback_test.go`` and ``apis/keda/v1alpha1/scaledobject_types.go``
   (``CheckFallbackValid``).
+- Knative Serving ``knative-v1.23.0``: ``pkg/autoscaler/scaling/autoscaler_test.go``, the concurrency
+  cases. Its fake metric client hands ``Scale()`` the stable and panic concurrency directly (the
+  revision's total, as ``kpa_scale`` takes it) and its fake pod counter the ready pods; the expected
+  ``DesiredPodCount`` is the test's. ``ExcessBurstCapacity`` (the activator's) is not modelled, so
+  not checked; the RPS and metrics-only cases have no counterpart.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from autoscaler.state import ServiceEstimate, Signals, VariantObservation
 from controllers.baselines.hpa import HPABehavior, ScalingPolicy, ScalingRules, hpa_pod_metric_replicas
 from controllers.baselines.keda import KedaController, keda_fallback_active, keda_fallback_replicas
+from controllers.baselines.knative import KnativeKPAController, KPAState, kpa_initial_state, kpa_scale
 
 
 # ----------------------------------------------------------- replica_calculator_test.go, podMetric
@@ -176,3 +183,197 @@ def test_negative_fallback_is_invalid_as_in_CheckFallbackValid(kwargs: dict[str,
 def test_a_zero_failure_threshold_is_valid_and_falls_back_at_the_first_failure() -> None:
     keda = KedaController(threshold=10.0, fallback_failures=0, fallback_replicas=3)
     assert keda.fallback_failures == 0 and keda_fallback_active(1, 0)
+
+
+# ------------------------------------------- Knative knative-v1.23.0 pkg/autoscaler/scaling/autoscaler_test.go
+# newTestAutoscaler's DeciderSpec: PanicThreshold 2 (200 %), MaxScaleUpRate 10, MaxScaleDownRate 10,
+# StableWindow 60 s, Reachable; its fake pod counter starts at 1 ready pod (stable mode, maxPanicPods 1).
+KN_SPEC = {"panic_threshold": 2.0, "max_scale_up_rate": 10.0, "max_scale_down_rate": 10.0}
+
+
+class KnAutoscaler:
+    """One upstream ``autoscaler``: ``kpa_scale`` with the test's spec and the state kept between calls."""
+
+    def __init__(self, target: float, ready: int = 1, created: int = 1, **spec: float | bool) -> None:
+        # created: the ready pods the fake pod counter reports when the autoscaler is made
+        self.target, self.ready, self.spec = target, ready, {**KN_SPEC, **spec}
+        self.state = kpa_initial_state(created, 0.0)
+
+    def scale(self, stable: float, panic: float, now: float = 0.0) -> int:
+        n, self.state = kpa_scale(self.state, stable, panic, self.ready, now, self.target, **self.spec)  # type: ignore[arg-type]
+        return n
+
+
+def test_start_in_panic_as_in_TestStartInPanicMode() -> None:
+    # created at 0 or 1 ready pods: not in panic, maxPanicPods the count; at 2: in panic, 2
+    assert kpa_initial_state(0, 5.0) == KPAState(None, 0)
+    assert kpa_initial_state(1, 5.0) == KPAState(None, 1)
+    assert kpa_initial_state(2, 5.0) == KPAState(5.0, 2)
+
+
+def test_TestAutoscalerStableModeIncreaseWithConcurrencyDefault() -> None:
+    a = KnAutoscaler(10.0)
+    assert a.scale(50.0, 10.0) == 5
+    assert a.scale(100.0, 10.0) == 10
+
+
+def test_TestAutoscalerUnpanicAfterSlowIncrease() -> None:
+    a = KnAutoscaler(1.0, ready=10)
+    assert a.scale(11.0, 25.0, now=0.0) == 25  # 25 / 10 >= 2: panic
+    assert a.state.panic_time_s == 0.0
+    a.ready = 25 + 15
+    assert a.scale(30.0, 41.0, now=30.0) == 41  # half a stable window on: still in panic, not extended
+    assert a.state.panic_time_s == 0.0
+    a.ready = 25 + 30
+    assert a.scale(50.0, 56.0, now=30.0 + 30.0 + 2.0) == 50  # stableWindow/2 + tickInterval later: panic over
+    assert a.state.panic_time_s is None
+
+
+def test_TestAutoscalerExtendPanicWindow() -> None:
+    a = KnAutoscaler(1.0, ready=10)
+    assert a.scale(11.0, 25.0, now=0.0) == 25
+    a.ready = 25 + 15
+    assert a.scale(30.0, 80.0, now=30.0) == 80  # 80 / 40 >= 2: panic extended to now
+    assert a.state.panic_time_s == 30.0
+
+
+def test_TestAutoscalerStableModeDecrease() -> None:
+    a = KnAutoscaler(10.0, ready=8)
+    assert a.scale(100.0, 100.0) == 10
+    assert a.scale(50.0, 50.0) == 5
+
+
+def test_TestAutoscalerStableModeNoTrafficScaleToZero() -> None:
+    a = KnAutoscaler(10.0)
+    assert a.scale(1.0, 0.0) == 1
+    assert a.scale(0.0, 0.0) == 0
+
+
+def test_TestAutoscalerActivationScale() -> None:
+    a = KnAutoscaler(10.0, activation_scale=2)
+    assert a.scale(0.0, 0.0) == 0
+    assert a.scale(1.0, 0.0) == 2
+
+
+def test_TestAutoscalerPanicModeExponentialTrackAndStabilize() -> None:
+    a = KnAutoscaler(1.0)
+    assert a.scale(6.0, 6.0, now=0.0) == 6
+    a.ready = 6
+    assert a.scale(36.0, 36.0, now=0.0) == 36
+    assert a.state.panic_time_s == 0.0
+    a.ready = 36
+    assert a.scale(216.0, 216.0, now=1.0) == 216
+    assert a.state.panic_time_s == 1.0
+    a.ready = 216
+    assert a.scale(1296.0, 1296.0, now=1.0) == 1296
+    assert a.state.panic_time_s == 1.0
+    a.ready = 1296
+    assert a.scale(1296.0, 1296.0, now=2.0) == 1296
+
+
+@pytest.mark.parametrize(("label", "target", "stable", "panic", "ready", "state", "spec", "want"), [
+    ("AutoscalerNoDataAtZeroNoAutoscale", 10.0, 0.0, 0.0, 1, None, {}, 0),
+    ("AutoscalerNoDataAtZeroNoAutoscaleWithExplicitEPs", 10.0, 0.0, 0.0, 1, None, {}, 0),
+    ("AutoscalerStableModeUnlimitedTBC", 181.0, 21.0, 26.0, 1, None, {}, 1),
+    ("Autoscaler0TBC", 10.0, 50.0, 49.0, 1, None, {}, 5),
+    ("AutoscalerStableModeNoChange", 10.0, 50.0, 50.0, 1, None, {}, 5),
+    ("AutoscalerPanicStableLargerThanPanic", 1.0, 50.0, 30.0, 5, KPAState(-5.0, 5), {}, 50),
+    ("AutoscalerPanicStableLessThanPanic", 1.0, 20.0, 30.0, 5, KPAState(-5.0, 5), {}, 30),
+    ("AutoscalerStableModeNoChangeAlreadyScaled", 10.0, 50.0, 50.0, 5, None, {}, 5),
+    ("AutoscalerStableModeIncreaseWithSmallScaleUpRate", 1.0, 3.0, 3.1, 2, None, {"max_scale_up_rate": 1.1}, 3),
+    ("AutoscalerStableModeDecreaseWithSmallScaleDownRate", 10.0, 1.0, 1.0, 100, None,
+     {"max_scale_down_rate": 1.1}, 90),
+    ("AutoscalerStableModeDecreaseNonReachable", 10.0, 1.0, 1.0, 100, None,
+     {"max_scale_down_rate": 1.1, "reachable": False}, 1),
+    ("AutoscalerPanicModeDoublePodCount", 10.0, 50.0, 100.0, 1, None, {}, 10),
+])
+def test_TestAutoscalerScale(label: str, target: float, stable: float, panic: float, ready: int, state: KPAState | None,
+                             spec: dict[str, float | bool], want: int) -> None:
+    # each case's autoscaler is created at 1 ready pod, then its ready count set to baseScale; prepFunc
+    # sets panicTime 5 s ago and maxPanicPods 5, or the spec's rates and Reachable
+    a = KnAutoscaler(target, **spec)
+    a.ready = ready
+    a.state = state or a.state
+    assert a.scale(stable, panic) == want, label
+
+
+def test_TestAutoscalerPanicThenUnPanicScaleDown() -> None:
+    a = KnAutoscaler(10.0)
+    assert a.scale(100.0, 100.0, now=0.0) == 10
+    a.ready = 10
+    assert a.scale(100.0, 1000.0, now=0.0) == 100
+    assert a.scale(1.0, 1.0, now=30.0) == 100  # traffic gone, still in panic
+    assert a.scale(1.0, 1.0, now=61.0) == 1  # after the stable window
+
+
+def test_TestAutoscalerRateLimitScaleUp() -> None:
+    a = KnAutoscaler(10.0)
+    assert a.scale(1000.0, 1001.0) == 10  # needs 100, x10 at most
+    a.ready = 10
+    assert a.scale(1000.0, 1001.0) == 100
+
+
+def test_TestAutoscalerRateLimitScaleDown() -> None:
+    a = KnAutoscaler(10.0)
+    a.ready = 100
+    assert a.scale(1.0, 1.0) == 10  # needs 1, /10 at most
+    a.ready = 10
+    assert a.scale(1.0, 1.0) == 1
+
+
+def test_TestAutoscalerUseOnePodAsMinimumIfEndpointsNotFound() -> None:
+    a = KnAutoscaler(10.0)
+    a.ready = 0
+    assert a.scale(1000.0, 888.0) == 10  # one pod presumed: x10 of 1
+
+
+def test_TestAutoscalerUpdateTarget() -> None:
+    a = KnAutoscaler(10.0)
+    assert a.scale(100.0, 101.0) == 10
+    a.ready, a.target = 10, 1.0  # Update(): TargetValue 1, the same threshold and rates
+    assert a.scale(100.0, 101.0) == 100
+
+
+# The scale-down-delay tests' DeciderSpec: TargetValue 10, MaxScaleDownRate 10, MaxScaleUpRate 10,
+# PanicThreshold 100, ScaleDownDelay 5 min; the pod counter reports 0 ready pods throughout. Their
+# "now" is Go's zero time, whose Unix seconds are even, so its 2-s buckets start at our 0.
+KN_DELAY = {"panic_threshold": 100.0, "scale_down_delay_s": 300.0}
+
+
+def test_TestAutoscalerScaleDownDelay() -> None:
+    a = KnAutoscaler(10.0, ready=0, created=0, **KN_DELAY)
+    # simple
+    assert a.scale(40.0, 40.0, now=2.0) == 4
+    assert a.scale(0.0, 0.0, now=300.0) == 4  # five minutes at reduced concurrency: not yet
+    assert a.scale(0.0, 0.0, now=302.0) == 0
+    # gradual
+    assert a.scale(40.0, 40.0, now=540.0) == 4
+    assert a.scale(30.0, 30.0, now=600.0) == 4  # 4 still dominates
+    assert a.scale(0.0, 0.0, now=660.0) == 4
+    assert a.scale(0.0, 0.0, now=840.0) == 3  # 4 scrolls out
+    assert a.scale(0.0, 0.0, now=900.0) == 0  # everything scrolled out
+
+
+def test_TestAutoscalerScaleDownDelayNotReachable() -> None:
+    a = KnAutoscaler(10.0, ready=0, created=0, **KN_DELAY)
+    assert a.scale(40.0, 40.0, now=2.0) == 4
+    assert a.scale(0.0, 0.0, now=60.0) == 4
+    a.spec["reachable"] = False  # another revision coming up
+    assert a.scale(0.0, 0.0, now=2.0) == 0
+
+
+def test_TestAutoscalerScaleDownDelayZero() -> None:
+    # ScaleDownDelay 0 (and Reachable unset: false)
+    a = KnAutoscaler(10.0, ready=0, created=0, panic_threshold=100.0, reachable=False)
+    assert a.scale(40.0, 40.0, now=0.0) == 4
+    assert a.scale(20.0, 20.0, now=0.5) == 2
+
+
+def test_no_data_holds_as_in_TestAutoscalerNoDataNoAutoscale(make_fleet) -> None:
+    # the metric client errs: Scale() returns ScaleValid false (no change); ours, concurrency unknown
+    svc = make_fleet(replicas=3, min_replicas=0, max_replicas=50).services[0]
+    est = ServiceEstimate(service="svc", time_s=2.0, signals=Signals.of({"running": None, "queue_length": None}),
+                          variants={"h100": VariantObservation(3, 0)}, weights={"h100": 10.0}, idle=False,
+                          capacity_rps=0.0, ready_capacity_rps=0.0, starting=0)
+    d = KnativeKPAController(target=10.0).decide(est, svc)
+    assert d.hold and d.desired == {"h100": 3}

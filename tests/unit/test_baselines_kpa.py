@@ -4,6 +4,8 @@ rate limits and windows, from knative/serving config/core/configmaps/autoscaler.
 
 from __future__ import annotations
 
+import pytest
+
 from autoscaler.state import ServiceEstimate, Signals, VariantObservation
 from controllers.baselines.knative import KnativeKPAController, KPAState, kpa_scale
 
@@ -64,3 +66,30 @@ def test_controller_windows_and_start_in_panic(make_fleet) -> None:
     # t=64: stable mode; the stable window (4, 64] holds 30 samples (t=6..64) summing 5+65+65 = 135:
     # mean 4.5 -> dspc 1, within [floor(3/2), 3000]
     assert kpa.decide(estimate(64.0, 3, 0.0), svc).desired == {"h100": 1}
+
+
+def test_controller_passes_the_scale_down_delay_and_activation_scale(make_fleet) -> None:
+    svc = make_fleet(replicas=4, min_replicas=0, max_replicas=50).services[0]
+    delayed, plain = KnativeKPAController(target=10.0, scale_down_delay_s=120.0), KnativeKPAController(target=10.0)
+    # 4 ready pods: both start in panic at t=2 (concurrency 40 -> 4) and hold 4 while the panic lasts
+    for t in range(2, 63, 2):
+        est = estimate(float(t), 4, 40.0 if t == 2 else 0.0)
+        assert delayed.decide(est, svc).desired == plain.decide(est, svc).desired == {"h100": 4}, t
+    # t=64: panic over; the stable window (4, 64] is all zeros -> 0, floored at 4 / 2 = 2 ...
+    assert plain.decide(estimate(64.0, 4, 0.0), svc).desired == {"h100": 2}
+    # ... but the delay window (60 buckets of 2 s) still holds the 4 recorded up to t=62 (bucket 31)
+    for t in range(64, 181, 2):
+        assert delayed.decide(estimate(float(t), 4, 0.0), svc).desired == {"h100": 4}, t
+    # t=182 is bucket 91: 91 - 31 = 60 buckets, the 4 has left the window
+    assert delayed.decide(estimate(182.0, 4, 0.0), svc).desired == {"h100": 2}
+    # activation scale 3, 1 ready pod: 5 in flight (dspc 1, no panic at 1 / 1) asks for 3
+    kpa = KnativeKPAController(target=10.0, activation_scale=3)
+    assert kpa.decide(estimate(2.0, 1, 5.0), svc).desired == {"h100": 3}
+
+
+@pytest.mark.parametrize("kwargs", [dict(activation_scale=0), dict(scale_down_delay_s=-1.0),
+                                    dict(scale_down_delay_s=1.5)])
+def test_controller_rejects_what_knative_rejects(kwargs: dict[str, float]) -> None:
+    # activation-scale >= 1; scale-down-delay >= 0 in whole seconds (pkg/autoscaler/config/config.go)
+    with pytest.raises(ValueError, match="kpa"):
+        KnativeKPAController(target=10.0, **kwargs)  # type: ignore[arg-type]
