@@ -14,11 +14,16 @@ requests (``saturation_analysis``):
 - scale down is safe if, with the non-saturated pods' total load spread over one pod fewer,
   ``0.80 - kv_after >= 0.1`` and ``5 - queue_after >= 3``, and at least 2 pods are non-saturated.
 
-Per variant (``wva_targets``): a scale-up adds one replica to the variant with the lowest cost per
-unit of capacity (``$/replica-hour / requests/s``; ties: alphabetically first) among those below
-their cap **without pending (starting) replicas** (cascade-scaling prevention); a scale-down removes
-one replica from the variant with the highest cost per replica (ties: alphabetically last) above its
-floor; only the cheapest variant is kept at >= 1. No ready pod = no data = no action.
+Per variant (``wva_targets``): while any variant of the model has pending (starting, not yet
+reporting) replicas the model is "in transition" and every variant keeps its count
+(``internal/saturation/analyzer.go`` ``CalculateSaturationTargets`` at b08b1c7, asserted by
+``TestCalculatesaturationTargets_MetricsMismatchBlocksScaling``; its ``docs/saturation-analyzer.md``
+describes a per-variant skip instead, the code blocks the whole model). Otherwise a scale-up adds one
+replica to the variant with the lowest cost per unit of capacity (``$/replica-hour / requests/s``;
+ties: alphabetically first) among those below their cap; a scale-down removes one replica from the
+variant with the highest cost per replica (ties: alphabetically last) above its floor; only the
+cheapest variant is kept at >= 1 (``cost_aware_optimizer.go``; the V1 path keeps every variant at
+>= 1). No ready pod = no data = no action.
 """
 
 from __future__ import annotations
@@ -76,11 +81,14 @@ def wva_targets(sat: Saturation, svc: Service, current: Mapping[str, int], start
                 weights: Mapping[str, float]) -> tuple[dict[str, int], str]:
     """Per-variant targets for one analysis (module docstring); returns ``(targets, reason)``."""
     target = {v.name: current[v.name] for v in svc.variants}
+    pending = sorted(v.name for v in svc.variants if starting[v.name] > 0)
+    if pending:
+        return target, f"model in transition ({', '.join(pending)} not all ready), scaling blocked"
     cheapest = min(svc.variants, key=lambda v: (cost_per_capacity(v, weights[v.name]), v.name))
     if sat.scale_up:
-        ok = [v for v in svc.variants if starting[v.name] == 0 and current[v.name] < v.cap]
+        ok = [v for v in svc.variants if current[v.name] < v.cap]
         if not ok:
-            return target, "scale-up needed, every variant has pending replicas or is at its cap"
+            return target, "scale-up needed, every variant is at its cap"
         v = min(ok, key=lambda v: (cost_per_capacity(v, weights[v.name]), v.name))
         target[v.name] += 1
         return target, f"saturated: +1 {v.name}"

@@ -56,13 +56,14 @@ UP = Saturation(True, False, 0, None, None)
 DOWN = Saturation(False, True, 3, 0.5, 5.0)
 
 
-def test_scale_up_goes_to_lowest_cost_per_capacity_without_pending() -> None:
+def test_scale_up_goes_to_lowest_cost_per_capacity_and_pending_blocks_the_model() -> None:
     svc = fleet_service()
     cur = {"big": 1, "cheap": 1, "old": 1}
     none = {"big": 0, "cheap": 0, "old": 0}
     assert wva_targets(UP, svc, cur, none, WEIGHTS)[0] == {"big": 1, "cheap": 2, "old": 1}
-    # cheap has a pending replica: skipped, next is big (0.30)
-    assert wva_targets(UP, svc, cur, {**none, "cheap": 1}, WEIGHTS)[0] == {"big": 2, "cheap": 1, "old": 1}
+    # cheap has a pending replica: the model is in transition, nothing moves (analyzer.go at b08b1c7)
+    assert wva_targets(UP, svc, cur, {**none, "cheap": 1}, WEIGHTS)[0] == cur
+    assert wva_targets(DOWN, svc, {**cur, "big": 2}, {**none, "old": 1}, WEIGHTS)[0] == {**cur, "big": 2}
     # cheap at its cap (2): big
     assert wva_targets(UP, svc, {**cur, "cheap": 2}, none, WEIGHTS)[0] == {"big": 2, "cheap": 2, "old": 1}
 
