@@ -17,6 +17,10 @@ test's, converted to our units where said.
   revision's total, as ``kpa_scale`` takes it) and its fake pod counter the ready pods; the expected
   ``DesiredPodCount`` is the test's. ``ExcessBurstCapacity`` (the activator's) is not modelled, so
   not checked; the RPS and metrics-only cases have no counterpart.
+- llm-d workload-variant-autoscaler ``b08b1c7``: ``internal/saturation/analyzer_test.go`` (the V1
+  percentage-based analyzer, KV 0.80 / queue 5 / spare triggers 0.10 and 3): the per-replica KV usage
+  and queue length map one to one onto ``saturation_analysis``; ``CalculateSaturationTargets`` cases
+  onto ``wva_targets`` with equal capacity weights, so cost per capacity orders as upstream's cost.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from autoscaler.state import ServiceEstimate, Signals, VariantObservation
 from controllers.baselines.hpa import HPABehavior, ScalingPolicy, ScalingRules, hpa_pod_metric_replicas
 from controllers.baselines.keda import KedaController, keda_fallback_active, keda_fallback_replicas
 from controllers.baselines.knative import KnativeKPAController, KPAState, kpa_initial_state, kpa_scale
+from controllers.baselines.wva import Saturation, saturation_analysis, wva_targets
 
 
 # ----------------------------------------------------------- replica_calculator_test.go, podMetric
@@ -377,3 +382,86 @@ def test_no_data_holds_as_in_TestAutoscalerNoDataNoAutoscale(make_fleet) -> None
                           capacity_rps=0.0, ready_capacity_rps=0.0, starting=0)
     d = KnativeKPAController(target=10.0).decide(est, svc)
     assert d.hold and d.desired == {"h100": 3}
+
+
+# ------------------------------ llm-d WVA b08b1c7, internal/saturation/analyzer_test.go
+@pytest.mark.parametrize(("kv", "queue", "up"), [
+    ([0.75, 0.76], [2, 2], True),   # "scale up due to low KV spare Saturation": avg spare KV 0.045 < 0.1
+    ([0.50, 0.50], [3, 3], True),   # "scale up due to low queue spare Saturation": avg spare queue 2 < 3
+    ([0.50, 0.50], [1, 1], False),  # "no scale up - healthy Saturation"
+])
+def test_as_in_TestAnalyzeModelSaturation_ScaleUp(kv: list[float], queue: list[float], up: bool) -> None:
+    assert saturation_analysis(kv, queue).scale_up is up
+
+
+@pytest.mark.parametrize(("kv", "queue", "safe"), [
+    ([0.20, 0.30, 0.25], [1, 1, 1], True),  # "scale down safe - adequate headroom"
+    ([0.70, 0.75], [2, 2], False),          # "scale down unsafe - insufficient headroom"
+    ([0.50], [2], False),                   # "scale down unsafe - only one non-saturated replica"
+])
+def test_as_in_TestAnalyzeModelSaturation_ScaleDownSafety(kv: list[float], queue: list[float], safe: bool) -> None:
+    assert saturation_analysis(kv, queue).scale_down_safe is safe
+
+
+def test_as_in_TestAnalyzeModelSaturation_MultiVariant() -> None:
+    # pods of both variants are pooled: 4 pods, all non-saturated
+    assert saturation_analysis([0.70, 0.75, 0.60, 0.65], [2, 3, 1, 2]).non_saturated == 4
+
+
+def test_as_in_TestAnalyzeVariant_SaturatedReplicas() -> None:
+    # (0.85, 2) saturated on KV, (0.50, 6) on queue, (0.60, 2) not: 1 non-saturated of 3
+    assert saturation_analysis([0.85, 0.50, 0.60], [2, 6, 2]).non_saturated == 1
+
+
+def test_as_in_TestAnalyzeModelSaturation_AllSaturated() -> None:
+    # upstream: NonSaturatedCount 0, spare 0 (ours: None, "no spare"), ShouldScaleUp, not ScaleDownSafe
+    s = saturation_analysis([0.85, 0.50, 0.90], [2, 6, 7])
+    assert (s.non_saturated, s.scale_up, s.scale_down_safe) == (0, True, False)
+
+
+def test_no_ready_pod_holds_as_in_TestAnalyzeModelSaturation_EmptyMetrics() -> None:
+    # no metrics: neither scale-up nor scale-down; the controller holds (WVAController.decide)
+    from controllers.baselines.wva import WVAController
+    est = ServiceEstimate(service="svc", time_s=60.0, signals=Signals(), variants={"v1": VariantObservation(2, 0)},
+                          weights={"v1": 1.0}, idle=False, capacity_rps=0.0, ready_capacity_rps=0.0, starting=0,
+                          pods=[])
+    assert WVAController().decide(est, _wva_service(("v1", 10.0))).desired == {"v1": 2}
+
+
+def _wva_service(*variants: tuple[str, float]):  # type: ignore[no-untyped-def]
+    """One service whose variants cost ``price`` $/replica-hour (1 GPU each), capped at 10."""
+    from autoscaler.config.loading import parse_config
+    slo = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
+    doc = {"services": [{"name": "svc", "model": "m", "slo": slo, "variants": [
+        {"name": n, "gpu": "H100-SXM", "price_per_gpu_hour": p, "max_replicas": 10, "kv_cache_tokens": 400000,
+         "profile": "llama-3-8b/h100-sxm"} for n, p in variants]}]}
+    return parse_config(doc).services[0]
+
+
+_WVA_VARIANTS = (("v1-expensive", 20.0), ("v2-cheap", 5.0), ("v3-medium", 15.0))
+_EQUAL = {n: 1.0 for n, _ in _WVA_VARIANTS}
+_NONE_PENDING = {n: 0 for n, _ in _WVA_VARIANTS}
+
+
+def test_as_in_TestCalculatesaturationTargets_ScaleUpCheapest() -> None:
+    svc = _wva_service(*_WVA_VARIANTS)
+    up = Saturation(True, False, 6, 0.05, 4.0)
+    targets, _ = wva_targets(up, svc, {n: 2 for n, _ in _WVA_VARIANTS}, _NONE_PENDING, _EQUAL)
+    assert targets == {"v1-expensive": 2, "v2-cheap": 3, "v3-medium": 2}
+
+
+def test_as_in_TestCalculatesaturationTargets_ScaleDownMostExpensive() -> None:
+    svc = _wva_service(*_WVA_VARIANTS)
+    down = Saturation(False, True, 6, 0.5, 5.0)
+    targets, _ = wva_targets(down, svc, {n: 2 for n, _ in _WVA_VARIANTS}, _NONE_PENDING, _EQUAL)
+    assert targets == {"v1-expensive": 1, "v2-cheap": 2, "v3-medium": 2}
+
+
+def test_as_in_TestCalculatesaturationTargets_MetricsMismatchBlocksScaling() -> None:
+    # v1-expensive: 3 current, 2 reporting metrics (1 pending): the model is in transition, v2-cheap
+    # is not scaled up: targets 3 and 2
+    svc = _wva_service(("v1-expensive", 20.0), ("v2-cheap", 5.0))
+    up = Saturation(True, False, 4, 0.05, 4.0)
+    targets, _ = wva_targets(up, svc, {"v1-expensive": 3, "v2-cheap": 2}, {"v1-expensive": 1, "v2-cheap": 0},
+                             {"v1-expensive": 1.0, "v2-cheap": 1.0})
+    assert targets == {"v1-expensive": 3, "v2-cheap": 2}
