@@ -72,26 +72,54 @@ def _window_count(value: float, n: int, target: float, tolerance: float) -> int:
     return math.ceil(value / target)
 
 
+def aibrix_kpa_target_replicas(stable: float, panic: float, current: int, target: float, in_panic: bool,
+                               max_panic_pods: int = 0, tolerance: float = FLUCTUATION_TOLERANCE,
+                               up_rate: float = MAX_SCALE_UP_RATE, down_rate: float = MAX_SCALE_DOWN_RATE,
+                               ) -> tuple[int, int]:
+    """KPA count for a given panic state (``algorithm/kpa.go`` ``computeTargetReplicas``).
+
+    Returns the count and the new highest count of the panic (``maxPanicPods``). ``ActivationScale``
+    is 1 in AIBrix's base context, so it has no effect and is not modelled.
+    """
+    lo = math.floor(max(0, current) / down_rate)
+    hi = max(1, math.ceil(up_rate * max(0, current)))
+    ds = min(max(_window_count(stable, current, target, tolerance), lo), hi)
+    dp = min(max(_window_count(panic, current, target, tolerance), lo), hi)
+    if not in_panic:
+        return ds, max_panic_pods
+    desired = max(ds, dp)
+    if desired > max_panic_pods:
+        max_panic_pods = desired
+    return max_panic_pods, max_panic_pods
+
+
 def aibrix_kpa(state: AIBrixKPAState, stable: float, panic: float, current: int, target: float,
                tolerance: float = FLUCTUATION_TOLERANCE, panic_threshold: float = PANIC_THRESHOLD,
                up_rate: float = MAX_SCALE_UP_RATE, down_rate: float = MAX_SCALE_DOWN_RATE,
                ) -> tuple[int, AIBrixKPAState]:
-    """AIBrix KPA step (module docstring); ``stable``/``panic`` are window averages of the pods' sum."""
-    lo = math.floor(current / down_rate)
-    hi = max(1, math.ceil(up_rate * current))
-    ds = min(max(_window_count(stable, current, target, tolerance), lo), hi)
-    dp = min(max(_window_count(panic, current, target, tolerance), lo), hi)
+    """AIBrix KPA step (module docstring); ``stable``/``panic`` are window averages of the pods' sum.
+
+    Panic is decided afresh (``kpa.go`` ``shouldEnterPanicMode``), then
+    :func:`aibrix_kpa_target_replicas` counts.
+    """
     in_panic = stable <= 0 or panic / stable > panic_threshold
+    held = state.max_panic_pods if state.in_panic else 0
+    desired, max_panic = aibrix_kpa_target_replicas(stable, panic, current, target, in_panic, held, tolerance,
+                                                    up_rate, down_rate)
     if not in_panic:
-        return ds, AIBrixKPAState()
-    desired = max(ds, dp, state.max_panic_pods if state.in_panic else 0)
-    return desired, replace(state, in_panic=True, max_panic_pods=desired)
+        return desired, AIBrixKPAState()
+    return desired, replace(state, in_panic=True, max_panic_pods=max_panic)
 
 
 def aibrix_apa(per_pod: float, current: int, target: float, up_tolerance: float = FLUCTUATION_TOLERANCE,
                down_tolerance: float = FLUCTUATION_TOLERANCE, up_rate: float = MAX_SCALE_UP_RATE,
                down_rate: float = MAX_SCALE_DOWN_RATE) -> int:
-    """AIBrix APA step (module docstring) for per-pod value ``per_pod`` and ``current`` replicas."""
+    """AIBrix APA step (module docstring) for per-pod value ``per_pod`` and ``current`` replicas.
+
+    A target <= 0 keeps ``current``, as ``algorithm/apa.go`` ``computeTargetReplicas`` does.
+    """
+    if target <= 0:
+        return current
     ratio = per_pod / target
     if ratio > 1 + up_tolerance:
         return min(math.ceil(current * ratio), math.ceil(up_rate * current))
