@@ -131,14 +131,19 @@ def aibrix_apa(per_pod: float, current: int, target: float, up_tolerance: float 
 def aibrix_stabilize(history: list[tuple[float, int]], now: float, recommendation: int, current: int,
                      up_window_s: float = SCALE_UP_COOLDOWN_S,
                      down_window_s: float = SCALE_DOWN_COOLDOWN_S) -> int:
-    """Record ``recommendation`` in ``history`` (pruned in place) and return the stabilised count."""
+    """Record ``recommendation`` in ``history`` (pruned in place) and return the stabilised count.
+
+    As ``stabilizeRecommendation``: a window holds the recommendations strictly newer than
+    ``now - window`` (``timestamp.After(cutoff)``), so a 0-s window holds none and the current
+    recommendation is taken; the history keeps those strictly newer than the longer window.
+    """
     history.append((now, recommendation))
     horizon = max(up_window_s, down_window_s)
-    history[:] = [(t, r) for t, r in history if t >= now - horizon]
+    history[:] = [(t, r) for t, r in history if t > now - horizon]
     if recommendation > current:
-        return max(r for t, r in history if t >= now - up_window_s)
+        return max((r for t, r in history if t > now - up_window_s), default=recommendation)
     if recommendation < current:
-        return min(r for t, r in history if t >= now - down_window_s)
+        return min((r for t, r in history if t > now - down_window_s), default=recommendation)
     return recommendation
 
 

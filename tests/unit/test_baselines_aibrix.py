@@ -78,3 +78,12 @@ def test_controller_sums_pods_and_windows(make_fleet) -> None:
     # t=20: sum 4 x 1.0 = 4.0; stable (180 s) mean 3.0, panic (60 s) mean 3.0, not panic;
     # 3.0/4 = 0.75 per pod -> ceil(3.0/0.5) = 6 (cap 8)
     assert ab.decide(est(20.0, [1.0] * 4), svc).desired == {"h100": 6}
+
+
+def test_stabilization_window_excludes_its_edge() -> None:
+    # podautoscaler_controller.go stabilizeRecommendation (e3e10f9) keeps rec.timestamp.After(now - window):
+    # a recommendation exactly 300 s old is out; at a 10 s resync that is every 30th one
+    history: list[tuple[float, int]] = []
+    assert aibrix_stabilize(history, 0.0, 3, 6) == 3
+    assert aibrix_stabilize(history, 300.0, 5, 6) == 5
+    assert history == [(300.0, 5)]
