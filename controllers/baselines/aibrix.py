@@ -16,7 +16,11 @@ mean (APA) into its windows. With N the target's current replicas:
   ``stable <= 0`` or ``panic / stable > 2.0`` (decided afresh each resync). Per window, desired =
   ``ceil(value / target)``, or N when the per-pod value ``value / N`` is within +-10 % of the target;
   each clamped to ``[floor(N / 2), max(1, ceil(2 N))]``. Stable mode takes the stable count; panic
-  takes the larger of the two and never goes below the highest count of the current panic.
+  takes the larger of the two. ``kpa.go`` holds a panic at its highest count (``maxPanicPods``), but
+  the controller builds a fresh ``NewBaseScalingContext`` every reconcile
+  (``podautoscaler_controller.go`` ``computeScaleDecision``), whose ``GetMaxPanicPods`` returns 0
+  and ``SetMaxPanicPods`` does nothing (``context/context.go``): as run, nothing is held, and the
+  controller here does the same (``aibrix_kpa`` keeps the hold for a state passed in).
 - APA (``aibrix_apa``): ``u`` = per-pod mean over the 180 s window. If ``u / target > 1.1``:
   ``ceil(N u / target)`` capped at ``ceil(2 N)``; if ``< 0.9``: the same formula floored at
   ``floor(N / 2)``; otherwise N.
@@ -182,8 +186,8 @@ class AIBrixController(Controller):
         assert stable is not None and panic is not None  # the sample just added is in both windows
         current = sum(est.current.values())
         if self.strategy == "kpa":
-            rec, self.states[svc.name] = aibrix_kpa(self.states.get(svc.name, AIBrixKPAState()), stable, panic,
-                                                    current, self.target)
+            # a fresh state each resync, as upstream's fresh scaling context (module docstring)
+            rec, self.states[svc.name] = aibrix_kpa(AIBrixKPAState(), stable, panic, current, self.target)
             mode = "panic" if self.states[svc.name].in_panic else "stable"
         else:
             rec, mode = aibrix_apa(stable, current, self.target), "apa"
