@@ -10,7 +10,11 @@ Sources (``docs/anchors.md#aibrix``, vllm-project/aibrix at e3e10f9): defaults i
 stabilisation in ``podautoscaler_controller.go`` ``stabilizeRecommendation``.
 
 Every resync the controller scrapes the metric of each ready pod and records the sum (KPA) or the
-mean (APA) into its windows. With N the target's current replicas:
+mean (APA) into its windows. Upstream at e3e10f9 records the mean for both
+(``metrics/client.go`` ``UpdateMetrics``: ``avg := sum / len(metricValues)``), so its KPA asks for
+``ceil(mean / target)`` replicas whatever N; the sum is kept here (Knative's reading, a total
+against a per-pod target), a known difference (``docs/controllers.md``). With N the target's
+current replicas:
 
 - KPA (``aibrix_kpa``): stable = window average over 180 s, panic = over 60 s. Panic when
   ``stable <= 0`` or ``panic / stable > 2.0`` (decided afresh each resync). Per window, desired =

@@ -21,13 +21,18 @@ test's, converted to our units where said.
   percentage-based analyzer, KV 0.80 / queue 5 / spare triggers 0.10 and 3): the per-replica KV usage
   and queue length map one to one onto ``saturation_analysis``; ``CalculateSaturationTargets`` cases
   onto ``wva_targets`` with equal capacity weights, so cost per capacity orders as upstream's cost.
+- vLLM AIBrix ``e3e10f9``: ``pkg/controller/podautoscaler/algorithm/kpa_test.go`` and ``apa_test.go``
+  (each strategy's ``computeTargetReplicas`` on a mock scaling context: its values, rates,
+  tolerances and panic state map one to one onto ``aibrix_kpa_target_replicas`` and ``aibrix_apa``)
+  and ``autoscaler_test.go`` ``TestComputeDesiredReplicas`` (one pod through the whole APA path).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from autoscaler.state import ServiceEstimate, Signals, VariantObservation
+from autoscaler.state import PodObservation, ServiceEstimate, Signals, VariantObservation
+from controllers.baselines.aibrix import AIBrixController, aibrix_apa, aibrix_kpa_target_replicas
 from controllers.baselines.hpa import HPABehavior, ScalingPolicy, ScalingRules, hpa_pod_metric_replicas
 from controllers.baselines.keda import KedaController, keda_fallback_active, keda_fallback_replicas
 from controllers.baselines.knative import KnativeKPAController, KPAState, kpa_initial_state, kpa_scale
@@ -465,3 +470,59 @@ def test_as_in_TestCalculatesaturationTargets_MetricsMismatchBlocksScaling() -> 
     targets, _ = wva_targets(up, svc, {"v1-expensive": 3, "v2-cheap": 2}, {"v1-expensive": 1, "v2-cheap": 0},
                              {"v1-expensive": 1.0, "v2-cheap": 1.0})
     assert targets == {"v1-expensive": 3, "v2-cheap": 2}
+
+
+# ------------------------------ vLLM AIBrix e3e10f9, pkg/controller/podautoscaler/algorithm/kpa_test.go
+# TestKPAAlgorithm_ComputeTargetReplicas: TargetValue 10; the mock context leaves both fluctuation
+# tolerances at 0. The test feeds the window values directly ("20/10 = 2 pods needed"), read here as
+# ours, the pods' sum. (As run at e3e10f9 the window holds the pods' mean: docs/controllers.md.) With a
+# 0 tolerance upstream keeps the count when the value equals the target, ours when value / N does:
+# only stable_mode_basic_scaling (20 over 2 pods) takes the other branch, to the same 2.
+@pytest.mark.parametrize(("name", "current", "stable", "panic", "up_rate", "in_panic", "max_panic_pods", "expected"), [
+    ("stable_mode_basic_scaling", 2, 20.0, 20.0, 2.0, False, 0, 2),
+    ("panic_mode_scaling_up", 2, 30.0, 40.0, 2.0, True, 2, 4),
+    ("panic_mode_no_scale_down", 5, 20.0, 20.0, 2.0, True, 5, 5),
+    ("scale_to_zero", 1, 0.0, 0.0, 2.0, False, 0, 0),
+    ("max_scale_up_rate_limit", 2, 100.0, 100.0, 1.5, False, 0, 3),
+    ("max_scale_down_rate_limit", 4, 5.0, 5.0, 2.0, False, 0, 2),
+])
+def test_TestKPAAlgorithm_ComputeTargetReplicas(name: str, current: int, stable: float, panic: float, up_rate: float,
+                                                in_panic: bool, max_panic_pods: int, expected: int) -> None:
+    # "activation_scale_from_zero" (ActivationScale 3) is not replayed: AIBrix's base context fixes
+    # ActivationScale at 1, which is all the baseline models
+    desired, _ = aibrix_kpa_target_replicas(stable, panic, current, 10.0, in_panic, max_panic_pods, tolerance=0.0,
+                                            up_rate=up_rate, down_rate=2.0)
+    assert desired == expected, name
+
+
+# ------------------------------ vLLM AIBrix e3e10f9, pkg/controller/podautoscaler/algorithm/apa_test.go
+# TestAPAAlgorithm_ComputeTargetReplicas: tolerances 0.1 / 0.1.
+@pytest.mark.parametrize(("name", "current", "per_pod", "target", "up_rate", "down_rate", "expected"), [
+    ("basic_scale_up", 2, 45.0, 30.0, 2.0, 2.0, 3),
+    ("scale_up_upto_ceiling", 2, 35.0, 30.0, 2.0, 2.0, 3),
+    ("scale_up_upto_max_scale_up", 2, 90.0, 30.0, 2.0, 2.0, 4),
+    ("scale_up_upto_max_scale_up_ceiling", 2, 90.0, 30.0, 2.5, 2.0, 5),
+    ("basic_scale_down", 6, 20.0, 30.0, 2.0, 2.0, 4),
+    ("scale_down_upto_ceiling", 6, 18.0, 30.0, 2.0, 2.0, 4),
+    ("scale_down_upto_max_scale_down", 6, 10.0, 30.0, 2.0, 2.0, 3),
+    ("scale_down_upto_max_scale_down_floor", 6, 5.0, 30.0, 2.0, 2.5, 2),
+    ("no_scaling_as_within_up_tolerance", 2, 33.0, 30.0, 2.0, 2.0, 2),
+    ("no_scaling_as_within_down_tolerance", 2, 27.0, 30.0, 2.0, 2.0, 2),
+    ("division_by_zero", 1, 10.0, 0.0, 1000.0, 2.0, 1),
+])
+def test_TestAPAAlgorithm_ComputeTargetReplicas(name: str, current: int, per_pod: float, target: float, up_rate: float,
+                                                down_rate: float, expected: int) -> None:
+    assert aibrix_apa(per_pod, current, target, 0.1, 0.1, up_rate, down_rate) == expected, name
+
+
+# ------------------------------ vLLM AIBrix e3e10f9, pkg/controller/podautoscaler/autoscaler_test.go
+def test_with_one_metrics_source_as_in_TestComputeDesiredReplicas(make_fleet) -> None:
+    # APA, gpu_cache_usage_perc target "50", one pod reporting 70, 1 current replica, MaxReplicas 6,
+    # MaxScaleUpRate 4 -> 2. Ours: the same in fractions (0.7 against 0.5) through the whole
+    # controller, whose up rate is the default 2: ceil(1 x 1.4) = 2 is under either cap. The case
+    # "with multiple metrics source" (the largest of two metrics) is not modelled.
+    svc = make_fleet(replicas=1, min_replicas=1, max_replicas=6).services[0]
+    est = ServiceEstimate(service="svc", time_s=10.0, signals=Signals(), variants={"h100": VariantObservation(1, 0)},
+                          weights={"h100": 10.0}, idle=False, capacity_rps=0.0, ready_capacity_rps=0.0, starting=0,
+                          pods=[PodObservation("h100", 0.7, 0.0, 0.0, 0.7, 0.0)])
+    assert AIBrixController(target=0.5, strategy="apa").decide(est, svc).desired == {"h100": 2}
