@@ -87,3 +87,25 @@ def test_stabilization_window_excludes_its_edge() -> None:
     assert aibrix_stabilize(history, 0.0, 3, 6) == 3
     assert aibrix_stabilize(history, 300.0, 5, 6) == 5
     assert history == [(300.0, 5)]
+
+
+def test_controller_starts_each_resync_from_a_fresh_kpa_state(make_fleet, monkeypatch) -> None:
+    # podautoscaler_controller.go computeScaleDecision (e3e10f9) builds NewBaseScalingContext every
+    # reconcile; its GetMaxPanicPods is 0 and InPanicMode starts false, so no panic count carries over
+    import controllers.baselines.aibrix as mod
+
+    seen: list[AIBrixKPAState] = []
+
+    def spy(state: AIBrixKPAState, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(state)
+        return 9, AIBrixKPAState(True, 9)  # a panic at 9, which a held state would carry
+
+    monkeypatch.setattr(mod, "aibrix_kpa", spy)
+    svc = make_fleet(replicas=2, min_replicas=1, max_replicas=20).services[0]
+    ab = AIBrixController(target=0.5)
+    for t in (10.0, 20.0):
+        pods = [PodObservation("h100", 0.5, 0.0, 0.0, 0.5, 0.0)] * 2
+        ab.decide(ServiceEstimate(service="svc", time_s=t, signals=Signals(),
+                                  variants={"h100": VariantObservation(2, 0)}, weights={"h100": 10.0}, idle=False,
+                                  capacity_rps=0.0, ready_capacity_rps=0.0, starting=0, pods=pods), svc)
+    assert seen == [AIBrixKPAState(), AIBrixKPAState()]
