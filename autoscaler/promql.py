@@ -96,9 +96,9 @@ def first_present(counters: tuple[str, ...], matchers: str, window: str, by: str
     return "(" + " or ".join(f"{agg} (rate({c}{{{matchers}}}[{window}]))" for c in counters) + ")"
 
 
-def _flow(suffix: str, outcome: str) -> str:
+def _flow(suffix: str, outcome: str, by: str = "priority") -> str:
     return first_present(tuple(f"{h}_{suffix}" for h in GATEWAY_QUEUE_DURATION), f'outcome=~"{outcome}",$sel',
-                         "$window", by="priority")
+                         "$window", by=by)
 
 
 _DISPATCHED = "Dispatched"
@@ -124,8 +124,8 @@ PRIORITY_QUERIES: dict[str, str] = {
 ``waited / dispatched_rps`` once its labels are added up). Without flow control an EPP exports only
 the arrivals, and the other fields stay unknown."""
 GATEWAY_TOTALS: dict[str, str] = {
-    "waited": _flow("sum", _DISPATCHED).replace("sum by (priority)", "sum"),
-    "dispatched": _flow("count", _DISPATCHED).replace("sum by (priority)", "sum"),
+    "waited": _flow("sum", _DISPATCHED, by=""),
+    "dispatched": _flow("count", _DISPATCHED, by=""),
 }
 """The same over every priority and the signal window, for the mean gateway wait that the service's
 ``ttft_mean_s`` adds (the simulator's source takes it over the same window)."""

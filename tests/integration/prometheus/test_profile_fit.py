@@ -301,17 +301,23 @@ def test_the_pool_of_a_pod_is_found_from_a_model_selector_and_adds_its_engines(t
 
 
 # --------------------------------------------------------------------------- simulator metrics
-def test_a_one_token_request_has_a_time_per_output_token_of_zero() -> None:
-    """vLLM records every finished request's TPOT, 0 when it generated one token
-    (``vllm/v1/metrics/stats.py``: ``decode_time / (n - 1) if n - 1 > 0 else 0``)."""
+def _alone(req: Request) -> tuple[sim_bench._Recording, sim_bench._Sink]:
+    """``req`` run to its end on an idle H100 replica: the replica and its event sink."""
     sink = sim_bench._Sink()
     r = sim_bench._Recording(0, "s", "v", get_profile("llama-3-8b/h100-sxm"), EngineConfig(), 10_000, 16, sink,
                              0.0, 0.0, 0.0, False)
     r.state = READY
-    r.enqueue(SimRequest(Request(0.0, 100, 1, rid=0)), 0.0)
+    r.enqueue(SimRequest(req), 0.0)
     while sink.events:
         t, _, version = heapq.heappop(sink.events)
         r.on_step_end(t, version)
+    return r, sink
+
+
+def test_a_one_token_request_has_a_time_per_output_token_of_zero() -> None:
+    """vLLM records every finished request's TPOT, 0 when it generated one token
+    (``vllm/v1/metrics/stats.py``: ``decode_time / (n - 1) if n - 1 > 0 else 0``)."""
+    r, _ = _alone(Request(0.0, 100, 1, rid=0))
     assert (r.metrics.tpot.count, r.metrics.tpot.total) == (1, 0.0)
     assert (r.metrics.iteration_tokens.count, r.metrics.iteration_tokens.total) == (1, 101)
 
@@ -320,14 +326,7 @@ def test_iteration_tokens_counts_every_step() -> None:
     # One 100-token prompt with 3 output tokens on an idle replica: a prefill step counted as vLLM 0.33
     # counts it (``vllm/v1/metrics/loggers.py``: the prompt tokens computed + the tokens generated, so
     # 100 + its first token), then two decode steps of one sequence each: 3 steps, 101 + 1 + 1 tokens.
-    sink = sim_bench._Sink()
-    r = sim_bench._Recording(0, "s", "v", get_profile("llama-3-8b/h100-sxm"), EngineConfig(), 10_000, 16, sink,
-                             0.0, 0.0, 0.0, False)
-    r.state = READY
-    r.enqueue(SimRequest(Request(0.0, 100, 3, rid=0)), 0.0)
-    while sink.events:
-        t, _, version = heapq.heappop(sink.events)
-        r.on_step_end(t, version)
+    r, sink = _alone(Request(0.0, 100, 3, rid=0))
     h = r.metrics.iteration_tokens
     assert (h.count, h.total) == (3, 103)
     assert len(sink.tokens[0]) == 2  # the two decode tokens' times
