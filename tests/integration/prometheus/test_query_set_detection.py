@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -32,11 +31,12 @@ def test_a_served_fleet_of_each_release_is_read_with_its_own_query_set(tmp_path:
     stop = threading.Event()
     live.run(on_step=lambda t: stop.set() if t >= 240 else None, stop=stop)  # mid-ramp: replicas serving
     server = serve(live.registry, "127.0.0.1:0")
-    prom = PromServer(tmp_path / "prom", [Target(f"127.0.0.1:{server.port}")], scrape_interval="250ms")
+    # 1-s scrapes (timeout = interval): at 250 ms a scrape of the whole registry could time out on
+    # busy cores, and a failed scrape marks every series stale, so the instant queries came back empty
+    prom = PromServer(tmp_path / "prom", [Target(f"127.0.0.1:{server.port}")], scrape_interval="1s")
     try:
         prom.start()
-        prom.wait_for("up", lambda r: bool(r) and r[0]["value"][1] == "1")
-        time.sleep(1.0)  # a few scrapes
+        prom.wait_for("count_over_time(up[1m]) >= 3 and up == 1", bool, timeout_s=30.0)  # a few good scrapes
         src = build_source(cfg, connect(cfg.prometheus, prom.url))
         obs = src.observe(0.0)["llm"]
         # ``autoscaler dry-run`` on the same fleet file picks it by itself and says which
