@@ -12,7 +12,9 @@ of the SLO stay within ``1 - attainment`` (default 1 %):
   ``D x itl_s``: mean ``lam w a E[P]``, variance ``lam w a^2 E[P^2]`` (``P`` uncached prompt
   tokens, ``a`` seconds per prefill token), taken as a gamma variable (for a single request size,
   the exact Poisson count of prefills, ``P(N > D (itl_s - s_d) / (a P))``). A request misses when
-  ``X > D (itl_s - s_d)``; short outputs have few steps to average over and miss first.
+  ``X > D (itl_s - s_d)``; short outputs have few steps to average over and miss first. A step
+  prefills at most ``max_num_batched_tokens`` (less its decodes), so ``X <= D c`` with ``c`` the
+  dearest full chunk's time: where ``c <= itl_s - s_d`` no request misses.
 * **TTFT** (prefill time vs the TTFT target). Prefills are served FCFS: an M/G/1 queue whose
   service is the request's prefill steps (``a P + ceil(P / budget) s_d``), with the exponential
   waiting-time tail of heavy traffic (Kingman): ``P(W > t) = rho exp(-2 (1 - rho) t / (E[S] (ca^2 +
@@ -42,6 +44,7 @@ the model is within 15 % of the simulator's knee (the highest rate a replica ser
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -292,21 +295,23 @@ class ReplicaSpec:
 
 @dataclass(frozen=True)
 class CapacityBounds:
-    """Each bound of the module docstring, requests/s; ``rps`` is their minimum."""
+    """Each bound of the module docstring alone with the whole budget of misses, and ``slo_rps`` the
+    rate at which their misses together spend it (``slo_miss``), requests/s; ``rps`` is the least."""
 
     itl_rps: float
     ttft_rps: float
     seqs_rps: float
     kv_rps: float
+    slo_rps: float = math.inf
 
     @property
     def rps(self) -> float:
-        """The replica's capacity: the tightest bound, requests/s."""
-        return min(self.itl_rps, self.ttft_rps, self.seqs_rps, self.kv_rps)
+        """The replica's capacity: the rate whose misses of the whole SLO use up the budget, requests/s."""
+        return min(self.itl_rps, self.ttft_rps, self.seqs_rps, self.kv_rps, self.slo_rps)
 
     @property
     def binding(self) -> str:
-        """Which bound is the capacity: ``itl``, ``ttft``, ``seqs`` or ``kv``."""
+        """Which bound alone is the tightest: ``itl``, ``ttft``, ``seqs`` or ``kv``."""
         named = {"itl": self.itl_rps, "ttft": self.ttft_rps, "seqs": self.seqs_rps, "kv": self.kv_rps}
         return min(named, key=lambda k: named[k])
 
@@ -449,11 +454,12 @@ def _erlang_c(servers: int, load: float) -> float:
     return servers * b / (servers - load * (1.0 - b))
 
 
-def _itl_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float) -> float:
+def _itl_points(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float) -> np.ndarray:
+    """Share of each point's requests missing the ITL target at ``rate`` (the ITL bound's misses)."""
     op = operating_point(spec, mix, rate)
     a = spec.profile.prefill_s_per_token
     if op.decode_step_s >= itl_s:
-        return 1.0
+        return np.ones_like(mix.weights)
     p = mix.uncached
     q = _prefill_tokens(spec, mix)
     d = mix.output_tokens - 1.0
@@ -469,7 +475,12 @@ def _itl_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float) -> 
         miss = stats.poisson.sf(np.floor(slack / c), rate * window) if c > 0 else np.zeros_like(d)
     else:
         miss = _gamma_sf(slack, mean, var)
-    return float(mix.weights @ np.where(d >= 1, miss, 0.0))
+    # A step prefills at most its token budget: where even full chunks (the longest prompt's last,
+    # dearest by attention) leave the step within the target, no prefill makes the request miss.
+    budget = max(spec.max_num_batched_tokens - op.decoding, 1.0)
+    longest = float(mix.input_tokens.max())
+    chunk_s = a * float(spec.profile.prefill_equivalent(min(budget, longest), max(longest - budget, 0.0)))
+    return np.where((d >= 1) & (slack < d * chunk_s), miss, 0.0)
 
 
 def _ttft_slack(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, ttft_s: float) -> tuple[np.ndarray, np.ndarray]:
@@ -478,32 +489,33 @@ def _ttft_slack(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, ttft_s: 
     return service, ttft_s - service - op.decode_step_s
 
 
-def _ttft_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float) -> float:
+def _ttft_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float) -> np.ndarray:
+    """Share of each point's requests missing the TTFT target at ``rate`` for the prefill queue."""
     op = operating_point(spec, mix, rate)
     service, slack = _ttft_slack(spec, mix, op, ttft_s)
     es = float(mix.weights @ service)
     rho = rate * es
     if rho >= 1.0:
-        return 1.0
+        return np.ones_like(mix.weights)
     cs2 = float(mix.weights @ (service * service)) / (es * es) - 1.0
     decay = 2.0 * (1.0 - rho) / (es * (mix.arrival_scv + cs2))
-    miss = np.where(slack < 0, 1.0, rho * np.exp(-decay * np.maximum(slack, 0.0)))
-    return float(mix.weights @ miss)
+    return np.where(slack < 0, 1.0, rho * np.exp(-decay * np.maximum(slack, 0.0)))
 
 
-def _seqs_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float) -> float:
+def _seqs_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float) -> np.ndarray:
+    """Share of each point's requests missing the TTFT target at ``rate`` waiting for a batch slot."""
     op = operating_point(spec, mix, rate)
     load = op.concurrency
     if load >= spec.max_num_seqs:
-        return 1.0
+        return np.ones_like(mix.weights)
     _, slack = _ttft_slack(spec, mix, op, ttft_s)
     decay = (spec.max_num_seqs - load) / op.time_in_system_s
     wait = _erlang_c(spec.max_num_seqs, load)
-    miss = np.where(slack < 0, 1.0, wait * np.exp(-decay * np.maximum(slack, 0.0)))
-    return float(mix.weights @ miss)
+    return np.where(slack < 0, 1.0, wait * np.exp(-decay * np.maximum(slack, 0.0)))
 
 
-def _kv_miss(spec: ReplicaSpec, mix: RequestMix, rate: float) -> float:
+def _kv_points(spec: ReplicaSpec, mix: RequestMix, rate: float) -> np.ndarray:
+    """Share of each point's requests finding no KV room at ``rate`` (waiting or preempted)."""
     op = operating_point(spec, mix, rate)
     service = _prefill_s(spec, mix, op.decoding, op.decode_step_s)
     lin = mix.input_tokens + spec.block_size
@@ -513,7 +525,34 @@ def _kv_miss(spec: ReplicaSpec, mix: RequestMix, rate: float) -> float:
     second = service * lin * lin + s * (lin * lin * lout + lin * lout * lout + lout ** 3 / 3)
     mean = rate * float(mix.weights @ first)
     var = rate * float(mix.weights @ second)
-    return float(mix.weights @ _gamma_sf(spec.kv_cache_tokens - lin, mean, var))
+    return _gamma_sf(spec.kv_cache_tokens - lin, mean, var)
+
+
+def _itl_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float) -> float:
+    return float(mix.weights @ _itl_points(spec, mix, rate, itl_s))
+
+
+def _ttft_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float) -> float:
+    return float(mix.weights @ _ttft_points(spec, mix, rate, ttft_s))
+
+
+def _seqs_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float) -> float:
+    return float(mix.weights @ _seqs_points(spec, mix, rate, ttft_s))
+
+
+def _kv_miss(spec: ReplicaSpec, mix: RequestMix, rate: float) -> float:
+    return float(mix.weights @ _kv_points(spec, mix, rate))
+
+
+def slo_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float, itl_s: float) -> float:
+    """Share of ``mix`` missing any part of the SLO at ``rate`` requests/s: per point, the union of the
+    four bounds' misses taken as independent (``1 - prod(1 - m_b)``; a request that waits for a slot
+    is no likelier to find its decode slowed), averaged over the points. At least the largest bound's
+    share and at most their sum: the attainment target is over all requests, so the bounds share one
+    budget."""
+    hit = ((1.0 - _itl_points(spec, mix, rate, itl_s)) * (1.0 - _ttft_points(spec, mix, rate, ttft_s))
+           * (1.0 - _seqs_points(spec, mix, rate, ttft_s)) * (1.0 - _kv_points(spec, mix, rate)))
+    return float(mix.weights @ (1.0 - hit))
 
 
 def _largest_rate(miss: Callable[[float], float], limit: float, budget: float) -> float:
@@ -549,10 +588,12 @@ def allowance(specs: Sequence[ReplicaSpec], mix: RequestMix, ttft_s: float, itl_
 def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float,
                      attainment: float = DEFAULT_ATTAINMENT, unservable: float = UNSERVABLE_SHARE
                      ) -> CapacityBounds:
-    """The four bounds of the module docstring for one replica, requests/s. Each bound's budget of
-    misses is ``1 - attainment`` on top of the misses it shows at no load (requests that miss on an
-    idle replica, e.g. prompts it cannot prefill within the TTFT target: no replica count helps them,
-    so they must not give a variant no capacity); a bound that misses more than ``unservable`` of its
+    """The four bounds of the module docstring for one replica and the capacity they leave together,
+    requests/s. The budget of misses is ``1 - attainment`` on top of the misses shown at no load
+    (requests that miss on an idle replica, e.g. prompts it cannot prefill within the TTFT target: no
+    replica count helps them, so they must not give a variant no capacity); each bound is reported
+    with the whole budget to itself, and ``slo_rps`` with the four sharing it (``slo_miss``): the
+    attainment target is over all requests. A bound that misses more than ``unservable`` of its
     requests even idle gives 0 (``allowance`` sets it for a service's variants).
 
     Args:
@@ -578,12 +619,15 @@ def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: f
         if floor > unservable:
             return 0.0
         return _largest_rate(miss, limit, budget + floor)
-    return CapacityBounds(
+    bounds = CapacityBounds(
         itl_rps=largest(lambda r: _itl_miss(spec, mix, r, itl_s)),
         ttft_rps=largest(lambda r: _ttft_miss(spec, mix, r, ttft_s)),
         seqs_rps=largest(lambda r: _seqs_miss(spec, mix, r, ttft_s)),
         kv_rps=largest(lambda r: _kv_miss(spec, mix, r)),
     )
+    if bounds.rps == 0:
+        return bounds
+    return dataclasses.replace(bounds, slo_rps=largest(lambda r: slo_miss(spec, mix, r, ttft_s, itl_s)))
 
 
 def service_mix(svc: ServiceSpec) -> RequestMix:

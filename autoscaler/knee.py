@@ -1,0 +1,110 @@
+"""The simulator's knee of one replica: the highest Poisson arrival rate it serves within the SLO.
+
+What the capacity model (``models.capacity``) predicts is measured here: one replica of a variant
+serves Poisson arrivals for ``run_s`` whose (prompt, output) lengths are drawn, with replacement,
+from given pairs (a trace's, or synthetic ones); bisection on the rate finds the highest one at which
+the interactive SLO attainment stays at the target. The target is ``DEFAULT_ATTAINMENT`` less what
+the replica misses even idle (prompts it cannot prefill within the TTFT target alone: no rate
+removes them), as the model's budget is; the idle share is measured at ``IDLE_SHARE`` of the lower
+end of the search.
+
+Used by ``benchmarks/capacity.py`` and the capacity model's tests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoscaler.config import FleetConfig
+from autoscaler.report import summarize
+from autoscaler.simulate import run_simulation
+from autoscaler.workload.types import Request, Workload
+from controllers.static import StaticController
+from models.capacity import DEFAULT_ATTAINMENT
+
+IDLE_SHARE = 0.05
+"""The rate, as a share of the search's lower end, at which a replica counts as idle (its misses
+there are the mix's own)."""
+IDLE_REQUESTS = 2000
+"""Requests the idle share is measured on (a 1-point share to about +-0.5 points)."""
+
+
+def one_replica(cfg: FleetConfig, variant: str, *, kv_cache_tokens: int | None = None,
+                max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+                ttft_s: float | None = None, max_model_len: int | None = None) -> FleetConfig:
+    """``cfg``'s first service reduced to one replica of ``variant`` (no quota, no minimum), with
+    these settings changed where given.
+
+    Raises:
+        KeyError: the first service has no variant ``variant``.
+    """
+    out = cfg.model_copy(deep=True)
+    svc = out.services[0]
+    chosen = [v for v in svc.variants if v.name == variant]
+    if not chosen:
+        raise KeyError(f"service {svc.name} has no variant {variant!r}")
+    svc.variants = chosen
+    v = chosen[0]
+    v.min_replicas, v.quota, v.initial_replicas = 0, None, 1
+    if kv_cache_tokens is not None:
+        v.kv_cache_tokens = kv_cache_tokens
+    if ttft_s is not None:
+        svc.slo["interactive"].ttft_s = ttft_s
+    if max_model_len is not None:
+        svc.max_model_len = max_model_len
+    if max_num_seqs is not None:
+        out.engine.max_num_seqs = max_num_seqs
+    if max_num_batched_tokens is not None:
+        out.engine.max_num_batched_tokens = max_num_batched_tokens
+    return out
+
+
+def poisson_workload(rate_rps: float, input_tokens: np.ndarray, output_tokens: np.ndarray, run_s: float,
+                     seed: int = 0) -> Workload:
+    """Poisson arrivals at ``rate_rps`` over ``run_s`` seconds, each request's lengths one of the pairs
+    ``(input_tokens[i], output_tokens[i])`` drawn uniformly with replacement (seeded).
+
+    Raises:
+        ValueError: no pair, pairs of different counts, or a rate or duration that is not > 0.
+    """
+    ins, outs = np.asarray(input_tokens), np.asarray(output_tokens)
+    if ins.size == 0 or ins.size != outs.size:
+        raise ValueError("need at least one (prompt, output) pair, as many prompts as outputs")
+    if not (rate_rps > 0 and run_s > 0):
+        raise ValueError(f"need rate_rps > 0 and run_s > 0, got {rate_rps} and {run_s}")
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.uniform(0.0, run_s, rng.poisson(rate_rps * run_s)))
+    pick = rng.integers(0, ins.size, t.size)
+    return Workload([Request(float(a), int(ins[i]), int(outs[i])) for a, i in zip(t, pick, strict=True)],
+                    source="knee")
+
+
+def attainment(cfg: FleetConfig, workload: Workload) -> float:
+    """Interactive SLO attainment of ``cfg``'s one replica (``one_replica``) serving ``workload``."""
+    svc = cfg.services[0]
+    one = StaticController({svc.name: {svc.variants[0].name: 1}}, cfg.controller.tick_s, cfg.controller.window_s)
+    return float(summarize(run_simulation(cfg, workload, one))["slo_attainment"]["interactive"])
+
+
+def knee(cfg: FleetConfig, input_tokens: np.ndarray, output_tokens: np.ndarray, lo_rps: float, hi_rps: float,
+         steps: int = 8, run_s: float = 1200.0, seed: int = 0) -> tuple[float, float]:
+    """``(knee requests/s, target attainment)`` of ``cfg``'s one replica on these length pairs: the
+    middle of the last bracket after ``steps`` bisections of ``[lo_rps, hi_rps]`` (each a simulation of
+    ``run_s`` seconds on the same seed), where the target is ``DEFAULT_ATTAINMENT`` less the share
+    missed at ``IDLE_SHARE x lo_rps`` (over ``IDLE_REQUESTS``). A knee at either end of the bracket
+    means it lies outside.
+
+    Raises:
+        ValueError: ``0 < lo_rps < hi_rps`` does not hold, or ``steps`` < 1.
+    """
+    if not 0 < lo_rps < hi_rps or steps < 1:
+        raise ValueError(f"need 0 < lo_rps < hi_rps and steps >= 1, got {lo_rps}, {hi_rps}, {steps}")
+    idle_rps = IDLE_SHARE * lo_rps
+    idle = attainment(cfg, poisson_workload(idle_rps, input_tokens, output_tokens, IDLE_REQUESTS / idle_rps, seed))
+    target = DEFAULT_ATTAINMENT - (1.0 - idle)
+    lo, hi = lo_rps, hi_rps
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        ok = attainment(cfg, poisson_workload(mid, input_tokens, output_tokens, run_s, seed)) >= target
+        lo, hi = (mid, hi) if ok else (lo, mid)
+    return (lo + hi) / 2, target
