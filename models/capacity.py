@@ -12,9 +12,9 @@ of the SLO stay within ``1 - attainment`` (default 1 %):
   ``D x itl_s``: mean ``lam w a E[P]``, variance ``lam w a^2 E[P^2]`` (``P`` uncached prompt
   tokens, ``a`` seconds per prefill token), taken as a gamma variable (for a single request size,
   the exact Poisson count of prefills, ``P(N > D (itl_s - s_d) / (a P))``). A request misses when
-  ``X > D (itl_s - s_d)``; short outputs have few steps to average over and miss first. A step
-  prefills at most ``max_num_batched_tokens`` (less its decodes), so ``X <= D c`` with ``c`` the
-  dearest full chunk's time: where ``c <= itl_s - s_d`` no request misses.
+  ``X > D (itl_s - s_d)``; short outputs have few steps to average over and miss first. (A step
+  prefills at most ``max_num_batched_tokens``, which caps ``X``: left out, docs/controllers.md says
+  why.)
 * **TTFT** (prefill time vs the TTFT target). Prefills are served FCFS: an M/G/1 queue whose
   service is the request's prefill steps (``a P + ceil(P / budget) s_d``), with the exponential
   waiting-time tail of heavy traffic (Kingman): ``P(W > t) = rho exp(-2 (1 - rho) t / (E[S] (ca^2 +
@@ -37,14 +37,17 @@ attention pairs, ``PerformanceProfile.prefill_equivalent``; ``Q`` replaces ``P``
 above too), so ``s = t0 / (1 - lam W)``; ``mean_itl_rate`` is the rate at which ``s``
 reaches an ITL target (the bound without the tail).
 
-Measured against the simulator (``tests/unit/test_capacity.py``): on a workload built for each bound
-the model is within 15 % of the simulator's knee (the highest rate a replica serves at 99 %).
-``docs/simulator.md`` has the measurements on mixed traffic.
+``shared_capacity`` is the largest rate at which the four bounds' misses together (``slo_miss``) stay
+within one budget (the attainment target is over all requests); the planners use the tightest bound
+alone (docs/controllers.md says why). Measured against the simulator
+(``tests/unit/test_capacity.py``, ``autoscaler.knee``): on a workload built for each bound the model
+is within 15 % of the simulator's knee (the highest rate a replica serves at 99 %); on the Azure conv
+and Mooncake traces' mixes ``shared_capacity`` is within 0.90-1.05 of it (the tightest bound alone
+1.02 and 1.35); ``docs/benchmarks.md`` has every case of ``benchmarks/capacity.py``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -295,23 +298,21 @@ class ReplicaSpec:
 
 @dataclass(frozen=True)
 class CapacityBounds:
-    """Each bound of the module docstring alone with the whole budget of misses, and ``slo_rps`` the
-    rate at which their misses together spend it (``slo_miss``), requests/s; ``rps`` is the least."""
+    """Each bound of the module docstring, requests/s; ``rps`` is their minimum."""
 
     itl_rps: float
     ttft_rps: float
     seqs_rps: float
     kv_rps: float
-    slo_rps: float = math.inf
 
     @property
     def rps(self) -> float:
-        """The replica's capacity: the rate whose misses of the whole SLO use up the budget, requests/s."""
-        return min(self.itl_rps, self.ttft_rps, self.seqs_rps, self.kv_rps, self.slo_rps)
+        """The replica's capacity: the tightest bound, requests/s."""
+        return min(self.itl_rps, self.ttft_rps, self.seqs_rps, self.kv_rps)
 
     @property
     def binding(self) -> str:
-        """Which bound alone is the tightest: ``itl``, ``ttft``, ``seqs`` or ``kv``."""
+        """Which bound is the capacity: ``itl``, ``ttft``, ``seqs`` or ``kv``."""
         named = {"itl": self.itl_rps, "ttft": self.ttft_rps, "seqs": self.seqs_rps, "kv": self.kv_rps}
         return min(named, key=lambda k: named[k])
 
@@ -475,12 +476,7 @@ def _itl_points(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float) -
         miss = stats.poisson.sf(np.floor(slack / c), rate * window) if c > 0 else np.zeros_like(d)
     else:
         miss = _gamma_sf(slack, mean, var)
-    # A step prefills at most its token budget: where even full chunks (the longest prompt's last,
-    # dearest by attention) leave the step within the target, no prefill makes the request miss.
-    budget = max(spec.max_num_batched_tokens - op.decoding, 1.0)
-    longest = float(mix.input_tokens.max())
-    chunk_s = a * float(spec.profile.prefill_equivalent(min(budget, longest), max(longest - budget, 0.0)))
-    return np.where((d >= 1) & (slack < d * chunk_s), miss, 0.0)
+    return np.where(d >= 1, miss, 0.0)
 
 
 def _ttft_slack(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, ttft_s: float) -> tuple[np.ndarray, np.ndarray]:
@@ -588,13 +584,12 @@ def allowance(specs: Sequence[ReplicaSpec], mix: RequestMix, ttft_s: float, itl_
 def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float,
                      attainment: float = DEFAULT_ATTAINMENT, unservable: float = UNSERVABLE_SHARE
                      ) -> CapacityBounds:
-    """The four bounds of the module docstring for one replica and the capacity they leave together,
-    requests/s. The budget of misses is ``1 - attainment`` on top of the misses shown at no load
-    (requests that miss on an idle replica, e.g. prompts it cannot prefill within the TTFT target: no
-    replica count helps them, so they must not give a variant no capacity); each bound is reported
-    with the whole budget to itself, and ``slo_rps`` with the four sharing it (``slo_miss``): the
-    attainment target is over all requests. A bound that misses more than ``unservable`` of its
-    requests even idle gives 0 (``allowance`` sets it for a service's variants).
+    """The four bounds of the module docstring for one replica, requests/s. Each bound's budget of
+    misses is ``1 - attainment`` on top of the misses it shows at no load (requests that miss on an
+    idle replica, e.g. prompts it cannot prefill within the TTFT target: no replica count helps them,
+    so they must not give a variant no capacity); a bound that misses more than ``unservable`` of its
+    requests even idle gives 0 (``allowance`` sets it for a service's variants). ``shared_capacity``
+    is the rate at which the four spend one budget together.
 
     Args:
         spec: the replica.
@@ -619,15 +614,35 @@ def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: f
         if floor > unservable:
             return 0.0
         return _largest_rate(miss, limit, budget + floor)
-    bounds = CapacityBounds(
+    return CapacityBounds(
         itl_rps=largest(lambda r: _itl_miss(spec, mix, r, itl_s)),
         ttft_rps=largest(lambda r: _ttft_miss(spec, mix, r, ttft_s)),
         seqs_rps=largest(lambda r: _seqs_miss(spec, mix, r, ttft_s)),
         kv_rps=largest(lambda r: _kv_miss(spec, mix, r)),
     )
+
+
+def shared_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float,
+                    attainment: float = DEFAULT_ATTAINMENT, unservable: float = UNSERVABLE_SHARE) -> float:
+    """The largest rate, requests/s, at which the four bounds' misses together (``slo_miss``) stay
+    within one budget of ``1 - attainment`` on top of their idle misses (0 where those exceed
+    ``unservable``): at most ``replica_capacity(...).rps``. Measured, not planned on: on the
+    Mooncake trace's lengths it agrees with the simulator's knee where the tightest bound alone
+    overstates it, yet planning on it cost the MPC 27 % more on the Mooncake scenario for no
+    attainment (docs/controllers.md#capacity-of-a-replica-modelscapacitypy).
+
+    Raises:
+        ValueError: as ``replica_capacity``.
+    """
+    bounds = replica_capacity(spec, mix, ttft_s, itl_s, attainment, unservable)
     if bounds.rps == 0:
-        return bounds
-    return dataclasses.replace(bounds, slo_rps=largest(lambda r: slo_miss(spec, mix, r, ttft_s, itl_s)))
+        return 0.0
+    limit = 1.0 / _work(spec, mix)
+    floor = slo_miss(spec, mix, limit * UNLOADED, ttft_s, itl_s)
+    if floor > unservable:
+        return 0.0
+    return min(bounds.rps, _largest_rate(lambda r: slo_miss(spec, mix, r, ttft_s, itl_s), limit,
+                                         1.0 - attainment + floor))
 
 
 def service_mix(svc: ServiceSpec) -> RequestMix:
