@@ -1,12 +1,12 @@
-"""The simulator's knee of one replica: the highest Poisson arrival rate it serves within the SLO.
+"""The simulator's knee of a replica: the highest Poisson arrival rate it serves within the SLO.
 
 What the capacity model (``models.capacity``) predicts is measured here: one replica of a variant
-serves Poisson arrivals for ``run_s`` whose (prompt, output) lengths are drawn, with replacement,
-from given pairs (a trace's, or synthetic ones); bisection on the rate finds the highest one at which
-the interactive SLO attainment stays at the target. The target is ``DEFAULT_ATTAINMENT`` less what
-the replica misses even idle (prompts it cannot prefill within the TTFT target alone: no rate
-removes them), as the model's budget is; the idle share is measured at ``IDLE_SHARE`` of the lower
-end of the search.
+(or several behind the simulator's least-loaded router, rates then per replica) serves Poisson
+arrivals for ``run_s`` whose (prompt, output) lengths are drawn, with replacement, from given pairs
+(a trace's, or synthetic ones); bisection on the rate finds the highest one at which the interactive
+SLO attainment stays at the target. The target is ``DEFAULT_ATTAINMENT`` less what the replicas miss
+even idle (prompts they cannot prefill within the TTFT target alone: no rate removes them), as the
+model's budget is; the idle share is measured at ``IDLE_SHARE`` of the lower end of the search.
 
 Used by ``benchmarks/capacity.py`` and the capacity model's tests.
 """
@@ -31,9 +31,9 @@ IDLE_REQUESTS = 2000
 
 def one_replica(cfg: FleetConfig, variant: str, *, kv_cache_tokens: int | None = None,
                 max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
-                ttft_s: float | None = None, max_model_len: int | None = None) -> FleetConfig:
-    """``cfg``'s first service reduced to one replica of ``variant`` (no quota, no minimum), with
-    these settings changed where given.
+                ttft_s: float | None = None, max_model_len: int | None = None, replicas: int = 1) -> FleetConfig:
+    """``cfg``'s first service reduced to one variant, ``variant``, starting with ``replicas`` (one by
+    default; no quota, no minimum), with these settings changed where given.
 
     Raises:
         KeyError: the first service has no variant ``variant``.
@@ -45,7 +45,8 @@ def one_replica(cfg: FleetConfig, variant: str, *, kv_cache_tokens: int | None =
         raise KeyError(f"service {svc.name} has no variant {variant!r}")
     svc.variants = chosen
     v = chosen[0]
-    v.min_replicas, v.quota, v.initial_replicas = 0, None, 1
+    v.min_replicas, v.quota, v.initial_replicas = 0, None, replicas
+    v.max_replicas = max(v.max_replicas, replicas)
     if kv_cache_tokens is not None:
         v.kv_cache_tokens = kv_cache_tokens
     if ttft_s is not None:
@@ -79,32 +80,43 @@ def poisson_workload(rate_rps: float, input_tokens: np.ndarray, output_tokens: n
                     source="knee")
 
 
+def _replicas(cfg: FleetConfig) -> int:
+    """The replicas ``one_replica`` set: its first variant's ``initial_replicas`` (1 where unset)."""
+    return cfg.services[0].variants[0].initial_replicas or 1
+
+
 def attainment(cfg: FleetConfig, workload: Workload) -> float:
-    """Interactive SLO attainment of ``cfg``'s one replica (``one_replica``) serving ``workload``."""
+    """Interactive SLO attainment of ``cfg``'s replicas (``one_replica``: its first variant's
+    ``initial_replicas``, held) serving ``workload``."""
     svc = cfg.services[0]
-    one = StaticController({svc.name: {svc.variants[0].name: 1}}, cfg.controller.tick_s, cfg.controller.window_s)
+    one = StaticController({svc.name: {svc.variants[0].name: _replicas(cfg)}}, cfg.controller.tick_s,
+                           cfg.controller.window_s)
     return float(summarize(run_simulation(cfg, workload, one))["slo_attainment"]["interactive"])
 
 
 def knee(cfg: FleetConfig, input_tokens: np.ndarray, output_tokens: np.ndarray, lo_rps: float, hi_rps: float,
-         steps: int = 8, run_s: float = 1200.0, seed: int = 0) -> tuple[float, float]:
-    """``(knee requests/s, target attainment)`` of ``cfg``'s one replica on these length pairs: the
-    middle of the last bracket after ``steps`` bisections of ``[lo_rps, hi_rps]`` (each a simulation of
-    ``run_s`` seconds on the same seed), where the target is ``DEFAULT_ATTAINMENT`` less the share
-    missed at ``IDLE_SHARE x lo_rps`` (over ``IDLE_REQUESTS``). A knee at either end of the bracket
-    means it lies outside.
+         steps: int = 8, run_s: float = 1200.0, seed: int = 0, min_requests: int = 0) -> tuple[float, float]:
+    """``(knee requests/s per replica, target attainment)`` of ``cfg``'s replicas (``one_replica``) on
+    these length pairs: the middle of the last bracket after ``steps`` bisections of ``[lo_rps,
+    hi_rps]`` (each a simulation of ``run_s`` seconds on the same seed at that rate times the
+    replicas, longer where ``lo_rps`` would bring fewer than ``min_requests``: at 1 req/s, 20 minutes
+    are ~1,200 requests and 1 % of them twelve, too few to place the 99 % knee within 10 %), where
+    the target is ``DEFAULT_ATTAINMENT`` less the share missed at ``IDLE_SHARE x lo_rps`` (over
+    ``IDLE_REQUESTS``). A knee at either end of the bracket means it lies outside.
 
     Raises:
         ValueError: ``0 < lo_rps < hi_rps`` does not hold, or ``steps`` < 1.
     """
     if not 0 < lo_rps < hi_rps or steps < 1:
         raise ValueError(f"need 0 < lo_rps < hi_rps and steps >= 1, got {lo_rps}, {hi_rps}, {steps}")
-    idle_rps = IDLE_SHARE * lo_rps
+    n = _replicas(cfg)
+    run_s = max(run_s, min_requests / (lo_rps * n))
+    idle_rps = IDLE_SHARE * lo_rps * n
     idle = attainment(cfg, poisson_workload(idle_rps, input_tokens, output_tokens, IDLE_REQUESTS / idle_rps, seed))
     target = DEFAULT_ATTAINMENT - (1.0 - idle)
     lo, hi = lo_rps, hi_rps
     for _ in range(steps):
         mid = (lo + hi) / 2
-        ok = attainment(cfg, poisson_workload(mid, input_tokens, output_tokens, run_s, seed)) >= target
+        ok = attainment(cfg, poisson_workload(mid * n, input_tokens, output_tokens, run_s, seed)) >= target
         lo, hi = (mid, hi) if ok else (lo, mid)
     return (lo + hi) / 2, target

@@ -259,6 +259,7 @@ class _ServiceMemory:
     forecasts: deque[tuple[float, np.ndarray]] = field(default_factory=deque)  # (issued at, mean path)
     residuals: list[deque[float]] = field(default_factory=list)  # per step: log(actual / forecast mean)
     hold_s: float = DEFAULT_HOLD_S  # the hold used this tick
+    pool: int = 1  # replicas the capacities were pooled over this tick (``corrected_weights``)
     hold_measured_s: float = -math.inf  # when the hold was last measured
     last_applied: dict[str, int] = field(default_factory=dict)
     last_time_s: float = -math.inf
@@ -343,6 +344,10 @@ class MPCController(Controller):
         future_rps: with ``forecast=perfect``, service -> true demand per tick from t = 0, requests/s.
         node_limit: most branch-and-bound nodes per solve (>= 0; None: none), beside the 10-s time
             limit (``models.planning.PlanProblem``).
+        pool: the most replicas a capacity is pooled over (``corrected_weights``); 1 (default) plans
+            every replica as if it served alone. Opt-in (``pool=32`` measured): with it the plan runs
+            replicas at the model's true capacity, and on a rising load it fell behind
+            (docs/controllers.md#capacity-of-a-replica-modelscapacitypy).
         hedge: ``band`` (the forecaster's interval at ``quantile``) or ``measured`` (the forecast
             mean times the ``COVERAGE`` quantile of this service's own forecast errors at each step,
             ``measured_path``, the band until enough are known).
@@ -359,13 +364,15 @@ class MPCController(Controller):
                  mixes: Mapping[str, RequestMix | None] | None = None,
                  window_s: float = DEFAULT_WINDOW_S, mix: str = "calibrated",
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
-                 name: str = "mpc") -> None:
+                 pool: int = 1, name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
                              f"got {horizon}, {quantile}, {miss_weight}, {hold_s}")
         if node_limit is not None and node_limit < 0:
             raise ValueError(f"{name}: node_limit must be >= 0, got {node_limit}")
+        if pool < 1:
+            raise ValueError(f"{name}: pool must be >= 1, got {pool}")
         if forecast not in FORECASTS:
             raise ValueError(f"{name}: forecast must be one of {', '.join(FORECASTS)}, got '{forecast}'")
         if hedge not in HEDGES:
@@ -391,6 +398,7 @@ class MPCController(Controller):
         self.engine = cfg.engine
         self._capacity_cache: dict[tuple[str, str, float, float, float, float], float] = {}
         self._allowance_cache: dict[tuple[object, ...], float | None] = {}
+        self._pool_cache: dict[tuple[object, ...], float] = {}
         self._curve_cache: dict[tuple[str, str, float, float, float, float], LatencyCurve | None] = {}
         self.forecast = forecast
         self.mix = mix
@@ -400,6 +408,7 @@ class MPCController(Controller):
         self.future_rps = {k: np.asarray(v, dtype=float) for k, v in (future_rps or {}).items()}
         self.memory: dict[str, _ServiceMemory] = {}
         self.node_limit = node_limit
+        self.pool = pool
 
     # ------------------------------------------------------------------ demand
     def demand(self, est: ServiceEstimate, svc: Service, now_rps: float) -> np.ndarray:
@@ -504,11 +513,14 @@ class MPCController(Controller):
             return mix, key
         return mix.scaled(s_in, s_out).with_prefix_hit_rate(hit), key
 
-    def corrected_weights(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> dict[str, float]:
+    def corrected_weights(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory,
+                          least_rps: float = 0.0) -> dict[str, float]:
         """variant -> one replica's capacity (requests/s) for this tick's mix (``mix``) with its profile
         slowed by its learned speed factor (rounded to 2 %, so a slowly moving estimate reuses the
-        capacity computed before); the estimate's capacities when the model gives every variant 0 (a
-        plan on no capacity would order nothing: a silent scale-down)."""
+        capacity computed before), in a pool of as many replicas as the least demand of the horizon,
+        ``least_rps``, needs (``pool_size``: replicas behind one router share their queues); the
+        estimate's capacities when the model gives every variant 0 (a plan on no capacity would order
+        nothing: a silent scale-down)."""
         base = self.weights.get(svc.name, est.weights)
         mix, mix_key = self._mix(est, svc)
         speeds = self.speed(est, svc, mem)
@@ -529,7 +541,48 @@ class MPCController(Controller):
                                                     UNSERVABLE_SHARE if limit is None else limit)
         if not any(out.values()):  # no variant serves this mix: plan with the last capacities, not none
             return {v.name: float(base.get(v.name, 0.0)) for v in svc.variants}
-        return out
+        if mix is None or limit is None or self.pool == 1:
+            mem.pool = 1
+            return out
+        gains, mem.pool = self._pool_gains(svc, alphas, mix, mix_key, limit, out, least_rps)
+        return {name: w * gains[name] for name, w in out.items()}
+
+    def _pool_gains(self, svc: Service, alphas: Mapping[str, float], mix: RequestMix,
+                    mix_key: tuple[float, float, float], limit: float, single: Mapping[str, float],
+                    least_rps: float) -> tuple[dict[str, float], int]:
+        """(variant -> how many times one replica's capacity a replica carries in a pool of ``n``
+        (``models.capacity.replica_capacity(..., replicas=n)`` over ``replicas=1``), ``n``): ``n`` is
+        the fewest replicas of the fastest variant whose pooled capacity serves ``least_rps`` (at most
+        ``self.pool``; a pool's capacity grows with its size, so bisection finds it). A plan that
+        orders slower variants has a larger pool, so the gain is never more than its replicas get."""
+        def gain(v: Variant, n: int) -> float:
+            return self._pool_gain(svc, v, alphas[v.name], mix, mix_key, limit, n)
+
+        def serves(n: int) -> bool:
+            return n * max(single[v.name] * gain(v, n) for v in svc.variants) >= least_rps
+        best = max(single.values())
+        lo, hi = 1, min(self.pool, max(1, math.ceil(least_rps / best))) if best > 0 else 1
+        while lo < hi:  # the smallest n in [lo, hi] that serves (hi does: alone it would)
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if serves(mid) else (mid + 1, hi)
+        n = lo
+        gains = {v.name: self._pool_gain(svc, v, alphas[v.name], mix, mix_key, limit, n) for v in svc.variants}
+        return gains, n
+
+    def _pool_gain(self, svc: Service, v: Variant, alpha: float, mix: RequestMix,
+                   mix_key: tuple[float, float, float], limit: float, n: int) -> float:
+        """Capacity of a replica of ``v`` in a pool of ``n`` over alone (>= 1; 1 where it has none), cached."""
+        key = (svc.name, v.name, alpha, *mix_key, n)
+        if key not in self._pool_cache:
+            slo = svc.slo["interactive"]
+            spec = self._slowed(v, alpha)
+            try:
+                alone = replica_capacity(spec, mix, slo.ttft_s, slo.itl_s, unservable=limit).rps
+                pooled = replica_capacity(spec, mix, slo.ttft_s, slo.itl_s, unservable=limit, replicas=n).rps
+            except ValueError:
+                alone = pooled = 0.0
+            self._pool_cache[key] = max(1.0, pooled / alone) if alone > 0 else 1.0
+        return self._pool_cache[key]
 
     def _allowance(self, svc: Service, alphas: Mapping[str, float], mix: RequestMix,
                    mix_key: tuple[float, float, float]) -> float | None:
@@ -609,9 +662,9 @@ class MPCController(Controller):
         else:
             mem.hold_s = DEFAULT_HOLD_S if self.hold_s is None else self.hold_s
         learning = est.time_s - mem.first_s < mem.hold_s  # too little rate history to scale down on
-        weights = self.corrected_weights(est, svc, mem)
         dt = self.tick_s
         demand = self.demand(est, svc, max(r for t, r in mem.rates if t > est.time_s - mem.hold_s - 1e-9))
+        weights = self.corrected_weights(est, svc, mem, float(demand.min()))
         variants = []
         for v in svc.variants:
             obs = est.variants[v.name]
@@ -677,7 +730,7 @@ class MPCController(Controller):
         mem.last_applied, mem.last_time_s = dict(desired), est.time_s
         terms = {"demand_rps": float(demand[0]), "solve_ms": plan.solve_ms,
                  "unserved_rps_max": float(unserved.max()), "recovering": float(inputs.recovering),
-                 "hold_s": mem.hold_s,
+                 "hold_s": mem.hold_s, "pool": float(mem.pool),
                  **limit_terms(plan), **{f"speed_{v}": x for v, x in mem.last_speed.items()},
                  **{f"capacity_scale_{v}": p.planned() for v, p in mem.capacity.items()},
                  **{f"capacity_sigma_{v}": p.sigma for v, p in mem.capacity.items()},

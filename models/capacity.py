@@ -41,9 +41,10 @@ reaches an ITL target (the bound without the tail).
 within one budget (the attainment target is over all requests); the planners use the tightest bound
 alone (docs/controllers.md says why). Measured against the simulator
 (``tests/unit/test_capacity.py``, ``autoscaler.knee``): on a workload built for each bound the model
-is within 15 % of the simulator's knee (the highest rate a replica serves at 99 %); on the Azure conv
-and Mooncake traces' mixes ``shared_capacity`` is within 0.90-1.05 of it (the tightest bound alone
-1.02 and 1.35); ``docs/benchmarks.md`` has every case of ``benchmarks/capacity.py``.
+is within 15 % of the simulator's knee (the highest rate a replica serves at 99 %); on Azure conv's
+mix within 0.90-1.05 of it, on Mooncake's ``shared_capacity`` within 1.10 (the tightest bound alone
+1.3-1.6); four replicas pooled (``replicas=4``) on Mooncake's mix within 0.90-1.05 of four simulated
+replicas' knee; ``docs/benchmarks.md`` has every case of ``benchmarks/capacity.py``.
 """
 
 from __future__ import annotations
@@ -455,8 +456,9 @@ def _erlang_c(servers: int, load: float) -> float:
     return servers * b / (servers - load * (1.0 - b))
 
 
-def _itl_points(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float) -> np.ndarray:
-    """Share of each point's requests missing the ITL target at ``rate`` (the ITL bound's misses)."""
+def _itl_points(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float, replicas: int = 1) -> np.ndarray:
+    """Share of each point's requests missing the ITL target at ``rate`` (the ITL bound's misses), with
+    ``replicas`` behind a least-loaded router (``replica_capacity``)."""
     op = operating_point(spec, mix, rate)
     a = spec.profile.prefill_s_per_token
     if op.decode_step_s >= itl_s:
@@ -465,11 +467,15 @@ def _itl_points(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float) -
     q = _prefill_tokens(spec, mix)
     d = mix.output_tokens - 1.0
     window = d * itl_s
-    mean = rate * window * a * float(mix.weights @ q)
+    eq = float(mix.weights @ q)
+    mean = rate * window * a * eq
     # E[Q^2] taken as E[P^2] scaled by (E[Q] / E[P])^2: the attention share rides on the prompt length.
-    var = rate * window * a * a * mix.uncached_m2 * (float(mix.weights @ q) / max(float(mix.weights @ p), 1e-300)) ** 2
+    m2 = mix.uncached_m2 * (eq / max(float(mix.weights @ p), 1e-300)) ** 2
+    # Var X = E[N] Var(aQ) + Var(N) (a E[Q])^2, with Var(N) = E[N] / replicas: a least-loaded router
+    # gives each replica about every n-th arrival (the counts of an Erlang-n renewal process).
+    var = rate * window * a * a * max(m2 - (1.0 - 1.0 / replicas) * eq * eq, 0.0)
     slack = d * (itl_s - op.decode_step_s)
-    if mix.weights.size == 1 and np.isclose(mix.uncached_m2, float(p[0]) ** 2):
+    if replicas == 1 and mix.weights.size == 1 and np.isclose(mix.uncached_m2, float(p[0]) ** 2):
         # One request size: X is a Poisson count of one prefill's cost, whose tail is the Poisson's
         # (the gamma, continuous, puts mass between the counts and overstates it up to ~2x there).
         c = a * float(q[0])
@@ -485,8 +491,9 @@ def _ttft_slack(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, ttft_s: 
     return service, ttft_s - service - op.decode_step_s
 
 
-def _ttft_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float) -> np.ndarray:
-    """Share of each point's requests missing the TTFT target at ``rate`` for the prefill queue."""
+def _ttft_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float, replicas: int = 1) -> np.ndarray:
+    """Share of each point's requests missing the TTFT target at ``rate`` (per replica) for the prefill
+    queue, with ``replicas`` pooled behind a least-loaded router (``replica_capacity``)."""
     op = operating_point(spec, mix, rate)
     service, slack = _ttft_slack(spec, mix, op, ttft_s)
     es = float(mix.weights @ service)
@@ -494,8 +501,9 @@ def _ttft_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float)
     if rho >= 1.0:
         return np.ones_like(mix.weights)
     cs2 = float(mix.weights @ (service * service)) / (es * es) - 1.0
-    decay = 2.0 * (1.0 - rho) / (es * (mix.arrival_scv + cs2))
-    return np.where(slack < 0, 1.0, rho * np.exp(-decay * np.maximum(slack, 0.0)))
+    wait = _erlang_c(replicas, replicas * rho)  # = rho for one replica
+    decay = 2.0 * replicas * (1.0 - rho) / (es * (mix.arrival_scv + cs2))
+    return np.where(slack < 0, 1.0, wait * np.exp(-decay * np.maximum(slack, 0.0)))
 
 
 def _seqs_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float) -> np.ndarray:
@@ -524,12 +532,12 @@ def _kv_points(spec: ReplicaSpec, mix: RequestMix, rate: float) -> np.ndarray:
     return _gamma_sf(spec.kv_cache_tokens - lin, mean, var)
 
 
-def _itl_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float) -> float:
-    return float(mix.weights @ _itl_points(spec, mix, rate, itl_s))
+def _itl_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float, replicas: int = 1) -> float:
+    return float(mix.weights @ _itl_points(spec, mix, rate, itl_s, replicas))
 
 
-def _ttft_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float) -> float:
-    return float(mix.weights @ _ttft_points(spec, mix, rate, ttft_s))
+def _ttft_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float, replicas: int = 1) -> float:
+    return float(mix.weights @ _ttft_points(spec, mix, rate, ttft_s, replicas))
 
 
 def _seqs_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float) -> float:
@@ -540,13 +548,15 @@ def _kv_miss(spec: ReplicaSpec, mix: RequestMix, rate: float) -> float:
     return float(mix.weights @ _kv_points(spec, mix, rate))
 
 
-def slo_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float, itl_s: float) -> float:
+def slo_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float, itl_s: float, replicas: int = 1
+             ) -> float:
     """Share of ``mix`` missing any part of the SLO at ``rate`` requests/s: per point, the union of the
     four bounds' misses taken as independent (``1 - prod(1 - m_b)``; a request that waits for a slot
     is no likelier to find its decode slowed), averaged over the points. At least the largest bound's
     share and at most their sum: the attainment target is over all requests, so the bounds share one
-    budget."""
-    hit = ((1.0 - _itl_points(spec, mix, rate, itl_s)) * (1.0 - _ttft_points(spec, mix, rate, ttft_s))
+    budget. ``replicas``: as ``replica_capacity``'s."""
+    hit = ((1.0 - _itl_points(spec, mix, rate, itl_s, replicas))
+           * (1.0 - _ttft_points(spec, mix, rate, ttft_s, replicas))
            * (1.0 - _seqs_points(spec, mix, rate, ttft_s)) * (1.0 - _kv_points(spec, mix, rate)))
     return float(mix.weights @ (1.0 - hit))
 
@@ -582,8 +592,8 @@ def allowance(specs: Sequence[ReplicaSpec], mix: RequestMix, ttft_s: float, itl_
 
 
 def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float,
-                     attainment: float = DEFAULT_ATTAINMENT, unservable: float = UNSERVABLE_SHARE
-                     ) -> CapacityBounds:
+                     attainment: float = DEFAULT_ATTAINMENT, unservable: float = UNSERVABLE_SHARE,
+                     replicas: int = 1) -> CapacityBounds:
     """The four bounds of the module docstring for one replica, requests/s. Each bound's budget of
     misses is ``1 - attainment`` on top of the misses it shows at no load (requests that miss on an
     idle replica, e.g. prompts it cannot prefill within the TTFT target: no replica count helps them,
@@ -597,12 +607,23 @@ def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: f
         ttft_s, itl_s: the SLO's targets, seconds.
         attainment: share of requests that must meet each part of the SLO, in (0, 1).
         unservable: the most idle misses that leave a capacity.
+        replicas: replicas of this spec sharing the load behind a router that sends each request to
+            the least loaded (llm-d's EPP, the simulator's ``least_outstanding``). Their prefill
+            queues pool as one GI/G/n queue (Kingman-Whitt: an arrival waits with the Erlang-C
+            probability ``C(n, n rho)`` instead of ``rho``, and the wait's tail decays ``n`` times as
+            fast), and each replica's arrivals are about every n-th of the pool's, so the prefills
+            arriving during a decode vary as an Erlang-n renewal count (variance ``E[N] / n``, not
+            ``E[N]``). Each replica of a pool carries more at the same misses; the seqs and KV
+            bounds stay per replica. 1: one replica alone.
 
     Raises:
-        ValueError: ``attainment`` outside (0, 1), or ``itl_s`` not above the profile's fixed step time.
+        ValueError: ``attainment`` outside (0, 1), ``replicas`` < 1, or ``itl_s`` not above the
+            profile's fixed step time.
     """
     if not 0.0 < attainment < 1.0:
         raise ValueError(f"attainment must be in (0, 1), got {attainment}")
+    if replicas < 1:
+        raise ValueError(f"replicas must be >= 1, got {replicas}")
     mean_itl_rate(spec, mix, itl_s)  # raises when no rate can meet the ITL target
     limit = 1.0 / _work(spec, mix)
     budget = 1.0 - attainment
@@ -615,15 +636,16 @@ def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: f
             return 0.0
         return _largest_rate(miss, limit, budget + floor)
     return CapacityBounds(
-        itl_rps=largest(lambda r: _itl_miss(spec, mix, r, itl_s)),
-        ttft_rps=largest(lambda r: _ttft_miss(spec, mix, r, ttft_s)),
+        itl_rps=largest(lambda r: _itl_miss(spec, mix, r, itl_s, replicas)),
+        ttft_rps=largest(lambda r: _ttft_miss(spec, mix, r, ttft_s, replicas)),
         seqs_rps=largest(lambda r: _seqs_miss(spec, mix, r, ttft_s)),
         kv_rps=largest(lambda r: _kv_miss(spec, mix, r)),
     )
 
 
 def shared_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float,
-                    attainment: float = DEFAULT_ATTAINMENT, unservable: float = UNSERVABLE_SHARE) -> float:
+                    attainment: float = DEFAULT_ATTAINMENT, unservable: float = UNSERVABLE_SHARE,
+                    replicas: int = 1) -> float:
     """The largest rate, requests/s, at which the four bounds' misses together (``slo_miss``) stay
     within one budget of ``1 - attainment`` on top of their idle misses (0 where those exceed
     ``unservable``): at most ``replica_capacity(...).rps``. Measured, not planned on: on the
@@ -634,14 +656,14 @@ def shared_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: fl
     Raises:
         ValueError: as ``replica_capacity``.
     """
-    bounds = replica_capacity(spec, mix, ttft_s, itl_s, attainment, unservable)
+    bounds = replica_capacity(spec, mix, ttft_s, itl_s, attainment, unservable, replicas)
     if bounds.rps == 0:
         return 0.0
     limit = 1.0 / _work(spec, mix)
-    floor = slo_miss(spec, mix, limit * UNLOADED, ttft_s, itl_s)
+    floor = slo_miss(spec, mix, limit * UNLOADED, ttft_s, itl_s, replicas)
     if floor > unservable:
         return 0.0
-    return min(bounds.rps, _largest_rate(lambda r: slo_miss(spec, mix, r, ttft_s, itl_s), limit,
+    return min(bounds.rps, _largest_rate(lambda r: slo_miss(spec, mix, r, ttft_s, itl_s, replicas), limit,
                                          1.0 - attainment + floor))
 
 

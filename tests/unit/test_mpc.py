@@ -340,3 +340,30 @@ def test_spec_sets_the_node_limit() -> None:
     assert isinstance(c, MPCController) and c.node_limit == 50
     with pytest.raises(ValueError, match="node_limit"):
         build("mpc:node_limit=-1", CFG)
+
+
+def test_a_pool_plans_each_replica_at_its_pooled_capacity_for_the_fewest_that_serve() -> None:
+    # Capacities of the example's variants for 1000/200-token requests (the model, alone); with
+    # pool=16 at 60 req/s the pool is the fewest replicas of the fastest variant whose pooled capacity
+    # covers 60 req/s (found here by scanning n upward), and each variant's capacity is scaled by its
+    # pooled capacity at that n over alone; pool=1 keeps them alone.
+    mix = RequestMix.from_means(1000.0, 200.0)
+    slo = SVC.slo["interactive"]
+    specs = {v.name: ReplicaSpec.of(v, CFG.engine) for v in SVC.variants}
+    alone = {k: replica_capacity(sp, mix, slo.ttft_s, slo.itl_s).rps for k, sp in specs.items()}
+
+    def pooled(n: int) -> dict[str, float]:
+        return {k: replica_capacity(sp, mix, slo.ttft_s, slo.itl_s, replicas=n).rps for k, sp in specs.items()}
+    n = next(n for n in range(1, 17) if n * max(pooled(n).values()) >= 60.0)
+    assert n > 1
+    est = estimate(600.0, 60.0, {"gh200": 4})
+    c = MPCController(CFG, {SVC.name: alone}, forecast="last", mixes={SVC.name: mix}, pool=16)
+    mem = _ServiceMemory()
+    got = c.corrected_weights(est, SVC, mem, 60.0)
+    assert mem.pool == n
+    assert got == pytest.approx({k: alone[k] * max(1.0, pooled(n)[k] / alone[k]) for k in alone})
+    assert all(got[k] > alone[k] for k in alone)
+    one = MPCController(CFG, {SVC.name: alone}, forecast="last", mixes={SVC.name: mix})
+    assert one.corrected_weights(est, SVC, _ServiceMemory(), 60.0) == alone
+    with pytest.raises(ValueError, match="pool"):
+        build("mpc:pool=0", CFG)
