@@ -12,7 +12,7 @@ and the fleet it ran on, ``fleet.yaml``. Trace scenarios are the same as
     autoscaler compare --config <out>/<scenario>/fleet.yaml --trace ../shared/data/<trace> --rate-scale R \
         --seed S [--span START:END --lengths-from ../shared/data/<trace>]
 
-    python benchmarks/compare.py [SCENARIO ...] [--data ../shared/data] [--out runs/compare] [--workers N]
+    python benchmarks/compare.py [SCENARIO ...] [--data ../shared/data] [--out runs/compare] [--workers N] [--seed S]
 """
 
 from __future__ import annotations
@@ -67,11 +67,14 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "compare")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--controllers", default=None, help="comma-separated: run these instead of the scenario's")
+    ap.add_argument("--seed", type=int, default=None, help="workload seed instead of the scenario's")
     args = ap.parse_args()
     names = args.scenarios or sorted(p.stem for p in SCENARIOS.glob("*.yaml"))
     failures: list[str] = []
     for name in names:
         sc = yaml.safe_load((SCENARIOS / f"{name}.yaml").read_text())
+        if args.seed is not None:
+            sc["seed"] = args.seed
         fleet = scenario_fleet(sc)
         cfg = parse_config(fleet, f"{name} fleet")
         (args.out / name).mkdir(parents=True, exist_ok=True)
