@@ -8,12 +8,12 @@ without) and each ``decide`` reads its part:
 - demand per step (requests/s): the load forecast's ``quantile`` (the forecast stage's path, its
   90 % interval read as normal: ``mean + z(q) / z(0.95) x (upper - mean)``), or with
   ``hedge=measured`` the mean path times a hedge measured on this service's own forecast errors
-  (``measured_path``); never below the highest arrival rate of the last ``hold_s`` (by default the
-  hold ``measured_hold`` chooses on the service's own rates, ``DEFAULT_HOLD_S`` until it can: a
-  forecast that lags a rise must not cancel it; a fall is followed once it has lasted the hold),
-  plus today's queue spread over the steps until new replicas have run ``DRAIN_S``. Without a
-  forecast yet (the first step of history), or with ``forecast=last``, that rate for every step;
-  with ``forecast=perfect`` (simulation only), the trace's true demand per step;
+  (``measured_path``); never below the highest arrival rate of the last ``hold_s`` (300 s, or with
+  ``hedge=measured`` ``measured_hold``'s: a forecast that lags a rise must not cancel it; a fall is
+  followed once it has lasted the hold), plus today's queue spread over the steps until new
+  replicas have run ``DRAIN_S``. Without a forecast yet (the first step of history), or with
+  ``forecast=last``, that rate for every step; with ``forecast=perfect`` (simulation only), the
+  trace's true demand per step;
 - capacity per replica (requests/s at the interactive SLO, ``models.capacity``) for the mix the
   registry calibrated on (the trace's in simulation, the fleet file's ``typical_request`` live), or
   with ``mix=forecast`` that mix scaled to the forecast lengths at the predicted prefix-cache hit rate;
@@ -330,8 +330,8 @@ class MPCController(Controller):
         forecast: ``auto`` (the forecast stage's path), ``last`` (today's rate for every step) or
             ``perfect`` (``future_rps``, the trace's true demand: a yardstick for the forecaster).
         hold_s: the plan never goes below the highest arrival rate seen over this many seconds (>= 0);
-            None (default): measured on the service's own rates (``measured_hold``: the shortest
-            hold whose falls seldom reverse within a cold start, ``DEFAULT_HOLD_S`` until known).
+            None (default): ``DEFAULT_HOLD_S``, or with ``hedge=measured`` measured on the service's
+            own rates (``measured_hold``).
         learn: what each variant's capacity is corrected by from its own telemetry (needs ``mixes``):
             0 nothing; 1 its speed (``speed_factor``); 2 its speed and its capacity posterior
             (``models.learning``: opt-in, it cost more than it saved on the shipped traces,
@@ -348,9 +348,10 @@ class MPCController(Controller):
             every replica as if it served alone. Opt-in (``pool=32`` measured): with it the plan runs
             replicas at the model's true capacity, and on a rising load it fell behind
             (docs/controllers.md#capacity-of-a-replica-modelscapacitypy).
-        hedge: ``band`` (the forecaster's interval at ``quantile``) or ``measured`` (the forecast
-            mean times the ``COVERAGE`` quantile of this service's own forecast errors at each step,
-            ``measured_path``, the band until enough are known).
+        hedge: ``band`` (the forecaster's interval at ``quantile``, a ``DEFAULT_HOLD_S`` hold) or
+            ``measured`` (the forecast mean times the ``COVERAGE`` quantile of this service's own
+            forecast errors at each step, ``measured_path``, the band until enough are known; and
+            the hold ``measured_hold`` chooses, unless ``hold_s`` is given).
         name: the spec it was built from.
 
     Raises:
@@ -655,7 +656,7 @@ class MPCController(Controller):
         recovering = self._recovering(est, svc, mem)
         mem.first_s = est.time_s if mem.first_s is None else mem.first_s
         mem.rates = [(t, r) for t, r in mem.rates if t > est.time_s - HOLD_HISTORY_S] + [(est.time_s, now_rps)]
-        if self.hold_s is None:
+        if self.hold_s is None and self.hedge == "measured":
             if est.time_s - mem.hold_measured_s >= HOLD_EVERY_S:
                 cold = max(v.startup_cold_s for v in svc.variants)
                 mem.hold_s, mem.hold_measured_s = measured_hold(mem.rates, cold), est.time_s
