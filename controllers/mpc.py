@@ -519,7 +519,7 @@ class MPCController(Controller):
         """variant -> one replica's capacity (requests/s) for this tick's mix (``mix``) with its profile
         slowed by its learned speed factor (rounded to 2 %, so a slowly moving estimate reuses the
         capacity computed before), in a pool of as many replicas as the least demand of the horizon,
-        ``least_rps``, needs (``pool_size``: replicas behind one router share their queues); the
+        ``least_rps``, needs (``_pool_gains``: replicas behind one router share their queues); the
         estimate's capacities when the model gives every variant 0 (a plan on no capacity would order
         nothing: a silent scale-down)."""
         base = self.weights.get(svc.name, est.weights)
@@ -566,9 +566,7 @@ class MPCController(Controller):
         while lo < hi:  # the smallest n in [lo, hi] that serves (hi does: alone it would)
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if serves(mid) else (mid + 1, hi)
-        n = lo
-        gains = {v.name: self._pool_gain(svc, v, alphas[v.name], mix, mix_key, limit, n) for v in svc.variants}
-        return gains, n
+        return {v.name: gain(v, lo) for v in svc.variants}, lo
 
     def _pool_gain(self, svc: Service, v: Variant, alpha: float, mix: RequestMix,
                    mix_key: tuple[float, float, float], limit: float, n: int) -> float:

@@ -258,6 +258,12 @@ def test_the_bounds_share_one_budget_of_misses() -> None:
     assert slo_miss(spec, mix, shared, 0.5, 0.05) == pytest.approx(0.01, abs=1e-6)
 
 
+def trace_pairs(trace: str, context: int) -> np.ndarray:
+    """(prompt, output) pairs of a shared trace (relative to ``DATA_DIR``) within ``context`` tokens, shape (n, 2)."""
+    pairs = np.array([(q.input_tokens, q.output_tokens) for q in load_trace(DATA_DIR / trace).requests])
+    return pairs[pairs.sum(axis=1) <= context]
+
+
 # The shipped traces' own (prompt, output) pairs on one replica, each as its benchmark scenario runs it
 # (benchmarks/capacity.py prints these and more). Issue 28's band for model / knee is 0.90-1.05: the
 # planners' model (the tightest bound) meets it on Azure conv's mix; on Mooncake's only the bounds
@@ -275,8 +281,7 @@ TRACE_CASES = [
 def test_the_model_is_within_the_band_of_the_knee_on_each_traces_mix(name: str, trace: str, chunk: int, which: str,
                                                                       high: float) -> None:
     cfg = one_replica(fleet(max_replicas=1), "h100", max_num_batched_tokens=chunk, max_model_len=32768)
-    pairs = np.array([(q.input_tokens, q.output_tokens) for q in load_trace(DATA_DIR / trace).requests])
-    pairs = pairs[pairs.sum(axis=1) <= 32768]
+    pairs = trace_pairs(trace, 32768)
     slo = cfg.services[0].slo["interactive"]
     spec = ReplicaSpec.of(cfg.services[0].variants[0], cfg.engine)
     mix = RequestMix.from_requests(pairs[:, 0], pairs[:, 1])
@@ -330,9 +335,7 @@ def test_a_pool_of_four_carries_what_the_simulators_four_replicas_carry() -> Non
     # 1.3-1.37 req/s at 99 % (one alone about 0.8); the pooled model is within 10 % of it (the knee on
     # 5,000 requests a rate moves by about 5 %: 1.305 here, 1.365 on 10,000 in the benchmark).
     cfg = one_replica(fleet(max_replicas=4), "h100", max_model_len=32768, replicas=4)
-    pairs = np.array([(q.input_tokens, q.output_tokens)
-                      for q in load_trace(DATA_DIR / "mooncake/conversation_trace.jsonl").requests])
-    pairs = pairs[pairs.sum(axis=1) <= 32768]
+    pairs = trace_pairs("mooncake/conversation_trace.jsonl", 32768)
     slo = cfg.services[0].slo["interactive"]
     spec = ReplicaSpec.of(cfg.services[0].variants[0], cfg.engine)
     mix = RequestMix.from_requests(pairs[:, 0], pairs[:, 1])
