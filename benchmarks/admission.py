@@ -5,6 +5,9 @@ Besides the run's ``results.json`` figures it reports, over the scenario's ``sur
 
 - ``critical_surge``: SLO attainment of the critical requests that arrived in the window (shed ones
   count as misses);
+- ``surge_by_priority``: per priority, of the requests that arrived in the window, the share that met
+  the TTFT target and the share that met the ITL target (both of all arrivals: a shed or failed
+  request meets neither) and the share that met both;
 - ``goodput_surge_rps``: requests meeting their SLO that finished in the window, per second, and its
   ratio to ``capacity_rps``, the capacity at the interactive SLO of the fleet the run started with
   (``autoscaler.simulate.start_at``; ``models.capacity.variant_weights``);
@@ -13,11 +16,14 @@ Besides the run's ``results.json`` figures it reports, over the scenario's ``sur
 - ``sheddable_max_wait_after_s``: the longest gateway wait of a sheddable request dispatched after
   the window (the gateway's ``max_wait_s`` bounds it).
 
+``--gateway KEY=VALUE,...`` lays settings over the fleet's ``simulator.gateway`` for every row
+(``saturation=concurrency,usage_limit=priority_holdback``: ``autoscaler.config.GatewayConfig``).
+
 With ``--seeds`` it runs each seed's workload (the scenario's own seed by default), prints a table
 per seed and then each row's spread over the seeds (min / median / max).
 
     python benchmarks/admission.py [--scenario surge.yaml] [--seeds 0,1,2] [--out runs/admission]
-                                   [--workers N] [--rows pid@none,mpc@mpc]
+                                   [--workers N] [--rows pid@none,mpc@mpc] [--gateway KEY=VALUE,...]
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from autoscaler.config.loading import parse_config
 from autoscaler.report import request_outcomes, summarize
 from autoscaler.simulate import run_simulation, start_at
 from autoscaler.simulator.engine import SHED
-from autoscaler.workload.types import CRITICAL, SHEDDABLE, Workload
+from autoscaler.workload.types import CRITICAL, PRIORITIES, SHEDDABLE, Workload
 from controllers.registry import build
 from models.capacity import variant_weights
 
@@ -67,7 +73,12 @@ def run_row(row: str, cfg: FleetConfig, workload: Workload, window: tuple[float,
     final = run.sim.final
     arrival = np.array([sr.req.arrival_s for sr in final])
     t1, t2 = window
-    in_window = (arrival >= t1) & (arrival < t2) & (o["priority"] == CRITICAL)
+    surge = (arrival >= t1) & (arrival < t2)
+    in_window = surge & (o["priority"] == CRITICAL)
+    by_priority = {}
+    for level, name in enumerate(PRIORITIES):
+        mask = surge & (o["priority"] == level)
+        by_priority[name] = {k: float(o[k][mask].mean()) if mask.any() else None for k in ("ttft_ok", "itl_ok", "ok")}
     done = o["finish"][o["ok"]]
     goodput = float(((done >= t1) & (done < t2)).sum()) / (t2 - t1)
     dispatched = sorted((sr.dispatched_s, sr.req.priority) for sr in final
@@ -82,16 +93,18 @@ def run_row(row: str, cfg: FleetConfig, workload: Workload, window: tuple[float,
     late = [sr.waited_s for sr in final if sr.waited_s is not None and sr.req.priority == SHEDDABLE
             and sr.dispatched_s is not None and sr.dispatched_s >= t2]
     return {"row": row, "results": res, "critical_surge": float(o["ok"][in_window].mean()) if in_window.any() else None,
+            "surge_by_priority": by_priority,
             "goodput_surge_rps": goodput, "shed_mid_workflow_while_lower_admitted": bad,
             "sheddable_max_wait_after_s": max(late, default=0.0)}
 
 
 def table(rows: list[dict[str, Any]], capacity: float) -> str:
     """The Markdown table of the rows."""
-    head = ("| row | critical in surge | critical / standard / sheddable (run) | goodput in surge (x capacity) "
+    head = ("| row | critical in surge | in surge TTFT / ITL met: critical, standard, sheddable "
+            "| critical / standard / sheddable (run) | goodput in surge (x capacity) "
             "| $/succ. task | shed / deferred / retries | shed mid-workflow (while lower admitted) "
             "| sheddable max wait after |")
-    lines = [head, "|" + "---|" * 8]
+    lines = [head, "|" + "---|" * 9]
     for r in rows:
         res = r["results"]
         bp = res["slo_attainment_by_priority"]
@@ -100,8 +113,10 @@ def table(rows: list[dict[str, Any]], capacity: float) -> str:
         def pct(x: float | None) -> str:
             return "-" if x is None else f"{x:.2%}"
         cost = res["cost_per_successful_task_usd"]
+        sp = r["surge_by_priority"]
+        parts = ", ".join(f"{pct(sp[p]['ttft_ok'])} / {pct(sp[p]['itl_ok'])}" for p in reversed(PRIORITIES))
         lines.append(
-            f"| {r['row']} | {pct(r['critical_surge'])} | {pct(bp['critical'])} / {pct(bp['standard'])} / "
+            f"| {r['row']} | {pct(r['critical_surge'])} | {parts} | {pct(bp['critical'])} / {pct(bp['standard'])} / "
             f"{pct(bp['sheddable'])} | {r['goodput_surge_rps']:.1f} ({r['goodput_surge_rps'] / capacity:.2f}) | "
             f"{'-' if cost is None else f'${cost:.6f}'} | {a['shed']} / {a['deferred']} / {a['retries']} | "
             f"{a['shed_mid_workflow']} ({r['shed_mid_workflow_while_lower_admitted']}) | "
@@ -146,9 +161,19 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=HERE.parent / "runs" / "admission")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--rows", default=None, help="comma-separated SCALING@ADMISSION rows (default: the scenario's)")
+    ap.add_argument("--gateway", default=None,
+                    help="KEY=VALUE,... laid over the fleet's simulator.gateway (GatewayConfig) for every row")
     args = ap.parse_args()
     path = SCENARIOS / args.scenario
     sc = yaml.safe_load(path.read_text())
+    if args.gateway:
+        pairs = [kv.split("=", 1) for kv in args.gateway.split(",")]
+        if any(len(kv) != 2 for kv in pairs):
+            ap.error(f"--gateway takes KEY=VALUE,..., got {args.gateway!r}")
+        gateway = dict(pairs)
+        fleet = sc.setdefault("fleet", {})
+        fleet.setdefault("simulator", {}).setdefault("gateway", {}).update(
+            {k: yaml.safe_load(v) for k, v in gateway.items()})
     cfg = parse_config(scenario_fleet(sc), path.name)
     seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [int(sc["seed"])]
     workloads = {s: scenario_workload({**sc, "seed": s}, HERE) for s in seeds}

@@ -23,17 +23,23 @@ request is unlikely to meet its TTFT once prefilled. Both policies run beside an
   request costs more the higher its priority, so the cheapest shed is always the lowest priority's;
   a request continuing a workflow in progress is dearer than a new one of its priority, which the
   gateway honours by deferring it instead of shedding it and dispatching it first.
+
+Beside the thresholds, ``concurrency_budget`` gives each replica's ITL budget: the requests in flight
+it carries at its ITL bound, which the gateway's concurrency detector holds it to (docs/admission.md,
+"The ITL budget"); it depends on the fleet file alone, so it is configured once, not set per tick.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
 from autoscaler.workload.types import BATCH, INTERACTIVE, PRIORITIES
+from models.capacity import ReplicaSpec, itl_concurrency, service_mix
 
 if TYPE_CHECKING:
-    from autoscaler.config import AdmissionConfig, Service
+    from autoscaler.config import AdmissionConfig, EngineConfig, Service
     from autoscaler.state import ServiceEstimate
 
 PRIORITY_CLASS = {"sheddable": BATCH, "standard": INTERACTIVE, "critical": INTERACTIVE}
@@ -129,6 +135,25 @@ class PlanAdmission(AdmissionPolicy):
             out[p] = None if short <= tol else (0.0 if short >= 1.0 - tol else budgets[p])
         self.last[svc.name] = out
         return out
+
+
+def concurrency_budget(svc: Service, engine: EngineConfig, setting: int | str) -> dict[str, int]:
+    """variant -> most requests in flight per replica (``GatewayConfig.max_concurrency``): a number
+    for every variant; ``auto`` each variant's own, the requests in flight at which one replica
+    reaches its ITL bound (``models.capacity.itl_concurrency``, the ``typical_request`` mix, the
+    interactive SLO) but at most ``max_num_seqs`` (more would wait in the engine's queue, where
+    priorities are not seen), whole and at least 1; ``auto-min`` the fewest of those over the
+    variants that can meet the SLO, for all (one number, as the EPP's detector takes)."""
+    if isinstance(setting, int):
+        return {v.name: setting for v in svc.variants}
+    mix, slo = service_mix(svc), svc.slo[INTERACTIVE]
+    each = {v.name: max(1, min(engine.max_num_seqs, math.floor(
+        itl_concurrency(ReplicaSpec.of(v, engine), mix, slo.ttft_s, slo.itl_s)))) for v in svc.variants}
+    if setting == "auto":
+        return each
+    servable = [itl_concurrency(ReplicaSpec.of(v, engine), mix, slo.ttft_s, slo.itl_s) > 0 for v in svc.variants]
+    fewest = min((n for n, ok in zip(each.values(), servable, strict=True) if ok), default=1)
+    return {name: fewest for name in each}
 
 
 POLICIES = {"pid": PIDAdmission, "mpc": PlanAdmission}

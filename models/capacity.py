@@ -667,6 +667,25 @@ def shared_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: fl
                                          1.0 - attainment + floor))
 
 
+def itl_concurrency(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float,
+                    attainment: float = DEFAULT_ATTAINMENT, unservable: float = UNSERVABLE_SHARE) -> float:
+    """Requests in flight on one replica (running and waiting, what an endpoint picker counts) at its
+    ITL bound's rate (``replica_capacity(...).itl_rps``): Little's law on the fluid operating point
+    there (``OperatingPoint.concurrency``), requests. A gateway that holds each replica to about this
+    many keeps its batch, and so every request's time per output token, at what the ITL bound allows
+    however many requests arrive (llm-d-router's ``concurrency-detector``, ``maxConcurrency``); the
+    queue then waits at the gateway, where priorities order it. 0 where the ITL bound is 0.
+
+    Raises:
+        ValueError: as ``replica_capacity``.
+    """
+    rate = replica_capacity(spec, mix, ttft_s, itl_s, attainment, unservable).itl_rps
+    if rate <= 0:
+        return 0.0
+    limit = 1.0 / _work(spec, mix)
+    return operating_point(spec, mix, min(rate, limit * (1.0 - 1e-9))).concurrency
+
+
 def service_mix(svc: ServiceSpec) -> RequestMix:
     """The mix a service is sized for without a trace: its fleet file's ``typical_request`` means."""
     t = svc.typical_request

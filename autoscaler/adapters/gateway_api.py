@@ -180,3 +180,49 @@ def _fetch(source: str, timeout_s: float) -> tuple[bytes, str]:
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", None) or type(exc).__name__
         raise ValueError(f"admission document at {where}: unreachable ({reason})") from None
+
+
+DETECTOR = "concurrency-detector"
+HOLDBACK = "priority-holdback-policy"
+REQUEST_TTL = "120s"
+"""The flow-control queue's TTL: the simulated gateway's ``max_wait_s`` (120 s)."""
+
+
+def epp_config(max_concurrency: int, min_ceiling: float | None = None, max_ceiling: float = 1.0) -> dict[str, Any]:
+    """An llm-d-router v0.10.0 ``EndpointPickerConfig`` whose flow control holds every replica to
+    ``max_concurrency`` requests in flight (``concurrency-detector``, ``requests`` mode: the pool's
+    saturation is the requests in flight over ``max_concurrency`` per endpoint, and the scheduler
+    skips an endpoint at it), with one band per priority an objective can take (``objectives``),
+    and, with ``min_ceiling``, the ``priority-holdback-policy`` (``linear``, ``rank``) holding the
+    lowest bands first as the pool fills; the scorers as ``examples/gateway/epp-config.yaml``.
+
+    Raises:
+        ValueError: ``max_concurrency`` < 1, or ceilings outside ``0 <= min_ceiling < max_ceiling <= 1``
+            (the plugin's checks, llm-d-router v0.10.0 ``usagelimits/priorityholdback/config.go``).
+    """
+    if max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+    if min_ceiling is not None and not (0.0 <= min_ceiling < max_ceiling <= 1.0):
+        raise ValueError(f"--min-ceiling {min_ceiling:g} must be in [0, {max_ceiling:g}): the priority-holdback "
+                         "policy's minCeiling is below its maxCeiling")
+    plugins: list[dict[str, Any]] = [
+        {"type": "queue-scorer"}, {"type": "kv-cache-utilization-scorer"}, {"type": "prefix-cache-scorer"},
+        {"type": "max-score-picker"},
+        {"type": DETECTOR, "parameters": {"concurrencyMode": "requests", "maxConcurrency": max_concurrency,
+                                          "headroom": 0.0}},
+    ]
+    flow: dict[str, Any] = {"saturationDetector": {"pluginRef": DETECTOR}}
+    if min_ceiling is not None:
+        plugins.append({"type": HOLDBACK, "parameters": {"shape": "linear", "domain": "rank",
+                                                         "minCeiling": min_ceiling, "maxCeiling": max_ceiling}})
+        flow["usageLimitPolicyPluginRef"] = HOLDBACK
+    ranks = sorted({objective_priority(p, t) for p in PRIORITIES for t in (None, 0.0)}, reverse=True)
+    flow["defaultRequestTTL"] = REQUEST_TTL
+    flow["priorityBands"] = [{"priority": r} for r in ranks]
+    return {"apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig", "featureGates": ["flowControl"],
+            "plugins": plugins,
+            "schedulingProfiles": [{"name": "default", "plugins": [
+                {"pluginRef": DETECTOR},  # the detector is also the scheduler's filter
+                {"pluginRef": "queue-scorer", "weight": 2}, {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
+                {"pluginRef": "prefix-cache-scorer", "weight": 3}, {"pluginRef": "max-score-picker"}]}],
+            "flowControl": flow}

@@ -56,6 +56,53 @@ def admission_objectives(
     typer.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
 
 
+@admission_app.command("budget")
+def admission_budget(
+    config: Annotated[Path | None, typer.Option(help="Fleet YAML file (default: the embedded example fleet).")] = None,
+    service: Annotated[str | None, typer.Option(help="the service (default: the first)")] = None,
+    output: Annotated[str, typer.Option(help="table (each variant's budget) or yaml (the EPP's config)")] = "table",
+    min_ceiling: Annotated[float | None, typer.Option(
+        help="with yaml: hold the lowest priority from this pool saturation (priority-holdback-policy)")] = None,
+) -> None:
+    """Print the requests in flight each replica can carry at the ITL objective (docs/admission.md).
+
+    From the capacity model's ITL bound on the service's typical request, at most max_num_seqs. With
+    --output yaml, the endpoint picker's config holding every replica to the fewest of them (its
+    concurrency detector takes one number for the pool), for the EPP's --config-file.
+    """
+    import yaml
+
+    from autoscaler.adapters.gateway_api import epp_config
+    from autoscaler.cli.common import check_service
+    from controllers.admission import concurrency_budget
+    from models.capacity import ReplicaSpec, itl_concurrency, replica_capacity, service_mix
+    try:
+        if output not in ("table", "yaml"):
+            raise ValueError(f"--output must be table or yaml, got '{output}'")
+        cfg = load_cfg(config)
+        check_service(cfg, service)
+        svc = cfg.service(service)
+        budget = concurrency_budget(svc, cfg.engine, "auto")
+        one = min(concurrency_budget(svc, cfg.engine, "auto-min").values())
+        if output == "yaml":
+            typer.echo(yaml.safe_dump(epp_config(one, min_ceiling), sort_keys=False), nl=False)
+            return
+    except (AutoscalerError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    mix, slo = service_mix(svc), svc.slo["interactive"]
+    table = Table(title=f"{svc.name}: requests in flight per replica at ITL {slo.itl_s:g} s "
+                        f"(typical request {mix.mean_input:.0f} / {mix.mean_output:.0f} tokens)")
+    for col in ("variant", "profile", "ITL bound req/s", "in flight there", "budget"):
+        table.add_column(col, justify="left" if col in ("variant", "profile") else "right")
+    for v in svc.variants:
+        spec = ReplicaSpec.of(v, cfg.engine)
+        rate = replica_capacity(spec, mix, slo.ttft_s, slo.itl_s).itl_rps
+        table.add_row(v.name, v.profile, f"{rate:.2f}", f"{itl_concurrency(spec, mix, slo.ttft_s, slo.itl_s):.1f}",
+                      str(budget[v.name]))
+    console.print(table)
+    console.print(f"one number for the pool (the EPP's maxConcurrency): {one}")
+
+
 dashboards_app = typer.Typer(no_args_is_help=True, help="The Grafana dashboards and Prometheus rules.")
 app.add_typer(dashboards_app, name="dashboards")
 

@@ -76,17 +76,56 @@ class GatewayConfig(Strict):
       ``queue_depth_threshold`` waiting and KV usage at most ``kv_cache_threshold``), to one of those;
       a pool mostly full still takes work through its one free replica.
 
+    - ``concurrency`` (llm-d-router v0.9.0+, ``concurrency-detector`` in its ``requests`` mode): a
+      replica's load is its requests in flight (dispatched and not yet finished, waiting or running);
+      the pool's saturation is their sum over the ready replicas' ``max_concurrency`` summed; the
+      router picks among the replicas below ``max_concurrency x (1 + headroom)`` (the detector's
+      filter). ``max_concurrency`` ``auto`` holds each replica to the requests in flight at its ITL
+      bound's rate (``models.capacity.itl_concurrency``, the service's ``typical_request`` mix,
+      interactive SLO; at most ``max_num_seqs``: ``controllers.admission.concurrency_budget``),
+      each variant its own: the EPP's detector takes one number for every
+      endpoint, so on a real pool this needs a pool per GPU generation (docs/admission.md);
+      ``auto-min`` the fewest over the variants for all, which one pool can express; the ``tokens``
+      and ``hybrid`` modes are not modelled.
+
+    Each priority band is dispatched only while the saturation is below its ceiling
+    (``usage_limit``): ``static`` (the EPP's default) 1.0 for every band; ``priority_holdback``
+    (llm-d-router v0.10.0 ``priority-holdback-policy``, ``linear`` shape, ``rank`` domain) from
+    ``max_ceiling`` for the highest priority down to ``min_ceiling`` for the lowest, in equal steps,
+    so the lowest priorities are held first as the pool fills. A band at or above its ceiling holds
+    that band and every lower one (the EPP's head-of-line blocking).
+
     A request that has waited ``max_wait_s`` is dispatched before any other
-    priority (so the lowest is never starved past it). A request above its priority's admission
-    threshold is deferred when it continues a workflow in progress (kept, shed if still queued
-    ``defer_s`` later) and shed (HTTP 429) otherwise.
+    priority (so the lowest is never starved past it) when its band is below its ceiling. A request
+    above its priority's admission threshold is deferred when it continues a workflow in progress
+    (kept, shed if still queued ``defer_s`` later) and shed (HTTP 429) otherwise.
     """
 
-    saturation: Literal["pool", "pod"] = "pool"
+    saturation: Literal["pool", "pod", "concurrency"] = "pool"
     queue_depth_threshold: int = Field(default=5, ge=0)
     kv_cache_threshold: float = Field(default=0.8, gt=0, le=1)
+    max_concurrency: Annotated[int, Field(gt=0)] | Literal["auto", "auto-min"] = "auto"
+    headroom: float = Field(default=0.0, ge=0)
+    usage_limit: Literal["static", "priority_holdback"] = "static"
+    min_ceiling: float = Field(default=0.8, ge=0, lt=1)
+    max_ceiling: float = Field(default=1.0, gt=0, le=1)
     max_wait_s: float = Field(default=120.0, gt=0)
     defer_s: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ceilings_ordered(self) -> GatewayConfig:
+        if self.usage_limit == "priority_holdback" and self.saturation == "pod":
+            raise ValueError("usage_limit priority_holdback needs a pool saturation (pool or concurrency), not pod")
+        if self.min_ceiling >= self.max_ceiling:  # the plugin's own check (priorityholdback/config.go)
+            raise ValueError(f"min_ceiling {self.min_ceiling:g} must be below max_ceiling {self.max_ceiling:g}")
+        return self
+
+    def ceilings(self, levels: int) -> list[float]:
+        """The usage ceiling of each of ``levels`` priority levels, lowest first (class docstring)."""
+        if self.usage_limit == "static" or levels == 1:
+            return [1.0] * levels
+        lo, hi = self.min_ceiling, self.max_ceiling
+        return [lo + i * (hi - lo) / (levels - 1) for i in range(levels)]
 
 
 class SimulatorConfig(Strict):

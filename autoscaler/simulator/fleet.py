@@ -48,6 +48,7 @@ from autoscaler.simulator.engine import (
 from autoscaler.simulator.gateway import DEFER, SHED_429, Gateway
 from autoscaler.simulator.router import least_outstanding, prefix_affinity
 from autoscaler.workload.types import PRIORITIES, Workload
+from controllers.admission import concurrency_budget
 from models.capacity import throughput_weights
 from models.profiles import get_profile
 
@@ -89,6 +90,8 @@ class ServiceSim:
         self.arrivals = 0  # attempts received, as a gateway's request counter counts them
         self.arrivals_by_priority = [0] * len(PRIORITIES)
         self.flow: Gateway | None = None  # flow control, under an admission policy
+        self.max_concurrency: dict[str, int] = {}  # variant -> requests in flight per replica (concurrency)
+        self.ceilings = [1.0] * len(PRIORITIES)  # usage ceiling per priority level, lowest first
 
     def counts(self, variant: str) -> VariantCounts:
         """Current replica counts of ``variant``."""
@@ -125,8 +128,12 @@ class FleetSimulator:
         self.target = cfg.service(service).name
         self.services = {s.name: ServiceSim(s, throughput_weights(s, cfg.engine)) for s in cfg.services}
         if admission:
+            g = cfg.simulator.gateway
             for svc in self.services.values():
-                svc.flow = Gateway(cfg.simulator.gateway)
+                svc.flow = Gateway(g)
+                svc.ceilings = g.ceilings(len(PRIORITIES))
+                if g.saturation == "concurrency":
+                    svc.max_concurrency = concurrency_budget(svc.cfg, cfg.engine, g.max_concurrency)
         self.now = 0.0
         self._events: list[tuple[float, int, int, object, int]] = []
         self._seq = 0
@@ -303,17 +310,36 @@ class FleetSimulator:
 
         return sum(max(queue(r), r.kv_used / (g.kv_cache_threshold * r.kv_cap)) for r in pods) / len(pods)
 
+    def _concurrency_saturation(self, svc: ServiceSim, pods: list[Replica]) -> float:
+        """The pool's saturation (``GatewayConfig``, ``concurrency``): requests in flight over the
+        pods' ``max_concurrency`` summed; 1 with no pod (the detector's)."""
+        if not pods:
+            return 1.0
+        return sum(r.outstanding for r in pods) / sum(svc.max_concurrency[r.variant] for r in pods)
+
     def _pump(self, svc: ServiceSim) -> None:
         """Dispatch queued requests while the gateway's saturation rule allows (``GatewayConfig``), the
         router choosing among the replicas it allows."""
         flow = svc.flow
         assert flow is not None
-        if self.cfg.simulator.gateway.saturation == "pool":
+        g = self.cfg.simulator.gateway
+        if g.saturation != "pod":
             pods = self._routable(svc)
-            while flow.waiting and self._pool_saturation(pods) < 1.0:
-                sr = flow.pop(self.now)
-                assert sr is not None
-                self._pick(svc, pods, sr).enqueue(sr, self.now)
+            ceilings = svc.ceilings
+            room = 1.0 + g.headroom
+            while flow.waiting:
+                if g.saturation == "concurrency":
+                    sat = self._concurrency_saturation(svc, pods)
+                    candidates = [r for r in pods if r.outstanding < int(svc.max_concurrency[r.variant] * room)]
+                else:
+                    sat, candidates = self._pool_saturation(pods), pods
+                lowest = next((p for p, ceiling in enumerate(ceilings) if sat < ceiling), None)
+                if lowest is None or not candidates:
+                    return
+                sr = flow.pop(self.now, lowest)
+                if sr is None:  # only held bands wait
+                    return
+                self._pick(svc, candidates, sr).enqueue(sr, self.now)
             return
         free = [r for r in self._routable(svc) if not self._saturated(r)]
         while free and flow.waiting:
@@ -329,7 +355,7 @@ class FleetSimulator:
         ``r`` while it is ready and unsaturated."""
         flow = svc.flow
         assert flow is not None
-        if self.cfg.simulator.gateway.saturation == "pool":
+        if self.cfg.simulator.gateway.saturation != "pod":
             self._pump(svc)
             return
         while flow.waiting and r.state == READY and not r.cordoned and not self._saturated(r):

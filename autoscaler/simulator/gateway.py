@@ -63,7 +63,7 @@ class Gateway:
         self._continuing: list[deque[SimRequest]] = [deque() for _ in range(n)]
         self._new: list[deque[SimRequest]] = [deque() for _ in range(n)]
         # dispatch order: each priority's in-progress workflows, then its new requests, top priority first
-        self._order = [q for p in reversed(range(n)) for q in (self._continuing[p], self._new[p])]
+        self._order = [(p, q) for p in reversed(range(n)) for q in (self._continuing[p], self._new[p])]
         self.queued = [0] * n
         self._queued_continuing = [0] * n
         self.started: set[int] = set()  # workflows with a request dispatched
@@ -162,13 +162,14 @@ class Gateway:
             q.popleft()
         return q[0] if q else None
 
-    def pop(self, now: float) -> SimRequest | None:
-        """The next request to dispatch, taken out of its queue (None when empty): one that has waited
-        ``max_wait_s`` first (the oldest such), else the highest priority's in-progress workflows,
-        then its new requests."""
-        if not self.waiting:
+    def pop(self, now: float, lowest: int = 0) -> SimRequest | None:
+        """The next request to dispatch of a priority level of at least ``lowest`` (the bands below it
+        are held: ``GatewayConfig.usage_limit``), taken out of its queue (None when there is none):
+        one that has waited ``max_wait_s`` first (the oldest such), else the highest priority's
+        in-progress workflows, then its new requests."""
+        if not any(self.queued[lowest:]):
             return None
-        heads = [(q[0].queued_s, q) for q in self._order if self._head(q) is not None]
+        heads = [(q[0].queued_s, q) for p, q in self._order if p >= lowest and self._head(q) is not None]
         aged = [h for h in heads if h[0] is not None and now - h[0] >= self.cfg.max_wait_s]
         queue = min(aged, key=lambda h: h[0] or 0.0)[1] if aged else heads[0][1]
         sr = queue.popleft()

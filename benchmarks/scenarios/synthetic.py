@@ -36,23 +36,25 @@ SYNTHETIC = {"step": step_workload, "ramp": ramp_workload}
 
 
 def surge_workload(base_rps: float, surge_rps: float, before_s: float, surge_s: float, after_s: float,
-                   min_steps: int = 3, max_steps: int = 5, think_s: float = 10.0, seed: int = 0) -> Workload:
+                   min_steps: int = 3, max_steps: int = 5, think_s: float = 10.0, prompt_scale: float = 1.0,
+                   seed: int = 0) -> Workload:
     """Multi-step tasks whose request rate is ``base_rps``, ``surge_rps`` for ``surge_s`` (from
     ``before_s``, stepping up within a second), then ``base_rps`` again for ``after_s``.
 
     Each task (a workflow) has a uniform number of steps in ``[min_steps, max_steps]``; its first step
     arrives by the Poisson process above thinned to tasks (rate / mean steps), each later step an
     exponential think time (mean ``think_s``) after the one before, whatever became of it (the
-    clients send on schedule; a real agent would wait for the answer). Sizes as ``piecewise_workload``;
+    clients send on schedule; a real agent would wait for the answer). Sizes as ``piecewise_workload``,
+    every prompt's length times ``prompt_scale`` (rounded, at least 1: a long-prompt mix of the same shape);
     classes and priorities per task (``assign_classes``: 20 % batch = sheddable, of the rest 25 %
     critical, 75 % standard).
 
     Raises:
-        ValueError: rates < 0, a step count outside 1 <= min_steps <= max_steps, think_s <= 0, or a
-            curve of more than ``MAX_REQUESTS`` requests, steps counted (``check_knots``).
+        ValueError: rates < 0, a step count outside 1 <= min_steps <= max_steps, think_s <= 0,
+            prompt_scale <= 0, or a curve of more than ``MAX_REQUESTS`` requests, steps counted (``check_knots``).
     """
-    if base_rps < 0 or surge_rps < 0 or not 1 <= min_steps <= max_steps or not think_s > 0:
-        raise ValueError("need rates >= 0, 1 <= min_steps <= max_steps and think_s > 0")
+    if base_rps < 0 or surge_rps < 0 or not 1 <= min_steps <= max_steps or not think_s > 0 or not prompt_scale > 0:
+        raise ValueError("need rates >= 0, 1 <= min_steps <= max_steps, think_s > 0 and prompt_scale > 0")
     mean_steps = (min_steps + max_steps) / 2
     t1, t2 = before_s, before_s + surge_s
     knots = [(0.0, base_rps / mean_steps), (t1, base_rps / mean_steps), (t1 + 1.0, surge_rps / mean_steps),
@@ -72,6 +74,8 @@ def surge_workload(base_rps: float, surge_rps: float, before_s: float, surge_s: 
                 outs = int(np.clip(np.rint(rng.lognormal(out_mu, out_sigma)), 1, syn.OUTPUT_MAX_TOKENS))
             else:
                 ins, outs = first.input_tokens, first.output_tokens
+            if prompt_scale != 1.0:
+                ins = max(1, round(ins * prompt_scale))
             reqs.append(Request(arrival_s=t, input_tokens=ins, output_tokens=outs, workflow_id=wf, step=step))
     wl = Workload(reqs, source="synthetic:surge", meta={"seed": seed})
     return assign_classes(wl, BATCH_FRACTION, seed)

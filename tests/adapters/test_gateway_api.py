@@ -11,10 +11,12 @@ from prometheus_client import CollectorRegistry
 from support.paths import ROOT
 from typer.testing import CliRunner
 
-from autoscaler.adapters.gateway_api import objective_priority, objectives, read_document
+from autoscaler.adapters.gateway_api import epp_config, objective_priority, objectives, read_document
 from autoscaler.cli import app
+from autoscaler.config.loading import default_config
 from autoscaler.loop.admission import AdmissionDocument
 from autoscaler.loop.export import serve
+from controllers.admission import concurrency_budget
 
 
 def test_priorities_keep_their_rank_until_a_threshold_of_zero_sheds_them() -> None:
@@ -111,7 +113,14 @@ FLOW_CONTROL_FIELDS = {"maxBytes", "maxRequests", "defaultRequestTTL", "defaultP
                        "defaultNegativePriorityBand", "priorityBands", "usageLimitPolicyPluginRef",
                        "saturationDetector", "enableEviction"}
 PLUGIN_TYPES = {"queue-scorer", "kv-cache-utilization-scorer", "prefix-cache-scorer", "max-score-picker",
-                "utilization-detector", "approx-prefix-cache-producer"}
+                "utilization-detector", "approx-prefix-cache-producer", "concurrency-detector",
+                "priority-holdback-policy"}
+# The parameters each plugin decodes (v0.10.0: saturationdetector/concurrency/config.go apiConfig,
+# usagelimits/priorityholdback/config.go).
+PLUGIN_PARAMETERS = {"utilization-detector": {"queueDepthThreshold", "kvCacheUtilThreshold"},
+                     "concurrency-detector": {"maxConcurrency", "headroom", "concurrencyMode", "maxTokenConcurrency",
+                                              "inFlightLoadProducerName"},
+                     "priority-holdback-policy": {"shape", "domain", "minCeiling", "maxCeiling"}}
 
 
 def test_the_example_epp_config_is_one_llm_d_router_v0_10_reads() -> None:
@@ -248,3 +257,61 @@ def test_names_kubernetes_would_refuse_are_refused() -> None:
         objectives({"chat": {}}, pool="Bad Pool!")
     with pytest.raises(ValueError, match="--namespace 'NS With Space' is not a valid namespace"):
         objectives({"chat": {}}, namespace="NS With Space")
+
+
+def check_epp_config(epp: dict) -> None:
+    """``epp`` is an EndpointPickerConfig llm-d-router v0.10.0 decodes and whose references resolve."""
+    assert (epp["apiVersion"], epp["kind"]) == ("llm-d.ai/v1alpha1", "EndpointPickerConfig")
+    assert set(epp) <= EPP_CONFIG_FIELDS and set(epp["flowControl"]) <= FLOW_CONTROL_FIELDS
+    assert {p["type"] for p in epp["plugins"]} <= PLUGIN_TYPES
+    for p in epp["plugins"]:
+        assert set(p.get("parameters", {})) <= PLUGIN_PARAMETERS.get(p["type"], set())
+    names = {p.get("name", p["type"]) for p in epp["plugins"]}
+    refs = {r["pluginRef"] for prof in epp["schedulingProfiles"] for r in prof["plugins"]}
+    refs |= {epp["flowControl"]["saturationDetector"]["pluginRef"]}
+    refs |= {epp["flowControl"][k] for k in ("usageLimitPolicyPluginRef",) if k in epp["flowControl"]}
+    assert refs <= names
+
+
+def test_the_itl_example_is_what_admission_budget_prints_for_the_embedded_fleet() -> None:
+    res = CliRunner().invoke(app, ["admission", "budget", "--output", "yaml"])
+    assert res.exit_code == 0, res.output
+    printed = yaml.safe_load(res.output)
+    assert printed == yaml.safe_load((ROOT / "examples" / "gateway" / "epp-config-itl.yaml").read_text())
+    check_epp_config(printed)
+    (detector,) = [p for p in printed["plugins"] if p["type"] == "concurrency-detector"]
+    cfg = default_config()
+    svc = cfg.services[0]
+    assert detector["parameters"]["maxConcurrency"] == min(concurrency_budget(svc, cfg.engine, "auto").values())
+    bands = {b["priority"] for b in printed["flowControl"]["priorityBands"]}
+    assert bands == {objective_priority(p, t) for p in ("sheddable", "standard", "critical") for t in (None, 0.0)}
+
+
+def test_admission_budget_writes_the_holdback_policy_on_request_and_refuses_what_the_plugin_would() -> None:
+    res = CliRunner().invoke(app, ["admission", "budget", "--output", "yaml", "--min-ceiling", "0.5"])
+    assert res.exit_code == 0, res.output
+    epp = yaml.safe_load(res.output)
+    check_epp_config(epp)
+    assert epp["flowControl"]["usageLimitPolicyPluginRef"] == "priority-holdback-policy"
+    (policy,) = [p for p in epp["plugins"] if p["type"] == "priority-holdback-policy"]
+    assert policy["parameters"] == {"shape": "linear", "domain": "rank", "minCeiling": 0.5, "maxCeiling": 1.0}
+    for args, message in ((["--min-ceiling", "1.0"], "--min-ceiling 1 must be in [0, 1)"),
+                          (["--output", "json"], "--output must be table or yaml, got 'json'"),
+                          (["--service", "nope"], "nope")):
+        res = CliRunner().invoke(app, ["admission", "budget", "--output", "yaml", *args]
+                                 if args[0] != "--output" else ["admission", "budget", *args])
+        assert res.exit_code == 2 and message in res.output, res.output
+    assert epp_config(3)["plugins"][4]["parameters"]["maxConcurrency"] == 3
+    with pytest.raises(ValueError, match="max_concurrency must be >= 1"):
+        epp_config(0)
+
+
+def test_admission_budget_prints_each_variants_budget() -> None:
+    res = CliRunner().invoke(app, ["admission", "budget"], env={"COLUMNS": "100"})
+    assert res.exit_code == 0, res.output
+    cfg = default_config()
+    budget = concurrency_budget(cfg.services[0], cfg.engine, "auto")
+    for name, n in budget.items():
+        assert any(line.split("│")[1].strip() == name and line.split("│")[-2].strip() == str(n)
+                   for line in res.output.splitlines() if "│" in line)
+    assert f"maxConcurrency): {min(budget.values())}" in res.output

@@ -16,6 +16,7 @@ from collections import Counter
 import pytest
 
 from autoscaler.adapters.simulator import SimAdmissionSink
+from autoscaler.config import GatewayConfig
 from autoscaler.loop.actuate import ActuationStatus
 from autoscaler.loop.admission import AdmissionDocument, check_thresholds, parse_document
 from autoscaler.loop.export import serve
@@ -364,3 +365,65 @@ def test_the_pool_rule_holds_at_a_mean_saturation_of_one_the_pod_rule_past_the_t
     (replica,) = sim.services["svc"].replicas
     assert len(replica.waiting) == in_replica
     assert sim.services["svc"].flow.queued == [0, 0, 10 - 1 - in_replica]
+
+
+def test_the_concurrency_detector_holds_the_pool_to_max_concurrency_in_flight(make_fleet) -> None:
+    """llm-d-router's concurrency-detector (requests mode): saturation = requests in flight over
+    max_concurrency per replica. One replica running one request at a time, max_concurrency 3: of 10
+    requests sent at once, 1 runs, 2 wait in the replica (3 in flight: saturation 1), 7 wait at the
+    gateway; each completion lets exactly one more in."""
+    reqs = [req(0.001 * i, 2, out=1000) for i in range(10)]
+    sim = gateway_sim(make_fleet, reqs, saturation="concurrency", max_concurrency=3)
+    sim.run_until(0.5)
+    (replica,) = sim.services["svc"].replicas
+    assert (replica.n_running, len(replica.waiting)) == (1, 2)
+    assert sim.services["svc"].flow.queued == [0, 0, 7]
+    first = sim.final[0]
+    while first.t_finish is None:
+        sim.run_until(sim.now + 1.0)
+    sim.run_until(first.t_finish + 1e-3)
+    assert replica.outstanding == 3 and sim.services["svc"].flow.queued == [0, 0, 6]
+
+
+def test_the_concurrency_detector_filters_replicas_at_their_limit_with_headroom(make_fleet) -> None:
+    """Two replicas, max_concurrency 2, headroom 0.5: a replica is a candidate while it holds fewer
+    than int(2 x 1.5) = 3; the pool is held at 4 in flight (saturation 4 / (2 x 2) = 1)."""
+    reqs = [req(0.001 * i, 2, out=1000) for i in range(10)]
+    sim_cfg = {"gateway": {"saturation": "concurrency", "max_concurrency": 2, "headroom": 0.5},
+               "clients": {"max_retries": 0}}
+    cfg = make_fleet(2, simulator=sim_cfg, engine=ONE_AT_A_TIME["engine"])
+    sim = FleetSimulator(cfg, Workload(reqs, source="test:gateway"), admission=True)
+    sim.run_until(0.5)
+    assert sorted(r.outstanding for r in sim.services["svc"].replicas) == [2, 2]
+    assert sim.services["svc"].flow.queued == [0, 0, 6]
+
+
+def test_priority_holdback_ceilings_are_linear_by_rank() -> None:
+    """llm-d-router v0.10.0 priority-holdback-policy, rank domain: c_i = max - i (max - min) / (N - 1)
+    with i = 0 the highest priority; lowest first here: 0.4, 0.7, 1.0."""
+    g = GatewayConfig(saturation="concurrency", usage_limit="priority_holdback", min_ceiling=0.4, max_ceiling=1.0)
+    assert g.ceilings(3) == pytest.approx([0.4, 0.7, 1.0])
+    assert GatewayConfig().ceilings(3) == [1.0, 1.0, 1.0]
+    with pytest.raises(ValueError, match=r"min_ceiling 0\.9 must be below max_ceiling 0\.5"):
+        GatewayConfig(usage_limit="priority_holdback", min_ceiling=0.9, max_ceiling=0.5)
+    with pytest.raises(ValueError, match="needs a pool saturation"):
+        GatewayConfig(saturation="pod", usage_limit="priority_holdback")
+
+
+def test_priority_holdback_holds_the_lowest_bands_first(make_fleet) -> None:
+    """max_concurrency 10, ceilings 0.4 / 0.7 / 1.0 (sheddable / standard / critical). 20 sheddable
+    requests at once: dispatched while saturation < 0.4, so 4 in flight. Then 20 standard: up to 7.
+    Then 20 critical: up to 10. (Each replica step serves one request of 1,000 tokens: nothing ends
+    within the second.)"""
+    reqs = ([req(0.001 * i, 0, out=1000) for i in range(20)] + [req(0.1 + 0.001 * i, 1, out=1000) for i in range(20)]
+            + [req(0.2 + 0.001 * i, 2, out=1000) for i in range(20)])
+    sim = gateway_sim(make_fleet, reqs, saturation="concurrency", max_concurrency=10,
+                      usage_limit="priority_holdback", min_ceiling=0.4, max_ceiling=1.0)
+    (replica,) = sim.services["svc"].replicas
+    flow = sim.services["svc"].flow
+    sim.run_until(0.05)
+    assert replica.outstanding == 4 and flow.queued == [16, 0, 0]
+    sim.run_until(0.15)
+    assert replica.outstanding == 7 and flow.queued == [16, 17, 0]
+    sim.run_until(0.25)
+    assert replica.outstanding == 10 and flow.queued == [16, 17, 17]
