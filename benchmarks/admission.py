@@ -42,6 +42,7 @@ import yaml
 from autoscaler.compare import split_row
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
+from autoscaler.errors import ConfigError
 from autoscaler.report import request_outcomes, summarize
 from autoscaler.simulate import run_simulation, start_at
 from autoscaler.simulator.engine import SHED
@@ -158,24 +159,38 @@ def main() -> None:
     ap.add_argument("--scenario", default="surge.yaml",
                     help="a scenario under benchmarks/scenarios with a surge window")
     ap.add_argument("--seeds", default=None, help="comma-separated workload seeds (default: the scenario's)")
-    ap.add_argument("--out", type=Path, default=HERE.parent / "runs" / "admission")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--out", type=Path, default=HERE.parent / "runs" / "admission",
+                    help="folder for <scenario>.json (default runs/admission)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="runs at once (default: the CPUs)")
     ap.add_argument("--rows", default=None, help="comma-separated SCALING@ADMISSION rows (default: the scenario's)")
     ap.add_argument("--gateway", default=None,
                     help="KEY=VALUE,... laid over the fleet's simulator.gateway (GatewayConfig) for every row")
     args = ap.parse_args()
     path = SCENARIOS / args.scenario
+    if not path.is_file():
+        ap.error(f"--scenario {args.scenario}: no such scenario in {SCENARIOS}")
+    if args.workers < 1:
+        ap.error(f"--workers must be >= 1, got {args.workers}")
     sc = yaml.safe_load(path.read_text())
     if args.gateway:
-        pairs = [kv.split("=", 1) for kv in args.gateway.split(",")]
-        if any(len(kv) != 2 for kv in pairs):
-            ap.error(f"--gateway takes KEY=VALUE,..., got {args.gateway!r}")
-        gateway = dict(pairs)
-        fleet = sc.setdefault("fleet", {})
-        fleet.setdefault("simulator", {}).setdefault("gateway", {}).update(
-            {k: yaml.safe_load(v) for k, v in gateway.items()})
-    cfg = parse_config(scenario_fleet(sc), path.name)
-    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [int(sc["seed"])]
+        gateway: dict[str, Any] = {}
+        for item in args.gateway.split(","):
+            key, eq, value = (part.strip() for part in item.partition("="))
+            if not key or not eq or key in gateway:
+                ap.error(f"--gateway takes KEY=VALUE,... with each key once, got {args.gateway!r}")
+            try:
+                gateway[key] = yaml.safe_load(value)
+            except yaml.YAMLError:
+                ap.error(f"--gateway {key}: {value!r} is not a value")
+        sc.setdefault("fleet", {}).setdefault("simulator", {}).setdefault("gateway", {}).update(gateway)
+    try:
+        cfg = parse_config(scenario_fleet(sc), path.name)
+    except ConfigError as exc:
+        ap.error(str(exc))
+    try:
+        seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [int(sc["seed"])]
+    except ValueError:
+        ap.error(f"--seeds takes comma-separated integers, got {args.seeds!r}")
     workloads = {s: scenario_workload({**sc, "seed": s}, HERE) for s in seeds}
     window = (float(sc["surge"]["start_s"]), float(sc["surge"]["end_s"]))
     rows = args.rows.split(",") if args.rows else sc["controllers"]

@@ -36,7 +36,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
 from autoscaler.workload.types import BATCH, INTERACTIVE, PRIORITIES
-from models.capacity import ReplicaSpec, itl_concurrency, service_mix
+from models.capacity import ReplicaSpec, itl_concurrency, replica_capacity, service_mix
 
 if TYPE_CHECKING:
     from autoscaler.config import AdmissionConfig, EngineConfig, Service
@@ -143,16 +143,27 @@ def concurrency_budget(svc: Service, engine: EngineConfig, setting: int | str) -
     reaches its ITL bound (``models.capacity.itl_concurrency``, the ``typical_request`` mix, the
     interactive SLO) but at most ``max_num_seqs`` (more would wait in the engine's queue, where
     priorities are not seen), whole and at least 1; ``auto-min`` the fewest of those over the
-    variants that can meet the SLO, for all (one number, as the EPP's detector takes)."""
+    variants that can serve the typical request (capacity above 0), for all (one number, as the
+    EPP's detector takes).
+
+    Raises:
+        ValueError: with ``auto`` or ``auto-min``, no variant serves the typical request within the
+            interactive SLO (``models.capacity.replica_capacity``: 0 req/s), or as that function.
+    """
     if isinstance(setting, int):
         return {v.name: setting for v in svc.variants}
     mix, slo = service_mix(svc), svc.slo[INTERACTIVE]
-    each = {v.name: max(1, min(engine.max_num_seqs, math.floor(
-        itl_concurrency(ReplicaSpec.of(v, engine), mix, slo.ttft_s, slo.itl_s)))) for v in svc.variants}
+    specs = {v.name: ReplicaSpec.of(v, engine) for v in svc.variants}
+    servable = {name for name, sp in specs.items() if replica_capacity(sp, mix, slo.ttft_s, slo.itl_s).rps > 0}
+    if not servable:
+        raise ValueError(f"service {svc.name}: no variant serves its typical_request "
+                         f"({svc.typical_request.input_tokens:g} / {svc.typical_request.output_tokens:g} tokens) "
+                         "within the interactive SLO (capacity 0 req/s): no ITL budget")
+    each = {name: max(1, min(engine.max_num_seqs, math.floor(itl_concurrency(sp, mix, slo.ttft_s, slo.itl_s))))
+            for name, sp in specs.items()}
     if setting == "auto":
         return each
-    servable = [itl_concurrency(ReplicaSpec.of(v, engine), mix, slo.ttft_s, slo.itl_s) > 0 for v in svc.variants]
-    fewest = min((n for n, ok in zip(each.values(), servable, strict=True) if ok), default=1)
+    fewest = min(each[name] for name in servable)
     return {name: fewest for name in each}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -79,6 +80,8 @@ def admission_budget(
     try:
         if output not in ("table", "yaml"):
             raise ValueError(f"--output must be table or yaml, got '{output}'")
+        if min_ceiling is not None and output != "yaml":
+            raise ValueError("--min-ceiling sets the EPP config's priority holdback: it needs --output yaml")
         cfg = load_cfg(config)
         check_service(cfg, service)
         svc = cfg.service(service)
@@ -89,16 +92,17 @@ def admission_budget(
             return
     except (AutoscalerError, ValueError) as exc:
         raise fail(str(exc)) from None
-    mix, slo = service_mix(svc), svc.slo["interactive"]
-    table = Table(title=f"{svc.name}: requests in flight per replica at ITL {slo.itl_s:g} s "
-                        f"(typical request {mix.mean_input:.0f} / {mix.mean_output:.0f} tokens)")
+    mix, slo, typical = service_mix(svc), svc.slo["interactive"], svc.typical_request
+    table = Table(title=f"{svc.name}: ITL budget per replica",
+                  caption=f"ITL objective {slo.itl_s:g} s; typical request {typical.input_tokens:g} / "
+                          f"{typical.output_tokens:g} tokens")
     for col in ("variant", "profile", "ITL bound req/s", "in flight there", "budget"):
         table.add_column(col, justify="left" if col in ("variant", "profile") else "right")
     for v in svc.variants:
         spec = ReplicaSpec.of(v, cfg.engine)
         rate = replica_capacity(spec, mix, slo.ttft_s, slo.itl_s).itl_rps
-        table.add_row(v.name, v.profile, f"{rate:.2f}", f"{itl_concurrency(spec, mix, slo.ttft_s, slo.itl_s):.1f}",
-                      str(budget[v.name]))
+        there = itl_concurrency(spec, mix, slo.ttft_s, slo.itl_s)
+        table.add_row(v.name, v.profile, f"{rate:.2f}", f"{math.floor(there * 10) / 10:.1f}", str(budget[v.name]))
     console.print(table)
     console.print(f"one number for the pool (the EPP's maxConcurrency): {one}")
 

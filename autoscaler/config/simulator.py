@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool, model_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
 
-from autoscaler.config.base import Strict
+from autoscaler.config.base import MAX_INT, Strict
 
 
 class Crash(Strict):
@@ -104,7 +104,7 @@ class GatewayConfig(Strict):
     saturation: Literal["pool", "pod", "concurrency"] = "pool"
     queue_depth_threshold: int = Field(default=5, ge=0)
     kv_cache_threshold: float = Field(default=0.8, gt=0, le=1)
-    max_concurrency: Annotated[int, Field(gt=0)] | Literal["auto", "auto-min"] = "auto"
+    max_concurrency: int | Literal["auto", "auto-min"] = "auto"
     headroom: float = Field(default=0.0, ge=0)
     usage_limit: Literal["static", "priority_holdback"] = "static"
     min_ceiling: float = Field(default=0.8, ge=0, lt=1)
@@ -112,11 +112,20 @@ class GatewayConfig(Strict):
     max_wait_s: float = Field(default=120.0, gt=0)
     defer_s: float = Field(default=30.0, gt=0)
 
+    @field_validator("max_concurrency", mode="before")
+    @classmethod
+    def _budget(cls, value: object) -> object:
+        # one message for the union (pydantic's names its int branch 'constrained-int')
+        if value in ("auto", "auto-min") or (type(value) is int and 0 < value <= MAX_INT):
+            return value
+        raise ValueError(f"a positive integer, auto or auto-min is expected, got {value!r}")
+
     @model_validator(mode="after")
     def _ceilings_ordered(self) -> GatewayConfig:
         if self.usage_limit == "priority_holdback" and self.saturation == "pod":
             raise ValueError("usage_limit priority_holdback needs a pool saturation (pool or concurrency), not pod")
-        if self.min_ceiling >= self.max_ceiling:  # the plugin's own check (priorityholdback/config.go)
+        if self.usage_limit == "priority_holdback" and self.min_ceiling >= self.max_ceiling:
+            # the plugin's own check (llm-d-router v0.10.0 usagelimits/priorityholdback/config.go)
             raise ValueError(f"min_ceiling {self.min_ceiling:g} must be below max_ceiling {self.max_ceiling:g}")
         return self
 

@@ -408,6 +408,10 @@ def test_priority_holdback_ceilings_are_linear_by_rank() -> None:
         GatewayConfig(usage_limit="priority_holdback", min_ceiling=0.9, max_ceiling=0.5)
     with pytest.raises(ValueError, match="needs a pool saturation"):
         GatewayConfig(saturation="pod", usage_limit="priority_holdback")
+    assert GatewayConfig(max_ceiling=0.7).max_ceiling == 0.7  # the static policy reads no ceiling
+    for bad in (0, -1, 1.5, 2.0, "2", "auto_min", None):
+        with pytest.raises(ValueError, match="a positive integer, auto or auto-min is expected"):
+            GatewayConfig(max_concurrency=bad)
 
 
 def test_priority_holdback_holds_the_lowest_bands_first(make_fleet) -> None:

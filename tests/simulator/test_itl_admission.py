@@ -105,6 +105,9 @@ def test_auto_budget_is_each_variants_itl_concurrency_capped_at_max_num_seqs() -
                             slo.itl_s)
     assert short > cfg.engine.max_num_seqs  # short prompts: the ITL bound lies past the engine's batch
     assert concurrency_budget(svc, cfg.engine, "auto")["gh200"] == cfg.engine.max_num_seqs
+    svc.typical_request.input_tokens = 200_000.0  # no variant prefills it within the TTFT objective
+    with pytest.raises(ValueError, match="no variant serves its typical_request"):
+        concurrency_budget(svc, cfg.engine, "auto-min")
 
 
 def surge(seed: int) -> Workload:
