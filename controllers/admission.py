@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autoscaler.workload.types import BATCH, INTERACTIVE, PRIORITIES
-from models.capacity import ReplicaSpec, itl_concurrency, replica_capacity, service_mix
+from models.capacity import ReplicaSpec, concurrency_at, replica_capacity, service_mix
 
 if TYPE_CHECKING:
     from autoscaler.config import AdmissionConfig, EngineConfig, Service
@@ -137,34 +139,66 @@ class PlanAdmission(AdmissionPolicy):
         return out
 
 
-def concurrency_budget(svc: Service, engine: EngineConfig, setting: int | str) -> dict[str, int]:
-    """variant -> most requests in flight per replica (``GatewayConfig.max_concurrency``): a number
-    for every variant; ``auto`` each variant's own, the requests in flight at which one replica
-    reaches its ITL bound (``models.capacity.itl_concurrency``, the ``typical_request`` mix, the
-    interactive SLO) but at most ``max_num_seqs`` (more would wait in the engine's queue, where
-    priorities are not seen), whole and at least 1; ``auto-min`` the fewest of those over the
-    variants that can serve the typical request (capacity above 0), for all (one number, as the
-    EPP's detector takes).
+@dataclass(frozen=True)
+class ItlBudget:
+    """One variant's ITL budget (``itl_budgets``).
+
+    Attributes:
+        itl_rps: the rate at which one replica reaches its ITL bound (``CapacityBounds.itl_rps``), req/s.
+        in_flight: requests in flight on it at that rate (``models.capacity.concurrency_at``).
+        budget: ``in_flight`` whole, at least 1 and at most ``max_num_seqs`` (more would wait in the
+            engine's queue, where priorities are not seen).
+        servable: the variant serves the typical request within the SLO at all (capacity above 0).
+    """
+
+    itl_rps: float
+    in_flight: float
+    budget: int
+    servable: bool
+
+
+def itl_budgets(svc: Service, engine: EngineConfig) -> dict[str, ItlBudget]:
+    """variant -> its ITL budget on the service's ``typical_request`` mix and interactive SLO.
 
     Raises:
-        ValueError: with ``auto`` or ``auto-min``, no variant serves the typical request within the
-            interactive SLO (``models.capacity.replica_capacity``: 0 req/s), or as that function.
+        ValueError: no variant serves the typical request within the interactive SLO
+            (``models.capacity.replica_capacity``: 0 req/s), or as that function.
     """
-    if isinstance(setting, int):
-        return {v.name: setting for v in svc.variants}
     mix, slo = service_mix(svc), svc.slo[INTERACTIVE]
-    specs = {v.name: ReplicaSpec.of(v, engine) for v in svc.variants}
-    servable = {name for name, sp in specs.items() if replica_capacity(sp, mix, slo.ttft_s, slo.itl_s).rps > 0}
-    if not servable:
+    out = {}
+    for v in svc.variants:
+        spec = ReplicaSpec.of(v, engine)
+        bounds = replica_capacity(spec, mix, slo.ttft_s, slo.itl_s)
+        in_flight = concurrency_at(spec, mix, bounds.itl_rps)
+        out[v.name] = ItlBudget(bounds.itl_rps, in_flight, max(1, min(engine.max_num_seqs, math.floor(in_flight))),
+                                bounds.rps > 0)
+    if not any(b.servable for b in out.values()):
         raise ValueError(f"service {svc.name}: no variant serves its typical_request "
                          f"({svc.typical_request.input_tokens:g} / {svc.typical_request.output_tokens:g} tokens) "
                          "within the interactive SLO (capacity 0 req/s): no ITL budget")
-    each = {name: max(1, min(engine.max_num_seqs, math.floor(itl_concurrency(sp, mix, slo.ttft_s, slo.itl_s))))
-            for name, sp in specs.items()}
+    return out
+
+
+def pool_budget(budgets: Mapping[str, ItlBudget]) -> int:
+    """One budget for every replica of a pool (the EPP's detector takes one number): the fewest of
+    the servable variants' (``itl_budgets`` guarantees one)."""
+    return min(b.budget for b in budgets.values() if b.servable)
+
+
+def concurrency_budget(svc: Service, engine: EngineConfig, setting: int | str) -> dict[str, int]:
+    """variant -> most requests in flight per replica (``GatewayConfig.max_concurrency``): a number
+    for every variant; ``auto`` each variant's own ITL budget (``itl_budgets``); ``auto-min`` the
+    pool's (``pool_budget``) for all.
+
+    Raises:
+        ValueError: with ``auto`` or ``auto-min``, as ``itl_budgets``.
+    """
+    if isinstance(setting, int):
+        return {v.name: setting for v in svc.variants}
+    budgets = itl_budgets(svc, engine)
     if setting == "auto":
-        return each
-    fewest = min(each[name] for name in servable)
-    return {name: fewest for name in each}
+        return {name: b.budget for name, b in budgets.items()}
+    return dict.fromkeys(budgets, pool_budget(budgets))
 
 
 POLICIES = {"pid": PIDAdmission, "mpc": PlanAdmission}

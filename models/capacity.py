@@ -679,11 +679,16 @@ def itl_concurrency(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: fl
     Raises:
         ValueError: as ``replica_capacity``.
     """
-    rate = replica_capacity(spec, mix, ttft_s, itl_s, attainment, unservable).itl_rps
-    if rate <= 0:
+    return concurrency_at(spec, mix, replica_capacity(spec, mix, ttft_s, itl_s, attainment, unservable).itl_rps)
+
+
+def concurrency_at(spec: ReplicaSpec, mix: RequestMix, rate_rps: float) -> float:
+    """Requests in flight on one replica serving ``rate_rps`` (``OperatingPoint.concurrency``; a rate
+    at the fluid limit is taken just below it), requests; 0 at a rate of 0 or less."""
+    if rate_rps <= 0:
         return 0.0
     limit = 1.0 / _work(spec, mix)
-    return operating_point(spec, mix, min(rate, limit * (1.0 - 1e-9))).concurrency
+    return operating_point(spec, mix, min(rate_rps, limit * (1.0 - 1e-9))).concurrency
 
 
 def service_mix(svc: ServiceSpec) -> RequestMix:

@@ -75,8 +75,7 @@ def admission_budget(
 
     from autoscaler.adapters.gateway_api import epp_config
     from autoscaler.cli.common import check_service
-    from controllers.admission import concurrency_budget
-    from models.capacity import ReplicaSpec, itl_concurrency, replica_capacity, service_mix
+    from controllers.admission import itl_budgets, pool_budget
     try:
         if output not in ("table", "yaml"):
             raise ValueError(f"--output must be table or yaml, got '{output}'")
@@ -85,24 +84,22 @@ def admission_budget(
         cfg = load_cfg(config)
         check_service(cfg, service)
         svc = cfg.service(service)
-        budget = concurrency_budget(svc, cfg.engine, "auto")
-        one = min(concurrency_budget(svc, cfg.engine, "auto-min").values())
+        budgets = itl_budgets(svc, cfg.engine)
+        one = pool_budget(budgets)
         if output == "yaml":
             typer.echo(yaml.safe_dump(epp_config(one, min_ceiling), sort_keys=False), nl=False)
             return
     except (AutoscalerError, ValueError) as exc:
         raise fail(str(exc)) from None
-    mix, slo, typical = service_mix(svc), svc.slo["interactive"], svc.typical_request
+    slo, typical = svc.slo["interactive"], svc.typical_request
     table = Table(title=f"{svc.name}: ITL budget per replica",
                   caption=f"ITL objective {slo.itl_s:g} s; typical request {typical.input_tokens:g} / "
                           f"{typical.output_tokens:g} tokens")
     for col in ("variant", "profile", "ITL bound req/s", "in flight there", "budget"):
         table.add_column(col, justify="left" if col in ("variant", "profile") else "right")
     for v in svc.variants:
-        spec = ReplicaSpec.of(v, cfg.engine)
-        rate = replica_capacity(spec, mix, slo.ttft_s, slo.itl_s).itl_rps
-        there = itl_concurrency(spec, mix, slo.ttft_s, slo.itl_s)
-        table.add_row(v.name, v.profile, f"{rate:.2f}", f"{math.floor(there * 10) / 10:.1f}", str(budget[v.name]))
+        b = budgets[v.name]
+        table.add_row(v.name, v.profile, f"{b.itl_rps:.2f}", f"{math.floor(b.in_flight * 10) / 10:.1f}", str(b.budget))
     console.print(table)
     console.print(f"one number for the pool (the EPP's maxConcurrency): {one}")
 

@@ -91,6 +91,7 @@ class ServiceSim:
         self.arrivals_by_priority = [0] * len(PRIORITIES)
         self.flow: Gateway | None = None  # flow control, under an admission policy
         self.max_concurrency: dict[str, int] = {}  # variant -> requests in flight per replica (concurrency)
+        self.dispatch_limit: dict[str, int] = {}  # variant -> the detector's filter: max_concurrency x (1 + headroom)
         self.ceilings = [1.0] * len(PRIORITIES)  # usage ceiling per priority level, lowest first
 
     def counts(self, variant: str) -> VariantCounts:
@@ -134,6 +135,7 @@ class FleetSimulator:
                 svc.ceilings = g.ceilings(len(PRIORITIES))
                 if g.saturation == "concurrency":
                     svc.max_concurrency = concurrency_budget(svc.cfg, cfg.engine, g.max_concurrency)
+                    svc.dispatch_limit = {v: int(n * (1.0 + g.headroom)) for v, n in svc.max_concurrency.items()}
         self.now = 0.0
         self._events: list[tuple[float, int, int, object, int]] = []
         self._seq = 0
@@ -326,11 +328,10 @@ class FleetSimulator:
         if g.saturation != "pod":
             pods = self._routable(svc)
             ceilings = svc.ceilings
-            room = 1.0 + g.headroom
             while flow.waiting:
                 if g.saturation == "concurrency":
                     sat = self._concurrency_saturation(svc, pods)
-                    candidates = [r for r in pods if r.outstanding < int(svc.max_concurrency[r.variant] * room)]
+                    candidates = [r for r in pods if r.outstanding < svc.dispatch_limit[r.variant]]
                 else:
                     sat, candidates = self._pool_saturation(pods), pods
                 lowest = next((p for p, ceiling in enumerate(ceilings) if sat < ceiling), None)

