@@ -53,6 +53,7 @@ from models.capacity import variant_weights
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from compare import scenario_fleet, scenario_workload  # noqa: E402
+from provenance import stamp  # noqa: E402
 
 SCENARIOS = HERE / "scenarios"
 
@@ -205,10 +206,10 @@ def main() -> None:
         {"seeds": {str(s): {"capacity_rps": cap[s], "rows": by_seed[s]} for s in seeds}}, indent=2) + "\n")
     for s in seeds:
         print(f"### {sc['name']}, seed {s}: {len(workloads[s].requests)} requests; fleet capacity at the SLO "
-              f"{cap[s]:.1f} req/s; window {window[0]:g}-{window[1]:g} s\n")
+              f"{cap[s]:.1f} req/s; window {window[0]:g}-{window[1]:g} s ({stamp()})\n")
         print(table(by_seed[s], cap[s]) + "\n")
     if len(seeds) > 1:
-        print(f"### {sc['name']}: min / median / max over seeds {', '.join(map(str, seeds))}\n")
+        print(f"### {sc['name']} ({stamp()}): min / median / max over seeds {', '.join(map(str, seeds))}\n")
         print(spread(by_seed, cap))
 
 

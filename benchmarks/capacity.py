@@ -31,6 +31,9 @@ from autoscaler.knee import knee, one_replica
 from autoscaler.workload.loader import load_trace
 from models.capacity import ReplicaSpec, RequestMix, allowance, mean_itl_rate, replica_capacity, shared_capacity
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
+from provenance import stamp
+
 ROOT = Path(__file__).resolve().parents[1]
 MIN_REQUESTS = 10_000  # per simulation of the knee search: 1 % of them is 100 requests
 
@@ -131,6 +134,7 @@ def main() -> None:
                     help="replicas behind the least-loaded router (rates per replica; the model pooled as many)")
     ap.add_argument("--json", action="store_true", help="print one JSON object per case")
     args = ap.parse_args()
+    print(f"{Path(__file__).name}: {stamp()}", file=sys.stderr if args.json else sys.stdout, flush=True)
     for name in args.cases:
         t = time.perf_counter()
         row = measure(name, args.data, args.replicas)

@@ -31,6 +31,9 @@ from autoscaler.config.loading import merged, moved_keys, parse_config
 from autoscaler.workload.build import build_workload
 from autoscaler.workload.types import Workload
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
+from provenance import stamp
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SCENARIOS = HERE / "scenarios"
@@ -93,8 +96,9 @@ def main() -> None:
         comp = run_compare(cfg, wl, controllers, workers=args.workers, done=done, floor=float(sc.get("floor", 0.99)))
         write_comparison(comp, cfg, None, args.out / name)
         scale = f", rate x{sc['rate_scale']:g}" if "rate_scale" in sc else ""
-        print(f"\n### {name}: {len(wl.requests)} requests ({sc.get('trace', 'synthetic ' + sc.get('synthetic', ''))}"
-              f"{scale}, seed {sc['seed']}; {time.perf_counter() - t:.0f} s)\n")
+        source = sc.get('trace', 'synthetic ' + sc.get('synthetic', ''))
+        print(f"\n### {name}: {len(wl.requests)} requests ({source}{scale}, seed {sc['seed']}; "
+              f"{time.perf_counter() - t:.0f} s; {stamp()})\n")
         print(markdown_table(comp.rows), flush=True)
         failures += [f"{name}/{r['controller']}" for r in failed(comp.rows)]
     if failures:  # every table is printed and written; the exit status says some row is missing

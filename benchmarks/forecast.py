@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -79,6 +80,9 @@ from models.forecast.metrics import (
     naive_scale,
     poisson_mad,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
+from provenance import stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 HORIZONS = (1, 3, 6)
@@ -514,6 +518,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the forecast rows as one JSON list")
     ap.add_argument("--cache", action="store_true", help="run only the cache-warmth validation")
     args = ap.parse_args()
+    print(f"{Path(__file__).name}: {stamp()}", file=sys.stderr if args.json else sys.stdout, flush=True)
     # statsmodels' small state-space fits run 10-50x slower with OpenBLAS threads on a shared CPU
     with threadpool_limits(limits=1, user_api="blas"):
         run(args)

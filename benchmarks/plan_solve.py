@@ -22,12 +22,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
 from models.planning import JOINT_UP_TO, PlanProblem, PlanService, PlanVariant, solve
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
+from provenance import stamp
 
 STEPS = 40
 DT_S = 15.0
@@ -82,6 +87,7 @@ def main() -> None:
     ap.add_argument("--vs-exact", action="store_true",
                     help="also solve each problem exactly and jointly, and print the cost over that optimum")
     args = ap.parse_args()
+    print(f"{Path(__file__).name}: {stamp()}", flush=True)
     if args.node_limit is not None and args.node_limit < 0:
         ap.error(f"--node-limit must be >= 0, got {args.node_limit}")
     if args.neighbourhood is not None and args.neighbourhood < 0:

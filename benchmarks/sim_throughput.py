@@ -20,6 +20,9 @@ from autoscaler.config.loading import load_config
 from autoscaler.simulate import run_simulation
 from autoscaler.workload.build import build_workload
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
+from provenance import stamp
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -30,6 +33,7 @@ def main() -> None:
     ap.add_argument("--rate-scale", type=float, nargs="+", default=[1.0, 20.0])
     ap.add_argument("--json", action="store_true", help="print one JSON object per rate scale")
     args = ap.parse_args()
+    print(f"{Path(__file__).name}: {stamp()}", file=sys.stderr if args.json else sys.stdout, flush=True)
     trace = args.data / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
     cfg = load_config(ROOT / "examples" / "fleet.yaml")
     for scale in args.rate_scale:

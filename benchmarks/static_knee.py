@@ -18,6 +18,7 @@ relative to static peak provisioning.
 from __future__ import annotations
 
 import argparse
+import sys
 from multiprocessing import Pool
 from pathlib import Path
 
@@ -29,6 +30,9 @@ from autoscaler.workload.types import Workload
 from controllers.split import cost_per_capacity
 from controllers.static import ScheduledController, StaticController, peak_provisioning
 from models.capacity import variant_weights
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
+from provenance import stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,6 +68,7 @@ def main() -> None:
     ap.add_argument("--switch-s", type=float, nargs="+", default=[900.0, 1200.0, 1500.0])
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
+    print(f"{Path(__file__).name}: {stamp()}", flush=True)
 
     cfg = load_config(ROOT / "examples" / "fleet.yaml")
     svc = cfg.services[0]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 from multiprocessing import Pool
 from pathlib import Path
 
@@ -25,6 +26,9 @@ from autoscaler.report import summarize
 from autoscaler.simulate import run_simulation
 from autoscaler.workload.build import DEFAULT_BATCH_FRACTION, build_workload
 from autoscaler.workload.types import Workload
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
+from provenance import stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,6 +71,7 @@ def main() -> None:
     ap.add_argument("--error-clip", type=float, nargs="+", default=[3.0])
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
+    print(f"{Path(__file__).name}: {stamp()}", flush=True)
     traces = _traces(args.data)
     jobs = [(name, path, scale, "static", {}) for name, (path, scale) in traces.items()]
     grid = itertools.product(args.signal, args.setpoint, args.deadband, args.window_s, args.kp, args.ki,
