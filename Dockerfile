@@ -39,6 +39,6 @@ RUN groupadd --system --gid 65532 autoscaler \
  && useradd --system --uid 65532 --gid 65532 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin autoscaler
 # Numeric, so the kubelet can check runAsNonRoot without a passwd lookup.
 USER 65532:65532
-EXPOSE 9090
+EXPOSE 8080
 ENTRYPOINT ["autoscaler"]
-CMD ["run", "--config", "/etc/autoscaler/fleet.yaml", "--port", "9090"]
+CMD ["run", "--config", "/etc/autoscaler/fleet.yaml", "--port", "8080"]

@@ -21,7 +21,7 @@ def run_daemon(
              "~/.kube/config).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Do everything but the writes; log them.",
                                           metavar="")] = False,
-    port: Annotated[int, typer.Option(help="Port of /metrics, /healthz, /readyz and /v1/admission.")] = 9090,
+    port: Annotated[int, typer.Option(help="Port of /metrics, /healthz, /readyz and /v1/admission.")] = 8080,
     admission_port: Annotated[int | None, typer.Option(
         help="Serve /v1/admission on this port alone, not on --port (gateways apart from scrapers).")] = None,
     host: Annotated[str, typer.Option(

@@ -1,41 +1,61 @@
 """The three dashboards: control-loop overview, KV cache and cache warmth, loop health.
 
-Each is a ``Board`` (``panels.py``) built from the fleet file: the SLO lines are the interactive
-objectives of its first service, and the attainment panel counts the requests within the TTFT (or
-ITL) objective from vLLM's histogram buckets, interpolated inside the bucket that holds the objective
-(``rules.within``; exact on a bucket bound). Every panel reads
-a metric the product, vLLM, kube-state-metrics or the gateway exports today; none waits for one.
+Each is a ``Board`` (``panels.py``) built from the fleet file and the SLO objective: the latency
+panels' lines are the interactive objectives of its first service; the attainment panel reads the
+SLO error-ratio recording rules the burn-rate alerts read (``rules.slo_errors``: requests within the
+TTFT or ITL objective from vLLM's histogram buckets, interpolated inside the bucket that holds the
+objective) with a line at the objective. A panel that takes the rate of a vLLM or gateway series
+reads its recording rule (``panels.recorded``), the 5-minute rate the loop's ``recorded`` query set
+reads too; only the loop's own counters are rated in place. Every panel reads a metric the product,
+vLLM, kube-state-metrics or the gateway exports today; none waits for one.
 """
 
 from __future__ import annotations
 
 from autoscaler.config import FleetConfig
-from autoscaler.dashboards.panels import GATEWAY, LOOP, LOOP_VARIANT, PODS, RATE, Board, new_board, series, unstacked
-from autoscaler.dashboards.rules import within
-from autoscaler.promql import GATEWAY_REQUESTS, first_present
-from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS
+from autoscaler.dashboards.panels import (
+    GATEWAY,
+    LOOP,
+    LOOP_VARIANT,
+    PODS,
+    RATE,
+    Board,
+    first_recorded,
+    new_board,
+    recorded,
+    right_axis,
+    series,
+    unstacked,
+)
+from autoscaler.dashboards.rules import slo_errors
+from autoscaler.promql import GATEWAY_REQUESTS
 from autoscaler.workload.types import INTERACTIVE
 
 TAGS = ["autoscaler", "llm-inference"]
+FINISHED = ',finished_reason!~"abort|error"'
+"""vLLM's finished requests that were served (FinishReason stop, length, repetition)."""
 
 
-def _hist(q: float, name: str, by: str = "") -> str:
-    group = f"le{', ' + by if by else ''}"
-    return f"histogram_quantile({q}, sum by ({group}) (rate({name}_bucket{{{PODS}}}[{RATE}])))"
+def _hist(q: float, name: str) -> str:
+    return f"histogram_quantile({q}, {recorded(f'{name}_bucket', PODS, 'le')})"
 
 
-def overview(cfg: FleetConfig) -> Board:
-    """Demand and forecast, the GPU mix, SLO attainment and latency against the SLO, cost, admission,
-    the controlled signal against its setpoint (PID terms, MPC plan), and scale decisions."""
+def _attainment(key: str) -> str:
+    """The fraction of requests within the ``key`` objective over 5 minutes, per service."""
+    return f'1 - {slo_errors(key, "5m")}{{{LOOP}}}'
+
+
+def overview(cfg: FleetConfig, objective: float) -> Board:
+    """Demand and forecast, the GPU mix, SLO attainment (against the ``objective``, a fraction of
+    requests) and latency against the SLO, cost, admission, the controlled signal against its setpoint
+    (PID terms, MPC plan), and scale decisions."""
     slo = cfg.services[0].slo[INTERACTIVE]
-    ttft_ok = within("vllm:time_to_first_token_seconds", PODS, slo.ttft_s, TTFT_BUCKETS, RATE)
-    itl_ok = within("vllm:request_time_per_output_token_seconds", PODS, slo.itl_s, ITL_BUCKETS, RATE)
     b = new_board("autoscaler-overview", "Autoscaler: control loop overview",
                   "What the autoscaler sees and decides: demand, replicas, SLOs, cost, admission.", TAGS)
     b.add(series("reqps", "Requests arriving at the gateway, completed by vLLM, and the forecast (point and "
                  "90% interval)."), "Demand and forecast", [
-        (first_present(GATEWAY_REQUESTS, GATEWAY, RATE), "arrivals (gateway)"),
-        (f"sum(rate(vllm:e2e_request_latency_seconds_count{{{PODS}}}[{RATE}]))", "completions"),
+        (first_recorded(GATEWAY_REQUESTS, GATEWAY), "arrivals (gateway)"),
+        (recorded("vllm:e2e_request_latency_seconds_count", PODS), "completions"),
         (f"sum by (bound) (autoscaler_forecast_rate_rps{{{LOOP}}})", "forecast {{bound}}"),
     ])
     b.add(unstacked(series("short", "Ready replicas per variant, stacked (the GPU mix); ready + starting and the "
@@ -44,13 +64,14 @@ def overview(cfg: FleetConfig) -> Board:
         (f"sum(autoscaler_current_replicas{{{LOOP_VARIANT}}})", "ready + starting"),
         (f"sum(autoscaler_desired_replicas{{{LOOP_VARIANT}}})", "desired"),
     ])
-    b.add(series("percentunit", f"Fraction of requests whose TTFT is within the interactive objective "
-                 f"({slo.ttft_s:g} s) and whose time per output token is within its ({slo.itl_s:g} s), from vLLM's "
-                 "histogram buckets (interpolated inside the bucket that holds the objective).", minimum=0),
+    b.add(series("percentunit", f"Fraction of each service's requests over 5 minutes whose TTFT is within its "
+                 f"interactive objective ({slo.ttft_s:g} s for {cfg.services[0].name}) and whose time per output "
+                 f"token is within its ({slo.itl_s:g} s), against the SLO objective ({objective:.4g}, dashed): the "
+                 "recorded error ratios the burn-rate alerts read (vLLM's histogram buckets, interpolated inside "
+                 "the bucket that holds the objective).", lines=[(objective, "red")], maximum=1),
           "SLO attainment", [
-              (f"{ttft_ok} / sum(rate(vllm:time_to_first_token_seconds_count{{{PODS}}}[{RATE}]))", "TTFT"),
-              (f"{itl_ok} / sum(rate(vllm:request_time_per_output_token_seconds_count{{{PODS}}}[{RATE}]))",
-               "TPOT (per-request mean ITL)"),
+              (_attainment("ttft"), "{{service}} TTFT"),
+              (_attainment("itl"), "{{service}} TPOT (per-request mean ITL)"),
           ])
     b.add(series("s", f"TTFT p50 and p95 against the interactive objective ({slo.ttft_s:g} s, dashed).",
                  lines=[(slo.ttft_s, "red")]), "TTFT", [
@@ -74,7 +95,7 @@ def overview(cfg: FleetConfig) -> Board:
     b.add(series("currencyUSD", "Cost per hour over the requests vLLM finished (not aborted) in that hour.",
                  minimum=0), "Cost per successful request", [
         (f"sum({hourly}) / 3600 / "
-         f'sum(rate(vllm:request_success_total{{{PODS},finished_reason!~"abort|error"}}[{RATE}]))', "$/request"),
+         f"{recorded('vllm:request_success_total', PODS + FINISHED)}", "$/request"),
     ])
     b.add(series("s", "Admission threshold per priority: the longest estimated gateway wait a request may be "
                  "admitted to (no line: no limit).", minimum=0), "Admission thresholds", [
@@ -93,8 +114,9 @@ def overview(cfg: FleetConfig) -> Board:
           "PID terms", [
               (f'autoscaler_controller_term{{{LOOP},term=~"p|i|d|target_capacity_rps"}}', "{{term}}"),
           ])
-    b.add(series("short", "Replicas the MPC's plan holds for the next three ticks, per variant, and the demand "
-                 "it serves now (right axis: requests/s).", minimum=0), "MPC plan", [
+    b.add(right_axis(series("short", "Replicas the MPC's plan holds for the next three ticks, per variant (left "
+                            "axis), and the demand it serves now (right axis: requests/s).", minimum=0), "B", "reqps"),
+          "MPC plan", [
         (f"sum by (variant, step) (autoscaler_mpc_planned_replicas{{{LOOP_VARIANT}}})", "{{variant}} +{{step}}"),
         (f"autoscaler_mpc_demand_rps{{{LOOP}}}", "demand (req/s)"),
     ])
@@ -103,7 +125,7 @@ def overview(cfg: FleetConfig) -> Board:
     return b
 
 
-def kv_cache(cfg: FleetConfig) -> Board:
+def kv_cache(cfg: FleetConfig, objective: float) -> Board:
     """KV usage per replica, prefix-cache hit rate, predicted against observed cache warmth,
     preemptions, and the queues that fill when the cache runs out."""
     b = new_board("autoscaler-kv-cache", "Autoscaler: KV cache and cache warmth",
@@ -113,8 +135,8 @@ def kv_cache(cfg: FleetConfig) -> Board:
           "KV-cache usage per replica", [(f"max by (pod) (vllm:kv_cache_usage_perc{{{PODS}}})", "{{pod}}")])
     b.add(series("percentunit", "Prefix-cache hits over prompt tokens looked up, per variant.", minimum=0),
           "Prefix-cache hit rate", [
-              (f"sum by (variant) (rate(vllm:prefix_cache_hits_total{{{PODS}}}[{RATE}])) / "
-               f"sum by (variant) (rate(vllm:prefix_cache_queries_total{{{PODS}}}[{RATE}]))", "{{variant}}"),
+              (f"{recorded('vllm:prefix_cache_hits_total', PODS, 'variant')} / "
+               f"{recorded('vllm:prefix_cache_queries_total', PODS, 'variant')}", "{{variant}}"),
           ])
     horizon = cfg.controller.forecast.horizon_s
     b.add(series("percentunit", f"The cache-warmth model's fleet hit rate forecast {horizon:g} s ahead, against "
@@ -123,20 +145,20 @@ def kv_cache(cfg: FleetConfig) -> Board:
         (f'autoscaler_signal{{{LOOP},signal="prefix_hit_rate"}}', "observed ({{service}})"),
     ])
     b.add(series("short", "Requests preempted per second, per replica (KV cache ran out mid-decode).", minimum=0),
-          "Preemptions", [(f"sum by (pod) (rate(vllm:num_preemptions_total{{{PODS}}}[{RATE}]))", "{{pod}}")])
+          "Preemptions", [(recorded("vllm:num_preemptions_total", PODS, "pod"), "{{pod}}")])
     b.add(series("short", "Requests running and waiting in vLLM, per variant.", minimum=0), "Running and waiting", [
         (f"sum by (variant) (vllm:num_requests_running{{{PODS}}})", "{{variant}} running"),
         (f"sum by (variant) (vllm:num_requests_waiting{{{PODS}}})", "{{variant}} waiting"),
     ])
     b.add(series("short", "Prompt and generated tokens per second, the work the cache saves or costs.",
                  minimum=0), "Token throughput", [
-        (f"sum(rate(vllm:prompt_tokens_total{{{PODS}}}[{RATE}]))", "prompt"),
-        (f"sum(rate(vllm:generation_tokens_total{{{PODS}}}[{RATE}]))", "generated"),
+        (recorded("vllm:prompt_tokens_total", PODS), "prompt"),
+        (recorded("vllm:generation_tokens_total", PODS), "generated"),
     ])
     return b
 
 
-def loop_health(cfg: FleetConfig) -> Board:
+def loop_health(cfg: FleetConfig, objective: float) -> Board:
     """Loop duration, metric-query failures, actuation results, decisions by reason, guard cuts,
     idle ticks and the replicas kube-state-metrics sees."""
     b = new_board("autoscaler-loop-health", "Autoscaler: loop health",
@@ -174,3 +196,4 @@ def loop_health(cfg: FleetConfig) -> Board:
 
 
 BOARDS = (overview, kv_cache, loop_health)
+"""Each built from the fleet and the SLO objective (a fraction of requests; only the overview draws it)."""

@@ -3,7 +3,7 @@
 Layout (the interface others rely on)::
 
     DIR/dashboards/<uid>.json                    Grafana dashboard JSON, one per board (boards.py)
-    DIR/provisioning/datasources/autoscaler.yaml a Prometheus datasource (uid ``prometheus``)
+    DIR/provisioning/datasources/autoscaler.yaml a Prometheus datasource (uid ``autoscaler-prometheus``)
     DIR/provisioning/dashboards/autoscaler.yaml  a file provider reading DASHBOARDS_PATH
     DIR/rules/autoscaler-recording.yaml          recording rules (rules.py)
     DIR/rules/autoscaler-alerts.yaml             alerting rules (rules.py)
@@ -32,13 +32,19 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 from autoscaler.config import FleetConfig
 from autoscaler.dashboards.boards import BOARDS
-from autoscaler.dashboards.rules import Alert, alert_groups, alerts, recording_groups
+from autoscaler.dashboards.rules import RUNBOOKS_URL, Alert, alert_groups, alerts, recording_groups
 from autoscaler.files import write_text
 
 DASHBOARDS_PATH = "/var/lib/grafana/dashboards/autoscaler"
 DEFAULT_OBJECTIVE = 0.99
 """Fraction of interactive requests within their objectives the burn-rate alerts defend (the
 benchmarks rank a controller at 99 % interactive attainment)."""
+SCHEMA_VERSION = 39
+"""The dashboards' ``schemaVersion``: Grafana 10.4's and 11's (vLLM's own dashboards are at 39), so a
+current Grafana runs no migration on them. grafana-foundation-sdk writes 36; the migrations from 36 to
+39 touch no field these dashboards use (37: a legend hidden by ``displayMode`` becomes ``showLegend``,
+here always shown as a list; 38: the table panel's ``displayMode``; 39: the ``timeSeriesTable``
+transformation), so the number is the only change."""
 
 
 @dataclass(frozen=True)
@@ -58,13 +64,16 @@ def _yaml(doc: Any) -> str:
     return yaml.safe_dump(doc, sort_keys=False, width=120)
 
 
-def render(cfg: FleetConfig, objective: float = DEFAULT_OBJECTIVE, prometheus_url: str | None = None) -> Bundle:
-    """The bundle for the fleet ``cfg`` (SLO lines and error ratios from its services); the
-    datasource points at ``prometheus_url``, default the fleet's ``prometheus.url``, else
-    ``http://prometheus:9090``.
+def render(cfg: FleetConfig, objective: float = DEFAULT_OBJECTIVE, prometheus_url: str | None = None,
+           runbooks: str = RUNBOOKS_URL) -> Bundle:
+    """The bundle for the fleet ``cfg`` (SLO lines and error ratios from its services) and the SLO
+    ``objective`` (the alerts' error budget, the attainment panel's line); the datasource points at
+    ``prometheus_url``, default the fleet's ``prometheus.url``, else ``http://prometheus:9090``; each
+    alert's ``runbook_url`` at its heading in the page ``runbooks``.
 
     Raises:
-        ValueError: an objective outside (0.9306, 1), or a query set the bundle does not read.
+        ValueError: an objective outside (0.9306, 1), a query set the bundle does not read, or a
+            runbooks URL that is not an absolute http(s) URL.
     """
     url = prometheus_url or cfg.prometheus.url or "http://prometheus:9090"
     files: dict[str, str] = {}
@@ -72,8 +81,9 @@ def render(cfg: FleetConfig, objective: float = DEFAULT_OBJECTIVE, prometheus_ur
     panel_queries: list[tuple[str, str, str]] = []
     variable_queries: list[tuple[str, str]] = []
     for make in BOARDS:
-        board = make(cfg)
+        board = make(cfg, objective)
         model = board.builder.build()
+        model.schema_version = SCHEMA_VERSION
         uid = model.uid
         assert uid is not None, board  # every board of boards.py sets its uid
         boards[f"{uid}.json"] = files[f"dashboards/{uid}.json"] = json.dumps(
@@ -88,7 +98,7 @@ def render(cfg: FleetConfig, objective: float = DEFAULT_OBJECTIVE, prometheus_ur
         "name": "autoscaler", "folder": "Autoscaler", "type": "file", "disableDeletion": False,
         "allowUiUpdates": False, "options": {"path": DASHBOARDS_PATH, "foldersFromFilesStructure": False}}]})
     recording = recording_groups(cfg)
-    alerting = alert_groups(objective, cfg)
+    alerting = alert_groups(objective, cfg, runbooks)
     files["rules/autoscaler-recording.yaml"] = _yaml({"groups": recording})
     files["rules/autoscaler-alerts.yaml"] = _yaml({"groups": alerting})
     labels = {"app.kubernetes.io/name": "autoscaler", "app.kubernetes.io/component": "monitoring"}

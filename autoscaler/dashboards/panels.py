@@ -1,5 +1,6 @@
-"""Builders shared by the dashboards: the datasource, template variables, selectors and time-series
-panels (grafana-foundation-sdk), and the record of every query a dashboard holds."""
+"""Builders shared by the dashboards: the datasource, template variables, selectors, the recorded
+series a panel reads, time-series panels (grafana-foundation-sdk), and the record of every query a
+dashboard holds."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from dataclasses import dataclass, field
 from grafana_foundation_sdk.builders import common, dashboard, prometheus, timeseries
 from grafana_foundation_sdk.models import common as mc
 from grafana_foundation_sdk.models import dashboard as md
+
+from autoscaler.promql import RECORDING_RULES, recorded_name
 
 DATASOURCE = md.DataSourceRef(type_val="prometheus", uid="${datasource}")
 """Every panel reads the dashboard's ``datasource`` variable (a Prometheus)."""
@@ -21,6 +24,28 @@ GATEWAY = 'model_name=~"$model"'
 RATE = "$__rate_interval"
 
 HEIGHT, WIDTH = 8, 12
+
+
+def recorded(series: str, matchers: str, by: str = "") -> str:
+    """``sum [by (by)] (<recording rule of series>{matchers})``: the 5-minute rate of a counter or
+    histogram series as the recording rules (``autoscaler.promql.RECORDING_RULES``) hold it, so a
+    panel reads the one definition the loop's ``recorded`` query set and the rules share (kube-prometheus's
+    mixins chart their recorded series the same way).
+
+    Raises:
+        KeyError: no recording rule records ``series`` (at import: a panel that would rate it itself).
+    """
+    name = recorded_name(series)
+    if name not in RECORDING_RULES:
+        raise KeyError(f"{series}: no recording rule records its rate (autoscaler.promql._RATED)")
+    agg = f"sum by ({by})" if by else "sum"
+    return f"{agg} ({name}{{{matchers}}})"
+
+
+def first_recorded(counters: tuple[str, ...], matchers: str, by: str = "") -> str:
+    """``recorded`` of the first of ``counters`` the rules have series of (``or``, as
+    ``autoscaler.promql.first_present``: two names counting the same requests are never added)."""
+    return "(" + " or ".join(recorded(c, matchers, by) for c in counters) + ")"
 
 
 @dataclass
@@ -70,14 +95,17 @@ def new_board(uid: str, title: str, description: str, tags: list[str]) -> Board:
 
 
 def series(unit: str, description: str, *, stack: bool = False, lines: list[tuple[float, str]] | None = None,
-           minimum: float | None = None) -> timeseries.Panel:
+           minimum: float | None = None, maximum: float | None = None) -> timeseries.Panel:
     """A time-series panel in ``unit`` (a Grafana unit id: ``s``, ``reqps``, ``percentunit``...);
-    ``stack`` stacks its series; ``lines`` draws a dashed threshold line at each ``(value, color)``."""
+    ``stack`` stacks its series; ``lines`` draws a dashed threshold line at each ``(value, color)``;
+    ``minimum`` and ``maximum`` bound the axis."""
     p = timeseries.Panel().unit(unit).description(description).line_width(1).fill_opacity(10 if stack else 0)
     p.legend(common.VizLegendOptions().show_legend(True).display_mode(mc.LegendDisplayMode.LIST)
              .placement(mc.LegendPlacement.BOTTOM))
     if minimum is not None:
         p.min(minimum)
+    if maximum is not None:
+        p.max(maximum)
     if stack:
         p.stacking(common.StackingConfig().mode(mc.StackingMode.NORMAL))
     if lines:
@@ -94,3 +122,10 @@ def unstacked(panel: timeseries.Panel, *ref_ids: str) -> timeseries.Panel:
                                                             value={"mode": "none", "group": ref}),
                                       md.DynamicConfigValue(id_val="custom.fillOpacity", value=0)])
     return panel
+
+
+def right_axis(panel: timeseries.Panel, ref_id: str, unit: str) -> timeseries.Panel:
+    """Draw the target ``ref_id`` on a second axis, on the right, in its own ``unit`` (a panel whose
+    series are in two units: replicas and requests/s)."""
+    return panel.override_by_query(ref_id, [md.DynamicConfigValue(id_val="unit", value=unit),
+                                            md.DynamicConfigValue(id_val="custom.axisPlacement", value="right")])

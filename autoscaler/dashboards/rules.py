@@ -13,7 +13,8 @@ Recording rules (``rules/autoscaler-recording.yaml``):
   0.33's 1-s and 2.5-s bounds, counts the 1-s bucket and two thirds of the next. Put objectives on
   bounds for exact counts.
 
-Alerts (``rules/autoscaler-alerts.yaml``), each with a runbook paragraph in docs/runbooks.md:
+Alerts (``rules/autoscaler-alerts.yaml``), each with a runbook paragraph in docs/runbooks.md that its
+``runbook_url`` annotation points at (absolute, ``RUNBOOKS_URL`` by default):
 
 - ``AutoscalerTTFTBurnRateFast`` / ``AutoscalerITLBurnRateFast`` (page): the error ratio over 1 h and
   over 5 m both above 14.4 x the error budget (``1 - objective``), and ``...BurnRateSlow`` (ticket):
@@ -57,6 +58,7 @@ expression only has one while it fires.
 
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +74,10 @@ from controllers.base import HOLD_REASONS, Reason
 SLO_WINDOWS = ("5m", "30m", "1h", "6h")
 FAST_BURN, SLOW_BURN = 14.4, 6.0
 """Burn-rate factors of the SRE workbook's multi-window alerts (page: 1 h and 5 m; ticket: 6 h and 30 m)."""
+RUNBOOKS_URL = "https://github.com/llm-autoscaler/llm-autoscaler/blob/main/docs/runbooks.md"
+"""The page every alert's ``runbook_url`` points into (each alert a heading of docs/runbooks.md), as
+kube-prometheus's mixins point at an absolute runbook URL; ``render(runbooks=...)`` points them at a
+copy of your own (a fork, an internal wiki)."""
 MISSING = "|".join(sorted(r.value for r in HOLD_REASONS - {Reason.WARMING_UP}))
 """Decision reasons that mean the loop held because an input was missing (a first window of warm-up is not)."""
 
@@ -110,6 +116,13 @@ def within(hist: str, sel: str, objective_s: float, buckets: tuple[float, ...], 
     return f"({lower} + ({upper} - {lower}) * {weight:.6g})"
 
 
+def slo_errors(key: str, window: str) -> str:
+    """The recording rule of the fraction of requests outside the ``key`` (``ttft`` or ``itl``)
+    interactive objective over ``window`` (one of ``SLO_WINDOWS``), per ``service``: what the burn-rate
+    alerts and the attainment panel read."""
+    return f"autoscaler:{key}_slo_errors:ratio_rate{window}"
+
+
 def recording_groups(cfg: FleetConfig) -> list[dict[str, Any]]:
     """The recording rule groups (module docstring), as the rule file's ``groups``.
 
@@ -131,7 +144,7 @@ def recording_groups(cfg: FleetConfig) -> list[dict[str, Any]]:
         ):
             for w in SLO_WINDOWS:
                 ok = within(hist, sel, target, buckets, w)
-                slo.append({"record": f"autoscaler:{key}_slo_errors:ratio_rate{w}",
+                slo.append({"record": slo_errors(key, w),
                             "expr": f"1 - {ok} / sum(rate({hist}_count{{{sel}}}[{w}]))",
                             "labels": {"service": svc.name}})
     return [{"name": "autoscaler-signals", "rules": signals}, {"name": "autoscaler-slo", "rules": slo}]
@@ -148,11 +161,24 @@ class Alert:
     severity: str
     summary: str
 
-    def rule(self) -> dict[str, Any]:
-        """The rule as the rule file holds it."""
+    def rule(self, runbooks: str = RUNBOOKS_URL) -> dict[str, Any]:
+        """The rule as the rule file holds it; ``runbook_url`` is ``runbooks#<alert name in lower case>``,
+        the alert's heading in docs/runbooks.md."""
         return {"alert": self.name, "expr": self.expr, "for": self.for_,
                 "labels": {"severity": self.severity},
-                "annotations": {"summary": self.summary, "runbook": f"docs/runbooks.md#{self.name.lower()}"}}
+                "annotations": {"summary": self.summary, "runbook_url": runbook_url(self.name, runbooks)}}
+
+
+def runbook_url(alert: str, runbooks: str = RUNBOOKS_URL) -> str:
+    """The absolute URL of ``alert``'s runbook: the page ``runbooks`` and the alert's heading anchor.
+
+    Raises:
+        ValueError: ``runbooks`` is not an absolute http(s) URL, or already carries an anchor.
+    """
+    parts = urllib.parse.urlsplit(runbooks)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.fragment:
+        raise ValueError(f"runbooks URL {runbooks!r}: must be an absolute http(s) URL of the page, without #anchor")
+    return f"{runbooks}#{alert.lower()}"
 
 
 def alerts(objective: float, cfg: FleetConfig) -> list[Alert]:
@@ -173,7 +199,7 @@ def alerts(objective: float, cfg: FleetConfig) -> list[Alert]:
         for speed, (long_w, short_w), factor, severity in (
             ("Fast", ("1h", "5m"), FAST_BURN, "page"), ("Slow", ("6h", "30m"), SLOW_BURN, "ticket"),
         ):
-            long_r, short_r = (f"autoscaler:{key}_slo_errors:ratio_rate{w}" for w in (long_w, short_w))
+            long_r, short_r = (slo_errors(key, w) for w in (long_w, short_w))
             limit = f"{factor:g} * {budget}"
             out.append(Alert(
                 f"Autoscaler{what}BurnRate{speed}", f"{long_r} > ({limit}) and {short_r} > ({limit})",
@@ -243,6 +269,6 @@ def alerts(objective: float, cfg: FleetConfig) -> list[Alert]:
     return out
 
 
-def alert_groups(objective: float, cfg: FleetConfig) -> list[dict[str, Any]]:
-    """The alerting rule group, as the rule file's ``groups``."""
-    return [{"name": "autoscaler-alerts", "rules": [a.rule() for a in alerts(objective, cfg)]}]
+def alert_groups(objective: float, cfg: FleetConfig, runbooks: str = RUNBOOKS_URL) -> list[dict[str, Any]]:
+    """The alerting rule group, as the rule file's ``groups`` (runbook URLs into the page ``runbooks``)."""
+    return [{"name": "autoscaler-alerts", "rules": [a.rule(runbooks) for a in alerts(objective, cfg)]}]

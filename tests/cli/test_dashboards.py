@@ -5,7 +5,9 @@ have what an operator expects of them, the recorded query set and the ``export``
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from typer.testing import CliRunner
 from autoscaler.cli import app
 from autoscaler.config.loading import default_config, parse_config
 from autoscaler.dashboards.bundle import render
-from autoscaler.dashboards.rules import alerts, slo_buckets
+from autoscaler.dashboards.rules import alerts, recording_groups, slo_buckets, slo_errors
 from autoscaler.errors import ConfigError
 from autoscaler.faults.promserver import PROMTOOL, require
 from autoscaler.promql import QUERY_SETS, RECORDING_RULES
@@ -59,12 +61,27 @@ def test_promtool_unit_tests_of_every_alert_pass() -> None:
     assert fired == names and quiet == names
 
 
-def test_every_alert_has_its_runbook() -> None:
+def test_every_alert_has_an_absolute_runbook_url_to_its_heading() -> None:
+    # an alert's name is one word: its heading's anchor is the name in lower case
     headings = {line[3:].strip().lower() for line in (ROOT / "docs" / "runbooks.md").read_text().splitlines()
                 if line.startswith("## ")}
-    for a in alerts(0.99, default_config()):
-        anchor = a.rule()["annotations"]["runbook"]
-        assert anchor == f"docs/runbooks.md#{a.name.lower()}" and a.name.lower() in headings
+    groups = yaml.safe_load((COMMITTED / "rules" / "autoscaler-alerts.yaml").read_text())["groups"]
+    shipped = {r["alert"]: r["annotations"] for g in groups for r in g["rules"]}
+    assert set(shipped) == {a.name for a in alerts(0.99, default_config())}
+    for name, notes in shipped.items():
+        assert "runbook" not in notes, f"{name}: the relative runbook annotation is gone"
+        url = urllib.parse.urlsplit(notes["runbook_url"])
+        assert url.scheme == "https" and url.netloc, f"{name}: {notes['runbook_url']} is not absolute"
+        assert url.path.endswith("/docs/runbooks.md"), url.path
+        assert url.fragment in headings, f"{name}: no heading #{url.fragment} in docs/runbooks.md"
+        assert url.fragment == name.lower()
+    # the page is configurable (a fork, a wiki); a relative or anchored base is refused
+    mine = render(default_config(), runbooks="https://wiki.example.com/ops/autoscaler").files
+    assert "runbook_url: https://wiki.example.com/ops/autoscaler#autoscalerloopstalled" in mine[
+        "rules/autoscaler-alerts.yaml"]
+    for bad in ("docs/runbooks.md", "https://wiki.example.com/page#x", "ftp://host/page"):
+        with pytest.raises(ValueError, match="must be an absolute http"):
+            render(default_config(), runbooks=bad)
 
 
 def test_requests_within_an_objective_are_counted_exactly_on_a_bound_and_interpolated_between() -> None:
@@ -116,10 +133,59 @@ def test_dashboards_have_stable_uids_variables_units_and_slo_lines() -> None:
         cells = [(p["gridPos"]["x"], p["gridPos"]["y"]) for p in b["panels"]]
         assert len(cells) == len(set(cells))
     latency = {p["title"]: p for p in boards["autoscaler-overview"]["panels"]}
-    for title, objective in (("TTFT", slo.ttft_s), ("TPOT per request (mean ITL)", slo.itl_s)):
+    for title, objective in (("TTFT", slo.ttft_s), ("TPOT per request (mean ITL)", slo.itl_s),
+                             ("SLO attainment", 0.99)):
         steps = latency[title]["fieldConfig"]["defaults"]["thresholds"]["steps"]
         assert [s["value"] for s in steps if s["value"] is not None] == [objective]
         assert latency[title]["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] == "dashed"
+    assert {b["schemaVersion"] for b in boards.values()} == {39}
+
+
+def test_the_attainment_panel_reads_the_alerts_error_ratios_with_a_line_at_the_objective() -> None:
+    for objective in (0.99, 0.995):
+        model = json.loads(render(default_config(), objective).files["dashboards/autoscaler-overview.json"])
+        panel = next(p for p in model["panels"] if p["title"] == "SLO attainment")
+        defaults = panel["fieldConfig"]["defaults"]
+        assert [s["value"] for s in defaults["thresholds"]["steps"] if s["value"] is not None] == [objective]
+        assert defaults["custom"]["thresholdsStyle"]["mode"] == "dashed" and defaults["max"] == 1
+        # the ratio the fast burn-rate alert's short window reads, so the panel and the page agree
+        assert [t["expr"] for t in panel["targets"]] == [
+            f'1 - {slo_errors(key, "5m")}{{service=~"$service"}}' for key in ("ttft", "itl")]
+        fast = next(a for a in alerts(objective, default_config()) if a.name == "AutoscalerTTFTBurnRateFast")
+        assert slo_errors("ttft", "5m") in fast.expr
+
+
+def test_the_mpc_plan_draws_the_demand_on_its_own_axis_in_requests_per_second() -> None:
+    panel = next(p for p in _boards()["autoscaler-overview"]["panels"] if p["title"] == "MPC plan")
+    assert panel["fieldConfig"]["defaults"]["unit"] == "short"  # replicas, on the left
+    demand = next(t for t in panel["targets"] if "autoscaler_mpc_demand_rps" in t["expr"])
+    (override,) = panel["fieldConfig"]["overrides"]
+    assert override["matcher"] == {"id": "byFrameRefID", "options": demand["refId"]}
+    assert {p["id"]: p["value"] for p in override["properties"]} == {"unit": "reqps", "custom.axisPlacement": "right"}
+
+
+def test_every_panel_reads_the_recorded_series_where_a_recording_rule_has_it() -> None:
+    """The mapping is the rules' own: each recording rule ``rate(S[w])`` means no panel rates S itself;
+    every recorded name a panel reads is a rule's."""
+    bundle = render(default_config())
+    rules = [r for g in recording_groups(default_config()) for r in g["rules"]]
+    rated = {m["series"]: r["record"] for r in rules
+             if (m := re.fullmatch(r"rate\((?P<series>[a-zA-Z_:][a-zA-Z0-9_:]*)\[\w+\]\)", r["expr"]))}
+    assert len(rated) == 17, rated  # the rated vLLM and gateway series (docs/dashboards.md)
+    records = {r["record"] for r in rules}
+    used = set()
+    for uid, title, expr in bundle.panel_queries:
+        for series in rated:
+            assert not re.search(rf"rate\(\s*{re.escape(series)}\s*[{{\[]", expr), \
+                f"{uid} / {title}: rates {series} itself; its recording rule is {rated[series]}"
+        names = set(re.findall(r"autoscaler:[a-zA-Z0-9_:]+", expr))
+        assert names <= records, f"{uid} / {title}: reads {names - records}, which no rule records"
+        used |= names
+    # the panels' vLLM rates, the gateway's arrivals and the attainment are all read from the rules
+    assert {rated["vllm:time_to_first_token_seconds_bucket"], rated["vllm:prefix_cache_hits_total"],
+            rated["llm_d_epp_request_total"], slo_errors("ttft", "5m")} <= used
+    # 12 rated series (3 of them the gateway's names) and the 2 attainment ratios
+    assert len(used) == 14, used
 
 
 def test_provisioning_points_grafana_at_the_bundle() -> None:
@@ -227,7 +293,7 @@ tests:
           - exp_labels: {severity: ticket, service: svc, variant: h100, kind: LeaderWorkerSet, workload: svc-h100}
             exp_annotations:
               summary: "svc-h100: fewer replicas ready than wanted for 15 minutes (Pending, crash-looping)"
-              runbook: docs/runbooks.md#autoscalervariantstuckpending
+              runbook_url: https://github.com/llm-autoscaler/llm-autoscaler/blob/main/docs/runbooks.md#autoscalervariantstuckpending
       - eval_time: 20m
         alertname: AutoscalerAnotherWriter
         exp_alerts: []
@@ -249,7 +315,7 @@ tests:
           - exp_labels: {severity: ticket, service: svc, variant: h100}
             exp_annotations:
               summary: "svc/h100: replicas differ from the autoscaler's decision for 10 minutes (another writer)"
-              runbook: docs/runbooks.md#autoscaleranotherwriter
+              runbook_url: https://github.com/llm-autoscaler/llm-autoscaler/blob/main/docs/runbooks.md#autoscaleranotherwriter
       - eval_time: 25m
         alertname: AutoscalerVariantStuckPending
         exp_alerts: []

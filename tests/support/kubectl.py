@@ -1,4 +1,4 @@
-"""The ``kubectl`` the tests run: ``$KUBECTL`` (CI unpacks Debian's 1.20 there) or the one on PATH;
+"""The ``kubectl`` the tests run: ``$KUBECTL`` (.ci/run sets it: .ci/kubectl) or the one on PATH;
 a kubeconfig for an emulated API server."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ def kubectl() -> str:
     """The kubectl binary; the test fails (never skips) when there is none."""
     exe = shutil.which(os.environ.get("KUBECTL", "kubectl"))
     if exe is None:
-        pytest.fail("kubectl is not installed: install Debian's kubernetes-client (apt-get install "
-                    "kubernetes-client; CI installs it) or set KUBECTL to a kubectl binary", pytrace=False)
+        pytest.fail("kubectl is not installed: set KUBECTL to a kubectl binary (1.27 or later; "
+                    "`bash .ci/kubectl` prints one, unpacking it when the machine has none)", pytrace=False)
     return exe
 
 

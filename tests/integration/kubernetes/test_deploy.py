@@ -1,21 +1,23 @@
-"""deploy/: every kustomization renders with ``kubectl kustomize`` using kustomize v2 fields only (CI's
-Debian kubectl 1.20), every object is valid Kubernetes (kubernetes-validate, strict), and the manifests
+"""deploy/: every kustomization renders with ``kubectl kustomize`` (kustomize v5, kubectl >= 1.27) with no
+deprecated field and no warning, every object is valid Kubernetes (kubernetes-validate, strict), and the manifests
 hold what ``autoscaler run`` needs and nothing more: the fleet in the ConfigMap loads, the daemon is
 hardened and probed, its RBAC is exactly the least-privilege set derived from that fleet, and the
 example vLLM Deployments are the fleet's variants under the names the default Prometheus selectors expect.
 
-``KUBECTL`` names the kubectl to run (default: ``kubectl`` on PATH), e.g. Debian's 1.20 unpacked elsewhere
-(``support.kubectl``).
+``KUBECTL`` names the kubectl to run (default: ``kubectl`` on PATH; ``support.kubectl``); .ci/run unpacks
+one where the machine's has no kustomize v5.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import json
 import re
 import subprocess
 import tomllib
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,14 +41,17 @@ KUSTOMIZATIONS = [BASE, VLLM, OVERLAY]
 # The newest Kubernetes release whose schemas kubernetes-validate 1.37 ships.
 K8S_VERSION = "1.37"
 
-# kustomize v2.0.3 (kubectl 1.14-1.20) fields this repository allows itself.
-V2_FIELDS = {"apiVersion", "kind", "resources", "bases", "namespace", "commonLabels", "images",
-             "configMapGenerator", "patchesStrategicMerge"}
+# kustomize v5 fields this repository allows itself, and those kustomize v5 deprecates (``kustomize edit
+# fix`` rewrites them; kubectl warns on each).
+FIELDS = {"apiVersion", "kind", "resources", "namespace", "labels", "images", "configMapGenerator", "patches"}
+DEPRECATED = {"bases", "commonLabels", "patchesStrategicMerge", "patchesJson6902", "vars", "imageTags"}
+KUSTOMIZE_MAJOR = 5
+PART_OF = {"app.kubernetes.io/part-of": "llm-autoscaler"}  # deploy/base's label on every object it renders
 
 SELF_NS, SERVING_NS = "autoscaler", "llm"
 SA = ("autoscaler", "autoscaler")  # (namespace, name) of the daemon's ServiceAccount
-DAEMON_ARGS = ["run", "--config", "/etc/autoscaler/fleet.yaml", "--port", "9090", "--log-format", "json"]
-PORT = 9090
+DAEMON_ARGS = ["run", "--config", "/etc/autoscaler/fleet.yaml", "--port", "8080", "--log-format", "json"]
+PORT = 8080
 
 # The label NVIDIA's GPU feature discovery sets on a node, per fleet `gpu`.
 GPU_PRODUCTS = {"H100-SXM": "NVIDIA-H100-80GB-HBM3", "A100-80GB": "NVIDIA-A100-SXM4-80GB",
@@ -68,13 +73,32 @@ DURATION = re.compile(r"^(\d+(ms|s|m|h))+$")
 
 # ---------------------------------------------------------------------------------------------- helpers
 @functools.cache
-def _render(path: str) -> str:
+def kustomize_version() -> str:
+    """The kustomize the kubectl under test embeds (``v5.5.0``); the test fails on one older than v5,
+    which cannot read ``labels`` or ``patches`` (kubectl 1.20's v2.0.3 reports none)."""
+    proc = subprocess.run([kubectl(), "version", "--client", "-o", "json"], capture_output=True, text=True,
+                          timeout=60, check=False)
+    version = json.loads(proc.stdout or "{}").get("kustomizeVersion", "") if proc.returncode == 0 else ""
+    major = re.match(r"v(\d+)\.", version)
+    if major is None or int(major.group(1)) < KUSTOMIZE_MAJOR:
+        pytest.fail(f"{kubectl()} embeds kustomize {version or 'unknown'}; deploy/ needs v{KUSTOMIZE_MAJOR} "
+                    "(kubectl >= 1.27): set KUBECTL to one (.ci/run unpacks one)", pytrace=False)
+    return version
+
+
+@functools.cache
+def _rendered(path: str) -> tuple[str, str]:
+    kustomize_version()
     proc = subprocess.run([kubectl(), "kustomize", str(ROOT / path)], capture_output=True, text=True,
                           timeout=120, check=False)
     if proc.returncode != 0:
         pytest.fail(f"kubectl kustomize {path} failed (exit {proc.returncode}): {proc.stderr.strip()}",
                     pytrace=False)
-    return proc.stdout
+    return proc.stdout, proc.stderr
+
+
+def _render(path: str) -> str:
+    return _rendered(path)[0]
 
 
 def render(path: str) -> list[dict[str, Any]]:
@@ -211,15 +235,20 @@ def test_every_kustomization_under_deploy_is_tested() -> None:
 
 
 @pytest.mark.parametrize("path", KUSTOMIZATIONS)
-def test_kustomizations_use_kustomize_v2_fields_only(path: str) -> None:
+def test_kustomizations_use_no_deprecated_field_and_render_without_a_warning(path: str) -> None:
     k = kustomization(path)
-    assert set(k) <= V2_FIELDS, f"{path}: fields kustomize v2 lacks or this repo avoids: {set(k) - V2_FIELDS}"
+    assert not set(k) & DEPRECATED, f"{path}: deprecated in kustomize v5: {set(k) & DEPRECATED}"
+    assert set(k) <= FIELDS, f"{path}: fields this repo avoids: {set(k) - FIELDS}"
     assert (k.get("apiVersion"), k.get("kind")) == ("kustomize.config.k8s.io/v1beta1", "Kustomization")
-    # kustomize v2.0.3 loads `resources` as files only; directories go under `bases`
-    for entry in k.get("resources", []) + k.get("patchesStrategicMerge", []):
-        assert (ROOT / path / entry).is_file(), f"{path}: {entry} is not a file"
-    for entry in k.get("bases", []):
-        assert (ROOT / path / entry / "kustomization.yaml").is_file(), f"{path}: {entry} is not a kustomization"
+    # kubectl prints "# Warning: 'bases' is deprecated..." and the like on stderr
+    assert _rendered(path)[1].strip() == "", f"kubectl kustomize {path} (kustomize {kustomize_version()}) warned"
+    for entry in k.get("resources", []):  # a file, or a directory with its own kustomization
+        target = ROOT / path / entry
+        assert target.is_file() or (target / "kustomization.yaml").is_file(), f"{path}: {entry} is neither"
+    for patch in k.get("patches", []):  # strategic-merge patches from files, each naming its target itself
+        assert set(patch) == {"path"} and (ROOT / path / patch["path"]).is_file(), f"{path}: {patch}"
+    for label in k.get("labels", []):
+        assert set(label) <= {"pairs", "includeSelectors", "includeTemplates"}, label
     for gen in k.get("configMapGenerator", []):
         assert set(gen) <= {"name", "namespace", "files", "behavior"}, gen
         for f in gen.get("files", []):
@@ -332,6 +361,39 @@ def test_the_service_and_servicemonitor_reach_the_metrics_port() -> None:
     assert mon["spec"]["namespaceSelector"] == {"matchNames": [SELF_NS]}
     (ep,) = mon["spec"]["endpoints"]
     assert (ep["port"], ep.get("path", "/metrics")) == ("http-metrics", "/metrics")
+
+
+def test_the_daemons_port_is_the_run_commands_default_and_not_prometheuss(fleet: FleetConfig) -> None:
+    """`autoscaler run` listens where the manifests and the image expect it without --port, and not on
+    9090, where a Prometheus beside it (its default, and the fleet's) listens."""
+    from autoscaler.cli.run import run_daemon
+
+    default = inspect.signature(run_daemon).parameters["port"].default  # typer's default is the argument's
+    assert default == PORT == 8080
+    prometheus = urllib.parse.urlsplit(fleet.prometheus.url or "")
+    assert (prometheus.port, default) != (9090, 9090) and prometheus.port == 9090
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.findall(r"^EXPOSE (\d+)$", dockerfile, re.M) == [str(PORT)]
+
+
+def test_the_base_labels_every_object_and_selector_it_renders_and_nothing_of_the_example() -> None:
+    """``labels`` (includeSelectors) renders what ``commonLabels`` did: the part-of label on every
+    object of deploy/base, its pod templates and its selectors (a Deployment's selector cannot change,
+    so an upgrade applies over the earlier render); the example vLLM fleet's objects are not the
+    autoscaler's and carry none."""
+    objs = render(BASE)
+    for o in objs:
+        assert PART_OF.items() <= o["metadata"].get("labels", {}).items(), f"{o['kind']} {o['metadata']['name']}"
+    dep = daemon(objs)
+    assert PART_OF.items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert PART_OF.items() <= dep["spec"]["selector"]["matchLabels"].items()
+    assert PART_OF.items() <= one(objs, "Service", "autoscaler", SELF_NS)["spec"]["selector"].items()
+    assert PART_OF.items() <= one(objs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"].items()
+    for o in render(VLLM):
+        assert "app.kubernetes.io/part-of" not in o["metadata"].get("labels", {}), o["metadata"]["name"]
+    over = {(o["kind"], o["metadata"]["name"]) for o in render(OVERLAY)
+            if PART_OF.items() <= o["metadata"].get("labels", {}).items()}
+    assert over == {(o["kind"], o["metadata"]["name"]) for o in objs}
 
 
 # ------------------------------------------------------------------------------------------- RBAC
@@ -592,7 +654,7 @@ def test_the_overlay_keeps_namespaces_overrides_images_and_applies_its_patches()
                 assert co["image"] != c["image"], f"images entry {name}: overrides nothing"
                 seen.add(name)
     assert set(images) <= seen, "an images entry matches no container"
-    for patch_file in k["patchesStrategicMerge"]:
+    for patch_file in (p["path"] for p in k["patches"]):
         for patch in yaml.safe_load_all((ROOT / OVERLAY / patch_file).read_text()):
             key = (patch["kind"], patch["metadata"]["namespace"], patch["metadata"]["name"])
             assert key in over, f"{patch_file}: patches no object"
