@@ -224,7 +224,7 @@ def test_compare_negative_seed_names_the_option(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("spec", "needle"), [
     ("pid,pid", "listed twice"), ("pid,,hpa", "an empty entry"), ("pid,", "an empty entry"),
     (",,", "no controller given"), ("", "no controller given"),
-    ("bogus", "unknown controller 'bogus'"), ("pid:x=1", "bad parameter 'x=1' for pid; it takes: none"),
+    ("bogus", "unknown controller 'bogus'"), ("pid:x=1", "bad parameter 'x=1' for pid; its spec takes no parameters"),
     ("hpa:target=-1", "target must be > 0"), ("kpa:target=0", "target must be > 0"),
     ("hpa:metric=bogus", "metric must be one of"), ("dynamo:predictor=bogus", "predictor must be one of"),
     ("hpa:target", "bad parameter"), ("hpa:", "bad parameter"),
