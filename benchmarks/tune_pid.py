@@ -57,15 +57,16 @@ def _run(job: Job) -> tuple[str, str, dict[str, float | str], float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
-    ap.add_argument("--signal", nargs="+", default=["slo_mean_ratio"])
-    ap.add_argument("--setpoint", type=float, nargs="+", default=[0.3])
-    ap.add_argument("--deadband", type=float, nargs="+", default=[0.25])
-    ap.add_argument("--window-s", type=float, nargs="+", default=[300.0])
-    ap.add_argument("--kp", type=float, nargs="+", default=[0.2])
-    ap.add_argument("--ki", type=float, nargs="+", default=[0.005])
-    ap.add_argument("--error-clip", type=float, nargs="+", default=[3.0])
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data",
+                    help="folder holding the Azure and Mooncake traces")
+    ap.add_argument("--signal", nargs="+", default=["slo_mean_ratio"], help="grid of controller.pid.setpoint_signal")
+    ap.add_argument("--setpoint", type=float, nargs="+", default=[0.3], help="grid of controller.pid.setpoint")
+    ap.add_argument("--deadband", type=float, nargs="+", default=[0.25], help="grid of controller.pid.deadband")
+    ap.add_argument("--window-s", type=float, nargs="+", default=[300.0], help="grid of controller.window_s, s")
+    ap.add_argument("--kp", type=float, nargs="+", default=[0.2], help="grid of controller.pid.kp")
+    ap.add_argument("--ki", type=float, nargs="+", default=[0.005], help="grid of controller.pid.ki, 1/s")
+    ap.add_argument("--error-clip", type=float, nargs="+", default=[3.0], help="grid of controller.pid.error_clip")
+    ap.add_argument("--jobs", type=int, default=2, help="processes")
     args = ap.parse_args()
     traces = _traces(args.data)
     jobs = [(name, path, scale, "static", {}) for name, (path, scale) in traces.items()]
