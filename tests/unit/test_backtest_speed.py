@@ -11,6 +11,7 @@ import pytest
 from autoscaler.backtest import run_backtest
 from autoscaler.config.loading import default_config
 
+
 class StubPrometheus:
     """Answers every range query with no series; records each query and its grid."""
 
