@@ -148,6 +148,11 @@ def compare(
     _exit_if_failed(comp.rows)
 
 
+NAME_WIDTH = 10
+"""Width of the controller column when deciding whether columns fit, characters (its header,
+"controller"); printed, the column takes the width left, a longer spec folding onto more lines."""
+
+
 def table_width(wide: bool) -> int:
     """Columns to print the table in: ``$COLUMNS`` when set, else the terminal's width, else (a pipe)
     the table's own width (100, or 170 with ``--wide``), so a piped table is never cut."""
@@ -159,8 +164,7 @@ def table_width(wide: bool) -> int:
 
 def print_table(title: str, heads: tuple[tuple[str, Any], ...], rows: list[list[str]], wide: bool) -> None:
     """The comparison table within ``table_width``, numbers never cut: when the whole table is wider,
-    its columns are printed as several tables one under the other, each led by the controller column
-    (columns too wide even alone are folded)."""
+    its columns are printed as several tables one under the other, each led by the controller column."""
     from rich.console import Console
     from rich.measure import Measurement
     from rich.table import Table
@@ -169,17 +173,18 @@ def print_table(title: str, heads: tuple[tuple[str, Any], ...], rows: list[list[
     width = table_width(wide)
     out = Console(width=width, highlight=False, emoji=False)
 
-    def table(cols: list[int], label: str | None) -> Table:
+    def table(cols: list[int], label: str | None, name_width: int | None = None) -> Table:
         t = Table(title=None if label is None else Text(label), title_justify="left")  # Text: printed verbatim
-        for i in cols:
-            t.add_column(heads[i][0], justify="left" if i == 0 else "right", overflow="fold", no_wrap=True)
+        t.add_column(heads[0][0], overflow="fold", max_width=name_width)  # a long spec folds onto more lines
+        for i in cols[1:]:
+            t.add_column(heads[i][0], justify="right", no_wrap=True)
         for cells in rows:
             t.add_row(*(Text(cells[i]) for i in cols))
         return t
 
     def fits(cols: list[int]) -> bool:
         unbounded = out.options.update_width(10 * width)  # a measurement is capped at the width measured in
-        return Measurement.get(out, unbounded, table(cols, None)).minimum <= width
+        return Measurement.get(out, unbounded, table(cols, None, NAME_WIDTH)).maximum <= width
 
     parts: list[list[int]] = [[0]]
     for i in range(1, len(heads)):
