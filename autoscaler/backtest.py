@@ -5,7 +5,10 @@ at ``start + k * step`` for ``k = 0..(end - start) / step`` through a ``Promethe
 instant queries are answered from range queries (``custom_query_range``): ``RangeRunner`` fetches
 each distinct query once, from the first tick that needs it to ``end``, so a backtest costs one
 range query per distinct PromQL string (the set of valid pods changes the string only when pods
-come or go). ``step`` replaces ``controller.tick_s`` (the PID's time step). Outputs are the
+come or go). ``step`` replaces ``controller.tick_s`` (the PID's time step). A source served at
+``speed`` times real time (``autoscaler simulate --serve-metrics --speed``) is read as dry-run reads
+it (``adapters.prometheus``: windows shrink and rates are divided by ``speed``); the loop's time and
+``controller.tick_s`` are then the source's seconds, ``step * speed`` per tick. Outputs are the
 ``simulate`` timeline (``timeline.csv``, same columns; the ``arrival_rate_rps`` column is the
 observed ``request_rate_rps``, since arrivals are not in Prometheus) and plot.
 """
@@ -95,25 +98,30 @@ class BacktestRun:
 
 
 def run_backtest(cfg: FleetConfig, client: PrometheusConnect, start: float, end: float, step: float,
-                 controller: str = "pid") -> BacktestRun:
-    """Replay the loop over ``[start, end]`` every ``step`` seconds with ``controller`` (a registry
-    spec, built without a trace; see the module docstring). ``warnings`` holds each distinct source
-    warning (no series match the selectors, pods ignored) with the number of ticks it was given on.
+                 controller: str = "pid", speed: float = 1.0) -> BacktestRun:
+    """Replay the loop over ``[start, end]`` every ``step`` (wall) seconds with ``controller`` (a
+    registry spec, built without a trace; see the module docstring) on a source served at ``speed``
+    times real time (1: a real cluster). ``warnings`` holds each distinct source warning (no series
+    match the selectors, pods ignored) with the number of ticks it was given on.
 
     Raises:
-        ValueError: a bad range (``check_range``) or controller spec.
+        ValueError: a bad range (``check_range``), speed or controller spec.
     """
     t0, dt, n = check_range(start, end, step)
+    if not 0 < speed < math.inf:
+        raise ValueError(f"--speed must be a finite number > 0, got {speed:g}")
     cfg = cfg.model_copy(deep=True)
-    cfg.controller.tick_s = float(dt)
+    tick_s = dt * speed  # the loop's time step, in the source's seconds
+    cfg.controller.tick_s = float(tick_s)
     ctrl = build(controller, cfg)
-    source = build_source(cfg, client, window_s=ctrl.window_s, replay=Replay(t0, t0 + (n - 1) * dt, dt))
+    source = build_source(cfg, client, speed=speed, window_s=ctrl.window_s,
+                          replay=Replay(t0, t0 + (n - 1) * dt, dt))
     runner = source.runner
     assert isinstance(runner, RangeRunner)
     loop = build_loop(cfg, "backtest", source, ctrl)  # the range has history before its start
     ticks, seen = [], Counter[str]()
     for k in range(n):
-        ticks.append(loop.tick(float(k * dt)))
+        ticks.append(loop.tick(float(k * tick_s)))
         seen.update({w for lines in source.warnings.values() for w in lines})
     warnings = [f"{count} of {n} ticks: {w}" for w, count in seen.items()]
     return BacktestRun(cfg, ticks, t0, dt, runner.queries, ctrl.name, warnings)

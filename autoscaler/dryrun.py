@@ -24,7 +24,8 @@ title names it too).
 
 ``errors`` lists failed queries (empty when all worked); on any, the loop holds. A variant whose
 replica count is unknown (every query that tells it failed, none known before) has null counts
-(``?`` in the table), and the loop holds.
+(``?`` in the table), and the loop holds. A tick on which no variant of any service matched a
+series (``unmatched``: the selectors name nothing in this Prometheus) makes ``dry-run --once`` exit 1.
 """
 
 from __future__ import annotations
@@ -186,6 +187,18 @@ def serve_dry_run(run: DryRun, address: str) -> MetricsServer:
         raise ValueError(f"--serve-metrics {address}: {exc}") from None
     except OSError as exc:
         raise ValueError(f"--serve-metrics {address}: {exc.strerror or exc}") from None
+
+
+NO_SERIES = "no series match the selectors"
+"""The source's warning for a variant none of whose selectors matched a series (``adapters.prometheus``)."""
+
+
+def unmatched(run: DryRun, record: TickRecord) -> list[str]:
+    """The tick's no-series warnings (each naming its variant's selectors) when every variant of every
+    service has one, i.e. nothing in Prometheus matched; [] when anything matched."""
+    found = [w for name in record.services for w in run.source.warnings.get(name, []) if NO_SERIES in w]
+    variants = sum(len(st.estimate.variants) for st in record.services.values())
+    return found if variants and len(found) >= variants else []
 
 
 def tick_json(run: DryRun, record: TickRecord, wall_s: float) -> dict[str, Any]:

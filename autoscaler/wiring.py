@@ -75,8 +75,9 @@ def build_source(cfg: FleetConfig, client: PrometheusConnect, *, speed: float = 
         speed: simulated seconds per wall second behind the server (1 for a real cluster).
         window_s: the controller's window, s (default ``controller.window_s``).
         replay: a backtest's grid: queries are answered from range queries at the grid's times
-            (``RangeRunner``) and the source's clock is the grid's (``start`` + loop time); a
-            replay has no tick to keep, so its queries have no common deadline.
+            (``RangeRunner``) and the source's clock is the grid's (``start`` + loop time / ``speed``:
+            the loop's time is the source's); a replay has no tick to keep, so its queries have no
+            common deadline.
     """
     window = cfg.controller.window_s if window_s is None else window_s
     if replay is None:
@@ -85,7 +86,7 @@ def build_source(cfg: FleetConfig, client: PrometheusConnect, *, speed: float = 
                                 deadline_s=prom.timeout_s if prom.deadline_s is None else prom.deadline_s)
     t0 = replay.start
     return PrometheusSource(cfg.prometheus, cfg.services, RangeRunner(client, replay.end, replay.step),
-                            window_s=window, clock=lambda now: t0 + now)
+                            window_s=window, speed=speed, clock=lambda now: t0 + now / speed)
 
 
 def admission_policy(cfg: FleetConfig, mode: Mode, name: str | None = None) -> AdmissionPolicy | None:

@@ -127,7 +127,8 @@ def measure(name: str, data: Path, replicas: int = 1) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
-    ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES), metavar="NAME")
+    ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES), metavar="NAME",
+                    help=f"cases to run (default: all of {', '.join(CASES)})")
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data",
                     help="folder holding the traces the trace cases name")
     ap.add_argument("--replicas", type=int, default=1,

@@ -66,9 +66,11 @@ def scenario_fleet(sc: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("scenarios", nargs="*", help="scenario names (default: all in benchmarks/scenarios)")
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
-    ap.add_argument("--out", type=Path, default=ROOT / "runs" / "compare")
-    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data",
+                    help="folder holding the traces the scenarios name")
+    ap.add_argument("--out", type=Path, default=ROOT / "runs" / "compare",
+                    help="folder for each scenario's results (default: runs/compare)")
+    ap.add_argument("--workers", type=int, default=None, help="processes (default: min(controllers, CPUs))")
     ap.add_argument("--controllers", default=None, help="comma-separated: run these instead of the scenario's")
     ap.add_argument("--seed", type=int, default=None, help="workload seed instead of the scenario's")
     args = ap.parse_args()

@@ -513,7 +513,8 @@ def print_cache(data: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data",
+                    help="folder holding the traces the series are built from")
     ap.add_argument("--bin-s", type=float, default=15.0, help="bin width for the per-request traces, seconds")
     ap.add_argument("--json", action="store_true", help="print the forecast rows as one JSON list")
     ap.add_argument("--cache", action="store_true", help="run only the cache-warmth validation")

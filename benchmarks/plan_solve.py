@@ -67,8 +67,9 @@ def problem(n_services: int, rng: np.random.Generator, integer_blocks: int | Non
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--sizes", type=int, nargs="*", default=[1, 10, 50], help="services per problem")
-    ap.add_argument("--trials", type=int, default=30)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--trials", type=int, default=30,
+                    help="random problems per size (a sixth of them, at least 3, from 50 services)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random problems")
     ap.add_argument("--integer-blocks", type=int, default=None,
                     help="blocks kept integer (the rest relaxed); default all, as the MPC solves")
     ap.add_argument("--gap", type=float, default=1e-4, help="HiGHS's relative optimality gap (the MPC's: 1e-4)")

@@ -28,9 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--rate-scale", type=float, nargs="+", default=[1.0, 20.0])
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data",
+                    help="folder holding azure-llm-2023/AzureLLMInferenceTrace_conv.csv")
+    ap.add_argument("--repeat", type=int, default=5, help="runs per rate scale (the median is reported)")
+    ap.add_argument("--rate-scale", type=float, nargs="+", default=[1.0, 20.0],
+                    help="rate scales of the trace to simulate")
     ap.add_argument("--json", action="store_true", help="print one JSON object per rate scale")
     args = ap.parse_args()
     print(f"{Path(__file__).name}: {stamp()}", file=sys.stderr if args.json else sys.stdout, flush=True)

@@ -62,11 +62,13 @@ def _run(job: tuple[str, object, argparse.Namespace]) -> tuple[str, float, float
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--trace", type=Path,
-                    default=ROOT.parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl")
-    ap.add_argument("--rate-scale", type=float, default=6.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--switch-s", type=float, nargs="+", default=[900.0, 1200.0, 1500.0])
-    ap.add_argument("--jobs", type=int, default=2)
+                    default=ROOT.parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl",
+                    help="request trace (default: the Mooncake conversation trace)")
+    ap.add_argument("--rate-scale", type=float, default=6.0, help="rate scale of the trace")
+    ap.add_argument("--seed", type=int, default=0, help="workload seed")
+    ap.add_argument("--switch-s", type=float, nargs="+", default=[900.0, 1200.0, 1500.0],
+                    help="times (s) at which a schedule switches from the one-smaller fleet to the peak fleet")
+    ap.add_argument("--jobs", type=int, default=2, help="processes")
     args = ap.parse_args()
     print(f"{Path(__file__).name}: {stamp()}", flush=True)
 

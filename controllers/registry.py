@@ -292,6 +292,23 @@ ANCHORS = frozenset({"hpa", "keda", "kpa", "aibrix", "aibrix-apa", "dynamo", "wv
 BASELINE_NAMES = tuple(n for n in NAMES if n not in ("pid", "static", "mpc", "oracle", "bound"))
 
 
+SET_IN_FLEET_FILE = {
+    "pid": "its gains and setpoint (kp, ki, kd, setpoint, deadband, ...) are set in the fleet file under "
+           "controller.pid (docs/configuration.md#controller)",
+    "wva": "it has no settings of its own: it reads each pod's KV usage and waiting requests "
+           "(docs/controllers.md#what-each-baseline-reads)",
+}
+"""Where a controller whose spec takes no parameters is configured instead (the error of ``parse_spec``)."""
+
+
+def _takes(name: str, allowed: dict[str, Param]) -> str:
+    """What ``name``'s spec takes, for an error: its parameters, or that it takes none and where it is set."""
+    if allowed:
+        return f"it takes: {', '.join(allowed)}"
+    where = SET_IN_FLEET_FILE.get(name)
+    return "its spec takes no parameters" + (f"; {where}" if where else "")
+
+
 def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
     """Split ``name:key=value:...`` into the name and its parameters (numbers parsed and checked).
 
@@ -308,7 +325,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
     for part in parts:
         key, eq, text = part.partition("=")
         if not eq or key not in allowed:
-            raise ValueError(f"bad parameter '{part}' for {name}; it takes: {', '.join(allowed) or 'none'}")
+            raise ValueError(f"bad parameter '{part}' for {name}; {_takes(name, allowed)}")
         if key in params:
             raise ValueError(f"{name} {key} given twice in '{spec}'")
         params[key] = allowed[key].parse(name, key, text)

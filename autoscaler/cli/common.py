@@ -1,31 +1,115 @@
 """What every command shares: the app, its consoles, one-line errors and warnings, progress, the
-fleet file and a reachable Prometheus."""
+fleet file, a reachable Prometheus and the ``-o/--output`` formats.
+
+Nothing heavy is imported here at start-up (the fleet schema, numpy, scipy): ``autoscaler --help``
+and ``autoscaler <command> --help`` answer without them; each command imports what it runs.
+"""
 
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from typer.core import TyperCommand, TyperGroup
 
 from autoscaler import files
-from autoscaler.config import FleetConfig
-from autoscaler.config.loading import default_config, load_config
 from autoscaler.errors import Terminated
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Observability-driven control-loop autoscaler for LLM inference fleets.")
-console = Console()
-err_console = Console(stderr=True)
+if TYPE_CHECKING:
+    from autoscaler.config import FleetConfig
+
+DISTRIBUTION = "llm-autoscaler"
+"""The installed package's name (pyproject.toml), whose metadata ``--version`` reads."""
+
+
+def _readable_metavars(params: list[Any]) -> None:
+    """Flags show no value in help (typer would write ``<bool>``); a repeatable option shows its
+    element type once with ``...`` (typer would write ``<list[Path]>``). ``params``: the command's
+    parameters (typer's own click classes, hence duck-typed)."""
+    for p in params:
+        if getattr(p, "param_type_name", "") != "option" or p.metavar is not None:
+            continue
+        if p.is_flag or p.count:
+            p.metavar = ""
+        elif p.multiple:
+            args = get_args(p.type_descriptor.annotation)  # list[Path] -> (Path,)
+            element = args[0] if args else None
+            p.metavar = f"<{element.__name__.lower() if isinstance(element, type) else 'value'}>..."
+
+
+class Command(TyperCommand):
+    """A command whose help shows readable metavars (``_readable_metavars``)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        _readable_metavars(params)
+        return params
+
+
+class Group(TyperGroup):
+    """A command group whose help shows readable metavars (``_readable_metavars``)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        _readable_metavars(params)
+        return params
+
+
+class App(typer.Typer):
+    """``typer.Typer`` whose commands and groups are ``Command`` and ``Group`` unless told otherwise."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("cls", Group)
+        super().__init__(**kwargs)
+
+    def command(self, *args: Any, **kwargs: Any) -> Any:  # typer's own signature is the same pass-through
+        kwargs.setdefault("cls", Command)
+        return super().command(*args, **kwargs)
+
+
+def examples(*lines: str) -> str:
+    """A help page's epilog: ``Examples:`` and one command per line (rich markup escaped)."""
+    return "Examples:\n\n" + "\n".join(f"  {escape(line)}" for line in lines)
+
+
+app = App(add_completion=False, no_args_is_help=True,
+          help="Observability-driven control-loop autoscaler for LLM inference fleets.",
+          epilog=examples("autoscaler simulate --controller mpc", "autoscaler compare --wide",
+                          "autoscaler dry-run --prometheus-url http://localhost:9090 --once",
+                          "autoscaler <command> --help"))
+# emoji=False: user text (a path such as no:x:such:file.csv) prints verbatim, never as emoji codes.
+console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
+
+
+def _version(value: bool) -> None:
+    """``--version``: the installed package's version (importlib.metadata), then exit."""
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"autoscaler {version(DISTRIBUTION)}")
+        except PackageNotFoundError:
+            typer.echo(f"autoscaler: package {DISTRIBUTION} is not installed (run from a source tree)")
+        raise typer.Exit()
 
 
 @app.callback()
-def _main() -> None:
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the installed version and exit."),
+) -> None:
     """Observability-driven control-loop autoscaler for LLM inference fleets."""
+
+
+def say(text: str, *, err: bool = False) -> None:
+    """Print ``text`` verbatim (no markup, emoji or highlighting): paths, names, messages holding user text."""
+    (err_console if err else console).print(text, markup=False, emoji=False, highlight=False, soft_wrap=True)
 
 
 def fail(msg: str) -> typer.Exit:
@@ -36,6 +120,8 @@ def fail(msg: str) -> typer.Exit:
 
 def load_cfg(config: Path | None) -> FleetConfig:
     """The fleet file (default: the embedded one); a key read from its old place is one warning line."""
+    from autoscaler.config.loading import default_config, load_config
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FutureWarning)
         cfg = default_config() if config is None else load_config(config)
@@ -150,6 +236,55 @@ def connect_prometheus(cfg: FleetConfig, url: str | None) -> Any:
     try:
         check_reachable(client)
     except PrometheusError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     return client
+
+
+OUTPUTS_ALL = ("table", "json", "yaml")
+
+
+def output_format(output: str, json_alias: bool, allowed: tuple[str, ...] = OUTPUTS_ALL) -> str:
+    """The checked ``-o/--output`` format; the deprecated ``--json`` flag reads as ``-o json`` (with a warning).
+
+    Raises:
+        ValueError: a format not in ``allowed`` (the command's help says which it offers), or ``--json``
+            with another ``-o`` than json.
+    """
+    if json_alias:
+        warn("--json is deprecated and will be removed: use -o json (or --output json)")
+        if output not in ("table", "json"):
+            raise ValueError(f"--json contradicts -o {output}: give one of them")
+        output = "json"
+    if output not in allowed:
+        raise ValueError(f"-o/--output must be one of {', '.join(allowed)}, got '{output}'")
+    return output
+
+
+def print_document(doc: Any, output: str) -> None:
+    """``doc`` (a JSON-able value) on stdout as JSON (indented) or YAML, verbatim."""
+    import json
+
+    text = json.dumps(doc, indent=2)
+    if output == "yaml":
+        import yaml
+
+        # Through JSON first: tuples and numpy scalars become what JSON made of them.
+        typer.echo(yaml.safe_dump(json.loads(text), sort_keys=False), nl=False)
+    else:
+        typer.echo(text)
+
+
+def controller_list(controller: str | None, alias: str | None, default: str) -> str:
+    """The comma-separated ``--controller`` list of a command that runs several (compare, faults run);
+    the old spelling ``--controllers`` reads the same (with a warning).
+
+    Raises:
+        ValueError: both spellings given.
+    """
+    if alias is not None:
+        warn("--controllers is deprecated and will be removed: use --controller (a comma-separated list)")
+        if controller is not None:
+            raise ValueError("--controllers is the old spelling of --controller: give one of them")
+        return alias
+    return default if controller is None else controller

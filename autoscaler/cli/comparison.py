@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from autoscaler import files
 from autoscaler.cli.common import (
@@ -16,15 +14,23 @@ from autoscaler.cli.common import (
     check_admission,
     check_service,
     console,
+    controller_list,
     err_console,
+    examples,
     fail,
     interrupted,
     load_cfg,
+    output_format,
+    print_document,
+    say,
     warn,
 )
 from autoscaler.cli.options import (
+    DEFAULT_BATCH_FRACTION,
     BatchFractionOpt,
     ConfigOpt,
+    ControllersAliasOpt,
+    JsonAliasOpt,
     LengthsFromOpt,
     RateScaleOpt,
     SeedOpt,
@@ -33,23 +39,32 @@ from autoscaler.cli.options import (
     TraceFormatOpt,
     TraceOpt,
     TraceServiceOpt,
+    output_help,
 )
 from autoscaler.errors import AutoscalerError
-from autoscaler.workload.build import DEFAULT_BATCH_FRACTION, build_workload, check_shaping, parse_span
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 DEFAULT_COMPARE = "hpa,keda,kpa,aibrix,dynamo,wva,static,static-ilp,pid"
 
 
-@app.command()
+@app.command(epilog=examples(
+    "autoscaler compare",
+    "autoscaler compare --controller hpa,keda,pid,mpc --trace azure_conv.csv --rate-scale 0.5",
+    "autoscaler compare --controller pid@none,pid@pid --wide",
+    "autoscaler compare --controller hpa:metric=queue:target=5,pid -o json",
+))
 def compare(
     config: ConfigOpt = None,
     trace: TraceOpt = None,
     trace_format: TraceFormatOpt = None,
     span: SpanOpt = None,
     lengths_from: LengthsFromOpt = None,
-    controllers: Annotated[str, typer.Option(help="Comma-separated controllers or baseline specs "
-                                             f"(name:key=value...). Default: {DEFAULT_COMPARE.replace(',', ', ')}.",
-                                             show_default=False)] = DEFAULT_COMPARE,
+    controller: Annotated[str | None, typer.Option(
+        help="Comma-separated controller specs NAME[:key=value...] (SPEC@POLICY sets a row's admission policy). "
+             f"Default: {DEFAULT_COMPARE.replace(',', ', ')}.", show_default=False)] = None,
+    controllers_alias: ControllersAliasOpt = None,
     rate_scale: RateScaleOpt = 1.0,
     time_scale: TimeScaleOpt = 1.0,
     batch_fraction: BatchFractionOpt = DEFAULT_BATCH_FRACTION,
@@ -57,10 +72,11 @@ def compare(
     seed: SeedOpt = 0,
     workers: Annotated[int | None, typer.Option(help="Processes (default: min(controllers, CPUs)).")] = None,
     out: Annotated[Path, typer.Option(help="Directory for compare.json and compare.png.")] = Path("out"),
-    json_output: Annotated[bool, typer.Option("--json", help="Print compare.json instead of a table.",
-                                              metavar="")] = False,
-    wide: Annotated[bool, typer.Option("--wide", help="Add p99 ITL, $, $/succ. task, scale events, wall s.",
-                                       metavar="")] = False,
+    output: Annotated[str, typer.Option("--output", "-o", help=output_help(
+        "table | json | yaml", "json, yaml: the rows of compare.json."))] = "table",
+    json_alias: JsonAliasOpt = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Add p99 ITL, $, $/succ. task, scale events, wall s (folded "
+                                       "to the terminal's width, or $COLUMNS).")] = False,
     floor: Annotated[float, typer.Option(help="Interactive SLO attainment a row needs to be ranked by cost.")
                      ] = 0.99,
     admission: Annotated[str | None, typer.Option(
@@ -79,8 +95,11 @@ def compare(
         write_comparison,
     )
     from autoscaler.simulate import long_run_warning
+    from autoscaler.workload.build import build_workload, check_shaping, parse_span
 
     try:
+        output = output_format(output, json_alias)
+        controllers = controller_list(controller, controllers_alias, DEFAULT_COMPARE)
         if not 0 <= floor <= 1:
             raise ValueError(f"--floor must be in [0, 1], got {floor:g}")
         if seed < 0:
@@ -93,7 +112,7 @@ def compare(
         names = [c.strip() for c in controllers.split(",")]
         names = names if any(names) else []
         if "" in names:
-            raise ValueError(f"--controllers '{controllers}': an empty entry (two commas, or one at an end)")
+            raise ValueError(f"--controller '{controllers}': an empty entry (two commas, or one at an end)")
         check_names(names)
         check_admission(admission)
         span_s = None if span is None else parse_span(span)
@@ -117,23 +136,64 @@ def compare(
         raise interrupted(out, OUTPUTS, exc) from None
     except (AutoscalerError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
-    if json_output:
-        console.print_json(json.dumps(comp.rows))
+    if output != "table":
+        print_document(comp.rows, output)
         _exit_if_failed(comp.rows)
         return
-    t = Table(title=f"{len(wl.requests)} requests of {wl.source} (rate x{rate_scale:g}, seed {seed})",
-              title_justify="left")
-    for i, (h, _) in enumerate(columns(wide)):
-        t.add_column(h, justify="left" if i == 0 else "right", overflow="fold", no_wrap=i > 0)
-    for cells in table_cells(comp.rows, wide):
-        t.add_row(*cells)
-    # Printed whole whatever the terminal (or pipe) width: 100 columns, or the wide table's own width.
-    width = max(console.width if console.is_terminal else 0, 170 if wide else 100)
-    Console(width=width, highlight=False).print(t)
+    print_table(f"{len(wl.requests)} requests of {wl.source} (rate x{rate_scale:g}, seed {seed})",
+                columns(wide), table_cells(comp.rows, wide), wide)
     for line in legend(comp.rows):
-        console.print(line, highlight=False, soft_wrap=True)
-    console.print(f"wrote {' and '.join(str(p) for p in paths)}", highlight=False, soft_wrap=True)
+        say(line)
+    say(f"wrote {' and '.join(str(p) for p in paths)}")
     _exit_if_failed(comp.rows)
+
+
+NAME_WIDTH = 10
+"""Width of the controller column when deciding whether columns fit, characters (its header,
+"controller"); printed, the column takes the width left, a longer spec folding onto more lines."""
+
+
+def table_width(wide: bool) -> int:
+    """Columns to print the table in: ``$COLUMNS`` when set, else the terminal's width, else (a pipe)
+    the table's own width (100, or 170 with ``--wide``), so a piped table is never cut."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return console.width if console.is_terminal else (170 if wide else 100)
+
+
+def print_table(title: str, heads: tuple[tuple[str, Any], ...], rows: list[list[str]], wide: bool) -> None:
+    """The comparison table within ``table_width``, numbers never cut: when the whole table is wider,
+    its columns are printed as several tables one under the other, each led by the controller column."""
+    from rich.console import Console
+    from rich.measure import Measurement
+    from rich.table import Table
+    from rich.text import Text
+
+    width = table_width(wide)
+    out = Console(width=width, highlight=False, emoji=False)
+
+    def table(cols: list[int], label: str | None, name_width: int | None = None) -> Table:
+        t = Table(title=None if label is None else Text(label), title_justify="left")  # Text: printed verbatim
+        t.add_column(heads[0][0], overflow="fold", max_width=name_width)  # a long spec folds onto more lines
+        for i in cols[1:]:
+            t.add_column(heads[i][0], justify="right", no_wrap=True)
+        for cells in rows:
+            t.add_row(*(Text(cells[i]) for i in cols))
+        return t
+
+    def fits(cols: list[int]) -> bool:
+        unbounded = out.options.update_width(10 * width)  # a measurement is capped at the width measured in
+        return Measurement.get(out, unbounded, table(cols, None, NAME_WIDTH)).maximum <= width
+
+    parts: list[list[int]] = [[0]]
+    for i in range(1, len(heads)):
+        if fits([*parts[-1], i]) or parts[-1] == [0]:
+            parts[-1].append(i)
+        else:
+            parts.append([0, i])
+    for k, cols in enumerate(parts):
+        out.print(table(cols, title if k == 0 else None))
 
 
 def _exit_if_failed(rows: list[dict[str, Any]]) -> None:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from autoscaler import files
 from autoscaler.cli.common import (
@@ -17,31 +16,57 @@ from autoscaler.cli.common import (
     connect_prometheus,
     console,
     err_console,
+    examples,
     fail,
     interrupted,
     load_cfg,
+    output_format,
+    print_document,
+    say,
     warn,
 )
-from autoscaler.cli.options import ConfigOpt, ControllerOpt, PlotOpt, PrometheusUrlOpt
-from autoscaler.config import FleetConfig
+from autoscaler.cli.options import (
+    ConfigOpt,
+    JsonAliasOpt,
+    LiveControllerOpt,
+    PlotOpt,
+    PrometheusUrlOpt,
+    check_live_controller,
+    output_help,
+)
 from autoscaler.errors import AutoscalerError, Terminated
 
+if TYPE_CHECKING:
+    from autoscaler.config import FleetConfig
 
-@app.command("dry-run")
+SpeedOpt = Annotated[float, typer.Option(help="Source runs this many times faster than real time (a simulator "
+                                         "served with --speed); 1 for a real cluster.")]
+
+
+@app.command("dry-run", epilog=examples(
+    "autoscaler dry-run --prometheus-url http://localhost:9090 --once",
+    "autoscaler dry-run --config fleet.yaml --controller mpc -o json",
+    "autoscaler dry-run --prometheus-url http://localhost:9090 --speed 10   # a simulator served at 10x",
+))
 def dry_run(
     prometheus_url: PrometheusUrlOpt = None,
     config: ConfigOpt = None,
-    once: Annotated[bool, typer.Option("--once", help="Decide once and exit.", metavar="")] = False,
+    once: Annotated[bool, typer.Option("--once", help="Decide once and exit (exit 1 when no series matched the "
+                                       "fleet's selectors).")] = False,
     interval: Annotated[float | None, typer.Option(help="Wall seconds between ticks (default: tick_s / speed).")
                         ] = None,
     ticks: Annotated[int | None, typer.Option(help="Stop after this many ticks (default: run until Ctrl-C).")] = None,
-    output: Annotated[str, typer.Option(help="table | json (one JSON object per tick and line).")] = "table",
-    speed: Annotated[float, typer.Option(help="Source runs this many times faster than real time "
-                                         "(a simulator served with --speed); 1 for a real cluster.")] = 1.0,
+    output: Annotated[str, typer.Option("--output", "-o", help=output_help(
+        "table | json", "json: one JSON object per tick and line (no yaml: the output is a stream)."))] = "table",
+    speed: SpeedOpt = 1.0,
     serve_metrics: Annotated[str | None, typer.Option(help="HOST:PORT to serve the autoscaler_* metrics.")] = None,
-    controller: ControllerOpt = "pid",
+    controller: LiveControllerOpt = "pid",
 ) -> None:
-    """Observe a live Prometheus and print, tick by tick, what the loop would do. Never actuates."""
+    """Observe a live Prometheus and print, tick by tick, what the loop would do. Never actuates.
+
+    Exit status: 0; 1 when Prometheus cannot be reached, a bounded run's queries failed, or --once
+    matched no series at all (the line names the selectors); 2 on bad input; 130 on Ctrl-C.
+    """
     import logging
     import math
 
@@ -49,10 +74,10 @@ def dry_run(
     from controllers.registry import build
 
     try:
+        output = output_format(output, False, ("table", "json"))
+        check_live_controller(controller, "dry-run")
         cfg = load_cfg(config)
         ctrl = build(controller, cfg)
-        if output not in ("table", "json"):
-            raise ValueError(f"--output must be table or json, got '{output}'")
         if once and (interval is not None or ticks is not None):
             raise ValueError("--once excludes --interval and --ticks")
         # `not 0 < x < inf` also rejects NaN.
@@ -79,7 +104,7 @@ def dry_run(
 def _dry_run_ticks(cfg: FleetConfig, ctrl: Any, prometheus_url: str | None, once: bool, interval: float | None,
                    ticks: int | None, output: str, speed: float, serve_metrics: str | None) -> None:
     """The dry-run of ``dry_run`` (arguments already checked): ticks printed as tables or JSON lines."""
-    from autoscaler.dryrun import DryRun, TickCount, run_ticks, serve_dry_run, tick_json, tick_tables
+    from autoscaler.dryrun import DryRun, TickCount, run_ticks, serve_dry_run, tick_json, tick_tables, unmatched
     from autoscaler.loop.runner import TickRecord
     from autoscaler.wiring import build_source
 
@@ -90,8 +115,10 @@ def _dry_run_ticks(cfg: FleetConfig, ctrl: Any, prometheus_url: str | None, once
     except ValueError as exc:
         raise fail(str(exc)) from None
     count = TickCount()
+    nothing: list[str] = []
 
     def show(record: TickRecord, wall: float) -> None:
+        nothing[:] = unmatched(run, record)
         if output == "json":
             typer.echo(json.dumps(tick_json(run, record, wall)))
         else:
@@ -111,9 +138,18 @@ def _dry_run_ticks(cfg: FleetConfig, ctrl: Any, prometheus_url: str | None, once
         err_console.print(f"[bold red]error:[/] queries failed on {count.failed} of {count.done} tick(s); the loop "
                           "held there", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+    if once and nothing:
+        # Every cell was "?": the fleet file's selectors name nothing in this Prometheus.
+        say(f"error: --once: no series matched the fleet's selectors in this Prometheus: {'; '.join(nothing)}",
+            err=True)
+        raise typer.Exit(1)
 
 
-@app.command()
+@app.command(epilog=examples(
+    "autoscaler backtest --prometheus-url http://localhost:9090 --start 2025-01-01T00:00 --end 2025-01-01T06:00",
+    "autoscaler backtest --config fleet.yaml --start 1735689600 --end 1735693200 --controller mpc -o json",
+    "autoscaler backtest --prometheus-url http://localhost:9090 --start 1735689600 --end 1735693200 --speed 10",
+))
 def backtest(
     start: Annotated[str, typer.Option(help="Range start: unix seconds or ISO 8601 (UTC if no offset).")],
     end: Annotated[str, typer.Option(help="Range end: unix seconds or ISO 8601.")],
@@ -123,20 +159,34 @@ def backtest(
     service: Annotated[str | None, typer.Option(help="Service to plot (default: first).")] = None,
     out: Annotated[Path, typer.Option(help="Directory for timeline.csv and timeline.png.")] = Path("out"),
     plot: PlotOpt = False,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.", metavar="")] = False,
-    controller: ControllerOpt = "pid",
+    output: Annotated[str, typer.Option("--output", "-o", help=output_help(
+        "table | json | yaml", "json, yaml: the summary as a document."))] = "table",
+    json_alias: JsonAliasOpt = False,
+    speed: SpeedOpt = 1.0,
+    controller: LiveControllerOpt = "pid",
 ) -> None:
-    """Replay the decisions the loop would have made over a past range of a Prometheus's history."""
+    """Replay the decisions the loop would have made over a past range of a Prometheus's history.
+
+    A range recorded from a simulator served at --speed N is read at that speed: rates divided by N,
+    windows N times shorter, the default --step the controller's tick / N (at least 1 s).
+    """
     import logging
+    import math
 
     from autoscaler.backtest import OUTPUTS, check_range, parse_time, run_backtest, write_outputs
     from controllers.registry import build
 
     try:
+        output = output_format(output, json_alias)
+        check_live_controller(controller, "backtest")
+        if not 0 < speed < math.inf:
+            raise ValueError(f"--speed must be a finite number > 0, got {speed:g}")
         cfg = load_cfg(config)
+        if cfg.prometheus.query_set == "recorded" and speed != 1:
+            raise ValueError("prometheus.query_set recorded reads rates recorded over real time: --speed must be 1")
         check_service(cfg, service)
         t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")
-        dt = build(controller, cfg).tick_s if step is None else step
+        dt = max(1, round(build(controller, cfg).tick_s / speed)) if step is None else step
         check_range(t0, t1, dt)  # bad input exits 2 before connecting, even to an unreachable server
         files.check_writable(out)
         files.clear(out, OUTPUTS)
@@ -146,7 +196,7 @@ def backtest(
         try:
             client = connect_prometheus(cfg, prometheus_url)
             url = prometheus_url or cfg.prometheus.url or ""
-            run = run_backtest(cfg, client, t0, t1, dt, controller)
+            run = run_backtest(cfg, client, t0, t1, dt, controller, speed)
             for warning in run.warnings:
                 warn(warning)
             summary = write_outputs(run, out, url, service, plot=plot)
@@ -154,10 +204,12 @@ def backtest(
             raise interrupted(out, OUTPUTS, exc) from None
         except (ValueError, OSError) as exc:
             raise fail(str(exc)) from None
-    if json_output:
-        console.print_json(json.dumps(summary))
+    if output != "table":
+        print_document(summary, output)
         return
     from datetime import UTC, datetime
+
+    from rich.table import Table
 
     span = " .. ".join(f"{datetime.fromtimestamp(x, UTC):%Y-%m-%d %H:%M:%S}" for x in (t0, t1))
     t = Table(title=f"backtest {span} UTC every {dt:g} s", show_header=True)
@@ -167,5 +219,4 @@ def backtest(
         value = ", ".join(f"{kind} {n}" for kind, n in sorted(v.items())) if isinstance(v, dict) else str(v)
         t.add_row(k.replace("_", " "), value)
     console.print(t)
-    console.print(f"wrote {out / 'timeline.csv'}" + (f" and {out / 'timeline.png'}" if plot else ""),
-                  highlight=False, soft_wrap=True)
+    say(f"wrote {out / 'timeline.csv'}" + (f" and {out / 'timeline.png'}" if plot else ""))

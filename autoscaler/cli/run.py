@@ -7,20 +7,23 @@ from typing import Annotated
 
 import typer
 
-from autoscaler.cli.common import app, fail, load_cfg
-from autoscaler.cli.options import ControllerOpt, PrometheusUrlOpt
+from autoscaler.cli.common import app, examples, fail, load_cfg
+from autoscaler.cli.options import LiveControllerOpt, PrometheusUrlOpt, check_live_controller
 from autoscaler.errors import AutoscalerError
 
 
-@app.command("run")
+@app.command("run", epilog=examples(
+    "autoscaler run --config fleet.yaml --dry-run",
+    "autoscaler run --config fleet.yaml --controller mpc --prometheus-url http://prometheus:9090",
+    "autoscaler run --config fleet.yaml --kubeconfig ~/.kube/config --log-format json",
+))
 def run_daemon(
     config: Annotated[Path, typer.Option(help="Fleet YAML file.")],
-    controller: ControllerOpt = "pid",
+    controller: LiveControllerOpt = "pid",
     kubeconfig: Annotated[Path | None, typer.Option(
-        help="kubeconfig file (default: the pod's service account in a cluster, else $KUBECONFIG or "
+        help="Kubeconfig file (default: the pod's service account in a cluster, else $KUBECONFIG or "
              "~/.kube/config).")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Do everything but the writes; log them.",
-                                          metavar="")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Do everything but the writes; log them.")] = False,
     port: Annotated[int, typer.Option(help="Port of /metrics, /healthz, /readyz and /v1/admission.")] = 8080,
     admission_port: Annotated[int | None, typer.Option(
         help="Serve /v1/admission on this port alone, not on --port (gateways apart from scrapers).")] = None,
@@ -31,7 +34,7 @@ def run_daemon(
     identity: Annotated[str | None, typer.Option(
         help="This daemon's name in the Lease and its Events: 1 to 128 visible ASCII characters (default: "
              "$POD_NAME, else HOST-PID).")] = None,
-    log_format: Annotated[str, typer.Option(help="text | json (one JSON object per line).")] = "text",
+    log_format: Annotated[str, typer.Option(help="Log format: text | json (one JSON object per line).")] = "text",
 ) -> None:
     """Run the control loop on a cluster (docs/daemon.md).
 
@@ -53,6 +56,7 @@ def run_daemon(
 
     ports = f"--port {port}" + ("" if admission_port is None else f" or --admission-port {admission_port}")
     try:
+        check_live_controller(controller, "run")
         cfg = load_cfg(config)
         check_workloads(cfg.kubernetes, cfg.services)  # before connecting: a bad kind is the file's error
         if log_format not in ("text", "json"):

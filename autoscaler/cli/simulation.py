@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from autoscaler import files
 from autoscaler.cli.common import (
@@ -17,17 +15,22 @@ from autoscaler.cli.common import (
     check_admission,
     check_service,
     console,
-    err_console,
+    examples,
     fail,
     fmt,
     interrupted,
     load_cfg,
+    output_format,
+    print_document,
+    say,
     warn,
 )
 from autoscaler.cli.options import (
+    DEFAULT_BATCH_FRACTION,
     BatchFractionOpt,
     ConfigOpt,
     ControllerOpt,
+    JsonAliasOpt,
     LengthsFromOpt,
     PlotOpt,
     RateScaleOpt,
@@ -37,14 +40,20 @@ from autoscaler.cli.options import (
     TraceFormatOpt,
     TraceOpt,
     TraceServiceOpt,
+    output_help,
 )
-from autoscaler.config import FleetConfig
 from autoscaler.errors import AutoscalerError
-from autoscaler.workload.build import DEFAULT_BATCH_FRACTION, build_workload, check_shaping, parse_span
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from autoscaler.config import FleetConfig
 
 
 def results_table(res: dict[str, Any]) -> Table:
     """A rich table of one run's ``results.json``."""
+    from rich.table import Table
+
     a = res["admission"]
     policy = "" if a["policy"] == "none" else f"@{a['policy']}"
     t = Table(title=f"{res['controller']}{policy} on {res['workload']}", show_header=True)
@@ -89,7 +98,13 @@ def results_table(res: dict[str, Any]) -> Table:
     return t
 
 
-@app.command()
+@app.command(epilog=examples(
+    "autoscaler simulate",
+    "autoscaler simulate --trace azure_conv.csv --controller mpc --out runs/mpc --plot",
+    "autoscaler simulate --trace servegen/m-large --span 0:3600 --lengths-from azure_conv.csv",
+    "autoscaler simulate --serve-metrics 127.0.0.1:8000 --speed 10",
+    "autoscaler simulate -o json | jq .slo_attainment",
+))
 def simulate(
     config: ConfigOpt = None,
     trace: TraceOpt = None,
@@ -105,8 +120,9 @@ def simulate(
     out: Annotated[Path, typer.Option(help="Directory for results.json, timeline.csv, timeline.png.")] = Path(
         "out"),
     plot: PlotOpt = False,
-    json_output: Annotated[bool, typer.Option("--json", help="Print results.json instead of a table.",
-                                              metavar="")] = False,
+    output: Annotated[str, typer.Option("--output", "-o", help=output_help(
+        "table | json | yaml", "table: the results as a table; json, yaml: results.json."))] = "table",
+    json_alias: JsonAliasOpt = False,
     serve_metrics: Annotated[str | None, typer.Option(
         help="HOST:PORT: run in scaled real time and serve every replica's vLLM metrics for Prometheus.")] = None,
     speed: Annotated[float | None, typer.Option(
@@ -118,10 +134,13 @@ def simulate(
     """Run the control loop on a trace against the embedded fleet simulator."""
     from autoscaler.report import OUTPUTS, outcome, write_outputs
     from autoscaler.simulate import long_run_warning, run_simulation
+    from autoscaler.workload.build import build_workload, check_shaping, parse_span
     from controllers.registry import parse_spec
 
     names = (*OUTPUTS, "realtime.json")
     try:
+        output = output_format(output, json_alias)
+        quiet = output != "table"
         if seed < 0:
             raise ValueError(f"--seed must be >= 0, got {seed}")
         if serve_metrics is None and speed is not None:
@@ -136,7 +155,7 @@ def simulate(
         files.clear(out, names)
         if serve_metrics is not None:
             res = _served_simulation(cfg, controller, service, serve_metrics, 1.0 if speed is None else speed, out,
-                                     plot, json_output, admission,
+                                     plot, quiet, admission,
                                      lambda: build_workload(trace, trace_format, rate_scale, time_scale, seed,
                                                             batch_fraction, span_s, lengths_from))
         else:
@@ -145,7 +164,7 @@ def simulate(
             if warning:
                 warn(warning)
             shown = controller if admission is None else f"{controller}@{admission}"
-            with ProgressBar(f"simulating {len(wl.requests)} requests, {shown}", not json_output) as bar:
+            with ProgressBar(f"simulating {len(wl.requests)} requests, {shown}", not quiet) as bar:
                 run = run_simulation(cfg, wl, controller, service, progress=bar.update, admission=admission,
                                      measure=outcome)
             res = write_outputs(run, out, plot=plot)
@@ -153,13 +172,12 @@ def simulate(
         raise interrupted(out, names, exc) from None
     except (AutoscalerError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
-    if json_output:
-        console.print_json(json.dumps(res))
-    else:
-        console.print(results_table(res))
-        written = [out / "results.json", out / "timeline.csv"] + ([out / "timeline.png"] if plot else [])
-        console.print(f"wrote {', '.join(str(p) for p in written[:-1])} and {written[-1]}", highlight=False,
-                      soft_wrap=True)
+    if output != "table":
+        print_document(res, output)
+        return
+    console.print(results_table(res))
+    written = [out / "results.json", out / "timeline.csv"] + ([out / "timeline.png"] if plot else [])
+    say(f"wrote {', '.join(str(p) for p in written[:-1])} and {written[-1]}")
 
 
 def _served_simulation(cfg: FleetConfig, controller: str, service: str | None, address: str, speed: float,
@@ -171,8 +189,8 @@ def _served_simulation(cfg: FleetConfig, controller: str, service: str | None, a
     from autoscaler.report import write_outputs
 
     with served(address, speed) as endpoint:
-        err_console.print(f"serving metrics at http://{endpoint.host}:{endpoint.port}/metrics and admission "
-                          f"thresholds at {PATH}, at {speed:g}x real time", highlight=False, soft_wrap=True)
+        say(f"serving metrics at http://{endpoint.host}:{endpoint.port}/metrics and admission thresholds at {PATH}, "
+            f"at {speed:g}x real time", err=True)
         wl = workload()
         live = LiveSimulation(cfg, wl, controller, service, registry=endpoint.registry, admission=admission,
                               document=endpoint.document)

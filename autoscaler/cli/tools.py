@@ -2,43 +2,52 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from autoscaler import files
 from autoscaler.cli.common import (
+    App,
     StderrLog,
     app,
     connect_prometheus,
     console,
+    controller_list,
     err_console,
+    examples,
     fail,
     interrupted,
     load_cfg,
+    output_format,
+    print_document,
+    say,
 )
-from autoscaler.config.base import MAX_INT
-from autoscaler.config.loading import default_config
+from autoscaler.cli.options import ControllersAliasOpt, JsonAliasOpt, output_help
 from autoscaler.errors import AutoscalerError, Terminated
 
-admission_app = typer.Typer(no_args_is_help=True, help="Admission thresholds for a real gateway.")
+if TYPE_CHECKING:
+    from rich.table import Table
+
+admission_app = App(no_args_is_help=True, help="Admission thresholds for a real gateway.")
 app.add_typer(admission_app, name="admission")
 
 
-@admission_app.command("objectives")
+@admission_app.command("objectives", epilog=examples(
+    "autoscaler admission objectives http://autoscaler:9090 | kubectl apply -f -",
+    "autoscaler admission objectives admission.json --pool my-pool --namespace llm",
+))
 def admission_objectives(
-    source: Annotated[str, typer.Argument(help="the loop's address (http://HOST:PORT, /v1/admission added) "
-                                                "or a file holding an admission document")],
+    source: Annotated[str, typer.Argument(help="The loop's address (http://HOST:PORT, /v1/admission added) "
+                                                "or a file holding an admission document.")],
     pool: Annotated[str | None, typer.Option(
-        help="the InferencePool the objectives name (default: the service)")] = None,
-    namespace: Annotated[str | None, typer.Option(help="the objectives' namespace")] = None,
+        help="The InferencePool the objectives name (default: the service).")] = None,
+    namespace: Annotated[str | None, typer.Option(help="The objectives' namespace.")] = None,
     api_group: Annotated[str, typer.Option(
-        help="the InferenceObjective's API group: llm-d.ai (llm-d-router) or inference.networking.x-k8s.io "
-             "(Gateway API Inference Extension up to v1.5)")] = "llm-d.ai",
+        help="The InferenceObjective's API group: llm-d.ai (llm-d-router) or inference.networking.x-k8s.io "
+             "(Gateway API Inference Extension up to v1.5).")] = "llm-d.ai",
 ) -> None:
     """Print the thresholds in force as the endpoint picker's InferenceObjectives.
 
@@ -57,13 +66,18 @@ def admission_objectives(
     typer.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
 
 
-@admission_app.command("budget")
+@admission_app.command("budget", epilog=examples(
+    "autoscaler admission budget --config fleet.yaml",
+    "autoscaler admission budget --config fleet.yaml -o yaml --min-ceiling 0.8 > epp-config.yaml",
+))
 def admission_budget(
     config: Annotated[Path | None, typer.Option(help="Fleet YAML file (default: the embedded example fleet).")] = None,
-    service: Annotated[str | None, typer.Option(help="the service (default: the first)")] = None,
-    output: Annotated[str, typer.Option(help="table (each variant's budget) or yaml (the EPP's config)")] = "table",
+    service: Annotated[str | None, typer.Option(help="The service (default: the first).")] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help=output_help(
+        "table | yaml", "table: each variant's budget; yaml: the EPP's config (no json: the EPP reads YAML)."))
+    ] = "table",
     min_ceiling: Annotated[float | None, typer.Option(
-        help="with yaml: hold the lowest priority from this pool saturation (priority-holdback-policy)")] = None,
+        help="With yaml: hold the lowest priority from this pool saturation (priority-holdback-policy).")] = None,
 ) -> None:
     """Print the requests in flight each replica can carry at the ITL objective (docs/admission.md).
 
@@ -72,15 +86,15 @@ def admission_budget(
     concurrency detector takes one number for the pool), for the EPP's --config-file.
     """
     import yaml
+    from rich.table import Table
 
     from autoscaler.adapters.gateway_api import epp_config
     from autoscaler.cli.common import check_service
     from controllers.admission import itl_budgets, pool_budget
     try:
-        if output not in ("table", "yaml"):
-            raise ValueError(f"--output must be table or yaml, got '{output}'")
+        output = output_format(output, False, ("table", "yaml"))
         if min_ceiling is not None and output != "yaml":
-            raise ValueError("--min-ceiling sets the EPP config's priority holdback: it needs --output yaml")
+            raise ValueError("--min-ceiling sets the EPP config's priority holdback: it needs -o yaml")
         cfg = load_cfg(config)
         check_service(cfg, service)
         svc = cfg.service(service)
@@ -101,22 +115,25 @@ def admission_budget(
         b = budgets[v.name]
         table.add_row(v.name, v.profile, f"{b.itl_rps:.2f}", f"{math.floor(b.in_flight * 10) / 10:.1f}", str(b.budget))
     console.print(table)
-    console.print(f"one number for the pool (the EPP's maxConcurrency): {one}")
+    say(f"one number for the pool (the EPP's maxConcurrency): {one}")
 
 
-dashboards_app = typer.Typer(no_args_is_help=True, help="The Grafana dashboards and Prometheus rules.")
+dashboards_app = App(no_args_is_help=True, help="The Grafana dashboards and Prometheus rules.")
 app.add_typer(dashboards_app, name="dashboards")
 
 
-@dashboards_app.command("export")
+@dashboards_app.command("export", epilog=examples(
+    "autoscaler dashboards export --out bundle",
+    "autoscaler dashboards export --out bundle --config fleet.yaml --objective 0.995",
+))
 def dashboards_export(
-    out: Annotated[Path, typer.Option(help="directory to write dashboards/, provisioning/ and rules/ under")],
-    config: Annotated[Path | None, typer.Option(help="fleet file (default: the embedded default fleet)")] = None,
+    out: Annotated[Path, typer.Option(help="Directory to write dashboards/, provisioning/ and rules/ under.")],
+    config: Annotated[Path | None, typer.Option(help="Fleet file (default: the embedded default fleet).")] = None,
     objective: Annotated[float, typer.Option(
-        help="fraction of interactive requests within their objectives the burn-rate alerts defend")] = 0.99,
+        help="Fraction of interactive requests within their objectives the burn-rate alerts defend.")] = 0.99,
     prometheus_url: Annotated[str | None, typer.Option(
-        help="the URL the provisioned Grafana datasource points at (default: the fleet's prometheus.url, "
-             "else http://prometheus:9090)")] = None,
+        help="The URL the provisioned Grafana datasource points at (default: the fleet's prometheus.url, "
+             "else http://prometheus:9090).")] = None,
 ) -> None:
     """Write the dashboard bundle for a fleet: Grafana dashboards, provisioning, Prometheus rules
     (docs/dashboards.md)."""
@@ -132,45 +149,57 @@ def dashboards_export(
         paths = write(render(cfg, objective, prometheus_url), out)
     except (AutoscalerError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
-    console.print(f"wrote {len(paths)} files under {out}", highlight=False, soft_wrap=True)
+    say(f"wrote {len(paths)} files under {out}")
 
 
-faults_app = typer.Typer(no_args_is_help=True, help="Fault scenarios: the failures the anchors' users reported.")
+faults_app = App(no_args_is_help=True, help="Fault scenarios: the failures the anchors' users reported.")
 app.add_typer(faults_app, name="faults")
 
 
-@faults_app.command("run")
+FAULTS_CONTROLLERS = "pid,mpc,hpa,keda,kpa,aibrix,dynamo,wva"
+
+
+@faults_app.command("run", epilog=examples(
+    "autoscaler faults run --scenarios other-writer",
+    "autoscaler faults run --controller pid,hpa --out runs/faults -o json",
+))
 def faults_run(
     scenarios: Annotated[str | None, typer.Option(
-        help="comma-separated scenario names (default: every *.yaml of --suite)", show_default=False)] = None,
-    controllers: Annotated[str, typer.Option(help="comma-separated controller specs (SPEC@POLICY sets a row's "
-                                             "admission policy)")] = "pid,mpc,hpa,keda,kpa,aibrix,dynamo,wva",
-    out: Annotated[Path | None, typer.Option(help="directory for faults.json and faults.md")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="print the rows as JSON instead of a table",
-                                              metavar="")] = False,
+        help="Comma-separated scenario names (default: every *.yaml of --suite).", show_default=False)] = None,
+    controller: Annotated[str | None, typer.Option(
+        help="Comma-separated controller specs (SPEC@POLICY sets a row's admission policy). Default: "
+             f"{FAULTS_CONTROLLERS.replace(',', ', ')}.", show_default=False)] = None,
+    controllers_alias: ControllersAliasOpt = None,
+    out: Annotated[Path | None, typer.Option(help="Directory for faults.json and faults.md.")] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help=output_help(
+        "table | json | yaml", "table: a Markdown table; json, yaml: the rows."))] = "table",
+    json_alias: JsonAliasOpt = False,
     suite: Annotated[Path | None, typer.Option(
-        help="folder of scenario files (default: benchmarks/faults of this source tree)", show_default=False)] = None,
-    data: Annotated[Path, typer.Option(help="folder holding the traces that trace scenarios name")] = Path(
+        help="Folder of scenario files (default: benchmarks/faults of this source tree).", show_default=False)] = None,
+    data: Annotated[Path, typer.Option(help="Folder holding the traces that trace scenarios name.")] = Path(
         "../shared/data"),
-    workers: Annotated[int | None, typer.Option(help="processes for the simulator rows (default: CPUs)")] = None,
-    seed: Annotated[int | None, typer.Option(help="workload seed of every scenario (default: each file's own)",
+    workers: Annotated[int | None, typer.Option(help="Processes for the simulator rows (default: CPUs).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Workload seed of every scenario (default: each file's own).",
                                              show_default=False)] = None,
 ) -> None:
     """Run the fault scenarios against the controllers and print one table.
 
     Scenario x controller -> harmful actions, interactive attainment, requests failed, retries and
     cost (docs/faults.md)."""
+    from autoscaler.config.base import MAX_INT
     from autoscaler.faults.rows import OUTPUTS, markdown_table, write_results
     from autoscaler.faults.suite import load_suite, run_suite, suite_dir
 
     try:
+        output = output_format(output, json_alias)
+        controllers = controller_list(controller, controllers_alias, FAULTS_CONTROLLERS)
         if workers is not None and workers < 1:
             raise ValueError(f"--workers must be >= 1, got {workers}")
         if seed is not None and not 0 <= seed <= MAX_INT:
             raise ValueError(f"--seed must be in [0, 2**53], got {seed}")
         names = [c.strip() for c in controllers.split(",")]
         if "" in names or len(set(names)) != len(names):
-            raise ValueError(f"--controllers '{controllers}': an empty or repeated entry")
+            raise ValueError(f"--controller '{controllers}': an empty or repeated entry")
         wanted = None if scenarios is None else [s.strip() for s in scenarios.split(",")]
         if wanted is not None and ("" in wanted or len(set(wanted)) != len(wanted)):
             raise ValueError(f"--scenarios '{scenarios}': an empty or repeated entry")
@@ -197,15 +226,15 @@ def faults_run(
         raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
     except (AutoscalerError, ValueError, OSError, RuntimeError) as exc:
         raise fail(str(exc)) from None
-    if json_output:
-        typer.echo(json.dumps(rows, indent=2))
+    if output != "table":
+        print_document(rows, output)
         return
     typer.echo(markdown_table(rows))
     if paths:
-        console.print(f"wrote {' and '.join(str(p) for p in paths)}", highlight=False, soft_wrap=True)
+        say(f"wrote {' and '.join(str(p) for p in paths)}")
 
 
-profiles_app = typer.Typer(no_args_is_help=True, help="The shipped performance profiles.")
+profiles_app = App(no_args_is_help=True, help="The shipped performance profiles.")
 app.add_typer(profiles_app, name="profiles")
 
 _SOURCE_LABEL = {"llm-inference-bench": "LIB", "splitwise": "Splitwise"}
@@ -213,6 +242,8 @@ _SOURCE_LABEL = {"llm-inference-bench": "LIB", "splitwise": "Splitwise"}
 
 def profiles_table() -> Table:
     """Every shipped profile: where its rows come from, how many, its errors, how its prefill slope was set."""
+    from rich.table import Table
+
     from models.profiles import shipped_entries
 
     table = Table(title="Shipped performance profiles",
@@ -233,27 +264,34 @@ def profiles_table() -> Table:
     return table
 
 
-@profiles_app.command("list")
+@profiles_app.command("list", epilog=examples("autoscaler profiles list", "autoscaler profiles list -o json"))
 def profiles_list(
-    json_output: Annotated[bool, typer.Option("--json", help="Print a JSON list of {name, model, gpu, "
-                                              "tensor_parallel, rows_fitted, rows_held_out, heldout_mape}.",
-                                              metavar="")] = False,
+    output: Annotated[str, typer.Option("--output", "-o", help=output_help(
+        "table | json | yaml", "json, yaml: a list of {name, model, gpu, tensor_parallel, rows_fitted, "
+        "rows_held_out, heldout_mape}."))] = "table",
+    json_alias: JsonAliasOpt = False,
 ) -> None:
     """Every shipped profile with its source rows and held-out error (a fleet file's profile: names one)."""
     from models.profiles import listing
 
-    if json_output:
-        typer.echo(json.dumps(listing(), indent=2))
+    try:
+        output = output_format(output, json_alias)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if output != "table":
+        print_document(listing(), output)
     else:
         console.print(profiles_table())
 
 
-profile_app = typer.Typer(no_args_is_help=True, help="A profile from your own measurements.")
+profile_app = App(no_args_is_help=True, help="A profile from your own measurements.")
 app.add_typer(profile_app, name="profile")
 
 
 def _fit_table(res: Any) -> Table:
     """The fitted coefficients beside the shipped profile of the same (model, GPU, TP), if any."""
+    from rich.table import Table
+
     from models.profiles import list_profiles, profile_name, shipped_entries
 
     doc = res.document
@@ -275,7 +313,11 @@ def _fit_table(res: Any) -> Table:
     return table
 
 
-@profile_app.command("fit")
+@profile_app.command("fit", epilog=examples(
+    "autoscaler profile fit --model llama-3-8b --gpu H100-SXM --out my.json --bench run1.json --bench run2.json",
+    "autoscaler profile fit --model llama-3-8b --gpu H100-SXM --out my.json --prometheus-url http://localhost:9090 "
+    "--selector 'model_name=\"m\"' --start 2025-01-01T00:00 --end 2025-01-01T06:00",
+))
 def profile_fit(
     model: Annotated[str, typer.Option(help="Model key: a shipped profile name's first part, e.g. llama-3-8b.")],
     gpu: Annotated[str, typer.Option(help="GPU, as in a fleet file or a profile name, e.g. H100-SXM.")],
@@ -295,8 +337,9 @@ def profile_fit(
         help="Benchmark: the server's --max-num-batched-tokens.")] = 8192,
     tolerance: Annotated[float, typer.Option(
         help="Benchmark: seconds within which tokens of one engine step reach the client.")] = 0.001,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the profile file's content as JSON.",
-                                              metavar="")] = False,
+    output: Annotated[str, typer.Option("--output", "-o", help=output_help(
+        "table | json | yaml", "json, yaml: the profile file's content."))] = "table",
+    json_alias: JsonAliasOpt = False,
 ) -> None:
     """Fit a profile to a vLLM benchmark's results (--bench) or a Prometheus range (--prometheus-url); write it.
 
@@ -306,8 +349,10 @@ def profile_fit(
 
     from autoscaler import profile_fit as pf
     from autoscaler.backtest import parse_time
+    from autoscaler.config.loading import default_config
 
     try:
+        output = output_format(output, json_alias)
         if (bench is None) == (prometheus_url is None):
             raise ValueError("give either --bench FILE (one or more) or --prometheus-url with --selector, --start "
                              "and --end")
@@ -322,17 +367,17 @@ def profile_fit(
                 res = pf.from_prometheus(lambda url: connect_prometheus(default_config(), url), prometheus_url,
                                          selector,
                                          t0, t1, model, gpu, tensor_parallel, out, window, resolution,
-                                         log=lambda m: err_console.print(m, highlight=False, soft_wrap=True))
+                                         log=lambda m: say(m, err=True))
     except (AutoscalerError, ValueError) as exc:
         raise fail(str(exc)) from None
     except OSError as exc:
         raise fail(f"{out}: {exc.strerror or exc}") from None
-    if json_output:
-        typer.echo(json.dumps(res.document, indent=2))
+    if output != "table":
+        print_document(res.document, output)
         return
     console.print(_fit_table(res))
     f = res.fit
     console.print(f"{f.rows_fitted} {f.unit}s fitted, {f.rows_held_out} held out; held-out error {f.heldout_mape:.1%} "
                   f"(fit {f.fit_mape:.1%}): mean |predicted / measured - 1| of their durations", highlight=False,
                   soft_wrap=True)
-    console.print(f"wrote {res.out}", highlight=False, soft_wrap=True)
+    say(f"wrote {res.out}")

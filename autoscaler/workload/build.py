@@ -90,7 +90,7 @@ def build_workload(
     Args:
         trace: an Azure CSV, a Mooncake JSONL or a ServeGen model folder (``workload.servegen``);
             None for the embedded synthetic workload.
-        trace_format: ``azure`` | ``mooncake``; None detects it from the file (not used for a folder).
+        trace_format: ``azure`` | ``mooncake`` | ``servegen`` (a ServeGen folder); None detects it.
         rate_scale: thin (< 1) or superpose jittered copies (> 1); for a ServeGen folder, multiplies
             every client's rate before the arrivals are drawn.
         time_scale: multiply arrival times.
@@ -113,8 +113,12 @@ def build_workload(
     if trace is not None and trace.is_dir() and not servegen:
         raise TraceError(f"{trace}: a folder, but not a ServeGen one (no chunk-<n>-trace.csv in it); "
                          "--trace takes a trace file or a ServeGen model folder")
-    if servegen and trace_format is not None:
-        raise ValueError(f"--trace-format {trace_format}: a ServeGen folder has no format to choose")
+    if trace_format == "servegen" and not servegen:
+        raise ValueError(f"--trace-format servegen: {trace} is not a ServeGen model folder (no chunk-<n>-trace.csv "
+                         "in a folder)" if trace is not None else "--trace-format servegen needs --trace FOLDER")
+    if servegen and trace_format not in (None, "servegen"):
+        raise ValueError(f"--trace-format {trace_format}: {trace} is a ServeGen folder (--trace-format servegen, "
+                         "or leave it out)")
     if lengths_from is not None and not servegen:
         raise ValueError("--lengths-from needs --trace to be a ServeGen folder")
     if trace is None:

@@ -115,7 +115,7 @@ def test_plot_writes_png(run_result) -> None:
 
 def test_json_flag_prints_results(tmp_path: Path) -> None:
     trace = azure_csv(tmp_path / "t.csv", n=20)
-    res = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--out", str(tmp_path / "o"), "--json"])
+    res = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--out", str(tmp_path / "o"), "-o", "json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["requests"]["total"] == 20
@@ -260,7 +260,7 @@ def test_span_crops_the_trace(tmp_path: Path) -> None:
     # rows every 0.5 s from 0 to 99.5 s: [10, 20) holds 20 of them
     trace = azure_csv(tmp_path / "t.csv")
     res = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--span", "10:20", "--controller", "static",
-                                   "--json", "--out", str(tmp_path / "o")])
+                                   "-o", "json", "--out", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "o" / "results.json").read_text())["requests"]["total"] == 20
 

@@ -73,7 +73,7 @@ def test_parallel_equals_serial(make_fleet) -> None:
 def test_unknown_controller_is_a_one_line_error(make_fleet) -> None:
     with pytest.raises(ValueError, match="unknown controller 'nope'; choose one of: pid, static, hpa"):
         run_compare(make_fleet(), burst_workload(), ["pid", "nope"])
-    res = CliRunner().invoke(app, ["compare", "--controllers", "hpa,nope"])
+    res = CliRunner().invoke(app, ["compare", "--controller", "hpa,nope"])
     assert res.exit_code == 2
     assert "error: unknown controller 'nope'" in res.output
     assert "Traceback" not in res.output
@@ -82,7 +82,7 @@ def test_unknown_controller_is_a_one_line_error(make_fleet) -> None:
 @pytest.mark.slow
 def test_cli_compare_on_a_real_trace(data_dir, tmp_path) -> None:
     trace = data_dir / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
-    res = CliRunner().invoke(app, ["compare", "--trace", str(trace), "--rate-scale", "0.1", "--controllers",
+    res = CliRunner().invoke(app, ["compare", "--trace", str(trace), "--rate-scale", "0.1", "--controller",
                                    "hpa,dynamo:itl=0.1:ttft=2,pid", "--seed", "3", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     rows = json.loads((tmp_path / "compare.json").read_text())
@@ -107,7 +107,7 @@ def test_cli_compare_on_a_real_trace(data_dir, tmp_path) -> None:
         assert any(ln.startswith("│ " + r["controller"].split(":")[0]) for ln in table), r["controller"]
         assert f"{r['gpu_hours']['total']:.2f}" in res.stdout
     assert "ratio: cost per successful request over" in res.stdout and "osc./h: changes of scaling" in res.stdout
-    wide = CliRunner().invoke(app, ["compare", "--trace", str(trace), "--rate-scale", "0.1", "--controllers",
+    wide = CliRunner().invoke(app, ["compare", "--trace", str(trace), "--rate-scale", "0.1", "--controller",
                                     "hpa,pid", "--seed", "3", "--out", str(tmp_path / "w"), "--wide"])
     assert wide.exit_code == 0 and "p99 ITL s" in wide.stdout and "wall s" in wide.stdout
 
@@ -151,7 +151,7 @@ def test_cli_compare_writes_the_rows_and_exits_1_when_one_failed(make_fleet, mon
                                                                  tmp_path) -> None:
     _failing(monkeypatch, "kpa")
     out = tmp_path / "out"
-    res = CliRunner().invoke(app, ["compare", "--controllers", "kpa,hpa", "--span", "0:600", "--workers", "1",
+    res = CliRunner().invoke(app, ["compare", "--controller", "kpa,hpa", "--span", "0:600", "--workers", "1",
                                    "--out", str(out)])
     assert res.exit_code == 1, res.output
     rows = json.loads((out / "compare.json").read_text())

@@ -190,7 +190,7 @@ def test_a_sigtermed_faults_run_exits_143_and_leaves_no_results_that_look_comple
     for name in ("faults.json", "faults.md"):  # a previous run's results, complete-looking
         (out / name).write_text("[]\n" if name.endswith("json") else "| scenario |\n")
     exe = Path(sys.executable).with_name("autoscaler")
-    proc = subprocess.Popen([str(exe), "faults", "run", "--suite", str(tmp_path / "suite"), "--controllers",
+    proc = subprocess.Popen([str(exe), "faults", "run", "--suite", str(tmp_path / "suite"), "--controller",
                              "pid,static", "--workers", "2", "--out", str(out), "--data", str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

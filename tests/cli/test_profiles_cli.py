@@ -15,7 +15,7 @@ KEYS = ["name", "model", "gpu", "tensor_parallel", "rows_fitted", "rows_held_out
 
 
 def test_json_lists_every_shipped_profile_with_exactly_the_interface_keys() -> None:
-    res = CliRunner().invoke(app, ["profiles", "list", "--json"])
+    res = CliRunner().invoke(app, ["profiles", "list", "-o", "json"])
     assert res.exit_code == 0, res.output
     items = json.loads(res.output)
     assert [i["name"] for i in items] == sorted(DOC["profiles"])

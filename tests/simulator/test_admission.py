@@ -312,7 +312,7 @@ def test_simulate_cli_refuses_an_unknown_admission_policy(tmp_path) -> None:
 
     res = CliRunner().invoke(app, ["simulate", "--admission", "fifo", "--out", str(tmp_path / "o")])
     assert res.exit_code != 0 and "--admission must be one of none, pid, mpc" in res.output
-    res = CliRunner().invoke(app, ["compare", "--controllers", "pid@fifo", "--out", str(tmp_path / "o")])
+    res = CliRunner().invoke(app, ["compare", "--controller", "pid@fifo", "--out", str(tmp_path / "o")])
     assert res.exit_code != 0 and "unknown admission policy 'fifo'" in res.output
 
 

@@ -176,7 +176,10 @@ def test_parse_spec_checks_names_and_values() -> None:
     assert parse_spec(" static:peak_rps=5 ") == ("static", {"peak_rps": 5.0})
     with pytest.raises(ValueError, match="static peak_rps must be > 0"):
         parse_spec("static:peak_rps=0")
-    with pytest.raises(ValueError, match="bad parameter 'kp=1' for pid; it takes: none"):
+    # pid's spec takes no parameters: the error says where its gains are set instead
+    with pytest.raises(ValueError, match=r"bad parameter 'kp=1' for pid; its spec takes no parameters; its gains "
+                                         r"and setpoint \(kp, ki, kd, setpoint, deadband, ...\) are set in the fleet "
+                                         r"file under controller.pid \(docs/configuration.md#controller\)"):
         parse_spec("pid:kp=1")
 
 

@@ -207,8 +207,8 @@ def test_unknown_scenario_lists_the_known_ones(tmp_path: Path) -> None:
 
 
 def test_faults_run_prints_the_rows_as_json(tmp_path: Path) -> None:
-    res = CliRunner().invoke(app, ["faults", "run", "--scenarios", "nan-at-zero", "--controllers", "pid,keda",
-                                   "--json", "--out", str(tmp_path / "out"), "--data", str(DATA_DIR)])
+    res = CliRunner().invoke(app, ["faults", "run", "--scenarios", "nan-at-zero", "--controller", "pid,keda",
+                                   "-o", "json", "--out", str(tmp_path / "out"), "--data", str(DATA_DIR)])
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout[res.stdout.index("["):])
     assert [r["controller"] for r in rows] == ["pid", "keda"] and all(set(ROW_KEYS) <= set(r) for r in rows)
@@ -216,13 +216,13 @@ def test_faults_run_prints_the_rows_as_json(tmp_path: Path) -> None:
 
 
 def test_faults_run_with_a_bad_controller_fails_before_running(tmp_path: Path) -> None:
-    res = CliRunner().invoke(app, ["faults", "run", "--scenarios", "nan-at-zero", "--controllers", "pid,nope"])
+    res = CliRunner().invoke(app, ["faults", "run", "--scenarios", "nan-at-zero", "--controller", "pid,nope"])
     assert res.exit_code == 2 and "nope" in res.output
 
 
 def test_faults_run_seed_sets_every_scenarios_workload_seed(tmp_path: Path) -> None:
-    res = CliRunner().invoke(app, ["faults", "run", "--scenarios", "nan-at-zero", "--controllers", "pid",
-                                   "--json", "--seed", "3", "--data", str(DATA_DIR)])
+    res = CliRunner().invoke(app, ["faults", "run", "--scenarios", "nan-at-zero", "--controller", "pid",
+                                   "-o", "json", "--seed", "3", "--data", str(DATA_DIR)])
     assert res.exit_code == 0, res.output
     (row,) = json.loads(res.stdout[res.stdout.index("["):])
     assert row["seed"] == 3

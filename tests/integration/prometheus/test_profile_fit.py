@@ -141,7 +141,7 @@ def test_held_out_error_is_recomputed_from_the_written_profile(tmp_path: Path) -
     sim_bench.write(bench, sim_bench.run(p, _mixed_sizes(200, 4), request_rate=3.0, jitter_s=1e-4))
     out = tmp_path / "mine.json"
     res = runner.invoke(app, ["profile", "fit", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--bench", str(bench),
-                              "--out", str(out), "--json"])
+                              "--out", str(out), "-o", "json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     got = load_profile_file(out)

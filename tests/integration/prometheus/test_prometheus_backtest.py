@@ -122,7 +122,7 @@ def test_backtest_runs_any_registry_controller(history: History, tmp_path: Path)
     res = CliRunner().invoke(app, ["backtest", "--prometheus-url", history.prom.url, "--config",
                                    str(history.config_file), "--start", str(history.base + first), "--end",
                                    str(history.base + first + 300), "--controller", "keda", "--out", str(tmp_path),
-                                   "--json"])
+                                   "-o", "json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["ticks"] == 300 // 15 + 1  # KEDA's HPA syncs every 15 s
 
@@ -131,7 +131,7 @@ def test_cli_backtest_writes_the_simulate_timeline_and_plot(history: History, tm
     start, end = history.base + 60, history.base + 300
     res = CliRunner().invoke(app, ["backtest", "--prometheus-url", history.prom.url, "--config",
                                    str(history.config_file), "--start", str(start), "--end", str(end),
-                                   "--out", str(tmp_path), "--plot", "--json"])
+                                   "--out", str(tmp_path), "--plot", "-o", "json"])
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert summary["ticks"] == (300 - 60) // 15 + 1 and summary["query_failures"] == 0

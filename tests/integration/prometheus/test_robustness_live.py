@@ -171,7 +171,7 @@ timing (a worker starts in ~2 s on an idle machine), long enough that CI's two b
 @pytest.mark.parametrize("spec", ["hpa:target=abc", "kpa:target=abc", "dynamo:ttft=abc", "hpa:tolerance=abc"])
 def test_non_numeric_spec_value_is_one_line_error(tmp_path: Path, spec: str) -> None:
     # A number that is not one is refused before the trace is loaded, naming the parameter.
-    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", spec,
+    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controller", spec,
                  "--workers", "1", "--out", str(tmp_path / "out"))
     assert_one_line_error(res, 2, spec.split(":")[1].split("=")[0])
 
@@ -180,7 +180,7 @@ def test_non_numeric_spec_value_is_one_line_error(tmp_path: Path, spec: str) -> 
                                   "dynamo:ttft=nan", "aibrix:target=inf"])
 def test_non_finite_spec_target_is_rejected(tmp_path: Path, spec: str) -> None:
     # NaN and infinity are refused (they would pass `target <= 0` checks).
-    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", spec,
+    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controller", spec,
                  "--workers", "1", "--out", str(tmp_path / "out"))
     assert_one_line_error(res, 2, spec.split(":")[1].split("=")[0])
 
@@ -189,7 +189,7 @@ def test_non_finite_spec_target_is_rejected(tmp_path: Path, spec: str) -> None:
                                   "hpa:tolerance=-1", "hpa:downscale_window_s=-10"])
 def test_out_of_range_spec_parameter_is_rejected(tmp_path: Path, spec: str) -> None:
     # Zero or negative windows and tolerances are refused up front, naming the parameter.
-    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", spec,
+    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controller", spec,
                  "--workers", "1", "--out", str(tmp_path / "out"))
     assert_one_line_error(res, 2, spec.split(":")[1].split("=")[0])
 
@@ -199,7 +199,7 @@ def test_compare_out_is_a_file_fails_before_simulating(tmp_path: Path, sub: str)
     # A bad --out fails before any controller runs.
     (tmp_path / "afile").write_text("x")
     out = tmp_path / "afile" / sub if sub else tmp_path / "afile"
-    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", "pid,static",
+    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controller", "pid,static",
                  "--out", str(out))
     assert_one_line_error(res, 2, "--out")
     assert "done:" not in res.stderr  # checked before any run
@@ -208,14 +208,14 @@ def test_compare_out_is_a_file_fails_before_simulating(tmp_path: Path, sub: str)
 @pytest.mark.parametrize("workers", ["0", "-1"])
 def test_compare_workers_below_one_is_rejected(tmp_path: Path, workers: str) -> None:
     # --workers below 1 is refused, not run serially.
-    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", "pid,static",
+    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controller", "pid,static",
                  "--workers", workers, "--out", str(tmp_path / "out"))
     assert_one_line_error(res, 2, "--workers")
 
 
 def test_compare_negative_seed_names_the_option(tmp_path: Path) -> None:
     # The error names --seed.
-    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", "pid",
+    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controller", "pid",
                  "--seed", "-1", "--out", str(tmp_path / "out"))
     assert_one_line_error(res, 2, "--seed")
 
@@ -224,19 +224,19 @@ def test_compare_negative_seed_names_the_option(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("spec", "needle"), [
     ("pid,pid", "listed twice"), ("pid,,hpa", "an empty entry"), ("pid,", "an empty entry"),
     (",,", "no controller given"), ("", "no controller given"),
-    ("bogus", "unknown controller 'bogus'"), ("pid:x=1", "bad parameter 'x=1' for pid; it takes: none"),
+    ("bogus", "unknown controller 'bogus'"), ("pid:x=1", "bad parameter 'x=1' for pid; its spec takes no parameters"),
     ("hpa:target=-1", "target must be > 0"), ("kpa:target=0", "target must be > 0"),
     ("hpa:metric=bogus", "metric must be one of"), ("dynamo:predictor=bogus", "predictor must be one of"),
     ("hpa:target", "bad parameter"), ("hpa:", "bad parameter"),
 ])
 def test_compare_bad_controller_list_is_one_line_error(tmp_path: Path, spec: str, needle: str) -> None:
-    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", spec,
+    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controller", spec,
                  "--workers", "1", "--out", str(tmp_path / "out"))
     assert_one_line_error(res, 2, needle)
 
 
 def test_compare_rate_scale_leaving_nothing_is_one_line_error(tmp_path: Path) -> None:
-    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controllers", "pid",
+    res = invoke("compare", "--trace", str(azure_trace(tmp_path / "t.csv", 3)), "--controller", "pid",
                  "--rate-scale", "1e-9", "--out", str(tmp_path / "out"))
     assert_one_line_error(res, 2, "no requests left")
 
@@ -257,7 +257,7 @@ def _consistent(rows: list[dict[str, Any]], names: list[str]) -> None:
 def test_compare_every_request_rejected_gives_consistent_rows(tmp_path: Path) -> None:
     trace = azure_trace(tmp_path / "t.csv", 3, prompt=40_000)  # longer than max_model_len 32768
     names = ["pid", "static", "hpa", "wva"]
-    res = invoke("compare", "--trace", str(trace), "--controllers", ",".join(names), "--workers", "1", "--json",
+    res = invoke("compare", "--trace", str(trace), "--controller", ",".join(names), "--workers", "1", "-o", "json",
                  "--out", str(tmp_path / "out"))
     assert res.exit_code == 0, res.stderr
     rows = json.loads(res.stdout)
@@ -273,7 +273,7 @@ def test_interrupted_compare_stops_its_workers_and_leaves_no_results(tmp_path: P
     one 'interrupted:' line, no outputs, and no worker left running (forked workers share its command line)."""
     out = tmp_path / "o"
     exe = Path(sys.executable).with_name("autoscaler")
-    proc = subprocess.Popen([str(exe), "compare", "--controllers", "pid,static", "--workers", "2", "--out", str(out)],
+    proc = subprocess.Popen([str(exe), "compare", "--controller", "pid,static", "--workers", "2", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     deadline = time.monotonic() + FAILURE_BOUND_S  # the workers never start
     while len(_same_command(out)) < 3 and time.monotonic() < deadline:  # the command and its two workers
@@ -308,8 +308,8 @@ def test_compare_json_is_valid_consistent_and_serial_equals_parallel(tmp_path: P
     names = ["pid", "static", "hpa", "kpa", "dynamo"]
     runs = []
     for workers in ("1", "2"):
-        res = invoke("compare", "--trace", str(trace), "--controllers", ",".join(names), "--rate-scale", "3",
-                     "--seed", "5", "--workers", workers, "--json", "--out", str(tmp_path / f"out{workers}"))
+        res = invoke("compare", "--trace", str(trace), "--controller", ",".join(names), "--rate-scale", "3",
+                     "--seed", "5", "--workers", workers, "-o", "json", "--out", str(tmp_path / f"out{workers}"))
         assert res.exit_code == 0, res.stderr
         rows = json.loads(res.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
         assert rows == json.loads((tmp_path / f"out{workers}" / "compare.json").read_text())
@@ -454,6 +454,28 @@ def test_dry_run_failed_queries_are_unknown_and_hold(tmp_path: Path, answer: Ans
         assert var["desired_replicas"] == var["current_replicas"]
 
 
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_dry_run_once_matching_no_series_exits_1_naming_the_selectors(output: str,
+                                                                      fake: Callable[[Answer], FakeProm]) -> None:
+    res = invoke("dry-run", "--prometheus-url", fake(empty).url, "--once", "-o", output)
+    assert res.exit_code == 1
+    line = res.stderr.splitlines()[-1]
+    assert line.startswith("error: --once: no series matched the fleet's selectors in this Prometheus: ")
+    for v in VARIANTS:  # each variant's selectors, as the fleet file makes them
+        assert (f'{SERVICE}/{v}: no series match the selectors (pods: model_name="meta-llama/Llama-3.1-8B-Instruct",'
+                f'namespace="default",pod=~"{SERVICE.replace(".", chr(92) * 2 + ".")}-{v}-.*"; deployment: '
+                f'namespace="default",deployment="{SERVICE}-{v}")') in line
+
+
+def test_dry_run_once_matching_some_series_exits_0(fake: Callable[[Answer], FakeProm]) -> None:
+    # kube-state-metrics counts the replicas: something matched, the tick stands
+    def ksm_only(path: str, promql: str) -> tuple[int, bytes]:
+        return (200, vector("2")) if "kube_deployment" in promql else empty(path, promql)
+
+    res = invoke("dry-run", "--prometheus-url", fake(ksm_only).url, "--once", "-o", "json")
+    assert res.exit_code == 0, res.stderr
+
+
 def test_dry_run_empty_prometheus_holds_with_warnings(fake: Callable[[Answer], FakeProm]) -> None:
     res = invoke("dry-run", "--prometheus-url", fake(empty).url, "--ticks", "2", "--interval", "0.05",
                  "--output", "json")
@@ -524,7 +546,7 @@ def test_backtest_bad_ranges_exit_2(tmp_path: Path, args: list[str], needle: str
 
 def test_backtest_iso_with_offset_and_no_data_holds(tmp_path: Path, fake: Callable[[Answer], FakeProm]) -> None:
     res = invoke("backtest", "--prometheus-url", fake(empty).url, "--start", "2025-01-01T02:00:00+02:00",
-                 "--end", "2025-01-01T00:01:00Z", "--json", "--out", str(tmp_path / "out"))
+                 "--end", "2025-01-01T00:01:00Z", "-o", "json", "--out", str(tmp_path / "out"))
     assert res.exit_code == 0, res.stderr
     assert "warning: 5 of 5 ticks: " in res.stderr and "no series match the selectors" in res.stderr
     summary = json.loads(res.stdout)
@@ -534,7 +556,7 @@ def test_backtest_iso_with_offset_and_no_data_holds(tmp_path: Path, fake: Callab
 
 def test_backtest_failed_range_queries_hold(tmp_path: Path, fake: Callable[[Answer], FakeProm]) -> None:
     prom = fake(failing(500, b'{"status":"error","errorType":"internal","error":"boom"}'))
-    res = invoke("backtest", "--prometheus-url", prom.url, "--start", "0", "--end", "30", "--json",
+    res = invoke("backtest", "--prometheus-url", prom.url, "--start", "0", "--end", "30", "-o", "json",
                  "--out", str(tmp_path / "out"))
     assert res.exit_code == 0, res.stderr
     summary = json.loads(res.stdout)
@@ -546,16 +568,17 @@ def test_backtest_failed_range_queries_hold(tmp_path: Path, fake: Callable[[Answ
 def test_real_empty_prometheus_dry_run_and_backtest_hold(tmp_path: Path) -> None:
     with PromServer(tmp_path / "prom") as prom:
         res = invoke("dry-run", "--prometheus-url", prom.url, "--once", "--output", "json")
-        assert res.exit_code == 0, res.stderr
+        assert res.exit_code == 1, res.stderr  # nothing matched: every count unknown (below)
         st = ticks_json(res)[0]["services"][SERVICE]
         assert st["errors"] == [] and st["decision"]["hold"] is True
         assert all(v is None for v in st["signals"].values())
         assert all(v["desired_replicas"] is None and v["current_replicas"] is None for v in st["variants"].values())
         table = invoke("dry-run", "--prometheus-url", prom.url, "--once")
-        assert table.exit_code == 0 and "? (?+?)" in table.stdout  # the table says unknown too
+        assert "? (?+?)" in table.stdout  # the table says unknown too
+        assert table.exit_code == 1 and "no series matched the fleet's selectors" in table.stderr
         now = int(time.time())
         res = invoke("backtest", "--prometheus-url", prom.url, "--start", str(now - 600), "--end", str(now),
-                     "--json", "--out", str(tmp_path / "out"))
+                     "-o", "json", "--out", str(tmp_path / "out"))
         assert res.exit_code == 0, res.stderr
         summary = json.loads(res.stdout)
         assert summary["ticks"] == 41 and summary["holds"] == 41
