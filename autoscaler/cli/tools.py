@@ -125,6 +125,7 @@ app.add_typer(dashboards_app, name="dashboards")
 @dashboards_app.command("export", epilog=examples(
     "autoscaler dashboards export --out bundle",
     "autoscaler dashboards export --out bundle --config fleet.yaml --objective 0.995",
+    "autoscaler dashboards export --out bundle --runbook-url https://wiki.example.org/llm/runbooks.md",
 ))
 def dashboards_export(
     out: Annotated[Path, typer.Option(help="Directory to write dashboards/, provisioning/ and rules/ under.")],
@@ -134,10 +135,14 @@ def dashboards_export(
     prometheus_url: Annotated[str | None, typer.Option(
         help="The URL the provisioned Grafana datasource points at (default: the fleet's prometheus.url, "
              "else http://prometheus:9090).")] = None,
+    runbook_url: Annotated[str | None, typer.Option(
+        help="Where your copy of docs/runbooks.md is served: each alert's runbook_url is this page and "
+             "the alert's heading (default: the project repository's page).", show_default=False)] = None,
 ) -> None:
     """Write the dashboard bundle for a fleet: Grafana dashboards, provisioning, Prometheus rules
     (docs/dashboards.md)."""
     from autoscaler.dashboards.bundle import render, write
+    from autoscaler.dashboards.rules import RUNBOOKS_URL
     from autoscaler.urls import check_url
 
     try:
@@ -146,7 +151,7 @@ def dashboards_export(
             raise ValueError("--out must name a directory")
         if prometheus_url is not None:
             check_url(prometheus_url)
-        paths = write(render(cfg, objective, prometheus_url), out)
+        paths = write(render(cfg, objective, prometheus_url, runbook_url or RUNBOOKS_URL), out)
     except (AutoscalerError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
     say(f"wrote {len(paths)} files under {out}")

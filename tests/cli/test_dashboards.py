@@ -84,6 +84,18 @@ def test_every_alert_has_an_absolute_runbook_url_to_its_heading() -> None:
             render(default_config(), runbooks=bad)
 
 
+def test_export_points_the_runbook_urls_where_the_operator_serves_the_runbooks(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["dashboards", "export", "--out", str(tmp_path / "b"),
+                                   "--runbook-url", "https://wiki.example.org/llm/runbooks.md"])
+    assert res.exit_code == 0, res.output
+    groups = yaml.safe_load((tmp_path / "b" / "rules" / "autoscaler-alerts.yaml").read_text())["groups"]
+    urls = {r["alert"]: r["annotations"]["runbook_url"] for g in groups for r in g["rules"]}
+    assert urls and all(u == f"https://wiki.example.org/llm/runbooks.md#{a.lower()}" for a, u in urls.items())
+    bad = CliRunner().invoke(app, ["dashboards", "export", "--out", str(tmp_path / "c"), "--runbook-url", "docs/x.md"])
+    assert bad.exit_code != 0 and "absolute http" in bad.output
+    assert not (tmp_path / "c").exists()
+
+
 def test_requests_within_an_objective_are_counted_exactly_on_a_bound_and_interpolated_between() -> None:
     assert slo_buckets(2.5, TTFT_BUCKETS) == (None, "2.5", 1.0) and slo_buckets(0.1, ITL_BUCKETS) == (None, "0.1", 1.0)
     lo, hi, w = slo_buckets(2.0, TTFT_BUCKETS)  # vLLM 0.33 has 1.0 and 2.5 around it
