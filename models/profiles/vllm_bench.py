@@ -238,9 +238,8 @@ def steps(run: BenchRun, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_T
         ctx = int(sum(run.input_tokens[int(req[i])] + int(idx[i]) - 1 for i in dec))
         left, p, pairs = budget - n, 0, 0.0
         for r in prefilling:
-            if not started[r] and r not in firsts:
-                if left <= 0 or places <= 0:  # waits: the budget or the max_num_seqs places are taken
-                    continue
+            if not started[r] and r not in firsts and (left <= 0 or places <= 0):
+                continue  # waits: the budget or the max_num_seqs places are taken
             if not started[r]:
                 started[r], places = True, places - 1
             take = remaining[r] if r in firsts else max(0, min(remaining[r] - 1, left))
