@@ -110,13 +110,14 @@ def check_prometheus_options(start: float, end: float, window_s: float, resoluti
                            "windows")
 
 
-def bench_rows(paths: Sequence[Path], max_num_batched_tokens: int, tolerance_s: float) -> Rows:
+def bench_rows(paths: Sequence[Path], max_num_batched_tokens: int, tolerance_s: float,
+               max_num_seqs: int = vllm_bench.DEFAULT_MAX_NUM_SEQS) -> Rows:
     """The steps of every benchmark result in ``paths``, together.
 
     Raises:
         ProfileError: a file cannot be read or placed in time (``vllm_bench.load``).
     """
-    parts = [vllm_bench.steps(vllm_bench.load(p), max_num_batched_tokens, tolerance_s) for p in paths]
+    parts = [vllm_bench.steps(vllm_bench.load(p), max_num_batched_tokens, tolerance_s, max_num_seqs) for p in paths]
     columns = [f.name for f in fields(Rows) if f.name != "unit"]
     return Rows(**{k: np.concatenate([getattr(r, k) for r in parts]) for k in columns}, unit="step")
 
@@ -148,7 +149,8 @@ def fit_and_write(rows: Rows, source: str, provenance: dict[str, object], model:
 
 def from_bench(paths: Sequence[Path], model: str, gpu: str, tensor_parallel: int, out: Path,
                max_num_batched_tokens: int = vllm_bench.DEFAULT_MAX_NUM_BATCHED_TOKENS,
-               tolerance_s: float = vllm_bench.DEFAULT_TOLERANCE_S) -> FitResult:
+               tolerance_s: float = vllm_bench.DEFAULT_TOLERANCE_S,
+               max_num_seqs: int = vllm_bench.DEFAULT_MAX_NUM_SEQS) -> FitResult:
     """A profile from benchmark result files (module doc).
 
     Raises:
@@ -156,10 +158,13 @@ def from_bench(paths: Sequence[Path], model: str, gpu: str, tensor_parallel: int
     """
     check_target(model, gpu, tensor_parallel, out)
     check_bench_options(paths, out, max_num_batched_tokens, tolerance_s)
-    rows = bench_rows(paths, max_num_batched_tokens, tolerance_s)
+    if max_num_seqs < 1:
+        raise ProfileError(f"--max-num-seqs must be >= 1, got {max_num_seqs}")
+    rows = bench_rows(paths, max_num_batched_tokens, tolerance_s, max_num_seqs)
     source = ", ".join(str(p) for p in paths)
     provenance = {"kind": "vllm bench serve", "files": [str(p) for p in paths],
-                  "max_num_batched_tokens": max_num_batched_tokens, "tolerance_s": tolerance_s}
+                  "max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs,
+                  "tolerance_s": tolerance_s}
     return fit_and_write(rows, source, provenance, model, gpu, tensor_parallel, out)
 
 

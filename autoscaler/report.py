@@ -223,6 +223,6 @@ def write_outputs(run: SimulationRun, out: Path, plot: bool = False) -> dict[str
         from autoscaler.plot import plot_timeline
 
         plot_timeline(run.sim.cfg, run.sim.target, f"{run.controller}: {run.sim.target} on {run.sim.workload.source}",
-                      rows, out / "timeline.png")
+                      rows, out / "timeline.png", results, run.sim.last_arrival_s)
     write_text(out / "results.json", json.dumps(results, indent=2) + "\n")  # last: the run's results are whole
     return results

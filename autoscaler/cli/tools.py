@@ -340,6 +340,7 @@ def profile_fit(
     resolution: Annotated[float, typer.Option(help="Prometheus: the scrape interval, seconds.")] = 15.0,
     max_num_batched_tokens: Annotated[int, typer.Option(
         help="Benchmark: the server's --max-num-batched-tokens.")] = 8192,
+    max_num_seqs: Annotated[int, typer.Option(help="Benchmark: the server's --max-num-seqs.")] = 256,
     tolerance: Annotated[float, typer.Option(
         help="Benchmark: seconds within which tokens of one engine step reach the client.")] = 0.001,
     output: Annotated[str, typer.Option("--output", "-o", help=output_help(
@@ -363,7 +364,8 @@ def profile_fit(
                              "and --end")
         gpu = gpu.lower()  # fleet files write H100-SXM, profile names h100-sxm
         if bench is not None:
-            res = pf.from_bench(bench, model, gpu, tensor_parallel, out, max_num_batched_tokens, tolerance)
+            res = pf.from_bench(bench, model, gpu, tensor_parallel, out, max_num_batched_tokens, tolerance,
+                                max_num_seqs)
         else:
             if prometheus_url is None or selector is None or start is None or end is None:
                 raise ValueError("--prometheus-url needs --selector, --start and --end")

@@ -43,6 +43,12 @@ MIN_ROWS = 20
 MAX_RELATIVE_SE = 0.05
 """A coefficient is pinned when its standard error is at most this fraction of it (two standard
 errors within the 10 % the profiles aim at)."""
+OUTLIER_SIGMAS = 6.0
+"""A fitted row whose relative residual exceeds this many robust standard deviations (1.4826 x the
+median absolute residual) is left out of the refit ..."""
+MIN_OUTLIER = 0.25
+"""... if it is also more than 25 % off: a step split or merged by delivery jitter, or a pause on the
+host, not the GPU's noise (a few percent)."""
 NOISE_FLOOR = 0.01
 """Least relative residual scale assumed (1 %: a step's time jitters at least this much on a GPU)."""
 MISSING: dict[str, str] = {
@@ -55,6 +61,18 @@ MISSING: dict[str, str] = {
                              "(mix short and long prompts or outputs)",
 }
 """Coefficient -> the variation the data lacks when it is not pinned."""
+CONFOUNDED: dict[frozenset[str], str] = {
+    frozenset({"step_overhead_s", "decode_s_per_seq"}):
+        "the number of decoding sequences per step hardly varies (run at more than one concurrency or "
+        "request rate)",
+    frozenset({"decode_s_per_seq", "seconds_per_ctx_token"}):
+        "the mean KV context of a step's decoding sequences hardly varies from step to step, whatever their "
+        "number (mix short and long prompts or outputs, e.g. vllm bench serve --random-range-ratio 0.9; many "
+        "sequences per step average it out, so add a run at a low rate)",
+}
+"""Two coefficients whose estimates move together -> the variation the data lacks, which names the
+remedy better than ``MISSING`` does: a rate sweep varies the batch, not the context per sequence."""
+
 
 
 @dataclass(frozen=True)
@@ -114,6 +132,22 @@ def _mape(x: np.ndarray, y: np.ndarray, theta: np.ndarray) -> float:
     return float(np.mean(np.abs(x @ theta / y - 1.0)))
 
 
+def _lacks(name: str, corr: np.ndarray) -> str:
+    """What the data lacks to pin ``name``: after the coefficient whose estimate its own follows most
+    closely (``corr``: the estimates' correlations, in ``COEFFICIENTS`` order)."""
+    i = COEFFICIENTS.index(name)
+    others = [j for j in range(len(COEFFICIENTS)) if j != i]
+    partner = COEFFICIENTS[max(others, key=lambda j: abs(corr[i, j]))]
+    return CONFOUNDED.get(frozenset({name, partner}), MISSING[name])
+
+
+def _solve(a: np.ndarray) -> np.ndarray:
+    """Non-negative least squares of ``a theta = 1`` (rows of the design over their durations), columns
+    scaled to a unit maximum for the solver."""
+    scale = np.where(a.max(axis=0) > 0, a.max(axis=0), 1.0)
+    return np.asarray(lsq_linear(a / scale, np.ones(len(a)), bounds=(0.0, np.inf), method="bvls").x / scale)
+
+
 def fit(rows: Rows, source: str, attention_tokens_per_pair: float) -> MeasuredFit:
     """Fit the four coefficients to ``rows`` (held-out rows left out), checking each is pinned.
 
@@ -133,10 +167,14 @@ def fit(rows: Rows, source: str, attention_tokens_per_pair: float) -> MeasuredFi
         raise ProfileError(f"{source}: {len(y)} usable {rows.unit}s of busy engine time, need at least {MIN_ROWS}")
     held = np.arange(len(y)) % HOLD_OUT_EVERY == HOLD_OUT_EVERY - 1
     xf, yf = x[~held], y[~held]
+    theta = _solve(xf / yf[:, None])
+    resid = xf @ theta / yf - 1.0
+    outlying = np.abs(resid) > max(OUTLIER_SIGMAS * 1.4826 * float(np.median(np.abs(resid))), MIN_OUTLIER)
+    if outlying.any():  # refit without them: one split step would otherwise inflate every standard error
+        xf, yf = xf[~outlying], yf[~outlying]
+        theta = _solve(xf / yf[:, None])
     a = xf / yf[:, None]
     scale = np.where(a.max(axis=0) > 0, a.max(axis=0), 1.0)
-    sol = lsq_linear(a / scale, np.ones(len(yf)), bounds=(0.0, np.inf), method="bvls")
-    theta = sol.x / scale
     resid = a @ theta - 1.0
     s2 = max(float(np.mean(resid**2)) * len(yf) / max(len(yf) - 4, 1), NOISE_FLOOR**2)
     # (X'X)^-1 from the SVD of the column-scaled design, a singular direction kept (as a huge
@@ -144,13 +182,19 @@ def fit(rows: Rows, source: str, attention_tokens_per_pair: float) -> MeasuredFi
     _, sv, vt = np.linalg.svd(a / scale, full_matrices=False)
     inv_sq = 1.0 / np.maximum(sv, 1e-12 * sv.max()) ** 2
     se = np.sqrt(s2 * (vt.T**2 @ inv_sq)) / scale
+    cov = (vt.T * inv_sq) @ vt  # of the scaled coefficients, up to s2
+    corr = cov / np.sqrt(np.outer(np.diag(cov), np.diag(cov)))
     rse = {name: (float(se[i] / theta[i]) if theta[i] > 0 else float("inf")) for i, name in enumerate(COEFFICIENTS)}
     empty = {name: not np.any(x[:, i] > 0) for i, name in enumerate(COEFFICIENTS)}
     bad = [name for name in COEFFICIENTS if empty[name] or rse[name] > MAX_RELATIVE_SE]
     if bad:
-        why = "; ".join(
-            f"{name}: no {rows.unit} has any" if empty[name] else
-            f"{name} (standard error {rse[name]:.0%} of it): {MISSING[name]}" for name in bad)
+        lacks: dict[str, list[str]] = {}  # what the data lacks -> the coefficients it leaves unpinned
+        for name in bad:
+            if empty[name]:
+                lacks[f"no {rows.unit} has any"] = [*lacks.get(f"no {rows.unit} has any", []), name]
+            else:
+                lacks.setdefault(_lacks(name, corr), []).append(f"{name} (standard error {rse[name]:.0%} of it)")
+        why = "; ".join(f"{', '.join(names)}: {text}" for text, names in lacks.items())
         raise ProfileError(f"{source}: cannot pin {', '.join(bad)} from {len(y)} {rows.unit}s: {why}")
     return MeasuredFit(coefficients=dict(zip(COEFFICIENTS, map(float, theta), strict=True)), relative_se=rse,
                        rows_fitted=len(yf), rows_held_out=int(held.sum()), fit_mape=_mape(xf, yf, theta),

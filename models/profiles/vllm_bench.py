@@ -16,7 +16,9 @@ time, and is refused.
 What each step did (``Rows``): its decode sequences and their KV context (prompt + tokens so far);
 its prefill (tokens, and the attention pairs each chunk forms at its place in its prompt), from vLLM
 V1's scheduler (``max_num_batched_tokens`` per step, decodes first, then prompt chunks FCFS among
-the requests sent before the step began): a request whose first token
+the requests sent before the step began, a waiting one starting only while fewer than
+``max_num_seqs`` run: past it, as in an overloaded run of a rate sweep, the queue waits and
+prefills nothing): a request whose first token
 came at this step prefilled the rest of its prompt in it, an earlier one a chunk of what the budget
 left. A step starts when the previous ended, or at the first send after an idle spell. Steps that
 emit nothing (prompt chunks with no sequence decoding) fall inside the next step that does, whose
@@ -43,6 +45,8 @@ DEFAULT_TOLERANCE_S = 0.001
 delivery jitters by less)."""
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 """vLLM V1's default step token budget for online serving on data-centre GPUs."""
+DEFAULT_MAX_NUM_SEQS = 256
+"""vLLM's default ``--max-num-seqs`` on GPUs: most requests running (decoding or prefilling) at once."""
 
 
 @dataclass(frozen=True)
@@ -181,7 +185,7 @@ def _check_grouping(run: BenchRun, ends: list[float], decodes: list[int], tolera
 
 
 def steps(run: BenchRun, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-          tolerance_s: float = DEFAULT_TOLERANCE_S) -> Rows:
+          tolerance_s: float = DEFAULT_TOLERANCE_S, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> Rows:
     """The engine steps of ``run`` (module doc), one row each."""
     n_req = len(run.start_s)
     times = np.concatenate(run.token_s)
@@ -202,8 +206,10 @@ def steps(run: BenchRun, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_T
     active: set[int] = set()  # sent and not finished
     prefilling: list[int] = []  # sent, first token not yet out, in sending order
     admitted = [False] * n_req
+    started = [False] * n_req  # scheduled at least once: holds one of the max_num_seqs places
     for g, end in zip(groups, ends, strict=True):
         active = {r for r in active if finish[r] > prev_end}
+        places = max_num_seqs - sum(started[r] for r in active)
         firsts = {int(req[i]) for i in g if idx[i] == 0}
         while sent < n_req and admitted[send_order[sent]]:
             sent += 1
@@ -232,6 +238,10 @@ def steps(run: BenchRun, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_T
         ctx = int(sum(run.input_tokens[int(req[i])] + int(idx[i]) - 1 for i in dec))
         left, p, pairs = budget - n, 0, 0.0
         for r in prefilling:
+            if not started[r] and r not in firsts and (left <= 0 or places <= 0):
+                continue  # waits: the budget or the max_num_seqs places are taken
+            if not started[r]:
+                started[r], places = True, places - 1
             take = remaining[r] if r in firsts else max(0, min(remaining[r] - 1, left))
             pairs += prefill_pairs(run.input_tokens[r] - remaining[r], take)
             remaining[r] -= take
