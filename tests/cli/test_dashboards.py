@@ -91,7 +91,8 @@ def test_export_points_the_runbook_urls_where_the_operator_serves_the_runbooks(t
     groups = yaml.safe_load((tmp_path / "b" / "rules" / "autoscaler-alerts.yaml").read_text())["groups"]
     urls = {r["alert"]: r["annotations"]["runbook_url"] for g in groups for r in g["rules"]}
     assert urls and all(u == f"https://wiki.example.org/llm/runbooks.md#{a.lower()}" for a, u in urls.items())
-    bad = CliRunner().invoke(app, ["dashboards", "export", "--out", str(tmp_path / "c"), "--runbook-url", "runbooks.md"])
+    bad = CliRunner().invoke(app, ["dashboards", "export", "--out", str(tmp_path / "c"),
+                                   "--runbook-url", "runbooks.md"])
     assert bad.exit_code != 0 and "absolute http" in bad.output
     assert not (tmp_path / "c").exists()
 
