@@ -35,13 +35,14 @@ import os
 import signal
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from autoscaler.config import ADMISSION_MODES, FleetConfig
 from autoscaler.files import write_text
+from autoscaler.progress import Rows
 from autoscaler.report import outcome, summarize, timeline_rows
 from autoscaler.simulate import SimulationRun, run_simulation
 from autoscaler.workload.types import Workload
@@ -175,13 +176,15 @@ def _plot_columns(run: SimulationRun) -> list[dict[str, Any]]:
 
 
 def run_one(name: str, cfg: FleetConfig, workload: Workload, service: str | None,
-            admission: str | None = None) -> RunResult:
+            admission: str | None = None, report: Callable[[float], None] | None = None) -> RunResult:
     """Simulate one row (``SPEC`` or ``SPEC@POLICY``); returns its row (without the ratio) and its plot
-    columns; a run that raises is a ``failed_row`` with no plot columns (an interrupt propagates)."""
+    columns; a run that raises is a ``failed_row`` with no plot columns (an interrupt propagates).
+    ``report`` is called with the simulated time as the run goes (``Rows.reporter``)."""
     spec, policy = split_row(name)
     t0 = time.perf_counter()
     try:
-        run = run_simulation(cfg, workload, spec, service, admission=policy or admission, measure=outcome)
+        run = run_simulation(cfg, workload, spec, service, admission=policy or admission, measure=outcome,
+                             on_step=report)
     except Exception as exc:  # any error of one controller's run: the other rows still count
         return failed_row(name, exc, time.perf_counter() - t0), []
     row = summarize(run)
@@ -191,12 +194,15 @@ def run_one(name: str, cfg: FleetConfig, workload: Workload, service: str | None
 
 
 _JOB: tuple[FleetConfig, Workload, str | None, str | None] | None = None
+_ROWS: tuple[list[str], Rows | None] = ([], None)
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
-def _init_worker(cfg: FleetConfig, workload: Workload, service: str | None, admission: str | None) -> None:
-    global _JOB
+def _init_worker(cfg: FleetConfig, workload: Workload, service: str | None, admission: str | None,
+                 names: list[str], progress: Rows | None) -> None:
+    global _JOB, _ROWS
     _JOB = (cfg, workload, service, admission)
+    _ROWS = (names, progress)
     # Ctrl-C reaches the whole process group: the parent handles it and terminates the pool (SIGTERM).
     # Both arrive blocked (the parent forks with them blocked), so the parent's handlers, inherited with
     # the fork, never run here: a worker terminated while starting ends quietly, without a traceback.
@@ -207,19 +213,40 @@ def _init_worker(cfg: FleetConfig, workload: Workload, service: str | None, admi
 
 def _work(name: str) -> RunResult:
     assert _JOB is not None
-    return run_one(name, *_JOB)
+    return _tracked(name, _ROWS[0], _ROWS[1], *_JOB)
+
+
+def _tracked(name: str, names: list[str], progress: Rows | None, cfg: FleetConfig, workload: Workload,
+             service: str | None, admission: str | None) -> RunResult:
+    """``run_one``, its progress in ``progress`` (row ``names.index(name)``) when given."""
+    if progress is None:
+        return run_one(name, cfg, workload, service, admission)
+    i = names.index(name)
+    progress.start(i)
+    try:
+        return run_one(name, cfg, workload, service, admission, progress.reporter(i))
+    finally:
+        progress.finish(i)
+
+
+def progress_rows(controllers: Sequence[str], workload: Workload) -> Rows:
+    """The ``Rows`` of a comparison: one per controller, each spanning the workload's last arrival."""
+    last = workload.requests[-1].arrival_s if workload.requests else 0.0
+    return Rows(list(controllers), [last] * len(controllers))
 
 
 def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str], service: str | None = None,
                 workers: int | None = None,
                 done: Callable[[dict[str, Any]], None] | None = None, floor: float = DEFAULT_FLOOR,
-                admission: str | None = None) -> Comparison:
+                admission: str | None = None, progress: Rows | None = None) -> Comparison:
     """Simulate every controller on ``workload`` and collect the rows in the order given.
 
     Args:
         admission: the admission policy of rows that name none (None: ``simulate.default_admission``).
         workers: processes (default ``min(len(controllers), os.cpu_count())``); 1 runs serially here.
         done: called with each row as its run finishes.
+        progress: where the rows report how far they have got (``progress_rows``; shown by
+            ``autoscaler.progress.Display``).
         floor: interactive attainment a row needs to be ranked by cost (``add_ratios``).
 
     Raises:
@@ -232,7 +259,7 @@ def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str]
     results: dict[str, RunResult] = {}
     if n == 1:
         for name in controllers:
-            results[name] = run_one(name, cfg, workload, service, admission)
+            results[name] = _tracked(name, list(controllers), progress, cfg, workload, service, admission)
             if done is not None:
                 done(results[name][0])
     else:
@@ -240,7 +267,7 @@ def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str]
         ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
         before = set(multiprocessing.active_children())
         pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(cfg, workload, service, admission))
+                                   initargs=(cfg, workload, service, admission, list(controllers), progress))
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)  # the workers fork at the first submit
         try:
             try:
@@ -248,11 +275,15 @@ def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str]
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a signal that came meanwhile is raised here
             started = time.perf_counter()
-            for name, fut in futures.items():
+            names = {fut: name for name, fut in futures.items()}
+            for fut in as_completed(names):  # as each row ends, so that its line comes then
+                name = names[fut]
                 try:
                     results[name] = fut.result()
                 except Exception as exc:  # the worker itself died (killed, out of memory): a failed row
                     results[name] = failed_row(name, exc, time.perf_counter() - started), []
+                if progress is not None:  # a worker that died could not say so
+                    progress.finish(list(controllers).index(name))
                 if done is not None:
                     done(results[name][0])
         except BaseException:

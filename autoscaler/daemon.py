@@ -96,7 +96,8 @@ class LoggingSink:
         why = check_thresholds(thresholds)
         if why is not None:
             return ActuationResult(ActuationStatus.INVALID, f"{service}: {why}")
-        log.info("dry-run: would publish admission thresholds of %s: %s", service, json.dumps(dict(thresholds)))
+        log.info("dry-run: would publish admission thresholds of %s", service,
+                 extra={"service": service, "thresholds": dict(thresholds)})
         return APPLIED
 
 
@@ -184,6 +185,8 @@ class Daemon:
         self.writer: KubernetesActuator | None = None
         """The actuator writing to the cluster while this daemon leads (None in dry-run or as a follower)."""
         self.stopping = threading.Event()
+        self.stop_signal: str | None = None
+        """The signal that stopped the daemon (``SIGTERM``, ``SIGINT``), None when none did (yet)."""
         self.loop: ControlLoop | None = None
         self.metrics: LoopMetrics | None = None
         self.ticks = 0
@@ -310,7 +313,8 @@ class Daemon:
         self._record(found, record)
         for name, st in record.services.items():  # counts nobody knows are no counts, not zeros
             known = {v: n for v, n in st.applied.items() if st.estimate.variants[v].counts_known}
-            log.info("%s: %s", name, json.dumps({"reason": st.reason, "applied": known}))
+            log.info("%s: decision", name, extra={"service": name, "reason": st.reason, "applied": known,
+                                                   "hold": st.decision.hold})
         return record
 
     def _record(self, found: Mapping[tuple[str, str], ExternalChange], record: TickRecord) -> None:
@@ -351,8 +355,13 @@ class Daemon:
         ticker.start()
         try:
             self.stopping.wait()
+        except KeyboardInterrupt:
+            self.stop_signal = self.stop_signal or "SIGINT"
+            raise
         finally:
             self.stopping.set()
+            log.info("%s: shutting down", self.identity,
+                     extra={"identity": self.identity, **({"signal": self.stop_signal} if self.stop_signal else {})})
             grace = self.cfg.kubernetes.stop_grace_s
             ticker.join(timeout=grace)
             if ticker.is_alive():
@@ -384,20 +393,8 @@ class Daemon:
                             time.monotonic() - self.last_tick, skipped)
             self.stopping.wait(max(0.0, due - time.monotonic()))
 
-    def stop(self) -> None:
-        """Ask ``run`` to finish its tick (for ``kubernetes.stop_grace_s`` at most) and shut down (SIGTERM)."""
+    def stop(self, signal_name: str | None = None) -> None:
+        """Ask ``run`` to finish its tick (for ``kubernetes.stop_grace_s`` at most) and shut down;
+        ``signal_name`` (``SIGTERM``) is the reason its ``shutting down`` line gives."""
+        self.stop_signal = self.stop_signal or signal_name
         self.stopping.set()
-
-
-def json_formatter() -> logging.Formatter:
-    """A formatter writing one JSON object per record (``--log-format json``)."""
-
-    class _Json(logging.Formatter):
-        def format(self, record: logging.LogRecord) -> str:
-            out: dict[str, Any] = {"time": self.formatTime(record), "level": record.levelname,
-                                   "logger": record.name, "message": record.getMessage()}
-            if record.exc_info:
-                out["exception"] = self.formatException(record.exc_info)
-            return json.dumps(out)
-
-    return _Json()

@@ -201,6 +201,7 @@ def run_simulation(
     steady_start: bool = True,
     admission: str | None = None,
     measure: Callable[[SimulationRun], Outcome] | None = None,
+    on_step: Callable[[float], None] | None = None,
 ) -> SimulationRun:
     """Simulate ``workload`` on the fleet under ``controller`` until every request has ended, flat out.
 
@@ -214,6 +215,7 @@ def run_simulation(
         admission: the admission policy (``none``, ``pid``, ``mpc``); None: ``default_admission``.
         measure: what a run's attainment and cost are (``autoscaler.report.outcome``): with it,
             ``bound`` can search by simulating candidates on this fleet, workload and admission.
+        on_step: called with the simulated time (s) after each sub-step (``autoscaler.progress``).
 
     Raises:
         ValueError: unknown controller, service or admission policy, or a bad controller parameter.
@@ -225,7 +227,8 @@ def run_simulation(
             return measure(SimulationDriver(cfg, workload, candidate, service, steady_start, admission=policy).run())
     ctrl = build(controller, cfg, service, workload, simulate) if isinstance(controller, str) else controller
     mode = default_admission(cfg, ctrl.name) if admission is None else admission
-    return SimulationDriver(cfg, workload, ctrl, service, steady_start, admission=mode).run(progress=progress)
+    return SimulationDriver(cfg, workload, ctrl, service, steady_start, admission=mode).run(progress=progress,
+                                                                                               on_step=on_step)
 
 
 def default_admission(cfg: FleetConfig, controller: str) -> str:

@@ -297,6 +297,9 @@ class ServiceObservation:
         pods: per-pod gauges of the ready pods (empty when the source has none).
         history_s: how far back the source holds the service's samples, seconds (None: it cannot
             tell); the loop decides nothing on less than one signal window.
+        failed_optional: one line per failed query the loop does not need to decide (the gateway's,
+            the pods' prefix-cache counters, the query-set detection): what it read is unknown, the
+            loop does not hold for it. Lines of both lists read ``WHAT: CAUSE``.
     """
 
     service: str
@@ -306,6 +309,7 @@ class ServiceObservation:
     errors: list[str] = field(default_factory=list)
     pods: list[PodObservation] = field(default_factory=list)
     history_s: float | None = None
+    failed_optional: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -32,17 +32,20 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
+from rich.console import Console
 
 from autoscaler.compare import split_row
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.errors import ConfigError
+from autoscaler.progress import Display, Rows
 from autoscaler.report import request_outcomes, summarize
 from autoscaler.simulate import run_simulation, start_at
 from autoscaler.simulator.engine import SHED
@@ -66,10 +69,11 @@ def capacity_rps(cfg: FleetConfig, workload: Workload) -> float:
     return sum(v.start_replicas * w[v.name] for v in svc.variants)
 
 
-def run_row(row: str, cfg: FleetConfig, workload: Workload, window: tuple[float, float]) -> dict[str, Any]:
-    """One ``SCALING@ADMISSION`` run and its figures (module docstring)."""
+def run_row(row: str, cfg: FleetConfig, workload: Workload, window: tuple[float, float],
+            report: Callable[[float], None] | None = None) -> dict[str, Any]:
+    """One ``SCALING@ADMISSION`` run and its figures (module docstring); ``report`` gets the simulated time."""
     spec, admission = split_row(row)
-    run = run_simulation(cfg, workload, spec, admission=admission)
+    run = run_simulation(cfg, workload, spec, admission=admission, on_step=report)
     res = summarize(run)
     o = request_outcomes(run)
     final = run.sim.final
@@ -141,18 +145,23 @@ def spread(by_seed: dict[int, list[dict[str, Any]]], capacity: dict[int, float])
     return "\n".join(lines)
 
 
-_JOB: tuple[FleetConfig, dict[int, Workload], tuple[float, float]] | None = None
+_JOB: tuple[FleetConfig, dict[int, Workload], tuple[float, float], Rows] | None = None
 
 
-def _init(cfg: FleetConfig, workloads: dict[int, Workload], window: tuple[float, float]) -> None:
+def _init(cfg: FleetConfig, workloads: dict[int, Workload], window: tuple[float, float], progress: Rows) -> None:
     global _JOB
-    _JOB = (cfg, workloads, window)
+    _JOB = (cfg, workloads, window, progress)
 
 
-def _work(job: tuple[int, str]) -> dict[str, Any]:
+def _work(job: tuple[int, tuple[int, str]]) -> dict[str, Any]:
     assert _JOB is not None
-    cfg, workloads, window = _JOB
-    return run_row(job[1], cfg, workloads[job[0]], window)
+    cfg, workloads, window, progress = _JOB
+    i, (seed, row) = job
+    progress.start(i)
+    try:
+        return run_row(row, cfg, workloads[seed], window, progress.reporter(i))
+    finally:
+        progress.finish(i)
 
 
 def main() -> None:
@@ -197,9 +206,15 @@ def main() -> None:
     rows = args.rows.split(",") if args.rows else sc["controllers"]
     cap = {s: capacity_rps(cfg, wl) for s, wl in workloads.items()}
     jobs = [(s, r) for s in seeds for r in rows]
+    # progress on stderr (autoscaler.progress): a bar per running row on a terminal, else a line every 15 s
+    err = Console(stderr=True)
+    err.print(f"admission: {len(jobs)} runs ({len(seeds)} seed(s) x {len(rows)} rows), "
+              f"{min(args.workers, len(jobs))} at once", highlight=False)
+    shown = Rows([f"seed {s} {r}" for s, r in jobs], [workloads[s].requests[-1].arrival_s for s, _ in jobs])
     with ProcessPoolExecutor(max_workers=min(args.workers, len(jobs)), initializer=_init,
-                             initargs=(cfg, workloads, window)) as pool:
-        out = list(pool.map(_work, jobs))
+                             initargs=(cfg, workloads, window, shown)) as pool, \
+            Display(shown, "admission", err):
+        out = list(pool.map(_work, enumerate(jobs)))
     by_seed = {s: out[i * len(rows):(i + 1) * len(rows)] for i, s in enumerate(seeds)}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{sc['name']}.json").write_text(json.dumps(

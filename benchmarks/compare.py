@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from rich.console import Console
 
-from autoscaler.compare import failed, markdown_table, run_compare, write_comparison
+from autoscaler.compare import failed, markdown_table, progress_rows, run_compare, write_comparison
 from autoscaler.config.loading import merged, moved_keys, parse_config
+from autoscaler.progress import Display
 from autoscaler.workload.build import build_workload
 from autoscaler.workload.types import Workload
 
@@ -95,7 +97,10 @@ def main() -> None:
             print(f"{name}: {len(finished)}/{total} done ({row['controller']}, {row['wall_s']:.0f} s)",
                   file=sys.stderr, flush=True)
 
-        comp = run_compare(cfg, wl, controllers, workers=args.workers, done=done, floor=float(sc.get("floor", 0.99)))
+        shown = progress_rows(controllers, wl)  # on stderr: a bar per running row, or a line every 15 s piped
+        with Display(shown, name, Console(stderr=True)):
+            comp = run_compare(cfg, wl, controllers, workers=args.workers, done=done,
+                               floor=float(sc.get("floor", 0.99)), progress=shown)
         write_comparison(comp, cfg, None, args.out / name)
         scale = f", rate x{sc['rate_scale']:g}" if "rate_scale" in sc else ""
         source = sc.get('trace', 'synthetic ' + sc.get('synthetic', ''))

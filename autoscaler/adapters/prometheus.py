@@ -246,6 +246,7 @@ class _Plan:
     svc: Service
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # the optional queries that failed (also in warnings)
     valid: dict[str, list[_Pod]] = field(default_factory=dict)
     counts: dict[str, tuple[int, int] | None] = field(default_factory=dict)
     jobs: dict[str, dict[str, Future[_Outcome]]] = field(default_factory=dict)
@@ -315,7 +316,9 @@ class PrometheusSource:
             query bounded by its own timeout only (a backtest, which has no tick to keep).
 
     Attributes:
-        warnings: service -> this tick's warnings (pods ignored, no fresh pods).
+        warnings: service -> this tick's warnings (optional queries that failed, pods ignored, no
+            fresh pods); the failed queries are logged by the loop, one line per cause
+            (``ServiceObservation.failed_optional``), the others here.
     """
 
     def __init__(self, prom: PrometheusConfig, services: Sequence[Service], runner: QueryRunner, *, window_s: float,
@@ -340,6 +343,7 @@ class PrometheusSource:
         self.window_s = window_s / speed
         self.deadline_s = deadline_s
         self._deadline = math.inf  # monotonic time the observation in progress ends
+        self._undetected: dict[str, str] = {}  # service -> why this tick's query-set detection failed
         self.warnings: dict[str, list[str]] = {}
         self._counts: dict[tuple[str, str], tuple[int, int]] = {}
 
@@ -381,9 +385,9 @@ class PrometheusSource:
                 for svc in self.services if svc.name not in self.detected}
         for name, fut in jobs.items():
             res = self._result(fut)
-            if res.error is not None:
-                log.warning("%s: query set not detected (%s); reading %s names this tick", name, res.error,
-                            DEFAULT_SET.name)
+            if res.error is not None:  # logged with the tick's other failures (ControlLoop)
+                self._undetected[name] = (f"{name} query-set detection (reading {DEFAULT_SET.name} names this "
+                                          f"tick): {res.error}")
                 continue
             found = {str(r.get("metric", {}).get("__name__")) for r in res.result if isinstance(r, dict)}
             qs = detect(found)
@@ -561,6 +565,7 @@ class PrometheusSource:
         """Signals of every service at loop time ``now`` (seconds); see the module docstring."""
         at = None if self.clock is None else self.clock(now)
         self._deadline = math.inf if self.deadline_s is None else time.monotonic() + self.deadline_s
+        self._undetected = {}
         pool = ThreadPoolExecutor(max_workers=self.prom.max_concurrency, thread_name_prefix="prometheus")
         try:
             self._detect(pool, at)
@@ -584,7 +589,7 @@ class PrometheusSource:
             res = {k: self._result(f) for k, f in inventory[(svc.name, v.name)].items()}
             for k in OPTIONAL_POD_QUERIES:  # only the cache-warmth model reads them: a failure is a warning
                 if k in res and res[k].error is not None:
-                    plan.warnings.append(f"{scope} pods ({k}): {res.pop(k).error}")
+                    plan.failed.append(f"{scope} pods ({k}): {res.pop(k).error}")
             failed = [f"{scope} pods ({k}): {r.error}" for k, r in res.items() if r.error is not None]
             plan.errors += failed
             known = known and not failed
@@ -643,10 +648,12 @@ class PrometheusSource:
         pods = [self._pod_observation(v, p) for v, ps in plan.valid.items() for p in ps
                 if p.kv and p.waiting and p.running]
         history = self._service_signals(plan, values)
-        for line in plan.warnings:
+        for line in plan.warnings:  # the failed queries are not: the loop logs them, one line per cause
             log.warning(line)
-        self.warnings[name] = plan.warnings
-        return ServiceObservation(name, now, Signals.of(values), variants, plan.errors, pods=pods, history_s=history)
+        self.warnings[name] = plan.failed + plan.warnings
+        failed = plan.failed + ([self._undetected[name]] if name in self._undetected else [])
+        return ServiceObservation(name, now, Signals.of(values), variants, plan.errors, pods=pods, history_s=history,
+                                  failed_optional=failed)
 
     def _service_signals(self, plan: _Plan, values: dict[str, float | None]) -> float | None:
         """Fill the service-wide signals into ``values`` (name -> value); return the history held, loop seconds.
@@ -663,7 +670,7 @@ class PrometheusSource:
                 if key == HISTORY:
                     plan.errors.append(f"{name} history: {res.error}")
                 else:
-                    plan.warnings.append(f"{name} {key}: {res.error}")
+                    plan.failed.append(f"{name} {key}: {res.error}")
                     answers[key] = _FAILED
                 continue
             if key.startswith((PRIORITY, TOTAL)):

@@ -204,10 +204,12 @@ class StderrLog:
         import logging
         import sys
 
+        from autoscaler.logs import TextFormatter
+
         self.logger = logging.getLogger("autoscaler")
         self.level = level
         self.handler = logging.StreamHandler(sys.stderr)
-        self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        self.handler.setFormatter(TextFormatter())  # with the records' fields (a failure's cause)
 
     def __enter__(self) -> None:
         self.old_level = self.logger.level

@@ -90,10 +90,12 @@ def compare(
         check_names,
         columns,
         legend,
+        progress_rows,
         run_compare,
         table_cells,
         write_comparison,
     )
+    from autoscaler.progress import Display
     from autoscaler.simulate import long_run_warning
     from autoscaler.workload.build import build_workload, check_shaping, parse_span
 
@@ -130,7 +132,10 @@ def compare(
             err_console.print(f"{how} {len(finished)}/{len(names)}: {row['controller']} ({row['wall_s']:.1f} s)",
                               highlight=False)
 
-        comp = run_compare(cfg, wl, names, service, workers, done=done, floor=floor, admission=admission)
+        rows = progress_rows(names, wl)
+        with Display(rows, "compare", err_console):
+            comp = run_compare(cfg, wl, names, service, workers, done=done, floor=floor, admission=admission,
+                               progress=rows)
         paths = write_comparison(comp, cfg, service, out)
     except KeyboardInterrupt as exc:
         raise interrupted(out, OUTPUTS, exc) from None

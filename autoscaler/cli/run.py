@@ -51,7 +51,8 @@ def run_daemon(
     from autoscaler.adapters.prometheus import PrometheusError
     from autoscaler.adapters.prometheus import connect as prom_connect
     from autoscaler.config.kubernetes import check_identity
-    from autoscaler.daemon import Daemon, json_formatter
+    from autoscaler.daemon import Daemon
+    from autoscaler.logs import formatter
     from autoscaler.wiring import build_source
 
     ports = f"--port {port}" + ("" if admission_port is None else f" or --admission-port {admission_port}")
@@ -75,8 +76,7 @@ def run_daemon(
         source = build_source(cfg, prom_connect(cfg.prometheus, url))
         api = kube_connect(kubeconfig, timeout_s=cfg.kubernetes.lease.renew_s / 2)  # a call ends within a lease
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(json_formatter() if log_format == "json" else
-                             logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(formatter(log_format))
         root = logging.getLogger("autoscaler")
         root.addHandler(handler)
         root.setLevel(logging.INFO)
@@ -86,7 +86,7 @@ def run_daemon(
         raise fail(str(exc)) from None
     except OSError as exc:
         raise fail(f"--host {host} {ports}: {exc.strerror or exc}") from None
-    signal.signal(signal.SIGTERM, lambda *_: daemon.stop())
+    signal.signal(signal.SIGTERM, lambda *_: daemon.stop("SIGTERM"))
     extra = "" if daemon.admission_server is None else f", /v1/admission on port {daemon.admission_server.port}"
     logging.getLogger("autoscaler.daemon").info("%s serving on %s:%d (%s%s%s)", name, host, daemon.server.port,
                                                 controller, ", dry run" if dry_run else "", extra)

@@ -194,6 +194,7 @@ def faults_run(
     from autoscaler.config.base import MAX_INT
     from autoscaler.faults.rows import OUTPUTS, markdown_table, write_results
     from autoscaler.faults.suite import load_suite, run_suite, suite_dir
+    from autoscaler.progress import Display
 
     try:
         output = output_format(output, json_alias)
@@ -223,7 +224,8 @@ def faults_run(
             err_console.print(f"done {len(finished)}/{total}: {row['scenario']} x {row['controller']} "
                               f"({row['wall_s']:.0f} s)", highlight=False)
 
-        rows = run_suite(chosen, names, data, workers, done)
+        rows = run_suite(chosen, names, data, workers, done,
+                         progress=lambda shown: Display(shown, "faults run", err_console))
         paths = write_results(rows, out) if out is not None else []
     except KeyboardInterrupt as exc:  # Ctrl-C (130) or SIGTERM (143, ``autoscaler.entry``)
         if out is not None:

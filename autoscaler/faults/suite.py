@@ -14,8 +14,8 @@ import multiprocessing
 import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from autoscaler.faults.harm import harm_counts
 from autoscaler.faults.inject import Injector
 from autoscaler.faults.rows import make_row
 from autoscaler.faults.scenario import Scenario, load_scenario, scenario_fleet, scenario_workload
+from autoscaler.progress import Rows
 from autoscaler.report import summarize
 from autoscaler.simulate import SimulationDriver, default_admission
 from autoscaler.workload.types import Workload
@@ -73,14 +74,21 @@ def admission_for(sc: Scenario, cfg: FleetConfig, name: str) -> str:
     return sc.admission
 
 
-def run_sim_row(sc: Scenario, name: str, cfg: FleetConfig, workload: Workload) -> dict[str, Any]:
-    """One simulator-layer row."""
+def run_sim_row(sc: Scenario, name: str, cfg: FleetConfig, workload: Workload,
+                report: Callable[[float], None] | None = None) -> dict[str, Any]:
+    """One simulator-layer row; ``report`` is called with the simulated time as it goes (``Rows.reporter``)."""
     spec, _ = split_row(name)
     ctrl = build(spec, cfg, None, workload)
     driver = SimulationDriver(cfg, workload, ctrl, admission=admission_for(sc, cfg, name))
     injector = Injector(sc, driver)
+
+    def on_step(now: float) -> None:
+        injector.on_step(now)
+        if report is not None:
+            report(now)
+
     with quiet_logs("autoscaler.loop"):
-        run = driver.run(on_step=injector.on_step)
+        run = driver.run(on_step=on_step)
     return make_row(sc, name, summarize(run), harm_counts(sc, run))
 
 
@@ -100,6 +108,7 @@ def quiet_logs(*names: str) -> Iterator[None]:
 
 
 _JOBS: dict[str, tuple[Scenario, FleetConfig, Workload]] = {}
+_PROGRESS: dict[tuple[str, str], tuple[Rows, int]] = {}  # job -> its row of the progress shown
 
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -115,12 +124,29 @@ def _init_worker() -> None:
 
 def _work(job: tuple[str, str]) -> dict[str, Any]:
     sc, cfg, wl = _JOBS[job[0]]
-    return run_sim_row(sc, job[1], cfg, wl)
+    if job not in _PROGRESS:
+        return run_sim_row(sc, job[1], cfg, wl)
+    shown, i = _PROGRESS[job]
+    shown.start(i)
+    try:
+        return run_sim_row(sc, job[1], cfg, wl, shown.reporter(i))
+    finally:
+        shown.finish(i)
+
+
+def _sim_rows(jobs: Sequence[tuple[str, str]]) -> Rows:
+    """The progress of the simulator rows, ``SCENARIO x CONTROLLER``, each spanning its trace's last arrival."""
+    spans = [wl.requests[-1].arrival_s if wl.requests else 0.0 for wl in (_JOBS[sc][2] for sc, _ in jobs)]
+    return Rows([f"{sc} x {c}" for sc, c in jobs], spans)
 
 
 def run_suite(scenarios: Sequence[Scenario], controllers: Sequence[str], data: Path, workers: int | None = None,
-              done: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+              done: Callable[[dict[str, Any]], None] | None = None,
+              progress: Callable[[Rows], AbstractContextManager[object]] | None = None) -> list[dict[str, Any]]:
     """Every scenario x controller, rows in that order.
+
+    ``done`` is called with each row as it ends; ``progress`` is given the simulator rows' ``Rows``
+    and entered while they run (``autoscaler.progress.Display``).
 
     Raises:
         ConfigError: a scenario's fleet or trace (before anything runs); ValueError: an unknown
@@ -141,6 +167,27 @@ def run_suite(scenarios: Sequence[Scenario], controllers: Sequence[str], data: P
     n = min(len(sim_jobs), os.cpu_count() or 1) if workers is None else max(1, min(workers, len(sim_jobs)))
     _JOBS.clear()
     _JOBS.update({k: v for k, v in prepared.items() if v[2] is not None})  # type: ignore[misc]
+    shown = _sim_rows(sim_jobs)
+    _PROGRESS.clear()
+    _PROGRESS.update({job: (shown, i) for i, job in enumerate(sim_jobs)})  # the forked workers inherit it
+    with progress(shown) if progress is not None and sim_jobs else nullcontext():
+        _run_sim_jobs(sim_jobs, n, rows, done)
+    if live_jobs:
+        from autoscaler.faults.live import run_live_row
+
+        for job in live_jobs:
+            sc, cfg, _ = prepared[job[0]]
+            with quiet_logs("autoscaler", "kubernetes", "urllib3"):
+                rows[job] = run_live_row(sc, job[1], cfg, data)
+            if done is not None:
+                done(rows[job])
+    return [rows[(sc.name, c)] for sc in scenarios for c in controllers]
+
+
+def _run_sim_jobs(sim_jobs: Sequence[tuple[str, str]], n: int, rows: dict[tuple[str, str], dict[str, Any]],
+                  done: Callable[[dict[str, Any]], None] | None) -> None:
+    """Run the simulator rows (``_JOBS``) in ``n`` processes (here when 1) into ``rows``; ``done`` is
+    called with each as it ends."""
     if sim_jobs and n == 1:
         for job in sim_jobs:
             rows[job] = _work(job)
@@ -156,7 +203,9 @@ def run_suite(scenarios: Sequence[Scenario], controllers: Sequence[str], data: P
                 futures = {job: pool.submit(_work, job) for job in sim_jobs}
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a signal that came meanwhile is raised here
-            for job, fut in futures.items():
+            jobs = {fut: job for job, fut in futures.items()}
+            for fut in as_completed(jobs):  # as each row ends, so that its line comes then
+                job = jobs[fut]
                 rows[job] = fut.result()
                 if done is not None:
                     done(rows[job])
@@ -167,15 +216,3 @@ def run_suite(scenarios: Sequence[Scenario], controllers: Sequence[str], data: P
                 proc.terminate()
             raise
         pool.shutdown()
-    if live_jobs:
-        from autoscaler.faults.live import run_live_row
-
-        for job in live_jobs:
-            sc, cfg, _ = prepared[job[0]]
-            with quiet_logs("autoscaler", "kubernetes", "urllib3"):
-                rows[job] = run_live_row(sc, job[1], cfg, data)
-            if done is not None:
-                done(rows[job])
-    return [rows[(sc.name, c)] for sc in scenarios for c in controllers]
-
-

@@ -19,7 +19,8 @@ with the same accounting.
 
 Fail-static: when any metric query failed this tick (``ServiceObservation.errors``), the loop holds
 every variant at its current count (no scale-down on an outage read as idle), adds the failures to
-``query_failures`` and logs them; rejected values (``ServiceEstimate.warnings``) are logged too.
+``query_failures`` and logs them, one line per cause (``log_failures``: an outage is one line a tick,
+not one per query); rejected values (``ServiceEstimate.warnings``) are logged too.
 When a variant's replica count is unknown (``VariantObservation.counts_known``), the loop holds the
 service whatever the controller, before any other rule.
 
@@ -206,8 +207,7 @@ class ControlLoop:
             est = self.warmth[svc.name].apply(est)
         if est.errors:
             self.query_failures[svc.name] += len(est.errors)
-            log.warning("%s: %d metric queries failed, holding replicas; first: %s",
-                        svc.name, len(est.errors), est.errors[0])
+        log_failures(svc.name, est.errors, obs.failed_optional)
         for line in est.warnings:
             log.warning(line)
         gstate = self.guards[svc.name]
@@ -297,3 +297,28 @@ def scale_from_zero(svc: Service, weights: dict[str, float], waiting: float) -> 
     desired = {x.name: 0 for x in svc.variants}
     desired[v.name] = max(1, v.min_replicas)
     return Decision(desired, f"scale from zero: {waiting:g} requests waiting and no replica", Reason.SCALE_FROM_ZERO)
+
+
+def cause(line: str) -> str:
+    """The cause of a failed query's line ``WHAT: CAUSE`` (the whole line when it has no ``: ``)."""
+    return line.partition(": ")[2] or line
+
+
+def log_failures(service: str, errors: list[str], optional: list[str]) -> None:
+    """One WARNING per cause of this tick's failed queries of ``service`` (an outage fails every query
+    for one reason): how many failed, needed ones (``errors``: the loop holds) and ``optional`` ones,
+    the first one's line; as fields too (``autoscaler.logs``)."""
+    by_cause: dict[str, tuple[list[str], list[str]]] = {}
+    for lines, i in ((errors, 0), (optional, 1)):
+        for line in lines:
+            by_cause.setdefault(cause(line), ([], []))[i].append(line)
+    for why, (needed, other) in by_cause.items():
+        first = (needed or other)[0]
+        extra = {"service": service, "cause": why, "failed": len(needed), "failed_optional": len(other),
+                 "first": first}
+        if needed:
+            log.warning("%s: %d metric queries failed, holding replicas", service, len(needed) + len(other),
+                        extra=extra)
+        else:
+            log.warning("%s: %d optional metric queries failed, their signals unknown", service, len(other),
+                        extra=extra)

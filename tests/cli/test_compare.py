@@ -158,3 +158,36 @@ def test_cli_compare_writes_the_rows_and_exits_1_when_one_failed(make_fleet, mon
     assert [r["controller"] for r in rows] == ["kpa", "hpa"] and "failed" in rows[0] and "failed" not in rows[1]
     assert (out / "compare.png").is_file()  # the row that ran is plotted
     assert "error: 1 of 2 rows failed: kpa" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_every_row_reports_its_progress_and_ends_done(make_fleet, workers: int) -> None:
+    from autoscaler.compare import progress_rows
+    from autoscaler.progress import DONE
+
+    wl = burst_workload()
+    rows = progress_rows(["hpa", "kpa"], wl)
+    assert rows.totals_s == [wl.requests[-1].arrival_s] * 2
+    run_compare(make_fleet(replicas=1, min_replicas=1, max_replicas=6), wl, ["hpa", "kpa"], workers=workers,
+                progress=rows)
+    for i in range(2):  # written by the worker process too; the last write may be up to 0.5 s of wall time old
+        assert rows.state(i) == DONE and 0 < rows.simulated_s(i) <= 1200 + 4 * 3600
+
+
+def test_cli_compare_piped_prints_progress_lines_on_stderr_and_the_table_on_stdout(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    import re
+
+    import autoscaler.progress as progress
+
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)  # a line at every poll of a running row
+    monkeypatch.setattr(progress, "POLL_S", 0.05)
+    res = CliRunner().invoke(app, ["compare", "--controller", "kpa,hpa", "--span", "0:300", "--workers", "2",
+                                   "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    for name in ("kpa", "hpa"):
+        assert re.search(rf"^compare: {name} \d+% \(\d+/\d+ s simulated\), \d+ s$", res.stderr, re.MULTILINE), \
+            res.stderr
+        assert re.search(rf"^done [12]/2: {name} \(\d+\.\d s\)$", res.stderr, re.MULTILINE), res.stderr
+    assert not re.search(r"^compare: |s simulated\)", res.stdout, re.MULTILINE), res.stdout
+    assert "│ kpa" in res.stdout and "│ hpa" in res.stdout

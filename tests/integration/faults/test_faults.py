@@ -5,6 +5,7 @@ files fail with one-line errors; ``autoscaler faults run`` keeps its interface."
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -206,10 +207,19 @@ def test_unknown_scenario_lists_the_known_ones(tmp_path: Path) -> None:
         load_suite(tmp_path, ["nope"])
 
 
-def test_faults_run_prints_the_rows_as_json(tmp_path: Path) -> None:
+def test_faults_run_prints_the_rows_as_json_and_its_progress_on_stderr(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import autoscaler.progress as progress
+
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)  # a line at every poll of a running row
+    monkeypatch.setattr(progress, "POLL_S", 0.05)
     res = CliRunner().invoke(app, ["faults", "run", "--scenarios", "nan-at-zero", "--controller", "pid,keda",
                                    "-o", "json", "--out", str(tmp_path / "out"), "--data", str(DATA_DIR)])
     assert res.exit_code == 0, res.output
+    for name in ("pid", "keda"):
+        assert re.search(rf"^faults run: nan-at-zero x {name} \d+% \(\d+/\d+ s simulated\), \d+ s$", res.stderr,
+                         re.MULTILINE), res.stderr
+    assert res.stdout.startswith("["), res.stdout  # the JSON alone on stdout
     rows = json.loads(res.stdout[res.stdout.index("["):])
     assert [r["controller"] for r in rows] == ["pid", "keda"] and all(set(ROW_KEYS) <= set(r) for r in rows)
     assert json.loads((tmp_path / "out" / "faults.json").read_text()) == rows

@@ -17,7 +17,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 import yaml
@@ -295,8 +297,20 @@ def test_sigterm_finishes_and_releases_the_lease(tmp_path: Path) -> None:
         assert proc.returncode == 0, err
         assert not leases.read_namespaced_lease("autoscaler-leader", "autoscaler").spec.holder_identity
         lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
-        assert any("released the lease" in r["message"] for r in lines)
-        assert all({"time", "level", "logger", "message"} <= set(r) for r in lines)
+        assert any("released the lease" in r["msg"] for r in lines)
+        assert all({"ts", "level", "logger", "msg"} <= set(r) for r in lines)
+        assert all(datetime.fromisoformat(r["ts"]).utcoffset() is not None for r in lines)  # RFC 3339
+        assert [r for r in lines if r["msg"] == "d1: shutting down"] == [
+            {"ts": ANY, "level": "info", "logger": "autoscaler.daemon", "msg": "d1: shutting down", "identity": "d1",
+             "signal": "SIGTERM"}]
+        decisions = [r for r in lines if r["msg"].endswith(": decision")]
+        assert decisions and all(isinstance(r["applied"], dict) and r["hold"] is True for r in decisions)
+        # Prometheus down: one warning per tick and service (every query failed for one cause), not one per
+        # query (the workloads the emulated cluster lacks are the Kubernetes adapters' own warnings)
+        warnings = [r for r in lines if r["level"] == "warning"
+                    and r["logger"] in ("autoscaler.loop.runner", "autoscaler.adapters.prometheus")]
+        assert len(warnings) == len(decisions), warnings
+        assert all(r["logger"] == "autoscaler.loop.runner" and "Connection refused" in r["cause"] for r in warnings)
         # it held while Prometheus was unreachable: no scale write at all
         assert not [w for w in cluster.emu.writes if w[1] == "deployments/scale"]
 
@@ -423,7 +437,7 @@ def test_sigterm_exits_within_the_grace_while_a_tick_hangs(tmp_path: Path) -> No
             silent.close()
         assert proc.returncode == 0, err
         assert _holder(cluster) is None
-        messages = [json.loads(line)["message"] for line in err.splitlines() if line.startswith("{")]
+        messages = [json.loads(line)["msg"] for line in err.splitlines() if line.startswith("{")]
         assert any("did not finish within 1 s of the stop" in m for m in messages), messages
         assert any(m.endswith("released the lease") for m in messages) and messages[-1] == "d2 stopped"
 
