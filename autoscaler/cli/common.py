@@ -27,6 +27,17 @@ DISTRIBUTION = "llm-autoscaler"
 """The installed package's name (pyproject.toml), whose metadata ``--version`` reads."""
 
 
+def _element_name(p: Any) -> str:
+    """The element type of a repeatable option, in lower case: typer >= 0.2x keeps the annotation
+    (``type_descriptor``: list[Path] -> path), older releases click's type (click.Path is named "path")."""
+    descriptor = getattr(p, "type_descriptor", None)
+    if descriptor is not None:
+        args = get_args(descriptor.annotation)
+        return args[0].__name__.lower() if args and isinstance(args[0], type) else "value"
+    name = getattr(getattr(p, "type", None), "name", "") or "value"
+    return "str" if name == "text" else name
+
+
 def _readable_metavars(params: list[Any]) -> None:
     """Flags show no value in help (typer would write ``<bool>``); a repeatable option shows its
     element type once with ``...`` (typer would write ``<list[Path]>``). ``params``: the command's
@@ -37,9 +48,7 @@ def _readable_metavars(params: list[Any]) -> None:
         if p.is_flag or p.count:
             p.metavar = ""
         elif p.multiple:
-            args = get_args(p.type_descriptor.annotation)  # list[Path] -> (Path,)
-            element = args[0] if args else None
-            p.metavar = f"<{element.__name__.lower() if isinstance(element, type) else 'value'}>..."
+            p.metavar = f"<{_element_name(p)}>..."
 
 
 class Command(TyperCommand):
