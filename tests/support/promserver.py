@@ -75,24 +75,30 @@ class FakePod:
     def families(self) -> list[Metric]:
         labels = ["0", self.model, self.namespace, self.name, self.variant]
         names = ["engine", "model_name", "namespace", "pod", "variant"]
-        n = self.rate_rps * (time.time() - self.t0)
+        now = time.time()
+        n = self.rate_rps * (now - self.t0)
         ts = self.stamp
+        # A counter's sample carries the time its value was computed: Prometheus would stamp it with the
+        # scrape's start, and on a busy machine the gap between the two moves a short window's rate.
+        # Gauges keep the scrape's time, so a pod that stops answering goes stale as a real one does
+        # (explicitly stamped series are never marked stale).
+        cts = now if self.stamp is None else self.stamp
         out = [_single(GaugeMetricFamily, metric, names, labels, value, ts) for metric, value in (
             ("vllm:num_requests_running", self.running), ("vllm:num_requests_waiting", self.waiting),
             ("vllm:kv_cache_usage_perc", self.kv))]
-        out += [_single(CounterMetricFamily, metric, names, labels, value, ts) for metric, value in (
+        out += [_single(CounterMetricFamily, metric, names, labels, value, cts) for metric, value in (
             ("vllm:prompt_tokens", PROMPT_TOKENS_PER_REQUEST * n),
             ("vllm:prefix_cache_queries", PROMPT_TOKENS_PER_REQUEST * n),
             ("vllm:prefix_cache_hits", PREFIX_HIT_FRACTION * PROMPT_TOKENS_PER_REQUEST * n))]
         success = CounterMetricFamily("vllm:request_success", "s", labels=[*names, "finished_reason"])
-        success.add_metric([*labels, "stop"], n, timestamp=ts)
-        success.add_metric([*labels, "abort"], 0.0, timestamp=ts)
+        success.add_metric([*labels, "stop"], n, timestamp=cts)
+        success.add_metric([*labels, "abort"], 0.0, timestamp=cts)
         out.append(success)
         for metric, shares in (("vllm:time_to_first_token_seconds", TTFT_SHARES),
                                (self.tpot_metric, TPOT_SHARES),
                                ("vllm:e2e_request_latency_seconds", ())):
             h = HistogramMetricFamily(metric, metric, labels=names)
-            h.add_metric(labels, [*((le, f * n) for le, f in shares), ("+Inf", n)], 0.3 * n, timestamp=ts)
+            h.add_metric(labels, [*((le, f * n) for le, f in shares), ("+Inf", n)], 0.3 * n, timestamp=cts)
             out.append(h)
         return out
 
