@@ -296,9 +296,9 @@ def test_admission_budget_writes_the_holdback_policy_on_request_and_refuses_what
     (policy,) = [p for p in epp["plugins"] if p["type"] == "priority-holdback-policy"]
     assert policy["parameters"] == {"shape": "linear", "domain": "rank", "minCeiling": 0.5, "maxCeiling": 1.0}
     res = CliRunner().invoke(app, ["admission", "budget", "--min-ceiling", "0.5"])
-    assert res.exit_code == 2 and "it needs --output yaml" in res.output, res.output
+    assert res.exit_code == 2 and "it needs -o yaml" in res.output, res.output
     for args, message in ((["--min-ceiling", "1.0"], "--min-ceiling 1 must be in [0, 1)"),
-                          (["--output", "json"], "--output must be table or yaml, got 'json'"),
+                          (["--output", "json"], "-o/--output must be one of table, yaml, got 'json'"),
                           (["--service", "nope"], "nope")):
         res = CliRunner().invoke(app, ["admission", "budget", "--output", "yaml", *args]
                                  if args[0] != "--output" else ["admission", "budget", *args])

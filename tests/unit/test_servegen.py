@@ -113,7 +113,7 @@ def test_too_many_requests_and_odd_folders_are_refused_before_generating(tmp_pat
     for scale in (1e4, 1e308):
         with pytest.raises(ValueError, match="at most 20,000,000"):
             load_servegen(tmp_path, 0, 600, rate_scale=scale)
-    with pytest.raises(ValueError, match="no format to choose"):
+    with pytest.raises(ValueError, match=r"--trace-format azure: .* is a ServeGen folder \(--trace-format servegen"):
         build_workload(tmp_path, "azure", span=(0.0, 600.0))
     empty = tmp_path / "empty"
     empty.mkdir()
