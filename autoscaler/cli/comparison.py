@@ -119,8 +119,11 @@ def compare(
         check_admission(admission)
         span_s = None if span is None else parse_span(span)
         files.check_writable(out)
-        files.clear(out, OUTPUTS)
         wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span_s, lengths_from)
+        files.clear(out, OUTPUTS)  # once the trace is read: a mistyped --trace loses no earlier results
+        # the first line comes before the rows' first progress (a piped run would otherwise be silent)
+        err_console.print(f"compare: {len(names)} rows on {len(wl.requests)} requests of {wl.source}",
+                          markup=False, highlight=False, soft_wrap=True)
         warning = long_run_warning(cfg, wl, service)
         if warning:
             warn(warning)
@@ -130,7 +133,7 @@ def compare(
             finished.append(row)
             how = "failed" if row.get(FAILED_KEY) else "done"
             err_console.print(f"{how} {len(finished)}/{len(names)}: {row['controller']} ({row['wall_s']:.1f} s)",
-                              highlight=False)
+                              markup=False, highlight=False)
 
         rows = progress_rows(names, wl)
         with Display(rows, "compare", err_console):

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from autoscaler.config import FleetConfig
+    from autoscaler.workload.types import Workload
 
 
 def results_table(res: dict[str, Any]) -> Table:
@@ -152,14 +153,18 @@ def simulate(
         check_admission(admission)
         span_s = None if span is None else parse_span(span)
         files.check_writable(out)
-        files.clear(out, names)
+
+        def workload() -> Workload:
+            built = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span_s,
+                                   lengths_from)
+            files.clear(out, names)  # once the trace is read: a mistyped --trace loses no earlier results
+            return built
+
         if serve_metrics is not None:
             res = _served_simulation(cfg, controller, service, serve_metrics, 1.0 if speed is None else speed, out,
-                                     plot, quiet, admission,
-                                     lambda: build_workload(trace, trace_format, rate_scale, time_scale, seed,
-                                                            batch_fraction, span_s, lengths_from))
+                                     plot, quiet, admission, workload)
         else:
-            wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span_s, lengths_from)
+            wl = workload()
             warning = long_run_warning(cfg, wl, service)
             if warning:
                 warn(warning)

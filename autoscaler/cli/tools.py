@@ -36,7 +36,7 @@ app.add_typer(admission_app, name="admission")
 
 
 @admission_app.command("objectives", epilog=examples(
-    "autoscaler admission objectives http://autoscaler:9090 | kubectl apply -f -",
+    "autoscaler admission objectives http://autoscaler.autoscaler:8080 | kubectl apply -f -",
     "autoscaler admission objectives admission.json --pool my-pool --namespace llm",
 ))
 def admission_objectives(

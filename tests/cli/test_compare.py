@@ -185,6 +185,7 @@ def test_cli_compare_piped_prints_progress_lines_on_stderr_and_the_table_on_stdo
     res = CliRunner().invoke(app, ["compare", "--controller", "kpa,hpa", "--span", "0:300", "--workers", "2",
                                    "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines()[0].startswith("compare: 2 rows on "), res.stderr  # before any row's progress
     for name in ("kpa", "hpa"):
         assert re.search(rf"^compare: {name} \d+% \(\d+/\d+ s simulated\), \d+ s$", res.stderr, re.MULTILINE), \
             res.stderr

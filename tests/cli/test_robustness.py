@@ -652,3 +652,24 @@ def default_sigint() -> None:
     """In the child, before exec: SIGINT back to its default, so Python turns it into KeyboardInterrupt
     (a shell running the tests in the background starts them with SIGINT ignored, and children inherit it)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize(("command", "outputs"), [
+    ("simulate", ("results.json", "timeline.csv", "timeline.png")),
+    ("compare", ("compare.json", "compare.png")),
+])
+@pytest.mark.parametrize("trace", ["typo.csv", "unreadable"])
+def test_a_trace_that_cannot_be_read_leaves_an_earlier_run_s_results(tmp_path: Path, command: str,
+                                                                      outputs: tuple[str, ...], trace: str) -> None:
+    """The outputs of an earlier run are removed only once this run's inputs are read (a new user's typo
+    in --trace removed the README run's results before the error)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in outputs:
+        (out / name).write_text("earlier")
+    path = tmp_path / trace
+    if trace == "unreadable":
+        path.write_text("not a trace\n")  # no format the loaders know
+    res = CliRunner().invoke(app, [command, "--trace", str(path), "--out", str(out)])
+    assert res.exit_code != 0 and res.output.startswith("error:"), res.output
+    assert {p.name: p.read_text() for p in out.iterdir()} == {name: "earlier" for name in outputs}
