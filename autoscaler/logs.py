@@ -59,7 +59,10 @@ class TextFormatter(logging.Formatter):
     """``TS LEVEL LOGGER: MESSAGE key=value...`` (module docstring); a traceback on the lines after."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{rfc3339(record.created)} {record.levelname} {record.name}: {record.getMessage()}"
+        # one record, one line: a newline in the message (an API server's webhook denial) is escaped, so
+        # the text after it cannot read as a record of its own; only the traceback takes lines below
+        msg = record.getMessage().replace("\n", "\\n").replace("\r", "\\r")
+        line = f"{rfc3339(record.created)} {record.levelname} {record.name}: {msg}"
         extra = " ".join(f"{k}={_text_value(v)}" for k, v in record_fields(record).items())
         if extra:
             line += " " + extra

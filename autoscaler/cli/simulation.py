@@ -53,11 +53,13 @@ if TYPE_CHECKING:
 
 def results_table(res: dict[str, Any]) -> Table:
     """A rich table of one run's ``results.json``."""
+    from rich.markup import escape
     from rich.table import Table
 
     a = res["admission"]
     policy = "" if a["policy"] == "none" else f"@{a['policy']}"
-    t = Table(title=f"{res['controller']}{policy} on {res['workload']}", show_header=True)
+    # user text (a trace's path, a spec) verbatim: rich would read "[/]" or "[bold]" in it as markup
+    t = Table(title=escape(f"{res['controller']}{policy} on {res['workload']}"), show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
     r = res["requests"]

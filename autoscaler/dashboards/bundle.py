@@ -149,7 +149,9 @@ def write(bundle: Bundle, out: Path) -> list[Path]:
     before = manifest.read_text().split("\n") if manifest.is_file() else []
     for rel in before:
         stale = out / rel
-        if rel and rel not in bundle.files and ".." not in Path(rel).parts and stale.is_file():
+        # only a relative path inside ``out``: a manifest edited by hand must not delete elsewhere
+        if (rel and rel not in bundle.files and not Path(rel).is_absolute() and ".." not in Path(rel).parts
+                and stale.is_file()):
             stale.unlink()
     paths = []
     for rel, text in bundle.files.items():

@@ -68,6 +68,7 @@ from autoscaler.adapters.prometheus import service_selector
 from autoscaler.config import FleetConfig
 from autoscaler.promql import GATEWAY_REQUESTS, RECORDING_RULES, exact_alternation, first_present, quote
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS
+from autoscaler.urls import redact
 from autoscaler.workload.types import INTERACTIVE
 from controllers.base import HOLD_REASONS, Reason
 
@@ -175,9 +176,17 @@ def runbook_url(alert: str, runbooks: str = RUNBOOKS_URL) -> str:
     Raises:
         ValueError: ``runbooks`` is not an absolute http(s) URL, or already carries an anchor.
     """
-    parts = urllib.parse.urlsplit(runbooks)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.fragment:
-        raise ValueError(f"runbooks URL {runbooks!r}: must be an absolute http(s) URL of the page, without #anchor")
+    bad = ValueError(f"runbooks URL {redact(runbooks)!r}: must be an absolute http(s) URL of the page, with a "
+                     "host and a valid port, without credentials, spaces or #anchor")
+    try:
+        parts = urllib.parse.urlsplit(runbooks)
+        port = parts.port  # out of 0..65535: ValueError
+    except ValueError:
+        raise bad from None
+    # every alert carries it: no password in a rule file, nothing a line break or space would split
+    if (parts.scheme not in ("http", "https") or not parts.hostname or port == 0 or "#" in runbooks
+            or parts.username is not None or any(c.isspace() or not c.isprintable() for c in runbooks)):
+        raise bad
     return f"{runbooks}#{alert.lower()}"
 
 

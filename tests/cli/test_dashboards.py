@@ -79,7 +79,9 @@ def test_every_alert_has_an_absolute_runbook_url_to_its_heading() -> None:
     mine = render(default_config(), runbooks="https://wiki.example.com/ops/autoscaler").files
     assert "runbook_url: https://wiki.example.com/ops/autoscaler#autoscalerloopstalled" in mine[
         "rules/autoscaler-alerts.yaml"]
-    for bad in ("docs/runbooks.md", "https://wiki.example.com/page#x", "ftp://host/page"):
+    for bad in ("docs/runbooks.md", "https://wiki.example.com/page#x", "ftp://host/page", "https://wiki.example.org/r.md#",
+                "https://:443/r.md", "https://user@/r.md", "https://wiki.example.org:99999/r.md", "https://[::1/r.md",
+                "https://wiki example.org/r.md", "https://x/r.md\nfoo", "https://user:s3cret@wiki.example.org/r.md"):
         with pytest.raises(ValueError, match="must be an absolute http"):
             render(default_config(), runbooks=bad)
 
@@ -376,9 +378,14 @@ def test_export_removes_what_an_earlier_export_wrote_and_nothing_else(tmp_path: 
     (out / "dashboards" / "retired-board.json").write_text("{}")  # as an older release's export left it
     (out / ".autoscaler-bundle").write_text("\n".join([*listed, "dashboards/retired-board.json"]) + "\n")
     (out / "dashboards" / "mine.json").write_text("{}")  # the user's own, never listed
+    outside = tmp_path / "victim.txt"  # a manifest edited to name a file elsewhere: never removed
+    outside.write_text("x")
+    with (out / ".autoscaler-bundle").open("a") as manifest:
+        manifest.write(f"{outside}\n../victim.txt\n")
     res = CliRunner().invoke(app, ["dashboards", "export", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert not (out / "dashboards" / "retired-board.json").exists() and (out / "dashboards" / "mine.json").exists()
+    assert outside.read_text() == "x"
     assert not list(out.rglob(".*.tmp-*"))
 
 

@@ -673,3 +673,19 @@ def test_a_trace_that_cannot_be_read_leaves_an_earlier_run_s_results(tmp_path: P
     res = CliRunner().invoke(app, [command, "--trace", str(path), "--out", str(out)])
     assert res.exit_code != 0 and res.output.startswith("error:"), res.output
     assert {p.name: p.read_text() for p in out.iterdir()} == {name: "earlier" for name in outputs}
+
+
+def test_the_results_table_shows_a_trace_path_with_markup_verbatim(tmp_path: Path) -> None:
+    """A trace's path is user text: "[/]" in it crashed the table after the run, "[bold]" vanished."""
+    from rich.console import Console
+
+    from autoscaler.cli.simulation import results_table
+
+    res = CliRunner().invoke(app, ["simulate", "--span", "0:60", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "results.json").read_text())
+    for path in ("/tmp/q[/]x.csv", "/tmp/[bold]tr/[red]x:smile:.csv"):
+        doc["workload"] = path
+        console = Console(record=True, width=200, emoji=False)
+        console.print(results_table(doc))
+        assert f"pid on {path}" in console.export_text()

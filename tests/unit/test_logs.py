@@ -51,6 +51,13 @@ def test_a_text_line_reads_as_text_with_its_fields_as_key_values() -> None:
     assert TextFormatter().format(_record("plain")) == "2026-12-04T18:40:00.123Z INFO autoscaler.daemon: plain"
 
 
+def test_a_newline_in_a_text_message_cannot_start_a_record_of_its_own() -> None:
+    # an API server's webhook denial carries newlines; the text after one must not read as a new line
+    rec = _record("%s not read: %s", "Deployment llm/x", "HTTP 403: denied:\n2026-01-01T00:00:00.000Z INFO a: b\r")
+    assert TextFormatter().format(rec) == ("2026-12-04T18:40:00.123Z INFO autoscaler.daemon: Deployment llm/x not "
+                                           "read: HTTP 403: denied:\\n2026-01-01T00:00:00.000Z INFO a: b\\r")
+
+
 def test_formatter_names_the_two_formats() -> None:
     assert isinstance(formatter("json"), JsonFormatter) and isinstance(formatter("text"), TextFormatter)
     with pytest.raises(ValueError, match="--log-format must be text or json, got 'xml'"):
