@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -36,10 +37,30 @@ def rfc3339(created: float) -> str:
     return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def plain(value: Any) -> Any:
+    """``value`` as what JSON holds, so a field never drops its record or writes invalid JSON: mapping
+    keys as strings, a non-finite float as its name (``"NaN"``, ``"Infinity"``), a numpy scalar as its
+    number, a datetime in RFC 3339, sequences and sets as lists, anything else as ``str``."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else json.dumps(value)
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [plain(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    item = getattr(value, "item", None)  # a numpy scalar
+    if callable(item) and getattr(value, "shape", None) == ():
+        return plain(item())
+    return str(value)
+
+
 def _text_value(value: Any) -> str:
     if isinstance(value, str) and _WORD.fullmatch(value):
         return value
-    return json.dumps(value, default=str)
+    return json.dumps(plain(value), allow_nan=False)
 
 
 class JsonFormatter(logging.Formatter):
@@ -52,7 +73,7 @@ class JsonFormatter(logging.Formatter):
             out[f"field_{key}" if key in _OWN_KEYS else key] = value
         if record.exc_info:
             out["error"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
+        return json.dumps(plain(out), allow_nan=False)
 
 
 class TextFormatter(logging.Formatter):

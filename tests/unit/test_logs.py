@@ -58,6 +58,22 @@ def test_a_newline_in_a_text_message_cannot_start_a_record_of_its_own() -> None:
                                            "read: HTTP 403: denied:\\n2026-01-01T00:00:00.000Z INFO a: b\\r")
 
 
+def test_any_field_value_gives_one_valid_json_line() -> None:
+    import math
+    from datetime import UTC, datetime
+
+    import numpy as np
+
+    rec = _record("odd fields", extra={"nan": math.nan, "inf": -math.inf, "keys": {(1, 2): 3, 4: "x"},
+                                       "n": np.int64(3), "f": np.float32(0.5), "when": datetime(2026, 1, 2, tzinfo=UTC),
+                                       "tags": {"a"}})
+    doc = json.loads(JsonFormatter().format(rec), parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    assert {k: doc[k] for k in ("nan", "inf", "keys", "n", "f", "when", "tags")} == {
+        "nan": "NaN", "inf": "-Infinity", "keys": {"(1, 2)": 3, "4": "x"}, "n": 3, "f": 0.5,
+        "when": "2026-01-02T00:00:00Z", "tags": ["a"]}
+    assert TextFormatter().format(rec).count("\n") == 0
+
+
 def test_formatter_names_the_two_formats() -> None:
     assert isinstance(formatter("json"), JsonFormatter) and isinstance(formatter("text"), TextFormatter)
     with pytest.raises(ValueError, match="--log-format must be text or json, got 'xml'"):
