@@ -87,6 +87,7 @@ def compare(
     from autoscaler.compare import (
         FAILED_KEY,
         OUTPUTS,
+        check_controllers,
         check_names,
         columns,
         legend,
@@ -120,6 +121,7 @@ def compare(
         span_s = None if span is None else parse_span(span)
         files.check_writable(out)
         wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span_s, lengths_from)
+        check_controllers(names, cfg, wl, service)  # a bad spec's parameter: one line, before any other
         files.clear(out, OUTPUTS)  # once the trace is read: a mistyped --trace loses no earlier results
         # the first line comes before the rows' first progress (a piped run would otherwise be silent)
         err_console.print(f"compare: {len(names)} rows on {len(wl.requests)} requests of {wl.source}",
