@@ -66,12 +66,15 @@ from controllers.pid_rules import (
     OVERLOAD_LOOKBACK_S,
     History,
     Load,
+    ReadyHistory,
     against_error,
     demand_cap,
     demand_floor,
     overload_target,
     reanchor,
     record_queue,
+    record_ready,
+    served_capacity,
 )
 from controllers.split import capacity_of, split_capacity
 
@@ -89,6 +92,7 @@ class PIDState:
         prev_measurement: last raw measurement, None before the first step.
         derivative: filtered derivative of the measurement divided by the setpoint, 1/s.
         queue_history: ``(time s, queue length)`` samples over ``OVERLOAD_LOOKBACK_S``.
+        ready_history: ``(time s, ready replicas per variant)`` samples over the signal window.
         weights: the per-replica capacities (variant, requests/s) the integral was counted in.
     """
 
@@ -96,6 +100,7 @@ class PIDState:
     prev_measurement: float | None = None
     derivative: float = 0.0
     queue_history: tuple[tuple[float, float], ...] = ()
+    ready_history: ReadyHistory = ()
     weights: tuple[tuple[str, float], ...] = ()
 
 
@@ -242,8 +247,12 @@ class PIDController(Controller):
             pid, state, y, self.tick_s, est.capacity_rps, out_min, out_max,
             hold_integral=est.starting > 0, scale=est.ready_capacity_rps,
         )
-        load = self._load(est, svc, out_max, record_queue(state.queue_history, est.time_s, est.signals.queue_length))
-        state = replace(state, queue_history=load.history)
+        ready = record_ready(state.ready_history, est.time_s, self.window_s,
+                             {name: v.ready for name, v in est.variants.items()})
+        load = replace(self._load(est, svc, out_max,
+                                  record_queue(state.queue_history, est.time_s, est.signals.queue_length)),
+                       served_capacity_rps=served_capacity(ready, w))
+        state = replace(state, queue_history=load.history, ready_history=ready)
         target = demand_floor(demand_cap(overload_target(u, terms.error, pid.error_clip, load), load), load)
         desired = split_capacity(target, svc.variants, current, w)
         change = capacity_of(desired, w) - est.capacity_rps

@@ -41,6 +41,9 @@ the demand cap while the window still showed a drained backlog)."""
 History = tuple[tuple[float, float], ...]
 """``(time s, queue length)`` samples, oldest first."""
 
+ReadyHistory = tuple[tuple[float, tuple[tuple[str, int], ...]], ...]
+"""``(time s, ((variant, ready replicas), ...))`` samples, oldest first."""
+
 
 @dataclass(frozen=True)
 class Load:
@@ -49,6 +52,8 @@ class Load:
     Attributes:
         capacity_rps: capacity of the replicas ready and starting.
         ready_capacity_rps: capacity of the ready replicas.
+        served_capacity_rps: mean capacity of the replicas ready over the signal window, the capacity
+            that served ``served_rps`` (``served_capacity``); None: the ready capacity.
         out_max: the most capacity the variants' caps allow.
         served_rps: completion rate (``request_rate_rps``); None: unknown.
         arrivals_rps: the gateway's arrival rate (``arrival_rate_rps``); None: unknown.
@@ -72,6 +77,7 @@ class Load:
     queue: float | None
     settling: bool
     warm_start_s: float
+    served_capacity_rps: float | None = None
 
 
 def record_queue(history: History, now_s: float, queue: float | None) -> History:
@@ -80,6 +86,25 @@ def record_queue(history: History, now_s: float, queue: float | None) -> History
     if queue is None:
         return history
     return (*(h for h in history if h[0] >= now_s - OVERLOAD_LOOKBACK_S), (now_s, queue))
+
+
+def record_ready(history: ReadyHistory, now_s: float, window_s: float, ready: dict[str, int]) -> ReadyHistory:
+    """``history`` with ``(now_s, ready)`` appended and samples older than ``window_s`` dropped."""
+    return (*(h for h in history if h[0] > now_s - window_s), (now_s, tuple(sorted(ready.items()))))
+
+
+def served_capacity(history: ReadyHistory, weights: dict[str, float]) -> float | None:
+    """Mean over the samples of ``history`` of their ready capacity counted in ``weights`` (variant
+    -> requests/s per replica; a variant it lacks counts 0), requests/s; None without samples.
+
+    The completions a window's rates show were served by the replicas ready over that window, not
+    by the ones ready now: replicas that became ready at the end of a surge's window served none of
+    it, and arrivals over completions times the capacity ready now counts them as if they had (the
+    surge-long scenario's PID ordered 2.6x its need at a flow-controlled gateway that way).
+    """
+    if not history:
+        return None
+    return sum(sum(n * weights.get(v, 0.0) for v, n in counts) for _, counts in history) / len(history)
 
 
 def overload_factor(history: History, served: float | None, cap: float) -> float | None:
@@ -112,19 +137,30 @@ def drain_time_s(history: History) -> float | None:
 
 
 def overload_target(u: float, error: float, error_clip: float, load: Load) -> float:
-    """The target raised to the ready capacity times arrivals over completions when the latency no
-    longer says how much is missing: the error at ``error_clip``, or positive while the gateway sheds
-    (the shed demand never reaches a pod). The factor is the queue's (``overload_factor``), or while
-    shedding the gateway's arrivals over completions if larger, at most ``1 + error_clip``; the
-    result is at most ``out_max``. ``u`` unchanged otherwise or when the factor is unknown."""
+    """The target raised from the arrivals over the completions when the latency no longer says how
+    much is missing: the error at ``error_clip``, or positive while the gateway sheds (the shed demand
+    never reaches a pod). Each factor is at most ``1 + error_clip``; the result at most ``out_max``;
+    ``u`` unchanged otherwise or when no factor is known.
+
+    - The queue's factor (``overload_factor``) times the ready capacity. On a step the window's
+      completions lag the rise (part of the window ran below capacity), so this over-reaches by the
+      capacity that just became ready, which is what the step needs (the step scenario lost 3.5
+      points of interactive attainment and cost 16 % more when it was the window's capacity).
+    - While shedding, the gateway's arrivals over completions times ``served_capacity_rps`` (else the
+      ready capacity): the gateway holds the pool at its limit, so the window's completions are what
+      the window's replicas serve; times the capacity ready *now*, replicas ready at the end of the
+      window counted as if they had served all of it (surge-long's PID behind a concurrency-limited
+      gateway ordered 2.6x its need, 14 H100s that arrived as the surge ended).
+    """
     if not (error >= error_clip or (load.shedding and error > 0)):
         return u
-    factor = overload_factor(load.history, load.served_rps, 1.0 + error_clip)
+    cap = 1.0 + error_clip
+    factor = overload_factor(load.history, load.served_rps, cap)
+    target = u if factor is None else max(u, load.ready_capacity_rps * factor)
     if load.shedding and load.arrivals_rps is not None and load.served_rps:
-        factor = max(factor or 1.0, min(load.arrivals_rps / load.served_rps, 1.0 + error_clip))
-    if factor is None:
-        return u
-    return min(max(u, load.ready_capacity_rps * factor), load.out_max)
+        served_by = load.ready_capacity_rps if load.served_capacity_rps is None else load.served_capacity_rps
+        target = max(target, served_by * min(load.arrivals_rps / load.served_rps, cap))
+    return min(target, load.out_max) if target > u else u
 
 
 def demand_cap(u: float, load: Load) -> float:

@@ -440,6 +440,27 @@ def test_shedding_sizes_for_the_gateways_arrivals_while_the_error_is_positive(ma
     assert d.desired == {"h100": 2}
 
 
+def test_shedding_sizes_from_the_replicas_that_served_the_window_not_those_just_ready(make_fleet) -> None:
+    from autoscaler.config import ControllerConfig, PIDConfig
+
+    svc = make_fleet(10, min_replicas=0, max_replicas=40).services[0]
+    ctrl = ControllerConfig(pid=PIDConfig(setpoint_signal="slo_mean_ratio", setpoint=0.3, kp=0.0, ki=0.0,
+                                          deadband=0.0, error_clip=3.0), window_s=300.0)
+    ctl = PIDController(ctrl.pid, ctrl.tick_s, ctrl.window_s)
+    shedding = {"slo_mean_ratio": 0.4, "request_rate_rps": 10.0, "arrival_rate_rps": 25.0, "queue_length": 0.0,
+                "gateway_shed_rps.sheddable": 9.0}
+    # Ticks at 15 s: 2 ready replicas (10 req/s each) from 0 to 240 s, then 2 more become ready at
+    # 255 s. The window's 10 req/s of completions came from 2 replicas for 17 of its 19 samples
+    # (255 and 270 s hold 4): mean capacity (17 x 20 + 2 x 40) / 19 = 22.1; x 25 / 10 = 55.3 -> 6
+    # replicas. Times the 40 ready now it was 100 -> 10.
+    for t in range(0, 255, 15):
+        ctl.decide(_estimate(shedding, 2, 0, 10.0, t=float(t)), svc)
+    ctl.decide(_estimate(shedding, 4, 0, 10.0, t=255.0), svc)
+    d = ctl.decide(_estimate(shedding, 4, 0, 10.0, t=270.0), svc)
+    assert d.desired == {"h100": 6}
+    assert d.terms["target_capacity_rps"] == pytest.approx((17 * 20 + 2 * 40) / 19 * 2.5)
+
+
 def _pid(**kw: float) -> PIDController:
     from autoscaler.config import ControllerConfig, PIDConfig
 

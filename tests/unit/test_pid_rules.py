@@ -18,6 +18,8 @@ from controllers.pid_rules import (
     overload_target,
     reanchor,
     record_queue,
+    record_ready,
+    served_capacity,
 )
 
 BASE = Load(capacity_rps=10.0, ready_capacity_rps=10.0, out_max=40.0, served_rps=None, arrivals_rps=None,
@@ -39,9 +41,25 @@ def load(**kw: Any) -> Load:
     (11.0, 0.5, 3.0, {"shedding": True, "arrivals_rps": 20.0, "served_rps": 8.0}, 25.0),  # 20 / 8 = 2.5 x 10
     (11.0, 0.0, 3.0, {"shedding": True, "arrivals_rps": 20.0, "served_rps": 8.0}, 11.0),  # error 0: u
     (40.0, 3.0, 3.0, {"history": GROWING, "served_rps": 8.0}, 40.0),  # already above 12.5: u
+    # shedding: the window was served by 6 of capacity (4 of the 10 ready now just arrived): 20 / 8 x 6
+    (11.0, 0.5, 3.0, {"shedding": True, "arrivals_rps": 20.0, "served_rps": 8.0, "served_capacity_rps": 6.0}, 15.0),
+    # the queue's factor stays on the ready capacity: (8 + 2) / 8 x 10 = 12.5 over the shedding 20 / 8 x 4 = 10
+    (11.0, 3.0, 3.0, {"history": GROWING, "served_rps": 8.0, "shedding": True, "arrivals_rps": 20.0,
+                      "served_capacity_rps": 4.0}, 12.5),
 ])
 def test_overload_target(u: float, error: float, clip: float, kw: dict[str, Any], expected: float) -> None:
     assert overload_target(u, error, clip, load(**kw)) == pytest.approx(expected)
+
+
+def test_the_capacity_that_served_the_window_is_the_mean_of_its_ready_samples() -> None:
+    w = {"a": 2.0, "b": 5.0}
+    h = record_ready((), 0.0, 300.0, {"a": 3})
+    h = record_ready(h, 150.0, 300.0, {"a": 3, "b": 1})
+    h = record_ready(h, 300.0, 300.0, {"a": 3, "b": 4})  # the sample at 0 s is a window old: dropped
+    assert [t for t, _ in h] == [150.0, 300.0]
+    assert served_capacity(h, w) == pytest.approx(((3 * 2 + 5) + (3 * 2 + 4 * 5)) / 2)  # (11 + 26) / 2
+    assert served_capacity(h, {"a": 2.0}) == pytest.approx(6.0)  # a variant without a weight counts 0
+    assert served_capacity((), w) is None
 
 
 @pytest.mark.parametrize(("u", "kw", "expected"), [
