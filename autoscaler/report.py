@@ -16,7 +16,9 @@ Definitions:
 - ``admission``: ``shed`` requests whose last attempt was shed, ``shed_attempts`` attempts answered
   HTTP 429 (deferred ones past their deadline included), ``deferred`` attempts deferred, ``retries``
   attempts sent again by their clients, ``shed_mid_workflow`` shed requests that continued a workflow
-  in progress.
+  in progress; with ``simulator.gateway.admitter`` also ``admitter_rejected``, attempts its admitter
+  rejected after flow control dispatched them (HTTP 500; their requests count in ``shed`` when that
+  was their last attempt, not in ``shed_attempts``).
 - Cost = sum over replicas of (seconds from creation to removal, provisioning included) x
   $/replica-hour / 3600; GPU-hours likewise with GPUs per replica.
 """
@@ -154,6 +156,8 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
         "retries": sim.retries,
         "shed_mid_workflow": sim.shed_mid_workflow,
     }
+    if sim.cfg.simulator.gateway.admitter != "none" and flows:  # absent otherwise: default results unchanged
+        admission["admitter_rejected"] = sum(sum(f.admitter_rejected) for f in flows)
     extra: dict[str, Any] = {}
     solves = [st.decision.terms["solve_ms"] for t in run.ticks for st in t.services.values()
               if "solve_ms" in st.decision.terms]

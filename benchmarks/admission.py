@@ -18,6 +18,7 @@ Besides the run's ``results.json`` figures it reports, over the scenario's ``sur
 
 ``--gateway KEY=VALUE,...`` lays settings over the fleet's ``simulator.gateway`` for every row
 (``saturation=concurrency,usage_limit=priority_holdback``: ``autoscaler.config.GatewayConfig``).
+With ``admitter=probabilistic`` the shed column adds ``[N adm.]``, the attempts the admitter rejected.
 
 With ``--seeds`` it runs each seed's workload (the scenario's own seed by default), prints a table
 per seed and then each row's spread over the seeds (min / median / max).
@@ -104,6 +105,11 @@ def run_row(row: str, cfg: FleetConfig, workload: Workload, window: tuple[float,
             "sheddable_max_wait_after_s": max(late, default=0.0)}
 
 
+def admitter(a: dict[str, Any]) -> str:
+    """`` [N adm.]``: the attempts the probabilistic admitter rejected, when one ran; else nothing."""
+    return f" [{a['admitter_rejected']} adm.]" if "admitter_rejected" in a else ""
+
+
 def table(rows: list[dict[str, Any]], capacity: float) -> str:
     """The Markdown table of the rows."""
     head = ("| row | critical in surge | in surge TTFT / ITL met: critical, standard, sheddable "
@@ -124,7 +130,8 @@ def table(rows: list[dict[str, Any]], capacity: float) -> str:
         lines.append(
             f"| {r['row']} | {pct(r['critical_surge'])} | {parts} | {pct(bp['critical'])} / {pct(bp['standard'])} / "
             f"{pct(bp['sheddable'])} | {r['goodput_surge_rps']:.1f} ({r['goodput_surge_rps'] / capacity:.2f}) | "
-            f"{'-' if cost is None else f'${cost:.6f}'} | {a['shed']} / {a['deferred']} / {a['retries']} | "
+            f"{'-' if cost is None else f'${cost:.6f}'} | "
+            f"{a['shed']}{admitter(a)} / {a['deferred']} / {a['retries']} | "
             f"{a['shed_mid_workflow']} ({r['shed_mid_workflow_while_lower_admitted']}) | "
             f"{r['sheddable_max_wait_after_s']:.0f} s |")
     return "\n".join(lines)

@@ -99,6 +99,18 @@ class GatewayConfig(Strict):
     priority (so the lowest is never starved past it) when its band is below its ceiling. A request
     above its priority's admission threshold is deferred when it continues a workflow in progress
     (kept, shed if still queued ``defer_s`` later) and shed (HTTP 429) otherwise.
+
+    ``admitter: probabilistic`` adds llm-d-router v0.10.0's ``probabilistic-admitter`` (off by
+    default, as in the EPP; ``pkg/epp/framework/plugins/requestcontrol/admitter/probabilisticadmitter``):
+    each request flow control dispatches whose ``InferenceObjective`` priority is negative is
+    rejected (HTTP 500, counted shed) with probability ``min(sat^admitter_power x admitter_k, 1)``,
+    ``sat`` the mean over the ready replicas of ``max(waiting / admitter_queue_depth_threshold, kv
+    usage / admitter_kv_cache_threshold)``: the plugin's own saturation, whatever ``saturation`` says.
+    The defaults and checks are the plugin's (5, 0.8, 5, 300; each > 0), so every such request is
+    rejected from ``sat`` ~0.32 on. Which priorities are negative: a class whose threshold is 0
+    (``adapters.gateway_api``: its rank minus 3), and ``sheddable`` always with
+    ``sheddable_objective: negative`` (its objective published with a negative priority, by hand:
+    the adapter publishes the rank, 0, while the threshold is not 0); ``rank`` (default) is the adapter's.
     """
 
     saturation: Literal["pool", "pod", "concurrency"] = "pool"
@@ -111,6 +123,12 @@ class GatewayConfig(Strict):
     max_ceiling: float = Field(default=1.0, gt=0, le=1)
     max_wait_s: float = Field(default=120.0, gt=0)
     defer_s: float = Field(default=30.0, gt=0)
+    admitter: Literal["none", "probabilistic"] = "none"
+    admitter_queue_depth_threshold: int = Field(default=5, gt=0)
+    admitter_kv_cache_threshold: float = Field(default=0.8, gt=0)
+    admitter_power: float = Field(default=5.0, gt=0)
+    admitter_k: float = Field(default=300.0, gt=0)
+    sheddable_objective: Literal["rank", "negative"] = "rank"
 
     @field_validator("max_concurrency", mode="before")
     @classmethod

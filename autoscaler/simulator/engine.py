@@ -50,8 +50,8 @@ class SimRequest:
     ``IterationStats.update_from_output``: ``_time_since(req_stats.arrival_time)``), so time held
     at the gateway is in what the user sees, never in what the pod exports. ``queued_s`` is when it
     entered the gateway's queue while it waits there (else
-    None), ``waited_s`` how long it waited there and ``dispatched_s`` when it left it (None: it never
-    queued there),
+    None), ``waited_s`` how long it waited there and ``dispatched_s`` when it left it for a replica
+    (None: it never queued there, or the gateway's admitter rejected it as it left),
     ``deadline_s`` when a deferred attempt is shed, ``continuing`` whether it continued a workflow in
     progress when it reached the gateway.
     """

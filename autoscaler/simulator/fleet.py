@@ -1,7 +1,8 @@
 """The fleet simulator: services, their variants' replicas, a router per service, and the event loop.
 
-Deterministic: events are ordered by (time, insertion sequence) and nothing here draws random
-numbers, so the same workload and decisions always give the same run.
+Deterministic: events are ordered by (time, insertion sequence) and every random number comes from a
+stream seeded with a constant (the retry jitter's here, the admitter's in the gateway), so the same
+workload and decisions always give the same run.
 
 Replica lifecycle: provisioning (paid for, serves nothing) -> ready (empty prefix cache) ->
 draining on scale-down (takes no new work, finishes what it holds, or is killed
@@ -20,7 +21,9 @@ first attempt, ``final`` its last. A request too long for ``max_model_len`` is r
 
 Gateway: without an admission policy, requests go to the router at once (held only while no replica
 is ready); with one (``admission=True``), each service's ``autoscaler.simulator.gateway.Gateway``
-queues them by priority and dispatches while the pool is not saturated (``GatewayConfig.saturation``).
+queues them by priority and dispatches while the pool is not saturated (``GatewayConfig.saturation``);
+with ``GatewayConfig.admitter`` a dispatched request then passes the EPP's probabilistic admitter,
+which may reject it (``Gateway.release``; its random stream is the gateway's own, seeded).
 """
 
 from __future__ import annotations
@@ -55,6 +58,15 @@ from models.profiles import get_profile
 _READY, _STEP, _CRASH, _RETRY, _TIMEOUT, _DEADLINE, _KILL = range(7)
 RETRIED = frozenset({FAILED, SHED})  # what a client sends again (timeouts, 5xx, 429); not a 400
 RETRY_SEED = 4  # the jitter's random stream: the same run always draws the same delays
+
+
+def _mean_utilization(pods: list[Replica], queue_depth: int, kv_fraction: float) -> float:
+    """The mean over ``pods`` (at least one) of ``max(waiting / queue_depth, KV used / (kv_fraction x KV
+    capacity))``: the utilization detector's pool saturation and the probabilistic admitter's."""
+    def queue(r: Replica) -> float:  # a threshold of 0: any request waiting saturates it
+        return len(r.waiting) / queue_depth if queue_depth else (math.inf if r.waiting else 0.0)
+
+    return sum(max(queue(r), r.kv_used / (kv_fraction * r.kv_cap)) for r in pods) / len(pods)
 
 
 @dataclass
@@ -305,12 +317,14 @@ class FleetSimulator:
         g = self.cfg.simulator.gateway
         if not pods:
             return math.inf
+        return _mean_utilization(pods, g.queue_depth_threshold, g.kv_cache_threshold)
 
-        def queue(r: Replica) -> float:  # a threshold of 0: any request waiting saturates it
-            return len(r.waiting) / g.queue_depth_threshold if g.queue_depth_threshold else (
-                math.inf if r.waiting else 0.0)
-
-        return sum(max(queue(r), r.kv_used / (g.kv_cache_threshold * r.kv_cap)) for r in pods) / len(pods)
+    def _admitter_saturation(self, pods: list[Replica]) -> float:
+        """The probabilistic admitter's saturation of ``pods`` (llm-d-router v0.10.0
+        ``probabilisticadmitter/plugin.go``, ``computeSaturation``): the pool rule's mean with the
+        admitter's own thresholds (``GatewayConfig.admitter_*``); 0 with no pod (the plugin then admits)."""
+        g = self.cfg.simulator.gateway
+        return _mean_utilization(pods, g.admitter_queue_depth_threshold, g.admitter_kv_cache_threshold) if pods else 0.0
 
     def _concurrency_saturation(self, svc: ServiceSim, pods: list[Replica]) -> float:
         """The pool's saturation (``GatewayConfig``, ``concurrency``): requests in flight over the
@@ -340,12 +354,16 @@ class FleetSimulator:
                 sr = flow.pop(self.now, lowest)
                 if sr is None:  # only held bands wait
                     return
-                self._pick(svc, candidates, sr).enqueue(sr, self.now)
+                if self._released(svc, sr, pods):
+                    self._pick(svc, candidates, sr).enqueue(sr, self.now)
             return
-        free = [r for r in self._routable(svc) if not self._saturated(r)]
+        pods = self._routable(svc)
+        free = [r for r in pods if not self._saturated(r)]
         while free and flow.waiting:
             sr = flow.pop(self.now)
             assert sr is not None
+            if not self._released(svc, sr, pods):
+                continue
             r = self._pick(svc, free, sr)
             r.enqueue(sr, self.now)
             if self._saturated(r):
@@ -362,7 +380,17 @@ class FleetSimulator:
         while flow.waiting and r.state == READY and not r.cordoned and not self._saturated(r):
             sr = flow.pop(self.now)
             assert sr is not None
-            r.enqueue(sr, self.now)
+            if self._released(svc, sr, self._routable(svc)):
+                r.enqueue(sr, self.now)
+
+    def _released(self, svc: ServiceSim, sr: SimRequest, pods: list[Replica]) -> bool:
+        """``sr``, just dispatched by flow control, passes the EPP's admitter on ``pods`` (``Gateway.release``);
+        one it rejects ends here, shed (its client retries an HTTP 500 as a 429)."""
+        assert svc.flow is not None
+        if svc.flow.release(sr, lambda: self._admitter_saturation(pods)):
+            return True
+        self._end_attempt(sr, SHED)
+        return False
 
     def _end(self, sr: SimRequest, status: str) -> None:
         sr.status = status

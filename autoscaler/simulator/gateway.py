@@ -10,19 +10,35 @@ a higher priority; of its own, the in-progress ones, and the new ones too when i
 rate at which the queue drains for it, the service's completions over the last ``RATE_WINDOW_S``
 less the arrivals of higher priorities over the same window (they will overtake it); 0 with nothing
 ahead, infinite when nothing drains for it.
+
+The probabilistic admitter (``GatewayConfig.admitter``, llm-d-router v0.10.0 ``probabilistic-admitter``,
+``pkg/epp/framework/plugins/requestcontrol/admitter/probabilisticadmitter/plugin.go`` and its
+README.md; unchanged up to commit ebab687927f5 of 2026-08-21) is an ``Admitter`` plugin, which the
+EPP's director runs after flow control has dispatched a request and before scheduling
+(``pkg/epp/requestcontrol/director.go``, ``HandleRequest``): so here it screens each request
+``pop`` hands out (``release``). It always passes a request of a priority >= 0; one of a negative
+priority (the EPP's *sheddable*, ``pkg/epp/util/request/sheddable.go``) it rejects with probability
+``admitter_shed_probability`` of its own saturation (``fleet.FleetSimulator._admitter_saturation``). The
+director returns that rejection as an ``Internal`` error, HTTP 500 (``errcommon.BuildErrResponse``;
+the plugin's own ``ResourceExhausted`` is wrapped), counted in ``llm_d_epp_request_error_total`` with
+``error_code="Internal"``; flow control has already counted the request ``Dispatched``, so here too it
+is dispatched (``dispatched``, ``queue_duration``), not shed (``shed``, which mirrors flow control's
+rejections and evictions), and counted apart in ``admitter_rejected``. Which of our priorities the
+EPP sees negative: ``epp_sheddable``.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from autoscaler.config import GatewayConfig
 from autoscaler.loop.admission import check_thresholds
 from autoscaler.simulator.engine import SimRequest
 from autoscaler.simulator.metrics import Histogram
-from autoscaler.workload.types import PRIORITIES
+from autoscaler.workload.types import PRIORITIES, SHEDDABLE
 
 RATE_WINDOW_S = 30.0
 """Seconds of completions and arrivals the wait estimate reads: a few TTFT objectives, short enough to
@@ -40,6 +56,26 @@ QUEUE_DURATION_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 
 """Buckets of ``llm_d_epp_flow_control_request_queue_duration_seconds``, seconds (llm-d-router v0.10.0
 ``pkg/epp/metrics/llm_d_router_metrics.go``)."""
 
+ADMITTER_SEED = 5
+"""The probabilistic admitter's random stream (the retry jitter's is ``fleet.RETRY_SEED``): the same
+run always draws the same rejections; drawn from only while the admitter is on."""
+
+
+def admitter_shed_probability(saturation: float, power: float, k: float) -> float:
+    """The probability with which llm-d-router v0.10.0's ``probabilistic-admitter`` rejects a request
+    of a negative priority: ``min(saturation^power x k, 1)`` (``Admit``, ``plugin.go``).
+
+    Args:
+        saturation: the admitter's own saturation (>= 0, dimensionless; module docstring).
+        power: the curve's exponent (> 0; the plugin's default 5).
+        k: its scale (> 0; default 300): every such request is rejected from ``(1 / k)^(1 / power)`` on
+            (about 0.32 with the defaults).
+
+    Returns:
+        A probability in [0, 1]: 0 at saturation 0.
+    """
+    return min(saturation ** power * k, 1.0)
+
 
 class Gateway:
     """Flow control in front of one service's router (module docstring).
@@ -51,6 +87,8 @@ class Gateway:
         thresholds: priority level -> threshold, seconds (None: no limit); all None until set.
         queued: priority level -> requests waiting in the gateway.
         arrivals, dispatched, shed, deferred: priority level -> attempts counted so far.
+        admitter_rejected: priority level -> attempts flow control dispatched and the probabilistic
+            admitter then rejected (HTTP 500; module docstring); all 0 with no admitter.
         wait_sum_s: priority level -> seconds waited in the gateway by the dispatched requests.
         queue_duration: outcome (``OUTCOMES``) -> priority level -> the seconds each attempt spent in
             flow control until that outcome (0 for a 429 at the door).
@@ -73,6 +111,8 @@ class Gateway:
         self.dispatched = [0] * n
         self.shed = [0] * n
         self.deferred = [0] * n
+        self.admitter_rejected = [0] * n
+        self._admitter = random.Random(ADMITTER_SEED) if cfg.admitter == "probabilistic" else None
         self.wait_sum_s = [0.0] * n
         self.queue_duration = {o: [Histogram(QUEUE_DURATION_BUCKETS) for _ in range(n)] for o in OUTCOMES}
 
@@ -166,7 +206,8 @@ class Gateway:
         """The next request to dispatch of a priority level of at least ``lowest`` (the bands below it
         are held: ``GatewayConfig.usage_limit``), taken out of its queue (None when there is none):
         one that has waited ``max_wait_s`` first (the oldest such), else the highest priority's
-        in-progress workflows, then its new requests."""
+        in-progress workflows, then its new requests. Counted dispatched, as flow control counts it;
+        ``release`` then passes it on (or its admitter rejects it)."""
         if not any(self.queued[lowest:]):
             return None
         heads = [(q[0].queued_s, q) for p, q in self._order if p >= lowest and self._head(q) is not None]
@@ -183,9 +224,33 @@ class Gateway:
         self.wait_sum_s[p] += sr.waited_s
         self.queue_duration[DISPATCHED][p].observe(sr.waited_s)
         sr.queued_s = None
+        return sr
+
+    # ------------------------------------------------------------------ after dispatch
+    def epp_sheddable(self, level: int) -> bool:
+        """True when the EPP sees priority ``level`` as *sheddable* (a negative ``InferenceObjective``
+        priority): while its threshold is 0 (``adapters.gateway_api.objective_priority``: the rank
+        minus 3), and for ``sheddable`` always when ``cfg.sheddable_objective`` is ``negative``;
+        otherwise the objective carries the rank, 0-2, which the EPP never sheds."""
+        return self.thresholds[level] == 0 or (level == SHEDDABLE and self.cfg.sheddable_objective == "negative")
+
+    def release(self, sr: SimRequest, saturation: Callable[[], float]) -> bool:
+        """The EPP's steps between flow control's dispatch of ``sr`` (``pop``) and the router: True
+        when it goes on to a replica (its workflow is then in progress), False when the
+        probabilistic admitter rejects it (the caller ends the attempt; module docstring).
+        ``saturation`` gives the admitter's saturation of the pool; it is read, and a random number
+        drawn, only for a request the admitter may reject."""
+        rng = self._admitter
+        p = sr.req.priority
+        if rng is not None and self.epp_sheddable(p):
+            g = self.cfg
+            if rng.random() < admitter_shed_probability(saturation(), g.admitter_power, g.admitter_k):
+                self.admitter_rejected[p] += 1
+                sr.dispatched_s = None  # it never reached a replica
+                return False
         if sr.req.workflow_id is not None:
             self.started.add(sr.req.workflow_id)
-        return sr
+        return True
 
     def completed(self, now: float) -> None:
         """A request of the service completed at ``now`` (the drain rate of the wait estimate)."""
