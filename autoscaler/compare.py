@@ -1,8 +1,9 @@
 """Several controllers on the same workload, fleet and seed, side by side (``autoscaler compare``).
 
 ``run_compare`` simulates each controller (``autoscaler.simulate.run_simulation``, so every one of
-them runs in the same loop) in its own process when more than one core is available
-(``ProcessPoolExecutor``, ``max_workers = min(controllers, cpu_count)``); every run is deterministic,
+them runs in the same loop) in a process of its own when more than one core is available
+(``autoscaler.workers.run_each``, ``min(controllers, cpu_count)`` at once: a worker killed fails its own
+row only); every run is deterministic,
 so the rows equal a serial run's except ``wall_s`` and ``simulated_requests_per_s``.
 
 Each row of ``compare.json`` is the run's ``results.json`` (``autoscaler.report.summarize``) plus:
@@ -30,12 +31,10 @@ from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing
 import os
-import signal
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from autoscaler.files import write_text
 from autoscaler.progress import Rows
 from autoscaler.report import outcome, summarize, timeline_rows
 from autoscaler.simulate import SimulationRun, run_simulation
+from autoscaler.workers import quiet_worker, run_each
 from autoscaler.workload.types import Workload
 from controllers.registry import NAMES, build, parse_spec
 
@@ -195,7 +195,6 @@ def run_one(name: str, cfg: FleetConfig, workload: Workload, service: str | None
 
 _JOB: tuple[FleetConfig, Workload, str | None, str | None] | None = None
 _ROWS: tuple[list[str], Rows | None] = ([], None)
-_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def _init_worker(cfg: FleetConfig, workload: Workload, service: str | None, admission: str | None,
@@ -203,12 +202,7 @@ def _init_worker(cfg: FleetConfig, workload: Workload, service: str | None, admi
     global _JOB, _ROWS
     _JOB = (cfg, workload, service, admission)
     _ROWS = (names, progress)
-    # Ctrl-C reaches the whole process group: the parent handles it and terminates the pool (SIGTERM).
-    # Both arrive blocked (the parent forks with them blocked), so the parent's handlers, inherited with
-    # the fork, never run here: a worker terminated while starting ends quietly, without a traceback.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    quiet_worker()
 
 
 def _work(name: str) -> RunResult:
@@ -263,36 +257,19 @@ def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str]
             if done is not None:
                 done(results[name][0])
     else:
-        # fork hands the workload to the workers without pickling it (when the platform has fork).
-        ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-        before = set(multiprocessing.active_children())
-        pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(cfg, workload, service, admission, list(controllers), progress))
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)  # the workers fork at the first submit
-        try:
-            try:
-                futures = {name: pool.submit(_work, name) for name in controllers}
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a signal that came meanwhile is raised here
-            started = time.perf_counter()
-            names = {fut: name for name, fut in futures.items()}
-            for fut in as_completed(names):  # as each row ends, so that its line comes then
-                name = names[fut]
-                try:
-                    results[name] = fut.result()
-                except Exception as exc:  # the worker itself died (killed, out of memory): a failed row
-                    results[name] = failed_row(name, exc, time.perf_counter() - started), []
+        # each row in a process of its own: one killed fails its row alone (``autoscaler.workers``)
+        started = time.perf_counter()
+        with closing(run_each(list(controllers), n, _work, _init_worker,
+                              (cfg, workload, service, admission, list(controllers), progress))) as each:
+            for name, outcome in each:
+                if isinstance(outcome, Exception):  # the worker itself died (killed, out of memory): a failed row
+                    results[name] = failed_row(name, outcome, time.perf_counter() - started), []
+                else:
+                    results[name] = outcome
                 if progress is not None:  # a worker that died could not say so
                     progress.finish(list(controllers).index(name))
                 if done is not None:
                     done(results[name][0])
-        except BaseException:
-            # A row's error or an interrupt: stop the other runs now rather than wait for them.
-            pool.shutdown(wait=False, cancel_futures=True)
-            for proc in set(multiprocessing.active_children()) - before:
-                proc.terminate()
-            raise
-        pool.shutdown()
     rows = [results[name][0] for name in controllers]
     add_ratios(rows, floor)
     return Comparison(rows, {name: results[name][1] for name in controllers})

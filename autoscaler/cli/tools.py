@@ -192,7 +192,7 @@ def faults_run(
     Scenario x controller -> harmful actions, interactive attainment, requests failed, retries and
     cost (docs/faults.md)."""
     from autoscaler.config.base import MAX_INT
-    from autoscaler.faults.rows import OUTPUTS, markdown_table, write_results
+    from autoscaler.faults.rows import OUTPUTS, failed, markdown_table, write_results
     from autoscaler.faults.suite import load_suite, run_suite, suite_dir
     from autoscaler.progress import Display
 
@@ -235,10 +235,15 @@ def faults_run(
         raise fail(str(exc)) from None
     if output != "table":
         print_document(rows, output)
-        return
-    typer.echo(markdown_table(rows))
-    if paths:
-        say(f"wrote {' and '.join(str(p) for p in paths)}")
+    else:
+        typer.echo(markdown_table(rows))
+        if paths:
+            say(f"wrote {' and '.join(str(p) for p in paths)}")
+    bad = failed(rows)
+    if bad:  # the other rows are written and shown
+        fail(f"{len(bad)} of {len(rows)} rows failed: "
+             f"{', '.join(r['scenario'] + ' x ' + r['controller'] for r in bad)} (the row's 'failed' says why)")
+        raise typer.Exit(1)
 
 
 profiles_app = App(no_args_is_help=True, help="The shipped performance profiles.")

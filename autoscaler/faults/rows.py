@@ -33,6 +33,31 @@ def make_row(sc: Scenario, name: str, summary: dict[str, Any], harm: dict[str, i
     }
 
 
+def failed_row(sc: Scenario, name: str, exc: BaseException, wall_s: float) -> dict[str, Any]:
+    """The row of ``name`` on ``sc`` whose run raised ``exc`` (or whose worker died): the error in one
+    line under ``failed``, every figure null (never 0: nothing was measured)."""
+    return {
+        "scenario": sc.name,
+        "controller": name,
+        "failed": " ".join(f"{type(exc).__name__}: {exc}".split()),
+        "harmful_actions": None,
+        "slo_attainment_interactive": None,
+        "requests_failed": None,
+        "retries": None,
+        "cost_usd": None,
+        "harm": {},
+        "layer": sc.layer,
+        "reported": sc.reported,
+        "seed": sc.seed,
+        "wall_s": wall_s,
+    }
+
+
+def failed(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows whose run failed."""
+    return [r for r in rows if r.get("failed")]
+
+
 def _cell(x: Any, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
@@ -44,11 +69,13 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = [head, "|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         parts = [f"{k} {v}" for k, v in r["harm"].items() if v]
-        harm = f"{r['harmful_actions']}" + (f" ({', '.join(parts)})" if parts else "")
+        harm = (f"failed: {r['failed']}" if r.get("failed") else
+                f"{r['harmful_actions']}" + (f" ({', '.join(parts)})" if parts else ""))
         lines.append(f"| {r['scenario']} | {r['controller']} | {harm} | "
                      f"{_cell(r['slo_attainment_interactive'] and 100 * r['slo_attainment_interactive'], '.2f')}"
-                     f"{'' if r['slo_attainment_interactive'] is None else ' %'} | {r['requests_failed']} | "
-                     f"{r['retries']} | {_cell(r['cost_usd'], '.2f')} |")
+                     f"{'' if r['slo_attainment_interactive'] is None else ' %'} | "
+                     f"{_cell(r['requests_failed'], 'd')} | {_cell(r['retries'], 'd')} | "
+                     f"{_cell(r['cost_usd'], '.2f')} |")
     return "\n".join(lines)
 
 

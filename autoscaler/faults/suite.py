@@ -10,12 +10,10 @@ processes; live rows (``autoscaler.faults.live``) one after another, each on its
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
-import signal
+import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, closing, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +22,12 @@ from autoscaler.config import FleetConfig
 from autoscaler.errors import ConfigError
 from autoscaler.faults.harm import harm_counts
 from autoscaler.faults.inject import Injector
-from autoscaler.faults.rows import make_row
+from autoscaler.faults.rows import failed_row, make_row
 from autoscaler.faults.scenario import Scenario, load_scenario, scenario_fleet, scenario_workload
 from autoscaler.progress import Rows
 from autoscaler.report import summarize
 from autoscaler.simulate import SimulationDriver, default_admission
+from autoscaler.workers import run_each
 from autoscaler.workload.types import Workload
 from controllers.registry import ANCHORS, build
 
@@ -111,17 +110,6 @@ _JOBS: dict[str, tuple[Scenario, FleetConfig, Workload]] = {}
 _PROGRESS: dict[tuple[str, str], tuple[Rows, int]] = {}  # job -> its row of the progress shown
 
 
-_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-
-
-def _init_worker() -> None:
-    # As autoscaler.compare's workers: the parent handles Ctrl-C and SIGTERM and terminates the pool; the
-    # signals arrive blocked (the parent forks with them blocked), so its handlers never run here.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
-
-
 def _work(job: tuple[str, str]) -> dict[str, Any]:
     sc, cfg, wl = _JOBS[job[0]]
     if job not in _PROGRESS:
@@ -186,33 +174,29 @@ def run_suite(scenarios: Sequence[Scenario], controllers: Sequence[str], data: P
 
 def _run_sim_jobs(sim_jobs: Sequence[tuple[str, str]], n: int, rows: dict[tuple[str, str], dict[str, Any]],
                   done: Callable[[dict[str, Any]], None] | None) -> None:
-    """Run the simulator rows (``_JOBS``) in ``n`` processes (here when 1) into ``rows``; ``done`` is
-    called with each as it ends."""
+    """Run the simulator rows (``_JOBS``) into ``rows``, ``n`` at once, each in a process of its own
+    (here when ``n`` is 1); ``done`` is called with each as it ends. A row whose run raised, or whose
+    worker died, is a failed row (``rows.failed_row``) and the others go on; an interrupt stops all."""
+    def record(job: tuple[str, str], outcome: dict[str, Any] | Exception, since: float) -> None:
+        if isinstance(outcome, Exception):
+            outcome = failed_row(_JOBS[job[0]][0], job[1], outcome, time.perf_counter() - since)
+            if job in _PROGRESS:  # a worker that died could not say so
+                shown, i = _PROGRESS[job]
+                shown.finish(i)
+        rows[job] = outcome
+        if done is not None:
+            done(rows[job])
+
     if sim_jobs and n == 1:
         for job in sim_jobs:
-            rows[job] = _work(job)
-            if done is not None:
-                done(rows[job])
-    elif sim_jobs:
-        ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-        before = set(multiprocessing.active_children())
-        pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker)
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)  # the workers fork at the first submit
-        try:
+            t0 = time.perf_counter()
             try:
-                futures = {job: pool.submit(_work, job) for job in sim_jobs}
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a signal that came meanwhile is raised here
-            jobs = {fut: job for job, fut in futures.items()}
-            for fut in as_completed(jobs):  # as each row ends, so that its line comes then
-                job = jobs[fut]
-                rows[job] = fut.result()
-                if done is not None:
-                    done(rows[job])
-        except BaseException:
-            # an interrupt (SIGTERM too) or a row's error: stop the other rows now rather than wait for them
-            pool.shutdown(wait=False, cancel_futures=True)
-            for proc in set(multiprocessing.active_children()) - before:
-                proc.terminate()
-            raise
-        pool.shutdown()
+                outcome: dict[str, Any] | Exception = _work(job)
+            except Exception as exc:  # one row's error: the other rows still count
+                outcome = exc
+            record(job, outcome, t0)
+    elif sim_jobs:
+        t0 = time.perf_counter()
+        with closing(run_each(list(sim_jobs), n, _work)) as each:  # a ``done`` that raises stops them all
+            for job, outcome in each:
+                record(job, outcome, t0)

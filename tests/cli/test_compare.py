@@ -147,6 +147,34 @@ def test_a_failing_run_is_a_row_that_says_so(make_fleet, monkeypatch: pytest.Mon
     assert "kpa failed: RuntimeError: MILP time limit reached without an incumbent" in table
 
 
+def test_a_killed_worker_fails_its_own_row_alone(make_fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker killed from outside (``kill -9``, the out-of-memory killer) is its row's failure: the
+    rows running beside it and those not yet started finish as they do alone (in one shared pool,
+    every one of them failed with BrokenProcessPool)."""
+    import os
+    import signal
+
+    import autoscaler.compare as comp_module
+
+    cfg = make_fleet(replicas=1, min_replicas=1, max_replicas=6)
+    wl = burst_workload()
+    alone = {r["controller"]: r for r in run_compare(cfg, wl, ["hpa", "wva"], workers=1).rows}
+    real = comp_module.run_simulation
+
+    def run(cfg, workload, controller, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if controller == "kpa":  # in the forked worker
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(cfg, workload, controller, *args, **kwargs)
+
+    monkeypatch.setattr(comp_module, "run_simulation", run)
+    comp = run_compare(cfg, wl, ["kpa", "hpa", "wva"], workers=2)
+    bad, *good = comp.rows
+    assert bad["controller"] == "kpa" and bad["failed"].startswith("BrokenProcessPool: ")
+    for row in good:
+        strip = {k: v for k, v in row.items() if k not in WALL}
+        assert strip == {k: v for k, v in alone[row["controller"]].items() if k not in WALL}
+
+
 def test_cli_compare_writes_the_rows_and_exits_1_when_one_failed(make_fleet, monkeypatch: pytest.MonkeyPatch,
                                                                  tmp_path) -> None:
     _failing(monkeypatch, "kpa")

@@ -1,0 +1,62 @@
+"""``faults run``: a row whose run raises, or whose worker is killed, is a failed row; the others count."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autoscaler.cli import app
+
+SHORT_SCENARIO = """name: short
+reported: [x/y#1]
+failure: f
+harmful: h
+workload: {piecewise: {knots: [[0, 5], [300, 5]]}}
+harm: [{rule: overshoot}]
+"""
+
+
+def _breaking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``static`` raises an error no row handles itself; ``hpa``'s worker is killed (``kill -9``)."""
+    import autoscaler.faults.suite as suite
+
+    real = suite.run_sim_row
+
+    def run(sc, name, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if name == "static":
+            raise KeyError("a row's own bug")
+        if name == "hpa":  # only ever in a forked worker (workers=2)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(sc, name, *args, **kwargs)
+
+    monkeypatch.setattr(suite, "run_sim_row", run)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_failed_rows_say_why_and_the_others_are_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         workers: int) -> None:
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "short.yaml").write_text(SHORT_SCENARIO)
+    names = "static,pid,hpa" if workers == 2 else "static,pid"
+    args = ["faults", "run", "--suite", str(tmp_path / "suite"), "--workers", str(workers), "--data", str(tmp_path)]
+    clean = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "clean"), "--controller", "pid"])
+    assert clean.exit_code == 0, clean.output
+    (pid_alone,) = json.loads((tmp_path / "clean" / "faults.json").read_text())
+    _breaking(monkeypatch)
+    res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "out"), "--controller", names])
+    assert res.exit_code == 1, res.output
+    rows = {r["controller"]: r for r in json.loads((tmp_path / "out" / "faults.json").read_text())}
+    assert rows["static"]["failed"] == "KeyError: \"a row's own bug\""
+    assert rows["static"]["harmful_actions"] is None and rows["static"]["cost_usd"] is None
+    if workers == 2:
+        assert rows["hpa"]["failed"].startswith("BrokenProcessPool: ")
+    assert {k: v for k, v in rows["pid"].items() if k != "wall_s"} == \
+        {k: v for k, v in pid_alone.items() if k != "wall_s"}
+    table = (tmp_path / "out" / "faults.md").read_text()
+    assert "| short | static | failed: KeyError: \"a row's own bug\" | - | - | - | - |" in table
+    assert "rows failed: short x static" in res.output
