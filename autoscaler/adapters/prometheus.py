@@ -302,6 +302,26 @@ class RangeRunner:
 
 
 
+MIN_WINDOW_S = 0.001
+"""Shortest wall window a query can hold, seconds: PromQL durations here are whole milliseconds."""
+
+MAX_WINDOW_S = 366 * 86400.0
+"""Longest wall window accepted, seconds (a year): a sped-down source whose window outgrows any
+retention reads nothing, and Go's duration (int64 nanoseconds) ends at ~292 years."""
+
+
+def check_speed(speed: float, window_s: float, flag: str = "--speed") -> None:
+    """Raise ValueError unless ``speed`` is finite and > 0 and turns the loop's ``window_s`` (seconds
+    of the source's clock) into a wall window of ``MIN_WINDOW_S``..``MAX_WINDOW_S``."""
+    if not 0 < speed < math.inf:  # also rejects NaN
+        raise ValueError(f"{flag} must be a finite number > 0, got {speed:g}")
+    wall = window_s / speed
+    if not MIN_WINDOW_S <= wall <= MAX_WINDOW_S:
+        raise ValueError(f"{flag} {speed:g} makes the {window_s:g}-s signal window {wall:.3g} wall seconds; "
+                         f"it must be {MIN_WINDOW_S * 1000:g} ms to {MAX_WINDOW_S / 86400:g} days "
+                         f"(--speed between {window_s / MAX_WINDOW_S:.3g} and {window_s / MIN_WINDOW_S:.3g})")
+
+
 class PrometheusSource:
     """Signals of every service of ``services`` read from Prometheus (see the module docstring).
 
@@ -324,8 +344,7 @@ class PrometheusSource:
     def __init__(self, prom: PrometheusConfig, services: Sequence[Service], runner: QueryRunner, *, window_s: float,
                  speed: float = 1.0, clock: Callable[[float], float] | None = None,
                  deadline_s: float | None = None) -> None:
-        if not 0 < speed < math.inf:
-            raise ValueError(f"speed must be finite and > 0, got {speed}")
+        check_speed(speed, window_s, "speed")
         if deadline_s is not None and not 0 < deadline_s < math.inf:
             raise ValueError(f"deadline_s must be finite and > 0, got {deadline_s}")
         if prom.query_set == "recorded" and speed != 1:

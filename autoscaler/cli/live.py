@@ -70,6 +70,7 @@ def dry_run(
     import logging
     import math
 
+    from autoscaler.adapters.prometheus import check_speed
     from autoscaler.loop.export import parse_address
     from controllers.registry import build
 
@@ -80,9 +81,7 @@ def dry_run(
         ctrl = build(controller, cfg)
         if once and (interval is not None or ticks is not None):
             raise ValueError("--once excludes --interval and --ticks")
-        # `not 0 < x < inf` also rejects NaN.
-        if not 0 < speed < math.inf:
-            raise ValueError(f"--speed must be a finite number > 0, got {speed:g}")
+        check_speed(speed, ctrl.window_s)
         if interval is not None and not 0 < interval < math.inf:
             raise ValueError(f"--interval must be a finite number > 0, got {interval:g}")
         if cfg.prometheus.query_set == "recorded" and speed != 1:
@@ -173,6 +172,7 @@ def backtest(
     import logging
     import math
 
+    from autoscaler.adapters.prometheus import check_speed
     from autoscaler.backtest import OUTPUTS, check_range, parse_time, run_backtest, write_outputs
     from controllers.registry import build
 
@@ -182,6 +182,7 @@ def backtest(
         if not 0 < speed < math.inf:
             raise ValueError(f"--speed must be a finite number > 0, got {speed:g}")
         cfg = load_cfg(config)
+        check_speed(speed, build(controller, cfg).window_s)
         if cfg.prometheus.query_set == "recorded" and speed != 1:
             raise ValueError("prometheus.query_set recorded reads rates recorded over real time: --speed must be 1")
         check_service(cfg, service)
@@ -204,8 +205,11 @@ def backtest(
             raise interrupted(out, OUTPUTS, exc) from None
         except (ValueError, OSError) as exc:
             raise fail(str(exc)) from None
+    # A range whose queries failed did not show what the loop would do (dry-run's bounded runs alike).
+    failed_ticks = sum(bool(rec.services[summary["service"]].estimate.errors) for rec in run.ticks)
     if output != "table":
         print_document(summary, output)
+        _exit_if_queries_failed(failed_ticks, summary["ticks"])
         return
     from datetime import UTC, datetime
 
@@ -220,3 +224,12 @@ def backtest(
         t.add_row(k.replace("_", " "), value)
     console.print(t)
     say(f"wrote {out / 'timeline.csv'}" + (f" and {out / 'timeline.png'}" if plot else ""))
+    _exit_if_queries_failed(failed_ticks, summary["ticks"])
+
+
+def _exit_if_queries_failed(failed: int, ticks: int) -> None:
+    """Exit 1 with one line when queries failed on some tick (the outputs are written)."""
+    if failed:
+        err_console.print(f"[bold red]error:[/] queries failed on {failed} of {ticks} tick(s); the loop held there",
+                          highlight=False, soft_wrap=True)
+        raise typer.Exit(1)

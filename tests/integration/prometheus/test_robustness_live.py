@@ -554,14 +554,28 @@ def test_backtest_iso_with_offset_and_no_data_holds(tmp_path: Path, fake: Callab
     assert summary["holds"] == 5 and summary["scale_changes"] == 0 and summary["query_failures"] == 0
 
 
-def test_backtest_failed_range_queries_hold(tmp_path: Path, fake: Callable[[Answer], FakeProm]) -> None:
+def test_backtest_failed_range_queries_hold_and_exit_1(tmp_path: Path, fake: Callable[[Answer], FakeProm]) -> None:
+    # The loop holds on every tick and the outputs are written, but a range whose queries failed did
+    # not show what the loop would do: exit 1 with one line, as dry-run's bounded runs do.
     prom = fake(failing(500, b'{"status":"error","errorType":"internal","error":"boom"}'))
     res = invoke("backtest", "--prometheus-url", prom.url, "--start", "0", "--end", "30", "-o", "json",
                  "--out", str(tmp_path / "out"))
-    assert res.exit_code == 0, res.stderr
+    assert res.exit_code == 1, res.stderr
     summary = json.loads(res.stdout)
     assert summary["holds"] == summary["ticks"] == 3
     assert summary["scale_changes"] == 0 and summary["query_failures"] > 0
+    assert "error: queries failed on 3 of 3 tick(s); the loop held there" in res.stderr
+    assert (tmp_path / "out" / "timeline.csv").is_file()
+
+
+@pytest.mark.parametrize(("command", "speed"), [("backtest", "1e308"), ("backtest", "1e-300"), ("dry-run", "1e308"),
+                                                ("dry-run", "1e-300")])
+def test_a_speed_that_leaves_no_window_is_a_one_line_error(tmp_path: Path, command: str, speed: str) -> None:
+    # The 300-s window at 1e308x is 3e-306 wall seconds, below PromQL's 1 ms; at 1e-300x it is 3e302 s,
+    # past any retention: refused before connecting.
+    args = ["--start", "0", "--end", "600", "--out", str(tmp_path / "out")] if command == "backtest" else ["--once"]
+    res = invoke(command, "--prometheus-url", unreachable(), "--speed", speed, *args)
+    assert_one_line_error(res, 2, f"--speed {float(speed):g} makes the 300-s signal window")
 
 
 # ============================================================================= a real, empty Prometheus
