@@ -81,7 +81,7 @@ from autoscaler.adapters.workloads import (
     connector,
     connector_class,
 )
-from autoscaler.adapters.workloads.base import ObjectError
+from autoscaler.adapters.workloads.base import FailedReads, ObjectError, describe
 from autoscaler.config import KubernetesConfig, Service
 from autoscaler.errors import AutoscalerError
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, ExternalChange
@@ -174,17 +174,6 @@ def with_deadline(api: client.ApiClient, timeout_s: float | None) -> client.ApiC
     return api
 
 
-def describe(exc: BaseException) -> str:
-    """One line from a failed call: the API server's message, else the transport's error."""
-    if isinstance(exc, ApiException):
-        try:
-            message = json.loads(exc.body or "{}").get("message")
-        except (ValueError, AttributeError):
-            message = None
-        return f"HTTP {exc.status}: {message or exc.reason}"
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
-
-
 def result_of(exc: BaseException, what: str) -> ActuationResult:
     """The actuator result of a failed call doing ``what`` (e.g. ``update deployments/scale llm/x``)."""
     if isinstance(exc, ApiException):
@@ -275,15 +264,17 @@ class KubernetesActuator:
         tick writes the variant: a hand edit is seen within a tick, not at the next write. A variant
         read for the first time is taken as it is (the state this actuator starts from)."""
         found = {}
+        failed = FailedReads("writer check")
         for key, conn in self.connectors.items():
             try:
                 current = conn.read_scale().replicas
             except TRANSPORT_ERRORS as exc:
-                log.warning("%s not read: %s", conn.where(), describe(exc))
+                failed.add(conn.where(), exc)
                 continue
             ext = self._note(conn, current)
             if ext is not None:
                 found[key] = ext
+        failed.flush()
         return found
 
     def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
@@ -492,20 +483,22 @@ class PendingPods:
         self.clock = clock
         self.marks = PendingMarks(self.kube.pending_timeout_s, self.kube.pending_retry_s)
 
-    def unschedulable_for(self, service: str, variant: str, state: WorkloadState | None = None) -> float | None:
+    def unschedulable_for(self, service: str, variant: str, state: WorkloadState | None = None,
+                          failed: FailedReads | None = None) -> float | None:
         """Seconds the longest-unschedulable pod of the variant has been so (0 when none is); None
-        when the pods cannot be read or selected. ``state``: the workload, when the caller has just
-        read it."""
-        return self.connectors[(service, variant)].unschedulable_for(self.clock(), state)
+        when the pods cannot be read (added to ``failed``, else logged) or selected. ``state``: the
+        workload, when the caller has just read it."""
+        return self.connectors[(service, variant)].unschedulable_for(self.clock(), state, failed)
 
-    def unavailable(self, service: str, variant: str, state: WorkloadState | None = None) -> bool:
+    def unavailable(self, service: str, variant: str, state: WorkloadState | None = None,
+                    failed: FailedReads | None = None) -> bool:
         """Whether the variant is marked unavailable now (marking it when its pods have been
-        unschedulable for ``pending_timeout_s``); ``state`` as ``unschedulable_for``."""
+        unschedulable for ``pending_timeout_s``); ``state`` and ``failed`` as ``unschedulable_for``."""
         key = (service, variant)
         now = self.clock()
         if self.marks.marked(key, now):
             return True
-        stuck = self.unschedulable_for(service, variant, state)
+        stuck = self.unschedulable_for(service, variant, state, failed)
         if self.marks.mark_if_stuck(key, stuck, now):
             log.warning("%s/%s: pods unschedulable for %.0f s: unavailable for %g s, its demand goes to the other "
                         "variants", service, variant, stuck, self.kube.pending_retry_s)
@@ -529,13 +522,15 @@ class ClusterSource:
         self.connectors = pods.connectors
         self.states: dict[tuple[str, str], WorkloadState] = {}
 
-    def _read(self, service: str, variant: str) -> WorkloadState | None:
-        """The variant's workload from the API server; None when it does not answer."""
+    def _read(self, service: str, variant: str, failed: FailedReads | None = None) -> WorkloadState | None:
+        """The variant's workload from the API server; None when it does not answer (added to
+        ``failed``, else logged)."""
         conn = self.connectors[(service, variant)]
         try:
             return conn.state()
         except TRANSPORT_ERRORS as exc:
-            log.warning("%s %s/%s not read: %s", conn.workload_kind, conn.namespace, conn.name, describe(exc))
+            (failed or FailedReads("workload read")).add(f"{conn.workload_kind} {conn.namespace}/{conn.name}", exc,
+                                                         now=failed is None)
         return None
 
     def counts(self, service: str, variant: str, state: WorkloadState | None = None) -> tuple[int, int] | None:
@@ -549,18 +544,21 @@ class ClusterSource:
         """``source.observe(now)`` with the API server's counts and the unavailable variants flagged,
         from one read of each workload."""
         observations = self.source.observe(now)
+        failed = FailedReads("observation")
         for name, obs in observations.items():
             for v, vo in obs.variants.items():
-                state = self._read(name, v)
-                if state is None:
+                state = self._read(name, v, failed)
+                if state is None:  # counts unknown; its pods are selected by it, so not read either
                     self.states.pop((name, v), None)
-                else:
-                    self.states[(name, v)] = state
+                    vo.unavailable = self.pods.marks.marked((name, v), self.pods.clock())
+                    continue
+                self.states[(name, v)] = state
                 counted = self.counts(name, v, state)
                 if counted is not None:
                     vo.ready, vo.starting = counted
                     vo.counts_known = True
-                vo.unavailable = self.pods.unavailable(name, v, state)
+                vo.unavailable = self.pods.unavailable(name, v, state, failed)
+        failed.flush()
         return observations
 
 

@@ -21,6 +21,7 @@ actuator turns them into results.
 
 from __future__ import annotations
 
+import json
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -44,6 +45,53 @@ class ObjectError(ValueError):
 TRANSPORT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ObjectError)
 """What reading or writing a workload may raise: an HTTP error status, no answer at all, or an
 object not shaped as its kind (``ObjectError``)."""
+
+
+def describe(exc: BaseException) -> str:
+    """One line from a failed call: the API server's message, else the transport's error."""
+    if isinstance(exc, ApiException):
+        try:
+            message = json.loads(exc.body or "{}").get("message")
+        except (ValueError, AttributeError):
+            message = None
+        return f"HTTP {exc.status}: {message or exc.reason}"
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+
+
+FAILED_NAMED = 3
+"""Reads a warning names before ``and N more``."""
+
+
+class FailedReads:
+    """API server reads that failed during one pass over the fleet (the writer check, or one
+    observation), logged once per cause when the pass ends (``flush``): in an outage every read fails
+    for one reason, and a line per read, 9 a tick for 3 variants (each workload twice and its pods),
+    buried everything else. The logs' one warning per cause per tick, as for Prometheus's queries.
+
+    Args:
+        what: the pass, as the warning names it (``writer check``, ``observation``).
+    """
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.by_cause: dict[str, list[str]] = {}
+
+    def add(self, target: str, exc: BaseException, now: bool = False) -> None:
+        """``target`` (``deployments/scale llm/x ...``) was not read because of ``exc``; ``now``: log it
+        at once (a read outside any pass)."""
+        self.by_cause.setdefault(describe(exc), []).append(target)
+        if now:
+            self.flush()
+
+    def flush(self) -> None:
+        """One WARNING per cause: how many reads failed, the cause and the first few targets (all of
+        them in the ``targets`` field); then forget them."""
+        for cause, targets in self.by_cause.items():
+            named = ", ".join(targets[:FAILED_NAMED]) + (f" and {len(targets) - FAILED_NAMED} more"
+                                                         if len(targets) > FAILED_NAMED else "")
+            log.warning("Kubernetes API: %d read(s) failed in the %s: %s (%s)", len(targets), self.what, cause, named,
+                        extra={"cause": cause, "failed": len(targets), "targets": targets, "pass": self.what})
+        self.by_cause.clear()
 
 
 class WorkloadError(AutoscalerError):
@@ -120,9 +168,11 @@ class WorkloadConnector(Protocol):
         """Desired and ready replicas, resourceVersion, uid and pod selector, from one read."""
         ...
 
-    def unschedulable_for(self, now: float, state: WorkloadState | None = None) -> float | None:
+    def unschedulable_for(self, now: float, state: WorkloadState | None = None,
+                          failed: FailedReads | None = None) -> float | None:
         """Seconds (``now``: the daemon's monotonic clock) the longest-unschedulable pod has been seen
-        so; 0 when none is; None when the pods cannot be read or selected."""
+        so; 0 when none is; None when the pods cannot be read (added to ``failed``, else logged) or
+        selected."""
         ...
 
     def reference(self, state: WorkloadState | None = None) -> client.V1ObjectReference:
@@ -260,16 +310,17 @@ class Connector(ABC):
         text = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
         return list(self.core.list_namespaced_pod(self.namespace, label_selector=text).items)
 
-    def unschedulable_for(self, now: float, state: WorkloadState | None = None) -> float | None:
-        """See ``WorkloadConnector``; a failed read is None (unknown is not unschedulable), logged."""
+    def unschedulable_for(self, now: float, state: WorkloadState | None = None,
+                          failed: FailedReads | None = None) -> float | None:
+        """See ``WorkloadConnector``; a failed read is None (unknown is not unschedulable)."""
         try:
             selector = (state if state is not None else self.state()).selector
             if not selector:
                 return None
             pods = self.pods(selector)
         except TRANSPORT_ERRORS as exc:
-            log.warning("pods of %s %s/%s not read: %s", self.workload_kind, self.namespace, self.name,
-                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            (failed or FailedReads("pod read")).add(f"pods of {self.workload_kind} {self.namespace}/{self.name}", exc,
+                                                    now=failed is None)
             return None
         seen: dict[tuple[str, str], float] = {}
         for pod in pods:

@@ -702,3 +702,40 @@ def test_a_configmap_is_not_written_once_leadership_is_not_certain(cluster, flee
     with pytest.raises(ApiException) as err:
         cm.read_namespaced_config_map("autoscaler-admission-other", NS)
     assert err.value.status == 404
+
+
+def test_an_outage_is_one_warning_per_pass_and_cause_not_one_per_read(cluster, fleet, caplog) -> None:
+    """Three variants, the API server down: the writer check and the observation each log one
+    warning naming the three reads and their cause (a line per read was 9 a tick), and no workload is
+    read twice in one observation."""
+    import logging
+
+    from autoscaler.adapters.kubernetes import ClusterSource, KubernetesActuator, PendingPods
+    from autoscaler.state import ServiceObservation, Signals, VariantObservation
+
+    doc = fleet.model_dump(mode="json", exclude_unset=True)
+    h100 = doc["services"][0]["variants"][0]
+    doc["services"][0]["variants"] += [{**h100, "name": "a100"}, {**h100, "name": "gh200"}]
+    three = parse_config(doc, "<test>")
+    for name in ("svc-a100", "svc-gh200"):
+        client.AppsV1Api(cluster.api()).create_namespaced_deployment(NS, deployment(name, NS, 1))
+
+    class Prom:
+        def observe(self, now: float) -> dict[str, ServiceObservation]:
+            return {"svc": ServiceObservation("svc", now, Signals(), {v: VariantObservation(ready=1, starting=0)
+                                                                        for v in ("h100", "a100", "gh200")})}
+
+    act = KubernetesActuator(three.kubernetes, three.services, cluster.api(), sleep=lambda _: None)
+    src = ClusterSource(Prom(), PendingPods(three.kubernetes, three.services, cluster.api()), cluster.api())
+    cluster.emu.down = True
+    with caplog.at_level(logging.WARNING, logger="autoscaler.adapters"):
+        act.check_writers()
+        obs = src.observe(0.0)
+    lines = [r for r in caplog.records if r.name.startswith("autoscaler.adapters")]
+    assert [(r.getMessage().split(":")[1].strip(), r.failed, getattr(r, "pass")) for r in lines] == \
+        [("3 read(s) failed in the writer check", 3, "writer check"),
+         ("3 read(s) failed in the observation", 3, "observation")]
+    assert lines[1].targets == ["Deployment llm/svc-h100", "Deployment llm/svc-a100", "Deployment llm/svc-gh200"]
+    assert lines[1].getMessage().endswith(
+        "(Deployment llm/svc-h100, Deployment llm/svc-a100, Deployment llm/svc-gh200)")
+    assert [(vo.ready, vo.starting) for vo in obs["svc"].variants.values()] == [(1, 0)] * 3  # Prometheus's stand
