@@ -94,7 +94,7 @@ def run_row(row: str, cfg: FleetConfig, workload: Workload, window: tuple[float,
     prios = np.array([p for _, p in dispatched])
     bad = 0
     for sr in final:
-        if sr.status == SHED and sr.continuing:
+        if sr.status == SHED and sr.continuing and sr.t_finish is not None:  # a shed request has ended
             lo, hi = np.searchsorted(times, [sr.t_finish - 1.0, sr.t_finish], side="right")
             bad += bool((prios[lo:hi] < sr.req.priority).any())
     late = [sr.waited_s for sr in final if sr.waited_s is not None and sr.req.priority == SHEDDABLE

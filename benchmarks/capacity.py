@@ -110,7 +110,7 @@ def measure(name: str, data: Path, replicas: int = 1) -> dict[str, Any]:
     cfg = fleet(case, replicas)
     spec = ReplicaSpec.of(cfg.services[0].variants[0], cfg.engine)
     ins, outs = lengths(case, data)
-    mix = RequestMix.from_requests(ins, outs)
+    mix = RequestMix.from_requests(ins.tolist(), outs.tolist())
     itl_s = cfg.services[0].slo["interactive"].itl_s
     # the idle misses a variant may show are the example service's (its best variant's, plus 5 points)
     example = load_config(ROOT / "examples" / "fleet.yaml").services[0]

@@ -236,7 +236,8 @@ def evaluate(series: Series, name: str, factory: Callable[[], Calibrated | Auto]
     for h in HORIZONS:
         sel = [(o, p, lo, hi) for o, p, lo, hi in paths if o + h < n]
         actual = np.array([y[o + h] for o, *_ in sel])
-        point, lower, upper = (np.array([x[i][h - 1] for x in sel]) for i in (1, 2, 3))
+        point, lower, upper = (np.array([p[h - 1] for _, p, _, _ in sel]), np.array([lo[h - 1] for _, _, lo, _ in sel]),
+                               np.array([hi[h - 1] for _, _, _, hi in sel]))
         rows.append(
             {
                 "dataset": series.name,
@@ -343,7 +344,7 @@ def print_table(rows: list[dict[str, object]], bounds: dict[str, float], floors:
     (dataset -> ``noise_floor``) and ``linear`` (dataset -> ``hindsight_linear_bound``) against its target."""
     by: dict[tuple[str, str], dict[int, dict[str, object]]] = {}
     for r in rows:
-        by.setdefault((str(r["dataset"]), str(r["model"])), {})[int(r["horizon_steps"])] = r  # type: ignore[arg-type]
+        by.setdefault((str(r["dataset"]), str(r["model"])), {})[int(str(r["horizon_steps"]))] = r
     head = f"{'dataset':44s} {'model':19s} " + " ".join(f"MASE@{h}" for h in HORIZONS)
     head += "  MAPE@3 " + " ".join(f"cov@{h}" for h in HORIZONS) + "   fit_s  tick_ms"
     current = ""

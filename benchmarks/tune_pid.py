@@ -74,7 +74,8 @@ def main() -> None:
     args = ap.parse_args()
     print(f"{Path(__file__).name}: {stamp()}", flush=True)
     traces = _traces(args.data)
-    jobs = [(name, path, scale, "static", {}) for name, (path, scale) in traces.items()]
+    jobs: list[tuple[str, Path | None, float, str, dict[str, float | str]]] = [
+        (name, path, scale, "static", {}) for name, (path, scale) in traces.items()]
     grid = itertools.product(args.signal, args.setpoint, args.deadband, args.window_s, args.kp, args.ki,
                              args.error_clip)
     for signal, sp, db, win, kp, ki, clip in grid:
