@@ -44,6 +44,7 @@ from models.capacity import (
     ReplicaSpec,
     RequestMix,
     concurrency_at,
+    rate_at_concurrency,
     replica_capacity,
     service_mix,
     tokens_in_flight_at,
@@ -237,7 +238,8 @@ def token_budget(svc: Service, engine: EngineConfig, g: GatewayConfig, streaming
                  discount_prefix: bool) -> dict[str, int]:
     """variant -> most tokens in flight per replica (``GatewayConfig.max_token_concurrency``): a number
     for every variant; ``auto`` each variant's tokens in flight at its ITL bound's rate
-    (``ItlBudget.itl_rps``) on the service's ``typical_request`` mix, charged and released as the
+    (``ItlBudget.itl_rps``), or the lower rate at which ``max_num_seqs`` requests are in flight (as
+    the request budget's cap), on the service's ``typical_request`` mix, charged and released as the
     EPP's counter does (``token_charge``, ``releases_at_first_token``; ``discount_prefix``: the mix's
     prefix hits are not charged, as under ``router: prefix_affinity``) by Little's law
     (``models.capacity.tokens_in_flight_at``), whole, at least 1; ``auto-min`` the fewest of the
@@ -256,8 +258,10 @@ def token_budget(svc: Service, engine: EngineConfig, g: GatewayConfig, streaming
     first = releases_at_first_token(g, streaming)
     out = {}
     for v in svc.variants:
-        tokens = tokens_in_flight_at(ReplicaSpec.of(v, engine), mix, budgets[v.name].itl_rps, charge, first)
-        out[v.name] = max(1, math.floor(tokens))
+        spec, b = ReplicaSpec.of(v, engine), budgets[v.name]
+        # past max_num_seqs in flight the rest would wait in vLLM's queue, as for the request budget
+        rate = rate_at_concurrency(spec, mix, engine.max_num_seqs, b.itl_rps)
+        out[v.name] = max(1, math.floor(tokens_in_flight_at(spec, mix, rate, charge, first)))
     if setting == "auto":
         return out
     return dict.fromkeys(out, min(out[name] for name, b in budgets.items() if b.servable))

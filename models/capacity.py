@@ -691,6 +691,19 @@ def concurrency_at(spec: ReplicaSpec, mix: RequestMix, rate_rps: float) -> float
     return operating_point(spec, mix, min(rate_rps, limit * (1.0 - 1e-9))).concurrency
 
 
+def rate_at_concurrency(spec: ReplicaSpec, mix: RequestMix, in_flight: float, hi_rps: float) -> float:
+    """The rate in ``[0, hi_rps]`` at which one replica holds ``in_flight`` requests (``concurrency_at``,
+    which grows with the rate), requests/s: bisection to 1e-9 of ``hi_rps``; ``hi_rps`` itself when
+    even it holds no more."""
+    if hi_rps <= 0 or concurrency_at(spec, mix, hi_rps) <= in_flight:
+        return max(hi_rps, 0.0)
+    lo, hi = 0.0, hi_rps
+    while hi - lo > 1e-9 * hi_rps:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if concurrency_at(spec, mix, mid) <= in_flight else (lo, mid)
+    return lo
+
+
 def tokens_in_flight_at(spec: ReplicaSpec, mix: RequestMix, rate_rps: float, charge: np.ndarray,
                         until_first_token: bool) -> float:
     """Tokens a gateway counts in flight on one replica serving ``rate_rps``: Little's law per point of

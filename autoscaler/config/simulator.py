@@ -108,8 +108,9 @@ class GatewayConfig(Strict):
       max_token_concurrency)``, a candidate while below both limits. A replica under its limit takes
       a request whatever its charge (the plugin tests the load before adding to it), so one may go
       past its limit by one request. ``max_token_concurrency`` ``auto`` holds each replica to the
-      tokens in flight at its ITL bound's rate under that same charge and release
-      (``controllers.admission.token_budget``); ``auto-min`` the fewest for all. The checks are the
+      tokens in flight at its ITL bound's rate (or the lower one at which ``max_num_seqs`` requests
+      are in flight) under that same charge and release (``controllers.admission.token_budget``);
+      ``auto-min`` the fewest for all. The checks are the
       plugins' (``maxTokenConcurrency`` > 0, ``outputRatio`` and ``maxEstimatedOutputTokens`` >= 0;
       their defaults 1,000,000 tokens, 1.5, none); a mode other than ``requests`` needs
       ``saturation: concurrency``.

@@ -27,6 +27,7 @@ from models.capacity import (
     RequestMix,
     concurrency_at,
     operating_point,
+    rate_at_concurrency,
     service_mix,
     tokens_in_flight_at,
 )
@@ -184,10 +185,17 @@ def test_the_auto_token_budget_follows_the_itl_bound_and_the_release() -> None:
     budgets = itl_budgets(svc, cfg.engine)
     mix = service_mix(svc)
     for v in svc.variants:
-        spec = ReplicaSpec.of(v, cfg.engine)
+        spec, b = ReplicaSpec.of(v, cfg.engine), budgets[v.name]
+        rate = rate_at_concurrency(spec, mix, cfg.engine.max_num_seqs, b.itl_rps)
+        # the rate is the ITL bound's unless more than max_num_seqs would be in flight there (h100, gh200)
+        assert concurrency_at(spec, mix, rate) == pytest.approx(min(b.in_flight, cfg.engine.max_num_seqs), rel=1e-6)
+        assert (rate < b.itl_rps) == (b.in_flight > cfg.engine.max_num_seqs)
         whole = np.ceil(mix.input_tokens)  # the counter charges whole tokens
-        assert end[v.name] == math.floor(tokens_in_flight_at(spec, mix, budgets[v.name].itl_rps, whole, False))
+        assert end[v.name] == math.floor(tokens_in_flight_at(spec, mix, rate, whole, False))
         assert first[v.name] < end[v.name] / 20
+    assert sum(b.in_flight > cfg.engine.max_num_seqs for b in budgets.values()) == 2
+    # held to the last token at max_num_seqs in flight: about 256 mean prompts (1,024 tokens)
+    assert end["gh200"] == pytest.approx(256 * 1024, rel=0.01)
     g.max_token_concurrency = "auto-min"
     assert set(token_budget(svc, cfg.engine, g, False, False).values()) == {min(end.values())}
     g.output_estimate = True  # charged 2.5 prompts (1.5 as output) and held to the last token either way
