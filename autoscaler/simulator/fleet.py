@@ -21,7 +21,10 @@ first attempt, ``final`` its last. A request too long for ``max_model_len`` is r
 
 Gateway: without an admission policy, requests go to the router at once (held only while no replica
 is ready); with one (``admission=True``), each service's ``autoscaler.simulator.gateway.Gateway``
-queues them by priority and dispatches while the pool is not saturated (``GatewayConfig.saturation``);
+queues them by priority and dispatches while the pool is not saturated (``GatewayConfig.saturation``;
+in the concurrency detector's ``tokens`` and ``hybrid`` modes it counts each replica's tokens in
+flight as the EPP's ``inflight-load-producer`` does: charged at dispatch, released at the first token
+or the last, ``GatewayConfig``);
 with ``GatewayConfig.admitter`` a dispatched request then passes the EPP's probabilistic admitter,
 which may reject it (``Gateway.release``; its random stream is the gateway's own, seeded).
 """
