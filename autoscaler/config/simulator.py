@@ -113,7 +113,8 @@ class GatewayConfig(Strict):
       ``auto-min`` the fewest for all. The checks are the
       plugins' (``maxTokenConcurrency`` > 0, ``outputRatio`` and ``maxEstimatedOutputTokens`` >= 0;
       their defaults 1,000,000 tokens, 1.5, none); a mode other than ``requests`` needs
-      ``saturation: concurrency``.
+      ``saturation: concurrency``. Measured against the ``requests`` mode on surge-long and
+      surge-short: docs/admission.md, "The detector's ``tokens`` and ``hybrid`` modes".
 
     Each priority band is dispatched only while the saturation is below its ceiling
     (``usage_limit``): ``static`` (the EPP's default) 1.0 for every band; ``priority_holdback``
