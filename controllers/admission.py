@@ -37,11 +37,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from autoscaler.workload.types import BATCH, INTERACTIVE, PRIORITIES
-from models.capacity import ReplicaSpec, concurrency_at, replica_capacity, service_mix
+from models.capacity import (
+    ReplicaSpec,
+    RequestMix,
+    concurrency_at,
+    rate_at_concurrency,
+    replica_capacity,
+    service_mix,
+    tokens_in_flight_at,
+)
 
 if TYPE_CHECKING:
-    from autoscaler.config import AdmissionConfig, EngineConfig, Service
+    from autoscaler.config import AdmissionConfig, EngineConfig, GatewayConfig, Service
     from autoscaler.state import ServiceEstimate
 
 PRIORITY_CLASS = {"sheddable": BATCH, "standard": INTERACTIVE, "critical": INTERACTIVE}
@@ -199,6 +209,62 @@ def concurrency_budget(svc: Service, engine: EngineConfig, setting: int | str) -
     if setting == "auto":
         return {name: b.budget for name, b in budgets.items()}
     return dict.fromkeys(budgets, pool_budget(budgets))
+
+
+def token_charge(prompt: np.ndarray, cached: np.ndarray, g: GatewayConfig) -> np.ndarray:
+    """Tokens the EPP's in-flight counter charges requests of ``prompt`` tokens of which ``cached`` are
+    in the chosen replica's prefix cache (``GatewayConfig``, ``concurrency_mode``): llm-d-router
+    v0.10.0 ``inflight-load-producer`` (``producer.go`` ``estimateRequestTokens``; ``token_estimator.go``
+    ``EstimateOutput``, its 1.5 default ratio is ``output_ratio``'s), the prompt as its token-producer
+    counts it (``ceil(prompt x prompt_bytes_per_token / 4)``: ``tokenizer/estimate.go`` packs 4 bytes
+    per token), less the cached part, plus the output estimate on the whole prompt; tokens (whole)."""
+    est = np.ceil(np.asarray(prompt, dtype=float) * g.prompt_bytes_per_token / 4.0 - 1e-9)
+    charge = np.maximum(est - np.asarray(cached, dtype=float), 0.0)
+    if g.output_estimate:
+        out = np.floor(est * g.output_ratio + 0.5)  # Go's math.Round: half away from zero
+        if g.max_estimated_output_tokens is not None:
+            out = np.minimum(out, g.max_estimated_output_tokens)
+        charge = charge + out
+    return charge
+
+
+def releases_at_first_token(g: GatewayConfig, streaming: bool) -> bool:
+    """The EPP releases a request's tokens at its first token: without the output estimate, on a
+    streaming response (its first body chunk); else at its last (``producer.go`` ``ResponseBody``)."""
+    return streaming and not g.output_estimate
+
+
+def token_budget(svc: Service, engine: EngineConfig, g: GatewayConfig, streaming: bool,
+                 discount_prefix: bool) -> dict[str, int]:
+    """variant -> most tokens in flight per replica (``GatewayConfig.max_token_concurrency``): a number
+    for every variant; ``auto`` each variant's tokens in flight at its ITL bound's rate
+    (``ItlBudget.itl_rps``), or the lower rate at which ``max_num_seqs`` requests are in flight (as
+    the request budget's cap), on the service's ``typical_request`` mix, charged and released as the
+    EPP's counter does (``token_charge``, ``releases_at_first_token``; ``discount_prefix``: the mix's
+    prefix hits are not charged, as under ``router: prefix_affinity``) by Little's law
+    (``models.capacity.tokens_in_flight_at``), whole, at least 1; ``auto-min`` the fewest of the
+    servable variants' for all.
+
+    Raises:
+        ValueError: with ``auto`` or ``auto-min``, as ``itl_budgets``.
+    """
+    setting = g.max_token_concurrency
+    if isinstance(setting, int):
+        return {v.name: setting for v in svc.variants}
+    budgets = itl_budgets(svc, engine)
+    mix: RequestMix = service_mix(svc)
+    cached = mix.input_tokens - mix.uncached if discount_prefix else np.zeros_like(mix.input_tokens)
+    charge = token_charge(mix.input_tokens, cached, g)
+    first = releases_at_first_token(g, streaming)
+    out = {}
+    for v in svc.variants:
+        spec, b = ReplicaSpec.of(v, engine), budgets[v.name]
+        # past max_num_seqs in flight the rest would wait in vLLM's queue, as for the request budget
+        rate = rate_at_concurrency(spec, mix, engine.max_num_seqs, b.itl_rps)
+        out[v.name] = max(1, math.floor(tokens_in_flight_at(spec, mix, rate, charge, first)))
+    if setting == "auto":
+        return out
+    return dict.fromkeys(out, min(out[name] for name, b in budgets.items() if b.servable))
 
 
 POLICIES = {"pid": PIDAdmission, "mpc": PlanAdmission}

@@ -691,6 +691,45 @@ def concurrency_at(spec: ReplicaSpec, mix: RequestMix, rate_rps: float) -> float
     return operating_point(spec, mix, min(rate_rps, limit * (1.0 - 1e-9))).concurrency
 
 
+def rate_at_concurrency(spec: ReplicaSpec, mix: RequestMix, in_flight: float, hi_rps: float) -> float:
+    """The rate in ``[0, hi_rps]`` at which one replica holds ``in_flight`` requests (``concurrency_at``,
+    which grows with the rate), requests/s: bisection to 1e-9 of ``hi_rps``; ``hi_rps`` itself when
+    even it holds no more."""
+    if hi_rps <= 0 or concurrency_at(spec, mix, hi_rps) <= in_flight:
+        return max(hi_rps, 0.0)
+    lo, hi = 0.0, hi_rps
+    while hi - lo > 1e-9 * hi_rps:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if concurrency_at(spec, mix, mid) <= in_flight else (lo, mid)
+    return lo
+
+
+def tokens_in_flight_at(spec: ReplicaSpec, mix: RequestMix, rate_rps: float, charge: np.ndarray,
+                        until_first_token: bool) -> float:
+    """Tokens a gateway counts in flight on one replica serving ``rate_rps``: Little's law per point of
+    ``mix`` on the fluid operating point (``operating_point``; a rate at the fluid limit is taken just
+    below it), ``rate x sum(weight x charge x held)``, ``held`` the point's prefill time
+    (``until_first_token``: the charge is released at the first token) or its whole time in the
+    system, seconds; tokens. 0 at a rate of 0 or less.
+
+    ``charge`` (one per point of ``mix``, tokens) is what the gateway counts per request
+    (llm-d-router v0.10.0 ``inflight-load-producer``: the prompt, with or without an output estimate).
+
+    Raises:
+        ValueError: ``charge`` not one value per point of ``mix``.
+    """
+    charge = np.asarray(charge, dtype=float)
+    if charge.shape != mix.weights.shape:
+        raise ValueError(f"charge has {charge.size} values for a mix of {mix.weights.size} points")
+    if rate_rps <= 0:
+        return 0.0
+    rate = min(rate_rps, (1.0 - 1e-9) / _work(spec, mix))
+    op = operating_point(spec, mix, rate)
+    prefill = _prefill_s(spec, mix, op.decoding, op.decode_step_s)
+    held = prefill if until_first_token else prefill + mix.output_tokens * op.step_s
+    return rate * float(mix.weights @ (charge * held))
+
+
 def service_mix(svc: ServiceSpec) -> RequestMix:
     """The mix a service is sized for without a trace: its fleet file's ``typical_request`` means."""
     t = svc.typical_request

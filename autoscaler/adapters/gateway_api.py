@@ -184,11 +184,14 @@ def _fetch(source: str, timeout_s: float) -> tuple[bytes, str]:
 
 DETECTOR = "concurrency-detector"
 HOLDBACK = "priority-holdback-policy"
+PRODUCER = "inflight-load-producer"
 REQUEST_TTL = "120s"
 """The flow-control queue's TTL: the simulated gateway's ``max_wait_s`` (120 s)."""
 
 
-def epp_config(max_concurrency: int, min_ceiling: float | None = None, max_ceiling: float = 1.0) -> dict[str, Any]:
+def epp_config(max_concurrency: int, min_ceiling: float | None = None, max_ceiling: float = 1.0,
+               mode: str = "requests", max_token_concurrency: int | None = None,
+               producer: dict[str, Any] | None = None) -> dict[str, Any]:
     """An llm-d-router v0.10.0 ``EndpointPickerConfig`` whose flow control holds every replica to
     ``max_concurrency`` requests in flight (``concurrency-detector``, ``requests`` mode: the pool's
     saturation is the requests in flight over ``max_concurrency`` per endpoint, and the scheduler
@@ -196,21 +199,39 @@ def epp_config(max_concurrency: int, min_ceiling: float | None = None, max_ceili
     and, with ``min_ceiling``, the ``priority-holdback-policy`` (``linear``, ``rank``) holding the
     lowest bands first as the pool fills; the scorers as ``examples/gateway/epp-config.yaml``.
 
+    ``mode`` ``tokens`` or ``hybrid`` (the detector's other modes, ``concurrency/config.go``) holds
+    each to ``max_token_concurrency`` tokens in flight instead or as well (``hybrid`` writes both
+    limits; ``tokens`` only the token one); ``producer``, the ``inflight-load-producer``'s parameters
+    (``addEstimatedOutputTokens``...), declares that plugin (else the EPP creates it with its defaults).
+
     Raises:
-        ValueError: ``max_concurrency`` < 1, or ceilings outside ``0 <= min_ceiling < max_ceiling <= 1``
-            (the plugin's checks, llm-d-router v0.10.0 ``usagelimits/priorityholdback/config.go``).
+        ValueError: ``max_concurrency`` < 1, a ``mode`` the detector does not know, ``tokens`` or
+            ``hybrid`` without a ``max_token_concurrency`` >= 1, or ceilings outside
+            ``0 <= min_ceiling < max_ceiling <= 1`` (the plugin's checks, llm-d-router v0.10.0
+            ``usagelimits/priorityholdback/config.go``).
     """
     if max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+    if mode not in ("requests", "tokens", "hybrid"):
+        raise ValueError(f"the concurrency detector's mode is requests, tokens or hybrid, got {mode!r}")
+    if mode != "requests" and (max_token_concurrency is None or max_token_concurrency < 1):
+        raise ValueError(f"mode {mode} needs a max_token_concurrency >= 1, got {max_token_concurrency}")
     if min_ceiling is not None and not (0.0 <= min_ceiling < max_ceiling <= 1.0):
         raise ValueError(f"--min-ceiling {min_ceiling:g} must be in [0, {max_ceiling:g}): the priority-holdback "
                          "policy's minCeiling is below its maxCeiling")
+    detector: dict[str, Any] = {"concurrencyMode": mode}
+    if mode != "tokens":
+        detector["maxConcurrency"] = max_concurrency
+    if mode != "requests":
+        detector["maxTokenConcurrency"] = max_token_concurrency
+    detector["headroom"] = 0.0
     plugins: list[dict[str, Any]] = [
         {"type": "queue-scorer"}, {"type": "kv-cache-utilization-scorer"}, {"type": "prefix-cache-scorer"},
         {"type": "max-score-picker"},
-        {"type": DETECTOR, "parameters": {"concurrencyMode": "requests", "maxConcurrency": max_concurrency,
-                                          "headroom": 0.0}},
+        {"type": DETECTOR, "parameters": detector},
     ]
+    if producer is not None:
+        plugins.append({"type": PRODUCER, "parameters": producer})
     flow: dict[str, Any] = {"saturationDetector": {"pluginRef": DETECTOR}}
     if min_ceiling is not None:
         plugins.append({"type": HOLDBACK, "parameters": {"shape": "linear", "domain": "rank",

@@ -69,6 +69,7 @@ def admission_objectives(
 @admission_app.command("budget", epilog=examples(
     "autoscaler admission budget --config fleet.yaml",
     "autoscaler admission budget --config fleet.yaml -o yaml --min-ceiling 0.8 > epp-config.yaml",
+    "autoscaler admission budget --config fleet.yaml --mode hybrid --streaming -o yaml > epp-config.yaml",
 ))
 def admission_budget(
     config: Annotated[Path | None, typer.Option(help="Fleet YAML file (default: the embedded example fleet).")] = None,
@@ -78,30 +79,53 @@ def admission_budget(
     ] = "table",
     min_ceiling: Annotated[float | None, typer.Option(
         help="With yaml: hold the lowest priority from this pool saturation (priority-holdback-policy).")] = None,
+    mode: Annotated[str, typer.Option(
+        help="The concurrency detector's mode: requests (requests in flight), tokens (tokens in flight) or "
+             "hybrid (both).")] = "requests",
+    streaming: Annotated[bool | None, typer.Option(
+        "--streaming/--no-streaming",
+        help="Clients stream (tokens, hybrid: the EPP frees a request's tokens at its first token, unless the "
+             "fleet's simulator.gateway.output_estimate; default: the fleet's simulator.clients.streaming).")] = None,
 ) -> None:
     """Print the requests in flight each replica can carry at the ITL objective (docs/admission.md).
 
     From the capacity model's ITL bound on the service's typical request, at most max_num_seqs. With
-    --output yaml, the endpoint picker's config holding every replica to the fewest of them (its
-    concurrency detector takes one number for the pool), for the EPP's --config-file.
+    --mode tokens or hybrid, also the tokens the EPP counts in flight there (its inflight-load-producer,
+    charged as the fleet's simulator.gateway says). With --output yaml, the endpoint picker's config
+    holding every replica to the fewest of them (its concurrency detector takes one number for the
+    pool), for the EPP's --config-file.
     """
     import yaml
     from rich.table import Table
 
     from autoscaler.adapters.gateway_api import epp_config
     from autoscaler.cli.common import check_service
-    from controllers.admission import itl_budgets, pool_budget
+    from controllers.admission import itl_budgets, pool_budget, token_budget
     try:
         output = output_format(output, False, ("table", "yaml"))
         if min_ceiling is not None and output != "yaml":
             raise ValueError("--min-ceiling sets the EPP config's priority holdback: it needs -o yaml")
+        if mode not in ("requests", "tokens", "hybrid"):
+            raise ValueError(f"--mode must be one of requests, tokens, hybrid, got {mode!r}")
         cfg = load_cfg(config)
         check_service(cfg, service)
         svc = cfg.service(service)
         budgets = itl_budgets(svc, cfg.engine)
         one = pool_budget(budgets)
+        tokens: dict[str, int] = {}
+        g = cfg.simulator.gateway.model_copy(update={"max_token_concurrency": "auto"})
+        if mode != "requests":  # the EPP config carries the prefix-cache scorer: its producer discounts hits
+            tokens = token_budget(svc, cfg.engine, g, cfg.simulator.clients.streaming if streaming is None
+                                  else streaming, discount_prefix=True)
+        one_tokens = min(tokens[n] for n, b in budgets.items() if b.servable) if tokens else None
         if output == "yaml":
-            typer.echo(yaml.safe_dump(epp_config(one, min_ceiling), sort_keys=False), nl=False)
+            producer = None
+            if mode != "requests" and g.output_estimate:
+                producer = {"addEstimatedOutputTokens": True, "outputRatio": g.output_ratio}
+                if g.max_estimated_output_tokens is not None:
+                    producer["maxEstimatedOutputTokens"] = g.max_estimated_output_tokens
+            typer.echo(yaml.safe_dump(epp_config(one, min_ceiling, mode=mode, max_token_concurrency=one_tokens,
+                                                 producer=producer), sort_keys=False), nl=False)
             return
     except (AutoscalerError, ValueError) as exc:
         raise fail(str(exc)) from None
@@ -109,13 +133,19 @@ def admission_budget(
     table = Table(title=f"{svc.name}: ITL budget per replica",
                   caption=f"ITL objective {slo.itl_s:g} s; typical request {typical.input_tokens:g} / "
                           f"{typical.output_tokens:g} tokens")
-    for col in ("variant", "profile", "ITL bound req/s", "in flight there", "budget"):
+    columns = ["variant", "profile", "ITL bound req/s", "in flight there", "budget"]
+    if tokens:
+        columns.append("token budget")
+    for col in columns:
         table.add_column(col, justify="left" if col in ("variant", "profile") else "right")
     for v in svc.variants:
         b = budgets[v.name]
-        table.add_row(v.name, v.profile, f"{b.itl_rps:.2f}", f"{math.floor(b.in_flight * 10) / 10:.1f}", str(b.budget))
+        row = [v.name, v.profile, f"{b.itl_rps:.2f}", f"{math.floor(b.in_flight * 10) / 10:.1f}", str(b.budget)]
+        table.add_row(*row, *([str(tokens[v.name])] if tokens else []))
     console.print(table)
     say(f"one number for the pool (the EPP's maxConcurrency): {one}")
+    if tokens:
+        say(f"one number for the pool (the EPP's maxTokenConcurrency): {one_tokens}")
 
 
 dashboards_app = App(no_args_is_help=True, help="The Grafana dashboards and Prometheus rules.")

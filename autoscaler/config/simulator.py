@@ -85,8 +85,36 @@ class GatewayConfig(Strict):
       interactive SLO; at most ``max_num_seqs``: ``controllers.admission.concurrency_budget``),
       each variant its own: the EPP's detector takes one number for every
       endpoint, so on a real pool this needs a pool per GPU generation (docs/admission.md);
-      ``auto-min`` the fewest over the variants for all, which one pool can express; the ``tokens``
-      and ``hybrid`` modes are not modelled.
+      ``auto-min`` the fewest over the variants for all, which one pool can express.
+    - ``concurrency`` with ``concurrency_mode: tokens`` or ``hybrid`` (llm-d-router v0.10.0, commit
+      71f4f09, ``pkg/epp/framework/plugins/flowcontrol/saturationdetector/concurrency/{config,detector}.go``,
+      the counts from ``.../requestcontrol/dataproducer/inflightload/producer.go``): a replica's load is
+      also its tokens in flight, what the EPP's ``inflight-load-producer`` charged the requests it
+      dispatched there. A request's charge is its prompt as the EPP counts it,
+      ``ceil(input_tokens x prompt_bytes_per_token / 4)`` (the EPP's default ``estimate``
+      token-producer packs 4 prompt bytes per token; the default 4 bytes per engine token charges
+      the true count, as a ``vllm`` token-producer does; the simulator has no text, so the ratio is a
+      setting, not measured), less the blocks the chosen replica's prefix cache already holds under
+      ``router: prefix_affinity`` (the producer's approximate-prefix discount; the simulator reads the
+      replica's own cache, an exact index); with ``output_estimate`` (the producer's
+      ``addEstimatedOutputTokens``) plus ``min(round(prompt x output_ratio), max_estimated_output_tokens)``
+      (no client ``max_tokens`` cap: the traces carry none). Without the output estimate, a streaming
+      client's charge is released at its first token (the producer's ``StartOfStream``), a
+      non-streaming one's at its last (the one response body); with it, at the last token; a request
+      that fails, times out or is aborted is released then. ``tokens``: saturation = tokens in flight
+      over ``max_token_concurrency`` summed over the ready replicas, a replica a candidate while its
+      tokens are below ``max_token_concurrency x (1 + headroom)`` (truncated, as the plugin's int64);
+      ``hybrid``: saturation = the mean over the replicas of ``max(requests / max_concurrency, tokens /
+      max_token_concurrency)``, a candidate while below both limits. A replica under its limit takes
+      a request whatever its charge (the plugin tests the load before adding to it), so one may go
+      past its limit by one request. ``max_token_concurrency`` ``auto`` holds each replica to the
+      tokens in flight at its ITL bound's rate (or the lower one at which ``max_num_seqs`` requests
+      are in flight) under that same charge and release (``controllers.admission.token_budget``);
+      ``auto-min`` the fewest for all. The checks are the
+      plugins' (``maxTokenConcurrency`` > 0, ``outputRatio`` and ``maxEstimatedOutputTokens`` >= 0;
+      their defaults 1,000,000 tokens, 1.5, none); a mode other than ``requests`` needs
+      ``saturation: concurrency``. Measured against the ``requests`` mode on surge-long and
+      surge-short: docs/admission.md, "The detector's ``tokens`` and ``hybrid`` modes".
 
     Each priority band is dispatched only while the saturation is below its ceiling
     (``usage_limit``): ``static`` (the EPP's default) 1.0 for every band; ``priority_holdback``
@@ -117,6 +145,12 @@ class GatewayConfig(Strict):
     queue_depth_threshold: int = Field(default=5, ge=0)
     kv_cache_threshold: float = Field(default=0.8, gt=0, le=1)
     max_concurrency: int | Literal["auto", "auto-min"] = "auto"
+    concurrency_mode: Literal["requests", "tokens", "hybrid"] = "requests"
+    max_token_concurrency: int | Literal["auto", "auto-min"] = "auto"
+    output_estimate: StrictBool = False
+    output_ratio: float = Field(default=1.5, ge=0)
+    max_estimated_output_tokens: int | None = Field(default=None, ge=0)
+    prompt_bytes_per_token: float = Field(default=4.0, gt=0)
     headroom: float = Field(default=0.0, ge=0)
     usage_limit: Literal["static", "priority_holdback"] = "static"
     min_ceiling: float = Field(default=0.8, ge=0, lt=1)
@@ -130,7 +164,7 @@ class GatewayConfig(Strict):
     admitter_k: float = Field(default=300.0, gt=0)
     sheddable_objective: Literal["rank", "negative"] = "rank"
 
-    @field_validator("max_concurrency", mode="before")
+    @field_validator("max_concurrency", "max_token_concurrency", mode="before")
     @classmethod
     def _budget(cls, value: object) -> object:
         # one message for the union (pydantic's names its int branch 'constrained-int')
@@ -140,6 +174,9 @@ class GatewayConfig(Strict):
 
     @model_validator(mode="after")
     def _ceilings_ordered(self) -> GatewayConfig:
+        if self.concurrency_mode != "requests" and self.saturation != "concurrency":
+            raise ValueError(f"concurrency_mode {self.concurrency_mode} is the concurrency detector's: it needs "
+                             f"saturation concurrency, not {self.saturation}")
         if self.usage_limit == "priority_holdback" and self.saturation == "pod":
             raise ValueError("usage_limit priority_holdback needs a pool saturation (pool or concurrency), not pod")
         if self.usage_limit == "priority_holdback" and self.min_ceiling >= self.max_ceiling:

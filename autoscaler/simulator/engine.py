@@ -67,6 +67,8 @@ class SimRequest:
         "dispatched_s",
         "epoch",
         "generated",
+        "gw_rid",
+        "gw_tokens",
         "hit_tokens",
         "prefill_target",
         "prefilled",
@@ -102,6 +104,8 @@ class SimRequest:
         self.epoch = 0
         self.admit_seq = 0
         self.t_first: float | None = None
+        self.gw_tokens = 0  # tokens the gateway's in-flight counter holds for it (FleetSimulator._charge)
+        self.gw_rid = 0  # ... on the replica of this rid
         self.t_first_decode_step: float | None = None
         self.t_finish: float | None = None
         self.status: str | None = None
@@ -445,6 +449,7 @@ class Replica:
         if sr.t_first is None:
             sr.t_first = now
             self.metrics.ttft.observe(now - self._received(sr, now))
+            self.sim.on_first_token(sr, now)
         if sr.generated >= sr.req.output_tokens:
             self._complete(sr, now)
             return
@@ -466,6 +471,9 @@ class EventSink(Protocol):
 
     def on_complete(self, sr: SimRequest, now: float) -> None:
         """A request produced its last token at ``now``."""
+
+    def on_first_token(self, sr: SimRequest, now: float) -> None:
+        """A request produced its first token at ``now`` (its first prefill ended)."""
 
     def on_drained(self, replica: Replica, now: float) -> None:
         """A draining replica has finished its last request."""

@@ -21,7 +21,10 @@ first attempt, ``final`` its last. A request too long for ``max_model_len`` is r
 
 Gateway: without an admission policy, requests go to the router at once (held only while no replica
 is ready); with one (``admission=True``), each service's ``autoscaler.simulator.gateway.Gateway``
-queues them by priority and dispatches while the pool is not saturated (``GatewayConfig.saturation``);
+queues them by priority and dispatches while the pool is not saturated (``GatewayConfig.saturation``;
+in the concurrency detector's ``tokens`` and ``hybrid`` modes it counts each replica's tokens in
+flight as the EPP's ``inflight-load-producer`` does: charged at dispatch, released at the first token
+or the last, ``GatewayConfig``);
 with ``GatewayConfig.admitter`` a dispatched request then passes the EPP's probabilistic admitter,
 which may reject it (``Gateway.release``; its random stream is the gateway's own, seeded).
 """
@@ -34,6 +37,8 @@ import random
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from autoscaler.config import FleetConfig, Service, Variant
 from autoscaler.simulator.engine import (
@@ -51,7 +56,7 @@ from autoscaler.simulator.engine import (
 from autoscaler.simulator.gateway import DEFER, SHED_429, Gateway
 from autoscaler.simulator.router import least_outstanding, prefix_affinity
 from autoscaler.workload.types import PRIORITIES, Workload
-from controllers.admission import concurrency_budget
+from controllers.admission import concurrency_budget, releases_at_first_token, token_budget, token_charge
 from models.capacity import throughput_weights
 from models.profiles import get_profile
 
@@ -104,6 +109,9 @@ class ServiceSim:
         self.flow: Gateway | None = None  # flow control, under an admission policy
         self.max_concurrency: dict[str, int] = {}  # variant -> requests in flight per replica (concurrency)
         self.dispatch_limit: dict[str, int] = {}  # variant -> the detector's filter: max_concurrency x (1 + headroom)
+        self.max_tokens: dict[str, int] = {}  # variant -> tokens in flight per replica (tokens, hybrid modes)
+        self.token_limit: dict[str, int] = {}  # variant -> the filter's: max_tokens x (1 + headroom)
+        self.tokens: dict[int, int] = {}  # replica rid -> tokens the gateway counts in flight there
         self.ceilings = [1.0] * len(PRIORITIES)  # usage ceiling per priority level, lowest first
 
     def counts(self, variant: str) -> VariantCounts:
@@ -148,6 +156,14 @@ class FleetSimulator:
                 if g.saturation == "concurrency":
                     svc.max_concurrency = concurrency_budget(svc.cfg, cfg.engine, g.max_concurrency)
                     svc.dispatch_limit = {v: int(n * (1.0 + g.headroom)) for v, n in svc.max_concurrency.items()}
+                    if g.concurrency_mode != "requests":
+                        svc.max_tokens = token_budget(svc.cfg, cfg.engine, g, cfg.simulator.clients.streaming,
+                                                      cfg.simulator.router == "prefix_affinity")
+                        svc.token_limit = {v: int(n * (1.0 + g.headroom)) for v, n in svc.max_tokens.items()}
+        # the EPP's token counter: charged at dispatch, released at the first token or at the end
+        self._count_tokens = admission and cfg.simulator.gateway.saturation == "concurrency" \
+            and cfg.simulator.gateway.concurrency_mode != "requests"
+        self._release_first = releases_at_first_token(cfg.simulator.gateway, cfg.simulator.clients.streaming)
         self.now = 0.0
         self._events: list[tuple[float, int, int, object, int]] = []
         self._seq = 0
@@ -327,11 +343,49 @@ class FleetSimulator:
         return _mean_utilization(pods, g.admitter_queue_depth_threshold, g.admitter_kv_cache_threshold) if pods else 0.0
 
     def _concurrency_saturation(self, svc: ServiceSim, pods: list[Replica]) -> float:
-        """The pool's saturation (``GatewayConfig``, ``concurrency``): requests in flight over the
-        pods' ``max_concurrency`` summed; 1 with no pod (the detector's)."""
+        """The pool's saturation (``GatewayConfig``, ``concurrency``, llm-d-router v0.10.0
+        ``concurrency/detector.go`` ``Saturation``): ``requests``: requests in flight over the pods'
+        ``max_concurrency`` summed; ``tokens``: tokens in flight over their ``max_token_concurrency``
+        summed; ``hybrid``: the mean over the pods of the larger of the two ratios; 1 with no pod."""
         if not pods:
             return 1.0
-        return sum(r.outstanding for r in pods) / sum(svc.max_concurrency[r.variant] for r in pods)
+        mode = self.cfg.simulator.gateway.concurrency_mode
+        if mode == "requests":
+            return sum(r.outstanding for r in pods) / sum(svc.max_concurrency[r.variant] for r in pods)
+        if mode == "tokens":
+            return sum(svc.tokens.get(r.rid, 0) for r in pods) / sum(svc.max_tokens[r.variant] for r in pods)
+        return sum(max(r.outstanding / svc.max_concurrency[r.variant],
+                       svc.tokens.get(r.rid, 0) / svc.max_tokens[r.variant]) for r in pods) / len(pods)
+
+    def _below_limits(self, svc: ServiceSim, r: Replica) -> bool:
+        """The detector's filter (``detector.go`` ``admits``): ``r`` below its request limit
+        (``requests``), its token limit (``tokens``) or both (``hybrid``), each ``x (1 + headroom)``."""
+        mode = self.cfg.simulator.gateway.concurrency_mode
+        if mode != "tokens" and r.outstanding >= svc.dispatch_limit[r.variant]:
+            return False
+        return mode == "requests" or svc.tokens.get(r.rid, 0) < svc.token_limit[r.variant]
+
+    def _charge(self, svc: ServiceSim, sr: SimRequest, r: Replica) -> None:
+        """Count ``sr``, dispatched to ``r``, in ``r``'s tokens in flight (``token_charge``)."""
+        g = self.cfg.simulator.gateway
+        cached = 0
+        if self.cfg.simulator.router == "prefix_affinity" and sr.req.hash_ids:
+            cached = min(sr.req.input_tokens, r.cache.match_blocks(sr.req.hash_ids) * r.cache.block_tokens)
+        sr.gw_tokens = int(token_charge(np.asarray(sr.req.input_tokens), np.asarray(cached), g))
+        sr.gw_rid = r.rid
+        svc.tokens[r.rid] = svc.tokens.get(r.rid, 0) + sr.gw_tokens
+
+    def _uncharge(self, sr: SimRequest) -> None:
+        """Release what ``sr`` was charged, once (the producer's ``OnEvicted``)."""
+        if sr.gw_tokens:
+            tokens = self.services[self.target].tokens
+            tokens[sr.gw_rid] -= sr.gw_tokens
+            sr.gw_tokens = 0
+
+    def on_first_token(self, sr: SimRequest, now: float) -> None:
+        """Called by a replica at a request's first token: the EPP frees its tokens then when it does."""
+        if self._release_first:
+            self._uncharge(sr)
 
     def _pump(self, svc: ServiceSim) -> None:
         """Dispatch queued requests while the gateway's saturation rule allows (``GatewayConfig``), the
@@ -345,7 +399,7 @@ class FleetSimulator:
             while flow.waiting:
                 if g.saturation == "concurrency":
                     sat = self._concurrency_saturation(svc, pods)
-                    candidates = [r for r in pods if r.outstanding < svc.dispatch_limit[r.variant]]
+                    candidates = [r for r in pods if self._below_limits(svc, r)]
                 else:
                     sat, candidates = self._pool_saturation(pods), pods
                 lowest = next((p for p, ceiling in enumerate(ceilings) if sat < ceiling), None)
@@ -355,7 +409,10 @@ class FleetSimulator:
                 if sr is None:  # only held bands wait
                     return
                 if self._released(svc, sr, pods):
-                    self._pick(svc, candidates, sr).enqueue(sr, self.now)
+                    r = self._pick(svc, candidates, sr)
+                    if self._count_tokens:
+                        self._charge(svc, sr, r)
+                    r.enqueue(sr, self.now)
             return
         pods = self._routable(svc)
         free = [r for r in pods if not self._saturated(r)]
@@ -395,6 +452,8 @@ class FleetSimulator:
     def _end(self, sr: SimRequest, status: str) -> None:
         sr.status = status
         sr.t_finish = self.now
+        if sr.gw_tokens:
+            self._uncharge(sr)
 
     def _end_attempt(self, sr: SimRequest, status: str) -> None:
         """End the attempt ``sr`` with ``status``; its client sends it again (``ClientConfig``) or the

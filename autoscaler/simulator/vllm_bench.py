@@ -45,6 +45,9 @@ class _Sink:
         sr.t_finish = now
         self.done.append(sr)
 
+    def on_first_token(self, sr: SimRequest, now: float) -> None:
+        """A benchmark has no gateway to tell."""
+
     def on_drained(self, replica: Replica, now: float) -> None:
         """A benchmark's replica never drains."""
 

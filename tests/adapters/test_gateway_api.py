@@ -16,7 +16,7 @@ from autoscaler.cli import app
 from autoscaler.config.loading import default_config
 from autoscaler.loop.admission import AdmissionDocument
 from autoscaler.loop.export import serve
-from controllers.admission import concurrency_budget
+from controllers.admission import concurrency_budget, token_budget
 
 
 def test_priorities_keep_their_rank_until_a_threshold_of_zero_sheds_them() -> None:
@@ -114,13 +114,17 @@ FLOW_CONTROL_FIELDS = {"maxBytes", "maxRequests", "defaultRequestTTL", "defaultP
                        "saturationDetector", "enableEviction"}
 PLUGIN_TYPES = {"queue-scorer", "kv-cache-utilization-scorer", "prefix-cache-scorer", "max-score-picker",
                 "utilization-detector", "approx-prefix-cache-producer", "concurrency-detector",
-                "priority-holdback-policy"}
+                "priority-holdback-policy", "inflight-load-producer"}
 # The parameters each plugin decodes (v0.10.0: saturationdetector/concurrency/config.go apiConfig,
-# usagelimits/priorityholdback/config.go).
+# usagelimits/priorityholdback/config.go, requestcontrol/dataproducer/inflightload/producer.go Config).
 PLUGIN_PARAMETERS = {"utilization-detector": {"queueDepthThreshold", "kvCacheUtilThreshold"},
                      "concurrency-detector": {"maxConcurrency", "headroom", "concurrencyMode", "maxTokenConcurrency",
                                               "inFlightLoadProducerName"},
-                     "priority-holdback-policy": {"shape", "domain", "minCeiling", "maxCeiling"}}
+                     "priority-holdback-policy": {"shape", "domain", "minCeiling", "maxCeiling"},
+                     "inflight-load-producer": {"addEstimatedOutputTokens", "outputRatio", "maxEstimatedOutputTokens",
+                                                "prefixMatchInfoProducerName", "syncCrossReplicaState"}}
+# concurrency/config.go validateConfig: the modes it accepts
+DETECTOR_MODES = {"requests", "tokens", "hybrid"}
 
 
 def test_the_example_epp_config_is_one_llm_d_router_v0_10_reads() -> None:
@@ -306,6 +310,43 @@ def test_admission_budget_writes_the_holdback_policy_on_request_and_refuses_what
     assert epp_config(3)["plugins"][4]["parameters"]["maxConcurrency"] == 3
     with pytest.raises(ValueError, match="max_concurrency must be >= 1"):
         epp_config(0)
+
+
+@pytest.mark.parametrize("mode", ["tokens", "hybrid"])
+def test_admission_budget_writes_the_token_modes(tmp_path: Path, mode: str) -> None:
+    """``--mode tokens|hybrid``: the detector holds every endpoint to the fewest of the variants' token
+    budgets (``token_budget`` with streaming clients and the prefix scorer's discount), ``hybrid`` to
+    the request budget as well; with the fleet's output estimate the producer is declared with it."""
+    res = CliRunner().invoke(app, ["admission", "budget", "--output", "yaml", "--mode", mode, "--streaming"])
+    assert res.exit_code == 0, res.output
+    epp = yaml.safe_load(res.output)
+    check_epp_config(epp)
+    (detector,) = [p for p in epp["plugins"] if p["type"] == "concurrency-detector"]
+    cfg = default_config()
+    svc = cfg.services[0]
+    tokens = min(token_budget(svc, cfg.engine, cfg.simulator.gateway, True, True).values())
+    want = {"concurrencyMode": mode, "maxTokenConcurrency": tokens, "headroom": 0.0}
+    if mode == "hybrid":
+        want["maxConcurrency"] = min(concurrency_budget(svc, cfg.engine, "auto").values())
+    assert detector["parameters"] == want and detector["parameters"]["concurrencyMode"] in DETECTOR_MODES
+    assert not [p for p in epp["plugins"] if p["type"] == "inflight-load-producer"]  # the EPP's default one
+    doc = cfg.model_dump(mode="json", exclude_unset=True)
+    doc.setdefault("simulator", {})["gateway"] = {"output_estimate": True, "max_estimated_output_tokens": 300}
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(doc))
+    res = CliRunner().invoke(app, ["admission", "budget", "--config", str(tmp_path / "fleet.yaml"), "--output", "yaml",
+                                   "--mode", mode])
+    assert res.exit_code == 0, res.output
+    epp = yaml.safe_load(res.output)
+    check_epp_config(epp)
+    (producer,) = [p for p in epp["plugins"] if p["type"] == "inflight-load-producer"]
+    assert producer["parameters"] == {"addEstimatedOutputTokens": True, "outputRatio": 1.5,
+                                      "maxEstimatedOutputTokens": 300}
+    (detector,) = [p for p in epp["plugins"] if p["type"] == "concurrency-detector"]
+    assert detector["parameters"]["maxTokenConcurrency"] > 10 * tokens  # charged to the last token, not the first
+    res = CliRunner().invoke(app, ["admission", "budget", "--mode", "magic"])
+    assert res.exit_code == 2 and "--mode must be one of requests, tokens, hybrid, got 'magic'" in res.output
+    with pytest.raises(ValueError, match="mode tokens needs a max_token_concurrency >= 1, got None"):
+        epp_config(3, mode="tokens")
 
 
 def test_admission_budget_prints_each_variants_budget() -> None:
