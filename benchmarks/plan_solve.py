@@ -11,7 +11,8 @@ Prints p50 / p99 / max solve time (milliseconds; wall, and the process's CPU tim
 other processes on the machine moves less) per size over ``--trials`` problems, and how many plans
 had the step limits relaxed, stopped at the solver's limit (``--node-limit``: branch-and-bound
 nodes; the 60-s time limit) and were a fallback (``models.planning``), by kind. ``--mpc`` solves as
-the MPC does (``--neighbourhood 0``, and ``--decompose`` above ``JOINT_UP_TO`` services x steps);
+the MPC does (one service exactly, ``PlanProblem.tuned``; several ``--neighbourhood 0``, and
+``--decompose`` above ``JOINT_UP_TO`` services x steps);
 without options, the exact joint MILP (as the oracle does). ``--vs-exact`` also solves each problem
 exactly and jointly and prints the cost over that optimum (p50 / max). Goals (issues 13 and 28):
 1 service x 3 variants x 40 steps p99 <= 50 ms; 50 services p99 <= 2 s.
@@ -208,7 +209,7 @@ def main() -> None:
     ap.add_argument("--strengthen", choices=("on", "off", "auto"), default="auto",
                     help="the valid inequalities (PlanProblem.strengthen); auto: with a fast path only")
     ap.add_argument("--mpc", action="store_true",
-                    help="as the MPC solves: one service exactly; several with --neighbourhood 0, and "
+                    help="as the MPC solves: one service exactly (tuned); several with --neighbourhood 0, and "
                          "--decompose above JOINT_UP_TO service-steps")
     ap.add_argument("--vs-exact", action="store_true",
                     help="also solve each problem exactly and jointly, and print the cost over that optimum")
@@ -246,12 +247,13 @@ def main() -> None:
             decompose = options["decompose"] or (args.mpc and n * STEPS > JOINT_UP_TO)
             near = 0 if args.mpc and n > 1 else options["neighbourhood"]
             drawn = problem(n, rng, args.integer_blocks, args.gap, args.node_limit,
-                            **{**options, "decompose": decompose, "neighbourhood": near})
+                            **{**options, "decompose": decompose, "neighbourhood": near, "tuned": args.mpc and n == 1})
             started = time.process_time()
             plan = solve(drawn)
             cpu.append((time.process_time() - started) * 1000.0)
             if args.vs_exact:
-                exact = solve(dataclasses.replace(drawn, integer_blocks=None, neighbourhood=None, decompose=False))
+                exact = solve(dataclasses.replace(drawn, integer_blocks=None, neighbourhood=None, decompose=False,
+                                                  tuned=False))
                 ratios.append(plan.cost / exact.cost)
             times.append(plan.solve_ms)
             relaxed += plan.relaxed
