@@ -123,15 +123,18 @@ LEVERS: dict[str, dict[str, object]] = {
     "warm, lp age 1": {**SOLVERS["warm"], "options": {**TUNED, "mip_lp_age_limit": 1, "mip_pool_age_limit": 1}},
     "warm, no restart": {**SOLVERS["warm"], "options": {**TUNED, "mip_allow_restart": False}},
     "warm, no presolve": {**SOLVERS["warm"], "options": {**TUNED, "presolve": False}},
+    "warm, no lifting": {**SOLVERS["warm"], "options": {**TUNED, "mip_lifting_for_probing": 0}},
+    "tuned, pool 1": {"tuned": True, "options": {**TUNED, "mip_pool_soft_limit": 1}},
 }
 """``--levers``: the tuned search's levers one at a time; ``highspy`` alone is HiGHS's own options
-but one thread (a thread count other than the first solve's makes highspy reset its scheduler)."""
+but one thread (a thread count other than the first solve's makes highspy reset its scheduler).
+``mip_lifting_for_probing`` is highspy's only: scipy 1.17's HiGHS 1.12 has no such option."""
 
 
 def warm_runs(args: argparse.Namespace) -> None:
     """``--warm`` (module docstring)."""
-    solvers = {**SOLVERS, **(LEVERS if args.levers else {})}
-    names = list(solvers)
+    solvers = {**SOLVERS, **LEVERS}
+    names = list(SOLVERS) + list(LEVERS if args.levers else args.also)
     wall: dict[str, list[float]] = {k: [] for k in names}
     cpu: dict[str, list[float]] = {k: [] for k in names}
     cpu_started: dict[str, list[float]] = {k: [] for k in names}
@@ -218,6 +221,8 @@ def main() -> None:
                          "the exact solve without (module docstring); needs highspy")
     ap.add_argument("--ticks", type=int, default=10, help="--warm: consecutive ticks per run")
     ap.add_argument("--levers", action="store_true", help="--warm: also each of the tuned search's levers alone")
+    ap.add_argument("--also", nargs="*", default=[], choices=list(LEVERS), metavar="LEVER",
+                    help="--warm: also these of the levers (LEVERS' names)")
     ap.add_argument("--threads", type=int, default=None,
                     help="--warm: HiGHS's threads for every solve (default TUNED_OPTIONS': 1; 0: HiGHS chooses)")
     args = ap.parse_args()
