@@ -30,9 +30,10 @@ subject to the variants' bounds (``min_replicas <= n <= min(max_replicas, quota)
 keep`` for a service recovering from a loss: no warm replica removed), the service's largest change
 per step (``max_up`` orders, ``max_down`` removals), and, across services, GPUs per GPU type within
 ``gpu_quota`` and all GPUs within ``gpu_budget`` (a fleet that already holds more, as one started by
-hand can, may keep what it holds but never grows past it). Solved by ``scipy.optimize.milp`` (HiGHS); the
-constraint matrix is sparse with a bounded number of entries per row, so a day of 60-s steps solves
-as one problem.
+hand can, may keep what it holds but never grows past it). Solved by ``scipy.optimize.milp`` (HiGHS), or
+for the exact search through highspy, HiGHS's own binding, where asked and installed
+(``PlanProblem.solver``); the constraint matrix is sparse with a bounded number of entries per row, so
+a day of 60-s steps solves as one problem.
 
 At the solver's limit (``PlanProblem.time_limit_s``, or ``node_limit``: branch-and-bound nodes, a bound
 on work that does not depend on machine load) the solve never raises: HiGHS's best plan so far is used
@@ -55,6 +56,15 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
   floor and ceiling, and HiGHS searches that box without its presolve, symmetry detection and
   sub-MIP heuristics (``FAST_OPTIONS``), which cost more than they save on it; the full search only
   when the box holds no plan. The plan keeps every constraint (it is HiGHS's, in a smaller box).
+- The tuned exact search (``PlanProblem.tuned``, the MPC's for one service): the valid inequalities
+  and ``TUNED_OPTIONS`` (HiGHS's primal heuristics off, its cut pool kept to the cuts in use, one
+  thread); the plan is the exact search's (the same gap), found in a third of the time at the median
+  and half at the 99th percentile on consecutive ticks.
+- A MIP start (``PlanProblem.start``, through highspy: ``scipy.optimize.milp`` takes none): the last
+  tick's plan moved on a step (``shifted``), each block's count its steps' highest, clipped to the
+  bounds, and checked against every constraint before HiGHS sees it (dropped otherwise). Measured,
+  it saves nothing over the tuned search without it: on most ticks it is already the optimum, and
+  the time is HiGHS's proof (its root's cut rounds), which a start does not shorten.
 - Relaxed later blocks (``PlanProblem.integer_blocks``) are rounded to whole replicas, the cheapest of
   a few roundings that keeps every constraint (``_round_tail``), solved whole when none does.
 - The decomposition by service (``PlanProblem.decompose``): the shared limits are shared out on the
