@@ -11,10 +11,24 @@ Prints p50 / p99 / max solve time (milliseconds; wall, and the process's CPU tim
 other processes on the machine moves less) per size over ``--trials`` problems, and how many plans
 had the step limits relaxed, stopped at the solver's limit (``--node-limit``: branch-and-bound
 nodes; the 60-s time limit) and were a fallback (``models.planning``), by kind. ``--mpc`` solves as
-the MPC does (``--neighbourhood 0``, and ``--decompose`` above ``JOINT_UP_TO`` services x steps);
+the MPC does (one service exactly, ``PlanProblem.tuned``; several ``--neighbourhood 0``, and
+``--decompose`` above ``JOINT_UP_TO`` services x steps);
 without options, the exact joint MILP (as the oracle does). ``--vs-exact`` also solves each problem
 exactly and jointly and prints the cost over that optimum (p50 / max). Goals (issues 13 and 28):
 1 service x 3 variants x 40 steps p99 <= 50 ms; 50 services p99 <= 2 s.
+
+``--warm`` times the one-service solve on consecutive ticks, where ``mpc:warm=1`` starts each solve from
+its last plan (``PlanProblem.solver`` and ``start``): ``--trials`` ticks in runs of ``--ticks``, each run
+from a problem drawn as above; from tick to tick the demand path moves on one step and its new last
+step continues the walk (standard deviation a twentieth of the first path's mean), today's replicas
+are the last plan's first step (each increase ordered warm while warm nodes are free, else cold;
+ready as its start-up ends; a decrease a ready replica removed) and the last plan, moved on one step
+(``models.planning.shifted``), is the start. Each tick is solved by every solver of ``SOLVERS``
+(with ``--levers``, ``LEVERS`` too), in turn, the order rotated tick by tick so that machine load
+falls on all alike: wall and CPU p50 / p99 / max, the CPU p99 of the ticks with a start (a run's
+first has none), how many started, and each solver's largest relative cost difference from
+``scipy`` (the exact solve as the MPC made it before: every one of them solves to the same gap, so
+a difference above 1e-4 is a wrong plan). The next tick follows the ``warm`` solver's plan.
 """
 
 from __future__ import annotations
@@ -29,7 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
-from models.planning import JOINT_UP_TO, PlanProblem, PlanService, PlanVariant, solve
+from models import planning
+from models.planning import JOINT_UP_TO, Plan, PlanProblem, PlanService, PlanVariant, shifted, solve
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
 from provenance import stamp
@@ -64,6 +79,124 @@ def problem(n_services: int, rng: np.random.Generator, integer_blocks: int | Non
                        **options)  # type: ignore[arg-type]
 
 
+def next_tick(prob: PlanProblem, plan: Plan, sd: float, rng: np.random.Generator) -> PlanProblem:
+    """The one-service ``prob`` one step later, after ``plan``'s first step (module docstring, ``--warm``)."""
+    svc = prob.services[0]
+    demand = np.append(svc.demand_rps[1:], max(0.0, float(svc.demand_rps[-1]) + rng.normal(0.0, sd)))
+    k = np.arange(prob.steps)
+    variants = []
+    for v in svc.variants:
+        n = int(plan.replicas[svc.name][v.name][0])
+        warm = min(max(0, n - v.current), v.warm_free)
+        cold, removed = max(0, n - v.current) - warm, max(0, v.current - n)
+        ready = (np.append(v.ready[1:], v.ready[-1]) - removed + warm * (k >= v.warm_steps - 1)
+                 + cold * (k >= v.cold_steps - 1))
+        variants.append(dataclasses.replace(v, current=n, ready=np.clip(ready, 0, n), warm_free=v.warm_free - warm))
+    return dataclasses.replace(prob, services=[dataclasses.replace(svc, variants=variants, demand_rps=demand)])
+
+
+SOLVERS: dict[str, dict[str, object]] = {
+    "scipy": {},  # the exact solve as the MPC made it before issue 28's tuning: scipy.optimize.milp, HiGHS's options
+    "tuned": {"tuned": True},  # the MPC's now: the valid inequalities and TUNED_OPTIONS, through scipy
+    "warm": {"tuned": True, "solver": "highspy", "start": True},  # mpc:warm=1: through highspy from the last plan
+}
+"""``--warm``'s solvers: ``PlanProblem`` fields (``start``: the last plan moved on), and with
+``options``, ``TUNED_OPTIONS`` replaced for that solve (``cutoff``: the start's cost as HiGHS's
+``objective_bound``, the start itself not given)."""
+
+NO_HEURISTICS = {"mip_heuristic_effort": 0.0, "mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False,
+                 "mip_heuristic_run_feasibility_jump": False, "mip_heuristic_run_root_reduced_cost": False}
+HIGHSPY = {"tuned": True, "solver": "highspy"}
+TUNED = planning.TUNED_OPTIONS
+LEVERS: dict[str, dict[str, object]] = {
+    "highspy": {**HIGHSPY, "strengthen": False, "options": {"threads": 1}},
+    "highspy, start": {**HIGHSPY, "start": True, "strengthen": False, "options": {"threads": 1}},
+    "highspy, start, cuts": {**HIGHSPY, "start": True, "options": {"threads": 1}},
+    "highspy, start, no heuristics": {**HIGHSPY, "start": True, "strengthen": False,
+                                      "options": {"threads": 1, **NO_HEURISTICS}},
+    "highspy, start, pool 1": {**HIGHSPY, "start": True, "strengthen": False,
+                               "options": {"threads": 1, "mip_pool_soft_limit": 1}},
+    "highspy tuned, no start": HIGHSPY,
+    "highspy tuned, cutoff": {**HIGHSPY, "cutoff": True},
+    "scipy, cuts": {"tuned": True, "options": {"threads": 1}},
+    "scipy, no heuristics": {"tuned": True, "strengthen": False, "options": {"threads": 1, **NO_HEURISTICS}},
+    "scipy, pool 1": {"tuned": True, "strengthen": False, "options": {"threads": 1, "mip_pool_soft_limit": 1}},
+    "scipy, cuts, no heuristics": {"tuned": True, "options": {"threads": 1, **NO_HEURISTICS}},
+    "warm, no symmetry": {**SOLVERS["warm"], "options": {**TUNED, "mip_detect_symmetry": False}},
+    "warm, default pool": {**SOLVERS["warm"], "options": {**TUNED, "mip_pool_soft_limit": 10000}},
+    "warm, lp age 1": {**SOLVERS["warm"], "options": {**TUNED, "mip_lp_age_limit": 1, "mip_pool_age_limit": 1}},
+    "warm, no restart": {**SOLVERS["warm"], "options": {**TUNED, "mip_allow_restart": False}},
+    "warm, no presolve": {**SOLVERS["warm"], "options": {**TUNED, "presolve": False}},
+    "warm, no lifting": {**SOLVERS["warm"], "options": {**TUNED, "mip_lifting_for_probing": 0}},
+    "tuned, default pool": {"tuned": True, "options": {**TUNED, "mip_pool_soft_limit": 10000}},
+}
+"""``--levers``: the tuned search's levers one at a time; ``highspy`` alone is HiGHS's own options
+but one thread (a thread count other than the first solve's makes highspy reset its scheduler).
+``mip_lifting_for_probing`` is highspy's only: scipy 1.17's HiGHS 1.12 has no such option."""
+
+
+def warm_runs(args: argparse.Namespace) -> None:
+    """``--warm`` (module docstring)."""
+    solvers = {**SOLVERS, **LEVERS}
+    names = list(SOLVERS) + list(LEVERS if args.levers else args.also)
+    wall: dict[str, list[float]] = {k: [] for k in names}
+    cpu: dict[str, list[float]] = {k: [] for k in names}
+    cpu_started: dict[str, list[float]] = {k: [] for k in names}
+    started = Counter[str]()
+    diff = dict.fromkeys(names, 0.0)
+    rng = np.random.default_rng((args.seed, 1))
+    default_options = dict(planning.TUNED_OPTIONS)
+    if args.threads is not None:
+        default_options["threads"] = args.threads
+    offered = 0
+    plans: dict[str, Plan] = {}
+    for tick in range(args.trials):
+        if tick % args.ticks == 0:
+            prob = problem(1, rng, gap=args.gap, node_limit=args.node_limit)
+            sd, start = float(np.mean(prob.services[0].demand_rps)) / 20.0, None
+        else:
+            prob = next_tick(prob, plans["warm"], sd, rng)
+            start = shifted(plans["warm"].replicas, 1, STEPS)
+            offered += 1
+        plans = {}
+        for name in names[tick % len(names):] + names[:tick % len(names)]:
+            how = solvers[name]
+            fields = {k: v for k, v in how.items() if k in ("tuned", "solver", "strengthen")}
+            drawn = dataclasses.replace(prob, **fields, start=start if how.get("start") else None)  # type: ignore[arg-type]
+            options = dict(how.get("options", default_options))  # type: ignore[call-overload]
+            if args.threads is not None:
+                options["threads"] = args.threads
+            if how.get("cutoff") and start is not None:
+                c, cons, bounds, _ = planning._build(drawn, True)
+                x, _ = planning._start_x(dataclasses.replace(drawn, start=start), cons, bounds)
+                if x is not None:
+                    options["objective_bound"] = float(c @ x) * (1 + 1e-9)
+            planning.TUNED_OPTIONS = options
+            try:
+                t0, c0 = time.perf_counter(), time.process_time()
+                plans[name] = solve(drawn)
+                cpu_ms = (time.process_time() - c0) * 1000.0
+                wall[name].append((time.perf_counter() - t0) * 1000.0)
+            finally:
+                planning.TUNED_OPTIONS = TUNED
+            cpu[name].append(cpu_ms)
+            if start is not None:
+                cpu_started[name].append(cpu_ms)
+            started[name] += plans[name].started
+        for name in names:
+            diff[name] = max(diff[name], abs(plans[name].cost - plans["scipy"].cost) / plans["scipy"].cost)
+    print(f"one service, {args.trials} ticks in runs of {args.ticks} ({offered} with a start); ms")
+    print("| solver | p50 | p99 | max | cpu p50 | cpu p99 | cpu max | cpu p99 started | started "
+          "| cost vs scipy, max rel. diff |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in names:
+        w50, w99 = np.percentile(wall[name], [50, 99])
+        c50, c99 = np.percentile(cpu[name], [50, 99])
+        s99 = np.percentile(cpu_started[name], 99) if cpu_started[name] else math.nan
+        print(f"| {name} | {w50:.0f} | {w99:.0f} | {max(wall[name]):.0f} | {c50:.0f} | {c99:.0f} "
+              f"| {max(cpu[name]):.0f} | {s99:.0f} | {started[name]}/{offered} | {diff[name]:.1e} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--sizes", type=int, nargs="*", default=[1, 10, 50], help="services per problem")
@@ -83,12 +216,28 @@ def main() -> None:
     ap.add_argument("--strengthen", choices=("on", "off", "auto"), default="auto",
                     help="the valid inequalities (PlanProblem.strengthen); auto: with a fast path only")
     ap.add_argument("--mpc", action="store_true",
-                    help="as the MPC solves: one service exactly; several with --neighbourhood 0, and "
+                    help="as the MPC solves: one service exactly (tuned); several with --neighbourhood 0, and "
                          "--decompose above JOINT_UP_TO service-steps")
     ap.add_argument("--vs-exact", action="store_true",
                     help="also solve each problem exactly and jointly, and print the cost over that optimum")
+    ap.add_argument("--warm", action="store_true",
+                    help="one service on consecutive ticks, each solve started from the last plan, against "
+                         "the exact solve without (module docstring); needs highspy")
+    ap.add_argument("--ticks", type=int, default=10, help="--warm: consecutive ticks per run")
+    ap.add_argument("--levers", action="store_true", help="--warm: also each of the tuned search's levers alone")
+    ap.add_argument("--also", nargs="*", default=[], choices=list(LEVERS), metavar="LEVER",
+                    help="--warm: also these of the levers (LEVERS' names)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="--warm: HiGHS's threads for every solve (default TUNED_OPTIONS': 1; 0: HiGHS chooses)")
     args = ap.parse_args()
     print(f"{Path(__file__).name}: {stamp()}", flush=True)
+    if args.warm:
+        if planning.highspy is None:
+            ap.error("--warm needs highspy (pip install highspy)")
+        if args.ticks < 1:
+            ap.error(f"--ticks must be >= 1, got {args.ticks}")
+        warm_runs(args)
+        return
     if args.node_limit is not None and args.node_limit < 0:
         ap.error(f"--node-limit must be >= 0, got {args.node_limit}")
     if args.neighbourhood is not None and args.neighbourhood < 0:
@@ -107,12 +256,13 @@ def main() -> None:
             decompose = options["decompose"] or (args.mpc and n * STEPS > JOINT_UP_TO)
             near = 0 if args.mpc and n > 1 else options["neighbourhood"]
             drawn = problem(n, rng, args.integer_blocks, args.gap, args.node_limit,
-                            **{**options, "decompose": decompose, "neighbourhood": near})
+                            **{**options, "decompose": decompose, "neighbourhood": near, "tuned": args.mpc and n == 1})
             started = time.process_time()
             plan = solve(drawn)
             cpu.append((time.process_time() - started) * 1000.0)
             if args.vs_exact:
-                exact = solve(dataclasses.replace(drawn, integer_blocks=None, neighbourhood=None, decompose=False))
+                exact = solve(dataclasses.replace(drawn, integer_blocks=None, neighbourhood=None, decompose=False,
+                                                  tuned=False))
                 ratios.append(plan.cost / exact.cost)
             times.append(plan.solve_ms)
             relaxed += plan.relaxed

@@ -1,7 +1,9 @@
 """Model-predictive control: every tick, plan replicas per variant over a horizon and apply the first step.
 
 Each tick ``MPCController.decide`` builds one ``models.planning`` problem for the service and solves
-it with HiGHS (``scipy.optimize.milp``), within the fleet's ``gpu_limits``; with several services,
+it with HiGHS (``scipy.optimize.milp``; one service tuned for speed, ``PlanProblem.tuned``; with
+``warm=1`` through highspy from the last tick's plan moved on, ``PlanProblem.start``), within the
+fleet's ``gpu_limits``; with several services,
 ``prepare`` solves them all in one problem first (a quota one service fills is what another does
 without) and each ``decide`` reads its part:
 
@@ -65,7 +67,7 @@ from models.capacity import (
     utilisation,
 )
 from models.learning import CapacityPosterior, LatencyCurve, latency_curve
-from models.planning import FALLBACKS, JOINT_UP_TO, Plan, PlanProblem, PlanService, PlanVariant, solve
+from models.planning import FALLBACKS, JOINT_UP_TO, Plan, PlanProblem, PlanService, PlanVariant, shifted, solve
 
 if TYPE_CHECKING:
     from autoscaler.config import SLO, FleetConfig, Service, Variant
@@ -270,6 +272,7 @@ class _ServiceMemory:
     capacity: dict[str, CapacityPosterior] = field(default_factory=dict)  # variant -> learned capacity multiple
     ready_since: dict[str, tuple[int, float]] = field(default_factory=dict)  # variant -> (ready, since when)
     learned: dict[str, bool] = field(default_factory=dict)  # variant -> whether this tick measured
+    last_plan: tuple[float, dict[str, np.ndarray]] | None = None  # (when, variant -> replicas per step) solved alone
 
 
 @dataclass(frozen=True)
@@ -352,6 +355,10 @@ class MPCController(Controller):
             ``measured`` (the forecast mean times the ``COVERAGE`` quantile of this service's own
             forecast errors at each step, ``measured_path``, the band until enough are known; and
             the hold ``measured_hold`` chooses, unless ``hold_s`` is given).
+        warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
+            last plan moved on by the ticks since (``models.planning.PlanProblem.start``); 0
+            (default) through scipy without a start: measured, the start did not shorten the solve
+            (``docs/controllers.md#solving-fast``).
         name: the spec it was built from.
 
     Raises:
@@ -365,7 +372,7 @@ class MPCController(Controller):
                  mixes: Mapping[str, RequestMix | None] | None = None,
                  window_s: float = DEFAULT_WINDOW_S, mix: str = "calibrated",
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
-                 pool: int = 1, name: str = "mpc") -> None:
+                 pool: int = 1, warm: int = 0, name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
@@ -374,6 +381,8 @@ class MPCController(Controller):
             raise ValueError(f"{name}: node_limit must be >= 0, got {node_limit}")
         if pool < 1:
             raise ValueError(f"{name}: pool must be >= 1, got {pool}")
+        if warm not in (0, 1):
+            raise ValueError(f"{name}: warm must be 0 or 1, got {warm}")
         if forecast not in FORECASTS:
             raise ValueError(f"{name}: forecast must be one of {', '.join(FORECASTS)}, got '{forecast}'")
         if hedge not in HEDGES:
@@ -410,6 +419,7 @@ class MPCController(Controller):
         self.memory: dict[str, _ServiceMemory] = {}
         self.node_limit = node_limit
         self.pool = pool
+        self.warm = bool(warm)
 
     # ------------------------------------------------------------------ demand
     def demand(self, est: ServiceEstimate, svc: Service, now_rps: float) -> np.ndarray:
@@ -676,16 +686,31 @@ class MPCController(Controller):
         plan_svc = PlanService(svc.name, variants, demand, miss, self.guard.max_step_up, self.guard.max_step_down)
         return _Inputs(plan_svc, recovering)
 
-    def _problem(self, services: list[PlanService]) -> PlanProblem:
+    def _problem(self, services: list[PlanService],
+                 start: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> PlanProblem:
         """One problem for ``services`` within the fleet's shared GPU limits. One service is searched
-        exactly: searched only near its LP relaxation, the plan's first steps moved enough to cost
-        the ramp scenario 2.3 points of attainment (99.49 % against 97.22 %, at 1.04x the GPU-hours).
-        Several are searched near the LP relaxation, and service by service within shares of the
-        limits above ``JOINT_UP_TO`` service-steps (``docs/controllers.md#solving-fast``)."""
+        exactly (``tuned``; with ``warm``, through highspy from ``start``): searched only near its LP
+        relaxation, the plan's first steps moved enough to cost the ramp scenario 2.3 points of
+        attainment (99.49 % against 97.22 %, at 1.04x the GPU-hours). Several are searched near the
+        LP relaxation, and service by service within shares of the limits above ``JOINT_UP_TO``
+        service-steps (``docs/controllers.md#solving-fast``)."""
         return PlanProblem(services, self.tick_s, self.horizon, gpu_quota=dict(self.gpu_limits.quota),
                            gpu_budget=self.gpu_limits.budget, node_limit=self.node_limit,
                            neighbourhood=0 if len(services) > 1 else None,
-                           decompose=len(services) * self.horizon > JOINT_UP_TO)
+                           decompose=len(services) * self.horizon > JOINT_UP_TO, tuned=len(services) == 1,
+                           solver="highspy" if self.warm else "scipy", start=start if self.warm else None)
+
+    def _start(self, mem: _ServiceMemory, svc: PlanService, now_s: float) -> dict[str, dict[str, np.ndarray]] | None:
+        """The service's last plan solved alone, moved on by the ticks since (``models.planning.shifted``),
+        as the next solve's start; None without one, when its variants differ, or when it is a
+        horizon or more old."""
+        if mem.last_plan is None:
+            return None
+        when, replicas = mem.last_plan
+        steps = round((now_s - when) / self.tick_s)
+        if not 0 <= steps < self.horizon or set(replicas) != {v.name for v in svc.variants}:
+            return None
+        return shifted({svc.name: replicas}, steps, self.horizon)
 
     def prepare(self, estimates: Mapping[str, ServiceEstimate]) -> None:
         """With more than one service under shared GPU limits, plan them all in one problem (the
@@ -714,10 +739,12 @@ class MPCController(Controller):
             inputs, plan = self._inputs(est, svc), None
         if isinstance(inputs, Decision):
             return inputs
-        if plan is None:
-            plan = solve(self._problem([inputs.service]))
-        current = est.current
         mem = self.memory[svc.name]
+        if plan is None:
+            plan = solve(self._problem([inputs.service], self._start(mem, inputs.service, est.time_s)))
+            if self.warm:
+                mem.last_plan = (est.time_s, {v: np.asarray(n).copy() for v, n in plan.replicas[svc.name].items()})
+        current = est.current
         dt = self.tick_s
         demand = inputs.service.demand_rps
         steps = plan.replicas[svc.name]

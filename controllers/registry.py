@@ -284,7 +284,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     horizon=Param(int, 1, closed=True, high=MAX_HORIZON),
                     quantile=Param(float, 0.0, high=0.999), miss_weight=POSITIVE, forecast=TEXT,
                     hold_s=NON_NEGATIVE, learn=Param(int, 0, closed=True, high=2), hedge=TEXT, mix=TEXT,
-                    node_limit=Param(int, 0, closed=True), pool=Param(int, 1, closed=True, high=256)), _mpc),
+                    node_limit=Param(int, 0, closed=True), pool=Param(int, 1, closed=True, high=256),
+                    warm=Param(int, 0, closed=True, high=1)), _mpc),
 }
 NAMES = tuple(_SPECS)
 ANCHORS = frozenset({"hpa", "keda", "kpa", "aibrix", "aibrix-apa", "dynamo", "wva"})

@@ -30,9 +30,10 @@ subject to the variants' bounds (``min_replicas <= n <= min(max_replicas, quota)
 keep`` for a service recovering from a loss: no warm replica removed), the service's largest change
 per step (``max_up`` orders, ``max_down`` removals), and, across services, GPUs per GPU type within
 ``gpu_quota`` and all GPUs within ``gpu_budget`` (a fleet that already holds more, as one started by
-hand can, may keep what it holds but never grows past it). Solved by ``scipy.optimize.milp`` (HiGHS); the
-constraint matrix is sparse with a bounded number of entries per row, so a day of 60-s steps solves
-as one problem.
+hand can, may keep what it holds but never grows past it). Solved by ``scipy.optimize.milp`` (HiGHS), or
+for the exact search through highspy, HiGHS's own binding, where asked and installed
+(``PlanProblem.solver``); the constraint matrix is sparse with a bounded number of entries per row, so
+a day of 60-s steps solves as one problem.
 
 At the solver's limit (``PlanProblem.time_limit_s``, or ``node_limit``: branch-and-bound nodes, a bound
 on work that does not depend on machine load) the solve never raises: HiGHS's best plan so far is used
@@ -55,6 +56,15 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
   floor and ceiling, and HiGHS searches that box without its presolve, symmetry detection and
   sub-MIP heuristics (``FAST_OPTIONS``), which cost more than they save on it; the full search only
   when the box holds no plan. The plan keeps every constraint (it is HiGHS's, in a smaller box).
+- The tuned exact search (``PlanProblem.tuned``, the MPC's for one service): the valid inequalities
+  and ``TUNED_OPTIONS`` (HiGHS's primal heuristics off, its cut pool kept to the cuts in use, one
+  thread); the plan is the exact search's (the same gap), found in a third of the time at the median
+  and half at the 99th percentile on consecutive ticks.
+- A MIP start (``PlanProblem.start``, through highspy: ``scipy.optimize.milp`` takes none): the last
+  tick's plan moved on a step (``shifted``), each block's count its steps' highest, clipped to the
+  bounds, and checked against every constraint before HiGHS sees it (dropped otherwise). Measured,
+  it saves nothing over the tuned search without it: on most ticks it is already the optimum, and
+  the time is HiGHS's proof (its root's cut rounds), which a start does not shorten.
 - Relaxed later blocks (``PlanProblem.integer_blocks``) are rounded to whole replicas, the cheapest of
   a few roundings that keeps every constraint (``_round_tail``), solved whole when none does.
 - The decomposition by service (``PlanProblem.decompose``): the shared limits are shared out on the
@@ -70,6 +80,7 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import itertools
 import math
 import os
@@ -80,10 +91,17 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import ModuleType
 
 import numpy as np
 from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, linprog, milp
+
+highspy: ModuleType | None
+try:  # HiGHS's own Python binding, optional: it takes a MIP start, which scipy.optimize.milp cannot
+    highspy = importlib.import_module("highspy")
+except ImportError:  # the exact search then goes through scipy (PlanProblem.solver)
+    highspy = None
 
 BLOCK_VARS = 4  # per variant and block: n, cw, cc, cd
 N, CW, CC, CD = range(BLOCK_VARS)
@@ -93,6 +111,9 @@ HIGHS_LIMITS = {13: "time limit", 14: "iteration limit", 16: "node limit"}
 kTimeLimit, kIterationLimit, kSolutionLimit, which ``mip_max_nodes`` ends with). scipy maps the time
 and iteration limits to ``status`` 1 but the node limit to 4 ("not recognized"), so the HiGHS status
 in the message is read."""
+
+SOLVERS = ("scipy", "highspy")
+"""``PlanProblem.solver``'s values."""
 
 FALLBACKS = ("lp-rounded", "greedy", "hold")
 """``Plan.fallback``'s values, in the order tried."""
@@ -202,6 +223,19 @@ class PlanProblem:
         coarsen: with ``decompose``, steps of the LP the limits are shared on merged by this factor
             (1: the problem's own); None: 1 up to ``FINE_SHARES`` service-steps, else the factor that
             leaves ``COARSE_STEPS``.
+        tuned: the exact search (``neighbourhood`` None, every block integer, not decomposed) with
+            the valid inequalities (unless ``strengthen`` is False) and HiGHS's ``TUNED_OPTIONS``
+            (module docstring, "Solving fast"); the MPC's for one service.
+        solver: ``scipy`` (``scipy.optimize.milp``) or ``highspy`` (HiGHS's own binding, an
+            optional dependency, which takes ``start``) for the exact search's MILP; ``highspy``
+            when it is not installed, or when it reports an error, solves through scipy
+            (``Plan.message`` says which ran). The other searches always go through scipy.
+        start: a plan to start HiGHS from (a MIP start; ``solver="highspy"`` only): service ->
+            variant -> replicas per step, shape (steps,), as ``Plan.replicas`` (the last tick's plan
+            moved on, ``shifted``). Each block gets the highest count of its steps (else its first
+            step's), clipped to the variant's bounds; a start that then breaks a constraint, or
+            lacks a service or variant, is dropped (``Plan.started`` False, ``Plan.message`` says
+            why), never handed to HiGHS.
     """
 
     services: Sequence[PlanService]
@@ -218,6 +252,9 @@ class PlanProblem:
     decompose: bool = False
     neighbourhood: int | None = None
     coarsen: int | None = None
+    tuned: bool = False
+    solver: str = "scipy"
+    start: Mapping[str, Mapping[str, np.ndarray]] | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +280,8 @@ class Plan:
             on (limit key, None for the budget -> $ per GPU per block; its duals).
         lower_bound: decomposed on the problem's own steps only: the LP relaxation's cost, a lower
             bound on the joint optimum's, so ``cost - lower_bound`` bounds how far from optimal.
+        started: True when HiGHS was given ``PlanProblem.start`` (it met every constraint); False
+            without one, when it was dropped, or on scipy's path.
     """
 
     replicas: dict[str, dict[str, np.ndarray]]
@@ -257,6 +296,7 @@ class Plan:
     nodes: int | None = None
     gpu_prices: dict[str | None, np.ndarray] | None = None
     lower_bound: float | None = None
+    started: bool = False
 
 
 class _Index:
@@ -364,14 +404,21 @@ def _check(problem: PlanProblem) -> None:
         raise ValueError(f"neighbourhood must be >= 0 or None, got {problem.neighbourhood}")
     if problem.coarsen is not None and problem.coarsen < 1:
         raise ValueError(f"coarsen must be >= 1 or None, got {problem.coarsen}")
+    if problem.solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {problem.solver!r}")
+    for name, variants in (problem.start or {}).items():
+        for vname, n in variants.items():
+            if np.shape(n) != (h,) or not np.all(np.isfinite(n)) or np.any(np.asarray(n) < 0):
+                raise ValueError(f"start {name}/{vname}: need {h} finite replica counts >= 0, got {np.asarray(n)!r}")
 
 
 def _strengthened(problem: PlanProblem) -> bool:
     """Whether ``problem`` gets the valid inequalities: ``PlanProblem.strengthen``, or when None, with
-    a fast path (``neighbourhood``, ``decompose`` or relaxed blocks) only."""
+    a fast path (``neighbourhood``, ``decompose``, relaxed blocks or ``tuned``) only."""
     if problem.strengthen is not None:
         return problem.strengthen
-    return problem.neighbourhood is not None or problem.decompose or problem.integer_blocks is not None
+    return (problem.neighbourhood is not None or problem.decompose or problem.integer_blocks is not None
+            or _tuned(problem))
 
 
 def _limit_keys(problem: PlanProblem) -> list[str | None]:
@@ -738,6 +785,124 @@ steps: 0.4-0.5 s against 3 s on the steps themselves)."""
 LP_OPTIONS: dict[str, float | bool] = {"presolve": False}
 """HiGHS options for the services' LP relaxations in a decomposed solve (half the time with presolve)."""
 
+TUNED_OPTIONS: dict[str, float | bool | int] = {
+    "threads": 1, "mip_heuristic_effort": 0.0, "mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False,
+    "mip_heuristic_run_feasibility_jump": False, "mip_heuristic_run_root_reduced_cost": False,
+    "mip_pool_soft_limit": 1}
+"""HiGHS options of the tuned exact search (``PlanProblem.tuned``): no primal heuristics (with the
+valid inequalities the relaxation's own solutions come close to the optimum, and the search's time
+is its proof; the sub-MIPs RINS and RENS run at the root whatever ``mip_heuristic_effort`` says);
+the cut pool's soft limit at 1, so its cuts age out at once (the slowest root rounds separated
+~1,900 cuts in 0.4 s; on fresh problems the CPU p99 fell from 418 to 188 ms); and one thread
+(highspy 1.16 searches with a worker per core: on this 2-core machine, shared, that cost more CPU
+than it saved). ``benchmarks/plan_solve.py --warm --levers`` measures each
+(``docs/controllers.md#solving-fast``)."""
+
+_OPTION_NAMES = {"node_limit": "mip_max_nodes"}
+"""``scipy.optimize.milp``'s option names that HiGHS spells otherwise (scipy 1.17 ``_milp.py``)."""
+
+_SCIPY_STATUS = {7: 0, 13: 1, 14: 1, 8: 2, 10: 3}
+"""HiGHS's model status -> ``scipy.optimize.milp``'s ``status`` (0 optimal, 1 time or iteration
+limit, 2 infeasible, 3 unbounded, 4 anything else), so highspy's result reads as scipy's."""
+
+
+def _highspy_milp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray,
+                  options: Mapping[str, float | bool | int], start: np.ndarray | None) -> OptimizeResult | None:
+    """``_milp`` through highspy (HiGHS's own binding), from the MIP start ``start`` (every variable,
+    meeting every constraint: ``_start_x``). Returns what ``scipy.optimize.milp`` would (``x``,
+    ``fun``, ``status``, a message with "HiGHS Status N", ``mip_node_count``), or None when HiGHS
+    reports an error (scipy's path then solves): a run fails when another user of highspy in this
+    process set up HiGHS's threads with another count, so the thread scheduler is reset and the run
+    tried once more first."""
+    assert highspy is not None
+    a = sparse.csr_array(cons.A)
+    inf = highspy.kHighsInf
+    for attempt in range(2):
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        for key, value in options.items():
+            name = _OPTION_NAMES.get(key, key)
+            val = ("choose" if value else "off") if name == "presolve" and isinstance(value, bool) else value
+            if h.setOptionValue(name, val) != highspy.HighsStatus.kOk:
+                raise ValueError(f"planner: HiGHS {h.version()} has no option {name}={val!r}")
+        h.passModel(len(c), a.shape[0], a.nnz, 2, 1, 0.0, np.asarray(c, dtype=float),  # 2: row-wise, 1: minimise
+                    np.asarray(bounds.lb, dtype=float), np.where(np.isfinite(bounds.ub), bounds.ub, inf),
+                    np.where(np.isfinite(cons.lb), cons.lb, -inf), np.where(np.isfinite(cons.ub), cons.ub, inf),
+                    a.indptr.astype(np.int32), a.indices.astype(np.int32), a.data.astype(float),
+                    np.asarray(integral, dtype=np.int32))
+        if start is not None:
+            sol = highspy.HighsSolution()
+            sol.col_value = list(start)
+            h.setSolution(sol)
+        if h.run() != highspy.HighsStatus.kError:
+            break
+        if attempt == 0:
+            highspy.Highs.resetGlobalScheduler(True)
+    else:
+        return None
+    model = int(h.getModelStatus())
+    info = h.getInfo()
+    feasible = int(info.primal_solution_status) == 2  # kSolutionStatusFeasible
+    x = np.array(h.getSolution().col_value) if feasible else None
+    status = _SCIPY_STATUS.get(model, 4)
+    text = h.modelStatusToString(h.getModelStatus())
+    return OptimizeResult(x=x, fun=float(info.objective_function_value) if feasible else None, status=status,
+                          success=status == 0, message=f"{text} (HiGHS Status {model}: {text})",
+                          mip_node_count=int(info.mip_node_count), mip_gap=float(info.mip_gap),
+                          mip_dual_bound=float(info.mip_dual_bound))
+
+
+def _tuned(problem: PlanProblem) -> bool:
+    """Whether ``problem``'s search is the tuned exact one (``PlanProblem.tuned``)."""
+    return problem.tuned and problem.neighbourhood is None and not problem.decompose and problem.integer_blocks is None
+
+
+def shifted(replicas: Mapping[str, Mapping[str, np.ndarray]], steps: int,
+            horizon: int) -> dict[str, dict[str, np.ndarray]]:
+    """``replicas`` (a ``Plan``'s, per step) as a start ``steps`` steps later (``PlanProblem.start``):
+    the first ``steps`` dropped, the last step repeated to ``horizon`` steps.
+
+    Raises:
+        ValueError: ``steps`` < 0, ``horizon`` < 1, or an empty plan (naming its service and variant).
+    """
+    if steps < 0 or horizon < 1:
+        raise ValueError(f"shifted: need steps >= 0 and horizon >= 1, got {steps} and {horizon}")
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for name, variants in replicas.items():
+        out[name] = {}
+        for v, n in variants.items():
+            n = np.asarray(n, dtype=float)
+            if n.ndim != 1 or len(n) == 0:
+                raise ValueError(f"shifted: {name}/{v} has no steps")
+            moved = n[min(steps, len(n) - 1):]
+            out[name][v] = np.concatenate([moved, np.full(max(0, horizon - len(moved)), moved[-1])])[:horizon]
+    return out
+
+
+def _start_x(problem: PlanProblem, cons: LinearConstraint, bounds: Bounds) -> tuple[np.ndarray | None, str]:
+    """Every variable of ``PlanProblem.start`` (``_complete``) when it meets every constraint of the
+    model ``cons``, ``bounds``, and a note for ``Plan.message``: each block's count the highest of its
+    steps, else its first step's, clipped to the variant's bounds; None when neither meets them or
+    a service or variant has no start."""
+    start = problem.start or {}
+    idx = _Index(problem)
+    peak: dict[tuple[int, int], np.ndarray] = {}
+    first: dict[tuple[int, int], np.ndarray] = {}
+    for i, svc in enumerate(problem.services):
+        for j, v in enumerate(svc.variants):
+            n = start.get(svc.name, {}).get(v.name)
+            if n is None:
+                return None, f"; start dropped: none for {svc.name}/{v.name}"
+            lo, hi = max(v.min_replicas, min(v.keep, v.max_replicas)), v.max_replicas
+            n = np.rint(np.asarray(n, dtype=float))
+            peak[i, j] = np.clip(np.maximum.reduceat(n, idx.starts), lo, hi)
+            first[i, j] = np.clip(n[idx.starts], lo, hi)
+    for counts, how in ((peak, "each block's peak"), (first, "each block's first step")):
+        x = _complete(problem, counts)
+        if _feasible(x, cons, bounds):
+            return x, f"; started from the given plan ({how})"
+    return None, "; start dropped: it breaks a constraint"
+
 
 def _milp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray,
           options: Mapping[str, float | bool | int]) -> OptimizeResult:
@@ -761,6 +926,8 @@ def _options(problem: PlanProblem, deadline: float) -> dict[str, float | bool | 
     idx = _Index(problem)
     if idx.integer_blocks < idx.nb:
         options.update(FAST_OPTIONS)
+    if _tuned(problem):
+        options.update(TUNED_OPTIONS)
     return options
 
 
@@ -776,6 +943,7 @@ class _Result:
     message: str
     nodes: int | None
     relaxation: float | None = None  # the LP relaxation's cost, when it was solved
+    started: bool = False  # HiGHS was given PlanProblem.start
 
 
 ROUNDING = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -855,12 +1023,23 @@ def _solve_model(problem: PlanProblem, caps: Mapping[str | None, np.ndarray] | N
     c, cons, bounds, integral = model if model is not None else _build(problem, True, caps)
     res = None if problem.neighbourhood is None else _near_lp(problem, c, cons, bounds, integral, options, deadline)
     near = res is not None
+    direct = res is None and problem.solver == "highspy"
+    started, note = False, ""
+    if direct:
+        if highspy is None:
+            direct, note = False, "; highspy is not installed: solved through scipy"
+        else:
+            start, note = _start_x(problem, cons, bounds) if problem.start is not None else (None, "")
+            res = _highspy_milp(c, cons, bounds, integral, _options(problem, deadline), start)
+            started, direct = res is not None and start is not None, res is not None
+            note = f"; through highspy{note}" if direct else "; highspy reported an error: solved through scipy"
     if res is None:
         res = _milp(c, cons, bounds, integral, _options(problem, deadline))
     if res.x is None and _highs_limit(res) is None:  # no plan within the step limits
         relaxed = True
         c, cons, bounds, integral = _build(problem, False, caps)
-        res = _milp(c, cons, bounds, integral, _options(problem, deadline))
+        loose = _highspy_milp(c, cons, bounds, integral, _options(problem, deadline), None) if direct else None
+        res = loose if loose is not None else _milp(c, cons, bounds, integral, _options(problem, deadline))
     limit = _highs_limit(res)
     if res.x is None and limit is None:
         raise RuntimeError(f"planner: HiGHS found no plan ({res.message})")
@@ -872,6 +1051,7 @@ def _solve_model(problem: PlanProblem, caps: Mapping[str | None, np.ndarray] | N
         message = str(res.message) if limit is None else f"HiGHS stopped at its {limit}{after}; its best plan"
         if near:
             message += f"; searched within {problem.neighbourhood} of the LP relaxation's fractional counts"
+        message += note
         idx = _Index(problem)
         if idx.integer_blocks < idx.nb:
             rounded = _round_tail(problem, c, x, cons, bounds)
@@ -885,8 +1065,8 @@ def _solve_model(problem: PlanProblem, caps: Mapping[str | None, np.ndarray] | N
     else:
         x, fallback, dropped = _fallback(problem, not relaxed, c, cons, bounds, caps)
         relaxed = relaxed or dropped
-        message = f"HiGHS stopped at its {limit}{after} without a plan; fallback: {fallback}"
-    return _Result(x, float(c @ x), relaxed, limit, fallback, message, nodes, res.get("relaxation"))
+        message = f"HiGHS stopped at its {limit}{after} without a plan; fallback: {fallback}{note}"
+    return _Result(x, float(c @ x), relaxed, limit, fallback, message, nodes, res.get("relaxation"), started)
 
 
 def _parts(problem: PlanProblem, x: np.ndarray) -> tuple[dict[str, dict[str, np.ndarray]],
@@ -1137,4 +1317,4 @@ def solve(problem: PlanProblem) -> Plan:
     replicas, serving, unserved = _parts(problem, result.x)
     return Plan(replicas, serving, unserved, result.cost, (time.perf_counter() - started) * 1000.0,
                 result.relaxed, stopped_at_limit=result.limit is not None, fallback=result.fallback,
-                message=result.message, nodes=result.nodes)
+                message=result.message, nodes=result.nodes, started=result.started)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
+import controllers.mpc as mpc
 from autoscaler.config.loading import default_config, parse_config
 from autoscaler.errors import ConfigError
 from autoscaler.report import request_outcomes, summarize, timeline_rows
@@ -19,6 +20,7 @@ from autoscaler.workload.types import Request, Workload
 from controllers.mpc import MPCController, _ServiceMemory
 from controllers.registry import build, parse_spec
 from models.capacity import ReplicaSpec, RequestMix, replica_capacity, speed_factor, utilisation
+from models.planning import Plan, PlanProblem
 
 CFG = default_config()
 SVC = CFG.services[0]
@@ -367,3 +369,35 @@ def test_a_pool_plans_each_replica_at_its_pooled_capacity_for_the_fewest_that_se
     assert one.corrected_weights(est, SVC, _ServiceMemory(), 60.0) == alone
     with pytest.raises(ValueError, match="pool"):
         build("mpc:pool=0", CFG)
+
+
+def test_warm_starts_each_solve_from_the_last_plan_moved_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    # mpc:warm=1: the second tick's problem (15 s later) starts from the first tick's plan moved on
+    # one step, through highspy; a tick a whole horizon later gets no start; warm=0 (the default)
+    # never gives one and solves through scipy. Both are tuned (one service).
+    problems: list[PlanProblem] = []
+    real = mpc.solve
+
+    def recording(problem: PlanProblem) -> Plan:
+        problems.append(problem)
+        return real(problem)
+
+    monkeypatch.setattr(mpc, "solve", recording)
+    c = build("mpc:warm=1:forecast=last", CFG)
+    assert isinstance(c, MPCController) and c.warm
+    first = c.decide(estimate(600.0, 70.0, {"gh200": 3}), SVC)
+    c.decide(estimate(615.0, 70.0, first.desired), SVC)
+    c.decide(estimate(615.0 + 40 * 15.0, 70.0, first.desired), SVC)
+    assert [p.solver for p in problems] == ["highspy"] * 3 and all(p.tuned for p in problems)
+    assert problems[0].start is None and problems[2].start is None
+    start = problems[1].start
+    assert start is not None
+    for name, steps in first.plan.items():
+        assert start[SVC.name][name].tolist() == [*steps[1:], steps[-1]]
+    problems.clear()
+    plain = controller()
+    plain.decide(estimate(600.0, 70.0, {"gh200": 3}), SVC)
+    plain.decide(estimate(615.0, 70.0, first.desired), SVC)
+    assert [(p.solver, p.start, p.tuned) for p in problems] == [("scipy", None, True)] * 2
+    with pytest.raises(ValueError, match="warm"):
+        build("mpc:warm=2", CFG)

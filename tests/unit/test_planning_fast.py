@@ -5,12 +5,14 @@ the exact joint MILP and against the constraints by hand (``check``, independent
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import numpy as np
 import pytest
 
-from models.planning import Plan, PlanProblem, PlanService, PlanVariant, default_blocks, solve
+from models import planning
+from models.planning import Plan, PlanProblem, PlanService, PlanVariant, default_blocks, shifted, solve
 
 TOL = 1e-6
 
@@ -187,3 +189,140 @@ def test_one_service_or_no_shared_limit_is_not_decomposed() -> None:
 def test_fast_options_out_of_range_are_value_errors(change: dict[str, int]) -> None:
     with pytest.raises(ValueError):
         solve(dataclasses.replace(fleet(600, services=1), **change))
+
+
+needs_highspy = pytest.mark.skipif(planning.highspy is None, reason="highspy (HiGHS's own binding) not installed")
+
+
+def next_tick(problem: PlanProblem, plan: Plan, rng: np.random.Generator) -> PlanProblem:
+    """The one-service ``problem`` one step later, after ``plan``'s first step (as
+    benchmarks/plan_solve.py --warm): the demand moved on with a new last step, today's replicas the
+    plan's first step, each increase ordered warm while warm nodes are free and ready after its
+    start-up, each decrease a ready replica removed."""
+    svc = problem.services[0]
+    demand = np.append(svc.demand_rps[1:], max(0.0, svc.demand_rps[-1] + rng.normal(0, 5.0)))
+    k = np.arange(problem.steps)
+    variants = []
+    for v in svc.variants:
+        n = int(plan.replicas[svc.name][v.name][0])
+        warm = min(max(0, n - v.current), v.warm_free)
+        cold, removed = max(0, n - v.current) - warm, max(0, v.current - n)
+        ready = (np.append(v.ready[1:], v.ready[-1]) - removed + warm * (k >= v.warm_steps - 1)
+                 + cold * (k >= v.cold_steps - 1))
+        variants.append(dataclasses.replace(v, current=n, ready=np.clip(ready, 0, n), warm_free=v.warm_free - warm))
+    return dataclasses.replace(problem, services=[dataclasses.replace(svc, variants=variants, demand_rps=demand)])
+
+
+@needs_highspy
+@pytest.mark.parametrize("seed", range(4))
+def test_a_warm_start_from_the_last_plan_reaches_the_cold_optimum(seed: int) -> None:
+    # Four consecutive ticks of one service, each solved through highspy from the last plan moved on
+    # one step: each plan keeps every constraint (checked by hand) and costs what the cold exact
+    # solve through scipy, without the valid inequalities or a start, finds (both to a 1e-9 gap).
+    rng = np.random.default_rng(700 + seed)
+    problem = dataclasses.replace(fleet(700 + seed, services=1, h=16, dt=15.0), gpu_quota={}, gpu_budget=None)
+    plan = solve(problem)
+    for _ in range(4):
+        problem = next_tick(problem, plan, rng)
+        cold = solve(problem)
+        start = shifted(plan.replicas, 1, problem.steps)
+        plan = solve(dataclasses.replace(problem, tuned=True, solver="highspy", start=start))
+        assert plan.started and "through highspy; started from the given plan" in plan.message
+        assert check(problem, plan) == pytest.approx(cold.cost, rel=1e-7)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_tuned_search_is_the_brute_force_optimum(seed: int) -> None:
+    # Tiny problems (two variants, 0..3 replicas, three one-step blocks, starts of one and two
+    # steps), every replica sequence costed by check (which rejects those breaking a constraint): the
+    # tuned search (valid inequalities, no heuristics), through scipy and through highspy from a
+    # start, finds the cheapest.
+    base = fleet(800 + seed, services=1, h=3, dt=60.0).services[0]
+    variants = [dataclasses.replace(v, current=min(v.current, 2), ready=np.full(3, float(min(v.current, 2))),
+                                    max_replicas=3, warm_steps=1, cold_steps=2, warm_free=1)
+                for v in base.variants[1:]]
+    svc = dataclasses.replace(base, variants=variants, demand_rps=base.demand_rps / 3)
+    problem = PlanProblem([svc], 60.0, 3, blocks=[0, 1, 2], mip_rel_gap=1e-9)
+    best = math.inf
+    for seqs in itertools.product(itertools.product(range(4), repeat=3), repeat=len(variants)):
+        counts = {v.name: np.array(seq) for v, seq in zip(variants, seqs, strict=True)}
+        try:
+            best = min(best, check(problem, Plan({svc.name: counts}, {}, {}, math.inf, 0.0)))
+        except AssertionError:  # breaks a constraint
+            continue
+    tuned = solve(dataclasses.replace(problem, tuned=True))
+    assert check(problem, tuned) == pytest.approx(best, rel=1e-7)
+    if planning.highspy is not None:
+        start = {svc.name: {v.name: np.full(3, v.current) for v in variants}}
+        direct = solve(dataclasses.replace(problem, tuned=True, solver="highspy", start=start))
+        assert direct.started and check(problem, direct) == pytest.approx(best, rel=1e-7)
+
+
+@needs_highspy
+def test_a_start_that_breaks_a_constraint_is_dropped_not_trusted() -> None:
+    # No demand: the cheapest plan removes every replica, at most max_down (2) per step. A start that
+    # removes them all at once is cheaper than any plan and breaks max_down: it is dropped, and the
+    # plan is the optimum, which keeps the limit. A start without one of the variants is dropped too.
+    problem = dataclasses.replace(fleet(900, services=1, h=16, dt=15.0), gpu_quota={}, gpu_budget=None)
+    svc = problem.services[0]
+    full = [dataclasses.replace(v, current=3, ready=np.full(16, 3.0)) for v in svc.variants]
+    svc = dataclasses.replace(svc, demand_rps=np.zeros(16), variants=full)
+    problem = dataclasses.replace(problem, services=[svc])
+    cold = solve(problem)
+    gone = {svc.name: {v.name: np.zeros(16) for v in svc.variants}}
+    plan = solve(dataclasses.replace(problem, tuned=True, solver="highspy", start=gone))
+    assert not plan.started and "start dropped: it breaks a constraint" in plan.message
+    assert check(problem, plan) == pytest.approx(cold.cost, rel=1e-7)
+    assert sum(int(n[0]) for n in plan.replicas[svc.name].values()) == 9 - 2  # max_down kept
+    partial = {svc.name: {svc.variants[0].name: np.zeros(16)}}
+    plan = solve(dataclasses.replace(problem, tuned=True, solver="highspy", start=partial))
+    assert not plan.started and f"start dropped: none for {svc.name}/{svc.variants[1].name}" in plan.message
+
+
+def test_without_highspy_the_exact_search_goes_through_scipy(monkeypatch: pytest.MonkeyPatch) -> None:
+    # highspy absent (its import failed): solver="highspy" solves through scipy, says so, and finds
+    # the same optimum as scipy's own path.
+    monkeypatch.setattr(planning, "highspy", None)
+    problem = dataclasses.replace(fleet(901, services=1, h=16, dt=15.0), gpu_quota={}, gpu_budget=None)
+    start = {s.name: {v.name: np.full(16, v.current) for v in s.variants} for s in problem.services}
+    plan = solve(dataclasses.replace(problem, tuned=True, solver="highspy", start=start))
+    assert not plan.started and "highspy is not installed: solved through scipy" in plan.message
+    assert check(problem, plan) == pytest.approx(solve(problem).cost, rel=1e-4)
+
+
+@needs_highspy
+def test_highspy_with_its_threads_set_up_otherwise_still_solves() -> None:
+    # Another user of highspy in this process ran HiGHS on two threads first: highspy refuses a run on
+    # one thread (HiGHS's scheduler is set up once per process) until the scheduler is reset, which
+    # the planner does and solves through highspy.
+    other = planning.highspy.Highs()
+    other.setOptionValue("output_flag", False)
+    other.setOptionValue("threads", 2)
+    other.passModel(1, 1, 1, 2, 1, 0.0, np.array([1.0]), np.array([0.0]), np.array([5.0]), np.array([1.5]),
+                    np.array([np.inf]), np.array([0, 1], dtype=np.int32), np.array([0], dtype=np.int32),
+                    np.array([1.0]), np.array([1], dtype=np.int32))
+    other.run()
+    problem = dataclasses.replace(fleet(902, services=1, h=12, dt=15.0), gpu_quota={}, gpu_budget=None)
+    plan = solve(dataclasses.replace(problem, tuned=True, solver="highspy"))
+    assert "through highspy" in plan.message
+    assert check(problem, plan) == pytest.approx(solve(problem).cost, rel=1e-4)
+
+
+def test_shifted_moves_a_plan_on_and_repeats_its_last_step() -> None:
+    plan = {"s": {"a": np.array([1, 2, 3, 4]), "b": np.array([5, 5, 6, 6])}}
+    moved = shifted(plan, 1, 4)
+    assert moved["s"]["a"].tolist() == [2, 3, 4, 4] and moved["s"]["b"].tolist() == [5, 6, 6, 6]
+    assert shifted(plan, 3, 5)["s"]["a"].tolist() == [4, 4, 4, 4, 4]
+    assert shifted(plan, 0, 2)["s"]["b"].tolist() == [5, 5]
+    with pytest.raises(ValueError, match="steps >= 0"):
+        shifted(plan, -1, 4)
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"solver": "cplex"}, "solver must be one of scipy, highspy"),
+    ({"start": {"s0": {"h100": np.zeros(3)}}}, "start s0/h100: need 12"),
+    ({"start": {"s0": {"h100": np.full(12, -1.0)}}}, "start s0/h100"),
+])
+def test_a_bad_solver_or_start_is_a_value_error(change: dict[str, object], needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        solve(dataclasses.replace(fleet(903, services=1), **change))  # type: ignore[arg-type]
