@@ -5,14 +5,25 @@ the exact joint MILP and against the constraints by hand (``check``, independent
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import itertools
 import math
+import sys
 
 import numpy as np
 import pytest
+from support.paths import ROOT
 
 from models import planning
 from models.planning import Plan, PlanProblem, PlanService, PlanVariant, default_blocks, shifted, solve
+
+# highspy is in the test extra (pyproject.toml), so CI runs every test below; the scipy fallback
+# without it is tested by monkeypatching the import away.
+SPEC = importlib.util.spec_from_file_location("bench_plan_solve", ROOT / "benchmarks" / "plan_solve.py")
+assert SPEC is not None and SPEC.loader is not None
+BENCH = importlib.util.module_from_spec(SPEC)
+sys.modules["bench_plan_solve"] = BENCH
+SPEC.loader.exec_module(BENCH)
 
 TOL = 1e-6
 
@@ -191,29 +202,12 @@ def test_fast_options_out_of_range_are_value_errors(change: dict[str, int]) -> N
         solve(dataclasses.replace(fleet(600, services=1), **change))
 
 
-needs_highspy = pytest.mark.skipif(planning.highspy is None, reason="highspy (HiGHS's own binding) not installed")
-
-
 def next_tick(problem: PlanProblem, plan: Plan, rng: np.random.Generator) -> PlanProblem:
-    """The one-service ``problem`` one step later, after ``plan``'s first step (as
-    benchmarks/plan_solve.py --warm): the demand moved on with a new last step, today's replicas the
-    plan's first step, each increase ordered warm while warm nodes are free and ready after its
-    start-up, each decrease a ready replica removed."""
-    svc = problem.services[0]
-    demand = np.append(svc.demand_rps[1:], max(0.0, svc.demand_rps[-1] + rng.normal(0, 5.0)))
-    k = np.arange(problem.steps)
-    variants = []
-    for v in svc.variants:
-        n = int(plan.replicas[svc.name][v.name][0])
-        warm = min(max(0, n - v.current), v.warm_free)
-        cold, removed = max(0, n - v.current) - warm, max(0, v.current - n)
-        ready = (np.append(v.ready[1:], v.ready[-1]) - removed + warm * (k >= v.warm_steps - 1)
-                 + cold * (k >= v.cold_steps - 1))
-        variants.append(dataclasses.replace(v, current=n, ready=np.clip(ready, 0, n), warm_free=v.warm_free - warm))
-    return dataclasses.replace(problem, services=[dataclasses.replace(svc, variants=variants, demand_rps=demand)])
+    """The one-service ``problem`` one step later, after ``plan``'s first step: benchmarks/plan_solve.py
+    ``--warm``'s own tick (demand moved on with a step of sd 5 req/s)."""
+    return BENCH.next_tick(problem, plan, 5.0, rng)
 
 
-@needs_highspy
 @pytest.mark.parametrize("seed", range(4))
 def test_a_warm_start_from_the_last_plan_reaches_the_cold_optimum(seed: int) -> None:
     # Four consecutive ticks of one service, each solved through highspy from the last plan moved on
@@ -258,7 +252,6 @@ def test_the_tuned_search_is_the_brute_force_optimum(seed: int) -> None:
         assert direct.started and check(problem, direct) == pytest.approx(best, rel=1e-7)
 
 
-@needs_highspy
 def test_a_start_that_breaks_a_constraint_is_dropped_not_trusted() -> None:
     # No demand: the cheapest plan removes every replica, at most max_down (2) per step. A start that
     # removes them all at once is cheaper than any plan and breaks max_down: it is dropped, and the
@@ -290,7 +283,6 @@ def test_without_highspy_the_exact_search_goes_through_scipy(monkeypatch: pytest
     assert check(problem, plan) == pytest.approx(solve(problem).cost, rel=1e-4)
 
 
-@needs_highspy
 def test_highspy_with_its_threads_set_up_otherwise_still_solves() -> None:
     # Another user of highspy in this process ran HiGHS on two threads first: highspy refuses a run on
     # one thread (HiGHS's scheduler is set up once per process) until the scheduler is reset, which
