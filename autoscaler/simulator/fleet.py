@@ -35,7 +35,7 @@ import heapq
 import math
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -408,7 +408,7 @@ class FleetSimulator:
                 sr = flow.pop(self.now, lowest)
                 if sr is None:  # only held bands wait
                     return
-                if self._released(svc, sr, pods):
+                if self._released(svc, sr, lambda: pods):
                     r = self._pick(svc, candidates, sr)
                     if self._count_tokens:
                         self._charge(svc, sr, r)
@@ -419,7 +419,7 @@ class FleetSimulator:
         while free and flow.waiting:
             sr = flow.pop(self.now)
             assert sr is not None
-            if not self._released(svc, sr, pods):
+            if not self._released(svc, sr, lambda: pods):
                 continue
             r = self._pick(svc, free, sr)
             r.enqueue(sr, self.now)
@@ -437,14 +437,15 @@ class FleetSimulator:
         while flow.waiting and r.state == READY and not r.cordoned and not self._saturated(r):
             sr = flow.pop(self.now)
             assert sr is not None
-            if self._released(svc, sr, self._routable(svc)):
+            if self._released(svc, sr, lambda: self._routable(svc)):
                 r.enqueue(sr, self.now)
 
-    def _released(self, svc: ServiceSim, sr: SimRequest, pods: list[Replica]) -> bool:
-        """``sr``, just dispatched by flow control, passes the EPP's admitter on ``pods`` (``Gateway.release``);
-        one it rejects ends here, shed (its client retries an HTTP 500 as a 429)."""
+    def _released(self, svc: ServiceSim, sr: SimRequest, pods: Callable[[], list[Replica]]) -> bool:
+        """``sr``, just dispatched by flow control, passes the EPP's admitter on ``pods()`` (``Gateway.release``;
+        listed only when the admitter reads them); one it rejects ends here, shed (its client retries
+        an HTTP 500 as a 429)."""
         assert svc.flow is not None
-        if svc.flow.release(sr, lambda: self._admitter_saturation(pods)):
+        if svc.flow.release(sr, lambda: self._admitter_saturation(pods())):
             return True
         self._end_attempt(sr, SHED)
         return False
