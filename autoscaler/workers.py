@@ -80,11 +80,13 @@ def run_each(jobs: Sequence[J], n: int, work: Callable[[J], R],
                     outcome = exc
                 yield job, outcome
     except BaseException:
-        for _, pool in running.values():
-            pool.shutdown(wait=False, cancel_futures=True)
         started = set(multiprocessing.active_children()) - before
         for proc in started:
             proc.terminate()
+        # each pool's own thread reaps its terminated worker; joining it then, not beside it, leaves no
+        # moment at which a reaped worker still reads as alive
+        for _, pool in running.values():
+            pool.shutdown(wait=True, cancel_futures=True)
         for proc in started:
             proc.join()
         raise
