@@ -52,6 +52,10 @@ class Target:
     labels: dict[str, str] = field(default_factory=dict)
 
 
+BIND_TRIES = 3
+"""Ports a server tries before its bind failure is an error (``PromServer.start``)."""
+
+
 class PromServer:
     """A Prometheus scraping ``targets`` every ``scrape_interval`` (a Prometheus duration), evaluating
     ``rule_files`` as often."""
@@ -72,7 +76,19 @@ class PromServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 15.0) -> PromServer:
-        """Start and wait until ready; raises RuntimeError (with the log's tail) if it does not come up."""
+        """Start and wait until ready; raises RuntimeError (with the log's tail) if it does not come up.
+        A port taken between ``free_port`` and Prometheus's bind (another process on a busy machine)
+        is given up for a new one, up to ``BIND_TRIES`` times."""
+        for _ in range(BIND_TRIES - 1):
+            try:
+                return self._start(timeout_s)
+            except RuntimeError as exc:
+                if "address already in use" not in str(exc):
+                    raise
+                self.port = free_port()
+        return self._start(timeout_s)
+
+    def _start(self, timeout_s: float) -> PromServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         conf: dict[str, Any] = {
             "global": {"scrape_interval": self.scrape_interval, "scrape_timeout": self.scrape_interval,

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -603,3 +604,17 @@ def default_sigint() -> None:
     """In the child, before exec: SIGINT back to its default, so Python turns it into KeyboardInterrupt
     (a shell running the tests in the background starts them with SIGINT ignored, and children inherit it)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_a_port_taken_before_prometheus_binds_it_is_given_up_for_another(tmp_path: Path) -> None:
+    # Another process takes the port between free_port and Prometheus's bind (a busy CI machine):
+    # the server starts on a new port instead of failing with "address already in use".
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        prom = PromServer(tmp_path / "prom")
+        prom.port = taken.getsockname()[1]
+        with prom:
+            assert prom.port != taken.getsockname()[1]
+            with urllib.request.urlopen(f"{prom.url}/-/ready", timeout=5) as r:
+                assert r.status == 200
