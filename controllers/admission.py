@@ -129,24 +129,41 @@ class PlanAdmission(AdmissionPolicy):
 
     def thresholds(self, est: ServiceEstimate, svc: Service) -> dict[str, float | None]:
         """The capacity-vs-demand balance of the coming tick, highest priority first (module docstring)."""
-        sig = est.signals
-        demand: dict[str, float] = {}
-        for p in PRIORITIES:
-            rate = sig.priority(p).arrival_rate_rps
-            if rate is None:  # no gateway data: hold what is in force
-                return dict(self.last.get(svc.name, {}))
-            demand[p] = rate + (sig.priority(p).queue or 0.0) / DRAIN_S
-        left = est.ready_capacity_rps
-        budgets = wait_budgets(svc, self.cfg)
-        tol = self.cfg.shed_tolerance
-        out: dict[str, float | None] = {}
-        for p in reversed(PRIORITIES):
-            served = min(demand[p], left)
-            left -= served
-            short = 1.0 - served / demand[p] if demand[p] > 0 else 0.0
-            out[p] = None if short <= tol else (0.0 if short >= 1.0 - tol else budgets[p])
+        demand = priority_demand(est)
+        if demand is None:  # no gateway data: hold what is in force
+            return dict(self.last.get(svc.name, {}))
+        out = balance(demand, est.ready_capacity_rps, wait_budgets(svc, self.cfg), self.cfg.shed_tolerance)
         self.last[svc.name] = out
         return out
+
+
+def priority_demand(est: ServiceEstimate) -> dict[str, float] | None:
+    """priority -> its demand, requests/s: its arrival rate at the gateway over the window (retries
+    included) plus its queue there over ``DRAIN_S``; None when the gateway reports no arrivals."""
+    sig = est.signals
+    demand: dict[str, float] = {}
+    for p in PRIORITIES:
+        rate = sig.priority(p).arrival_rate_rps
+        if rate is None:
+            return None
+        demand[p] = rate + (sig.priority(p).queue or 0.0) / DRAIN_S
+    return demand
+
+
+def balance(demand: Mapping[str, float], capacity_rps: float, budgets: Mapping[str, float],
+            tol: float) -> dict[str, float | None]:
+    """priority -> threshold, seconds (None: no limit), with ``capacity_rps`` (requests/s) served to
+    each priority's ``demand`` (requests/s) from the top down: a priority short of at most ``tol`` of
+    its demand is unlimited, one short of at least ``1 - tol`` gets 0, one in between its wait
+    budget (``budgets``, seconds; module docstring, ``mpc``)."""
+    left = capacity_rps
+    out: dict[str, float | None] = {}
+    for p in reversed(PRIORITIES):
+        served = min(demand[p], max(left, 0.0))
+        left -= served
+        short = 1.0 - served / demand[p] if demand[p] > 0 else 0.0
+        out[p] = None if short <= tol else (0.0 if short >= 1.0 - tol else budgets[p])
+    return out
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,16 @@ without) and each ``decide`` reads its part:
 - a service that lost replicas it did not ask to remove (a crash, an eviction) is recovering for a
   cold start plus the guard's cool-down: meanwhile no plan removes a ready replica;
 - costs: GPU $/hour, ``miss_weight`` times the dearest variant's $ per request served for each
-  request of demand left unserved, and a cold start's GPU time per replica started.
+  request of demand left unserved, and a cold start's GPU time per replica started;
+- with ``shed=1``, admission in the same problem (issue 29): the sheddable priority's share of
+  today's demand at the gateway (its arrivals and queue, ``controllers.admission.priority_demand``)
+  may be shed in every step at ``shed_weight`` times the dearest variant's $ per request served
+  (``models.planning.PlanService.shed_rps``), so the plan sheds where that is cheaper than a
+  replica that arrives too late or would serve too little of its time, and buys replicas where it
+  is not. The decision then carries the gateway's thresholds (``Decision.admission``): the
+  capacity the plan serves in its first step, given to today's demand per priority from the top
+  down (``controllers.admission.balance``, the ``mpc`` policy's rule on the plan's capacity);
+  without gateway data the plan sheds nothing and sets none (the loop's policy, if any, does).
 
 On a scale-down ``Decision.remove_first`` names the pods to remove, coldest and least loaded first
 (``removal_order``); the simulator honours it.
@@ -56,6 +65,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autoscaler.state import ForecastSignals
+from autoscaler.workload.types import PRIORITIES, SHEDDABLE
+from controllers.admission import balance, priority_demand, wait_budgets
 from controllers.base import Controller, Decision, Gauge, change_reason, hold, silent_pods
 from models.capacity import (
     UNSERVABLE_SHARE,
@@ -72,6 +83,14 @@ from models.planning import FALLBACKS, JOINT_UP_TO, Plan, PlanProblem, PlanServi
 if TYPE_CHECKING:
     from autoscaler.config import SLO, FleetConfig, Service, Variant
     from autoscaler.state import PodObservation, ServiceEstimate, VariantObservation
+
+DEFAULT_SHED_WEIGHT = 2.0
+"""``shed_weight``'s default: a request shed costs two requests served on the dearest variant at
+capacity, so the plan keeps or starts a replica that serves half its capacity or more over its life
+(start-up included) and sheds rather than run one that would serve less. Set on the ``surge``
+scenario, seeds 0-2, among 1.5, 2, 3 and 5 (docs/admission.md, "Shedding in the plan"); confirmed on
+``surge-short`` and ``surge-long``.
+"""
 
 DRAIN_S = 60.0
 """Seconds over which the plan drains today's queue (the TTFT SLOs are seconds; a minute keeps the
@@ -277,10 +296,12 @@ class _ServiceMemory:
 
 @dataclass(frozen=True)
 class _Inputs:
-    """One service's plan inputs for a tick."""
+    """One service's plan inputs for a tick; ``priorities``: today's demand per priority at the
+    gateway when the plan may shed (``shed``), else None."""
 
     service: PlanService
     recovering: bool
+    priorities: dict[str, float] | None = None
 
 
 def plan_variant(v: Variant, dt_s: float, capacity_rps: np.ndarray, current: int, ready: np.ndarray,
@@ -355,6 +376,11 @@ class MPCController(Controller):
             ``measured`` (the forecast mean times the ``COVERAGE`` quantile of this service's own
             forecast errors at each step, ``measured_path``, the band until enough are known; and
             the hold ``measured_hold`` chooses, unless ``hold_s`` is given).
+        shed: 1 plans shedding the sheddable priority in the same problem and sets the thresholds
+            (module docstring); 0 (default) leaves admission to the loop's policy.
+        shed_weight: with ``shed``, $ per request shed in units of the dearest variant's $ per
+            request served (> 1: a replica that serves its time is cheaper than shedding; below
+            ``miss_weight``: sheddable requests are shed before interactive ones are missed).
         warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
             last plan moved on by the ticks since (``models.planning.PlanProblem.start``); 0
             (default) through scipy without a start: measured, the start did not shorten the solve
@@ -372,7 +398,8 @@ class MPCController(Controller):
                  mixes: Mapping[str, RequestMix | None] | None = None,
                  window_s: float = DEFAULT_WINDOW_S, mix: str = "calibrated",
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
-                 pool: int = 1, warm: int = 0, name: str = "mpc") -> None:
+                 pool: int = 1, warm: int = 0, shed: int = 0, shed_weight: float = DEFAULT_SHED_WEIGHT,
+                 name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
@@ -383,6 +410,9 @@ class MPCController(Controller):
             raise ValueError(f"{name}: pool must be >= 1, got {pool}")
         if warm not in (0, 1):
             raise ValueError(f"{name}: warm must be 0 or 1, got {warm}")
+        if shed not in (0, 1) or not 1.0 < shed_weight < miss_weight:
+            raise ValueError(f"{name}: need shed 0 or 1 and 1 < shed_weight < miss_weight ({miss_weight:g}), "
+                             f"got {shed} and {shed_weight}")
         if forecast not in FORECASTS:
             raise ValueError(f"{name}: forecast must be one of {', '.join(FORECASTS)}, got '{forecast}'")
         if hedge not in HEDGES:
@@ -420,6 +450,9 @@ class MPCController(Controller):
         self.node_limit = node_limit
         self.pool = pool
         self.warm = bool(warm)
+        self.shed = bool(shed)
+        self.shed_weight = shed_weight
+        self.admission_cfg = c.admission_settings
 
     # ------------------------------------------------------------------ demand
     def demand(self, est: ServiceEstimate, svc: Service, now_rps: float) -> np.ndarray:
@@ -683,8 +716,15 @@ class MPCController(Controller):
         miss = miss_cost(variants, self.miss_weight)
         if miss is None:
             return hold(current, "hold: no variant can serve within the SLO")
-        plan_svc = PlanService(svc.name, variants, demand, miss, self.guard.max_step_up, self.guard.max_step_down)
-        return _Inputs(plan_svc, recovering)
+        priorities = priority_demand(est) if self.shed else None
+        shed_rps, shed_cost = None, 0.0
+        total = sum(priorities.values()) if priorities is not None else 0.0
+        if priorities is not None and total > 0:
+            shed_rps = demand * (priorities[PRIORITIES[SHEDDABLE]] / total)
+            shed_cost = miss * self.shed_weight / self.miss_weight
+        plan_svc = PlanService(svc.name, variants, demand, miss, self.guard.max_step_up, self.guard.max_step_down,
+                               shed_rps=shed_rps, shed_cost=shed_cost)
+        return _Inputs(plan_svc, recovering, priorities)
 
     def _problem(self, services: list[PlanService],
                  start: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> PlanProblem:
@@ -761,15 +801,26 @@ class MPCController(Controller):
                  **{f"capacity_scale_{v}": p.planned() for v, p in mem.capacity.items()},
                  **{f"capacity_sigma_{v}": p.sigma for v, p in mem.capacity.items()},
                  **{f"capacity_learned_{v}": float(x) for v, x in mem.learned.items()}}
+        admission: dict[str, float | None] = {}
+        shed = plan.shed_rps.get(svc.name)
+        if inputs.priorities is not None and shed is not None:
+            served = sum(float(v.capacity_rps[0]) * float(plan.serving[svc.name][v.name][0])
+                         for v in inputs.service.variants)
+            admission = balance(inputs.priorities, served, wait_budgets(svc, self.admission_cfg),
+                                self.admission_cfg.shed_tolerance)
+            terms["shed_rps_now"] = float(shed[0])
+            terms["shed_rps_max"] = float(shed.max())
         code = change_reason(desired, current)
         why = (f"mpc: plan for {demand[0]:.1f} req/s now, up to {demand.max():.1f} within "
                f"{self.horizon * dt:g} s" + ("; recovering from a loss" if inputs.recovering else "")
                + (f"; no scale-down while {silent} ready pod(s) report nothing" if silent else "")
+               + (f"; sheds {shed[0]:.1f} req/s now, up to {shed.max():.1f}" if shed is not None and shed.max() > 0
+                  else "")
                + limit_note(plan))
         gauges = (Gauge("autoscaler_mpc_demand_rps", "Demand the plan serves now, requests/s.", terms["demand_rps"]),
                   Gauge("autoscaler_mpc_solve_seconds", "Wall time of the last plan's solve.", plan.solve_ms / 1000.0))
         return Decision(desired, why, code, terms, plan={name: [int(x) for x in n] for name, n in steps.items()},
-                        remove_first=removal_order(est, desired), gauges=gauges)
+                        remove_first=removal_order(est, desired), gauges=gauges, admission=admission)
 
     def on_guard_cut(self, service: str, intended: Mapping[str, int], applied: Mapping[str, int],
                      weights: Mapping[str, float]) -> None:

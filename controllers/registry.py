@@ -13,7 +13,8 @@ Names: ``pid`` (``controllers.pid``); ``static`` and ``static-ilp`` (fixed fleet
 hold they show; ``hold_s=S`` fixes the hold (300 s); ``learn=0`` turns off the speed it learns,
 ``learn=2`` adds the capacity posterior (``models.learning``);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
-``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time);
+``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time; ``shed=1`` plans
+shedding the sheddable priority in the same problem and sets the gateway's thresholds);
 ``oracle`` (``controllers.oracle``: the same plan solved offline on the trace's true demand; needs a trace;
 ``oracle:node_limit=N`` replaces its ``OFFLINE_NODE_LIMIT``); ``bound`` (``controllers.bound``: the
 cheapest schedule of the oracle's family, its capacities scaled, that reaches ``target`` (0.99)
@@ -285,7 +286,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     quantile=Param(float, 0.0, high=0.999), miss_weight=POSITIVE, forecast=TEXT,
                     hold_s=NON_NEGATIVE, learn=Param(int, 0, closed=True, high=2), hedge=TEXT, mix=TEXT,
                     node_limit=Param(int, 0, closed=True), pool=Param(int, 1, closed=True, high=256),
-                    warm=Param(int, 0, closed=True, high=1)), _mpc),
+                    warm=Param(int, 0, closed=True, high=1), shed=Param(int, 0, closed=True, high=1),
+                    shed_weight=POSITIVE), _mpc),
 }
 NAMES = tuple(_SPECS)
 ANCHORS = frozenset({"hpa", "keda", "kpa", "aibrix", "aibrix-apa", "dynamo", "wva"})

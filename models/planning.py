@@ -15,10 +15,15 @@ oracle (``controllers.oracle``) solves it once on a trace's true demand. Steps `
   ``cd[v,k]``. A removal takes a ready replica (a start is never cancelled, so an order and a removal
   in one step cannot pass for a ready replica), and ``s <= n`` follows;
 - ``u[k]`` (continuous, per service): demand left unserved, requests/s:
-  ``u[k] >= demand[k] - sum_v capacity[v,k] s[v,k]``.
+  ``u[k] >= demand[k] - sum_v capacity[v,k] s[v,k] - d[k]``;
+- ``d[k]`` (continuous, per service with ``PlanService.shed_rps``): demand the gateway sheds on
+  purpose, requests/s, at most the sheddable demand ``shed_rps[k]``: the admission decision in the
+  same objective as the GPUs (issue 29), so shedding is planned where it is cheaper than a replica
+  that arrives too late or serves too little of its time.
 
 minimise  sum_k sum_v price_v dt / 3600 n[v,k]             (GPU cost, $)
         + sum_k miss_cost dt u[k]                            (requests left unserved, $)
+        + sum_k shed_cost dt d[k]                            (requests shed, $)
         + sum_v start_cost_v (cw + cc)[v,H] + stop_cost cd[v,H]   (churn, $)
 
 Move blocking (as MPC practice keeps integer plans small): replica counts change only at the start of
@@ -180,6 +185,9 @@ class PlanService:
         miss_cost: $ per request of demand left unserved (> every variant's cost per request served,
             or the plan prefers missing to serving).
         max_up, max_down: most replicas ordered / removed per step, all variants together (None: no limit).
+        shed_rps: requests/s of ``demand_rps`` the gateway may shed in each step (the sheddable
+            class's), shape (H,), each within [0, demand]; None: nothing is shed on purpose.
+        shed_cost: $ per request shed (>= 0; below ``miss_cost``, or shedding is never planned).
     """
 
     name: str
@@ -188,6 +196,8 @@ class PlanService:
     miss_cost: float
     max_up: int | None = None
     max_down: int | None = None
+    shed_rps: np.ndarray | None = None
+    shed_cost: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -265,6 +275,8 @@ class Plan:
         replicas: service -> variant -> ``n[v,k]`` for k = 1..H, integers, shape (H,).
         serving: service -> variant -> ``s[v,k]``, shape (H,).
         unserved_rps: service -> ``u[k]``, requests/s, shape (H,).
+        shed_rps: service -> ``d[k]``, requests/s, shape (H,), for the services with
+            ``PlanService.shed_rps`` (the others have none).
         cost: the objective, $.
         solve_ms: wall time of the solve, milliseconds.
         relaxed: True when the step limits had to be dropped to find any plan (today's fleet is
@@ -297,11 +309,13 @@ class Plan:
     gpu_prices: dict[str | None, np.ndarray] | None = None
     lower_bound: float | None = None
     started: bool = False
+    shed_rps: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class _Index:
     """Column of every variable: per variant ``BLOCK_VARS x blocks`` integers then ``H`` serving
-    variables; then per service ``H`` unserved ones."""
+    variables; then per service ``H`` unserved ones, followed by ``H`` shed ones for a service that
+    may shed."""
 
     def __init__(self, problem: PlanProblem) -> None:
         self.h = problem.steps
@@ -316,10 +330,14 @@ class _Index:
             for j in range(len(svc.variants)):
                 self.blocks[i, j] = col
                 col += BLOCK_VARS * self.nb + self.h
-        self.unserved = {}
-        for i in range(len(problem.services)):
+        self.unserved: dict[int, int] = {}
+        self.shed: dict[int, int] = {}
+        for i, svc in enumerate(problem.services):
             self.unserved[i] = col
             col += self.h
+            if svc.shed_rps is not None:
+                self.shed[i] = col
+                col += self.h
         self.size = col
 
     def var(self, i: int, j: int, kind: int, b: int) -> int:
@@ -332,6 +350,10 @@ class _Index:
 
     def u(self, i: int, k: int) -> int:
         return self.unserved[i] + k
+
+    def tail(self, i: int) -> int:
+        """Columns of service ``i``'s unserved and shed variables (they follow one another)."""
+        return self.h * (2 if i in self.shed else 1)
 
 
 class _Rows:
@@ -393,6 +415,13 @@ def _check(problem: PlanProblem) -> None:
             raise ValueError(f"{svc.name}: no variant to plan")
         if np.shape(svc.demand_rps) != (h,) or not np.all(np.isfinite(svc.demand_rps)):
             raise ValueError(f"{svc.name}: demand_rps must be {h} finite numbers")
+        if svc.shed_rps is not None:
+            shed = np.asarray(svc.shed_rps, dtype=float)
+            if (np.shape(shed) != (h,) or not np.all(np.isfinite(shed)) or np.any(shed < 0)
+                    or np.any(shed > np.asarray(svc.demand_rps) + FEASIBLE_TOL)):
+                raise ValueError(f"{svc.name}: shed_rps must be {h} finite numbers within [0, demand_rps]")
+            if not 0 <= svc.shed_cost < math.inf:
+                raise ValueError(f"{svc.name}: shed_cost must be a finite number >= 0, got {svc.shed_cost}")
         for v in svc.variants:
             if np.shape(v.capacity_rps) != (h,) or np.shape(v.ready) != (h,):
                 raise ValueError(f"{svc.name}/{v.name}: capacity_rps and ready must have {h} steps")
@@ -485,7 +514,7 @@ def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows) -> None:
                 f = beta - math.floor(beta)
                 if not 1e-6 < f < 1.0 - 1e-6:  # whole: the rounding adds nothing
                     continue
-                terms = [(idx.u(i, k), 1.0 / unit)]
+                terms = [(idx.u(i, k), 1.0 / unit)] + ([(idx.shed[i] + k, 1.0 / unit)] if i in idx.shed else [])
                 for j, cap in enumerate(caps):
                     a = cap / unit
                     coef = f * math.floor(a + 1e-9) + min(a - math.floor(a + 1e-9), f) if a > 0 else 0.0
@@ -539,8 +568,14 @@ def _build(problem: PlanProblem, limits: bool, caps: Mapping[str | None, np.ndar
                           np.full(2 * h, -np.inf),
                           np.ravel(np.column_stack([np.zeros(h), np.asarray(v.ready, dtype=float)])))
         c[idx.u(i, 0):idx.u(i, 0) + h] = svc.miss_cost * dt
-        rows.add_rows([idx.u(i, 0) + np.arange(h)] + [idx.s(i, j, 0) + np.arange(h) for j in range(len(svc.variants))],
-                      [1.0] + [np.asarray(v.capacity_rps, dtype=float) for v in svc.variants],
+        shed: list[np.ndarray] = []
+        if i in idx.shed:
+            c[idx.shed[i]:idx.shed[i] + h] = svc.shed_cost * dt
+            hi[idx.shed[i]:idx.shed[i] + h] = np.asarray(svc.shed_rps, dtype=float)
+            shed = [idx.shed[i] + np.arange(h)]
+        rows.add_rows([idx.u(i, 0) + np.arange(h), *shed]
+                      + [idx.s(i, j, 0) + np.arange(h) for j in range(len(svc.variants))],
+                      [1.0] * (1 + len(shed)) + [np.asarray(v.capacity_rps, dtype=float) for v in svc.variants],
                       np.asarray(svc.demand_rps, dtype=float), np.full(h, np.inf))
         if not limits:
             continue
@@ -605,9 +640,10 @@ def _feasible(x: np.ndarray, cons: LinearConstraint, bounds: Bounds) -> bool:
 def _complete(problem: PlanProblem, counts: Mapping[tuple[int, int], np.ndarray]) -> np.ndarray:
     """Every variable of the plan with replica counts ``counts`` ((service, variant) -> ``n`` per
     block, whole numbers): each increase ordered (warm while ``warm_free`` lasts), each decrease a
-    removal, every ready replica serving (at most ``n``), the rest of the demand unserved. The serving
-    and unserved parts are the cheapest for these counts (serving costs nothing); whether the whole
-    meets the constraints is ``_feasible``'s to say."""
+    removal, every ready replica serving (at most ``n``), the rest of the demand shed up to
+    ``shed_rps`` (when ``shed_cost`` is below ``miss_cost``) and the remainder unserved. The serving,
+    shed and unserved parts are the cheapest for these counts (serving costs nothing); whether the
+    whole meets the constraints is ``_feasible``'s to say."""
     idx = _Index(problem)
     h = problem.steps
     x = np.zeros(idx.size)
@@ -636,7 +672,12 @@ def _complete(problem: PlanProblem, counts: Mapping[tuple[int, int], np.ndarray]
                 s = max(0.0, min(n[idx.block_of[k]], ready))
                 x[idx.s(i, j, k)] = s
                 served[k] += v.capacity_rps[k] * s
-        x[idx.u(i, 0):idx.u(i, 0) + h] = np.maximum(np.asarray(svc.demand_rps, dtype=float) - served, 0.0)
+        left = np.maximum(np.asarray(svc.demand_rps, dtype=float) - served, 0.0)
+        if i in idx.shed and svc.shed_cost < svc.miss_cost:
+            shed = np.minimum(left, np.asarray(svc.shed_rps, dtype=float))
+            x[idx.shed[i]:idx.shed[i] + h] = shed
+            left = left - shed
+        x[idx.u(i, 0):idx.u(i, 0) + h] = left
     return x
 
 
@@ -1069,14 +1110,18 @@ def _solve_model(problem: PlanProblem, caps: Mapping[str | None, np.ndarray] | N
     return _Result(x, float(c @ x), relaxed, limit, fallback, message, nodes, res.get("relaxation"), started)
 
 
-def _parts(problem: PlanProblem, x: np.ndarray) -> tuple[dict[str, dict[str, np.ndarray]],
-                                                          dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
-    """``Plan``'s replicas, serving and unserved_rps read from the variables ``x``."""
+_Parts = tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, np.ndarray]], dict[str, np.ndarray],
+               dict[str, np.ndarray]]
+
+
+def _parts(problem: PlanProblem, x: np.ndarray) -> _Parts:
+    """``Plan``'s replicas, serving, unserved_rps and shed_rps read from the variables ``x``."""
     idx = _Index(problem)
     h = problem.steps
     replicas: dict[str, dict[str, np.ndarray]] = {}
     serving: dict[str, dict[str, np.ndarray]] = {}
     unserved: dict[str, np.ndarray] = {}
+    shed: dict[str, np.ndarray] = {}
     for i, svc in enumerate(problem.services):
         replicas[svc.name], serving[svc.name] = {}, {}
         for j, v in enumerate(svc.variants):
@@ -1086,7 +1131,9 @@ def _parts(problem: PlanProblem, x: np.ndarray) -> tuple[dict[str, dict[str, np.
             start = idx.s(i, j, 0)
             serving[svc.name][v.name] = x[start:start + h].copy()
         unserved[svc.name] = x[idx.u(i, 0):idx.u(i, 0) + h].copy()
-    return replicas, serving, unserved
+        if i in idx.shed:
+            shed[svc.name] = x[idx.shed[i]:idx.shed[i] + h].copy()
+    return replicas, serving, unserved, shed
 
 
 def _coarse(problem: PlanProblem, factor: int) -> PlanProblem:
@@ -1098,11 +1145,12 @@ def _coarse(problem: PlanProblem, factor: int) -> PlanProblem:
     services = []
     for svc in problem.services:
         demand = np.array([float(np.mean(svc.demand_rps[k:k + factor])) for k in first])
+        shed = None if svc.shed_rps is None else np.array([float(np.mean(svc.shed_rps[k:k + factor])) for k in first])
         variants = [dataclasses.replace(v, capacity_rps=np.asarray(v.capacity_rps)[first].copy(),
                                         ready=np.asarray(v.ready)[first].copy(),
                                         warm_steps=math.ceil(v.warm_steps / factor),
                                         cold_steps=math.ceil(v.cold_steps / factor)) for v in svc.variants]
-        services.append(dataclasses.replace(svc, variants=variants, demand_rps=demand,
+        services.append(dataclasses.replace(svc, variants=variants, demand_rps=demand, shed_rps=shed,
                                             max_up=None if svc.max_up is None else svc.max_up * factor,
                                             max_down=None if svc.max_down is None else svc.max_down * factor))
     return dataclasses.replace(problem, services=services, steps=h, dt_s=problem.dt_s * factor, blocks=None,
@@ -1172,7 +1220,7 @@ def _service_x(problem: PlanProblem, x: np.ndarray, i: int) -> np.ndarray:
     idx = _Index(problem)
     first = idx.blocks[i, 0]
     width = len(problem.services[i].variants) * (BLOCK_VARS * idx.nb + problem.steps)
-    return np.concatenate([x[first:first + width], x[idx.u(i, 0):idx.u(i, 0) + problem.steps]])
+    return np.concatenate([x[first:first + width], x[idx.u(i, 0):idx.u(i, 0) + idx.tail(i)]])
 
 
 def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
@@ -1242,7 +1290,8 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
         mine = u @ xs[i]
         cap = limit - (planned - mine)
         missed = np.zeros(nb, dtype=bool)
-        missed[_Index(sub).block_of[xs[i][-h:] > FEASIBLE_TOL]] = True
+        tail = _Index(sub).tail(0)  # unserved, then shed, per step
+        missed[_Index(sub).block_of[xs[i][-tail:].reshape(-1, h).sum(axis=0) > FEASIBLE_TOL]] = True
         room = (cap - mine).reshape(len(keys), nb)
         fits = np.zeros(nb, dtype=bool)  # a replica of some variant fits in every limit it counts in
         starts = np.asarray(_Index(sub).starts)
@@ -1269,16 +1318,18 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
     replicas: dict[str, dict[str, np.ndarray]] = {}
     serving: dict[str, dict[str, np.ndarray]] = {}
     unserved: dict[str, np.ndarray] = {}
+    shed: dict[str, np.ndarray] = {}
     cost, relaxed, stopped, fallback = 0.0, False, False, None
     for i, (sub, (c, _, _, _)) in enumerate(zip(subs, models, strict=True)):
         cost += float(c @ xs[i])
         relaxed = relaxed or results[i].relaxed
         stopped = stopped or results[i].limit is not None
         fallback = fallback or results[i].fallback
-        r, sv, un = _parts(sub, xs[i])
+        r, sv, un, sh = _parts(sub, xs[i])
         replicas.update(r)
         serving.update(sv)
         unserved.update(un)
+        shed.update(sh)
     bound = relaxation if factor == 1 else None
     message = (f"decomposed: {len(subs)} services within their shares of the shared limits (LP relaxation"
                + ("" if factor == 1 else f" on {factor}x coarser steps") + f"), {len(together)} with fractional "
@@ -1286,7 +1337,7 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
     return Plan(replicas, serving, unserved, cost, (time.perf_counter() - started) * 1000.0, relaxed,
                 stopped_at_limit=stopped, fallback=fallback, message=message, nodes=nodes,
                 gpu_prices={key: price[ki * nb:(ki + 1) * nb].copy() for ki, key in enumerate(keys)},
-                lower_bound=bound)
+                lower_bound=bound, shed_rps=shed)
 
 
 def solve(problem: PlanProblem) -> Plan:
@@ -1314,7 +1365,7 @@ def solve(problem: PlanProblem) -> Plan:
             if plan is not None:
                 return plan
         result = _solve_model(problem, deadline=started + problem.time_limit_s)
-    replicas, serving, unserved = _parts(problem, result.x)
+    replicas, serving, unserved, shed = _parts(problem, result.x)
     return Plan(replicas, serving, unserved, result.cost, (time.perf_counter() - started) * 1000.0,
                 result.relaxed, stopped_at_limit=result.limit is not None, fallback=result.fallback,
-                message=result.message, nodes=result.nodes, started=result.started)
+                message=result.message, nodes=result.nodes, started=result.started, shed_rps=shed)

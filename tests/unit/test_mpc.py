@@ -15,7 +15,14 @@ from autoscaler.config.loading import default_config, parse_config
 from autoscaler.errors import ConfigError
 from autoscaler.report import request_outcomes, summarize, timeline_rows
 from autoscaler.simulate import run_simulation
-from autoscaler.state import ForecastSignals, PodObservation, ServiceEstimate, Signals, VariantObservation
+from autoscaler.state import (
+    ForecastSignals,
+    PodObservation,
+    PrioritySignals,
+    ServiceEstimate,
+    Signals,
+    VariantObservation,
+)
 from autoscaler.workload.types import Request, Workload
 from controllers.mpc import MPCController, _ServiceMemory
 from controllers.registry import build, parse_spec
@@ -401,3 +408,51 @@ def test_warm_starts_each_solve_from_the_last_plan_moved_on(monkeypatch: pytest.
     assert [(p.solver, p.start, p.tuned) for p in problems] == [("scipy", None, True)] * 2
     with pytest.raises(ValueError, match="warm"):
         build("mpc:warm=2", CFG)
+
+
+def gateway_estimate(t: float, by_priority: dict[str, float], ready: dict[str, int]) -> ServiceEstimate:
+    """``estimate`` with the gateway's arrivals per priority (nothing queued there)."""
+    est = estimate(t, sum(by_priority.values()), ready)
+    prio = {p: PrioritySignals(arrival_rate_rps=r, queue=0.0) for p, r in by_priority.items()}
+    return replace(est, signals=replace(est.signals, by_priority=prio))
+
+
+def test_with_shed_the_plan_sheds_a_sliver_rather_than_start_a_replica_for_it() -> None:
+    # 3 GH200 ready serve 30 req/s; 31 arrive, 11 of them sheddable. A shed costs 2 x the dearest cost
+    # per request served ($2.99/h / 10 req/s: $0.0000831; x 2 = $0.000166). A fourth GH200, held over
+    # the 600-s horizon ($1.49/h: $0.248) plus its cold start's GPU time ($0.124), would serve 1 req/s
+    # once warm (90 s): 510 requests at $0.00073 each. So it sheds 1 req/s of sheddable now and for
+    # the whole horizon, and the gateway sheds that class only: its threshold is its wait budget
+    # (0.5 x the batch TTFT objective, 20 s), the interactive ones none.
+    ready = {"gh200": 3}
+    est = gateway_estimate(600.0, {"critical": 10.0, "standard": 10.0, "sheddable": 11.0}, ready)
+    d = controller(shed=1).decide(est, SVC)
+    assert d.desired == {"h100": 0, "a100": 0, "gh200": 3}
+    assert d.terms["shed_rps_now"] == pytest.approx(1.0, abs=1e-6)
+    assert d.terms["shed_rps_max"] == pytest.approx(1.0, abs=1e-6)
+    assert d.admission == {"critical": None, "standard": None, "sheddable": pytest.approx(10.0)}
+    # without shed the same demand buys the fourth GH200 (a miss costs 10x) and sets no threshold
+    plain = controller().decide(est, SVC)
+    assert plain.desired == {"h100": 0, "a100": 0, "gh200": 4} and plain.admission == {}
+
+
+def test_with_shed_the_plan_buys_the_replica_that_serves_enough() -> None:
+    # 35 arrive, 15 sheddable: a fourth GH200 serves 5 req/s once warm, 2,550 requests over the
+    # horizon for $0.372 ($0.000146 each, below a shed's $0.000166): it is ordered, and until it is
+    # ready the 5 req/s over the ready 30 are shed.
+    est = gateway_estimate(600.0, {"critical": 10.0, "standard": 10.0, "sheddable": 15.0}, {"gh200": 3})
+    d = controller(shed=1).decide(est, SVC)
+    assert d.desired == {"h100": 0, "a100": 0, "gh200": 4}
+    assert d.terms["shed_rps_now"] == pytest.approx(5.0, abs=1e-6)
+    assert d.admission == {"critical": None, "standard": None, "sheddable": pytest.approx(10.0)}
+
+
+def test_with_shed_but_no_gateway_data_nothing_is_shed_nor_set() -> None:
+    d = controller(shed=1).decide(estimate(600.0, 31.0, {"gh200": 3}), SVC)
+    assert d.desired["gh200"] == 4 and d.admission == {} and "shed_rps_now" not in d.terms
+
+
+@pytest.mark.parametrize("spec", ["mpc:shed=2", "mpc:shed=1:shed_weight=1", "mpc:shed=1:shed_weight=10"])
+def test_a_shed_setting_out_of_range_is_a_value_error(spec: str) -> None:
+    with pytest.raises(ValueError, match="shed"):
+        build(spec, CFG)

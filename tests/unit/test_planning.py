@@ -61,7 +61,11 @@ def brute_force(svc: PlanService, dt: float) -> float:
             if (svc.max_up is not None and ups.max() > svc.max_up) or (
                     svc.max_down is not None and downs.max() > svc.max_down):
                 continue
-            cost += svc.miss_cost * dt * np.maximum(svc.demand_rps - serving, 0).sum()
+            left = np.maximum(svc.demand_rps - serving, 0)
+            shed = np.zeros(h) if svc.shed_rps is None else np.minimum(left, svc.shed_rps)
+            if svc.shed_rps is not None and svc.shed_cost >= svc.miss_cost:
+                shed = np.zeros(h)
+            cost += dt * (svc.shed_cost * shed.sum() + svc.miss_cost * (left - shed).sum())
             best = min(best, cost)
     return best
 
@@ -81,6 +85,66 @@ def test_plan_is_the_brute_force_optimum(seed: int) -> None:
     plan = solve(PlanProblem([svc], dt, h, blocks=list(range(h)), mip_rel_gap=1e-9))
     assert plan.cost == pytest.approx(brute_force(svc, dt), rel=1e-6, abs=1e-9)
     assert not plan.relaxed
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_plan_that_may_shed_is_the_brute_force_optimum(seed: int) -> None:
+    # Up to a share of each step's demand may be shed at a cost between a replica's cost per request
+    # and a miss's: the brute force sheds what is left unserved up to that share, the rest missed.
+    rng = np.random.default_rng(100 + seed)
+    h, dt = 4, 60.0
+    demand = rng.uniform(10, 45, h)
+    variants = [
+        variant("a", h, price=3.0, cap=15.0, current=int(rng.integers(0, 3)), warm=1, cold=2, start=0.02),
+        variant("b", h, price=1.5, cap=6.0, current=int(rng.integers(0, 3)), warm=1, cold=3, warm_free=1),
+    ]
+    svc = PlanService("s", variants, demand, miss_cost=0.002, max_up=2, max_down=1,
+                      shed_rps=demand * rng.uniform(0.2, 0.6), shed_cost=float(rng.uniform(0.0001, 0.0015)))
+    plan = solve(PlanProblem([svc], dt, h, blocks=list(range(h)), mip_rel_gap=1e-9))
+    assert plan.cost == pytest.approx(brute_force(svc, dt), rel=1e-6, abs=1e-9)
+    assert np.all(plan.shed_rps["s"] <= svc.shed_rps + 1e-9)
+    served = sum(v.capacity_rps * plan.serving["s"][v.name] for v in variants)
+    assert np.all(served + plan.unserved_rps["s"] + plan.shed_rps["s"] >= demand - 1e-6)
+
+
+def shed_case(shed_cost: float, strengthen: bool | None = None) -> tuple[PlanService, PlanProblem]:
+    # One replica of 10 req/s at $36/h ($0.01/s) serves 10 of 15 req/s; 5 are sheddable. A second
+    # replica (ready 2 steps after its order) would serve those 5 at $0.01/s / 5 = $0.002 a request.
+    h = 6
+    svc = PlanService("s", [variant("a", h, price=36.0, cap=10.0, current=1, cold=2, hi=3)], np.full(h, 15.0),
+                      miss_cost=0.05, shed_rps=np.full(h, 5.0), shed_cost=shed_cost)
+    return svc, PlanProblem([svc], 60.0, h, blocks=list(range(h)), strengthen=strengthen)
+
+
+@pytest.mark.parametrize("strengthen", [False, True])
+def test_the_plan_sheds_where_a_replica_costs_more_per_request(strengthen: bool) -> None:
+    # $0.001 a request shed < $0.002 served by a second replica: keep one, shed 5 req/s every step.
+    _, problem = shed_case(0.001, strengthen)
+    plan = solve(problem)
+    assert plan.replicas["s"]["a"].tolist() == [1] * 6
+    assert plan.shed_rps["s"] == pytest.approx(np.full(6, 5.0), abs=1e-6)
+    assert plan.unserved_rps["s"] == pytest.approx(np.zeros(6), abs=1e-6)
+    assert plan.cost == pytest.approx(6 * 60 * (0.01 + 5 * 0.001))
+
+
+@pytest.mark.parametrize("strengthen", [False, True])
+def test_the_plan_buys_a_replica_where_shedding_costs_more(strengthen: bool) -> None:
+    # $0.004 a request shed > $0.002: order a second replica now; shed only until it is ready (2 steps).
+    _, problem = shed_case(0.004, strengthen)
+    plan = solve(problem)
+    assert plan.replicas["s"]["a"].tolist() == [2] * 6
+    assert plan.shed_rps["s"] == pytest.approx([5, 5, 0, 0, 0, 0], abs=1e-6)
+    assert plan.cost == pytest.approx(6 * 60 * 0.02 + 2 * 60 * 5 * 0.004)
+
+
+def test_shed_demand_beyond_the_sheddable_share_is_missed() -> None:
+    # Nothing can be ordered (hi = 1): of the 5 req/s short, 3 may be shed, 2 are missed.
+    h = 3
+    svc = PlanService("s", [variant("a", h, price=36.0, cap=10.0, current=1, hi=1)], np.full(h, 15.0),
+                      miss_cost=0.05, shed_rps=np.full(h, 3.0), shed_cost=0.001)
+    plan = solve(PlanProblem([svc], 60.0, h))
+    assert plan.shed_rps["s"] == pytest.approx(np.full(h, 3.0), abs=1e-6)
+    assert plan.unserved_rps["s"] == pytest.approx(np.full(h, 2.0), abs=1e-6)
 
 
 def test_a_replica_serves_only_after_its_startup() -> None:
@@ -165,6 +229,10 @@ def test_default_blocks_cover_the_horizon() -> None:
     PlanProblem([PlanService("s", [], np.zeros(3), 1.0)], 60.0, 3),
     PlanProblem([PlanService("s", [variant("a", 3)], np.zeros(3), 1.0)], 60.0, 3, blocks=[1, 2]),
     PlanProblem([PlanService("s", [variant("a", 3, lo=4, hi=3)], np.zeros(3), 1.0)], 60.0, 3),
+    PlanProblem([PlanService("s", [variant("a", 3)], np.ones(3), 1.0, shed_rps=np.full(3, 2.0))], 60.0, 3),
+    PlanProblem([PlanService("s", [variant("a", 3)], np.ones(3), 1.0, shed_rps=np.ones(2))], 60.0, 3),
+    PlanProblem([PlanService("s", [variant("a", 3)], np.ones(3), 1.0, shed_rps=np.ones(3), shed_cost=-1.0)],
+                60.0, 3),
 ])
 def test_malformed_problem_is_a_value_error(problem: PlanProblem) -> None:
     with pytest.raises(ValueError):
