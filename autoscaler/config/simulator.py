@@ -139,6 +139,15 @@ class GatewayConfig(Strict):
     (``adapters.gateway_api``: its rank minus 3), and ``sheddable`` always with
     ``sheddable_objective: negative`` (its objective published with a negative priority, by hand:
     the adapter publishes the rank, 0, while the threshold is not 0); ``rank`` (default) is the adapter's.
+
+    ``continuation_objective`` is the objective a request continuing a workflow in progress (one of
+    its workflow's requests already went on to a replica when it is sent) is sent under, as its client
+    picks it with the ``x-llm-d-inference-objective`` header (llm-d-router v0.10.0
+    ``pkg/epp/metadata/consts.go``, ``ObjectiveKey``): ``same`` (default) its class's, as for a new
+    request, so the admitter rejects it as readily; ``protected`` one of priority >= 0 (e.g. its class's
+    rank), which the admitter always passes (``AdmitRequest`` returns before reading any metric). Flow
+    control orders it as before, within its class ahead of the new requests. Only the admitter reads
+    it: with ``admitter: none`` both are the same run.
     """
 
     saturation: Literal["pool", "pod", "concurrency"] = "pool"
@@ -163,6 +172,7 @@ class GatewayConfig(Strict):
     admitter_power: float = Field(default=5.0, gt=0)
     admitter_k: float = Field(default=300.0, gt=0)
     sheddable_objective: Literal["rank", "negative"] = "rank"
+    continuation_objective: Literal["same", "protected"] = "same"
 
     @field_validator("max_concurrency", "max_token_concurrency", mode="before")
     @classmethod

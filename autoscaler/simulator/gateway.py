@@ -24,7 +24,8 @@ the plugin's own ``ResourceExhausted`` is wrapped), counted in ``llm_d_epp_reque
 ``error_code="Internal"``; flow control has already counted the request ``Dispatched``, so here too it
 is dispatched (``dispatched``, ``queue_duration``), not shed (``shed``, which mirrors flow control's
 rejections and evictions), and counted apart in ``admitter_rejected``. Which of our priorities the
-EPP sees negative: ``epp_sheddable``.
+EPP sees negative: ``epp_sheddable``; which requests the admitter may reject: ``admitter_screens`` (with
+``continuation_objective: protected`` none that continues a workflow in progress).
 """
 
 from __future__ import annotations
@@ -234,15 +235,24 @@ class Gateway:
         otherwise the objective carries the rank, 0-2, which the EPP never sheds."""
         return self.thresholds[level] == 0 or (level == SHEDDABLE and self.cfg.sheddable_objective == "negative")
 
+    def admitter_screens(self, sr: SimRequest) -> bool:
+        """True when the probabilistic admitter may reject ``sr``: it is on, and ``sr``'s objective is
+        negative, its class's (``epp_sheddable``) unless ``sr`` continues a workflow in progress
+        (``continues`` when it arrived) and ``cfg.continuation_objective`` is ``protected``: it is then
+        sent under an objective of priority >= 0, which the plugin always passes."""
+        if self._admitter is None or not self.epp_sheddable(sr.req.priority):
+            return False
+        return not (sr.continuing and self.cfg.continuation_objective == "protected")
+
     def release(self, sr: SimRequest, saturation: Callable[[], float]) -> bool:
         """The EPP's steps between flow control's dispatch of ``sr`` (``pop``) and the router: True
         when it goes on to a replica (its workflow is then in progress), False when the
         probabilistic admitter rejects it (the caller ends the attempt; module docstring).
         ``saturation`` gives the admitter's saturation of the pool; it is read, and a random number
-        drawn, only for a request the admitter may reject."""
+        drawn, only for a request the admitter may reject (``admitter_screens``)."""
         rng = self._admitter
         p = sr.req.priority
-        if rng is not None and self.epp_sheddable(p):
+        if rng is not None and self.admitter_screens(sr):
             g = self.cfg
             if rng.random() < admitter_shed_probability(saturation(), g.admitter_power, g.admitter_k):
                 self.admitter_rejected[p] += 1

@@ -10,6 +10,7 @@ idle replica reads 0 (probability 0): which requests it rejects then follows fro
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -21,7 +22,13 @@ from autoscaler.report import summarize
 from autoscaler.simulate import SimulationRun
 from autoscaler.simulator.engine import COMPLETED, SHED, SimRequest
 from autoscaler.simulator.fleet import FleetSimulator
-from autoscaler.simulator.gateway import DISPATCHED, REJECTED, Gateway, admitter_shed_probability
+from autoscaler.simulator.gateway import (
+    ADMITTER_SEED,
+    DISPATCHED,
+    REJECTED,
+    Gateway,
+    admitter_shed_probability,
+)
 from autoscaler.workload.types import BATCH, CRITICAL, INTERACTIVE, PRIORITIES, SHEDDABLE, STANDARD, Request, Workload
 
 ON = {"admitter": "probabilistic"}
@@ -129,6 +136,106 @@ def test_the_admitter_is_off_by_default_and_draws_nothing() -> None:
     assert g.admitter_rejected == [0, 0, 0]
 
 
+# ------------------------------------------------------------------ continuing workflows
+def through(g: Gateway, sr: SimRequest, sat: float) -> bool:
+    """``sr`` offered to ``g`` at time 0, dispatched (``pop``) and screened at saturation ``sat``."""
+    g.offer(sr, 0.0)
+    assert g.pop(0.0) is sr
+    return g.release(sr, lambda: sat)
+
+
+def started(g: Gateway, workflow: int) -> None:
+    """A first request of ``workflow`` goes through at saturation 0 (probability 0): it is in progress."""
+    assert through(g, attempt(SHEDDABLE, workflow=workflow), 0.0)
+    assert workflow in g.started
+
+
+def test_a_continuing_request_is_sent_under_a_protected_objective_and_never_rejected() -> None:
+    """``continuation_objective: protected``: at a saturation past the full-shed point (probability
+    1) the admitter rejects every new sheddable request, the first of a new workflow included, and
+    passes every one continuing a workflow in progress, without reading the saturation or drawing
+    (the plugin returns before either for priority >= 0)."""
+    g = Gateway(GatewayConfig(sheddable_objective="negative", continuation_objective="protected", **ON))
+    assert g._admitter is not None
+    started(g, 1)
+    state = g._admitter.getstate()
+
+    def unread() -> float:
+        raise AssertionError("saturation read for a protected continuation")
+    for _ in range(500):
+        sr = attempt(SHEDDABLE, workflow=1)
+        g.offer(sr, 0.0)
+        assert sr.continuing and not g.admitter_screens(sr)
+        assert g.pop(0.0) is sr and g.release(sr, unread)
+    assert g._admitter.getstate() == state
+    assert not through(g, attempt(SHEDDABLE), 0.5)
+    assert not through(g, attempt(SHEDDABLE, workflow=2), 0.5)  # a workflow's first request is new
+    assert 2 not in g.started
+    assert g.admitter_rejected == [2, 0, 0]
+
+
+def test_with_the_same_objective_a_continuing_request_is_rejected_like_a_new_one() -> None:
+    """``same`` (default): a continuing sheddable request is screened at the class's objective, and
+    at probability 1 rejected; the first request of the workflow stays the one in progress."""
+    assert GatewayConfig().continuation_objective == "same"
+    g = Gateway(GatewayConfig(sheddable_objective="negative", **ON))
+    started(g, 1)
+    sr = attempt(SHEDDABLE, workflow=1)
+    assert not through(g, sr, 0.5)
+    assert sr.continuing and g.admitter_screens(sr)
+    assert g.admitter_rejected == [1, 0, 0]
+
+
+@pytest.mark.parametrize("sat", [0.15, 0.2, 0.25])
+def test_protected_continuations_leave_new_requests_the_curves_share(sat: float) -> None:
+    """20,000 new sheddable requests, each followed by one continuing workflow 1, at saturation
+    ``sat``: no continuation is rejected, and the new ones get exactly the decisions of the seeded
+    stream drawn once per new request (``rng.random() < sat^5 x 300``, recomputed here from
+    ``ADMITTER_SEED``: the continuations draw nothing), whose count is within 4 standard deviations of
+    Binomial(n, p)."""
+    n, p = 20_000, sat ** 5 * 300
+    g = Gateway(GatewayConfig(sheddable_objective="negative", continuation_objective="protected", **ON))
+    started(g, 1)
+    new = []
+    for _ in range(n):
+        new.append(through(g, attempt(SHEDDABLE), sat))
+        assert through(g, attempt(SHEDDABLE, workflow=1), sat)
+    stream = random.Random(ADMITTER_SEED)
+    stream.random()  # the first request of workflow 1, drawn at saturation 0
+    assert new == [not stream.random() < p for _ in range(n)]
+    rejected = n - sum(new)
+    assert rejected == g.admitter_rejected[SHEDDABLE]
+    assert abs(rejected - n * p) <= 4 * math.sqrt(n * p * (1 - p))
+
+
+def test_with_the_same_objective_every_sheddable_request_draws_as_before() -> None:
+    """``same``: new and continuing requests alike draw once each from the seeded stream and are
+    rejected when the draw is below the curve's probability (0.096 at saturation 0.2), as before the
+    option existed."""
+    g = Gateway(GatewayConfig(sheddable_objective="negative", **ON))
+    started(g, 1)
+    got = [through(g, attempt(SHEDDABLE, workflow=1 if i % 2 else None), 0.2) for i in range(4000)]
+    stream = random.Random(ADMITTER_SEED)
+    stream.random()
+    assert got == [not stream.random() < 0.2 ** 5 * 300 for _ in range(4000)]
+    assert got[1::2].count(False) > 0  # continuations among the rejected
+
+
+@pytest.mark.parametrize("level", [SHEDDABLE, STANDARD, CRITICAL])
+def test_protected_covers_a_class_whose_threshold_is_zero(level: int) -> None:
+    """With the adapter's objectives (``rank``) a class whose threshold is 0 is published negative
+    (rank - 3): its new requests are rejected at probability 1, its continuations pass under
+    ``protected`` and not under ``same``."""
+    for mode, passes in (("protected", True), ("same", False)):
+        g = Gateway(GatewayConfig(continuation_objective=mode, **ON))
+        started(g, 1)  # at threshold None: the sheddable class is rank 0 and passes
+        assert g.set_thresholds({PRIORITIES[level]: 0.0}) is None
+        cont = attempt(level, workflow=1)
+        cont.continuing = True  # as offer marks it (offer would defer it above a threshold of 0)
+        assert g.release(cont, lambda: 0.5) is passes
+        assert not g.release(attempt(level), lambda: 0.5)
+
+
 # ------------------------------------------------------------------ settings
 @pytest.mark.parametrize(("key", "value", "message"), [
     ("admitter", "random", "admitter"),
@@ -140,6 +247,8 @@ def test_the_admitter_is_off_by_default_and_draws_nothing() -> None:
     ("admitter_kv_cache_threshold", 0, "admitter_kv_cache_threshold"),
     ("admitter_k", "300", "admitter_k"),
     ("sheddable_objective", "minus_one", "sheddable_objective"),
+    ("continuation_objective", "always", "continuation_objective"),
+    ("continuation_objective", True, "continuation_objective"),
 ])
 def test_bad_admitter_settings_are_one_line_naming_the_key(make_fleet, key: str, value: object, message: str) -> None:
     """The plugin's own checks (each > 0, ``Factory`` in plugin.go), and ours on the choices."""
@@ -213,3 +322,46 @@ def test_the_admitter_off_leaves_a_run_unchanged(make_fleet) -> None:
     base = outcome(admitter="none")
     assert base == outcome(admitter="none", admitter_power=1.0, admitter_k=1000.0, sheddable_objective="negative")
     assert base != outcome(sheddable_objective="negative")  # the admitter on: some run differs
+
+
+def test_a_protected_continuation_completes_where_the_same_objective_sheds_it(make_fleet) -> None:
+    """r0 (sheddable, workflow 1) finds the replica idle and goes on: workflow 1 is in progress. r1
+    continues it and r2 is new, both while r0's KV is in use (admitter probability 1): ``same``
+    rejects both (1 shed mid-workflow), ``protected`` passes r1, which completes after r0."""
+    reqs = [req(0.0, SHEDDABLE, out=200, workflow=1), req(0.01, SHEDDABLE, workflow=1), req(0.02, SHEDDABLE)]
+    for mode, status, mid in (("same", SHED, 1), ("protected", COMPLETED, 0)):
+        sim = admitter_sim(make_fleet, reqs, sheddable_objective="negative", continuation_objective=mode)
+        sim.run_until(10_000)
+        assert sim.done
+        assert [sim.final[i].status for i in range(3)] == [COMPLETED, status, SHED]
+        assert sim.final[1].continuing and not sim.final[2].continuing
+        assert sim.shed_mid_workflow == mid
+        assert sim.services["svc"].flow.admitter_rejected == [2 if mode == "same" else 1, 0, 0]
+
+
+def test_protected_changes_only_what_the_admitter_screens(make_fleet) -> None:
+    """300 requests, workflows among them: with the admitter off, ``protected`` is the same run as
+    ``same`` attempt by attempt; with it on (sheddable negative) the runs differ, and no attempt the
+    admitter rejected (shed after flow control dispatched it: ``waited_s`` set) continued a workflow
+    under ``protected``, while some did under ``same``."""
+    reqs = [req(0.005 * i, i % 3, out=50 + 7 * (i % 5), workflow=i // 4 if i % 2 else None) for i in range(300)]
+
+    def run(**gateway) -> FleetSimulator:
+        sim = admitter_sim(make_fleet, reqs, **gateway)
+        sim.run_until(100_000)
+        assert sim.done
+        return sim
+
+    def outcome(sim: FleetSimulator) -> list[tuple]:
+        return [(sr.status, sr.attempt, sr.t_first, sr.t_finish, sr.waited_s) for sr in sim.final]
+
+    def rejected_continuing(sim: FleetSimulator) -> int:
+        return sum(sr.status == SHED and sr.waited_s is not None and sr.continuing for sr in sim.final)
+
+    off = {"admitter": "none", "sheddable_objective": "negative"}
+    assert outcome(run(**off, continuation_objective="protected")) == outcome(run(**off))
+    same = run(sheddable_objective="negative")
+    protected = run(sheddable_objective="negative", continuation_objective="protected")
+    assert outcome(same) != outcome(protected)
+    assert rejected_continuing(same) > 0
+    assert rejected_continuing(protected) == 0
