@@ -37,7 +37,8 @@ without) and each ``decide`` reads its part:
   is not. The decision then carries the gateway's thresholds (``Decision.admission``): the
   capacity the plan serves in its first step, given to today's demand per priority from the top
   down (``controllers.admission.balance``, the ``mpc`` policy's rule on the plan's capacity);
-  without gateway data the plan sheds nothing and sets none (the loop's policy, if any, does).
+  without gateway data the plan sheds nothing and sets none (the loop's policy, if any, does);
+  with it, they replace the loop's policy's (the loop applies a decision's own thresholds first).
 
 On a scale-down ``Decision.remove_first`` names the pods to remove, coldest and least loaded first
 (``removal_order``); the simulator honours it.
