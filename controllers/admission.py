@@ -139,14 +139,15 @@ class PlanAdmission(AdmissionPolicy):
 
 def priority_demand(est: ServiceEstimate) -> dict[str, float] | None:
     """priority -> its demand, requests/s: its arrival rate at the gateway over the window (retries
-    included) plus its queue there over ``DRAIN_S``; None when the gateway reports no arrivals."""
+    included) plus its queue there over ``DRAIN_S``; None when the gateway reports no arrivals for
+    some priority, or a rate or queue that is not a finite number >= 0 (unknown, never read as 0)."""
     sig = est.signals
     demand: dict[str, float] = {}
     for p in PRIORITIES:
-        rate = sig.priority(p).arrival_rate_rps
-        if rate is None:
+        rate, queue = sig.priority(p).arrival_rate_rps, sig.priority(p).queue or 0.0
+        if rate is None or not (0 <= rate < math.inf and 0 <= queue < math.inf):
             return None
-        demand[p] = rate + (sig.priority(p).queue or 0.0) / DRAIN_S
+        demand[p] = rate + queue / DRAIN_S
     return demand
 
 

@@ -456,3 +456,15 @@ def test_with_shed_but_no_gateway_data_nothing_is_shed_nor_set() -> None:
 def test_a_shed_setting_out_of_range_is_a_value_error(spec: str) -> None:
     with pytest.raises(ValueError, match="shed"):
         build(spec, CFG)
+
+
+@pytest.mark.parametrize("bad", [math.nan, -1.0, math.inf])
+def test_with_shed_a_gateway_rate_that_is_not_a_rate_sheds_nothing(bad: float) -> None:
+    # a NaN, negative or infinite arrival rate of one priority is unknown, not 0: no shed column
+    # and no thresholds, and the plan still decides (for all 31 req/s: a fourth GH200)
+    est = gateway_estimate(600.0, {"critical": 10.0, "standard": 10.0, "sheddable": 11.0}, {"gh200": 3})
+    prio = dict(est.signals.by_priority)
+    prio["standard"] = PrioritySignals(arrival_rate_rps=bad, queue=0.0)
+    est = replace(est, signals=replace(est.signals, by_priority=prio))
+    d = controller(shed=1).decide(est, SVC)
+    assert d.admission == {} and "shed_rps_now" not in d.terms and d.desired["gh200"] == 4
