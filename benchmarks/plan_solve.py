@@ -129,13 +129,13 @@ LEVERS: dict[str, dict[str, object]] = {
     "warm, no presolve": {**SOLVERS["warm"], "options": {**TUNED, "presolve": False}},
     "warm, no lifting": {**SOLVERS["warm"], "options": {**TUNED, "mip_lifting_for_probing": 0}},
     "tuned, default pool": {"tuned": True, "options": {**TUNED, "mip_pool_soft_limit": 10000}},
-    "tuned, mir rows": {"tuned": True, "hull": False},
+    "tuned, hull": {"tuned": True, "hull": True},
 }
 """``--levers``: the tuned search's levers one at a time; ``highspy`` alone is HiGHS's own options
 but one thread (a thread count other than the first solve's makes highspy reset its scheduler).
 ``mip_lifting_for_probing`` is highspy's only: scipy 1.17's HiGHS 1.12 has no such option.
-``tuned, mir rows``: the tuned search with the MIR rows in place of the demand rows' hull facets
-(``PlanProblem.hull`` False: the tuned search before the facets)."""
+``tuned, hull``: the tuned search with the demand rows' hull facets in place of the MIR rows where
+the variants have two capacities (``PlanProblem.hull``, opt-in)."""
 
 
 def warm_runs(args: argparse.Namespace) -> None:
