@@ -129,10 +129,13 @@ LEVERS: dict[str, dict[str, object]] = {
     "warm, no presolve": {**SOLVERS["warm"], "options": {**TUNED, "presolve": False}},
     "warm, no lifting": {**SOLVERS["warm"], "options": {**TUNED, "mip_lifting_for_probing": 0}},
     "tuned, default pool": {"tuned": True, "options": {**TUNED, "mip_pool_soft_limit": 10000}},
+    "tuned, hull": {"tuned": True, "hull": True},
 }
 """``--levers``: the tuned search's levers one at a time; ``highspy`` alone is HiGHS's own options
 but one thread (a thread count other than the first solve's makes highspy reset its scheduler).
-``mip_lifting_for_probing`` is highspy's only: scipy 1.17's HiGHS 1.12 has no such option."""
+``mip_lifting_for_probing`` is highspy's only: scipy 1.17's HiGHS 1.12 has no such option.
+``tuned, hull``: the tuned search with the demand rows' hull facets in place of the MIR rows where
+the variants have two capacities (``PlanProblem.hull``, opt-in)."""
 
 
 def warm_runs(args: argparse.Namespace) -> None:
@@ -161,7 +164,7 @@ def warm_runs(args: argparse.Namespace) -> None:
         plans = {}
         for name in names[tick % len(names):] + names[:tick % len(names)]:
             how = solvers[name]
-            fields = {k: v for k, v in how.items() if k in ("tuned", "solver", "strengthen")}
+            fields = {k: v for k, v in how.items() if k in ("tuned", "solver", "strengthen", "hull")}
             drawn = dataclasses.replace(prob, **fields, start=start if how.get("start") else None)  # type: ignore[arg-type]
             options = dict(how.get("options", default_options))  # type: ignore[call-overload]
             if args.threads is not None:

@@ -56,6 +56,10 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
   ceil(demand / C)``, ``a_v = capacity_v / C``. Every plan with whole serving counts meets it, and an
   optimal plan serves ``min(n, ready)`` (whole when the ready counts are), so the optimum is
   unchanged; the relaxation comes within 0.5 % of it on average.
+- The demand rows' convex hull (``PlanProblem.hull``, opt-in, the tuned search only): where a step's
+  variants have two capacities, every facet of the hull of its demand row over whole serving counts
+  (``_hull_facets``) in place of the MIR rows; the relaxation comes within 0.35 % of the optimum on
+  average (the MIR rows: 0.68 %), but it lengthened the median and the consecutive ticks' tail.
 - The search near the LP relaxation (``PlanProblem.neighbourhood``, RENS in MIP terms): the integer
   variables the relaxation leaves whole are fixed there, the fractional ones kept within ``k`` of their
   floor and ceiling, and HiGHS searches that box without its presolve, symmetry detection and
@@ -236,6 +240,11 @@ class PlanProblem:
         tuned: the exact search (``neighbourhood`` None, every block integer, not decomposed) with
             the valid inequalities (unless ``strengthen`` is False) and HiGHS's ``TUNED_OPTIONS``
             (module docstring, "Solving fast"); the MPC's for one service.
+        hull: with ``tuned``, a step whose variants have two capacities gets every facet of its demand
+            row's convex hull over whole serving counts in place of the MIR rows (``_mir_rows``; the
+            optimum is unchanged). Off by default: measured, it shortens the slowest fresh solves on
+            two of three seeds but lengthens the median and the consecutive ticks' tail, and the MPC's
+            variants have three capacities, where it does nothing (``docs/controllers.md#solving-fast``).
         solver: ``scipy`` (``scipy.optimize.milp``) or ``highspy`` (HiGHS's own binding, an
             optional dependency, which takes ``start``) for the exact search's MILP; ``highspy``
             when it is not installed, or when it reports an error, solves through scipy
@@ -263,6 +272,7 @@ class PlanProblem:
     neighbourhood: int | None = None
     coarsen: int | None = None
     tuned: bool = False
+    hull: bool = False
     solver: str = "scipy"
     start: Mapping[str, Mapping[str, np.ndarray]] | None = None
 
@@ -497,30 +507,121 @@ def _usage(problem: PlanProblem, keys: Sequence[str | None]) -> sparse.csr_array
     return sparse.csr_array((vals, (rows, cols)), shape=(len(keys) * idx.nb, idx.size))
 
 
-def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows) -> None:
+HULL_COLUMNS = 200
+"""Most whole counts of the larger capacity a step's demand spans for which ``_hull_facets`` is
+computed (its candidates are built column by column); above, that step keeps the MIR rows."""
+
+
+def _chain(points: Sequence[tuple[int, int]], upper: bool) -> list[tuple[int, int]]:
+    """The upper (``upper``) or lower convex chain of 2-D ``points`` sorted by their first
+    coordinate (Andrew's monotone chain)."""
+    out: list[tuple[int, int]] = []
+    for p in points:
+        while len(out) >= 2:
+            cross = ((out[-1][0] - out[-2][0]) * (p[1] - out[-2][1])
+                     - (out[-1][1] - out[-2][1]) * (p[0] - out[-2][0]))
+            if (cross >= 0) if upper else (cross <= 0):
+                out.pop()
+            else:
+                break
+        out.append(p)
+    return out
+
+
+def _hull_candidates(big: float, small: float, demand: float) -> np.ndarray:
+    """Points ``(y1, y2, g)``, shape (n, 3), among which lie the vertices of the convex hull of
+    ``{(y, g(y)): y whole >= 0}``, ``g(y) = max(0, demand - big y1 - small y2)``, up to its recession
+    directions (+y, +g): the vertices of the whole points below the line ``big y1 + small y2 =
+    demand`` (where ``g`` is that plane, its upper chain and the two ends on the y1 axis) and of those
+    on or above it (``g = 0``, its lower chain). ``big >= small > 0``, ``demand > 0``."""
+    top = math.floor(demand / big)
+    below, above = [], []
+    for y1 in range(top + 2):
+        rest = demand - big * y1
+        if rest > 0:
+            a = math.floor(rest / small)
+            below.append((y1, a))
+            above.append((y1, a + 1 if a * small < rest else a))
+        else:
+            above.append((y1, 0))
+    ends = [(0, 0), (top if demand - big * top > 0 else top - 1, 0)]
+    pts = {(y1, y2) for y1, y2 in _chain(below, True) + ends + _chain(above, False) if y1 >= 0}
+    return np.array([(y1, y2, max(0.0, demand - big * y1 - small * y2)) for y1, y2 in sorted(pts)], dtype=float)
+
+
+def _hull_facets(big: float, small: float, demands: Sequence[float]) -> np.ndarray:
+    """The facets ``alpha_1 y1 + alpha_2 y2 + g >= gamma`` (``gamma > 0``) of the convex hull of the
+    mixed-integer knapsack ``{(y, g): big y1 + small y2 + g >= d, y whole >= 0, g >= 0}`` for each
+    demand ``d`` of ``demands``: rows ``(position in demands, alpha_1, alpha_2, gamma)``, shape (m, 4),
+    the row itself among them. Every plane through three of ``_hull_candidates``' points that lies
+    on or below all of them and does not increase in ``y`` (so it keeps the recession directions
+    below it too) is one; ``g`` is linear on each of the two sets the candidates span, so that check
+    covers every whole point. ``gamma`` is lowered by 1e-9 x max(1, d) against rounding. The tests
+    check the facets against qhull's hull (scipy.spatial.ConvexHull) of every whole point of a box."""
+    cands = [_hull_candidates(big, small, d) for d in demands]
+    n = max(len(v) for v in cands)
+    if n < 3:
+        return np.zeros((0, 4))
+    pts = np.stack([np.vstack([v, np.repeat(v[:1], n - len(v), axis=0)]) for v in cands])  # padded: (S, n, 3)
+    tri = np.array(list(itertools.combinations(range(n), 3)))
+    p1, p2, p3 = pts[:, tri[:, 0]], pts[:, tri[:, 1]], pts[:, tri[:, 2]]
+    normal = np.cross(p2 - p1, p3 - p1)  # (S, T, 3): the plane through each triple
+    vertical = np.abs(normal[..., 2]) <= 1e-9
+    alpha = normal[..., :2] / np.where(vertical, 1.0, normal[..., 2])[..., None]
+    gamma = p1[..., 2] + np.sum(alpha * p1[..., :2], axis=-1)
+    lhs = pts[:, None, :, 2] + np.einsum("stk,snk->stn", alpha, pts[..., :2])
+    tol = np.broadcast_to(1e-9 * np.maximum(1.0, np.asarray(demands, dtype=float))[:, None], gamma.shape)
+    good = (~vertical & np.all(lhs >= (gamma - tol)[..., None], axis=2)
+            & np.all(alpha >= -1e-12, axis=2) & (gamma > tol))
+    step = np.nonzero(good)[0]
+    rows = np.column_stack([step, np.maximum(alpha[good], 0.0), gamma[good] - tol[good]])
+    return np.unique(np.round(rows, 9), axis=0)
+
+
+def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows, hull: bool = False) -> None:
     """Valid inequalities that tighten the LP relaxation without changing the optimum (module
     docstring, "Solving fast"): per service and step, for each capacity ``C`` a variant has there,
     the mixed-integer rounding of ``sum_v capacity_v s_v / C + u / C >= demand / C`` over whole
     serving counts ``s_v``. An optimal plan serves ``s = min(n, ready)``, whole when the ready counts
-    are, so a service with a fractional ``ready`` gets none."""
+    are, so a service with a fractional ``ready`` gets none. With ``hull`` (the tuned search), a step
+    whose variants have two capacities gets instead every facet of that row's convex hull over whole
+    serving counts (``_hull_facets``, each capacity's variants summed; the two MIR rows are among
+    them); with one capacity the MIR row is the hull; with three or more the MIR rows stay."""
     for i, svc in enumerate(problem.services):
         if any(np.any(np.abs(v.ready - np.round(v.ready)) > FEASIBLE_TOL) for v in svc.variants):
             continue
+        loose = [(idx.u(i, 0), 1.0)] + ([(idx.shed[i], 1.0)] if i in idx.shed else [])  # step 0's continuous
+        pairs: dict[tuple[float, float], list[int]] = {}
         for k in range(problem.steps):
             d = float(svc.demand_rps[k])
             caps = [float(v.capacity_rps[k]) for v in svc.variants]
-            for unit in sorted({round(cap, 9) for cap in caps if cap > FEASIBLE_TOL}):
+            units = sorted({round(cap, 9) for cap in caps if cap > FEASIBLE_TOL})
+            if hull and len(units) == 2 and d > FEASIBLE_TOL and d / units[1] <= HULL_COLUMNS:
+                pairs.setdefault((units[1], units[0]), []).append(k)
+                continue
+            for unit in units:
                 beta = d / unit
                 f = beta - math.floor(beta)
                 if not 1e-6 < f < 1.0 - 1e-6:  # whole: the rounding adds nothing
                     continue
-                terms = [(idx.u(i, k), 1.0 / unit)] + ([(idx.shed[i] + k, 1.0 / unit)] if i in idx.shed else [])
+                terms = [(c + k, 1.0 / unit) for c, _ in loose]
                 for j, cap in enumerate(caps):
                     a = cap / unit
                     coef = f * math.floor(a + 1e-9) + min(a - math.floor(a + 1e-9), f) if a > 0 else 0.0
                     if coef > 0:
                         terms.append((idx.s(i, j, k), coef))
                 rows.add(terms, f * math.ceil(beta), np.inf)
+        for (big, small), steps in pairs.items():
+            facets = _hull_facets(big, small, [float(svc.demand_rps[k]) for k in steps])
+            at = np.asarray(steps)[facets[:, 0].astype(int)]  # each facet's step
+            cols: list[np.ndarray] = [c + at for c, _ in loose]
+            vals: list[np.ndarray | float] = [1.0] * len(loose)
+            for j, v in enumerate(svc.variants):
+                unit = np.round(np.asarray(v.capacity_rps, dtype=float)[at], 9)
+                coef = np.where(unit == big, facets[:, 1], np.where(unit == small, facets[:, 2], 0.0))
+                cols.append(np.where(coef > 0, idx.s(i, j, 0) + at, -1))
+                vals.append(coef)
+            rows.add_rows(cols, vals, facets[:, 3], np.full(len(facets), np.inf))
 
 
 def _build(problem: PlanProblem, limits: bool, caps: Mapping[str | None, np.ndarray] | None = None,
@@ -591,7 +692,7 @@ def _build(problem: PlanProblem, limits: bool, caps: Mapping[str | None, np.ndar
                             terms.append((idx.var(i, j, kind, b - 1), -1.0))
                 rows.add(terms, -np.inf, float(limit * length[b - 1] if b > 0 else limit))
     if _strengthened(problem):
-        _mir_rows(problem, idx, rows)
+        _mir_rows(problem, idx, rows, hull=_tuned(problem) and problem.hull)
     cons = rows.constraint(idx.size)
     keys = list(caps) if caps is not None else _limit_keys(problem)
     if keys:

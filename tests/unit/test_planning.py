@@ -88,6 +88,28 @@ def test_plan_is_the_brute_force_optimum(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("hull", [True, False])
+def test_the_tuned_search_is_the_brute_force_optimum_with_two_capacities(seed: int, hull: bool) -> None:
+    # Three variants of two capacities (15 and 6 req/s; two of 15), so the tuned search's demand rows
+    # get their hull's facets (hull=True) or the MIR rows (False); some demand may be shed. Either
+    # way the plan costs what the brute force's cheapest sequence does.
+    rng = np.random.default_rng(300 + seed)
+    h, dt = 3, 60.0
+    demand = rng.uniform(5, 50, h)
+    variants = [
+        variant("a", h, price=3.0, cap=15.0, current=int(rng.integers(0, 2)), hi=2, warm=1, cold=2, warm_free=1,
+                start=0.02),
+        variant("b", h, price=1.5, cap=6.0, current=int(rng.integers(0, 3)), hi=2, warm=1, cold=2, start=0.01),
+        variant("c", h, price=2.5, cap=15.0, current=int(rng.integers(0, 2)), hi=2, warm=1, cold=2, stop=0.01),
+    ]
+    shed = demand * 0.3 if seed % 2 else None
+    svc = PlanService("s", variants, demand, miss_cost=0.002, max_up=2, max_down=1, shed_rps=shed,
+                      shed_cost=0.001 if shed is not None else 0.0)
+    plan = solve(PlanProblem([svc], dt, h, blocks=list(range(h)), mip_rel_gap=1e-9, tuned=True, hull=hull))
+    assert plan.cost == pytest.approx(brute_force(svc, dt), rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(4))
 def test_a_plan_that_may_shed_is_the_brute_force_optimum(seed: int) -> None:
     # Up to a share of each step's demand may be shed at a cost between a replica's cost per request
     # and a miss's: the brute force sheds what is left unserved up to that share, the rest missed.

@@ -124,6 +124,53 @@ def test_the_valid_inequalities_keep_the_optimum(seed: int) -> None:
     assert check(problem, tight) == pytest.approx(tight.cost, rel=1e-6)
 
 
+@pytest.mark.parametrize("big,small", [(15.8, 6.4), (10.0, 4.0), (7.3, 7.1), (9.0, 1.0)])
+def test_the_hull_facets_are_those_of_qhulls_hull_of_every_whole_point(big: float, small: float) -> None:
+    # qhull (scipy.spatial.ConvexHull) over every whole point (y1, y2, max(0, d - big y1 - small y2))
+    # of a box past the demand, with copies lifted above to close it: its facets below the points
+    # that do not increase in y are the hull's, and _hull_facets must find exactly those.
+    from scipy.spatial import ConvexHull
+
+    rng = np.random.default_rng(int(big * 10 + small))
+    demands = [*rng.uniform(0.5, 120.0, 12), 2 * big + 3 * small]  # the last: a whole combination
+    facets = planning._hull_facets(big, small, demands)
+    for s, d in enumerate(demands):
+        grid = np.array(list(itertools.product(range(math.ceil(d / big) + 3), range(math.ceil(d / small) + 3))),
+                        dtype=float)
+        g = np.maximum(0.0, d - grid @ [big, small])
+        points = np.vstack([np.column_stack([grid, g]), np.column_stack([grid, g + d + 1.0])])
+        expected: list[np.ndarray] = []
+        for eq in ConvexHull(points).equations:  # eq[:3] . x + eq[3] <= 0 inside
+            if eq[2] < -1e-9:
+                row = np.append(eq[:2] / eq[2], eq[3] / -eq[2])  # alpha_1, alpha_2, gamma
+                if row[2] > 1e-6 and np.all(row[:2] >= -1e-9) and not any(np.allclose(row, e) for e in expected):
+                    expected.append(row)  # qhull splits a facet into triangles: each once
+        mine = facets[facets[:, 0] == s][:, 1:]
+        assert len(mine) == len(expected), d
+        assert all(any(np.allclose(row, e, atol=1e-6) for e in expected) for row in mine), d
+        # each is valid at every whole point of the box, and tight at some
+        lhs = g[None, :] + mine[:, :2] @ grid.T
+        assert np.all(lhs >= mine[:, 2:3] - 1e-9) and np.all(lhs.min(axis=1) <= mine[:, 2] + 1e-6)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_hull_facets_keep_the_optimum(seed: int) -> None:
+    # The example fleet's variants (two capacities: 15.8 and 6.4 req/s) on random demand, one service,
+    # some of it sheddable on odd seeds: the tuned search with the hull's facets costs what it does
+    # with the MIR rows and what the exact search without either does, and keeps the constraints.
+    problem = fleet(seed, services=1, h=10)
+    if seed % 2:
+        svc = problem.services[0]
+        problem = dataclasses.replace(problem, services=[dataclasses.replace(
+            svc, shed_rps=svc.demand_rps * 0.25, shed_cost=svc.miss_cost / 5)])
+    hull = solve(dataclasses.replace(problem, tuned=True, hull=True))
+    mir = solve(dataclasses.replace(problem, tuned=True))
+    exact = solve(dataclasses.replace(problem, strengthen=False))
+    assert hull.cost == pytest.approx(exact.cost, rel=1e-7) and mir.cost == pytest.approx(exact.cost, rel=1e-7)
+    if not seed % 2:  # check() does not cost shedding
+        assert check(problem, hull) == pytest.approx(hull.cost, rel=1e-6)
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_the_search_near_the_lp_relaxation_keeps_the_constraints(seed: int) -> None:
     # neighbourhood=0: HiGHS searches only between the floor and ceiling of the relaxation's
