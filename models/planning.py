@@ -617,10 +617,10 @@ def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows, hull: bool = False
             cols: list[np.ndarray] = [c + at for c, _ in loose]
             vals: list[np.ndarray | float] = [1.0] * len(loose)
             for j, v in enumerate(svc.variants):
-                unit = np.round(np.asarray(v.capacity_rps, dtype=float)[at], 9)
-                coef = np.where(unit == big, facets[:, 1], np.where(unit == small, facets[:, 2], 0.0))
-                cols.append(np.where(coef > 0, idx.s(i, j, 0) + at, -1))
-                vals.append(coef)
+                cap_at = np.round(np.asarray(v.capacity_rps, dtype=float)[at], 9)
+                coefs = np.where(cap_at == big, facets[:, 1], np.where(cap_at == small, facets[:, 2], 0.0))
+                cols.append(np.where(coefs > 0, idx.s(i, j, 0) + at, -1))
+                vals.append(coefs)
             rows.add_rows(cols, vals, facets[:, 3], np.full(len(facets), np.inf))
 
 
