@@ -26,6 +26,16 @@ So the thresholds reach the EPP as the priorities of one objective per (service,
 
 This is coarser than the simulator's gateway, which compares each request's estimated wait with the
 threshold; docs/admission.md says what is lost. ``objectives`` is pure; ``read_document`` fetches.
+
+With ``continuations``, each (service, priority) also gets ``<service>-<priority>-continuing``, the
+objective a client or agent framework names for a task's follow-up calls (the simulator's
+``continuation_objective: protected``): the priority's rank whatever its threshold, so never negative.
+llm-d-router v0.10.0's probabilistic admitter passes every request of priority >= 0 before it reads a
+metric (``probabilisticadmitter/plugin.go``, ``AdmitRequest``), and the EPP sheds only negative
+priorities, so no workflow is shed midway. Open classes keep their order (a continuation shares its
+class's band; the simulator dispatches it before its class's new requests, the EPP in arrival order
+within the band), and a class being shed (rank minus 3) still has its continuations served in its
+open band.
 """
 
 from __future__ import annotations
@@ -76,11 +86,14 @@ def objective_priority(priority: str, threshold: float | None) -> int:
 
 
 def objectives(thresholds: Mapping[str, Mapping[str, float | None]], pool: str | None = None,
-               namespace: str | None = None, api_group: str = DEFAULT_API_GROUP) -> list[dict[str, Any]]:
+               namespace: str | None = None, api_group: str = DEFAULT_API_GROUP,
+               continuations: bool = False) -> list[dict[str, Any]]:
     """One ``InferenceObjective`` manifest per (service, priority) of ``thresholds``
     (service -> priority -> seconds or None, as ``parse_document`` returns), on the InferencePool
     ``pool`` (default: the service's name), in ``namespace`` when given, of ``api_group``
-    (``API_VERSIONS``); priorities a service does not list have no limit.
+    (``API_VERSIONS``); priorities a service does not list have no limit. With ``continuations``,
+    each followed by its continuation objective (module docstring), labelled
+    ``autoscaler/continuation: "true"``.
 
     Raises:
         ValueError: a service name that cannot name a Kubernetes object (DNS-1123 subdomain, at most
@@ -100,22 +113,36 @@ def objectives(thresholds: Mapping[str, Mapping[str, float | None]], pool: str |
             raise ValueError(f"service '{service}' cannot be a Kubernetes label value (at most 63 letters, digits, "
                              "'-', '_', '.')")
         for p in reversed(PRIORITIES):
-            name = f"{service}-{p}"
-            if len(name) > 253 or not DNS_SUBDOMAIN.fullmatch(name):
-                raise ValueError(f"service '{service}': '{name}' is not a valid Kubernetes object name "
-                                 "(lower-case letters, digits, '-' and '.')")
-            meta: dict[str, Any] = {"name": name}
-            if namespace:
-                meta["namespace"] = namespace
-            meta["labels"] = {"app.kubernetes.io/managed-by": "autoscaler", "autoscaler/service": service,
-                              "autoscaler/priority": p}
             threshold = thresholds[service].get(p)
-            meta["annotations"] = {THRESHOLD_ANNOTATION: "none" if threshold is None else f"{threshold:g}"}
-            out.append({"apiVersion": API_VERSIONS[api_group], "kind": KIND, "metadata": meta,
-                        "spec": {"priority": objective_priority(p, threshold),
-                                 "poolRef": {"group": POOL_GROUP, "kind": "InferencePool",
-                                             "name": pool or service}}})
+            out.append(_objective(service, p, threshold, pool, namespace, api_group, continuing=False))
+            if continuations:
+                out.append(_objective(service, p, None, pool, namespace, api_group, continuing=True))
     return out
+
+
+def _objective(service: str, p: str, threshold: float | None, pool: str | None, namespace: str | None,
+               api_group: str, continuing: bool) -> dict[str, Any]:
+    """The manifest of service ``service``'s objective for priority ``p`` (``objectives``): its
+    continuation objective when ``continuing`` (never shed: ``threshold`` None).
+
+    Raises:
+        ValueError: a name Kubernetes would refuse.
+    """
+    name = f"{service}-{p}" + ("-continuing" if continuing else "")
+    if len(name) > 253 or not DNS_SUBDOMAIN.fullmatch(name):
+        raise ValueError(f"service '{service}': '{name}' is not a valid Kubernetes object name "
+                         "(lower-case letters, digits, '-' and '.')")
+    meta: dict[str, Any] = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    meta["labels"] = {"app.kubernetes.io/managed-by": "autoscaler", "autoscaler/service": service,
+                      "autoscaler/priority": p}
+    if continuing:
+        meta["labels"]["autoscaler/continuation"] = "true"
+    meta["annotations"] = {THRESHOLD_ANNOTATION: "none" if threshold is None else f"{threshold:g}"}
+    return {"apiVersion": API_VERSIONS[api_group], "kind": KIND, "metadata": meta,
+            "spec": {"priority": objective_priority(p, threshold),
+                     "poolRef": {"group": POOL_GROUP, "kind": "InferencePool", "name": pool or service}}}
 
 
 def read_document(source: str, timeout_s: float = 10.0) -> dict[str, dict[str, float | None]]:

@@ -38,6 +38,7 @@ app.add_typer(admission_app, name="admission")
 @admission_app.command("objectives", epilog=examples(
     "autoscaler admission objectives http://autoscaler.autoscaler:8080 | kubectl apply -f -",
     "autoscaler admission objectives admission.json --pool my-pool --namespace llm",
+    "autoscaler admission objectives admission.json --continuations | kubectl apply -f -",
 ))
 def admission_objectives(
     source: Annotated[str, typer.Argument(help="The loop's address (http://HOST:PORT, /v1/admission added) "
@@ -48,16 +49,20 @@ def admission_objectives(
     api_group: Annotated[str, typer.Option(
         help="The InferenceObjective's API group: llm-d.ai (llm-d-router) or inference.networking.x-k8s.io "
              "(Gateway API Inference Extension up to v1.5).")] = "llm-d.ai",
+    continuations: Annotated[bool, typer.Option(
+        help="Also write <service>-<priority>-continuing, never shed, for a task's follow-up calls "
+             "(header x-llm-d-inference-objective).")] = False,
 ) -> None:
     """Print the thresholds in force as the endpoint picker's InferenceObjectives.
 
-    One objective per service and priority (docs/admission.md), for `kubectl apply -f -`.
+    One objective per service and priority (docs/admission.md), for `kubectl apply -f -`; with
+    --continuations, each priority's continuation objective too.
     """
     import yaml
 
     from autoscaler.adapters.gateway_api import objectives, read_document
     try:
-        manifests = objectives(read_document(source), pool, namespace, api_group)
+        manifests = objectives(read_document(source), pool, namespace, api_group, continuations)
     except ValueError as exc:
         raise fail(str(exc)) from None
     if not manifests:

@@ -46,6 +46,37 @@ def test_one_objective_per_service_and_priority_on_its_pool() -> None:
         objectives({"Chat_1": {}})
 
 
+def test_continuation_objectives_keep_their_class_rank_whatever_its_threshold() -> None:
+    # chat: critical open, standard 2 s, sheddable 0 (shed: -3); each followed by its continuation,
+    # which keeps the class's rank (2, 1, 0): never negative, so llm-d-router v0.10.0's admitter passes it
+    out = objectives({"chat": {"sheddable": 0.0, "standard": 2.0}}, namespace="llm", continuations=True)
+    assert [(m["metadata"]["name"], m["spec"]["priority"]) for m in out] == [
+        ("chat-critical", 2), ("chat-critical-continuing", 2), ("chat-standard", 1),
+        ("chat-standard-continuing", 1), ("chat-sheddable", -3), ("chat-sheddable-continuing", 0)]
+    assert [m["metadata"]["labels"].get("autoscaler/continuation") for m in out] == [None, "true"] * 3
+    assert [m["metadata"]["annotations"]["autoscaler/admission-threshold-seconds"] for m in out] == [
+        "none", "none", "2", "none", "0", "none"]
+    # off (the default), the manifests are exactly the ones without the option
+    assert objectives({"chat": {"sheddable": 0.0}}) == [m for m in objectives({"chat": {"sheddable": 0.0}},
+                                                                                continuations=True)
+                                                         if "autoscaler/continuation" not in m["metadata"]["labels"]]
+    # every priority a continuation objective takes has a band in the EPP config admission budget writes
+    bands = {b["priority"] for b in epp_config(8)["flowControl"]["priorityBands"]}
+    assert {m["spec"]["priority"] for m in out} <= bands
+
+
+def test_the_cli_writes_continuation_objectives_on_request(tmp_path: Path) -> None:
+    doc = AdmissionDocument()
+    doc.publish("chat", {"critical": None, "standard": None, "sheddable": 0.0})
+    path = tmp_path / "admission.json"
+    path.write_bytes(doc.json())
+    res = CliRunner().invoke(app, ["admission", "objectives", str(path), "--continuations"])
+    assert res.exit_code == 0, res.output
+    by_name = {m["metadata"]["name"]: m["spec"]["priority"] for m in yaml.safe_load_all(res.output)}
+    assert by_name == {"chat-critical": 2, "chat-critical-continuing": 2, "chat-standard": 1,
+                       "chat-standard-continuing": 1, "chat-sheddable": -3, "chat-sheddable-continuing": 0}
+
+
 def test_the_cli_reads_the_served_document_and_prints_objectives() -> None:
     doc = AdmissionDocument()
     doc.publish("llama-3.1-8b", {"critical": None, "standard": 1.0, "sheddable": 0.0})
@@ -98,7 +129,8 @@ INFERENCE_OBJECTIVE_V1ALPHA2 = {
 def test_objectives_are_valid_under_the_current_llm_d_crd() -> None:
     import jsonschema
 
-    for manifest in objectives({"llama-3.1-8b": {"critical": None, "standard": 0.0}, "code": {}}, namespace="llm"):
+    for manifest in objectives({"llama-3.1-8b": {"critical": None, "standard": 0.0}, "code": {}}, namespace="llm",
+                               continuations=True):
         jsonschema.validate(manifest, INFERENCE_OBJECTIVE_V1ALPHA2)
     with pytest.raises(jsonschema.ValidationError):  # the schema is no rubber stamp: the old group fails it
         jsonschema.validate(objectives({"chat": {}}, api_group="inference.networking.x-k8s.io")[0],
