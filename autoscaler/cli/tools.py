@@ -31,7 +31,10 @@ from autoscaler.errors import AutoscalerError, Terminated
 if TYPE_CHECKING:
     from rich.table import Table
 
-admission_app = App(no_args_is_help=True, help="Admission thresholds for a real gateway.")
+admission_app = App(no_args_is_help=True, help="Admission thresholds for a real gateway.", epilog=examples(
+    "autoscaler admission objectives http://autoscaler.autoscaler:8080 | kubectl apply -f -",
+    "autoscaler admission budget -o yaml > epp-config.yaml",
+))
 app.add_typer(admission_app, name="admission")
 
 
@@ -153,7 +156,8 @@ def admission_budget(
         say(f"one number for the pool (the EPP's maxTokenConcurrency): {one_tokens}")
 
 
-dashboards_app = App(no_args_is_help=True, help="The Grafana dashboards and Prometheus rules.")
+dashboards_app = App(no_args_is_help=True, help="The Grafana dashboards and Prometheus rules.",
+                     epilog=examples("autoscaler dashboards export --out bundle"))
 app.add_typer(dashboards_app, name="dashboards")
 
 
@@ -192,7 +196,8 @@ def dashboards_export(
     say(f"wrote {len(paths)} files under {out}")
 
 
-faults_app = App(no_args_is_help=True, help="Fault scenarios: the failures the anchors' users reported.")
+faults_app = App(no_args_is_help=True, help="Fault scenarios: the failures the anchors' users reported.",
+                 epilog=examples("autoscaler faults run --scenarios other-writer"))
 app.add_typer(faults_app, name="faults")
 
 
@@ -281,7 +286,8 @@ def faults_run(
         raise typer.Exit(1)
 
 
-profiles_app = App(no_args_is_help=True, help="The shipped performance profiles.")
+profiles_app = App(no_args_is_help=True, help="The shipped performance profiles.",
+                   epilog=examples("autoscaler profiles list"))
 app.add_typer(profiles_app, name="profiles")
 
 _SOURCE_LABEL = {"llm-inference-bench": "LIB", "splitwise": "Splitwise"}
@@ -331,7 +337,9 @@ def profiles_list(
         console.print(profiles_table())
 
 
-profile_app = App(no_args_is_help=True, help="A profile from your own measurements.")
+profile_app = App(no_args_is_help=True, help="A profile from your own measurements.",
+                  epilog=examples("autoscaler profile fit --model llama-3-8b --gpu H100-SXM --out my.json "
+                                  "--bench run1.json"))
 app.add_typer(profile_app, name="profile")
 
 

@@ -80,6 +80,12 @@ def test_every_help_page_has_examples_and_readable_metavars(argv: tuple[str, ...
         assert bad not in page, bad
 
 
+@pytest.mark.parametrize("group", ["admission", "dashboards", "faults", "profiles", "profile"])
+def test_every_group_help_page_has_examples_of_its_own(group: str) -> None:
+    page = help_page(group)
+    assert "Examples:" in page and f"autoscaler {group} " in page.split("Examples:", 1)[1]
+
+
 def test_top_level_help_shows_examples_and_version() -> None:
     page = help_page()
     assert "--version" in page and "<bool>" not in page and "Examples:" in page
