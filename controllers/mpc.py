@@ -411,7 +411,7 @@ class MPCController(Controller):
             raise ValueError(f"{name}: pool must be >= 1, got {pool}")
         if warm not in (0, 1):
             raise ValueError(f"{name}: warm must be 0 or 1, got {warm}")
-        if shed not in (0, 1) or not 1.0 < shed_weight < miss_weight:
+        if shed not in (0, 1) or (shed and not 1.0 < shed_weight < miss_weight):
             raise ValueError(f"{name}: need shed 0 or 1 and 1 < shed_weight < miss_weight ({miss_weight:g}), "
                              f"got {shed} and {shed_weight}")
         if forecast not in FORECASTS:

@@ -452,10 +452,17 @@ def test_with_shed_but_no_gateway_data_nothing_is_shed_nor_set() -> None:
     assert d.desired["gh200"] == 4 and d.admission == {} and "shed_rps_now" not in d.terms
 
 
-@pytest.mark.parametrize("spec", ["mpc:shed=2", "mpc:shed=1:shed_weight=1", "mpc:shed=1:shed_weight=10"])
+@pytest.mark.parametrize("spec", ["mpc:shed=2", "mpc:shed=1:shed_weight=1", "mpc:shed=1:shed_weight=10",
+                                  "mpc:shed=1:miss_weight=1.5"])
 def test_a_shed_setting_out_of_range_is_a_value_error(spec: str) -> None:
     with pytest.raises(ValueError, match="shed"):
         build(spec, CFG)
+
+
+def test_without_shed_its_weight_does_not_bound_the_miss_weight() -> None:
+    # shed_weight's default (2) only matters with shed=1: a miss_weight below it stays valid without
+    c = build("mpc:miss_weight=1.5", CFG)
+    assert isinstance(c, MPCController) and c.miss_weight == 1.5 and not c.shed
 
 
 @pytest.mark.parametrize("bad", [math.nan, -1.0, math.inf])
