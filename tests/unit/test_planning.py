@@ -388,3 +388,35 @@ def test_a_negative_node_limit_is_a_value_error() -> None:
     svc = PlanService("s", [variant("a", 3)], np.zeros(3), 1.0)
     with pytest.raises(ValueError, match="node_limit"):
         solve(PlanProblem([svc], 60.0, 3, node_limit=-1))
+
+
+def test_a_decomposed_plan_carries_each_services_shed_column_within_the_shared_limits() -> None:
+    # Four services under shared quotas, two of them may shed 30 % of their demand: planned service by
+    # service, each keeps its demand covered (served + shed + missed), sheds within its bound, and the
+    # services that may not shed have no shed column; the GPUs stay within the quotas and the budget,
+    # and the cost is the joint optimum's within 1 % (the decomposition's documented tolerance).
+    import dataclasses
+
+    rng = np.random.default_rng(3)
+    h = 12
+    services = []
+    for i in range(4):
+        d = rng.uniform(10, 60, h)
+        vs = [variant("a", h, price=3.0, cap=15.0, current=int(rng.integers(0, 3)), gpu="H100", hi=6, cold=2),
+              variant("b", h, price=1.5, cap=6.0, current=int(rng.integers(0, 3)), gpu="GH200", hi=6, cold=3)]
+        shed = {} if i % 2 else {"shed_rps": d * 0.3, "shed_cost": 0.0008}
+        services.append(PlanService(f"s{i}", vs, d, 0.002, **shed))  # type: ignore[arg-type]
+    joint_problem = PlanProblem(services, 60.0, h, gpu_quota={"H100": 8, "GH200": 10}, gpu_budget=15)
+    joint = solve(joint_problem)
+    plan = solve(dataclasses.replace(joint_problem, decompose=True))
+    assert plan.message.startswith("decomposed")
+    assert set(plan.shed_rps) == {"s0", "s2"} and plan.cost <= joint.cost * 1.01
+    h100 = sum(plan.replicas[s.name]["a"] for s in services)
+    gh200 = sum(plan.replicas[s.name]["b"] for s in services)
+    assert h100.max() <= 8 and gh200.max() <= 10 and (h100 + gh200).max() <= 15
+    for s in services:
+        served = sum(v.capacity_rps * plan.serving[s.name][v.name] for v in s.variants)
+        covered = served + plan.unserved_rps[s.name] + plan.shed_rps.get(s.name, 0.0)
+        assert np.all(covered >= s.demand_rps - 1e-6)
+        if s.shed_rps is not None:
+            assert np.all(plan.shed_rps[s.name] <= s.shed_rps + 1e-6) and plan.shed_rps[s.name].max() > 0
