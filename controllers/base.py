@@ -175,6 +175,12 @@ class Controller(ABC):
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """What to ask for ``svc`` given this tick's estimate (pure of I/O: no query, no write)."""
 
+    def on_admission(self, enforced: bool) -> None:
+        """Called once by the loop: ``enforced`` when it runs an admission policy, so thresholds a
+        decision carries reach a gateway that sheds (False: none is configured, and a controller
+        must not plan on requests being shed). A controller that sets no thresholds ignores it."""
+        return None
+
     def on_guard_cut(self, service: str, intended: Mapping[str, int], applied: Mapping[str, int],
                      weights: Mapping[str, float]) -> None:
         """``applied`` (replicas per variant) is what the fleet got instead of ``intended``; ``weights``

@@ -37,7 +37,8 @@ without) and each ``decide`` reads its part:
   is not. The decision then carries the gateway's thresholds (``Decision.admission``): the
   capacity the plan serves in its first step, given to today's demand per priority from the top
   down (``controllers.admission.balance``, the ``mpc`` policy's rule on the plan's capacity);
-  without gateway data the plan sheds nothing and sets none (the loop's policy, if any, does);
+  without gateway data, or where the loop runs no admission policy (``on_admission``: no gateway
+  sheds then), the plan sheds nothing and sets none (the loop's policy, if any, does);
   with it, they replace the loop's policy's (the loop applies a decision's own thresholds first).
 
 On a scale-down ``Decision.remove_first`` names the pods to remove, coldest and least loaded first
@@ -452,6 +453,7 @@ class MPCController(Controller):
         self.pool = pool
         self.warm = bool(warm)
         self.shed = bool(shed)
+        self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
         self.admission_cfg = c.admission_settings
 
@@ -717,7 +719,7 @@ class MPCController(Controller):
         miss = miss_cost(variants, self.miss_weight)
         if miss is None:
             return hold(current, "hold: no variant can serve within the SLO")
-        priorities = priority_demand(est) if self.shed else None
+        priorities = priority_demand(est) if self.shed and self.shed_enforced else None
         shed_rps, shed_cost = None, 0.0
         total = sum(priorities.values()) if priorities is not None else 0.0
         if priorities is not None and total > 0:
@@ -822,6 +824,11 @@ class MPCController(Controller):
                   Gauge("autoscaler_mpc_solve_seconds", "Wall time of the last plan's solve.", plan.solve_ms / 1000.0))
         return Decision(desired, why, code, terms, plan={name: [int(x) for x in n] for name, n in steps.items()},
                         remove_first=removal_order(est, desired), gauges=gauges, admission=admission)
+
+    def on_admission(self, enforced: bool) -> None:
+        """With ``shed``, plan shedding only where the loop runs an admission policy: without one no
+        gateway sheds, and a plan that counted on it would leave the sheddable demand short."""
+        self.shed_enforced = enforced
 
     def on_guard_cut(self, service: str, intended: Mapping[str, int], applied: Mapping[str, int],
                      weights: Mapping[str, float]) -> None:

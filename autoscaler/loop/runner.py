@@ -113,6 +113,7 @@ class ControlLoop:
         self.controller = controller
         self.admission = admission
         self.policy = policy
+        controller.on_admission(policy is not None)
         observed = cfg.controller.capacity_mix == "observed"
         self.mixes = {s.name: MixTracker(s, cfg.engine, cfg.controller.window_s, observed)
                       for s in cfg.services}

@@ -211,3 +211,25 @@ def test_run_every_keeps_a_fixed_schedule() -> None:
         run_every(0.0, tick, 1)
     with pytest.raises(ValueError, match="limit must be >= 1"):
         run_every(1.0, tick, 0)
+
+
+def test_the_loop_tells_the_controller_whether_an_admission_policy_runs(make_fleet) -> None:
+    from controllers.admission import build_admission
+
+    cfg = make_fleet(2, min_replicas=1, max_replicas=8)
+    told: list[bool] = []
+
+    class Listening(Fixed):
+        def on_admission(self, enforced: bool) -> None:
+            told.append(enforced)
+
+    ControlLoop(cfg, Source(), None, Listening(2))
+    ControlLoop(cfg, Source(), None, Listening(2), Sink(), build_admission("mpc", cfg.controller.admission_settings))
+    assert told == [False, True]
+    # the MPC with shed=1 plans shedding only where a policy runs
+    from controllers.mpc import MPCController
+
+    mpc = build("mpc:shed=1", cfg)
+    assert isinstance(mpc, MPCController) and mpc.shed_enforced  # before any loop: as configured
+    ControlLoop(cfg, Source(), None, mpc)
+    assert not mpc.shed_enforced

@@ -475,3 +475,13 @@ def test_with_shed_a_gateway_rate_that_is_not_a_rate_sheds_nothing(bad: float) -
     est = replace(est, signals=replace(est.signals, by_priority=prio))
     d = controller(shed=1).decide(est, SVC)
     assert d.admission == {} and "shed_rps_now" not in d.terms and d.desired["gh200"] == 4
+
+
+def test_with_shed_but_no_admission_policy_in_the_loop_nothing_is_shed_nor_set() -> None:
+    # on_admission(False): no gateway sheds, so the plan serves all 31 req/s (a fourth GH200) and
+    # sets no threshold, exactly as without shed
+    est = gateway_estimate(600.0, {"critical": 10.0, "standard": 10.0, "sheddable": 11.0}, {"gh200": 3})
+    c = controller(shed=1)
+    c.on_admission(False)
+    d = c.decide(est, SVC)
+    assert d.desired == {"h100": 0, "a100": 0, "gh200": 4} and d.admission == {} and "shed_rps_now" not in d.terms
