@@ -39,7 +39,7 @@ without) and each ``decide`` reads its part:
   down (``controllers.admission.balance``, the ``mpc`` policy's rule on the plan's capacity);
   without gateway data, or where the loop runs no admission policy (``on_admission``: no gateway
   sheds then), the plan sheds nothing and sets none (the loop's policy, if any, does);
-  with it, they replace the loop's policy's (the loop applies a decision's own thresholds first).
+  otherwise they replace the loop's policy's (the loop applies a decision's own thresholds first).
 
 On a scale-down ``Decision.remove_first`` names the pods to remove, coldest and least loaded first
 (``removal_order``); the simulator honours it.
