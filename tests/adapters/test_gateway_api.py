@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,176 @@ def test_the_cli_writes_continuation_objectives_on_request(tmp_path: Path) -> No
     by_name = {m["metadata"]["name"]: m["spec"]["priority"] for m in yaml.safe_load_all(res.output)}
     assert by_name == {"chat-critical": 2, "chat-critical-continuing": 2, "chat-standard": 1,
                        "chat-standard-continuing": 1, "chat-sheddable": -3, "chat-sheddable-continuing": 0}
+
+
+# What ``admission objectives --pool pool-a --namespace llm --continuations`` prints for service chat
+# under critical no limit, standard 0, sheddable 2.5 s, written by hand from the module docstring:
+# critical 2 / 2, standard 2 - 3 = -2 / continuing 1, sheddable 0 / 0; each continuation right after
+# its class's objective, labelled autoscaler/continuation and annotated "none" (no threshold binds it).
+CHAT_CONTINUATIONS_YAML = """\
+apiVersion: llm-d.ai/v1alpha2
+kind: InferenceObjective
+metadata:
+  name: chat-critical
+  namespace: llm
+  labels:
+    app.kubernetes.io/managed-by: autoscaler
+    autoscaler/service: chat
+    autoscaler/priority: critical
+  annotations:
+    autoscaler/admission-threshold-seconds: none
+spec:
+  priority: 2
+  poolRef:
+    group: inference.networking.k8s.io
+    kind: InferencePool
+    name: pool-a
+---
+apiVersion: llm-d.ai/v1alpha2
+kind: InferenceObjective
+metadata:
+  name: chat-critical-continuing
+  namespace: llm
+  labels:
+    app.kubernetes.io/managed-by: autoscaler
+    autoscaler/service: chat
+    autoscaler/priority: critical
+    autoscaler/continuation: 'true'
+  annotations:
+    autoscaler/admission-threshold-seconds: none
+spec:
+  priority: 2
+  poolRef:
+    group: inference.networking.k8s.io
+    kind: InferencePool
+    name: pool-a
+---
+apiVersion: llm-d.ai/v1alpha2
+kind: InferenceObjective
+metadata:
+  name: chat-standard
+  namespace: llm
+  labels:
+    app.kubernetes.io/managed-by: autoscaler
+    autoscaler/service: chat
+    autoscaler/priority: standard
+  annotations:
+    autoscaler/admission-threshold-seconds: '0'
+spec:
+  priority: -2
+  poolRef:
+    group: inference.networking.k8s.io
+    kind: InferencePool
+    name: pool-a
+---
+apiVersion: llm-d.ai/v1alpha2
+kind: InferenceObjective
+metadata:
+  name: chat-standard-continuing
+  namespace: llm
+  labels:
+    app.kubernetes.io/managed-by: autoscaler
+    autoscaler/service: chat
+    autoscaler/priority: standard
+    autoscaler/continuation: 'true'
+  annotations:
+    autoscaler/admission-threshold-seconds: none
+spec:
+  priority: 1
+  poolRef:
+    group: inference.networking.k8s.io
+    kind: InferencePool
+    name: pool-a
+---
+apiVersion: llm-d.ai/v1alpha2
+kind: InferenceObjective
+metadata:
+  name: chat-sheddable
+  namespace: llm
+  labels:
+    app.kubernetes.io/managed-by: autoscaler
+    autoscaler/service: chat
+    autoscaler/priority: sheddable
+  annotations:
+    autoscaler/admission-threshold-seconds: '2.5'
+spec:
+  priority: 0
+  poolRef:
+    group: inference.networking.k8s.io
+    kind: InferencePool
+    name: pool-a
+---
+apiVersion: llm-d.ai/v1alpha2
+kind: InferenceObjective
+metadata:
+  name: chat-sheddable-continuing
+  namespace: llm
+  labels:
+    app.kubernetes.io/managed-by: autoscaler
+    autoscaler/service: chat
+    autoscaler/priority: sheddable
+    autoscaler/continuation: 'true'
+  annotations:
+    autoscaler/admission-threshold-seconds: none
+spec:
+  priority: 0
+  poolRef:
+    group: inference.networking.k8s.io
+    kind: InferencePool
+    name: pool-a
+"""
+
+
+def test_the_cli_prints_the_hand_written_manifests_with_and_without_continuations(tmp_path: Path) -> None:
+    doc = AdmissionDocument()
+    doc.publish("chat", {"critical": None, "standard": 0.0, "sheddable": 2.5})
+    path = tmp_path / "admission.json"
+    path.write_bytes(doc.json())
+    args = ["admission", "objectives", str(path), "--pool", "pool-a", "--namespace", "llm"]
+    on = CliRunner().invoke(app, [*args, "--continuations"])
+    assert on.exit_code == 0, on.output
+    assert on.output == CHAT_CONTINUATIONS_YAML
+    # off (the default or --no-continuations): the same text without the three continuation documents
+    without = "---\n".join(d for d in CHAT_CONTINUATIONS_YAML.split("---\n") if "-continuing\n" not in d)
+    for off_args in (args, [*args, "--no-continuations"]):
+        off = CliRunner().invoke(app, off_args)
+        assert off.exit_code == 0, off.output
+        assert off.output == without
+
+
+# llm-d-router v0.10.0 (pkg/epp/requestcontrol/admission.go, flowcontrol FlowKey): flow control dispatches
+# bands highest priority first. The simulated gateway's order (gateway.py, docs/admission.md): classes
+# highest first, within a class continuing before new. Keys: (class rank, continuing).
+SIMULATOR_ORDER = [(2, True), (2, False), (1, True), (1, False), (0, True), (0, False)]
+
+
+@pytest.mark.parametrize("limits", list(itertools.product((None, 0.0, 1.5), repeat=3)),
+                         ids=lambda t: "-".join("none" if x is None else f"{x:g}" for x in t))
+def test_continuation_priorities_are_never_negative_and_keep_the_simulators_order(
+        limits: tuple[float | None, float | None, float | None]) -> None:
+    """Under every mix of thresholds (no limit, 0, a budget per class): each continuation objective has
+    its class's rank (critical 2, standard 1, sheddable 0, whatever the threshold), so the admitter
+    passes it; it is never below its class's new requests; and wherever the simulator dispatches X
+    before Y the EPP's band of X is at least Y's, except a class being shed (threshold 0) whose new
+    requests drop below every continuation (docs/admission.md)."""
+    thresholds = dict(zip(("critical", "standard", "sheddable"), limits, strict=True))
+    out = objectives({"chat": thresholds}, continuations=True)
+    rank = {"critical": 2, "standard": 1, "sheddable": 0}
+    prio = {(rank[m["metadata"]["labels"]["autoscaler/priority"]],
+             "autoscaler/continuation" in m["metadata"]["labels"]): m["spec"]["priority"] for m in out}
+    assert [prio[(r, True)] for r in (2, 1, 0)] == [2, 1, 0]
+    assert all(prio[(r, True)] >= prio[(r, False)] for r in (2, 1, 0))
+    shed = {rank[p] for p, t in thresholds.items() if t == 0}
+    for i, x in enumerate(SIMULATOR_ORDER):
+        for y in SIMULATOR_ORDER[i + 1:]:
+            if x[1] or x[0] not in shed:
+                assert prio[x] >= prio[y], (x, y, prio)
+            else:  # a shed class's new requests: below every continuation, above nothing open
+                assert prio[x] < min(prio[(r, True)] for r in (2, 1, 0))
+    bands = {b["priority"] for b in epp_config(8)["flowControl"]["priorityBands"]}
+    shipped = {b["priority"] for b in yaml.safe_load((ROOT / "examples" / "gateway" / "epp-config.yaml").read_text())
+               ["flowControl"]["priorityBands"]}
+    assert set(prio.values()) <= bands and set(prio.values()) <= shipped
 
 
 def test_the_cli_reads_the_served_document_and_prints_objectives() -> None:
@@ -178,8 +349,12 @@ def test_the_shipped_example_is_what_the_cli_prints_with_no_limit(tmp_path: Path
     path.write_bytes(doc.json())
     res = CliRunner().invoke(app, ["admission", "objectives", str(path), "--namespace", "llm"])
     assert res.exit_code == 0, res.output
-    shipped = list(yaml.safe_load_all((ROOT / "examples" / "gateway" / "inference-objectives.yaml").read_text()))
+    text = (ROOT / "examples" / "gateway" / "inference-objectives.yaml").read_text()
+    shipped = list(yaml.safe_load_all(text))
     assert shipped == list(yaml.safe_load_all(res.output))
+    # byte for byte, less the example's comment lines: the example predates --continuations, which
+    # changed nothing the command prints without it
+    assert res.output == "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
     epp = yaml.safe_load((ROOT / "examples" / "gateway" / "epp-config.yaml").read_text())
     # one flow-control band for every priority an objective can take
     bands = {b["priority"] for b in epp["flowControl"]["priorityBands"]}
