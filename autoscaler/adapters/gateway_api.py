@@ -31,11 +31,21 @@ With ``continuations``, each (service, priority) also gets ``<service>-<priority
 objective a client or agent framework names for a task's follow-up calls (the simulator's
 ``continuation_objective: protected``): the priority's rank whatever its threshold, so never negative.
 llm-d-router v0.10.0's probabilistic admitter passes every request of priority >= 0 before it reads a
-metric (``probabilisticadmitter/plugin.go``, ``AdmitRequest``), and the EPP sheds only negative
-priorities, so no workflow is shed midway. Open classes keep their order (a continuation shares its
-class's band; the simulator dispatches it before its class's new requests, the EPP in arrival order
-within the band), and a class being shed (rank minus 3) still has its continuations served in its
-open band.
+metric (``probabilisticadmitter/plugin.go``, ``ProbabilisticAdmitter.Admit``), its flow control evicts
+only priorities < 0 (``eviction/filtering/sheddable.go``) and the EPP rejects only those when flow
+control is off, so none of these sheds a workflow midway (the queue's TTL still bounds a wait). Why
+the rank and not a band of their own: integer priorities leave no room between two adjacent ranks, so
+a standard or sheddable continuation one above its class would be level with the next class's new
+requests, which the simulator always serves first. So continuations are ranked with their class's new
+requests, never below, and above every lower class's objectives. What differs from the simulator:
+within the shared band the EPP serves in arrival order (a band's default policies, global-strict
+fairness over FCFS queues, ``flowcontrol/registry/config.go``) where the simulator serves the class's
+continuations first; and a class being shed (rank minus 3) has its new requests queued under every
+continuation, lower classes' included, while its continuations keep the open band (the simulated
+gateway sheds any such new request that would wait, so it never orders them). An objective name the
+EPP does not know gets priority 0 (``requestcontrol/director.go``, ``getInferenceObjective``): apply
+the continuation objectives before clients name them, or critical and standard follow-ups fall to
+sheddable's rank.
 """
 
 from __future__ import annotations

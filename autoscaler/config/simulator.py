@@ -145,7 +145,7 @@ class GatewayConfig(Strict):
     picks it with the ``x-llm-d-inference-objective`` header (llm-d-router v0.10.0
     ``pkg/epp/metadata/consts.go``, ``ObjectiveKey``): ``same`` (default) its class's, as for a new
     request, so the admitter rejects it as readily; ``protected`` one of priority >= 0 (e.g. its class's
-    rank), which the admitter always passes (``AdmitRequest`` returns before reading any metric). Flow
+    rank), which the admitter always passes (``Admit`` returns before reading any metric). Flow
     control orders it as before, within its class ahead of the new requests. Only the admitter reads
     it: with ``admitter: none`` both are the same run.
     """
