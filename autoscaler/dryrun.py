@@ -97,6 +97,11 @@ class Shadow(Controller):
         self._asked[svc.name] = dict(est.current if decision.hold else decision.desired)
         return decision
 
+    def on_admission(self, enforced: bool) -> None:
+        """Forward whether an admission policy runs: the inner controller plans on shedding only
+        where one does (``controllers.mpc``, ``shed=1``), as it would in ``run``."""
+        self.inner.on_admission(enforced)
+
     def on_guard_cut(self, service: str, intended: Mapping[str, int], applied: Mapping[str, int],
                      weights: Mapping[str, float]) -> None:
         """Forward the guard's cut; what was asked is then what the guard let through."""

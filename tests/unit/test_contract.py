@@ -233,3 +233,18 @@ def test_the_loop_tells_the_controller_whether_an_admission_policy_runs(make_fle
     assert isinstance(mpc, MPCController) and mpc.shed_enforced  # before any loop: as configured
     ControlLoop(cfg, Source(), None, mpc)
     assert not mpc.shed_enforced
+
+
+def test_a_dry_run_tells_the_controller_it_shadows_whether_an_admission_policy_runs(make_fleet) -> None:
+    # The dry-run wraps its controller in a Shadow; the loop's on_admission must reach the MPC inside,
+    # or mpc:shed=1 plans on shedding that no policy enforces (fewer replicas than `run` would ask).
+    from autoscaler.dryrun import DryRun
+    from controllers.mpc import MPCController
+
+    for admission, enforced in (("none", False), ("mpc", True)):
+        cfg = make_fleet(2, min_replicas=1, max_replicas=8, controller={"admission": admission})
+        mpc = build("mpc:shed=1", cfg)
+        assert isinstance(mpc, MPCController)
+        mpc.shed_enforced = not enforced  # so the assertion below sees the loop's call, not the default
+        DryRun(cfg, Source(), mpc)
+        assert mpc.shed_enforced is enforced
