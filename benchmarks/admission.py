@@ -42,7 +42,7 @@ import numpy as np
 import yaml
 from rich.console import Console
 
-from autoscaler.compare import split_row
+from autoscaler.compare import check_controllers, split_row
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.errors import ConfigError
@@ -211,6 +211,10 @@ def main() -> None:
     workloads = {s: scenario_workload({**sc, "seed": s}, HERE) for s in seeds}
     window = (float(sc["surge"]["start_s"]), float(sc["surge"]["end_s"]))
     rows = args.rows.split(",") if args.rows else sc["controllers"]
+    try:  # every row's spec and policy before any run: a bad last row must not cost the others' runs
+        check_controllers(rows, cfg, workloads[seeds[0]], None)
+    except ValueError as exc:
+        ap.error(f"--rows: {exc}")
     cap = {s: capacity_rps(cfg, wl) for s, wl in workloads.items()}
     jobs = [(s, r) for s in seeds for r in rows]
     # progress on stderr (autoscaler.progress): a bar per running row on a terminal, else a line every 15 s

@@ -68,3 +68,19 @@ def test_surge_workload_is_what_its_scenario_says() -> None:
     share = Counter(next(iter(p)) for p in by_wf.values())
     n = len(by_wf)
     assert share[0] / n == pytest.approx(0.2, abs=0.03) and share[2] / n == pytest.approx(0.2, abs=0.03)
+
+
+def test_the_admission_benchmark_refuses_a_bad_row_before_any_run(tmp_path: Path) -> None:
+    # A bad spec or policy in the last row is one usage line (exit 2) before any row runs, as with
+    # `autoscaler compare`; it was a worker's traceback after the rows before it had run.
+    import subprocess
+    import sys
+
+    for rows, why in (("mpc@mpc,mpc:shed=2@pid", "mpc shed must be in [0, 1], got 2"),
+                      ("mpc@mpc,mpc:shed=1@bogus", "unknown admission policy 'bogus'")):
+        res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "admission.py"), "--scenario", "surge.yaml",
+                              "--seeds", "0", "--rows", rows, "--workers", "1", "--out", str(tmp_path / "out")],
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 2 and "Traceback" not in res.stderr
+        assert res.stderr.strip().splitlines()[-1].startswith("admission.py: error: --rows: ")
+        assert why in res.stderr and not (tmp_path / "out").exists()
