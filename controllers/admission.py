@@ -140,12 +140,17 @@ class PlanAdmission(AdmissionPolicy):
 def priority_demand(est: ServiceEstimate) -> dict[str, float] | None:
     """priority -> its demand, requests/s: its arrival rate at the gateway over the window (retries
     included) plus its queue there over ``DRAIN_S``; None when the gateway reports no arrivals for
-    some priority, or a rate or queue that is not a finite number >= 0 (unknown, never read as 0)."""
+    some priority, or a rate or queue that is not a finite number >= 0 (unknown, never read as 0). A
+    queue is 0 only without flow control (no dispatch rate either: an EPP without it exports only
+    the arrivals and holds nothing); under flow control a queue that is missing is unknown."""
     sig = est.signals
     demand: dict[str, float] = {}
     for p in PRIORITIES:
-        rate, queue = sig.priority(p).arrival_rate_rps, sig.priority(p).queue or 0.0
-        if rate is None or not (0 <= rate < math.inf and 0 <= queue < math.inf):
+        ps = sig.priority(p)
+        rate, queue = ps.arrival_rate_rps, ps.queue
+        if queue is None and ps.dispatched_rps is None:
+            queue = 0.0
+        if rate is None or queue is None or not (0 <= rate < math.inf and 0 <= queue < math.inf):
             return None
         demand[p] = rate + queue / DRAIN_S
     return demand

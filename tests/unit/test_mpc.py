@@ -477,6 +477,21 @@ def test_with_shed_a_gateway_rate_that_is_not_a_rate_sheds_nothing(bad: float) -
     assert d.admission == {} and "shed_rps_now" not in d.terms and d.desired["gh200"] == 4
 
 
+def test_with_shed_a_flow_control_queue_that_is_unknown_sheds_nothing() -> None:
+    # Under flow control (a dispatch rate per priority) a missing queue is unknown, not 0: with the
+    # sheddable queue missing, no shed column and no thresholds (the plan buys the fourth GH200 for
+    # all 31 req/s, as without shed). Without flow control (arrivals only) the gateway holds nothing:
+    # the queue is 0 and the plan sheds 1 req/s as with a known empty queue.
+    est = gateway_estimate(600.0, {"critical": 10.0, "standard": 10.0, "sheddable": 11.0}, {"gh200": 3})
+    flow = {p: PrioritySignals(arrival_rate_rps=s.arrival_rate_rps, queue=None if p == "sheddable" else 0.0,
+                               dispatched_rps=s.arrival_rate_rps) for p, s in est.signals.by_priority.items()}
+    d = controller(shed=1).decide(replace(est, signals=replace(est.signals, by_priority=flow)), SVC)
+    assert d.admission == {} and "shed_rps_now" not in d.terms and d.desired["gh200"] == 4
+    arrivals = {p: PrioritySignals(arrival_rate_rps=s.arrival_rate_rps) for p, s in est.signals.by_priority.items()}
+    d = controller(shed=1).decide(replace(est, signals=replace(est.signals, by_priority=arrivals)), SVC)
+    assert d.desired["gh200"] == 3 and d.terms["shed_rps_now"] == pytest.approx(1.0, abs=1e-6)
+
+
 def test_with_shed_but_no_admission_policy_in_the_loop_nothing_is_shed_nor_set() -> None:
     # on_admission(False): no gateway sheds, so the plan serves all 31 req/s (a fourth GH200) and
     # sets no threshold, exactly as without shed
