@@ -68,7 +68,7 @@ from autoscaler.adapters.lease import LeaderElector
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.config import FleetConfig
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, ExternalChange
-from autoscaler.loop.admission import PATH, TERM_BITS, AdmissionDocument, TeeSink, check_thresholds
+from autoscaler.loop.admission import PATH, TERM_BITS, AdmissionDocument, TeeSink, check_itl_budget, check_thresholds
 from autoscaler.loop.export import LoopMetrics, MetricsServer, serve
 from autoscaler.loop.runner import ControlLoop, TickRecord
 from autoscaler.loop.ticker import next_due
@@ -91,13 +91,15 @@ class LoggingActuator:
 class LoggingSink:
     """``--dry-run``'s admission sink: logs the thresholds it would write (a malformed set is still refused)."""
 
-    def publish(self, service: str, thresholds: Mapping[str, float | None]) -> ActuationResult:
+    def publish(self, service: str, thresholds: Mapping[str, float | None],
+                itl_budget: Mapping[str, int] | None = None) -> ActuationResult:
         """Log ``would publish``."""
-        why = check_thresholds(thresholds)
+        why = check_thresholds(thresholds) or check_itl_budget(itl_budget or {})
         if why is not None:
             return ActuationResult(ActuationStatus.INVALID, f"{service}: {why}")
         log.info("dry-run: would publish admission thresholds of %s", service,
-                 extra={"service": service, "thresholds": dict(thresholds)})
+                 extra={"service": service, "thresholds": dict(thresholds),
+                        **({"itl_budget": dict(itl_budget)} if itl_budget else {})})
         return APPLIED
 
 
@@ -117,9 +119,10 @@ class LeaderOnly:
         """The inner actuator's ``scale`` while leading."""
         return self.inner.scale(service, variant, replicas, remove_first) if self.daemon.leading else self._lost()
 
-    def publish(self, service: str, thresholds: Mapping[str, float | None]) -> ActuationResult:
+    def publish(self, service: str, thresholds: Mapping[str, float | None],
+                itl_budget: Mapping[str, int] | None = None) -> ActuationResult:
         """The inner sink's ``publish`` while leading."""
-        return self.inner.publish(service, thresholds) if self.daemon.leading else self._lost()
+        return self.inner.publish(service, thresholds, itl_budget) if self.daemon.leading else self._lost()
 
 
 class Daemon:

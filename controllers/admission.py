@@ -26,7 +26,9 @@ request is unlikely to meet its TTFT once prefilled. Both policies run beside an
 
 Beside the thresholds, ``concurrency_budget`` gives each replica's ITL budget: the requests in flight
 it carries at its ITL bound, which the gateway's concurrency detector holds it to (docs/admission.md,
-"The ITL budget"); it depends on the fleet file alone, so it is configured once, not set per tick.
+"The ITL budget"). From the fleet file alone it is configured once; ``learned_budget`` corrects it by
+what a planning controller learned of each variant (its profile's speed and its capacity multiple,
+``models.learning``), which the controller publishes with its thresholds (``Decision.itl_budget``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -190,8 +192,10 @@ class ItlBudget:
     servable: bool
 
 
-def itl_budgets(svc: Service, engine: EngineConfig) -> dict[str, ItlBudget]:
-    """variant -> its ITL budget on the service's ``typical_request`` mix and interactive SLO.
+def itl_budgets(svc: Service, engine: EngineConfig,
+                slowdown: Mapping[str, float] | None = None) -> dict[str, ItlBudget]:
+    """variant -> its ITL budget on the service's ``typical_request`` mix and interactive SLO, each
+    variant's profile ``slowdown[variant]`` times slower where given (a learned speed factor, > 0).
 
     Raises:
         ValueError: no variant serves the typical request within the interactive SLO
@@ -201,6 +205,9 @@ def itl_budgets(svc: Service, engine: EngineConfig) -> dict[str, ItlBudget]:
     out = {}
     for v in svc.variants:
         spec = ReplicaSpec.of(v, engine)
+        alpha = (slowdown or {}).get(v.name, 1.0)
+        if alpha != 1.0:
+            spec = replace(spec, profile=spec.profile.slowed(alpha))
         bounds = replica_capacity(spec, mix, slo.ttft_s, slo.itl_s)
         in_flight = concurrency_at(spec, mix, bounds.itl_rps)
         out[v.name] = ItlBudget(bounds.itl_rps, in_flight, max(1, min(engine.max_num_seqs, math.floor(in_flight))),
@@ -210,6 +217,20 @@ def itl_budgets(svc: Service, engine: EngineConfig) -> dict[str, ItlBudget]:
                          f"({svc.typical_request.input_tokens:g} / {svc.typical_request.output_tokens:g} tokens) "
                          "within the interactive SLO (capacity 0 req/s): no ITL budget")
     return out
+
+
+def learned_budget(budget: ItlBudget, kappa: float, max_num_seqs: int) -> int:
+    """The ITL budget of a replica that serves ``kappa`` (> 0) times the model's capacity at the same
+    latencies (``models.learning``: it behaves as the model's replica at ``rate / kappa``), requests:
+    by Little's law its requests in flight at its ITL bound are ``kappa`` times the model's
+    (``ItlBudget.in_flight``), whole, at least 1 and at most ``max_num_seqs`` (as ``itl_budgets``).
+
+    Raises:
+        ValueError: ``kappa`` not a finite number > 0.
+    """
+    if not (math.isfinite(kappa) and kappa > 0):
+        raise ValueError(f"capacity multiple must be a finite number > 0, got {kappa!r}")
+    return max(1, min(max_num_seqs, math.floor(budget.in_flight * kappa + 1e-9)))
 
 
 def pool_budget(budgets: Mapping[str, ItlBudget]) -> int:

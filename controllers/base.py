@@ -107,6 +107,10 @@ class Decision:
         admission: priority (``autoscaler.workload.types.PRIORITIES``) -> admission threshold at the
             gateway: the longest estimated queue wait a request of that priority may be admitted to,
             seconds, None for no limit (``controllers.admission``); empty when none is set.
+        itl_budget: variant -> the most requests in flight the gateway should hold each of its
+            replicas to (its ITL budget as the controller has learned it,
+            ``controllers.admission.learned_budget``), published with the thresholds; empty when
+            the controller learns none.
         plan: variant -> replicas the controller plans for its next steps (a planning controller's
             horizon, first step first); empty for a controller that plans nothing ahead.
         remove_first: variant -> names of the pods to remove first when its count goes down, in
@@ -121,6 +125,7 @@ class Decision:
     terms: dict[str, float] = field(default_factory=dict)
     hold: bool = False
     admission: dict[str, float | None] = field(default_factory=dict)
+    itl_budget: dict[str, int] = field(default_factory=dict)
     plan: dict[str, list[int]] = field(default_factory=dict)
     remove_first: dict[str, list[str]] = field(default_factory=dict)
     gauges: tuple[Gauge, ...] = ()

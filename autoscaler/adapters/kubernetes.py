@@ -85,7 +85,7 @@ from autoscaler.adapters.workloads.base import FailedReads, ObjectError, describ
 from autoscaler.config import KubernetesConfig, Service
 from autoscaler.errors import AutoscalerError
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, ExternalChange
-from autoscaler.loop.admission import API_VERSION, KIND, TERM_BITS, check_thresholds
+from autoscaler.loop.admission import API_VERSION, KIND, TERM_BITS, check_itl_budget, check_thresholds
 from autoscaler.loop.observe import MetricsSource, PendingMarks
 from autoscaler.state import ServiceObservation
 from autoscaler.urls import check_url, redact
@@ -412,18 +412,24 @@ class ConfigMapSink:
         """The service's ConfigMap name."""
         return self.kube.admission_configmap.format(service=service)
 
-    def data(self, service: str, thresholds: Mapping[str, float | None]) -> dict[str, str]:
-        """The ConfigMap's ``data`` for ``thresholds`` (module docstring)."""
+    def data(self, service: str, thresholds: Mapping[str, float | None],
+             itl_budget: Mapping[str, int] | None = None) -> dict[str, str]:
+        """The ConfigMap's ``data`` for ``thresholds`` and ``itl_budget`` (module docstring)."""
         full = {p: thresholds.get(p) for p in PRIORITIES}
+        entry: dict[str, Any] = {"thresholds": full, "updated_unix_s": time.time()}
+        if itl_budget:
+            entry["itl_budget"] = dict(itl_budget)
         doc = {"apiVersion": API_VERSION, "kind": KIND, "generation": self.base + self.generation.get(service, 0),
                "leader": self.leader, "unit": "seconds of estimated queue wait", "priorities": list(PRIORITIES),
-               "services": {service: {"thresholds": full, "updated_unix_s": time.time()}}}
+               "services": {service: entry}}
         return {"thresholds.json": json.dumps(doc, sort_keys=True),
                 **{p: "none" if x is None else f"{x:g}" for p, x in full.items()}}
 
-    def publish(self, service: str, thresholds: Mapping[str, float | None]) -> ActuationResult:
-        """Write ``thresholds`` to the service's ConfigMap, or refuse a malformed set (``invalid``)."""
-        why = check_thresholds(thresholds)
+    def publish(self, service: str, thresholds: Mapping[str, float | None],
+                itl_budget: Mapping[str, int] | None = None) -> ActuationResult:
+        """Write ``thresholds`` and ``itl_budget`` to the service's ConfigMap, or refuse a malformed set
+        (``invalid``)."""
+        why = check_thresholds(thresholds) or check_itl_budget(itl_budget or {})
         if why is not None:
             return ActuationResult(ActuationStatus.INVALID, f"{service}: {why}")
         ns, name = self.kube.namespace, self.name(service)
@@ -431,7 +437,7 @@ class ConfigMapSink:
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
                                 "metadata": {"name": name, "namespace": ns,
                                              "labels": {"app.kubernetes.io/managed-by": COMPONENT}},
-                                "data": self.data(service, thresholds)}
+                                "data": self.data(service, thresholds, itl_budget)}
         try:
             existing = self.core.read_namespaced_config_map(name, ns)
         except ApiException as exc:

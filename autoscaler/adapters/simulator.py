@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
+from autoscaler.loop.admission import check_itl_budget
 from autoscaler.loop.observe import PendingMarks
 from autoscaler.promql import GATEWAY_WINDOW_S
 from autoscaler.simulator.engine import DRAINING, PROVISIONING, READY, Replica
@@ -329,12 +330,17 @@ class SimAdmissionSink:
     def __init__(self, sim: FleetSimulator) -> None:
         self.sim = sim
 
-    def publish(self, service: str, thresholds: Mapping[str, float | None]) -> ActuationResult:
-        """Apply ``thresholds`` (priority -> seconds of estimated wait, None for no limit) at ``service``'s gateway."""
+    def publish(self, service: str, thresholds: Mapping[str, float | None],
+                itl_budget: Mapping[str, int] | None = None) -> ActuationResult:
+        """Apply ``thresholds`` (priority -> seconds of estimated wait, None for no limit) at ``service``'s
+        gateway, and ``itl_budget`` where its concurrency detector follows one
+        (``FleetSimulator.follow_itl_budget``)."""
         flow = self.sim.services[service].flow
         if flow is None:
             return ActuationResult(ActuationStatus.INVALID, f"{service}: the gateway runs without flow control")
-        why = flow.set_thresholds(thresholds)
+        why = check_itl_budget(itl_budget or {}) or flow.set_thresholds(thresholds)
+        if why is None and itl_budget:
+            self.sim.follow_itl_budget(service, itl_budget)
         return APPLIED if why is None else ActuationResult(ActuationStatus.INVALID, f"{service}: {why}")
 
 

@@ -148,6 +148,16 @@ class GatewayConfig(Strict):
     rank), which the admitter always passes (``Admit`` returns before reading any metric). Flow
     control orders it as before, within its class ahead of the new requests. Only the admitter reads
     it: with ``admitter: none`` both are the same run.
+
+    ``budget_refresh_s`` (default None: never) makes the concurrency detector follow the ITL budget
+    the controller publishes (``Decision.itl_budget``, the MPC's with ``learn``): the latest published
+    budget replaces each variant's ``max_concurrency`` (``auto-min``: the fewest published, for all)
+    at most once every ``budget_refresh_s`` seconds, the filter moving with it. The EPP reads
+    ``maxConcurrency`` from its configuration once, at its start (llm-d-router v0.10.0 concurrency
+    detector), so a real pool follows only as an operator or a sync job re-rolling the EPP with the
+    admission document's budget would, which is what this models; it needs ``saturation:
+    concurrency``, ``concurrency_mode: requests`` and ``max_concurrency`` ``auto`` or ``auto-min``
+    (the budget starts there).
     """
 
     saturation: Literal["pool", "pod", "concurrency"] = "pool"
@@ -173,6 +183,7 @@ class GatewayConfig(Strict):
     admitter_k: float = Field(default=300.0, gt=0)
     sheddable_objective: Literal["rank", "negative"] = "rank"
     continuation_objective: Literal["same", "protected"] = "same"
+    budget_refresh_s: float | None = Field(default=None, gt=0)
 
     @field_validator("max_concurrency", "max_token_concurrency", mode="before")
     @classmethod
@@ -187,6 +198,11 @@ class GatewayConfig(Strict):
         if self.concurrency_mode != "requests" and self.saturation != "concurrency":
             raise ValueError(f"concurrency_mode {self.concurrency_mode} is the concurrency detector's: it needs "
                              f"saturation concurrency, not {self.saturation}")
+        if self.budget_refresh_s is not None and (self.saturation != "concurrency"
+                                                  or self.concurrency_mode != "requests"
+                                                  or self.max_concurrency not in ("auto", "auto-min")):
+            raise ValueError("budget_refresh_s follows the learned ITL budget of the concurrency detector: it needs "
+                             "saturation concurrency, concurrency_mode requests and max_concurrency auto or auto-min")
         if self.usage_limit == "priority_holdback" and self.saturation == "pod":
             raise ValueError("usage_limit priority_holdback needs a pool saturation (pool or concurrency), not pod")
         if self.usage_limit == "priority_holdback" and self.min_ceiling >= self.max_ceiling:

@@ -87,9 +87,11 @@ class Actuator(Protocol):
 class AdmissionSink(Protocol):
     """Publishes admission thresholds to the gateway of a service."""
 
-    def publish(self, service: str, thresholds: Mapping[str, float | None]) -> ActuationResult:
+    def publish(self, service: str, thresholds: Mapping[str, float | None],
+                itl_budget: Mapping[str, int] | None = None) -> ActuationResult:
         """Make ``thresholds`` (priority -> longest estimated queue wait, seconds; None: no limit) the
-        gateway's for ``service``."""
+        gateway's for ``service``, with ``itl_budget`` (variant -> requests in flight per replica,
+        ``Decision.itl_budget``) where the controller learned one."""
         ...
 
 

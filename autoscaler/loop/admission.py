@@ -7,9 +7,14 @@ Schema (``apiVersion`` ``autoscaler/v1``, ``kind`` ``AdmissionThresholds``; docs
      "leader": "autoscaler-7d9f-x2", "unit": "seconds of estimated queue wait",
      "priorities": ["sheddable", "standard", "critical"],
      "services": {"<service>": {"thresholds": {"critical": null, "standard": 1.0, "sheddable": 0.0},
+                                "itl_budget": {"h100": 21, "a100": 9},
                                 "updated_unix_s": 1764600000.0}}}
 
-``null`` is no limit. ``generation`` is ``term * 2**32 + n``: ``term`` the leader's (the Lease's
+``null`` is no limit. ``itl_budget`` (only where the controller learns one, ``Decision.itl_budget``)
+is each variant's requests in flight per replica at the ITL target, for the gateway's concurrency
+detector (``maxConcurrency``; docs/admission.md, "The ITL budget, learned").
+
+``generation`` is ``term * 2**32 + n``: ``term`` the leader's (the Lease's
 ``leaseTransitions`` when it took it, ``adapters.lease``), ``n`` the publications accepted in that
 term; so it increases with every publication and across leaders (a new leader's first document is
 newer than anything its predecessor served), and a consumer can tell a new document from the one it
@@ -54,6 +59,17 @@ def check_thresholds(thresholds: Mapping[str, Any]) -> str | None:
     return None
 
 
+def check_itl_budget(itl_budget: Mapping[str, Any]) -> str | None:
+    """Why ``itl_budget`` (variant name -> requests in flight per replica) cannot be published, or
+    None: a name that is not text, or a value that is not a whole number in ``[1, 2**31)``."""
+    for name, n in itl_budget.items():
+        if not isinstance(name, str) or not name:
+            return f"ITL budget: variant name must be text, got {name!r}"
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < 2 ** 31:
+            return f"ITL budget of '{name}' must be a whole number of requests >= 1, got {n!r}"
+    return None
+
+
 class AdmissionDocument:
     """The latest good thresholds per service, as the document of the module docstring (thread-safe).
 
@@ -75,14 +91,18 @@ class AdmissionDocument:
             self.generation = term << TERM_BITS
             self.leader = leader
 
-    def publish(self, service: str, thresholds: Mapping[str, float | None]) -> ActuationResult:
-        """Store ``thresholds`` for ``service`` (priorities left out keep theirs), or refuse them."""
-        why = check_thresholds(thresholds)
+    def publish(self, service: str, thresholds: Mapping[str, float | None],
+                itl_budget: Mapping[str, int] | None = None) -> ActuationResult:
+        """Store ``thresholds`` for ``service`` (priorities left out keep theirs) and ``itl_budget``
+        (variants left out keep theirs), or refuse both."""
+        why = check_thresholds(thresholds) or check_itl_budget(itl_budget or {})
         if why is not None:
             return ActuationResult(ActuationStatus.INVALID, f"{service}: {why}")
         with self._lock:
             entry = self._services.setdefault(service, {"thresholds": {}})
             entry["thresholds"].update({p: None if x is None else float(x) for p, x in thresholds.items()})
+            if itl_budget:
+                entry.setdefault("itl_budget", {}).update(itl_budget)
             entry["updated_unix_s"] = time.time()
             self.generation += 1
         return APPLIED
@@ -90,7 +110,9 @@ class AdmissionDocument:
     def document(self) -> dict[str, Any]:
         """The document (module docstring)."""
         with self._lock:
-            services = {k: {"thresholds": dict(v["thresholds"]), "updated_unix_s": v["updated_unix_s"]}
+            services = {k: {"thresholds": dict(v["thresholds"]),
+                            **({"itl_budget": dict(v["itl_budget"])} if "itl_budget" in v else {}),
+                            "updated_unix_s": v["updated_unix_s"]}
                         for k, v in self._services.items()}
             return {"apiVersion": API_VERSION, "kind": KIND, "generation": self.generation, "leader": self.leader,
                     "unit": "seconds of estimated queue wait", "priorities": list(PRIORITIES), "services": services}
@@ -138,10 +160,11 @@ class TeeSink:
     def __init__(self, *sinks: AdmissionSink) -> None:
         self.sinks = sinks
 
-    def publish(self, service: str, thresholds: Mapping[str, float | None]) -> ActuationResult:
+    def publish(self, service: str, thresholds: Mapping[str, float | None],
+                itl_budget: Mapping[str, int] | None = None) -> ActuationResult:
         """Publish to each sink in turn until one fails."""
         for sink in self.sinks:
-            res = sink.publish(service, thresholds)
+            res = sink.publish(service, thresholds, itl_budget)
             if not res.ok:
                 return res
         return APPLIED

@@ -253,13 +253,13 @@ class ControlLoop:
         return Guarded(replicas, "; ".join([guarded.reason, *notes]), guarded.limits), remove_first, draining
 
     def _publish(self, svc: Service, est: ServiceEstimate, decision: Decision) -> ActuationResult | None:
-        """The admission thresholds (the controller's, else the policy's) written to the sink; None when
-        there are none or no sink."""
+        """The admission thresholds (the controller's, else the policy's) and the controller's ITL budget
+        written to the sink; None when there are neither or no sink."""
         if self.policy is not None and not decision.admission:
             decision.admission = self.policy.thresholds(est, svc)
-        if not decision.admission or self.admission is None:
+        if not (decision.admission or decision.itl_budget) or self.admission is None:
             return None
-        admission = self.admission.publish(svc.name, decision.admission)
+        admission = self.admission.publish(svc.name, decision.admission, decision.itl_budget)
         if not admission.ok:
             self._count(svc.name, "admission", admission)
         return admission

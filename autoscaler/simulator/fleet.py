@@ -35,7 +35,7 @@ import heapq
 import math
 import random
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,6 +113,7 @@ class ServiceSim:
         self.token_limit: dict[str, int] = {}  # variant -> the filter's: max_tokens x (1 + headroom)
         self.tokens: dict[int, int] = {}  # replica rid -> tokens the gateway counts in flight there
         self.ceilings = [1.0] * len(PRIORITIES)  # usage ceiling per priority level, lowest first
+        self.budget_set_s = -math.inf  # when a published ITL budget last replaced max_concurrency
 
     def counts(self, variant: str) -> VariantCounts:
         """Current replica counts of ``variant``."""
@@ -614,6 +615,25 @@ class FleetSimulator:
         entry.update(applied=True, failed_requests=len(failed))
         self._retire(r)
         self._new_replica(svc, svc.variants[variant])
+
+    def follow_itl_budget(self, service: str, itl_budget: Mapping[str, int]) -> bool:
+        """Let ``service``'s concurrency detector take a published ITL budget (variant -> requests in
+        flight per replica, each >= 1) when its gateway follows one (``GatewayConfig.budget_refresh_s``)
+        and the last change is at least that long ago: each variant's ``max_concurrency`` (``auto-min``:
+        the fewest published, for all) and its filter. True when it changed them."""
+        g = self.cfg.simulator.gateway
+        svc = self.services[service]
+        if g.budget_refresh_s is None or svc.flow is None or not itl_budget \
+                or self.now - svc.budget_set_s < g.budget_refresh_s:
+            return False
+        if g.max_concurrency == "auto-min":
+            new = dict.fromkeys(svc.max_concurrency, min(itl_budget.values()))
+        else:
+            new = {v: itl_budget.get(v, n) for v, n in svc.max_concurrency.items()}
+        svc.max_concurrency = new
+        svc.dispatch_limit = {v: int(n * (1.0 + g.headroom)) for v, n in new.items()}
+        svc.budget_set_s = self.now
+        return True
 
     def set_replicas(self, service: str, variant: str, desired: int, remove_first: Sequence[int] = ()) -> int:
         """Actuate: make ready + starting replicas of ``variant`` equal ``desired``.

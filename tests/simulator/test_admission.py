@@ -398,6 +398,71 @@ def test_the_concurrency_detector_filters_replicas_at_their_limit_with_headroom(
     assert sim.services["svc"].flow.queued == [0, 0, 6]
 
 
+def test_a_following_gateway_takes_the_published_itl_budget_at_most_every_refresh(make_fleet) -> None:
+    """budget_refresh_s 60, headroom 0.5: a published budget of 4 replaces max_concurrency (filter
+    int(4 x 1.5) = 6); one of 9 a moment later waits for the refresh; 61 s on it is taken (filter 13).
+    A malformed budget is refused and changes nothing, thresholds included."""
+    sim_cfg = {"gateway": {"saturation": "concurrency", "headroom": 0.5, "budget_refresh_s": 60.0}}
+    sim = FleetSimulator(make_fleet(1, simulator=sim_cfg), Workload([req(0.0, 1)]), admission=True)
+    svc, sink = sim.services["svc"], SimAdmissionSink(sim)
+    assert sink.publish("svc", {"standard": 1.0}, {"h100": 4}).ok
+    assert (svc.max_concurrency, svc.dispatch_limit) == ({"h100": 4}, {"h100": 6})
+    sim.run_until(30.0)
+    assert sink.publish("svc", {}, {"h100": 9}).ok and svc.max_concurrency == {"h100": 4}
+    sim.run_until(61.0)
+    assert sink.publish("svc", {}, {"h100": 9}).ok
+    assert (svc.max_concurrency, svc.dispatch_limit) == ({"h100": 9}, {"h100": 13})
+    sim.run_until(200.0)
+    for bad in ({"h100": 0}, {"h100": 2.5}, {"h100": True}):
+        res = sink.publish("svc", {"standard": 5.0}, bad)  # type: ignore[dict-item]
+        assert res.status is ActuationStatus.INVALID and "ITL budget" in res.message
+    assert svc.max_concurrency == {"h100": 9} and svc.flow.thresholds[1] == 1.0
+
+
+def test_without_budget_refresh_s_the_gateway_keeps_its_configured_budget(make_fleet) -> None:
+    sim = FleetSimulator(make_fleet(1, simulator={"gateway": {"saturation": "concurrency", "max_concurrency": "auto"}}),
+                         Workload([req(0.0, 1)]), admission=True)
+    before = dict(sim.services["svc"].max_concurrency)
+    assert SimAdmissionSink(sim).publish("svc", {}, {"h100": 3}).ok
+    assert sim.services["svc"].max_concurrency == before != {"h100": 3}
+
+
+def test_auto_min_takes_the_fewest_published_for_every_variant() -> None:
+    from autoscaler.config.loading import default_config
+
+    cfg = default_config()
+    cfg.simulator.gateway = GatewayConfig(saturation="concurrency", max_concurrency="auto-min", budget_refresh_s=60.0)
+    sim = FleetSimulator(cfg, Workload([req(0.0, 1)]), admission=True)
+    svc = sim.services[cfg.services[0].name]
+    assert SimAdmissionSink(sim).publish(svc.cfg.name, {}, {"h100": 30, "gh200": 12}).ok
+    assert svc.max_concurrency == {v.name: 12 for v in cfg.services[0].variants}
+
+
+@pytest.mark.parametrize("gateway", [{"saturation": "pool"}, {"saturation": "concurrency", "max_concurrency": 7},
+                                     {"saturation": "concurrency", "concurrency_mode": "tokens"}])
+def test_budget_refresh_s_needs_a_concurrency_detector_on_an_auto_request_budget(gateway: dict) -> None:
+    with pytest.raises(ValueError, match="budget_refresh_s follows the learned ITL budget"):
+        GatewayConfig(**gateway, budget_refresh_s=60.0)
+    with pytest.raises(ValueError, match="greater than 0"):
+        GatewayConfig(saturation="concurrency", budget_refresh_s=0.0)
+
+
+def test_the_itl_budget_is_in_the_served_document_and_a_malformed_one_is_refused() -> None:
+    doc = AdmissionDocument()
+    assert doc.publish("chat", {"standard": 1.0}, {"h100": 21, "a100": 9}).ok
+    assert doc.publish("chat", {}, {"a100": 8}).ok  # variants left out keep theirs
+    raw = json.loads(doc.json())
+    assert raw["services"]["chat"]["itl_budget"] == {"h100": 21, "a100": 8}
+    assert parse_document(doc.json()) == {"chat": {"standard": 1.0}}
+    assert doc.publish("chat", {"standard": 2.0}, {"a100": -1}).status is ActuationStatus.INVALID
+    assert json.loads(doc.json())["services"]["chat"] == {**raw["services"]["chat"],
+                                                          "updated_unix_s": raw["services"]["chat"]["updated_unix_s"]}
+    assert doc.generation == 2
+    plain = AdmissionDocument()
+    assert plain.publish("code", {"standard": 1.0}).ok
+    assert "itl_budget" not in json.loads(plain.json())["services"]["code"]
+
+
 def test_priority_holdback_ceilings_are_linear_by_rank() -> None:
     """llm-d-router v0.10.0 priority-holdback-policy, rank domain: c_i = max - i (max - min) / (N - 1)
     with i = 0 the highest priority; lowest first here: 0.4, 0.7, 1.0."""

@@ -40,23 +40,29 @@ class Sink:
     def __init__(self, result: ActuationResult = APPLIED) -> None:
         self.result = result
         self.published: list[tuple[str, dict[str, float]]] = []
+        self.budgets: list[dict[str, int]] = []
 
-    def publish(self, service: str, thresholds: Mapping[str, float]) -> ActuationResult:
+    def publish(self, service: str, thresholds: Mapping[str, float],
+                itl_budget: Mapping[str, int] | None = None) -> ActuationResult:
         self.published.append((service, dict(thresholds)))
+        self.budgets.append(dict(itl_budget or {}))
         return self.result
 
 
 class Fixed(Controller):
     """Asks for ``want`` replicas (and admission thresholds) and records every guard cut it is told of."""
 
-    def __init__(self, want: int, admission: dict[str, float] | None = None) -> None:
+    def __init__(self, want: int, admission: dict[str, float] | None = None,
+                 itl_budget: dict[str, int] | None = None) -> None:
         super().__init__("fixed-test", 15.0, 60.0, own_guard=True)
         self.want = want
         self.admission = admission or {}
+        self.itl_budget = itl_budget or {}
         self.cuts: list[tuple[dict[str, int], dict[str, int]]] = []
 
     def decide(self, est, svc) -> Decision:
-        return Decision({"h100": self.want}, "test", Reason.SCALE_UP, admission=dict(self.admission))
+        return Decision({"h100": self.want}, "test", Reason.SCALE_UP, admission=dict(self.admission),
+                        itl_budget=dict(self.itl_budget))
 
     def on_guard_cut(self, service, intended, applied, weights) -> None:
         self.cuts.append((dict(intended), dict(applied)))
@@ -110,6 +116,16 @@ def test_admission_thresholds_go_to_the_sink_and_are_exported(make_fleet) -> Non
     loop = ControlLoop(cfg, Source(), Actuator([APPLIED]), Fixed(2, {"x": 1.0}), admission=refused)
     loop.tick(15.0)
     assert loop.actuation_errors == {("svc", "admission", ActuationStatus.INVALID): 1}
+
+
+def test_the_controllers_itl_budget_goes_to_the_sink_with_the_thresholds(make_fleet) -> None:
+    cfg = make_fleet(2, min_replicas=1, max_replicas=8)
+    sink = Sink()
+    ControlLoop(cfg, Source(), Actuator([APPLIED]), Fixed(2, {"low": 1.5}, {"h100": 12}), admission=sink).tick(15.0)
+    assert sink.published == [("svc", {"low": 1.5})] and sink.budgets == [{"h100": 12}]
+    alone = Sink()  # a budget without thresholds is still published
+    ControlLoop(cfg, Source(), Actuator([APPLIED]), Fixed(2, None, {"h100": 7}), admission=alone).tick(15.0)
+    assert alone.published == [("svc", {})] and alone.budgets == [{"h100": 7}]
 
 
 def test_no_admission_thresholds_publish_nothing(make_fleet) -> None:

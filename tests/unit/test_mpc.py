@@ -24,9 +24,11 @@ from autoscaler.state import (
     VariantObservation,
 )
 from autoscaler.workload.types import Request, Workload
+from controllers.admission import ItlBudget, concurrency_budget, itl_budgets, learned_budget
 from controllers.mpc import MPCController, _ServiceMemory
 from controllers.registry import build, parse_spec
-from models.capacity import ReplicaSpec, RequestMix, replica_capacity, speed_factor, utilisation
+from models.capacity import ReplicaSpec, RequestMix, replica_capacity, service_mix, speed_factor, utilisation
+from models.learning import CapacityPosterior
 from models.planning import Plan, PlanProblem
 
 CFG = default_config()
@@ -500,3 +502,43 @@ def test_with_shed_but_no_admission_policy_in_the_loop_nothing_is_shed_nor_set()
     c.on_admission(False)
     d = c.decide(est, SVC)
     assert d.desired == {"h100": 0, "a100": 0, "gh200": 4} and d.admission == {} and "shed_rps_now" not in d.terms
+
+
+def test_learned_itl_budget_is_the_models_in_flight_times_the_capacity_multiple() -> None:
+    # Little's law: a replica that serves kappa times the model's rate at the same latencies holds
+    # kappa times its requests in flight; whole, at least 1, at most max_num_seqs (256).
+    b = ItlBudget(itl_rps=5.13, in_flight=51.5, budget=51, servable=True)
+    assert learned_budget(b, 1.0, 256) == 51
+    assert learned_budget(b, 0.5, 256) == 25  # 25.75
+    assert learned_budget(b, 0.01, 256) == 1  # 0.515: never below one request
+    assert learned_budget(b, 6.0, 256) == 256  # 309: the engine's batch
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="capacity multiple"):
+            learned_budget(b, bad, 256)
+
+
+def test_a_slowed_profile_lowers_the_itl_budget_and_1_leaves_it() -> None:
+    plain = itl_budgets(SVC, CFG.engine)
+    assert itl_budgets(SVC, CFG.engine, {v.name: 1.0 for v in SVC.variants}) == plain
+    slow = itl_budgets(SVC, CFG.engine, {"a100": 1.5})
+    assert slow["gh200"] == plain["gh200"] and slow["h100"] == plain["h100"]
+    assert slow["a100"].itl_rps < plain["a100"].itl_rps and slow["a100"].in_flight < plain["a100"].in_flight
+
+
+def test_the_mpc_publishes_the_itl_budget_it_has_learned() -> None:
+    # With its mixes (learn, the default), the MPC's budget is the gateway's auto budget while it has
+    # learned nothing, and the model's in-flight count times the capacity multiple it plans on once it
+    # has; each as a gauge labelled by variant. Without learning it publishes none.
+    mixes = {SVC.name: service_mix(SVC)}
+    mpc = MPCController(CFG, {SVC.name: WEIGHTS}, forecast="last", mixes=mixes)
+    d = mpc.decide(estimate(600.0, 31.0, {"gh200": 3}), SVC)
+    assert d.itl_budget == concurrency_budget(SVC, CFG.engine, "auto")
+    gauges = {dict(g.labels)["variant"]: g.value for g in d.gauges if g.name == "autoscaler_itl_budget_requests"}
+    assert gauges == {k: float(n) for k, n in d.itl_budget.items()}
+    mpc.memory[SVC.name].capacity["gh200"] = CapacityPosterior(mean=math.log(0.6), var=0.01)
+    d = mpc.decide(estimate(615.0, 31.0, {"gh200": 3}), SVC)
+    assert d.itl_budget["gh200"] == math.floor(itl_budgets(SVC, CFG.engine)["gh200"].in_flight * 0.6)
+    assert d.itl_budget["a100"] == concurrency_budget(SVC, CFG.engine, "auto")["a100"]
+    quiet = MPCController(CFG, {SVC.name: WEIGHTS}, forecast="last", mixes=mixes, learn=0)
+    assert quiet.decide(estimate(600.0, 31.0, {"gh200": 3}), SVC).itl_budget == {}
+    assert controller().decide(estimate(600.0, 31.0, {"gh200": 3}), SVC).itl_budget == {}  # no mixes
