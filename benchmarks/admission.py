@@ -19,12 +19,16 @@ Besides the run's ``results.json`` figures it reports, over the scenario's ``sur
 ``--gateway KEY=VALUE,...`` lays settings over the fleet's ``simulator.gateway`` for every row
 (``saturation=concurrency,usage_limit=priority_holdback``: ``autoscaler.config.GatewayConfig``).
 With ``admitter=probabilistic`` the shed column adds ``[N adm.]``, the attempts the admitter rejected.
+``--slowdown X`` runs every variant's steps X times longer than its profile says (GPUs slower than
+measured, which no controller is told: ``simulator.slowdown``); with ``budget_refresh_s`` in
+``--gateway`` the concurrency detector follows the ITL budget the MPC learns (docs/admission.md).
 
 With ``--seeds`` it runs each seed's workload (the scenario's own seed by default), prints a table
 per seed and then each row's spread over the seeds (min / median / max).
 
     python benchmarks/admission.py [--scenario surge.yaml] [--seeds 0,1,2] [--out runs/admission]
                                    [--workers N] [--rows pid@none,mpc@mpc] [--gateway KEY=VALUE,...]
+                                   [--slowdown X]
 """
 
 from __future__ import annotations
@@ -182,6 +186,9 @@ def main() -> None:
     ap.add_argument("--rows", default=None, help="comma-separated SCALING@ADMISSION rows (default: the scenario's)")
     ap.add_argument("--gateway", default=None,
                     help="KEY=VALUE,... laid over the fleet's simulator.gateway (GatewayConfig) for every row")
+    ap.add_argument("--slowdown", type=float, default=None,
+                    help="every variant's steps this many times longer than its profile says (simulator.slowdown: "
+                         "GPUs slower than measured, which the controllers are not told)")
     args = ap.parse_args()
     path = SCENARIOS / args.scenario
     if not path.is_file():
@@ -202,6 +209,10 @@ def main() -> None:
         sc.setdefault("fleet", {}).setdefault("simulator", {}).setdefault("gateway", {}).update(gateway)
     try:
         cfg = parse_config(scenario_fleet(sc), path.name)
+        if args.slowdown is not None:
+            doc = cfg.model_dump()
+            doc["simulator"]["slowdown"] = {v.name: args.slowdown for s in cfg.services for v in s.variants}
+            cfg = parse_config(doc, f"{path.name} --slowdown")
     except ConfigError as exc:
         ap.error(str(exc))
     try:

@@ -62,7 +62,7 @@ from typing import Any
 
 from autoscaler.config.kubernetes import DNS_LABEL, DNS_SUBDOMAIN
 from autoscaler.files import read_regular
-from autoscaler.loop.admission import PATH, parse_document
+from autoscaler.loop.admission import PATH, parse_document, parse_itl_budgets
 from autoscaler.urls import redact
 from autoscaler.workload.types import PRIORITIES
 
@@ -165,6 +165,29 @@ def read_document(source: str, timeout_s: float = 10.0) -> dict[str, dict[str, f
             valid document; the message names the source (credentials masked) as
             ``admission document at <source>: <why>``.
     """
+    body, where = _read(source, timeout_s)
+    try:
+        return parse_document(body)
+    except ValueError as exc:
+        raise ValueError(f"admission document at {where}: {str(exc).removeprefix('admission document: ')}") from None
+
+
+def read_itl_budgets(source: str, timeout_s: float = 10.0) -> dict[str, dict[str, int]]:
+    """service -> variant -> ITL budget from the admission document at ``source`` (as
+    ``read_document``; ``autoscaler.loop.admission.parse_itl_budgets``).
+
+    Raises:
+        ValueError: as ``read_document``, or a malformed budget.
+    """
+    body, where = _read(source, timeout_s)
+    try:
+        return parse_itl_budgets(body)
+    except ValueError as exc:
+        raise ValueError(f"admission document at {where}: {str(exc).removeprefix('admission document: ')}") from None
+
+
+def _read(source: str, timeout_s: float) -> tuple[bytes, str]:
+    """The body of the admission document at ``source`` and the source as shown (``read_document``)."""
     if "://" in source:
         body, where = _fetch(source, timeout_s)
     else:
@@ -178,10 +201,7 @@ def read_document(source: str, timeout_s: float = 10.0) -> dict[str, dict[str, f
             raise ValueError(f"admission document at {source}: {exc}") from None
     if len(body) > MAX_BYTES:
         raise ValueError(f"admission document at {where}: larger than {MAX_BYTES // 2**20} MiB")
-    try:
-        return parse_document(body)
-    except ValueError as exc:
-        raise ValueError(f"admission document at {where}: {str(exc).removeprefix('admission document: ')}") from None
+    return body, where
 
 
 def _fetch(source: str, timeout_s: float) -> tuple[bytes, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -78,6 +79,7 @@ def admission_objectives(
     "autoscaler admission budget --config fleet.yaml",
     "autoscaler admission budget --config fleet.yaml -o yaml --min-ceiling 0.8 > epp-config.yaml",
     "autoscaler admission budget --config fleet.yaml --mode hybrid --streaming -o yaml > epp-config.yaml",
+    "autoscaler admission budget --config fleet.yaml --from http://autoscaler.autoscaler:8080 -o yaml",
 ))
 def admission_budget(
     config: Annotated[Path | None, typer.Option(help="Fleet YAML file (default: the embedded example fleet).")] = None,
@@ -94,6 +96,9 @@ def admission_budget(
         "--streaming/--no-streaming",
         help="Clients stream (tokens, hybrid: the EPP frees a request's tokens at its first token, unless the "
              "fleet's simulator.gateway.output_estimate; default: the fleet's simulator.clients.streaming).")] = None,
+    source: Annotated[str | None, typer.Option(
+        "--from", help="The loop's address (http://HOST:PORT) or an admission document file: use the ITL budget "
+                       "the MPC learned and published there (requests mode only).")] = None,
 ) -> None:
     """Print the requests in flight each replica can carry at the ITL objective (docs/admission.md).
 
@@ -101,7 +106,9 @@ def admission_budget(
     --mode tokens or hybrid, also the tokens the EPP counts in flight there (its inflight-load-producer,
     charged as the fleet's simulator.gateway says). With --output yaml, the endpoint picker's config
     holding every replica to the fewest of them (its concurrency detector takes one number for the
-    pool), for the EPP's --config-file.
+    pool), for the EPP's --config-file. With --from, the budget the controller learned and published
+    (its itl_budget) replaces the model's for the variants it names: the EPP reads its config once, so
+    roll it out again to apply a new one.
     """
     import yaml
     from rich.table import Table
@@ -115,10 +122,24 @@ def admission_budget(
             raise ValueError("--min-ceiling sets the EPP config's priority holdback: it needs -o yaml")
         if mode not in ("requests", "tokens", "hybrid"):
             raise ValueError(f"--mode must be one of requests, tokens, hybrid, got {mode!r}")
+        if source is not None and mode != "requests":
+            raise ValueError("--from reads a budget of requests in flight: it needs --mode requests")
         cfg = load_cfg(config)
         check_service(cfg, service)
         svc = cfg.service(service)
         budgets = itl_budgets(svc, cfg.engine)
+        learned: dict[str, int] = {}
+        if source is not None:
+            from autoscaler.adapters.gateway_api import read_itl_budgets
+            learned = read_itl_budgets(source).get(svc.name, {})
+            if not learned:
+                raise ValueError(f"admission document at {source}: no ITL budget for service {svc.name} (the MPC "
+                                 "publishes one each tick unless it runs with learn=0)")
+            unknown = sorted(set(learned) - set(budgets))
+            if unknown:
+                raise ValueError(f"admission document at {source}: service {svc.name} has no variant "
+                                 f"{', '.join(unknown)} in the fleet file")
+            budgets = {n: replace(b, budget=learned[n]) if n in learned else b for n, b in budgets.items()}
         one = pool_budget(budgets)
         tokens: dict[str, int] = {}
         g = cfg.simulator.gateway.model_copy(update={"max_token_concurrency": "auto"})
@@ -141,7 +162,7 @@ def admission_budget(
     table = Table(title=f"{svc.name}: ITL budget per replica",
                   caption=f"ITL objective {slo.itl_s:g} s; typical request {typical.input_tokens:g} / "
                           f"{typical.output_tokens:g} tokens")
-    columns = ["variant", "profile", "ITL bound req/s", "in flight there", "budget"]
+    columns = ["variant", "profile", "ITL bound req/s", "in flight there", "learned budget" if learned else "budget"]
     if tokens:
         columns.append("token budget")
     for col in columns:
@@ -151,6 +172,9 @@ def admission_budget(
         row = [v.name, v.profile, f"{b.itl_rps:.2f}", f"{math.floor(b.in_flight * 10) / 10:.1f}", str(b.budget)]
         table.add_row(*row, *([str(tokens[v.name])] if tokens else []))
     console.print(table)
+    if learned:
+        say(f"learned: as published at {source} (the model's in flight there, corrected by what the "
+            "controller learned); variants it does not name keep the model's")
     say(f"one number for the pool (the EPP's maxConcurrency): {one}")
     if tokens:
         say(f"one number for the pool (the EPP's maxTokenConcurrency): {one_tokens}")

@@ -128,6 +128,45 @@ def parse_document(text: str | bytes) -> dict[str, dict[str, float | None]]:
     Raises:
         ValueError: not JSON, another apiVersion or kind, or a malformed threshold (``check_thresholds``).
     """
+    services = _services(text)
+    out: dict[str, dict[str, float | None]] = {}
+    for service, entry in services.items():
+        thresholds = entry.get("thresholds") if isinstance(entry, dict) else None
+        if not isinstance(thresholds, dict):
+            raise ValueError(f"admission document: services.{service}.thresholds is not a mapping")
+        why = check_thresholds(thresholds)
+        if why is not None:
+            raise ValueError(f"admission document: services.{service}: {why}")
+        out[service] = {p: None if x is None else float(x) for p, x in thresholds.items()}
+    return out
+
+
+def parse_itl_budgets(text: str | bytes) -> dict[str, dict[str, int]]:
+    """service -> variant -> ITL budget (requests in flight per replica) from a document, for the
+    services that carry one (``itl_budget``, module docstring).
+
+    Raises:
+        ValueError: as ``parse_document``, or a malformed budget (``check_itl_budget``).
+    """
+    parse_document(text)
+    out: dict[str, dict[str, int]] = {}
+    for service, entry in _services(text).items():
+        budget = entry.get("itl_budget")
+        if budget is None:
+            continue
+        why = "not a mapping" if not isinstance(budget, dict) else check_itl_budget(budget)
+        if why is not None:
+            raise ValueError(f"admission document: services.{service}.itl_budget: {why}")
+        out[service] = dict(budget)
+    return out
+
+
+def _services(text: str | bytes) -> dict[str, Any]:
+    """The ``services`` mapping of a document whose JSON, apiVersion and kind are right.
+
+    Raises:
+        ValueError: not JSON, another apiVersion or kind, or ``services`` not a mapping.
+    """
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -139,16 +178,7 @@ def parse_document(text: str | bytes) -> dict[str, dict[str, float | None]]:
     services = doc.get("services") or {}
     if not isinstance(services, dict):
         raise ValueError("admission document: services is not a mapping")
-    out: dict[str, dict[str, float | None]] = {}
-    for service, entry in services.items():
-        thresholds = entry.get("thresholds") if isinstance(entry, dict) else None
-        if not isinstance(thresholds, dict):
-            raise ValueError(f"admission document: services.{service}.thresholds is not a mapping")
-        why = check_thresholds(thresholds)
-        if why is not None:
-            raise ValueError(f"admission document: services.{service}: {why}")
-        out[service] = {p: None if x is None else float(x) for p, x in thresholds.items()}
-    return out
+    return services
 
 
 class TeeSink:

@@ -519,6 +519,49 @@ def test_admission_budget_writes_the_holdback_policy_on_request_and_refuses_what
         epp_config(0)
 
 
+def test_admission_budget_from_the_live_document_takes_the_learned_budget(tmp_path: Path) -> None:
+    """--from: the budget the MPC published replaces the model's for the variants it names; the EPP's
+    one number is the fewest of the servable variants'. Served over HTTP as the loop serves it."""
+    cfg = default_config()
+    svc = cfg.services[0]
+    model = concurrency_budget(svc, cfg.engine, "auto")
+    doc = AdmissionDocument()
+    assert doc.publish(svc.name, {"standard": 1.0}, {"gh200": 17, "h100": 40}).ok
+    server = serve(CollectorRegistry(), "127.0.0.1:0", {"/v1/admission": doc.json})
+    try:
+        res = CliRunner().invoke(app, ["admission", "budget", "-o", "yaml", "--from", f"http://127.0.0.1:{server.port}"])
+    finally:
+        server.close()
+    assert res.exit_code == 0, res.output
+    epp = yaml.safe_load(res.output)
+    check_epp_config(epp)
+    (detector,) = [p for p in epp["plugins"] if p["type"] == "concurrency-detector"]
+    assert detector["parameters"]["maxConcurrency"] == min(17, 40, model["a100"])
+    path = tmp_path / "admission.json"
+    path.write_bytes(doc.json())
+    res = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["admission", "budget", "--from", str(path)])
+    assert res.exit_code == 0, res.output
+    rows = {line.split("│")[1].strip(): line.split("│")[-2].strip() for line in res.output.splitlines()
+            if line.count("│") >= 6 and line.split("│")[1].strip() in model}
+    assert rows == {"gh200": "17", "h100": "40", "a100": str(model["a100"])}
+    assert "learned budget" in res.output
+
+
+@pytest.mark.parametrize(("doc", "args", "message"), [
+    ({"standard": 1.0}, [], "no ITL budget for service"),
+    ({"standard": 1.0, "budget": {"tpu": 3}}, [], "has no variant tpu"),
+    ({"standard": 1.0, "budget": {"gh200": 3}}, ["--mode", "tokens"], "it needs --mode requests"),
+])
+def test_admission_budget_from_a_document_without_a_usable_budget_is_one_line(
+        tmp_path: Path, doc: dict, args: list[str], message: str) -> None:
+    d = AdmissionDocument()
+    budget = doc.pop("budget", None)
+    assert d.publish(default_config().services[0].name, doc, budget).ok
+    (tmp_path / "a.json").write_bytes(d.json())
+    res = CliRunner().invoke(app, ["admission", "budget", "--from", str(tmp_path / "a.json"), *args])
+    assert res.exit_code == 2 and message in res.output, res.output
+
+
 @pytest.mark.parametrize("mode", ["tokens", "hybrid"])
 def test_admission_budget_writes_the_token_modes(tmp_path: Path, mode: str) -> None:
     """``--mode tokens|hybrid``: the detector holds every endpoint to the fewest of the variants' token

@@ -18,7 +18,7 @@ import pytest
 from autoscaler.adapters.simulator import SimAdmissionSink
 from autoscaler.config import GatewayConfig
 from autoscaler.loop.actuate import ActuationStatus
-from autoscaler.loop.admission import AdmissionDocument, check_thresholds, parse_document
+from autoscaler.loop.admission import AdmissionDocument, check_thresholds, parse_document, parse_itl_budgets
 from autoscaler.loop.export import serve
 from autoscaler.report import summarize
 from autoscaler.simulate import SimulationRun, run_simulation
@@ -458,6 +458,11 @@ def test_the_itl_budget_is_in_the_served_document_and_a_malformed_one_is_refused
     assert json.loads(doc.json())["services"]["chat"] == {**raw["services"]["chat"],
                                                           "updated_unix_s": raw["services"]["chat"]["updated_unix_s"]}
     assert doc.generation == 2
+    assert parse_itl_budgets(doc.json()) == {"chat": {"h100": 21, "a100": 8}}
+    for bad in ({"h100": 0}, [3], {"h100": "3"}):
+        raw["services"]["chat"]["itl_budget"] = bad
+        with pytest.raises(ValueError, match=r"services\.chat\.itl_budget"):
+            parse_itl_budgets(json.dumps(raw))
     plain = AdmissionDocument()
     assert plain.publish("code", {"standard": 1.0}).ok
     assert "itl_budget" not in json.loads(plain.json())["services"]["code"]
