@@ -192,16 +192,17 @@ class ItlBudget:
     servable: bool
 
 
-def itl_budgets(svc: Service, engine: EngineConfig,
-                slowdown: Mapping[str, float] | None = None) -> dict[str, ItlBudget]:
-    """variant -> its ITL budget on the service's ``typical_request`` mix and interactive SLO, each
-    variant's profile ``slowdown[variant]`` times slower where given (a learned speed factor, > 0).
+def itl_budgets(svc: Service, engine: EngineConfig, slowdown: Mapping[str, float] | None = None,
+                mix: RequestMix | None = None) -> dict[str, ItlBudget]:
+    """variant -> its ITL budget on ``mix`` (default: the service's ``typical_request``) and the
+    interactive SLO, each variant's profile ``slowdown[variant]`` times slower where given (a learned
+    speed factor, > 0).
 
     Raises:
-        ValueError: no variant serves the typical request within the interactive SLO
+        ValueError: no variant serves the mix within the interactive SLO
             (``models.capacity.replica_capacity``: 0 req/s), or as that function.
     """
-    mix, slo = service_mix(svc), svc.slo[INTERACTIVE]
+    mix, slo = service_mix(svc) if mix is None else mix, svc.slo[INTERACTIVE]
     out = {}
     for v in svc.variants:
         spec = ReplicaSpec.of(v, engine)

@@ -442,7 +442,8 @@ class MPCController(Controller):
         self._allowance_cache: dict[tuple[object, ...], float | None] = {}
         self._pool_cache: dict[tuple[object, ...], float] = {}
         self._curve_cache: dict[tuple[str, str, float, float, float, float], LatencyCurve | None] = {}
-        self._budget_cache: dict[tuple[str, tuple[tuple[str, float], ...]], dict[str, ItlBudget]] = {}
+        self._budget_cache: dict[tuple[str, tuple[tuple[str, float], ...], float, float, float],
+                                 dict[str, ItlBudget]] = {}
         self.forecast = forecast
         self.mix = mix
         self.services = list(cfg.services)
@@ -821,7 +822,7 @@ class MPCController(Controller):
                + (f"; sheds {shed[0]:.1f} req/s now, up to {shed.max():.1f}" if shed is not None and shed.max() > 0
                   else "")
                + limit_note(plan))
-        budget = self.itl_budget(svc, mem)
+        budget = self.itl_budget(est, svc, mem)
         gauges = (Gauge("autoscaler_mpc_demand_rps", "Demand the plan serves now, requests/s.", terms["demand_rps"]),
                   Gauge("autoscaler_mpc_solve_seconds", "Wall time of the last plan's solve.", plan.solve_ms / 1000.0),
                   *(Gauge("autoscaler_itl_budget_requests", "Requests in flight per replica at the ITL target, "
@@ -831,22 +832,23 @@ class MPCController(Controller):
                         remove_first=removal_order(est, desired), gauges=gauges, admission=admission,
                         itl_budget=budget)
 
-    def itl_budget(self, svc: Service, mem: _ServiceMemory) -> dict[str, int]:
+    def itl_budget(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> dict[str, int]:
         """variant -> its ITL budget as learned (``controllers.admission.learned_budget``), requests in
-        flight per replica: the model's on the service's ``typical_request`` mix (as the gateway's
-        ``auto`` budget) with the profile slowed by this tick's speed factor, times the capacity
-        multiple the plan uses (``CapacityPosterior.planned``: a learned gain counts at the low end of
-        its band, as for the plan); servable variants only. Empty without ``learn``, or where no
-        variant serves the typical request within the SLO."""
+        flight per replica: the model's on this tick's mix (``_mix``: the lengths the service is seen
+        to send, as the plan's capacity) with the profile slowed by this tick's speed factor, times
+        the capacity multiple the plan uses (``CapacityPosterior.planned``: a learned gain counts at
+        the low end of its band, as for the plan); servable variants only. Empty without ``learn``,
+        or where no variant serves the mix within the SLO."""
         if not self.learn:
             return {}
+        mix, mix_key = self._mix(est, svc)
         alphas = tuple(sorted((v.name, round(round(mem.last_speed.get(v.name, 1.0) / SPEED_STEP) * SPEED_STEP, 4))
                               for v in svc.variants))
-        key = (svc.name, alphas)
+        key = (svc.name, alphas, *mix_key)
         if key not in self._budget_cache:
             try:
-                self._budget_cache[key] = itl_budgets(svc, self.engine, dict(alphas))
-            except ValueError:  # no variant serves the typical request: no budget to learn
+                self._budget_cache[key] = itl_budgets(svc, self.engine, dict(alphas), mix)
+            except ValueError:  # no variant serves the mix: no budget to learn
                 self._budget_cache[key] = {}
         out = {}
         for name, b in self._budget_cache[key].items():
