@@ -202,6 +202,8 @@ def itl_budgets(svc: Service, engine: EngineConfig, slowdown: Mapping[str, float
         ValueError: no variant serves the mix within the interactive SLO
             (``models.capacity.replica_capacity``: 0 req/s), or as that function.
     """
+    what = (f"its typical_request ({svc.typical_request.input_tokens:g} / {svc.typical_request.output_tokens:g} "
+            "tokens)" if mix is None else f"the mix (means {mix.mean_input:.0f} / {mix.mean_output:.0f} tokens)")
     mix, slo = service_mix(svc) if mix is None else mix, svc.slo[INTERACTIVE]
     out = {}
     for v in svc.variants:
@@ -214,9 +216,8 @@ def itl_budgets(svc: Service, engine: EngineConfig, slowdown: Mapping[str, float
         out[v.name] = ItlBudget(bounds.itl_rps, in_flight, max(1, min(engine.max_num_seqs, math.floor(in_flight))),
                                 bounds.rps > 0)
     if not any(b.servable for b in out.values()):
-        raise ValueError(f"service {svc.name}: no variant serves its typical_request "
-                         f"({svc.typical_request.input_tokens:g} / {svc.typical_request.output_tokens:g} tokens) "
-                         "within the interactive SLO (capacity 0 req/s): no ITL budget")
+        raise ValueError(f"service {svc.name}: no variant serves {what} within the interactive SLO "
+                         "(capacity 0 req/s): no ITL budget")
     return out
 
 

@@ -528,7 +528,8 @@ def test_a_slowed_profile_lowers_the_itl_budget_and_1_leaves_it() -> None:
 def test_the_mpc_publishes_the_itl_budget_it_has_learned() -> None:
     # With its mixes (learn, the default), the MPC's budget is the gateway's auto budget while it has
     # learned nothing, and the model's in-flight count times the capacity multiple it plans on once it
-    # has; each as a gauge labelled by variant. Without learning it publishes none.
+    # has; each as a gauge labelled by variant. It is computed on the mix the MPC sizes for (here 4k
+    # prompts: fewer in flight). Without learning it publishes none.
     mixes = {SVC.name: service_mix(SVC)}
     mpc = MPCController(CFG, {SVC.name: WEIGHTS}, forecast="last", mixes=mixes)
     d = mpc.decide(estimate(600.0, 31.0, {"gh200": 3}), SVC)
@@ -539,6 +540,12 @@ def test_the_mpc_publishes_the_itl_budget_it_has_learned() -> None:
     d = mpc.decide(estimate(615.0, 31.0, {"gh200": 3}), SVC)
     assert d.itl_budget["gh200"] == math.floor(itl_budgets(SVC, CFG.engine)["gh200"].in_flight * 0.6)
     assert d.itl_budget["a100"] == concurrency_budget(SVC, CFG.engine, "auto")["a100"]
+    long = {SVC.name: RequestMix.from_means(4096.0, 256.0)}  # the lengths it is sized for, not typical_request's
+    seen = MPCController(CFG, {SVC.name: WEIGHTS}, forecast="last", mixes=long).decide(
+        estimate(600.0, 31.0, {"gh200": 3}), SVC)
+    on_long = itl_budgets(SVC, CFG.engine, mix=long[SVC.name])
+    assert seen.itl_budget == {k: b.budget for k, b in on_long.items() if b.servable}
+    assert seen.itl_budget["gh200"] < concurrency_budget(SVC, CFG.engine, "auto")["gh200"]
     quiet = MPCController(CFG, {SVC.name: WEIGHTS}, forecast="last", mixes=mixes, learn=0)
     assert quiet.decide(estimate(600.0, 31.0, {"gh200": 3}), SVC).itl_budget == {}
     assert controller().decide(estimate(600.0, 31.0, {"gh200": 3}), SVC).itl_budget == {}  # no mixes
