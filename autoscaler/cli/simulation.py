@@ -43,6 +43,7 @@ from autoscaler.cli.options import (
     output_help,
 )
 from autoscaler.errors import AutoscalerError
+from autoscaler.formats import money, per_request, percent
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -71,10 +72,10 @@ def results_table(res: dict[str, Any]) -> Table:
                   f"{r['total']} / {r['completed']} / {r['rejected']} / {r['failed']}")
     for c, d in res["slo_attainment_detail"].items():
         t.add_row(f"SLO attainment {c} (TTFT / ITL / both)",
-                  f"{fmt(d['ttft'], '.2%')} / {fmt(d['itl'], '.2%')} / {fmt(d['both'], '.2%')}")
+                  f"{percent(d['ttft'])} / {percent(d['itl'])} / {percent(d['both'])}")
     bp = res["slo_attainment_by_priority"]
     t.add_row("SLO attainment critical / standard / sheddable",
-              f"{fmt(bp['critical'], '.2%')} / {fmt(bp['standard'], '.2%')} / {fmt(bp['sheddable'], '.2%')}")
+              f"{percent(bp['critical'])} / {percent(bp['standard'])} / {percent(bp['sheddable'])}")
     if policy:
         t.add_row(f"admission {a['policy']}: shed (429s) / deferred / mid-workflow",
                   f"{a['shed']} ({a['shed_attempts']}) / {a['deferred']} / {a['shed_mid_workflow']}")
@@ -84,10 +85,10 @@ def results_table(res: dict[str, Any]) -> Table:
         q = res[k]
         t.add_row(f"{label} p50 / p95 / p99 (s)", f"{fmt(q['p50'])} / {fmt(q['p95'])} / {fmt(q['p99'])}")
     for v, h in res["gpu_hours"].items():
-        t.add_row(f"GPU-hours / $ {v}", f"{h:.2f} / ${res['cost_usd'][v]:.2f}")
-    t.add_row("cost per successful request", f"${fmt(res['cost_per_successful_request_usd'], '.7f')}")
-    t.add_row("cost per successful task", f"${fmt(res['cost_per_successful_task_usd'], '.7f')}")
-    t.add_row("prefix-cache hit rate", fmt(res["prefix_cache_hit_rate"], ".2%"))
+        t.add_row(f"GPU-hours / $ {v}", f"{h:.2f} / {money(res['cost_usd'][v])}")
+    t.add_row("cost per successful request", per_request(res['cost_per_successful_request_usd']))
+    t.add_row("cost per successful task", per_request(res['cost_per_successful_task_usd']))
+    t.add_row("prefix-cache hit rate", percent(res["prefix_cache_hit_rate"]))
     t.add_row("preemptions / scale events", f"{res['preemptions']} / {res['scale_events']}")
     crashes = res.get("crashes") or []
     if crashes:
