@@ -24,9 +24,10 @@ from autoscaler.cli.common import (
     output_format,
     print_document,
     say,
+    unreachable,
 )
 from autoscaler.cli.options import ControllersAliasOpt, JsonAliasOpt, output_help
-from autoscaler.errors import AutoscalerError, Terminated
+from autoscaler.errors import AutoscalerError, Terminated, UnreachableError
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -66,6 +67,8 @@ def admission_objectives(
     from autoscaler.adapters.gateway_api import objectives, read_document
     try:
         manifests = objectives(read_document(source), pool, namespace, api_group, continuations)
+    except UnreachableError as exc:  # the address was fine, the server not there: exit 1, as for Prometheus
+        raise unreachable(str(exc)) from None
     except ValueError as exc:
         raise fail(str(exc)) from None
     if not manifests:

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from autoscaler.adapters.gateway_api import epp_config, objective_priority, objectives, read_document
 from autoscaler.cli import app
 from autoscaler.config.loading import default_config
+from autoscaler.errors import UnreachableError
 from autoscaler.loop.admission import AdmissionDocument
 from autoscaler.loop.export import serve
 from controllers.admission import concurrency_budget, token_budget
@@ -362,20 +363,22 @@ def test_the_shipped_example_is_what_the_cli_prints_with_no_limit(tmp_path: Path
     assert "flowControl" in epp["featureGates"]
 
 
-@pytest.mark.parametrize(("source", "message"), [
-    ("http://127.0.0.1:1", "admission document at http://127.0.0.1:1/v1/admission: unreachable"),
-    ("{tmp}/missing.json", "admission document at {tmp}/missing.json: No such file or directory"),
-    ("127.0.0.1:9100", "admission document at 127.0.0.1:9100: No such file or directory (a URL starts with http://)"),
+@pytest.mark.parametrize(("source", "message", "status"), [
+    # a server that does not answer exits 1, as dry-run on a Prometheus does (docs/architecture.md#exit-codes)
+    ("http://127.0.0.1:1", "admission document at http://127.0.0.1:1/v1/admission: unreachable", 1),
+    ("{tmp}/missing.json", "admission document at {tmp}/missing.json: No such file or directory", 2),
+    ("127.0.0.1:9100", "admission document at 127.0.0.1:9100: No such file or directory (a URL starts with http://)",
+     2),
     ("{tmp}/bad.json", "admission document at {tmp}/bad.json: services.chat: threshold of 'standard' must be a finite "
-                       "number of seconds >= 0"),
-    ("{tmp}/empty.json", "no thresholds published yet (the loop publishes them at its first decision)"),
+                       "number of seconds >= 0", 2),
+    ("{tmp}/empty.json", "no thresholds published yet (the loop publishes them at its first decision)", 2),
 ])
-def test_bad_sources_are_one_line_errors(tmp_path: Path, source: str, message: str) -> None:
+def test_bad_sources_are_one_line_errors(tmp_path: Path, source: str, message: str, status: int) -> None:
     (tmp_path / "bad.json").write_text('{"apiVersion": "autoscaler/v1", "kind": "AdmissionThresholds", '
                                        '"services": {"chat": {"thresholds": {"standard": -1}}}}')
     (tmp_path / "empty.json").write_bytes(AdmissionDocument().json())
     res = CliRunner().invoke(app, ["admission", "objectives", source.format(tmp=tmp_path)])
-    assert res.exit_code == 2
+    assert res.exit_code == status
     assert message.format(tmp=tmp_path) in res.output.replace("\n", "") and "Traceback" not in res.output
     assert len(res.output.strip().splitlines()) == 1
 
@@ -393,8 +396,10 @@ def test_a_page_that_is_not_the_document_is_refused_naming_its_url() -> None:
 def test_a_server_without_the_document_is_refused_naming_its_url() -> None:
     server = serve(CollectorRegistry(), "127.0.0.1:0", {})  # a metrics server only: /v1/admission is 404
     try:
-        with pytest.raises(ValueError, match=rf"http://127.0.0.1:{server.port}/v1/admission.*404"):
+        with pytest.raises(UnreachableError, match=rf"http://127.0.0.1:{server.port}/v1/admission.*404"):
             read_document(f"http://127.0.0.1:{server.port}")
+        res = CliRunner().invoke(app, ["admission", "objectives", f"http://127.0.0.1:{server.port}"])
+        assert res.exit_code == 1 and "HTTP 404" in res.output, res.output  # a server, not the loop: as unreachable
     finally:
         server.close()
 
@@ -454,7 +459,7 @@ def test_a_server_that_drips_is_cut_off_at_the_deadline() -> None:
         conn.close()
 
     threading.Thread(target=drip, daemon=True).start()
-    with pytest.raises(ValueError, match=r"not read within 1 s|unreachable"):
+    with pytest.raises(UnreachableError, match=r"not read within 1 s|unreachable"):
         read_document(f"http://127.0.0.1:{port}", timeout_s=1.0)
     assert not dripped_all.is_set()
     srv.close()
