@@ -84,3 +84,19 @@ def test_the_admission_benchmark_refuses_a_bad_row_before_any_run(tmp_path: Path
         assert res.returncode == 2 and "Traceback" not in res.stderr
         assert res.stderr.strip().splitlines()[-1].startswith("admission.py: error: --rows: ")
         assert why in res.stderr and not (tmp_path / "out").exists()
+
+
+def test_the_compare_benchmark_takes_controller_as_the_cli_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--controller a,b`` as ``autoscaler compare``; the old ``--controllers`` reads the same with the
+    CLI's deprecation warning; both at once, or an unknown name, is a usage error before any run."""
+    assert bench.parse_args(["step", "--controller", "pid,mpc:shed=1"]).controllers == ["pid", "mpc:shed=1"]
+    assert bench.parse_args(["step"]).controllers is None  # the scenario's own
+    capsys.readouterr()
+    assert bench.parse_args(["--controllers", "pid,hpa"]).controllers == ["pid", "hpa"]
+    assert "--controllers is deprecated and will be removed: use --controller" in capsys.readouterr().err
+    for argv, why in ((["--controller", "pid", "--controllers", "hpa"], "--controllers is the old spelling"),
+                      (["--controller", "pid,nope"], "unknown controller 'nope'"),
+                      (["--controller", "pid,,hpa"], "an empty entry")):
+        with pytest.raises(SystemExit) as exit_:
+            bench.parse_args(argv)
+        assert exit_.value.code == 2 and why in capsys.readouterr().err
