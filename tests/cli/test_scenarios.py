@@ -39,8 +39,10 @@ def test_every_scenario_names_a_valid_fleet_and_controllers(path: Path) -> None:
     assert sc["name"] == path.stem
     cfg = parse_config(bench.scenario_fleet(sc), path.name)
     check_names(sc["controllers"])
-    if path.stem.startswith("surge"):  # the admission benchmark: both scaling controllers under each policy
-        assert set(sc["controllers"]) == {f"{c}@{a}" for c in ("pid", "mpc") for a in ("none", "pid", "mpc")}
+    if path.stem.startswith("surge"):  # the admission benchmark: both scaling controllers under each policy,
+        # and the MPC planning shedding with scaling (README's tour names it: mpc:shed=1 --admission mpc)
+        assert set(sc["controllers"]) == {f"{c}@{a}" for c in ("pid", "mpc") for a in ("none", "pid", "mpc")} | {
+            "mpc:shed=1@mpc"}
         assert cfg.simulator.client_timeout_s == 30.0
         assert cfg.simulator.clients.streaming and cfg.simulator.clients.max_retries == 2
         return
