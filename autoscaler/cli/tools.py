@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -154,9 +155,22 @@ def admission_budget(
         row = [v.name, v.profile, f"{b.itl_rps:.2f}", f"{math.floor(b.in_flight * 10) / 10:.1f}", str(b.budget)]
         table.add_row(*row, *([str(tokens[v.name])] if tokens else []))
     console.print(table)
-    say(f"one number for the pool (the EPP's maxConcurrency): {one}")
+    cap = cfg.engine.max_num_seqs
+    capped = [v.name for v in svc.variants if math.floor(budgets[v.name].in_flight) > cap]
+    say(f"budget: at most engine.max_num_seqs ({cap}), the most a replica runs at once"
+        + (f" ({', '.join(capped)} capped)" if capped else ""))
+    say(f"one number for the pool (the EPP's maxConcurrency): {one}, {_fewest(budgets, lambda n: budgets[n].budget)}")
     if tokens:
-        say(f"one number for the pool (the EPP's maxTokenConcurrency): {one_tokens}")
+        say(f"one number for the pool (the EPP's maxTokenConcurrency): {one_tokens}, "
+            f"{_fewest(budgets, lambda n: tokens[n])}")
+
+
+def _fewest(budgets: dict[str, Any], value: Callable[[str], int]) -> str:
+    """Which variants the pool's one number is (``a100's budget, the fewest``): the servable variants whose
+    ``value(name)`` is least (the EPP's detector takes one number for every endpoint)."""
+    servable = [n for n, b in budgets.items() if b.servable]
+    least = min(value(n) for n in servable)
+    return f"{', '.join(n for n in servable if value(n) == least)}'s budget, the fewest"
 
 
 dashboards_app = App(no_args_is_help=True, help="The Grafana dashboards and Prometheus rules.",

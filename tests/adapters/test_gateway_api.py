@@ -570,3 +570,20 @@ def test_admission_budget_prints_each_variants_budget() -> None:
         assert any(line.split("│")[1].strip() == name and line.split("│")[-2].strip() == str(n)
                    for line in res.output.splitlines() if "│" in line)
     assert f"maxConcurrency): {min(budget.values())}" in res.output
+
+
+def test_admission_budget_says_why_a_budget_is_capped_and_which_variant_the_pool_takes() -> None:
+    """The table's notes: budgets stop at the engine's max_num_seqs (256 on the embedded fleet, where
+    h100 and gh200 carry 327 and 337 in flight at their ITL bound), and the pool's one number is the
+    fewest of the variants' budgets, named (a100's 112 there)."""
+    cfg = default_config()
+    svc = cfg.services[0]
+    budgets = concurrency_budget(svc, cfg.engine, "auto")
+    least = min(budgets.values())
+    (fewest,) = [n for n, b in budgets.items() if b == least]
+    res = CliRunner().invoke(app, ["admission", "budget"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert "budget: at most engine.max_num_seqs (256), the most a replica runs at once (h100, gh200 capped)" in lines
+    assert f"one number for the pool (the EPP's maxConcurrency): {least}, {fewest}'s budget, the fewest" in lines
+    assert cfg.engine.max_num_seqs == 256 and (least, fewest) == (112, "a100")
