@@ -150,7 +150,8 @@ def _objective(service: str, p: str, threshold: float | None, pool: str | None, 
                       "autoscaler/priority": p}
     if continuing:
         meta["labels"]["autoscaler/continuation"] = "true"
-    meta["annotations"] = {THRESHOLD_ANNOTATION: "none" if threshold is None else f"{threshold:g}"}
+    # + 0.0: a threshold of -0.0 (a valid document may hold it: -0.0 >= 0) is written 0, not -0
+    meta["annotations"] = {THRESHOLD_ANNOTATION: "none" if threshold is None else f"{threshold + 0.0:g}"}
     return {"apiVersion": API_VERSIONS[api_group], "kind": KIND, "metadata": meta,
             "spec": {"priority": objective_priority(p, threshold),
                      "poolRef": {"group": POOL_GROUP, "kind": "InferencePool", "name": pool or service}}}

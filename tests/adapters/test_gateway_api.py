@@ -67,6 +67,13 @@ def test_continuation_objectives_keep_their_class_rank_whatever_its_threshold() 
     assert {m["spec"]["priority"] for m in out} <= bands
 
 
+def test_a_threshold_of_minus_zero_is_written_0_and_sheds_as_0() -> None:
+    # -0.0 passes a document's check (-0.0 >= 0) and JSON may carry it; f"{-0.0:g}" is "-0"
+    (shed,) = [m for m in objectives({"chat": {"sheddable": -0.0}}) if m["metadata"]["name"] == "chat-sheddable"]
+    assert shed["metadata"]["annotations"]["autoscaler/admission-threshold-seconds"] == "0"
+    assert shed["spec"]["priority"] == -3  # the same objective as a threshold of 0
+
+
 def test_the_cli_writes_continuation_objectives_on_request(tmp_path: Path) -> None:
     doc = AdmissionDocument()
     doc.publish("chat", {"critical": None, "standard": None, "sheddable": 0.0})
