@@ -58,9 +58,10 @@ def results_table(res: dict[str, Any]) -> Table:
     from rich.table import Table
 
     a = res["admission"]
-    policy = "" if a["policy"] == "none" else f"@{a['policy']}"
-    # user text (a trace's path, a spec) verbatim: rich would read "[/]" or "[bold]" in it as markup
-    t = Table(title=escape(f"{res['controller']}{policy} on {res['workload']}"), show_header=True)
+    policy = a["policy"] != "none"  # the gateway's rows (shed, deferred) only where a policy ran
+    # SPEC@POLICY, as compare names a row, @none too: the title says what ran. User text (a trace's
+    # path, a spec) verbatim: rich would read "[/]" or "[bold]" in it as markup
+    t = Table(title=escape(f"{res['controller']}@{a['policy']} on {res['workload']}"), show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
     r = res["requests"]
