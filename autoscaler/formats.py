@@ -1,4 +1,4 @@
-"""How the human-readable tables write money and shares (``simulate``, ``compare``, ``faults run``).
+"""How the human-readable output writes money, shares and counts (``simulate``, ``compare``, ``faults run``).
 
 One helper per kind, so every table writes a figure the same way: ``$14.94`` (a total),
 ``$0.0000417`` (a cost per request or task), ``99.12%`` (a share, no space before the sign). A
@@ -34,3 +34,8 @@ def per_request(usd: float | None) -> str:
 def percent(share: float | None, places: int = PERCENT_PLACES) -> str:
     """``share`` (a fraction, 0.9912) as ``99.12%``; ``-`` for None."""
     return "-" if share is None else f"{share:.{places}%}"
+
+
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``1 row``, ``3 rows`` (the nouns here take an s)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

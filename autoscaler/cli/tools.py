@@ -29,6 +29,7 @@ from autoscaler.cli.common import (
 )
 from autoscaler.cli.options import ControllersAliasOpt, JsonAliasOpt, output_help
 from autoscaler.errors import AutoscalerError, Terminated, UnreachableError
+from autoscaler.formats import count
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -298,7 +299,7 @@ def faults_run(
             say(f"wrote {' and '.join(str(p) for p in paths)}")
     bad = failed(rows)
     if bad:  # the other rows are written and shown
-        fail(f"{len(bad)} of {len(rows)} rows failed: "
+        fail(f"{len(bad)} of {count(len(rows), 'row')} failed: "
              f"{', '.join(r['scenario'] + ' x ' + r['controller'] for r in bad)} (the row's 'failed' says why)")
         raise typer.Exit(1)
 

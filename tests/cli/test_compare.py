@@ -275,3 +275,20 @@ def test_compare_writes_money_and_shares_as_simulate_does() -> None:
     assert cells["$/succ. req"] == "$0.0000417" and cells["$/succ. task"] == "$0.0000602"
     assert cells["$"] == "$14.94"
     assert row["cost_per_successful_request_usd"] == 4.169e-05  # the row (compare.json) is untouched
+
+
+def test_one_row_is_one_row(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """"compare: 1 row on ...", not "1 rows"; a failed one is "1 of 1 row failed"."""
+    import autoscaler.compare as comp_module
+    from autoscaler.compare import Comparison, failed_row
+
+    def fake(cfg, wl, names, *args, **kwargs):  # type: ignore[no-untyped-def]
+        rows = [failed_row("pid", RuntimeError("boom"), 1.0)]
+        comp_module.add_ratios(rows)
+        return Comparison(rows, {"pid": []})
+
+    monkeypatch.setattr(comp_module, "run_compare", fake)
+    res = CliRunner().invoke(app, ["compare", "--controller", "pid", "--span", "0:60", "--out", str(tmp_path)])
+    assert res.exit_code == 1, res.output
+    assert res.stderr.splitlines()[0].startswith("compare: 1 row on ") and " requests of " in res.stderr
+    assert "error: 1 of 1 row failed: pid" in res.stderr

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autoscaler.formats import money, per_request, percent
+from autoscaler.formats import count, money, per_request, percent
 
 
 def test_money_is_dollars_with_the_sign_before_them() -> None:
@@ -21,3 +21,7 @@ def test_a_cost_per_request_keeps_seven_places() -> None:
 def test_a_share_is_a_percentage_with_no_space() -> None:
     assert percent(0.9678) == "96.78%" and percent(1.0) == "100.00%" and percent(0.0) == "0.00%"
     assert percent(None) == "-"
+
+
+def test_a_count_of_one_is_singular() -> None:
+    assert count(1, "row") == "1 row" and count(0, "row") == "0 rows" and count(2, "request") == "2 requests"
