@@ -137,6 +137,7 @@ def simulate(
              "file's controller.admission otherwise).", show_default=False)] = None,
 ) -> None:
     """Run the control loop on a trace against the embedded fleet simulator."""
+    from autoscaler.compare import search_runs
     from autoscaler.report import OUTPUTS, outcome, write_outputs
     from autoscaler.simulate import long_run_warning, run_simulation
     from autoscaler.workload.build import build_workload, check_shaping, parse_span
@@ -173,9 +174,15 @@ def simulate(
             if warning:
                 warn(warning)
             shown = controller if admission is None else f"{controller}@{admission}"
+            most = search_runs(controller)
+
+            def searching(run: int) -> None:  # bound's search: minutes of whole simulations before the bar moves
+                if run and not quiet:
+                    say(f"{shown}: searching, run {run} of at most {most}", err=True)
+
             with ProgressBar(f"simulating {len(wl.requests)} requests, {shown}", not quiet) as bar:
                 run = run_simulation(cfg, wl, controller, service, progress=bar.update, admission=admission,
-                                     measure=outcome)
+                                     measure=outcome, on_search=searching)
             res = write_outputs(run, out, plot=plot)
     except KeyboardInterrupt as exc:
         raise interrupted(out, names, exc) from None

@@ -284,3 +284,11 @@ def test_the_results_table_title_names_the_admission_policy(tmp_path: Path, poli
                              terminal_width=200)
     assert res.exit_code == 0, res.output
     assert f"pid@{policy} on synthetic:default" in res.stdout
+
+
+def test_simulate_says_when_bound_is_searching(tmp_path: Path) -> None:
+    # bound simulates up to `simulations` candidates before its own run: each says so on stderr
+    res = CliRunner().invoke(app, ["simulate", "--controller", "bound:simulations=1", "--span", "0:60",
+                                   "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines()[0] == "bound:simulations=1: searching, run 1 of at most 1"
