@@ -6,7 +6,9 @@ them runs in the same loop) in a process of its own when more than one core is a
 row only); every run is deterministic,
 so the rows equal a serial run's except ``wall_s`` and ``simulated_requests_per_s``.
 
-Each row of ``compare.json`` is the run's ``results.json`` (``autoscaler.report.summarize``) plus:
+Each row of ``compare.json`` is the run's ``results.json`` (``autoscaler.report.summarize``), its
+``wall_s`` the row's whole wall time (building the controller, ``bound``'s search of minutes
+included, then the run), plus:
 
 - ``controller``: the name (or spec) as given; ``SPEC@POLICY`` (``pid@mpc``) runs the row with that
   admission policy (``none``, ``pid``, ``mpc``), else it gets ``admission`` (the CLI's ``--admission``)
@@ -32,6 +34,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from contextlib import closing
@@ -41,11 +44,13 @@ from typing import Any
 
 from autoscaler.config import ADMISSION_MODES, FleetConfig
 from autoscaler.files import write_text
+from autoscaler.formats import money, per_request, percent
 from autoscaler.progress import Rows
 from autoscaler.report import outcome, summarize, timeline_rows
 from autoscaler.simulate import SimulationRun, run_simulation
 from autoscaler.workers import quiet_worker, run_each
 from autoscaler.workload.types import Workload
+from controllers.bound import DEFAULT_SIMULATIONS
 from controllers.registry import NAMES, build, parse_spec
 
 OUTPUTS = ("compare.json", "compare.png")
@@ -176,18 +181,23 @@ def _plot_columns(run: SimulationRun) -> list[dict[str, Any]]:
 
 
 def run_one(name: str, cfg: FleetConfig, workload: Workload, service: str | None,
-            admission: str | None = None, report: Callable[[float], None] | None = None) -> RunResult:
+            admission: str | None = None, report: Callable[[float], None] | None = None,
+            search: Callable[[int], None] | None = None) -> RunResult:
     """Simulate one row (``SPEC`` or ``SPEC@POLICY``); returns its row (without the ratio) and its plot
     columns; a run that raises is a ``failed_row`` with no plot columns (an interrupt propagates).
-    ``report`` is called with the simulated time as the run goes (``Rows.reporter``)."""
+    ``report`` is called with the simulated time as the run goes (``Rows.reporter``), ``search``
+    with each of ``bound``'s search runs as it starts (``Rows.searcher``). The row's ``wall_s`` is
+    all of it: building the controller (``bound``'s search, the oracle's offline plan) and the run;
+    ``simulated_requests_per_s`` is the run's alone."""
     spec, policy = split_row(name)
     t0 = time.perf_counter()
     try:
         run = run_simulation(cfg, workload, spec, service, admission=policy or admission, measure=outcome,
-                             on_step=report)
+                             on_step=report, on_search=search)
     except Exception as exc:  # any error of one controller's run: the other rows still count
         return failed_row(name, exc, time.perf_counter() - t0), []
     row = summarize(run)
+    row["wall_s"] = time.perf_counter() - t0
     row["controller"] = name
     row["oscillations_per_hour"] = oscillations_per_hour(run)
     return row, _plot_columns(run)
@@ -218,15 +228,30 @@ def _tracked(name: str, names: list[str], progress: Rows | None, cfg: FleetConfi
     i = names.index(name)
     progress.start(i)
     try:
-        return run_one(name, cfg, workload, service, admission, progress.reporter(i))
+        return run_one(name, cfg, workload, service, admission, progress.reporter(i), progress.searcher(i))
     finally:
         progress.finish(i)
 
 
+def search_runs(name: str) -> int:
+    """The most search runs row ``name`` makes before its own: ``bound``'s ``simulations``, else 0.
+
+    Raises:
+        ValueError: as ``parse_spec``.
+    """
+    kind, params = parse_spec(split_row(name)[0])
+    return int(params.get("simulations", DEFAULT_SIMULATIONS)) if kind == BOUND else 0
+
+
 def progress_rows(controllers: Sequence[str], workload: Workload) -> Rows:
-    """The ``Rows`` of a comparison: one per controller, each spanning the workload's last arrival."""
+    """The ``Rows`` of a comparison: one per controller, each spanning the workload's last arrival
+    (``search_runs`` for a row that searches first).
+
+    Raises:
+        ValueError: as ``parse_spec``.
+    """
     last = workload.requests[-1].arrival_s if workload.requests else 0.0
-    return Rows(list(controllers), [last] * len(controllers))
+    return Rows(list(controllers), [last] * len(controllers), [search_runs(c) for c in controllers])
 
 
 def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str], service: str | None = None,
@@ -284,19 +309,19 @@ _Cell = Callable[[dict[str, Any]], str]
 COLUMNS: tuple[tuple[str, _Cell], ...] = (
     ("controller", lambda r: r["controller"] + (" (failed)" if r.get(FAILED_KEY) else
                                                 "" if r["meets_attainment_floor"] else " *")),
-    ("SLO all", lambda r: _fmt(r["slo_attainment"]["all"], ".2%")),
-    ("SLO int.", lambda r: _fmt(r["slo_attainment"]["interactive"], ".2%")),
-    ("SLO batch", lambda r: _fmt(r["slo_attainment"]["batch"], ".2%")),
+    ("SLO all", lambda r: percent(r["slo_attainment"]["all"])),
+    ("SLO int.", lambda r: percent(r["slo_attainment"]["interactive"])),
+    ("SLO batch", lambda r: percent(r["slo_attainment"]["batch"])),
     ("p99 TTFT s", lambda r: _fmt(r["ttft_s"]["p99"], ".2f")),
     ("GPU-h", lambda r: _fmt(r["gpu_hours"]["total"], ".2f")),
-    ("$/succ. req", lambda r: _fmt(r[COST_KEY], ".3e")),
+    ("$/succ. req", lambda r: per_request(r[COST_KEY])),
     ("ratio", ratio_cell),
     ("osc./h", lambda r: _fmt(r["oscillations_per_hour"], ".1f")),
 )
 WIDE_COLUMNS: tuple[tuple[str, _Cell], ...] = (
     ("p99 ITL s", lambda r: _fmt(r["itl_s"]["p99"], ".3f")),
-    ("$", lambda r: _fmt(r["cost_usd"]["total"], ".2f")),
-    ("$/succ. task", lambda r: _fmt(r["cost_per_successful_task_usd"], ".3e")),
+    ("$", lambda r: money(r["cost_usd"]["total"])),
+    ("$/succ. task", lambda r: per_request(r["cost_per_successful_task_usd"])),
     ("scale events", lambda r: _fmt(r["scale_events"], "d")),
     ("wall s", lambda r: _fmt(r["wall_s"], ".1f")),
 )
@@ -312,21 +337,36 @@ def table_cells(rows: Sequence[dict[str, Any]], wide: bool = False) -> list[list
     return [[cell(r) for _, cell in columns(wide)] for r in rows]
 
 
+LEGEND_WIDTH = 100
+"""Most characters in a line under the table: the table's own width when piped (the CLI's
+``table_width``), so a legend line never wraps where the table does not."""
+
+
 def legend(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The lines printed under the table: what ``ratio``, ``*`` and ``osc./h`` mean."""
+    """The lines printed under the table: what ``ratio``, ``*`` and ``osc./h`` mean, and each failed
+    row's error; each at most ``LEGEND_WIDTH`` characters (folded at spaces, continuations indented
+    two; a single word longer than that, a path in an error, is left whole)."""
     floor = rows[0]["attainment_floor"] if rows else DEFAULT_FLOOR
     ref = "the oracle" if any(r["controller"] == REFERENCE for r in rows) else "the cheapest ranked row"
     bound = bound_row(rows)
     if bound is not None:
         ref = ("the bound (the cheapest oracle schedule reaching the floor in simulation)"
                if bound["meets_attainment_floor"] else "the bound, which is below the floor: none")
-    lines = [f"ratio: cost per successful request over {ref};",
-             f"  only rows reaching {floor:.1%} interactive SLO attainment are ranked.",
+    lines = [f"ratio: cost per successful request over {ref}; only rows reaching {floor:.1%} interactive SLO "
+             "attainment are ranked.",
              "osc./h: changes of scaling direction (up after down or down after up) per simulated hour."]
     if any(not r["meets_attainment_floor"] and not r.get(FAILED_KEY) for r in rows):
-        lines.insert(2, f"*: below the {floor:.1%} floor, not ranked.")
+        lines.insert(1, f"*: below the {floor:.1%} floor, not ranked.")
     lines += [f"{r['controller']} failed: {r[FAILED_KEY]}" for r in failed(rows)]
-    return lines
+    return [part for line in lines for part in _fold(line)]
+
+
+def _fold(line: str) -> list[str]:
+    """``line`` folded at spaces into lines of at most ``LEGEND_WIDTH``, its own indent kept and the
+    continuations indented two more."""
+    indent = line[:len(line) - len(line.lstrip(" "))]
+    return textwrap.wrap(line, LEGEND_WIDTH, initial_indent="", subsequent_indent=indent + "  ",
+                         break_long_words=False, break_on_hyphens=False) or [line]
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], wide: bool = True) -> str:

@@ -2,7 +2,7 @@
 
 
 class AutoscalerError(Exception):
-    """Base class: the CLI prints ``str(err)`` on one line and exits non-zero."""
+    """Base class: the CLI prints ``str(err)`` on one line and exits 2 (``UnreachableError``: 1)."""
 
 
 class ConfigError(AutoscalerError):
@@ -15,6 +15,12 @@ class TraceError(AutoscalerError):
 
 class ProfileError(AutoscalerError):
     """An unknown GPU/model performance profile was requested."""
+
+
+class UnreachableError(AutoscalerError):
+    """A server the command reads (Prometheus, the loop's ``GET /v1/admission``) did not answer, not
+    in time, or answered with an HTTP error: the input was well-formed, the server is not there or not
+    what it names. The CLI exits 1 on it, not 2 as for bad input (docs/architecture.md#exit-codes)."""
 
 
 class Terminated(KeyboardInterrupt):

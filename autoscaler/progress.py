@@ -8,12 +8,18 @@ thread of the parent every ``POLL_S`` and shows it on a console (stderr):
 - on a terminal, one rich progress bar per running row (``rich.progress``), gone when the row ends;
 - otherwise (piped, a log, CI), one line per running row every ``LINE_EVERY_S`` of wall time::
 
-      compare: mpc 42 % (1512/3600 s simulated), 35 s
+      compare: mpc 42% (1512/3600 s simulated), 35 s
 
   (the share of the trace's span simulated, then the wall seconds since the row started). The
   command prints its own line when a row ends (``done 3/9: mpc (71.2 s)``).
 
-A row past its last arrival is draining: it shows 100 % until it ends.
+A row past its last arrival is draining: it shows 100 % until it ends. A row that searches before
+its run (``bound`` simulates up to ``simulations`` candidate schedules, ``controllers.bound``) says
+so while it does, each candidate's simulation shown as it goes::
+
+      compare: bound searching (run 3 of at most 8) 42% (1512/3600 s simulated), 35 s
+
+and its wall seconds count from the row's start, the search included.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Sequence
-from ctypes import c_byte, c_double
+from ctypes import c_byte, c_double, c_int
 from typing import Any
 
 from rich.console import Console
@@ -47,19 +53,25 @@ class Rows:
     Args:
         labels: each row's name as shown (``mpc``, ``surge x pid``).
         totals_s: each row's trace span, simulated seconds (its last arrival; the bar's 100 %).
+        searches: each row's most search runs before its own (``bound``'s ``simulations``), 0 for
+            a row that does not search; default none searches.
 
     Raises:
-        ValueError: ``labels`` and ``totals_s`` of different lengths.
+        ValueError: ``labels``, ``totals_s`` (or ``searches``) of different lengths.
     """
 
-    def __init__(self, labels: Sequence[str], totals_s: Sequence[float]) -> None:
-        if len(labels) != len(totals_s):
-            raise ValueError(f"{len(labels)} labels for {len(totals_s)} totals")
+    def __init__(self, labels: Sequence[str], totals_s: Sequence[float],
+                 searches: Sequence[int] | None = None) -> None:
+        if len(labels) != len(totals_s) or (searches is not None and len(searches) != len(labels)):
+            raise ValueError(f"{len(labels)} labels for {len(totals_s)} totals"
+                             + ("" if searches is None else f" and {len(searches)} searches"))
         self.labels = list(labels)
         self.totals_s = [float(t) for t in totals_s]
-        # Raw (lock-free) shared memory: one writer per row; an aligned double or byte is read whole.
+        self.searches = [0] * len(labels) if searches is None else [int(n) for n in searches]
+        # Raw (lock-free) shared memory: one writer per row; an aligned double, int or byte is read whole.
         self._sim_s: Any = multiprocessing.RawArray(c_double, len(labels))
         self._state: Any = multiprocessing.RawArray(c_byte, len(labels))
+        self._search: Any = multiprocessing.RawArray(c_int, len(labels))  # the search run under way; 0: none
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -82,7 +94,29 @@ class Rows:
     def start(self, index: int) -> None:
         """Mark row ``index`` running at 0 s (before its first report: building a controller can take long)."""
         self._sim_s[index] = 0.0
+        self._search[index] = 0
         self._state[index] = RUNNING
+
+    def searcher(self, index: int) -> Callable[[int], None]:
+        """A callback for row ``index``'s search: called with the search run about to start (1, 2, ...)
+        and with 0 once the search is over (the row's own run next); each call restarts the row at 0 s."""
+
+        def search(run: int) -> None:
+            self._sim_s[index] = 0.0
+            self._search[index] = run
+
+        return search
+
+    def search_run(self, index: int) -> int:
+        """The search run row ``index`` is simulating (1, 2, ...), or 0 when it is not searching."""
+        return int(self._search[index])
+
+    def label(self, index: int) -> str:
+        """Row ``index``'s name as shown now: ``bound searching (run 3 of at most 8)`` while it searches."""
+        run = self.search_run(index)
+        if run <= 0:
+            return self.labels[index]
+        return f"{self.labels[index]} searching (run {run} of at most {self.searches[index]})"
 
     def finish(self, index: int) -> None:
         """Mark row ``index`` ended (done or failed)."""
@@ -103,8 +137,9 @@ class Rows:
 
 
 def progress_line(prefix: str, rows: Rows, index: int, wall_s: float) -> str:
-    """``compare: mpc 42 % (1512/3600 s simulated), 35 s``: row ``index`` after ``wall_s`` wall seconds."""
-    return (f"{prefix}: {rows.labels[index]} {rows.fraction(index):.0%} "
+    """``compare: mpc 42% (1512/3600 s simulated), 35 s``: row ``index`` after ``wall_s`` wall seconds
+    (``bound searching (run 3 of at most 8) 42% ...`` while it searches, ``Rows.label``)."""
+    return (f"{prefix}: {rows.label(index)} {rows.fraction(index):.0%} "
             f"({rows.simulated_s(index):.0f}/{rows.totals_s[index]:.0f} s simulated), {wall_s:.0f} s")
 
 
@@ -181,6 +216,7 @@ class Display:
                 self.bar.remove_task(task)
             return
         sim = f"{self.rows.simulated_s(i):.0f}/{self.rows.totals_s[i]:.0f} s simulated"
+        label = self.rows.label(i)
         if i not in self.tasks:
-            self.tasks[i] = self.bar.add_task(self.rows.labels[i], total=1.0, sim=sim)
-        self.bar.update(self.tasks[i], completed=self.rows.fraction(i), sim=sim)
+            self.tasks[i] = self.bar.add_task(label, total=1.0, sim=sim)
+        self.bar.update(self.tasks[i], completed=self.rows.fraction(i), sim=sim, description=label)

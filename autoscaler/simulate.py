@@ -202,6 +202,7 @@ def run_simulation(
     admission: str | None = None,
     measure: Callable[[SimulationRun], Outcome] | None = None,
     on_step: Callable[[float], None] | None = None,
+    on_search: Callable[[int], None] | None = None,
 ) -> SimulationRun:
     """Simulate ``workload`` on the fleet under ``controller`` until every request has ended, flat out.
 
@@ -215,17 +216,28 @@ def run_simulation(
         admission: the admission policy (``none``, ``pid``, ``mpc``); None: ``default_admission``.
         measure: what a run's attainment and cost are (``autoscaler.report.outcome``): with it,
             ``bound`` can search by simulating candidates on this fleet, workload and admission.
-        on_step: called with the simulated time (s) after each sub-step (``autoscaler.progress``).
+        on_step: called with the simulated time (s) after each sub-step (``autoscaler.progress``), in
+            ``bound``'s search runs too.
+        on_search: called with the number (1, 2, ...) of each of ``bound``'s search runs as it
+            starts, and with 0 after the last, before the run itself (``Rows.searcher``).
 
     Raises:
         ValueError: unknown controller, service or admission policy, or a bad controller parameter.
     """
     simulate = None
+    searched = 0  # bound's search runs so far
     if measure is not None:
         def simulate(candidate: Controller) -> Outcome:
+            nonlocal searched
+            searched += 1
+            if on_search is not None:
+                on_search(searched)
             policy = default_admission(cfg, candidate.name) if admission is None else admission
-            return measure(SimulationDriver(cfg, workload, candidate, service, steady_start, admission=policy).run())
+            driver = SimulationDriver(cfg, workload, candidate, service, steady_start, admission=policy)
+            return measure(driver.run(on_step=on_step))
     ctrl = build(controller, cfg, service, workload, simulate) if isinstance(controller, str) else controller
+    if on_search is not None and searched:
+        on_search(0)
     mode = default_admission(cfg, ctrl.name) if admission is None else admission
     return SimulationDriver(cfg, workload, ctrl, service, steady_start, admission=mode).run(progress=progress,
                                                                                                on_step=on_step)

@@ -1,6 +1,8 @@
 """Benchmark: admission through a surge (``benchmarks/scenarios/surge.yaml``), one run per row.
 
-Each row is ``SCALING@ADMISSION`` (``pid@none``, ``mpc@mpc``...) on the same workload, fleet and seed.
+Each row is ``SCALING@ADMISSION`` (``pid@none``, ``mpc@mpc``...) on the same workload, fleet and seed;
+by default the scenario's ``controllers``: ``pid`` and ``mpc`` under each policy and ``mpc:shed=1@mpc``
+(the MPC planning shedding with scaling).
 Besides the run's ``results.json`` figures it reports, over the scenario's ``surge`` window:
 
 - ``critical_surge``: SLO attainment of the critical requests that arrived in the window (shed ones

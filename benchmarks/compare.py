@@ -13,6 +13,10 @@ and the fleet it ran on, ``fleet.yaml``. Trace scenarios are the same as
         --seed S [--span START:END --lengths-from ../shared/data/<trace>]
 
     python benchmarks/compare.py [SCENARIO ...] [--data ../shared/data] [--out runs/compare] [--workers N] [--seed S]
+        [--controller a,b]
+
+``--controller`` (comma-separated, as ``autoscaler compare``'s) runs those instead of each scenario's;
+the old ``--controllers`` still works with the CLI's deprecation warning.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from autoscaler.compare import failed, markdown_table, progress_rows, run_compare, write_comparison
+from autoscaler.cli.common import controller_list
+from autoscaler.compare import check_names, failed, markdown_table, progress_rows, run_compare, write_comparison
 from autoscaler.config.loading import merged, moved_keys, parse_config
 from autoscaler.progress import Display
 from autoscaler.workload.build import build_workload
@@ -65,7 +70,12 @@ def scenario_fleet(sc: dict[str, Any]) -> dict[str, Any]:
     return merged(yaml.safe_load((ROOT / "examples" / "fleet.yaml").read_text()), patch)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; ``controllers`` is the ``--controller`` list (None: each scenario's own).
+
+    Exits 2 (argparse) on both spellings of the option, an empty entry or an unknown controller, before
+    any scenario runs.
+    """
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("scenarios", nargs="*", help="scenario names (default: all in benchmarks/scenarios)")
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data",
@@ -73,9 +83,26 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "compare",
                     help="folder for each scenario's results (default: runs/compare)")
     ap.add_argument("--workers", type=int, default=None, help="processes (default: min(controllers, CPUs))")
-    ap.add_argument("--controllers", default=None, help="comma-separated: run these instead of the scenario's")
+    ap.add_argument("--controller", default=None,
+                    help="comma-separated controller specs (as autoscaler compare's): run these instead of the "
+                         "scenario's")
+    ap.add_argument("--controllers", default=None, help=argparse.SUPPRESS)  # the old spelling, deprecated
     ap.add_argument("--seed", type=int, default=None, help="workload seed instead of the scenario's")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    try:
+        given = controller_list(args.controller, args.controllers, "")
+        args.controllers = given.split(",") if given else None
+        if args.controllers is not None:
+            if "" in args.controllers:
+                raise ValueError(f"'{given}': an empty entry (two commas, or one at an end)")
+            check_names(args.controllers)
+    except ValueError as exc:
+        ap.error(f"--controller: {exc}")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     names = args.scenarios or sorted(p.stem for p in SCENARIOS.glob("*.yaml"))
     failures: list[str] = []
     for name in names:
@@ -88,7 +115,7 @@ def main() -> None:
         (args.out / name / "fleet.yaml").write_text(yaml.safe_dump(fleet, sort_keys=False))
         t = time.perf_counter()
         wl = scenario_workload(sc, args.data)
-        controllers = args.controllers.split(",") if args.controllers else sc["controllers"]
+        controllers = args.controllers or sc["controllers"]
         total = len(controllers)
         finished: list[str] = []
 

@@ -64,8 +64,8 @@ class Param:
     """What a spec may set one parameter to.
 
     ``kind`` is ``str`` (passed as written; the controller checks the choice), ``float`` (a finite
-    number) or ``int`` (a whole number); numbers must be ``> low`` (``>= low`` when ``closed``) and,
-    with ``high``, ``<= high``.
+    number) or ``int`` (a whole number), written without ``_`` (Python reads ``1_5`` as 15); numbers
+    must be ``> low`` (``>= low`` when ``closed``) and, with ``high``, ``<= high``.
     """
 
     kind: type
@@ -86,11 +86,15 @@ class Param:
         """``text`` as this parameter's value.
 
         Raises:
-            ValueError: one line naming ``name`` and ``key``: not a number, not finite, out of range.
+            ValueError: one line naming ``name`` and ``key``: not a number (or one with ``_``), not
+                finite, out of range.
         """
         if self.kind is str:
             return text
         what = f"{name} {key}"
+        if "_" in text:  # Python's int() and float() read 1_5 as 15: a typo for 1.5 would run silently
+            kind = "a whole number" if self.kind is int else "a number"
+            raise ValueError(f"{what} must be {kind} without '_', got '{text}'")
         try:
             value: int | float = int(text) if self.kind is int else float(text)
         except ValueError:
@@ -290,6 +294,12 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     shed_weight=POSITIVE), _mpc),
 }
 NAMES = tuple(_SPECS)
+NEEDS: dict[str, dict[str, tuple[str, int | float | str]]] = {
+    "mpc": {"shed_weight": ("shed", 1)},
+}
+"""name -> parameter -> (parameter, value) it needs in the same spec: without it the parameter would
+be read by nothing (``mpc``'s ``shed_weight`` prices the shedding only ``shed=1`` plans). A parameter
+that acts on its own is not listed: ``mpc``'s ``hold_s`` fixes the hold under either hedge."""
 ANCHORS = frozenset({"hpa", "keda", "kpa", "aibrix", "aibrix-apa", "dynamo", "wva"})
 """The anchors' autoscalers (``controllers.baselines``): run without admission unless told otherwise."""
 BASELINE_NAMES = tuple(n for n in NAMES if n not in ("pid", "static", "mpc", "oracle", "bound"))
@@ -318,7 +328,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
     Raises:
         ValueError: one line: unknown name (listing the known ones), a parameter without ``=``, one the
             controller does not take or given twice, a number that is not one, not finite or out of
-            range (``Param``).
+            range (``Param``), a parameter without the one it needs (``NEEDS``).
     """
     name, *parts = spec.strip().split(":")
     if name not in _SPECS:
@@ -332,6 +342,10 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
         if key in params:
             raise ValueError(f"{name} {key} given twice in '{spec}'")
         params[key] = allowed[key].parse(name, key, text)
+    for key, (other, value) in NEEDS.get(name, {}).items():
+        if key in params and params.get(other) != value:
+            raise ValueError(f"{name} {key} needs {other}={value} in the same spec (without it nothing reads "
+                             f"{key}), got '{spec.strip()}'")
     return name, params
 
 

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.config.kubernetes import DNS_LABEL, DNS_SUBDOMAIN
+from autoscaler.errors import UnreachableError
 from autoscaler.files import read_regular
 from autoscaler.loop.admission import PATH, parse_document, parse_itl_budgets
 from autoscaler.urls import redact
@@ -149,7 +150,8 @@ def _objective(service: str, p: str, threshold: float | None, pool: str | None, 
                       "autoscaler/priority": p}
     if continuing:
         meta["labels"]["autoscaler/continuation"] = "true"
-    meta["annotations"] = {THRESHOLD_ANNOTATION: "none" if threshold is None else f"{threshold:g}"}
+    # + 0.0: a threshold of -0.0 (a valid document may hold it: -0.0 >= 0) is written 0, not -0
+    meta["annotations"] = {THRESHOLD_ANNOTATION: "none" if threshold is None else f"{threshold + 0.0:g}"}
     return {"apiVersion": API_VERSIONS[api_group], "kind": KIND, "metadata": meta,
             "spec": {"priority": objective_priority(p, threshold),
                      "poolRef": {"group": POOL_GROUP, "kind": "InferencePool", "name": pool or service}}}
@@ -161,9 +163,12 @@ def read_document(source: str, timeout_s: float = 10.0) -> dict[str, dict[str, f
     read within ``timeout_s`` in all.
 
     Raises:
-        ValueError: unreachable, not found, too slow or too large, credentials in the URL, or not a
-            valid document; the message names the source (credentials masked) as
-            ``admission document at <source>: <why>``.
+        UnreachableError: the URL's server did not answer, not within ``timeout_s``, or with an HTTP error
+            (404: not the loop's address).
+        ValueError: a file not found, too large, credentials in the URL, a malformed URL, or not a
+            valid document.
+
+        Either message names the source (credentials masked) as ``admission document at <source>: <why>``.
     """
     body, where = _read(source, timeout_s)
     try:
@@ -225,7 +230,7 @@ def _fetch(source: str, timeout_s: float) -> tuple[bytes, str]:
             size = 0
             while size <= MAX_BYTES:
                 if time.monotonic() > deadline:
-                    raise ValueError(f"admission document at {where}: not read within {timeout_s:g} s")
+                    raise UnreachableError(f"admission document at {where}: not read within {timeout_s:g} s")
                 chunk = r.read1(65536)  # what has arrived: a drip cannot hold a whole read
                 if not chunk:
                     break
@@ -233,10 +238,10 @@ def _fetch(source: str, timeout_s: float) -> tuple[bytes, str]:
                 size += len(chunk)
             return b"".join(chunks), where
     except urllib.error.HTTPError as exc:
-        raise ValueError(f"admission document at {where}: HTTP {exc.code}") from None
+        raise UnreachableError(f"admission document at {where}: HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", None) or type(exc).__name__
-        raise ValueError(f"admission document at {where}: unreachable ({reason})") from None
+        raise UnreachableError(f"admission document at {where}: unreachable ({reason})") from None
 
 
 DETECTOR = "concurrency-detector"

@@ -121,10 +121,29 @@ def say(text: str, *, err: bool = False) -> None:
     (err_console if err else console).print(text, markup=False, emoji=False, highlight=False, soft_wrap=True)
 
 
-def fail(msg: str) -> typer.Exit:
+EXIT_FAILED = 1
+"""Exit status when the input was valid but the work could not be done: a server unreachable
+(``autoscaler.errors.UnreachableError``), queries failed, a row failed (docs/architecture.md#exit-codes)."""
+EXIT_BAD_INPUT = 2
+"""Exit status for bad input: an option, a file (missing or invalid), a spec, a fleet file, a URL
+that cannot work (as click exits for a usage error)."""
+
+
+def _error(msg: str, status: int) -> typer.Exit:
     one_line = msg.replace("\r", "\\r").replace("\n", "\\n")  # a name may hold a newline; the error stays one line
     err_console.print(f"[bold red]error:[/] {escape(one_line)}", highlight=False, soft_wrap=True)
-    return typer.Exit(2)
+    return typer.Exit(status)
+
+
+def fail(msg: str) -> typer.Exit:
+    """Print ``msg`` as one error line; the exit for bad input (``EXIT_BAD_INPUT``), to raise."""
+    return _error(msg, EXIT_BAD_INPUT)
+
+
+def unreachable(msg: str) -> typer.Exit:
+    """Print ``msg`` as one error line; the exit for a server that could not be used
+    (``EXIT_FAILED``: the input was valid), to raise."""
+    return _error(msg, EXIT_FAILED)
 
 
 def load_cfg(config: Path | None) -> FleetConfig:
@@ -233,7 +252,7 @@ class StderrLog:
 def connect_prometheus(cfg: FleetConfig, url: str | None) -> Any:
     """A reachable client for ``url`` (or the fleet file's ``prometheus.url``).
 
-    Bad settings exit 2; an unreachable server exits 1, both with one line.
+    Bad settings exit 2 (``fail``); an unreachable server exits 1 (``unreachable``), both with one line.
     """
     from autoscaler.adapters.prometheus import PrometheusError, check_reachable, connect
 
@@ -247,8 +266,7 @@ def connect_prometheus(cfg: FleetConfig, url: str | None) -> Any:
     try:
         check_reachable(client)
     except PrometheusError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        raise unreachable(str(exc)) from None
     return client
 
 

@@ -42,6 +42,7 @@ from autoscaler.cli.options import (
     output_help,
 )
 from autoscaler.errors import AutoscalerError
+from autoscaler.formats import count
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -124,7 +125,7 @@ def compare(
         check_controllers(names, cfg, wl, service)  # a bad spec's parameter: one line, before any other
         files.clear(out, OUTPUTS)  # once the trace is read: a mistyped --trace loses no earlier results
         # the first line comes before the rows' first progress (a piped run would otherwise be silent)
-        err_console.print(f"compare: {len(names)} rows on {len(wl.requests)} requests of {wl.source}",
+        err_console.print(f"compare: {count(len(names), 'row')} on {count(len(wl.requests), 'request')} of {wl.source}",
                           markup=False, highlight=False, soft_wrap=True)
         warning = long_run_warning(cfg, wl, service)
         if warning:
@@ -212,7 +213,7 @@ def _exit_if_failed(rows: list[dict[str, Any]]) -> None:
 
     bad = failed(rows)
     if bad:
-        err_console.print(f"[bold red]error:[/] {len(bad)} of {len(rows)} rows failed: "
+        err_console.print(f"[bold red]error:[/] {len(bad)} of {count(len(rows), 'row')} failed: "
                           f"{', '.join(r['controller'] for r in bad)} (the row's 'failed' says why)",
                           highlight=False, soft_wrap=True)
         raise typer.Exit(1)

@@ -43,6 +43,7 @@ from autoscaler.cli.options import (
     output_help,
 )
 from autoscaler.errors import AutoscalerError
+from autoscaler.formats import money, per_request, percent
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -57,9 +58,10 @@ def results_table(res: dict[str, Any]) -> Table:
     from rich.table import Table
 
     a = res["admission"]
-    policy = "" if a["policy"] == "none" else f"@{a['policy']}"
-    # user text (a trace's path, a spec) verbatim: rich would read "[/]" or "[bold]" in it as markup
-    t = Table(title=escape(f"{res['controller']}{policy} on {res['workload']}"), show_header=True)
+    policy = a["policy"] != "none"  # the gateway's rows (shed, deferred) only where a policy ran
+    # SPEC@POLICY, as compare names a row, @none too: the title says what ran. User text (a trace's
+    # path, a spec) verbatim: rich would read "[/]" or "[bold]" in it as markup
+    t = Table(title=escape(f"{res['controller']}@{a['policy']} on {res['workload']}"), show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
     r = res["requests"]
@@ -71,10 +73,10 @@ def results_table(res: dict[str, Any]) -> Table:
                   f"{r['total']} / {r['completed']} / {r['rejected']} / {r['failed']}")
     for c, d in res["slo_attainment_detail"].items():
         t.add_row(f"SLO attainment {c} (TTFT / ITL / both)",
-                  f"{fmt(d['ttft'], '.2%')} / {fmt(d['itl'], '.2%')} / {fmt(d['both'], '.2%')}")
+                  f"{percent(d['ttft'])} / {percent(d['itl'])} / {percent(d['both'])}")
     bp = res["slo_attainment_by_priority"]
     t.add_row("SLO attainment critical / standard / sheddable",
-              f"{fmt(bp['critical'], '.2%')} / {fmt(bp['standard'], '.2%')} / {fmt(bp['sheddable'], '.2%')}")
+              f"{percent(bp['critical'])} / {percent(bp['standard'])} / {percent(bp['sheddable'])}")
     if policy:
         t.add_row(f"admission {a['policy']}: shed (429s) / deferred / mid-workflow",
                   f"{a['shed']} ({a['shed_attempts']}) / {a['deferred']} / {a['shed_mid_workflow']}")
@@ -84,10 +86,10 @@ def results_table(res: dict[str, Any]) -> Table:
         q = res[k]
         t.add_row(f"{label} p50 / p95 / p99 (s)", f"{fmt(q['p50'])} / {fmt(q['p95'])} / {fmt(q['p99'])}")
     for v, h in res["gpu_hours"].items():
-        t.add_row(f"GPU-hours / $ {v}", f"{h:.2f} / ${res['cost_usd'][v]:.2f}")
-    t.add_row("cost per successful request", f"${fmt(res['cost_per_successful_request_usd'], '.7f')}")
-    t.add_row("cost per successful task", f"${fmt(res['cost_per_successful_task_usd'], '.7f')}")
-    t.add_row("prefix-cache hit rate", fmt(res["prefix_cache_hit_rate"], ".2%"))
+        t.add_row(f"GPU-hours / $ {v}", f"{h:.2f} / {money(res['cost_usd'][v])}")
+    t.add_row("cost per successful request", per_request(res['cost_per_successful_request_usd']))
+    t.add_row("cost per successful task", per_request(res['cost_per_successful_task_usd']))
+    t.add_row("prefix-cache hit rate", percent(res["prefix_cache_hit_rate"]))
     t.add_row("preemptions / scale events", f"{res['preemptions']} / {res['scale_events']}")
     crashes = res.get("crashes") or []
     if crashes:
@@ -135,6 +137,7 @@ def simulate(
              "file's controller.admission otherwise).", show_default=False)] = None,
 ) -> None:
     """Run the control loop on a trace against the embedded fleet simulator."""
+    from autoscaler.compare import search_runs
     from autoscaler.report import OUTPUTS, outcome, write_outputs
     from autoscaler.simulate import long_run_warning, run_simulation
     from autoscaler.workload.build import build_workload, check_shaping, parse_span
@@ -171,9 +174,15 @@ def simulate(
             if warning:
                 warn(warning)
             shown = controller if admission is None else f"{controller}@{admission}"
+            most = search_runs(controller)
+
+            def searching(run: int) -> None:  # bound's search: minutes of whole simulations before the bar moves
+                if run and not quiet:
+                    say(f"{shown}: searching, run {run} of at most {most}", err=True)
+
             with ProgressBar(f"simulating {len(wl.requests)} requests, {shown}", not quiet) as bar:
                 run = run_simulation(cfg, wl, controller, service, progress=bar.update, admission=admission,
-                                     measure=outcome)
+                                     measure=outcome, on_search=searching)
             res = write_outputs(run, out, plot=plot)
     except KeyboardInterrupt as exc:
         raise interrupted(out, names, exc) from None

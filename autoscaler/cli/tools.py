@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -25,9 +26,11 @@ from autoscaler.cli.common import (
     output_format,
     print_document,
     say,
+    unreachable,
 )
 from autoscaler.cli.options import ControllersAliasOpt, JsonAliasOpt, output_help
-from autoscaler.errors import AutoscalerError, Terminated
+from autoscaler.errors import AutoscalerError, Terminated, UnreachableError
+from autoscaler.formats import count
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -67,6 +70,8 @@ def admission_objectives(
     from autoscaler.adapters.gateway_api import objectives, read_document
     try:
         manifests = objectives(read_document(source), pool, namespace, api_group, continuations)
+    except UnreachableError as exc:  # the address was fine, the server not there: exit 1, as for Prometheus
+        raise unreachable(str(exc)) from None
     except ValueError as exc:
         raise fail(str(exc)) from None
     if not manifests:
@@ -175,9 +180,23 @@ def admission_budget(
     if learned:
         say(f"learned: as published at {source} (the model's in flight there, corrected by what the "
             "controller learned); variants it does not name keep the model's")
-    say(f"one number for the pool (the EPP's maxConcurrency): {one}")
+    cap = cfg.engine.max_num_seqs
+    capped = [v.name for v in svc.variants
+              if v.name not in learned and math.floor(budgets[v.name].in_flight) > cap]
+    say(f"budget: at most engine.max_num_seqs ({cap}), the most a replica runs at once"
+        + (f" ({', '.join(capped)} capped)" if capped else ""))
+    say(f"one number for the pool (the EPP's maxConcurrency): {one}, {_fewest(budgets, lambda n: budgets[n].budget)}")
     if tokens:
-        say(f"one number for the pool (the EPP's maxTokenConcurrency): {one_tokens}")
+        say(f"one number for the pool (the EPP's maxTokenConcurrency): {one_tokens}, "
+            f"{_fewest(budgets, lambda n: tokens[n])}")
+
+
+def _fewest(budgets: dict[str, Any], value: Callable[[str], int]) -> str:
+    """Which variants the pool's one number is (``a100's budget, the fewest``): the servable variants whose
+    ``value(name)`` is least (the EPP's detector takes one number for every endpoint)."""
+    servable = [n for n, b in budgets.items() if b.servable]
+    least = min(value(n) for n in servable)
+    return f"{', '.join(n for n in servable if value(n) == least)}'s budget, the fewest"
 
 
 dashboards_app = App(no_args_is_help=True, help="The Grafana dashboards and Prometheus rules.",
@@ -305,7 +324,7 @@ def faults_run(
             say(f"wrote {' and '.join(str(p) for p in paths)}")
     bad = failed(rows)
     if bad:  # the other rows are written and shown
-        fail(f"{len(bad)} of {len(rows)} rows failed: "
+        fail(f"{len(bad)} of {count(len(rows), 'row')} failed: "
              f"{', '.join(r['scenario'] + ' x ' + r['controller'] for r in bad)} (the row's 'failed' says why)")
         raise typer.Exit(1)
 

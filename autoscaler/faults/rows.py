@@ -9,6 +9,7 @@ from typing import Any
 
 from autoscaler.faults.scenario import Scenario
 from autoscaler.files import write_text
+from autoscaler.formats import money, percent
 from autoscaler.workload.types import INTERACTIVE
 
 ROW_KEYS = ("scenario", "controller", "harmful_actions", "slo_attainment_interactive", "requests_failed",
@@ -64,18 +65,16 @@ def _cell(x: Any, spec: str) -> str:
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """The rows as one Markdown table: scenario x controller -> harm (by rule), attainment, failed,
-    retries, cost."""
-    head = "| scenario | controller | harmful actions | interactive SLO | failed | retries | cost $ |"
+    retries, cost (money and shares as every table writes them: ``autoscaler.formats``)."""
+    head = "| scenario | controller | harmful actions | interactive SLO | failed | retries | cost |"
     lines = [head, "|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         parts = [f"{k} {v}" for k, v in r["harm"].items() if v]
         harm = (f"failed: {r['failed']}" if r.get("failed") else
                 f"{r['harmful_actions']}" + (f" ({', '.join(parts)})" if parts else ""))
         lines.append(f"| {r['scenario']} | {r['controller']} | {harm} | "
-                     f"{_cell(r['slo_attainment_interactive'] and 100 * r['slo_attainment_interactive'], '.2f')}"
-                     f"{'' if r['slo_attainment_interactive'] is None else ' %'} | "
-                     f"{_cell(r['requests_failed'], 'd')} | {_cell(r['retries'], 'd')} | "
-                     f"{_cell(r['cost_usd'], '.2f')} |")
+                     f"{percent(r['slo_attainment_interactive'])} | "
+                     f"{_cell(r['requests_failed'], 'd')} | {_cell(r['retries'], 'd')} | {money(r['cost_usd'])} |")
     return "\n".join(lines)
 
 

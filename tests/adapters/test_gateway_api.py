@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from autoscaler.adapters.gateway_api import epp_config, objective_priority, objectives, read_document
 from autoscaler.cli import app
 from autoscaler.config.loading import default_config
+from autoscaler.errors import UnreachableError
 from autoscaler.loop.admission import AdmissionDocument
 from autoscaler.loop.export import serve
 from controllers.admission import concurrency_budget, token_budget
@@ -64,6 +65,13 @@ def test_continuation_objectives_keep_their_class_rank_whatever_its_threshold() 
     # every priority a continuation objective takes has a band in the EPP config admission budget writes
     bands = {b["priority"] for b in epp_config(8)["flowControl"]["priorityBands"]}
     assert {m["spec"]["priority"] for m in out} <= bands
+
+
+def test_a_threshold_of_minus_zero_is_written_0_and_sheds_as_0() -> None:
+    # -0.0 passes a document's check (-0.0 >= 0) and JSON may carry it; f"{-0.0:g}" is "-0"
+    (shed,) = [m for m in objectives({"chat": {"sheddable": -0.0}}) if m["metadata"]["name"] == "chat-sheddable"]
+    assert shed["metadata"]["annotations"]["autoscaler/admission-threshold-seconds"] == "0"
+    assert shed["spec"]["priority"] == -3  # the same objective as a threshold of 0
 
 
 def test_the_cli_writes_continuation_objectives_on_request(tmp_path: Path) -> None:
@@ -362,20 +370,22 @@ def test_the_shipped_example_is_what_the_cli_prints_with_no_limit(tmp_path: Path
     assert "flowControl" in epp["featureGates"]
 
 
-@pytest.mark.parametrize(("source", "message"), [
-    ("http://127.0.0.1:1", "admission document at http://127.0.0.1:1/v1/admission: unreachable"),
-    ("{tmp}/missing.json", "admission document at {tmp}/missing.json: No such file or directory"),
-    ("127.0.0.1:9100", "admission document at 127.0.0.1:9100: No such file or directory (a URL starts with http://)"),
+@pytest.mark.parametrize(("source", "message", "status"), [
+    # a server that does not answer exits 1, as dry-run on a Prometheus does (docs/architecture.md#exit-codes)
+    ("http://127.0.0.1:1", "admission document at http://127.0.0.1:1/v1/admission: unreachable", 1),
+    ("{tmp}/missing.json", "admission document at {tmp}/missing.json: No such file or directory", 2),
+    ("127.0.0.1:9100", "admission document at 127.0.0.1:9100: No such file or directory (a URL starts with http://)",
+     2),
     ("{tmp}/bad.json", "admission document at {tmp}/bad.json: services.chat: threshold of 'standard' must be a finite "
-                       "number of seconds >= 0"),
-    ("{tmp}/empty.json", "no thresholds published yet (the loop publishes them at its first decision)"),
+                       "number of seconds >= 0", 2),
+    ("{tmp}/empty.json", "no thresholds published yet (the loop publishes them at its first decision)", 2),
 ])
-def test_bad_sources_are_one_line_errors(tmp_path: Path, source: str, message: str) -> None:
+def test_bad_sources_are_one_line_errors(tmp_path: Path, source: str, message: str, status: int) -> None:
     (tmp_path / "bad.json").write_text('{"apiVersion": "autoscaler/v1", "kind": "AdmissionThresholds", '
                                        '"services": {"chat": {"thresholds": {"standard": -1}}}}')
     (tmp_path / "empty.json").write_bytes(AdmissionDocument().json())
     res = CliRunner().invoke(app, ["admission", "objectives", source.format(tmp=tmp_path)])
-    assert res.exit_code == 2
+    assert res.exit_code == status
     assert message.format(tmp=tmp_path) in res.output.replace("\n", "") and "Traceback" not in res.output
     assert len(res.output.strip().splitlines()) == 1
 
@@ -393,8 +403,10 @@ def test_a_page_that_is_not_the_document_is_refused_naming_its_url() -> None:
 def test_a_server_without_the_document_is_refused_naming_its_url() -> None:
     server = serve(CollectorRegistry(), "127.0.0.1:0", {})  # a metrics server only: /v1/admission is 404
     try:
-        with pytest.raises(ValueError, match=rf"http://127.0.0.1:{server.port}/v1/admission.*404"):
+        with pytest.raises(UnreachableError, match=rf"http://127.0.0.1:{server.port}/v1/admission.*404"):
             read_document(f"http://127.0.0.1:{server.port}")
+        res = CliRunner().invoke(app, ["admission", "objectives", f"http://127.0.0.1:{server.port}"])
+        assert res.exit_code == 1 and "HTTP 404" in res.output, res.output  # a server, not the loop: as unreachable
     finally:
         server.close()
 
@@ -454,7 +466,7 @@ def test_a_server_that_drips_is_cut_off_at_the_deadline() -> None:
         conn.close()
 
     threading.Thread(target=drip, daemon=True).start()
-    with pytest.raises(ValueError, match=r"not read within 1 s|unreachable"):
+    with pytest.raises(UnreachableError, match=r"not read within 1 s|unreachable"):
         read_document(f"http://127.0.0.1:{port}", timeout_s=1.0)
     assert not dripped_all.is_set()
     srv.close()
@@ -608,3 +620,20 @@ def test_admission_budget_prints_each_variants_budget() -> None:
         assert any(line.split("│")[1].strip() == name and line.split("│")[-2].strip() == str(n)
                    for line in res.output.splitlines() if "│" in line)
     assert f"maxConcurrency): {min(budget.values())}" in res.output
+
+
+def test_admission_budget_says_why_a_budget_is_capped_and_which_variant_the_pool_takes() -> None:
+    """The table's notes: budgets stop at the engine's max_num_seqs (256 on the embedded fleet, where
+    h100 and gh200 carry 327 and 337 in flight at their ITL bound), and the pool's one number is the
+    fewest of the variants' budgets, named (a100's 112 there)."""
+    cfg = default_config()
+    svc = cfg.services[0]
+    budgets = concurrency_budget(svc, cfg.engine, "auto")
+    least = min(budgets.values())
+    (fewest,) = [n for n, b in budgets.items() if b == least]
+    res = CliRunner().invoke(app, ["admission", "budget"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert "budget: at most engine.max_num_seqs (256), the most a replica runs at once (h100, gh200 capped)" in lines
+    assert f"one number for the pool (the EPP's maxConcurrency): {least}, {fewest}'s budget, the fewest" in lines
+    assert cfg.engine.max_num_seqs == 256 and (least, fewest) == (112, "a100")

@@ -275,3 +275,20 @@ def test_simulate_a_servegen_folder(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     total = json.loads((tmp_path / "o" / "results.json").read_text())["requests"]["total"]
     assert abs(total - 600) < 5 * 600 ** 0.5  # Poisson, 2 req/s for 300 s
+
+
+@pytest.mark.parametrize("policy", ["none", "pid"])
+def test_the_results_table_title_names_the_admission_policy(tmp_path: Path, policy: str) -> None:
+    # as compare names a row SPEC@POLICY; with --admission none the title said "pid on ..." alone
+    res = CliRunner().invoke(app, ["simulate", "--span", "0:60", "--admission", policy, "--out", str(tmp_path)],
+                             terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert f"pid@{policy} on synthetic:default" in res.stdout
+
+
+def test_simulate_says_when_bound_is_searching(tmp_path: Path) -> None:
+    # bound simulates up to `simulations` candidates before its own run: each says so on stderr
+    res = CliRunner().invoke(app, ["simulate", "--controller", "bound:simulations=1", "--span", "0:60",
+                                   "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines()[0] == "bound:simulations=1: searching, run 1 of at most 1"

@@ -220,3 +220,75 @@ def test_cli_compare_piped_prints_progress_lines_on_stderr_and_the_table_on_stdo
         assert re.search(rf"^done [12]/2: {name} \(\d+\.\d s\)$", res.stderr, re.MULTILINE), res.stderr
     assert not re.search(r"^compare: |s simulated\)", res.stdout, re.MULTILINE), res.stdout
     assert "│ kpa" in res.stdout and "│ hpa" in res.stdout
+
+
+def _table_row(name: str, att: float | None, cost: float | None, task: float | None = None) -> dict:
+    """A compare row as ``run_compare`` gives it (before ``add_ratios``), with hand-set figures."""
+    return {"controller": name, "slo_attainment": {"all": att, "interactive": att, "batch": att},
+            "ttft_s": {"p99": 0.5}, "itl_s": {"p99": 0.03}, "gpu_hours": {"total": 7.01},
+            "cost_usd": {"total": 14.94}, "cost_per_successful_request_usd": cost,
+            "cost_per_successful_task_usd": task, "scale_events": 6, "oscillations_per_hour": 0.5, "wall_s": 1.0}
+
+
+def test_the_table_and_every_line_under_it_fit_100_columns(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """At COLUMNS=100, with the longest legend (a bound row, a row below the floor, a failed row with a
+    long error), no line of stdout is wider than 100 (the bound's ratio line was 114 and wrapped)."""
+    import autoscaler.compare as comp_module
+    from autoscaler.compare import Comparison, failed_row
+
+    def fake(cfg, wl, names, *args, **kwargs):  # type: ignore[no-untyped-def]
+        rows = [_table_row("oracle", 0.995, 4.2e-05), _table_row("bound", 0.991, 4.0e-05),
+                _table_row("static", 0.5, 6.0e-05),
+                failed_row("pid", RuntimeError("MILP time limit reached " + "without an incumbent " * 6), 2.0)]
+        comp_module.add_ratios(rows)
+        return Comparison(rows, {r["controller"]: [] for r in rows})
+
+    monkeypatch.setattr(comp_module, "run_compare", fake)
+    monkeypatch.setattr(comp_module, "check_controllers", lambda *a, **k: None)  # no bound built
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.chdir(tmp_path)  # "wrote out/compare.json": a path as short on every machine
+    res = CliRunner().invoke(app, ["compare", "--controller", "oracle,bound,static,pid", "--span", "0:60"])
+    assert res.exit_code == 1, res.output  # the failed row
+    lines = res.stdout.splitlines()
+    assert lines[-7:] == [
+        "ratio: cost per successful request over the bound (the cheapest oracle schedule reaching the floor",
+        "  in simulation); only rows reaching 99.0% interactive SLO attainment are ranked.",
+        "*: below the 99.0% floor, not ranked.",
+        "osc./h: changes of scaling direction (up after down or down after up) per simulated hour.",
+        "pid failed: RuntimeError: MILP time limit reached without an incumbent without an incumbent without",
+        "  an incumbent without an incumbent without an incumbent without an incumbent",
+        "wrote out/compare.json"]
+    assert max(len(ln) for ln in lines) <= 100, [ln for ln in lines if len(ln) > 100]
+
+
+def test_compare_writes_money_and_shares_as_simulate_does() -> None:
+    """compare's table cells: $ and 7 places per request or task, $ and cents for a total, a share in
+    percent with no space (simulate's ``$0.0000417``, ``$14.94``, ``99.50%``); JSON keeps numbers."""
+    from autoscaler.compare import table_cells
+
+    row = _table_row("pid", 0.995, 4.169e-05, 6.02e-05)
+    add_ratios([row])
+    cells = dict(zip(["controller", "SLO all", "SLO int.", "SLO batch", "p99 TTFT s", "GPU-h", "$/succ. req",
+                      "ratio", "osc./h", "p99 ITL s", "$", "$/succ. task", "scale events", "wall s"],
+                     table_cells([row], wide=True)[0], strict=True))
+    assert cells["SLO all"] == cells["SLO int."] == "99.50%"
+    assert cells["$/succ. req"] == "$0.0000417" and cells["$/succ. task"] == "$0.0000602"
+    assert cells["$"] == "$14.94"
+    assert row["cost_per_successful_request_usd"] == 4.169e-05  # the row (compare.json) is untouched
+
+
+def test_one_row_is_one_row(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """"compare: 1 row on ...", not "1 rows"; a failed one is "1 of 1 row failed"."""
+    import autoscaler.compare as comp_module
+    from autoscaler.compare import Comparison, failed_row
+
+    def fake(cfg, wl, names, *args, **kwargs):  # type: ignore[no-untyped-def]
+        rows = [failed_row("pid", RuntimeError("boom"), 1.0)]
+        comp_module.add_ratios(rows)
+        return Comparison(rows, {"pid": []})
+
+    monkeypatch.setattr(comp_module, "run_compare", fake)
+    res = CliRunner().invoke(app, ["compare", "--controller", "pid", "--span", "0:60", "--out", str(tmp_path)])
+    assert res.exit_code == 1, res.output
+    assert res.stderr.splitlines()[0].startswith("compare: 1 row on ") and " requests of " in res.stderr
+    assert "error: 1 of 1 row failed: pid" in res.stderr

@@ -60,3 +60,15 @@ def test_failed_rows_say_why_and_the_others_are_written(tmp_path: Path, monkeypa
     table = (tmp_path / "out" / "faults.md").read_text()
     assert "| short | static | failed: KeyError: \"a row's own bug\" | - | - | - | - |" in table
     assert "rows failed: short x static" in res.output
+
+
+def test_the_faults_table_writes_money_and_shares_as_simulate_does() -> None:
+    """``faults.md`` and the table printed: ``96.78%`` (no space) and ``$42.74`` (was ``96.78 %`` and
+    ``42.74``), as simulate and compare write them; a failed row's figures stay ``-``."""
+    from autoscaler.faults.rows import markdown_table
+
+    row = {"scenario": "cascade", "controller": "pid", "harm": {"overshoot": 0}, "harmful_actions": 0,
+           "slo_attainment_interactive": 0.9678, "requests_failed": 3, "retries": 1331, "cost_usd": 42.74}
+    table = markdown_table([row])
+    assert table.splitlines()[0].endswith("| retries | cost |")
+    assert "| cascade | pid | 0 | 96.78% | 3 | 1331 | $42.74 |" in table

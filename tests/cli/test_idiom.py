@@ -240,3 +240,23 @@ def test_compare_piped_without_columns_prints_the_wide_table_whole(tmp_path: Pat
     assert table_width(wide=True) == 170 and table_width(wide=False) == 100
     monkeypatch.setenv("COLUMNS", "90")
     assert table_width(wide=True) == 90
+
+
+# ------------------------------------------------------------------------------------ exit codes
+@pytest.mark.parametrize(("argv", "status"), [
+    # a server that does not answer: 1, whichever command reads it (docs/architecture.md#exit-codes)
+    (["dry-run", "--prometheus-url", "http://127.0.0.1:1", "--once"], 1),
+    (["backtest", "--start", "0", "--end", "60", "--prometheus-url", "http://127.0.0.1:1"], 1),
+    (["admission", "objectives", "http://127.0.0.1:1"], 1),
+    # a file that is not there: 2, whichever command reads it
+    (["admission", "objectives", "/nonexistent/admission.json"], 2),
+    (["profile", "fit", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--out", "/nonexistent/p.json",
+      "--bench", "/nonexistent/run.json"], 2),
+    (["run", "--config", "examples/fleet.yaml", "--prometheus-url", "http://127.0.0.1:1", "--port", "0",
+      "--kubeconfig", "/nonexistent/kubeconfig"], 2),
+    (["simulate", "--config", "/nonexistent/fleet.yaml"], 2),
+])
+def test_the_same_failure_exits_the_same_way_in_every_command(argv: list[str], status: int) -> None:
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == status, res.output
+    assert len(res.stderr.splitlines()) == 1 and res.stderr.startswith("error: "), res.stderr

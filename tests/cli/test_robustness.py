@@ -688,4 +688,4 @@ def test_the_results_table_shows_a_trace_path_with_markup_verbatim(tmp_path: Pat
         doc["workload"] = path
         console = Console(record=True, width=200, emoji=False)
         console.print(results_table(doc))
-        assert f"pid on {path}" in console.export_text()
+        assert f"pid@none on {path}" in console.export_text()

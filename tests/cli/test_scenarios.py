@@ -39,8 +39,10 @@ def test_every_scenario_names_a_valid_fleet_and_controllers(path: Path) -> None:
     assert sc["name"] == path.stem
     cfg = parse_config(bench.scenario_fleet(sc), path.name)
     check_names(sc["controllers"])
-    if path.stem.startswith("surge"):  # the admission benchmark: both scaling controllers under each policy
-        assert set(sc["controllers"]) == {f"{c}@{a}" for c in ("pid", "mpc") for a in ("none", "pid", "mpc")}
+    if path.stem.startswith("surge"):  # the admission benchmark: both scaling controllers under each policy,
+        # and the MPC planning shedding with scaling (README's tour names it: mpc:shed=1 --admission mpc)
+        assert set(sc["controllers"]) == {f"{c}@{a}" for c in ("pid", "mpc") for a in ("none", "pid", "mpc")} | {
+            "mpc:shed=1@mpc"}
         assert cfg.simulator.client_timeout_s == 30.0
         assert cfg.simulator.clients.streaming and cfg.simulator.clients.max_retries == 2
         return
@@ -84,3 +86,19 @@ def test_the_admission_benchmark_refuses_a_bad_row_before_any_run(tmp_path: Path
         assert res.returncode == 2 and "Traceback" not in res.stderr
         assert res.stderr.strip().splitlines()[-1].startswith("admission.py: error: --rows: ")
         assert why in res.stderr and not (tmp_path / "out").exists()
+
+
+def test_the_compare_benchmark_takes_controller_as_the_cli_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--controller a,b`` as ``autoscaler compare``; the old ``--controllers`` reads the same with the
+    CLI's deprecation warning; both at once, or an unknown name, is a usage error before any run."""
+    assert bench.parse_args(["step", "--controller", "pid,mpc:shed=1"]).controllers == ["pid", "mpc:shed=1"]
+    assert bench.parse_args(["step"]).controllers is None  # the scenario's own
+    capsys.readouterr()
+    assert bench.parse_args(["--controllers", "pid,hpa"]).controllers == ["pid", "hpa"]
+    assert "--controllers is deprecated and will be removed: use --controller" in capsys.readouterr().err
+    for argv, why in ((["--controller", "pid", "--controllers", "hpa"], "--controllers is the old spelling"),
+                      (["--controller", "pid,nope"], "unknown controller 'nope'"),
+                      (["--controller", "pid,,hpa"], "an empty entry")):
+        with pytest.raises(SystemExit) as exit_:
+            bench.parse_args(argv)
+        assert exit_.value.code == 2 and why in capsys.readouterr().err

@@ -101,3 +101,38 @@ def test_bound_needs_a_trace_and_a_simulator() -> None:
     with pytest.raises(ValueError, match="searched by simulation"):
         build("bound", cfg, None, wl)
     assert parse_spec("bound:target=0.95:simulations=3") == ("bound", {"target": 0.95, "simulations": 3})
+
+
+def test_a_bound_row_reports_its_search_and_counts_it_in_its_wall_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """compare's bound row calls its progress's searcher with each search run (1, 2, ...) and 0 before
+    its own run, and its ``wall_s`` covers the search: at least the sum of every simulation's own wall
+    time (the search runs' and its own; disjoint intervals within the row's), which its own run's
+    alone (all the row's wall time was before this fix) is not."""
+    import autoscaler.simulate as simulate
+    from autoscaler.compare import progress_rows
+
+    cfg, wl = small_case()
+    short = Workload([r for r in wl.requests if r.arrival_s < 300.0], source="test")  # 20 req/s, 5 min
+    walls: list[float] = []
+    real_run = simulate.SimulationDriver.run
+
+    def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        out = real_run(self, *args, **kwargs)
+        walls.append(out.wall_s)
+        return out
+
+    monkeypatch.setattr(simulate.SimulationDriver, "run", run)
+    rows = progress_rows(["bound:simulations=2"], short)
+    assert rows.searches == [2]
+    calls: list[int] = []
+    steps_in_search: list[float] = []
+    real_reporter = rows.reporter(0)
+    monkeypatch.setattr(rows, "searcher", lambda i: calls.append)
+    monkeypatch.setattr(rows, "reporter", lambda i: lambda t: (steps_in_search.append(t) if calls[-1:] != [0]
+                                                                else None, real_reporter(t)))
+    comp = run_compare(cfg, short, ["bound:simulations=2"], workers=1, progress=rows)
+    (row,) = comp.rows
+    assert calls[-1] == 0 and calls[:-1] == list(range(1, len(calls)))  # runs 1..k, then its own
+    assert 1 <= len(calls) - 1 <= 2 and len(walls) == len(calls)  # each search run simulated, then its own
+    assert steps_in_search  # the search runs report their simulated time (no 0 % while searching)
+    assert row["wall_s"] >= sum(walls) > walls[-1]

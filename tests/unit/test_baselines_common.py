@@ -194,3 +194,23 @@ def test_every_baseline_runs_in_the_loop(make_fleet, name: str) -> None:
     assert run.controller == name
     assert all(sr.status is not None for sr in run.sim.requests)
     assert build(name, cfg, None, small_workload()).name == name
+
+
+def test_a_number_with_an_underscore_is_refused_not_read_as_python_reads_it() -> None:
+    # float("1_5") == 15.0 and int("4_0") == 40: a typo for 1.5 would run with 15
+    with pytest.raises(ValueError, match=r"^mpc shed_weight must be a number without '_', got '1_5'$"):
+        parse_spec("mpc:shed=1:shed_weight=1_5")
+    with pytest.raises(ValueError, match=r"^mpc horizon must be a whole number without '_', got '4_0'$"):
+        parse_spec("mpc:horizon=4_0")
+    assert parse_spec("mpc:shed=1:shed_weight=1.5") == ("mpc", {"shed": 1, "shed_weight": 1.5})
+
+
+def test_a_parameter_that_needs_another_is_refused_without_it() -> None:
+    # shed_weight prices the shedding that only shed=1 plans: alone it would be read by nothing
+    for spec in ("mpc:shed_weight=3", "mpc:shed=0:shed_weight=3"):
+        with pytest.raises(ValueError, match=r"^mpc shed_weight needs shed=1 in the same spec \(without it nothing "
+                                             rf"reads shed_weight\), got '{spec}'$"):
+            parse_spec(spec)
+    assert parse_spec("mpc:shed_weight=3:shed=1") == ("mpc", {"shed_weight": 3.0, "shed": 1})
+    # hold_s acts under either hedge (it fixes the band hedge's hold too): taken alone
+    assert parse_spec("mpc:hold_s=120") == ("mpc", {"hold_s": 120.0})

@@ -72,3 +72,41 @@ def test_a_disabled_display_shows_nothing() -> None:
     with Display(rows, "compare", console, enabled=False) as display:
         assert display.bar is None
     assert buf.getvalue() == ""
+
+
+def test_a_searching_row_says_so_and_its_plain_name_returns_for_its_own_run() -> None:
+    """``bound`` searches (up to 8 runs here) before its own run: while it does, its line and its bar
+    name the search run; each search run restarts the row at 0 s simulated."""
+    rows = Rows(["pid", "bound"], [3600.0, 3600.0], [0, 8])
+    console, buf = _console(terminal=False)
+    display = Display(rows, "compare", console, line_every_s=30.0)
+    rows.start(1)
+    search = rows.searcher(1)
+    search(1)
+    rows.reporter(1)(3600.0)
+    search(3)  # a new run: back to 0 s
+    assert rows.search_run(1) == 3 and rows.simulated_s(1) == 0.0
+    rows.reporter(1)(1512.0)
+    display.refresh(0.0)
+    display.refresh(35.0)
+    assert buf.getvalue() == "compare: bound searching (run 3 of at most 8) 42% (1512/3600 s simulated), 35 s\n"
+    search(0)  # the search is over: the row's own run
+    assert rows.label(1) == "bound" and rows.simulated_s(1) == 0.0
+    assert rows.label(0) == "pid"
+    with pytest.raises(ValueError, match="2 labels for 2 totals and 1 searches"):
+        Rows(["a", "b"], [1.0, 1.0], [0])
+
+
+def test_on_a_terminal_a_searching_row_s_bar_names_the_search() -> None:
+    rows = Rows(["bound"], [3600.0], [4])
+    console, _ = _console(terminal=True)
+    with Display(rows, "compare", console, poll_s=3600.0) as display:
+        rows.start(0)
+        rows.searcher(0)(2)
+        rows.reporter(0)(900.0)
+        display.refresh(1.0)
+        assert display.bar is not None
+        assert display.bar.tasks[0].description == "bound searching (run 2 of at most 4)"
+        rows.searcher(0)(0)
+        display.refresh(2.0)
+        assert display.bar.tasks[0].description == "bound"
