@@ -278,10 +278,12 @@ class Replica:
 
     def _admit(self, budget: int, growth: int, chunks: list[tuple[SimRequest, int]]) -> None:
         """Admit waiting requests FCFS; ``growth`` KV tokens are reserved for this step's decodes."""
-        waiting = self.waiting
-        while waiting and budget > 0 and self.n_running < self.max_seqs:
+        # n_running, kv_used and _slack spelled out: this runs at every engine step
+        waiting, prefilling, block = self.waiting, self.prefilling, self.block
+        while waiting and budget > 0 and len(prefilling) + self.n_dec < self.max_seqs:
             sr = waiting[0]
-            if self.kv_used + growth + sr.prefill_target + self._slack(1) > self.kv_cap:
+            if (self.kv_pref + self.ctx_dec + growth + sr.prefill_target
+                    + (len(prefilling) + self.n_dec + 1) * block > self.kv_cap):
                 break
             waiting.popleft()
             if sr.generated == 0:
@@ -311,7 +313,8 @@ class Replica:
             return
         if self._aborted:
             self._purge_aborted()
-        while self.n_dec and self.kv_used + self.n_dec + self._slack() > self.kv_cap:
+        while self.n_dec and (self.kv_pref + self.ctx_dec + self.n_dec
+                              + (len(self.prefilling) + self.n_dec) * self.block > self.kv_cap):
             self._preempt_newest()
         n = self.n_dec
         budget = self.max_tokens - n
@@ -337,7 +340,7 @@ class Replica:
             return
         top = self._top_decode()
         assert top is not None
-        room = self.kv_cap - self.kv_used - self._slack()
+        room = self.kv_cap - (self.kv_pref + self.ctx_dec) - (len(self.prefilling) + n) * self.block
         k = max(1, min(top[0] - self.D, room // n))
         base = self.profile.step_time(0, n, 0)
         self._start(now, k, base, self.g, n, self.ctx_dec, None, _run_time(k, base, self.g, n, self.ctx_dec))

@@ -180,6 +180,9 @@ class FleetSimulator:
         self.shed_mid_workflow = 0  # ... of which continued a workflow in progress
         self.open_requests = len(self.requests)
         self._oldest = 0  # index of the oldest request that may still be open (for client timeouts)
+        # read on every event (``_next_timeout_s``); the fleet's settings do not change during a run
+        self._streaming = cfg.simulator.clients.streaming
+        self._client_timeout_s = cfg.simulator.client_timeout_s
         self.scale_events = 0
         self.crash_log: list[dict[str, object]] = []
         self.cut_requests = 0  # attempts failed because their replica's termination grace ran out
@@ -202,13 +205,14 @@ class FleetSimulator:
     def _next_timeout_s(self) -> float:
         """When the oldest open request's client gives up (inf when none is open)."""
         reqs = self.requests
-        streaming = self.cfg.simulator.clients.streaming
-        while self._oldest < self._next_arrival and (
-                reqs[self._oldest].status is not None or (streaming and reqs[self._oldest].t_first is not None)):
-            self._oldest += 1
-        if self._oldest >= self._next_arrival:
-            return float("inf")
-        return reqs[self._oldest].req.arrival_s + self.cfg.simulator.client_timeout_s
+        streaming = self._streaming
+        oldest, nxt = self._oldest, self._next_arrival
+        while oldest < nxt and (reqs[oldest].status is not None or (streaming and reqs[oldest].t_first is not None)):
+            oldest += 1
+        self._oldest = oldest
+        if oldest >= nxt:
+            return math.inf
+        return reqs[oldest].req.arrival_s + self._client_timeout_s
 
     def run_until(self, t_end: float) -> None:
         """Process every arrival, event and client timeout up to and including ``t_end`` (seconds)."""

@@ -14,10 +14,11 @@ def least_outstanding(replicas: Sequence[Replica], weights: dict[str, float]) ->
     ``weights`` maps variant name to relative capacity (requests/s a replica sustains), so an H100
     replica takes proportionally more than an A100 one. Ties go to the earlier replica.
     """
+    # ``Replica.outstanding`` spelled out: this runs for every request over every replica
     best = replicas[0]
-    best_score = (best.outstanding + 1) / weights[best.variant]
+    best_score = (len(best.waiting) + len(best.prefilling) + best.n_dec + 1) / weights[best.variant]
     for r in replicas[1:]:
-        score = (r.outstanding + 1) / weights[r.variant]
+        score = (len(r.waiting) + len(r.prefilling) + r.n_dec + 1) / weights[r.variant]
         if score < best_score:
             best, best_score = r, score
     return best

@@ -332,10 +332,15 @@ def test_prefix_cache_hits_and_counters(make_fleet) -> None:
 
 
 # ------------------------------------------------------------------------------ (h) router
+def _stub(variant: str, waiting: int, prefilling: int, decoding: int) -> SimpleNamespace:
+    """A replica as the router reads it: outstanding = waiting + prefilling + decoding."""
+    return SimpleNamespace(variant=variant, waiting=[None] * waiting, prefilling=[None] * prefilling, n_dec=decoding)
+
+
 def test_least_outstanding_weighted_by_capacity() -> None:
-    a = SimpleNamespace(variant="fast", outstanding=3)   # (3+1)/2 = 2
-    b = SimpleNamespace(variant="slow", outstanding=1)   # (1+1)/1 = 2 -> tie, earlier (a) wins
-    c = SimpleNamespace(variant="slow", outstanding=0)   # (0+1)/1 = 1
+    a = _stub("fast", 1, 1, 1)   # (3+1)/2 = 2
+    b = _stub("slow", 0, 0, 1)   # (1+1)/1 = 2 -> tie, earlier (a) wins
+    c = _stub("slow", 0, 0, 0)   # (0+1)/1 = 1
     w = {"fast": 2.0, "slow": 1.0}
     assert least_outstanding([a, b], w) is a
     assert least_outstanding([b, a], w) is b
