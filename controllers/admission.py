@@ -158,6 +158,28 @@ def priority_demand(est: ServiceEstimate) -> dict[str, float] | None:
     return demand
 
 
+def new_demand_rps(est: ServiceEstimate, arrival_rps: float, client_retries: int) -> float:
+    """Requests/s of new demand in ``arrival_rps`` (the gateway's arrivals over the window, retries
+    included): ``arrival_rps - r / (r + 1) x shed``, with ``shed`` the attempts the gateway shed over
+    the same window, all priorities, and ``r`` = ``client_retries``.
+
+    A client that sends a shed request again up to ``r`` times sends at most ``r + 1`` attempts, ``r``
+    of them retries, so at least ``r / (r + 1)`` of the attempts shed come back as arrivals (all of
+    them when a retry is admitted): subtracting that share keeps the estimate at or above the new
+    requests, never below. Counted whole, a surge that is shed arrives again and again, and the
+    replicas sized on it (and held on it for the MPC's hold) serve a demand that is not there.
+    ``arrival_rps`` unchanged when any priority's shed rate is unknown (no gateway data: never read
+    as 0) or ``r`` is 0.
+    """
+    if client_retries <= 0:
+        return arrival_rps
+    shed = [est.signals.priority(p).shed_rps for p in PRIORITIES]
+    if any(s is None or not 0 <= s < math.inf for s in shed):
+        return arrival_rps
+    total = float(sum(s for s in shed if s is not None))
+    return max(arrival_rps - client_retries / (client_retries + 1) * total, 0.0)
+
+
 def balance(demand: Mapping[str, float], capacity_rps: float, budgets: Mapping[str, float],
             tol: float) -> dict[str, float | None]:
     """priority -> threshold, seconds (None: no limit), with ``capacity_rps`` (requests/s) served to

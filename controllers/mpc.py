@@ -15,7 +15,9 @@ without) and each ``decide`` reads its part:
   followed once it has lasted the hold), plus today's queue spread over the steps until new
   replicas have run ``DRAIN_S``. Without a forecast yet (the first step of history), or with
   ``forecast=last``, that rate for every step; with ``forecast=perfect`` (simulation only), the
-  trace's true demand per step;
+  trace's true demand per step. The rates held are the gateway's arrivals less the retries of the
+  attempts it shed (``controllers.admission.new_demand_rps``): today's retries are load to serve
+  today, but a shed request sent again is one request, and retries end with the shedding;
 - capacity per replica (requests/s at the interactive SLO, ``models.capacity``) for the mix the
   registry calibrated on (the trace's in simulation, the fleet file's ``typical_request`` live), or
   with ``mix=forecast`` that mix scaled to the forecast lengths at the predicted prefix-cache hit rate;
@@ -68,7 +70,15 @@ import numpy as np
 
 from autoscaler.state import ForecastSignals
 from autoscaler.workload.types import PRIORITIES, SHEDDABLE
-from controllers.admission import ItlBudget, balance, itl_budgets, learned_budget, priority_demand, wait_budgets
+from controllers.admission import (
+    ItlBudget,
+    balance,
+    itl_budgets,
+    learned_budget,
+    new_demand_rps,
+    priority_demand,
+    wait_budgets,
+)
 from controllers.base import Controller, Decision, Gauge, change_reason, hold, silent_pods
 from models.capacity import (
     UNSERVABLE_SHARE,
@@ -698,10 +708,11 @@ class MPCController(Controller):
             now_rps = est.signals.request_rate_rps
         if now_rps is None:
             return hold(current, "hold: request rate unknown")
+        new_rps = new_demand_rps(est, now_rps, self.admission_cfg.client_retries)
         mem = self.memory.setdefault(svc.name, _ServiceMemory())
         recovering = self._recovering(est, svc, mem)
         mem.first_s = est.time_s if mem.first_s is None else mem.first_s
-        mem.rates = [(t, r) for t, r in mem.rates if t > est.time_s - HOLD_HISTORY_S] + [(est.time_s, now_rps)]
+        mem.rates = [(t, r) for t, r in mem.rates if t > est.time_s - HOLD_HISTORY_S] + [(est.time_s, new_rps)]
         if self.hold_s is None and self.hedge == "measured":
             if est.time_s - mem.hold_measured_s >= HOLD_EVERY_S:
                 cold = max(v.startup_cold_s for v in svc.variants)
@@ -710,7 +721,8 @@ class MPCController(Controller):
             mem.hold_s = DEFAULT_HOLD_S if self.hold_s is None else self.hold_s
         learning = est.time_s - mem.first_s < mem.hold_s  # too little rate history to scale down on
         dt = self.tick_s
-        demand = self.demand(est, svc, max(r for t, r in mem.rates if t > est.time_s - mem.hold_s - 1e-9))
+        held = max(r for t, r in mem.rates if t > est.time_s - mem.hold_s - 1e-9)
+        demand = self.demand(est, svc, max(held, now_rps))  # today's retries are today's load, never held
         weights = self.corrected_weights(est, svc, mem, float(demand.min()))
         variants = []
         for v in svc.variants:

@@ -105,6 +105,10 @@ class AdmissionConfig(Strict):
             the PID minutes to come back down from.
         shed_tolerance: the MPC leaves a priority unlimited while it sheds less than this fraction of
             its demand, and sheds it whole above ``1 - shed_tolerance``.
+        client_retries: the retries a client sends after a shed attempt: the OpenAI Python client's
+            default ``max_retries``, 2 (0 for clients that never retry). The MPC counts
+            ``r / (r + 1)`` of the attempts shed as retries when it sizes replicas
+            (``controllers.admission.new_demand_rps``): a request shed and sent again is one request.
     """
 
     wait_fraction: float = Field(default=0.5, gt=0, le=10)
@@ -112,6 +116,7 @@ class AdmissionConfig(Strict):
     ki: float = Field(default=0.02, ge=0)
     max_budgets: float = Field(default=4.0, gt=0)
     shed_tolerance: float = Field(default=0.02, ge=0, lt=0.5)
+    client_retries: int = Field(default=2, ge=0, le=100)
 
 
 class ControllerConfig(Strict):

@@ -115,6 +115,12 @@ class ServiceSim:
         self.ceilings = [1.0] * len(PRIORITIES)  # usage ceiling per priority level, lowest first
         self.budget_set_s = -math.inf  # when a published ITL budget last replaced max_concurrency
 
+    def set_concurrency(self, budget: dict[str, int], headroom: float) -> None:
+        """Hold each variant's replicas to ``budget`` (variant -> requests in flight per replica), the
+        detector's filter at ``budget x (1 + headroom)`` (``GatewayConfig.headroom``)."""
+        self.max_concurrency = budget
+        self.dispatch_limit = {v: int(n * (1.0 + headroom)) for v, n in budget.items()}
+
     def counts(self, variant: str) -> VariantCounts:
         """Current replica counts of ``variant``."""
         c = VariantCounts()
@@ -155,8 +161,7 @@ class FleetSimulator:
                 svc.flow = Gateway(g)
                 svc.ceilings = g.ceilings(len(PRIORITIES))
                 if g.saturation == "concurrency":
-                    svc.max_concurrency = concurrency_budget(svc.cfg, cfg.engine, g.max_concurrency)
-                    svc.dispatch_limit = {v: int(n * (1.0 + g.headroom)) for v, n in svc.max_concurrency.items()}
+                    svc.set_concurrency(concurrency_budget(svc.cfg, cfg.engine, g.max_concurrency), g.headroom)
                     if g.concurrency_mode != "requests":
                         svc.max_tokens = token_budget(svc.cfg, cfg.engine, g, cfg.simulator.clients.streaming,
                                                       cfg.simulator.router == "prefix_affinity")
@@ -634,8 +639,7 @@ class FleetSimulator:
             new = dict.fromkeys(svc.max_concurrency, min(itl_budget.values()))
         else:
             new = {v: itl_budget.get(v, n) for v, n in svc.max_concurrency.items()}
-        svc.max_concurrency = new
-        svc.dispatch_limit = {v: int(n * (1.0 + g.headroom)) for v, n in new.items()}
+        svc.set_concurrency(new, g.headroom)
         svc.budget_set_s = self.now
         return True
 

@@ -24,7 +24,7 @@ from autoscaler.state import (
     VariantObservation,
 )
 from autoscaler.workload.types import Request, Workload
-from controllers.admission import ItlBudget, concurrency_budget, itl_budgets, learned_budget
+from controllers.admission import ItlBudget, concurrency_budget, itl_budgets, learned_budget, new_demand_rps
 from controllers.mpc import MPCController, _ServiceMemory
 from controllers.registry import build, parse_spec
 from models.capacity import ReplicaSpec, RequestMix, replica_capacity, service_mix, speed_factor, utilisation
@@ -417,6 +417,48 @@ def gateway_estimate(t: float, by_priority: dict[str, float], ready: dict[str, i
     est = estimate(t, sum(by_priority.values()), ready)
     prio = {p: PrioritySignals(arrival_rate_rps=r, queue=0.0) for p, r in by_priority.items()}
     return replace(est, signals=replace(est.signals, by_priority=prio))
+
+
+def shedding_estimate(shed: dict[str, float | None]) -> ServiceEstimate:
+    """3 GH200 ready; 40 attempts/s at the gateway (critical 10, standard 10, sheddable 20), of which
+    ``shed`` per priority were shed."""
+    est = gateway_estimate(600.0, {"critical": 10.0, "standard": 10.0, "sheddable": 20.0}, {"gh200": 3})
+    prio = {p: replace(s, shed_rps=shed[p]) for p, s in est.signals.by_priority.items()}
+    return replace(est, signals=replace(est.signals, by_priority=prio))
+
+
+def test_new_demand_counts_the_retries_of_shed_attempts_once() -> None:
+    # 40 attempts/s, 15 of them shed. A client retrying up to 2 times sends at most 3 attempts, 2 of
+    # them retries: 2/3 x 15 = 10 of the attempts are shed requests sent again, 30 req/s are new.
+    est = shedding_estimate({"critical": 0.0, "standard": 0.0, "sheddable": 15.0})
+    assert new_demand_rps(est, 40.0, 2) == pytest.approx(30.0)
+    assert new_demand_rps(est, 40.0, 1) == pytest.approx(32.5)  # 1/2 x 15
+    assert new_demand_rps(est, 40.0, 0) == 40.0  # clients that never retry: every attempt is new
+    assert new_demand_rps(est, 5.0, 2) == 0.0  # never below nothing
+    for bad in (None, math.nan, -1.0, math.inf):  # one priority's shed rate unknown: the arrivals whole
+        unknown = shedding_estimate({"critical": 0.0, "standard": bad, "sheddable": 15.0})
+        assert new_demand_rps(unknown, 40.0, 2) == 40.0
+
+
+def test_the_mpc_serves_todays_retries_but_holds_only_the_new_requests() -> None:
+    # Tick 1: the 40 attempts/s of the test above (30 of them new) are today's load: the plan serves
+    # 40 (a fourth GH200 at 10 req/s each). Tick 2, a minute later: shedding has stopped and 30 req/s
+    # arrive, none shed. The rate held over the 300-s hold is the 30 new requests of tick 1, not its
+    # 40 attempts: the plan serves 30. With the fleet file's client_retries 0 every attempt is new,
+    # so tick 1's 40 is held.
+    shed = shedding_estimate({"critical": 0.0, "standard": 0.0, "sheddable": 15.0})
+    shed = replace(shed, signals=replace(shed.signals, arrival_rate_rps=40.0))
+    calm = shedding_estimate({"critical": 0.0, "standard": 0.0, "sheddable": 0.0})
+    calm = replace(calm, time_s=660.0, signals=replace(calm.signals, arrival_rate_rps=30.0))
+    c = controller()
+    first = c.decide(shed, SVC)
+    assert first.terms["demand_rps"] == pytest.approx(40.0) and first.desired["gh200"] == 4
+    assert c.decide(calm, SVC).terms["demand_rps"] == pytest.approx(30.0)
+    doc = CFG.model_dump()
+    doc["controller"]["admission_settings"]["client_retries"] = 0
+    never = MPCController(parse_config(doc, "test"), {SVC.name: WEIGHTS}, forecast="last")
+    assert never.decide(shed, SVC).terms["demand_rps"] == pytest.approx(40.0)
+    assert never.decide(calm, SVC).terms["demand_rps"] == pytest.approx(40.0)
 
 
 def test_with_shed_the_plan_sheds_a_sliver_rather_than_start_a_replica_for_it() -> None:
