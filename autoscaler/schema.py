@@ -4,6 +4,7 @@ expected and integers beyond 2**53 are errors, not silently coerced."""
 
 from __future__ import annotations
 
+import re
 import types
 from typing import Any, Union, get_args, get_origin
 
@@ -22,6 +23,10 @@ def _numeric(annotation: Any) -> bool:
     return False
 
 
+_YAML11_EXPONENT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
+"""A number PyYAML (YAML 1.1) reads as a string: an exponent with no decimal point (``1e-3``)."""
+
+
 class Strict(BaseModel):
     # NaN and Infinity are never meaningful here (prices, times, gains) and would leak into results.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -37,5 +42,8 @@ class Strict(BaseModel):
             raise ValueError(f"an integer of {len(str(abs(value)))} digits is too large (at most 2**53)")
         # pydantic's lax mode also reads "2.99" as 2.99: a quoted number is a typo worth naming
         if isinstance(value, str) and info.field_name and _numeric(cls.model_fields[info.field_name].annotation):
+            if _YAML11_EXPONENT.fullmatch(value.strip()):  # YAML 1.1 reads 1e-3 as text, not a number
+                raise ValueError(f"a number is expected, got the string {value!r}: YAML reads an exponent "
+                                 "without a decimal point as text (write 1.0e-3, or 0.001)")
             raise ValueError(f"a number is expected, got the string {value!r} (write it without quotes)")
         return value

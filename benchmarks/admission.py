@@ -52,6 +52,7 @@ from autoscaler.compare import check_controllers, split_row
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.errors import ConfigError
+from autoscaler.files import write_text
 from autoscaler.progress import Display, Rows
 from autoscaler.report import request_outcomes, summarize
 from autoscaler.simulate import run_simulation, start_at
@@ -198,6 +199,13 @@ def main() -> None:
     if args.workers < 1:
         ap.error(f"--workers must be >= 1, got {args.workers}")
     sc = yaml.safe_load(path.read_text())
+    if not isinstance(sc, dict) or "surge" not in sc:
+        ap.error(f"--scenario {args.scenario}: no surge window (a 'surge: {{start_s, end_s}}' entry) to report on")
+    if args.out.exists() and not args.out.is_dir():
+        ap.error(f"--out {args.out}: not a folder")
+    for flag, value in (("--rows", args.rows), ("--seeds", args.seeds)):
+        if value is not None and not value.strip():
+            ap.error(f"{flag} is empty: leave it out for the scenario's")
     if args.gateway:
         gateway: dict[str, Any] = {}
         for item in args.gateway.split(","):
@@ -219,8 +227,10 @@ def main() -> None:
         ap.error(str(exc))
     try:
         seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [int(sc["seed"])]
+        if any(x < 0 for x in seeds):
+            raise ValueError
     except ValueError:
-        ap.error(f"--seeds takes comma-separated integers, got {args.seeds!r}")
+        ap.error(f"--seeds takes comma-separated integers >= 0, got {args.seeds!r}")
     workloads = {s: scenario_workload({**sc, "seed": s}, HERE) for s in seeds}
     window = (float(sc["surge"]["start_s"]), float(sc["surge"]["end_s"]))
     rows = args.rows.split(",") if args.rows else sc["controllers"]
@@ -241,7 +251,7 @@ def main() -> None:
         out = list(pool.map(_work, enumerate(jobs)))
     by_seed = {s: out[i * len(rows):(i + 1) * len(rows)] for i, s in enumerate(seeds)}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{sc['name']}.json").write_text(json.dumps(
+    write_text(args.out / f"{sc['name']}.json", json.dumps(
         {"seeds": {str(s): {"capacity_rps": cap[s], "rows": by_seed[s]} for s in seeds}}, indent=2) + "\n")
     for s in seeds:
         print(f"### {sc['name']}, seed {s}: {len(workloads[s].requests)} requests; fleet capacity at the SLO "

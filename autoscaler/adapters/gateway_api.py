@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -223,6 +224,27 @@ def _fetch(source: str, timeout_s: float) -> tuple[bytes, str]:
         raise ValueError(f"admission document at {shown}: credentials in the URL are not supported")
     url = source if parts.path not in ("", "/") else urllib.parse.urlunsplit(parts._replace(path=PATH))
     where = redact(url)
+    # The whole exchange in a thread bounded by the deadline: urllib's timeout bounds each socket read,
+    # so a server dripping its status line and headers a byte at a time would hold it for ever.
+    outcome: list[tuple[bytes, str] | BaseException] = []
+
+    def fetch() -> None:
+        try:
+            outcome.append(_fetch_bounded(url, where, timeout_s))
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append(exc)
+    worker = threading.Thread(target=fetch, name="admission-document", daemon=True)
+    worker.start()
+    worker.join(timeout_s + 1.0)
+    if not outcome:
+        raise UnreachableError(f"admission document at {where}: not answered within {timeout_s:g} s")
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
+
+
+def _fetch_bounded(url: str, where: str, timeout_s: float) -> tuple[bytes, str]:
+    """``_fetch``'s exchange: the body at ``url`` within ``timeout_s`` of reading it, and ``where``."""
     deadline = time.monotonic() + timeout_s
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as r:

@@ -144,6 +144,10 @@ def admission_budget(
             if unknown:
                 raise ValueError(f"admission document at {source}: service {svc.name} has no variant "
                                  f"{', '.join(unknown)} in the fleet file")
+            over = {n: k for n, k in learned.items() if k > cfg.engine.max_num_seqs}
+            if over:  # a replica never runs more at once: the document is from another fleet, or wrong
+                raise ValueError(f"admission document at {source}: ITL budget {over} above engine.max_num_seqs "
+                                 f"({cfg.engine.max_num_seqs}) of the fleet file, the most a replica runs at once")
             budgets = {n: replace(b, budget=learned[n]) if n in learned else b for n, b in budgets.items()}
         one = pool_budget(budgets)
         tokens: dict[str, int] = {}
@@ -161,6 +165,8 @@ def admission_budget(
             typer.echo(yaml.safe_dump(epp_config(one, min_ceiling, mode=mode, max_token_concurrency=one_tokens,
                                                  producer=producer), sort_keys=False), nl=False)
             return
+    except UnreachableError as exc:  # the address was fine, the server not there: exit 1, as `objectives`
+        raise unreachable(str(exc)) from None
     except (AutoscalerError, ValueError) as exc:
         raise fail(str(exc)) from None
     slo, typical = svc.slo["interactive"], svc.typical_request

@@ -472,6 +472,52 @@ def test_a_server_that_drips_is_cut_off_at_the_deadline() -> None:
     srv.close()
 
 
+def test_a_server_that_drips_its_headers_is_cut_off_at_the_deadline() -> None:
+    """The status line and headers dripped a byte per 0.1 s (urllib's timeout bounds each socket read,
+    not the headers as a whole) fail the read at the 1-s deadline too, while the server still drips
+    (60 s of drip: an error before its end is the deadline's)."""
+    import socket
+    import threading
+    import time
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+    dripped_all = threading.Event()
+
+    def drip() -> None:
+        conn, _ = srv.accept()
+        conn.recv(65536)
+        try:
+            for byte in (b"HTTP/1.1 200 OK\r\nX-A: " + b"a" * 600)[:600]:
+                conn.sendall(bytes([byte]))
+                time.sleep(0.1)
+            dripped_all.set()
+        except OSError:
+            pass
+        conn.close()
+
+    threading.Thread(target=drip, daemon=True).start()
+    with pytest.raises(UnreachableError, match=r"not answered within 1 s"):
+        read_document(f"http://127.0.0.1:{port}", timeout_s=1.0)
+    assert not dripped_all.is_set()
+    srv.close()
+
+
+def test_admission_budget_from_a_server_that_is_not_there_exits_1() -> None:
+    """A well-formed --from URL whose server refuses the connection is unreachable, not bad input:
+    exit 1, as ``admission objectives`` exits (docs/architecture.md#exit-codes)."""
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    srv.close()  # nothing listens there now
+    res = CliRunner().invoke(app, ["admission", "budget", "--from", f"http://127.0.0.1:{port}"])
+    assert res.exit_code == 1 and "unreachable" in res.output, res.output
+
+
 def test_names_kubernetes_would_refuse_are_refused() -> None:
     for service in ("a..b", "a.-b", "x" * 64):
         with pytest.raises(ValueError, match=r"not a valid Kubernetes object name|cannot be a Kubernetes label"):
@@ -563,6 +609,8 @@ def test_admission_budget_from_the_live_document_takes_the_learned_budget(tmp_pa
     ({"standard": 1.0}, [], "no ITL budget for service"),
     ({"standard": 1.0, "budget": {"tpu": 3}}, [], "has no variant tpu"),
     ({"standard": 1.0, "budget": {"gh200": 3}}, ["--mode", "tokens"], "it needs --mode requests"),
+    # the embedded fleet's engine runs at most 256 at once: a budget above it is from another fleet
+    ({"standard": 1.0, "budget": {"gh200": 257}}, [], "above engine.max_num_seqs (256)"),
 ])
 def test_admission_budget_from_a_document_without_a_usable_budget_is_one_line(
         tmp_path: Path, doc: dict, args: list[str], message: str) -> None:

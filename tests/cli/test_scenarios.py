@@ -88,6 +88,26 @@ def test_the_admission_benchmark_refuses_a_bad_row_before_any_run(tmp_path: Path
         assert why in res.stderr and not (tmp_path / "out").exists()
 
 
+def test_the_admission_benchmark_refuses_bad_arguments_before_any_run(tmp_path: Path) -> None:
+    # Each was a traceback (or a silent default), some after every run had finished: now one usage
+    # line and exit 2 before any run, and nothing written.
+    import subprocess
+    import sys
+
+    (tmp_path / "afile").write_text("not a folder")
+    for args, why in ((["--scenario", "step.yaml"], "no surge window"),
+                      (["--seeds=-1"], "--seeds takes comma-separated integers >= 0"),
+                      (["--seeds="], "--seeds is empty"),
+                      (["--rows="], "--rows is empty"),
+                      (["--out", str(tmp_path / "afile")], "not a folder")):
+        argv = ["--scenario", "surge-chat.yaml", "--workers", "1", "--out", str(tmp_path / "out"), *args]
+        res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "admission.py"), *argv],
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert why in res.stderr.strip().splitlines()[-1], res.stderr
+        assert not (tmp_path / "out").exists()
+
+
 def test_the_compare_benchmark_takes_controller_as_the_cli_does(capsys: pytest.CaptureFixture[str]) -> None:
     """``--controller a,b`` as ``autoscaler compare``; the old ``--controllers`` reads the same with the
     CLI's deprecation warning; both at once, or an unknown name, is a usage error before any run."""

@@ -376,6 +376,9 @@ def test_settings_that_switch_control_off_are_rejected(tmp_path, where: str, key
      "a number is expected, got the string '2.99' (write it without quotes)"),
     (lambda d: variant_named(d, "h100").update(max_replicas="40"), "variants[h100].max_replicas",
      "a number is expected, got the string '40'"),
+    # PyYAML (YAML 1.1) loads an unquoted 1e-3 as text: the message says so instead of "quotes"
+    (lambda d: variant_named(d, "h100").update(price_per_gpu_hour="3e0"), "variants[h100].price_per_gpu_hour",
+     "'3e0': YAML reads an exponent without a decimal point as text (write 1.0e-3, or 0.001)"),
     (lambda d: d["engine"].update(max_num_seqs=512, max_num_batched_tokens=256), "engine",
      "max_num_batched_tokens (256) must be >= max_num_seqs (512)"),
     (lambda d: variant_named(d, "h100").update(name='h"100'), "variants[h\"100].name",
