@@ -16,7 +16,7 @@ import pytest
 import requests
 from support.promserver import FakeDeployment, FakeExporter, FakeFlowControl, FakeGateway, FakePod, FakeSGLangPod
 
-from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect
+from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect, split, union
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.faults.promserver import PromServer
@@ -227,3 +227,18 @@ def test_long_batched_queries_go_in_a_post_body(world: World, tmp_path: Path) ->
     assert max(len(q) for q in runner.sent) > 20_000
     assert obs["s0"].signals.running == 10.0 and obs["s5"].signals.running == 4.0
     assert obs["s59"].signals.running is None and obs["s59"].errors == []
+
+
+def test_split_gives_each_branch_its_series_and_refuses_an_untagged_one() -> None:
+    answer = [{"metric": {"__autoscaler_scope": "1", "pod": "p"}, "value": [1, "2"]},
+              {"metric": {"__autoscaler_scope": "0"}, "value": [1, "3"]},
+              {"metric": {"__autoscaler_scope": "1", "pod": "q"}, "value": [1, "4"]}]
+    assert split(answer, 3) == [[{"metric": {}, "value": [1, "3"]}],
+                                [{"metric": {"pod": "p"}, "value": [1, "2"]},
+                                 {"metric": {"pod": "q"}, "value": [1, "4"]}],
+                                []]
+    with pytest.raises(KeyError):
+        split([{"metric": {"pod": "p"}, "value": [1, "2"]}], 2)
+    with pytest.raises(IndexError):
+        split([{"metric": {"__autoscaler_scope": "2"}, "value": [1, "2"]}], 2)
+    assert [union(["a", "b", "c"]).count(f'"__autoscaler_scope", "{i}"') for i in range(4)] == [1, 1, 1, 0]
