@@ -84,6 +84,10 @@ class PrometheusConfig(Strict):
         ca_file: CA bundle to verify the server's certificate.
         tls_verify: False disables certificate verification.
         max_concurrency: queries in flight at once.
+        batch: True (default): a source reading two or more services sends one query per query key
+            (each signal, each per-pod inventory query, each gateway query) for all of them, each
+            service's and variant's part tagged and split back (``adapters.prometheus``); False:
+            one query per key per service and per variant, as before. One service: the same either way.
         selectors: service name -> label matchers (defaults above).
     """
 
@@ -100,6 +104,7 @@ class PrometheusConfig(Strict):
     ca_file: Path | None = None
     tls_verify: StrictBool = True
     max_concurrency: int = Field(default=8, ge=1)
+    batch: StrictBool = True
     selectors: dict[str, ServiceSelectors] = Field(default_factory=dict)
 
     @field_validator("url")
