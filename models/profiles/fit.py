@@ -73,7 +73,13 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from models.profiles import bench, splitwise
-from models.profiles.profile import SHORT_PREFILL_TOKENS, PerformanceProfile, prefill_group, profile_name
+from models.profiles.profile import (
+    SHORT_PREFILL_TOKENS,
+    PerformanceProfile,
+    group_order,
+    prefill_group,
+    profile_name,
+)
 from models.profiles.specs import GPUS, MODELS
 
 BENCH_REPO = "github.com/argonne-lcf/LLM-Inference-Bench"
@@ -258,16 +264,12 @@ def mape(profile: PerformanceProfile, rows: Sequence[Row]) -> float:
 
 
 def group_errors(profile: PerformanceProfile, rows: Sequence[Row]) -> dict[str, dict[str, float]]:
-    """``{group: {"rows": n, "mape": e}}`` of ``rows`` by ``Row.group``, groups sorted (prefills, then
-    decode and mixed by batch)."""
+    """``{group: {"rows": n, "mape": e}}`` of ``rows`` by ``Row.group``, in ``profile.group_order``."""
     errors: dict[str, list[float]] = {}
     for r in rows:
         errors.setdefault(r.group, []).extend(abs(p / m - 1.0) for p, m in zip(r.predict(profile), r.measured,
                                                                                strict=True))
-    def order(g: str) -> tuple[int, str, int]:
-        kind, _, batch = g.partition(" B=")
-        return (0, g, 0) if g.startswith("prefill") else (1, kind, int(batch))
-    return {g: {"rows": len(errors[g]), "mape": float(np.mean(errors[g]))} for g in sorted(errors, key=order)}
+    return {g: {"rows": len(errors[g]), "mape": float(np.mean(errors[g]))} for g in sorted(errors, key=group_order)}
 
 
 def long_prefills(rows: Sequence[Row]) -> bool:

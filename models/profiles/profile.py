@@ -162,6 +162,12 @@ def prefill_group(prompt_tokens: int) -> str:
     return f"prefill {'<=' if prompt_tokens <= SHORT_PREFILL_TOKENS else '>'} {SHORT_PREFILL_TOKENS}"
 
 
+def group_order(group: str) -> tuple[int, str, int]:
+    """Sort key of row groups: prefills first, then decode and mixed, each by batch."""
+    kind, _, batch = group.partition(" B=")
+    return (0, group, 0) if group.startswith("prefill") else (1, kind, int(batch))
+
+
 @cache
 def _document() -> dict[str, Any]:
     text = resources.files("models.profiles").joinpath(COEFFICIENTS_FILE).read_text(encoding="utf-8")
@@ -201,6 +207,25 @@ def listing() -> list[dict[str, Any]]:
     """One item per shipped profile, sorted by name, with exactly the keys of ``LISTING_FIELDS``."""
     return [{"name": name, **{k: entry[k] for k in LISTING_FIELDS[1:]}}
             for name, entry in sorted(shipped_entries().items())]
+
+
+GROUP_FIELDS = ("name", "group", "rows_held_out", "heldout_mape", "rows_fitted", "fit_mape")
+"""Keys of each ``group_listing()`` item (``autoscaler profiles list --groups --json``)."""
+
+
+def group_listing() -> list[dict[str, Any]]:
+    """One item per shipped profile (sorted by name) and row group (held-out or fitted, in the entry's
+    order: ``group_order``), with exactly the keys of ``GROUP_FIELDS``; a
+    group without held-out (fitted) rows has ``rows_held_out`` (``rows_fitted``) 0 and its error None."""
+    items: list[dict[str, Any]] = []
+    for name, entry in sorted(shipped_entries().items()):
+        held, fitted = entry["heldout_groups"], entry["fit_groups"]
+        for group in sorted({*held, *fitted}, key=group_order):
+            h, f = held.get(group), fitted.get(group)
+            items.append({"name": name, "group": group,
+                          "rows_held_out": h["rows"] if h else 0, "heldout_mape": h["mape"] if h else None,
+                          "rows_fitted": f["rows"] if f else 0, "fit_mape": f["mape"] if f else None})
+    return items
 
 
 def list_profiles() -> list[str]:
