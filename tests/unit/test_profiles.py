@@ -162,7 +162,7 @@ def test_held_out_error_recomputed_from_the_data(data: fit.Data, name: str) -> N
 SPLITWISE = [n for n in SHIPPED if DOC["profiles"][n]["source"] == "splitwise"]
 KNOWN_LONG_PREFILL_MISS = {"llama-2-70b/a100-80gb/tp2", "llama-2-70b/h100-sxm/tp2"}
 """Their 8192-token prefills cost 2.0-2.1 x the 4096-token ones, where the quadratic fitted up to
-4096 tokens gives 2.5-2.9 x (docs/simulator.md#long-prefills)."""
+4096 tokens gives 2.5 x (A100) and 2.8 x (H100) (docs/simulator.md#long-prefills)."""
 
 
 @pytest.mark.parametrize("name", SHIPPED)
