@@ -366,24 +366,52 @@ def profiles_table() -> Table:
     return table
 
 
-@profiles_app.command("list", epilog=examples("autoscaler profiles list", "autoscaler profiles list -o json"))
+def profile_groups_table() -> Table:
+    """One row per shipped profile and row group: held-out and fitted rows and their errors."""
+    from rich.table import Table
+
+    from models.profiles import group_listing
+
+    table = Table(title="Shipped performance profiles by row group",
+                  caption="prefill <= / > 2048: prefill steps of prompts of at most / over 2048 tokens; "
+                          "decode B=n: mean decode step of n sequences; mixed B=n: whole runs (prefill and "
+                          "decode) of n prompts. Errors: mean |predicted / measured - 1|; -: no such rows. "
+                          "!: held-out error over 10 %.")
+    table.add_column("profile", no_wrap=True)
+    table.add_column("group", no_wrap=True)
+    for col in ("held out", "held-out err", "fit rows", "fit err"):
+        table.add_column(col, justify="right")
+    for item in group_listing():
+        held, fitted = item["heldout_mape"], item["fit_mape"]
+        table.add_row(item["name"], item["group"], str(item["rows_held_out"]),
+                      "-" if held is None else f"{held:.1%}" + ("!" if held > 0.10 else ""),
+                      str(item["rows_fitted"]), "-" if fitted is None else f"{fitted:.1%}")
+    return table
+
+
+@profiles_app.command("list", epilog=examples("autoscaler profiles list", "autoscaler profiles list -o json",
+                                               "autoscaler profiles list --groups"))
 def profiles_list(
     output: Annotated[str, typer.Option("--output", "-o", help=output_help(
         "table | json | yaml", "json, yaml: a list of {name, model, gpu, tensor_parallel, rows_fitted, "
-        "rows_held_out, heldout_mape}."))] = "table",
+        "rows_held_out, heldout_mape}; with --groups a list of {name, group, rows_held_out, heldout_mape, "
+        "rows_fitted, fit_mape}."))] = "table",
+    groups: Annotated[bool, typer.Option("--groups", help=(
+        "One row per profile and row group (short and long prefills, decode by batch, whole runs by batch) "
+        "with its held-out and fit errors."))] = False,
     json_alias: JsonAliasOpt = False,
 ) -> None:
     """Every shipped profile with its source rows and held-out error (a fleet file's profile: names one)."""
-    from models.profiles import listing
+    from models.profiles import group_listing, listing
 
     try:
         output = output_format(output, json_alias)
     except ValueError as exc:
         raise fail(str(exc)) from None
     if output != "table":
-        print_document(listing(), output)
+        print_document(group_listing() if groups else listing(), output)
     else:
-        console.print(profiles_table())
+        console.print(profile_groups_table() if groups else profiles_table())
 
 
 profile_app = App(no_args_is_help=True, help="A profile from your own measurements.",

@@ -27,7 +27,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.profiles.profile import PerformanceProfile, prefill_pairs
+from models.profiles.profile import PerformanceProfile, prefill_group, prefill_pairs
 from models.profiles.specs import GPUS, MODELS
 
 ALL_RESULTS = "llm-inference-bench/All_results.csv"
@@ -101,6 +101,15 @@ class BenchRow:
     def held_out(self) -> bool:
         """Kept out of the fit: ``ALL_RESULTS`` rows of length ``HELD_OUT_LENGTH``."""
         return self.source == ALL_RESULTS and self.input_len == HELD_OUT_LENGTH
+
+    @property
+    def group(self) -> str:
+        """Row group for per-group errors: ``TTFT_RESULTS`` rows (output length 1) are prefills
+        (``profile.prefill_group``), ``ALL_RESULTS`` rows whole runs, prefill and decode,
+        ``"mixed B=<B>"``."""
+        if self.output_len == 1:
+            return prefill_group(self.input_len)
+        return f"mixed B={self.batch}"
 
     def doc(self) -> dict[str, object]:
         """The row's reference in ``coefficients.json``: its file and line (the measured values stay in

@@ -12,13 +12,15 @@ come from one source (``COMBOS``):
   replica's KV pool (``bench.preemption``: vLLM preempts and recomputes, which step time does not
   model).
 - Splitwise (``models.profiles.splitwise``): prefill and mean decode-step times of Llama-2-70B.
-  Held out: the sweep's points at P = 1024, B = 8 and T = 1024. Not used: ``splitwise.exclusion``.
+  Held out: the sweep's points at P = 1024, B = 8 and T = 1024, and the prefills of P = 8192
+  (``splitwise.MAX_FIT_PREFILL_TOKENS``). Not used: ``splitwise.exclusion``.
 
-The four coefficients of ``PerformanceProfile`` are fitted by ``scipy.optimize.least_squares`` on
-log(predicted / measured) within physical bounds: the step overhead is at least the time to read
-the weights one token needs at the replica's peak bandwidth, the prefill cost per token at least its
-matmul FLOPs at the replica's peak tensor throughput, the per-sequence cost non-negative, and the
-bandwidth efficiency in [0.3, 1].
+The four coefficients of ``PerformanceProfile`` (five where the attention term is fitted) are
+fitted by ``scipy.optimize.least_squares`` on log(predicted / measured) within physical bounds:
+the step overhead is at least the time to read the weights one token needs at the replica's peak
+bandwidth, the prefill cost per token at least its matmul FLOPs at the replica's peak tensor
+throughput, the per-sequence cost non-negative, the bandwidth efficiency in [0.3, 1], and the
+attention term at least the architecture's FLOP ratio.
 
 **Prefill prior.** With input = output, an LLM-Inference-Bench run's prefill tokens B·L and decode
 steps B·(L-1) are nearly collinear, so its whole-run latencies pin only their sum. Only the
@@ -31,9 +33,16 @@ FLOP bound / fitted slope), divided over its TP GPUs:
 measured directly, where the FLOP bound at peak would be optimistic and Vidur's kernel profile does
 not cover every model and GPU. Splitwise separates prefill from decode itself and needs no prior.
 
-**Attention.** Every predicted prefill includes its prompts' attention pairs at the model's
-``specs.ModelSpec.attention_tokens_per_pair`` (derived from the architecture, not fitted), so the
-fitted ``prefill_s_per_token`` is the matmul cost alone.
+**Attention.** Every predicted prefill includes its prompts' attention pairs, each costing
+``attention_tokens_per_pair`` prompt tokens. Where the fit rows include prefills of prompts longer
+than ``profile.SHORT_PREFILL_TOKENS`` (Splitwise's P = 4096 lines), that coefficient is fitted with
+the other four, bounded below by the architecture's FLOP ratio
+(``specs.ModelSpec.attention_tokens_per_pair``: attention cannot cost fewer FLOPs than it does, and
+runs at most at the matmuls' efficiency); the P = 8192 prefills are held out as its check. Every
+other profile (LLM-Inference-Bench: prompts of at most 2048 tokens, where attention is a few percent
+of a prefill and cannot be told from the slope) keeps the FLOP ratio, and its entry says it
+extrapolates (``attention`` in ``coefficients.json``). Per-row-group errors (``group_errors``: short
+and long prefills, decode by batch, whole runs by batch) are in each entry.
 
 **A100 40 GB, not 80 GB.** LLM-Inference-Bench's A100 rows were measured on 40 GB cards (ALCF Polaris),
 so they feed ``a100-40gb`` profiles: the KV pool the rows imply decides it. ``llama-3-8b/a100-80gb``
@@ -64,7 +73,13 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from models.profiles import bench, splitwise
-from models.profiles.profile import PerformanceProfile, profile_name
+from models.profiles.profile import (
+    SHORT_PREFILL_TOKENS,
+    PerformanceProfile,
+    group_order,
+    prefill_group,
+    profile_name,
+)
 from models.profiles.specs import GPUS, MODELS
 
 BENCH_REPO = "github.com/argonne-lcf/LLM-Inference-Bench"
@@ -171,6 +186,9 @@ class Row(Protocol):
 
     def predict(self, profile: PerformanceProfile) -> tuple[float, ...]: ...
 
+    @property
+    def group(self) -> str: ...
+
     def doc(self) -> dict[str, object]: ...
 
 
@@ -187,6 +205,7 @@ class ProfileFit:
         fit_mape: mean |predicted / measured - 1| over ``fit_rows``.
         held_out_mape: the same over ``held_out_rows``.
         prefill_prior: how the prefill slope was pinned, or None when it was fitted.
+        attention_fitted: whether ``attention_tokens_per_pair`` was fitted (else the FLOP ratio).
     """
 
     combo: Combo
@@ -197,6 +216,7 @@ class ProfileFit:
     fit_mape: float
     held_out_mape: float
     prefill_prior: str | None
+    attention_fitted: bool = False
 
 
 @dataclass(frozen=True)
@@ -243,16 +263,33 @@ def mape(profile: PerformanceProfile, rows: Sequence[Row]) -> float:
     return float(np.mean(errors))
 
 
+def group_errors(profile: PerformanceProfile, rows: Sequence[Row]) -> dict[str, dict[str, float]]:
+    """``{group: {"rows": n, "mape": e}}`` of ``rows`` by ``Row.group``, in ``profile.group_order``."""
+    errors: dict[str, list[float]] = {}
+    for r in rows:
+        errors.setdefault(r.group, []).extend(abs(p / m - 1.0) for p, m in zip(r.predict(profile), r.measured,
+                                                                               strict=True))
+    return {g: {"rows": len(errors[g]), "mape": float(np.mean(errors[g]))} for g in sorted(errors, key=group_order)}
+
+
+def long_prefills(rows: Sequence[Row]) -> bool:
+    """Whether any of ``rows`` is a prefill of prompts longer than ``SHORT_PREFILL_TOKENS`` (what
+    pins the attention term)."""
+    return any(r.group == prefill_group(SHORT_PREFILL_TOKENS + 1) for r in rows)
+
+
 def make_profile(combo: Combo, params: Sequence[float] | np.ndarray) -> PerformanceProfile:
-    """The profile of ``combo`` with coefficients (overhead, prefill, decode, efficiency)."""
-    step_overhead_s, prefill_s_per_token, decode_s_per_seq, bandwidth_efficiency = map(float, params)
+    """The profile of ``combo`` with coefficients (overhead, prefill, decode, efficiency[, attention]);
+    without the fifth, attention is the architecture's FLOP ratio."""
     model, gpu = MODELS[combo.model], GPUS[combo.gpu]
+    attention = float(params[4]) if len(params) > 4 else model.attention_tokens_per_pair
+    step_overhead_s, prefill_s_per_token, decode_s_per_seq, bandwidth_efficiency = map(float, params[:4])
     return PerformanceProfile(
         name=combo.name, model=model.key, gpu=gpu.key, kv_bytes_per_token=model.kv_bytes_per_token,
         mem_bandwidth_bytes_per_s=combo.tp * gpu.mem_bandwidth_bytes_per_s, step_overhead_s=step_overhead_s,
         prefill_s_per_token=prefill_s_per_token, decode_s_per_seq=decode_s_per_seq,
         bandwidth_efficiency=bandwidth_efficiency, tensor_parallel=combo.tp,
-        attention_tokens_per_pair=model.attention_tokens_per_pair,
+        attention_tokens_per_pair=attention,
     )
 
 
@@ -265,24 +302,29 @@ def bounds(combo: Combo) -> tuple[float, float]:
 
 def fit_combo(combo: Combo, data: Data, prefill_s_per_token: float | None = None,
               prefill_prior: str | None = None) -> ProfileFit:
-    """Fit ``combo`` (least squares on log ratio); the prefill slope is fixed if given.
+    """Fit ``combo`` (least squares on log ratio); the prefill slope is fixed if given, the attention
+    term free (at least the FLOP ratio) if the fit rows have long prefills (``long_prefills``).
 
     Raises:
         ValueError: fewer fit values than free coefficients.
     """
     fit, held_out, excluded = split_rows(combo, data)
-    free = 3 if prefill_s_per_token is not None else 4
-    if sum(len(r.measured) for r in fit) < free:
-        raise ValueError(f"{combo.name}: {len(fit)} fit rows, need at least {free}")
-    weights_s, flops_s = bounds(combo)
-    lower = np.array([weights_s, flops_s, 0.0, MIN_BANDWIDTH_EFFICIENCY])
-    upper = np.array([np.inf, np.inf, np.inf, 1.0])
-    scale = np.array([weights_s, flops_s, 1e-5, 1.0])
-    start = np.array([1.5 * weights_s, 1.5 * flops_s, 5e-5, 0.7])
     keep = [0, 2, 3] if prefill_s_per_token is not None else [0, 1, 2, 3]
+    attention = long_prefills(fit)
+    if attention:
+        keep.append(4)
+    if sum(len(r.measured) for r in fit) < len(keep):
+        raise ValueError(f"{combo.name}: {len(fit)} fit rows, need at least {len(keep)}")
+    weights_s, flops_s = bounds(combo)
+    flop_ratio = MODELS[combo.model].attention_tokens_per_pair
+    lower = np.array([weights_s, flops_s, 0.0, MIN_BANDWIDTH_EFFICIENCY, flop_ratio])
+    upper = np.array([np.inf, np.inf, np.inf, 1.0, np.inf])
+    scale = np.array([weights_s, flops_s, 1e-5, 1.0, flop_ratio])
+    start = np.array([1.5 * weights_s, 1.5 * flops_s, 5e-5, 0.7, 2.0 * flop_ratio])
 
     def params(x: np.ndarray) -> np.ndarray:
-        full = np.array([0.0, prefill_s_per_token or 0.0, 0.0, 0.0])  # the free entries are overwritten
+        # The free entries are overwritten; attention stays the FLOP ratio unless free.
+        full = np.array([0.0, prefill_s_per_token or 0.0, 0.0, 0.0, flop_ratio])
         full[keep] = x
         return full
 
@@ -294,7 +336,7 @@ def fit_combo(combo: Combo, data: Data, prefill_s_per_token: float | None = None
                            xtol=1e-12, ftol=1e-12, gtol=1e-12)
     profile = make_profile(combo, params(result.x))
     return ProfileFit(combo, profile, tuple(fit), tuple(held_out), tuple(excluded), mape(profile, fit),
-                      mape(profile, held_out), prefill_prior)
+                      mape(profile, held_out), prefill_prior, attention)
 
 
 def _has_ttft(combo: Combo, data: Data) -> bool:
@@ -385,9 +427,24 @@ def _selection(combo: Combo) -> dict[str, object]:
         "model": splitwise.MODEL_NAMES[combo.model], "hardware": splitwise.HARDWARE[combo.gpu],
         "tensor_parallel": combo.tp,
         "rows": "each line: its prompt_time (prefill) and its token_time (mean decode step)",
-        "held_out": f"lines with {held} (other than the base point)",
-        "excluded": "batched or > 2048-token prefills; TP 2 at B = 64",
+        "held_out": f"lines with {held} (other than the base point); prefills of prompt_size > "
+                    f"{splitwise.MAX_FIT_PREFILL_TOKENS}",
+        "excluded": "batched prefills; TP 2 at B = 64",
     }
+
+
+def _attention(f: ProfileFit, p: PerformanceProfile) -> dict[str, object]:
+    """The ``attention`` entry: where ``attention_tokens_per_pair`` came from and how far it reaches."""
+    flop_ratio = MODELS[p.model].attention_tokens_per_pair
+    if f.attention_fitted:
+        note = (f"fitted with the other coefficients on prefills of up to {splitwise.MAX_FIT_PREFILL_TOKENS} "
+                "tokens, at least the FLOP ratio; checked on the held-out longer prefills (held-out group "
+                f"'{prefill_group(SHORT_PREFILL_TOKENS + 1)}')")
+    else:
+        note = (f"the FLOP ratio, not fitted: no fit row prefills more than {SHORT_PREFILL_TOKENS} tokens, so "
+                "the rows cannot tell attention from the prefill slope; longer prompts are extrapolated")
+    return {"fitted": f.attention_fitted, "flop_ratio": flop_ratio, "x_flop_ratio": p.attention_tokens_per_pair
+            / flop_ratio, "note": note}
 
 
 def _entry(f: ProfileFit, p: PerformanceProfile, stand_in_of: tuple[str, str] | None = None) -> dict[str, object]:
@@ -396,13 +453,16 @@ def _entry(f: ProfileFit, p: PerformanceProfile, stand_in_of: tuple[str, str] | 
         "model": p.model, "gpu": p.gpu, "tensor_parallel": p.tensor_parallel,
         "architecture": {k: v for k, v in asdict(MODELS[p.model]).items() if k not in ("key", "source")},
         "coefficients": {"step_overhead_s": p.step_overhead_s, "prefill_s_per_token": p.prefill_s_per_token,
-                         "decode_s_per_seq": p.decode_s_per_seq, "bandwidth_efficiency": p.bandwidth_efficiency},
+                         "decode_s_per_seq": p.decode_s_per_seq, "bandwidth_efficiency": p.bandwidth_efficiency,
+                         "attention_tokens_per_pair": p.attention_tokens_per_pair},
+        "attention": _attention(f, p),
         "kv_bytes_per_token": p.kv_bytes_per_token, "mem_bandwidth_bytes_per_s": p.mem_bandwidth_bytes_per_s,
         "gpu_source": gpu.source, "model_source": MODELS[p.model].source,
         "source": f.combo.source, "measured_gpu": f.combo.gpu, "source_rows": _selection(f.combo),
         "rows_fitted": len(f.fit_rows), "rows_held_out": len(f.held_out_rows),
         "fit_mape": mape(p, f.fit_rows), "heldout_mape": mape(p, f.held_out_rows),
         "prefill_prior": f.prefill_prior,
+        "heldout_groups": group_errors(p, f.held_out_rows), "fit_groups": group_errors(p, f.fit_rows),
         "held_out_rows": [r.doc() for r in f.held_out_rows],
         "excluded_rows": [{**r.doc(), "reason": why} for r, why in f.excluded_rows],
     }
@@ -435,8 +495,10 @@ def build_document(fits: dict[str, ProfileFit], data_dir: Path, vidur_s_per_toke
         "model_form": (
             "step_time = step_overhead_s + prefill_s_per_token*(p + attention_tokens_per_pair*q)"
             " + decode_s_per_seq*n + c*kv_bytes_per_token/(bandwidth_efficiency*mem_bandwidth_bytes_per_s);"
-            " 0 when idle; q = attention pairs of the prefilled tokens, attention_tokens_per_pair from the"
-            " architecture"
+            " 0 when idle; q = attention pairs of the prefilled tokens (c*s + c*(c+1)/2 for a chunk of c"
+            " tokens at position s); attention_tokens_per_pair fitted where the rows have prefills over"
+            f" {SHORT_PREFILL_TOKENS} tokens (at least the architecture's FLOP ratio), else that ratio"
+            " (each entry's attention says which)"
         ),
         "sources": {
             "llm-inference-bench": {"repo": BENCH_REPO, "commit": BENCH_COMMIT},
@@ -477,7 +539,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"fit MAPE {f.fit_mape:.2%} ({len(f.fit_rows)} rows), held-out MAPE {f.held_out_mape:.2%} "
             f"({len(f.held_out_rows)} rows), {len(f.excluded_rows)} excluded"
             + ("" if f.prefill_prior is None else " [prefill prior]")
+            + (f" attention x{p.attention_tokens_per_pair / MODELS[p.model].attention_tokens_per_pair:.2f} FLOP ratio"
+               if f.attention_fitted else "")
         )
+        print("    held-out by group: " + ", ".join(
+            f"{g} {e['mape']:.1%} ({e['rows']})" for g, e in group_errors(p, f.held_out_rows).items()))
     print(f"A100 prefill: Vidur non-attention ops {vidur * 1e6:.2f} us/token, "
           f"fitted {fits['llama-3-8b/a100-40gb'].profile.prefill_s_per_token * 1e6:.2f} us/token")
     doc = build_document(fits, args.data, vidur)

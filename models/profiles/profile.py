@@ -39,10 +39,13 @@ class PerformanceProfile:
 
     when ``p > 0`` or ``n > 0``, and 0 when the engine is idle. ``step_overhead_s`` is the per-step
     cost (reading all weights once, plus scheduling/launch overhead), ``prefill_s_per_token`` the
-    compute cost of a prompt token's matmuls, ``attention_tokens_per_pair`` the FLOPs of one
-    attention pair in units of a token's matmul FLOPs (from the architecture,
-    ``specs.ModelSpec.attention_tokens_per_pair``: attention is quadratic in prompt length, so a
-    long prompt costs more per token), ``decode_s_per_seq`` the per-sequence decode cost (sampling,
+    compute cost of a prompt token's matmuls, ``attention_tokens_per_pair`` the cost of one
+    attention pair in units of a prompt token's (attention is quadratic in prompt length: a chunk
+    of ``c`` tokens starting at position ``s`` forms ``c s + c (c + 1) / 2`` pairs, so a chunk late
+    in a long prompt costs more per token): fitted where the profile's rows have long prefills
+    (Splitwise's 4096-token ones), else the FLOP ratio of the architecture
+    (``specs.ModelSpec.attention_tokens_per_pair``), which is also the fit's lower bound;
+    ``decode_s_per_seq`` the per-sequence decode cost (sampling,
     bookkeeping, the sequence's row of the matmuls), and the context term is the time to stream the
     KV cache: ``kv_bytes_per_token / (bandwidth_efficiency * mem_bandwidth_bytes_per_s)`` per
     token, so it is grounded in memory bandwidth for contexts longer than any measured one.
@@ -61,8 +64,8 @@ class PerformanceProfile:
         bandwidth_efficiency: fitted fraction of peak bandwidth achieved reading the KV cache,
             in (0, 1].
         tensor_parallel: GPUs of one replica (vLLM ``--tensor-parallel-size``).
-        attention_tokens_per_pair: prefill-token equivalents of one attention pair (derived from
-            the model's architecture; 0 leaves attention out).
+        attention_tokens_per_pair: prefill-token equivalents of one attention pair (fitted, or
+            derived from the model's architecture; 0 leaves attention out).
     """
 
     name: str
@@ -148,6 +151,23 @@ def prefill_pairs(start: Any, tokens: Any) -> Any:
     return tokens * start + tokens * (tokens + 1) / 2
 
 
+SHORT_PREFILL_TOKENS = 2048
+"""A measured prefill of prompts of at most this many tokens is in the ``"prefill <= 2048"`` row
+group, a longer one in ``"prefill > 2048"`` (LLM-Inference-Bench's rows stop at 2048; the
+simulator's default prefill chunk is 2048 tokens)."""
+
+
+def prefill_group(prompt_tokens: int) -> str:
+    """Row group of a measured prefill of prompts of ``prompt_tokens`` tokens (``SHORT_PREFILL_TOKENS``)."""
+    return f"prefill {'<=' if prompt_tokens <= SHORT_PREFILL_TOKENS else '>'} {SHORT_PREFILL_TOKENS}"
+
+
+def group_order(group: str) -> tuple[int, str, int]:
+    """Sort key of row groups: prefills first, then decode and mixed, each by batch."""
+    kind, _, batch = group.partition(" B=")
+    return (0, group, 0) if group.startswith("prefill") else (1, kind, int(batch))
+
+
 @cache
 def _document() -> dict[str, Any]:
     text = resources.files("models.profiles").joinpath(COEFFICIENTS_FILE).read_text(encoding="utf-8")
@@ -160,6 +180,7 @@ def _profiles() -> dict[str, PerformanceProfile]:
     profiles: dict[str, PerformanceProfile] = {}
     for name, entry in _document()["profiles"].items():
         model, gpu, tp = MODELS[entry["model"]], GPUS[entry["gpu"]], entry["tensor_parallel"]
+        coefficients = {"attention_tokens_per_pair": model.attention_tokens_per_pair, **entry["coefficients"]}
         profiles[name] = PerformanceProfile(
             name=name,
             model=model.key,
@@ -167,8 +188,7 @@ def _profiles() -> dict[str, PerformanceProfile]:
             kv_bytes_per_token=model.kv_bytes_per_token,
             mem_bandwidth_bytes_per_s=tp * gpu.mem_bandwidth_bytes_per_s,
             tensor_parallel=tp,
-            attention_tokens_per_pair=model.attention_tokens_per_pair,
-            **entry["coefficients"],
+            **coefficients,
         )
     return profiles
 
@@ -187,6 +207,25 @@ def listing() -> list[dict[str, Any]]:
     """One item per shipped profile, sorted by name, with exactly the keys of ``LISTING_FIELDS``."""
     return [{"name": name, **{k: entry[k] for k in LISTING_FIELDS[1:]}}
             for name, entry in sorted(shipped_entries().items())]
+
+
+GROUP_FIELDS = ("name", "group", "rows_held_out", "heldout_mape", "rows_fitted", "fit_mape")
+"""Keys of each ``group_listing()`` item (``autoscaler profiles list --groups --json``)."""
+
+
+def group_listing() -> list[dict[str, Any]]:
+    """One item per shipped profile (sorted by name) and row group (held-out or fitted, in the entry's
+    order: ``group_order``), with exactly the keys of ``GROUP_FIELDS``; a
+    group without held-out (fitted) rows has ``rows_held_out`` (``rows_fitted``) 0 and its error None."""
+    items: list[dict[str, Any]] = []
+    for name, entry in sorted(shipped_entries().items()):
+        held, fitted = entry["heldout_groups"], entry["fit_groups"]
+        for group in sorted({*held, *fitted}, key=group_order):
+            h, f = held.get(group), fitted.get(group)
+            items.append({"name": name, "group": group,
+                          "rows_held_out": h["rows"] if h else 0, "heldout_mape": h["mape"] if h else None,
+                          "rows_fitted": f["rows"] if f else 0, "fit_mape": f["mape"] if f else None})
+    return items
 
 
 def list_profiles() -> list[str]:

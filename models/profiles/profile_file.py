@@ -9,11 +9,12 @@ provenance fields are allowed and ignored):
   ``max_position_embeddings``, ``num_parameters``; optional ``num_experts``, ``experts_per_token``,
   ``attention_bias``, ``bytes_per_param``), from which the KV bytes per token follow;
 - ``coefficients``: ``step_overhead_s`` (> 0), ``prefill_s_per_token``, ``decode_s_per_seq`` (>= 0),
-  ``bandwidth_efficiency`` (in (0, 1]);
+  ``bandwidth_efficiency`` (in (0, 1]); optional ``attention_tokens_per_pair`` (>= 0: a fitted
+  attention term, as the shipped Splitwise profiles carry; absent: the architecture's FLOP ratio);
 - ``rows_fitted``, ``rows_held_out`` (>= 0), ``heldout_mape`` (>= 0, or null with no held-out rows),
   ``fit_mape`` (optional).
 
-``kv_bytes_per_token``, the attention term (``specs.ModelSpec.attention_tokens_per_pair``) and
+``kv_bytes_per_token``, the attention term unless given (``specs.ModelSpec.attention_tokens_per_pair``) and
 ``mem_bandwidth_bytes_per_s`` (the replica's: ``tensor_parallel`` x the GPU's datasheet figure) are
 derived; if the file states the first or the last they must agree.
 """
@@ -56,6 +57,7 @@ class Coefficients(Strict):
     prefill_s_per_token: float = Field(ge=0)
     decode_s_per_seq: float = Field(ge=0)
     bandwidth_efficiency: float = Field(gt=0, le=1)
+    attention_tokens_per_pair: float | None = Field(default=None, ge=0)
 
 
 class ProfileFile(Strict):
@@ -102,6 +104,8 @@ def load_profile_file(path: Path) -> PerformanceProfile:
         if stated is not None and stated != derived:
             raise ProfileError(f"{path}: {field}: {stated:g}, but the architecture, GPU and tensor_parallel "
                                f"give {derived:g}")
+    coefficients = f.coefficients.model_dump()
+    if coefficients["attention_tokens_per_pair"] is None:
+        coefficients["attention_tokens_per_pair"] = spec.attention_tokens_per_pair
     return PerformanceProfile(name=str(path), model=f.model, gpu=f.gpu, kv_bytes_per_token=spec.kv_bytes_per_token,
-                              mem_bandwidth_bytes_per_s=bandwidth, tensor_parallel=f.tensor_parallel,
-                              attention_tokens_per_pair=spec.attention_tokens_per_pair, **f.coefficients.model_dump())
+                              mem_bandwidth_bytes_per_s=bandwidth, tensor_parallel=f.tensor_parallel, **coefficients)

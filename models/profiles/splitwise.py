@@ -8,8 +8,11 @@ P=512, batch B=1, output T=128 (P in 128..8192, B in 1..64, T in 128..8192), 5 r
 
 Each line gives two rows: the prefill (one step of B x P prompt tokens) and the mean decode step
 (B sequences whose contexts average P + T/2 tokens), so this source separates the prefill slope from
-the decode terms without a prior. ``e2e_time`` is not used: for T >= 512 it implies fewer generated
-tokens than T (e.g. 574 on a100 TP4 for T = 1024...8192).
+the decode terms without a prior. Its unbatched prefills run to 8192 tokens (P = 4096 and 8192 lines),
+so it is the only source whose rows pin the attention term (``models.profiles.fit``): prefills up to
+``MAX_FIT_PREFILL_TOKENS`` are fitted, longer ones held out as the check.
+``e2e_time`` is not used: for T >= 512 it implies fewer generated tokens than T (e.g. 574 on a100
+TP4 for T = 1024...8192).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models.profiles.bench import read_csv
-from models.profiles.profile import PerformanceProfile, prefill_pairs
+from models.profiles.profile import PerformanceProfile, prefill_group, prefill_pairs
 
 PERF_MODEL = "splitwise-perf-model/perf_model.csv"
 """Path relative to the ``--data`` directory."""
@@ -30,8 +33,9 @@ HARDWARE: dict[str, str] = {"a100-80gb": "a100-80gb", "h100-sxm": "h100-80gb"}
 e2e_time equal h100-80gb's line by line, its prompt_time is exactly 1.3 x)."""
 HELD_OUT = {"prompt_size": 1024, "batch_size": 8, "token_size": 1024}
 """A line is held out if it is the sweep's point at any of these values (one per axis)."""
-MAX_PREFILL_TOKENS = 2048
-"""Prefill rows of more prompt tokens than this (B x P) are not used: see ``exclusion``."""
+MAX_FIT_PREFILL_TOKENS = 4096
+"""Unbatched prefills longer than this (the P = 8192 lines) are held out of the fit: the check of the
+fitted attention term on prompts twice the longest it was fitted on."""
 
 
 @dataclass(frozen=True)
@@ -76,10 +80,21 @@ class SplitwiseRow:
 
     @property
     def held_out(self) -> bool:
-        """Kept out of the fit: the lines of ``HELD_OUT``."""
+        """Kept out of the fit: the lines of ``HELD_OUT``, and prefills of more than
+        ``MAX_FIT_PREFILL_TOKENS`` tokens."""
+        if self.phase == "prefill" and self.prompt > MAX_FIT_PREFILL_TOKENS:
+            return True
         return (self.prompt, self.batch, self.tokens) != (512, 1, 128) and (
             self.prompt == HELD_OUT["prompt_size"] or self.batch == HELD_OUT["batch_size"]
             or self.tokens == HELD_OUT["token_size"])
+
+    @property
+    def group(self) -> str:
+        """Row group for per-group errors: ``profile.prefill_group(P)`` for a prefill, else
+        ``"decode B=<B>"``."""
+        if self.phase == "prefill":
+            return prefill_group(self.prompt)
+        return f"decode B={self.batch}"
 
     def doc(self) -> dict[str, object]:
         """The row's reference in ``coefficients.json``: its file, line and phase (the measured values
@@ -118,11 +133,10 @@ def rows_for(rows: list[SplitwiseRow], model: str, gpu: str, tp: int) -> list[Sp
 def exclusion(row: SplitwiseRow) -> str | None:
     """Why ``row`` is not used, or None.
 
-    - Prefill of more than ``MAX_PREFILL_TOKENS`` tokens: Splitwise's prompt_time grows faster than
-      its token count (a100 TP4: 4 x 512 tokens take 571 ms, 1 x 2048 402 ms; 1 x 8192 is 2.3 x
-      1 x 4096), which the linear step-time model cannot follow.
     - Prefill of a batch (B > 1): batched prompts cost more than one prompt of the same total length
-      (the same 4 x 512 vs 1 x 2048), so they would pull the slope off the single-prompt rows.
+      (a100 TP4: 4 x 512 tokens take 571 ms, 1 x 2048 402 ms), although their attention pairs are
+      fewer (4 x 512 x 513 / 2 against 2048 x 2049 / 2), so they would pull the slope off the
+      single-prompt rows. Single prompts of any length are used (long ones pin the attention term).
     - TP 2 at B = 64: an outlier (a100: prompt_time 796 ms against B = 32's 6,600; e2e_time 160 s
       against B = 32's 18.5 s).
     """
@@ -130,6 +144,5 @@ def exclusion(row: SplitwiseRow) -> str | None:
         return "TP 2, B = 64: outlier (prompt_time 0.12 x B = 32's, e2e_time 8.6 x)"
     if row.phase == "prefill" and row.batch > 1:
         return "batched prefill: costs more than one prompt of the same tokens (not linear in tokens)"
-    if row.phase == "prefill" and row.prompt > MAX_PREFILL_TOKENS:
-        return f"prefill of {row.prompt} > {MAX_PREFILL_TOKENS} tokens: superlinear in prompt length"
     return None
+

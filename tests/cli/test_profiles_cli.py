@@ -37,3 +37,35 @@ def test_table_fits_100_columns_and_shows_each_held_out_error() -> None:
         (row,) = [line for line in lines if f" {name} " in line or f" {name}* " in line]
         cells = [c.strip() for c in row.strip("│ ").split("│")]
         assert cells[2:5] == [str(entry["rows_fitted"]), str(entry["rows_held_out"]), f"{entry['heldout_mape']:.1%}"]
+
+
+GROUP_KEYS = ["name", "group", "rows_held_out", "heldout_mape", "rows_fitted", "fit_mape"]
+
+
+def test_groups_view_shows_each_row_groups_errors() -> None:
+    # Every (profile, group) of the document's heldout_groups and fit_groups, once, with its errors.
+    res = CliRunner().invoke(app, ["profiles", "list", "--groups", "-o", "json"])
+    assert res.exit_code == 0, res.output
+    items = json.loads(res.output)
+    expected = {(n, g) for n, e in DOC["profiles"].items() for g in [*e["heldout_groups"], *e["fit_groups"]]}
+    assert [(i["name"], i["group"]) for i in items if list(i) == GROUP_KEYS] == [(i["name"], i["group"]) for i in items]
+    assert {(i["name"], i["group"]) for i in items} == expected and len(items) == len(expected)
+    for i in items:
+        held = DOC["profiles"][i["name"]]["heldout_groups"].get(i["group"])
+        assert (i["rows_held_out"], i["heldout_mape"]) == ((held["rows"], held["mape"]) if held else (0, None))
+    # The Splitwise profiles' long prefills are a held-out group of five 8192-token rows.
+    long = [i for i in items if i["name"] == "llama-2-70b/a100-80gb/tp8" and i["group"] == "prefill > 2048"]
+    assert [(i["rows_held_out"], i["rows_fitted"]) for i in long] == [(5, 5)]
+
+
+def test_groups_table_prints_each_held_out_group_error() -> None:
+    res = CliRunner().invoke(app, ["profiles", "list", "--groups"], env={"COLUMNS": "100"}, terminal_width=100)
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    for name, entry in DOC["profiles"].items():
+        for group, held in entry["heldout_groups"].items():
+            (row,) = [line for line in lines if f" {name} " in line and f" {group} " in line]
+            cells = [c.strip() for c in row.strip("│ ").split("│")]
+            flag = "!" if held["mape"] > 0.10 else ""
+            assert cells[2:4] == [str(held["rows"]), f"{held['mape']:.1%}{flag}"], (name, group)
