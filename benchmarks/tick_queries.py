@@ -133,7 +133,8 @@ def tick_figures(url: str, services: int, batch: bool, ticks: int, concurrency: 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
-    ap.add_argument("--services", type=int, nargs="+", default=[1, 10, 100])
+    ap.add_argument("--services", type=int, nargs="+", default=[1, 10, 100],
+                    help="fleet sizes to measure, services of 3 variants each")
     ap.add_argument("--pods", type=int, default=1, help="pods per variant")
     ap.add_argument("--ticks", type=int, default=3, help="ticks counted per size and path (after the first)")
     ap.add_argument("--max-concurrency", type=int, default=8, help="prometheus.max_concurrency")
