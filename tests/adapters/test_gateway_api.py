@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import itertools
+import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -438,34 +441,36 @@ def test_malformed_documents_are_one_line_errors(tmp_path: Path, body: str, mess
     assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
 
 
-def test_a_server_that_drips_is_cut_off_at_the_deadline() -> None:
-    """A body dripped a byte per 0.1 s (each read within any per-read timeout) is cut off by the 1-s
-    total deadline: the read fails while the server is still dripping. No wall-clock bound is asserted
-    (a busy machine only delays): the drip lasts 60 s, so an error before its end is the deadline's."""
-    import socket
-    import threading
-    import time
-
+def drip_server(head: bytes, drip: bytes) -> tuple[socket.socket, int, threading.Event]:
+    """A server that answers its one connection with ``head`` at once, then ``drip`` a byte per 0.1 s;
+    (its socket, its port, set once every byte was sent)."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen()
-    port = srv.getsockname()[1]
     dripped_all = threading.Event()
 
-    def drip() -> None:
+    def serve_one() -> None:
         conn, _ = srv.accept()
         conn.recv(65536)
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
         try:
-            for _ in range(600):
-                conn.sendall(b"{")
+            conn.sendall(head)
+            for byte in drip:
+                conn.sendall(bytes([byte]))
                 time.sleep(0.1)
             dripped_all.set()
         except OSError:
             pass
         conn.close()
 
-    threading.Thread(target=drip, daemon=True).start()
+    threading.Thread(target=serve_one, daemon=True).start()
+    return srv, srv.getsockname()[1], dripped_all
+
+
+def test_a_server_that_drips_is_cut_off_at_the_deadline() -> None:
+    """A body dripped a byte per 0.1 s (each read within any per-read timeout) is cut off by the 1-s
+    total deadline: the read fails while the server is still dripping. No wall-clock bound is asserted
+    (a busy machine only delays): the drip lasts 60 s, so an error before its end is the deadline's."""
+    srv, port, dripped_all = drip_server(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n", b"{" * 600)
     with pytest.raises(UnreachableError, match=r"not read within 1 s|unreachable"):
         read_document(f"http://127.0.0.1:{port}", timeout_s=1.0)
     assert not dripped_all.is_set()
@@ -476,29 +481,7 @@ def test_a_server_that_drips_its_headers_is_cut_off_at_the_deadline() -> None:
     """The status line and headers dripped a byte per 0.1 s (urllib's timeout bounds each socket read,
     not the headers as a whole) fail the read at the 1-s deadline too, while the server still drips
     (60 s of drip: an error before its end is the deadline's)."""
-    import socket
-    import threading
-    import time
-
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen()
-    port = srv.getsockname()[1]
-    dripped_all = threading.Event()
-
-    def drip() -> None:
-        conn, _ = srv.accept()
-        conn.recv(65536)
-        try:
-            for byte in (b"HTTP/1.1 200 OK\r\nX-A: " + b"a" * 600)[:600]:
-                conn.sendall(bytes([byte]))
-                time.sleep(0.1)
-            dripped_all.set()
-        except OSError:
-            pass
-        conn.close()
-
-    threading.Thread(target=drip, daemon=True).start()
+    srv, port, dripped_all = drip_server(b"", (b"HTTP/1.1 200 OK\r\nX-A: " + b"a" * 600)[:600])
     with pytest.raises(UnreachableError, match=r"not answered within 1 s"):
         read_document(f"http://127.0.0.1:{port}", timeout_s=1.0)
     assert not dripped_all.is_set()
@@ -508,8 +491,6 @@ def test_a_server_that_drips_its_headers_is_cut_off_at_the_deadline() -> None:
 def test_admission_budget_from_a_server_that_is_not_there_exits_1() -> None:
     """A well-formed --from URL whose server refuses the connection is unreachable, not bad input:
     exit 1, as ``admission objectives`` exits (docs/architecture.md#exit-codes)."""
-    import socket
-
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     port = srv.getsockname()[1]
