@@ -133,6 +133,9 @@ def test_a_bound_row_reports_its_search_and_counts_it_in_its_wall_time(monkeypat
     comp = run_compare(cfg, short, ["bound:simulations=2"], workers=1, progress=rows)
     (row,) = comp.rows
     assert calls[-1] == 0 and calls[:-1] == list(range(1, len(calls)))  # runs 1..k, then its own
-    assert 1 <= len(calls) - 1 <= 2 and len(walls) == len(calls)  # each search run simulated, then its own
+    # search_scales with simulations=2: c = 1, then one bracket step (c = 1 is inside the scale limits
+    # [0.25, 4], so the step is taken whichever way c = 1 went): exactly 2 search runs, each simulated,
+    # then the row's own run
+    assert len(calls) - 1 == 2 and len(walls) == len(calls)
     assert steps_in_search  # the search runs report their simulated time (no 0 % while searching)
     assert row["wall_s"] >= sum(walls) > walls[-1]

@@ -200,10 +200,12 @@ def test_chunk_cost_by_its_position_in_the_prompt_by_hand() -> None:
 
 
 @needs_data
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="quadratic overshoots"))
-                                  if n in KNOWN_LONG_PREFILL_MISS else n for n in SPLITWISE])
+@pytest.mark.parametrize("name", SPLITWISE)
 def test_held_out_8192_token_prefills_within_ten_percent(data: fit.Data, name: str) -> None:
     # Read straight from perf_model.csv: every unbatched 8192-token prompt of the profile's hardware and TP.
+    # Within 10 %, except the two TP2 profiles the fitted quadratic overshoots (KNOWN_LONG_PREFILL_MISS):
+    # for them the error is what `profiles list --groups` reports, over 10 % (marked there), and too
+    # high, not too low; so the day the fit changes, this test says which way.
     entry, p = DOC["profiles"][name], get_profile(name)
     hardware = {"a100-80gb": "a100-80gb", "h100-sxm": "h100-80gb"}[p.gpu]
     with (DATA_DIR / splitwise.PERF_MODEL).open(newline="") as f:
@@ -222,7 +224,12 @@ def test_held_out_8192_token_prefills_within_ten_percent(data: fit.Data, name: s
     assert not [r for r in fit_rows
                 if isinstance(r, splitwise.SplitwiseRow) and r.phase == "prefill" and r.prompt > 4096]
     assert sorted(r.measured[0] for r in held_out if r.group == "prefill > 2048") == sorted(measured)
-    assert sum(abs(predicted / m - 1) for m in measured) / 5 <= 0.10
+    error = sum(abs(predicted / m - 1) for m in measured) / 5
+    if name not in KNOWN_LONG_PREFILL_MISS:
+        assert error <= 0.10
+    else:
+        assert error > 0.10 and all(predicted > m for m in measured)
+        assert entry["heldout_groups"]["prefill > 2048"]["mape"] == pytest.approx(error, rel=1e-9)
 
 
 @needs_data
