@@ -447,7 +447,7 @@ class MPCController(Controller):
         self.learn = bool(learn) and mixes is not None
         self.learn_capacity = self.learn and learn >= 2
         self.mixes = dict(mixes or {})
-        self.engine = cfg.engine
+        self.engine = cfg.planning_engine()
         self._capacity_cache: dict[tuple[str, str, float, float, float, float], float] = {}
         self._allowance_cache: dict[tuple[object, ...], float | None] = {}
         self._pool_cache: dict[tuple[object, ...], float] = {}

@@ -260,7 +260,7 @@ def _service_weights(ctx: BuildContext,
     default ``_service_mixes``); 0 for a service that accepts none of the workload."""
     mixes = _service_mixes(ctx) if mixes is None else mixes
     return {svc.name: {v.name: 0.0 for v in svc.variants} if mixes[svc.name] is None
-            else variant_weights(svc, ctx.cfg.engine, mixes[svc.name]) for svc in ctx.cfg.services}
+            else variant_weights(svc, ctx.cfg.planning_engine(), mixes[svc.name]) for svc in ctx.cfg.services}
 
 
 _AIBRIX = _params(AIBrixController, "strategy", target=POSITIVE)

@@ -6,7 +6,7 @@ from typing import Literal, get_args
 
 from pydantic import Field, StrictBool, model_validator
 
-from autoscaler.config.base import Strict
+from autoscaler.config.base import MAX_INT, Strict
 
 DEFAULT_TICK_S = 15.0  # seconds between ticks: HPA's sync period and Prometheus's usual scrape interval
 DEFAULT_WINDOW_S = 300.0  # signal look-back window, seconds (controllers.pid: why 300 s)
@@ -109,6 +109,15 @@ class AdmissionConfig(Strict):
             default ``max_retries``, 2 (0 for clients that never retry). The MPC counts
             ``r / (r + 1)`` of the attempts shed as retries when it sizes replicas
             (``controllers.admission.new_demand_rps``): a request shed and sent again is one request.
+        gateway_max_concurrency: the most requests in flight the deployed gateway lets each replica
+            hold, when it is a fixed number: llm-d-router's ``concurrency-detector`` ``maxConcurrency``
+            (v0.10.0; its default is 100, below the ITL budget of an H100 or a GH200 on most mixes).
+            The capacity the planning controllers, the oracle, the bound and the loop's weights size
+            replicas with is then computed with at most this many requests per replica
+            (``FleetConfig.planning_engine``): requests past it wait at the gateway, not on the GPU.
+            None (default): no fixed cap, or one that follows the published ITL budget; in
+            simulation a numeric ``simulator.gateway.max_concurrency`` under ``saturation:
+            concurrency`` (``requests`` or ``hybrid`` mode) is taken as the deployed gateway's.
     """
 
     wait_fraction: float = Field(default=0.5, gt=0, le=10)
@@ -117,6 +126,7 @@ class AdmissionConfig(Strict):
     max_budgets: float = Field(default=4.0, gt=0)
     shed_tolerance: float = Field(default=0.02, ge=0, lt=0.5)
     client_retries: int = Field(default=2, ge=0, le=100)
+    gateway_max_concurrency: int | None = Field(default=None, ge=1, le=MAX_INT)
 
 
 class ControllerConfig(Strict):

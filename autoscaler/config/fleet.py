@@ -193,6 +193,27 @@ class FleetConfig(Strict):
     prometheus: PrometheusConfig = PrometheusConfig()
     kubernetes: KubernetesConfig = KubernetesConfig()
 
+    def gateway_cap(self) -> int | None:
+        """The most requests in flight the gateway lets each replica hold when that is a fixed number:
+        ``controller.admission_settings.gateway_max_concurrency``, else (simulation: the simulated
+        gateway is the deployed one) the simulated gateway's numeric ``max_concurrency`` under its
+        concurrency detector in ``requests`` or ``hybrid`` mode; None when neither is set."""
+        cap = self.controller.admission_settings.gateway_max_concurrency
+        g = self.simulator.gateway
+        if cap is None and g.saturation == "concurrency" and g.concurrency_mode != "tokens" \
+                and isinstance(g.max_concurrency, int):
+            cap = g.max_concurrency
+        return cap
+
+    def planning_engine(self) -> EngineConfig:
+        """``engine`` as the capacity model should see a replica: ``max_num_seqs`` at most the gateway's
+        fixed cap (``gateway_cap``), since the requests past it wait at the gateway (a queue in front
+        of the replica, as vLLM's own waiting queue is past ``max_num_seqs``)."""
+        cap = self.gateway_cap()
+        if cap is None or cap >= self.engine.max_num_seqs:
+            return self.engine
+        return self.engine.model_copy(update={"max_num_seqs": cap})
+
     @model_validator(mode="after")
     def _unique(self) -> FleetConfig:
         names = [s.name for s in self.services]

@@ -115,7 +115,7 @@ class ControlLoop:
         self.policy = policy
         controller.on_admission(policy is not None)
         observed = cfg.controller.capacity_mix == "observed"
-        self.mixes = {s.name: MixTracker(s, cfg.engine, cfg.controller.window_s, observed)
+        self.mixes = {s.name: MixTracker(s, cfg.planning_engine(), cfg.controller.window_s, observed)
                       for s in cfg.services}
         self.weights = {s.name: self.mixes[s.name].weights for s in cfg.services}
         self.guards = {s.name: GuardState() for s in cfg.services}

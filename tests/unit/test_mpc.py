@@ -27,7 +27,15 @@ from autoscaler.workload.types import Request, Workload
 from controllers.admission import ItlBudget, concurrency_budget, itl_budgets, learned_budget, new_demand_rps
 from controllers.mpc import MPCController, _ServiceMemory
 from controllers.registry import build, parse_spec
-from models.capacity import ReplicaSpec, RequestMix, replica_capacity, service_mix, speed_factor, utilisation
+from models.capacity import (
+    ReplicaSpec,
+    RequestMix,
+    concurrency_at,
+    replica_capacity,
+    service_mix,
+    speed_factor,
+    utilisation,
+)
 from models.learning import CapacityPosterior
 from models.planning import Plan, PlanProblem
 
@@ -591,3 +599,58 @@ def test_the_mpc_publishes_the_itl_budget_it_has_learned() -> None:
     quiet = MPCController(CFG, {SVC.name: WEIGHTS}, forecast="last", mixes=mixes, learn=0)
     assert quiet.decide(estimate(600.0, 31.0, {"gh200": 3}), SVC).itl_budget == {}
     assert controller().decide(estimate(600.0, 31.0, {"gh200": 3}), SVC).itl_budget == {}  # no mixes
+
+
+def with_gateway(**admission: object) -> dict:
+    doc = CFG.model_dump()
+    doc["controller"]["admission_settings"].update(admission)
+    return doc
+
+
+def test_the_gateways_fixed_cap_is_the_planning_engines_batch_bound() -> None:
+    # llm-d-router's concurrency detector with a number (its default maxConcurrency is 100) holds each
+    # replica to that many requests in flight: the planning engine's max_num_seqs becomes it; above
+    # vLLM's own bound (256 here) it changes nothing.
+    assert CFG.gateway_cap() is None and CFG.planning_engine() == CFG.engine
+    capped = parse_config(with_gateway(gateway_max_concurrency=16), "test")
+    assert capped.planning_engine().max_num_seqs == 16
+    assert capped.planning_engine().max_num_batched_tokens == CFG.engine.max_num_batched_tokens
+    loose = parse_config(with_gateway(gateway_max_concurrency=300), "test")
+    assert loose.planning_engine() == loose.engine
+    # in simulation the simulated gateway is the deployed one: a numeric cap of its concurrency
+    # detector in requests or hybrid mode, never auto (the budget) nor tokens mode (no request cap)
+    for gateway, cap in (({"saturation": "concurrency", "max_concurrency": 16}, 16),
+                         ({"saturation": "concurrency", "max_concurrency": 16, "concurrency_mode": "hybrid"}, 16),
+                         ({"saturation": "concurrency", "max_concurrency": 16, "concurrency_mode": "tokens"}, None),
+                         ({"saturation": "concurrency", "max_concurrency": "auto"}, None),
+                         ({"saturation": "pool", "max_concurrency": 16}, None)):
+        doc = CFG.model_dump()
+        doc["simulator"]["gateway"].update(gateway)
+        assert parse_config(doc, "test").gateway_cap() == cap, gateway
+    doc = with_gateway(gateway_max_concurrency=8)
+    doc["simulator"]["gateway"].update({"saturation": "concurrency", "max_concurrency": 16})
+    assert parse_config(doc, "test").gateway_cap() == 8  # the setting wins over the simulated gateway
+    for bad in (0, -3, "many"):
+        with pytest.raises(ConfigError, match="gateway_max_concurrency"):
+            parse_config(with_gateway(gateway_max_concurrency=bad), "test")
+
+
+def test_under_a_gateway_cap_the_mpc_plans_no_replica_past_it() -> None:
+    # Without a cap a GH200 is planned at a rate that keeps more than 16 requests in flight on it
+    # (the capacity model's own Little's law, concurrency_at). With the gateway holding each replica
+    # to 16 the MPC's capacity of every variant is a rate at which at most 16 are in flight, so the
+    # plan orders enough replicas for the requests the gateway will actually let through.
+    mix = service_mix(SVC)
+    capped_cfg = parse_config(with_gateway(gateway_max_concurrency=16), "test")
+    free = build("mpc", CFG, SVC.name)
+    capped = build("mpc", capped_cfg, SVC.name)
+    assert isinstance(free, MPCController) and isinstance(capped, MPCController)
+    spec = {v.name: ReplicaSpec.of(v, CFG.engine) for v in SVC.variants}
+    gh200 = spec["gh200"]
+    assert concurrency_at(gh200, mix, free.weights[SVC.name]["gh200"]) > 16  # the cap binds here
+    for v in SVC.variants:
+        rate = capped.weights[SVC.name][v.name]
+        assert rate <= free.weights[SVC.name][v.name] + 1e-9
+        assert rate == 0.0 or concurrency_at(spec[v.name], mix, rate) <= 16 + 1e-6
+    assert capped.engine.max_num_seqs == 16
+    assert capped.weights[SVC.name]["gh200"] < free.weights[SVC.name]["gh200"]
