@@ -320,7 +320,15 @@ def plan_variant(v: Variant, dt_s: float, capacity_rps: np.ndarray, current: int
                  keep: int = 0) -> PlanVariant:
     """``v`` as the planner sees it with steps of ``dt_s`` seconds: start-ups in whole steps, the warm
     nodes today's ``current`` replicas leave free, and a replica started costing its cold start's GPU
-    time ($); ``capacity_rps`` and ``ready`` per step (``models.planning.PlanVariant``)."""
+    time ($); ``capacity_rps`` and ``ready`` per step (``models.planning.PlanVariant``).
+
+    A variant above its cap today (its pods cannot be placed, ``autoscaler.loop.runner.available``, or
+    its bound was lowered) is planned from its cap: the guard brings it down to it at once, Pending
+    and starting pods included, whereas the planner removes only ready replicas, so it would find no
+    plan at all for today's count (1 ready and 1 Pending under a cap of 0 did: issue 28's run of the
+    fault suite)."""
+    if current > v.cap:
+        current, ready = v.cap, np.minimum(np.asarray(ready, dtype=float), v.cap)
     return PlanVariant(
         name=v.name, gpu=v.gpu, gpus_per_replica=v.gpus_per_replica, price_per_hour=v.price_per_replica_hour,
         capacity_rps=capacity_rps, current=current, ready=ready, min_replicas=v.min_replicas, max_replicas=v.cap,

@@ -37,7 +37,8 @@ from models.capacity import (
     utilisation,
 )
 from models.learning import CapacityPosterior
-from models.planning import Plan, PlanProblem
+from models.planning import Plan, PlanProblem, PlanService
+from models.planning import solve as planning_solve
 
 CFG = default_config()
 SVC = CFG.services[0]
@@ -654,3 +655,24 @@ def test_under_a_gateway_cap_the_mpc_plans_no_replica_past_it() -> None:
         assert rate == 0.0 or concurrency_at(spec[v.name], mix, rate) <= 16 + 1e-6
     assert capped.engine.max_num_seqs == 16
     assert capped.weights[SVC.name]["gh200"] < free.weights[SVC.name]["gh200"]
+
+
+def test_a_variant_above_its_cap_is_planned_from_its_cap_not_left_without_a_plan() -> None:
+    # The fault suite's pending-pods case: one H100 ready and one Pending, and the loop caps the
+    # variant at 0 (its pods cannot be placed). The planner removes only ready replicas, so from
+    # today's 2 no plan can reach 0 (removing 2 needs 2 ready ones): HiGHS reported the model
+    # infeasible even with the step limits dropped. The guard brings the variant to its cap at once,
+    # so the plan starts there: 0 H100 at every step, the demand on the other variants.
+    h100 = next(v for v in SVC.variants if v.name == "h100").model_copy(update={"max_replicas": 0})
+    ready = np.array([1.0] + [2.0] * 39)
+    pv = mpc.plan_variant(h100, 15.0, np.full(40, 15.0), 2, ready)
+    assert (pv.current, pv.max_replicas) == (0, 0) and pv.ready.max() == 0.0
+    others = [mpc.plan_variant(v, 15.0, np.full(40, 10.0), 3, np.full(40, 3.0)) for v in SVC.variants
+              if v.name != "h100"]
+    problem = PlanProblem([PlanService(SVC.name, [pv, *others], np.full(40, 50.0), 1e-3, max_up=8, max_down=2)],
+                          dt_s=15.0, steps=40)
+    plan = planning_solve(problem)
+    assert not plan.replicas[SVC.name]["h100"].any()
+    # a variant within its cap is planned from today's count as before
+    same = mpc.plan_variant(SVC.variants[0], 15.0, np.full(40, 15.0), 2, ready)
+    assert same.current == 2 and np.array_equal(same.ready, ready)
