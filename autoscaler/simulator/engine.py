@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left
 from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
@@ -182,6 +183,12 @@ class Replica:
         # In-flight step: (start_s, k_steps, base_s, g, n, ctx0, chunks) — chunks None for decode runs.
         self._step: tuple[float, int, float, float, int, int, list[tuple[SimRequest, int]] | None] | None = None
         self.g = profile.seconds_per_ctx_token
+        # the profile's step-time terms, read at every step (``_step_time``)
+        self._t0 = profile.step_overhead_s
+        self._a = profile.prefill_s_per_token
+        self._ap = profile.attention_tokens_per_pair
+        self._b = profile.decode_s_per_seq
+        self._push_step = sim.push_step
 
     # ------------------------------------------------------------------ observation
     @property
@@ -328,9 +335,9 @@ class Replica:
         if budget > 0:
             self._admit(budget, n, chunks)
         if chunks:
-            p = sum(c for _, c in chunks)
-            pairs = sum(prefill_pairs(sr.prefilled, c) for sr, c in chunks)
-            dur = self.profile.step_time(p, n, self.ctx_dec, pairs)
+            p = sum([c for _, c in chunks])
+            pairs = sum([prefill_pairs(sr.prefilled, c) for sr, c in chunks])
+            dur = self._step_time(p, n, self.ctx_dec, pairs)
             self._start(now, 1, dur, 0.0, n, self.ctx_dec, chunks, dur)
             return
         if n == 0:
@@ -342,8 +349,16 @@ class Replica:
         assert top is not None
         room = self.kv_cap - (self.kv_pref + self.ctx_dec) - (len(self.prefilling) + n) * self.block
         k = max(1, min(top[0] - self.D, room // n))
-        base = self.profile.step_time(0, n, 0)
+        base = self._step_time(0, n, 0, 0)
         self._start(now, k, base, self.g, n, self.ctx_dec, None, _run_time(k, base, self.g, n, self.ctx_dec))
+
+    def _step_time(self, p: int, n: int, ctx: int, pairs: float) -> float:
+        """``profile.step_time(p, n, ctx, pairs)``, seconds, with the same arithmetic in the same order
+        (so the same bits) and without its argument checks: the scheduler's counts are >= 0 by
+        construction, and this runs at every step."""
+        if p == 0 and n == 0:
+            return 0.0
+        return self._t0 + self._a * (p + self._ap * pairs) + self._b * n + self.g * ctx
 
     def _start(
         self,
@@ -359,8 +374,11 @@ class Replica:
         self.busy = True
         self._version += 1
         self._step = (now, k, base, g, n, ctx0, chunks)
-        self.refresh_gauges()
-        self.sim.push_step(now + dur, self, self._version)
+        m = self.metrics  # refresh_gauges spelled out: this runs at every step
+        m.running = len(self.prefilling) + self.n_dec
+        m.waiting = len(self.waiting)
+        m.kv_usage = (self.kv_pref + self.ctx_dec) / self.kv_cap
+        self._push_step(now + dur, self, self._version)
 
     def _interrupt(self, now: float) -> None:
         """An arrival during a decode run: end the run at the step boundary in flight."""
@@ -394,17 +412,26 @@ class Replica:
     # ------------------------------------------------------------------ step completion
     def on_step_end(self, now: float, version: int) -> None:
         """Apply the finished step (or decode run) and plan the next one."""
-        if version != self._version or self._step is None:
+        step_ = self._step
+        if version != self._version or step_ is None:
             return
-        t0, k, _base, _g, n, _ctx0, chunks = self._step
+        t0, k, _base, _g, n, _ctx0, chunks = step_
         m = self.metrics
+        # Histogram.observe spelled out here and below (same arithmetic): this runs at every step
         if not chunks:  # k decode steps of n tokens each
-            m.iteration_tokens.observe(n, k)
+            h = m.iteration_tokens
+            h.counts[bisect_left(h.bounds, n)] += k
+            h.total += n * k
+            h.count += k
         if n:
             self.D += k
             self.ctx_dec += n * k
             m.generation_tokens += n * k
-            m.itl.observe((now - t0) / k, n * k)
+            h = m.itl
+            v, w = (now - t0) / k, n * k
+            h.counts[bisect_left(h.bounds, v)] += w
+            h.total += v * w
+            h.count += w
         if chunks:
             # vLLM counts a step's prompt tokens when a prefill ends, all it computed, plus its first
             # token (vLLM 0.33 ``vllm/v1/metrics/loggers.py``: ``prompt_token_stats.computed +
@@ -415,16 +442,25 @@ class Replica:
                 if sr.prefilled >= sr.prefill_target and sr.status is None:  # an aborted one waits for the purge
                     step += sr.computed + 1
                     self._prefill_done(sr, now)
-            m.iteration_tokens.observe(step)
-        top = self._top_decode()
-        while top is not None and top[0] <= self.D:
-            heapq.heappop(self._decode_heap)
+            h = m.iteration_tokens
+            h.counts[bisect_left(h.bounds, step)] += 1.0
+            h.total += step * 1.0
+            h.count += 1.0
+        heap = self._decode_heap
+        D = self.D
+        while heap:
+            top = heap[0]
             sr = top[3]
+            if sr.epoch != top[1] or sr.status is not None:  # stale (preempted) or aborted: skipped
+                heapq.heappop(heap)
+                continue
+            if top[0] > D:
+                break
+            heapq.heappop(heap)
             self.n_dec -= 1
-            self.ctx_dec -= sr.ctx_at_entry + (self.D - sr.d_entry)
+            self.ctx_dec -= sr.ctx_at_entry + (D - sr.d_entry)
             sr.generated = sr.req.output_tokens
             self._complete(sr, now)
-            top = self._top_decode()
         self.busy = False
         self._step = None
         self._schedule(now)
@@ -433,9 +469,19 @@ class Replica:
 
     def _complete(self, sr: SimRequest, now: float) -> None:
         m = self.metrics
-        m.e2e.observe(now - self._received(sr, now))
+        h = m.e2e
+        received = sr.received_s
+        v = now - (now if received is None else received)  # from when the engine took it in (``_received``)
+        h.counts[bisect_left(h.bounds, v)] += 1.0
+        h.total += v * 1.0
+        h.count += 1.0
         if sr.t_first is not None:  # vLLM records 0 for a one-token request (``vllm/v1/metrics/stats.py``)
-            m.tpot.observe((now - sr.t_first) / (sr.req.output_tokens - 1) if sr.req.output_tokens > 1 else 0.0)
+            out = sr.req.output_tokens
+            v = (now - sr.t_first) / (out - 1) if out > 1 else 0.0
+            h = m.tpot
+            h.counts[bisect_left(h.bounds, v)] += 1.0
+            h.total += v * 1.0
+            h.count += 1.0
         m.success["stop"] += 1
         self.sim.on_complete(sr, now)
 
@@ -456,14 +502,12 @@ class Replica:
         if sr.generated >= sr.req.output_tokens:
             self._complete(sr, now)
             return
-        sr.d_entry = self.D
+        sr.d_entry = D = self.D
         sr.ctx_at_entry = sr.prefill_target
         self.n_dec += 1
         self.ctx_dec += sr.prefill_target
         self._seq += 1
-        heapq.heappush(
-            self._decode_heap, (self.D + sr.req.output_tokens - sr.generated, sr.epoch, self._seq, sr)
-        )
+        heapq.heappush(self._decode_heap, (D + sr.req.output_tokens - sr.generated, sr.epoch, self._seq, sr))
 
 
 class EventSink(Protocol):

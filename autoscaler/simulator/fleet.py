@@ -205,7 +205,8 @@ class FleetSimulator:
 
     def push_step(self, t: float, replica: Replica, version: int) -> None:
         """Schedule the end of a replica's engine step."""
-        self._push(t, _STEP, replica, version)
+        self._seq += 1  # _push spelled out: this runs at every step
+        heapq.heappush(self._events, (t, self._seq, _STEP, replica, version))
 
     def _next_timeout_s(self) -> float:
         """When the oldest open request's client gives up (inf when none is open)."""
@@ -223,29 +224,42 @@ class FleetSimulator:
         """Process every arrival, event and client timeout up to and including ``t_end`` (seconds)."""
         reqs = self.requests
         events = self._events
+        services = self.services
         n = len(reqs)
+        inf = math.inf
+        heappop = heapq.heappop
+        # The next client timeout only moves later as requests end, except when a request arrives with
+        # none open: so a value read earlier is a lower bound, and is read again only when it could
+        # come first (or it is inf and a request arrives to an empty fleet).
+        t_out = self._next_timeout_s()
         while True:
-            t_arr = reqs[self._next_arrival].req.arrival_s if self._next_arrival < n else float("inf")
-            t_evt = events[0][0] if events else float("inf")
-            t_out = self._next_timeout_s()
-            if min(t_arr, t_evt, t_out) > t_end:
+            nxt = self._next_arrival
+            t_arr = reqs[nxt].req.arrival_s if nxt < n else inf
+            t_evt = events[0][0] if events else inf
+            t_next = t_arr if t_arr <= t_evt else t_evt
+            if t_out <= t_next or t_out <= t_end:
+                t_out = self._next_timeout_s()
+            if t_next > t_end and t_out > t_end:
                 break
-            if t_out < min(t_arr, t_evt):  # at equal times the arrival or the completion comes first
+            if t_out < t_next:  # at equal times the arrival or the completion comes first
                 self.now = t_out
                 self._time_out(reqs[self._oldest])
+                t_out = -inf
             elif t_arr <= t_evt:
                 self.now = t_arr
-                sr = reqs[self._next_arrival]
-                self._next_arrival += 1
+                sr = reqs[nxt]
+                self._next_arrival = nxt + 1
+                if t_out == inf:
+                    t_out = -inf
                 self._arrive(sr)
             else:
-                t, _, kind, obj, version = heapq.heappop(events)
+                t, _, kind, obj, version = heappop(events)
                 self.now = t
                 if kind == _STEP:
                     obj.on_step_end(t, version)  # type: ignore[attr-defined]
-                    flow = self.services[obj.service].flow  # type: ignore[attr-defined]
+                    flow = services[obj.service].flow  # type: ignore[attr-defined]
                     if flow is not None and flow.waiting:
-                        self._fill(self.services[obj.service], obj)  # type: ignore[arg-type, attr-defined]
+                        self._fill(services[obj.service], obj)  # type: ignore[arg-type, attr-defined]
                 elif kind == _READY:
                     self._on_ready(obj)  # type: ignore[arg-type]
                 elif kind == _CRASH:
