@@ -27,7 +27,7 @@ from autoscaler.adapters.simulator import SimActuator, SimAdmissionSink, SimDrai
 from autoscaler.config import FleetConfig
 from autoscaler.loop.observe import PendingMarks
 from autoscaler.loop.runner import TickRecord
-from autoscaler.simulator.fleet import FleetSimulator
+from autoscaler.simulator.fleet import FleetSimulator, heap_frozen
 from autoscaler.wiring import admission_policy, build_loop
 from autoscaler.workload.types import Workload
 from controllers.base import Controller
@@ -150,46 +150,47 @@ class SimulationDriver:
         step = substep_s or (min(tick, speed * PACED_SUBSTEP_WALL_S) if speed else tick)
         if not step > 0:
             raise ValueError(f"sub-step must be > 0, got {step}")
-        interval = self.source.scrape_interval_s
-        sim = self.sim
-        t_wall = time.perf_counter()
-        t0 = time.monotonic()
-        limit = sim.last_arrival_s + MAX_DRAIN_S
-        quiet = self.cfg.controller.guard.idle_ticks_to_min + 2
-        now = 0.0
-        while not (sim.done and now >= sim.last_arrival_s) and now < limit:
-            if stop is not None and stop.is_set():
-                break
-            if speed is None:
-                now = _fast_forward(sim, now, tick, self.ticks, quiet)
-            end = now + tick
-            for target in (*_grid(now, end, interval), end):
-                while now < target:
-                    now = min(now + step, target)
-                    if speed:
-                        time.sleep(max(0.0, t0 + now / speed - time.monotonic()))
-                    with self.lock:
-                        sim.run_until(now)
-                    if on_step is not None:
-                        on_step(now)
-                if target < end:
-                    with self.lock:
-                        self.source.scrape(now)
+        with heap_frozen():  # the run's objects live as long as it: the collector skips them
+            interval = self.source.scrape_interval_s
+            sim = self.sim
+            t_wall = time.perf_counter()
+            t0 = time.monotonic()
+            limit = sim.last_arrival_s + MAX_DRAIN_S
+            quiet = self.cfg.controller.guard.idle_ticks_to_min + 2
+            now = 0.0
+            while not (sim.done and now >= sim.last_arrival_s) and now < limit:
+                if stop is not None and stop.is_set():
+                    break
+                if speed is None:
+                    now = _fast_forward(sim, now, tick, self.ticks, quiet)
+                end = now + tick
+                for target in (*_grid(now, end, interval), end):
+                    while now < target:
+                        now = min(now + step, target)
+                        if speed:
+                            time.sleep(max(0.0, t0 + now / speed - time.monotonic()))
+                        with self.lock:
+                            sim.run_until(now)
+                        if on_step is not None:
+                            on_step(now)
+                    if target < end:
+                        with self.lock:
+                            self.source.scrape(now)
+                with self.lock:
+                    started = time.perf_counter()
+                    record = self.loop.tick(now)
+                    if self.on_tick is not None:
+                        self.on_tick(record, time.perf_counter() - started)
+                self.ticks.append(record)
+                self.tick_wall_s.append(time.time())
+                if progress is not None:
+                    progress(1 - sim.open_requests / max(len(sim.requests), 1))
             with self.lock:
-                started = time.perf_counter()
-                record = self.loop.tick(now)
-                if self.on_tick is not None:
-                    self.on_tick(record, time.perf_counter() - started)
-            self.ticks.append(record)
-            self.tick_wall_s.append(time.time())
-            if progress is not None:
-                progress(1 - sim.open_requests / max(len(sim.requests), 1))
-        with self.lock:
-            if not sim.done:
-                sim.fail_open()
-        finished = [sr.t_finish for sr in sim.final if sr.t_finish is not None]
-        end_s = max([sim.last_arrival_s, *finished])
-        return SimulationRun(sim, self.ticks, self.ctrl.name, end_s, time.perf_counter() - t_wall, self.admission)
+                if not sim.done:
+                    sim.fail_open()
+            finished = [sr.t_finish for sr in sim.final if sr.t_finish is not None]
+            end_s = max([sim.last_arrival_s, *finished])
+            return SimulationRun(sim, self.ticks, self.ctrl.name, end_s, time.perf_counter() - t_wall, self.admission)
 
 
 def run_simulation(

@@ -31,11 +31,13 @@ which may reject it (``Gateway.release``; its random stream is the gateway's own
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import random
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,6 +74,38 @@ def _mean_utilization(pods: list[Replica], queue_depth: int, kv_fraction: float)
         return len(r.waiting) / queue_depth if queue_depth else (math.inf if r.waiting else 0.0)
 
     return sum(max(queue(r), r.kv_used / (kv_fraction * r.kv_cap)) for r in pods) / len(pods)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Turn Python's cyclic garbage collector off for the block (back on after, if it was on).
+
+    For building the per-request objects of a run: they live as long as it, and each full collection
+    while they are made walks all those made before (about a second of a 387,000-request run).
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@contextmanager
+def heap_frozen() -> Iterator[None]:
+    """Keep the cyclic garbage collector off the objects alive at entry for the block (``gc.freeze``;
+    ``gc.unfreeze`` at exit, which also thaws any frozen by a caller).
+
+    A run's workload and per-request objects live as long as the run, and a full collection walks
+    them all (2 collections, ~0.9 s, of a 15-s 387,000-request run, measured with ``gc.callbacks``);
+    frozen, the collector only walks what the run makes. Results do not depend on the collector.
+    """
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @dataclass
@@ -175,7 +209,8 @@ class FleetSimulator:
         self._seq = 0
         self._rid = 0
         self._next_arrival = 0
-        self.requests = [SimRequest(r) for r in workload.requests]
+        with collector_paused():  # a new object per request: nothing here for the collector to free
+            self.requests = [SimRequest(r) for r in workload.requests]
         self.final = list(self.requests)
         self._closed = bytearray(len(self.requests))
         self._stopping = False
@@ -188,6 +223,7 @@ class FleetSimulator:
         # read on every event (``_next_timeout_s``); the fleet's settings do not change during a run
         self._streaming = cfg.simulator.clients.streaming
         self._client_timeout_s = cfg.simulator.client_timeout_s
+        self._least_outstanding = cfg.simulator.router != "prefix_affinity"  # the router _pick uses
         self.scale_events = 0
         self.crash_log: list[dict[str, object]] = []
         self.cut_requests = 0  # attempts failed because their replica's termination grace ran out
@@ -344,6 +380,19 @@ class FleetSimulator:
         return [r for r in svc.ready if not r.cordoned] or svc.ready
 
     def _route(self, svc: ServiceSim, sr: SimRequest) -> None:
+        if self._least_outstanding:
+            # least_outstanding over _routable(svc), in one pass with no list built: this runs per request
+            weights = svc.weights
+            best, best_score = None, math.inf
+            for r in svc.ready:
+                if not r.cordoned:
+                    score = (len(r.waiting) + len(r.prefilling) + r.n_dec + 1) / weights[r.variant]
+                    if score < best_score:
+                        best, best_score = r, score
+            if best is None:  # every ready replica is cordoned: all of them
+                best = least_outstanding(svc.ready, weights)
+            best.enqueue(sr, self.now)
+            return
         self._pick(svc, self._routable(svc), sr).enqueue(sr, self.now)
 
     def _saturated(self, r: Replica) -> bool:
