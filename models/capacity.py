@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from autoscaler.workload import synthetic
 from models.profiles import get_profile
@@ -442,7 +442,17 @@ def _gamma_sf(x: np.ndarray | float, mean: np.ndarray | float, var: np.ndarray |
     mean = np.asarray(mean, dtype=float)
     var = np.maximum(np.asarray(var, dtype=float), 1e-300)
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = stats.gamma.sf(x, mean * mean / var, scale=var / np.maximum(mean, 1e-300))
+        shape = mean * mean / var
+        scale = var / np.maximum(mean, 1e-300)
+        # scipy.stats.gamma.sf(x, shape, scale=scale) (scipy 1.17 ``rv_continuous.sf``) without its
+        # generic argument handling, a large share of the control loop's tick at 1x: the same
+        # ``gammaincc(shape, x / scale)`` where shape, scale > 0 and 0 < x / scale < inf, 1 at or below
+        # 0, 0 at inf, NaN where shape or scale is not > 0 or x / scale is NaN; so the same bits.
+        z = np.asarray(np.asarray(x) / scale, dtype=float)
+        good = (shape > 0) & (scale > 0)
+        out = np.where(good & (z > 0) & (z < np.inf), special.gammaincc(shape, z), 0.0)
+        out = np.where(good & (z <= 0), 1.0, out)
+        out = np.where(~good | np.isnan(z), np.nan, out)
     return np.where(mean > 0, out, 0.0)
 
 

@@ -447,18 +447,18 @@ class Replica:
             h.total += step * 1.0
             h.count += 1.0
         heap = self._decode_heap
-        D = self.D
+        d_now = self.D
         while heap:
             top = heap[0]
             sr = top[3]
             if sr.epoch != top[1] or sr.status is not None:  # stale (preempted) or aborted: skipped
                 heapq.heappop(heap)
                 continue
-            if top[0] > D:
+            if top[0] > d_now:
                 break
             heapq.heappop(heap)
             self.n_dec -= 1
-            self.ctx_dec -= sr.ctx_at_entry + (D - sr.d_entry)
+            self.ctx_dec -= sr.ctx_at_entry + (d_now - sr.d_entry)
             sr.generated = sr.req.output_tokens
             self._complete(sr, now)
         self.busy = False
@@ -502,12 +502,12 @@ class Replica:
         if sr.generated >= sr.req.output_tokens:
             self._complete(sr, now)
             return
-        sr.d_entry = D = self.D
+        sr.d_entry = d_now = self.D
         sr.ctx_at_entry = sr.prefill_target
         self.n_dec += 1
         self.ctx_dec += sr.prefill_target
         self._seq += 1
-        heapq.heappush(self._decode_heap, (D + sr.req.output_tokens - sr.generated, sr.epoch, self._seq, sr))
+        heapq.heappush(self._decode_heap, (d_now + sr.req.output_tokens - sr.generated, sr.epoch, self._seq, sr))
 
 
 class EventSink(Protocol):
