@@ -98,6 +98,7 @@ class SimulationDriver:
         on_tick: called after each tick with its record and its wall time, seconds.
         admission: the admission policy, ``none``, ``pid`` or ``mpc`` (``controllers.admission``); with
             one, the gateway runs flow control (``autoscaler.simulator.gateway``).
+        keep_requests: as ``FleetSimulator``'s: False keeps no ``SimRequest`` per request after it ends.
 
     Attributes:
         lock: held while the simulation advances; readers of ``sim`` from other threads take it.
@@ -106,12 +107,14 @@ class SimulationDriver:
 
     def __init__(self, cfg: FleetConfig, workload: Workload, controller: Controller, service: str | None = None,
                  steady_start: bool = True,
-                 on_tick: Callable[[TickRecord, float], None] | None = None, admission: str = "none") -> None:
+                 on_tick: Callable[[TickRecord, float], None] | None = None, admission: str = "none",
+                 keep_requests: bool = True) -> None:
         self.ctrl = controller
         self.cfg = start_at(cfg, controller, workload, service, steady_start)
         policy = admission_policy(self.cfg, "simulate", admission)
         self.admission = admission
-        self.sim = FleetSimulator(self.cfg, workload, service, admission=policy is not None)
+        self.sim = FleetSimulator(self.cfg, workload, service, admission=policy is not None,
+                                  keep_requests=keep_requests)
         kube = self.cfg.kubernetes
         self.source = SimMetricsSource(self.sim, controller.window_s,
                                        min(self.cfg.simulator.scrape_interval_s, controller.tick_s),
@@ -184,12 +187,12 @@ class SimulationDriver:
                 self.ticks.append(record)
                 self.tick_wall_s.append(time.time())
                 if progress is not None:
-                    progress(1 - sim.open_requests / max(len(sim.requests), 1))
+                    progress(1 - sim.open_requests / max(len(sim.workload.requests), 1))
             with self.lock:
                 if not sim.done:
                     sim.fail_open()
-            finished = [sr.t_finish for sr in sim.final if sr.t_finish is not None]
-            end_s = max([sim.last_arrival_s, *finished])
+            last_end = sim.last_end_s()
+            end_s = sim.last_arrival_s if last_end is None else max(sim.last_arrival_s, last_end)
             return SimulationRun(sim, self.ticks, self.ctrl.name, end_s, time.perf_counter() - t_wall, self.admission)
 
 
@@ -204,6 +207,7 @@ def run_simulation(
     measure: Callable[[SimulationRun], Outcome] | None = None,
     on_step: Callable[[float], None] | None = None,
     on_search: Callable[[int], None] | None = None,
+    keep_requests: bool = True,
 ) -> SimulationRun:
     """Simulate ``workload`` on the fleet under ``controller`` until every request has ended, flat out.
 
@@ -221,6 +225,9 @@ def run_simulation(
             ``bound``'s search runs too.
         on_search: called with the number (1, 2, ...) of each of ``bound``'s search runs as it
             starts, and with 0 after the last, before the run itself (``Rows.searcher``).
+        keep_requests: keep each request's ``SimRequest`` objects in ``run.sim`` (``FleetSimulator``);
+            False keeps only what ``autoscaler.report`` reads (``FleetSimulator.outcome_arrays``), in
+            ``bound``'s search runs too.
 
     Raises:
         ValueError: unknown controller, service or admission policy, or a bad controller parameter.
@@ -234,14 +241,15 @@ def run_simulation(
             if on_search is not None:
                 on_search(searched)
             policy = default_admission(cfg, candidate.name) if admission is None else admission
-            driver = SimulationDriver(cfg, workload, candidate, service, steady_start, admission=policy)
+            driver = SimulationDriver(cfg, workload, candidate, service, steady_start, admission=policy,
+                                      keep_requests=keep_requests)
             return measure(driver.run(on_step=on_step))
     ctrl = build(controller, cfg, service, workload, simulate) if isinstance(controller, str) else controller
     if on_search is not None and searched:
         on_search(0)
     mode = default_admission(cfg, ctrl.name) if admission is None else admission
-    return SimulationDriver(cfg, workload, ctrl, service, steady_start, admission=mode).run(progress=progress,
-                                                                                               on_step=on_step)
+    return SimulationDriver(cfg, workload, ctrl, service, steady_start, admission=mode,
+                            keep_requests=keep_requests).run(progress=progress, on_step=on_step)
 
 
 def default_admission(cfg: FleetConfig, controller: str) -> str:

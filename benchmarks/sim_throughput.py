@@ -57,7 +57,7 @@ def main() -> None:
         rates, walls = [], []
         for k in range(args.repeat):
             t = time.perf_counter()
-            run_simulation(cfg, wl, "pid")
+            run_simulation(cfg, wl, "pid", keep_requests=False)
             wall = time.perf_counter() - t
             print(f"x{scale:g}: run {k + 1}/{args.repeat} {wall:.2f} s", file=sys.stderr, flush=True)
             walls.append(wall)
@@ -75,7 +75,7 @@ def main() -> None:
         }
         if args.memory:
             tracemalloc.start()
-            run_simulation(cfg, wl, "pid")
+            run_simulation(cfg, wl, "pid", keep_requests=False)
             _, peak = tracemalloc.get_traced_memory()
             tracemalloc.stop()
             row["peak_heap_bytes_per_request"] = peak / len(wl.requests)

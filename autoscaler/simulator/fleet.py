@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import gc
 import heapq
+import itertools
 import math
 import random
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -63,6 +64,7 @@ from models.capacity import throughput_weights
 from models.profiles import get_profile
 
 _READY, _STEP, _CRASH, _RETRY, _TIMEOUT, _DEADLINE, _KILL = range(7)
+STATUSES = (None, COMPLETED, REJECTED, FAILED, SHED)  # an ended request's status, by its code (outcome_arrays)
 RETRIED = frozenset({FAILED, SHED})  # what a client sends again (timeouts, 5xx, 429); not a 400
 RETRY_SEED = 4  # the jitter's random stream: the same run always draws the same delays
 
@@ -178,13 +180,18 @@ class FleetSimulator:
         workload: requests to replay; all go to ``service`` (default: the first service).
         service: name of the service the workload targets.
         admission: run each service's gateway with flow control (module docstring).
+        keep_requests: keep every request's first attempt (``requests``) and last (``final``) as
+            ``SimRequest`` objects for the caller to read; False keeps only what ``outcome_arrays``
+            gives (its status and the times of its first and last token, 17 bytes a request), making
+            each attempt's object when it is sent and dropping it when the request ends: what results
+            need, without ~0.4 KB of objects per request (issue 33: a 14-day replay).
 
     The control loop drives it: ``run_until(t)`` advances the simulation, ``set_replicas`` actuates,
     and ``services`` / ``requests`` expose state for observation and results.
     """
 
     def __init__(self, cfg: FleetConfig, workload: Workload, service: str | None = None,
-                 admission: bool = False) -> None:
+                 admission: bool = False, keep_requests: bool = True) -> None:
         self.cfg = cfg
         self.workload = workload
         self.target = cfg.service(service).name
@@ -209,17 +216,29 @@ class FleetSimulator:
         self._seq = 0
         self._rid = 0
         self._next_arrival = 0
-        with collector_paused():  # a new object per request: nothing here for the collector to free
-            self.requests = [SimRequest(r) for r in workload.requests]
-        self.final = list(self.requests)
-        self._closed = bytearray(len(self.requests))
+        self._wreqs = workload.requests
+        n = len(self._wreqs)
+        self.keep_requests = keep_requests
+        self._requests: list[SimRequest] | None = None
+        self._final: list[SimRequest] | None = None
+        if keep_requests:
+            with collector_paused():  # a new object per request: nothing here for the collector to free
+                self._requests = [SimRequest(r) for r in workload.requests]
+            self._final = list(self._requests)
+        else:
+            # what results read of each request's last attempt, written when the request ends
+            self._status = np.zeros(n, dtype=np.int8)  # index in STATUSES
+            self._t_first = np.full(n, np.nan)
+            self._t_finish = np.full(n, np.nan)
+            self._live: dict[int, SimRequest] = {}  # rid -> last attempt, of the requests sent and not ended
+        self._first: deque[SimRequest] = deque()  # first attempts sent, oldest first, that may still time out
+        self._closed = bytearray(n)
         self._stopping = False
         self._jitter = random.Random(RETRY_SEED)
         self.retries = 0
         self.shed_final = 0  # requests whose last attempt was shed
         self.shed_mid_workflow = 0  # ... of which continued a workflow in progress
-        self.open_requests = len(self.requests)
-        self._oldest = 0  # index of the oldest request that may still be open (for client timeouts)
+        self.open_requests = n
         # read on every event (``_next_timeout_s``); the fleet's settings do not change during a run
         self._streaming = cfg.simulator.clients.streaming
         self._client_timeout_s = cfg.simulator.client_timeout_s
@@ -246,22 +265,21 @@ class FleetSimulator:
 
     def _next_timeout_s(self) -> float:
         """When the oldest open request's client gives up (inf when none is open)."""
-        reqs = self.requests
+        first = self._first
         streaming = self._streaming
-        oldest, nxt = self._oldest, self._next_arrival
-        while oldest < nxt and (reqs[oldest].status is not None or (streaming and reqs[oldest].t_first is not None)):
-            oldest += 1
-        self._oldest = oldest
-        if oldest >= nxt:
+        while first and (first[0].status is not None or (streaming and first[0].t_first is not None)):
+            first.popleft()
+        if not first:
             return math.inf
-        return reqs[oldest].req.arrival_s + self._client_timeout_s
+        return first[0].req.arrival_s + self._client_timeout_s
 
     def run_until(self, t_end: float) -> None:
         """Process every arrival, event and client timeout up to and including ``t_end`` (seconds)."""
-        reqs = self.requests
+        wreqs = self._wreqs
+        kept = self._requests
         events = self._events
         services = self.services
-        n = len(reqs)
+        n = len(wreqs)
         inf = math.inf
         heappop = heapq.heappop
         # The next client timeout only moves later as requests end, except when a request arrives with
@@ -270,7 +288,7 @@ class FleetSimulator:
         t_out = self._next_timeout_s()
         while True:
             nxt = self._next_arrival
-            t_arr = reqs[nxt].req.arrival_s if nxt < n else inf
+            t_arr = wreqs[nxt].arrival_s if nxt < n else inf
             t_evt = events[0][0] if events else inf
             t_next = t_arr if t_arr <= t_evt else t_evt
             if t_out <= t_next or t_out <= t_end:
@@ -279,11 +297,16 @@ class FleetSimulator:
                 break
             if t_out < t_next:  # at equal times the arrival or the completion comes first
                 self.now = t_out
-                self._time_out(reqs[self._oldest])
+                self._time_out(self._first[0])
                 t_out = -inf
             elif t_arr <= t_evt:
                 self.now = t_arr
-                sr = reqs[nxt]
+                if kept is not None:
+                    sr = kept[nxt]
+                else:
+                    sr = SimRequest(wreqs[nxt])
+                    self._live[nxt] = sr
+                self._first.append(sr)
                 self._next_arrival = nxt + 1
                 if t_out == inf:
                     t_out = -inf
@@ -331,19 +354,63 @@ class FleetSimulator:
     @property
     def in_flight(self) -> int:
         """Requests that have arrived and not yet ended (on a replica or at a gateway)."""
-        return self.open_requests - (len(self.requests) - self._next_arrival)
+        return self.open_requests - (len(self._wreqs) - self._next_arrival)
 
     @property
     def next_arrival_s(self) -> float | None:
         """Arrival time of the next request not yet arrived, seconds; None when all have arrived."""
-        if self._next_arrival >= len(self.requests):
+        if self._next_arrival >= len(self._wreqs):
             return None
-        return self.requests[self._next_arrival].req.arrival_s
+        return self._wreqs[self._next_arrival].arrival_s
 
     @property
     def last_arrival_s(self) -> float:
         """Arrival time of the last request, seconds (0 for an empty workload)."""
-        return self.requests[-1].req.arrival_s if self.requests else 0.0
+        return self._wreqs[-1].arrival_s if self._wreqs else 0.0
+
+    @property
+    def requests(self) -> list[SimRequest]:
+        """Every request's first attempt, in arrival order (``keep_requests`` only).
+
+        Raises:
+            AttributeError: the simulator was made with ``keep_requests=False``.
+        """
+        if self._requests is None:
+            raise AttributeError("FleetSimulator(keep_requests=False) keeps no SimRequest per request: "
+                                 "read outcome_arrays()")
+        return self._requests
+
+    @property
+    def final(self) -> list[SimRequest]:
+        """Every request's last attempt, in arrival order (``keep_requests`` only).
+
+        Raises:
+            AttributeError: the simulator was made with ``keep_requests=False``.
+        """
+        if self._final is None:
+            raise AttributeError("FleetSimulator(keep_requests=False) keeps no SimRequest per request: "
+                                 "read outcome_arrays()")
+        return self._final
+
+    def outcome_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each request's last attempt, in arrival order (index = ``Request.rid``): its status (object
+        array: ``completed``, ``rejected``, ``failed``, ``rejected_admission``, None while open), and
+        the simulated times of its first token and of its end, seconds (float arrays, NaN when none).
+        Without ``keep_requests``, a request still open reads None and NaN even when its last attempt
+        has ended and waits for its retry."""
+        if self._final is not None:
+            status = np.array([sr.status for sr in self._final], dtype=object)
+            t_first = np.array([np.nan if sr.t_first is None else sr.t_first for sr in self._final], dtype=float)
+            t_finish = np.array([np.nan if sr.t_finish is None else sr.t_finish for sr in self._final], dtype=float)
+            return status, t_first, t_finish
+        return np.array(STATUSES, dtype=object)[self._status], self._t_first.copy(), self._t_finish.copy()
+
+    def last_end_s(self) -> float | None:
+        """The latest end of a request's last attempt, seconds; None when none has ended."""
+        if self._final is not None:
+            return max((sr.t_finish for sr in self._final if sr.t_finish is not None), default=None)
+        ends = self._t_finish[~np.isnan(self._t_finish)]
+        return float(ends.max()) if ends.size else None
 
     # ------------------------------------------------------------------ requests
     def _arrive(self, sr: SimRequest) -> None:
@@ -548,6 +615,13 @@ class FleetSimulator:
             return
         self._closed[rid] = 1
         self.open_requests -= 1
+        if self._final is None:  # keep_requests=False: what results read, then the attempt goes
+            self._status[rid] = STATUSES.index(sr.status)
+            if sr.t_first is not None:
+                self._t_first[rid] = sr.t_first
+            if sr.t_finish is not None:
+                self._t_finish[rid] = sr.t_finish
+            self._live.pop(rid, None)
         if sr.status == SHED:
             self.shed_final += 1
             self.shed_mid_workflow += sr.continuing
@@ -555,7 +629,10 @@ class FleetSimulator:
     def _retry(self, prev: SimRequest) -> None:
         """The client of ``prev`` sends its request again, as a new attempt."""
         sr = SimRequest(prev.req, prev.attempt + 1, self.now)
-        self.final[prev.req.rid] = sr
+        if self._final is not None:
+            self._final[prev.req.rid] = sr
+        else:
+            self._live[prev.req.rid] = sr
         self._push(self.now + self.cfg.simulator.client_timeout_s, _TIMEOUT, sr, 0)
         self._arrive(sr)
 
@@ -749,7 +826,12 @@ class FleetSimulator:
         retry. Returns how many."""
         self._stopping = True
         n = 0
-        for sr in self.final:
+        if self._final is not None:
+            open_attempts: Iterable[SimRequest] = self._final
+        else:  # the same order: the requests sent, then those never sent (their first attempt, made now)
+            sent = [self._live[rid] for rid in sorted(self._live)]
+            open_attempts = itertools.chain(sent, (SimRequest(r) for r in self._wreqs[self._next_arrival:]))
+        for sr in open_attempts:
             if not self._closed[sr.req.rid]:
                 if sr.status is None:
                     self._end(sr, FAILED)
