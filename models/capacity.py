@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -349,23 +350,51 @@ def marginal_costs(profile: PerformanceProfile) -> tuple[float, float, float, fl
             profile.seconds_per_ctx_token)
 
 
+_DERIVED: weakref.WeakKeyDictionary[RequestMix, dict[int, tuple[ReplicaSpec, np.ndarray, np.ndarray, float]]] = \
+    weakref.WeakKeyDictionary()
+"""mix -> id(spec) -> (spec, ``_prefill_tokens``, ``_decode_work``, ``_work``): pure functions of the
+pair, which a capacity search evaluates at every rate it tries (issue 33: most of a tick at 1x)."""
+
+
+def _derived(spec: ReplicaSpec, mix: RequestMix) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(_prefill_tokens, _decode_work, _work)`` of ``spec`` serving ``mix``, computed once per pair
+    (the arrays read-only: they are shared)."""
+    per_spec = _DERIVED.get(mix)
+    if per_spec is None:
+        per_spec = _DERIVED[mix] = {}
+    hit = per_spec.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1], hit[2], hit[3]
+    # Prefill-token equivalents each point computes: its uncached tokens and the attention pairs they
+    # form with the whole prompt before them (``PerformanceProfile.prefill_equivalent``).
+    q = spec.profile.prefill_equivalent(mix.uncached, mix.input_tokens - mix.uncached)
+    # Seconds of step time each point's decode adds over its life (``b L_out + g sum of contexts``).
+    _, a, b, g = marginal_costs(spec.profile)
+    lin, lout = mix.input_tokens, mix.output_tokens
+    dec = b * lout + g * (lin * lout + lout * lout / 2)
+    # W: mean seconds of step time one request brings beyond the per-step overhead.
+    work = float(mix.weights @ (a * q + dec))
+    for arr in (q, dec):
+        if isinstance(arr, np.ndarray):
+            arr.flags.writeable = False
+    per_spec[id(spec)] = (spec, q, dec, work)
+    return q, dec, work
+
+
 def _decode_work(spec: ReplicaSpec, mix: RequestMix) -> np.ndarray:
     """Seconds of step time each point's decode adds over its life (``b L_out + g sum of contexts``)."""
-    _, _, b, g = marginal_costs(spec.profile)
-    lin, lout = mix.input_tokens, mix.output_tokens
-    return b * lout + g * (lin * lout + lout * lout / 2)
+    return _derived(spec, mix)[1]
 
 
 def _prefill_tokens(spec: ReplicaSpec, mix: RequestMix) -> np.ndarray:
     """Prefill-token equivalents each point computes: its uncached tokens and the attention pairs
     they form with the whole prompt before them (``PerformanceProfile.prefill_equivalent``)."""
-    return spec.profile.prefill_equivalent(mix.uncached, mix.input_tokens - mix.uncached)
+    return _derived(spec, mix)[0]
 
 
 def _work(spec: ReplicaSpec, mix: RequestMix) -> float:
     """``W``: mean seconds of step time one request brings beyond the per-step overhead."""
-    a = spec.profile.prefill_s_per_token
-    return float(mix.weights @ (a * _prefill_tokens(spec, mix) + _decode_work(spec, mix)))
+    return _derived(spec, mix)[2]
 
 
 def mean_itl_rate(spec: ReplicaSpec, mix: RequestMix, itl_s: float) -> float:

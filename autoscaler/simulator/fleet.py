@@ -36,6 +36,7 @@ import heapq
 import itertools
 import math
 import random
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -65,6 +66,7 @@ from models.profiles import get_profile
 
 _READY, _STEP, _CRASH, _RETRY, _TIMEOUT, _DEADLINE, _KILL = range(7)
 STATUSES = (None, COMPLETED, REJECTED, FAILED, SHED)  # an ended request's status, by its code (outcome_arrays)
+_STATUS_CODE = {status: code for code, status in enumerate(STATUSES)}
 RETRIED = frozenset({FAILED, SHED})  # what a client sends again (timeouts, 5xx, 429); not a 400
 RETRY_SEED = 4  # the jitter's random stream: the same run always draws the same delays
 
@@ -227,9 +229,10 @@ class FleetSimulator:
             self._final = list(self._requests)
         else:
             # what results read of each request's last attempt, written when the request ends
-            self._status = np.zeros(n, dtype=np.int8)  # index in STATUSES
-            self._t_first = np.full(n, np.nan)
-            self._t_finish = np.full(n, np.nan)
+            # array and bytearray, not numpy: one item is written per request, faster so
+            self._status = bytearray(n)  # index in STATUSES
+            self._t_first = array("d", [math.nan]) * n
+            self._t_finish = array("d", [math.nan]) * n
             self._live: dict[int, SimRequest] = {}  # rid -> last attempt, of the requests sent and not ended
         self._first: deque[SimRequest] = deque()  # first attempts sent, oldest first, that may still time out
         self._closed = bytearray(n)
@@ -403,13 +406,16 @@ class FleetSimulator:
             t_first = np.array([np.nan if sr.t_first is None else sr.t_first for sr in self._final], dtype=float)
             t_finish = np.array([np.nan if sr.t_finish is None else sr.t_finish for sr in self._final], dtype=float)
             return status, t_first, t_finish
-        return np.array(STATUSES, dtype=object)[self._status], self._t_first.copy(), self._t_finish.copy()
+        codes = np.frombuffer(self._status, dtype=np.uint8)
+        return (np.array(STATUSES, dtype=object)[codes], np.array(self._t_first, dtype=float),
+                np.array(self._t_finish, dtype=float))
 
     def last_end_s(self) -> float | None:
         """The latest end of a request's last attempt, seconds; None when none has ended."""
         if self._final is not None:
             return max((sr.t_finish for sr in self._final if sr.t_finish is not None), default=None)
-        ends = self._t_finish[~np.isnan(self._t_finish)]
+        t_finish = np.frombuffer(self._t_finish, dtype=float)
+        ends = t_finish[~np.isnan(t_finish)]
         return float(ends.max()) if ends.size else None
 
     # ------------------------------------------------------------------ requests
@@ -616,7 +622,7 @@ class FleetSimulator:
         self._closed[rid] = 1
         self.open_requests -= 1
         if self._final is None:  # keep_requests=False: what results read, then the attempt goes
-            self._status[rid] = STATUSES.index(sr.status)
+            self._status[rid] = _STATUS_CODE[sr.status]
             if sr.t_first is not None:
                 self._t_first[rid] = sr.t_first
             if sr.t_finish is not None:
