@@ -10,7 +10,7 @@ Speed: a run of steps with no prefill work has a fixed batch, so its duration is
 closed form (step time is affine in the decode context, which grows by ``n`` tokens per step) and
 simulated as one event that ends at the next decode completion, KV limit, or arrival.
 
-A prefill chunk's attention is costed by its position in the prompt (``prefill_pairs``: a chunk
+A prefill chunk's attention is costed by its position in the prompt (``models.profiles.prefill_pairs``: a chunk
 late in a long prompt attends to everything before it).
 
 KV accounting is in tokens: a request holds its whole (re)prefill target from admission, then one
@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Protocol
 from autoscaler.simulator.metrics import ReplicaMetrics
 from autoscaler.simulator.prefix_cache import PrefixCache
 from autoscaler.workload.types import Request
-from models.profiles import prefill_pairs
 
 if TYPE_CHECKING:
     from autoscaler.config import EngineConfig
@@ -189,6 +188,7 @@ class Replica:
         self._ap = profile.attention_tokens_per_pair
         self._b = profile.decode_s_per_seq
         self._push_step = sim.push_step
+        self._decode_base: dict[int, float] = {}  # n -> step time of n decodes at no context, seconds
 
     # ------------------------------------------------------------------ observation
     @property
@@ -336,9 +336,12 @@ class Replica:
             self._admit(budget, n, chunks)
         if chunks:
             p = sum([c for _, c in chunks])
-            pairs = sum([prefill_pairs(sr.prefilled, c) for sr, c in chunks])
-            dur = self._step_time(p, n, self.ctx_dec, pairs)
-            self._start(now, 1, dur, 0.0, n, self.ctx_dec, chunks, dur)
+            # prefill_pairs(sr.prefilled, c) and _step_time spelled out, the same arithmetic: per step
+            pairs = sum([c * sr.prefilled + c * (c + 1) / 2 for sr, c in chunks])
+            ctx = self.ctx_dec
+            dur = 0.0 if p == 0 and n == 0 else \
+                self._t0 + self._a * (p + self._ap * pairs) + self._b * n + self.g * ctx
+            self._start(now, 1, dur, 0.0, n, ctx, chunks, dur)
             return
         if n == 0:
             self.busy = False
@@ -349,7 +352,9 @@ class Replica:
         assert top is not None
         room = self.kv_cap - (self.kv_pref + self.ctx_dec) - (len(self.prefilling) + n) * self.block
         k = max(1, min(top[0] - self.D, room // n))
-        base = self._step_time(0, n, 0, 0)
+        base = self._decode_base.get(n)
+        if base is None:
+            base = self._decode_base[n] = self._step_time(0, n, 0, 0)
         self._start(now, k, base, self.g, n, self.ctx_dec, None, _run_time(k, base, self.g, n, self.ctx_dec))
 
     def _step_time(self, p: int, n: int, ctx: int, pairs: float) -> float:

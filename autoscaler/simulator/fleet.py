@@ -318,7 +318,8 @@ class FleetSimulator:
                 t, _, kind, obj, version = heappop(events)
                 self.now = t
                 if kind == _STEP:
-                    obj.on_step_end(t, version)  # type: ignore[attr-defined]
+                    if version == obj._version:  # type: ignore[attr-defined]  # else a step replaced: ignored
+                        obj.on_step_end(t, version)  # type: ignore[attr-defined]
                     flow = services[obj.service].flow  # type: ignore[attr-defined]
                     if flow is not None and flow.waiting:
                         self._fill(services[obj.service], obj)  # type: ignore[arg-type, attr-defined]
