@@ -24,6 +24,7 @@ import heapq
 import math
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from autoscaler.simulator.metrics import ReplicaMetrics
@@ -159,7 +160,16 @@ class Replica:
         self.ready_s = ready_s
         self.scheduled_s = created_s  # when it got a node (later than created_s while it was Pending)
         self.removed_s: float | None = None  # when a scale-down removed it (it may drain after)
-        self.cordoned = False  # taken out of routing: gets no new request, serves what it holds
+        self._cordoned = False  # taken out of routing: gets no new request, serves what it holds
+        # The fleet's least-outstanding router (FleetSimulator._route) keeps the replicas in a heap by load:
+        # a replica whose outstanding count changes lists itself in ``route_marks`` (once until the router
+        # reads it) and a change of ``cordoned`` calls ``on_cordon``. None: no such router.
+        self.route_marks: list[Replica] | None = None
+        self.on_cordon: Callable[[], None] | None = None
+        self._marked = False
+        self.route_seq = 0  # the router's order: when it became ready (the position in the ready list)
+        self.route_ver = 0  # the router's version of its heap entry
+        self.route_epoch = -1  # the router's heap this replica is in
         self.gone_s: float | None = None
         self.price_per_hour = price_per_hour
         self.warm_start = warm_start
@@ -191,6 +201,24 @@ class Replica:
         self._decode_base: dict[int, float] = {}  # n -> step time of n decodes at no context, seconds
 
     # ------------------------------------------------------------------ observation
+    @property
+    def cordoned(self) -> bool:
+        """Taken out of routing: gets no new request, serves what it holds."""
+        return self._cordoned
+
+    @cordoned.setter
+    def cordoned(self, value: bool) -> None:
+        self._cordoned = value
+        if self.on_cordon is not None:
+            self.on_cordon()
+
+    def _load_changed(self) -> None:
+        """Its outstanding count changed: tell the router (``route_marks``)."""
+        marks = self.route_marks
+        if marks is not None and not self._marked:
+            self._marked = True
+            marks.append(self)
+
     @property
     def outstanding(self) -> int:
         """Requests on this replica (waiting + running)."""
@@ -224,6 +252,9 @@ class Replica:
         sr.received_s = now
         was_empty = not self.waiting
         self.waiting.append(sr)
+        if self.route_marks is not None and not self._marked:  # _load_changed spelled out: per request
+            self._marked = True
+            self.route_marks.append(self)
         if not self.busy:
             self._schedule(now)
         elif was_empty and self._step is not None and self._step[6] is None:
@@ -238,6 +269,7 @@ class Replica:
         self.metrics.success["abort"] += 1
         if sr in self.waiting:
             self.waiting.remove(sr)
+            self._load_changed()
             if not self.busy:
                 self._schedule(now)
                 if not self.busy and self.state == DRAINING and not self.waiting:
@@ -249,6 +281,8 @@ class Replica:
 
     def _purge_aborted(self) -> None:
         """Take the requests whose clients gave up out of the batch (at a step boundary)."""
+        if self._aborted:
+            self._load_changed()
         for sr in self._aborted:
             if sr in self.prefilling:
                 self.prefilling.remove(sr)
@@ -262,6 +296,7 @@ class Replica:
         """Crash: every request on the replica fails; KV and prefix cache are lost."""
         lost = list(self.waiting) + self.prefilling
         lost += [e[3] for e in self._decode_heap if e[1] == e[3].epoch and e[3].status is None]
+        self._load_changed()
         self.waiting.clear()
         self.prefilling.clear()
         self._decode_heap.clear()
@@ -488,6 +523,9 @@ class Replica:
             h.total += v * 1.0
             h.count += 1.0
         m.success["stop"] += 1
+        if self.route_marks is not None and not self._marked:  # _load_changed spelled out: per request
+            self._marked = True
+            self.route_marks.append(self)
         self.sim.on_complete(sr, now)
 
     @staticmethod

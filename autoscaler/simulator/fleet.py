@@ -152,6 +152,16 @@ class ServiceSim:
         self.tokens: dict[int, int] = {}  # replica rid -> tokens the gateway counts in flight there
         self.ceilings = [1.0] * len(PRIORITIES)  # usage ceiling per priority level, lowest first
         self.budget_set_s = -math.inf  # when a published ITL budget last replaced max_concurrency
+        # The least-outstanding router's heap (FleetSimulator._route): (score, route_seq, route_ver, replica)
+        # per routable replica, stale entries skipped; None: rebuild it (the routable set changed).
+        self.route_heap: list[tuple[float, int, int, Replica]] | None = None
+        self.route_marks: list[Replica] = []  # replicas whose outstanding count changed since the last route
+        self.route_epoch = 0  # the heap's generation
+        self.ready_seq = 0  # replicas made ready so far (each one's route_seq)
+
+    def invalidate_routes(self) -> None:
+        """The routable replicas changed (one ready, gone, draining, cordoned or not): rebuild the heap."""
+        self.route_heap = None
 
     def set_concurrency(self, budget: dict[str, int], headroom: float) -> None:
         """Hold each variant's replicas to ``budget`` (variant -> requests in flight per replica), the
@@ -245,7 +255,9 @@ class FleetSimulator:
         # read on every event (``_next_timeout_s``); the fleet's settings do not change during a run
         self._streaming = cfg.simulator.clients.streaming
         self._client_timeout_s = cfg.simulator.client_timeout_s
-        self._least_outstanding = cfg.simulator.router != "prefix_affinity"  # the router _pick uses
+        # _route by a heap (same choice as least_outstanding): for that router, with no flow control
+        # (it routes through _pick, and would leave the load marks unread)
+        self._route_heap = cfg.simulator.router != "prefix_affinity" and not admission
         self.scale_events = 0
         self.crash_log: list[dict[str, object]] = []
         self.cut_requests = 0  # attempts failed because their replica's termination grace ran out
@@ -454,20 +466,52 @@ class FleetSimulator:
         return [r for r in svc.ready if not r.cordoned] or svc.ready
 
     def _route(self, svc: ServiceSim, sr: SimRequest) -> None:
-        if self._least_outstanding:
-            # least_outstanding over _routable(svc), in one pass with no list built: this runs per request
-            weights = svc.weights
-            best, best_score = None, math.inf
-            for r in svc.ready:
-                if not r.cordoned:
-                    score = (len(r.waiting) + len(r.prefilling) + r.n_dec + 1) / weights[r.variant]
-                    if score < best_score:
-                        best, best_score = r, score
-            if best is None:  # every ready replica is cordoned: all of them
-                best = least_outstanding(svc.ready, weights)
-            best.enqueue(sr, self.now)
+        if self._route_heap:
+            self._least_outstanding_by_heap(svc).enqueue(sr, self.now)
             return
         self._pick(svc, self._routable(svc), sr).enqueue(sr, self.now)
+
+    @staticmethod
+    def _least_outstanding_by_heap(svc: ServiceSim) -> Replica:
+        """``least_outstanding(_routable(svc), svc.weights)`` from a heap of the routable replicas by
+        (score, position in ``svc.ready``): the same replica (the lowest score, the earliest on a tie),
+        in O(log n) a request where the scan is O(n) (a third of the run at x100, 55 replicas).
+
+        Each replica's entry is re-made when its outstanding count changed (``Replica.route_marks``);
+        the heap is rebuilt when the routable set changed (``ServiceSim.invalidate_routes``) or it holds
+        too many stale entries.
+        """
+        weights = svc.weights
+        heap = svc.route_heap
+        marks = svc.route_marks
+        if heap is None or len(heap) > 4 * len(svc.ready) + 64:
+            for r in marks:
+                r._marked = False
+            marks.clear()
+            svc.route_epoch += 1
+            epoch = svc.route_epoch
+            heap = []
+            for r in [r for r in svc.ready if not r.cordoned] or svc.ready:  # _routable
+                r.route_epoch = epoch
+                r.route_ver += 1
+                heap.append(((len(r.waiting) + len(r.prefilling) + r.n_dec + 1) / weights[r.variant],
+                             r.route_seq, r.route_ver, r))
+            heapq.heapify(heap)
+            svc.route_heap = heap
+        else:
+            epoch = svc.route_epoch
+            for r in marks:
+                r._marked = False
+                if r.route_epoch == epoch:
+                    r.route_ver += 1
+                    heapq.heappush(heap, ((len(r.waiting) + len(r.prefilling) + r.n_dec + 1) / weights[r.variant],
+                                          r.route_seq, r.route_ver, r))
+            marks.clear()
+        while True:
+            _, _, ver, best = heap[0]
+            if ver == best.route_ver and best.route_epoch == epoch:
+                return best
+            heapq.heappop(heap)
 
     def _saturated(self, r: Replica) -> bool:
         """The gateway's saturation rule (``GatewayConfig``): too many waiting, or the KV cache too full."""
@@ -695,6 +739,9 @@ class FleetSimulator:
             warm_start=warm,
         )
         r.scheduled_s = placed
+        if self._route_heap:
+            r.route_marks = svc.route_marks
+            r.on_cordon = svc.invalidate_routes
         svc.replicas.append(r)
         if ready_now:
             self._on_ready(r)
@@ -717,7 +764,10 @@ class FleetSimulator:
             return
         r.state = READY
         svc = self.services[r.service]
+        svc.ready_seq += 1
+        r.route_seq = svc.ready_seq
         svc.ready.append(r)
+        svc.invalidate_routes()
         if svc.flow is not None:
             self._pump(svc)
         else:
@@ -727,6 +777,7 @@ class FleetSimulator:
         svc = self.services[r.service]
         if r in svc.ready:
             svc.ready.remove(r)
+            svc.invalidate_routes()
         r.state = GONE
         r.gone_s = self.now
         r.refresh_gauges()
@@ -821,6 +872,7 @@ class FleetSimulator:
                 else:
                     r.state = DRAINING
                     svc.ready.remove(r)
+                    svc.invalidate_routes()
                     grace = self.cfg.simulator.termination_grace_s
                     if grace is not None:
                         self._push(self.now + grace, _KILL, r, 0)
