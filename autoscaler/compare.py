@@ -193,7 +193,7 @@ def run_one(name: str, cfg: FleetConfig, workload: Workload, service: str | None
     t0 = time.perf_counter()
     try:
         run = run_simulation(cfg, workload, spec, service, admission=policy or admission, measure=outcome,
-                             on_step=report, on_search=search)
+                             on_step=report, on_search=search, keep_requests=False)
     except Exception as exc:  # any error of one controller's run: the other rows still count
         return failed_row(name, exc, time.perf_counter() - t0), []
     row = summarize(run)

@@ -52,21 +52,19 @@ def request_outcomes(run: SimulationRun) -> dict[str, np.ndarray]:
     """Per-request arrays (each request's last attempt): ``status``, ``cls``, ``priority``, ``ttft`` and
     ``itl`` (s, NaN when undefined), ``ok``, ``finish`` (s, NaN while open)."""
     svc = run.sim.cfg.service(run.sim.target)
-    reqs = run.sim.final
-    status = np.array([sr.status for sr in reqs], dtype=object)
-    cls = np.array([sr.req.request_class for sr in reqs], dtype=object)
-    priority = np.array([sr.req.priority for sr in reqs], dtype=int)
-    finish = np.array([sr.t_finish if sr.t_finish is not None else np.nan for sr in reqs])
-    ttft = np.array([sr.t_first - sr.req.arrival_s if sr.t_first is not None else np.nan for sr in reqs])
-    itl = np.array([
-        (sr.t_finish - sr.t_first) / (sr.req.output_tokens - 1)
-        if sr.status == COMPLETED and sr.req.output_tokens > 1 and sr.t_first is not None and sr.t_finish is not None
-        else (0.0 if sr.status == COMPLETED else np.nan)
-        for sr in reqs
-    ])
+    reqs = run.sim.workload.requests
+    status, t_first, finish = run.sim.outcome_arrays()
+    cls = np.array([r.request_class for r in reqs], dtype=object)
+    priority = np.array([r.priority for r in reqs], dtype=int)
+    arrival = np.array([r.arrival_s for r in reqs], dtype=float)
+    tokens = np.array([r.output_tokens for r in reqs], dtype=float)
+    ttft = t_first - arrival  # NaN without a first token
+    completed = status == COMPLETED
+    with np.errstate(divide="ignore", invalid="ignore"):
+        itl = np.where(completed & (tokens > 1) & ~np.isnan(t_first) & ~np.isnan(finish),
+                       (finish - t_first) / (tokens - 1), np.where(completed, 0.0, np.nan))
     ttft_slo = np.array([svc.slo[c].ttft_s for c in cls]) if len(cls) else np.zeros(0)
     itl_slo = np.array([svc.slo[c].itl_s for c in cls]) if len(cls) else np.zeros(0)
-    completed = status == COMPLETED
     with np.errstate(invalid="ignore"):
         ttft_ok = completed & (ttft <= ttft_slo)
         itl_ok = completed & (itl <= itl_slo)
@@ -139,14 +137,14 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
     ok = o["ok"]
     n_ok = int(ok.sum())
     tasks: dict[object, bool] = {}
-    for sr, good in zip(sim.final, ok, strict=True):
-        task = ("w", sr.req.workflow_id) if sr.req.workflow_id is not None else ("r", sr.req.rid)
+    for req, good in zip(sim.workload.requests, ok, strict=True):
+        task = ("w", req.workflow_id) if req.workflow_id is not None else ("r", req.rid)
         tasks[task] = tasks.get(task, True) and bool(good)
     n_tasks_ok = sum(tasks.values())
     hits = sum(r.metrics.prefix_hits for s in sim.services.values() for r in s.replicas)
     queries = sum(r.metrics.prefix_queries for s in sim.services.values() for r in s.replicas)
-    total = len(sim.requests)
-    first_arrival_s = sim.requests[0].req.arrival_s if sim.requests else 0.0
+    total = len(sim.workload.requests)
+    first_arrival_s = sim.workload.requests[0].arrival_s if sim.workload.requests else 0.0
     flows = [s.flow for s in sim.services.values() if s.flow is not None]
     admission = {
         "policy": run.admission,
@@ -200,7 +198,7 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
 
 def timeline_rows(run: SimulationRun) -> list[dict[str, Any]]:
     """One row per (tick, service): demand, signals, replicas per variant, controller terms, reason."""
-    arrivals = np.array([sr.req.arrival_s for sr in run.sim.requests])
+    arrivals = np.array([r.arrival_s for r in run.sim.workload.requests])
     # Arrivals up to and including each tick: tick i counts (t_{i-1}, t_i], the first one [0, t_0].
     arrived = np.searchsorted(arrivals, [rec.time_s for rec in run.ticks], side="right")
     rows = []

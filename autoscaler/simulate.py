@@ -27,7 +27,7 @@ from autoscaler.adapters.simulator import SimActuator, SimAdmissionSink, SimDrai
 from autoscaler.config import FleetConfig
 from autoscaler.loop.observe import PendingMarks
 from autoscaler.loop.runner import TickRecord
-from autoscaler.simulator.fleet import FleetSimulator
+from autoscaler.simulator.fleet import FleetSimulator, heap_frozen
 from autoscaler.wiring import admission_policy, build_loop
 from autoscaler.workload.types import Workload
 from controllers.base import Controller
@@ -98,6 +98,7 @@ class SimulationDriver:
         on_tick: called after each tick with its record and its wall time, seconds.
         admission: the admission policy, ``none``, ``pid`` or ``mpc`` (``controllers.admission``); with
             one, the gateway runs flow control (``autoscaler.simulator.gateway``).
+        keep_requests: as ``FleetSimulator``'s: False keeps no ``SimRequest`` per request after it ends.
 
     Attributes:
         lock: held while the simulation advances; readers of ``sim`` from other threads take it.
@@ -106,12 +107,14 @@ class SimulationDriver:
 
     def __init__(self, cfg: FleetConfig, workload: Workload, controller: Controller, service: str | None = None,
                  steady_start: bool = True,
-                 on_tick: Callable[[TickRecord, float], None] | None = None, admission: str = "none") -> None:
+                 on_tick: Callable[[TickRecord, float], None] | None = None, admission: str = "none",
+                 keep_requests: bool = True) -> None:
         self.ctrl = controller
         self.cfg = start_at(cfg, controller, workload, service, steady_start)
         policy = admission_policy(self.cfg, "simulate", admission)
         self.admission = admission
-        self.sim = FleetSimulator(self.cfg, workload, service, admission=policy is not None)
+        self.sim = FleetSimulator(self.cfg, workload, service, admission=policy is not None,
+                                  keep_requests=keep_requests)
         kube = self.cfg.kubernetes
         self.source = SimMetricsSource(self.sim, controller.window_s,
                                        min(self.cfg.simulator.scrape_interval_s, controller.tick_s),
@@ -150,46 +153,47 @@ class SimulationDriver:
         step = substep_s or (min(tick, speed * PACED_SUBSTEP_WALL_S) if speed else tick)
         if not step > 0:
             raise ValueError(f"sub-step must be > 0, got {step}")
-        interval = self.source.scrape_interval_s
-        sim = self.sim
-        t_wall = time.perf_counter()
-        t0 = time.monotonic()
-        limit = sim.last_arrival_s + MAX_DRAIN_S
-        quiet = self.cfg.controller.guard.idle_ticks_to_min + 2
-        now = 0.0
-        while not (sim.done and now >= sim.last_arrival_s) and now < limit:
-            if stop is not None and stop.is_set():
-                break
-            if speed is None:
-                now = _fast_forward(sim, now, tick, self.ticks, quiet)
-            end = now + tick
-            for target in (*_grid(now, end, interval), end):
-                while now < target:
-                    now = min(now + step, target)
-                    if speed:
-                        time.sleep(max(0.0, t0 + now / speed - time.monotonic()))
-                    with self.lock:
-                        sim.run_until(now)
-                    if on_step is not None:
-                        on_step(now)
-                if target < end:
-                    with self.lock:
-                        self.source.scrape(now)
+        with heap_frozen():  # the run's objects live as long as it: the collector skips them
+            interval = self.source.scrape_interval_s
+            sim = self.sim
+            t_wall = time.perf_counter()
+            t0 = time.monotonic()
+            limit = sim.last_arrival_s + MAX_DRAIN_S
+            quiet = self.cfg.controller.guard.idle_ticks_to_min + 2
+            now = 0.0
+            while not (sim.done and now >= sim.last_arrival_s) and now < limit:
+                if stop is not None and stop.is_set():
+                    break
+                if speed is None:
+                    now = _fast_forward(sim, now, tick, self.ticks, quiet)
+                end = now + tick
+                for target in (*_grid(now, end, interval), end):
+                    while now < target:
+                        now = min(now + step, target)
+                        if speed:
+                            time.sleep(max(0.0, t0 + now / speed - time.monotonic()))
+                        with self.lock:
+                            sim.run_until(now)
+                        if on_step is not None:
+                            on_step(now)
+                    if target < end:
+                        with self.lock:
+                            self.source.scrape(now)
+                with self.lock:
+                    started = time.perf_counter()
+                    record = self.loop.tick(now)
+                    if self.on_tick is not None:
+                        self.on_tick(record, time.perf_counter() - started)
+                self.ticks.append(record)
+                self.tick_wall_s.append(time.time())
+                if progress is not None:
+                    progress(1 - sim.open_requests / max(len(sim.workload.requests), 1))
             with self.lock:
-                started = time.perf_counter()
-                record = self.loop.tick(now)
-                if self.on_tick is not None:
-                    self.on_tick(record, time.perf_counter() - started)
-            self.ticks.append(record)
-            self.tick_wall_s.append(time.time())
-            if progress is not None:
-                progress(1 - sim.open_requests / max(len(sim.requests), 1))
-        with self.lock:
-            if not sim.done:
-                sim.fail_open()
-        finished = [sr.t_finish for sr in sim.final if sr.t_finish is not None]
-        end_s = max([sim.last_arrival_s, *finished])
-        return SimulationRun(sim, self.ticks, self.ctrl.name, end_s, time.perf_counter() - t_wall, self.admission)
+                if not sim.done:
+                    sim.fail_open()
+            last_end = sim.last_end_s()
+            end_s = sim.last_arrival_s if last_end is None else max(sim.last_arrival_s, last_end)
+            return SimulationRun(sim, self.ticks, self.ctrl.name, end_s, time.perf_counter() - t_wall, self.admission)
 
 
 def run_simulation(
@@ -203,6 +207,7 @@ def run_simulation(
     measure: Callable[[SimulationRun], Outcome] | None = None,
     on_step: Callable[[float], None] | None = None,
     on_search: Callable[[int], None] | None = None,
+    keep_requests: bool = True,
 ) -> SimulationRun:
     """Simulate ``workload`` on the fleet under ``controller`` until every request has ended, flat out.
 
@@ -220,6 +225,9 @@ def run_simulation(
             ``bound``'s search runs too.
         on_search: called with the number (1, 2, ...) of each of ``bound``'s search runs as it
             starts, and with 0 after the last, before the run itself (``Rows.searcher``).
+        keep_requests: keep each request's ``SimRequest`` objects in ``run.sim`` (``FleetSimulator``);
+            False keeps only what ``autoscaler.report`` reads (``FleetSimulator.outcome_arrays``), in
+            ``bound``'s search runs too.
 
     Raises:
         ValueError: unknown controller, service or admission policy, or a bad controller parameter.
@@ -233,14 +241,15 @@ def run_simulation(
             if on_search is not None:
                 on_search(searched)
             policy = default_admission(cfg, candidate.name) if admission is None else admission
-            driver = SimulationDriver(cfg, workload, candidate, service, steady_start, admission=policy)
+            driver = SimulationDriver(cfg, workload, candidate, service, steady_start, admission=policy,
+                                      keep_requests=keep_requests)
             return measure(driver.run(on_step=on_step))
     ctrl = build(controller, cfg, service, workload, simulate) if isinstance(controller, str) else controller
     if on_search is not None and searched:
         on_search(0)
     mode = default_admission(cfg, ctrl.name) if admission is None else admission
-    return SimulationDriver(cfg, workload, ctrl, service, steady_start, admission=mode).run(progress=progress,
-                                                                                               on_step=on_step)
+    return SimulationDriver(cfg, workload, ctrl, service, steady_start, admission=mode,
+                            keep_requests=keep_requests).run(progress=progress, on_step=on_step)
 
 
 def default_admission(cfg: FleetConfig, controller: str) -> str:

@@ -9,10 +9,14 @@ With ``--memory`` it runs each scale once more under ``tracemalloc`` and prints 
 of the run per request (the workload's own requests excluded: they are built before tracing starts),
 bytes; tracemalloc slows the run, so that run is not timed. With ``--days D`` it prints what a D-day
 replay of the median rate of the highest scale would take: ``D x 86400 x`` that scale's arrival rate
-requests at its median simulated req/s (an estimate, not a run).
+requests at its median simulated req/s (an estimate, not a run). ``--span START:END`` simulates only
+the trace's arrivals in that span (seconds after its first), e.g. ``--rate-scale 100 --span 0:720``:
+12 minutes at 100x, about as many requests as the whole trace at 20x.
+
+Runs keep no per-request objects (``run_simulation(keep_requests=False)``), as ``autoscaler simulate``.
 
     python benchmarks/sim_throughput.py [--data ../shared/data] [--repeat 5] [--rate-scale 1 20]
-                                        [--memory] [--days 14]
+                                        [--span START:END] [--memory] [--days 14]
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pathlib import Path
 
 from autoscaler.config.loading import load_config
 from autoscaler.simulate import run_simulation
-from autoscaler.workload.build import build_workload
+from autoscaler.workload.build import build_workload, parse_span
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
 from provenance import stamp
@@ -45,25 +49,31 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object per rate scale")
     ap.add_argument("--memory", action="store_true",
                     help="one more run per scale under tracemalloc: peak heap per request, bytes")
+    ap.add_argument("--span", default=None, metavar="START:END",
+                    help="only the trace's arrivals in this span, seconds (a shorter run at a high scale)")
     ap.add_argument("--days", type=float, default=None,
                     help="estimate a replay of this many days at the highest scale's rate and speed")
     args = ap.parse_args()
     print(f"{Path(__file__).name}: {stamp()}", file=sys.stderr if args.json else sys.stdout, flush=True)
     trace = args.data / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
     cfg = load_config(ROOT / "examples" / "fleet.yaml")
+    try:
+        span = None if args.span is None else parse_span(args.span)
+    except ValueError as exc:
+        ap.error(str(exc))
     rows: list[dict[str, float | int | str]] = []
     for scale in args.rate_scale:
-        wl = build_workload(trace, None, scale, 1.0, 0, 0.2)
+        wl = build_workload(trace, None, scale, 1.0, 0, 0.2, span=span)
         rates, walls = [], []
         for k in range(args.repeat):
             t = time.perf_counter()
-            run_simulation(cfg, wl, "pid")
+            run_simulation(cfg, wl, "pid", keep_requests=False)
             wall = time.perf_counter() - t
             print(f"x{scale:g}: run {k + 1}/{args.repeat} {wall:.2f} s", file=sys.stderr, flush=True)
             walls.append(wall)
             rates.append(len(wl.requests) / wall)
         row = {
-            "trace": trace.name,
+            "trace": trace.name + ("" if args.span is None else f" {args.span}"),
             "rate_scale": scale,
             "requests": len(wl.requests),
             "repeat": args.repeat,
@@ -75,7 +85,7 @@ def main() -> None:
         }
         if args.memory:
             tracemalloc.start()
-            run_simulation(cfg, wl, "pid")
+            run_simulation(cfg, wl, "pid", keep_requests=False)
             _, peak = tracemalloc.get_traced_memory()
             tracemalloc.stop()
             row["peak_heap_bytes_per_request"] = peak / len(wl.requests)

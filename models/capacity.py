@@ -51,12 +51,13 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from autoscaler.workload import synthetic
 from models.profiles import get_profile
@@ -349,23 +350,51 @@ def marginal_costs(profile: PerformanceProfile) -> tuple[float, float, float, fl
             profile.seconds_per_ctx_token)
 
 
+_DERIVED: weakref.WeakKeyDictionary[RequestMix, dict[int, tuple[ReplicaSpec, np.ndarray, np.ndarray, float]]] = \
+    weakref.WeakKeyDictionary()
+"""mix -> id(spec) -> (spec, ``_prefill_tokens``, ``_decode_work``, ``_work``): pure functions of the
+pair, which a capacity search evaluates at every rate it tries (issue 33: most of a tick at 1x)."""
+
+
+def _derived(spec: ReplicaSpec, mix: RequestMix) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(_prefill_tokens, _decode_work, _work)`` of ``spec`` serving ``mix``, computed once per pair
+    (the arrays read-only: they are shared)."""
+    per_spec = _DERIVED.get(mix)
+    if per_spec is None:
+        per_spec = _DERIVED[mix] = {}
+    hit = per_spec.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1], hit[2], hit[3]
+    # Prefill-token equivalents each point computes: its uncached tokens and the attention pairs they
+    # form with the whole prompt before them (``PerformanceProfile.prefill_equivalent``).
+    q = spec.profile.prefill_equivalent(mix.uncached, mix.input_tokens - mix.uncached)
+    # Seconds of step time each point's decode adds over its life (``b L_out + g sum of contexts``).
+    _, a, b, g = marginal_costs(spec.profile)
+    lin, lout = mix.input_tokens, mix.output_tokens
+    dec = b * lout + g * (lin * lout + lout * lout / 2)
+    # W: mean seconds of step time one request brings beyond the per-step overhead.
+    work = float(mix.weights @ (a * q + dec))
+    for arr in (q, dec):
+        if isinstance(arr, np.ndarray):
+            arr.flags.writeable = False
+    per_spec[id(spec)] = (spec, q, dec, work)
+    return q, dec, work
+
+
 def _decode_work(spec: ReplicaSpec, mix: RequestMix) -> np.ndarray:
     """Seconds of step time each point's decode adds over its life (``b L_out + g sum of contexts``)."""
-    _, _, b, g = marginal_costs(spec.profile)
-    lin, lout = mix.input_tokens, mix.output_tokens
-    return b * lout + g * (lin * lout + lout * lout / 2)
+    return _derived(spec, mix)[1]
 
 
 def _prefill_tokens(spec: ReplicaSpec, mix: RequestMix) -> np.ndarray:
     """Prefill-token equivalents each point computes: its uncached tokens and the attention pairs
     they form with the whole prompt before them (``PerformanceProfile.prefill_equivalent``)."""
-    return spec.profile.prefill_equivalent(mix.uncached, mix.input_tokens - mix.uncached)
+    return _derived(spec, mix)[0]
 
 
 def _work(spec: ReplicaSpec, mix: RequestMix) -> float:
     """``W``: mean seconds of step time one request brings beyond the per-step overhead."""
-    a = spec.profile.prefill_s_per_token
-    return float(mix.weights @ (a * _prefill_tokens(spec, mix) + _decode_work(spec, mix)))
+    return _derived(spec, mix)[2]
 
 
 def mean_itl_rate(spec: ReplicaSpec, mix: RequestMix, itl_s: float) -> float:
@@ -442,7 +471,17 @@ def _gamma_sf(x: np.ndarray | float, mean: np.ndarray | float, var: np.ndarray |
     mean = np.asarray(mean, dtype=float)
     var = np.maximum(np.asarray(var, dtype=float), 1e-300)
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = stats.gamma.sf(x, mean * mean / var, scale=var / np.maximum(mean, 1e-300))
+        shape = mean * mean / var
+        scale = var / np.maximum(mean, 1e-300)
+        # scipy.stats.gamma.sf(x, shape, scale=scale) (scipy 1.17 ``rv_continuous.sf``) without its
+        # generic argument handling, a large share of the control loop's tick at 1x: the same
+        # ``gammaincc(shape, x / scale)`` where shape, scale > 0 and 0 < x / scale < inf, 1 at or below
+        # 0, 0 at inf, NaN where shape or scale is not > 0 or x / scale is NaN; so the same bits.
+        z = np.asarray(np.asarray(x) / scale, dtype=float)
+        good = (shape > 0) & (scale > 0)
+        out = np.where(good & (z > 0) & (z < np.inf), special.gammaincc(shape, z), 0.0)
+        out = np.where(good & (z <= 0), 1.0, out)
+        out = np.where(~good | np.isnan(z), np.nan, out)
     return np.where(mean > 0, out, 0.0)
 
 

@@ -182,7 +182,7 @@ def simulate(
 
             with ProgressBar(f"simulating {len(wl.requests)} requests, {shown}", not quiet) as bar:
                 run = run_simulation(cfg, wl, controller, service, progress=bar.update, admission=admission,
-                                     measure=outcome, on_search=searching)
+                                     measure=outcome, on_search=searching, keep_requests=False)
             res = write_outputs(run, out, plot=plot)
     except KeyboardInterrupt as exc:
         raise interrupted(out, names, exc) from None

@@ -10,7 +10,7 @@ Speed: a run of steps with no prefill work has a fixed batch, so its duration is
 closed form (step time is affine in the decode context, which grows by ``n`` tokens per step) and
 simulated as one event that ends at the next decode completion, KV limit, or arrival.
 
-A prefill chunk's attention is costed by its position in the prompt (``prefill_pairs``: a chunk
+A prefill chunk's attention is costed by its position in the prompt (``models.profiles.prefill_pairs``: a chunk
 late in a long prompt attends to everything before it).
 
 KV accounting is in tokens: a request holds its whole (re)prefill target from admission, then one
@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from autoscaler.simulator.metrics import ReplicaMetrics
 from autoscaler.simulator.prefix_cache import PrefixCache
 from autoscaler.workload.types import Request
-from models.profiles import prefill_pairs
 
 if TYPE_CHECKING:
     from autoscaler.config import EngineConfig
@@ -159,7 +160,16 @@ class Replica:
         self.ready_s = ready_s
         self.scheduled_s = created_s  # when it got a node (later than created_s while it was Pending)
         self.removed_s: float | None = None  # when a scale-down removed it (it may drain after)
-        self.cordoned = False  # taken out of routing: gets no new request, serves what it holds
+        self._cordoned = False  # taken out of routing: gets no new request, serves what it holds
+        # The fleet's least-outstanding router (FleetSimulator._route) keeps the replicas in a heap by load:
+        # a replica whose outstanding count changes lists itself in ``route_marks`` (once until the router
+        # reads it) and a change of ``cordoned`` calls ``on_cordon``. None: no such router.
+        self.route_marks: list[Replica] | None = None
+        self.on_cordon: Callable[[], None] | None = None
+        self._marked = False
+        self.route_seq = 0  # the router's order: when it became ready (the position in the ready list)
+        self.route_ver = 0  # the router's version of its heap entry
+        self.route_epoch = -1  # the router's heap this replica is in
         self.gone_s: float | None = None
         self.price_per_hour = price_per_hour
         self.warm_start = warm_start
@@ -182,8 +192,33 @@ class Replica:
         # In-flight step: (start_s, k_steps, base_s, g, n, ctx0, chunks) — chunks None for decode runs.
         self._step: tuple[float, int, float, float, int, int, list[tuple[SimRequest, int]] | None] | None = None
         self.g = profile.seconds_per_ctx_token
+        # the profile's step-time terms, read at every step (``_step_time``)
+        self._t0 = profile.step_overhead_s
+        self._a = profile.prefill_s_per_token
+        self._ap = profile.attention_tokens_per_pair
+        self._b = profile.decode_s_per_seq
+        self._push_step = sim.push_step
+        self._decode_base: dict[int, float] = {}  # n -> step time of n decodes at no context, seconds
 
     # ------------------------------------------------------------------ observation
+    @property
+    def cordoned(self) -> bool:
+        """Taken out of routing: gets no new request, serves what it holds."""
+        return self._cordoned
+
+    @cordoned.setter
+    def cordoned(self, value: bool) -> None:
+        self._cordoned = value
+        if self.on_cordon is not None:
+            self.on_cordon()
+
+    def _load_changed(self) -> None:
+        """Its outstanding count changed: tell the router (``route_marks``)."""
+        marks = self.route_marks
+        if marks is not None and not self._marked:
+            self._marked = True
+            marks.append(self)
+
     @property
     def outstanding(self) -> int:
         """Requests on this replica (waiting + running)."""
@@ -217,6 +252,9 @@ class Replica:
         sr.received_s = now
         was_empty = not self.waiting
         self.waiting.append(sr)
+        if self.route_marks is not None and not self._marked:  # _load_changed spelled out: per request
+            self._marked = True
+            self.route_marks.append(self)
         if not self.busy:
             self._schedule(now)
         elif was_empty and self._step is not None and self._step[6] is None:
@@ -231,6 +269,7 @@ class Replica:
         self.metrics.success["abort"] += 1
         if sr in self.waiting:
             self.waiting.remove(sr)
+            self._load_changed()
             if not self.busy:
                 self._schedule(now)
                 if not self.busy and self.state == DRAINING and not self.waiting:
@@ -242,6 +281,8 @@ class Replica:
 
     def _purge_aborted(self) -> None:
         """Take the requests whose clients gave up out of the batch (at a step boundary)."""
+        if self._aborted:
+            self._load_changed()
         for sr in self._aborted:
             if sr in self.prefilling:
                 self.prefilling.remove(sr)
@@ -255,6 +296,7 @@ class Replica:
         """Crash: every request on the replica fails; KV and prefix cache are lost."""
         lost = list(self.waiting) + self.prefilling
         lost += [e[3] for e in self._decode_heap if e[1] == e[3].epoch and e[3].status is None]
+        self._load_changed()
         self.waiting.clear()
         self.prefilling.clear()
         self._decode_heap.clear()
@@ -328,10 +370,13 @@ class Replica:
         if budget > 0:
             self._admit(budget, n, chunks)
         if chunks:
-            p = sum(c for _, c in chunks)
-            pairs = sum(prefill_pairs(sr.prefilled, c) for sr, c in chunks)
-            dur = self.profile.step_time(p, n, self.ctx_dec, pairs)
-            self._start(now, 1, dur, 0.0, n, self.ctx_dec, chunks, dur)
+            p = sum([c for _, c in chunks])
+            # prefill_pairs(sr.prefilled, c) and _step_time spelled out, the same arithmetic: per step
+            pairs = sum([c * sr.prefilled + c * (c + 1) / 2 for sr, c in chunks])
+            ctx = self.ctx_dec
+            dur = 0.0 if p == 0 and n == 0 else \
+                self._t0 + self._a * (p + self._ap * pairs) + self._b * n + self.g * ctx
+            self._start(now, 1, dur, 0.0, n, ctx, chunks, dur)
             return
         if n == 0:
             self.busy = False
@@ -342,8 +387,18 @@ class Replica:
         assert top is not None
         room = self.kv_cap - (self.kv_pref + self.ctx_dec) - (len(self.prefilling) + n) * self.block
         k = max(1, min(top[0] - self.D, room // n))
-        base = self.profile.step_time(0, n, 0)
+        base = self._decode_base.get(n)
+        if base is None:
+            base = self._decode_base[n] = self._step_time(0, n, 0, 0)
         self._start(now, k, base, self.g, n, self.ctx_dec, None, _run_time(k, base, self.g, n, self.ctx_dec))
+
+    def _step_time(self, p: int, n: int, ctx: int, pairs: float) -> float:
+        """``profile.step_time(p, n, ctx, pairs)``, seconds, with the same arithmetic in the same order
+        (so the same bits) and without its argument checks: the scheduler's counts are >= 0 by
+        construction, and this runs at every step."""
+        if p == 0 and n == 0:
+            return 0.0
+        return self._t0 + self._a * (p + self._ap * pairs) + self._b * n + self.g * ctx
 
     def _start(
         self,
@@ -359,8 +414,11 @@ class Replica:
         self.busy = True
         self._version += 1
         self._step = (now, k, base, g, n, ctx0, chunks)
-        self.refresh_gauges()
-        self.sim.push_step(now + dur, self, self._version)
+        m = self.metrics  # refresh_gauges spelled out: this runs at every step
+        m.running = len(self.prefilling) + self.n_dec
+        m.waiting = len(self.waiting)
+        m.kv_usage = (self.kv_pref + self.ctx_dec) / self.kv_cap
+        self._push_step(now + dur, self, self._version)
 
     def _interrupt(self, now: float) -> None:
         """An arrival during a decode run: end the run at the step boundary in flight."""
@@ -394,17 +452,26 @@ class Replica:
     # ------------------------------------------------------------------ step completion
     def on_step_end(self, now: float, version: int) -> None:
         """Apply the finished step (or decode run) and plan the next one."""
-        if version != self._version or self._step is None:
+        step_ = self._step
+        if version != self._version or step_ is None:
             return
-        t0, k, _base, _g, n, _ctx0, chunks = self._step
+        t0, k, _base, _g, n, _ctx0, chunks = step_
         m = self.metrics
+        # Histogram.observe spelled out here and below (same arithmetic): this runs at every step
         if not chunks:  # k decode steps of n tokens each
-            m.iteration_tokens.observe(n, k)
+            h = m.iteration_tokens
+            h.counts[bisect_left(h.bounds, n)] += k
+            h.total += n * k
+            h.count += k
         if n:
             self.D += k
             self.ctx_dec += n * k
             m.generation_tokens += n * k
-            m.itl.observe((now - t0) / k, n * k)
+            h = m.itl
+            v, w = (now - t0) / k, n * k
+            h.counts[bisect_left(h.bounds, v)] += w
+            h.total += v * w
+            h.count += w
         if chunks:
             # vLLM counts a step's prompt tokens when a prefill ends, all it computed, plus its first
             # token (vLLM 0.33 ``vllm/v1/metrics/loggers.py``: ``prompt_token_stats.computed +
@@ -415,16 +482,25 @@ class Replica:
                 if sr.prefilled >= sr.prefill_target and sr.status is None:  # an aborted one waits for the purge
                     step += sr.computed + 1
                     self._prefill_done(sr, now)
-            m.iteration_tokens.observe(step)
-        top = self._top_decode()
-        while top is not None and top[0] <= self.D:
-            heapq.heappop(self._decode_heap)
+            h = m.iteration_tokens
+            h.counts[bisect_left(h.bounds, step)] += 1.0
+            h.total += step * 1.0
+            h.count += 1.0
+        heap = self._decode_heap
+        d_now = self.D
+        while heap:
+            top = heap[0]
             sr = top[3]
+            if sr.epoch != top[1] or sr.status is not None:  # stale (preempted) or aborted: skipped
+                heapq.heappop(heap)
+                continue
+            if top[0] > d_now:
+                break
+            heapq.heappop(heap)
             self.n_dec -= 1
-            self.ctx_dec -= sr.ctx_at_entry + (self.D - sr.d_entry)
+            self.ctx_dec -= sr.ctx_at_entry + (d_now - sr.d_entry)
             sr.generated = sr.req.output_tokens
             self._complete(sr, now)
-            top = self._top_decode()
         self.busy = False
         self._step = None
         self._schedule(now)
@@ -433,10 +509,23 @@ class Replica:
 
     def _complete(self, sr: SimRequest, now: float) -> None:
         m = self.metrics
-        m.e2e.observe(now - self._received(sr, now))
+        h = m.e2e
+        received = sr.received_s
+        v = now - (now if received is None else received)  # from when the engine took it in (``_received``)
+        h.counts[bisect_left(h.bounds, v)] += 1.0
+        h.total += v * 1.0
+        h.count += 1.0
         if sr.t_first is not None:  # vLLM records 0 for a one-token request (``vllm/v1/metrics/stats.py``)
-            m.tpot.observe((now - sr.t_first) / (sr.req.output_tokens - 1) if sr.req.output_tokens > 1 else 0.0)
+            out = sr.req.output_tokens
+            v = (now - sr.t_first) / (out - 1) if out > 1 else 0.0
+            h = m.tpot
+            h.counts[bisect_left(h.bounds, v)] += 1.0
+            h.total += v * 1.0
+            h.count += 1.0
         m.success["stop"] += 1
+        if self.route_marks is not None and not self._marked:  # _load_changed spelled out: per request
+            self._marked = True
+            self.route_marks.append(self)
         self.sim.on_complete(sr, now)
 
     @staticmethod
@@ -456,14 +545,12 @@ class Replica:
         if sr.generated >= sr.req.output_tokens:
             self._complete(sr, now)
             return
-        sr.d_entry = self.D
+        sr.d_entry = d_now = self.D
         sr.ctx_at_entry = sr.prefill_target
         self.n_dec += 1
         self.ctx_dec += sr.prefill_target
         self._seq += 1
-        heapq.heappush(
-            self._decode_heap, (self.D + sr.req.output_tokens - sr.generated, sr.epoch, self._seq, sr)
-        )
+        heapq.heappush(self._decode_heap, (d_now + sr.req.output_tokens - sr.generated, sr.epoch, self._seq, sr))
 
 
 class EventSink(Protocol):
