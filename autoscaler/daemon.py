@@ -13,6 +13,18 @@ server, a window of history), so the first decision after a restart or a failove
 guard like any other, and, as the previous leader may just have scaled up, it scales nothing down
 for the guard's cool-down.
 
+Sharded (``kubernetes.shards`` > 1, ``autoscaler.adapters.shards``): the election thread runs one
+round of ``ShardElection`` (an elector per shard Lease, the members' counters, the spread, the
+coordinator) instead; the main thread ticks one loop per shard led (``loops``), each over its
+shard's services and, with ``gpu_limits``, within its share (``ShardElection.share``: the MPC's
+``gpu_limits``), all from one Prometheus observation per tick (``ShardView``); each write is allowed
+only while the service's own shard is led (``LeaderOnly(shard=)``), under the shards' ``write_lock``
+so that a shard handed to another daemon is released only between writes; after each shard's tick
+its GPUs held and wanted are reported for the coordinator. The loop metrics of the shards are
+exported as one set (``MergedMetrics``), ``autoscaler_shard_leader{identity,shard}`` says which
+shards are led, and ``/v1/admission`` answers 503 (no daemon holds every service's thresholds: the
+ConfigMaps do). With one shard all of this is the single Lease and the single loop above.
+
 ``dry_run`` does everything but the writes: the actuator and the sink log what they would write
 and report it applied, and no Lease is taken (every dry-run daemon acts as a leader that writes
 nothing).

@@ -32,8 +32,9 @@ its shards run out). With ``k`` live members leading ``L`` shards (this daemon) 
   free ``DEFER_RETRIES`` retries after this daemon first saw it free is taken anyway (liveness over
   balance: the less loaded one may be failing);
 - a daemon leading ``L >= lo + 2`` shards releases one a round (the last in its rendezvous order):
-  the less loaded member takes it at its next round. The release waits for a write in progress
-  (``write_lock``), so no write of its own is in flight once the Lease is free.
+  the less loaded member takes it at its next round. The release happens only between two writes
+  (``write_lock``, taken only when free: a write in progress defers it a round), so no write of its
+  own is in flight once the Lease is free.
 
 So with ``k`` live daemons each leads ``floor(N / k)`` or ``ceil(N / k)`` shards once settled (a
 daemon with ``lo + 2`` releases, one at or below ``lo`` takes), and a dead daemon's shards are taken
@@ -56,10 +57,13 @@ How a share is computed (``target_split``): a shard's floor is the GPUs it holds
 ``min_replicas`` hold, whichever is more; the limit less the floors goes to the shards in proportion
 to their demand above their floor (largest remainders); what demand leaves over goes in proportion to
 demand, or equally. A shard's demand is the GPUs its last plan wanted; a shard whose plan used its
-whole share reports instead the most its variants' caps allow (at most the limit): it would take
-more. So a share follows demand up as far as the others' floors allow, and down to what the shard
-holds (never below: a share never forces a scale-down; the shard gives GPUs back as its own plan
-lets replicas go, and the coordinator then hands them on).
+whole share (it may have wanted more: a plan made within a share cannot say) asks for half as much
+again (at least one GPU more, at most what its variants' caps allow and the limit). So a share
+follows demand up by half a generation at a time as far as the others' floors allow, and down to
+what the shard holds (never below: a share never forces a scale-down; the shard gives GPUs back as
+its own plan lets replicas go, and the coordinator then hands them on). A shard whose plan sits
+exactly at its share asks for more, gets it and then wants less than its share: its share may move
+back and forth by a GPU or so between generations, which moves none of its replicas.
 
 The split stays within the limit while it moves (``next_shares``): the coordinator publishes a new
 generation only once every shard that has a holder reports planning with the current one, so no
@@ -345,8 +349,8 @@ class ShardElection:
         self.free_since: dict[int, float] = {}
         self.order = sorted(range(self.n), key=lambda i: rendezvous(identity, i))
         self.write_lock = threading.RLock()
-        """Held by every write (``LeaderOnly``) and by a release for the spread, so that no write of
-        this daemon is in flight once a shard it gave away is free."""
+        """Held by every write (``LeaderOnly``) and by a release for the spread (taken only if free),
+        so that no write of this daemon is in flight once a shard it gave away is free."""
         self.published: tuple[int, dict[str, list[int]]] | None = None
 
     # ---------------------------------------------------------------- leadership
@@ -392,19 +396,26 @@ class ShardElection:
                     budget -= 1
                     mine.append(i)
                     self.free_since.pop(i, None)
-        if len(mine) >= lo + 2:
-            give = max(mine, key=lambda i: rendezvous(self.identity, i))
-            log.info("%s hands shard %d on (it leads %d, a live daemon %d)", self.identity, give, len(mine), lo)
-            with self.write_lock:
+        # hand one on between two writes; with a write in progress (it may hang for a call's deadline),
+        # at a later round rather than hold up this thread's renewals
+        if len(mine) >= lo + 2 and self.write_lock.acquire(blocking=False):
+            try:
+                give = max(mine, key=lambda i: rendezvous(self.identity, i))
+                log.info("%s hands shard %d on (it leads %d, a live daemon %d)", self.identity, give, len(mine), lo)
                 self.electors[give].release()
+            finally:
+                self.write_lock.release()
         if self.coordinator is not None:
             self._coordinate()
+        if self.electors[0].leading:  # one daemon removes the entries of daemons gone for long
+            self.members.forget(10 * self.lease.duration_s)
 
     def release(self, leave: bool = True) -> None:
-        """Give up every Lease held (shutdown, or a stalled tick) and, with ``leave``, the members."""
-        with self.write_lock:
-            for e in self.electors:
-                e.release()
+        """Give up every Lease held (shutdown, or a stalled tick) and, with ``leave``, the members.
+        Without ``write_lock``: a stalled or abandoned tick may hold it in a hung call (its writes are
+        fenced by the lease's age, as without shards)."""
+        for e in self.electors:
+            e.release()
         if self.coordinator is not None:
             self.coordinator.release()
         if leave and self.members is not None:
@@ -424,8 +435,6 @@ class ShardElection:
         c.try_acquire_or_renew()
         if c.leading and not was:
             log.info("%s coordinates the shards' GPU shares", self.identity)
-        if c.leading:
-            self.members.forget(10 * self.lease.duration_s)
 
     def _report(self, i: int) -> Report | None:
         e = self.electors[i]
@@ -483,5 +492,7 @@ class ShardElection:
         for k, limit in self.limits.items():
             r.held[k] = gpus(svcs, held, k)
             want = gpus(svcs, wanted, k)
-            r.demand[k] = min(limit, gpus(svcs, caps, k)) if want >= shares.get(k, limit) else want
+            mine = shares.get(k, limit)
+            more = min(limit, gpus(svcs, caps, k), mine + max(1, mine // 2))
+            r.demand[k] = max(want, more) if want >= mine else want
         self.electors[shard].annotations = {REPORT: r.annotation()}
