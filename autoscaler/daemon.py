@@ -18,8 +18,9 @@ round of ``ShardElection`` (an elector per shard Lease, the members' counters, t
 coordinator) instead; the main thread ticks one loop per shard led (``loops``), each over its
 shard's services and, with ``gpu_limits``, within its share (``ShardElection.share``: the MPC's
 ``gpu_limits``), all from one Prometheus observation per tick (``ShardView``); each write is allowed
-only while the service's own shard is led (``LeaderOnly(shard=)``), under the shards' ``write_lock``
-so that a shard handed to another daemon is released only between writes; after each shard's tick
+only while the service's own shard is led (``LeaderOnly(shard=)``), counted in flight
+(``ShardElection.writing``) so that a shard handed to another daemon is released only once its
+writes in progress are done; after each shard's tick
 its GPUs held and wanted are reported for the coordinator. The loop metrics of the shards are
 exported as one set (``MergedMetrics``), ``autoscaler_shard_leader{identity,shard}`` says which
 shards are led, and ``/v1/admission`` answers 503 (no daemon holds every service's thresholds: the
@@ -121,8 +122,9 @@ class LoggingSink:
 class LeaderOnly:
     """An actuator or admission sink that writes only while ``daemon`` leads ``shard`` (the one Lease
     when unsharded), checked at each write: a tick that outlives its leadership (a slow Prometheus, a
-    renewal that failed meanwhile) writes nothing more (``conflict``: not the leader). The write holds
-    the shards' ``write_lock``, so a shard handed to another daemon is released only between writes."""
+    renewal that failed meanwhile) writes nothing more (``conflict``: not the leader). The write counts
+    in flight (``ShardElection.writing``), so a shard handed to another daemon is released only once
+    its writes in progress are done."""
 
     def __init__(self, inner: Any, daemon: Daemon, shard: int = 0) -> None:
         self.inner = inner
@@ -135,18 +137,18 @@ class LeaderOnly:
 
     def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
         """The inner actuator's ``scale`` while leading."""
-        with self.daemon.shards.write_lock:
-            if not self.daemon.leads(self.shard):
-                return self._lost()
+        if self.daemon.dry_run:
             return self.inner.scale(service, variant, replicas, remove_first)
+        with self.daemon.shards.writing(self.shard) as ok:
+            return self.inner.scale(service, variant, replicas, remove_first) if ok else self._lost()
 
     def publish(self, service: str, thresholds: Mapping[str, float | None],
                 itl_budget: Mapping[str, int] | None = None) -> ActuationResult:
         """The inner sink's ``publish`` while leading."""
-        with self.daemon.shards.write_lock:
-            if not self.daemon.leads(self.shard):
-                return self._lost()
+        if self.daemon.dry_run:
             return self.inner.publish(service, thresholds, itl_budget)
+        with self.daemon.shards.writing(self.shard) as ok:
+            return self.inner.publish(service, thresholds, itl_budget) if ok else self._lost()
 
 
 class MergedMetrics(Collector):

@@ -32,9 +32,9 @@ its shards run out). With ``k`` live members leading ``L`` shards (this daemon) 
   free ``DEFER_RETRIES`` retries after this daemon first saw it free is taken anyway (liveness over
   balance: the less loaded one may be failing);
 - a daemon leading ``L >= lo + 2`` shards releases one a round (the last in its rendezvous order):
-  the less loaded member takes it at its next round. The release happens only between two writes
-  (``write_lock``, taken only when free: a write in progress defers it a round), so no write of its
-  own is in flight once the Lease is free.
+  the less loaded member takes it at its next round. Before the release the shard's new writes are
+  refused and the ones in flight are waited for (``writing``; at most ``handoff_wait_s``, else the
+  release waits for a later round), so no write of its own is in flight once the Lease is free.
 
 So with ``k`` live daemons each leads ``floor(N / k)`` or ``ceil(N / k)`` shards once settled (a
 daemon with ``lo + 2`` releases, one at or below ``lo`` takes), and a dead daemon's shards are taken
@@ -81,13 +81,14 @@ controller); the others do not read the limits, sharded or not (docs/controllers
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import urllib3
@@ -97,6 +98,7 @@ from kubernetes.client.rest import ApiException
 from autoscaler.adapters.lease import LeaderElector
 from autoscaler.config import FleetConfig, LeaseConfig
 from autoscaler.config.fleet import GPULimits, Service
+from autoscaler.config.kubernetes import JITTER_FACTOR
 
 log = logging.getLogger(__name__)
 
@@ -348,9 +350,14 @@ class ShardElection:
         self.floors = {k: [gpus(self.services[i], minimum, k) for i in range(self.n)] for k in self.limits}
         self.free_since: dict[int, float] = {}
         self.order = sorted(range(self.n), key=lambda i: rendezvous(identity, i))
-        self.write_lock = threading.RLock()
-        """Held by every write (``LeaderOnly``) and by a release for the spread (taken only if free),
-        so that no write of this daemon is in flight once a shard it gave away is free."""
+        self.writes = threading.Condition()
+        self.in_flight = [0] * self.n
+        """Writes of each shard in progress (``writing``)."""
+        self.handing: set[int] = set()
+        """Shards being handed on: their new writes are refused."""
+        self.handoff_wait_s = max(0.0, self.lease.renew_s - JITTER_FACTOR * self.lease.retry_s) / 2
+        """How long a hand-off waits for the shard's writes in flight: half the slack between a renewal
+        deadline and the slowest retry (client-go's jitter), so the next round's renewals stay in time."""
         self.published: tuple[int, dict[str, list[int]]] | None = None
 
     # ---------------------------------------------------------------- leadership
@@ -396,24 +403,46 @@ class ShardElection:
                     budget -= 1
                     mine.append(i)
                     self.free_since.pop(i, None)
-        # hand one on between two writes; with a write in progress (it may hang for a call's deadline),
-        # at a later round rather than hold up this thread's renewals
-        if len(mine) >= lo + 2 and self.write_lock.acquire(blocking=False):
-            try:
-                give = max(mine, key=lambda i: rendezvous(self.identity, i))
-                log.info("%s hands shard %d on (it leads %d, a live daemon %d)", self.identity, give, len(mine), lo)
-                self.electors[give].release()
-            finally:
-                self.write_lock.release()
+        if len(mine) >= lo + 2:
+            self._hand_on(max(mine, key=lambda i: rendezvous(self.identity, i)), len(mine), lo)
         if self.coordinator is not None:
             self._coordinate()
         if self.electors[0].leading:  # one daemon removes the entries of daemons gone for long
             self.members.forget(10 * self.lease.duration_s)
 
+    @contextlib.contextmanager
+    def writing(self, shard: int) -> Iterator[bool]:
+        """Around one write of ``shard``'s services: yields whether it may be written now (led, and not
+        being handed on), and counts it in flight meanwhile."""
+        with self.writes:
+            ok = self.electors[shard].leads() and shard not in self.handing
+            if ok:
+                self.in_flight[shard] += 1
+        try:
+            yield ok
+        finally:
+            if ok:
+                with self.writes:
+                    self.in_flight[shard] -= 1
+                    self.writes.notify_all()
+
+    def _hand_on(self, shard: int, leads: int, lo: float) -> None:
+        """Release ``shard`` for a less loaded daemon once no write of it is in flight (module docstring)."""
+        with self.writes:
+            self.handing.add(shard)
+            idle = self.writes.wait_for(lambda: self.in_flight[shard] == 0, timeout=self.handoff_wait_s)
+        try:
+            if idle:
+                log.info("%s hands shard %d on (it leads %d, a live daemon %d)", self.identity, shard, leads, lo)
+                self.electors[shard].release()
+        finally:
+            with self.writes:
+                self.handing.discard(shard)
+
     def release(self, leave: bool = True) -> None:
         """Give up every Lease held (shutdown, or a stalled tick) and, with ``leave``, the members.
-        Without ``write_lock``: a stalled or abandoned tick may hold it in a hung call (its writes are
-        fenced by the lease's age, as without shards)."""
+        Writes in flight are not waited for: a stalled or abandoned tick may hang in a call (its writes
+        are fenced by the lease's age, as without shards)."""
         for e in self.electors:
             e.release()
         if self.coordinator is not None:
