@@ -428,6 +428,10 @@ class Daemon:
             self.metrics = LoopMetrics(loop, registry=self.registry)
         return loop
 
+    def shard(self, service: str) -> int:
+        """The shard of ``service`` (0 when unsharded)."""
+        return shard_of(self.cfg, service) if self.shards.n > 1 else 0
+
     def may_write(self, shard: int = 0) -> bool:
         """Whether a write started now lands while this daemon still leads ``shard``: its lease has more
         time left than one API call may take (the elector's call deadline, ``renew_s / 2``)."""
@@ -498,20 +502,24 @@ class Daemon:
     def _record(self, found: Mapping[tuple[str, str], ExternalChange], record: TickRecord) -> None:
         """Events and metrics of one tick: another writer's changes ``found`` before it, and each
         write's result (``EventRecorder.result``); the paused variants; the workloads' counts."""
-        leads = self.leading  # a daemon that lost the Lease during the tick writes no Event
+        led = {i: self.leads(i) for i in range(self.shards.n)}  # one that lost a Lease in the tick writes no Event
+
+        def leads(service: str) -> bool:
+            return led[self.shard(service)]
+
         for (name, v), ext in found.items():
             self.external.labels(name, v).inc()
-            if leads:
+            if leads(name):
                 self.events.other_writer(name, v, ext.ours, ext.theirs, ext.quiet_s)
         for name, st in record.services.items():
             for v, res in st.actuation.items():
                 if res.external is not None:
                     self.external.labels(name, v).inc()
-                if leads:
+                if leads(name):
                     self.events.result(name, v, res, st.reason)
         for svc in self.cfg.services:
             for var in svc.variants:
-                writer = self.writers.get(shard_of(self.cfg, svc.name) if self.shards.n > 1 else 0)
+                writer = self.writers.get(self.shard(svc.name))
                 paused = writer is not None and writer.paused(svc.name, var.name)
                 self.paused.labels(svc.name, var.name).set(1 if paused else 0)
         for (name, v), conn in self.source.connectors.items():

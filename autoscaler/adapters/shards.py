@@ -59,16 +59,19 @@ to their demand above their floor (largest remainders); what demand leaves over 
 demand, or equally. A shard's demand is the GPUs its last plan wanted; a shard whose plan used its
 whole share (it may have wanted more: a plan made within a share cannot say) asks for half as much
 again (at least one GPU more, at most what its variants' caps allow and the limit). So a share
-follows demand up by half a generation at a time as far as the others' floors allow, and down to
-what the shard holds (never below: a share never forces a scale-down; the shard gives GPUs back as
-its own plan lets replicas go, and the coordinator then hands them on). A shard whose plan sits
+follows demand up by half of itself a generation as far as the others' floors allow, and down to
+what the shard holds (never below while the floors together fit the limit: a share never forces a
+scale-down; the shard gives GPUs back as its own plan lets replicas go, and the coordinator then
+hands them on). A shard whose plan sits
 exactly at its share asks for more, gets it and then wants less than its share: its share may move
 back and forth by a GPU or so between generations, which moves none of its replicas.
 
 The split stays within the limit while it moves (``next_shares``): the coordinator publishes a new
 generation only once every shard that has a holder reports planning with the current one, so no
-shard plans with an older one; and a new generation lowers shares at once but raises a share only by
-what the current generation leaves free, ``limit - sum(current)``. So whichever of the two
+shard plans with an older one (a shard's new leader writes no report until its first tick, and
+the coordinator writes no new generation until it has one: the new leader plans with the current
+generation or the one before, as every other shard); and a new generation lowers shares at once
+but raises a share only by what the current generation leaves free, ``limit - sum(current)``. So whichever of the two
 generations each shard plans with, the shares sum to at most the limit; a move from one shard to
 another takes two generations (down, then up), a few retries. Without a published split (no
 coordinator yet) a shard plans within ``fallback_split``: its floor of ``min_replicas`` and an equal
