@@ -13,6 +13,19 @@ server, a window of history), so the first decision after a restart or a failove
 guard like any other, and, as the previous leader may just have scaled up, it scales nothing down
 for the guard's cool-down.
 
+Sharded (``kubernetes.shards`` > 1, ``autoscaler.adapters.shards``): the election thread runs one
+round of ``ShardElection`` (an elector per shard Lease, the members' counters, the spread, the
+coordinator) instead; the main thread ticks one loop per shard led (``loops``), each over its
+shard's services and, with ``gpu_limits``, within its share (``ShardElection.share``: the MPC's
+``gpu_limits``), all from one Prometheus observation per tick (``ShardView``); each write is allowed
+only while the service's own shard is led (``LeaderOnly(shard=)``), counted in flight
+(``ShardElection.writing``) so that a shard handed to another daemon is released only once its
+writes in progress are done; after each shard's tick
+its GPUs held and wanted are reported for the coordinator. The loop metrics of the shards are
+exported as one set (``MergedMetrics``), ``autoscaler_shard_leader{identity,shard}`` says which
+shards are led, and ``/v1/admission`` answers 503 (no daemon holds every service's thresholds: the
+ConfigMaps do). With one shard all of this is the single Lease and the single loop above.
+
 ``dry_run`` does everything but the writes: the actuator and the sink log what they would write
 and report it applied, and no Lease is taken (every dry-run daemon acts as a leader that writes
 nothing).
@@ -57,15 +70,18 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from autoscaler.adapters.kubernetes import ClusterSource, ConfigMapSink, EventRecorder, KubernetesActuator, PendingPods
-from autoscaler.adapters.lease import LeaderElector
 from autoscaler.adapters.prometheus import PrometheusSource
+from autoscaler.adapters.shards import ShardElection, shard_of
 from autoscaler.config import FleetConfig
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, ExternalChange
 from autoscaler.loop.admission import PATH, TERM_BITS, AdmissionDocument, TeeSink, check_itl_budget, check_thresholds
@@ -104,25 +120,82 @@ class LoggingSink:
 
 
 class LeaderOnly:
-    """An actuator or admission sink that writes only while ``daemon`` leads, checked at each write:
-    a tick that outlives its leadership (a slow Prometheus, a renewal that failed meanwhile) writes
-    nothing more (``conflict``: not the leader)."""
+    """An actuator or admission sink that writes only while ``daemon`` leads ``shard`` (the one Lease
+    when unsharded), checked at each write: a tick that outlives its leadership (a slow Prometheus, a
+    renewal that failed meanwhile) writes nothing more (``conflict``: not the leader). The write counts
+    in flight (``ShardElection.writing``), so a shard handed to another daemon is released only once
+    its writes in progress are done."""
 
-    def __init__(self, inner: Any, daemon: Daemon) -> None:
+    def __init__(self, inner: Any, daemon: Daemon, shard: int = 0) -> None:
         self.inner = inner
         self.daemon = daemon
+        self.shard = shard
 
     def _lost(self) -> ActuationResult:
-        return ActuationResult(ActuationStatus.CONFLICT, f"{self.daemon.identity} no longer leads: not written")
+        what = "" if self.daemon.shards.n == 1 else f" shard {self.shard}"
+        return ActuationResult(ActuationStatus.CONFLICT, f"{self.daemon.identity} no longer leads{what}: not written")
 
     def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
         """The inner actuator's ``scale`` while leading."""
-        return self.inner.scale(service, variant, replicas, remove_first) if self.daemon.leading else self._lost()
+        if self.daemon.dry_run:
+            return self.inner.scale(service, variant, replicas, remove_first)
+        with self.daemon.shards.writing(self.shard) as ok:
+            return self.inner.scale(service, variant, replicas, remove_first) if ok else self._lost()
 
     def publish(self, service: str, thresholds: Mapping[str, float | None],
                 itl_budget: Mapping[str, int] | None = None) -> ActuationResult:
         """The inner sink's ``publish`` while leading."""
-        return self.inner.publish(service, thresholds, itl_budget) if self.daemon.leading else self._lost()
+        if self.daemon.dry_run:
+            return self.inner.publish(service, thresholds, itl_budget)
+        with self.daemon.shards.writing(self.shard) as ok:
+            return self.inner.publish(service, thresholds, itl_budget) if ok else self._lost()
+
+
+class MergedMetrics(Collector):
+    """The loop metrics of several shard loops as one set of families: samples of one name and label
+    set are summed for counters and histograms (ticks of all the shard loops) and the first is kept
+    for the rest (the shards' services are disjoint, so only the loop-wide gauges repeat)."""
+
+    def __init__(self) -> None:
+        self.parts: dict[int, LoopMetrics] = {}
+
+    def describe(self) -> Iterable[Metric]:
+        """Nothing up front (``LoopMetrics.describe``)."""
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        """Each family once, its samples merged."""
+        families: dict[str, Metric] = {}
+        values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], Sample]] = {}
+        for _, part in sorted(self.parts.items()):
+            for fam in part.collect():
+                if fam.name not in families:
+                    families[fam.name] = Metric(fam.name, fam.documentation, fam.type, fam.unit)
+                    values[fam.name] = {}
+                summed = fam.type in ("counter", "histogram", "summary")
+                for smp in fam.samples:
+                    key = (smp.name, tuple(sorted(smp.labels.items())))
+                    seen = values[fam.name].get(key)
+                    if seen is None:
+                        values[fam.name][key] = smp
+                    elif summed:
+                        values[fam.name][key] = smp._replace(value=seen.value + smp.value)
+        for name, fam in families.items():
+            fam.samples = list(values[name].values())
+        return list(families.values())
+
+
+class ShardView:
+    """A ``MetricsSource`` of one shard's services: the daemon's one observation of a tick
+    (``Daemon.observe``), filtered."""
+
+    def __init__(self, daemon: Daemon, services: Sequence[str]) -> None:
+        self.daemon = daemon
+        self.services = set(services)
+
+    def observe(self, now: float) -> dict[str, Any]:
+        """The shard's services of the tick's observation."""
+        return {k: v for k, v in self.daemon.observe(now).items() if k in self.services}
 
 
 class Daemon:
@@ -160,12 +233,21 @@ class Daemon:
         self.speed = speed
         kube = cfg.kubernetes
         lease_ns = namespace_self or kube.namespace_self or kube.namespace
-        self.elector = LeaderElector(api, kube.lease.name, lease_ns, identity, kube.lease)
+        self.shards = ShardElection(cfg, api, lease_ns, identity)
+        self.elector = self.shards.electors[0]
+        """Shard 0's elector: with one shard, the Lease (``kubernetes.lease.name``)."""
         self.document = AdmissionDocument()
         self.registry = CollectorRegistry()
         self.leader_gauge = Gauge("autoscaler_leader", "1 while this daemon leads (writes), else 0.",
                                   ["identity"], registry=self.registry)
         self.leader_gauge.labels(identity).set(0)
+        self.shard_gauge = Gauge("autoscaler_shard_leader", "1 while this daemon leads the shard (writes its "
+                                 "services), else 0.", ["identity", "shard"], registry=self.registry)
+        for i in range(self.shards.n):
+            self.shard_gauge.labels(identity, str(i)).set(0)
+        self.coordinator_gauge = Gauge("autoscaler_shard_coordinator", "1 while this daemon splits the shared GPU "
+                                       "limits between the shards, else 0.", ["identity"], registry=self.registry)
+        self.coordinator_gauge.labels(identity).set(0)
         self.duplicate_gauge = Gauge("autoscaler_duplicate_identity", "1 once another process renewed the Lease "
                                      "under this daemon's identity (this one no longer leads), else 0.",
                                      ["identity"], registry=self.registry)
@@ -185,12 +267,18 @@ class Daemon:
                                     "(LeaderWorkerSet: groups), as last read from the API server.", labels,
                                     registry=self.registry)
         self.events = EventRecorder(cfg.kubernetes, cfg.services, api, identity)
-        self.writer: KubernetesActuator | None = None
-        """The actuator writing to the cluster while this daemon leads (None in dry-run or as a follower)."""
+        self.writers: dict[int, KubernetesActuator] = {}
+        """Shard -> the actuator writing its services to the cluster while this daemon leads it (none in
+        dry-run or as a follower)."""
+        self.loops: dict[int, ControlLoop] = {}
+        """Shard -> its loop while this daemon leads it (the one loop, shard 0, when unsharded)."""
+        self.merged = MergedMetrics() if self.shards.n > 1 else None
+        if self.merged is not None:
+            self.registry.register(self.merged)
+        self._observed: tuple[float, dict[str, Any]] | None = None
         self.stopping = threading.Event()
         self.stop_signal: str | None = None
         """The signal that stopped the daemon (``SIGTERM``, ``SIGINT``), None when none did (yet)."""
-        self.loop: ControlLoop | None = None
         self.metrics: LoopMetrics | None = None
         self.ticks = 0
         self.last_tick: float | None = None
@@ -218,7 +306,12 @@ class Daemon:
     # ------------------------------------------------------------------ HTTP
     def _admission(self) -> tuple[int, bytes]:
         """The admission document while this daemon leads and has begun its term's document; else 503
-        naming the leader (a follower or a former leader serves no thresholds)."""
+        naming the leader (a follower or a former leader serves no thresholds). Sharded, no daemon
+        holds every service's thresholds: 503 pointing to the ConfigMaps."""
+        if self.shards.n > 1 and not self.dry_run:
+            why = {"error": f"the services are split into {self.shards.n} shards: read each service's admission "
+                            "ConfigMap", "leader": None}
+            return 503, (json.dumps(why) + "\n").encode()
         if self.dry_run or (self.leading and self.document.leader == self.identity
                             and self.document.generation >> TERM_BITS == self.elector.term):
             return 200, self.document.json()
@@ -237,81 +330,156 @@ class Daemon:
         return (503, b"tick loop stalled\n") if self.stalled_for() is not None else (200, b"ok\n")
 
     def _readyz(self) -> tuple[int, bytes]:
-        if self.elector.failing is not None and not self.dry_run:  # it cannot take part in the election
-            return 503, f"not ready: {self.elector.failing}\n".encode()
+        failing = next((e.failing for e in self.shards.electors if e.failing is not None), None)
+        if failing is not None and not self.dry_run:  # it cannot take part in the election
+            return 503, f"not ready: {failing}\n".encode()
         if self.stalled_for() is not None:
             return 503, f"not ready: a tick has run for more than {self.stall_s:g} s\n".encode()
         ready = self.elected_once.is_set() and (not self.leading or self.ticks > 0)
+        if ready and self.shards.n > 1:
+            led = ",".join(map(str, self.shards.led())) or "none"
+            return 200, f"ready: leads shards {led} of {self.shards.n}\n".encode()
         return (200, b"ready\n") if ready else (503, b"not ready\n")
 
     @property
     def leading(self) -> bool:
-        """Whether this daemon decides now: it holds a Lease renewed less than ``renew_s`` ago (every
-        dry-run daemon decides, and writes nothing)."""
-        return self.dry_run or self.elector.leads()
+        """Whether this daemon decides now: it holds a Lease (any shard's) renewed less than
+        ``renew_s`` ago (every dry-run daemon decides, and writes nothing)."""
+        return self.dry_run or bool(self.shards.led())
+
+    def leads(self, shard: int) -> bool:
+        """Whether this daemon may write ``shard``'s services now (every dry-run daemon may: it writes nothing)."""
+        return self.dry_run or self.shards.leads(shard)
+
+    @property
+    def loop(self) -> ControlLoop | None:
+        """Shard 0's loop: the one loop when unsharded (None while not leading)."""
+        return self.loops.get(0)
+
+    @property
+    def writer(self) -> KubernetesActuator | None:
+        """Shard 0's actuator: the one actuator when unsharded."""
+        return self.writers.get(0)
 
     # ------------------------------------------------------------------ election
     def _elect(self) -> None:
         while not self.stopping.is_set():
             if not self.dry_run and self.stalled_for() is not None:
-                if self.elector.leading:  # renewing for a loop that does nothing would leave no one deciding
+                if any(e.leading for e in self.shards.electors):  # renewing for a loop that does nothing
                     log.error("%s: a tick has run for more than %g s: releasing the Lease until it returns",
                               self.identity, self.stall_s)
-                    self.elector.release()
+                    self.shards.release(leave=False)
             elif not self.dry_run:
-                was = self.elector.leading
-                now = self.elector.try_acquire_or_renew()
+                was = self.leading
+                self.shards.round()
+                now = self.leading
                 if now != was:
                     log.info("%s %s", self.identity, "leads" if now else "follows")
-            self.leader_gauge.labels(self.identity).set(1 if self.elector.leads() else 0)
-            self.duplicate_gauge.labels(self.identity).set(1 if self.elector.duplicate else 0)
+            self.leader_gauge.labels(self.identity).set(1 if self.leading and not self.dry_run else 0)
+            for i in range(self.shards.n):
+                self.shard_gauge.labels(self.identity, str(i)).set(1 if self.shards.leads(i) else 0)
+            coordinator = self.shards.coordinator
+            self.coordinator_gauge.labels(self.identity).set(1 if coordinator is not None and coordinator.leads()
+                                                             else 0)
+            duplicate = any(e.duplicate for e in self.shards.electors)
+            self.duplicate_gauge.labels(self.identity).set(1 if duplicate else 0)
             self.elected_once.set()
             self.stopping.wait(self.cfg.kubernetes.lease.retry_s)
 
     # ------------------------------------------------------------------ loop
-    def _new_loop(self, now: float) -> ControlLoop:
-        ctrl = build(self.spec, self.cfg)
-        term = 0 if self.dry_run else self.elector.term
-        self.document.begin(self.identity, term)
+    def _shard_cfg(self, shard: int) -> FleetConfig:
+        """The fleet as shard ``shard``'s loop sees it: its services (all of them when unsharded)."""
+        if self.shards.n == 1:
+            return self.cfg
+        return self.cfg.model_copy(update={"services": self.shards.services[shard]})
+
+    def _new_loop(self, now: float, shard: int = 0) -> ControlLoop:
+        cfg = self._shard_cfg(shard)
+        ctrl = build(self.spec, cfg)
+        term = 0 if self.dry_run else self.shards.electors[shard].term
+        sharded = self.shards.n > 1
+        if not sharded:
+            self.document.begin(self.identity, term)
         if self.dry_run:
             sink: Any = TeeSink(LoggingSink(), self.document)
             actuator: Any = LoggingActuator()
-            self.writer = None
+            self.writers.pop(shard, None)
         else:  # the ConfigMap first: the endpoint serves only what the cluster holds
-            configmaps = ConfigMapSink(self.cfg.kubernetes, self.api, fence=self.may_write, leader=self.identity,
-                                       term=term)
-            sink = TeeSink(LeaderOnly(configmaps, self), self.document)
-            self.writer = KubernetesActuator(self.cfg.kubernetes, self.cfg.services, self.api, fence=self.may_write)
-            actuator = LeaderOnly(self.writer, self)
-        loop = build_loop(self.cfg, "run", self.source, ctrl, actuator=actuator, sink=sink,
-                          policy=admission_policy(self.cfg, "run"))
+
+            def fence() -> bool:
+                return self.may_write(shard)
+
+            configmaps = ConfigMapSink(self.cfg.kubernetes, self.api, fence=fence, leader=self.identity, term=term)
+            gate = LeaderOnly(configmaps, self, shard)
+            sink = gate if sharded else TeeSink(gate, self.document)
+            writer = KubernetesActuator(self.cfg.kubernetes, cfg.services, self.api, fence=fence)
+            self.writers[shard] = writer
+            actuator = LeaderOnly(writer, self, shard)
+        source: Any = self.source if not sharded else ShardView(self, [s.name for s in cfg.services])
+        loop = build_loop(cfg, "run", source, ctrl, actuator=actuator, sink=sink,
+                          policy=admission_policy(cfg, "run"))
         for g in loop.guards.values():  # the previous leader may just have scaled up: no scale-down for a cool-down
             g.last_scale_up_s = now
-        if self.metrics is not None:
-            self.registry.unregister(self.metrics)
-        self.metrics = LoopMetrics(loop, registry=self.registry)
+        if self.merged is not None:
+            self.merged.parts[shard] = LoopMetrics(loop)
+        else:
+            if self.metrics is not None:
+                self.registry.unregister(self.metrics)
+            self.metrics = LoopMetrics(loop, registry=self.registry)
         return loop
 
-    def may_write(self) -> bool:
-        """Whether a write started now lands while this daemon still leads: its lease has more time
-        left than one API call may take (the elector's call deadline, ``renew_s / 2``)."""
-        return self.dry_run or self.elector.lease_left_s() > self.elector.timeout
+    def shard(self, service: str) -> int:
+        """The shard of ``service`` (0 when unsharded)."""
+        return shard_of(self.cfg, service) if self.shards.n > 1 else 0
+
+    def may_write(self, shard: int = 0) -> bool:
+        """Whether a write started now lands while this daemon still leads ``shard``: its lease has more
+        time left than one API call may take (the elector's call deadline, ``renew_s / 2``)."""
+        e = self.shards.electors[shard]
+        return self.dry_run or e.lease_left_s() > e.timeout
+
+    def observe(self, now: float) -> dict[str, Any]:
+        """One observation of the services of every shard led, shared by the shard loops of a tick."""
+        if self._observed is None or self._observed[0] != now:
+            inner = self.source.source
+            if hasattr(inner, "services"):  # a PrometheusSource: query the led shards' services only
+                names = {s.name for i in self.loops for s in self.shards.services[i]}
+                inner.services = [s for s in self.cfg.services if s.name in names]
+            self._observed = (now, self.source.observe(now))
+        return self._observed[1]
 
     def tick(self) -> TickRecord | None:
-        """One tick if this daemon leads (building its loop on the first), else None."""
-        if not self.leading:
-            self.loop = None  # a later leadership starts from the cluster's state, not from ours
-            self.writer = None
+        """One tick of the loop of each shard this daemon leads (building a shard's loop on the first),
+        else None."""
+        led = set(range(self.shards.n)) if self.dry_run else set(self.shards.led())
+        for i in set(self.loops) - led:  # a later leadership starts from the cluster's state, not from ours
+            del self.loops[i]
+            self.writers.pop(i, None)
+            if self.merged is not None:
+                self.merged.parts.pop(i, None)
+        if not led:
             return None
         now = (time.monotonic() - self.started) * self.speed
-        if self.loop is None:
-            self.loop = self._new_loop(now)
-            log.info("%s starts its loop (%s)", self.identity, self.spec)
-        started = time.perf_counter()
-        found = self.writer.check_writers() if self.writer is not None else {}
-        record = self.loop.tick(now)
-        assert self.metrics is not None
-        self.metrics.record(record, time.perf_counter() - started)
+        for i in sorted(led - set(self.loops)):
+            self.loops[i] = self._new_loop(now, i)
+            what = "" if self.shards.n == 1 else f" for shard {i}"
+            log.info("%s starts its loop%s (%s)", self.identity, what, self.spec)
+        record = TickRecord(now)
+        found: dict[tuple[str, str], ExternalChange] = {}
+        for i in sorted(led):
+            loop = self.loops[i]
+            gen, share = self.shards.share(i)
+            if self.shards.limits and hasattr(loop.controller, "gpu_limits"):
+                loop.controller.gpu_limits = share  # the MPC plans within the shard's share
+            started = time.perf_counter()
+            writer = self.writers.get(i)
+            found.update(writer.check_writers() if writer is not None else {})
+            rec = loop.tick(now) if loop.cfg.services else TickRecord(now)
+            record.services.update(rec.services)
+            metrics = self.merged.parts[i] if self.merged is not None else self.metrics
+            assert metrics is not None
+            metrics.record(rec, time.perf_counter() - started)
+            self._report(i, gen, share, rec)
         self.ticks += 1
         self._record(found, record)
         for name, st in record.services.items():  # counts nobody knows are no counts, not zeros
@@ -320,23 +488,39 @@ class Daemon:
                                                    "hold": st.decision.hold})
         return record
 
+    def _report(self, shard: int, generation: int, share: Any, rec: TickRecord) -> None:
+        """Shard ``shard``'s GPUs held and wanted after its tick, for the coordinator (sharded with limits)."""
+        if not self.shards.limits:
+            return
+        held = {(name, v): n for name, st in rec.services.items() for v, n in st.applied.items()}
+        wanted = dict(held)
+        for name, st in rec.services.items():
+            plan = st.decision.desired if not st.decision.hold else {}
+            wanted.update({(name, v): n for v, n in plan.items()})
+        self.shards.report(shard, generation, held, wanted, share)
+
     def _record(self, found: Mapping[tuple[str, str], ExternalChange], record: TickRecord) -> None:
         """Events and metrics of one tick: another writer's changes ``found`` before it, and each
         write's result (``EventRecorder.result``); the paused variants; the workloads' counts."""
-        leads = self.leading  # a daemon that lost the Lease during the tick writes no Event
+        led = {i: self.leads(i) for i in range(self.shards.n)}  # one that lost a Lease in the tick writes no Event
+
+        def leads(service: str) -> bool:
+            return led[self.shard(service)]
+
         for (name, v), ext in found.items():
             self.external.labels(name, v).inc()
-            if leads:
+            if leads(name):
                 self.events.other_writer(name, v, ext.ours, ext.theirs, ext.quiet_s)
         for name, st in record.services.items():
             for v, res in st.actuation.items():
                 if res.external is not None:
                     self.external.labels(name, v).inc()
-                if leads:
+                if leads(name):
                     self.events.result(name, v, res, st.reason)
         for svc in self.cfg.services:
             for var in svc.variants:
-                paused = self.writer is not None and self.writer.paused(svc.name, var.name)
+                writer = self.writers.get(self.shard(svc.name))
+                paused = writer is not None and writer.paused(svc.name, var.name)
                 self.paused.labels(svc.name, var.name).set(1 if paused else 0)
         for (name, v), conn in self.source.connectors.items():
             labels = (name, v, conn.workload_kind, conn.name)
@@ -372,7 +556,9 @@ class Daemon:
                 log.warning("%s: the tick in progress did not finish within %g s of the stop: exiting without it",
                             self.identity, grace)
             elector.join(timeout=5)
-            self.elector.release()
+            self.shards.release()
+            for i in range(self.shards.n):
+                self.shard_gauge.labels(self.identity, str(i)).set(0)
             self.leader_gauge.labels(self.identity).set(0)
             self.server.close()
             if self.admission_server is not None:

@@ -32,6 +32,14 @@ change, never from the timestamp itself, so a leader whose clock is skewed canno
 take over early (client-go does the same). The client's ``kubernetes.leaderelection`` is not used:
 its loop cannot be stopped nor the lease released, and its ``LeaseLock`` needs a client release
 (37) whose dependencies are above this package's floors.
+
+Two hooks serve the sharded daemon (``autoscaler.adapters.shards``) without changing the rule:
+``try_acquire_or_renew(take=False)`` reads the Lease and renews it if this candidate leads, but does
+not acquire it (``takeable`` then says whether it would have: the Lease is absent, free, or run out),
+so a caller may defer an acquisition; and ``annotations`` are written into the Lease's
+``metadata.annotations`` with every acquisition and renewal (the same write, under the same
+resourceVersion: no extra call, and nobody but the holder can write them), while ``seen_annotations``
+holds those the last read found.
 """
 
 from __future__ import annotations
@@ -90,6 +98,12 @@ class LeaderElector:
         """Another process renews the Lease under this identity: this one never leads again."""
         self.term = 0
         """``leaseTransitions`` of the Lease as this candidate last took it (module docstring)."""
+        self.takeable = False
+        """The last attempt found the Lease absent, free or run out (module docstring: ``take``)."""
+        self.annotations: dict[str, str] = {}
+        """Written into the Lease with every acquisition and renewal (module docstring)."""
+        self.seen_annotations: dict[str, str] = {}
+        """The Lease's annotations as the last attempt read them."""
 
     def leads(self) -> bool:
         """Whether this candidate may write now: it won the Lease and renewed it less than
@@ -111,12 +125,14 @@ class LeaderElector:
                                   acquire_time=micro_time(acquired) if acquired else now, renew_time=now,
                                   lease_transitions=transitions)
 
-    def try_acquire_or_renew(self) -> bool:
+    def try_acquire_or_renew(self, take: bool = True) -> bool:
         """One attempt to take or keep the Lease; whether this candidate leads after it (an API
-        server that does not answer counts as a failed renewal, never as a won election)."""
+        server that does not answer counts as a failed renewal, never as a won election). With
+        ``take`` False a Lease this candidate does not lead is only read (``takeable``)."""
         now = self.clock()
+        self.takeable = False
         try:
-            won = self._try(now)
+            won = self._try(now, take)
             self.failing = None
             return won
         except ApiException as exc:
@@ -132,18 +148,25 @@ class LeaderElector:
             log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
             return self._renew_failed(now)
 
-    def _try(self, now: float) -> bool:
+    def _try(self, now: float, take: bool = True) -> bool:
         try:
             lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.timeout)
         except ApiException as exc:
             if exc.status != 404:
                 raise
+            self.seen_annotations = {}
+            if not take:
+                self.takeable, self.leading = True, False
+                return False
             body = client.V1Lease(metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
                                   spec=self._spec(None, 0))
+            if self.annotations:
+                body.metadata.annotations = dict(self.annotations)
             self._mine.append(body.spec.renew_time)
             self.api.create_namespaced_lease(self.namespace, body, _request_timeout=self.timeout)
             return self._won(now, 0)
         spec = lease.spec or client.V1LeaseSpec()
+        self.seen_annotations = dict((lease.metadata and lease.metadata.annotations) or {})
         holder = spec.holder_identity or None
         seen = (holder, spec.renew_time)
         renewed_as_us = self._seen is not None and self._seen[0] == holder == self.identity and seen != self._seen
@@ -166,6 +189,11 @@ class LeaderElector:
             self.leading = False
             return False
         renewing = self.leading and holder == self.identity
+        if not renewing and not take:
+            self.takeable, self.leading = True, False
+            return False
+        if self.annotations:
+            lease.metadata.annotations = {**self.seen_annotations, **self.annotations}
         transitions = (spec.lease_transitions or 0) + (0 if renewing else 1)
         lease.spec = self._spec(spec.acquire_time if renewing else None, transitions)
         self._mine.append(lease.spec.renew_time)

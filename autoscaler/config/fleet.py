@@ -314,6 +314,9 @@ class FleetConfig(Strict):
             unknown = sorted(set(by_variant) - variants[name])
             if unknown:
                 raise ValueError(f"kubernetes.workloads[{name}]: unknown variant(s) {', '.join(unknown)}")
+        for name in self.kubernetes.service_shards:
+            if name not in variants:
+                raise ValueError(f"kubernetes.service_shards: unknown service '{name}'")
         return self
 
     @model_validator(mode="after")

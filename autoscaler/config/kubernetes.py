@@ -128,6 +128,11 @@ class LeaseConfig(Strict):
         return self
 
 
+MAX_SHARDS = 1024
+"""The most shards: each is a Lease every daemon reads every ``lease.retry_s``, so a thousand of them
+is already a few hundred reads a second per daemon at the default 2 s."""
+
+
 class KubernetesConfig(Strict):
     """Where ``autoscaler run`` writes.
 
@@ -158,6 +163,11 @@ class KubernetesConfig(Strict):
             with ``controller.kubernetes.io/pod-deletion-cost`` (lowest first) so the ReplicaSet
             removes those; it needs ``patch`` on pods, which also permits changing a pod's image or
             labels, so a fleet may turn it off (the ReplicaSet then picks by its own rules).
+        shards: how many shards the services are split into (``autoscaler.adapters.shards``); each
+            shard has its own Lease ``<lease.name>-shard-<i>`` and the daemons share them. 1 (the
+            default): one Lease, ``lease.name`` itself, as before sharding.
+        service_shards: service -> the shard it belongs to (0 to ``shards`` - 1), overriding the
+            hash of its name (``autoscaler.adapters.shards.hash_shard``).
     """
 
     namespace: str = "default"
@@ -171,6 +181,19 @@ class KubernetesConfig(Strict):
     pending_retry_s: float = Field(default=900.0, gt=0)
     stop_grace_s: float = Field(default=10.0, gt=0, le=3600)
     pod_deletion_cost: bool = True
+    shards: int = Field(default=1, ge=1, le=MAX_SHARDS)
+    service_shards: dict[str, int] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _shard_names(self) -> KubernetesConfig:
+        for service, shard in self.service_shards.items():
+            if isinstance(shard, bool) or not 0 <= shard < self.shards:
+                raise ValueError(f"service_shards[{service}]: shard {shard!r} is not one of 0 to {self.shards - 1} "
+                                 f"(kubernetes.shards is {self.shards})")
+        if self.shards > 1:  # the derived Lease names must be object names too
+            for suffix in (f"-shard-{self.shards - 1}", "-coordinator", "-members"):
+                _object_name(self.lease.name + suffix, "lease name (with its shard suffix)")
+        return self
 
     @field_validator("namespace", "namespace_self")
     @classmethod

@@ -28,7 +28,8 @@ Alerts (``rules/autoscaler-alerts.yaml``), each with a runbook paragraph in docs
   out: a conflict is retried, and a lasting one is ``AutoscalerAnotherWriter``), or a variant's last
   write failed (``autoscaler_able_to_scale`` 0);
 - ``AutoscalerTwoLeaders`` (page): for a minute, more than one daemon of a job reports
-  ``autoscaler_leader`` 1, or one reports ``autoscaler_duplicate_identity`` (two processes renewed
+  ``autoscaler_shard_leader`` 1 for one shard (the one Lease is shard 0; sharded daemons each lead
+  several shards, never one together), or one reports ``autoscaler_duplicate_identity`` (two processes renewed
   the Lease under one identity): two writers. The election makes this a bug or a misconfiguration
   (two Leases, two identities alike), never a normal failover, whose overlap lasts less than a
   scrape (a leader stops at ``renew_s``, a follower takes over after ``duration_s``); its gauges are
@@ -271,9 +272,11 @@ def alerts(objective: float, cfg: FleetConfig) -> list[Alert]:
         stuck,
         writer,
         Alert("AutoscalerTwoLeaders",
-              "sum by (job) (autoscaler_leader) > 1 or max by (job, identity) (autoscaler_duplicate_identity) > 0",
-              (), "1m", "page", "{{ $labels.job }}: more than one autoscaler daemon leads{{ if $labels.identity }} "
-              "({{ $labels.identity }} is used by two processes){{ end }}: two writers"),
+              "sum by (job, shard) (autoscaler_shard_leader) > 1 "
+              "or max by (job, identity) (autoscaler_duplicate_identity) > 0",
+              (), "1m", "page", "{{ $labels.job }}: more than one autoscaler daemon leads{{ if $labels.shard }} shard "
+              "{{ $labels.shard }}{{ end }}{{ if $labels.identity }} ({{ $labels.identity }} is used by two "
+              "processes){{ end }}: two writers"),
     ]
     return out
 
