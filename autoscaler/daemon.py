@@ -20,6 +20,8 @@ nothing).
 Each variant's workload is reached through the connector of its kind
 (``autoscaler.adapters.workloads``: Deployment, StatefulSet, LeaderWorkerSet, InferenceService, any
 custom resource with a scale subresource); an unknown kind stops the daemon at startup with one line.
+With ``kubernetes.watch`` the Deployments, StatefulSets and pods are read from a watch cache
+(``adapters.kubernetes.watch_cache``) started with the daemon, leader or not, and stopped with it.
 Events come from the results: a write that changed a count (``ActuationResult.before`` / ``after``) is
 a ``ScaledUp`` / ``ScaledDown`` Event on the workload, and another writer's change (``external``, from
 a write's read or from ``KubernetesActuator.check_writers`` at the start of each tick) an
@@ -63,7 +65,14 @@ from typing import Any
 from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from autoscaler.adapters.kubernetes import ClusterSource, ConfigMapSink, EventRecorder, KubernetesActuator, PendingPods
+from autoscaler.adapters.kubernetes import (
+    ClusterSource,
+    ConfigMapSink,
+    EventRecorder,
+    KubernetesActuator,
+    PendingPods,
+    watch_cache,
+)
 from autoscaler.adapters.lease import LeaderElector
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.config import FleetConfig
@@ -153,7 +162,9 @@ class Daemon:
         build(controller, cfg)  # an unknown spec fails here, before anything starts
         self.cfg = cfg
         self.spec = controller
-        self.source = ClusterSource(source, PendingPods(cfg.kubernetes, cfg.services, api), api)
+        self.cache = watch_cache(cfg.kubernetes, cfg.services, api)
+        """The watch cache the workloads are read from (``kubernetes.watch``), None: GETs."""
+        self.source = ClusterSource(source, PendingPods(cfg.kubernetes, cfg.services, api, cache=self.cache), api)
         self.api = api
         self.identity = identity
         self.dry_run = dry_run
@@ -184,7 +195,7 @@ class Daemon:
         self.workload_ready = Gauge("autoscaler_workload_ready_replicas", "Replicas of the variant's workload ready "
                                     "(LeaderWorkerSet: groups), as last read from the API server.", labels,
                                     registry=self.registry)
-        self.events = EventRecorder(cfg.kubernetes, cfg.services, api, identity)
+        self.events = EventRecorder(cfg.kubernetes, cfg.services, api, identity, cache=self.cache)
         self.writer: KubernetesActuator | None = None
         """The actuator writing to the cluster while this daemon leads (None in dry-run or as a follower)."""
         self.stopping = threading.Event()
@@ -214,6 +225,8 @@ class Daemon:
             except BaseException:
                 self.admission_server.close()
                 raise
+        if self.cache is not None:  # a follower keeps it too: a failover starts from a listed cache
+            self.cache.start()
 
     # ------------------------------------------------------------------ HTTP
     def _admission(self) -> tuple[int, bytes]:
@@ -281,7 +294,8 @@ class Daemon:
             configmaps = ConfigMapSink(self.cfg.kubernetes, self.api, fence=self.may_write, leader=self.identity,
                                        term=term)
             sink = TeeSink(LeaderOnly(configmaps, self), self.document)
-            self.writer = KubernetesActuator(self.cfg.kubernetes, self.cfg.services, self.api, fence=self.may_write)
+            self.writer = KubernetesActuator(self.cfg.kubernetes, self.cfg.services, self.api, fence=self.may_write,
+                                             cache=self.cache)
             actuator = LeaderOnly(self.writer, self)
         loop = build_loop(self.cfg, "run", self.source, ctrl, actuator=actuator, sink=sink,
                           policy=admission_policy(self.cfg, "run"))
@@ -373,6 +387,8 @@ class Daemon:
                             self.identity, grace)
             elector.join(timeout=5)
             self.elector.release()
+            if self.cache is not None:
+                self.cache.stop()
             self.leader_gauge.labels(self.identity).set(0)
             self.server.close()
             if self.admission_server is not None:
