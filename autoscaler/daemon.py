@@ -33,6 +33,8 @@ nothing).
 Each variant's workload is reached through the connector of its kind
 (``autoscaler.adapters.workloads``: Deployment, StatefulSet, LeaderWorkerSet, InferenceService, any
 custom resource with a scale subresource); an unknown kind stops the daemon at startup with one line.
+With ``kubernetes.watch`` the Deployments, StatefulSets and pods are read from a watch cache
+(``adapters.kubernetes.watch_cache``) started with the daemon, leader or not, and stopped with it.
 Events come from the results: a write that changed a count (``ActuationResult.before`` / ``after``) is
 a ``ScaledUp`` / ``ScaledDown`` Event on the workload, and another writer's change (``external``, from
 a write's read or from ``KubernetesActuator.check_writers`` at the start of each tick) an
@@ -79,7 +81,14 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from autoscaler.adapters.kubernetes import ClusterSource, ConfigMapSink, EventRecorder, KubernetesActuator, PendingPods
+from autoscaler.adapters.kubernetes import (
+    ClusterSource,
+    ConfigMapSink,
+    EventRecorder,
+    KubernetesActuator,
+    PendingPods,
+    watch_cache,
+)
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.adapters.shards import ShardElection, shard_of
 from autoscaler.config import FleetConfig
@@ -226,7 +235,9 @@ class Daemon:
         build(controller, cfg)  # an unknown spec fails here, before anything starts
         self.cfg = cfg
         self.spec = controller
-        self.source = ClusterSource(source, PendingPods(cfg.kubernetes, cfg.services, api), api)
+        self.cache = watch_cache(cfg.kubernetes, cfg.services, api)
+        """The watch cache the workloads are read from (``kubernetes.watch``), None: GETs."""
+        self.source = ClusterSource(source, PendingPods(cfg.kubernetes, cfg.services, api, cache=self.cache), api)
         self.api = api
         self.identity = identity
         self.dry_run = dry_run
@@ -266,7 +277,7 @@ class Daemon:
         self.workload_ready = Gauge("autoscaler_workload_ready_replicas", "Replicas of the variant's workload ready "
                                     "(LeaderWorkerSet: groups), as last read from the API server.", labels,
                                     registry=self.registry)
-        self.events = EventRecorder(cfg.kubernetes, cfg.services, api, identity)
+        self.events = EventRecorder(cfg.kubernetes, cfg.services, api, identity, cache=self.cache)
         self.writers: dict[int, KubernetesActuator] = {}
         """Shard -> the actuator writing its services to the cluster while this daemon leads it (none in
         dry-run or as a follower)."""
@@ -302,6 +313,8 @@ class Daemon:
             except BaseException:
                 self.admission_server.close()
                 raise
+        if self.cache is not None:  # a follower keeps it too: a failover starts from a listed cache
+            self.cache.start()
 
     # ------------------------------------------------------------------ HTTP
     def _admission(self) -> tuple[int, bytes]:
@@ -412,7 +425,7 @@ class Daemon:
             configmaps = ConfigMapSink(self.cfg.kubernetes, self.api, fence=fence, leader=self.identity, term=term)
             gate = LeaderOnly(configmaps, self, shard)
             sink = gate if sharded else TeeSink(gate, self.document)
-            writer = KubernetesActuator(self.cfg.kubernetes, cfg.services, self.api, fence=fence)
+            writer = KubernetesActuator(self.cfg.kubernetes, cfg.services, self.api, fence=fence, cache=self.cache)
             self.writers[shard] = writer
             actuator = LeaderOnly(writer, self, shard)
         source: Any = self.source if not sharded else ShardView(self, [s.name for s in cfg.services])
@@ -557,6 +570,8 @@ class Daemon:
                             self.identity, grace)
             elector.join(timeout=5)
             self.shards.release()
+            if self.cache is not None:
+                self.cache.stop()
             for i in range(self.shards.n):
                 self.shard_gauge.labels(self.identity, str(i)).set(0)
             self.leader_gauge.labels(self.identity).set(0)

@@ -51,6 +51,16 @@ than the call may take.
 ``ClusterSource`` lays that over a Prometheus observation. A failed read marks nothing (unknown is
 not unavailable).
 
+Reads from a watch cache (``kubernetes.watch``, off by default): ``watch_cache`` builds one
+``WorkloadCache`` (``autoscaler.adapters.workloads.cache``: a LIST then a WATCH per resource, in a
+thread) that every connector of the actuator, ``PendingPods`` and ``EventRecorder`` reads Deployments,
+StatefulSets and their pods from, so a tick sends the API server its writes alone; other kinds are
+still read with GETs. A cache not listed yet, or whose watch has been down for longer than
+``kubernetes.watch_stale_s``, fails every read (``CacheStale``): ``ClusterSource`` then marks the
+variant's counts unknown (the loop holds it), the writer check skips it, a scale writes nothing
+(``unreachable``). A write's answer goes to the cache, and after a 409 the scale is read again from
+the API server, not from the cache.
+
 ``EventRecorder`` writes each applied change as a core/v1 Event on the workload (reason
 ``ScaledUp`` / ``ScaledDown``, message the decision's reason), and each change by another writer
 (reason ``OtherWriter``, type Warning), so ``kubectl describe`` shows why; ``result`` writes those a
@@ -81,7 +91,8 @@ from autoscaler.adapters.workloads import (
     connector,
     connector_class,
 )
-from autoscaler.adapters.workloads.base import FailedReads, ObjectError, describe
+from autoscaler.adapters.workloads.base import CacheStale, FailedReads, ObjectError, describe
+from autoscaler.adapters.workloads.cache import CACHED, WorkloadCache
 from autoscaler.config import KubernetesConfig, Service
 from autoscaler.errors import AutoscalerError
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, ExternalChange
@@ -189,18 +200,42 @@ def result_of(exc: BaseException, what: str) -> ActuationResult:
     return ActuationResult(ActuationStatus.UNREACHABLE, f"{what}: {describe(exc)}")
 
 
-def connectors(kube: KubernetesConfig, services: Sequence[Service],
-               api: client.ApiClient) -> dict[tuple[str, str], WorkloadConnector]:
-    """``(service, variant) -> WorkloadConnector`` of every variant of ``services`` (``workloads.connector``).
+def connectors(kube: KubernetesConfig, services: Sequence[Service], api: client.ApiClient,
+               cache: WorkloadCache | None = None) -> dict[tuple[str, str], WorkloadConnector]:
+    """``(service, variant) -> WorkloadConnector`` of every variant of ``services`` (``workloads.connector``),
+    reading from ``cache`` the kinds it holds.
 
     Raises:
         WorkloadError: a workload of an unknown kind without api_version and plural, or a known kind
             with another API version (one line).
     """
     check_workloads(kube, services)
-    return {(svc.name, v.name): connector(api, kube.workload(svc.name, v.name), kube.namespace,
-                                          kube.other_writer_quiet_s)
-            for svc in services for v in svc.variants}
+    out: dict[tuple[str, str], WorkloadConnector] = {}
+    for svc in services:
+        for v in svc.variants:
+            conn = connector(api, kube.workload(svc.name, v.name), kube.namespace, kube.other_writer_quiet_s)
+            if cache is not None and conn.group == "apps" and conn.plural in CACHED:
+                conn.attach(cache.informer(conn.plural), cache.informer("pods"))
+            out[(svc.name, v.name)] = conn
+    return out
+
+
+def watch_cache(kube: KubernetesConfig, services: Sequence[Service], api: client.ApiClient,
+                clock: Callable[[], float] = time.monotonic) -> WorkloadCache | None:
+    """The watch cache of the fleet's workloads and pods (``kubernetes.watch``), not started; None when
+    ``kubernetes.watch`` is off or no workload's kind is cached.
+
+    Raises:
+        WorkloadError: as ``connectors``.
+    """
+    if not kube.watch:
+        return None
+    check_workloads(kube, services)
+    plurals = {connector_class(kube.workload(s.name, v.name)).resolve(kube.workload(s.name, v.name))[1]
+               for s in services for v in s.variants}
+    if not plurals & CACHED:
+        return None
+    return WorkloadCache(api, kube.namespace, plurals, kube.watch_stale_s, kube.watch_timeout_s, clock)
 
 
 def check_workloads(kube: KubernetesConfig, services: Sequence[Service]) -> None:
@@ -229,6 +264,7 @@ class KubernetesActuator:
         clock: monotonic seconds (the other-writer quiet period).
         fence: asked immediately before each write (after its read): False abandons the write (the
             daemon's: it still leads for longer than a call may take); None: always write.
+        cache: where the workloads are read from (``watch_cache``, started); None: GETs.
 
     Raises:
         WorkloadError: as ``connectors``.
@@ -236,9 +272,10 @@ class KubernetesActuator:
 
     def __init__(self, kube: KubernetesConfig, services: Sequence[Service], api: client.ApiClient,
                  sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic, fence: Callable[[], bool] | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, fence: Callable[[], bool] | None = None,
+                 cache: WorkloadCache | None = None) -> None:
         self.kube = kube
-        self.connectors = connectors(kube, services, api)
+        self.connectors = connectors(kube, services, api, cache)
         self.core = client.CoreV1Api(api)
         self._cost_ignored: set[tuple[str, str]] = set()  # workloads whose kind ignores deletion costs, logged
         self.sleep = sleep
@@ -293,8 +330,8 @@ class KubernetesActuator:
         external: ExternalChange | None = None
         first = 0
         for attempt in range(self.kube.conflict_retries + 1):
-            try:
-                read = conn.read_scale()
+            try:  # after a 409 the cache may not show the change yet: read the API server
+                read = conn.read_scale(fresh=True) if attempt and getattr(conn, "cached", None) else conn.read_scale()
             except TRANSPORT_ERRORS as exc:
                 self._throttled(exc)
                 return replace(result_of(exc, f"get {where}"), external=external)
@@ -371,14 +408,18 @@ class KubernetesActuator:
         pods it could not clear (or list), as notes."""
         try:
             selector = conn.state().selector
-            listed = self.core.list_namespaced_pod(namespace, label_selector=",".join(
-                f"{k}={v}" for k, v in sorted(selector.items()))).items if selector else []
+            if getattr(conn, "pod_cache", None) is not None:  # as served: dicts
+                listed = [((p.get("metadata") or {}).get("name"), (p.get("metadata") or {}).get("annotations"))
+                          for p in (conn.pods(selector) if selector else [])]  # type: ignore[attr-defined]
+            else:
+                listed = [(p.metadata.name, p.metadata.annotations) for p in self.core.list_namespaced_pod(
+                    namespace, label_selector=",".join(f"{k}={v}" for k, v in sorted(selector.items()))).items
+                          ] if selector else []
         except TRANSPORT_ERRORS as exc:
             return [f"earlier costs of {conn.name} (pods not listed: {describe(exc)})"]
         failed = []
-        for pod in listed:
-            name = pod.metadata.name
-            if name in keep or COST_MARK not in (pod.metadata.annotations or {}):
+        for name, marks in listed:
+            if name in keep or COST_MARK not in (marks or {}):
                 continue
             try:  # a merge patch's null deletes the key
                 self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {
@@ -477,15 +518,16 @@ class PendingPods:
         api: a client.
         clock: monotonic seconds: pending pods are timed on this clock alone, never against the API
             server's timestamps (another machine's clock).
+        cache: where the workloads and pods are read from (``watch_cache``, started); None: GETs.
 
     Raises:
         WorkloadError: as ``connectors``.
     """
 
     def __init__(self, kube: KubernetesConfig, services: Sequence[Service], api: client.ApiClient,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, cache: WorkloadCache | None = None) -> None:
         self.kube = kube
-        self.connectors = connectors(kube, services, api)
+        self.connectors = connectors(kube, services, api, cache)
         self.clock = clock
         self.marks = PendingMarks(self.kube.pending_timeout_s, self.kube.pending_retry_s)
 
@@ -519,7 +561,8 @@ class ClusterSource:
     unavailable. kube-state-metrics, through Prometheus, lags the API server by a scrape or more
     (and has no series for custom resources): a count read from it can turn a scale-up into an
     absolute write below what the workload already has. ``states`` keeps each variant's last read
-    (the daemon exports it)."""
+    (the daemon exports it). A variant whose watch cache is stale (``CacheStale``) has its counts
+    marked unknown (the loop holds it), not left at Prometheus's."""
 
     def __init__(self, source: MetricsSource, pods: PendingPods, api: client.ApiClient) -> None:
         self.source = source
@@ -527,14 +570,19 @@ class ClusterSource:
         self.kube = pods.kube
         self.connectors = pods.connectors
         self.states: dict[tuple[str, str], WorkloadState] = {}
+        self.stale: set[tuple[str, str]] = set()
+        """The variants whose last read met a stale watch cache."""
 
     def _read(self, service: str, variant: str, failed: FailedReads | None = None) -> WorkloadState | None:
-        """The variant's workload from the API server; None when it does not answer (added to
-        ``failed``, else logged)."""
+        """The variant's workload from the API server (or its watch cache); None when it does not answer
+        (added to ``failed``, else logged)."""
         conn = self.connectors[(service, variant)]
+        self.stale.discard((service, variant))
         try:
             return conn.state()
         except TRANSPORT_ERRORS as exc:
+            if isinstance(exc, CacheStale):
+                self.stale.add((service, variant))
             (failed or FailedReads("workload read")).add(f"{conn.workload_kind} {conn.namespace}/{conn.name}", exc,
                                                          now=failed is None)
         return None
@@ -556,6 +604,8 @@ class ClusterSource:
                 state = self._read(name, v, failed)
                 if state is None:  # counts unknown; its pods are selected by it, so not read either
                     self.states.pop((name, v), None)
+                    if (name, v) in self.stale:  # missing data: the loop holds, never reads it as 0
+                        vo.counts_known = False
                     vo.unavailable = self.pods.marks.marked((name, v), self.pods.clock())
                     continue
                 self.states[(name, v)] = state
@@ -578,10 +628,10 @@ class EventRecorder:
     """
 
     def __init__(self, kube: KubernetesConfig, services: Sequence[Service], api: client.ApiClient,
-                 identity: str) -> None:
+                 identity: str, cache: WorkloadCache | None = None) -> None:
         self.kube = kube
         self.core = client.CoreV1Api(api)
-        self.connectors = connectors(kube, services, api)
+        self.connectors = connectors(kube, services, api, cache)
         self.identity = identity
 
     def scaled(self, service: str, variant: str, before: int, after: int, reason: str) -> bool:

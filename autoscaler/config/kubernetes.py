@@ -163,6 +163,21 @@ class KubernetesConfig(Strict):
             with ``controller.kubernetes.io/pod-deletion-cost`` (lowest first) so the ReplicaSet
             removes those; it needs ``patch`` on pods, which also permits changing a pod's image or
             labels, so a fleet may turn it off (the ReplicaSet then picks by its own rules).
+        watch: read Deployments, StatefulSets and their pods from a watch cache (one LIST, then a
+            WATCH per resource, in a thread: ``autoscaler.adapters.workloads.cache``) instead of GETs
+            every tick, so a tick sends the API server its writes alone; off (the default): a GET per
+            workload and a pod list per variant each tick, as before. Off by default because it needs
+            ``list`` and ``watch`` on the namespace's Deployments (StatefulSets) and pods, which RBAC
+            cannot restrict by name: more than the shipped least-privilege Role grants (docs/deploy.md).
+        watch_stale_s: how long the watch may be down (a failed or hung connection, retried with
+            backoff) before the workloads read from it count as unknown (the loop holds them),
+            seconds. 30 s: two default ticks (``controller.tick_s`` 15), so one failed reconnect
+            (the backoff starts at 0.8 s) never holds the fleet, while the loop never decides on
+            counts more than two ticks behind what a GET would read.
+        watch_timeout_s: each watch request's ``timeoutSeconds``: the server ends it then and it is
+            opened again from the last resourceVersion (cheap: no list). It bounds how long a
+            connection that went silent (a hung server) goes unnoticed: the read deadline is this
+            plus 5 s. client-go's reflector picks 5 to 10 minutes; 60 s notices a hang sooner.
         shards: how many shards the services are split into (``autoscaler.adapters.shards``); each
             shard has its own Lease ``<lease.name>-shard-<i>`` and the daemons share them. 1 (the
             default): one Lease, ``lease.name`` itself, as before sharding.
@@ -181,6 +196,9 @@ class KubernetesConfig(Strict):
     pending_retry_s: float = Field(default=900.0, gt=0)
     stop_grace_s: float = Field(default=10.0, gt=0, le=3600)
     pod_deletion_cost: bool = True
+    watch: bool = False
+    watch_stale_s: float = Field(default=30.0, gt=0)
+    watch_timeout_s: int = Field(default=60, ge=1, le=3600)
     shards: int = Field(default=1, ge=1, le=MAX_SHARDS)
     service_shards: dict[str, int] = Field(default_factory=dict)
 

@@ -38,6 +38,21 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
   at ``spec.replicas``, removed in the ReplicaSet controller's order (``removal_order``: pod-deletion-cost);
 - RBAC refusals: a request whose ``(verb, plural, subresource)`` is in ``forbidden`` is answered
   HTTP 403 Forbidden with the API server's message;
+- watches as the API server serves them (``_serve_watch``; Kubernetes API concepts, "Efficient detection
+  of changes" and "Watch bookmarks", kubernetes.io/docs/reference/using-api/api-concepts/): every event
+  (ADDED, MODIFIED, DELETED) is logged with the resourceVersion of the write that made it (a deletion
+  gets a new one), a list carries the resourceVersion of the last event in ``metadata``, and a watch
+  from a resourceVersion sends every event after it, for its namespace, ``labelSelector`` and
+  ``fieldSelector``; without one (or ``0``) it first sends the objects there now as ADDED. The log
+  keeps the last ``watch_window`` events (the API server's watch cache keeps a bounded window and etcd
+  compacts its history): a watch from before the oldest kept is answered as the API server answers it,
+  HTTP 200 then one ``ERROR`` event holding a Status 410 ``Expired`` ("too old resource version"), and
+  ``compact()`` drops the whole log now. ``timeoutSeconds`` ends the stream (with a ``BOOKMARK`` of
+  the last resourceVersion first when ``allowWatchBookmarks`` is set); ``drop_watches()`` ends every
+  open stream at once (a dropped connection), and so does ``down``. Left out: an object that stops
+  matching a watch's label selector is not sent as DELETED;
+- ``requests``: how many requests were served, by (verb, plural or plural/subresource), the verb as
+  RBAC derives it (a watch counted once, when it opens);
 - a bounded request log (``REQUEST_LOG``), so an emulator serving a daemon for minutes keeps pace;
 - a way down: ``down`` set makes every request fail with HTTP 503 (the server itself stays up,
   so a test can bring it back); ``conflicts`` set answers every write of a scale subresource
@@ -58,9 +73,10 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import copy
 import datetime
-import itertools
 import re
 import threading
 import uuid
@@ -209,6 +225,15 @@ SERVED = {"apps/v1/deployments": "Deployment", "apps/v1/statefulsets": "Stateful
 client such as ``kubectl`` needs to map a name to it (kind, singular name, namespaced)."""
 VERBS_SERVED = {"create", "delete", "get", "list", "patch", "update", "watch"}
 
+WATCH_WINDOW = 2000
+"""Events the emulator keeps for watches resuming from a resourceVersion (the API server's watch cache
+and etcd keep a bounded history too: etcd compacts every 5 minutes by default,
+``--etcd-compaction-interval``); the size is this emulator's choice, large enough for the fleets the
+tests and benchmarks put in it to rewatch after a short outage."""
+WATCH_POLL_S = 0.1
+"""How often an open watch with nothing to send looks whether it should end (a drop, an outage, its
+timeout), wall seconds."""
+
 HANG_POLL_S = 0.05
 """How often a hung request looks whether its hang is over, wall seconds."""
 
@@ -294,12 +319,73 @@ def removal_order(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(pods, key=key)
 
 
+class Versions:
+    """The one resourceVersion counter (``next`` gives the next; ``last`` the last given)."""
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def __iter__(self) -> Versions:
+        return self
+
+    def __next__(self) -> int:
+        self.last += 1
+        return self.last
+
+
+class _LoggingBus:
+    """Stands in for kmock's per-resource event bus: every event put there goes to the emulator's
+    watch log (``Emulator._log_event``), which ``_serve_watch`` streams from."""
+
+    def __init__(self, emu: Emulator, resource: Any) -> None:
+        self.emu = emu
+        self.resource = resource
+
+    async def put(self, *events: dict[str, Any]) -> None:
+        for event in events:
+            self.emu._log_event(self.resource, event)
+        async with self.emu._watch_cond:
+            self.emu._watch_cond.notify_all()
+
+
+class _Buses(dict[Any, _LoggingBus]):
+    def __init__(self, emu: Emulator) -> None:
+        super().__init__()
+        self.emu = emu
+
+    def __missing__(self, resource: Any) -> _LoggingBus:
+        bus = self[resource] = _LoggingBus(self.emu, resource)
+        return bus
+
+
+def expired(since: int, oldest: int) -> dict[str, Any]:
+    """The watch event the API server sends for a watch from a resourceVersion it no longer holds
+    (apiserver ``cacher.Watch`` answers with a watcher that sends ``errors.NewResourceExpired``: HTTP 410,
+    reason ``Expired``, as an ``ERROR`` event after a 200, "to match the uncached watch implementation")."""
+    return {"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                        "message": f"too old resource version: {since} ({oldest})",
+                                        "reason": "Expired", "code": 410}}
+
+
 class Emulator(kmock.KubernetesEmulator):
     """kmock's emulator with resourceVersions, 409s, the scale subresource, 403s and an outage (module doc)."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
-        self.versions = itertools.count(1)
+        self.versions = Versions()
+        self._buses = _Buses(self)  # type: ignore[assignment]  # events go to the watch log instead
+        self.history: collections.deque[tuple[int, Any, dict[str, Any]]] = collections.deque()
+        """The watch log: (resourceVersion, resource, event), oldest first (module docstring)."""
+        self.watch_window = WATCH_WINDOW
+        self.logged = 0
+        """The resourceVersion of the last event logged (a list's ``metadata.resourceVersion``)."""
+        self.compacted = 0
+        """The newest resourceVersion no longer in the log: a watch from before it is 410 Gone."""
+        self.watch_epoch = 0
+        """Bumped by ``drop_watches``: an open watch of an older epoch ends."""
+        self._watch_cond = asyncio.Condition()
+        self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
+        """Requests served (or refused by a fault) by (verb, plural or plural/subresource) (module docstring)."""
         self.forbidden: set[tuple[str, str, str | None]] = set()
         self.scalable: set[str] = set(SCALABLE)
         self.selector_paths: dict[str, str] = dict(SELECTOR_PATHS)
@@ -371,6 +457,10 @@ class Emulator(kmock.KubernetesEmulator):
                 verb = "list"
             plural = f"{res.plural}/{request.subresource}" if request.subresource else res.plural
             self.seen.add((verb, res.group or "", plural or "", request.namespace, request.name))
+            self.requests[(verb, str(plural))] += 1
+            if verb == "watch" and not _version_or_empty(request.params.get("resourceVersion")):
+                return status(400, "BadRequest", f'resourceVersion "{request.params.get("resourceVersion")}" '
+                              "is not a resource version")
             if (verb, res.plural, request.subresource) in self.forbidden:
                 sub = f"/{request.subresource}" if request.subresource else ""
                 return status(403, "Forbidden", f'{res.plural}{sub} "{request.name}" is forbidden: User '
@@ -537,14 +627,101 @@ class Emulator(kmock.KubernetesEmulator):
         problems = name_problems(res.group or "", str(res.plural), name)
         return invalid(self._kind(res), res.group or "", name, "metadata.name", problems) if problems else None
 
-    async def _serve_list(self, request: kmock.Request) -> Any:
-        """kmock's list, filtered by ``labelSelector`` and ``fieldSelector`` as the API server does
-        (``selected``; ``_handle`` refused the selectors this emulator cannot evaluate)."""
-        listed: Any = await super()._serve_list(request)
+    def _log_event(self, resource: Any, event: dict[str, Any]) -> None:
+        """Log ``event`` for watches at the resourceVersion its object carries, or at a new one when
+        that is not newer than the last logged (a deletion: the API server gives it a new version)."""
+        obj = event.get("object") or {}
+        text = (obj.get("metadata") or {}).get("resourceVersion")
+        rv = int(text) if isinstance(text, str) and text.isdigit() else 0
+        if event.get("type") == "DELETED" or rv <= self.logged:
+            rv = next(self.versions)
+            obj = copy.deepcopy(obj)
+            obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
+        self.history.append((rv, resource, {"type": event.get("type"), "object": obj}))
+        self.logged = max(self.logged, rv)
+        while len(self.history) > self.watch_window:
+            self.compacted = self.history.popleft()[0]
+
+    def compact(self) -> None:
+        """Drop the whole watch log now (an etcd compaction): a watch from any resourceVersion given
+        so far is 410 Gone; lists and new watches without one are served as before."""
+        self.compacted = self.logged
+        self.history.clear()
+
+    def drop_watches(self) -> None:
+        """End every open watch now, as a dropped connection does; clients watch again."""
+        self.watch_epoch += 1
+
+    def _listed(self, request: kmock.Request) -> list[dict[str, Any]]:
+        """The objects a list of ``request`` holds now (its namespace, selectors). Called with the lock held."""
         labels = selector_terms(request.params.get("labelSelector") or "") or []
         fields = selector_terms(request.params.get("fieldSelector") or "") or []
-        listed["items"] = [o for o in listed["items"] if selected(o, labels, fields)]
-        return listed
+        return [o.raw for (res, ns, _), o in self._objects.items()
+                if res == request.resource and (request.namespace is None or ns == request.namespace)
+                and not o.deleted and selected(o.raw, labels, fields)]
+
+    async def _serve_list(self, request: kmock.Request) -> Any:
+        """The objects of the resource, filtered by ``labelSelector`` and ``fieldSelector`` as the API
+        server does (``selected``; ``_handle`` refused the selectors this emulator cannot evaluate), with
+        the resourceVersion of the last event in ``metadata``: a watch from it misses nothing."""
+        if request.resource not in self._get_resources():
+            raise kmock.KubernetesResourceNotFoundError()
+        async with self._lock:
+            return {"kind": f"{self._kind(request.resource)}List", "apiVersion": "v1",
+                    "metadata": {"resourceVersion": str(self.logged)}, "items": self._listed(request)}
+
+    async def _serve_watch(self, request: kmock.Request) -> Any:
+        """A watch as the API server serves it (module docstring)."""
+        yield b""  # the headers, at once (an empty line: clients skip it)
+        res, params = request.resource, request.params
+        assert res is not None  # kmock routes only resource requests here
+        labels = selector_terms(params.get("labelSelector") or "") or []
+        fields = selector_terms(params.get("fieldSelector") or "") or []
+        loop = asyncio.get_running_loop()
+        timeout = params.get("timeoutSeconds")
+        deadline = loop.time() + float(timeout) if timeout else None
+        bookmarks = params.get("allowWatchBookmarks") in ("true", "1", "True")
+        epoch = self.watch_epoch
+        text = params.get("resourceVersion")
+        async with self._lock:
+            if text in (None, "", "0"):  # state now, then what follows
+                since = self.logged
+                first = [{"type": "ADDED", "object": o} for o in self._listed(request)]
+            else:
+                since, first = int(text), []
+                if since < self.compacted:
+                    first = [expired(since, self.compacted)]
+        for event in first:
+            yield event
+        if first and first[0]["type"] == "ERROR":
+            return
+
+        def wanted(event: dict[str, Any]) -> bool:
+            meta = event["object"].get("metadata") or {}
+            return ((request.namespace is None or meta.get("namespace") == request.namespace)
+                    and selected(event["object"], labels, fields))
+
+        while True:
+            async with self._watch_cond:
+                pending = [(rv, e) for rv, r, e in self.history if rv > since and r == res]
+                if not pending:
+                    left = WATCH_POLL_S if deadline is None else min(WATCH_POLL_S, deadline - loop.time())
+                    if left > 0:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._watch_cond.wait(), left)
+            for rv, event in pending:
+                since = rv
+                if wanted(event):
+                    yield event
+            if self.watch_epoch != epoch or self.down:
+                return
+            if deadline is not None and loop.time() >= deadline:
+                if bookmarks:
+                    api_version = f"{res.group}/{res.version}" if res.group else res.version
+                    yield {"type": "BOOKMARK", "object": {"kind": self._kind(res), "apiVersion": api_version,
+                                                          "metadata": {"resourceVersion": str(max(since,
+                                                                                                  self.logged))}}}
+                return
 
     async def _replace(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         """PUT of a whole object (kmock serves only PATCH): 404 if absent, 409 if stale, else the body
@@ -604,6 +781,11 @@ class Emulator(kmock.KubernetesEmulator):
             "spec": {"replicas": spec},
             "status": scale_status,
         })
+
+
+def _version_or_empty(text: str | None) -> bool:
+    """Whether ``text`` is a resourceVersion this emulator serves a watch from (absent, empty or digits)."""
+    return text is None or text == "" or text.isdigit()
 
 
 class EmulatedCluster:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -42,9 +43,30 @@ class ObjectError(ValueError):
     type, a section that is null): the variant is then unknown for the tick, never read as 0."""
 
 
-TRANSPORT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ObjectError)
-"""What reading or writing a workload may raise: an HTTP error status, no answer at all, or an
-object not shaped as its kind (``ObjectError``)."""
+class CacheStale(Exception):  # noqa: N818 (a state, as the message says)
+    """A read from a watch cache (``workloads.cache``) that has not listed yet, or whose watch has been
+    down for longer than ``kubernetes.watch_stale_s``: the read failed, the counts are unknown."""
+
+
+TRANSPORT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ObjectError, CacheStale)
+"""What reading or writing a workload may raise: an HTTP error status, no answer at all, an
+object not shaped as its kind (``ObjectError``), or a watch cache too stale to read (``CacheStale``)."""
+
+
+class ObjectCache(Protocol):
+    """What a connector reads of a watch cache (``workloads.cache.Informer``): objects as served (JSON)."""
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        """The object ``name``, None when absent (raises ``CacheStale``)."""
+        ...
+
+    def select(self, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        """The objects carrying every label of ``labels`` (raises ``CacheStale``)."""
+        ...
+
+    def wrote(self, name: str, resource_version: str | None, patch: Mapping[str, Any]) -> None:
+        """Our write set ``patch`` on ``name`` at ``resource_version``."""
+        ...
 
 
 def describe(exc: BaseException) -> str:
@@ -92,6 +114,28 @@ class FailedReads:
             log.warning("Kubernetes API: %d read(s) failed in the %s: %s (%s)", len(targets), self.what, cause, named,
                         extra={"cause": cause, "failed": len(targets), "targets": targets, "pass": self.what})
         self.by_cause.clear()
+
+
+def unschedulable_keys(pods: list[Any]) -> list[tuple[str, str]]:
+    """(name, when its condition last changed) of each pod of ``pods`` (``V1Pod`` or as served) that is
+    Pending, not being deleted, with ``PodScheduled`` False for reason ``Unschedulable``."""
+    out = []
+    for pod in pods:
+        if isinstance(pod, dict):
+            meta, st = pod.get("metadata") or {}, pod.get("status") or {}
+            if st.get("phase") != "Pending" or meta.get("deletionTimestamp") is not None:
+                continue
+            for c in st.get("conditions") or []:
+                if (c.get("type"), c.get("status"), c.get("reason")) == ("PodScheduled", "False", "Unschedulable"):
+                    when = c.get("lastTransitionTime") or meta.get("creationTimestamp")
+                    out.append((str(meta.get("name")), str(when)))
+            continue
+        if pod.status is None or pod.status.phase != "Pending" or pod.metadata.deletion_timestamp is not None:
+            continue
+        for c in pod.status.conditions or []:
+            if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
+                out.append((str(pod.metadata.name), str(c.last_transition_time or pod.metadata.creation_timestamp)))
+    return out
 
 
 class WorkloadError(AutoscalerError):
@@ -155,8 +199,9 @@ class WorkloadConnector(Protocol):
         """The workload as errors name it, e.g. ``deployments/scale llm/x (API group apps)``."""
         ...
 
-    def read_scale(self) -> Scale:
-        """The replica count the daemon writes, and the resourceVersion a write must carry."""
+    def read_scale(self, fresh: bool = False) -> Scale:
+        """The replica count the daemon writes, and the resourceVersion a write must carry; ``fresh``:
+        from the API server even when a watch cache serves the workload (after a 409)."""
         ...
 
     def scale(self, replicas: int, resource_version: str | None) -> None:
@@ -283,10 +328,32 @@ class Connector(ABC):
         self.maybe: int | None = None
         """Replicas of a write left unanswered since (``maybe_wrote``)."""
         self.paused_until = float("-inf")
+        self.cached: ObjectCache | None = None
+        """The watch cache of this kind's objects, when reads come from one (``attach``)."""
+        self.pod_cache: ObjectCache | None = None
+        """The watch cache of the namespace's pods, likewise."""
+
+    def attach(self, objects: ObjectCache | None, pods: ObjectCache | None) -> None:
+        """Read the workload from ``objects`` and its pods from ``pods`` instead of the API server
+        (kinds that cannot be read from a cache ignore it: the base class's reads are GETs)."""
+        self.cached, self.pod_cache = objects, pods
+
+    def cached_object(self) -> dict[str, Any]:
+        """The workload from its watch cache.
+
+        Raises:
+            CacheStale: the cache cannot be read.
+            ApiException: 404 when the cache holds no such object (as a GET would answer).
+        """
+        assert self.cached is not None
+        obj = self.cached.get(self.name)
+        if obj is None:
+            raise ApiException(status=404, reason=f"{self.plural} {self.namespace}/{self.name} not found (watch cache)")
+        return obj
 
     # ------------------------------------------------------------------ per kind
     @abstractmethod
-    def read_scale(self) -> Scale:
+    def read_scale(self, fresh: bool = False) -> Scale:
         """See ``WorkloadConnector``."""
         ...
 
@@ -306,7 +373,10 @@ class Connector(ABC):
         return f"{self.plural}/scale {self.namespace}/{self.name} (API group {self.group or 'core'})"
 
     def pods(self, selector: dict[str, str]) -> list[Any]:
-        """The pods in the namespace carrying every label of ``selector`` (``V1Pod``)."""
+        """The pods in the namespace carrying every label of ``selector`` (``V1Pod``; from the pod cache,
+        when attached, as served: dicts)."""
+        if self.pod_cache is not None:
+            return self.pod_cache.select(selector)
         text = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
         return list(self.core.list_namespaced_pod(self.namespace, label_selector=text).items)
 
@@ -323,13 +393,8 @@ class Connector(ABC):
                                                     now=failed is None)
             return None
         seen: dict[tuple[str, str], float] = {}
-        for pod in pods:
-            if pod.status is None or pod.status.phase != "Pending" or pod.metadata.deletion_timestamp is not None:
-                continue
-            for c in pod.status.conditions or []:
-                if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
-                    key = (str(pod.metadata.name), str(c.last_transition_time or pod.metadata.creation_timestamp))
-                    seen[key] = self._unschedulable.get(key, now)
+        for key in unschedulable_keys(pods):
+            seen[key] = self._unschedulable.get(key, now)
         self._unschedulable = seen  # a pod scheduled, deleted or pending anew starts over
         return max((now - first for first in seen.values()), default=0.0)
 

@@ -98,7 +98,7 @@ class InferenceServiceConnector(ScaleConnector):
         """E.g. ``inferenceservices llm/x (API group serving.kserve.io)``: the object itself is written."""
         return f"{self.plural} {self.namespace}/{self.name} (API group {self.group})"
 
-    def read_scale(self) -> Scale:
+    def read_scale(self, fresh: bool = False) -> Scale:
         """The predictor's replicas (``replicas``) and the object's resourceVersion."""
         obj = self.object()
         return Scale(self.replicas(obj), (obj.get("metadata") or {}).get("resourceVersion"))

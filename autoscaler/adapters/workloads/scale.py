@@ -34,7 +34,7 @@ class ScaleConnector(Connector):
                                                              self.name)
         return raw if isinstance(raw, dict) else {}
 
-    def read_scale(self) -> Scale:
+    def read_scale(self, fresh: bool = False) -> Scale:
         """``spec.replicas`` and resourceVersion of the scale subresource."""
         raw = self._scale()
         replicas = _int((raw.get("spec") or {}).get("replicas"), 0)

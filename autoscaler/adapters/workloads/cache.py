@@ -1,0 +1,319 @@
+"""Workloads and their pods read from a watch cache instead of a GET per variant per tick
+(``kubernetes.watch``, issue 35).
+
+One ``Informer`` per resource the connectors read in the namespace (Deployments, StatefulSets, pods):
+a thread LISTs the resource once, then WATCHes from the list's resourceVersion with the official
+client's ``kubernetes.watch.Watch`` (``resource_version``, ``timeout_seconds``,
+``allow_watch_bookmarks``), applying ADDED / MODIFIED / DELETED to a map of name -> object (the JSON
+as served; BOOKMARKs move the resourceVersion only). When a watch ends at its ``timeout_seconds`` it
+is opened again from the last resourceVersion; a watch answered 410 Gone (the resourceVersion is
+older than the server keeps: an ``ERROR`` event holding a 410 Status, or an HTTP 410) lists again;
+any other failure (a dropped connection, a refused one, a 5xx) watches again from the last
+resourceVersion after a backoff of ``BACKOFF_S`` doubling up to ``BACKOFF_MAX_S``, back to the first
+after a watch connects. This is what client-go's reflector does (``tools/cache/reflector.go``,
+kubernetes v1.31: ``ListAndWatch``, relist on ``IsExpired`` / ``IsGone``, backoff 800 ms to 30 s); the
+conventions are Kubernetes API concepts, "Efficient detection of changes"
+(kubernetes.io/docs/reference/using-api/api-concepts/): a list's resourceVersion is where a watch
+resumes, a 410 means list again, resourceVersions are opaque (compared for equality only, here too).
+
+Freshness (what keeps the loop safe): a read raises ``CacheStale`` (one of ``TRANSPORT_ERRORS``, so
+every caller treats it as a read that failed: the variant's counts unknown, the loop holds, never
+zero replicas) while the informer has not listed yet, or while its watch has been down for more
+than ``stale_s``. "Down" runs from the moment a watch ended other than at its own timeout, or
+from the end of any watch until the next one's headers arrive (a request that hangs before
+answering is down), to the next watch that connects or list that succeeds. A watch that stays
+connected but goes silent cannot be told from a quiet resource: its read deadline
+(``timeout_s + WATCH_READ_GRACE_S``) bounds that, so data is at most that plus ``stale_s`` old.
+
+Writes: after a write the connector tells the informer what it wrote (``wrote``: the write's
+resourceVersion from its response and the fields it set). Reads of that object show the write until
+the watch delivers the event of that same resourceVersion (events of one object arrive in order, so
+anything before it is older than the write), the object is deleted, or a list that began after the
+write replaces the map: the next tick never acts on the state before the write.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import urllib3
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from autoscaler.adapters.workloads.base import CacheStale, describe
+
+log = logging.getLogger(__name__)
+
+BACKOFF_S = 0.8
+"""First wait before watching again after a failure, doubled per failure (client-go reflector's
+``NewExponentialBackoffManager(800ms, 30s, ...)``, kubernetes v1.31 ``tools/cache/reflector.go``)."""
+BACKOFF_MAX_S = 30.0
+"""Longest wait between tries (the same)."""
+CONNECT_TIMEOUT_S = 10.0
+"""Connect deadline of a watch request, seconds (its read deadline is ``timeout_s + WATCH_READ_GRACE_S``)."""
+WATCH_READ_GRACE_S = 5.0
+"""How long past its ``timeoutSeconds`` a watch may stay silent before the client gives it up."""
+
+
+def merged(obj: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` with ``patch``'s fields set, dicts merged key by key (a copy)."""
+    out = copy.deepcopy(obj)
+    for key, value in patch.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+class Informer:
+    """A watch cache of one resource in one namespace (module docstring).
+
+    Args:
+        list_fn: the client's ``list_namespaced_<resource>`` (``AppsV1Api.list_namespaced_deployment``).
+        namespace: where.
+        what: the resource as messages name it (``deployments llm``).
+        stale_s: how long a watch may stay down before reads raise ``CacheStale``, seconds.
+        timeout_s: each watch's ``timeoutSeconds`` (the server ends it then; it is opened again).
+        clock: monotonic seconds.
+        backoff_s, backoff_max_s: the first and the longest wait between failed tries.
+    """
+
+    def __init__(self, list_fn: Callable[..., Any], namespace: str, what: str, stale_s: float, timeout_s: int,
+                 clock: Callable[[], float] = time.monotonic, backoff_s: float = BACKOFF_S,
+                 backoff_max_s: float = BACKOFF_MAX_S) -> None:
+        self.list_fn = list_fn
+        self.namespace = namespace
+        self.what = what
+        self.stale_s = stale_s
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.overlay: dict[str, tuple[str, Mapping[str, Any], float]] = {}
+        """name -> (resourceVersion of our write, the fields it set, when) until the watch shows it."""
+        self.resource_version: str | None = None
+        self.synced = False
+        self.down_since: float | None = None
+        """When the watch went down (``clock``), None while it is connected."""
+        self.lists = 0
+        """LISTs that succeeded (the first, and one per 410)."""
+        self.watches = 0
+        """Watch requests that connected."""
+        self.expired = 0
+        """Watches answered 410 Gone."""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watch: watch.Watch | None = None
+        self._thread: threading.Thread | None = None
+        self._listed_once = threading.Event()
+
+    # ------------------------------------------------------------------ reads
+    def _fresh(self) -> None:
+        if not self.synced:
+            raise CacheStale(f"watch cache of {self.what}: not listed yet")
+        down = self.down_since
+        if down is not None and self.clock() - down > self.stale_s:
+            raise CacheStale(f"watch cache of {self.what}: watch down for {self.clock() - down:.0f} s "
+                             f"(kubernetes.watch_stale_s {self.stale_s:g})")
+
+    def _view(self, name: str, obj: dict[str, Any]) -> dict[str, Any]:
+        over = self.overlay.get(name)
+        if over is None:
+            return obj
+        rv, patch, _ = over
+        return merged(obj, {**patch, "metadata": {"resourceVersion": rv}})
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        """The object ``name`` as last seen (with our write laid over it), None when absent.
+
+        Raises:
+            CacheStale: not listed yet, or the watch down for longer than ``stale_s``.
+        """
+        with self._lock:
+            self._fresh()
+            obj = self.objects.get(name)
+            return None if obj is None else self._view(name, obj)
+
+    def select(self, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        """The objects carrying every label of ``labels``.
+
+        Raises:
+            CacheStale: as ``get``.
+        """
+        with self._lock:
+            self._fresh()
+            out = []
+            for name, obj in self.objects.items():
+                have = (obj.get("metadata") or {}).get("labels") or {}
+                if all(have.get(k) == v for k, v in labels.items()):
+                    out.append(self._view(name, obj))
+            return out
+
+    def wrote(self, name: str, resource_version: str | None, patch: Mapping[str, Any]) -> None:
+        """Our write of ``patch`` to ``name`` was answered with ``resource_version`` (module docstring)."""
+        if resource_version is None:
+            return
+        with self._lock:
+            self.overlay[name] = (resource_version, patch, self.clock())
+
+    # ------------------------------------------------------------------ the thread
+    def start(self) -> Informer:
+        """List and watch in a daemon thread (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"watch {self.what}", daemon=True)
+            self._thread.start()
+        return self
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the first list; whether it came."""
+        return self._listed_once.wait(timeout_s)
+
+    def stop(self) -> None:
+        """End the thread (the watch in progress is closed)."""
+        self._stop.set()
+        w = self._watch
+        if w is not None:
+            w.stop()
+
+    def _went_down(self) -> None:
+        with self._lock:
+            if self.down_since is None:
+                self.down_since = self.clock()
+
+    def _list(self) -> None:
+        began = self.clock()
+        resp = self.list_fn(self.namespace, _preload_content=False)
+        try:
+            doc = json.loads(resp.data)
+        finally:
+            resp.release_conn()
+        items = doc.get("items") or []
+        with self._lock:
+            self.objects = {str(o["metadata"]["name"]): o for o in items}
+            self.overlay = {k: v for k, v in self.overlay.items() if v[2] > began}  # the list holds older writes
+            self.resource_version = str((doc.get("metadata") or {}).get("resourceVersion") or "") or None
+            self.synced = True
+            self.down_since = None
+            self.lists += 1
+        self._listed_once.set()
+
+    def _connected(self, *args: Any, **kwargs: Any) -> Any:
+        """``list_fn`` for ``Watch.stream``: the watch is up once its headers say 2xx."""
+        resp = self.list_fn(*args, **kwargs)
+        if 200 <= int(getattr(resp, "status", 0) or 0) < 300:
+            with self._lock:
+                self.down_since = None
+                self.watches += 1
+        return resp
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        obj = event.get("raw_object")
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict):
+            return
+        rv = meta.get("resourceVersion")
+        with self._lock:
+            if rv is not None:
+                self.resource_version = str(rv)
+            if kind == "BOOKMARK":
+                return
+            name = str(meta.get("name"))
+            assert isinstance(obj, dict)
+            if kind == "DELETED":
+                self.objects.pop(name, None)
+                self.overlay.pop(name, None)
+                return
+            self.objects[name] = obj
+            over = self.overlay.get(name)
+            if over is not None and over[0] == rv:  # the watch has caught up with our write
+                del self.overlay[name]
+
+    def _run(self) -> None:
+        delay = self.backoff_s
+        relist = True
+        while not self._stop.is_set():
+            try:
+                if relist:
+                    self._list()
+                    relist = False
+                self._went_down()  # until the next watch's headers arrive
+                w = self._watch = watch.Watch(return_type="object")
+                for event in w.stream(self._connected, self.namespace, resource_version=self.resource_version,
+                                      timeout_seconds=self.timeout_s, allow_watch_bookmarks=True,
+                                      _request_timeout=(CONNECT_TIMEOUT_S, self.timeout_s + WATCH_READ_GRACE_S)):
+                    self._apply(event)
+                    delay = self.backoff_s
+                    if self._stop.is_set():
+                        break
+                continue  # ended at its timeout: watch again at once
+            except ApiException as exc:
+                if exc.status == 410:  # too old a resourceVersion: list again, at once
+                    self.expired += 1
+                    relist = True
+                    log.info("watch cache of %s: %s; listing again", self.what, describe(exc))
+                    continue
+                why = describe(exc)
+            except (urllib3.exceptions.HTTPError, OSError, ValueError, KeyError, TypeError) as exc:
+                why = describe(exc)
+            if self._stop.is_set():
+                break
+            self._went_down()
+            log.warning("watch cache of %s: %s; trying again in %.1f s", self.what, why, delay)
+            self._stop.wait(delay)
+            delay = min(2 * delay, self.backoff_max_s)
+
+
+CACHED = {"deployments", "statefulsets"}
+"""Plurals of the workloads read from the cache (apps/v1, ``apps.DeploymentConnector`` and
+``StatefulSetConnector``); their pods are read from a cache of the namespace's pods. Other kinds
+(LeaderWorkerSet, InferenceService, custom resources) are read with a GET per tick as before."""
+
+
+class WorkloadCache:
+    """The informers of one namespace: one per plural of ``plurals`` that is in ``CACHED``, and the pods.
+
+    Args:
+        api: a client (``adapters.kubernetes.connect``).
+        namespace: the workloads' namespace.
+        plurals: the plurals of the workloads the connectors read.
+        stale_s, timeout_s, clock, backoff_s, backoff_max_s: as ``Informer``'s.
+    """
+
+    def __init__(self, api: Any, namespace: str, plurals: set[str], stale_s: float, timeout_s: int,
+                 clock: Callable[[], float] = time.monotonic, backoff_s: float = BACKOFF_S,
+                 backoff_max_s: float = BACKOFF_MAX_S) -> None:
+        apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+        fns = {"deployments": apps.list_namespaced_deployment, "statefulsets": apps.list_namespaced_stateful_set,
+               "pods": core.list_namespaced_pod}
+        wanted = (set(plurals) & CACHED) | ({"pods"} if set(plurals) & CACHED else set())
+        self.informers = {p: Informer(fns[p], namespace, f"{p} {namespace}", stale_s, timeout_s, clock, backoff_s,
+                                      backoff_max_s) for p in sorted(wanted)}
+
+    def informer(self, plural: str) -> Informer | None:
+        """The informer of ``plural``, None when it is not cached."""
+        return self.informers.get(plural)
+
+    def start(self) -> WorkloadCache:
+        """Start every informer's thread."""
+        for inf in self.informers.values():
+            inf.start()
+        return self
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` in all for every informer's first list; whether all came."""
+        end = time.monotonic() + timeout_s
+        return all(inf.wait_synced(max(0.0, end - time.monotonic())) for inf in self.informers.values())
+
+    def stop(self) -> None:
+        """Stop every informer."""
+        for inf in self.informers.values():
+            inf.stop()
