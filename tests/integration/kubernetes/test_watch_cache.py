@@ -28,7 +28,7 @@ from autoscaler.state import ServiceObservation, Signals, VariantObservation
 
 NS = "llm"
 CACHE_AGENT = "autoscaler/cache"
-WAIT_S = 10.0
+WAIT_S = 30.0
 
 
 def wait_for(what: str, cond: Callable[[], bool]) -> None:
