@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.paths import DATA_DIR
+from support.paths import ROOT
 
 from autoscaler.config.loading import load_config
 from autoscaler.config.simulator import Crash
@@ -18,12 +18,10 @@ from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.router import least_outstanding
 from autoscaler.workload.build import build_workload
 
-ROOT = Path(__file__).resolve().parents[2]
-TRACE = DATA_DIR / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+TRACE = Path("azure-llm-2023") / "AzureLLMInferenceTrace_conv.csv"
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason="needs the shared Azure trace")
-def test_heap_router_picks_what_the_scan_picks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_heap_router_picks_what_the_scan_picks(monkeypatch: pytest.MonkeyPatch, data_dir: Path) -> None:
     original = FleetSimulator._route
     cordon_setter = Replica.cordoned.fset
     seen = {"routes": 0, "cordons": 0, "uncordons": 0}
@@ -42,7 +40,7 @@ def test_heap_router_picks_what_the_scan_picks(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(Replica, "cordoned", property(Replica.cordoned.fget, counted))
     cfg = load_config(ROOT / "examples" / "fleet.yaml")
     cfg.simulator.crashes = [Crash(time_s=t, variant=v.name) for t in (600.0, 1500.0) for v in cfg.services[0].variants]
-    wl = build_workload(TRACE, None, 3.0, 1.0, 0, 0.2)
+    wl = build_workload(data_dir / TRACE, None, 3.0, 1.0, 0, 0.2)
     run = run_simulation(cfg, wl, "pid", keep_requests=False)
     assert seen["routes"] == len(wl.requests)
     # the run moves the routable set every way: replicas added and drained, cordoned and crashed
