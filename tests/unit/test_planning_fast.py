@@ -243,7 +243,7 @@ def test_one_service_or_no_shared_limit_is_not_decomposed() -> None:
     assert not solve(free).message.startswith("decomposed")
 
 
-@pytest.mark.parametrize("change", [{"neighbourhood": -1}, {"coarsen": 0}])
+@pytest.mark.parametrize("change", [{"neighbourhood": -1}, {"coarsen": -1}])
 def test_fast_options_out_of_range_are_value_errors(change: dict[str, int]) -> None:
     with pytest.raises(ValueError):
         solve(dataclasses.replace(fleet(600, services=1), **change))
