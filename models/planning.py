@@ -77,12 +77,16 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
 - Relaxed later blocks (``PlanProblem.integer_blocks``) are rounded to whole replicas, the cheapest of
   a few roundings that keeps every constraint (``_round_tail``), solved whole when none does.
 - The decomposition by service (``PlanProblem.decompose``): the shared limits are shared out on the
-  joint LP relaxation (on coarser steps for a large fleet: the joint relaxation of 50 services takes
-  3 s, on 4x longer steps 0.4-0.5 s), each service's share rounded to whole GPUs per limit and block
-  (never below what it cannot shed in time: today's fleet removed as fast as its step limits and
-  ready replicas allow), then each service is planned alone within its share (the services whose
-  shares came out fractional together, a few at a time); a service left with unserved demand where
-  GPUs were left over plans again with them. The parts' shares sum within every limit, so the joint
+  joint LP relaxation (for a large fleet on steps as long as the plan's blocks, ``_blocked``: the
+  joint relaxation of 50 services on its own steps takes 2.4-3 s, on the blocks' 0.4-0.5 s, and the
+  first blocks are single steps there, so the minutes applied first are shared exactly), each
+  service's share rounded to whole GPUs per limit and block (never below what it cannot shed in
+  time: today's fleet removed as fast as its step limits and ready replicas allow, the GPU types the
+  relaxation prices going first, so that what it cannot shed sits where the relaxation keeps GPUs
+  too), then each service is planned alone within its share (on the problem's own steps, the
+  services whose shares came out fractional together, a few at a time); a service left with unserved
+  demand where GPUs were left over plans again with them, and the few whose plans lie furthest above
+  their own relaxation are searched exactly. The parts' shares sum within every limit, so the joint
   plan keeps them; when even the services' least holdings break a limit the joint problem is solved.
 """
 
@@ -234,9 +238,9 @@ class PlanProblem:
             relaxation (module docstring, "Solving fast"): the integer variables it leaves whole are
             fixed, the fractional ones kept within k of their floor and ceiling; the full search
             only when that finds no plan.
-        coarsen: with ``decompose``, steps of the LP the limits are shared on merged by this factor
-            (1: the problem's own); None: 1 up to ``FINE_SHARES`` service-steps, else the factor that
-            leaves ``COARSE_STEPS``.
+        coarsen: with ``decompose``, the steps of the LP the limits are shared on: 0, as long as the
+            plan's blocks (``_blocked``); k >= 1, the problem's own merged k at a time (1: the
+            problem's own); None: 1 up to ``FINE_SHARES`` service-steps, else ``COORDINATOR`` (0).
         tuned: the exact search (``neighbourhood`` None, every block integer, not decomposed) with
             the valid inequalities (unless ``strengthen`` is False) and HiGHS's ``TUNED_OPTIONS``
             (module docstring, "Solving fast"); the MPC's for one service.
@@ -930,15 +934,22 @@ optimum, decomposed 0.7 s; 20 services jointly 2.0 s, decomposed 1.0 s; ``docs/c
 
 FINE_SHARES = 400
 """Service-steps up to which a decomposed solve shares the limits on the LP relaxation of the
-problem itself (10 services of 40 steps: 0.1-0.3 s); above, on coarser steps (``COARSE_STEPS``)."""
+problem itself (10 services of 40 steps: 0.1-0.3 s); above, on steps as long as the plan's blocks
+(``COORDINATOR``; 50 services of 40 steps: 0.4-0.5 s against 2.4-3 s on the steps themselves)."""
 
 COORDINATOR = 0
-BLOCK_PEAK = True
-"""Whether the model on the blocks' lengths (``_blocked``) reads each block's demand at its peak."""
+"""``PlanProblem.coarsen`` above ``FINE_SHARES`` service-steps: 0, the model on the blocks' lengths
+(``_blocked``; the plan's first blocks are single steps, where the 4x longer steps once used here put
+the first minute in one step and cost 2-4 % at 50 services: ``docs/controllers.md``)."""
 
-COARSE_STEPS = 10
-"""Steps of the coarse model the limits are shared on above ``FINE_SHARES`` (50 services of 40
-steps: 0.4-0.5 s against 3 s on the steps themselves)."""
+COORDINATOR_OPTIONS: dict[str, float | bool | str] = {"simplex_dual_edge_weight_strategy": "devex"}
+"""HiGHS's options for the coordinator's LP (its dual simplex): devex pricing took 0.36-0.45 s at 50
+services against 0.46-0.51 s with HiGHS's default (steepest edge), to the same cost."""
+
+BLOCK_PEAK = True
+"""Whether the model on the blocks' lengths (``_blocked``) reads each block's demand at its peak:
+the plan holds a block's replicas for its highest step (a replica costs less than the miss of one
+step in blocks of up to 8 steps), and on the 50-service problems the mean came out costlier."""
 
 LP_OPTIONS: dict[str, float | bool] = {"presolve": False}
 """HiGHS options for the services' LP relaxations in a decomposed solve (half the time with presolve)."""
@@ -1146,6 +1157,10 @@ def _near_lp(problem: PlanProblem, c: np.ndarray, cons: LinearConstraint, bounds
     k = float(problem.neighbourhood or 0)
     x, whole = lp.x, integral > 0
     frac = whole & (np.abs(x - np.rint(x)) > FEASIBLE_TOL)
+    if not frac.any():  # whole already: the relaxation's plan is the optimum (half the services at 50)
+        x = np.where(whole, np.rint(x), x)
+        return OptimizeResult(x=x, fun=float(c @ x), status=0, success=True, mip_node_count=0,
+                              message="the LP relaxation is whole (HiGHS Status 7: Optimal)", relaxation=float(lp.fun))
     fixed = whole & ~frac
     lo, hi = np.array(bounds.lb, dtype=float), np.array(bounds.ub, dtype=float)
     lo[fixed] = hi[fixed] = np.rint(x[fixed])
@@ -1319,8 +1334,8 @@ def _shares(problem: PlanProblem, keys: Sequence[str | None], factor: int,
     upper, lower = np.isfinite(ub) & ~eq, np.isfinite(lb) & ~eq
     res = linprog(c, A_ub=sparse.vstack([a[upper], -a[lower]], format="csr"),
                   b_ub=np.concatenate([ub[upper], -lb[lower]]), A_eq=a[eq], b_eq=lb[eq],
-                  bounds=np.column_stack([bounds.lb, bounds.ub]), method="highs",
-                  options={"time_limit": _left(deadline)})
+                  bounds=np.column_stack([bounds.lb, bounds.ub]), method="highs-ds",
+                  options={"time_limit": _left(deadline), **COORDINATOR_OPTIONS})
     if res.status != 0:
         return None
     idx, fine = _Index(model), _Index(problem)
@@ -1363,6 +1378,10 @@ GROUP = 4
 """Most services a decomposed solve plans together: those whose shares the coordinator left
 fractional (the rounding between them is what the joint optimum decides), in groups of this many."""
 
+
+ORDERS_UP_TO = 3
+"""Most variants of a service for which a decomposed solve tries every order of removal for its
+least holdings (3! = 6 greedy plans, for the services whose least holdings exceed their share)."""
 
 EXACT_PARTS = 4
 """Most services a decomposed solve plans again with the exact (tuned) search: those whose plan
@@ -1411,28 +1430,32 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
     if coordinated is None:
         return None
     shares, price, relaxation = coordinated
-    # the least holdings again, removing first the GPU types the coordinator prices (where it moves
-    # GPUs between services), each service's kept where they reach less above its share in the
-    # limits the shares fill (where holdings above a share are taken from another service)
+    # the least holdings again in other orders of removal, each service's kept where they reach less
+    # above its share in the limits the shares fill (there, holdings above a share are taken from
+    # another service): every order for up to ORDERS_UP_TO variants, else the GPU types the
+    # coordinator prices first (where it moves GPUs between services)
     worth = price.reshape(len(keys), nb).sum(axis=1)
     tight = np.sum(shares, axis=0) > limit - 1.0
     for i, (sub, u, (_, cons, bounds, _)) in enumerate(zip(subs, usage, models, strict=True)):
-        if np.maximum(floor_use[i] - shares[i], 0)[tight].sum() <= FEASIBLE_TOL:
+        above = float(np.maximum(floor_use[i] - shares[i], 0)[tight].sum())
+        if above <= FEASIBLE_TOL:
             continue  # nothing above its share where it counts
         variants = sub.services[0].variants
-        value = [sum(worth[ki] for ki, key in enumerate(keys) if key is None or key == v.gpu) for v in variants]
-        if max(value) <= 0:
-            continue
-        dear = [j for *_, j in sorted((-value[j], -v.price_per_hour / max(float(v.capacity_rps[0]), 1e-9), j)
-                                     for j, v in enumerate(variants))]
+        if len(variants) <= ORDERS_UP_TO:
+            orders = [list(order) for order in itertools.permutations(range(len(variants)))]
+        else:
+            value = [sum(worth[ki] for ki, key in enumerate(keys) if key is None or key == v.gpu) for v in variants]
+            orders = [[j for *_, j in sorted((-value[j], -v.price_per_hour / max(float(v.capacity_rps[0]), 1e-9), j)
+                                             for j, v in enumerate(variants))]]
         idle = dataclasses.replace(sub, services=[dataclasses.replace(sub.services[0], demand_rps=np.zeros(h))])
-        x = _complete(sub, greedy_counts(idle, remove_first={0: dear}))
-        use = u @ x
-        if (_feasible(x, cons, bounds) and np.maximum(use - shares[i], 0)[tight].sum()
-                < np.maximum(floor_use[i] - shares[i], 0)[tight].sum() - FEASIBLE_TOL):
-            candidate = [*floor_use[:i], use, *floor_use[i + 1:]]
-            if np.all(np.sum(candidate, axis=0) <= limit + FEASIBLE_TOL):
-                floors[i], floor_use = x, candidate
+        for order in orders:
+            x = _complete(sub, greedy_counts(idle, remove_first={0: order}))
+            use = u @ x
+            reach = float(np.maximum(use - shares[i], 0)[tight].sum())
+            if reach < above - FEASIBLE_TOL and _feasible(x, cons, bounds):
+                candidate = [*floor_use[:i], use, *floor_use[i + 1:]]
+                if np.all(np.sum(candidate, axis=0) <= limit + FEASIBLE_TOL):
+                    floors[i], floor_use, above = x, candidate, reach
     allotted = _apportion(shares, floor_use, limit)
     together = [i for i, share in enumerate(shares) if np.any(np.abs(share - np.rint(share)) > 1e-6)]
     if factor != 1:  # on longer steps (a large fleet): every service alone, for time (docs/controllers.md)
@@ -1497,8 +1520,11 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
             improved += 1
     # the services whose plan the search near their relaxation left furthest above it, searched
     # exactly (the tuned search) within what the others leave them
-    gaps = sorted(((float(models[i][0] @ xs[i]) - float(results[i].relaxation), i) for i in range(len(subs))
-                   if results[i].relaxation is not None and len(results[i].x) == len(models[i][0])), reverse=True)
+    gaps = []
+    for i, result in results.items():
+        if result.relaxation is not None and len(result.x) == len(models[i][0]):  # planned alone
+            gaps.append((float(models[i][0] @ xs[i]) - result.relaxation, i))
+    gaps.sort(reverse=True)
     total = sum(float(m[0] @ xs[i]) for i, m in enumerate(models))
     exact = 0
     for gap, i in gaps[:EXACT_PARTS]:
@@ -1556,7 +1582,7 @@ def solve(problem: PlanProblem) -> Plan:
 
     Raises:
         ValueError: malformed problem (shapes, bounds, a negative ``node_limit`` or ``neighbourhood``,
-            a ``coarsen`` below 1).
+            a ``coarsen`` below 0).
         RuntimeError: no plan even without the step limits (the bounds, ``keep`` and the quotas
             contradict one another), naming HiGHS's message; never for a limit reached.
     """
