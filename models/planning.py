@@ -1436,7 +1436,7 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
     # coordinator prices first (where it moves GPUs between services)
     worth = price.reshape(len(keys), nb).sum(axis=1)
     tight = np.sum(shares, axis=0) > limit - 1.0
-    for i, (sub, u, (_, cons, bounds, _)) in enumerate(zip(subs, usage, models, strict=True)):
+    for i, (sub, (_, cons, bounds, _)) in enumerate(zip(subs, models, strict=True)):
         above = float(np.maximum(floor_use[i] - shares[i], 0)[tight].sum())
         if above <= FEASIBLE_TOL:
             continue  # nothing above its share where it counts
@@ -1449,13 +1449,19 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
                                              for j, v in enumerate(variants))]]
         idle = dataclasses.replace(sub, services=[dataclasses.replace(sub.services[0], demand_rps=np.zeros(h))])
         for order in orders:
-            x = _complete(sub, greedy_counts(idle, remove_first={0: order}))
-            use = u @ x
+            counts = greedy_counts(idle, remove_first={0: order})
+            use = np.zeros(len(limit))  # GPUs held per limit and block, from the counts alone
+            for j, v in enumerate(variants):
+                for ki, key in enumerate(keys):
+                    if key is None or key == v.gpu:
+                        use[ki * nb:(ki + 1) * nb] += v.gpus_per_replica * counts[0, j]
             reach = float(np.maximum(use - shares[i], 0)[tight].sum())
-            if reach < above - FEASIBLE_TOL and _feasible(x, cons, bounds):
-                candidate = [*floor_use[:i], use, *floor_use[i + 1:]]
-                if np.all(np.sum(candidate, axis=0) <= limit + FEASIBLE_TOL):
-                    floors[i], floor_use, above = x, candidate, reach
+            if reach >= above - FEASIBLE_TOL:
+                continue
+            candidate = [*floor_use[:i], use, *floor_use[i + 1:]]
+            x = _complete(sub, counts)
+            if np.all(np.sum(candidate, axis=0) <= limit + FEASIBLE_TOL) and _feasible(x, cons, bounds):
+                floors[i], floor_use, above = x, candidate, reach
     allotted = _apportion(shares, floor_use, limit)
     together = [i for i, share in enumerate(shares) if np.any(np.abs(share - np.rint(share)) > 1e-6)]
     if factor != 1:  # on longer steps (a large fleet): every service alone, for time (docs/controllers.md)
