@@ -14,7 +14,10 @@ nodes; the 60-s time limit) and were a fallback (``models.planning``), by kind. 
 the MPC does (one service exactly, ``PlanProblem.tuned``; several ``--neighbourhood 0``, and
 ``--decompose`` above ``JOINT_UP_TO`` services x steps);
 without options, the exact joint MILP (as the oracle does). ``--vs-exact`` also solves each problem
-exactly and jointly and prints the cost over that optimum (p50 / max). Goals (issues 13 and 28):
+exactly and jointly (``--exact-time-limit``, 60 s; ``--exact-cache`` keeps the optima found, as a
+50-service one takes minutes) and prints the cost over that optimum (p50 / max / each). ``--coarsen``
+picks the steps a decomposed solve shares the limits on, ``--count`` the problems per size. Goals
+(issues 13 and 28):
 1 service x 3 variants x 40 steps p99 <= 50 ms; 50 services p99 <= 2 s.
 
 ``--warm`` times the one-service solve on consecutive ticks, where ``mpc:warm=1`` starts each solve from
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import sys
 import time
@@ -223,6 +227,17 @@ def main() -> None:
                          "--decompose above JOINT_UP_TO service-steps")
     ap.add_argument("--vs-exact", action="store_true",
                     help="also solve each problem exactly and jointly, and print the cost over that optimum")
+    ap.add_argument("--exact-time-limit", type=float, default=60.0,
+                    help="--vs-exact: seconds for each exact joint solve (one that stops there is no optimum: "
+                         "the row says how many did)")
+    ap.add_argument("--exact-cache", type=Path, default=None,
+                    help="--vs-exact: JSON file of exact joint optima by seed, size and problem, read and added to "
+                         "(a 50-service optimum takes minutes)")
+    ap.add_argument("--coarsen", type=int, default=None,
+                    help="decomposed: the steps the limits are shared on (PlanProblem.coarsen: 0 the blocks' "
+                         "lengths, K >= 1 the problem's own merged K at a time); default as the MPC")
+    ap.add_argument("--count", type=int, default=None,
+                    help="problems per size (default --trials, a sixth of it from 50 services)")
     ap.add_argument("--warm", action="store_true",
                     help="one service on consecutive ticks, each solve started from the last plan, against "
                          "the exact solve without (module docstring); needs highspy")
@@ -245,17 +260,22 @@ def main() -> None:
         ap.error(f"--node-limit must be >= 0, got {args.node_limit}")
     if args.neighbourhood is not None and args.neighbourhood < 0:
         ap.error(f"--neighbourhood must be >= 0, got {args.neighbourhood}")
-    options = {"neighbourhood": args.neighbourhood, "decompose": args.decompose,
+    if args.coarsen is not None and args.coarsen < 0:
+        ap.error(f"--coarsen must be >= 0, got {args.coarsen}")
+    if args.count is not None and args.count < 1:
+        ap.error(f"--count must be >= 1, got {args.count}")
+    options = {"neighbourhood": args.neighbourhood, "decompose": args.decompose, "coarsen": args.coarsen,
                "strengthen": {"on": True, "off": False, "auto": None}[args.strengthen]}
-    extra = " cost / exact p50 | max |" if args.vs_exact else ""
+    cache = json.loads(args.exact_cache.read_text()) if args.exact_cache and args.exact_cache.exists() else {}
+    extra = " cost / exact p50 | max | each |" if args.vs_exact else ""
     print("| services | variables | p50 ms | p99 ms | max ms | cpu p50 ms | cpu p99 ms | relaxed | at limit "
           "| fallbacks |" + extra)
-    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if args.vs_exact else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if args.vs_exact else ""))
     for n in args.sizes:
         rng = np.random.default_rng((args.seed, n))
-        times, cpu, relaxed, at_limit, fallbacks, ratios = [], [], 0, 0, Counter[str](), []
-        trials = args.trials if n < 50 else max(3, args.trials // 6)
-        for _ in range(trials):
+        times, cpu, relaxed, at_limit, fallbacks, ratios, unproven = [], [], 0, 0, Counter[str](), [], 0
+        trials = args.count or (args.trials if n < 50 else max(3, args.trials // 6))
+        for k in range(trials):
             decompose = options["decompose"] or (args.mpc and n * STEPS > JOINT_UP_TO)
             near = 0 if args.mpc and n > 1 else options["neighbourhood"]
             drawn = problem(n, rng, args.integer_blocks, args.gap, args.node_limit,
@@ -264,9 +284,15 @@ def main() -> None:
             plan = solve(drawn)
             cpu.append((time.process_time() - started) * 1000.0)
             if args.vs_exact:
-                exact = solve(dataclasses.replace(drawn, integer_blocks=None, neighbourhood=None, decompose=False,
-                                                  tuned=False))
-                ratios.append(plan.cost / exact.cost)
+                key, demand = f"{args.seed},{n},{k}", float(sum(s.demand_rps.sum() for s in drawn.services))
+                if key not in cache or not math.isclose(cache[key]["demand"], demand, rel_tol=1e-12):
+                    exact = solve(dataclasses.replace(drawn, integer_blocks=None, neighbourhood=None, decompose=False,
+                                                      tuned=False, coarsen=None, time_limit_s=args.exact_time_limit))
+                    cache[key] = {"cost": exact.cost, "demand": demand, "at_limit": exact.stopped_at_limit}
+                    if args.exact_cache:
+                        args.exact_cache.write_text(json.dumps(cache, indent=1))
+                unproven += cache[key]["at_limit"]
+                ratios.append(plan.cost / cache[key]["cost"])
             times.append(plan.solve_ms)
             relaxed += plan.relaxed
             at_limit += plan.stopped_at_limit
@@ -275,7 +301,8 @@ def main() -> None:
         p50, p99 = np.percentile(times, [50, 99])
         size = n * len(VARIANTS) * (4 * 11 + STEPS) + n * STEPS
         kinds = ", ".join(f"{k} {c}" for k, c in sorted(fallbacks.items())) or "none"
-        gaps = f" {np.median(ratios):.4f} | {max(ratios):.4f} |" if ratios else ""
+        gaps = (f" {np.median(ratios):.4f} | {max(ratios):.4f} | {', '.join(f'{r:.4f}' for r in ratios)} |"
+                + (f" ({unproven} exact solves stopped at the limit) |" if unproven else "")) if ratios else ""
         c50, c99 = np.percentile(cpu, [50, 99])
         print(f"| {n} | {size} | {p50:.0f} | {p99:.0f} | {max(times):.0f} | {c50:.0f} | {c99:.0f} | {relaxed}/{trials} "
               f"| {at_limit}/{trials} "

@@ -77,12 +77,16 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
 - Relaxed later blocks (``PlanProblem.integer_blocks``) are rounded to whole replicas, the cheapest of
   a few roundings that keeps every constraint (``_round_tail``), solved whole when none does.
 - The decomposition by service (``PlanProblem.decompose``): the shared limits are shared out on the
-  joint LP relaxation (on coarser steps for a large fleet: the joint relaxation of 50 services takes
-  3 s, on 4x longer steps 0.4-0.5 s), each service's share rounded to whole GPUs per limit and block
-  (never below what it cannot shed in time: today's fleet removed as fast as its step limits and
-  ready replicas allow), then each service is planned alone within its share (the services whose
-  shares came out fractional together, a few at a time); a service left with unserved demand where
-  GPUs were left over plans again with them. The parts' shares sum within every limit, so the joint
+  joint LP relaxation (for a large fleet on steps as long as the plan's blocks, ``_blocked``: the
+  joint relaxation of 50 services on its own steps takes 2.4-3 s, on the blocks' 0.4-0.5 s, and the
+  first blocks are single steps there, so the minutes applied first are shared exactly), each
+  service's share rounded to whole GPUs per limit and block (never below what it cannot shed in
+  time: today's fleet removed as fast as its step limits and ready replicas allow, the GPU types the
+  relaxation prices going first, so that what it cannot shed sits where the relaxation keeps GPUs
+  too), then each service is planned alone within its share (on the problem's own steps, the
+  services whose shares came out fractional together, a few at a time); a service left with unserved
+  demand where GPUs were left over plans again with them, and the few whose plans lie furthest above
+  their own relaxation are searched exactly. The parts' shares sum within every limit, so the joint
   plan keeps them; when even the services' least holdings break a limit the joint problem is solved.
 """
 
@@ -234,9 +238,9 @@ class PlanProblem:
             relaxation (module docstring, "Solving fast"): the integer variables it leaves whole are
             fixed, the fractional ones kept within k of their floor and ceiling; the full search
             only when that finds no plan.
-        coarsen: with ``decompose``, steps of the LP the limits are shared on merged by this factor
-            (1: the problem's own); None: 1 up to ``FINE_SHARES`` service-steps, else the factor that
-            leaves ``COARSE_STEPS``.
+        coarsen: with ``decompose``, the steps of the LP the limits are shared on: 0, as long as the
+            plan's blocks (``_blocked``); k >= 1, the problem's own merged k at a time (1: the
+            problem's own); None: 1 up to ``FINE_SHARES`` service-steps, else ``COORDINATOR`` (0).
         tuned: the exact search (``neighbourhood`` None, every block integer, not decomposed) with
             the valid inequalities (unless ``strengthen`` is False) and HiGHS's ``TUNED_OPTIONS``
             (module docstring, "Solving fast"); the MPC's for one service.
@@ -441,8 +445,8 @@ def _check(problem: PlanProblem) -> None:
         raise ValueError(f"node_limit must be >= 0 or None, got {problem.node_limit}")
     if problem.neighbourhood is not None and problem.neighbourhood < 0:
         raise ValueError(f"neighbourhood must be >= 0 or None, got {problem.neighbourhood}")
-    if problem.coarsen is not None and problem.coarsen < 1:
-        raise ValueError(f"coarsen must be >= 1 or None, got {problem.coarsen}")
+    if problem.coarsen is not None and problem.coarsen < 0:
+        raise ValueError(f"coarsen must be >= 0 or None, got {problem.coarsen}")
     if problem.solver not in SOLVERS:
         raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {problem.solver!r}")
     for name, variants in (problem.start or {}).items():
@@ -625,13 +629,19 @@ def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows, hull: bool = False
 
 
 def _build(problem: PlanProblem, limits: bool, caps: Mapping[str | None, np.ndarray] | None = None,
-           ) -> tuple[np.ndarray, LinearConstraint, Bounds, np.ndarray]:
+           weights: np.ndarray | None = None) -> tuple[np.ndarray, LinearConstraint, Bounds, np.ndarray]:
     """The MILP ``(c, constraints, bounds, integrality)``; without ``limits`` the step limits are left
     out. ``caps`` (limit key -> GPUs per block) replace the shared quota and budget rows by rows of
-    their own, the last ones (``_solve_decomposed`` sets them per service)."""
+    their own, the last ones (``_solve_decomposed`` sets them per service). ``weights``: each step
+    lasts that many ``dt_s`` (shape (H,), whole numbers >= 1; None: 1 each), as in the model on the
+    blocks' own lengths the limits are shared on (``_blocked``): costs per step scale with it, step
+    limits with a block's length in ``dt_s``, and an order is ready from the first step that begins
+    ``warm_steps`` / ``cold_steps`` ``dt_s`` after its block began."""
     idx = _Index(problem)
     h, dt, nb = problem.steps, problem.dt_s, idx.nb
-    length = np.diff([*idx.starts, h])  # steps per block
+    w = np.ones(h) if weights is None else np.asarray(weights, dtype=float)
+    begins = np.concatenate([[0.0], np.cumsum(w)[:-1]])  # each step's start, in dt_s
+    length = np.add.reduceat(w, idx.starts)  # dt_s per block
     c = np.zeros(idx.size)
     lo = np.zeros(idx.size)
     hi = np.full(idx.size, np.inf)
@@ -663,15 +673,17 @@ def _build(problem: PlanProblem, limits: bool, caps: Mapping[str | None, np.ndar
             second = np.ravel(np.column_stack([np.asarray(cols[N])[idx.block_of], np.asarray(cols[CD])[idx.block_of]]))
             ordered = []
             for kind, lag in ((CW, v.warm_steps), (CC, v.cold_steps)):
-                col = np.where(steps - lag >= 0, np.asarray(cols[kind])[idx.block_of[np.maximum(steps - lag, 0)]], -1)
+                # the last step begun lag dt_s or more before each step's start (k - lag for steps of dt_s)
+                src = np.searchsorted(begins, begins - lag + 1e-9, side="right") - 1
+                col = np.where(src >= 0, np.asarray(cols[kind])[idx.block_of[np.maximum(src, 0)]], -1)
                 ordered.append(np.ravel(np.column_stack([np.full(h, -1), col])))
             rows.add_rows([serve, second, *ordered], [1.0, np.tile([-1.0, 1.0], h), -1.0, -1.0],
                           np.full(2 * h, -np.inf),
                           np.ravel(np.column_stack([np.zeros(h), np.asarray(v.ready, dtype=float)])))
-        c[idx.u(i, 0):idx.u(i, 0) + h] = svc.miss_cost * dt
+        c[idx.u(i, 0):idx.u(i, 0) + h] = svc.miss_cost * dt * w
         shed: list[np.ndarray] = []
         if i in idx.shed:
-            c[idx.shed[i]:idx.shed[i] + h] = svc.shed_cost * dt
+            c[idx.shed[i]:idx.shed[i] + h] = svc.shed_cost * dt * w
             hi[idx.shed[i]:idx.shed[i] + h] = np.asarray(svc.shed_rps, dtype=float)
             shed = [idx.shed[i] + np.arange(h)]
         rows.add_rows([idx.u(i, 0) + np.arange(h), *shed]
@@ -787,7 +799,8 @@ def _gpus(variants: Sequence[PlanVariant], counts: Sequence[int], gpu: str | Non
     return sum(n * v.gpus_per_replica for v, n in zip(variants, counts, strict=True) if gpu is None or v.gpu == gpu)
 
 
-def greedy_counts(problem: PlanProblem, limits: bool = True) -> dict[tuple[int, int], np.ndarray]:
+def greedy_counts(problem: PlanProblem, limits: bool = True,
+                  remove_first: Mapping[int, Sequence[int]] | None = None) -> dict[tuple[int, int], np.ndarray]:
     """A plan built without the solver: (service, variant) -> replicas per block, whole numbers.
 
     Block by block: each variant's floor is the fewest replicas it can hold, its count in the block
@@ -801,6 +814,8 @@ def greedy_counts(problem: PlanProblem, limits: bool = True) -> dict[tuple[int, 
     the service's variants after its last (so replicas are ordered before the demand they serve),
     replicas removed to reach the floor are kept back, cheapest first, then more are ordered,
     cheapest first, up to ``max_replicas``, within the GPU limits and (with ``limits``) ``max_up``.
+    ``remove_first`` (service index -> its variants' indices) removes in that order instead of the
+    dearest first (``_solve_decomposed``: the GPU types the coordinator prices first).
     """
     idx = _Index(problem)
     h = problem.steps
@@ -830,7 +845,8 @@ def greedy_counts(problem: PlanProblem, limits: bool = True) -> dict[tuple[int, 
             prev[i] = [int(v.current) if b == 0 else int(counts[i, j][b - 1]) for j, v in enumerate(svc.variants)]
             floor[i] = list(prev[i])
             down = math.inf if svc.max_down is None or not limits else svc.max_down * length
-            for j in reversed(ranked[i]):  # the dearest go first
+            for j in (remove_first[i] if remove_first is not None and i in remove_first
+                      else reversed(ranked[i])):  # the dearest go first
                 v = svc.variants[j]
                 lag = k0 - v.cold_steps  # every order counted cold: ready no sooner than it may be
                 ready = v.ready[k0] + (orders[i, j][idx.block_of[lag]] if lag >= 0 else 0) - removed[i, j]
@@ -918,11 +934,22 @@ optimum, decomposed 0.7 s; 20 services jointly 2.0 s, decomposed 1.0 s; ``docs/c
 
 FINE_SHARES = 400
 """Service-steps up to which a decomposed solve shares the limits on the LP relaxation of the
-problem itself (10 services of 40 steps: 0.1-0.3 s); above, on coarser steps (``COARSE_STEPS``)."""
+problem itself (10 services of 40 steps: 0.1-0.3 s); above, on steps as long as the plan's blocks
+(``COORDINATOR``; 50 services of 40 steps: 0.4-0.5 s against 2.4-3 s on the steps themselves)."""
 
-COARSE_STEPS = 10
-"""Steps of the coarse model the limits are shared on above ``FINE_SHARES`` (50 services of 40
-steps: 0.4-0.5 s against 3 s on the steps themselves)."""
+COORDINATOR = 0
+"""``PlanProblem.coarsen`` above ``FINE_SHARES`` service-steps: 0, the model on the blocks' lengths
+(``_blocked``; the plan's first blocks are single steps, where the 4x longer steps once used here put
+the first minute in one step and cost 2-4 % at 50 services: ``docs/controllers.md``)."""
+
+COORDINATOR_OPTIONS: dict[str, float | bool | str] = {"simplex_dual_edge_weight_strategy": "devex"}
+"""HiGHS's options for the coordinator's LP (its dual simplex): devex pricing took 0.36-0.45 s at 50
+services against 0.46-0.51 s with HiGHS's default (steepest edge), to the same cost."""
+
+BLOCK_PEAK = True
+"""Whether the model on the blocks' lengths (``_blocked``) reads each block's demand at its peak:
+the plan holds a block's replicas for its highest step (a replica costs less than the miss of one
+step in blocks of up to 8 steps), and on the 50-service problems the mean came out costlier."""
 
 LP_OPTIONS: dict[str, float | bool] = {"presolve": False}
 """HiGHS options for the services' LP relaxations in a decomposed solve (half the time with presolve)."""
@@ -1130,6 +1157,10 @@ def _near_lp(problem: PlanProblem, c: np.ndarray, cons: LinearConstraint, bounds
     k = float(problem.neighbourhood or 0)
     x, whole = lp.x, integral > 0
     frac = whole & (np.abs(x - np.rint(x)) > FEASIBLE_TOL)
+    if not frac.any():  # whole already: the relaxation's plan is the optimum (half the services at 50)
+        x = np.where(whole, np.rint(x), x)
+        return OptimizeResult(x=x, fun=float(c @ x), status=0, success=True, mip_node_count=0,
+                              message="the LP relaxation is whole (HiGHS Status 7: Optimal)", relaxation=float(lp.fun))
     fixed = whole & ~frac
     lo, hi = np.array(bounds.lb, dtype=float), np.array(bounds.ub, dtype=float)
     lo[fixed] = hi[fixed] = np.rint(x[fixed])
@@ -1258,25 +1289,58 @@ def _coarse(problem: PlanProblem, factor: int) -> PlanProblem:
                                integer_blocks=None, decompose=False)
 
 
+def _blocked(problem: PlanProblem, peak: bool = BLOCK_PEAK) -> tuple[PlanProblem, np.ndarray]:
+    """``problem`` on steps as long as its blocks (each step its own block), with each step's length
+    in ``dt_s`` (``_build``'s ``weights``): demand and sheddable demand the block's highest (``peak``;
+    else its mean), capacity and ready replicas read at the block's first step (ready replicas never
+    decrease within a block, so that is their least); a model of the same fleet to share the limits
+    on, exact in the first blocks (one step each), not to plan with."""
+    idx = _Index(problem)
+    starts = np.asarray(idx.starts)
+    weights = np.diff([*starts, problem.steps])
+
+    def per_block(values: np.ndarray) -> np.ndarray:
+        values = np.asarray(values, dtype=float)
+        return np.maximum.reduceat(values, starts) if peak else np.add.reduceat(values, starts) / weights
+
+    services = []
+    for svc in problem.services:
+        variants = [dataclasses.replace(v, capacity_rps=np.asarray(v.capacity_rps, dtype=float)[starts].copy(),
+                                        ready=np.asarray(v.ready, dtype=float)[starts].copy()) for v in svc.variants]
+        shed = None if svc.shed_rps is None else per_block(svc.shed_rps)
+        demand = per_block(svc.demand_rps)
+        services.append(dataclasses.replace(svc, variants=variants, demand_rps=demand,
+                                            shed_rps=None if shed is None else np.minimum(shed, demand)))
+    model = dataclasses.replace(problem, services=services, steps=idx.nb, blocks=list(range(idx.nb)),
+                                integer_blocks=None, decompose=False)
+    return model, weights
+
+
 def _shares(problem: PlanProblem, keys: Sequence[str | None], factor: int,
             deadline: float) -> tuple[list[np.ndarray], np.ndarray, float] | None:
-    """The coordinator of the decomposition: the LP relaxation of the joint problem, on steps
-    ``factor`` times longer (``_coarse``) when ``factor > 1``. Returns each service's share of the
-    shared limits (GPUs per limit and block of ``problem``, as the relaxation holds them), the limits'
-    prices (its duals, $ per GPU per block) and its cost; None when it finds no solution."""
-    model = _coarse(problem, factor) if factor > 1 else problem
-    c, cons, bounds, _ = _build(model, True)
+    """The coordinator of the decomposition: the LP relaxation of the joint problem, on steps as long
+    as its blocks (``_blocked``) when ``factor`` is 0, on steps ``factor`` times longer (``_coarse``)
+    when above 1. Returns each service's share of the shared limits (GPUs per limit and block of
+    ``problem``, as the relaxation holds them), the limits' prices (its duals, $ per GPU per block)
+    and its cost; None when it finds no solution."""
+    weights = None
+    if factor == 0:
+        model, weights = _blocked(problem)
+    else:
+        model = _coarse(problem, factor) if factor > 1 else problem
+    c, cons, bounds, _ = _build(model, True, weights=weights)
     a, lb, ub = cons.A, cons.lb, cons.ub
     eq = lb == ub
     upper, lower = np.isfinite(ub) & ~eq, np.isfinite(lb) & ~eq
     res = linprog(c, A_ub=sparse.vstack([a[upper], -a[lower]], format="csr"),
                   b_ub=np.concatenate([ub[upper], -lb[lower]]), A_eq=a[eq], b_eq=lb[eq],
-                  bounds=np.column_stack([bounds.lb, bounds.ub]), method="highs",
-                  options={"time_limit": _left(deadline)})
+                  bounds=np.column_stack([bounds.lb, bounds.ub]), method="highs-ds",
+                  options={"time_limit": _left(deadline), **COORDINATOR_OPTIONS})
     if res.status != 0:
         return None
     idx, fine = _Index(model), _Index(problem)
-    block = idx.block_of[np.asarray(fine.starts) // factor]  # the coarse block each block begins in
+    block = (np.arange(fine.nb) if factor == 0  # the model's block each block begins in
+             else idx.block_of[np.asarray(fine.starts) // factor])
     shares = []
     for i, svc in enumerate(problem.services):
         share = np.zeros(len(keys) * fine.nb)
@@ -1315,6 +1379,18 @@ GROUP = 4
 fractional (the rounding between them is what the joint optimum decides), in groups of this many."""
 
 
+ORDERS_UP_TO = 3
+"""Most variants of a service for which a decomposed solve tries every order of removal for its
+least holdings (3! = 6 greedy plans, for the services whose least holdings exceed their share)."""
+
+EXACT_PARTS = 4
+"""Most services a decomposed solve plans again with the exact (tuned) search: those whose plan
+from the search near their relaxation lies furthest above it (``docs/controllers.md``)."""
+
+EXACT_GAP = 1e-3
+"""... and only while that gap is above this fraction of the whole plan's cost."""
+
+
 def _service_x(problem: PlanProblem, x: np.ndarray, i: int) -> np.ndarray:
     """The variables of service ``i`` of ``problem`` out of ``x``, as a problem of that service alone
     orders them."""
@@ -1348,15 +1424,47 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
     if np.any(np.sum(floor_use, axis=0) > limit + FEASIBLE_TOL):
         return None
     factor = problem.coarsen if problem.coarsen is not None else (
-        1 if len(subs) * h <= FINE_SHARES else math.ceil(h / COARSE_STEPS))
+        1 if len(subs) * h <= FINE_SHARES else COORDINATOR)
     deadline = started + problem.time_limit_s  # every HiGHS call below shares it
     coordinated = _shares(problem, keys, factor, deadline)
     if coordinated is None:
         return None
     shares, price, relaxation = coordinated
+    # the least holdings again in other orders of removal, each service's kept where they reach less
+    # above its share in the limits the shares fill (there, holdings above a share are taken from
+    # another service): every order for up to ORDERS_UP_TO variants, else the GPU types the
+    # coordinator prices first (where it moves GPUs between services)
+    worth = price.reshape(len(keys), nb).sum(axis=1)
+    tight = np.sum(shares, axis=0) > limit - 1.0
+    for i, (sub, (_, cons, bounds, _)) in enumerate(zip(subs, models, strict=True)):
+        above = float(np.maximum(floor_use[i] - shares[i], 0)[tight].sum())
+        if above <= FEASIBLE_TOL:
+            continue  # nothing above its share where it counts
+        variants = sub.services[0].variants
+        if len(variants) <= ORDERS_UP_TO:
+            orders = [list(order) for order in itertools.permutations(range(len(variants)))]
+        else:
+            value = [sum(worth[ki] for ki, key in enumerate(keys) if key is None or key == v.gpu) for v in variants]
+            orders = [[j for *_, j in sorted((-value[j], -v.price_per_hour / max(float(v.capacity_rps[0]), 1e-9), j)
+                                             for j, v in enumerate(variants))]]
+        idle = dataclasses.replace(sub, services=[dataclasses.replace(sub.services[0], demand_rps=np.zeros(h))])
+        for order in orders:
+            counts = greedy_counts(idle, remove_first={0: order})
+            use = np.zeros(len(limit))  # GPUs held per limit and block, from the counts alone
+            for j, v in enumerate(variants):
+                for ki, key in enumerate(keys):
+                    if key is None or key == v.gpu:
+                        use[ki * nb:(ki + 1) * nb] += v.gpus_per_replica * counts[0, j]
+            reach = float(np.maximum(use - shares[i], 0)[tight].sum())
+            if reach >= above - FEASIBLE_TOL:
+                continue
+            candidate = [*floor_use[:i], use, *floor_use[i + 1:]]
+            x = _complete(sub, counts)
+            if np.all(np.sum(candidate, axis=0) <= limit + FEASIBLE_TOL) and _feasible(x, cons, bounds):
+                floors[i], floor_use, above = x, candidate, reach
     allotted = _apportion(shares, floor_use, limit)
     together = [i for i, share in enumerate(shares) if np.any(np.abs(share - np.rint(share)) > 1e-6)]
-    if factor > 1:  # on coarse steps (a large fleet): every service alone, for time (docs/controllers.md)
+    if factor != 1:  # on longer steps (a large fleet): every service alone, for time (docs/controllers.md)
         together = []
     batches = [[i] for i in range(len(subs)) if i not in together]
     batches += [together[k:k + GROUP] for k in range(0, len(together), GROUP)]
@@ -1416,6 +1524,30 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
             planned = planned - mine + u @ result.x
             xs[i], results[i] = result.x, result
             improved += 1
+    # the services whose plan the search near their relaxation left furthest above it, searched
+    # exactly (the tuned search) within what the others leave them
+    gaps = []
+    for i, result in results.items():
+        if result.relaxation is not None and len(result.x) == len(models[i][0]):  # planned alone
+            gaps.append((float(models[i][0] @ xs[i]) - result.relaxation, i))
+    gaps.sort(reverse=True)
+    total = sum(float(m[0] @ xs[i]) for i, m in enumerate(models))
+    exact = 0
+    for gap, i in gaps[:EXACT_PARTS]:
+        if gap <= EXACT_GAP * total:
+            break
+        u, c = usage[i], models[i][0]
+        mine = u @ xs[i]
+        cap = limit - (planned - mine)
+        caps = {key: cap[ki * nb:(ki + 1) * nb] for ki, key in enumerate(keys)}
+        tuned = dataclasses.replace(subs[i], neighbourhood=None, tuned=True)
+        result = _solve_model(tuned, caps, _with_caps(models[i], cap), deadline)
+        nodes += result.nodes or 0
+        if (result.fallback is None and np.all(u @ result.x <= cap + FEASIBLE_TOL)
+                and float(c @ result.x) < float(c @ xs[i]) - 1e-9):
+            planned = planned - mine + u @ result.x
+            xs[i], results[i] = result.x, result
+            exact += 1
     replicas: dict[str, dict[str, np.ndarray]] = {}
     serving: dict[str, dict[str, np.ndarray]] = {}
     unserved: dict[str, np.ndarray] = {}
@@ -1433,8 +1565,10 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
         shed.update(sh)
     bound = relaxation if factor == 1 else None
     message = (f"decomposed: {len(subs)} services within their shares of the shared limits (LP relaxation"
-               + ("" if factor == 1 else f" on {factor}x coarser steps") + f"), {len(together)} with fractional "
-               f"shares planned in groups of up to {GROUP}, {improved} planned again with GPUs left over")
+               + {1: "", 0: " on the blocks' lengths"}.get(factor, f" on {factor}x coarser steps")
+               + f"), {len(together)} with fractional "
+               f"shares planned in groups of up to {GROUP}, {improved} planned again with GPUs left over, "
+               f"{exact} searched exactly")
     return Plan(replicas, serving, unserved, cost, (time.perf_counter() - started) * 1000.0, relaxed,
                 stopped_at_limit=stopped, fallback=fallback, message=message, nodes=nodes,
                 gpu_prices={key: price[ki * nb:(ki + 1) * nb].copy() for ki, key in enumerate(keys)},
@@ -1454,7 +1588,7 @@ def solve(problem: PlanProblem) -> Plan:
 
     Raises:
         ValueError: malformed problem (shapes, bounds, a negative ``node_limit`` or ``neighbourhood``,
-            a ``coarsen`` below 1).
+            a ``coarsen`` below 0).
         RuntimeError: no plan even without the step limits (the bounds, ``keep`` and the quotas
             contradict one another), naming HiGHS's message; never for a limit reached.
     """
