@@ -31,9 +31,9 @@ import numpy as np
 from autoscaler.workload.classes import SHAPE_STREAM, SHARED_MIN_FRACTION, shared_ids, unit_index
 from autoscaler.workload.types import Request, Workload
 
-# Requests in one shaped workload. A simulated request costs ~0.7 KB of memory (Azure conv: 189 MB max
-# RSS at x1, 431 MB at x20 with 387k requests) and ~1/25,000 s (docs/benchmarks.md): 20 M is ~14 GB and
-# a quarter of an hour; beyond it is almost surely a typo.
+# Requests in one shaped workload. A simulated request costs ~0.3-0.45 KB of memory (its `Request`,
+# ~250 B, plus 65-193 B of run heap) and ~1/27,000 s at x20-x100 (docs/benchmarks.md, 'Simulator
+# speed'): 20 M is ~6-9 GB and ~12 minutes; beyond it is almost surely a typo.
 MAX_REQUESTS = 20_000_000
 
 
