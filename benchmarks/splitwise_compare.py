@@ -1,0 +1,282 @@
+"""Side by side with SplitwiseSim: TTFT, TBT and E2E p50/p99 of this simulator and of SplitwiseSim on
+the Azure LLM inference traces 2023 (conversation and code) at their recorded rate (1x), Llama-2-70B
+TP 8 on static fleets of 3 DGX-A100 and 2 DGX-H100.
+
+SplitwiseSim (Patel et al., "Splitwise", ISCA 2024; github.com/Mutinifni/splitwise-sim, commit
+8f99e7d) is not part of this project and nothing of it is imported or copied here: this script writes
+the traces in its input format, runs this simulator, and reads SplitwiseSim's per-request output
+(``detailed/0.csv``) from wherever it was run. To produce the peer's outputs:
+
+    python benchmarks/splitwise_compare.py --write-peer-traces /work/splitwise-sim/traces
+    cd /work/splitwise-sim        # a clone of splitwise-sim at 8f99e7d with its own venv
+    for t in azure_conv azure_code; do for f in "3 0" "0 2"; do set -- $f
+      .venv/bin/python run.py applications.0.scheduler=token_jsq \\
+        applications.0.model_architecture=llama2-70b applications.0.model_size=llama2-70b-fp16 \\
+        cluster=half_half cluster.servers.0.count=$1 cluster.servers.1.count=$2 \\
+        start_state=baseline performance_model=db trace.filename=$t seed=0
+    done; done
+
+(``scripts/run_baseline_a.sh`` / ``run_baseline_h.sh`` and ``configs/experiment/baseline_*_costopt.yaml``
+of splitwise-sim 8f99e7d, with its default BLOOM-176B switched to Llama-2-70B, its Ray launcher to
+Hydra's basic one, and its fleet sizes and synthetic 2-minute traces to these fleets and the real
+traces.) Then
+
+    python benchmarks/splitwise_compare.py --peer /work/splitwise-sim/results
+
+prints one row per trace x fleet x metric x percentile: ours, the peer's, and ours / peer. SplitwiseSim
+writes ``results/<seed>/baseline/<trace>/<A100s>_<H100s>/llama2-70b/token_jsq/detailed/0.csv``;
+``--peer`` names that ``results`` folder. Without ``--peer`` only our figures are printed.
+
+Definitions (the same for both, from each request's arrival, first-token and last-token times):
+TTFT = first token - arrival; E2E = last token - arrival; TBT = (E2E - TTFT) / (output tokens - 1),
+the request's mean time between tokens (vLLM's TPOT), over requests of more than one output token.
+SplitwiseSim's own ``tbt_times`` divide by the output tokens instead (``scheduler.py``,
+``get_results``), which reads low by 1/output; it is recomputed here from its ``response_times``,
+``ttft_times`` and ``token_sizes``. Percentiles: ``numpy.percentile`` (linear), as SplitwiseSim's
+``utils.get_statistics``.
+
+Our fleet (``fleet_config``): one replica per DGX (8 GPUs, TP 8, as SplitwiseSim's ``baseline`` start
+state puts one TP-8 instance on each server), profiles ``llama-2-70b/a100-80gb/tp8`` and
+``llama-2-70b/h100-sxm/tp8`` (fitted on the same ``perf_model.csv`` SplitwiseSim interpolates), the
+engine limits of SplitwiseSim's ``configs/start_state/baseline.yaml`` (512 sequences, 2048 tokens a
+step), and a KV pool of a vLLM on 8 x 80 GB: (0.9 x 80 GB - 17.2 GB of weights - ~4 GB of activations)
+x 8 / 327,680 bytes a token (80 layers x 8 KV heads x 128 x 2 x 2 bytes) = 1.24 M tokens. Every
+replica is ready at 0; no client timeout fires (it is set past the trace), no request is rejected
+(``max_model_len`` 32768), no admission control.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from autoscaler.config import FleetConfig
+from autoscaler.config.loading import parse_config
+from autoscaler.simulate import run_simulation
+from autoscaler.workload.azure import load_azure
+from autoscaler.workload.types import Workload
+from controllers.static import StaticController
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
+from provenance import stamp
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "azure-llm-2023"
+
+TRACES = {"azure_conv": "AzureLLMInferenceTrace_conv.csv", "azure_code": "AzureLLMInferenceTrace_code.csv"}
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """A static fleet of one DGX type: ``name`` (its label), ``variant``/``gpu``/``profile`` (ours),
+    ``count`` replicas, and SplitwiseSim's ``(A100 servers, H100 servers)`` for the same fleet."""
+
+    name: str
+    variant: str
+    gpu: str
+    profile: str
+    count: int
+    peer_servers: tuple[int, int]
+
+
+FLEETS = (
+    Fleet("3xDGX-A100", "a100", "A100-80GB", "llama-2-70b/a100-80gb/tp8", 3, (3, 0)),
+    Fleet("2xDGX-H100", "h100", "H100-SXM", "llama-2-70b/h100-sxm/tp8", 2, (0, 2)),
+)
+KV_CACHE_TOKENS = 1_240_000  # module docstring: a vLLM's pool on 8 x 80 GB for Llama-2-70B
+PEER_OFFSET_S = 1.0  # added to every arrival of a peer trace (write_peer_trace)
+METRICS = ("TTFT", "TBT", "E2E")
+PERCENTILES = (50, 99)
+
+
+@dataclass(frozen=True)
+class Latencies:
+    """Per completed request: ``ttft_s``, ``e2e_s`` (seconds from arrival) and ``output_tokens``;
+    three arrays of one length."""
+
+    ttft_s: np.ndarray
+    e2e_s: np.ndarray
+    output_tokens: np.ndarray
+
+    def __post_init__(self) -> None:
+        if not len(self.ttft_s) == len(self.e2e_s) == len(self.output_tokens):
+            raise ValueError(f"ttft_s, e2e_s and output_tokens differ in length: {len(self.ttft_s)}, "
+                             f"{len(self.e2e_s)}, {len(self.output_tokens)}")
+
+    def metric(self, name: str) -> np.ndarray:
+        """The values of ``name`` (``METRICS``), seconds; TBT over requests of more than one token."""
+        if name == "TTFT":
+            return self.ttft_s
+        if name == "E2E":
+            return self.e2e_s
+        if name == "TBT":
+            many = self.output_tokens > 1
+            return (self.e2e_s[many] - self.ttft_s[many]) / (self.output_tokens[many] - 1)
+        raise ValueError(f"unknown metric {name!r}; expected one of {', '.join(METRICS)}")
+
+
+Row = tuple[str, str, str, int, float, float | None, float | None]
+
+
+def table(ours: Mapping[tuple[str, str], Latencies], peer: Mapping[tuple[str, str], Latencies]) -> list[Row]:
+    """One row per (trace, fleet) of ``ours`` (in its order) x metric x percentile: ``(trace, fleet,
+    metric, percentile, ours_s, peer_s, ours / peer)``, the last two None where ``peer`` lacks that
+    (trace, fleet). Raises ``ValueError`` for a (trace, fleet) with no value of a metric."""
+    rows: list[Row] = []
+    for key, lat in ours.items():
+        other = peer.get(key)
+        for name in METRICS:
+            mine = lat.metric(name)
+            theirs = None if other is None else other.metric(name)
+            for side, v in (("ours", mine), ("peer", theirs)):
+                if v is not None and len(v) == 0:
+                    raise ValueError(f"{key[0]} on {key[1]}: no {name} values ({side})")
+            for q in PERCENTILES:
+                a = float(np.percentile(mine, q))
+                b = None if theirs is None else float(np.percentile(theirs, q))
+                rows.append((key[0], key[1], name, q, a, b, None if b is None else a / b))
+    return rows
+
+
+def format_table(rows: Iterable[Row]) -> str:
+    """A Markdown table of ``table``'s rows, seconds to three significant figures, ratios to two decimals."""
+    out = ["| trace | fleet | metric | ours (s) | peer (s) | ours / peer |", "|---|---|---|---:|---:|---:|"]
+    for trace, fleet, name, q, a, b, r in rows:
+        out.append(f"| {trace} | {fleet} | {name} p{q} | {a:.3g} | {'-' if b is None else f'{b:.3g}'} | "
+                   f"{'-' if r is None else f'{r:.2f}'} |")
+    return "\n".join(out)
+
+
+def read_peer(path: Path) -> Latencies:
+    """SplitwiseSim's ``detailed/<application>.csv``: columns ``response_times`` (E2E, s),
+    ``ttft_times`` (s) and ``token_sizes`` (output tokens), one row per completed request.
+
+    Raises:
+        ValueError: a missing column or a value that is not a number, naming the file and line.
+        OSError: the file cannot be read.
+    """
+    ttft, e2e, out = [], [], []
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        need = ("response_times", "ttft_times", "token_sizes")
+        missing = [c for c in need if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: no column {', '.join(missing)} (expected SplitwiseSim's detailed CSV)")
+        for row in reader:
+            try:
+                e2e.append(float(row["response_times"]))
+                ttft.append(float(row["ttft_times"]))
+                out.append(int(float(row["token_sizes"])))
+            except ValueError as exc:
+                raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
+    return Latencies(np.array(ttft), np.array(e2e), np.array(out))
+
+
+def peer_path(results: Path, trace: str, fleet: Fleet, seed: int = 0) -> Path:
+    """Where SplitwiseSim 8f99e7d writes the per-request CSV of this run (its ``output_dir`` template in
+    ``configs/config.yaml``)."""
+    a, h = fleet.peer_servers
+    return results / str(seed) / "baseline" / trace / f"{a}_{h}" / "llama2-70b" / "token_jsq" / "detailed" / "0.csv"
+
+
+def write_peer_trace(workload: Workload, path: Path) -> None:
+    """``workload`` in SplitwiseSim's trace format (its README, "Request Traces"): ``request_id``,
+    ``request_type`` 2 (generative LLM), ``application_id`` 0, ``arrival_timestamp`` (s),
+    ``batch_size`` 1, ``prompt_size``, ``token_size``. Arrivals are shifted by ``PEER_OFFSET_S``:
+    SplitwiseSim runs an event due at time 0 as it schedules it (``simulator.py``, ``Simulator.schedule``:
+    ``delay == 0`` runs at once), so a request arriving at 0 is routed while its trace is read, before any
+    instance exists, and the run stops with "No instances available"; latencies count from each
+    request's own arrival, so the shift changes none of them."""
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["request_id", "request_type", "application_id", "arrival_timestamp", "batch_size",
+                    "prompt_size", "token_size"])
+        for i, r in enumerate(workload.requests):
+            w.writerow([i, 2, 0, repr(r.arrival_s + PEER_OFFSET_S), 1, r.input_tokens, r.output_tokens])
+
+
+def fleet_config(fleet: Fleet, horizon_s: float) -> FleetConfig:
+    """Our fleet for ``fleet`` (module docstring); ``horizon_s`` bounds the client timeout from below."""
+    return parse_config({
+        "services": [{
+            "name": "llama-2-70b", "model": "meta-llama/Llama-2-70b-hf", "max_model_len": 32768,
+            "slo": {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}},
+            "variants": [{
+                "name": fleet.variant, "gpu": fleet.gpu, "gpus_per_replica": 8, "price_per_gpu_hour": 0.0,
+                "min_replicas": fleet.count, "max_replicas": fleet.count, "initial_replicas": fleet.count,
+                "kv_cache_tokens": KV_CACHE_TOKENS, "profile": fleet.profile,
+            }],
+        }],
+        "engine": {"max_num_seqs": 512, "max_num_batched_tokens": 2048, "block_size": 16},
+        "simulator": {"client_timeout_s": 10 * horizon_s + 3600.0},
+    }, source="splitwise_compare")
+
+
+def run_ours(workload: Workload, fleet: Fleet) -> Latencies:
+    """Simulate ``workload`` on ``fleet`` (static); the latencies of its completed requests.
+
+    Raises:
+        RuntimeError: a request did not complete (none should: nothing rejects or times out).
+    """
+    cfg = fleet_config(fleet, workload.requests[-1].arrival_s if workload.requests else 0.0)
+    ctrl = StaticController({cfg.services[0].name: {fleet.variant: fleet.count}},
+                            cfg.controller.tick_s, cfg.controller.window_s)
+    run = run_simulation(cfg, workload, ctrl, admission="none")
+    final = run.sim.final
+    bad = [sr for sr in final if sr.status != "completed"]
+    if bad:
+        raise RuntimeError(f"{len(bad)} of {len(final)} requests did not complete (first: {bad[0].status})")
+    arrival = np.array([sr.req.arrival_s for sr in final])
+    first = np.array([sr.t_first for sr in final], dtype=float)
+    last = np.array([sr.t_finish for sr in final], dtype=float)
+    out = np.array([sr.req.output_tokens for sr in final])
+    return Latencies(first - arrival, last - arrival, out)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--data", type=Path, default=DATA,
+                    help="folder of the Azure 2023 traces (default: ../shared/data/azure-llm-2023)")
+    ap.add_argument("--peer", type=Path, default=None,
+                    help="SplitwiseSim's results folder (module docstring); without it only our figures")
+    ap.add_argument("--write-peer-traces", type=Path, default=None, metavar="DIR",
+                    help="write the traces in SplitwiseSim's format to DIR (azure_conv.csv, azure_code.csv) and exit")
+    ap.add_argument("--traces", nargs="+", choices=list(TRACES), default=list(TRACES), help="traces to run")
+    ap.add_argument("--fleets", nargs="+", choices=[f.name for f in FLEETS], default=[f.name for f in FLEETS],
+                    help="fleets to run")
+    args = ap.parse_args(argv)
+    workloads = {t: load_azure(args.data / TRACES[t]) for t in args.traces}
+    if args.write_peer_traces is not None:
+        args.write_peer_traces.mkdir(parents=True, exist_ok=True)
+        for t, wl in workloads.items():
+            write_peer_trace(wl, args.write_peer_traces / f"{t}.csv")
+            print(f"wrote {args.write_peer_traces / f'{t}.csv'} ({len(wl.requests)} requests)")
+        return
+    print(f"{Path(__file__).name}: {stamp()}", flush=True)
+    ours: dict[tuple[str, str], Latencies] = {}
+    peer: dict[tuple[str, str], Latencies] = {}
+    for t in args.traces:
+        for fleet in FLEETS:
+            if fleet.name not in args.fleets:
+                continue
+            ours[(t, fleet.name)] = run_ours(workloads[t], fleet)
+            if args.peer is not None:
+                p = peer_path(args.peer, t, fleet)
+                if not p.is_file():
+                    sys.exit(f"error: {p}: no SplitwiseSim output for {t} on {fleet.name} (module docstring)")
+                peer[(t, fleet.name)] = read_peer(p)
+                if len(peer[(t, fleet.name)].ttft_s) != len(workloads[t].requests):
+                    print(f"warning: {p}: {len(peer[(t, fleet.name)].ttft_s)} requests completed of "
+                          f"{len(workloads[t].requests)}", file=sys.stderr)
+            print(f"ran {t} on {fleet.name}", file=sys.stderr, flush=True)
+    print(format_table(table(ours, peer)))
+
+
+if __name__ == "__main__":
+    main()
