@@ -43,13 +43,23 @@ step), and a KV pool of a vLLM on 8 x 80 GB: (0.9 x 80 GB - 17.2 GB of weights -
 x 8 / 327,680 bytes a token (80 layers x 8 KV heads x 128 x 2 x 2 bytes) = 1.24 M tokens. Every
 replica is ready at 0; no client timeout fires (it is set past the trace), no request is rejected
 (``max_model_len`` 32768), no admission control.
+
+Diagnostics (docs/simulator.md, "Side by side with SplitwiseSim"): ``--flat-decode`` runs ours with a
+decode step flat in batch and context, as SplitwiseSim's is (its token-time interpolation is keyed by
+prompt x batch tokens and called with the number of decodes, so every decode batch reads about its
+B = 1 row): the profile's ``decode_s_per_seq`` set to 0 and ``bandwidth_efficiency`` to 1 (the context
+term then adds under 1 ms at 40k context tokens). ``--prefill-scale X`` multiplies the profiles'
+prefill slope by X. Both run through a profile file (``models/profiles/profile_file.py``) written
+from the shipped entry, so the simulator itself is unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import sys
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +72,7 @@ from autoscaler.simulate import run_simulation
 from autoscaler.workload.azure import load_azure
 from autoscaler.workload.types import Workload
 from controllers.static import StaticController
+from models.profiles.profile import shipped_entries
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
 from provenance import stamp
@@ -201,8 +212,29 @@ def write_peer_trace(workload: Workload, path: Path) -> None:
             w.writerow([i, 2, 0, repr(r.arrival_s + PEER_OFFSET_S), 1, r.input_tokens, r.output_tokens])
 
 
-def fleet_config(fleet: Fleet, horizon_s: float) -> FleetConfig:
-    """Our fleet for ``fleet`` (module docstring); ``horizon_s`` bounds the client timeout from below."""
+def variant_profile(fleet: Fleet, folder: Path, flat_decode: bool = False, prefill_scale: float = 1.0) -> str:
+    """The profile our ``fleet`` runs: its shipped name, or, with a diagnostic (module docstring), a
+    profile file written to ``folder`` from the shipped entry with the decode terms flat and/or the
+    prefill slope times ``prefill_scale``. Raises ``ValueError`` for ``prefill_scale`` <= 0."""
+    if not prefill_scale > 0:
+        raise ValueError(f"prefill_scale must be > 0, got {prefill_scale}")
+    if not flat_decode and prefill_scale == 1.0:
+        return fleet.profile
+    entry = shipped_entries()[fleet.profile]
+    c = entry["coefficients"]
+    if flat_decode:
+        c["decode_s_per_seq"] = 0.0
+        c["bandwidth_efficiency"] = 1.0
+    c["prefill_s_per_token"] *= prefill_scale
+    # one name per content: profiles are loaded once per path (``models.profiles.lookup``)
+    path = folder / f"{fleet.variant}{'-flat-decode' if flat_decode else ''}-prefill-x{prefill_scale:g}.json"
+    path.write_text(json.dumps(entry))
+    return str(path)
+
+
+def fleet_config(fleet: Fleet, horizon_s: float, profile: str | None = None) -> FleetConfig:
+    """Our fleet for ``fleet`` (module docstring); ``horizon_s`` bounds the client timeout from below;
+    ``profile`` replaces the fleet's (``variant_profile``)."""
     return parse_config({
         "services": [{
             "name": "llama-2-70b", "model": "meta-llama/Llama-2-70b-hf", "max_model_len": 32768,
@@ -210,7 +242,7 @@ def fleet_config(fleet: Fleet, horizon_s: float) -> FleetConfig:
             "variants": [{
                 "name": fleet.variant, "gpu": fleet.gpu, "gpus_per_replica": 8, "price_per_gpu_hour": 0.0,
                 "min_replicas": fleet.count, "max_replicas": fleet.count, "initial_replicas": fleet.count,
-                "kv_cache_tokens": KV_CACHE_TOKENS, "profile": fleet.profile,
+                "kv_cache_tokens": KV_CACHE_TOKENS, "profile": profile or fleet.profile,
             }],
         }],
         "engine": {"max_num_seqs": 512, "max_num_batched_tokens": 2048, "block_size": 16},
@@ -218,13 +250,14 @@ def fleet_config(fleet: Fleet, horizon_s: float) -> FleetConfig:
     }, source="splitwise_compare")
 
 
-def run_ours(workload: Workload, fleet: Fleet) -> Latencies:
-    """Simulate ``workload`` on ``fleet`` (static); the latencies of its completed requests.
+def run_ours(workload: Workload, fleet: Fleet, profile: str | None = None) -> Latencies:
+    """Simulate ``workload`` on ``fleet`` (static), with ``profile`` instead of the fleet's if given;
+    the latencies of its completed requests.
 
     Raises:
         RuntimeError: a request did not complete (none should: nothing rejects or times out).
     """
-    cfg = fleet_config(fleet, workload.requests[-1].arrival_s if workload.requests else 0.0)
+    cfg = fleet_config(fleet, workload.requests[-1].arrival_s if workload.requests else 0.0, profile)
     ctrl = StaticController({cfg.services[0].name: {fleet.variant: fleet.count}},
                             cfg.controller.tick_s, cfg.controller.window_s)
     run = run_simulation(cfg, workload, ctrl, admission="none")
@@ -250,7 +283,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--traces", nargs="+", choices=list(TRACES), default=list(TRACES), help="traces to run")
     ap.add_argument("--fleets", nargs="+", choices=[f.name for f in FLEETS], default=[f.name for f in FLEETS],
                     help="fleets to run")
+    ap.add_argument("--flat-decode", action="store_true",
+                    help="diagnostic: our decode step flat in batch and context, as SplitwiseSim's (module docstring)")
+    ap.add_argument("--prefill-scale", type=float, default=1.0,
+                    help="diagnostic: multiply our profiles' prefill slope by this (default 1)")
     args = ap.parse_args(argv)
+    if not args.prefill_scale > 0:
+        ap.error(f"--prefill-scale must be > 0, got {args.prefill_scale}")
     workloads = {t: load_azure(args.data / TRACES[t]) for t in args.traces}
     if args.write_peer_traces is not None:
         args.write_peer_traces.mkdir(parents=True, exist_ok=True)
@@ -258,14 +297,18 @@ def main(argv: Sequence[str] | None = None) -> None:
             write_peer_trace(wl, args.write_peer_traces / f"{t}.csv")
             print(f"wrote {args.write_peer_traces / f'{t}.csv'} ({len(wl.requests)} requests)")
         return
-    print(f"{Path(__file__).name}: {stamp()}", flush=True)
+    diag = [d for d, on in (("flat decode", args.flat_decode),
+                            (f"prefill x{args.prefill_scale:g}", args.prefill_scale != 1.0)) if on]
+    print(f"{Path(__file__).name}: {stamp()}" + (f"; ours with {', '.join(diag)}" if diag else ""), flush=True)
     ours: dict[tuple[str, str], Latencies] = {}
     peer: dict[tuple[str, str], Latencies] = {}
+    folder = tempfile.TemporaryDirectory()
     for t in args.traces:
         for fleet in FLEETS:
             if fleet.name not in args.fleets:
                 continue
-            ours[(t, fleet.name)] = run_ours(workloads[t], fleet)
+            profile = variant_profile(fleet, Path(folder.name), args.flat_decode, args.prefill_scale)
+            ours[(t, fleet.name)] = run_ours(workloads[t], fleet, profile)
             if args.peer is not None:
                 p = peer_path(args.peer, t, fleet)
                 if not p.is_file():
@@ -275,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     print(f"warning: {p}: {len(peer[(t, fleet.name)].ttft_s)} requests completed of "
                           f"{len(workloads[t].requests)}", file=sys.stderr)
             print(f"ran {t} on {fleet.name}", file=sys.stderr, flush=True)
+    folder.cleanup()
     print(format_table(table(ours, peer)))
 
 

@@ -89,3 +89,23 @@ def test_peer_path_is_its_output_dir_template() -> None:
     fleet = bench.FLEETS[1]
     assert bench.peer_path(Path("results"), "azure_code", fleet) == Path(
         "results/0/baseline/azure_code/0_2/llama2-70b/token_jsq/detailed/0.csv")
+
+
+def test_diagnostic_profiles_change_only_the_terms_they_name(tmp_path: Path) -> None:
+    from models.profiles import get_profile
+    from models.profiles.profile import prefill_pairs
+    fleet = bench.FLEETS[0]
+    assert bench.variant_profile(fleet, tmp_path) == fleet.profile  # no diagnostic: the shipped name
+    shipped = get_profile(fleet.profile)
+    flat = get_profile(bench.variant_profile(fleet, tmp_path, flat_decode=True))
+    # decode: only the step overhead and the context at the datasheet bandwidth (327,680 B a token over
+    # 8 x 2.039 TB/s), whatever the batch; prefill unchanged
+    assert flat.step_time(0, 64, 0) == pytest.approx(shipped.step_overhead_s)
+    assert flat.step_time(0, 1, 40_000) - flat.step_time(0, 1, 0) == pytest.approx(40_000 * 327_680 / (8 * 2.039e12))
+    assert flat.step_time(2048, 0, 0, prefill_pairs(0, 2048)) == pytest.approx(
+        shipped.step_time(2048, 0, 0, prefill_pairs(0, 2048)))
+    half = get_profile(bench.variant_profile(fleet, tmp_path, prefill_scale=0.5))
+    assert half.prefill_s_per_token == pytest.approx(shipped.prefill_s_per_token / 2)
+    assert half.step_time(0, 8, 8000) == pytest.approx(shipped.step_time(0, 8, 8000))
+    with pytest.raises(ValueError, match="prefill_scale must be > 0, got 0"):
+        bench.variant_profile(fleet, tmp_path, prefill_scale=0.0)
