@@ -13,7 +13,7 @@ the traces in its input format, runs this simulator, and reads SplitwiseSim's pe
       .venv/bin/python run.py applications.0.scheduler=token_jsq \\
         applications.0.model_architecture=llama2-70b applications.0.model_size=llama2-70b-fp16 \\
         cluster=half_half cluster.servers.0.count=$1 cluster.servers.1.count=$2 \\
-        start_state=baseline performance_model=db trace.filename=$t seed=0
+        start_state=baseline performance_model=db trace.filename=$t seed=0 debug=True
     done; done
 
 (``scripts/run_baseline_a.sh`` / ``run_baseline_h.sh`` and ``configs/experiment/baseline_*_costopt.yaml``
@@ -25,7 +25,12 @@ traces.) Then
 
 prints one row per trace x fleet x metric x percentile: ours, the peer's, and ours / peer. SplitwiseSim
 writes ``results/<seed>/baseline/<trace>/<A100s>_<H100s>/llama2-70b/token_jsq/detailed/0.csv``;
-``--peer`` names that ``results`` folder. Without ``--peer`` only our figures are printed.
+``--peer`` names that ``results`` folder. Without ``--peer`` only our figures are printed. With
+``debug=True`` (which changes none of its results) SplitwiseSim also logs every iteration of every
+instance (``instances/0/<instance>.csv`` beside ``detailed/``); a second table then summarises them
+(``iteration_summary``). ``pip install --no-deps hydra-ray-launcher==1.2.1`` in its venv: its
+``configs/config.yaml`` configures the Ray launcher, which Hydra must find even for a single run
+(Ray itself is not needed).
 
 Definitions (the same for both, from each request's arrival, first-token and last-token times):
 TTFT = first token - arrival; E2E = last token - arrival; TBT = (E2E - TTFT) / (output tokens - 1),
@@ -161,6 +166,81 @@ def format_table(rows: Iterable[Row]) -> str:
     for trace, fleet, name, q, a, b, r in rows:
         out.append(f"| {trace} | {fleet} | {name} p{q} | {a:.3g} | {'-' if b is None else f'{b:.3g}'} | "
                    f"{'-' if r is None else f'{r:.2f}'} |")
+    return "\n".join(out)
+
+
+PEER_KV_BYTES_PER_TOKEN = 2 * 8192 * 80 * 2
+"""SplitwiseSim's KV bytes per token of Llama-2-70B: 2 x hidden size x layers x 2 bytes
+(``request.py``, ``estimate_kv_cache_size``, with ``configs/model_repo/architectures/llama2-70b.yaml``),
+all 64 heads' keys and values: it has no grouped-query attention, so 8 x the 327,680 bytes of the
+model's 8 KV heads."""
+
+
+def iteration_summary(paths: Sequence[Path]) -> dict[str, float]:
+    """What SplitwiseSim's iteration logs (``debug=True``: ``instances/<app>/<instance>.csv``, one row per
+    run of ``num_contiguous_iterations`` iterations from ``iteration_start`` to ``iteration_end``, s)
+    show of its scheduling: ``prompt_time_share`` (busy time in iterations carrying a prompt),
+    ``prompt_only`` (such iterations with no decode in them: SplitwiseSim gives prompts the batch first
+    and preempts decodes that do not fit) and ``blocked_per_prompt_only`` (``blocked_tasks``, preempted
+    decodes waiting, in them), ``whole_over_2048`` (prompt iterations over 2048 prompt tokens: a
+    prompt runs whole, alone when it exceeds the token budget), ``prompt_iter_p50_s``/``p90``/``p99``
+    (their durations), ``decode_step_s`` and ``decode_n`` (decode-only iterations: step time and batch,
+    weighted by tokens decoded) and ``kv_tokens_peak`` (peak KV held across instances' memory above
+    their weights, in tokens of ``PEER_KV_BYTES_PER_TOKEN``; the largest of any instance).
+
+    Raises:
+        ValueError: a file lacks a column, names the file.
+    """
+    cols = ("iteration_start", "iteration_end", "batch_size", "prompt_tasks_in_batch", "memory", "blocked_tasks",
+            "num_contiguous_iterations", "batch_tokens")
+    rows: dict[str, list[float]] = {c: [] for c in cols}
+    kv_peak = 0.0
+    for path in paths:
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in cols if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ValueError(f"{path}: no column {', '.join(missing)} (expected SplitwiseSim's instance log)")
+            mem = []
+            for row in reader:
+                for c in cols:
+                    rows[c].append(float(row[c]))
+                mem.append(float(row["memory"]))
+        if mem:
+            kv_peak = max(kv_peak, (max(mem) - min(mem)) / PEER_KV_BYTES_PER_TOKEN)
+    a = {c: np.array(v) for c, v in rows.items()}
+    dur = a["iteration_end"] - a["iteration_start"]
+    k = a["num_contiguous_iterations"]
+    n = a["batch_size"] - a["prompt_tasks_in_batch"]
+    pf = a["prompt_tasks_in_batch"] > 0
+    prompt_tokens = a["batch_tokens"] - n
+    dec = ~pf & (n > 0)
+    w = n[dec] * k[dec]
+    prompt_only = pf & (n == 0)
+    p50, p90, p99 = np.percentile(dur[pf], [50, 90, 99]) if pf.any() else (np.nan,) * 3
+    return {
+        "prompt_time_share": float(dur[pf].sum() / dur.sum()),
+        "prompt_only": float(prompt_only.sum()),
+        "prompt_iterations": float(pf.sum()),
+        "blocked_per_prompt_only": float(a["blocked_tasks"][prompt_only].mean()) if prompt_only.any() else 0.0,
+        "whole_over_2048": float((pf & (prompt_tokens > 2048)).sum()),
+        "prompt_iter_p50_s": float(p50), "prompt_iter_p90_s": float(p90), "prompt_iter_p99_s": float(p99),
+        "decode_step_s": float(np.sum(w * dur[dec] / k[dec]) / w.sum()) if w.sum() else float("nan"),
+        "decode_n": float(np.sum(w * n[dec]) / w.sum()) if w.sum() else float("nan"),
+        "kv_tokens_peak": kv_peak,
+    }
+
+
+def format_iterations(summaries: Mapping[tuple[str, str], dict[str, float]]) -> str:
+    """A Markdown table of ``iteration_summary`` per (trace, fleet)."""
+    out = ["| trace | fleet | prompt iterations (share of busy time) | of them prompt-only | decodes preempted "
+           "in each | over 2048 prompt tokens | prompt iteration p50 / p90 / p99 (s) | decode-only step (ms) "
+           "at batch | peak KV (tokens) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for (trace, fleet), s in summaries.items():
+        out.append(f"| {trace} | {fleet} | {s['prompt_iterations']:.0f} ({s['prompt_time_share']:.0%}) | "
+                   f"{s['prompt_only']:.0f} | {s['blocked_per_prompt_only']:.1f} | {s['whole_over_2048']:.0f} | "
+                   f"{s['prompt_iter_p50_s']:.3f} / {s['prompt_iter_p90_s']:.3f} / {s['prompt_iter_p99_s']:.3f} | "
+                   f"{1000 * s['decode_step_s']:.1f} at {s['decode_n']:.1f} | {s['kv_tokens_peak']:,.0f} |")
     return "\n".join(out)
 
 
@@ -302,6 +382,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"{Path(__file__).name}: {stamp()}" + (f"; ours with {', '.join(diag)}" if diag else ""), flush=True)
     ours: dict[tuple[str, str], Latencies] = {}
     peer: dict[tuple[str, str], Latencies] = {}
+    iterations: dict[tuple[str, str], dict[str, float]] = {}
     folder = tempfile.TemporaryDirectory()
     for t in args.traces:
         for fleet in FLEETS:
@@ -314,12 +395,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                 if not p.is_file():
                     sys.exit(f"error: {p}: no SplitwiseSim output for {t} on {fleet.name} (module docstring)")
                 peer[(t, fleet.name)] = read_peer(p)
+                logs = sorted((p.parent.parent / "instances" / "0").glob("*.csv"))
+                if logs:
+                    iterations[(t, fleet.name)] = iteration_summary(logs)
                 if len(peer[(t, fleet.name)].ttft_s) != len(workloads[t].requests):
                     print(f"warning: {p}: {len(peer[(t, fleet.name)].ttft_s)} requests completed of "
                           f"{len(workloads[t].requests)}", file=sys.stderr)
             print(f"ran {t} on {fleet.name}", file=sys.stderr, flush=True)
     folder.cleanup()
     print(format_table(table(ours, peer)))
+    if iterations:
+        print("\nSplitwiseSim's iterations (debug=True logs):")
+        print(format_iterations(iterations))
 
 
 if __name__ == "__main__":

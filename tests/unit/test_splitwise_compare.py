@@ -109,3 +109,30 @@ def test_diagnostic_profiles_change_only_the_terms_they_name(tmp_path: Path) -> 
     assert half.step_time(0, 8, 8000) == pytest.approx(shipped.step_time(0, 8, 8000))
     with pytest.raises(ValueError, match="prefill_scale must be > 0, got 0"):
         bench.variant_profile(fleet, tmp_path, prefill_scale=0.0)
+
+
+def test_iteration_summary_of_two_hand_made_instance_logs(tmp_path: Path) -> None:
+    head = ("name,tag,iteration_start,iteration_end,batch_size,prompt_tasks_in_batch,memory,pending_requests,"
+            "pending_tasks,blocked_tasks,pending_prompts,earliest_request_id,memory_allocs_size,"
+            "num_contiguous_iterations,batch_tokens,pending_tokens\n")
+    m0, kv = 1e11, bench.PEER_KV_BYTES_PER_TOKEN
+    a, b = tmp_path / "0.csv", tmp_path / "1.csv"
+    a.write_text(head
+                 # a 1000-token prompt with 2 decodes; 10 steps of the 2 decodes; a 3000-token prompt
+                 # alone, 2 decodes preempted
+                 + f"i0,None,0.0,0.2,3,1,{m0},0,0,0,0,0,2,1,1002,0\n"
+                 + f"i0,None,0.2,0.5,2,0,{m0 + 500 * kv},0,0,0,0,0,2,10,2,0\n"
+                 + f"i0,None,0.5,1.5,1,1,{m0 + 1000 * kv},0,0,2,0,0,2,1,3000,0\n")
+    b.write_text(head + f"i1,None,0.0,0.1,4,0,{m0},0,0,0,0,0,2,2,4,0\n")  # 2 steps of 4 decodes
+    s = bench.iteration_summary([a, b])
+    assert s["prompt_iterations"] == 2 and s["prompt_only"] == 1 and s["whole_over_2048"] == 1
+    assert s["prompt_time_share"] == pytest.approx(1.2 / 1.6)
+    assert s["blocked_per_prompt_only"] == 2
+    assert s["prompt_iter_p50_s"] == pytest.approx(0.6)  # of 0.2 and 1.0 s
+    # decode-only steps weighted by tokens decoded: 20 tokens at 0.03 s (batch 2), 8 at 0.05 s (batch 4)
+    assert s["decode_step_s"] == pytest.approx((20 * 0.03 + 8 * 0.05) / 28)
+    assert s["decode_n"] == pytest.approx((20 * 2 + 8 * 4) / 28)
+    assert s["kv_tokens_peak"] == pytest.approx(1000)
+    b.write_text("name,iteration_start\n")
+    with pytest.raises(ValueError, match=r"1\.csv: no column iteration_end"):
+        bench.iteration_summary([a, b])
