@@ -7,8 +7,8 @@ SplitwiseSim (Patel et al., "Splitwise", ISCA 2024; github.com/Mutinifni/splitwi
 the traces in its input format, runs this simulator, and reads SplitwiseSim's per-request output
 (``detailed/0.csv``) from wherever it was run. To produce the peer's outputs:
 
-    python benchmarks/splitwise_compare.py --write-peer-traces /work/splitwise-sim/traces
-    cd /work/splitwise-sim        # a clone of splitwise-sim at 8f99e7d with its own venv
+    python benchmarks/splitwise_compare.py --write-peer-traces ../splitwise-sim/traces
+    cd ../splitwise-sim        # a clone of splitwise-sim at 8f99e7d with its own venv
     for t in azure_conv azure_code; do for f in "3 0" "0 2"; do set -- $f
       .venv/bin/python run.py applications.0.scheduler=token_jsq \\
         applications.0.model_architecture=llama2-70b applications.0.model_size=llama2-70b-fp16 \\
@@ -17,11 +17,11 @@ the traces in its input format, runs this simulator, and reads SplitwiseSim's pe
     done; done
 
 (``scripts/run_baseline_a.sh`` / ``run_baseline_h.sh`` and ``configs/experiment/baseline_*_costopt.yaml``
-of splitwise-sim 8f99e7d, with its default BLOOM-176B switched to Llama-2-70B, its Ray launcher to
-Hydra's basic one, and its fleet sizes and synthetic 2-minute traces to these fleets and the real
-traces.) Then
+of splitwise-sim 8f99e7d, with its default BLOOM-176B switched to Llama-2-70B, and its fleet sizes
+and synthetic 2-minute traces to these fleets and the real traces; run without ``--multirun``, so
+without Ray.) Then
 
-    python benchmarks/splitwise_compare.py --peer /work/splitwise-sim/results
+    python benchmarks/splitwise_compare.py --peer ../splitwise-sim/results
 
 prints one row per trace x fleet x metric x percentile: ours, the peer's, and ours / peer. SplitwiseSim
 writes ``results/<seed>/baseline/<trace>/<A100s>_<H100s>/llama2-70b/token_jsq/detailed/0.csv``;
