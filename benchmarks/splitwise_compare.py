@@ -377,6 +377,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             write_peer_trace(wl, args.write_peer_traces / f"{t}.csv")
             print(f"wrote {args.write_peer_traces / f'{t}.csv'} ({len(wl.requests)} requests)")
         return
+    fleets = [f for f in FLEETS if f.name in args.fleets]
+    if args.peer is not None:  # before any simulation: a wrong folder is found at once
+        for t in args.traces:
+            for fleet in fleets:
+                if not peer_path(args.peer, t, fleet).is_file():
+                    sys.exit(f"error: {peer_path(args.peer, t, fleet)}: no SplitwiseSim output for {t} on "
+                             f"{fleet.name} (module docstring)")
     diag = [d for d, on in (("flat decode", args.flat_decode),
                             (f"prefill x{args.prefill_scale:g}", args.prefill_scale != 1.0)) if on]
     print(f"{Path(__file__).name}: {stamp()}" + (f"; ours with {', '.join(diag)}" if diag else ""), flush=True)
@@ -385,19 +392,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     iterations: dict[tuple[str, str], dict[str, float]] = {}
     folder = tempfile.TemporaryDirectory()
     for t in args.traces:
-        for fleet in FLEETS:
-            if fleet.name not in args.fleets:
-                continue
+        for fleet in fleets:
             profile = variant_profile(fleet, Path(folder.name), args.flat_decode, args.prefill_scale)
             ours[(t, fleet.name)] = run_ours(workloads[t], fleet, profile)
             if args.peer is not None:
                 p = peer_path(args.peer, t, fleet)
-                if not p.is_file():
-                    sys.exit(f"error: {p}: no SplitwiseSim output for {t} on {fleet.name} (module docstring)")
-                peer[(t, fleet.name)] = read_peer(p)
                 logs = sorted((p.parent.parent / "instances" / "0").glob("*.csv"))
-                if logs:
-                    iterations[(t, fleet.name)] = iteration_summary(logs)
+                try:
+                    peer[(t, fleet.name)] = read_peer(p)
+                    if logs:
+                        iterations[(t, fleet.name)] = iteration_summary(logs)
+                except (OSError, ValueError) as exc:
+                    sys.exit(f"error: {exc}")
                 if len(peer[(t, fleet.name)].ttft_s) != len(workloads[t].requests):
                     print(f"warning: {p}: {len(peer[(t, fleet.name)].ttft_s)} requests completed of "
                           f"{len(workloads[t].requests)}", file=sys.stderr)
