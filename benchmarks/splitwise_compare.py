@@ -1,0 +1,419 @@
+"""Side by side with SplitwiseSim: TTFT, TBT and E2E p50/p99 of this simulator and of SplitwiseSim on
+the Azure LLM inference traces 2023 (conversation and code) at their recorded rate (1x), Llama-2-70B
+TP 8 on static fleets of 3 DGX-A100 and 2 DGX-H100.
+
+SplitwiseSim (Patel et al., "Splitwise", ISCA 2024; github.com/Mutinifni/splitwise-sim, commit
+8f99e7d) is not part of this project and nothing of it is imported or copied here: this script writes
+the traces in its input format, runs this simulator, and reads SplitwiseSim's per-request output
+(``detailed/0.csv``) from wherever it was run. To produce the peer's outputs:
+
+    python benchmarks/splitwise_compare.py --write-peer-traces ../splitwise-sim/traces
+    cd ../splitwise-sim        # a clone of splitwise-sim at 8f99e7d with its own venv
+    for t in azure_conv azure_code; do for f in "3 0" "0 2"; do set -- $f
+      .venv/bin/python run.py applications.0.scheduler=token_jsq \\
+        applications.0.model_architecture=llama2-70b applications.0.model_size=llama2-70b-fp16 \\
+        cluster=half_half cluster.servers.0.count=$1 cluster.servers.1.count=$2 \\
+        start_state=baseline performance_model=db trace.filename=$t seed=0 debug=True
+    done; done
+
+(``scripts/run_baseline_a.sh`` / ``run_baseline_h.sh`` and ``configs/experiment/baseline_*_costopt.yaml``
+of splitwise-sim 8f99e7d, with its default BLOOM-176B switched to Llama-2-70B, and its fleet sizes
+and synthetic 2-minute traces to these fleets and the real traces; run without ``--multirun``, so
+without Ray.) Then
+
+    python benchmarks/splitwise_compare.py --peer ../splitwise-sim/results
+
+prints one row per trace x fleet x metric x percentile: ours, the peer's, and ours / peer. SplitwiseSim
+writes ``results/<seed>/baseline/<trace>/<A100s>_<H100s>/llama2-70b/token_jsq/detailed/0.csv``;
+``--peer`` names that ``results`` folder. Without ``--peer`` only our figures are printed. With
+``debug=True`` (which changes none of its results) SplitwiseSim also logs every iteration of every
+instance (``instances/0/<instance>.csv`` beside ``detailed/``); a second table then summarises them
+(``iteration_summary``). ``pip install --no-deps hydra-ray-launcher==1.2.1`` in its venv: its
+``configs/config.yaml`` configures the Ray launcher, which Hydra must find even for a single run
+(Ray itself is not needed).
+
+Definitions (the same for both, from each request's arrival, first-token and last-token times):
+TTFT = first token - arrival; E2E = last token - arrival; TBT = (E2E - TTFT) / (output tokens - 1),
+the request's mean time between tokens (vLLM's TPOT), over requests of more than one output token.
+SplitwiseSim's own ``tbt_times`` divide by the output tokens instead (``scheduler.py``,
+``get_results``), which reads low by 1/output; it is recomputed here from its ``response_times``,
+``ttft_times`` and ``token_sizes``. Percentiles: ``numpy.percentile`` (linear), as SplitwiseSim's
+``utils.get_statistics``.
+
+Our fleet (``fleet_config``): one replica per DGX (8 GPUs, TP 8, as SplitwiseSim's ``baseline`` start
+state puts one TP-8 instance on each server), profiles ``llama-2-70b/a100-80gb/tp8`` and
+``llama-2-70b/h100-sxm/tp8`` (fitted on the same ``perf_model.csv`` SplitwiseSim interpolates), the
+engine limits of SplitwiseSim's ``configs/start_state/baseline.yaml`` (512 sequences, 2048 tokens a
+step), and a KV pool of a vLLM on 8 x 80 GB: (0.9 x 80 GB - 17.2 GB of weights - ~4 GB of activations)
+x 8 / 327,680 bytes a token (80 layers x 8 KV heads x 128 x 2 x 2 bytes) = 1.24 M tokens. Every
+replica is ready at 0; no client timeout fires (it is set past the trace), no request is rejected
+(``max_model_len`` 32768), no admission control.
+
+Diagnostics (docs/simulator.md, "Side by side with SplitwiseSim"): ``--flat-decode`` runs ours with a
+decode step flat in batch and context, as SplitwiseSim's is (its token-time interpolation is keyed by
+prompt x batch tokens and called with the number of decodes, so every decode batch reads about its
+B = 1 row): the profile's ``decode_s_per_seq`` set to 0 and ``bandwidth_efficiency`` to 1 (the context
+term then adds under 1 ms at 40k context tokens). ``--prefill-scale X`` multiplies the profiles'
+prefill slope by X. Both run through a profile file (``models/profiles/profile_file.py``) written
+from the shipped entry, so the simulator itself is unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from autoscaler.config import FleetConfig
+from autoscaler.config.loading import parse_config
+from autoscaler.simulate import run_simulation
+from autoscaler.workload.azure import load_azure
+from autoscaler.workload.types import Workload
+from controllers.static import StaticController
+from models.profiles.profile import shipped_entries
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
+from provenance import stamp
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "azure-llm-2023"
+
+TRACES = {"azure_conv": "AzureLLMInferenceTrace_conv.csv", "azure_code": "AzureLLMInferenceTrace_code.csv"}
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """A static fleet of one DGX type: ``name`` (its label), ``variant``/``gpu``/``profile`` (ours),
+    ``count`` replicas, and SplitwiseSim's ``(A100 servers, H100 servers)`` for the same fleet."""
+
+    name: str
+    variant: str
+    gpu: str
+    profile: str
+    count: int
+    peer_servers: tuple[int, int]
+
+
+FLEETS = (
+    Fleet("3xDGX-A100", "a100", "A100-80GB", "llama-2-70b/a100-80gb/tp8", 3, (3, 0)),
+    Fleet("2xDGX-H100", "h100", "H100-SXM", "llama-2-70b/h100-sxm/tp8", 2, (0, 2)),
+)
+KV_CACHE_TOKENS = 1_240_000  # module docstring: a vLLM's pool on 8 x 80 GB for Llama-2-70B
+PEER_OFFSET_S = 1.0  # added to every arrival of a peer trace (write_peer_trace)
+METRICS = ("TTFT", "TBT", "E2E")
+PERCENTILES = (50, 99)
+
+
+@dataclass(frozen=True)
+class Latencies:
+    """Per completed request: ``ttft_s``, ``e2e_s`` (seconds from arrival) and ``output_tokens``;
+    three arrays of one length."""
+
+    ttft_s: np.ndarray
+    e2e_s: np.ndarray
+    output_tokens: np.ndarray
+
+    def __post_init__(self) -> None:
+        if not len(self.ttft_s) == len(self.e2e_s) == len(self.output_tokens):
+            raise ValueError(f"ttft_s, e2e_s and output_tokens differ in length: {len(self.ttft_s)}, "
+                             f"{len(self.e2e_s)}, {len(self.output_tokens)}")
+
+    def metric(self, name: str) -> np.ndarray:
+        """The values of ``name`` (``METRICS``), seconds; TBT over requests of more than one token."""
+        if name == "TTFT":
+            return self.ttft_s
+        if name == "E2E":
+            return self.e2e_s
+        if name == "TBT":
+            many = self.output_tokens > 1
+            return (self.e2e_s[many] - self.ttft_s[many]) / (self.output_tokens[many] - 1)
+        raise ValueError(f"unknown metric {name!r}; expected one of {', '.join(METRICS)}")
+
+
+Row = tuple[str, str, str, int, float, float | None, float | None]
+
+
+def table(ours: Mapping[tuple[str, str], Latencies], peer: Mapping[tuple[str, str], Latencies]) -> list[Row]:
+    """One row per (trace, fleet) of ``ours`` (in its order) x metric x percentile: ``(trace, fleet,
+    metric, percentile, ours_s, peer_s, ours / peer)``, the last two None where ``peer`` lacks that
+    (trace, fleet). Raises ``ValueError`` for a (trace, fleet) with no value of a metric."""
+    rows: list[Row] = []
+    for key, lat in ours.items():
+        other = peer.get(key)
+        for name in METRICS:
+            mine = lat.metric(name)
+            theirs = None if other is None else other.metric(name)
+            for side, v in (("ours", mine), ("peer", theirs)):
+                if v is not None and len(v) == 0:
+                    raise ValueError(f"{key[0]} on {key[1]}: no {name} values ({side})")
+            for q in PERCENTILES:
+                a = float(np.percentile(mine, q))
+                b = None if theirs is None else float(np.percentile(theirs, q))
+                rows.append((key[0], key[1], name, q, a, b, None if b is None else a / b))
+    return rows
+
+
+def format_table(rows: Iterable[Row]) -> str:
+    """A Markdown table of ``table``'s rows, seconds to three significant figures, ratios to two decimals."""
+    out = ["| trace | fleet | metric | ours (s) | peer (s) | ours / peer |", "|---|---|---|---:|---:|---:|"]
+    for trace, fleet, name, q, a, b, r in rows:
+        out.append(f"| {trace} | {fleet} | {name} p{q} | {a:.3g} | {'-' if b is None else f'{b:.3g}'} | "
+                   f"{'-' if r is None else f'{r:.2f}'} |")
+    return "\n".join(out)
+
+
+PEER_KV_BYTES_PER_TOKEN = 2 * 8192 * 80 * 2
+"""SplitwiseSim's KV bytes per token of Llama-2-70B: 2 x hidden size x layers x 2 bytes
+(``request.py``, ``estimate_kv_cache_size``, with ``configs/model_repo/architectures/llama2-70b.yaml``),
+all 64 heads' keys and values: it has no grouped-query attention, so 8 x the 327,680 bytes of the
+model's 8 KV heads."""
+
+
+def iteration_summary(paths: Sequence[Path]) -> dict[str, float]:
+    """What SplitwiseSim's iteration logs (``debug=True``: ``instances/<app>/<instance>.csv``, one row per
+    run of ``num_contiguous_iterations`` iterations from ``iteration_start`` to ``iteration_end``, s)
+    show of its scheduling: ``prompt_time_share`` (busy time in iterations carrying a prompt),
+    ``prompt_only`` (such iterations with no decode in them: SplitwiseSim gives prompts the batch first
+    and preempts decodes that do not fit) and ``blocked_per_prompt_only`` (``blocked_tasks``, preempted
+    decodes waiting, in them), ``whole_over_2048`` (prompt iterations over 2048 prompt tokens: a
+    prompt runs whole, alone when it exceeds the token budget), ``prompt_iter_p50_s``/``p90``/``p99``
+    (their durations), ``decode_step_s`` and ``decode_n`` (decode-only iterations: step time and batch,
+    weighted by tokens decoded) and ``kv_tokens_peak`` (peak KV held across instances' memory above
+    their weights, in tokens of ``PEER_KV_BYTES_PER_TOKEN``; the largest of any instance).
+
+    Raises:
+        ValueError: a file lacks a column, names the file.
+    """
+    cols = ("iteration_start", "iteration_end", "batch_size", "prompt_tasks_in_batch", "memory", "blocked_tasks",
+            "num_contiguous_iterations", "batch_tokens")
+    rows: dict[str, list[float]] = {c: [] for c in cols}
+    kv_peak = 0.0
+    for path in paths:
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in cols if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ValueError(f"{path}: no column {', '.join(missing)} (expected SplitwiseSim's instance log)")
+            mem = []
+            for row in reader:
+                for c in cols:
+                    rows[c].append(float(row[c]))
+                mem.append(float(row["memory"]))
+        if mem:
+            kv_peak = max(kv_peak, (max(mem) - min(mem)) / PEER_KV_BYTES_PER_TOKEN)
+    a = {c: np.array(v) for c, v in rows.items()}
+    dur = a["iteration_end"] - a["iteration_start"]
+    k = a["num_contiguous_iterations"]
+    n = a["batch_size"] - a["prompt_tasks_in_batch"]
+    pf = a["prompt_tasks_in_batch"] > 0
+    prompt_tokens = a["batch_tokens"] - n
+    dec = ~pf & (n > 0)
+    w = n[dec] * k[dec]
+    prompt_only = pf & (n == 0)
+    p50, p90, p99 = np.percentile(dur[pf], [50, 90, 99]) if pf.any() else (np.nan,) * 3
+    return {
+        "prompt_time_share": float(dur[pf].sum() / dur.sum()),
+        "prompt_only": float(prompt_only.sum()),
+        "prompt_iterations": float(pf.sum()),
+        "blocked_per_prompt_only": float(a["blocked_tasks"][prompt_only].mean()) if prompt_only.any() else 0.0,
+        "whole_over_2048": float((pf & (prompt_tokens > 2048)).sum()),
+        "prompt_iter_p50_s": float(p50), "prompt_iter_p90_s": float(p90), "prompt_iter_p99_s": float(p99),
+        "decode_step_s": float(np.sum(w * dur[dec] / k[dec]) / w.sum()) if w.sum() else float("nan"),
+        "decode_n": float(np.sum(w * n[dec]) / w.sum()) if w.sum() else float("nan"),
+        "kv_tokens_peak": kv_peak,
+    }
+
+
+def format_iterations(summaries: Mapping[tuple[str, str], dict[str, float]]) -> str:
+    """A Markdown table of ``iteration_summary`` per (trace, fleet)."""
+    out = ["| trace | fleet | prompt iterations (share of busy time) | of them prompt-only | decodes preempted "
+           "in each | over 2048 prompt tokens | prompt iteration p50 / p90 / p99 (s) | decode-only step (ms) "
+           "at batch | peak KV (tokens) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for (trace, fleet), s in summaries.items():
+        out.append(f"| {trace} | {fleet} | {s['prompt_iterations']:.0f} ({s['prompt_time_share']:.0%}) | "
+                   f"{s['prompt_only']:.0f} | {s['blocked_per_prompt_only']:.1f} | {s['whole_over_2048']:.0f} | "
+                   f"{s['prompt_iter_p50_s']:.3f} / {s['prompt_iter_p90_s']:.3f} / {s['prompt_iter_p99_s']:.3f} | "
+                   f"{1000 * s['decode_step_s']:.1f} at {s['decode_n']:.1f} | {s['kv_tokens_peak']:,.0f} |")
+    return "\n".join(out)
+
+
+def read_peer(path: Path) -> Latencies:
+    """SplitwiseSim's ``detailed/<application>.csv``: columns ``response_times`` (E2E, s),
+    ``ttft_times`` (s) and ``token_sizes`` (output tokens), one row per completed request.
+
+    Raises:
+        ValueError: a missing column or a value that is not a number, naming the file and line.
+        OSError: the file cannot be read.
+    """
+    ttft, e2e, out = [], [], []
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        need = ("response_times", "ttft_times", "token_sizes")
+        missing = [c for c in need if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: no column {', '.join(missing)} (expected SplitwiseSim's detailed CSV)")
+        for row in reader:
+            try:
+                e2e.append(float(row["response_times"]))
+                ttft.append(float(row["ttft_times"]))
+                out.append(int(float(row["token_sizes"])))
+            except ValueError as exc:
+                raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
+    return Latencies(np.array(ttft), np.array(e2e), np.array(out))
+
+
+def peer_path(results: Path, trace: str, fleet: Fleet, seed: int = 0) -> Path:
+    """Where SplitwiseSim 8f99e7d writes the per-request CSV of this run (its ``output_dir`` template in
+    ``configs/config.yaml``)."""
+    a, h = fleet.peer_servers
+    return results / str(seed) / "baseline" / trace / f"{a}_{h}" / "llama2-70b" / "token_jsq" / "detailed" / "0.csv"
+
+
+def write_peer_trace(workload: Workload, path: Path) -> None:
+    """``workload`` in SplitwiseSim's trace format (its README, "Request Traces"): ``request_id``,
+    ``request_type`` 2 (generative LLM), ``application_id`` 0, ``arrival_timestamp`` (s),
+    ``batch_size`` 1, ``prompt_size``, ``token_size``. Arrivals are shifted by ``PEER_OFFSET_S``:
+    SplitwiseSim runs an event due at time 0 as it schedules it (``simulator.py``, ``Simulator.schedule``:
+    ``delay == 0`` runs at once), so a request arriving at 0 is routed while its trace is read, before any
+    instance exists, and the run stops with "No instances available"; latencies count from each
+    request's own arrival, so the shift changes none of them."""
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["request_id", "request_type", "application_id", "arrival_timestamp", "batch_size",
+                    "prompt_size", "token_size"])
+        for i, r in enumerate(workload.requests):
+            w.writerow([i, 2, 0, repr(r.arrival_s + PEER_OFFSET_S), 1, r.input_tokens, r.output_tokens])
+
+
+def variant_profile(fleet: Fleet, folder: Path, flat_decode: bool = False, prefill_scale: float = 1.0) -> str:
+    """The profile our ``fleet`` runs: its shipped name, or, with a diagnostic (module docstring), a
+    profile file written to ``folder`` from the shipped entry with the decode terms flat and/or the
+    prefill slope times ``prefill_scale``. Raises ``ValueError`` for ``prefill_scale`` <= 0."""
+    if not prefill_scale > 0:
+        raise ValueError(f"prefill_scale must be > 0, got {prefill_scale}")
+    if not flat_decode and prefill_scale == 1.0:
+        return fleet.profile
+    entry = shipped_entries()[fleet.profile]
+    c = entry["coefficients"]
+    if flat_decode:
+        c["decode_s_per_seq"] = 0.0
+        c["bandwidth_efficiency"] = 1.0
+    c["prefill_s_per_token"] *= prefill_scale
+    # one name per content: profiles are loaded once per path (``models.profiles.lookup``)
+    path = folder / f"{fleet.variant}{'-flat-decode' if flat_decode else ''}-prefill-x{prefill_scale:g}.json"
+    path.write_text(json.dumps(entry))
+    return str(path)
+
+
+def fleet_config(fleet: Fleet, horizon_s: float, profile: str | None = None) -> FleetConfig:
+    """Our fleet for ``fleet`` (module docstring); ``horizon_s`` bounds the client timeout from below;
+    ``profile`` replaces the fleet's (``variant_profile``)."""
+    return parse_config({
+        "services": [{
+            "name": "llama-2-70b", "model": "meta-llama/Llama-2-70b-hf", "max_model_len": 32768,
+            "slo": {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}},
+            "variants": [{
+                "name": fleet.variant, "gpu": fleet.gpu, "gpus_per_replica": 8, "price_per_gpu_hour": 0.0,
+                "min_replicas": fleet.count, "max_replicas": fleet.count, "initial_replicas": fleet.count,
+                "kv_cache_tokens": KV_CACHE_TOKENS, "profile": profile or fleet.profile,
+            }],
+        }],
+        "engine": {"max_num_seqs": 512, "max_num_batched_tokens": 2048, "block_size": 16},
+        "simulator": {"client_timeout_s": 10 * horizon_s + 3600.0},
+    }, source="splitwise_compare")
+
+
+def run_ours(workload: Workload, fleet: Fleet, profile: str | None = None) -> Latencies:
+    """Simulate ``workload`` on ``fleet`` (static), with ``profile`` instead of the fleet's if given;
+    the latencies of its completed requests.
+
+    Raises:
+        RuntimeError: a request did not complete (none should: nothing rejects or times out).
+    """
+    cfg = fleet_config(fleet, workload.requests[-1].arrival_s if workload.requests else 0.0, profile)
+    ctrl = StaticController({cfg.services[0].name: {fleet.variant: fleet.count}},
+                            cfg.controller.tick_s, cfg.controller.window_s)
+    run = run_simulation(cfg, workload, ctrl, admission="none")
+    final = run.sim.final
+    bad = [sr for sr in final if sr.status != "completed"]
+    if bad:
+        raise RuntimeError(f"{len(bad)} of {len(final)} requests did not complete (first: {bad[0].status})")
+    arrival = np.array([sr.req.arrival_s for sr in final])
+    first = np.array([sr.t_first for sr in final], dtype=float)
+    last = np.array([sr.t_finish for sr in final], dtype=float)
+    out = np.array([sr.req.output_tokens for sr in final])
+    return Latencies(first - arrival, last - arrival, out)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--data", type=Path, default=DATA,
+                    help="folder of the Azure 2023 traces (default: ../shared/data/azure-llm-2023)")
+    ap.add_argument("--peer", type=Path, default=None,
+                    help="SplitwiseSim's results folder (module docstring); without it only our figures")
+    ap.add_argument("--write-peer-traces", type=Path, default=None, metavar="DIR",
+                    help="write the traces in SplitwiseSim's format to DIR (azure_conv.csv, azure_code.csv) and exit")
+    ap.add_argument("--traces", nargs="+", choices=list(TRACES), default=list(TRACES), help="traces to run")
+    ap.add_argument("--fleets", nargs="+", choices=[f.name for f in FLEETS], default=[f.name for f in FLEETS],
+                    help="fleets to run")
+    ap.add_argument("--flat-decode", action="store_true",
+                    help="diagnostic: our decode step flat in batch and context, as SplitwiseSim's (module docstring)")
+    ap.add_argument("--prefill-scale", type=float, default=1.0,
+                    help="diagnostic: multiply our profiles' prefill slope by this (default 1)")
+    args = ap.parse_args(argv)
+    if not args.prefill_scale > 0:
+        ap.error(f"--prefill-scale must be > 0, got {args.prefill_scale}")
+    workloads = {t: load_azure(args.data / TRACES[t]) for t in args.traces}
+    if args.write_peer_traces is not None:
+        args.write_peer_traces.mkdir(parents=True, exist_ok=True)
+        for t, wl in workloads.items():
+            write_peer_trace(wl, args.write_peer_traces / f"{t}.csv")
+            print(f"wrote {args.write_peer_traces / f'{t}.csv'} ({len(wl.requests)} requests)")
+        return
+    fleets = [f for f in FLEETS if f.name in args.fleets]
+    if args.peer is not None:  # before any simulation: a wrong folder is found at once
+        for t in args.traces:
+            for fleet in fleets:
+                if not peer_path(args.peer, t, fleet).is_file():
+                    sys.exit(f"error: {peer_path(args.peer, t, fleet)}: no SplitwiseSim output for {t} on "
+                             f"{fleet.name} (module docstring)")
+    diag = [d for d, on in (("flat decode", args.flat_decode),
+                            (f"prefill x{args.prefill_scale:g}", args.prefill_scale != 1.0)) if on]
+    print(f"{Path(__file__).name}: {stamp()}" + (f"; ours with {', '.join(diag)}" if diag else ""), flush=True)
+    ours: dict[tuple[str, str], Latencies] = {}
+    peer: dict[tuple[str, str], Latencies] = {}
+    iterations: dict[tuple[str, str], dict[str, float]] = {}
+    folder = tempfile.TemporaryDirectory()
+    for t in args.traces:
+        for fleet in fleets:
+            profile = variant_profile(fleet, Path(folder.name), args.flat_decode, args.prefill_scale)
+            ours[(t, fleet.name)] = run_ours(workloads[t], fleet, profile)
+            if args.peer is not None:
+                p = peer_path(args.peer, t, fleet)
+                logs = sorted((p.parent.parent / "instances" / "0").glob("*.csv"))
+                try:
+                    peer[(t, fleet.name)] = read_peer(p)
+                    if logs:
+                        iterations[(t, fleet.name)] = iteration_summary(logs)
+                except (OSError, ValueError) as exc:
+                    sys.exit(f"error: {exc}")
+                if len(peer[(t, fleet.name)].ttft_s) != len(workloads[t].requests):
+                    print(f"warning: {p}: {len(peer[(t, fleet.name)].ttft_s)} requests completed of "
+                          f"{len(workloads[t].requests)}", file=sys.stderr)
+            print(f"ran {t} on {fleet.name}", file=sys.stderr, flush=True)
+    folder.cleanup()
+    print(format_table(table(ours, peer)))
+    if iterations:
+        print("\nSplitwiseSim's iterations (debug=True logs):")
+        print(format_iterations(iterations))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""``benchmarks/splitwise_compare.py``'s own logic on hand-made inputs: the metrics and percentiles of its
+table, the ratios, reading SplitwiseSim's per-request CSV and writing its trace format. No SplitwiseSim
+and no simulation run here."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.paths import ROOT
+
+from autoscaler.workload.types import Request, Workload
+
+SPEC = importlib.util.spec_from_file_location("bench_splitwise_compare", ROOT / "benchmarks" / "splitwise_compare.py")
+assert SPEC is not None and SPEC.loader is not None
+bench = importlib.util.module_from_spec(SPEC)
+sys.modules["bench_splitwise_compare"] = bench  # its dataclasses look their module up
+SPEC.loader.exec_module(bench)
+
+# Three requests: TTFT 1, 2, 3 s; E2E 3, 2, 9 s; 3, 1 and 4 output tokens.
+OURS = bench.Latencies(np.array([1.0, 2.0, 3.0]), np.array([3.0, 2.0, 9.0]), np.array([3, 1, 4]))
+# The peer twice as slow on every request.
+PEER = bench.Latencies(2 * OURS.ttft_s, 2 * OURS.e2e_s, OURS.output_tokens)
+
+
+def test_tbt_is_the_mean_gap_after_the_first_token_without_one_token_requests() -> None:
+    # (3 - 1) / (3 - 1) = 1 and (9 - 3) / (4 - 1) = 2; the one-token request has no gap
+    assert OURS.metric("TBT").tolist() == [1.0, 2.0]
+    with pytest.raises(ValueError, match="unknown metric 'ITL'"):
+        OURS.metric("ITL")
+
+
+def test_table_by_hand() -> None:
+    rows = bench.table({("conv", "a100"): OURS}, {("conv", "a100"): PEER})
+    got = {(m, q): (a, b, r) for _, _, m, q, a, b, r in rows}
+    # linear percentiles by hand: p50 of 3 sorted values is the middle one, p99 sits 0.98 of the way
+    # from the 2nd to the 3rd; of 2 values, p50 is their mean and p99 0.99 of the way
+    want = {("TTFT", 50): 2.0, ("TTFT", 99): 2.98, ("TBT", 50): 1.5, ("TBT", 99): 1.99,
+            ("E2E", 50): 3.0, ("E2E", 99): 3.0 + 0.98 * 6.0}
+    assert set(got) == set(want)
+    for key, v in want.items():
+        a, b, r = got[key]
+        assert a == pytest.approx(v)
+        assert b == pytest.approx(2 * v)
+        assert r == pytest.approx(0.5)
+    assert [r[:4] for r in rows][:2] == [("conv", "a100", "TTFT", 50), ("conv", "a100", "TTFT", 99)]
+
+
+def test_table_without_the_peer_has_no_peer_column_and_an_empty_metric_is_an_error() -> None:
+    rows = bench.table({("code", "h100"): OURS}, {})
+    assert len(rows) == 6 and all(r[5] is None and r[6] is None for r in rows)
+    assert "| code | h100 | E2E p99 | 8.88 | - | - |" in bench.format_table(rows)
+    one_token = bench.Latencies(np.array([1.0]), np.array([1.0]), np.array([1]))
+    with pytest.raises(ValueError, match="code on h100: no TBT values"):
+        bench.table({("code", "h100"): one_token}, {})
+
+
+def test_read_peer_takes_e2e_ttft_and_output_from_its_columns(tmp_path: Path) -> None:
+    p = tmp_path / "0.csv"
+    # SplitwiseSim's detailed CSV header (scheduler.py get_results); tbt_times is ignored (recomputed)
+    p.write_text("request_ids,response_times,queue_times,ttft_times,tbt_times,nth_token_overheads,"
+                 "prompt_sizes,token_sizes\n0,2.5,0,0.5,0.5,0.0,4096,5\n1,1.0,0,0.25,0.75,0.0,2048,1\n")
+    lat = bench.read_peer(p)
+    assert lat.e2e_s.tolist() == [2.5, 1.0] and lat.ttft_s.tolist() == [0.5, 0.25]
+    assert lat.metric("TBT").tolist() == [0.5]  # (2.5 - 0.5) / 4
+    p.write_text("response_times,ttft_times,token_sizes\n1.0,x,3\n")
+    with pytest.raises(ValueError, match=r"0\.csv: line 2: "):
+        bench.read_peer(p)
+    p.write_text("response_times,token_sizes\n1.0,3\n")
+    with pytest.raises(ValueError, match="no column ttft_times"):
+        bench.read_peer(p)
+
+
+def test_peer_trace_rows_are_its_documented_columns_shifted_by_the_offset(tmp_path: Path) -> None:
+    wl = Workload([Request(0.0, 100, 7), Request(2.5, 30, 1)])
+    p = tmp_path / "t.csv"
+    bench.write_peer_trace(wl, p)
+    rows = list(csv.DictReader(p.open()))
+    assert [(r["request_id"], r["request_type"], r["application_id"], float(r["arrival_timestamp"]),
+             r["batch_size"], r["prompt_size"], r["token_size"]) for r in rows] == [
+        ("0", "2", "0", 1.0, "1", "100", "7"), ("1", "2", "0", 3.5, "1", "30", "1")]
+
+
+def test_peer_path_is_its_output_dir_template() -> None:
+    fleet = bench.FLEETS[1]
+    assert bench.peer_path(Path("results"), "azure_code", fleet) == Path(
+        "results/0/baseline/azure_code/0_2/llama2-70b/token_jsq/detailed/0.csv")
+
+
+def test_diagnostic_profiles_change_only_the_terms_they_name(tmp_path: Path) -> None:
+    from models.profiles import get_profile
+    from models.profiles.profile import prefill_pairs
+    fleet = bench.FLEETS[0]
+    assert bench.variant_profile(fleet, tmp_path) == fleet.profile  # no diagnostic: the shipped name
+    shipped = get_profile(fleet.profile)
+    flat = get_profile(bench.variant_profile(fleet, tmp_path, flat_decode=True))
+    # decode: only the step overhead and the context at the datasheet bandwidth (327,680 B a token over
+    # 8 x 2.039 TB/s), whatever the batch; prefill unchanged
+    assert flat.step_time(0, 64, 0) == pytest.approx(shipped.step_overhead_s)
+    assert flat.step_time(0, 1, 40_000) - flat.step_time(0, 1, 0) == pytest.approx(40_000 * 327_680 / (8 * 2.039e12))
+    assert flat.step_time(2048, 0, 0, prefill_pairs(0, 2048)) == pytest.approx(
+        shipped.step_time(2048, 0, 0, prefill_pairs(0, 2048)))
+    half = get_profile(bench.variant_profile(fleet, tmp_path, prefill_scale=0.5))
+    assert half.prefill_s_per_token == pytest.approx(shipped.prefill_s_per_token / 2)
+    assert half.step_time(0, 8, 8000) == pytest.approx(shipped.step_time(0, 8, 8000))
+    with pytest.raises(ValueError, match="prefill_scale must be > 0, got 0"):
+        bench.variant_profile(fleet, tmp_path, prefill_scale=0.0)
+
+
+def test_iteration_summary_of_two_hand_made_instance_logs(tmp_path: Path) -> None:
+    head = ("name,tag,iteration_start,iteration_end,batch_size,prompt_tasks_in_batch,memory,pending_requests,"
+            "pending_tasks,blocked_tasks,pending_prompts,earliest_request_id,memory_allocs_size,"
+            "num_contiguous_iterations,batch_tokens,pending_tokens\n")
+    m0, kv = 1e11, bench.PEER_KV_BYTES_PER_TOKEN
+    a, b = tmp_path / "0.csv", tmp_path / "1.csv"
+    a.write_text(head
+                 # a 1000-token prompt with 2 decodes; 10 steps of the 2 decodes; a 3000-token prompt
+                 # alone, 2 decodes preempted
+                 + f"i0,None,0.0,0.2,3,1,{m0},0,0,0,0,0,2,1,1002,0\n"
+                 + f"i0,None,0.2,0.5,2,0,{m0 + 500 * kv},0,0,0,0,0,2,10,2,0\n"
+                 + f"i0,None,0.5,1.5,1,1,{m0 + 1000 * kv},0,0,2,0,0,2,1,3000,0\n")
+    b.write_text(head + f"i1,None,0.0,0.1,4,0,{m0},0,0,0,0,0,2,2,4,0\n")  # 2 steps of 4 decodes
+    s = bench.iteration_summary([a, b])
+    assert s["prompt_iterations"] == 2 and s["prompt_only"] == 1 and s["whole_over_2048"] == 1
+    assert s["prompt_time_share"] == pytest.approx(1.2 / 1.6)
+    assert s["blocked_per_prompt_only"] == 2
+    assert s["prompt_iter_p50_s"] == pytest.approx(0.6)  # of 0.2 and 1.0 s
+    # decode-only steps weighted by tokens decoded: 20 tokens at 0.03 s (batch 2), 8 at 0.05 s (batch 4)
+    assert s["decode_step_s"] == pytest.approx((20 * 0.03 + 8 * 0.05) / 28)
+    assert s["decode_n"] == pytest.approx((20 * 2 + 8 * 4) / 28)
+    assert s["kv_tokens_peak"] == pytest.approx(1000)
+    b.write_text("name,iteration_start\n")
+    with pytest.raises(ValueError, match=r"1\.csv: no column iteration_end"):
+        bench.iteration_summary([a, b])
