@@ -16,12 +16,14 @@ import pytest
 
 from autoscaler.config.loading import parse_config
 from autoscaler.errors import ConfigError
+from autoscaler.simulate import run_simulation
 from autoscaler.simulator.disagg import DecodeReplica, PrefillReplica, remote_prefill
 from autoscaler.simulator.engine import COMPLETED, FAILED
 from autoscaler.simulator.exposition import ROLE_LABEL, SimCollector
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.metrics import NUM_REQUESTS_RUNNING
 from autoscaler.workload.types import Request, Workload
+from controllers.base import Reason
 from models.profiles import get_profile, prefill_pairs
 
 H100 = get_profile("llama-3-8b/h100-sxm")
@@ -267,3 +269,18 @@ def test_flow_control_with_roles_is_refused() -> None:
     with pytest.raises(ValueError, match=r"flow control \(an admission policy\) with prefill/decode roles is not "
                                          "simulated yet"):
         FleetSimulator(parse_config(pd_doc(), "<pd>"), Workload([]), admission=True)
+
+
+# ------------------------------------------------------------------------------ the loop
+def test_the_loop_holds_a_service_of_pools_only() -> None:
+    # No controller scales the pools yet: the loop holds the service (reason "fixed") instead of asking
+    # for a replica of an aggregated variant it does not have, and every request is served by the pools.
+    wl = Workload([Request(arrival_s=2.0 * i, input_tokens=3000 if i % 2 else 300, output_tokens=20)
+                   for i in range(60)])
+    run = run_simulation(parse_config(pd_doc(), "<pd>"), wl, "pid")
+    assert [sr.status for sr in run.sim.requests] == [COMPLETED] * 60
+    assert {rec.services["svc"].decision.code for rec in run.ticks} == {Reason.FIXED}
+    assert [(r.name, r.gone_s) for r in run.sim.services["svc"].replicas] == [("svc-p-1", None), ("svc-d-2", None)]
+    p, d = pools(run.sim)
+    assert p.metrics.prompt_tokens == 30 * 3000  # the 3000-token prompts (>= 2048) went to the prefill pool
+    assert d.metrics.prompt_tokens == 30 * 3000 + 30 * 300  # and all 60 reached the decode replica
