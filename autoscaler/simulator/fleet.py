@@ -897,15 +897,17 @@ class FleetSimulator:
         self._retire(r)
 
     def crash(self, service: str, variant: str) -> int:
-        """Crash the oldest ready replica of ``variant`` now (its requests fail, a replacement
-        starts). Returns the number of requests that failed; 0 when no replica of it is ready."""
+        """Crash the oldest ready replica of ``variant`` (a prefill or decode pool's too) now (its requests
+        fail, a replacement starts). Returns the number of requests that failed; 0 when no replica of it
+        is ready."""
         entry: dict[str, object] = {}
         self._crash(service, variant, entry)
         return int(entry["failed_requests"])  # type: ignore[call-overload]
 
     def _crash(self, service: str, variant: str, entry: dict[str, object] | None = None) -> None:
         svc = self.services[service]
-        victims = [r for r in svc.ready if r.variant == variant]
+        pool = svc.ready if variant in svc.variants else svc.prefill_ready + svc.decode_ready
+        victims = [r for r in pool if r.variant == variant]
         if entry is None:  # a configured crash: reported by crash_outcomes
             entry = {}
             self.crash_log.append(entry)
@@ -920,7 +922,7 @@ class FleetSimulator:
             self._end_attempt(sr, FAILED)
         entry.update(applied=True, failed_requests=len(failed))
         self._retire(r)
-        self._new_replica(svc, svc.variants[variant])
+        self._new_replica(svc, svc.all_variants[variant])
 
     def follow_itl_budget(self, service: str, itl_budget: Mapping[str, int]) -> bool:
         """Let ``service``'s concurrency detector take a published ITL budget (variant -> requests in

@@ -284,3 +284,36 @@ def test_the_loop_holds_a_service_of_pools_only() -> None:
     p, d = pools(run.sim)
     assert p.metrics.prompt_tokens == 30 * 3000  # the 3000-token prompts (>= 2048) went to the prefill pool
     assert d.metrics.prompt_tokens == 30 * 3000 + 30 * 300  # and all 60 reached the decode replica
+
+
+# ------------------------------------------------------------------------------ crashes during a read
+def test_a_decode_replica_crashing_during_the_read_fails_the_request_and_frees_the_prefill_kv() -> None:
+    # A 1-s hand-over latency: the read spans [t_p, t_p + 1.0105 s] (t_p = 0.113 s); the decode replica
+    # crashes at 0.5 s. The attempt fails there (no retry), the prefill replica frees the 4000 tokens it
+    # held at once, and the read's end changes nothing.
+    cfg = parse_config(pd_doc(latency_s=1.0), "<pd>")
+    sim = FleetSimulator(cfg, Workload([Request(arrival_s=0.0, input_tokens=4000, output_tokens=2)]))
+    p, d = pools(sim)
+    sim.run_until(0.5)
+    assert (p.kv_used, d.kv_used, d.receiving) == (4000, 4000, 1)
+    assert sim.crash("svc", "d") == 1
+    assert (p.kv_used, d.kv_used, d.receiving) == (0, 0, 0)
+    sim.run_until(5.0)
+    (sr,) = sim.requests
+    assert sr.status == FAILED and sr.t_first is None
+    assert p.kv_used == 0 and not sim._handoffs
+
+
+def test_a_prefill_replica_crashing_during_the_read_loses_its_kv_but_not_the_read() -> None:
+    # Not modelled as a failed read (module docstring): the decode replica still gets the KV at
+    # t_p + 1.0105 s and serves the request; the crashed replica's KV is gone with it.
+    cfg = parse_config(pd_doc(latency_s=1.0), "<pd>")
+    sim = FleetSimulator(cfg, Workload([Request(arrival_s=0.0, input_tokens=4000, output_tokens=2)]))
+    p, d = pools(sim)
+    sim.run_until(0.5)
+    assert sim.crash("svc", "p") == 0  # the request is no longer on the prefill replica
+    assert (p.kv_used, d.kv_used) == (0, 4000)
+    sim.run_until(10.0)
+    (sr,) = sim.requests
+    assert sr.status == COMPLETED
+    assert sr.t_first == pytest.approx(st(4000) + 4000 * 131_072 * 8 / 400e9 + 1.0 + st(1, start=3999), rel=1e-12)
