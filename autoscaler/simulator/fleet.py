@@ -11,6 +11,12 @@ replica's requests fail, its cache is lost, and a replacement starts, as a Repli
 A replica asked for inside one of its variant's ``simulator.unschedulable`` windows stays Pending
 (paid for nothing: no node runs it) until the window ends, and only then starts.
 
+Prefill/decode pools (``Service.roles``): their replicas are ``simulator.disagg``'s, ready in their own
+lists (``ServiceSim.prefill_ready``, ``decode_ready``), routed by ``_route_pd`` as llm-d routes; a
+remote prefill in progress is in ``_handoffs`` until its KV has been read (``_TRANSFER`` events) or its
+attempt ends, which frees what its prefill replica held. A drained replica holding KV for a hand-over
+stays until it holds none.
+
 Nodes: ``warm_nodes`` of a variant's nodes hold its weights; a new replica starts warm when one of
 them is free (no live replica on it), else cold. Clients: an attempt unfinished ``client_timeout_s``
 after it was sent (a streaming client's: with no token yet) fails, wherever it is (gateway, a
