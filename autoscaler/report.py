@@ -122,11 +122,11 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
         return variant if len(sim.services) == 1 else f"{service}/{variant}"
 
     # every variant is listed, 0.0 when it never ran a replica: absent would read as unknown
-    gpu_hours = {key_of(s.cfg.name, v): 0.0 for s in sim.services.values() for v in s.variants}
+    gpu_hours = {key_of(s.cfg.name, v): 0.0 for s in sim.services.values() for v in s.all_variants}
     cost = dict(gpu_hours)
     for s in sim.services.values():
         for r in s.replicas:
-            v = s.variants[r.variant]
+            v = s.all_variants[r.variant]
             key = key_of(r.service, r.variant)
             secs = r.replica_seconds(run.end_s)
             gpu_hours[key] += secs * v.gpus_per_replica / 3600

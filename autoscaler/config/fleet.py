@@ -110,6 +110,69 @@ class TypicalRequest(Strict):
     prefix_hit_rate: float = Field(default=0.0, ge=0, lt=1)
 
 
+KV_LINK_GBPS = 400.0
+"""Default line rate of the link a KV cache moves over from a prefill to a decode replica, Gb/s: one
+400 Gb/s RDMA NIC (ConnectX-7, NDR InfiniBand or 400 GbE RoCE), the NIC an NVIDIA DGX H100 wires to each
+of its GPUs (DGX H100 datasheet: 8 x single-port ConnectX-7, 400 Gb/s each), over which vLLM's
+``NixlConnector`` reads the blocks with NIXL/UCX. Within one NVLink domain the link is NVLink 4
+(450 GB/s a direction per H100, 3600 Gb/s): set ``bandwidth_gbps`` to it for same-node pools."""
+KV_LINK_LATENCY_S = 0.11
+"""Default fixed time of one P/D handover besides moving the bytes and recomputing the last prompt
+token, seconds: vLLM issue #50913 (RFC, 2026-08-03, ``NixlConnector``, Qwen3-32B-FP8 TP2 3P1D on 8 x L20,
+~4.9k-token prompts, ``--block-size 64``) measured the handover from the prefill's token 1 to the
+client's at ~197 ms p50, of which the KV read was ~29 ms and the decode's recompute of token 1 ~58 ms with
+its wait for a step boundary; ~110 ms is orchestration (the router's dispatch, the side-channel
+notifications, engine-step boundaries). The simulator models the read (bytes / link) and the recompute
+(a 1-token prefill step on the decode replica, waiting for its step in flight), so this default is
+that remainder; one measurement of one setup, an upper-side figure for a tuned deployment."""
+PD_NON_CACHED_TOKENS = 16
+"""Default of ``Roles.non_cached_tokens``: llm-d-inference-scheduler v0.8.0's sample P/D endpoint-picker
+configuration (``deploy/config/pd-epp-config.yaml``: ``prefix-based-pd-decider`` with ``nonCachedTokens:
+16``); the plugin's own default, 0, turns disaggregation off."""
+
+
+class KVTransfer(Strict):
+    """How a prompt's KV cache moves from a prefill replica to a decode replica.
+
+    Attributes:
+        bandwidth_gbps: the link's line rate, Gb/s (``KV_LINK_GBPS``); one transfer uses it whole.
+        latency_s: fixed seconds added to each transfer (``KV_LINK_LATENCY_S``).
+
+    A transfer of ``t`` tokens takes ``t x kv_bytes_per_token x 8 / (bandwidth_gbps x 1e9) + latency_s``.
+    """
+
+    bandwidth_gbps: float = Field(default=KV_LINK_GBPS, gt=0, le=100_000)
+    latency_s: float = Field(default=KV_LINK_LATENCY_S, ge=0, le=60)
+
+    def seconds(self, tokens: int, kv_bytes_per_token: int) -> float:
+        """Seconds to move ``tokens`` tokens of ``kv_bytes_per_token`` bytes each (>= 0)."""
+        return tokens * kv_bytes_per_token * 8 / (self.bandwidth_gbps * 1e9) + self.latency_s
+
+
+class Roles(Strict):
+    """A service's prefill/decode disaggregation (llm-d's P/D "well-lit path"): pools of prefill and
+    decode replicas, each a list of variants as ``Service.variants`` (GPU, TP, price, profile, start-up).
+
+    Attributes:
+        prefill: variants of the prefill pool (pods labelled ``llm-d.ai/role: prefill``), at least one.
+        decode: variants of the decode pool (``llm-d.ai/role: decode``), at least one.
+        non_cached_tokens: llm-d's ``prefix-based-pd-decider`` threshold, tokens: a request is prefilled
+            remotely when its prompt, and the part of it the chosen decode replica has not cached, are
+            both at least this long; else the decode replica prefills it itself. 0 turns remote
+            prefill off, as in the plugin (default ``PD_NON_CACHED_TOKENS``).
+        kv_transfer: the link between the pools (``KVTransfer``).
+    """
+
+    prefill: list[Variant] = Field(min_length=1)
+    decode: list[Variant] = Field(min_length=1)
+    non_cached_tokens: int = Field(default=PD_NON_CACHED_TOKENS, ge=0)
+    kv_transfer: KVTransfer = KVTransfer()
+
+    def variants(self) -> list[tuple[str, Variant]]:
+        """(role, variant) of every pool's variants, prefill first."""
+        return [("prefill", v) for v in self.prefill] + [("decode", v) for v in self.decode]
+
+
 class Service(Strict):
     """A served model and the variants that serve it.
 
@@ -119,7 +182,10 @@ class Service(Strict):
         max_model_len: longest prompt + output accepted, tokens; longer requests are rejected
             (vLLM answers HTTP 400), counted as ``rejected``.
         slo: objectives per request class; must define ``interactive`` and ``batch``.
-        variants: at least one.
+        variants: its aggregated variants (each replica prefills and decodes); may be empty when
+            ``roles`` is given.
+        roles: prefill and decode pools beside (or instead of) the aggregated variants (``Roles``;
+            simulated, not yet scaled by the controllers).
         typical_request: the request it is sized for without a trace.
     """
 
@@ -127,8 +193,13 @@ class Service(Strict):
     model: str
     max_model_len: int = Field(default=32768, gt=0)
     slo: dict[str, SLO]
-    variants: list[Variant] = Field(min_length=1)
+    variants: list[Variant] = Field(default_factory=list)
+    roles: Roles | None = None
     typical_request: TypicalRequest = TypicalRequest()
+
+    def role_variants(self) -> list[tuple[str, Variant]]:
+        """(role, variant) of its prefill and decode pools; empty without ``roles``."""
+        return [] if self.roles is None else self.roles.variants()
 
     @field_validator("name")
     @classmethod
@@ -145,9 +216,12 @@ class Service(Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> Service:
-        if all(v.cap == 0 for v in self.variants):
+        if not self.variants and self.roles is None:
+            raise ValueError("variants: at least one variant is required (or roles with prefill and decode pools)")
+        decode_capable = self.variants + ([] if self.roles is None else self.roles.decode)
+        if all(v.cap == 0 for v in decode_capable):
             raise ValueError("every variant has max_replicas (or quota) 0: the service could never serve")
-        names = [v.name for v in self.variants]
+        names = [v.name for v in self.variants] + [v.name for _, v in self.role_variants()]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"duplicate variant name(s): {', '.join(sorted(dup))}")
@@ -228,10 +302,10 @@ class FleetConfig(Strict):
         # simulator also keeps one block of rounding slack per sequence (engine).
         block = self.engine.block_size
         for s in self.services:
-            for v in s.variants:
+            for where, v in [("variants", v) for v in s.variants] + [(f"roles.{r}", v) for r, v in s.role_variants()]:
                 if v.kv_cache_tokens < s.max_model_len + block:
                     raise ValueError(
-                        f"services[{s.name}].variants[{v.name}].kv_cache_tokens ({v.kv_cache_tokens}) cannot hold "
+                        f"services[{s.name}].{where}[{v.name}].kv_cache_tokens ({v.kv_cache_tokens}) cannot hold "
                         f"one max_model_len ({s.max_model_len}) sequence plus one {block}-token block"
                     )
         return self
@@ -278,14 +352,15 @@ class FleetConfig(Strict):
     @model_validator(mode="after")
     def _limits_hold_the_minimum(self) -> FleetConfig:
         # a fleet whose minimum (or starting) replicas already break a shared limit has no valid plan
-        gpus = {v.gpu for s in self.services for v in s.variants}
+        gpus = {v.gpu for s in self.services for v in s.variants} | {v.gpu for s in self.services
+                                                                    for _, v in s.role_variants()}
         for gpu in self.gpu_limits.quota:
             if gpu not in gpus:
                 raise ValueError(f"gpu_limits.quota: no variant runs on '{gpu}' (GPUs: {', '.join(sorted(gpus))})")
         for attr, what in (("min_replicas", "min_replicas"), ("start_replicas", "initial_replicas")):
             held: dict[str, int] = {}
             for s in self.services:
-                for v in s.variants:
+                for v in s.variants + [v for _, v in s.role_variants()]:
                     held[v.gpu] = held.get(v.gpu, 0) + getattr(v, attr) * v.gpus_per_replica
             for gpu, cap in self.gpu_limits.quota.items():
                 if held.get(gpu, 0) > cap:

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from autoscaler.config.fleet import FleetConfig
+from autoscaler.config.fleet import FleetConfig, Variant
 from autoscaler.errors import ConfigError, ProfileError
 from autoscaler.files import read_regular
 from models.capacity import marginal_costs
@@ -88,8 +88,16 @@ def _resolve_profile_files(cfg: FleetConfig, base_dir: Path) -> FleetConfig:
     def resolved(profile: str) -> str:
         return str(base_dir / profile) if is_profile_file(profile) and not Path(profile).is_absolute() else profile
 
-    services = [s.model_copy(update={"variants": [v.model_copy(update={"profile": resolved(v.profile)})
-                                                  for v in s.variants]}) for s in cfg.services]
+    def variants(vs: list[Variant]) -> list[Variant]:
+        return [v.model_copy(update={"profile": resolved(v.profile)}) for v in vs]
+
+    services = []
+    for s in cfg.services:
+        update: dict[str, Any] = {"variants": variants(s.variants)}
+        if s.roles is not None:
+            update["roles"] = s.roles.model_copy(update={"prefill": variants(s.roles.prefill),
+                                                         "decode": variants(s.roles.decode)})
+        services.append(s.model_copy(update=update))
     return cfg.model_copy(update={"services": services})
 
 
@@ -99,8 +107,9 @@ def _check_profiles(cfg: FleetConfig, source: str) -> None:
     known = list_profiles()
     gpus = {key.upper(): key for key in GPUS}
     for s in cfg.services:
-        for v in s.variants:
-            where = f"{source}: services[{s.name}].variants[{v.name}]"
+        placed = [("variants", v) for v in s.variants] + [(f"roles.{role}", v) for role, v in s.role_variants()]
+        for key, v in placed:
+            where = f"{source}: services[{s.name}].{key}[{v.name}]"
             if v.gpu.upper() not in gpus:
                 raise ConfigError(f"{where}.gpu: unknown GPU '{v.gpu}'; known: {', '.join(sorted(gpus))}")
             if not is_profile_file(v.profile) and v.profile not in known:

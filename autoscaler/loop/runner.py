@@ -145,6 +145,9 @@ class ControlLoop:
             if est.errors:
                 why = f"{len(est.errors)} metric queries failed ({est.errors[0]}); {why}"
             return hold(est.current, f"hold: {why}", Reason.COUNTS_UNKNOWN)
+        if not svc.variants:  # prefill/decode pools only (``Service.roles``): no controller scales them yet
+            return hold(est.current, "hold: no aggregated variant, and the prefill/decode pools are not scaled yet",
+                        Reason.FIXED)
         if ctrl.own_guard:
             return ctrl.decide(est, svc)
         if sum(est.current.values()) == 0 and waiting > 0:

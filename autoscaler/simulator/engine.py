@@ -130,6 +130,10 @@ class Replica:
             was not, or it crashed).
     """
 
+    role = ""
+    """The pod's ``llm-d.ai/role`` label: "" for an aggregated replica (no label); ``disagg``'s subclasses
+    set ``prefill`` and ``decode``."""
+
     def __init__(
         self,
         rid: int,
@@ -218,6 +222,11 @@ class Replica:
         if marks is not None and not self._marked:
             self._marked = True
             marks.append(self)
+
+    @property
+    def holds_kv(self) -> bool:
+        """It holds KV for a prefill/decode hand-over (``disagg``), so a draining one stays: never here."""
+        return False
 
     @property
     def outstanding(self) -> int:

@@ -4,7 +4,9 @@
 (ready or draining: a pod still loading weights has no metrics endpoint yet), the vLLM 0.33
 metrics of ``autoscaler.simulator.metrics`` (names, help texts and buckets of vLLM 0.33.0
 ``vllm/v1/metrics/loggers.py``, METRICS.md) with the labels ``model_name``, ``engine="0"``,
-``namespace``, ``pod`` (``<service>-<variant>-<replica id>``) and ``variant``; and for every variant
+``namespace``, ``pod`` (``<service>-<variant>-<replica id>``) and ``variant``, and in a fleet with
+prefill/decode roles ``llm_d_ai_role`` (``prefill``, ``decode``, "" for an aggregated pod: ``ROLE_LABEL``);
+and for every variant (of the roles' pools too)
 the kube-state-metrics v2 Deployment series ``kube_deployment_spec_replicas`` (ready + starting)
 and ``kube_deployment_status_replicas_ready`` (labels ``namespace``, ``deployment`` =
 ``<service>-<variant>``), as a cluster running kube-state-metrics exposes them; and for every
@@ -69,6 +71,11 @@ from autoscaler.simulator.metrics import (
 )
 
 POD_LABELS = ("model_name", "engine", "namespace", "pod", "variant")
+ROLE_LABEL = "llm_d_ai_role"
+"""The pod label ``llm-d.ai/role`` (``simulator.disagg``) as a Prometheus scraping the pods carries it: the
+Kubernetes service discovery's ``__meta_kubernetes_pod_label_llm_d_ai_role`` (the label's name with each
+character not valid in a Prometheus label name written ``_``), kept by a ``labelmap`` relabelling; llm-d's
+monitoring examples select and group pods by ``llm_d_ai_role``."""
 RELEASE_NAMES: dict[str, dict[str, str]] = {
     "0.11": {name: name for name in (KV_CACHE_USAGE_PERC, PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS, ITL_SECONDS,
                                      TPOT_SECONDS)},
@@ -86,8 +93,8 @@ DEFAULT_FAIRNESS_ID = "default-flow"
 """The flow a request without a fairness header joins (llm-d-router v0.10.0 ``pkg/epp/metadata/consts.go``)."""
 
 
-def _histogram(name: str, doc: str) -> HistogramMetricFamily:
-    return HistogramMetricFamily(name, doc, labels=POD_LABELS)
+def _histogram(name: str, doc: str, labels: tuple[str, ...] = POD_LABELS) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, doc, labels=labels)
 
 
 def _add_histogram(fam: HistogramMetricFamily, labels: list[str], h: Histogram, created: float | None = None) -> None:
@@ -127,6 +134,10 @@ class SimCollector(Collector):
         self.created = created
         self.clock = clock
         self._first_seen: dict[int, float] = {}
+        # a fleet with prefill/decode roles labels every pod with its role ("" for an aggregated one, which
+        # a Prometheus stores without the label); a fleet without keeps the label set it always had
+        self.roles = any(svc.pd is not None for svc in sim.services.values())
+        self.pod_labels = (*POD_LABELS, ROLE_LABEL) if self.roles else POD_LABELS
 
     def _created(self, rid: int) -> float | None:
         """The ``_created`` value of replica ``rid``'s series (None: not exported)."""
@@ -145,28 +156,28 @@ class SimCollector(Collector):
 
     def _families(self) -> Iterator[Metric]:
         running = GaugeMetricFamily(NUM_REQUESTS_RUNNING, "Number of requests in model execution batches.",
-                                    labels=POD_LABELS)
+                                    labels=self.pod_labels)
         waiting = GaugeMetricFamily(NUM_REQUESTS_WAITING, "Number of requests waiting to be processed.",
-                                    labels=POD_LABELS)
+                                    labels=self.pod_labels)
         names = self.names
         kv = GaugeMetricFamily(names[KV_CACHE_USAGE_PERC], "KV-cache usage. 1 means 100 percent usage.",
-                               labels=POD_LABELS)
+                               labels=self.pod_labels)
         counters = {
             "prompt_tokens": CounterMetricFamily(PROMPT_TOKENS, "Number of prefill tokens processed.",
-                                                 labels=POD_LABELS),
+                                                 labels=self.pod_labels),
             "generation_tokens": CounterMetricFamily(GENERATION_TOKENS, "Number of generation tokens processed.",
-                                                     labels=POD_LABELS),
+                                                     labels=self.pod_labels),
             "prefix_queries": CounterMetricFamily(
                 names[PREFIX_CACHE_QUERIES], "Prefix cache queries, in terms of number of queried tokens.",
-                labels=POD_LABELS),
+                labels=self.pod_labels),
             "prefix_hits": CounterMetricFamily(names[PREFIX_CACHE_HITS], "Prefix cache hits, in terms of number of "
-                                               "cached tokens.", labels=POD_LABELS),
+                                               "cached tokens.", labels=self.pod_labels),
             "preemptions": CounterMetricFamily(NUM_PREEMPTIONS, "Cumulative number of preemption from the engine.",
-                                               labels=POD_LABELS),
+                                               labels=self.pod_labels),
         }
         success = CounterMetricFamily(REQUEST_SUCCESS, "Count of successfully processed requests.",
-                                      labels=(*POD_LABELS, "finished_reason"))
-        hists = {key: _histogram(name, doc) for key, (name, doc) in {
+                                      labels=(*self.pod_labels, "finished_reason"))
+        hists = {key: _histogram(name, doc, self.pod_labels) for key, (name, doc) in {
             "ttft": (TTFT_SECONDS, "Histogram of time to first token in seconds."),
             "itl": (names[ITL_SECONDS], "Histogram of inter-token latency in seconds."),
             "tpot": (names[TPOT_SECONDS], "Histogram of time_per_output_token_seconds per request."),
@@ -177,7 +188,7 @@ class SimCollector(Collector):
         # (vLLM 0.33 ``vllm/v1/metrics/loggers.py``); ``namespace``, ``pod`` and ``variant`` are the
         # scrape's target labels, on every series of the pod.
         cache_config = GaugeMetricFamily(CACHE_CONFIG_INFO, "Information of the LLMEngine CacheConfig",
-                                         labels=(*POD_LABELS[1:], "block_size", "num_gpu_blocks"))
+                                         labels=(*self.pod_labels[1:], "block_size", "num_gpu_blocks"))
         spec = GaugeMetricFamily(KSM_SPEC_REPLICAS, "Number of desired pods for a deployment.",
                                  labels=("namespace", "deployment"))
         ready = GaugeMetricFamily(KSM_READY_REPLICAS, "The number of ready replicas per deployment.",
@@ -209,7 +220,7 @@ class SimCollector(Collector):
                 if received:  # as a labelled counter, a series appears with its first request
                     gateway.add_metric([svc.cfg.model, svc.cfg.model, DEFAULT_FAIRNESS_ID, str(rank)], received)
                     gateway_old.add_metric([svc.cfg.model, svc.cfg.model, str(rank)], received)
-            for vname in svc.variants:
+            for vname in svc.all_variants:
                 c = svc.counts(vname)
                 dep = [self.namespace, f"{svc.cfg.name}-{vname}"]
                 spec.add_metric(dep, c.current)
@@ -220,6 +231,8 @@ class SimCollector(Collector):
                 r.refresh_gauges()
                 m = r.metrics
                 labels = [svc.cfg.model, "0", self.namespace, f"{svc.cfg.name}-{r.variant}-{r.rid}", r.variant]
+                if self.roles:
+                    labels.append(r.role)
                 running.add_metric(labels, m.running)
                 waiting.add_metric(labels, m.waiting)
                 kv.add_metric(labels, m.kv_usage)

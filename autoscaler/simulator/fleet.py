@@ -11,6 +11,12 @@ replica's requests fail, its cache is lost, and a replacement starts, as a Repli
 A replica asked for inside one of its variant's ``simulator.unschedulable`` windows stays Pending
 (paid for nothing: no node runs it) until the window ends, and only then starts.
 
+Prefill/decode pools (``Service.roles``): their replicas are ``simulator.disagg``'s, ready in their own
+lists (``ServiceSim.prefill_ready``, ``decode_ready``), routed by ``_route_pd`` as llm-d routes; a
+remote prefill in progress is in ``_handoffs`` until its KV has been read (``_TRANSFER`` events) or its
+attempt ends, which frees what its prefill replica held. A drained replica holding KV for a hand-over
+stays until it holds none.
+
 Nodes: ``warm_nodes`` of a variant's nodes hold its weights; a new replica starts warm when one of
 them is free (no live replica on it), else cold. Clients: an attempt unfinished ``client_timeout_s``
 after it was sent (a streaming client's: with no token yet) fails, wherever it is (gateway, a
@@ -44,7 +50,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoscaler.config import FleetConfig, Service, Variant
+from autoscaler.config import FleetConfig, Roles, Service, Variant
+from autoscaler.simulator.disagg import PREFILL, DecodeReplica, PrefillReplica, remote_prefill
 from autoscaler.simulator.engine import (
     COMPLETED,
     DRAINING,
@@ -61,14 +68,25 @@ from autoscaler.simulator.gateway import DEFER, SHED_429, Gateway
 from autoscaler.simulator.router import least_outstanding, prefix_affinity
 from autoscaler.workload.types import PRIORITIES, Workload
 from controllers.admission import concurrency_budget, releases_at_first_token, token_budget, token_charge
-from models.capacity import throughput_weights
+from models.capacity import ReplicaSpec, mean_itl_rate, service_mix, throughput_weights
 from models.profiles import get_profile
 
-_READY, _STEP, _CRASH, _RETRY, _TIMEOUT, _DEADLINE, _KILL = range(7)
+_READY, _STEP, _CRASH, _RETRY, _TIMEOUT, _DEADLINE, _KILL, _TRANSFER = range(8)
 STATUSES = (None, COMPLETED, REJECTED, FAILED, SHED)  # an ended request's status, by its code (outcome_arrays)
 _STATUS_CODE = {status: code for code, status in enumerate(STATUSES)}
 RETRIED = frozenset({FAILED, SHED})  # what a client sends again (timeouts, 5xx, 429); not a 400
 RETRY_SEED = 4  # the jitter's random stream: the same run always draws the same delays
+
+
+def _weights(s: Service, cfg: FleetConfig) -> dict[str, float]:
+    """variant -> the router's weight of one replica: ``throughput_weights`` for the aggregated variants
+    and, the same way, for the prefill and decode variants (compared only among the replicas one routing
+    step picks from)."""
+    weights = throughput_weights(s, cfg.engine)
+    if s.roles is not None:
+        mix, itl = service_mix(s), s.slo["interactive"].itl_s
+        weights.update({v.name: mean_itl_rate(ReplicaSpec.of(v, cfg.engine), mix, itl) for _, v in s.role_variants()})
+    return weights
 
 
 def _mean_utilization(pods: list[Replica], queue_depth: int, kv_fraction: float) -> float:
@@ -137,9 +155,15 @@ class ServiceSim:
 
     def __init__(self, cfg: Service, weights: dict[str, float]) -> None:
         self.cfg = cfg
-        self.variants: dict[str, Variant] = {v.name: v for v in cfg.variants}
+        self.variants: dict[str, Variant] = {v.name: v for v in cfg.variants}  # its aggregated variants
         self.replicas: list[Replica] = []
-        self.ready: list[Replica] = []
+        self.ready: list[Replica] = []  # its ready aggregated replicas
+        # prefill/decode pools (``disagg``): None without ``roles``
+        self.pd: Roles | None = cfg.roles
+        self.role_of: dict[str, str] = {v.name: role for role, v in cfg.role_variants()}  # variant -> role
+        self.all_variants: dict[str, Variant] = {**self.variants, **{v.name: v for _, v in cfg.role_variants()}}
+        self.prefill_ready: list[Replica] = []
+        self.decode_ready: list[Replica] = []
         self.gateway: deque[SimRequest] = deque()
         self.weights = weights
         self.arrivals = 0  # attempts received, as a gateway's request counter counts them
@@ -158,6 +182,12 @@ class ServiceSim:
         self.route_marks: list[Replica] = []  # replicas whose outstanding count changed since the last route
         self.route_epoch = 0  # the heap's generation
         self.ready_seq = 0  # replicas made ready so far (each one's route_seq)
+
+    def ready_list(self, r: Replica) -> list[Replica]:
+        """The list of ready replicas ``r`` belongs in: ``ready``, or its role's pool."""
+        if not r.role:
+            return self.ready
+        return self.prefill_ready if r.role == PREFILL else self.decode_ready
 
     def invalidate_routes(self) -> None:
         """The routable replicas changed (one ready, gone, draining, cordoned or not): rebuild the heap."""
@@ -207,7 +237,11 @@ class FleetSimulator:
         self.cfg = cfg
         self.workload = workload
         self.target = cfg.service(service).name
-        self.services = {s.name: ServiceSim(s, throughput_weights(s, cfg.engine)) for s in cfg.services}
+        self.services = {s.name: ServiceSim(s, _weights(s, cfg)) for s in cfg.services}
+        if admission and any(s.roles is not None for s in cfg.services):
+            raise ValueError("the gateway's flow control (an admission policy) with prefill/decode roles is not "
+                             "simulated yet: run without --admission")
+        self._handoffs: dict[SimRequest, tuple[PrefillReplica, DecodeReplica]] = {}  # remote prefills in progress
         if admission:
             g = cfg.simulator.gateway
             for svc in self.services.values():
@@ -263,6 +297,9 @@ class FleetSimulator:
         self.cut_requests = 0  # attempts failed because their replica's termination grace ran out
         for s in self.services.values():
             for v in s.cfg.variants:
+                for _ in range(v.start_replicas):
+                    self._new_replica(s, v, ready_now=True)
+            for _, v in s.cfg.role_variants():
                 for _ in range(v.start_replicas):
                     self._new_replica(s, v, ready_now=True)
         for c in cfg.simulator.crashes:
@@ -347,6 +384,8 @@ class FleetSimulator:
                     if obj.status is None and not (  # type: ignore[attr-defined]
                             obj.t_first is not None and self.cfg.simulator.clients.streaming):  # type: ignore[attr-defined]
                         self._time_out(obj)  # type: ignore[arg-type]
+                elif kind == _TRANSFER:
+                    self._transfer_done(obj)  # type: ignore[arg-type]
                 else:
                     self._deadline(obj)  # type: ignore[arg-type]
         self.now = max(self.now, t_end)
@@ -450,6 +489,9 @@ class FleetSimulator:
                 self._push(sr.deadline_s, _DEADLINE, sr, 0)
             self._pump(svc)
             return
+        if svc.pd is not None:
+            self._route_pd(svc, sr)
+            return
         if not svc.ready:
             svc.gateway.append(sr)
             return
@@ -470,6 +512,58 @@ class FleetSimulator:
             self._least_outstanding_by_heap(svc).enqueue(sr, self.now)
             return
         self._pick(svc, self._routable(svc), sr).enqueue(sr, self.now)
+
+    def _route_pd(self, svc: ServiceSim, sr: SimRequest) -> None:
+        """Route ``sr`` as llm-d's P/D scheduling does (llm-d-inference-scheduler v0.8.0
+        ``disagg-profile-handler``: the decode profile first, then the prefill profile when the decider
+        says so): a decode replica among the ready decode and aggregated replicas not cordoned (llm-d's
+        ``decode-filter`` passes pods labelled ``decode`` and unlabelled ones), then, when ``remote_prefill``
+        holds on that replica's prefix cache and a prefill replica is ready, a prefill replica (the
+        ``prefill-filter``: pods labelled ``prefill``); each picked by the fleet's router. Held at the
+        gateway while no decode or aggregated replica is ready; prefilled by its decode replica when no
+        prefill replica is (llm-d then keeps the decode profile's result alone). An aggregated replica
+        always serves the whole request."""
+        decoders = [r for r in svc.ready if not r.cordoned] + [r for r in svc.decode_ready if not r.cordoned] \
+            or svc.ready + svc.decode_ready
+        if not decoders:
+            svc.gateway.append(sr)
+            return
+        d = self._pick(svc, decoders, sr)
+        pd = svc.pd
+        assert pd is not None
+        if isinstance(d, DecodeReplica) and svc.prefill_ready:
+            req = sr.req
+            cached = d.cache.match_blocks(req.hash_ids) * d.cache.block_tokens if req.hash_ids else 0
+            if remote_prefill(req.input_tokens, cached, pd.non_cached_tokens):
+                prefillers = [r for r in svc.prefill_ready if not r.cordoned] or svc.prefill_ready
+                p = self._pick(svc, prefillers, sr)
+                assert isinstance(p, PrefillReplica)
+                self._handoffs[sr] = (p, d)
+                p.enqueue(sr, self.now)
+                return
+        d.enqueue(sr, self.now)
+
+    def on_prefilled(self, sr: SimRequest, replica: PrefillReplica, now: float) -> None:
+        """Called by a prefill replica when ``sr``'s prompt is prefilled: its decode pod's sidecar sends it
+        to the decode replica (``DecodeReplica.receive``); if that replica is gone, the attempt fails."""
+        _, d = self._handoffs[sr]
+        if d.state == GONE:
+            self._end_attempt(sr, FAILED)
+            return
+        d.receive(sr, now)
+
+    def push_transfer(self, t: float, sr: SimRequest) -> None:
+        """Schedule the end of ``sr``'s KV read at ``t`` (seconds)."""
+        self._push(t, _TRANSFER, sr, 0)
+
+    def _transfer_done(self, sr: SimRequest) -> None:
+        """``sr``'s KV has been read: its prefill replica frees it, its decode replica computes on."""
+        handoff = self._handoffs.pop(sr, None)
+        if handoff is None:  # the attempt ended during the read
+            return
+        p, d = handoff
+        p.release(sr, self.now)
+        d.loaded(sr, self.now)
 
     def _least_outstanding_by_heap(self, svc: ServiceSim) -> Replica:
         """``least_outstanding(_routable(svc), svc.weights)`` from a heap of the routable replicas by
@@ -651,6 +745,10 @@ class FleetSimulator:
         """End the attempt ``sr`` with ``status``; its client sends it again (``ClientConfig``) or the
         request ends with it."""
         self._end(sr, status)
+        if self._handoffs:
+            handoff = self._handoffs.pop(sr, None)
+            if handoff is not None:  # a remote prefill in progress: its prefill replica frees what it holds
+                handoff[0].release(sr, self.now)
         clients = self.cfg.simulator.clients
         if status in RETRIED and sr.attempt < clients.max_retries and not self._stopping:
             delay = min(clients.backoff_base_s * 2 ** sr.attempt, clients.backoff_cap_s)
@@ -696,6 +794,10 @@ class FleetSimulator:
             flow.completed(now)
 
     def _drain_gateway(self, svc: ServiceSim) -> None:
+        if svc.pd is not None:
+            while svc.gateway and (svc.ready or svc.decode_ready):
+                self._route_pd(svc, svc.gateway.popleft())
+            return
         while svc.gateway and svc.ready:
             self._route(svc, svc.gateway.popleft())
 
@@ -724,22 +826,21 @@ class FleetSimulator:
         delay = 0.0 if ready_now else (v.startup_warm_s if warm else v.startup_cold_s)
         placed = self.now if ready_now else self._placed_s(svc.cfg.name, v.name)
         self._rid += 1
-        r = Replica(
-            rid=self._rid,
-            service=svc.cfg.name,
-            variant=v.name,
-            profile=get_profile(v.profile).slowed(self.cfg.simulator.slowdown.get(v.name, 1.0)),
-            engine=self.cfg.engine,
-            kv_cache_tokens=v.kv_cache_tokens,
-            hash_block_tokens=self.workload.block_tokens,
-            sim=self,
-            created_s=self.now,
-            ready_s=placed + delay,
-            price_per_hour=v.price_per_replica_hour,
-            warm_start=warm,
-        )
+        role = svc.role_of.get(v.name)
+        args = (self._rid, svc.cfg.name, v.name,
+                get_profile(v.profile).slowed(self.cfg.simulator.slowdown.get(v.name, 1.0)), self.cfg.engine,
+                v.kv_cache_tokens, self.workload.block_tokens, self, self.now, placed + delay,
+                v.price_per_replica_hour, warm)
+        r: Replica
+        if role is None:
+            r = Replica(*args)
+        elif role == PREFILL:
+            r = PrefillReplica(*args)
+        else:
+            assert svc.pd is not None
+            r = DecodeReplica(*args, link=svc.pd.kv_transfer)
         r.scheduled_s = placed
-        if self._route_heap:
+        if self._route_heap and role is None:
             r.route_marks = svc.route_marks
             r.on_cordon = svc.invalidate_routes
         svc.replicas.append(r)
@@ -766,7 +867,7 @@ class FleetSimulator:
         svc = self.services[r.service]
         svc.ready_seq += 1
         r.route_seq = svc.ready_seq
-        svc.ready.append(r)
+        svc.ready_list(r).append(r)
         svc.invalidate_routes()
         if svc.flow is not None:
             self._pump(svc)
@@ -775,15 +876,19 @@ class FleetSimulator:
 
     def _retire(self, r: Replica) -> None:
         svc = self.services[r.service]
-        if r in svc.ready:
-            svc.ready.remove(r)
+        ready = svc.ready_list(r)
+        if r in ready:
+            ready.remove(r)
             svc.invalidate_routes()
         r.state = GONE
         r.gone_s = self.now
         r.refresh_gauges()
 
     def on_drained(self, replica: Replica, now: float) -> None:
-        """Called by a draining replica when its last request has finished."""
+        """Called by a draining replica when its last request has finished (it stays while it holds KV
+        for a prefill/decode hand-over)."""
+        if replica.holds_kv:
+            return
         self._retire(replica)
 
     def _kill(self, r: Replica) -> None:
@@ -798,15 +903,17 @@ class FleetSimulator:
         self._retire(r)
 
     def crash(self, service: str, variant: str) -> int:
-        """Crash the oldest ready replica of ``variant`` now (its requests fail, a replacement
-        starts). Returns the number of requests that failed; 0 when no replica of it is ready."""
+        """Crash the oldest ready replica of ``variant`` (a prefill or decode pool's too) now (its requests
+        fail, a replacement starts). Returns the number of requests that failed; 0 when no replica of it
+        is ready."""
         entry: dict[str, object] = {}
         self._crash(service, variant, entry)
         return int(entry["failed_requests"])  # type: ignore[call-overload]
 
     def _crash(self, service: str, variant: str, entry: dict[str, object] | None = None) -> None:
         svc = self.services[service]
-        victims = [r for r in svc.ready if r.variant == variant]
+        pool = svc.ready if variant in svc.variants else svc.prefill_ready + svc.decode_ready
+        victims = [r for r in pool if r.variant == variant]
         if entry is None:  # a configured crash: reported by crash_outcomes
             entry = {}
             self.crash_log.append(entry)
@@ -821,7 +928,7 @@ class FleetSimulator:
             self._end_attempt(sr, FAILED)
         entry.update(applied=True, failed_requests=len(failed))
         self._retire(r)
-        self._new_replica(svc, svc.variants[variant])
+        self._new_replica(svc, svc.all_variants[variant])
 
     def follow_itl_budget(self, service: str, itl_budget: Mapping[str, int]) -> bool:
         """Let ``service``'s concurrency detector take a published ITL budget (variant -> requests in
@@ -850,7 +957,7 @@ class FleetSimulator:
         removed).
         """
         svc = self.services[service]
-        v = svc.variants[variant]
+        v = svc.all_variants[variant]
         current = svc.counts(variant).current
         delta = desired - current
         if delta > 0:
@@ -859,7 +966,8 @@ class FleetSimulator:
         elif delta < 0:
             starting = [r for r in svc.replicas if r.variant == variant and r.state == PROVISIONING]
             starting.sort(key=lambda r: -r.created_s)
-            ready = [r for r in svc.ready if r.variant == variant]
+            pool = svc.ready if variant in svc.variants else svc.prefill_ready + svc.decode_ready
+            ready = [r for r in pool if r.variant == variant]
             ready.sort(key=lambda r: (r.outstanding, -r.ready_s))
             by_id = {r.rid: r for r in starting + ready}
             named = [by_id[i] for i in dict.fromkeys(remove_first) if i in by_id]
@@ -867,11 +975,11 @@ class FleetSimulator:
             rest = [r for r in starting + ready if r.rid not in named_ids]
             for r in (named + rest)[: -delta]:
                 r.removed_s = self.now
-                if r.state == PROVISIONING or r.outstanding == 0:
+                if r.state == PROVISIONING or (r.outstanding == 0 and not r.holds_kv):
                     self._retire(r)
                 else:
                     r.state = DRAINING
-                    svc.ready.remove(r)
+                    svc.ready_list(r).remove(r)
                     svc.invalidate_routes()
                     grace = self.cfg.simulator.termination_grace_s
                     if grace is not None:

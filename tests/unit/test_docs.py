@@ -21,6 +21,7 @@ UPSTREAM = frozenset({
     "docs/saturation-analyzer.md",
     "docs/saturation-scaling-config.md",
     "docs/probabilistic-admitter.md",
+    "docs/disaggregation.md",
 })
 """``docs/<page>.md`` paths the code cites in another repository (llm-d's WVA and inference scheduler,
 docs/anchors.md), not pages of ours. A path in a subfolder of ``docs/`` (``docs/design/...``) is never
