@@ -126,7 +126,7 @@ notifications, engine-step boundaries). The simulator models the read (bytes / l
 (a 1-token prefill step on the decode replica, waiting for its step in flight), so this default is
 that remainder; one measurement of one setup, an upper-side figure for a tuned deployment."""
 PD_NON_CACHED_TOKENS = 16
-"""Default of ``Roles.non_cached_tokens``: llm-d-inference-scheduler v0.8.0's sample P/D endpoint-picker
+"""Default of ``Roles.non_cached_tokens``: llm-d-router v0.10.0's sample P/D endpoint-picker
 configuration (``deploy/config/pd-epp-config.yaml``: ``prefix-based-pd-decider`` with ``nonCachedTokens:
 16``); the plugin's own default, 0, turns disaggregation off."""
 

@@ -1,8 +1,8 @@
 """Prefill/decode disaggregation: the prefill and decode replicas of a service's P/D pools, and llm-d's
 rule for when a request is prefilled remotely.
 
-The hand-over follows vLLM's ``NixlConnector`` under llm-d's routing sidecar (llm-d-inference-scheduler
-v0.8.0 ``docs/disaggregation.md``, "P/D Sequence"; vLLM ``vllm/distributed/kv_transfer/kv_connector/v1/
+The hand-over follows vLLM's ``NixlConnector`` under llm-d's routing sidecar (llm-d-router
+v0.10.0 ``docs/disaggregation.md``, "P/D Sequence"; vLLM ``vllm/distributed/kv_transfer/kv_connector/v1/
 nixl_connector.py`` and ``vllm/v1/core/sched/scheduler.py``):
 
 1. The endpoint picker chooses a decode replica, then (``remote_prefill``) whether a prefill replica
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from models.profiles import PerformanceProfile
 
 PREFILL, DECODE = "prefill", "decode"
-"""Values of the ``llm-d.ai/role`` pod label (llm-d-inference-scheduler v0.8.0
+"""Values of the ``llm-d.ai/role`` pod label (llm-d-router v0.10.0
 ``pkg/epp/framework/plugins/scheduling/filter/bylabel/roles.go``: ``RoleLabel``, ``RolePrefill``,
 ``RoleDecode``); an aggregated replica has no role label (``Replica.role`` ""), which llm-d's decode
 filter accepts and its prefill filter does not."""
@@ -48,7 +48,7 @@ AWAITING, RECEIVING, LOADED = 0, 1, 2  # a remote-prefilled request on its decod
 
 
 def remote_prefill(input_tokens: int, cached_tokens: int, threshold: int) -> bool:
-    """Whether llm-d prefills a request on a prefill replica: llm-d-inference-scheduler v0.8.0
+    """Whether llm-d prefills a request on a prefill replica: llm-d-router v0.10.0
     ``prefix-based-pd-decider`` (``pkg/epp/framework/plugins/scheduling/profilehandler/disagg/
     prefix_based_pd_decider.go``, ``disaggregate``), run on the decode replica already chosen.
 

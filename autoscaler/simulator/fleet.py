@@ -514,7 +514,7 @@ class FleetSimulator:
         self._pick(svc, self._routable(svc), sr).enqueue(sr, self.now)
 
     def _route_pd(self, svc: ServiceSim, sr: SimRequest) -> None:
-        """Route ``sr`` as llm-d's P/D scheduling does (llm-d-inference-scheduler v0.8.0
+        """Route ``sr`` as llm-d's P/D scheduling does (llm-d-router v0.10.0
         ``disagg-profile-handler``: the decode profile first, then the prefill profile when the decider
         says so): a decode replica among the ready decode and aggregated replicas not cordoned (llm-d's
         ``decode-filter`` passes pods labelled ``decode`` and unlabelled ones), then, when ``remote_prefill``
