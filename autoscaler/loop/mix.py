@@ -81,6 +81,8 @@ class MixTracker:
         """The capacities for this tick at ``time_s`` (seconds), re-derived when the window is steady and
         its mix left the tolerance (module docstring); unchanged when a signal it needs is unknown or
         the window holds too few requests."""
+        if not self.svc.variants:  # prefill/decode pools only: no aggregated variant to size (nor to warn of)
+            return self.weights
         self._running.append((time_s, _count(signals.running)))
         while len(self._running) > 1 and self._running[1][0] <= time_s - self.window_s:
             self._running.popleft()

@@ -173,3 +173,14 @@ def test_a_mix_no_variant_serves_is_warned_about_once(caplog: pytest.LogCaptureF
     for k, prompt in enumerate((64000, 64500, 65000, 63000) * 10):  # the window's mean moves every tick
         m.update(served(2.0, prompt, 256, 0.0), 15.0 * k)
     assert sum("no variant meets the SLO" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_service_of_prefill_decode_pools_only_has_nothing_to_size(caplog: pytest.LogCaptureFixture) -> None:
+    # Service.roles without aggregated variants (examples/fleet-pd.yaml): no capacity to derive for any
+    # served mix, and no "no variant meets the SLO" warning once the window is steady (an empty set of
+    # variants used to read as every variant refusing the mix).
+    pools_only = SVC.model_copy(update={"variants": []})
+    m = MixTracker(pools_only, ENGINE, WINDOW_S)
+    with caplog.at_level("WARNING", logger="autoscaler.loop.mix"):
+        assert settle(m, served(5.0, 8000, 400, 0.1)) == {}
+    assert [r.getMessage() for r in caplog.records] == []
