@@ -10,7 +10,11 @@ waiting), so each run's first round scales every service from zero (``ControlLoo
 For each size and each ``--daemons K``, K ``autoscaler.daemon.Daemon`` run, each in its own process
 (its own interpreter, GIL and resident set), sharing the services in ``kubernetes.shards`` = K
 shards (one Lease each, ``autoscaler.adapters.shards``; K = 1 is the unsharded daemon and its one
-Lease), ``kubernetes.watch`` on. Each daemon's election thread is the daemon's own
+Lease), ``kubernetes.watch`` on. Services go to shards evenly (``--assign even``: ``s<i>`` to shard
+``i mod K`` by ``kubernetes.service_shards``) or by the hash of their names (``--assign hash``,
+``kubernetes.shards``' own rule: uneven at these sizes, and at 10 services some of 10 shards are
+empty). A tick that raises is counted as failed and the next one goes on, as ``Daemon._tick_loop``
+does. Each daemon's election thread is the daemon's own
 (``Daemon._elect``, every ``lease.retry_s``); its ticks are driven from here, one daemon at a time,
 in rounds every ``controller.tick_s`` (10 s), so that each tick's API calls can be counted at the
 server and each tick runs with the other daemons idle but for their elections (the machine these
@@ -45,6 +49,7 @@ by two daemons in the run, where such a write had a place to show).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -196,16 +201,19 @@ def cluster_side(conn: Connection, services: int, pods: int, replicas: int) -> N
 
 
 def fleet(services: int, watch: bool, shards: int = 1, lease: tuple[float, float, float] = (5.0, 3.0, 1.0),
-          lease_base: str = "autoscaler-leader", window_s: float = SIGNAL_WINDOW_S) -> FleetConfig:
+          lease_base: str = "autoscaler-leader", window_s: float = SIGNAL_WINDOW_S, even: bool = False) -> FleetConfig:
     """The fleet file of the first ``services`` services of the exposition, ``shards`` shards whose
     Leases are named from ``lease_base`` with ``lease`` = (duration_s, renew_s, retry_s), a tick of
-    ``WINDOW_S`` and a signal window of ``window_s``."""
+    ``WINDOW_S`` and a signal window of ``window_s``; ``even``: service ``s<i>`` in shard ``i mod
+    shards`` (``kubernetes.service_shards``), else by the hash of its name."""
     duration, renew, retry = lease
+    assign = {f"s{i}": i % shards for i in range(services)} if even and shards > 1 else {}
     return parse_config({
         "services": fleet_services(services, MAX_REPLICAS),
         "controller": {"tick_s": WINDOW_S, "window_s": window_s},
         "prometheus": {"batch": True, "max_concurrency": 8, "timeout_s": 60},
         "kubernetes": {"namespace": NAMESPACE, "watch": watch, "pod_deletion_cost": False, "shards": shards,
+                       "service_shards": assign,
                        "lease": {"name": lease_base, "duration_s": duration, "renew_s": renew, "retry_s": retry}},
     }, "<fleet_scale>")
 
@@ -251,9 +259,12 @@ def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, c
             elif cmd == "tick":
                 counting.sent = 0
                 t = time.perf_counter()
-                record = d.tick()
+                try:
+                    record, error = d.tick(), None
+                except Exception as exc:  # as Daemon._tick_loop: logged ("tick failed"), the next tick retries
+                    record, error = None, f"{type(exc).__name__}: {exc}"
                 wall = time.perf_counter() - t
-                conn.send(tick_figures(record, wall, counting.sent, sorted(d.loops)))
+                conn.send({**tick_figures(record, wall, counting.sent, sorted(d.loops)), "error": error})
             else:
                 break
         d.stopping.set()
@@ -310,6 +321,8 @@ class Run:
     rss_mib: dict[str, float] = field(default_factory=dict)
     failover: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Victim's shard -> ``led`` and ``ticks`` s after its last renewal (None: not within the rounds)."""
+    failed: list[str] = field(default_factory=list)
+    """Counted ticks that raised (daemon: error), as ``Daemon._tick_loop`` would log them."""
     overlaps: int = 0
     scale_writes: int = 0
     handed: int = 0
@@ -336,6 +349,7 @@ class Bench:
         self.prom.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == "1", timeout_s=120)
         self.prom_started = time.monotonic()
         self.runs = 0
+        self.procs: dict[str, BaseProcess] = {}
 
     def ask(self, cmd: Any) -> Any:
         self.conn.send(cmd)
@@ -348,13 +362,13 @@ class Bench:
 
     def run(self, services: int, daemons: int, ticks: int, watch: bool, controller: str,
             lease: tuple[float, float, float] = (5.0, 3.0, 1.0), history_s: float = HISTORY_S,
-            failover: bool = True, window_s: float = SIGNAL_WINDOW_S) -> Run:
+            failover: bool = True, window_s: float = SIGNAL_WINDOW_S, even: bool = True) -> Run:
         """K = ``daemons`` daemons over the first ``services`` services: started, settled (every shard
         led, the spread even), one uncounted round, ``ticks`` counted rounds once Prometheus is
         ``history_s`` old, then (K > 1, ``failover``) the failover and the audit (module docstring)."""
         self.runs += 1
         base = f"fleet-{self.runs}"  # Leases of their own: no run sees another's
-        cfg = fleet(services, watch, daemons, lease, base, window_s)
+        cfg = fleet(services, watch, daemons, lease, base, window_s, even)
         names = [f"d{k}" for k in range(daemons)]
         out = Run(services, daemons, lease)
         self.ask(("zero", [f"{s.name}-{v.name}" for s in cfg.services for v in s.variants]))  # as seeded
@@ -367,8 +381,9 @@ class Bench:
                 procs[n] = self.ctx.Process(target=daemon_side, args=(child, n, self.kube_url, self.prom.url, cfg,
                                                                        controller), daemon=True)
                 procs[n].start()
+            self.procs = procs
             for n in names:
-                if not conns[n].poll(SETTLE_S) or conns[n].recv() != "ready":
+                if not conns[n].poll(SETTLE_S) or recv(conns[n], procs[n], f"daemon {n}") != "ready":
                     raise RuntimeError(f"daemon {n} did not start within {SETTLE_S:g} s")
             led = self._settle(conns, daemons)
             per_shard = [0] * daemons
@@ -395,7 +410,8 @@ class Bench:
         finally:
             for n, p in procs.items():
                 if p.is_alive():
-                    conns[n].send("stop")
+                    with contextlib.suppress(OSError):
+                        conns[n].send("stop")
             for p in procs.values():
                 p.join(timeout=60)
                 if p.is_alive():
@@ -410,7 +426,7 @@ class Bench:
             led = {}
             for n, c in conns.items():
                 c.send("led")
-                led[n] = c.recv()
+                led[n] = recv(c, self.procs[n], f"daemon {n}")
             every = sorted(i for s in led.values() for i in s)
             if every == list(range(shards)) and all(shards // k <= len(s) <= -(-shards // k) for s in led.values()):
                 return led
@@ -424,9 +440,11 @@ class Bench:
         for n in names:
             before = self.ask("requests")
             conns[n].send("tick")
-            f = conns[n].recv()
+            f = recv(conns[n], self.procs[n], f"daemon {n}")
             after = self.ask("requests")
             got[n] = f
+            if out is not None and f["error"] is not None:
+                out.failed.append(f"{n}: {f['error']}")
             if out is None or not f["services"]:
                 continue
             out.walls.append(f["wall"])
@@ -483,6 +501,14 @@ class Bench:
             f["writes_s"] = None if wrote is None or renewed is None else wrote - renewed
 
 
+def recv(conn: Connection, proc: BaseProcess, what: str) -> Any:
+    """The next message from a child, or RuntimeError once it has died without one."""
+    while not conn.poll(1.0):
+        if not proc.is_alive():
+            raise RuntimeError(f"{what} exited (code {proc.exitcode}) without answering")
+    return conn.recv()
+
+
 def p99(xs: list[float]) -> float:
     s = sorted(x for x in xs if not math.isnan(x))
     return s[min(len(s) - 1, int(0.99 * len(s)))] if s else math.nan
@@ -514,6 +540,8 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=7, help="pods per variant")
     ap.add_argument("--ticks", type=int, default=5, help="rounds counted per run (after the first)")
     ap.add_argument("--watch", choices=("on", "off"), default="on", help="kubernetes.watch")
+    ap.add_argument("--assign", choices=("even", "hash"), default="even",
+                    help="services to shards: s<i> to shard i mod K (kubernetes.service_shards), or by name hash")
     ap.add_argument("--controller", default="mpc", help="controller spec")
     ap.add_argument("--scrape-interval", default="2s", help="Prometheus's scrape interval")
     ap.add_argument("--lease", type=float, nargs=3, default=[5.0, 3.0, 1.0], metavar=("DURATION", "RENEW", "RETRY"),
@@ -533,7 +561,7 @@ def main() -> None:
             print(f"{largest} services x {len(VARIANTS)} variants x {args.pods} pods "
                   f"({largest * len(VARIANTS) * args.pods} pods, {series} series) in the emulated API server and "
                   f"Prometheus; controller {args.controller}, tick {WINDOW_S:g} s, window {SIGNAL_WINDOW_S:g} s, "
-                  f"watch {args.watch}, "
+                  f"watch {args.watch}, services to shards {args.assign}, "
                   f"{args.ticks} rounds counted after the first; lease duration / renew / retry "
                   f"{lease[0]:g} / {lease[1]:g} / {lease[2]:g} s; {os.cpu_count()} CPUs\n")
             print("| services | daemons | tick wall p50 / p99 | RSS per daemon (services led) | "
@@ -542,7 +570,8 @@ def main() -> None:
             print("|---|---|---|---|---|---|---|---|---|---|---|")
             for n in args.services:
                 for k in args.daemons:
-                    r = bench.run(n, k, args.ticks, args.watch == "on", args.controller, lease)
+                    r = bench.run(n, k, args.ticks, args.watch == "on", args.controller, lease,
+                                  even=args.assign == "even")
                     runs.append(r)
                     print(row(r), flush=True)
         finally:
@@ -551,7 +580,7 @@ def main() -> None:
     for r in runs:
         print(f"  {r.services} services, {r.daemons} daemons: led {r.led_services}, RSS "
               f"{ {n: round(m) for n, m in r.rss_mib.items()} } MiB, reads {dict(r.read_by)}, decisions "
-              f"{dict(r.reasons)}, failover "
+              f"{dict(r.reasons)}, failed ticks {len(r.failed)} {sorted(set(r.failed))[:3]}, failover "
               f"{r.failover or '-'}")
     one = sorted((r for r in runs if r.daemons == 1), key=lambda r: r.services)
     if len(one) > 1:

@@ -38,7 +38,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
     bench = fs.Bench(4, 2, "1s", tmp_path_factory.mktemp("fleet-scale"))  # pod 1 of each variant has a request waiting
     try:
         kw: dict[str, Any] = {"ticks": 2, "watch": True, "controller": "pid", "lease": LEASE, "history_s": 0.0,
-                              "window_s": WINDOW_S}
+                              "window_s": WINDOW_S, "even": False}  # shards by the hash of the names
         small = bench.run(3, 1, **kw)
         large = bench.run(4, 1, **kw)
         two = bench.run(4, 2, **kw)
@@ -74,6 +74,7 @@ def test_every_service_has_exactly_one_leader(runs: Runs) -> None:
     assert sorted(i for s in two.led.values() for i in s) == [0, 1]  # each shard led once
     assert sorted(two.led_services.values()) == [2, 2]
     assert runs.small.led == {"d0": [0]} and runs.small.led_services == {"d0": 3}
+    assert not (runs.small.failed or runs.large.failed or two.failed)  # every counted tick returned
 
 
 @pytest.mark.slow
