@@ -198,7 +198,9 @@ def cluster_side(conn: Connection, services: int, pods: int, replicas: int) -> N
             conn.send(audit(writes, *cmd[1:]))
         elif isinstance(cmd, tuple) and cmd[0] == "zero":  # through the API: the watch caches see it
             for name in cmd[1]:
-                apps.patch_namespaced_deployment_scale(name, NAMESPACE, {"spec": {"replicas": 0}})
+                # bounded: after a SIGKILLed daemon at 10 x 10 this call once never returned (8bd1381)
+                apps.patch_namespaced_deployment_scale(name, NAMESPACE, {"spec": {"replicas": 0}},
+                                                       _request_timeout=60)
             conn.send(len(cmd[1]))
         else:
             break
