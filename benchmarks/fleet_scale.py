@@ -62,7 +62,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -521,6 +521,15 @@ def recv(conn: Connection, proc: BaseProcess, what: str) -> Any:
     return conn.recv()
 
 
+def plain(x: Any) -> Any:
+    """``x`` with every dict key a string (JSON's), recursively."""
+    if isinstance(x, dict):
+        return {str(k): plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [plain(v) for v in x]
+    return x
+
+
 def p99(xs: list[float]) -> float:
     s = sorted(x for x in xs if not math.isnan(x))
     return s[min(len(s) - 1, int(0.99 * len(s)))] if s else math.nan
@@ -603,7 +612,7 @@ def main() -> None:
     driver = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"  peak RSS of this process (the driver): {driver:.0f} MiB")
     if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in runs], indent=1, default=str) + "\n")
+        args.json.write_text(json.dumps([plain(vars(r)) for r in runs], indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":
