@@ -1,0 +1,619 @@
+"""Benchmark: the daemon at fleet scale, sharded by Lease (issue 35, "a tick that scales").
+
+N services x 3 variants x ``--pods`` pods: their Deployments and pods stored in the emulated API
+server (``autoscaler.faults.kubeapi``: 500 x 3 x 7 = 10,500 pods at the largest size), their series in
+a real Prometheus (Debian's ``prometheus``, on 127.0.0.1) scraping the generated exposition
+``tick_queries.py`` uses (``fleet_exposition.py``); the API server and the exporter are served from
+one child process. Each Deployment starts at 0 replicas (its pods listed and exported, requests
+waiting), so each run's first round scales every service from zero (``ControlLoop``'s rule: writes).
+
+For each size and each ``--daemons K``, K ``autoscaler.daemon.Daemon`` run, each in its own process
+(its own interpreter, GIL and resident set), sharing the services in ``kubernetes.shards`` = K
+shards (one Lease each, ``autoscaler.adapters.shards``; K = 1 is the unsharded daemon and its one
+Lease), ``kubernetes.watch`` on. Services go to shards evenly (``--assign even``: ``s<i>`` to shard
+``i mod K`` by ``kubernetes.service_shards``) or by the hash of their names (``--assign hash``,
+``kubernetes.shards``' own rule: uneven at these sizes, and at 10 services some of 10 shards are
+empty). A tick that raises is counted as failed and the next one goes on, as ``Daemon._tick_loop``
+does. Each daemon's election thread is the daemon's own
+(``Daemon._elect``, every ``lease.retry_s``); its ticks are driven from here, one daemon at a time,
+in rounds every ``controller.tick_s`` (10 s), so that each tick's API calls can be counted at the
+server and each tick runs with the other daemons idle but for their elections (the machine these
+figures come from has 2 cores: K daemons ticking at once would measure the cores' sharing, not a
+tick). The first round (each shard's loop built, its query set detected, the scale from zero) is
+not counted; the counted rounds start once Prometheus holds the controller's window (60 s, the MPC's),
+so their decisions are the controller's, not warm-up holds.
+
+Printed per size and K (every figure per daemon tick or per daemon): tick wall p50 / p99 over all
+the daemons' counted ticks; the resident set after the counted rounds (``VmRSS``, MiB: the
+interpreter and its imports included) of the daemon leading the most services, and how many it
+leads; Prometheus queries per daemon tick (a counting ``QueryRunner``); API calls per daemon tick
+counted at the server (reads: get and list; writes: create, update, patch, delete; the Leases'
+calls left out: they are the elections', every retry, whatever the tick does); scale writes and
+Events per tick (the daemon's records); the plan's solve p99 (the largest ``solve_ms`` of each
+tick's decisions); with K > 1, a shard's failover: the daemon leading the most shards is killed
+(SIGKILL: no release) and its shards' workloads scaled to 0 (demand it can no longer answer), and,
+for the slowest of its shards, the time from its last Lease renewal (the server's clock at that
+write) until another daemon wrote the Lease as its holder (``led``) and until that daemon's loop
+wrote the shard's workloads again (``writes``; the rounds go on every tick meanwhile, as a daemon's
+tick loop would). Goal: within the lease's duration plus one tick. Last, every scale write of the run
+is checked against the Leases as the server wrote them, in the server's order: each must come from
+the holder of its service's shard Lease at that moment (``audit``; "off-Lease": those that did not,
+so 0 means no two daemons ever wrote one workload at overlapping times; "handed": workloads written
+by two daemons in the run, where such a write had a place to show).
+
+    python benchmarks/fleet_scale.py [--services 10 100] [--daemons 1 3 10] [--pods 7] [--ticks 5]
+                                     [--watch on|off] [--controller mpc] [--scrape-interval 2s]
+                                     [--lease 8 6 1] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import math
+import multiprocessing
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from autoscaler.adapters.kubernetes import with_deadline
+from autoscaler.adapters.prometheus import connect
+from autoscaler.adapters.shards import lease_name, shard_of
+from autoscaler.config import FleetConfig
+from autoscaler.config.loading import parse_config
+from autoscaler.faults.promserver import PromServer, Target
+from autoscaler.wiring import build_source
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
+from fleet_exposition import VARIANTS, WINDOW_S, Counting, fleet_services, serve
+from provenance import stamp
+
+NAMESPACE = "default"  # the exposition's
+READS = ("get", "list")
+WRITES = ("create", "update", "patch", "delete")
+LEASES = "leases"
+MAX_REPLICAS = 16
+SIGNAL_WINDOW_S = 60.0
+"""``controller.window_s``: the MPC's own window (``mpc``'s default, 60 s), so that the source's
+history query (which looks back over ``controller.window_s``) can say it holds the MPC's window."""
+HISTORY_S = SIGNAL_WINDOW_S + 5.0
+"""Prometheus's age before the counted rounds: the window and a scrape or two, so that the first
+counted decisions are not ``warming_up`` holds (the loop asks for ``window_s - tick_s`` of history)."""
+SETTLE_S = 600.0
+"""The longest the daemons may take to start, list their caches and spread the shards: a bound on a
+failure (10 daemons starting at once on 2 shared cores took ~1 min), not a figure."""
+FAILOVER_ROUNDS = 6
+LEASE = (8.0, 6.0, 1.0)
+"""``kubernetes.lease`` duration_s, renew_s, retry_s: short, for the failover. A leader writes only
+with more than ``renew_s / 2`` of its lease left (``Daemon.may_write``), i.e. within ``renew_s / 2``
+of its last renewal; renewals come every ``retry_s`` (up to 1.2x) plus the round's own Lease calls
+(K + 1 of them, on an emulated API server sharing 2 cores): at 5 / 3 / 1 s the 1.5-s margin was too
+short with 10 shards, and most writes were refused as possibly late (measured at 3ce7c82)."""
+log = logging.getLogger("fleet_scale")
+
+
+def deployment(name: str, replicas: int) -> dict[str, Any]:
+    labels = {"app": name}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels},
+                                  "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]}}},
+            "status": {"replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas}}
+
+
+def pod(name: str, app: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE,
+                                                            "labels": {"app": app}},
+            "spec": {"nodeName": "emulated", "containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+class TimedWrites(list[Any]):
+    """The emulator's write log with the server's wall clock of each write beside it (``at``):
+    appended under the emulator's lock, so in the order the server applied them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at: list[float] = []
+
+    def append(self, item: Any) -> None:
+        self.at.append(time.time())
+        super().append(item)
+
+
+def holder_of(body: Any) -> str | None:
+    """The holder a Lease write's body names (None: released or none)."""
+    spec = body.get("spec") if isinstance(body, dict) else None
+    return (spec or {}).get("holderIdentity") or None
+
+
+def audit(writes: TimedWrites, since: int, leases: dict[str, int], shard_of_workload: dict[str, int],
+          daemons: set[str]) -> dict[str, Any]:
+    """The writes from index ``since`` on, replayed in the server's order: the Leases' holders as
+    written (``leases``: Lease name -> shard), each scale write of a workload of
+    ``shard_of_workload`` by one of ``daemons`` (User-Agent) checked against its shard's holder then.
+
+    Returns ``overlaps`` (the scale writes whose writer did not hold the shard's Lease), ``scales``,
+    ``handed`` (workloads written by more than one daemon: the check had something to catch), and per
+    shard the Lease writes ``(t, writer, holder)`` and the scale writes ``(t, writer)``."""
+    holder: dict[int, str | None] = {}
+    out: dict[str, Any] = {"overlaps": [], "scales": 0, "lease": {}, "written": {}}
+    by: dict[str, set[str]] = {}
+    for i in range(since, len(writes)):
+        method, plural, _, name, body, agent = writes[i]
+        t = writes.at[i]
+        if plural == LEASES and name in leases and method in ("POST", "PUT"):
+            shard = leases[name]
+            holder[shard] = holder_of(body)
+            out["lease"].setdefault(shard, []).append((t, agent, holder[shard]))
+        elif plural == "deployments/scale" and name in shard_of_workload and agent in daemons:
+            shard = shard_of_workload[name]
+            out["scales"] += 1
+            by.setdefault(name, set()).add(agent)
+            out["written"].setdefault(shard, []).append((t, agent))
+            if holder.get(shard) != agent:
+                out["overlaps"].append((t, name, agent, holder.get(shard)))
+    out["handed"] = sum(len(w) > 1 for w in by.values())
+    return out
+
+
+def cluster_side(conn: Connection, services: int, pods: int, replicas: int) -> None:
+    """The child: the emulated API server holding the fleet and the exporter serving its series;
+    answers ``requests`` (the server's request counts), ``mark`` (the write log's length),
+    ``("audit", since, leases, shard_of_workload, daemons)`` (``audit``) and ``("zero", workloads)``
+    (scaled to 0 by User-Agent ``fleet-scale``) until ``stop``."""
+    from autoscaler.faults.kubeapi import EmulatedCluster
+
+    logging.disable(logging.ERROR)  # the watch streams a stopped daemon leaves are logged as errors
+    cluster = EmulatedCluster().start()
+    writes = TimedWrites()
+    cluster.emu.writes = writes
+    names = [f"s{s}-{v}" for s in range(services) for v, _, _ in VARIANTS]
+    cluster.put("apps/v1/deployments", [deployment(n, replicas) for n in names])
+    apps = client.AppsV1Api(cluster.api(user_agent="fleet-scale"))
+    cluster.put("v1/pods", [pod(f"{n}-{k}", n) for n in names for k in range(pods)])
+    exporter = serve(services, pods)
+    conn.send((cluster.url, exporter.server_address[1]))
+    while True:
+        cmd = conn.recv()
+        if cmd == "requests":
+            conn.send(dict(cluster.emu.requests))
+        elif cmd == "mark":
+            conn.send(len(writes))
+        elif isinstance(cmd, tuple) and cmd[0] == "audit":
+            conn.send(audit(writes, *cmd[1:]))
+        elif isinstance(cmd, tuple) and cmd[0] == "zero":  # through the API: the watch caches see it
+            for name in cmd[1]:
+                # bounded: after a SIGKILLed daemon at 10 x 10 this call once never returned (8bd1381)
+                apps.patch_namespaced_deployment_scale(name, NAMESPACE, {"spec": {"replicas": 0}},
+                                                       _request_timeout=60)
+            conn.send(len(cmd[1]))
+        else:
+            break
+    exporter.shutdown()
+    cluster.stop()
+
+
+def fleet(services: int, watch: bool, shards: int = 1, lease: tuple[float, float, float] = LEASE,
+          lease_base: str = "autoscaler-leader", window_s: float = SIGNAL_WINDOW_S, even: bool = False) -> FleetConfig:
+    """The fleet file of the first ``services`` services of the exposition, ``shards`` shards whose
+    Leases are named from ``lease_base`` with ``lease`` = (duration_s, renew_s, retry_s), a tick of
+    ``WINDOW_S`` and a signal window of ``window_s``; ``even``: service ``s<i>`` in shard ``i mod
+    shards`` (``kubernetes.service_shards``), else by the hash of its name."""
+    duration, renew, retry = lease
+    assign = {f"s{i}": i % shards for i in range(services)} if even and shards > 1 else {}
+    return parse_config({
+        "services": fleet_services(services, MAX_REPLICAS),
+        "controller": {"tick_s": WINDOW_S, "window_s": window_s},
+        "prometheus": {"batch": True, "max_concurrency": 8, "timeout_s": 60},
+        "kubernetes": {"namespace": NAMESPACE, "watch": watch, "pod_deletion_cost": False, "shards": shards,
+                       "service_shards": assign,
+                       "lease": {"name": lease_base, "duration_s": duration, "renew_s": renew, "retry_s": retry}},
+    }, "<fleet_scale>")
+
+
+def api(url: str, user_agent: str) -> client.ApiClient:
+    cfg = client.Configuration(host=url)
+    cfg.retries = 0
+    out = client.ApiClient(cfg)
+    out.user_agent = user_agent
+    return with_deadline(out, 60.0)
+
+
+def rss_mib() -> float:
+    """This process's resident set now (``VmRSS``), MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, cfg: FleetConfig,
+                controller: str) -> None:
+    """One daemon in its own process: built, its watch cache listed, its election thread started
+    (``Daemon._elect``, the daemon's own), then answering ``led``, ``tick`` (one ``Daemon.tick``:
+    ``tick_figures``) and ``stop`` (release its Leases and exit)."""
+    from autoscaler.daemon import Daemon
+
+    logging.disable(logging.WARNING)
+    source = build_source(cfg, connect(cfg.prometheus, prom_url))
+    counting = Counting(source.runner)  # type: ignore[arg-type]
+    source.runner = counting
+    d = Daemon(cfg, controller, source, api(kube_url, identity), identity, "127.0.0.1:0", namespace_self=NAMESPACE)
+    try:
+        if d.cache is not None and not d.cache.wait_synced(SETTLE_S):
+            raise RuntimeError(f"{identity}: the watch cache did not list within {SETTLE_S:g} s")
+        elector = threading.Thread(target=d._elect, name="leader-election", daemon=True)
+        elector.start()
+        conn.send("ready")
+        while True:
+            cmd = conn.recv()
+            if cmd == "led":
+                conn.send(d.shards.led())
+            elif cmd == "tick":
+                counting.sent = 0
+                t = time.perf_counter()
+                try:
+                    record, error = d.tick(), None
+                except Exception as exc:  # as Daemon._tick_loop: logged ("tick failed"), the next tick retries
+                    record, error = None, f"{type(exc).__name__}: {exc}"
+                wall = time.perf_counter() - t
+                conn.send({**tick_figures(record, wall, counting.sent, sorted(d.loops)), "error": error})
+            else:
+                break
+        d.stopping.set()
+        elector.join(timeout=30)
+    finally:
+        d.shards.release()
+        d.server.close()
+        if d.cache is not None:
+            d.cache.stop()
+    conn.send("stopped")
+
+
+def tick_figures(record: Any, wall: float, queries: int, shards: list[int]) -> dict[str, Any]:
+    """What one daemon tick reports: wall s, queries sent, shards and services ticked, the scale writes
+    it attempted and their Events (``EventRecorder.result``'s rule: one per change, one per other
+    writer), the largest ``solve_ms``, the decisions' reasons, its resident set and when it ended."""
+    out: dict[str, Any] = {"wall": wall, "queries": queries, "shards": shards, "ended": time.time(),
+                           "rss_mib": rss_mib(), "services": 0, "scales": 0, "events": 0, "solve_ms": math.nan,
+                           "reasons": {}, "statuses": {}}
+    if record is None:
+        return out
+    results = [r for st in record.services.values() for r in st.actuation.values()]
+    solves = [float(st.decision.terms["solve_ms"]) for st in record.services.values()
+              if "solve_ms" in st.decision.terms]
+    out.update(services=len(record.services), scales=len(results),
+               events=sum(int(r.changed) + int(r.external is not None) for r in results),
+               solve_ms=max(solves, default=math.nan),
+               reasons=dict(Counter(str(st.decision.code.value) for st in record.services.values())),
+               why={str(st.decision.code.value): st.reason for st in record.services.values()},
+               statuses=dict(Counter(str(r.status.value) for r in results)))
+    return out
+
+
+@dataclass
+class Run:
+    """One size and daemon count: every counted daemon tick, per daemon figures, failover, audit."""
+
+    services: int
+    daemons: int
+    lease: tuple[float, float, float]
+    walls: list[float] = field(default_factory=list)
+    queries: list[int] = field(default_factory=list)
+    reads: list[int] = field(default_factory=list)
+    read_by: Counter[str] = field(default_factory=Counter)
+    """Reads of all the counted ticks by resource."""
+    writes: list[int] = field(default_factory=list)
+    watches: list[int] = field(default_factory=list)
+    scales: list[int] = field(default_factory=list)
+    events: list[int] = field(default_factory=list)
+    solve_ms: list[float] = field(default_factory=list)
+    reasons: Counter[str] = field(default_factory=Counter)
+    statuses: Counter[str] = field(default_factory=Counter)
+    """The scale writes' results (``ActuationStatus``) of the counted ticks."""
+    led: dict[str, list[int]] = field(default_factory=dict)
+    """Daemon -> the shards it led in the counted rounds."""
+    led_services: dict[str, int] = field(default_factory=dict)
+    rss_mib: dict[str, float] = field(default_factory=dict)
+    failover: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Victim's shard -> ``led`` and ``ticks`` s after its last renewal (None: not within the rounds)."""
+    failed: list[str] = field(default_factory=list)
+    """Counted ticks that raised (daemon: error), as ``Daemon._tick_loop`` would log them."""
+    overlaps: int = 0
+    scale_writes: int = 0
+    handed: int = 0
+
+
+def delta(after: dict[Any, int], before: dict[Any, int], verbs: tuple[str, ...]) -> int:
+    return sum(n - before.get(k, 0) for k, n in after.items() if k[0] in verbs and k[1] != LEASES)
+
+
+class Bench:
+    """The cluster child and Prometheus, shared by every run (``run``, ``stop``): ``services`` services
+    x 3 variants, each variant's Deployment at ``replicas`` (0: the first decisions scale it from zero,
+    ``ControlLoop``'s rule for requests waiting and no replica, so the counted rounds hold writes)
+    with ``pods`` pods listed and exported."""
+
+    def __init__(self, services: int, pods: int, scrape_interval: str, work: Path, replicas: int = 0) -> None:
+        self.ctx = multiprocessing.get_context("spawn")
+        self.conn, child = self.ctx.Pipe()
+        self.side = self.ctx.Process(target=cluster_side, args=(child, services, pods, replicas), daemon=True)
+        self.side.start()
+        self.kube_url, port = self.conn.recv()
+        self.prom = PromServer(work, [Target(f"127.0.0.1:{port}")], scrape_interval=scrape_interval)
+        self.prom.start()
+        self.prom.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == "1", timeout_s=120)
+        self.prom_started = time.monotonic()
+        self.runs = 0
+        self.procs: dict[str, BaseProcess] = {}
+
+    def ask(self, cmd: Any) -> Any:
+        self.conn.send(cmd)
+        return self.conn.recv()
+
+    def stop(self) -> None:
+        self.prom.stop()
+        self.conn.send("stop")
+        self.side.join(timeout=30)
+
+    def run(self, services: int, daemons: int, ticks: int, watch: bool, controller: str,
+            lease: tuple[float, float, float] = LEASE, history_s: float = HISTORY_S,
+            failover: bool = True, window_s: float = SIGNAL_WINDOW_S, even: bool = True) -> Run:
+        """K = ``daemons`` daemons over the first ``services`` services: started, settled (every shard
+        led, the spread even), one uncounted round, ``ticks`` counted rounds once Prometheus is
+        ``history_s`` old, then (K > 1, ``failover``) the failover and the audit (module docstring)."""
+        self.runs += 1
+        base = f"fleet-{self.runs}"  # Leases of their own: no run sees another's
+        cfg = fleet(services, watch, daemons, lease, base, window_s, even)
+        names = [f"d{k}" for k in range(daemons)]
+        out = Run(services, daemons, lease)
+        self.ask(("zero", [f"{s.name}-{v.name}" for s in cfg.services for v in s.variants]))  # as seeded
+        since = self.ask("mark")
+        procs: dict[str, BaseProcess] = {}
+        conns: dict[str, Connection] = {}
+        try:
+            for n in names:
+                conns[n], child = self.ctx.Pipe()
+                procs[n] = self.ctx.Process(target=daemon_side, args=(child, n, self.kube_url, self.prom.url, cfg,
+                                                                       controller), daemon=True)
+                procs[n].start()
+            self.procs = procs
+            for n in names:
+                if not conns[n].poll(SETTLE_S) or recv(conns[n], procs[n], f"daemon {n}") != "ready":
+                    raise RuntimeError(f"daemon {n} did not start within {SETTLE_S:g} s")
+            led = self._settle(conns, daemons)
+            per_shard = [0] * daemons
+            for svc in cfg.services:
+                per_shard[shard_of(cfg, svc.name) if daemons > 1 else 0] += 1
+            out.led = led
+            out.led_services = {n: sum(per_shard[i] for i in s) for n, s in led.items()}
+            self._round(conns, names, None)  # builds each shard's loop, detects the query sets
+            time.sleep(max(0.0, history_s - (time.monotonic() - self.prom_started)))
+            began = time.monotonic()
+            for r in range(ticks):
+                time.sleep(max(0.0, began + r * WINDOW_S - time.monotonic()))
+                last = self._round(conns, names, out)
+            out.rss_mib = {n: last[n]["rss_mib"] for n in names}
+            if daemons > 1 and failover:
+                self._failover(conns, procs, cfg, out, began + ticks * WINDOW_S)
+            leases = {lease_name(base, daemons, i): i for i in range(daemons)}
+            workloads = {f"{s.name}-{v.name}": (shard_of(cfg, s.name) if daemons > 1 else 0)
+                         for s in cfg.services for v in s.variants}
+            checked = self.ask(("audit", since, leases, workloads, set(names)))
+            out.overlaps, out.scale_writes, out.handed = len(checked["overlaps"]), checked["scales"], checked["handed"]
+            if out.failover:
+                self._failover_times(checked, out)
+        finally:
+            for n, p in procs.items():
+                if p.is_alive():
+                    with contextlib.suppress(OSError):
+                        conns[n].send("stop")
+            for p in procs.values():
+                p.join(timeout=60)
+                if p.is_alive():
+                    p.kill()
+        return out
+
+    def _settle(self, conns: dict[str, Connection], shards: int) -> dict[str, list[int]]:
+        """Wait until every shard has one leader and each daemon leads floor or ceil of its share."""
+        deadline = time.monotonic() + SETTLE_S
+        k = len(conns)
+        while True:
+            led = {}
+            for n, c in conns.items():
+                c.send("led")
+                led[n] = recv(c, self.procs[n], f"daemon {n}")
+            every = sorted(i for s in led.values() for i in s)
+            if every == list(range(shards)) and all(shards // k <= len(s) <= -(-shards // k) for s in led.values()):
+                return led
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the shards did not settle within {SETTLE_S:g} s: {led}")
+            time.sleep(0.2)
+
+    def _round(self, conns: dict[str, Connection], names: list[str], out: Run | None) -> dict[str, dict[str, Any]]:
+        """One tick of each daemon in turn, its API calls counted at the server around it."""
+        got: dict[str, dict[str, Any]] = {}
+        for n in names:
+            before = self.ask("requests")
+            conns[n].send("tick")
+            f = recv(conns[n], self.procs[n], f"daemon {n}")
+            after = self.ask("requests")
+            got[n] = f
+            if out is not None and f["error"] is not None:
+                out.failed.append(f"{n}: {f['error']}")
+            if out is None or not f["services"]:
+                continue
+            out.walls.append(f["wall"])
+            out.queries.append(f["queries"])
+            out.reads.append(delta(after, before, READS))
+            out.read_by.update({k[1]: n - before.get(k, 0) for k, n in after.items()
+                                if k[0] in READS and k[1] != LEASES and n > before.get(k, 0)})
+            out.writes.append(delta(after, before, WRITES))
+            out.watches.append(delta(after, before, ("watch",)))
+            out.scales.append(f["scales"])
+            out.events.append(f["events"])
+            out.solve_ms.append(f["solve_ms"])
+            out.reasons.update(f["reasons"])
+            out.statuses.update(f["statuses"])
+        return got
+
+    def _failover(self, conns: dict[str, Connection], procs: dict[str, BaseProcess], cfg: FleetConfig, out: Run,
+                  due: float) -> None:
+        """Kill the daemon leading the most shards and scale its shards' workloads to 0 (demand it can
+        no longer answer: the new leader's first tick over them scales them from zero, a write); rounds
+        of the others every tick until each of its shards was ticked by another daemon (at most
+        ``FAILOVER_ROUNDS``)."""
+        victim = max(out.led, key=lambda n: (len(out.led[n]), n))
+        shards = out.led[victim]
+        procs[victim].kill()  # SIGKILL: no release, no last write
+        procs[victim].join(timeout=30)
+        killed = time.time()
+        self.ask(("zero", [f"{s.name}-{v.name}" for s in cfg.services if shard_of(cfg, s.name) in shards
+                           for v in s.variants]))
+        survivors = [n for n in conns if n != victim]
+        ticked: dict[int, float] = {}
+        for r in range(FAILOVER_ROUNDS):
+            time.sleep(max(0.0, due + r * WINDOW_S - time.monotonic()))
+            for f in self._round(conns, survivors, None).values():
+                for i in f["shards"]:
+                    if i in shards and i not in ticked and f["ended"] > killed:
+                        ticked[i] = f["ended"]
+            if set(ticked) == set(shards):
+                break
+        out.failover = {i: {"victim": victim, "ticked_at": ticked.get(i)} for i in shards}
+
+    @staticmethod
+    def _failover_times(checked: dict[str, Any], out: Run) -> None:
+        for i, f in out.failover.items():
+            victim = f.pop("victim")
+            writes = checked["lease"].get(i, [])
+            renewed = max((t for t, agent, holder in writes if agent == victim and holder == victim), default=None)
+            taken = min((t for t, agent, holder in writes if renewed is not None and t > renewed
+                         and holder not in (None, victim)), default=None)
+            wrote = min((t for t, agent in checked["written"].get(i, []) if renewed is not None and t > renewed
+                         and agent != victim), default=None)
+            at = f.pop("ticked_at")
+            f["led_s"] = None if taken is None or renewed is None else taken - renewed
+            f["ticks_s"] = None if at is None or renewed is None else at - renewed
+            f["writes_s"] = None if wrote is None or renewed is None else wrote - renewed
+
+
+def recv(conn: Connection, proc: BaseProcess, what: str) -> Any:
+    """The next message from a child, or RuntimeError once it has died without one."""
+    while not conn.poll(1.0):
+        if not proc.is_alive():
+            raise RuntimeError(f"{what} exited (code {proc.exitcode}) without answering")
+    return conn.recv()
+
+
+def plain(x: Any) -> Any:
+    """``x`` with every dict key a string (JSON's), recursively."""
+    if isinstance(x, dict):
+        return {str(k): plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [plain(v) for v in x]
+    return x
+
+
+def p99(xs: list[float]) -> float:
+    s = sorted(x for x in xs if not math.isnan(x))
+    return s[min(len(s) - 1, int(0.99 * len(s)))] if s else math.nan
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else math.nan
+
+
+def row(r: Run) -> str:
+    top = max(r.led_services, key=lambda n: (r.led_services[n], n))
+    fo = "-"
+    if r.failover:  # the slowest of the victim's shards
+        led = [f["led_s"] for f in r.failover.values() if f["led_s"] is not None]
+        wrote = [f["writes_s"] for f in r.failover.values() if f["writes_s"] is not None]
+        miss = len(r.failover) - len(wrote)
+        fo = (f"{max(led):.1f} / {max(wrote):.1f} s" if led and wrote else "none") + (f" ({miss} not)" if miss else "")
+    return (f"| {r.services} | {r.daemons} | {median(r.walls):.2f} / {p99(r.walls):.2f} s | "
+            f"{r.rss_mib[top]:.0f} MiB ({r.led_services[top]}) | "
+            f"{'/'.join(map(str, sorted(set(r.queries))))} | {statistics.mean(r.reads):.1f} | "
+            f"{statistics.mean(r.writes):.1f} | {statistics.mean(r.scales):.1f} + {statistics.mean(r.events):.1f} | "
+            f"{p99(r.solve_ms):.0f} ms | {fo} | {r.overlaps} of {r.scale_writes} ({r.handed}) |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--services", type=int, nargs="+", default=[10, 100], help="fleet sizes (3 variants each)")
+    ap.add_argument("--daemons", type=int, nargs="+", default=[1, 3, 10], help="daemons (and shards) per size")
+    ap.add_argument("--pods", type=int, default=7, help="pods per variant")
+    ap.add_argument("--ticks", type=int, default=5, help="rounds counted per run (after the first)")
+    ap.add_argument("--watch", choices=("on", "off"), default="on", help="kubernetes.watch")
+    ap.add_argument("--assign", choices=("even", "hash"), default="even",
+                    help="services to shards: s<i> to shard i mod K (kubernetes.service_shards), or by name hash")
+    ap.add_argument("--controller", default="mpc", help="controller spec")
+    ap.add_argument("--scrape-interval", default="2s", help="Prometheus's scrape interval")
+    ap.add_argument("--lease", type=float, nargs=3, default=list(LEASE), metavar=("DURATION", "RENEW", "RETRY"),
+                    help="kubernetes.lease duration_s, renew_s, retry_s (short, for the failover)")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+    print(f"{Path(__file__).name}: {stamp()}", flush=True)
+    logging.basicConfig(level=logging.ERROR)
+    largest = max(args.services)
+    lease = (args.lease[0], args.lease[1], args.lease[2])
+    fleet(1, True, 1, lease)  # a bad --lease fails here, before anything starts
+    runs: list[Run] = []
+    with tempfile.TemporaryDirectory(prefix="fleet-scale-") as work:
+        bench = Bench(largest, args.pods, args.scrape_interval, Path(work))
+        try:
+            series = bench.prom.query("count({__name__=~\".+\"})")[0]["value"][1]
+            print(f"{largest} services x {len(VARIANTS)} variants x {args.pods} pods "
+                  f"({largest * len(VARIANTS) * args.pods} pods, {series} series) in the emulated API server and "
+                  f"Prometheus; controller {args.controller}, tick {WINDOW_S:g} s, window {SIGNAL_WINDOW_S:g} s, "
+                  f"watch {args.watch}, services to shards {args.assign}, "
+                  f"{args.ticks} rounds counted after the first; lease duration / renew / retry "
+                  f"{lease[0]:g} / {lease[1]:g} / {lease[2]:g} s; {os.cpu_count()} CPUs\n")
+            print("| services | daemons | tick wall p50 / p99 | RSS per daemon (services led) | "
+                  "Prometheus queries / tick | API reads / tick | API writes / tick | scales + Events / tick | "
+                  "plan solve p99 | failover led / writes | writes off-Lease of scale writes (handed) |")
+            print("|---|---|---|---|---|---|---|---|---|---|---|")
+            for n in args.services:
+                for k in args.daemons:
+                    r = bench.run(n, k, args.ticks, args.watch == "on", args.controller, lease,
+                                  even=args.assign == "even")
+                    runs.append(r)
+                    print(row(r), flush=True)
+        finally:
+            bench.stop()
+    print()
+    for r in runs:
+        print(f"  {r.services} services, {r.daemons} daemons: led {r.led_services}, RSS "
+              f"{ {n: round(m) for n, m in r.rss_mib.items()} } MiB, reads {dict(r.read_by)}, decisions "
+              f"{dict(r.reasons)}, writes {dict(r.statuses)}, failed ticks {len(r.failed)} "
+              f"{sorted(set(r.failed))[:3]}, failover {r.failover or '-'}")
+    one = sorted((r for r in runs if r.daemons == 1), key=lambda r: r.services)
+    if len(one) > 1:
+        a, b = one[0], one[-1]
+        slope = (b.rss_mib["d0"] - a.rss_mib["d0"]) / (b.services - a.services) * 1024
+        print(f"  one daemon: RSS {a.rss_mib['d0']:.0f} MiB at {a.services} services, {b.rss_mib['d0']:.0f} MiB at "
+              f"{b.services}: {slope:.0f} KiB per service")
+    driver = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"  peak RSS of this process (the driver): {driver:.0f} MiB")
+    if args.json:
+        args.json.write_text(json.dumps([plain(vars(r)) for r in runs], indent=1, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()

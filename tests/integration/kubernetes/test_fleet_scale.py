@@ -1,0 +1,127 @@
+"""``benchmarks/fleet_scale.py``'s own functions at a tiny size: 3 and 4 services of 3 variants x 2 pods
+in the emulated API server and a real Prometheus, one daemon and then two (two shards), each in its
+own process, 2 counted rounds. Asserted: values known apart from the benchmark (docs/prometheus.md's
+count of batched queries, the watch cache's contract of no reads in a tick, the shard rule by hand,
+the Lease rule's earliest takeover), never a timing. The audit of the write log is checked on
+hand-made logs, one with each kind of write it must catch."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from support.paths import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))  # by name: the benchmark's spawned children import it so
+import fleet_scale as fs
+
+LEASE = (3.0, 2.0, 0.5)  # duration_s, renew_s, retry_s: a short failover
+WINDOW_S = 10.0  # the controller's window: one tick, so that the PID decides from the first counted round
+BATCHED_QUERIES = 10 + 17 + 9
+"""docs/prometheus.md "Batched queries": a batched tick sends each key once, 10 per-pod inventory
+queries, 17 pod-scoped signals and 9 service-wide queries, whatever the number of services."""
+
+
+@dataclass
+class Runs:
+    small: fs.Run
+    large: fs.Run
+    two: fs.Run
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    bench = fs.Bench(4, 2, "1s", tmp_path_factory.mktemp("fleet-scale"))  # pod 1 of each variant has a request waiting
+    try:
+        kw: dict[str, Any] = {"ticks": 2, "watch": True, "controller": "pid", "lease": LEASE, "history_s": 0.0,
+                              "window_s": WINDOW_S, "even": False}  # shards by the hash of the names
+        small = bench.run(3, 1, **kw)
+        large = bench.run(4, 1, **kw)
+        two = bench.run(4, 2, **kw)
+    finally:
+        bench.stop()
+    yield Runs(small, large, two)
+
+
+def shard_by_hand(name: str, shards: int) -> int:
+    """docs/configuration.md ``kubernetes.shards``: SHA-256 of the name, first 8 bytes big-endian, mod shards."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") % shards
+
+
+@pytest.mark.slow
+def test_prometheus_queries_per_tick_are_the_batched_keys_whatever_the_services(runs: Runs) -> None:
+    # every counted tick of 3 services, of 4, and of each of two daemons leading 2 services each
+    assert len(runs.small.queries) == 2 and len(runs.large.queries) == 2 and len(runs.two.queries) == 4
+    assert set(runs.small.queries) == set(runs.large.queries) == set(runs.two.queries) == {BATCHED_QUERIES}
+
+
+@pytest.mark.slow
+def test_a_tick_reads_nothing_from_the_api_server_with_the_watch_cache(runs: Runs) -> None:
+    # adapters/kubernetes.py: with kubernetes.watch a tick sends the API server its writes alone
+    for r in (runs.small, runs.large, runs.two):
+        assert r.reads == [0] * len(r.walls), (r.services, r.daemons, r.reads)
+
+
+@pytest.mark.slow
+def test_every_service_has_exactly_one_leader(runs: Runs) -> None:
+    names = [f"s{i}" for i in range(4)]
+    assert [shard_by_hand(n, 2) for n in names] == [1, 1, 0, 0]
+    two = runs.two
+    assert sorted(i for s in two.led.values() for i in s) == [0, 1]  # each shard led once
+    assert sorted(two.led_services.values()) == [2, 2]
+    assert runs.small.led == {"d0": [0]} and runs.small.led_services == {"d0": 3}
+    assert not (runs.small.failed or runs.large.failed or two.failed)  # every counted tick returned
+
+
+@pytest.mark.slow
+def test_a_killed_daemons_shard_is_led_again_no_earlier_than_the_lease_duration(runs: Runs) -> None:
+    fo = runs.two.failover
+    assert len(fo) == 1, fo  # two daemons of two shards: the victim led one
+    (f,) = fo.values()
+    assert f["led_s"] is not None and f["ticks_s"] is not None and f["writes_s"] is not None, fo
+    # a survivor times the Lease from when it saw the last renewal, which is after the server wrote it
+    assert f["led_s"] >= LEASE[0], fo
+    assert f["writes_s"] >= f["led_s"], fo  # its loop writes only once it leads
+
+
+@pytest.mark.slow
+def test_no_workload_was_written_by_a_daemon_not_holding_its_shard(runs: Runs) -> None:
+    two = runs.two
+    # the first counted round scales every service from zero (requests waiting, no replica: at least
+    # one write each), and the survivor scales the victim's zeroed workloads again: some workload
+    # had two writers, so a write at overlapping leaderships had a place to show
+    assert two.scale_writes >= 4 and two.handed >= 1, (two.scale_writes, two.handed)
+    assert two.overlaps == 0
+
+
+def test_the_audit_flags_a_write_by_a_daemon_not_holding_the_shard() -> None:
+    """A hand-made log (server order): a takes shard 0's Lease and writes w0; b writes w0 while a holds
+    it (flagged); a releases it; a writes w0 (flagged: nobody holds it); b takes it and writes w0;
+    a write by someone not a daemon (a person) is not the audit's."""
+    log = fs.TimedWrites()
+
+    def lease(agent: str, holder: str) -> None:
+        log.append(("PUT", "leases", "default", "L-shard-0", {"spec": {"holderIdentity": holder}}, agent))
+
+    def scale(agent: str) -> None:
+        log.append(("PATCH", "deployments/scale", "default", "w0", 2, agent))
+
+    log.append(("PUT", "leases", "default", "unrelated", {"spec": {"holderIdentity": "b"}}, "b"))
+    lease("a", "a")
+    scale("a")
+    scale("b")
+    lease("a", "")
+    scale("a")
+    lease("b", "b")
+    scale("b")
+    scale("kubectl")
+    out = fs.audit(log, 0, {"L-shard-0": 0}, {"w0": 0}, {"a", "b"})
+    assert [(name, agent, holder) for _, name, agent, holder in out["overlaps"]] == [("w0", "b", "a"),
+                                                                                    ("w0", "a", None)]
+    assert out["scales"] == 4 and out["handed"] == 1
+    assert [(agent, holder) for _, agent, holder in out["lease"][0]] == [("a", "a"), ("a", None), ("b", "b")]
+    assert fs.audit(log, 5, {"L-shard-0": 0}, {"w0": 0}, {"a", "b"})["overlaps"] == [(log.at[5], "w0", "a", None)]
