@@ -408,7 +408,9 @@ class Daemon:
 
     def _new_loop(self, now: float, shard: int = 0) -> ControlLoop:
         cfg = self._shard_cfg(shard)
-        ctrl = build(self.spec, cfg)
+        # a shard may hold no service (the name hash leaves some empty): its loop never ticks (``tick``),
+        # but the controller is calibrated on a service, so on the fleet's first
+        ctrl = build(self.spec, cfg if cfg.services else self.cfg)
         term = 0 if self.dry_run else self.shards.electors[shard].term
         sharded = self.shards.n > 1
         if not sharded:

@@ -503,3 +503,26 @@ def test_admission_on_its_own_port_leaves_the_metrics_port_to_scrapers_and_probe
             d.server.close()
             if d.admission_server is not None:
                 d.admission_server.close()
+
+
+@pytest.mark.parametrize("controller", ["pid", "mpc"])
+def test_a_shard_without_services_ticks_with_the_others(controller: str) -> None:
+    """The name hash can leave a shard empty (10 services on 10 shards do); the daemon leading it
+    built that shard's controller for no service and every tick failed (IndexError), its other
+    shards' included. Here the only service is pinned to shard 0 of 2 and one daemon leads both."""
+    doc = copy.deepcopy(FLEET_DOC)
+    name = doc["services"][0]["name"]
+    doc["kubernetes"] = {"namespace": NS, "lease": LEASE, "shards": 2, "service_shards": {name: 0}}
+    cfg = parse_config(doc, "<test>")
+    with emulated_cluster() as cluster:
+        source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+        d = Daemon(cfg, controller, source, cluster.api(), "d", "127.0.0.1:0", namespace_self="autoscaler")
+        try:
+            assert [e.try_acquire_or_renew() for e in d.shards.electors] == [True, True]
+            assert d.shards.led() == [0, 1]
+            rec = d.tick()
+            assert rec is not None and sorted(d.loops) == [0, 1]
+            assert list(rec.services) == [name]  # shard 0's service decided (held: nothing to read there)
+            assert d.loops[1].cfg.services == []
+        finally:
+            d.server.close()
