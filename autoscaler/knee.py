@@ -60,6 +60,42 @@ def one_replica(cfg: FleetConfig, variant: str, *, kv_cache_tokens: int | None =
     return out
 
 
+def pd_fleet(cfg: FleetConfig, prefill: int, decode: int, *, kv_cache_tokens: int | None = None,
+             max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+             ttft_s: float | None = None, max_model_len: int | None = None) -> FleetConfig:
+    """``cfg``'s first service reduced to its P/D pools (``roles``), no aggregated variant: the first
+    variant of each pool, held at ``prefill`` and ``decode`` replicas (no quota, no minimum), with these
+    settings changed where given (``kv_cache_tokens`` on both pools). Its knee (``knee``) is in
+    requests/s of the whole service: one prefill and many decode replicas measure a prefill replica's,
+    many prefill and one decode replica a decode replica's (``models.capacity_roles``).
+
+    Raises:
+        ValueError: the first service has no ``roles``, or a replica count below 1.
+    """
+    if prefill < 1 or decode < 1:
+        raise ValueError(f"pd_fleet needs at least one replica per pool, got prefill={prefill}, decode={decode}")
+    out = cfg.model_copy(deep=True)
+    svc = out.services[0]
+    if svc.roles is None:
+        raise ValueError(f"service {svc.name} has no roles (prefill/decode pools) to measure")
+    svc.variants = []
+    svc.roles.prefill, svc.roles.decode = svc.roles.prefill[:1], svc.roles.decode[:1]
+    for v, n in ((svc.roles.prefill[0], prefill), (svc.roles.decode[0], decode)):
+        v.min_replicas, v.quota, v.initial_replicas = 0, None, n
+        v.max_replicas = max(v.max_replicas, n)
+        if kv_cache_tokens is not None:
+            v.kv_cache_tokens = kv_cache_tokens
+    if ttft_s is not None:
+        svc.slo["interactive"].ttft_s = ttft_s
+    if max_model_len is not None:
+        svc.max_model_len = max_model_len
+    if max_num_seqs is not None:
+        out.engine.max_num_seqs = max_num_seqs
+    if max_num_batched_tokens is not None:
+        out.engine.max_num_batched_tokens = max_num_batched_tokens
+    return out
+
+
 def poisson_workload(rate_rps: float, input_tokens: np.ndarray, output_tokens: np.ndarray, run_s: float,
                      seed: int = 0) -> Workload:
     """Poisson arrivals at ``rate_rps`` over ``run_s`` seconds, each request's lengths one of the pairs
@@ -81,16 +117,18 @@ def poisson_workload(rate_rps: float, input_tokens: np.ndarray, output_tokens: n
 
 
 def _replicas(cfg: FleetConfig) -> int:
-    """The replicas ``one_replica`` set: its first variant's ``initial_replicas`` (1 where unset)."""
-    return cfg.services[0].variants[0].initial_replicas or 1
+    """The replicas ``one_replica`` set: its first variant's ``initial_replicas`` (1 where unset); 1 for
+    a ``pd_fleet`` (its rates are the whole service's)."""
+    variants = cfg.services[0].variants
+    return (variants[0].initial_replicas or 1) if variants else 1
 
 
 def attainment(cfg: FleetConfig, workload: Workload) -> float:
     """Interactive SLO attainment of ``cfg``'s replicas (``one_replica``: its first variant's
-    ``initial_replicas``, held) serving ``workload``."""
+    ``initial_replicas``, held; ``pd_fleet``: its pools, which no controller scales) serving ``workload``."""
     svc = cfg.services[0]
-    one = StaticController({svc.name: {svc.variants[0].name: _replicas(cfg)}}, cfg.controller.tick_s,
-                           cfg.controller.window_s)
+    held = {svc.variants[0].name: _replicas(cfg)} if svc.variants else {}
+    one = StaticController({svc.name: held}, cfg.controller.tick_s, cfg.controller.window_s)
     return float(summarize(run_simulation(cfg, workload, one))["slo_attainment"]["interactive"])
 
 

@@ -9,7 +9,13 @@ the knee are printed. Synthetic mixed cases draw lognormal lengths (seeded) with
 sigmas; trace cases draw the (prompt, output) pairs of a trace in ``--data`` (those within the case's
 context). Issue 28's band for the ratio: 0.90-1.05, never above 1.05.
 
+With ``--roles`` it measures a prefill or a decode replica of ``examples/fleet-pd.yaml``'s P/D pools
+instead (``ROLE_CASES``): the role's model (``models.capacity_roles``) against the knee of a static P/D
+fleet (``autoscaler.knee.pd_fleet``) of one replica of that role and enough of the other (four times
+the role's model over the other's) that only the measured one limits, rates of the whole service.
+
     python benchmarks/capacity.py [--cases NAME ...] [--data ../shared/data] [--json]
+    python benchmarks/capacity.py --roles [--cases NAME ...] [--data ../shared/data] [--json]
 """
 
 from __future__ import annotations
@@ -27,9 +33,10 @@ import numpy as np
 
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import load_config
-from autoscaler.knee import knee, one_replica
+from autoscaler.knee import knee, one_replica, pd_fleet
 from autoscaler.workload.loader import load_trace
 from models.capacity import ReplicaSpec, RequestMix, allowance, mean_itl_rate, replica_capacity, shared_capacity
+from models.capacity_roles import RoleCapacity, decode_capacity, prefill_capacity
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
 from provenance import stamp
@@ -82,6 +89,50 @@ CASES: dict[str, Case] = {
 }
 
 
+# P/D cases: (role measured, the lengths of a Case above) on examples/fleet-pd.yaml's H100 pools
+ROLE_CASES: dict[str, tuple[str, Case]] = {
+    "prefill, azure-conv-like": ("prefill", CASES["azure-conv-like h100"]),
+    "decode, azure-conv-like": ("decode", CASES["azure-conv-like h100"]),
+    "prefill, azure-code trace": ("prefill", Case("h100", trace=AZURE_CODE)),
+    "decode, azure-code trace": ("decode", Case("h100", trace=AZURE_CODE)),
+    "prefill, mooncake-like 9000/350": ("prefill", CASES["mooncake-like 9000/350"]),
+    "decode, mooncake-like 9000/350": ("decode", CASES["mooncake-like 9000/350"]),
+}
+OTHER_POOL_MARGIN = 4.0  # the other pool's model capacity over the measured role's
+ROLE_MIN_REQUESTS = 40_000  # a prefill replica's TTFT tail comes in long busy periods: 10,000 left its knee
+# moving 26-29 req/s on Azure-conv-like lengths with the bracket alone
+
+
+def role_models(cfg: FleetConfig, mix: RequestMix) -> tuple[RoleCapacity, RoleCapacity]:
+    """(prefill, decode) capacity of one replica of ``cfg``'s first service's first pool variants."""
+    svc = cfg.services[0]
+    assert svc.roles is not None
+    ps, ds = ReplicaSpec.of(svc.roles.prefill[0], cfg.engine), ReplicaSpec.of(svc.roles.decode[0], cfg.engine)
+    slo, link, thr = svc.slo["interactive"], svc.roles.kv_transfer, svc.roles.non_cached_tokens
+    return (prefill_capacity(ps, mix, slo.ttft_s, link, non_cached_tokens=thr),
+            decode_capacity(ds, mix, slo.ttft_s, slo.itl_s, link, prefill_spec=ps, non_cached_tokens=thr))
+
+
+def measure_role(name: str, data: Path) -> dict[str, Any]:
+    role, case = ROLE_CASES[name]
+    base = load_config(ROOT / "examples" / "fleet-pd.yaml")
+    ins, outs = lengths(case, data)
+    keep = ins + outs <= case.context  # the simulator rejects the rest, and counts them nowhere
+    ins, outs = ins[keep], outs[keep]
+    mix = RequestMix.from_requests(ins.tolist(), outs.tolist())
+    pre, dec = role_models(pd_fleet(base, 1, 1, max_model_len=case.context), mix)
+    model, other = (pre, dec) if role == "prefill" else (dec, pre)
+    others = max(2, math.ceil(OTHER_POOL_MARGIN * model.rps / other.rps))
+    cfg = pd_fleet(base, 1 if role == "prefill" else others, others if role == "prefill" else 1,
+                   max_model_len=case.context)
+    measured, target = knee(cfg, ins, outs, 0.5 * model.rps, 2.5 * model.rps, steps=9,
+                            min_requests=ROLE_MIN_REQUESTS)
+    return {"case": name, "role": role, "model_rps": model.rps, "binding": model.binding, "knee_rps": measured,
+            "target": target, "ratio": model.rps / measured, "others": others, "bounds_rps": model.bounds,
+            "prompt_tokens_per_s": model.prompt_tokens_per_s, "sequences": model.sequences,
+            "edge": not 0.51 * model.rps < measured < 2.49 * model.rps}
+
+
 def fleet(case: Case, replicas: int = 1) -> FleetConfig:
     """The example fleet reduced to ``replicas`` of the case's variant with its settings."""
     return one_replica(load_config(ROOT / "examples" / "fleet.yaml"), case.variant, replicas=replicas,
@@ -127,8 +178,11 @@ def measure(name: str, data: Path, replicas: int = 1) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
-    ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES), metavar="NAME",
-                    help=f"cases to run (default: all of {', '.join(CASES)})")
+    ap.add_argument("--cases", nargs="+", choices=[*CASES, *ROLE_CASES], metavar="NAME",
+                    help=f"cases to run (default: all of {', '.join(CASES)}; with --roles all of "
+                         f"{', '.join(ROLE_CASES)})")
+    ap.add_argument("--roles", action="store_true",
+                    help="measure one prefill or decode replica of examples/fleet-pd.yaml's pools (ROLE_CASES)")
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data",
                     help="folder holding the traces the trace cases name")
     ap.add_argument("--replicas", type=int, default=1,
@@ -136,7 +190,25 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object per case")
     args = ap.parse_args()
     print(f"{Path(__file__).name}: {stamp()}", file=sys.stderr if args.json else sys.stdout, flush=True)
-    for name in args.cases:
+    table = ROLE_CASES if args.roles else CASES
+    names = args.cases or list(table)
+    wrong = [n for n in names if n not in table]
+    if wrong:
+        ap.error(f"--cases: {', '.join(wrong)} {'is not a --roles case' if args.roles else 'needs --roles'}")
+    if args.roles:
+        for name in names:
+            t = time.perf_counter()
+            row = measure_role(name, args.data)
+            if args.json:
+                print(json.dumps(row), flush=True)
+            else:
+                print(f"{name:<34} model {row['model_rps']:7.3f} req/s ({row['binding']:<4}) knee "
+                      f"{row['knee_rps']:7.3f} at {row['target']:.2%} ratio {row['ratio']:.2f} "
+                      f"[{row['others']} of the other role]{' (knee at the edge)' if row['edge'] else ''}",
+                      flush=True)
+            print(f"  {name}: {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+        return
+    for name in names:
         t = time.perf_counter()
         row = measure(name, args.data, args.replicas)
         if args.json:
