@@ -49,6 +49,15 @@ def one_replica(cfg: FleetConfig, variant: str, *, kv_cache_tokens: int | None =
     v.max_replicas = max(v.max_replicas, replicas)
     if kv_cache_tokens is not None:
         v.kv_cache_tokens = kv_cache_tokens
+    _set_limits(out, ttft_s, max_model_len, max_num_seqs, max_num_batched_tokens)
+    return out
+
+
+def _set_limits(out: FleetConfig, ttft_s: float | None, max_model_len: int | None, max_num_seqs: int | None,
+                max_num_batched_tokens: int | None) -> None:
+    """Set, where given, the first service's interactive TTFT target and context, and the engine's
+    limits, on ``out`` (a copy the caller owns)."""
+    svc = out.services[0]
     if ttft_s is not None:
         svc.slo["interactive"].ttft_s = ttft_s
     if max_model_len is not None:
@@ -57,7 +66,6 @@ def one_replica(cfg: FleetConfig, variant: str, *, kv_cache_tokens: int | None =
         out.engine.max_num_seqs = max_num_seqs
     if max_num_batched_tokens is not None:
         out.engine.max_num_batched_tokens = max_num_batched_tokens
-    return out
 
 
 def pd_fleet(cfg: FleetConfig, prefill: int, decode: int, *, kv_cache_tokens: int | None = None,
@@ -85,14 +93,7 @@ def pd_fleet(cfg: FleetConfig, prefill: int, decode: int, *, kv_cache_tokens: in
         v.max_replicas = max(v.max_replicas, n)
         if kv_cache_tokens is not None:
             v.kv_cache_tokens = kv_cache_tokens
-    if ttft_s is not None:
-        svc.slo["interactive"].ttft_s = ttft_s
-    if max_model_len is not None:
-        svc.max_model_len = max_model_len
-    if max_num_seqs is not None:
-        out.engine.max_num_seqs = max_num_seqs
-    if max_num_batched_tokens is not None:
-        out.engine.max_num_batched_tokens = max_num_batched_tokens
+    _set_limits(out, ttft_s, max_model_len, max_num_seqs, max_num_batched_tokens)
     return out
 
 
