@@ -212,6 +212,20 @@ class DecodeReplica(Replica):
         self._now = now
         super()._schedule(now)
 
+    def _preempt_newest(self) -> None:
+        """``Replica._preempt_newest``, the victim queued behind the requests whose KV has been read
+        (``loaded`` puts them at the head): they hold their KV already and need none more, so a victim
+        in front of them that cannot fit would wait on KV that only they can free, and the prefill
+        replica on reads that never start (a circular wait)."""
+        super()._preempt_newest()
+        waiting, remote = self.waiting, self._remote
+        if len(waiting) > 1 and remote.get(waiting[1]) == LOADED:
+            victim = waiting.popleft()
+            i = 1
+            while i < len(waiting) and remote.get(waiting[i]) == LOADED:
+                i += 1
+            waiting.insert(i, victim)
+
     def _admit(self, budget: int, growth: int, chunks: list[tuple[SimRequest, int]]) -> None:
         """``Replica._admit``, with the remote-prefilled requests: one still to read reserves its prompt's
         KV, takes its prefix-cache hit and starts its read (no step budget, no batch slot); one read

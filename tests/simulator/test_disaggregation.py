@@ -10,6 +10,7 @@ A prefill chunk of k tokens after s computed ones takes t0 + a (k + r (k s + k (
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from autoscaler.config.loading import parse_config
 from autoscaler.errors import ConfigError
 from autoscaler.simulate import run_simulation
-from autoscaler.simulator.disagg import DecodeReplica, PrefillReplica, remote_prefill
+from autoscaler.simulator.disagg import LOADED, DecodeReplica, PrefillReplica, remote_prefill
 from autoscaler.simulator.engine import COMPLETED, FAILED
 from autoscaler.simulator.exposition import ROLE_LABEL, SimCollector
 from autoscaler.simulator.fleet import FleetSimulator
@@ -317,3 +318,32 @@ def test_a_prefill_replica_crashing_during_the_read_loses_its_kv_but_not_the_rea
     (sr,) = sim.requests
     assert sr.status == COMPLETED
     assert sr.t_first == pytest.approx(st(4000) + 4000 * 131_072 * 8 / 400e9 + 1.0 + st(1, start=3999), rel=1e-12)
+
+
+# ------------------------------------------------------------------------------ no circular wait
+def test_a_preempted_request_never_queues_in_front_of_one_whose_kv_was_read() -> None:
+    # KV pools of 2100 tokens (one 2048-token sequence and a block fit: the fleet file accepts them) under
+    # a load that preempts. A request whose KV has been read (LOADED) holds its prompt's KV and needs
+    # none more; a preemption victim queued in front of it that cannot fit would wait on KV only the
+    # LOADED request can free, while the prefill replica waits on reads that never start. Before the
+    # fix the decode queue had a LOADED request behind another at 1,169 of the 1,800 half-second
+    # checks, and 280 of the 480 requests failed (client timeout, 600 s); now none is ever behind a
+    # non-LOADED one, and all 480 complete.
+    doc = pd_doc(threshold=16)
+    svc = doc["services"][0]
+    svc["max_model_len"] = 2048
+    for role in ("prefill", "decode"):
+        svc["roles"][role][0]["kv_cache_tokens"] = 2100
+    rng = random.Random(0)
+    wl = Workload([Request(arrival_s=0.25 * i, input_tokens=rng.randint(100, 1900),
+                           output_tokens=rng.randint(20, 140)) for i in range(480)])
+    sim = FleetSimulator(parse_config(doc, "<pd>"), wl)
+    _, d = pools(sim)
+    behind = 0
+    for k in range(1, 1801):
+        sim.run_until(0.5 * k)
+        loaded = [d._remote.get(sr) == LOADED for sr in d.waiting]
+        behind += not all(loaded[:sum(loaded)])  # the LOADED requests are the queue's head, if any
+    assert d.metrics.preemptions > 0  # the case this is about
+    assert behind == 0
+    assert [sr.status for sr in sim.requests] == [COMPLETED] * 480
