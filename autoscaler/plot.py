@@ -53,8 +53,9 @@ def _replicas(ax: Axes, svc: Service, rows: list[dict[str, Any]], t: list[float]
     colors = variant_colors(svc)
     used = _used(svc, rows)
     stacks = [[r[f"ready_{v}"] for r in rows] for v in used]
-    ax.stackplot(t, *stacks, labels=[f"{v} ready" for v in used], colors=[colors[v] for v in used], alpha=0.8,
-                 step="post")
+    if stacks:  # none for a service of prefill/decode pools only (the timeline has no pool columns yet)
+        ax.stackplot(t, *stacks, labels=[f"{v} ready" for v in used], colors=[colors[v] for v in used],
+                     alpha=0.8, step="post")
     total = [sum(r[f"ready_{v}"] + r[f"starting_{v}"] for v in used) for r in rows]
     ax.plot(t, total, "k--", lw=0.8, label="ready + starting", drawstyle="steps-post")
     ahead_t, ahead = planned_ahead(rows, svc, PLAN_AHEAD)

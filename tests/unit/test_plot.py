@@ -14,7 +14,7 @@ from matplotlib.lines import Line2D
 
 from autoscaler import plot
 from autoscaler.config import FleetConfig
-from autoscaler.config.loading import default_config
+from autoscaler.config.loading import default_config, load_config
 from autoscaler.report import summarize, timeline_rows, write_outputs
 from autoscaler.simulate import SimulationRun, run_simulation
 from autoscaler.workload.types import BATCH, INTERACTIVE, Request, Workload
@@ -113,3 +113,20 @@ def test_simulate_plot_passes_the_results_and_the_last_arrival(run: SimulationRu
     monkeypatch.setattr(plot, "plot_timeline", record)
     res = write_outputs(run, tmp_path, plot=True)
     assert seen == {"results": res, "until": run.sim.last_arrival_s}
+
+
+def test_a_service_of_prefill_decode_pools_only_is_plotted(tmp_path: Path) -> None:
+    # examples/fleet-pd.yaml's shape: no aggregated variant, so no replica stack to draw (matplotlib's
+    # stackplot of no series raised "need at least one array to concatenate", and `simulate --plot`
+    # and `compare` ended with that after the simulation). The figure is written, without a stack.
+    cfg = load_config(Path(__file__).resolve().parents[2] / "examples" / "fleet-pd.yaml")
+    wl = Workload([Request(arrival_s=1.0 * i, input_tokens=3000 if i % 2 else 300, output_tokens=20)
+                   for i in range(60)], source="test:pd")
+    run = run_simulation(cfg, wl, "pid")
+    path = tmp_path / "timeline.png"
+    plot.plot_timeline(run.sim.cfg, run.sim.target, "pid: pd", timeline_rows(run), path)
+    assert path.stat().st_size > 0
+    fig = plot.timeline_figure(run.sim.cfg, run.sim.target, "pid: pd", timeline_rows(run), summarize(run),
+                               run.sim.last_arrival_s)
+    assert not fig.axes[1].collections  # no stacked area: the service has no aggregated replica
+    plt.close(fig)
