@@ -61,6 +61,11 @@ class Reason(StrEnum):
     COOLDOWN = "cooldown"  # scale-down held within scale_down_cooldown_s of a scale-up
 
 
+POOLS_ONLY = ("service {service} has no aggregated variant: its prefill/decode pools are not scaled by any "
+              "controller yet (pid, static and mpc hold them)")
+"""The error of a controller that needs an aggregated variant to calibrate or plan on, given a service
+of prefill/decode pools only (``Service.roles``)."""
+
 HOLD_REASONS = frozenset({Reason.SIGNAL_UNKNOWN, Reason.WARMING_UP, Reason.METRICS_ERROR, Reason.COUNTS_UNKNOWN})
 
 

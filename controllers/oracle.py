@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from controllers.base import Decision, Reason
+from controllers.base import POOLS_ONLY, Decision, Reason
 from controllers.mpc import limit_note, limit_terms, miss_cost, plan_variant
 from controllers.static import PEAK_WINDOW_S, ScheduledController, served
 from models.planning import Plan, PlanProblem, PlanService, solve
@@ -130,6 +130,8 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
     variants = [plan_variant(v, dt, np.full(steps, weights[v.name]), initial[v.name],
                              np.full(steps, float(initial[v.name]))) for v in svc.variants]
     miss = miss_cost(variants, miss_weight)
+    if not variants:
+        raise ValueError(f"{name}: " + POOLS_ONLY.format(service=svc.name))
     if miss is None:
         raise ValueError(f"{name}: no variant of {svc.name} can serve its requests within the SLO")
     limit = round(dt / c.tick_s)  # the guard's limits are per tick

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autoscaler.config import EngineConfig, Service
+from controllers.base import POOLS_ONLY
 from controllers.split import cost_per_capacity
 from models.capacity import ReplicaSpec, RequestMix, operating_point, variant_weights
 
@@ -47,6 +48,8 @@ def calibrate(svc: Service, engine: EngineConfig, mix: RequestMix,
     """
     if not 0 < utilization < 1:
         raise ValueError(f"utilization must be in (0, 1), got {utilization}")
+    if not svc.variants:
+        raise ValueError(POOLS_ONLY.format(service=svc.name))
     caps = variant_weights(svc, engine, mix)
     if not any(c > 0 for c in caps.values()):
         raise ValueError(f"service {svc.name}: no variant meets the interactive SLO for this request mix "

@@ -347,3 +347,13 @@ def test_a_preempted_request_never_queues_in_front_of_one_whose_kv_was_read() ->
     assert d.metrics.preemptions > 0  # the case this is about
     assert behind == 0
     assert [sr.status for sr in sim.requests] == [COMPLETED] * 480
+
+
+@pytest.mark.parametrize("controller", ["hpa", "keda", "oracle"])
+def test_a_controller_that_calibrates_on_a_variant_says_the_service_has_none(controller: str) -> None:
+    # They calibrate a target (or plan) on the aggregated variants' capacity; with pools only they
+    # refused with "no variant meets the interactive SLO for this request mix", which is not the reason.
+    wl = Workload([Request(arrival_s=1.0 * i, input_tokens=300, output_tokens=20) for i in range(20)])
+    with pytest.raises(ValueError, match=r"service svc has no aggregated variant: its prefill/decode pools are not "
+                                         r"scaled by any controller yet \(pid, static and mpc hold them\)"):
+        run_simulation(parse_config(pd_doc(), "<pd>"), wl, controller)
