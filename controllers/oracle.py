@@ -122,6 +122,8 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
     c = cfg.controller
     if not workload.requests:
         raise ValueError(f"{name} needs a trace with requests")
+    if not svc.variants:  # refused before the demand is binned and the variants planned
+        raise ValueError(f"{name}: " + POOLS_ONLY.format(service=svc.name))
     duration = max(r.arrival_s for r in workload.requests) + c.tick_s
     dt = c.tick_s * max(1, math.ceil(duration / c.tick_s / MAX_STEPS))
     steps = math.ceil(duration / dt)
@@ -130,8 +132,6 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
     variants = [plan_variant(v, dt, np.full(steps, weights[v.name]), initial[v.name],
                              np.full(steps, float(initial[v.name]))) for v in svc.variants]
     miss = miss_cost(variants, miss_weight)
-    if not variants:
-        raise ValueError(f"{name}: " + POOLS_ONLY.format(service=svc.name))
     if miss is None:
         raise ValueError(f"{name}: no variant of {svc.name} can serve its requests within the SLO")
     limit = round(dt / c.tick_s)  # the guard's limits are per tick
