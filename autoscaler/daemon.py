@@ -131,7 +131,7 @@ class LoggingSink:
 class LeaderOnly:
     """An actuator or admission sink that writes only while ``daemon`` leads ``shard`` (the one Lease
     when unsharded), checked at each write: a tick that outlives its leadership (a slow Prometheus, a
-    renewal that failed meanwhile) writes nothing more (``conflict``: not the leader). The write counts
+    renewal that failed meanwhile) writes nothing more (``not_leader``). The write counts
     in flight (``ShardElection.writing``), so a shard handed to another daemon is released only once
     its writes in progress are done."""
 
@@ -142,7 +142,7 @@ class LeaderOnly:
 
     def _lost(self) -> ActuationResult:
         what = "" if self.daemon.shards.n == 1 else f" shard {self.shard}"
-        return ActuationResult(ActuationStatus.CONFLICT, f"{self.daemon.identity} no longer leads{what}: not written")
+        return ActuationResult(ActuationStatus.NOT_LEADER, f"{self.daemon.identity} no longer leads{what}: not written")
 
     def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
         """The inner actuator's ``scale`` while leading."""

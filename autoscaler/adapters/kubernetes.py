@@ -349,7 +349,7 @@ class KubernetesActuator:
                 conn.wrote(current)
                 return replace(APPLIED, external=external)
             if self.fence is not None and not self.fence():  # leadership may have ended during the read
-                return ActuationResult(ActuationStatus.CONFLICT, f"{where}: not written: this daemon may no longer "
+                return ActuationResult(ActuationStatus.NOT_LEADER, f"{where}: not written: this daemon may no longer "
                                        "lead by the time the write lands", external=external)
             if replicas < current and remove_first and attempt == 0 and self.kube.pod_deletion_cost:
                 note = self._deletion_cost(conn, ns, remove_first)
@@ -505,7 +505,7 @@ class ConfigMapSink:
 
     @staticmethod
     def _fenced(ns: str, name: str) -> ActuationResult:
-        return ActuationResult(ActuationStatus.CONFLICT, f"configmaps {ns}/{name}: not written: this daemon "
+        return ActuationResult(ActuationStatus.NOT_LEADER, f"configmaps {ns}/{name}: not written: this daemon "
                                "may no longer lead by the time the write lands")
 
 

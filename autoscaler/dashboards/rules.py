@@ -223,7 +223,8 @@ def alerts(objective: float, cfg: FleetConfig) -> list[Alert]:
     gap = (f"max by (namespace, deployment) (kube_deployment_spec_replicas{{{ksm}}} - "
            f"kube_deployment_status_replicas_ready{{{ksm}}})")
     ticks = "sum by (job) (increase(autoscaler_loop_duration_seconds_count[10m]))"
-    errors = 'sum by (service, target) (increase(autoscaler_actuation_errors_total{result!="conflict"}[10m]))'
+    errors = ('sum by (service, target) '
+              '(increase(autoscaler_actuation_errors_total{result!~"conflict|not_leader"}[10m]))')
     arrivals = first_present(GATEWAY_REQUESTS, models, "5m", by="model_name")
     served = f"sum by (model_name) (rate(vllm:e2e_request_latency_seconds_count{{{models}}}[5m]))"
     spec = f"max by (deployment) (kube_deployment_spec_replicas{{{ksm}}})"

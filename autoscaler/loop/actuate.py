@@ -2,7 +2,9 @@
 
 An ``Actuator`` sets a variant's replica count (the Kubernetes scale subresource, the simulator) and
 says what happened, as the HPA records ``AbleToScale`` / ``FailedRescale``: ``applied``, or why not
-(``conflict``: the object changed under us, HTTP 409; ``forbidden``: no permission, HTTP 403;
+(``conflict``: the object changed under us, HTTP 409, or another writer's change is being left alone;
+``not_leader``: not written because this daemon may no longer lead by the time the write lands (the
+write fence); ``forbidden``: no permission, HTTP 403;
 ``unreachable``: the API did not answer; ``invalid``: the request was refused as malformed). An
 ``AdmissionSink`` publishes a service's admission thresholds to the gateway (priority -> longest
 estimated queue wait, seconds, None for no limit) and answers the same way; a malformed set is
@@ -29,6 +31,7 @@ class ActuationStatus(StrEnum):
 
     APPLIED = "applied"
     CONFLICT = "conflict"
+    NOT_LEADER = "not_leader"
     FORBIDDEN = "forbidden"
     UNREACHABLE = "unreachable"
     INVALID = "invalid"

@@ -27,11 +27,13 @@
   ``scale_down_limit``, ``cooldown``, ``too_many_replicas``, ``too_few_replicas``);
 - ``autoscaler_metric_query_failures_total`` {service}: failed metric queries;
 - ``autoscaler_actuation_errors_total`` {service, target, result}: writes that failed (``target`` is a
-  variant, or ``admission``; ``result`` ``conflict``, ``forbidden``, ``unreachable``, ``invalid``),
+  variant, or ``admission``; ``result`` ``conflict``, ``not_leader``, ``forbidden``, ``unreachable``,
+  ``invalid``: ``autoscaler.loop.actuate``),
   every combination present from the start at 0, so ``rate()`` and alerts see a series before the
   first failure;
 - ``autoscaler_able_to_scale`` {service, variant}: 1 when the variant's last write was applied (or
-  none was needed), 0 when it failed, as the HPA's ``AbleToScale`` condition;
+  none was needed), 0 when it failed, as the HPA's ``AbleToScale`` condition (a write not made because
+  this daemon may no longer lead, ``not_leader``, leaves it as it was);
 - ``autoscaler_replica_price_usd_per_hour`` {service, variant}: a replica's price from the fleet file
   (its GPUs x ``price_per_gpu_hour``), so dashboards can turn replicas into cost;
 - ``autoscaler_loop_duration_seconds``: histogram of tick wall time, prometheus_client's default
@@ -130,7 +132,8 @@ class LoopMetrics(Collector):
                 for limit in st.limits:
                     self._limits[(name, limit.value)] = self._limits.get((name, limit.value), 0) + 1
                 for v, res in st.actuation.items():
-                    self._able[(name, v)] = res.ok
+                    if res.status is not ActuationStatus.NOT_LEADER:  # says nothing of the workload's scaling
+                        self._able[(name, v)] = res.ok
             self._buckets[bisect_left(BUCKETS, duration_s)] += 1
             self._duration_sum += duration_s
 

@@ -101,6 +101,28 @@ def test_a_failed_write_keeps_the_variant_is_counted_and_exported(make_fleet, st
     assert s[("autoscaler_actuation_errors_total", key)] == 1
 
 
+def test_a_write_not_made_for_want_of_the_lease_is_counted_apart_and_leaves_able_to_scale(make_fleet) -> None:
+    """A write the fence stopped (``not_leader``) is counted under its own result, and says nothing about
+    whether the workload can scale: ``autoscaler_able_to_scale`` keeps the last real write's value (1 here),
+    so the AutoscalerActuationFailing alert does not page for a daemon that lost its Lease."""
+    cfg = make_fleet(2, min_replicas=1, max_replicas=8)
+    act = Actuator([APPLIED, ActuationResult(ActuationStatus.NOT_LEADER, "no longer leads: not written")])
+    loop = ControlLoop(cfg, Source(), act, Fixed(5))
+    metrics = LoopMetrics(loop)
+    metrics.record(loop.tick(15.0), 0.01)  # applied: 2 -> 5
+    loop.controller = Fixed(6)
+    rec = loop.tick(30.0)
+    metrics.record(rec, 0.01)
+    assert rec.services["svc"].actuation["h100"].status is ActuationStatus.NOT_LEADER
+    assert rec.services["svc"].applied == {"h100": 2}  # the source still shows 2: nothing changed
+    s = samples(metrics)
+    assert s[("autoscaler_actuation_errors_total", (("result", "not_leader"), ("service", "svc"),
+                                                    ("target", "h100")))] == 1
+    assert s[("autoscaler_actuation_errors_total", (("result", "conflict"), ("service", "svc"),
+                                                    ("target", "h100")))] == 0
+    assert s[("autoscaler_able_to_scale", (("service", "svc"), ("variant", "h100")))] == 1.0
+
+
 def test_admission_thresholds_go_to_the_sink_and_are_exported(make_fleet) -> None:
     cfg = make_fleet(2, min_replicas=1, max_replicas=8)
     sink = Sink()

@@ -34,6 +34,7 @@ from autoscaler.daemon import Daemon
 from autoscaler.faults.kubeapi import EmulatedCluster, deployment, emulated_cluster
 from autoscaler.faults.live import FollowTheCluster
 from autoscaler.faults.promserver import PromServer, Target
+from autoscaler.loop.actuate import ActuationStatus
 from autoscaler.loop.export import serve
 from autoscaler.realtime import LiveSimulation
 from autoscaler.wiring import build_source
@@ -333,7 +334,7 @@ def test_a_new_leader_writes_only_while_it_leads_and_scales_nothing_down_for_a_c
             assert isinstance(gate, LeaderOnly) and gate.scale("llm", "a100", 2).ok
             d.elector.last_renewed = -1e9  # its renewal is long overdue: it no longer leads
             res = gate.scale("llm", "a100", 3)
-            assert not res.ok and "no longer leads" in res.message
+            assert res.status is ActuationStatus.NOT_LEADER and "no longer leads" in res.message
             assert client.AppsV1Api(cluster.api()).read_namespaced_deployment("llm-a100", NS).spec.replicas == 2
         finally:
             d.server.close()

@@ -531,7 +531,7 @@ def test_no_write_once_leadership_is_not_certain_for_the_call(cluster, fleet) ->
 
     act = KubernetesActuator(fleet.kubernetes, fleet.services, cluster.api(), fence=fence)
     res = act.scale("svc", "h100", 5)
-    assert res.status is ActuationStatus.CONFLICT and "may no longer lead" in res.message
+    assert res.status is ActuationStatus.NOT_LEADER and "may no longer lead" in res.message
     assert asked == [0] and replicas(cluster) == 2
     assert not [w for w in cluster.emu.writes if w[1] == "deployments/scale"]
 
@@ -694,11 +694,11 @@ def test_a_configmap_is_not_written_once_leadership_is_not_certain(cluster, flee
 
     before = len(cluster.emu.writes)
     res = ConfigMapSink(fleet.kubernetes, cluster.api(), fence=fence).publish("svc", {"sheddable": 9.0})
-    assert res.status is ActuationStatus.CONFLICT and "may no longer lead" in res.message and asked == [True]
+    assert res.status is ActuationStatus.NOT_LEADER and "may no longer lead" in res.message and asked == [True]
     assert len(cluster.emu.writes) == before
     assert cm.read_namespaced_config_map("autoscaler-admission-svc", NS).data["sheddable"] == "1"
     res = ConfigMapSink(fleet.kubernetes, cluster.api(), fence=fence).publish("other", {"sheddable": 9.0})
-    assert res.status is ActuationStatus.CONFLICT  # a create is fenced too
+    assert res.status is ActuationStatus.NOT_LEADER  # a create is fenced too
     with pytest.raises(ApiException) as err:
         cm.read_namespaced_config_map("autoscaler-admission-other", NS)
     assert err.value.status == 404

@@ -26,7 +26,7 @@ from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.daemon import Daemon, LeaderOnly
 from autoscaler.faults.kubeapi import EmulatedCluster, deployment, emulated_cluster
-from autoscaler.loop.actuate import ActuationResult
+from autoscaler.loop.actuate import ActuationResult, ActuationStatus
 from autoscaler.wiring import build_source
 
 pytestmark = pytest.mark.slow  # three daemons and their writers run in real time for tens of seconds
@@ -349,7 +349,7 @@ def test_a_daemon_ticks_and_writes_only_the_shards_it_leads() -> None:
             assert isinstance(gate, LeaderOnly) and gate.scale("svc-0", "a100", 2).ok
             d.shards.electors[0].last_renewed = -1e9  # its renewal is long overdue: it no longer leads shard 0
             res = gate.scale("svc-0", "a100", 3)
-            assert not res.ok and "no longer leads shard 0" in res.message
+            assert res.status is ActuationStatus.NOT_LEADER and "no longer leads shard 0" in res.message
             assert d.tick() is None and not d.loops  # nothing led: no loop
             writes = [w for w in cluster.emu.writes if w[1] == "deployments/scale" and w[5] == "autoscaler/d"]
             assert [w[3] for w in writes] == ["svc-0-a100"]
