@@ -425,7 +425,8 @@ class FleetConfig(Strict):
 
     @model_validator(mode="after")
     def _selector_names(self) -> FleetConfig:
-        variants = self.variant_names()
+        variants = {s.name: {v.name for v in s.variants} | {v.name for _, v in s.role_variants()}
+                    for s in self.services}
         for name, sel in self.prometheus.selectors.items():
             if name not in variants:
                 raise ValueError(f"prometheus.selectors: unknown service '{name}'")
