@@ -51,9 +51,11 @@ pods (``ServiceEstimate.pools``):
 
 * prefill: ``ttft_mean_s`` of the prefill pods over the interactive TTFT SLO (a prefill pod's TTFT is its
   queue and its prefill, the part of the user's TTFT the prefill pool decides);
-* decode: the larger of ``tpot_mean_s`` of the decode pods over the interactive ITL SLO and ``setpoint x
-  kv_usage / DECODE_KV_SETPOINT`` (their mean KV usage, scaled so that it reaches the setpoint at
-  ``DECODE_KV_SETPOINT``); either alone when the other is unknown;
+* decode: the largest of ``tpot_mean_s`` of the decode pods over the interactive ITL SLO, their
+  ``ttft_mean_s`` over the TTFT SLO (a decode pod's TTFT runs from the hand-over: its wait for a slot and
+  for KV, the read and the first step, the share of the user's TTFT the decode pool decides) and
+  ``setpoint x kv_usage / DECODE_KV_SETPOINT`` (their mean KV usage, scaled so that it reaches the
+  setpoint at ``DECODE_KV_SETPOINT``); those known when some are not;
 * the rules read the pool's queue, running requests, completions and starting replicas, and the
   gateway's arrivals (the capacities are rates of the whole mix, so the arrivals are the demand of both);
 * then the ratio guard (``controllers.roles.enforce_ratio``, Kthena's rule) keeps prefill / decode
@@ -332,8 +334,9 @@ class PIDController(Controller):
         if role == PREFILL:
             return None if sig.ttft_mean_s is None else sig.ttft_mean_s / slo.ttft_s
         itl = None if sig.tpot_mean_s is None else sig.tpot_mean_s / slo.itl_s
+        wait = None if sig.ttft_mean_s is None else sig.ttft_mean_s / slo.ttft_s
         kv = None if sig.kv_usage is None else self.settings.setpoint * sig.kv_usage / DECODE_KV_SETPOINT
-        known = [x for x in (itl, kv) if x is not None]
+        known = [x for x in (itl, wait, kv) if x is not None]
         return max(known) if known else None
 
     def _decide_pools(self, est: ServiceEstimate, svc: Service) -> Decision:
@@ -346,7 +349,7 @@ class PIDController(Controller):
         for role in ROLES:
             pool = est.pools[role]
             y = self.pool_measurement(role, pool, svc)
-            signal = "prefill_ttft_mean_ratio" if role == PREFILL else "decode_itl_kv_ratio"
+            signal = "prefill_ttft_mean_ratio" if role == PREFILL else "decode_slo_kv_ratio"
             if y is None:
                 desired.update(pool.current)
                 reasons.append(f"{role}: hold: {signal} unknown")
