@@ -33,6 +33,12 @@ from string import Template
 from autoscaler.state import SIGNALS
 
 # kube-state-metrics v2 Deployment metrics (labels ``namespace``, ``deployment``).
+ROLE_LABEL = "llm_d_ai_role"
+"""The pod label ``llm-d.ai/role`` (``prefill``, ``decode``) as a Prometheus scraping the pods carries it: the
+Kubernetes service discovery's ``__meta_kubernetes_pod_label_llm_d_ai_role`` (the label's name with each
+character not valid in a Prometheus label name written ``_``), kept by a ``labelmap`` relabelling; llm-d's
+monitoring examples select and group pods by ``llm_d_ai_role``. The Prometheus source selects a pool's pods
+by it (``autoscaler.adapters.prometheus``)."""
 KSM_SPEC_REPLICAS = "kube_deployment_spec_replicas"
 KSM_READY_REPLICAS = "kube_deployment_status_replicas_ready"
 # Requests arriving at the gateway, counted by the endpoint picker (EPP) per model: completions fall

@@ -93,7 +93,7 @@ from autoscaler.adapters.workloads import (
 )
 from autoscaler.adapters.workloads.base import CacheStale, FailedReads, ObjectError, describe
 from autoscaler.adapters.workloads.cache import CACHED, WorkloadCache
-from autoscaler.config import KubernetesConfig, Service
+from autoscaler.config import KubernetesConfig, Service, Variant
 from autoscaler.errors import AutoscalerError
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, ExternalChange
 from autoscaler.loop.admission import API_VERSION, KIND, TERM_BITS, check_itl_budget, check_thresholds
@@ -212,12 +212,18 @@ def connectors(kube: KubernetesConfig, services: Sequence[Service], api: client.
     check_workloads(kube, services)
     out: dict[tuple[str, str], WorkloadConnector] = {}
     for svc in services:
-        for v in svc.variants:
+        for v in scaled_variants(svc):
             conn = connector(api, kube.workload(svc.name, v.name), kube.namespace, kube.other_writer_quiet_s)
             if cache is not None and conn.group == "apps" and conn.plural in CACHED:
                 conn.attach(cache.informer(conn.plural), cache.informer("pods"))
             out[(svc.name, v.name)] = conn
     return out
+
+
+def scaled_variants(svc: Service) -> list[Variant]:
+    """Every variant of ``svc`` with a workload of its own: its aggregated variants, then its prefill and
+    decode pools' (``Service.roles``: each pool variant is scaled through its own workload)."""
+    return svc.variants + [v for _, v in svc.role_variants()]
 
 
 def watch_cache(kube: KubernetesConfig, services: Sequence[Service], api: client.ApiClient,
@@ -232,7 +238,7 @@ def watch_cache(kube: KubernetesConfig, services: Sequence[Service], api: client
         return None
     check_workloads(kube, services)
     plurals = {connector_class(kube.workload(s.name, v.name)).resolve(kube.workload(s.name, v.name))[1]
-               for s in services for v in s.variants}
+               for s in services for v in scaled_variants(s)}
     if not plurals & CACHED:
         return None
     return WorkloadCache(api, kube.namespace, plurals, kube.watch_stale_s, kube.watch_timeout_s, clock)
@@ -246,7 +252,7 @@ def check_workloads(kube: KubernetesConfig, services: Sequence[Service]) -> None
         WorkloadError: one line naming ``kubernetes.workloads.<service>.<variant>`` and the problem.
     """
     for svc in services:
-        for v in svc.variants:
+        for v in scaled_variants(svc):
             try:
                 connector_class(kube.workload(svc.name, v.name))
             except WorkloadError as exc:
@@ -600,7 +606,8 @@ class ClusterSource:
         observations = self.source.observe(now)
         failed = FailedReads("observation")
         for name, obs in observations.items():
-            for v, vo in obs.variants.items():
+            pooled = [(v, vo) for pool in obs.pools.values() for v, vo in pool.variants.items()]
+            for v, vo in [*obs.variants.items(), *pooled]:
                 state = self._read(name, v, failed)
                 if state is None:  # counts unknown; its pods are selected by it, so not read either
                     self.states.pop((name, v), None)

@@ -40,6 +40,13 @@ connections and never answers costs one deadline per tick (the loop holds on unk
 not one ``timeout_s`` per round of queries per ``max_concurrency``. The queries left running are
 abandoned; each still ends at its own ``timeout_s``.
 
+Prefill/decode pools (``Service.roles``): each pool variant is read as a variant is (its inventory, its
+Deployment's replicas, its signals over its valid pods), its default pod matchers adding llm-d's role
+label ``llm_d_ai_role="prefill"`` or ``"decode"`` (``promql.ROLE_LABEL``); each pool's signals are read
+over its variants' valid pods with ``llm_d_ai_role="<role>"`` (the same query templates), and reported
+as ``ServiceObservation.pools``. The service-wide signals read every valid pod, the pools' included, as
+the simulator's source does.
+
 Service-wide, two more queries: the gateway's ``arrival_rate_rps`` (``autoscaler.promql``; optional,
 a failure is a warning) and how far back the service's samples go (``history_s``: ``time()`` minus
 the oldest sample of its pods' ``running`` gauge in the window, a subquery at the window / 30), so
@@ -95,6 +102,7 @@ from autoscaler.promql import (
     KSM_SPEC_REPLICAS,
     PRIORITY_QUERIES,
     RATE_SIGNALS,
+    ROLE_LABEL,
     SERVICE_SIGNALS,
     QuerySet,
     detect,
@@ -107,11 +115,24 @@ from autoscaler.promql import (
     quote,
     render,
 )
-from autoscaler.state import PRIORITY_NAMES, SIGNALS, PodObservation, ServiceObservation, Signals, VariantObservation
+from autoscaler.state import (
+    PRIORITY_NAMES,
+    SIGNALS,
+    PodObservation,
+    PoolObservation,
+    ServiceObservation,
+    Signals,
+    VariantObservation,
+)
 from autoscaler.urls import redact
 from autoscaler.workload.types import PRIORITIES
 
 log = logging.getLogger(__name__)
+
+
+def _all_variants(svc: Service) -> list[Variant]:
+    """``svc``'s aggregated variants, then its pools' (prefill first)."""
+    return svc.variants + [v for _, v in svc.role_variants()]
 
 
 def service_selector(prom: PrometheusConfig, svc: Service) -> str:
@@ -536,12 +557,16 @@ class PrometheusSource:
         return service_selector(self.prom, svc)
 
     def variant_selectors(self, svc: Service, v: Variant) -> tuple[str, str]:
-        """``(pod matchers, Deployment matchers)`` of a variant; defaults in ``config.VariantSelectors``."""
+        """``(pod matchers, Deployment matchers)`` of a variant (a pool's too); defaults in
+        ``config.VariantSelectors``, with ``llm_d_ai_role="<role>"`` added to a pool variant's default pods."""
         sel = self.prom.selectors.get(svc.name)
         vs = sel.variants.get(v.name) if sel is not None else None
         deployment = f"{svc.name}-{v.name}"
         ns = f"namespace={quote(self.prom.namespace)}"
         pods = f"{ns},{self.prom.pod_label}=~{quote(exact_alternation([deployment]) + '-.*')}"
+        role = {p.name: r for r, p in svc.role_variants()}.get(v.name)
+        if role is not None:  # a pool's pods carry llm-d's role label
+            pods += f",{ROLE_LABEL}={quote(role)}"
         dep = f"{ns},deployment={quote(deployment)}"
         if vs is not None:
             pods = vs.pods if vs.pods is not None else pods
@@ -763,7 +788,7 @@ class PrometheusSource:
             inventory = {
                 (svc.name, v.name): {k: self._submit(pool, POD_KEY + k, q, at)
                                      for k, q in self._inventory_queries(svc, v).items()}
-                for svc in self.services for v in svc.variants
+                for svc in self.services for v in _all_variants(svc)
             }
             self._flush()
             plans = [self._plan(svc, inventory, pool, at) for svc in self.services]
@@ -783,7 +808,7 @@ class PrometheusSource:
         """Round 1 results of ``svc`` -> valid pods and counts; submits round 2 (signal queries)."""
         plan = _Plan(svc)
         known = True
-        for v in svc.variants:
+        for v in _all_variants(svc):
             scope = f"{svc.name}/{v.name}"
             res = {k: self._result(f) for k, f in inventory[(svc.name, v.name)].items()}
             for k in OPTIONAL_POD_QUERIES:  # only the cache-warmth model reads them: a failure is a warning
@@ -823,11 +848,16 @@ class PrometheusSource:
         if known and every:
             plan.jobs[svc.name] = self._signals(pool, svc, matchers(base, f"{pl}=~{quote(exact_alternation(every))}"),
                                                 at)
-        for v in svc.variants:
+        for v in _all_variants(svc):
             names = [p.name for p in plan.valid[v.name]]
             if names:
                 sel = matchers(base, self.variant_selectors(svc, v)[0], f"{pl}=~{quote(exact_alternation(names))}")
                 plan.jobs[f"{svc.name}/{v.name}"] = self._signals(pool, svc, sel, at)
+        for role in ("prefill", "decode") if svc.roles is not None else ():
+            names = [p.name for r, v in svc.role_variants() if r == role for p in plan.valid[v.name]]
+            if known and names:
+                sel = matchers(base, f"{ROLE_LABEL}={quote(role)}", f"{pl}=~{quote(exact_alternation(names))}")
+                plan.jobs[f"{svc.name}/{role}"] = self._signals(pool, svc, sel, at)
         return plan
 
     def _finish(self, plan: _Plan, now: float) -> ServiceObservation:
@@ -835,7 +865,7 @@ class PrometheusSource:
         name = plan.svc.name
         values = self._collect(plan.jobs[name], plan.errors, name) if name in plan.jobs else dict.fromkeys(SIGNALS)
         variants = {}
-        for v in plan.svc.variants:
+        for v in _all_variants(plan.svc):
             scope = f"{name}/{v.name}"
             vsig = self._collect(plan.jobs[scope], plan.errors, scope) if scope in plan.jobs else dict.fromkeys(SIGNALS)
             counts = plan.counts[v.name]
@@ -843,6 +873,12 @@ class PrometheusSource:
                 variants[v.name] = VariantObservation(0, 0, 0, Signals.of(vsig), counts_known=False)
             else:
                 variants[v.name] = VariantObservation(counts[0], counts[1], 0, Signals.of(vsig))
+        pools = {}
+        for role in ("prefill", "decode") if plan.svc.roles is not None else ():
+            scope = f"{name}/{role}"
+            rsig = self._collect(plan.jobs[scope], plan.errors, scope) if scope in plan.jobs else dict.fromkeys(SIGNALS)
+            pools[role] = PoolObservation(role, Signals.of(rsig), {v.name: variants.pop(v.name)
+                                                                   for r, v in plan.svc.role_variants() if r == role})
         # Per-pod gauges for the baselines: only pods that reported all three.
         pods = [self._pod_observation(v, p) for v, ps in plan.valid.items() for p in ps
                 if p.kv and p.waiting and p.running]
@@ -852,7 +888,7 @@ class PrometheusSource:
         self.warnings[name] = plan.failed + plan.warnings
         failed = plan.failed + ([self._undetected[name]] if name in self._undetected else [])
         return ServiceObservation(name, now, Signals.of(values), variants, plan.errors, pods=pods, history_s=history,
-                                  failed_optional=failed)
+                                  failed_optional=failed, pools=pools)
 
     def _service_signals(self, plan: _Plan, values: dict[str, float | None]) -> float | None:
         """Fill the service-wide signals into ``values`` (name -> value); return the history held, loop seconds.

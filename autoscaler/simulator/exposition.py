@@ -48,6 +48,7 @@ from autoscaler.promql import (
     KSM_READY_REPLICAS,
     KSM_SPEC_REPLICAS,
 )
+from autoscaler.promql import ROLE_LABEL as _ROLE_LABEL
 from autoscaler.simulator.engine import DRAINING, READY
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.gateway import OUTCOMES
@@ -71,11 +72,9 @@ from autoscaler.simulator.metrics import (
 )
 
 POD_LABELS = ("model_name", "engine", "namespace", "pod", "variant")
-ROLE_LABEL = "llm_d_ai_role"
-"""The pod label ``llm-d.ai/role`` (``simulator.disagg``) as a Prometheus scraping the pods carries it: the
-Kubernetes service discovery's ``__meta_kubernetes_pod_label_llm_d_ai_role`` (the label's name with each
-character not valid in a Prometheus label name written ``_``), kept by a ``labelmap`` relabelling; llm-d's
-monitoring examples select and group pods by ``llm_d_ai_role``."""
+ROLE_LABEL = _ROLE_LABEL
+"""The pod label ``llm-d.ai/role`` (``simulator.disagg``) as a Prometheus scraping the pods carries it
+(``autoscaler.promql.ROLE_LABEL``, which the Prometheus source selects a pool's pods by)."""
 RELEASE_NAMES: dict[str, dict[str, str]] = {
     "0.11": {name: name for name in (KV_CACHE_USAGE_PERC, PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS, ITL_SECONDS,
                                      TPOT_SECONDS)},

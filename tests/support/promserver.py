@@ -71,10 +71,12 @@ class FakePod:
     tpot_metric: str = "vllm:request_time_per_output_token_seconds"
     """The TPOT histogram's name: a vLLM before 0.11 has the per-step ``vllm:time_per_output_token_seconds``."""
     t0: float = field(default_factory=time.time)
+    role: str = ""
+    """llm-d's pod label ``llm-d.ai/role`` as Prometheus keeps it (``llm_d_ai_role``); "" for none."""
 
     def families(self) -> list[Metric]:
-        labels = ["0", self.model, self.namespace, self.name, self.variant]
-        names = ["engine", "model_name", "namespace", "pod", "variant"]
+        labels = ["0", self.model, self.namespace, self.name, self.variant] + ([self.role] if self.role else [])
+        names = ["engine", "model_name", "namespace", "pod", "variant"] + (["llm_d_ai_role"] if self.role else [])
         now = time.time()
         n = self.rate_rps * (now - self.t0)
         ts = self.stamp

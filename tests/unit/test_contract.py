@@ -14,7 +14,7 @@ from autoscaler.loop.runner import ControlLoop
 from autoscaler.loop.ticker import run_every
 from autoscaler.state import ServiceObservation, Signals, VariantObservation
 from controllers.base import Controller, Decision, Reason
-from controllers.registry import NAMES, build, parse_spec
+from controllers.registry import NAMES, ROLE_ONLY, build, parse_spec
 
 
 class Source:
@@ -172,8 +172,9 @@ def test_controller_settings_are_validated() -> None:
     assert bare.on_guard_cut("svc", {"a": 2}, {"a": 1}, {"a": 1.0}) is None  # no memory: nothing to track
 
 
-# The oracle plans on the trace's future and the bound searches it by simulation: simulation only.
-LIVE_NAMES = tuple(n for n in NAMES if n not in ("oracle", "bound"))
+# The oracle plans on the trace's future and the bound searches it by simulation: simulation only. The
+# controllers of ROLE_ONLY scale prefill/decode pools only (tests/unit/test_baselines_dynamo_pd.py).
+LIVE_NAMES = tuple(n for n in NAMES if n not in ("oracle", "bound", *ROLE_ONLY))
 
 
 @pytest.mark.parametrize("name", LIVE_NAMES)

@@ -1,0 +1,56 @@
+"""``PrometheusSource`` reads a service's prefill/decode pools from a real Prometheus: each pool variant's
+Deployment counts and each pool's signals over the pods labelled ``llm_d_ai_role`` (llm-d's
+``llm-d.ai/role``), as ``ServiceObservation.pools``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from support.promserver import FakeDeployment, FakeExporter, FakePod
+
+from autoscaler.adapters.prometheus import connect
+from autoscaler.config.loading import parse_config
+from autoscaler.faults.promserver import PromServer
+from autoscaler.wiring import build_source
+
+SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
+
+
+def _variant(name: str) -> dict[str, Any]:
+    return {"name": name, "gpu": "H100-SXM", "price_per_gpu_hour": 2.0, "min_replicas": 1, "max_replicas": 4,
+            "kv_cache_tokens": 400_000, "profile": "llama-3-8b/h100-sxm"}
+
+
+@pytest.mark.slow
+def test_each_pool_is_read_by_its_role_label(tmp_path: Any) -> None:
+    pods = [FakePod("pd-pre-0", "m-pd", variant="pre", running=2, waiting=4, kv=0.3, rate_rps=4, role="prefill"),
+            FakePod("pd-dec-0", "m-pd", variant="dec", running=10, kv=0.6, rate_rps=3, role="decode"),
+            FakePod("pd-dec-1", "m-pd", variant="dec", running=20, kv=0.4, rate_rps=5, role="decode"),
+            # a pod named as the decode variant's but labelled prefill is not the decode pool's
+            FakePod("pd-dec-9", "m-pd", variant="dec", running=99, kv=0.9, rate_rps=1, role="prefill")]
+    exporter = FakeExporter([*pods, FakeDeployment("pd-pre", 1, 1), FakeDeployment("pd-dec", 3, 2)])
+    cfg = parse_config({"services": [{"name": "pd", "model": "m-pd", "slo": SLO, "variants": [],
+                                      "roles": {"prefill": [_variant("pre")], "decode": [_variant("dec")]}}],
+                        "controller": {"tick_s": 1, "window_s": 3}}, "<roles>")
+    prom = PromServer(tmp_path / "prom", [exporter.target])
+    try:
+        prom.start()
+        prom.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == "1")
+        time.sleep(4.5)  # more than one 3 s window of scrapes
+        src = build_source(cfg, connect(cfg.prometheus, prom.url))
+        obs = src.observe(0.0)["pd"]
+    finally:
+        prom.stop()
+        exporter.close()
+    assert obs.errors == []
+    assert obs.variants == {}
+    pre, dec = obs.pools["prefill"], obs.pools["decode"]
+    assert (pre.variants["pre"].ready, pre.variants["pre"].starting) == (1, 0)
+    assert (dec.variants["dec"].ready, dec.variants["dec"].starting) == (2, 1)  # kube-state-metrics: 3 asked, 2 ready
+    assert pre.signals.running == 2 and pre.signals.queue_length == 4 and pre.signals.kv_usage == pytest.approx(0.3)
+    assert dec.signals.running == 30  # pd-dec-9 (labelled prefill) left out
+    assert dec.signals.kv_usage == pytest.approx(0.5)  # the mean of 0.6 and 0.4
+    assert dec.variants["dec"].signals.running == 30
+    assert dec.signals.request_rate_rps == pytest.approx(8.0, rel=0.25)  # 3 + 5 req/s
