@@ -307,7 +307,9 @@ def _fast_forward(sim: FleetSimulator, now: float, tick: float, ticks: list[Tick
         return now
     for rec in ticks[-quiet:]:
         for st in rec.services.values():
-            moving = any(v.starting or v.draining for v in st.estimate.variants.values())
-            if moving or st.estimate.idle is not True or st.applied != st.estimate.current:
+            moving = any(v.starting or v.draining for v in st.estimate.variants.values()) or any(
+                v.starting or v.draining for pool in st.estimate.pools.values() for v in pool.variants.values())
+            if moving or st.estimate.idle is not True or st.applied != st.estimate.current \
+                    or (st.pool_applied and st.pool_applied != st.estimate.pool_current):
                 return now
     return now + math.floor((nxt - now) / tick - 1) * tick

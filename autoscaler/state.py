@@ -285,6 +285,27 @@ class PodObservation:
 
 
 @dataclass
+class PoolObservation:
+    """One prefill or decode pool of a service (``Service.roles``), as a source reports it.
+
+    Attributes:
+        role: ``prefill`` or ``decode``.
+        signals: the signals (module docstring) over the pool's pods: a Prometheus source selects
+            them by the pod label ``llm_d_ai_role`` (the simulator's source by the replica's role).
+        variants: the pool's variants' replica counts and signals, by variant name.
+    """
+
+    role: str
+    signals: Signals
+    variants: dict[str, VariantObservation]
+
+    @property
+    def current(self) -> dict[str, int]:
+        """variant -> ready + starting replicas."""
+        return {name: v.current for name, v in self.variants.items()}
+
+
+@dataclass
 class ServiceObservation:
     """One tick's observation of a service.
 
@@ -300,6 +321,8 @@ class ServiceObservation:
         failed_optional: one line per failed query the loop does not need to decide (the gateway's,
             the pods' prefix-cache counters, the query-set detection): what it read is unknown, the
             loop does not hold for it. Lines of both lists read ``WHAT: CAUSE``.
+        pools: role -> its prefill or decode pool (``PoolObservation``); empty for a service without
+            roles, or from a source that does not observe them.
     """
 
     service: str
@@ -310,6 +333,7 @@ class ServiceObservation:
     pods: list[PodObservation] = field(default_factory=list)
     history_s: float | None = None
     failed_optional: list[str] = field(default_factory=list)
+    pools: dict[str, PoolObservation] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -344,6 +368,10 @@ class ServiceEstimate:
         history_s: how far back the source holds samples, seconds (None: unknown).
         rate_forecast: the forecast stage's request-rate path over the controller's horizon, None
             when no forecast stage runs or it has no data yet.
+        pools: role -> the service's prefill or decode pool as observed (``PoolObservation``, its
+            signals sanitized as the service's); empty without roles.
+        pool_weights: pool variant -> one replica's capacity, requests/s of the service's mix
+            (``models.capacity_roles``; the loop's ``pool_weights``); empty without roles.
     """
 
     service: str
@@ -360,8 +388,15 @@ class ServiceEstimate:
     warnings: list[str] = field(default_factory=list)
     history_s: float | None = None
     rate_forecast: RateForecast | None = None
+    pools: dict[str, PoolObservation] = field(default_factory=dict)
+    pool_weights: dict[str, float] = field(default_factory=dict)
 
     @property
     def current(self) -> dict[str, int]:
         """variant -> ready + starting replicas."""
         return {name: v.current for name, v in self.variants.items()}
+
+    @property
+    def pool_current(self) -> dict[str, int]:
+        """pool variant -> ready + starting replicas, every pool's (empty without roles)."""
+        return {name: n for pool in self.pools.values() for name, n in pool.current.items()}

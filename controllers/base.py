@@ -14,6 +14,11 @@ and then called once per tick and service with that tick's estimate. It declares
 - ``forecast_horizon_s``: how far ahead it reads the load forecast (``ServiceEstimate.forecast``),
   seconds; None when it reads none. The loop runs its forecast stage for a controller that reads it,
   whatever ``controller.forecast.enabled`` says;
+- ``scales_roles``: True when it scales a service's prefill/decode pools (``Service.roles``): the loop then
+  gives it each pool's observation (``ServiceEstimate.pools``) and capacities (``pool_weights``), guards
+  each pool as a service of its own and writes each changed pool variant as its own scale target; its
+  ``Decision.desired`` may name pool variants. False (the default): the pools are held where they are,
+  and a service of pools only is held whole (reason ``fixed``);
 - ``on_guard_cut``: told what the guard (or the actuator, or whoever else sets the fleet) let
   through when it differs from what was asked, so a controller with memory (the PID's integral)
   can track the fleet instead of winding up against decisions never applied.
@@ -61,8 +66,8 @@ class Reason(StrEnum):
     COOLDOWN = "cooldown"  # scale-down held within scale_down_cooldown_s of a scale-up
 
 
-POOLS_ONLY = ("service {service} has no aggregated variant: its prefill/decode pools are not scaled by any "
-              "controller yet (pid, static and mpc hold them)")
+POOLS_ONLY = ("service {service} has no aggregated variant: its prefill/decode pools are scaled only by the "
+              "controllers that scale roles (pid, dynamo-pd)")
 """The error of a controller that needs an aggregated variant to calibrate or plan on, given a service
 of prefill/decode pools only (``Service.roles``)."""
 
@@ -153,6 +158,8 @@ def hold(current: Mapping[str, int], reason: str, code: Reason = Reason.SIGNAL_U
 class Controller(ABC):
     """A replica-count (and admission) policy for the services of a fleet (module docstring).
 
+    Class attribute ``scales_roles``: whether it scales prefill/decode pools (module docstring).
+
     Args:
         name: the spec it was built from.
         tick_s: seconds between decisions (> 0).
@@ -163,6 +170,8 @@ class Controller(ABC):
     Raises:
         ValueError: ``tick_s``, ``window_s`` or ``forecast_horizon_s`` not a finite number > 0.
     """
+
+    scales_roles: bool = False
 
     def __init__(self, name: str, tick_s: float, window_s: float, own_guard: bool = False,
                  forecast_horizon_s: float | None = None) -> None:

@@ -44,6 +44,24 @@ found each):
   as the opposite one once the error returns to the band); after a hold against the error it is
   set so the output is the fleet (bumpless).
 
+Prefill/decode pools (``Service.roles``; ``scales_roles``): one loop per pool, each ``pid_step`` and the
+rules above on the pool's own capacity (``ServiceEstimate.pool_weights``: requests/s of the service's mix
+per replica, ``controllers.roles.role_weights``), with its own state, its signals read over the pool's
+pods (``ServiceEstimate.pools``):
+
+* prefill: ``ttft_mean_s`` of the prefill pods over the interactive TTFT SLO (a prefill pod's TTFT is its
+  queue and its prefill, the part of the user's TTFT the prefill pool decides);
+* decode: the larger of ``tpot_mean_s`` of the decode pods over the interactive ITL SLO and ``setpoint x
+  kv_usage / DECODE_KV_SETPOINT`` (their mean KV usage, scaled so that it reaches the setpoint at
+  ``DECODE_KV_SETPOINT``); either alone when the other is unknown;
+* the rules read the pool's queue, running requests, completions and starting replicas, and the
+  gateway's arrivals (the capacities are rates of the whole mix, so the arrivals are the demand of both);
+* then the ratio guard (``controllers.roles.enforce_ratio``, Kthena's rule) keeps prefill / decode
+  replicas within ``roles.ratio`` when the fleet file sets it, a pool's new total placed on its
+  variants by ``controllers.baselines.common.place_count``.
+
+A service with both aggregated variants and pools runs the aggregated loop above beside the two.
+
 Defaults (``autoscaler.config.PIDConfig``, ``ControllerConfig``): setpoint 0.3 on ``slo_mean_ratio``
 (the larger of mean TTFT / TTFT SLO and mean TPOT / ITL SLO, interactive class), deadband 0.25,
 window 300 s, kp 0.2, ki 0.005/s, down_gain 0.5, error_clip 3.
@@ -60,8 +78,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from autoscaler.config import PIDConfig
-from autoscaler.workload.types import PRIORITIES
-from controllers.base import Controller, Decision, Reason, change_reason, hold, setpoint_gauges, silent_pods
+from autoscaler.workload.types import INTERACTIVE, PRIORITIES
+from controllers.base import Controller, Decision, Gauge, Reason, change_reason, hold, setpoint_gauges, silent_pods
+from controllers.baselines.common import place_count
+from controllers.baselines.wva import KV_CACHE_THRESHOLD
 from controllers.pid_rules import (
     OVERLOAD_LOOKBACK_S,
     History,
@@ -76,11 +96,17 @@ from controllers.pid_rules import (
     record_ready,
     served_capacity,
 )
+from controllers.roles import DECODE, PREFILL, ROLES, enforce_ratio, pool_service, pool_variants
 from controllers.split import capacity_of, split_capacity
 
 if TYPE_CHECKING:
-    from autoscaler.config import Service
-    from autoscaler.state import ServiceEstimate
+    from autoscaler.config import PDRatio, Service
+    from autoscaler.state import PoolObservation, ServiceEstimate
+
+DECODE_KV_SETPOINT = KV_CACHE_THRESHOLD / 1.25
+"""Mean KV usage of the decode pods the decode loop holds at its setpoint, fraction: llm-d WVA's saturation
+threshold (``kvCacheThreshold`` 0.80, ``controllers.baselines.wva``) over 1.25, so that with the default
+0.25 deadband the decode pool grows once its pods pass WVA's saturation (0.8) and shrinks below 0.48."""
 
 
 @dataclass(frozen=True)
@@ -226,12 +252,28 @@ class PIDController(Controller):
         window_s: signal window, seconds (``controller.window_s``).
     """
 
+    scales_roles = True
+
     def __init__(self, settings: PIDConfig, tick_s: float, window_s: float, name: str = "pid") -> None:
         super().__init__(name, tick_s, window_s)
         self.settings = settings
         self.states: dict[str, PIDState] = {}
+        self.pool_states: dict[tuple[str, str], PIDState] = {}
 
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
+        """Desired replicas per variant (and per pool variant, with roles): see the module docstring."""
+        if svc.roles is None or not est.pools:
+            return self._decide_aggregated(est, svc)
+        pools = self._decide_pools(est, svc)
+        if not svc.variants:
+            return pools
+        agg = self._decide_aggregated(est, svc)
+        desired = {**agg.desired, **pools.desired}
+        current = {**est.current, **est.pool_current}
+        return Decision(desired, f"{agg.reason}; {pools.reason}", change_reason(desired, current),
+                        terms={**agg.terms, **pools.terms}, gauges=agg.gauges + pools.gauges)
+
+    def _decide_aggregated(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Desired replicas per variant: ``pid_step`` on the service's capacity, then the rules of
         ``controllers.pid_rules`` in their order (see the module docstrings)."""
         pid = self.settings
@@ -284,6 +326,116 @@ class PIDController(Controller):
             gauges=setpoint_gauges(pid.setpoint_signal, pid.setpoint, y),
         )
 
+    def pool_measurement(self, role: str, pool: PoolObservation, svc: Service) -> float | None:
+        """The signal a pool's loop holds at the setpoint (module docstring), None when unknown."""
+        sig, slo = pool.signals, svc.slo[INTERACTIVE]
+        if role == PREFILL:
+            return None if sig.ttft_mean_s is None else sig.ttft_mean_s / slo.ttft_s
+        itl = None if sig.tpot_mean_s is None else sig.tpot_mean_s / slo.itl_s
+        kv = None if sig.kv_usage is None else self.settings.setpoint * sig.kv_usage / DECODE_KV_SETPOINT
+        known = [x for x in (itl, kv) if x is not None]
+        return max(known) if known else None
+
+    def _decide_pools(self, est: ServiceEstimate, svc: Service) -> Decision:
+        """Each pool's loop (module docstring), then the ratio guard; pool variant -> replicas."""
+        pid = self.settings
+        desired: dict[str, int] = {}
+        reasons: list[str] = []
+        terms: dict[str, float] = {}
+        gauges: list[Gauge] = []
+        for role in ROLES:
+            pool = est.pools[role]
+            y = self.pool_measurement(role, pool, svc)
+            signal = "prefill_ttft_mean_ratio" if role == PREFILL else "decode_itl_kv_ratio"
+            if y is None:
+                desired.update(pool.current)
+                reasons.append(f"{role}: hold: {signal} unknown")
+                continue
+            want, why, t = self._pool_step(est, svc, role, pool, y)
+            desired.update(want)
+            reasons.append(f"{role}: {why}: {signal}={y:.3g} vs setpoint {pid.setpoint:.3g}")
+            terms.update({f"{role}_{k}": x for k, x in t.items()})
+            labels = (("signal", signal),)
+            gauges += [Gauge("autoscaler_setpoint", "Controller setpoint.", pid.setpoint, labels),
+                       Gauge("autoscaler_measured", "Controller measurement.", y, labels)]
+        ratio = svc.roles.ratio if svc.roles is not None else None
+        if ratio is not None:
+            desired, note = self._ratio_guard(est, svc, desired, ratio)
+            if note:
+                reasons.append(note)
+        current = est.pool_current
+        if all(r.endswith("unknown") for r in reasons[:2]):
+            return Decision(dict(current), "; ".join(reasons), Reason.SIGNAL_UNKNOWN, hold=True)
+        return Decision(desired, "; ".join(reasons), change_reason(desired, current), terms=terms,
+                        gauges=tuple(gauges))
+
+    def _pool_step(self, est: ServiceEstimate, svc: Service, role: str, pool: PoolObservation,
+                   y: float) -> tuple[dict[str, int], str, dict[str, float]]:
+        """One pool's ``pid_step`` and rules: (pool variant -> replicas, verb, terms)."""
+        pid = self.settings
+        variants = pool_variants(svc, role)
+        w = {v.name: est.pool_weights[v.name] for v in variants}  # this pool's: its state is counted in them
+        current = pool.current
+        cap = capacity_of(current, w)
+        ready_cap = sum(v.ready * w[n] for n, v in pool.variants.items())
+        starting = sum(v.starting for v in pool.variants.values())
+        out_min = sum(v.min_replicas * w[v.name] for v in variants)
+        out_max = sum(v.cap * w[v.name] for v in variants)
+        key = (svc.name, role)
+        state = rescale(self.pool_states.get(key, PIDState()), current, w)
+        u, state, terms = pid_step(pid, state, y, self.tick_s, cap, out_min, out_max,
+                                   hold_integral=starting > 0, scale=ready_cap)
+        ready = record_ready(state.ready_history, est.time_s, self.window_s,
+                             {n: v.ready for n, v in pool.variants.items()})
+        sig = pool.signals
+        recent = est.time_s - OVERLOAD_LOOKBACK_S
+        names = set(current)
+        load = Load(
+            capacity_rps=cap, ready_capacity_rps=ready_cap, out_max=out_max, served_rps=sig.request_rate_rps,
+            arrivals_rps=est.signals.arrival_rate_rps, shedding=False,
+            history=record_queue(state.queue_history, est.time_s, sig.queue_length), running=sig.running,
+            queue=sig.queue_length,
+            settling=starting > 0 or any(p.variant in names and p.ready_s is not None and p.ready_s > recent
+                                         for p in est.pods),
+            warm_start_s=min(v.startup_warm_s for v in variants), served_capacity_rps=served_capacity(ready, w))
+        state = replace(state, queue_history=load.history, ready_history=ready)
+        target = demand_floor(demand_cap(overload_target(u, terms.error, pid.error_clip, load), load), load)
+        desired = split_capacity(target, variants, current, w)
+        change = capacity_of(desired, w) - cap
+        held = against_error(change, terms.error, load)
+        if held is not None:
+            desired, change = dict(current), 0.0
+        state = replace(state, integral=reanchor(state.integral, terms.error, held is not None, cap,
+                                                 terms.p, terms.d, out_min, out_max))
+        self.pool_states[key] = state
+        verb = "scale up" if change > 0 else "scale down" if change < 0 else "no change"
+        if held is not None:
+            verb += f" ({held})"
+        return desired, verb, {"measurement": y, "error": terms.error, "p": terms.p, "i": terms.i, "d": terms.d,
+                               "target_capacity_rps": target}
+
+    @staticmethod
+    def _ratio_guard(est: ServiceEstimate, svc: Service, desired: dict[str, int],
+                     ratio: PDRatio) -> tuple[dict[str, int], str]:
+        """``desired`` with the pools' totals repaired into ``roles.ratio`` (``enforce_ratio``), and a note
+        when it changed them."""
+        totals, bounds = {}, {}
+        for role in ROLES:
+            vs = pool_variants(svc, role)
+            totals[role] = sum(desired[v.name] for v in vs)
+            bounds[role] = (sum(v.min_replicas for v in vs), sum(v.cap for v in vs))
+        p, d = enforce_ratio(totals[PREFILL], totals[DECODE], ratio, bounds[PREFILL], bounds[DECODE])
+        if (p, d) == (totals[PREFILL], totals[DECODE]):
+            return desired, ""
+        out = dict(desired)
+        for role, n in ((PREFILL, p), (DECODE, d)):
+            if n != totals[role]:
+                pool = pool_service(svc, role)
+                mine = {v.name: desired[v.name] for v in pool.variants}
+                out.update(place_count(n, pool, mine, est.pool_weights))
+        return out, (f"ratio guard: prefill:decode {totals[PREFILL]}:{totals[DECODE]} -> {p}:{d} "
+                     f"(within [{ratio.min_ratio:g}, {ratio.max_ratio:g}])")
+
     @staticmethod
     def _load(est: ServiceEstimate, svc: Service, out_max: float, history: History) -> Load:
         """What the rules read of this tick (``pid_rules.Load``)."""
@@ -306,7 +458,18 @@ class PIDController(Controller):
 
     def on_guard_cut(self, service: str, intended: Mapping[str, int], applied: Mapping[str, int],
                      weights: Mapping[str, float]) -> None:
-        """Back-calculation anti-windup: move the integral toward what was applied (``track``)."""
+        """Back-calculation anti-windup: move the integral toward what was applied (``track``), the
+        service's and each pool's apart (a pool's variants are those its state was counted in)."""
+        pooled: set[str] = set()
+        for (name, role), state in list(self.pool_states.items()):
+            if name != service:
+                continue
+            mine = {v for v, _ in state.weights}
+            pooled |= mine
+            done = capacity_of({v: n for v, n in applied.items() if v in mine}, weights)
+            want = capacity_of({v: n for v, n in intended.items() if v in mine}, weights)
+            self.pool_states[(name, role)] = track(state, done - want, done)
         if service in self.states:
-            done = capacity_of(applied, weights)
-            self.states[service] = track(self.states[service], done - capacity_of(intended, weights), done)
+            done = capacity_of({v: n for v, n in applied.items() if v not in pooled}, weights)
+            want = capacity_of({v: n for v, n in intended.items() if v not in pooled}, weights)
+            self.states[service] = track(self.states[service], done - want, done)

@@ -8,7 +8,9 @@ thresholds >= 0) and names the controller and parameter when one is wrong.
 Names: ``pid`` (``controllers.pid``); ``static`` and ``static-ilp`` (fixed fleets,
 ``controllers.static``, ``controllers.baselines.static_ilp``); the anchors' autoscalers
 (``controllers.baselines``): ``hpa``, ``keda``, ``kpa`` (Knative), ``aibrix`` and ``aibrix-apa``,
-``dynamo``, ``wva``; ``mpc`` (``controllers.mpc``: ``mpc:horizon=40:quantile=0.9:miss_weight=10:forecast=auto``;
+``dynamo``, ``dynamo-pd`` (Dynamo's planner in its disaggregated mode: the prefill/decode pools of a
+service with ``roles``), ``wva``;
+``mpc`` (``controllers.mpc``: ``mpc:horizon=40:quantile=0.9:miss_weight=10:forecast=auto``;
 ``hedge=measured`` plans on its own forecast errors instead of the forecaster's band, and on the
 hold they show; ``hold_s=S`` fixes the hold (300 s); ``learn=0`` turns off the speed it learns,
 ``learn=2`` adds the capacity posterior (``models.learning``);
@@ -46,6 +48,7 @@ from controllers.base import Controller
 from controllers.baselines.aibrix import AIBrixController
 from controllers.baselines.calibrate import Calibration, calibrate
 from controllers.baselines.dynamo import DynamoPlanner
+from controllers.baselines.dynamo_pd import DynamoPDPlanner
 from controllers.baselines.hpa import DEFAULT_QUEUE_TARGET, HPAController
 from controllers.baselines.keda import DEFAULT_QUEUE_THRESHOLD, KedaController
 from controllers.baselines.knative import KnativeKPAController
@@ -210,6 +213,13 @@ def _aibrix(strategy: str) -> _Factory:
     return build
 
 
+def _dynamo_pd(kw: dict[str, Any], ctx: BuildContext) -> Controller:
+    if ctx.svc.roles is None:
+        raise ValueError(f"dynamo-pd scales prefill/decode pools: service {ctx.svc.name} has none (roles in the "
+                         "fleet file; dynamo is the aggregated planner)")
+    return DynamoPDPlanner(ctx.cfg.engine, **kw, name=ctx.spec)
+
+
 MAX_HORIZON = 480
 """Longest MPC horizon a spec may ask for, ticks (2 h at 15 s): the plan's size and solve time grow
 with it, and no start-up plus cool-down in a fleet file is near that long."""
@@ -280,6 +290,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
     "aibrix-apa": (_AIBRIX, _aibrix("apa")),
     "dynamo": (_params(DynamoPlanner, predictor=TEXT, ttft=POSITIVE, itl=POSITIVE),
                lambda kw, ctx: DynamoPlanner(ctx.cfg.engine, **kw, name=ctx.spec)),
+    "dynamo-pd": (_params(DynamoPDPlanner, predictor=TEXT, ttft=POSITIVE, itl=POSITIVE), _dynamo_pd),
     "wva": (_params(WVAController), lambda kw, ctx: WVAController(name=ctx.spec)),
     "static-ilp": ({"peak_rps": POSITIVE}, _static_ilp),
     "oracle": ({"miss_weight": POSITIVE, "node_limit": Param(int, 0, closed=True)}, _oracle),
@@ -300,9 +311,12 @@ NEEDS: dict[str, dict[str, tuple[str, int | float | str]]] = {
 """name -> parameter -> (parameter, value) it needs in the same spec: without it the parameter would
 be read by nothing (``mpc``'s ``shed_weight`` prices the shedding only ``shed=1`` plans). A parameter
 that acts on its own is not listed: ``mpc``'s ``hold_s`` fixes the hold under either hedge."""
-ANCHORS = frozenset({"hpa", "keda", "kpa", "aibrix", "aibrix-apa", "dynamo", "wva"})
+ANCHORS = frozenset({"hpa", "keda", "kpa", "aibrix", "aibrix-apa", "dynamo", "dynamo-pd", "wva"})
 """The anchors' autoscalers (``controllers.baselines``): run without admission unless told otherwise."""
-BASELINE_NAMES = tuple(n for n in NAMES if n not in ("pid", "static", "mpc", "oracle", "bound"))
+ROLE_ONLY = ("dynamo-pd",)
+"""Controllers that scale only a service's prefill/decode pools: built only for a service with ``roles``."""
+BASELINE_NAMES = tuple(n for n in NAMES if n not in ("pid", "static", "mpc", "oracle", "bound", *ROLE_ONLY))
+"""The baselines that run on any fleet (those of ``ROLE_ONLY`` need pools)."""
 
 
 SET_IN_FLEET_FILE = {

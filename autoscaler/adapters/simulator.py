@@ -28,6 +28,10 @@ kube-state-metrics reports a Deployment's status as it changes):
   gateway wait of the requests dispatched over the window: the TTFT users see includes it, and a
   controller reading vLLM's TTFT alone would see a calm fleet while requests wait at the gateway.
 
+Prefill/decode pools (``Service.roles``): each pool is reported apart (``ServiceObservation.pools``): its
+variants' counts and signals, and the signals over all its pods (a Prometheus selecting
+``llm_d_ai_role="prefill"`` or ``"decode"``); the service-wide signals keep every pod, the pools' included.
+
 Faults: a pod for which ``silent(replica, now)`` is true is not scraped (its target is down, or it
 emits nothing yet), so its series goes stale as a removed pod's does. A variant whose replicas have
 stayed Pending (``simulator.unschedulable``) for ``kubernetes.pending_timeout_s`` is marked
@@ -51,7 +55,14 @@ from autoscaler.promql import GATEWAY_WINDOW_S
 from autoscaler.simulator.engine import DRAINING, PROVISIONING, READY, Replica
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS, ReplicaMetrics, histogram_quantile
-from autoscaler.state import PodObservation, PrioritySignals, ServiceObservation, Signals, VariantObservation
+from autoscaler.state import (
+    PodObservation,
+    PoolObservation,
+    PrioritySignals,
+    ServiceObservation,
+    Signals,
+    VariantObservation,
+)
 from autoscaler.workload.types import PRIORITIES
 
 # Counter layout of one sample: scalar counters, then the cumulative buckets of each histogram.
@@ -251,6 +262,16 @@ class SimMetricsSource:
                 variants[vname] = VariantObservation(c.ready, c.starting, c.draining, self._signals(mine, pod_rates),
                                                      unavailable=self.pending is not None
                                                      and self.pending.mark_if_stuck((name, vname), stuck, now))
+            pools = {}
+            for role, pool in (("prefill", svc.pd.prefill), ("decode", svc.pd.decode)) if svc.pd is not None else ():
+                pool_variants = {}
+                for v in pool:
+                    c = svc.counts(v.name)
+                    pool_variants[v.name] = VariantObservation(
+                        c.ready, c.starting, c.draining,
+                        self._signals([r for r in scraped if r.variant == v.name], pod_rates))
+                pools[role] = PoolObservation(role, self._signals([r for r in scraped if r.role == role], pod_rates),
+                                              pool_variants)
             signals = self._signals(scraped, pod_rates)
             # the gateway's queue (requests held while no replica is ready) is part of the service's queue
             queue = (signals.queue_length or 0.0) + len(svc.gateway)
@@ -271,7 +292,7 @@ class SimMetricsSource:
             first = self._first_scrape.get(name)
             ready = [r for r in scraped if r.state == READY]
             out[name] = ServiceObservation(name, now, signals, variants, pods=self._pod_observations(name, ready),
-                                           history_s=None if first is None else now - first)
+                                           history_s=None if first is None else now - first, pools=pools)
         return out
 
 

@@ -149,6 +149,29 @@ class KVTransfer(Strict):
         return tokens * kv_bytes_per_token * 8 / (self.bandwidth_gbps * 1e9) + self.latency_s
 
 
+class PDRatio(Strict):
+    """Bounds on a service's prefill:decode replica ratio (prefill replicas / decode replicas, each summed
+    over its pool's variants), kept by the controllers that scale the pools (``controllers.roles.enforce_ratio``).
+
+    Volcano Kthena's ``RoleRatioConstraint`` (volcano-sh/kthena at 3cc0572,
+    ``pkg/apis/workload/v1alpha1/autoscalingpolicy_types.go``: ``numeratorRole``, ``denominatorRole``,
+    ``minRatio``, ``maxRatio``), its numerator the prefill role and its denominator the decode role.
+
+    Attributes:
+        min_ratio: the smallest prefill / decode allowed (>= 0).
+        max_ratio: the largest (> 0, >= ``min_ratio``).
+    """
+
+    min_ratio: float = Field(ge=0, le=1000)
+    max_ratio: float = Field(gt=0, le=1000)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PDRatio:
+        if self.min_ratio > self.max_ratio:
+            raise ValueError(f"min_ratio ({self.min_ratio}) exceeds max_ratio ({self.max_ratio})")
+        return self
+
+
 class Roles(Strict):
     """A service's prefill/decode disaggregation (llm-d's P/D "well-lit path"): pools of prefill and
     decode replicas, each a list of variants as ``Service.variants`` (GPU, TP, price, profile, start-up).
@@ -161,12 +184,15 @@ class Roles(Strict):
             both at least this long; else the decode replica prefills it itself. 0 turns remote
             prefill off, as in the plugin (default ``PD_NON_CACHED_TOKENS``).
         kv_transfer: the link between the pools (``KVTransfer``).
+        ratio: bounds on prefill / decode replicas the controllers that scale the pools keep
+            (``PDRatio``); None: no bound.
     """
 
     prefill: list[Variant] = Field(min_length=1)
     decode: list[Variant] = Field(min_length=1)
     non_cached_tokens: int = Field(default=PD_NON_CACHED_TOKENS, ge=0)
     kv_transfer: KVTransfer = KVTransfer()
+    ratio: PDRatio | None = None
 
     def variants(self) -> list[tuple[str, Variant]]:
         """(role, variant) of every pool's variants, prefill first."""
@@ -185,7 +211,8 @@ class Service(Strict):
         variants: its aggregated variants (each replica prefills and decodes); may be empty when
             ``roles`` is given.
         roles: prefill and decode pools beside (or instead of) the aggregated variants (``Roles``;
-            simulated, not yet scaled by the controllers).
+            scaled by the controllers that declare ``scales_roles``: the PID, ``dynamo-pd``; the
+            others hold them).
         typical_request: the request it is sized for without a trace.
     """
 
@@ -340,9 +367,9 @@ class FleetConfig(Strict):
         # tick scales the first variant's replicas away with no warning
         seen: dict[tuple[str, str], str] = {}
         for s in self.services:
-            for v in s.variants:
+            for where, v in [("variants", v) for v in s.variants] + [(f"roles.{r}", v) for r, v in s.role_variants()]:
                 key = (self.kubernetes.workload(s.name, v.name).kind, self.kubernetes.workload_name(s.name, v.name))
-                here = f"services[{s.name}].variants[{v.name}]"
+                here = f"services[{s.name}].{where}[{v.name}]"
                 if key in seen:
                     raise ValueError(f"kubernetes.workloads: {seen[key]} and {here} both scale {key[0]} '{key[1]}' "
                                      "(give each variant its own workload name)")
@@ -382,7 +409,9 @@ class FleetConfig(Strict):
 
     @model_validator(mode="after")
     def _workload_names(self) -> FleetConfig:
-        variants = self.variant_names()
+        # a pool's variant is scaled through its own workload too (``Controller.scales_roles``)
+        variants = {s.name: {v.name for v in s.variants} | {v.name for _, v in s.role_variants()}
+                    for s in self.services}
         for name, by_variant in self.kubernetes.workloads.items():
             if name not in variants:
                 raise ValueError(f"kubernetes.workloads: unknown service '{name}'")

@@ -58,6 +58,10 @@ def estimate(obs: ServiceObservation, svc: Service, weights: dict[str, float]) -
     observed = sanitize(obs.signals, warnings, obs.service)
     variants = {n: replace(v, signals=sanitize(v.signals, warnings, f"{obs.service}/{n}"))
                 for n, v in obs.variants.items()}
+    pools = {role: replace(pool, signals=sanitize(pool.signals, warnings, f"{obs.service}/{role}"),
+                           variants={n: replace(v, signals=sanitize(v.signals, warnings, f"{obs.service}/{n}"))
+                                     for n, v in pool.variants.items()})
+             for role, pool in obs.pools.items()}
     slo = svc.slo[INTERACTIVE]
     ttft_p95, tpot_p95, slo_p95 = slo_ratios(observed.ttft_p95_s, observed.tpot_p95_s, slo)
     ttft_mean, tpot_mean, slo_mean = slo_ratios(observed.ttft_mean_s, observed.tpot_mean_s, slo)
@@ -85,6 +89,7 @@ def estimate(obs: ServiceObservation, svc: Service, weights: dict[str, float]) -
         pods=list(obs.pods),
         warnings=warnings,
         history_s=obs.history_s,
+        pools=pools,
     )
 
 

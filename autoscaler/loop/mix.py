@@ -27,6 +27,11 @@ for: every change moves the unit a capacity-based controller integrates in, so i
 A variant that cannot meet the SLO for the served mix at any load gets capacity 0, as
 ``variant_weights`` gives it (the split then moves its load to the others). A mix under which no
 variant can meet it is not adopted: there is nothing to size for, and the warning says so.
+
+Prefill/decode pools: the loop keeps a second tracker per service with pools, for a controller that
+scales them (``weigh`` = ``controllers.roles.role_weights``), fed the decode pool's signals: every
+request reaches a decode replica, which counts its whole prompt and its output (the prefix-cache hit
+rate is then the decode pods' own).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
+from collections.abc import Callable
 
 from autoscaler.config import EngineConfig, Service
 from autoscaler.loop.forecast import per_request
@@ -64,16 +70,23 @@ class MixTracker:
         engine: the simulator's engine settings the capacity model reads.
         window_s: the signal window, seconds (``controller.window_s``).
         observed: learn the mix from the signals; False keeps ``typical_request`` for good.
+        weigh: (service, engine, mix) -> variant -> one replica's capacity, requests/s: the aggregated
+            variants' (``variant_weights``, the default) or the pools' (``controllers.roles.role_weights``).
+        sizes: whether there is anything to size (default: the service has aggregated variants).
     """
 
-    def __init__(self, svc: Service, engine: EngineConfig, window_s: float, observed: bool = True) -> None:
+    def __init__(self, svc: Service, engine: EngineConfig, window_s: float, observed: bool = True,
+                 weigh: Callable[[Service, EngineConfig, RequestMix], dict[str, float]] = variant_weights,
+                 sizes: bool | None = None) -> None:
         t = svc.typical_request
         self.svc = svc
         self.engine = engine
         self.window_s = window_s
         self.observed = observed
+        self.weigh = weigh
+        self.sizes = bool(svc.variants) if sizes is None else sizes
         self.basis = (t.input_tokens, t.output_tokens, t.prefix_hit_rate)
-        self.weights = variant_weights(svc, engine, RequestMix.from_means(*self.basis))
+        self.weights = weigh(svc, engine, RequestMix.from_means(*self.basis))
         self._refused = False
         self._running: deque[tuple[float, float | None]] = deque()  # (time s, running) over the window
 
@@ -81,7 +94,7 @@ class MixTracker:
         """The capacities for this tick at ``time_s`` (seconds), re-derived when the window is steady and
         its mix left the tolerance (module docstring); unchanged when a signal it needs is unknown or
         the window holds too few requests."""
-        if not self.svc.variants:  # prefill/decode pools only: no aggregated variant to size (nor to warn of)
+        if not self.sizes:  # prefill/decode pools only: no aggregated variant to size (nor to warn of)
             return self.weights
         self._running.append((time_s, _count(signals.running)))
         while len(self._running) > 1 and self._running[1][0] <= time_s - self.window_s:
@@ -89,7 +102,7 @@ class MixTracker:
         mix = self.window_mix(signals) if self.observed and self.steady(signals, time_s) else None
         if mix is None or not self._moved(mix):
             return self.weights
-        weights = variant_weights(self.svc, self.engine, RequestMix.from_means(*mix))
+        weights = self.weigh(self.svc, self.engine, RequestMix.from_means(*mix))
         if all(w <= 0 for w in weights.values()):
             if not self._refused:  # once until a mix is adopted: the window's means move every tick
                 log.warning("%s: no variant meets the SLO for the served mix of %.0f in / %.0f out tokens (hit %.2f); "

@@ -27,12 +27,27 @@ service whatever the controller, before any other rule.
 Capacities: each tick the estimate counts replicas at the capacities of the mix the service serves
 (``autoscaler.loop.mix``, ``controller.capacity_mix``), which the guard, the controller and
 ``on_guard_cut`` read too.
+
+Prefill/decode pools (``Service.roles``): a controller that does not scale them
+(``Controller.scales_roles`` False) leaves them where they are, and a service of pools only is held
+whole (reason ``fixed``), as before pools could be scaled. For one that does, the estimate carries each
+pool's observation and one replica's capacity per pool variant (``ServiceEstimate.pools``,
+``pool_weights``: ``controllers.roles.role_weights`` for the mix the decode pool serves, learnt as the
+aggregated capacities are, ``autoscaler.loop.mix``);
+the loop's own rules read the pools too (unknown pool counts hold the service; idle for the configured
+ticks takes each pool toward its minimum); each pool is guarded as a service of its own
+(``controllers.roles.pool_service``: its bounds, ``max_step_up`` / ``max_step_down`` and the cool-down,
+with its own guard memory, or only its bounds for a controller with its own guard), and each pool
+variant whose count changes is written through the actuator as its own scale target (the simulator's
+pool, or on Kubernetes the pool variant's own workload, ``kubernetes.workloads``). What it got is
+``ServiceTick.pool_applied``; a scale-down of a pool is not drained first (the simulator keeps a
+draining decode replica until the KV it holds for a hand-over is read).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from autoscaler.config import FleetConfig, Service
 from autoscaler.loop.actuate import ActuationResult, ActuationStatus, Actuator, AdmissionSink, Drainer
@@ -46,6 +61,7 @@ from autoscaler.loop.warmth import WarmthStage
 from autoscaler.state import ServiceEstimate, ServiceObservation
 from controllers.admission import AdmissionPolicy
 from controllers.base import Controller, Decision, Reason, hold
+from controllers.roles import ROLES, pool_service, role_weights
 from controllers.split import cost_per_capacity
 
 log = logging.getLogger(__name__)
@@ -65,6 +81,9 @@ class ServiceTick:
         actuation: variant -> result of its write (only variants whose count changed).
         admission: result of publishing the decision's admission thresholds (None when none were set
             or there is no sink).
+        pool_applied: replicas per pool variant after the guard and the writes, for a controller that
+            scales roles (``Controller.scales_roles``); empty otherwise. Their writes' results are in
+            ``actuation`` beside the variants'.
     """
 
     estimate: ServiceEstimate
@@ -74,6 +93,7 @@ class ServiceTick:
     limits: list[Reason] = field(default_factory=list)
     actuation: dict[str, ActuationResult] = field(default_factory=dict)
     admission: ActuationResult | None = None
+    pool_applied: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -119,6 +139,11 @@ class ControlLoop:
                       for s in cfg.services}
         self.weights = {s.name: self.mixes[s.name].weights for s in cfg.services}
         self.guards = {s.name: GuardState() for s in cfg.services}
+        roles = controller.scales_roles
+        self.pool_guards = {(s.name, r): GuardState() for s in cfg.services if roles and s.roles for r in ROLES}
+        self.pool_mixes = {s.name: MixTracker(s, cfg.planning_engine(), cfg.controller.window_s, observed,
+                                              weigh=role_weights, sizes=True)
+                           for s in cfg.services if roles and s.roles}
         self.arrivals = {s.name: ArrivalInference() for s in cfg.services}
         self.started_s = 0.0
         self.query_failures = {s.name: 0 for s in cfg.services}
@@ -140,17 +165,18 @@ class ControlLoop:
         ctrl = self.controller
         waiting = est.signals.queue_length or 0.0
         unknown = [n for n, v in est.variants.items() if not v.counts_known]
+        unknown += [n for pool in est.pools.values() for n, v in pool.variants.items() if not v.counts_known]
         if unknown:  # never decide (nor scale from zero) on counts nobody knows
             why = f"replica count of {', '.join(unknown)} unknown"
             if est.errors:
                 why = f"{len(est.errors)} metric queries failed ({est.errors[0]}); {why}"
             return hold(est.current, f"hold: {why}", Reason.COUNTS_UNKNOWN)
-        if not svc.variants:  # prefill/decode pools only (``Service.roles``): no controller scales them yet
-            return hold(est.current, "hold: no aggregated variant, and the prefill/decode pools are not scaled yet",
-                        Reason.FIXED)
+        if not svc.variants and not ctrl.scales_roles:  # prefill/decode pools only (``Service.roles``)
+            return hold(est.current, "hold: no aggregated variant, and this controller does not scale the "
+                        "prefill/decode pools", Reason.FIXED)
         if ctrl.own_guard:
             return ctrl.decide(est, svc)
-        if sum(est.current.values()) == 0 and waiting > 0:
+        if svc.variants and sum(est.current.values()) == 0 and waiting > 0:
             return scale_from_zero(svc, self.weights[svc.name], waiting)
         if now - self.started_s < ctrl.window_s:
             return hold(est.current, "warming up: less than one window of data", Reason.WARMING_UP)
@@ -161,9 +187,36 @@ class ControlLoop:
             return hold(est.current, f"hold: {len(est.errors)} metric queries failed ({est.errors[0]})",
                         Reason.METRICS_ERROR)
         if gstate.idle_ticks >= self.cfg.controller.guard.idle_ticks_to_min:
-            return Decision({v.name: v.min_replicas for v in svc.variants},
+            pools = [v for _, v in svc.role_variants()] if ctrl.scales_roles else []
+            return Decision({v.name: v.min_replicas for v in svc.variants + pools},
                             f"idle for {gstate.idle_ticks} ticks: toward minimum", Reason.IDLE_TO_MIN)
         return ctrl.decide(est, svc)
+
+    def _guard_pools(self, svc: Service, decision: Decision, est: ServiceEstimate, now: float) -> Guarded:
+        """Each pool of ``svc`` guarded as a service of its own (module docstring): pool variant -> replicas,
+        the notes and the cuts; nothing for a controller that does not scale roles or a service without."""
+        out = Guarded({}, "", [])
+        if not self.controller.scales_roles or svc.roles is None:
+            return out
+        notes: list[str] = []
+        weights = est.pool_weights
+        for role in ROLES:
+            if role not in est.pools:  # a source that does not observe the pools: nothing is written
+                continue
+            pool = pool_service(svc, role)
+            current = {v.name: est.pools[role].variants[v.name].current for v in pool.variants}
+            mine = Decision({v: n for v, n in decision.desired.items() if v in current}, "", decision.code,
+                            hold=decision.hold)
+            if self.controller.own_guard:
+                g = clamp(mine, current, pool)
+            else:
+                g = guard(mine, current, pool, self.cfg.controller.guard, self.pool_guards[(svc.name, role)], now,
+                          weights)
+            out.replicas.update(g.replicas)
+            notes += [f"{role}: {n}" for n in g.reason.split("; ")[1:]]
+            out.limits += g.limits
+        out.reason = "; ".join(notes)
+        return out
 
     def _actuate(self, svc: Service, current: dict[str, int], guarded: Guarded,
                  remove_first: dict[str, list[str]]) -> tuple[dict[str, int], dict[str, ActuationResult]]:
@@ -205,6 +258,13 @@ class ControlLoop:
         queries and the idle ticks."""
         self.weights[svc.name] = self.mixes[svc.name].update(obs.signals, now)
         est = estimate(obs, svc, self.weights[svc.name])
+        if svc.name in self.pool_mixes:
+            tracker = self.pool_mixes[svc.name]
+            decode = obs.pools.get("decode")
+            weights = tracker.weights if decode is None else tracker.update(decode.signals, now)
+            est = replace(est, pool_weights=weights)
+        elif est.pools:  # a controller that does not scale the pools is shown none of them
+            est = replace(est, pools={})
         est = self.arrivals[svc.name].apply(est)
         if svc.name in self.forecasts:
             est = self.forecasts[svc.name].apply(est, self.controller.window_s - self.controller.tick_s)
@@ -234,13 +294,24 @@ class ControlLoop:
         applied, results = self._actuate(svc, current, guarded, remove_first)
         # a drain in progress is the scale-down under way, not a cut the controller must track
         told = {v: draining.get(v, n) if v not in results or results[v].ok else n for v, n in applied.items()}
+        pools = self._guard_pools(svc, decision, est, now)
+        pool_applied: dict[str, int] = {}
+        if pools.replicas:
+            pool_current = est.pool_current
+            pool_applied, pool_results = self._actuate(svc, pool_current, pools, remove_first)
+            results.update(pool_results)
+            told.update(pool_applied)
+            if pools.reason:
+                guarded = Guarded(guarded.replicas, f"{guarded.reason}; {pools.reason}", guarded.limits + pools.limits)
         if not decision.hold and told != decision.desired:
-            self.controller.on_guard_cut(svc.name, decision.desired, told, self.weights[svc.name])
+            weights = {**self.weights[svc.name], **est.pool_weights}
+            self.controller.on_guard_cut(svc.name, decision.desired, told, weights)
         admission = self._publish(svc, est, decision)
         reason = guarded.reason
-        if applied == current and decision.code in (Reason.SCALE_UP, Reason.SCALE_DOWN):
+        unchanged = applied == current and pool_applied == est.pool_current
+        if unchanged and decision.code in (Reason.SCALE_UP, Reason.SCALE_DOWN):
             reason = f"no change: {reason}"  # asked for, but cut by the guard or a failed write
-        return ServiceTick(est, decision, applied, reason, guarded.limits, results, admission)
+        return ServiceTick(est, decision, applied, reason, guarded.limits, results, admission, pool_applied)
 
     def _drain(self, svc: Service, est: ServiceEstimate, guarded: Guarded, remove_first: dict[str, list[str]],
                now: float) -> tuple[Guarded, dict[str, list[str]], dict[str, int]]:

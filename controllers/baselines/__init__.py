@@ -9,7 +9,8 @@ brings its own guard (``own_guard``): the loop then applies only the variants' m
 is measured with its own rules, not ours.
 
 Modules: ``hpa``, ``keda``, ``knative`` (KPA), ``aibrix`` (KPA and APA), ``dynamo`` (throughput
-planner, with ``predictors``), ``wva`` (llm-d), ``static_ilp`` (Mélange-style fixed mix);
+planner, with ``predictors``; ``dynamo_pd`` its disaggregated mode), ``wva`` (llm-d), ``static_ilp``
+(Mélange-style fixed mix);
 ``common`` (count placement, sample windows) and ``calibrate`` (default metric targets). Build them
 by spec with ``controllers.registry``.
 """

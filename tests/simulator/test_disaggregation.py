@@ -273,18 +273,39 @@ def test_flow_control_with_roles_is_refused() -> None:
 
 
 # ------------------------------------------------------------------------------ the loop
-def test_the_loop_holds_a_service_of_pools_only() -> None:
-    # No controller scales the pools yet: the loop holds the service (reason "fixed") instead of asking
-    # for a replica of an aggregated variant it does not have, and every request is served by the pools.
+def test_a_controller_that_does_not_scale_roles_holds_a_service_of_pools_only() -> None:
+    # WVA scales aggregated variants only (``Controller.scales_roles`` False): the loop holds the service
+    # (reason "fixed") instead of asking for a replica of an aggregated variant it does not have, and
+    # every request is served by the pools.
     wl = Workload([Request(arrival_s=2.0 * i, input_tokens=3000 if i % 2 else 300, output_tokens=20)
                    for i in range(60)])
-    run = run_simulation(parse_config(pd_doc(), "<pd>"), wl, "pid")
+    run = run_simulation(parse_config(pd_doc(), "<pd>"), wl, "wva")
     assert [sr.status for sr in run.sim.requests] == [COMPLETED] * 60
     assert {rec.services["svc"].decision.code for rec in run.ticks} == {Reason.FIXED}
     assert [(r.name, r.gone_s) for r in run.sim.services["svc"].replicas] == [("svc-p-1", None), ("svc-d-2", None)]
     p, d = pools(run.sim)
     assert p.metrics.prompt_tokens == 30 * 3000  # the 3000-token prompts (>= 2048) went to the prefill pool
     assert d.metrics.prompt_tokens == 30 * 3000 + 30 * 300  # and all 60 reached the decode replica
+
+
+@pytest.mark.slow
+def test_the_pid_scales_both_pools_of_a_service_of_pools_only_through_the_loop() -> None:
+    # 20 req/s of 3,000-token prompts and 400-token outputs overload one prefill replica (~12 prompts/s)
+    # and one decode replica (KV: 20 x 3,400 tokens held ~6 s is past its 400,000): the PID's two loops
+    # scale each pool, written as two targets through the simulator's actuator, within the pools' bounds.
+    doc = pd_doc()
+    svc = doc["services"][0]
+    for role in ("prefill", "decode"):
+        svc["roles"][role][0].update(min_replicas=1, max_replicas=4, initial_replicas=1, startup_cold_s=30.0)
+    doc["controller"] = {"tick_s": 15, "window_s": 60}
+    wl = Workload([Request(arrival_s=0.05 * i, input_tokens=3000, output_tokens=400) for i in range(4000)])
+    run = run_simulation(parse_config(doc, "<pd>"), wl, "pid")
+    written = {v for rec in run.ticks for v in rec.services["svc"].actuation}
+    assert written == {"p", "d"}
+    most = {v: max(rec.services["svc"].pool_applied[v] for rec in run.ticks) for v in ("p", "d")}
+    assert most["p"] > 1 and most["d"] > 1
+    assert max(most.values()) <= 4
+    assert {r.variant for r in run.sim.services["svc"].replicas} == {"p", "d"}  # no aggregated replica asked for
 
 
 # ------------------------------------------------------------------------------ crashes during a read
@@ -354,6 +375,6 @@ def test_a_controller_that_calibrates_on_a_variant_says_the_service_has_none(con
     # They calibrate a target (or plan) on the aggregated variants' capacity; with pools only they
     # refused with "no variant meets the interactive SLO for this request mix", which is not the reason.
     wl = Workload([Request(arrival_s=1.0 * i, input_tokens=300, output_tokens=20) for i in range(20)])
-    with pytest.raises(ValueError, match=r"service svc has no aggregated variant: its prefill/decode pools are not "
-                                         r"scaled by any controller yet \(pid, static and mpc hold them\)"):
+    with pytest.raises(ValueError, match=r"service svc has no aggregated variant: its prefill/decode pools are scaled "
+                                         r"only by the controllers that scale roles \(pid, dynamo-pd\)"):
         run_simulation(parse_config(pd_doc(), "<pd>"), wl, controller)

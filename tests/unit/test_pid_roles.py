@@ -1,0 +1,202 @@
+"""The PID per prefill/decode pool and its ratio guard (controllers.pid, controllers.roles), and the loop's
+plumbing for a controller that scales the pools (autoscaler.loop.runner): each decision worked out by hand
+from the PID's defaults (kp 0.2, ki 0.005/s, deadband 0.25, error clip 3, setpoint 0.3, tick 15 s).
+
+Kthena's ratio cases follow its rule (volcano-sh/kthena at 3cc0572,
+pkg/autoscaler/algorithm/disaggregated_ratio.go ``EnforceRoleRatio``), worked out by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from autoscaler.config import PDRatio, PIDConfig
+from autoscaler.config.loading import parse_config
+from autoscaler.loop.actuate import APPLIED, ActuationResult
+from autoscaler.loop.runner import ControlLoop
+from autoscaler.state import PoolObservation, ServiceEstimate, ServiceObservation, Signals, VariantObservation
+from controllers.base import Reason
+from controllers.pid import DECODE_KV_SETPOINT, PIDController
+from controllers.registry import build
+from controllers.roles import enforce_ratio
+
+SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
+
+
+def variant(name: str, current: int = 2, lo: int = 1, hi: int = 8) -> dict[str, Any]:
+    return {"name": name, "gpu": "H100-SXM", "price_per_gpu_hour": 2.0, "min_replicas": lo, "max_replicas": hi,
+            "initial_replicas": current, "kv_cache_tokens": 400_000, "profile": "llama-3-8b/h100-sxm"}
+
+
+def doc(ratio: dict[str, float] | None = None, hi: int = 8, current: int = 2) -> dict[str, Any]:
+    roles: dict[str, Any] = {"prefill": [variant("p", current, hi=hi)], "decode": [variant("d", current, hi=hi)]}
+    if ratio is not None:
+        roles["ratio"] = ratio
+    return {"services": [{"name": "svc", "model": "m", "slo": SLO, "variants": [], "roles": roles}],
+            "controller": {"tick_s": 15, "window_s": 60}}
+
+
+def pool(role: str, name: str, ready: int, **signals: float) -> PoolObservation:
+    return PoolObservation(role, Signals(**signals), {name: VariantObservation(ready, 0)})
+
+
+def estimate(prefill: PoolObservation, decode: PoolObservation, w_p: float = 10.0, w_d: float = 5.0) -> ServiceEstimate:
+    return ServiceEstimate("svc", 100.0, Signals(), {}, {}, False, 0.0, 0.0, 0,
+                           pools={"prefill": prefill, "decode": decode}, pool_weights={"p": w_p, "d": w_d})
+
+
+def test_the_decode_kv_setpoint_is_wvas_saturation_at_the_deadbands_edge() -> None:
+    assert DECODE_KV_SETPOINT * (1 + PIDConfig().deadband) == pytest.approx(0.80)
+
+
+def test_each_pool_runs_its_own_loop_by_hand() -> None:
+    # prefill: 2 replicas of 10 req/s, TTFT 1.2 s of 2 s -> y 0.6, e = 0.6/0.3 - 1 = 1.0;
+    #   P = 0.2 x 20 x 1 = 4, I = 20 + 0.005 x 20 x 1 x 15 = 21.5, u = 25.5 -> ceil(25.5 / 10) = 3 replicas.
+    # decode: 2 replicas of 5 req/s, ITL 0.02 / 0.1 = 0.2, KV 0.96 -> 0.3 x 0.96 / 0.64 = 0.45 (the larger),
+    #   e = 0.45/0.3 - 1 = 0.5; P = 0.2 x 10 x 0.5 = 1, I = 10 + 0.005 x 10 x 0.5 x 15 = 10.375,
+    #   u = 11.375 -> ceil(11.375 / 5) = 3 replicas.
+    svc = parse_config(doc(), "<pd>").services[0]
+    pid = PIDController(PIDConfig(), 15.0, 60.0)
+    d = pid.decide(estimate(pool("prefill", "p", 2, ttft_mean_s=1.2), pool("decode", "d", 2, tpot_mean_s=0.02,
+                                                                             kv_usage=0.96)), svc)
+    assert d.desired == {"p": 3, "d": 3}
+    assert d.code is Reason.SCALE_UP
+    assert d.terms["prefill_error"] == pytest.approx(1.0)
+    assert d.terms["prefill_p"] == pytest.approx(4.0)
+    assert d.terms["prefill_i"] == pytest.approx(21.5)
+    assert d.terms["decode_measurement"] == pytest.approx(0.45)
+    assert d.terms["decode_i"] == pytest.approx(10.375)
+
+
+def test_a_pool_inside_the_deadband_keeps_its_count_and_the_other_moves() -> None:
+    # prefill TTFT 0.66 / 2 = 0.33 -> e = 0.1, inside the 0.25 band: 2 stays.
+    # decode ITL 0.06 / 0.1 = 0.6 -> e = 1.0: P = 0.2 x 10 = 2, I = 10 + 0.75 = 10.75, u = 12.75 -> 3.
+    svc = parse_config(doc(), "<pd>").services[0]
+    d = PIDController(PIDConfig(), 15.0, 60.0).decide(
+        estimate(pool("prefill", "p", 2, ttft_mean_s=0.66), pool("decode", "d", 2, tpot_mean_s=0.06, kv_usage=0.1)),
+        svc)
+    assert d.desired == {"p": 2, "d": 3}
+
+
+def test_both_pools_unknown_hold() -> None:
+    svc = parse_config(doc(), "<pd>").services[0]
+    d = PIDController(PIDConfig(), 15.0, 60.0).decide(estimate(pool("prefill", "p", 2), pool("decode", "d", 2)), svc)
+    assert d.hold and d.desired == {"p": 2, "d": 2}
+
+
+def test_the_ratio_guard_raises_the_deficient_pool() -> None:
+    # The loops ask for p 3, d 3 (as above); max_ratio 0.5 -> 3/3 = 1 > 0.5: decode raised to ceil(3 / 0.5) = 6.
+    svc = parse_config(doc(ratio={"min_ratio": 0.25, "max_ratio": 0.5}), "<pd>").services[0]
+    d = PIDController(PIDConfig(), 15.0, 60.0).decide(
+        estimate(pool("prefill", "p", 2, ttft_mean_s=1.2), pool("decode", "d", 2, tpot_mean_s=0.02, kv_usage=0.96)),
+        svc)
+    assert d.desired == {"p": 3, "d": 6}
+    assert "ratio guard: prefill:decode 3:3 -> 3:6" in d.reason
+
+
+def test_the_ratio_guard_lowers_the_other_pool_when_the_deficient_one_is_at_its_cap() -> None:
+    # max 4 per pool: decode cannot reach 6, so it goes to 4 and prefill to floor(0.5 x 4) = 2.
+    svc = parse_config(doc(ratio={"min_ratio": 0.25, "max_ratio": 0.5}, hi=4), "<pd>").services[0]
+    d = PIDController(PIDConfig(), 15.0, 60.0).decide(
+        estimate(pool("prefill", "p", 2, ttft_mean_s=1.2), pool("decode", "d", 2, tpot_mean_s=0.02, kv_usage=0.96)),
+        svc)
+    assert d.desired == {"p": 2, "d": 4}
+
+
+@pytest.mark.parametrize(("p", "d", "lo", "hi", "p_bounds", "d_bounds", "expected"), [
+    (3, 3, 0.25, 1.0, (1, 8), (1, 16), (3, 3)),      # inside: unchanged
+    (1, 8, 0.25, 1.0, (1, 8), (1, 16), (2, 8)),      # 1/8 < 0.25: prefill raised to ceil(0.25 x 8) = 2
+    (6, 2, 0.25, 1.0, (1, 8), (1, 16), (6, 6)),      # 6/2 > 1: decode raised to ceil(6 / 1) = 6
+    (8, 2, 0.25, 1.0, (1, 8), (1, 4), (4, 4)),       # decode capped at 4: prefill lowered to floor(1 x 4) = 4
+    (1, 16, 0.5, 1.0, (1, 4), (1, 16), (4, 8)),      # prefill capped at 4: decode lowered to floor(4 / 0.5) = 8
+    (0, 0, 0.25, 1.0, (0, 8), (0, 16), (0, 0)),      # both zero: a coupled scale to zero
+    (0, 4, 0.25, 1.0, (0, 8), (0, 16), (1, 4)),      # one side zero is seeded to one, then 1/4 = 0.25 holds
+    (20, 3, 0.25, 1.0, (1, 8), (1, 16), (8, 8)),     # clamped to its bounds first: 8/3 > 1 -> decode 8
+])
+def test_enforce_ratio_is_kthenas_rule(p: int, d: int, lo: float, hi: float, p_bounds: tuple[int, int],
+                                       d_bounds: tuple[int, int], expected: tuple[int, int]) -> None:
+    assert enforce_ratio(p, d, PDRatio(min_ratio=lo, max_ratio=hi), p_bounds, d_bounds) == expected
+
+
+def test_a_bad_ratio_is_a_one_line_error() -> None:
+    with pytest.raises(Exception, match="min_ratio"):
+        parse_config(doc(ratio={"min_ratio": 2.0, "max_ratio": 1.0}), "<pd>")
+
+
+# ------------------------------------------------------------------------------ the loop's plumbing
+class _Source:
+    """One service of pools only, both pools 1 replica: prefill TTFT 4 s of 2 s, decode ITL 0.2 s of 0.1 s
+    (both errors at the clip)."""
+
+    def observe(self, now: float) -> dict[str, ServiceObservation]:
+        sig = Signals(request_rate_rps=5.0, running=4.0, queue_length=3.0)
+        return {"svc": ServiceObservation("svc", now, sig, {}, history_s=now, pools={
+            "prefill": pool("prefill", "p", 1, ttft_mean_s=4.0),
+            "decode": pool("decode", "d", 1, tpot_mean_s=0.2, kv_usage=0.5)})}
+
+
+class _Actuator:
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, str, int]] = []
+
+    def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
+        self.writes.append((service, variant, replicas))
+        return APPLIED
+
+
+def test_the_loop_writes_each_pool_as_its_own_target() -> None:
+    # Each pool's error is at the clip (3): u = s (1 + 0.2 x 3 + 0.005 x 3 x 15) = 1.825 s for s its one
+    # replica's capacity -> ceil(1.825) = 2 replicas of each pool, whatever the capacity: two writes.
+    cfg = parse_config(doc(current=1), "<pd>")
+    act = _Actuator()
+    loop = ControlLoop(cfg, _Source(), act, build("pid", cfg))
+    loop.start(0.0)
+    rec = loop.tick(75.0)
+    st = rec.services["svc"]
+    assert act.writes == [("svc", "p", 2), ("svc", "d", 2)]
+    assert st.pool_applied == {"p": 2, "d": 2}
+    assert st.applied == {}
+    assert set(st.actuation) == {"p", "d"}
+
+
+def test_a_controller_that_does_not_scale_roles_holds_a_service_of_pools_only() -> None:
+    cfg = parse_config(doc(current=1), "<pd>")
+    act = _Actuator()
+    loop = ControlLoop(cfg, _Source(), act, build("wva", cfg))
+    loop.start(0.0)
+    st = loop.tick(75.0).services["svc"]
+    assert st.decision.code is Reason.FIXED and st.decision.hold
+    assert act.writes == [] and st.pool_applied == {}
+    assert st.estimate.pools == {}  # it is shown none of them
+
+
+def test_a_pool_scale_down_is_guarded_by_the_cool_down() -> None:
+    # Tick 1 scales both pools up (as above: each integral 1.225 w, w one replica's capacity). Tick 2, both
+    # at 2 replicas and calm: prefill e = -1: I = 1.225 w - 0.005 x 2w x 0.5 x 15 = 1.15 w, P = -0.2 x 2w x
+    # 0.5 = -0.2 w, u = 0.95 w -> 1 replica; decode ITL 0.01/0.1 -> e = -2/3: I = 1.175 w, P = -0.133 w,
+    # u = 1.042 w -> still 2. The prefill pool's scale-down is held by the 180-s cool-down, named so.
+    class Calm(_Source):
+        calls = 0
+
+        def observe(self, now: float) -> dict[str, ServiceObservation]:
+            Calm.calls += 1
+            if Calm.calls == 1:
+                return super().observe(now)
+            sig = Signals(request_rate_rps=5.0, running=4.0, queue_length=0.0)
+            return {"svc": ServiceObservation("svc", now, sig, {}, history_s=now, pools={
+                "prefill": pool("prefill", "p", 2, ttft_mean_s=0.01, running=2.0, queue_length=0.0),
+                "decode": pool("decode", "d", 2, tpot_mean_s=0.01, kv_usage=0.01, running=2.0, queue_length=0.0)})}
+
+    cfg = parse_config(doc(current=1), "<pd>")
+    act = _Actuator()
+    loop = ControlLoop(cfg, Calm(), act, build("pid", cfg))
+    loop.start(0.0)
+    loop.tick(75.0)
+    st = loop.tick(90.0).services["svc"]
+    assert act.writes == [("svc", "p", 2), ("svc", "d", 2)]
+    assert st.decision.desired == {"p": 1, "d": 2}
+    assert st.limits == [Reason.COOLDOWN]
+    assert "prefill: p: scale-down held by cool-down" in st.reason
