@@ -875,7 +875,8 @@ def _gpus(variants: Sequence[PlanVariant], counts: Sequence[int], gpu: str | Non
     return sum(n * v.gpus_per_replica for v, n in zip(variants, counts, strict=True) if gpu is None or v.gpu == gpu)
 
 
-def _greedy_needs(svc: PlanService, k: int, need: float, covered: Mapping[str | None, float]) -> dict[str | None, float]:
+def _greedy_needs(svc: PlanService, k: int, need: float,
+                  covered: Mapping[str | None, float]) -> dict[str | None, float]:
     """The capacity ``greedy_counts`` covers per role (None: aggregated), requests/s, for a demand
     ``need`` at step ``k``: all of it on the aggregated variants, unless the service has
     prefill/decode pools and no aggregated variant serves, or a pair of the cheapest prefill and
@@ -908,8 +909,9 @@ def greedy_counts(problem: PlanProblem, limits: bool = True,
     replicas removed to reach the floor are kept back, cheapest first, then more are ordered,
     cheapest first, up to ``max_replicas``, within the GPU limits and (with ``limits``) ``max_up``.
     A service with prefill/decode pools covers the demand either with its aggregated variants or
-    with both pools, whichever is cheaper per request/s (``_greedy_needs``). ``remove_first`` (service index -> its variants' indices) removes in that order instead of the
-    dearest first (``_solve_decomposed``: the GPU types the coordinator prices first).
+    with both pools, whichever is cheaper per request/s (``_greedy_needs``). ``remove_first``
+    (service index -> its variants' indices) removes in that order instead of the dearest first
+    (``_solve_decomposed``: the GPU types the coordinator prices first).
     """
     idx = _Index(problem)
     h = problem.steps
