@@ -337,6 +337,23 @@ def all_variants(svc: Service) -> list[tuple[str | None, Variant]]:
     return [(None, v) for v in svc.variants] + [(role, v) for role, v in svc.role_variants()]
 
 
+def observed(est: ServiceEstimate, name: str) -> VariantObservation:
+    """Variant ``name``'s observation: an aggregated variant's (``ServiceEstimate.variants``), else a
+    pool variant's (``ServiceEstimate.pools``, as the loop gives a controller that scales roles); no
+    replicas where the estimate shows neither."""
+    if name in est.variants:
+        return est.variants[name]
+    for pool in est.pools.values():
+        if name in pool.variants:
+            return pool.variants[name]
+    return VariantObservation(0, 0)
+
+
+def every_current(est: ServiceEstimate) -> dict[str, int]:
+    """variant -> ready + starting replicas, the aggregated variants' and the pools'."""
+    return {**est.current, **est.pool_current}
+
+
 def plan_variant(v: Variant, dt_s: float, capacity_rps: np.ndarray, current: int, ready: np.ndarray,
                  keep: int = 0, role: str | None = None) -> PlanVariant:
     """``v`` as the planner sees it with steps of ``dt_s`` seconds: start-ups in whole steps, the warm
@@ -546,7 +563,7 @@ class MPCController(Controller):
     def _ready_by_step(self, est: ServiceEstimate, v: Variant, mem: _ServiceMemory) -> np.ndarray:
         """Replicas of ``v`` ready by each step from today's replicas alone (none for a variant the
         estimate does not show)."""
-        obs = est.variants.get(v.name, VariantObservation(0, 0))
+        obs = observed(est, v.name)
         seen = mem.seen_starting.setdefault(v.name, [])
         while len(seen) > obs.starting:  # the oldest starts became ready (or were removed)
             seen.pop(0)
@@ -564,7 +581,8 @@ class MPCController(Controller):
     def _recovering(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> bool:
         """True while the service recovers from a loss: fewer replicas than were applied last tick."""
         follows = est.time_s - mem.last_time_s <= 1.5 * self.tick_s  # the loop's own rules did not act between
-        if follows and any(v in est.variants and est.variants[v].current < n for v, n in mem.last_applied.items()):
+        now = every_current(est)
+        if follows and any(v in now and now[v] < n for v, n in mem.last_applied.items()):
             cold_s = max(v.startup_cold_s for _, v in all_variants(svc))
             mem.recovering_until = est.time_s + cold_s + self.guard.scale_down_cooldown_s
         return est.time_s < mem.recovering_until
@@ -793,7 +811,7 @@ class MPCController(Controller):
     # ------------------------------------------------------------------ decide
     def _inputs(self, est: ServiceEstimate, svc: Service) -> _Inputs | Decision:
         """This tick's plan inputs for ``svc`` (updating its memory once), or a hold."""
-        current = est.current
+        current = every_current(est)
         now_rps = est.signals.arrival_rate_rps
         if now_rps is None:
             now_rps = est.signals.request_rate_rps
@@ -817,7 +835,7 @@ class MPCController(Controller):
         weights = {**self.corrected_weights(est, svc, mem, float(demand.min())), **self.role_weights(est, svc)}
         variants = []
         for role, v in all_variants(svc):
-            obs = est.variants.get(v.name, VariantObservation(0, 0))
+            obs = observed(est, v.name)
             w = float(weights.get(v.name, 0.0))
             variants.append(plan_variant(v, dt, np.full(self.horizon, w), obs.current, self._ready_by_step(est, v, mem),
                                          keep=obs.ready if recovering or learning else 0, role=role))
@@ -892,7 +910,7 @@ class MPCController(Controller):
             plan = solve(self._problem([inputs.service], self._start(mem, inputs.service, est.time_s)))
             if self.warm:
                 mem.last_plan = (est.time_s, {v: np.asarray(n).copy() for v, n in plan.replicas[svc.name].items()})
-        current = est.current
+        current = every_current(est)
         dt = self.tick_s
         demand = inputs.service.demand_rps
         steps = plan.replicas[svc.name]

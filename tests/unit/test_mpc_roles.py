@@ -12,7 +12,7 @@ import yaml
 
 from autoscaler.config.fleet import FleetConfig, Service
 from autoscaler.config.loading import parse_config
-from autoscaler.state import ServiceEstimate, Signals, VariantObservation
+from autoscaler.state import PoolObservation, ServiceEstimate, Signals, VariantObservation
 from controllers.mpc import MPCController
 from models.capacity import ReplicaSpec, RequestMix, variant_weights
 from models.capacity_roles import decode_capacity, prefill_capacity
@@ -35,10 +35,14 @@ def fleet(aggregated: bool) -> FleetConfig:
 
 
 def estimate(svc: Service, t: float, rate: float, ready: dict[str, int]) -> ServiceEstimate:
-    variants = {v.name: VariantObservation(ready.get(v.name, 0), 0)
-                for v in [*svc.variants, *(v for _, v in svc.role_variants())]}
+    """As the loop gives a controller that scales roles: the aggregated variants in ``variants``, each
+    pool's in ``pools``."""
+    variants = {v.name: VariantObservation(ready.get(v.name, 0), 0) for v in svc.variants}
+    pools = {role: PoolObservation(role, Signals(), {v.name: VariantObservation(ready.get(v.name, 0), 0)
+                                                     for r, v in svc.role_variants() if r == role})
+             for role in ("prefill", "decode")}
     return ServiceEstimate(svc.name, t, Signals.of({"arrival_rate_rps": rate, "queue_length": 0.0}), variants, {},
-                           False, 0.0, 0.0, 0)
+                           False, 0.0, 0.0, 0, pools=pools)
 
 
 def capacities(cfg: FleetConfig, mix: RequestMix) -> dict[str, float]:
