@@ -43,6 +43,19 @@ without) and each ``decide`` reads its part:
   sheds then), the plan sheds nothing and sets none (the loop's policy, if any, does);
   otherwise they replace the loop's policy's (the loop applies a decision's own thresholds first).
 
+Prefill/decode pools (issue 34; ``MPCController.scales_roles``): a service with ``roles`` has its
+prefill and decode pools' variants (each pool's GPU generations) in the same problem as its aggregated
+variants, and the plan chooses per step how much of the demand the pools serve and how much the
+aggregated replicas do (``models.planning``, "Prefill/decode pools"): disaggregation where a P/D pair
+serves a request for less, aggregation where not, both where whole replicas make a split cheaper, all
+within the same GPU limits. A pool replica's capacity is ``models.capacity_roles``' for this tick's mix
+(``role_weights``: prefill by prompt tokens/s at the TTFT target with the KV transfer, decode by
+sequences at the ITL target and KV); the learned speed factors and capacity posteriors correct the
+aggregated variants only. A miss costs ``miss_weight`` times the dearest way to serve (an aggregated
+variant, or the dearest prefill plus the dearest decode variant). The decision holds replicas for
+every variant, aggregated and pool, by name; ``terms`` carry ``pd_rps_now``, ``pd_share_now`` and
+``pd_rps_max`` (the pools' share of the plan's demand).
+
 On a scale-down ``Decision.remove_first`` names the pods to remove, coldest and least loaded first
 (``removal_order``); the simulator honours it.
 
@@ -68,7 +81,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autoscaler.state import ForecastSignals
+from autoscaler.state import ForecastSignals, VariantObservation
 from autoscaler.workload.types import PRIORITIES, SHEDDABLE
 from controllers.admission import (
     ItlBudget,
@@ -86,15 +99,17 @@ from models.capacity import (
     RequestMix,
     allowance,
     replica_capacity,
+    service_mix,
     speed_factor,
     utilisation,
 )
+from models.capacity_roles import decode_capacity, prefill_capacity
 from models.learning import CapacityPosterior, LatencyCurve, latency_curve
 from models.planning import FALLBACKS, JOINT_UP_TO, Plan, PlanProblem, PlanService, PlanVariant, shifted, solve
 
 if TYPE_CHECKING:
     from autoscaler.config import SLO, FleetConfig, Service, Variant
-    from autoscaler.state import PodObservation, ServiceEstimate, VariantObservation
+    from autoscaler.state import PodObservation, ServiceEstimate
 
 DEFAULT_SHED_WEIGHT = 2.0
 """``shed_weight``'s default: a request shed costs two requests served on the dearest variant at
@@ -316,8 +331,31 @@ class _Inputs:
     priorities: dict[str, float] | None = None
 
 
+def all_variants(svc: Service) -> list[tuple[str | None, Variant]]:
+    """(role, variant) of every variant the plan may scale: the aggregated ones (role None), then
+    the prefill and decode pools' (``Service.roles``)."""
+    return [(None, v) for v in svc.variants] + [(role, v) for role, v in svc.role_variants()]
+
+
+def observed(est: ServiceEstimate, name: str) -> VariantObservation:
+    """Variant ``name``'s observation: an aggregated variant's (``ServiceEstimate.variants``), else a
+    pool variant's (``ServiceEstimate.pools``, as the loop gives a controller that scales roles); no
+    replicas where the estimate shows neither."""
+    if name in est.variants:
+        return est.variants[name]
+    for pool in est.pools.values():
+        if name in pool.variants:
+            return pool.variants[name]
+    return VariantObservation(0, 0)
+
+
+def every_current(est: ServiceEstimate) -> dict[str, int]:
+    """variant -> ready + starting replicas, the aggregated variants' and the pools'."""
+    return {**est.current, **est.pool_current}
+
+
 def plan_variant(v: Variant, dt_s: float, capacity_rps: np.ndarray, current: int, ready: np.ndarray,
-                 keep: int = 0) -> PlanVariant:
+                 keep: int = 0, role: str | None = None) -> PlanVariant:
     """``v`` as the planner sees it with steps of ``dt_s`` seconds: start-ups in whole steps, the warm
     nodes today's ``current`` replicas leave free, and a replica started costing its cold start's GPU
     time ($); ``capacity_rps`` and ``ready`` per step (``models.planning.PlanVariant``).
@@ -326,7 +364,7 @@ def plan_variant(v: Variant, dt_s: float, capacity_rps: np.ndarray, current: int
     its bound was lowered) is planned from its cap: the guard brings it down to it at once, Pending
     and starting pods included, whereas the planner removes only ready replicas, so it would find no
     plan at all for today's count (1 ready and 1 Pending under a cap of 0 did: issue 28's run of the
-    fault suite)."""
+    fault suite). ``role``: None for an aggregated variant, else its pool (``PlanVariant.role``)."""
     if current > v.cap:
         current, ready = v.cap, np.minimum(np.asarray(ready, dtype=float), v.cap)
     return PlanVariant(
@@ -334,15 +372,23 @@ def plan_variant(v: Variant, dt_s: float, capacity_rps: np.ndarray, current: int
         capacity_rps=capacity_rps, current=current, ready=ready, min_replicas=v.min_replicas, max_replicas=v.cap,
         warm_steps=math.ceil(v.startup_warm_s / dt_s), cold_steps=math.ceil(v.startup_cold_s / dt_s),
         warm_free=max(0, v.warm_nodes - current), keep=keep,
-        start_cost=v.price_per_replica_hour * v.startup_cold_s / 3600.0,
+        start_cost=v.price_per_replica_hour * v.startup_cold_s / 3600.0, role=role,
     )
 
 
 def miss_cost(variants: list[PlanVariant], miss_weight: float) -> float | None:
-    """$ per request left unserved: ``miss_weight`` x the dearest variant's $ per request served at
-    its first step's capacity; None when no variant can serve within the SLO."""
-    per_request = [v.price_per_hour / 3600.0 / v.capacity_rps[0] for v in variants if v.capacity_rps[0] > 0]
-    return miss_weight * max(per_request) if per_request else None
+    """$ per request left unserved: ``miss_weight`` x the dearest way to serve a request at the first
+    step's capacities, $ per request: an aggregated variant's, or a prefill variant's plus a decode
+    variant's (the dearest of each pool: a request of the pools' share takes both); None when
+    nothing can serve within the SLO."""
+    def per_request(role: str | None) -> list[float]:
+        return [v.price_per_hour / 3600.0 / v.capacity_rps[0] for v in variants
+                if v.role == role and v.capacity_rps[0] > 0]
+    ways = per_request(None)
+    prefill, decode = per_request("prefill"), per_request("decode")
+    if prefill and decode:
+        ways.append(max(prefill) + max(decode))
+    return miss_weight * max(ways) if ways else None
 
 
 def removal_order(est: ServiceEstimate, desired: Mapping[str, int]) -> dict[str, list[str]]:
@@ -364,6 +410,9 @@ def removal_order(est: ServiceEstimate, desired: Mapping[str, int]) -> dict[str,
 
 class MPCController(Controller):
     """Receding-horizon replica planning (module docstring).
+
+    It scales prefill/decode pools (``scales_roles``): a service's pools are planned in the same
+    problem as its aggregated variants (module docstring, "Prefill/decode pools").
 
     Args:
         cfg: the fleet (tick, window, guard limits).
@@ -412,6 +461,10 @@ class MPCController(Controller):
             ``future_rps``, a negative ``node_limit``.
     """
 
+    scales_roles = True
+    """It plans and returns the replicas of a service's prefill and decode pools beside its aggregated
+    variants (the loop reads this before handing it a service with ``roles``)."""
+
     def __init__(self, cfg: FleetConfig, weights: Mapping[str, Mapping[str, float]], horizon: int = 40,
                  quantile: float = 0.9, miss_weight: float = 10.0, forecast: str = "auto",
                  hold_s: float | None = None, learn: int = 1, hedge: str = "band",
@@ -457,6 +510,7 @@ class MPCController(Controller):
         self.mixes = dict(mixes or {})
         self.engine = cfg.planning_engine()
         self._capacity_cache: dict[tuple[str, str, float, float, float, float], float] = {}
+        self._role_cache: dict[tuple[str, str, float, float, float], float] = {}
         self._allowance_cache: dict[tuple[object, ...], float | None] = {}
         self._pool_cache: dict[tuple[object, ...], float] = {}
         self._curve_cache: dict[tuple[str, str, float, float, float, float], LatencyCurve | None] = {}
@@ -498,7 +552,8 @@ class MPCController(Controller):
                 path = measured_path(mem, est.time_s, dt, np.interp(mid, f.times_s, mean), path,
                                      est.signals.arrival_rate_rps)
         path = np.maximum(path, now_rps)
-        fastest = min(math.ceil((v.startup_warm_s if v.warm_nodes else v.startup_cold_s) / dt) for v in svc.variants)
+        fastest = min(math.ceil((v.startup_warm_s if v.warm_nodes else v.startup_cold_s) / dt)
+                      for _, v in all_variants(svc))
         queue = est.signals.queue_length or 0.0
         drain = fastest + max(1, math.ceil(DRAIN_S / dt))  # until new replicas have served a drain period
         path[:drain] += queue / (drain * dt)
@@ -506,8 +561,9 @@ class MPCController(Controller):
 
     # ------------------------------------------------------------------ fleet state
     def _ready_by_step(self, est: ServiceEstimate, v: Variant, mem: _ServiceMemory) -> np.ndarray:
-        """Replicas of ``v`` ready by each step from today's replicas alone."""
-        obs = est.variants[v.name]
+        """Replicas of ``v`` ready by each step from today's replicas alone (none for a variant the
+        estimate does not show)."""
+        obs = observed(est, v.name)
         seen = mem.seen_starting.setdefault(v.name, [])
         while len(seen) > obs.starting:  # the oldest starts became ready (or were removed)
             seen.pop(0)
@@ -525,8 +581,9 @@ class MPCController(Controller):
     def _recovering(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> bool:
         """True while the service recovers from a loss: fewer replicas than were applied last tick."""
         follows = est.time_s - mem.last_time_s <= 1.5 * self.tick_s  # the loop's own rules did not act between
-        if follows and any(v in est.variants and est.variants[v].current < n for v, n in mem.last_applied.items()):
-            cold_s = max(v.startup_cold_s for v in svc.variants)
+        now = every_current(est)
+        if follows and any(v in now and now[v] < n for v, n in mem.last_applied.items()):
+            cold_s = max(v.startup_cold_s for _, v in all_variants(svc))
             mem.recovering_until = est.time_s + cold_s + self.guard.scale_down_cooldown_s
         return est.time_s < mem.recovering_until
 
@@ -588,6 +645,9 @@ class MPCController(Controller):
         ``least_rps``, needs (``_pool_gains``: replicas behind one router share their queues); the
         estimate's capacities when the model gives every variant 0 (a plan on no capacity would order
         nothing: a silent scale-down)."""
+        if not svc.variants:  # prefill/decode pools only: their capacities are ``role_weights``'
+            mem.pool, mem.last_speed = 1, {}
+            return {}
         base = self.weights.get(svc.name, est.weights)
         mix, mix_key = self._mix(est, svc)
         speeds = self.speed(est, svc, mem)
@@ -707,10 +767,51 @@ class MPCController(Controller):
                 mem.learned[v.name] = post.observe((rate / obs.ready) / prior_rps, ttft_ratio, tpot_ratio, curve)
         return post.planned()
 
+    # ------------------------------------------------------------------ prefill/decode pools
+    def role_weights(self, est: ServiceEstimate, svc: Service) -> dict[str, float]:
+        """variant -> one replica's capacity of its pool, requests/s of this tick's mix (``_mix``; the
+        fleet file's ``typical_request`` for a service given none) at the interactive SLO
+        (``models.capacity_roles``): a prefill replica's ``prefill_capacity`` (its prompt tokens/s at
+        the TTFT target, the KV transfer and the decode replica's recompute included, over the mix's
+        remote prompt tokens per request), a decode replica's ``decode_capacity`` (sequences at the
+        ITL target and KV residency) against the slowest prefill variant's unloaded prefill (the
+        TTFT slack any of them leaves). 0 where the SLO is out of reach; cached. The profiles are not
+        slowed by learned speed factors, nor scaled by capacity posteriors: those are learned on the
+        aggregated variants' telemetry only (``learn``).
+        """
+        if svc.roles is None:
+            return {}
+        roles = svc.roles
+        mix, mix_key = self._mix(est, svc)
+        if svc.name not in self.mixes:
+            mix, mix_key = service_mix(svc), (1.0, 1.0, service_mix(svc).prefix_hit_rate)
+        out: dict[str, float] = {}
+        slo = svc.slo["interactive"]
+        prefill_specs = [ReplicaSpec.of(v, self.engine) for v in roles.prefill]
+        for role, v in svc.role_variants():
+            key = (svc.name, v.name, *mix_key)
+            if key not in self._role_cache:
+                cap = 0.0
+                if mix is not None:
+                    spec = ReplicaSpec.of(v, self.engine)
+                    try:
+                        if role == "prefill":
+                            cap = prefill_capacity(spec, mix, slo.ttft_s, roles.kv_transfer,
+                                                   non_cached_tokens=roles.non_cached_tokens).rps
+                        else:
+                            cap = min(decode_capacity(spec, mix, slo.ttft_s, slo.itl_s, roles.kv_transfer,
+                                                      prefill_spec=p, non_cached_tokens=roles.non_cached_tokens).rps
+                                      for p in prefill_specs)
+                    except ValueError:  # the ITL target below the decode replica's fixed step
+                        cap = 0.0
+                self._role_cache[key] = float(cap) if math.isfinite(cap) else 0.0
+            out[v.name] = self._role_cache[key]
+        return out
+
     # ------------------------------------------------------------------ decide
     def _inputs(self, est: ServiceEstimate, svc: Service) -> _Inputs | Decision:
         """This tick's plan inputs for ``svc`` (updating its memory once), or a hold."""
-        current = est.current
+        current = every_current(est)
         now_rps = est.signals.arrival_rate_rps
         if now_rps is None:
             now_rps = est.signals.request_rate_rps
@@ -723,7 +824,7 @@ class MPCController(Controller):
         mem.rates = [(t, r) for t, r in mem.rates if t > est.time_s - HOLD_HISTORY_S] + [(est.time_s, new_rps)]
         if self.hold_s is None and self.hedge == "measured":
             if est.time_s - mem.hold_measured_s >= HOLD_EVERY_S:
-                cold = max(v.startup_cold_s for v in svc.variants)
+                cold = max(v.startup_cold_s for _, v in all_variants(svc))
                 mem.hold_s, mem.hold_measured_s = measured_hold(mem.rates, cold), est.time_s
         else:
             mem.hold_s = DEFAULT_HOLD_S if self.hold_s is None else self.hold_s
@@ -731,13 +832,13 @@ class MPCController(Controller):
         dt = self.tick_s
         held = max(r for t, r in mem.rates if t > est.time_s - mem.hold_s - 1e-9)
         demand = self.demand(est, svc, max(held, now_rps))  # today's retries are today's load, never held
-        weights = self.corrected_weights(est, svc, mem, float(demand.min()))
+        weights = {**self.corrected_weights(est, svc, mem, float(demand.min())), **self.role_weights(est, svc)}
         variants = []
-        for v in svc.variants:
-            obs = est.variants[v.name]
+        for role, v in all_variants(svc):
+            obs = observed(est, v.name)
             w = float(weights.get(v.name, 0.0))
             variants.append(plan_variant(v, dt, np.full(self.horizon, w), obs.current, self._ready_by_step(est, v, mem),
-                                         keep=obs.ready if recovering or learning else 0))
+                                         keep=obs.ready if recovering or learning else 0, role=role))
         miss = miss_cost(variants, self.miss_weight)
         if miss is None:
             return hold(current, "hold: no variant can serve within the SLO")
@@ -809,7 +910,7 @@ class MPCController(Controller):
             plan = solve(self._problem([inputs.service], self._start(mem, inputs.service, est.time_s)))
             if self.warm:
                 mem.last_plan = (est.time_s, {v: np.asarray(n).copy() for v, n in plan.replicas[svc.name].items()})
-        current = est.current
+        current = every_current(est)
         dt = self.tick_s
         demand = inputs.service.demand_rps
         steps = plan.replicas[svc.name]
@@ -826,11 +927,17 @@ class MPCController(Controller):
                  **{f"capacity_scale_{v}": p.planned() for v, p in mem.capacity.items()},
                  **{f"capacity_sigma_{v}": p.sigma for v, p in mem.capacity.items()},
                  **{f"capacity_learned_{v}": float(x) for v, x in mem.learned.items()}}
+        pools = plan.pd_rps.get(svc.name)
+        if pools is not None:  # the demand the prefill/decode pools serve (the rest: aggregated)
+            terms["pd_rps_now"] = float(pools[0])
+            terms["pd_share_now"] = float(pools[0] / demand[0]) if demand[0] > 0 else 0.0
+            terms["pd_rps_max"] = float(pools.max())
         admission: dict[str, float | None] = {}
         shed = plan.shed_rps.get(svc.name)
         if inputs.priorities is not None and shed is not None:
             served = sum(float(v.capacity_rps[0]) * float(plan.serving[svc.name][v.name][0])
-                         for v in inputs.service.variants)
+                         for v in inputs.service.variants if v.role is None)
+            served += float(plan.pd_rps[svc.name][0]) if svc.name in plan.pd_rps else 0.0
             admission = balance(inputs.priorities, served, wait_budgets(svc, self.admission_cfg),
                                 self.admission_cfg.shed_tolerance)
             terms["shed_rps_now"] = float(shed[0])
@@ -841,6 +948,7 @@ class MPCController(Controller):
                + (f"; no scale-down while {silent} ready pod(s) report nothing" if silent else "")
                + (f"; sheds {shed[0]:.1f} req/s now, up to {shed.max():.1f}" if shed is not None and shed.max() > 0
                   else "")
+               + (f"; prefill/decode pools serve {pools[0]:.1f} req/s now" if pools is not None else "")
                + limit_note(plan))
         budget = self.itl_budget(est, svc, mem)
         gauges = (Gauge("autoscaler_mpc_demand_rps", "Demand the plan serves now, requests/s.", terms["demand_rps"]),
@@ -859,7 +967,7 @@ class MPCController(Controller):
         the capacity multiple the plan uses (``CapacityPosterior.planned``: a learned gain counts at
         the low end of its band, as for the plan); servable variants only. Empty without ``learn``,
         or where no variant serves the mix within the SLO."""
-        if not self.learn:
+        if not self.learn or not svc.variants:
             return {}
         mix, mix_key = self._mix(est, svc)
         alphas = tuple(sorted((v.name, round(round(mem.last_speed.get(v.name, 1.0) / SPEED_STEP) * SPEED_STEP, 4))

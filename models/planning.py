@@ -26,6 +26,25 @@ minimise  sum_k sum_v price_v dt / 3600 n[v,k]             (GPU cost, $)
         + sum_k shed_cost dt d[k]                            (requests shed, $)
         + sum_v start_cost_v (cw + cc)[v,H] + stop_cost cd[v,H]   (churn, $)
 
+Prefill/decode pools (issue 34): a service may offer, beside or instead of its aggregated variants,
+a prefill pool and a decode pool, each with its own variants (``PlanVariant.role``; GPU generations,
+each with its price, start-up and limits as any variant). Whether to disaggregate is then part of the
+same problem, linear and exact: ``x[k]`` (continuous, requests/s, within [0, demand]) is the demand
+the pools serve at step ``k``, and
+
+- ``u[k] + d[k] + x[k] + sum_{v aggregated} capacity[v,k] s[v,k] >= demand[k]`` (the demand row);
+- ``sum_{v prefill} capacity[v,k] s[v,k] >= x[k]`` and ``sum_{v decode} capacity[v,k] s[v,k] >=
+  x[k]``: each pool carries the pools' share, a role variant's capacity being requests/s of the
+  service's whole mix one replica of that role serves at the SLO (``models.capacity_roles``: a
+  prefill replica's prompt tokens/s at the TTFT target over the mix's remote prompt tokens per
+  request, the transfer included; a decode replica's sequences at the ITL target and KV), so
+  ``prefill capacity >= (x / demand) x prompt-token demand`` and likewise for decode.
+
+The shares ``a = 1 - x / demand`` and ``p = x / demand`` of the issue's statement are this with ``a + p
+= 1``: a share above 1 never lowers the cost. The pools' replicas cost their price, count in the GPU
+limits and start as any variant's; the aggregated-only problems are built exactly as before (no
+``x``). A service whose variants are all role variants is planned on its pools alone.
+
 Move blocking (as MPC practice keeps integer plans small): replica counts change only at the start of
 each block (``PlanProblem.blocks``: 0-based first steps, by default 1, 1, 1, 1, 2, 2, 4, 4, 8, 8, 8
 steps long for 40 steps), so the integer variables are per block and the serving and unserved ones per
@@ -163,6 +182,10 @@ class PlanVariant:
         warm_free: orders that can still start warm over the horizon (free nodes holding the weights).
         keep: replicas that must stay at every step (the ready ones while recovering; 0 otherwise).
         start_cost: $ per replica ordered; ``stop_cost``: $ per replica removed.
+        role: None for an aggregated variant (it prefills and decodes); ``prefill`` or ``decode`` for
+            a variant of the service's prefill or decode pool (module docstring, "Prefill/decode
+            pools"), whose ``capacity_rps`` is requests/s of the service's whole mix at the SLO that
+            one replica of that role carries (``models.capacity_roles``).
     """
 
     name: str
@@ -180,6 +203,7 @@ class PlanVariant:
     keep: int = 0
     start_cost: float = 0.0
     stop_cost: float = 0.0
+    role: str | None = None
 
 
 @dataclass(frozen=True)
@@ -188,7 +212,7 @@ class PlanService:
 
     Attributes:
         name: service name.
-        variants: at least one.
+        variants: at least one; with role variants (``PlanVariant.role``), at least one of each role.
         demand_rps: requests/s to serve in each step, shape (H,).
         miss_cost: $ per request of demand left unserved (> every variant's cost per request served,
             or the plan prefers missing to serving).
@@ -308,6 +332,9 @@ class Plan:
             bound on the joint optimum's, so ``cost - lower_bound`` bounds how far from optimal.
         started: True when HiGHS was given ``PlanProblem.start`` (it met every constraint); False
             without one, when it was dropped, or on scipy's path.
+        pd_rps: service -> ``x[k]``, the requests/s its prefill/decode pools serve, shape (H,), for
+            the services with role variants (the others have none); the aggregated variants serve
+            the rest of the demand served.
     """
 
     replicas: dict[str, dict[str, np.ndarray]]
@@ -324,12 +351,22 @@ class Plan:
     lower_bound: float | None = None
     started: bool = False
     shed_rps: dict[str, np.ndarray] = field(default_factory=dict)
+    pd_rps: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+ROLES = ("prefill", "decode")
+"""``PlanVariant.role``'s values besides None (aggregated)."""
+
+
+def _has_roles(svc: PlanService) -> bool:
+    """Whether ``svc`` offers prefill/decode pools (some variant has a role)."""
+    return any(v.role is not None for v in svc.variants)
 
 
 class _Index:
     """Column of every variable: per variant ``BLOCK_VARS x blocks`` integers then ``H`` serving
     variables; then per service ``H`` unserved ones, followed by ``H`` shed ones for a service that
-    may shed."""
+    may shed and ``H`` P/D-served ones for a service with role variants."""
 
     def __init__(self, problem: PlanProblem) -> None:
         self.h = problem.steps
@@ -346,11 +383,15 @@ class _Index:
                 col += BLOCK_VARS * self.nb + self.h
         self.unserved: dict[int, int] = {}
         self.shed: dict[int, int] = {}
+        self.pd: dict[int, int] = {}
         for i, svc in enumerate(problem.services):
             self.unserved[i] = col
             col += self.h
             if svc.shed_rps is not None:
                 self.shed[i] = col
+                col += self.h
+            if _has_roles(svc):
+                self.pd[i] = col
                 col += self.h
         self.size = col
 
@@ -366,7 +407,11 @@ class _Index:
         return self.unserved[i] + k
 
     def tail(self, i: int) -> int:
-        """Columns of service ``i``'s unserved and shed variables (they follow one another)."""
+        """Columns of service ``i``'s unserved, shed and P/D-served variables (they follow one another)."""
+        return self.h * (1 + (i in self.shed) + (i in self.pd))
+
+    def missed(self, i: int) -> int:
+        """Columns of service ``i``'s unserved and shed variables, the first of its tail."""
         return self.h * (2 if i in self.shed else 1)
 
 
@@ -436,6 +481,13 @@ def _check(problem: PlanProblem) -> None:
                 raise ValueError(f"{svc.name}: shed_rps must be {h} finite numbers within [0, demand_rps]")
             if not 0 <= svc.shed_cost < math.inf:
                 raise ValueError(f"{svc.name}: shed_cost must be a finite number >= 0, got {svc.shed_cost}")
+        roles = {v.role for v in svc.variants}
+        if not roles <= {None, *ROLES}:
+            raise ValueError(f"{svc.name}: a variant's role must be None, 'prefill' or 'decode', got "
+                             f"{sorted(str(r) for r in roles - {None, *ROLES})}")
+        if roles & set(ROLES) and not set(ROLES) <= roles:
+            raise ValueError(f"{svc.name}: prefill/decode pools need variants of both roles, got only "
+                             f"{sorted(str(r) for r in roles - {None})}")
         for v in svc.variants:
             if np.shape(v.capacity_rps) != (h,) or np.shape(v.ready) != (h,):
                 raise ValueError(f"{svc.name}/{v.name}: capacity_rps and ready must have {h} steps")
@@ -590,15 +642,18 @@ def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows, hull: bool = False
     are, so a service with a fractional ``ready`` gets none. With ``hull`` (the tuned search), a step
     whose variants have two capacities gets instead every facet of that row's convex hull over whole
     serving counts (``_hull_facets``, each capacity's variants summed; the two MIR rows are among
-    them); with one capacity the MIR row is the hull; with three or more the MIR rows stay."""
+    them); with one capacity the MIR row is the hull; with three or more the MIR rows stay. A
+    service with prefill/decode pools gets them on its demand row alone, the pools' share ``x``
+    counted as continuous as ``u`` is, its aggregated variants the only whole terms."""
     for i, svc in enumerate(problem.services):
         if any(np.any(np.abs(v.ready - np.round(v.ready)) > FEASIBLE_TOL) for v in svc.variants):
             continue
-        loose = [(idx.u(i, 0), 1.0)] + ([(idx.shed[i], 1.0)] if i in idx.shed else [])  # step 0's continuous
+        loose = ([(idx.u(i, 0), 1.0)] + ([(idx.shed[i], 1.0)] if i in idx.shed else [])  # step 0's continuous
+                 + ([(idx.pd[i], 1.0)] if i in idx.pd else []))  # the pools' share: continuous in the demand row
         pairs: dict[tuple[float, float], list[int]] = {}
         for k in range(problem.steps):
             d = float(svc.demand_rps[k])
-            caps = [float(v.capacity_rps[k]) for v in svc.variants]
+            caps = [float(v.capacity_rps[k]) if v.role is None else 0.0 for v in svc.variants]
             units = sorted({round(cap, 9) for cap in caps if cap > FEASIBLE_TOL})
             if hull and len(units) == 2 and d > FEASIBLE_TOL and d / units[1] <= HULL_COLUMNS:
                 pairs.setdefault((units[1], units[0]), []).append(k)
@@ -621,6 +676,8 @@ def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows, hull: bool = False
             cols: list[np.ndarray] = [c + at for c, _ in loose]
             vals: list[np.ndarray | float] = [1.0] * len(loose)
             for j, v in enumerate(svc.variants):
+                if v.role is not None:  # not in the demand row (the pools' rows have x, not demand)
+                    continue
                 cap_at = np.round(np.asarray(v.capacity_rps, dtype=float)[at], 9)
                 coefs = np.where(cap_at == big, facets[:, 1], np.where(cap_at == small, facets[:, 2], 0.0))
                 cols.append(np.where(coefs > 0, idx.s(i, j, 0) + at, -1))
@@ -686,10 +743,21 @@ def _build(problem: PlanProblem, limits: bool, caps: Mapping[str | None, np.ndar
             c[idx.shed[i]:idx.shed[i] + h] = svc.shed_cost * dt * w
             hi[idx.shed[i]:idx.shed[i] + h] = np.asarray(svc.shed_rps, dtype=float)
             shed = [idx.shed[i] + np.arange(h)]
-        rows.add_rows([idx.u(i, 0) + np.arange(h), *shed]
-                      + [idx.s(i, j, 0) + np.arange(h) for j in range(len(svc.variants))],
-                      [1.0] * (1 + len(shed)) + [np.asarray(v.capacity_rps, dtype=float) for v in svc.variants],
+        pd: list[np.ndarray] = []
+        if i in idx.pd:  # x[k]: the requests/s the pools serve, at most the demand, at no cost of its own
+            pd = [idx.pd[i] + np.arange(h)]
+            hi[pd[0]] = np.maximum(np.asarray(svc.demand_rps, dtype=float), 0.0)
+        agg = [j for j, v in enumerate(svc.variants) if v.role is None]
+        rows.add_rows([idx.u(i, 0) + np.arange(h), *shed, *pd]
+                      + [idx.s(i, j, 0) + np.arange(h) for j in agg],
+                      [1.0] * (1 + len(shed) + len(pd))
+                      + [np.asarray(svc.variants[j].capacity_rps, dtype=float) for j in agg],
                       np.asarray(svc.demand_rps, dtype=float), np.full(h, np.inf))
+        for role in ROLES if pd else ():  # each pool carries the pools' share: sum capacity s - x >= 0
+            mine = [j for j, v in enumerate(svc.variants) if v.role == role]
+            rows.add_rows([idx.s(i, j, 0) + np.arange(h) for j in mine] + pd,
+                          [np.asarray(svc.variants[j].capacity_rps, dtype=float) for j in mine] + [-1.0],
+                          np.zeros(h), np.full(h, np.inf))
         if not limits:
             continue
         for b in range(nb):
@@ -754,14 +822,17 @@ def _complete(problem: PlanProblem, counts: Mapping[tuple[int, int], np.ndarray]
     """Every variable of the plan with replica counts ``counts`` ((service, variant) -> ``n`` per
     block, whole numbers): each increase ordered (warm while ``warm_free`` lasts), each decrease a
     removal, every ready replica serving (at most ``n``), the rest of the demand shed up to
-    ``shed_rps`` (when ``shed_cost`` is below ``miss_cost``) and the remainder unserved. The serving,
-    shed and unserved parts are the cheapest for these counts (serving costs nothing); whether the
-    whole meets the constraints is ``_feasible``'s to say."""
+    ``shed_rps`` (when ``shed_cost`` is below ``miss_cost``) and the remainder unserved; with
+    prefill/decode pools, they serve what the smaller of their two capacities carries (at most the
+    demand) before the aggregated variants. The serving, shed and unserved parts are the cheapest
+    for these counts (serving costs nothing); whether the whole meets the constraints is
+    ``_feasible``'s to say."""
     idx = _Index(problem)
     h = problem.steps
     x = np.zeros(idx.size)
     for i, svc in enumerate(problem.services):
         served = np.zeros(h)
+        pools = {role: np.zeros(h) for role in ROLES}
         for j, v in enumerate(svc.variants):
             n = np.asarray(counts[i, j], dtype=float)
             cum = np.zeros((BLOCK_VARS, idx.nb))
@@ -784,8 +855,13 @@ def _complete(problem: PlanProblem, counts: Mapping[tuple[int, int], np.ndarray]
                         ready += cum[kind, idx.block_of[k - steps]]
                 s = max(0.0, min(n[idx.block_of[k]], ready))
                 x[idx.s(i, j, k)] = s
-                served[k] += v.capacity_rps[k] * s
-        left = np.maximum(np.asarray(svc.demand_rps, dtype=float) - served, 0.0)
+                (served if v.role is None else pools[v.role])[k] += v.capacity_rps[k] * s
+        demand = np.asarray(svc.demand_rps, dtype=float)
+        if i in idx.pd:
+            pd = np.minimum(np.minimum(pools["prefill"], pools["decode"]), np.maximum(demand, 0.0))
+            x[idx.pd[i]:idx.pd[i] + h] = pd
+            served = served + pd
+        left = np.maximum(demand - served, 0.0)
         if i in idx.shed and svc.shed_cost < svc.miss_cost:
             shed = np.minimum(left, np.asarray(svc.shed_rps, dtype=float))
             x[idx.shed[i]:idx.shed[i] + h] = shed
@@ -797,6 +873,24 @@ def _complete(problem: PlanProblem, counts: Mapping[tuple[int, int], np.ndarray]
 def _gpus(variants: Sequence[PlanVariant], counts: Sequence[int], gpu: str | None) -> int:
     """GPUs of type ``gpu`` (None: of any type) that ``counts`` replicas of ``variants`` hold."""
     return sum(n * v.gpus_per_replica for v, n in zip(variants, counts, strict=True) if gpu is None or v.gpu == gpu)
+
+
+def _greedy_needs(svc: PlanService, k: int, need: float,
+                  covered: Mapping[str | None, float]) -> dict[str | None, float]:
+    """The capacity ``greedy_counts`` covers per role (None: aggregated), requests/s, for a demand
+    ``need`` at step ``k``: all of it on the aggregated variants, unless the service has
+    prefill/decode pools and no aggregated variant serves, or a pair of the cheapest prefill and
+    decode variants (by $ per request/s) costs less per request/s than the cheapest aggregated one;
+    then both pools cover what the aggregated replicas already ``covered`` leave."""
+    def cheapest(role: str | None) -> float:
+        return min((v.price_per_hour / v.capacity_rps[k] for v in svc.variants
+                    if v.role == role and v.capacity_rps[k] > 0), default=math.inf)
+    needs: dict[str | None, float] = dict.fromkeys([None, *ROLES], 0.0)
+    if not _has_roles(svc) or cheapest(None) <= cheapest("prefill") + cheapest("decode"):
+        needs[None] = need
+    else:
+        needs["prefill"] = needs["decode"] = max(0.0, need - covered[None])
+    return needs
 
 
 def greedy_counts(problem: PlanProblem, limits: bool = True,
@@ -814,8 +908,10 @@ def greedy_counts(problem: PlanProblem, limits: bool = True,
     the service's variants after its last (so replicas are ordered before the demand they serve),
     replicas removed to reach the floor are kept back, cheapest first, then more are ordered,
     cheapest first, up to ``max_replicas``, within the GPU limits and (with ``limits``) ``max_up``.
-    ``remove_first`` (service index -> its variants' indices) removes in that order instead of the
-    dearest first (``_solve_decomposed``: the GPU types the coordinator prices first).
+    A service with prefill/decode pools covers the demand either with its aggregated variants or
+    with both pools, whichever is cheaper per request/s (``_greedy_needs``). ``remove_first``
+    (service index -> its variants' indices) removes in that order instead of the dearest first
+    (``_solve_decomposed``: the GPU types the coordinator prices first).
     """
     idx = _Index(problem)
     h = problem.steps
@@ -859,26 +955,30 @@ def greedy_counts(problem: PlanProblem, limits: bool = True,
             ahead = max(v.cold_steps for v in svc.variants)
             need = float(np.max(svc.demand_rps[k0:min(h, ends[b] + ahead)]))
             target = list(floor[i])
-            covered = sum(v.capacity_rps[k0] * n for v, n in zip(svc.variants, target, strict=True))
+            covered = dict.fromkeys([None, *ROLES], 0.0)  # per role (None: aggregated), requests/s
+            for v, n in zip(svc.variants, target, strict=True):
+                covered[v.role] += v.capacity_rps[k0] * n
             up = math.inf if svc.max_up is None or not limits else svc.max_up * length
             for j, v in enumerate(svc.variants):  # the lower bounds first, whatever they need
                 before = target[j]
                 target[j] = max(before, v.min_replicas, min(v.keep, v.max_replicas))
-                covered += v.capacity_rps[k0] * (target[j] - before)
+                covered[v.role] += v.capacity_rps[k0] * (target[j] - before)
                 up -= max(0, target[j] - max(prev[i][j], before))
                 for key in (v.gpu, None):
                     used[key] = used.get(key, 0) + (target[j] - before) * v.gpus_per_replica
+            needs = _greedy_needs(svc, k0, need, covered)
             for keep_back in (True, False):  # first the replicas held before, then new orders
                 for j in ranked[i]:
                     v = svc.variants[j]
                     if v.capacity_rps[k0] <= 0:
                         continue
-                    while (covered < need and target[j] < (prev[i][j] if keep_back else v.max_replicas)
+                    while (covered[v.role] < needs[v.role]
+                           and target[j] < (prev[i][j] if keep_back else v.max_replicas)
                            and (keep_back or up >= 1)
                            and all(used.get(key, 0) + v.gpus_per_replica <= limit.get(key, math.inf)
                                    for key in (v.gpu, None))):
                         target[j] += 1
-                        covered += v.capacity_rps[k0]
+                        covered[v.role] += v.capacity_rps[k0]
                         up -= 0 if target[j] <= prev[i][j] else 1
                         for key in (v.gpu, None):
                             used[key] = used.get(key, 0) + v.gpus_per_replica
@@ -1268,6 +1368,13 @@ def _parts(problem: PlanProblem, x: np.ndarray) -> _Parts:
     return replicas, serving, unserved, shed
 
 
+def _pd_parts(problem: PlanProblem, x: np.ndarray) -> dict[str, np.ndarray]:
+    """``Plan.pd_rps`` read from the variables ``x``."""
+    idx = _Index(problem)
+    return {svc.name: x[idx.pd[i]:idx.pd[i] + problem.steps].copy()
+            for i, svc in enumerate(problem.services) if i in idx.pd}
+
+
 def _coarse(problem: PlanProblem, factor: int) -> PlanProblem:
     """``problem`` on steps ``factor`` times longer (the default blocks on them): demand averaged over
     each coarse step, capacity and ready replicas read at its first fine step, start-ups and step
@@ -1499,8 +1606,9 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
         mine = u @ xs[i]
         cap = limit - (planned - mine)
         missed = np.zeros(nb, dtype=bool)
-        tail = _Index(sub).tail(0)  # unserved, then shed, per step
-        missed[_Index(sub).block_of[xs[i][-tail:].reshape(-1, h).sum(axis=0) > FEASIBLE_TOL]] = True
+        sidx = _Index(sub)
+        left = xs[i][sidx.u(0, 0):sidx.u(0, 0) + sidx.missed(0)]  # unserved, then shed, per step
+        missed[sidx.block_of[left.reshape(-1, h).sum(axis=0) > FEASIBLE_TOL]] = True
         room = (cap - mine).reshape(len(keys), nb)
         fits = np.zeros(nb, dtype=bool)  # a replica of some variant fits in every limit it counts in
         starts = np.asarray(_Index(sub).starts)
@@ -1552,6 +1660,7 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
     serving: dict[str, dict[str, np.ndarray]] = {}
     unserved: dict[str, np.ndarray] = {}
     shed: dict[str, np.ndarray] = {}
+    pd: dict[str, np.ndarray] = {}
     cost, relaxed, stopped, fallback = 0.0, False, False, None
     for i, (sub, (c, _, _, _)) in enumerate(zip(subs, models, strict=True)):
         cost += float(c @ xs[i])
@@ -1563,6 +1672,7 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
         serving.update(sv)
         unserved.update(un)
         shed.update(sh)
+        pd.update(_pd_parts(sub, xs[i]))
     bound = relaxation if factor == 1 else None
     message = (f"decomposed: {len(subs)} services within their shares of the shared limits (LP relaxation"
                + {1: "", 0: " on the blocks' lengths"}.get(factor, f" on {factor}x coarser steps")
@@ -1572,7 +1682,7 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
     return Plan(replicas, serving, unserved, cost, (time.perf_counter() - started) * 1000.0, relaxed,
                 stopped_at_limit=stopped, fallback=fallback, message=message, nodes=nodes,
                 gpu_prices={key: price[ki * nb:(ki + 1) * nb].copy() for ki, key in enumerate(keys)},
-                lower_bound=bound, shed_rps=shed)
+                lower_bound=bound, shed_rps=shed, pd_rps=pd)
 
 
 def solve(problem: PlanProblem) -> Plan:
@@ -1603,4 +1713,5 @@ def solve(problem: PlanProblem) -> Plan:
     replicas, serving, unserved, shed = _parts(problem, result.x)
     return Plan(replicas, serving, unserved, result.cost, (time.perf_counter() - started) * 1000.0,
                 result.relaxed, stopped_at_limit=result.limit is not None, fallback=result.fallback,
-                message=result.message, nodes=result.nodes, started=result.started, shed_rps=shed)
+                message=result.message, nodes=result.nodes, started=result.started, shed_rps=shed,
+                pd_rps=_pd_parts(problem, result.x))

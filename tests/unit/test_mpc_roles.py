@@ -1,0 +1,133 @@
+"""The MPC on prefill/decode pools (``controllers.mpc``, issue 34): it plans a pools-only service, and
+chooses between aggregated variants and a P/D pair from the per-role capacities."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autoscaler.config.fleet import FleetConfig, Service
+from autoscaler.config.loading import parse_config
+from autoscaler.state import PoolObservation, ServiceEstimate, Signals, VariantObservation
+from controllers.mpc import MPCController
+from models.capacity import ReplicaSpec, RequestMix, variant_weights
+from models.capacity_roles import decode_capacity, prefill_capacity
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fleet-pd.yaml"
+AGGREGATED = {"name": "h100", "gpu": "H100-SXM", "price_per_gpu_hour": 2.99, "min_replicas": 0, "max_replicas": 16,
+              "initial_replicas": 0, "kv_cache_tokens": 400000, "profile": "llama-3-8b/h100-sxm"}
+
+
+def fleet(aggregated: bool) -> FleetConfig:
+    """examples/fleet-pd.yaml (a prefill and a decode pool of H100s); with ``aggregated``, an aggregated
+    H100 variant beside the pools and every variant free to go to 0 replicas."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    if aggregated:
+        doc["services"][0]["variants"] = [AGGREGATED]
+        for pool in ("prefill", "decode"):
+            for v in doc["services"][0]["roles"][pool]:
+                v["min_replicas"] = v["initial_replicas"] = 0
+    return parse_config(doc, str(EXAMPLE), EXAMPLE.parent)
+
+
+def estimate(svc: Service, t: float, rate: float, ready: dict[str, int]) -> ServiceEstimate:
+    """As the loop gives a controller that scales roles: the aggregated variants in ``variants``, each
+    pool's in ``pools``."""
+    variants = {v.name: VariantObservation(ready.get(v.name, 0), 0) for v in svc.variants}
+    pools = {role: PoolObservation(role, Signals(), {v.name: VariantObservation(ready.get(v.name, 0), 0)
+                                                     for r, v in svc.role_variants() if r == role})
+             for role in ("prefill", "decode")}
+    return ServiceEstimate(svc.name, t, Signals.of({"arrival_rate_rps": rate, "queue_length": 0.0}), variants, {},
+                           False, 0.0, 0.0, 0, pools=pools)
+
+
+def capacities(cfg: FleetConfig, mix: RequestMix) -> dict[str, float]:
+    """One replica's requests/s per variant at the interactive SLO, straight from the capacity models."""
+    svc, engine = cfg.services[0], cfg.planning_engine()
+    slo, roles = svc.slo["interactive"], svc.roles
+    assert roles is not None
+    pre = ReplicaSpec.of(roles.prefill[0], engine)
+    out = {roles.prefill[0].name: prefill_capacity(pre, mix, slo.ttft_s, roles.kv_transfer,
+                                                   non_cached_tokens=roles.non_cached_tokens).rps,
+           roles.decode[0].name: decode_capacity(ReplicaSpec.of(roles.decode[0], engine), mix, slo.ttft_s, slo.itl_s,
+                                                 roles.kv_transfer, prefill_spec=pre,
+                                                 non_cached_tokens=roles.non_cached_tokens).rps}
+    return {**out, **variant_weights(svc, engine, mix)}  # the aggregated ones as the registry gives them
+
+
+def cheapest_fleet(svc: Service, caps: dict[str, float], rate: float, held: dict[str, int]) -> dict[str, int]:
+    """The cheapest whole fleet serving ``rate`` for ever, by enumeration, each variant at least its
+    ``min_replicas`` and the replicas ``held`` (ready ones the MPC keeps until it has seen its hold of
+    rates): aggregated replicas serve their capacity each, the pools the smaller of the two pools'
+    capacities. Asserts it is the only fleet at its cost (a tie would leave the plan free to pick)."""
+    every = [*svc.variants, *(v for _, v in svc.role_variants())]
+    names = [v.name for v in every]
+    price = {v.name: v.price_per_replica_hour for v in every}
+    role = {v.name: r for r, v in svc.role_variants()}
+    best, best_counts, ties = math.inf, {}, 0
+    for counts in itertools.product(*(range(max(v.min_replicas, held.get(v.name, 0)), 13) for v in every)):
+        served = {None: 0.0, "prefill": 0.0, "decode": 0.0}
+        for name, n in zip(names, counts, strict=True):
+            served[role.get(name)] += caps[name] * n
+        cost = sum(price[name] * n for name, n in zip(names, counts, strict=True))
+        if served[None] + min(served["prefill"], served["decode"]) < rate - 1e-9 or cost > best + 1e-9:
+            continue
+        if cost > best - 1e-9:
+            ties += 1
+        else:
+            best, best_counts, ties = cost, dict(zip(names, counts, strict=True)), 1
+    assert ties == 1, f"{ties} fleets cost ${best:.2f}/h"
+    return best_counts
+
+
+def decide(cfg: FleetConfig, mix: RequestMix, rate: float, ready: dict[str, int]) -> tuple[dict[str, int], dict]:
+    svc = cfg.services[0]
+    weights = {svc.name: variant_weights(svc, cfg.planning_engine(), mix)}  # as controllers.registry's
+    mpc = MPCController(cfg, weights, forecast="last", mixes={svc.name: mix}, learn=0)
+    d = mpc.decide(estimate(svc, 600.0, rate, ready), svc)
+    return d.desired, d.terms
+
+
+def test_the_mpc_declares_it_scales_roles() -> None:
+    assert MPCController.scales_roles is True
+
+
+def test_a_pools_only_service_is_planned_from_each_role_s_capacity() -> None:
+    # examples/fleet-pd.yaml: 1 prefill and 2 decode replicas ready, 80 req/s of 1000-token prompts
+    # and 200-token outputs. The models give a prefill replica ~36.7 req/s and a decode replica ~32.4,
+    # so the plan orders now what serves 80 for ever: 3 of each (the enumeration's cheapest fleet),
+    # within the guard's 8 orders a step; everything it serves goes through the pools.
+    cfg = fleet(aggregated=False)
+    mix = RequestMix.from_means(1000, 200, 0.0)
+    caps = capacities(cfg, mix)
+    assert caps == pytest.approx({"h100-prefill": 36.65, "h100-decode": 32.39}, rel=0.01)
+    ready = {"h100-prefill": 1, "h100-decode": 2}
+    desired, terms = decide(cfg, mix, 80.0, ready)
+    assert desired == cheapest_fleet(cfg.services[0], caps, 80.0, ready) == {"h100-prefill": 3, "h100-decode": 3}
+    assert terms["pd_share_now"] == pytest.approx(36.65 / 80.0, rel=0.01)  # 1 ready prefill replica now
+
+
+@pytest.mark.parametrize(("tokens", "rate", "chosen"), [((2048, 28), 30.0, "pools"), ((4000, 200), 18.0, "aggregated")])
+def test_the_mpc_disaggregates_where_the_pair_serves_a_request_for_less(tokens: tuple[int, int], rate: float,
+                                                                        chosen: str) -> None:
+    # An aggregated H100 variant beside the pools, every replica at $2.99/h, nothing running. Long
+    # prompts with short outputs (2048 / 28): an aggregated replica's steps carry long prefill chunks
+    # and it serves ~6.7 req/s, a prefill replica ~16.6 and a decode replica ~149: the pair costs
+    # $2.99 x (1/16.6 + 1/149) = $0.20/h per request/s against $0.45 aggregated. 4000 / 200: an
+    # aggregated replica serves ~4.8 req/s, a prefill replica ~7.3 and a decode replica ~11.5: the
+    # pair $0.67/h per request/s against $0.62. The plan's first step for a steady rate (orders
+    # ready after one cold start) is the enumeration's cheapest fleet, all pools or all aggregated:
+    # 2 prefill + 1 decode for 30 req/s (aggregated: 5), 4 aggregated for 18 (pools: 3 + 2).
+    cfg = fleet(aggregated=True)
+    mix = RequestMix.from_means(*tokens, 0.0)
+    caps = capacities(cfg, mix)
+    want = cheapest_fleet(cfg.services[0], caps, rate, {})
+    pools = want["h100-prefill"] + want["h100-decode"]
+    assert (pools > 0 and want["h100"] == 0) if chosen == "pools" else (pools == 0 and want["h100"] > 0)
+    desired, terms = decide(cfg, mix, rate, {})
+    assert desired == want
+    assert terms["pd_rps_max"] == (pytest.approx(rate) if chosen == "pools" else pytest.approx(0.0, abs=1e-9))
