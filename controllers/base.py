@@ -67,7 +67,7 @@ class Reason(StrEnum):
 
 
 POOLS_ONLY = ("service {service} has no aggregated variant: its prefill/decode pools are scaled only by the "
-              "controllers that scale roles (pid, dynamo-pd)")
+              "controllers that scale roles (pid, mpc, dynamo-pd)")
 """The error of a controller that needs an aggregated variant to calibrate or plan on, given a service
 of prefill/decode pools only (``Service.roles``)."""
 
