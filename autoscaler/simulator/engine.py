@@ -202,6 +202,8 @@ class Replica:
         self._ap = profile.attention_tokens_per_pair
         self._b = profile.decode_s_per_seq
         self._push_step = sim.push_step
+        self._on_complete = sim.on_complete
+        self._on_first_token = sim.on_first_token
         self._decode_base: dict[int, float] = {}  # n -> step time of n decodes at no context, seconds
 
     # ------------------------------------------------------------------ observation
@@ -318,12 +320,6 @@ class Replica:
         return lost
 
     # ------------------------------------------------------------------ scheduling
-    def _top_decode(self) -> tuple[int, int, int, SimRequest] | None:
-        heap = self._decode_heap
-        while heap and (heap[0][3].epoch != heap[0][1] or heap[0][3].status is not None):
-            heapq.heappop(heap)
-        return heap[0] if heap else None
-
     def _slack(self, extra_seqs: int = 0) -> int:
         return (self.n_running + extra_seqs) * self.block
 
@@ -364,25 +360,32 @@ class Replica:
             return
         if self._aborted:
             self._purge_aborted()
-        while self.n_dec and (self.kv_pref + self.ctx_dec + self.n_dec
-                              + (len(self.prefilling) + self.n_dec) * self.block > self.kv_cap):
-            self._preempt_newest()
+        prefilling = self.prefilling
         n = self.n_dec
+        while n and (self.kv_pref + self.ctx_dec + n + (len(prefilling) + n) * self.block > self.kv_cap):
+            self._preempt_newest()
+            n = self.n_dec
         budget = self.max_tokens - n
         chunks: list[tuple[SimRequest, int]] = []
-        for sr in self.prefilling:
+        for sr in prefilling:
             if budget <= 0:
                 break
-            chunk = min(sr.prefill_target - sr.prefilled, budget)
+            chunk = sr.prefill_target - sr.prefilled
+            if chunk > budget:
+                chunk = budget
             chunks.append((sr, chunk))
             budget -= chunk
-        if budget > 0:
+        if budget > 0 and self.waiting:
             self._admit(budget, n, chunks)
+        ctx = self.ctx_dec
         if chunks:
-            p = sum([c for _, c in chunks])
-            # prefill_pairs(sr.prefilled, c) and _step_time spelled out, the same arithmetic: per step
-            pairs = sum([c * sr.prefilled + c * (c + 1) / 2 for sr, c in chunks])
-            ctx = self.ctx_dec
+            if len(chunks) == 1:  # most steps: sum() of one item is that item, the same bits
+                sr, p = chunks[0]
+                pairs = p * sr.prefilled + p * (p + 1) / 2
+            else:
+                p = sum([c for _, c in chunks])
+                # prefill_pairs(sr.prefilled, c) and _step_time spelled out, the same arithmetic: per step
+                pairs = sum([c * sr.prefilled + c * (c + 1) / 2 for sr, c in chunks])
             dur = 0.0 if p == 0 and n == 0 else \
                 self._t0 + self._a * (p + self._ap * pairs) + self._b * n + self.g * ctx
             self._start(now, 1, dur, 0.0, n, ctx, chunks, dur)
@@ -392,14 +395,21 @@ class Replica:
             self._step = None
             self.refresh_gauges()
             return
-        top = self._top_decode()
-        assert top is not None
-        room = self.kv_cap - (self.kv_pref + self.ctx_dec) - (len(self.prefilling) + n) * self.block
-        k = max(1, min(top[0] - self.D, room // n))
+        heap = self._decode_heap  # _top_decode spelled out
+        while heap and (heap[0][3].epoch != heap[0][1] or heap[0][3].status is not None):
+            heapq.heappop(heap)
+        room = self.kv_cap - (self.kv_pref + ctx) - (len(prefilling) + n) * self.block
+        k = heap[0][0] - self.D
+        if room // n < k:
+            k = room // n
+        if k < 1:
+            k = 1
         base = self._decode_base.get(n)
         if base is None:
             base = self._decode_base[n] = self._step_time(0, n, 0, 0)
-        self._start(now, k, base, self.g, n, self.ctx_dec, None, _run_time(k, base, self.g, n, self.ctx_dec))
+        g = self.g
+        # _run_time spelled out
+        self._start(now, k, base, g, n, ctx, None, k * (base + g * ctx) + g * n * k * (k - 1) / 2)
 
     def _step_time(self, p: int, n: int, ctx: int, pairs: float) -> float:
         """``profile.step_time(p, n, ctx, pairs)``, seconds, with the same arithmetic in the same order
@@ -438,7 +448,8 @@ class Replica:
             return
         self._version += 1
         self._step = (t0, done, base, g, n, ctx0, None)
-        self.sim.push_step(t0 + _run_time(done, base, g, n, ctx0), self, self._version)
+        # _run_time spelled out
+        self._push_step(t0 + (done * (base + g * ctx0) + g * n * done * (done - 1) / 2), self, self._version)
 
     def _preempt_newest(self) -> None:
         running = [e[3] for e in self._decode_heap if e[1] == e[3].epoch and e[3].status is None]
@@ -467,21 +478,22 @@ class Replica:
         t0, k, _base, _g, n, _ctx0, chunks = step_
         m = self.metrics
         # Histogram.observe spelled out here and below (same arithmetic): this runs at every step
+        nk = n * k
+        if n:
+            self.D += k
+            self.ctx_dec += nk
+            m.generation_tokens += nk
+            h = m.itl
+            v = (now - t0) / k
+            h.counts[bisect_left(h.bounds, v)] += nk
+            h.total += v * nk
+            h.count += nk
         if not chunks:  # k decode steps of n tokens each
             h = m.iteration_tokens
             h.counts[bisect_left(h.bounds, n)] += k
-            h.total += n * k
+            h.total += nk
             h.count += k
-        if n:
-            self.D += k
-            self.ctx_dec += n * k
-            m.generation_tokens += n * k
-            h = m.itl
-            v, w = (now - t0) / k, n * k
-            h.counts[bisect_left(h.bounds, v)] += w
-            h.total += v * w
-            h.count += w
-        if chunks:
+        else:
             # vLLM counts a step's prompt tokens when a prefill ends, all it computed, plus its first
             # token (vLLM 0.33 ``vllm/v1/metrics/loggers.py``: ``prompt_token_stats.computed +
             # num_generation_tokens``), so a step carrying only a middle chunk counts its decodes alone.
@@ -497,19 +509,39 @@ class Replica:
             h.count += 1.0
         heap = self._decode_heap
         d_now = self.D
+        heappop = heapq.heappop
         while heap:
             top = heap[0]
             sr = top[3]
             if sr.epoch != top[1] or sr.status is not None:  # stale (preempted) or aborted: skipped
-                heapq.heappop(heap)
+                heappop(heap)
                 continue
             if top[0] > d_now:
                 break
-            heapq.heappop(heap)
+            heappop(heap)
             self.n_dec -= 1
             self.ctx_dec -= sr.ctx_at_entry + (d_now - sr.d_entry)
-            sr.generated = sr.req.output_tokens
-            self._complete(sr, now)
+            req = sr.req
+            out = sr.generated = req.output_tokens
+            # _complete spelled out (the same arithmetic): per request
+            h = m.e2e
+            received = sr.received_s
+            v = now - (now if received is None else received)
+            h.counts[bisect_left(h.bounds, v)] += 1.0
+            h.total += v * 1.0
+            h.count += 1.0
+            t_first = sr.t_first
+            if t_first is not None:
+                v = (now - t_first) / (out - 1) if out > 1 else 0.0
+                h = m.tpot
+                h.counts[bisect_left(h.bounds, v)] += 1.0
+                h.total += v * 1.0
+                h.count += 1.0
+            m.success["stop"] += 1
+            if self.route_marks is not None and not self._marked:
+                self._marked = True
+                self.route_marks.append(self)
+            self._on_complete(sr, now)
         self.busy = False
         self._step = None
         self._schedule(now)
@@ -535,7 +567,7 @@ class Replica:
         if self.route_marks is not None and not self._marked:  # _load_changed spelled out: per request
             self._marked = True
             self.route_marks.append(self)
-        self.sim.on_complete(sr, now)
+        self._on_complete(sr, now)
 
     @staticmethod
     def _received(sr: SimRequest, now: float) -> float:
@@ -546,20 +578,27 @@ class Replica:
         self.prefilling.remove(sr)
         self.kv_pref -= sr.prefill_target
         sr.generated += 1
-        self.metrics.generation_tokens += 1
+        m = self.metrics
+        m.generation_tokens += 1
         if sr.t_first is None:
             sr.t_first = now
-            self.metrics.ttft.observe(now - self._received(sr, now))
-            self.sim.on_first_token(sr, now)
-        if sr.generated >= sr.req.output_tokens:
+            received = sr.received_s
+            v = now - (now if received is None else received)  # _received and Histogram.observe spelled out
+            h = m.ttft
+            h.counts[bisect_left(h.bounds, v)] += 1.0
+            h.total += v * 1.0
+            h.count += 1.0
+            self._on_first_token(sr, now)
+        out = sr.req.output_tokens
+        if sr.generated >= out:
             self._complete(sr, now)
             return
         sr.d_entry = d_now = self.D
-        sr.ctx_at_entry = sr.prefill_target
+        target = sr.ctx_at_entry = sr.prefill_target
         self.n_dec += 1
-        self.ctx_dec += sr.prefill_target
+        self.ctx_dec += target
         self._seq += 1
-        heapq.heappush(self._decode_heap, (d_now + sr.req.output_tokens - sr.generated, sr.epoch, self._seq, sr))
+        heapq.heappush(self._decode_heap, (d_now + out - sr.generated, sr.epoch, self._seq, sr))
 
 
 class EventSink(Protocol):
@@ -591,12 +630,16 @@ def _steps_by(elapsed: float, base: float, g: float, n: int, ctx0: int) -> int:
     a = g * n / 2
     b = base + g * ctx0 - a
     if a > 0:
-        k = math.ceil((-b + math.sqrt(b * b + 4 * a * max(elapsed, 0.0))) / (2 * a))
+        k = math.ceil((-b + math.sqrt(b * b + 4 * a * (0.0 if elapsed < 0.0 else elapsed))) / (2 * a))
     else:
-        k = math.ceil(max(elapsed, 0.0) / b) if b > 0 else 1
-    k = max(k, 1)
-    while k > 1 and _run_time(k - 1, base, g, n, ctx0) >= elapsed:
+        k = math.ceil((0.0 if elapsed < 0.0 else elapsed) / b) if b > 0 else 1
+    if k < 1:
+        k = 1
+    # _run_time(k) spelled out (the same arithmetic): this runs at every arrival that cuts a decode run
+    c = base + g * ctx0
+    gn = g * n
+    while k > 1 and (k - 1) * c + gn * (k - 1) * (k - 2) / 2 >= elapsed:
         k -= 1
-    while _run_time(k, base, g, n, ctx0) < elapsed:
+    while k * c + gn * k * (k - 1) / 2 < elapsed:
         k += 1
     return k

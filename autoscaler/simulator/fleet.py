@@ -74,6 +74,7 @@ from models.profiles import get_profile
 _READY, _STEP, _CRASH, _RETRY, _TIMEOUT, _DEADLINE, _KILL, _TRANSFER = range(8)
 STATUSES = (None, COMPLETED, REJECTED, FAILED, SHED)  # an ended request's status, by its code (outcome_arrays)
 _STATUS_CODE = {status: code for code, status in enumerate(STATUSES)}
+_COMPLETED_CODE = _STATUS_CODE[COMPLETED]
 RETRIED = frozenset({FAILED, SHED})  # what a client sends again (timeouts, 5xx, 429); not a 400
 RETRY_SEED = 4  # the jitter's random stream: the same run always draws the same delays
 
@@ -238,6 +239,7 @@ class FleetSimulator:
         self.workload = workload
         self.target = cfg.service(service).name
         self.services = {s.name: ServiceSim(s, _weights(s, cfg)) for s in cfg.services}
+        self._target_svc = self.services[self.target]
         if admission and any(s.roles is not None for s in cfg.services):
             raise ValueError("the gateway's flow control (an admission policy) with prefill/decode roles is not "
                              "simulated yet: run without --admission")
@@ -334,13 +336,14 @@ class FleetSimulator:
         n = len(wreqs)
         inf = math.inf
         heappop = heapq.heappop
+        gated = any(svc.flow is not None for svc in services.values())  # flow control is set up at start only
         # The next client timeout only moves later as requests end, except when a request arrives with
         # none open: so a value read earlier is a lower bound, and is read again only when it could
         # come first (or it is inf and a request arrives to an empty fleet).
         t_out = self._next_timeout_s()
+        nxt = self._next_arrival  # only this loop moves it: the next arrival is re-read when it does
+        t_arr = wreqs[nxt].arrival_s if nxt < n else inf
         while True:
-            nxt = self._next_arrival
-            t_arr = wreqs[nxt].arrival_s if nxt < n else inf
             t_evt = events[0][0] if events else inf
             t_next = t_arr if t_arr <= t_evt else t_evt
             if t_out <= t_next or t_out <= t_end:
@@ -359,19 +362,22 @@ class FleetSimulator:
                     sr = SimRequest(wreqs[nxt])
                     self._live[nxt] = sr
                 self._first.append(sr)
-                self._next_arrival = nxt + 1
+                nxt += 1
+                self._next_arrival = nxt
                 if t_out == inf:
                     t_out = -inf
                 self._arrive(sr)
+                t_arr = wreqs[nxt].arrival_s if nxt < n else inf
             else:
                 t, _, kind, obj, version = heappop(events)
                 self.now = t
                 if kind == _STEP:
                     if version == obj._version:  # type: ignore[attr-defined]  # else a step replaced: ignored
                         obj.on_step_end(t, version)  # type: ignore[attr-defined]
-                    flow = services[obj.service].flow  # type: ignore[attr-defined]
-                    if flow is not None and flow.waiting:
-                        self._fill(services[obj.service], obj)  # type: ignore[arg-type, attr-defined]
+                    if gated:
+                        flow = services[obj.service].flow  # type: ignore[attr-defined]
+                        if flow is not None and flow.waiting:
+                            self._fill(services[obj.service], obj)  # type: ignore[arg-type, attr-defined]
                 elif kind == _READY:
                     self._on_ready(obj)  # type: ignore[arg-type]
                 elif kind == _CRASH:
@@ -472,7 +478,7 @@ class FleetSimulator:
 
     # ------------------------------------------------------------------ requests
     def _arrive(self, sr: SimRequest) -> None:
-        svc = self.services[self.target]
+        svc = self._target_svc
         svc.arrivals += 1
         svc.arrivals_by_priority[sr.req.priority] += 1
         req = sr.req
@@ -575,13 +581,9 @@ class FleetSimulator:
         too many stale entries.
         """
         weights = svc.weights
-
-        def entry(r: Replica) -> tuple[float, int, int, Replica]:  # least_outstanding's score, a new version
-            r.route_ver += 1
-            return (r.outstanding + 1) / weights[r.variant], r.route_seq, r.route_ver, r
-
         heap = svc.route_heap
         marks = svc.route_marks
+        # each entry: least_outstanding's score, Replica.outstanding spelled out (per request), a new version
         if heap is None or len(heap) > 4 * len(svc.ready) + 64:
             for r in marks:
                 r._marked = False
@@ -591,15 +593,20 @@ class FleetSimulator:
             heap = []
             for r in self._routable(svc):
                 r.route_epoch = epoch
-                heap.append(entry(r))
+                r.route_ver += 1
+                heap.append(((len(r.waiting) + len(r.prefilling) + r.n_dec + 1) / weights[r.variant],
+                             r.route_seq, r.route_ver, r))
             heapq.heapify(heap)
             svc.route_heap = heap
         else:
             epoch = svc.route_epoch
+            heappush = heapq.heappush
             for r in marks:
                 r._marked = False
                 if r.route_epoch == epoch:
-                    heapq.heappush(heap, entry(r))
+                    r.route_ver += 1
+                    heappush(heap, ((len(r.waiting) + len(r.prefilling) + r.n_dec + 1) / weights[r.variant],
+                                    r.route_seq, r.route_ver, r))
             marks.clear()
         while True:
             _, _, ver, best = heap[0]
@@ -788,8 +795,18 @@ class FleetSimulator:
     def on_complete(self, sr: SimRequest, now: float) -> None:
         """Called by a replica when a request has produced its last token."""
         self._end(sr, COMPLETED)
-        self._close(sr)
-        flow = self.services[self.target].flow
+        rid = sr.req.rid
+        if not self._closed[rid]:  # _close spelled out: per request
+            self._closed[rid] = 1
+            self.open_requests -= 1
+            if self._final is None:
+                self._status[rid] = _COMPLETED_CODE
+                if sr.t_first is not None:
+                    self._t_first[rid] = sr.t_first
+                if sr.t_finish is not None:
+                    self._t_finish[rid] = sr.t_finish
+                self._live.pop(rid, None)
+        flow = self._target_svc.flow
         if flow is not None:
             flow.completed(now)
 
