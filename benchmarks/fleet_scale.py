@@ -25,22 +25,23 @@ so their decisions are the controller's, not warm-up holds.
 
 Printed per size and K (every figure per daemon tick or per daemon): tick wall p50 / p99 over all
 the daemons' counted ticks; tick CPU p50 / p99 (``time.process_time`` of the daemon's process over
-its tick: every thread of it, so what one core per shard must supply); the resident set after the counted rounds (``VmRSS``, MiB: the
-interpreter and its imports included) of the daemon leading the most services, and how many it
-leads; Prometheus queries per daemon tick (a counting ``QueryRunner``); API calls per daemon tick
-counted at the server (reads: get and list; writes: create, update, patch, delete; the Leases'
-calls left out: they are the elections', every retry, whatever the tick does); scale writes and
-Events per tick (the daemon's records); the plan's solve p99 (the largest ``solve_ms`` of each
-tick's decisions); with K > 1, a shard's failover: the daemon leading the most shards is killed
-(SIGKILL: no release) and its shards' workloads scaled to 0 (demand it can no longer answer), and,
-for the slowest of its shards, the time from its last Lease renewal (the server's clock at that
-write) until another daemon wrote the Lease as its holder (``led``) and until that daemon's loop
-wrote the shard's workloads again (``writes``; the rounds go on every tick meanwhile, as a daemon's
-tick loop would). Goal: within the lease's duration plus one tick. Last, every scale write of the run
-is checked against the Leases as the server wrote them, in the server's order: each must come from
-the holder of its service's shard Lease at that moment (``audit``; "off-Lease": those that did not,
-so 0 means no two daemons ever wrote one workload at overlapping times; "handed": workloads written
-by two daemons in the run, where such a write had a place to show).
+its tick: every thread of it, so what one core per shard must supply); the resident set after the
+counted rounds (``VmRSS``, MiB: the interpreter and its imports included) of the daemon leading the
+most services, and how many it leads; Prometheus queries per daemon tick (a counting
+``QueryRunner``); API calls per daemon tick counted at the server (reads: get and list; writes:
+create, update, patch, delete; the Leases' calls left out: they are the elections', every retry,
+whatever the tick does); scale writes and Events per tick (the daemon's records); the plan's solve
+p99 (the largest ``solve_ms`` of each tick's decisions); with K > 1, a shard's failover: the daemon
+leading the most shards is killed (SIGKILL: no release) and its shards' workloads scaled to 0
+(demand it can no longer answer), and, for the slowest of its shards, the time from its last Lease
+renewal (the server's clock at that write) until another daemon wrote the Lease as its holder
+(``led``) and until that daemon's loop wrote the shard's workloads again (``writes``; the rounds go
+on every tick meanwhile, as a daemon's tick loop would). Goal: within the lease's duration plus one
+tick. Last, every scale write of the run is checked against the Leases as the server wrote them, in
+the server's order: each must come from the holder of its service's shard Lease at that moment
+(``audit``; "off-Lease": those that did not, so 0 means no two daemons ever wrote one workload at
+overlapping times; "handed": workloads written by two daemons in the run, where such a write had a
+place to show).
 
     python benchmarks/fleet_scale.py [--services 10 100] [--daemons 1 3 10] [--pods 7] [--ticks 5]
                                      [--watch on|off] [--controller mpc] [--scrape-interval 2s]
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import json
 import logging
 import math
@@ -250,7 +252,6 @@ def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, c
     ``tick_figures``) and ``stop`` (release its Leases and exit). ``profile``: a path where the
     cProfile statistics of its ticks (the tick's own thread; the pools' threads are seen as waits)
     are written at ``stop``."""
-    import cProfile
     from autoscaler.daemon import Daemon
 
     logging.disable(logging.WARNING)
