@@ -27,18 +27,26 @@ for: every change moves the unit a capacity-based controller integrates in, so i
 A variant that cannot meet the SLO for the served mix at any load gets capacity 0, as
 ``variant_weights`` gives it (the split then moves its load to the others). A mix under which no
 variant can meet it is not adopted: there is nothing to size for, and the warning says so.
+
+The capacities are a pure function of the variants' replica specs, the interactive SLO and the
+mix's three means, and cost ~60 ms a service (the capacity model's bisections), so ``weights_for``
+keeps the last ``CACHE_SIZE`` of them: a fleet of many services on the same variants (one model for
+several tenants, or a daemon that starts leading a shard of them) derives each set once, not once
+per service, in the same tick.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections import deque
+import threading
+from collections import OrderedDict, deque
+from typing import Any
 
 from autoscaler.config import EngineConfig, Service
 from autoscaler.loop.forecast import per_request
 from autoscaler.state import Signals
-from models.capacity import RequestMix, variant_weights
+from models.capacity import ReplicaSpec, RequestMix, variant_weights
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +62,38 @@ capacities (the same 25 % as the PID's deadband: smaller moves are inside the ca
 STEADY_TOLERANCE = 0.1
 """Largest change in running requests over a window, as a share of the window's completions, whose
 means are read (a bias of at most ~10 %, inside ``MIX_TOLERANCE``)."""
+
+
+CACHE_SIZE = 4096
+"""Capacity sets ``weights_for`` keeps (each a few variants' floats: ~1 MiB at most; 4096 holds a
+distinct set for each of 500 services x 3 variants with room for their mixes to move)."""
+
+_cache: OrderedDict[Any, dict[str, float]] = OrderedDict()
+_lock = threading.Lock()
+
+
+def weights_for(svc: Service, engine: EngineConfig, mix: tuple[float, float, float]) -> dict[str, float]:
+    """``models.capacity.variant_weights`` of ``svc`` at the mix of these means (prompt tokens, output
+    tokens, prefix hit rate), a copy of the one computed before for the same inputs when it is kept
+    (least recently used first out): the variants' names and replica specs (``ReplicaSpec.of``: the
+    profile, the engine's limits, the KV cache), the interactive SLO's TTFT and ITL, the means.
+
+    Raises:
+        ValueError: as ``RequestMix.from_means`` (a mean below 1 token).
+    """
+    slo = svc.slo["interactive"]
+    key = (tuple((v.name, ReplicaSpec.of(v, engine)) for v in svc.variants), slo.ttft_s, slo.itl_s, mix)
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return dict(hit)
+    weights = variant_weights(svc, engine, RequestMix.from_means(*mix))
+    with _lock:
+        _cache[key] = dict(weights)
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return weights
 
 
 class MixTracker:
@@ -73,7 +113,7 @@ class MixTracker:
         self.window_s = window_s
         self.observed = observed
         self.basis = (t.input_tokens, t.output_tokens, t.prefix_hit_rate)
-        self.weights = variant_weights(svc, engine, RequestMix.from_means(*self.basis))
+        self.weights = weights_for(svc, engine, self.basis)
         self._refused = False
         self._running: deque[tuple[float, float | None]] = deque()  # (time s, running) over the window
 
@@ -89,7 +129,7 @@ class MixTracker:
         mix = self.window_mix(signals) if self.observed and self.steady(signals, time_s) else None
         if mix is None or not self._moved(mix):
             return self.weights
-        weights = variant_weights(self.svc, self.engine, RequestMix.from_means(*mix))
+        weights = weights_for(self.svc, self.engine, mix)
         if all(w <= 0 for w in weights.values()):
             if not self._refused:  # once until a mix is adopted: the window's means move every tick
                 log.warning("%s: no variant meets the SLO for the served mix of %.0f in / %.0f out tokens (hit %.2f); "
