@@ -30,7 +30,7 @@ from support.kubectl import kubeconfig, kubectl
 from autoscaler.adapters.prometheus import connect
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
-from autoscaler.daemon import Daemon
+from autoscaler.daemon import Daemon, write_events
 from autoscaler.faults.kubeapi import EmulatedCluster, deployment, emulated_cluster
 from autoscaler.faults.live import FollowTheCluster
 from autoscaler.faults.promserver import PromServer, Target
@@ -526,3 +526,35 @@ def test_a_shard_without_services_ticks_with_the_others(controller: str) -> None
             assert d.loops[1].cfg.services == []
         finally:
             d.server.close()
+
+
+def test_events_of_different_workloads_are_written_together_each_workloads_in_order(caplog) -> None:
+    """Issue 35: a tick that scaled 100 services wrote its 100 Events one after another. Three
+    workloads' jobs meet at a barrier of three (sequential writes would never all arrive: the barrier
+    breaks after 30 s), each job's calls keep their order, and a call that raises is logged while the
+    rest still run."""
+    barrier = threading.Barrier(3, timeout=30)
+    done: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def call(name: str, i: int, meet: bool = False, fail: bool = False):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            if meet:
+                barrier.wait()
+            if fail:
+                raise RuntimeError(f"{name} broke")
+            with lock:
+                done.append((name, i))
+        return run
+
+    jobs = [[call(w, 0, meet=True), call(w, 1)] for w in ("a", "b", "c")]
+    jobs.append([call("d", 0, fail=True), call("d", 1)])
+    write_events(jobs, workers=3)
+    assert not barrier.broken
+    assert sorted(done) == [(w, i) for w in "abcd" for i in (0, 1) if (w, i) != ("d", 0)]
+    for w in "abc":
+        assert done.index((w, 0)) < done.index((w, 1))
+    assert any("event not written" in r.getMessage() and r.exc_info for r in caplog.records)
+    done.clear()
+    write_events([[call("x", 0), call("x", 1)], [call("y", 0)]], workers=1)  # one at a time: in order
+    assert done == [("x", 0), ("x", 1), ("y", 0)]
