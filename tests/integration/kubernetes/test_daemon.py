@@ -558,3 +558,50 @@ def test_events_of_different_workloads_are_written_together_each_workloads_in_or
     done.clear()
     write_events([[call("x", 0), call("x", 1)], [call("y", 0)]], workers=1)  # one at a time: in order
     assert done == [("x", 0), ("x", 1), ("y", 0)]
+
+
+def test_a_ticks_events_are_written_for_each_changed_workload_only_while_the_daemon_leads() -> None:
+    """Issue 35: the Events now go through ``write_events``; the rule before them is unchanged: one
+    Event per changed count (and one per other writer's change), none for a write that changed nothing,
+    and none at all once the daemon no longer leads the service's shard."""
+    from types import SimpleNamespace
+
+    from autoscaler.loop.actuate import ActuationResult, ActuationStatus, ExternalChange
+    from autoscaler.loop.runner import TickRecord
+
+    doc = copy.deepcopy(FLEET_DOC)
+    doc["kubernetes"] = {"namespace": NS, "lease": LEASE}
+    cfg = parse_config(doc, "<test>")
+    with emulated_cluster() as cluster:
+        source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+        d = Daemon(cfg, "pid", source, cluster.api(), "d", "127.0.0.1:0", namespace_self="autoscaler")
+        calls: list[tuple[str, ...]] = []
+        lock = threading.Lock()
+
+        class Events:
+            def result(self, name: str, v: str, res: ActuationResult, reason: str) -> int:
+                with lock:
+                    calls.append(("result", name, v, reason))
+                return 1
+
+            def other_writer(self, name: str, v: str, ours: int, theirs: int, quiet_s: float) -> bool:
+                with lock:
+                    calls.append(("other", name, v))
+                return True
+
+        d.events = Events()  # type: ignore[assignment]
+        record = TickRecord(0.0)
+        record.services["llm"] = SimpleNamespace(reason="up", actuation={  # type: ignore[assignment]
+            "h100": ActuationResult(ActuationStatus.APPLIED, before=0, after=2),
+            "a100": ActuationResult(ActuationStatus.APPLIED, before=1, after=1)})  # no change: no Event
+        found = {("llm", "a100"): ExternalChange(1, 3, 600.0)}
+        try:
+            assert d.elector.try_acquire_or_renew()
+            d._record(found, record)
+            assert sorted(calls) == [("other", "llm", "a100"), ("result", "llm", "h100", "up")]
+            calls.clear()
+            d.elector.last_renewed = -1e9  # its renewal long overdue: it no longer leads
+            d._record(found, record)
+            assert calls == []
+        finally:
+            d.server.close()
