@@ -72,7 +72,9 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from kubernetes import client
@@ -101,6 +103,34 @@ from autoscaler.wiring import admission_policy, build_loop
 from controllers.registry import build
 
 log = logging.getLogger(__name__)
+
+
+EVENT_WRITERS = 8
+"""Events written at once (one thread each) after a tick: a tick that scales 100 services wrote its 100
+Events one after another (~3 s of it on the emulated API server, issue 35); 8 overlaps their round
+trips. A bound on concurrency, not a rate: the Python client has no client-side limiter, where
+client-go's default is 5 queries per second with a burst of 10 (k8s.io/client-go rest/config.go,
+``DefaultQPS`` / ``DefaultBurst``); 8 in flight stays under that burst."""
+
+
+def write_events(jobs: Sequence[Sequence[Callable[[], object]]], workers: int = EVENT_WRITERS) -> None:
+    """Run each of ``jobs`` (one workload's Event writes, in order) at most ``workers`` at once, and
+    return once all are done. An Event write logs its own failure (``EventRecorder``); one that raises
+    is logged here and the others still run."""
+
+    def run(calls: Sequence[Callable[[], object]]) -> None:
+        for call in calls:
+            try:
+                call()
+            except Exception:  # an Event is best effort: never the tick's end
+                log.exception("event not written")
+
+    if len(jobs) <= 1 or workers <= 1:
+        for calls in jobs:
+            run(calls)
+        return
+    with ThreadPoolExecutor(max_workers=min(workers, len(jobs)), thread_name_prefix="events") as pool:
+        list(pool.map(run, jobs))
 
 
 class LoggingActuator:
@@ -516,22 +546,27 @@ class Daemon:
 
     def _record(self, found: Mapping[tuple[str, str], ExternalChange], record: TickRecord) -> None:
         """Events and metrics of one tick: another writer's changes ``found`` before it, and each
-        write's result (``EventRecorder.result``); the paused variants; the workloads' counts."""
+        write's result (``EventRecorder.result``); the paused variants; the workloads' counts. The
+        Events of different workloads are written concurrently (``write_events``), each workload's in
+        order (its ``OtherWriter`` before its ``ScaledUp``)."""
         led = {i: self.leads(i) for i in range(self.shards.n)}  # one that lost a Lease in the tick writes no Event
 
         def leads(service: str) -> bool:
             return led[self.shard(service)]
 
+        jobs: dict[tuple[str, str], list[Callable[[], object]]] = {}
         for (name, v), ext in found.items():
             self.external.labels(name, v).inc()
             if leads(name):
-                self.events.other_writer(name, v, ext.ours, ext.theirs, ext.quiet_s)
+                jobs.setdefault((name, v), []).append(
+                    partial(self.events.other_writer, name, v, ext.ours, ext.theirs, ext.quiet_s))
         for name, st in record.services.items():
             for v, res in st.actuation.items():
                 if res.external is not None:
                     self.external.labels(name, v).inc()
-                if leads(name):
-                    self.events.result(name, v, res, st.reason)
+                if leads(name) and (res.changed or res.external is not None):
+                    jobs.setdefault((name, v), []).append(partial(self.events.result, name, v, res, st.reason))
+        write_events(list(jobs.values()))
         for svc in self.cfg.services:
             for var in svc.variants:
                 writer = self.writers.get(self.shard(svc.name))

@@ -24,32 +24,35 @@ not counted; the counted rounds start once Prometheus holds the controller's win
 so their decisions are the controller's, not warm-up holds.
 
 Printed per size and K (every figure per daemon tick or per daemon): tick wall p50 / p99 over all
-the daemons' counted ticks; the resident set after the counted rounds (``VmRSS``, MiB: the
-interpreter and its imports included) of the daemon leading the most services, and how many it
-leads; Prometheus queries per daemon tick (a counting ``QueryRunner``); API calls per daemon tick
-counted at the server (reads: get and list; writes: create, update, patch, delete; the Leases'
-calls left out: they are the elections', every retry, whatever the tick does); scale writes and
-Events per tick (the daemon's records); the plan's solve p99 (the largest ``solve_ms`` of each
-tick's decisions); with K > 1, a shard's failover: the daemon leading the most shards is killed
-(SIGKILL: no release) and its shards' workloads scaled to 0 (demand it can no longer answer), and,
-for the slowest of its shards, the time from its last Lease renewal (the server's clock at that
-write) until another daemon wrote the Lease as its holder (``led``) and until that daemon's loop
-wrote the shard's workloads again (``writes``; the rounds go on every tick meanwhile, as a daemon's
-tick loop would). Goal: within the lease's duration plus one tick. Last, every scale write of the run
-is checked against the Leases as the server wrote them, in the server's order: each must come from
-the holder of its service's shard Lease at that moment (``audit``; "off-Lease": those that did not,
-so 0 means no two daemons ever wrote one workload at overlapping times; "handed": workloads written
-by two daemons in the run, where such a write had a place to show).
+the daemons' counted ticks; tick CPU p50 / p99 (``time.process_time`` of the daemon's process over
+its tick: every thread of it, so what one core per shard must supply); the resident set after the
+counted rounds (``VmRSS``, MiB: the interpreter and its imports included) of the daemon leading the
+most services, and how many it leads; Prometheus queries per daemon tick (a counting
+``QueryRunner``); API calls per daemon tick counted at the server (reads: get and list; writes:
+create, update, patch, delete; the Leases' calls left out: they are the elections', every retry,
+whatever the tick does); scale writes and Events per tick (the daemon's records); the plan's solve
+p99 (the largest ``solve_ms`` of each tick's decisions); with K > 1, a shard's failover: the daemon
+leading the most shards is killed (SIGKILL: no release) and its shards' workloads scaled to 0
+(demand it can no longer answer), and, for the slowest of its shards, the time from its last Lease
+renewal (the server's clock at that write) until another daemon wrote the Lease as its holder
+(``led``) and until that daemon's loop wrote the shard's workloads again (``writes``; the rounds go
+on every tick meanwhile, as a daemon's tick loop would). Goal: within the lease's duration plus one
+tick. Last, every scale write of the run is checked against the Leases as the server wrote them, in
+the server's order: each must come from the holder of its service's shard Lease at that moment
+(``audit``; "off-Lease": those that did not, so 0 means no two daemons ever wrote one workload at
+overlapping times; "handed": workloads written by two daemons in the run, where such a write had a
+place to show).
 
     python benchmarks/fleet_scale.py [--services 10 100] [--daemons 1 3 10] [--pods 7] [--ticks 5]
                                      [--watch on|off] [--controller mpc] [--scrape-interval 2s]
-                                     [--lease 8 6 1] [--json PATH]
+                                     [--lease 8 6 1] [--json PATH] [--profile PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import json
 import logging
 import math
@@ -243,10 +246,12 @@ def rss_mib() -> float:
 
 
 def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, cfg: FleetConfig,
-                controller: str) -> None:
+                controller: str, profile: str | None = None) -> None:
     """One daemon in its own process: built, its watch cache listed, its election thread started
     (``Daemon._elect``, the daemon's own), then answering ``led``, ``tick`` (one ``Daemon.tick``:
-    ``tick_figures``) and ``stop`` (release its Leases and exit)."""
+    ``tick_figures``) and ``stop`` (release its Leases and exit). ``profile``: a path where the
+    cProfile statistics of its ticks (the tick's own thread; the pools' threads are seen as waits)
+    are written at ``stop``."""
     from autoscaler.daemon import Daemon
 
     logging.disable(logging.WARNING)
@@ -254,6 +259,7 @@ def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, c
     counting = Counting(source.runner)  # type: ignore[arg-type]
     source.runner = counting
     d = Daemon(cfg, controller, source, api(kube_url, identity), identity, "127.0.0.1:0", namespace_self=NAMESPACE)
+    prof = cProfile.Profile() if profile else None
     try:
         if d.cache is not None and not d.cache.wait_synced(SETTLE_S):
             raise RuntimeError(f"{identity}: the watch cache did not list within {SETTLE_S:g} s")
@@ -266,17 +272,23 @@ def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, c
                 conn.send(d.shards.led())
             elif cmd == "tick":
                 counting.sent = 0
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
+                if prof is not None:
+                    prof.enable()
                 try:
                     record, error = d.tick(), None
                 except Exception as exc:  # as Daemon._tick_loop: logged ("tick failed"), the next tick retries
                     record, error = None, f"{type(exc).__name__}: {exc}"
-                wall = time.perf_counter() - t
-                conn.send({**tick_figures(record, wall, counting.sent, sorted(d.loops)), "error": error})
+                if prof is not None:
+                    prof.disable()
+                wall, cpu = time.perf_counter() - t, time.process_time() - c
+                conn.send({**tick_figures(record, wall, counting.sent, sorted(d.loops)), "cpu": cpu, "error": error})
             else:
                 break
         d.stopping.set()
         elector.join(timeout=30)
+        if prof is not None and profile:
+            prof.dump_stats(profile)
     finally:
         d.shards.release()
         d.server.close()
@@ -314,6 +326,9 @@ class Run:
     daemons: int
     lease: tuple[float, float, float]
     walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
+    """CPU seconds of the daemon's process over each counted tick (every thread: the tick's, its query
+    and write pools', the election's and the watch cache's)."""
     queries: list[int] = field(default_factory=list)
     reads: list[int] = field(default_factory=list)
     read_by: Counter[str] = field(default_factory=Counter)
@@ -373,10 +388,12 @@ class Bench:
 
     def run(self, services: int, daemons: int, ticks: int, watch: bool, controller: str,
             lease: tuple[float, float, float] = LEASE, history_s: float = HISTORY_S,
-            failover: bool = True, window_s: float = SIGNAL_WINDOW_S, even: bool = True) -> Run:
+            failover: bool = True, window_s: float = SIGNAL_WINDOW_S, even: bool = True,
+            profile: Path | None = None) -> Run:
         """K = ``daemons`` daemons over the first ``services`` services: started, settled (every shard
         led, the spread even), one uncounted round, ``ticks`` counted rounds once Prometheus is
-        ``history_s`` old, then (K > 1, ``failover``) the failover and the audit (module docstring)."""
+        ``history_s`` old, then (K > 1, ``failover``) the failover and the audit (module docstring).
+        ``profile``: daemon ``d0``'s ticks under cProfile, written there (``daemon_side``)."""
         self.runs += 1
         base = f"fleet-{self.runs}"  # Leases of their own: no run sees another's
         cfg = fleet(services, watch, daemons, lease, base, window_s, even)
@@ -389,8 +406,9 @@ class Bench:
         try:
             for n in names:
                 conns[n], child = self.ctx.Pipe()
+                prof = str(profile) if profile is not None and n == "d0" else None
                 procs[n] = self.ctx.Process(target=daemon_side, args=(child, n, self.kube_url, self.prom.url, cfg,
-                                                                       controller), daemon=True)
+                                                                       controller, prof), daemon=True)
                 procs[n].start()
             self.procs = procs
             for n in names:
@@ -459,6 +477,7 @@ class Bench:
             if out is None or not f["services"]:
                 continue
             out.walls.append(f["wall"])
+            out.cpus.append(f["cpu"])
             out.queries.append(f["queries"])
             out.reads.append(delta(after, before, READS))
             out.read_by.update({k[1]: n - before.get(k, 0) for k, n in after.items()
@@ -548,6 +567,7 @@ def row(r: Run) -> str:
         miss = len(r.failover) - len(wrote)
         fo = (f"{max(led):.1f} / {max(wrote):.1f} s" if led and wrote else "none") + (f" ({miss} not)" if miss else "")
     return (f"| {r.services} | {r.daemons} | {median(r.walls):.2f} / {p99(r.walls):.2f} s | "
+            f"{median(r.cpus):.2f} / {p99(r.cpus):.2f} s | "
             f"{r.rss_mib[top]:.0f} MiB ({r.led_services[top]}) | "
             f"{'/'.join(map(str, sorted(set(r.queries))))} | {statistics.mean(r.reads):.1f} | "
             f"{statistics.mean(r.writes):.1f} | {statistics.mean(r.scales):.1f} + {statistics.mean(r.events):.1f} | "
@@ -568,6 +588,7 @@ def main() -> None:
     ap.add_argument("--lease", type=float, nargs=3, default=list(LEASE), metavar=("DURATION", "RENEW", "RETRY"),
                     help="kubernetes.lease duration_s, renew_s, retry_s (short, for the failover)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--profile", type=Path, help="daemon d0's ticks under cProfile: PATH-<services>x<daemons>.prof")
     args = ap.parse_args()
     print(f"{Path(__file__).name}: {stamp()}", flush=True)
     logging.basicConfig(level=logging.ERROR)
@@ -585,14 +606,15 @@ def main() -> None:
                   f"watch {args.watch}, services to shards {args.assign}, "
                   f"{args.ticks} rounds counted after the first; lease duration / renew / retry "
                   f"{lease[0]:g} / {lease[1]:g} / {lease[2]:g} s; {os.cpu_count()} CPUs\n")
-            print("| services | daemons | tick wall p50 / p99 | RSS per daemon (services led) | "
+            print("| services | daemons | tick wall p50 / p99 | tick CPU p50 / p99 | RSS per daemon (services led) | "
                   "Prometheus queries / tick | API reads / tick | API writes / tick | scales + Events / tick | "
                   "plan solve p99 | failover led / writes | writes off-Lease of scale writes (handed) |")
-            print("|---|---|---|---|---|---|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|---|---|---|---|---|")
             for n in args.services:
                 for k in args.daemons:
+                    prof = None if args.profile is None else Path(f"{args.profile}-{n}x{k}.prof")
                     r = bench.run(n, k, args.ticks, args.watch == "on", args.controller, lease,
-                                  even=args.assign == "even")
+                                  even=args.assign == "even", profile=prof)
                     runs.append(r)
                     print(row(r), flush=True)
         finally:

@@ -43,9 +43,11 @@ import numpy as np
 
 from autoscaler.workload.types import BATCH, INTERACTIVE, PRIORITIES
 from models.capacity import (
+    Memo,
     ReplicaSpec,
     RequestMix,
     concurrency_at,
+    mix_key,
     rate_at_concurrency,
     replica_capacity,
     service_mix,
@@ -214,6 +216,12 @@ class ItlBudget:
     servable: bool
 
 
+_BUDGETS = Memo(4096)
+"""``itl_budgets``' memo: a pure function of the variants' specs (slowed), the interactive SLO and the
+mix, ~50-70 ms a service (two bisections per variant); the MPC asks it per service and speed factor,
+so a daemon taking over N services on the same variants computed the same budgets N times (issue 35)."""
+
+
 def itl_budgets(svc: Service, engine: EngineConfig, slowdown: Mapping[str, float] | None = None,
                 mix: RequestMix | None = None) -> dict[str, ItlBudget]:
     """variant -> its ITL budget on ``mix`` (default: the service's ``typical_request``) and the
@@ -227,16 +235,25 @@ def itl_budgets(svc: Service, engine: EngineConfig, slowdown: Mapping[str, float
     what = (f"its typical_request ({svc.typical_request.input_tokens:g} / {svc.typical_request.output_tokens:g} "
             "tokens)" if mix is None else f"the mix (means {mix.mean_input:.0f} / {mix.mean_output:.0f} tokens)")
     mix, slo = service_mix(svc) if mix is None else mix, svc.slo[INTERACTIVE]
-    out = {}
+    specs = {}
     for v in svc.variants:
         spec = ReplicaSpec.of(v, engine)
         alpha = (slowdown or {}).get(v.name, 1.0)
         if alpha != 1.0:
             spec = replace(spec, profile=spec.profile.slowed(alpha))
-        bounds = replica_capacity(spec, mix, slo.ttft_s, slo.itl_s)
-        in_flight = concurrency_at(spec, mix, bounds.itl_rps)
-        out[v.name] = ItlBudget(bounds.itl_rps, in_flight, max(1, min(engine.max_num_seqs, math.floor(in_flight))),
-                                bounds.rps > 0)
+        specs[v.name] = spec
+    key = (tuple(specs.items()), slo.ttft_s, slo.itl_s, mix_key(mix))
+    kept = _BUDGETS.get(key)
+    if isinstance(kept, dict):
+        out: dict[str, ItlBudget] = dict(kept)
+    else:
+        out = {}
+        for name, spec in specs.items():
+            bounds = replica_capacity(spec, mix, slo.ttft_s, slo.itl_s)
+            in_flight = concurrency_at(spec, mix, bounds.itl_rps)
+            out[name] = ItlBudget(bounds.itl_rps, in_flight,
+                                  max(1, min(engine.max_num_seqs, math.floor(in_flight))), bounds.rps > 0)
+        _BUDGETS.put(key, dict(out))
     if not any(b.servable for b in out.values()):
         raise ValueError(f"service {svc.name}: no variant serves {what} within the interactive SLO "
                          "(capacity 0 req/s): no ITL budget")

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -784,15 +785,60 @@ def throughput_weights(svc: ServiceSpec, engine: EngineLimits, mix: RequestMix |
     return {v.name: mean_itl_rate(ReplicaSpec.of(v, engine), mix, itl) for v in svc.variants}
 
 
+def mix_key(mix: RequestMix) -> tuple[object, ...]:
+    """A hashable key equal for two mixes of the same points, weights and parameters (``RequestMix``
+    compares by identity): what a memo of a function of the mix keys on."""
+    return (mix.input_tokens.tobytes(), mix.output_tokens.tobytes(), mix.weights.tobytes(), mix.prefix_hit_rate,
+            mix.arrival_scv, mix.input_m2)
+
+
+class Memo:
+    """A least-recently-used map of at most ``size`` entries, safe across threads: the memos of the
+    capacity model's pure functions of a service's specs and mix (~50-70 ms each), which a daemon
+    taking over many services on the same variants computes once per distinct input (issue 35)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: dict[object, object] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: object) -> object | None:
+        """The value kept for ``key`` (now the most recently used), None when none is."""
+        with self._lock:
+            value = self._items.pop(key, None)
+            if value is not None:
+                self._items[key] = value
+            return value
+
+    def put(self, key: object, value: object) -> None:
+        """Keep ``value`` for ``key``, dropping the least recently used beyond ``size``."""
+        with self._lock:
+            self._items.pop(key, None)
+            self._items[key] = value
+            while len(self._items) > self.size:
+                del self._items[next(iter(self._items))]
+
+
+_WEIGHTS = Memo(4096)
+"""``variant_weights``' memo (a few floats an entry: 4,096 hold 500 services' distinct sets many times over)."""
+
+
 def variant_weights(svc: ServiceSpec, engine: EngineLimits, mix: RequestMix | None = None) -> dict[str, float]:
     """variant -> capacity of one replica (``replica_capacity(...).rps``), requests/s, at the service's
     interactive SLO and ``mix`` (default ``service_mix(svc)``); 0 for a variant that cannot meet it.
 
     A variant's profile describes one whole replica (all its GPUs), so ``gpus_per_replica`` changes
-    its price, not its capacity here.
+    its price, not its capacity here. A pure function of the variants' names and replica specs, the
+    interactive SLO and the mix: the last 4,096 answers are kept (``Memo``) and a copy returned.
     """
     mix = service_mix(svc) if mix is None else mix
     slo = svc.slo["interactive"]
     specs = {v.name: ReplicaSpec.of(v, engine) for v in svc.variants}
+    key = (tuple(specs.items()), slo.ttft_s, slo.itl_s, mix_key(mix))
+    kept = _WEIGHTS.get(key)
+    if isinstance(kept, dict):
+        return dict(kept)
     limit = allowance(list(specs.values()), mix, slo.ttft_s, slo.itl_s)
-    return {name: replica_capacity(sp, mix, slo.ttft_s, slo.itl_s, unservable=limit).rps for name, sp in specs.items()}
+    out = {name: replica_capacity(sp, mix, slo.ttft_s, slo.itl_s, unservable=limit).rps for name, sp in specs.items()}
+    _WEIGHTS.put(key, dict(out))
+    return out

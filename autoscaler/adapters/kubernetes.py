@@ -43,7 +43,12 @@ changes nothing; the loop keeps the variant at its count and retries next tick.
 and replaced with its resourceVersion otherwise. Its document carries the writing leader and a
 generation in that leader's term (``loop.admission``), so a gateway can tell it from a former
 leader's; like a scale, it is written only while the fence says the daemon still leads for longer
-than the call may take.
+than the call may take. It is written only when its content changes (the thresholds or the ITL
+budget) or ``kubernetes.admission_heartbeat_s`` after its last write (0: every publish), so a steady
+fleet's tick sends no ConfigMap call; a change is a PUT with the resourceVersion this sink last
+wrote (no GET), and a GET then a PUT again only when that PUT is refused (409: someone else wrote
+it, 404: it was deleted, then created). The first publish of a sink (a new leader, a new term) always
+writes.
 
 ``PendingPods`` reads each variant's pods (selected as its connector says) and marks a variant
 ``unavailable`` while pods of it have been unschedulable (``PodScheduled`` False, reason
@@ -439,21 +444,26 @@ class ConfigMapSink:
     """The ``AdmissionSink`` that writes one ConfigMap per service in ``kube.namespace`` (module docstring).
 
     Args:
-        kube: the fleet file's ``kubernetes`` section.
+        kube: the fleet file's ``kubernetes`` section (``admission_heartbeat_s``: the longest a
+            ConfigMap whose content did not change goes unwritten, seconds; 0 writes every publish).
         api: a client.
-        fence: asked immediately before each write (after its read), as ``KubernetesActuator``'s.
+        fence: asked immediately before each write (after its read, if any), as ``KubernetesActuator``'s.
         leader, term: who writes and in which term (``LeaderElector.term``): the documents'
             ``leader`` and the base of their generations (``term * 2**32``).
+        clock: monotonic seconds, the heartbeat's clock.
     """
 
     def __init__(self, kube: KubernetesConfig, api: client.ApiClient, fence: Callable[[], bool] | None = None,
-                 leader: str | None = None, term: int = 0) -> None:
+                 leader: str | None = None, term: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.core = client.CoreV1Api(api)
         self.fence = fence
         self.leader = leader
         self.generation: dict[str, int] = {}
         self.base = term << TERM_BITS
+        self.clock = clock
+        self.written: dict[str, tuple[str, float, str | None]] = {}
+        """service -> (the content last written, ``clock`` then, the resourceVersion the write returned)."""
 
     def name(self, service: str) -> str:
         """The service's ConfigMap name."""
@@ -472,19 +482,53 @@ class ConfigMapSink:
         return {"thresholds.json": json.dumps(doc, sort_keys=True),
                 **{p: "none" if x is None else f"{x:g}" for p, x in full.items()}}
 
+    @staticmethod
+    def content(thresholds: Mapping[str, float | None], itl_budget: Mapping[str, int] | None) -> str:
+        """What a reader of the ConfigMap relies on, as one comparable string: the thresholds of every
+        priority and the ITL budget (not the time or the generation, which move with every write)."""
+        return json.dumps([{p: thresholds.get(p) for p in PRIORITIES}, dict(itl_budget or {})], sort_keys=True)
+
+    def due(self, service: str, thresholds: Mapping[str, float | None],
+            itl_budget: Mapping[str, int] | None = None) -> bool:
+        """Whether a publish of this content must write: never written by this sink, changed since,
+        or last written ``admission_heartbeat_s`` ago or more."""
+        last = self.written.get(service)
+        if last is None or last[0] != self.content(thresholds, itl_budget):
+            return True
+        return self.clock() - last[1] >= self.kube.admission_heartbeat_s
+
     def publish(self, service: str, thresholds: Mapping[str, float | None],
                 itl_budget: Mapping[str, int] | None = None) -> ActuationResult:
-        """Write ``thresholds`` and ``itl_budget`` to the service's ConfigMap, or refuse a malformed set
+        """Write ``thresholds`` and ``itl_budget`` to the service's ConfigMap when ``due`` (else nothing
+        is sent and the result is ``applied``: the ConfigMap holds them), or refuse a malformed set
         (``invalid``)."""
         why = check_thresholds(thresholds) or check_itl_budget(itl_budget or {})
         if why is not None:
             return ActuationResult(ActuationStatus.INVALID, f"{service}: {why}")
+        if not self.due(service, thresholds, itl_budget):
+            return APPLIED
         ns, name = self.kube.namespace, self.name(service)
         self.generation[service] = self.generation.get(service, 0) + 1
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
                                 "metadata": {"name": name, "namespace": ns,
                                              "labels": {"app.kubernetes.io/managed-by": COMPONENT}},
                                 "data": self.data(service, thresholds, itl_budget)}
+        content = self.content(thresholds, itl_budget)
+        version = self.written.pop(service, ("", 0.0, None))[2]
+        if version is not None:  # ours last: a PUT on that version, read again only if refused
+            body["metadata"]["resourceVersion"] = version
+            if self.fence is not None and not self.fence():
+                return self._fenced(ns, name)
+            try:
+                out = self.core.replace_namespaced_config_map(name, ns, body)
+            except ApiException as exc:
+                if exc.status not in (404, 409):
+                    return result_of(exc, f"update configmaps {ns}/{name}")
+                del body["metadata"]["resourceVersion"]
+            except TRANSPORT_ERRORS as exc:
+                return result_of(exc, f"update configmaps {ns}/{name}")
+            else:
+                return self._wrote(service, content, out)
         try:
             existing = self.core.read_namespaced_config_map(name, ns)
         except ApiException as exc:
@@ -493,21 +537,27 @@ class ConfigMapSink:
             if self.fence is not None and not self.fence():
                 return self._fenced(ns, name)
             try:
-                self.core.create_namespaced_config_map(ns, body)
+                out = self.core.create_namespaced_config_map(ns, body)
             except TRANSPORT_ERRORS as exc2:
                 return result_of(exc2, f"create configmaps {ns}/{name}")
-            return APPLIED
+            return self._wrote(service, content, out)
         except TRANSPORT_ERRORS as exc:
             return result_of(exc, f"get configmaps {ns}/{name}")
         body["metadata"]["resourceVersion"] = existing.metadata.resource_version
         if self.fence is not None and not self.fence():  # leadership may have ended during the read
             return self._fenced(ns, name)
         try:
-            self.core.replace_namespaced_config_map(name, ns, body)
+            out = self.core.replace_namespaced_config_map(name, ns, body)
         except TRANSPORT_ERRORS as exc:
             return result_of(exc, f"update configmaps {ns}/{name}")
-        return APPLIED
+        return self._wrote(service, content, out)
 
+    def _wrote(self, service: str, content: str, out: Any) -> ActuationResult:
+        """Remember a write that landed (its content, when, and the version the server answered)."""
+        meta = getattr(out, "metadata", None)
+        version = getattr(meta, "resource_version", None)
+        self.written[service] = (content, self.clock(), version if isinstance(version, str) else None)
+        return APPLIED
 
     @staticmethod
     def _fenced(ns: str, name: str) -> ActuationResult:

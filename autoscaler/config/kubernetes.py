@@ -147,6 +147,11 @@ class KubernetesConfig(Strict):
             read) is re-read and retried within one tick.
         lease: leader election (``LeaseConfig``).
         admission_configmap: the name of a service's admission ConfigMap, ``{service}`` replaced.
+        admission_heartbeat_s: a service's admission ConfigMap is written when its thresholds or ITL
+            budget change, and otherwise once this long after its last write, seconds (60: the
+            document's ``updated_unix_s`` is then at most this plus one tick old while a leader lives;
+            a steady fleet of N services sends ~N * tick_s / 60 ConfigMap writes a tick instead of N
+            GETs and N PUTs). 0 writes it at every publish (every tick), as before issue 35.
         pending_timeout_s: a variant whose pods have stayed unschedulable (Pending, no node fits:
             no GPU of its kind free) this long is marked unavailable: the loop caps it at its ready
             replicas and its demand goes to the other variants.
@@ -191,6 +196,7 @@ class KubernetesConfig(Strict):
     conflict_retries: int = Field(default=3, ge=0, le=10)
     lease: LeaseConfig = LeaseConfig()
     admission_configmap: str = "autoscaler-admission-{service}"
+    admission_heartbeat_s: float = Field(default=60.0, ge=0, le=86400)
     other_writer_quiet_s: float = Field(default=600.0, ge=0)
     pending_timeout_s: float = Field(default=300.0, gt=0)
     pending_retry_s: float = Field(default=900.0, gt=0)

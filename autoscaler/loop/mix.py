@@ -32,19 +32,27 @@ Prefill/decode pools: the loop keeps a second tracker per service with pools, fo
 scales them (``weigh`` = ``controllers.roles.role_weights``), fed the decode pool's signals: every
 request reaches a decode replica, which counts its whole prompt and its output (the prefix-cache hit
 rate is then the decode pods' own).
+
+The capacities are a pure function of the variants' replica specs, the interactive SLO and the
+mix's three means, and cost ~60 ms a service (the capacity model's bisections), so ``weights_for``
+keeps the last ``CACHE_SIZE`` of them: a fleet of many services on the same variants (one model for
+several tenants, or a daemon that starts leading a shard of them) derives each set once, not once
+per service, in the same tick.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections import deque
+import threading
+from collections import OrderedDict, deque
 from collections.abc import Callable
+from typing import Any
 
 from autoscaler.config import EngineConfig, Service
 from autoscaler.loop.forecast import per_request
 from autoscaler.state import Signals
-from models.capacity import RequestMix, variant_weights
+from models.capacity import ReplicaSpec, RequestMix, variant_weights
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +68,38 @@ capacities (the same 25 % as the PID's deadband: smaller moves are inside the ca
 STEADY_TOLERANCE = 0.1
 """Largest change in running requests over a window, as a share of the window's completions, whose
 means are read (a bias of at most ~10 %, inside ``MIX_TOLERANCE``)."""
+
+
+CACHE_SIZE = 4096
+"""Capacity sets ``weights_for`` keeps (each a few variants' floats: ~1 MiB at most; 4096 holds a
+distinct set for each of 500 services x 3 variants with room for their mixes to move)."""
+
+_cache: OrderedDict[Any, dict[str, float]] = OrderedDict()
+_lock = threading.Lock()
+
+
+def weights_for(svc: Service, engine: EngineConfig, mix: tuple[float, float, float]) -> dict[str, float]:
+    """``models.capacity.variant_weights`` of ``svc`` at the mix of these means (prompt tokens, output
+    tokens, prefix hit rate), a copy of the one computed before for the same inputs when it is kept
+    (least recently used first out): the variants' names and replica specs (``ReplicaSpec.of``: the
+    profile, the engine's limits, the KV cache), the interactive SLO's TTFT and ITL, the means.
+
+    Raises:
+        ValueError: as ``RequestMix.from_means`` (a mean below 1 token).
+    """
+    slo = svc.slo["interactive"]
+    key = (tuple((v.name, ReplicaSpec.of(v, engine)) for v in svc.variants), slo.ttft_s, slo.itl_s, mix)
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return dict(hit)
+    weights = variant_weights(svc, engine, RequestMix.from_means(*mix))
+    with _lock:
+        _cache[key] = dict(weights)
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return weights
 
 
 class MixTracker:
@@ -86,9 +126,16 @@ class MixTracker:
         self.weigh = weigh
         self.sizes = bool(svc.variants) if sizes is None else sizes
         self.basis = (t.input_tokens, t.output_tokens, t.prefix_hit_rate)
-        self.weights = weigh(svc, engine, RequestMix.from_means(*self.basis))
+        self.weights = self._derive(self.basis)
         self._refused = False
         self._running: deque[tuple[float, float | None]] = deque()  # (time s, running) over the window
+
+    def _derive(self, mix: tuple[float, float, float]) -> dict[str, float]:
+        """The capacities at the mix of these means: ``weights_for``'s kept copy for the aggregated
+        variants (the default ``weigh``), else ``weigh`` computed afresh (the pools' are few)."""
+        if self.weigh is variant_weights:
+            return weights_for(self.svc, self.engine, mix)
+        return self.weigh(self.svc, self.engine, RequestMix.from_means(*mix))
 
     def update(self, signals: Signals, time_s: float) -> dict[str, float]:
         """The capacities for this tick at ``time_s`` (seconds), re-derived when the window is steady and
@@ -102,7 +149,7 @@ class MixTracker:
         mix = self.window_mix(signals) if self.observed and self.steady(signals, time_s) else None
         if mix is None or not self._moved(mix):
             return self.weights
-        weights = self.weigh(self.svc, self.engine, RequestMix.from_means(*mix))
+        weights = self._derive(mix)
         if all(w <= 0 for w in weights.values()):
             if not self._refused:  # once until a mix is adopted: the window's means move every tick
                 log.warning("%s: no variant meets the SLO for the served mix of %.0f in / %.0f out tokens (hit %.2f); "

@@ -377,3 +377,64 @@ def test_gamma_sf_is_scipys_gamma_sf_bit_for_bit() -> None:
         assert got.shape == want.shape == (50,)
         assert got.tobytes() == want.tobytes()
         assert 0.0 < got[(mean > 0) & (x > 0)].max() <= 1.0  # the comparison is not of empty or all-zero arrays
+
+
+def test_capacities_and_itl_budgets_of_the_same_inputs_are_computed_once(monkeypatch) -> None:
+    """Issue 35: a daemon taking over 100 services on the same variants computed the same capacities
+    and ITL budgets 100 times (~60 ms each). Another service name, or another ``RequestMix`` object of
+    the same points, is the same input (no bisection run); another mix, KV cache or speed factor is
+    not; the answers equal a computation with the memos empty, and a caller's copy is its own."""
+    import controllers.admission as adm
+    import models.capacity as cap
+    from autoscaler.config.loading import default_fleet_document
+
+    cfg = FleetConfig.model_validate(default_fleet_document())
+    svc, engine = cfg.services[0], cfg.engine
+    runs: list[int] = []
+    real = cap.replica_capacity
+
+    def counting(*a: Any, **k: Any) -> Any:
+        runs.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(cap, "replica_capacity", counting)
+    monkeypatch.setattr(adm, "replica_capacity", counting)
+    monkeypatch.setattr(cap, "_WEIGHTS", cap.Memo(16))
+    monkeypatch.setattr(adm, "_BUDGETS", cap.Memo(16))
+    mix = cap.RequestMix.from_means(1500, 300, 0.2)
+    first = cap.variant_weights(svc, engine, mix)
+    n = len(runs)
+    assert n == len(svc.variants)
+    twin = svc.model_copy(update={"name": "tenant-b"})
+    again = cap.variant_weights(twin, engine, cap.RequestMix.from_means(1500, 300, 0.2))
+    assert again == first and len(runs) == n
+    again["x"] = 1.0
+    assert "x" not in cap.variant_weights(svc, engine, mix)
+    other = cap.variant_weights(svc, engine, cap.RequestMix.from_means(3000, 300, 0.2))
+    assert len(runs) == 2 * n
+    v0 = svc.variants[0]
+    small = svc.model_copy(update={"variants": [v0.model_copy(update={"kv_cache_tokens": v0.kv_cache_tokens // 8}),
+                                                *svc.variants[1:]]})
+    cap.variant_weights(small, engine, mix)
+    assert len(runs) == 3 * n
+    budgets = adm.itl_budgets(svc, engine, None, mix)
+    m = len(runs)
+    assert adm.itl_budgets(twin, engine, None, mix) == budgets and len(runs) == m
+    slowed = adm.itl_budgets(svc, engine, {v0.name: 1.5}, mix)
+    assert len(runs) == m + len(svc.variants) and slowed[v0.name].itl_rps < budgets[v0.name].itl_rps
+    monkeypatch.setattr(cap, "_WEIGHTS", cap.Memo(16))  # emptied: computed afresh, the same numbers
+    monkeypatch.setattr(adm, "_BUDGETS", cap.Memo(16))
+    assert cap.variant_weights(svc, engine, mix) == first
+    assert cap.variant_weights(svc, engine, cap.RequestMix.from_means(3000, 300, 0.2)) == other
+    assert adm.itl_budgets(svc, engine, {v0.name: 1.5}, mix) == slowed
+
+
+def test_the_memo_keeps_the_most_recently_used() -> None:
+    from models.capacity import Memo
+
+    memo = Memo(2)
+    memo.put("a", 1)
+    memo.put("b", 2)
+    assert memo.get("a") == 1  # a is now the most recent
+    memo.put("c", 3)  # b goes
+    assert (memo.get("a"), memo.get("b"), memo.get("c")) == (1, None, 3)

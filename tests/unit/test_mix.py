@@ -184,3 +184,38 @@ def test_a_service_of_prefill_decode_pools_only_has_nothing_to_size(caplog: pyte
     with caplog.at_level("WARNING", logger="autoscaler.loop.mix"):
         assert settle(m, served(5.0, 8000, 400, 0.1)) == {}
     assert [r.getMessage() for r in caplog.records] == []
+
+
+def test_the_same_capacity_inputs_are_derived_once_and_a_changed_one_again(monkeypatch) -> None:
+    """Issue 35: a daemon that starts leading 100 services paid ~60 ms each for capacities that, for
+    services on the same variants and mix, are the same numbers. Another name is the same inputs
+    (derived once); another KV cache, SLO or mix is not; the copy handed out is the caller's own."""
+    import autoscaler.loop.mix as mix
+
+    calls: list[str] = []
+
+    def counting(svc, engine, m):  # type: ignore[no-untyped-def]
+        calls.append(svc.name)
+        return variant_weights(svc, engine, m)
+
+    monkeypatch.setattr(mix, "variant_weights", counting)
+    monkeypatch.setattr(mix, "_cache", mix.OrderedDict())
+    first = MixTracker(SVC, ENGINE, WINDOW_S)
+    twin = MixTracker(SVC.model_copy(update={"name": "tenant-b"}), ENGINE, WINDOW_S)
+    assert calls == [SVC.name] and twin.weights == first.weights == expected(*first.basis)
+    twin.weights[SVC.variants[0].name] = -1.0  # the caller's copy, not the cache's
+    assert MixTracker(SVC, ENGINE, WINDOW_S).weights == first.weights and len(calls) == 1
+    v0 = SVC.variants[0]
+    smaller = SVC.model_copy(update={"variants": [v0.model_copy(update={"kv_cache_tokens": v0.kv_cache_tokens // 4}),
+                                                  *SVC.variants[1:]]})
+    strict = SVC.model_copy(update={"slo": {**SVC.slo, "interactive": SVC.slo["interactive"].model_copy(
+        update={"itl_s": SVC.slo["interactive"].itl_s / 2})}})
+    MixTracker(smaller, ENGINE, WINDOW_S)
+    MixTracker(strict, ENGINE, WINDOW_S)
+    assert len(calls) == 3
+    moved = MixTracker(SVC, ENGINE, WINDOW_S)
+    t = SVC.typical_request
+    assert settle(moved, served(5.0, t.input_tokens * 4, t.output_tokens)) == expected(t.input_tokens * 4,
+                                                                                       t.output_tokens,
+                                                                                       moved.basis[2])
+    assert len(calls) == 4  # the served mix moved: derived

@@ -99,6 +99,13 @@ class Informer:
         self.objects: dict[str, dict[str, Any]] = {}
         self.overlay: dict[str, tuple[str, Mapping[str, Any], float]] = {}
         """name -> (resourceVersion of our write, the fields it set, when) until the watch shows it."""
+        self._by_label: dict[tuple[str, str], set[str]] = {}
+        """(label, value) -> the names of the objects carrying it: ``select`` reads the objects of its
+        labels, not every object (a scan of 10,500 pods for each of 1,500 variants was the tick's
+        largest CPU cost at 100 services, issue 35; client-go's ``Indexer`` does the same)."""
+        self._seq: dict[str, int] = {}
+        """name -> its place in ``objects`` (insertion order), so a selection keeps the scan's order."""
+        self._next = 0
         self.resource_version: str | None = None
         self.synced = False
         self.down_since: float | None = None
@@ -150,12 +157,43 @@ class Informer:
         """
         with self._lock:
             self._fresh()
-            out = []
-            for name, obj in self.objects.items():
-                have = (obj.get("metadata") or {}).get("labels") or {}
-                if all(have.get(k) == v for k, v in labels.items()):
-                    out.append(self._view(name, obj))
-            return out
+            if not labels:
+                return [self._view(name, obj) for name, obj in self.objects.items()]
+            sets = sorted((self._by_label.get((k, v), set()) for k, v in labels.items()), key=len)
+            names = set(sets[0]).intersection(*sets[1:])
+            return [self._view(name, self.objects[name]) for name in sorted(names, key=self._seq.__getitem__)]
+
+    def _index(self, name: str, obj: Mapping[str, Any] | None, add: bool) -> None:
+        """Add ``name`` under (or remove it from) each of ``obj``'s labels (under the lock)."""
+        labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
+        for k, v in labels.items():
+            key = (str(k), str(v))
+            if add:
+                self._by_label.setdefault(key, set()).add(name)
+            else:
+                names = self._by_label.get(key)
+                if names is not None:
+                    names.discard(name)
+                    if not names:
+                        del self._by_label[key]
+
+    def _put(self, name: str, obj: dict[str, Any]) -> None:
+        """``objects[name] = obj`` with the label index and the order kept (under the lock)."""
+        old = self.objects.get(name)
+        if old is not None:
+            self._index(name, old, add=False)
+        else:
+            self._seq[name] = self._next
+            self._next += 1
+        self.objects[name] = obj
+        self._index(name, obj, add=True)
+
+    def _drop(self, name: str) -> None:
+        """Remove ``name`` from ``objects``, the index and the order (under the lock)."""
+        old = self.objects.pop(name, None)
+        if old is not None:
+            self._index(name, old, add=False)
+            self._seq.pop(name, None)
 
     def wrote(self, name: str, resource_version: str | None, patch: Mapping[str, Any]) -> None:
         """Our write of ``patch`` to ``name`` was answered with ``resource_version`` (module docstring)."""
@@ -197,7 +235,9 @@ class Informer:
             resp.release_conn()
         items = doc.get("items") or []
         with self._lock:
-            self.objects = {str(o["metadata"]["name"]): o for o in items}
+            self.objects, self._by_label, self._seq = {}, {}, {}
+            for o in items:
+                self._put(str(o["metadata"]["name"]), o)
             self.overlay = {k: v for k, v in self.overlay.items() if v[2] > began}  # the list holds older writes
             self.resource_version = str((doc.get("metadata") or {}).get("resourceVersion") or "") or None
             self.synced = True
@@ -229,10 +269,10 @@ class Informer:
             name = str(meta.get("name"))
             assert isinstance(obj, dict)
             if kind == "DELETED":
-                self.objects.pop(name, None)
+                self._drop(name)
                 self.overlay.pop(name, None)
                 return
-            self.objects[name] = obj
+            self._put(name, obj)
             over = self.overlay.get(name)
             if over is not None and over[0] == rv:  # the watch has caught up with our write
                 del self.overlay[name]

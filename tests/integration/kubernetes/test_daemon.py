@@ -30,7 +30,7 @@ from support.kubectl import kubeconfig, kubectl
 from autoscaler.adapters.prometheus import connect
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
-from autoscaler.daemon import Daemon
+from autoscaler.daemon import Daemon, write_events
 from autoscaler.faults.kubeapi import EmulatedCluster, deployment, emulated_cluster
 from autoscaler.faults.live import FollowTheCluster
 from autoscaler.faults.promserver import PromServer, Target
@@ -525,5 +525,84 @@ def test_a_shard_without_services_ticks_with_the_others(controller: str) -> None
             assert rec is not None and sorted(d.loops) == [0, 1]
             assert list(rec.services) == [name]  # shard 0's service decided (held: nothing to read there)
             assert d.loops[1].cfg.services == []
+        finally:
+            d.server.close()
+
+
+def test_events_of_different_workloads_are_written_together_each_workloads_in_order(caplog) -> None:
+    """Issue 35: a tick that scaled 100 services wrote its 100 Events one after another. Three
+    workloads' jobs meet at a barrier of three (sequential writes would never all arrive: the barrier
+    breaks after 30 s), each job's calls keep their order, and a call that raises is logged while the
+    rest still run."""
+    barrier = threading.Barrier(3, timeout=30)
+    done: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def call(name: str, i: int, meet: bool = False, fail: bool = False):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            if meet:
+                barrier.wait()
+            if fail:
+                raise RuntimeError(f"{name} broke")
+            with lock:
+                done.append((name, i))
+        return run
+
+    jobs = [[call(w, 0, meet=True), call(w, 1)] for w in ("a", "b", "c")]
+    jobs.append([call("d", 0, fail=True), call("d", 1)])
+    write_events(jobs, workers=3)
+    assert not barrier.broken
+    assert sorted(done) == [(w, i) for w in "abcd" for i in (0, 1) if (w, i) != ("d", 0)]
+    for w in "abc":
+        assert done.index((w, 0)) < done.index((w, 1))
+    assert any("event not written" in r.getMessage() and r.exc_info for r in caplog.records)
+    done.clear()
+    write_events([[call("x", 0), call("x", 1)], [call("y", 0)]], workers=1)  # one at a time: in order
+    assert done == [("x", 0), ("x", 1), ("y", 0)]
+
+
+def test_a_ticks_events_are_written_for_each_changed_workload_only_while_the_daemon_leads() -> None:
+    """Issue 35: the Events now go through ``write_events``; the rule before them is unchanged: one
+    Event per changed count (and one per other writer's change), none for a write that changed nothing,
+    and none at all once the daemon no longer leads the service's shard."""
+    from types import SimpleNamespace
+
+    from autoscaler.loop.actuate import ActuationResult, ActuationStatus, ExternalChange
+    from autoscaler.loop.runner import TickRecord
+
+    doc = copy.deepcopy(FLEET_DOC)
+    doc["kubernetes"] = {"namespace": NS, "lease": LEASE}
+    cfg = parse_config(doc, "<test>")
+    with emulated_cluster() as cluster:
+        source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+        d = Daemon(cfg, "pid", source, cluster.api(), "d", "127.0.0.1:0", namespace_self="autoscaler")
+        calls: list[tuple[str, ...]] = []
+        lock = threading.Lock()
+
+        class Events:
+            def result(self, name: str, v: str, res: ActuationResult, reason: str) -> int:
+                with lock:
+                    calls.append(("result", name, v, reason))
+                return 1
+
+            def other_writer(self, name: str, v: str, ours: int, theirs: int, quiet_s: float) -> bool:
+                with lock:
+                    calls.append(("other", name, v))
+                return True
+
+        d.events = Events()  # type: ignore[assignment]
+        record = TickRecord(0.0)
+        record.services["llm"] = SimpleNamespace(reason="up", actuation={  # type: ignore[assignment]
+            "h100": ActuationResult(ActuationStatus.APPLIED, before=0, after=2),
+            "a100": ActuationResult(ActuationStatus.APPLIED, before=1, after=1)})  # no change: no Event
+        found = {("llm", "a100"): ExternalChange(1, 3, 600.0)}
+        try:
+            assert d.elector.try_acquire_or_renew()
+            d._record(found, record)
+            assert sorted(calls) == [("other", "llm", "a100"), ("result", "llm", "h100", "up")]
+            calls.clear()
+            d.elector.last_renewed = -1e9  # its renewal long overdue: it no longer leads
+            d._record(found, record)
+            assert calls == []
         finally:
             d.server.close()

@@ -704,6 +704,84 @@ def test_a_configmap_is_not_written_once_leadership_is_not_certain(cluster, flee
     assert err.value.status == 404
 
 
+def _configmap_calls(cluster: EmulatedCluster) -> dict[str, int]:
+    return {verb: n for (verb, plural), n in cluster.emu.requests.items() if plural == "configmaps"}
+
+
+def test_an_unchanged_admission_configmap_is_written_only_on_its_heartbeat(cluster, fleet) -> None:
+    """Issue 35: a steady fleet's tick sent a GET and a PUT per service for a ConfigMap whose content
+    had not changed. Unchanged content is written again only ``admission_heartbeat_s`` (60 s) after
+    its last write; a change is written at once, with the version this sink last wrote (no GET)."""
+    cm = client.CoreV1Api(cluster.api())
+    clock = Clock()
+    sink = ConfigMapSink(fleet.kubernetes, cluster.api(), clock=clock)
+
+    def doc() -> dict[str, Any]:  # this test's own read, not counted below
+        cluster.emu.requests[("get", "configmaps")] -= 1
+        return json.loads(cm.read_namespaced_config_map("autoscaler-admission-svc", NS).data["thresholds.json"])
+
+    assert sink.publish("svc", {"sheddable": 1.0}, {"h100": 64}).ok
+    assert _configmap_calls(cluster) == {"get": 1, "create": 1}  # absent: read (404), then created
+    clock.t = 10.0
+    assert sink.publish("svc", {"sheddable": 1.0, "standard": None}, {"h100": 64}).ok  # the same content
+    assert _configmap_calls(cluster) == {"get": 1, "create": 1}  # nothing sent
+    clock.t = 20.0
+    assert sink.publish("svc", {"sheddable": 1.0}, {"h100": 32}).ok  # the ITL budget changed
+    assert _configmap_calls(cluster) == {"get": 1, "create": 1, "update": 1}  # a PUT, no GET
+    assert doc()["generation"] == 2 and doc()["services"]["svc"]["itl_budget"] == {"h100": 32}
+    clock.t = 79.0  # 59 s after the last write
+    assert sink.publish("svc", {"sheddable": 1.0}, {"h100": 32}).ok
+    assert _configmap_calls(cluster)["update"] == 1
+    clock.t = 80.0  # 60 s: the heartbeat
+    assert sink.publish("svc", {"sheddable": 1.0}, {"h100": 32}).ok
+    assert _configmap_calls(cluster) == {"get": 1, "create": 1, "update": 2} and doc()["generation"] == 3
+    assert sink.publish("svc", {"sheddable": float("nan")}).status is ActuationStatus.INVALID  # still refused
+    every = ConfigMapSink(fleet.kubernetes.model_copy(update={"admission_heartbeat_s": 0.0}), cluster.api(),
+                          clock=clock)
+    for _ in range(2):  # 0: every publish writes (the first of a new sink reads first: it has no version)
+        assert every.publish("svc", {"sheddable": 1.0}, {"h100": 32}).ok
+    assert _configmap_calls(cluster) == {"get": 2, "create": 1, "update": 4}
+
+
+def test_a_configmap_changed_or_deleted_by_someone_else_is_read_again_then_written(cluster, fleet) -> None:
+    """Issue 35: the PUT on the version this sink last wrote is refused (409) once someone else wrote
+    the ConfigMap, and finds nothing (404) once it was deleted; then it is read and written as a
+    first write would be, and the content is the sink's."""
+    cm = client.CoreV1Api(cluster.api())
+    clock = Clock()
+    sink = ConfigMapSink(fleet.kubernetes, cluster.api(), clock=clock)
+    assert sink.publish("svc", {"sheddable": 1.0}).ok
+    other = cm.read_namespaced_config_map("autoscaler-admission-svc", NS)
+    other.data["sheddable"] = "7"
+    cm.replace_namespaced_config_map("autoscaler-admission-svc", NS, other)  # a new resourceVersion
+    before = _configmap_calls(cluster)
+    assert sink.publish("svc", {"sheddable": 2.0}).ok
+    after = _configmap_calls(cluster)
+    assert (after["update"] - before["update"], after["get"] - before["get"]) == (2, 1)  # 409, GET, PUT
+    assert cm.read_namespaced_config_map("autoscaler-admission-svc", NS).data["sheddable"] == "2"
+    cm.delete_namespaced_config_map("autoscaler-admission-svc", NS)
+    assert sink.publish("svc", {"sheddable": 3.0}).ok  # 404 on the PUT, 404 on the GET, created
+    assert cm.read_namespaced_config_map("autoscaler-admission-svc", NS).data["sheddable"] == "3"
+    assert _configmap_calls(cluster)["create"] == 2
+
+
+def test_a_changed_configmap_is_fenced_without_a_read_and_written_once_leading_again(cluster, fleet) -> None:
+    """Issue 35: the PUT without a GET is still asked of the fence first; a refused write leaves the
+    ConfigMap as it was, and the next publish of that content writes it (it was never written)."""
+    cm = client.CoreV1Api(cluster.api())
+    leading = [True]
+    sink = ConfigMapSink(fleet.kubernetes, cluster.api(), fence=lambda: leading[0], clock=Clock())
+    assert sink.publish("svc", {"sheddable": 1.0}).ok
+    leading[0] = False
+    before = len(cluster.emu.writes)
+    assert sink.publish("svc", {"sheddable": 9.0}).status is ActuationStatus.CONFLICT
+    assert len(cluster.emu.writes) == before
+    assert cm.read_namespaced_config_map("autoscaler-admission-svc", NS).data["sheddable"] == "1"
+    leading[0] = True
+    assert sink.publish("svc", {"sheddable": 9.0}).ok
+    assert cm.read_namespaced_config_map("autoscaler-admission-svc", NS).data["sheddable"] == "9"
+
+
 def test_an_outage_is_one_warning_per_pass_and_cause_not_one_per_read(cluster, fleet, caplog) -> None:
     """Three variants, the API server down: the writer check and the observation each log one
     warning naming the three reads and their cause (a line per read was 9 a tick), and no workload is
