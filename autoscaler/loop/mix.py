@@ -110,13 +110,14 @@ class MixTracker:
         engine: the simulator's engine settings the capacity model reads.
         window_s: the signal window, seconds (``controller.window_s``).
         observed: learn the mix from the signals; False keeps ``typical_request`` for good.
-        weigh: (service, engine, mix) -> variant -> one replica's capacity, requests/s: the aggregated
-            variants' (``variant_weights``, the default) or the pools' (``controllers.roles.role_weights``).
+        weigh: (service, engine, mix) -> variant -> one replica's capacity, requests/s: None (the default)
+            for the aggregated variants' (``variant_weights`` through ``weights_for``), or the pools'
+            (``controllers.roles.role_weights``).
         sizes: whether there is anything to size (default: the service has aggregated variants).
     """
 
     def __init__(self, svc: Service, engine: EngineConfig, window_s: float, observed: bool = True,
-                 weigh: Callable[[Service, EngineConfig, RequestMix], dict[str, float]] = variant_weights,
+                 weigh: Callable[[Service, EngineConfig, RequestMix], dict[str, float]] | None = None,
                  sizes: bool | None = None) -> None:
         t = svc.typical_request
         self.svc = svc
@@ -132,8 +133,8 @@ class MixTracker:
 
     def _derive(self, mix: tuple[float, float, float]) -> dict[str, float]:
         """The capacities at the mix of these means: ``weights_for``'s kept copy for the aggregated
-        variants (the default ``weigh``), else ``weigh`` computed afresh (the pools' are few)."""
-        if self.weigh is variant_weights:
+        variants (``weigh`` None), else ``weigh`` computed afresh (the pools' are few)."""
+        if self.weigh is None:
             return weights_for(self.svc, self.engine, mix)
         return self.weigh(self.svc, self.engine, RequestMix.from_means(*mix))
 

@@ -774,7 +774,7 @@ def test_a_changed_configmap_is_fenced_without_a_read_and_written_once_leading_a
     assert sink.publish("svc", {"sheddable": 1.0}).ok
     leading[0] = False
     before = len(cluster.emu.writes)
-    assert sink.publish("svc", {"sheddable": 9.0}).status is ActuationStatus.CONFLICT
+    assert sink.publish("svc", {"sheddable": 9.0}).status is ActuationStatus.NOT_LEADER
     assert len(cluster.emu.writes) == before
     assert cm.read_namespaced_config_map("autoscaler-admission-svc", NS).data["sheddable"] == "1"
     leading[0] = True
