@@ -9,6 +9,10 @@ costs one fit per candidate plus ``origins`` updates (no refit of the winner).
 
 The median ensemble of every candidate that could be fitted competes too; its backtest is read
 off the candidates' recorded forecasts at no extra cost, and its members are the walked candidates.
+
+With few origins the longest horizons have no target yet: ``score`` is then infinite (every candidate
+ties and the first, the last value, wins), ``partial_score`` averages the horizons that have one
+(``select(..., partial=True)``, used by ``auto.AutoForecaster``'s opt-in level-shift rule).
 """
 
 from __future__ import annotations
@@ -48,6 +52,12 @@ class Backtest:
         """Mean absolute error averaged over horizons, series units (inf when a horizon has no score)."""
         per_h = [np.nanmean(np.abs(c)) if np.isfinite(c).any() else np.inf for c in self.errors.T]
         return float(np.mean(per_h))
+
+    @property
+    def partial_score(self) -> float:
+        """Mean absolute error averaged over the horizons that have a target, series units (inf when none has)."""
+        per_h = [float(np.nanmean(np.abs(c))) for c in self.errors.T if np.isfinite(c).any()]
+        return float(np.mean(per_h)) if per_h else np.inf
 
 
 def _targets(y: np.ndarray, origins: int, horizon: int) -> np.ndarray:
@@ -96,8 +106,18 @@ def candidates(n_fit: int, period: int | None) -> list[Factory]:
     return out
 
 
-def select(factories: Sequence[Factory], y: np.ndarray, origins: int, horizon: int) -> Backtest:
-    """The lowest backtest score among the candidates and their median ensemble (ties: the earlier).
+def early_candidates() -> list[Factory]:
+    """The candidates while a segment's backtest is short: the last value and Holt's damped trend.
+
+    A few origins cannot rank six models (the ARIMA order search and the local linear trend then fit
+    a slope on a burst); a damped trend is the one trend model whose forecast levels off.
+    """
+    return [LastValue, lambda: HoltWinters(None)]
+
+
+def select(factories: Sequence[Factory], y: np.ndarray, origins: int, horizon: int, partial: bool = False) -> Backtest:
+    """The lowest backtest score among the candidates and their median ensemble (ties: the earlier);
+    ``partial``: ranked by ``Backtest.partial_score``.
 
     Candidates that cannot be fitted are skipped.
 
@@ -116,4 +136,4 @@ def select(factories: Sequence[Factory], y: np.ndarray, origins: int, horizon: i
         forecasts = np.median([r.forecasts for r in results], axis=0)
         ensemble = MedianEnsemble([r.model for r in results])
         results.append(Backtest(ensemble, forecasts, _targets(y, origins, horizon) - forecasts))
-    return min(results, key=lambda r: r.score)
+    return min(results, key=lambda r: r.partial_score if partial else r.score)
