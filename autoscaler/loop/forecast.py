@@ -45,7 +45,8 @@ class ForecastStage:
     def __init__(self, cfg: ForecastConfig, path_horizon_s: float | None = None) -> None:
         self.cfg = cfg
         self.path_horizon_s = max(cfg.horizon_s, path_horizon_s or 0.0)
-        self.forecaster = LoadForecaster(step_s=cfg.step_s, max_horizon_s=max(self.path_horizon_s, cfg.step_s))
+        self.forecaster = LoadForecaster(step_s=cfg.step_s, max_horizon_s=max(self.path_horizon_s, cfg.step_s),
+                                         detect_shifts=cfg.detect_shifts)
 
     def apply(self, est: ServiceEstimate, window_s: float | None = None) -> ServiceEstimate:
         """Update with ``est``'s signals; ``est`` with the forecast signals and the rate path.

@@ -73,6 +73,8 @@ class LoadForecaster:
         reselect_s: seconds between model selections (>= step_s).
         history_steps: steps of history kept for refits (default: two seasons and a backtest, or
             1,440 steps without a season).
+        detect_shifts: the level-shift rule of ``AutoForecaster`` (off by default: docs/forecasting.md
+            gives its measurements and why).
 
     Raises:
         ValueError: an argument out of range.
@@ -85,6 +87,7 @@ class LoadForecaster:
         max_horizon_s: float = 600.0,
         reselect_s: float = 3600.0,
         history_steps: int | None = None,
+        detect_shifts: bool = False,
     ) -> None:
         if step_s <= 0 or max_horizon_s <= 0 or reselect_s < step_s or (season_s is not None and season_s < 2 * step_s):
             raise ValueError(f"bad settings: {step_s=}, {season_s=}, {max_horizon_s=}, {reselect_s=}")
@@ -94,7 +97,9 @@ class LoadForecaster:
         origins = 48
         history = history_steps or (2 * period + origins if period else 1440)
         self.models = {
-            q: AutoForecaster(period, max_h, origins, max(1, round(reselect_s / step_s)), history) for q in QUANTITIES
+            q: AutoForecaster(period, max_h, origins, max(1, round(reselect_s / step_s)), history,
+                              detect_shifts=detect_shifts)
+            for q in QUANTITIES
         }
         self._step: int | None = None  # index of the step being accumulated
         self._sums = dict.fromkeys(QUANTITIES, 0.0)

@@ -107,3 +107,15 @@ def test_a_short_backtest_scores_the_horizons_it_has() -> None:
     # fit on 1..5, one origin: forecast 5 for the target 6 at horizon 1; horizons 2-3 have none
     r = backtest(LastValue, np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), origins=1, horizon=3)
     assert r.partial_score == 1.0 and r.score == np.inf
+
+
+def test_the_fleet_files_key_reaches_every_quantitys_forecaster() -> None:
+    """``controller.forecast.detect_shifts`` (off by default) is what the loop's forecast stage builds
+    each quantity's ``AutoForecaster`` with."""
+    from autoscaler.config.control import ForecastConfig
+    from autoscaler.loop.forecast import ForecastStage
+
+    assert ForecastConfig().detect_shifts is False
+    for on in (False, True):
+        stage = ForecastStage(ForecastConfig(enabled=True, detect_shifts=on))
+        assert [m.detect_shifts for m in stage.forecaster.models.values()] == [on, on, on]
