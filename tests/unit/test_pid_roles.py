@@ -200,3 +200,46 @@ def test_a_pool_scale_down_is_guarded_by_the_cool_down() -> None:
     assert st.decision.desired == {"p": 1, "d": 2}
     assert st.limits == [Reason.COOLDOWN]
     assert "prefill: p: scale-down held by cool-down" in st.reason
+
+
+def test_a_service_of_pools_only_at_zero_with_requests_waiting_scales_each_pool_from_zero() -> None:
+    # No replica of either pool, 7 requests waiting: no latency signal can ever appear, so the loop
+    # raises one replica of each pool (its only variant), as it does one aggregated replica.
+    class Empty(_Source):
+        def observe(self, now: float) -> dict[str, ServiceObservation]:
+            sig = Signals(request_rate_rps=0.0, running=0.0, queue_length=7.0)
+            return {"svc": ServiceObservation("svc", now, sig, {}, history_s=now, pools={
+                "prefill": pool("prefill", "p", 0), "decode": pool("decode", "d", 0)})}
+
+    doc_ = doc(current=0)
+    for role in ("prefill", "decode"):
+        doc_["services"][0]["roles"][role][0]["min_replicas"] = 0
+    cfg = parse_config(doc_, "<pd>")
+    act = _Actuator()
+    loop = ControlLoop(cfg, Empty(), act, build("pid", cfg))
+    loop.start(0.0)
+    st = loop.tick(15.0).services["svc"]  # inside the warm-up window: the rule comes first, as for variants
+    assert st.decision.code is Reason.SCALE_FROM_ZERO
+    assert act.writes == [("svc", "p", 1), ("svc", "d", 1)]
+    assert st.pool_applied == {"p": 1, "d": 1}
+
+
+def test_no_aggregated_variant_is_scaled_from_zero_while_the_pools_serve() -> None:
+    # The aggregated variant at 0 (its minimum) and both pools serving with 3 requests queued: the
+    # service is not at zero, so no scale-from-zero of the aggregated variant.
+    doc_ = doc(current=1)
+    doc_["services"][0]["variants"] = [variant("agg", 0, lo=0)]
+
+    class Pools(_Source):
+        def observe(self, now: float) -> dict[str, ServiceObservation]:
+            obs = super().observe(now)["svc"]
+            obs.variants["agg"] = VariantObservation(0, 0)
+            return {"svc": obs}
+
+    cfg = parse_config(doc_, "<pd>")
+    act = _Actuator()
+    loop = ControlLoop(cfg, Pools(), act, build("pid", cfg))
+    loop.start(0.0)
+    st = loop.tick(15.0).services["svc"]
+    assert st.decision.code is Reason.WARMING_UP
+    assert act.writes == []
