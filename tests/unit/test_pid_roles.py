@@ -18,6 +18,7 @@ from autoscaler.config.loading import parse_config
 from autoscaler.loop.actuate import APPLIED, ActuationResult
 from autoscaler.loop.runner import ControlLoop
 from autoscaler.state import PoolObservation, ServiceEstimate, ServiceObservation, Signals, VariantObservation
+from autoscaler.timeline import tick_row
 from controllers.base import Reason
 from controllers.pid import DECODE_KV_SETPOINT, PIDController
 from controllers.registry import build
@@ -243,3 +244,13 @@ def test_no_aggregated_variant_is_scaled_from_zero_while_the_pools_serve() -> No
     st = loop.tick(15.0).services["svc"]
     assert st.decision.code is Reason.WARMING_UP
     assert act.writes == []
+
+
+def test_the_timeline_row_has_each_pool_variants_counts() -> None:
+    # As test_the_loop_writes_each_pool_as_its_own_target: both pools at 1 ready, the PID asks 2 each.
+    cfg = parse_config(doc(current=1), "<pd>")
+    loop = ControlLoop(cfg, _Source(), _Actuator(), build("pid", cfg))
+    loop.start(0.0)
+    row = tick_row(75.0, "svc", loop.tick(75.0).services["svc"], 5.0)
+    assert {k: row[k] for k in ("ready_p", "starting_p", "desired_p", "ready_d", "starting_d", "desired_d")} \
+        == {"ready_p": 1, "starting_p": 0, "desired_p": 2, "ready_d": 1, "starting_d": 0, "desired_d": 2}
