@@ -15,6 +15,7 @@ import pytest
 
 from autoscaler.config import PDRatio, PIDConfig
 from autoscaler.config.loading import parse_config
+from autoscaler.errors import ConfigError
 from autoscaler.loop.actuate import APPLIED, ActuationResult
 from autoscaler.loop.runner import ControlLoop
 from autoscaler.state import PoolObservation, ServiceEstimate, ServiceObservation, Signals, VariantObservation
@@ -125,6 +126,18 @@ def test_enforce_ratio_is_kthenas_rule(p: int, d: int, lo: float, hi: float, p_b
 def test_a_bad_ratio_is_a_one_line_error() -> None:
     with pytest.raises(Exception, match="min_ratio"):
         parse_config(doc(ratio={"min_ratio": 2.0, "max_ratio": 1.0}), "<pd>")
+
+
+def test_a_min_ratio_with_a_prefill_pool_that_cannot_grow_is_refused() -> None:
+    # enforce_ratio(0, 4, [0.25, 1], prefill (0, 0), decode (0, 16)) = (0, 0): the decode pool would be
+    # held at its minimum (here 0) whatever the load; the file is refused instead.
+    assert enforce_ratio(0, 4, PDRatio(min_ratio=0.25, max_ratio=1.0), (0, 0), (0, 16)) == (0, 0)
+    d = doc(ratio={"min_ratio": 0.25, "max_ratio": 1.0})
+    d["services"][0]["roles"]["prefill"][0].update(min_replicas=0, max_replicas=0, initial_replicas=0)
+    with pytest.raises(ConfigError, match=r"ratio.min_ratio \(0.25\) > 0 but every prefill variant"):
+        parse_config(d, "<pd>")
+    d["services"][0]["roles"]["ratio"] = {"min_ratio": 0.0, "max_ratio": 1.0}  # no lower bound: accepted
+    parse_config(d, "<pd>")
 
 
 # ------------------------------------------------------------------------------ the loop's plumbing
