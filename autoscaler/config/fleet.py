@@ -350,7 +350,12 @@ class FleetConfig(Strict):
     def _crash_targets(self) -> FleetConfig:
         variants = self.variant_names()
         known = {v for names in variants.values() for v in names}
+        pools = {(s.name, v.name): f"a {r} pool variant" for s in self.services for r, v in s.role_variants()}
+        pool_names = {n: why for (_, n), why in pools.items()}
         for name in self.simulator.slowdown:
+            if name in pool_names and name not in known:
+                raise ValueError(f"simulator.slowdown: '{name}' is {pool_names[name]}, which the simulator's faults "
+                                 "cannot name yet (aggregated variants only)")
             if name not in known:
                 raise ValueError(f"simulator.slowdown: unknown variant '{name}' "
                                  f"(fleet has: {', '.join(sorted(known))})")
@@ -363,6 +368,9 @@ class FleetConfig(Strict):
             svc = service or self.services[0].name
             if svc not in variants:
                 raise ValueError(f"simulator.{key}[{i}].service: unknown service '{svc}'")
+            if (svc, variant) in pools:
+                raise ValueError(f"simulator.{key}[{i}].variant: '{variant}' is {pools[svc, variant]}, which the "
+                                 "simulator's faults cannot name yet (aggregated variants only)")
             if variant not in variants[svc]:
                 raise ValueError(
                     f"simulator.{key}[{i}].variant: unknown variant '{variant}' of service '{svc}' "
