@@ -9,12 +9,14 @@ pkg/autoscaler/algorithm/disaggregated_ratio.go ``EnforceRoleRatio``), worked ou
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from autoscaler.config import PDRatio, PIDConfig
 from autoscaler.config.loading import parse_config
+from autoscaler.dryrun import Shadow, tick_json
 from autoscaler.errors import ConfigError
 from autoscaler.loop.actuate import APPLIED, ActuationResult
 from autoscaler.loop.runner import ControlLoop
@@ -267,3 +269,19 @@ def test_the_timeline_row_has_each_pool_variants_counts() -> None:
     row = tick_row(75.0, "svc", loop.tick(75.0).services["svc"], 5.0)
     assert {k: row[k] for k in ("ready_p", "starting_p", "desired_p", "ready_d", "starting_d", "desired_d")} \
         == {"ready_p": 1, "starting_p": 0, "desired_p": 2, "ready_d": 1, "starting_d": 0, "desired_d": 2}
+
+
+def test_the_dry_run_shows_the_pid_the_pools_and_prints_them() -> None:
+    # dry-run wraps the controller in a Shadow; the loop reads scales_roles off the Shadow, so before it
+    # held a pools-only service ("this controller does not scale the prefill/decode pools") and its
+    # output had no pool variant. As test_the_loop_writes_each_pool_as_its_own_target: 2 replicas each.
+    cfg = parse_config(doc(current=1), "<pd>")
+    loop = ControlLoop(cfg, _Source(), None, Shadow(build("pid", cfg)))
+    loop.start(0.0)
+    rec = loop.tick(75.0)
+    st = rec.services["svc"]
+    assert st.decision.code is Reason.SCALE_UP and st.pool_applied == {"p": 2, "d": 2}
+    run = SimpleNamespace(query_set=lambda name: "vllm", warnings=lambda name, record: [])
+    out = tick_json(run, rec, 0.0)["services"]["svc"]["variants"]  # type: ignore[arg-type]
+    assert {v: (x["role"], x["current_replicas"], x["desired_replicas"]) for v, x in out.items()} == \
+        {"p": ("prefill", 1, 2), "d": ("decode", 1, 2)}
