@@ -135,5 +135,5 @@ def test_a_service_of_prefill_decode_pools_only_is_plotted(tmp_path: Path) -> No
     assert [h.get_label() for h in fig.axes[1].get_legend_handles_labels()[0]] == \
         ["h100-prefill ready", "h100-decode ready", "ready + starting"]
     total = next(line for line in fig.axes[1].get_lines() if line.get_label() == "ready + starting")
-    assert list(total.get_ydata())[0] == 3
+    assert total.get_ydata()[0] == 3  # type: ignore[index]
     plt.close(fig)
