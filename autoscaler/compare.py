@@ -50,6 +50,7 @@ from autoscaler.report import outcome, summarize, timeline_rows
 from autoscaler.simulate import SimulationRun, run_simulation
 from autoscaler.workers import quiet_worker, run_each
 from autoscaler.workload.types import Workload
+from controllers.base import FleetMismatchError
 from controllers.bound import DEFAULT_SIMULATIONS
 from controllers.registry import NAMES, build, parse_spec
 
@@ -113,7 +114,9 @@ def split_row(name: str) -> tuple[str, str | None]:
 
 
 def check_controllers(names: Sequence[str], cfg: FleetConfig, workload: Workload, service: str | None) -> None:
-    """``check_names``, then build every controller once so a bad parameter value fails before any run.
+    """``check_names``, then build every controller once so a bad parameter value fails before any run;
+    one that cannot run on this fleet (``FleetMismatchError``: a service of pools only for a controller
+    that needs an aggregated variant, or none for ``dynamo-pd``) is left to its run, a failed row.
 
     Raises:
         ValueError: see ``check_names``; a parameter value the controller rejects.
@@ -123,7 +126,10 @@ def check_controllers(names: Sequence[str], cfg: FleetConfig, workload: Workload
         spec = split_row(name)[0]
         if parse_spec(spec)[0] == BOUND:  # its parameters checked; building it is its whole search
             continue
-        build(spec, cfg, service, workload)
+        try:
+            build(spec, cfg, service, workload)
+        except FleetMismatchError:  # the fleet's fault, not the spec's: its run says so in its row
+            continue
 
 
 def direction_changes(deltas: Sequence[int]) -> int:

@@ -13,10 +13,14 @@ them holds).
     {"time": unix s, "loop_time_s": s,
      "services": {<service>: {
         "variants": {<variant>: {"current_replicas", "ready_replicas", "starting_replicas",
-                                 "desired_replicas", "reason"}},
+                                 "desired_replicas", "reason"[, "role"]}},
         "signals": {<signal>: value or null}, "decision": {"hold", "reason", "terms", "plan", "remove_first"},
         "admission_thresholds": {<priority>: s or null (no limit)} or null, "query_set": <name>,
         "errors": [...], "warnings": [...]}}}
+
+A prefill/decode pool's variant (``Service.roles``) is a variant there too, with ``"role"``
+(``prefill`` / ``decode``), under a controller that scales the pools (``Controller.scales_roles``);
+the table names it ``<variant> (<role>)``. Under the others the pools are not shown (nothing decides them).
 
 ``query_set`` is the query set the service's signals were read with this tick (``autoscaler.promql``):
 the configured one, or with ``auto`` the one detected from its pods' series (the table's signals
@@ -43,7 +47,7 @@ from autoscaler.config import FleetConfig
 from autoscaler.loop.admission import PATH, AdmissionDocument
 from autoscaler.loop.export import PLAN_STEPS, LoopMetrics, MetricsServer, serve
 from autoscaler.loop.forecast import FORECAST_SIGNALS
-from autoscaler.loop.runner import TickRecord
+from autoscaler.loop.runner import ServiceTick, TickRecord
 from autoscaler.loop.ticker import run_every
 from autoscaler.loop.warmth import WARMTH_SIGNALS
 from autoscaler.wiring import admission_policy, build_loop
@@ -53,7 +57,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from autoscaler.config import Service
-    from autoscaler.state import ServiceEstimate
+    from autoscaler.state import ServiceEstimate, VariantObservation
 
 TABLE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "tpot_p95_s", "itl_p95_s", "slo_p95_ratio", "slo_mean_ratio",
                  "kv_usage", "queue_length", "running", "prefix_hit_rate", "success_rps", "abort_rps")
@@ -72,14 +76,16 @@ class Shadow(Controller):
 
     def __init__(self, inner: Controller) -> None:
         super().__init__(inner.name, inner.tick_s, inner.window_s, inner.own_guard, inner.forecast_horizon_s)
+        self.scales_roles = inner.scales_roles  # the loop reads it to show the controller the pools
         self.inner = inner
         self._asked: dict[str, dict[str, int]] = {}
         self._tracked: set[str] = set()  # services tracked by this tick's prepare
 
     def _track(self, est: ServiceEstimate) -> None:
         asked = self._asked.get(est.service)
-        if asked is not None and asked != est.current:
-            self.inner.on_guard_cut(est.service, asked, est.current, est.weights)
+        actual = _fleet(est)
+        if asked is not None and asked != actual:
+            self.inner.on_guard_cut(est.service, asked, actual, {**est.weights, **est.pool_weights})
 
     def prepare(self, estimates: Mapping[str, ServiceEstimate]) -> None:
         """Track every service's actual replicas, then let the inner controller plan them."""
@@ -94,7 +100,7 @@ class Shadow(Controller):
             self._track(est)
         self._tracked.discard(svc.name)
         decision = self.inner.decide(est, svc)
-        self._asked[svc.name] = dict(est.current if decision.hold else decision.desired)
+        self._asked[svc.name] = _fleet(est) if decision.hold else dict(decision.desired)
         return decision
 
     def on_admission(self, enforced: bool) -> None:
@@ -107,6 +113,12 @@ class Shadow(Controller):
         """Forward the guard's cut; what was asked is then what the guard let through."""
         self.inner.on_guard_cut(service, intended, applied, weights)
         self._asked[service] = dict(applied)
+
+
+def _fleet(est: ServiceEstimate) -> dict[str, int]:
+    """variant -> ready + starting replicas, the prefill/decode pools' variants too (for a controller that
+    scales them: the estimate carries them then)."""
+    return {**est.current, **est.pool_current}
 
 
 @dataclass
@@ -206,20 +218,32 @@ def unmatched(run: DryRun, record: TickRecord) -> list[str]:
     return found if variants and len(found) >= variants else []
 
 
+def _rows(st: ServiceTick) -> list[tuple[str, str | None, VariantObservation, int]]:
+    """(variant, role or None, observation, desired replicas) of the aggregated variants, then of each
+    prefill/decode pool's variants the estimate carries (a controller that scales them)."""
+    rows: list[tuple[str, str | None, VariantObservation, int]] = [
+        (v, None, obs, st.applied[v]) for v, obs in st.estimate.variants.items()]
+    for role, pool in st.estimate.pools.items():
+        rows += [(v, role, obs, st.pool_applied.get(v, obs.current)) for v, obs in pool.variants.items()]
+    return rows
+
+
 def tick_json(run: DryRun, record: TickRecord, wall_s: float) -> dict[str, Any]:
     """The documented JSON object of one tick (module docstring)."""
     services: dict[str, Any] = {}
     for name, st in record.services.items():
         est = st.estimate
+        variants: dict[str, Any] = {}
+        for v, role, obs, desired in _rows(st):
+            known = obs.counts_known  # unknown: null, never 0
+            variants[v] = {"current_replicas": obs.current if known else None,
+                           "ready_replicas": obs.ready if known else None,
+                           "starting_replicas": obs.starting if known else None,
+                           "desired_replicas": desired if known else None, "reason": st.reason}
+            if role is not None:
+                variants[v]["role"] = role
         services[name] = {
-            "variants": {
-                v: {"current_replicas": obs.current, "ready_replicas": obs.ready,
-                    "starting_replicas": obs.starting, "desired_replicas": st.applied[v], "reason": st.reason}
-                if obs.counts_known else  # unknown: null, never 0
-                {"current_replicas": None, "ready_replicas": None, "starting_replicas": None,
-                 "desired_replicas": None, "reason": st.reason}
-                for v, obs in est.variants.items()
-            },
+            "variants": variants,
             "signals": est.signals.flat(),
             "decision": {"hold": st.decision.hold, "reason": st.decision.reason, "terms": dict(st.decision.terms),
                          "plan": dict(st.decision.plan) or None,
@@ -250,13 +274,14 @@ def tick_tables(run: DryRun, record: TickRecord, wall_s: float) -> list[Table | 
             t.add_column(col, justify="right" if col in ("desired", "change") else "left")
         admission = ", ".join(f"{c} {'no limit' if s is None else format(s, 'g') + ' s'}"
                               for c, s in sorted(st.decision.admission.items())) or "-"
-        for v, obs in est.variants.items():
+        for v, role, obs, desired in _rows(st):
             planned = ("/".join(str(n) for n in plan.get(v, [])[:PLAN_STEPS]),) if plan else ()
+            label = v if role is None else f"{v} ({role})"
             if not obs.counts_known:  # unknown: "?", never 0
-                t.add_row(v, "? (?+?)", "?", "?", *planned, admission, escape(st.reason))
+                t.add_row(label, "? (?+?)", "?", "?", *planned, admission, escape(st.reason))
                 continue
-            delta = st.applied[v] - obs.current
-            t.add_row(v, f"{obs.current} ({obs.ready}+{obs.starting})", str(st.applied[v]),
+            delta = desired - obs.current
+            t.add_row(label, f"{obs.current} ({obs.ready}+{obs.starting})", str(desired),
                       f"{delta:+d}" if delta else "0", *planned, admission, escape(st.reason))
         out.append(t)
         s = Table(show_header=True, title=f"{name}: observed signals (query set {run.query_set(name)})",

@@ -39,13 +39,19 @@ one in ``timeline.csv``, two ticks after the one it applies)."""
 _LEGEND = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 8, "borderaxespad": 0.0}
 
 
+def plotted(svc: Service) -> list[str]:
+    """The variants drawn: the aggregated ones, then the prefill/decode pools' (whose columns the timeline
+    has under a controller that scales the pools, ``autoscaler.timeline.tick_row``)."""
+    return [v.name for v in svc.variants] + [v.name for _, v in svc.role_variants()]
+
+
 def variant_colors(svc: Service) -> dict[str, str]:
     """variant -> matplotlib colour, by its position in the fleet file (the same in every plot)."""
-    return {v.name: f"C{i}" for i, v in enumerate(svc.variants)}
+    return {v: f"C{i}" for i, v in enumerate(plotted(svc))}
 
 
 def _used(svc: Service, rows: list[dict[str, Any]]) -> list[str]:
-    return [v.name for v in svc.variants if any(r[f"ready_{v.name}"] or r[f"starting_{v.name}"] for r in rows)]
+    return [v for v in plotted(svc) if any(r.get(f"ready_{v}") or r.get(f"starting_{v}") for r in rows)]
 
 
 def _replicas(ax: Axes, svc: Service, rows: list[dict[str, Any]], t: list[float]) -> float:
@@ -53,7 +59,7 @@ def _replicas(ax: Axes, svc: Service, rows: list[dict[str, Any]], t: list[float]
     colors = variant_colors(svc)
     used = _used(svc, rows)
     stacks = [[r[f"ready_{v}"] for r in rows] for v in used]
-    if stacks:  # none for a service of prefill/decode pools only (the timeline has no pool columns yet)
+    if stacks:  # none for a service of pools only under a controller that holds them (no pool columns)
         ax.stackplot(t, *stacks, labels=[f"{v} ready" for v in used], colors=[colors[v] for v in used],
                      alpha=0.8, step="post")
     total = [sum(r[f"ready_{v}"] + r[f"starting_{v}"] for v in used) for r in rows]
@@ -73,8 +79,9 @@ def planned_ahead(rows: list[dict[str, Any]], svc: Service, k: int) -> tuple[lis
     times: list[float] = []
     totals: list[int] = []
     for i, r in enumerate(rows[:len(rows) - k]):
-        cols = [c for v in svc.variants if (c := r.get(f"plan_{v.name}")) is not None]
-        if len(cols) < len(svc.variants):
+        names = plotted(svc)
+        cols = [c for v in names if (c := r.get(f"plan_{v}")) is not None]
+        if not cols or len(cols) < len(names):
             continue
         times.append(rows[i + k]["time_s"])
         totals.append(sum(int(str(c).split("/")[k]) for c in cols))
@@ -145,7 +152,7 @@ def _scale_decisions(ax: Axes, svc: Service, rows: list[dict[str, Any]], t: list
     triangle up, down: down), in the variant's colour, at the new total desired; unknown counts
     (a backtest's gaps) mark nothing."""
     colors = variant_colors(svc)
-    names = [v.name for v in svc.variants]
+    names = plotted(svc)
     for kind, sign, marker in (("up", 1, "^"), ("down", -1, "v")):
         for v in names:
             xs, ys = [], []
@@ -231,7 +238,7 @@ def plot_compare(timelines: dict[str, list[dict[str, Any]]], svc: Service, path:
     for ax_rep, _ in axes:
         ax_rep.set_ylim(0, top * 1.05)
     colors = variant_colors(svc)
-    handles: list[Artist] = [Patch(color=colors[v.name], alpha=0.8, label=f"{v.name} ready") for v in svc.variants]
+    handles: list[Artist] = [Patch(color=colors[v], alpha=0.8, label=f"{v} ready") for v in plotted(svc)]
     handles.append(Line2D([], [], color="black", ls="--", lw=0.8, label="ready + starting"))
     handles += axes[0][1].get_legend_handles_labels()[0]
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8, frameon=False)

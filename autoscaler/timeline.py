@@ -18,7 +18,8 @@ TIMELINE_SIGNALS = ("request_rate_rps", "ttft_p95_s", "itl_p95_s", "tpot_p95_s",
 
 
 def tick_row(time_s: float, service: str, st: ServiceTick, arrival_rate_rps: float | None) -> dict[str, Any]:
-    """One timeline row: time, service, arrival rate, signals, replicas per variant, controller terms, the
+    """One timeline row: time, service, arrival rate, signals, replicas per variant (and per pool variant
+    where the estimate carries the pools: a controller that scales them), controller terms, the
     decision's kind (``loop.export.decision_kind``: the ``reason`` label of ``autoscaler_decisions_total``)
     and the reason."""
     row: dict[str, Any] = {"time_s": time_s, "service": service, "arrival_rate_rps": arrival_rate_rps}
@@ -28,6 +29,11 @@ def tick_row(time_s: float, service: str, st: ServiceTick, arrival_rate_rps: flo
         row[f"ready_{v}"] = obs.ready
         row[f"starting_{v}"] = obs.starting
         row[f"desired_{v}"] = st.applied[v]
+    for pool in st.estimate.pools.values():  # prefill/decode pool variants, for a controller that scales them
+        for v, obs in pool.variants.items():
+            row[f"ready_{v}"] = obs.ready
+            row[f"starting_{v}"] = obs.starting
+            row[f"desired_{v}"] = st.pool_applied.get(v, obs.current)
     for k in ("setpoint", "measurement", "p", "i", "d", "target_capacity_rps"):
         row[f"ctl_{k}"] = st.decision.terms.get(k)
     if st.decision.plan:  # a planning controller: its demand, solve time and first three planned steps

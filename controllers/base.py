@@ -66,6 +66,13 @@ class Reason(StrEnum):
     COOLDOWN = "cooldown"  # scale-down held within scale_down_cooldown_s of a scale-up
 
 
+class FleetMismatchError(ValueError):
+    """A controller that cannot run on the service it is given (no aggregated variant for one that
+    calibrates or plans on them, ``POOLS_ONLY``; no prefill/decode pools for one that scales only
+    those): the fleet's fault, not the spec's, so ``autoscaler compare`` makes its run a failed row
+    instead of refusing the whole comparison."""
+
+
 POOLS_ONLY = ("service {service} has no aggregated variant: its prefill/decode pools are scaled only by the "
               "controllers that scale roles (pid, mpc, dynamo-pd)")
 """The error of a controller that needs an aggregated variant to calibrate or plan on, given a service

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from controllers.base import POOLS_ONLY, Decision, Reason
+from controllers.base import POOLS_ONLY, Decision, FleetMismatchError, Reason
 from controllers.mpc import limit_note, limit_terms, miss_cost, plan_variant
 from controllers.static import PEAK_WINDOW_S, ScheduledController, served
 from models.planning import Plan, PlanProblem, PlanService, solve
@@ -123,7 +123,7 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
     if not workload.requests:
         raise ValueError(f"{name} needs a trace with requests")
     if not svc.variants:  # refused before the demand is binned and the variants planned
-        raise ValueError(f"{name}: " + POOLS_ONLY.format(service=svc.name))
+        raise FleetMismatchError(f"{name}: " + POOLS_ONLY.format(service=svc.name))
     duration = max(r.arrival_s for r in workload.requests) + c.tick_s
     dt = c.tick_s * max(1, math.ceil(duration / c.tick_s / MAX_STEPS))
     steps = math.ceil(duration / dt)

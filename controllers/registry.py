@@ -44,7 +44,7 @@ from typing import Any
 
 from autoscaler.config import FleetConfig, Service
 from autoscaler.workload.types import Workload
-from controllers.base import Controller
+from controllers.base import Controller, FleetMismatchError
 from controllers.baselines.aibrix import AIBrixController
 from controllers.baselines.calibrate import Calibration, calibrate
 from controllers.baselines.dynamo import DynamoPlanner
@@ -215,8 +215,8 @@ def _aibrix(strategy: str) -> _Factory:
 
 def _dynamo_pd(kw: dict[str, Any], ctx: BuildContext) -> Controller:
     if ctx.svc.roles is None:
-        raise ValueError(f"dynamo-pd scales prefill/decode pools: service {ctx.svc.name} has none (roles in the "
-                         "fleet file; dynamo is the aggregated planner)")
+        raise FleetMismatchError(f"dynamo-pd scales prefill/decode pools: service {ctx.svc.name} has none (roles in "
+                                 "the fleet file; dynamo is the aggregated planner)")
     return DynamoPDPlanner(ctx.cfg.engine, **kw, name=ctx.spec)
 
 

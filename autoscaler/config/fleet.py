@@ -151,7 +151,7 @@ class KVTransfer(Strict):
 
 class PDRatio(Strict):
     """Bounds on a service's prefill:decode replica ratio (prefill replicas / decode replicas, each summed
-    over its pool's variants), kept by the controllers that scale the pools (``controllers.roles.enforce_ratio``).
+    over its pool's variants), kept by the PID (``controllers.roles.enforce_ratio``).
 
     Volcano Kthena's ``RoleRatioConstraint`` (volcano-sh/kthena at 3cc0572,
     ``pkg/apis/workload/v1alpha1/autoscalingpolicy_types.go``: ``numeratorRole``, ``denominatorRole``,
@@ -184,8 +184,8 @@ class Roles(Strict):
             both at least this long; else the decode replica prefills it itself. 0 turns remote
             prefill off, as in the plugin (default ``PD_NON_CACHED_TOKENS``).
         kv_transfer: the link between the pools (``KVTransfer``).
-        ratio: bounds on prefill / decode replicas the controllers that scale the pools keep
-            (``PDRatio``); None: no bound.
+        ratio: bounds on prefill / decode replicas the PID keeps (``PDRatio``; the MPC and ``dynamo-pd``
+            do not read it); None: no bound. A ``min_ratio`` above 0 needs a prefill variant with room.
     """
 
     prefill: list[Variant] = Field(min_length=1)
@@ -193,6 +193,15 @@ class Roles(Strict):
     non_cached_tokens: int = Field(default=PD_NON_CACHED_TOKENS, ge=0)
     kv_transfer: KVTransfer = KVTransfer()
     ratio: PDRatio | None = None
+
+    @model_validator(mode="after")
+    def _ratio_reachable(self) -> Roles:
+        # Kthena's rule lowers the decode pool to floor(prefill / min_ratio) when the prefill pool is at its
+        # cap: with that cap 0 it would hold the decode pool at its minimum whatever the load
+        if self.ratio is not None and self.ratio.min_ratio > 0 and all(v.cap == 0 for v in self.prefill):
+            raise ValueError(f"ratio.min_ratio ({self.ratio.min_ratio:g}) > 0 but every prefill variant has "
+                             "max_replicas (or quota) 0: the ratio would hold the decode pool at its minimum")
+        return self
 
     def variants(self) -> list[tuple[str, Variant]]:
         """(role, variant) of every pool's variants, prefill first."""
@@ -211,7 +220,7 @@ class Service(Strict):
         variants: its aggregated variants (each replica prefills and decodes); may be empty when
             ``roles`` is given.
         roles: prefill and decode pools beside (or instead of) the aggregated variants (``Roles``;
-            scaled by the controllers that declare ``scales_roles``: the PID, ``dynamo-pd``; the
+            scaled by the controllers that declare ``scales_roles``: the PID, the MPC, ``dynamo-pd``; the
             others hold them).
         typical_request: the request it is sized for without a trace.
     """
@@ -341,7 +350,12 @@ class FleetConfig(Strict):
     def _crash_targets(self) -> FleetConfig:
         variants = self.variant_names()
         known = {v for names in variants.values() for v in names}
+        pools = {(s.name, v.name): f"a {r} pool variant" for s in self.services for r, v in s.role_variants()}
+        pool_names = {n: why for (_, n), why in pools.items()}
         for name in self.simulator.slowdown:
+            if name in pool_names and name not in known:
+                raise ValueError(f"simulator.slowdown: '{name}' is {pool_names[name]}, which the simulator's faults "
+                                 "cannot name yet (aggregated variants only)")
             if name not in known:
                 raise ValueError(f"simulator.slowdown: unknown variant '{name}' "
                                  f"(fleet has: {', '.join(sorted(known))})")
@@ -354,6 +368,9 @@ class FleetConfig(Strict):
             svc = service or self.services[0].name
             if svc not in variants:
                 raise ValueError(f"simulator.{key}[{i}].service: unknown service '{svc}'")
+            if (svc, variant) in pools:
+                raise ValueError(f"simulator.{key}[{i}].variant: '{variant}' is {pools[svc, variant]}, which the "
+                                 "simulator's faults cannot name yet (aggregated variants only)")
             if variant not in variants[svc]:
                 raise ValueError(
                     f"simulator.{key}[{i}].variant: unknown variant '{variant}' of service '{svc}' "

@@ -35,7 +35,10 @@ pool's observation and one replica's capacity per pool variant (``ServiceEstimat
 ``pool_weights``: ``controllers.roles.role_weights`` for the mix the decode pool serves, learnt as the
 aggregated capacities are, ``autoscaler.loop.mix``);
 the loop's own rules read the pools too (unknown pool counts hold the service; idle for the configured
-ticks takes each pool toward its minimum); each pool is guarded as a service of its own
+ticks takes each pool toward its minimum; a replica of a pool counts as one up, so no aggregated variant is
+scaled from zero while the pools serve, and a service of pools only, none up while requests wait, gets one
+replica of each pool's cheapest variant per capacity, ``scale_pools_from_zero``); each pool is guarded
+as a service of its own
 (``controllers.roles.pool_service``: its bounds, ``max_step_up`` / ``max_step_down`` and the cool-down,
 with its own guard memory, or only its bounds for a controller with its own guard), and each pool
 variant whose count changes is written through the actuator as its own scale target (the simulator's
@@ -176,8 +179,11 @@ class ControlLoop:
                         "prefill/decode pools", Reason.FIXED)
         if ctrl.own_guard:
             return ctrl.decide(est, svc)
-        if svc.variants and sum(est.current.values()) == 0 and waiting > 0:
-            return scale_from_zero(svc, self.weights[svc.name], waiting)
+        nothing_up = sum(est.current.values()) + sum(est.pool_current.values()) == 0
+        if nothing_up and waiting > 0:
+            if svc.variants:
+                return scale_from_zero(svc, self.weights[svc.name], waiting)
+            return scale_pools_from_zero(svc, est.pool_weights, waiting)
         if now - self.started_s < ctrl.window_s:
             return hold(est.current, "warming up: less than one window of data", Reason.WARMING_UP)
         if est.history_s is not None and est.history_s < ctrl.window_s - ctrl.tick_s:
@@ -372,6 +378,24 @@ def scale_from_zero(svc: Service, weights: dict[str, float], waiting: float) -> 
     desired = {x.name: 0 for x in svc.variants}
     desired[v.name] = max(1, v.min_replicas)
     return Decision(desired, f"scale from zero: {waiting:g} requests waiting and no replica", Reason.SCALE_FROM_ZERO)
+
+
+def scale_pools_from_zero(svc: Service, weights: dict[str, float], waiting: float) -> Decision:
+    """A service of prefill/decode pools only, none of whose replicas is ready or starting, while
+    requests wait: one replica of each pool's variant with the lowest cost per capacity (and room),
+    since one live role cannot serve alone (Kthena's ratio rule, ``controllers.roles``); a pool whose
+    variants all have a cap of 0 stays at 0. ``weights``: pool variant -> one replica's capacity
+    (``ServiceEstimate.pool_weights``; 1.0 where missing)."""
+    desired: dict[str, int] = {}
+    for role in ROLES:
+        pool = pool_service(svc, role).variants
+        desired.update({v.name: 0 for v in pool})
+        candidates = [v for v in pool if v.cap > 0]
+        if candidates:
+            v = min(candidates, key=lambda v: cost_per_capacity(v, weights.get(v.name, 1.0)))
+            desired[v.name] = max(1, v.min_replicas)
+    return Decision(desired, f"scale from zero: {waiting:g} requests waiting and no prefill/decode replica",
+                    Reason.SCALE_FROM_ZERO)
 
 
 def cause(line: str) -> str:

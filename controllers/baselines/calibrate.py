@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autoscaler.config import EngineConfig, Service
-from controllers.base import POOLS_ONLY
+from controllers.base import POOLS_ONLY, FleetMismatchError
 from controllers.split import cost_per_capacity
 from models.capacity import ReplicaSpec, RequestMix, operating_point, variant_weights
 
@@ -44,12 +44,13 @@ def calibrate(svc: Service, engine: EngineConfig, mix: RequestMix,
     """The module docstring's operating point for ``mix``.
 
     Raises:
-        ValueError: ``utilization`` outside (0, 1), or no variant can meet the SLO for ``mix``.
+        ValueError: ``utilization`` outside (0, 1), or no variant can meet the SLO for ``mix``;
+            ``FleetMismatchError`` (a ValueError) for a service with no aggregated variant.
     """
     if not 0 < utilization < 1:
         raise ValueError(f"utilization must be in (0, 1), got {utilization}")
     if not svc.variants:
-        raise ValueError(POOLS_ONLY.format(service=svc.name))
+        raise FleetMismatchError(POOLS_ONLY.format(service=svc.name))
     caps = variant_weights(svc, engine, mix)
     if not any(c > 0 for c in caps.values()):
         raise ValueError(f"service {svc.name}: no variant meets the interactive SLO for this request mix "

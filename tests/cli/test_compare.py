@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
-from autoscaler.compare import add_ratios, direction_changes, markdown_table, run_compare
+from autoscaler.compare import add_ratios, check_controllers, direction_changes, markdown_table, run_compare
+from autoscaler.config.loading import load_config
 from autoscaler.workload.types import Request, Workload
+from controllers.base import FleetMismatchError
+from controllers.registry import build
 
 WALL = ("wall_s", "simulated_requests_per_s")
 
@@ -292,3 +296,19 @@ def test_one_row_is_one_row(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     assert res.exit_code == 1, res.output
     assert res.stderr.splitlines()[0].startswith("compare: 1 row on ") and " requests of " in res.stderr
     assert "error: 1 of 1 row failed: pid" in res.stderr
+
+
+def test_a_controller_that_cannot_run_on_the_fleet_is_a_failed_row_not_a_refused_comparison(tmp_path) -> None:
+    # examples/fleet-pd.yaml has pools only: hpa calibrates on aggregated variants and cannot run on it;
+    # pid scales the pools. Before, building every controller up front refused the whole comparison.
+    cfg = load_config(Path(__file__).resolve().parents[2] / "examples" / "fleet-pd.yaml")
+    wl = Workload([Request(arrival_s=float(i), input_tokens=500, output_tokens=50) for i in range(20)], source="t")
+    with pytest.raises(FleetMismatchError, match="no aggregated variant"):
+        build("hpa", cfg, None, wl)
+    check_controllers(["pid", "hpa"], cfg, wl, None)  # left to its run
+    with pytest.raises(ValueError, match="target"):  # a bad parameter is still refused before any run
+        check_controllers(["pid", "hpa:target=-1"], cfg, wl, None)
+    rows = run_compare(cfg, wl, ["pid", "hpa"], workers=1).rows
+    assert [r["controller"] for r in rows] == ["pid", "hpa"]
+    assert rows[0].get("failed") is None
+    assert rows[1]["failed"].startswith("FleetMismatchError: service llama-3.1-8b has no aggregated variant")

@@ -378,3 +378,14 @@ def test_a_controller_that_calibrates_on_a_variant_says_the_service_has_none(con
     with pytest.raises(ValueError, match=r"service svc has no aggregated variant: its prefill/decode pools are scaled "
                                          r"only by the controllers that scale roles \(pid, mpc, dynamo-pd\)"):
         run_simulation(parse_config(pd_doc(), "<pd>"), wl, controller)
+
+
+def test_a_fault_naming_a_pool_variant_says_it_is_one() -> None:
+    # the fleet file's faults name aggregated variants only; before, naming the decode pool's variant
+    # read "unknown variant 'd' of service 'svc' (known: )"
+    doc = pd_doc()
+    doc["simulator"] = {"crashes": [{"time_s": 60, "variant": "d"}]}
+    assert one_line_error(doc) == ("<pd>: simulator.crashes[0].variant: 'd' is a decode pool variant, which the "
+                                   "simulator's faults cannot name yet (aggregated variants only)")
+    doc["simulator"] = {"slowdown": {"p": 2.0}}
+    assert one_line_error(doc).startswith("<pd>: simulator.slowdown: 'p' is a prefill pool variant")

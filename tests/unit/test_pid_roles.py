@@ -9,15 +9,19 @@ pkg/autoscaler/algorithm/disaggregated_ratio.go ``EnforceRoleRatio``), worked ou
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from autoscaler.config import PDRatio, PIDConfig
 from autoscaler.config.loading import parse_config
+from autoscaler.dryrun import Shadow, tick_json
+from autoscaler.errors import ConfigError
 from autoscaler.loop.actuate import APPLIED, ActuationResult
 from autoscaler.loop.runner import ControlLoop
 from autoscaler.state import PoolObservation, ServiceEstimate, ServiceObservation, Signals, VariantObservation
+from autoscaler.timeline import tick_row
 from controllers.base import Reason
 from controllers.pid import DECODE_KV_SETPOINT, PIDController
 from controllers.registry import build
@@ -126,6 +130,18 @@ def test_a_bad_ratio_is_a_one_line_error() -> None:
         parse_config(doc(ratio={"min_ratio": 2.0, "max_ratio": 1.0}), "<pd>")
 
 
+def test_a_min_ratio_with_a_prefill_pool_that_cannot_grow_is_refused() -> None:
+    # enforce_ratio(0, 4, [0.25, 1], prefill (0, 0), decode (0, 16)) = (0, 0): the decode pool would be
+    # held at its minimum (here 0) whatever the load; the file is refused instead.
+    assert enforce_ratio(0, 4, PDRatio(min_ratio=0.25, max_ratio=1.0), (0, 0), (0, 16)) == (0, 0)
+    d = doc(ratio={"min_ratio": 0.25, "max_ratio": 1.0})
+    d["services"][0]["roles"]["prefill"][0].update(min_replicas=0, max_replicas=0, initial_replicas=0)
+    with pytest.raises(ConfigError, match=r"ratio.min_ratio \(0.25\) > 0 but every prefill variant"):
+        parse_config(d, "<pd>")
+    d["services"][0]["roles"]["ratio"] = {"min_ratio": 0.0, "max_ratio": 1.0}  # no lower bound: accepted
+    parse_config(d, "<pd>")
+
+
 # ------------------------------------------------------------------------------ the loop's plumbing
 class _Source:
     """One service of pools only, both pools 1 replica: prefill TTFT 4 s of 2 s, decode ITL 0.2 s of 0.1 s
@@ -200,3 +216,72 @@ def test_a_pool_scale_down_is_guarded_by_the_cool_down() -> None:
     assert st.decision.desired == {"p": 1, "d": 2}
     assert st.limits == [Reason.COOLDOWN]
     assert "prefill: p: scale-down held by cool-down" in st.reason
+
+
+def test_a_service_of_pools_only_at_zero_with_requests_waiting_scales_each_pool_from_zero() -> None:
+    # No replica of either pool, 7 requests waiting: no latency signal can ever appear, so the loop
+    # raises one replica of each pool (its only variant), as it does one aggregated replica.
+    class Empty(_Source):
+        def observe(self, now: float) -> dict[str, ServiceObservation]:
+            sig = Signals(request_rate_rps=0.0, running=0.0, queue_length=7.0)
+            return {"svc": ServiceObservation("svc", now, sig, {}, history_s=now, pools={
+                "prefill": pool("prefill", "p", 0), "decode": pool("decode", "d", 0)})}
+
+    doc_ = doc(current=0)
+    for role in ("prefill", "decode"):
+        doc_["services"][0]["roles"][role][0]["min_replicas"] = 0
+    cfg = parse_config(doc_, "<pd>")
+    act = _Actuator()
+    loop = ControlLoop(cfg, Empty(), act, build("pid", cfg))
+    loop.start(0.0)
+    st = loop.tick(15.0).services["svc"]  # inside the warm-up window: the rule comes first, as for variants
+    assert st.decision.code is Reason.SCALE_FROM_ZERO
+    assert act.writes == [("svc", "p", 1), ("svc", "d", 1)]
+    assert st.pool_applied == {"p": 1, "d": 1}
+
+
+def test_no_aggregated_variant_is_scaled_from_zero_while_the_pools_serve() -> None:
+    # The aggregated variant at 0 (its minimum) and both pools serving with 3 requests queued: the
+    # service is not at zero, so no scale-from-zero of the aggregated variant.
+    doc_ = doc(current=1)
+    doc_["services"][0]["variants"] = [variant("agg", 0, lo=0)]
+
+    class Pools(_Source):
+        def observe(self, now: float) -> dict[str, ServiceObservation]:
+            obs = super().observe(now)["svc"]
+            obs.variants["agg"] = VariantObservation(0, 0)
+            return {"svc": obs}
+
+    cfg = parse_config(doc_, "<pd>")
+    act = _Actuator()
+    loop = ControlLoop(cfg, Pools(), act, build("pid", cfg))
+    loop.start(0.0)
+    st = loop.tick(15.0).services["svc"]
+    assert st.decision.code is Reason.WARMING_UP
+    assert act.writes == []
+
+
+def test_the_timeline_row_has_each_pool_variants_counts() -> None:
+    # As test_the_loop_writes_each_pool_as_its_own_target: both pools at 1 ready, the PID asks 2 each.
+    cfg = parse_config(doc(current=1), "<pd>")
+    loop = ControlLoop(cfg, _Source(), _Actuator(), build("pid", cfg))
+    loop.start(0.0)
+    row = tick_row(75.0, "svc", loop.tick(75.0).services["svc"], 5.0)
+    assert {k: row[k] for k in ("ready_p", "starting_p", "desired_p", "ready_d", "starting_d", "desired_d")} \
+        == {"ready_p": 1, "starting_p": 0, "desired_p": 2, "ready_d": 1, "starting_d": 0, "desired_d": 2}
+
+
+def test_the_dry_run_shows_the_pid_the_pools_and_prints_them() -> None:
+    # dry-run wraps the controller in a Shadow; the loop reads scales_roles off the Shadow, so before it
+    # held a pools-only service ("this controller does not scale the prefill/decode pools") and its
+    # output had no pool variant. As test_the_loop_writes_each_pool_as_its_own_target: 2 replicas each.
+    cfg = parse_config(doc(current=1), "<pd>")
+    loop = ControlLoop(cfg, _Source(), None, Shadow(build("pid", cfg)))
+    loop.start(0.0)
+    rec = loop.tick(75.0)
+    st = rec.services["svc"]
+    assert st.decision.code is Reason.SCALE_UP and st.pool_applied == {"p": 2, "d": 2}
+    run = SimpleNamespace(query_set=lambda name: "vllm", warnings=lambda name, record: [])
+    out = tick_json(run, rec, 0.0)["services"]["svc"]["variants"]  # type: ignore[arg-type]
+    assert {v: (x["role"], x["current_replicas"], x["desired_replicas"]) for v, x in out.items()} == \
+        {"p": ("prefill", 1, 2), "d": ("decode", 1, 2)}

@@ -116,9 +116,9 @@ def test_simulate_plot_passes_the_results_and_the_last_arrival(run: SimulationRu
 
 
 def test_a_service_of_prefill_decode_pools_only_is_plotted(tmp_path: Path) -> None:
-    # examples/fleet-pd.yaml's shape: no aggregated variant, so no replica stack to draw (matplotlib's
-    # stackplot of no series raised "need at least one array to concatenate", and `simulate --plot`
-    # and `compare` ended with that after the simulation). The figure is written, without a stack.
+    # examples/fleet-pd.yaml's shape: no aggregated variant (matplotlib's stackplot of no series raised
+    # "need at least one array to concatenate", and `simulate --plot` and `compare` ended with that after
+    # the simulation). The figure is written.
     cfg = load_config(Path(__file__).resolve().parents[2] / "examples" / "fleet-pd.yaml")
     wl = Workload([Request(arrival_s=1.0 * i, input_tokens=3000 if i % 2 else 300, output_tokens=20)
                    for i in range(60)], source="test:pd")
@@ -128,5 +128,12 @@ def test_a_service_of_prefill_decode_pools_only_is_plotted(tmp_path: Path) -> No
     assert path.stat().st_size > 0
     fig = plot.timeline_figure(run.sim.cfg, run.sim.target, "pid: pd", timeline_rows(run), summarize(run),
                                run.sim.last_arrival_s)
-    assert not fig.axes[1].collections  # no stacked area: the service has no aggregated replica
+    # The pools are drawn as variants are (the PID scales them; the timeline has their columns): one
+    # stacked area per pool variant and the total from its 1 prefill + 2 decode replicas. No plan line:
+    # the PID plans nothing (before, a line of 0 replicas "planned 2 ticks before" and no stack).
+    assert len(fig.axes[1].collections) == 2
+    assert [h.get_label() for h in fig.axes[1].get_legend_handles_labels()[0]] == \
+        ["h100-prefill ready", "h100-decode ready", "ready + starting"]
+    total = next(line for line in fig.axes[1].get_lines() if line.get_label() == "ready + starting")
+    assert total.get_ydata()[0] == 3  # type: ignore[index]
     plt.close(fig)
