@@ -68,6 +68,8 @@ def planner_replicas(demand_rps: float, svc: Service, current: dict[str, int], p
 class DynamoPlanner(Controller):
     """The throughput planner (module docstring).
 
+    Class attribute ``kind``: the controller's spec name in error messages.
+
     Args:
         engine: the vLLM engine settings of each replica.
         predictor: ``kalman`` or ``constant``.
@@ -75,13 +77,15 @@ class DynamoPlanner(Controller):
     """
 
 
+    kind = "dynamo"
+
     def __init__(self, engine: EngineConfig, predictor: str = DEFAULT_PREDICTOR, ttft: float = TTFT_TARGET_S,
                  itl: float = ITL_TARGET_S, *, name: str = "dynamo") -> None:
         super().__init__(name, THROUGHPUT_ADJUSTMENT_INTERVAL_S, THROUGHPUT_ADJUSTMENT_INTERVAL_S, own_guard=True)
         if predictor not in PREDICTORS:
-            raise ValueError(f"dynamo predictor must be one of {', '.join(PREDICTORS)}, got '{predictor}'")
+            raise ValueError(f"{self.kind} predictor must be one of {', '.join(PREDICTORS)}, got '{predictor}'")
         if ttft <= 0 or itl <= 0:
-            raise ValueError(f"dynamo ttft and itl targets must be > 0, got {ttft}, {itl}")
+            raise ValueError(f"{self.kind} ttft and itl targets must be > 0, got {ttft}, {itl}")
         self.engine = engine
         self.predictor = predictor
         self.ttft = ttft

@@ -43,16 +43,16 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from controllers.base import Controller, Decision, change_reason, hold
+from controllers.base import Decision, change_reason, hold
 from controllers.baselines.dynamo import (
     DEFAULT_PREDICTOR,
     ITL_TARGET_S,
     MIN_ENDPOINT,
-    THROUGHPUT_ADJUSTMENT_INTERVAL_S,
     TTFT_TARGET_S,
+    DynamoPlanner,
     planner_replicas,
 )
-from controllers.baselines.predictors import PREDICTORS, ConstantPredictor
+from controllers.baselines.predictors import PREDICTORS
 from controllers.roles import DECODE, PREFILL, pool_service
 from models.capacity import ReplicaSpec
 from models.profiles import prefill_pairs
@@ -99,8 +99,9 @@ def decode_engine(spec: ReplicaSpec, isl: float, osl: float, itl_s: float) -> tu
     return best / (osl * wt(best)), best
 
 
-class DynamoPDPlanner(Controller):
-    """The disaggregated throughput planner (module docstring).
+class DynamoPDPlanner(DynamoPlanner):
+    """The disaggregated throughput planner (module docstring); the aggregated one's settings and checks,
+    its own ``decide``.
 
     Args:
         engine: the vLLM engine settings of each replica.
@@ -109,19 +110,11 @@ class DynamoPDPlanner(Controller):
     """
 
     scales_roles = True
+    kind = "dynamo-pd"
 
     def __init__(self, engine: EngineConfig, predictor: str = DEFAULT_PREDICTOR, ttft: float = TTFT_TARGET_S,
                  itl: float = ITL_TARGET_S, *, name: str = "dynamo-pd") -> None:
-        super().__init__(name, THROUGHPUT_ADJUSTMENT_INTERVAL_S, THROUGHPUT_ADJUSTMENT_INTERVAL_S, own_guard=True)
-        if predictor not in PREDICTORS:
-            raise ValueError(f"dynamo-pd predictor must be one of {', '.join(PREDICTORS)}, got '{predictor}'")
-        if ttft <= 0 or itl <= 0:
-            raise ValueError(f"dynamo-pd ttft and itl targets must be > 0, got {ttft}, {itl}")
-        self.engine = engine
-        self.predictor = predictor
-        self.ttft = ttft
-        self.itl = itl
-        self.load: dict[str, dict[str, ConstantPredictor]] = {}
+        super().__init__(engine, predictor, ttft, itl, name=name)
 
     def replicas(self, svc: Service, demand: float, isl: float, osl: float, hit: float,
                  current: dict[str, int]) -> tuple[dict[str, int], str]:

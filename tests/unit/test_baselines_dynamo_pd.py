@@ -107,3 +107,11 @@ def test_dynamo_pd_needs_pools() -> None:
     with pytest.raises(ValueError, match="dynamo-pd scales prefill/decode pools: service svc has none"):
         build("dynamo-pd", cfg)
     assert build("dynamo-pd:predictor=constant", pd_service()).tick_s == 180.0
+
+
+def test_dynamo_pd_bad_settings_name_it() -> None:
+    # its settings are the aggregated planner's, checked by the same code under its own name
+    with pytest.raises(ValueError, match="dynamo-pd predictor must be one of"):
+        DynamoPDPlanner(EngineConfig(), predictor="prophet")
+    with pytest.raises(ValueError, match=r"dynamo-pd ttft and itl targets must be > 0, got 0\.5, 0"):
+        DynamoPDPlanner(EngineConfig(), ttft=0.5, itl=0)
