@@ -44,8 +44,13 @@ Prefill/decode pools (``Service.roles``): each pool variant is read as a variant
 Deployment's replicas, its signals over its valid pods), its default pod matchers adding llm-d's role
 label ``llm_d_ai_role="prefill"`` or ``"decode"`` (``promql.ROLE_LABEL``); each pool's signals are read
 over its variants' valid pods with ``llm_d_ai_role="<role>"`` (the same query templates), and reported
-as ``ServiceObservation.pools``. The service-wide signals read every valid pod, the pools' included, as
-the simulator's source does.
+as ``ServiceObservation.pools``. The service-wide pod signals are read over the valid pods that finish
+the users' requests, the aggregated and decode pods: the prefill pool's pods are left out of the pod
+names and the query adds ``llm_d_ai_role!="prefill"`` (an aggregated pod, with no role label, matches),
+so a remotely prefilled request, which its prefill pod also serves and counts as a one-token request
+(vLLM's ``NixlConnector``; ``autoscaler.adapters.simulator``), counts once in the request rate, the
+completions, the token rates and the latencies, as the simulator's source reads them. A service without
+pools sends its queries unchanged. ``ServiceObservation.pods`` keeps every valid pod.
 
 Service-wide, two more queries: the gateway's ``arrival_rate_rps`` (``autoscaler.promql``; optional,
 a failure is a warning) and how far back the service's samples go (``history_s``: ``time()`` minus
@@ -844,10 +849,13 @@ class PrometheusSource:
             self.detected.pop(svc.name, None)
         base, pl = self.service_selector(svc), self.prom.pod_label
         plan.service_jobs = {k: self._submit(pool, k, q, at) for k, q in self._service_queries(svc).items()}
-        every = [p.name for pods in plan.valid.values() for p in pods]
+        # service-wide: the pods that finish requests (module docstring), not the prefill pool's
+        prefill = {v.name for r, v in svc.role_variants() if r == "prefill"}
+        every = [p.name for v, pods in plan.valid.items() if v not in prefill for p in pods]
         if known and every:
-            plan.jobs[svc.name] = self._signals(pool, svc, matchers(base, f"{pl}=~{quote(exact_alternation(every))}"),
-                                                at)
+            finishing = (f"{ROLE_LABEL}!={quote('prefill')}",) if svc.roles is not None else ()
+            plan.jobs[svc.name] = self._signals(
+                pool, svc, matchers(base, *finishing, f"{pl}=~{quote(exact_alternation(every))}"), at)
         for v in _all_variants(svc):
             names = [p.name for p in plan.valid[v.name]]
             if names:

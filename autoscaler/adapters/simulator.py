@@ -30,7 +30,18 @@ kube-state-metrics reports a Deployment's status as it changes):
 
 Prefill/decode pools (``Service.roles``): each pool is reported apart (``ServiceObservation.pools``): its
 variants' counts and signals, and the signals over all its pods (a Prometheus selecting
-``llm_d_ai_role="prefill"`` or ``"decode"``); the service-wide signals keep every pod, the pools' included.
+``llm_d_ai_role="prefill"`` or ``"decode"``). The service-wide signals (``ServiceObservation.signals``)
+are read over the pods that finish the users' requests, the aggregated and decode pods
+(``llm_d_ai_role!="prefill"``), so each request counts once: a remotely prefilled request runs on its
+prefill pod as a request of its own (``simulator.disagg``: vLLM's ``NixlConnector`` prefill is a
+``max_tokens=1`` request that ends ``length``, and vLLM's ``vllm/v1/metrics/loggers.py``
+``PrometheusStatLogger.record``, read at the 0.11 cycle (it marks ``vllm:time_per_output_token_seconds``
+deprecated in 0.11), counts each finished request in ``vllm:request_success`` by finish reason and in
+the e2e and token histograms, and each prefill's prompt tokens and TTFT), so over every pod the
+request rate, completions, token rates and latencies would count it twice. The gauges (running,
+waiting, KV usage) leave the prefill pods out too: they are the prefill pool's.
+``ServiceObservation.pods`` keeps every ready pod (a pool's pods are drained by name); a controller
+counting its aggregated variants' pods takes ``controllers.base.aggregated_pods``.
 
 Faults: a pod for which ``silent(replica, now)`` is true is not scraped (its target is down, or it
 emits nothing yet), so its series goes stale as a removed pod's does. A variant whose replicas have
@@ -52,6 +63,7 @@ from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
 from autoscaler.loop.admission import check_itl_budget
 from autoscaler.loop.observe import PendingMarks
 from autoscaler.promql import GATEWAY_WINDOW_S
+from autoscaler.simulator.disagg import PREFILL
 from autoscaler.simulator.engine import DRAINING, PROVISIONING, READY, Replica
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS, ReplicaMetrics, histogram_quantile
@@ -272,10 +284,12 @@ class SimMetricsSource:
                         self._signals([r for r in scraped if r.variant == v.name], pod_rates))
                 pools[role] = PoolObservation(role, self._signals([r for r in scraped if r.role == role], pod_rates),
                                               pool_variants)
-            signals = self._signals(scraped, pod_rates)
+            # over the pods that finish requests: a remote-prefilled request would count twice otherwise
+            finishing = [r for r in scraped if r.role != PREFILL] if svc.pd is not None else scraped
+            signals = self._signals(finishing, pod_rates)
             # the gateway's queue (requests held while no replica is ready) is part of the service's queue
             queue = (signals.queue_length or 0.0) + len(svc.gateway)
-            if not scraped:  # no pod serving: nothing to measure, but nothing is in flight on a pod either
+            if not finishing:  # no pod serving: nothing to measure, but nothing is in flight on a pod either
                 signals = replace(signals, request_rate_rps=0.0, running=0.0)
             gw = self._arrivals[name]
             arrivals = extrapolated_rate(np.array(gw.times), np.array(gw.counters), now - self.window_s, now)

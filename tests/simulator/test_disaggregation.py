@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from autoscaler.adapters.simulator import SimMetricsSource
 from autoscaler.config.loading import parse_config
 from autoscaler.errors import ConfigError
 from autoscaler.simulate import run_simulation
@@ -204,6 +205,32 @@ def test_every_pod_carries_its_llm_d_role_label_in_a_fleet_with_roles() -> None:
                                                                           "svc-d": "decode"}
     deployments = {s.labels["deployment"] for s in fams["kube_deployment_spec_replicas"].samples}
     assert deployments == {"svc-agg", "svc-p", "svc-d"}
+
+
+def test_the_service_wide_signals_count_a_remotely_prefilled_request_once() -> None:
+    # The two requests of the hand-over test: request 0 prefilled on ``p`` (vLLM ends that one-token
+    # request "length") then served on ``d``, request 1 prefilled and served on ``d``. Scrapes at t = 0
+    # (every counter 0) and t = 20 s (both done); rate() over (-40 s, 20 s]: the counters start at 0 at
+    # the first sample, so nothing is extrapolated (Prometheus's zero cut-off) and a rate is the
+    # increase over the 60-s window. The service-wide signals read the pods that finish requests: 2
+    # requests, not 3; the prompts' 4500 tokens, not 8500; 6 generated tokens, not 7 (``p``'s discarded one).
+    sim = FleetSimulator(parse_config(pd_doc(), "<pd>"),
+                         Workload([Request(arrival_s=0.0, input_tokens=4000, output_tokens=3),
+                                   Request(arrival_s=10.0, input_tokens=500, output_tokens=3)]))
+    src = SimMetricsSource(sim, window_s=60.0, scrape_interval_s=20.0)
+    src.scrape(0.0)
+    sim.run_until(20.0)
+    assert sim.done
+    obs = src.observe(20.0)["svc"]
+    assert obs.signals.request_rate_rps == pytest.approx(2 / 60, rel=1e-12)
+    assert obs.signals.success_rps == pytest.approx(2 / 60, rel=1e-12)
+    assert obs.signals.prompt_tokens_rps == pytest.approx(4500 / 60, rel=1e-12)
+    assert obs.signals.generation_tokens_rps == pytest.approx(6 / 60, rel=1e-12)
+    # the pools are still read apart, the prefill pool's one-token request included
+    assert obs.pools["prefill"].signals.request_rate_rps == pytest.approx(1 / 60, rel=1e-12)
+    assert obs.pools["decode"].signals.request_rate_rps == pytest.approx(2 / 60, rel=1e-12)
+    # every ready pod stays listed (a pool's pods are drained by name)
+    assert sorted(p.variant for p in obs.pods) == ["d", "p"]
 
 
 def test_a_fleet_without_roles_exports_no_role_label(make_fleet) -> None:

@@ -54,3 +54,36 @@ def test_each_pool_is_read_by_its_role_label(tmp_path: Any) -> None:
     assert dec.signals.kv_usage == pytest.approx(0.5)  # the mean of 0.6 and 0.4
     assert dec.variants["dec"].signals.running == 30
     assert dec.signals.request_rate_rps == pytest.approx(8.0, rel=0.25)  # 3 + 5 req/s
+
+
+@pytest.mark.slow
+def test_the_service_wide_signals_leave_the_prefill_pods_out(tmp_path: Any) -> None:
+    # An aggregated pod, a decode pod and a prefill pod: the service-wide signals read the pods that
+    # finish requests (aggregated + decode), so the prefill pod's one-token requests are not counted
+    # again: running 5 + 10 = 15, not 17; requests 2 + 3 = 5/s, not 9/s. A pod named as the aggregated
+    # variant's but labelled prefill is left out by the query's ``llm_d_ai_role!="prefill"``.
+    pods = [FakePod("mix-agg-0", "m-mix", variant="agg", running=5, kv=0.2, rate_rps=2),
+            FakePod("mix-pre-0", "m-mix", variant="pre", running=2, kv=0.9, rate_rps=4, role="prefill"),
+            FakePod("mix-dec-0", "m-mix", variant="dec", running=10, kv=0.6, rate_rps=3, role="decode"),
+            FakePod("mix-agg-9", "m-mix", variant="agg", running=50, kv=0.9, rate_rps=4, role="prefill")]
+    exporter = FakeExporter([*pods, FakeDeployment("mix-agg", 2, 2), FakeDeployment("mix-pre", 1, 1),
+                             FakeDeployment("mix-dec", 1, 1)])
+    cfg = parse_config({"services": [{"name": "mix", "model": "m-mix", "slo": SLO, "variants": [_variant("agg")],
+                                      "roles": {"prefill": [_variant("pre")], "decode": [_variant("dec")]}}],
+                        "controller": {"tick_s": 1, "window_s": 3}}, "<roles>")
+    prom = PromServer(tmp_path / "prom", [exporter.target])
+    try:
+        prom.start()
+        prom.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == "1")
+        time.sleep(4.5)  # more than one 3 s window of scrapes
+        src = build_source(cfg, connect(cfg.prometheus, prom.url))
+        obs = src.observe(0.0)["mix"]
+    finally:
+        prom.stop()
+        exporter.close()
+    assert obs.errors == []
+    assert obs.signals.running == 15
+    assert obs.signals.kv_usage == pytest.approx(0.4)  # the mean of 0.2 and 0.6
+    assert obs.signals.request_rate_rps == pytest.approx(5.0, rel=0.25)
+    assert obs.pools["prefill"].signals.running == 2  # the pool is still read apart
+    assert sorted(p.name for p in obs.pods) == ["mix-agg-0", "mix-agg-9", "mix-dec-0", "mix-pre-0"]
