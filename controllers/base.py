@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from autoscaler.config import Service
-    from autoscaler.state import ServiceEstimate
+    from autoscaler.state import PodObservation, ServiceEstimate
 
 
 class Reason(StrEnum):
@@ -214,9 +214,16 @@ class Controller(ABC):
         return None
 
 
+def aggregated_pods(est: ServiceEstimate) -> list[PodObservation]:
+    """``est.pods`` of the service's aggregated variants (``est.variants``): a prefill/decode pool's pods
+    (whose variants are ``est.pools``') left out, so a controller sizing the aggregated variants by
+    their pods counts no pool pod. Every pod for a service without pools."""
+    return [p for p in est.pods if p.variant in est.variants]
+
+
 def silent_pods(est: ServiceEstimate) -> int:
-    """Ready replicas with no per-pod series (not yet scraped, or their metrics missing); 0 when the
-    source gives no per-pod series at all."""
+    """Ready replicas of the aggregated variants with no per-pod series (not yet scraped, or their
+    metrics missing); 0 when the source gives no per-pod series at all."""
     if not est.pods:
         return 0
-    return max(0, sum(v.ready for v in est.variants.values()) - len(est.pods))
+    return max(0, sum(v.ready for v in est.variants.values()) - len(aggregated_pods(est)))

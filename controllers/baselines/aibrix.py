@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from autoscaler.config.control import DEFAULT_WINDOW_S
-from controllers.base import Controller, Decision, change_reason, hold, setpoint_gauges
+from controllers.base import Controller, Decision, aggregated_pods, change_reason, hold, setpoint_gauges
 from controllers.baselines.common import SampleWindow, count_bounds, place_count
 
 if TYPE_CHECKING:
@@ -179,10 +179,11 @@ class AIBrixController(Controller):
 
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Desired replicas per variant (module docstring)."""
-        if not est.pods:
+        pods = aggregated_pods(est)  # the variants it scales: a prefill/decode pool's pods are not theirs
+        if not pods:
             return hold(est.current, "aibrix: no ready pod to scrape")
         now = est.time_s
-        values = [p.kv_usage for p in est.pods]
+        values = [p.kv_usage for p in pods]
         window = self.windows.setdefault(svc.name, SampleWindow(OBSERVE_WINDOW_S))
         window.add(now, sum(values) if self.strategy == "kpa" else sum(values) / len(values))
         stable = window.mean(now, OBSERVE_WINDOW_S)

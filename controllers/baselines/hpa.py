@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autoscaler.config.control import DEFAULT_WINDOW_S
-from controllers.base import Controller, Decision, change_reason, hold, setpoint_gauges
+from controllers.base import Controller, Decision, aggregated_pods, change_reason, hold, setpoint_gauges
 from controllers.baselines.common import count_bounds, place_count
 
 if TYPE_CHECKING:
@@ -328,7 +328,7 @@ class HPAController(Controller):
             total = min(max(current, lo), hi)
             desired = place_count(total, svc, est.current, est.weights)
             return Decision(desired, f"hpa: to bounds {total}", change_reason(desired, est.current))
-        values = [p.kv_usage if self.metric == "kv_usage" else p.waiting for p in est.pods]
+        values = [p.kv_usage if self.metric == "kv_usage" else p.waiting for p in aggregated_pods(est)]
         missing = max(sum(v.ready for v in est.variants.values()) - len(values), 0)
         proposal = hpa_pod_metric_replicas(values, est.starting, self.target, current, self.tolerance, missing,
                                            up_tolerance=self.up_tolerance, down_tolerance=self.down_tolerance)

@@ -23,7 +23,8 @@ replica to the variant with the lowest cost per unit of capacity (``$/replica-ho
 ties: alphabetically first) among those below their cap; a scale-down removes one replica from the
 variant with the highest cost per replica (ties: alphabetically last) above its floor; only the
 cheapest variant is kept at >= 1 (``cost_aware_optimizer.go``; the V1 path keeps every variant at
->= 1). No ready pod = no data = no action.
+>= 1). No ready pod = no data = no action. Only the aggregated variants' pods are analysed (WVA scales
+them): a prefill/decode pool's pods (``ServiceEstimate.pools``) are not counted.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from controllers.base import Controller, Decision, change_reason, hold
+from controllers.base import Controller, Decision, aggregated_pods, change_reason, hold
 from controllers.split import cost_per_capacity
 
 if TYPE_CHECKING:
@@ -111,10 +112,11 @@ class WVAController(Controller):
 
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Desired replicas per variant (module docstring)."""
-        if not est.pods:
+        pods = aggregated_pods(est)  # the variants it scales: a prefill/decode pool's pods are not theirs
+        if not pods:
             return hold(est.current, "wva: no ready pod reports metrics")
-        sat = saturation_analysis([p.kv_usage_max for p in est.pods], [p.waiting_max for p in est.pods])
+        sat = saturation_analysis([p.kv_usage_max for p in pods], [p.waiting_max for p in pods])
         starting = {name: v.starting for name, v in est.variants.items()}
         target, why = wva_targets(sat, svc, est.current, starting, est.weights)
-        return Decision(target, f"wva: {why} ({sat.non_saturated}/{len(est.pods)} pods non-saturated)",
+        return Decision(target, f"wva: {why} ({sat.non_saturated}/{len(pods)} pods non-saturated)",
                         change_reason(target, est.current))

@@ -3,10 +3,13 @@ docs/saturation-scaling-config.md of llm-d/llm-d-workload-variant-autoscaler (``
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from autoscaler.config.loading import parse_config
-from autoscaler.state import PodObservation, ServiceEstimate, Signals, VariantObservation
+from autoscaler.state import PodObservation, PoolObservation, ServiceEstimate, Signals, VariantObservation
+from controllers.base import aggregated_pods, silent_pods
 from controllers.baselines.wva import Saturation, WVAController, saturation_analysis, wva_targets
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
@@ -89,3 +92,30 @@ def test_controller_reads_window_peaks(make_fleet) -> None:
                           pods=pods)
     # latest KV 0.1 looks idle, but the 1 m peaks give spare (0.02 + 0.05)/2 = 0.035 < 0.1: scale up
     assert WVAController().decide(est, svc).desired == {"h100": 3}
+
+
+def test_a_prefill_decode_pools_pods_are_not_counted_as_the_aggregated_variants() -> None:
+    # An aggregated variant "agg" with 2 ready pods, both saturated (1 m KV peaks 0.85, 0.90 >= 0.80),
+    # beside a decode pool "dec" of 3 idle pods (KV 0.1). WVA scales the aggregated variant: its 2 pods
+    # are all it analyses, none non-saturated -> scale up, +1 agg. Were the pool's 3 idle pods counted,
+    # the spare KV would be 0.7 and, spread over 2 pods, (0.8 - 0.15) >= 0.1: a scale-down under overload.
+    def variant(name: str) -> dict[str, object]:
+        return {"name": name, "gpu": "H100-SXM", "price_per_gpu_hour": 2.0, "min_replicas": 1, "max_replicas": 10,
+                "kv_cache_tokens": 400_000, "profile": "llama-3-8b/h100-sxm"}
+
+    svc = parse_config({"services": [{"name": "svc", "model": "m", "slo": SLO, "variants": [variant("agg")],
+                                      "roles": {"prefill": [variant("pre")], "decode": [variant("dec")]}}]},
+                       "<pd>").services[0]
+    pods = [PodObservation("agg", 0.85, 0.0, 8.0, 0.85, 0.0), PodObservation("agg", 0.9, 0.0, 8.0, 0.9, 0.0),
+            *[PodObservation("dec", 0.1, 0.0, 1.0, 0.1, 0.0) for _ in range(3)]]
+    est = ServiceEstimate(service="svc", time_s=60.0, signals=Signals(), variants={"agg": VariantObservation(2, 0)},
+                          weights={"agg": 10.0}, idle=False, capacity_rps=0.0, ready_capacity_rps=0.0, starting=0,
+                          pods=pods, pools={"decode": PoolObservation("decode", Signals(),
+                                                                      {"dec": VariantObservation(3, 0)})})
+    assert saturation_analysis([0.85, 0.9], [0.0, 0.0]).scale_up
+    assert aggregated_pods(est) == pods[:2]
+    d = WVAController().decide(est, svc)
+    assert d.desired == {"agg": 3}
+    assert "0/2 pods non-saturated" in d.reason
+    # a ready aggregated pod not reporting is still seen as silent beside the pool's pods
+    assert silent_pods(replace(est, pods=pods[1:])) == 1
