@@ -40,6 +40,10 @@ Kubernetes service discovery's ``__meta_kubernetes_pod_label_llm_d_ai_role`` (th
 character not valid in a Prometheus label name written ``_``), kept by a ``labelmap`` relabelling; llm-d's
 monitoring examples select and group pods by ``llm_d_ai_role``. The Prometheus source selects a pool's pods
 by it (``autoscaler.adapters.prometheus``)."""
+GAUGE_SIGNALS = ("kv_usage", "queue_length", "running")
+"""The signals read from gauges: an in-flight request is on one pod at a time, so with prefill/decode
+pools they are read over every pod, the prefill pool's included, while the service-wide counters and
+histograms leave the prefill pods out (``autoscaler.adapters.prometheus``)."""
 KSM_SPEC_REPLICAS = "kube_deployment_spec_replicas"
 KSM_READY_REPLICAS = "kube_deployment_status_replicas_ready"
 # Requests arriving at the gateway, counted by the endpoint picker (EPP) per model: completions fall

@@ -49,8 +49,10 @@ the users' requests, the aggregated and decode pods: the prefill pool's pods are
 names and the query adds ``llm_d_ai_role!="prefill"`` (an aggregated pod, with no role label, matches),
 so a remotely prefilled request, which its prefill pod also serves and counts as a one-token request
 (vLLM's ``NixlConnector``; ``autoscaler.adapters.simulator``), counts once in the request rate, the
-completions, the token rates and the latencies, as the simulator's source reads them. A service without
-pools sends its queries unchanged. ``ServiceObservation.pods`` keeps every valid pod.
+completions, the token rates and the latencies, as the simulator's source reads them. The gauges
+(``promql.GAUGE_SIGNALS``: running, waiting, KV usage) are read over every valid pod, since a request is
+in flight on one pod at a time. A service without pools sends its queries unchanged.
+``ServiceObservation.pods`` keeps every valid pod.
 
 Service-wide, two more queries: the gateway's ``arrival_rate_rps`` (``autoscaler.promql``; optional,
 a failure is a warning) and how far back the service's samples go (``history_s``: ``time()`` minus
@@ -103,6 +105,7 @@ from autoscaler.promql import (
     AUTO,
     GATEWAY_TOTALS,
     GATEWAY_WINDOW_S,
+    GAUGE_SIGNALS,
     KSM_READY_REPLICAS,
     KSM_SPEC_REPLICAS,
     PRIORITY_QUERIES,
@@ -738,10 +741,12 @@ class PrometheusSource:
         self._counts[key] = counts
         return counts
 
-    def _signals(self, pool: ThreadPoolExecutor, svc: Service, sel: str, at: float | None
-                 ) -> dict[str, Future[_Outcome]]:
-        """``svc``'s pod-scoped signal queries over the pods ``sel`` selects."""
-        return {name: self._submit(pool, name, render(t, sel, self.window_s), at)
+    def _signals(self, pool: ThreadPoolExecutor, svc: Service, sel: str, at: float | None,
+                 gauge_sel: str | None = None) -> dict[str, Future[_Outcome]]:
+        """``svc``'s pod-scoped signal queries over the pods ``sel`` selects; the gauges
+        (``GAUGE_SIGNALS``) over those ``gauge_sel`` selects, when given."""
+        return {name: self._submit(pool, name, render(t, gauge_sel if gauge_sel is not None and name in GAUGE_SIGNALS
+                                                         else sel, self.window_s), at)
                 for name, t in self.queries(svc).items() if name not in SERVICE_SIGNALS}
 
     def _service_queries(self, svc: Service) -> dict[str, str]:
@@ -849,13 +854,19 @@ class PrometheusSource:
             self.detected.pop(svc.name, None)
         base, pl = self.service_selector(svc), self.prom.pod_label
         plan.service_jobs = {k: self._submit(pool, k, q, at) for k, q in self._service_queries(svc).items()}
-        # service-wide: the pods that finish requests (module docstring), not the prefill pool's
+        # service-wide: rates and latencies over the pods that finish requests, gauges over every pod
+        # (module docstring); the same query without roles
         prefill = {v.name for r, v in svc.role_variants() if r == "prefill"}
-        every = [p.name for v, pods in plan.valid.items() if v not in prefill for p in pods]
-        if known and every:
-            finishing = (f"{ROLE_LABEL}!={quote('prefill')}",) if svc.roles is not None else ()
-            plan.jobs[svc.name] = self._signals(
-                pool, svc, matchers(base, *finishing, f"{pl}=~{quote(exact_alternation(every))}"), at)
+        every = [p.name for pods in plan.valid.values() for p in pods]
+        finishing = [p.name for v, pods in plan.valid.items() if v not in prefill for p in pods]
+        if known and every and svc.roles is None:
+            plan.jobs[svc.name] = self._signals(pool, svc, matchers(base, f"{pl}=~{quote(exact_alternation(every))}"),
+                                                at)
+        elif known and every:
+            sel = matchers(base, f"{ROLE_LABEL}!={quote('prefill')}",
+                           f"{pl}=~{quote(exact_alternation(finishing or every))}")
+            plan.jobs[svc.name] = self._signals(pool, svc, sel, at,
+                                                matchers(base, f"{pl}=~{quote(exact_alternation(every))}"))
         for v in _all_variants(svc):
             names = [p.name for p in plan.valid[v.name]]
             if names:

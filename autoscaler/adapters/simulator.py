@@ -39,7 +39,8 @@ prefill pod as a request of its own (``simulator.disagg``: vLLM's ``NixlConnecto
 deprecated in 0.11), counts each finished request in ``vllm:request_success`` by finish reason and in
 the e2e and token histograms, and each prefill's prompt tokens and TTFT), so over every pod the
 request rate, completions, token rates and latencies would count it twice. The gauges (running,
-waiting, KV usage) leave the prefill pods out too: they are the prefill pool's.
+waiting, KV usage) keep every pod: a request is in flight on one pod at a time (the decode pod receives
+it once its prefill request has ended), and the prefill pods' queue is the service's backlog too.
 ``ServiceObservation.pods`` keeps every ready pod (a pool's pods are drained by name); a controller
 counting its aggregated variants' pods takes ``controllers.base.aggregated_pods``.
 
@@ -284,13 +285,20 @@ class SimMetricsSource:
                         self._signals([r for r in scraped if r.variant == v.name], pod_rates))
                 pools[role] = PoolObservation(role, self._signals([r for r in scraped if r.role == role], pod_rates),
                                               pool_variants)
-            # over the pods that finish requests: a remote-prefilled request would count twice otherwise
+            # rates and latencies over the pods that finish requests (a remote-prefilled request would
+            # count twice), the gauges over every pod (an in-flight request is on one pod at a time)
             finishing = [r for r in scraped if r.role != PREFILL] if svc.pd is not None else scraped
             signals = self._signals(finishing, pod_rates)
+            if finishing is not scraped:
+                every = self._signals(scraped, pod_rates)
+                signals = replace(signals, kv_usage=every.kv_usage, queue_length=every.queue_length,
+                                  running=every.running)
             # the gateway's queue (requests held while no replica is ready) is part of the service's queue
             queue = (signals.queue_length or 0.0) + len(svc.gateway)
-            if not finishing:  # no pod serving: nothing to measure, but nothing is in flight on a pod either
-                signals = replace(signals, request_rate_rps=0.0, running=0.0)
+            if not finishing:  # no pod finishing requests: none finished
+                signals = replace(signals, request_rate_rps=0.0)
+            if not scraped:  # no pod serving: nothing to measure, but nothing is in flight on a pod either
+                signals = replace(signals, running=0.0)
             gw = self._arrivals[name]
             arrivals = extrapolated_rate(np.array(gw.times), np.array(gw.counters), now - self.window_s, now)
             ttft_mean = signals.ttft_mean_s

@@ -210,8 +210,8 @@ def test_every_pod_carries_its_llm_d_role_label_in_a_fleet_with_roles() -> None:
 def test_the_service_wide_signals_count_a_remotely_prefilled_request_once() -> None:
     # The two requests of the hand-over test: request 0 prefilled on ``p`` (vLLM ends that one-token
     # request "length") then served on ``d``, request 1 prefilled and served on ``d``. Scrapes at t = 0
-    # (every counter 0) and t = 20 s (both done); rate() over (-40 s, 20 s]: the counters start at 0 at
-    # the first sample, so nothing is extrapolated (Prometheus's zero cut-off) and a rate is the
+    # (every counter 0), 0.05 s (still 0) and 20 s (both done); rate() over (-40 s, 20 s]: the counters
+    # start at 0 at the first sample, so nothing is extrapolated (Prometheus's zero cut-off) and a rate is the
     # increase over the 60-s window. The service-wide signals read the pods that finish requests: 2
     # requests, not 3; the prompts' 4500 tokens, not 8500; 6 generated tokens, not 7 (``p``'s discarded one).
     sim = FleetSimulator(parse_config(pd_doc(), "<pd>"),
@@ -219,8 +219,16 @@ def test_the_service_wide_signals_count_a_remotely_prefilled_request_once() -> N
                                    Request(arrival_s=10.0, input_tokens=500, output_tokens=3)]))
     src = SimMetricsSource(sim, window_s=60.0, scrape_interval_s=20.0)
     src.scrape(0.0)
+    # At t = 0.05 s request 0 is prefilling on p (0.113 s): in flight on one pod, p's; the gauges read
+    # every pod, so the service has 1 running request.
+    sim.run_until(0.05)
+    src.scrape(0.05)
+    mid = src.observe(0.05)["svc"]
+    assert (mid.signals.running, mid.pools["prefill"].signals.running, mid.pools["decode"].signals.running) \
+        == (1.0, 1.0, 0.0)
     sim.run_until(20.0)
     assert sim.done
+    src.scrape(20.0)
     obs = src.observe(20.0)["svc"]
     assert obs.signals.request_rate_rps == pytest.approx(2 / 60, rel=1e-12)
     assert obs.signals.success_rps == pytest.approx(2 / 60, rel=1e-12)

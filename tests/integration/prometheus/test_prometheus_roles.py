@@ -58,10 +58,11 @@ def test_each_pool_is_read_by_its_role_label(tmp_path: Any) -> None:
 
 @pytest.mark.slow
 def test_the_service_wide_signals_leave_the_prefill_pods_out(tmp_path: Any) -> None:
-    # An aggregated pod, a decode pod and a prefill pod: the service-wide signals read the pods that
+    # An aggregated pod, a decode pod and a prefill pod: the service-wide rates read the pods that
     # finish requests (aggregated + decode), so the prefill pod's one-token requests are not counted
-    # again: running 5 + 10 = 15, not 17; requests 2 + 3 = 5/s, not 9/s. A pod named as the aggregated
-    # variant's but labelled prefill is left out by the query's ``llm_d_ai_role!="prefill"``.
+    # again: 2 + 3 = 5 requests/s, not 9 (13 with the pod below). A pod named as the aggregated
+    # variant's but labelled prefill is left out by the query's ``llm_d_ai_role!="prefill"``. The
+    # gauges read every pod (a request is in flight on one pod at a time): running 5 + 2 + 10 + 50.
     pods = [FakePod("mix-agg-0", "m-mix", variant="agg", running=5, kv=0.2, rate_rps=2),
             FakePod("mix-pre-0", "m-mix", variant="pre", running=2, kv=0.9, rate_rps=4, role="prefill"),
             FakePod("mix-dec-0", "m-mix", variant="dec", running=10, kv=0.6, rate_rps=3, role="decode"),
@@ -82,8 +83,8 @@ def test_the_service_wide_signals_leave_the_prefill_pods_out(tmp_path: Any) -> N
         prom.stop()
         exporter.close()
     assert obs.errors == []
-    assert obs.signals.running == 15
-    assert obs.signals.kv_usage == pytest.approx(0.4)  # the mean of 0.2 and 0.6
+    assert obs.signals.running == 67
+    assert obs.signals.kv_usage == pytest.approx(0.65)  # the mean of 0.2, 0.9, 0.6 and 0.9
     assert obs.signals.request_rate_rps == pytest.approx(5.0, rel=0.25)
     assert obs.pools["prefill"].signals.running == 2  # the pool is still read apart
     assert sorted(p.name for p in obs.pods) == ["mix-agg-0", "mix-agg-9", "mix-dec-0", "mix-pre-0"]
