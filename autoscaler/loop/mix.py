@@ -44,15 +44,13 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from autoscaler.config import EngineConfig, Service
 from autoscaler.loop.forecast import per_request
 from autoscaler.state import Signals
-from models.capacity import ReplicaSpec, RequestMix, variant_weights
+from models.capacity import Memo, ReplicaSpec, RequestMix, variant_weights
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +72,7 @@ CACHE_SIZE = 4096
 """Capacity sets ``weights_for`` keeps (each a few variants' floats: ~1 MiB at most; 4096 holds a
 distinct set for each of 500 services x 3 variants with room for their mixes to move)."""
 
-_cache: OrderedDict[Any, dict[str, float]] = OrderedDict()
-_lock = threading.Lock()
+_cache = Memo(CACHE_SIZE)
 
 
 def weights_for(svc: Service, engine: EngineConfig, mix: tuple[float, float, float]) -> dict[str, float]:
@@ -89,16 +86,11 @@ def weights_for(svc: Service, engine: EngineConfig, mix: tuple[float, float, flo
     """
     slo = svc.slo["interactive"]
     key = (tuple((v.name, ReplicaSpec.of(v, engine)) for v in svc.variants), slo.ttft_s, slo.itl_s, mix)
-    with _lock:
-        hit = _cache.get(key)
-        if hit is not None:
-            _cache.move_to_end(key)
-            return dict(hit)
+    hit = _cache.get(key)
+    if isinstance(hit, dict):
+        return dict(hit)
     weights = variant_weights(svc, engine, RequestMix.from_means(*mix))
-    with _lock:
-        _cache[key] = dict(weights)
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
+    _cache.put(key, dict(weights))
     return weights
 
 

@@ -199,7 +199,7 @@ def test_the_same_capacity_inputs_are_derived_once_and_a_changed_one_again(monke
         return variant_weights(svc, engine, m)
 
     monkeypatch.setattr(mix, "variant_weights", counting)
-    monkeypatch.setattr(mix, "_cache", mix.OrderedDict())
+    monkeypatch.setattr(mix, "_cache", mix.Memo(mix.CACHE_SIZE))
     first = MixTracker(SVC, ENGINE, WINDOW_S)
     twin = MixTracker(SVC.model_copy(update={"name": "tenant-b"}), ENGINE, WINDOW_S)
     assert calls == [SVC.name] and twin.weights == first.weights == expected(*first.basis)
