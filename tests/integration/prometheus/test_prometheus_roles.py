@@ -11,8 +11,10 @@ import pytest
 from support.promserver import FakeDeployment, FakeExporter, FakePod
 
 from autoscaler.adapters.prometheus import connect
+from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.faults.promserver import PromServer
+from autoscaler.state import ServiceObservation
 from autoscaler.wiring import build_source
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
@@ -21,6 +23,21 @@ SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "
 def _variant(name: str) -> dict[str, Any]:
     return {"name": name, "gpu": "H100-SXM", "price_per_gpu_hour": 2.0, "min_replicas": 1, "max_replicas": 4,
             "kv_cache_tokens": 400_000, "profile": "llama-3-8b/h100-sxm"}
+
+
+def _observe(tmp_path: Any, exporter: FakeExporter, cfg: FleetConfig, service: str) -> ServiceObservation:
+    """``service``'s observation by the Prometheus source once a real Prometheus has scraped ``exporter``
+    for more than one 3-s window."""
+    prom = PromServer(tmp_path / "prom", [exporter.target])
+    try:
+        prom.start()
+        prom.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == "1")
+        time.sleep(4.5)  # more than one 3 s window of scrapes
+        src = build_source(cfg, connect(cfg.prometheus, prom.url))
+        return src.observe(0.0)[service]
+    finally:
+        prom.stop()
+        exporter.close()
 
 
 @pytest.mark.slow
@@ -34,16 +51,7 @@ def test_each_pool_is_read_by_its_role_label(tmp_path: Any) -> None:
     cfg = parse_config({"services": [{"name": "pd", "model": "m-pd", "slo": SLO, "variants": [],
                                       "roles": {"prefill": [_variant("pre")], "decode": [_variant("dec")]}}],
                         "controller": {"tick_s": 1, "window_s": 3}}, "<roles>")
-    prom = PromServer(tmp_path / "prom", [exporter.target])
-    try:
-        prom.start()
-        prom.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == "1")
-        time.sleep(4.5)  # more than one 3 s window of scrapes
-        src = build_source(cfg, connect(cfg.prometheus, prom.url))
-        obs = src.observe(0.0)["pd"]
-    finally:
-        prom.stop()
-        exporter.close()
+    obs = _observe(tmp_path, exporter, cfg, "pd")
     assert obs.errors == []
     assert obs.variants == {}
     pre, dec = obs.pools["prefill"], obs.pools["decode"]
@@ -72,16 +80,7 @@ def test_the_service_wide_signals_leave_the_prefill_pods_out(tmp_path: Any) -> N
     cfg = parse_config({"services": [{"name": "mix", "model": "m-mix", "slo": SLO, "variants": [_variant("agg")],
                                       "roles": {"prefill": [_variant("pre")], "decode": [_variant("dec")]}}],
                         "controller": {"tick_s": 1, "window_s": 3}}, "<roles>")
-    prom = PromServer(tmp_path / "prom", [exporter.target])
-    try:
-        prom.start()
-        prom.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == "1")
-        time.sleep(4.5)  # more than one 3 s window of scrapes
-        src = build_source(cfg, connect(cfg.prometheus, prom.url))
-        obs = src.observe(0.0)["mix"]
-    finally:
-        prom.stop()
-        exporter.close()
+    obs = _observe(tmp_path, exporter, cfg, "mix")
     assert obs.errors == []
     assert obs.signals.running == 67
     assert obs.signals.kv_usage == pytest.approx(0.65)  # the mean of 0.2, 0.9, 0.6 and 0.9
