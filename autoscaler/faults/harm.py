@@ -245,8 +245,13 @@ def pool_loss_windows(facts: RunFacts, sc: Scenario, limit_s: float) -> list[tup
     for f in sc.faults:
         if not isinstance(f, CrashFault):
             continue
-        lost = [f.role] if f.role is not None else [roles[f.variant]] if f.variant in roles else \
-            [] if f.variant is not None else pools
+        lost: list[str]
+        if f.role is not None:
+            lost = [f.role]
+        elif f.variant is not None:  # a pool variant's pool; an aggregated variant's crash loses no pool
+            lost = [roles[f.variant]] if f.variant in roles else []
+        else:
+            lost = pools
         for role in lost:
             before = facts.ready_in(role, f.time_s - 1e-9)
             times = sorted({r.ready_s for r in _replicas(facts) if r.role == role and f.time_s < r.ready_s})
