@@ -144,9 +144,13 @@ class KVTransfer(Strict):
     bandwidth_gbps: float = Field(default=KV_LINK_GBPS, gt=0, le=100_000)
     latency_s: float = Field(default=KV_LINK_LATENCY_S, ge=0, le=60)
 
-    def seconds(self, tokens: int, kv_bytes_per_token: int) -> float:
-        """Seconds to move ``tokens`` tokens of ``kv_bytes_per_token`` bytes each (>= 0)."""
-        return tokens * kv_bytes_per_token * 8 / (self.bandwidth_gbps * 1e9) + self.latency_s
+    def seconds(self, tokens: int, kv_bytes_per_token: int, bandwidth_factor: float = 1.0,
+                extra_latency_s: float = 0.0) -> float:
+        """Seconds to move ``tokens`` tokens of ``kv_bytes_per_token`` bytes each (>= 0), on a link whose
+        bandwidth is divided by ``bandwidth_factor`` and latency raised by ``extra_latency_s`` (a
+        ``simulator.link_slowdowns`` window; 1 and 0: as configured)."""
+        bits_per_s = self.bandwidth_gbps * 1e9 / bandwidth_factor
+        return tokens * kv_bytes_per_token * 8 / bits_per_s + self.latency_s + extra_latency_s
 
 
 class PDRatio(Strict):
@@ -348,19 +352,19 @@ class FleetConfig(Strict):
 
     @model_validator(mode="after")
     def _crash_targets(self) -> FleetConfig:
-        variants = self.variant_names()
+        # a fault may name an aggregated variant or a prefill/decode pool's (their names are unique
+        # within a service, ``Service._unique``)
+        variants = {s.name: {v.name for v in s.variants} | {v.name for _, v in s.role_variants()}
+                    for s in self.services}
         known = {v for names in variants.values() for v in names}
-        pools = {(s.name, v.name): f"a {r} pool variant" for s in self.services for r, v in s.role_variants()}
-        pool_names = {n: why for (_, n), why in pools.items()}
         for name in self.simulator.slowdown:
-            if name in pool_names and name not in known:
-                raise ValueError(f"simulator.slowdown: '{name}' is {pool_names[name]}, which the simulator's faults "
-                                 "cannot name yet (aggregated variants only)")
             if name not in known:
                 raise ValueError(f"simulator.slowdown: unknown variant '{name}' "
                                  f"(fleet has: {', '.join(sorted(known))})")
-        targets = [("crashes", i, c.service, c.variant) for i, c in enumerate(self.simulator.crashes)]
+        targets: list[tuple[str, int, str | None, str | None]] = [
+            ("crashes", i, c.service, c.variant) for i, c in enumerate(self.simulator.crashes)]
         targets += [("unschedulable", i, u.service, u.variant) for i, u in enumerate(self.simulator.unschedulable)]
+        targets += [("link_slowdowns", i, w.service, None) for i, w in enumerate(self.simulator.link_slowdowns)]
         for key, i, service, variant in targets:
             if service is None and len(self.services) > 1:
                 raise ValueError(f"simulator.{key}[{i}].service: required when the fleet has more than one "
@@ -368,9 +372,11 @@ class FleetConfig(Strict):
             svc = service or self.services[0].name
             if svc not in variants:
                 raise ValueError(f"simulator.{key}[{i}].service: unknown service '{svc}'")
-            if (svc, variant) in pools:
-                raise ValueError(f"simulator.{key}[{i}].variant: '{variant}' is {pools[svc, variant]}, which the "
-                                 "simulator's faults cannot name yet (aggregated variants only)")
+            if variant is None:
+                if self.service(svc).roles is None:
+                    raise ValueError(f"simulator.{key}[{i}].service: '{svc}' has no prefill/decode roles, "
+                                     "hence no KV-transfer link to slow down")
+                continue
             if variant not in variants[svc]:
                 raise ValueError(
                     f"simulator.{key}[{i}].variant: unknown variant '{variant}' of service '{svc}' "

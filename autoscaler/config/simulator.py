@@ -34,6 +34,32 @@ class Unschedulable(Strict):
         return self
 
 
+class LinkSlowdown(Strict):
+    """A window in which a service's KV-transfer link (``Roles.kv_transfer``) is slower: a prompt's KV
+    read that starts inside ``[start_s, end_s)`` moves at ``bandwidth_gbps / bandwidth_factor`` and
+    waits ``latency_s + extra_latency_s`` (a congested or degraded RDMA fabric, a NIC fallen back to
+    TCP). A read keeps the time it was given when it started. Overlapping windows compose: their
+    factors multiply, their extra latencies add. ``end_s`` None: for the rest of the run."""
+
+    service: str | None = None
+    start_s: float = Field(default=0.0, ge=0)
+    end_s: float | None = Field(default=None, ge=0)
+    bandwidth_factor: float = Field(default=1.0, ge=1, le=1000)
+    extra_latency_s: float = Field(default=0.0, ge=0, le=60)
+
+    @model_validator(mode="after")
+    def _window(self) -> LinkSlowdown:
+        if self.end_s is not None and self.end_s <= self.start_s:
+            raise ValueError(f"end_s ({self.end_s:g}) must be after start_s ({self.start_s:g})")
+        if self.bandwidth_factor == 1.0 and self.extra_latency_s == 0.0:
+            raise ValueError("a link slowdown needs bandwidth_factor > 1 or extra_latency_s > 0")
+        return self
+
+    def active(self, t: float) -> bool:
+        """Whether ``t`` (seconds) is inside the window."""
+        return self.start_s <= t and (self.end_s is None or t < self.end_s)
+
+
 class ClientConfig(Strict):
     """How the simulated clients retry: by default not at all (each trace request is one attempt);
     the backoff defaults are the OpenAI Python client's (a 0.5-s first delay doubling to at most 8 s,
@@ -235,6 +261,8 @@ class SimulatorConfig(Strict):
         crashes: replica crashes to inject, as ``{time_s, variant}``; the oldest ready replica of
             that variant crashes.
         unschedulable: windows in which a variant's new pods stay Pending (``Unschedulable``).
+        link_slowdowns: windows in which a service's prefill->decode KV link is slower
+            (``LinkSlowdown``); the service needs ``roles``.
         termination_grace_s: Kubernetes' ``terminationGracePeriodSeconds`` (its default is 30 s): a
             replica removed by a scale-down still holding requests this long after is killed, and
             those requests fail (their clients retry). None (default): a removed replica finishes
@@ -248,6 +276,7 @@ class SimulatorConfig(Strict):
     scrape_interval_s: float = Field(default=15.0, gt=0, le=300.0)
     crashes: list[Crash] = Field(default_factory=list)
     unschedulable: list[Unschedulable] = Field(default_factory=list)
+    link_slowdowns: list[LinkSlowdown] = Field(default_factory=list)
     termination_grace_s: float | None = Field(default=None, gt=0)
     slowdown: dict[str, Annotated[float, Field(gt=0, le=10)]] = Field(default_factory=dict)
     clients: ClientConfig = ClientConfig()

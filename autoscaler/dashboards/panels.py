@@ -86,7 +86,9 @@ def new_board(uid: str, title: str, description: str, tags: list[str]) -> Board:
         ("namespace", "Namespace", "label_values(vllm:num_requests_running, namespace)"),
         ("service", "Service", "label_values(autoscaler_current_replicas, service)"),
         ("model", "Model", 'label_values(vllm:num_requests_running{namespace=~"$namespace"}, model_name)'),
-        ("variant", "Variant", 'label_values(autoscaler_current_replicas{service=~"$service"}, variant)'),
+        # the aggregated variants' and the prefill/decode pools' (``autoscaler_pool_current_replicas``)
+        ("variant", "Variant", 'label_values({__name__=~"autoscaler_current_replicas|autoscaler_pool_current_replicas",'
+                               'service=~"$service"}, variant)'),
     ):
         b.with_variable(dashboard.QueryVariable(name).label(label).datasource(DATASOURCE).query(query)
                         .refresh(md.VariableRefresh.ON_TIME_RANGE_CHANGED).multi(True).include_all(True)

@@ -44,6 +44,11 @@ Alerts (``rules/autoscaler-alerts.yaml``), each with a runbook paragraph in docs
   (or none this rule reads), from the daemon's own ``autoscaler_workload_desired_replicas`` and
   ``autoscaler_workload_ready_replicas`` (labels ``service``, ``variant``, ``kind``, ``workload``:
   the counts its connector last read from the API server; a LeaderWorkerSet counts groups);
+- ``AutoscalerPoolDown`` (page): for 10 minutes, a service's prefill or decode pool (``Service.roles``;
+  the loop's ``autoscaler_pool_{desired,ready}_replicas``, by llm-d's role label ``llm_d_ai_role``)
+  has fewer than half the ready replicas the loop wants: every request of a P/D service passes its
+  decode pool (and a long one its prefill pool), so a pool lost (crashed, evicted, Pending) fails the
+  service though the other pool is whole; a cold start (minutes) is shorter than the 10;
 - ``AutoscalerAnotherWriter``: for 10 minutes, one of the fleet's Deployments has other replicas than
   the loop decided (another writer: a person, a GitOps sync, another autoscaler); it joins the
   Deployment ``<service>-<variant>`` (the default workload name) to the loop's decision; a workload
@@ -67,7 +72,7 @@ from prometheus_client.utils import floatToGoString
 
 from autoscaler.adapters.prometheus import service_selector
 from autoscaler.config import FleetConfig
-from autoscaler.promql import GATEWAY_REQUESTS, RECORDING_RULES, exact_alternation, first_present, quote
+from autoscaler.promql import GATEWAY_REQUESTS, RECORDING_RULES, ROLE_LABEL, exact_alternation, first_present, quote
 from autoscaler.simulator.metrics import ITL_BUCKETS, TTFT_BUCKETS
 from autoscaler.urls import redact
 from autoscaler.workload.types import INTERACTIVE
@@ -252,6 +257,9 @@ def alerts(objective: float, cfg: FleetConfig) -> list[Alert]:
                        "{{ $labels.deployment }}{{ $labels.service }}{{ if $labels.variant }}/{{ end }}"
                        "{{ $labels.variant }}: replicas differ from the autoscaler's decision for 10 minutes "
                        "(another writer)")
+    # max by variant first: one value per pool variant however many loops report it
+    pool_ready, pool_wanted = (f"sum by (service, {ROLE_LABEL}) (max by (service, variant, {ROLE_LABEL}) "
+                               f"(autoscaler_pool_{kind}_replicas))" for kind in ("ready", "desired"))
     out += [
         Alert("AutoscalerLoopStalled",
               f"{ticks} == 0 or absent_over_time(autoscaler_loop_duration_seconds_count[10m])", (ticks,), "0m",
@@ -271,6 +279,10 @@ def alerts(objective: float, cfg: FleetConfig) -> list[Alert]:
         Alert("AutoscalerDemandUnserved", f"{arrivals} > 0 unless on (model_name) {served} > 0", (arrivals, served),
               "10m", "page", "{{ $labels.model_name }}: requests arrive at the gateway and none is served"),
         stuck,
+        Alert("AutoscalerPoolDown", f"{pool_ready} < on (service, {ROLE_LABEL}) 0.5 * {pool_wanted}",
+              (pool_ready, pool_wanted), "10m", "page",
+              f"{{{{ $labels.service }}}}: its {{{{ $labels.{ROLE_LABEL} }}}} pool has fewer than half the ready "
+              "replicas the autoscaler wants"),
         writer,
         Alert("AutoscalerTwoLeaders",
               "sum by (job, shard) (autoscaler_shard_leader) > 1 "

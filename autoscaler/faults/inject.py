@@ -1,8 +1,12 @@
 """Injecting a scenario's simulator-layer faults into a ``SimulationDriver``.
 
-- ``crash``: at the first sub-step at or after ``time_s``, the ``fraction`` of ready replicas (at
-  least one; the oldest first, whatever their variant) crash; each is replaced, cold, as a
-  ReplicaSet replaces a pod.
+- ``crash``: at the first sub-step at or after ``time_s``, the ``fraction`` of the target service's
+  ready replicas (at least one; the oldest first) crash: of every variant, aggregated and
+  prefill/decode pools alike, or of the fault's ``variant`` or ``role`` pool only; each is replaced,
+  cold, as a ReplicaSet replaces a pod (``FleetSimulator.crash``).
+- ``link_slowdown``: the service's KV-transfer link is slower inside the window
+  (``FleetSimulator.slow_link``: a read starting then takes its bytes over the divided bandwidth,
+  plus the extra latency).
 - ``prometheus_down``: inside the window nothing is scraped and every observation carries a failed
   query and no signal, as the Prometheus source reports an unreachable server; replica counts stay
   known (the daemon reads them from the API server).
@@ -16,9 +20,19 @@ import dataclasses
 import math
 
 from autoscaler.adapters.simulator import SimMetricsSource
-from autoscaler.faults.scenario import CrashFault, NewPodsSilent, PodMetricsMissing, PrometheusDown, Scenario
+from autoscaler.config.simulator import LinkSlowdown
+from autoscaler.faults.scenario import (
+    CrashFault,
+    LinkSlow,
+    NewPodsSilent,
+    PodMetricsMissing,
+    PrometheusDown,
+    Scenario,
+)
 from autoscaler.simulate import SimulationDriver
+from autoscaler.simulator.disagg import PREFILL
 from autoscaler.simulator.engine import Replica
+from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.state import ServiceObservation, Signals
 
 UNREACHABLE = "prometheus unreachable (injected fault)"
@@ -64,6 +78,10 @@ class Injector:
         silent_new = [f.delay_s for f in scenario.faults if isinstance(f, NewPodsSilent)]
         sim = driver.sim
         inner = driver.source
+        for f in scenario.faults:
+            if isinstance(f, LinkSlow):
+                sim.slow_link(LinkSlowdown(service=sim.target, start_s=f.start_s, end_s=f.end_s,
+                                           bandwidth_factor=f.bandwidth_factor, extra_latency_s=f.extra_latency_s))
 
         def silent(r: Replica, now: float) -> bool:
             if any(now < r.ready_s + d for d in silent_new):
@@ -88,8 +106,19 @@ class Injector:
         sim = self.driver.sim
         while self.crashes and self.crashes[0].time_s <= now:
             fault = self.crashes.pop(0)
-            svc = sim.services[sim.target]
-            ready = sorted(svc.ready, key=lambda r: r.ready_s)
-            victims = ready[: max(1, math.ceil(fault.fraction * len(ready) - 1e-9))] if ready else []
-            failed = sum(sim.crash(sim.target, r.variant) for r in victims)
+            victims = crash_victims(self.driver.sim, fault)
+            failed = sum(sim.crash_replica(r) for r in victims)
             self.crashed.append((now, len(victims), failed))
+
+
+def crash_victims(sim: FleetSimulator, fault: CrashFault) -> list[Replica]:
+    """The replicas ``fault`` crashes now: ``ceil(fraction x n)`` (at least one) of the ``n`` ready
+    replicas of the target service it names (every variant, its ``variant``, or its ``role`` pool), the
+    oldest first; none when none is ready."""
+    svc = sim.services[sim.target]
+    if fault.role is not None:
+        pool = svc.prefill_ready if fault.role == PREFILL else svc.decode_ready
+    else:
+        pool = svc.ready + svc.prefill_ready + svc.decode_ready
+    ready = sorted((r for r in pool if fault.variant is None or r.variant == fault.variant), key=lambda r: r.ready_s)
+    return ready[: max(1, math.ceil(fault.fraction * len(ready) - 1e-9))] if ready else []

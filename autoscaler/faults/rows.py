@@ -54,6 +54,15 @@ def failed_row(sc: Scenario, name: str, exc: BaseException, wall_s: float) -> di
     }
 
 
+def not_applicable_row(sc: Scenario, name: str, why: str) -> dict[str, Any]:
+    """The row of ``name`` on ``sc`` when the controller cannot run on the scenario's fleet (one that
+    needs aggregated variants on a fleet of prefill/decode pools only, or the reverse): not run, the
+    reason under ``not_applicable``, every figure null. Not a failure: the command still exits 0."""
+    row = failed_row(sc, name, ValueError(why), 0.0)
+    del row["failed"]
+    return {**row, "not_applicable": why}
+
+
 def failed(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows whose run failed."""
     return [r for r in rows if r.get("failed")]
@@ -70,8 +79,8 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = [head, "|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         parts = [f"{k} {v}" for k, v in r["harm"].items() if v]
-        harm = (f"failed: {r['failed']}" if r.get("failed") else
-                f"{r['harmful_actions']}" + (f" ({', '.join(parts)})" if parts else ""))
+        harm = (f"failed: {r['failed']}" if r.get("failed") else f"n/a: {r['not_applicable']}"
+                if r.get("not_applicable") else f"{r['harmful_actions']}" + (f" ({', '.join(parts)})" if parts else ""))
         lines.append(f"| {r['scenario']} | {r['controller']} | {harm} | "
                      f"{percent(r['slo_attainment_interactive'])} | "
                      f"{_cell(r['requests_failed'], 'd')} | {_cell(r['retries'], 'd')} | {money(r['cost_usd'])} |")

@@ -5,7 +5,8 @@ A scenario names the reports it reproduces (``reported``), says what went wrong 
 what a harmful action is for it (``harmful``, prose; ``harm``, the rules that count them,
 ``autoscaler.faults.harm``). Its ``workload`` is built in code (``piecewise``: a rate curve and
 request sizes) or read from a trace under the data folder (``trace``); its ``fleet`` is a patch laid
-over the embedded default fleet (mappings key by key, the ``services`` and ``variants`` lists entry
+over the embedded default fleet, or over ``base_fleet`` (a fleet file of this source tree, e.g.
+``examples/fleet-pd.yaml``) (mappings key by key, the ``services`` and ``variants`` lists entry
 by entry on ``name``). ``faults`` are injected at simulated times (seconds from the first arrival).
 ``layer: live`` scenarios run the daemon against the emulated API server and a real Prometheus
 (``autoscaler.faults.live``), the rest in the simulator. ``short`` ones are also tests.
@@ -85,11 +86,40 @@ class WorkloadSpec(Strict):
 
 
 class CrashFault(Strict):
-    """``fraction`` of the ready replicas (all variants, the oldest first) crash at ``time_s``."""
+    """``fraction`` of the target service's ready replicas (the oldest first; at least one) crash at
+    ``time_s``: of every variant, aggregated and prefill/decode pools alike, or only of ``variant`` (an
+    aggregated or a pool variant), or only of the ``role`` pool (``prefill`` or ``decode``, all its
+    variants). ``fraction`` is of the replicas so chosen."""
 
     kind: Literal["crash"]
     time_s: float = Field(ge=0)
     fraction: float = Field(gt=0, le=1)
+    variant: str | None = None
+    role: Literal["prefill", "decode"] | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> CrashFault:
+        if self.variant is not None and self.role is not None:
+            raise ValueError("give variant or role, not both")
+        return self
+
+
+class LinkSlow(Strict):
+    """The target service's prefill->decode KV link slows down from ``start_s`` to ``end_s``: its
+    bandwidth divided by ``bandwidth_factor``, ``extra_latency_s`` added to every read that starts then
+    (``autoscaler.config.simulator.LinkSlowdown``)."""
+
+    kind: Literal["link_slowdown"]
+    start_s: float = Field(ge=0)
+    end_s: float
+    bandwidth_factor: float = Field(default=1.0, ge=1, le=1000)
+    extra_latency_s: float = Field(default=0.0, ge=0, le=60)
+
+    @model_validator(mode="after")
+    def _slower(self) -> LinkSlow:
+        if self.bandwidth_factor == 1.0 and self.extra_latency_s == 0.0:
+            raise ValueError("a link slowdown needs bandwidth_factor > 1 or extra_latency_s > 0")
+        return self
 
 
 class PrometheusDown(Strict):
@@ -195,13 +225,14 @@ Fault = Annotated[
     | Annotated[PodMetricsMissing, Tag("pod_metrics_missing")] | Annotated[NewPodsSilent, Tag("new_pods_silent")]
     | Annotated[ExternalEdit, Tag("external_edit")] | Annotated[ApiErrors, Tag("api_errors")]
     | Annotated[SecondDaemon, Tag("second_daemon")] | Annotated[ApiHang, Tag("api_hang")]
-    | Annotated[PrometheusSlow, Tag("prometheus_slow")] | Annotated[StaleLease, Tag("stale_lease")],
+    | Annotated[PrometheusSlow, Tag("prometheus_slow")] | Annotated[StaleLease, Tag("stale_lease")]
+    | Annotated[LinkSlow, Tag("link_slowdown")],
     Discriminator(_kind, custom_error_type="fault_kind",
                   custom_error_message="a fault needs a kind: crash, prometheus_down, pod_metrics_missing, "
-                                       "new_pods_silent, external_edit, api_errors, second_daemon, api_hang, "
-                                       "prometheus_slow or stale_lease"),
+                                       "new_pods_silent, link_slowdown, external_edit, api_errors, second_daemon, "
+                                       "api_hang, prometheus_slow or stale_lease"),
 ]
-SIM_FAULTS = ("crash", "prometheus_down", "pod_metrics_missing", "new_pods_silent")
+SIM_FAULTS = ("crash", "prometheus_down", "pod_metrics_missing", "new_pods_silent", "link_slowdown")
 LIVE_FAULTS = ("prometheus_down", "external_edit", "api_errors", "second_daemon", "api_hang", "prometheus_slow",
                "stale_lease")
 
@@ -210,7 +241,8 @@ class HarmRule(Strict):
     """One rule counting harmful actions (``autoscaler.faults.harm.RULES``) and its settings."""
 
     rule: Literal["down_on_missing_data", "down_while_missing_slo", "overshoot", "killed_starting",
-                  "cut_generations", "held_pending", "held_idle", "flaps", "overwrote_other_writer",
+                  "cut_generations", "held_pending", "held_idle", "flaps", "down_while_pool_lost",
+                  "down_on_link_slowdown", "overwrote_other_writer",
                   "two_writers", "leaderless"]
     objective: float = Field(default=0.95, gt=0, lt=1)
     lookahead_s: float = Field(default=300.0, ge=0)
@@ -230,6 +262,9 @@ class Scenario(Strict):
     short: bool = False
     seed: int = Field(default=0, ge=0)
     workload: WorkloadSpec
+    base_fleet: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]*\.yaml$")
+    """A fleet file, relative to the source tree's root, the ``fleet`` patch is laid over (None: the
+    embedded default fleet)."""
     fleet: dict[str, Any] = Field(default_factory=dict)
     faults: list[Fault] = Field(default_factory=list)
     harm: list[HarmRule] = Field(min_length=1)
@@ -270,13 +305,13 @@ def fault_key(f: Any) -> tuple[Any, ...]:
     """What makes two faults the same: kind, target (a variant, a daemon, a second daemon's identity) and
     first scheduled time."""
     times = fault_times(f)
-    target = tuple(getattr(f, k, None) for k in ("variant", "daemon", "identity"))
+    target = tuple(getattr(f, k, None) for k in ("variant", "role", "daemon", "identity"))
     return (f.kind, target, times.get("time_s", times.get("start_s")))
 
 
 def describe(f: Any) -> str:
     """A fault in a few words for a message: ``crash at time_s 2400``."""
-    target = getattr(f, "variant", None) or getattr(f, "daemon", None)
+    target = getattr(f, "variant", None) or getattr(f, "role", None) or getattr(f, "daemon", None)
     times = ", ".join(f"{k} {v:g}" for k, v in fault_times(f).items())
     return f.kind + (f" of {target}" if target else "") + (f" at {times}" if times else "")
 
@@ -313,20 +348,58 @@ def load_scenario(path: Path) -> Scenario:
         raise ConfigError(f"{path}: {key + ': ' if key else ''}{err['msg'].removeprefix('Value error, ')}") from None
 
 
+def source_root() -> Path:
+    """The source tree this package runs from (``base_fleet`` is relative to it)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def base_fleet_document(sc: Scenario) -> dict[str, Any]:
+    """The fleet document ``sc``'s patch is laid over: its ``base_fleet``, else the embedded default.
+
+    Raises:
+        ConfigError: ``base_fleet`` is outside the source tree, unreadable or not a YAML mapping.
+    """
+    if sc.base_fleet is None:
+        return default_fleet_document()
+    root = source_root()
+    path = (root / sc.base_fleet).resolve()
+    if not path.is_relative_to(root):
+        raise ConfigError(f"scenario {sc.name}: base_fleet: {sc.base_fleet} is outside the source tree")
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"scenario {sc.name}: base_fleet: cannot read {path}: {exc.strerror}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"scenario {sc.name}: base_fleet: {path} is not YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"scenario {sc.name}: base_fleet: {path} is not a fleet mapping")
+    return doc
+
+
 def scenario_fleet(sc: Scenario) -> FleetConfig:
-    """The embedded default fleet with the scenario's patch.
+    """The embedded default fleet (or the scenario's ``base_fleet``) with the scenario's patch.
 
     Raises:
         ConfigError: the patched fleet does not validate.
     """
     where = f"scenario {sc.name}: fleet"
-    cfg = parse_config(merged(default_fleet_document(), moved_keys(sc.fleet, where)), where)
-    variants = {v.name for svc in cfg.services for v in svc.variants}
+    cfg = parse_config(merged(base_fleet_document(sc), moved_keys(sc.fleet, where)), where)
+    svc = cfg.service(None)  # the workload's service (``FleetSimulator``'s default target)
+    pools = {v.name for _, v in svc.role_variants()}
+    variants = {v.name for s in cfg.services for v in s.variants}
     for i, f in enumerate(sc.faults):
         name = getattr(f, "variant", None)
-        if name is not None and name not in variants:
+        # the simulator's faults may name a pool variant; the live layer's Deployments are aggregated only
+        known = variants | pools if sc.layer == "simulator" else variants
+        if name is not None and name not in known:
             raise ConfigError(f"scenario {sc.name}: faults[{i}].variant: no variant '{name}' in its fleet "
-                              f"(it has {', '.join(sorted(variants))})")
+                              f"(it has {', '.join(sorted(known))})")
+        role = getattr(f, "role", None)
+        if role is not None and not any(r == role for r, _ in svc.role_variants()):
+            raise ConfigError(f"scenario {sc.name}: faults[{i}].role: service '{svc.name}' has no {role} pool")
+        if isinstance(f, LinkSlow) and svc.roles is None:
+            raise ConfigError(f"scenario {sc.name}: faults[{i}]: service '{svc.name}' has no prefill/decode "
+                              "roles, hence no KV-transfer link to slow down")
     return cfg
 
 

@@ -4,7 +4,10 @@ A row is ``{scenario, controller, harmful_actions, slo_attainment_interactive, r
 retries, cost_usd}`` plus ``harm`` (rule -> events, ``autoscaler.faults.harm``), ``layer`` and
 ``reported``. Our controllers (``pid``, ``mpc``) run with the scenario's ``admission`` policy (else
 the fleet's), the anchors without one, as their users run them. Simulator rows run in parallel
-processes; live rows (``autoscaler.faults.live``) one after another, each on its own ports.
+processes; live rows (``autoscaler.faults.live``) one after another, each on its own ports. A
+controller that cannot run on a scenario's fleet (``not_applicable``: one that needs aggregated
+variants, hpa or keda say, on a service of prefill/decode pools only; ``dynamo-pd`` on a service
+without pools) gets a row saying so, every figure null, and is not run.
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ from autoscaler.config import FleetConfig
 from autoscaler.errors import ConfigError
 from autoscaler.faults.harm import harm_counts
 from autoscaler.faults.inject import Injector
-from autoscaler.faults.rows import failed_row, make_row
+from autoscaler.faults.rows import failed_row, make_row, not_applicable_row
 from autoscaler.faults.scenario import Scenario, load_scenario, scenario_fleet, scenario_workload
 from autoscaler.progress import Rows
 from autoscaler.report import summarize
 from autoscaler.simulate import SimulationDriver, default_admission
 from autoscaler.workers import run_each
 from autoscaler.workload.types import Workload
+from controllers.base import FleetMismatchError
 from controllers.registry import ANCHORS, build
 
 
@@ -91,6 +95,24 @@ def run_sim_row(sc: Scenario, name: str, cfg: FleetConfig, workload: Workload,
     return make_row(sc, name, summarize(run), harm_counts(sc, run))
 
 
+def not_applicable(cfg: FleetConfig, name: str, workload: Workload | None) -> str | None:
+    """Why controller ``name`` (a row's spec) cannot run on ``cfg``, or None when it can: it refuses
+    the fleet (``FleetMismatchError``), or it does not scale prefill/decode pools and the target
+    service has nothing else (it would only hold).
+
+    Raises:
+        ValueError: an unknown controller or a bad spec.
+    """
+    try:
+        ctrl = build(split_row(name)[0], cfg, None, workload)
+    except FleetMismatchError as exc:
+        return str(exc)
+    svc = cfg.service(None)
+    if not svc.variants and not ctrl.scales_roles:
+        return f"{name} does not scale prefill/decode pools, and service {svc.name} has only those"
+    return None
+
+
 @contextmanager
 def quiet_logs(*names: str) -> Iterator[None]:
     """Only errors from these loggers meanwhile: the injected faults' warnings, every tick, are the
@@ -143,15 +165,22 @@ def run_suite(scenarios: Sequence[Scenario], controllers: Sequence[str], data: P
     for name in controllers:
         split_row(name)
     prepared = {}
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
     for sc in scenarios:
         cfg = scenario_fleet(sc)
         wl = scenario_workload(sc, data) if sc.layer == "simulator" else None
         for name in controllers:
-            build(split_row(name)[0], cfg, None, wl)  # an unknown controller fails here, before any run
+            why = not_applicable(cfg, name, wl)  # an unknown controller fails here, before any run
+            if why is not None:
+                rows[(sc.name, name)] = not_applicable_row(sc, name, why)
         prepared[sc.name] = (sc, cfg, wl)
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    sim_jobs = [(sc.name, c) for sc in scenarios if sc.layer == "simulator" for c in controllers]
-    live_jobs = [(sc.name, c) for sc in scenarios if sc.layer == "live" for c in controllers]
+    sim_jobs = [(sc.name, c) for sc in scenarios if sc.layer == "simulator" for c in controllers
+                if (sc.name, c) not in rows]
+    live_jobs = [(sc.name, c) for sc in scenarios if sc.layer == "live" for c in controllers
+                 if (sc.name, c) not in rows]
+    for na in rows.values():
+        if done is not None:
+            done(na)
     n = min(len(sim_jobs), os.cpu_count() or 1) if workers is None else max(1, min(workers, len(sim_jobs)))
     _JOBS.clear()
     _JOBS.update({k: v for k, v in prepared.items() if v[2] is not None})  # type: ignore[misc]

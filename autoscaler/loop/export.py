@@ -6,6 +6,11 @@
 - ``autoscaler_current_replicas``, ``autoscaler_ready_replicas``, ``autoscaler_desired_replicas``
   {service, variant}: ready + starting, ready, and the guarded decision of the last tick (absent
   while the variant's replica count is unknown);
+- ``autoscaler_pool_current_replicas``, ``autoscaler_pool_ready_replicas``,
+  ``autoscaler_pool_desired_replicas`` {service, variant, llm_d_ai_role}: the same for each variant of
+  a service's prefill or decode pool (``Service.roles``; the role label as llm-d's pods carry it in
+  Prometheus, ``autoscaler.promql.ROLE_LABEL``); desired is what the loop applied to a pool, or its
+  count where the controller does not scale pools (it holds them); absent for a fleet without roles;
 - the gauges the decision names itself (``controllers.base.Gauge``) {service, and the gauge's
   labels}: a setpoint controller's ``autoscaler_setpoint`` and ``autoscaler_measured`` {signal: what
   it controls} (absent while the measurement is unknown), a planning controller's
@@ -66,6 +71,7 @@ from prometheus_client.utils import floatToGoString
 
 from autoscaler.loop.actuate import ActuationStatus
 from autoscaler.loop.runner import ControlLoop, ServiceTick, TickRecord
+from autoscaler.promql import ROLE_LABEL
 from autoscaler.state import WARMTH_NAME
 from controllers.base import HOLD_REASONS, Reason, change_reason
 
@@ -159,6 +165,13 @@ class LoopMetrics(Collector):
         ready = GaugeMetricFamily("autoscaler_ready_replicas", "Replicas ready, per variant.", labels=sv)
         desired = GaugeMetricFamily("autoscaler_desired_replicas", "Replicas decided (after the guard), per variant.",
                                     labels=sv)
+        svr = ("service", "variant", ROLE_LABEL)
+        pool_current = GaugeMetricFamily("autoscaler_pool_current_replicas",
+                                         "Replicas ready or starting, per prefill/decode pool variant.", labels=svr)
+        pool_ready = GaugeMetricFamily("autoscaler_pool_ready_replicas", "Replicas ready, per prefill/decode pool "
+                                       "variant.", labels=svr)
+        pool_desired = GaugeMetricFamily("autoscaler_pool_desired_replicas", "Replicas decided (after the guard), "
+                                         "per prefill/decode pool variant.", labels=svr)
         for name, st in ticked:
             for v, obs in st.estimate.variants.items():
                 if not obs.counts_known:  # unknown: no sample rather than a false 0
@@ -166,7 +179,14 @@ class LoopMetrics(Collector):
                 current.add_metric([name, v], obs.current)
                 ready.add_metric([name, v], obs.ready)
                 desired.add_metric([name, v], st.applied[v])
-        return [current, ready, desired]
+            for role, pool in st.estimate.pools.items():
+                for v, obs in pool.variants.items():
+                    if not obs.counts_known:
+                        continue
+                    pool_current.add_metric([name, v, role], obs.current)
+                    pool_ready.add_metric([name, v, role], obs.ready)
+                    pool_desired.add_metric([name, v, role], st.pool_applied.get(v, obs.current))
+        return [current, ready, desired, pool_current, pool_ready, pool_desired]
 
     def _decision_families(self, ticked: list[tuple[str, ServiceTick]]) -> list[Metric]:
         """The decision's terms, admission thresholds, plan, and the gauges the controller names itself."""

@@ -15,7 +15,8 @@ nixl_connector.py`` and ``vllm/v1/core/sched/scheduler.py``):
    engine clock (TTFT, e2e) starts there. Its scheduler admits it FCFS as any request, reserving KV
    for the whole prompt, and reads from the prefill replica the blocks its own prefix cache lacks
    (``get_num_new_matched_tokens``): the request waits (``WAITING_FOR_REMOTE_KVS``, counted waiting)
-   ``KVTransfer.seconds`` of those tokens. When the read ends, the prefill replica frees its blocks and
+   ``KVTransfer.seconds`` of those tokens (slowed inside a ``simulator.link_slowdowns`` window:
+   ``FleetSimulator.transfer_seconds``). When the read ends, the prefill replica frees its blocks and
    the decode replica computes the prompt's last token itself (``_update_waiting_for_remote_kv``: the
    computed tokens are the prompt's less one), which samples the user's first token, then decodes.
 
@@ -76,6 +77,10 @@ class PDSink(EventSink, Protocol):
 
     def push_transfer(self, t: float, sr: SimRequest) -> None:
         """Schedule the end of ``sr``'s KV read at ``t``."""
+
+    def transfer_seconds(self, replica: DecodeReplica, tokens: int, now: float) -> float:
+        """How long ``replica`` takes to read ``tokens`` tokens of KV over its link, a read starting at
+        ``now`` (seconds; the link's slowdown windows applied)."""
 
 
 class PrefillReplica(Replica):
@@ -255,7 +260,7 @@ class DecodeReplica(Replica):
                     self.kv_pref += sr.prefill_target
                     remote[sr] = RECEIVING
                     self.receiving += 1
-                    seconds = self.link.seconds(sr.prefill_target - hit, self.profile.kv_bytes_per_token)
+                    seconds = self.pd_sim.transfer_seconds(self, sr.prefill_target - hit, self._now)
                     self.pd_sim.push_transfer(self._now + seconds, sr)
                     continue
             else:

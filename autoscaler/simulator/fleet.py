@@ -15,7 +15,9 @@ Prefill/decode pools (``Service.roles``): their replicas are ``simulator.disagg`
 lists (``ServiceSim.prefill_ready``, ``decode_ready``), routed by ``_route_pd`` as llm-d routes; a
 remote prefill in progress is in ``_handoffs`` until its KV has been read (``_TRANSFER`` events) or its
 attempt ends, which frees what its prefill replica held. A drained replica holding KV for a hand-over
-stays until it holds none.
+stays until it holds none. A read starting inside a ``simulator.link_slowdowns`` window (or one added
+by ``slow_link``) is slower (``transfer_seconds``). The faults (``simulator.crashes``, ``unschedulable``,
+``slowdown``) name a pool's variants as they name aggregated ones.
 
 Nodes: ``warm_nodes`` of a variant's nodes hold its weights; a new replica starts warm when one of
 them is free (no live replica on it), else cold. Clients: an attempt unfinished ``client_timeout_s``
@@ -51,6 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoscaler.config import FleetConfig, Roles, Service, Variant
+from autoscaler.config.simulator import LinkSlowdown
 from autoscaler.simulator.disagg import PREFILL, DecodeReplica, PrefillReplica, remote_prefill
 from autoscaler.simulator.engine import (
     COMPLETED,
@@ -244,6 +247,7 @@ class FleetSimulator:
             raise ValueError("the gateway's flow control (an admission policy) with prefill/decode roles is not "
                              "simulated yet: run without --admission")
         self._handoffs: dict[SimRequest, tuple[PrefillReplica, DecodeReplica]] = {}  # remote prefills in progress
+        self._link_windows: list[LinkSlowdown] = list(cfg.simulator.link_slowdowns)
         if admission:
             g = cfg.simulator.gateway
             for svc in self.services.values():
@@ -561,6 +565,21 @@ class FleetSimulator:
     def push_transfer(self, t: float, sr: SimRequest) -> None:
         """Schedule the end of ``sr``'s KV read at ``t`` (seconds)."""
         self._push(t, _TRANSFER, sr, 0)
+
+    def slow_link(self, window: LinkSlowdown) -> None:
+        """Add a link slowdown window (a fault injected in code, as ``simulator.link_slowdowns``)."""
+        self._link_windows.append(window)
+
+    def transfer_seconds(self, replica: DecodeReplica, tokens: int, now: float) -> float:
+        """Seconds for ``replica`` to read ``tokens`` tokens of KV, a read starting at ``now``:
+        ``KVTransfer.seconds`` with the bandwidth divided by the product of the ``bandwidth_factor`` of
+        the service's link slowdown windows holding ``now`` and their ``extra_latency_s`` added."""
+        factor, extra = 1.0, 0.0
+        for w in self._link_windows:
+            if (w.service or self.cfg.services[0].name) == replica.service and w.active(now):
+                factor *= w.bandwidth_factor
+                extra += w.extra_latency_s
+        return replica.link.seconds(tokens, replica.profile.kv_bytes_per_token, factor, extra)
 
     def _transfer_done(self, sr: SimRequest) -> None:
         """``sr``'s KV has been read: its prefill replica frees it, its decode replica computes on."""
@@ -927,6 +946,15 @@ class FleetSimulator:
         self._crash(service, variant, entry)
         return int(entry["failed_requests"])  # type: ignore[call-overload]
 
+    def crash_replica(self, r: Replica) -> int:
+        """Crash the ready replica ``r`` now (its requests fail, a replacement starts). Returns the number
+        of requests that failed."""
+        if r.state != READY:
+            raise ValueError(f"replica {r.rid} of {r.variant} is not ready: only a ready replica crashes")
+        entry: dict[str, object] = {}
+        self._crash_one(r, entry)
+        return int(entry["failed_requests"])  # type: ignore[call-overload]
+
     def _crash(self, service: str, variant: str, entry: dict[str, object] | None = None) -> None:
         svc = self.services[service]
         pool = svc.ready if variant in svc.variants else svc.prefill_ready + svc.decode_ready
@@ -938,7 +966,11 @@ class FleetSimulator:
         if not victims:
             entry.update(applied=False, failed_requests=0, why="no ready replica of the variant")
             return
-        r = min(victims, key=lambda x: x.ready_s)
+        self._crash_one(min(victims, key=lambda x: x.ready_s), entry)
+
+    def _crash_one(self, r: Replica, entry: dict[str, object]) -> None:
+        svc = self.services[r.service]
+        variant = r.variant
         failed = r.fail_all(self.now)
         for sr in failed:
             r.metrics.success["error"] += 1

@@ -193,3 +193,24 @@ def test_silent_connections_are_bounded_and_timed_out() -> None:
             time.sleep(0.1)
     finally:
         server.close()
+
+
+def test_pool_replicas_are_exported_per_role() -> None:
+    # A service of a prefill pool (1 replica) and a decode pool (2) under the PID, which scales both: the
+    # pool gauges carry llm-d's role label and equal the last tick's counts and what the loop applied.
+    pool = {"gpu": "H100-SXM", "price_per_gpu_hour": 2.0, "min_replicas": 1, "max_replicas": 4,
+            "kv_cache_tokens": 400_000, "profile": "llama-3-8b/h100-sxm"}
+    doc = {"services": [{"name": "pd", "model": "m", "slo": FLEET_DOC["services"][0]["slo"], "variants": [],
+                         "roles": {"prefill": [{**pool, "name": "pre", "initial_replicas": 1}],
+                                   "decode": [{**pool, "name": "dec", "initial_replicas": 2}]}}]}
+    live = LiveSimulation(parse_config(doc, "<pd>"), ramp(), "pid", steady_start=False)
+    live.run()
+    _, s = scrape(live.metrics)
+    last = live.ticks[-1].services["pd"]
+    for role, v in (("prefill", "pre"), ("decode", "dec")):
+        key = (("llm_d_ai_role", role), ("service", "pd"), ("variant", v))
+        obs = last.estimate.pools[role].variants[v]
+        assert s[("autoscaler_pool_ready_replicas", key)] == obs.ready
+        assert s[("autoscaler_pool_current_replicas", key)] == obs.current
+        assert s[("autoscaler_pool_desired_replicas", key)] == last.pool_applied.get(v, obs.current)
+    assert not any(k[0] == "autoscaler_ready_replicas" for k in s)  # no aggregated variant

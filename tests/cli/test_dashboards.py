@@ -43,7 +43,7 @@ def test_promtool_checks_the_rules() -> None:
                          timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     # 25 recording rules: one per rated series (17, three of them the gateway's names) and 8 SLO error ratios.
-    assert "SUCCESS: 11 rules found" in res.stdout and "SUCCESS: 25 rules found" in res.stdout
+    assert "SUCCESS: 12 rules found" in res.stdout and "SUCCESS: 25 rules found" in res.stdout
 
 
 def test_promtool_unit_tests_of_every_alert_pass() -> None:
@@ -131,7 +131,7 @@ def _boards() -> dict[str, dict]:
 
 def test_dashboards_have_stable_uids_variables_units_and_slo_lines() -> None:
     boards = _boards()
-    assert set(boards) == {"autoscaler-overview", "autoscaler-kv-cache", "autoscaler-loop-health"}
+    assert set(boards) == {"autoscaler-overview", "autoscaler-kv-cache", "autoscaler-loop-health", "autoscaler-roles"}
     slo = default_config().services[0].slo["interactive"]
     for uid, b in boards.items():
         assert b["uid"] == uid
@@ -168,6 +168,26 @@ def test_the_attainment_panel_reads_the_alerts_error_ratios_with_a_line_at_the_o
             f'1 - {slo_errors(key, "5m")}{{service=~"$service"}}' for key in ("ttft", "itl")]
         fast = next(a for a in alerts(objective, default_config()) if a.name == "AutoscalerTTFTBurnRateFast")
         assert slo_errors("ttft", "5m") in fast.expr
+
+
+def test_the_roles_board_reads_each_pool_by_llm_ds_role_label() -> None:
+    # prefill TTFT from the prefill pods, decode TPOT, TTFT and KV usage from the decode pods, each with
+    # the interactive objective drawn where there is one; replicas per role from the loop's pool gauges
+    panels = {p["title"]: p for p in _boards()["autoscaler-roles"]["panels"]}
+    slo = default_config().services[0].slo["interactive"]
+    role = {title: {m for t in panels[title]["targets"] for m in re.findall(r'llm_d_ai_role="(\w+)"', t["expr"])}
+            for title in panels}
+    assert role["Prefill TTFT"] == {"prefill"}
+    assert role["Decode TPOT per request (mean ITL)"] == role["Decode hand-over TTFT"] == \
+        role["Decode KV-cache usage"] == {"decode"}
+    assert all("time_to_first_token_seconds_bucket" in t["expr"] for t in panels["Prefill TTFT"]["targets"])
+    for title, objective in (("Prefill TTFT", slo.ttft_s), ("Decode TPOT per request (mean ITL)", slo.itl_s)):
+        steps = panels[title]["fieldConfig"]["defaults"]["thresholds"]["steps"]
+        assert [s["value"] for s in steps if s["value"] is not None] == [objective]
+    replicas = [t["expr"] for t in panels["Replicas per role"]["targets"]]
+    assert [e.split("(")[0].strip() for e in replicas] == ["sum by"] * 3
+    assert all("by (llm_d_ai_role)" in e for e in replicas)
+    assert {re.search(r"autoscaler_pool_(\w+)_replicas", e)[1] for e in replicas} == {"ready", "current", "desired"}
 
 
 def test_the_mpc_plan_draws_the_demand_on_its_own_axis_in_requests_per_second() -> None:
@@ -253,7 +273,7 @@ def test_export_writes_the_bundle_and_refuses_bad_settings(tmp_path: Path) -> No
     res = CliRunner().invoke(app, ["dashboards", "export", "--out", str(tmp_path / "b"),
                                    "--prometheus-url", "http://prom.monitoring:9090"])
     assert res.exit_code == 0, res.output
-    assert "wrote 9 files" in res.output
+    assert "wrote 10 files" in res.output  # 4 dashboards, 2 provisioning files, 2 rule files, 2 Kubernetes
     ds = yaml.safe_load((tmp_path / "b" / "provisioning" / "datasources" / "autoscaler.yaml").read_text())
     assert ds["datasources"][0]["url"] == "http://prom.monitoring:9090"
     alert_rules = yaml.safe_load((tmp_path / "b" / "rules" / "autoscaler-alerts.yaml").read_text())

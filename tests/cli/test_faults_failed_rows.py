@@ -72,3 +72,30 @@ def test_the_faults_table_writes_money_and_shares_as_simulate_does() -> None:
     table = markdown_table([row])
     assert table.splitlines()[0].endswith("| retries | cost |")
     assert "| cascade | pid | 0 | 96.78% | 3 | 1331 | $42.74 |" in table
+
+
+PD_SCENARIO = """name: pd
+reported: [x/y#1]
+failure: f
+harmful: h
+base_fleet: examples/fleet-pd.yaml
+workload: {piecewise: {knots: [[0, 2], [120, 2]], input_tokens: [500, 600, 2000], output_tokens: [20, 30, 100]}}
+faults: [{kind: crash, time_s: 60, fraction: 0.5, role: decode}]
+harm: [{rule: down_while_pool_lost}]
+"""
+
+
+def test_a_controller_that_cannot_run_the_pools_is_a_not_applicable_row_not_a_failure(tmp_path: Path) -> None:
+    # examples/fleet-pd.yaml has prefill/decode pools only: the HPA calibrates on aggregated variants
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "pd.yaml").write_text(PD_SCENARIO)
+    res = CliRunner().invoke(app, ["faults", "run", "--suite", str(tmp_path / "suite"), "--workers", "1",
+                                   "--data", str(tmp_path), "--out", str(tmp_path / "out"),
+                                   "--controller", "hpa,dynamo-pd"])
+    assert res.exit_code == 0, res.output
+    rows = {r["controller"]: r for r in json.loads((tmp_path / "out" / "faults.json").read_text())}
+    assert rows["hpa"]["not_applicable"].startswith("service llama-3.1-8b has no aggregated variant")
+    assert rows["hpa"]["harmful_actions"] is None and "failed" not in rows["hpa"]
+    assert "failed" not in rows["dynamo-pd"] and rows["dynamo-pd"]["harm"].keys() == {"down_while_pool_lost"}
+    table = (tmp_path / "out" / "faults.md").read_text()
+    assert "| pd | hpa | n/a: service llama-3.1-8b has no aggregated variant" in table

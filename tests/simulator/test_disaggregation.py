@@ -415,12 +415,70 @@ def test_a_controller_that_calibrates_on_a_variant_says_the_service_has_none(con
         run_simulation(parse_config(pd_doc(), "<pd>"), wl, controller)
 
 
-def test_a_fault_naming_a_pool_variant_says_it_is_one() -> None:
-    # the fleet file's faults name aggregated variants only; before, naming the decode pool's variant
-    # read "unknown variant 'd' of service 'svc' (known: )"
+def test_a_configured_crash_of_a_pool_variant_takes_that_pools_oldest_replica() -> None:
+    # Before, the fleet file's faults named aggregated variants only ("'d' is a decode pool variant, which
+    # the simulator's faults cannot name yet"). Pools of 2 prefill (p) and 3 decode (d) replicas, all ready
+    # at 0; the crash at 60 s takes the oldest d (the first made), which a cold replacement replaces: by
+    # hand, 2 decode replicas ready, 1 starting, the prefill pool untouched.
     doc = pd_doc()
+    svc = doc["services"][0]
+    svc["roles"]["prefill"] = [variant("p", 2)]
+    svc["roles"]["decode"] = [variant("d", 3)]
     doc["simulator"] = {"crashes": [{"time_s": 60, "variant": "d"}]}
-    assert one_line_error(doc) == ("<pd>: simulator.crashes[0].variant: 'd' is a decode pool variant, which the "
-                                   "simulator's faults cannot name yet (aggregated variants only)")
-    doc["simulator"] = {"slowdown": {"p": 2.0}}
-    assert one_line_error(doc).startswith("<pd>: simulator.slowdown: 'p' is a prefill pool variant")
+    sim = FleetSimulator(parse_config(doc, "<pd>"), Workload([Request(arrival_s=100.0, input_tokens=10,
+                                                                      output_tokens=2)]))
+    first_d = min((r for r in sim.services["svc"].replicas if r.variant == "d"), key=lambda r: r.rid)
+    sim.run_until(61.0)
+    d, p = sim.services["svc"].counts("d"), sim.services["svc"].counts("p")
+    assert (d.ready, d.starting, p.ready, p.starting) == (2, 1, 2, 0)
+    assert first_d.state == "gone" and first_d.gone_s == 60.0
+    assert sim.crash_outcomes()[0]["applied"] is True
+
+
+def test_a_link_slowdown_divides_the_bandwidth_and_adds_its_latency_to_a_read_inside_it() -> None:
+    # Two 4000-token prompts, both prefilled remotely (threshold 2048): request 0 at 0 s inside the window
+    # [0, 5) (bandwidth / 10, +0.05 s), request 1 at 10 s after it. By hand (the first test's figures):
+    # the read at 400 Gb/s is 4000 x 131,072 B x 8 / 400e9 = 0.01048576 s + 0.01 s latency; inside the
+    # window 10 x 0.01048576 + 0.01 + 0.05 = 0.1648576 s.
+    doc = pd_doc()
+    doc["simulator"]["link_slowdowns"] = [{"start_s": 0, "end_s": 5, "bandwidth_factor": 10, "extra_latency_s": 0.05}]
+    wl = Workload([Request(arrival_s=0.0, input_tokens=4000, output_tokens=3),
+                   Request(arrival_s=10.0, input_tokens=4000, output_tokens=3)])
+    sim = FleetSimulator(parse_config(doc, "<pd>"), wl)
+    t_p = st(4000)
+    t_x = t_p + 0.1648576
+    sim.run_until(t_p + 0.1)  # still reading: a read outside the window would have ended at t_p + 0.0205
+    p, d = pools(sim)
+    assert (p.kv_used, d.kv_used, d.receiving) == (4000, 4000, 1)
+    sim.run_until(100.0)
+    r0, r1 = sim.requests
+    assert r0.status == r1.status == COMPLETED
+    assert r0.t_first == pytest.approx(t_x + st(1, start=3999), rel=1e-12)
+    assert r1.t_first == pytest.approx(10.0 + t_p + 0.02048576 + st(1, start=3999), rel=1e-12)
+    # the slowed read less its latencies is ten times the plain read less its latency
+    slow, plain = r0.t_first - t_p - st(1, start=3999), r1.t_first - 10.0 - t_p - st(1, start=3999)
+    assert slow - 0.06 == pytest.approx(10 * (plain - 0.01), rel=1e-9)
+
+
+@pytest.mark.parametrize(("simulator", "expected"), [
+    ({"crashes": [{"time_s": 60, "variant": "x"}]},
+     "simulator.crashes[0].variant: unknown variant 'x' of service 'svc' (known: d, p)"),
+    ({"slowdown": {"x": 2.0}}, "simulator.slowdown: unknown variant 'x' (fleet has: d, p)"),
+    ({"link_slowdowns": [{"start_s": 10, "end_s": 5, "bandwidth_factor": 2}]},
+     "simulator.link_slowdowns[0]: end_s (5) must be after start_s (10)"),
+    ({"link_slowdowns": [{"start_s": 10}]},
+     "simulator.link_slowdowns[0]: a link slowdown needs bandwidth_factor > 1 or extra_latency_s > 0"),
+])
+def test_bad_pool_faults_are_one_line_errors(simulator: dict[str, Any], expected: str) -> None:
+    doc = pd_doc()
+    doc["simulator"] = simulator
+    assert one_line_error(doc) == f"<pd>: {expected}"
+
+
+def test_a_link_slowdown_needs_a_service_with_roles() -> None:
+    doc = pd_doc()
+    doc["services"][0]["roles"] = None
+    doc["services"][0]["variants"] = [variant("agg")]
+    doc["simulator"] = {"link_slowdowns": [{"bandwidth_factor": 2}]}
+    assert one_line_error(doc) == ("<pd>: simulator.link_slowdowns[0].service: 'svc' has no prefill/decode roles, "
+                                   "hence no KV-transfer link to slow down")

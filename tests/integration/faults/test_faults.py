@@ -141,6 +141,55 @@ def test_pods_held_pending_are_counted_for_an_anchor_that_waits_on_them() -> Non
     assert row["harm"]["held_pending"] > 0  # HPA keeps asking for H100 pods no node can take
 
 
+class PoolShrinker(Controller):
+    """Holds every pool, except that it removes one replica of ``role``'s pool at the first tick at or
+    after each of ``at_s`` (its own guard: nothing cuts it)."""
+
+    scales_roles = True
+
+    def __init__(self, role: str, at_s: tuple[float, ...]) -> None:
+        super().__init__("pool-shrinker", 15.0, 60.0, own_guard=True)
+        self.role, self.at_s, self.done = role, at_s, 0
+
+    def decide(self, est: ServiceEstimate, svc: object) -> Decision:
+        cur = {**est.current, **est.pool_current}
+        if self.done < len(self.at_s) and est.time_s >= self.at_s[self.done]:
+            self.done += 1
+            (v,) = est.pools[self.role].current
+            cur[v] -= 1
+            return Decision(cur, "pool-shrinker", Reason.SCALE_DOWN)
+        return Decision(cur, "pool-shrinker", Reason.NO_CHANGE)
+
+
+@pytest.mark.parametrize(("scenario", "role", "rule"), [
+    # the decode pool loses 3 of its 4 replicas at 2400 s, back (cold, 300 s) by about 2700 s: the prefill
+    # pool shrunk at 2430 s is inside the loss, at 3300 s it is not
+    ("decode-pool-loss", "prefill", "down_while_pool_lost"),
+    # the link is slow from 1800 to 2400 s (its signals until 2520 s), the load steady at 8 req/s
+    ("transfer-slowdown", "decode", "down_on_link_slowdown"),
+])
+def test_a_pool_shrunk_during_the_fault_is_counted_and_after_it_is_not(scenario: str, role: str, rule: str) -> None:
+    at = (2430.0, 3300.0) if scenario == "decode-pool-loss" else (1830.0, 3000.0)
+    harm, run = _run(scenario, PoolShrinker(role, at))
+    downs = [t.time_s for t in run.ticks if t.services[run.sim.target].decision.code == Reason.SCALE_DOWN]
+    assert len(downs) == 2 and downs[0] < at[0] + 15.0 and downs[1] < at[1] + 15.0, downs
+    assert harm[rule] == 1, harm
+    held, _ = _run(scenario, PoolShrinker(role, ()))
+    assert held[rule] == 0, held
+
+
+def test_the_pool_scenarios_run_in_the_suite_and_other_controllers_get_a_not_applicable_row() -> None:
+    scenarios = load_suite(suite_dir(), ["decode-pool-loss", "transfer-slowdown"])
+    rows = {(r["scenario"], r["controller"]): r for r in run_suite(scenarios, ["pid", "keda"], DATA_DIR, workers=1)}
+    for sc in scenarios:
+        pid, keda = rows[(sc.name, "pid")], rows[(sc.name, "keda")]
+        assert set(ROW_KEYS) <= set(pid) and "failed" not in pid and "not_applicable" not in pid
+        assert set(pid["harm"]) == {h.rule for h in sc.harm}
+        assert pid["slo_attainment_interactive"] is not None
+        assert keda["not_applicable"].startswith("service llama-3.1-8b has no aggregated variant")
+        assert keda["harmful_actions"] is None and "failed" not in keda
+
+
 # ----------------------------------------------------------------------------- files and the CLI
 def _scenario(tmp_path: Path, text: str, name: str = "bad") -> Path:
     (tmp_path / f"{name}.yaml").write_text(text)

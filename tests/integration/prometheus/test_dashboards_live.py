@@ -1,6 +1,7 @@
 """Every query of the dashboard bundle against a real Prometheus (Debian ``prometheus``): the bundle's
-rules loaded, scraping two running simulations (the PID with the forecast stages and admission by
-PID; the MPC), each with its loop's own metrics. Each panel and annotation query (template variables
+rules loaded, scraping three running simulations (the PID with the forecast stages and admission by
+PID; the MPC; the PID on prefill/decode pools, scaling both), each with its loop's own
+metrics. Each panel and annotation query (template variables
 substituted), each template variable's label, each recording rule and each part of an alert's ``signals`` must
 return data over the run; each alert's expression must parse. The ``recorded`` query set must read
 what the raw one reads."""
@@ -54,8 +55,15 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     bundle = render(cfg)
     write(bundle, work / "bundle")
     workload = assign_classes(ramp(), 0.2, 0)
+    pool = {"gpu": "H100-SXM", "price_per_gpu_hour": 2.0, "min_replicas": 1, "max_replicas": 8,
+            "kv_cache_tokens": 400_000, "profile": "llama-3-8b/h100-sxm"}
+    pd = parse_config({"services": [{"name": "pd", "model": "m-pd", "slo": doc["services"][0]["slo"], "variants": [],
+                                     "roles": {"prefill": [{**pool, "name": "pre", "initial_replicas": 2}],
+                                               "decode": [{**pool, "name": "dec", "initial_replicas": 3}]}}],
+                       "controller": doc["controller"]}, "<pd>")
     sims = [LiveSimulation(cfg, workload, "pid", steady_start=False, admission="pid"),
-            LiveSimulation(cfg, workload, "mpc", steady_start=False)]
+            LiveSimulation(cfg, workload, "mpc", steady_start=False),
+            LiveSimulation(pd, workload, "pid", steady_start=False)]
     servers = [serve(s.registry, "127.0.0.1:0") for s in sims]
     prom = PromServer(work / "prom", [Target(f"127.0.0.1:{s.port}") for s in servers], scrape_interval=SCRAPE,
                       rule_files=sorted((work / "bundle" / "rules").glob("*.yaml")))
@@ -63,7 +71,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     threads = [threading.Thread(target=s.run, kwargs={"speed": SPEED, "stop": stop}) for s in sims]
     try:
         prom.start()
-        prom.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == "2")
+        prom.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == str(len(servers)))
         start = time.time()
         for t in threads:
             t.start()
@@ -94,7 +102,7 @@ def has_data(live: Live, promql: str) -> bool:
 def test_every_panel_and_annotation_query_returns_data(live: Live) -> None:
     queries = live.bundle.panel_queries
     assert len(queries) >= 35 and {uid for uid, _, _ in queries} == {
-        "autoscaler-overview", "autoscaler-kv-cache", "autoscaler-loop-health"}
+        "autoscaler-overview", "autoscaler-kv-cache", "autoscaler-loop-health", "autoscaler-roles"}
     empty = [f"{uid} / {title}: {expr}" for uid, title, expr in queries if not has_data(live, substitute(expr))]
     assert not empty, "panels with no data:\n" + "\n".join(empty)
 
@@ -116,7 +124,7 @@ def test_every_recording_rule_is_evaluated(live: Live) -> None:
 
 
 def test_every_alert_parses_and_its_signal_returns_data(live: Live) -> None:
-    assert len(live.bundle.alerts) == 11
+    assert len(live.bundle.alerts) == 12
     for alert in live.bundle.alerts:
         live.prom.query_range(alert.expr, live.start, live.end, 1.0)  # parses (AssertionError otherwise)
         for signal in alert.signals:
@@ -145,7 +153,7 @@ def test_the_bundle_files_are_the_exported_layout(live: Live, tmp_path: Path) ->
     paths = write(live.bundle, tmp_path)
     assert sorted(str(p.relative_to(tmp_path)) for p in paths) == [
         "dashboards/autoscaler-kv-cache.json", "dashboards/autoscaler-loop-health.json",
-        "dashboards/autoscaler-overview.json",
+        "dashboards/autoscaler-overview.json", "dashboards/autoscaler-roles.json",
         "kubernetes/dashboards-configmap.yaml", "kubernetes/prometheusrule.yaml",
         "provisioning/dashboards/autoscaler.yaml", "provisioning/datasources/autoscaler.yaml",
         "rules/autoscaler-alerts.yaml", "rules/autoscaler-recording.yaml"]
