@@ -520,7 +520,8 @@ def _forms(f: ProfileFit, as_shipped: Callable[[PerformanceProfile], Performance
     for g in sorted([f, *([f.alternative] if f.alternative else [])], key=lambda x: x.profile.step_form):
         p = as_shipped(g.profile)
         out[p.step_form] = {"coefficients": _coefficients(p), "fit_mape": mape(p, g.fit_rows),
-                            "heldout_mape": mape(p, g.held_out_rows), "heldout_groups": group_errors(p, g.held_out_rows)}
+                            "heldout_mape": mape(p, g.held_out_rows),
+                            "heldout_groups": group_errors(p, g.held_out_rows)}
     out["chosen"] = f.profile.step_form
     out["rule"] = (f"roofline if its worst per-group held-out error is at least {FORM_MARGIN:.0%} (absolute) lower "
                    "than the linear form's and its held-out error over all rows no higher; else linear")

@@ -48,8 +48,10 @@ class PerformanceProfile:
     (a short prefill is hidden under the weight reads, as the measured prefills of 128-512 tokens
     are; past ``weight_read_s / prefill_s_per_token`` tokens, the knee, it grows linearly). In the
     linear form ``step_overhead_s`` includes the weight reads; in the roofline form it is only the
-    scheduling/launch part, and a decode step's fixed cost is ``fixed_step_s`` in both. ``step_overhead_s`` is the per-step
-    cost (reading all weights once, plus scheduling/launch overhead), ``prefill_s_per_token`` the
+    scheduling/launch part, and a decode step's fixed cost is ``fixed_step_s`` in both.
+
+    ``step_overhead_s`` is the per-step cost (in the linear form: reading all weights once, plus
+    scheduling/launch overhead), ``prefill_s_per_token`` the
     compute cost of a prompt token's matmuls, ``attention_tokens_per_pair`` the cost of one
     attention pair in units of a prompt token's (attention is quadratic in prompt length: a chunk
     of ``c`` tokens starting at position ``s`` forms ``c s + c (c + 1) / 2`` pairs, so a chunk late

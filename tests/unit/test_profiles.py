@@ -222,8 +222,8 @@ def _datasheet_roofline(overhead_s: float) -> PerformanceProfile:
 def test_roofline_step_time_by_hand_at_the_datasheet_peaks() -> None:
     # The constants above agree with the specs the fit bounds come from.
     model, gpu = MODELS["llama-2-70b"], GPUS["h100-sxm"]
-    assert H100_TP2_WEIGHT_READ_S == pytest.approx(model.active_weight_bytes / (2 * gpu.mem_bandwidth_bytes_per_s))
-    assert H100_TP2_S_PER_TOKEN == pytest.approx(model.prefill_flops_per_token / (2 * gpu.peak_dense_bf16_flops))
+    assert pytest.approx(model.active_weight_bytes / (2 * gpu.mem_bandwidth_bytes_per_s)) == H100_TP2_WEIGHT_READ_S
+    assert pytest.approx(model.prefill_flops_per_token / (2 * gpu.peak_dense_bf16_flops)) == H100_TP2_S_PER_TOKEN
     assert fit.bounds(fit.Combo("llama-2-70b", "h100-sxm", 2, fit.SPLITWISE)) == pytest.approx(
         (H100_TP2_WEIGHT_READ_S, H100_TP2_S_PER_TOKEN))
     p = _datasheet_roofline(0.005)
