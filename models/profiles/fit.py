@@ -2,7 +2,8 @@
 
 Usage::
 
-    python -m models.profiles.fit --data ../shared/data --out models/profiles/coefficients.json
+    python -m models.profiles.fit --data ../shared/data --keep models/profiles/coefficients.json \
+        --out models/profiles/coefficients.json
 
 A profile is keyed by (model, GPU, tensor-parallel degree) and describes one whole replica. Its rows
 come from one source (``COMBOS``):
@@ -15,11 +16,12 @@ come from one source (``COMBOS``):
   Held out: the sweep's points at P = 1024, B = 8 and T = 1024, and the prefills of P = 8192
   (``splitwise.MAX_FIT_PREFILL_TOKENS``). Not used: ``splitwise.exclusion``.
 
-The four coefficients of ``PerformanceProfile`` (five where the attention term is fitted) are
-fitted by ``scipy.optimize.least_squares`` on log(predicted / measured) within physical bounds:
-the step overhead is at least the time to read the weights one token needs at the replica's peak
-bandwidth, the prefill cost per token at least its matmul FLOPs at the replica's peak tensor
-throughput, the per-sequence cost non-negative, the bandwidth efficiency in [0.3, 1], and the
+The four coefficients of ``PerformanceProfile`` (five where the attention term is fitted, one more
+in the roofline form) are fitted by ``scipy.optimize.least_squares`` on log(predicted / measured)
+within physical bounds: the step overhead (the roofline form: its weight-read time) is at least the
+time to read the weights one token needs at the replica's peak bandwidth, the prefill cost per
+token at least its matmul FLOPs at the replica's peak tensor throughput, the per-sequence cost
+non-negative, the bandwidth efficiency in [0.3, 1], and the
 attention term at least the architecture's FLOP ratio.
 
 **Prefill prior.** With input = output, an LLM-Inference-Bench run's prefill tokens B·L and decode
@@ -43,6 +45,13 @@ other profile (LLM-Inference-Bench: prompts of at most 2048 tokens, where attent
 of a prefill and cannot be told from the slope) keeps the FLOP ratio, and its entry says it
 extrapolates (``attention`` in ``coefficients.json``). Per-row-group errors (``group_errors``: short
 and long prefills, decode by batch, whole runs by batch) are in each entry.
+
+**Step forms.** Every combo is fitted in both step forms of ``PerformanceProfile`` (``fit_form``):
+the linear one (overhead at least the datasheet weight-read time) and the roofline one (a fitted
+``weight_read_s``, at least that time, overlapping the prompt's matmuls: a step takes the larger).
+Each combo ships the form ``choose_form`` picks from the two fits' held-out errors, the same rule
+for every combo; its entry keeps both fits (``forms``). ``--keep FILE`` keeps a shipped document's
+coefficients where the refit agrees with them within ``KEEP_RTOL`` (``keep``).
 
 **A100 40 GB, not 80 GB.** LLM-Inference-Bench's A100 rows were measured on 40 GB cards (ALCF Polaris),
 so they feed ``a100-40gb`` profiles: the KV pool the rows imply decides it. ``llama-3-8b/a100-80gb``
@@ -552,6 +561,42 @@ def _entry(f: ProfileFit, p: PerformanceProfile, stand_in_of: tuple[str, str] | 
     return entry
 
 
+KEEP_RTOL = 1e-6
+"""Largest relative difference between a refit coefficient and the kept document's for ``keep`` to
+keep the latter (the tolerance ``tests/unit/test_profiles.py`` reproduces shipped coefficients to)."""
+
+
+def keep(fits: dict[str, ProfileFit], document: dict[str, object]) -> dict[str, ProfileFit]:
+    """``fits`` with each fit whose form and coefficients agree with ``document``'s entry (a shipped
+    ``coefficients.json``) within ``KEEP_RTOL`` carrying that entry's coefficients exactly (its errors
+    recomputed), in both forms; other fits unchanged.
+
+    A refit on another machine moves coefficients by ~1e-8 (scipy/BLAS numerics), and the simulated
+    figures built on them (README's, pinned by a test) can move with it; keeping the shipped values
+    keeps a refit from churning profiles the data did not change.
+    """
+    entries = document.get("profiles", {})
+    assert isinstance(entries, dict)
+    out: dict[str, ProfileFit] = {}
+    for name, f in fits.items():
+        entry = entries.get(name, {})
+        forms = entry.get("forms", {"linear": {"coefficients": entry.get("coefficients", {})}})
+        kept = [_kept(g, forms.get(g.profile.step_form, {}).get("coefficients", {}))
+                for g in (f, f.alternative) if g is not None]
+        out[name] = replace(kept[0], alternative=kept[1] if len(kept) > 1 else None)
+    return out
+
+
+def _kept(f: ProfileFit, coefficients: dict[str, float]) -> ProfileFit:
+    """``f`` with ``coefficients`` (and errors recomputed) if they agree with its own (``keep``)."""
+    mine = _coefficients(f.profile)
+    if set(mine) != set(coefficients) or not all(
+            math.isclose(mine[k], coefficients[k], rel_tol=KEEP_RTOL) for k in mine):
+        return f
+    p = replace(f.profile, **coefficients)
+    return replace(f, profile=p, fit_mape=mape(p, f.fit_rows), held_out_mape=mape(p, f.held_out_rows))
+
+
 def build_document(fits: dict[str, ProfileFit], data_dir: Path, vidur_s_per_token: float) -> dict[str, object]:
     """The ``coefficients.json`` content: the shipped profiles with provenance and errors, the stand-ins,
     what was not shipped and why, and the cross-checks."""
@@ -611,8 +656,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--data", type=Path, required=True, help="shared data directory")
     parser.add_argument("--out", type=Path, required=True, help="coefficients.json to write")
+    parser.add_argument("--keep", type=Path, help=(
+        "a shipped coefficients.json: refitted coefficients within a relative 1e-6 of its entry's (same "
+        "form) keep its values exactly (fit.keep)"))
     args = parser.parse_args(argv)
     fits = fit_all(Data.load(args.data), log=print)
+    if args.keep is not None:
+        fits = keep(fits, json.loads(args.keep.read_text(encoding="utf-8")))
     vidur = vidur_prefill_s_per_token(args.data)
     for name, f in fits.items():
         p = f.profile

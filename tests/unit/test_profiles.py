@@ -471,3 +471,22 @@ def test_unreadable_profile_files(tmp_path: Path) -> None:
             get_profile(str(tmp_path / name))
         assert str(exc.value).startswith(f"{tmp_path / name}: {start}")
         assert "\n" not in str(exc.value)
+
+
+@needs_data
+def test_keep_holds_the_shipped_coefficients_only_where_a_refit_agrees(data: fit.Data) -> None:
+    fits = fit.fit_all(data)
+    kept = fit.keep(fits, DOC)
+    for name in SHIPPED:
+        if name in fit.STAND_INS:
+            continue
+        for g in (kept[name], kept[name].alternative):
+            assert g is not None
+            c = DOC["profiles"][name]["forms"][g.profile.step_form]["coefficients"]
+            assert {k: getattr(g.profile, k) for k in c} == c, name  # exactly the shipped values
+            assert g.held_out_mape == pytest.approx(fit.mape(g.profile, g.held_out_rows), rel=1e-12)
+    # A document 0.1 % off is not kept: the refit's own coefficients stay.
+    off = json.loads(json.dumps(DOC))
+    off["profiles"]["llama-3-8b/h100-sxm"]["forms"]["linear"]["coefficients"]["step_overhead_s"] *= 1.001
+    refit = fit.keep(fits, off)["llama-3-8b/h100-sxm"]
+    assert refit.profile == fits["llama-3-8b/h100-sxm"].profile
