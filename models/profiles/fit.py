@@ -593,7 +593,9 @@ def _kept(f: ProfileFit, coefficients: dict[str, float]) -> ProfileFit:
     if set(mine) != set(coefficients) or not all(
             math.isclose(mine[k], coefficients[k], rel_tol=KEEP_RTOL) for k in mine):
         return f
-    p = replace(f.profile, **coefficients)
+    p = make_profile(f.combo, [coefficients[k] for k in (
+        "step_overhead_s", "prefill_s_per_token", "decode_s_per_seq", "bandwidth_efficiency",
+        "attention_tokens_per_pair")] + [coefficients.get("weight_read_s", 0.0)])
     return replace(f, profile=p, fit_mape=mape(p, f.fit_rows), held_out_mape=mape(p, f.held_out_rows))
 
 
