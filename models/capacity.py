@@ -346,8 +346,13 @@ class OperatingPoint:
 
 
 def marginal_costs(profile: PerformanceProfile) -> tuple[float, float, float, float]:
-    """``(t0, a, b, g)``: seconds per step, per prefill token, per decode sequence, per context token."""
-    return (profile.step_overhead_s, profile.prefill_s_per_token, profile.decode_s_per_seq,
+    """``(t0, a, b, g)``: seconds per step, per prefill token, per decode sequence, per context token.
+
+    ``t0`` is ``PerformanceProfile.fixed_step_s``. For a roofline-form profile the model stays linear:
+    a step's prefill is priced ``t0 + a P``, where the profile gives ``step_overhead_s + max(weight_read_s,
+    a P)``; that is at most ``weight_read_s`` more (a chunk under the knee is charged, not hidden),
+    so the bounds err on the side of fewer requests per replica."""
+    return (profile.fixed_step_s, profile.prefill_s_per_token, profile.decode_s_per_seq,
             profile.seconds_per_ctx_token)
 
 
@@ -404,7 +409,7 @@ def mean_itl_rate(spec: ReplicaSpec, mix: RequestMix, itl_s: float) -> float:
     Raises:
         ValueError: ``itl_s`` is not above the profile's fixed step time (no rate can meet it).
     """
-    t0 = spec.profile.step_overhead_s
+    t0 = spec.profile.fixed_step_s
     if itl_s <= t0:
         raise ValueError(f"ITL target {itl_s}s is below the fixed step time {t0:.4f}s of {spec.profile.name}")
     return (1.0 - t0 / itl_s) / _work(spec, mix)
@@ -426,7 +431,7 @@ def speed_factor(spec: ReplicaSpec, mix: RequestMix, rate_rps: float, mean_itl_s
     """
     if rate_rps < 0 or not mean_itl_s > 0:
         raise ValueError(f"need rate_rps >= 0 and mean_itl_s > 0, got {rate_rps} and {mean_itl_s}")
-    return mean_itl_s / (spec.profile.step_overhead_s + rate_rps * _work(spec, mix) * mean_itl_s)
+    return mean_itl_s / (spec.profile.fixed_step_s + rate_rps * _work(spec, mix) * mean_itl_s)
 
 
 def utilisation(spec: ReplicaSpec, mix: RequestMix, rate_rps: float) -> float:
@@ -441,7 +446,7 @@ def operating_point(spec: ReplicaSpec, mix: RequestMix, rate_rps: float) -> Oper
     Raises:
         ValueError: ``rate_rps`` negative, or at or above the fluid limit ``1 / W`` (the queue grows forever).
     """
-    t0 = spec.profile.step_overhead_s
+    t0 = spec.profile.fixed_step_s
     work = _work(spec, mix)
     if rate_rps < 0 or rate_rps * work >= 1.0:
         raise ValueError(f"rate {rate_rps:g} req/s is outside [0, {1 / work:.4g}) of {spec.profile.name} "
@@ -616,7 +621,7 @@ def _largest_rate(miss: Callable[[float], float], limit: float, budget: float) -
 def idle_misses(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float) -> float:
     """The largest share of ``mix`` any of the four bounds misses on an idle ``spec`` (prompts it
     cannot prefill within ``ttft_s`` even alone; 1 when its decode step alone exceeds ``itl_s``)."""
-    if itl_s <= spec.profile.step_overhead_s:
+    if itl_s <= spec.profile.fixed_step_s:
         return 1.0
     idle = UNLOADED / _work(spec, mix)
     return max(_itl_miss(spec, mix, idle, itl_s), _ttft_miss(spec, mix, idle, ttft_s),

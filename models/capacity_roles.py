@@ -173,7 +173,7 @@ def prefill_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, link: Tr
         ValueError: ``attainment`` outside (0, 1) or ``non_cached_tokens`` < 0.
     """
     _check(attainment, non_cached_tokens)
-    t0 = spec.profile.step_overhead_s
+    t0 = spec.profile.fixed_step_s
     kvb = spec.profile.kv_bytes_per_token if kv_bytes_per_token is None else kv_bytes_per_token
     step_d = t0 if decode_step_s is None else decode_step_s
     remote = remote_points(mix, non_cached_tokens)
@@ -247,7 +247,7 @@ def _decode_terms(spec: ReplicaSpec, mix: RequestMix, link: TransferLink, prefil
     lin, lout = mix.input_tokens, mix.output_tokens
     dec = b * lout + g * (lin * lout + lout * lout / 2)
     read = np.where(remote > 0, transfer_s(link, p, prefill.kv_bytes_per_token), 0.0)
-    before = np.where(remote > 0, prefill_service_s(prefill_spec, mix) + prefill.step_overhead_s, 0.0)
+    before = np.where(remote > 0, prefill_service_s(prefill_spec, mix) + prefill.fixed_step_s, 0.0)
     work = float(mix.weights @ (a * q + dec))
     return _DecodeTerms(q, dec, read, before, 1.0 - remote, work)
 

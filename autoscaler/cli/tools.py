@@ -376,16 +376,23 @@ def profile_groups_table() -> Table:
                   caption="prefill <= / > 2048: prefill steps of prompts of at most / over 2048 tokens; "
                           "decode B=n: mean decode step of n sequences; mixed B=n: whole runs (prefill and "
                           "decode) of n prompts. Errors: mean |predicted / measured - 1|; -: no such rows. "
-                          "!: held-out error over 10 %.")
+                          "!: held-out error over 10 %. other form: the held-out error of the step form not "
+                          "shipped (docs/simulator.md#step-forms: how the form is chosen).")
     table.add_column("profile", no_wrap=True)
     table.add_column("group", no_wrap=True)
     for col in ("held out", "held-out err", "fit rows", "fit err"):
         table.add_column(col, justify="right")
+    table.add_column("other form", no_wrap=True)
+
+    def pct(e: float | None) -> str:
+        return "-" if e is None else f"{e:.1%}" + ("!" if e > 0.10 else "")
+
     for item in group_listing():
         held, fitted = item["heldout_mape"], item["fit_mape"]
-        table.add_row(item["name"], item["group"], str(item["rows_held_out"]),
-                      "-" if held is None else f"{held:.1%}" + ("!" if held > 0.10 else ""),
-                      str(item["rows_fitted"]), "-" if fitted is None else f"{fitted:.1%}")
+        other = "roofline" if item["step_form"] == "linear" else "linear"
+        table.add_row(item["name"], item["group"], str(item["rows_held_out"]), pct(held),
+                      str(item["rows_fitted"]), "-" if fitted is None else f"{fitted:.1%}",
+                      f"{other} {pct(item[f'{other}_heldout_mape'])}")
     return table
 
 
@@ -395,7 +402,7 @@ def profiles_list(
     output: Annotated[str, typer.Option("--output", "-o", help=output_help(
         "table | json | yaml", "json, yaml: a list of {name, model, gpu, tensor_parallel, rows_fitted, "
         "rows_held_out, heldout_mape}; with --groups a list of {name, group, rows_held_out, heldout_mape, "
-        "rows_fitted, fit_mape}."))] = "table",
+        "rows_fitted, fit_mape, step_form, linear_heldout_mape, roofline_heldout_mape}."))] = "table",
     groups: Annotated[bool, typer.Option("--groups", help=(
         "One row per profile and row group (short and long prefills, decode by batch, whole runs by batch) "
         "with its held-out and fit errors."))] = False,

@@ -201,6 +201,7 @@ class Replica:
         self._a = profile.prefill_s_per_token
         self._ap = profile.attention_tokens_per_pair
         self._b = profile.decode_s_per_seq
+        self._w = profile.weight_read_s  # > 0: the roofline form (``PerformanceProfile``)
         self._push_step = sim.push_step
         self._on_complete = sim.on_complete
         self._on_first_token = sim.on_first_token
@@ -386,8 +387,11 @@ class Replica:
                 p = sum([c for _, c in chunks])
                 # prefill_pairs(sr.prefilled, c) and _step_time spelled out, the same arithmetic: per step
                 pairs = sum([c * sr.prefilled + c * (c + 1) / 2 for sr, c in chunks])
-            dur = 0.0 if p == 0 and n == 0 else \
-                self._t0 + self._a * (p + self._ap * pairs) + self._b * n + self.g * ctx
+            if self._w:
+                dur = self._step_time(p, n, ctx, pairs)
+            else:
+                dur = 0.0 if p == 0 and n == 0 else \
+                    self._t0 + self._a * (p + self._ap * pairs) + self._b * n + self.g * ctx
             self._start(now, 1, dur, 0.0, n, ctx, chunks, dur)
             return
         if n == 0:
@@ -417,6 +421,9 @@ class Replica:
         construction, and this runs at every step."""
         if p == 0 and n == 0:
             return 0.0
+        if self._w:
+            a = self._a
+            return self._t0 + max(self._w, a * p) + a * self._ap * pairs + self._b * n + self.g * ctx
         return self._t0 + self._a * (p + self._ap * pairs) + self._b * n + self.g * ctx
 
     def _start(

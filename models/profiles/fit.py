@@ -2,7 +2,8 @@
 
 Usage::
 
-    python -m models.profiles.fit --data ../shared/data --out models/profiles/coefficients.json
+    python -m models.profiles.fit --data ../shared/data --keep models/profiles/coefficients.json \
+        --out models/profiles/coefficients.json
 
 A profile is keyed by (model, GPU, tensor-parallel degree) and describes one whole replica. Its rows
 come from one source (``COMBOS``):
@@ -15,11 +16,12 @@ come from one source (``COMBOS``):
   Held out: the sweep's points at P = 1024, B = 8 and T = 1024, and the prefills of P = 8192
   (``splitwise.MAX_FIT_PREFILL_TOKENS``). Not used: ``splitwise.exclusion``.
 
-The four coefficients of ``PerformanceProfile`` (five where the attention term is fitted) are
-fitted by ``scipy.optimize.least_squares`` on log(predicted / measured) within physical bounds:
-the step overhead is at least the time to read the weights one token needs at the replica's peak
-bandwidth, the prefill cost per token at least its matmul FLOPs at the replica's peak tensor
-throughput, the per-sequence cost non-negative, the bandwidth efficiency in [0.3, 1], and the
+The four coefficients of ``PerformanceProfile`` (five where the attention term is fitted, one more
+in the roofline form) are fitted by ``scipy.optimize.least_squares`` on log(predicted / measured)
+within physical bounds: the step overhead (the roofline form: its weight-read time) is at least the
+time to read the weights one token needs at the replica's peak bandwidth, the prefill cost per
+token at least its matmul FLOPs at the replica's peak tensor throughput, the per-sequence cost
+non-negative, the bandwidth efficiency in [0.3, 1], and the
 attention term at least the architecture's FLOP ratio.
 
 **Prefill prior.** With input = output, an LLM-Inference-Bench run's prefill tokens B·L and decode
@@ -43,6 +45,13 @@ other profile (LLM-Inference-Bench: prompts of at most 2048 tokens, where attent
 of a prefill and cannot be told from the slope) keeps the FLOP ratio, and its entry says it
 extrapolates (``attention`` in ``coefficients.json``). Per-row-group errors (``group_errors``: short
 and long prefills, decode by batch, whole runs by batch) are in each entry.
+
+**Step forms.** Every combo is fitted in both step forms of ``PerformanceProfile`` (``fit_form``):
+the linear one (overhead at least the datasheet weight-read time) and the roofline one (a fitted
+``weight_read_s``, at least that time, overlapping the prompt's matmuls: a step takes the larger).
+Each combo ships the form ``choose_form`` picks from the two fits' held-out errors, the same rule
+for every combo; its entry keeps both fits (``forms``). ``--keep FILE`` keeps a shipped document's
+coefficients where the refit agrees with them within ``KEEP_RTOL`` (``keep``).
 
 **A100 40 GB, not 80 GB.** LLM-Inference-Bench's A100 rows were measured on 40 GB cards (ALCF Polaris),
 so they feed ``a100-40gb`` profiles: the KV pool the rows imply decides it. ``llama-3-8b/a100-80gb``
@@ -98,6 +107,19 @@ MAX_HELD_OUT_MAPE = 0.10
 """A combo whose held-out error exceeds this is not shipped."""
 MIN_BANDWIDTH_EFFICIENCY = 0.3
 """Lower bound of the fitted KV-read bandwidth efficiency (upper bound 1: peak bandwidth)."""
+LINEAR = "linear"
+ROOFLINE = "roofline"
+STEP_FORMS = (LINEAR, ROOFLINE)
+"""The step-time forms fitted (``PerformanceProfile``'s class doc)."""
+FORM_MARGIN = 0.01
+"""How much lower (absolute, 1 percentage point) the roofline's worst per-group held-out error must be
+for a combo to ship in that form (``choose_form``): a smaller gain is below the spread of the rows'
+repeated runs (the five runs of each unbatched 8192-token Splitwise prefill: coefficient of variation
+0.2-4.6 % by hardware and TP), not worth moving the figures built on the linear form. The
+LLM-Inference-Bench combos' two forms agree within 0.2 points, so they stay linear."""
+MIN_ROOFLINE_OVERHEAD_S = 1e-4
+"""Least step overhead of the roofline form beyond the weight reads, seconds (a profile file's
+overhead must be > 0; 0.1 ms is below any measured vLLM step's scheduling and launch cost)."""
 
 
 @dataclass(frozen=True)
@@ -206,6 +228,7 @@ class ProfileFit:
         held_out_mape: the same over ``held_out_rows``.
         prefill_prior: how the prefill slope was pinned, or None when it was fitted.
         attention_fitted: whether ``attention_tokens_per_pair`` was fitted (else the FLOP ratio).
+        alternative: the fit of the same combo in the other step form (``fit_all``), or None.
     """
 
     combo: Combo
@@ -217,6 +240,7 @@ class ProfileFit:
     held_out_mape: float
     prefill_prior: str | None
     attention_fitted: bool = False
+    alternative: ProfileFit | None = None
 
 
 @dataclass(frozen=True)
@@ -279,17 +303,19 @@ def long_prefills(rows: Sequence[Row]) -> bool:
 
 
 def make_profile(combo: Combo, params: Sequence[float] | np.ndarray) -> PerformanceProfile:
-    """The profile of ``combo`` with coefficients (overhead, prefill, decode, efficiency[, attention]);
-    without the fifth, attention is the architecture's FLOP ratio."""
+    """The profile of ``combo`` with coefficients (overhead, prefill, decode, efficiency[, attention[,
+    weight read]]); without the fifth, attention is the architecture's FLOP ratio; without the sixth
+    (or with it 0), the profile has the linear form, else the roofline form."""
     model, gpu = MODELS[combo.model], GPUS[combo.gpu]
     attention = float(params[4]) if len(params) > 4 else model.attention_tokens_per_pair
+    weight_read_s = float(params[5]) if len(params) > 5 else 0.0
     step_overhead_s, prefill_s_per_token, decode_s_per_seq, bandwidth_efficiency = map(float, params[:4])
     return PerformanceProfile(
         name=combo.name, model=model.key, gpu=gpu.key, kv_bytes_per_token=model.kv_bytes_per_token,
         mem_bandwidth_bytes_per_s=combo.tp * gpu.mem_bandwidth_bytes_per_s, step_overhead_s=step_overhead_s,
         prefill_s_per_token=prefill_s_per_token, decode_s_per_seq=decode_s_per_seq,
         bandwidth_efficiency=bandwidth_efficiency, tensor_parallel=combo.tp,
-        attention_tokens_per_pair=attention,
+        attention_tokens_per_pair=attention, weight_read_s=weight_read_s,
     )
 
 
@@ -301,30 +327,43 @@ def bounds(combo: Combo) -> tuple[float, float]:
 
 
 def fit_combo(combo: Combo, data: Data, prefill_s_per_token: float | None = None,
-              prefill_prior: str | None = None) -> ProfileFit:
-    """Fit ``combo`` (least squares on log ratio); the prefill slope is fixed if given, the attention
-    term free (at least the FLOP ratio) if the fit rows have long prefills (``long_prefills``).
+              prefill_prior: str | None = None, form: str = LINEAR) -> ProfileFit:
+    """Fit ``combo`` (least squares on log ratio) in the step form ``form`` (``STEP_FORMS``); the
+    prefill slope is fixed if given, the attention term free (at least the FLOP ratio) if the fit rows
+    have long prefills (``long_prefills``).
+
+    Linear form: the overhead is at least the datasheet weight-read time (it includes the reads).
+    Roofline form: the weight-read time is fitted, at least the datasheet's, and the overhead (the
+    rest of a step) is at least ``MIN_ROOFLINE_OVERHEAD_S``.
 
     Raises:
-        ValueError: fewer fit values than free coefficients.
+        ValueError: fewer fit values than free coefficients, or an unknown ``form``.
     """
+    if form not in STEP_FORMS:
+        raise ValueError(f"form must be one of {', '.join(STEP_FORMS)}, got {form!r}")
     fit, held_out, excluded = split_rows(combo, data)
     keep = [0, 2, 3] if prefill_s_per_token is not None else [0, 1, 2, 3]
     attention = long_prefills(fit)
     if attention:
         keep.append(4)
+    roofline = form == ROOFLINE
+    if roofline:
+        keep.append(5)
     if sum(len(r.measured) for r in fit) < len(keep):
         raise ValueError(f"{combo.name}: {len(fit)} fit rows, need at least {len(keep)}")
     weights_s, flops_s = bounds(combo)
     flop_ratio = MODELS[combo.model].attention_tokens_per_pair
-    lower = np.array([weights_s, flops_s, 0.0, MIN_BANDWIDTH_EFFICIENCY, flop_ratio])
-    upper = np.array([np.inf, np.inf, np.inf, 1.0, np.inf])
-    scale = np.array([weights_s, flops_s, 1e-5, 1.0, flop_ratio])
-    start = np.array([1.5 * weights_s, 1.5 * flops_s, 5e-5, 0.7, 2.0 * flop_ratio])
+    least_overhead = MIN_ROOFLINE_OVERHEAD_S if roofline else weights_s
+    lower = np.array([least_overhead, flops_s, 0.0, MIN_BANDWIDTH_EFFICIENCY, flop_ratio, weights_s])
+    upper = np.array([np.inf, np.inf, np.inf, 1.0, np.inf, np.inf])
+    scale = np.array([weights_s, flops_s, 1e-5, 1.0, flop_ratio, weights_s])
+    start = np.array([(0.5 if roofline else 1.5) * weights_s, 1.5 * flops_s, 5e-5, 0.7, 2.0 * flop_ratio,
+                      1.2 * weights_s])
 
     def params(x: np.ndarray) -> np.ndarray:
-        # The free entries are overwritten; attention stays the FLOP ratio unless free.
-        full = np.array([0.0, prefill_s_per_token or 0.0, 0.0, 0.0, flop_ratio])
+        # The free entries are overwritten; attention stays the FLOP ratio unless free, the weight
+        # read 0 (the linear form) unless free.
+        full = np.array([0.0, prefill_s_per_token or 0.0, 0.0, 0.0, flop_ratio, 0.0])
         full[keep] = x
         return full
 
@@ -350,15 +389,13 @@ def prefill_efficiency(fits: dict[str, ProfileFit], gpu: str) -> float:
     return float(np.mean(ratios))
 
 
-def fit_all(data: Data, log: Callable[[str], None] = lambda _: None) -> dict[str, ProfileFit]:
-    """Fit every combo of ``COMBOS``, TTFT-separated ones first (they set the prefill prior); by name.
-
-    Every combo is returned, shipped or not (``shipped`` decides).
-    """
+def fit_form(data: Data, form: str) -> dict[str, ProfileFit]:
+    """Fit every combo of ``COMBOS`` in the step form ``form``, TTFT-separated ones first (they set the
+    prefill prior, in the same form); by name, in ``COMBOS`` order."""
     fits: dict[str, ProfileFit] = {}
     for combo in COMBOS:
         if combo.source == SPLITWISE or _has_ttft(combo, data):
-            fits[combo.name] = fit_combo(combo, data)
+            fits[combo.name] = fit_combo(combo, data, form=form)
     for combo in COMBOS:
         if combo.name not in fits:
             eff = prefill_efficiency(fits, combo.gpu)
@@ -366,11 +403,42 @@ def fit_all(data: Data, log: Callable[[str], None] = lambda _: None) -> dict[str
             prior = (f"FLOP bound at the prefill efficiency {eff:.3f} the TTFT rows measured on "
                      f"{combo.gpu} ({', '.join(PREFILL_EFFICIENCY_FROM[combo.gpu])}): "
                      f"prefill_flops_per_token / ({combo.tp} x peak x {eff:.3f})")
-            fits[combo.name] = fit_combo(combo, data, slope, prior)
+            fits[combo.name] = fit_combo(combo, data, slope, prior, form)
+    return {c.name: fits[c.name] for c in COMBOS}
+
+
+def fit_all(data: Data, log: Callable[[str], None] = lambda _: None) -> dict[str, ProfileFit]:
+    """Fit every combo of ``COMBOS`` in both step forms and keep, per combo, the form ``choose_form``
+    picks (the other one is the fit's ``alternative``); by name.
+
+    Every combo is returned, shipped or not (``shipped`` decides).
+    """
+    linear, roofline = fit_form(data, LINEAR), fit_form(data, ROOFLINE)
+    fits: dict[str, ProfileFit] = {}
+    for name, lin in linear.items():
+        roof = roofline[name]
+        chosen, other = (roof, lin) if choose_form(lin, roof) == ROOFLINE else (lin, roof)
+        fits[name] = replace(chosen, alternative=other)
     for name, f in fits.items():
         if not shipped(f):
             log(f"not shipped: {name}: held-out MAPE {f.held_out_mape:.1%} > {MAX_HELD_OUT_MAPE:.0%}")
-    return {c.name: fits[c.name] for c in COMBOS}
+    return fits
+
+
+def worst_group_error(f: ProfileFit) -> float:
+    """The largest per-group held-out error of ``f`` (``group_errors``), or its held-out error where it
+    has no held-out rows (then nan)."""
+    groups = group_errors(f.profile, f.held_out_rows)
+    return max((g["mape"] for g in groups.values()), default=float("nan"))
+
+
+def choose_form(linear: ProfileFit, roofline: ProfileFit) -> str:
+    """The step form a combo ships with: the roofline where it lowers the worst per-group held-out
+    error (``worst_group_error``) by at least ``FORM_MARGIN`` and does not raise the held-out error
+    over all rows; else the linear form (the incumbent, which every other simulated figure rests on).
+    The same rule for every combo."""
+    better = worst_group_error(roofline) <= worst_group_error(linear) - FORM_MARGIN
+    return ROOFLINE if better and roofline.held_out_mape <= linear.held_out_mape else LINEAR
 
 
 def shipped(f: ProfileFit) -> bool:
@@ -447,14 +515,35 @@ def _attention(f: ProfileFit, p: PerformanceProfile) -> dict[str, object]:
             / flop_ratio, "note": note}
 
 
+def _coefficients(p: PerformanceProfile) -> dict[str, float]:
+    """The ``coefficients`` entry of ``p`` (``weight_read_s`` only in the roofline form)."""
+    c = {"step_overhead_s": p.step_overhead_s, "prefill_s_per_token": p.prefill_s_per_token,
+         "decode_s_per_seq": p.decode_s_per_seq, "bandwidth_efficiency": p.bandwidth_efficiency,
+         "attention_tokens_per_pair": p.attention_tokens_per_pair}
+    return c | ({"weight_read_s": p.weight_read_s} if p.step_form == ROOFLINE else {})
+
+
+def _forms(f: ProfileFit, as_shipped: Callable[[PerformanceProfile], PerformanceProfile]) -> dict[str, object]:
+    """The ``forms`` entry: each step form's coefficients and errors, the rule that chose, and the choice."""
+    out: dict[str, object] = {}
+    for g in sorted([f, *([f.alternative] if f.alternative else [])], key=lambda x: x.profile.step_form):
+        p = as_shipped(g.profile)
+        out[p.step_form] = {"coefficients": _coefficients(p), "fit_mape": mape(p, g.fit_rows),
+                            "heldout_mape": mape(p, g.held_out_rows),
+                            "heldout_groups": group_errors(p, g.held_out_rows)}
+    out["chosen"] = f.profile.step_form
+    out["rule"] = (f"roofline if its worst per-group held-out error is at least {FORM_MARGIN:.0%} (absolute) lower "
+                   "than the linear form's and its held-out error over all rows no higher; else linear")
+    return out
+
+
 def _entry(f: ProfileFit, p: PerformanceProfile, stand_in_of: tuple[str, str] | None = None) -> dict[str, object]:
     gpu = GPUS[p.gpu]
     entry: dict[str, object] = {
         "model": p.model, "gpu": p.gpu, "tensor_parallel": p.tensor_parallel,
         "architecture": {k: v for k, v in asdict(MODELS[p.model]).items() if k not in ("key", "source")},
-        "coefficients": {"step_overhead_s": p.step_overhead_s, "prefill_s_per_token": p.prefill_s_per_token,
-                         "decode_s_per_seq": p.decode_s_per_seq, "bandwidth_efficiency": p.bandwidth_efficiency,
-                         "attention_tokens_per_pair": p.attention_tokens_per_pair},
+        "step_form": p.step_form,
+        "coefficients": _coefficients(p),
         "attention": _attention(f, p),
         "kv_bytes_per_token": p.kv_bytes_per_token, "mem_bandwidth_bytes_per_s": p.mem_bandwidth_bytes_per_s,
         "gpu_source": gpu.source, "model_source": MODELS[p.model].source,
@@ -465,10 +554,49 @@ def _entry(f: ProfileFit, p: PerformanceProfile, stand_in_of: tuple[str, str] | 
         "heldout_groups": group_errors(p, f.held_out_rows), "fit_groups": group_errors(p, f.fit_rows),
         "held_out_rows": [r.doc() for r in f.held_out_rows],
         "excluded_rows": [{**r.doc(), "reason": why} for r, why in f.excluded_rows],
+        "forms": _forms(f, (lambda q: q) if stand_in_of is None else (lambda q: stand_in(p.name, q))),
     }
     if stand_in_of is not None:
         entry["stand_in"] = {"profile": stand_in_of[0], "why": stand_in_of[1]}
     return entry
+
+
+KEEP_RTOL = 1e-6
+"""Largest relative difference between a refit coefficient and the kept document's for ``keep`` to
+keep the latter (the tolerance ``tests/unit/test_profiles.py`` reproduces shipped coefficients to)."""
+
+
+def keep(fits: dict[str, ProfileFit], document: dict[str, object]) -> dict[str, ProfileFit]:
+    """``fits`` with each fit whose form and coefficients agree with ``document``'s entry (a shipped
+    ``coefficients.json``) within ``KEEP_RTOL`` carrying that entry's coefficients exactly (its errors
+    recomputed), in both forms; other fits unchanged.
+
+    A refit on another machine moves coefficients by ~1e-8 (scipy/BLAS numerics), and the simulated
+    figures built on them (README's, pinned by a test) can move with it; keeping the shipped values
+    keeps a refit from churning profiles the data did not change.
+    """
+    entries = document.get("profiles", {})
+    assert isinstance(entries, dict)
+    out: dict[str, ProfileFit] = {}
+    for name, f in fits.items():
+        entry = entries.get(name, {})
+        forms = entry.get("forms", {"linear": {"coefficients": entry.get("coefficients", {})}})
+        kept = [_kept(g, forms.get(g.profile.step_form, {}).get("coefficients", {}))
+                for g in (f, f.alternative) if g is not None]
+        out[name] = replace(kept[0], alternative=kept[1] if len(kept) > 1 else None)
+    return out
+
+
+def _kept(f: ProfileFit, coefficients: dict[str, float]) -> ProfileFit:
+    """``f`` with ``coefficients`` (and errors recomputed) if they agree with its own (``keep``)."""
+    mine = _coefficients(f.profile)
+    if set(mine) != set(coefficients) or not all(
+            math.isclose(mine[k], coefficients[k], rel_tol=KEEP_RTOL) for k in mine):
+        return f
+    p = make_profile(f.combo, [coefficients[k] for k in (
+        "step_overhead_s", "prefill_s_per_token", "decode_s_per_seq", "bandwidth_efficiency",
+        "attention_tokens_per_pair")] + [coefficients.get("weight_read_s", 0.0)])
+    return replace(f, profile=p, fit_mape=mape(p, f.fit_rows), held_out_mape=mape(p, f.held_out_rows))
 
 
 def build_document(fits: dict[str, ProfileFit], data_dir: Path, vidur_s_per_token: float) -> dict[str, object]:
@@ -493,12 +621,15 @@ def build_document(fits: dict[str, ProfileFit], data_dir: Path, vidur_s_per_toke
         "fitted_on": datetime.date.today().isoformat(),
         "fitted_by": "python -m models.profiles.fit",
         "model_form": (
-            "step_time = step_overhead_s + prefill_s_per_token*(p + attention_tokens_per_pair*q)"
+            "linear: step_time = step_overhead_s + prefill_s_per_token*(p + attention_tokens_per_pair*q)"
             " + decode_s_per_seq*n + c*kv_bytes_per_token/(bandwidth_efficiency*mem_bandwidth_bytes_per_s);"
+            " roofline: step_time = step_overhead_s + max(weight_read_s, prefill_s_per_token*p)"
+            " + prefill_s_per_token*attention_tokens_per_pair*q + decode_s_per_seq*n + (the same KV-read term);"
             " 0 when idle; q = attention pairs of the prefilled tokens (c*s + c*(c+1)/2 for a chunk of c"
             " tokens at position s); attention_tokens_per_pair fitted where the rows have prefills over"
             f" {SHORT_PREFILL_TOKENS} tokens (at least the architecture's FLOP ratio), else that ratio"
-            " (each entry's attention says which)"
+            " (each entry's attention says which); each entry's step_form says which form, its forms"
+            " both forms' fits and errors and the rule that chose"
         ),
         "sources": {
             "llm-inference-bench": {"repo": BENCH_REPO, "commit": BENCH_COMMIT},
@@ -527,14 +658,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--data", type=Path, required=True, help="shared data directory")
     parser.add_argument("--out", type=Path, required=True, help="coefficients.json to write")
+    parser.add_argument("--keep", type=Path, help=(
+        "a shipped coefficients.json: refitted coefficients within a relative 1e-6 of its entry's (same "
+        "form) keep its values exactly (fit.keep)"))
     args = parser.parse_args(argv)
     fits = fit_all(Data.load(args.data), log=print)
+    if args.keep is not None:
+        fits = keep(fits, json.loads(args.keep.read_text(encoding="utf-8")))
     vidur = vidur_prefill_s_per_token(args.data)
     for name, f in fits.items():
         p = f.profile
         print(
-            f"{name}: step_overhead={p.step_overhead_s * 1e3:.3f} ms "
-            f"prefill={p.prefill_s_per_token * 1e6:.2f} us/token "
+            f"{name}: {p.step_form} step_overhead={p.step_overhead_s * 1e3:.3f} ms "
+            + (f"weight_read={p.weight_read_s * 1e3:.3f} ms " if p.step_form == ROOFLINE else "")
+            + f"prefill={p.prefill_s_per_token * 1e6:.2f} us/token "
             f"decode={p.decode_s_per_seq * 1e6:.2f} us/seq eta={p.bandwidth_efficiency:.3f} | "
             f"fit MAPE {f.fit_mape:.2%} ({len(f.fit_rows)} rows), held-out MAPE {f.held_out_mape:.2%} "
             f"({len(f.held_out_rows)} rows), {len(f.excluded_rows)} excluded"
@@ -542,8 +679,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             + (f" attention x{p.attention_tokens_per_pair / MODELS[p.model].attention_tokens_per_pair:.2f} FLOP ratio"
                if f.attention_fitted else "")
         )
-        print("    held-out by group: " + ", ".join(
-            f"{g} {e['mape']:.1%} ({e['rows']})" for g, e in group_errors(p, f.held_out_rows).items()))
+        for g in sorted([f, *([f.alternative] if f.alternative else [])], key=lambda x: x.profile.step_form):
+            form = g.profile.step_form
+            print(f"    {form:8s}{' (chosen)' if g is f else '         '} held-out {g.held_out_mape:.1%}, by group: "
+                  + ", ".join(f"{k} {e['mape']:.1%} ({e['rows']})"
+                              for k, e in group_errors(g.profile, g.held_out_rows).items()))
     print(f"A100 prefill: Vidur non-attention ops {vidur * 1e6:.2f} us/token, "
           f"fitted {fits['llama-3-8b/a100-40gb'].profile.prefill_s_per_token * 1e6:.2f} us/token")
     doc = build_document(fits, args.data, vidur)

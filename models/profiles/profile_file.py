@@ -11,6 +11,7 @@ provenance fields are allowed and ignored):
 - ``coefficients``: ``step_overhead_s`` (> 0), ``prefill_s_per_token``, ``decode_s_per_seq`` (>= 0),
   ``bandwidth_efficiency`` (in (0, 1]); optional ``attention_tokens_per_pair`` (>= 0: a fitted
   attention term, as the shipped Splitwise profiles carry; absent: the architecture's FLOP ratio);
+  optional ``weight_read_s`` (>= 0; > 0 selects the roofline step form, ``PerformanceProfile``);
 - ``rows_fitted``, ``rows_held_out`` (>= 0), ``heldout_mape`` (>= 0, or null with no held-out rows),
   ``fit_mape`` (optional).
 
@@ -58,6 +59,7 @@ class Coefficients(Strict):
     decode_s_per_seq: float = Field(ge=0)
     bandwidth_efficiency: float = Field(gt=0, le=1)
     attention_tokens_per_pair: float | None = Field(default=None, ge=0)
+    weight_read_s: float = Field(default=0.0, ge=0)
 
 
 class ProfileFile(Strict):

@@ -39,7 +39,8 @@ def test_table_fits_100_columns_and_shows_each_held_out_error() -> None:
         assert cells[2:5] == [str(entry["rows_fitted"]), str(entry["rows_held_out"]), f"{entry['heldout_mape']:.1%}"]
 
 
-GROUP_KEYS = ["name", "group", "rows_held_out", "heldout_mape", "rows_fitted", "fit_mape"]
+GROUP_KEYS = ["name", "group", "rows_held_out", "heldout_mape", "rows_fitted", "fit_mape", "step_form",
+              "linear_heldout_mape", "roofline_heldout_mape"]
 
 
 def test_groups_view_shows_each_row_groups_errors() -> None:
@@ -51,8 +52,15 @@ def test_groups_view_shows_each_row_groups_errors() -> None:
     assert [(i["name"], i["group"]) for i in items if list(i) == GROUP_KEYS] == [(i["name"], i["group"]) for i in items]
     assert {(i["name"], i["group"]) for i in items} == expected and len(items) == len(expected)
     for i in items:
-        held = DOC["profiles"][i["name"]]["heldout_groups"].get(i["group"])
+        entry = DOC["profiles"][i["name"]]
+        held = entry["heldout_groups"].get(i["group"])
         assert (i["rows_held_out"], i["heldout_mape"]) == ((held["rows"], held["mape"]) if held else (0, None))
+        # Both forms' held-out errors; the shipped form's is the group's.
+        assert i["step_form"] == entry["step_form"]
+        for form in ("linear", "roofline"):
+            g = entry["forms"][form]["heldout_groups"].get(i["group"])
+            assert i[f"{form}_heldout_mape"] == (g["mape"] if g else None)
+        assert i[f"{i['step_form']}_heldout_mape"] == i["heldout_mape"]
     # The Splitwise profiles' long prefills are a held-out group of five 8192-token rows.
     long = [i for i in items if i["name"] == "llama-2-70b/a100-80gb/tp8" and i["group"] == "prefill > 2048"]
     assert [(i["rows_held_out"], i["rows_fitted"]) for i in long] == [(5, 5)]
@@ -69,3 +77,6 @@ def test_groups_table_prints_each_held_out_group_error() -> None:
             cells = [c.strip() for c in row.strip("│ ").split("│")]
             flag = "!" if held["mape"] > 0.10 else ""
             assert cells[2:4] == [str(held["rows"]), f"{held['mape']:.1%}{flag}"], (name, group)
+            other = "roofline" if entry["step_form"] == "linear" else "linear"
+            e = entry["forms"][other]["heldout_groups"][group]["mape"]
+            assert cells[6] == f"{other} {e:.1%}" + ("!" if e > 0.10 else ""), (name, group)

@@ -543,3 +543,30 @@ def test_quiet_gap_is_skipped_only_after_the_idle_rule_had_its_window(make_fleet
     run = run_simulation(cfg, Workload(reqs), "pid", steady_start=False)
     before = [rec for rec in run.ticks if 1500.0 <= rec.time_s < 4000.0]
     assert before and all(sum(rec.services["svc"].applied.values()) == 1 for rec in before)
+
+
+def test_a_roofline_profile_steps_at_the_larger_of_weight_reads_and_prefill_flops(make_fleet) -> None:
+    # The shipped roofline profile of Llama-2-70B on two H100s, its coefficients read from the document
+    # and the step times computed here from the roofline form (docs/simulator.md#step-forms): a
+    # 100-token prompt is under the knee (its FLOPs hide under the weight read), a 5000-token one runs
+    # as chunks of 2048, 2048 and 904 tokens, each past the knee.
+    entry = shipped_entries()["llama-2-70b/h100-sxm/tp2"]
+    assert entry["step_form"] == "roofline"
+    c = entry["coefficients"]
+    o, w, a, r, b = (c[k] for k in ("step_overhead_s", "weight_read_s", "prefill_s_per_token",
+                                    "attention_tokens_per_pair", "decode_s_per_seq"))
+    g = get_profile("llama-2-70b/h100-sxm/tp2").seconds_per_ctx_token
+    assert a * 100 < w < a * 904
+    cfg = make_fleet(1, profile="llama-2-70b/h100-sxm/tp2", gpus_per_replica=2,
+                     engine={"max_num_batched_tokens": 2048})
+    wl = Workload([Request(arrival_s=1.0, input_tokens=100, output_tokens=3),
+                   Request(arrival_s=100.0, input_tokens=5000, output_tokens=1)])
+    sim = FleetSimulator(cfg, wl)
+    run_all(sim)
+    short, long = sim.requests
+    assert short.t_first - 1.0 == pytest.approx(o + w + a * r * 100 * 101 / 2, rel=1e-12)
+    decode = sum(o + w + b + g * (100 + i) for i in range(2))
+    assert short.t_finish - short.t_first == pytest.approx(decode, rel=1e-9)
+    chunks = [(0, 2048), (2048, 2048), (4096, 904)]
+    ttft = sum(o + a * n + a * r * (n * s + n * (n + 1) / 2) for s, n in chunks)
+    assert long.t_first - 100.0 == pytest.approx(ttft, rel=1e-12)

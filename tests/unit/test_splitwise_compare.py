@@ -98,9 +98,9 @@ def test_diagnostic_profiles_change_only_the_terms_they_name(tmp_path: Path) -> 
     assert bench.variant_profile(fleet, tmp_path) == fleet.profile  # no diagnostic: the shipped name
     shipped = get_profile(fleet.profile)
     flat = get_profile(bench.variant_profile(fleet, tmp_path, flat_decode=True))
-    # decode: only the step overhead and the context at the datasheet bandwidth (327,680 B a token over
-    # 8 x 2.039 TB/s), whatever the batch; prefill unchanged
-    assert flat.step_time(0, 64, 0) == pytest.approx(shipped.step_overhead_s)
+    # decode: only the step's fixed cost (fixed_step_s) and the context at the datasheet bandwidth
+    # (327,680 B a token over 8 x 2.039 TB/s), whatever the batch; prefill unchanged
+    assert flat.step_time(0, 64, 0) == pytest.approx(shipped.fixed_step_s)
     assert flat.step_time(0, 1, 40_000) - flat.step_time(0, 1, 0) == pytest.approx(40_000 * 327_680 / (8 * 2.039e12))
     assert flat.step_time(2048, 0, 0, prefill_pairs(0, 2048)) == pytest.approx(
         shipped.step_time(2048, 0, 0, prefill_pairs(0, 2048)))
