@@ -1,4 +1,5 @@
-"""The MPC keeps a service's prefill:decode ratio (``roles.ratio``, Kthena's rule; issue 34) in its plan."""
+"""The MPC's prefill/decode settings (issue 34): it keeps a service's prefill:decode ratio (``roles.ratio``,
+Kthena's rule) in its plan, and counts ``pd_util`` of a pool replica's modelled capacity."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def fleet(ratio: dict[str, float] | None) -> FleetConfig:
     return parse_config(doc, str(EXAMPLE), EXAMPLE.parent)
 
 
-def decide(cfg: FleetConfig, mix: RequestMix, rate: float) -> dict[str, int]:
+def decide(cfg: FleetConfig, mix: RequestMix, rate: float, pd_util: float = 1.0) -> dict[str, int]:
     svc = cfg.services[0]
     pools = {role: PoolObservation(role, Signals(), {v.name: VariantObservation(0, 0)
                                                      for r, v in svc.role_variants() if r == role})
@@ -40,7 +41,20 @@ def decide(cfg: FleetConfig, mix: RequestMix, rate: float) -> dict[str, int]:
     est = ServiceEstimate(svc.name, 600.0, Signals.of({"arrival_rate_rps": rate, "queue_length": 0.0}), {}, {},
                           False, 0.0, 0.0, 0, pools=pools)
     weights = {svc.name: variant_weights(svc, cfg.planning_engine(), mix)}
-    return MPCController(cfg, weights, forecast="last", mixes={svc.name: mix}, learn=0).decide(est, svc).desired
+    mpc = MPCController(cfg, weights, forecast="last", mixes={svc.name: mix}, learn=0, pd_util=pd_util)
+    return mpc.decide(est, svc).desired
+
+
+def capacities(cfg: FleetConfig, mix: RequestMix) -> tuple[float, float]:
+    """One prefill and one decode replica's requests/s of ``mix``, straight from the capacity models."""
+    svc, engine = cfg.services[0], cfg.planning_engine()
+    slo, roles = svc.slo["interactive"], svc.roles
+    assert roles is not None
+    pre = ReplicaSpec.of(roles.prefill[0], engine)
+    cp = prefill_capacity(pre, mix, slo.ttft_s, roles.kv_transfer, non_cached_tokens=roles.non_cached_tokens).rps
+    cd = decode_capacity(ReplicaSpec.of(roles.decode[0], engine), mix, slo.ttft_s, slo.itl_s, roles.kv_transfer,
+                         prefill_spec=pre, non_cached_tokens=roles.non_cached_tokens).rps
+    return cp, cd
 
 
 def cheapest_pair(cp: float, cd: float, rate: float, ratio: tuple[float, float] | None) -> tuple[int, int]:
@@ -64,13 +78,7 @@ def test_the_plan_keeps_the_ratio(ratio: dict[str, float] | None) -> None:
     # replica ~149 (test_mpc_roles), so the cheapest pair is 2 + 1 (ratio 2); with max_ratio 1 it is 2 + 2.
     cfg = fleet(ratio)
     mix = RequestMix.from_means(2048, 28, 0.0)
-    svc, engine = cfg.services[0], cfg.planning_engine()
-    slo, roles = svc.slo["interactive"], svc.roles
-    assert roles is not None
-    pre = ReplicaSpec.of(roles.prefill[0], engine)
-    cp = prefill_capacity(pre, mix, slo.ttft_s, roles.kv_transfer, non_cached_tokens=roles.non_cached_tokens).rps
-    cd = decode_capacity(ReplicaSpec.of(roles.decode[0], engine), mix, slo.ttft_s, slo.itl_s, roles.kv_transfer,
-                         prefill_spec=pre, non_cached_tokens=roles.non_cached_tokens).rps
+    cp, cd = capacities(cfg, mix)
     want = cheapest_pair(cp, cd, 30.0, None if ratio is None else (ratio["min_ratio"], ratio["max_ratio"]))
     assert want == ((2, 1) if ratio is None else (2, 2))
     assert decide(cfg, mix, 30.0) == {"h100-prefill": want[0], "h100-decode": want[1]}
@@ -90,3 +98,21 @@ def test_a_ratio_no_replica_counts_can_keep_is_left_out_of_the_plan() -> None:
     svc.roles.decode[0].min_replicas = 2
     svc.roles.prefill[0].max_replicas = 5
     assert pd_ratio(svc) is None
+
+
+@pytest.mark.parametrize(("pd_util", "want"), [(1.0, (2, 1)), (0.5, (4, 1)), (0.4, (5, 1))])
+def test_pd_util_plans_the_pools_at_that_share_of_their_capacity(pd_util: float, want: tuple[int, int]) -> None:
+    # As above without a ratio: at 0.5 a prefill replica counts ~8.3 req/s and a decode replica ~74.5,
+    # so 30 req/s takes 4 + 1; at 0.4, ~6.6 and ~59.6: 5 + 1 (the enumeration at the scaled capacities).
+    cfg = fleet(None)
+    mix = RequestMix.from_means(2048, 28, 0.0)
+    cp, cd = capacities(cfg, mix)
+    assert cheapest_pair(cp * pd_util, cd * pd_util, 30.0, None) == want
+    assert decide(cfg, mix, 30.0, pd_util) == {"h100-prefill": want[0], "h100-decode": want[1]}
+
+
+def test_pd_util_out_of_range_is_refused() -> None:
+    cfg = fleet(None)
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="pd_util must be in"):
+            MPCController(cfg, {}, pd_util=bad)
