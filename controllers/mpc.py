@@ -54,7 +54,10 @@ sequences at the ITL target and KV); the learned speed factors and capacity post
 aggregated variants only. A miss costs ``miss_weight`` times the dearest way to serve (an aggregated
 variant, or the dearest prefill plus the dearest decode variant). The decision holds replicas for
 every variant, aggregated and pool, by name; ``terms`` carry ``pd_rps_now``, ``pd_share_now`` and
-``pd_rps_max`` (the pools' share of the plan's demand).
+``pd_rps_max`` (the pools' share of the plan's demand). A service's ``roles.ratio`` (Kthena's
+prefill:decode bounds) is a constraint of the plan (``pd_ratio``; left out where no replica counts
+within the pools' bounds keep it). ``pd_util`` counts only that share of a pool replica's modelled
+capacity (``DEFAULT_PD_UTIL``): the pools' headroom for bursts.
 
 On a scale-down ``Decision.remove_first`` names the pods to remove, coldest and least loaded first
 (``removal_order``); the simulator honours it.
@@ -93,6 +96,7 @@ from controllers.admission import (
     wait_budgets,
 )
 from controllers.base import Controller, Decision, Gauge, change_reason, hold, silent_pods
+from controllers.roles import ratio_reachable
 from models.capacity import (
     UNSERVABLE_SHARE,
     ReplicaSpec,
@@ -147,6 +151,13 @@ would show a step in load a cold start late. 60 s is four 15-s scrapes, PromQL's
 FALLBACK_CODES: dict[str | None, float] = {None: 0.0, **{name: float(i + 1) for i, name in enumerate(FALLBACKS)}}
 """``Plan.fallback`` as the number ``Decision.terms["plan_fallback"]`` carries (terms are numbers): 0
 for the solver's plan, 1 ``lp-rounded``, 2 ``greedy``, 3 ``hold``."""
+
+
+DEFAULT_PD_UTIL = 1.0
+"""Share of a prefill/decode pool replica's modelled capacity (``role_weights``) the plan counts on by
+default: all of it, as before (the planner's tests size pools by the models alone). Issue 34's runs on
+Azure code x20 needed 0.5 (``mpc:pd_util=0.5``) to reach the aggregated-only attainment
+(``docs/controllers.md``, "Making the pools pay on long prompts")."""
 
 
 def limit_note(plan: Plan) -> str:
@@ -391,6 +402,23 @@ def miss_cost(variants: list[PlanVariant], miss_weight: float) -> float | None:
     return miss_weight * max(ways) if ways else None
 
 
+def pd_ratio(svc: Service) -> tuple[float, float] | None:
+    """``(min_ratio, max_ratio)`` of ``svc``'s ``roles.ratio`` for the plan (``PlanService.pd_ratio``), or
+    None without one, or when no whole replica counts within the pools' bounds keep it
+    (``controllers.roles.ratio_reachable``: the plan would have none; Kthena's rule then clamps to the
+    bounds, and the plan ignores the ratio)."""
+    if svc.roles is None or svc.roles.ratio is None:
+        return None
+    r = svc.roles.ratio
+
+    def bounds(vs: list[Variant]) -> tuple[int, int]:
+        return sum(v.min_replicas for v in vs), sum(v.cap for v in vs)
+
+    if not ratio_reachable(r, bounds(svc.roles.prefill), bounds(svc.roles.decode)):
+        return None
+    return r.min_ratio, r.max_ratio
+
+
 def removal_order(est: ServiceEstimate, desired: Mapping[str, int]) -> dict[str, list[str]]:
     """variant -> its ready pods, coldest first (lowest prefix-cache hit rate over the pod's life, unknown
     counted cold), the least loaded (running + waiting) first among equals; for the variants that
@@ -450,6 +478,10 @@ class MPCController(Controller):
         shed_weight: with ``shed``, $ per request shed in units of the dearest variant's $ per
             request served (> 1: a replica that serves its time is cheaper than shedding; below
             ``miss_weight``: sheddable requests are shed before interactive ones are missed).
+        pd_util: share of a prefill/decode pool replica's modelled capacity the plan counts on, in (0, 1]
+            (``DEFAULT_PD_UTIL``): a prefill replica's modelled rate is near all it can do, where an
+            aggregated replica's (ITL-bound) leaves room for a burst, so the pools' headroom is planned
+            (``docs/controllers.md``, "Making the pools pay on long prompts").
         warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
             last plan moved on by the ticks since (``models.planning.PlanProblem.start``); 0
             (default) through scipy without a start: measured, the start did not shorten the solve
@@ -472,7 +504,7 @@ class MPCController(Controller):
                  window_s: float = DEFAULT_WINDOW_S, mix: str = "calibrated",
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
                  pool: int = 1, warm: int = 0, shed: int = 0, shed_weight: float = DEFAULT_SHED_WEIGHT,
-                 name: str = "mpc") -> None:
+                 pd_util: float = DEFAULT_PD_UTIL, name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
@@ -481,6 +513,8 @@ class MPCController(Controller):
             raise ValueError(f"{name}: node_limit must be >= 0, got {node_limit}")
         if pool < 1:
             raise ValueError(f"{name}: pool must be >= 1, got {pool}")
+        if not 0 < pd_util <= 1:
+            raise ValueError(f"{name}: pd_util must be in (0, 1], got {pd_util}")
         if warm not in (0, 1):
             raise ValueError(f"{name}: warm must be 0 or 1, got {warm}")
         if shed not in (0, 1) or (shed and not 1.0 < shed_weight < miss_weight):
@@ -529,6 +563,7 @@ class MPCController(Controller):
         self.shed = bool(shed)
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
+        self.pd_util = pd_util
         self.admission_cfg = c.admission_settings
 
     # ------------------------------------------------------------------ demand
@@ -805,7 +840,7 @@ class MPCController(Controller):
                     except ValueError:  # the ITL target below the decode replica's fixed step
                         cap = 0.0
                 self._role_cache[key] = float(cap) if math.isfinite(cap) else 0.0
-            out[v.name] = self._role_cache[key]
+            out[v.name] = self._role_cache[key] * self.pd_util
         return out
 
     # ------------------------------------------------------------------ decide
@@ -849,7 +884,7 @@ class MPCController(Controller):
             shed_rps = demand * (priorities[PRIORITIES[SHEDDABLE]] / total)
             shed_cost = miss * self.shed_weight / self.miss_weight
         plan_svc = PlanService(svc.name, variants, demand, miss, self.guard.max_step_up, self.guard.max_step_down,
-                               shed_rps=shed_rps, shed_cost=shed_cost)
+                               shed_rps=shed_rps, shed_cost=shed_cost, pd_ratio=pd_ratio(svc))
         return _Inputs(plan_svc, recovering, priorities)
 
     def _problem(self, services: list[PlanService],

@@ -43,7 +43,13 @@ the pools serve at step ``k``, and
 The shares ``a = 1 - x / demand`` and ``p = x / demand`` of the issue's statement are this with ``a + p
 = 1``: a share above 1 never lowers the cost. The pools' replicas cost their price, count in the GPU
 limits and start as any variant's; the aggregated-only problems are built exactly as before (no
-``x``). A service whose variants are all role variants is planned on its pools alone.
+``x``). A service whose variants are all role variants is planned on its pools alone. With
+``PlanService.pd_ratio`` (Volcano Kthena's prefill:decode ratio, ``autoscaler.config.PDRatio``), every
+block keeps ``min_ratio x D <= P <= max_ratio x D``, ``P`` and ``D`` the replicas ordered in each pool:
+both pools at zero meet it (Kthena's coupled scale to zero), one pool alone does not (with
+``min_ratio`` 0, a decode pool without prefill does: Kthena would raise the prefill pool to one). The
+rows hold with and without the step limits, so a fleet outside the ratio today is brought within it
+in the first step (the limits dropped where they forbid that, as for a bound).
 
 Move blocking (as MPC practice keeps integer plans small): replica counts change only at the start of
 each block (``PlanProblem.blocks``: 0-based first steps, by default 1, 1, 1, 1, 2, 2, 4, 4, 8, 8, 8
@@ -220,6 +226,9 @@ class PlanService:
         shed_rps: requests/s of ``demand_rps`` the gateway may shed in each step (the sheddable
             class's), shape (H,), each within [0, demand]; None: nothing is shed on purpose.
         shed_cost: $ per request shed (>= 0; below ``miss_cost``, or shedding is never planned).
+        pd_ratio: ``(min_ratio, max_ratio)``: with role variants, every block keeps ``min_ratio x D <= P <=
+            max_ratio x D`` for ``P``, ``D`` the prefill and decode replicas ordered (``n``, summed over
+            each pool's variants; module docstring, "Prefill/decode pools"); None: no bound.
     """
 
     name: str
@@ -230,6 +239,7 @@ class PlanService:
     max_down: int | None = None
     shed_rps: np.ndarray | None = None
     shed_cost: float = 0.0
+    pd_ratio: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -758,6 +768,13 @@ def _build(problem: PlanProblem, limits: bool, caps: Mapping[str | None, np.ndar
             rows.add_rows([idx.s(i, j, 0) + np.arange(h) for j in mine] + pd,
                           [np.asarray(svc.variants[j].capacity_rps, dtype=float) for j in mine] + [-1.0],
                           np.zeros(h), np.full(h, np.inf))
+        if pd and svc.pd_ratio is not None:  # Kthena's ratio: min_ratio D <= P <= max_ratio D per block
+            lo_r, hi_r = svc.pd_ratio
+            pre = [j for j, v in enumerate(svc.variants) if v.role == "prefill"]
+            dec = [j for j, v in enumerate(svc.variants) if v.role == "decode"]
+            ratio_cols = [idx.var(i, j, N, 0) + np.arange(nb) for j in pre + dec]
+            rows.add_rows(ratio_cols, [1.0] * len(pre) + [-lo_r] * len(dec), np.zeros(nb), np.full(nb, np.inf))
+            rows.add_rows(ratio_cols, [1.0] * len(pre) + [-hi_r] * len(dec), np.full(nb, -np.inf), np.zeros(nb))
         if not limits:
             continue
         for b in range(nb):

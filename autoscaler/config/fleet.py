@@ -155,7 +155,8 @@ class KVTransfer(Strict):
 
 class PDRatio(Strict):
     """Bounds on a service's prefill:decode replica ratio (prefill replicas / decode replicas, each summed
-    over its pool's variants), kept by the PID (``controllers.roles.enforce_ratio``).
+    over its pool's variants), kept by the PID (``controllers.roles.enforce_ratio``) and the MPC's plan
+    (``models.planning.PlanService.pd_ratio``).
 
     Volcano Kthena's ``RoleRatioConstraint`` (volcano-sh/kthena at 3cc0572,
     ``pkg/apis/workload/v1alpha1/autoscalingpolicy_types.go``: ``numeratorRole``, ``denominatorRole``,
@@ -188,8 +189,9 @@ class Roles(Strict):
             both at least this long; else the decode replica prefills it itself. 0 turns remote
             prefill off, as in the plugin (default ``PD_NON_CACHED_TOKENS``).
         kv_transfer: the link between the pools (``KVTransfer``).
-        ratio: bounds on prefill / decode replicas the PID keeps (``PDRatio``; the MPC and ``dynamo-pd``
-            do not read it); None: no bound. A ``min_ratio`` above 0 needs a prefill variant with room.
+        ratio: bounds on prefill / decode replicas the PID keeps by Kthena's rule and the MPC keeps as a
+            constraint of its plan (``PDRatio``; ``dynamo-pd`` does not read it); None: no bound. A
+            ``min_ratio`` above 0 needs a prefill variant with room.
     """
 
     prefill: list[Variant] = Field(min_length=1)
