@@ -5,11 +5,10 @@ stays its own."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from collections.abc import Iterator
-import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
