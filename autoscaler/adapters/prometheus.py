@@ -67,16 +67,19 @@ becomes a branch ``label_replace(<query>, "__autoscaler_scope", "<i>", "", "")``
 (``union``), and the answer is split back by that label (``split``), the label removed. Each branch
 is evaluated as the query alone would be, so the observations are the per-scope ones: the same
 values, unknowns, warnings and errors (tests/integration/prometheus/test_batched_queries.py
-compares the two paths on one real Prometheus). What batching cannot keep apart, it sends apart:
+compares the two paths on one real Prometheus). With ``prometheus.aggregate`` (the default) the
+pod-scoped signals are read instead from one per-pod aggregation per term of their templates, each
+scope summed here from its pods' groups (``adapters.prometheus_pods``; ``_Batch.submit_pods``), so
+Prometheus evaluates one selector per term rather than one per scope; a template or matcher that
+cannot be read so is sent as a branch, as before. What batching cannot keep apart, it sends apart:
 a batched query Prometheus refuses as a whole (HTTP 400 ``bad_data``, 422 ``execution``, e.g. one
 service's series making a ``/`` many-to-many; 413/414/431 from a proxy: ``REJECTED``) is sent again
 branch by branch, so one service's bad series leaves the others' signals known. A transport failure
 (connection, timeout, 5xx) or the deadline fails every branch of the query, as it would every
-query sent apart at that moment. The queries per tick are O(keys), ~36, whatever N (docs/benchmarks.md);
-Prometheus still evaluates one selector per branch, so its own work stays O(N): a ``sum by
-(service, variant)`` over one selector would need a service and a variant label on every series
-and pods in one scope each, which the selectors here (any matchers, pods listed by name) do not
-promise.
+query sent apart at that moment. The queries per tick are O(keys), ~36, whatever N (docs/benchmarks.md).
+A union still has Prometheus evaluate one selector per branch (O(N) work on the server): the
+per-pod aggregation above takes the pod-scoped signals off it; the per-pod inventory and the
+gateway queries remain unions.
 """
 
 from __future__ import annotations
