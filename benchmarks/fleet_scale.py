@@ -252,13 +252,17 @@ def rss_mib() -> float:
 
 
 def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, cfg: FleetConfig,
-                controller: str, profile: str | None = None) -> None:
+                controller: str, profile: str | None = None, scale_writers: int | None = None) -> None:
     """One daemon in its own process: built, its watch cache listed, its election thread started
     (``Daemon._elect``, the daemon's own), then answering ``led``, ``tick`` (one ``Daemon.tick``:
     ``tick_figures``) and ``stop`` (release its Leases and exit). ``profile``: a path where the
     cProfile statistics of its ticks (the tick's own thread; the pools' threads are seen as waits)
     are written at ``stop``."""
+    import autoscaler.daemon
     from autoscaler.daemon import Daemon
+
+    if scale_writers is not None:  # read when each shard's loop is built
+        autoscaler.daemon.SCALE_WRITERS = scale_writers
 
     logging.disable(logging.WARNING)
     source = build_source(cfg, connect(cfg.prometheus, prom_url))
@@ -404,7 +408,7 @@ class Bench:
     def run(self, services: int, daemons: int, ticks: int, watch: bool, controller: str,
             lease: tuple[float, float, float] = LEASE, history_s: float = HISTORY_S,
             failover: bool = True, window_s: float = SIGNAL_WINDOW_S, even: bool = True,
-            profile: Path | None = None, aggregate: bool = True) -> Run:
+            profile: Path | None = None, aggregate: bool = True, scale_writers: int | None = None) -> Run:
         """K = ``daemons`` daemons over the first ``services`` services: started, settled (every shard
         led, the spread even), one uncounted round, ``ticks`` counted rounds once Prometheus is
         ``history_s`` old, then (K > 1, ``failover``) the failover and the audit (module docstring).
@@ -423,7 +427,7 @@ class Bench:
                 conns[n], child = self.ctx.Pipe()
                 prof = str(profile) if profile is not None and n == "d0" else None
                 procs[n] = self.ctx.Process(target=daemon_side, args=(child, n, self.kube_url, self.prom.url, cfg,
-                                                                       controller, prof), daemon=True)
+                                                                       controller, prof, scale_writers), daemon=True)
                 procs[n].start()
             self.procs = procs
             for n in names:
@@ -610,6 +614,8 @@ def main() -> None:
                     help="kubernetes.lease duration_s, renew_s, retry_s (short, for the failover)")
     ap.add_argument("--aggregate", choices=("on", "off"), default="on",
                     help="prometheus.aggregate: the pod-scoped signals per pod (on) or as union branches (off)")
+    ap.add_argument("--scale-writers", type=int, help="services whose scale writes run at once in a daemon "
+                    "(default: the daemon's SCALE_WRITERS)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--profile", type=Path, help="daemon d0's ticks under cProfile: PATH-<services>x<daemons>.prof")
     args = ap.parse_args()
@@ -641,7 +647,8 @@ def main() -> None:
                 for k in args.daemons:
                     prof = None if args.profile is None else Path(f"{args.profile}-{n}x{k}.prof")
                     r = bench.run(n, k, args.ticks, args.watch == "on", args.controller, lease,
-                                  even=args.assign == "even", profile=prof, aggregate=args.aggregate == "on")
+                                  even=args.assign == "even", profile=prof, aggregate=args.aggregate == "on",
+                                  scale_writers=args.scale_writers)
                     runs.append(r)
                     print(row(r), flush=True)
         finally:
