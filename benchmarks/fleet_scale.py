@@ -47,7 +47,8 @@ place to show).
 
     python benchmarks/fleet_scale.py [--services 10 100] [--daemons 1 3 10] [--pods 7] [--ticks 5]
                                      [--watch on|off] [--controller mpc] [--scrape-interval 2s]
-                                     [--lease 8 6 1] [--aggregate on|off] [--json PATH] [--profile PATH]
+                                     [--lease 8 6 1] [--aggregate on|off] [--scale-writers N]
+                                     [--json PATH] [--profile PATH]
 """
 
 from __future__ import annotations
