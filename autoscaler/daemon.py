@@ -73,7 +73,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -97,6 +96,7 @@ from autoscaler.config import FleetConfig
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, ExternalChange
 from autoscaler.loop.admission import PATH, TERM_BITS, AdmissionDocument, TeeSink, check_itl_budget, check_thresholds
 from autoscaler.loop.export import LoopMetrics, MetricsServer, serve
+from autoscaler.loop.fanout import run_jobs
 from autoscaler.loop.runner import ControlLoop, TickRecord
 from autoscaler.loop.ticker import next_due
 from autoscaler.wiring import admission_policy, build_loop
@@ -113,10 +113,15 @@ client-go's default is 5 queries per second with a burst of 10 (k8s.io/client-go
 ``DefaultQPS`` / ``DefaultBurst``); 8 in flight stays under that burst."""
 
 
+SCALE_WRITERS = EVENT_WRITERS
+"""Scale writes of different services at once (``ControlLoop``'s ``writers``): the same bound and reason
+as the Events'. Each write still passes ``LeaderOnly``'s check of the shard's Lease."""
+
+
 def write_events(jobs: Sequence[Sequence[Callable[[], object]]], workers: int = EVENT_WRITERS) -> None:
-    """Run each of ``jobs`` (one workload's Event writes, in order) at most ``workers`` at once, and
-    return once all are done. An Event write logs its own failure (``EventRecorder``); one that raises
-    is logged here and the others still run."""
+    """Run each of ``jobs`` (one workload's Event writes, in order) at most ``workers`` at once
+    (``loop.fanout.run_jobs``), and return once all are done. An Event write logs its own failure
+    (``EventRecorder``); one that raises is logged here and the others still run."""
 
     def run(calls: Sequence[Callable[[], object]]) -> None:
         for call in calls:
@@ -125,12 +130,7 @@ def write_events(jobs: Sequence[Sequence[Callable[[], object]]], workers: int = 
             except Exception:  # an Event is best effort: never the tick's end
                 log.exception("event not written")
 
-    if len(jobs) <= 1 or workers <= 1:
-        for calls in jobs:
-            run(calls)
-        return
-    with ThreadPoolExecutor(max_workers=min(workers, len(jobs)), thread_name_prefix="events") as pool:
-        list(pool.map(run, jobs))
+    run_jobs([partial(run, calls) for calls in jobs], workers, "events")
 
 
 class LoggingActuator:
@@ -462,7 +462,7 @@ class Daemon:
             actuator = LeaderOnly(writer, self, shard)
         source: Any = self.source if not sharded else ShardView(self, [s.name for s in cfg.services])
         loop = build_loop(cfg, "run", source, ctrl, actuator=actuator, sink=sink,
-                          policy=admission_policy(cfg, "run"))
+                          policy=admission_policy(cfg, "run"), writers=SCALE_WRITERS)
         for g in loop.guards.values():  # the previous leader may just have scaled up: no scale-down for a cool-down
             g.last_scale_up_s = now
         if self.merged is not None:

@@ -103,17 +103,20 @@ def admission_policy(cfg: FleetConfig, mode: Mode, name: str | None = None) -> A
 
 def build_loop(cfg: FleetConfig, mode: Mode, source: MetricsSource, controller: Controller, *,
                actuator: Actuator | None = None, sink: AdmissionSink | None = None,
-               policy: AdmissionPolicy | None = None, drainer: Drainer | None = None) -> ControlLoop:
+               policy: AdmissionPolicy | None = None, drainer: Drainer | None = None,
+               writers: int = 1) -> ControlLoop:
     """The control loop of ``mode`` (``MODES``) over ``source``, deciding with ``controller``.
 
     Args:
         actuator: writes the replica counts; None: the loop only decides (dry-run, backtest).
         sink: where admission thresholds go (the policy's, ``admission_policy``, or the controller's own).
         drainer: takes pods out of routing before a scale-down removes them (the simulator's).
+        writers: services whose scale writes run at once (``ControlLoop``); 1 (the simulator's
+            actuator is not thread-safe): one after another.
     """
     traits = MODES[mode]
     loop = ControlLoop(cfg, source, actuator, controller, sink, policy,
-                       idle_first_removal=traits.idle_first_removal, drainer=drainer)
+                       idle_first_removal=traits.idle_first_removal, drainer=drainer, writers=writers)
     if traits.history:
         loop.start(-controller.window_s)
     return loop

@@ -25,7 +25,9 @@ so their decisions are the controller's, not warm-up holds.
 
 Printed per size and K (every figure per daemon tick or per daemon): tick wall p50 / p99 over all
 the daemons' counted ticks; tick CPU p50 / p99 (``time.process_time`` of the daemon's process over
-its tick: every thread of it, so what one core per shard must supply); the resident set after the
+its tick: every thread of it, so what one core per shard must supply); Prometheus's CPU p50 / p99 over
+each tick (``/proc`` of its process, less its scraping's rate measured with no daemon ticking over
+``IDLE_S`` before the counted rounds); the resident set after the
 counted rounds (``VmRSS``, MiB: the interpreter and its imports included) of the daemon leading the
 most services, and how many it leads; Prometheus queries per daemon tick (a counting
 ``QueryRunner``); API calls per daemon tick counted at the server (reads: get and list; writes:
@@ -45,7 +47,8 @@ place to show).
 
     python benchmarks/fleet_scale.py [--services 10 100] [--daemons 1 3 10] [--pods 7] [--ticks 5]
                                      [--watch on|off] [--controller mpc] [--scrape-interval 2s]
-                                     [--lease 8 6 1] [--json PATH] [--profile PATH]
+                                     [--lease 8 6 1] [--aggregate on|off] [--scale-writers N]
+                                     [--json PATH] [--profile PATH]
 """
 
 from __future__ import annotations
@@ -100,6 +103,9 @@ SETTLE_S = 600.0
 """The longest the daemons may take to start, list their caches and spread the shards: a bound on a
 failure (10 daemons starting at once on 2 shared cores took ~1 min), not a figure."""
 FAILOVER_ROUNDS = 6
+IDLE_S = 5.0
+"""Seconds Prometheus is watched with no daemon ticking, before the counted rounds: its scraping's CPU
+rate, taken off its CPU over each tick (``Run.prom_cpus``)."""
 LEASE = (8.0, 6.0, 1.0)
 """``kubernetes.lease`` duration_s, renew_s, retry_s: short, for the failover. A leader writes only
 with more than ``renew_s / 2`` of its lease left (``Daemon.may_write``), i.e. within ``renew_s / 2``
@@ -212,17 +218,18 @@ def cluster_side(conn: Connection, services: int, pods: int, replicas: int) -> N
 
 
 def fleet(services: int, watch: bool, shards: int = 1, lease: tuple[float, float, float] = LEASE,
-          lease_base: str = "autoscaler-leader", window_s: float = SIGNAL_WINDOW_S, even: bool = False) -> FleetConfig:
+          lease_base: str = "autoscaler-leader", window_s: float = SIGNAL_WINDOW_S, even: bool = False,
+          aggregate: bool = True) -> FleetConfig:
     """The fleet file of the first ``services`` services of the exposition, ``shards`` shards whose
     Leases are named from ``lease_base`` with ``lease`` = (duration_s, renew_s, retry_s), a tick of
     ``WINDOW_S`` and a signal window of ``window_s``; ``even``: service ``s<i>`` in shard ``i mod
-    shards`` (``kubernetes.service_shards``), else by the hash of its name."""
+    shards`` (``kubernetes.service_shards``), else by the hash of its name; ``aggregate``: ``prometheus.aggregate``."""
     duration, renew, retry = lease
     assign = {f"s{i}": i % shards for i in range(services)} if even and shards > 1 else {}
     return parse_config({
         "services": fleet_services(services, MAX_REPLICAS),
         "controller": {"tick_s": WINDOW_S, "window_s": window_s},
-        "prometheus": {"batch": True, "max_concurrency": 8, "timeout_s": 60},
+        "prometheus": {"batch": True, "aggregate": aggregate, "max_concurrency": 8, "timeout_s": 60},
         "kubernetes": {"namespace": NAMESPACE, "watch": watch, "pod_deletion_cost": False, "shards": shards,
                        "service_shards": assign,
                        "lease": {"name": lease_base, "duration_s": duration, "renew_s": renew, "retry_s": retry}},
@@ -246,13 +253,17 @@ def rss_mib() -> float:
 
 
 def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, cfg: FleetConfig,
-                controller: str, profile: str | None = None) -> None:
+                controller: str, profile: str | None = None, scale_writers: int | None = None) -> None:
     """One daemon in its own process: built, its watch cache listed, its election thread started
     (``Daemon._elect``, the daemon's own), then answering ``led``, ``tick`` (one ``Daemon.tick``:
     ``tick_figures``) and ``stop`` (release its Leases and exit). ``profile``: a path where the
     cProfile statistics of its ticks (the tick's own thread; the pools' threads are seen as waits)
     are written at ``stop``."""
+    import autoscaler.daemon
     from autoscaler.daemon import Daemon
+
+    if scale_writers is not None:  # read when each shard's loop is built
+        autoscaler.daemon.SCALE_WRITERS = scale_writers
 
     logging.disable(logging.WARNING)
     source = build_source(cfg, connect(cfg.prometheus, prom_url))
@@ -329,6 +340,8 @@ class Run:
     cpus: list[float] = field(default_factory=list)
     """CPU seconds of the daemon's process over each counted tick (every thread: the tick's, its query
     and write pools', the election's and the watch cache's)."""
+    prom_cpus: list[float] = field(default_factory=list)
+    """Prometheus's CPU seconds over each counted tick less its scraping's (``Bench.prom_cpu``)."""
     queries: list[int] = field(default_factory=list)
     reads: list[int] = field(default_factory=list)
     read_by: Counter[str] = field(default_factory=Counter)
@@ -376,6 +389,13 @@ class Bench:
         self.prom_started = time.monotonic()
         self.runs = 0
         self.procs: dict[str, BaseProcess] = {}
+        self.idle_rate = 0.0  # Prometheus's CPU seconds per second while no daemon ticks (its scraping)
+
+    def prom_cpu(self) -> float:
+        """Prometheus's user + system CPU seconds so far (``/proc/<pid>/stat``)."""
+        assert self.prom.proc is not None
+        fields = Path(f"/proc/{self.prom.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def ask(self, cmd: Any) -> Any:
         self.conn.send(cmd)
@@ -389,14 +409,14 @@ class Bench:
     def run(self, services: int, daemons: int, ticks: int, watch: bool, controller: str,
             lease: tuple[float, float, float] = LEASE, history_s: float = HISTORY_S,
             failover: bool = True, window_s: float = SIGNAL_WINDOW_S, even: bool = True,
-            profile: Path | None = None) -> Run:
+            profile: Path | None = None, aggregate: bool = True, scale_writers: int | None = None) -> Run:
         """K = ``daemons`` daemons over the first ``services`` services: started, settled (every shard
         led, the spread even), one uncounted round, ``ticks`` counted rounds once Prometheus is
         ``history_s`` old, then (K > 1, ``failover``) the failover and the audit (module docstring).
         ``profile``: daemon ``d0``'s ticks under cProfile, written there (``daemon_side``)."""
         self.runs += 1
         base = f"fleet-{self.runs}"  # Leases of their own: no run sees another's
-        cfg = fleet(services, watch, daemons, lease, base, window_s, even)
+        cfg = fleet(services, watch, daemons, lease, base, window_s, even, aggregate)
         names = [f"d{k}" for k in range(daemons)]
         out = Run(services, daemons, lease)
         self.ask(("zero", [f"{s.name}-{v.name}" for s in cfg.services for v in s.variants]))  # as seeded
@@ -408,7 +428,7 @@ class Bench:
                 conns[n], child = self.ctx.Pipe()
                 prof = str(profile) if profile is not None and n == "d0" else None
                 procs[n] = self.ctx.Process(target=daemon_side, args=(child, n, self.kube_url, self.prom.url, cfg,
-                                                                       controller, prof), daemon=True)
+                                                                       controller, prof, scale_writers), daemon=True)
                 procs[n].start()
             self.procs = procs
             for n in names:
@@ -422,6 +442,9 @@ class Bench:
             out.led_services = {n: sum(per_shard[i] for i in s) for n, s in led.items()}
             self._round(conns, names, None)  # builds each shard's loop, detects the query sets
             time.sleep(max(0.0, history_s - (time.monotonic() - self.prom_started)))
+            c0, t0 = self.prom_cpu(), time.monotonic()
+            time.sleep(IDLE_S)
+            self.idle_rate = (self.prom_cpu() - c0) / (time.monotonic() - t0)
             began = time.monotonic()
             for r in range(ticks):
                 time.sleep(max(0.0, began + r * WINDOW_S - time.monotonic()))
@@ -468,8 +491,10 @@ class Bench:
         got: dict[str, dict[str, Any]] = {}
         for n in names:
             before = self.ask("requests")
+            pc, t = self.prom_cpu(), time.monotonic()
             conns[n].send("tick")
             f = recv(conns[n], self.procs[n], f"daemon {n}")
+            prom_cpu = self.prom_cpu() - pc - self.idle_rate * (time.monotonic() - t)
             after = self.ask("requests")
             got[n] = f
             if out is not None and f["error"] is not None:
@@ -478,6 +503,7 @@ class Bench:
                 continue
             out.walls.append(f["wall"])
             out.cpus.append(f["cpu"])
+            out.prom_cpus.append(prom_cpu)
             out.queries.append(f["queries"])
             out.reads.append(delta(after, before, READS))
             out.read_by.update({k[1]: n - before.get(k, 0) for k, n in after.items()
@@ -567,7 +593,7 @@ def row(r: Run) -> str:
         miss = len(r.failover) - len(wrote)
         fo = (f"{max(led):.1f} / {max(wrote):.1f} s" if led and wrote else "none") + (f" ({miss} not)" if miss else "")
     return (f"| {r.services} | {r.daemons} | {median(r.walls):.2f} / {p99(r.walls):.2f} s | "
-            f"{median(r.cpus):.2f} / {p99(r.cpus):.2f} s | "
+            f"{median(r.cpus):.2f} / {p99(r.cpus):.2f} s | {median(r.prom_cpus):.2f} / {p99(r.prom_cpus):.2f} s | "
             f"{r.rss_mib[top]:.0f} MiB ({r.led_services[top]}) | "
             f"{'/'.join(map(str, sorted(set(r.queries))))} | {statistics.mean(r.reads):.1f} | "
             f"{statistics.mean(r.writes):.1f} | {statistics.mean(r.scales):.1f} + {statistics.mean(r.events):.1f} | "
@@ -587,6 +613,10 @@ def main() -> None:
     ap.add_argument("--scrape-interval", default="2s", help="Prometheus's scrape interval")
     ap.add_argument("--lease", type=float, nargs=3, default=list(LEASE), metavar=("DURATION", "RENEW", "RETRY"),
                     help="kubernetes.lease duration_s, renew_s, retry_s (short, for the failover)")
+    ap.add_argument("--aggregate", choices=("on", "off"), default="on",
+                    help="prometheus.aggregate: the pod-scoped signals per pod (on) or as union branches (off)")
+    ap.add_argument("--scale-writers", type=int, help="services whose scale writes run at once in a daemon "
+                    "(default: the daemon's SCALE_WRITERS)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--profile", type=Path, help="daemon d0's ticks under cProfile: PATH-<services>x<daemons>.prof")
     args = ap.parse_args()
@@ -599,22 +629,27 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fleet-scale-") as work:
         bench = Bench(largest, args.pods, args.scrape_interval, Path(work))
         try:
-            series = bench.prom.query("count({__name__=~\".+\"})")[0]["value"][1]
+            try:
+                series = bench.prom.query("count({__name__=~\".+\"})")[0]["value"][1]
+            except OSError:  # a loaded machine: the count is context, not a figure
+                series = "?"
             print(f"{largest} services x {len(VARIANTS)} variants x {args.pods} pods "
                   f"({largest * len(VARIANTS) * args.pods} pods, {series} series) in the emulated API server and "
                   f"Prometheus; controller {args.controller}, tick {WINDOW_S:g} s, window {SIGNAL_WINDOW_S:g} s, "
-                  f"watch {args.watch}, services to shards {args.assign}, "
+                  f"watch {args.watch}, aggregate {args.aggregate}, services to shards {args.assign}, "
                   f"{args.ticks} rounds counted after the first; lease duration / renew / retry "
                   f"{lease[0]:g} / {lease[1]:g} / {lease[2]:g} s; {os.cpu_count()} CPUs\n")
-            print("| services | daemons | tick wall p50 / p99 | tick CPU p50 / p99 | RSS per daemon (services led) | "
+            print("| services | daemons | tick wall p50 / p99 | tick CPU p50 / p99 | Prometheus CPU p50 / p99 | "
+                  "RSS per daemon (services led) | "
                   "Prometheus queries / tick | API reads / tick | API writes / tick | scales + Events / tick | "
                   "plan solve p99 | failover led / writes | writes off-Lease of scale writes (handed) |")
-            print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
             for n in args.services:
                 for k in args.daemons:
                     prof = None if args.profile is None else Path(f"{args.profile}-{n}x{k}.prof")
                     r = bench.run(n, k, args.ticks, args.watch == "on", args.controller, lease,
-                                  even=args.assign == "even", profile=prof)
+                                  even=args.assign == "even", profile=prof, aggregate=args.aggregate == "on",
+                                  scale_writers=args.scale_writers)
                     runs.append(r)
                     print(row(r), flush=True)
         finally:

@@ -67,16 +67,19 @@ becomes a branch ``label_replace(<query>, "__autoscaler_scope", "<i>", "", "")``
 (``union``), and the answer is split back by that label (``split``), the label removed. Each branch
 is evaluated as the query alone would be, so the observations are the per-scope ones: the same
 values, unknowns, warnings and errors (tests/integration/prometheus/test_batched_queries.py
-compares the two paths on one real Prometheus). What batching cannot keep apart, it sends apart:
+compares the two paths on one real Prometheus). With ``prometheus.aggregate`` (the default) the
+pod-scoped signals are read instead from one per-pod aggregation per term of their templates, each
+scope summed here from its pods' groups (``adapters.prometheus_pods``; ``_Batch.submit_pods``), so
+Prometheus evaluates one selector per term rather than one per scope; a template or matcher that
+cannot be read so is sent as a branch, as before. What batching cannot keep apart, it sends apart:
 a batched query Prometheus refuses as a whole (HTTP 400 ``bad_data``, 422 ``execution``, e.g. one
 service's series making a ``/`` many-to-many; 413/414/431 from a proxy: ``REJECTED``) is sent again
 branch by branch, so one service's bad series leaves the others' signals known. A transport failure
 (connection, timeout, 5xx) or the deadline fails every branch of the query, as it would every
-query sent apart at that moment. The queries per tick are O(keys), ~36, whatever N (docs/benchmarks.md);
-Prometheus still evaluates one selector per branch, so its own work stays O(N): a ``sum by
-(service, variant)`` over one selector would need a service and a variant label on every series
-and pods in one scope each, which the selectors here (any matchers, pods listed by name) do not
-promise.
+query sent apart at that moment. The queries per tick are O(keys), ~36, whatever N (docs/benchmarks.md).
+A union still has Prometheus evaluate one selector per branch (O(N) work on the server): the
+per-pod aggregation above takes the pod-scoped signals off it; the per-pod inventory and the
+gateway queries remain unions.
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -99,6 +102,16 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from urllib3.util.retry import Retry
 
 from autoscaler import urls
+from autoscaler.adapters.prometheus_pods import (
+    Decomposed,
+    Group,
+    Matcher,
+    Term,
+    decompose,
+    parse_matchers,
+    pods_query,
+    scope_value,
+)
 from autoscaler.config import PrometheusConfig, Service, Variant
 from autoscaler.errors import AutoscalerError
 from autoscaler.promql import (
@@ -408,16 +421,84 @@ class _Batch:
         self.pool = pool
         self.at = at
         self.pending: dict[str, dict[str, list[Future[_Outcome]]]] = {}  # key -> query -> futures
+        self.scoped: list[_Scoped] = []  # read from the per-pod aggregation (``prometheus_pods``)
 
     def submit(self, key: str, promql: str) -> Future[_Outcome]:
         fut: Future[_Outcome] = Future()
         self.pending.setdefault(key, {}).setdefault(promql, []).append(fut)
         return fut
 
+    def submit_pods(self, key: str, template: str, rest: str, names: list[str], query: str) -> Future[_Outcome] | None:
+        """A future of the scope's answer to ``template`` over the pods ``names`` that the matchers ``rest``
+        select, read from the per-pod aggregation at ``flush``; None where the template's shape or a
+        matcher cannot be read so (``prometheus_pods``): the caller sends ``query`` instead. ``query``
+        is the scope's own query, sent (batched) should Prometheus refuse the aggregation."""
+        decomposed, parsed = decompose(template), parse_matchers(rest)
+        if decomposed is None or parsed is None or not names:
+            return None
+        fut: Future[_Outcome] = Future()
+        self.scoped.append(_Scoped(key, decomposed, parsed, tuple(names), query, fut))
+        return fut
+
     def flush(self) -> None:
         for branches in self.pending.values():
             self.pool.submit(self._send, list(branches.items()))
         self.pending = {}
+        if self.scoped:
+            self._flush_pods(self.scoped)
+            self.scoped = []
+
+    def _flush_pods(self, scoped: list[_Scoped]) -> None:
+        """One query per (term, ``sum``/``count``) of every scope's template, over the union of their pods,
+        by the pod and every label a scope's matchers name (``prometheus_pods.pods_query``); then one task
+        that waits for them (queued after them: it never holds a worker they need) and settles the scopes."""
+        pl = self.source.prom.pod_label
+        by_labels = sorted({pl} | {m.name for s in scoped for m in s.rest})
+        names: dict[Term, set[str]] = {}
+        for s in scoped:
+            for term in s.decomposed.terms():
+                names.setdefault(term, set()).update(s.names)
+        queries: dict[tuple[Term, str], str] = {}
+        for term, pods in names.items():
+            by = [*by_labels, "le"] if term.kind == "quantile" and "le" not in by_labels else by_labels
+            queries[(term, "sum")] = pods_query(term, "sum", pl, pods, by, self.source.window_s)
+            if term.kind == "avg":
+                queries[(term, "count")] = pods_query(term, "count", pl, pods, by, self.source.window_s)
+        sent = {q: self.pool.submit(self.source._run, q, self.at) for q in set(queries.values())}
+        self.pool.submit(self._settle_pods, scoped, {k: sent[q] for k, q in queries.items()})
+
+    def _settle_pods(self, scoped: list[_Scoped], sent: dict[tuple[Term, str], Future[_Outcome]]) -> None:
+        pl = self.source.prom.pod_label
+        answers: dict[tuple[Term, str], dict[str, list[Group]]] = {}
+        failed: dict[tuple[Term, str], _Outcome] = {}
+        for k, fut in sent.items():
+            try:
+                out = fut.result()
+            except CancelledError:  # the observation ended (its deadline): nothing waits on it
+                out = _Outcome(error="not sent: the observation ended")
+            if out.error is None:
+                try:
+                    by_pod: dict[str, list[Group]] = {}
+                    for sample in out.result:
+                        labels = sample["metric"]
+                        by_pod.setdefault(labels.get(pl, ""), []).append((labels, _value(sample)))
+                    answers[k] = by_pod
+                    continue
+                except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+                    out = _Outcome(error=describe(exc))
+            failed[k] = out
+        again: dict[str, list[tuple[str, list[Future[_Outcome]]]]] = {}
+        for s in scoped:
+            bad = [failed[(t, kind)] for t in s.decomposed.terms() for kind in ("sum", "count") if (t, kind) in failed]
+            if any(b.rejected for b in bad):  # refused as a whole: the scopes' own queries, batched as before
+                again.setdefault(s.key, []).append((s.query, [s.future]))
+            elif bad:
+                _settle([s.future], bad[0])
+            else:
+                x = scope_value(s.decomposed, answers, s.rest, s.names, pl)
+                _settle([s.future], _Outcome([] if x is None else [{"metric": {}, "value": [self.at, repr(x)]}]))
+        for branches in again.values():
+            self._send(branches)
 
     def _send(self, branches: list[tuple[str, list[Future[_Outcome]]]]) -> None:
         if len(branches) == 1:
@@ -440,6 +521,18 @@ class _Batch:
                 parts = [_Outcome(error=describe(exc))] * len(branches)
         for (_, futures), part in zip(branches, parts, strict=True):
             _settle(futures, part)
+
+
+@dataclass
+class _Scoped:
+    """One scope's signal read from the per-pod aggregation (``_Batch.submit_pods``)."""
+
+    key: str
+    decomposed: Decomposed
+    rest: tuple[Matcher, ...]
+    names: tuple[str, ...]
+    query: str  # the scope's own query: sent should Prometheus refuse the aggregation
+    future: Future[_Outcome]
 
 
 def _value(sample: dict[str, Any]) -> float:
@@ -741,13 +834,22 @@ class PrometheusSource:
         self._counts[key] = counts
         return counts
 
-    def _signals(self, pool: ThreadPoolExecutor, svc: Service, sel: str, at: float | None,
-                 gauge_sel: str | None = None) -> dict[str, Future[_Outcome]]:
-        """``svc``'s pod-scoped signal queries over the pods ``sel`` selects; the gauges
-        (``GAUGE_SIGNALS``) over those ``gauge_sel`` selects, when given."""
-        return {name: self._submit(pool, name, render(t, gauge_sel if gauge_sel is not None and name in GAUGE_SIGNALS
-                                                         else sel, self.window_s), at)
-                for name, t in self.queries(svc).items() if name not in SERVICE_SIGNALS}
+    def _signals(self, pool: ThreadPoolExecutor, svc: Service, rest: str, names: list[str], at: float | None,
+                 gauges: tuple[str, list[str]] | None = None) -> dict[str, Future[_Outcome]]:
+        """``svc``'s pod-scoped signal queries over the pods ``names`` that the matchers ``rest`` select;
+        the gauges (``GAUGE_SIGNALS``) over ``gauges`` = (matchers, pods) instead, when given. With
+        ``prometheus.aggregate`` (and batching), each is read from the tick's per-pod aggregation
+        where its template and matchers allow (``prometheus_pods``), else sent as its own query."""
+        out = {}
+        for name, t in self.queries(svc).items():
+            if name in SERVICE_SIGNALS:
+                continue
+            r, pods = gauges if gauges is not None and name in GAUGE_SIGNALS else (rest, names)
+            query = render(t, matchers(r, f"{self.prom.pod_label}=~{quote(exact_alternation(pods))}"), self.window_s)
+            fut = (self._batch.submit_pods(name, t, r, pods, query) if self._batch is not None and self.prom.aggregate
+                   else None)
+            out[name] = fut if fut is not None else self._submit(pool, name, query, at)
+        return out
 
     def _service_queries(self, svc: Service) -> dict[str, str]:
         """The service-wide queries: the gateway's signals and how far back the service's samples go."""
@@ -852,7 +954,7 @@ class PrometheusSource:
         plan.pods_known = known
         if known and not any(plan.valid.values()):  # no pod reads as the set says: look again next tick
             self.detected.pop(svc.name, None)
-        base, pl = self.service_selector(svc), self.prom.pod_label
+        base = self.service_selector(svc)
         plan.service_jobs = {k: self._submit(pool, k, q, at) for k, q in self._service_queries(svc).items()}
         # service-wide: rates and latencies over the pods that finish requests, gauges over every pod
         # (module docstring); the same query without roles
@@ -860,23 +962,20 @@ class PrometheusSource:
         every = [p.name for pods in plan.valid.values() for p in pods]
         finishing = [p.name for v, pods in plan.valid.items() if v not in prefill for p in pods]
         if known and every and svc.roles is None:
-            plan.jobs[svc.name] = self._signals(pool, svc, matchers(base, f"{pl}=~{quote(exact_alternation(every))}"),
-                                                at)
+            plan.jobs[svc.name] = self._signals(pool, svc, base, every, at)
         elif known and every:
-            sel = matchers(base, f"{ROLE_LABEL}!={quote('prefill')}",
-                           f"{pl}=~{quote(exact_alternation(finishing or every))}")
-            plan.jobs[svc.name] = self._signals(pool, svc, sel, at,
-                                                matchers(base, f"{pl}=~{quote(exact_alternation(every))}"))
+            plan.jobs[svc.name] = self._signals(pool, svc, matchers(base, f"{ROLE_LABEL}!={quote('prefill')}"),
+                                                finishing or every, at, (base, every))
         for v in _all_variants(svc):
             names = [p.name for p in plan.valid[v.name]]
             if names:
-                sel = matchers(base, self.variant_selectors(svc, v)[0], f"{pl}=~{quote(exact_alternation(names))}")
-                plan.jobs[f"{svc.name}/{v.name}"] = self._signals(pool, svc, sel, at)
+                plan.jobs[f"{svc.name}/{v.name}"] = self._signals(
+                    pool, svc, matchers(base, self.variant_selectors(svc, v)[0]), names, at)
         for role in ("prefill", "decode") if svc.roles is not None else ():
             names = [p.name for r, v in svc.role_variants() if r == role for p in plan.valid[v.name]]
             if known and names:
-                sel = matchers(base, f"{ROLE_LABEL}={quote(role)}", f"{pl}=~{quote(exact_alternation(names))}")
-                plan.jobs[f"{svc.name}/{role}"] = self._signals(pool, svc, sel, at)
+                role_sel = matchers(base, f"{ROLE_LABEL}={quote(role)}")
+                plan.jobs[f"{svc.name}/{role}"] = self._signals(pool, svc, role_sel, names, at)
         return plan
 
     def _finish(self, plan: _Plan, now: float) -> ServiceObservation:

@@ -88,6 +88,11 @@ class PrometheusConfig(Strict):
             (each signal, each per-pod inventory query, each gateway query) for all of them, each
             service's and variant's part tagged and split back (``adapters.prometheus``); False:
             one query per key per service and per variant, as before. One service: the same either way.
+        aggregate: True (default), with ``batch``: each pod-scoped signal whose template has one of the
+            shapes of ``adapters.prometheus_pods`` (every shipped query set's) is read as one per-pod
+            aggregation over every valid pod of the tick, each service's and variant's value summed
+            in the client from its pods' groups, so Prometheus evaluates one selector per term, not
+            one per service and variant; False: each scope's query a branch of the batched ``or``.
         selectors: service name -> label matchers (defaults above).
     """
 
@@ -105,6 +110,7 @@ class PrometheusConfig(Strict):
     tls_verify: StrictBool = True
     max_concurrency: int = Field(default=8, ge=1)
     batch: StrictBool = True
+    aggregate: StrictBool = True
     selectors: dict[str, ServiceSelectors] = Field(default_factory=dict)
 
     @field_validator("url")

@@ -12,7 +12,11 @@ failed write) changes what a controller asked for, the loop tells it through
 
 Actuation: each variant whose count changes is written through the actuator; the result is kept in
 ``ServiceTick.actuation``, failures are counted in ``actuation_errors`` (service, variant, status)
-and logged, and a failed variant stays at its current count in ``ServiceTick.applied``. Admission:
+and logged, and a failed variant stays at its current count in ``ServiceTick.applied``. Every
+service is decided, guarded and drained first (in order: the controller's and guard's state), then
+the services' writes run, ``writers`` services at once (``loop.fanout``; 1 by default, one after
+another; the daemon's 8), each service's in order (its variants', then its pools'), then each
+service's results are told to the controller and its thresholds published, in order. Admission:
 an admission policy (``controllers.admission``), when the loop has one, sets the thresholds of every
 decision that carries none; a decision's thresholds go to the admission sink, when there is one,
 with the same accounting.
@@ -52,11 +56,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from autoscaler.config import FleetConfig, Service
 from autoscaler.loop.actuate import ActuationResult, ActuationStatus, Actuator, AdmissionSink, Drainer
 from autoscaler.loop.drain import DrainState, drain
 from autoscaler.loop.estimate import ArrivalInference, estimate
+from autoscaler.loop.fanout import run_jobs
 from autoscaler.loop.forecast import ForecastStage
 from autoscaler.loop.guard import Guarded, GuardState, clamp, guard
 from autoscaler.loop.mix import MixTracker
@@ -127,8 +133,9 @@ class ControlLoop:
 
     def __init__(self, cfg: FleetConfig, source: MetricsSource, actuator: Actuator | None, controller: Controller,
                  admission: AdmissionSink | None = None, policy: AdmissionPolicy | None = None,
-                 idle_first_removal: bool = False, drainer: Drainer | None = None) -> None:
+                 idle_first_removal: bool = False, drainer: Drainer | None = None, writers: int = 1) -> None:
         self.cfg = cfg
+        self.writers = writers
         self.drainer = drainer
         self.drains = {s.name: DrainState() for s in cfg.services}
         self.idle_first_removal = idle_first_removal
@@ -229,22 +236,29 @@ class ControlLoop:
         out.reason = "; ".join(notes)
         return out
 
-    def _actuate(self, svc: Service, current: dict[str, int], guarded: Guarded,
-                 remove_first: dict[str, list[str]]) -> tuple[dict[str, int], dict[str, ActuationResult]]:
-        """Write every changed variant; returns (replicas the fleet now has asked for, results)."""
-        applied = dict(guarded.replicas)
+    def _scale(self, svc: Service, current: dict[str, int], guarded: Guarded,
+               remove_first: dict[str, list[str]]) -> dict[str, ActuationResult]:
+        """Write every changed variant, in order; variant -> result. Only the actuator's calls: the
+        services' run side by side (``writers``), so nothing of the loop's is changed here."""
         results: dict[str, ActuationResult] = {}
         if self.actuator is None:
-            return applied, results
+            return results
         for name, n in guarded.replicas.items():
-            if n == current[name]:
-                continue
-            res = self.actuator.scale(svc.name, name, n, remove_first.get(name, ()) if n < current[name] else ())
-            results[name] = res
+            if n != current[name]:
+                results[name] = self.actuator.scale(svc.name, name, n,
+                                                    remove_first.get(name, ()) if n < current[name] else ())
+        return results
+
+    def _applied(self, svc: Service, current: dict[str, int], guarded: Guarded,
+                 results: dict[str, ActuationResult]) -> dict[str, int]:
+        """The replicas the fleet now has asked for: the guarded counts, a failed write's variant at its
+        current count (the failure counted)."""
+        applied = dict(guarded.replicas)
+        for name, res in results.items():
             if not res.ok:
                 applied[name] = current[name]
                 self._count(svc.name, name, res)
-        return applied, results
+        return applied
 
     def _count(self, service: str, target: str, res: ActuationResult) -> None:
         key = (service, target, res.status)
@@ -260,8 +274,11 @@ class ControlLoop:
         estimates = {svc.name: self._estimate(svc, observations[svc.name], now) for svc in self.cfg.services}
         self.controller.prepare(estimates)
         own = self.controller.own_guard
-        for svc in (s if own else available(s, estimates[s.name]) for s in self.cfg.services):
-            record.services[svc.name] = self._act(svc, estimates[svc.name], now)
+        staged = [self._stage(svc, estimates[svc.name], now)
+                  for svc in (s if own else available(s, estimates[s.name]) for s in self.cfg.services)]
+        written = run_jobs([partial(self._write, st) for st in staged], self.writers, "scale")
+        for st, results in zip(staged, written, strict=True):
+            record.services[st.svc.name] = self._act(st, results)
         return record
 
     def _estimate(self, svc: Service, obs: ServiceObservation, now: float) -> ServiceEstimate:
@@ -289,8 +306,8 @@ class ControlLoop:
         gstate.idle_ticks = gstate.idle_ticks + 1 if est.idle else 0
         return est
 
-    def _act(self, svc: Service, est: ServiceEstimate, now: float) -> ServiceTick:
-        """Decide, guard, drain, actuate and publish the admission thresholds of one service."""
+    def _stage(self, svc: Service, est: ServiceEstimate, now: float) -> _Staged:
+        """Decide, guard and drain one service: what its writes will be."""
         decision = self._decide(svc, est, now)
         current = est.current
         if self.controller.own_guard:
@@ -302,15 +319,28 @@ class ControlLoop:
         if not remove_first and self.idle_first_removal:
             remove_first = idle_first(est, guarded.replicas)
         guarded, remove_first, draining = self._drain(svc, est, guarded, remove_first, now)
-        applied, results = self._actuate(svc, current, guarded, remove_first)
+        return _Staged(svc, est, decision, guarded, remove_first, draining, self._guard_pools(svc, decision, est, now))
+
+    def _write(self, st: _Staged) -> tuple[dict[str, ActuationResult], dict[str, ActuationResult]]:
+        """One service's scale writes, in order: its variants', then its pools' (results of each). The
+        services' run side by side, ``writers`` at once (``loop.fanout``)."""
+        pools = self._scale(st.svc, st.est.pool_current, st.pools, st.remove_first) if st.pools.replicas else {}
+        return self._scale(st.svc, st.est.current, st.guarded, st.remove_first), pools
+
+    def _act(self, st: _Staged, written: tuple[dict[str, ActuationResult], dict[str, ActuationResult]]
+             ) -> ServiceTick:
+        """What one service's writes got, told to the controller; its admission thresholds published."""
+        svc, est, decision, guarded, draining, pools = st.svc, st.est, st.decision, st.guarded, st.draining, st.pools
+        current = est.current
+        results = dict(written[0])
+        applied = self._applied(svc, current, guarded, results)
         # a drain in progress is the scale-down under way, not a cut the controller must track
         told = {v: draining.get(v, n) if v not in results or results[v].ok else n for v, n in applied.items()}
-        pools = self._guard_pools(svc, decision, est, now)
         pool_applied: dict[str, int] = {}
         if pools.replicas:
             pool_current = est.pool_current
-            pool_applied, pool_results = self._actuate(svc, pool_current, pools, remove_first)
-            results.update(pool_results)
+            pool_applied = self._applied(svc, pool_current, pools, written[1])
+            results.update(written[1])
             told.update(pool_applied)
             if pools.reason:
                 guarded = Guarded(guarded.replicas, f"{guarded.reason}; {pools.reason}", guarded.limits + pools.limits)
@@ -348,6 +378,19 @@ class ControlLoop:
         if not admission.ok:
             self._count(svc.name, "admission", admission)
         return admission
+
+
+@dataclass
+class _Staged:
+    """One service between its decision and its writes (``ControlLoop._stage``)."""
+
+    svc: Service
+    est: ServiceEstimate
+    decision: Decision
+    guarded: Guarded
+    remove_first: dict[str, list[str]]
+    draining: dict[str, int]  # variant -> the count a drain in progress will reach
+    pools: Guarded
 
 
 def idle_first(est: ServiceEstimate, desired: dict[str, int]) -> dict[str, list[str]]:

@@ -3,6 +3,7 @@ with actuation results and admission thresholds (autoscaler.loop.runner, .actuat
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 
 import pytest
@@ -287,3 +288,57 @@ def test_a_dry_run_tells_the_controller_it_shadows_whether_an_admission_policy_r
         mpc.shed_enforced = not enforced  # so the assertion below sees the loop's call, not the default
         DryRun(cfg, Source(), mpc)
         assert mpc.shed_enforced is enforced
+
+
+class Fleet:
+    """``names`` services observed alike: 2 ready replicas of ``h100`` each."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+    def observe(self, now: float) -> dict[str, ServiceObservation]:
+        sig = {"request_rate_rps": 5.0, "running": 3.0, "queue_length": 0.0}
+        return {n: ServiceObservation(n, now, Signals.of(sig), {"h100": VariantObservation(2, 0)}) for n in self.names}
+
+
+class MeetingActuator:
+    """Each write waits until ``parties`` writes are in flight at once (a barrier): sequential writes
+    never get there and break it (``BrokenBarrierError``, after its timeout: a bound on a failure,
+    not a timing). ``fail``: services whose write is refused."""
+
+    def __init__(self, parties: int, fail: frozenset[str] = frozenset()) -> None:
+        self.barrier = threading.Barrier(parties, timeout=30) if parties > 1 else None
+        self.fail = fail
+        self.calls: list[tuple[str, str, int]] = []
+        self.lock = threading.Lock()
+
+    def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
+        if self.barrier is not None:
+            self.barrier.wait()
+        with self.lock:
+            self.calls.append((service, variant, replicas))
+        return ActuationResult(ActuationStatus.CONFLICT, "HTTP 409") if service in self.fail else APPLIED
+
+
+def test_the_services_scale_writes_run_side_by_side_and_each_result_stays_its_services(make_fleet) -> None:
+    """Issue 35: with ``writers`` = 3 the three services' writes are in flight at once (the barrier of
+    3 is met, which one-at-a-time writes never reach); each service's result, applied count, guard cut
+    and failure count are its own, as when written one after another (``writers`` = 1, in order)."""
+    one = make_fleet(2, min_replicas=1, max_replicas=8)
+    names = ["a", "b", "c"]
+    cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in names]})
+    for writers, parties in ((3, 3), (1, 1)):
+        ctrl = Fixed(5)
+        act = MeetingActuator(parties, fail=frozenset({"b"}))
+        loop = ControlLoop(cfg, Fleet(names), act, ctrl, writers=writers)
+        rec = loop.tick(15.0)
+        assert act.barrier is None or not act.barrier.broken
+        assert sorted(act.calls) == [(n, "h100", 5) for n in names]
+        if writers == 1:
+            assert act.calls == [(n, "h100", 5) for n in names]  # one after another, in the fleet's order
+        assert {n: st.applied for n, st in rec.services.items()} == {"a": {"h100": 5}, "b": {"h100": 2},
+                                                                      "c": {"h100": 5}}
+        assert rec.services["b"].actuation["h100"].status is ActuationStatus.CONFLICT
+        assert rec.services["a"].actuation["h100"] == APPLIED
+        assert ctrl.cuts == [({"h100": 5}, {"h100": 2})]  # b's alone
+        assert loop.actuation_errors == {("b", "h100", ActuationStatus.CONFLICT): 1}

@@ -5,10 +5,11 @@ stays its own."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -111,25 +112,45 @@ def source(world: World, services: list[str], batch: bool, fail: str | None = No
     return src, runner
 
 
-def assert_same(batched: dict[str, ServiceObservation], apart: dict[str, ServiceObservation]) -> None:
-    """Field by field, each variant's too: exact equality (both read the same instant)."""
+REL = 1e-12
+"""How far a value read from the per-pod aggregation (``prometheus.aggregate``) may be from the scope's own
+query's: the same series added in another order (``adapters.prometheus_pods``), a few ulps."""
+
+
+def same(a: Any, b: Any, where: str, exact: bool) -> None:
+    """``a == b``, floats within ``REL`` unless ``exact``, dataclasses and mappings field by field."""
+    if is_dataclass(a) and is_dataclass(b):
+        for f in fields(a):
+            same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}", exact)
+    elif isinstance(a, Mapping) and isinstance(b, Mapping):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            same(a[k], b[k], f"{where}[{k}]", exact)
+    elif isinstance(a, float) and isinstance(b, float) and not exact:
+        assert a == pytest.approx(b, rel=REL) or (math.isnan(a) and math.isnan(b)), f"{where}: {a} != {b}"
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def assert_same(batched: dict[str, ServiceObservation], apart: dict[str, ServiceObservation],
+                exact: bool = False) -> None:
+    """Field by field, each variant's too: equal (both read the same instant), floats within ``REL``
+    unless ``exact`` (``batched`` read without the per-pod aggregation)."""
     assert batched.keys() == apart.keys()
     for name in apart:
-        b, a = batched[name], apart[name]
-        for f in fields(ServiceObservation):
-            if f.name != "variants":
-                assert getattr(b, f.name) == getattr(a, f.name), f"{name}.{f.name}"
-        assert b.variants.keys() == a.variants.keys()
-        for v in a.variants:
-            assert b.variants[v] == a.variants[v], f"{name}/{v}"
+        same(batched[name], apart[name], name, exact)
 
 
-def test_batched_observations_equal_per_service_ones(world: World) -> None:
-    batched, b_runner = source(world, SERVICES, batch=True)
+@pytest.mark.parametrize("aggregate", [True, False])
+def test_batched_observations_equal_per_service_ones(world: World, aggregate: bool) -> None:
+    """Batched, each scope's pod-scoped signals read from the per-pod aggregation (``aggregate``) or
+    as a branch of the union: the observations of the queries sent apart (exactly, without the
+    aggregation; within ``REL`` with it, the same series added in another order)."""
+    batched, b_runner = source(world, SERVICES, batch=True, aggregate=aggregate)
     apart, a_runner = source(world, SERVICES, batch=False)
     for tick in range(2):  # the first detects each service's query set, the second reads with it
         b, a = batched.observe(float(tick)), apart.observe(float(tick))
-        assert_same(b, a)
+        assert_same(b, a, exact=not aggregate)
         assert batched.warnings == apart.warnings
         assert {k: q.name for k, q in batched.detected.items()} == {k: q.name for k, q in apart.detected.items()}
     # What the fixture holds is what both read, so the comparison is not of two empty observations.
@@ -160,7 +181,7 @@ INVENTORY, POD_SIGNALS, SERVICE_WIDE = 10, 17, 1 + 5 + 2 + 1
 
 @pytest.mark.parametrize("n", [2, 4, 6])
 def test_queries_per_tick_do_not_grow_with_the_services(world: World, n: int) -> None:
-    batched, runner = source(world, SERVICES[:n], batch=True)
+    batched, runner = source(world, SERVICES[:n], batch=True, aggregate=False)
     batched.observe(0.0)
     first = len(runner.sent)
     runner.sent.clear()
@@ -175,6 +196,26 @@ def test_queries_per_tick_do_not_grow_with_the_services(world: World, n: int) ->
     a_runner.sent.clear()
     apart.observe(1.0)
     assert len(a_runner.sent) > n * INVENTORY * 3  # per variant: the inventory alone
+
+
+# The per-pod aggregation of vllm-0.11's pod-scoped signals: one query per distinct term (the request,
+# prompt- and generation-token rates; TTFT, ITL and TPOT buckets, each for both quantiles; TTFT's and
+# TPOT's _sum and _count; KV usage's sum and count; waiting; running; the two prefix-cache counters;
+# successes; aborts; preemptions).
+AGGREGATED_POD_SIGNALS = 3 + 3 + 4 + 2 + 1 + 1 + 2 + 3
+
+
+@pytest.mark.parametrize("n", [2, 4, 6])
+def test_aggregated_queries_per_tick_do_not_grow_with_the_services(world: World, n: int) -> None:
+    batched, runner = source(world, SERVICES[:n], batch=True, query_set="vllm-0.11")
+    batched.observe(0.0)
+    runner.sent.clear()
+    obs = batched.observe(1.0)
+    assert len(runner.sent) == INVENTORY + AGGREGATED_POD_SIGNALS + SERVICE_WIDE
+    pods = [q for q in runner.sent if q.startswith("sum by (model_name, namespace, pod")]
+    assert len(pods) == AGGREGATED_POD_SIGNALS - 1  # KV usage's count is "count by"
+    assert not any("__autoscaler_scope" in q for q in pods)
+    assert obs["s0"].signals.running == 10.0 and obs["s0"].variants["h100"].signals.running == 5.0
 
 
 def test_one_service_sends_the_queries_it_always_did(world: World) -> None:

@@ -87,3 +87,52 @@ def test_the_service_wide_signals_leave_the_prefill_pods_out(tmp_path: Any) -> N
     assert obs.signals.request_rate_rps == pytest.approx(5.0, rel=0.25)
     assert obs.pools["prefill"].signals.running == 2  # the pool is still read apart
     assert sorted(p.name for p in obs.pods) == ["mix-agg-0", "mix-agg-9", "mix-dec-0", "mix-pre-0"]
+
+
+@pytest.mark.slow
+def test_pools_read_from_the_per_pod_aggregation_equal_their_own_queries(tmp_path: Any) -> None:
+    """Two services with pools (one with an aggregated variant too), batched: read from the per-pod
+    aggregation (``prometheus.aggregate``, the role label's matchers evaluated in the client) and
+    with each scope's query sent apart, every field of both observations agrees (floats within
+    1e-12: the same series added in another order), and the aggregation sent no union branch."""
+    from test_batched_queries import Counting, assert_same
+
+    from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource
+
+    pods = [FakePod("pd-pre-0", "m-pd", variant="pre", running=2, waiting=4, kv=0.3, rate_rps=4, role="prefill"),
+            FakePod("pd-dec-0", "m-pd", variant="dec", running=10, kv=0.6, rate_rps=3, role="decode"),
+            FakePod("pd-dec-1", "m-pd", variant="dec", running=20, kv=0.4, rate_rps=5, role="decode"),
+            FakePod("pd-dec-9", "m-pd", variant="dec", running=99, kv=0.9, rate_rps=1, role="prefill"),
+            FakePod("mix-agg-0", "m-mix", variant="agg", running=5, kv=0.2, rate_rps=2),
+            FakePod("mix-pre-0", "m-mix", variant="pre", running=2, kv=0.9, rate_rps=4, role="prefill"),
+            FakePod("mix-dec-0", "m-mix", variant="dec", running=10, kv=0.6, rate_rps=3, role="decode"),
+            FakePod("mix-agg-9", "m-mix", variant="agg", running=50, kv=0.9, rate_rps=4, role="prefill")]
+    exporter = FakeExporter([*pods, FakeDeployment("pd-pre", 1, 1), FakeDeployment("pd-dec", 3, 2),
+                             FakeDeployment("mix-agg", 2, 2)])
+    roles = {"prefill": [_variant("pre")], "decode": [_variant("dec")]}
+    cfg = parse_config({"services": [{"name": "pd", "model": "m-pd", "slo": SLO, "variants": [], "roles": roles},
+                                     {"name": "mix", "model": "m-mix", "slo": SLO, "variants": [_variant("agg")],
+                                      "roles": roles}],
+                        "controller": {"tick_s": 1, "window_s": 3}}, "<roles>")
+    prom = PromServer(tmp_path / "prom", [exporter.target])
+    try:
+        prom.start()
+        prom.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == "1")
+        time.sleep(4.5)
+        at = time.time() - 0.5
+        got = {}
+        for aggregate, batch in ((True, True), (False, False)):
+            pc = cfg.prometheus.model_copy(update={"batch": batch, "aggregate": aggregate})
+            runner = Counting(LiveRunner(connect(pc, prom.url)))
+            src = PrometheusSource(pc, cfg.services, runner, window_s=3.0, clock=lambda _: at)
+            src.observe(0.0)
+            got[aggregate] = (src.observe(1.0), runner.sent)
+    finally:
+        prom.stop()
+        exporter.close()
+    (agg, sent), (apart, _) = got[True], got[False]
+    assert_same(agg, apart)
+    assert agg["pd"].errors == [] and agg["mix"].errors == []
+    assert agg["mix"].signals.running == 67 and agg["pd"].pools["decode"].signals.running == 30
+    assert agg["mix"].signals.request_rate_rps == pytest.approx(5.0, rel=0.25)
+    assert any(q.startswith("sum by (llm_d_ai_role, model_name, namespace, pod)") for q in sent)
