@@ -110,12 +110,12 @@ def test_a_short_backtest_scores_the_horizons_it_has() -> None:
 
 
 def test_the_fleet_files_key_reaches_every_quantitys_forecaster() -> None:
-    """``controller.forecast.detect_shifts`` (off by default) is what the loop's forecast stage builds
+    """``controller.forecast.detect_shifts`` (on by default) is what the loop's forecast stage builds
     each quantity's ``AutoForecaster`` with."""
     from autoscaler.config.control import ForecastConfig
     from autoscaler.loop.forecast import ForecastStage
 
-    assert ForecastConfig().detect_shifts is False
+    assert ForecastConfig().detect_shifts is True
     for on in (False, True):
         stage = ForecastStage(ForecastConfig(enabled=True, detect_shifts=on))
         assert [m.detect_shifts for m in stage.forecaster.models.values()] == [on, on, on]
