@@ -16,8 +16,9 @@ step. A false alarm costs a reselection and the interval's memory, not the forec
 
 While a segment (the series' start, or the steps since a shift) is too short for a backtest that
 scores every horizon, the forecaster selects again every step, among the last value and Holt's damped
-trend only (``selection.early_candidates``), scoring the horizons that have a target, and keeps the
-interval's online errors across those selections rather than reseeding it from each one's short
+trend only (``selection.early_candidates``), scoring the horizons that have a target, keeps the last
+value unless the trend beats it by more than the backtest's noise (``selection.select_early``), and
+keeps the interval's online errors across those selections rather than reseeding it from each one's short
 backtest. The random-walk fallback interval measures the spread of one-step changes without those
 more than ``OUTLIER_SD`` robust standard deviations from their median (a level shift is one such
 change, and would otherwise widen the interval for as long as it is in the history).
@@ -34,7 +35,7 @@ import numpy as np
 from models.forecast.base import PointForecaster, as_series
 from models.forecast.baselines import LastValue
 from models.forecast.intervals import ResidualIntervals
-from models.forecast.selection import candidates, early_candidates, select
+from models.forecast.selection import candidates, select, select_early
 
 MIN_FIT_STEPS = 10  # the smallest model history (Holt-Winters without a season, ets.py)
 MIN_ORIGINS = 3  # backtest origins for the first selection of a segment
@@ -251,9 +252,11 @@ class AutoForecaster:
             # too: a full selection on a dozen origins picked the local linear trend on a ramp and carried
             # its slope past the ramp's top (ramp scenario, docs/forecasting.md)
             full = not early and not self._early
-            factories = candidates(len(y) - origins, self.period) if full else early_candidates()
             try:
-                best = select(factories, y, origins, self.max_horizon, partial=True)
+                if full:
+                    best = select(candidates(len(y) - origins, self.period), y, origins, self.max_horizon, partial=True)
+                else:
+                    best = select_early(y, origins, self.max_horizon)
             except ValueError:  # every finite value is in the backtest part (e.g. after a long outage)
                 pass
             else:

@@ -73,8 +73,9 @@ class LoadForecaster:
         reselect_s: seconds between model selections (>= step_s).
         history_steps: steps of history kept for refits (default: two seasons and a backtest, or
             1,440 steps without a season).
-        detect_shifts: the level-shift rule of ``AutoForecaster`` (off by default: docs/forecasting.md
-            gives its measurements and why).
+        detect_shifts: the level-shift rule of ``AutoForecaster`` (off unless asked for; the loop asks
+            by its fleet-file key ``controller.forecast.detect_shifts``, on by default:
+            docs/forecasting.md gives its measurements).
 
     Raises:
         ValueError: an argument out of range.

@@ -13,6 +13,10 @@ off the candidates' recorded forecasts at no extra cost, and its members are the
 With few origins the longest horizons have no target yet: ``score`` is then infinite (every candidate
 ties and the first, the last value, wins), ``partial_score`` averages the horizons that have one
 (``select(..., partial=True)``, used by ``auto.AutoForecaster``'s opt-in level-shift rule).
+
+A young segment's few origins rank models noisily, so there ``select_early`` keeps the last value
+unless a challenger beats it by more than the backtest's noise (``beats``: a one-sided paired test on
+the origins' errors, the Diebold-Mariano idea without its autocorrelation correction).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import t as student_t
 
 from models.forecast.arima import AutoArima
 from models.forecast.base import PointForecaster
@@ -113,6 +118,55 @@ def early_candidates() -> list[Factory]:
     a slope on a burst); a damped trend is the one trend model whose forecast levels off.
     """
     return [LastValue, lambda: HoltWinters(None)]
+
+
+CHALLENGE_ALPHA = 0.05
+"""One-sided level of ``beats``: a challenger replaces the last value when a difference as large would
+arise by chance at most 5 % of the time between two equally good models."""
+
+
+def _origin_errors(b: Backtest) -> np.ndarray:
+    """Mean absolute error per origin over the horizons that have a target, shape (origins,), NaN where none has."""
+    a = np.abs(b.errors)
+    counts = np.isfinite(a).sum(axis=1)
+    sums = np.nansum(a, axis=1)
+    return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def beats(challenger: Backtest, incumbent: Backtest, alpha: float = CHALLENGE_ALPHA) -> bool:
+    """Whether ``challenger``'s errors are lower than ``incumbent``'s by more than chance: a one-sided
+    paired t-test at level ``alpha`` on the per-origin mean absolute errors (origins where both
+    have a target; False with fewer than two). Overlapping horizons make neighbouring origins'
+    errors correlated, which this test ignores: it is lenient by that much (the Diebold-Mariano
+    test would widen the variance by the errors' autocovariances up to lag horizon - 1, which a
+    handful of origins cannot estimate).
+    """
+    d = _origin_errors(incumbent) - _origin_errors(challenger)
+    d = d[np.isfinite(d)]
+    if len(d) < 2:
+        return False
+    mean = float(d.mean())
+    sd = float(d.std(ddof=1))
+    if sd == 0.0:
+        return mean > 0.0
+    return mean / (sd / np.sqrt(len(d))) > float(student_t.ppf(1.0 - alpha, len(d) - 1))
+
+
+def select_early(y: np.ndarray, origins: int, horizon: int) -> Backtest:
+    """A young segment's selection: the best of ``early_candidates`` and their median by
+    ``Backtest.partial_score``, kept only where it ``beats`` the last value; else the last value.
+
+    Raises:
+        ValueError: the last value cannot be fitted (no finite value before the backtest).
+    """
+    incumbent = backtest(LastValue, y, origins, horizon)
+    try:
+        best = select(early_candidates(), y, origins, horizon, partial=True)
+    except ValueError:
+        return incumbent
+    if isinstance(best.model, LastValue) or not beats(best, incumbent):
+        return incumbent
+    return best
 
 
 def select(factories: Sequence[Factory], y: np.ndarray, origins: int, horizon: int, partial: bool = False) -> Backtest:

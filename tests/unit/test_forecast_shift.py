@@ -9,7 +9,7 @@ import pytest
 from models.forecast.auto import AutoForecaster, _change_sd
 from models.forecast.baselines import LastValue
 from models.forecast.intervals import Z90
-from models.forecast.selection import backtest
+from models.forecast.selection import Backtest, backtest, beats, early_candidates, select, select_early
 
 
 def _uniform_noise(n: int, seed: int) -> np.ndarray:
@@ -110,12 +110,53 @@ def test_a_short_backtest_scores_the_horizons_it_has() -> None:
 
 
 def test_the_fleet_files_key_reaches_every_quantitys_forecaster() -> None:
-    """``controller.forecast.detect_shifts`` (off by default) is what the loop's forecast stage builds
+    """``controller.forecast.detect_shifts`` (on by default) is what the loop's forecast stage builds
     each quantity's ``AutoForecaster`` with."""
     from autoscaler.config.control import ForecastConfig
     from autoscaler.loop.forecast import ForecastStage
 
-    assert ForecastConfig().detect_shifts is False
+    assert ForecastConfig().detect_shifts is True
     for on in (False, True):
         stage = ForecastStage(ForecastConfig(enabled=True, detect_shifts=on))
         assert [m.detect_shifts for m in stage.forecaster.models.values()] == [on, on, on]
+
+
+def _bt(errors: list[list[float]]) -> Backtest:
+    e = np.array(errors, dtype=float)
+    return Backtest(LastValue(), np.zeros_like(e), e)
+
+
+def test_a_challenger_beats_the_last_value_only_by_more_than_the_noise() -> None:
+    """The paired one-sided t-test by hand (t quantiles from a table: t(0.95, 3) = 2.353)."""
+    inc = _bt([[3.0, 3.0]] * 4)
+    # differences 2, 2, 2, 2: no spread, a positive mean
+    assert beats(_bt([[1.0, 1.0]] * 4), inc)
+    # differences 2, -1, 2, -1: mean 0.5, sd sqrt(3) = 1.732, t = 0.5 / (1.732 / 2) = 0.577 < 2.353
+    assert not beats(_bt([[1.0, 1.0], [4.0, 4.0], [1.0, 1.0], [4.0, 4.0]]), inc)
+    # differences 2, 1, 2, 1: mean 1.5, sd 0.577, t = 5.20 > 2.353
+    assert beats(_bt([[1.0, 1.0], [2.0, 2.0], [1.0, 1.0], [2.0, 2.0]]), inc)
+    # per origin the horizons that have a target: origin 4's second horizon has none, so its
+    # difference is 3 - 1 = 2 from the first horizon alone (with the NaN read as 0 it would be 2.5)
+    inc_nan = _bt([[3.0, 3.0]] * 3 + [[3.0, np.nan]])
+    ch_nan = _bt([[1.0, 1.0], [2.0, 2.0], [1.0, 1.0], [1.0, np.nan]])
+    d = np.array([2.0, 1.0, 2.0, 2.0])
+    t = d.mean() / (d.std(ddof=1) / 2)
+    assert t == pytest.approx(7.0) and beats(ch_nan, inc_nan)  # mean 1.75, sd 0.5
+    # one origin is no test; a worse challenger never wins
+    assert not beats(_bt([[0.0, 0.0]]), _bt([[5.0, 5.0]]))
+    assert not beats(inc, _bt([[1.0, 1.0]] * 4))
+
+
+def test_a_young_segment_keeps_the_last_value_on_a_random_walk_and_takes_a_clear_trend() -> None:
+    # random walks, where the last value is the best forecast: the challenger's wins are chance, so
+    # the test lets through about its 5 % (a little more: overlapping horizons, ``beats``), where the
+    # plain partial-score ranking took a challenger on 75 of 200
+    walks = [50.0 + np.cumsum(np.random.default_rng(seed).standard_normal(20)) for seed in range(200)]
+    plain = sum(select(early_candidates(), y, 6, 3, partial=True).model.name != "last_value" for y in walks)
+    paired = sum(select_early(y, origins=6, horizon=3).model.name != "last_value" for y in walks)
+    assert plain > 50 and paired <= 20
+    # a clean ramp of 2 per step: the last value misses by 2h at every origin, the trend by ~0
+    ramp = 2.0 * np.arange(20.0) + 0.01 * _uniform_noise(20, 1)
+    best = select_early(ramp, origins=6, horizon=3)
+    assert best.model.name != "last_value"
+    assert np.nanmax(np.abs(best.errors)) < 0.5
