@@ -3,15 +3,14 @@ how the loop and the simulation run them (own guard, own tick, scrapes between t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from types import SimpleNamespace
 
 import pytest
+from support.recording import RecordingActuator
 
 import autoscaler.simulate as simulate
 from autoscaler.adapters.simulator import SimMetricsSource
 from autoscaler.config.loading import parse_config
-from autoscaler.loop.actuate import APPLIED, ActuationResult
 from autoscaler.loop.runner import ControlLoop
 from autoscaler.simulator.metrics import ReplicaMetrics
 from autoscaler.state import ServiceObservation, Signals, VariantObservation
@@ -114,15 +113,6 @@ class _Source:
         return {"svc": ServiceObservation("svc", now, Signals(), {"h100": VariantObservation(2, 0)})}
 
 
-class _Actuator:
-    def __init__(self) -> None:
-        self.scaled: list[tuple[str, str, int]] = []
-
-    def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
-        self.scaled.append((service, variant, replicas))
-        return APPLIED
-
-
 class _Jump(Controller):
     def __init__(self) -> None:
         super().__init__("jump", 15.0, 300.0, own_guard=True)
@@ -134,12 +124,12 @@ class _Jump(Controller):
 def test_own_guard_controllers_get_bounds_only(make_fleet) -> None:
     cfg = make_fleet(replicas=2, min_replicas=1, max_replicas=30,
                      controller={"guard": {"max_step_up": 1, "scale_down_cooldown_s": 600}})
-    act = _Actuator()
+    act = RecordingActuator()
     loop = ControlLoop(cfg, _Source(), act, _Jump())
     rec = loop.tick(5.0)  # inside the first window: our loop would hold; the baseline decides
     # our guard would allow +1 per tick; the baseline's +48 is only clamped to max_replicas 30
     assert rec.services["svc"].applied == {"h100": 30}
-    assert act.scaled == [("svc", "h100", 30)]
+    assert act.writes == [("svc", "h100", 30)]
 
 
 # ------------------------------------------------------------------------------------ source

@@ -4,12 +4,12 @@ aggregated variants go to their minimums, and the rule never scales a pool up.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
+
+from support.recording import RecordingActuator
 
 from autoscaler.config import Service
 from autoscaler.config.loading import parse_config
-from autoscaler.loop.actuate import APPLIED, ActuationResult
 from autoscaler.loop.runner import ControlLoop, idle_pools
 from autoscaler.state import PoolObservation, ServiceEstimate, ServiceObservation, Signals, VariantObservation
 from controllers.base import Controller, Decision, Reason, hold
@@ -94,15 +94,6 @@ class _Idle:
                                           pools=pools)}
 
 
-class _Actuator:
-    def __init__(self) -> None:
-        self.writes: list[tuple[str, str, int]] = []
-
-    def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
-        self.writes.append((service, variant, replicas))
-        return APPLIED
-
-
 def test_the_loop_keeps_the_planned_pair_and_takes_the_aggregated_variant_down() -> None:
     # Idle for 2 ticks (the configured idle_ticks_to_min): the rule fires on the 2nd; the aggregated
     # variant goes from 3 toward its minimum 1 (the guard's max_step_down 2 allows it at once), the
@@ -112,7 +103,7 @@ def test_the_loop_keeps_the_planned_pair_and_takes_the_aggregated_variant_down()
                                    "decode": [variant("d", current=1)]}}],
            "controller": {"tick_s": 15, "window_s": 60, "guard": {"idle_ticks_to_min": 2}}}
     cfg = parse_config(doc, "<pd>")
-    act = _Actuator()
+    act = RecordingActuator()
     loop = ControlLoop(cfg, _Idle(), act, _Planner())
     loop.start(0.0)
     loop.tick(60.0)

@@ -8,17 +8,16 @@ pkg/autoscaler/algorithm/disaggregated_ratio.go ``EnforceRoleRatio``), worked ou
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support.recording import RecordingActuator
 
 from autoscaler.config import PDRatio, PIDConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.dryrun import Shadow, tick_json
 from autoscaler.errors import ConfigError
-from autoscaler.loop.actuate import APPLIED, ActuationResult
 from autoscaler.loop.runner import ControlLoop
 from autoscaler.state import PoolObservation, ServiceEstimate, ServiceObservation, Signals, VariantObservation
 from autoscaler.timeline import tick_row
@@ -154,20 +153,11 @@ class _Source:
             "decode": pool("decode", "d", 1, tpot_mean_s=0.2, kv_usage=0.5)})}
 
 
-class _Actuator:
-    def __init__(self) -> None:
-        self.writes: list[tuple[str, str, int]] = []
-
-    def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
-        self.writes.append((service, variant, replicas))
-        return APPLIED
-
-
 def test_the_loop_writes_each_pool_as_its_own_target() -> None:
     # Each pool's error is at the clip (3): u = s (1 + 0.2 x 3 + 0.005 x 3 x 15) = 1.825 s for s its one
     # replica's capacity -> ceil(1.825) = 2 replicas of each pool, whatever the capacity: two writes.
     cfg = parse_config(doc(current=1), "<pd>")
-    act = _Actuator()
+    act = RecordingActuator()
     loop = ControlLoop(cfg, _Source(), act, build("pid", cfg))
     loop.start(0.0)
     rec = loop.tick(75.0)
@@ -180,7 +170,7 @@ def test_the_loop_writes_each_pool_as_its_own_target() -> None:
 
 def test_a_controller_that_does_not_scale_roles_holds_a_service_of_pools_only() -> None:
     cfg = parse_config(doc(current=1), "<pd>")
-    act = _Actuator()
+    act = RecordingActuator()
     loop = ControlLoop(cfg, _Source(), act, build("wva", cfg))
     loop.start(0.0)
     st = loop.tick(75.0).services["svc"]
@@ -207,7 +197,7 @@ def test_a_pool_scale_down_is_guarded_by_the_cool_down() -> None:
                 "decode": pool("decode", "d", 2, tpot_mean_s=0.01, kv_usage=0.01, running=2.0, queue_length=0.0)})}
 
     cfg = parse_config(doc(current=1), "<pd>")
-    act = _Actuator()
+    act = RecordingActuator()
     loop = ControlLoop(cfg, Calm(), act, build("pid", cfg))
     loop.start(0.0)
     loop.tick(75.0)
@@ -231,7 +221,7 @@ def test_a_service_of_pools_only_at_zero_with_requests_waiting_scales_each_pool_
     for role in ("prefill", "decode"):
         doc_["services"][0]["roles"][role][0]["min_replicas"] = 0
     cfg = parse_config(doc_, "<pd>")
-    act = _Actuator()
+    act = RecordingActuator()
     loop = ControlLoop(cfg, Empty(), act, build("pid", cfg))
     loop.start(0.0)
     st = loop.tick(15.0).services["svc"]  # inside the warm-up window: the rule comes first, as for variants
@@ -253,7 +243,7 @@ def test_no_aggregated_variant_is_scaled_from_zero_while_the_pools_serve() -> No
             return {"svc": obs}
 
     cfg = parse_config(doc_, "<pd>")
-    act = _Actuator()
+    act = RecordingActuator()
     loop = ControlLoop(cfg, Pools(), act, build("pid", cfg))
     loop.start(0.0)
     st = loop.tick(15.0).services["svc"]
@@ -264,7 +254,7 @@ def test_no_aggregated_variant_is_scaled_from_zero_while_the_pools_serve() -> No
 def test_the_timeline_row_has_each_pool_variants_counts() -> None:
     # As test_the_loop_writes_each_pool_as_its_own_target: both pools at 1 ready, the PID asks 2 each.
     cfg = parse_config(doc(current=1), "<pd>")
-    loop = ControlLoop(cfg, _Source(), _Actuator(), build("pid", cfg))
+    loop = ControlLoop(cfg, _Source(), RecordingActuator(), build("pid", cfg))
     loop.start(0.0)
     row = tick_row(75.0, "svc", loop.tick(75.0).services["svc"], 5.0)
     assert {k: row[k] for k in ("ready_p", "starting_p", "desired_p", "ready_d", "starting_d", "desired_d")} \

@@ -3,10 +3,9 @@ checked against brute force and by hand."""
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
+from support.brute_plans import sequences
 
 from models.planning import PlanProblem, PlanService, PlanVariant, solve
 
@@ -15,26 +14,6 @@ def variant(name: str, h: int, *, role: str | None = None, price: float = 1.0, c
             hi: int = 3, cold: int = 1, start: float = 0.0) -> PlanVariant:
     return PlanVariant(name, name, 1, price, np.full(h, cap), current, np.full(h, float(current)), 0, hi,
                        cold, cold, 0, 0, start, 0.0, role=role)
-
-
-def sequences(v: PlanVariant, dt: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every replica sequence of ``v`` (each step its own block): the counts ordered per step (m, h), their
-    cost (m,) and the requests/s their replicas serve per step (m, h). An increase is ordered cold, a
-    decrease removes a ready replica (none ready: the sequence is left out); a step serves the replicas
-    ready by then."""
-    h = len(v.ready)
-    seqs, costs, served = [], [], []
-    for seq in itertools.product(range(v.min_replicas, v.max_replicas + 1), repeat=h):
-        steps = np.diff([v.current, *seq])
-        orders, removed = np.cumsum(np.maximum(steps, 0)), np.cumsum(np.maximum(-steps, 0))
-        ready = np.array([v.ready[k] + (orders[k - v.cold_steps] if k >= v.cold_steps else 0) - removed[k]
-                          for k in range(h)])
-        if ready.min() < 0:
-            continue
-        seqs.append(seq)
-        costs.append(v.price_per_hour * dt / 3600 * sum(seq) + v.start_cost * orders[-1])
-        served.append(v.capacity_rps * np.minimum(seq, ready))
-    return np.array(seqs), np.array(costs), np.array(served)
 
 
 def brute_force(svc: PlanService, dt: float, ratio: tuple[float, float]) -> float:

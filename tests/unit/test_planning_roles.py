@@ -3,10 +3,9 @@ aggregated variants and a P/D pair, checked against brute force and by hand."""
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
+from support.brute_plans import sequences
 
 from models.planning import PlanProblem, PlanService, PlanVariant, greedy_counts, solve
 
@@ -18,25 +17,6 @@ def variant(name: str, h: int, *, role: str | None = None, price: float = 1.0, c
                        warm, cold, warm_free, 0, start, 0.0, role=role)
 
 
-def sequences(v: PlanVariant, dt: float) -> tuple[np.ndarray, np.ndarray]:
-    """Every replica sequence of ``v`` (each step its own block): its cost and the requests/s its
-    replicas serve per step, shapes (m,) and (m, h). An increase is ordered cold (the tests give no
-    warm nodes), a decrease removes a ready replica (none ready: the sequence is left out); a step
-    serves the replicas ready by then."""
-    h = len(v.ready)
-    costs, served = [], []
-    for seq in itertools.product(range(v.min_replicas, v.max_replicas + 1), repeat=h):
-        steps = np.diff([v.current, *seq])
-        orders, removed = np.cumsum(np.maximum(steps, 0)), np.cumsum(np.maximum(-steps, 0))
-        ready = np.array([v.ready[k] + (orders[k - v.cold_steps] if k >= v.cold_steps else 0) - removed[k]
-                          for k in range(h)])
-        if ready.min() < 0:
-            continue
-        costs.append(v.price_per_hour * dt / 3600 * sum(seq) + v.start_cost * orders[-1])
-        served.append(v.capacity_rps * np.minimum(seq, ready))
-    return np.array(costs), np.array(served)
-
-
 def brute_force(svc: PlanService, dt: float) -> float:
     """Cheapest cost over every combination of the variants' replica sequences (``sequences``), no
     step limits: the pools serve the smaller of their two capacities (at most the demand), the
@@ -45,7 +25,7 @@ def brute_force(svc: PlanService, dt: float) -> float:
     cost = np.zeros(1)
     served = {role: np.zeros((1, h)) for role in (None, "prefill", "decode")}
     for v in svc.variants:  # the grid of every combination so far, flattened
-        c, s = sequences(v, dt)
+        _, c, s = sequences(v, dt)
         m = len(c)
         cost = (cost[:, None] + c[None, :]).ravel()
         for role in served:
