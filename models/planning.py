@@ -135,6 +135,14 @@ try:  # HiGHS's own Python binding, optional: it takes a MIP start, which scipy.
 except ImportError:  # the exact search then goes through scipy (PlanProblem.solver)
     highspy = None
 
+_core: ModuleType | None
+_scipy_status: object | None
+try:  # the HiGHS build inside scipy, called without scipy.optimize.milp's wrapper (_direct_milp)
+    _core = importlib.import_module("scipy.optimize._highspy._core")
+    _scipy_status = importlib.import_module("scipy.optimize._linprog_highs")._highs_to_scipy_status_message
+except (ImportError, AttributeError):  # private to scipy: without them every solve goes through milp
+    _core, _scipy_status = None, None
+
 BLOCK_VARS = 4  # per variant and block: n, cw, cc, cd
 N, CW, CC, CD = range(BLOCK_VARS)
 
@@ -1173,10 +1181,116 @@ def _start_x(problem: PlanProblem, cons: LinearConstraint, bounds: Bounds) -> tu
     return None, "; start dropped: it breaks a constraint"
 
 
+def _highs_lp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray) -> object:
+    """The ``HighsLp`` of scipy's HiGHS build that ``scipy.optimize.milp`` would pass it (column-wise,
+    every variable's integrality set)."""
+    assert _core is not None
+    a = sparse.csc_array(cons.A)
+    n_col, n_row = len(c), a.shape[0]
+    lp = _core.HighsLp()
+    lp.num_col_, lp.num_row_ = n_col, n_row
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n_col, n_row
+    lp.a_matrix_.format_ = _core.MatrixFormat.kColwise
+    lp.col_cost_ = np.asarray(c, dtype=np.float64)
+    lp.col_lower_ = np.broadcast_to(bounds.lb, (n_col,)).astype(np.float64)
+    lp.col_upper_ = np.broadcast_to(bounds.ub, (n_col,)).astype(np.float64)
+    lp.row_lower_ = np.asarray(cons.lb, dtype=np.float64)
+    lp.row_upper_ = np.asarray(cons.ub, dtype=np.float64)
+    lp.a_matrix_.start_ = a.indptr
+    lp.a_matrix_.index_ = a.indices
+    lp.a_matrix_.value_ = a.data.astype(np.float64)
+    lp.integrality_ = [_core.HighsVarType(int(i)) for i in np.asarray(integral, dtype=np.uint8)]
+    return lp
+
+
+def _highs_options(options: Mapping[str, float | bool | int]) -> object:
+    """``options`` as scipy's HiGHS build takes them (``scipy.optimize.milp``'s names and defaults:
+    no log to the console, ``node_limit`` as ``mip_max_nodes``, ``presolve`` as on/off)."""
+    assert _core is not None
+    opts = _core.HighsOptions()
+    opts.log_to_console = False
+    for key, value in options.items():
+        name = _OPTION_NAMES.get(key, key)
+        setattr(opts, name, ("on" if value else "off") if name == "presolve" else value)
+    return opts
+
+
+def _highs_result(h: object, mip: bool) -> OptimizeResult:
+    """What ``scipy.optimize.milp`` returns after HiGHS ran (its ``_highs_wrapper`` and ``milp``,
+    scipy 1.17): ``x`` and ``fun`` where HiGHS has a plan, ``status``, ``message`` (with "HiGHS
+    Status N"), ``success``, and for a MILP with a plan ``mip_node_count``, ``mip_dual_bound``,
+    ``mip_gap`` (else None)."""
+    assert _core is not None and _scipy_status is not None
+    model = h.getModelStatus()  # type: ignore[attr-defined]
+    info = h.getInfo()  # type: ignore[attr-defined]
+    stopped = (_core.HighsModelStatus.kTimeLimit, _core.HighsModelStatus.kIterationLimit,
+               _core.HighsModelStatus.kSolutionLimit)
+    failed = (model not in (_core.HighsModelStatus.kOptimal, *stopped)
+              or (model in stopped and info.objective_function_value == _core.kHighsInf)) if mip \
+        else model != _core.HighsModelStatus.kOptimal
+    if failed:
+        text = (f"model_status is {h.modelStatusToString(model)}; primal_status is "  # type: ignore[attr-defined]
+                f"{h.solutionStatusToString(info.primal_solution_status)}")  # type: ignore[attr-defined]
+        x, fun = None, None
+    else:
+        text = h.modelStatusToString(model)  # type: ignore[attr-defined]
+        x, fun = np.array(h.getSolution().col_value), info.objective_function_value  # type: ignore[attr-defined]
+    status, message = _scipy_status(model, text)  # type: ignore[operator]
+    res = OptimizeResult(status=status, message=message, success=status == 0, x=x, fun=fun)
+    if mip and not failed:  # scipy reads HiGHS's MIP info only with a plan
+        res.update(mip_node_count=info.mip_node_count, mip_dual_bound=info.mip_dual_bound, mip_gap=info.mip_gap)
+    else:
+        res.update(mip_node_count=None, mip_dual_bound=None, mip_gap=None)
+    return res
+
+
+def _direct_milp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray,
+                 options: Mapping[str, float | bool | int]) -> OptimizeResult:
+    """``scipy.optimize.milp`` on the same HiGHS build, the same model and options, without its
+    wrapper: the same answer (``test_the_direct_call_answers_as_scipy_milp``) for less time (its
+    option checks and Python loops took 2-3 ms of a one-service LP's 7-9 ms)."""
+    assert _core is not None
+    h = _core._Highs()
+    h.passOptions(_highs_options(options))
+    h.passModel(_highs_lp(c, cons, bounds, integral))
+    h.run()
+    return _highs_result(h, bool(np.any(np.asarray(integral) > 0)))
+
+
+class _WarmLp:
+    """The LP relaxation of one model kept in HiGHS between solves that change only the right-hand
+    sides of its last rows (the caps a decomposed solve sets per service, ``_with_caps``): each solve
+    after the first starts from the last one's basis (dual simplex: 5 iterations against 277 cold,
+    0.4 against 5-7 ms, one service of ``benchmarks/plan_solve.py``). Its cost is the optimum's; its
+    solution may be another optimal one than a cold solve's where the LP has several."""
+
+    def __init__(self, model: Model, caps: int, options: Mapping[str, float | bool | int]) -> None:
+        """``model`` (``_build``'s with ``caps`` cap rows, the last ones), HiGHS's ``options``."""
+        assert _core is not None
+        c, cons, bounds, _ = model
+        self.caps = caps
+        self.h = _core._Highs()
+        self.h.passOptions(_highs_options(options))
+        self.h.passModel(_highs_lp(c, cons, bounds, np.zeros(len(c))))
+        self.rows = len(cons.ub)
+
+    def solve(self, caps: np.ndarray, time_limit: float) -> OptimizeResult:
+        """The LP with its cap rows' upper bounds set to ``caps`` (shape (caps,)), within ``time_limit`` s."""
+        first = self.rows - self.caps
+        for r, cap in enumerate(caps):
+            self.h.changeRowBounds(first + r, -np.inf, float(cap))
+        self.h.setOptionValue("time_limit", float(time_limit))
+        self.h.run()
+        return _highs_result(self.h, False)
+
+
 def _milp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray,
           options: Mapping[str, float | bool | int]) -> OptimizeResult:
-    """``scipy.optimize.milp``; options it does not name are HiGHS's own, passed on verbatim (scipy
-    warns that it does so)."""
+    """``scipy.optimize.milp``, through the HiGHS build inside scipy directly where it can be reached
+    (``_direct_milp``: the same answer, less time); options it does not name are HiGHS's own, passed
+    on verbatim (scipy warns that it does so)."""
+    if _core is not None and _scipy_status is not None:
+        return _direct_milp(c, cons, bounds, integral, options)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Unrecognized options", category=RuntimeWarning)
         return milp(c, constraints=cons, bounds=bounds, integrality=integral, options=dict(options))
@@ -1246,12 +1360,17 @@ def _round_tail(problem: PlanProblem, c: np.ndarray, x: np.ndarray, cons: Linear
 
 
 def _near_lp(problem: PlanProblem, c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray,
-             options: Mapping[str, float | bool | int], deadline: float) -> OptimizeResult | None:
+             options: Mapping[str, float | bool | int], deadline: float,
+             warm: _WarmLp | None = None) -> OptimizeResult | None:
     """HiGHS's search near the LP relaxation (``PlanProblem.neighbourhood``): the integer variables
     whole in the relaxation fixed there, the fractional ones kept within ``neighbourhood`` of their
     floor and ceiling. None when the relaxation or that search finds no plan (the full search is
-    then made)."""
-    lp = _milp(c, cons, bounds, np.zeros(len(c)), {"time_limit": _left(deadline), **LP_OPTIONS})
+    then made). ``warm``: the relaxation solved there, with ``cons``'s cap rows (not yet solved: the
+    same solve as without it, kept for the decomposition's later LPs of this service)."""
+    if warm is not None:
+        lp = warm.solve(cons.ub[warm.rows - warm.caps:], _left(deadline))
+    else:
+        lp = _milp(c, cons, bounds, np.zeros(len(c)), {"time_limit": _left(deadline), **LP_OPTIONS})
     if lp.x is None:
         return None
     k = float(problem.neighbourhood or 0)
@@ -1284,17 +1403,18 @@ def _with_caps(model: Model, caps: np.ndarray) -> Model:
 
 
 def _solve_model(problem: PlanProblem, caps: Mapping[str | None, np.ndarray] | None = None,
-                 model: Model | None = None, deadline: float | None = None) -> _Result:
+                 model: Model | None = None, deadline: float | None = None, warm: _WarmLp | None = None) -> _Result:
     """One MILP (``_build``'s with ``caps``, or ``model`` when already built): HiGHS's plan, the step
     limits dropped when no plan keeps them, a relaxed tail rounded (solved whole when no rounding
     meets the constraints), a fallback at a limit without a plan (``solve``). Every HiGHS call
-    shares ``time_limit_s`` from now (or what is left until ``deadline``)."""
+    shares ``time_limit_s`` from now (or what is left until ``deadline``). ``warm``: ``_near_lp``'s."""
     if deadline is None:
         deadline = time.perf_counter() + problem.time_limit_s
     options = _options(problem, deadline)
     relaxed = False
     c, cons, bounds, integral = model if model is not None else _build(problem, True, caps)
-    res = None if problem.neighbourhood is None else _near_lp(problem, c, cons, bounds, integral, options, deadline)
+    res = None if problem.neighbourhood is None else _near_lp(problem, c, cons, bounds, integral, options, deadline,
+                                                              warm)
     near = res is not None
     direct = res is None and problem.solver == "highspy"
     started, note = False, ""
@@ -1577,6 +1697,7 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
     batches += [together[k:k + GROUP] for k in range(0, len(together), GROUP)]
     xs: dict[int, np.ndarray] = {}
     results: dict[int, _Result] = {}
+    warms: dict[int, _WarmLp] = {}  # each service planned alone: its LP relaxation, kept for the LP below
     planned = np.zeros(len(limit))
     unplanned = np.sum(allotted, axis=0)
     nodes = 0
@@ -1588,7 +1709,10 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
                                    gpu_budget=None, decompose=False)
         alone = _with_caps(models[batch[0]], cap) if len(batch) == 1 else None
         caps = {key: cap[ki * nb:(ki + 1) * nb] for ki, key in enumerate(keys)}
-        result = _solve_model(part, caps, alone, deadline)
+        warm = None
+        if alone is not None and _core is not None and _scipy_status is not None and problem.neighbourhood is not None:
+            warm = warms[batch[0]] = _WarmLp(models[batch[0]], len(cap), {"time_limit": _left(deadline), **LP_OPTIONS})
+        result = _solve_model(part, caps, alone, deadline, warm)
         nodes += result.nodes or 0
         for b, i in enumerate(batch):
             x = _service_x(part, result.x, b) if result.fallback != "hold" else floors[i]
@@ -1619,8 +1743,11 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
         if not np.any(missed & fits):
             continue
         model = _with_caps(models[i], cap)
-        lp = _milp(model[0], model[1], model[2], np.zeros(len(model[0])),
-                   {"time_limit": _left(deadline), **LP_OPTIONS})
+        if i in warms:  # from the basis of its relaxation within its share: a few iterations
+            lp = warms[i].solve(cap, _left(deadline))
+        else:
+            lp = _milp(model[0], model[1], model[2], np.zeros(len(model[0])),
+                       {"time_limit": _left(deadline), **LP_OPTIONS})
         before = results[i].relaxation if len(results[i].x) == len(c) else None
         if lp.x is None or float(lp.fun) >= (float(c @ xs[i]) if before is None else before) - 1e-9:
             continue  # the relaxation does no better with the GPUs left over
