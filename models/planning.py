@@ -1627,6 +1627,65 @@ def _service_x(problem: PlanProblem, x: np.ndarray, i: int) -> np.ndarray:
     return np.concatenate([x[first:first + width], x[idx.u(i, 0):idx.u(i, 0) + idx.tail(i)]])
 
 
+def _pair_polish(problem: PlanProblem, subs: Sequence[PlanProblem], models: Sequence[Model],
+                 usage: Sequence[sparse.csr_array], limit: np.ndarray, keys: Sequence[str | None],
+                 xs: dict[int, np.ndarray], results: dict[int, _Result], planned: np.ndarray,
+                 deadline: float) -> int:
+    """The decomposition's last step: the ``PAIR_PARTS`` services whose plans leave the most demand
+    unserved ($; then those whose GPUs cost most, the most to give), two at a time, planned together
+    within what the others leave them (within ``PAIR_NEIGHBOURHOOD`` of their joint relaxation's
+    counts); a pair's plan is kept where it costs less than the two plans it replaces, so the shares'
+    rounding between two services is settled as the joint optimum would settle it. Updates ``xs``,
+    ``results`` and ``planned`` (GPUs per limit and block) in place; returns how many pairs were kept."""
+    ranked = []
+    for i, (sub, (c, _, _, _)) in enumerate(zip(subs, models, strict=True)):
+        sidx = _Index(sub)
+        cols = slice(sidx.u(0, 0), sidx.u(0, 0) + sidx.missed(0))
+        missed = float(c[cols] @ xs[i][cols])
+        ranked.append((missed > FEASIBLE_TOL, missed, float(c @ xs[i]) - missed, i))
+    ranked.sort(reverse=True)
+    kept = 0
+    for (*_, a), (*_, b) in itertools.combinations(ranked[:PAIR_PARTS], 2):
+        if _left(deadline) <= 0:
+            break
+        before = float(models[a][0] @ xs[a] + models[b][0] @ xs[b])
+        mine = usage[a] @ xs[a] + usage[b] @ xs[b]
+        cap = limit - (planned - mine)
+        part = dataclasses.replace(problem, services=[problem.services[a], problem.services[b]], gpu_quota={},
+                                   gpu_budget=None, decompose=False,
+                                   neighbourhood=PAIR_NEIGHBOURHOOD)
+        caps = {key: cap[ki * (len(cap) // len(keys)):(ki + 1) * (len(cap) // len(keys))]
+                for ki, key in enumerate(keys)}
+        result = _solve_model(part, caps, None, deadline)
+        if result.fallback is not None or result.relaxed:
+            continue
+        xa, xb = _service_x(part, result.x, 0), _service_x(part, result.x, 1)
+        use = usage[a] @ xa + usage[b] @ xb
+        if np.all(use <= cap + FEASIBLE_TOL) and float(models[a][0] @ xa + models[b][0] @ xb) < before - 1e-9:
+            planned[:] = planned - mine + use
+            xs[a], xs[b] = xa, xb
+            results[a] = dataclasses.replace(result, x=xa)
+            results[b] = dataclasses.replace(result, x=xb)
+            kept += 1
+    return kept
+
+
+PAIR_PARTS = 4
+"""Most services a decomposed solve plans again two at a time (``_pair_polish``): those whose plans
+leave the most demand unserved, so up to 6 pairs."""
+
+PAIR_NEIGHBOURHOOD = 1
+"""``PlanProblem.neighbourhood`` of a pair's search (``_pair_polish``): with 0, as the parts are
+searched, it found nothing on 3 of the 5 problems of 3-5 services it was tried on (seeds 710-719 of
+the tests' fleets) where 1 brought 1.0112 -> 1.0000 and 1.0188 -> 1.0112."""
+
+PAIR_UP_TO = 800
+"""Service-steps (services x steps) up to which a decomposed solve plans pairs together
+(``_pair_polish``; 20 services of 40 steps): there it took the worst of 10 problems of 5 services
+from 2.4 % to 0.8 % above the joint optimum; at 50 services it saved 0-0.25 % for 0.3-0.7 s more,
+where the solve is already above its 2-s goal (``docs/controllers.md#solving-fast``)."""
+
+
 def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
     """Service by service within shares of the shared limits (module docstring, "Solving fast");
     None when even the services' least holdings break a limit or the coordinator finds no solution
@@ -1783,6 +1842,9 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
             planned = planned - mine + u @ result.x
             xs[i], results[i] = result.x, result
             exact += 1
+    paired = 0
+    if len(subs) * h <= PAIR_UP_TO:
+        paired = _pair_polish(problem, subs, models, usage, limit, keys, xs, results, planned, deadline)
     replicas: dict[str, dict[str, np.ndarray]] = {}
     serving: dict[str, dict[str, np.ndarray]] = {}
     unserved: dict[str, np.ndarray] = {}
@@ -1805,7 +1867,7 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
                + {1: "", 0: " on the blocks' lengths"}.get(factor, f" on {factor}x coarser steps")
                + f"), {len(together)} with fractional "
                f"shares planned in groups of up to {GROUP}, {improved} planned again with GPUs left over, "
-               f"{exact} searched exactly")
+               f"{exact} searched exactly, {paired} pairs planned together")
     return Plan(replicas, serving, unserved, cost, (time.perf_counter() - started) * 1000.0, relaxed,
                 stopped_at_limit=stopped, fallback=fallback, message=message, nodes=nodes,
                 gpu_prices={key: price[ki * nb:(ki + 1) * nb].copy() for ki, key in enumerate(keys)},
