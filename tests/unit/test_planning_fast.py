@@ -415,8 +415,9 @@ def test_the_direct_call_answers_as_scipy_milp(seed: int) -> None:
     # the bit: the same plan (none at the node limit of 0), status, message and node count.
     problem = fleet(900 + seed, services=1 + seed % 3, h=10)
     c, cons, bounds, integral = planning._build(dataclasses.replace(problem, strengthen=True), True)
-    cases = [(integral, {}), (np.zeros(len(c)), {"presolve": False}), (integral, {"node_limit": 0}),
-             (integral, {"presolve": False, "mip_rel_gap": 1e-9, **planning.FAST_OPTIONS})]
+    cases: list[tuple[np.ndarray, dict[str, float | bool | int]]] = [
+        (integral, {}), (np.zeros(len(c)), {"presolve": False}), (integral, {"node_limit": 0}),
+        (integral, {"presolve": False, "mip_rel_gap": 1e-9, **planning.FAST_OPTIONS})]
     for kinds, options in cases:
         direct = planning._direct_milp(c, cons, bounds, kinds, {"time_limit": 60.0, **options})
         with warnings.catch_warnings():
