@@ -111,8 +111,15 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
   too), then each service is planned alone within its share (on the problem's own steps, the
   services whose shares came out fractional together, a few at a time); a service left with unserved
   demand where GPUs were left over plans again with them, and the few whose plans lie furthest above
-  their own relaxation are searched exactly. The parts' shares sum within every limit, so the joint
-  plan keeps them; when even the services' least holdings break a limit the joint problem is solved.
+  their own relaxation are searched exactly; last, up to 20 services (``PAIR_UP_TO``), the services
+  leaving the most demand unserved are planned again two at a time within what the others leave them
+  (``_pair_polish``), which settles the shares' rounding between two services as the joint optimum
+  would. The parts' shares sum within every limit, so the joint plan keeps them; when even the
+  services' least holdings break a limit the joint problem is solved.
+- HiGHS is called through the build inside scipy without ``scipy.optimize.milp``'s wrapper
+  (``_direct_milp``: the same model, options and answer, to the bit, 2-3 ms less per call), and a
+  decomposed solve keeps each service's LP relaxation in HiGHS, so its second LP, with more GPUs,
+  starts from the first's basis (``_WarmLp``: 5 dual simplex iterations against 277).
 """
 
 from __future__ import annotations
@@ -140,6 +147,14 @@ try:  # HiGHS's own Python binding, optional: it takes a MIP start, which scipy.
     highspy = importlib.import_module("highspy")
 except ImportError:  # the exact search then goes through scipy (PlanProblem.solver)
     highspy = None
+
+_core: ModuleType | None
+_scipy_status: object | None
+try:  # the HiGHS build inside scipy, called without scipy.optimize.milp's wrapper (_direct_milp)
+    _core = importlib.import_module("scipy.optimize._highspy._core")
+    _scipy_status = importlib.import_module("scipy.optimize._linprog_highs")._highs_to_scipy_status_message
+except (ImportError, AttributeError):  # private to scipy: without them every solve goes through milp
+    _core, _scipy_status = None, None
 
 BLOCK_VARS = 4  # per variant and block: n, cw, cc, cd
 N, CW, CC, CD = range(BLOCK_VARS)
@@ -1190,10 +1205,116 @@ def _start_x(problem: PlanProblem, cons: LinearConstraint, bounds: Bounds) -> tu
     return None, "; start dropped: it breaks a constraint"
 
 
+def _highs_lp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray) -> object:
+    """The ``HighsLp`` of scipy's HiGHS build that ``scipy.optimize.milp`` would pass it (column-wise,
+    every variable's integrality set)."""
+    assert _core is not None
+    a = sparse.csc_array(cons.A)
+    n_col, n_row = len(c), a.shape[0]
+    lp = _core.HighsLp()
+    lp.num_col_, lp.num_row_ = n_col, n_row
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n_col, n_row
+    lp.a_matrix_.format_ = _core.MatrixFormat.kColwise
+    lp.col_cost_ = np.asarray(c, dtype=np.float64)
+    lp.col_lower_ = np.broadcast_to(bounds.lb, (n_col,)).astype(np.float64)
+    lp.col_upper_ = np.broadcast_to(bounds.ub, (n_col,)).astype(np.float64)
+    lp.row_lower_ = np.asarray(cons.lb, dtype=np.float64)
+    lp.row_upper_ = np.asarray(cons.ub, dtype=np.float64)
+    lp.a_matrix_.start_ = a.indptr
+    lp.a_matrix_.index_ = a.indices
+    lp.a_matrix_.value_ = a.data.astype(np.float64)
+    lp.integrality_ = [_core.HighsVarType(int(i)) for i in np.asarray(integral, dtype=np.uint8)]
+    return lp
+
+
+def _highs_options(options: Mapping[str, float | bool | int]) -> object:
+    """``options`` as scipy's HiGHS build takes them (``scipy.optimize.milp``'s names and defaults:
+    no log to the console, ``node_limit`` as ``mip_max_nodes``, ``presolve`` as on/off)."""
+    assert _core is not None
+    opts = _core.HighsOptions()
+    opts.log_to_console = False
+    for key, value in options.items():
+        name = _OPTION_NAMES.get(key, key)
+        setattr(opts, name, ("on" if value else "off") if name == "presolve" else value)
+    return opts
+
+
+def _highs_result(h: object, mip: bool) -> OptimizeResult:
+    """What ``scipy.optimize.milp`` returns after HiGHS ran (its ``_highs_wrapper`` and ``milp``,
+    scipy 1.17): ``x`` and ``fun`` where HiGHS has a plan, ``status``, ``message`` (with "HiGHS
+    Status N"), ``success``, and for a MILP with a plan ``mip_node_count``, ``mip_dual_bound``,
+    ``mip_gap`` (else None)."""
+    assert _core is not None and _scipy_status is not None
+    model = h.getModelStatus()  # type: ignore[attr-defined]
+    info = h.getInfo()  # type: ignore[attr-defined]
+    stopped = (_core.HighsModelStatus.kTimeLimit, _core.HighsModelStatus.kIterationLimit,
+               _core.HighsModelStatus.kSolutionLimit)
+    failed = (model not in (_core.HighsModelStatus.kOptimal, *stopped)
+              or (model in stopped and info.objective_function_value == _core.kHighsInf)) if mip \
+        else model != _core.HighsModelStatus.kOptimal
+    if failed:
+        text = (f"model_status is {h.modelStatusToString(model)}; primal_status is "  # type: ignore[attr-defined]
+                f"{h.solutionStatusToString(info.primal_solution_status)}")  # type: ignore[attr-defined]
+        x, fun = None, None
+    else:
+        text = h.modelStatusToString(model)  # type: ignore[attr-defined]
+        x, fun = np.array(h.getSolution().col_value), info.objective_function_value  # type: ignore[attr-defined]
+    status, message = _scipy_status(model, text)  # type: ignore[operator]
+    res = OptimizeResult(status=status, message=message, success=status == 0, x=x, fun=fun)
+    if mip and not failed:  # scipy reads HiGHS's MIP info only with a plan
+        res.update(mip_node_count=info.mip_node_count, mip_dual_bound=info.mip_dual_bound, mip_gap=info.mip_gap)
+    else:
+        res.update(mip_node_count=None, mip_dual_bound=None, mip_gap=None)
+    return res
+
+
+def _direct_milp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray,
+                 options: Mapping[str, float | bool | int]) -> OptimizeResult:
+    """``scipy.optimize.milp`` on the same HiGHS build, the same model and options, without its
+    wrapper: the same answer (``test_the_direct_call_answers_as_scipy_milp``) for less time (its
+    option checks and Python loops took 2-3 ms of a one-service LP's 7-9 ms)."""
+    assert _core is not None
+    h = _core._Highs()
+    h.passOptions(_highs_options(options))
+    h.passModel(_highs_lp(c, cons, bounds, integral))
+    h.run()
+    return _highs_result(h, bool(np.any(np.asarray(integral) > 0)))
+
+
+class _WarmLp:
+    """The LP relaxation of one model kept in HiGHS between solves that change only the right-hand
+    sides of its last rows (the caps a decomposed solve sets per service, ``_with_caps``): each solve
+    after the first starts from the last one's basis (dual simplex: 5 iterations against 277 cold,
+    0.4 against 5-7 ms, one service of ``benchmarks/plan_solve.py``). Its cost is the optimum's; its
+    solution may be another optimal one than a cold solve's where the LP has several."""
+
+    def __init__(self, model: Model, caps: int, options: Mapping[str, float | bool | int]) -> None:
+        """``model`` (``_build``'s with ``caps`` cap rows, the last ones), HiGHS's ``options``."""
+        assert _core is not None
+        c, cons, bounds, _ = model
+        self.caps = caps
+        self.h = _core._Highs()
+        self.h.passOptions(_highs_options(options))
+        self.h.passModel(_highs_lp(c, cons, bounds, np.zeros(len(c))))
+        self.rows = len(cons.ub)
+
+    def solve(self, caps: np.ndarray, time_limit: float) -> OptimizeResult:
+        """The LP with its cap rows' upper bounds set to ``caps`` (shape (caps,)), within ``time_limit`` s."""
+        first = self.rows - self.caps
+        for r, cap in enumerate(caps):
+            self.h.changeRowBounds(first + r, -np.inf, float(cap))
+        self.h.setOptionValue("time_limit", float(time_limit))
+        self.h.run()
+        return _highs_result(self.h, False)
+
+
 def _milp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray,
           options: Mapping[str, float | bool | int]) -> OptimizeResult:
-    """``scipy.optimize.milp``; options it does not name are HiGHS's own, passed on verbatim (scipy
-    warns that it does so)."""
+    """``scipy.optimize.milp``, through the HiGHS build inside scipy directly where it can be reached
+    (``_direct_milp``: the same answer, less time); options it does not name are HiGHS's own, passed
+    on verbatim (scipy warns that it does so)."""
+    if _core is not None and _scipy_status is not None:
+        return _direct_milp(c, cons, bounds, integral, options)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Unrecognized options", category=RuntimeWarning)
         return milp(c, constraints=cons, bounds=bounds, integrality=integral, options=dict(options))
@@ -1263,12 +1384,17 @@ def _round_tail(problem: PlanProblem, c: np.ndarray, x: np.ndarray, cons: Linear
 
 
 def _near_lp(problem: PlanProblem, c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray,
-             options: Mapping[str, float | bool | int], deadline: float) -> OptimizeResult | None:
+             options: Mapping[str, float | bool | int], deadline: float,
+             warm: _WarmLp | None = None) -> OptimizeResult | None:
     """HiGHS's search near the LP relaxation (``PlanProblem.neighbourhood``): the integer variables
     whole in the relaxation fixed there, the fractional ones kept within ``neighbourhood`` of their
     floor and ceiling. None when the relaxation or that search finds no plan (the full search is
-    then made)."""
-    lp = _milp(c, cons, bounds, np.zeros(len(c)), {"time_limit": _left(deadline), **LP_OPTIONS})
+    then made). ``warm``: the relaxation solved there, with ``cons``'s cap rows (not yet solved: the
+    same solve as without it, kept for the decomposition's later LPs of this service)."""
+    if warm is not None:
+        lp = warm.solve(cons.ub[warm.rows - warm.caps:], _left(deadline))
+    else:
+        lp = _milp(c, cons, bounds, np.zeros(len(c)), {"time_limit": _left(deadline), **LP_OPTIONS})
     if lp.x is None:
         return None
     k = float(problem.neighbourhood or 0)
@@ -1301,17 +1427,18 @@ def _with_caps(model: Model, caps: np.ndarray) -> Model:
 
 
 def _solve_model(problem: PlanProblem, caps: Mapping[str | None, np.ndarray] | None = None,
-                 model: Model | None = None, deadline: float | None = None) -> _Result:
+                 model: Model | None = None, deadline: float | None = None, warm: _WarmLp | None = None) -> _Result:
     """One MILP (``_build``'s with ``caps``, or ``model`` when already built): HiGHS's plan, the step
     limits dropped when no plan keeps them, a relaxed tail rounded (solved whole when no rounding
     meets the constraints), a fallback at a limit without a plan (``solve``). Every HiGHS call
-    shares ``time_limit_s`` from now (or what is left until ``deadline``)."""
+    shares ``time_limit_s`` from now (or what is left until ``deadline``). ``warm``: ``_near_lp``'s."""
     if deadline is None:
         deadline = time.perf_counter() + problem.time_limit_s
     options = _options(problem, deadline)
     relaxed = False
     c, cons, bounds, integral = model if model is not None else _build(problem, True, caps)
-    res = None if problem.neighbourhood is None else _near_lp(problem, c, cons, bounds, integral, options, deadline)
+    res = None if problem.neighbourhood is None else _near_lp(problem, c, cons, bounds, integral, options, deadline,
+                                                              warm)
     near = res is not None
     direct = res is None and problem.solver == "highspy"
     started, note = False, ""
@@ -1524,6 +1651,65 @@ def _service_x(problem: PlanProblem, x: np.ndarray, i: int) -> np.ndarray:
     return np.concatenate([x[first:first + width], x[idx.u(i, 0):idx.u(i, 0) + idx.tail(i)]])
 
 
+def _pair_polish(problem: PlanProblem, subs: Sequence[PlanProblem], models: Sequence[Model],
+                 usage: Sequence[sparse.csr_array], limit: np.ndarray, keys: Sequence[str | None],
+                 xs: dict[int, np.ndarray], results: dict[int, _Result], planned: np.ndarray,
+                 deadline: float) -> int:
+    """The decomposition's last step: the ``PAIR_PARTS`` services whose plans leave the most demand
+    unserved ($; then those whose GPUs cost most, the most to give), two at a time, planned together
+    within what the others leave them (within ``PAIR_NEIGHBOURHOOD`` of their joint relaxation's
+    counts); a pair's plan is kept where it costs less than the two plans it replaces, so the shares'
+    rounding between two services is settled as the joint optimum would settle it. Updates ``xs``,
+    ``results`` and ``planned`` (GPUs per limit and block) in place; returns how many pairs were kept."""
+    ranked = []
+    for i, (sub, (c, _, _, _)) in enumerate(zip(subs, models, strict=True)):
+        sidx = _Index(sub)
+        cols = slice(sidx.u(0, 0), sidx.u(0, 0) + sidx.missed(0))
+        missed = float(c[cols] @ xs[i][cols])
+        ranked.append((missed > FEASIBLE_TOL, missed, float(c @ xs[i]) - missed, i))
+    ranked.sort(reverse=True)
+    kept = 0
+    for (*_, a), (*_, b) in itertools.combinations(ranked[:PAIR_PARTS], 2):
+        if _left(deadline) <= 0:
+            break
+        before = float(models[a][0] @ xs[a] + models[b][0] @ xs[b])
+        mine = usage[a] @ xs[a] + usage[b] @ xs[b]
+        cap = limit - (planned - mine)
+        part = dataclasses.replace(problem, services=[problem.services[a], problem.services[b]], gpu_quota={},
+                                   gpu_budget=None, decompose=False,
+                                   neighbourhood=PAIR_NEIGHBOURHOOD)
+        caps = {key: cap[ki * (len(cap) // len(keys)):(ki + 1) * (len(cap) // len(keys))]
+                for ki, key in enumerate(keys)}
+        result = _solve_model(part, caps, None, deadline)
+        if result.fallback is not None or result.relaxed:
+            continue
+        xa, xb = _service_x(part, result.x, 0), _service_x(part, result.x, 1)
+        use = usage[a] @ xa + usage[b] @ xb
+        if np.all(use <= cap + FEASIBLE_TOL) and float(models[a][0] @ xa + models[b][0] @ xb) < before - 1e-9:
+            planned[:] = planned - mine + use
+            xs[a], xs[b] = xa, xb
+            results[a] = dataclasses.replace(result, x=xa)
+            results[b] = dataclasses.replace(result, x=xb)
+            kept += 1
+    return kept
+
+
+PAIR_PARTS = 4
+"""Most services a decomposed solve plans again two at a time (``_pair_polish``): those whose plans
+leave the most demand unserved, so up to 6 pairs."""
+
+PAIR_NEIGHBOURHOOD = 1
+"""``PlanProblem.neighbourhood`` of a pair's search (``_pair_polish``): with 0, as the parts are
+searched, it improved nothing on 2 of the 5 problems of 3-5 services above 0.5 % (seeds 710-719 of
+the tests' fleets) where 1 brought 1.0112 -> 1.0000 and 1.0188 -> 1.0112."""
+
+PAIR_UP_TO = 800
+"""Service-steps (services x steps) up to which a decomposed solve plans pairs together
+(``_pair_polish``; 20 services of 40 steps): there it took the worst of 10 problems of 5 services
+from 2.4 % to 0.8 % above the joint optimum; at 50 services it saved 0-0.25 % for 0.3-0.7 s more,
+where the solve is already above its 2-s goal (``docs/controllers.md#solving-fast``)."""
+
+
 def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
     """Service by service within shares of the shared limits (module docstring, "Solving fast");
     None when even the services' least holdings break a limit or the coordinator finds no solution
@@ -1594,6 +1780,7 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
     batches += [together[k:k + GROUP] for k in range(0, len(together), GROUP)]
     xs: dict[int, np.ndarray] = {}
     results: dict[int, _Result] = {}
+    warms: dict[int, _WarmLp] = {}  # each service planned alone: its LP relaxation, kept for the LP below
     planned = np.zeros(len(limit))
     unplanned = np.sum(allotted, axis=0)
     nodes = 0
@@ -1605,7 +1792,10 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
                                    gpu_budget=None, decompose=False)
         alone = _with_caps(models[batch[0]], cap) if len(batch) == 1 else None
         caps = {key: cap[ki * nb:(ki + 1) * nb] for ki, key in enumerate(keys)}
-        result = _solve_model(part, caps, alone, deadline)
+        warm = None
+        if alone is not None and _core is not None and _scipy_status is not None and problem.neighbourhood is not None:
+            warm = warms[batch[0]] = _WarmLp(models[batch[0]], len(cap), {"time_limit": _left(deadline), **LP_OPTIONS})
+        result = _solve_model(part, caps, alone, deadline, warm)
         nodes += result.nodes or 0
         for b, i in enumerate(batch):
             x = _service_x(part, result.x, b) if result.fallback != "hold" else floors[i]
@@ -1636,8 +1826,11 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
         if not np.any(missed & fits):
             continue
         model = _with_caps(models[i], cap)
-        lp = _milp(model[0], model[1], model[2], np.zeros(len(model[0])),
-                   {"time_limit": _left(deadline), **LP_OPTIONS})
+        if i in warms:  # from the basis of its relaxation within its share: a few iterations
+            lp = warms[i].solve(cap, _left(deadline))
+        else:
+            lp = _milp(model[0], model[1], model[2], np.zeros(len(model[0])),
+                       {"time_limit": _left(deadline), **LP_OPTIONS})
         before = results[i].relaxation if len(results[i].x) == len(c) else None
         if lp.x is None or float(lp.fun) >= (float(c @ xs[i]) if before is None else before) - 1e-9:
             continue  # the relaxation does no better with the GPUs left over
@@ -1673,6 +1866,9 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
             planned = planned - mine + u @ result.x
             xs[i], results[i] = result.x, result
             exact += 1
+    paired = 0
+    if len(subs) * h <= PAIR_UP_TO:
+        paired = _pair_polish(problem, subs, models, usage, limit, keys, xs, results, planned, deadline)
     replicas: dict[str, dict[str, np.ndarray]] = {}
     serving: dict[str, dict[str, np.ndarray]] = {}
     unserved: dict[str, np.ndarray] = {}
@@ -1695,7 +1891,7 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
                + {1: "", 0: " on the blocks' lengths"}.get(factor, f" on {factor}x coarser steps")
                + f"), {len(together)} with fractional "
                f"shares planned in groups of up to {GROUP}, {improved} planned again with GPUs left over, "
-               f"{exact} searched exactly")
+               f"{exact} searched exactly, {paired} pairs planned together")
     return Plan(replicas, serving, unserved, cost, (time.perf_counter() - started) * 1000.0, relaxed,
                 stopped_at_limit=stopped, fallback=fallback, message=message, nodes=nodes,
                 gpu_prices={key: price[ki * nb:(ki + 1) * nb].copy() for ki, key in enumerate(keys)},
