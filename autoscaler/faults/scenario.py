@@ -382,7 +382,8 @@ def scenario_fleet(sc: Scenario) -> FleetConfig:
     Raises:
         ConfigError: the patched fleet does not validate.
     """
-    where = f"scenario {sc.name}: fleet"
+    # a base_fleet that is no fleet reads "services: Field required": say which file was patched
+    where = f"scenario {sc.name}: fleet" + ("" if sc.base_fleet is None else f" (base_fleet {sc.base_fleet}, patched)")
     cfg = parse_config(merged(base_fleet_document(sc), moved_keys(sc.fleet, where)), where)
     svc = cfg.service(None)  # the workload's service (``FleetSimulator``'s default target)
     pools = {v.name for _, v in svc.role_variants()}

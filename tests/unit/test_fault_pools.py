@@ -154,3 +154,11 @@ def test_a_controller_that_cannot_run_the_pools_gets_a_not_applicable_row() -> N
     assert row["not_applicable"] == "why" and "failed" not in row
     assert row["harmful_actions"] is None and row["cost_usd"] is None
     assert "| pd | hpa | n/a: why | - | - | - | - |" in markdown_table([row])
+
+
+def test_a_base_fleet_that_is_no_fleet_is_named_in_the_error() -> None:
+    # a scenario file is a YAML mapping but no fleet: the message must point at base_fleet, not the patch
+    sc = scenario([], roles=False).model_copy(update={"base_fleet": "benchmarks/faults/cascade.yaml"})
+    with pytest.raises(ConfigError) as exc:
+        scenario_fleet(sc)
+    assert str(exc.value).startswith("scenario pd: fleet (base_fleet benchmarks/faults/cascade.yaml, patched): ")
