@@ -382,13 +382,21 @@ def scenario_fleet(sc: Scenario) -> FleetConfig:
     Raises:
         ConfigError: the patched fleet does not validate.
     """
-    where = f"scenario {sc.name}: fleet"
+    # a base_fleet that is no fleet reads "services: Field required": say which file was patched
+    where = f"scenario {sc.name}: fleet" + ("" if sc.base_fleet is None else f" (base_fleet {sc.base_fleet}, patched)")
     cfg = parse_config(merged(base_fleet_document(sc), moved_keys(sc.fleet, where)), where)
     svc = cfg.service(None)  # the workload's service (``FleetSimulator``'s default target)
     pools = {v.name for _, v in svc.role_variants()}
     variants = {v.name for s in cfg.services for v in s.variants}
     for i, f in enumerate(sc.faults):
         name = getattr(f, "variant", None)
+        if isinstance(f, CrashFault):
+            # a crash hits the target service's replicas only (``inject.crash_victims``): another service's
+            # variant would crash nothing, silently
+            known = {v.name for v in svc.variants} | pools
+            if name is not None and name not in known:
+                raise ConfigError(f"scenario {sc.name}: faults[{i}].variant: no variant '{name}' in service "
+                                  f"'{svc.name}', the one a crash hits (it has {', '.join(sorted(known))})")
         # the simulator's faults may name a pool variant; the live layer's Deployments are aggregated only
         known = variants | pools if sc.layer == "simulator" else variants
         if name is not None and name not in known:

@@ -171,6 +171,11 @@ def run_suite(scenarios: Sequence[Scenario], controllers: Sequence[str], data: P
         wl = scenario_workload(sc, data) if sc.layer == "simulator" else None
         for name in controllers:
             why = not_applicable(cfg, name, wl)  # an unknown controller fails here, before any run
+            policy = admission_for(sc, cfg, name)
+            if why is None and sc.layer == "simulator" and policy != "none" and any(
+                    s.roles is not None for s in cfg.services):  # ``FleetSimulator`` refuses it: not a failure
+                why = (f"{name}: admission policy {policy} with prefill/decode pools (the gateway's flow control "
+                       "there is not simulated yet)")
             if why is not None:
                 rows[(sc.name, name)] = not_applicable_row(sc, name, why)
         prepared[sc.name] = (sc, cfg, wl)

@@ -81,7 +81,10 @@ from typing import Protocol
 import numpy as np
 from scipy.optimize import least_squares
 
+from autoscaler.errors import ProfileError
+from autoscaler.files import write_text
 from models.profiles import bench, splitwise
+from models.profiles.jsonfile import read_object
 from models.profiles.profile import (
     SHORT_PREFILL_TOKENS,
     PerformanceProfile,
@@ -587,6 +590,35 @@ def keep(fits: dict[str, ProfileFit], document: dict[str, object]) -> dict[str, 
     return out
 
 
+def read_kept(path: Path) -> dict[str, object]:
+    """The document ``--keep`` names: a ``coefficients.json`` whose ``profiles`` map each name to an
+    entry whose ``coefficients`` (and ``forms``' linear and roofline ``coefficients``) are numbers.
+
+    Raises:
+        ProfileError: the file is unreadable, not JSON, or not of that shape; one line naming it and the key.
+    """
+    doc = read_object(path, "coefficients document")
+    profiles = doc.get("profiles")
+    if not isinstance(profiles, dict):
+        raise ProfileError(f"{path}: profiles: a mapping of profile name -> entry is expected")
+    for name, entry in profiles.items():
+        if not isinstance(entry, dict):
+            raise ProfileError(f"{path}: profiles.{name}: an entry is a mapping")
+        forms = entry.get("forms", {})
+        if not isinstance(forms, dict):
+            raise ProfileError(f"{path}: profiles.{name}.forms: a mapping of step form -> fit is expected")
+        where = [("coefficients", entry.get("coefficients", {}))]
+        where += [(f"forms.{k}.coefficients", v.get("coefficients", {}) if isinstance(v, dict) else v)
+                  for k, v in forms.items() if k in STEP_FORMS]  # beside them: chosen, rule
+        for key, c in where:
+            if not isinstance(c, dict):
+                raise ProfileError(f"{path}: profiles.{name}.{key}: a mapping of coefficient -> number is expected")
+            for k, v in c.items():
+                if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                    raise ProfileError(f"{path}: profiles.{name}.{key}.{k}: a finite number is expected, got {v!r}")
+    return doc
+
+
 def _kept(f: ProfileFit, coefficients: dict[str, float]) -> ProfileFit:
     """``f`` with ``coefficients`` (and errors recomputed) if they agree with its own (``keep``)."""
     mine = _coefficients(f.profile)
@@ -662,9 +694,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         "a shipped coefficients.json: refitted coefficients within a relative 1e-6 of its entry's (same "
         "form) keep its values exactly (fit.keep)"))
     args = parser.parse_args(argv)
+    try:  # before the fit: a bad --keep is one line, not a traceback after the work
+        kept = None if args.keep is None else read_kept(args.keep)
+    except ProfileError as exc:
+        parser.error(f"--keep: {exc}")
     fits = fit_all(Data.load(args.data), log=print)
-    if args.keep is not None:
-        fits = keep(fits, json.loads(args.keep.read_text(encoding="utf-8")))
+    if kept is not None:
+        fits = keep(fits, kept)
     vidur = vidur_prefill_s_per_token(args.data)
     for name, f in fits.items():
         p = f.profile
@@ -687,7 +723,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"A100 prefill: Vidur non-attention ops {vidur * 1e6:.2f} us/token, "
           f"fitted {fits['llama-3-8b/a100-40gb'].profile.prefill_s_per_token * 1e6:.2f} us/token")
     doc = build_document(fits, args.data, vidur)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    # atomically: --out is the shipped coefficients.json, which an interrupted write would truncate
+    try:
+        write_text(args.out, json.dumps(doc, indent=2) + "\n")
+    except OSError as exc:
+        parser.exit(2, f"error: {exc}\n")
     print(f"wrote {args.out}")
 
 

@@ -101,7 +101,8 @@ def test_the_injector_installs_a_link_slowdown_on_the_target_service() -> None:
 
 @pytest.mark.parametrize(("faults", "roles", "expected"), [
     ([{"kind": "crash", "time_s": 1, "fraction": 0.5, "variant": "x"}], True,
-     "scenario pd: faults[0].variant: no variant 'x' in its fleet (it has a100, d, d2, gh200, h100, p)"),
+     "scenario pd: faults[0].variant: no variant 'x' in service 'llama-3.1-8b', the one a crash hits (it has a100, "
+     "d, d2, gh200, h100, p)"),
     ([{"kind": "crash", "time_s": 1, "fraction": 0.5, "role": "decode"}], False,
      "scenario pd: faults[0].role: service 'llama-3.1-8b' has no decode pool"),
     ([{"kind": "link_slowdown", "start_s": 1, "end_s": 2, "bandwidth_factor": 2}], False,
@@ -113,6 +114,18 @@ def test_pool_faults_the_fleet_cannot_take_are_one_line_errors(faults: list[dict
     with pytest.raises(ConfigError) as exc:
         scenario_fleet(scenario(faults, roles))
     assert str(exc.value) == expected
+
+
+def test_a_crash_of_another_services_variant_is_refused() -> None:
+    # a crash hits the target service (the first) only: naming a second service's variant would crash
+    # nothing and the row would read as a fault survived
+    sc = scenario([{"kind": "crash", "time_s": 1, "fraction": 1.0, "variant": "o"}])
+    other = {"name": "other", "model": "m", "slo": SLO, "variants": [variant("o", 2)]}
+    sc = sc.model_copy(update={"fleet": {"services": [*sc.fleet["services"], other]}})
+    with pytest.raises(ConfigError) as exc:
+        scenario_fleet(sc)
+    assert str(exc.value) == ("scenario pd: faults[0].variant: no variant 'o' in service 'llama-3.1-8b', the one a "
+                              "crash hits (it has a100, d, d2, gh200, h100, p)")
 
 
 @pytest.mark.parametrize(("fault", "expected"), [
@@ -141,3 +154,11 @@ def test_a_controller_that_cannot_run_the_pools_gets_a_not_applicable_row() -> N
     assert row["not_applicable"] == "why" and "failed" not in row
     assert row["harmful_actions"] is None and row["cost_usd"] is None
     assert "| pd | hpa | n/a: why | - | - | - | - |" in markdown_table([row])
+
+
+def test_a_base_fleet_that_is_no_fleet_is_named_in_the_error() -> None:
+    # a scenario file is a YAML mapping but no fleet: the message must point at base_fleet, not the patch
+    sc = scenario([], roles=False).model_copy(update={"base_fleet": "benchmarks/faults/cascade.yaml"})
+    with pytest.raises(ConfigError) as exc:
+        scenario_fleet(sc)
+    assert str(exc.value).startswith("scenario pd: fleet (base_fleet benchmarks/faults/cascade.yaml, patched): ")

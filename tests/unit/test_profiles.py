@@ -490,3 +490,31 @@ def test_keep_holds_the_shipped_coefficients_only_where_a_refit_agrees(data: fit
     off["profiles"]["llama-3-8b/h100-sxm"]["forms"]["linear"]["coefficients"]["step_overhead_s"] *= 1.001
     refit = fit.keep(fits, off)["llama-3-8b/h100-sxm"]
     assert refit.profile == fits["llama-3-8b/h100-sxm"].profile
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (None, "cannot read coefficients document: No such file or directory"),
+    ("[1]", "a coefficients document is one JSON object, got list"),
+    ('{"profiles": []}', "profiles: a mapping of profile name -> entry is expected"),
+    ('{"profiles": {"p": {"coefficients": {"step_overhead_s": "0.01"}}}}',
+     "profiles.p.coefficients.step_overhead_s: a finite number is expected, got '0.01'"),
+    ('{"profiles": {"p": {"forms": {"roofline": {"coefficients": {"weight_read_s": null}}}}}}',
+     "profiles.p.forms.roofline.coefficients.weight_read_s: a finite number is expected, got None"),
+])
+def test_a_bad_keep_document_is_one_line_before_any_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        text: str | None, expected: str) -> None:
+    kept = tmp_path / "kept.json"
+    if text is not None:
+        kept.write_text(text, encoding="utf-8")
+    # --data names no data: a fit would fail on it, so exit 2 with this message proves the check comes first
+    with pytest.raises(SystemExit) as exc:
+        fit.main(["--data", str(tmp_path / "no-data"), "--out", str(tmp_path / "out.json"), "--keep", str(kept)])
+    assert exc.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert line == f"python -m models.profiles.fit: error: --keep: {kept}: {expected}"
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_the_shipped_document_is_a_valid_keep_document() -> None:
+    doc = fit.read_kept(Path(fit.__file__).with_name("coefficients.json"))
+    assert doc["profiles"] == DOC["profiles"]
