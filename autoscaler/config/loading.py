@@ -132,7 +132,7 @@ def _check_profiles(cfg: FleetConfig, source: str) -> None:
                 if slo.itl_s <= t0:
                     raise ConfigError(
                         f"{source}: services[{s.name}].slo.{cls}.itl_s: {slo.itl_s} s is at or below the "
-                        f"fixed step time {t0:.4f} s of variant {v.name} ({v.profile}); no batch can meet it"
+                        f"fixed step time {t0:.4g} s of variant {v.name} ({v.profile}); no batch can meet it"
                     )
 
 

@@ -38,7 +38,8 @@ each counting events:
   of either answers the fault, not a load change, and leaves the fleet short when the pool is back.
 - ``down_on_link_slowdown``: a scale-down of any group from a ``link_slowdown``'s start until
   ``DEMAND_BEHIND_S`` after its end (the signals' windows still hold it) while the arrival rate over
-  the past ``DEMAND_BEHIND_S`` is at least ``LOAD_KEPT`` of what it was when the slowdown began: the
+  the past ``DEMAND_BEHIND_S`` is at least ``LOAD_KEPT`` of what it was when the slowdown began (and
+  that was above 0: with no arrivals the link holds nothing, so a scale-down answers the idle load): the
   slow link holds requests waiting for their KV (decode replicas reserve it, run fewer sequences)
   and lengthens TTFT; a controller reading that as less work removes capacity the load still needs.
 """
@@ -267,8 +268,10 @@ def _down_while_pool_lost(rule: HarmRule, facts: RunFacts, sc: Scenario) -> int:
 
 def _down_on_link_slowdown(rule: HarmRule, facts: RunFacts, sc: Scenario) -> int:
     windows = [(f.start_s, f.end_s + DEMAND_BEHIND_S) for f in sc.faults if isinstance(f, LinkSlow)]
+    # no arrivals when the slowdown began: nothing the link holds, so a scale-down answers the idle load
     return sum(1 for c in _downs(facts)
-               if any(a <= c.time_s <= b and facts.recent_rate(c.time_s) >= LOAD_KEPT * facts.recent_rate(a)
+               if any(a <= c.time_s <= b and facts.recent_rate(a) > 0
+                      and facts.recent_rate(c.time_s) >= LOAD_KEPT * facts.recent_rate(a)
                       for a, b in windows))
 
 

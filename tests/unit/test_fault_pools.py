@@ -5,15 +5,17 @@ not-applicable row."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from autoscaler.config.loading import parse_config
 from autoscaler.errors import ConfigError
+from autoscaler.faults.harm import Change, _down_on_link_slowdown
 from autoscaler.faults.inject import Injector, crash_victims
 from autoscaler.faults.rows import markdown_table, not_applicable_row
-from autoscaler.faults.scenario import CrashFault, Scenario, scenario_fleet
+from autoscaler.faults.scenario import CrashFault, HarmRule, LinkSlow, Scenario, scenario_fleet
 from autoscaler.faults.suite import not_applicable
 from autoscaler.simulate import SimulationDriver
 from autoscaler.simulator.disagg import DecodeReplica
@@ -162,3 +164,25 @@ def test_a_base_fleet_that_is_no_fleet_is_named_in_the_error() -> None:
     with pytest.raises(ConfigError) as exc:
         scenario_fleet(sc)
     assert str(exc.value).startswith("scenario pd: fleet (base_fleet benchmarks/faults/cascade.yaml, patched): ")
+
+
+class _Facts:
+    """What ``_down_on_link_slowdown`` reads of a run: its changes and the arrival rate behind a time."""
+
+    def __init__(self, rates: dict[float, float], changes: list[Change]) -> None:
+        self.rates, self.changes = rates, changes
+
+    def recent_rate(self, t: float) -> float:
+        return self.rates[t]
+
+
+def test_a_scale_down_on_a_slow_link_counts_only_while_the_load_the_link_holds_is_kept() -> None:
+    # a slowdown 100-200 s: its window runs to 200 + 120 s; 10 req/s at its start
+    sc = SimpleNamespace(faults=[LinkSlow(kind="link_slowdown", start_s=100, end_s=200, bandwidth_factor=10)])
+    rule = HarmRule(rule="down_on_link_slowdown")
+    downs = [Change(150.0, 10.0, 8.0, False), Change(250.0, 10.0, 8.0, False), Change(400.0, 10.0, 8.0, False)]
+    # the load kept (>= 90 % of 10) at 150 s, fallen to 8 at 250 s, 400 s after the window: one harmful
+    assert _down_on_link_slowdown(rule, _Facts({100.0: 10.0, 150.0: 9.0, 250.0: 8.0, 400.0: 10.0}, downs), sc) == 1
+    # no arrivals when the slowdown began: the link holds nothing, no scale-down answers it
+    assert _down_on_link_slowdown(rule, _Facts({100.0: 0.0, 150.0: 0.0, 250.0: 0.0, 400.0: 0.0}, downs), sc) == 0
+
