@@ -326,20 +326,30 @@ def check_fault_times(faults: list[Any], end_s: float) -> None:
             raise ValueError(f"faults[{i}]: {describe(f)} is after the workload's end ({end_s:g} s)")
 
 
+def _yaml_mapping(path: Path, where: str, what: str) -> dict[str, Any]:
+    """The YAML mapping in ``path``; ``where`` starts each error message, ``what`` names the document.
+
+    Raises:
+        ConfigError: unreadable, not YAML, or not a mapping.
+    """
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read {what}: {exc.strerror}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: not a YAML {what}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{where}: a {what} is a mapping")
+    return doc
+
+
 def load_scenario(path: Path) -> Scenario:
     """Read one scenario file.
 
     Raises:
         ConfigError: unreadable, not YAML, or invalid; the message names the file and the key.
     """
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read scenario: {exc.strerror}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not a YAML scenario: {str(exc).splitlines()[0]}") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: a scenario is a mapping")
+    doc = _yaml_mapping(path, str(path), "scenario")
     try:
         return Scenario.model_validate(doc)
     except ValidationError as exc:
@@ -365,15 +375,7 @@ def base_fleet_document(sc: Scenario) -> dict[str, Any]:
     path = (root / sc.base_fleet).resolve()
     if not path.is_relative_to(root):
         raise ConfigError(f"scenario {sc.name}: base_fleet: {sc.base_fleet} is outside the source tree")
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"scenario {sc.name}: base_fleet: cannot read {path}: {exc.strerror}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"scenario {sc.name}: base_fleet: {path} is not YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"scenario {sc.name}: base_fleet: {path} is not a fleet mapping")
-    return doc
+    return _yaml_mapping(path, f"scenario {sc.name}: base_fleet: {path}", "fleet")
 
 
 def scenario_fleet(sc: Scenario) -> FleetConfig:
