@@ -5,23 +5,20 @@ stays its own."""
 
 from __future__ import annotations
 
-import math
-import threading
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields, is_dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
+from support.promcompare import Counting, assert_same
 from support.promserver import FakeDeployment, FakeExporter, FakeFlowControl, FakeGateway, FakePod, FakeSGLangPod
 
 from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect, split, union
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.faults.promserver import PromServer
-from autoscaler.state import ServiceObservation
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
 VARIANTS = (("h100", "H100-SXM", "llama-3-8b/h100-sxm"), ("a100", "A100-80GB", "llama-3-8b/a100-80gb"),
@@ -87,23 +84,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         exporter.close()
 
 
-class Counting:
-    """A ``QueryRunner`` counting what it sends; ``fail`` names queries it fails (a connection error)."""
-
-    def __init__(self, inner: LiveRunner, fail: str | None = None) -> None:
-        self.inner = inner
-        self.fail = fail
-        self.sent: list[str] = []
-        self._lock = threading.Lock()
-
-    def query(self, promql: str, at: float | None) -> list[dict[str, Any]]:
-        with self._lock:
-            self.sent.append(promql)
-        if self.fail is not None and self.fail in promql:
-            raise requests.ConnectionError("[Errno 111] Connection refused")
-        return self.inner.query(promql, at)
-
-
 def source(world: World, services: list[str], batch: bool, fail: str | None = None,
            **prometheus: Any) -> tuple[PrometheusSource, Counting]:
     cfg = fleet(services, {"batch": batch, **prometheus})
@@ -112,40 +92,11 @@ def source(world: World, services: list[str], batch: bool, fail: str | None = No
     return src, runner
 
 
-REL = 1e-12
-"""How far a value read from the per-pod aggregation (``prometheus.aggregate``) may be from the scope's own
-query's: the same series added in another order (``adapters.prometheus_pods``), a few ulps."""
-
-
-def same(a: Any, b: Any, where: str, exact: bool) -> None:
-    """``a == b``, floats within ``REL`` unless ``exact``, dataclasses and mappings field by field."""
-    if is_dataclass(a) and is_dataclass(b):
-        for f in fields(a):
-            same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}", exact)
-    elif isinstance(a, Mapping) and isinstance(b, Mapping):
-        assert a.keys() == b.keys(), where
-        for k in a:
-            same(a[k], b[k], f"{where}[{k}]", exact)
-    elif isinstance(a, float) and isinstance(b, float) and not exact:
-        assert a == pytest.approx(b, rel=REL) or (math.isnan(a) and math.isnan(b)), f"{where}: {a} != {b}"
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
-
-
-def assert_same(batched: dict[str, ServiceObservation], apart: dict[str, ServiceObservation],
-                exact: bool = False) -> None:
-    """Field by field, each variant's too: equal (both read the same instant), floats within ``REL``
-    unless ``exact`` (``batched`` read without the per-pod aggregation)."""
-    assert batched.keys() == apart.keys()
-    for name in apart:
-        same(batched[name], apart[name], name, exact)
-
-
 @pytest.mark.parametrize("aggregate", [True, False])
 def test_batched_observations_equal_per_service_ones(world: World, aggregate: bool) -> None:
     """Batched, each scope's pod-scoped signals read from the per-pod aggregation (``aggregate``) or
     as a branch of the union: the observations of the queries sent apart (exactly, without the
-    aggregation; within ``REL`` with it, the same series added in another order)."""
+    aggregation; within ``support.promcompare.REL`` with it, the same series added in another order)."""
     batched, b_runner = source(world, SERVICES, batch=True, aggregate=aggregate)
     apart, a_runner = source(world, SERVICES, batch=False)
     for tick in range(2):  # the first detects each service's query set, the second reads with it

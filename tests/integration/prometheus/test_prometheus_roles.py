@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from support.promcompare import Counting, assert_same
 from support.promserver import FakeDeployment, FakeExporter, FakePod
 
 from autoscaler.adapters.prometheus import connect
@@ -95,7 +96,6 @@ def test_pools_read_from_the_per_pod_aggregation_equal_their_own_queries(tmp_pat
     aggregation (``prometheus.aggregate``, the role label's matchers evaluated in the client) and
     with each scope's query sent apart, every field of both observations agrees (floats within
     1e-12: the same series added in another order), and the aggregation sent no union branch."""
-    from test_batched_queries import Counting, assert_same
 
     from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource
 
