@@ -125,6 +125,7 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import itertools
 import math
@@ -1227,6 +1228,18 @@ def _highs_lp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: n
     return lp
 
 
+@functools.cache
+def _settable(names: frozenset[str]) -> bool:
+    """Whether scipy's HiGHS build is reachable and its options object has every one of ``names``
+    (``scipy.optimize.milp``'s spelling); an older build lacks some (scipy 1.15's has no
+    ``mip_heuristic_run_rins``), and ``milp`` then passes them on as it always did (ignored, with
+    a warning)."""
+    if _core is None or _scipy_status is None:
+        return False
+    opts = _core.HighsOptions()
+    return all(hasattr(opts, _OPTION_NAMES.get(n, n)) for n in names)
+
+
 def _highs_options(options: Mapping[str, float | bool | int]) -> object:
     """``options`` as scipy's HiGHS build takes them (``scipy.optimize.milp``'s names and defaults:
     no log to the console, ``node_limit`` as ``mip_max_nodes``, ``presolve`` as on/off)."""
@@ -1313,7 +1326,7 @@ def _milp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.nd
     """``scipy.optimize.milp``, through the HiGHS build inside scipy directly where it can be reached
     (``_direct_milp``: the same answer, less time); options it does not name are HiGHS's own, passed
     on verbatim (scipy warns that it does so)."""
-    if _core is not None and _scipy_status is not None:
+    if _settable(frozenset(options)):
         return _direct_milp(c, cons, bounds, integral, options)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Unrecognized options", category=RuntimeWarning)
@@ -1793,7 +1806,8 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
         alone = _with_caps(models[batch[0]], cap) if len(batch) == 1 else None
         caps = {key: cap[ki * nb:(ki + 1) * nb] for ki, key in enumerate(keys)}
         warm = None
-        if alone is not None and _core is not None and _scipy_status is not None and problem.neighbourhood is not None:
+        direct = _settable(frozenset({"time_limit", *LP_OPTIONS}))
+        if alone is not None and problem.neighbourhood is not None and direct:
             warm = warms[batch[0]] = _WarmLp(models[batch[0]], len(cap), {"time_limit": _left(deadline), **LP_OPTIONS})
         result = _solve_model(part, caps, alone, deadline, warm)
         nodes += result.nodes or 0

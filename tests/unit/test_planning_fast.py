@@ -418,8 +418,12 @@ def test_the_direct_call_answers_as_scipy_milp(seed: int) -> None:
     cases: list[tuple[np.ndarray, dict[str, float | bool | int]]] = [
         (integral, {}), (np.zeros(len(c)), {"presolve": False}), (integral, {"node_limit": 0}),
         (integral, {"presolve": False, "mip_rel_gap": 1e-9, **planning.FAST_OPTIONS})]
+    # the first three cases' options are in every HiGHS build scipy ships (>= 1.15): the direct call
+    # runs there; the last case's too where the build has them (scipy 1.15's lacks the RINS switch:
+    # then planning._milp is scipy.optimize.milp itself)
+    assert planning._settable(frozenset({"time_limit", "presolve", "node_limit", "mip_rel_gap"}))
     for kinds, options in cases:
-        direct = planning._direct_milp(c, cons, bounds, kinds, {"time_limit": 60.0, **options})
+        direct = planning._milp(c, cons, bounds, kinds, {"time_limit": 60.0, **options})
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ref = milp(c, constraints=cons, bounds=bounds, integrality=kinds,
