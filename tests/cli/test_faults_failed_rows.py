@@ -6,6 +6,7 @@ import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -85,15 +86,20 @@ harm: [{rule: down_while_pool_lost}]
 """
 
 
-def test_a_controller_that_cannot_run_the_pools_is_a_not_applicable_row_not_a_failure(tmp_path: Path) -> None:
-    # examples/fleet-pd.yaml has prefill/decode pools only: the HPA calibrates on aggregated variants
+def _run_pd(tmp_path: Path, controllers: str) -> dict[str, dict[str, Any]]:
+    """``faults run`` of PD_SCENARIO alone under ``controllers`` (exit 0 asserted): its rows by controller."""
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "pd.yaml").write_text(PD_SCENARIO)
     res = CliRunner().invoke(app, ["faults", "run", "--suite", str(tmp_path / "suite"), "--workers", "1",
                                    "--data", str(tmp_path), "--out", str(tmp_path / "out"),
-                                   "--controller", "hpa,dynamo-pd"])
+                                   "--controller", controllers])
     assert res.exit_code == 0, res.output
-    rows = {r["controller"]: r for r in json.loads((tmp_path / "out" / "faults.json").read_text())}
+    return {r["controller"]: r for r in json.loads((tmp_path / "out" / "faults.json").read_text())}
+
+
+def test_a_controller_that_cannot_run_the_pools_is_a_not_applicable_row_not_a_failure(tmp_path: Path) -> None:
+    # examples/fleet-pd.yaml has prefill/decode pools only: the HPA calibrates on aggregated variants
+    rows = _run_pd(tmp_path, "hpa,dynamo-pd")
     assert rows["hpa"]["not_applicable"].startswith("service llama-3.1-8b has no aggregated variant")
     assert rows["hpa"]["harmful_actions"] is None and "failed" not in rows["hpa"]
     assert "failed" not in rows["dynamo-pd"] and rows["dynamo-pd"]["harm"].keys() == {"down_while_pool_lost"}
@@ -104,13 +110,7 @@ def test_a_controller_that_cannot_run_the_pools_is_a_not_applicable_row_not_a_fa
 def test_an_admission_policy_on_a_fleet_of_pools_is_a_not_applicable_row_not_a_failure(tmp_path: Path) -> None:
     # the simulator has no gateway flow control with prefill/decode pools (FleetSimulator refuses it): a
     # pid@pid row there cannot run, which is not a failure of the controller; pid without one runs
-    (tmp_path / "suite").mkdir()
-    (tmp_path / "suite" / "pd.yaml").write_text(PD_SCENARIO)
-    res = CliRunner().invoke(app, ["faults", "run", "--suite", str(tmp_path / "suite"), "--workers", "1",
-                                   "--data", str(tmp_path), "--out", str(tmp_path / "out"),
-                                   "--controller", "pid@pid,pid"])
-    assert res.exit_code == 0, res.output
-    rows = {r["controller"]: r for r in json.loads((tmp_path / "out" / "faults.json").read_text())}
+    rows = _run_pd(tmp_path, "pid@pid,pid")
     assert rows["pid@pid"]["not_applicable"] == ("pid@pid: admission policy pid with prefill/decode pools (the "
                                                  "gateway's flow control there is not simulated yet)")
     assert "failed" not in rows["pid@pid"] and rows["pid@pid"]["harmful_actions"] is None
