@@ -367,30 +367,40 @@ def profiles_table() -> Table:
 
 
 def profile_groups_table() -> Table:
-    """One row per shipped profile and row group: held-out and fitted rows and their errors."""
+    """Each shipped profile on a row of its own (with its shipped step form), then one row per row group:
+    held-out and fitted rows and their errors, and the held-out error of the form not shipped.
+
+    The profile's name is not repeated on its groups' rows, and the box has no vertical rules, so the
+    table fits 80 columns (the longest name is 25 characters).
+    """
+    from rich import box
     from rich.table import Table
 
     from models.profiles import group_listing
 
-    table = Table(title="Shipped performance profiles by row group",
-                  caption="prefill <= / > 2048: prefill steps of prompts of at most / over 2048 tokens; "
-                          "decode B=n: mean decode step of n sequences; mixed B=n: whole runs (prefill and "
-                          "decode) of n prompts. Errors: mean |predicted / measured - 1|; -: no such rows. "
-                          "!: held-out error over 10 %. other form: the held-out error of the step form not "
-                          "shipped (docs/simulator.md#step-forms: how the form is chosen).")
-    table.add_column("profile", no_wrap=True)
-    table.add_column("group", no_wrap=True)
-    for col in ("held out", "held-out err", "fit rows", "fit err"):
-        table.add_column(col, justify="right")
+    table = Table(title="Shipped performance profiles by row group", box=box.SIMPLE_HEAD, pad_edge=False,
+                  caption="ships: the step form the profile ships (docs/simulator.md#step-forms: how it is "
+                          "chosen). prefill <= / > 2048: prefill steps of prompts of at most / over 2048 "
+                          "tokens; decode B=n: mean decode step of n sequences; mixed B=n: whole runs "
+                          "(prefill and decode) of n prompts. Errors: mean |predicted / measured - 1|; -: no "
+                          "such rows; !: held-out error over 10 %. other form: the held-out error of the "
+                          "step form not shipped.")
+    table.add_column("profile / group", no_wrap=True)
+    for col in ("held", "held err", "fit", "fit err"):
+        table.add_column(col, justify="right", no_wrap=True)
     table.add_column("other form", no_wrap=True)
 
     def pct(e: float | None) -> str:
         return "-" if e is None else f"{e:.1%}" + ("!" if e > 0.10 else "")
 
+    name = None
     for item in group_listing():
+        if item["name"] != name:
+            name = item["name"]
+            table.add_row(name, "", "", "", "", f"ships {item['step_form']}", style="bold")
         held, fitted = item["heldout_mape"], item["fit_mape"]
         other = "roofline" if item["step_form"] == "linear" else "linear"
-        table.add_row(item["name"], item["group"], str(item["rows_held_out"]), pct(held),
+        table.add_row(f"  {item['group']}", str(item["rows_held_out"]), pct(held),
                       str(item["rows_fitted"]), "-" if fitted is None else f"{fitted:.1%}",
                       f"{other} {pct(item[f'{other}_heldout_mape'])}")
     return table
