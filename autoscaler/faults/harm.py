@@ -239,7 +239,8 @@ def _flaps(rule: HarmRule, facts: RunFacts, sc: Scenario) -> int:
 def pool_loss_windows(facts: RunFacts, sc: Scenario, limit_s: float) -> list[tuple[float, float]]:
     """(start, end) seconds of each pool loss (``down_while_pool_lost``): from a ``crash`` that takes a
     prefill or decode pool's replicas (its ``role``, its ``variant``'s pool, or every pool for a crash
-    of every variant) to when that pool is back at its ready replicas just before, at most ``limit_s``."""
+    of every variant) to when that pool is back at its ready replicas just before, at most ``limit_s``.
+    A pool with no ready replica just before the crash loses nothing: no window."""
     roles = {v.name: role for role, v in facts.svc.role_variants()}
     pools = sorted(set(roles.values()))
     out = []
@@ -255,6 +256,8 @@ def pool_loss_windows(facts: RunFacts, sc: Scenario, limit_s: float) -> list[tup
             lost = pools
         for role in lost:
             before = facts.ready_in(role, f.time_s - 1e-9)
+            if before == 0:
+                continue
             times = sorted({r.ready_s for r in _replicas(facts) if r.role == role and f.time_s < r.ready_s})
             back = next((t for t in times if facts.ready_in(role, t) >= before), math.inf)
             out.append((f.time_s, min(back, f.time_s + limit_s)))

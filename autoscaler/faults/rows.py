@@ -16,8 +16,14 @@ ROW_KEYS = ("scenario", "controller", "harmful_actions", "slo_attainment_interac
             "retries", "cost_usd")
 
 
-def make_row(sc: Scenario, name: str, summary: dict[str, Any], harm: dict[str, int]) -> dict[str, Any]:
-    """The row of ``name`` on ``sc`` from a run's ``results.json`` document and its harm counts."""
+def make_row(sc: Scenario, name: str, summary: dict[str, Any], harm: dict[str, int],
+             crashes: list[tuple[float, int, int]] | None = None) -> dict[str, Any]:
+    """The row of ``name`` on ``sc`` from a run's ``results.json`` document and its harm counts.
+
+    ``crashes``: each ``crash`` fault as applied, ``(time s, replicas crashed, requests failed)``
+    (``autoscaler.faults.inject.Injector.crashed``): a crash that found no ready replica shows as 0
+    replicas. None where the layer does not record them (live rows): the row's ``crashes`` is null.
+    """
     return {
         "scenario": sc.name,
         "controller": name,
@@ -27,6 +33,8 @@ def make_row(sc: Scenario, name: str, summary: dict[str, Any], harm: dict[str, i
         "retries": summary["admission"]["retries"],
         "cost_usd": summary["cost_usd"]["total"],
         "harm": harm,
+        "crashes": None if crashes is None else [
+            {"time_s": t, "replicas": n, "requests_failed": f} for t, n, f in crashes],
         "layer": sc.layer,
         "reported": sc.reported,
         "seed": sc.seed,
@@ -47,6 +55,7 @@ def failed_row(sc: Scenario, name: str, exc: BaseException, wall_s: float) -> di
         "retries": None,
         "cost_usd": None,
         "harm": {},
+        "crashes": None,
         "layer": sc.layer,
         "reported": sc.reported,
         "seed": sc.seed,

@@ -1,7 +1,8 @@
 """The fault suite: every scenario against every controller, one row each (``autoscaler faults run``).
 
 A row is ``{scenario, controller, harmful_actions, slo_attainment_interactive, requests_failed,
-retries, cost_usd}`` plus ``harm`` (rule -> events, ``autoscaler.faults.harm``), ``layer`` and
+retries, cost_usd}`` plus ``harm`` (rule -> events, ``autoscaler.faults.harm``), ``crashes`` (each
+crash as applied: time, replicas it took, requests it failed; null in live rows), ``layer`` and
 ``reported``. Our controllers (``pid``, ``mpc``) run with the scenario's ``admission`` policy (else
 the fleet's), the anchors without one, as their users run them. Simulator rows run in parallel
 processes; live rows (``autoscaler.faults.live``) one after another, each on its own ports. A
@@ -92,7 +93,7 @@ def run_sim_row(sc: Scenario, name: str, cfg: FleetConfig, workload: Workload,
 
     with quiet_logs("autoscaler.loop"):
         run = driver.run(on_step=on_step)
-    return make_row(sc, name, summarize(run), harm_counts(sc, run))
+    return make_row(sc, name, summarize(run), harm_counts(sc, run), injector.crashed)
 
 
 def not_applicable(cfg: FleetConfig, name: str, workload: Workload | None) -> str | None:

@@ -12,9 +12,9 @@ import pytest
 
 from autoscaler.config.loading import parse_config
 from autoscaler.errors import ConfigError
-from autoscaler.faults.harm import Change, _down_on_link_slowdown
+from autoscaler.faults.harm import Change, RunFacts, _down_on_link_slowdown, pool_loss_windows
 from autoscaler.faults.inject import Injector, crash_victims
-from autoscaler.faults.rows import markdown_table, not_applicable_row
+from autoscaler.faults.rows import make_row, markdown_table, not_applicable_row
 from autoscaler.faults.scenario import CrashFault, HarmRule, LinkSlow, Scenario, scenario_fleet
 from autoscaler.faults.suite import not_applicable
 from autoscaler.simulate import SimulationDriver
@@ -186,3 +186,35 @@ def test_a_scale_down_on_a_slow_link_counts_only_while_the_load_the_link_holds_i
     # no arrivals when the slowdown began: the link holds nothing, no scale-down answers it
     assert _down_on_link_slowdown(rule, _Facts({100.0: 0.0, 150.0: 0.0, 250.0: 0.0, 400.0: 0.0}, downs), sc) == 0
 
+
+
+def test_a_crash_of_a_pool_with_nothing_ready_opens_no_pool_loss_window() -> None:
+    # Prefill: two replicas ready at 0, both crashed at 100, their replacements ready at 400 and 450.
+    # Decode: scaled to zero; one replica starting, ready at 900. A crash of every pool at 100 loses the
+    # prefill pool until 450 (back at its two) and no decode replica: one window, (100, 450).
+    def rep(role: str, ready: float, gone: float | None = None) -> SimpleNamespace:
+        return SimpleNamespace(role=role, ready_s=ready, removed_s=None, gone_s=gone)
+
+    replicas = [rep("prefill", 0, 100), rep("prefill", 0, 100), rep("prefill", 400), rep("prefill", 450),
+                rep("decode", 900)]
+    svc = parse_config(pd_doc(), "<pd>").service("svc")
+    run = SimpleNamespace(sim=SimpleNamespace(target="svc", services={
+        "svc": SimpleNamespace(cfg=SimpleNamespace(name="svc"), replicas=replicas)}))
+    facts = SimpleNamespace(svc=svc, run=run)
+    facts.ready_in = lambda role, t: RunFacts.ready_in(facts, role, t)  # type: ignore[arg-type]
+    sc = SimpleNamespace(faults=[CrashFault(kind="crash", time_s=100, fraction=1.0)])
+    assert pool_loss_windows(facts, sc, 600) == [(100, 450)]  # type: ignore[arg-type]
+    # the decode pool alone: nothing was ready to lose
+    sc = SimpleNamespace(faults=[CrashFault(kind="crash", time_s=100, fraction=1.0, role="decode")])
+    assert pool_loss_windows(facts, sc, 600) == []  # type: ignore[arg-type]
+
+
+def test_a_rows_crashes_say_what_each_crash_took() -> None:
+    row = make_row(scenario([]), "pid", {"slo_attainment": {"interactive": 0.5}, "requests": {"failed": 3},
+                                         "admission": {"retries": 0}, "cost_usd": {"total": 1.0}, "wall_s": 1.0},
+                   {}, [(100.0, 2, 3), (200.0, 0, 0)])
+    assert row["crashes"] == [{"time_s": 100.0, "replicas": 2, "requests_failed": 3},
+                              {"time_s": 200.0, "replicas": 0, "requests_failed": 0}]
+    assert make_row(scenario([]), "pid", {"slo_attainment": {"interactive": 0.5}, "requests": {"failed": 3},
+                                          "admission": {"retries": 0}, "cost_usd": {"total": 1.0},
+                                          "wall_s": 1.0}, {})["crashes"] is None
