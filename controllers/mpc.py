@@ -107,7 +107,7 @@ from models.capacity import (
     speed_factor,
     utilisation,
 )
-from models.capacity_roles import decode_capacity, prefill_capacity
+from models.capacity_roles import decode_capacity, pool_allowance, prefill_capacity
 from models.learning import CapacityPosterior, LatencyCurve, latency_curve
 from models.planning import FALLBACKS, JOINT_UP_TO, Plan, PlanProblem, PlanService, PlanVariant, shifted, solve
 
@@ -157,7 +157,9 @@ DEFAULT_PD_UTIL = 1.0
 """Share of a prefill/decode pool replica's modelled capacity (``role_weights``) the plan counts on by
 default: all of it, as before (the planner's tests size pools by the models alone). Issue 34's runs on
 Azure code x20 needed 0.5 (``mpc:pd_util=0.5``) to reach the aggregated-only attainment
-(``docs/controllers.md``, "Making the pools pay on long prompts")."""
+(``docs/controllers.md``, "Making the pools pay on long prompts"); rerun on seeds 0-2, 0.5 reached it on
+all three at 0.88-0.89x the cost and left Azure conv and Mooncake within 2 % (no pool started), where
+1.0 fell 1.3-2.9 points short: proposed as the default there, not made ("second follow-up")."""
 
 
 def limit_note(plan: Plan) -> str:
@@ -544,7 +546,7 @@ class MPCController(Controller):
         self.mixes = dict(mixes or {})
         self.engine = cfg.planning_engine()
         self._capacity_cache: dict[tuple[str, str, float, float, float, float], float] = {}
-        self._role_cache: dict[tuple[str, str, float, float, float], float] = {}
+        self._role_cache: dict[tuple[str, float, float, float], dict[str, float]] = {}
         self._allowance_cache: dict[tuple[object, ...], float | None] = {}
         self._pool_cache: dict[tuple[object, ...], float] = {}
         self._curve_cache: dict[tuple[str, str, float, float, float, float], LatencyCurve | None] = {}
@@ -806,41 +808,52 @@ class MPCController(Controller):
     def role_weights(self, est: ServiceEstimate, svc: Service) -> dict[str, float]:
         """variant -> one replica's capacity of its pool, requests/s of this tick's mix (``_mix``; the
         fleet file's ``typical_request`` for a service given none) at the interactive SLO
-        (``models.capacity_roles``): a prefill replica's ``prefill_capacity`` (its prompt tokens/s at
-        the TTFT target, the KV transfer and the decode replica's recompute included, over the mix's
-        remote prompt tokens per request), a decode replica's ``decode_capacity`` (sequences at the
-        ITL target and KV residency) against the slowest prefill variant's unloaded prefill (the
-        TTFT slack any of them leaves). 0 where the SLO is out of reach; cached. The profiles are not
-        slowed by learned speed factors, nor scaled by capacity posteriors: those are learned on the
-        aggregated variants' telemetry only (``learn``).
+        (``models.capacity_roles``), times ``pd_util``: a prefill replica's ``prefill_capacity`` (its prompt
+        tokens/s at the TTFT target, the KV transfer and the decode replica's recompute included, over the
+        mix's remote prompt tokens per request), a decode replica's ``decode_capacity`` (sequences at the
+        ITL target and KV residency) against the slowest prefill variant that keeps a capacity (the TTFT
+        slack any prefill replica the plan may order leaves; 0 where none keeps one). A pool replica keeps
+        a capacity while its idle misses are within the service's allowance (``pool_allowance``: the
+        aggregated variants' rule, ``UNSERVABLE_SHARE`` above the fewest idle misses of any aggregated
+        variant or prefill/decode pair). 0 where the SLO is out of reach; cached per mix. The profiles
+        are not slowed by learned speed factors, nor scaled by capacity posteriors: those are learned on
+        the aggregated variants' telemetry only (``learn``).
         """
         if svc.roles is None:
             return {}
-        roles = svc.roles
         mix, mix_key = self._mix(est, svc)
         if svc.name not in self.mixes:
             mix, mix_key = service_mix(svc), (1.0, 1.0, service_mix(svc).prefix_hit_rate)
-        out: dict[str, float] = {}
-        slo = svc.slo["interactive"]
-        prefill_specs = [ReplicaSpec.of(v, self.engine) for v in roles.prefill]
-        for role, v in svc.role_variants():
-            key = (svc.name, v.name, *mix_key)
-            if key not in self._role_cache:
-                cap = 0.0
-                if mix is not None:
-                    spec = ReplicaSpec.of(v, self.engine)
-                    try:
-                        if role == "prefill":
-                            cap = prefill_capacity(spec, mix, slo.ttft_s, roles.kv_transfer,
-                                                   non_cached_tokens=roles.non_cached_tokens).rps
-                        else:
-                            cap = min(decode_capacity(spec, mix, slo.ttft_s, slo.itl_s, roles.kv_transfer,
-                                                      prefill_spec=p, non_cached_tokens=roles.non_cached_tokens).rps
-                                      for p in prefill_specs)
-                    except ValueError:  # the ITL target below the decode replica's fixed step
-                        cap = 0.0
-                self._role_cache[key] = float(cap) if math.isfinite(cap) else 0.0
-            out[v.name] = self._role_cache[key] * self.pd_util
+        key = (svc.name, *mix_key)
+        if key not in self._role_cache:
+            self._role_cache[key] = self._role_capacities(svc, mix)
+        return {name: cap * self.pd_util for name, cap in self._role_cache[key].items()}
+
+    def _role_capacities(self, svc: Service, mix: RequestMix | None) -> dict[str, float]:
+        """pool variant -> one replica's modelled capacity for ``mix`` (``role_weights``, before ``pd_util``)."""
+        out = {v.name: 0.0 for _, v in svc.role_variants()}
+        if svc.roles is None or mix is None:
+            return out
+        roles, slo = svc.roles, svc.slo["interactive"]
+        link, threshold = roles.kv_transfer, roles.non_cached_tokens
+        prefill = {v.name: ReplicaSpec.of(v, self.engine) for v in roles.prefill}
+        decode = {v.name: ReplicaSpec.of(v, self.engine) for v in roles.decode}
+        limit = pool_allowance([ReplicaSpec.of(v, self.engine) for v in svc.variants], list(prefill.values()),
+                               list(decode.values()), mix, slo.ttft_s, slo.itl_s, link, non_cached_tokens=threshold)
+        serving = []  # prefill variants with a capacity (infinite where no prompt is prefilled remotely)
+        for name, spec in prefill.items():
+            rps = prefill_capacity(spec, mix, slo.ttft_s, link, non_cached_tokens=threshold, unservable=limit).rps
+            out[name] = float(rps) if math.isfinite(rps) else 0.0
+            if rps > 0:
+                serving.append(spec)
+        for name, spec in decode.items():
+            try:
+                rps = min((decode_capacity(spec, mix, slo.ttft_s, slo.itl_s, link, prefill_spec=p,
+                                           non_cached_tokens=threshold, unservable=limit).rps for p in serving),
+                          default=0.0)
+            except ValueError:  # the ITL target below the decode replica's fixed step
+                rps = 0.0
+            out[name] = float(rps) if math.isfinite(rps) else 0.0
         return out
 
     # ------------------------------------------------------------------ decide

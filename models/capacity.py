@@ -53,7 +53,7 @@ import itertools
 import math
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -628,12 +628,21 @@ def idle_misses(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float)
                _seqs_miss(spec, mix, idle, ttft_s), _kv_miss(spec, mix, idle))
 
 
+def allowance_over(idle: Iterable[float]) -> float:
+    """The rule of ``allowance`` on the idle misses (shares of a mix, each in [0, 1]) of every way a
+    service can serve it: ``UNSERVABLE_SHARE`` above the fewest; ``UNSERVABLE_SHARE`` alone when even
+    that is above ``MOSTLY_UNSERVABLE`` (every way then gets 0), or when there is none.
+    ``models.capacity_roles.pool_allowance`` applies it to prefill/decode pairs too."""
+    best = min(idle, default=0.0)
+    return (best if best <= MOSTLY_UNSERVABLE else 0.0) + UNSERVABLE_SHARE
+
+
 def allowance(specs: Sequence[ReplicaSpec], mix: RequestMix, ttft_s: float, itl_s: float) -> float:
     """The idle misses a variant of a service may show and keep a capacity (``replica_capacity``):
     ``UNSERVABLE_SHARE`` above the fewest any of its variants' ``specs`` shows; ``UNSERVABLE_SHARE``
-    alone when even that is above ``MOSTLY_UNSERVABLE`` (every variant then gets 0)."""
-    best = min((idle_misses(sp, mix, ttft_s, itl_s) for sp in specs), default=0.0)
-    return (best if best <= MOSTLY_UNSERVABLE else 0.0) + UNSERVABLE_SHARE
+    alone when even that is above ``MOSTLY_UNSERVABLE`` (every variant then gets 0): ``allowance_over``
+    their ``idle_misses``."""
+    return allowance_over(idle_misses(sp, mix, ttft_s, itl_s) for sp in specs)
 
 
 def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float,

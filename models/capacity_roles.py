@@ -29,7 +29,11 @@ replica itself. The two roles are bounded with the aggregated model's pieces, no
   and two decode steps. Capacity, requests/s, and the sequences it holds there (Little's law).
 
 Each bound's budget is ``1 - attainment`` on top of its idle misses, as ``replica_capacity``'s; a
-bound missing more than ``unservable`` idle gives 0. Measured against the simulator's knee per role
+bound missing more than ``unservable`` idle gives 0. ``pool_allowance`` sets ``unservable`` for a
+service's pools by the aggregated variants' rule (``models.capacity.allowance_over``: 5 points above the
+fewest idle misses of any of its aggregated variants or prefill/decode pairs, ``pair_idle_misses``), so
+a tail of prompts no replica can prefill within the TTFT target takes no pool's capacity away.
+Measured against the simulator's knee per role
 (``autoscaler.knee.pd_fleet``, ``benchmarks/capacity.py --roles``; docs/controllers.md).
 
 Not modelled here: a prefill replica's ``max_num_seqs`` (it holds a slot only while prefilling: far
@@ -54,11 +58,13 @@ from models.capacity import (
     _erlang_c,
     _gamma_sf,
     _largest_rate,
+    allowance_over,
+    idle_misses,
     marginal_costs,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from models.profiles import PerformanceProfile
 
@@ -134,13 +140,27 @@ def prefill_service_s(spec: ReplicaSpec, mix: RequestMix) -> np.ndarray:
     return a * q + np.ceil(p / spec.max_num_batched_tokens) * t0
 
 
-def _budgeted(miss: Callable[[float], float], limit: float, attainment: float, unservable: float) -> float:
-    """The largest rate in ``[0, limit)`` whose ``miss`` is within ``1 - attainment`` on top of its
-    idle misses (0 where those exceed ``unservable``), as ``replica_capacity``'s bounds."""
-    floor = miss(limit * UNLOADED)
-    if floor > unservable:
-        return 0.0
-    return _largest_rate(miss, limit, 1.0 - attainment + floor)
+@dataclass(frozen=True)
+class _Bounds:
+    """A role's bounds as miss functions (share of the whole mix missing) of the rate, requests/s of the
+    mix, in ``[0, limit)``."""
+
+    misses: dict[str, Callable[[float], float]]
+    limit: float
+
+    def idle(self) -> float:
+        """The largest share any bound misses on an idle replica (at ``UNLOADED`` of ``limit``), as
+        ``models.capacity.idle_misses``."""
+        return max(miss(self.limit * UNLOADED) for miss in self.misses.values())
+
+    def rates(self, attainment: float, unservable: float) -> dict[str, float]:
+        """bound -> the largest rate whose misses are within ``1 - attainment`` on top of its idle misses
+        (0 where those exceed ``unservable``), as ``replica_capacity``'s bounds."""
+        out = {}
+        for name, miss in self.misses.items():
+            floor = miss(self.limit * UNLOADED)
+            out[name] = 0.0 if floor > unservable else _largest_rate(miss, self.limit, 1.0 - attainment + floor)
+        return out
 
 
 def _check(attainment: float, non_cached_tokens: int) -> None:
@@ -173,6 +193,19 @@ def prefill_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, link: Tr
         ValueError: ``attainment`` outside (0, 1) or ``non_cached_tokens`` < 0.
     """
     _check(attainment, non_cached_tokens)
+    model, share, tokens = _prefill_bounds(spec, mix, ttft_s, link, kv_bytes_per_token, decode_step_s,
+                                           non_cached_tokens)
+    if model is None:
+        return RoleCapacity("prefill", {"ttft": np.inf, "kv": np.inf}, 0.0, 0.0)
+    bounds = model.rates(attainment, unservable)
+    return RoleCapacity("prefill", bounds, share, min(bounds.values()) * tokens)
+
+
+def _prefill_bounds(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, link: TransferLink,
+                    kv_bytes_per_token: int | None, decode_step_s: float | None,
+                    non_cached_tokens: int) -> tuple[_Bounds | None, float, float]:
+    """(the TTFT and KV bounds of ``prefill_capacity``, None where no point is prefilled remotely; the
+    share of the mix prefilled remotely; its prompt tokens per request of the mix)."""
     t0 = spec.profile.fixed_step_s
     kvb = spec.profile.kv_bytes_per_token if kv_bytes_per_token is None else kv_bytes_per_token
     step_d = t0 if decode_step_s is None else decode_step_s
@@ -180,7 +213,7 @@ def prefill_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, link: Tr
     w = mix.weights * remote
     share = float(w.sum())
     if share == 0.0:
-        return RoleCapacity("prefill", {"ttft": np.inf, "kv": np.inf}, 0.0, 0.0)
+        return None, 0.0, 0.0
     tokens = float(w @ mix.input_tokens)  # prompt tokens it prefills per request of the mix
     service = prefill_service_s(spec, mix)
     _, a, _, _ = marginal_costs(spec.profile)
@@ -216,9 +249,7 @@ def prefill_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, link: Tr
         var = rate * float(w @ (lin * lin * hold))
         return float(w @ _gamma_sf(spec.kv_cache_tokens - lin, mean, var))
 
-    bounds = {"ttft": _budgeted(ttft_miss, limit, attainment, unservable),
-              "kv": _budgeted(kv_miss, limit, attainment, unservable)}
-    return RoleCapacity("prefill", bounds, share, min(bounds.values()) * tokens)
+    return _Bounds({"ttft": ttft_miss, "kv": kv_miss}, limit), share, tokens
 
 
 @dataclass(frozen=True)
@@ -271,6 +302,25 @@ def decode_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: fl
             profile's fixed step time.
     """
     _check(attainment, non_cached_tokens)
+    model, held_s = _decode_bounds(spec, mix, ttft_s, itl_s, link, prefill_spec, non_cached_tokens)
+    bounds = model.rates(attainment, unservable)
+    wts = mix.weights
+    local = 1.0 - remote_points(mix, non_cached_tokens)
+    cap = min(bounds.values())
+    seqs = cap * held_s(min(cap, model.limit * (1 - 1e-9))) if cap > 0 else 0.0
+    return RoleCapacity("decode", bounds, float(wts @ (1.0 - local)),
+                        cap * float(wts @ ((1.0 - local) * mix.input_tokens)), seqs)
+
+
+def _decode_bounds(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float, link: TransferLink,
+                   prefill_spec: ReplicaSpec | None, non_cached_tokens: int
+                   ) -> tuple[_Bounds, Callable[[float], float]]:
+    """(the ITL, seqs and KV bounds of ``decode_capacity``; the mean seconds a request holds a slot at a
+    rate, whose product with the rate is the sequences held, Little's law).
+
+    Raises:
+        ValueError: ``itl_s`` not above the profile's fixed step time.
+    """
     t0, a, _, _ = marginal_costs(spec.profile)
     if itl_s <= t0:
         raise ValueError(f"ITL target {itl_s}s is below the fixed step time {t0:.4f}s of {spec.profile.name}")
@@ -326,13 +376,72 @@ def decode_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: fl
         var = rate * float(wts @ (lin * lin * fixed)) + rate * float(wts @ (lin * lin * stepped + grow2)) * s / t0
         return float(wts @ _gamma_sf(spec.kv_cache_tokens - lin, mean, var))
 
-    bounds = {"itl": _budgeted(itl_miss, limit, attainment, unservable),
-              "seqs": _budgeted(seqs_miss, limit, attainment, unservable),
-              "kv": _budgeted(kv_miss, limit, attainment, unservable)}
-    share = float(wts @ (1.0 - terms.local))
-    cap = min(bounds.values())
-    seqs = 0.0
-    if cap > 0:
-        s, sd, _ = point(min(cap, limit * (1 - 1e-9)))
-        seqs = cap * float(wts @ (terms.local * own_s(sd) + 2.0 * sd * (1.0 - terms.local) + lout * s))
-    return RoleCapacity("decode", bounds, share, cap * float(wts @ ((1.0 - terms.local) * mix.input_tokens)), seqs)
+    def held_s(rate: float) -> float:
+        s, sd, _ = point(rate)
+        return float(wts @ (terms.local * own_s(sd) + 2.0 * sd * (1.0 - terms.local) + lout * s))
+
+    return _Bounds({"itl": itl_miss, "seqs": seqs_miss, "kv": kv_miss}, limit), held_s
+
+
+def prefill_idle_misses(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, link: TransferLink, *,
+                        kv_bytes_per_token: int | None = None, decode_step_s: float | None = None,
+                        non_cached_tokens: int = 16) -> float:
+    """The largest share of ``mix`` (the whole mix: a request prefilled locally misses nothing here) that
+    a bound of ``prefill_capacity`` misses on an idle prefill replica, ``models.capacity.idle_misses``
+    for the role: prompts it cannot prefill and hand over within ``ttft_s`` even alone. 0 where no
+    prompt is prefilled remotely. Arguments as ``prefill_capacity``'s.
+
+    Raises:
+        ValueError: ``non_cached_tokens`` < 0.
+    """
+    model, _, _ = _prefill_bounds(spec, mix, ttft_s, link, kv_bytes_per_token, decode_step_s, non_cached_tokens)
+    return 0.0 if model is None else model.idle()
+
+
+def decode_idle_misses(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float, link: TransferLink, *,
+                       prefill_spec: ReplicaSpec | None = None, non_cached_tokens: int = 16) -> float:
+    """The largest share of ``mix`` a bound of ``decode_capacity`` misses on an idle decode replica (its
+    seqs bound holds the prompts whose unloaded prefill on ``prefill_spec``, read and first step exceed
+    ``ttft_s``); 1 when its fixed step alone exceeds ``itl_s``. Arguments as ``decode_capacity``'s.
+
+    Raises:
+        ValueError: ``non_cached_tokens`` < 0.
+    """
+    if itl_s <= spec.profile.fixed_step_s:
+        return 1.0
+    model, _ = _decode_bounds(spec, mix, ttft_s, itl_s, link, prefill_spec, non_cached_tokens)
+    return model.idle()
+
+
+def pair_idle_misses(prefill: ReplicaSpec, decode: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float,
+                     link: TransferLink, *, non_cached_tokens: int = 16) -> float:
+    """The idle misses of a prefill/decode pair serving ``mix``: the larger of its prefill replica's
+    (``prefill_idle_misses``) and its decode replica's against that prefill (``decode_idle_misses``), as
+    ``models.capacity.idle_misses`` takes the largest of one replica's bounds.
+
+    Raises:
+        ValueError: ``non_cached_tokens`` < 0.
+    """
+    return max(prefill_idle_misses(prefill, mix, ttft_s, link, non_cached_tokens=non_cached_tokens),
+               decode_idle_misses(decode, mix, ttft_s, itl_s, link, prefill_spec=prefill,
+                                  non_cached_tokens=non_cached_tokens))
+
+
+def pool_allowance(aggregated: Sequence[ReplicaSpec], prefill: Sequence[ReplicaSpec], decode: Sequence[ReplicaSpec],
+                   mix: RequestMix, ttft_s: float, itl_s: float, link: TransferLink, *,
+                   non_cached_tokens: int = 16) -> float:
+    """The idle misses a pool replica of a service may show and keep a capacity (``unservable`` of
+    ``prefill_capacity`` / ``decode_capacity``): ``models.capacity.allowance_over`` (the aggregated
+    variants' rule, ``UNSERVABLE_SHARE`` above the fewest) over every way the service can serve ``mix``:
+    each aggregated variant of ``aggregated`` (``models.capacity.idle_misses``) and each pair of a
+    prefill variant of ``prefill`` and a decode variant of ``decode`` (``pair_idle_misses``). What the
+    best of them misses idle no replica can serve, so it never takes a pool's capacity away; a pool
+    replica missing more than 5 points above it cannot serve this mix.
+
+    Raises:
+        ValueError: ``non_cached_tokens`` < 0.
+    """
+    idle = [idle_misses(sp, mix, ttft_s, itl_s) for sp in aggregated]
+    idle += [pair_idle_misses(p, d, mix, ttft_s, itl_s, link, non_cached_tokens=non_cached_tokens)
+             for p in prefill for d in decode]
+    return allowance_over(idle)

@@ -15,8 +15,17 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from models.capacity import ReplicaSpec, RequestMix
-from models.capacity_roles import decode_capacity, prefill_capacity, remote_points, transfer_s
+from models.capacity import UNSERVABLE_SHARE, ReplicaSpec, RequestMix, idle_misses
+from models.capacity_roles import (
+    decode_capacity,
+    decode_idle_misses,
+    pair_idle_misses,
+    pool_allowance,
+    prefill_capacity,
+    prefill_idle_misses,
+    remote_points,
+    transfer_s,
+)
 from models.profiles import PerformanceProfile
 
 T0, A = 0.01, 1e-4
@@ -165,3 +174,82 @@ def test_prefill_replica_within_the_band_of_the_simulated_knee() -> None:
     measured, _ = knee(cfg, ins, outs, 0.5 * model, 2.0 * model, steps=7, run_s=600.0)
     assert 0.5 * model < measured < 2.0 * model  # inside the bracket
     assert 0.90 <= model / measured <= 1.05
+
+
+# ------------------------------------------------------------------------- the idle-miss allowance
+def profile_spec(a: float) -> ReplicaSpec:
+    """``spec()``'s replica with ``a`` s a prompt token (``spec`` has ``A``)."""
+    prof = PerformanceProfile("tiny/gpu", "tiny", "gpu", kv_bytes_per_token=1000, mem_bandwidth_bytes_per_s=1e18,
+                              step_overhead_s=T0, prefill_s_per_token=a, decode_s_per_seq=0.0,
+                              bandwidth_efficiency=1.0)
+    return ReplicaSpec(prof, max_num_seqs=100_000, max_num_batched_tokens=2048, block_size=16,
+                       kv_cache_tokens=10_000_000)
+
+
+def mix_of(prompts: dict[int, float]) -> RequestMix:
+    """Prompt tokens -> share of the mix, 10-token outputs."""
+    p = np.array(sorted(prompts), dtype=float)
+    return RequestMix(p, np.full(len(p), 10.0), np.array([prompts[int(x)] for x in p]))
+
+
+def test_a_pool_keeps_its_capacity_while_its_idle_misses_are_within_the_allowance() -> None:
+    # TTFT 1 s. An idle prefill replica's TTFT for a prompt of P tokens: a P + ceil(P / 2048) t0 (its
+    # chunks) + t0 (a step in flight) + P x 1000 B x 8 / 8 Gb/s + 0.05 s (the read) + 2 t0 (the decode
+    # replica's step in flight and one-token step). Fast replica (a = 1e-4): 1000 -> 0.191 s,
+    # 4500 -> 0.5645 s, 9000 -> 1.039 s (misses); slow (a = 2e-4): 4500 -> 1.0145 s (misses).
+    fast, slow = profile_spec(A), profile_spec(2 * A)
+    for p, fast_s, slow_s in ((1000, 0.191, 0.291), (4500, 0.5645, 1.0145), (9000, 1.039, 1.939)):
+        for a, want in ((A, fast_s), (2 * A, slow_s)):
+            assert a * p + math.ceil(p / 2048) * T0 + T0 + p * 1e-6 + 0.05 + 2 * T0 == pytest.approx(want)
+    mix = mix_of({1000: 0.52, 4500: 0.40, 9000: 0.08})
+    ttft, itl = 1.0, 0.05
+    # By hand: the fast replica misses the 8 % idle, the slow one 48 %; a decode replica behind either
+    # misses the same prompts (its seqs bound's slack holds that prefill), so the best pair misses 8 %.
+    assert prefill_idle_misses(fast, mix, ttft, Link()) == pytest.approx(0.08, abs=1e-4)
+    assert prefill_idle_misses(slow, mix, ttft, Link()) == pytest.approx(0.48, abs=1e-4)
+    assert decode_idle_misses(fast, mix, ttft, itl, Link(), prefill_spec=fast) == pytest.approx(0.08, abs=1e-4)
+    assert decode_idle_misses(fast, mix, ttft, itl, Link(), prefill_spec=slow) == pytest.approx(0.48, abs=1e-4)
+    assert pair_idle_misses(fast, fast, mix, ttft, itl, Link()) == pytest.approx(0.08, abs=1e-4)
+    limit = pool_allowance([], [fast, slow], [fast], mix, ttft, itl, Link())
+    assert limit == pytest.approx(0.08 + UNSERVABLE_SHARE, abs=1e-4)  # models.capacity's rule
+    # The absolute 5 % gave both pools 0; the allowance keeps the fast pair and still refuses the slow
+    # prefill replica (48 % > 13 %) and a decode replica behind it.
+    assert prefill_capacity(fast, mix, ttft, Link()).rps == 0
+    assert decode_capacity(fast, mix, ttft, itl, Link(), prefill_spec=fast).rps == 0
+    assert prefill_capacity(fast, mix, ttft, Link(), unservable=limit).rps > 0
+    assert decode_capacity(fast, mix, ttft, itl, Link(), prefill_spec=fast, unservable=limit).rps > 0
+    assert prefill_capacity(slow, mix, ttft, Link(), unservable=limit).rps == 0
+    assert decode_capacity(fast, mix, ttft, itl, Link(), prefill_spec=slow, unservable=limit).rps == 0
+    # With 4 % of 4500-token prompts instead of 40 %, the slow replica misses 12 % idle: within 5 points
+    # of the best pair's 8 %, it keeps a capacity too.
+    within = mix_of({1000: 0.88, 4500: 0.04, 9000: 0.08})
+    assert prefill_idle_misses(slow, within, ttft, Link()) == pytest.approx(0.12, abs=1e-4)
+    limit = pool_allowance([], [fast, slow], [fast], within, ttft, itl, Link())
+    assert limit == pytest.approx(0.13, abs=1e-4)
+    assert prefill_capacity(slow, within, ttft, Link(), unservable=limit).rps > 0
+    # An aggregated replica of the fast profile serves every prompt idle: the 9000-token one takes its
+    # five chunks and a step in flight, 0.96 s, without the read and the decode replica's two steps.
+    # That sets the allowance to 5 % (no more than its misses at 1e-6 of its fluid limit): the pair's
+    # 8 % no longer passes, and the MPC plans the aggregated variant only.
+    agg = ReplicaSpec(spec().profile, 100_000, 2048, 16, 10_000_000)
+    assert idle_misses(agg, mix, ttft, itl) == pytest.approx(0.0, abs=1e-5)
+    limit = pool_allowance([agg], [fast], [fast], mix, ttft, itl, Link())
+    assert limit == pytest.approx(UNSERVABLE_SHARE, abs=1e-5)
+    assert prefill_capacity(fast, mix, ttft, Link(), unservable=limit).rps == 0
+
+
+def test_a_mix_every_prompt_of_which_misses_idle_gets_no_pool() -> None:
+    # Every prompt 9000 tokens: 1.039 s > 1 s idle (above) on every pair. The best pair misses 100 %,
+    # above MOSTLY_UNSERVABLE: the allowance is 5 %, and both pools get 0.
+    fast = profile_spec(A)
+    mix = mix_of({9000: 1.0})
+    assert pair_idle_misses(fast, fast, mix, 1.0, 0.05, Link()) == 1.0
+    limit = pool_allowance([], [fast], [fast], mix, 1.0, 0.05, Link())
+    assert limit == pytest.approx(UNSERVABLE_SHARE)
+    assert prefill_capacity(fast, mix, 1.0, Link(), unservable=limit).rps == 0
+    assert decode_capacity(fast, mix, 1.0, 0.05, Link(), prefill_spec=fast, unservable=limit).rps == 0
+
+
+def test_idle_misses_of_a_decode_replica_below_the_itl_target_are_all() -> None:
+    assert decode_idle_misses(spec(), one(1000, 10), 1.0, 0.005, Link()) == 1.0  # t0 = 0.01 s > 5 ms
+    assert prefill_idle_misses(spec(), one(10, 10), 1.0, Link()) == 0.0  # prefilled locally: nothing here

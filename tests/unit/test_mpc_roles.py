@@ -14,8 +14,8 @@ from autoscaler.config.fleet import FleetConfig, Service
 from autoscaler.config.loading import parse_config
 from autoscaler.state import PoolObservation, ServiceEstimate, Signals, VariantObservation
 from controllers.mpc import MPCController
-from models.capacity import ReplicaSpec, RequestMix, variant_weights
-from models.capacity_roles import decode_capacity, prefill_capacity
+from models.capacity import UNSERVABLE_SHARE, ReplicaSpec, RequestMix, variant_weights
+from models.capacity_roles import decode_capacity, pool_allowance, prefill_capacity, prefill_idle_misses
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fleet-pd.yaml"
 AGGREGATED = {"name": "h100", "gpu": "H100-SXM", "price_per_gpu_hour": 2.99, "min_replicas": 0, "max_replicas": 16,
@@ -131,3 +131,39 @@ def test_the_mpc_disaggregates_where_the_pair_serves_a_request_for_less(tokens: 
     desired, terms = decide(cfg, mix, rate, {})
     assert desired == want
     assert terms["pd_rps_max"] == (pytest.approx(rate) if chosen == "pools" else pytest.approx(0.0, abs=1e-9))
+
+
+def test_a_decode_pool_is_sized_against_the_prefill_variants_that_keep_a_capacity() -> None:
+    # examples/fleet-mixed-pd.yaml, 15 % of 24,000-token prompts: an idle A100 prefill replica takes
+    # 2.16 s to prefill one (models.capacity_roles.prefill_service_s), past the 2-s TTFT target, so
+    # it misses those 15 %; every H100 pair and the aggregated H100 miss none (< 1e-6). The service's
+    # allowance is then 5 %: the A100 prefill variant gets no capacity, and neither does a decode
+    # replica sized against it (its seqs bound misses the same 15 % idle), which the MPC took the
+    # decode pool's capacity from (the slowest prefill variant) and so planned no pool at all. A prefill
+    # variant with no capacity is never planned: the decode pool is sized against the H100 prefill.
+    cfg = parse_config(yaml.safe_load((EXAMPLE.parent / "fleet-mixed-pd.yaml").read_text()),
+                       str(EXAMPLE.parent / "fleet-mixed-pd.yaml"), EXAMPLE.parent)
+    svc, engine = cfg.services[0], cfg.planning_engine()
+    roles, slo = svc.roles, svc.slo["interactive"]
+    assert roles is not None
+    mix = RequestMix.from_requests([2000] * 85 + [24000] * 15, [200] * 100)
+    h100_p, a100_p = (ReplicaSpec.of(v, engine) for v in roles.prefill)
+    h100_d = ReplicaSpec.of(roles.decode[0], engine)
+    link = roles.kv_transfer
+    assert prefill_idle_misses(a100_p, mix, slo.ttft_s, link) == pytest.approx(0.15, abs=1e-4)
+    limit = pool_allowance([ReplicaSpec.of(v, engine) for v in svc.variants], [h100_p, a100_p],
+                           [ReplicaSpec.of(v, engine) for v in roles.decode], mix, slo.ttft_s, slo.itl_s, link)
+    assert limit == pytest.approx(UNSERVABLE_SHARE, abs=1e-5)
+    against_a100 = decode_capacity(h100_d, mix, slo.ttft_s, slo.itl_s, link, prefill_spec=a100_p, unservable=limit)
+    assert against_a100.rps == 0
+    weights = {svc.name: variant_weights(svc, engine, mix)}
+    mpc = MPCController(cfg, weights, forecast="last", mixes={svc.name: mix}, learn=0)
+    got = mpc.role_weights(estimate(svc, 600.0, 10.0, {}), svc)
+    assert got["a100-prefill"] == 0
+    assert got["h100-prefill"] == pytest.approx(prefill_capacity(h100_p, mix, slo.ttft_s, link, unservable=limit).rps)
+    assert got["h100-prefill"] > 0
+    assert got["h100-decode"] == pytest.approx(
+        decode_capacity(h100_d, mix, slo.ttft_s, slo.itl_s, link, prefill_spec=h100_p, unservable=limit).rps)
+    assert got["h100-decode"] > 0
+    half = MPCController(cfg, weights, forecast="last", mixes={svc.name: mix}, learn=0, pd_util=0.5)
+    assert half.role_weights(estimate(svc, 600.0, 10.0, {}), svc) == pytest.approx({k: v / 2 for k, v in got.items()})
