@@ -96,6 +96,7 @@ from controllers.admission import (
     wait_budgets,
 )
 from controllers.base import Controller, Decision, Gauge, change_reason, hold, silent_pods
+from controllers.pid_rules import BACKLOG_DRAIN_S, slo_missed
 from controllers.roles import ratio_reachable
 from models.capacity import (
     UNSERVABLE_SHARE,
@@ -365,6 +366,42 @@ def every_current(est: ServiceEstimate) -> dict[str, int]:
     return {**est.current, **est.pool_current}
 
 
+def backlog_rps(queue: float, drain_s: float, rate_rps: float) -> float:
+    """Requests/s the plan adds to each of its first ``drain_s`` seconds to drain today's ``queue``
+    (requests): ``queue / drain_s``, but at most the larger of ``rate_rps`` (the demand held now) and
+    ``queue / BACKLOG_DRAIN_S`` (a cold start's drain).
+
+    ``drain_s`` is a warm start plus ``DRAIN_S`` (150 s on the shipped fleets), right for the queue of a
+    busy minute; a backlog the gateway held through an outage is minutes of arrivals, and spread over
+    150 s it asked for two to three times the demand (the fault suite's decode-pool-loss: 3,500 requests
+    at 12 req/s planned as 29-36 req/s, past the suite's ``overshoot``). Capped, a backlog at most doubles
+    the demand planned, and one of a cold start's arrivals or more drains in about a cold start.
+    """
+    if queue <= 0 or drain_s <= 0:
+        return 0.0
+    return min(queue / drain_s, max(rate_rps, queue / BACKLOG_DRAIN_S))
+
+
+def hold_reversed_downs(desired: Mapping[str, int], current: Mapping[str, int], plan: Mapping[str, np.ndarray],
+                        pools: set[str]) -> dict[str, int]:
+    """``desired`` with each scale-down of a pool variant (a name in ``pools``) that the plan itself
+    reverses held at ``current``: one whose planned replicas (``plan``: variant -> replicas per step)
+    come back to today's count at a later step of the horizon.
+
+    Hysteresis at a replica boundary: with the demand at one pool's capacity in whole replicas (the
+    fault suite's transfer-slowdown, 8.5-9.2 req/s against five prefill replicas' 9.24), the plan
+    removed a replica and planned it back a few minutes later, every 3 to 6 minutes all run long, one
+    step down falling inside a link slowdown. A step down the plan undoes pays a cold start for minutes
+    of a replica. Aggregated variants are left as planned (their runs were tuned so)."""
+    out = dict(desired)
+    for name, n in desired.items():
+        now = current.get(name, 0)
+        steps = plan.get(name)
+        if name in pools and n < now and steps is not None and len(steps) > 1 and float(np.max(steps[1:])) >= now:
+            out[name] = now
+    return out
+
+
 def plan_variant(v: Variant, dt_s: float, capacity_rps: np.ndarray, current: int, ready: np.ndarray,
                  keep: int = 0, role: str | None = None) -> PlanVariant:
     """``v`` as the planner sees it with steps of ``dt_s`` seconds: start-ups in whole steps, the warm
@@ -591,7 +628,7 @@ class MPCController(Controller):
                       for _, v in all_variants(svc))
         queue = est.signals.queue_length or 0.0
         drain = fastest + max(1, math.ceil(DRAIN_S / dt))  # until new replicas have served a drain period
-        path[:drain] += queue / (drain * dt)
+        path[:drain] += backlog_rps(queue, drain * dt, now_rps)
         return path
 
     # ------------------------------------------------------------------ fleet state
@@ -869,11 +906,13 @@ class MPCController(Controller):
         demand = self.demand(est, svc, max(held, now_rps))  # today's retries are today's load, never held
         weights = {**self.corrected_weights(est, svc, mem, float(demand.min())), **self.role_weights(est, svc)}
         variants = []
+        missing = slo_missed(est.signals.slo_mean_ratio)
         for role, v in all_variants(svc):
             obs = observed(est, v.name)
             w = float(weights.get(v.name, 0.0))
+            held_pool = role is not None and missing  # no pool replica removed while the SLO is missed
             variants.append(plan_variant(v, dt, np.full(self.horizon, w), obs.current, self._ready_by_step(est, v, mem),
-                                         keep=obs.ready if recovering or learning else 0, role=role))
+                                         keep=obs.ready if recovering or learning or held_pool else 0, role=role))
         miss = miss_cost(variants, self.miss_weight)
         if miss is None:
             return hold(current, "hold: no variant can serve within the SLO")
@@ -950,6 +989,7 @@ class MPCController(Controller):
         demand = inputs.service.demand_rps
         steps = plan.replicas[svc.name]
         desired = {name: int(n[0]) for name, n in steps.items()}
+        desired = hold_reversed_downs(desired, current, steps, {v.name for _, v in svc.role_variants()})
         silent = silent_pods(est)
         if silent:  # a ready pod that reports nothing may be serving anything: none goes meanwhile
             desired = {name: max(n, current.get(name, 0)) for name, n in desired.items()}
