@@ -382,22 +382,28 @@ def backlog_rps(queue: float, drain_s: float, rate_rps: float) -> float:
     return min(queue / drain_s, max(rate_rps, queue / BACKLOG_DRAIN_S))
 
 
-def hold_reversed_downs(desired: Mapping[str, int], current: Mapping[str, int], plan: Mapping[str, np.ndarray],
-                        pools: set[str]) -> dict[str, int]:
-    """``desired`` with each scale-down of a pool variant (a name in ``pools``) that the plan itself
-    reverses held at ``current``: one whose planned replicas (``plan``: variant -> replicas per step)
-    come back to today's count at a later step of the horizon.
+def hold_pool_downs(desired: Mapping[str, int], current: Mapping[str, int], plan: Mapping[str, np.ndarray],
+                    unserved: np.ndarray, pools: set[str]) -> dict[str, int]:
+    """``desired`` with each scale-down of a pool variant (a name in ``pools``) held at ``current`` where
+    the plan leaves demand unserved (``unserved``: requests/s per step, any step above 0) or itself
+    reverses the step (``plan``: variant -> replicas per step; back at today's count at a later step).
 
     Hysteresis at a replica boundary: with the demand at one pool's capacity in whole replicas (the
-    fault suite's transfer-slowdown, 8.5-9.2 req/s against five prefill replicas' 9.24), the plan
-    removed a replica and planned it back a few minutes later, every 3 to 6 minutes all run long, one
-    step down falling inside a link slowdown. A step down the plan undoes pays a cold start for minutes
-    of a replica. Aggregated variants are left as planned (their runs were tuned so)."""
+    fault suite's transfer-slowdown: 9.2 req/s against five prefill replicas' 9.24), the plan kept six
+    replicas at no miss for minutes, then, with the same demand now and a forecast a little higher
+    later, removed one and planned 0.42 req/s unserved instead (a miss priced near a replica), and put
+    it back minutes later: every 3 to 6 minutes all run long, one step down falling inside the link
+    slowdown. Removing capacity the plan already misses demand without is a cost trade the forecast's
+    noise flips, not a load change; a step down the plan undoes pays a cold start for minutes of a
+    replica. Aggregated variants are left as planned (their runs were tuned so)."""
     out = dict(desired)
+    misses = bool(np.max(unserved) > 1e-6) if len(unserved) else False
     for name, n in desired.items():
         now = current.get(name, 0)
         steps = plan.get(name)
-        if name in pools and n < now and steps is not None and len(steps) > 1 and float(np.max(steps[1:])) >= now:
+        if name not in pools or n >= now:
+            continue
+        if misses or (steps is not None and len(steps) > 1 and float(np.max(steps[1:])) >= now):
             out[name] = now
     return out
 
@@ -989,7 +995,8 @@ class MPCController(Controller):
         demand = inputs.service.demand_rps
         steps = plan.replicas[svc.name]
         desired = {name: int(n[0]) for name, n in steps.items()}
-        desired = hold_reversed_downs(desired, current, steps, {v.name for _, v in svc.role_variants()})
+        desired = hold_pool_downs(desired, current, steps, plan.unserved_rps[svc.name],
+                                  {v.name for _, v in svc.role_variants()})
         silent = silent_pods(est)
         if silent:  # a ready pod that reports nothing may be serving anything: none goes meanwhile
             desired = {name: max(n, current.get(name, 0)) for name, n in desired.items()}

@@ -1,6 +1,6 @@
 """The rules that keep the PID's and the MPC's prefill/decode pools from the fault suite's harmful actions
 (issue 34's decode-pool-loss and transfer-slowdown): ``controllers.pid_rules.backlog_cap`` and ``slo_hold``,
-``controllers.mpc.backlog_rps`` and ``hold_reversed_downs``, each on hand-built observations; every expected
+``controllers.mpc.backlog_rps`` and ``hold_pool_downs``, each on hand-built observations; every expected
 value is worked out by hand in its comment (PID defaults: kp 0.2, ki 0.005/s, deadband 0.25, error clip 3,
 down gain 0.5, setpoint 0.3, tick 15 s).
 """
@@ -17,7 +17,7 @@ import yaml
 from autoscaler.config import PIDConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.state import PoolObservation, ServiceEstimate, Signals, VariantObservation
-from controllers.mpc import MPCController, backlog_rps, hold_reversed_downs
+from controllers.mpc import MPCController, backlog_rps, hold_pool_downs
 from controllers.pid import PIDController
 from controllers.pid_rules import BACKLOG_DRAIN_S, Load, backlog_cap, slo_hold
 from models.capacity import RequestMix, variant_weights
@@ -138,15 +138,19 @@ def test_the_mpc_plans_a_held_backlog_as_at_most_its_demand_again() -> None:
     assert mpc.decide(est, svc).terms["demand_rps"] == pytest.approx(24.0)
 
 
-def test_a_pool_step_down_the_plan_itself_reverses_is_held() -> None:
+def test_a_pool_step_down_the_plan_reverses_or_pays_for_in_misses_is_held() -> None:
     plan = {"p": np.array([5, 5, 5, 6, 6]), "d": np.array([2, 2, 2, 2, 2]), "a": np.array([1, 1, 2, 2, 2])}
     current = {"p": 6, "d": 3, "a": 2}
     desired = {"p": 5, "d": 2, "a": 1}
+    none = np.zeros(5)
     # p: 6 -> 5 but back at 6 by step 3: held at 6; d: 3 -> 2 for the whole horizon: goes ahead;
     # a (aggregated, not a pool variant): left as planned though the plan reverses it
-    assert hold_reversed_downs(desired, current, plan, {"p", "d"}) == {"p": 6, "d": 2, "a": 1}
+    assert hold_pool_downs(desired, current, plan, none, {"p", "d"}) == {"p": 6, "d": 2, "a": 1}
+    # the same with 0.42 req/s planned unserved at step 4: no pool replica goes
+    misses = np.array([0.0, 0.0, 0.0, 0.0, 0.42])
+    assert hold_pool_downs(desired, current, plan, misses, {"p", "d"}) == {"p": 6, "d": 3, "a": 1}
     # a scale-up is never touched
-    assert hold_reversed_downs({"p": 7}, {"p": 6}, {"p": np.array([7, 6, 6])}, {"p"}) == {"p": 7}
+    assert hold_pool_downs({"p": 7}, {"p": 6}, {"p": np.array([7, 6, 6])}, misses, {"p"}) == {"p": 7}
 
 
 @pytest.mark.parametrize(("slo_ratio", "kept"), [(2.0, True), (0.2, False)])
