@@ -7,17 +7,17 @@ fleet's ``gpu_limits``; with several services,
 ``prepare`` solves them all in one problem first (a quota one service fills is what another does
 without) and each ``decide`` reads its part:
 
-- demand per step (requests/s): the load forecast's ``quantile`` (the forecast stage's path, its
-  90 % interval read as normal: ``mean + z(q) / z(0.95) x (upper - mean)``), or with
-  ``hedge=measured`` the mean path times a hedge measured on this service's own forecast errors
-  (``measured_path``); never below the highest arrival rate of the last ``hold_s`` (300 s, or with
-  ``hedge=measured`` ``measured_hold``'s: a forecast that lags a rise must not cancel it; a fall is
-  followed once it has lasted the hold), plus today's queue spread over the steps until new
-  replicas have run ``DRAIN_S``. Without a forecast yet (the first step of history), or with
-  ``forecast=last``, that rate for every step; with ``forecast=perfect`` (simulation only), the
+- demand per step (requests/s): the load forecast's ``quantile`` (the forecast stage's path, its 90 %
+  interval read as normal: ``mean + z(q) / z(0.95) x (upper - mean)``), or with ``hedge=measured`` the
+  mean path times a hedge measured on this service's own forecast errors (``measured_path``); never
+  below the highest arrival rate of the last ``hold_s`` (300 s, or with ``hedge=measured``
+  ``measured_hold``'s: a forecast that lags a rise must not cancel it; a fall is followed once it has
+  lasted the hold), plus today's queue spread over the steps until new replicas have run ``DRAIN_S``, at
+  most doubling the demand (``backlog_rps``). Without a forecast yet (the first step of history), or
+  with ``forecast=last``, that rate for every step; with ``forecast=perfect`` (simulation only), the
   trace's true demand per step. The rates held are the gateway's arrivals less the retries of the
-  attempts it shed (``controllers.admission.new_demand_rps``): today's retries are load to serve
-  today, but a shed request sent again is one request, and retries end with the shedding;
+  attempts it shed (``controllers.admission.new_demand_rps``): today's retries are load to serve today,
+  but a shed request sent again is one request, and retries end with the shedding;
 - capacity per replica (requests/s at the interactive SLO, ``models.capacity``) for the mix the
   registry calibrated on (the trace's in simulation, the fleet file's ``typical_request`` live), or
   with ``mix=forecast`` that mix scaled to the forecast lengths at the predicted prefix-cache hit rate;
@@ -28,7 +28,10 @@ without) and each ``decide`` reads its part:
 - no ready replica is removed before the controller has seen ``hold_s`` of arrival rates (its first
   window is all it knows of the load), nor while the service recovers from a loss;
 - a service that lost replicas it did not ask to remove (a crash, an eviction) is recovering for a
-  cold start plus the guard's cool-down: meanwhile no plan removes a ready replica;
+  cold start plus the guard's cool-down: meanwhile no plan removes a ready replica; nor a ready pool
+  replica while the service misses its SLO (``controllers.pid_rules.slo_missed``), and a pool's step
+  down is held where the plan leaves demand unserved, plans the replica back, or leaves the pool under
+  1.25 x the pools' peak demand (``hold_pool_downs``: hysteresis at a replica boundary);
 - costs: GPU $/hour, ``miss_weight`` times the dearest variant's $ per request served for each
   request of demand left unserved, and a cold start's GPU time per replica started;
 - with ``shed=1``, admission in the same problem (issue 29): the sheddable priority's share of
@@ -96,7 +99,7 @@ from controllers.admission import (
     wait_budgets,
 )
 from controllers.base import Controller, Decision, Gauge, change_reason, hold, silent_pods
-from controllers.pid_rules import BACKLOG_DRAIN_S, slo_missed
+from controllers.pid_rules import BACKLOG_DRAIN_S, DOWN_DEMAND_FLOOR, slo_missed
 from controllers.roles import ratio_reachable
 from models.capacity import (
     UNSERVABLE_SHARE,
@@ -383,28 +386,44 @@ def backlog_rps(queue: float, drain_s: float, rate_rps: float) -> float:
 
 
 def hold_pool_downs(desired: Mapping[str, int], current: Mapping[str, int], plan: Mapping[str, np.ndarray],
-                    unserved: np.ndarray, pools: set[str]) -> dict[str, int]:
-    """``desired`` with each scale-down of a pool variant (a name in ``pools``) held at ``current`` where
-    the plan leaves demand unserved (``unserved``: requests/s per step, any step above 0) or itself
-    reverses the step (``plan``: variant -> replicas per step; back at today's count at a later step).
+                    unserved: np.ndarray, pools: Mapping[str, str], capacity: Mapping[str, float],
+                    pd_peak_rps: float | None) -> dict[str, int]:
+    """``desired`` with each pool's scale-down held at ``current`` (every variant of the pool that would
+    go down) where the plan leaves demand unserved at any step, plans one of the pool's variants back to
+    today's count at a later step, or leaves the pool less than ``DOWN_DEMAND_FLOOR`` x the peak demand
+    its pools serve over the horizon.
 
-    Hysteresis at a replica boundary: with the demand at one pool's capacity in whole replicas (the
-    fault suite's transfer-slowdown: 9.2 req/s against five prefill replicas' 9.24), the plan kept six
-    replicas at no miss for minutes, then, with the same demand now and a forecast a little higher
-    later, removed one and planned 0.42 req/s unserved instead (a miss priced near a replica), and put
-    it back minutes later: every 3 to 6 minutes all run long, one step down falling inside the link
-    slowdown. Removing capacity the plan already misses demand without is a cost trade the forecast's
-    noise flips, not a load change; a step down the plan undoes pays a cold start for minutes of a
-    replica. Aggregated variants are left as planned (their runs were tuned so)."""
+    Args:
+        desired, current: variant -> replicas the plan asks for now, and today's.
+        plan: variant -> the plan's replicas per step, shape (H,).
+        unserved: the plan's unserved demand per step, requests/s, shape (H,).
+        pools: pool variant -> its role (``prefill`` or ``decode``); the variants not in it are aggregated
+            and left as planned (their runs were tuned so).
+        capacity: variant -> one replica's requests/s as planned.
+        pd_peak_rps: the highest demand the plan gives the pools over the horizon (``Plan.pd_rps``), None
+            when unknown (no margin rule then).
+
+    Hysteresis at a replica boundary (``DOWN_DEMAND_FLOOR``, 1.25: the PID's operating ratio at its
+    setpoint, ``controllers.pid_rules``): with the demand at one pool's capacity in whole replicas (the
+    fault suite's transfer-slowdown: 8.5-9.2 req/s against five prefill replicas' 9.24), the plan went
+    5 -> 6 -> 5 every 3 to 6 minutes all run long, a step down falling inside the link slowdown, with
+    the SLO already slipping. It kept six replicas at no miss, then removed one with the same demand
+    now and planned 0.42 req/s unserved instead (a miss priced near a replica), or removed one for a
+    horizon's peak 5 % under the five replicas' capacity. A pool goes down only with a quarter of room.
+    """
     out = dict(desired)
     misses = bool(np.max(unserved) > 1e-6) if len(unserved) else False
-    for name, n in desired.items():
-        now = current.get(name, 0)
-        steps = plan.get(name)
-        if name not in pools or n >= now:
+    for role in sorted(set(pools.values())):
+        names = [n for n, r in pools.items() if r == role and n in desired]
+        after = sum(desired[n] * capacity.get(n, 0.0) for n in names)
+        before = sum(current.get(n, 0) * capacity.get(n, 0.0) for n in names)
+        if not names or after >= before - 1e-9:
             continue
-        if misses or (steps is not None and len(steps) > 1 and float(np.max(steps[1:])) >= now):
-            out[name] = now
+        back = any((steps := plan.get(n)) is not None and len(steps) > 1 and desired[n] < current.get(n, 0)
+                   and float(np.max(steps[1:])) >= current.get(n, 0) for n in names)
+        narrow = pd_peak_rps is not None and after < DOWN_DEMAND_FLOOR * pd_peak_rps
+        if misses or back or narrow:
+            out.update({n: max(desired[n], current.get(n, 0)) for n in names})
     return out
 
 
@@ -995,8 +1014,11 @@ class MPCController(Controller):
         demand = inputs.service.demand_rps
         steps = plan.replicas[svc.name]
         desired = {name: int(n[0]) for name, n in steps.items()}
+        pools_rps = plan.pd_rps.get(svc.name)
         desired = hold_pool_downs(desired, current, steps, plan.unserved_rps[svc.name],
-                                  {v.name for _, v in svc.role_variants()})
+                                  {v.name: role for role, v in svc.role_variants()},
+                                  {v.name: float(v.capacity_rps[0]) for v in inputs.service.variants},
+                                  None if pools_rps is None else float(np.max(pools_rps)))
         silent = silent_pods(est)
         if silent:  # a ready pod that reports nothing may be serving anything: none goes meanwhile
             desired = {name: max(n, current.get(name, 0)) for name, n in desired.items()}

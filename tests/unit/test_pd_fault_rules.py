@@ -45,7 +45,7 @@ def estimate(t: float, service: Signals, prefill: PoolObservation, decode: PoolO
 
 
 def pool(role: str, name: str, ready: int, **signals: float) -> PoolObservation:
-    return PoolObservation(role, Signals(**signals), {name: VariantObservation(ready, 0)})
+    return PoolObservation(role, Signals.of(signals), {name: VariantObservation(ready, 0)})
 
 
 LOAD = Load(capacity_rps=12.0, ready_capacity_rps=12.0, out_max=96.0, served_rps=1.0, arrivals_rps=12.0,
@@ -138,19 +138,26 @@ def test_the_mpc_plans_a_held_backlog_as_at_most_its_demand_again() -> None:
     assert mpc.decide(est, svc).terms["demand_rps"] == pytest.approx(24.0)
 
 
-def test_a_pool_step_down_the_plan_reverses_or_pays_for_in_misses_is_held() -> None:
+def test_a_pool_step_down_the_plan_reverses_pays_for_in_misses_or_leaves_no_room_is_held() -> None:
     plan = {"p": np.array([5, 5, 5, 6, 6]), "d": np.array([2, 2, 2, 2, 2]), "a": np.array([1, 1, 2, 2, 2])}
     current = {"p": 6, "d": 3, "a": 2}
     desired = {"p": 5, "d": 2, "a": 1}
+    roles = {"p": "prefill", "d": "decode"}
+    cap = {"p": 1.848, "d": 3.82, "a": 5.0}
     none = np.zeros(5)
-    # p: 6 -> 5 but back at 6 by step 3: held at 6; d: 3 -> 2 for the whole horizon: goes ahead;
-    # a (aggregated, not a pool variant): left as planned though the plan reverses it
-    assert hold_pool_downs(desired, current, plan, none, {"p", "d"}) == {"p": 6, "d": 2, "a": 1}
+    # p: 6 -> 5 but back at 6 by step 3: held at 6; d: 3 -> 2 (7.64 req/s left >= 1.25 x 6 = 7.5) for the
+    # whole horizon: goes ahead; a (aggregated): left as planned though the plan reverses it
+    assert hold_pool_downs(desired, current, plan, none, roles, cap, 6.0) == {"p": 6, "d": 2, "a": 1}
     # the same with 0.42 req/s planned unserved at step 4: no pool replica goes
     misses = np.array([0.0, 0.0, 0.0, 0.0, 0.42])
-    assert hold_pool_downs(desired, current, plan, misses, {"p", "d"}) == {"p": 6, "d": 3, "a": 1}
+    assert hold_pool_downs(desired, current, plan, misses, roles, cap, 6.0) == {"p": 6, "d": 3, "a": 1}
+    # transfer-slowdown's prefill: 6 -> 5 for good, 5 x 1.848 = 9.24 req/s left against a peak of 8.8:
+    # under 1.25 x 8.8 = 11, held; against a peak of 7.0 (8.75 needed) it goes ahead
+    flat = {"p": np.full(5, 5)}
+    assert hold_pool_downs({"p": 5}, {"p": 6}, flat, none, {"p": "prefill"}, cap, 8.8) == {"p": 6}
+    assert hold_pool_downs({"p": 5}, {"p": 6}, flat, none, {"p": "prefill"}, cap, 7.0) == {"p": 5}
     # a scale-up is never touched
-    assert hold_pool_downs({"p": 7}, {"p": 6}, {"p": np.array([7, 6, 6])}, misses, {"p"}) == {"p": 7}
+    assert hold_pool_downs({"p": 7}, {"p": 6}, {"p": np.array([7, 6, 6])}, misses, roles, cap, 20.0) == {"p": 7}
 
 
 @pytest.mark.parametrize(("slo_ratio", "kept"), [(2.0, True), (0.2, False)])
