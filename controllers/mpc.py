@@ -378,7 +378,7 @@ def backlog_rps(queue: float, drain_s: float, rate_rps: float) -> float:
     busy minute; a backlog the gateway held through an outage is minutes of arrivals, and spread over
     150 s it asked for two to three times the demand (the fault suite's decode-pool-loss: 3,500 requests
     at 12 req/s planned as 29-36 req/s, past the suite's ``overshoot``). Capped, a backlog at most doubles
-    the demand planned, and one of a cold start's arrivals or more drains in about a cold start.
+    the demand planned, and a backlog of more than a cold start's arrivals drains in about a cold start.
     """
     if queue <= 0 or drain_s <= 0:
         return 0.0
