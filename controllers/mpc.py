@@ -7,17 +7,17 @@ fleet's ``gpu_limits``; with several services,
 ``prepare`` solves them all in one problem first (a quota one service fills is what another does
 without) and each ``decide`` reads its part:
 
-- demand per step (requests/s): the load forecast's ``quantile`` (the forecast stage's path, its
-  90 % interval read as normal: ``mean + z(q) / z(0.95) x (upper - mean)``), or with
-  ``hedge=measured`` the mean path times a hedge measured on this service's own forecast errors
-  (``measured_path``); never below the highest arrival rate of the last ``hold_s`` (300 s, or with
-  ``hedge=measured`` ``measured_hold``'s: a forecast that lags a rise must not cancel it; a fall is
-  followed once it has lasted the hold), plus today's queue spread over the steps until new
-  replicas have run ``DRAIN_S``. Without a forecast yet (the first step of history), or with
-  ``forecast=last``, that rate for every step; with ``forecast=perfect`` (simulation only), the
+- demand per step (requests/s): the load forecast's ``quantile`` (the forecast stage's path, its 90 %
+  interval read as normal: ``mean + z(q) / z(0.95) x (upper - mean)``), or with ``hedge=measured`` the
+  mean path times a hedge measured on this service's own forecast errors (``measured_path``); never
+  below the highest arrival rate of the last ``hold_s`` (300 s, or with ``hedge=measured``
+  ``measured_hold``'s: a forecast that lags a rise must not cancel it; a fall is followed once it has
+  lasted the hold), plus today's queue spread over the steps until new replicas have run ``DRAIN_S``, at
+  most doubling the demand (``backlog_rps``). Without a forecast yet (the first step of history), or
+  with ``forecast=last``, that rate for every step; with ``forecast=perfect`` (simulation only), the
   trace's true demand per step. The rates held are the gateway's arrivals less the retries of the
-  attempts it shed (``controllers.admission.new_demand_rps``): today's retries are load to serve
-  today, but a shed request sent again is one request, and retries end with the shedding;
+  attempts it shed (``controllers.admission.new_demand_rps``): today's retries are load to serve today,
+  but a shed request sent again is one request, and retries end with the shedding;
 - capacity per replica (requests/s at the interactive SLO, ``models.capacity``) for the mix the
   registry calibrated on (the trace's in simulation, the fleet file's ``typical_request`` live), or
   with ``mix=forecast`` that mix scaled to the forecast lengths at the predicted prefix-cache hit rate;
@@ -28,7 +28,10 @@ without) and each ``decide`` reads its part:
 - no ready replica is removed before the controller has seen ``hold_s`` of arrival rates (its first
   window is all it knows of the load), nor while the service recovers from a loss;
 - a service that lost replicas it did not ask to remove (a crash, an eviction) is recovering for a
-  cold start plus the guard's cool-down: meanwhile no plan removes a ready replica;
+  cold start plus the guard's cool-down: meanwhile no plan removes a ready replica; nor a ready pool
+  replica while the service misses its SLO (``controllers.pid_rules.slo_missed``), and a pool's step
+  down is held where the plan leaves demand unserved, plans the replica back, or leaves the pool under
+  1.25 x the pools' peak demand (``hold_pool_downs``: hysteresis at a replica boundary);
 - costs: GPU $/hour, ``miss_weight`` times the dearest variant's $ per request served for each
   request of demand left unserved, and a cold start's GPU time per replica started;
 - with ``shed=1``, admission in the same problem (issue 29): the sheddable priority's share of
@@ -96,6 +99,7 @@ from controllers.admission import (
     wait_budgets,
 )
 from controllers.base import Controller, Decision, Gauge, change_reason, hold, silent_pods
+from controllers.pid_rules import BACKLOG_DRAIN_S, DOWN_DEMAND_FLOOR, slo_missed
 from controllers.roles import ratio_reachable
 from models.capacity import (
     UNSERVABLE_SHARE,
@@ -367,6 +371,64 @@ def every_current(est: ServiceEstimate) -> dict[str, int]:
     return {**est.current, **est.pool_current}
 
 
+def backlog_rps(queue: float, drain_s: float, rate_rps: float) -> float:
+    """Requests/s the plan adds to each of its first ``drain_s`` seconds to drain today's ``queue``
+    (requests): ``queue / drain_s``, but at most the larger of ``rate_rps`` (the demand held now) and
+    ``queue / BACKLOG_DRAIN_S`` (a cold start's drain).
+
+    ``drain_s`` is a warm start plus ``DRAIN_S`` (150 s on the shipped fleets), right for the queue of a
+    busy minute; a backlog the gateway held through an outage is minutes of arrivals, and spread over
+    150 s it asked for two to three times the demand (the fault suite's decode-pool-loss: 3,500 requests
+    at 12 req/s planned as 29-36 req/s, past the suite's ``overshoot``). Capped, a backlog at most doubles
+    the demand planned, and a backlog of more than a cold start's arrivals drains in about a cold start.
+    """
+    if queue <= 0 or drain_s <= 0:
+        return 0.0
+    return min(queue / drain_s, max(rate_rps, queue / BACKLOG_DRAIN_S))
+
+
+def hold_pool_downs(desired: Mapping[str, int], current: Mapping[str, int], plan: Mapping[str, np.ndarray],
+                    unserved: np.ndarray, pools: Mapping[str, str], capacity: Mapping[str, float],
+                    pd_peak_rps: float | None) -> dict[str, int]:
+    """``desired`` with each pool's scale-down held at ``current`` (every variant of the pool that would
+    go down) where the plan leaves demand unserved at any step, plans one of the pool's variants back to
+    today's count at a later step, or leaves the pool less than ``DOWN_DEMAND_FLOOR`` x the peak demand
+    its pools serve over the horizon.
+
+    Args:
+        desired, current: variant -> replicas the plan asks for now, and today's.
+        plan: variant -> the plan's replicas per step, shape (H,).
+        unserved: the plan's unserved demand per step, requests/s, shape (H,).
+        pools: pool variant -> its role (``prefill`` or ``decode``); the variants not in it are aggregated
+            and left as planned (their runs were tuned so).
+        capacity: variant -> one replica's requests/s as planned.
+        pd_peak_rps: the highest demand the plan gives the pools over the horizon (``Plan.pd_rps``), None
+            when unknown (no margin rule then).
+
+    Hysteresis at a replica boundary (``DOWN_DEMAND_FLOOR``, 1.25: the PID's operating ratio at its
+    setpoint, ``controllers.pid_rules``): with the demand at one pool's capacity in whole replicas (the
+    fault suite's transfer-slowdown: 8.5-9.2 req/s against five prefill replicas' 9.24), the plan went
+    5 -> 6 -> 5 every 3 to 6 minutes all run long, a step down falling inside the link slowdown, with
+    the SLO already slipping. It kept six replicas at no miss, then removed one with the same demand
+    now and planned 0.42 req/s unserved instead (a miss priced near a replica), or removed one for a
+    horizon's peak 5 % under the five replicas' capacity. A pool goes down only with a quarter of room.
+    """
+    out = dict(desired)
+    misses = bool(np.max(unserved) > 1e-6) if len(unserved) else False
+    for role in sorted(set(pools.values())):
+        names = [n for n, r in pools.items() if r == role and n in desired]
+        after = sum(desired[n] * capacity.get(n, 0.0) for n in names)
+        before = sum(current.get(n, 0) * capacity.get(n, 0.0) for n in names)
+        if not names or after >= before - 1e-9:
+            continue
+        back = any((steps := plan.get(n)) is not None and len(steps) > 1 and desired[n] < current.get(n, 0)
+                   and float(np.max(steps[1:])) >= current.get(n, 0) for n in names)
+        narrow = pd_peak_rps is not None and after < DOWN_DEMAND_FLOOR * pd_peak_rps
+        if misses or back or narrow:
+            out.update({n: max(desired[n], current.get(n, 0)) for n in names})
+    return out
+
+
 def plan_variant(v: Variant, dt_s: float, capacity_rps: np.ndarray, current: int, ready: np.ndarray,
                  keep: int = 0, role: str | None = None) -> PlanVariant:
     """``v`` as the planner sees it with steps of ``dt_s`` seconds: start-ups in whole steps, the warm
@@ -593,7 +655,7 @@ class MPCController(Controller):
                       for _, v in all_variants(svc))
         queue = est.signals.queue_length or 0.0
         drain = fastest + max(1, math.ceil(DRAIN_S / dt))  # until new replicas have served a drain period
-        path[:drain] += queue / (drain * dt)
+        path[:drain] += backlog_rps(queue, drain * dt, now_rps)
         return path
 
     # ------------------------------------------------------------------ fleet state
@@ -882,11 +944,13 @@ class MPCController(Controller):
         demand = self.demand(est, svc, max(held, now_rps))  # today's retries are today's load, never held
         weights = {**self.corrected_weights(est, svc, mem, float(demand.min())), **self.role_weights(est, svc)}
         variants = []
+        missing = slo_missed(est.signals.slo_mean_ratio)
         for role, v in all_variants(svc):
             obs = observed(est, v.name)
             w = float(weights.get(v.name, 0.0))
+            held_pool = role is not None and missing  # no pool replica removed while the SLO is missed
             variants.append(plan_variant(v, dt, np.full(self.horizon, w), obs.current, self._ready_by_step(est, v, mem),
-                                         keep=obs.ready if recovering or learning else 0, role=role))
+                                         keep=obs.ready if recovering or learning or held_pool else 0, role=role))
         miss = miss_cost(variants, self.miss_weight)
         if miss is None:
             return hold(current, "hold: no variant can serve within the SLO")
@@ -963,6 +1027,11 @@ class MPCController(Controller):
         demand = inputs.service.demand_rps
         steps = plan.replicas[svc.name]
         desired = {name: int(n[0]) for name, n in steps.items()}
+        pools_rps = plan.pd_rps.get(svc.name)
+        desired = hold_pool_downs(desired, current, steps, plan.unserved_rps[svc.name],
+                                  {v.name: role for role, v in svc.role_variants()},
+                                  {v.name: float(v.capacity_rps[0]) for v in inputs.service.variants},
+                                  None if pools_rps is None else float(np.max(pools_rps)))
         silent = silent_pods(est)
         if silent:  # a ready pod that reports nothing may be serving anything: none goes meanwhile
             desired = {name: max(n, current.get(name, 0)) for name, n in desired.items()}

@@ -58,6 +58,11 @@ pods (``ServiceEstimate.pools``):
   setpoint at ``DECODE_KV_SETPOINT``); those known when some are not;
 * the rules read the pool's queue, running requests, completions and starting replicas, and the
   gateway's arrivals (the capacities are rates of the whole mix, so the arrivals are the demand of both);
+* two rules for pools only (``controllers.pid_rules``): ``backlog_cap`` sizes a scale-up for the arrivals
+  plus the service's backlog drained over a cold start, not for the backlog as steady demand (a pool's
+  completions fall when the other pool stalls, and the released backlog then reads as a four-fold
+  overload); ``slo_hold`` removes no pool replica while the service's ``slo_mean_ratio`` is at or above 1
+  (a pool's own signal can be calm while the service misses its SLO);
 * then the ratio guard (``controllers.roles.enforce_ratio``, Kthena's rule) keeps prefill / decode
   replicas within ``roles.ratio`` when the fleet file sets it, a pool's new total placed on its
   variants by ``controllers.baselines.common.place_count``.
@@ -90,6 +95,7 @@ from controllers.pid_rules import (
     Load,
     ReadyHistory,
     against_error,
+    backlog_cap,
     demand_cap,
     demand_floor,
     overload_target,
@@ -97,6 +103,7 @@ from controllers.pid_rules import (
     record_queue,
     record_ready,
     served_capacity,
+    slo_hold,
 )
 from controllers.roles import DECODE, PREFILL, ROLES, enforce_ratio, pool_service, pool_variants
 from controllers.split import capacity_of, split_capacity
@@ -402,10 +409,12 @@ class PIDController(Controller):
                                          for p in est.pods),
             warm_start_s=min(v.startup_warm_s for v in variants), served_capacity_rps=served_capacity(ready, w))
         state = replace(state, queue_history=load.history, ready_history=ready)
-        target = demand_floor(demand_cap(overload_target(u, terms.error, pid.error_clip, load), load), load)
+        backlog = est.signals.queue_length  # the service's: gateway and both pools (each request passes both)
+        target = demand_floor(backlog_cap(demand_cap(overload_target(u, terms.error, pid.error_clip, load), load),
+                                          load, backlog), load)
         desired = split_capacity(target, variants, current, w)
         change = capacity_of(desired, w) - cap
-        held = against_error(change, terms.error, load)
+        held = against_error(change, terms.error, load) or slo_hold(change, est.signals.slo_mean_ratio)
         if held is not None:
             desired, change = dict(current), 0.0
         state = replace(state, integral=reanchor(state.integral, terms.error, held is not None, cap,

@@ -8,6 +8,10 @@ service's target capacity, requests/s):
 2. ``demand_cap``: a scale-up asks for at most ``STARTING_DEMAND_CAP`` x the demand while capacity is
    settling or the queue is not growing;
 3. ``demand_floor``: a scale-down leaves at least ``DOWN_DEMAND_FLOOR`` x the arrivals;
+   (a prefill or decode pool's loop also runs ``backlog_cap`` after ``demand_cap``: a scale-up sized
+   for the arrivals plus the service's backlog drained over ``BACKLOG_DRAIN_S``, not for the backlog
+   as steady demand; and ``slo_hold`` after ``against_error``: no scale-down of a pool while the
+   service misses its SLO)
 4. (the target is split into replicas per variant, ``controllers.split``)
 5. ``against_error``: never move against the error's sign, nor scale up with nothing to serve or a
    backlog that drains before a replica could start (returns why, or None);
@@ -37,6 +41,19 @@ QUEUE_NOISE = 0.1
 """A queue that grows by at most one request plus this share of the running ones over the lookback
 is noise, not a growing queue (the fault suite's prefill-sinusoid: one more waiting request lifted
 the demand cap while the window still showed a drained backlog)."""
+
+BACKLOG_DRAIN_S = 300.0
+"""Seconds over which a pool's loop plans to drain the service's backlog (``backlog_cap``): one cold
+start (``startup_cold_s`` of every shipped fleet file, 300 s), so replicas ordered now arrive while the
+backlog is still there to serve. The fault suite's decode-pool-loss: the gateway held about 3,500
+requests (300 s x 12 req/s) until the lost decode replicas were back, and the pools' loops read the
+released backlog at the error clip as an overload of four times their capacity (prefill 2 -> 8,
+decode 3 -> 10 at 12 req/s: more than twice the demand)."""
+
+SLO_MISSED_RATIO = 1.0
+"""``slo_mean_ratio`` (the larger of mean TTFT / TTFT SLO and mean TPOT / ITL SLO, interactive) at or
+above which the service misses its SLO (``slo_hold``): the mean at the target, so at least a large share
+of the requests miss it (the PID's setpoint, 0.3, is where they meet it)."""
 
 History = tuple[tuple[float, float], ...]
 """``(time s, queue length)`` samples, oldest first."""
@@ -183,6 +200,45 @@ def demand_floor(u: float, load: Load) -> float:
     if u >= load.capacity_rps or not load.arrivals_rps:
         return u
     return max(u, min(DOWN_DEMAND_FLOOR * load.arrivals_rps, load.capacity_rps))
+
+
+def backlog_cap(u: float, load: Load, backlog: float | None) -> float:
+    """A scale-up (``u`` above the capacity) cut to ``DOWN_DEMAND_FLOOR`` x the arrivals plus
+    ``backlog / BACKLOG_DRAIN_S``, never below the capacity; ``u`` unchanged without known, non-zero
+    arrivals or a known backlog.
+
+    For a prefill or decode pool: its completions fall when the other pool stalls (no hand-over while
+    the decode pool is lost), so the overload factor (arrivals over completions) reads the other
+    pool's fault as this pool's overload, and the backlog released when it ends as steady demand.
+    The arrivals are the demand of both pools (each request passes both), the backlog what must be
+    drained on top; a backlog that keeps growing lifts the cap with it, so a capacity model wrong
+    about a GPU cannot hold the pool below its need for good.
+
+    Args:
+        u: the target, requests/s of capacity.
+        load: the tick's ``Load`` (its capacity and arrivals).
+        backlog: requests waiting in the whole service (gateway and every pool), None when unknown.
+    """
+    if u <= load.capacity_rps or not load.arrivals_rps or backlog is None:
+        return u
+    return max(min(u, DOWN_DEMAND_FLOOR * load.arrivals_rps + backlog / BACKLOG_DRAIN_S), load.capacity_rps)
+
+
+def slo_missed(slo_ratio: float | None) -> bool:
+    """Whether a service's ``slo_mean_ratio`` says it misses its SLO: known and at or above
+    ``SLO_MISSED_RATIO``."""
+    return slo_ratio is not None and slo_ratio >= SLO_MISSED_RATIO
+
+
+def slo_hold(change_rps: float, slo_ratio: float | None) -> str | None:
+    """Why a pool's scale-down of ``change_rps`` (< 0) is held, or None: the service's ``slo_mean_ratio``
+    is at or above ``SLO_MISSED_RATIO``. A pool's own signal can read calm while the service misses its
+    SLO (the prefill pool idles while the decode pool is lost; it drains the released backlog fast while
+    the requests' TTFT still counts their wait), and a replica removed then is missing when the backlog
+    reaches it. Unknown (None): not held (no signal to hold on; the pool's own rules still apply)."""
+    if change_rps >= 0 or not slo_missed(slo_ratio):
+        return None
+    return f"the service misses its SLO (slo_mean_ratio {slo_ratio:.3g})"
 
 
 def against_error(change_rps: float, error: float, load: Load) -> str | None:

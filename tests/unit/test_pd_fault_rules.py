@@ -1,0 +1,183 @@
+"""The rules that keep the PID's and the MPC's prefill/decode pools from the fault suite's harmful actions
+(issue 34's decode-pool-loss and transfer-slowdown): ``controllers.pid_rules.backlog_cap`` and ``slo_hold``,
+``controllers.mpc.backlog_rps`` and ``hold_pool_downs``, each on hand-built observations; every expected
+value is worked out by hand in its comment (PID defaults: kp 0.2, ki 0.005/s, deadband 0.25, error clip 3,
+down gain 0.5, setpoint 0.3, tick 15 s).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from autoscaler.config import PIDConfig
+from autoscaler.config.loading import parse_config
+from autoscaler.state import PoolObservation, ServiceEstimate, Signals, VariantObservation
+from controllers.mpc import MPCController, backlog_rps, hold_pool_downs
+from controllers.pid import PIDController
+from controllers.pid_rules import BACKLOG_DRAIN_S, Load, backlog_cap, slo_hold
+from models.capacity import RequestMix, variant_weights
+
+SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fleet-pd.yaml"
+
+
+def variant(name: str, current: int, hi: int = 16) -> dict[str, Any]:
+    return {"name": name, "gpu": "H100-SXM", "price_per_gpu_hour": 2.0, "min_replicas": 1, "max_replicas": hi,
+            "initial_replicas": current, "kv_cache_tokens": 400_000, "profile": "llama-3-8b/h100-sxm"}
+
+
+def pd_service(current: int = 2) -> Any:
+    roles = {"prefill": [variant("p", current)], "decode": [variant("d", current)]}
+    doc = {"services": [{"name": "svc", "model": "m", "slo": SLO, "variants": [], "roles": roles}],
+           "controller": {"tick_s": 15, "window_s": 60}}
+    return parse_config(doc, "<pd>").services[0]
+
+
+def estimate(t: float, service: Signals, prefill: PoolObservation, decode: PoolObservation,
+             w_p: float = 6.0, w_d: float = 6.0) -> ServiceEstimate:
+    return ServiceEstimate("svc", t, service, {}, {}, False, 0.0, 0.0, 0,
+                           pools={"prefill": prefill, "decode": decode}, pool_weights={"p": w_p, "d": w_d})
+
+
+def pool(role: str, name: str, ready: int, **signals: float) -> PoolObservation:
+    return PoolObservation(role, Signals.of(signals), {name: VariantObservation(ready, 0)})
+
+
+LOAD = Load(capacity_rps=12.0, ready_capacity_rps=12.0, out_max=96.0, served_rps=1.0, arrivals_rps=12.0,
+            shedding=False, history=(), running=2.0, queue=2700.0, settling=False, warm_start_s=90.0)
+
+
+@pytest.mark.parametrize(("u", "arrivals", "backlog", "expected"), [
+    (48.0, 12.0, 2700.0, 24.0),   # 1.25 x 12 + 2700 / 300 = 15 + 9 = 24
+    (20.0, 12.0, 2700.0, 20.0),   # under the cap: unchanged
+    (48.0, 12.0, 0.0, 15.0),      # no backlog: 1.25 x the arrivals
+    (48.0, 4.0, 0.0, 12.0),       # 1.25 x 4 = 5, never below the capacity (12)
+    (48.0, 12.0, None, 48.0),     # backlog unknown: unchanged
+    (48.0, None, 2700.0, 48.0),   # arrivals unknown: unchanged
+    (10.0, 12.0, 2700.0, 10.0),   # not a scale-up: unchanged
+])
+def test_backlog_cap_by_hand(u: float, arrivals: float | None, backlog: float | None, expected: float) -> None:
+    from dataclasses import replace
+    assert BACKLOG_DRAIN_S == 300.0
+    assert backlog_cap(u, replace(LOAD, arrivals_rps=arrivals), backlog) == pytest.approx(expected)
+
+
+def test_a_pool_sizes_a_released_backlog_as_drained_over_a_cold_start_not_as_steady_demand() -> None:
+    # The decode pool was lost: the prefill pool (2 replicas of 6 req/s) completes 1 req/s while 12 arrive,
+    # and the backlog released at its end floods it. Tick 1 (t 100, queue 2000): prefill TTFT 7.08 / 2 =
+    # 3.54 -> e clipped at 3; P = 0.2 x 12 x 3 = 7.2, I = 12 + 0.005 x 12 x 3 x 15 = 14.7, u = 21.9; one
+    # queue sample (factor unknown), demand cap 1.5 x 12 = 18; backlog cap 15 + 2000/300 = 21.67 -> 18,
+    # ceil(18 / 6) = 3. Tick 2 (t 115, queue 2700: +700 in 15 s, growing, so no demand cap): I = 15.6,
+    # u = 22.8; overload factor (1 + 46.7) / 1 capped at 4 -> 4 x 12 = 48 (8 replicas, the run's 2 -> 8);
+    # the backlog cap: 1.25 x 12 + 2700 / 300 = 24 -> 4 replicas.
+    svc = pd_service()
+    pid = PIDController(PIDConfig(), 15.0, 60.0)
+    decode = pool("decode", "d", 2, tpot_mean_s=0.03)  # 0.3: at the setpoint, inside the deadband
+    for t, queue, want in ((100.0, 2000.0, 3), (115.0, 2700.0, 4)):
+        service = Signals(arrival_rate_rps=12.0, queue_length=queue)
+        prefill = pool("prefill", "p", 2, ttft_mean_s=7.08, queue_length=queue, running=2.0, request_rate_rps=1.0)
+        d = pid.decide(estimate(t, service, prefill, decode), svc)
+        assert d.desired == {"p": want, "d": 2}, t
+    assert d.terms["prefill_target_capacity_rps"] == pytest.approx(24.0)
+
+
+def test_slo_hold_by_hand() -> None:
+    assert slo_hold(-6.0, 1.5) is not None      # a scale-down while the mean is 1.5 x the SLO: held
+    assert slo_hold(-6.0, 1.0) is not None      # at the SLO: held
+    assert slo_hold(-6.0, 0.99) is None         # under it: goes ahead
+    assert slo_hold(-6.0, None) is None         # unknown: the pool's own rules decide
+    assert slo_hold(6.0, 5.0) is None           # a scale-up is never held here
+
+
+@pytest.mark.parametrize(("slo_ratio", "want"), [(1.5, 8), (0.2, 7)])
+def test_no_pool_replica_goes_while_the_service_misses_its_slo(slo_ratio: float, want: int) -> None:
+    # The prefill pool drains fast (TTFT ~0 -> e = -1): 8 replicas of 6 req/s = 48; P = 0.2 x 48 x -1 x 0.5
+    # = -4.8, I = 48 - 0.005 x 48 x 0.5 x 15 = 46.2, u = 41.4 -> ceil(41.4 / 6) = 7. The service's mean
+    # latency 1.5 x its SLO (the backlog's wait): held at 8; at 0.2 the step down goes ahead.
+    svc = pd_service(8)
+    pid = PIDController(PIDConfig(), 15.0, 60.0)
+    service = Signals(slo_mean_ratio=slo_ratio)
+    d = pid.decide(estimate(100.0, service, pool("prefill", "p", 8, ttft_mean_s=0.0), pool("decode", "d", 8)), svc)
+    assert d.desired["p"] == want
+    assert ("misses its SLO" in d.reason) == (want == 8)
+
+
+@pytest.mark.parametrize(("queue", "drain_s", "rate", "expected"), [
+    (3600.0, 150.0, 12.0, 12.0),   # 3600 / 150 = 24, capped at max(12, 3600 / 300 = 12) = 12
+    (3600.0, 150.0, 4.0, 12.0),    # 24 capped at max(4, 12) = 12: drained over a cold start
+    (60.0, 150.0, 12.0, 0.4),      # a busy minute's queue: 60 / 150, unchanged
+    (3600.0, 360.0, 12.0, 10.0),   # 3600 / 360 = 10 under the cap: unchanged
+    (0.0, 150.0, 12.0, 0.0),
+])
+def test_backlog_rps_by_hand(queue: float, drain_s: float, rate: float, expected: float) -> None:
+    assert backlog_rps(queue, drain_s, rate) == pytest.approx(expected)
+
+
+def test_the_mpc_plans_a_held_backlog_as_at_most_its_demand_again() -> None:
+    # examples/fleet-pd.yaml with warm nodes (a warm start of 90 s): drain = ceil(90 / 15) + ceil(60 / 15) =
+    # 10 steps = 150 s. 12 req/s with 3,600 requests waiting: 12 + 3600 / 150 = 36 before, 12 + 12 = 24 now.
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    for role in ("prefill", "decode"):
+        for v in doc["services"][0]["roles"][role]:
+            v["warm_nodes"] = 16
+    cfg = parse_config(doc, str(EXAMPLE), EXAMPLE.parent)
+    svc = cfg.services[0]
+    mix = RequestMix.from_requests([4000] * 10, [300] * 10, 0.0)
+    mpc = MPCController(cfg, {svc.name: variant_weights(svc, cfg.planning_engine(), mix)}, forecast="last",
+                        mixes={svc.name: mix}, learn=0)
+    pools = {role: PoolObservation(role, Signals(), {v.name: VariantObservation(3, 0)
+                                                     for r, v in svc.role_variants() if r == role})
+             for role in ("prefill", "decode")}
+    est = ServiceEstimate(svc.name, 600.0, Signals(arrival_rate_rps=12.0, queue_length=3600.0), {}, {}, False,
+                          0.0, 0.0, 0, pools=pools)
+    assert mpc.decide(est, svc).terms["demand_rps"] == pytest.approx(24.0)
+
+
+def test_a_pool_step_down_the_plan_reverses_pays_for_in_misses_or_leaves_no_room_is_held() -> None:
+    plan = {"p": np.array([5, 5, 5, 6, 6]), "d": np.array([2, 2, 2, 2, 2]), "a": np.array([1, 1, 2, 2, 2])}
+    current = {"p": 6, "d": 3, "a": 2}
+    desired = {"p": 5, "d": 2, "a": 1}
+    roles = {"p": "prefill", "d": "decode"}
+    cap = {"p": 1.848, "d": 3.82, "a": 5.0}
+    none = np.zeros(5)
+    # p: 6 -> 5 but back at 6 by step 3: held at 6; d: 3 -> 2 (7.64 req/s left >= 1.25 x 6 = 7.5) for the
+    # whole horizon: goes ahead; a (aggregated): left as planned though the plan reverses it
+    assert hold_pool_downs(desired, current, plan, none, roles, cap, 6.0) == {"p": 6, "d": 2, "a": 1}
+    # the same with 0.42 req/s planned unserved at step 4: no pool replica goes
+    misses = np.array([0.0, 0.0, 0.0, 0.0, 0.42])
+    assert hold_pool_downs(desired, current, plan, misses, roles, cap, 6.0) == {"p": 6, "d": 3, "a": 1}
+    # transfer-slowdown's prefill: 6 -> 5 for good, 5 x 1.848 = 9.24 req/s left against a peak of 8.8:
+    # under 1.25 x 8.8 = 11, held; against a peak of 7.0 (8.75 needed) it goes ahead
+    flat = {"p": np.full(5, 5)}
+    assert hold_pool_downs({"p": 5}, {"p": 6}, flat, none, {"p": "prefill"}, cap, 8.8) == {"p": 6}
+    assert hold_pool_downs({"p": 5}, {"p": 6}, flat, none, {"p": "prefill"}, cap, 7.0) == {"p": 5}
+    # a scale-up is never touched
+    assert hold_pool_downs({"p": 7}, {"p": 6}, {"p": np.array([7, 6, 6])}, misses, roles, cap, 20.0) == {"p": 7}
+
+
+@pytest.mark.parametrize(("slo_ratio", "kept"), [(2.0, True), (0.2, False)])
+def test_the_mpc_removes_no_pool_replica_while_the_service_misses_its_slo(slo_ratio: float, kept: bool) -> None:
+    # examples/fleet-pd.yaml at 8 + 8 replicas and 2 req/s (a fraction of one replica of each pool): seen
+    # for the 300-s hold (t 0 and t 315), the plan shrinks the pools (the guard's step limit paces it); with the
+    # service's mean latency twice its SLO (a backlog draining) it keeps the 8 ready replicas of each.
+    cfg = parse_config(yaml.safe_load(EXAMPLE.read_text()), str(EXAMPLE), EXAMPLE.parent)
+    svc = cfg.services[0]
+    mix = RequestMix.from_requests([4000] * 10, [300] * 10, 0.0)
+    mpc = MPCController(cfg, {svc.name: variant_weights(svc, cfg.planning_engine(), mix)}, forecast="last",
+                        mixes={svc.name: mix}, learn=0)
+    pools = {role: PoolObservation(role, Signals(), {v.name: VariantObservation(8, 0)
+                                                     for r, v in svc.role_variants() if r == role})
+             for role in ("prefill", "decode")}
+    for t in (0.0, 315.0):
+        est = ServiceEstimate(svc.name, t, Signals(arrival_rate_rps=2.0, queue_length=0.0, slo_mean_ratio=slo_ratio),
+                              {}, {}, False, 0.0, 0.0, 0, pools=pools)
+        d = mpc.decide(est, svc)
+    if kept:
+        assert d.desired == {"h100-prefill": 8, "h100-decode": 8}
+    else:
+        assert d.desired["h100-prefill"] + d.desired["h100-decode"] < 16
