@@ -172,6 +172,11 @@ class ServiceSim:
         self.weights = weights
         self.arrivals = 0  # attempts received, as a gateway's request counter counts them
         self.arrivals_by_priority = [0] * len(PRIORITIES)
+        # the gateway's squares counter (models.arrivals): sum over completed seconds of each one's
+        # arrivals squared; the open second's count and index
+        self._squares = 0
+        self._second = -1
+        self._second_count = 0
         self.flow: Gateway | None = None  # flow control, under an admission policy
         self.max_concurrency: dict[str, int] = {}  # variant -> requests in flight per replica (concurrency)
         self.dispatch_limit: dict[str, int] = {}  # variant -> the detector's filter: max_concurrency x (1 + headroom)
@@ -186,6 +191,21 @@ class ServiceSim:
         self.route_marks: list[Replica] = []  # replicas whose outstanding count changed since the last route
         self.route_epoch = 0  # the heap's generation
         self.ready_seq = 0  # replicas made ready so far (each one's route_seq)
+
+    def count_second(self, now: float) -> None:
+        """Count one arrival at ``now`` (seconds) in its 1-s bin, closing the bins before it."""
+        sec = math.floor(now)
+        if sec != self._second:
+            self._squares += self._second_count * self._second_count
+            self._second, self._second_count = sec, 0
+        self._second_count += 1
+
+    def arrival_squares(self, now: float) -> int:
+        """The gateway's squares counter at ``now``: the sum over the seconds completed by ``now`` of
+        each one's arrivals squared (``models.arrivals``)."""
+        if self._second < math.floor(now):
+            return self._squares + self._second_count * self._second_count
+        return self._squares
 
     def ready_list(self, r: Replica) -> list[Replica]:
         """The list of ready replicas ``r`` belongs in: ``ready``, or its role's pool."""
@@ -485,6 +505,7 @@ class FleetSimulator:
         svc = self._target_svc
         svc.arrivals += 1
         svc.arrivals_by_priority[sr.req.priority] += 1
+        svc.count_second(self.now)
         req = sr.req
         if req.input_tokens + req.output_tokens > svc.cfg.max_model_len:
             self._end_attempt(sr, REJECTED)
