@@ -13,7 +13,7 @@ import pytest
 from autoscaler.adapters.simulator import SimMetricsSource
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.workload.types import Request, Workload
-from models.arrivals import MIN_COUNT, dispersion_from_rates, dispersion_of_counts, per_replica_scv
+from models.arrivals import BIN_S, MIN_COUNT, dispersion_from_rates, dispersion_of_counts, per_replica_scv
 from models.capacity import ReplicaSpec, RequestMix, _itl_miss, _ttft_miss, operating_point, replica_capacity
 from models.profiles import get_profile
 
@@ -32,20 +32,28 @@ def test_dispersion_of_counts_by_hand() -> None:
 
 
 def test_the_two_counter_rates_give_the_counts_index() -> None:
-    # 60 s: 30 seconds with no arrival, 30 with 4. rate(N) = 120 / 60 = 2, rate(Q) = 30 x 16 / 60 = 8,
-    # so (8 - 2^2) / 2 = 2, the counts' own index.
+    # 1-s bins over 60 s: 30 with no arrival, 30 with 4. rate(K) = 1, rate(N) = 120 / 60 = 2, rate(Q) =
+    # 30 x 16 / 60 = 8: m = 2, E[n^2] = 8, (8 - 4) / 2 = 2, the counts' own index.
     counts = [0] * 30 + [4] * 30
-    assert dispersion_from_rates(2.0, 8.0, 60.0) == pytest.approx(2.0)
+    assert dispersion_from_rates(1.0, 2.0, 8.0, 60.0) == pytest.approx(2.0)
     assert dispersion_of_counts(counts) == pytest.approx(2.0)
+    # 2-s bins over 60 s: 15 with 2, 15 with 6. rate(K) = 0.5, rate(N) = 2, rate(Q) = 15 x (4 + 36) / 60
+    # = 10: m = 4, E[n^2] = 20, (20 - 16) / 4 = 1; by hand: mean 4, variance 4, index 1. Rates all
+    # scaled alike (Prometheus's extrapolation) give the same index.
+    assert dispersion_from_rates(0.5, 2.0, 10.0, 60.0) == pytest.approx(1.0)
+    assert dispersion_from_rates(0.55, 2.2, 11.0, 60.0) == pytest.approx(1.0)
+    assert dispersion_of_counts([2] * 15 + [6] * 15) == pytest.approx(1.0)
     # too few arrivals to tell, unknown rates, a bad window
-    assert dispersion_from_rates((MIN_COUNT - 1) / 60, 1.0, 60.0) is None
-    assert dispersion_from_rates(math.nan, 8.0, 60.0) is None
+    assert dispersion_from_rates(1.0, (MIN_COUNT - 1) / 60, 1.0, 60.0) is None
+    assert dispersion_from_rates(1.0, math.nan, 8.0, 60.0) is None
+    assert dispersion_from_rates(0.0, 2.0, 8.0, 60.0) is None
     with pytest.raises(ValueError):
-        dispersion_from_rates(2.0, 8.0, 0.0)
+        dispersion_from_rates(1.0, 2.0, 8.0, 0.0)
 
 
-def counts_1s(times: np.ndarray, span_s: int) -> np.ndarray:
-    return np.bincount(np.floor(times).astype(int), minlength=span_s)[:span_s]
+def counts_1s(times: np.ndarray, span_s: int, bin_s: float = 1.0) -> np.ndarray:
+    n = int(span_s / bin_s)
+    return np.bincount(np.floor(times / bin_s).astype(int), minlength=n)[:n]
 
 
 def test_poisson_arrivals_have_index_one_and_batches_of_five_index_five() -> None:
@@ -62,12 +70,12 @@ def test_poisson_arrivals_have_index_one_and_batches_of_five_index_five() -> Non
 
 
 def test_the_simulators_gateway_reports_the_windows_index(make_fleet) -> None:
-    # Batches of 3 requests 0.25 s apart within the second, the seconds alternating 1 and 2 batches:
-    # counts 3, 6, 3, 6, ...: in any 60-s window mean 4.5, variance 2.25, index 0.5.
+    # Batches of 3 requests 0.25 s apart within the second, pairs of seconds alternating 1 and 2
+    # batches a second: 2-s counts 6, 12, 6, 12, ...: in any 60-s window mean 9, variance 9, index 1.
     cfg = make_fleet(1)
     reqs = []
     for sec in range(200):
-        for b in range(1 + sec % 2):
+        for b in range(1 + (sec // 2) % 2):
             reqs += [Request(arrival_s=sec + 0.25 * b + 0.01 * i, input_tokens=64, output_tokens=4) for i in range(3)]
     sim = FleetSimulator(cfg, Workload(reqs))
     src = SimMetricsSource(sim, 60.0)
@@ -75,9 +83,9 @@ def test_the_simulators_gateway_reports_the_windows_index(make_fleet) -> None:
         sim.run_until(float(t))
         obs = src.observe(float(t))
     times = np.array([r.arrival_s for r in reqs])
-    window = counts_1s(times, 180)[120:180]
-    assert dispersion_of_counts(window) == pytest.approx(0.5)
-    assert obs["svc"].signals.arrival_dispersion == pytest.approx(0.5, rel=0.05)
+    window = counts_1s(times, 180, BIN_S)[60:90]
+    assert BIN_S == 2.0 and dispersion_of_counts(window) == pytest.approx(1.0)
+    assert obs["svc"].signals.arrival_dispersion == pytest.approx(1.0, rel=0.02)
 
 
 def test_per_replica_variability_of_a_random_split() -> None:
