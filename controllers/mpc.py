@@ -22,7 +22,9 @@ without) and each ``decide`` reads its part:
   registry calibrated on (the trace's in simulation, the fleet file's ``typical_request`` live), or
   with ``mix=forecast`` that mix scaled to the forecast lengths at the predicted prefix-cache hit rate;
   with ``learn``, the profile slowed by the learned speed factor, and with ``learn=2`` the capacity
-  scaled by what the variant's replicas are seen to serve (``models.learning``);
+  scaled by what the variant's replicas are seen to serve (``models.learning``); with ``burst=1`` for
+  the arrivals' measured burstiness (``models.arrivals``), with ``cap=1`` each step's prefill capped at
+  its token budget in the ITL bound (both opt-in);
 - replicas ready by each step: today's ready ones, and the starting ones when their start-up (warm
   while warm nodes are free, else cold) has run from the tick this controller saw them appear;
 - no ready replica is removed before the controller has seen ``hold_s`` of arrival rates (its first
