@@ -315,7 +315,7 @@ class SimMetricsSource:
             signals = replace(signals, queue_length=queue, ttft_mean_s=ttft_mean,
                               arrival_rate_rps=None if arrivals is None else float(arrivals[0]),
                               arrival_dispersion=None if arrivals is None else dispersion_from_rates(
-                                  *(float(x) for x in arrivals[-3:]), self.window_s),
+                                  float(arrivals[-3]), float(arrivals[-2]), float(arrivals[-1]), self.window_s),
                               by_priority=_gateway_signals(gw, now, min(self.window_s, GATEWAY_WINDOW_S),
                                                            svc.flow is not None))
             first = self._first_scrape.get(name)
