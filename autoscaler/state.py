@@ -84,6 +84,9 @@ FORECAST_NAMES = {
 WARMTH_NAME = "forecast_prefix_hit_rate"
 """The name ``Signals.prefix_hit_rate_forecast`` is exported under."""
 
+DISPERSION_NAME = "arrival_dispersion"
+"""The name ``Signals.arrival_dispersion`` is exported under (only where a source measures it)."""
+
 
 @dataclass(frozen=True)
 class PrioritySignals:
@@ -145,7 +148,10 @@ class Signals:
     the estimate stage computes (None in an observation); ``by_priority`` the gateway's signals per
     priority (empty where the source has none); ``forecast`` the load forecast stage's output and
     ``prefix_hit_rate_forecast`` the cache-warmth stage's (``forecast``/``warmth_known`` False while
-    those stages do not run: their names are then absent from ``flat()``).
+    those stages do not run: their names are then absent from ``flat()``). ``arrival_dispersion``:
+    the index of dispersion of the gateway's 1-s arrival counts over the window (service-wide,
+    dimensionless, 1 for Poisson: ``models.arrivals``), from a source whose gateway exports the
+    squares counter (the simulator's); absent from ``flat()`` while unknown.
     """
 
     request_rate_rps: float | None = None
@@ -177,6 +183,7 @@ class Signals:
     forecast: ForecastSignals | None = None
     prefix_hit_rate_forecast: float | None = None
     warmth_known: bool = False
+    arrival_dispersion: float | None = None
 
     def priority(self, p: str) -> PrioritySignals:
         """Priority ``p``'s gateway signals (all unknown where the source reports none)."""
@@ -199,6 +206,8 @@ class Signals:
             out.update((name, getattr(self.forecast, f)) for f, name in FORECAST_NAMES.items())
         if self.warmth_known:
             out[WARMTH_NAME] = self.prefix_hit_rate_forecast
+        if self.arrival_dispersion is not None:
+            out[DISPERSION_NAME] = self.arrival_dispersion
         return out
 
     @classmethod
@@ -218,6 +227,8 @@ class Signals:
                 forecast[forecast_fields[name]] = x
             elif name == WARMTH_NAME:
                 warmth = {"prefix_hit_rate_forecast": x, "warmth_known": True}
+            elif name == DISPERSION_NAME:
+                top["arrival_dispersion"] = x
             elif "." in name and name.split(".", 1)[0] in by_name:
                 base, p = name.split(".", 1)
                 prio.setdefault(p, {})[by_name[base]] = x

@@ -22,7 +22,9 @@ without) and each ``decide`` reads its part:
   registry calibrated on (the trace's in simulation, the fleet file's ``typical_request`` live), or
   with ``mix=forecast`` that mix scaled to the forecast lengths at the predicted prefix-cache hit rate;
   with ``learn``, the profile slowed by the learned speed factor, and with ``learn=2`` the capacity
-  scaled by what the variant's replicas are seen to serve (``models.learning``);
+  scaled by what the variant's replicas are seen to serve (``models.learning``); with ``burst=1`` for
+  the arrivals' measured burstiness (``models.arrivals``), with ``cap=1`` each step's prefill capped at
+  its token budget in the ITL bound (both opt-in);
 - replicas ready by each step: today's ready ones, and the starting ones when their start-up (warm
   while warm nodes are free, else cold) has run from the tick this controller saw them appear;
 - no ready replica is removed before the controller has seen ``hold_s`` of arrival rates (its first
@@ -101,6 +103,7 @@ from controllers.admission import (
 from controllers.base import Controller, Decision, Gauge, change_reason, hold, silent_pods
 from controllers.pid_rules import BACKLOG_DRAIN_S, DOWN_DEMAND_FLOOR, slo_missed
 from controllers.roles import ratio_reachable
+from models.arrivals import per_replica_scv
 from models.capacity import (
     UNSERVABLE_SHARE,
     ReplicaSpec,
@@ -220,6 +223,17 @@ before a capacity is computed for them, so a slowly moving forecast reuses capac
 compute (``docs/controllers.md#the-mpcs-constants``)."""
 
 
+BURST_TICKS = 20
+"""Windows whose index of dispersion the burstiness is the median of (``burst``): five minutes of
+15-s ticks, so one odd minute does not move the capacity."""
+SCV_STEP = 1.1
+"""The per-replica arrival variability is rounded to a power of this (10 % steps) before a capacity
+is computed for it, so a slowly moving measurement reuses capacities (as ``MIX_STEP``)."""
+SCV_LIMIT = 20.0
+"""The most arrival variability a replica is planned for: beyond, the measurement is taken to be a
+ramp inside the minute rather than burstiness (the forecast's and the hold's to cover)."""
+
+
 MIN_LEARN_LOAD = 0.1
 """Least rate per ready replica, as a share of the prior capacity, a tick is learned from: below it
 the replica is idle enough that its latencies are its profile's, not its load's."""
@@ -335,6 +349,9 @@ class _ServiceMemory:
     capacity: dict[str, CapacityPosterior] = field(default_factory=dict)  # variant -> learned capacity multiple
     ready_since: dict[str, tuple[int, float]] = field(default_factory=dict)  # variant -> (ready, since when)
     learned: dict[str, bool] = field(default_factory=dict)  # variant -> whether this tick measured
+    dispersion: deque[float] = field(default_factory=lambda: deque(maxlen=BURST_TICKS))  # gateway's recent indices
+    dispersion_s: float = -math.inf  # when the last index was recorded
+    scv: float = 1.0  # the per-replica arrival variability planned on this tick (``burst``)
     last_plan: tuple[float, dict[str, np.ndarray]] | None = None  # (when, variant -> replicas per step) solved alone
 
 
@@ -546,6 +563,14 @@ class MPCController(Controller):
             (``DEFAULT_PD_UTIL``): a prefill replica's modelled rate is near all it can do, where an
             aggregated replica's (ITL-bound) leaves room for a burst, so the pools' headroom is planned
             (``docs/controllers.md``, "Making the pools pay on long prompts").
+        burst: 1 plans each replica's capacity, and the learner's latency curve, for the arrivals'
+            measured burstiness (``arrival_scv``: the median of the gateway's last ``BURST_TICKS``
+            indices of dispersion of 1-s counts, ``Signals.arrival_dispersion``, split over the ready
+            replicas by ``models.arrivals.per_replica_scv``, at least 1); 0 (default): Poisson.
+            Unknown (a source without the gateway's squares counter): Poisson.
+        cap: 1 counts that an engine step prefills at most its token budget in the ITL bound
+            (``models.capacity.ReplicaSpec.prefill_cap``); 0 (default): not
+            (``docs/controllers.md#capacity-learned-online`` measures both).
         warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
             last plan moved on by the ticks since (``models.planning.PlanProblem.start``); 0
             (default) through scipy without a start: measured, the start did not shorten the solve
@@ -568,7 +593,7 @@ class MPCController(Controller):
                  window_s: float = DEFAULT_WINDOW_S, mix: str = "calibrated",
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
                  pool: int = 1, warm: int = 0, shed: int = 0, shed_weight: float = DEFAULT_SHED_WEIGHT,
-                 pd_util: float = DEFAULT_PD_UTIL, name: str = "mpc") -> None:
+                 pd_util: float = DEFAULT_PD_UTIL, burst: int = 0, cap: int = 0, name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
@@ -581,6 +606,8 @@ class MPCController(Controller):
             raise ValueError(f"{name}: pd_util must be in (0, 1], got {pd_util}")
         if warm not in (0, 1):
             raise ValueError(f"{name}: warm must be 0 or 1, got {warm}")
+        if burst not in (0, 1) or cap not in (0, 1):
+            raise ValueError(f"{name}: burst and cap must be 0 or 1, got {burst} and {cap}")
         if shed not in (0, 1) or (shed and not 1.0 < shed_weight < miss_weight):
             raise ValueError(f"{name}: need shed 0 or 1 and 1 < shed_weight < miss_weight ({miss_weight:g}), "
                              f"got {shed} and {shed_weight}")
@@ -607,13 +634,12 @@ class MPCController(Controller):
         self.learn_capacity = self.learn and learn >= 2
         self.mixes = dict(mixes or {})
         self.engine = cfg.planning_engine()
-        self._capacity_cache: dict[tuple[str, str, float, float, float, float], float] = {}
-        self._role_cache: dict[tuple[str, float, float, float], dict[str, float]] = {}
+        self._capacity_cache: dict[tuple[object, ...], float] = {}
+        self._role_cache: dict[tuple[object, ...], dict[str, float]] = {}
         self._allowance_cache: dict[tuple[object, ...], float | None] = {}
         self._pool_cache: dict[tuple[object, ...], float] = {}
-        self._curve_cache: dict[tuple[str, str, float, float, float, float], LatencyCurve | None] = {}
-        self._budget_cache: dict[tuple[str, tuple[tuple[str, float], ...], float, float, float],
-                                 dict[str, ItlBudget]] = {}
+        self._curve_cache: dict[tuple[object, ...], LatencyCurve | None] = {}
+        self._budget_cache: dict[tuple[object, ...], dict[str, ItlBudget]] = {}
         self.forecast = forecast
         self.mix = mix
         self.services = list(cfg.services)
@@ -624,6 +650,8 @@ class MPCController(Controller):
         self.node_limit = node_limit
         self.pool = pool
         self.warm = bool(warm)
+        self.burst = bool(burst)
+        self.cap = bool(cap)
         self.shed = bool(shed)
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
@@ -715,10 +743,37 @@ class MPCController(Controller):
             mem.ready_since[variant] = held = (obs.ready, est.time_s)
         return est.time_s >= mem.recovering_until and steady_tick(est, held[1], self.window_s)
 
-    def _mix(self, est: ServiceEstimate, svc: Service) -> tuple[RequestMix | None, tuple[float, float, float]]:
+    def _scv(self, est: ServiceEstimate, svc: Service) -> float:
+        """The arrival variability one replica of ``svc`` is planned for this tick (``burst``), rounded
+        to a power of ``SCV_STEP``, in [1, ``SCV_LIMIT``]; 1 without ``burst`` or a measurement. Records
+        the tick's index of dispersion (``Signals.arrival_dispersion``) in the service's memory."""
+        if not self.burst:
+            return 1.0
+        mem = self.memory.setdefault(svc.name, _ServiceMemory())
+        idc = est.signals.arrival_dispersion
+        if idc is not None and math.isfinite(idc) and est.time_s > mem.dispersion_s:
+            mem.dispersion.append(idc)
+            mem.dispersion_s = est.time_s
+        if not mem.dispersion:
+            return 1.0
+        ready = sum(est.variants[v.name].ready for v in svc.variants if v.name in est.variants)
+        scv = per_replica_scv(float(np.median(mem.dispersion)), max(ready, 1))
+        scv = min(max(scv, 1.0), SCV_LIMIT)
+        return round(SCV_STEP ** round(math.log(scv) / math.log(SCV_STEP)), 4)
+
+    def _mix(self, est: ServiceEstimate, svc: Service) -> tuple[RequestMix | None, tuple[float, ...]]:
         """The mix capacity is computed for this tick, and its key: (input scale, output scale, hit rate),
-        each rounded to ``MIX_STEP``; (1, 1, calibrated hit rate) for ``mix=calibrated`` or while the
-        forecasts are unknown."""
+        each rounded to ``MIX_STEP``, and the arrivals' variability (``_scv``); (1, 1, calibrated hit
+        rate) for ``mix=calibrated`` or while the forecasts are unknown."""
+        mix, key = self._lengths(est, svc)
+        scv = self._scv(est, svc)
+        self.memory.setdefault(svc.name, _ServiceMemory()).scv = scv
+        if mix is None or scv == 1.0:
+            return mix, (*key, 1.0)
+        return replace(mix, arrival_scv=scv), (*key, scv)
+
+    def _lengths(self, est: ServiceEstimate, svc: Service) -> tuple[RequestMix | None, tuple[float, float, float]]:
+        """``_mix`` without the arrivals' variability."""
         mix = self.mixes.get(svc.name)
         if mix is None or self.mix != "forecast":
             return mix, (1.0, 1.0, mix.prefix_hit_rate if mix else 0.0)
@@ -758,7 +813,7 @@ class MPCController(Controller):
         for v in svc.variants:
             alpha = alphas[v.name]
             key = (svc.name, v.name, alpha, *mix_key)
-            if mix is None or limit is None or (alpha == 1.0 and mix is calibrated):
+            if mix is None or limit is None or (alpha == 1.0 and mix is calibrated and not self.cap):
                 out[v.name] = float(base.get(v.name, 0.0))
             else:
                 out[v.name] = self._model_capacity(svc, v, alpha, mix, key, limit)
@@ -774,7 +829,7 @@ class MPCController(Controller):
         return {name: w * gains[name] for name, w in out.items()}
 
     def _pool_gains(self, svc: Service, alphas: Mapping[str, float], mix: RequestMix,
-                    mix_key: tuple[float, float, float], limit: float, single: Mapping[str, float],
+                    mix_key: tuple[float, ...], limit: float, single: Mapping[str, float],
                     least_rps: float) -> tuple[dict[str, float], int]:
         """(variant -> how many times one replica's capacity a replica carries in a pool of ``n``
         (``models.capacity.replica_capacity(..., replicas=n)`` over ``replicas=1``), ``n``): ``n`` is
@@ -794,7 +849,7 @@ class MPCController(Controller):
         return {v.name: gain(v, lo) for v in svc.variants}, lo
 
     def _pool_gain(self, svc: Service, v: Variant, alpha: float, mix: RequestMix,
-                   mix_key: tuple[float, float, float], limit: float, n: int) -> float:
+                   mix_key: tuple[float, ...], limit: float, n: int) -> float:
         """Capacity of a replica of ``v`` in a pool of ``n`` over alone (>= 1; 1 where it has none), cached."""
         key = (svc.name, v.name, alpha, *mix_key, n)
         if key not in self._pool_cache:
@@ -809,7 +864,7 @@ class MPCController(Controller):
         return self._pool_cache[key]
 
     def _allowance(self, svc: Service, alphas: Mapping[str, float], mix: RequestMix,
-                   mix_key: tuple[float, float, float]) -> float | None:
+                   mix_key: tuple[float, ...]) -> float | None:
         """``models.capacity.allowance`` over ``svc``'s variants slowed by ``alphas`` for ``mix``, cached;
         None when the ITL target is out of every variant's reach."""
         key = (svc.name, tuple(sorted(alphas.items())), *mix_key)
@@ -823,7 +878,7 @@ class MPCController(Controller):
         return self._allowance_cache[key]
 
     def _model_capacity(self, svc: Service, v: Variant, alpha: float, mix: RequestMix,
-                        key: tuple[str, str, float, float, float, float], unservable: float) -> float:
+                        key: tuple[object, ...], unservable: float) -> float:
         """The model's capacity of one replica of ``v`` slowed by ``alpha`` for ``mix`` (requests/s; 0
         when the ITL target is out of its reach), given the service's ``unservable`` allowance
         (``_allowance``), cached under ``key``."""
@@ -840,10 +895,10 @@ class MPCController(Controller):
     def _slowed(self, v: Variant, alpha: float) -> ReplicaSpec:
         """One replica of ``v`` with its profile ``alpha`` times slower."""
         spec = ReplicaSpec.of(v, self.engine)
-        return replace(spec, profile=spec.profile.slowed(alpha))
+        return replace(spec, profile=spec.profile.slowed(alpha), prefill_cap=self.cap)
 
     def _learn_capacity(self, est: ServiceEstimate, svc: Service, v: Variant, mem: _ServiceMemory, mix: RequestMix,
-                        alpha: float, key: tuple[str, str, float, float, float, float], prior_rps: float,
+                        alpha: float, key: tuple[object, ...], prior_rps: float,
                         unservable: float) -> float:
         """Update ``v``'s capacity posterior (``models.learning``) from this tick when it can show
         capacity (``learnable``), and return the multiple of ``prior_rps`` the plan uses; ``unservable``
@@ -885,7 +940,7 @@ class MPCController(Controller):
             return {}
         mix, mix_key = self._mix(est, svc)
         if svc.name not in self.mixes:
-            mix, mix_key = service_mix(svc), (1.0, 1.0, service_mix(svc).prefix_hit_rate)
+            mix, mix_key = service_mix(svc), (1.0, 1.0, service_mix(svc).prefix_hit_rate, 1.0)
         key = (svc.name, *mix_key)
         if key not in self._role_cache:
             self._role_cache[key] = self._role_capacities(svc, mix)
@@ -1043,7 +1098,8 @@ class MPCController(Controller):
                  **limit_terms(plan), **{f"speed_{v}": x for v, x in mem.last_speed.items()},
                  **{f"capacity_scale_{v}": p.planned() for v, p in mem.capacity.items()},
                  **{f"capacity_sigma_{v}": p.sigma for v, p in mem.capacity.items()},
-                 **{f"capacity_learned_{v}": float(x) for v, x in mem.learned.items()}}
+                 **{f"capacity_learned_{v}": float(x) for v, x in mem.learned.items()},
+                 **({"arrival_scv": mem.scv} if self.burst else {})}
         pools = plan.pd_rps.get(svc.name)
         if pools is not None:  # the demand the prefill/decode pools serve (the rest: aggregated)
             terms["pd_rps_now"] = float(pools[0])

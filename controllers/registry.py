@@ -13,7 +13,8 @@ service with ``roles``), ``wva``;
 ``mpc`` (``controllers.mpc``: ``mpc:horizon=40:quantile=0.9:miss_weight=10:forecast=auto``;
 ``hedge=measured`` plans on its own forecast errors instead of the forecaster's band, and on the
 hold they show; ``hold_s=S`` fixes the hold (300 s); ``learn=0`` turns off the speed it learns,
-``learn=2`` adds the capacity posterior (``models.learning``);
+``learn=2`` adds the capacity posterior (``models.learning``); ``burst=1`` plans for the arrivals'
+measured burstiness (``models.arrivals``), ``cap=1`` counts that a step prefills at most its budget;
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
 ``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time; ``shed=1`` plans
 shedding the sheddable priority in the same problem and sets the gateway's thresholds);
@@ -302,7 +303,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     hold_s=NON_NEGATIVE, learn=Param(int, 0, closed=True, high=2), hedge=TEXT, mix=TEXT,
                     node_limit=Param(int, 0, closed=True), pool=Param(int, 1, closed=True, high=256),
                     warm=Param(int, 0, closed=True, high=1), shed=Param(int, 0, closed=True, high=1),
-                    shed_weight=POSITIVE, pd_util=Param(float, 0.0, high=1.0)), _mpc),
+                    shed_weight=POSITIVE, pd_util=Param(float, 0.0, high=1.0),
+                    burst=Param(int, 0, closed=True, high=1), cap=Param(int, 0, closed=True, high=1)), _mpc),
 }
 NAMES = tuple(_SPECS)
 NEEDS: dict[str, dict[str, tuple[str, int | float | str]]] = {

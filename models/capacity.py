@@ -12,9 +12,10 @@ of the SLO stay within ``1 - attainment`` (default 1 %):
   ``D x itl_s``: mean ``lam w a E[P]``, variance ``lam w a^2 E[P^2]`` (``P`` uncached prompt
   tokens, ``a`` seconds per prefill token), taken as a gamma variable (for a single request size,
   the exact Poisson count of prefills, ``P(N > D (itl_s - s_d) / (a P))``). A request misses when
-  ``X > D (itl_s - s_d)``; short outputs have few steps to average over and miss first. (A step
-  prefills at most ``max_num_batched_tokens``, which caps ``X``: left out, docs/controllers.md says
-  why.)
+  ``X > D (itl_s - s_d)``; short outputs have few steps to average over and miss first. Bursty
+  arrivals (``RequestMix.arrival_scv``, ``models.arrivals``) scale the count's variance. (A step
+  prefills at most ``max_num_batched_tokens``, which caps ``X``: opt-in, ``ReplicaSpec.prefill_cap``,
+  docs/benchmarks.md says why.)
 * **TTFT** (prefill time vs the TTFT target). Prefills are served FCFS: an M/G/1 queue whose
   service is the request's prefill steps (``a P + ceil(P / budget) s_d``), with the exponential
   waiting-time tail of heavy traffic (Kingman): ``P(W > t) = rho exp(-2 (1 - rho) t / (E[S] (ca^2 +
@@ -284,6 +285,8 @@ class ReplicaSpec:
         max_num_batched_tokens: tokens per engine step (vLLM ``--max-num-batched-tokens``).
         block_size: KV block, tokens (one block of slack per running sequence).
         kv_cache_tokens: KV-cache capacity, tokens.
+        prefill_cap: the ITL bound counts that a step prefills at most its token budget (``_itl_points``);
+            False (default): the prefills arriving during a decode may all ride in its steps.
     """
 
     profile: PerformanceProfile
@@ -291,6 +294,7 @@ class ReplicaSpec:
     max_num_batched_tokens: int
     block_size: int
     kv_cache_tokens: int
+    prefill_cap: bool = False
 
     @classmethod
     def of(cls, variant: VariantSpec, engine: EngineLimits) -> ReplicaSpec:
@@ -516,10 +520,21 @@ def _itl_points(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float, r
     mean = rate * window * a * eq
     # E[Q^2] taken as E[P^2] scaled by (E[Q] / E[P])^2: the attention share rides on the prompt length.
     m2 = mix.uncached_m2 * (eq / max(float(mix.weights @ p), 1e-300)) ** 2
-    # Var X = E[N] Var(aQ) + Var(N) (a E[Q])^2, with Var(N) = E[N] / replicas: a least-loaded router
-    # gives each replica about every n-th arrival (the counts of an Erlang-n renewal process).
-    var = rate * window * a * a * max(m2 - (1.0 - 1.0 / replicas) * eq * eq, 0.0)
+    # Var X = E[N] Var(aQ) + Var(N) (a E[Q])^2, with Var(N) = E[N] ca^2 / replicas: a least-loaded
+    # router gives each replica about every n-th arrival (the counts of an Erlang-n renewal process),
+    # and bursty arrivals' counts vary ca^2 (their index of dispersion, ``models.arrivals``) times a
+    # Poisson count's.
+    var = rate * window * a * a * max(m2 - (1.0 - mix.arrival_scv / replicas) * eq * eq, 0.0)
     slack = d * (itl_s - op.decode_step_s)
+    if spec.prefill_cap:
+        # A step prefills at most its budget of tokens, so a decode step is at most the decode-only
+        # step plus the dearest chunk (the budget's tokens at the end of the longest prompt): where
+        # that is within the target, no burst of prefills can make a decode miss it (X <= D c).
+        budget = max(spec.max_num_batched_tokens - op.decoding, 1.0)
+        chunk = np.minimum(p, budget)
+        dearest = a * float(np.max(spec.profile.prefill_equivalent(chunk, mix.input_tokens - chunk)))
+        if op.decode_step_s + dearest <= itl_s:
+            return np.zeros_like(mix.weights)
     if replicas == 1 and mix.weights.size == 1 and np.isclose(mix.uncached_m2, float(p[0]) ** 2):
         # One request size: X is a Poisson count of one prefill's cost, whose tail is the Poisson's
         # (the gamma, continuous, puts mass between the counts and overstates it up to ~2x there).

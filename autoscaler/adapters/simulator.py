@@ -16,6 +16,9 @@ kube-state-metrics reports a Deployment's status as it changes):
   gauges at their latest sample, ``max_over_time`` over the window's samples.
 - Only pods that serve now (ready or draining) and have been scraped are in scope, as the
   Prometheus source keeps only pods with fresh samples; a removed pod's series goes stale at once.
+- The gateway's binned counters (the ``models.arrivals.BIN_S`` bins completed, the arrivals in them
+  and the sum of each one's arrivals squared) give ``arrival_dispersion``, the index of dispersion
+  of its binned arrival counts over the window (``models.arrivals.dispersion_from_rates``).
 - The gateway's counters per priority (attempts received; under flow control, attempts dispatched,
   the seconds they waited, and attempts shed) give ``arrival_rate_rps.<priority>``,
   ``gateway_wait_s.<priority>`` (mean wait of the dispatched, ``rate(wait) / rate(dispatched)``) and
@@ -77,6 +80,7 @@ from autoscaler.state import (
     VariantObservation,
 )
 from autoscaler.workload.types import PRIORITIES
+from models.arrivals import dispersion_from_rates
 
 # Counter layout of one sample: scalar counters, then the cumulative buckets of each histogram.
 _SCALARS = ("prompt_tokens", "generation_tokens", "prefix_queries", "prefix_hits", "preemptions", "success",
@@ -177,7 +181,8 @@ class SimMetricsSource:
             flow = svc.flow
             n = len(PRIORITIES)
             flow_counters = [*flow.dispatched, *flow.wait_sum_s, *flow.shed] if flow is not None else [0.0] * (3 * n)
-            gw.counters.append(np.array([float(svc.arrivals), *svc.arrivals_by_priority, *flow_counters], dtype=float))
+            gw.counters.append(np.array([float(svc.arrivals), *svc.arrivals_by_priority, *flow_counters,
+                                         *map(float, svc.arrival_bins(now))], dtype=float))
             gw.gauges.append(tuple(float(x) for x in flow.queued) if flow is not None else ())
             _prune(gw, keep)
             for r in svc.replicas:
@@ -309,6 +314,8 @@ class SimMetricsSource:
                     ttft_mean += wait
             signals = replace(signals, queue_length=queue, ttft_mean_s=ttft_mean,
                               arrival_rate_rps=None if arrivals is None else float(arrivals[0]),
+                              arrival_dispersion=None if arrivals is None else dispersion_from_rates(
+                                  float(arrivals[-3]), float(arrivals[-2]), float(arrivals[-1]), self.window_s),
                               by_priority=_gateway_signals(gw, now, min(self.window_s, GATEWAY_WINDOW_S),
                                                            svc.flow is not None))
             first = self._first_scrape.get(name)

@@ -71,6 +71,7 @@ from autoscaler.simulator.gateway import DEFER, SHED_429, Gateway
 from autoscaler.simulator.router import least_outstanding, prefix_affinity
 from autoscaler.workload.types import PRIORITIES, Workload
 from controllers.admission import concurrency_budget, releases_at_first_token, token_budget, token_charge
+from models.arrivals import BIN_S
 from models.capacity import ReplicaSpec, mean_itl_rate, service_mix, throughput_weights
 from models.profiles import get_profile
 
@@ -172,6 +173,12 @@ class ServiceSim:
         self.weights = weights
         self.arrivals = 0  # attempts received, as a gateway's request counter counts them
         self.arrivals_by_priority = [0] * len(PRIORITIES)
+        # the gateway's binned counters (models.arrivals): over completed BIN_S bins, the arrivals
+        # and the sum of each bin's arrivals squared; the open bin's index and count
+        self._binned = 0
+        self._squares = 0
+        self._second = -1
+        self._second_count = 0
         self.flow: Gateway | None = None  # flow control, under an admission policy
         self.max_concurrency: dict[str, int] = {}  # variant -> requests in flight per replica (concurrency)
         self.dispatch_limit: dict[str, int] = {}  # variant -> the detector's filter: max_concurrency x (1 + headroom)
@@ -186,6 +193,24 @@ class ServiceSim:
         self.route_marks: list[Replica] = []  # replicas whose outstanding count changed since the last route
         self.route_epoch = 0  # the heap's generation
         self.ready_seq = 0  # replicas made ready so far (each one's route_seq)
+
+    def count_bin(self, now: float) -> None:
+        """Count one arrival at ``now`` (seconds) in its ``models.arrivals.BIN_S`` bin, closing the
+        bins before it."""
+        sec = math.floor(now / BIN_S)
+        if sec != self._second:
+            self._binned += self._second_count
+            self._squares += self._second_count * self._second_count
+            self._second, self._second_count = sec, 0
+        self._second_count += 1
+
+    def arrival_bins(self, now: float) -> tuple[int, int, int]:
+        """The gateway's binned counters at ``now`` (``models.arrivals``): the ``BIN_S`` bins completed
+        by ``now``, the arrivals in them, and the sum of each one's arrivals squared."""
+        bins = math.floor(now / BIN_S)
+        if self._second < bins:
+            return bins, self._binned + self._second_count, self._squares + self._second_count ** 2
+        return bins, self._binned, self._squares
 
     def ready_list(self, r: Replica) -> list[Replica]:
         """The list of ready replicas ``r`` belongs in: ``ready``, or its role's pool."""
@@ -485,6 +510,7 @@ class FleetSimulator:
         svc = self._target_svc
         svc.arrivals += 1
         svc.arrivals_by_priority[sr.req.priority] += 1
+        svc.count_bin(self.now)
         req = sr.req
         if req.input_tokens + req.output_tokens > svc.cfg.max_model_len:
             self._end_attempt(sr, REJECTED)

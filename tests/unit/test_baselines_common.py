@@ -135,7 +135,7 @@ def test_own_guard_controllers_get_bounds_only(make_fleet) -> None:
 # ------------------------------------------------------------------------------------ source
 def _stub_sim(pods: list[SimpleNamespace]) -> SimpleNamespace:
     svc = SimpleNamespace(replicas=pods, arrivals=0, arrivals_by_priority=[0, 0, 0], flow=None, gateway=[], pd=None,
-                          variants={"h100": None},
+                          variants={"h100": None}, arrival_bins=lambda now: (0, 0, 0),
                           counts=lambda v: SimpleNamespace(ready=len(pods), starting=0, draining=0))
     return SimpleNamespace(services={"svc": svc})
 

@@ -342,6 +342,30 @@ def test_mix_forecast_sizes_for_the_forecast_lengths_and_hit_rate() -> None:
         build("mpc:mix=bogus", CFG)
 
 
+def test_burst_plans_each_replica_for_the_arrivals_measured_burstiness() -> None:
+    # The gateway's index 13 over 4 ready replicas: each sees 1 + 12 / 4 = 4 (a random split), which
+    # is 1.1^15 = 4.177 on the 10 % grid; each replica's capacity is replica_capacity at that variability
+    # (computed here independently). Without a measurement, or without burst=1: Poisson.
+    mix = RequestMix.from_means(1000.0, 200.0)
+    cal = {v.name: 7.0 for v in SVC.variants}
+    c = MPCController(CFG, {SVC.name: cal}, forecast="last", mixes={SVC.name: mix}, burst=1)
+    slo = SVC.slo["interactive"]
+    spec = ReplicaSpec.of(SVC.variants[0], CFG.engine)
+    est = estimate(600.0, 20.0, {"h100": 3, "gh200": 1})
+    mem = c.memory.setdefault(SVC.name, _ServiceMemory())
+    assert c.corrected_weights(est, SVC, mem) == cal  # nothing measured: the calibrated capacities
+    est = replace(est, signals=replace(est.signals, arrival_dispersion=13.0))
+    bursty = c.corrected_weights(est, SVC, mem)["h100"]
+    assert mem.scv == pytest.approx(1.1 ** 15, rel=1e-4)
+    assert bursty == pytest.approx(replica_capacity(spec, replace(mix, arrival_scv=round(1.1 ** 15, 4)),
+                                                    slo.ttft_s, slo.itl_s).rps)
+    assert bursty < replica_capacity(spec, mix, slo.ttft_s, slo.itl_s).rps
+    plain = MPCController(CFG, {SVC.name: cal}, forecast="last", mixes={SVC.name: mix})
+    assert plain.corrected_weights(est, SVC, _ServiceMemory()) == cal
+    with pytest.raises(ValueError, match="burst"):
+        build("mpc:burst=2", CFG)
+
+
 def test_a_solve_stopped_at_its_node_limit_still_decides_and_says_so() -> None:
     # node_limit=0 stops HiGHS before its root node: no plan from it. The MPC does not raise; it
     # decides on the fallback plan and says so. 70 req/s at 10 req/s per replica needs 7 replicas; the

@@ -9,6 +9,7 @@ import pytest
 
 from autoscaler.state import (
     DERIVED,
+    DISPERSION_NAME,
     FORECAST_NAMES,
     PRIORITY_NAMES,
     SIGNALS,
@@ -24,7 +25,7 @@ def test_every_named_signal_is_a_field_in_order() -> None:
     place and not the other fails here, not at a controller's first lookup."""
     floats = [f.name for f in dataclasses.fields(Signals) if f.type == "float | None"]
     assert floats[:len(SIGNALS) + len(DERIVED)] == [*SIGNALS, *DERIVED]
-    assert floats[len(SIGNALS) + len(DERIVED):] == ["prefix_hit_rate_forecast"]
+    assert floats[len(SIGNALS) + len(DERIVED):] == ["prefix_hit_rate_forecast", "arrival_dispersion"]
     assert set(PRIORITY_NAMES) == {f.name for f in dataclasses.fields(PrioritySignals)}
     assert set(FORECAST_NAMES) == {f.name for f in dataclasses.fields(ForecastSignals)}
 
@@ -62,6 +63,13 @@ def test_forecast_and_warmth_appear_once_their_stages_run() -> None:
     assert all(flat[name] == 2.0 for name in FORECAST_NAMES.values())
     assert flat[WARMTH_NAME] == 0.4
     assert Signals.of(flat) == s  # the forecast's and the warmth's names come back too
+
+
+def test_the_arrivals_dispersion_appears_only_where_measured() -> None:
+    assert DISPERSION_NAME not in Signals().flat()
+    s = Signals(arrival_dispersion=3.5)
+    assert s.flat()[DISPERSION_NAME] == 3.5
+    assert Signals.of(s.flat()) == s
 
 
 def test_unknown_name_is_refused_with_its_name() -> None:

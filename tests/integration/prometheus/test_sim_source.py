@@ -66,7 +66,7 @@ class _Pod(SimpleNamespace):
 
 def _stub(pods: list[_Pod]) -> SimpleNamespace:
     svc = SimpleNamespace(replicas=pods, arrivals=0, arrivals_by_priority=[0, 0, 0], flow=None, gateway=deque(),
-                          pd=None, variants={"h100": None},
+                          pd=None, variants={"h100": None}, arrival_bins=lambda now: (0, 0, 0),
                           counts=lambda v: VariantCounts(ready=len(pods)))
     return SimpleNamespace(services={"svc": svc})
 
