@@ -10,7 +10,9 @@ without) and each ``decide`` reads its part:
 - demand per step (requests/s): the load forecast's ``quantile`` (the forecast stage's path, its
   90 % interval read as normal: ``mean + z(q) / z(0.95) x (upper - mean)``), or with
   ``hedge=measured`` the mean path times a hedge measured on this service's own forecast errors
-  (``measured_path``); never below the highest arrival rate of the last ``hold_s`` (300 s, or with
+  (``measured_path``), or with ``hedge=adaptive`` the band read at the z that would have covered
+  ``coverage`` of the last 20 minutes' plan steps past their floor (``band_scores``,
+  ``conformal_z``); never below the highest arrival rate of the last ``hold_s`` (300 s, or with
   ``hedge=measured`` ``measured_hold``'s: a forecast that lags a rise must not cancel it; a fall is
   followed once it has lasted the hold), plus today's queue spread over the steps until new
   replicas have run ``DRAIN_S``. Without a forecast yet (the first step of history), or with
@@ -515,7 +517,12 @@ class MPCController(Controller):
         hedge: ``band`` (the forecaster's interval at ``quantile``, a ``DEFAULT_HOLD_S`` hold) or
             ``measured`` (the forecast mean times the ``COVERAGE`` quantile of this service's own
             forecast errors at each step, ``measured_path``, the band until enough are known; and
-            the hold ``measured_hold`` chooses, unless ``hold_s`` is given).
+            the hold ``measured_hold`` chooses, unless ``hold_s`` is given), or ``adaptive`` (the
+            forecaster's interval read at the z its own recent misses call for, ``conformal_z`` of
+            ``band_scores``: z(``quantile``) until ``MIN_SCORES`` steps are judged; the
+            ``DEFAULT_HOLD_S`` hold unless ``hold_s`` is given).
+        coverage: with ``hedge=adaptive``, the share of judged plan steps the band is sized to cover
+            (``COVERAGE``), in (0, 1).
         shed: 1 plans shedding the sheddable priority in the same problem and sets the thresholds
             (module docstring); 0 (default) leaves admission to the loop's policy.
         shed_weight: with ``shed``, $ per request shed in units of the dearest variant's $ per

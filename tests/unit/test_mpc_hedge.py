@@ -3,7 +3,6 @@ band's z moved by their miss share, and the demand path it gives; every figure w
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import replace
 from statistics import NormalDist
 
