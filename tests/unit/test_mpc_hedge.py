@@ -20,6 +20,7 @@ from controllers.mpc import (
     band_scores,
     conformal_z,
 )
+from controllers.registry import parse_spec
 
 CFG = default_config()
 SVC = CFG.services[0]
@@ -85,3 +86,13 @@ def test_the_band_hedge_keeps_its_fixed_quantile() -> None:
         d = c.demand(estimate(i * TICK, rate, 10.0, 15.0), SVC, rate)
     assert d[5] == pytest.approx(10.0 + NormalDist().inv_cdf(0.9) / Z95 * 5.0)
     assert c.memory.get(SVC.name) is None or c.memory[SVC.name].z is None
+
+
+def test_coverage_is_checked_and_needs_the_adaptive_hedge() -> None:
+    with pytest.raises(ValueError, match="coverage must be in"):
+        MPCController(CFG, {SVC.name: WEIGHTS}, hedge="adaptive", coverage=1.0)
+    with pytest.raises(ValueError, match="hedge must be one of band, measured, adaptive"):
+        MPCController(CFG, {SVC.name: WEIGHTS}, hedge="conformal")
+    assert parse_spec("mpc:hedge=adaptive:coverage=0.8") == ("mpc", {"hedge": "adaptive", "coverage": 0.8})
+    with pytest.raises(ValueError, match="coverage needs hedge=adaptive"):
+        parse_spec("mpc:coverage=0.8")
