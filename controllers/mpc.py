@@ -7,14 +7,17 @@ fleet's ``gpu_limits``; with several services,
 ``prepare`` solves them all in one problem first (a quota one service fills is what another does
 without) and each ``decide`` reads its part:
 
-- demand per step (requests/s): the load forecast's ``quantile`` (the forecast stage's path, its 90 %
-  interval read as normal: ``mean + z(q) / z(0.95) x (upper - mean)``), or with ``hedge=measured`` the
-  mean path times a hedge measured on this service's own forecast errors (``measured_path``); never
-  below the highest arrival rate of the last ``hold_s`` (300 s, or with ``hedge=measured``
-  ``measured_hold``'s: a forecast that lags a rise must not cancel it; a fall is followed once it has
-  lasted the hold), plus today's queue spread over the steps until new replicas have run ``DRAIN_S``, at
-  most doubling the demand (``backlog_rps``). Without a forecast yet (the first step of history), or
-  with ``forecast=last``, that rate for every step; with ``forecast=perfect`` (simulation only), the
+- demand per step (requests/s): the load forecast's ``quantile`` (the forecast stage's path, its
+  90 % interval read as normal: ``mean + z(q) / z(0.95) x (upper - mean)``), or with
+  ``hedge=measured`` the mean path times a hedge measured on this service's own forecast errors
+  (``measured_path``), or with ``hedge=adaptive`` the band read at the z that would have covered
+  ``coverage`` of the last 20 minutes' plan steps past their floor (``band_scores``,
+  ``conformal_z``); never below the highest arrival rate of the last ``hold_s`` (300 s, or with
+  ``hedge=measured`` ``measured_hold``'s: a forecast that lags a rise must not cancel it; a fall is
+  followed once it has lasted the hold), plus today's queue spread over the steps until new
+  replicas have run ``DRAIN_S``, at most doubling the demand (``backlog_rps``). Without a forecast
+  yet (the first step of history), or with ``forecast=last``, that rate for every step; with
+  ``forecast=perfect`` (simulation only), the
   trace's true demand per step. The rates held are the gateway's arrivals less the retries of the
   attempts it shed (``controllers.admission.new_demand_rps``): today's retries are load to serve today,
   but a shed request sent again is one request, and retries end with the shedding;
@@ -82,7 +85,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import TYPE_CHECKING
@@ -214,8 +217,16 @@ forecasts issued before it for step ``k``, which the median and MAD ignore only 
 minority (with 40, a x3 step carried the next half hour's plan at 3x the load)."""
 
 Z95 = NormalDist().inv_cdf(0.95)
+SCORE_WINDOW_S = 1200.0
+"""``hedge=adaptive``: seconds of judged plan steps whose scores size the band: 20 minutes, so a
+rise the band missed counts until the load has settled (tuned on Azure conv and ramp, seed 0)."""
+MIN_SCORES = 200
+"""``hedge=adaptive``: scores needed before they replace ``quantile``: five ticks' judged steps of
+a 40-step plan."""
+Z_LIMITS = (0.0, NormalDist().inv_cdf(0.99))
+"""``hedge=adaptive``'s z stays within the band's mean and its 0.99 quantile."""
 FORECASTS = ("auto", "last", "perfect")
-HEDGES = ("band", "measured")
+HEDGES = ("band", "measured", "adaptive")
 MIXES = ("calibrated", "forecast")
 MIX_STEP = 0.05
 """Forecast token means and hit rates are rounded to 5 % (of the calibrated mean; of the hit rate)
@@ -329,6 +340,38 @@ def measured_path(mem: _ServiceMemory, now_s: float, dt: float, mean: np.ndarray
     return out
 
 
+def band_scores(plans: Iterable[tuple[float, np.ndarray, np.ndarray, float]], now_s: float, dt: float,
+                actual_rps: float) -> list[float]:
+    """How far up the forecaster's band each plan step whose end is now had to reach to cover
+    ``actual_rps`` (the rate seen now, req/s), in units of the band's normal z: ``(actual - mean) x
+    z(0.95) / (upper - mean)``. ``plans``: (issued at s, mean path, ``upper - mean`` path, both shape
+    (horizon,) req/s, the floor under the path req/s), oldest first; the one issued at ``t`` is judged
+    at its step ``k = round((now_s - t) / dt) - 1``. ``-inf`` where its floor (the hold, today's rate)
+    already covered the rate (no z was needed); none where the band had no width (no z would do)."""
+    out: list[float] = []
+    for issued, mean, spread, floor in plans:
+        k = round((now_s - issued) / dt) - 1
+        if not 0 <= k < len(mean):
+            continue
+        if actual_rps <= floor:
+            out.append(-math.inf)
+        elif spread[k] > 0:
+            out.append((actual_rps - float(mean[k])) * Z95 / float(spread[k]))
+    return out
+
+
+def conformal_z(scores: Iterable[float], level: float) -> float | None:
+    """The band's z that would have covered ``level`` of ``scores`` (``band_scores``): split
+    conformal prediction's order statistic, the ``ceil((n + 1) level)``-th smallest of ``n`` (the
+    largest when that is past ``n``), within ``Z_LIMITS``; None with fewer than ``MIN_SCORES``."""
+    xs = sorted(scores)
+    n = len(xs)
+    if n < MIN_SCORES:
+        return None
+    x = xs[min(math.ceil((n + 1) * level), n) - 1]
+    return min(max(x, Z_LIMITS[0]), Z_LIMITS[1])
+
+
 @dataclass
 class _ServiceMemory:
     """What the controller remembers of a service between ticks."""
@@ -337,6 +380,9 @@ class _ServiceMemory:
     rates: list[tuple[float, float]] = field(default_factory=list)  # (time, arrival rate), last HOLD_HISTORY_S
     forecasts: deque[tuple[float, np.ndarray]] = field(default_factory=deque)  # (issued at, mean path)
     residuals: list[deque[float]] = field(default_factory=list)  # per step: log(actual / forecast mean)
+    plans: deque[tuple[float, np.ndarray, np.ndarray, float]] = field(default_factory=deque)  # adaptive's paths
+    scores: deque[tuple[float, float]] = field(default_factory=deque)  # adaptive: (judged at, band_scores')
+    z: float | None = None  # hedge=adaptive: the band's z this tick (None: not started)
     hold_s: float = DEFAULT_HOLD_S  # the hold used this tick
     pool: int = 1  # replicas the capacities were pooled over this tick (``corrected_weights``)
     hold_measured_s: float = -math.inf  # when the hold was last measured
@@ -553,7 +599,12 @@ class MPCController(Controller):
         hedge: ``band`` (the forecaster's interval at ``quantile``, a ``DEFAULT_HOLD_S`` hold) or
             ``measured`` (the forecast mean times the ``COVERAGE`` quantile of this service's own
             forecast errors at each step, ``measured_path``, the band until enough are known; and
-            the hold ``measured_hold`` chooses, unless ``hold_s`` is given).
+            the hold ``measured_hold`` chooses, unless ``hold_s`` is given), or ``adaptive`` (the
+            forecaster's interval read at the z its own recent misses call for, ``conformal_z`` of
+            ``band_scores``: z(``quantile``) until ``MIN_SCORES`` steps are judged; the
+            ``DEFAULT_HOLD_S`` hold unless ``hold_s`` is given).
+        coverage: with ``hedge=adaptive``, the share of judged plan steps the band is sized to cover
+            (``COVERAGE``), in (0, 1).
         shed: 1 plans shedding the sheddable priority in the same problem and sets the thresholds
             (module docstring); 0 (default) leaves admission to the loop's policy.
         shed_weight: with ``shed``, $ per request shed in units of the dearest variant's $ per
@@ -593,7 +644,8 @@ class MPCController(Controller):
                  window_s: float = DEFAULT_WINDOW_S, mix: str = "calibrated",
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
                  pool: int = 1, warm: int = 0, shed: int = 0, shed_weight: float = DEFAULT_SHED_WEIGHT,
-                 pd_util: float = DEFAULT_PD_UTIL, burst: int = 0, cap: int = 0, name: str = "mpc") -> None:
+                 pd_util: float = DEFAULT_PD_UTIL, burst: int = 0, cap: int = 0, coverage: float = COVERAGE,
+                 name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
@@ -602,6 +654,8 @@ class MPCController(Controller):
             raise ValueError(f"{name}: node_limit must be >= 0, got {node_limit}")
         if pool < 1:
             raise ValueError(f"{name}: pool must be >= 1, got {pool}")
+        if not 0 < coverage < 1:
+            raise ValueError(f"{name}: coverage must be in (0, 1), got {coverage}")
         if not 0 < pd_util <= 1:
             raise ValueError(f"{name}: pd_util must be in (0, 1], got {pd_util}")
         if warm not in (0, 1):
@@ -627,6 +681,7 @@ class MPCController(Controller):
         self.horizon = horizon
         self.quantile = quantile
         self.hedge = hedge
+        self.coverage = coverage
         self.z = NormalDist().inv_cdf(quantile) / Z95
         self.miss_weight = miss_weight
         self.hold_s = hold_s
@@ -674,6 +729,12 @@ class MPCController(Controller):
             spread = np.where(np.isfinite(upper), upper - mean, 0.0)
             q = np.maximum(mean + self.z * spread, 0.0)
             path = np.interp(mid, f.times_s, q)
+            if self.hedge == "adaptive":
+                mem = self.memory.setdefault(svc.name, _ServiceMemory())
+                m_k, s_k = np.interp(mid, f.times_s, mean), np.interp(mid, f.times_s, spread)
+                z = self._adapt(mem, est.time_s, est.signals.arrival_rate_rps)
+                path = np.maximum(m_k + z / Z95 * s_k, 0.0)
+                mem.plans.append((est.time_s, m_k, s_k, now_rps))
             if self.hedge == "measured":
                 mem = self.memory.setdefault(svc.name, _ServiceMemory())
                 path = measured_path(mem, est.time_s, dt, np.interp(mid, f.times_s, mean), path,
@@ -685,6 +746,21 @@ class MPCController(Controller):
         drain = fastest + max(1, math.ceil(DRAIN_S / dt))  # until new replicas have served a drain period
         path[:drain] += backlog_rps(queue, drain * dt, now_rps)
         return path
+
+    def _adapt(self, mem: _ServiceMemory, now_s: float, actual_rps: float | None) -> float:
+        """``hedge=adaptive``: this tick's z, the ``COVERAGE`` conformal quantile (``conformal_z``) of
+        the last ``SCORE_WINDOW_S`` of ``band_scores`` (this tick's judged against ``actual_rps``),
+        or z(``quantile``) until ``MIN_SCORES`` are known."""
+        dt, h = self.tick_s, self.horizon
+        while mem.plans and mem.plans[0][0] < now_s - (h + 1) * dt:
+            mem.plans.popleft()
+        while mem.scores and mem.scores[0][0] <= now_s - SCORE_WINDOW_S:
+            mem.scores.popleft()
+        if actual_rps is not None:
+            mem.scores.extend((now_s, x) for x in band_scores(mem.plans, now_s, dt, actual_rps))
+        z = conformal_z((x for _, x in mem.scores), self.coverage)
+        mem.z = NormalDist().inv_cdf(self.quantile) if z is None else z
+        return mem.z
 
     # ------------------------------------------------------------------ fleet state
     def _ready_by_step(self, est: ServiceEstimate, v: Variant, mem: _ServiceMemory) -> np.ndarray:
@@ -1100,6 +1176,8 @@ class MPCController(Controller):
                  **{f"capacity_sigma_{v}": p.sigma for v, p in mem.capacity.items()},
                  **{f"capacity_learned_{v}": float(x) for v, x in mem.learned.items()},
                  **({"arrival_scv": mem.scv} if self.burst else {})}
+        if mem.z is not None:
+            terms["hedge_z"] = mem.z
         pools = plan.pd_rps.get(svc.name)
         if pools is not None:  # the demand the prefill/decode pools serve (the rest: aggregated)
             terms["pd_rps_now"] = float(pools[0])

@@ -304,11 +304,12 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     node_limit=Param(int, 0, closed=True), pool=Param(int, 1, closed=True, high=256),
                     warm=Param(int, 0, closed=True, high=1), shed=Param(int, 0, closed=True, high=1),
                     shed_weight=POSITIVE, pd_util=Param(float, 0.0, high=1.0),
-                    burst=Param(int, 0, closed=True, high=1), cap=Param(int, 0, closed=True, high=1)), _mpc),
+                    burst=Param(int, 0, closed=True, high=1), cap=Param(int, 0, closed=True, high=1),
+                    coverage=Param(float, 0.0, high=0.999)), _mpc),
 }
 NAMES = tuple(_SPECS)
 NEEDS: dict[str, dict[str, tuple[str, int | float | str]]] = {
-    "mpc": {"shed_weight": ("shed", 1)},
+    "mpc": {"shed_weight": ("shed", 1), "coverage": ("hedge", "adaptive")},
 }
 """name -> parameter -> (parameter, value) it needs in the same spec: without it the parameter would
 be read by nothing (``mpc``'s ``shed_weight`` prices the shedding only ``shed=1`` plans). A parameter
