@@ -514,18 +514,24 @@ class Daemon:
 
     def tick(self, only_new: bool = False) -> TickRecord | None:
         """One tick of the loop of each shard this daemon leads (building a shard's loop on the first),
-        else None. ``only_new``: of the shards led that have no loop yet only (a takeover's first tick,
-        ``_tick_loop``), else None when there are none."""
+        else None. ``only_new``: only the shards led that have no loop of their current term (a
+        takeover's first tick, ``_tick_loop``), touching no other loop; None when there are none."""
         led = set(range(self.shards.n)) if self.dry_run else set(self.shards.led())
         # a later leadership (another term, even of a shard led again since the last tick) starts from
         # the cluster's state, not from ours
-        for i in [i for i in self.loops if i not in led or self.terms.get(i) != self._term(i)]:
+        stale = {i for i in self.loops if self.terms.get(i) != self._term(i)}
+        if only_new:
+            led = {i for i in led if i not in self.loops or i in stale}
+            if not led:
+                return None
+            stale &= led  # the others' loops are the schedule's to drop
+        else:
+            stale |= set(self.loops) - led
+        for i in stale:
             del self.loops[i]
             self.writers.pop(i, None)
             if self.merged is not None:
                 self.merged.parts.pop(i, None)
-        if only_new:
-            led -= set(self.loops)
         if not led:
             return None
         self._ticking = sorted(led)

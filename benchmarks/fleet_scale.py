@@ -37,9 +37,14 @@ p99 (the largest ``solve_ms`` of each tick's decisions); with K > 1, a shard's f
 leading the most shards is killed (SIGKILL: no release) and its shards' workloads scaled to 0
 (demand it can no longer answer), and, for the slowest of its shards, the time from its last Lease
 renewal (the server's clock at that write) until another daemon wrote the Lease as its holder
-(``led``) and until that daemon's loop wrote the shard's workloads again (``writes``; the rounds go
-on every tick meanwhile, as a daemon's tick loop would). Goal: within the lease's duration plus one
-tick. Last, every scale write of the run is checked against the Leases as the server wrote them, in
+(``led``) and until that daemon's loop wrote the shard's workloads again (``writes``). Meanwhile each
+survivor ticks a shard it takes at once, alone, from a thread of its own (``Daemon.wake``,
+``tick(only_new=True)``, as the daemon's tick loop does between two ticks), and the rounds go on
+every tick as a daemon's tick loop would. Goal: within the lease's duration plus one tick.
+Also printed: the Lease renewals' spacing on the server's clock while the holder ticks and between
+its ticks (a write is refused once more than ``renew_s / 2`` passed since the last renewal), and
+each daemon's election rounds (their calls' time, and how late the thread woke after its
+``retry_s`` wait), in and out of its ticks: whether the tick's threads starve the renewals. Last, every scale write of the run is checked against the Leases as the server wrote them, in
 the server's order: each must come from the holder of its service's shard Lease at that moment
 (``audit``; "off-Lease": those that did not, so 0 means no two daemons ever wrote one workload at
 overlapping times; "handed": workloads written by two daemons in the run, where such a write had a
@@ -424,7 +429,7 @@ class Run:
     """Daemon -> its election rounds until the failover (``election_figures``)."""
     renewals: dict[str, list[float]] = field(default_factory=dict)
     """Seconds between two writes of one shard Lease by its holder (the server's clock), ``in`` when
-    the holder was ticking at the second, else ``out`` (the counted rounds only)."""
+    the holder was ticking at the second, else ``out`` (the counted rounds only: ``renewal_gaps``)."""
 
 
 def delta(after: dict[Any, int], before: dict[Any, int], verbs: tuple[str, ...]) -> int:
@@ -658,7 +663,7 @@ def renewal_gaps(lease: dict[int, list[tuple[float, str, str | None]]],
             if holder != agent:
                 prev = None
                 continue
-            if prev is not None and prev[1] == agent and first <= prev[0] and t <= last:
+            if prev is not None and prev[1] == agent and first <= t <= last:
                 during = any(a <= t <= b for a, b in windows.get(agent, []))
                 out["in" if during else "out"].append(t - prev[0])
             prev = (t, agent)
