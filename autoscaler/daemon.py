@@ -670,7 +670,7 @@ class Daemon:
         """One tick (``tick``), its failure logged; whether it ticked any shard."""
         self.last_tick = self.tick_began = time.monotonic()
         try:
-            return self.tick(only_new) is not None
+            return (self.tick(only_new=True) if only_new else self.tick()) is not None
         except Exception:  # a bug in one tick must not kill the daemon; the next tick retries
             log.exception("tick failed")
             return True
