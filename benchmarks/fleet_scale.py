@@ -44,8 +44,9 @@ every tick as a daemon's tick loop would. Goal: within the lease's duration plus
 Also printed: the Lease renewals' spacing on the server's clock while the holder ticks and between
 its ticks (a write is refused once more than ``renew_s / 2`` passed since the last renewal), and
 each daemon's election rounds (their calls' time, and how late the thread woke after its
-``retry_s`` wait), in and out of its ticks: whether the tick's threads starve the renewals. Last, every scale write of the run is checked against the Leases as the server wrote them, in
-the server's order: each must come from the holder of its service's shard Lease at that moment
+``retry_s`` wait), in and out of its ticks: whether the tick's threads starve the renewals. Last,
+every scale write of the run is checked against the Leases as the server wrote them, in the
+server's order: each must come from the holder of its service's shard Lease at that moment
 (``audit``; "off-Lease": those that did not, so 0 means no two daemons ever wrote one workload at
 overlapping times; "handed": workloads written by two daemons in the run, where such a write had a
 place to show).
