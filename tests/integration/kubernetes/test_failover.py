@@ -27,10 +27,13 @@ from autoscaler.daemon import Daemon
 from autoscaler.faults.kubeapi import EmulatedCluster, deployment, emulated_cluster
 from autoscaler.state import ServiceObservation, Signals, VariantObservation
 
-pytestmark = pytest.mark.slow  # two daemons run their threads in real time for ten seconds or so
+pytestmark = pytest.mark.slow  # two daemons run their threads in real time for twenty seconds or so
 
 NS = "default"
-LEASE = {"duration_s": 3.0, "renew_s": 2.0, "retry_s": 0.5}  # wall seconds
+LEASE = {"duration_s": 8.0, "renew_s": 6.0, "retry_s": 1.0}
+"""Wall seconds, fleet_scale.py's: each Lease call may take ``renew_s / 2`` = 3 s and a write needs that
+much of the lease left, so a loaded machine's slow calls (1 s at 3 / 2 / 0.5 s timed out at a load
+average of 20) neither end leaderships nor refuse the writes."""
 TICK_S = 600.0
 """``controller.tick_s`` (and ``window_s``, which may not be shorter), wall seconds at speed 1: far
 longer than the test, so every write it sees is a takeover's first tick (``Daemon.wake``)."""
