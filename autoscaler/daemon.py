@@ -11,7 +11,13 @@ write (``LeaderOnly``), so a tick that outlives it writes nothing more. A daemon
 builds its loop afresh from what the cluster and Prometheus hold (replica counts from the API
 server, a window of history), so the first decision after a restart or a failover is bounded by the
 guard like any other, and, as the previous leader may just have scaled up, it scales nothing down
-for the guard's cool-down.
+for the guard's cool-down. It does not wait for its next period for that first decision: the election
+thread wakes the tick loop when it takes a Lease (``wake``), which ticks the shards just taken at once,
+alone (``tick(only_new=True)``), and the next tick on the schedule ticks them with the others. So a
+takeover's first write comes within the Lease's duration (the old leader's writes stopped ``renew_s``
+after its last renewal, before the Lease runs out; the election's rule, unchanged), the election's lag
+(seeing the last renewal and the next round: up to two ``retry_s`` plus a round's calls) and the first
+tick's own work, where waiting for the period added up to a whole ``tick_s`` (issue 35).
 
 Sharded (``kubernetes.shards`` > 1, ``autoscaler.adapters.shards``): the election thread runs one
 round of ``ShardElection`` (an elector per shard Lease, the members' counters, the spread, the
@@ -313,11 +319,18 @@ class Daemon:
         dry-run or as a follower)."""
         self.loops: dict[int, ControlLoop] = {}
         """Shard -> its loop while this daemon leads it (the one loop, shard 0, when unsharded)."""
+        self.terms: dict[int, int] = {}
+        """Shard -> the term its loop was built under (``_term``): a loop of an earlier term is rebuilt."""
         self.merged = MergedMetrics() if self.shards.n > 1 else None
         if self.merged is not None:
             self.registry.register(self.merged)
         self._observed: tuple[float, dict[str, Any]] | None = None
         self.stopping = threading.Event()
+        self.wake = threading.Event()
+        """Set by the election thread when it takes a shard (and by ``stop``): the tick loop ticks the
+        newly led shards at once instead of at its next period (module docstring, failover)."""
+        self._ticking: list[int] = []
+        """The shards the tick in progress ticks (``observe`` queries their services only)."""
         self.stop_signal: str | None = None
         """The signal that stopped the daemon (``SIGTERM``, ``SIGINT``), None when none did (yet)."""
         self.metrics: LoopMetrics | None = None
@@ -413,8 +426,10 @@ class Daemon:
                               self.identity, self.stall_s)
                     self.shards.release(leave=False)
             elif not self.dry_run:
-                was = self.leading
+                was, before = self.leading, set(self.shards.led())
                 self.shards.round()
+                if set(self.shards.led()) - before:  # a shard taken: its first tick now, not at the next period
+                    self.wake.set()
                 now = self.leading
                 if now != was:
                     log.info("%s %s", self.identity, "leads" if now else "follows")
@@ -441,7 +456,7 @@ class Daemon:
         # a shard may hold no service (the name hash leaves some empty): its loop never ticks (``tick``),
         # but the controller is calibrated on a service, so on the fleet's first
         ctrl = build(self.spec, cfg if cfg.services else self.cfg)
-        term = 0 if self.dry_run else self.shards.electors[shard].term
+        term = self.terms[shard] = self._term(shard)
         sharded = self.shards.n > 1
         if not sharded:
             self.document.begin(self.identity, term)
@@ -473,6 +488,10 @@ class Daemon:
             self.metrics = LoopMetrics(loop, registry=self.registry)
         return loop
 
+    def _term(self, shard: int) -> int:
+        """The term ``shard`` is led under (the Lease's ``leaseTransitions`` as taken; 0 in dry-run)."""
+        return 0 if self.dry_run else self.shards.electors[shard].term
+
     def shard(self, service: str) -> int:
         """The shard of ``service`` (0 when unsharded)."""
         return shard_of(self.cfg, service) if self.shards.n > 1 else 0
@@ -488,22 +507,34 @@ class Daemon:
         if self._observed is None or self._observed[0] != now:
             inner = self.source.source
             if hasattr(inner, "services"):  # a PrometheusSource: query the led shards' services only
-                names = {s.name for i in self.loops for s in self.shards.services[i]}
+                names = {s.name for i in self._ticking for s in self.shards.services[i]}
                 inner.services = [s for s in self.cfg.services if s.name in names]
             self._observed = (now, self.source.observe(now))
         return self._observed[1]
 
-    def tick(self) -> TickRecord | None:
+    def tick(self, only_new: bool = False) -> TickRecord | None:
         """One tick of the loop of each shard this daemon leads (building a shard's loop on the first),
-        else None."""
+        else None. ``only_new``: only the shards led that have no loop of their current term (a
+        takeover's first tick, ``_tick_loop``), touching no other loop; None when there are none."""
         led = set(range(self.shards.n)) if self.dry_run else set(self.shards.led())
-        for i in set(self.loops) - led:  # a later leadership starts from the cluster's state, not from ours
+        # a later leadership (another term, even of a shard led again since the last tick) starts from
+        # the cluster's state, not from ours
+        stale = {i for i in self.loops if self.terms.get(i) != self._term(i)}
+        if only_new:
+            led = {i for i in led if i not in self.loops or i in stale}
+            if not led:
+                return None
+            stale &= led  # the others' loops are the schedule's to drop
+        else:
+            stale |= set(self.loops) - led
+        for i in stale:
             del self.loops[i]
             self.writers.pop(i, None)
             if self.merged is not None:
                 self.merged.parts.pop(i, None)
         if not led:
             return None
+        self._ticking = sorted(led)
         now = (time.monotonic() - self.started) * self.speed
         for i in sorted(led - set(self.loops)):
             self.loops[i] = self._new_loop(now, i)
@@ -617,25 +648,38 @@ class Daemon:
                 self.admission_server.close()
 
     def _tick_loop(self) -> None:
-        """Tick every period until ``stop()``; missed ticks are skipped, not replayed."""
+        """Tick every period until ``stop()``; missed ticks are skipped, not replayed. Between two, a
+        shard the election takes (``wake``) is ticked at once, alone (``tick(only_new=True)``), and then
+        with the others on the schedule, which it does not move."""
         period = self.cfg.controller.tick_s / self.speed
         due = time.monotonic()
         while not self.stopping.is_set():
-            self.last_tick = self.tick_began = time.monotonic()
-            try:
-                self.tick()
-            except Exception:  # a bug in one tick must not kill the daemon; the next tick retries
-                log.exception("tick failed")
-            finally:
-                self.tick_began = None
+            self._tick_once(False)
             due, skipped = next_due(due, period, time.monotonic())
             if skipped:
                 log.warning("a tick took %.0f s: %d tick(s) skipped, not replayed",
-                            time.monotonic() - self.last_tick, skipped)
-            self.stopping.wait(max(0.0, due - time.monotonic()))
+                            time.monotonic() - (self.last_tick or 0.0), skipped)
+            while not self.stopping.is_set() and self.wake.wait(max(0.0, due - time.monotonic())):
+                self.wake.clear()
+                if not self.stopping.is_set() and time.monotonic() < due:
+                    left = due - time.monotonic()
+                    if self._tick_once(True):
+                        log.info("%s ticked the shards it just took, %.1f s before its next tick", self.identity, left)
+
+    def _tick_once(self, only_new: bool) -> bool:
+        """One tick (``tick``), its failure logged; whether it ticked any shard."""
+        self.last_tick = self.tick_began = time.monotonic()
+        try:
+            return (self.tick(only_new=True) if only_new else self.tick()) is not None
+        except Exception:  # a bug in one tick must not kill the daemon; the next tick retries
+            log.exception("tick failed")
+            return True
+        finally:
+            self.tick_began = None
 
     def stop(self, signal_name: str | None = None) -> None:
         """Ask ``run`` to finish its tick (for ``kubernetes.stop_grace_s`` at most) and shut down;
         ``signal_name`` (``SIGTERM``) is the reason its ``shutting down`` line gives."""
         self.stop_signal = self.stop_signal or signal_name
         self.stopping.set()
+        self.wake.set()

@@ -37,10 +37,16 @@ p99 (the largest ``solve_ms`` of each tick's decisions); with K > 1, a shard's f
 leading the most shards is killed (SIGKILL: no release) and its shards' workloads scaled to 0
 (demand it can no longer answer), and, for the slowest of its shards, the time from its last Lease
 renewal (the server's clock at that write) until another daemon wrote the Lease as its holder
-(``led``) and until that daemon's loop wrote the shard's workloads again (``writes``; the rounds go
-on every tick meanwhile, as a daemon's tick loop would). Goal: within the lease's duration plus one
-tick. Last, every scale write of the run is checked against the Leases as the server wrote them, in
-the server's order: each must come from the holder of its service's shard Lease at that moment
+(``led``) and until that daemon's loop wrote the shard's workloads again (``writes``). Meanwhile each
+survivor ticks a shard it takes at once, alone, from a thread of its own (``Daemon.wake``,
+``tick(only_new=True)``, as the daemon's tick loop does between two ticks), and the rounds go on
+every tick as a daemon's tick loop would. Goal: within the lease's duration plus one tick.
+Also printed: the Lease renewals' spacing on the server's clock while the holder ticks and between
+its ticks (a write is refused once more than ``renew_s / 2`` passed since the last renewal), and
+each daemon's election rounds (their calls' time, and how late the thread woke after its
+``retry_s`` wait), in and out of its ticks: whether the tick's threads starve the renewals. Last,
+every scale write of the run is checked against the Leases as the server wrote them, in the
+server's order: each must come from the holder of its service's shard Lease at that moment
 (``audit``; "off-Lease": those that did not, so 0 means no two daemons ever wrote one workload at
 overlapping times; "handed": workloads written by two daemons in the run, where such a write had a
 place to show).
@@ -165,6 +171,10 @@ def audit(writes: TimedWrites, since: int, leases: dict[str, int], shard_of_work
     for i in range(since, len(writes)):
         method, plural, _, name, body, agent = writes[i]
         t = writes.at[i]
+        if plural == LEASES and method == "POST" and isinstance(body, dict):
+            name = name or (body.get("metadata") or {}).get("name")  # a create names it in its body
+            if name in leases and leases[name] in holder:
+                continue  # the emulator logs a create before it answers 409 (the Lease exists): not written
         if plural == LEASES and name in leases and method in ("POST", "PUT"):
             shard = leases[name]
             holder[shard] = holder_of(body)
@@ -274,6 +284,29 @@ def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, c
     try:
         if d.cache is not None and not d.cache.wait_synced(SETTLE_S):
             raise RuntimeError(f"{identity}: the watch cache did not list within {SETTLE_S:g} s")
+        rounds: list[tuple[float, float]] = []  # the election rounds' (start, end), monotonic s
+        ticks: list[tuple[float, float]] = []  # the ticks' (start, end), monotonic s
+        early: list[tuple[float, list[int]]] = []  # takeover ticks: (ended, wall clock; shards ticked)
+        lock = threading.Lock()  # one tick at a time, as the daemon's one tick thread
+        one_round = d.shards.round
+
+        def timed_round() -> None:
+            t0 = time.monotonic()
+            try:
+                one_round()
+            finally:
+                rounds.append((t0, time.monotonic()))
+
+        d.shards.round = timed_round  # type: ignore[method-assign]
+
+        def follow() -> None:  # Daemon._tick_loop's takeover tick: the shards just taken, at once
+            while not d.stopping.is_set():
+                if d.wake.wait(0.5):
+                    d.wake.clear()
+                    with lock, contextlib.suppress(Exception):  # as the daemon: logged, the next tick retries
+                        if d.tick(only_new=True) is not None:
+                            early.append((time.time(), list(d._ticking)))
+
         elector = threading.Thread(target=d._elect, name="leader-election", daemon=True)
         elector.start()
         conn.send("ready")
@@ -281,18 +314,28 @@ def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, c
             cmd = conn.recv()
             if cmd == "led":
                 conn.send(d.shards.led())
+            elif cmd == "follow":  # from now on, as the daemon's tick loop between two of its ticks
+                d.wake.clear()
+                threading.Thread(target=follow, name="takeover-ticks", daemon=True).start()
+                conn.send("following")
+            elif cmd == "early":
+                conn.send(list(early))
+            elif cmd == "rounds":
+                conn.send(election_figures(rounds, ticks, cfg.kubernetes.lease.retry_s))
             elif cmd == "tick":
                 counting.sent = 0
-                t, c = time.perf_counter(), time.process_time()
-                if prof is not None:
-                    prof.enable()
-                try:
-                    record, error = d.tick(), None
-                except Exception as exc:  # as Daemon._tick_loop: logged ("tick failed"), the next tick retries
-                    record, error = None, f"{type(exc).__name__}: {exc}"
-                if prof is not None:
-                    prof.disable()
-                wall, cpu = time.perf_counter() - t, time.process_time() - c
+                with lock:
+                    t, c, m = time.perf_counter(), time.process_time(), time.monotonic()
+                    if prof is not None:
+                        prof.enable()
+                    try:
+                        record, error = d.tick(), None
+                    except Exception as exc:  # as Daemon._tick_loop: logged ("tick failed"), the next tick retries
+                        record, error = None, f"{type(exc).__name__}: {exc}"
+                    if prof is not None:
+                        prof.disable()
+                    wall, cpu = time.perf_counter() - t, time.process_time() - c
+                    ticks.append((m, time.monotonic()))
                 conn.send({**tick_figures(record, wall, counting.sent, sorted(d.loops)), "cpu": cpu, "error": error})
             else:
                 break
@@ -306,6 +349,22 @@ def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, c
         if d.cache is not None:
             d.cache.stop()
     conn.send("stopped")
+
+
+def election_figures(rounds: list[tuple[float, float]], ticks: list[tuple[float, float]],
+                     retry_s: float) -> dict[str, list[float]]:
+    """The election thread's rounds split by whether a tick of the same process ran meanwhile
+    (``in``/``out``): each round's own time (``call_*``: its Lease calls, s) and how late it woke
+    (``late_*``: its start less the previous round's end and the ``retry_s`` wait, s; a thread kept
+    from the GIL or the cores by the tick's threads wakes late)."""
+    out: dict[str, list[float]] = {"call_in": [], "call_out": [], "late_in": [], "late_out": []}
+    for k, (start, end) in enumerate(rounds):
+        during = any(a < end and start < b for a, b in ticks)
+        side = "in" if during else "out"
+        out[f"call_{side}"].append(end - start)
+        if k:
+            out[f"late_{side}"].append(start - rounds[k - 1][1] - retry_s)
+    return out
 
 
 def tick_figures(record: Any, wall: float, queries: int, shards: list[int]) -> dict[str, Any]:
@@ -365,6 +424,13 @@ class Run:
     overlaps: int = 0
     scale_writes: int = 0
     handed: int = 0
+    windows: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    """Daemon -> its counted ticks' (start, end), wall clock s."""
+    election: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """Daemon -> its election rounds until the failover (``election_figures``)."""
+    renewals: dict[str, list[float]] = field(default_factory=dict)
+    """Seconds between two writes of one shard Lease by its holder (the server's clock), ``in`` when
+    the holder was ticking at the second, else ``out`` (the counted rounds only: ``renewal_gaps``)."""
 
 
 def delta(after: dict[Any, int], before: dict[Any, int], verbs: tuple[str, ...]) -> int:
@@ -450,6 +516,9 @@ class Bench:
                 time.sleep(max(0.0, began + r * WINDOW_S - time.monotonic()))
                 last = self._round(conns, names, out)
             out.rss_mib = {n: last[n]["rss_mib"] for n in names}
+            for n in names:
+                conns[n].send("rounds")
+                out.election[n] = recv(conns[n], procs[n], f"daemon {n}")
             if daemons > 1 and failover:
                 self._failover(conns, procs, cfg, out, began + ticks * WINDOW_S)
             leases = {lease_name(base, daemons, i): i for i in range(daemons)}
@@ -457,6 +526,7 @@ class Bench:
                          for s in cfg.services for v in s.variants}
             checked = self.ask(("audit", since, leases, workloads, set(names)))
             out.overlaps, out.scale_writes, out.handed = len(checked["overlaps"]), checked["scales"], checked["handed"]
+            out.renewals = renewal_gaps(checked["lease"], out.windows)
             if out.failover:
                 self._failover_times(checked, out)
         finally:
@@ -497,6 +567,8 @@ class Bench:
             prom_cpu = self.prom_cpu() - pc - self.idle_rate * (time.monotonic() - t)
             after = self.ask("requests")
             got[n] = f
+            if out is not None:
+                out.windows.setdefault(n, []).append((f["ended"] - f["wall"], f["ended"]))
             if out is not None and f["error"] is not None:
                 out.failed.append(f"{n}: {f['error']}")
             if out is None or not f["services"]:
@@ -525,19 +597,38 @@ class Bench:
         ``FAILOVER_ROUNDS``)."""
         victim = max(out.led, key=lambda n: (len(out.led[n]), n))
         shards = out.led[victim]
+        survivors = [n for n in conns if n != victim]
+        for n in survivors:  # each ticks a shard it takes at once, as its tick loop would (Daemon.wake)
+            conns[n].send("follow")
+            recv(conns[n], procs[n], f"daemon {n}")
         procs[victim].kill()  # SIGKILL: no release, no last write
         procs[victim].join(timeout=30)
         killed = time.time()
         self.ask(("zero", [f"{s.name}-{v.name}" for s in cfg.services if shard_of(cfg, s.name) in shards
                            for v in s.variants]))
-        survivors = [n for n in conns if n != victim]
         ticked: dict[int, float] = {}
+
+        def takeover_ticks() -> None:
+            for n in survivors:
+                conns[n].send("early")
+                for ended, took in recv(conns[n], procs[n], f"daemon {n}"):
+                    for i in took:
+                        if i in shards and ended > killed:
+                            ticked[i] = min(ticked.get(i, ended), ended)
+
         for r in range(FAILOVER_ROUNDS):
-            time.sleep(max(0.0, due + r * WINDOW_S - time.monotonic()))
+            while time.monotonic() < due + r * WINDOW_S:  # the takeover ticks come between the rounds
+                takeover_ticks()
+                if set(ticked) == set(shards):
+                    break
+                time.sleep(0.5)
+            if set(ticked) == set(shards):
+                break
             for f in self._round(conns, survivors, None).values():
                 for i in f["shards"]:
                     if i in shards and i not in ticked and f["ended"] > killed:
                         ticked[i] = f["ended"]
+            takeover_ticks()
             if set(ticked) == set(shards):
                 break
         out.failover = {i: {"victim": victim, "ticked_at": ticked.get(i)} for i in shards}
@@ -556,6 +647,28 @@ class Bench:
             f["led_s"] = None if taken is None or renewed is None else taken - renewed
             f["ticks_s"] = None if at is None or renewed is None else at - renewed
             f["writes_s"] = None if wrote is None or renewed is None else wrote - renewed
+
+
+def renewal_gaps(lease: dict[int, list[tuple[float, str, str | None]]],
+                 windows: dict[str, list[tuple[float, float]]]) -> dict[str, list[float]]:
+    """From each shard Lease's writes ``(t, writer, holder)`` (server's clock, ``audit``): the time
+    between two consecutive writes by its holder as holder, ``in`` when the second fell within one of
+    that daemon's counted ticks (``windows``), ``out`` when it fell between them; writes outside the
+    counted rounds are left out."""
+    first = min((a for w in windows.values() for a, _ in w), default=math.inf)
+    last = max((b for w in windows.values() for _, b in w), default=-math.inf)
+    out: dict[str, list[float]] = {"in": [], "out": []}
+    for writes in lease.values():
+        prev: tuple[float, str] | None = None
+        for t, agent, holder in writes:
+            if holder != agent:
+                prev = None
+                continue
+            if prev is not None and prev[1] == agent and first <= t <= last:
+                during = any(a <= t <= b for a, b in windows.get(agent, []))
+                out["in" if during else "out"].append(t - prev[0])
+            prev = (t, agent)
+    return out
 
 
 def recv(conn: Connection, proc: BaseProcess, what: str) -> Any:
@@ -578,6 +691,11 @@ def plain(x: Any) -> Any:
 def p99(xs: list[float]) -> float:
     s = sorted(x for x in xs if not math.isnan(x))
     return s[min(len(s) - 1, int(0.99 * len(s)))] if s else math.nan
+
+
+def spread(xs: list[float]) -> str:
+    """``p50 / p99 / max s (n)`` of ``xs``."""
+    return f"{median(xs):.2f} / {p99(xs):.2f} / {max(xs, default=math.nan):.2f} s ({len(xs)})"
 
 
 def median(xs: list[float]) -> float:
@@ -660,6 +778,17 @@ def main() -> None:
               f"{ {n: round(m) for n, m in r.rss_mib.items()} } MiB, reads {dict(r.read_by)}, decisions "
               f"{dict(r.reasons)}, writes {dict(r.statuses)}, failed ticks {len(r.failed)} "
               f"{sorted(set(r.failed))[:3]}, failover {r.failover or '-'}")
+        if r.renewals:
+            print(f"    renewals of a shard Lease by its holder, s apart, p50 / p99 / max (n): while it ticks "
+                  f"{spread(r.renewals['in'])}, between its ticks {spread(r.renewals['out'])}; more than renew_s / 2 "
+                  f"= {r.lease[1] / 2:g} s apart (its writes refused meanwhile): "
+                  f"{sum(g > r.lease[1] / 2 for g in r.renewals['in'] + r.renewals['out'])}")
+        if r.election:
+            figs = {k: [x for e in r.election.values() for x in e[k]] for k in ("call_in", "call_out", "late_in",
+                                                                                   "late_out")}
+            print(f"    election rounds (each daemon's thread), p50 / p99 / max (n): calls while ticking "
+                  f"{spread(figs['call_in'])}, between ticks {spread(figs['call_out'])}; woken late while ticking "
+                  f"{spread(figs['late_in'])}, between ticks {spread(figs['late_out'])}")
     one = sorted((r for r in runs if r.daemons == 1), key=lambda r: r.services)
     if len(one) > 1:
         a, b = one[0], one[-1]

@@ -127,3 +127,37 @@ def test_the_audit_flags_a_write_by_a_daemon_not_holding_the_shard() -> None:
     assert out["scales"] == 4 and out["handed"] == 1
     assert [(agent, holder) for _, agent, holder in out["lease"][0]] == [("a", "a"), ("a", None), ("b", "b")]
     assert fs.audit(log, 5, {"L-shard-0": 0}, {"w0": 0}, {"a", "b"})["overlaps"] == [(log.at[5], "w0", "a", None)]
+
+
+def test_the_audit_skips_a_lease_create_that_lost_the_race() -> None:
+    """The emulator logs a create before it answers 409 (the Lease exists): of two daemons creating a
+    free Lease at once, a's create wins, b's is logged after it and refused; b's write is off-Lease."""
+    log = fs.TimedWrites()
+    for agent in ("a", "b"):
+        log.append(("POST", "leases", "default", None, {"metadata": {"name": "L-shard-0"},
+                                                         "spec": {"holderIdentity": agent}}, agent))
+    log.append(("PATCH", "deployments/scale", "default", "w0", 2, "a"))
+    log.append(("PATCH", "deployments/scale", "default", "w0", 2, "b"))
+    out = fs.audit(log, 0, {"L-shard-0": 0}, {"w0": 0}, {"a", "b"})
+    assert [(agent, holder) for _, agent, holder in out["lease"][0]] == [("a", "a")]
+    assert [(name, agent, holder) for _, name, agent, holder in out["overlaps"]] == [("w0", "b", "a")]
+
+
+def test_renewal_gaps_split_by_the_holders_ticks() -> None:
+    """Hand-made Lease writes (t, writer, holder) of two shards and a's ticks [10, 12] and [20, 22]
+    (the counted rounds: 10 to 22). Shard 0: a renews at 9, 11, 13.5 (a tick at 11: in, 2 s; 13.5 out,
+    2.5 s), b takes it at 15 (not a's renewal; b's next at 16 is out, 1 s), a released nothing. Shard
+    1: a at 19, 21.5 (in, 2.5 s), 23 (after the rounds: left out)."""
+    lease = {0: [(9.0, "a", "a"), (11.0, "a", "a"), (13.5, "a", "a"), (15.0, "b", "b"), (16.0, "b", "b")],
+             1: [(19.0, "a", "a"), (21.5, "a", "a"), (23.0, "a", "a")]}
+    out = fs.renewal_gaps(lease, {"a": [(10.0, 12.0), (20.0, 22.0)]})
+    assert sorted(out["in"]) == [2.0, 2.5] and sorted(out["out"]) == [1.0, 2.5]
+
+
+def test_election_figures_split_rounds_by_the_ticks() -> None:
+    """Rounds (start, end) with a retry of 1 s and one tick [5, 8]: round 2 (4.5-5.5) and round 3
+    (6.6-7.0) overlap it; their lateness is 4.5 - 3.0 - 1 = 0.5 and 6.6 - 5.5 - 1 = 0.1; round 4
+    (8.1-8.3) is out, 8.1 - 7.0 - 1 = 0.1; round 1 (2.0-3.0) has no predecessor."""
+    out = fs.election_figures([(2.0, 3.0), (4.5, 5.5), (6.6, 7.0), (8.1, 8.3)], [(5.0, 8.0)], 1.0)
+    assert out["call_in"] == pytest.approx([1.0, 0.4]) and out["call_out"] == pytest.approx([1.0, 0.2])
+    assert out["late_in"] == pytest.approx([0.5, 0.1]) and out["late_out"] == pytest.approx([0.1])
