@@ -241,7 +241,8 @@ def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
     """Prometheus v2.42's ``bucketQuantile`` over (upper bound, cumulative count) pairs (any order):
     NaN without a +Inf bucket, with fewer than two buckets or no observations; the highest finite
     bound when the rank falls in the +Inf bucket; else linear interpolation inside the bucket, from
-    0 for the first (or its bound when that is <= 0)."""
+    0 for the first (or its bound when that is <= 0); the bucket found by binary search and divided as
+    IEEE 754 divides (``q`` 0 over an empty first bucket is NaN, not ZeroDivisionError), as Go's code."""
     if math.isnan(q):
         return math.nan
     if q < 0:
@@ -257,8 +258,8 @@ def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
             merged[-1][1] += count
         else:
             merged.append([bound, count])
-    top = -math.inf
-    for b in merged:  # ensureMonotonic
+    top = merged[0][1]
+    for b in merged[1:]:  # ensureMonotonic: from the first count, so a NaN there compares false all along
         if b[1] > top:
             top = b[1]
         elif b[1] < top:
@@ -269,7 +270,14 @@ def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
     if observations == 0:
         return math.nan
     rank = q * observations
-    i = next((k for k in range(len(merged) - 1) if merged[k][1] >= rank), len(merged) - 1)
+    lo, hi = 0, len(merged) - 1  # Go's sort.Search: a NaN count (left as is by ensureMonotonic) makes it
+    while lo < hi:  # answer otherwise than a scan for the first count >= rank would
+        mid = (lo + hi) // 2
+        if merged[mid][1] >= rank:
+            hi = mid
+        else:
+            lo = mid + 1
+    i = lo
     if i == len(merged) - 1:
         return merged[-2][0]
     if i == 0 and merged[0][0] <= 0:
@@ -279,7 +287,7 @@ def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
         start = merged[i - 1][0]
         count -= merged[i - 1][1]
         rank -= merged[i - 1][1]
-    return start + (end - start) * (rank / count)
+    return start + (end - start) * binary("/", rank, count)  # q = 0 over an empty first bucket: 0 / 0, NaN
 
 
 def _parse_le(text: str) -> float | None:

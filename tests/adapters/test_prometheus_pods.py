@@ -97,6 +97,19 @@ def test_bucket_quantile_interpolates_inside_the_bucket_as_prometheus() -> None:
     assert bucket_quantile(0.5, [(0.5, 1.0), (0.5, 1.0), (1.0, 1.0), (math.inf, 4.0)]) == pytest.approx(0.5)
 
 
+def test_bucket_quantile_of_degenerate_buckets_is_go_code_s() -> None:
+    # q = 0: rank 0 falls in the empty first bucket (count 0 >= 0), 0 + 0.1 x (0 / 0): NaN, not ZeroDivisionError
+    assert math.isnan(bucket_quantile(0.0, [(0.1, 0.0), (0.25, 5.0), (math.inf, 10.0)]))
+    # a NaN count: sort.Search over the 2 finite buckets probes index 1 (NaN >= 0.1 false) and answers 2,
+    # the +Inf bucket: the highest finite bound (a scan would stop at the first bucket, 0.005)
+    assert bucket_quantile(0.1, [(0.05, 1.0), (1.0, math.nan), (math.inf, 1.0)]) == 1.0
+    # a NaN first count is ensureMonotonic's starting maximum: nothing after it compares above or below, so
+    # the counts stay as given (3 observations, rank 0); the search probes 3, 5 (-1 >= 0 false) and ends
+    # at the +Inf bucket: the bound 5
+    assert bucket_quantile(0.0, [(-1.0, math.nan), (0.0, 2.0), (0.1, 8.0), (0.5, -1.0), (1.0, 2.0), (5.0, -1.0),
+                                 (math.inf, 3.0)]) == 5.0
+
+
 def test_a_scope_is_the_sum_of_the_groups_its_matchers_select() -> None:
     rate = Term("sum", "rate(x{$sel}[$window])")
     hist = Term("quantile", "rate(h_bucket{$sel}[$window])", 0.5)
