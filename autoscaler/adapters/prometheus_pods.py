@@ -22,7 +22,8 @@ once among them, ``<q>`` a number):
 
 Every template of the shipped query sets has one of them. A user's ``queries.<signal>`` that has
 another shape, and a scope whose matchers this module cannot evaluate exactly as Prometheus does
-(``parse_matchers``: a quoted label name, ``__name__``, a string escape other than ``\\\\ \\" \\' \\n \\t \\r``,
+(``parse_matchers``: a quoted label name, ``__name__``, a string escape other than ``\\\\ \\n \\t \\r``
+and the string's own quote (another quote's escape, a raw newline: Prometheus refuses those too),
 a regex outside the subset where RE2 and Python's ``re`` agree), is sent as before (a branch of the
 batched ``or``): the aggregation changes how the answer is computed, never what it is. Values agree
 with the per-scope queries' up to the order of floating-point additions (``avg`` divides a sum by a
@@ -49,13 +50,21 @@ _METRIC = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _STRING = r""""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`"""
 _SEL = r"\$(?:sel|\{sel\})"
 _ITEM = re.compile(rf"\s*(?:(?P<sel>{_SEL})|(?P<name>{_NAME})\s*(?P<op>=~|!~|!=|=)\s*(?P<value>{_STRING}))\s*(?:,|$)")
-_ESCAPES = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", "r": "\r"}
-_REGEX_SAFE = re.compile(r"""(?:[^\\$^(\[]|\\[^a-zA-Z0-9]|\(\?:|\((?!\?)|\[\^?(?:[^\]\\\[]|\\[^a-zA-Z0-9])+\])*""")
+_ESCAPES = {"\\": "\\", "n": "\n", "t": "\t", "r": "\r"}
+"""Escapes read in a quoted string, besides its own quote's (PromQL's lexer, ``lexEscape``, refuses ``\\'``
+in a double-quoted string and ``\\"`` in a single-quoted one)."""
+_PUNCT = r"[ -/:-@\[-`{-~]"  # printable ASCII that is not a letter or digit: what RE2 reads escaped as itself
+_REGEX_SAFE = re.compile(rf"""(?:[^\\$^(\[]|\\{_PUNCT}|\(\?:|\((?!\?)|\[\^?(?:[^\]\\\[]|\\{_PUNCT})+\])*""")
 """A regex in the subset where Go's RE2 (anchored, as Prometheus anchors ``=~``) and Python's ``re.fullmatch``
 agree: literals, ``. * + ? | {m,n}``, groups ``( )`` and ``(?: )``, classes ``[...]`` of literals and ranges,
-and backslash-escaped punctuation. Left out: ``^ $`` (Python's ``$`` also matches before a final newline),
-``\\d \\w \\s \\b`` and other lettered escapes (Unicode in Python, ASCII in RE2), flags ``(?i)``, and
-POSIX classes ``[[:alpha:]]``."""
+and backslash-escaped ASCII punctuation. Left out: ``^ $`` (Python's ``$`` also matches before a final
+newline), ``\\d \\w \\s \\b`` and other lettered escapes (Unicode in Python, ASCII in RE2), a backslash
+before a non-ASCII character (a literal in Python, an error in RE2), flags ``(?i)``, POSIX classes
+``[[:alpha:]]``; and (``_regex_ok``) possessive quantifiers ``*+ ++ ?+ {n}+`` (Python 3.11's, an error in
+RE2) and counted repetitions past RE2's limits."""
+_REPEAT = re.compile(r"\{([0-9]+)(?:,([0-9]*))?\}")
+MAX_REPEAT = 1000
+"""RE2's largest repetition count (Go ``regexp/syntax``, ``parse.go``: ``{1001}`` is "invalid repeat count")."""
 
 
 @dataclass(frozen=True)
@@ -82,18 +91,40 @@ def _compiled(regex: str) -> re.Pattern[str]:
     return re.compile(regex)
 
 
+def _regex_ok(regex: str) -> bool:
+    """Whether RE2 and Python's ``re.fullmatch`` read ``regex`` alike (``_REGEX_SAFE``): also no possessive
+    quantifier, no ``{,n}`` (a literal in RE2), each count at most ``MAX_REPEAT`` and their product too
+    (RE2 refuses nested repetitions past it; a product over all of them is stricter, never looser)."""
+    if not _REGEX_SAFE.fullmatch(regex) or "{," in regex:
+        return False
+    product = 1
+    for m in _REPEAT.finditer(regex):
+        product *= max(int(m[1]), int(m[2]) if m[2] else 0, 1)
+        if product > MAX_REPEAT:
+            return False
+    unescaped = re.sub(r"\\.|\[\^?(?:[^\]\\]|\\.)+\]", "x", regex)  # quantifiers outside classes and escapes
+    return re.search(r"(?:[*+?]|\{[0-9]+(?:,[0-9]*)?\})\+", unescaped) is None
+
+
 def _unquote(literal: str) -> str | None:
-    """A PromQL string literal's value; None for an escape this module does not read (``_ESCAPES``)."""
+    """A PromQL string literal's value; None for an escape this module does not read (``_ESCAPES``) and
+    for what PromQL's lexer refuses: another quote's escape, a raw newline in a quoted string."""
     body = literal[1:-1]
     if literal[0] == "`":
         return body
+    if "\n" in body:  # lexString: "unterminated quoted string"
+        return None
     out, i = [], 0
     while i < len(body):
         c = body[i]
         if c == "\\":
-            if i + 1 >= len(body) or body[i + 1] not in _ESCAPES:
+            nxt = body[i + 1] if i + 1 < len(body) else ""
+            if nxt == literal[0]:
+                out.append(nxt)
+            elif nxt in _ESCAPES:
+                out.append(_ESCAPES[nxt])
+            else:
                 return None
-            out.append(_ESCAPES[body[i + 1]])
             i += 2
         else:
             out.append(c)
@@ -119,7 +150,7 @@ def _items(text: str) -> list[tuple[str, Matcher | None]] | None:
         if value is None or m["name"] == "__name__":
             return None
         if m["op"] in ("=~", "!~"):
-            if not _REGEX_SAFE.fullmatch(value) or "{," in value:  # RE2 reads "{,n}" as a literal
+            if not _regex_ok(value):
                 return None
             try:
                 _compiled(value)

@@ -52,6 +52,7 @@ def test_a_mean_is_two_sums_joined_by_its_operator() -> None:
     ('a!="x\\\\y", b!~\'c|d\'', (Matcher("a", "!=", "x\\y"), Matcher("b", "!~", "c|d"))),
     ("", ()),
     ('a=~"x\\\\.y"', (Matcher("a", "=~", "x\\.y"),)),
+    ("a='x\\'y',b=\"x\\\"y\"", (Matcher("a", "=", "x'y"), Matcher("b", "=", 'x"y'))),  # each its own quote
 ])
 def test_matchers_are_parsed_with_their_values_unquoted(text: str, parsed: tuple[Matcher, ...]) -> None:
     assert parse_matchers(text) == parsed
@@ -67,6 +68,11 @@ def test_matchers_are_parsed_with_their_values_unquoted(text: str, parsed: tuple
     'a="\\u00e9"',  # an escape not read here
     '"a.b"="x"',  # a quoted label name
     "a=b",  # not a matcher
+    # Prometheus refuses these (HTTP 400) where Python would read them:
+    'a="x\\\'y"', "a='x\\\"y'", 'a="x\ny"',  # another quote's escape, a raw newline (PromQL's lexer)
+    'a=~"a*+"', 'a=~"a{2}+"',  # possessive quantifiers (Python 3.11; RE2: invalid nested repetition)
+    'a=~"x{1001}"', 'a=~"(x{100}){100}"',  # past RE2's 1000 repetitions
+    'a=~"\\\\é"',  # a backslash before a non-ASCII character (RE2: invalid escape)
 ])
 def test_matchers_read_otherwise_by_prometheus_are_not_read_here(text: str) -> None:
     assert parse_matchers(text) is None

@@ -1,6 +1,7 @@
 """The per-pod aggregation's client-side reading (``autoscaler.adapters.prometheus_pods``) against a real
-Prometheus v2.42 on constant vectors: the quantile of hand-made buckets, as ``histogram_quantile``
-computes it (no scrape: each bucket is ``label_replace(vector(count), "le", bound, "", "")``)."""
+Prometheus v2.42 on constant vectors (no scrape): the quantile of hand-made buckets, as ``histogram_quantile``
+computes it (each bucket is ``label_replace(vector(count), "le", bound, "", "")``), and the label matchers
+it reads, as Prometheus parses and matches them."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from autoscaler.adapters.prometheus_pods import bucket_quantile
+from autoscaler.adapters.prometheus_pods import bucket_quantile, parse_matchers
 from autoscaler.faults.promserver import PromServer
+from autoscaler.promql import quote
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +80,34 @@ def test_bucket_quantile_is_prometheus_histogram_quantile_on_random_buckets(prom
         want = prometheus_quantile(prom, q, list(zip(bounds, counts, strict=True)))
         got = bucket_quantile(q, [(float(b), c) for b, c in zip(bounds, counts, strict=True)])
         assert got == pytest.approx(want, rel=1e-12, nan_ok=True), (q, bounds, counts)
+
+
+MATCHERS = [
+    'a="x\\\'y"', "a='x\\\"y'", 'a="x\ny"', "a='x\\'y'", 'a="x\\"y"', "a=`x\\'y`",  # quotes' escapes, a raw newline
+    'a=~"a*+"', 'a=~"a++"', 'a=~"a?+"', 'a=~"a{2}+"', 'a=~"(ab)*+"',  # possessive quantifiers (Python 3.11)
+    'a=~"x{1001}"', 'a=~"x{1,1001}"', 'a=~"x{1000}"', 'a=~"(x{100}){100}"', 'a=~"((x{10}){10}){11}"',
+    'a=~"\\\\é"', 'a=~"\\\\ "', 'a=~"\\\\-"', 'a=~"[a\\\\-z]+"', 'a=~"a\\\\++"', 'a=~"[+]+"',
+    'a=~"a{"', 'a=~"a{1"', 'a=~"a{1}?"', 'a=~"a+?"', 'a=~"(|a)+"', 'a=~"[--z]"', 'a!~"é.|x"',
+]
+
+
+@pytest.mark.parametrize("text", MATCHERS)
+def test_matchers_read_here_are_matchers_prometheus_reads_alike(prom: PromServer, text: str) -> None:
+    """A matcher the module reads (``parse_matchers``) is one Prometheus accepts (it is evaluated here, never
+    sent: one Prometheus refuses would read as a value instead of the scope's error), and selects the same
+    values: each value tried as the label of a constant vector, matched by ``label_replace``'s regex (anchored
+    RE2, as ``=~``) or compared as written."""
+    parsed = parse_matchers(text)
+    status, error = instant(prom, "up{" + text + "}")
+    if parsed is None:
+        return
+    assert status == 200, (text, parsed, error)
+    (m,) = parsed
+    for value in ["", "a", "aa", "x'y", 'x"y', "x\ny", "é", "éa", "x" * 1000, "-", " ", "a+", "ab", "[", "z"]:
+        if m.op in ("=~", "!~"):
+            expr = (f'label_replace(label_replace(vector(1), "a", {quote(value)}, "", ""), "hit", "1", "a", '
+                    f'{quote(m.value)})')
+            status, result = instant(prom, expr)
+            assert status == 200, result
+            hit = result[0]["metric"].get("hit") == "1"
+            assert m.matches({"a": value}) == (hit if m.op == "=~" else not hit), (text, value)
