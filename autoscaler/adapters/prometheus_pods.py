@@ -321,11 +321,31 @@ def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
     return start + (end - start) * binary("/", rank, count)  # q = 0 over an empty first bucket: 0 / 0, NaN
 
 
+_DIGITS = r"[0-9](?:_?[0-9])*"
+_HEX_DIGITS = r"[0-9a-fA-F](?:_?[0-9a-fA-F])*"
+_GO_FLOAT = re.compile(
+    rf"[+-]?(?:(?P<dec>(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][+-]?{_DIGITS})?)"
+    rf"|(?P<hex>0[xX]_?(?:{_HEX_DIGITS}(?:\.(?:{_HEX_DIGITS})?)?|\.{_HEX_DIGITS})[pP][+-]?{_DIGITS})"
+    r"|(?i:inf|infinity))|(?i:nan)")
+"""What Go's ``strconv.ParseFloat`` reads (Go 1.19 ``atof.go``): decimal and hexadecimal (``p`` exponent
+required) literals, ``_`` between digits (or after ``0x``), ``inf``/``infinity`` signed or not, ``nan``
+unsigned, any case; no spaces, ASCII digits only. Python's ``float`` also reads " 1", "+nan", "١"."""
+
+
 def _parse_le(text: str) -> float | None:
-    try:
-        return float(text) if "_" not in text else None  # Go's ParseFloat refuses "1_0" without a base prefix
-    except ValueError:
+    """A bucket's ``le`` as ``funcHistogramQuantile`` reads it (``strconv.ParseFloat``, ``_GO_FLOAT``); None
+    for one it leaves out: not a Go float, or beyond float64's range (Go's ``ErrRange``, with ±Inf)."""
+    m = _GO_FLOAT.fullmatch(text)
+    if m is None:
         return None
+    plain = text.replace("_", "")
+    if m["hex"] is not None:
+        try:
+            return float.fromhex(plain)
+        except OverflowError:
+            return None
+    value = float(plain)
+    return None if m["dec"] is not None and math.isinf(value) else value
 
 
 def binary(op: str, a: float, b: float) -> float:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.adapters.prometheus_pods import bucket_quantile, parse_matchers
+from autoscaler.adapters.prometheus_pods import bucket_quantile, decompose, parse_matchers, scope_value
 from autoscaler.faults.promserver import PromServer
 from autoscaler.promql import quote
 
@@ -111,3 +111,24 @@ def test_matchers_read_here_are_matchers_prometheus_reads_alike(prom: PromServer
             assert status == 200, result
             hit = result[0]["metric"].get("hit") == "1"
             assert m.matches({"a": value}) == (hit if m.op == "=~" else not hit), (text, value)
+
+
+LES = ["1", "1.0", ".5", "5.", "1E+2", "-0.5", "+Inf", "inf", "-Inf", "Infinity", "iNf", "NaN", "nan",
+       "1_0", "1_0.2_5", "1e1_0", "0x1p-2", "0X1.8P1", "0x_1p0", "0x.8p1", "+0x1p0",  # Go reads these
+       "+nan", "-nan", " 1", "1 ", "١", "1__0", "_1", "1_", "1_.5", "1e_1", "0x10", "0x1.8", "0x1_p0",  # not these
+       "1e400", "-1e400", "0x1p2000", "infin", "", "1e-400"]
+
+
+_decomposed = decompose("histogram_quantile(0.5, sum by (le) (rate(h_bucket{$sel}[$window])))")
+assert _decomposed is not None
+decomposed, term = _decomposed, _decomposed.left
+
+
+@pytest.mark.parametrize("le", LES)
+def test_a_bucket_bound_is_read_as_prometheus_reads_it(prom: PromServer, le: str) -> None:
+    """One bucket of 1 observation below ``le`` and a +Inf bucket of 2: the median is the bound itself when
+    Prometheus reads it, NaN (a +Inf bucket alone) when it leaves the bucket out."""
+    want = prometheus_quantile(prom, 0.5, [(le, 1.0), ("+Inf", 2.0)])
+    got = scope_value(decomposed, {(term, "sum"): {"p": [({"pod": "p", "le": le}, 1.0),
+                                                       ({"pod": "p", "le": "+Inf"}, 2.0)]}}, (), ["p"], "pod")
+    assert got == pytest.approx(want, nan_ok=True), (le, got, want)
