@@ -160,12 +160,19 @@ def _items(text: str) -> list[tuple[str, Matcher | None]] | None:
     return out
 
 
+UNGROUPABLE = frozenset({"inf", "nan", "without"})
+"""Label names (any case) a matcher may name but a ``by (...)`` clause may not: Prometheus v2.42 refuses
+``sum by (pod, inf) (...)`` (HTTP 400; ``inf`` and ``nan`` lex as numbers, ``without`` as the keyword),
+and one scope's so named would have every per-pod query of the tick refused and sent again as before."""
+
+
 @functools.lru_cache(maxsize=4096)
 def parse_matchers(text: str) -> tuple[Matcher, ...] | None:
-    """``a="b",c=~"d.*"`` -> its matchers; None when the text has ``$sel``, is not a matcher list, or
-    has a matcher this module cannot evaluate exactly as Prometheus does (module docstring)."""
+    """``a="b",c=~"d.*"`` -> its matchers; None when the text has ``$sel``, is not a matcher list, has a
+    matcher this module cannot evaluate exactly as Prometheus does (module docstring), or names a label
+    the per-pod queries cannot group by (``UNGROUPABLE``)."""
     items = _items(text)
-    if items is None or any(m is None for _, m in items):
+    if items is None or any(m is None or m.name.lower() in UNGROUPABLE for _, m in items):
         return None
     return tuple(m for _, m in items if m is not None)
 

@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 
-from autoscaler.adapters.prometheus_pods import bucket_quantile, decompose, parse_matchers, scope_value
+from autoscaler.adapters.prometheus_pods import (
+    Term,
+    bucket_quantile,
+    decompose,
+    parse_matchers,
+    pods_query,
+    scope_value,
+)
 from autoscaler.faults.promserver import PromServer
 from autoscaler.promql import quote
 
@@ -132,3 +139,15 @@ def test_a_bucket_bound_is_read_as_prometheus_reads_it(prom: PromServer, le: str
     got = scope_value(decomposed, {(term, "sum"): {"p": [({"pod": "p", "le": le}, 1.0),
                                                        ({"pod": "p", "le": "+Inf"}, 2.0)]}}, (), ["p"], "pod")
     assert got == pytest.approx(want, nan_ok=True), (le, got, want)
+
+
+@pytest.mark.parametrize("name", ["inf", "NaN", "Without", "infinity", "offset", "bool", "by", "le", "sum", "on",
+                                  "group_left", "start", "atan2"])
+def test_a_label_a_scope_matcher_names_is_one_prometheus_groups_by(prom: PromServer, name: str) -> None:
+    """A scope's matcher is read here (``parse_matchers``) only when the per-pod query, grouped by the label
+    it names, is one Prometheus accepts: else every per-pod query of the tick (they group by every scope's
+    matcher labels) was refused, and the scopes' own queries sent again."""
+    parsed = parse_matchers(f'{name}="x"')
+    query = pods_query(Term("sum", "up{$sel}"), "sum", "pod", ["p"], ["pod", name], 60.0)
+    status, _ = instant(prom, query)
+    assert (parsed is not None) == (status == 200), (name, status)
