@@ -495,7 +495,12 @@ class _Batch:
             elif bad:
                 _settle([s.future], bad[0])
             else:
-                x = scope_value(s.decomposed, answers, s.rest, s.names, pl)
+                try:
+                    x = scope_value(s.decomposed, answers, s.rest, s.names, pl)
+                except Exception as exc:  # raised in a pool task, it reached no one: every scope
+                    # after this one waited for the observation's deadline and read as "timed out"
+                    _settle([s.future], _Outcome(error=f"per-pod aggregation: {describe(exc)}"))
+                    continue
                 _settle([s.future], _Outcome([] if x is None else [{"metric": {}, "value": [self.at, repr(x)]}]))
         for branches in again.values():
             self._send(branches)

@@ -22,7 +22,8 @@ once among them, ``<q>`` a number):
 
 Every template of the shipped query sets has one of them. A user's ``queries.<signal>`` that has
 another shape, and a scope whose matchers this module cannot evaluate exactly as Prometheus does
-(``parse_matchers``: a quoted label name, ``__name__``, a string escape other than ``\\\\ \\" \\' \\n \\t \\r``,
+(``parse_matchers``: a quoted label name, ``__name__``, a string escape other than ``\\\\ \\n \\t \\r``
+and the string's own quote (another quote's escape, a raw newline: Prometheus refuses those too),
 a regex outside the subset where RE2 and Python's ``re`` agree), is sent as before (a branch of the
 batched ``or``): the aggregation changes how the answer is computed, never what it is. Values agree
 with the per-scope queries' up to the order of floating-point additions (``avg`` divides a sum by a
@@ -49,13 +50,21 @@ _METRIC = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _STRING = r""""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`"""
 _SEL = r"\$(?:sel|\{sel\})"
 _ITEM = re.compile(rf"\s*(?:(?P<sel>{_SEL})|(?P<name>{_NAME})\s*(?P<op>=~|!~|!=|=)\s*(?P<value>{_STRING}))\s*(?:,|$)")
-_ESCAPES = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", "r": "\r"}
-_REGEX_SAFE = re.compile(r"""(?:[^\\$^(\[]|\\[^a-zA-Z0-9]|\(\?:|\((?!\?)|\[\^?(?:[^\]\\\[]|\\[^a-zA-Z0-9])+\])*""")
+_ESCAPES = {"\\": "\\", "n": "\n", "t": "\t", "r": "\r"}
+"""Escapes read in a quoted string, besides its own quote's (PromQL's lexer, ``lexEscape``, refuses ``\\'``
+in a double-quoted string and ``\\"`` in a single-quoted one)."""
+_PUNCT = r"[ -/:-@\[-`{-~]"  # printable ASCII that is not a letter or digit: what RE2 reads escaped as itself
+_REGEX_SAFE = re.compile(rf"""(?:[^\\$^(\[]|\\{_PUNCT}|\(\?:|\((?!\?)|\[\^?(?:[^\]\\\[]|\\{_PUNCT})+\])*""")
 """A regex in the subset where Go's RE2 (anchored, as Prometheus anchors ``=~``) and Python's ``re.fullmatch``
 agree: literals, ``. * + ? | {m,n}``, groups ``( )`` and ``(?: )``, classes ``[...]`` of literals and ranges,
-and backslash-escaped punctuation. Left out: ``^ $`` (Python's ``$`` also matches before a final newline),
-``\\d \\w \\s \\b`` and other lettered escapes (Unicode in Python, ASCII in RE2), flags ``(?i)``, and
-POSIX classes ``[[:alpha:]]``."""
+and backslash-escaped ASCII punctuation. Left out: ``^ $`` (Python's ``$`` also matches before a final
+newline), ``\\d \\w \\s \\b`` and other lettered escapes (Unicode in Python, ASCII in RE2), a backslash
+before a non-ASCII character (a literal in Python, an error in RE2), flags ``(?i)``, POSIX classes
+``[[:alpha:]]``; and (``_regex_ok``) possessive quantifiers ``*+ ++ ?+ {n}+`` (Python 3.11's, an error in
+RE2) and counted repetitions past RE2's limits."""
+_REPEAT = re.compile(r"\{([0-9]+)(?:,([0-9]*))?\}")
+MAX_REPEAT = 1000
+"""RE2's largest repetition count (Go ``regexp/syntax``, ``parse.go``: ``{1001}`` is "invalid repeat count")."""
 
 
 @dataclass(frozen=True)
@@ -82,18 +91,40 @@ def _compiled(regex: str) -> re.Pattern[str]:
     return re.compile(regex)
 
 
+def _regex_ok(regex: str) -> bool:
+    """Whether RE2 and Python's ``re.fullmatch`` read ``regex`` alike (``_REGEX_SAFE``): also no possessive
+    quantifier, no ``{,n}`` (a literal in RE2), each count at most ``MAX_REPEAT`` and their product too
+    (RE2 refuses nested repetitions past it; a product over all of them is stricter, never looser)."""
+    if not _REGEX_SAFE.fullmatch(regex) or "{," in regex:
+        return False
+    product = 1
+    for m in _REPEAT.finditer(regex):
+        product *= max(int(m[1]), int(m[2]) if m[2] else 0, 1)
+        if product > MAX_REPEAT:
+            return False
+    unescaped = re.sub(r"\\.|\[\^?(?:[^\]\\]|\\.)+\]", "x", regex)  # quantifiers outside classes and escapes
+    return re.search(r"(?:[*+?]|\{[0-9]+(?:,[0-9]*)?\})\+", unescaped) is None
+
+
 def _unquote(literal: str) -> str | None:
-    """A PromQL string literal's value; None for an escape this module does not read (``_ESCAPES``)."""
+    """A PromQL string literal's value; None for an escape this module does not read (``_ESCAPES``) and
+    for what PromQL's lexer refuses: another quote's escape, a raw newline in a quoted string."""
     body = literal[1:-1]
     if literal[0] == "`":
         return body
+    if "\n" in body:  # lexString: "unterminated quoted string"
+        return None
     out, i = [], 0
     while i < len(body):
         c = body[i]
         if c == "\\":
-            if i + 1 >= len(body) or body[i + 1] not in _ESCAPES:
+            nxt = body[i + 1] if i + 1 < len(body) else ""
+            if nxt == literal[0]:
+                out.append(nxt)
+            elif nxt in _ESCAPES:
+                out.append(_ESCAPES[nxt])
+            else:
                 return None
-            out.append(_ESCAPES[body[i + 1]])
             i += 2
         else:
             out.append(c)
@@ -119,7 +150,7 @@ def _items(text: str) -> list[tuple[str, Matcher | None]] | None:
         if value is None or m["name"] == "__name__":
             return None
         if m["op"] in ("=~", "!~"):
-            if not _REGEX_SAFE.fullmatch(value) or "{," in value:  # RE2 reads "{,n}" as a literal
+            if not _regex_ok(value):
                 return None
             try:
                 _compiled(value)
@@ -129,12 +160,19 @@ def _items(text: str) -> list[tuple[str, Matcher | None]] | None:
     return out
 
 
+UNGROUPABLE = frozenset({"inf", "nan", "without"})
+"""Label names (any case) a matcher may name but a ``by (...)`` clause may not: Prometheus v2.42 refuses
+``sum by (pod, inf) (...)`` (HTTP 400; ``inf`` and ``nan`` lex as numbers, ``without`` as the keyword),
+and one scope's so named would have every per-pod query of the tick refused and sent again as before."""
+
+
 @functools.lru_cache(maxsize=4096)
 def parse_matchers(text: str) -> tuple[Matcher, ...] | None:
-    """``a="b",c=~"d.*"`` -> its matchers; None when the text has ``$sel``, is not a matcher list, or
-    has a matcher this module cannot evaluate exactly as Prometheus does (module docstring)."""
+    """``a="b",c=~"d.*"`` -> its matchers; None when the text has ``$sel``, is not a matcher list, has a
+    matcher this module cannot evaluate exactly as Prometheus does (module docstring), or names a label
+    the per-pod queries cannot group by (``UNGROUPABLE``)."""
     items = _items(text)
-    if items is None or any(m is None for _, m in items):
+    if items is None or any(m is None or m.name.lower() in UNGROUPABLE for _, m in items):
         return None
     return tuple(m for _, m in items if m is not None)
 
@@ -241,7 +279,8 @@ def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
     """Prometheus v2.42's ``bucketQuantile`` over (upper bound, cumulative count) pairs (any order):
     NaN without a +Inf bucket, with fewer than two buckets or no observations; the highest finite
     bound when the rank falls in the +Inf bucket; else linear interpolation inside the bucket, from
-    0 for the first (or its bound when that is <= 0)."""
+    0 for the first (or its bound when that is <= 0); the bucket found by binary search and divided as
+    IEEE 754 divides (``q`` 0 over an empty first bucket is NaN, not ZeroDivisionError), as Go's code."""
     if math.isnan(q):
         return math.nan
     if q < 0:
@@ -257,8 +296,8 @@ def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
             merged[-1][1] += count
         else:
             merged.append([bound, count])
-    top = -math.inf
-    for b in merged:  # ensureMonotonic
+    top = merged[0][1]
+    for b in merged[1:]:  # ensureMonotonic: from the first count, so a NaN there compares false all along
         if b[1] > top:
             top = b[1]
         elif b[1] < top:
@@ -269,7 +308,14 @@ def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
     if observations == 0:
         return math.nan
     rank = q * observations
-    i = next((k for k in range(len(merged) - 1) if merged[k][1] >= rank), len(merged) - 1)
+    lo, hi = 0, len(merged) - 1  # Go's sort.Search: a NaN count (left as is by ensureMonotonic) makes it
+    while lo < hi:  # answer otherwise than a scan for the first count >= rank would
+        mid = (lo + hi) // 2
+        if merged[mid][1] >= rank:
+            hi = mid
+        else:
+            lo = mid + 1
+    i = lo
     if i == len(merged) - 1:
         return merged[-2][0]
     if i == 0 and merged[0][0] <= 0:
@@ -279,14 +325,34 @@ def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
         start = merged[i - 1][0]
         count -= merged[i - 1][1]
         rank -= merged[i - 1][1]
-    return start + (end - start) * (rank / count)
+    return start + (end - start) * binary("/", rank, count)  # q = 0 over an empty first bucket: 0 / 0, NaN
+
+
+_DIGITS = r"[0-9](?:_?[0-9])*"
+_HEX_DIGITS = r"[0-9a-fA-F](?:_?[0-9a-fA-F])*"
+_GO_FLOAT = re.compile(
+    rf"[+-]?(?:(?P<dec>(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][+-]?{_DIGITS})?)"
+    rf"|(?P<hex>0[xX]_?(?:{_HEX_DIGITS}(?:\.(?:{_HEX_DIGITS})?)?|\.{_HEX_DIGITS})[pP][+-]?{_DIGITS})"
+    r"|(?i:inf|infinity))|(?i:nan)")
+"""What Go's ``strconv.ParseFloat`` reads (Go 1.19 ``atof.go``): decimal and hexadecimal (``p`` exponent
+required) literals, ``_`` between digits (or after ``0x``), ``inf``/``infinity`` signed or not, ``nan``
+unsigned, any case; no spaces, ASCII digits only. Python's ``float`` also reads " 1", "+nan", "١"."""
 
 
 def _parse_le(text: str) -> float | None:
-    try:
-        return float(text) if "_" not in text else None  # Go's ParseFloat refuses "1_0" without a base prefix
-    except ValueError:
+    """A bucket's ``le`` as ``funcHistogramQuantile`` reads it (``strconv.ParseFloat``, ``_GO_FLOAT``); None
+    for one it leaves out: not a Go float, or beyond float64's range (Go's ``ErrRange``, with ±Inf)."""
+    m = _GO_FLOAT.fullmatch(text)
+    if m is None:
         return None
+    plain = text.replace("_", "")
+    if m["hex"] is not None:
+        try:
+            return float.fromhex(plain)
+        except OverflowError:
+            return None
+    value = float(plain)
+    return None if m["dec"] is not None and math.isinf(value) else value
 
 
 def binary(op: str, a: float, b: float) -> float:

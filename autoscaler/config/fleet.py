@@ -3,6 +3,8 @@ generation), and the whole ``FleetConfig`` with its cross-section checks."""
 
 from __future__ import annotations
 
+import math
+
 from pydantic import Field, field_validator, model_validator
 
 from autoscaler.config.base import MAX_INT, Strict, check_name
@@ -207,6 +209,17 @@ class Roles(Strict):
         if self.ratio is not None and self.ratio.min_ratio > 0 and all(v.cap == 0 for v in self.prefill):
             raise ValueError(f"ratio.min_ratio ({self.ratio.min_ratio:g}) > 0 but every prefill variant has "
                              "max_replicas (or quota) 0: the ratio would hold the decode pool at its minimum")
+        if self.ratio is not None:
+            # no whole (P, D) within the pools' bounds keeps it: the MPC's plan would leave it out and the PID
+            # clamp to the bounds, both silently (the same test as controllers.roles.ratio_reachable)
+            p_lo, p_hi = sum(v.min_replicas for v in self.prefill), sum(v.cap for v in self.prefill)
+            d_lo, d_hi = sum(v.min_replicas for v in self.decode), sum(v.cap for v in self.decode)
+            r = self.ratio
+            if not any(max(p_lo, math.ceil(r.min_ratio * d - 1e-9)) <= min(p_hi, math.floor(r.max_ratio * d + 1e-9))
+                       for d in range(d_lo, d_hi + 1)):
+                raise ValueError(f"ratio ({r.min_ratio:g} to {r.max_ratio:g} prefill per decode replica) cannot hold "
+                                 f"within the pools' bounds (prefill {p_lo} to {p_hi}, decode {d_lo} to {d_hi} "
+                                 "replicas: min_replicas to max_replicas or quota, summed)")
         return self
 
     def variants(self) -> list[tuple[str, Variant]]:

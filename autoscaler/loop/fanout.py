@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TypeVar
 
 R = TypeVar("R")
@@ -28,3 +29,17 @@ def run_jobs(jobs: Sequence[Callable[[], R]], workers: int, name: str = "writes"
     with ThreadPoolExecutor(max_workers=min(workers, len(jobs)), thread_name_prefix=name) as pool:
         futures = [pool.submit(job) for job in jobs]
     return [f.result() for f in futures]
+
+
+def _caught(job: Callable[[], R]) -> tuple[R | None, Exception | None]:
+    try:
+        return job(), None
+    except Exception as exc:  # the caller decides: one job's failure must not cost the others their results
+        return None, exc
+
+
+def run_all(jobs: Sequence[Callable[[], R]], workers: int,
+            name: str = "writes") -> list[tuple[R | None, Exception | None]]:
+    """As ``run_jobs``, every job run whatever another raised (one after another too): each job's
+    (result, None), or (None, the Exception it raised), in ``jobs``' order."""
+    return run_jobs([partial(_caught, job) for job in jobs], workers, name)

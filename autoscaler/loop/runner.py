@@ -16,7 +16,9 @@ and logged, and a failed variant stays at its current count in ``ServiceTick.app
 service is decided, guarded and drained first (in order: the controller's and guard's state), then
 the services' writes run, ``writers`` services at once (``loop.fanout``; 1 by default, one after
 another; the daemon's 8), each service's in order (its variants', then its pools'), then each
-service's results are told to the controller and its thresholds published, in order. Admission:
+service's results are told to the controller and its thresholds published, in order. A write that
+raises (a bug, not a refusal) costs its own service's results alone: every service's writes are run
+and the others' results told, then ``tick`` raises the first such exception. Admission:
 an admission policy (``controllers.admission``), when the loop has one, sets the thresholds of every
 decision that carries none; a decision's thresholds go to the admission sink, when there is one,
 with the same accounting.
@@ -62,7 +64,7 @@ from autoscaler.config import FleetConfig, Service
 from autoscaler.loop.actuate import ActuationResult, ActuationStatus, Actuator, AdmissionSink, Drainer
 from autoscaler.loop.drain import DrainState, drain
 from autoscaler.loop.estimate import ArrivalInference, estimate
-from autoscaler.loop.fanout import run_jobs
+from autoscaler.loop.fanout import run_all
 from autoscaler.loop.forecast import ForecastStage
 from autoscaler.loop.guard import Guarded, GuardState, clamp, guard
 from autoscaler.loop.mix import MixTracker
@@ -276,9 +278,18 @@ class ControlLoop:
         own = self.controller.own_guard
         staged = [self._stage(svc, estimates[svc.name], now)
                   for svc in (s if own else available(s, estimates[s.name]) for s in self.cfg.services)]
-        written = run_jobs([partial(self._write, st) for st in staged], self.writers, "scale")
-        for st, results in zip(staged, written, strict=True):
+        written = run_all([partial(self._write, st) for st in staged], self.writers, "scale")
+        raised: Exception | None = None
+        for st, (results, exc) in zip(staged, written, strict=True):
+            if results is None:  # a write raised (a bug, not a refusal): the other services' writes landed, so
+                # their results are still told, counted and published; then the tick fails with the first
+                if raised is not None:
+                    log.error("%s: a scale write raised %s: %s", st.svc.name, type(exc).__name__, exc)
+                raised = raised or exc
+                continue
             record.services[st.svc.name] = self._act(st, results)
+        if raised is not None:
+            raise raised
         return record
 
     def _estimate(self, svc: Service, obs: ServiceObservation, now: float) -> ServiceEstimate:

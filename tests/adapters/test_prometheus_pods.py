@@ -52,6 +52,7 @@ def test_a_mean_is_two_sums_joined_by_its_operator() -> None:
     ('a!="x\\\\y", b!~\'c|d\'', (Matcher("a", "!=", "x\\y"), Matcher("b", "!~", "c|d"))),
     ("", ()),
     ('a=~"x\\\\.y"', (Matcher("a", "=~", "x\\.y"),)),
+    ("a='x\\'y',b=\"x\\\"y\"", (Matcher("a", "=", "x'y"), Matcher("b", "=", 'x"y'))),  # each its own quote
 ])
 def test_matchers_are_parsed_with_their_values_unquoted(text: str, parsed: tuple[Matcher, ...]) -> None:
     assert parse_matchers(text) == parsed
@@ -67,6 +68,11 @@ def test_matchers_are_parsed_with_their_values_unquoted(text: str, parsed: tuple
     'a="\\u00e9"',  # an escape not read here
     '"a.b"="x"',  # a quoted label name
     "a=b",  # not a matcher
+    # Prometheus refuses these (HTTP 400) where Python would read them:
+    'a="x\\\'y"', "a='x\\\"y'", 'a="x\ny"',  # another quote's escape, a raw newline (PromQL's lexer)
+    'a=~"a*+"', 'a=~"a{2}+"',  # possessive quantifiers (Python 3.11; RE2: invalid nested repetition)
+    'a=~"x{1001}"', 'a=~"(x{100}){100}"',  # past RE2's 1000 repetitions
+    'a=~"\\\\é"',  # a backslash before a non-ASCII character (RE2: invalid escape)
 ])
 def test_matchers_read_otherwise_by_prometheus_are_not_read_here(text: str) -> None:
     assert parse_matchers(text) is None
@@ -95,6 +101,19 @@ def test_bucket_quantile_interpolates_inside_the_bucket_as_prometheus() -> None:
     assert bucket_quantile(1.5, buckets) == math.inf and bucket_quantile(-1, buckets) == -math.inf
     # equal bounds are added; a count below an earlier one is raised to it (monotonic)
     assert bucket_quantile(0.5, [(0.5, 1.0), (0.5, 1.0), (1.0, 1.0), (math.inf, 4.0)]) == pytest.approx(0.5)
+
+
+def test_bucket_quantile_of_degenerate_buckets_is_go_code_s() -> None:
+    # q = 0: rank 0 falls in the empty first bucket (count 0 >= 0), 0 + 0.1 x (0 / 0): NaN, not ZeroDivisionError
+    assert math.isnan(bucket_quantile(0.0, [(0.1, 0.0), (0.25, 5.0), (math.inf, 10.0)]))
+    # a NaN count: sort.Search over the 2 finite buckets probes index 1 (NaN >= 0.1 false) and answers 2,
+    # the +Inf bucket: the highest finite bound (a scan would stop at the first bucket, 0.005)
+    assert bucket_quantile(0.1, [(0.05, 1.0), (1.0, math.nan), (math.inf, 1.0)]) == 1.0
+    # a NaN first count is ensureMonotonic's starting maximum: nothing after it compares above or below, so
+    # the counts stay as given (3 observations, rank 0); the search probes 3, 5 (-1 >= 0 false) and ends
+    # at the +Inf bucket: the bound 5
+    assert bucket_quantile(0.0, [(-1.0, math.nan), (0.0, 2.0), (0.1, 8.0), (0.5, -1.0), (1.0, 2.0), (5.0, -1.0),
+                                 (math.inf, 3.0)]) == 5.0
 
 
 def test_a_scope_is_the_sum_of_the_groups_its_matchers_select() -> None:

@@ -342,3 +342,36 @@ def test_the_services_scale_writes_run_side_by_side_and_each_result_stays_its_se
         assert rec.services["a"].actuation["h100"] == APPLIED
         assert ctrl.cuts == [({"h100": 5}, {"h100": 2})]  # b's alone
         assert loop.actuation_errors == {("b", "h100", ActuationStatus.CONFLICT): 1}
+
+
+class RaisingActuator(MeetingActuator):
+    """``MeetingActuator`` whose write of the ``raises`` services raises (a bug in the actuator)."""
+
+    def __init__(self, parties: int, raises: frozenset[str], fail: frozenset[str] = frozenset()) -> None:
+        super().__init__(parties, fail)
+        self.raises = raises
+
+    def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
+        res = super().scale(service, variant, replicas, remove_first)
+        if service in self.raises:
+            raise KeyError(f"{service}/{variant}")
+        return res
+
+
+def test_a_write_that_raises_costs_its_own_service_alone(make_fleet) -> None:
+    """Service b's write raises: a and c are still written, their results told to the controller and counted
+    (c's conflict), side by side and one after another alike; then the tick raises b's error (the daemon
+    logs it and ticks again). Before, a and c's writes landed (side by side) or c was never written (one
+    after another), and neither service's result reached the controller or the failure counts."""
+    one = make_fleet(2, min_replicas=1, max_replicas=8)
+    names = ["a", "b", "c"]
+    cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in names]})
+    for writers, parties in ((3, 3), (1, 1)):
+        ctrl = Fixed(5)
+        act = RaisingActuator(parties, raises=frozenset({"b"}), fail=frozenset({"c"}))
+        loop = ControlLoop(cfg, Fleet(names), act, ctrl, writers=writers)
+        with pytest.raises(KeyError, match="b/h100"):
+            loop.tick(15.0)
+        assert sorted(act.calls) == [(n, "h100", 5) for n in names]
+        assert ctrl.cuts == [({"h100": 5}, {"h100": 2})]  # c's refused write, told
+        assert loop.actuation_errors == {("c", "h100", ActuationStatus.CONFLICT): 1}

@@ -24,7 +24,7 @@ from autoscaler.timeline import tick_row
 from controllers.base import Reason
 from controllers.pid import DECODE_KV_SETPOINT, PIDController
 from controllers.registry import build
-from controllers.roles import enforce_ratio
+from controllers.roles import enforce_ratio, ratio_reachable
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
 
@@ -139,6 +139,18 @@ def test_a_min_ratio_with_a_prefill_pool_that_cannot_grow_is_refused() -> None:
         parse_config(d, "<pd>")
     d["services"][0]["roles"]["ratio"] = {"min_ratio": 0.0, "max_ratio": 1.0}  # no lower bound: accepted
     parse_config(d, "<pd>")
+
+
+def test_a_ratio_no_replica_counts_within_the_pools_bounds_keep_is_refused() -> None:
+    # both pools 1..8 replicas (``doc``): prefill / decode is at least 1/8 and at most 8, so a ratio of
+    # 10 to 20 (or 0 to 0.1) holds for no whole (P, D); the MPC's plan left it out, the PID clamped, silently
+    for lo, hi in ((10.0, 20.0), (0.0, 0.1)):
+        with pytest.raises(ConfigError, match=rf"ratio \({lo:g} to {hi:g} prefill per decode replica\) cannot hold "
+                                               r"within the pools' bounds \(prefill 1 to 8, decode 1 to 8"):
+            parse_config(doc(ratio={"min_ratio": lo, "max_ratio": hi}), "<pd>")
+    assert not ratio_reachable(PDRatio(min_ratio=10.0, max_ratio=20.0), (1, 8), (1, 8))  # the plan's own test
+    parse_config(doc(ratio={"min_ratio": 8.0, "max_ratio": 20.0}), "<pd>")  # (8, 1) keeps it: accepted
+    parse_config(doc(ratio={"min_ratio": 0.0, "max_ratio": 0.125}), "<pd>")  # (1, 8)
 
 
 # ------------------------------------------------------------------------------ the loop's plumbing

@@ -15,6 +15,7 @@ import pytest
 from support.promcompare import Counting, assert_same
 from support.promserver import FakeDeployment, FakeExporter, FakeFlowControl, FakeGateway, FakePod, FakeSGLangPod
 
+from autoscaler.adapters import prometheus
 from autoscaler.adapters.prometheus import LiveRunner, PrometheusSource, connect, split, union
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
@@ -84,11 +85,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         exporter.close()
 
 
-def source(world: World, services: list[str], batch: bool, fail: str | None = None,
+def source(world: World, services: list[str], batch: bool, fail: str | None = None, deadline_s: float | None = None,
            **prometheus: Any) -> tuple[PrometheusSource, Counting]:
     cfg = fleet(services, {"batch": batch, **prometheus})
     runner = Counting(LiveRunner(connect(cfg.prometheus, world.prom.url)), fail)
-    src = PrometheusSource(cfg.prometheus, cfg.services, runner, window_s=WINDOW_S, clock=lambda _: world.at)
+    src = PrometheusSource(cfg.prometheus, cfg.services, runner, window_s=WINDOW_S, clock=lambda _: world.at,
+                           deadline_s=deadline_s)
     return src, runner
 
 
@@ -177,11 +179,46 @@ def test_one_service_sends_the_queries_it_always_did(world: World) -> None:
     assert not any("__autoscaler_scope" in q for q in b_runner.sent)
 
 
+def test_a_quantile_of_an_empty_first_bucket_is_read_as_prometheus_reads_it(world: World) -> None:
+    """``histogram_quantile(0, ...)`` over buckets whose first holds no observation (TTFT's 0.1-s bucket,
+    ``support.promserver.TTFT_SHARES``): rank 0 falls in it, and Prometheus's 0 / 0 there is NaN. The
+    client-side quantile raised ZeroDivisionError in the task settling the tick's aggregated scopes, so
+    every one of them (every service's every pod-scoped signal) read "timed out" at the deadline."""
+    ttft = "histogram_quantile(0, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{$sel}[$window])))"
+    override: dict[str, Any] = {"queries": {"ttft_p50_s": ttft}, "query_set": "vllm-0.11"}
+    batched, _ = source(world, ["s0", "s5"], batch=True, deadline_s=20.0, **override)
+    apart, _ = source(world, ["s0", "s5"], batch=False, deadline_s=20.0, **override)
+    b = batched.observe(0.0)
+    assert_same(b, apart.observe(0.0))
+    assert b["s0"].errors == [] and b["s5"].errors == []
+    assert b["s0"].signals.running == 10.0 and b["s5"].signals.running == 4.0
+
+
+def test_a_scope_the_aggregation_cannot_read_fails_alone(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error computing one scope's value from the per-pod answers is that scope's error: it was raised
+    in a pool task, seen by no one, and left that scope and every one settled after it waiting for the
+    deadline."""
+    real = prometheus.scope_value
+
+    def failing(decomposed: Any, answers: Any, rest: Any, names: Any, pod_label: str) -> float | None:
+        if "s0-h100-0" in names:
+            raise ZeroDivisionError("float division by zero")
+        return real(decomposed, answers, rest, names, pod_label)
+
+    monkeypatch.setattr(prometheus, "scope_value", failing)
+    batched, _ = source(world, ["s0", "s5"], batch=True, deadline_s=20.0, query_set="vllm-0.11")
+    b = batched.observe(0.0)
+    assert any(e.startswith("s0 running: per-pod aggregation: ") for e in b["s0"].errors), b["s0"].errors
+    assert b["s0"].variants["a100"].signals.running == 1.0  # a scope without that pod
+    assert b["s5"].errors == [] and b["s5"].signals.running == 4.0
+
+
 def test_one_services_bad_series_stays_its_own(world: World) -> None:
     """A ``kv_usage`` override that matches one-to-one only where one pod is in scope fails (HTTP 422,
     many-to-many) where two are: the batched query is refused as a whole and sent again branch by
     branch, so the scopes of one pod keep their value and the others have the error, as apart."""
-    override = {"queries": {"kv_usage": "vllm:kv_cache_usage_perc{$sel} / on() vllm:num_requests_running{$sel}"}}
+    override: dict[str, Any] = {
+        "queries": {"kv_usage": "vllm:kv_cache_usage_perc{$sel} / on() vllm:num_requests_running{$sel}"}}
     batched, b_runner = source(world, SERVICES, batch=True, **override)
     apart, _ = source(world, SERVICES, batch=False, **override)
     for tick in range(2):
