@@ -44,7 +44,11 @@ With ``kubernetes.watch`` the Deployments, StatefulSets and pods are read from a
 Events come from the results: a write that changed a count (``ActuationResult.before`` / ``after``) is
 a ``ScaledUp`` / ``ScaledDown`` Event on the workload, and another writer's change (``external``, from
 a write's read or from ``KubernetesActuator.check_writers`` at the start of each tick) an
-``OtherWriter`` one.
+``OtherWriter`` one. A shard's loop whose scale write raised (``TickError``: a bug, not a refusal)
+still hands over the record of its other services: the tick goes on with the other shards, writes
+the Events and metrics of every service written, and then raises the first shard's ``TickError``
+(logged as ``tick failed``, naming each failed service and its error; the next tick retries); that
+shard reports no GPUs for the coordinator this tick, as its record lacks the failed services.
 
 Another writer (``KubernetesActuator``): a variant whose replicas someone else changed is left alone
 for ``kubernetes.other_writer_quiet_s``; each such change is an Event (``OtherWriter``) and counts in
@@ -103,7 +107,7 @@ from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, E
 from autoscaler.loop.admission import PATH, TERM_BITS, AdmissionDocument, TeeSink, check_itl_budget, check_thresholds
 from autoscaler.loop.export import LoopMetrics, MetricsServer, serve
 from autoscaler.loop.fanout import run_jobs
-from autoscaler.loop.runner import ControlLoop, TickRecord
+from autoscaler.loop.runner import ControlLoop, TickError, TickRecord
 from autoscaler.loop.ticker import next_due
 from autoscaler.wiring import admission_policy, build_loop
 from controllers.registry import build
@@ -515,7 +519,12 @@ class Daemon:
     def tick(self, only_new: bool = False) -> TickRecord | None:
         """One tick of the loop of each shard this daemon leads (building a shard's loop on the first),
         else None. ``only_new``: only the shards led that have no loop of their current term (a
-        takeover's first tick, ``_tick_loop``), touching no other loop; None when there are none."""
+        takeover's first tick, ``_tick_loop``), touching no other loop; None when there are none.
+
+        Raises:
+            TickError: a shard loop's scale write raised, once every shard led has ticked and the
+                Events of the services written are written (module docstring); the first shard's.
+        """
         led = set(range(self.shards.n)) if self.dry_run else set(self.shards.led())
         # a later leadership (another term, even of a shard led again since the last tick) starts from
         # the cluster's state, not from ours
@@ -542,6 +551,7 @@ class Daemon:
             log.info("%s starts its loop%s (%s)", self.identity, what, self.spec)
         record = TickRecord(now)
         found: dict[tuple[str, str], ExternalChange] = {}
+        failed: list[TickError] = []
         for i in sorted(led):
             loop = self.loops[i]
             gen, share = self.shards.share(i)
@@ -550,18 +560,28 @@ class Daemon:
             started = time.perf_counter()
             writer = self.writers.get(i)
             found.update(writer.check_writers() if writer is not None else {})
-            rec = loop.tick(now) if loop.cfg.services else TickRecord(now)
+            whole = True
+            try:
+                rec = loop.tick(now) if loop.cfg.services else TickRecord(now)
+            except TickError as exc:  # the services written still get their Events; raised below
+                rec, whole = exc.record, False
+                failed.append(exc)
             record.services.update(rec.services)
             metrics = self.merged.parts[i] if self.merged is not None else self.metrics
             assert metrics is not None
             metrics.record(rec, time.perf_counter() - started)
-            self._report(i, gen, share, rec)
-        self.ticks += 1
+            if whole:  # a partial record would report no GPUs held by its failed services
+                self._report(i, gen, share, rec)
+        self.ticks += not failed  # as before: a failed tick does not count (``/readyz``)
         self._record(found, record)
         for name, st in record.services.items():  # counts nobody knows are no counts, not zeros
             known = {v: n for v, n in st.applied.items() if st.estimate.variants[v].counts_known}
             log.info("%s: decision", name, extra={"service": name, "reason": st.reason, "applied": known,
                                                    "hold": st.decision.hold})
+        for later in failed[1:]:  # the first is raised, and logged by ``_tick_once``
+            log.error("tick failed: %s", later, exc_info=later)
+        if failed:
+            raise failed[0]
         return record
 
     def _report(self, shard: int, generation: int, share: Any, rec: TickRecord) -> None:

@@ -18,7 +18,10 @@ the services' writes run, ``writers`` services at once (``loop.fanout``; 1 by de
 another; the daemon's 8), each service's in order (its variants', then its pools'), then each
 service's results are told to the controller and its thresholds published, in order. A write that
 raises (a bug, not a refusal) costs its own service's results alone: every service's writes are run
-and the others' results told, then ``tick`` raises the first such exception. Admission:
+and the others' results told, counted and published, then ``tick`` raises ``TickError``, which
+carries the tick's record of those other services (``TickError.record``, so the daemon still writes
+their Events) and each failed service's exception (``TickError.errors``), the first as its
+``__cause__``. Admission:
 an admission policy (``controllers.admission``), when the loop has one, sets the thresholds of every
 decision that carries none; a decision's thresholds go to the admission sink, when there is one,
 with the same accounting.
@@ -114,6 +117,24 @@ class TickRecord:
 
     time_s: float
     services: dict[str, ServiceTick] = field(default_factory=dict)
+
+
+class TickError(Exception):
+    """A tick whose scale write of one service or more raised (a bug, not a refusal: a refusal is an
+    ``ActuationResult``); raised by ``ControlLoop.tick`` once every service's writes have run.
+
+    Attributes:
+        record: the tick's record of the services whose writes did not raise, their results told,
+            counted and published as on a tick that succeeds; a failed service is not in it.
+        errors: service -> the exception its writes raised, in the fleet's order (never empty); the
+            first is also this exception's ``__cause__``.
+    """
+
+    def __init__(self, record: TickRecord, errors: dict[str, Exception]) -> None:
+        self.record = record
+        self.errors = errors
+        causes = "; ".join(f"{name}: {type(exc).__name__}: {exc}" for name, exc in errors.items())
+        super().__init__(f"the scale writes of {len(errors)} service(s) raised at t={record.time_s:g} s ({causes})")
 
 
 class ControlLoop:
@@ -270,7 +291,11 @@ class ControlLoop:
     def tick(self, now: float) -> TickRecord:
         """Run every stage once at time ``now`` (seconds) and return what happened: observe, estimate
         each service (``_estimate``), let the controller see them all, then decide, guard, drain,
-        actuate and publish per service (``_act``)."""
+        actuate and publish per service (``_act``).
+
+        Raises:
+            TickError: a service's scale write raised; it carries the record of the others (the class).
+        """
         record = TickRecord(time_s=now)
         observations = self.source.observe(now)
         estimates = {svc.name: self._estimate(svc, observations[svc.name], now) for svc in self.cfg.services}
@@ -279,17 +304,16 @@ class ControlLoop:
         staged = [self._stage(svc, estimates[svc.name], now)
                   for svc in (s if own else available(s, estimates[s.name]) for s in self.cfg.services)]
         written = run_all([partial(self._write, st) for st in staged], self.writers, "scale")
-        raised: Exception | None = None
+        raised: dict[str, Exception] = {}
         for st, (results, exc) in zip(staged, written, strict=True):
             if results is None:  # a write raised (a bug, not a refusal): the other services' writes landed, so
-                # their results are still told, counted and published; then the tick fails with the first
-                if raised is not None:
-                    log.error("%s: a scale write raised %s: %s", st.svc.name, type(exc).__name__, exc)
-                raised = raised or exc
+                # their results are still told, counted and published; then the tick fails, naming each
+                assert exc is not None
+                raised[st.svc.name] = exc
                 continue
             record.services[st.svc.name] = self._act(st, results)
-        if raised is not None:
-            raise raised
+        if raised:
+            raise TickError(record, raised) from next(iter(raised.values()))
         return record
 
     def _estimate(self, svc: Service, obs: ServiceObservation, now: float) -> ServiceEstimate:

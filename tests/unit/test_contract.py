@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
 from autoscaler.loop.export import LoopMetrics
-from autoscaler.loop.runner import ControlLoop
+from autoscaler.loop.runner import ControlLoop, TickError
 from autoscaler.loop.ticker import run_every
 from autoscaler.state import ServiceObservation, Signals, VariantObservation
 from controllers.base import Controller, Decision, Reason
@@ -360,9 +360,10 @@ class RaisingActuator(MeetingActuator):
 
 def test_a_write_that_raises_costs_its_own_service_alone(make_fleet) -> None:
     """Service b's write raises: a and c are still written, their results told to the controller and counted
-    (c's conflict), side by side and one after another alike; then the tick raises b's error (the daemon
-    logs it and ticks again). Before, a and c's writes landed (side by side) or c was never written (one
-    after another), and neither service's result reached the controller or the failure counts."""
+    (c's conflict), side by side and one after another alike; then the tick raises ``TickError`` with b's
+    error, caused by it, and a and c's record (the daemon writes their Events, logs the failure and ticks
+    again). Before, a and c's writes landed (side by side) or c was never written (one after another), and
+    neither service's result reached the controller or the failure counts."""
     one = make_fleet(2, min_replicas=1, max_replicas=8)
     names = ["a", "b", "c"]
     cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in names]})
@@ -370,8 +371,12 @@ def test_a_write_that_raises_costs_its_own_service_alone(make_fleet) -> None:
         ctrl = Fixed(5)
         act = RaisingActuator(parties, raises=frozenset({"b"}), fail=frozenset({"c"}))
         loop = ControlLoop(cfg, Fleet(names), act, ctrl, writers=writers)
-        with pytest.raises(KeyError, match="b/h100"):
+        with pytest.raises(TickError, match="b: KeyError: 'b/h100'") as failed:
             loop.tick(15.0)
+        assert list(failed.value.errors) == ["b"] and isinstance(failed.value.__cause__, KeyError)
+        rec = failed.value.record
+        assert {n: st.applied for n, st in rec.services.items()} == {"a": {"h100": 5}, "c": {"h100": 2}}
+        assert rec.services["c"].actuation["h100"].status is ActuationStatus.CONFLICT
         assert sorted(act.calls) == [(n, "h100", 5) for n in names]
         assert ctrl.cuts == [({"h100": 5}, {"h100": 2})]  # c's refused write, told
         assert loop.actuation_errors == {("c", "h100", ActuationStatus.CONFLICT): 1}

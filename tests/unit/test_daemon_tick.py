@@ -1,0 +1,104 @@
+"""A daemon's tick whose scale write of one service raises (``autoscaler.daemon.Daemon.tick`` over
+``ControlLoop.tick``'s ``TickError``): the other services' Events are still written, and the tick
+still fails, naming the service whose write raised."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+
+import pytest
+from kubernetes import client
+
+from autoscaler.adapters.prometheus import connect
+from autoscaler.daemon import Daemon
+from autoscaler.loop.actuate import ActuationResult, ActuationStatus
+from autoscaler.loop.runner import TickError
+from autoscaler.state import ServiceObservation, Signals, VariantObservation
+from autoscaler.wiring import build_source
+from controllers.base import Controller, Decision, Reason
+
+NAMES = ["a", "b", "c"]
+
+
+class Fleet:
+    """Every service observed alike: 2 ready replicas of ``h100``."""
+
+    def observe(self, now: float) -> dict[str, ServiceObservation]:
+        sig = {"request_rate_rps": 5.0, "running": 3.0, "queue_length": 0.0}
+        return {n: ServiceObservation(n, now, Signals.of(sig), {"h100": VariantObservation(2, 0)}) for n in NAMES}
+
+
+class Five(Controller):
+    """Asks for 5 replicas of ``h100`` on every tick (its own guard: no warm-up hold)."""
+
+    def __init__(self) -> None:
+        super().__init__("five-test", 15.0, 60.0, own_guard=True)
+
+    def decide(self, est, svc) -> Decision:
+        return Decision({"h100": 5}, "test", Reason.SCALE_UP)
+
+
+class Writes:
+    """Each write goes 2 -> its target; the ``raises`` services' writes raise (a bug, not a refusal)."""
+
+    def __init__(self, raises: frozenset[str]) -> None:
+        self.raises = raises
+
+    def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
+        if service in self.raises:
+            raise KeyError(f"{service}/{variant}")
+        return ActuationResult(ActuationStatus.APPLIED, before=2, after=replicas)
+
+
+class Events:
+    """An ``EventRecorder`` that records the Events it is asked for: (service, variant, before, after)."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[str, str, int | None, int | None]] = []
+        self.lock = threading.Lock()
+
+    def result(self, name: str, v: str, res: ActuationResult, reason: str) -> int:
+        with self.lock:
+            self.written.append((name, v, res.before, res.after))
+        return 1
+
+    def other_writer(self, name: str, v: str, ours: int, theirs: int, quiet_s: float) -> bool:
+        raise AssertionError("no other writer in this test")
+
+
+@pytest.mark.parametrize("raises", [frozenset({"b"}), frozenset({"a", "c"})])
+def test_a_write_that_raises_still_leaves_the_other_services_events_written(make_fleet, caplog,
+                                                                            raises: frozenset[str]) -> None:
+    """Services a, b, c each scale 2 -> 5; the writes of ``raises`` raise. Every other service gets its
+    ``ScaledUp`` Event (2 -> 5) and its decision in the tick's metrics; the tick still raises ``TickError``,
+    naming each failed service and its KeyError, which no Event reports as a scale. Before, the
+    loop's exception left the daemon no record, so no Event was written for the services that did scale."""
+    one = make_fleet(2, min_replicas=1, max_replicas=8)
+    cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in NAMES]})
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # dry-run: never called
+    source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+    d = Daemon(cfg, "pid", source, api, "d", "127.0.0.1:0", dry_run=True)
+    try:
+        loop = d.loops[0] = d._new_loop(0.0)
+        loop.source, loop.controller, loop.actuator = Fleet(), Five(), Writes(raises)
+        events = d.events = Events()  # type: ignore[assignment]
+        with caplog.at_level(logging.INFO), pytest.raises(TickError) as failed:
+            d.tick()
+        ok = [n for n in NAMES if n not in raises]
+        assert sorted(events.written) == [(n, "h100", 2, 5) for n in ok]
+        assert list(failed.value.errors) == sorted(raises)
+        assert all(isinstance(e, KeyError) for e in failed.value.errors.values())
+        assert sorted(failed.value.record.services) == ok
+        for n in sorted(raises):
+            assert f"{n}: KeyError: '{n}/h100'" in str(failed.value)
+        assert isinstance(failed.value.__cause__, KeyError)
+        logged = {r.getMessage() for r in caplog.records}
+        assert {f"{n}: decision" for n in ok} <= logged  # the services written are logged as decided
+        assert not {f"{n}: decision" for n in raises} & logged  # a failed one never reads as decided
+        assert d.metrics is not None
+        assert {n for (n, _) in d.metrics._decisions} == set(ok)
+        assert d.ticks == 0  # a failed tick is not counted (``/readyz``), as before
+    finally:
+        d.server.close()
