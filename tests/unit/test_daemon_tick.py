@@ -102,3 +102,34 @@ def test_a_write_that_raises_still_leaves_the_other_services_events_written(make
         assert d.ticks == 0  # a failed tick is not counted (``/readyz``), as before
     finally:
         d.server.close()
+
+
+@pytest.mark.parametrize("raises", [frozenset({"a"}), frozenset({"a", "c"})])
+def test_a_shard_whose_write_raises_leaves_the_other_shards_ticked_and_their_events_written(
+        make_fleet, caplog, raises: frozenset[str]) -> None:
+    """Two shards, a and b on shard 0, c on shard 1, one daemon leading both; a's write raises (and c's).
+    Shard 1 is still ticked, and every service written (b, and c unless it raised) gets its Event; the
+    tick raises shard 0's ``TickError`` (naming a alone) and logs shard 1's failure, when it has one, as
+    ``tick failed`` naming c. Before, shard 0's exception ended the tick: no Event at all, shard 1
+    never ticked."""
+    one = make_fleet(2, min_replicas=1, max_replicas=8)
+    kube = one.kubernetes.model_copy(update={"shards": 2, "service_shards": {"a": 0, "b": 0, "c": 1}})
+    cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in NAMES],
+                                 "kubernetes": kube})
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # dry-run: never called
+    source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+    d = Daemon(cfg, "pid", source, api, "d", "127.0.0.1:0", dry_run=True)
+    try:
+        for i in (0, 1):
+            loop = d.loops[i] = d._new_loop(0.0, i)
+            assert [s.name for s in loop.cfg.services] == (["a", "b"] if i == 0 else ["c"])
+            loop.source, loop.controller, loop.actuator = Fleet(), Five(), Writes(raises)
+        events = d.events = Events()  # type: ignore[assignment]
+        with caplog.at_level(logging.INFO), pytest.raises(TickError) as failed:
+            d.tick()
+        assert sorted(events.written) == [(n, "h100", 2, 5) for n in NAMES if n not in raises]
+        assert list(failed.value.errors) == ["a"] and sorted(failed.value.record.services) == ["b"]
+        later = [r for r in caplog.records if r.getMessage().startswith("tick failed: ")]
+        assert ["c: KeyError: 'c/h100'" in r.getMessage() for r in later] == ([True] if "c" in raises else [])
+    finally:
+        d.server.close()
