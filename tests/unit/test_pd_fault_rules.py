@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from autoscaler.config import PIDConfig
+from autoscaler.config.fleet import Service
 from autoscaler.config.loading import parse_config
 from autoscaler.state import PoolObservation, ServiceEstimate, Signals, VariantObservation
 from controllers.mpc import MPCController, backlog_rps, hold_pool_downs
@@ -118,6 +119,20 @@ def test_backlog_rps_by_hand(queue: float, drain_s: float, rate: float, expected
     assert backlog_rps(queue, drain_s, rate) == pytest.approx(expected)
 
 
+
+def pd_mpc(doc: dict[str, Any], ready: int) -> tuple[MPCController, Service, dict[str, PoolObservation]]:
+    """The MPC on fleet ``doc`` (examples/fleet-pd.yaml's shape) planning a 4000/300-token mix on the
+    last rate, its service, and both pools observed with ``ready`` replicas of each variant."""
+    cfg = parse_config(doc, str(EXAMPLE), EXAMPLE.parent)
+    svc = cfg.services[0]
+    mix = RequestMix.from_requests([4000] * 10, [300] * 10, 0.0)
+    mpc = MPCController(cfg, {svc.name: variant_weights(svc, cfg.planning_engine(), mix)}, forecast="last",
+                        mixes={svc.name: mix}, learn=0)
+    pools = {role: PoolObservation(role, Signals(), {v.name: VariantObservation(ready, 0)
+                                                     for r, v in svc.role_variants() if r == role})
+             for role in ("prefill", "decode")}
+    return mpc, svc, pools
+
 def test_the_mpc_plans_a_held_backlog_as_at_most_its_demand_again() -> None:
     # examples/fleet-pd.yaml with warm nodes (a warm start of 90 s): drain = ceil(90 / 15) + ceil(60 / 15) =
     # 10 steps = 150 s. 12 req/s with 3,600 requests waiting: 12 + 3600 / 150 = 36 before, 12 + 12 = 24 now.
@@ -125,14 +140,7 @@ def test_the_mpc_plans_a_held_backlog_as_at_most_its_demand_again() -> None:
     for role in ("prefill", "decode"):
         for v in doc["services"][0]["roles"][role]:
             v["warm_nodes"] = 16
-    cfg = parse_config(doc, str(EXAMPLE), EXAMPLE.parent)
-    svc = cfg.services[0]
-    mix = RequestMix.from_requests([4000] * 10, [300] * 10, 0.0)
-    mpc = MPCController(cfg, {svc.name: variant_weights(svc, cfg.planning_engine(), mix)}, forecast="last",
-                        mixes={svc.name: mix}, learn=0)
-    pools = {role: PoolObservation(role, Signals(), {v.name: VariantObservation(3, 0)
-                                                     for r, v in svc.role_variants() if r == role})
-             for role in ("prefill", "decode")}
+    mpc, svc, pools = pd_mpc(doc, 3)
     est = ServiceEstimate(svc.name, 600.0, Signals(arrival_rate_rps=12.0, queue_length=3600.0), {}, {}, False,
                           0.0, 0.0, 0, pools=pools)
     assert mpc.decide(est, svc).terms["demand_rps"] == pytest.approx(24.0)
@@ -165,14 +173,7 @@ def test_the_mpc_removes_no_pool_replica_while_the_service_misses_its_slo(slo_ra
     # examples/fleet-pd.yaml at 8 + 8 replicas and 2 req/s (a fraction of one replica of each pool): seen
     # for the 300-s hold (t 0 and t 315), the plan shrinks the pools (the guard's step limit paces it); with the
     # service's mean latency twice its SLO (a backlog draining) it keeps the 8 ready replicas of each.
-    cfg = parse_config(yaml.safe_load(EXAMPLE.read_text()), str(EXAMPLE), EXAMPLE.parent)
-    svc = cfg.services[0]
-    mix = RequestMix.from_requests([4000] * 10, [300] * 10, 0.0)
-    mpc = MPCController(cfg, {svc.name: variant_weights(svc, cfg.planning_engine(), mix)}, forecast="last",
-                        mixes={svc.name: mix}, learn=0)
-    pools = {role: PoolObservation(role, Signals(), {v.name: VariantObservation(8, 0)
-                                                     for r, v in svc.role_variants() if r == role})
-             for role in ("prefill", "decode")}
+    mpc, svc, pools = pd_mpc(yaml.safe_load(EXAMPLE.read_text()), 8)
     for t in (0.0, 315.0):
         est = ServiceEstimate(svc.name, t, Signals(arrival_rate_rps=2.0, queue_length=0.0, slo_mean_ratio=slo_ratio),
                               {}, {}, False, 0.0, 0.0, 0, pools=pools)
