@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from autoscaler.config.fleet import ratio_reachable as ratio_reachable  # the fleet file refuses a ratio without one
 from models.capacity import ReplicaSpec, RequestMix, mean_itl_rate
 from models.capacity_roles import decode_capacity, prefill_capacity
 
@@ -125,15 +126,3 @@ def enforce_ratio(prefill: int, decode: int, ratio: PDRatio, prefill_bounds: tup
                 d = d_hi
                 p = math.floor(ratio.max_ratio * d)
     return min(max(p, p_lo), p_hi), min(max(d, d_lo), d_hi)
-
-
-def ratio_reachable(ratio: PDRatio, prefill_bounds: tuple[int, int], decode_bounds: tuple[int, int]) -> bool:
-    """Whether some whole ``(P, D)`` within each pool's ``(min, max)`` replicas keeps ``min_ratio x D <= P
-    <= max_ratio x D`` (both at zero included): what a plan that keeps the ratio as a constraint
-    (``models.planning.PlanService.pd_ratio``) needs to have a plan at all."""
-    (p_lo, p_hi), (d_lo, d_hi) = prefill_bounds, decode_bounds
-    for d in range(d_lo, d_hi + 1):
-        lo, hi = max(p_lo, math.ceil(ratio.min_ratio * d - 1e-9)), min(p_hi, math.floor(ratio.max_ratio * d + 1e-9))
-        if lo <= hi:
-            return True
-    return False

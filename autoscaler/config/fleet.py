@@ -179,6 +179,19 @@ class PDRatio(Strict):
         return self
 
 
+
+def ratio_reachable(ratio: PDRatio, prefill_bounds: tuple[int, int], decode_bounds: tuple[int, int]) -> bool:
+    """Whether some whole ``(P, D)`` within each pool's ``(min, max)`` replicas keeps ``min_ratio x D <= P
+    <= max_ratio x D`` (both at zero included): what a plan that keeps the ratio as a constraint
+    (``models.planning.PlanService.pd_ratio``) needs to have a plan at all; ``Roles`` refuses a ratio
+    without one."""
+    (p_lo, p_hi), (d_lo, d_hi) = prefill_bounds, decode_bounds
+    for d in range(d_lo, d_hi + 1):
+        lo, hi = max(p_lo, math.ceil(ratio.min_ratio * d - 1e-9)), min(p_hi, math.floor(ratio.max_ratio * d + 1e-9))
+        if lo <= hi:
+            return True
+    return False
+
 class Roles(Strict):
     """A service's prefill/decode disaggregation (llm-d's P/D "well-lit path"): pools of prefill and
     decode replicas, each a list of variants as ``Service.variants`` (GPU, TP, price, profile, start-up).
@@ -211,12 +224,11 @@ class Roles(Strict):
                              "max_replicas (or quota) 0: the ratio would hold the decode pool at its minimum")
         if self.ratio is not None:
             # no whole (P, D) within the pools' bounds keeps it: the MPC's plan would leave it out and the PID
-            # clamp to the bounds, both silently (the same test as controllers.roles.ratio_reachable)
+            # clamp to the bounds, both silently
             p_lo, p_hi = sum(v.min_replicas for v in self.prefill), sum(v.cap for v in self.prefill)
             d_lo, d_hi = sum(v.min_replicas for v in self.decode), sum(v.cap for v in self.decode)
             r = self.ratio
-            if not any(max(p_lo, math.ceil(r.min_ratio * d - 1e-9)) <= min(p_hi, math.floor(r.max_ratio * d + 1e-9))
-                       for d in range(d_lo, d_hi + 1)):
+            if not ratio_reachable(r, (p_lo, p_hi), (d_lo, d_hi)):
                 raise ValueError(f"ratio ({r.min_ratio:g} to {r.max_ratio:g} prefill per decode replica) cannot hold "
                                  f"within the pools' bounds (prefill {p_lo} to {p_hi}, decode {d_lo} to {d_hi} "
                                  "replicas: min_replicas to max_replicas or quota, summed)")
