@@ -17,8 +17,9 @@ service is decided, guarded and drained first (in order: the controller's and gu
 the services' writes run, ``writers`` services at once (``loop.fanout``; 1 by default, one after
 another; the daemon's 8), each service's in order (its variants', then its pools'), then each
 service's results are told to the controller and its thresholds published, in order. A write that
-raises (a bug, not a refusal) costs its own service's results alone: every service's writes are run
-and the others' results told, counted and published, then ``tick`` raises ``TickError``, which
+raises (a bug, not a refusal), or a service's results that raise when told or published, costs its own
+service's results alone: every service's writes are run and the others' results told, counted and
+published, then ``tick`` raises ``TickError``, which
 carries the tick's record of those other services (``TickError.record``, so the daemon still writes
 their Events) and each failed service's exception (``TickError.errors``), the first as its
 ``__cause__``. Admission:
@@ -121,12 +122,13 @@ class TickRecord:
 
 class TickError(Exception):
     """A tick whose scale write of one service or more raised (a bug, not a refusal: a refusal is an
-    ``ActuationResult``); raised by ``ControlLoop.tick`` once every service's writes have run.
+    ``ActuationResult``), or whose results raised when told to the controller or published; raised by
+    ``ControlLoop.tick`` once every service's writes have run and every other's results are told.
 
     Attributes:
         record: the tick's record of the services whose writes did not raise, their results told,
             counted and published as on a tick that succeeds; a failed service is not in it.
-        errors: service -> the exception its writes raised, in the fleet's order (never empty); the
+        errors: service -> the exception its writes (or its results) raised, in the fleet's order (never empty); the
             first is also this exception's ``__cause__``.
     """
 
@@ -311,7 +313,11 @@ class ControlLoop:
                 assert exc is not None
                 raised[st.svc.name] = exc
                 continue
-            record.services[st.svc.name] = self._act(st, results)
+            try:
+                record.services[st.svc.name] = self._act(st, results)
+            except Exception as failed:  # telling or publishing one service (a bug) must not cost the
+                # services after it, whose writes landed too, their results
+                raised[st.svc.name] = failed
         if raised:
             raise TickError(record, raised) from next(iter(raised.values()))
         return record

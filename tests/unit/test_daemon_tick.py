@@ -133,3 +133,50 @@ def test_a_shard_whose_write_raises_leaves_the_other_shards_ticked_and_their_eve
         assert ["c: KeyError: 'c/h100'" in r.getMessage() for r in later] == ([True] if "c" in raises else [])
     finally:
         d.server.close()
+
+
+class Thresholds:
+    """An ``AdmissionSink`` whose publishing of the ``raises`` services' thresholds raises (a bug)."""
+
+    def __init__(self, raises: frozenset[str]) -> None:
+        self.raises = raises
+
+    def publish(self, service: str, thresholds: object, itl_budget: object = None) -> ActuationResult:
+        if service in self.raises:
+            raise RuntimeError(f"publish {service}")
+        return ActuationResult(ActuationStatus.APPLIED)
+
+
+class FiveShedding(Five):
+    """``Five`` with an admission threshold, so every service's results publish one."""
+
+    def decide(self, est, svc) -> Decision:
+        decision = super().decide(est, svc)
+        decision.admission = {"sheddable": 1.0}
+        return decision
+
+
+def test_results_that_raise_when_published_cost_their_own_service_alone(make_fleet) -> None:
+    """Services a, b, c each scale 2 -> 5 and publish an admission threshold; b's publishing raises
+    after every write has landed. a and c still get their ``ScaledUp`` Events (2 -> 5) and are in the
+    record; the tick raises ``TickError`` naming b's RuntimeError. Before, the raise in b's results
+    (``ControlLoop._act``) left the loop at once: c's results were never told, and the daemon, with no
+    record, wrote no Event for the three writes that landed."""
+    one = make_fleet(2, min_replicas=1, max_replicas=8)
+    cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in NAMES]})
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # dry-run: never called
+    source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+    d = Daemon(cfg, "pid", source, api, "d", "127.0.0.1:0", dry_run=True)
+    try:
+        loop = d.loops[0] = d._new_loop(0.0)
+        loop.source, loop.controller, loop.actuator = Fleet(), FiveShedding(), Writes(frozenset())
+        loop.admission = Thresholds(frozenset({"b"}))  # type: ignore[assignment]
+        events = d.events = Events()  # type: ignore[assignment]
+        with pytest.raises(TickError) as failed:
+            d.tick()
+        assert sorted(events.written) == [("a", "h100", 2, 5), ("c", "h100", 2, 5)]
+        assert list(failed.value.errors) == ["b"] and isinstance(failed.value.errors["b"], RuntimeError)
+        assert sorted(failed.value.record.services) == ["a", "c"]
+        assert failed.value.record.services["c"].applied == {"h100": 5}
+    finally:
+        d.server.close()
