@@ -48,7 +48,9 @@ a write's read or from ``KubernetesActuator.check_writers`` at the start of each
 still hands over the record of its other services: the tick goes on with the other shards, writes
 the Events and metrics of every service written, and then raises the first shard's ``TickError``
 (logged as ``tick failed``, naming each failed service and its error; the next tick retries); that
-shard reports no GPUs for the coordinator this tick, as its record lacks the failed services.
+shard reports no GPUs for the coordinator this tick, as its record lacks the failed services. A
+shard's loop that raises anything else (before its writes: observe, estimate, decide) costs that
+shard's tick alone in the same way.
 
 Another writer (``KubernetesActuator``): a variant whose replicas someone else changed is left alone
 for ``kubernetes.other_writer_quiet_s``; each such change is an Event (``OtherWriter``) and counts in
@@ -524,6 +526,8 @@ class Daemon:
         Raises:
             TickError: a shard loop's scale write raised, once every shard led has ticked and the
                 Events of the services written are written (module docstring); the first shard's.
+            Exception: whatever a shard's loop raised before its writes (a bug in its observe,
+                estimate or decide stage), likewise once the other shards have ticked; the first.
         """
         led = set(range(self.shards.n)) if self.dry_run else set(self.shards.led())
         # a later leadership (another term, even of a shard led again since the last tick) starts from
@@ -551,7 +555,7 @@ class Daemon:
             log.info("%s starts its loop%s (%s)", self.identity, what, self.spec)
         record = TickRecord(now)
         found: dict[tuple[str, str], ExternalChange] = {}
-        failed: list[TickError] = []
+        failed: list[Exception] = []
         for i in sorted(led):
             loop = self.loops[i]
             gen, share = self.shards.share(i)
@@ -566,6 +570,10 @@ class Daemon:
             except TickError as exc:  # the services written still get their Events; raised below
                 rec, whole = exc.record, False
                 failed.append(exc)
+            except Exception as exc:  # raised before any write of this shard (observe, estimate, decide):
+                # nothing of it to record, but the other shards are still ticked and their Events written
+                failed.append(exc)
+                continue
             record.services.update(rec.services)
             metrics = self.merged.parts[i] if self.merged is not None else self.metrics
             assert metrics is not None

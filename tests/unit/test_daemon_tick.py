@@ -180,3 +180,39 @@ def test_results_that_raise_when_published_cost_their_own_service_alone(make_fle
         assert failed.value.record.services["c"].applied == {"h100": 5}
     finally:
         d.server.close()
+
+
+class Raising(Five):
+    """Raises in ``decide`` (a bug before any write of its loop)."""
+
+    def decide(self, est, svc) -> Decision:
+        raise ValueError(f"decide {svc.name}")
+
+
+@pytest.mark.parametrize("bad", [0, 1])
+def test_a_shard_that_raises_before_its_writes_leaves_the_other_shards_ticked(make_fleet, bad: int) -> None:
+    """Two shards, a and b on shard 0, c on shard 1, one daemon leading both; shard ``bad``'s
+    controller raises in ``decide``. The other shard's services still scale 2 -> 5 and get their
+    Events; the tick raises the ValueError and is not counted. Before, only a ``TickError`` was caught
+    per shard: shard 0's raise left shard 1 unticked, and shard 1's left shard 0's two landed writes
+    (a, b) without an Event."""
+    one = make_fleet(2, min_replicas=1, max_replicas=8)
+    kube = one.kubernetes.model_copy(update={"shards": 2, "service_shards": {"a": 0, "b": 0, "c": 1}})
+    cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in NAMES],
+                                 "kubernetes": kube})
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # dry-run: never called
+    source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+    d = Daemon(cfg, "pid", source, api, "d", "127.0.0.1:0", dry_run=True)
+    try:
+        for i in (0, 1):
+            loop = d.loops[i] = d._new_loop(0.0, i)
+            loop.source, loop.actuator = Fleet(), Writes(frozenset())
+            loop.controller = Raising() if i == bad else Five()
+        events = d.events = Events()  # type: ignore[assignment]
+        with pytest.raises(ValueError, match="decide"):
+            d.tick()
+        good = ["c"] if bad == 0 else ["a", "b"]
+        assert sorted(events.written) == [(n, "h100", 2, 5) for n in good]
+        assert d.ticks == 0
+    finally:
+        d.server.close()
