@@ -118,6 +118,9 @@ class TickRecord:
 
     time_s: float
     services: dict[str, ServiceTick] = field(default_factory=dict)
+    unwritten: dict[str, list[str]] = field(default_factory=dict)
+    """service -> the variants (and pool variants) whose writes were due when its writes raised
+    (``TickError``): each counted as an ``error`` write, and not able to scale (``LoopMetrics``)."""
 
 
 class TickError(Exception):
@@ -312,6 +315,13 @@ class ControlLoop:
                 # their results are still told, counted and published; then the tick fails, naming each
                 assert exc is not None
                 raised[st.svc.name] = exc
+                # counted as failed writes, so the failure alerts as a refused write does (the tick is still
+                # recorded, so the loop does not read as stalled)
+                due = [v for v, n in st.guarded.replicas.items() if n != st.est.current.get(v)]
+                due += [v for v, n in st.pools.replicas.items() if n != st.est.pool_current.get(v)]
+                record.unwritten[st.svc.name] = due
+                for v in due:
+                    self._count(st.svc.name, v, _raised(exc))
                 continue
             try:
                 record.services[st.svc.name] = self._act(st, results)
@@ -388,7 +398,11 @@ class ControlLoop:
         if not decision.hold and told != decision.desired:
             weights = {**self.weights[svc.name], **est.pool_weights}
             self.controller.on_guard_cut(svc.name, decision.desired, told, weights)
-        admission = self._publish(svc, est, decision)
+        try:
+            admission = self._publish(svc, est, decision)
+        except Exception as exc:
+            self._count(svc.name, "admission", _raised(exc))
+            raise
         reason = guarded.reason
         unchanged = applied == current and pool_applied == est.pool_current
         if unchanged and decision.code in (Reason.SCALE_UP, Reason.SCALE_DOWN):
@@ -419,6 +433,11 @@ class ControlLoop:
         if not admission.ok:
             self._count(svc.name, "admission", admission)
         return admission
+
+
+def _raised(exc: Exception) -> ActuationResult:
+    """The result a write (or a publish) that raised ``exc`` is counted as: ``error``."""
+    return ActuationResult(ActuationStatus.ERROR, f"raised {type(exc).__name__}: {exc}")
 
 
 @dataclass

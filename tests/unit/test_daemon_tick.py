@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -178,6 +179,7 @@ def test_results_that_raise_when_published_cost_their_own_service_alone(make_fle
         assert list(failed.value.errors) == ["b"] and isinstance(failed.value.errors["b"], RuntimeError)
         assert sorted(failed.value.record.services) == ["a", "c"]
         assert failed.value.record.services["c"].applied == {"h100": 5}
+        assert loop.actuation_errors == {("b", "admission", ActuationStatus.ERROR): 1}  # counted as a failed publish
     finally:
         d.server.close()
 
@@ -214,5 +216,41 @@ def test_a_shard_that_raises_before_its_writes_leaves_the_other_shards_ticked(ma
         good = ["c"] if bad == 0 else ["a", "b"]
         assert sorted(events.written) == [(n, "h100", 2, 5) for n in good]
         assert d.ticks == 0
+    finally:
+        d.server.close()
+
+
+def _sample(metrics: Any, name: str, labels: dict[str, str]) -> float | None:
+    """The value of ``name``'s sample with ``labels`` in a collector's families, None when absent."""
+    for family in metrics.collect():
+        for s in family.samples:
+            if s.name == name and s.labels == labels:
+                return float(s.value)
+    return None
+
+
+def test_a_write_that_raises_every_tick_alerts_as_a_failed_write(make_fleet) -> None:
+    """One service, a, whose write (2 -> 5) raises on each of two ticks. Each tick is recorded (the loop
+    does not read as stalled), so the write itself must read as failed: ``autoscaler_actuation_errors_total``
+    {a, h100, error} is 2 (AutoscalerActuationFailing: 3 in 10 minutes) and ``autoscaler_able_to_scale``
+    {a, h100} is 0. Before, the raise was counted nowhere and able_to_scale stayed 1: with the tick now
+    recorded (no LoopStalled either) a service that never scaled raised no alert."""
+    cfg = make_fleet(2, min_replicas=1, max_replicas=8)
+    cfg = cfg.model_copy(update={"services": [cfg.services[0].model_copy(update={"name": "a"})]})
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # dry-run: never called
+    source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+    d = Daemon(cfg, "pid", source, api, "d", "127.0.0.1:0", dry_run=True)
+    try:
+        loop = d.loops[0] = d._new_loop(0.0)
+        loop.source, loop.controller, loop.actuator = Fleet(), Five(), Writes(frozenset({"a"}))
+        d.events = Events()  # type: ignore[assignment]
+        for _ in range(2):
+            with pytest.raises(TickError):
+                d.tick()
+        assert d.metrics is not None
+        assert _sample(d.metrics, "autoscaler_loop_duration_seconds_count", {}) == 2
+        errors = {"service": "a", "target": "h100", "result": "error"}
+        assert _sample(d.metrics, "autoscaler_actuation_errors_total", errors) == 2
+        assert _sample(d.metrics, "autoscaler_able_to_scale", {"service": "a", "variant": "h100"}) == 0
     finally:
         d.server.close()
