@@ -299,7 +299,9 @@ class Service(Strict):
             raise ValueError("variants: at least one variant is required (or roles with prefill and decode pools)")
         decode_capable = self.variants + ([] if self.roles is None else self.roles.decode)
         if all(v.cap == 0 for v in decode_capable):
-            raise ValueError("every variant has max_replicas (or quota) 0: the service could never serve")
+            which = "every variant" if self.roles is None else (
+                "every decode pool variant" if not self.variants else "every aggregated and decode pool variant")
+            raise ValueError(f"{which} has max_replicas (or quota) 0: the service could never serve")
         names = [v.name for v in self.variants] + [v.name for _, v in self.role_variants()]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

@@ -153,6 +153,14 @@ def test_a_ratio_no_replica_counts_within_the_pools_bounds_keep_is_refused() -> 
     parse_config(doc(ratio={"min_ratio": 0.0, "max_ratio": 0.125}), "<pd>")  # (1, 8)
 
 
+def test_a_pool_service_whose_decode_pool_cannot_grow_is_refused_naming_the_pool() -> None:
+    # the prefill pool may grow to 8, the decode pool to 0: the message named "every variant", not the pool
+    d = doc()
+    d["services"][0]["roles"]["decode"][0].update(min_replicas=0, max_replicas=0, initial_replicas=0)
+    with pytest.raises(ConfigError, match=r"services\[svc\]: every decode pool variant has max_replicas \(or quota"):
+        parse_config(d, "<pd>")
+
+
 def _every_pair(ratio: PDRatio, p_bounds: tuple[int, int], d_bounds: tuple[int, int]) -> bool:
     """Brute force: whether any whole (P, D) within the bounds keeps the ratio (1e-9 slack, as the schema)."""
     return any(ratio.min_ratio * d - 1e-9 <= p <= ratio.max_ratio * d + 1e-9
