@@ -330,7 +330,7 @@ class Daemon:
         self.merged = MergedMetrics() if self.shards.n > 1 else None
         if self.merged is not None:
             self.registry.register(self.merged)
-        self._observed: tuple[float, dict[str, Any]] | None = None
+        self._observed: tuple[float, dict[str, Any] | Exception] | None = None
         self.stopping = threading.Event()
         self.wake = threading.Event()
         """Set by the election thread when it takes a shard (and by ``stop``): the tick loop ticks the
@@ -509,14 +509,21 @@ class Daemon:
         return self.dry_run or e.lease_left_s() > e.timeout
 
     def observe(self, now: float) -> dict[str, Any]:
-        """One observation of the services of every shard led, shared by the shard loops of a tick."""
+        """One observation of the services of every shard led, shared by the shard loops of a tick; a
+        source that raised raises the same to each of them (queried once a tick either way)."""
         if self._observed is None or self._observed[0] != now:
             inner = self.source.source
             if hasattr(inner, "services"):  # a PrometheusSource: query the led shards' services only
                 names = {s.name for i in self._ticking for s in self.shards.services[i]}
                 inner.services = [s for s in self.cfg.services if s.name in names]
-            self._observed = (now, self.source.observe(now))
-        return self._observed[1]
+            try:
+                self._observed = (now, self.source.observe(now))
+            except Exception as exc:  # each shard's loop gets it, not another query of a source that raised
+                self._observed = (now, exc)
+        got = self._observed[1]
+        if isinstance(got, Exception):
+            raise got
+        return got
 
     def tick(self, only_new: bool = False) -> TickRecord | None:
         """One tick of the loop of each shard this daemon leads (building a shard's loop on the first),

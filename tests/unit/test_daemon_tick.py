@@ -254,3 +254,42 @@ def test_a_write_that_raises_every_tick_alerts_as_a_failed_write(make_fleet) -> 
         assert _sample(d.metrics, "autoscaler_able_to_scale", {"service": "a", "variant": "h100"}) == 0
     finally:
         d.server.close()
+
+
+class Down:
+    """The daemon's source whose ``observe`` raises (a bug, not a query that failed), counting the calls."""
+
+    def __init__(self) -> None:
+        self.source = object()  # no ``services``: not a PrometheusSource
+        self.connectors: dict[object, object] = {}  # no workload read (the daemon's gauges)
+        self.states: dict[object, object] = {}
+        self.calls = 0
+
+    def observe(self, now: float) -> dict[str, ServiceObservation]:
+        self.calls += 1
+        raise RuntimeError("observe bug")
+
+
+def test_a_source_that_raises_is_queried_once_a_tick_not_once_a_shard(make_fleet) -> None:
+    """Three shards led by one daemon, each loop reading the daemon's one observation (``ShardView``);
+    the source raises. The tick raises it, having asked the source once, not once per shard (each shard
+    now goes on after another's raise: a source that raised after its deadline would have cost the
+    tick three deadlines, toward the stall that gives the Leases up)."""
+    one = make_fleet(2, min_replicas=1, max_replicas=8)
+    kube = one.kubernetes.model_copy(update={"shards": 3, "service_shards": {"a": 0, "b": 1, "c": 2}})
+    cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in NAMES],
+                                 "kubernetes": kube})
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # dry-run: never called
+    source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+    d = Daemon(cfg, "pid", source, api, "d", "127.0.0.1:0", dry_run=True)
+    try:
+        for i in range(3):
+            loop = d.loops[i] = d._new_loop(0.0, i)
+            loop.controller, loop.actuator = Five(), Writes(frozenset())
+        down = d.source = Down()  # type: ignore[assignment]
+        d.events = Events()  # type: ignore[assignment]
+        with pytest.raises(RuntimeError, match="observe bug"):
+            d.tick()
+        assert down.calls == 1
+    finally:
+        d.server.close()
