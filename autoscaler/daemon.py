@@ -48,7 +48,9 @@ a write's read or from ``KubernetesActuator.check_writers`` at the start of each
 still hands over the record of its other services: the tick goes on with the other shards, writes
 the Events and metrics of every service written, and then raises the first shard's ``TickError``
 (logged as ``tick failed``, naming each failed service and its error; the next tick retries); that
-shard reports no GPUs for the coordinator this tick, as its record lacks the failed services.
+shard reports no GPUs for the coordinator this tick, as its record lacks the failed services. A
+shard's loop that raises anything else (before its writes: observe, estimate, decide) costs that
+shard's tick alone in the same way.
 
 Another writer (``KubernetesActuator``): a variant whose replicas someone else changed is left alone
 for ``kubernetes.other_writer_quiet_s``; each such change is an Event (``OtherWriter``) and counts in
@@ -328,7 +330,7 @@ class Daemon:
         self.merged = MergedMetrics() if self.shards.n > 1 else None
         if self.merged is not None:
             self.registry.register(self.merged)
-        self._observed: tuple[float, dict[str, Any]] | None = None
+        self._observed: tuple[float, dict[str, Any] | Exception] | None = None
         self.stopping = threading.Event()
         self.wake = threading.Event()
         """Set by the election thread when it takes a shard (and by ``stop``): the tick loop ticks the
@@ -507,14 +509,21 @@ class Daemon:
         return self.dry_run or e.lease_left_s() > e.timeout
 
     def observe(self, now: float) -> dict[str, Any]:
-        """One observation of the services of every shard led, shared by the shard loops of a tick."""
+        """One observation of the services of every shard led, shared by the shard loops of a tick; a
+        source that raised raises the same to each of them (queried once a tick either way)."""
         if self._observed is None or self._observed[0] != now:
             inner = self.source.source
             if hasattr(inner, "services"):  # a PrometheusSource: query the led shards' services only
                 names = {s.name for i in self._ticking for s in self.shards.services[i]}
                 inner.services = [s for s in self.cfg.services if s.name in names]
-            self._observed = (now, self.source.observe(now))
-        return self._observed[1]
+            try:
+                self._observed = (now, self.source.observe(now))
+            except Exception as exc:  # each shard's loop gets it, not another query of a source that raised
+                self._observed = (now, exc)
+        got = self._observed[1]
+        if isinstance(got, Exception):
+            raise got
+        return got
 
     def tick(self, only_new: bool = False) -> TickRecord | None:
         """One tick of the loop of each shard this daemon leads (building a shard's loop on the first),
@@ -524,6 +533,8 @@ class Daemon:
         Raises:
             TickError: a shard loop's scale write raised, once every shard led has ticked and the
                 Events of the services written are written (module docstring); the first shard's.
+            Exception: whatever a shard's loop raised before its writes (a bug in its observe,
+                estimate or decide stage), likewise once the other shards have ticked; the first.
         """
         led = set(range(self.shards.n)) if self.dry_run else set(self.shards.led())
         # a later leadership (another term, even of a shard led again since the last tick) starts from
@@ -551,7 +562,7 @@ class Daemon:
             log.info("%s starts its loop%s (%s)", self.identity, what, self.spec)
         record = TickRecord(now)
         found: dict[tuple[str, str], ExternalChange] = {}
-        failed: list[TickError] = []
+        failed: list[Exception] = []
         for i in sorted(led):
             loop = self.loops[i]
             gen, share = self.shards.share(i)
@@ -566,6 +577,10 @@ class Daemon:
             except TickError as exc:  # the services written still get their Events; raised below
                 rec, whole = exc.record, False
                 failed.append(exc)
+            except Exception as exc:  # raised before any write of this shard (observe, estimate, decide):
+                # nothing of it to record, but the other shards are still ticked and their Events written
+                failed.append(exc)
+                continue
             record.services.update(rec.services)
             metrics = self.merged.parts[i] if self.merged is not None else self.metrics
             assert metrics is not None

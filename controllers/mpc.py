@@ -617,7 +617,7 @@ class MPCController(Controller):
         burst: 1 plans each replica's capacity, and the learner's latency curve, for the arrivals'
             measured burstiness (``arrival_scv``: the median of the gateway's last ``BURST_TICKS``
             indices of dispersion of 1-s counts, ``Signals.arrival_dispersion``, split over the ready
-            replicas by ``models.arrivals.per_replica_scv``, at least 1); 0 (default): Poisson.
+            replicas by ``models.arrivals.per_replica_scv``, at least 1: ``_scv``); 0 (default): Poisson.
             Unknown (a source without the gateway's squares counter): Poisson.
         cap: 1 counts that an engine step prefills at most its token budget in the ITL bound
             (``models.capacity.ReplicaSpec.prefill_cap``); 0 (default): not
@@ -821,7 +821,9 @@ class MPCController(Controller):
 
     def _scv(self, est: ServiceEstimate, svc: Service) -> float:
         """The arrival variability one replica of ``svc`` is planned for this tick (``burst``), rounded
-        to a power of ``SCV_STEP``, in [1, ``SCV_LIMIT``]; 1 without ``burst`` or a measurement. Records
+        to a power of ``SCV_STEP``, in [1, ``SCV_LIMIT``]; 1 without ``burst`` or a measurement. The index is
+        split over the fewest ready replicas of a group serving the stream (the aggregated variants, each
+        prefill/decode pool) that has any: one per-replica variability per service, the most bursty. Records
         the tick's index of dispersion (``Signals.arrival_dispersion``) in the service's memory."""
         if not self.burst:
             return 1.0
@@ -832,8 +834,13 @@ class MPCController(Controller):
             mem.dispersion_s = est.time_s
         if not mem.dispersion:
             return 1.0
-        ready = sum(est.variants[v.name].ready for v in svc.variants if v.name in est.variants)
-        scv = per_replica_scv(float(np.median(mem.dispersion)), max(ready, 1))
+        # the stream splits over each group of replicas that serves it (the aggregated variants, each
+        # prefill/decode pool: every request passes both pools): the fewest ready of a group that has any
+        # is the most bursty share a replica sees (a pool-only service read 0 aggregated replicas as one)
+        groups = [sum(est.variants[v.name].ready for v in svc.variants if v.name in est.variants)]
+        groups += [sum(o.ready for o in pool.variants.values()) for pool in est.pools.values()]
+        ready = min((n for n in groups if n > 0), default=1)
+        scv = per_replica_scv(float(np.median(mem.dispersion)), ready)
         scv = min(max(scv, 1.0), SCV_LIMIT)
         return round(SCV_STEP ** round(math.log(scv) / math.log(SCV_STEP)), 4)
 

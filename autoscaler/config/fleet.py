@@ -184,13 +184,25 @@ def ratio_reachable(ratio: PDRatio, prefill_bounds: tuple[int, int], decode_boun
     """Whether some whole ``(P, D)`` within each pool's ``(min, max)`` replicas keeps ``min_ratio x D <= P
     <= max_ratio x D`` (both at zero included): what a plan that keeps the ratio as a constraint
     (``models.planning.PlanService.pd_ratio``) needs to have a plan at all; ``Roles`` refuses a ratio
-    without one."""
+    without one.
+
+    Only the decode counts whose ratio interval ``[min_ratio x D, max_ratio x D]`` can meet ``[P_min,
+    P_max]`` are tried, and of those no more than ``1 / (max_ratio - min_ratio)`` past the first: from
+    there the interval is at least one replica wide, so it holds a whole count or an end of ``[P_min,
+    P_max]`` (``max_replicas`` has no upper bound: a loop over every decode count up to a max of 10^9
+    ran for minutes on a fleet file's ratio no count keeps)."""
     (p_lo, p_hi), (d_lo, d_hi) = prefill_bounds, decode_bounds
-    for d in range(d_lo, d_hi + 1):
-        lo, hi = max(p_lo, math.ceil(ratio.min_ratio * d - 1e-9)), min(p_hi, math.floor(ratio.max_ratio * d + 1e-9))
+    lo_r, hi_r = ratio.min_ratio, ratio.max_ratio
+    first = max(d_lo, math.ceil((p_lo - 1e-9) / hi_r) - 1)  # below, max_ratio x D < P_min
+    last = d_hi if lo_r == 0 else min(d_hi, math.floor((p_hi + 1e-9) / lo_r) + 1)  # above, min_ratio x D > P_max
+    if hi_r > lo_r:
+        last = min(last, max(first, math.ceil(1.0 / (hi_r - lo_r))) + 2)
+    for d in range(first, last + 1):
+        lo, hi = max(p_lo, math.ceil(lo_r * d - 1e-9)), min(p_hi, math.floor(hi_r * d + 1e-9))
         if lo <= hi:
             return True
     return False
+
 
 class Roles(Strict):
     """A service's prefill/decode disaggregation (llm-d's P/D "well-lit path"): pools of prefill and
@@ -287,7 +299,9 @@ class Service(Strict):
             raise ValueError("variants: at least one variant is required (or roles with prefill and decode pools)")
         decode_capable = self.variants + ([] if self.roles is None else self.roles.decode)
         if all(v.cap == 0 for v in decode_capable):
-            raise ValueError("every variant has max_replicas (or quota) 0: the service could never serve")
+            which = "every variant" if self.roles is None else (
+                "every decode pool variant" if not self.variants else "every aggregated and decode pool variant")
+            raise ValueError(f"{which} has max_replicas (or quota) 0: the service could never serve")
         names = [v.name for v in self.variants] + [v.name for _, v in self.role_variants()]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

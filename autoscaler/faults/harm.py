@@ -240,13 +240,22 @@ def pool_loss_windows(facts: RunFacts, sc: Scenario, limit_s: float) -> list[tup
     """(start, end) seconds of each pool loss (``down_while_pool_lost``): from a ``crash`` that takes a
     prefill or decode pool's replicas (its ``role``, its ``variant``'s pool, or every pool for a crash
     of every variant) to when that pool is back at its ready replicas just before, at most ``limit_s``.
-    A pool with no ready replica just before the crash loses nothing: no window."""
+    A pool the crash took no replica of opens no window: one with none ready just before, and one a crash
+    of every variant (the oldest ready replicas first) or of one of its variants left whole.
+
+    The replicas a crash took are those it retired at once, not removed by a scale-down (``removed_s``
+    None, ``gone_s`` set), at the first such instant at or after its ``time_s`` (the injector applies it
+    at the first sub-step there) and before the next crash's ``time_s``."""
     roles = {v.name: role for role, v in facts.svc.role_variants()}
     pools = sorted(set(roles.values()))
+    crashes = sorted((f for f in sc.faults if isinstance(f, CrashFault)), key=lambda f: f.time_s)
     out = []
-    for f in sc.faults:
-        if not isinstance(f, CrashFault):
-            continue
+    for i, f in enumerate(crashes):
+        until = crashes[i + 1].time_s if i + 1 < len(crashes) else math.inf
+        retired = [r for r in _replicas(facts) if r.removed_s is None and r.gone_s is not None
+                   and f.time_s <= r.gone_s < until]
+        at = min((r.gone_s for r in retired), default=None)
+        took = {r.role for r in retired if r.gone_s == at}
         lost: list[str]
         if f.role is not None:
             lost = [f.role]
@@ -256,7 +265,7 @@ def pool_loss_windows(facts: RunFacts, sc: Scenario, limit_s: float) -> list[tup
             lost = pools
         for role in lost:
             before = facts.ready_in(role, f.time_s - 1e-9)
-            if before == 0:
+            if before == 0 or role not in took:
                 continue
             times = sorted({r.ready_s for r in _replicas(facts) if r.role == role and f.time_s < r.ready_s})
             back = next((t for t in times if facts.ready_in(role, t) >= before), math.inf)

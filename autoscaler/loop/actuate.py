@@ -5,7 +5,8 @@ says what happened, as the HPA records ``AbleToScale`` / ``FailedRescale``: ``ap
 (``conflict``: the object changed under us, HTTP 409, or another writer's change is being left alone;
 ``not_leader``: not written because this daemon may no longer lead by the time the write lands (the
 write fence); ``forbidden``: no permission, HTTP 403;
-``unreachable``: the API did not answer; ``invalid``: the request was refused as malformed). An
+``unreachable``: the API did not answer; ``invalid``: the request was refused as malformed; ``error``:
+not a result the actuator gave but the loop's record of a write that raised, a bug: ``loop.runner``). An
 ``AdmissionSink`` publishes a service's admission thresholds to the gateway (priority -> longest
 estimated queue wait, seconds, None for no limit) and answers the same way; a malformed set is
 ``invalid`` and the gateway keeps the last good one. The loop records every result
@@ -35,6 +36,7 @@ class ActuationStatus(StrEnum):
     FORBIDDEN = "forbidden"
     UNREACHABLE = "unreachable"
     INVALID = "invalid"
+    ERROR = "error"
 
 
 @dataclass(frozen=True)

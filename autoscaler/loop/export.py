@@ -140,6 +140,9 @@ class LoopMetrics(Collector):
                 for v, res in st.actuation.items():
                     if res.status is not ActuationStatus.NOT_LEADER:  # says nothing of the workload's scaling
                         self._able[(name, v)] = res.ok
+            for name, variants in tick.unwritten.items():  # its writes raised: not scaled as asked
+                for v in variants:
+                    self._able[(name, v)] = False
             self._buckets[bisect_left(BUCKETS, duration_s)] += 1
             self._duration_sum += duration_s
 

@@ -17,8 +17,9 @@ service is decided, guarded and drained first (in order: the controller's and gu
 the services' writes run, ``writers`` services at once (``loop.fanout``; 1 by default, one after
 another; the daemon's 8), each service's in order (its variants', then its pools'), then each
 service's results are told to the controller and its thresholds published, in order. A write that
-raises (a bug, not a refusal) costs its own service's results alone: every service's writes are run
-and the others' results told, counted and published, then ``tick`` raises ``TickError``, which
+raises (a bug, not a refusal), or a service's results that raise when told or published, costs its own
+service's results alone: every service's writes are run and the others' results told, counted and
+published, then ``tick`` raises ``TickError``, which
 carries the tick's record of those other services (``TickError.record``, so the daemon still writes
 their Events) and each failed service's exception (``TickError.errors``), the first as its
 ``__cause__``. Admission:
@@ -117,16 +118,20 @@ class TickRecord:
 
     time_s: float
     services: dict[str, ServiceTick] = field(default_factory=dict)
+    unwritten: dict[str, list[str]] = field(default_factory=dict)
+    """service -> the variants (and pool variants) whose writes were due when its writes raised
+    (``TickError``): each counted as an ``error`` write, and not able to scale (``LoopMetrics``)."""
 
 
 class TickError(Exception):
     """A tick whose scale write of one service or more raised (a bug, not a refusal: a refusal is an
-    ``ActuationResult``); raised by ``ControlLoop.tick`` once every service's writes have run.
+    ``ActuationResult``), or whose results raised when told to the controller or published; raised by
+    ``ControlLoop.tick`` once every service's writes have run and every other's results are told.
 
     Attributes:
         record: the tick's record of the services whose writes did not raise, their results told,
             counted and published as on a tick that succeeds; a failed service is not in it.
-        errors: service -> the exception its writes raised, in the fleet's order (never empty); the
+        errors: service -> the exception its writes (or its results) raised, in the fleet's order (never empty); the
             first is also this exception's ``__cause__``.
     """
 
@@ -310,8 +315,19 @@ class ControlLoop:
                 # their results are still told, counted and published; then the tick fails, naming each
                 assert exc is not None
                 raised[st.svc.name] = exc
+                # counted as failed writes, so the failure alerts as a refused write does (the tick is still
+                # recorded, so the loop does not read as stalled)
+                due = [v for v, n in st.guarded.replicas.items() if n != st.est.current.get(v)]
+                due += [v for v, n in st.pools.replicas.items() if n != st.est.pool_current.get(v)]
+                record.unwritten[st.svc.name] = due
+                for v in due:
+                    self._count(st.svc.name, v, _raised(exc))
                 continue
-            record.services[st.svc.name] = self._act(st, results)
+            try:
+                record.services[st.svc.name] = self._act(st, results)
+            except Exception as failed:  # telling or publishing one service (a bug) must not cost the
+                # services after it, whose writes landed too, their results
+                raised[st.svc.name] = failed
         if raised:
             raise TickError(record, raised) from next(iter(raised.values()))
         return record
@@ -382,7 +398,11 @@ class ControlLoop:
         if not decision.hold and told != decision.desired:
             weights = {**self.weights[svc.name], **est.pool_weights}
             self.controller.on_guard_cut(svc.name, decision.desired, told, weights)
-        admission = self._publish(svc, est, decision)
+        try:
+            admission = self._publish(svc, est, decision)
+        except Exception as exc:
+            self._count(svc.name, "admission", _raised(exc))
+            raise
         reason = guarded.reason
         unchanged = applied == current and pool_applied == est.pool_current
         if unchanged and decision.code in (Reason.SCALE_UP, Reason.SCALE_DOWN):
@@ -413,6 +433,11 @@ class ControlLoop:
         if not admission.ok:
             self._count(svc.name, "admission", admission)
         return admission
+
+
+def _raised(exc: Exception) -> ActuationResult:
+    """The result a write (or a publish) that raised ``exc`` is counted as: ``error``."""
+    return ActuationResult(ActuationStatus.ERROR, f"raised {type(exc).__name__}: {exc}")
 
 
 @dataclass

@@ -379,4 +379,7 @@ def test_a_write_that_raises_costs_its_own_service_alone(make_fleet) -> None:
         assert rec.services["c"].actuation["h100"].status is ActuationStatus.CONFLICT
         assert sorted(act.calls) == [(n, "h100", 5) for n in names]
         assert ctrl.cuts == [({"h100": 5}, {"h100": 2})]  # c's refused write, told
-        assert loop.actuation_errors == {("c", "h100", ActuationStatus.CONFLICT): 1}
+        # b's raise counts as a failed write of the variant it was due to write (``error``), c's refusal as its own
+        assert loop.actuation_errors == {("c", "h100", ActuationStatus.CONFLICT): 1,
+                                         ("b", "h100", ActuationStatus.ERROR): 1}
+        assert rec.unwritten == {"b": ["h100"]}

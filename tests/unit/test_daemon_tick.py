@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -131,5 +132,164 @@ def test_a_shard_whose_write_raises_leaves_the_other_shards_ticked_and_their_eve
         assert list(failed.value.errors) == ["a"] and sorted(failed.value.record.services) == ["b"]
         later = [r for r in caplog.records if r.getMessage().startswith("tick failed: ")]
         assert ["c: KeyError: 'c/h100'" in r.getMessage() for r in later] == ([True] if "c" in raises else [])
+    finally:
+        d.server.close()
+
+
+class Thresholds:
+    """An ``AdmissionSink`` whose publishing of the ``raises`` services' thresholds raises (a bug)."""
+
+    def __init__(self, raises: frozenset[str]) -> None:
+        self.raises = raises
+
+    def publish(self, service: str, thresholds: object, itl_budget: object = None) -> ActuationResult:
+        if service in self.raises:
+            raise RuntimeError(f"publish {service}")
+        return ActuationResult(ActuationStatus.APPLIED)
+
+
+class FiveShedding(Five):
+    """``Five`` with an admission threshold, so every service's results publish one."""
+
+    def decide(self, est, svc) -> Decision:
+        decision = super().decide(est, svc)
+        decision.admission = {"sheddable": 1.0}
+        return decision
+
+
+def test_results_that_raise_when_published_cost_their_own_service_alone(make_fleet) -> None:
+    """Services a, b, c each scale 2 -> 5 and publish an admission threshold; b's publishing raises
+    after every write has landed. a and c still get their ``ScaledUp`` Events (2 -> 5) and are in the
+    record; the tick raises ``TickError`` naming b's RuntimeError. Before, the raise in b's results
+    (``ControlLoop._act``) left the loop at once: c's results were never told, and the daemon, with no
+    record, wrote no Event for the three writes that landed."""
+    one = make_fleet(2, min_replicas=1, max_replicas=8)
+    cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in NAMES]})
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # dry-run: never called
+    source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+    d = Daemon(cfg, "pid", source, api, "d", "127.0.0.1:0", dry_run=True)
+    try:
+        loop = d.loops[0] = d._new_loop(0.0)
+        loop.source, loop.controller, loop.actuator = Fleet(), FiveShedding(), Writes(frozenset())
+        loop.admission = Thresholds(frozenset({"b"}))  # type: ignore[assignment]
+        events = d.events = Events()  # type: ignore[assignment]
+        with pytest.raises(TickError) as failed:
+            d.tick()
+        assert sorted(events.written) == [("a", "h100", 2, 5), ("c", "h100", 2, 5)]
+        assert list(failed.value.errors) == ["b"] and isinstance(failed.value.errors["b"], RuntimeError)
+        assert sorted(failed.value.record.services) == ["a", "c"]
+        assert failed.value.record.services["c"].applied == {"h100": 5}
+        assert loop.actuation_errors == {("b", "admission", ActuationStatus.ERROR): 1}  # counted as a failed publish
+    finally:
+        d.server.close()
+
+
+class Raising(Five):
+    """Raises in ``decide`` (a bug before any write of its loop)."""
+
+    def decide(self, est, svc) -> Decision:
+        raise ValueError(f"decide {svc.name}")
+
+
+@pytest.mark.parametrize("bad", [0, 1])
+def test_a_shard_that_raises_before_its_writes_leaves_the_other_shards_ticked(make_fleet, bad: int) -> None:
+    """Two shards, a and b on shard 0, c on shard 1, one daemon leading both; shard ``bad``'s
+    controller raises in ``decide``. The other shard's services still scale 2 -> 5 and get their
+    Events; the tick raises the ValueError and is not counted. Before, only a ``TickError`` was caught
+    per shard: shard 0's raise left shard 1 unticked, and shard 1's left shard 0's two landed writes
+    (a, b) without an Event."""
+    one = make_fleet(2, min_replicas=1, max_replicas=8)
+    kube = one.kubernetes.model_copy(update={"shards": 2, "service_shards": {"a": 0, "b": 0, "c": 1}})
+    cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in NAMES],
+                                 "kubernetes": kube})
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # dry-run: never called
+    source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+    d = Daemon(cfg, "pid", source, api, "d", "127.0.0.1:0", dry_run=True)
+    try:
+        for i in (0, 1):
+            loop = d.loops[i] = d._new_loop(0.0, i)
+            loop.source, loop.actuator = Fleet(), Writes(frozenset())
+            loop.controller = Raising() if i == bad else Five()
+        events = d.events = Events()  # type: ignore[assignment]
+        with pytest.raises(ValueError, match="decide"):
+            d.tick()
+        good = ["c"] if bad == 0 else ["a", "b"]
+        assert sorted(events.written) == [(n, "h100", 2, 5) for n in good]
+        assert d.ticks == 0
+    finally:
+        d.server.close()
+
+
+def _sample(metrics: Any, name: str, labels: dict[str, str]) -> float | None:
+    """The value of ``name``'s sample with ``labels`` in a collector's families, None when absent."""
+    for family in metrics.collect():
+        for s in family.samples:
+            if s.name == name and s.labels == labels:
+                return float(s.value)
+    return None
+
+
+def test_a_write_that_raises_every_tick_alerts_as_a_failed_write(make_fleet) -> None:
+    """One service, a, whose write (2 -> 5) raises on each of two ticks. Each tick is recorded (the loop
+    does not read as stalled), so the write itself must read as failed: ``autoscaler_actuation_errors_total``
+    {a, h100, error} is 2 (AutoscalerActuationFailing: 3 in 10 minutes) and ``autoscaler_able_to_scale``
+    {a, h100} is 0. Before, the raise was counted nowhere and able_to_scale stayed 1: with the tick now
+    recorded (no LoopStalled either) a service that never scaled raised no alert."""
+    cfg = make_fleet(2, min_replicas=1, max_replicas=8)
+    cfg = cfg.model_copy(update={"services": [cfg.services[0].model_copy(update={"name": "a"})]})
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # dry-run: never called
+    source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+    d = Daemon(cfg, "pid", source, api, "d", "127.0.0.1:0", dry_run=True)
+    try:
+        loop = d.loops[0] = d._new_loop(0.0)
+        loop.source, loop.controller, loop.actuator = Fleet(), Five(), Writes(frozenset({"a"}))
+        d.events = Events()  # type: ignore[assignment]
+        for _ in range(2):
+            with pytest.raises(TickError):
+                d.tick()
+        assert d.metrics is not None
+        assert _sample(d.metrics, "autoscaler_loop_duration_seconds_count", {}) == 2
+        errors = {"service": "a", "target": "h100", "result": "error"}
+        assert _sample(d.metrics, "autoscaler_actuation_errors_total", errors) == 2
+        assert _sample(d.metrics, "autoscaler_able_to_scale", {"service": "a", "variant": "h100"}) == 0
+    finally:
+        d.server.close()
+
+
+class Down:
+    """The daemon's source whose ``observe`` raises (a bug, not a query that failed), counting the calls."""
+
+    def __init__(self) -> None:
+        self.source = object()  # no ``services``: not a PrometheusSource
+        self.connectors: dict[object, object] = {}  # no workload read (the daemon's gauges)
+        self.states: dict[object, object] = {}
+        self.calls = 0
+
+    def observe(self, now: float) -> dict[str, ServiceObservation]:
+        self.calls += 1
+        raise RuntimeError("observe bug")
+
+
+def test_a_source_that_raises_is_queried_once_a_tick_not_once_a_shard(make_fleet) -> None:
+    """Three shards led by one daemon, each loop reading the daemon's one observation (``ShardView``);
+    the source raises. The tick raises it, having asked the source once, not once per shard (each shard
+    now goes on after another's raise: a source that raised after its deadline would have cost the
+    tick three deadlines, toward the stall that gives the Leases up)."""
+    one = make_fleet(2, min_replicas=1, max_replicas=8)
+    kube = one.kubernetes.model_copy(update={"shards": 3, "service_shards": {"a": 0, "b": 1, "c": 2}})
+    cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in NAMES],
+                                 "kubernetes": kube})
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # dry-run: never called
+    source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+    d = Daemon(cfg, "pid", source, api, "d", "127.0.0.1:0", dry_run=True)
+    try:
+        for i in range(3):
+            loop = d.loops[i] = d._new_loop(0.0, i)
+            loop.controller, loop.actuator = Five(), Writes(frozenset())
+        down = d.source = Down()  # type: ignore[assignment]
+        d.events = Events()  # type: ignore[assignment]
+        with pytest.raises(RuntimeError, match="observe bug"):
+            d.tick()
+        assert down.calls == 1
     finally:
         d.server.close()

@@ -209,6 +209,32 @@ def test_a_crash_of_a_pool_with_nothing_ready_opens_no_pool_loss_window() -> Non
     assert pool_loss_windows(facts, sc, 600) == []  # type: ignore[arg-type]
 
 
+def test_a_crash_that_takes_no_replica_of_a_pool_opens_no_window_for_it() -> None:
+    # Aggregated: one replica ready at 0, crashed at 100 (retired there, not removed by a scale-down).
+    # Prefill: two ready at 0, one of them scaled down at 90 and gone (drained) at 100. Decode: one ready at 0.
+    # A crash of every variant at 100 took the aggregated replica alone (the oldest first): no pool lost a
+    # replica, so no window (it opened one for both pools, each lasting the 600 s limit: no replacement).
+    # A crash of decode variant d2 at 100, with no d2 replica ready, takes nothing of the decode pool either.
+    def rep(role: str | None, ready: float, gone: float | None = None, removed: float | None = None
+            ) -> SimpleNamespace:
+        return SimpleNamespace(role=role, ready_s=ready, removed_s=removed, gone_s=gone)
+
+    replicas = [rep(None, 0, 100), rep(None, 400), rep("prefill", 0), rep("prefill", 0, 100, removed=90),
+                rep("decode", 0)]
+    svc = parse_config(pd_doc(), "<pd>").service("svc")
+    run = SimpleNamespace(sim=SimpleNamespace(target="svc", services={
+        "svc": SimpleNamespace(cfg=SimpleNamespace(name="svc"), replicas=replicas)}))
+    facts = SimpleNamespace(svc=svc, run=run)
+    facts.ready_in = lambda role, t: RunFacts.ready_in(facts, role, t)  # type: ignore[arg-type]
+    for fault in ({"fraction": 0.25}, {"variant": "d2", "fraction": 1.0}):
+        sc = SimpleNamespace(faults=[CrashFault(kind="crash", time_s=100, **fault)])
+        assert pool_loss_windows(facts, sc, 600) == [], fault  # type: ignore[arg-type]
+    # the decode replica crashed at 100 too (with the aggregated one): the decode pool's window alone, to the limit
+    replicas[-1] = rep("decode", 0, 100)
+    sc = SimpleNamespace(faults=[CrashFault(kind="crash", time_s=100, fraction=0.5)])
+    assert pool_loss_windows(facts, sc, 600) == [(100, 700)]  # type: ignore[arg-type]
+
+
 def test_a_rows_crashes_say_what_each_crash_took() -> None:
     row = make_row(scenario([]), "pid", {"slo_attainment": {"interactive": 0.5}, "requests": {"failed": 3},
                                          "admission": {"retries": 0}, "cost_usd": {"total": 1.0}, "wall_s": 1.0},

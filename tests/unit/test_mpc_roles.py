@@ -167,3 +167,28 @@ def test_a_decode_pool_is_sized_against_the_prefill_variants_that_keep_a_capacit
     assert got["h100-decode"] > 0
     half = MPCController(cfg, weights, forecast="last", mixes={svc.name: mix}, learn=0, pd_util=0.5)
     assert half.role_weights(estimate(svc, 600.0, 10.0, {}), svc) == pytest.approx({k: v / 2 for k, v in got.items()})
+
+
+@pytest.mark.parametrize(("aggregated", "ready", "k"), [
+    # pools only, 4 prefill and 6 decode ready: the fewer, 4, share the index 9: 1 + 8 / 4 = 3 -> 1.1^12 (3.138)
+    (False, {"h100-prefill": 4, "h100-decode": 6}, 12),
+    # an aggregated variant beside them with none ready: the pools' 4 still split it (3 -> 1.1^12)
+    (True, {"h100": 0, "h100-prefill": 4, "h100-decode": 6}, 12),
+    # 2 aggregated ready: the fewest, 2: 1 + 8 / 2 = 5 -> 1.1^17 (5.054; log 5 / log 1.1 = 16.9)
+    (True, {"h100": 2, "h100-prefill": 4, "h100-decode": 6}, 17),
+])
+def test_burst_splits_the_index_over_the_pools_ready_replicas_too(aggregated: bool, ready: dict[str, int],
+                                                                   k: int) -> None:
+    # Before, only the aggregated variants' ready replicas were counted: a pool-only service (0 of them) was
+    # planned as if one replica took every burst, 1 + 8 / 1 = 9 (1.1^23), its pools' capacities cut for it.
+    cfg = fleet(aggregated)
+    svc = cfg.services[0]
+    mix = RequestMix.from_means(1000, 200, 0.0)
+    mpc = MPCController(cfg, {svc.name: variant_weights(svc, cfg.planning_engine(), mix)}, forecast="last",
+                        mixes={svc.name: mix}, learn=0, burst=1)
+    est = estimate(svc, 600.0, 80.0, ready)
+    est = ServiceEstimate(est.service, est.time_s, Signals.of({"arrival_rate_rps": 80.0, "queue_length": 0.0,
+                                                               "arrival_dispersion": 9.0}),
+                          est.variants, {}, False, 0.0, 0.0, 0, pools=est.pools)
+    mpc.role_weights(est, svc)
+    assert mpc.memory[svc.name].scv == pytest.approx(1.1 ** k, rel=1e-4)

@@ -153,6 +153,42 @@ def test_a_ratio_no_replica_counts_within_the_pools_bounds_keep_is_refused() -> 
     parse_config(doc(ratio={"min_ratio": 0.0, "max_ratio": 0.125}), "<pd>")  # (1, 8)
 
 
+def test_a_pool_service_whose_decode_pool_cannot_grow_is_refused_naming_the_pool() -> None:
+    # the prefill pool may grow to 8, the decode pool to 0: the message named "every variant", not the pool
+    d = doc()
+    d["services"][0]["roles"]["decode"][0].update(min_replicas=0, max_replicas=0, initial_replicas=0)
+    with pytest.raises(ConfigError, match=r"services\[svc\]: every decode pool variant has max_replicas \(or quota"):
+        parse_config(d, "<pd>")
+
+
+def _every_pair(ratio: PDRatio, p_bounds: tuple[int, int], d_bounds: tuple[int, int]) -> bool:
+    """Brute force: whether any whole (P, D) within the bounds keeps the ratio (1e-9 slack, as the schema)."""
+    return any(ratio.min_ratio * d - 1e-9 <= p <= ratio.max_ratio * d + 1e-9
+               for d in range(d_bounds[0], d_bounds[1] + 1) for p in range(p_bounds[0], p_bounds[1] + 1))
+
+
+@pytest.mark.parametrize("lo, hi", [(0.0, 0.1), (0.25, 0.3), (1 / 3, 1 / 3), (0.5, 0.5), (0.7, 1.0), (1.0, 1.5),
+                                    (2.5, 2.5), (3.0, 7.0), (10.0, 20.0)])
+def test_ratio_reachable_agrees_with_every_pair(lo: float, hi: float) -> None:
+    r = PDRatio(min_ratio=lo, max_ratio=hi)
+    for p_bounds in ((0, 0), (0, 3), (2, 5), (5, 5), (7, 12), (11, 20)):
+        for d_bounds in ((0, 0), (0, 4), (1, 1), (1, 8), (3, 9), (6, 15)):
+            assert ratio_reachable(r, p_bounds, d_bounds) == _every_pair(r, p_bounds, d_bounds), (p_bounds, d_bounds)
+
+
+def test_ratio_reachable_with_an_unbounded_decode_pool() -> None:
+    # max_replicas has no upper bound: prefill 5 replicas, decode up to 10^15, a ratio of 10 to 20 keeps no
+    # (P, D) (D = 0 needs P = 0; D >= 1 needs P >= 10). The check tried every D (minutes at 10^9); a fleet
+    # file with such a ratio hung its loading instead of the one-line refusal
+    assert not ratio_reachable(PDRatio(min_ratio=10.0, max_ratio=20.0), (5, 5), (0, 10**15))
+    # ... and one kept only at D = 10^12 (P = 10^12, ratio 1): found
+    assert ratio_reachable(PDRatio(min_ratio=1.0, max_ratio=1.0), (10**12, 10**12), (0, 10**15))
+    with pytest.raises(ConfigError, match=r"cannot hold within the pools' bounds \(prefill 1 to 8, decode 1 to "):
+        d = doc(ratio={"min_ratio": 10.0, "max_ratio": 20.0})
+        d["services"][0]["roles"]["decode"][0]["max_replicas"] = 10**15
+        parse_config(d, "<pd>")
+
+
 # ------------------------------------------------------------------------------ the loop's plumbing
 class _Source:
     """One service of pools only, both pools 1 replica: prefill TTFT 4 s of 2 s, decode ITL 0.2 s of 0.1 s
