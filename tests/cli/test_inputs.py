@@ -195,7 +195,9 @@ def test_a_sigtermed_faults_run_exits_143_and_leaves_no_results_that_look_comple
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + SETTLE_S
-        while (out / "faults.json").exists() and proc.poll() is None and time.monotonic() < deadline:
+        # both removed: the run unlinks them one after the other, so wait for the pair, not the first
+        while (((out / "faults.json").exists() or (out / "faults.md").exists())
+               and proc.poll() is None and time.monotonic() < deadline):
             time.sleep(0.05)
         assert not (out / "faults.json").exists() and not (out / "faults.md").exists(), \
             "the previous run's results were not removed when this one started"
