@@ -105,7 +105,7 @@ from controllers.admission import (
 )
 from controllers.base import Controller, Decision, Gauge, change_reason, hold, silent_pods
 from controllers.pid_rules import BACKLOG_DRAIN_S, DOWN_DEMAND_FLOOR, slo_missed
-from controllers.roles import ratio_reachable
+from controllers.roles import pool_capacities, ratio_reachable
 from models.arrivals import per_replica_scv
 from models.capacity import (
     UNSERVABLE_SHARE,
@@ -117,7 +117,6 @@ from models.capacity import (
     speed_factor,
     utilisation,
 )
-from models.capacity_roles import decode_capacity, pool_allowance, prefill_capacity
 from models.learning import CapacityPosterior, LatencyCurve, latency_curve
 from models.planning import FALLBACKS, JOINT_UP_TO, Plan, PlanProblem, PlanService, PlanVariant, shifted, solve
 
@@ -1023,31 +1022,11 @@ class MPCController(Controller):
         return {name: cap * self.pd_util for name, cap in self._role_cache[key].items()}
 
     def _role_capacities(self, svc: Service, mix: RequestMix | None) -> dict[str, float]:
-        """pool variant -> one replica's modelled capacity for ``mix`` (``role_weights``, before ``pd_util``)."""
-        out = {v.name: 0.0 for _, v in svc.role_variants()}
-        if svc.roles is None or mix is None:
-            return out
-        roles, slo = svc.roles, svc.slo["interactive"]
-        link, threshold = roles.kv_transfer, roles.non_cached_tokens
-        prefill = {v.name: ReplicaSpec.of(v, self.engine) for v in roles.prefill}
-        decode = {v.name: ReplicaSpec.of(v, self.engine) for v in roles.decode}
-        limit = pool_allowance([ReplicaSpec.of(v, self.engine) for v in svc.variants], list(prefill.values()),
-                               list(decode.values()), mix, slo.ttft_s, slo.itl_s, link, non_cached_tokens=threshold)
-        serving = []  # prefill variants with a capacity (infinite where no prompt is prefilled remotely)
-        for name, spec in prefill.items():
-            rps = prefill_capacity(spec, mix, slo.ttft_s, link, non_cached_tokens=threshold, unservable=limit).rps
-            out[name] = float(rps) if math.isfinite(rps) else 0.0
-            if rps > 0:
-                serving.append(spec)
-        for name, spec in decode.items():
-            try:
-                rps = min((decode_capacity(spec, mix, slo.ttft_s, slo.itl_s, link, prefill_spec=p,
-                                           non_cached_tokens=threshold, unservable=limit).rps for p in serving),
-                          default=0.0)
-            except ValueError:  # the ITL target below the decode replica's fixed step
-                rps = 0.0
-            out[name] = float(rps) if math.isfinite(rps) else 0.0
-        return out
+        """pool variant -> one replica's modelled capacity for ``mix`` (``controllers.roles.pool_capacities``,
+        before ``pd_util``); 0 for every one without a mix."""
+        if mix is None:
+            return {v.name: 0.0 for _, v in svc.role_variants()}
+        return pool_capacities(svc, self.engine, mix)
 
     # ------------------------------------------------------------------ decide
     def _inputs(self, est: ServiceEstimate, svc: Service) -> _Inputs | Decision:
