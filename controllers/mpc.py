@@ -51,21 +51,25 @@ without) and each ``decide`` reads its part:
   sheds then), the plan sheds nothing and sets none (the loop's policy, if any, does);
   otherwise they replace the loop's policy's (the loop applies a decision's own thresholds first).
 
-Prefill/decode pools (issue 34; ``MPCController.scales_roles``): a service with ``roles`` has its
-prefill and decode pools' variants (each pool's GPU generations) in the same problem as its aggregated
-variants, and the plan chooses per step how much of the demand the pools serve and how much the
-aggregated replicas do (``models.planning``, "Prefill/decode pools"): disaggregation where a P/D pair
-serves a request for less, aggregation where not, both where whole replicas make a split cheaper, all
-within the same GPU limits. A pool replica's capacity is ``models.capacity_roles``' for this tick's mix
-(``role_weights``: prefill by prompt tokens/s at the TTFT target with the KV transfer, decode by
-sequences at the ITL target and KV); the learned speed factors and capacity posteriors correct the
-aggregated variants only. A miss costs ``miss_weight`` times the dearest way to serve (an aggregated
-variant, or the dearest prefill plus the dearest decode variant). The decision holds replicas for
-every variant, aggregated and pool, by name; ``terms`` carry ``pd_rps_now``, ``pd_share_now`` and
-``pd_rps_max`` (the pools' share of the plan's demand). A service's ``roles.ratio`` (Kthena's
-prefill:decode bounds) is a constraint of the plan (``pd_ratio``; left out where no replica counts
-within the pools' bounds keep it). ``pd_util`` counts only that share of a pool replica's modelled
-capacity (``DEFAULT_PD_UTIL``): the pools' headroom for bursts.
+Prefill/decode pools (issue 34; ``MPCController.scales_roles``): a service with ``roles`` has its prefill
+and decode pools' variants (each pool's GPU generations) in the same problem as its aggregated variants,
+and the plan chooses per step how much of the demand the pools serve and how much the aggregated replicas
+do (``models.planning``, "Prefill/decode pools"): disaggregation where a P/D pair serves a request for
+less, aggregation where not, both where whole replicas make a split cheaper, all within the same GPU
+limits. A pool replica's capacity is ``models.capacity_roles``' for this tick's mix (``role_weights``:
+prefill by prompt tokens/s at the TTFT target with the KV transfer, decode by sequences at the ITL target
+and KV; ``controllers.roles.pool_capacities``, the rule the PID's and the router's pool weights share);
+the learned speed factors and capacity posteriors correct the aggregated variants only. A pool's capacity
+is counted down to what it completes while the service's backlog keeps it busy (``pool_scale``, at least
+``POOL_SCALE_FLOOR`` of the model; ``pd_scale=0`` turns it off), and a scale-up grows a pool to at most
+twice the demand held plus one replica (``cap_pool_growth``). A miss costs ``miss_weight`` times the
+dearest way to serve (an aggregated variant, or the dearest prefill plus the dearest decode variant). The
+decision holds replicas for every variant, aggregated and pool, by name; ``terms`` carry ``pd_rps_now``,
+``pd_share_now``, ``pd_rps_max`` (the pools' share of the plan's demand) and ``pool_scale_prefill`` /
+``_decode``. A service's ``roles.ratio`` (Kthena's prefill:decode bounds) is a constraint of the plan
+(``pd_ratio``; left out where no replica counts within the pools' bounds keep it). ``pd_util`` counts
+only that share of a pool replica's modelled capacity (``DEFAULT_PD_UTIL``): the pools' headroom for
+bursts.
 
 On a scale-down ``Decision.remove_first`` names the pods to remove, coldest and least loaded first
 (``removal_order``); the simulator honours it.
