@@ -403,6 +403,7 @@ class _ServiceMemory:
     scv: float = 1.0  # the per-replica arrival variability planned on this tick (``burst``)
     last_plan: tuple[float, dict[str, np.ndarray]] | None = None  # (when, variant -> replicas per step) solved alone
     pool_ready: tuple[tuple[tuple[str, int], ...], float] | None = None  # (pool variants' ready counts, since when)
+    missed_s: float = -math.inf  # the last tick the service missed its SLO (``slo_missed``)
 
 
 @dataclass(frozen=True)
@@ -455,6 +456,15 @@ def backlog_rps(queue: float, drain_s: float, rate_rps: float) -> float:
     if queue <= 0 or drain_s <= 0:
         return 0.0
     return min(queue / drain_s, max(rate_rps, queue / BACKLOG_DRAIN_S))
+
+
+SLO_MISSED_HOLD_S = 120.0
+"""No pool replica is removed for this long after the last tick the service missed its SLO
+(``pid_rules.slo_missed``), as none is while it misses it: the requests that arrived while it did are
+still being served, and the signal window's mean reads calm before they are. Two minutes, the window the
+fault suite judges a scale-down by (``autoscaler.faults.harm``, ``down_while_missing_slo``). In
+decode-pool-loss (seed 2) the MPC removed a decode replica at 3,720 s, 60 s after the mean last read
+3 x the SLO, while the requests of the 120 s before it still missed."""
 
 
 POOL_BACKLOG_S = 60.0
@@ -1169,10 +1179,13 @@ class MPCController(Controller):
         weights.update({v.name: modelled[v.name] * scales[role] for role, v in svc.role_variants()})
         variants = []
         missing = slo_missed(est.signals.slo_mean_ratio)
+        if missing:
+            mem.missed_s = est.time_s
+        missed_lately = est.time_s - mem.missed_s < SLO_MISSED_HOLD_S
         for role, v in all_variants(svc):
             obs = observed(est, v.name)
             w = float(weights.get(v.name, 0.0))
-            held_pool = role is not None and missing  # no pool replica removed while the SLO is missed
+            held_pool = role is not None and missed_lately  # none removed while the SLO is (just) missed
             variants.append(plan_variant(v, dt, np.full(self.horizon, w), obs.current, self._ready_by_step(est, v, mem),
                                          keep=obs.ready if recovering or learning or held_pool else 0, role=role))
         miss = miss_cost(variants, self.miss_weight)

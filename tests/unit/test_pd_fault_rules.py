@@ -22,6 +22,7 @@ from controllers.mpc import (
     POOL_BACKLOG_S,
     POOL_GROW_CAP,
     POOL_SCALE_FLOOR,
+    SLO_MISSED_HOLD_S,
     MPCController,
     backlog_rps,
     cap_pool_growth,
@@ -191,6 +192,21 @@ def test_the_mpc_removes_no_pool_replica_while_the_service_misses_its_slo(slo_ra
         assert d.desired == {"h100-prefill": 8, "h100-decode": 8}
     else:
         assert d.desired["h100-prefill"] + d.desired["h100-decode"] < 16
+
+
+def test_the_mpc_removes_no_pool_replica_for_two_minutes_after_the_service_missed_its_slo() -> None:
+    # As above, the mean latency twice the SLO at 200 s only, 0.2 of it before and after: at 315 s (past
+    # the 300-s hold, 115 s after the miss) the 8 + 8 ready replicas stay; at 321 s (121 s after) the
+    # plan shrinks the pools. Without SLO_MISSED_HOLD_S both ticks shrink them.
+    assert SLO_MISSED_HOLD_S == 120.0
+    mpc, svc, pools = pd_mpc(yaml.safe_load(EXAMPLE.read_text()), 8)
+    got = {}
+    for t, ratio in ((0.0, 0.2), (200.0, 2.0), (315.0, 0.2), (321.0, 0.2)):
+        est = ServiceEstimate(svc.name, t, Signals(arrival_rate_rps=2.0, queue_length=0.0, slo_mean_ratio=ratio),
+                              {}, {}, False, 0.0, 0.0, 0, pools=pools)
+        got[t] = mpc.decide(est, svc).desired
+    assert got[315.0] == {"h100-prefill": 8, "h100-decode": 8}
+    assert got[321.0]["h100-prefill"] + got[321.0]["h100-decode"] < 16
 
 
 @pytest.mark.parametrize(("done", "ready_rps", "queue", "pair_rps", "expected"), [
