@@ -60,7 +60,7 @@ limits. A pool replica's capacity is ``models.capacity_roles``' for this tick's 
 prefill by prompt tokens/s at the TTFT target with the KV transfer, decode by sequences at the ITL target
 and KV; ``controllers.roles.pool_capacities``, the rule the PID's and the router's pool weights share);
 the learned speed factors and capacity posteriors correct the aggregated variants only. A pool's capacity
-is counted down to what it completes while the service's backlog keeps it busy (``pool_scale``, at least
+is counted down to what it completes while the pools' backlog keeps it busy (``pool_scale``, at least
 ``POOL_SCALE_FLOOR`` of the model; ``pd_scale=0`` turns it off), and a scale-up grows a pool to at most
 twice the demand held plus one replica (``cap_pool_growth``). A miss costs ``miss_weight`` times the
 dearest way to serve (an aggregated variant, or the dearest prefill plus the dearest decode variant). The
@@ -468,8 +468,8 @@ decode-pool-loss (seed 2) the MPC removed a decode replica at 3,720 s, 60 s afte
 
 
 POOL_BACKLOG_S = 60.0
-"""``pool_scale``: a service whose queue holds at least this many seconds of its pools' modelled rate (the
-slower pool's ready replicas) keeps both pools busy, so their completions are what they can serve. A
+"""``pool_scale``: pools whose queues hold at least this many seconds of their modelled rate (the slower
+pool's ready replicas) keep both busy, so their completions are what they can serve. A
 minute: the plan's signal window (``DEFAULT_WINDOW_S``), over which the completions are counted."""
 POOL_SCALE_FLOOR = 0.6
 """``pool_scale`` never believes a pool completes less than this share of its modelled rate. Below it,
@@ -481,17 +481,18 @@ docs/controllers.md, "A pool that completes less than its model")."""
 
 def pool_scale(completed_rps: float | None, ready_rps: float, queue: float | None, pair_rps: float) -> float:
     """The share of a pool's modelled capacity the plan counts on this tick, from what the pool completes
-    while the service's backlog keeps it busy (issue 34: the MPC held 3 + 3 replicas near 0 % attainment
+    while the pools' backlog keeps it busy (issue 34: the MPC held 3 + 3 replicas near 0 % attainment
     for 15 minutes after decode-pool-loss, its plan counting 19.7 req/s where the pools completed 8-9).
 
     Args:
         completed_rps: the pool's completions, requests/s over the signal window (None: unknown).
         ready_rps: the pool's ready replicas' modelled capacity, requests/s (sum of ready x capacity).
-        queue: the service's queue, requests (gateway and both pools; None: unknown).
+        queue: the pools' queues, requests (both pools' waiting, reads included; None: unknown). An
+            aggregated replica's queue is not the pools' work.
         pair_rps: the modelled capacity of the slower pool's ready replicas, requests/s.
 
     Returns:
-        1 unless the queue holds at least ``POOL_BACKLOG_S`` x ``pair_rps`` and the pool has ready
+        1 unless ``queue`` holds at least ``POOL_BACKLOG_S`` x ``pair_rps`` and the pool has ready
         capacity; then ``completed_rps / ready_rps`` within ``[POOL_SCALE_FLOOR, 1]``. A pool that
         completes its model's rate or more keeps it (the learner does not raise a pool's capacity).
     """
@@ -1143,10 +1144,12 @@ class MPCController(Controller):
         rates = {role: sum(n * float(weights.get(name, 0.0)) for name, n in pool.items())
                  for role, pool in ready.items()}
         pair = min(rates.values())
+        queues = [None if est.pools.get(role) is None else est.pools[role].signals.queue_length for role in out]
+        queue = None if any(q is None for q in queues) else sum(q for q in queues if q is not None)
         for role in out:
             pool = est.pools.get(role)
             done = None if pool is None else pool.signals.success_rps
-            out[role] = pool_scale(done, rates[role], est.signals.queue_length, pair)
+            out[role] = pool_scale(done, rates[role], queue, pair)
         return out
 
     # ------------------------------------------------------------------ decide

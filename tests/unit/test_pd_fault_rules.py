@@ -245,7 +245,7 @@ def test_a_pool_grows_to_at_most_twice_the_held_demand_and_one_replica() -> None
 
 
 def test_the_mpc_grows_a_busy_pool_that_completes_less_than_its_model() -> None:
-    # decode-pool-loss at 2,760 s: 3 + 3 replicas ready for over a minute, 3,618 requests queued, both
+    # decode-pool-loss at 2,760 s: 3 + 3 replicas ready for over a minute, 3,618 requests in their queues, both
     # pools completing 8.6 req/s; 17 req/s arriving. One replica of
     # each pool is modelled at 7.78 / 7.87 req/s of this mix (models.capacity_roles): 3 of them, 23.4,
     # serve 17; counted at 0.6 of it (14.0 req/s) they do not, and 4 (18.7) do. With pd_scale=0 the
@@ -255,8 +255,9 @@ def test_the_mpc_grows_a_busy_pool_that_completes_less_than_its_model() -> None:
     for scale in (1, 0):
         mpc, svc, _ = pd_mpc(doc, 3)
         mpc.pd_scale = bool(scale)
-        pools = {role: PoolObservation(role, Signals(success_rps=8.6), {v.name: VariantObservation(3, 0)
-                                                                         for r, v in svc.role_variants() if r == role})
+        queued = {"prefill": 3328.0, "decode": 290.0}  # the pools' own queues: 3,618 together
+        pools = {role: PoolObservation(role, Signals(success_rps=8.6, queue_length=queued[role]),
+                                       {v.name: VariantObservation(3, 0) for r, v in svc.role_variants() if r == role})
                  for role in ("prefill", "decode")}
         for t in (600.0, 615.0, 630.0, 645.0, 660.0):
             est = ServiceEstimate(svc.name, t, Signals(arrival_rate_rps=17.0, queue_length=3618.0, success_rps=8.6),
