@@ -513,7 +513,9 @@ def cap_pool_growth(desired: Mapping[str, int], current: Mapping[str, int], role
                     modelled: Mapping[str, float], held_rps: float) -> dict[str, int]:
     """``desired`` with each pool grown to at most ``POOL_GROW_CAP`` x ``held_rps`` plus one replica of its
     largest modelled capacity (never below ``current``: this rule removes nothing): the replicas added
-    past that go, the variant of the largest modelled capacity first.
+    past that go, the variant of the largest modelled capacity first. Not applied to a service with a
+    prefill:decode ``ratio`` (``decide``): a pool the plan grows to keep the ratio may be past the bound
+    (2 decode replicas of 149 req/s beside 2 prefill replicas at 30 req/s), and dropping one breaks it.
 
     Issue 34's decode-pool-loss: the plan, counting the pools at what they complete (``pool_scale``) and
     then draining the backlog, asked 4 -> 5 of each pool at 12 req/s of arrivals (5 x 7.6 req/s modelled,
@@ -1272,8 +1274,9 @@ class MPCController(Controller):
                                   {v.name: role for role, v in svc.role_variants()},
                                   {v.name: float(v.capacity_rps[0]) for v in inputs.service.variants},
                                   None if pools_rps is None else float(np.max(pools_rps)))
-        desired = cap_pool_growth(desired, current, {v.name: role for role, v in svc.role_variants()},
-                                  inputs.modelled, inputs.held_rps)
+        if svc.roles is not None and svc.roles.ratio is None:  # a ratio's replicas are the plan's to keep
+            desired = cap_pool_growth(desired, current, {v.name: role for role, v in svc.role_variants()},
+                                      inputs.modelled, inputs.held_rps)
         silent = silent_pods(est)
         if silent:  # a ready pod that reports nothing may be serving anything: none goes meanwhile
             desired = {name: max(n, current.get(name, 0)) for name, n in desired.items()}
