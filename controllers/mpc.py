@@ -51,21 +51,25 @@ without) and each ``decide`` reads its part:
   sheds then), the plan sheds nothing and sets none (the loop's policy, if any, does);
   otherwise they replace the loop's policy's (the loop applies a decision's own thresholds first).
 
-Prefill/decode pools (issue 34; ``MPCController.scales_roles``): a service with ``roles`` has its
-prefill and decode pools' variants (each pool's GPU generations) in the same problem as its aggregated
-variants, and the plan chooses per step how much of the demand the pools serve and how much the
-aggregated replicas do (``models.planning``, "Prefill/decode pools"): disaggregation where a P/D pair
-serves a request for less, aggregation where not, both where whole replicas make a split cheaper, all
-within the same GPU limits. A pool replica's capacity is ``models.capacity_roles``' for this tick's mix
-(``role_weights``: prefill by prompt tokens/s at the TTFT target with the KV transfer, decode by
-sequences at the ITL target and KV); the learned speed factors and capacity posteriors correct the
-aggregated variants only. A miss costs ``miss_weight`` times the dearest way to serve (an aggregated
-variant, or the dearest prefill plus the dearest decode variant). The decision holds replicas for
-every variant, aggregated and pool, by name; ``terms`` carry ``pd_rps_now``, ``pd_share_now`` and
-``pd_rps_max`` (the pools' share of the plan's demand). A service's ``roles.ratio`` (Kthena's
-prefill:decode bounds) is a constraint of the plan (``pd_ratio``; left out where no replica counts
-within the pools' bounds keep it). ``pd_util`` counts only that share of a pool replica's modelled
-capacity (``DEFAULT_PD_UTIL``): the pools' headroom for bursts.
+Prefill/decode pools (issue 34; ``MPCController.scales_roles``): a service with ``roles`` has its prefill
+and decode pools' variants (each pool's GPU generations) in the same problem as its aggregated variants,
+and the plan chooses per step how much of the demand the pools serve and how much the aggregated replicas
+do (``models.planning``, "Prefill/decode pools"): disaggregation where a P/D pair serves a request for
+less, aggregation where not, both where whole replicas make a split cheaper, all within the same GPU
+limits. A pool replica's capacity is ``models.capacity_roles``' for this tick's mix (``role_weights``:
+prefill by prompt tokens/s at the TTFT target with the KV transfer, decode by sequences at the ITL target
+and KV; ``controllers.roles.pool_capacities``, the rule the PID's and the router's pool weights share);
+the learned speed factors and capacity posteriors correct the aggregated variants only. A pool's capacity
+is counted down to what it completes while the pools' backlog keeps it busy (``pool_scale``, at least
+``POOL_SCALE_FLOOR`` of the model; ``pd_scale=0`` turns it off), and a scale-up grows a pool to at most
+twice the demand held plus one replica (``cap_pool_growth``). A miss costs ``miss_weight`` times the
+dearest way to serve (an aggregated variant, or the dearest prefill plus the dearest decode variant). The
+decision holds replicas for every variant, aggregated and pool, by name; ``terms`` carry ``pd_rps_now``,
+``pd_share_now``, ``pd_rps_max`` (the pools' share of the plan's demand) and ``pool_scale_prefill`` /
+``_decode``. A service's ``roles.ratio`` (Kthena's prefill:decode bounds) is a constraint of the plan
+(``pd_ratio``; left out where no replica counts within the pools' bounds keep it). ``pd_util`` counts
+only that share of a pool replica's modelled capacity (``DEFAULT_PD_UTIL``): the pools' headroom for
+bursts.
 
 On a scale-down ``Decision.remove_first`` names the pods to remove, coldest and least loaded first
 (``removal_order``); the simulator honours it.
@@ -105,7 +109,7 @@ from controllers.admission import (
 )
 from controllers.base import Controller, Decision, Gauge, change_reason, hold, silent_pods
 from controllers.pid_rules import BACKLOG_DRAIN_S, DOWN_DEMAND_FLOOR, slo_missed
-from controllers.roles import ratio_reachable
+from controllers.roles import pool_capacities, ratio_reachable
 from models.arrivals import per_replica_scv
 from models.capacity import (
     UNSERVABLE_SHARE,
@@ -117,7 +121,6 @@ from models.capacity import (
     speed_factor,
     utilisation,
 )
-from models.capacity_roles import decode_capacity, pool_allowance, prefill_capacity
 from models.learning import CapacityPosterior, LatencyCurve, latency_curve
 from models.planning import FALLBACKS, JOINT_UP_TO, Plan, PlanProblem, PlanService, PlanVariant, shifted, solve
 
@@ -399,6 +402,8 @@ class _ServiceMemory:
     dispersion_s: float = -math.inf  # when the last index was recorded
     scv: float = 1.0  # the per-replica arrival variability planned on this tick (``burst``)
     last_plan: tuple[float, dict[str, np.ndarray]] | None = None  # (when, variant -> replicas per step) solved alone
+    pool_ready: tuple[tuple[tuple[str, int], ...], float] | None = None  # (pool variants' ready counts, since when)
+    missed_s: float = -math.inf  # the last tick the service missed its SLO (``slo_missed``)
 
 
 @dataclass(frozen=True)
@@ -409,6 +414,9 @@ class _Inputs:
     service: PlanService
     recovering: bool
     priorities: dict[str, float] | None = None
+    held_rps: float = 0.0  # the highest arrival rate of the hold window
+    pool_scales: dict[str, float] = field(default_factory=dict)  # role -> ``pool_scale`` this tick
+    modelled: dict[str, float] = field(default_factory=dict)  # pool variant -> capacity before the scale
 
 
 def all_variants(svc: Service) -> list[tuple[str | None, Variant]]:
@@ -448,6 +456,89 @@ def backlog_rps(queue: float, drain_s: float, rate_rps: float) -> float:
     if queue <= 0 or drain_s <= 0:
         return 0.0
     return min(queue / drain_s, max(rate_rps, queue / BACKLOG_DRAIN_S))
+
+
+SLO_MISSED_HOLD_S = 120.0
+"""No pool replica is removed for this long after the last tick the service missed its SLO
+(``pid_rules.slo_missed``), as none is while it misses it: the requests that arrived while it did are
+still being served, and the signal window's mean reads calm before they are. Two minutes, the window the
+fault suite judges a scale-down by (``autoscaler.faults.harm``, ``down_while_missing_slo``). In
+decode-pool-loss (seed 2) the MPC removed a decode replica at 3,720 s, 60 s after the mean last read
+3 x the SLO, while the requests of the 120 s before it still missed."""
+
+
+POOL_BACKLOG_S = 60.0
+"""``pool_scale``: pools whose queues hold at least this many seconds of their modelled rate (the slower
+pool's ready replicas) keep both busy, so their completions are what they can serve. A
+minute: the plan's signal window (``DEFAULT_WINDOW_S``), over which the completions are counted."""
+POOL_SCALE_FLOOR = 0.6
+"""``pool_scale`` never believes a pool completes less than this share of its modelled rate. Below it,
+the plan would size the pool past twice the demand by the model (the fault suite's ``overshoot``:
+decode-pool-loss asks 12 req/s of pools modelled at ~6.6 req/s a replica, and the plan's horizon at
+~15 req/s over 6.6 x 0.6 is 4 replicas, 5 at 0.5). Tuned on decode-pool-loss at seed 0 (0.5, 0.6, 0.7;
+docs/controllers.md, "A pool that completes less than its model")."""
+
+
+def pool_scale(completed_rps: float | None, ready_rps: float, queue: float | None, pair_rps: float) -> float:
+    """The share of a pool's modelled capacity the plan counts on this tick, from what the pool completes
+    while the pools' backlog keeps it busy (issue 34: the MPC held 3 + 3 replicas near 0 % attainment
+    for 15 minutes after decode-pool-loss, its plan counting 19.7 req/s where the pools completed 8-9).
+
+    Args:
+        completed_rps: the pool's completions, requests/s over the signal window (None: unknown).
+        ready_rps: the pool's ready replicas' modelled capacity, requests/s (sum of ready x capacity).
+        queue: the pools' queues, requests (both pools' waiting, reads included; None: unknown). An
+            aggregated replica's queue is not the pools' work.
+        pair_rps: the modelled capacity of the slower pool's ready replicas, requests/s.
+
+    Returns:
+        1 unless ``queue`` holds at least ``POOL_BACKLOG_S`` x ``pair_rps`` and the pool has ready
+        capacity; then ``completed_rps / ready_rps`` within ``[POOL_SCALE_FLOOR, 1]``. A pool that
+        completes its model's rate or more keeps it (the learner does not raise a pool's capacity).
+    """
+    if completed_rps is None or queue is None or ready_rps <= 0 or pair_rps <= 0:
+        return 1.0
+    if queue < POOL_BACKLOG_S * pair_rps:
+        return 1.0
+    return min(1.0, max(POOL_SCALE_FLOOR, completed_rps / ready_rps))
+
+
+POOL_GROW_CAP = 2.0
+"""``cap_pool_growth``: a scale-up takes a pool to at most this many times the demand held now, plus one
+replica, of modelled capacity: the fault suite's ``overshoot`` bound (twice the demand and one replica;
+``autoscaler.faults.harm``), the most a user expects a recovery to ask for."""
+
+
+def cap_pool_growth(desired: Mapping[str, int], current: Mapping[str, int], role_of: Mapping[str, str],
+                    modelled: Mapping[str, float], held_rps: float) -> dict[str, int]:
+    """``desired`` with each pool grown to at most ``POOL_GROW_CAP`` x ``held_rps`` plus one replica of its
+    largest modelled capacity (never below ``current``: this rule removes nothing): the replicas added
+    past that go, the variant of the largest modelled capacity first. Not applied to a service with a
+    prefill:decode ``ratio`` (``decide``): a pool the plan grows to keep the ratio may be past the bound
+    (2 decode replicas of 149 req/s beside 2 prefill replicas at 30 req/s), and dropping one breaks it.
+
+    Issue 34's decode-pool-loss: the plan, counting the pools at what they complete (``pool_scale``) and
+    then draining the backlog, asked 4 -> 5 of each pool at 12 req/s of arrivals (5 x 7.6 req/s modelled,
+    past twice the demand and one replica).
+
+    Args:
+        desired, current: variant -> replicas (every pool variant of ``role_of`` in both).
+        role_of: pool variant -> its role.
+        modelled: pool variant -> one replica's modelled capacity, requests/s (before ``pool_scale``).
+        held_rps: the demand held now, requests/s (the highest arrival rate of the hold window).
+    """
+    out = dict(desired)
+    for role in set(role_of.values()):
+        names = [n for n, r in role_of.items() if r == role]
+        limit = POOL_GROW_CAP * held_rps + max((modelled.get(n, 0.0) for n in names), default=0.0)
+        limit = max(limit, sum(current.get(n, 0) * modelled.get(n, 0.0) for n in names))
+        by_size = sorted(names, key=lambda n: -modelled.get(n, 0.0))
+        while sum(out[n] * modelled.get(n, 0.0) for n in names) > limit + 1e-9:
+            added = [n for n in by_size if out[n] > current.get(n, 0)]
+            if not added:
+                break
+            out[added[0]] -= 1
+    return out
 
 
 def hold_pool_downs(desired: Mapping[str, int], current: Mapping[str, int], plan: Mapping[str, np.ndarray],
@@ -614,6 +705,8 @@ class MPCController(Controller):
             (``DEFAULT_PD_UTIL``): a prefill replica's modelled rate is near all it can do, where an
             aggregated replica's (ITL-bound) leaves room for a burst, so the pools' headroom is planned
             (``docs/controllers.md``, "Making the pools pay on long prompts").
+        pd_scale: 1 (default) counts a pool's capacity down to what it completes while the service's
+            backlog keeps it busy (``pool_scale``); 0 counts the model's alone.
         burst: 1 plans each replica's capacity, and the learner's latency curve, for the arrivals'
             measured burstiness (``arrival_scv``: the median of the gateway's last ``BURST_TICKS``
             indices of dispersion of 1-s counts, ``Signals.arrival_dispersion``, split over the ready
@@ -644,7 +737,8 @@ class MPCController(Controller):
                  window_s: float = DEFAULT_WINDOW_S, mix: str = "calibrated",
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
                  pool: int = 1, warm: int = 0, shed: int = 0, shed_weight: float = DEFAULT_SHED_WEIGHT,
-                 pd_util: float = DEFAULT_PD_UTIL, burst: int = 0, cap: int = 0, coverage: float = COVERAGE,
+                 pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0,
+                 coverage: float = COVERAGE,
                  name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
@@ -660,6 +754,8 @@ class MPCController(Controller):
             raise ValueError(f"{name}: pd_util must be in (0, 1], got {pd_util}")
         if warm not in (0, 1):
             raise ValueError(f"{name}: warm must be 0 or 1, got {warm}")
+        if pd_scale not in (0, 1):
+            raise ValueError(f"{name}: pd_scale must be 0 or 1, got {pd_scale}")
         if burst not in (0, 1) or cap not in (0, 1):
             raise ValueError(f"{name}: burst and cap must be 0 or 1, got {burst} and {cap}")
         if shed not in (0, 1) or (shed and not 1.0 < shed_weight < miss_weight):
@@ -711,6 +807,7 @@ class MPCController(Controller):
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
         self.pd_util = pd_util
+        self.pd_scale = bool(pd_scale)
         self.admission_cfg = c.admission_settings
 
     # ------------------------------------------------------------------ demand
@@ -1030,30 +1127,38 @@ class MPCController(Controller):
         return {name: cap * self.pd_util for name, cap in self._role_cache[key].items()}
 
     def _role_capacities(self, svc: Service, mix: RequestMix | None) -> dict[str, float]:
-        """pool variant -> one replica's modelled capacity for ``mix`` (``role_weights``, before ``pd_util``)."""
-        out = {v.name: 0.0 for _, v in svc.role_variants()}
-        if svc.roles is None or mix is None:
+        """pool variant -> one replica's modelled capacity for ``mix`` (``controllers.roles.pool_capacities``,
+        before ``pd_util``); 0 for every one without a mix."""
+        if mix is None:
+            return {v.name: 0.0 for _, v in svc.role_variants()}
+        return pool_capacities(svc, self.engine, mix)
+
+    def _pool_scales(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory,
+                     weights: Mapping[str, float]) -> dict[str, float]:
+        """role -> ``pool_scale`` of that pool this tick (1 for both while any pool's ready replicas changed
+        within the signal window: its completions then count a part-window, or replicas that are gone;
+        1 with ``pd_scale`` 0); empty for a service without pools."""
+        if svc.roles is None:
+            return {}
+        out = {role: 1.0 for role in ("prefill", "decode")}
+        if not self.pd_scale:
             return out
-        roles, slo = svc.roles, svc.slo["interactive"]
-        link, threshold = roles.kv_transfer, roles.non_cached_tokens
-        prefill = {v.name: ReplicaSpec.of(v, self.engine) for v in roles.prefill}
-        decode = {v.name: ReplicaSpec.of(v, self.engine) for v in roles.decode}
-        limit = pool_allowance([ReplicaSpec.of(v, self.engine) for v in svc.variants], list(prefill.values()),
-                               list(decode.values()), mix, slo.ttft_s, slo.itl_s, link, non_cached_tokens=threshold)
-        serving = []  # prefill variants with a capacity (infinite where no prompt is prefilled remotely)
-        for name, spec in prefill.items():
-            rps = prefill_capacity(spec, mix, slo.ttft_s, link, non_cached_tokens=threshold, unservable=limit).rps
-            out[name] = float(rps) if math.isfinite(rps) else 0.0
-            if rps > 0:
-                serving.append(spec)
-        for name, spec in decode.items():
-            try:
-                rps = min((decode_capacity(spec, mix, slo.ttft_s, slo.itl_s, link, prefill_spec=p,
-                                           non_cached_tokens=threshold, unservable=limit).rps for p in serving),
-                          default=0.0)
-            except ValueError:  # the ITL target below the decode replica's fixed step
-                rps = 0.0
-            out[name] = float(rps) if math.isfinite(rps) else 0.0
+        ready = {role: {v.name: observed(est, v.name).ready for r, v in svc.role_variants() if r == role}
+                 for role in out}
+        key = tuple(sorted((n, k) for pool in ready.values() for n, k in pool.items()))
+        if mem.pool_ready is None or mem.pool_ready[0] != key:
+            mem.pool_ready = (key, est.time_s)
+        if est.time_s - mem.pool_ready[1] < self.window_s:
+            return out
+        rates = {role: sum(n * float(weights.get(name, 0.0)) for name, n in pool.items())
+                 for role, pool in ready.items()}
+        pair = min(rates.values())
+        queues = [None if est.pools.get(role) is None else est.pools[role].signals.queue_length for role in out]
+        queue = None if any(q is None for q in queues) else sum(q for q in queues if q is not None)
+        for role in out:
+            pool = est.pools.get(role)
+            done = None if pool is None else pool.signals.success_rps
+            out[role] = pool_scale(done, rates[role], queue, pair)
         return out
 
     # ------------------------------------------------------------------ decide
@@ -1081,12 +1186,18 @@ class MPCController(Controller):
         held = max(r for t, r in mem.rates if t > est.time_s - mem.hold_s - 1e-9)
         demand = self.demand(est, svc, max(held, now_rps))  # today's retries are today's load, never held
         weights = {**self.corrected_weights(est, svc, mem, float(demand.min())), **self.role_weights(est, svc)}
+        scales = self._pool_scales(est, svc, mem, weights)
+        modelled = {v.name: float(weights.get(v.name, 0.0)) for _, v in svc.role_variants()}
+        weights.update({v.name: modelled[v.name] * scales[role] for role, v in svc.role_variants()})
         variants = []
         missing = slo_missed(est.signals.slo_mean_ratio)
+        if missing:
+            mem.missed_s = est.time_s
+        missed_lately = est.time_s - mem.missed_s < SLO_MISSED_HOLD_S
         for role, v in all_variants(svc):
             obs = observed(est, v.name)
             w = float(weights.get(v.name, 0.0))
-            held_pool = role is not None and missing  # no pool replica removed while the SLO is missed
+            held_pool = role is not None and missed_lately  # none removed while the SLO is (just) missed
             variants.append(plan_variant(v, dt, np.full(self.horizon, w), obs.current, self._ready_by_step(est, v, mem),
                                          keep=obs.ready if recovering or learning or held_pool else 0, role=role))
         miss = miss_cost(variants, self.miss_weight)
@@ -1100,7 +1211,7 @@ class MPCController(Controller):
             shed_cost = miss * self.shed_weight / self.miss_weight
         plan_svc = PlanService(svc.name, variants, demand, miss, self.guard.max_step_up, self.guard.max_step_down,
                                shed_rps=shed_rps, shed_cost=shed_cost, pd_ratio=pd_ratio(svc))
-        return _Inputs(plan_svc, recovering, priorities)
+        return _Inputs(plan_svc, recovering, priorities, held, scales, modelled)
 
     def _problem(self, services: list[PlanService],
                  start: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> PlanProblem:
@@ -1170,6 +1281,9 @@ class MPCController(Controller):
                                   {v.name: role for role, v in svc.role_variants()},
                                   {v.name: float(v.capacity_rps[0]) for v in inputs.service.variants},
                                   None if pools_rps is None else float(np.max(pools_rps)))
+        if svc.roles is not None and svc.roles.ratio is None:  # a ratio's replicas are the plan's to keep
+            desired = cap_pool_growth(desired, current, {v.name: role for role, v in svc.role_variants()},
+                                      inputs.modelled, inputs.held_rps)
         silent = silent_pods(est)
         if silent:  # a ready pod that reports nothing may be serving anything: none goes meanwhile
             desired = {name: max(n, current.get(name, 0)) for name, n in desired.items()}
@@ -1182,7 +1296,8 @@ class MPCController(Controller):
                  **{f"capacity_scale_{v}": p.planned() for v, p in mem.capacity.items()},
                  **{f"capacity_sigma_{v}": p.sigma for v, p in mem.capacity.items()},
                  **{f"capacity_learned_{v}": float(x) for v, x in mem.learned.items()},
-                 **({"arrival_scv": mem.scv} if self.burst else {})}
+                 **({"arrival_scv": mem.scv} if self.burst else {}),
+                 **{f"pool_scale_{role}": x for role, x in inputs.pool_scales.items()}}
         if mem.z is not None:
             terms["hedge_z"] = mem.z
         pools = plan.pd_rps.get(svc.name)

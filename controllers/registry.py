@@ -304,6 +304,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     node_limit=Param(int, 0, closed=True), pool=Param(int, 1, closed=True, high=256),
                     warm=Param(int, 0, closed=True, high=1), shed=Param(int, 0, closed=True, high=1),
                     shed_weight=POSITIVE, pd_util=Param(float, 0.0, high=1.0),
+                    pd_scale=Param(int, 0, closed=True, high=1),
                     burst=Param(int, 0, closed=True, high=1), cap=Param(int, 0, closed=True, high=1),
                     coverage=Param(float, 0.0, high=0.999)), _mpc),
 }

@@ -2,8 +2,9 @@
 
 - ``pool_service``: a pool seen as a service whose variants are the pool's, so the guard's rules
   (``autoscaler.loop.guard``) and ``controllers.split`` apply to it unchanged;
-- ``role_weights``: one replica's capacity per pool variant (``models.capacity_roles``), the weights the
-  loop's guard ranks a pool's variants by and the PID counts a pool's capacity in;
+- ``pool_capacities``: one replica's modelled capacity per pool variant (``models.capacity_roles``), the
+  MPC's plan's, and ``role_weights``: the same with the router's fallback, the weights the loop's guard
+  ranks a pool's variants by and the PID counts a pool's capacity in;
 - ``enforce_ratio``: the prefill:decode replica ratio kept within ``[min_ratio, max_ratio]``
   (``Roles.ratio``), by Volcano Kthena's rule (below).
 
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from autoscaler.config.fleet import ratio_reachable as ratio_reachable  # the fleet file refuses a ratio without one
 from models.capacity import ReplicaSpec, RequestMix, mean_itl_rate
-from models.capacity_roles import decode_capacity, prefill_capacity
+from models.capacity_roles import decode_capacity, pool_allowance, prefill_capacity
 
 if TYPE_CHECKING:
     from autoscaler.config import EngineConfig, PDRatio, Service, Variant
@@ -51,31 +52,58 @@ def pool_service(svc: Service, role: str) -> Service:
     return svc.model_copy(update={"variants": pool_variants(svc, role), "roles": None})
 
 
+def pool_capacities(svc: Service, engine: EngineConfig, mix: RequestMix) -> dict[str, float]:
+    """pool variant -> one replica's modelled capacity, requests/s of ``mix`` at the interactive SLO
+    (``models.capacity_roles``): a prefill replica's ``prefill_capacity`` (its prompt tokens/s at the TTFT
+    target, the KV transfer and the decode replica's recompute included, over the mix's remote prompt
+    tokens per request), a decode replica's ``decode_capacity`` (sequences at the ITL target and KV
+    residency) against the slowest prefill variant that keeps a capacity (the TTFT slack any prefill
+    replica that may serve leaves; 0 where none keeps one). A pool replica keeps a capacity while its
+    idle misses are within the service's allowance (``pool_allowance``: ``UNSERVABLE_SHARE`` above the
+    fewest idle misses of any aggregated variant or prefill/decode pair). 0 where the SLO is out of reach,
+    and for a prefill variant where no prompt is prefilled remotely (an infinite capacity). The one rule
+    the MPC's plan, the PID's pools and the router's weights (``role_weights``) share. Empty without roles.
+    """
+    if svc.roles is None:
+        return {}
+    roles, slo = svc.roles, svc.slo["interactive"]
+    link, threshold = roles.kv_transfer, roles.non_cached_tokens
+    prefill = {v.name: ReplicaSpec.of(v, engine) for v in roles.prefill}
+    decode = {v.name: ReplicaSpec.of(v, engine) for v in roles.decode}
+    limit = pool_allowance([ReplicaSpec.of(v, engine) for v in svc.variants], list(prefill.values()),
+                           list(decode.values()), mix, slo.ttft_s, slo.itl_s, link, non_cached_tokens=threshold)
+    out: dict[str, float] = {}
+    serving = []  # prefill variants with a capacity (infinite where no prompt is prefilled remotely)
+    for name, spec in prefill.items():
+        rps = prefill_capacity(spec, mix, slo.ttft_s, link, non_cached_tokens=threshold, unservable=limit).rps
+        out[name] = float(rps) if math.isfinite(rps) else 0.0
+        if rps > 0:
+            serving.append(spec)
+    for name, spec in decode.items():
+        try:
+            rps = min((decode_capacity(spec, mix, slo.ttft_s, slo.itl_s, link, prefill_spec=p,
+                                       non_cached_tokens=threshold, unservable=limit).rps for p in serving),
+                      default=0.0)
+        except ValueError:  # the ITL target below the decode replica's fixed step
+            rps = 0.0
+        out[name] = float(rps) if math.isfinite(rps) else 0.0
+    return out
+
+
 def role_weights(svc: Service, engine: EngineConfig, mix: RequestMix) -> dict[str, float]:
-    """pool variant -> one replica's capacity, requests/s of ``mix`` at the interactive SLO
-    (``models.capacity_roles.prefill_capacity`` / ``decode_capacity``, the decode pool's read against the
-    first prefill variant). Where a variant of a pool has none (no rate meets the SLO), the pool's
-    variants are weighed as the simulator's router weighs them instead (``models.capacity.mean_itl_rate``
-    at the interactive ITL: a rate of the same mix), and 1.0 where even that has none. Empty without roles."""
+    """pool variant -> one replica's capacity, requests/s of ``mix`` at the interactive SLO: the MPC's
+    (``pool_capacities``: the service's idle-miss allowance, decode against the slowest prefill variant
+    that keeps a capacity). Where a variant of a pool has none (no rate meets the SLO, or no prompt is
+    prefilled remotely), the pool's variants are weighed as the simulator's router weighs them instead
+    (``models.capacity.mean_itl_rate`` at the interactive ITL: a rate of the same mix), and 1.0 where even
+    that has none. Empty without roles."""
     if svc.roles is None:
         return {}
     slo = svc.slo["interactive"]
-    link, threshold = svc.roles.kv_transfer, svc.roles.non_cached_tokens
-    first = ReplicaSpec.of(svc.roles.prefill[0], engine)
+    modelled = pool_capacities(svc, engine, mix)
     out: dict[str, float] = {}
     for role in ROLES:
-        caps: dict[str, float] = {}
-        for v in pool_variants(svc, role):
-            spec = ReplicaSpec.of(v, engine)
-            if role == PREFILL:
-                rps = prefill_capacity(spec, mix, slo.ttft_s, link, non_cached_tokens=threshold).rps
-            else:
-                try:
-                    rps = decode_capacity(spec, mix, slo.ttft_s, slo.itl_s, link, prefill_spec=first,
-                                          non_cached_tokens=threshold).rps
-                except ValueError:  # the ITL target below the profile's fixed step: no rate meets it
-                    rps = 0.0
-            caps[v.name] = float(rps)
+        caps = {v.name: modelled[v.name] for v in pool_variants(svc, role)}
         if not all(0.0 < c < math.inf for c in caps.values()):
             for v in pool_variants(svc, role):
                 try:

@@ -18,7 +18,17 @@ from autoscaler.config import PIDConfig
 from autoscaler.config.fleet import Service
 from autoscaler.config.loading import parse_config
 from autoscaler.state import PoolObservation, ServiceEstimate, Signals, VariantObservation
-from controllers.mpc import MPCController, backlog_rps, hold_pool_downs
+from controllers.mpc import (
+    POOL_BACKLOG_S,
+    POOL_GROW_CAP,
+    POOL_SCALE_FLOOR,
+    SLO_MISSED_HOLD_S,
+    MPCController,
+    backlog_rps,
+    cap_pool_growth,
+    hold_pool_downs,
+    pool_scale,
+)
 from controllers.pid import PIDController
 from controllers.pid_rules import BACKLOG_DRAIN_S, Load, backlog_cap, slo_hold
 from models.capacity import RequestMix, variant_weights
@@ -182,3 +192,79 @@ def test_the_mpc_removes_no_pool_replica_while_the_service_misses_its_slo(slo_ra
         assert d.desired == {"h100-prefill": 8, "h100-decode": 8}
     else:
         assert d.desired["h100-prefill"] + d.desired["h100-decode"] < 16
+
+
+def test_the_mpc_removes_no_pool_replica_for_two_minutes_after_the_service_missed_its_slo() -> None:
+    # As above, the mean latency twice the SLO at 200 s only, 0.2 of it before and after: at 315 s (past
+    # the 300-s hold, 115 s after the miss) the 8 + 8 ready replicas stay; at 321 s (121 s after) the
+    # plan shrinks the pools. Without SLO_MISSED_HOLD_S both ticks shrink them.
+    assert SLO_MISSED_HOLD_S == 120.0
+    mpc, svc, pools = pd_mpc(yaml.safe_load(EXAMPLE.read_text()), 8)
+    got = {}
+    for t, ratio in ((0.0, 0.2), (200.0, 2.0), (315.0, 0.2), (321.0, 0.2)):
+        est = ServiceEstimate(svc.name, t, Signals(arrival_rate_rps=2.0, queue_length=0.0, slo_mean_ratio=ratio),
+                              {}, {}, False, 0.0, 0.0, 0, pools=pools)
+        got[t] = mpc.decide(est, svc).desired
+    assert got[315.0] == {"h100-prefill": 8, "h100-decode": 8}
+    assert got[321.0]["h100-prefill"] + got[321.0]["h100-decode"] < 16
+
+
+@pytest.mark.parametrize(("done", "ready_rps", "queue", "pair_rps", "expected"), [
+    (8.6, 19.7, 3513.0, 19.7, 0.6),  # decode-pool-loss at 2,760 s: 8.6 / 19.7 = 0.44, believed down to 0.6
+    (15.0, 19.7, 3513.0, 19.7, 15.0 / 19.7),  # 0.76: within the floor
+    (25.0, 19.7, 3513.0, 19.7, 1.0),  # completing more than the model: never raised
+    (8.6, 19.7, 1000.0, 19.7, 1.0),  # a queue under a minute of the pair's rate (1,182): the model's
+    (8.6, 19.7, 1182.0, 19.7, 0.6),  # exactly a minute: busy
+    (None, 19.7, 3513.0, 19.7, 1.0),  # completions unknown
+    (8.6, 0.0, 3513.0, 19.7, 1.0),  # no ready replica
+    (8.6, 19.7, None, 19.7, 1.0),  # queue unknown
+])
+def test_pool_scale_by_hand(done: float | None, ready_rps: float, queue: float | None, pair_rps: float,
+                            expected: float) -> None:
+    assert POOL_BACKLOG_S == 60.0 and POOL_SCALE_FLOOR == 0.6
+    assert pool_scale(done, ready_rps, queue, pair_rps) == pytest.approx(expected)
+
+
+def test_a_pool_grows_to_at_most_twice_the_held_demand_and_one_replica() -> None:
+    assert POOL_GROW_CAP == 2.0
+    roles = {"p": "prefill", "d": "decode", "p2": "prefill"}
+    modelled = {"p": 6.57, "d": 6.57, "p2": 3.0}
+    current = {"p": 4, "d": 4, "p2": 0, "a": 1}
+    # held 12.6 req/s: limit 2 x 12.6 + 6.57 = 31.77 req/s of model. prefill asks 6 x 6.57 + 3 = 42.42:
+    # the largest variant's added replicas go first: p 6 -> 5 (35.85), -> 4 (29.28 <= 31.77), p2 kept;
+    # decode 6 x 6.57 = 39.42: 6 -> 4 (26.28; 5 is 32.85). The aggregated variant is no pool's.
+    got = cap_pool_growth({"p": 6, "d": 6, "p2": 1, "a": 3}, current, roles, modelled, 12.6)
+    assert got == {"p": 4, "d": 4, "p2": 1, "a": 3}
+    # within the limit: as asked (decode 4 -> 4, prefill 4 -> 4 + one p2 = 29.28)
+    assert cap_pool_growth({"p": 4, "d": 4, "p2": 1, "a": 0}, current, roles, modelled, 12.6) == \
+        {"p": 4, "d": 4, "p2": 1, "a": 0}
+    # a pool already past the limit keeps its replicas (this rule removes none) and adds none
+    big = {"p": 7, "d": 7, "p2": 0, "a": 1}
+    assert cap_pool_growth({**big, "p": 8, "d": 8}, big, roles, modelled, 12.6) == big
+    assert cap_pool_growth({**big, "p": 5, "d": 5}, big, roles, modelled, 12.6) == {**big, "p": 5, "d": 5}
+
+
+def test_the_mpc_grows_a_busy_pool_that_completes_less_than_its_model() -> None:
+    # decode-pool-loss at 2,760 s: 3 + 3 replicas ready for over a minute, 3,618 requests in their queues, both
+    # pools completing 8.6 req/s; 17 req/s arriving. One replica of
+    # each pool is modelled at 7.78 / 7.87 req/s of this mix (models.capacity_roles): 3 of them, 23.4,
+    # serve 17; counted at 0.6 of it (14.0 req/s) they do not, and 4 (18.7) do. With pd_scale=0 the
+    # plan keeps 3 + 3.
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    got = {}
+    for scale in (1, 0):
+        mpc, svc, _ = pd_mpc(doc, 3)
+        mpc.pd_scale = bool(scale)
+        queued = {"prefill": 3328.0, "decode": 290.0}  # the pools' own queues: 3,618 together
+        pools = {role: PoolObservation(role, Signals(success_rps=8.6, queue_length=queued[role]),
+                                       {v.name: VariantObservation(3, 0) for r, v in svc.role_variants() if r == role})
+                 for role in ("prefill", "decode")}
+        for t in (600.0, 615.0, 630.0, 645.0, 660.0):
+            est = ServiceEstimate(svc.name, t, Signals(arrival_rate_rps=17.0, queue_length=3618.0, success_rps=8.6),
+                                  {}, {}, False, 0.0, 0.0, 0, pools=pools)
+            d = mpc.decide(est, svc)
+        got[scale] = (d.desired, d.terms.get("pool_scale_prefill"), d.terms.get("pool_scale_decode"))
+    assert got[1][1:] == (pytest.approx(0.6), pytest.approx(0.6))
+    assert got[0][1:] == (1.0, 1.0)
+    assert got[0][0] == {"h100-prefill": 3, "h100-decode": 3}
+    assert got[1][0] == {"h100-prefill": 4, "h100-decode": 4}
