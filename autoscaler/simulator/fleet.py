@@ -206,16 +206,6 @@ class ServiceSim:
         self.route_epoch = 0  # the heap's generation
         self.ready_seq = 0  # replicas made ready so far (each one's route_seq)
 
-    def count_bin(self, now: float) -> None:
-        """Count one arrival at ``now`` (seconds) in its ``models.arrivals.BIN_S`` bin, closing the
-        bins before it."""
-        sec = math.floor(now / BIN_S)
-        if sec != self._second:
-            self._binned += self._second_count
-            self._squares += self._second_count * self._second_count
-            self._second, self._second_count = sec, 0
-        self._second_count += 1
-
     def arrival_bins(self, now: float) -> tuple[int, int, int]:
         """The gateway's binned counters at ``now`` (``models.arrivals``): the ``BIN_S`` bins completed
         by ``now``, the arrivals in them, and the sum of each one's arrivals squared."""
@@ -523,7 +513,8 @@ class FleetSimulator:
         svc.arrivals += 1
         req = sr.req
         svc.arrivals_by_priority[req.priority] += 1
-        sec = math.floor(self.now / BIN_S)  # svc.count_bin(self.now) spelled out: per request
+        # count it in its models.arrivals.BIN_S bin, closing the bins before it (ServiceSim.arrival_bins)
+        sec = math.floor(self.now / BIN_S)
         if sec != svc._second:
             svc._binned += svc._second_count
             svc._squares += svc._second_count * svc._second_count
