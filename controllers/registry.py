@@ -305,7 +305,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     warm=Param(int, 0, closed=True, high=1), shed=Param(int, 0, closed=True, high=1),
                     shed_weight=POSITIVE, pd_util=Param(float, 0.0, high=1.0),
                     burst=Param(int, 0, closed=True, high=1), cap=Param(int, 0, closed=True, high=1),
-                    coverage=Param(float, 0.0, high=0.999)), _mpc),
+                    coverage=Param(float, 0.0, high=0.999), cover=Param(int, 0, closed=True, high=1)), _mpc),
 }
 NAMES = tuple(_SPECS)
 NEEDS: dict[str, dict[str, tuple[str, int | float | str]]] = {
