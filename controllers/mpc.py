@@ -501,11 +501,10 @@ def hold_downs_within_start(desired: Mapping[str, int], current: Mapping[str, in
     A replica removed now cannot serve again before a start-up: a plan that is short within that
     time, or wants the replica back within it, is made smaller than the demand it sees by the
     removal. The rule is ``hold_pool_downs``' first two clauses, applied to the aggregated variants
-    over a cold start (issue 28's trace of ``mpc:forecast=perfect:hold_s=0`` on Azure conv, seed 0:
-    at t = 285 s the plan removed an H100 (8 -> 7 replicas, modelled 110 req/s) against a horizon
-    peak of 115.6 req/s; the seven saturated at 85-107 req/s (queue 100-500, p95 TTFT 7 s) and the
-    fleet stayed short for ten minutes, 13,000 interactive misses of its 14,000:
-    docs/controllers.md, "Where the MPC's cost over the oracle goes").
+    over a cold start. Opt-in: on issue 28's trace of ``mpc:forecast=perfect:hold_s=0`` (Azure conv,
+    seed 0) the removals that cost the misses came with no shortfall planned (the capacity model
+    called the smaller fleet enough), so it held none of them: 95.89 % against 95.69 %
+    (docs/controllers.md, "Why perfect foresight without the hold misses").
 
     Args:
         desired, current: variant -> replicas the plan asks for now, and today's (aggregated variants
@@ -656,6 +655,8 @@ class MPCController(Controller):
             ``DEFAULT_HOLD_S`` hold unless ``hold_s`` is given).
         coverage: with ``hedge=adaptive``, the share of judged plan steps the band is sized to cover
             (``COVERAGE``), in (0, 1).
+        cover: 1 holds every aggregated scale-down while the plan is short, or wants the replica
+            back, within a cold start (``hold_downs_within_start``); 0 (default) applies the plan's.
         shed: 1 plans shedding the sheddable priority in the same problem and sets the thresholds
             (module docstring); 0 (default) leaves admission to the loop's policy.
         shed_weight: with ``shed``, $ per request shed in units of the dearest variant's $ per
