@@ -89,7 +89,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import TYPE_CHECKING
@@ -583,6 +583,56 @@ def hold_pool_downs(desired: Mapping[str, int], current: Mapping[str, int], plan
     return out
 
 
+def hold_downs_within_start(desired: Mapping[str, int], current: Mapping[str, int], plan: Mapping[str, np.ndarray],
+                            unserved: np.ndarray, window: int) -> dict[str, int]:
+    """``cover=1``: ``desired`` with every aggregated variant's scale-down held at ``current`` where, within
+    the first ``window`` steps (a cold start plus one step, ``cover_window``), the plan leaves demand
+    unserved or plans a variant that goes down back to today's count.
+
+    A replica removed now cannot serve again before a start-up: a plan that is short within that
+    time, or wants the replica back within it, is made smaller than the demand it sees by the
+    removal. The rule is ``hold_pool_downs``' first two clauses, applied to the aggregated variants
+    over a cold start. Opt-in: on issue 28's trace of ``mpc:forecast=perfect:hold_s=0`` (Azure conv,
+    seed 0) the removals that cost the misses came with no shortfall planned (the capacity model
+    called the smaller fleet enough), so it held none of them: 95.89 % against 95.69 %
+    (docs/controllers.md, "Why perfect foresight without the hold misses").
+
+    Args:
+        desired, current: variant -> replicas the plan asks for now, and today's (aggregated variants
+            only: the pools keep ``hold_pool_downs``).
+        plan: variant -> the plan's replicas per step, shape (H,).
+        unserved: the plan's unserved demand per step, requests/s, shape (H,).
+        window: steps looked at (>= 1).
+
+    Raises:
+        ValueError: ``window`` < 1.
+    """
+    if window < 1:
+        raise ValueError(f"hold_downs_within_start: window must be >= 1 step, got {window}")
+    out = dict(desired)
+    down = [n for n in desired if desired[n] < current.get(n, 0)]
+    if not down:
+        return out
+    short = bool(np.max(unserved[:window]) > 1e-6) if len(unserved) else False
+    back = any((steps := plan.get(n)) is not None and len(steps) > 1
+               and float(np.max(steps[1:window])) >= current.get(n, 0) for n in down)
+    if short or back:
+        out.update({n: current.get(n, 0) for n in down})
+    return out
+
+
+def cover_window(variants: Sequence[Variant], dt_s: float) -> int:
+    """Steps of ``dt_s`` seconds ``hold_downs_within_start`` looks at: the slowest cold start among
+    ``variants`` in whole steps, plus one (the step in which a replica ordered after it is ready).
+
+    Raises:
+        ValueError: no variants, or ``dt_s`` <= 0.
+    """
+    if not variants or dt_s <= 0:
+        raise ValueError(f"cover_window: need variants and dt_s > 0, got {len(variants)} and {dt_s}")
+    return math.ceil(max(v.startup_cold_s for v in variants) / dt_s) + 1
+
+
 def plan_variant(v: Variant, dt_s: float, capacity_rps: np.ndarray, current: int, ready: np.ndarray,
                  keep: int = 0, role: str | None = None) -> PlanVariant:
     """``v`` as the planner sees it with steps of ``dt_s`` seconds: start-ups in whole steps, the warm
@@ -696,6 +746,8 @@ class MPCController(Controller):
             ``DEFAULT_HOLD_S`` hold unless ``hold_s`` is given).
         coverage: with ``hedge=adaptive``, the share of judged plan steps the band is sized to cover
             (``COVERAGE``), in (0, 1).
+        cover: 1 holds every aggregated scale-down while the plan is short, or wants the replica
+            back, within a cold start (``hold_downs_within_start``); 0 (default) applies the plan's.
         shed: 1 plans shedding the sheddable priority in the same problem and sets the thresholds
             (module docstring); 0 (default) leaves admission to the loop's policy.
         shed_weight: with ``shed``, $ per request shed in units of the dearest variant's $ per
@@ -738,7 +790,7 @@ class MPCController(Controller):
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
                  pool: int = 1, warm: int = 0, shed: int = 0, shed_weight: float = DEFAULT_SHED_WEIGHT,
                  pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0,
-                 coverage: float = COVERAGE,
+                 coverage: float = COVERAGE, cover: int = 0,
                  name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
@@ -756,6 +808,8 @@ class MPCController(Controller):
             raise ValueError(f"{name}: warm must be 0 or 1, got {warm}")
         if pd_scale not in (0, 1):
             raise ValueError(f"{name}: pd_scale must be 0 or 1, got {pd_scale}")
+        if cover not in (0, 1):
+            raise ValueError(f"{name}: cover must be 0 or 1, got {cover}")
         if burst not in (0, 1) or cap not in (0, 1):
             raise ValueError(f"{name}: burst and cap must be 0 or 1, got {burst} and {cap}")
         if shed not in (0, 1) or (shed and not 1.0 < shed_weight < miss_weight):
@@ -803,6 +857,7 @@ class MPCController(Controller):
         self.warm = bool(warm)
         self.burst = bool(burst)
         self.cap = bool(cap)
+        self.cover = bool(cover)
         self.shed = bool(shed)
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
@@ -1284,6 +1339,12 @@ class MPCController(Controller):
         if svc.roles is not None and svc.roles.ratio is None:  # a ratio's replicas are the plan's to keep
             desired = cap_pool_growth(desired, current, {v.name: role for role, v in svc.role_variants()},
                                       inputs.modelled, inputs.held_rps)
+        if self.cover and svc.variants:
+            aggregated = {v.name for v in svc.variants}
+            kept = hold_downs_within_start({n: k for n, k in desired.items() if n in aggregated}, current,
+                                           {n: k for n, k in steps.items() if n in aggregated},
+                                           plan.unserved_rps[svc.name], cover_window(svc.variants, dt))
+            desired.update(kept)
         silent = silent_pods(est)
         if silent:  # a ready pod that reports nothing may be serving anything: none goes meanwhile
             desired = {name: max(n, current.get(name, 0)) for name, n in desired.items()}
