@@ -1805,11 +1805,14 @@ PAIR_NEIGHBOURHOOD = 1
 searched, it improved nothing on 2 of the 5 problems of 3-5 services above 0.5 % (seeds 710-719 of
 the tests' fleets) where 1 brought 1.0112 -> 1.0000 and 1.0188 -> 1.0112."""
 
-PAIR_UP_TO = 800
+PAIR_UP_TO = 400
 """Service-steps (services x steps) up to which a decomposed solve plans pairs together
-(``_pair_polish``; 20 services of 40 steps): there it took the worst of 10 problems of 5 services
+(``_pair_polish``; 10 services of 40 steps): there it took the worst of 10 problems of 5 services
 from 2.4 % to 0.8 % above the joint optimum; at 50 services it saved 0-0.25 % for 0.3-0.7 s more,
-where the solve is already above its 2-s goal (``docs/controllers.md#solving-fast``)."""
+where the solve is already above its 2-s goal. From 400 to 800 service-steps the repair pass after
+it (``_polish``) does its work: at 20 services without the pairs, the worst of 6 problems 1.0047 and
+1.0018 above the joint optimum (seeds 7 and 8) against 1.0047 and 1.0032 with them, in 13-35 % less
+CPU at the median (``docs/controllers.md#solving-fast``)."""
 
 
 def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
