@@ -111,10 +111,12 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
   too), then each service is planned alone within its share (on the problem's own steps, the
   services whose shares came out fractional together, a few at a time); a service left with unserved
   demand where GPUs were left over plans again with them, and the few whose plans lie furthest above
-  their own relaxation are searched exactly; last, up to 20 services (``PAIR_UP_TO``), the services
+  their own relaxation are searched exactly; then, up to 10 services (``PAIR_UP_TO``), the services
   leaving the most demand unserved are planned again two at a time within what the others leave them
   (``_pair_polish``), which settles the shares' rounding between two services as the joint optimum
-  would. The parts' shares sum within every limit, so the joint plan keeps them; when even the
+  would; last, up to 20 services (``POLISH_UP_TO``), the joint problem is searched within a replica
+  or two of the plan, started from it (``_polish``), which settles the GPUs moved along a chain of
+  services. The parts' shares sum within every limit, so the joint plan keeps them; when even the
   services' least holdings break a limit the joint problem is solved.
 - HiGHS is called through the build inside scipy without ``scipy.optimize.milp``'s wrapper
   (``_direct_milp``: the same model, options and answer, to the bit, 2-3 ms less per call), and a
