@@ -111,10 +111,12 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
   too), then each service is planned alone within its share (on the problem's own steps, the
   services whose shares came out fractional together, a few at a time); a service left with unserved
   demand where GPUs were left over plans again with them, and the few whose plans lie furthest above
-  their own relaxation are searched exactly; last, up to 20 services (``PAIR_UP_TO``), the services
+  their own relaxation are searched exactly; then, up to 10 services (``PAIR_UP_TO``), the services
   leaving the most demand unserved are planned again two at a time within what the others leave them
   (``_pair_polish``), which settles the shares' rounding between two services as the joint optimum
-  would. The parts' shares sum within every limit, so the joint plan keeps them; when even the
+  would; last, up to 20 services (``POLISH_UP_TO``), the joint problem is searched within a replica
+  or two of the plan, started from it (``_polish``), which settles the GPUs moved along a chain of
+  services. The parts' shares sum within every limit, so the joint plan keeps them; when even the
   services' least holdings break a limit the joint problem is solved.
 - HiGHS is called through the build inside scipy without ``scipy.optimize.milp``'s wrapper
   (``_direct_milp``: the same model, options and answer, to the bit, 2-3 ms less per call), and a
@@ -1282,14 +1284,21 @@ def _highs_result(h: object, mip: bool) -> OptimizeResult:
 
 
 def _direct_milp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray,
-                 options: Mapping[str, float | bool | int]) -> OptimizeResult:
+                 options: Mapping[str, float | bool | int], start: np.ndarray | None = None) -> OptimizeResult:
     """``scipy.optimize.milp`` on the same HiGHS build, the same model and options, without its
     wrapper: the same answer (``test_the_direct_call_answers_as_scipy_milp``) for less time (its
-    option checks and Python loops took 2-3 ms of a one-service LP's 7-9 ms)."""
+    option checks and Python loops took 2-3 ms of a one-service LP's 7-9 ms). ``start``: a MIP start
+    (every variable, meeting every constraint), which ``milp`` cannot pass; HiGHS's plan is then
+    never dearer than it."""
     assert _core is not None
     h = _core._Highs()
     h.passOptions(_highs_options(options))
     h.passModel(_highs_lp(c, cons, bounds, integral))
+    if start is not None:
+        sol = _core.HighsSolution()
+        sol.col_value = np.asarray(start, dtype=np.float64)
+        sol.value_valid = True
+        h.setSolution(sol)
     h.run()
     return _highs_result(h, bool(np.any(np.asarray(integral) > 0)))
 
@@ -1707,6 +1716,88 @@ def _pair_polish(problem: PlanProblem, subs: Sequence[PlanProblem], models: Sequ
     return kept
 
 
+def _polish(problem: PlanProblem, subs: Sequence[PlanProblem], xs: dict[int, np.ndarray],
+            deadline: float) -> bool:
+    """The decomposition's repair pass over the whole problem (``POLISH_UP_TO``): the joint MILP, the
+    shared limits' rows included, with every service's replica counts kept within ``POLISH_BOX`` of
+    the decomposed plan's (``POLISH_WIDE_BOX`` on small problems); above ``POLISH_WHOLE_UP_TO``
+    service-steps, of those counts, the ones where the LP relaxation of that box agrees with the
+    plan are fixed (RINS, Danna, Rothberg and Le Pape 2005, "Exploring relaxation induced
+    neighborhoods to improve MIP solutions", Math. Program. 102), and HiGHS searches the rest from the
+    decomposed plan as its start, so it never returns a dearer plan; at the time limit its best so
+    far. Replaces ``xs`` (each service's variables, as its own problem orders them) where the plan
+    found costs less; returns whether it did. Skipped (False) without scipy's HiGHS build, which
+    alone here takes a start without highspy."""
+    if not _settable(frozenset({"time_limit", "mip_rel_gap", *FAST_OPTIONS})):
+        return False
+    idx = _Index(problem)
+    counts = {}
+    for i, sub in enumerate(subs):
+        sidx = _Index(sub)
+        for j in range(len(sub.services[0].variants)):
+            counts[i, j] = np.rint(xs[i][sidx.var(0, j, N, 0):sidx.var(0, j, N, 0) + sidx.nb])
+    c, cons, bounds, integral = _build(problem, True)
+    x = _complete(problem, counts)  # the plan's counts, each served as cheaply as they can
+    if not _feasible(x, cons, bounds):
+        return False
+    size = len(subs) * problem.steps
+    small = size <= POLISH_WHOLE_UP_TO
+    box = POLISH_WIDE_BOX if size <= POLISH_WIDE_UP_TO else POLISH_BOX
+    lo, hi = np.array(bounds.lb, dtype=float), np.array(bounds.ub, dtype=float)
+    for (i, j), n in counts.items():
+        cols = idx.var(i, j, N, 0) + np.arange(idx.nb)
+        lo[cols] = np.maximum(lo[cols], n - box)
+        hi[cols] = np.minimum(hi[cols], n + box)
+    if not small:
+        lp = _milp(c, cons, Bounds(lo, hi), np.zeros(len(c)), {"time_limit": _left(deadline), **LP_OPTIONS})
+        if lp.x is None:
+            return False
+        agree = (integral > 0) & (np.abs(lp.x - x) <= FEASIBLE_TOL)
+        lo[agree] = hi[agree] = np.rint(x[agree])
+    res = _direct_milp(c, cons, Bounds(lo, hi), integral,
+                       {**FAST_OPTIONS, "mip_rel_gap": max(problem.mip_rel_gap, POLISH_GAP), **POLISH_OPTIONS,
+                        "time_limit": _left(deadline)}, start=x)
+    if res.x is None or not _feasible(res.x, cons, bounds) or float(c @ res.x) >= float(c @ x) - 1e-9:
+        return False
+    for i in range(len(subs)):
+        xs[i] = _service_x(problem, res.x, i)
+    return True
+
+
+POLISH_UP_TO = 800
+"""Service-steps up to which a decomposed solve ends with the repair pass over the whole problem
+(``_polish``; 20 services of 40 steps). There it brought every problem measured within 1 % of the
+joint optimum (``docs/controllers.md#solving-fast``); above, it is off: its joint LP alone grows
+past the 2-s goal of 50 services."""
+
+POLISH_BOX = 1
+"""Replicas each count may move from the decomposed plan's in the repair pass (``_polish``)."""
+
+POLISH_WHOLE_UP_TO = 400
+"""Service-steps up to which the repair pass (``_polish``) searches the whole box around the
+decomposed plan (10 services of 40 steps), no count fixed by its LP: on 4 problems of 5-10 services
+(seeds 7-9) the search with counts fixed left one 1.2 % above the joint optimum where the whole box
+came within 0.11 %, for 1.5-4.6 s of CPU for the whole solve against 0.9-2.6. Above, the counts
+where the box's LP relaxation agrees with the plan are fixed (RINS)."""
+
+POLISH_WIDE_UP_TO = 120
+"""Service-steps up to which the repair pass (``_polish``) lets each count move ``POLISH_WIDE_BOX``
+(3 services of 40 steps, the tests' fleets of up to 5 services of 12 steps): one service's move of
+2 A100s (``fleet(710)`` of the tests) is what the optimum needed there. Above, that search took up
+to 7 s of CPU (5 services, seed 9; 10 services, seed 8)."""
+
+POLISH_WIDE_BOX = 2
+"""``POLISH_BOX`` up to ``POLISH_WIDE_UP_TO`` service-steps."""
+
+POLISH_GAP = 1e-3
+"""HiGHS's relative gap in the repair pass's search (``_polish``), at least."""
+
+POLISH_OPTIONS: dict[str, float | bool | int] = {"presolve": True}
+"""HiGHS options of the repair pass's search (``_polish``) over ``FAST_OPTIONS``: with presolve, which
+drops the fixed counts before the root, its search took 0.3-1.2 s at 20 services against 0.5-2.0 s
+without (seed 7), to plans as cheap."""
+
+
 PAIR_PARTS = 4
 """Most services a decomposed solve plans again two at a time (``_pair_polish``): those whose plans
 leave the most demand unserved, so up to 6 pairs."""
@@ -1716,11 +1807,14 @@ PAIR_NEIGHBOURHOOD = 1
 searched, it improved nothing on 2 of the 5 problems of 3-5 services above 0.5 % (seeds 710-719 of
 the tests' fleets) where 1 brought 1.0112 -> 1.0000 and 1.0188 -> 1.0112."""
 
-PAIR_UP_TO = 800
+PAIR_UP_TO = 400
 """Service-steps (services x steps) up to which a decomposed solve plans pairs together
-(``_pair_polish``; 20 services of 40 steps): there it took the worst of 10 problems of 5 services
+(``_pair_polish``; 10 services of 40 steps): there it took the worst of 10 problems of 5 services
 from 2.4 % to 0.8 % above the joint optimum; at 50 services it saved 0-0.25 % for 0.3-0.7 s more,
-where the solve is already above its 2-s goal (``docs/controllers.md#solving-fast``)."""
+where the solve is already above its 2-s goal. From 400 to 800 service-steps the repair pass after
+it (``_polish``) does its work: at 20 services without the pairs, the worst of 6 problems 1.0047 and
+1.0018 above the joint optimum (seeds 7 and 8) against 1.0047 and 1.0032 with them, in 13-35 % less
+CPU at the median (``docs/controllers.md#solving-fast``)."""
 
 
 def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
@@ -1883,6 +1977,7 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
     paired = 0
     if len(subs) * h <= PAIR_UP_TO:
         paired = _pair_polish(problem, subs, models, usage, limit, keys, xs, results, planned, deadline)
+    polished = len(subs) * h <= POLISH_UP_TO and _polish(problem, subs, xs, deadline)
     replicas: dict[str, dict[str, np.ndarray]] = {}
     serving: dict[str, dict[str, np.ndarray]] = {}
     unserved: dict[str, np.ndarray] = {}
@@ -1905,7 +2000,8 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
                + {1: "", 0: " on the blocks' lengths"}.get(factor, f" on {factor}x coarser steps")
                + f"), {len(together)} with fractional "
                f"shares planned in groups of up to {GROUP}, {improved} planned again with GPUs left over, "
-               f"{exact} searched exactly, {paired} pairs planned together")
+               f"{exact} searched exactly, {paired} pairs planned together"
+               + (", then repaired jointly near that plan" if polished else ""))
     return Plan(replicas, serving, unserved, cost, (time.perf_counter() - started) * 1000.0, relaxed,
                 stopped_at_limit=stopped, fallback=fallback, message=message, nodes=nodes,
                 gpu_prices={key: price[ki * nb:(ki + 1) * nb].copy() for ki, key in enumerate(keys)},

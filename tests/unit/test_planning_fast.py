@@ -229,15 +229,16 @@ def test_the_decomposition_on_the_blocks_lengths_keeps_the_shared_limits_near_th
     # coarsen=0: the limits shared on a model whose steps are the plan's blocks (how 50 services are
     # planned), each service searched near its relaxation as the MPC does. On 2-5 services whose
     # quotas and budget bind, small enough to solve exactly: the plan keeps every joint constraint
-    # (checked by hand) and costs within 1 % of the joint MILP's optimum, solved independently, on 23
-    # of these 24 problems; seed 14 (4 services) is 2.1 % above it: the shares' rounding between two
-    # services the joint optimum settles the other way (docs/controllers.md, "Solving fast").
+    # (checked by hand) and costs within 1 % of the joint MILP's optimum, solved independently, on
+    # every one of these 24 problems; before the repair pass over the whole problem (_polish) seed 14
+    # (4 services) was 2.1 % above it: the shares' rounding between two services the joint optimum
+    # settles the other way (docs/controllers.md, "Solving fast").
     problem = fleet(700 + seed, services=2 + seed % 4)
     joint = solve(problem)
     plan = solve(dataclasses.replace(problem, decompose=True, neighbourhood=0, coarsen=0))
     assert "on the blocks' lengths" in plan.message and plan.lower_bound is None
     cost = check(problem, plan)
-    assert joint.cost - 1e-6 <= cost <= (1.025 if seed == 14 else 1.01) * joint.cost
+    assert joint.cost - 1e-6 <= cost <= 1.01 * joint.cost
 
 
 def test_the_model_on_the_blocks_lengths_counts_each_step_as_long_as_its_block() -> None:
@@ -476,7 +477,32 @@ def test_pairs_planned_together_bring_the_decomposition_within_1_percent(
     cost = check(problem, plan)
     assert joint.cost - 1e-6 <= cost <= 1.01 * joint.cost
     monkeypatch.setattr(planning, "PAIR_PARTS", 0)
+    monkeypatch.setattr(planning, "POLISH_UP_TO", 0)  # the repair pass after them settles 713 too
     alone = solve(decomposed)
     assert check(problem, alone) >= cost - 1e-9
     if seed == 713:
         assert alone.cost > 1.01 * joint.cost
+
+
+@pytest.mark.parametrize(("seed", "coarsen"), [(710, None), (714, 0), (714, None), (713, None)])
+def test_the_repair_pass_brings_the_decomposition_within_1_percent(
+        seed: int, coarsen: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The decomposition's repair pass (planning._polish): the joint MILP with every count kept within
+    # one replica of the decomposed plan's, started from it. On these problems of 2-5 services whose
+    # GPU quotas bind, the plan keeps every joint constraint (checked by hand) and costs within 1 %
+    # of the joint MILP's optimum, solved here independently; without the pass (POLISH_UP_TO 0) it
+    # costs no less, and on 710 and on 714 shared on the blocks' lengths more than 1 % above that
+    # optimum (there the loss is spread over three or four services, which the pairs do not settle,
+    # or one service needs 2 A100s fewer: POLISH_WHOLE_BOX).
+    problem = fleet(seed, services=2 + seed % 4)
+    joint = solve(problem)
+    decomposed = dataclasses.replace(problem, decompose=True, neighbourhood=0, coarsen=coarsen)
+    plan = solve(decomposed)
+    cost = check(problem, plan)
+    assert joint.cost - 1e-6 <= cost <= 1.01 * joint.cost
+    monkeypatch.setattr(planning, "POLISH_UP_TO", 0)
+    before = solve(decomposed)
+    assert "repaired" not in before.message
+    assert check(problem, before) >= cost - 1e-9
+    if (seed, coarsen) in ((710, None), (714, 0)):
+        assert before.cost > 1.01 * joint.cost
