@@ -314,7 +314,8 @@ class SimMetricsSource:
             request_rate = signals.request_rate_rps if finishing else 0.0
             running = signals.running if scraped else 0.0
             gw = self._arrivals[name]
-            arrivals = extrapolated_rate(np.array(gw.times), np.array(gw.counters), now - self.window_s, now)
+            gw_times, gw_counters = np.array(gw.times), np.array(gw.counters)  # read twice: copied once
+            arrivals = extrapolated_rate(gw_times, gw_counters, now - self.window_s, now)
             ttft_mean = signals.ttft_mean_s
             if svc.flow is not None:  # the user's TTFT includes the gateway's wait, and its queue is the service's
                 queue = queue + svc.flow.waiting
@@ -326,8 +327,8 @@ class SimMetricsSource:
                               arrival_rate_rps=None if arrivals is None else float(arrivals[0]),
                               arrival_dispersion=None if arrivals is None else dispersion_from_rates(
                                   float(arrivals[-3]), float(arrivals[-2]), float(arrivals[-1]), self.window_s),
-                              by_priority=_gateway_signals(gw, now, min(self.window_s, GATEWAY_WINDOW_S),
-                                                           svc.flow is not None))
+                              by_priority=_gateway_signals(gw, gw_times, gw_counters, now,
+                                                           min(self.window_s, GATEWAY_WINDOW_S), svc.flow is not None))
             first = self._first_scrape.get(name)
             ready = [r for r in scraped if r.state == READY]
             out[name] = ServiceObservation(name, now, signals, variants, pods=self._pod_observations(name, ready),
@@ -335,12 +336,13 @@ class SimMetricsSource:
         return out
 
 
-def _gateway_signals(gw: _PodSeries, now: float, window_s: float, flow: bool) -> dict[str, PrioritySignals]:
-    """Per-priority gateway signals (module docstring) from the gateway's samples."""
+def _gateway_signals(gw: _PodSeries, times: np.ndarray, counters: np.ndarray, now: float, window_s: float,
+                     flow: bool) -> dict[str, PrioritySignals]:
+    """Per-priority gateway signals (module docstring) from the gateway's samples (``times``, shape (n,),
+    and ``counters``, shape (n, k): ``gw``'s as arrays)."""
     n = len(PRIORITIES)
-    times = np.array(gw.times)
     recent = times > now - window_s
-    rates = extrapolated_rate(times[recent], np.array(gw.counters)[recent], now - window_s, now) \
+    rates = extrapolated_rate(times[recent], counters[recent], now - window_s, now) \
         if recent.any() else None
     latest = gw.gauges[-1] if gw.gauges else ()
     out: dict[str, PrioritySignals] = {}
