@@ -126,19 +126,25 @@ def extrapolated_rate(times: np.ndarray, values: np.ndarray, start: float, end: 
     n = len(times)
     if n < 2:
         return None
-    first, last = values[0], values[-1]
-    result = last - first  # the simulator's counters never reset
-    sampled = float(times[-1] - times[0])
+    first = values[0]
+    result = values[-1] - first  # the simulator's counters never reset
+    t0, t1 = float(times[0]), float(times[-1])
+    sampled = t1 - t0
     average = sampled / (n - 1)
-    to_start = np.full(np.shape(first), float(times[0] - start))
-    to_end = float(end - times[-1])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        to_zero = np.where(result > 0, sampled * first / np.where(result > 0, result, 1.0), np.inf)
-    to_start = np.where((result > 0) & (first >= 0) & (to_zero < to_start), to_zero, to_start)
     threshold = average * 1.1
-    interval = sampled + np.where(to_start < threshold, to_start, average / 2)
-    interval = interval + (to_end if to_end < threshold else average / 2)
-    return result * (interval / sampled) / (end - start)
+    to_start, to_end = t0 - start, end - t1
+    tail = to_end if to_end < threshold else average / 2
+    positive = result > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        to_zero = sampled * first / np.where(positive, result, 1.0)  # where used: the series' own
+    closer = positive & (first >= 0) & (to_zero < to_start)  # extrapolated to where it would be 0
+    if closer.any():
+        lead = np.where(closer, to_zero, to_start)
+        interval = sampled + np.where(lead < threshold, lead, average / 2) + tail
+        return result * (interval / sampled) / (end - start)
+    # no series reaches 0 before the window's start: one interval for all (the same sums as per series)
+    return result * ((sampled + (to_start if to_start < threshold else average / 2) + tail) / sampled) \
+        / (end - start)
 
 
 @dataclass

@@ -1,13 +1,15 @@
 """The control loop's per-tick shortcuts (issue 33) give what the long way gives: the simulated source's
-bucket deltas, ``sanitize`` on clean signals, and ``Signals.value`` on a field."""
+bucket deltas, ``extrapolated_rate``'s shared interval, ``sanitize`` on clean signals, and ``Signals.value``
+on a field."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import pytest
 
-from autoscaler.adapters.simulator import _deltas
+from autoscaler.adapters.simulator import _deltas, extrapolated_rate
 from autoscaler.loop.estimate import sanitize
 from autoscaler.state import PrioritySignals, Signals
 
@@ -52,3 +54,17 @@ def test_value_reads_a_field_as_flat_does() -> None:
         assert s.value(name) == s.flat().get(name)
     assert (s.value("request_rate_rps"), s.value("slo_p95_ratio"), s.value("arrival_rate_rps.batch")) == (3.0, 0.8, 0.5)
     assert s.value("ttft_p95_s") is None and s.value("no_such_signal") is None
+
+
+def test_extrapolated_rate_extrapolates_each_series_to_its_own_zero_point() -> None:
+    # samples at 100, 200, 300 s over the window [0, 300]: 200 s sampled, 100 s to the start (within
+    # 1.1 intervals, so extrapolated there), none to the end. A: +20 from 10; its zero point (200 x 10
+    # / 20 = 100 s back) is not nearer than the start: 20 x 300 / 200 / 300 = 0.1/s. B: +100 from 5,
+    # zero 10 s back: 100 x 210 / 200 / 300 = 0.35/s. C: flat, 0. With or without B among the series
+    # (the shortcut when no series reaches its zero point inside the window), each gets its own.
+    t = np.array([100.0, 200.0, 300.0])
+    abc = np.array([[10.0, 5.0, 7.0], [20.0, 55.0, 7.0], [30.0, 105.0, 7.0]])
+    every, without_b = extrapolated_rate(t, abc, 0.0, 300.0), extrapolated_rate(t, abc[:, [0, 2]], 0.0, 300.0)
+    assert every is not None and without_b is not None
+    assert every.tolist() == pytest.approx([0.1, 0.35, 0.0], rel=1e-12)
+    assert without_b.tolist() == pytest.approx([0.1, 0.0], rel=1e-12)
