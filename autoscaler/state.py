@@ -192,6 +192,8 @@ class Signals:
     def value(self, name: str) -> float | None:
         """The signal exported as ``name`` (``flat()``'s keys: a name a fleet file or a query set gives,
         e.g. ``controller.pid.setpoint_signal``); None when unknown or absent."""
+        if name in _TOP:  # a field of its own, in ``flat()`` under its name always (the PID reads one a tick)
+            return getattr(self, name)
         return self.flat().get(name)
 
     def flat(self, derived: bool = True) -> dict[str, float | None]:

@@ -92,6 +92,15 @@ _at = len(_SCALARS)
 for _name, _n in _HISTS.items():
     _SLICES[_name] = slice(_at, _at + _n)
     _at += _n
+(_PROMPT_TOKENS, _GENERATION_TOKENS, _PREFIX_QUERIES, _PREFIX_HITS, _PREEMPTIONS, _SUCCESS, _ABORTS, _TTFT_SUM,
+ _TTFT_COUNT, _TPOT_SUM, _TPOT_COUNT, _E2E_COUNT) = range(len(_SCALARS))
+
+
+def _deltas(rates: list[float], cumulative: slice) -> list[float]:
+    """Per-bucket values of the cumulative buckets ``rates[cumulative]``: each minus the one before
+    (the first minus 0.0), as ``np.diff(..., prepend=0.0)`` computes them."""
+    cum = rates[cumulative]
+    return [b - a for a, b in zip([0.0, *cum[:-1]], cum, strict=True)]
 
 
 def _counters(m: ReplicaMetrics) -> np.ndarray:
@@ -117,19 +126,25 @@ def extrapolated_rate(times: np.ndarray, values: np.ndarray, start: float, end: 
     n = len(times)
     if n < 2:
         return None
-    first, last = values[0], values[-1]
-    result = last - first  # the simulator's counters never reset
-    sampled = float(times[-1] - times[0])
+    first = values[0]
+    result = values[-1] - first  # the simulator's counters never reset
+    t0, t1 = float(times[0]), float(times[-1])
+    sampled = t1 - t0
     average = sampled / (n - 1)
-    to_start = np.full(np.shape(first), float(times[0] - start))
-    to_end = float(end - times[-1])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        to_zero = np.where(result > 0, sampled * first / np.where(result > 0, result, 1.0), np.inf)
-    to_start = np.where((result > 0) & (first >= 0) & (to_zero < to_start), to_zero, to_start)
     threshold = average * 1.1
-    interval = sampled + np.where(to_start < threshold, to_start, average / 2)
-    interval = interval + (to_end if to_end < threshold else average / 2)
-    return result * (interval / sampled) / (end - start)
+    to_start, to_end = t0 - start, end - t1
+    tail = to_end if to_end < threshold else average / 2
+    positive = result > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        to_zero = sampled * first / np.where(positive, result, 1.0)  # where used: the series' own
+    closer = positive & (first >= 0) & (to_zero < to_start)  # extrapolated to where it would be 0
+    if closer.any():
+        lead = np.where(closer, to_zero, to_start)
+        interval = sampled + np.where(lead < threshold, lead, average / 2) + tail
+        return result * (interval / sampled) / (end - start)
+    # no series reaches 0 before the window's start: one interval for all (the same sums as per series)
+    return result * ((sampled + (to_start if to_start < threshold else average / 2) + tail) / sampled) \
+        / (end - start)
 
 
 @dataclass
@@ -205,44 +220,44 @@ class SimMetricsSource:
                                        now - self.window_s, now) for rid in rids}
 
     def _signals(self, replicas: list[Replica], pod_rates: dict[int, np.ndarray | None]) -> Signals:
+        """The signals over ``replicas`` from their counters' rates (summed over the pods) and latest gauges.
+
+        The rates are read as Python floats (``tolist``) and each histogram's per-bucket rates are their
+        cumulative rates' differences taken one by one: the same IEEE subtractions as ``np.diff`` and the
+        same sums in ``histogram_quantile``, without a NumPy call per bucket (issue 33: this was the
+        largest share of a tick at 1x)."""
         if not replicas:
             return Signals()
         known = [pr for r in replicas if (pr := pod_rates[r.rid]) is not None]
-        rates = np.sum(known, axis=0) if known else None
         latest = [self._pods[r.rid].gauges[-1] for r in replicas]
-        gauges = Signals(kv_usage=sum(g[0] for g in latest) / len(latest), queue_length=sum(g[1] for g in latest),
-                         running=sum(g[2] for g in latest))
-        if rates is None:
-            return gauges
-
-        def rate(key: str) -> float:
-            return float(rates[_INDEX[key]])
-
-        def buckets(name: str) -> list[float]:
-            cum = rates[_SLICES[name]]
-            return list(np.diff(cum, prepend=0.0))
-
-        def mean(key: str) -> float | None:
-            n = rate(f"{key}_count")
-            return rate(f"{key}_sum") / n if n > 0 else None
-
-        queries = rate("prefix_queries")
-        return replace(
-            gauges,
-            request_rate_rps=rate("e2e_count"),
-            prompt_tokens_rps=rate("prompt_tokens"),
-            generation_tokens_rps=rate("generation_tokens"),
-            ttft_p50_s=histogram_quantile(0.5, TTFT_BUCKETS, buckets("ttft")),
-            ttft_p95_s=histogram_quantile(0.95, TTFT_BUCKETS, buckets("ttft")),
-            itl_p50_s=histogram_quantile(0.5, ITL_BUCKETS, buckets("itl")),
-            itl_p95_s=histogram_quantile(0.95, ITL_BUCKETS, buckets("itl")),
-            tpot_p95_s=histogram_quantile(0.95, ITL_BUCKETS, buckets("tpot")),
-            ttft_mean_s=mean("ttft"),
-            tpot_mean_s=mean("tpot"),
-            prefix_hit_rate=rate("prefix_hits") / queries if queries > 0 else None,
-            success_rps=rate("success"),
-            abort_rps=rate("aborts"),
-            preemptions_rps=rate("preemptions"),
+        kv_usage = sum(g[0] for g in latest) / len(latest)
+        queue_length = sum(g[1] for g in latest)
+        running = sum(g[2] for g in latest)
+        if not known:
+            return Signals(kv_usage=kv_usage, queue_length=queue_length, running=running)
+        # one pod: its own rates (a sum over one row is that row); more: summed row by row, as before
+        rates: list[float] = (known[0] if len(known) == 1 else np.sum(known, axis=0)).tolist()
+        ttft, itl, tpot = (_deltas(rates, _SLICES[h]) for h in ("ttft", "itl", "tpot"))
+        queries = rates[_PREFIX_QUERIES]
+        ttft_n, tpot_n = rates[_TTFT_COUNT], rates[_TPOT_COUNT]
+        return Signals(
+            request_rate_rps=rates[_E2E_COUNT],
+            prompt_tokens_rps=rates[_PROMPT_TOKENS],
+            generation_tokens_rps=rates[_GENERATION_TOKENS],
+            ttft_p50_s=histogram_quantile(0.5, TTFT_BUCKETS, ttft),
+            ttft_p95_s=histogram_quantile(0.95, TTFT_BUCKETS, ttft),
+            itl_p50_s=histogram_quantile(0.5, ITL_BUCKETS, itl),
+            itl_p95_s=histogram_quantile(0.95, ITL_BUCKETS, itl),
+            tpot_p95_s=histogram_quantile(0.95, ITL_BUCKETS, tpot),
+            ttft_mean_s=rates[_TTFT_SUM] / ttft_n if ttft_n > 0 else None,
+            tpot_mean_s=rates[_TPOT_SUM] / tpot_n if tpot_n > 0 else None,
+            kv_usage=kv_usage,
+            queue_length=queue_length,
+            running=running,
+            prefix_hit_rate=rates[_PREFIX_HITS] / queries if queries > 0 else None,
+            success_rps=rates[_SUCCESS],
+            abort_rps=rates[_ABORTS],
+            preemptions_rps=rates[_PREEMPTIONS],
         )
 
     def _pod_observations(self, service: str, replicas: list[Replica]) -> list[PodObservation]:
@@ -300,24 +315,26 @@ class SimMetricsSource:
                                   running=every.running)
             # the gateway's queue (requests held while no replica is ready) is part of the service's queue
             queue = (signals.queue_length or 0.0) + len(svc.gateway)
-            if not finishing:  # no pod finishing requests: none finished
-                signals = replace(signals, request_rate_rps=0.0)
-            if not scraped:  # no pod serving: nothing to measure, but nothing is in flight on a pod either
-                signals = replace(signals, running=0.0)
+            # set with the gateway's signals below (one copy of the signals): no pod finishing requests, none
+            # finished; no pod serving, nothing to measure, but nothing is in flight on a pod either
+            request_rate = signals.request_rate_rps if finishing else 0.0
+            running = signals.running if scraped else 0.0
             gw = self._arrivals[name]
-            arrivals = extrapolated_rate(np.array(gw.times), np.array(gw.counters), now - self.window_s, now)
+            gw_times, gw_counters = np.array(gw.times), np.array(gw.counters)  # read twice: copied once
+            arrivals = extrapolated_rate(gw_times, gw_counters, now - self.window_s, now)
             ttft_mean = signals.ttft_mean_s
             if svc.flow is not None:  # the user's TTFT includes the gateway's wait, and its queue is the service's
                 queue = queue + svc.flow.waiting
                 wait = None if arrivals is None else _mean_gateway_wait(arrivals)
                 if wait is not None and ttft_mean is not None:
                     ttft_mean += wait
-            signals = replace(signals, queue_length=queue, ttft_mean_s=ttft_mean,
+            signals = replace(signals, request_rate_rps=request_rate, running=running, queue_length=queue,
+                              ttft_mean_s=ttft_mean,
                               arrival_rate_rps=None if arrivals is None else float(arrivals[0]),
                               arrival_dispersion=None if arrivals is None else dispersion_from_rates(
                                   float(arrivals[-3]), float(arrivals[-2]), float(arrivals[-1]), self.window_s),
-                              by_priority=_gateway_signals(gw, now, min(self.window_s, GATEWAY_WINDOW_S),
-                                                           svc.flow is not None))
+                              by_priority=_gateway_signals(gw, gw_times, gw_counters, now,
+                                                           min(self.window_s, GATEWAY_WINDOW_S), svc.flow is not None))
             first = self._first_scrape.get(name)
             ready = [r for r in scraped if r.state == READY]
             out[name] = ServiceObservation(name, now, signals, variants, pods=self._pod_observations(name, ready),
@@ -325,12 +342,13 @@ class SimMetricsSource:
         return out
 
 
-def _gateway_signals(gw: _PodSeries, now: float, window_s: float, flow: bool) -> dict[str, PrioritySignals]:
-    """Per-priority gateway signals (module docstring) from the gateway's samples."""
+def _gateway_signals(gw: _PodSeries, times: np.ndarray, counters: np.ndarray, now: float, window_s: float,
+                     flow: bool) -> dict[str, PrioritySignals]:
+    """Per-priority gateway signals (module docstring) from the gateway's samples (``times``, shape (n,),
+    and ``counters``, shape (n, k): ``gw``'s as arrays)."""
     n = len(PRIORITIES)
-    times = np.array(gw.times)
     recent = times > now - window_s
-    rates = extrapolated_rate(times[recent], np.array(gw.counters)[recent], now - window_s, now) \
+    rates = extrapolated_rate(times[recent], counters[recent], now - window_s, now) \
         if recent.any() else None
     latest = gw.gauges[-1] if gw.gauges else ()
     out: dict[str, PrioritySignals] = {}

@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import replace
 
 from autoscaler.config import SLO, Service
-from autoscaler.state import ServiceEstimate, ServiceObservation, Signals
+from autoscaler.state import DERIVED, ServiceEstimate, ServiceObservation, Signals
 from autoscaler.workload.types import INTERACTIVE
 
 # vLLM's ``kv_cache_usage_perc`` is a fraction 0..1 despite its name (METRICS.md, vLLM 0.33.0).
@@ -29,9 +29,15 @@ FRACTIONS = ("kv_usage", "prefix_hit_rate")
 
 
 def sanitize(signals: Signals, warnings: list[str], scope: str) -> Signals:
-    """``signals`` with NaN, infinite, negative and above-one fractions set to None (see module docstring)."""
+    """``signals`` with NaN, infinite, negative and above-one fractions set to None, and the derived
+    signals dropped (see module docstring): ``signals`` itself when there is nothing to change (the
+    usual case; ``Signals.of`` would rebuild an equal copy)."""
+    flat = signals.flat(derived=False)
+    if all(x is None or (0.0 <= x < math.inf and (x <= 1.0 or name not in FRACTIONS)) for name, x in flat.items()) \
+            and all(getattr(signals, name) is None for name in DERIVED):
+        return signals
     out: dict[str, float | None] = {}
-    for name, x in signals.flat(derived=False).items():
+    for name, x in flat.items():
         bad = x is not None and not math.isnan(x) and (math.isinf(x) or x < 0 or (name in FRACTIONS and x > 1))
         if bad:
             bound = ", <= 1" if name in FRACTIONS else ""

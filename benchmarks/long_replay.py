@@ -1,0 +1,83 @@
+"""Benchmark: a long replay of a scenario's trace under the PID, measured (issue 33: a 14-day ServeGen replay).
+
+Builds the scenario's workload (``benchmarks/scenarios/NAME.yaml``, default ``servegen-day``: Alibaba
+ServeGen language/m-large at its ``rate_scale``, lengths from the Mooncake conversation trace) over
+``--hours`` hours from its span's start, runs it once on the scenario's fleet under the PID as
+``autoscaler simulate`` does (``run_simulation(keep_requests=False)``), and prints: requests, the
+run's CPU seconds (``time.process_time``) and wall seconds, requests per CPU-second, and the process's
+peak resident memory (``ru_maxrss``) before the workload is built, after it is built, and after the
+run, with the growth per request of each step. Then what ``--days`` days at the same speed and
+memory per request would take: a straight-line extrapolation from this run, whose rate is the
+scenario's over those hours (a day's rate swings: ServeGen m-large's 5.5x), so the longer the run
+the better the figure.
+
+    python benchmarks/long_replay.py [--data ../shared/data] [--scenario servegen-day] [--hours 3] [--days 14]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from autoscaler.config.loading import parse_config
+from autoscaler.simulate import run_simulation
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
+from compare import SCENARIOS, scenario_fleet, scenario_workload
+from provenance import stamp
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _maxrss_bytes() -> int:
+    """Peak resident memory of this process so far, bytes (Linux reports ``ru_maxrss`` in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="folder of the traces")
+    ap.add_argument("--scenario", default="servegen-day", help="a scenario in benchmarks/scenarios with a trace")
+    ap.add_argument("--hours", type=float, default=3.0, help="hours of the trace from its span's start (> 0)")
+    ap.add_argument("--days", type=float, default=14.0, help="days to extrapolate to")
+    args = ap.parse_args()
+    if not args.hours > 0:
+        ap.error(f"--hours must be > 0, got {args.hours}")
+    print(f"{Path(__file__).name}: {stamp()}", flush=True)
+    sc = yaml.safe_load((SCENARIOS / f"{args.scenario}.yaml").read_text())
+    if "trace" not in sc:
+        ap.error(f"scenario {args.scenario} has no trace")
+    start = float(sc["span"][0]) if "span" in sc else 0.0
+    sc["span"] = [start, start + args.hours * 3600]
+    cfg = parse_config(scenario_fleet(sc), f"{args.scenario} fleet")
+    rss0 = _maxrss_bytes()
+    wl = scenario_workload(sc, args.data)
+    rss1 = _maxrss_bytes()
+    n = len(wl.requests)
+    t, c = time.perf_counter(), time.process_time()
+    run_simulation(cfg, wl, "pid", keep_requests=False)
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
+    rss2 = _maxrss_bytes()
+    row = {"scenario": args.scenario, "span_s": sc["span"], "requests": n, "cpu_s": cpu, "wall_s": wall,
+           "requests_per_cpu_s": n / cpu, "maxrss_before_workload_bytes": rss0, "maxrss_after_workload_bytes": rss1,
+           "maxrss_after_run_bytes": rss2, "workload_bytes_per_request": (rss1 - rss0) / n,
+           "run_bytes_per_request": (rss2 - rss1) / n}
+    print(json.dumps(row))
+    scale = args.days * 24 / args.hours
+    print(f"{args.scenario}, {args.hours:g} h from {start:g} s: {n:,} requests, {cpu:.1f} s CPU "
+          f"({n / cpu:,.0f} req/CPU-s), {wall:.1f} s wall; peak RSS {rss0 / 2**20:.0f} -> {rss1 / 2**20:.0f} MiB "
+          f"with the workload ({(rss1 - rss0) / n:,.0f} B/request) -> {rss2 / 2**20:.0f} MiB after the run "
+          f"({(rss2 - rss1) / n:,.0f} B/request)")
+    print(f"extrapolated to {args.days:g} days at this run's rate, speed and memory per request: "
+          f"{n * scale:,.0f} requests, ~{cpu * scale / 60:.0f} CPU-min, "
+          f"~{(rss1 - rss0 + rss2 - rss1) * scale / 2**30:.1f} GiB over the {rss0 / 2**20:.0f} MiB before the workload")
+
+
+if __name__ == "__main__":
+    main()
