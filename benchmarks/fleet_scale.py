@@ -702,6 +702,11 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else math.nan
 
 
+def mean(xs: list[int]) -> float:
+    """The mean; nan when no counted tick led a service (every tick of the run then led none)."""
+    return statistics.mean(xs) if xs else math.nan
+
+
 def row(r: Run) -> str:
     top = max(r.led_services, key=lambda n: (r.led_services[n], n))
     fo = "-"
@@ -713,8 +718,8 @@ def row(r: Run) -> str:
     return (f"| {r.services} | {r.daemons} | {median(r.walls):.2f} / {p99(r.walls):.2f} s | "
             f"{median(r.cpus):.2f} / {p99(r.cpus):.2f} s | {median(r.prom_cpus):.2f} / {p99(r.prom_cpus):.2f} s | "
             f"{r.rss_mib[top]:.0f} MiB ({r.led_services[top]}) | "
-            f"{'/'.join(map(str, sorted(set(r.queries))))} | {statistics.mean(r.reads):.1f} | "
-            f"{statistics.mean(r.writes):.1f} | {statistics.mean(r.scales):.1f} + {statistics.mean(r.events):.1f} | "
+            f"{'/'.join(map(str, sorted(set(r.queries))))} | {mean(r.reads):.1f} | "
+            f"{mean(r.writes):.1f} | {mean(r.scales):.1f} + {mean(r.events):.1f} | "
             f"{p99(r.solve_ms):.0f} ms | {fo} | {r.overlaps} of {r.scale_writes} ({r.handed}) |")
 
 

@@ -39,11 +39,16 @@ not acquire it (``takeable`` then says whether it would have: the Lease is absen
 so a caller may defer an acquisition; and ``annotations`` are written into the Lease's
 ``metadata.annotations`` with every acquisition and renewal (the same write, under the same
 resourceVersion: no extra call, and nobody but the holder can write them), while ``seen_annotations``
-holds those the last read found.
+holds those the last read found. ``try_acquire_or_renew(lease=...)`` decides on a Lease the caller
+already read (one LIST of every shard's Lease: ``ShardElection``) instead of reading it itself; the
+write that follows is the same, under the listed object's resourceVersion (every item of a list
+carries its own), so a Lease that changed since the list is a 409, a lost race, as after a GET.
+``read_failed`` records a read the caller made for it that failed, as a failed attempt.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from collections import deque
@@ -64,6 +69,15 @@ def micro_time(t: datetime) -> datetime:
     ``isoformat()``, which then drops the fraction, and the API server parses a Lease's times as
     ``metav1.MicroTime`` (RFC3339Micro, six fraction digits required), refusing the write with a 400."""
     return t if t.microsecond else t + timedelta(microseconds=1)
+
+
+class Unread(enum.Enum):
+    """``READ``: the elector reads the Lease itself (``try_acquire_or_renew``'s default)."""
+
+    READ = 0
+
+
+READ = Unread.READ
 
 
 class LeaderElector:
@@ -125,35 +139,50 @@ class LeaderElector:
                                   acquire_time=micro_time(acquired) if acquired else now, renew_time=now,
                                   lease_transitions=transitions)
 
-    def try_acquire_or_renew(self, take: bool = True) -> bool:
+    def try_acquire_or_renew(self, take: bool = True, lease: client.V1Lease | Unread | None = READ) -> bool:
         """One attempt to take or keep the Lease; whether this candidate leads after it (an API
         server that does not answer counts as a failed renewal, never as a won election). With
-        ``take`` False a Lease this candidate does not lead is only read (``takeable``)."""
+        ``take`` False a Lease this candidate does not lead is only read (``takeable``). ``lease``: the
+        Lease as the caller just read it (None: absent), instead of a GET (module docstring)."""
         now = self.clock()
         self.takeable = False
         try:
-            won = self._try(now, take)
+            won = self._try(now, take, lease)
             self.failing = None
             return won
-        except ApiException as exc:
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            return self._failed(exc, now)
+
+    def read_failed(self, exc: ApiException | urllib3.exceptions.HTTPError | OSError) -> bool:
+        """Record that the caller's read of this Lease (a LIST) failed with ``exc``: a failed attempt,
+        as if this elector's own GET had failed; whether it still leads."""
+        self.takeable = False
+        return self._failed(exc, self.clock())
+
+    def _failed(self, exc: ApiException | urllib3.exceptions.HTTPError | OSError, now: float) -> bool:
+        if isinstance(exc, ApiException):
             self.failing = None if exc.status == 409 else f"lease {self.namespace}/{self.name}: HTTP {exc.status}"
             if exc.status in (401, 403):
                 log.warning("lease %s/%s: forbidden (HTTP %s): grant get, update and create on coordination.k8s.io "
                             "leases in %s (deploy/base RBAC)", self.namespace, self.name, exc.status, self.namespace)
             elif exc.status != 409:  # a 409 is a lost race, not worth a warning
                 log.warning("lease %s/%s: HTTP %s", self.namespace, self.name, exc.status)
-            return self._renew_failed(now)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+        else:
             self.failing = f"lease {self.namespace}/{self.name}: {type(exc).__name__}"
             log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
-            return self._renew_failed(now)
+        return self._renew_failed(now)
 
-    def _try(self, now: float, take: bool = True) -> bool:
-        try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.timeout)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+    def _try(self, now: float, take: bool = True, listed: client.V1Lease | Unread | None = READ) -> bool:
+        lease: client.V1Lease | None = None
+        if not isinstance(listed, Unread):
+            lease = listed
+        else:
+            try:
+                lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.timeout)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        if lease is None:
             self.seen_annotations = {}
             if not take:
                 self.takeable, self.leading = True, False
@@ -197,6 +226,7 @@ class LeaderElector:
         transitions = (spec.lease_transitions or 0) + (0 if renewing else 1)
         lease.spec = self._spec(spec.acquire_time if renewing else None, transitions)
         self._mine.append(lease.spec.renew_time)
+        lease.api_version, lease.kind = "coordination.k8s.io/v1", "Lease"  # a list's items carry neither
         # 409 if it changed since the read
         self.api.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=self.timeout)
         return self._won(now, transitions)

@@ -16,6 +16,17 @@ whoever leads a shard's Lease is the only daemon that may write its services' wo
 merge patch, so daemons never conflict on it), and, when the fleet has ``gpu_limits``,
 ``<name>-coordinator`` is led like any Lease by one daemon, the coordinator.
 
+**One read a round.** A round reads every shard Lease and the coordinator's with one LIST of the
+Leases in the namespace (no selector: a Lease written before this version, or by hand, carries no
+label a selector could match; the names are picked out here), then hands each elector its own
+(``LeaderElector.try_acquire_or_renew(lease=...)``): the renewals and takes that follow write with the
+resourceVersion the list gave each item, so one that changed since is a 409 and lost, as after a GET.
+So a round makes the members' PATCH, one LIST, and one write per Lease this daemon holds or takes;
+before, it made a GET per shard (N + 1 reads), and under load its renewals came more than
+``renew_s / 2`` apart (docs/benchmarks.md, fleet_scale). A LIST refused with 401/403 (a Role that
+grants ``get`` by name and no ``list``, as before this version) falls back to a GET per Lease, with a
+warning; a LIST that fails otherwise is a failed attempt of every elector (``read_failed``).
+
 **Spread (who takes which shard).** Every ``lease.retry_s`` a daemon renews the shards it leads and
 reads the others (``try_acquire_or_renew(take=False)``: the elector's own rule says whether a shard
 is free, i.e. absent, released, or not renewed for its duration on this daemon's clock). Members are
@@ -98,7 +109,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from autoscaler.adapters.lease import LeaderElector
+from autoscaler.adapters.lease import READ, LeaderElector
 from autoscaler.config import FleetConfig, LeaseConfig
 from autoscaler.config.fleet import GPULimits, Service
 from autoscaler.config.kubernetes import JITTER_FACTOR
@@ -362,6 +373,10 @@ class ShardElection:
         """How long a hand-off waits for the shard's writes in flight: half the slack between a renewal
         deadline and the slowest retry (client-go's jitter), so the next round's renewals stay in time."""
         self.published: tuple[int, dict[str, list[int]]] | None = None
+        self.api = client.CoordinationV1Api(api)
+        self.namespace = namespace
+        self.listing = True
+        """Whether rounds read the Leases with one LIST (False after a 401/403: a GET per Lease)."""
 
     # ---------------------------------------------------------------- leadership
     def leads(self, shard: int) -> bool:
@@ -380,8 +395,12 @@ class ShardElection:
         assert self.members is not None
         self.members.beat()
         live = self.members.live()
+        listed = self._list()
         for e in self.electors:
-            e.try_acquire_or_renew(take=False)  # renews what it leads, reads the rest
+            if listed is None or isinstance(listed, dict):  # renews what it leads, reads the rest
+                e.try_acquire_or_renew(take=False, lease=READ if listed is None else listed.get(e.name))
+            else:
+                e.read_failed(listed)
         now = self.clock()
         for i, e in enumerate(self.electors):
             if e.takeable:
@@ -402,16 +421,38 @@ class ShardElection:
             overdue = now - self.free_since[i] >= DEFER_RETRIES * self.lease.retry_s
             if budget > 0 or overdue:
                 self.electors[i].annotations = {}  # a report of an earlier leadership is no report
-                if self.electors[i].try_acquire_or_renew():
+                lease = READ if not isinstance(listed, dict) else listed.get(self.electors[i].name)
+                if self.electors[i].try_acquire_or_renew(lease=lease):
                     budget -= 1
                     mine.append(i)
                     self.free_since.pop(i, None)
         if len(mine) >= lo + 2:
             self._hand_on(max(mine, key=lambda i: rendezvous(self.identity, i)), len(mine), lo)
         if self.coordinator is not None:
-            self._coordinate()
+            self._coordinate(listed)
         if self.electors[0].leading:  # one daemon removes the entries of daemons gone for long
             self.members.forget(10 * self.lease.duration_s)
+
+    def _list(self) -> dict[str, client.V1Lease | None] | ApiException | urllib3.exceptions.HTTPError | OSError | None:
+        """The shard and coordinator Leases by name (None where absent) from one LIST of the namespace;
+        the exception when it failed; None when rounds read by GET (module docstring)."""
+        if not self.listing:
+            return None
+        names = [e.name for e in self.electors] + ([self.coordinator.name] if self.coordinator else [])
+        try:
+            items = self.api.list_namespaced_lease(self.namespace, _request_timeout=self.lease.renew_s / 2).items
+        except ApiException as exc:
+            if exc.status not in (401, 403):
+                return exc
+            log.warning("leases in %s: listing forbidden (HTTP %s): reading each Lease with a GET instead; "
+                        "grant list on coordination.k8s.io leases in %s (deploy/base RBAC)", self.namespace,
+                        exc.status, self.namespace)
+            self.listing = False
+            return None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            return exc
+        by_name = {lease.metadata.name: lease for lease in items or () if lease.metadata is not None}
+        return {n: by_name.get(n) for n in names}
 
     @contextlib.contextmanager
     def writing(self, shard: int) -> Iterator[bool]:
@@ -454,7 +495,9 @@ class ShardElection:
             self.members.leave()
 
     # ---------------------------------------------------------------- shares
-    def _coordinate(self) -> None:
+    def _coordinate(self, listed: dict[str, client.V1Lease | None] | Exception | None = None) -> None:
+        """Publish the next shares (when coordinating) and renew or try the coordinator Lease, as
+        ``listed`` (``_list``) holds it."""
         assert self.coordinator is not None and self.members is not None
         c = self.coordinator
         if c.leading:
@@ -464,7 +507,12 @@ class ShardElection:
         else:
             c.annotations = {}  # a new coordinator first reads what the Lease holds (it keeps it)
         was = c.leading
-        c.try_acquire_or_renew()
+        if isinstance(listed, dict):
+            c.try_acquire_or_renew(lease=listed.get(c.name))
+        elif isinstance(listed, (ApiException, urllib3.exceptions.HTTPError, OSError)):
+            c.read_failed(listed)
+        else:
+            c.try_acquire_or_renew()
         if c.leading and not was:
             log.info("%s coordinates the shards' GPU shares", self.identity)
 

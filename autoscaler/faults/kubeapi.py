@@ -49,8 +49,10 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
   HTTP 200 then one ``ERROR`` event holding a Status 410 ``Expired`` ("too old resource version"), and
   ``compact()`` drops the whole log now. ``timeoutSeconds`` ends the stream (with a ``BOOKMARK`` of
   the last resourceVersion first when ``allowWatchBookmarks`` is set); ``drop_watches()`` ends every
-  open stream at once (a dropped connection), and so does ``down``. Left out: an object that stops
-  matching a watch's label selector is not sent as DELETED;
+  open stream at once (a dropped connection), and so does ``down``. A write never waits for the
+  watches (it sets an event they wait on; no lock they share), so a watch cancelled when its client
+  goes away cannot hold a write up. Left out: an object that stops matching a watch's label selector
+  is not sent as DELETED;
 - ``requests``: how many requests were served, by (verb, plural or plural/subresource), the verb as
   RBAC derives it (a watch counted once, when it opens);
 - a bounded request log (``REQUEST_LOG``), so an emulator serving a daemon for minutes keeps pace;
@@ -344,8 +346,7 @@ class _LoggingBus:
     async def put(self, *events: dict[str, Any]) -> None:
         for event in events:
             self.emu._log_event(self.resource, event)
-        async with self.emu._watch_cond:
-            self.emu._watch_cond.notify_all()
+        self.emu._wake_watches()  # never waits: a write is not held up by the watches
 
 
 class _Buses(dict[Any, _LoggingBus]):
@@ -383,7 +384,11 @@ class Emulator(kmock.KubernetesEmulator):
         """The newest resourceVersion no longer in the log: a watch from before it is 410 Gone."""
         self.watch_epoch = 0
         """Bumped by ``drop_watches``: an open watch of an older epoch ends."""
-        self._watch_cond = asyncio.Condition()
+        self._watch_woken = asyncio.Event()
+        """Set (and replaced by a fresh one) by every logged write: what an open watch with nothing to
+        send waits on (``_wake_watches``). Not a Condition: its lock, which a write needed to notify, was
+        left held for ever by a watch cancelled (its client gone) while it waited to take it back, and
+        every write after hung (``tests/integration/kubernetes/test_emulator_watch.py``)."""
         self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
         """Requests served (or refused by a fault) by (verb, plural or plural/subresource) (module docstring)."""
         self.forbidden: set[tuple[str, str, str | None]] = set()
@@ -642,6 +647,12 @@ class Emulator(kmock.KubernetesEmulator):
         while len(self.history) > self.watch_window:
             self.compacted = self.history.popleft()[0]
 
+    def _wake_watches(self) -> None:
+        """Wake every open watch waiting for a write (``_watch_woken``): no lock, so a cancelled watch
+        cannot leave a write waiting."""
+        woken, self._watch_woken = self._watch_woken, asyncio.Event()
+        woken.set()
+
     def compact(self) -> None:
         """Drop the whole watch log now (an etcd compaction): a watch from any resourceVersion given
         so far is 410 Gone; lists and new watches without one are served as before."""
@@ -702,13 +713,14 @@ class Emulator(kmock.KubernetesEmulator):
                     and selected(event["object"], labels, fields))
 
         while True:
-            async with self._watch_cond:
-                pending = [(rv, e) for rv, r, e in self.history if rv > since and r == res]
-                if not pending:
-                    left = WATCH_POLL_S if deadline is None else min(WATCH_POLL_S, deadline - loop.time())
-                    if left > 0:
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self._watch_cond.wait(), left)
+            woken = self._watch_woken  # taken before the log is read: a write logged after it sets it
+            pending = [(rv, e) for rv, r, e in self.history if rv > since and r == res]
+            if not pending:
+                left = WATCH_POLL_S if deadline is None else min(WATCH_POLL_S, deadline - loop.time())
+                if left > 0:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(left):
+                            await woken.wait()
             for rv, event in pending:
                 since = rv
                 if wanted(event):
