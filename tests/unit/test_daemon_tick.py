@@ -69,6 +69,20 @@ class Events:
         raise AssertionError("no other writer in this test")
 
 
+def dry_daemon(make_fleet, shards: dict[str, int] | None = None) -> Daemon:
+    """A dry-run daemon over services a, b, c (each 1-8 replicas of ``h100``); with ``shards`` (service ->
+    shard) the services are split over that many shards. Its API client and Prometheus are never called."""
+    one = make_fleet(2, min_replicas=1, max_replicas=8)
+    update: dict[str, Any] = {"services": [one.services[0].model_copy(update={"name": n}) for n in NAMES]}
+    if shards is not None:
+        update["kubernetes"] = one.kubernetes.model_copy(
+            update={"shards": len(set(shards.values())), "service_shards": shards})
+    cfg = one.model_copy(update=update)
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # dry-run: never called
+    source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
+    return Daemon(cfg, "pid", source, api, "d", "127.0.0.1:0", dry_run=True)
+
+
 @pytest.mark.parametrize("raises", [frozenset({"b"}), frozenset({"a", "c"})])
 def test_a_write_that_raises_still_leaves_the_other_services_events_written(make_fleet, caplog,
                                                                             raises: frozenset[str]) -> None:
@@ -76,11 +90,7 @@ def test_a_write_that_raises_still_leaves_the_other_services_events_written(make
     ``ScaledUp`` Event (2 -> 5) and its decision in the tick's metrics; the tick still raises ``TickError``,
     naming each failed service and its KeyError, which no Event reports as a scale. Before, the
     loop's exception left the daemon no record, so no Event was written for the services that did scale."""
-    one = make_fleet(2, min_replicas=1, max_replicas=8)
-    cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in NAMES]})
-    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # dry-run: never called
-    source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
-    d = Daemon(cfg, "pid", source, api, "d", "127.0.0.1:0", dry_run=True)
+    d = dry_daemon(make_fleet)
     try:
         loop = d.loops[0] = d._new_loop(0.0)
         loop.source, loop.controller, loop.actuator = Fleet(), Five(), Writes(raises)
@@ -113,13 +123,7 @@ def test_a_shard_whose_write_raises_leaves_the_other_shards_ticked_and_their_eve
     tick raises shard 0's ``TickError`` (naming a alone) and logs shard 1's failure, when it has one, as
     ``tick failed`` naming c. Before, shard 0's exception ended the tick: no Event at all, shard 1
     never ticked."""
-    one = make_fleet(2, min_replicas=1, max_replicas=8)
-    kube = one.kubernetes.model_copy(update={"shards": 2, "service_shards": {"a": 0, "b": 0, "c": 1}})
-    cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in NAMES],
-                                 "kubernetes": kube})
-    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # dry-run: never called
-    source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
-    d = Daemon(cfg, "pid", source, api, "d", "127.0.0.1:0", dry_run=True)
+    d = dry_daemon(make_fleet, {"a": 0, "b": 0, "c": 1})
     try:
         for i in (0, 1):
             loop = d.loops[i] = d._new_loop(0.0, i)
@@ -163,11 +167,7 @@ def test_results_that_raise_when_published_cost_their_own_service_alone(make_fle
     record; the tick raises ``TickError`` naming b's RuntimeError. Before, the raise in b's results
     (``ControlLoop._act``) left the loop at once: c's results were never told, and the daemon, with no
     record, wrote no Event for the three writes that landed."""
-    one = make_fleet(2, min_replicas=1, max_replicas=8)
-    cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in NAMES]})
-    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # dry-run: never called
-    source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
-    d = Daemon(cfg, "pid", source, api, "d", "127.0.0.1:0", dry_run=True)
+    d = dry_daemon(make_fleet)
     try:
         loop = d.loops[0] = d._new_loop(0.0)
         loop.source, loop.controller, loop.actuator = Fleet(), FiveShedding(), Writes(frozenset())
@@ -198,13 +198,7 @@ def test_a_shard_that_raises_before_its_writes_leaves_the_other_shards_ticked(ma
     Events; the tick raises the ValueError and is not counted. Before, only a ``TickError`` was caught
     per shard: shard 0's raise left shard 1 unticked, and shard 1's left shard 0's two landed writes
     (a, b) without an Event."""
-    one = make_fleet(2, min_replicas=1, max_replicas=8)
-    kube = one.kubernetes.model_copy(update={"shards": 2, "service_shards": {"a": 0, "b": 0, "c": 1}})
-    cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in NAMES],
-                                 "kubernetes": kube})
-    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # dry-run: never called
-    source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"))
-    d = Daemon(cfg, "pid", source, api, "d", "127.0.0.1:0", dry_run=True)
+    d = dry_daemon(make_fleet, {"a": 0, "b": 0, "c": 1})
     try:
         for i in (0, 1):
             loop = d.loops[i] = d._new_loop(0.0, i)
