@@ -29,8 +29,10 @@ only while the service's own shard is led (``LeaderOnly(shard=)``), counted in f
 writes in progress are done; after each shard's tick
 its GPUs held and wanted are reported for the coordinator. The loop metrics of the shards are
 exported as one set (``MergedMetrics``), ``autoscaler_shard_leader{identity,shard}`` says which
-shards are led, and ``/v1/admission`` answers 503 (no daemon holds every service's thresholds: the
-ConfigMaps do). With one shard all of this is the single Lease and the single loop above.
+shards are led, ``autoscaler_tick_failures_total{identity,shard}`` counts the ticks in which a shard's
+loop raised (the other shards' ticks keep the loop's duration counting), and ``/v1/admission``
+answers 503 (no daemon holds every service's thresholds: the ConfigMaps do).
+With one shard all of this is the single Lease and the single loop above.
 
 ``dry_run`` does everything but the writes: the actuator and the sink log what they would write
 and report it applied, and no Lease is taken (every dry-run daemon acts as a leader that writes
@@ -305,6 +307,12 @@ class Daemon:
                                      "under this daemon's identity (this one no longer leads), else 0.",
                                      ["identity"], registry=self.registry)
         self.duplicate_gauge.labels(identity).set(0)
+        self.tick_failures = Counter("autoscaler_tick_failures", "Ticks in which a shard's loop raised (a bug in "
+                                     "a stage, a source that raised, or a write that raised): not all of its "
+                                     "services were decided and written.", ["identity", "shard"],
+                                     registry=self.registry)
+        for i in range(self.shards.n):
+            self.tick_failures.labels(identity, str(i))
         self.external = Counter("autoscaler_external_writes", "Changes another writer made to a variant's replicas.",
                                 ["service", "variant"], registry=self.registry)
         self.paused = Gauge("autoscaler_paused", "1 while a variant is left alone after another writer's change.",
@@ -577,9 +585,11 @@ class Daemon:
             except TickError as exc:  # the services written still get their Events; raised below
                 rec, whole = exc.record, False
                 failed.append(exc)
+                self.tick_failures.labels(self.identity, str(i)).inc()
             except Exception as exc:  # raised before any write of this shard (observe, estimate, decide):
                 # nothing of it to record, but the other shards are still ticked and their Events written
                 failed.append(exc)
+                self.tick_failures.labels(self.identity, str(i)).inc()  # the others' ticks hide it from LoopStalled
                 continue
             record.services.update(rec.services)
             metrics = self.merged.parts[i] if self.merged is not None else self.metrics

@@ -34,6 +34,11 @@ Alerts (``rules/autoscaler-alerts.yaml``), each with a runbook paragraph in docs
   (two Leases, two identities alike), never a normal failover, whose overlap lasts less than a
   scrape (a leader stops at ``renew_s``, a follower takes over after ``duration_s``); its gauges are
   the daemon's alone, so it has no signal the simulator's live bundle test could read;
+- ``AutoscalerShardFailing`` (page): for 5 minutes, one shard's loop has raised on at least 3 ticks in
+  10 minutes (``autoscaler_tick_failures_total{identity,shard}``, the daemon's: a bug in a stage, a
+  source or a write that raised); the daemon's other shards keep its loop duration counting, so
+  ``AutoscalerLoopStalled`` does not see one shard whose services are no longer decided; the
+  daemon's alone, like the two-leader gauges;
 - ``AutoscalerDemandUnserved`` (page): for 10 minutes, requests of a fleet's model arrive at the
   gateway (the newest of its request counters the scrape has, `autoscaler.promql.GATEWAY_REQUESTS`)
   and vLLM finishes none (an outage the SLO ratios cannot see: no request, no ratio);
@@ -284,6 +289,10 @@ def alerts(objective: float, cfg: FleetConfig) -> list[Alert]:
               f"{{{{ $labels.service }}}}: its {{{{ $labels.{ROLE_LABEL} }}}} pool has fewer than half the ready "
               "replicas the autoscaler wants"),
         writer,
+        Alert("AutoscalerShardFailing",
+              "sum by (job, shard) (increase(autoscaler_tick_failures_total[10m])) >= 3",
+              (), "5m", "page", "{{ $labels.job }}: the loop of shard {{ $labels.shard }} keeps failing: its "
+              "services are not being decided"),
         Alert("AutoscalerTwoLeaders",
               "sum by (job, shard) (autoscaler_shard_leader) > 1 "
               "or max by (job, identity) (autoscaler_duplicate_identity) > 0",

@@ -69,6 +69,16 @@ class Events:
         raise AssertionError("no other writer in this test")
 
 
+def failures(d: Daemon) -> dict[str, float]:
+    """``autoscaler_tick_failures_total`` of daemon ``d`` (identity ``d``) by shard."""
+    out = {}
+    for shard in range(d.shards.n):
+        value = d.registry.get_sample_value("autoscaler_tick_failures_total", {"identity": "d", "shard": str(shard)})
+        assert value is not None, f"no failure count of shard {shard}: it must read 0 before any failure"
+        out[str(shard)] = value
+    return out
+
+
 def dry_daemon(make_fleet, shards: dict[str, int] | None = None) -> Daemon:
     """A dry-run daemon over services a, b, c (each 1-8 replicas of ``h100``); with ``shards`` (service ->
     shard) the services are split over that many shards. Its API client and Prometheus are never called."""
@@ -136,6 +146,7 @@ def test_a_shard_whose_write_raises_leaves_the_other_shards_ticked_and_their_eve
         assert list(failed.value.errors) == ["a"] and sorted(failed.value.record.services) == ["b"]
         later = [r for r in caplog.records if r.getMessage().startswith("tick failed: ")]
         assert ["c: KeyError: 'c/h100'" in r.getMessage() for r in later] == ([True] if "c" in raises else [])
+        assert failures(d) == {"0": 1.0, "1": 1.0 if "c" in raises else 0.0}  # AutoscalerShardFailing's count
     finally:
         d.server.close()
 
@@ -210,6 +221,9 @@ def test_a_shard_that_raises_before_its_writes_leaves_the_other_shards_ticked(ma
         good = ["c"] if bad == 0 else ["a", "b"]
         assert sorted(events.written) == [(n, "h100", 2, 5) for n in good]
         assert d.ticks == 0
+        # the shard that raised is counted, the other not: its ticks keep the loop's duration counting,
+        # so only this count shows the failing shard (AutoscalerShardFailing)
+        assert failures(d) == {str(bad): 1.0, str(1 - bad): 0.0}
     finally:
         d.server.close()
 
