@@ -124,7 +124,7 @@ def test_every_recording_rule_is_evaluated(live: Live) -> None:
 
 
 def test_every_alert_parses_and_its_signal_returns_data(live: Live) -> None:
-    assert len(live.bundle.alerts) == 12
+    assert len(live.bundle.alerts) == 13
     for alert in live.bundle.alerts:
         live.prom.query_range(alert.expr, live.start, live.end, 1.0)  # parses (AssertionError otherwise)
         for signal in alert.signals:
