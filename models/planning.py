@@ -1727,9 +1727,11 @@ def _polish(problem: PlanProblem, subs: Sequence[PlanProblem], xs: dict[int, np.
     decomposed plan as its start, so it never returns a dearer plan; at the time limit its best so
     far. Replaces ``xs`` (each service's variables, as its own problem orders them) where the plan
     found costs less; returns whether it did. Skipped (False) without scipy's HiGHS build, which
-    alone here takes a start without highspy."""
-    if not _settable(frozenset({"time_limit", "mip_rel_gap", *FAST_OPTIONS})):
+    alone here takes a start without highspy. An older build (scipy 1.15) lacks some of
+    ``FAST_OPTIONS``: the pass runs without them (HiGHS's defaults, its sub-MIP heuristics on)."""
+    if not _settable(frozenset({"time_limit", "mip_rel_gap", *POLISH_OPTIONS})):
         return False
+    fast = {k: v for k, v in FAST_OPTIONS.items() if _settable(frozenset({k}))}
     idx = _Index(problem)
     counts = {}
     for i, sub in enumerate(subs):
@@ -1755,7 +1757,7 @@ def _polish(problem: PlanProblem, subs: Sequence[PlanProblem], xs: dict[int, np.
         agree = (integral > 0) & (np.abs(lp.x - x) <= FEASIBLE_TOL)
         lo[agree] = hi[agree] = np.rint(x[agree])
     res = _direct_milp(c, cons, Bounds(lo, hi), integral,
-                       {**FAST_OPTIONS, "mip_rel_gap": max(problem.mip_rel_gap, POLISH_GAP), **POLISH_OPTIONS,
+                       {**fast, "mip_rel_gap": max(problem.mip_rel_gap, POLISH_GAP), **POLISH_OPTIONS,
                         "time_limit": _left(deadline)}, start=x)
     if res.x is None or not _feasible(res.x, cons, bounds) or float(c @ res.x) >= float(c @ x) - 1e-9:
         return False
