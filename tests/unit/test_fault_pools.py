@@ -187,6 +187,16 @@ def test_a_scale_down_on_a_slow_link_counts_only_while_the_load_the_link_holds_i
     assert _down_on_link_slowdown(rule, _Facts({100.0: 0.0, 150.0: 0.0, 250.0: 0.0, 400.0: 0.0}, downs), sc) == 0
 
 
+def pool_facts(replicas: list[SimpleNamespace]) -> SimpleNamespace:
+    """``RunFacts``' view of the P/D service ``svc`` (``pd_doc``) whose run holds ``replicas``, with its
+    ``ready_in``: what ``pool_loss_windows`` reads."""
+    svc = parse_config(pd_doc(), "<pd>").service("svc")
+    run = SimpleNamespace(sim=SimpleNamespace(target="svc", services={
+        "svc": SimpleNamespace(cfg=SimpleNamespace(name="svc"), replicas=replicas)}))
+    facts = SimpleNamespace(svc=svc, run=run)
+    facts.ready_in = lambda role, t: RunFacts.ready_in(facts, role, t)  # type: ignore[arg-type]
+    return facts
+
 
 def test_a_crash_of_a_pool_with_nothing_ready_opens_no_pool_loss_window() -> None:
     # Prefill: two replicas ready at 0, both crashed at 100, their replacements ready at 400 and 450.
@@ -197,11 +207,7 @@ def test_a_crash_of_a_pool_with_nothing_ready_opens_no_pool_loss_window() -> Non
 
     replicas = [rep("prefill", 0, 100), rep("prefill", 0, 100), rep("prefill", 400), rep("prefill", 450),
                 rep("decode", 900)]
-    svc = parse_config(pd_doc(), "<pd>").service("svc")
-    run = SimpleNamespace(sim=SimpleNamespace(target="svc", services={
-        "svc": SimpleNamespace(cfg=SimpleNamespace(name="svc"), replicas=replicas)}))
-    facts = SimpleNamespace(svc=svc, run=run)
-    facts.ready_in = lambda role, t: RunFacts.ready_in(facts, role, t)  # type: ignore[arg-type]
+    facts = pool_facts(replicas)
     sc = SimpleNamespace(faults=[CrashFault(kind="crash", time_s=100, fraction=1.0)])
     assert pool_loss_windows(facts, sc, 600) == [(100, 450)]  # type: ignore[arg-type]
     # the decode pool alone: nothing was ready to lose
@@ -221,11 +227,7 @@ def test_a_crash_that_takes_no_replica_of_a_pool_opens_no_window_for_it() -> Non
 
     replicas = [rep(None, 0, 100), rep(None, 400), rep("prefill", 0), rep("prefill", 0, 100, removed=90),
                 rep("decode", 0)]
-    svc = parse_config(pd_doc(), "<pd>").service("svc")
-    run = SimpleNamespace(sim=SimpleNamespace(target="svc", services={
-        "svc": SimpleNamespace(cfg=SimpleNamespace(name="svc"), replicas=replicas)}))
-    facts = SimpleNamespace(svc=svc, run=run)
-    facts.ready_in = lambda role, t: RunFacts.ready_in(facts, role, t)  # type: ignore[arg-type]
+    facts = pool_facts(replicas)
     for fault in ({"fraction": 0.25}, {"variant": "d2", "fraction": 1.0}):
         sc = SimpleNamespace(faults=[CrashFault(kind="crash", time_s=100, **fault)])
         assert pool_loss_windows(facts, sc, 600) == [], fault  # type: ignore[arg-type]
