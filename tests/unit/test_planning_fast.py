@@ -493,7 +493,7 @@ def test_the_repair_pass_brings_the_decomposition_within_1_percent(
     # of the joint MILP's optimum, solved here independently; without the pass (POLISH_UP_TO 0) it
     # costs no less, and on 710 and on 714 shared on the blocks' lengths more than 1 % above that
     # optimum (there the loss is spread over three or four services, which the pairs do not settle,
-    # or one service needs 2 A100s fewer: POLISH_WHOLE_BOX).
+    # or one service needs 2 A100s fewer: POLISH_WIDE_BOX).
     problem = fleet(seed, services=2 + seed % 4)
     joint = solve(problem)
     decomposed = dataclasses.replace(problem, decompose=True, neighbourhood=0, coarsen=coarsen)
