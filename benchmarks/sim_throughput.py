@@ -3,7 +3,8 @@
 Runs the whole Azure LLM inference 2023 conv trace (19,366 requests) through ``autoscaler simulate``'s
 code path (PID controller, example fleet) ``--repeat`` times at each ``--rate-scale`` and prints the
 median and spread, in one process (one core): wall seconds, and the process's CPU seconds
-(``time.process_time``), the fairer figure on a machine shared with other work. Goal (issue 33):
+(``time.process_time``), the fairer figure on a machine shared with other work (``"compiled": true``: the
+simulator's core was a build of ``benchmarks/compiled_core.py``). Goal (issue 33):
 >= 100,000 simulated requests per wall-second at 1x, no more than 20 % slower at 100x.
 
 With ``--memory`` it runs each scale once more under ``tracemalloc`` and prints the peak Python heap
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from autoscaler.config.loading import load_config
 from autoscaler.simulate import run_simulation
+from autoscaler.simulator import engine
 from autoscaler.workload.build import build_workload, parse_span
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
@@ -62,7 +64,9 @@ def main() -> None:
         span = None if args.span is None else parse_span(args.span)
     except ValueError as exc:
         ap.error(str(exc))
-    rows: list[dict[str, float | int | str]] = []
+    # the engine imported from a C extension: a build of benchmarks/compiled_core.py, not the sources
+    compiled = not str(engine.__file__).endswith(".py")
+    rows: list[dict[str, float | int | str | bool]] = []
     for scale in args.rate_scale:
         wl = build_workload(trace, None, scale, 1.0, 0, 0.2, span=span)
         rates, walls, cpus = [], [], []
@@ -87,6 +91,7 @@ def main() -> None:
             "median_cpu_s": statistics.median(cpus),
             "median_simulated_requests_per_cpu_s": len(wl.requests) / statistics.median(cpus),
             "arrival_rate_rps": len(wl.requests) / max(wl.duration_s, 1e-9),
+            "compiled": compiled,
         }
         if args.memory:
             tracemalloc.start()
@@ -103,7 +108,8 @@ def main() -> None:
                   f"(min {row['min_simulated_requests_per_s']:,.0f}, max {row['max_simulated_requests_per_s']:,.0f}, "
                   f"n={args.repeat}); median {row['median_cpu_s']:.2f} s CPU, "
                   f"{row['median_simulated_requests_per_cpu_s']:,.0f} req/CPU-s"
-                  + (f", peak heap {row['peak_heap_bytes_per_request']:,.0f} B/request" if args.memory else ""))
+                  + (f", peak heap {row['peak_heap_bytes_per_request']:,.0f} B/request" if args.memory else "")
+                  + (" (compiled core)" if compiled else ""))
     if args.days is not None and rows:
         top = rows[-1]
         n = args.days * 86400 * float(top["arrival_rate_rps"])
