@@ -21,6 +21,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
+from provenance import stamp
+
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ("autoscaler/simulator/engine.py", "autoscaler/simulator/fleet.py")
 CLASS_LINE = "class Replica:\n"
@@ -47,7 +50,7 @@ def main() -> None:
         sys.exit(f"compiled_core.py: {engine}: expected one line {CLASS_LINE.strip()!r} to mark")
     engine.write_text(text.replace(CLASS_LINE, MARKED))
     subprocess.run([sys.executable, "-m", "mypyc", *MODULES], cwd=out, check=True)
-    print(f"compiled {', '.join(MODULES)} in {out}: run with PYTHONPATH={out}")
+    print(f"{Path(__file__).name}: {stamp()}: compiled {', '.join(MODULES)} in {out}: run with PYTHONPATH={out}")
 
 
 if __name__ == "__main__":
