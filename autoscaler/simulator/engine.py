@@ -25,7 +25,7 @@ import math
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from autoscaler.simulator.metrics import ReplicaMetrics
 from autoscaler.simulator.prefix_cache import PrefixCache
@@ -130,7 +130,7 @@ class Replica:
             was not, or it crashed).
     """
 
-    role = ""
+    role: ClassVar[str] = ""
     """The pod's ``llm-d.ai/role`` label: "" for an aggregated replica (no label); ``disagg``'s subclasses
     set ``prefill`` and ``decode``."""
 
