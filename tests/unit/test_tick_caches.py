@@ -53,3 +53,48 @@ def test_a_forecast_runs_blas_on_one_thread_and_gives_the_others_back() -> None:
             stage.apply(est)
             assert blas_threads() == {2}
     assert seen == [{1}, {1}, {1}]
+
+
+class Node:
+    """An object that can sit in a reference cycle (and be weakly referenced)."""
+
+    def __init__(self) -> None:
+        self.other: Node | None = None
+
+
+def tracked(obj: object) -> bool:
+    """Whether ``obj`` is in one of the collector's generations (not frozen), by identity."""
+    import gc
+
+    return any(o is obj for o in gc.get_objects())
+
+
+def test_freezing_the_heap_leaves_later_garbage_collectable() -> None:
+    """``daemon.freeze_heap`` freezes what is alive (the start-up objects, here a cycle made before
+    it): the full collections no longer see them; a cycle made after it and dropped is still
+    collected, and one dropped before it was collected by it, not frozen."""
+    import gc
+    import weakref
+
+    from autoscaler.daemon import freeze_heap
+
+    kept, dropped = Node(), Node()
+    kept.other, dropped.other = Node(), Node()
+    kept.other.other, dropped.other.other = kept, dropped  # two cycles
+    gone_before = weakref.ref(dropped)
+    del dropped
+    try:
+        freeze_heap()
+        assert gone_before() is None  # collected, not frozen
+        assert gc.get_freeze_count() > 0
+        assert not tracked(kept)  # out of every generation
+        later = Node()
+        later.other = Node()
+        later.other.other = later
+        gone_after = weakref.ref(later)
+        del later
+        gc.collect()
+        assert gone_after() is None
+    finally:
+        gc.unfreeze()  # the rest of the test session as it was
+    assert tracked(kept)
