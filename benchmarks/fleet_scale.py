@@ -270,7 +270,7 @@ def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, c
     cProfile statistics of its ticks (the tick's own thread; the pools' threads are seen as waits)
     are written at ``stop``."""
     import autoscaler.daemon
-    from autoscaler.daemon import Daemon
+    from autoscaler.daemon import Daemon, freeze_heap
 
     if scale_writers is not None:  # read when each shard's loop is built
         autoscaler.daemon.SCALE_WRITERS = scale_writers
@@ -280,6 +280,7 @@ def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, c
     counting = Counting(source.runner)  # type: ignore[arg-type]
     source.runner = counting
     d = Daemon(cfg, controller, source, api(kube_url, identity), identity, "127.0.0.1:0", namespace_self=NAMESPACE)
+    freeze_heap()  # as Daemon.run does before its threads start
     prof = cProfile.Profile() if profile else None
     try:
         if d.cache is not None and not d.cache.wait_synced(SETTLE_S):

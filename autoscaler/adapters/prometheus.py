@@ -846,11 +846,15 @@ class PrometheusSource:
         ``prometheus.aggregate`` (and batching), each is read from the tick's per-pod aggregation
         where its template and matchers allow (``prometheus_pods``), else sent as its own query."""
         out = {}
+        sels: dict[bool, str] = {}  # the matchers of the pods, built once per pod set (not once per signal)
         for name, t in self.queries(svc).items():
             if name in SERVICE_SIGNALS:
                 continue
-            r, pods = gauges if gauges is not None and name in GAUGE_SIGNALS else (rest, names)
-            query = render(t, matchers(r, f"{self.prom.pod_label}=~{quote(exact_alternation(pods))}"), self.window_s)
+            gauge = gauges is not None and name in GAUGE_SIGNALS
+            r, pods = gauges if gauges is not None and gauge else (rest, names)
+            if gauge not in sels:
+                sels[gauge] = matchers(r, f"{self.prom.pod_label}=~{quote(exact_alternation(pods))}")
+            query = render(t, sels[gauge], self.window_s)
             fut = (self._batch.submit_pods(name, t, r, pods, query) if self._batch is not None and self.prom.aggregate
                    else None)
             out[name] = fut if fut is not None else self._submit(pool, name, query, at)

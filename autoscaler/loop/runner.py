@@ -16,7 +16,9 @@ and logged, and a failed variant stays at its current count in ``ServiceTick.app
 service is decided, guarded and drained first (in order: the controller's and guard's state), then
 the services' writes run, ``writers`` services at once (``loop.fanout``; 1 by default, one after
 another; the daemon's 8), each service's in order (its variants', then its pools'), then each
-service's results are told to the controller and its thresholds published, in order. A write that
+service's results are told to the controller (and the policy's thresholds set), in order, then the
+services' thresholds are published, ``writers`` at once as the writes (each a ConfigMap write on
+Kubernetes: a fleet's first publish, and each ``admission_heartbeat_s``, writes every service's). A write that
 raises (a bug, not a refusal), or a service's results that raise when told or published, costs its own
 service's results alone: every service's writes are run and the others' results told, counted and
 published, then ``tick`` raises ``TickError``, which
@@ -310,6 +312,7 @@ class ControlLoop:
                   for svc in (s if own else available(s, estimates[s.name]) for s in self.cfg.services)]
         written = run_all([partial(self._write, st) for st in staged], self.writers, "scale")
         raised: dict[str, Exception] = {}
+        acted: list[tuple[_Staged, ServiceTick]] = []
         for st, (results, exc) in zip(staged, written, strict=True):
             if results is None:  # a write raised (a bug, not a refusal): the other services' writes landed, so
                 # their results are still told, counted and published; then the tick fails, naming each
@@ -324,11 +327,22 @@ class ControlLoop:
                     self._count(st.svc.name, v, _raised(exc))
                 continue
             try:
-                record.services[st.svc.name] = self._act(st, results)
+                acted.append((st, self._act(st, results)))
             except Exception as failed:  # telling or publishing one service (a bug) must not cost the
                 # services after it, whose writes landed too, their results
                 raised[st.svc.name] = failed
+        published = run_all([partial(self._send, st.svc, st.decision) for st, _ in acted], self.writers, "admission")
+        for (st, done), (admission, exc) in zip(acted, published, strict=True):
+            if exc is not None:
+                self._count(st.svc.name, "admission", _raised(exc))
+                raised[st.svc.name] = exc
+                continue
+            if admission is not None and not admission.ok:
+                self._count(st.svc.name, "admission", admission)
+            done.admission = admission
+            record.services[st.svc.name] = done
         if raised:
+            raised = {st.svc.name: raised[st.svc.name] for st in staged if st.svc.name in raised}  # the fleet's order
             raise TickError(record, raised) from next(iter(raised.values()))
         return record
 
@@ -399,7 +413,7 @@ class ControlLoop:
             weights = {**self.weights[svc.name], **est.pool_weights}
             self.controller.on_guard_cut(svc.name, decision.desired, told, weights)
         try:
-            admission = self._publish(svc, est, decision)
+            self._thresholds(svc, est, decision)
         except Exception as exc:
             self._count(svc.name, "admission", _raised(exc))
             raise
@@ -407,7 +421,7 @@ class ControlLoop:
         unchanged = applied == current and pool_applied == est.pool_current
         if unchanged and decision.code in (Reason.SCALE_UP, Reason.SCALE_DOWN):
             reason = f"no change: {reason}"  # asked for, but cut by the guard or a failed write
-        return ServiceTick(est, decision, applied, reason, guarded.limits, results, admission, pool_applied)
+        return ServiceTick(est, decision, applied, reason, guarded.limits, results, None, pool_applied)
 
     def _drain(self, svc: Service, est: ServiceEstimate, guarded: Guarded, remove_first: dict[str, list[str]],
                now: float) -> tuple[Guarded, dict[str, list[str]], dict[str, int]]:
@@ -422,17 +436,19 @@ class ControlLoop:
         draining = {v: n for v, n in guarded.replicas.items() if replicas[v] != n}
         return Guarded(replicas, "; ".join([guarded.reason, *notes]), guarded.limits), remove_first, draining
 
-    def _publish(self, svc: Service, est: ServiceEstimate, decision: Decision) -> ActuationResult | None:
-        """The admission thresholds (the controller's, else the policy's) and the controller's ITL budget
-        written to the sink; None when there are neither or no sink."""
+    def _thresholds(self, svc: Service, est: ServiceEstimate, decision: Decision) -> None:
+        """The policy's admission thresholds set on a decision that carries none (``tick``: in the
+        fleet's order, in the tick's thread, as the controller's own state is)."""
         if self.policy is not None and not decision.admission:
             decision.admission = self.policy.thresholds(est, svc)
+
+    def _send(self, svc: Service, decision: Decision) -> ActuationResult | None:
+        """The decision's admission thresholds and ITL budget written to the sink; None when there are
+        neither or no sink. The services' run side by side, ``writers`` at once (``tick``): only the
+        sink's call, nothing of the loop's is changed here."""
         if not (decision.admission or decision.itl_budget) or self.admission is None:
             return None
-        admission = self.admission.publish(svc.name, decision.admission, decision.itl_budget)
-        if not admission.ok:
-            self._count(svc.name, "admission", admission)
-        return admission
+        return self.admission.publish(svc.name, decision.admission, decision.itl_budget)
 
 
 def _raised(exc: Exception) -> ActuationResult:
