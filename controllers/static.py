@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from autoscaler.config import EngineConfig, Service
 from autoscaler.workload.stream import WorkloadStream
 from controllers.base import Controller, Decision, Reason
@@ -73,22 +75,25 @@ def served(workload: Workload, max_model_len: int | None) -> list[Request]:
     return [r for r in workload.requests if r.input_tokens + r.output_tokens <= max_model_len]
 
 
-def served_columns(workload: AnyWorkload, max_model_len: int | None) -> tuple[list[float], list[int], list[int]]:
+def served_columns(workload: AnyWorkload, max_model_len: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Arrival times (s), prompt and output tokens of the requests ``served`` gives, in arrival order; of
     a ``WorkloadStream`` (``autoscaler.workload.stream``) read from its columns, its requests unmade."""
-    if not isinstance(workload, WorkloadStream):
-        reqs = served(workload, max_model_len)
-        return [r.arrival_s for r in reqs], [r.input_tokens for r in reqs], [r.output_tokens for r in reqs]
-    a, i, o = workload.arrival_s, workload.input_tokens, workload.output_tokens
+    if isinstance(workload, WorkloadStream):
+        a, i, o = workload.arrival_s, workload.input_tokens, workload.output_tokens
+    else:
+        reqs = workload.requests
+        a = np.array([r.arrival_s for r in reqs], dtype=float)
+        i = np.array([r.input_tokens for r in reqs], dtype=np.int64)
+        o = np.array([r.output_tokens for r in reqs], dtype=np.int64)
     if max_model_len is not None:
-        keep = i.astype("int64") + o <= max_model_len
+        keep = i + o <= max_model_len
         a, i, o = a[keep], i[keep], o[keep]
-    return a.tolist(), i.tolist(), o.tolist()
+    return a, i, o
 
 
 def peak_rate_rps(workload: AnyWorkload, window_s: float = PEAK_WINDOW_S, max_model_len: int | None = None) -> float:
     """Highest arrival rate over any ``window_s``-second sliding window of the served requests, requests/s."""
-    return _peak_rate(served_columns(workload, max_model_len)[0], window_s)
+    return _peak_rate(served_columns(workload, max_model_len)[0].tolist(), window_s)
 
 
 def _peak_rate(t: list[float], window_s: float) -> float:
@@ -104,7 +109,7 @@ def _peak_rate(t: list[float], window_s: float) -> float:
 def workload_mix(svc: Service, workload: AnyWorkload) -> RequestMix | None:
     """The request mix of the requests ``svc`` accepts (``max_model_len``), None when there are none."""
     _, ins, outs = served_columns(workload, svc.max_model_len)
-    if not ins:
+    if not ins.size:
         return None
     return RequestMix.from_requests(ins, outs)
 
@@ -145,8 +150,8 @@ def opening_rate_rps(workload: AnyWorkload, window_s: float = 300.0, max_model_l
         if not workload.requests:
             return 0.0
         t0 = workload.requests[0].arrival_s
-    t = [a for a in served_columns(workload, max_model_len)[0] if a - t0 < window_s]
-    return _peak_rate(t, PEAK_WINDOW_S)
+    arrivals = served_columns(workload, max_model_len)[0]
+    return _peak_rate(arrivals[arrivals - t0 < window_s].tolist(), PEAK_WINDOW_S)
 
 
 def steady_start_fleet(svc: Service, engine: EngineConfig, workload: AnyWorkload, mean_itl_s: float) -> dict[str, int]:

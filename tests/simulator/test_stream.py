@@ -19,6 +19,7 @@ from autoscaler.report import summarize, timeline_rows
 from autoscaler.simulate import SimulationRun, run_simulation
 from autoscaler.simulator.engine import COMPLETED, FAILED, REJECTED, SHED
 from autoscaler.simulator.fleet import FleetSimulator
+from autoscaler.workload.build import build_stream, build_workload
 from autoscaler.workload.classes import assign_classes
 from autoscaler.workload.servegen import load_servegen, servegen_stream
 from autoscaler.workload.stream import WorkloadStream
@@ -162,3 +163,16 @@ def test_streamed_run_under_the_pid_is_the_whole_workloads_run(make_fleet, folde
     assert ra == rb and a.end_s == b.end_s
     assert timeline_rows(a) == timeline_rows(b)
     assert stream.produced == stream.count > 10_000
+
+
+def test_build_stream_is_build_workload(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    lengths = tmp_path_factory.mktemp("lengths") / "pairs.jsonl"
+    lengths.write_text("".join(f'{{"timestamp": {i}, "input_length": {a}, "output_length": {b}, "hash_ids": []}}\n'
+                               for i, (a, b) in enumerate(LENGTHS)))
+    for given in (None, lengths):
+        whole = build_workload(folder, None, 0.5, 1.0, 5, 0.25, (200.0, 800.0), given)
+        stream = build_stream(folder, 0.5, 5, 0.25, (200.0, 800.0), given, chunk_requests=50)
+        assert fields([r for c in stream.chunks() for r in c]) == fields(whole.requests)
+        assert stream.source == whole.source and stream.meta == whole.meta
+    with pytest.raises(ValueError, match="not a ServeGen model folder"):
+        build_stream(lengths)
