@@ -5,12 +5,12 @@ ServeGen language/m-large at its ``rate_scale``, lengths from the Mooncake conve
 ``--hours`` hours from its span's start (ServeGen's time axis runs on through the days after: hour 24
 of ``servegen-day`` is the start of ServeGen day 2), runs it once on the scenario's fleet under the PID
 as ``autoscaler simulate`` does (``run_simulation(keep_requests=False)``), and prints: requests, the
-run's CPU seconds (``time.process_time``) and wall seconds, requests per CPU-second, and the process's
-peak resident memory (``ru_maxrss``) before the workload is built, after it is built, and after the
-run, with the growth per request of each step. Then what ``--days`` days at the same speed and
-memory per request would take: a straight-line extrapolation from this run, whose rate is the
-scenario's over those hours (a day's rate swings: ServeGen m-large's 5.5x), so the longer the run
-the better the figure.
+run's CPU seconds (``time.process_time``; the workload's building apart) and wall seconds, requests
+per CPU-second, and the process's peak resident memory (``ru_maxrss``) before the workload is built,
+after it is built, and after the run, with the growth per request of each step. Then what ``--days``
+days at the same speed and memory per request would take: a straight-line extrapolation from this
+run, whose rate is the scenario's over those hours (a day's rate swings: ServeGen m-large's 5.5x), so
+the longer the run the better the figure.
 
 By default a ServeGen trace is streamed (``autoscaler.workload.build.build_stream``): its requests are
 kept as columns and made a chunk at a time as the run reaches them; ``--whole`` builds every request
@@ -86,6 +86,7 @@ def main() -> None:
     stream = servegen and not args.whole
     cfg = parse_config(scenario_fleet(sc), f"{args.scenario} fleet")
     rss0 = _maxrss_bytes()
+    c = time.process_time()
     wl: AnyWorkload
     if stream:
         wl = build_stream(trace, float(sc.get("rate_scale", 1.0)), int(sc["seed"]), 0.2,
@@ -93,6 +94,7 @@ def main() -> None:
                           args.data / sc["lengths_from"] if "lengths_from" in sc else None)
     else:
         wl = scenario_workload(sc, args.data)
+    build_cpu = time.process_time() - c
     rss1 = _maxrss_bytes()
     n = count(wl)
     t, c = time.perf_counter(), time.process_time()
@@ -100,7 +102,7 @@ def main() -> None:
     wall, cpu = time.perf_counter() - t, time.process_time() - c
     rss2 = _maxrss_bytes()
     row = {"scenario": args.scenario, "span_s": sc["span"], "workload": "stream" if stream else "whole",
-           "requests": n, "cpu_s": cpu, "wall_s": wall, "requests_per_cpu_s": n / cpu,
+           "requests": n, "build_cpu_s": build_cpu, "cpu_s": cpu, "wall_s": wall, "requests_per_cpu_s": n / cpu,
            "maxrss_before_workload_bytes": rss0, "maxrss_after_workload_bytes": rss1,
            "maxrss_after_run_bytes": rss2, "workload_bytes_per_request": (rss1 - rss0) / n,
            "run_bytes_per_request": (rss2 - rss1) / n}
@@ -109,7 +111,8 @@ def main() -> None:
     print(f"{args.scenario}, {args.hours:g} h from {start:g} s, {row['workload']}: {n:,} requests, {cpu:.1f} s CPU "
           f"({n / cpu:,.0f} req/CPU-s), {wall:.1f} s wall; peak RSS {rss0 / 2**20:.0f} -> {rss1 / 2**20:.0f} MiB "
           f"with the workload ({(rss1 - rss0) / n:,.0f} B/request) -> {rss2 / 2**20:.0f} MiB after the run "
-          f"({(rss2 - rss1) / n:,.0f} B/request)")
+          f"({(rss2 - rss1) / n:,.0f} B/request; {(rss2 - rss0) / n:,.0f} B/request in all); building the "
+          f"workload took {build_cpu:.1f} s CPU")
     print(f"extrapolated to {args.days:g} days at this run's rate, speed and memory per request: "
           f"{n * scale:,.0f} requests, ~{cpu * scale / 60:.0f} CPU-min, "
           f"~{(rss1 - rss0 + rss2 - rss1) * scale / 2**30:.1f} GiB over the {rss0 / 2**20:.0f} MiB before the workload")
