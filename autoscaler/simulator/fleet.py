@@ -254,7 +254,7 @@ class FleetSimulator:
         workload: requests to replay; all go to ``service`` (default: the first service). A
             ``WorkloadStream`` (``autoscaler.workload.stream``) is read a chunk at a time as arrivals
             reach it, never more than one chunk ahead of the last arrival; it needs
-            ``keep_requests=False``, and gives the run a ``Workload`` of the same requests gives.
+            ``keep_requests=False``, and its run is the run of a ``Workload`` of the same requests.
         service: name of the service the workload targets.
         admission: run each service's gateway with flow control (module docstring).
         keep_requests: keep every request's first attempt (``requests``) and last (``final``) as
