@@ -35,6 +35,7 @@ from autoscaler.files import write_text
 from autoscaler.simulate import SimulationRun
 from autoscaler.simulator.engine import COMPLETED, FAILED, REJECTED, SHED
 from autoscaler.timeline import tick_row, write_timeline_csv
+from autoscaler.workload.stream import arrival_times, columns
 from autoscaler.workload.types import PRIORITIES, REQUEST_CLASSES
 from controllers.bound import Outcome
 
@@ -50,14 +51,13 @@ def _quantiles(x: np.ndarray) -> dict[str, float | None]:
 
 def request_outcomes(run: SimulationRun) -> dict[str, np.ndarray]:
     """Per-request arrays (each request's last attempt): ``status``, ``cls``, ``priority``, ``ttft`` and
-    ``itl`` (s, NaN when undefined), ``ok``, ``finish`` (s, NaN while open)."""
+    ``itl`` (s, NaN when undefined), ``ok``, ``finish`` (s, NaN while open), ``arrival`` (s) and ``task``
+    (the request's workflow, or itself: ``autoscaler.workload.stream.Columns``)."""
     svc = run.sim.cfg.service(run.sim.target)
-    reqs = run.sim.workload.requests
+    cols = columns(run.sim.workload)
     status, t_first, finish = run.sim.outcome_arrays()
-    cls = np.array([r.request_class for r in reqs], dtype=object)
-    priority = np.array([r.priority for r in reqs], dtype=int)
-    arrival = np.array([r.arrival_s for r in reqs], dtype=float)
-    tokens = np.array([r.output_tokens for r in reqs], dtype=float)
+    cls, priority, arrival = cols.request_class, cols.priority, cols.arrival_s
+    tokens = cols.output_tokens.astype(float)
     ttft = t_first - arrival  # NaN without a first token
     completed = status == COMPLETED
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -69,7 +69,7 @@ def request_outcomes(run: SimulationRun) -> dict[str, np.ndarray]:
         ttft_ok = completed & (ttft <= ttft_slo)
         itl_ok = completed & (itl <= itl_slo)
     return {"status": status, "cls": cls, "priority": priority, "ttft": ttft, "itl": itl, "finish": finish,
-            "ttft_ok": ttft_ok, "itl_ok": itl_ok, "ok": ttft_ok & itl_ok}
+            "ttft_ok": ttft_ok, "itl_ok": itl_ok, "ok": ttft_ok & itl_ok, "arrival": arrival, "task": cols.task}
 
 
 def goodput(ok: np.ndarray, finish: np.ndarray, start_s: float, end_s: float,
@@ -136,15 +136,15 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
 
     ok = o["ok"]
     n_ok = int(ok.sum())
-    tasks: dict[object, bool] = {}
-    for req, good in zip(sim.workload.requests, ok, strict=True):
-        task = ("w", req.workflow_id) if req.workflow_id is not None else ("r", req.rid)
-        tasks[task] = tasks.get(task, True) and bool(good)
-    n_tasks_ok = sum(tasks.values())
+    task = o["task"]
+    n_tasks = int(task.max()) + 1 if task.size else 0
+    failed_task = np.zeros(n_tasks, dtype=bool)
+    failed_task[task[~ok]] = True  # a task succeeds when every one of its requests does
+    n_tasks_ok = n_tasks - int(failed_task.sum())
     hits = sum(r.metrics.prefix_hits for s in sim.services.values() for r in s.replicas)
     queries = sum(r.metrics.prefix_queries for s in sim.services.values() for r in s.replicas)
-    total = len(sim.workload.requests)
-    first_arrival_s = sim.workload.requests[0].arrival_s if sim.workload.requests else 0.0
+    total = sim.request_count
+    first_arrival_s = float(o["arrival"][0]) if total else 0.0
     flows = [s.flow for s in sim.services.values() if s.flow is not None]
     admission = {
         "policy": run.admission,
@@ -184,7 +184,7 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
         "cost_usd": cost,
         "cost_per_successful_request_usd": cost["total"] / n_ok if n_ok else None,
         "cost_per_successful_task_usd": cost["total"] / n_tasks_ok if n_tasks_ok else None,
-        "tasks": {"total": len(tasks), "successful": n_tasks_ok},
+        "tasks": {"total": n_tasks, "successful": n_tasks_ok},
         "prefix_cache_hit_rate": hits / queries if queries else None,
         "preemptions": int(sum(r.metrics.preemptions for s in sim.services.values() for r in s.replicas)),
         "scale_events": sim.scale_events,
@@ -198,7 +198,7 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
 
 def timeline_rows(run: SimulationRun) -> list[dict[str, Any]]:
     """One row per (tick, service): demand, signals, replicas per variant, controller terms, reason."""
-    arrivals = np.array([r.arrival_s for r in run.sim.workload.requests])
+    arrivals = arrival_times(run.sim.workload)
     # Arrivals up to and including each tick: tick i counts (t_{i-1}, t_i], the first one [0, t_0].
     arrived = np.searchsorted(arrivals, [rec.time_s for rec in run.ticks], side="right")
     rows = []

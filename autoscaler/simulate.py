@@ -29,6 +29,7 @@ from autoscaler.loop.observe import PendingMarks
 from autoscaler.loop.runner import TickRecord
 from autoscaler.simulator.fleet import FleetSimulator, heap_frozen
 from autoscaler.wiring import admission_policy, build_loop
+from autoscaler.workload.stream import AnyWorkload
 from autoscaler.workload.types import Workload
 from controllers.base import Controller
 from controllers.bound import Outcome
@@ -61,7 +62,7 @@ class SimulationRun:
     admission: str = "none"
 
 
-def start_at(cfg: FleetConfig, controller: Controller, workload: Workload, service: str | None,
+def start_at(cfg: FleetConfig, controller: Controller, workload: AnyWorkload, service: str | None,
              steady_start: bool) -> FleetConfig:
     """The fleet with its initial replicas set: a static controller's fixed counts, or (with
     ``steady_start``) the replicas ``provision_for`` gives for the workload's opening rate (its
@@ -90,7 +91,8 @@ class SimulationDriver:
 
     Args:
         cfg: the fleet.
-        workload: the requests (all sent to ``service``, default the first).
+        workload: the requests (all sent to ``service``, default the first); a ``WorkloadStream``
+            (``autoscaler.workload.stream``) needs ``keep_requests=False``.
         controller: the policy.
         service: the service the workload targets.
         steady_start: start adaptive controllers from the fleet sized for the workload's first
@@ -105,7 +107,7 @@ class SimulationDriver:
         ticks: the loop's records; ``tick_wall_s``: unix time at which each ran.
     """
 
-    def __init__(self, cfg: FleetConfig, workload: Workload, controller: Controller, service: str | None = None,
+    def __init__(self, cfg: FleetConfig, workload: AnyWorkload, controller: Controller, service: str | None = None,
                  steady_start: bool = True,
                  on_tick: Callable[[TickRecord, float], None] | None = None, admission: str = "none",
                  keep_requests: bool = True) -> None:
@@ -187,7 +189,7 @@ class SimulationDriver:
                 self.ticks.append(record)
                 self.tick_wall_s.append(time.time())
                 if progress is not None:
-                    progress(1 - sim.open_requests / max(len(sim.workload.requests), 1))
+                    progress(1 - sim.open_requests / max(sim.request_count, 1))
             with self.lock:
                 if not sim.done:
                     sim.fail_open()
@@ -198,7 +200,7 @@ class SimulationDriver:
 
 def run_simulation(
     cfg: FleetConfig,
-    workload: Workload,
+    workload: AnyWorkload,
     controller: str | Controller = "pid",
     service: str | None = None,
     progress: Callable[[float], None] | None = None,
@@ -213,7 +215,9 @@ def run_simulation(
 
     Args:
         cfg: the fleet.
-        workload: requests (all sent to ``service``, default the first).
+        workload: requests (all sent to ``service``, default the first); a ``WorkloadStream`` is read
+            as the run goes (``FleetSimulator``), with ``keep_requests=False`` and a controller that
+            does not need the whole workload up front (not ``oracle``, ``bound`` or a perfect forecast).
         controller: a spec (``controllers.registry``) or a controller object (e.g.
             ``controllers.static.ScheduledController``).
         progress: called after each tick with the fraction of requests ended (0..1).

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoscaler.config import FleetConfig, Service
+from autoscaler.workload.stream import AnyWorkload
 from autoscaler.workload.types import Workload
 from controllers.base import Controller, FleetMismatchError
 from controllers.baselines.aibrix import AIBrixController
@@ -126,8 +127,19 @@ class BuildContext:
     cfg: FleetConfig
     svc: Service
     spec: str
-    workload: Workload | None
+    workload: AnyWorkload | None
     simulate: Simulate | None = None
+
+    def whole(self, why: str) -> Workload:
+        """The workload with every request made (``Workload``).
+
+        Raises:
+            ValueError: none (a live loop), or a ``WorkloadStream``: ``why`` says what needs it.
+        """
+        if not isinstance(self.workload, Workload):
+            where = "a trace (simulate, compare)" if self.workload is None else "the whole workload, not a stream"
+            raise ValueError(f"{self.spec.split(':', 1)[0]} needs {where}: {why}")
+        return self.workload
 
     @property
     def mix(self) -> RequestMix | None:
@@ -231,31 +243,30 @@ def _mpc(kw: dict[str, Any], ctx: BuildContext) -> Controller:
     mixes = _service_mixes(ctx)
     future = None
     if kw.get("forecast") == "perfect" and ctx.workload is not None:
+        wl = ctx.whole("a perfect forecast reads the true future demand")
         dt = ctx.cfg.controller.tick_s
-        steps = math.ceil(ctx.workload.duration_s / dt) + 2
-        future = {s.name: true_demand(s, ctx.workload, dt, steps, 1) for s in ctx.cfg.services}
+        steps = math.ceil(wl.duration_s / dt) + 2
+        future = {s.name: true_demand(s, wl, dt, steps, 1) for s in ctx.cfg.services}
     return MPCController(ctx.cfg, _service_weights(ctx, mixes), **kw, mixes=mixes, future_rps=future, name=ctx.spec)
 
 
 def _oracle(kw: dict[str, Any], ctx: BuildContext) -> Controller:
-    if ctx.workload is None:
-        raise ValueError("oracle needs a trace (simulate, compare): it plans on the true future demand")
+    wl = ctx.whole("it plans on the true future demand")
     svc = ctx.svc
     itl = ctx.cfg.controller.pid.setpoint * svc.slo["interactive"].itl_s
-    initial = steady_start_fleet(svc, ctx.cfg.engine, ctx.workload, itl)
-    return oracle_controller(ctx.cfg, svc, ctx.workload, _service_weights(ctx)[svc.name], initial, **kw,
+    initial = steady_start_fleet(svc, ctx.cfg.engine, wl, itl)
+    return oracle_controller(ctx.cfg, svc, wl, _service_weights(ctx)[svc.name], initial, **kw,
                              name=ctx.spec)
 
 
 def _bound(kw: dict[str, Any], ctx: BuildContext) -> Controller:
-    if ctx.workload is None:
-        raise ValueError("bound needs a trace (simulate, compare): it searches schedules by simulating them")
+    wl = ctx.whole("it searches schedules by simulating them")
     if ctx.simulate is None:
         raise ValueError("bound is searched by simulation: run it with simulate or compare")
     svc = ctx.svc
     itl = ctx.cfg.controller.pid.setpoint * svc.slo["interactive"].itl_s
-    initial = steady_start_fleet(svc, ctx.cfg.engine, ctx.workload, itl)
-    return bound_controller(ctx.cfg, svc, ctx.workload, _service_weights(ctx)[svc.name], initial, ctx.simulate,
+    initial = steady_start_fleet(svc, ctx.cfg.engine, wl, itl)
+    return bound_controller(ctx.cfg, svc, wl, _service_weights(ctx)[svc.name], initial, ctx.simulate,
                             **kw, name=ctx.spec)
 
 
@@ -368,7 +379,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
     return name, params
 
 
-def build(spec: str, cfg: FleetConfig, service: str | None = None, workload: Workload | None = None,
+def build(spec: str, cfg: FleetConfig, service: str | None = None, workload: AnyWorkload | None = None,
           simulate: Simulate | None = None) -> Controller:
     """The controller named by ``spec`` (module docstring); its ``name`` is the spec.
 
@@ -376,7 +387,8 @@ def build(spec: str, cfg: FleetConfig, service: str | None = None, workload: Wor
         spec: ``name[:key=value...]``.
         cfg: the fleet (settings of the PID and the loop, engine settings, variants).
         service: the service calibrated on (default the first).
-        workload: the trace, in simulation; None for a live loop.
+        workload: the trace, in simulation (a ``WorkloadStream`` for the controllers that do not plan
+            on the whole of it: not ``oracle``, ``bound``, ``mpc:forecast=perfect``); None for a live loop.
         simulate: runs a controller on this fleet and workload and measures it (``controllers.bound``);
             the simulation drivers give it, and only ``bound`` reads it.
 

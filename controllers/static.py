@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from autoscaler.config import EngineConfig, Service
+from autoscaler.workload.stream import WorkloadStream
 from controllers.base import Controller, Decision, Reason
 from controllers.split import split_capacity
 from models.capacity import ReplicaSpec, RequestMix, mean_itl_rate, variant_weights
 
 if TYPE_CHECKING:
     from autoscaler.state import ServiceEstimate
+    from autoscaler.workload.stream import AnyWorkload
     from autoscaler.workload.types import Request, Workload
 
 PEAK_WINDOW_S = 60.0
@@ -71,9 +75,25 @@ def served(workload: Workload, max_model_len: int | None) -> list[Request]:
     return [r for r in workload.requests if r.input_tokens + r.output_tokens <= max_model_len]
 
 
-def peak_rate_rps(workload: Workload, window_s: float = PEAK_WINDOW_S, max_model_len: int | None = None) -> float:
+def served_columns(workload: AnyWorkload, max_model_len: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Arrival times (s), prompt and output tokens of the requests ``served`` gives, in arrival order; of
+    a ``WorkloadStream`` (``autoscaler.workload.stream``) read from its columns, its requests unmade."""
+    if isinstance(workload, WorkloadStream):
+        a, i, o = workload.arrival_s, workload.input_tokens, workload.output_tokens
+    else:
+        reqs = workload.requests
+        a = np.array([r.arrival_s for r in reqs], dtype=float)
+        i = np.array([r.input_tokens for r in reqs], dtype=np.int64)
+        o = np.array([r.output_tokens for r in reqs], dtype=np.int64)
+    if max_model_len is not None:
+        keep = i + o <= max_model_len
+        a, i, o = a[keep], i[keep], o[keep]
+    return a, i, o
+
+
+def peak_rate_rps(workload: AnyWorkload, window_s: float = PEAK_WINDOW_S, max_model_len: int | None = None) -> float:
     """Highest arrival rate over any ``window_s``-second sliding window of the served requests, requests/s."""
-    return _peak_rate([r.arrival_s for r in served(workload, max_model_len)], window_s)
+    return _peak_rate(served_columns(workload, max_model_len)[0].tolist(), window_s)
 
 
 def _peak_rate(t: list[float], window_s: float) -> float:
@@ -86,12 +106,12 @@ def _peak_rate(t: list[float], window_s: float) -> float:
     return best / window_s
 
 
-def workload_mix(svc: Service, workload: Workload) -> RequestMix | None:
+def workload_mix(svc: Service, workload: AnyWorkload) -> RequestMix | None:
     """The request mix of the requests ``svc`` accepts (``max_model_len``), None when there are none."""
-    reqs = served(workload, svc.max_model_len)
-    if not reqs:
+    _, ins, outs = served_columns(workload, svc.max_model_len)
+    if not ins.size:
         return None
-    return RequestMix.from_requests([r.input_tokens for r in reqs], [r.output_tokens for r in reqs])
+    return RequestMix.from_requests(ins, outs)
 
 
 def provision_for(svc: Service, engine: EngineConfig, mix: RequestMix | None, rate_rps: float,
@@ -113,23 +133,28 @@ def provision_for(svc: Service, engine: EngineConfig, mix: RequestMix | None, ra
     return split_capacity(rate_rps, svc.variants, {}, weights)
 
 
-def peak_provisioning(svc: Service, engine: EngineConfig, workload: Workload) -> dict[str, int]:
+def peak_provisioning(svc: Service, engine: EngineConfig, workload: AnyWorkload) -> dict[str, int]:
     """Replicas per variant for the workload's peak 60-s arrival rate (``provision_for``)."""
     return provision_for(svc, engine, workload_mix(svc, workload),
                          peak_rate_rps(workload, max_model_len=svc.max_model_len))
 
 
-def opening_rate_rps(workload: Workload, window_s: float = 300.0, max_model_len: int | None = None) -> float:
+def opening_rate_rps(workload: AnyWorkload, window_s: float = 300.0, max_model_len: int | None = None) -> float:
     """Peak 60-s arrival rate (``peak_rate_rps``) of the served requests in the workload's first
     ``window_s`` seconds, requests/s (0 for an empty workload)."""
-    if not workload.requests:
-        return 0.0
-    t0 = workload.requests[0].arrival_s
-    t = [r.arrival_s for r in served(workload, max_model_len) if r.arrival_s - t0 < window_s]
-    return _peak_rate(t, PEAK_WINDOW_S)
+    if isinstance(workload, WorkloadStream):
+        if not workload.count:
+            return 0.0
+        t0 = float(workload.arrival_s[0])
+    else:
+        if not workload.requests:
+            return 0.0
+        t0 = workload.requests[0].arrival_s
+    arrivals = served_columns(workload, max_model_len)[0]
+    return _peak_rate(arrivals[arrivals - t0 < window_s].tolist(), PEAK_WINDOW_S)
 
 
-def steady_start_fleet(svc: Service, engine: EngineConfig, workload: Workload, mean_itl_s: float) -> dict[str, int]:
+def steady_start_fleet(svc: Service, engine: EngineConfig, workload: AnyWorkload, mean_itl_s: float) -> dict[str, int]:
     """Replicas per variant of a fleet that has been serving ``workload``'s opening traffic a while:
     ``provision_for`` its opening rate (``opening_rate_rps``) with the mean ITL at ``mean_itl_s`` (the
     PID's setpoint x the ITL SLO); where every adaptive controller starts in simulation."""

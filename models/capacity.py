@@ -183,7 +183,7 @@ class RequestMix:
             raise ValueError("token lengths must be >= 1 and weights >= 0")
 
     @classmethod
-    def from_requests(cls, input_tokens: Sequence[float], output_tokens: Sequence[float],
+    def from_requests(cls, input_tokens: Sequence[float] | np.ndarray, output_tokens: Sequence[float] | np.ndarray,
                       prefix_hit_rate: float = 0.0) -> RequestMix:
         """A stratified summary of observed requests (a trace): output-length strata (finer toward
         the longest), each split into ``_INPUT_POINTS`` prompt-length quantiles at the stratum's mean

@@ -58,6 +58,7 @@ from autoscaler.faults.scenario import CrashFault, HarmRule, LinkSlow, PodMetric
 from autoscaler.report import request_outcomes
 from autoscaler.simulate import SimulationRun
 from autoscaler.simulator.engine import REJECTED
+from autoscaler.workload.stream import columns
 from autoscaler.workload.types import INTERACTIVE
 from controllers.roles import role_weights
 from models.capacity import RequestMix, variant_weights
@@ -99,16 +100,16 @@ class RunFacts:
         sim = run.sim
         self.run = run
         self.svc = sim.cfg.service(sim.target)
-        reqs = sim.workload.requests
+        cols = columns(sim.workload)
         replicas = [r for s in sim.services.values() for r in s.replicas]
         queries = sum(r.metrics.prefix_queries for r in replicas)
         hit = min(sum(r.metrics.prefix_hits for r in replicas) / queries, 0.99) if queries else 0.0
-        mix = RequestMix.from_requests([r.input_tokens for r in reqs], [r.output_tokens for r in reqs], hit)
+        mix = RequestMix.from_requests(cols.input_tokens.tolist(), cols.output_tokens.tolist(), hit)
         self.capacity = {**variant_weights(self.svc, sim.cfg.engine, mix),
                          **role_weights(self.svc, sim.cfg.engine, mix)}
         self.group_of = {v.name: AGGREGATED for v in self.svc.variants}
         self.group_of.update({v.name: role for role, v in self.svc.role_variants()})
-        arrivals = np.array([r.arrival_s for r in reqs])
+        arrivals = cols.arrival_s
         self.end_s = run.end_s
         n_bins = max(1, math.ceil((self.end_s + DEMAND_BIN_S) / DEMAND_BIN_S))
         self.rate = np.bincount((arrivals // DEMAND_BIN_S).astype(int), minlength=n_bins) / DEMAND_BIN_S

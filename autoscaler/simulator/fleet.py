@@ -69,7 +69,8 @@ from autoscaler.simulator.engine import (
 )
 from autoscaler.simulator.gateway import DEFER, SHED_429, Gateway
 from autoscaler.simulator.router import least_outstanding, prefix_affinity
-from autoscaler.workload.types import PRIORITIES, Workload
+from autoscaler.workload.stream import AnyWorkload, WorkloadStream
+from autoscaler.workload.types import PRIORITIES, Request, Workload
 from controllers.admission import concurrency_budget, releases_at_first_token, token_budget, token_charge
 from models.arrivals import BIN_S
 from models.capacity import ReplicaSpec, mean_itl_rate, service_mix, throughput_weights
@@ -250,7 +251,10 @@ class FleetSimulator:
 
     Args:
         cfg: the fleet.
-        workload: requests to replay; all go to ``service`` (default: the first service).
+        workload: requests to replay; all go to ``service`` (default: the first service). A
+            ``WorkloadStream`` (``autoscaler.workload.stream``) is read a chunk at a time as arrivals
+            reach it, never more than one chunk ahead of the last arrival; it needs
+            ``keep_requests=False``, and its run is the run of a ``Workload`` of the same requests.
         service: name of the service the workload targets.
         admission: run each service's gateway with flow control (module docstring).
         keep_requests: keep every request's first attempt (``requests``) and last (``final``) as
@@ -259,11 +263,14 @@ class FleetSimulator:
             each attempt's object when it is sent and dropping it when the request ends: what results
             need, without ~0.4 KB of objects per request (issue 33: a 14-day replay).
 
+    Raises:
+        ValueError: a ``WorkloadStream`` with ``keep_requests``, or flow control with prefill/decode roles.
+
     The control loop drives it: ``run_until(t)`` advances the simulation, ``set_replicas`` actuates,
     and ``services`` / ``requests`` expose state for observation and results.
     """
 
-    def __init__(self, cfg: FleetConfig, workload: Workload, service: str | None = None,
+    def __init__(self, cfg: FleetConfig, workload: AnyWorkload, service: str | None = None,
                  admission: bool = False, keep_requests: bool = True) -> None:
         self.cfg = cfg
         self.workload = workload
@@ -294,13 +301,28 @@ class FleetSimulator:
         self._events: list[tuple[float, int, int, object, int]] = []
         self._seq = 0
         self._rid = 0
-        self._next_arrival = 0
-        self._wreqs = workload.requests
-        n = len(self._wreqs)
+        self._next_arrival = 0  # the next request to arrive, its rid
+        # _wreqs: the requests at hand, the first of which is request _base: the whole workload, or
+        # the stream's current chunk (the next is read when its last request arrives: _refill)
+        self._chunks: Iterator[list[Request]] | None = None
+        self._base = 0
+        if isinstance(workload, WorkloadStream):
+            if keep_requests:
+                raise ValueError("a streamed workload (WorkloadStream) makes each request as it arrives: run it "
+                                 "with keep_requests=False")
+            self._chunks = workload.chunks()
+            self._wreqs: list[Request] = next(self._chunks, [])
+            n, self._last_arrival_s = workload.count, workload.last_arrival_s
+        else:
+            self._wreqs = workload.requests
+            n = len(self._wreqs)
+            self._last_arrival_s = self._wreqs[-1].arrival_s if self._wreqs else 0.0
+        self._count = n
         self.keep_requests = keep_requests
         self._requests: list[SimRequest] | None = None
         self._final: list[SimRequest] | None = None
         if keep_requests:
+            assert isinstance(workload, Workload)
             with collector_paused():  # a new object per request: nothing here for the collector to free
                 self._requests = [SimRequest(r) for r in workload.requests]
             self._final = list(self._requests)
@@ -361,10 +383,11 @@ class FleetSimulator:
     def run_until(self, t_end: float) -> None:
         """Process every arrival, event and client timeout up to and including ``t_end`` (seconds)."""
         wreqs = self._wreqs
+        base = self._base
         kept = self._requests
         events = self._events
         services = self.services
-        n = len(wreqs)
+        n = len(wreqs)  # requests at hand: request base + n - 1 is the last
         inf = math.inf
         heappop = heapq.heappop
         gated = any(svc.flow is not None for svc in services.values())  # flow control is set up at start only
@@ -373,7 +396,7 @@ class FleetSimulator:
         # come first (or it is inf and a request arrives to an empty fleet).
         t_out = self._next_timeout_s()
         nxt = self._next_arrival  # only this loop moves it: the next arrival is re-read when it does
-        t_arr = wreqs[nxt].arrival_s if nxt < n else inf
+        t_arr = wreqs[nxt - base].arrival_s if nxt - base < n else inf
         while True:
             t_evt = events[0][0] if events else inf
             t_next = t_arr if t_arr <= t_evt else t_evt
@@ -390,15 +413,19 @@ class FleetSimulator:
                 if kept is not None:
                     sr = kept[nxt]
                 else:
-                    sr = SimRequest(wreqs[nxt])
+                    sr = SimRequest(wreqs[nxt - base])
                     self._live[nxt] = sr
                 self._first.append(sr)
                 nxt += 1
                 self._next_arrival = nxt
+                if nxt - base == n and self._chunks is not None:  # the last at hand has arrived: read on
+                    self._refill()
+                    wreqs, base = self._wreqs, self._base
+                    n = len(wreqs)
                 if t_out == inf:
                     t_out = -inf
                 self._arrive(sr)
-                t_arr = wreqs[nxt].arrival_s if nxt < n else inf
+                t_arr = wreqs[nxt - base].arrival_s if nxt - base < n else inf
             else:
                 t, _, kind, obj, version = heappop(events)
                 self.now = t
@@ -427,6 +454,22 @@ class FleetSimulator:
                     self._deadline(obj)  # type: ignore[arg-type]
         self.now = max(self.now, t_end)
 
+    def _refill(self) -> None:
+        """Take the stream's next chunk as the requests at hand (none left: an empty list)."""
+        assert self._chunks is not None
+        self._base = self._next_arrival
+        self._wreqs = next(self._chunks, [])
+        if not self._wreqs:
+            self._chunks = None
+
+    def _unsent(self) -> Iterator[Request]:
+        """The requests not yet arrived, in arrival order (the rest of the stream read now)."""
+        yield from self._wreqs[self._next_arrival - self._base:]
+        if self._chunks is not None:
+            for chunk in self._chunks:
+                yield from chunk
+            self._chunks = None
+
     def crash_outcomes(self) -> list[dict[str, object]]:
         """Every configured crash with its outcome: ``time_s``, ``service``, ``variant``, ``applied``,
         ``failed_requests`` and, when not applied, ``why`` (no ready replica, or after the run ended)."""
@@ -446,19 +489,30 @@ class FleetSimulator:
     @property
     def in_flight(self) -> int:
         """Requests that have arrived and not yet ended (on a replica or at a gateway)."""
-        return self.open_requests - (len(self._wreqs) - self._next_arrival)
+        return self.open_requests - (self._count - self._next_arrival)
+
+    @property
+    def request_count(self) -> int:
+        """Requests in the workload."""
+        return self._count
+
+    @property
+    def arrived(self) -> int:
+        """Requests that have arrived so far."""
+        return self._next_arrival
 
     @property
     def next_arrival_s(self) -> float | None:
         """Arrival time of the next request not yet arrived, seconds; None when all have arrived."""
-        if self._next_arrival >= len(self._wreqs):
+        i = self._next_arrival - self._base
+        if i >= len(self._wreqs):
             return None
-        return self._wreqs[self._next_arrival].arrival_s
+        return self._wreqs[i].arrival_s
 
     @property
     def last_arrival_s(self) -> float:
         """Arrival time of the last request, seconds (0 for an empty workload)."""
-        return self._wreqs[-1].arrival_s if self._wreqs else 0.0
+        return self._last_arrival_s
 
     @property
     def requests(self) -> list[SimRequest]:
@@ -1080,7 +1134,7 @@ class FleetSimulator:
             open_attempts: Iterable[SimRequest] = self._final
         else:  # the same order: the requests sent, then those never sent (their first attempt, made now)
             sent = [self._live[rid] for rid in sorted(self._live)]
-            open_attempts = itertools.chain(sent, (SimRequest(r) for r in self._wreqs[self._next_arrival:]))
+            open_attempts = itertools.chain(sent, (SimRequest(r) for r in self._unsent()))
         for sr in open_attempts:
             if not self._closed[sr.req.rid]:
                 if sr.status is None:

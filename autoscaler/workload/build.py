@@ -12,8 +12,9 @@ from autoscaler.errors import TraceError
 from autoscaler.workload._common import MAX_SPAN_S
 from autoscaler.workload.classes import assign_classes, group_workflows
 from autoscaler.workload.loader import load_trace
-from autoscaler.workload.servegen import is_servegen_dir, load_servegen
+from autoscaler.workload.servegen import is_servegen_dir, load_servegen, servegen_stream
 from autoscaler.workload.shaping import shape
+from autoscaler.workload.stream import CHUNK_REQUESTS, WorkloadStream
 from autoscaler.workload.synthetic import synthetic_workload
 from autoscaler.workload.types import Workload
 
@@ -147,3 +148,31 @@ def build_workload(
         where = "the trace" if trace is not None else "the synthetic workload"
         raise ValueError(f"no requests left in {where} after --rate-scale {rate_scale:g}")
     return wl
+
+
+def build_stream(
+    trace: Path,
+    rate_scale: float = 1.0,
+    seed: int = 0,
+    batch_fraction: float = DEFAULT_BATCH_FRACTION,
+    span: tuple[float, float] | None = None,
+    lengths_from: Path | None = None,
+    chunk_requests: int = CHUNK_REQUESTS,
+) -> WorkloadStream:
+    """The workload ``build_workload(trace, None, rate_scale, 1.0, seed, batch_fraction, span,
+    lengths_from)`` builds from a ServeGen folder, as a ``WorkloadStream`` (``workload.stream``): the
+    same requests, field for field, kept as columns and made ``chunk_requests`` at a time as a run
+    reaches them. A file trace is read whole (``build_workload``): only a ServeGen folder streams.
+
+    Raises:
+        TraceError: a malformed trace.
+        ValueError: ``trace`` not a ServeGen folder, or bad shaping arguments (``check_shaping``).
+    """
+    check_shaping(rate_scale, 1.0, batch_fraction)
+    if not is_servegen_dir(trace):
+        raise ValueError(f"{trace}: not a ServeGen model folder; only those stream (a trace file is read whole)")
+    pairs = None
+    if lengths_from is not None:
+        pairs = np.array([(r.input_tokens, r.output_tokens) for r in load_trace(lengths_from).requests])
+    return servegen_stream(trace, *(span or SERVEGEN_DEFAULT_SPAN), rate_scale=rate_scale, seed=seed, lengths=pairs,
+                           batch_fraction=batch_fraction, chunk_requests=chunk_requests)

@@ -32,8 +32,19 @@ import numpy as np
 
 from autoscaler.workload import synthetic as syn
 from autoscaler.workload._common import read_lines, show, trace_error
+from autoscaler.workload.classes import CLASS_STREAM, CRITICAL_FRACTION, PRIORITY_STREAM
 from autoscaler.workload.shaping import MAX_REQUESTS
-from autoscaler.workload.types import Request, Workload
+from autoscaler.workload.stream import CHUNK_REQUESTS, WorkloadStream
+from autoscaler.workload.types import (
+    BATCH,
+    CRITICAL,
+    INTERACTIVE,
+    REQUEST_CLASSES,
+    SHEDDABLE,
+    STANDARD,
+    Request,
+    Workload,
+)
 
 WINDOW_S = 600.0  # ServeGen's window length (SOURCE.md)
 CHUNK = re.compile(r"chunk-(\d+)-trace\.csv")
@@ -100,25 +111,11 @@ def _first_arrival(dist: str, shape: float, mean_gap: float, rng: np.random.Gene
     return float(rng.uniform() * straddling)
 
 
-def load_servegen(path: str | Path, start_s: float, end_s: float, rate_scale: float = 1.0,
-                  seed: int = 0, lengths: np.ndarray | None = None) -> Workload:
-    """Requests of every client in ``path`` arriving in [start_s, end_s) of the ServeGen time axis.
-
-    Args:
-        path: a ServeGen model folder (``chunk-<n>-trace.csv`` files).
-        start_s, end_s: the span, seconds from the start of the release (ServeGen day d is
-            [86400 d, 86400 (d + 1))).
-        rate_scale: multiplies every client's rate (> 0).
-        seed: the same folder, span, scale and seed always give the same workload.
-        lengths: (input, output) token pairs to draw from, shape (n, 2), n >= 1; None = the lognormals.
-
-    Returns:
-        a ``Workload`` (``block_tokens`` 512, arrivals from 0 = ``start_s``), ``source`` = the folder.
-
-    Raises:
-        TraceError: no chunk file in the folder, a malformed row, or no request in the span.
-        ValueError: an empty span, a rate scale that is not a finite number > 0, or empty ``lengths``.
-    """
+def servegen_columns(path: str | Path, start_s: float, end_s: float, rate_scale: float = 1.0, seed: int = 0,
+                     lengths: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The requests ``load_servegen`` makes, as columns: arrival times (seconds from ``start_s``,
+    float64, sorted), client (int32), input and output tokens (int32); arguments and errors as its.
+    Only the columns are kept past each step, so the peak is a few tens of bytes a request."""
     p = Path(path)
     if not (math.isfinite(start_s) and math.isfinite(end_s) and end_s > start_s):
         raise ValueError(f"the span needs start < end, got {start_s:g}..{end_s:g}")
@@ -149,22 +146,75 @@ def load_servegen(path: str | Path, start_s: float, end_s: float, rate_scale: fl
                 arr = np.concatenate([arr, arr[-1] + np.cumsum(_gaps(dist, shape, mean_gap, n, rng))])
             arr = arr[(arr < t + WINDOW_S) & (arr >= start_s) & (arr < end_s)]
             times.append(arr)
-            clients.append(np.full(len(arr), client))
+            clients.append(np.full(len(arr), client, dtype=np.int32))
     if not times or not sum(len(a) for a in times):
         raise trace_error(p, None, f"no request in the span {start_s:g}..{end_s:g} s")
     arrivals = np.concatenate(times)
-    owner = np.concatenate(clients)
+    del times
     order = np.argsort(arrivals, kind="stable")
-    arrivals, owner = arrivals[order] - start_s, owner[order]
+    arrivals = arrivals[order] - start_s
+    owner = np.concatenate(clients)[order]
+    del clients, order
 
     if lengths is not None:
-        pairs = np.asarray(lengths, dtype=int)[rng.integers(0, len(lengths), len(arrivals))]
-        ins, outs = pairs[:, 0], pairs[:, 1]
+        pick = rng.integers(0, len(lengths), len(arrivals))
+        pairs = np.asarray(lengths, dtype=int)
+        ins, outs = pairs[pick, 0].astype(np.int32), pairs[pick, 1].astype(np.int32)
     else:
         in_mu, in_sigma = syn.lognormal_params(syn.INPUT_MEDIAN_TOKENS, syn.INPUT_MEAN_TOKENS)
         out_mu, out_sigma = syn.lognormal_params(syn.OUTPUT_MEDIAN_TOKENS, syn.OUTPUT_MEAN_TOKENS)
-        ins = np.clip(np.rint(rng.lognormal(in_mu, in_sigma, len(arrivals))), 1, syn.INPUT_MAX_TOKENS).astype(int)
-        outs = np.clip(np.rint(rng.lognormal(out_mu, out_sigma, len(arrivals))), 1, syn.OUTPUT_MAX_TOKENS).astype(int)
+        ins = np.clip(np.rint(rng.lognormal(in_mu, in_sigma, len(arrivals))), 1,
+                      syn.INPUT_MAX_TOKENS).astype(np.int32)
+        outs = np.clip(np.rint(rng.lognormal(out_mu, out_sigma, len(arrivals))), 1,
+                       syn.OUTPUT_MAX_TOKENS).astype(np.int32)
+    return arrivals, owner, ins, outs
+
+
+def servegen_stream(path: str | Path, start_s: float, end_s: float, rate_scale: float = 1.0, seed: int = 0,
+                    lengths: np.ndarray | None = None, batch_fraction: float = 0.2,
+                    critical_fraction: float = CRITICAL_FRACTION,
+                    chunk_requests: int = CHUNK_REQUESTS) -> WorkloadStream:
+    """The requests of ``assign_classes(load_servegen(...), batch_fraction, seed, critical_fraction)``
+    as a ``WorkloadStream`` (``workload.stream``): the same requests, field for field, made a chunk at a
+    time. Arguments and errors as ``load_servegen``'s and ``assign_classes``'s."""
+    for name, x in (("batch_fraction", batch_fraction), ("critical_fraction", critical_fraction)):
+        if not 0.0 <= x <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {x}")
+    arrivals, owner, ins, outs = servegen_columns(path, start_s, end_s, rate_scale, seed, lengths)
+    n = len(arrivals)
+    # assign_classes' draws: every request is its own workflow, so its unit is its index
+    is_batch = np.random.default_rng((seed, CLASS_STREAM)).random(n) < batch_fraction
+    is_critical = np.random.default_rng((seed, PRIORITY_STREAM)).random(n) < critical_fraction
+    cls = np.where(is_batch, REQUEST_CLASSES.index(BATCH), REQUEST_CLASSES.index(INTERACTIVE)).astype(np.uint8)
+    priority = np.where(is_batch, SHEDDABLE, np.where(is_critical, CRITICAL, STANDARD)).astype(np.uint8)
+    del is_batch, is_critical
+    system_blocks = syn.SYSTEM_PROMPT_BLOCKS
+    meta: dict[str, float | str] = {"seed": seed, "start_s": start_s, "end_s": end_s, "rate_scale": rate_scale}
+    return WorkloadStream(arrivals, ins, outs, cls, priority, owner, system_blocks,
+                          (int(owner.max()) + 1) * system_blocks, syn.BLOCK_TOKENS, str(Path(path)), meta,
+                          chunk_requests)
+
+
+def load_servegen(path: str | Path, start_s: float, end_s: float, rate_scale: float = 1.0,
+                  seed: int = 0, lengths: np.ndarray | None = None) -> Workload:
+    """Requests of every client in ``path`` arriving in [start_s, end_s) of the ServeGen time axis.
+
+    Args:
+        path: a ServeGen model folder (``chunk-<n>-trace.csv`` files).
+        start_s, end_s: the span, seconds from the start of the release (ServeGen day d is
+            [86400 d, 86400 (d + 1))).
+        rate_scale: multiplies every client's rate (> 0).
+        seed: the same folder, span, scale and seed always give the same workload.
+        lengths: (input, output) token pairs to draw from, shape (n, 2), n >= 1; None = the lognormals.
+
+    Returns:
+        a ``Workload`` (``block_tokens`` 512, arrivals from 0 = ``start_s``), ``source`` = the folder.
+
+    Raises:
+        TraceError: no chunk file in the folder, a malformed row, or no request in the span.
+        ValueError: an empty span, a rate scale that is not a finite number > 0, or empty ``lengths``.
+    """
+    arrivals, owner, ins, outs = servegen_columns(path, start_s, end_s, rate_scale, seed, lengths)
     block, system_blocks = syn.BLOCK_TOKENS, syn.SYSTEM_PROMPT_BLOCKS
     next_hash = (int(owner.max()) + 1) * system_blocks  # ids below are the clients' system prompts
     requests = []
@@ -177,4 +227,4 @@ def load_servegen(path: str | Path, start_s: float, end_s: float, rate_scale: fl
         requests.append(Request(arrival_s=a, input_tokens=n_in, output_tokens=n_out, hash_ids=hash_ids,
                                 workflow_id=i, step=0))
     meta: dict[str, float | str] = {"seed": seed, "start_s": start_s, "end_s": end_s, "rate_scale": rate_scale}
-    return Workload(requests, block_tokens=block, source=str(p), meta=meta)
+    return Workload(requests, block_tokens=block, source=str(Path(path)), meta=meta)
