@@ -279,6 +279,16 @@ def learnable(est: ServiceEstimate, obs: VariantObservation, ready_since_s: floa
     return rate, ttft / slo.ttft_s, tpot / slo.itl_s
 
 
+def p95_stress(obs: VariantObservation, slo: SLO) -> float | None:
+    """The worse of a variant's pods' p95 TTFT and p95 time per output token over the SLO's targets
+    (``learn=3``'s gate, ``models.learning.STRESS``); None when either is unknown (no tick is read
+    as unstressed for want of a signal)."""
+    ttft, tpot = obs.signals.ttft_p95_s, obs.signals.tpot_p95_s
+    if ttft is None or tpot is None:
+        return None
+    return max(ttft / slo.ttft_s, tpot / slo.itl_s)
+
+
 def measured_hold(rates: list[tuple[float, float]], cold_s: float) -> float:
     """The shortest of ``HOLDS_S`` whose falls seldom reverse, seconds, measured on ``rates`` ((time s,
     arrival rate req/s), oldest first). With a hold, the plan's floor at a tick is the highest rate
@@ -724,7 +734,9 @@ class MPCController(Controller):
         learn: what each variant's capacity is corrected by from its own telemetry (needs ``mixes``):
             0 nothing; 1 its speed (``speed_factor``); 2 its speed and its capacity posterior
             (``models.learning``: opt-in, it cost more than it saved on the shipped traces,
-            ``docs/controllers.md#capacity-learned-online``).
+            ``docs/controllers.md#capacity-learned-online``); 3 as 2, each correction's sign gated by
+            the variant's p95 SLO ratio (``p95_stress``, ``models.learning.STRESS``: down only where
+            the tail is near the SLO, up only where it is not; opt-in).
         mixes: service -> the request mix ``weights`` were computed for (None: the service gets none).
         window_s: signal window, seconds (at least the tick).
         mix: ``calibrated`` (capacity for the mix the registry calibrated on) or ``forecast`` (that
@@ -837,6 +849,7 @@ class MPCController(Controller):
         self.hold_s = hold_s
         self.learn = bool(learn) and mixes is not None
         self.learn_capacity = self.learn and learn >= 2
+        self.gated = self.learn and learn >= 3
         self.mixes = dict(mixes or {})
         self.engine = cfg.planning_engine()
         self._capacity_cache: dict[tuple[object, ...], float] = {}
@@ -1152,8 +1165,11 @@ class MPCController(Controller):
                 self._curve_cache[key] = (latency_curve(self._slowed(v, alpha), mix, slo.ttft_s, slo.itl_s, model_rps)
                                           if model_rps > 0 else None)
             curve = self._curve_cache[key]
-            if curve is not None and (rate / obs.ready) / prior_rps >= MIN_LEARN_LOAD:
-                mem.learned[v.name] = post.observe((rate / obs.ready) / prior_rps, ttft_ratio, tpot_ratio, curve)
+            stress = p95_stress(obs, svc.slo["interactive"]) if self.gated else None
+            if (curve is not None and (rate / obs.ready) / prior_rps >= MIN_LEARN_LOAD
+                    and (stress is not None or not self.gated)):
+                mem.learned[v.name] = post.observe((rate / obs.ready) / prior_rps, ttft_ratio, tpot_ratio, curve,
+                                                   stress)
         return post.planned()
 
     # ------------------------------------------------------------------ prefill/decode pools
