@@ -74,7 +74,14 @@ the time per output token) at or above which a tick shows a replica near its cap
 target is 99 % of requests (``controllers.mpc``), so where the p95 is within 20 % of the target the
 1 % tail beyond it is at the target: a correction down is taken only at or above it (a replica that
 meets its SLO with this margin is not over its capacity, whatever its mean latencies say), one up
-only below it (a replica near its limit shows none to spare)."""
+only below it (a replica near its limit shows none to spare), and at ``UP_LOAD`` or more."""
+
+UP_LOAD = 0.8
+"""With ``stress``: the least load, as a share of the capacity the posterior believes (``kappa``), a
+correction up is taken at. A first gate took one up at any calm tick: calm ticks at light load then
+passed only the noise's ups, and the estimate ratcheted up (Azure conv x20: 96.49 % interactive,
+docs/controllers.md#capacity-learned-online); a replica that is calm near what it is believed to
+serve is evidence that it serves more, one calm at half of it is not."""
 
 PLAN_SIGMA_FLOOR = 0.05
 """The least standard deviation the plan's hedge reads: the filter's own shrinks with every tick,
@@ -206,8 +213,8 @@ class CapacityPosterior:
         ``ratio`` (> 0) where the model shows ``curve``. False, unchanged, when it cannot show capacity
         (the curve cannot place the ratio, or is too flat there). With ``stress`` (the tick's p95
         latency over its SLO, ``STRESS``), a measurement below the posterior mean is taken only at or
-        above ``STRESS`` and one above it only below ``STRESS``: the sign of a correction agrees with
-        what the SLO shows (learned from means alone, bursty arrivals read as load and moved the
+        above ``STRESS`` and one above it only below ``STRESS`` at ``UP_LOAD`` or more: the sign of a
+        correction agrees with what the SLO shows (learned from means alone, bursty arrivals read as load and moved the
         capacity down where the SLO was met: docs/controllers.md#capacity-learned-online)."""
         if not (load > 0 and ratio > 0 and math.isfinite(ratio)):
             return False
@@ -220,6 +227,8 @@ class CapacityPosterior:
         z = math.log(load / x)
         if stress is not None and (z < self.mean) != (stress >= STRESS):
             return False  # the latency's means and the SLO's tail disagree on the sign: no correction
+        if stress is not None and z > self.mean and load / self.kappa < UP_LOAD:
+            return False  # calm far below its believed capacity: no evidence of more
         r = (SIGMA_LOG_RATIO / e) ** 2
         prior_var = self.var + PROCESS_SIGMA ** 2
         spread = math.sqrt(prior_var + r)

@@ -78,7 +78,8 @@ def test_the_gate_takes_a_correction_only_where_the_slo_agrees_with_its_sign() -
     # A replica at 80 % of the prior's capacity whose mean TTFT is what the model shows at 90 % reads
     # as a capacity 0.8 / 0.9 of the prior (down); at 60 %, 0.8 / 0.6 of it (up). With the gate
     # (``stress``, the p95 SLO ratio) a correction down is taken only where the tail is at STRESS (0.8)
-    # or above, one up only below it; a taken one is exactly the ungated update.
+    # or above, one up only below it and at UP_LOAD (0.8) of the believed capacity or more; a taken one
+    # is exactly the ungated update.
     spec, model = h100()
     curve = latency_curve(spec, MIX, SLO.ttft_s, SLO.itl_s, model)
     for at, sign in ((0.9, -1.0), (0.6, 1.0)):
@@ -93,6 +94,10 @@ def test_the_gate_takes_a_correction_only_where_the_slo_agrees_with_its_sign() -
         assert post == CapacityPosterior()
         assert post.measure(0.8, ratio, curve.ttft, stress=taken)
         assert post == free
+    # Calm, but at 70 % of the believed capacity (below UP_LOAD, 0.8): no correction up.
+    light = mean_latencies(spec, MIX, 0.5 * model)[0] / SLO.ttft_s
+    assert CapacityPosterior().measure(0.7, light, curve.ttft)
+    assert not CapacityPosterior().measure(0.7, light, curve.ttft, stress=0.5 * STRESS)
     # At the threshold itself a tick is near capacity: down taken, up refused.
     down = mean_latencies(spec, MIX, 0.9 * model)[0] / SLO.ttft_s
     up = mean_latencies(spec, MIX, 0.6 * model)[0] / SLO.ttft_s
