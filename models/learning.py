@@ -78,10 +78,11 @@ only below it (a replica near its limit shows none to spare), and at ``UP_LOAD``
 
 UP_LOAD = 0.8
 """With ``stress``: the least load, as a share of the capacity the posterior believes (``kappa``), a
-correction up is taken at. A first gate took one up at any calm tick: calm ticks at light load then
-passed only the noise's ups, and the estimate ratcheted up (Azure conv x20: 96.49 % interactive,
-docs/controllers.md#capacity-learned-online); a replica that is calm near what it is believed to
-serve is evidence that it serves more, one calm at half of it is not."""
+correction up is taken at: a replica calm near what it is believed to serve is evidence that it
+serves more, one calm at half of it is not (where only calm ticks' ups pass, noise alone would
+ratchet the estimate up). Measured, it did not recover what the gate loses on Azure conv x20 (96.53 %
+interactive against 97.07 % without it): the loss there is the corrections down the gate refuses
+(docs/controllers.md, "Learned near saturation, hedged by measured error")."""
 
 PLAN_SIGMA_FLOOR = 0.05
 """The least standard deviation the plan's hedge reads: the filter's own shrinks with every tick,
