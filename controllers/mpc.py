@@ -230,6 +230,9 @@ Z_LIMITS = (0.0, NormalDist().inv_cdf(0.99))
 """``hedge=adaptive``'s z stays within the band's mean and its 0.99 quantile."""
 FORECASTS = ("auto", "last", "perfect")
 HEDGES = ("band", "measured", "adaptive")
+HOLDS = ("auto", "fixed", "measured")
+"""``hold``: ``auto`` measured (``measured_hold``) under ``hedge=measured``, else ``DEFAULT_HOLD_S``;
+``fixed`` ``DEFAULT_HOLD_S``; ``measured`` measured under any hedge. ``hold_s`` overrides each."""
 MIXES = ("calibrated", "forecast")
 MIX_STEP = 0.05
 """Forecast token means and hit rates are rounded to 5 % (of the calibrated mean; of the hit rate)
@@ -277,6 +280,16 @@ def learnable(est: ServiceEstimate, obs: VariantObservation, ready_since_s: floa
     if rate is None or ttft is None or tpot is None or not rate > 0:
         return None
     return rate, ttft / slo.ttft_s, tpot / slo.itl_s
+
+
+def p95_stress(obs: VariantObservation, slo: SLO) -> float | None:
+    """The worse of a variant's pods' p95 TTFT and p95 time per output token over the SLO's targets
+    (``learn=3``'s gate, ``models.learning.STRESS``); None when either is unknown (no tick is read
+    as unstressed for want of a signal)."""
+    ttft, tpot = obs.signals.ttft_p95_s, obs.signals.tpot_p95_s
+    if ttft is None or tpot is None:
+        return None
+    return max(ttft / slo.ttft_s, tpot / slo.itl_s)
 
 
 def measured_hold(rates: list[tuple[float, float]], cold_s: float) -> float:
@@ -720,11 +733,13 @@ class MPCController(Controller):
             ``perfect`` (``future_rps``, the trace's true demand: a yardstick for the forecaster).
         hold_s: the plan never goes below the highest arrival rate seen over this many seconds (>= 0);
             None (default): ``DEFAULT_HOLD_S``, or with ``hedge=measured`` measured on the service's
-            own rates (``measured_hold``).
+            own rates (``measured_hold``); ``hold`` says which when ``hold_s`` is None.
         learn: what each variant's capacity is corrected by from its own telemetry (needs ``mixes``):
             0 nothing; 1 its speed (``speed_factor``); 2 its speed and its capacity posterior
             (``models.learning``: opt-in, it cost more than it saved on the shipped traces,
-            ``docs/controllers.md#capacity-learned-online``).
+            ``docs/controllers.md#capacity-learned-online``); 3 as 2, each correction's sign gated by
+            the variant's p95 SLO ratio (``p95_stress``, ``models.learning.STRESS``: down only where
+            the tail is near the SLO, up only where it is not; opt-in).
         mixes: service -> the request mix ``weights`` were computed for (None: the service gets none).
         window_s: signal window, seconds (at least the tick).
         mix: ``calibrated`` (capacity for the mix the registry calibrated on) or ``forecast`` (that
@@ -744,6 +759,8 @@ class MPCController(Controller):
             forecaster's interval read at the z its own recent misses call for, ``conformal_z`` of
             ``band_scores``: z(``quantile``) until ``MIN_SCORES`` steps are judged; the
             ``DEFAULT_HOLD_S`` hold unless ``hold_s`` is given).
+        hold: ``HOLDS``: ``auto`` (default: measured with ``hedge=measured``, else ``DEFAULT_HOLD_S``),
+            ``fixed`` or ``measured`` (``measured_hold`` under any hedge; opt-in); ``hold_s`` overrides it.
         coverage: with ``hedge=adaptive``, the share of judged plan steps the band is sized to cover
             (``COVERAGE``), in (0, 1).
         cover: 1 holds every aggregated scale-down while the plan is short, or wants the replica
@@ -774,7 +791,7 @@ class MPCController(Controller):
         name: the spec it was built from.
 
     Raises:
-        ValueError: an argument out of range, an unknown ``forecast`` or ``hedge``, or ``perfect`` without
+        ValueError: an argument out of range, an unknown ``forecast``, ``hedge`` or ``hold``, or ``perfect`` without
             ``future_rps``, a negative ``node_limit``.
     """
 
@@ -790,7 +807,7 @@ class MPCController(Controller):
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
                  pool: int = 1, warm: int = 0, shed: int = 0, shed_weight: float = DEFAULT_SHED_WEIGHT,
                  pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0,
-                 coverage: float = COVERAGE, cover: int = 0,
+                 coverage: float = COVERAGE, cover: int = 0, hold: str = "auto",
                  name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
@@ -819,6 +836,8 @@ class MPCController(Controller):
             raise ValueError(f"{name}: forecast must be one of {', '.join(FORECASTS)}, got '{forecast}'")
         if hedge not in HEDGES:
             raise ValueError(f"{name}: hedge must be one of {', '.join(HEDGES)}, got '{hedge}'")
+        if hold not in HOLDS:
+            raise ValueError(f"{name}: hold must be one of {', '.join(HOLDS)}, got '{hold}'")
         if mix not in MIXES:
             raise ValueError(f"{name}: mix must be one of {', '.join(MIXES)}, got '{mix}'")
         if forecast == "perfect" and future_rps is None:
@@ -835,8 +854,10 @@ class MPCController(Controller):
         self.z = NormalDist().inv_cdf(quantile) / Z95
         self.miss_weight = miss_weight
         self.hold_s = hold_s
+        self.hold = hold
         self.learn = bool(learn) and mixes is not None
         self.learn_capacity = self.learn and learn >= 2
+        self.gated = self.learn and learn >= 3
         self.mixes = dict(mixes or {})
         self.engine = cfg.planning_engine()
         self._capacity_cache: dict[tuple[object, ...], float] = {}
@@ -1152,8 +1173,11 @@ class MPCController(Controller):
                 self._curve_cache[key] = (latency_curve(self._slowed(v, alpha), mix, slo.ttft_s, slo.itl_s, model_rps)
                                           if model_rps > 0 else None)
             curve = self._curve_cache[key]
-            if curve is not None and (rate / obs.ready) / prior_rps >= MIN_LEARN_LOAD:
-                mem.learned[v.name] = post.observe((rate / obs.ready) / prior_rps, ttft_ratio, tpot_ratio, curve)
+            stress = p95_stress(obs, svc.slo["interactive"]) if self.gated else None
+            if (curve is not None and (rate / obs.ready) / prior_rps >= MIN_LEARN_LOAD
+                    and (stress is not None or not self.gated)):
+                mem.learned[v.name] = post.observe((rate / obs.ready) / prior_rps, ttft_ratio, tpot_ratio, curve,
+                                                   stress)
         return post.planned()
 
     # ------------------------------------------------------------------ prefill/decode pools
@@ -1230,7 +1254,7 @@ class MPCController(Controller):
         recovering = self._recovering(est, svc, mem)
         mem.first_s = est.time_s if mem.first_s is None else mem.first_s
         mem.rates = [(t, r) for t, r in mem.rates if t > est.time_s - HOLD_HISTORY_S] + [(est.time_s, new_rps)]
-        if self.hold_s is None and self.hedge == "measured":
+        if self.hold_s is None and (self.hold == "measured" or (self.hold == "auto" and self.hedge == "measured")):
             if est.time_s - mem.hold_measured_s >= HOLD_EVERY_S:
                 cold = max(v.startup_cold_s for _, v in all_variants(svc))
                 mem.hold_s, mem.hold_measured_s = measured_hold(mem.rates, cold), est.time_s

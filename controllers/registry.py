@@ -12,8 +12,10 @@ Names: ``pid`` (``controllers.pid``); ``static`` and ``static-ilp`` (fixed fleet
 service with ``roles``), ``wva``;
 ``mpc`` (``controllers.mpc``: ``mpc:horizon=40:quantile=0.9:miss_weight=10:forecast=auto``;
 ``hedge=measured`` plans on its own forecast errors instead of the forecaster's band, and on the
-hold they show; ``hold_s=S`` fixes the hold (300 s); ``learn=0`` turns off the speed it learns,
-``learn=2`` adds the capacity posterior (``models.learning``); ``burst=1`` plans for the arrivals'
+hold they show; ``hold=measured`` measures the hold under any hedge; ``hold_s=S`` fixes it (300 s);
+``learn=0`` turns off the speed it learns,
+``learn=2`` adds the capacity posterior (``models.learning``), ``learn=3`` gates its corrections by
+the p95 SLO ratio; ``burst=1`` plans for the arrivals'
 measured burstiness (``models.arrivals``), ``cap=1`` counts that a step prefills at most its budget;
 ``cover=1`` holds a scale-down while the plan is short within a cold start (``hold_downs_within_start``);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
@@ -312,7 +314,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
     "mpc": (_params(MPCController, "cfg", "weights", "mixes", "future_rps",
                     horizon=Param(int, 1, closed=True, high=MAX_HORIZON),
                     quantile=Param(float, 0.0, high=0.999), miss_weight=POSITIVE, forecast=TEXT,
-                    hold_s=NON_NEGATIVE, learn=Param(int, 0, closed=True, high=2), hedge=TEXT, mix=TEXT,
+                    hold_s=NON_NEGATIVE, learn=Param(int, 0, closed=True, high=3), hedge=TEXT, hold=TEXT, mix=TEXT,
                     node_limit=Param(int, 0, closed=True), pool=Param(int, 1, closed=True, high=256),
                     warm=Param(int, 0, closed=True, high=1), shed=Param(int, 0, closed=True, high=1),
                     shed_weight=POSITIVE, pd_util=Param(float, 0.0, high=1.0),

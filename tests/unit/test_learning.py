@@ -21,9 +21,10 @@ from controllers.mpc import (
     learnable,
     measured_hold,
     measured_path,
+    p95_stress,
 )
 from models.capacity import ReplicaSpec, RequestMix, replica_capacity
-from models.learning import CapacityPosterior, latency_curve, mean_latencies
+from models.learning import STRESS, CapacityPosterior, latency_curve, mean_latencies
 
 CFG = default_config()
 SVC = CFG.services[0]
@@ -71,6 +72,73 @@ def test_a_tick_at_light_load_teaches_nothing() -> None:
     post = CapacityPosterior()
     assert not post.observe(0.03, 1.5 * ttft / SLO.ttft_s, 1.5 * tpot / SLO.itl_s, curve)
     assert post == CapacityPosterior()
+
+
+def test_the_gate_takes_a_correction_only_where_the_slo_agrees_with_its_sign() -> None:
+    # A replica at 80 % of the prior's capacity whose mean TTFT is what the model shows at 90 % reads
+    # as a capacity 0.8 / 0.9 of the prior (down); at 60 %, 0.8 / 0.6 of it (up). With the gate
+    # (``stress``, the p95 SLO ratio) a correction down is taken only where the tail is at STRESS (0.8)
+    # or above, one up only below it and at UP_LOAD (0.8) of the believed capacity or more; a taken one
+    # is exactly the ungated update.
+    spec, model = h100()
+    curve = latency_curve(spec, MIX, SLO.ttft_s, SLO.itl_s, model)
+    for at, sign in ((0.9, -1.0), (0.6, 1.0)):
+        ratio = mean_latencies(spec, MIX, at * model)[0] / SLO.ttft_s
+        free = CapacityPosterior()
+        assert free.measure(0.8, ratio, curve.ttft)
+        assert np.sign(free.mean) == sign and np.sign(math.log(0.8 / at)) == sign
+        calm, near = 0.5 * STRESS, 1.5 * STRESS
+        refused, taken = (calm, near) if sign < 0 else (near, calm)
+        post = CapacityPosterior()
+        assert not post.measure(0.8, ratio, curve.ttft, stress=refused)
+        assert post == CapacityPosterior()
+        assert post.measure(0.8, ratio, curve.ttft, stress=taken)
+        assert post == free
+    # Calm, but at 70 % of the believed capacity (below UP_LOAD, 0.8): no correction up.
+    light = mean_latencies(spec, MIX, 0.5 * model)[0] / SLO.ttft_s
+    assert CapacityPosterior().measure(0.7, light, curve.ttft)
+    assert not CapacityPosterior().measure(0.7, light, curve.ttft, stress=0.5 * STRESS)
+    # At the threshold itself a tick is near capacity: down taken, up refused.
+    down = mean_latencies(spec, MIX, 0.9 * model)[0] / SLO.ttft_s
+    up = mean_latencies(spec, MIX, 0.6 * model)[0] / SLO.ttft_s
+    assert CapacityPosterior().measure(0.8, down, curve.ttft, stress=STRESS)
+    assert not CapacityPosterior().measure(0.8, up, curve.ttft, stress=STRESS)
+
+
+@pytest.mark.parametrize("prior_error", [0.7, 1.3])
+def test_the_gated_posterior_still_finds_a_capacity_30_percent_off(prior_error: float) -> None:
+    # As the ungated test above, but the plan runs its replicas at 90 % of what it believes (as the MPC
+    # does near its plan) and each tick's tail is near the SLO (stress 1.0) once the rate is past 85 %
+    # of the true capacity, calm (0.5) below: from a prior 30 % high the posterior learns down only on
+    # those stressed ticks, from one 30 % low up only on calm ones. Within 10 % of the truth in at
+    # most 5 ticks either way (1 each here: the prior's sd, 0.3, gives the first tick most weight),
+    # and it stays there.
+    spec, model = h100()
+    curve = latency_curve(spec, MIX, SLO.ttft_s, SLO.itl_s, model)
+    kappa_true = 1.0 / prior_error
+    prior = model * prior_error
+    post = CapacityPosterior()
+    rng = np.random.default_rng(1)
+    within = None
+    for tick in range(60):
+        rate = min(prior * post.planned() * 0.9 * rng.uniform(0.95, 1.05), 0.95 * model)
+        ttft, tpot = mean_latencies(spec, MIX, rate)
+        noise = rng.lognormal(0.0, 0.05, 2)
+        stress = 1.0 if rate >= 0.85 * model else 0.5
+        post.observe(rate / prior, ttft * noise[0] / SLO.ttft_s, tpot * noise[1] / SLO.itl_s, curve, stress)
+        if within is None and abs(post.kappa / kappa_true - 1.0) <= 0.1:
+            within = tick + 1
+        if within is not None and tick >= within + 5:
+            assert abs(post.kappa / kappa_true - 1.0) <= 0.1, (tick, post)
+    assert within is not None and within <= 5, (within, post)
+
+
+def test_p95_stress_is_the_worse_tail_over_its_target_and_unknown_without_both() -> None:
+    # TTFT p95 1.0 s of a 2.0-s target (0.5), time per output token p95 0.07 s of 0.1 s (0.7): 0.7.
+    obs = VariantObservation(2, 0, signals=Signals(ttft_p95_s=1.0, tpot_p95_s=0.07))
+    assert p95_stress(obs, SLO) == pytest.approx(max(1.0 / 2.0, 0.07 / 0.1))
+    assert p95_stress(VariantObservation(2, 0, signals=Signals(ttft_p95_s=1.0)), SLO) is None
+    assert p95_stress(VariantObservation(2, 0, signals=Signals(tpot_p95_s=0.2)), SLO) is None
 
 
 def _estimate(ready: int = 2, shed: float | None = 0.0, pods: int = 2, ttft: float | None = 0.1) -> ServiceEstimate:

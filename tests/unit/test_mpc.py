@@ -700,3 +700,22 @@ def test_a_variant_above_its_cap_is_planned_from_its_cap_not_left_without_a_plan
     # a variant within its cap is planned from today's count as before
     same = mpc.plan_variant(SVC.variants[0], 15.0, np.full(40, 15.0), 2, ready)
     assert same.current == 2 and np.array_equal(same.ready, ready)
+
+
+@pytest.mark.parametrize("hedge", ["band", "adaptive"])
+def test_hold_measured_measures_the_hold_under_any_hedge(hedge: str) -> None:
+    # 40 req/s for 450 s, then 20 req/s for good (15-s ticks). ``measured_hold`` is taken every 300 s
+    # from the first tick: at 600 s it can judge the ticks from 15 s to 300 s (a cold start, 300 s,
+    # before the last), 20 of them (< 40): the 300-s default; at 900 s those to 600 s, 40: the one fall
+    # (at 450 s) never came back, so no hold (0 s) is the shortest good one. With the default ``hold``
+    # (not ``hedge=measured``), 300 s throughout.
+    measured, fixed = controller(hold="measured", hedge=hedge), controller(hedge=hedge)
+    holds: dict[float, tuple[float, float]] = {}
+    for k in range(0, 91):
+        t = 15.0 * k
+        est = estimate(t, 40.0 if t < 450.0 else 20.0, {"a100": 6})
+        holds[t] = (measured.decide(est, SVC).terms["hold_s"], fixed.decide(est, SVC).terms["hold_s"])
+    assert holds[600.0] == holds[885.0] == (300.0, 300.0)
+    assert holds[900.0] == holds[1350.0] == (0.0, 300.0)
+    with pytest.raises(ValueError, match="hold"):
+        controller(hold="sometimes")
