@@ -83,6 +83,12 @@ RETRIED = frozenset({FAILED, SHED})  # what a client sends again (timeouts, 5xx,
 RETRY_SEED = 4  # the jitter's random stream: the same run always draws the same delays
 
 
+NO_PLAN_RPS = 1e-3
+"""The P/D router's weight of a replica whose variant the plan gives no rate (``ServiceSim.pd_weights``),
+requests/s: it takes a request only when the others hold about a thousand times as many per request/s
+(a ready replica the plan no longer serves with, on its way out)."""
+
+
 def _weights(s: Service, cfg: FleetConfig) -> dict[str, float]:
     """variant -> the router's weight of one replica: ``throughput_weights`` for the aggregated variants
     and, the same way, for the prefill and decode variants (compared only among the replicas one routing
@@ -204,6 +210,8 @@ class ServiceSim:
         self.route_heap: list[tuple[float, int, int, Replica]] | None = None
         self.route_marks: list[Replica] = []  # replicas whose outstanding count changed since the last route
         self.route_epoch = 0  # the heap's generation
+        self.plan_weights: dict[str, float] = {}  # variant -> the plan's requests/s per replica (follow_plan)
+        self.pd_route: dict[str, float] | None = None  # the P/D router's weights (pd_weights); None: recompute
         self.ready_seq = 0  # replicas made ready so far (each one's route_seq)
 
     def arrival_bins(self, now: float) -> tuple[int, int, int]:
@@ -221,8 +229,34 @@ class ServiceSim:
         return self.prefill_ready if r.role == PREFILL else self.decode_ready
 
     def invalidate_routes(self) -> None:
-        """The routable replicas changed (one ready, gone, draining, cordoned or not): rebuild the heap."""
+        """The routable replicas changed (one ready, gone, draining, cordoned or not): rebuild the heap
+        and the P/D router's weights."""
         self.route_heap = None
+        self.pd_route = None
+
+    def pd_weights(self) -> dict[str, float]:
+        """The weights the P/D router (``FleetSimulator._route_pd``) picks replicas by, variant ->
+        requests/s per replica: ``weights`` until a plan is followed (``plan_weights``), then the plan's.
+        With the plan's, a decode replica stands for its share of the pools' pair: its planned rate
+        times ``min(1, prefill planned / decode planned)`` over the ready pools, so the decode and
+        aggregated replicas share the demand as the plan split it (a request sent to a decode replica
+        takes prefill capacity too). A variant the plan gives no rate weighs ``NO_PLAN_RPS``. The
+        router's own weights while no prefill replica is ready (decode replicas then prefill locally,
+        which the plan's decode rates do not count)."""
+        if self.pd_route is not None:
+            return self.pd_route
+        plan = self.plan_weights
+        if not plan or (self.decode_ready and not self.prefill_ready):
+            self.pd_route = self.weights
+            return self.weights
+        out = dict(self.weights)
+        out.update({v: max(plan.get(v, 0.0), NO_PLAN_RPS) for v in self.all_variants})
+        decode = sum(out[r.variant] for r in self.decode_ready)
+        if decode > 0:
+            share = min(1.0, sum(out[r.variant] for r in self.prefill_ready) / decode)
+            out.update({v: out[v] * share for v, role in self.role_of.items() if role != PREFILL})
+        self.pd_route = out
+        return out
 
     def set_concurrency(self, budget: dict[str, int], headroom: float) -> None:
         """Hold each variant's replicas to ``budget`` (variant -> requests in flight per replica), the
@@ -556,9 +590,20 @@ class FleetSimulator:
         self._route(svc, sr)
 
     def _pick(self, svc: ServiceSim, replicas: Sequence[Replica], sr: SimRequest) -> Replica:
+        weights = svc.weights if svc.pd is None else svc.pd_weights()
         if self.cfg.simulator.router == "prefix_affinity":
-            return prefix_affinity(replicas, svc.weights, sr.req)
-        return least_outstanding(replicas, svc.weights)
+            return prefix_affinity(replicas, weights, sr.req)
+        return least_outstanding(replicas, weights)
+
+    def follow_plan(self, service: str, weights: Mapping[str, float]) -> None:
+        """Let ``service``'s router weigh replicas by a controller's plan (``Decision.route_weights``:
+        variant -> requests/s per replica, >= 0; ``ServiceSim.pd_weights``), for a service with
+        prefill/decode pools; ignored for one without (its router keeps the ITL-rate weights)."""
+        svc = self.services[service]
+        if svc.pd is None:
+            return
+        svc.plan_weights = dict(weights)
+        svc.pd_route = None
 
     @staticmethod
     def _routable(svc: ServiceSim) -> list[Replica]:
