@@ -184,6 +184,9 @@ class SimulationDriver:
                 with self.lock:
                     started = time.perf_counter()
                     record = self.loop.tick(now)
+                    for name, st in record.services.items():
+                        if st.decision.route_weights:
+                            sim.follow_plan(name, st.decision.route_weights)
                     if self.on_tick is not None:
                         self.on_tick(record, time.perf_counter() - started)
                 self.ticks.append(record)

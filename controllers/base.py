@@ -134,6 +134,10 @@ class Decision:
             order (the actuator passes them on; empty: the platform chooses).
         gauges: the controller's own metrics (``Gauge``: a setpoint and its measurement, a plan's
             demand); the exporter knows no controller, it exports these by the names they carry.
+        route_weights: variant -> requests/s one replica serves in the controller's plan (a planning
+            controller's capacities for a service with prefill/decode pools): the split of the demand
+            it planned, which the simulator's router follows (``FleetSimulator.follow_plan``); empty:
+            the router keeps its own weights.
     """
 
     desired: dict[str, int]
@@ -146,6 +150,7 @@ class Decision:
     plan: dict[str, list[int]] = field(default_factory=dict)
     remove_first: dict[str, list[str]] = field(default_factory=dict)
     gauges: tuple[Gauge, ...] = ()
+    route_weights: dict[str, float] = field(default_factory=dict)
 
 
 def change_reason(desired: Mapping[str, int], current: Mapping[str, int]) -> Reason:

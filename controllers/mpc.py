@@ -1414,9 +1414,11 @@ class MPCController(Controller):
                   *(Gauge("autoscaler_itl_budget_requests", "Requests in flight per replica at the ITL target, "
                           "as learned (controllers.admission.learned_budget).", float(n), (("variant", v),))
                     for v, n in budget.items()))
+        # with pools, the capacities the plan splits the demand by (aggregated variants against the pools)
+        route = {v.name: float(v.capacity_rps[0]) for v in inputs.service.variants} if svc.roles is not None else {}
         return Decision(desired, why, code, terms, plan={name: [int(x) for x in n] for name, n in steps.items()},
                         remove_first=removal_order(est, desired), gauges=gauges, admission=admission,
-                        itl_budget=budget)
+                        itl_budget=budget, route_weights=route)
 
     def itl_budget(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> dict[str, int]:
         """variant -> its ITL budget as learned (``controllers.admission.learned_budget``), requests in

@@ -154,6 +154,7 @@ class DecodeReplica(Replica):
         self.link = link
         self._remote: dict[SimRequest, int] = {}  # remote-prefilled request -> AWAITING, RECEIVING or LOADED
         self.receiving = 0  # requests whose KV is being read (their KV reserved here)
+        self.inbound = 0  # requests routed here still prefilling on a prefill replica (Replica.inbound)
         self._now = 0.0  # the time of the step being planned (``_admit`` starts reads then)
 
     @property

@@ -133,6 +133,10 @@ class Replica:
     role: ClassVar[str] = ""
     """The pod's ``llm-d.ai/role`` label: "" for an aggregated replica (no label); ``disagg``'s subclasses
     set ``prefill`` and ``decode``."""
+    inbound = 0
+    """Requests the router sent here whose prompt a prefill replica is still prefilling (``disagg``; the
+    decode pod's sidecar holds them): the router counts them in this replica's load. 0 outside a decode
+    pool."""
 
     def __init__(
         self,

@@ -76,12 +76,18 @@ from models.arrivals import BIN_S
 from models.capacity import ReplicaSpec, mean_itl_rate, service_mix, throughput_weights
 from models.profiles import get_profile
 
-_READY, _STEP, _CRASH, _RETRY, _TIMEOUT, _DEADLINE, _KILL, _TRANSFER = range(8)
+_READY, _STEP, _CRASH, _RETRY, _TIMEOUT, _DEADLINE, _KILL, _TRANSFER, _DRAIN = range(9)
 STATUSES = (None, COMPLETED, REJECTED, FAILED, SHED)  # an ended request's status, by its code (outcome_arrays)
 _STATUS_CODE = {status: code for code, status in enumerate(STATUSES)}
 _COMPLETED_CODE = _STATUS_CODE[COMPLETED]
 RETRIED = frozenset({FAILED, SHED})  # what a client sends again (timeouts, 5xx, 429); not a 400
 RETRY_SEED = 4  # the jitter's random stream: the same run always draws the same delays
+
+
+NO_PLAN_RPS = 1e-3
+"""The P/D router's weight of a replica whose variant the plan gives no rate (``ServiceSim.pd_weights``),
+requests/s: it takes a request only when the others hold about a thousand times as many per request/s
+(a ready replica the plan no longer serves with, on its way out)."""
 
 
 def _weights(s: Service, cfg: FleetConfig) -> dict[str, float]:
@@ -205,6 +211,8 @@ class ServiceSim:
         self.route_heap: list[tuple[float, int, int, Replica]] | None = None
         self.route_marks: list[Replica] = []  # replicas whose outstanding count changed since the last route
         self.route_epoch = 0  # the heap's generation
+        self.plan_weights: dict[str, float] = {}  # variant -> the plan's requests/s per replica (follow_plan)
+        self.pd_route: dict[str, float] | None = None  # the P/D router's weights (pd_weights); None: recompute
         self.ready_seq = 0  # replicas made ready so far (each one's route_seq)
 
     def arrival_bins(self, now: float) -> tuple[int, int, int]:
@@ -222,8 +230,34 @@ class ServiceSim:
         return self.prefill_ready if r.role == PREFILL else self.decode_ready
 
     def invalidate_routes(self) -> None:
-        """The routable replicas changed (one ready, gone, draining, cordoned or not): rebuild the heap."""
+        """The routable replicas changed (one ready, gone, draining, cordoned or not): rebuild the heap
+        and the P/D router's weights."""
         self.route_heap = None
+        self.pd_route = None
+
+    def pd_weights(self) -> dict[str, float]:
+        """The weights the P/D router (``FleetSimulator._route_pd``) picks replicas by, variant ->
+        requests/s per replica: ``weights`` until a plan is followed (``plan_weights``), then the plan's.
+        With the plan's, a decode replica stands for its share of the pools' pair: its planned rate
+        times ``min(1, prefill planned / decode planned)`` over the ready pools, so the decode and
+        aggregated replicas share the demand as the plan split it (a request sent to a decode replica
+        takes prefill capacity too). A variant the plan gives no rate weighs ``NO_PLAN_RPS``. The
+        router's own weights while no prefill replica is ready (decode replicas then prefill locally,
+        which the plan's decode rates do not count)."""
+        if self.pd_route is not None:
+            return self.pd_route
+        plan = self.plan_weights
+        if not plan or (self.decode_ready and not self.prefill_ready):
+            self.pd_route = self.weights
+            return self.weights
+        out = dict(self.weights)
+        out.update({v: max(plan.get(v, 0.0), NO_PLAN_RPS) for v in self.all_variants})
+        decode = sum(out[r.variant] for r in self.decode_ready)
+        if decode > 0:
+            share = min(1.0, sum(out[r.variant] for r in self.prefill_ready) / decode)
+            out.update({v: out[v] * share for v, role in self.role_of.items() if role != PREFILL})
+        self.pd_route = out
+        return out
 
     def set_concurrency(self, budget: dict[str, int], headroom: float) -> None:
         """Hold each variant's replicas to ``budget`` (variant -> requests in flight per replica), the
@@ -432,26 +466,17 @@ class FleetSimulator:
                 if kind == _STEP:
                     if version == obj._version:  # type: ignore[attr-defined]  # else a step replaced: ignored
                         obj.on_step_end(t, version)  # type: ignore[attr-defined]
+                    svc = services[obj.service]  # type: ignore[attr-defined]
                     if gated:
-                        flow = services[obj.service].flow  # type: ignore[attr-defined]
+                        flow = svc.flow
                         if flow is not None and flow.waiting:
-                            self._fill(services[obj.service], obj)  # type: ignore[arg-type, attr-defined]
+                            self._fill(svc, obj)  # type: ignore[arg-type]
+                    if svc.gateway:  # a held backlog: the step may have freed room (_drain_gateway)
+                        self._drain_gateway(svc)
                 elif kind == _READY:
                     self._on_ready(obj)  # type: ignore[arg-type]
-                elif kind == _CRASH:
-                    self._crash(*obj)  # type: ignore[misc]
-                elif kind == _KILL:
-                    self._kill(obj)  # type: ignore[arg-type]
-                elif kind == _RETRY:
-                    self._retry(obj)  # type: ignore[arg-type]
-                elif kind == _TIMEOUT:
-                    if obj.status is None and not (  # type: ignore[attr-defined]
-                            obj.t_first is not None and self.cfg.simulator.clients.streaming):  # type: ignore[attr-defined]
-                        self._time_out(obj)  # type: ignore[arg-type]
-                elif kind == _TRANSFER:
-                    self._transfer_done(obj)  # type: ignore[arg-type]
                 else:
-                    self._deadline(obj)  # type: ignore[arg-type]
+                    self._other_event(kind, obj)
         self.now = max(self.now, t_end)
 
     def _refill(self) -> None:
@@ -469,6 +494,25 @@ class FleetSimulator:
             for chunk in self._chunks:
                 yield from chunk
             self._chunks = None
+
+    def _other_event(self, kind: int, obj: object) -> None:
+        """Handle an event other than a step's end or a replica turning ready (``run_until``)."""
+        if kind == _CRASH:
+            self._crash(*obj)  # type: ignore[misc]
+        elif kind == _KILL:
+            self._kill(obj)  # type: ignore[arg-type]
+        elif kind == _RETRY:
+            self._retry(obj)  # type: ignore[arg-type]
+        elif kind == _TIMEOUT:
+            if obj.status is None and not (  # type: ignore[attr-defined]
+                    obj.t_first is not None and self.cfg.simulator.clients.streaming):  # type: ignore[attr-defined]
+                self._time_out(obj)  # type: ignore[arg-type]
+        elif kind == _TRANSFER:
+            self._transfer_done(obj)  # type: ignore[arg-type]
+        elif kind == _DRAIN:
+            self._drain_gateway(obj)  # type: ignore[arg-type]
+        else:
+            self._deadline(obj)  # type: ignore[arg-type]
 
     def crash_outcomes(self) -> list[dict[str, object]]:
         """Every configured crash with its outcome: ``time_s``, ``service``, ``variant``, ``applied``,
@@ -587,6 +631,10 @@ class FleetSimulator:
                 self._push(sr.deadline_s, _DEADLINE, sr, 0)
             self._pump(svc)
             return
+        if svc.gateway:  # a backlog is held: the request queues behind it (first come, first served)
+            svc.gateway.append(sr)
+            self._drain_gateway(svc)
+            return
         if svc.pd is not None:
             self._route_pd(svc, sr)
             return
@@ -596,9 +644,20 @@ class FleetSimulator:
         self._route(svc, sr)
 
     def _pick(self, svc: ServiceSim, replicas: Sequence[Replica], sr: SimRequest) -> Replica:
+        weights = svc.weights if svc.pd is None else svc.pd_weights()
         if self.cfg.simulator.router == "prefix_affinity":
-            return prefix_affinity(replicas, svc.weights, sr.req)
-        return least_outstanding(replicas, svc.weights)
+            return prefix_affinity(replicas, weights, sr.req)
+        return least_outstanding(replicas, weights)
+
+    def follow_plan(self, service: str, weights: Mapping[str, float]) -> None:
+        """Let ``service``'s router weigh replicas by a controller's plan (``Decision.route_weights``:
+        variant -> requests/s per replica, >= 0; ``ServiceSim.pd_weights``), for a service with
+        prefill/decode pools; ignored for one without (its router keeps the ITL-rate weights)."""
+        svc = self.services[service]
+        if svc.pd is None:
+            return
+        svc.plan_weights = dict(weights)
+        svc.pd_route = None
 
     @staticmethod
     def _routable(svc: ServiceSim) -> list[Replica]:
@@ -611,7 +670,7 @@ class FleetSimulator:
             return
         self._pick(svc, self._routable(svc), sr).enqueue(sr, self.now)
 
-    def _route_pd(self, svc: ServiceSim, sr: SimRequest) -> None:
+    def _route_pd(self, svc: ServiceSim, sr: SimRequest, held: bool = False) -> bool:
         """Route ``sr`` as llm-d's P/D scheduling does (llm-d-router v0.10.0
         ``disagg-profile-handler``: the decode profile first, then the prefill profile when the decider
         says so): a decode replica among the ready decode and aggregated replicas not cordoned (llm-d's
@@ -620,12 +679,21 @@ class FleetSimulator:
         ``prefill-filter``: pods labelled ``prefill``); each picked by the fleet's router. Held at the
         gateway while no decode or aggregated replica is ready; prefilled by its decode replica when no
         prefill replica is (llm-d then keeps the decode profile's result alone). An aggregated replica
-        always serves the whole request."""
+        always serves the whole request.
+
+        ``held``: ``sr`` is the head of the gateway's backlog (``_drain_gateway``): each pick is among
+        the replicas the gateway's per-pod saturation rule leaves free (``_saturated``), and with none
+        free (a decode or aggregated replica, or a prefill replica when the prefill is remote) nothing
+        is sent. Returns whether ``sr`` was sent (always, unless ``held``; a fresh arrival with no
+        decode or aggregated replica ready is held at the gateway)."""
         decoders = [r for r in svc.ready if not r.cordoned] + [r for r in svc.decode_ready if not r.cordoned] \
             or svc.ready + svc.decode_ready
+        if held:
+            decoders = [r for r in decoders if not self._saturated(r)]
         if not decoders:
-            svc.gateway.append(sr)
-            return
+            if not held:
+                svc.gateway.append(sr)
+            return False
         d = self._pick(svc, decoders, sr)
         pd = svc.pd
         assert pd is not None
@@ -634,17 +702,24 @@ class FleetSimulator:
             cached = d.cache.match_blocks(req.hash_ids) * d.cache.block_tokens if req.hash_ids else 0
             if remote_prefill(req.input_tokens, cached, pd.non_cached_tokens):
                 prefillers = [r for r in svc.prefill_ready if not r.cordoned] or svc.prefill_ready
+                if held:
+                    prefillers = [r for r in prefillers if not self._saturated(r)]
+                    if not prefillers:
+                        return False
                 p = self._pick(svc, prefillers, sr)
                 assert isinstance(p, PrefillReplica)
                 self._handoffs[sr] = (p, d)
+                d.inbound += 1
                 p.enqueue(sr, self.now)
-                return
+                return True
         d.enqueue(sr, self.now)
+        return True
 
     def on_prefilled(self, sr: SimRequest, replica: PrefillReplica, now: float) -> None:
         """Called by a prefill replica when ``sr``'s prompt is prefilled: its decode pod's sidecar sends it
         to the decode replica (``DecodeReplica.receive``); if that replica is gone, the attempt fails."""
         _, d = self._handoffs[sr]
+        d.inbound -= 1
         if d.state == GONE:
             self._end_attempt(sr, FAILED)
             return
@@ -677,6 +752,9 @@ class FleetSimulator:
         p, d = handoff
         p.release(sr, self.now)
         d.loaded(sr, self.now)
+        svc = self.services[p.service]
+        if svc.gateway:  # the prefill replica's KV freed may free it (_drain_gateway)
+            self._drain_gateway(svc)
 
     def _least_outstanding_by_heap(self, svc: ServiceSim) -> Replica:
         """``least_outstanding(_routable(svc), svc.weights)`` from a heap of the routable replicas by
@@ -862,6 +940,8 @@ class FleetSimulator:
         if self._handoffs:
             handoff = self._handoffs.pop(sr, None)
             if handoff is not None:  # a remote prefill in progress: its prefill replica frees what it holds
+                if sr.replica is handoff[0]:  # still prefilling: never sent on to its decode replica
+                    handoff[1].inbound -= 1
                 handoff[0].release(sr, self.now)
         clients = self.cfg.simulator.clients
         if status in RETRIED and sr.attempt < clients.max_retries and not self._stopping:
@@ -918,12 +998,29 @@ class FleetSimulator:
             flow.completed(now)
 
     def _drain_gateway(self, svc: ServiceSim) -> None:
+        """Release the gateway's backlog (``svc.gateway``, held while no replica was ready), head first,
+        one request at a time: each goes where the router sends a fresh arrival (``_route_pd``,
+        ``_pick``), among the ready replicas the gateway's per-pod saturation rule leaves free
+        (``_saturated``: at most ``queue_depth_threshold`` waiting, KV use at most ``kv_cache_threshold``,
+        the endpoint picker's defaults). With none free the rest stays held; it is released again after
+        a step of any of the service's replicas, a KV read's end, an arrival (which queues behind it),
+        or replicas turning ready (after all those turning ready at the same instant are). So a backlog
+        spreads by load over the replicas that turn ready together, instead of all going to the first:
+        an endpoint picker holds a request rather than queue it on a replica it judges saturated
+        (llm-d v0.9 docs, "Flow Control": held during saturation, "no-regret scheduling"), and
+        Dynamo's router sends none to a worker over its busy thresholds (Dynamo v1.2.1 docs, "Request
+        Rejection": the push router skips busy workers)."""
+        gateway = svc.gateway
         if svc.pd is not None:
-            while svc.gateway and (svc.ready or svc.decode_ready):
-                self._route_pd(svc, svc.gateway.popleft())
+            while gateway and self._route_pd(svc, gateway[0], held=True):
+                gateway.popleft()
             return
-        while svc.gateway and svc.ready:
-            self._route(svc, svc.gateway.popleft())
+        free = [r for r in self._routable(svc) if not self._saturated(r)]
+        while gateway and free:
+            r = self._pick(svc, free, gateway[0])
+            r.enqueue(gateway.popleft(), self.now)
+            if self._saturated(r):
+                free.remove(r)
 
     def _time_out(self, sr: SimRequest) -> None:
         """The client of ``sr`` gave up: take it out of wherever it is; the attempt failed."""
@@ -995,8 +1092,8 @@ class FleetSimulator:
         svc.invalidate_routes()
         if svc.flow is not None:
             self._pump(svc)
-        else:
-            self._drain_gateway(svc)
+        elif svc.gateway:  # released once every replica turning ready at this instant is (_drain_gateway)
+            self._push(self.now, _DRAIN, svc, 0)
 
     def _retire(self, r: Replica) -> None:
         svc = self.services[r.service]

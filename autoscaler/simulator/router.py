@@ -12,13 +12,15 @@ def least_outstanding(replicas: Sequence[Replica], weights: dict[str, float]) ->
     """The replica with the fewest outstanding requests per unit of capacity.
 
     ``weights`` maps variant name to relative capacity (requests/s a replica sustains), so an H100
-    replica takes proportionally more than an A100 one. Ties go to the earlier replica.
+    replica takes proportionally more than an A100 one. Ties go to the earlier replica. A decode
+    replica's outstanding requests include those prefilled remotely for it (``Replica.inbound``): in
+    llm-d's P/D sequence the request is at the decode pod's sidecar from the moment it is routed.
     """
     # ``Replica.outstanding`` spelled out: this runs for every request over every replica
     best = replicas[0]
-    best_score = (len(best.waiting) + len(best.prefilling) + best.n_dec + 1) / weights[best.variant]
+    best_score = (len(best.waiting) + len(best.prefilling) + best.n_dec + best.inbound + 1) / weights[best.variant]
     for r in replicas[1:]:
-        score = (len(r.waiting) + len(r.prefilling) + r.n_dec + 1) / weights[r.variant]
+        score = (len(r.waiting) + len(r.prefilling) + r.n_dec + r.inbound + 1) / weights[r.variant]
         if score < best_score:
             best, best_score = r, score
     return best
@@ -43,6 +45,6 @@ def prefix_affinity(
             best, best_hit = r, hit
     if best_hit == 0:
         return fallback
-    load_best = (best.outstanding + 1) / weights[best.variant]
-    load_min = (fallback.outstanding + 1) / weights[fallback.variant]
+    load_best = (best.outstanding + best.inbound + 1) / weights[best.variant]
+    load_min = (fallback.outstanding + fallback.inbound + 1) / weights[fallback.variant]
     return best if load_best <= max_imbalance * load_min else fallback

@@ -332,9 +332,11 @@ def test_prefix_cache_hits_and_counters(make_fleet) -> None:
 
 
 # ------------------------------------------------------------------------------ (h) router
-def _stub(variant: str, waiting: int, prefilling: int, decoding: int) -> SimpleNamespace:
-    """A replica as the router reads it: outstanding = waiting + prefilling + decoding."""
-    return SimpleNamespace(variant=variant, waiting=[None] * waiting, prefilling=[None] * prefilling, n_dec=decoding)
+def _stub(variant: str, waiting: int, prefilling: int, decoding: int, inbound: int = 0) -> SimpleNamespace:
+    """A replica as the router reads it: outstanding = waiting + prefilling + decoding (+ inbound: requests
+    a prefill replica prefills for it)."""
+    return SimpleNamespace(variant=variant, waiting=[None] * waiting, prefilling=[None] * prefilling, n_dec=decoding,
+                           inbound=inbound)
 
 
 def test_least_outstanding_weighted_by_capacity() -> None:
@@ -345,6 +347,8 @@ def test_least_outstanding_weighted_by_capacity() -> None:
     assert least_outstanding([a, b], w) is a
     assert least_outstanding([b, a], w) is b
     assert least_outstanding([a, b, c], w) is c
+    d = _stub("slow", 0, 0, 0, inbound=2)  # (0+2+1)/1 = 3: its remote prefills count, so a (2) wins
+    assert least_outstanding([d, a], w) is a
 
 
 def test_router_spreads_to_least_outstanding_replica(make_fleet) -> None:

@@ -192,3 +192,18 @@ def test_burst_splits_the_index_over_the_pools_ready_replicas_too(aggregated: bo
                           est.variants, {}, False, 0.0, 0.0, 0, pools=est.pools)
     mpc.role_weights(est, svc)
     assert mpc.memory[svc.name].scv == pytest.approx(1.1 ** k, rel=1e-4)
+
+
+def test_the_mpc_gives_the_router_its_plans_rate_per_replica_of_each_variant() -> None:
+    # The 2048 / 28 mix above on the aggregated H100 and the pools, with pd_util 0.5: the plan counts an
+    # aggregated replica at its model's rate and a pool replica at half of its model's, and hands the
+    # router those rates (Decision.route_weights) for it to split the demand as the plan did.
+    cfg = fleet(aggregated=True)
+    mix = RequestMix.from_means(2048, 28, 0.0)
+    caps = capacities(cfg, mix)
+    svc = cfg.services[0]
+    weights = {svc.name: variant_weights(svc, cfg.planning_engine(), mix)}
+    mpc = MPCController(cfg, weights, forecast="last", mixes={svc.name: mix}, learn=0, pd_util=0.5)
+    d = mpc.decide(estimate(svc, 600.0, 30.0, {}), svc)
+    assert d.route_weights == pytest.approx({"h100": caps["h100"], "h100-prefill": 0.5 * caps["h100-prefill"],
+                                             "h100-decode": 0.5 * caps["h100-decode"]})
