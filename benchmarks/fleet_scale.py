@@ -49,9 +49,12 @@ every scale write of the run is checked against the Leases as the server wrote t
 server's order: each must come from the holder of its service's shard Lease at that moment
 (``audit``; "off-Lease": those that did not, so 0 means no two daemons ever wrote one workload at
 overlapping times; "handed": workloads written by two daemons in the run, where such a write had a
-place to show).
+place to show). ``--fleet N`` puts N services' Deployments and pods in the API server while only the
+first ``--services`` are configured and exported: the watch cache's share of a daemon's memory at a
+fleet larger than the services it leads (issue 35, "memory per daemon"); the objects each daemon's
+cache holds are printed with its resident set.
 
-    python benchmarks/fleet_scale.py [--services 10 100] [--daemons 1 3 10] [--pods 7] [--ticks 5]
+    python benchmarks/fleet_scale.py [--services 10 100] [--daemons 1 3 10] [--pods 7] [--fleet N] [--ticks 5]
                                      [--watch on|off] [--controller mpc] [--scrape-interval 2s]
                                      [--lease 8 6 1] [--aggregate on|off] [--scale-writers N]
                                      [--json PATH] [--profile PATH]
@@ -190,8 +193,9 @@ def audit(writes: TimedWrites, since: int, leases: dict[str, int], shard_of_work
     return out
 
 
-def cluster_side(conn: Connection, services: int, pods: int, replicas: int) -> None:
-    """The child: the emulated API server holding the fleet and the exporter serving its series;
+def cluster_side(conn: Connection, services: int, pods: int, replicas: int, fleet: int | None = None) -> None:
+    """The child: the emulated API server holding the fleet (``fleet`` services, default ``services``)
+    and the exporter serving the series of the first ``services``;
     answers ``requests`` (the server's request counts), ``mark`` (the write log's length),
     ``("audit", since, leases, shard_of_workload, daemons)`` (``audit``) and ``("zero", workloads)``
     (scaled to 0 by User-Agent ``fleet-scale``) until ``stop``."""
@@ -201,7 +205,7 @@ def cluster_side(conn: Connection, services: int, pods: int, replicas: int) -> N
     cluster = EmulatedCluster().start()
     writes = TimedWrites()
     cluster.emu.writes = writes
-    names = [f"s{s}-{v}" for s in range(services) for v, _, _ in VARIANTS]
+    names = [f"s{s}-{v}" for s in range(fleet or services) for v, _, _ in VARIANTS]
     cluster.put("apps/v1/deployments", [deployment(n, replicas) for n in names])
     apps = client.AppsV1Api(cluster.api(user_agent="fleet-scale"))
     cluster.put("v1/pods", [pod(f"{n}-{k}", n) for n in names for k in range(pods)])
@@ -336,7 +340,9 @@ def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, c
                         prof.disable()
                     wall, cpu = time.perf_counter() - t, time.process_time() - c
                     ticks.append((m, time.monotonic()))
-                conn.send({**tick_figures(record, wall, counting.sent, sorted(d.loops)), "cpu": cpu, "error": error})
+                cached = 0 if d.cache is None else sum(len(i.objects) for i in d.cache.informers.values())
+                conn.send({**tick_figures(record, wall, counting.sent, sorted(d.loops)), "cpu": cpu, "error": error,
+                           "cached": cached})
             else:
                 break
         d.stopping.set()
@@ -417,6 +423,8 @@ class Run:
     """Daemon -> the shards it led in the counted rounds."""
     led_services: dict[str, int] = field(default_factory=dict)
     rss_mib: dict[str, float] = field(default_factory=dict)
+    cached: dict[str, int] = field(default_factory=dict)
+    """Daemon -> the objects (workloads and pods) its watch cache held after the counted rounds."""
     failover: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Victim's shard -> ``led`` and ``ticks`` s after its last renewal (None: not within the rounds)."""
     failed: list[str] = field(default_factory=list)
@@ -441,12 +449,14 @@ class Bench:
     """The cluster child and Prometheus, shared by every run (``run``, ``stop``): ``services`` services
     x 3 variants, each variant's Deployment at ``replicas`` (0: the first decisions scale it from zero,
     ``ControlLoop``'s rule for requests waiting and no replica, so the counted rounds hold writes)
-    with ``pods`` pods listed and exported."""
+    with ``pods`` pods listed and exported; ``fleet``: the API server holds that many services (their
+    Deployments and pods, not exported), default ``services``."""
 
-    def __init__(self, services: int, pods: int, scrape_interval: str, work: Path, replicas: int = 0) -> None:
+    def __init__(self, services: int, pods: int, scrape_interval: str, work: Path, replicas: int = 0,
+                 fleet: int | None = None) -> None:
         self.ctx = multiprocessing.get_context("spawn")
         self.conn, child = self.ctx.Pipe()
-        self.side = self.ctx.Process(target=cluster_side, args=(child, services, pods, replicas), daemon=True)
+        self.side = self.ctx.Process(target=cluster_side, args=(child, services, pods, replicas, fleet), daemon=True)
         self.side.start()
         self.kube_url, port = self.conn.recv()
         self.prom = PromServer(work, [Target(f"127.0.0.1:{port}")], scrape_interval=scrape_interval)
@@ -516,6 +526,7 @@ class Bench:
                 time.sleep(max(0.0, began + r * WINDOW_S - time.monotonic()))
                 last = self._round(conns, names, out)
             out.rss_mib = {n: last[n]["rss_mib"] for n in names}
+            out.cached = {n: last[n]["cached"] for n in names}
             for n in names:
                 conns[n].send("rounds")
                 out.election[n] = recv(conns[n], procs[n], f"daemon {n}")
@@ -728,6 +739,8 @@ def main() -> None:
     ap.add_argument("--services", type=int, nargs="+", default=[10, 100], help="fleet sizes (3 variants each)")
     ap.add_argument("--daemons", type=int, nargs="+", default=[1, 3, 10], help="daemons (and shards) per size")
     ap.add_argument("--pods", type=int, default=7, help="pods per variant")
+    ap.add_argument("--fleet", type=int, help="services whose Deployments and pods the API server holds "
+                    "(default: the largest --services; only those are exported to Prometheus)")
     ap.add_argument("--ticks", type=int, default=5, help="rounds counted per run (after the first)")
     ap.add_argument("--watch", choices=("on", "off"), default="on", help="kubernetes.watch")
     ap.add_argument("--assign", choices=("even", "hash"), default="even",
@@ -750,15 +763,17 @@ def main() -> None:
     fleet(1, True, 1, lease)  # a bad --lease fails here, before anything starts
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="fleet-scale-") as work:
-        bench = Bench(largest, args.pods, args.scrape_interval, Path(work))
+        fleet_n = max(args.fleet or largest, largest)
+        bench = Bench(largest, args.pods, args.scrape_interval, Path(work), fleet=fleet_n)
         try:
             try:
                 series = bench.prom.query("count({__name__=~\".+\"})")[0]["value"][1]
             except OSError:  # a loaded machine: the count is context, not a figure
                 series = "?"
-            print(f"{largest} services x {len(VARIANTS)} variants x {args.pods} pods "
-                  f"({largest * len(VARIANTS) * args.pods} pods, {series} series) in the emulated API server and "
-                  f"Prometheus; controller {args.controller}, tick {WINDOW_S:g} s, window {SIGNAL_WINDOW_S:g} s, "
+            print(f"{fleet_n} services x {len(VARIANTS)} variants x {args.pods} pods "
+                  f"({fleet_n * len(VARIANTS) * args.pods} pods) in the emulated API server, the first {largest}'s "
+                  f"({series} series) in Prometheus; controller {args.controller}, tick {WINDOW_S:g} s, "
+                  f"window {SIGNAL_WINDOW_S:g} s, "
                   f"watch {args.watch}, aggregate {args.aggregate}, services to shards {args.assign}, "
                   f"{args.ticks} rounds counted after the first; lease duration / renew / retry "
                   f"{lease[0]:g} / {lease[1]:g} / {lease[2]:g} s; {os.cpu_count()} CPUs\n")
@@ -780,7 +795,8 @@ def main() -> None:
     print()
     for r in runs:
         print(f"  {r.services} services, {r.daemons} daemons: led {r.led_services}, RSS "
-              f"{ {n: round(m) for n, m in r.rss_mib.items()} } MiB, reads {dict(r.read_by)}, decisions "
+              f"{ {n: round(m) for n, m in r.rss_mib.items()} } MiB, cached objects {r.cached}, "
+              f"reads {dict(r.read_by)}, decisions "
               f"{dict(r.reasons)}, writes {dict(r.statuses)}, failed ticks {len(r.failed)} "
               f"{sorted(set(r.failed))[:3]}, failover {r.failover or '-'}")
         if r.renewals:
