@@ -166,6 +166,14 @@ class Prom:
                                            history_s=3600.0) for s in self.services}
 
 
+def takes(d: Daemon, led: list[int]) -> Callable[[], bool]:
+    """An election round of ``d``, then whether it leads ``led``."""
+    def done() -> bool:
+        d.shards.round()
+        return d.shards.led() == led
+    return done
+
+
 def sharded_daemon(cluster: EmulatedCluster) -> Daemon:
     doc = copy.deepcopy(FLEET_DOC)
     svc = doc["services"][0]
@@ -205,7 +213,7 @@ def test_a_taken_shard_is_listed_before_its_first_decision_and_a_lost_one_is_dro
         with pytest.raises(CacheStale):
             deps.get("svc-1-a100")
         leases.delete_namespaced_lease("autoscaler-leader-shard-1", "autoscaler")
-        wait_for("shard 1 taken", lambda: (d.shards.round(), d.shards.led())[1] == [0, 1])
+        wait_for("shard 1 taken", takes(d, [0, 1]))
         lists = (deps.lists, pod_cache.lists)
         record = d.tick()
         assert record is not None and sorted(record.services) == NAMES
@@ -241,7 +249,7 @@ def test_a_takeover_whose_list_fails_holds_instead_of_reading_an_empty_cache(clu
         d.shards.round()
         assert d.tick() is not None
         leases.delete_namespaced_lease("autoscaler-leader-shard-1", "autoscaler")
-        wait_for("shard 1 taken", lambda: (d.shards.round(), d.shards.led())[1] == [0, 1])
+        wait_for("shard 1 taken", takes(d, [0, 1]))
         before = [w for w in cluster.emu.writes if w[1] == "deployments/scale"]
         cluster.emu.throttled[AGENT] = 60
         record = d.tick()
