@@ -71,6 +71,11 @@ BACKOFF_MAX_S = 30.0
 """Longest wait between tries (the same)."""
 CONNECT_TIMEOUT_S = 10.0
 """Connect deadline of a watch request, seconds (its read deadline is ``timeout_s + WATCH_READ_GRACE_S``)."""
+LIST_PAGE = 500
+"""Objects per page of a list (``limit``, then ``continue``: Kubernetes API concepts, "Retrieving large
+results sets in chunks"; 500 is client-go's pager's ``defaultPageSize``, kubernetes v1.31
+``tools/pager/pager.go``): a list holds one page's text and parse at a time, not the namespace's, so a
+daemon keeping a tenth of 10,500 pods never holds the other nine tenths, even while it lists."""
 WATCH_READ_GRACE_S = 5.0
 """How long past its ``timeoutSeconds`` a watch may stay silent before the client gives it up."""
 
@@ -159,11 +164,13 @@ class Informer:
         timeout_s: each watch's ``timeoutSeconds`` (the server ends it then; it is opened again).
         clock: monotonic seconds.
         backoff_s, backoff_max_s: the first and the longest wait between failed tries.
+        page: objects per page of a list (``LIST_PAGE``).
     """
 
     def __init__(self, list_fn: Callable[..., Any], namespace: str, what: str, stale_s: float, timeout_s: int,
                  clock: Callable[[], float] = time.monotonic, backoff_s: float = BACKOFF_S,
-                 backoff_max_s: float = BACKOFF_MAX_S) -> None:
+                 backoff_max_s: float = BACKOFF_MAX_S, page: int = LIST_PAGE) -> None:
+        self.page = page
         self.list_fn = list_fn
         self.namespace = namespace
         self.what = what
@@ -359,18 +366,30 @@ class Informer:
                 self.down_since = self.clock()
 
     def _list(self) -> None:
+        """List in pages of ``page`` (module docstring), keeping what the scope keeps, and replace the map."""
         began = self.clock()
         with self._lock:
             asked = self.scope
-        resp = self.list_fn(self.namespace, _preload_content=False)
-        try:
-            doc = json.loads(resp.data)
-        finally:
-            resp.release_conn()
-        version = str((doc.get("metadata") or {}).get("resourceVersion") or "") or None
-        kept = [(str(o["metadata"]["name"]), o) for o in doc.get("items") or []]
-        kept = [(name, o) for name, o in kept if asked.keeps(name, o)]
-        del doc, resp  # the list's text and its parse: only the objects kept stay
+        kept: list[tuple[str, dict[str, Any]]] = []
+        token: str | None = None
+        version: str | None = None
+        while True:
+            more = {"_continue": token} if token else {}
+            resp = self.list_fn(self.namespace, _preload_content=False, limit=self.page, **more)
+            try:
+                doc = json.loads(resp.data)
+            finally:
+                resp.release_conn()
+            meta = doc.get("metadata") or {}
+            version = str(meta.get("resourceVersion") or "") or None
+            for o in doc.get("items") or []:
+                name = str(o["metadata"]["name"])
+                if asked.keeps(name, o):
+                    kept.append((name, o))
+            token = meta.get("continue") or None
+            del doc, resp  # a page's text and parse: only the objects kept stay
+            if token is None:
+                break
         with self._lock:
             self.objects, self._by_label, self._seq = {}, {}, {}
             for name, o in kept:

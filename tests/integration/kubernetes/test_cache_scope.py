@@ -96,6 +96,29 @@ def test_an_informer_stores_its_scope_and_reads_a_widened_part_as_missing_until_
         inf.stop()
 
 
+def test_a_list_comes_in_pages_and_keeps_only_the_scope_of_each(cluster: EmulatedCluster) -> None:
+    """Seven Deployments listed two at a time (``limit`` 2): four LISTs (2 + 2 + 2 + 1), each after the
+    first carrying the previous page's ``continue``; the informer keeps the three of its scope, the
+    same as one unpaged list keeps, at the resourceVersion of the list."""
+    apps = client.AppsV1Api(cluster.api(user_agent="someone"))
+    names = [f"d{i}" for i in range(7)]
+    for name in names:
+        apps.create_namespaced_deployment(NS, deployment(name, NS, 1))
+    scope = Scope(names=frozenset({"d0", "d3", "d6"}))
+    lists = []
+    for page in (2, 1000):
+        before = cluster.emu.requests[("list", "deployments")]
+        inf = Informer(client.AppsV1Api(cluster.api(user_agent=AGENT)).list_namespaced_deployment, NS,
+                       f"deployments {NS}", 30.0, 60, page=page)
+        inf.rescope(scope)
+        inf.fill()  # no thread: the list alone
+        lists.append(cluster.emu.requests[("list", "deployments")] - before)
+        assert sorted(inf.objects) == ["d0", "d3", "d6"]
+        assert inf.resource_version == apps.list_namespaced_deployment(NS).metadata.resource_version
+    assert lists == [4, 1]
+    assert cluster.emu.pages == {}  # every token used
+
+
 def seed(cluster: EmulatedCluster, names: list[str]) -> dict[str, list[str]]:
     """Each service's Deployments (``<service>-<variant>``) at ``REPLICAS`` with their pods; and a
     Deployment of another team in the namespace, with pods. Returns service -> its pods' names."""
