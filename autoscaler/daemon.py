@@ -379,9 +379,9 @@ class Daemon:
             except BaseException:
                 self.admission_server.close()
                 raise
-        if self.cache is not None:  # a follower keeps it too: a failover starts from a listed cache
-            self.cache.cover(cached_workloads(kube, self._may_write(set(range(self.shards.n)) if dry_run
-                                                                    else set())))  # lists nothing yet
+        if self.cache is not None:  # unsharded, a follower keeps it too: a failover starts from a listed cache
+            first = set(range(self.shards.n)) if dry_run else set()  # sharded: nothing led yet
+            self.cache.cover(cached_workloads(kube, self._cached_services(first)))  # not started: lists nothing
             self.cache.start()
 
     # ------------------------------------------------------------------ HTTP
@@ -513,7 +513,7 @@ class Daemon:
             self.metrics = LoopMetrics(loop, registry=self.registry)
         return loop
 
-    def _may_write(self, led: set[int]) -> list[Any]:
+    def _cached_services(self, led: set[int]) -> list[Any]:
         """The services whose objects the watch cache keeps while this daemon leads ``led`` (module
         docstring): every service when unsharded, else those of the shards led."""
         if self.shards.n == 1:
@@ -526,7 +526,7 @@ class Daemon:
         if self.cache is None:
             return
         try:
-            self.cache.cover(cached_workloads(self.cfg.kubernetes, self._may_write(led)))
+            self.cache.cover(cached_workloads(self.cfg.kubernetes, self._cached_services(led)))
         except (*TRANSPORT_ERRORS, ValueError) as exc:
             log.warning("%s: listing the watch cache for the shards led failed (their reads wait for the next "
                         "tick's list): %s", self.identity, exc)
