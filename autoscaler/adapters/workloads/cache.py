@@ -202,8 +202,9 @@ class Informer:
         self.scope = Scope()
         """What is kept (module docstring)."""
         self.filled = Scope()
-        """What the last list covered (the scope when it began, met with the scope when it ended):
-        a read is answered when both this and ``scope`` cover it."""
+        """What the cache holds in full: what the last list covered (the scope when it began, met with
+        the scope when it ended), less what a narrowing dropped since. A read is answered when both
+        this and ``scope`` cover it."""
         self.generation = 0
         """Lists so far: a watch begun before the last list applies nothing more."""
         self._stream_gen = -1
@@ -313,6 +314,7 @@ class Informer:
             for name in [n for n, o in self.objects.items() if not scope.keeps(n, o)]:
                 self._drop(name)
                 self.overlay.pop(name, None)
+            self.filled = self.filled.meet(scope)  # what was dropped must be listed again to be read
             return not scope.within(self.filled)
 
     def fill(self) -> None:

@@ -144,8 +144,9 @@ def seed(cluster: EmulatedCluster, names: list[str]) -> dict[str, list[str]]:
 
 def test_cover_keeps_the_workloads_given_and_their_pods_and_drops_what_leaves(cluster: EmulatedCluster) -> None:
     """``WorkloadCache.cover`` with svc-0's Deployments: their pods alone are held (not svc-1's, nor
-    another team's); with svc-1's added, its Deployments and pods are listed and selectable; with
-    none, nothing is held and every selection raises."""
+    another team's); with svc-1's added, its Deployments and pods are listed and selectable; svc-1
+    dropped and added back, it is listed again (what was dropped never reads as absent); with none,
+    nothing is held and every selection raises."""
     pods = seed(cluster, NAMES)
     cache = WorkloadCache(cluster.api(user_agent=AGENT), NS, {"deployments"}, 30.0, 60)
     svc0 = {f"svc-0-{v}" for v in VARIANTS}
@@ -167,6 +168,15 @@ def test_cover_keeps_the_workloads_given_and_their_pods_and_drops_what_leaves(cl
         assert sorted(pod_cache.objects) == sorted(pods["svc-0"] + pods["svc-1"])
         assert len(pod_cache.select({"app": "svc-1-h100"})) == REPLICAS["svc-1"]
         assert cache.held() == 4 + 2 * (REPLICAS["svc-0"] + REPLICAS["svc-1"])
+        lists = (deps.lists, pod_cache.lists)
+        cache.cover({"deployments": svc0})  # svc-1 lost: dropped at once, no list
+        assert sorted(pod_cache.objects) == sorted(pods["svc-0"]) and (deps.lists, pod_cache.lists) == lists
+        with pytest.raises(CacheStale):
+            deps.get("svc-1-a100")
+        cache.cover({"deployments": svc0 | svc1})  # taken back: listed again, never read as dropped
+        assert (deps.lists, pod_cache.lists) == (lists[0] + 1, lists[1] + 1)
+        assert replicas(deps, "svc-1-a100") == REPLICAS["svc-1"]
+        assert len(pod_cache.select({"app": "svc-1-a100"})) == REPLICAS["svc-1"]
         cache.cover({})
         assert cache.held() == 0
         with pytest.raises(CacheStale):
