@@ -43,6 +43,13 @@ Each variant's workload is reached through the connector of its kind
 custom resource with a scale subresource); an unknown kind stops the daemon at startup with one line.
 With ``kubernetes.watch`` the Deployments, StatefulSets and pods are read from a watch cache
 (``adapters.kubernetes.watch_cache``) started with the daemon, leader or not, and stopped with it.
+It holds only the workloads of the services this daemon may write and their pods (``cover``, issue
+35: memory grows with the services led, not with the fleet or the namespace): unsharded, every
+service of the fleet, leader or not (a follower's takeover starts from a full cache); sharded, the
+services of the shards led now. At the start of each tick the cache is narrowed to the shards led
+(a lost shard's objects dropped) and a shard just taken is listed, in the tick's thread, before its
+loop is built: its first decision reads a full cache, and a list that failed leaves that part
+unreadable (``CacheStale``: its counts unknown, the loop holds), never empty.
 Events come from the results: a write that changed a count (``ActuationResult.before`` / ``after``) is
 a ``ScaledUp`` / ``ScaledDown`` Event on the workload, and another writer's change (``external``, from
 a write's read or from ``KubernetesActuator.check_writers`` at the start of each tick) an
@@ -103,10 +110,12 @@ from autoscaler.adapters.kubernetes import (
     EventRecorder,
     KubernetesActuator,
     PendingPods,
+    cached_workloads,
     watch_cache,
 )
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.adapters.shards import ShardElection, shard_of
+from autoscaler.adapters.workloads import TRANSPORT_ERRORS
 from autoscaler.config import FleetConfig
 from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus, ExternalChange
 from autoscaler.loop.admission import PATH, TERM_BITS, AdmissionDocument, TeeSink, check_itl_budget, check_thresholds
@@ -383,7 +392,9 @@ class Daemon:
             except BaseException:
                 self.admission_server.close()
                 raise
-        if self.cache is not None:  # a follower keeps it too: a failover starts from a listed cache
+        if self.cache is not None:  # unsharded, a follower keeps it too: a failover starts from a listed cache
+            first = set(range(self.shards.n)) if dry_run else set()  # sharded: nothing led yet
+            self.cache.cover(cached_workloads(kube, self._cached_services(first)))  # not started: lists nothing
             self.cache.start()
 
     # ------------------------------------------------------------------ HTTP
@@ -515,6 +526,24 @@ class Daemon:
             self.metrics = LoopMetrics(loop, registry=self.registry)
         return loop
 
+    def _cached_services(self, led: set[int]) -> list[Any]:
+        """The services whose objects the watch cache keeps while this daemon leads ``led`` (module
+        docstring): every service when unsharded, else those of the shards led."""
+        if self.shards.n == 1:
+            return list(self.cfg.services)
+        return [s for i in sorted(led) for s in self.shards.services[i]]
+
+    def _cover(self, led: set[int]) -> None:
+        """Narrow the watch cache to ``led`` and list what it lacks of it (``WorkloadCache.cover``); a
+        list that failed is logged, its part left unreadable until the next tick lists it."""
+        if self.cache is None:
+            return
+        try:
+            self.cache.cover(cached_workloads(self.cfg.kubernetes, self._cached_services(led)))
+        except (*TRANSPORT_ERRORS, ValueError) as exc:
+            log.warning("%s: listing the watch cache for the shards led failed (their reads wait for the next "
+                        "tick's list): %s", self.identity, exc)
+
     def _term(self, shard: int) -> int:
         """The term ``shard`` is led under (the Lease's ``leaseTransitions`` as taken; 0 in dry-run)."""
         return 0 if self.dry_run else self.shards.electors[shard].term
@@ -558,6 +587,7 @@ class Daemon:
                 estimate or decide stage), likewise once the other shards have ticked; the first.
         """
         led = set(range(self.shards.n)) if self.dry_run else set(self.shards.led())
+        self._cover(led)  # before any loop of a shard just taken reads it
         # a later leadership (another term, even of a shard led again since the last tick) starts from
         # the cluster's state, not from ours
         stale = {i for i in self.loops if self.terms.get(i) != self._term(i)}

@@ -49,9 +49,14 @@ every scale write of the run is checked against the Leases as the server wrote t
 server's order: each must come from the holder of its service's shard Lease at that moment
 (``audit``; "off-Lease": those that did not, so 0 means no two daemons ever wrote one workload at
 overlapping times; "handed": workloads written by two daemons in the run, where such a write had a
-place to show).
+place to show). ``--fleet N`` puts N services' Deployments and pods in the API server while only the
+first ``--services`` are configured and exported: the watch cache's share of a daemon's memory at a
+fleet larger than the services it leads (issue 35, "memory per daemon"); the objects each daemon's
+cache holds are printed with its resident set; ``--pod-shape served`` gives the pods the fields a real
+API server serves (5.6 KB of JSON each, not 0.3 KB), as the cache's size per pod depends on them.
 
-    python benchmarks/fleet_scale.py [--services 10 100] [--daemons 1 3 10] [--pods 7] [--ticks 5]
+    python benchmarks/fleet_scale.py [--services 10 100] [--daemons 1 3 10] [--pods 7] [--fleet N]
+                                     [--pod-shape small|served] [--ticks 5]
                                      [--watch on|off] [--controller mpc] [--scrape-interval 2s]
                                      [--lease 8 6 1] [--aggregate on|off] [--scale-writers N]
                                      [--json PATH] [--profile PATH]
@@ -137,6 +142,91 @@ def pod(name: str, app: str) -> dict[str, Any]:
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
+def served_pod(name: str, app: str) -> dict[str, Any]:
+    """``pod`` as a real API server serves a vLLM server's pod (5.6 KB of JSON against ``pod``'s 0.3 KB):
+    a ReplicaSet's pod with its managed fields, container args, env, resources, probe, mounts,
+    tolerations and volumes, and the kubelet's status. The fields are the core/v1 Pod's (Kubernetes
+    API reference, v1.31); the values are made up, of typical length."""
+    out = pod(name, app)
+    meta, spec = out["metadata"], out["spec"]
+    rs = f"{app}-7d9f8c6b5"
+    meta["labels"].update({"pod-template-hash": "7d9f8c6b5", "app.kubernetes.io/name": "vllm",
+                           "app.kubernetes.io/instance": app, "app.kubernetes.io/component": "server"})
+    meta.update({"generateName": f"{rs}-", "uid": f"3f0b6a4e-8d2c-4b1a-9e7f-{abs(hash(name)) % 10**12:012d}",
+                 "resourceVersion": "1", "creationTimestamp": "2026-12-01T10:00:00Z",
+                 "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "8000",
+                                 "kubectl.kubernetes.io/restartedAt": "2026-12-01T09:59:00Z"},
+                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs,
+                                      "uid": "aa0b6a4e-8d2c-4b1a-9e7f-1c2d3e4f5a6b", "controller": True,
+                                      "blockOwnerDeletion": True}],
+                 "managedFields": [
+                     {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
+                      "time": "2026-12-01T10:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {
+                          "f:metadata": {"f:generateName": {}, "f:labels": {".": {}, "f:app": {},
+                                                                            "f:pod-template-hash": {}},
+                                         "f:ownerReferences": {".": {}, 'k:{"uid":"aa0b6a4e"}': {}}},
+                          "f:spec": {"f:containers": {'k:{"name":"vllm"}': {
+                              ".": {}, "f:args": {}, "f:env": {}, "f:image": {}, "f:imagePullPolicy": {}, "f:name": {},
+                              "f:ports": {}, "f:readinessProbe": {}, "f:resources": {},
+                              "f:terminationMessagePath": {}, "f:volumeMounts": {}}},
+                              "f:dnsPolicy": {}, "f:nodeSelector": {}, "f:restartPolicy": {}, "f:schedulerName": {},
+                              "f:securityContext": {}, "f:terminationGracePeriodSeconds": {}, "f:tolerations": {},
+                              "f:volumes": {}}}},
+                     {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": "2026-12-01T10:03:00Z",
+                      "fieldsType": "FieldsV1", "subresource": "status", "fieldsV1": {"f:status": {
+                          "f:conditions": {}, "f:containerStatuses": {}, "f:hostIP": {}, "f:phase": {},
+                          "f:podIP": {}, "f:podIPs": {}, "f:startTime": {}}}}]})
+    spec["containers"][0].update({
+        "image": "vllm/vllm-openai:v0.6.3",
+        "args": ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8000", "--gpu-memory-utilization", "0.9",
+                 "--max-model-len", "8192", "--enable-prefix-caching"],
+        "env": [{"name": k, "value": v} for k, v in (("HF_HOME", "/models"), ("VLLM_LOGGING_LEVEL", "INFO"),
+                                                      ("CUDA_VISIBLE_DEVICES", "0"), ("NCCL_DEBUG", "WARN"),
+                                                      ("OMP_NUM_THREADS", "8"))]
+               + [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
+        "ports": [{"name": "http", "containerPort": 8000, "protocol": "TCP"}],
+        "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "64Gi", "cpu": "8"},
+                      "requests": {"nvidia.com/gpu": "1", "memory": "64Gi", "cpu": "8"}},
+        "readinessProbe": {"httpGet": {"path": "/health", "port": 8000, "scheme": "HTTP"}, "periodSeconds": 5,
+                           "timeoutSeconds": 1, "successThreshold": 1, "failureThreshold": 3},
+        "volumeMounts": [{"name": "models", "mountPath": "/models"}, {"name": "shm", "mountPath": "/dev/shm"},
+                         {"name": "kube-api-access-x7k2p", "readOnly": True,
+                          "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+        "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+        "imagePullPolicy": "IfNotPresent"})
+    spec.update({
+        "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}, "serviceAccountName": "default",
+        "serviceAccount": "default", "securityContext": {}, "schedulerName": "default-scheduler",
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        + [{"key": f"node.kubernetes.io/{k}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+           for k in ("not-ready", "unreachable")],
+        "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority",
+        "volumes": [{"name": "models", "persistentVolumeClaim": {"claimName": "models"}},
+                    {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+                    {"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [
+                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
+                            "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}]})
+    out["status"].update({
+        "hostIP": "10.0.1.23", "podIP": "10.244.3.17", "podIPs": [{"ip": "10.244.3.17"}],
+        "startTime": "2026-12-01T10:00:01Z", "qosClass": "Guaranteed",
+        "conditions": [{"type": t, "status": "True", "lastProbeTime": None,
+                        "lastTransitionTime": "2026-12-01T10:03:00Z"}
+                       for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                                 "PodScheduled")],
+        "containerStatuses": [{"name": "vllm", "ready": True, "restartCount": 0, "started": True,
+                               "image": "docker.io/vllm/vllm-openai:v0.6.3",
+                               "imageID": "docker.io/vllm/vllm-openai@sha256:" + "0" * 64,
+                               "containerID": "containerd://" + "1" * 64,
+                               "state": {"running": {"startedAt": "2026-12-01T10:00:30Z"}}, "lastState": {}}]})
+    return out
+
+
+POD_SHAPES = {"small": pod, "served": served_pod}
+
+
 class TimedWrites(list[Any]):
     """The emulator's write log with the server's wall clock of each write beside it (``at``):
     appended under the emulator's lock, so in the order the server applied them."""
@@ -190,8 +280,10 @@ def audit(writes: TimedWrites, since: int, leases: dict[str, int], shard_of_work
     return out
 
 
-def cluster_side(conn: Connection, services: int, pods: int, replicas: int) -> None:
-    """The child: the emulated API server holding the fleet and the exporter serving its series;
+def cluster_side(conn: Connection, services: int, pods: int, replicas: int, fleet: int | None = None,
+                 shape: str = "small") -> None:
+    """The child: the emulated API server holding the fleet (``fleet`` services, default ``services``)
+    and the exporter serving the series of the first ``services``, its pods of ``POD_SHAPES[shape]``;
     answers ``requests`` (the server's request counts), ``mark`` (the write log's length),
     ``("audit", since, leases, shard_of_workload, daemons)`` (``audit``) and ``("zero", workloads)``
     (scaled to 0 by User-Agent ``fleet-scale``) until ``stop``."""
@@ -201,10 +293,11 @@ def cluster_side(conn: Connection, services: int, pods: int, replicas: int) -> N
     cluster = EmulatedCluster().start()
     writes = TimedWrites()
     cluster.emu.writes = writes
-    names = [f"s{s}-{v}" for s in range(services) for v, _, _ in VARIANTS]
+    names = [f"s{s}-{v}" for s in range(fleet or services) for v, _, _ in VARIANTS]
     cluster.put("apps/v1/deployments", [deployment(n, replicas) for n in names])
     apps = client.AppsV1Api(cluster.api(user_agent="fleet-scale"))
-    cluster.put("v1/pods", [pod(f"{n}-{k}", n) for n in names for k in range(pods)])
+    make = POD_SHAPES[shape]
+    cluster.put("v1/pods", [make(f"{n}-{k}", n) for n in names for k in range(pods)])
     exporter = serve(services, pods)
     conn.send((cluster.url, exporter.server_address[1]))
     while True:
@@ -337,7 +430,9 @@ def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, c
                         prof.disable()
                     wall, cpu = time.perf_counter() - t, time.process_time() - c
                     ticks.append((m, time.monotonic()))
-                conn.send({**tick_figures(record, wall, counting.sent, sorted(d.loops)), "cpu": cpu, "error": error})
+                cached = 0 if d.cache is None else sum(len(i.objects) for i in d.cache.informers.values())
+                conn.send({**tick_figures(record, wall, counting.sent, sorted(d.loops)), "cpu": cpu, "error": error,
+                           "cached": cached})
             else:
                 break
         d.stopping.set()
@@ -418,6 +513,8 @@ class Run:
     """Daemon -> the shards it led in the counted rounds."""
     led_services: dict[str, int] = field(default_factory=dict)
     rss_mib: dict[str, float] = field(default_factory=dict)
+    cached: dict[str, int] = field(default_factory=dict)
+    """Daemon -> the objects (workloads and pods) its watch cache held after the counted rounds."""
     failover: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Victim's shard -> ``led`` and ``ticks`` s after its last renewal (None: not within the rounds)."""
     failed: list[str] = field(default_factory=list)
@@ -442,12 +539,15 @@ class Bench:
     """The cluster child and Prometheus, shared by every run (``run``, ``stop``): ``services`` services
     x 3 variants, each variant's Deployment at ``replicas`` (0: the first decisions scale it from zero,
     ``ControlLoop``'s rule for requests waiting and no replica, so the counted rounds hold writes)
-    with ``pods`` pods listed and exported."""
+    with ``pods`` pods listed and exported; ``fleet``: the API server holds that many services (their
+    Deployments and pods, not exported), default ``services``; ``shape``: the pods' (``POD_SHAPES``)."""
 
-    def __init__(self, services: int, pods: int, scrape_interval: str, work: Path, replicas: int = 0) -> None:
+    def __init__(self, services: int, pods: int, scrape_interval: str, work: Path, replicas: int = 0,
+                 fleet: int | None = None, shape: str = "small") -> None:
         self.ctx = multiprocessing.get_context("spawn")
         self.conn, child = self.ctx.Pipe()
-        self.side = self.ctx.Process(target=cluster_side, args=(child, services, pods, replicas), daemon=True)
+        self.side = self.ctx.Process(target=cluster_side, args=(child, services, pods, replicas, fleet, shape),
+                                     daemon=True)
         self.side.start()
         self.kube_url, port = self.conn.recv()
         self.prom = PromServer(work, [Target(f"127.0.0.1:{port}")], scrape_interval=scrape_interval)
@@ -517,6 +617,7 @@ class Bench:
                 time.sleep(max(0.0, began + r * WINDOW_S - time.monotonic()))
                 last = self._round(conns, names, out)
             out.rss_mib = {n: last[n]["rss_mib"] for n in names}
+            out.cached = {n: last[n]["cached"] for n in names}
             for n in names:
                 conns[n].send("rounds")
                 out.election[n] = recv(conns[n], procs[n], f"daemon {n}")
@@ -729,6 +830,10 @@ def main() -> None:
     ap.add_argument("--services", type=int, nargs="+", default=[10, 100], help="fleet sizes (3 variants each)")
     ap.add_argument("--daemons", type=int, nargs="+", default=[1, 3, 10], help="daemons (and shards) per size")
     ap.add_argument("--pods", type=int, default=7, help="pods per variant")
+    ap.add_argument("--fleet", type=int, help="services whose Deployments and pods the API server holds "
+                    "(default: the largest --services; only those are exported to Prometheus)")
+    ap.add_argument("--pod-shape", choices=sorted(POD_SHAPES), default="small",
+                    help="the pods in the API server: small (0.3 KB of JSON) or as an API server serves one (5.6 KB)")
     ap.add_argument("--ticks", type=int, default=5, help="rounds counted per run (after the first)")
     ap.add_argument("--watch", choices=("on", "off"), default="on", help="kubernetes.watch")
     ap.add_argument("--assign", choices=("even", "hash"), default="even",
@@ -751,15 +856,18 @@ def main() -> None:
     fleet(1, True, 1, lease)  # a bad --lease fails here, before anything starts
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="fleet-scale-") as work:
-        bench = Bench(largest, args.pods, args.scrape_interval, Path(work))
+        fleet_n = max(args.fleet or largest, largest)
+        bench = Bench(largest, args.pods, args.scrape_interval, Path(work), fleet=fleet_n, shape=args.pod_shape)
         try:
             try:
                 series = bench.prom.query("count({__name__=~\".+\"})")[0]["value"][1]
             except OSError:  # a loaded machine: the count is context, not a figure
                 series = "?"
-            print(f"{largest} services x {len(VARIANTS)} variants x {args.pods} pods "
-                  f"({largest * len(VARIANTS) * args.pods} pods, {series} series) in the emulated API server and "
-                  f"Prometheus; controller {args.controller}, tick {WINDOW_S:g} s, window {SIGNAL_WINDOW_S:g} s, "
+            print(f"{fleet_n} services x {len(VARIANTS)} variants x {args.pods} pods "
+                  f"({fleet_n * len(VARIANTS) * args.pods} {args.pod_shape} pods) in the emulated API server, "
+                  f"the first {largest}'s "
+                  f"({series} series) in Prometheus; controller {args.controller}, tick {WINDOW_S:g} s, "
+                  f"window {SIGNAL_WINDOW_S:g} s, "
                   f"watch {args.watch}, aggregate {args.aggregate}, services to shards {args.assign}, "
                   f"{args.ticks} rounds counted after the first; lease duration / renew / retry "
                   f"{lease[0]:g} / {lease[1]:g} / {lease[2]:g} s; {os.cpu_count()} CPUs\n")
@@ -781,7 +889,8 @@ def main() -> None:
     print()
     for r in runs:
         print(f"  {r.services} services, {r.daemons} daemons: led {r.led_services}, RSS "
-              f"{ {n: round(m) for n, m in r.rss_mib.items()} } MiB, reads {dict(r.read_by)}, decisions "
+              f"{ {n: round(m) for n, m in r.rss_mib.items()} } MiB, cached objects {r.cached}, "
+              f"reads {dict(r.read_by)}, decisions "
               f"{dict(r.reasons)}, writes {dict(r.statuses)}, failed ticks {len(r.failed)} "
               f"{sorted(set(r.failed))[:3]}, failover {r.failover or '-'}")
         if r.renewals:

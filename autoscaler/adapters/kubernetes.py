@@ -249,6 +249,21 @@ def watch_cache(kube: KubernetesConfig, services: Sequence[Service], api: client
     return WorkloadCache(api, kube.namespace, plurals, kube.watch_stale_s, kube.watch_timeout_s, clock)
 
 
+def cached_workloads(kube: KubernetesConfig, services: Sequence[Service]) -> dict[str, set[str]]:
+    """Plural -> the names of ``services``' workloads of that kind (every variant with a workload of its
+    own, ``scaled_variants``): what ``WorkloadCache.cover`` keeps for them.
+
+    Raises:
+        WorkloadError: as ``connectors``.
+    """
+    out: dict[str, set[str]] = {}
+    for svc in services:
+        for v in scaled_variants(svc):
+            w = kube.workload(svc.name, v.name)
+            out.setdefault(connector_class(w).resolve(w)[1], set()).add(str(w.name))
+    return out
+
+
 def check_workloads(kube: KubernetesConfig, services: Sequence[Service]) -> None:
     """Check every variant's workload against the connector registry, with no call to the API server
     (``autoscaler run`` does it before connecting).

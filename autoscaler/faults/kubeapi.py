@@ -18,6 +18,11 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
   built-in ones (a PUT of the whole object is checked as above);
 - ``metadata.uid``, ``creationTimestamp`` and ``generation`` set by the server on create (whatever the
   client sent), ``metadata.generateName`` on create (a name is made from it);
+- lists in chunks (``limit`` and ``continue``; Kubernetes API concepts, "Retrieving large results sets
+  in chunks"): a list with ``limit`` answers that many objects and a ``continue`` token while more
+  remain; each later page is cut from the first page's snapshot and carries its resourceVersion, as
+  the API server serves every page from one consistent read; a token not known (or used once
+  already) is HTTP 410 Expired;
 - ``labelSelector`` and ``fieldSelector`` on lists, equality terms (``=``, ``==``, ``!=``) honoured on
   labels and on any dotted field (``involvedObject.uid``: how ``kubectl describe`` finds an object's
   Events), anything else refused with HTTP 400, never ignored;
@@ -79,6 +84,7 @@ import collections
 import contextlib
 import copy
 import datetime
+import itertools
 import re
 import threading
 import uuid
@@ -411,6 +417,10 @@ class Emulator(kmock.KubernetesEmulator):
         """Whether that step also keeps each Deployment's pods at ``spec.replicas``, removing the ones the
         ReplicaSet controller would (``removal_order``) and creating ready ones."""
         self._changed: dict[tuple[str | None, str], tuple[int, float]] = {}
+        self._page_keys = itertools.count(1)
+        self.pages: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+        """A paged list's continue key -> (its resourceVersion, the objects it lists): the snapshot its
+        later pages are cut from (``_serve_list``)."""
         self.refused: list[tuple[str, str, str | None, int]] = []
         """Requests answered with an error status by a fault or a check: (method, plural, name, status)."""
         self.writes: list[tuple[str, str | None, str | None, str | None, Any, str]] = []
@@ -677,9 +687,28 @@ class Emulator(kmock.KubernetesEmulator):
         the resourceVersion of the last event in ``metadata``: a watch from it misses nothing."""
         if request.resource not in self._get_resources():
             raise kmock.KubernetesResourceNotFoundError()
+        try:
+            limit = int(request.params.get("limit") or 0)
+        except ValueError:
+            return status(400, "BadRequest", f'limit "{request.params.get("limit")}" is not an integer')
+        token = request.params.get("continue")
         async with self._lock:
-            return {"kind": f"{self._kind(request.resource)}List", "apiVersion": "v1",
-                    "metadata": {"resourceVersion": str(self.logged)}, "items": self._listed(request)}
+            if token:  # a later page: cut from the first page's snapshot, at its resourceVersion
+                key, _, at = token.partition(":")
+                if key not in self.pages or not at.isdigit():
+                    return status(410, "Expired", "The provided continue parameter is too old to display a "
+                                  "consistent list result. You can start a new list without the continue parameter.")
+                version, items = self.pages.pop(key)
+                start = int(at)
+            else:
+                key, version, items, start = f"p{next(self._page_keys)}", str(self.logged), self._listed(request), 0
+            meta: dict[str, Any] = {"resourceVersion": version}
+            end = len(items) if limit <= 0 else min(len(items), start + limit)
+            if end < len(items):
+                self.pages[key] = (version, items)
+                meta.update({"continue": f"{key}:{end}", "remainingItemCount": len(items) - end})
+            return {"kind": f"{self._kind(request.resource)}List", "apiVersion": "v1", "metadata": meta,
+                    "items": items[start:end]}
 
     async def _serve_watch(self, request: kmock.Request) -> Any:
         """A watch as the API server serves it (module docstring)."""

@@ -25,6 +25,18 @@ answering is down), to the next watch that connects or list that succeeds. A wat
 connected but goes silent cannot be told from a quiet resource: its read deadline
 (``timeout_s + WATCH_READ_GRACE_S``) bounds that, so data is at most that plus ``stale_s`` old.
 
+Scope (issue 35, "memory per daemon"): an informer may keep only part of its resource (``Scope``:
+objects by name, or objects carrying every label of one of a set of selectors); events and listed
+objects outside it are not stored, so a daemon holds the objects of the services it may lead, not
+the namespace's. Narrowing drops what falls outside at once. Widening cannot be served from the watch
+(it delivered nothing of the new part while it was outside), so it needs a list (``fill``, as an
+informer does on restart): until one that began after the widening has replaced the map, a read of
+the new part (a name, or a selection no filled selector covers) raises ``CacheStale``, never
+answers "absent" or "no pods". A list replaces the map under the lock and bumps a generation: the
+watch in progress is closed (``HTTPResponse.shutdown``) and any event it still delivers is ignored,
+and the next watch resumes from the list's resourceVersion, so nothing older than the list is
+applied over it.
+
 Writes: after a write the connector tells the informer what it wrote (``wrote``: the write's
 resourceVersion from its response and the fields it set). Reads of that object show the write until
 the watch delivers the event of that same resourceVersion (events of one object arrive in order, so
@@ -34,12 +46,14 @@ write replaces the map: the next tick never acts on the state before the write.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import urllib3
@@ -57,6 +71,11 @@ BACKOFF_MAX_S = 30.0
 """Longest wait between tries (the same)."""
 CONNECT_TIMEOUT_S = 10.0
 """Connect deadline of a watch request, seconds (its read deadline is ``timeout_s + WATCH_READ_GRACE_S``)."""
+LIST_PAGE = 500
+"""Objects per page of a list (``limit``, then ``continue``: Kubernetes API concepts, "Retrieving large
+results sets in chunks"; 500 is client-go's pager's ``defaultPageSize``, kubernetes v1.31
+``tools/pager/pager.go``): a list holds one page's text and parse at a time, not the namespace's, so a
+daemon keeping a tenth of 10,500 pods never holds the other nine tenths, even while it lists."""
 WATCH_READ_GRACE_S = 5.0
 """How long past its ``timeoutSeconds`` a watch may stay silent before the client gives it up."""
 
@@ -72,6 +91,68 @@ def merged(obj: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def labels_of(obj: Mapping[str, Any] | None) -> dict[str, str]:
+    """``metadata.labels`` of an object as served, as strings ({} when none)."""
+    labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
+    return {str(k): str(v) for k, v in labels.items()}
+
+
+Selector = frozenset[tuple[str, str]]
+"""An equality selector (``matchLabels``) as its (label, value) pairs."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What an informer keeps (module docstring): the objects named in ``names`` (None: any name) and
+    carrying every pair of at least one of ``selectors`` (None: any labels). ``Scope()`` keeps all."""
+
+    names: frozenset[str] | None = None
+    selectors: frozenset[Selector] | None = None
+    _by_pair: dict[tuple[str, str], list[Selector]] = field(default_factory=dict, init=False, compare=False,
+                                                            repr=False)
+    """Each selector under its least pair: an object is checked against the selectors of its own labels."""
+
+    def __post_init__(self) -> None:
+        for sel in self.selectors or ():
+            self._by_pair.setdefault(min(sel) if sel else ("", ""), []).append(sel)
+
+    def keeps(self, name: str, obj: Mapping[str, Any] | None) -> bool:
+        """Whether ``obj`` (named ``name``) is inside."""
+        if self.names is not None and name not in self.names:
+            return False
+        if self.selectors is None:
+            return True
+        pairs = set(labels_of(obj).items())
+        if frozenset() in self.selectors:  # an empty selector selects every object
+            return True
+        return any(sel <= pairs for pair in pairs for sel in self._by_pair.get(pair, ()))
+
+    def has_name(self, name: str) -> bool:
+        """Whether every object named ``name`` is inside."""
+        return self.selectors is None and (self.names is None or name in self.names)
+
+    def has_selection(self, labels: Mapping[str, str]) -> bool:
+        """Whether every object carrying all of ``labels`` is inside (some selector is part of them)."""
+        if self.names is not None:
+            return False
+        if self.selectors is None:
+            return True
+        pairs = frozenset((str(k), str(v)) for k, v in labels.items())
+        return pairs in self.selectors or any(sel <= pairs for sel in self.selectors)
+
+    def within(self, other: Scope) -> bool:
+        """Whether everything inside this scope is inside ``other`` (by its names and selectors as given)."""
+        def part(mine: frozenset[Any] | None, theirs: frozenset[Any] | None) -> bool:
+            return theirs is None or (mine is not None and mine <= theirs)
+        return part(self.names, other.names) and part(self.selectors, other.selectors)
+
+    def meet(self, other: Scope) -> Scope:
+        """The part inside both (names and selectors intersected as sets: what a read may rely on)."""
+        def part(a: frozenset[Any] | None, b: frozenset[Any] | None) -> frozenset[Any] | None:
+            return b if a is None else a if b is None else a & b
+        return Scope(part(self.names, other.names), part(self.selectors, other.selectors))
+
+
 class Informer:
     """A watch cache of one resource in one namespace (module docstring).
 
@@ -83,11 +164,13 @@ class Informer:
         timeout_s: each watch's ``timeoutSeconds`` (the server ends it then; it is opened again).
         clock: monotonic seconds.
         backoff_s, backoff_max_s: the first and the longest wait between failed tries.
+        page: objects per page of a list (``LIST_PAGE``).
     """
 
     def __init__(self, list_fn: Callable[..., Any], namespace: str, what: str, stale_s: float, timeout_s: int,
                  clock: Callable[[], float] = time.monotonic, backoff_s: float = BACKOFF_S,
-                 backoff_max_s: float = BACKOFF_MAX_S) -> None:
+                 backoff_max_s: float = BACKOFF_MAX_S, page: int = LIST_PAGE) -> None:
+        self.page = page
         self.list_fn = list_fn
         self.namespace = namespace
         self.what = what
@@ -116,6 +199,16 @@ class Informer:
         """Watch requests that connected."""
         self.expired = 0
         """Watches answered 410 Gone."""
+        self.scope = Scope()
+        """What is kept (module docstring)."""
+        self.filled = Scope()
+        """What the cache holds in full: what the last list covered (the scope when it began, met with
+        the scope when it ended), less what a narrowing dropped since. A read is answered when both
+        this and ``scope`` cover it."""
+        self.generation = 0
+        """Lists so far: a watch begun before the last list applies nothing more."""
+        self._stream_gen = -1
+        """The generation the thread's watch in progress began at."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._watch: watch.Watch | None = None
@@ -146,6 +239,8 @@ class Informer:
         """
         with self._lock:
             self._fresh()
+            if not (self.scope.has_name(name) and self.filled.has_name(name)):
+                raise CacheStale(f"watch cache of {self.what}: {name} is {self._outside(self.scope.has_name(name))}")
             obj = self.objects.get(name)
             return None if obj is None else self._view(name, obj)
 
@@ -157,11 +252,19 @@ class Informer:
         """
         with self._lock:
             self._fresh()
+            if not (self.scope.has_selection(labels) and self.filled.has_selection(labels)):
+                what = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+                raise CacheStale(f"watch cache of {self.what}: the selection {what} is "
+                                 f"{self._outside(self.scope.has_selection(labels))}")
             if not labels:
                 return [self._view(name, obj) for name, obj in self.objects.items()]
             sets = sorted((self._by_label.get((k, v), set()) for k, v in labels.items()), key=len)
             names = set(sets[0]).intersection(*sets[1:])
             return [self._view(name, self.objects[name]) for name in sorted(names, key=self._seq.__getitem__)]
+
+    @staticmethod
+    def _outside(kept: bool) -> str:
+        return "not listed since it was added to the cache's scope" if kept else "outside the cache's scope"
 
     def _index(self, name: str, obj: Mapping[str, Any] | None, add: bool) -> None:
         """Add ``name`` under (or remove it from) each of ``obj``'s labels (under the lock)."""
@@ -202,6 +305,44 @@ class Informer:
         with self._lock:
             self.overlay[name] = (resource_version, patch, self.clock())
 
+    # ------------------------------------------------------------------ scope
+    def rescope(self, scope: Scope) -> bool:
+        """Keep ``scope`` from now on: objects outside it are dropped at once; whether it reaches past
+        what the last list covered (then reads of that part raise ``CacheStale`` until ``fill``)."""
+        with self._lock:
+            self.scope = scope
+            for name in [n for n, o in self.objects.items() if not scope.keeps(n, o)]:
+                self._drop(name)
+                self.overlay.pop(name, None)
+            self.filled = self.filled.meet(scope)  # what was dropped must be listed again to be read
+            return not scope.within(self.filled)
+
+    def fill(self) -> None:
+        """List now, in the caller's thread, and have the watch resume from that list (module docstring).
+
+        Raises:
+            ApiException, urllib3.exceptions.HTTPError, OSError, ValueError: the list failed (the map,
+                and what reads may rely on, are as before).
+        """
+        self._list()
+        with self._lock:
+            w = self._watch if self._stream_gen != self.generation else None
+        resp = getattr(w, "_resp", None)  # the kubernetes client's Watch keeps its response there
+        if resp is not None:
+            with contextlib.suppress(Exception):  # released already, or never connected: it ends anyway
+                resp.shutdown()
+
+    def match_labels(self) -> set[Selector]:
+        """The ``spec.selector.matchLabels`` of the objects held (workloads' pod selectors; empty ones left out)."""
+        with self._lock:
+            specs = [o.get("spec") for o in self.objects.values()]
+        out: set[Selector] = set()
+        for spec in specs:
+            labels = ((spec if isinstance(spec, dict) else {}).get("selector") or {}).get("matchLabels")
+            if isinstance(labels, dict) and labels:
+                out.add(frozenset((str(k), str(v)) for k, v in labels.items()))
+        return out
+
     # ------------------------------------------------------------------ the thread
     def start(self) -> Informer:
         """List and watch in a daemon thread (once)."""
@@ -227,19 +368,39 @@ class Informer:
                 self.down_since = self.clock()
 
     def _list(self) -> None:
+        """List in pages of ``page`` (module docstring), keeping what the scope keeps, and replace the map."""
         began = self.clock()
-        resp = self.list_fn(self.namespace, _preload_content=False)
-        try:
-            doc = json.loads(resp.data)
-        finally:
-            resp.release_conn()
-        items = doc.get("items") or []
+        with self._lock:
+            asked = self.scope
+        kept: list[tuple[str, dict[str, Any]]] = []
+        token: str | None = None
+        version: str | None = None
+        while True:
+            more = {"_continue": token} if token else {}
+            resp = self.list_fn(self.namespace, _preload_content=False, limit=self.page, **more)
+            try:
+                doc = json.loads(resp.data)
+            finally:
+                resp.release_conn()
+            meta = doc.get("metadata") or {}
+            version = str(meta.get("resourceVersion") or "") or None
+            for o in doc.get("items") or []:
+                name = str(o["metadata"]["name"])
+                if asked.keeps(name, o):
+                    kept.append((name, o))
+            token = meta.get("continue") or None
+            del doc, resp  # a page's text and parse: only the objects kept stay
+            if token is None:
+                break
         with self._lock:
             self.objects, self._by_label, self._seq = {}, {}, {}
-            for o in items:
-                self._put(str(o["metadata"]["name"]), o)
+            for name, o in kept:
+                if self.scope is asked or self.scope.keeps(name, o):  # narrowed meanwhile
+                    self._put(name, o)
+            self.filled = asked.meet(self.scope)
+            self.generation += 1
             self.overlay = {k: v for k, v in self.overlay.items() if v[2] > began}  # the list holds older writes
-            self.resource_version = str((doc.get("metadata") or {}).get("resourceVersion") or "") or None
+            self.resource_version = version
             self.synced = True
             self.down_since = None
             self.lists += 1
@@ -250,32 +411,46 @@ class Informer:
         resp = self.list_fn(*args, **kwargs)
         if 200 <= int(getattr(resp, "status", 0) or 0) < 300:
             with self._lock:
+                if self._stream_gen != self.generation:  # a list came meanwhile: resume from it instead
+                    with contextlib.suppress(Exception):
+                        resp.shutdown()
+                    return resp
                 self.down_since = None
                 self.watches += 1
         return resp
 
-    def _apply(self, event: dict[str, Any]) -> None:
+    def _apply(self, event: dict[str, Any], since: int | None = None) -> bool:
+        """Apply one event of a watch begun at generation ``since``; False (nothing applied) once a list
+        has come since then (None: apply)."""
         kind = event.get("type")
         obj = event.get("raw_object")
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         if not isinstance(meta, dict):
-            return
+            return True
         rv = meta.get("resourceVersion")
         with self._lock:
+            if since is not None and since != self.generation:
+                return False
             if rv is not None:
                 self.resource_version = str(rv)
             if kind == "BOOKMARK":
-                return
+                return True
             name = str(meta.get("name"))
             assert isinstance(obj, dict)
-            if kind == "DELETED":
+            if kind == "DELETED" or not self.scope.keeps(name, obj):  # outside: not stored (or relabelled out)
                 self._drop(name)
                 self.overlay.pop(name, None)
-                return
+                return True
             self._put(name, obj)
             over = self.overlay.get(name)
             if over is not None and over[0] == rv:  # the watch has caught up with our write
                 del self.overlay[name]
+        return True
+
+    def _superseded(self) -> bool:
+        """Whether a list came since the watch in progress began (``fill`` closed it)."""
+        with self._lock:
+            return self._stream_gen != self.generation
 
     def _run(self) -> None:
         delay = self.backoff_s
@@ -286,11 +461,15 @@ class Informer:
                     self._list()
                     relist = False
                 self._went_down()  # until the next watch's headers arrive
-                w = self._watch = watch.Watch(return_type="object")
-                for event in w.stream(self._connected, self.namespace, resource_version=self.resource_version,
+                w = watch.Watch(return_type="object")
+                with self._lock:
+                    self._watch, self._stream_gen, since = w, self.generation, self.resource_version
+                    gen = self.generation
+                for event in w.stream(self._connected, self.namespace, resource_version=since,
                                       timeout_seconds=self.timeout_s, allow_watch_bookmarks=True,
                                       _request_timeout=(CONNECT_TIMEOUT_S, self.timeout_s + WATCH_READ_GRACE_S)):
-                    self._apply(event)
+                    if not self._apply(event, gen):
+                        break  # a list came (``fill``): watch again from its resourceVersion
                     delay = self.backoff_s
                     if self._stop.is_set():
                         break
@@ -302,10 +481,12 @@ class Informer:
                     log.info("watch cache of %s: %s; listing again", self.what, describe(exc))
                     continue
                 why = describe(exc)
-            except (urllib3.exceptions.HTTPError, OSError, ValueError, KeyError, TypeError) as exc:
+            except (urllib3.exceptions.HTTPError, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 why = describe(exc)
             if self._stop.is_set():
                 break
+            if self._superseded():  # ``fill`` closed the watch: not a failure, watch again from its list
+                continue
             self._went_down()
             log.warning("watch cache of %s: %s; trying again in %.1f s", self.what, why, delay)
             self._stop.wait(delay)
@@ -341,6 +522,34 @@ class WorkloadCache:
     def informer(self, plural: str) -> Informer | None:
         """The informer of ``plural``, None when it is not cached."""
         return self.informers.get(plural)
+
+    def cover(self, workloads: Mapping[str, set[str]]) -> None:
+        """Keep only ``workloads`` (plural -> names; a cached plural absent keeps none of its kind) and
+        the pods their selectors (``spec.selector.matchLabels``) select: objects outside are dropped
+        now, and a part not held yet is listed now (``Informer.fill``), the workloads before the pods,
+        whose scope is read from them. A workload not in the cache (not created yet, or not listed)
+        adds no selector: its pods' reads raise ``CacheStale`` until a later call lists them. Called
+        with the same workloads, it lists nothing.
+
+        Raises:
+            ApiException, urllib3.exceptions.HTTPError, OSError, ValueError: a list failed (its part
+                stays unread: reads of it raise ``CacheStale``); the informers listed before it keep
+                their new scope.
+        """
+        selectors: set[Selector] = set()
+        for plural, inf in self.informers.items():
+            if plural == "pods":
+                continue
+            if inf.rescope(Scope(names=frozenset(workloads.get(plural, ())))):
+                inf.fill()
+            selectors |= inf.match_labels()
+        pods = self.informers.get("pods")
+        if pods is not None and pods.rescope(Scope(selectors=frozenset(selectors))):
+            pods.fill()
+
+    def held(self) -> int:
+        """Objects held, every informer's together."""
+        return sum(len(inf.objects) for inf in self.informers.values())
 
     def start(self) -> WorkloadCache:
         """Start every informer's thread."""

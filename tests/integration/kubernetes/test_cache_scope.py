@@ -1,0 +1,302 @@
+"""The watch cache kept to the services a daemon may write (issue 35, "memory per daemon linear in the
+services it leads"), against the emulated API server with the official ``kubernetes`` client: an
+informer stores only its scope; a part added to the scope reads as missing (``CacheStale``), never as
+absent or empty, until a list has filled it, and the watch goes on from that list; a sharded daemon's
+cache holds its led shards' workloads and pods only, fills a shard it takes before that shard's first
+decision (a takeover whose list fails holds instead of deciding), and drops a lost shard's objects.
+
+Waits poll until a condition holds (bounded); nothing asserts how long anything took."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from support.fleets import FLEET_DOC
+
+from autoscaler.adapters.workloads.base import CacheStale
+from autoscaler.adapters.workloads.cache import Informer, Scope, WorkloadCache
+from autoscaler.config.loading import parse_config
+from autoscaler.daemon import Daemon
+from autoscaler.faults.kubeapi import EmulatedCluster, deployment, emulated_cluster
+from autoscaler.state import ServiceObservation, Signals, VariantObservation
+
+NS = "default"
+AGENT = "autoscaler/d"
+WAIT_S = 30.0
+NAMES = ["svc-0", "svc-1"]
+VARIANTS = ["h100", "a100"]
+REPLICAS = {"svc-0": 2, "svc-1": 3}
+"""Each service's Deployments' replicas, all ready, with as many pods each."""
+
+
+def wait_for(what: str, cond: Callable[[], bool]) -> None:
+    """Poll ``cond`` until it holds; fail naming ``what`` after ``WAIT_S`` (a bound, not a timing)."""
+    end = time.monotonic() + WAIT_S
+    while time.monotonic() < end:
+        try:
+            if cond():
+                return
+        except CacheStale:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"never: {what}")
+
+
+@pytest.fixture
+def cluster() -> Iterator[EmulatedCluster]:
+    with emulated_cluster() as c:
+        yield c
+
+
+def replicas(inf: Informer, name: str) -> int | None:
+    obj = inf.get(name)
+    return None if obj is None else int(obj["spec"]["replicas"])
+
+
+def test_an_informer_stores_its_scope_and_reads_a_widened_part_as_missing_until_it_is_listed(
+        cluster: EmulatedCluster) -> None:
+    """Deployments a, b, c; the informer kept to a: it stores a alone and a read of b raises (outside,
+    not "absent"). Widened to a and b: b still raises until ``fill`` lists it, then reads as served,
+    and the watch resumed from that list shows a later scale of b; c, outside, is never stored.
+    Narrowed back to a: b is dropped and raises again."""
+    apps = client.AppsV1Api(cluster.api(user_agent="someone"))
+    for name, n in (("a", 1), ("b", 2), ("c", 3)):
+        apps.create_namespaced_deployment(NS, deployment(name, NS, n))
+    inf = Informer(client.AppsV1Api(cluster.api(user_agent=AGENT)).list_namespaced_deployment, NS,
+                   f"deployments {NS}", 30.0, 60, backoff_s=0.05, backoff_max_s=0.2)
+    assert not inf.rescope(Scope(names=frozenset({"a"})))  # nothing listed yet: the first list is scoped
+    inf.start()
+    try:
+        assert inf.wait_synced(WAIT_S)
+        assert sorted(inf.objects) == ["a"] and replicas(inf, "a") == 1
+        with pytest.raises(CacheStale, match="outside the cache's scope"):
+            inf.get("b")
+        assert inf.rescope(Scope(names=frozenset({"a", "b"})))  # wider than what was listed
+        with pytest.raises(CacheStale, match="not listed since"):
+            inf.get("b")
+        inf.fill()
+        assert replicas(inf, "b") == 2 and sorted(inf.objects) == ["a", "b"]
+        scale = apps.read_namespaced_deployment_scale("b", NS)
+        scale.spec.replicas = 5
+        apps.replace_namespaced_deployment_scale("b", NS, scale)
+        apps.patch_namespaced_deployment("c", NS, {"spec": {"replicas": 7}})
+        wait_for("b scaled to 5 through the watch after the fill", lambda: replicas(inf, "b") == 5)
+        assert "c" not in inf.objects
+        assert not inf.rescope(Scope(names=frozenset({"a"})))  # narrower: no list needed
+        assert sorted(inf.objects) == ["a"]
+        with pytest.raises(CacheStale, match="outside"):
+            inf.get("b")
+        assert inf.lists == 2
+    finally:
+        inf.stop()
+
+
+def test_a_list_comes_in_pages_and_keeps_only_the_scope_of_each(cluster: EmulatedCluster) -> None:
+    """Seven Deployments listed two at a time (``limit`` 2): four LISTs (2 + 2 + 2 + 1), each after the
+    first carrying the previous page's ``continue``; the informer keeps the three of its scope, the
+    same as one unpaged list keeps, at the resourceVersion of the list."""
+    apps = client.AppsV1Api(cluster.api(user_agent="someone"))
+    names = [f"d{i}" for i in range(7)]
+    for name in names:
+        apps.create_namespaced_deployment(NS, deployment(name, NS, 1))
+    scope = Scope(names=frozenset({"d0", "d3", "d6"}))
+    lists = []
+    for page in (2, 1000):
+        before = cluster.emu.requests[("list", "deployments")]
+        inf = Informer(client.AppsV1Api(cluster.api(user_agent=AGENT)).list_namespaced_deployment, NS,
+                       f"deployments {NS}", 30.0, 60, page=page)
+        inf.rescope(scope)
+        inf.fill()  # no thread: the list alone
+        lists.append(cluster.emu.requests[("list", "deployments")] - before)
+        assert sorted(inf.objects) == ["d0", "d3", "d6"]
+        assert inf.resource_version == apps.list_namespaced_deployment(NS).metadata.resource_version
+    assert lists == [4, 1]
+    assert cluster.emu.pages == {}  # every token used
+
+
+def seed(cluster: EmulatedCluster, names: list[str]) -> dict[str, list[str]]:
+    """Each service's Deployments (``<service>-<variant>``) at ``REPLICAS`` with their pods; and a
+    Deployment of another team in the namespace, with pods. Returns service -> its pods' names."""
+    pods: dict[str, list[str]] = {}
+    deps, items = [], []
+    for svc in [*names, "other-team"]:
+        for v in VARIANTS:
+            w = f"{svc}-{v}"
+            n = REPLICAS.get(svc, 4)
+            body = deployment(w, NS, n)
+            body["status"] = {"replicas": n, "readyReplicas": n, "availableReplicas": n}
+            deps.append(body)
+            for k in range(n):
+                items.append({"apiVersion": "v1", "kind": "Pod",
+                              "metadata": {"name": f"{w}-{k}", "namespace": NS, "labels": {"app": w}},
+                              "spec": {"nodeName": "n", "containers": [{"name": "c", "image": "x"}]},
+                              "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+                pods.setdefault(svc, []).append(f"{w}-{k}")
+    cluster.put("apps/v1/deployments", deps)
+    cluster.put("v1/pods", items)
+    return pods
+
+
+def test_cover_keeps_the_workloads_given_and_their_pods_and_drops_what_leaves(cluster: EmulatedCluster) -> None:
+    """``WorkloadCache.cover`` with svc-0's Deployments: their pods alone are held (not svc-1's, nor
+    another team's); with svc-1's added, its Deployments and pods are listed and selectable; svc-1
+    dropped and added back, it is listed again (what was dropped never reads as absent); with none,
+    nothing is held and every selection raises."""
+    pods = seed(cluster, NAMES)
+    cache = WorkloadCache(cluster.api(user_agent=AGENT), NS, {"deployments"}, 30.0, 60)
+    svc0 = {f"svc-0-{v}" for v in VARIANTS}
+    svc1 = {f"svc-1-{v}" for v in VARIANTS}
+    cache.cover({"deployments": svc0})  # before the start: the first lists are scoped
+    cache.start()
+    try:
+        assert cache.wait_synced(WAIT_S)
+        deps, pod_cache = cache.informers["deployments"], cache.informers["pods"]
+        assert sorted(deps.objects) == sorted(svc0)
+        cache.cover({"deployments": svc0})  # the selectors now known: svc-0's pods listed
+        assert sorted(pod_cache.objects) == sorted(pods["svc-0"])
+        assert [p["metadata"]["name"] for p in pod_cache.select({"app": "svc-0-a100"})] == ["svc-0-a100-0",
+                                                                                            "svc-0-a100-1"]
+        with pytest.raises(CacheStale):
+            pod_cache.select({"app": "svc-1-a100"})
+        cache.cover({"deployments": svc0 | svc1})
+        assert sorted(deps.objects) == sorted(svc0 | svc1)
+        assert sorted(pod_cache.objects) == sorted(pods["svc-0"] + pods["svc-1"])
+        assert len(pod_cache.select({"app": "svc-1-h100"})) == REPLICAS["svc-1"]
+        assert cache.held() == 4 + 2 * (REPLICAS["svc-0"] + REPLICAS["svc-1"])
+        lists = (deps.lists, pod_cache.lists)
+        cache.cover({"deployments": svc0})  # svc-1 lost: dropped at once, no list
+        assert sorted(pod_cache.objects) == sorted(pods["svc-0"]) and (deps.lists, pod_cache.lists) == lists
+        with pytest.raises(CacheStale):
+            deps.get("svc-1-a100")
+        cache.cover({"deployments": svc0 | svc1})  # taken back: listed again, never read as dropped
+        assert (deps.lists, pod_cache.lists) == (lists[0] + 1, lists[1] + 1)
+        assert replicas(deps, "svc-1-a100") == REPLICAS["svc-1"]
+        assert len(pod_cache.select({"app": "svc-1-a100"})) == REPLICAS["svc-1"]
+        cache.cover({})
+        assert cache.held() == 0
+        with pytest.raises(CacheStale):
+            pod_cache.select({"app": "svc-0-a100"})
+    finally:
+        cache.stop()
+
+
+class Prom:
+    """Prometheus's part of an observation: each service asked for (``services``, as the daemon sets
+    it) with 1 ready replica of each variant and no signal; the counts the loop uses are the cache's."""
+
+    deadline_s = None
+
+    def __init__(self, services: list[Any]) -> None:
+        self.services = services
+
+    def observe(self, now: float) -> dict[str, ServiceObservation]:
+        return {s.name: ServiceObservation(s.name, now, Signals(), {v: VariantObservation(1, 0) for v in VARIANTS},
+                                           history_s=3600.0) for s in self.services}
+
+
+def takes(d: Daemon, led: list[int]) -> Callable[[], bool]:
+    """An election round of ``d``, then whether it leads ``led``."""
+    def done() -> bool:
+        d.shards.round()
+        return d.shards.led() == led
+    return done
+
+
+def sharded_daemon(cluster: EmulatedCluster) -> Daemon:
+    doc = copy.deepcopy(FLEET_DOC)
+    svc = doc["services"][0]
+    doc["services"] = [{**copy.deepcopy(svc), "name": n} for n in NAMES]
+    doc.pop("simulator")
+    slow = {"duration_s": 60.0, "renew_s": 40.0, "retry_s": 5.0}  # no thread renews here
+    doc["kubernetes"] = {"namespace": NS, "watch": True, "shards": 2, "lease": slow,
+                         "service_shards": {"svc-0": 0, "svc-1": 1}}
+    cfg = parse_config(doc, "<test>")
+    return Daemon(cfg, "pid", Prom(list(cfg.services)), cluster.api(user_agent=AGENT), "d",  # type: ignore[arg-type]
+                  "127.0.0.1:0", namespace_self="autoscaler")
+
+
+def test_a_taken_shard_is_listed_before_its_first_decision_and_a_lost_one_is_dropped(
+        cluster: EmulatedCluster) -> None:
+    """Two shards (svc-0, svc-1), shard 1's Lease another's: the daemon's cache holds shard 0's
+    Deployments and pods alone (not shard 1's nor another team's). The other holder's Lease goes and
+    the daemon takes shard 1; its first tick's decision for svc-1 reads the counts the cluster has (3
+    ready of 3, not the source's 1, not unknown): listed in that tick, before the loop read it. Then
+    shard 1 is lost (its renewal overdue): the next tick drops its objects, back to shard 0's."""
+    pods = seed(cluster, NAMES)
+    leases = client.CoordinationV1Api(cluster.api())
+    leases.create_namespaced_lease("autoscaler", client.V1Lease(
+        metadata={"name": "autoscaler-leader-shard-1"},
+        spec=client.V1LeaseSpec(holder_identity="someone-else", lease_duration_seconds=3600)))
+    d = sharded_daemon(cluster)
+    try:
+        assert d.cache is not None and d.cache.wait_synced(WAIT_S)
+        d.shards.round()
+        assert d.shards.led() == [0]
+        record = d.tick()
+        assert record is not None and sorted(record.services) == ["svc-0"]
+        deps, pod_cache = d.cache.informers["deployments"], d.cache.informers["pods"]
+        assert sorted(deps.objects) == [f"svc-0-{v}" for v in sorted(VARIANTS)]
+        assert sorted(pod_cache.objects) == sorted(pods["svc-0"])
+        held_one = d.cache.held()
+        with pytest.raises(CacheStale):
+            deps.get("svc-1-a100")
+        leases.delete_namespaced_lease("autoscaler-leader-shard-1", "autoscaler")
+        wait_for("shard 1 taken", takes(d, [0, 1]))
+        lists = (deps.lists, pod_cache.lists)
+        record = d.tick()
+        assert record is not None and sorted(record.services) == NAMES
+        for v in VARIANTS:
+            seen = record.services["svc-1"].estimate.variants[v]
+            assert seen.counts_known and seen.current == REPLICAS["svc-1"], (v, record.services["svc-1"].reason)
+        assert (deps.lists, pod_cache.lists) == (lists[0] + 1, lists[1] + 1)  # the fill: one list of each
+        assert sorted(pod_cache.objects) == sorted(pods["svc-0"] + pods["svc-1"])
+        assert d.cache.held() == held_one + 2 + len(pods["svc-1"])
+        d.shards.electors[1].last_renewed = -1e9  # overdue: shard 1 no longer led
+        record = d.tick()
+        assert record is not None and sorted(record.services) == ["svc-0"]
+        assert d.cache.held() == held_one and sorted(pod_cache.objects) == sorted(pods["svc-0"])
+    finally:
+        d.server.close()
+        if d.cache is not None:
+            d.cache.stop()
+
+
+def test_a_takeover_whose_list_fails_holds_instead_of_reading_an_empty_cache(cluster: EmulatedCluster) -> None:
+    """The daemon takes shard 1 while its client is refused (429, the API server throttling it): the
+    takeover's list fails, and svc-1's first decision has its counts unknown (a hold: nothing written
+    for it), never the empty cache's "no workload, no pods". Once the server answers again, the next
+    tick lists svc-1 and reads its counts."""
+    seed(cluster, NAMES)
+    leases = client.CoordinationV1Api(cluster.api())
+    leases.create_namespaced_lease("autoscaler", client.V1Lease(
+        metadata={"name": "autoscaler-leader-shard-1"},
+        spec=client.V1LeaseSpec(holder_identity="someone-else", lease_duration_seconds=3600)))
+    d = sharded_daemon(cluster)
+    try:
+        assert d.cache is not None and d.cache.wait_synced(WAIT_S)
+        d.shards.round()
+        assert d.tick() is not None
+        leases.delete_namespaced_lease("autoscaler-leader-shard-1", "autoscaler")
+        wait_for("shard 1 taken", takes(d, [0, 1]))
+        before = [w for w in cluster.emu.writes if w[1] == "deployments/scale"]
+        cluster.emu.throttled[AGENT] = 60
+        record = d.tick()
+        assert record is not None and "svc-1" in record.services
+        st = record.services["svc-1"]
+        assert not any(st.estimate.variants[v].counts_known for v in VARIANTS), st.reason
+        assert "unknown" in st.reason and st.actuation == {}
+        assert [w for w in cluster.emu.writes if w[1] == "deployments/scale"] == before
+        del cluster.emu.throttled[AGENT]
+        record = d.tick()
+        assert record is not None
+        seen = record.services["svc-1"].estimate.variants["a100"]
+        assert seen.counts_known and seen.current == REPLICAS["svc-1"]
+    finally:
+        d.server.close()
+        if d.cache is not None:
+            d.cache.stop()
