@@ -417,6 +417,8 @@ class Emulator(kmock.KubernetesEmulator):
         """Whether that step also keeps each Deployment's pods at ``spec.replicas``, removing the ones the
         ReplicaSet controller would (``removal_order``) and creating ready ones."""
         self._changed: dict[tuple[str | None, str], tuple[int, float]] = {}
+        self._watch_epochs: dict[Any, int] = {}
+        """A watch request's id -> ``watch_epoch`` when it passed the faults (``_serve_watch`` takes it)."""
         self._page_keys = itertools.count(1)
         self.pages: dict[str, tuple[str, list[dict[str, Any]]]] = {}
         """A paged list's continue key -> (its resourceVersion, the objects it lists): the snapshot its
@@ -457,6 +459,8 @@ class Emulator(kmock.KubernetesEmulator):
             self.refused.append((str(getattr(request.method, "value", request.method)).upper(),
                                  str(getattr(request.resource, "plural", "")), request.name, fault.status))
             return fault
+        if "watch" in request.params:  # dropped by a drop_watches from now on, however late it streams
+            self._watch_epochs[request.id] = self.watch_epoch
         for param in ("labelSelector", "fieldSelector"):
             text = request.params.get(param)
             if text and selector_terms(text) is None:  # refused, never ignored
@@ -712,6 +716,9 @@ class Emulator(kmock.KubernetesEmulator):
 
     async def _serve_watch(self, request: kmock.Request) -> Any:
         """A watch as the API server serves it (module docstring)."""
+        # the epoch it was accepted in: a drop_watches between the request passing the faults and its
+        # stream starting ends it too (else a watch accepted just before a drop would outlive it)
+        epoch = self._watch_epochs.pop(request.id, self.watch_epoch)
         yield b""  # the headers, at once (an empty line: clients skip it)
         res, params = request.resource, request.params
         assert res is not None  # kmock routes only resource requests here
@@ -721,7 +728,6 @@ class Emulator(kmock.KubernetesEmulator):
         timeout = params.get("timeoutSeconds")
         deadline = loop.time() + float(timeout) if timeout else None
         bookmarks = params.get("allowWatchBookmarks") in ("true", "1", "True")
-        epoch = self.watch_epoch
         text = params.get("resourceVersion")
         async with self._lock:
             if text in (None, "", "0"):  # state now, then what follows
