@@ -27,12 +27,14 @@ LEASES = kmock.resource("coordination.k8s.io", "v1", "leases")
 HUNG_S = 5.0
 """How long a write may take before it counts as hung (a deadlock never ends; a write here takes
 microseconds), wall seconds."""
+REQUEST_IDS = itertools.count(1)
 
 
 def watch_request() -> Any:
     """What ``Emulator._serve_watch`` reads of a request: a watch of Leases in ``default`` from
-    resourceVersion 1 (no initial listing: the events after it)."""
-    return types.SimpleNamespace(resource=LEASES, params={"resourceVersion": "1"}, namespace="default")
+    resourceVersion 1 (no initial listing: the events after it), with an ``id`` of its own as kmock's."""
+    return types.SimpleNamespace(id=next(REQUEST_IDS), resource=LEASES, params={"resourceVersion": "1"},
+                                 namespace="default")
 
 
 def modified(rv: int) -> dict[str, Any]:
