@@ -15,7 +15,10 @@ without) and each ``decide`` reads its part:
   ``conformal_z``); never below the highest arrival rate of the last ``hold_s`` (300 s, or with
   ``hedge=measured`` ``measured_hold``'s: a forecast that lags a rise must not cancel it; a fall is
   followed once it has lasted the hold), plus today's queue spread over the steps until new
-  replicas have run ``DRAIN_S``, at most doubling the demand (``backlog_rps``). Without a forecast
+  replicas have run ``DRAIN_S``, at most doubling the demand (``backlog_rps``); while that queue drains,
+  the forecast's level above the demand held is left out (``drain_excess``: the forecast is fitted on
+  completions, which count the drain a second time), and no ready replica is removed meanwhile. Without a
+  forecast
   yet (the first step of history), or with ``forecast=last``, that rate for every step; with
   ``forecast=perfect`` (simulation only), the
   trace's true demand per step. The rates held are the gateway's arrivals less the retries of the
@@ -471,6 +474,36 @@ def backlog_rps(queue: float, drain_s: float, rate_rps: float) -> float:
     return min(queue / drain_s, max(rate_rps, queue / BACKLOG_DRAIN_S))
 
 
+def drain_excess(est: ServiceEstimate, times_s: Sequence[float], mean_rps: Sequence[float], queue: float,
+                 held_rps: float) -> float:
+    """Requests/s by which the load forecast's level now exceeds ``held_rps`` (the demand held: the highest
+    arrival rate of the hold window) while the service drains a backlog; 0 otherwise. ``demand`` lowers the
+    forecast path by it: the backlog is counted once, by ``backlog_rps``.
+
+    The forecast is fitted on the completions (``request_rate_rps``, ``autoscaler.loop.forecast``), and while
+    a queue drains they are the arrivals plus the drain: the backlog ``backlog_rps`` adds, read a second
+    time as load (issue 34, decode-pool-loss seed 1: with the gateway's held backlog released to every
+    pool replica at once, the completions read 25-26 req/s at 12 req/s of arrivals, the forecast's mean
+    rose 16.6 -> 20.5 -> 25.4 req/s, and with ``queue / drain_s`` on top the plan took the prefill pool
+    4 -> 5 at 3,000 s, past the suite's ``overshoot``). Draining: ``queue`` > 0 and the completions above
+    ``held_rps`` (the service finishes more than anything that arrived in the hold window). The plan
+    removes no ready replica meanwhile (``MPCController._inputs``): with the demand lowered it removed one
+    on fast-ramp (a queue of 2 requests after the ramp, completions 70-78 req/s at 50 arriving) while the
+    SLO was still missed. Lowering the forecast by no more than ``backlog_rps`` left seed 1's 4 -> 5: the
+    drain in the completions (13 req/s) is more than the backlog term (5.56 req/s).
+
+    Args:
+        est: this tick's estimate (its time and ``signals.request_rate_rps``; None: not draining).
+        times_s, mean_rps: the forecast's path (``RateForecast``), seconds and requests/s.
+        queue: the service's queue, requests (the gateway's held requests included).
+        held_rps: the demand held now, requests/s.
+    """
+    done = est.signals.request_rate_rps
+    if queue <= 0 or done is None or done <= held_rps or not len(times_s):
+        return 0.0
+    return max(0.0, float(np.interp(est.time_s, times_s, mean_rps)) - held_rps)
+
+
 SLO_MISSED_HOLD_S = 120.0
 """No pool replica is removed for this long after the last tick the service missed its SLO
 (``pid_rules.slo_missed``), as none is while it misses it: the requests that arrived while it did are
@@ -912,6 +945,8 @@ class MPCController(Controller):
                 mem = self.memory.setdefault(svc.name, _ServiceMemory())
                 path = measured_path(mem, est.time_s, dt, np.interp(mid, f.times_s, mean), path,
                                      est.signals.arrival_rate_rps)
+        if f is not None:  # the drain the completions' forecast holds is the queue's, added below
+            path = path - self.drain_excess(est, now_rps)
         path = np.maximum(path, now_rps)
         fastest = min(math.ceil((v.startup_warm_s if v.warm_nodes else v.startup_cold_s) / dt)
                       for _, v in all_variants(svc))
@@ -919,6 +954,13 @@ class MPCController(Controller):
         drain = fastest + max(1, math.ceil(DRAIN_S / dt))  # until new replicas have served a drain period
         path[:drain] += backlog_rps(queue, drain * dt, now_rps)
         return path
+
+    def drain_excess(self, est: ServiceEstimate, held_rps: float) -> float:
+        """``drain_excess`` of this tick's forecast (0 without one, or with ``forecast`` other than auto)."""
+        f = est.rate_forecast if self.forecast == "auto" else None
+        if f is None:
+            return 0.0
+        return drain_excess(est, f.times_s, f.mean_rps, est.signals.queue_length or 0.0, held_rps)
 
     def _adapt(self, mem: _ServiceMemory, now_s: float, actual_rps: float | None) -> float:
         """``hedge=adaptive``: this tick's z, the ``COVERAGE`` conformal quantile (``conformal_z``) of
@@ -1264,6 +1306,7 @@ class MPCController(Controller):
         dt = self.tick_s
         held = max(r for t, r in mem.rates if t > est.time_s - mem.hold_s - 1e-9)
         demand = self.demand(est, svc, max(held, now_rps))  # today's retries are today's load, never held
+        draining = self.drain_excess(est, max(held, now_rps)) > 0  # a demand lowered for it removes nothing
         weights = {**self.corrected_weights(est, svc, mem, float(demand.min())), **self.role_weights(est, svc)}
         scales = self._pool_scales(est, svc, mem, weights)
         modelled = {v.name: float(weights.get(v.name, 0.0)) for _, v in svc.role_variants()}
@@ -1278,7 +1321,8 @@ class MPCController(Controller):
             w = float(weights.get(v.name, 0.0))
             held_pool = role is not None and missed_lately  # none removed while the SLO is (just) missed
             variants.append(plan_variant(v, dt, np.full(self.horizon, w), obs.current, self._ready_by_step(est, v, mem),
-                                         keep=obs.ready if recovering or learning or held_pool else 0, role=role))
+                                         keep=obs.ready if recovering or learning or held_pool or draining else 0,
+                                         role=role))
         miss = miss_cost(variants, self.miss_weight)
         if miss is None:
             return hold(current, "hold: no variant can serve within the SLO")

@@ -17,7 +17,7 @@ import yaml
 from autoscaler.config import PIDConfig
 from autoscaler.config.fleet import Service
 from autoscaler.config.loading import parse_config
-from autoscaler.state import PoolObservation, ServiceEstimate, Signals, VariantObservation
+from autoscaler.state import PoolObservation, RateForecast, ServiceEstimate, Signals, VariantObservation
 from controllers.mpc import (
     POOL_BACKLOG_S,
     POOL_GROW_CAP,
@@ -130,13 +130,14 @@ def test_backlog_rps_by_hand(queue: float, drain_s: float, rate: float, expected
 
 
 
-def pd_mpc(doc: dict[str, Any], ready: int) -> tuple[MPCController, Service, dict[str, PoolObservation]]:
+def pd_mpc(doc: dict[str, Any], ready: int, forecast: str = "last") -> tuple[MPCController, Service,
+                                                                          dict[str, PoolObservation]]:
     """The MPC on fleet ``doc`` (examples/fleet-pd.yaml's shape) planning a 4000/300-token mix on the
-    last rate, its service, and both pools observed with ``ready`` replicas of each variant."""
+    last rate (or ``forecast``), its service, and both pools observed with ``ready`` replicas of each variant."""
     cfg = parse_config(doc, str(EXAMPLE), EXAMPLE.parent)
     svc = cfg.services[0]
     mix = RequestMix.from_requests([4000] * 10, [300] * 10, 0.0)
-    mpc = MPCController(cfg, {svc.name: variant_weights(svc, cfg.planning_engine(), mix)}, forecast="last",
+    mpc = MPCController(cfg, {svc.name: variant_weights(svc, cfg.planning_engine(), mix)}, forecast=forecast,
                         mixes={svc.name: mix}, learn=0)
     pools = {role: PoolObservation(role, Signals(), {v.name: VariantObservation(ready, 0)
                                                      for r, v in svc.role_variants() if r == role})
@@ -154,6 +155,56 @@ def test_the_mpc_plans_a_held_backlog_as_at_most_its_demand_again() -> None:
     est = ServiceEstimate(svc.name, 600.0, Signals(arrival_rate_rps=12.0, queue_length=3600.0), {}, {}, False,
                           0.0, 0.0, 0, pools=pools)
     assert mpc.decide(est, svc).terms["demand_rps"] == pytest.approx(24.0)
+
+
+@pytest.mark.parametrize(("completed", "queue", "expected"), [
+    (25.4, 834.0, 12.0 + 834 / 150),   # draining: the forecast's 13.4 over the 12 held is the drain
+    (12.0, 834.0, 25.4 + 834 / 150),   # completions at the arrivals: the forecast's level is kept
+    (25.4, 0.0, 25.4),                 # no queue: nothing counted twice
+])
+def test_the_mpc_counts_a_draining_backlog_once_not_again_in_the_completions_forecast(
+        completed: float, queue: float, expected: float) -> None:
+    # decode-pool-loss seed 1 at 3,000 s (issue 34): arrivals 12 req/s, 834 requests queued, the pools
+    # completing 25.4 req/s while they drain them, and the load forecast (fitted on completions) reading
+    # 25.4. Warm starts of 90 s: drain = 150 s, backlog_rps = min(834 / 150, max(12, 834 / 300)) = 5.56.
+    # Counted twice the plan asked for 25.4 + 5.56 = 31.0 req/s (prefill 4 -> 5 at 6.55 req/s a replica,
+    # past 2 x 12.6 + 6.55 = 31.75 of the suite's overshoot); once, 12 + 5.56 = 17.56.
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    for role in ("prefill", "decode"):
+        for v in doc["services"][0]["roles"][role]:
+            v["warm_nodes"] = 16
+    mpc, svc, pools = pd_mpc(doc, 4, forecast="auto")
+    flat = RateForecast((615.0, 1800.0), (25.4, 25.4), (float("nan"), float("nan")))  # no interval: the mean
+    est = ServiceEstimate(svc.name, 600.0, Signals(arrival_rate_rps=12.0, request_rate_rps=completed,
+                                                   queue_length=queue), {}, {}, False, 0.0, 0.0, 0,
+                          pools=pools, rate_forecast=flat)
+    assert mpc.decide(est, svc).terms["demand_rps"] == pytest.approx(expected)
+
+
+def test_the_mpc_removes_no_ready_replica_while_it_discounts_a_drain() -> None:
+    # The same drain on 8 + 8 ready replicas, 400 s after a first tick at 12 req/s and no queue (past the
+    # 300-s hold, so nothing else keeps them): the demand lowered to 17.56 req/s would need fewer, but a
+    # replica removed while the queue drains is one its requests still need (fast-ramp: one removed so
+    # while the SLO was missed). Without the drain (completions at the arrivals) the plan, at 12 req/s
+    # and no forecast, steps the pools down.
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    for role in ("prefill", "decode"):
+        for v in doc["services"][0]["roles"][role]:
+            v["warm_nodes"] = 16
+            v["max_replicas"] = 16
+    for completed, kept in ((25.4, True), (12.0, False)):
+        mpc, svc, pools = pd_mpc(doc, 8, forecast="auto")
+        mpc.decide(ServiceEstimate(svc.name, 0.0, Signals(arrival_rate_rps=12.0, request_rate_rps=12.0,
+                                                          queue_length=0.0), {}, {}, False, 0.0, 0.0, 0,
+                                   pools=pools), svc)
+        flat = RateForecast((415.0, 1800.0), (25.4, 25.4), (float("nan"), float("nan")))
+        queue = 834.0 if kept else 0.0
+        est = ServiceEstimate(svc.name, 400.0, Signals(arrival_rate_rps=12.0, request_rate_rps=completed,
+                                                       queue_length=queue), {}, {}, False, 0.0, 0.0, 0,
+                              pools=pools, rate_forecast=flat if kept else None)
+        replicas = mpc.decide(est, svc).desired
+        pool_names = [v.name for _, v in svc.role_variants()]
+        assert all(replicas[n] == 8 for n in pool_names) is kept, replicas
 
 
 def test_a_pool_step_down_the_plan_reverses_pays_for_in_misses_or_leaves_no_room_is_held() -> None:
