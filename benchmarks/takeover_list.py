@@ -33,8 +33,9 @@ def main() -> None:
     ap.add_argument("--fleet", type=int, default=500, help="services in the namespace")
     ap.add_argument("--services", type=int, default=50, help="services of the shard taken")
     ap.add_argument("--pods", type=int, default=7, help="pods per variant")
-    ap.add_argument("--pod-shape", choices=sorted(POD_SHAPES), default="served")
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--pod-shape", choices=sorted(POD_SHAPES), default="served",
+                    help="the pods' JSON (fleet_scale's POD_SHAPES)")
+    ap.add_argument("--repeat", type=int, default=2, help="takeovers timed, each by a fresh cache")
     args = ap.parse_args()
     logging.disable(logging.ERROR)
     cluster = EmulatedCluster().start()

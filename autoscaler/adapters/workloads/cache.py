@@ -93,6 +93,11 @@ MAX_SELECTOR_LISTS = 16
 """Most lists one list of a scope may take as one per workload selector (``label_queries``); past it
 the namespace is listed whole. Chosen, not measured: each list is one more round trip, and 16 is
 a handful of ticks' worth of the daemon's other API calls."""
+MAX_SELECTOR_CHARS = 4000
+"""Longest ``labelSelector`` one list sends; a longer set is cut into several ``in`` selectors. So the
+request line stays under 8 KiB, nginx's default ``large_client_header_buffers`` (4 8k), which a proxy
+before the API server may have; the API server's own bound (Go net/http ``DefaultMaxHeaderBytes``,
+1 MiB) is far above."""
 WATCH_READ_GRACE_S = 5.0
 """How long past its ``timeoutSeconds`` a watch may stay silent before the client gives it up."""
 
@@ -174,12 +179,14 @@ def _equality(sel: Selector) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(sel))
 
 
-def label_queries(scope: Scope, most: int = MAX_SELECTOR_LISTS) -> list[str] | None:
+def label_queries(scope: Scope, most: int = MAX_SELECTOR_LISTS,
+                  max_chars: int = MAX_SELECTOR_CHARS) -> list[str] | None:
     """The ``labelSelector``s whose lists together hold exactly the objects ``scope``'s selectors keep,
     so the API server sends those and not the namespace's (Kubernetes docs, "Labels and Selectors",
     kubernetes.io/docs/concepts/overview/working-with-objects/labels/, v1.31: ``,`` is AND, ``in`` a
     set of values): one set-based ``k in (v1,v2,...),a=x,...`` when every selector has the same keys
-    and they differ in one key only (its values), else one equality selector per selector when there
+    and they differ in one key only (its values; cut into several where one would be longer than
+    ``max_chars``), else one equality selector per selector when there
     are at most ``most``; None (list the namespace) past that, for a scope by names, one that keeps
     everything, or none (an empty scope lists nothing it would keep, but the list also gives the watch
     its resourceVersion).
@@ -196,7 +203,19 @@ def label_queries(scope: Scope, most: int = MAX_SELECTOR_LISTS) -> list[str] | N
         values = sorted({m[varying[0]] for m in maps}) if len(varying) == 1 else []
         if values and all(values):  # an empty value has no place in a set (``k in (,a)``)
             rest = ",".join(f"{k}={v}" for k, v in sorted(maps[0].items()) if k != varying[0])
-            return [f"{varying[0]} in ({','.join(values)})" + (f",{rest}" if rest else "")]
+
+            def query(vals: list[str]) -> str:
+                return f"{varying[0]} in ({','.join(vals)})" + (f",{rest}" if rest else "")
+            out: list[str] = []
+            cut: list[str] = []
+            for v in values:
+                if cut and len(query([*cut, v])) > max_chars:
+                    out.append(query(cut))
+                    cut = []
+                cut.append(v)
+            out.append(query(cut))
+            if len(out) <= most:
+                return out
     if len(sels) <= most:
         return sorted(_equality(sel) for sel in sels)
     return None

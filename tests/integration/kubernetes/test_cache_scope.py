@@ -205,6 +205,10 @@ def test_label_queries_combine_a_shared_key_else_list_per_selector_else_the_name
     assert label_queries(Scope()) is None and label_queries(Scope(names=frozenset({"a"}))) is None
     assert label_queries(Scope(selectors=frozenset({sel(), sel(app="a")}))) is None  # {} selects all
     assert label_queries(Scope(selectors=frozenset())) is None
+    three = Scope(selectors=frozenset({sel(app="a"), sel(app="b"), sel(app="c")}))
+    assert label_queries(three, max_chars=len("app in (a,b)")) == ["app in (a,b)", "app in (c)"]
+    assert label_queries(three, max_chars=len("app in (a)")) == ["app in (a)", "app in (b)", "app in (c)"]
+    assert label_queries(three, most=2, max_chars=len("app in (a)")) is None
 
 
 def test_the_pod_list_and_watch_send_the_shards_selector_and_the_server_sends_only_its_pods(
