@@ -27,7 +27,8 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
   (``selector_terms``): on labels equality-based (``=``, ``==``, ``!=``) and set-based (``in``,
   ``notin``, ``key``, ``!key``) requirements, on any dotted field (``involvedObject.uid``: how
   ``kubectl describe`` finds an object's Events) equality ones; anything else refused with HTTP 400,
-  never ignored; ``items_sent`` counts the objects lists sent, by plural;
+  never ignored; ``items_sent`` counts the objects lists sent, by plural, and ``watch_selectors``
+  logs each watch's selector;
 - replace as the API server does it: the body replaces the object whole (a field the client dropped
   is gone), the server's metadata kept, ``generation`` bumped when the spec changed, the status kept;
 - a Lease's ``acquireTime`` and ``renewTime`` parsed as ``metav1.MicroTime`` (RFC3339 with exactly six
@@ -446,6 +447,8 @@ class Emulator(kmock.KubernetesEmulator):
         self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
         self.items_sent: collections.Counter[str] = collections.Counter()
         """Plural -> the objects lists of it sent (every page's ``items``)."""
+        self.watch_selectors: collections.deque[tuple[str, str | None]] = collections.deque(maxlen=REQUEST_LOG)
+        """(plural, ``labelSelector`` or None) of each watch as it opens, the last ``REQUEST_LOG``."""
         """Requests served (or refused by a fault) by (verb, plural or plural/subresource) (module docstring)."""
         self.forbidden: set[tuple[str, str, str | None]] = set()
         self.scalable: set[str] = set(SCALABLE)
@@ -522,6 +525,8 @@ class Emulator(kmock.KubernetesEmulator):
             plural = f"{res.plural}/{request.subresource}" if request.subresource else res.plural
             self.seen.add((verb, res.group or "", plural or "", request.namespace, request.name))
             self.requests[(verb, str(plural))] += 1
+            if verb == "watch":
+                self.watch_selectors.append((str(plural), request.params.get("labelSelector")))
             if verb == "watch" and not _version_or_empty(request.params.get("resourceVersion")):
                 return status(400, "BadRequest", f'resourceVersion "{request.params.get("resourceVersion")}" '
                               "is not a resource version")

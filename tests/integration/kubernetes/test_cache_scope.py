@@ -243,9 +243,8 @@ def test_the_pod_list_and_watch_send_the_shards_selector_and_the_server_sends_on
                 "name": name, "labels": {"app": app}}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
         wait_for("the new svc-1 pod watched", lambda: len(pod_cache.select({"app": "svc-1-a100"})) == 3)
         assert "other-team-a100-new" not in pod_cache.objects
-        watched = [r.params.get("labelSelector") for r in cluster.emu._requests
-                   if "watch" in r.params and getattr(r.resource, "plural", "") == "pods"]
-        assert watched[-1] == "app in (svc-0-a100,svc-0-h100,svc-1-a100,svc-1-h100)"
+        watched = [text for plural, text in cluster.emu.watch_selectors if plural == "pods"]
+        assert watched[-1] == "app in (svc-0-a100,svc-0-h100,svc-1-a100,svc-1-h100)", watched
     finally:
         cache.stop()
 
