@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet_scale import NAMESPACE, POD_SHAPES, VARIANTS, deployment
+from provenance import stamp
 
 from autoscaler.adapters.workloads.cache import WorkloadCache
 from autoscaler.faults.kubeapi import EmulatedCluster
@@ -44,6 +45,7 @@ def main() -> None:
     make = POD_SHAPES[args.pod_shape]
     cluster.put("v1/pods", [make(f"{n}-{k}", n) for n in names for k in range(args.pods)])
     shard = {f"s{s}-{v}" for s in range(args.services) for v, _, _ in VARIANTS}
+    print(f"{Path(__file__).name}: {stamp()}", flush=True)
     print(f"{args.fleet} services x {len(VARIANTS)} x {args.pods} {args.pod_shape} pods "
           f"({len(names) * args.pods}); a shard of {args.services} services taken")
     for r in range(args.repeat):
