@@ -23,9 +23,12 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
   remain; each later page is cut from the first page's snapshot and carries its resourceVersion, as
   the API server serves every page from one consistent read; a token not known (or used once
   already) is HTTP 410 Expired;
-- ``labelSelector`` and ``fieldSelector`` on lists, equality terms (``=``, ``==``, ``!=``) honoured on
-  labels and on any dotted field (``involvedObject.uid``: how ``kubectl describe`` finds an object's
-  Events), anything else refused with HTTP 400, never ignored;
+- ``labelSelector`` and ``fieldSelector`` on lists and watches as the API server parses them
+  (``selector_terms``): on labels equality-based (``=``, ``==``, ``!=``) and set-based (``in``,
+  ``notin``, ``key``, ``!key``) requirements, on any dotted field (``involvedObject.uid``: how
+  ``kubectl describe`` finds an object's Events) equality ones; anything else refused with HTTP 400,
+  never ignored; ``items_sent`` counts the objects lists sent, by plural, and ``watch_selectors``
+  logs each watch's selector;
 - replace as the API server does it: the body replaces the object whole (a field the client dropped
   is gone), the server's metadata kept, ``generation`` bumped when the spec changed, the status kept;
 - a Lease's ``acquireTime`` and ``renewTime`` parsed as ``metav1.MicroTime`` (RFC3339 with exactly six
@@ -114,20 +117,55 @@ MICRO_TIME_FIELDS = {"leases": ("acquireTime", "renewTime")}
 """Plural -> the ``spec`` fields of type ``MicroTime`` (coordination.k8s.io/v1 ``LeaseSpec``)."""
 
 
-Term = tuple[str, bool, str]
-"""One selector requirement: (key, equal, value): ``key=value`` or ``key==value`` (True), ``key!=value``."""
-_TERM = re.compile(r"\s*([A-Za-z0-9_./-]+)\s*(==|=|!=)\s*([^,=!]*?)\s*")
+Term = tuple[str, str, frozenset[str]]
+"""One selector requirement: (key, operator, values), the operator ``in`` (``key=v``, ``key==v``,
+``key in (v1,v2)``), ``notin`` (``key!=v``, ``key notin (v1,v2)``), ``exists`` (``key``) or ``!``
+(``!key``); values empty for the last two."""
+_KEY = r"[A-Za-z0-9_./-]+"
+_VALUE = r"[A-Za-z0-9_.-]*"
+_EQUALITY = re.compile(rf"\s*({_KEY})\s*(==|=|!=)\s*({_VALUE})\s*")
+_SET = re.compile(rf"\s*({_KEY})\s+(in|notin)\s*\(([^()]*)\)\s*")
+_EXISTS = re.compile(rf"\s*(!?)\s*({_KEY})\s*")
 
 
-def selector_terms(text: str) -> list[Term] | None:
-    """A ``labelSelector``'s or ``fieldSelector``'s requirements (``app=x``, ``involvedObject.uid=y``);
-    None when it uses what this emulator does not evaluate (set-based ``in``, ``notin``, existence)."""
-    out = []
-    for part in text.split(",") if text else ():
-        m = _TERM.fullmatch(part)
-        if m is None:
+def _requirements(text: str) -> list[str] | None:
+    """``text`` split at the commas outside parentheses (None when they do not pair up)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth not in (0, 1):
             return None
-        out.append((m[1], m[2] != "!=", m[3]))
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return None if depth else [*parts, text[start:]]
+
+
+def selector_terms(text: str, fields: bool = False) -> list[Term] | None:
+    """A ``labelSelector``'s requirements as the API server parses them (Kubernetes docs, "Labels and
+    Selectors", kubernetes.io/docs/concepts/overview/working-with-objects/labels/, v1.31: equality-based
+    ``=``, ``==``, ``!=`` and set-based ``in``, ``notin``, ``key``, ``!key``, comma-separated, all to be
+    met), or with ``fields`` a ``fieldSelector``'s (docs "Field Selectors": ``=``, ``==``, ``!=`` only;
+    ``involvedObject.uid=y``). None when ``text`` is not one of those (the server answers HTTP 400);
+    ``[]`` for an empty selector (everything)."""
+    if not text or not text.strip():
+        return []
+    parts = _requirements(text)
+    if parts is None:
+        return None
+    out: list[Term] = []
+    for part in parts:
+        if (m := _EQUALITY.fullmatch(part)) is not None:
+            out.append((m[1], "notin" if m[2] == "!=" else "in", frozenset([m[3]])))
+        elif not fields and (m := _SET.fullmatch(part)) is not None:
+            values = [v.strip() for v in m[3].split(",")]
+            if not all(re.fullmatch(_VALUE, v) for v in values) or values == [""]:
+                return None  # "values set can't be empty" (apimachinery labels.NewRequirement)
+            out.append((m[1], m[2], frozenset(values)))
+        elif not fields and (m := _EXISTS.fullmatch(part)) is not None:
+            out.append((m[2], "!" if m[1] else "exists", frozenset()))
+        else:
+            return None
     return out
 
 
@@ -138,11 +176,22 @@ def _field(obj: dict[str, Any], path: str) -> str:
     return "" if x is None else str(x)
 
 
+def _meets(have: dict[str, Any], key: str, op: str, values: frozenset[str]) -> bool:
+    """One requirement on ``have`` (label -> value): ``!=`` and ``notin`` are met by an object without
+    the key, as the docs say ("Labels and Selectors": "all resources ... not having a label with key")."""
+    if op == "exists":
+        return key in have
+    if op == "!":
+        return key not in have
+    inside = key in have and str(have[key]) in values
+    return inside if op == "in" else not inside
+
+
 def selected(obj: dict[str, Any], labels: list[Term], fields: list[Term]) -> bool:
     """Whether ``obj`` meets every label and field requirement (a field absent reads as empty)."""
     have = (obj.get("metadata") or {}).get("labels") or {}
-    return (all((have.get(k) == v) == eq for k, eq, v in labels)
-            and all((_field(obj, k) == v) == eq for k, eq, v in fields))
+    return (all(_meets(have, k, op, vals) for k, op, vals in labels)
+            and all((_field(obj, k) in vals) == (op == "in") for k, op, vals in fields))
 
 
 SERVER_META = ("uid", "creationTimestamp", "name", "namespace")
@@ -396,6 +445,10 @@ class Emulator(kmock.KubernetesEmulator):
         left held for ever by a watch cancelled (its client gone) while it waited to take it back, and
         every write after hung (``tests/integration/kubernetes/test_emulator_watch.py``)."""
         self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.items_sent: collections.Counter[str] = collections.Counter()
+        """Plural -> the objects lists of it sent (every page's ``items``)."""
+        self.watch_selectors: collections.deque[tuple[str, str | None]] = collections.deque(maxlen=REQUEST_LOG)
+        """(plural, ``labelSelector`` or None) of each watch as it opens, the last ``REQUEST_LOG``."""
         """Requests served (or refused by a fault) by (verb, plural or plural/subresource) (module docstring)."""
         self.forbidden: set[tuple[str, str, str | None]] = set()
         self.scalable: set[str] = set(SCALABLE)
@@ -463,9 +516,8 @@ class Emulator(kmock.KubernetesEmulator):
             self._watch_epochs[request.id] = self.watch_epoch
         for param in ("labelSelector", "fieldSelector"):
             text = request.params.get(param)
-            if text and selector_terms(text) is None:  # refused, never ignored
-                return status(400, "BadRequest", f'unable to parse requirement: {param} "{text}" (this emulator '
-                              "serves equality selectors only)")
+            if text and selector_terms(text, fields=param == "fieldSelector") is None:  # refused, never ignored
+                return status(400, "BadRequest", f'unable to parse requirement: {param} "{text}"')
         res = request.resource
         method = str(getattr(request.method, "value", request.method)).upper()
         if res is not None:
@@ -477,6 +529,8 @@ class Emulator(kmock.KubernetesEmulator):
             plural = f"{res.plural}/{request.subresource}" if request.subresource else res.plural
             self.seen.add((verb, res.group or "", plural or "", request.namespace, request.name))
             self.requests[(verb, str(plural))] += 1
+            if verb == "watch":
+                self.watch_selectors.append((str(plural), request.params.get("labelSelector")))
             if verb == "watch" and not _version_or_empty(request.params.get("resourceVersion")):
                 return status(400, "BadRequest", f'resourceVersion "{request.params.get("resourceVersion")}" '
                               "is not a resource version")
@@ -680,7 +734,7 @@ class Emulator(kmock.KubernetesEmulator):
     def _listed(self, request: kmock.Request) -> list[dict[str, Any]]:
         """The objects a list of ``request`` holds now (its namespace, selectors). Called with the lock held."""
         labels = selector_terms(request.params.get("labelSelector") or "") or []
-        fields = selector_terms(request.params.get("fieldSelector") or "") or []
+        fields = selector_terms(request.params.get("fieldSelector") or "", fields=True) or []
         return [o.raw for (res, ns, _), o in self._objects.items()
                 if res == request.resource and (request.namespace is None or ns == request.namespace)
                 and not o.deleted and selected(o.raw, labels, fields)]
@@ -711,6 +765,7 @@ class Emulator(kmock.KubernetesEmulator):
             if end < len(items):
                 self.pages[key] = (version, items)
                 meta.update({"continue": f"{key}:{end}", "remainingItemCount": len(items) - end})
+            self.items_sent[str(getattr(request.resource, "plural", ""))] += end - start
             return {"kind": f"{self._kind(request.resource)}List", "apiVersion": "v1", "metadata": meta,
                     "items": items[start:end]}
 
@@ -723,7 +778,7 @@ class Emulator(kmock.KubernetesEmulator):
         res, params = request.resource, request.params
         assert res is not None  # kmock routes only resource requests here
         labels = selector_terms(params.get("labelSelector") or "") or []
-        fields = selector_terms(params.get("fieldSelector") or "") or []
+        fields = selector_terms(params.get("fieldSelector") or "", fields=True) or []
         loop = asyncio.get_running_loop()
         timeout = params.get("timeoutSeconds")
         deadline = loop.time() + float(timeout) if timeout else None

@@ -37,6 +37,19 @@ watch in progress is closed (``HTTPResponse.shutdown``) and any event it still d
 and the next watch resumes from the list's resourceVersion, so nothing older than the list is
 applied over it.
 
+Selectors sent to the server (issue 35, a takeover's list): a scope by selectors is listed with
+``labelSelector`` (``label_queries``): one set-based ``app in (a,b,...)`` when the selectors differ in
+one key's value, else one list per selector (up to ``MAX_SELECTOR_LISTS``), else the namespace as
+before; each list holds exactly the objects the scope keeps, so the server sends the shard's pods, not
+the namespace's (the client still checks ``Scope.keeps``). With several lists the watch resumes from
+the first one's resourceVersion (the oldest), so it may replay events older than a later list's
+objects; events of one object come in order, so the map converges to the newest. The watch carries the
+selector when there is one (the server then sends only its events, and an object relabelled out of it
+as DELETED: the API server's watch cache does that, ``cacheWatcher.convertToWatchEvent``, kubernetes
+v1.31 ``staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go``; the emulated API server
+does not send it, ``faults.kubeapi``'s "Left out"); with several it watches the namespace and keeps
+the scope's part.
+
 Writes: after a write the connector tells the informer what it wrote (``wrote``: the write's
 resourceVersion from its response and the fields it set). Reads of that object show the write until
 the watch delivers the event of that same resourceVersion (events of one object arrive in order, so
@@ -76,6 +89,15 @@ LIST_PAGE = 500
 results sets in chunks"; 500 is client-go's pager's ``defaultPageSize``, kubernetes v1.31
 ``tools/pager/pager.go``): a list holds one page's text and parse at a time, not the namespace's, so a
 daemon keeping a tenth of 10,500 pods never holds the other nine tenths, even while it lists."""
+MAX_SELECTOR_LISTS = 16
+"""Most lists one list of a scope may take as one per workload selector (``label_queries``); past it
+the namespace is listed whole. Chosen, not measured: each list is one more round trip, and 16 is
+a handful of ticks' worth of the daemon's other API calls."""
+MAX_SELECTOR_CHARS = 4000
+"""Longest ``labelSelector`` one list sends; a longer set is cut into several ``in`` selectors. So the
+request line stays under 8 KiB, nginx's default ``large_client_header_buffers`` (4 8k), which a proxy
+before the API server may have; the API server's own bound (Go net/http ``DefaultMaxHeaderBytes``,
+1 MiB) is far above."""
 WATCH_READ_GRACE_S = 5.0
 """How long past its ``timeoutSeconds`` a watch may stay silent before the client gives it up."""
 
@@ -153,6 +175,52 @@ class Scope:
         return Scope(part(self.names, other.names), part(self.selectors, other.selectors))
 
 
+def _equality(sel: Selector) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(sel))
+
+
+def label_queries(scope: Scope, most: int = MAX_SELECTOR_LISTS,
+                  max_chars: int = MAX_SELECTOR_CHARS) -> list[str] | None:
+    """The ``labelSelector``s whose lists together hold exactly the objects ``scope``'s selectors keep,
+    so the API server sends those and not the namespace's (Kubernetes docs, "Labels and Selectors",
+    kubernetes.io/docs/concepts/overview/working-with-objects/labels/, v1.31: ``,`` is AND, ``in`` a
+    set of values): one set-based ``k in (v1,v2,...),a=x,...`` when every selector has the same keys
+    and they differ in one key only (its values; cut into several where one would be longer than
+    ``max_chars``), else one equality selector per selector when there
+    are at most ``most``; None (list the namespace) past that, for a scope by names, one that keeps
+    everything, or none (an empty scope lists nothing it would keep, but the list also gives the watch
+    its resourceVersion).
+    """
+    sels = scope.selectors
+    if scope.names is not None or not sels or frozenset() in sels:
+        return None
+    if len(sels) == 1:
+        return [_equality(next(iter(sels)))]
+    keys = {frozenset(k for k, _ in sel) for sel in sels}
+    if len(keys) == 1:
+        maps = [dict(sel) for sel in sels]
+        varying = [k for k in next(iter(keys)) if len({m[k] for m in maps}) > 1]
+        values = sorted({m[varying[0]] for m in maps}) if len(varying) == 1 else []
+        if values and all(values):  # an empty value has no place in a set (``k in (,a)``)
+            rest = ",".join(f"{k}={v}" for k, v in sorted(maps[0].items()) if k != varying[0])
+
+            def query(vals: list[str]) -> str:
+                return f"{varying[0]} in ({','.join(vals)})" + (f",{rest}" if rest else "")
+            out: list[str] = []
+            cut: list[str] = []
+            for v in values:
+                if cut and len(query([*cut, v])) > max_chars:
+                    out.append(query(cut))
+                    cut = []
+                cut.append(v)
+            out.append(query(cut))
+            if len(out) <= most:
+                return out
+    if len(sels) <= most:
+        return sorted(_equality(sel) for sel in sels)
+    return None
+
+
 class Informer:
     """A watch cache of one resource in one namespace (module docstring).
 
@@ -171,6 +239,8 @@ class Informer:
                  clock: Callable[[], float] = time.monotonic, backoff_s: float = BACKOFF_S,
                  backoff_max_s: float = BACKOFF_MAX_S, page: int = LIST_PAGE) -> None:
         self.page = page
+        self.max_lists = MAX_SELECTOR_LISTS
+        """Most lists by workload selector a list may take (``label_queries``)."""
         self.list_fn = list_fn
         self.namespace = namespace
         self.what = what
@@ -372,29 +442,38 @@ class Informer:
         began = self.clock()
         with self._lock:
             asked = self.scope
-        kept: list[tuple[str, dict[str, Any]]] = []
-        token: str | None = None
-        version: str | None = None
-        while True:
-            more = {"_continue": token} if token else {}
-            resp = self.list_fn(self.namespace, _preload_content=False, limit=self.page, **more)
-            try:
-                doc = json.loads(resp.data)
-            finally:
-                resp.release_conn()
-            meta = doc.get("metadata") or {}
-            version = str(meta.get("resourceVersion") or "") or None
-            for o in doc.get("items") or []:
-                name = str(o["metadata"]["name"])
-                if asked.keeps(name, o):
-                    kept.append((name, o))
-            token = meta.get("continue") or None
-            del doc, resp  # a page's text and parse: only the objects kept stay
-            if token is None:
-                break
+        kept: dict[str, dict[str, Any]] = {}
+        first: str | None = None
+        found = label_queries(asked, self.max_lists)
+        queries: list[str | None] = [None] if found is None else list(found)
+        for query in queries:
+            token: str | None = None
+            version: str | None = None
+            while True:
+                more: dict[str, Any] = {"_continue": token} if token else {}
+                if query is not None:
+                    more["label_selector"] = query
+                resp = self.list_fn(self.namespace, _preload_content=False, limit=self.page, **more)
+                try:
+                    doc = json.loads(resp.data)
+                finally:
+                    resp.release_conn()
+                meta = doc.get("metadata") or {}
+                version = str(meta.get("resourceVersion") or "") or None
+                for o in doc.get("items") or []:
+                    name = str(o["metadata"]["name"])
+                    if asked.keeps(name, o):
+                        kept[name] = o
+                token = meta.get("continue") or None
+                del doc, resp  # a page's text and parse: only the objects kept stay
+                if token is None:
+                    break
+            if first is None:
+                first = version  # the oldest of the lists: the watch replays what came after it
+        version = first
         with self._lock:
             self.objects, self._by_label, self._seq = {}, {}, {}
-            for name, o in kept:
+            for name, o in kept.items():
                 if self.scope is asked or self.scope.keeps(name, o):  # narrowed meanwhile
                     self._put(name, o)
             self.filled = asked.meet(self.scope)
@@ -465,7 +544,10 @@ class Informer:
                 with self._lock:
                     self._watch, self._stream_gen, since = w, self.generation, self.resource_version
                     gen = self.generation
-                for event in w.stream(self._connected, self.namespace, resource_version=since,
+                    queries = label_queries(self.scope, self.max_lists)
+                # one selector: the server sends only its events; several: the namespace's, kept by scope
+                only = {"label_selector": queries[0]} if queries is not None and len(queries) == 1 else {}
+                for event in w.stream(self._connected, self.namespace, resource_version=since, **only,
                                       timeout_seconds=self.timeout_s, allow_watch_bookmarks=True,
                                       _request_timeout=(CONNECT_TIMEOUT_S, self.timeout_s + WATCH_READ_GRACE_S)):
                     if not self._apply(event, gen):

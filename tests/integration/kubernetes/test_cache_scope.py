@@ -19,7 +19,7 @@ from kubernetes import client
 from support.fleets import FLEET_DOC
 
 from autoscaler.adapters.workloads.base import CacheStale
-from autoscaler.adapters.workloads.cache import Informer, Scope, WorkloadCache
+from autoscaler.adapters.workloads.cache import Informer, Scope, WorkloadCache, label_queries
 from autoscaler.config.loading import parse_config
 from autoscaler.daemon import Daemon
 from autoscaler.faults.kubeapi import EmulatedCluster, deployment, emulated_cluster
@@ -185,6 +185,104 @@ def test_cover_keeps_the_workloads_given_and_their_pods_and_drops_what_leaves(cl
         cache.stop()
 
 
+def sel(**labels: str) -> frozenset[tuple[str, str]]:
+    return frozenset(labels.items())
+
+
+def test_label_queries_combine_a_shared_key_else_list_per_selector_else_the_namespace() -> None:
+    """Selectors differing in one key's value become one set-based selector holding exactly their
+    union (the other labels as equalities); selectors that differ otherwise one list each, up to
+    ``most``; past it, a scope by names, or one keeping everything: the namespace (None)."""
+    assert label_queries(Scope(selectors=frozenset({sel(app="a")}))) == ["app=a"]
+    assert label_queries(Scope(selectors=frozenset({sel(app="b"), sel(app="a")}))) == ["app in (a,b)"]
+    assert label_queries(Scope(selectors=frozenset({sel(app="a", team="t"), sel(app="b", team="t")}))) == [
+        "app in (a,b),team=t"]
+    mixed = Scope(selectors=frozenset({sel(app="a", team="t"), sel(app="b", team="u")}))  # two keys vary
+    assert label_queries(mixed) == ["app=a,team=t", "app=b,team=u"]
+    other = Scope(selectors=frozenset({sel(app="a"), sel(name="b")}))  # not the same keys
+    assert label_queries(other) == ["app=a", "name=b"]
+    assert label_queries(other, most=1) is None
+    assert label_queries(Scope()) is None and label_queries(Scope(names=frozenset({"a"}))) is None
+    assert label_queries(Scope(selectors=frozenset({sel(), sel(app="a")}))) is None  # {} selects all
+    assert label_queries(Scope(selectors=frozenset())) is None
+    three = Scope(selectors=frozenset({sel(app="a"), sel(app="b"), sel(app="c")}))
+    assert label_queries(three, max_chars=len("app in (a,b)")) == ["app in (a,b)", "app in (c)"]
+    assert label_queries(three, max_chars=len("app in (a)")) == ["app in (a)", "app in (b)", "app in (c)"]
+    assert label_queries(three, most=2, max_chars=len("app in (a)")) is None
+
+
+def test_the_pod_list_and_watch_send_the_shards_selector_and_the_server_sends_only_its_pods(
+        cluster: EmulatedCluster) -> None:
+    """``cover`` with svc-0's Deployments: the pod list carries ``app in (svc-0-a100,svc-0-h100)`` and
+    the server sends svc-0's 4 pods of the 18 (its own count), not the namespace; svc-1 added: one list
+    of 4 + 6; then a pod of svc-1 created and one of the other team: the watch, opened with the same
+    selector, delivers svc-1's and the server never sends the other team's (it is not stored, and the
+    watch request carries the selector)."""
+    pods = seed(cluster, NAMES)
+    assert sum(len(v) for v in pods.values()) == 18
+    cache = WorkloadCache(cluster.api(user_agent=AGENT), NS, {"deployments"}, 30.0, 60)
+    svc0 = {f"svc-0-{v}" for v in VARIANTS}
+    svc1 = {f"svc-1-{v}" for v in VARIANTS}
+    cache.cover({"deployments": svc0})
+    cache.start()
+    try:
+        assert cache.wait_synced(WAIT_S)
+        pod_cache = cache.informers["pods"]
+        sent, lists = cluster.emu.items_sent["pods"], cluster.emu.requests[("list", "pods")]
+        cache.cover({"deployments": svc0})
+        assert cluster.emu.items_sent["pods"] - sent == len(pods["svc-0"]) == 4
+        assert cluster.emu.requests[("list", "pods")] - lists == 1
+        assert sorted(pod_cache.objects) == sorted(pods["svc-0"])
+        sent = cluster.emu.items_sent["pods"]
+        cache.cover({"deployments": svc0 | svc1})
+        assert cluster.emu.items_sent["pods"] - sent == len(pods["svc-0"]) + len(pods["svc-1"]) == 10
+        assert len(pod_cache.select({"app": "svc-1-a100"})) == REPLICAS["svc-1"]
+        core = client.CoreV1Api(cluster.api(user_agent="someone"))
+        for name, app in (("svc-1-a100-new", "svc-1-a100"), ("other-team-a100-new", "other-team-a100")):
+            core.create_namespaced_pod(NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": name, "labels": {"app": app}}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
+        wait_for("the new svc-1 pod watched", lambda: len(pod_cache.select({"app": "svc-1-a100"})) == 3)
+        assert "other-team-a100-new" not in pod_cache.objects
+        watched = [text for plural, text in cluster.emu.watch_selectors if plural == "pods"]
+        assert watched[-1] == "app in (svc-0-a100,svc-0-h100,svc-1-a100,svc-1-h100)", watched
+    finally:
+        cache.stop()
+
+
+def test_selectors_that_cannot_be_combined_list_one_by_one_or_the_namespace(cluster: EmulatedCluster) -> None:
+    """Two Deployments whose pod selectors differ in their keys (``app=x,tier=web``; ``name=y``): one
+    list each, and the server sends their 2 + 1 pods of 6; with ``max_lists`` 1, one namespace-wide
+    list (all 6 sent) keeping the same 3. Both read the same counts."""
+    apps = client.AppsV1Api(cluster.api(user_agent="someone"))
+    core = client.CoreV1Api(cluster.api(user_agent="someone"))
+    for name, labels in (("dx", {"app": "x", "tier": "web"}), ("dy", {"name": "y"})):
+        body = deployment(name, NS, 1)
+        body["spec"]["selector"] = {"matchLabels": labels}
+        body["spec"]["template"]["metadata"] = {"labels": labels}
+        apps.create_namespaced_deployment(NS, body)
+    for name, labels in (("x1", {"app": "x", "tier": "web"}), ("x2", {"app": "x", "tier": "web"}),
+                         ("x3", {"app": "x"}), ("y1", {"name": "y"}), ("z1", {"name": "z"}),
+                         ("z2", {"tier": "web"})):
+        core.create_namespaced_pod(NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": name, "labels": labels}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    for most, sent_want, lists_want in ((16, 3, 2), (1, 6, 1)):
+        cache = WorkloadCache(cluster.api(user_agent=AGENT), NS, {"deployments"}, 30.0, 60)
+        cache.informers["pods"].max_lists = most
+        cache.cover({"deployments": {"dx", "dy"}})  # before the start: the first lists are scoped
+        cache.start()
+        assert cache.wait_synced(WAIT_S)
+        sent, lists = cluster.emu.items_sent["pods"], cluster.emu.requests[("list", "pods")]
+        cache.cover({"deployments": {"dx", "dy"}})  # their selectors known: the pods listed
+        assert (cluster.emu.items_sent["pods"] - sent, cluster.emu.requests[("list", "pods")] - lists) == (
+            sent_want, lists_want), most
+        pod_cache = cache.informers["pods"]
+        assert sorted(pod_cache.objects) == ["x1", "x2", "y1"]
+        assert [len(pod_cache.select(s)) for s in ({"app": "x", "tier": "web"}, {"name": "y"})] == [2, 1]
+        with pytest.raises(CacheStale):
+            pod_cache.select({"name": "z"})
+        cache.stop()
+
+
 class Prom:
     """Prometheus's part of an observation: each service asked for (``services``, as the daemon sets
     it) with 1 ready replica of each variant and no signal; the counts the loop uses are the cache's."""
@@ -248,12 +346,15 @@ def test_a_taken_shard_is_listed_before_its_first_decision_and_a_lost_one_is_dro
         leases.delete_namespaced_lease("autoscaler-leader-shard-1", "autoscaler")
         wait_for("shard 1 taken", takes(d, [0, 1]))
         lists = (deps.lists, pod_cache.lists)
+        sent = cluster.emu.items_sent["pods"]
         record = d.tick()
         assert record is not None and sorted(record.services) == NAMES
         for v in VARIANTS:
             seen = record.services["svc-1"].estimate.variants[v]
             assert seen.counts_known and seen.current == REPLICAS["svc-1"], (v, record.services["svc-1"].reason)
         assert (deps.lists, pod_cache.lists) == (lists[0] + 1, lists[1] + 1)  # the fill: one list of each
+        # the server sent the led shards' pods alone (one set-based selector), not the other team's
+        assert cluster.emu.items_sent["pods"] - sent == len(pods["svc-0"]) + len(pods["svc-1"])
         assert sorted(pod_cache.objects) == sorted(pods["svc-0"] + pods["svc-1"])
         assert d.cache.held() == held_one + 2 + len(pods["svc-1"])
         d.shards.electors[1].last_renewed = -1e9  # overdue: shard 1 no longer led

@@ -65,15 +65,33 @@ def test_a_lease_time_without_microseconds_is_a_400(cluster: EmulatedCluster) ->
 
 
 def test_selectors_are_honoured_or_refused_never_ignored(cluster: EmulatedCluster) -> None:
+    """Pods p1 (app=a, tier=web), p2 (app=b), p3 (no labels): each selector answers the pods the
+    Kubernetes docs' "Labels and Selectors" semantics give by hand (``!=`` and ``notin`` take the pod
+    without the key; ``in`` and existence do not); what the API server cannot parse is HTTP 400, and so
+    is a set-based field selector (fields take ``=``, ``==``, ``!=`` only)."""
     core = client.CoreV1Api(cluster.api())
-    for name, app in (("p1", "a"), ("p2", "b")):
+    for name, labels in (("p1", {"app": "a", "tier": "web"}), ("p2", {"app": "b"}), ("p3", {})):
         core.create_namespaced_pod(NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name,
-                                   "labels": {"app": app}}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
-    names = [p.metadata.name for p in core.list_namespaced_pod(NS, label_selector="app!=a").items]
-    assert names == ["p2"]
+                                   "labels": labels}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
+
+    def names(selector: str) -> list[str]:
+        return sorted(p.metadata.name for p in core.list_namespaced_pod(NS, label_selector=selector).items)
+
+    assert names("app!=a") == ["p2", "p3"]
+    assert names("app==a") == names("app=a") == ["p1"]
+    assert names("app in (a, b)") == ["p1", "p2"]
+    assert names("app in (b,c)") == ["p2"]
+    assert names("app notin (a)") == ["p2", "p3"]
+    assert names("tier") == ["p1"] and names("!tier") == ["p2", "p3"]
+    assert names("app in (a,b),!tier") == ["p2"]
+    assert names("app in (a,b),tier=web") == ["p1"]
     assert [p.metadata.name for p in core.list_namespaced_pod(NS, field_selector="metadata.name=p1").items] == ["p1"]
+    for bad in ("app in ()", "app in (a", "app > 1", "app in (a),,"):
+        with pytest.raises(ApiException) as err:
+            core.list_namespaced_pod(NS, label_selector=bad)
+        assert err.value.status == 400, bad
     with pytest.raises(ApiException) as err:
-        core.list_namespaced_pod(NS, label_selector="app in (a,b)")  # set-based: not evaluated here
+        core.list_namespaced_pod(NS, field_selector="metadata.name in (p1)")
     assert err.value.status == 400
 
 
