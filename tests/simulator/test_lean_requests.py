@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+from support.overload import overloaded_run, same_outcomes
 
 from autoscaler.report import summarize
 from autoscaler.simulate import SimulationRun
@@ -34,23 +35,8 @@ def workload() -> Workload:
 
 
 def simulate(make_fleet, keep: bool, t_end: float = 10_000.0) -> FleetSimulator:
-    cfg = make_fleet(1, max_model_len=8192, client_timeout_s=8.0, startup_s=5.0,
-                     crashes=[{"time_s": 20.0, "variant": "h100"}],
-                     simulator={"clients": {"max_retries": 1, "backoff_base_s": 0.5},
-                                "gateway": {"queue_depth_threshold": 4}})
-    cfg.engine.max_num_seqs = 4
-    sim = FleetSimulator(cfg, workload(), admission=True, keep_requests=keep)
-    flow = sim.services["svc"].flow
-    assert flow is not None
-    flow.set_thresholds({"sheddable": 0.0})
-    sim.run_until(t_end)
-    return sim
-
-
-def same_outcomes(a: FleetSimulator, b: FleetSimulator) -> None:
-    (sa, fa, ea), (sb, fb, eb) = a.outcome_arrays(), b.outcome_arrays()
-    assert list(sa) == list(sb)
-    assert fa.tobytes() == fb.tobytes() and ea.tobytes() == eb.tobytes()
+    """One replica, overloaded (``overloaded_run``), on this module's workload."""
+    return overloaded_run(make_fleet, workload(), keep=keep, t_end=t_end)
 
 
 def test_lean_run_has_the_same_outcomes_and_results(make_fleet) -> None:

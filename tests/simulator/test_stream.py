@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.overload import overloaded_run, same_outcomes
 
 from autoscaler.report import summarize, timeline_rows
 from autoscaler.simulate import SimulationRun, run_simulation
@@ -83,25 +84,8 @@ def stream_and_whole(folder: Path, chunk: int) -> tuple[WorkloadStream, Workload
 
 
 def simulate(make_fleet, workload, t_end: float = 10_000.0) -> FleetSimulator:
-    """One replica, overloaded: clients time out and retry, the gateway sheds, a replica crashes, and
-    prompts over ``max_model_len`` are rejected (as ``test_lean_requests``)."""
-    cfg = make_fleet(1, max_model_len=8192, client_timeout_s=8.0, startup_s=5.0,
-                     crashes=[{"time_s": 20.0, "variant": "h100"}],
-                     simulator={"clients": {"max_retries": 1, "backoff_base_s": 0.5},
-                                "gateway": {"queue_depth_threshold": 4}})
-    cfg.engine.max_num_seqs = 4
-    sim = FleetSimulator(cfg, workload, admission=True, keep_requests=False)
-    flow = sim.services["svc"].flow
-    assert flow is not None
-    flow.set_thresholds({"sheddable": 0.0})
-    sim.run_until(t_end)
-    return sim
-
-
-def same_outcomes(a: FleetSimulator, b: FleetSimulator) -> None:
-    (sa, fa, ea), (sb, fb, eb) = a.outcome_arrays(), b.outcome_arrays()
-    assert list(sa) == list(sb)
-    assert fa.tobytes() == fb.tobytes() and ea.tobytes() == eb.tobytes()
+    """One replica, overloaded (``overloaded_run``, as ``test_lean_requests``), lean requests."""
+    return overloaded_run(make_fleet, workload, keep=False, t_end=t_end)
 
 
 def test_streamed_run_is_the_whole_workloads_run(make_fleet, folder: Path) -> None:

@@ -10,13 +10,13 @@ Waits poll until a condition holds (bounded); nothing asserts how long anything 
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 from support.fleets import FLEET_DOC
+from support.polling import wait_for
 
 from autoscaler.adapters.workloads.base import CacheStale
 from autoscaler.adapters.workloads.cache import Informer, Scope, WorkloadCache, label_queries
@@ -32,19 +32,6 @@ NAMES = ["svc-0", "svc-1"]
 VARIANTS = ["h100", "a100"]
 REPLICAS = {"svc-0": 2, "svc-1": 3}
 """Each service's Deployments' replicas, all ready, with as many pods each."""
-
-
-def wait_for(what: str, cond: Callable[[], bool]) -> None:
-    """Poll ``cond`` until it holds; fail naming ``what`` after ``WAIT_S`` (a bound, not a timing)."""
-    end = time.monotonic() + WAIT_S
-    while time.monotonic() < end:
-        try:
-            if cond():
-                return
-        except CacheStale:
-            pass
-        time.sleep(0.02)
-    raise AssertionError(f"never: {what}")
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from support.polling import wait_for
 
 from autoscaler.adapters.kubernetes import ClusterSource, EventRecorder, KubernetesActuator, PendingPods, watch_cache
 from autoscaler.adapters.workloads.base import CacheStale
@@ -29,19 +30,6 @@ from autoscaler.state import ServiceObservation, Signals, VariantObservation
 NS = "llm"
 CACHE_AGENT = "autoscaler/cache"
 WAIT_S = 30.0
-
-
-def wait_for(what: str, cond: Callable[[], bool]) -> None:
-    """Poll ``cond`` until it holds; fail naming ``what`` after ``WAIT_S`` (a bound, not a timing)."""
-    end = time.monotonic() + WAIT_S
-    while time.monotonic() < end:
-        try:
-            if cond():
-                return
-        except CacheStale:
-            pass
-        time.sleep(0.02)
-    raise AssertionError(f"never: {what}")
 
 
 class Clock:
