@@ -292,6 +292,15 @@ def takes(d: Daemon, led: list[int]) -> Callable[[], bool]:
     return done
 
 
+def shard_1_held_elsewhere(cluster: EmulatedCluster) -> client.CoordinationV1Api:
+    """Shard 1's Lease held by another daemon for an hour (until the test deletes it); the Lease API."""
+    leases = client.CoordinationV1Api(cluster.api())
+    leases.create_namespaced_lease("autoscaler", client.V1Lease(
+        metadata={"name": "autoscaler-leader-shard-1"},
+        spec=client.V1LeaseSpec(holder_identity="someone-else", lease_duration_seconds=3600)))
+    return leases
+
+
 def sharded_daemon(cluster: EmulatedCluster) -> Daemon:
     doc = copy.deepcopy(FLEET_DOC)
     svc = doc["services"][0]
@@ -313,10 +322,7 @@ def test_a_taken_shard_is_listed_before_its_first_decision_and_a_lost_one_is_dro
     ready of 3, not the source's 1, not unknown): listed in that tick, before the loop read it. Then
     shard 1 is lost (its renewal overdue): the next tick drops its objects, back to shard 0's."""
     pods = seed(cluster, NAMES)
-    leases = client.CoordinationV1Api(cluster.api())
-    leases.create_namespaced_lease("autoscaler", client.V1Lease(
-        metadata={"name": "autoscaler-leader-shard-1"},
-        spec=client.V1LeaseSpec(holder_identity="someone-else", lease_duration_seconds=3600)))
+    leases = shard_1_held_elsewhere(cluster)
     d = sharded_daemon(cluster)
     try:
         assert d.cache is not None and d.cache.wait_synced(WAIT_S)
@@ -360,10 +366,7 @@ def test_a_takeover_whose_list_fails_holds_instead_of_reading_an_empty_cache(clu
     for it), never the empty cache's "no workload, no pods". Once the server answers again, the next
     tick lists svc-1 and reads its counts."""
     seed(cluster, NAMES)
-    leases = client.CoordinationV1Api(cluster.api())
-    leases.create_namespaced_lease("autoscaler", client.V1Lease(
-        metadata={"name": "autoscaler-leader-shard-1"},
-        spec=client.V1LeaseSpec(holder_identity="someone-else", lease_duration_seconds=3600)))
+    leases = shard_1_held_elsewhere(cluster)
     d = sharded_daemon(cluster)
     try:
         assert d.cache is not None and d.cache.wait_synced(WAIT_S)
