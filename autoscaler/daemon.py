@@ -393,8 +393,7 @@ class Daemon:
                 self.admission_server.close()
                 raise
         if self.cache is not None:  # unsharded, a follower keeps it too: a failover starts from a listed cache
-            first = set(range(self.shards.n)) if dry_run else set()  # sharded: nothing led yet
-            self.cache.cover(cached_workloads(kube, self._cached_services(first)))  # not started: lists nothing
+            self._cover(set(range(self.shards.n)) if dry_run else set())  # not started: lists nothing
             self.cache.start()
 
     # ------------------------------------------------------------------ HTTP
