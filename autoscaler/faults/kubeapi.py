@@ -568,8 +568,10 @@ class Emulator(kmock.KubernetesEmulator):
 
     async def _stamp(self, request: kmock.Request, method: str) -> aiohttp.web.StreamResponse | None:
         """A create's or patch's server-set metadata (a generated name, uid, creationTimestamp,
-        generation, resourceVersion), recorded in ``writes``; the 422 of a generated name the API server
-        would refuse."""
+        generation, resourceVersion, and a create's namespace from the request path where the body has
+        none: apiserver ``registry/rest/create.go`` ``BeforeCreate`` calls
+        ``EnsureObjectNamespaceMatchesRequestNamespace``, kubernetes v1.31), recorded in ``writes``; the
+        422 of a generated name the API server would refuse."""
         res = request.resource
         assert res is not None and isinstance(request.data, dict)
         async with self._lock:
@@ -586,6 +588,8 @@ class Emulator(kmock.KubernetesEmulator):
                 meta["creationTimestamp"] = datetime.datetime.now(datetime.UTC).strftime(
                     "%Y-%m-%dT%H:%M:%SZ")
                 meta["generation"] = 1
+                if request.namespace and not meta.get("namespace"):  # a mismatch was refused (_bad_identity)
+                    meta["namespace"] = request.namespace
             elif request.subresource is None and isinstance(request.data.get("spec"), dict):
                 current = self._object(request)  # a patch of the spec bumps the generation
                 if current is not None and not current.deleted:

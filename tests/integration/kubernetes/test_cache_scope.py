@@ -228,7 +228,9 @@ def test_the_pod_list_and_watch_send_the_shards_selector_and_the_server_sends_on
         for name, app in (("svc-1-a100-new", "svc-1-a100"), ("other-team-a100-new", "other-team-a100")):
             core.create_namespaced_pod(NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {
                 "name": name, "labels": {"app": app}}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
-        wait_for("the new svc-1 pod watched", lambda: len(pod_cache.select({"app": "svc-1-a100"})) == 3)
+        # svc-1-a100 held REPLICAS["svc-1"] pods before: the new one makes one more
+        wait_for("the new svc-1 pod watched",
+                 lambda: len(pod_cache.select({"app": "svc-1-a100"})) == REPLICAS["svc-1"] + 1)
         assert "other-team-a100-new" not in pod_cache.objects
         watched = [text for plural, text in cluster.emu.watch_selectors if plural == "pods"]
         assert watched[-1] == "app in (svc-0-a100,svc-0-h100,svc-1-a100,svc-1-h100)", watched

@@ -162,3 +162,27 @@ def test_a_put_whose_body_names_another_object_is_a_400(cluster: EmulatedCluster
         apps.replace_namespaced_deployment_scale("d", NS, scale)
     assert err.value.status == 400
     assert apps.read_namespaced_deployment("d", NS).spec.replicas == 1  # neither was applied
+
+
+def test_a_create_without_a_namespace_takes_the_requests_and_its_watch_sees_it(cluster: EmulatedCluster) -> None:
+    """apiserver ``registry/rest/create.go`` ``BeforeCreate`` -> ``EnsureObjectNamespaceMatchesRequestNamespace``
+    (kubernetes v1.31): a body without ``metadata.namespace`` is stored in the request path's namespace,
+    so a namespaced watch resumed from an earlier list's resourceVersion delivers its ADDED; a body naming
+    another namespace is a 400 and is not stored."""
+    from kubernetes import watch
+
+    core = client.CoreV1Api(cluster.api())
+    since = core.list_namespaced_pod(NS).metadata.resource_version
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"app": "a"}},
+           "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    assert core.create_namespaced_pod(NS, pod).metadata.namespace == NS
+    assert core.read_namespaced_pod("p", NS).metadata.namespace == NS
+    events = [(e["type"], e["object"].metadata.name, e["object"].metadata.namespace)
+              for e in watch.Watch().stream(core.list_namespaced_pod, NS, label_selector="app=a",
+                                            resource_version=since, timeout_seconds=1)]
+    assert events == [("ADDED", "p", NS)]
+    other = {**pod, "metadata": {"name": "q", "namespace": "elsewhere"}}
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod(NS, other)
+    assert err.value.status == 400
+    assert [p.metadata.name for p in core.list_namespaced_pod(NS).items] == ["p"]
