@@ -35,7 +35,9 @@ the new part (a name, or a selection no filled selector covers) raises ``CacheSt
 answers "absent" or "no pods". A list replaces the map under the lock and bumps a generation: the
 watch in progress is closed (``HTTPResponse.shutdown``) and any event it still delivers is ignored,
 and the next watch resumes from the list's resourceVersion, so nothing older than the list is
-applied over it.
+applied over it. A scope that keeps nothing (a daemon that leads no shard: no names, no selectors)
+is neither listed nor watched: the thread waits until a ``fill`` has listed a wider scope and watches
+from that list, so a follower is sent none of the namespace's objects or events.
 
 Selectors sent to the server (issue 35, a takeover's list): a scope by selectors is listed with
 ``labelSelector`` (``label_queries``): one set-based ``app in (a,b,...)`` when the selectors differ in
@@ -162,6 +164,10 @@ class Scope:
         pairs = frozenset((str(k), str(v)) for k, v in labels.items())
         return pairs in self.selectors or any(sel <= pairs for sel in self.selectors)
 
+    def keeps_nothing(self) -> bool:
+        """Whether no object can be inside (no name, or no selector: ``Scope(selectors=frozenset())``)."""
+        return self.names == frozenset() or self.selectors == frozenset()
+
     def within(self, other: Scope) -> bool:
         """Whether everything inside this scope is inside ``other`` (by its names and selectors as given)."""
         def part(mine: frozenset[Any] | None, theirs: frozenset[Any] | None) -> bool:
@@ -264,7 +270,8 @@ class Informer:
         self.down_since: float | None = None
         """When the watch went down (``clock``), None while it is connected."""
         self.lists = 0
-        """LISTs that succeeded (the first, and one per 410)."""
+        """LISTs that succeeded (the first, one per 410, one per ``fill``; a scope that keeps nothing sends
+        none and counts none)."""
         self.watches = 0
         """Watch requests that connected."""
         self.expired = 0
@@ -284,6 +291,8 @@ class Informer:
         self._watch: watch.Watch | None = None
         self._thread: threading.Thread | None = None
         self._listed_once = threading.Event()
+        self._wake = threading.Event()
+        """Set by ``fill`` and ``stop``: the thread, idle while the scope keeps nothing, goes on."""
 
     # ------------------------------------------------------------------ reads
     def _fresh(self) -> None:
@@ -395,6 +404,7 @@ class Informer:
                 and what reads may rely on, are as before).
         """
         self._list()
+        self._wake.set()
         with self._lock:
             w = self._watch if self._stream_gen != self.generation else None
         resp = getattr(w, "_resp", None)  # the kubernetes client's Watch keeps its response there
@@ -428,6 +438,7 @@ class Informer:
     def stop(self) -> None:
         """End the thread (the watch in progress is closed)."""
         self._stop.set()
+        self._wake.set()
         w = self._watch
         if w is not None:
             w.stop()
@@ -445,7 +456,7 @@ class Informer:
         kept: dict[str, dict[str, Any]] = {}
         first: str | None = None
         found = label_queries(asked, self.max_lists)
-        queries: list[str | None] = [None] if found is None else list(found)
+        queries: list[str | None] = [] if asked.keeps_nothing() else [None] if found is None else list(found)
         for query in queries:
             token: str | None = None
             version: str | None = None
@@ -482,7 +493,7 @@ class Informer:
             self.resource_version = version
             self.synced = True
             self.down_since = None
-            self.lists += 1
+            self.lists += 1 if queries else 0
         self._listed_once.set()
 
     def _connected(self, *args: Any, **kwargs: Any) -> Any:
@@ -539,6 +550,15 @@ class Informer:
                 if relist:
                     self._list()
                     relist = False
+                with self._lock:
+                    idle, unversioned = self.scope.keeps_nothing(), self.resource_version is None
+                if idle:  # nothing to watch: wait for a fill (or look again after a watch's length)
+                    self._wake.wait(self.timeout_s)
+                    self._wake.clear()
+                    continue
+                if unversioned:  # widened since the empty list, and no fill listed it: list here
+                    relist = True
+                    continue
                 self._went_down()  # until the next watch's headers arrive
                 w = watch.Watch(return_type="object")
                 with self._lock:

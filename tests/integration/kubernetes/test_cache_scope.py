@@ -393,3 +393,37 @@ def test_a_takeover_whose_list_fails_holds_instead_of_reading_an_empty_cache(clu
         d.server.close()
         if d.cache is not None:
             d.cache.stop()
+
+
+def test_a_cache_that_keeps_nothing_lists_and_watches_nothing_until_it_is_widened(cluster: EmulatedCluster) -> None:
+    """A daemon that leads no shard covers no workload: its cache reads as listed (``wait_synced``) but sends
+    no list and opens no watch of Deployments or pods (the emulator counts 0 of each, where the namespace
+    holds 18 pods); covered with svc-0, one list of each (4 pods sent, svc-0's) and a pod watch with svc-0's
+    selector, which delivers a pod of svc-0 created afterwards; covered with nothing again, it drops them."""
+    pods = seed(cluster, NAMES)
+    cache = WorkloadCache(cluster.api(user_agent=AGENT), NS, {"deployments"}, 30.0, 60)
+    cache.cover({"deployments": set()})
+    cache.start()
+    try:
+        assert cache.wait_synced(WAIT_S)
+        cache.cover({"deployments": set()})  # as each tick of a daemon leading nothing does
+        emu = cluster.emu
+        assert [emu.requests[(verb, p)] for verb in ("list", "watch") for p in ("deployments", "pods")] == [0] * 4
+        assert emu.items_sent["pods"] == 0 and cache.held() == 0
+        svc0 = {f"svc-0-{v}" for v in VARIANTS}
+        cache.cover({"deployments": svc0})
+        assert (emu.requests[("list", "deployments")], emu.requests[("list", "pods")]) == (1, 1)
+        assert emu.items_sent["pods"] == len(pods["svc-0"]) == 4
+        pod_cache = cache.informers["pods"]
+        assert sorted(pod_cache.objects) == sorted(pods["svc-0"])
+        wait_for("the pod watch opened", lambda: ("pods", "app in (svc-0-a100,svc-0-h100)") in emu.watch_selectors)
+        client.CoreV1Api(cluster.api(user_agent="someone")).create_namespaced_pod(NS, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "svc-0-a100-new", "labels": {"app": "svc-0-a100"}},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}})
+        wait_for("the new svc-0 pod watched",
+                 lambda: len(pod_cache.select({"app": "svc-0-a100"})) == REPLICAS["svc-0"] + 1)
+        assert [text for plural, text in emu.watch_selectors if plural == "pods"] == ["app in (svc-0-a100,svc-0-h100)"]
+        cache.cover({"deployments": set()})
+        assert cache.held() == 0
+    finally:
+        cache.stop()
