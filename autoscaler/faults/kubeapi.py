@@ -59,8 +59,9 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
   the last resourceVersion first when ``allowWatchBookmarks`` is set); ``drop_watches()`` ends every
   open stream at once (a dropped connection), and so does ``down``. A write never waits for the
   watches (it sets an event they wait on; no lock they share), so a watch cancelled when its client
-  goes away cannot hold a write up. Left out: an object that stops matching a watch's label selector
-  is not sent as DELETED;
+  goes away cannot hold a write up. A request is a watch when its ``watch`` parameter is true as the
+  API server reads a boolean (``query_flag``: ``watch=True``, what the official client up to 36 sends,
+  too). Left out: an object that stops matching a watch's label selector is not sent as DELETED;
 - ``requests``: how many requests were served, by (verb, plural or plural/subresource), the verb as
   RBAC derives it (a watch counted once, when it opens);
 - a bounded request log (``REQUEST_LOG``), so an emulator serving a daemon for minutes keeps pace;
@@ -512,7 +513,11 @@ class Emulator(kmock.KubernetesEmulator):
             self.refused.append((str(getattr(request.method, "value", request.method)).upper(),
                                  str(getattr(request.resource, "plural", "")), request.name, fault.status))
             return fault
-        if "watch" in request.params:  # dropped by a drop_watches from now on, however late it streams
+        watching = query_flag(request.params, "watch")
+        if watching and request.action in (kmock.action.LIST, kmock.action.FETCH):  # kmock missed it (``query_flag``)
+            # set in place (the request is frozen): kmock finds a request's reactions by its identity
+            object.__setattr__(request, "action", kmock.action.WATCH)
+        if watching:  # dropped by a drop_watches from now on, however late it streams
             self._watch_epochs[request.id] = self.watch_epoch
         for param in ("labelSelector", "fieldSelector"):
             text = request.params.get(param)
@@ -522,7 +527,7 @@ class Emulator(kmock.KubernetesEmulator):
         method = str(getattr(request.method, "value", request.method)).upper()
         if res is not None:
             verb = VERBS.get(method, method.lower())
-            if "watch" in request.params and verb == "get":
+            if watching and verb == "get":
                 verb = "watch"
             elif verb == "get" and request.name is None:
                 verb = "list"
@@ -567,9 +572,10 @@ class Emulator(kmock.KubernetesEmulator):
         return None
 
     async def _stamp(self, request: kmock.Request, method: str) -> aiohttp.web.StreamResponse | None:
-        """A create's or patch's server-set metadata (a generated name, uid, creationTimestamp,
-        generation, resourceVersion), recorded in ``writes``; the 422 of a generated name the API server
-        would refuse."""
+        """A create's or patch's server-set metadata (a generated name, the URL's namespace where the body
+        has none: apiserver ``pkg/registry/rest/meta.go`` ``EnsureObjectNamespaceMatchesRequestNamespace``,
+        uid, creationTimestamp, generation, resourceVersion), recorded in ``writes``; the 422 of a generated
+        name the API server would refuse."""
         res = request.resource
         assert res is not None and isinstance(request.data, dict)
         async with self._lock:
@@ -582,6 +588,8 @@ class Emulator(kmock.KubernetesEmulator):
                     self.refused.append((method, str(res.plural), meta.get("name"), 422))
                     return invalid(self._kind(res), res.group or "", str(meta.get("name") or ""),
                                    "metadata.name", problems)
+                if request.namespace and not meta.get("namespace"):  # the URL's, as the API server sets it
+                    meta["namespace"] = request.namespace
                 meta["uid"] = str(uuid.uuid4())
                 meta["creationTimestamp"] = datetime.datetime.now(datetime.UTC).strftime(
                     "%Y-%m-%dT%H:%M:%SZ")
@@ -782,7 +790,7 @@ class Emulator(kmock.KubernetesEmulator):
         loop = asyncio.get_running_loop()
         timeout = params.get("timeoutSeconds")
         deadline = loop.time() + float(timeout) if timeout else None
-        bookmarks = params.get("allowWatchBookmarks") in ("true", "1", "True")
+        bookmarks = query_flag(params, "allowWatchBookmarks")
         text = params.get("resourceVersion")
         async with self._lock:
             if text in (None, "", "0"):  # state now, then what follows
@@ -883,6 +891,17 @@ class Emulator(kmock.KubernetesEmulator):
             "spec": {"replicas": spec},
             "status": scale_status,
         })
+
+
+def query_flag(params: Any, name: str) -> bool:
+    """A boolean query parameter as the API server reads it: absent, ``0`` or ``false`` (any case) is
+    false, any other value (``true``, ``True``, ``1``, even empty) is true (``Convert_Slice_string_To_bool``,
+    ``k8s.io/apimachinery/pkg/runtime/conversion.go``, kubernetes/kubernetes staging). The official
+    ``kubernetes`` client up to 36.0.0 sends Python's ``str(True)``, ``watch=True`` (37 sends ``true``);
+    kmock 0.8 takes only ``watch=true`` as a watch (``kmock/_internal/parsing.py`` ``guess_k8s``) and
+    would answer such a watch with a list."""
+    text = params.get(name)
+    return text is not None and text != "0" and text.lower() != "false"
 
 
 def _version_or_empty(text: str | None) -> bool:

@@ -5,13 +5,15 @@ object's uid, creationTimestamp and generation, and a Lease's MicroTime must car
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client
+import requests
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from autoscaler.faults.kubeapi import EmulatedCluster, deployment, emulated_cluster
+from autoscaler.faults.kubeapi import EmulatedCluster, deployment, emulated_cluster, query_flag
 
 NS = "llm"
 
@@ -162,3 +164,42 @@ def test_a_put_whose_body_names_another_object_is_a_400(cluster: EmulatedCluster
         apps.replace_namespaced_deployment_scale("d", NS, scale)
     assert err.value.status == 400
     assert apps.read_namespaced_deployment("d", NS).spec.replicas == 1  # neither was applied
+
+
+def test_a_boolean_parameter_is_read_as_the_api_server_reads_it() -> None:
+    """apimachinery ``Convert_Slice_string_To_bool``: absent, ``0`` and ``false`` in any case are false;
+    anything else, an empty value too, is true."""
+    falses = [{}, {"watch": "0"}, {"watch": "false"}, {"watch": "False"}, {"watch": "FALSE"}, {"other": "true"}]
+    trues = [{"watch": "true"}, {"watch": "True"}, {"watch": "1"}, {"watch": ""}, {"watch": "yes"}]
+    assert [query_flag(p, "watch") for p in falses] == [False] * len(falses)
+    assert [query_flag(p, "watch") for p in trues] == [True] * len(trues)
+
+
+@pytest.mark.parametrize("flag", ["true", "True", "1"])
+def test_watch_true_in_any_spelling_is_a_watch(cluster: EmulatedCluster, flag: str) -> None:
+    """A GET of Deployments with ``watch=<flag>`` (``True``: what the official client up to 36 sends)
+    streams watch events: from no resourceVersion, d as ADDED, then (``timeoutSeconds=1``) the end;
+    with ``watch=false`` or ``0`` it is a list holding d."""
+    client.AppsV1Api(cluster.api()).create_namespaced_deployment(NS, deployment("d", NS, 1))
+    url = f"{cluster.url}/apis/apps/v1/namespaces/{NS}/deployments"
+    resp = requests.get(url, params={"watch": flag, "timeoutSeconds": "1"}, timeout=30)
+    events = [json.loads(line) for line in resp.text.splitlines() if line.strip()]
+    assert resp.status_code == 200
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "d")]
+    assert cluster.emu.requests[("watch", "deployments")] == 1
+    for off in ("false", "0"):
+        listed = requests.get(url, params={"watch": off}, timeout=30).json()
+        assert [o["metadata"]["name"] for o in listed["items"]] == ["d"]
+    assert cluster.emu.requests[("list", "deployments")] == 2
+
+
+def test_a_create_without_a_namespace_gets_the_urls(cluster: EmulatedCluster) -> None:
+    """As the API server does (``EnsureObjectNamespaceMatchesRequestNamespace``): a pod created in
+    ``llm`` with no ``metadata.namespace`` is served with ``namespace: llm``, and so reaches a watch of
+    ``llm``."""
+    core = client.CoreV1Api(cluster.api())
+    created = core.create_namespaced_pod(NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                                              "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    assert created.metadata.namespace == NS == core.read_namespaced_pod("p", NS).metadata.namespace
+    events = list(watch.Watch().stream(core.list_namespaced_pod, NS, timeout_seconds=1))
+    assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "p")]
