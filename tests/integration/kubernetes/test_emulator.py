@@ -193,13 +193,29 @@ def test_watch_true_in_any_spelling_is_a_watch(cluster: EmulatedCluster, flag: s
     assert cluster.emu.requests[("list", "deployments")] == 2
 
 
-def test_a_create_without_a_namespace_gets_the_urls(cluster: EmulatedCluster) -> None:
-    """As the API server does (``EnsureObjectNamespaceMatchesRequestNamespace``): a pod created in
-    ``llm`` with no ``metadata.namespace`` is served with ``namespace: llm``, and so reaches a watch of
-    ``llm``."""
+def test_a_selector_watch_gets_a_pod_relabelled_out_as_deleted_and_one_relabelled_in_as_added(
+        cluster: EmulatedCluster) -> None:
+    """As the API server's watch cache (``cacheWatcher.convertToWatchEvent``): pods p (``app=a``) and q
+    (``app=b``), then p relabelled ``app=b``, q relabelled ``app=a``, q given ``tier=web``. A watch of
+    ``app=a`` from before, with the official client, gets p as DELETED (its labels before, ``app=a``, at
+    the relabel's resourceVersion), q as ADDED, then q as MODIFIED; a watch of ``app=c`` gets nothing;
+    one without a selector gets the three as MODIFIED."""
     core = client.CoreV1Api(cluster.api())
-    created = core.create_namespaced_pod(NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-                                              "spec": {"containers": [{"name": "c", "image": "x"}]}})
-    assert created.metadata.namespace == NS == core.read_namespaced_pod("p", NS).metadata.namespace
-    events = list(watch.Watch().stream(core.list_namespaced_pod, NS, timeout_seconds=1))
-    assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "p")]
+    for name, app in (("p", "a"), ("q", "b")):
+        core.create_namespaced_pod(NS, {"apiVersion": "v1", "kind": "Pod",
+                                        "metadata": {"name": name, "namespace": NS, "labels": {"app": app}},
+                                        "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    since = core.list_namespaced_pod(NS).metadata.resource_version
+    rvs = [core.patch_namespaced_pod(name, NS, {"metadata": {"labels": labels}}).metadata.resource_version
+           for name, labels in (("p", {"app": "b"}), ("q", {"app": "a"}), ("q", {"tier": "web"}))]
+
+    def seen(**selector: str) -> list[tuple[str, str, str, str]]:
+        return [(e["type"], e["object"].metadata.name, e["object"].metadata.labels["app"],
+                 e["object"].metadata.resource_version)
+                for e in watch.Watch().stream(core.list_namespaced_pod, NS, resource_version=since,
+                                              timeout_seconds=1, **selector)]
+
+    assert seen(label_selector="app=a") == [("DELETED", "p", "a", rvs[0]), ("ADDED", "q", "a", rvs[1]),
+                                            ("MODIFIED", "q", "a", rvs[2])]
+    assert seen(label_selector="app=c") == []
+    assert seen() == [("MODIFIED", "p", "b", rvs[0]), ("MODIFIED", "q", "a", rvs[1]), ("MODIFIED", "q", "a", rvs[2])]
