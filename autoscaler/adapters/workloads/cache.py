@@ -45,10 +45,10 @@ the namespace's (the client still checks ``Scope.keeps``). With several lists th
 the first one's resourceVersion (the oldest), so it may replay events older than a later list's
 objects; events of one object come in order, so the map converges to the newest. The watch carries the
 selector when there is one (the server then sends only its events, and an object relabelled out of it
-as DELETED: the API server's watch cache does that, ``cacheWatcher.convertToWatchEvent``, kubernetes
-v1.31 ``staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go``; the emulated API server
-does not send it, ``faults.kubeapi``'s "Left out"); with several it watches the namespace and keeps
-the scope's part.
+as DELETED, one relabelled into it as ADDED: the API server's watch cache does that,
+``cacheWatcher.convertToWatchEvent``, kubernetes v1.31 ``staging/src/k8s.io/apiserver/pkg/storage/cacher/
+cache_watcher.go``, and so does the emulated API server, ``faults.kubeapi.as_watched``); with several it
+watches the namespace and keeps the scope's part (a MODIFIED of an object it no longer keeps drops it).
 
 Writes: after a write the connector tells the informer what it wrote (``wrote``: the write's
 resourceVersion from its response and the fields it set). Reads of that object show the write until
