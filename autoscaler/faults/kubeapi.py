@@ -59,8 +59,11 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
   the last resourceVersion first when ``allowWatchBookmarks`` is set); ``drop_watches()`` ends every
   open stream at once (a dropped connection), and so does ``down``. A write never waits for the
   watches (it sets an event they wait on; no lock they share), so a watch cancelled when its client
-  goes away cannot hold a write up. Left out: an object that stops matching a watch's label selector
-  is not sent as DELETED;
+  goes away cannot hold a write up. A request is a watch when its ``watch`` parameter is true as the
+  API server reads a boolean (``query_flag``: ``watch=True``, what the official client up to 36 sends,
+  too). An object modified so that it leaves a watch's selectors is sent to it as DELETED (its state
+  before, at the new resourceVersion) and one that enters them as ADDED, as the API server's watch
+  cache does (``as_watched``);
 - ``requests``: how many requests were served, by (verb, plural or plural/subresource), the verb as
   RBAC derives it (a watch counted once, when it opens);
 - a bounded request log (``REQUEST_LOG``), so an emulator serving a daemon for minutes keeps pace;
@@ -91,7 +94,7 @@ import itertools
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -430,8 +433,11 @@ class Emulator(kmock.KubernetesEmulator):
         super().__attrs_post_init__()
         self.versions = Versions()
         self._buses = _Buses(self)  # type: ignore[assignment]  # events go to the watch log instead
-        self.history: collections.deque[tuple[int, Any, dict[str, Any]]] = collections.deque()
-        """The watch log: (resourceVersion, resource, event), oldest first (module docstring)."""
+        self.history: collections.deque[tuple[int, Any, dict[str, Any], dict[str, Any] | None]] = collections.deque()
+        """The watch log: (resourceVersion, resource, event, the object before it or None), oldest first
+        (module docstring)."""
+        self._current: dict[tuple[Any, str | None, str | None], dict[str, Any]] = {}
+        """(resource, namespace, name) -> the object as last logged or ``put``: the state before its next event."""
         self.watch_window = WATCH_WINDOW
         self.logged = 0
         """The resourceVersion of the last event logged (a list's ``metadata.resourceVersion``)."""
@@ -512,7 +518,11 @@ class Emulator(kmock.KubernetesEmulator):
             self.refused.append((str(getattr(request.method, "value", request.method)).upper(),
                                  str(getattr(request.resource, "plural", "")), request.name, fault.status))
             return fault
-        if "watch" in request.params:  # dropped by a drop_watches from now on, however late it streams
+        watching = query_flag(request.params, "watch")
+        if watching and request.action in (kmock.action.LIST, kmock.action.FETCH):  # kmock missed it (``query_flag``)
+            # set in place (the request is frozen): kmock finds a request's reactions by its identity
+            object.__setattr__(request, "action", kmock.action.WATCH)
+        if watching:  # dropped by a drop_watches from now on, however late it streams
             self._watch_epochs[request.id] = self.watch_epoch
         for param in ("labelSelector", "fieldSelector"):
             text = request.params.get(param)
@@ -522,7 +532,7 @@ class Emulator(kmock.KubernetesEmulator):
         method = str(getattr(request.method, "value", request.method)).upper()
         if res is not None:
             verb = VERBS.get(method, method.lower())
-            if "watch" in request.params and verb == "get":
+            if watching and verb == "get":
                 verb = "watch"
             elif verb == "get" and request.name is None:
                 verb = "list"
@@ -714,7 +724,12 @@ class Emulator(kmock.KubernetesEmulator):
             rv = next(self.versions)
             obj = copy.deepcopy(obj)
             obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
-        self.history.append((rv, resource, {"type": event.get("type"), "object": obj}))
+        meta = obj.get("metadata") or {}
+        key = (resource, meta.get("namespace"), meta.get("name"))
+        before = self._current.pop(key, None) if event.get("type") == "DELETED" else self._current.get(key)
+        if event.get("type") != "DELETED":
+            self._current[key] = obj
+        self.history.append((rv, resource, {"type": event.get("type"), "object": obj}, before))
         self.logged = max(self.logged, rv)
         while len(self.history) > self.watch_window:
             self.compacted = self.history.popleft()[0]
@@ -786,7 +801,7 @@ class Emulator(kmock.KubernetesEmulator):
         loop = asyncio.get_running_loop()
         timeout = params.get("timeoutSeconds")
         deadline = loop.time() + float(timeout) if timeout else None
-        bookmarks = params.get("allowWatchBookmarks") in ("true", "1", "True")
+        bookmarks = query_flag(params, "allowWatchBookmarks")
         text = params.get("resourceVersion")
         async with self._lock:
             if text in (None, "", "0"):  # state now, then what follows
@@ -801,24 +816,25 @@ class Emulator(kmock.KubernetesEmulator):
         if first and first[0]["type"] == "ERROR":
             return
 
-        def wanted(event: dict[str, Any]) -> bool:
-            meta = event["object"].get("metadata") or {}
+        def wanted(obj: dict[str, Any]) -> bool:
+            meta = obj.get("metadata") or {}
             return ((request.namespace is None or meta.get("namespace") == request.namespace)
-                    and selected(event["object"], labels, fields))
+                    and selected(obj, labels, fields))
 
         while True:
             woken = self._watch_woken  # taken before the log is read: a write logged after it sets it
-            pending = [(rv, e) for rv, r, e in self.history if rv > since and r == res]
+            pending = [(rv, e, before) for rv, r, e, before in self.history if rv > since and r == res]
             if not pending:
                 left = WATCH_POLL_S if deadline is None else min(WATCH_POLL_S, deadline - loop.time())
                 if left > 0:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(left):
                             await woken.wait()
-            for rv, event in pending:
+            for rv, event, before in pending:
                 since = rv
-                if wanted(event):
-                    yield event
+                sent = as_watched(event, before, wanted)
+                if sent is not None:
+                    yield sent
             if self.watch_epoch != epoch or self.down:
                 return
             if deadline is not None and loop.time() >= deadline:
@@ -887,6 +903,41 @@ class Emulator(kmock.KubernetesEmulator):
             "spec": {"replicas": spec},
             "status": scale_status,
         })
+
+
+def as_watched(event: dict[str, Any], before: dict[str, Any] | None,
+               wanted: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    """What a watch whose namespace and selectors ``wanted`` tells is sent of a logged ``event`` (None:
+    nothing), given the object's state ``before`` it (None: none, a create): as the API server's watch
+    cache (``cacheWatcher.convertToWatchEvent``, kubernetes/kubernetes
+    ``staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go``, the same in v1.28.0 and at
+    commit 04d6b4f1, so in v1.31) it filters both states: the new one only passing is ADDED, both
+    MODIFIED, the old one only (an object relabelled out of the selector) DELETED, carrying the old
+    state at the event's resourceVersion; a deletion passes on its last state."""
+    obj = event["object"]
+    if event["type"] == "DELETED":
+        return event if wanted(obj if before is None else before) else None
+    now, was = wanted(obj), before is not None and wanted(before)
+    if now:
+        kind = "MODIFIED" if was else "ADDED"
+        return event if event["type"] == kind else {"type": kind, "object": obj}
+    if not was:
+        return None
+    gone = copy.deepcopy(before)
+    assert gone is not None
+    gone.setdefault("metadata", {})["resourceVersion"] = (obj.get("metadata") or {}).get("resourceVersion")
+    return {"type": "DELETED", "object": gone}
+
+
+def query_flag(params: Any, name: str) -> bool:
+    """A boolean query parameter as the API server reads it: absent, ``0`` or ``false`` (any case) is
+    false, any other value (``true``, ``True``, ``1``, even empty) is true (``Convert_Slice_string_To_bool``,
+    ``k8s.io/apimachinery/pkg/runtime/conversion.go``, kubernetes/kubernetes staging). The official
+    ``kubernetes`` client up to 36.0.0 sends Python's ``str(True)``, ``watch=True`` (37 sends ``true``);
+    kmock 0.8 takes only ``watch=true`` as a watch (``kmock/_internal/parsing.py`` ``guess_k8s``) and
+    would answer such a watch with a list."""
+    text = params.get(name)
+    return text is not None and text != "0" and text.lower() != "false"
 
 
 def _version_or_empty(text: str | None) -> bool:
@@ -968,6 +1019,7 @@ class EmulatedCluster:
                     meta.setdefault("generation", 1)
                     meta.setdefault("resourceVersion", str(next(emu.versions)))
                     emu._objects[(res, meta.get("namespace"), meta["name"])] = obj
+                    emu._current[(res, meta.get("namespace"), meta["name"])] = obj
                 emu.logged = max(emu.logged, emu.versions.last)
         asyncio.run_coroutine_threadsafe(put(), self._loop).result(timeout=600)
 

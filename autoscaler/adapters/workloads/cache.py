@@ -33,7 +33,7 @@ the namespace's. Narrowing drops what falls outside at once. Widening cannot be 
 informer does on restart): until one that began after the widening has replaced the map, a read of
 the new part (a name, or a selection no filled selector covers) raises ``CacheStale``, never
 answers "absent" or "no pods". A list replaces the map under the lock and bumps a generation: the
-watch in progress is closed (``HTTPResponse.shutdown``) and any event it still delivers is ignored,
+watch in progress is closed (its socket shut for reading, ``cut``) and any event it still delivers is ignored,
 and the next watch resumes from the list's resourceVersion, so nothing older than the list is
 applied over it. A scope that keeps nothing (a daemon that leads no shard: no names, no selectors)
 is neither listed nor watched: the thread waits until a ``fill`` has listed a wider scope and watches
@@ -47,10 +47,10 @@ the namespace's (the client still checks ``Scope.keeps``). With several lists th
 the first one's resourceVersion (the oldest), so it may replay events older than a later list's
 objects; events of one object come in order, so the map converges to the newest. The watch carries the
 selector when there is one (the server then sends only its events, and an object relabelled out of it
-as DELETED: the API server's watch cache does that, ``cacheWatcher.convertToWatchEvent``, kubernetes
-v1.31 ``staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go``; the emulated API server
-does not send it, ``faults.kubeapi``'s "Left out"); with several it watches the namespace and keeps
-the scope's part.
+as DELETED, one relabelled into it as ADDED: the API server's watch cache does that,
+``cacheWatcher.convertToWatchEvent``, kubernetes v1.31 ``staging/src/k8s.io/apiserver/pkg/storage/cacher/
+cache_watcher.go``, and so does the emulated API server, ``faults.kubeapi.as_watched``); with several it
+watches the namespace and keeps the scope's part (a MODIFIED of an object it no longer keeps drops it).
 
 Writes: after a write the connector tells the informer what it wrote (``wrote``: the write's
 resourceVersion from its response and the fields it set). Reads of that object show the write until
@@ -65,6 +65,7 @@ import contextlib
 import copy
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -102,6 +103,18 @@ before the API server may have; the API server's own bound (Go net/http ``Defaul
 1 MiB) is far above."""
 WATCH_READ_GRACE_S = 5.0
 """How long past its ``timeoutSeconds`` a watch may stay silent before the client gives it up."""
+
+
+def cut(resp: Any) -> None:
+    """Make a streaming response's blocked and later reads end now, from another thread: shut its
+    connection's socket for reading, what urllib3's ``HTTPResponse.shutdown`` does (``shutdown(SHUT_RD)``;
+    added in urllib3 2.3.0, absent at the floor 2.0.2). Nothing once the response has released its
+    connection to the pool (``connection`` None): that socket may serve another request by then."""
+    conn = getattr(resp, "connection", None)
+    sock = getattr(conn, "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):  # closed already: its reads have ended anyway
+            sock.shutdown(socket.SHUT_RD)
 
 
 def merged(obj: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
@@ -289,6 +302,10 @@ class Informer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._watch: watch.Watch | None = None
+        self._resp: Any = None
+        """The response of the watch in progress once its headers came (``_connected``), None between
+        watches: what ``fill`` and ``stop`` cut. Kept here, not read from the client's ``Watch``, which
+        holds it (``Watch._resp``) only from kubernetes 36.0.0 on."""
         self._thread: threading.Thread | None = None
         self._listed_once = threading.Event()
         self._wake = threading.Event()
@@ -406,11 +423,9 @@ class Informer:
         self._list()
         self._wake.set()
         with self._lock:
-            w = self._watch if self._stream_gen != self.generation else None
-        resp = getattr(w, "_resp", None)  # the kubernetes client's Watch keeps its response there
+            resp = self._resp if self._stream_gen != self.generation else None
         if resp is not None:
-            with contextlib.suppress(Exception):  # released already, or never connected: it ends anyway
-                resp.shutdown()
+            cut(resp)
 
     def match_labels(self) -> set[Selector]:
         """The ``spec.selector.matchLabels`` of the objects held (workloads' pod selectors; empty ones left out)."""
@@ -439,9 +454,11 @@ class Informer:
         """End the thread (the watch in progress is closed)."""
         self._stop.set()
         self._wake.set()
-        w = self._watch
+        w, resp = self._watch, self._resp
         if w is not None:
             w.stop()
+        if resp is not None:
+            cut(resp)
 
     def _went_down(self) -> None:
         with self._lock:
@@ -502,9 +519,9 @@ class Informer:
         if 200 <= int(getattr(resp, "status", 0) or 0) < 300:
             with self._lock:
                 if self._stream_gen != self.generation:  # a list came meanwhile: resume from it instead
-                    with contextlib.suppress(Exception):
-                        resp.shutdown()
+                    cut(resp)
                     return resp
+                self._resp = resp
                 self.down_since = None
                 self.watches += 1
         return resp
@@ -567,14 +584,19 @@ class Informer:
                     queries = label_queries(self.scope, self.max_lists)
                 # one selector: the server sends only its events; several: the namespace's, kept by scope
                 only = {"label_selector": queries[0]} if queries is not None and len(queries) == 1 else {}
-                for event in w.stream(self._connected, self.namespace, resource_version=since, **only,
-                                      timeout_seconds=self.timeout_s, allow_watch_bookmarks=True,
-                                      _request_timeout=(CONNECT_TIMEOUT_S, self.timeout_s + WATCH_READ_GRACE_S)):
-                    if not self._apply(event, gen):
-                        break  # a list came (``fill``): watch again from its resourceVersion
-                    delay = self.backoff_s
-                    if self._stop.is_set():
-                        break
+                try:
+                    for event in w.stream(self._connected, self.namespace, resource_version=since, **only,
+                                          timeout_seconds=self.timeout_s, allow_watch_bookmarks=True,
+                                          _request_timeout=(CONNECT_TIMEOUT_S,
+                                                            self.timeout_s + WATCH_READ_GRACE_S)):
+                        if not self._apply(event, gen):
+                            break  # a list came (``fill``): watch again from its resourceVersion
+                        delay = self.backoff_s
+                        if self._stop.is_set():
+                            break
+                finally:
+                    with self._lock:
+                        self._resp = None  # its connection goes back to the pool: never cut it after
                 continue  # ended at its timeout: watch again at once
             except ApiException as exc:
                 if exc.status == 410:  # too old a resourceVersion: list again, at once

@@ -106,6 +106,66 @@ def test_a_list_comes_in_pages_and_keeps_only_the_scope_of_each(cluster: Emulate
     assert cluster.emu.pages == {}  # every token used
 
 
+def pod(name: str, app: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS, "labels": {"app": app}},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+
+def test_a_fill_closes_the_watch_of_the_narrower_selector_and_the_next_one_carries_the_wider(
+        cluster: EmulatedCluster) -> None:
+    """Pods a-0 (``app=a``) and b-0 (``app=b``); the informer kept to ``app=a`` watches with that selector.
+    Widened to ``app=a`` or ``app=b`` and filled: the list holds b-0, and the watch in progress, which the
+    server sends no event of b's on, is closed at once; the next carries ``app in (a,b)``, so b-1,
+    created after, reaches the cache. Left open, the first watch would end only at its 60 s timeout,
+    past the wait (as with kubernetes 31, whose ``Watch`` keeps no response to close, and urllib3 2.0.2,
+    which has no ``HTTPResponse.shutdown``)."""
+    core = client.CoreV1Api(cluster.api(user_agent="someone"))
+    for name, app in (("a-0", "a"), ("b-0", "b")):
+        core.create_namespaced_pod(NS, pod(name, app))
+    inf = Informer(client.CoreV1Api(cluster.api(user_agent=AGENT)).list_namespaced_pod, NS, f"pods {NS}", 30.0, 60,
+                   backoff_s=0.05, backoff_max_s=0.2)
+    inf.rescope(Scope(selectors=frozenset({sel(app="a")})))
+    inf.start()
+    try:
+        assert inf.wait_synced(WAIT_S)
+        wait_for("the watch of app=a connected", lambda: inf.watches == 1)
+        assert sorted(inf.objects) == ["a-0"]
+        assert inf.rescope(Scope(selectors=frozenset({sel(app="a"), sel(app="b")})))
+        inf.fill()
+        assert sorted(inf.objects) == ["a-0", "b-0"]
+        core.create_namespaced_pod(NS, pod("b-1", "b"))
+        wait_for("b-1 watched", lambda: "b-1" in inf.objects)
+        assert [text for plural, text in cluster.emu.watch_selectors if plural == "pods"] == ["app=a",
+                                                                                             "app in (a,b)"]
+    finally:
+        inf.stop()
+
+
+def test_a_pod_relabelled_out_of_the_watched_selector_is_dropped_and_one_relabelled_in_is_kept(
+        cluster: EmulatedCluster) -> None:
+    """The informer kept to ``app=a`` watches with that selector, so the server sends a pod relabelled out
+    of it as DELETED and one relabelled in as ADDED (as the API server does): p (``app=a``) relabelled
+    ``app=b`` leaves the cache, q (``app=b``) relabelled ``app=a`` enters it, with its new labels."""
+    core = client.CoreV1Api(cluster.api(user_agent="someone"))
+    for name, app in (("p", "a"), ("q", "b")):
+        core.create_namespaced_pod(NS, pod(name, app))
+    inf = Informer(client.CoreV1Api(cluster.api(user_agent=AGENT)).list_namespaced_pod, NS, f"pods {NS}", 30.0, 60,
+                   backoff_s=0.05, backoff_max_s=0.2)
+    inf.rescope(Scope(selectors=frozenset({sel(app="a")})))
+    inf.start()
+    try:
+        assert inf.wait_synced(WAIT_S)
+        assert sorted(inf.objects) == ["p"]
+        core.patch_namespaced_pod("p", NS, {"metadata": {"labels": {"app": "b"}}})
+        wait_for("p dropped", lambda: "p" not in inf.objects)
+        core.patch_namespaced_pod("q", NS, {"metadata": {"labels": {"app": "a"}}})
+        wait_for("q kept", lambda: [o["metadata"]["name"] for o in inf.select({"app": "a"})] == ["q"])
+        assert sorted(inf.objects) == ["q"]
+        assert [text for plural, text in cluster.emu.watch_selectors if plural == "pods"] == ["app=a"]
+    finally:
+        inf.stop()
+
+
 def seed(cluster: EmulatedCluster, names: list[str]) -> dict[str, list[str]]:
     """Each service's Deployments (``<service>-<variant>``) at ``REPLICAS`` with their pods; and a
     Deployment of another team in the namespace, with pods. Returns service -> its pods' names."""

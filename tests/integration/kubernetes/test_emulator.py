@@ -5,13 +5,15 @@ object's uid, creationTimestamp and generation, and a Lease's MicroTime must car
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client
+import requests
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from autoscaler.faults.kubeapi import EmulatedCluster, deployment, emulated_cluster
+from autoscaler.faults.kubeapi import EmulatedCluster, deployment, emulated_cluster, query_flag
 
 NS = "llm"
 
@@ -186,3 +188,58 @@ def test_a_create_without_a_namespace_takes_the_requests_and_its_watch_sees_it(c
         core.create_namespaced_pod(NS, other)
     assert err.value.status == 400
     assert [p.metadata.name for p in core.list_namespaced_pod(NS).items] == ["p"]
+
+
+def test_a_boolean_parameter_is_read_as_the_api_server_reads_it() -> None:
+    """apimachinery ``Convert_Slice_string_To_bool``: absent, ``0`` and ``false`` in any case are false;
+    anything else, an empty value too, is true."""
+    falses = [{}, {"watch": "0"}, {"watch": "false"}, {"watch": "False"}, {"watch": "FALSE"}, {"other": "true"}]
+    trues = [{"watch": "true"}, {"watch": "True"}, {"watch": "1"}, {"watch": ""}, {"watch": "yes"}]
+    assert [query_flag(p, "watch") for p in falses] == [False] * len(falses)
+    assert [query_flag(p, "watch") for p in trues] == [True] * len(trues)
+
+
+@pytest.mark.parametrize("flag", ["true", "True", "1"])
+def test_watch_true_in_any_spelling_is_a_watch(cluster: EmulatedCluster, flag: str) -> None:
+    """A GET of Deployments with ``watch=<flag>`` (``True``: what the official client up to 36 sends)
+    streams watch events: from no resourceVersion, d as ADDED, then (``timeoutSeconds=1``) the end;
+    with ``watch=false`` or ``0`` it is a list holding d."""
+    client.AppsV1Api(cluster.api()).create_namespaced_deployment(NS, deployment("d", NS, 1))
+    url = f"{cluster.url}/apis/apps/v1/namespaces/{NS}/deployments"
+    resp = requests.get(url, params={"watch": flag, "timeoutSeconds": "1"}, timeout=30)
+    events = [json.loads(line) for line in resp.text.splitlines() if line.strip()]
+    assert resp.status_code == 200
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "d")]
+    assert cluster.emu.requests[("watch", "deployments")] == 1
+    for off in ("false", "0"):
+        listed = requests.get(url, params={"watch": off}, timeout=30).json()
+        assert [o["metadata"]["name"] for o in listed["items"]] == ["d"]
+    assert cluster.emu.requests[("list", "deployments")] == 2
+
+
+def test_a_selector_watch_gets_a_pod_relabelled_out_as_deleted_and_one_relabelled_in_as_added(
+        cluster: EmulatedCluster) -> None:
+    """As the API server's watch cache (``cacheWatcher.convertToWatchEvent``): pods p (``app=a``) and q
+    (``app=b``), then p relabelled ``app=b``, q relabelled ``app=a``, q given ``tier=web``. A watch of
+    ``app=a`` from before, with the official client, gets p as DELETED (its labels before, ``app=a``, at
+    the relabel's resourceVersion), q as ADDED, then q as MODIFIED; a watch of ``app=c`` gets nothing;
+    one without a selector gets the three as MODIFIED."""
+    core = client.CoreV1Api(cluster.api())
+    for name, app in (("p", "a"), ("q", "b")):
+        core.create_namespaced_pod(NS, {"apiVersion": "v1", "kind": "Pod",
+                                        "metadata": {"name": name, "namespace": NS, "labels": {"app": app}},
+                                        "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    since = core.list_namespaced_pod(NS).metadata.resource_version
+    rvs = [core.patch_namespaced_pod(name, NS, {"metadata": {"labels": labels}}).metadata.resource_version
+           for name, labels in (("p", {"app": "b"}), ("q", {"app": "a"}), ("q", {"tier": "web"}))]
+
+    def seen(**selector: str) -> list[tuple[str, str, str, str]]:
+        return [(e["type"], e["object"].metadata.name, e["object"].metadata.labels["app"],
+                 e["object"].metadata.resource_version)
+                for e in watch.Watch().stream(core.list_namespaced_pod, NS, resource_version=since,
+                                              timeout_seconds=1, **selector)]
+
+    assert seen(label_selector="app=a") == [("DELETED", "p", "a", rvs[0]), ("ADDED", "q", "a", rvs[1]),
+                                            ("MODIFIED", "q", "a", rvs[2])]
+    assert seen(label_selector="app=c") == []
+    assert seen() == [("MODIFIED", "p", "b", rvs[0]), ("MODIFIED", "q", "a", rvs[1]), ("MODIFIED", "q", "a", rvs[2])]
