@@ -119,6 +119,7 @@ from models.capacity import (
     ReplicaSpec,
     RequestMix,
     allowance,
+    pool_size,
     replica_capacity,
     service_mix,
     speed_factor,
@@ -1139,12 +1140,8 @@ class MPCController(Controller):
 
         def serves(n: int) -> bool:
             return n * max(single[v.name] * gain(v, n) for v in svc.variants) >= least_rps
-        best = max(single.values())
-        lo, hi = 1, min(self.pool, max(1, math.ceil(least_rps / best))) if best > 0 else 1
-        while lo < hi:  # the smallest n in [lo, hi] that serves (hi does: alone it would)
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if serves(mid) else (mid + 1, hi)
-        return {v.name: gain(v, lo) for v in svc.variants}, lo
+        n = pool_size(serves, single, least_rps, self.pool)
+        return {v.name: gain(v, n) for v in svc.variants}, n
 
     def _pool_gain(self, svc: Service, v: Variant, alpha: float, mix: RequestMix,
                    mix_key: tuple[float, ...], limit: float, n: int) -> float:

@@ -30,6 +30,7 @@ import numpy as np
 from controllers.base import POOLS_ONLY, Decision, FleetMismatchError, Reason
 from controllers.mpc import limit_note, limit_terms, miss_cost, plan_variant
 from controllers.static import PEAK_WINDOW_S, ScheduledController, served
+from models.capacity import RequestMix, pooled_weights
 from models.planning import Plan, PlanProblem, PlanService, solve
 
 if TYPE_CHECKING:
@@ -106,13 +107,17 @@ class OracleController(ScheduledController):
 
 def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weights: dict[str, float],
                       initial: dict[str, int], miss_weight: float = 10.0, node_limit: int = OFFLINE_NODE_LIMIT,
-                      name: str = "oracle") -> OracleController:
+                      name: str = "oracle", pool: int = 1, mix: RequestMix | None = None) -> OracleController:
     """Solve the offline plan for ``svc`` on ``workload`` (module docstring) and wrap it as a controller.
 
     Args:
         weights: variant -> one replica's capacity, requests/s.
         initial: variant -> replicas ready at t = 0.
         node_limit: branch-and-bound nodes the solve may explore (>= 0).
+        pool: above 1, each step's capacities are those of a replica pooled behind the least-loaded
+            router with as many others as that step's demand needs, at most ``pool``
+            (``models.capacity.pooled_weights`` on ``mix``, the mix ``weights`` were computed for);
+            1: ``weights`` as given, every step.
 
     Raises:
         ValueError: no variant can serve within the SLO, or a bad argument.
@@ -129,7 +134,13 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
     steps = math.ceil(duration / dt)
     block_steps = max(1, round(BLOCK_S / dt))
     demand = true_demand(svc, workload, dt, steps, block_steps)
-    variants = [plan_variant(v, dt, np.full(steps, weights[v.name]), initial[v.name],
+    if pool > 1:
+        if mix is None:
+            raise ValueError(f"{name}: pool={pool} needs the mix the capacities are computed for")
+        per_step = pooled_weights(svc, cfg.planning_engine(), mix, demand, pool)
+    else:
+        per_step = {v.name: np.full(steps, weights[v.name]) for v in svc.variants}
+    variants = [plan_variant(v, dt, per_step[v.name], initial[v.name],
                              np.full(steps, float(initial[v.name]))) for v in svc.variants]
     miss = miss_cost(variants, miss_weight)
     if miss is None:

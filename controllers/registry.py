@@ -257,8 +257,9 @@ def _oracle(kw: dict[str, Any], ctx: BuildContext) -> Controller:
     svc = ctx.svc
     itl = ctx.cfg.controller.pid.setpoint * svc.slo["interactive"].itl_s
     initial = steady_start_fleet(svc, ctx.cfg.engine, wl, itl)
+    mix = _service_mixes(ctx)[svc.name] if kw.get("pool", 1) > 1 else None
     return oracle_controller(ctx.cfg, svc, wl, _service_weights(ctx)[svc.name], initial, **kw,
-                             name=ctx.spec)
+                             name=ctx.spec, mix=mix)
 
 
 def _bound(kw: dict[str, Any], ctx: BuildContext) -> Controller:
@@ -308,7 +309,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
     "dynamo-pd": (_params(DynamoPDPlanner, predictor=TEXT, ttft=POSITIVE, itl=POSITIVE), _dynamo_pd),
     "wva": (_params(WVAController), lambda kw, ctx: WVAController(name=ctx.spec)),
     "static-ilp": ({"peak_rps": POSITIVE}, _static_ilp),
-    "oracle": ({"miss_weight": POSITIVE, "node_limit": Param(int, 0, closed=True)}, _oracle),
+    "oracle": ({"miss_weight": POSITIVE, "node_limit": Param(int, 0, closed=True),
+                "pool": Param(int, 1, closed=True, high=256)}, _oracle),
     "bound": ({"target": Param(float, 0.0, high=1.0), "simulations": Param(int, 1, closed=True, high=40),
                "miss_weight": POSITIVE, "node_limit": Param(int, 0, closed=True)}, _bound),
     "mpc": (_params(MPCController, "cfg", "weights", "mixes", "future_rps",

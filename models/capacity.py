@@ -871,3 +871,52 @@ def variant_weights(svc: ServiceSpec, engine: EngineLimits, mix: RequestMix | No
     out = {name: replica_capacity(sp, mix, slo.ttft_s, slo.itl_s, unservable=limit).rps for name, sp in specs.items()}
     _WEIGHTS.put(key, dict(out))
     return out
+
+
+def pool_size(serves: Callable[[int], bool], single: Mapping[str, float], demand_rps: float, most: int) -> int:
+    """The fewest replicas ``n`` in ``[1, min(most, ceil(demand_rps / fastest alone))]`` for which
+    ``serves(n)`` holds (a pool of ``n`` of the fastest variant carries ``demand_rps``); the upper end
+    when none below it does. ``serves`` must hold from some ``n`` on (a pool's capacity per replica
+    grows with its size: ``replica_capacity(..., replicas=n)``), so bisection finds it. ``single``:
+    variant -> one replica's capacity alone, requests/s (1 when every one is 0)."""
+    best = max(single.values(), default=0.0)
+    lo, hi = 1, min(most, max(1, math.ceil(demand_rps / best))) if best > 0 else 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if serves(mid) else (mid + 1, hi)
+    return lo
+
+
+def pooled_weights(svc: ServiceSpec, engine: EngineLimits, mix: RequestMix, demand_rps: np.ndarray,
+                   most: int) -> dict[str, np.ndarray]:
+    """variant -> one replica's capacity per step, requests/s, shape of ``demand_rps``: its capacity
+    alone (``variant_weights``) times its gain in the pool of replicas each step's demand needs
+    (``pool_size``, at most ``most``): ``replica_capacity(..., replicas=n).rps`` over ``replicas=1``,
+    at least 1 (1 for a variant with no capacity). The replicas behind a least-loaded router pool their
+    prefill queues and smooth each one's arrivals (``replica_capacity``'s ``replicas``); ``most`` = 1
+    gives the capacities alone.
+
+    Raises:
+        ValueError: ``most`` < 1, or the SLO's ITL target out of every variant's reach.
+    """
+    if most < 1:
+        raise ValueError(f"most must be >= 1, got {most}")
+    single = variant_weights(svc, engine, mix)
+    slo = svc.slo["interactive"]
+    specs = {v.name: ReplicaSpec.of(v, engine) for v in svc.variants}
+    limit = allowance(list(specs.values()), mix, slo.ttft_s, slo.itl_s)
+    gains: dict[tuple[str, int], float] = {}
+
+    def gain(name: str, n: int) -> float:
+        if (name, n) not in gains:
+            pooled = replica_capacity(specs[name], mix, slo.ttft_s, slo.itl_s, unservable=limit, replicas=n).rps
+            gains[name, n] = max(1.0, pooled / single[name]) if single[name] > 0 and n > 1 else 1.0
+        return gains[name, n]
+    demand_rps = np.asarray(demand_rps, dtype=float)
+    sizes: dict[float, int] = {}
+    for d in np.unique(demand_rps).tolist():
+        def serves(n: int, d: float = d) -> bool:
+            return n * max(single[v] * gain(v, n) for v in specs) >= d
+        sizes[d] = pool_size(serves, single, d, most)
+    n_at = np.array([sizes[float(d)] for d in demand_rps], dtype=int)
+    return {name: np.array([single[name] * gain(name, int(n)) for n in n_at]) for name in specs}
