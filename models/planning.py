@@ -466,6 +466,8 @@ class _Rows:
                  ub: np.ndarray) -> None:
         """Rows ``r = 0..len(lb) - 1`` at once, row ``r`` with the terms ``(cols[t][r], vals[t][r])``
         in the order of ``t``, where ``cols[t][r] >= 0`` (a negative column: no such term)."""
+        if len(cols) != len(vals):
+            raise ValueError(f"_Rows.add_rows: {len(cols)} column arrays but {len(vals)} value arrays")
         first = len(self.lb)
         cs = np.stack([np.asarray(col) for col in cols], axis=1)  # (rows, terms): each row's terms in order
         vs = np.stack([np.broadcast_to(np.asarray(val, dtype=float), cs.shape[:1]) for val in vals], axis=1)
@@ -706,60 +708,6 @@ def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows, hull: bool = False
             rows.add_rows(cols, vals, facets[:, 3], np.full(len(facets), np.inf))
 
 
-def _block_rows(rows: _Rows, cols: np.ndarray, current: float) -> None:
-    """One variant's rows per block ``b``, appended to ``rows`` in the order ``_build`` always made
-    them: the balance ``n[b] - cw[b] - cc[b] + cd[b] = current``, then for ``b > 0`` each order kind's
-    cumulative count never falling, ``kind[b] - kind[b - 1] >= 0`` (CW, CC, CD). ``cols``: shape
-    (BLOCK_VARS, blocks), the variant's column of each kind and block. One ``add_rows`` call in place
-    of a Python call per row: the same entries in the same order, so the same model for HiGHS."""
-    nb = cols.shape[1]
-    r = np.arange(nb)
-    first = r + 3 * np.maximum(r - 1, 0)  # row of block b's balance: 1 + 3 rows before it per block > 0
-    size = nb + 3 * (nb - 1)
-    slots = np.full((4, size), -1)
-    vals = np.zeros((4, size))
-    slots[:, first] = cols[[N, CW, CC, CD]]
-    vals[:, first] = np.array([1.0, -1.0, -1.0, 1.0])[:, None]
-    lb = np.zeros(size)
-    ub = np.full(size, np.inf)
-    lb[first] = ub[first] = current
-    for m, kind in enumerate((CW, CC, CD)):  # block b's monotone rows follow its balance row
-        at = first[1:] + 1 + m
-        slots[0, at], slots[1, at] = cols[kind, 1:], cols[kind, :-1]
-        vals[0, at], vals[1, at] = 1.0, -1.0
-    rows.add_rows(list(slots), list(vals), lb, ub)
-
-
-def _step_limit_rows(rows: _Rows, idx: _Index, i: int, variants: int, max_up: int | None,
-                     max_down: int | None, length: np.ndarray) -> None:
-    """Service ``i``'s step limits per block ``b``, appended to ``rows`` in ``_build``'s order: for
-    each block the orders' row (``max_up``: the sum over variants of ``cw + cc`` new in the block)
-    then the removals' (``max_down``: of ``cd``), each limit times the block's length in ``dt_s``
-    after the first block (None: no such row). The terms per row run over the variants, each
-    kind's ``[b]`` then ``[b - 1]``. Vectorised form of the loop it replaced, entry for entry."""
-    nb = idx.nb
-    groups = [(kinds, limit) for kinds, limit in (((CW, CC), max_up), ((CD,), max_down)) if limit is not None]
-    if not groups:
-        return
-    g = len(groups)
-    b = np.arange(nb)
-    width = max(len(kinds) for kinds, _ in groups) * variants * 2
-    slots = np.full((width, g * nb), -1)
-    vals = np.zeros((width, g * nb))
-    ub = np.zeros(g * nb)
-    for m, (kinds, limit) in enumerate(groups):
-        at = b * g + m
-        ub[at] = np.where(b > 0, limit * np.concatenate([[1.0], length[:-1]]), float(limit))
-        t = 0
-        for j in range(variants):
-            for kind in kinds:
-                col = idx.var(i, j, kind, 0) + b
-                slots[t, at], vals[t, at] = col, 1.0
-                slots[t + 1, at[1:]], vals[t + 1, at[1:]] = col[:-1], -1.0
-                t += 2
-    rows.add_rows(list(slots), list(vals), np.full(g * nb, -np.inf), ub)
-
-
 def _build(problem: PlanProblem, limits: bool, caps: Mapping[str | None, np.ndarray] | None = None,
            weights: np.ndarray | None = None) -> tuple[np.ndarray, LinearConstraint, Bounds, np.ndarray]:
     """The MILP ``(c, constraints, bounds, integrality)``; without ``limits`` the step limits are left
@@ -791,7 +739,12 @@ def _build(problem: PlanProblem, limits: bool, caps: Mapping[str | None, np.ndar
             lo[cols[N]] = max(v.min_replicas, min(v.keep, v.max_replicas))
             hi[cols[N]] = v.max_replicas
             hi[cols[CW]] = v.warm_free
-            _block_rows(rows, np.asarray([cols[kind] for kind in range(BLOCK_VARS)]), float(v.current))
+            for b in range(nb):
+                rows.add([(cols[N][b], 1.0), (cols[CW][b], -1.0), (cols[CC][b], -1.0), (cols[CD][b], 1.0)],
+                         v.current, v.current)
+                if b > 0:
+                    for kind in (CW, CC, CD):
+                        rows.add([(cols[kind][b], 1.0), (cols[kind][b - 1], -1.0)], 0.0, np.inf)
             # per step k, two rows: s <= n, and s <= the replicas ready by then (today's, plus the
             # orders of the last block begun Lw / Lc steps before, less the removals: a removal
             # takes a ready replica)
@@ -837,7 +790,17 @@ def _build(problem: PlanProblem, limits: bool, caps: Mapping[str | None, np.ndar
             rows.add_rows(ratio_cols, [1.0] * len(pre) + [-hi_r] * len(dec), np.full(nb, -np.inf), np.zeros(nb))
         if not limits:
             continue
-        _step_limit_rows(rows, idx, i, len(svc.variants), svc.max_up, svc.max_down, length)
+        for b in range(nb):
+            for kinds, limit in (((CW, CC), svc.max_up), ((CD,), svc.max_down)):
+                if limit is None:
+                    continue
+                terms = []
+                for j in range(len(svc.variants)):
+                    for kind in kinds:
+                        terms.append((idx.var(i, j, kind, b), 1.0))
+                        if b > 0:
+                            terms.append((idx.var(i, j, kind, b - 1), -1.0))
+                rows.add(terms, -np.inf, float(limit * length[b - 1] if b > 0 else limit))
     if _strengthened(problem):
         _mir_rows(problem, idx, rows, hull=_tuned(problem) and problem.hull)
     cons = rows.constraint(idx.size)
