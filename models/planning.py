@@ -466,21 +466,16 @@ class _Rows:
                  ub: np.ndarray) -> None:
         """Rows ``r = 0..len(lb) - 1`` at once, row ``r`` with the terms ``(cols[t][r], vals[t][r])``
         in the order of ``t``, where ``cols[t][r] >= 0`` (a negative column: no such term)."""
+        if len(cols) != len(vals):
+            raise ValueError(f"_Rows.add_rows: {len(cols)} column arrays but {len(vals)} value arrays")
         first = len(self.lb)
-        order = np.arange(len(lb))
-        rows, columns, values = [], [], []
-        for col, val in zip(cols, vals, strict=True):
-            col = np.asarray(col)
-            there = col >= 0
-            rows.append(order[there])
-            columns.append(col[there])
-            values.append(np.broadcast_to(np.asarray(val, dtype=float), col.shape)[there])
-        # entries row by row, each row's terms in the order given (what add would have appended)
-        r = np.concatenate(rows)
-        by_row = np.argsort(r, kind="stable")
-        self.rows.extend((first + r[by_row]).tolist())
-        self.cols.extend(np.concatenate(columns)[by_row].tolist())
-        self.vals.extend(np.concatenate(values)[by_row].tolist())
+        cs = np.stack([np.asarray(col) for col in cols], axis=1)  # (rows, terms): each row's terms in order
+        vs = np.stack([np.broadcast_to(np.asarray(val, dtype=float), cs.shape[:1]) for val in vals], axis=1)
+        there = cs >= 0
+        # row-major order: entries row by row, each row's terms in the order given (what add would append)
+        self.rows.extend((first + np.nonzero(there)[0]).tolist())
+        self.cols.extend(cs[there].tolist())
+        self.vals.extend(vs[there].tolist())
         self.lb.extend(np.asarray(lb, dtype=float).tolist())
         self.ub.extend(np.asarray(ub, dtype=float).tolist())
 
@@ -1208,6 +1203,14 @@ def _start_x(problem: PlanProblem, cons: LinearConstraint, bounds: Bounds) -> tu
     return None, "; start dropped: it breaks a constraint"
 
 
+@functools.cache
+def _var_type(kind: int) -> object:
+    """scipy's HiGHS ``HighsVarType`` of integrality ``kind`` (0 continuous, 1 integer), made once:
+    building one per column took ~1 ms of a one-service solve's model hand-over."""
+    assert _core is not None
+    return _core.HighsVarType(kind)
+
+
 def _highs_lp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray) -> object:
     """The ``HighsLp`` of scipy's HiGHS build that ``scipy.optimize.milp`` would pass it (column-wise,
     every variable's integrality set)."""
@@ -1226,7 +1229,7 @@ def _highs_lp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: n
     lp.a_matrix_.start_ = a.indptr
     lp.a_matrix_.index_ = a.indices
     lp.a_matrix_.value_ = a.data.astype(np.float64)
-    lp.integrality_ = [_core.HighsVarType(int(i)) for i in np.asarray(integral, dtype=np.uint8)]
+    lp.integrality_ = [_var_type(i) for i in np.asarray(integral, dtype=np.uint8).tolist()]
     return lp
 
 
