@@ -34,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from autoscaler.config.loading import parse_config
+from autoscaler.report import outcome
 from autoscaler.simulate import run_simulation
 from autoscaler.workload.build import build_stream
 from autoscaler.workload.servegen import WINDOW_S, is_servegen_dir
@@ -66,6 +67,8 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="folder of the traces")
     ap.add_argument("--scenario", default="servegen-day", help="a scenario in benchmarks/scenarios with a trace")
     ap.add_argument("--hours", type=float, default=3.0, help="hours of the trace from its span's start (> 0)")
+    ap.add_argument("--start", type=float, default=None,
+                    help="seconds on the trace's time axis to start from (default: the scenario's span start)")
     ap.add_argument("--days", type=float, default=14.0, help="days to extrapolate to")
     ap.add_argument("--whole", action="store_true",
                     help="build every request up front (the old path) instead of streaming a ServeGen trace")
@@ -76,7 +79,7 @@ def main() -> None:
     sc = yaml.safe_load((SCENARIOS / f"{args.scenario}.yaml").read_text())
     if "trace" not in sc:
         ap.error(f"scenario {args.scenario} has no trace")
-    start = float(sc["span"][0]) if "span" in sc else 0.0
+    start = args.start if args.start is not None else float(sc["span"][0]) if "span" in sc else 0.0
     sc["span"] = [start, start + args.hours * 3600]
     trace = args.data / sc["trace"]
     servegen = is_servegen_dir(trace)
@@ -98,21 +101,24 @@ def main() -> None:
     rss1 = _maxrss_bytes()
     n = count(wl)
     t, c = time.perf_counter(), time.process_time()
-    run_simulation(cfg, wl, "pid", keep_requests=False)
+    run = run_simulation(cfg, wl, "pid", keep_requests=False)
     wall, cpu = time.perf_counter() - t, time.process_time() - c
+    result = outcome(run)
     rss2 = _maxrss_bytes()
     row = {"scenario": args.scenario, "span_s": sc["span"], "workload": "stream" if stream else "whole",
            "requests": n, "build_cpu_s": build_cpu, "cpu_s": cpu, "wall_s": wall, "requests_per_cpu_s": n / cpu,
            "maxrss_before_workload_bytes": rss0, "maxrss_after_workload_bytes": rss1,
            "maxrss_after_run_bytes": rss2, "workload_bytes_per_request": (rss1 - rss0) / n,
-           "run_bytes_per_request": (rss2 - rss1) / n}
+           "run_bytes_per_request": (rss2 - rss1) / n,
+           "interactive_attainment": result.attainment, "cost_usd": result.cost_usd}
     print(json.dumps(row))
     scale = args.days * 24 / args.hours
     print(f"{args.scenario}, {args.hours:g} h from {start:g} s, {row['workload']}: {n:,} requests, {cpu:.1f} s CPU "
           f"({n / cpu:,.0f} req/CPU-s), {wall:.1f} s wall; peak RSS {rss0 / 2**20:.0f} -> {rss1 / 2**20:.0f} MiB "
           f"with the workload ({(rss1 - rss0) / n:,.0f} B/request) -> {rss2 / 2**20:.0f} MiB after the run "
           f"({(rss2 - rss1) / n:,.0f} B/request; {(rss2 - rss0) / n:,.0f} B/request in all); building the "
-          f"workload took {build_cpu:.1f} s CPU")
+          f"workload took {build_cpu:.1f} s CPU; interactive SLO attainment {result.attainment}, cost "
+          f"${result.cost_usd:,.2f}")
     print(f"extrapolated to {args.days:g} days at this run's rate, speed and memory per request: "
           f"{n * scale:,.0f} requests, ~{cpu * scale / 60:.0f} CPU-min, "
           f"~{(rss1 - rss0 + rss2 - rss1) * scale / 2**30:.1f} GiB over the {rss0 / 2**20:.0f} MiB before the workload")
