@@ -147,9 +147,10 @@ def test_malformed_azure_line_gives_the_whole_paths_error(tmp_path: Path, rows: 
 
 
 MOON_BAD = [
-    (MOON_ROWS[:2] + ['{"timestamp": 5, "input_length": 3'], "line 3: invalid JSON"),
-    (MOON_ROWS[:1] + [moon(3, 10, 1, [0, 1])], "line 2: 2 hash_ids for 10 tokens"),
-    (MOON_ROWS[:4] + ['{"timestamp": 1, "input_length": 1, "input_length": 2}'], "line 6: key 'input_length' given twice"),
+    ([*MOON_ROWS[:2], '{"timestamp": 5, "input_length": 3'], "line 3: invalid JSON"),
+    ([*MOON_ROWS[:1], moon(3, 10, 1, [0, 1])], "line 2: 2 hash_ids for 10 tokens"),
+    ([*MOON_ROWS[:4], '{"timestamp": 1, "input_length": 1, "input_length": 2}'],
+     "line 6: key 'input_length' given twice"),
 ]
 
 
