@@ -23,7 +23,7 @@ order (``Workload`` sorts them; no shipped file has any) and ``rate_scale > 1`` 
 arrivals, merged by a sort).
 
 Memory: the build holds the columns of every row of the file (~40 bytes a row) and, for Mooncake,
-the shared-id counts and the workflow trie (both grow with the file's hash ids); the run holds the
+the shared-id counts, then the workflow trie (each grows with the file's hash ids); the run holds the
 columns of the kept requests and the ``Request`` objects of the chunks at hand.
 """
 
@@ -93,12 +93,11 @@ def file_stream(
     read = _read(trace, trace_format)
     if read is None:
         return None
-    p, stamp, fmt, stamps, ins, outs, counts, clamped = read
+    p, stamp, fmt, stamps, ins, outs, shared, clamped = read
     mooncake = fmt == "mooncake"
     origin = stamps[0]
     arrival = (stamps - origin) / 1000.0 if mooncake else stamps - origin
-    workflow, step = _workflows(p, stamp, counts, len(stamps))
-    del counts
+    workflow, step = _workflows(p, stamp, shared, len(stamps))
     kept = np.arange(len(stamps), dtype=np.int64)
     meta: dict[str, float | str] = {"format": fmt, "clamped_zero_output": clamped}
     if span is not None:
@@ -145,13 +144,13 @@ def file_stream(
                           chunk_requests, workflow=workflow, step=step, unit=unit, hashes=hashes_of)
 
 
-def _workflows(p: Path, stamp: os.stat_result, counts: Counter[int], n: int) -> tuple[np.ndarray, np.ndarray]:
+def _workflows(p: Path, stamp: os.stat_result, shared: set[int] | None, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Workflow id and step of each of the ``n`` rows of Mooncake file ``p`` (int64; -1: none, and all
-    -1 without hash ids), ``group_workflows``' rule, the file read again; ``counts`` as ``_read``'s."""
+    -1 without hash ids: ``shared`` None), ``group_workflows``' rule, the file read again; ``shared``
+    as ``_read``'s."""
     workflow = np.full(n, -1, dtype=np.int64)
     step = np.full(n, -1, dtype=np.int64)
-    if counts:
-        shared = shared_of(counts, n, SHARED_MIN_FRACTION)
+    if shared is not None:
         hash_rows = ((i, h) for (_, _, i, _, _, h) in mooncake_rows(p, _same_lines(p, stamp)))
         for k, (wf, st) in enumerate(workflow_steps(hash_rows, shared, BLOCK_TOKENS)):
             if wf is not None:
@@ -159,13 +158,14 @@ def _workflows(p: Path, stamp: os.stat_result, counts: Counter[int], n: int) -> 
     return workflow, step
 
 
-_Read = tuple[Path, os.stat_result, str, np.ndarray, np.ndarray, np.ndarray, Counter[int], int]
+_Read = tuple[Path, os.stat_result, str, np.ndarray, np.ndarray, np.ndarray, set[int] | None, int]
 
 
 def _read(trace: Path, trace_format: str | None) -> _Read | None:
     """The first pass over a trace file: (path, its stat, format, timestamps (float64, the file's
-    unit), prompt and output tokens (int64), the count of requests holding each hash id, outputs
-    clamped); None when its rows are not in arrival order. Raises the whole path's ``TraceError``."""
+    unit), prompt and output tokens (int64), the shared hash ids (``classes.shared_of``; None: no
+    row has any), outputs clamped); None when its rows are not in arrival order. The id counts live
+    only here. Raises the whole path's ``TraceError``."""
     p, lines = iter_lines(trace)
     first = next(lines)
     fmt = trace_format or _detect(p, first)
@@ -201,7 +201,8 @@ def _read(trace: Path, trace_format: str | None) -> _Read | None:
     if not ordered:
         return None
     return (p, stamp, fmt, np.frombuffer(times, dtype=np.float64), np.frombuffer(ins, dtype=np.int64),
-            np.frombuffer(outs, dtype=np.int64), counts, clamped)
+            np.frombuffer(outs, dtype=np.int64),
+            shared_of(counts, len(times), SHARED_MIN_FRACTION) if counts else None, clamped)
 
 
 def _detect(p: Path, first: tuple[int, str]) -> str:
