@@ -7,7 +7,7 @@ of ``servegen-day`` is the start of ServeGen day 2), runs it once on the scenari
 as ``autoscaler simulate`` does (``run_simulation(keep_requests=False)``), and prints: requests, the
 run's CPU seconds (``time.process_time``; the workload's building apart) and wall seconds, requests
 per CPU-second, and the process's peak resident memory (``ru_maxrss``) before the workload is built,
-after it is built, and after the run, with the growth per request of each step. Then what ``--days``
+after it is built, and after the run, with the growth per request of each step, and the run's interactive SLO attainment and cost (``report.outcome``). Then what ``--days``
 days at the same speed and memory per request would take: a straight-line extrapolation from this
 run, whose rate is the scenario's over those hours (a day's rate swings: ServeGen m-large's 5.5x), so
 the longer the run the better the figure.
@@ -19,7 +19,7 @@ end of the trace's windows hold no request (ServeGen m-large's release covers da
 reaching past it is refused.
 
     python benchmarks/long_replay.py [--data ../shared/data] [--scenario servegen-day] [--hours 3] [--days 14]
-                                     [--whole]
+                                     [--start S] [--whole]
 """
 
 from __future__ import annotations
