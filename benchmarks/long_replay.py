@@ -7,10 +7,11 @@ of ``servegen-day`` is the start of ServeGen day 2), runs it once on the scenari
 as ``autoscaler simulate`` does (``run_simulation(keep_requests=False)``), and prints: requests, the
 run's CPU seconds (``time.process_time``; the workload's building apart) and wall seconds, requests
 per CPU-second, and the process's peak resident memory (``ru_maxrss``) before the workload is built,
-after it is built, and after the run, with the growth per request of each step, and the run's interactive SLO attainment and cost (``report.outcome``). Then what ``--days``
-days at the same speed and memory per request would take: a straight-line extrapolation from this
-run, whose rate is the scenario's over those hours (a day's rate swings: ServeGen m-large's 5.5x), so
-the longer the run the better the figure.
+after it is built, and after the run, with the growth per request of each step, and the run's
+interactive SLO attainment and cost (``report.outcome``). Then what ``--days`` days at the same
+speed and memory per request would take: a straight-line extrapolation from this run, whose rate is
+the scenario's over those hours (a day's rate swings: ServeGen m-large's 5.5x), so the longer the run
+the better the figure.
 
 By default a ServeGen trace is streamed (``autoscaler.workload.build.build_stream``): its requests are
 kept as columns and made a chunk at a time as the run reaches them; ``--whole`` builds every request
