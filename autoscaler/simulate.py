@@ -16,12 +16,13 @@ would, and the signals are what PromQL would compute from those samples
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from autoscaler.adapters.simulator import SimActuator, SimAdmissionSink, SimDrainer, SimMetricsSource
 from autoscaler.config import FleetConfig
@@ -29,8 +30,7 @@ from autoscaler.loop.observe import PendingMarks
 from autoscaler.loop.runner import TickRecord
 from autoscaler.simulator.fleet import FleetSimulator, heap_frozen
 from autoscaler.wiring import admission_policy, build_loop
-from autoscaler.workload.stream import AnyWorkload
-from autoscaler.workload.types import Workload
+from autoscaler.workload.stream import AnyWorkload, arrival_times
 from controllers.base import Controller
 from controllers.bound import Outcome
 from controllers.registry import ANCHORS, build
@@ -270,16 +270,19 @@ LONG_GAP_S = 86400.0  # a day without arrivals
 LONG_RUN_S = 7 * 86400.0  # a week of simulated time
 
 
-def long_run_warning(cfg: FleetConfig, workload: Workload, service: str | None = None) -> str | None:
+def long_run_warning(cfg: FleetConfig, workload: AnyWorkload, service: str | None = None) -> str | None:
     """One line when the workload spans more than a week or has a gap of more than a day between
     arrivals (a row dated a year late, a large ``--time-scale``): the fleet is paid for the whole span,
     at least its minimum replicas, and the line says how much that is. None otherwise."""
-    reqs = workload.requests
-    if len(reqs) < 1:
+    arrivals = arrival_times(workload)
+    if len(arrivals) < 1:
         return None
-    span = reqs[-1].arrival_s - reqs[0].arrival_s
-    gaps = [(b.arrival_s - a.arrival_s, i + 1) for i, (a, b) in enumerate(itertools.pairwise(reqs))]
-    gap, after = max(gaps, default=(0.0, 0))
+    span = float(arrivals[-1] - arrivals[0])
+    gaps = np.diff(arrivals)
+    gap, after = 0.0, 0
+    if len(gaps):
+        gap = float(gaps.max())
+        after = int(np.flatnonzero(gaps == gap)[-1]) + 1  # the latest of equal gaps
     if span <= LONG_RUN_S and gap <= LONG_GAP_S:
         return None
     svc = cfg.service(service)

@@ -7,10 +7,11 @@ of ``servegen-day`` is the start of ServeGen day 2), runs it once on the scenari
 as ``autoscaler simulate`` does (``run_simulation(keep_requests=False)``), and prints: requests, the
 run's CPU seconds (``time.process_time``; the workload's building apart) and wall seconds, requests
 per CPU-second, and the process's peak resident memory (``ru_maxrss``) before the workload is built,
-after it is built, and after the run, with the growth per request of each step. Then what ``--days``
-days at the same speed and memory per request would take: a straight-line extrapolation from this
-run, whose rate is the scenario's over those hours (a day's rate swings: ServeGen m-large's 5.5x), so
-the longer the run the better the figure.
+after it is built, and after the run, with the growth per request of each step, and the run's
+interactive SLO attainment and cost (``report.outcome``). Then what ``--days`` days at the same
+speed and memory per request would take: a straight-line extrapolation from this run, whose rate is
+the scenario's over those hours (a day's rate swings: ServeGen m-large's 5.5x), so the longer the run
+the better the figure.
 
 By default a ServeGen trace is streamed (``autoscaler.workload.build.build_stream``): its requests are
 kept as columns and made a chunk at a time as the run reaches them; ``--whole`` builds every request
@@ -19,7 +20,7 @@ end of the trace's windows hold no request (ServeGen m-large's release covers da
 reaching past it is refused.
 
     python benchmarks/long_replay.py [--data ../shared/data] [--scenario servegen-day] [--hours 3] [--days 14]
-                                     [--whole]
+                                     [--start S] [--whole]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 import yaml
 
 from autoscaler.config.loading import parse_config
+from autoscaler.report import outcome
 from autoscaler.simulate import run_simulation
 from autoscaler.workload.build import build_stream
 from autoscaler.workload.servegen import WINDOW_S, is_servegen_dir
@@ -66,6 +68,8 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="folder of the traces")
     ap.add_argument("--scenario", default="servegen-day", help="a scenario in benchmarks/scenarios with a trace")
     ap.add_argument("--hours", type=float, default=3.0, help="hours of the trace from its span's start (> 0)")
+    ap.add_argument("--start", type=float, default=None,
+                    help="seconds on the trace's time axis to start from (default: the scenario's span start)")
     ap.add_argument("--days", type=float, default=14.0, help="days to extrapolate to")
     ap.add_argument("--whole", action="store_true",
                     help="build every request up front (the old path) instead of streaming a ServeGen trace")
@@ -76,7 +80,7 @@ def main() -> None:
     sc = yaml.safe_load((SCENARIOS / f"{args.scenario}.yaml").read_text())
     if "trace" not in sc:
         ap.error(f"scenario {args.scenario} has no trace")
-    start = float(sc["span"][0]) if "span" in sc else 0.0
+    start = args.start if args.start is not None else float(sc["span"][0]) if "span" in sc else 0.0
     sc["span"] = [start, start + args.hours * 3600]
     trace = args.data / sc["trace"]
     servegen = is_servegen_dir(trace)
@@ -98,21 +102,24 @@ def main() -> None:
     rss1 = _maxrss_bytes()
     n = count(wl)
     t, c = time.perf_counter(), time.process_time()
-    run_simulation(cfg, wl, "pid", keep_requests=False)
+    run = run_simulation(cfg, wl, "pid", keep_requests=False)
     wall, cpu = time.perf_counter() - t, time.process_time() - c
+    result = outcome(run)
     rss2 = _maxrss_bytes()
     row = {"scenario": args.scenario, "span_s": sc["span"], "workload": "stream" if stream else "whole",
            "requests": n, "build_cpu_s": build_cpu, "cpu_s": cpu, "wall_s": wall, "requests_per_cpu_s": n / cpu,
            "maxrss_before_workload_bytes": rss0, "maxrss_after_workload_bytes": rss1,
            "maxrss_after_run_bytes": rss2, "workload_bytes_per_request": (rss1 - rss0) / n,
-           "run_bytes_per_request": (rss2 - rss1) / n}
+           "run_bytes_per_request": (rss2 - rss1) / n,
+           "interactive_attainment": result.attainment, "cost_usd": result.cost_usd}
     print(json.dumps(row))
     scale = args.days * 24 / args.hours
     print(f"{args.scenario}, {args.hours:g} h from {start:g} s, {row['workload']}: {n:,} requests, {cpu:.1f} s CPU "
           f"({n / cpu:,.0f} req/CPU-s), {wall:.1f} s wall; peak RSS {rss0 / 2**20:.0f} -> {rss1 / 2**20:.0f} MiB "
           f"with the workload ({(rss1 - rss0) / n:,.0f} B/request) -> {rss2 / 2**20:.0f} MiB after the run "
           f"({(rss2 - rss1) / n:,.0f} B/request; {(rss2 - rss0) / n:,.0f} B/request in all); building the "
-          f"workload took {build_cpu:.1f} s CPU")
+          f"workload took {build_cpu:.1f} s CPU; interactive SLO attainment {result.attainment}, cost "
+          f"${result.cost_usd:,.2f}")
     print(f"extrapolated to {args.days:g} days at this run's rate, speed and memory per request: "
           f"{n * scale:,.0f} requests, ~{cpu * scale / 60:.0f} CPU-min, "
           f"~{(rss1 - rss0 + rss2 - rss1) * scale / 2**30:.1f} GiB over the {rss0 / 2**20:.0f} MiB before the workload")

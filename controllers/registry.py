@@ -383,6 +383,17 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
     return name, params
 
 
+def needs_whole(spec: str) -> bool:
+    """Whether the controller of ``spec`` reads the whole workload up front (``BuildContext.whole``):
+    ``oracle``, ``bound`` and ``mpc`` with ``forecast=perfect``; the rest run on a ``WorkloadStream``.
+
+    Raises:
+        ValueError: a bad spec (``parse_spec``).
+    """
+    name, params = parse_spec(spec)
+    return name in ("oracle", "bound") or (name == "mpc" and params.get("forecast") == "perfect")
+
+
 def build(spec: str, cfg: FleetConfig, service: str | None = None, workload: AnyWorkload | None = None,
           simulate: Simulate | None = None) -> Controller:
     """The controller named by ``spec`` (module docstring); its ``name`` is the spec.

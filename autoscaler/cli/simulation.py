@@ -135,13 +135,20 @@ def simulate(
     admission: Annotated[str | None, typer.Option(
         help="Admission policy at the gateway: none | pid | mpc (default: none for the anchors, the fleet "
              "file's controller.admission otherwise).", show_default=False)] = None,
+    whole: Annotated[bool, typer.Option(
+        "--whole", help="Build every request of the trace up front. By default a trace is streamed (kept as "
+                        "columns, its requests made as the run reaches them: the same run in less memory) "
+                        "unless the controller reads the whole workload (oracle, bound, mpc:forecast=perfect), "
+                        "--serve-metrics is given, or the trace does not stream (--rate-scale > 1 on a file, "
+                        "--time-scale on a ServeGen folder, rows out of order).")] = False,
 ) -> None:
     """Run the control loop on a trace against the embedded fleet simulator."""
     from autoscaler.compare import search_runs
     from autoscaler.report import OUTPUTS, outcome, write_outputs
     from autoscaler.simulate import long_run_warning, run_simulation
-    from autoscaler.workload.build import build_workload, check_shaping, parse_span
-    from controllers.registry import parse_spec
+    from autoscaler.workload.build import build_any, build_workload, check_shaping, parse_span
+    from autoscaler.workload.stream import AnyWorkload, count
+    from controllers.registry import needs_whole, parse_spec
 
     names = (*OUTPUTS, "realtime.json")
     try:
@@ -169,7 +176,12 @@ def simulate(
             res = _served_simulation(cfg, controller, service, serve_metrics, 1.0 if speed is None else speed, out,
                                      plot, quiet, admission, workload)
         else:
-            wl = workload()
+            wl: AnyWorkload
+            if trace is None or whole or needs_whole(controller):
+                wl = workload()
+            else:  # streamed where it streams bit for bit (build_any), else whole
+                wl = build_any(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span_s, lengths_from)
+                files.clear(out, names)
             warning = long_run_warning(cfg, wl, service)
             if warning:
                 warn(warning)
@@ -180,7 +192,7 @@ def simulate(
                 if run and not quiet:
                     say(f"{shown}: searching, run {run} of at most {most}", err=True)
 
-            with ProgressBar(f"simulating {len(wl.requests)} requests, {shown}", not quiet) as bar:
+            with ProgressBar(f"simulating {count(wl)} requests, {shown}", not quiet) as bar:
                 run = run_simulation(cfg, wl, controller, service, progress=bar.update, admission=admission,
                                      measure=outcome, on_search=searching, keep_requests=False)
             res = write_outputs(run, out, plot=plot)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import codecs
+import os
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from autoscaler.errors import TraceError
@@ -92,3 +95,60 @@ def output_count(value: int) -> tuple[int, bool]:
     ``value`` must already be checked >= 0. Returns the count to use and whether it was clamped.
     """
     return (1, True) if value == 0 else (value, False)
+
+
+READ_BLOCK = 1 << 20  # bytes read at a time by ``iter_lines``' UTF-8 check: 1 MiB, small against any run
+
+
+def iter_lines(path: str | Path) -> tuple[Path, Iterator[tuple[int, str]]]:
+    """``read_lines`` read lazily: the same lines and the same errors, the file held a line at a time.
+
+    The file is checked first (present, a regular file, UTF-8 throughout, a non-blank line), in
+    ``READ_BLOCK``-byte blocks, so a file ``read_lines`` refuses is refused here before any line is
+    given, with the same message (such a file is handed to ``read_lines`` itself to raise it); then
+    its non-blank lines are read one at a time as the iterator is advanced (the file is opened again).
+
+    Raises:
+        TraceError: as ``read_lines``.
+    """
+    p = Path(path)
+    try:
+        info = os.stat(p)
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a device, FIFO or socket)"
+            raise trace_error(p, None, f"is {kind}, not a trace file")
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        any_text, first = False, True
+        with open(p, "rb") as f:
+            while block := f.read(READ_BLOCK):
+                if first:
+                    block, first = block.removeprefix(codecs.BOM_UTF8), False  # read_lines' BOM, at the start
+                try:
+                    text = decoder.decode(block)
+                except UnicodeDecodeError:
+                    break
+                any_text = any_text or bool(text.strip())
+            else:
+                try:
+                    any_text = bool(decoder.decode(b"", final=True).strip()) or any_text
+                except UnicodeDecodeError:
+                    pass
+                else:
+                    if any_text:
+                        return p, _lines(p)
+        read_lines(p)  # not UTF-8 or no line: raises read_lines' own message (the file held once)
+    except FileNotFoundError:
+        raise trace_error(p, None, "file not found") from None
+    except OSError as err:
+        raise trace_error(p, None, f"cannot read file ({err.strerror})") from None
+    raise trace_error(p, None, "empty file (no requests)")  # read_lines raised for every other case
+
+
+def _lines(p: Path) -> Iterator[tuple[int, str]]:
+    """The non-blank lines of ``p`` (checked by ``iter_lines``) with their 1-based numbers, one at a time."""
+    with open(p, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            text = raw.removeprefix(codecs.BOM_UTF8).decode("utf-8") if n == 1 else raw.decode("utf-8")
+            text = text.removesuffix("\n").rstrip("\r")
+            if text.strip():
+                yield n, text

@@ -21,6 +21,7 @@ Rules:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from datetime import date
 from pathlib import Path
 
@@ -43,35 +44,21 @@ def _count(path: Path, line: int, column: str, text: str) -> int:
     raise trace_error(path, line, f"{column} is not an integer token count: {show(text)}")
 
 
-def load_azure(path: str | Path) -> Workload:
-    """Load an Azure LLM inference trace 2023 CSV into a ``Workload``.
-
-    Args:
-        path: the CSV file.
-
-    Returns:
-        requests with ``arrival_s`` in seconds from the earliest row, ``input_tokens`` =
-        ContextTokens, ``output_tokens`` = GeneratedTokens, class interactive, no hashes/workflows.
+def azure_rows(p: Path, lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, float, int, int, bool]]:
+    """The requests of an Azure CSV's non-blank ``lines`` (``_common.read_lines``/``iter_lines``) one at a
+    time, in file order: (line, seconds from midnight of the first row's day, ContextTokens,
+    GeneratedTokens clamped to >= 1, whether it was clamped).
 
     Raises:
-        TraceError: missing/empty/non-UTF-8 file, wrong header, no data rows, wrong column count,
-            a bad timestamp, rows spread over more than ``_common.MAX_SPAN_S`` (ten years), a
-            non-integer or negative count, or ContextTokens == 0.
+        TraceError: as ``load_azure``, but for the span (``_common.check_span``: the caller's, on every row).
     """
-    p, lines = read_lines(path)
-    header_line, header = lines[0]
+    it = iter(lines)
+    header_line, header = next(it)
     if header.strip() != HEADER:
         raise trace_error(p, header_line, f"wrong header {show(header, 60)}, expected {HEADER!r}")
-    if len(lines) == 1:
-        raise trace_error(p, header_line, "header only, no requests")
-
     day_ordinals: dict[str, int] = {}  # date text -> ordinal; parse and validate each date once
     first_day: int | None = None
-    times: list[float] = []
-    rows: list[int] = []
-    requests: list[Request] = []
-    clamped = 0
-    for n, text in lines[1:]:
+    for n, text in it:
         fields = text.split(",")
         if len(fields) != 3:
             raise trace_error(p, n, f"expected 3 comma-separated columns, found {len(fields)}")
@@ -97,6 +84,32 @@ def load_azure(path: str | Path) -> Workload:
         if input_tokens == 0:
             raise trace_error(p, n, "ContextTokens is 0 (a request needs at least one prompt token)")
         output_tokens, was_clamped = output_count(_count(p, n, "GeneratedTokens", fields[2]))
+        yield n, t, input_tokens, output_tokens, was_clamped
+    if first_day is None:
+        raise trace_error(p, header_line, "header only, no requests")
+
+
+def load_azure(path: str | Path) -> Workload:
+    """Load an Azure LLM inference trace 2023 CSV into a ``Workload``.
+
+    Args:
+        path: the CSV file.
+
+    Returns:
+        requests with ``arrival_s`` in seconds from the earliest row, ``input_tokens`` =
+        ContextTokens, ``output_tokens`` = GeneratedTokens, class interactive, no hashes/workflows.
+
+    Raises:
+        TraceError: missing/empty/non-UTF-8 file, wrong header, no data rows, wrong column count,
+            a bad timestamp, rows spread over more than ``_common.MAX_SPAN_S`` (ten years), a
+            non-integer or negative count, or ContextTokens == 0.
+    """
+    p, lines = read_lines(path)
+    times: list[float] = []
+    rows: list[int] = []
+    requests: list[Request] = []
+    clamped = 0
+    for n, t, input_tokens, output_tokens, was_clamped in azure_rows(p, lines):
         clamped += was_clamped
         times.append(t)
         rows.append(n)

@@ -11,10 +11,11 @@ import numpy as np
 from autoscaler.errors import TraceError
 from autoscaler.workload._common import MAX_SPAN_S
 from autoscaler.workload.classes import assign_classes, group_workflows
+from autoscaler.workload.file_stream import file_stream
 from autoscaler.workload.loader import load_trace
 from autoscaler.workload.servegen import is_servegen_dir, load_servegen, servegen_stream
 from autoscaler.workload.shaping import shape
-from autoscaler.workload.stream import CHUNK_REQUESTS, WorkloadStream
+from autoscaler.workload.stream import CHUNK_REQUESTS, AnyWorkload, WorkloadStream
 from autoscaler.workload.synthetic import synthetic_workload
 from autoscaler.workload.types import Workload
 
@@ -158,21 +159,61 @@ def build_stream(
     span: tuple[float, float] | None = None,
     lengths_from: Path | None = None,
     chunk_requests: int = CHUNK_REQUESTS,
+    trace_format: str | None = None,
+    time_scale: float = 1.0,
 ) -> WorkloadStream:
-    """The workload ``build_workload(trace, None, rate_scale, 1.0, seed, batch_fraction, span,
-    lengths_from)`` builds from a ServeGen folder, as a ``WorkloadStream`` (``workload.stream``): the
-    same requests, field for field, kept as columns and made ``chunk_requests`` at a time as a run
-    reaches them. A file trace is read whole (``build_workload``): only a ServeGen folder streams.
+    """The workload ``build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction,
+    span, lengths_from)`` builds, as a ``WorkloadStream`` (``workload.stream``): the same requests, field
+    for field, kept as columns and made ``chunk_requests`` at a time as a run reaches them. A ServeGen
+    folder streams with any arguments; a trace file (``workload.file_stream``, read a line at a time)
+    with ``rate_scale <= 1`` and its rows in arrival order, and ``time_scale`` applies to it only.
 
     Raises:
-        TraceError: a malformed trace.
-        ValueError: ``trace`` not a ServeGen folder, or bad shaping arguments (``check_shaping``).
+        TraceError: a malformed trace (the message ``build_workload`` gives).
+        ValueError: as ``build_workload``; or a trace file that does not stream (rows out of order,
+            ``rate_scale > 1``).
     """
-    check_shaping(rate_scale, 1.0, batch_fraction)
-    if not is_servegen_dir(trace):
-        raise ValueError(f"{trace}: not a ServeGen model folder; only those stream (a trace file is read whole)")
-    pairs = None
-    if lengths_from is not None:
-        pairs = np.array([(r.input_tokens, r.output_tokens) for r in load_trace(lengths_from).requests])
-    return servegen_stream(trace, *(span or SERVEGEN_DEFAULT_SPAN), rate_scale=rate_scale, seed=seed, lengths=pairs,
-                           batch_fraction=batch_fraction, chunk_requests=chunk_requests)
+    wl = build_any(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span, lengths_from,
+                   chunk_requests)
+    if not isinstance(wl, WorkloadStream):
+        why = "--rate-scale > 1 copies it" if rate_scale > 1 else "its rows are not in arrival order"
+        raise ValueError(f"{trace}: does not stream ({why}); build it whole (build_workload)")
+    return wl
+
+
+def build_any(
+    trace: Path | None,
+    trace_format: str | None = None,
+    rate_scale: float = 1.0,
+    time_scale: float = 1.0,
+    seed: int = 0,
+    batch_fraction: float = DEFAULT_BATCH_FRACTION,
+    span: tuple[float, float] | None = None,
+    lengths_from: Path | None = None,
+    chunk_requests: int = CHUNK_REQUESTS,
+) -> AnyWorkload:
+    """``build_workload``'s workload (same arguments), streamed where it streams bit for bit
+    (``build_stream``'s cases), else whole: the embedded workload, a ServeGen folder with
+    ``time_scale != 1``, a trace file with ``rate_scale > 1`` or rows out of order.
+
+    Raises:
+        TraceError, ValueError: as ``build_workload``.
+    """
+    check_shaping(rate_scale, time_scale, batch_fraction)
+    if trace is not None and is_servegen_dir(trace):
+        if time_scale != 1.0 or trace_format not in (None, "servegen"):
+            return build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span,
+                                  lengths_from)
+        pairs = None
+        if lengths_from is not None:
+            pairs = np.array([(r.input_tokens, r.output_tokens) for r in load_trace(lengths_from).requests])
+        return servegen_stream(trace, *(span or SERVEGEN_DEFAULT_SPAN), rate_scale=rate_scale, seed=seed,
+                               lengths=pairs, batch_fraction=batch_fraction, chunk_requests=chunk_requests)
+    if trace is None or trace.is_dir() or trace_format == "servegen" or lengths_from is not None:
+        return build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span,
+                              lengths_from)  # refuses what it refuses, or the embedded workload
+    stream = file_stream(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span, chunk_requests)
+    if stream is None:
+        return build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span,
+                              lengths_from)
+    return stream

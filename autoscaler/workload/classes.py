@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -102,8 +103,47 @@ def assign_classes(
 
 def shared_ids(requests: list[Request], min_fraction: float = SHARED_MIN_FRACTION) -> set[int]:
     """Hash ids present in at least ``min_fraction`` of ``requests`` (e.g. a common system prompt)."""
-    counts = Counter(h for r in requests for h in set(r.hash_ids))
-    return {h for h, c in counts.items() if c >= min_fraction * len(requests)}
+    return shared_of(Counter(h for r in requests for h in set(r.hash_ids)), len(requests), min_fraction)
+
+
+def shared_of(counts: Counter[int], n: int, min_fraction: float = SHARED_MIN_FRACTION) -> set[int]:
+    """The ids of ``counts`` (id -> requests holding it, of ``n``) in at least ``min_fraction`` of them."""
+    return {h for h, c in counts.items() if c >= min_fraction * n}
+
+
+def workflow_steps(rows: Iterable[tuple[int, Sequence[int]]], shared: set[int],
+                   block_tokens: int) -> Iterator[tuple[int | None, int | None]]:
+    """(workflow id, step) of each (input_tokens, hash_ids) of ``rows`` in arrival order, by the
+    continuation rule (module docstring; (None, None) without hash ids); ``group_workflows``' rule
+    for requests read one at a time. The trie it keeps grows with the hash ids seen."""
+    child: dict[tuple[int, int], int] = {}  # (trie node, hash id) -> child node; node 0 is the root
+    owner: dict[int, int] = {}  # trie node -> workflow whose request has that complete-block prefix
+    steps: list[int] = []  # steps so far per workflow
+    for input_tokens, hash_ids in rows:
+        if not hash_ids:
+            yield None, None
+            continue
+        node, wf = 0, None
+        for h in hash_ids:
+            nxt = child.get((node, h))
+            if nxt is None:
+                break
+            node = nxt
+            if node in owner:
+                wf = owner[node]  # deepest match wins
+        if wf is None:
+            wf = len(steps)
+            steps.append(0)
+        step = steps[wf]
+        steps[wf] += 1
+        yield wf, step
+
+        complete = min(input_tokens // block_tokens, len(hash_ids))
+        if complete and hash_ids[complete - 1] not in shared:
+            node = 0
+            for h in hash_ids[:complete]:
+                node = child.setdefault((node, h), len(child) + 1)
+            owner[node] = wf
 
 
 def group_workflows(workload: Workload, shared_min_fraction: float = SHARED_MIN_FRACTION) -> Workload:
@@ -122,33 +162,6 @@ def group_workflows(workload: Workload, shared_min_fraction: float = SHARED_MIN_
         raise ValueError(f"shared_min_fraction must be in (0, 1], got {shared_min_fraction}")
     reqs = workload.requests
     shared = shared_ids(reqs, shared_min_fraction)
-    child: dict[tuple[int, int], int] = {}  # (trie node, hash id) -> child node; node 0 is the root
-    owner: dict[int, int] = {}  # trie node -> workflow whose request has that complete-block prefix
-    steps: list[int] = []  # steps so far per workflow
-    out: list[Request] = []
-    for r in reqs:
-        if not r.hash_ids:
-            out.append(dataclasses.replace(r, workflow_id=None, step=None))
-            continue
-        node, wf = 0, None
-        for h in r.hash_ids:
-            nxt = child.get((node, h))
-            if nxt is None:
-                break
-            node = nxt
-            if node in owner:
-                wf = owner[node]  # deepest match wins
-        if wf is None:
-            wf = len(steps)
-            steps.append(0)
-        step = steps[wf]
-        steps[wf] += 1
-        out.append(dataclasses.replace(r, workflow_id=wf, step=step))
-
-        complete = min(r.input_tokens // workload.block_tokens, len(r.hash_ids))
-        if complete and r.hash_ids[complete - 1] not in shared:
-            node = 0
-            for h in r.hash_ids[:complete]:
-                node = child.setdefault((node, h), len(child) + 1)
-            owner[node] = wf
+    steps = workflow_steps(((r.input_tokens, r.hash_ids) for r in reqs), shared, workload.block_tokens)
+    out = [dataclasses.replace(r, workflow_id=wf, step=step) for r, (wf, step) in zip(reqs, steps, strict=True)]
     return Workload(out, workload.block_tokens, workload.source, dict(workload.meta))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from autoscaler.workload._common import MAX_TOKENS, check_span, output_count, read_lines, show, trace_error
@@ -52,28 +53,15 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def load_mooncake(path: str | Path) -> Workload:
-    """Load a Mooncake JSONL trace into a ``Workload`` with ``block_tokens`` = 512.
-
-    Args:
-        path: the JSONL file.
-
-    Returns:
-        requests with ``arrival_s`` in seconds from the earliest timestamp, ``input_tokens`` =
-        input_length, ``output_tokens`` = output_length, ``hash_ids`` as given; class interactive and
-        no workflows (see ``classes.group_workflows``).
+def mooncake_rows(p: Path, lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, int | float, int, int, bool,
+                                                                             list[int]]]:
+    """The requests of a Mooncake file's non-blank ``lines`` (``_common.read_lines``/``iter_lines``) one at a
+    time, in file order: (line, timestamp ms, input_length, output_length clamped to >= 1, whether it
+    was clamped, hash_ids).
 
     Raises:
-        TraceError: missing/empty/non-UTF-8 file, invalid JSON, a line that is not an object, a
-            missing or repeated key, a value of the wrong type, a negative or non-finite timestamp,
-            timestamps spread over more than ``_common.MAX_SPAN_S`` (ten years), a negative
-            count, input_length == 0, or too many / negative hash_ids.
+        TraceError: as ``load_mooncake``, but for the span (``_common.check_span``: the caller's).
     """
-    p, lines = read_lines(path)
-    stamps_ms: list[float] = []
-    rows: list[int] = []
-    requests: list[Request] = []
-    clamped = 0
     for n, text in lines:
         try:
             obj = json.loads(text, object_pairs_hook=_unique_keys)
@@ -116,6 +104,32 @@ def load_mooncake(path: str | Path) -> Workload:
             )
 
         output_tokens, was_clamped = output_count(out)
+        yield n, ts, inp, output_tokens, was_clamped, hashes
+
+
+def load_mooncake(path: str | Path) -> Workload:
+    """Load a Mooncake JSONL trace into a ``Workload`` with ``block_tokens`` = 512.
+
+    Args:
+        path: the JSONL file.
+
+    Returns:
+        requests with ``arrival_s`` in seconds from the earliest timestamp, ``input_tokens`` =
+        input_length, ``output_tokens`` = output_length, ``hash_ids`` as given; class interactive and
+        no workflows (see ``classes.group_workflows``).
+
+    Raises:
+        TraceError: missing/empty/non-UTF-8 file, invalid JSON, a line that is not an object, a
+            missing or repeated key, a value of the wrong type, a negative or non-finite timestamp,
+            timestamps spread over more than ``_common.MAX_SPAN_S`` (ten years), a negative
+            count, input_length == 0, or too many / negative hash_ids.
+    """
+    p, lines = read_lines(path)
+    stamps_ms: list[float] = []
+    rows: list[int] = []
+    requests: list[Request] = []
+    clamped = 0
+    for n, ts, inp, output_tokens, was_clamped, hashes in mooncake_rows(p, lines):
         clamped += was_clamped
         stamps_ms.append(ts)
         rows.append(n)

@@ -22,7 +22,7 @@ from ``first_fresh_id`` across the requests in arrival order.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +53,13 @@ class WorkloadStream:
         meta: as ``Workload.meta``.
         chunk_requests: requests per chunk (>= 1).
         produced: requests ``chunks()`` has made so far (all its iterators together).
+        workflow, step: a trace file's requests (``workload.file_stream``): each request's workflow
+            id and step (int64, n; -1: none); with them ``client`` is unused and the requests are
+            made by the file rule (module docstring).
+        unit: each request's unit (its workflow or itself), numbered by first appearance (int64, n;
+            ``classes.unit_index``); None: every request its own.
+        hashes: a trace file's: a new iterator over every request's hash ids in order (read from the
+            file as it goes); None: no hash ids.
 
     Raises:
         ValueError: columns of different lengths, arrivals not sorted, or ``chunk_requests`` < 1.
@@ -71,6 +78,10 @@ class WorkloadStream:
     meta: dict[str, float | str] = field(default_factory=dict)
     chunk_requests: int = CHUNK_REQUESTS
     produced: int = 0
+    workflow: np.ndarray | None = None
+    step: np.ndarray | None = None
+    unit: np.ndarray | None = None
+    hashes: Callable[[], Iterator[tuple[int, ...]]] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
@@ -107,15 +118,38 @@ class WorkloadStream:
         """The requests in arrival order, ``chunk_requests`` at a time (the last chunk may hold fewer),
         each made when the iterator reaches it; ``rid`` is the request's index in the workload."""
         next_hash = self.first_fresh_id
+        hashes = self.hashes() if self.hashes is not None else None
         for lo in range(0, self.count, self.chunk_requests):
-            out, next_hash = self._make(lo, min(lo + self.chunk_requests, self.count), next_hash)
+            hi = min(lo + self.chunk_requests, self.count)
+            if self.workflow is not None:
+                out = self._make_file(lo, hi, hashes)
+            else:
+                out, next_hash = self._make(lo, hi, next_hash)
             self.produced += len(out)
             yield out
 
     def materialise(self) -> Workload:
         """Every request at once, as a ``Workload`` (the same requests ``chunks`` makes)."""
-        reqs, _ = self._make(0, self.count, self.first_fresh_id)
+        if self.workflow is not None:
+            reqs = self._make_file(0, self.count, self.hashes() if self.hashes is not None else None)
+        else:
+            reqs, _ = self._make(0, self.count, self.first_fresh_id)
         return Workload(reqs, block_tokens=self.block_tokens, source=self.source, meta=dict(self.meta))
+
+    def _make_file(self, lo: int, hi: int, hashes: Iterator[tuple[int, ...]] | None) -> list[Request]:
+        """A trace file's requests ``lo..hi-1``, their hash ids the next ``hi - lo`` of ``hashes``."""
+        assert self.workflow is not None and self.step is not None
+        classes = REQUEST_CLASSES
+        rows = zip(self.arrival_s[lo:hi].tolist(), self.input_tokens[lo:hi].tolist(),
+                   self.output_tokens[lo:hi].tolist(), self.request_class[lo:hi].tolist(),
+                   self.priority[lo:hi].tolist(), self.workflow[lo:hi].tolist(), self.step[lo:hi].tolist(),
+                   strict=True)
+        out = []
+        for rid, (a, n_in, n_out, cls, prio, wf, step) in enumerate(rows, lo):
+            ids = next(hashes) if hashes is not None else ()
+            out.append(Request(a, n_in, n_out, classes[cls], prio, ids, None if wf < 0 else wf,
+                               None if step < 0 else step, rid))
+        return out
 
     def _make(self, lo: int, hi: int, next_hash: int) -> tuple[list[Request], int]:
         """Requests ``lo..hi-1`` given the first fresh hash id of request ``lo``; and that of ``hi``."""
@@ -164,7 +198,8 @@ def columns(workload: AnyWorkload) -> Columns:
         return Columns(workload.arrival_s.astype(float), workload.input_tokens.astype(np.int64),
                        workload.output_tokens.astype(np.int64),
                        np.array(REQUEST_CLASSES, dtype=object)[workload.request_class],
-                       workload.priority.astype(np.int64), np.arange(workload.count, dtype=np.int64))
+                       workload.priority.astype(np.int64),
+                       np.arange(workload.count, dtype=np.int64) if workload.unit is None else workload.unit)
     reqs = workload.requests
     return Columns(np.array([r.arrival_s for r in reqs], dtype=float),
                    np.array([r.input_tokens for r in reqs], dtype=np.int64),

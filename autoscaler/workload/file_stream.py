@@ -1,0 +1,235 @@
+"""A trace file (Azure 2023 CSV, Mooncake JSONL) as a ``WorkloadStream``: read lazily, the same requests (issue 33).
+
+``build_workload`` loads every row of a trace file as a ``Request`` and then groups workflows, crops
+to the span, assigns classes and shapes the rate, each step a new list. ``file_stream`` makes the
+same workload, field for field, as a ``workload.stream.WorkloadStream``: the file is read a line at a
+time (``_common.iter_lines``, the rows checked by the loaders' own ``azure_rows``/``mooncake_rows``,
+so a malformed line raises the same one-line error naming the file and line), and what is kept is
+columns: arrival (float64), prompt and output tokens (int32), class and priority (uint8), workflow,
+step and unit (int64) and, for Mooncake, the row's place in the file (int64): 43 bytes a request.
+A Mooncake request's hash ids are read from the file again as the run reaches its chunk.
+
+Each step is the whole path's rule applied to the columns (the sources are the functions named):
+
+* arrivals: seconds from the earliest row (``load_azure``, ``load_mooncake``); spread over at most
+  ``_common.MAX_SPAN_S`` (``check_span``: the same first-earliest and first-latest rows named);
+* workflows: ``classes.workflow_steps`` over the whole file, the shared ids counted first
+  (``classes.shared_of``), as ``group_workflows``; the trie it keeps lives while the file is read;
+* span: ``build.crop``; classes and priorities: ``classes.assign_classes``' draws, one per unit;
+* rate: ``shaping.shape`` for ``rate_scale <= 1`` (thinning by unit) and any ``time_scale``.
+
+Not streamed (``file_stream`` returns None, the caller builds the whole workload): rows out of arrival
+order (``Workload`` sorts them; no shipped file has any) and ``rate_scale > 1`` (copies with jittered
+arrivals, merged by a sort).
+
+Memory: the build holds the columns of every row of the file (~40 bytes a row) and, for Mooncake,
+the shared-id counts, then the workflow trie (each grows with the file's hash ids); the run holds the
+columns of the kept requests and the ``Request`` objects of the chunks at hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from array import array
+from collections import Counter
+from collections.abc import Iterator
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+
+from autoscaler.errors import TraceError
+from autoscaler.workload._common import MAX_SPAN_S, _lines, check_span, iter_lines, show, trace_error
+from autoscaler.workload.azure import azure_rows
+from autoscaler.workload.classes import (
+    CLASS_STREAM,
+    CRITICAL_FRACTION,
+    PRIORITY_STREAM,
+    SHAPE_STREAM,
+    SHARED_MIN_FRACTION,
+    shared_of,
+    workflow_steps,
+)
+from autoscaler.workload.mooncake import BLOCK_TOKENS, mooncake_rows
+from autoscaler.workload.shaping import MAX_REQUESTS
+from autoscaler.workload.stream import CHUNK_REQUESTS, WorkloadStream
+from autoscaler.workload.types import CRITICAL, SHEDDABLE, STANDARD
+
+
+def _units(workflow: np.ndarray) -> np.ndarray:
+    """``classes.unit_index`` of requests with these workflow ids (-1: none), in order (int64)."""
+    seen: dict[tuple[str, int], int] = {}
+    out = np.empty(len(workflow), dtype=np.int64)
+    for i, wf in enumerate(workflow.tolist()):
+        key = ("w", wf) if wf >= 0 else ("r", i)
+        out[i] = seen.setdefault(key, len(seen))
+    return out
+
+
+def file_stream(
+    trace: Path,
+    trace_format: str | None = None,
+    rate_scale: float = 1.0,
+    time_scale: float = 1.0,
+    seed: int = 0,
+    batch_fraction: float = 0.2,
+    span: tuple[float, float] | None = None,
+    chunk_requests: int = CHUNK_REQUESTS,
+) -> WorkloadStream | None:
+    """``build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span)`` of a
+    trace file as a ``WorkloadStream`` (module docstring), or None where it does not stream (rows out
+    of order, ``rate_scale > 1``). Shaping arguments are the caller's to check (``build.check_shaping``).
+
+    Raises:
+        TraceError: a malformed trace (the whole path's message), an unknown format.
+        ValueError: as ``build_workload``: no request in the span, too many requests, too long a span.
+    """
+    if rate_scale > 1:
+        return None
+    if trace_format not in (None, "azure", "mooncake"):
+        raise trace_error(Path(trace), None, f"unknown trace format {trace_format!r} (expected one of "
+                                             "['azure', 'mooncake'])")
+    read = _read(trace, trace_format)
+    if read is None:
+        return None
+    p, stamp, fmt, stamps, ins, outs, shared, clamped = read
+    mooncake = fmt == "mooncake"
+    origin = stamps[0]
+    arrival = (stamps - origin) / 1000.0 if mooncake else stamps - origin
+    workflow, step = _workflows(p, stamp, shared, len(stamps))
+    kept = np.arange(len(stamps), dtype=np.int64)
+    meta: dict[str, float | str] = {"format": fmt, "clamped_zero_output": clamped}
+    if span is not None:
+        start, end = span
+        rel = arrival - arrival[0]
+        inside = (start <= rel) & (rel < end)
+        if not inside.any():
+            raise ValueError(f"no request in --span {start:g}:{end:g} (the trace lasts "
+                             f"{arrival[-1] - arrival[0]:.0f} s)")
+        kept, arrival = kept[inside], rel[inside] - start
+        meta["span_start_s"] = start
+    workflow, step = workflow[kept], step[kept]
+    unit = _units(workflow)
+    n_units = int(unit.max()) + 1 if len(unit) else 0
+    is_batch = np.random.default_rng((seed, CLASS_STREAM)).random(n_units) < batch_fraction
+    is_critical = np.random.default_rng((seed, PRIORITY_STREAM)).random(n_units) < CRITICAL_FRACTION
+    cls = is_batch[unit].astype(np.uint8)  # REQUEST_CLASSES: interactive 0, batch 1
+    priority = np.where(is_batch[unit], SHEDDABLE, np.where(is_critical[unit], CRITICAL, STANDARD)).astype(np.uint8)
+    if rate_scale != 1.0 or time_scale != 1.0:
+        if len(kept) * rate_scale > MAX_REQUESTS:
+            raise ValueError(f"rate_scale {rate_scale:g} would make ~{len(kept) * rate_scale:,.0f} requests from "
+                             f"{len(kept):,}; at most {MAX_REQUESTS:,} are simulated in one run")
+        if rate_scale < 1:
+            keep = (np.random.default_rng((seed, SHAPE_STREAM)).random(n_units) < rate_scale)[unit]
+            kept, arrival, workflow, step, cls, priority = (x[keep] for x in (kept, arrival, workflow, step, cls,
+                                                                               priority))
+            unit = _units(workflow)
+        arrival = arrival * time_scale
+        meta.update({"time_scale": time_scale, "rate_scale": rate_scale, "shape_seed": seed})
+    if len(arrival) and arrival[-1] - arrival[0] > MAX_SPAN_S:
+        raise ValueError(f"--time-scale {time_scale:g} stretches the workload to {arrival[-1] - arrival[0]:.3g} s; "
+                         f"at most {MAX_SPAN_S:.3g} s (ten years) is simulated")
+    if not len(arrival):
+        raise ValueError(f"no requests left in the trace after --rate-scale {rate_scale:g}")
+    hashes_of = None
+    if mooncake:
+        rows_kept = kept
+
+        def hashes_of() -> Iterator[tuple[int, ...]]:
+            return _hashes(p, stamp, rows_kept)
+    n = len(arrival)
+    return WorkloadStream(arrival, ins[kept].astype(np.int32), outs[kept].astype(np.int32), cls, priority,
+                          np.broadcast_to(np.int32(0), (n,)), 0, 0, BLOCK_TOKENS if mooncake else 512, str(p), meta,
+                          chunk_requests, workflow=workflow, step=step, unit=unit, hashes=hashes_of)
+
+
+def _workflows(p: Path, stamp: os.stat_result, shared: set[int] | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Workflow id and step of each of the ``n`` rows of Mooncake file ``p`` (int64; -1: none, and all
+    -1 without hash ids: ``shared`` None), ``group_workflows``' rule, the file read again; ``shared``
+    as ``_read``'s."""
+    workflow = np.full(n, -1, dtype=np.int64)
+    step = np.full(n, -1, dtype=np.int64)
+    if shared is not None:
+        hash_rows = ((i, h) for (_, _, i, _, _, h) in mooncake_rows(p, _same_lines(p, stamp)))
+        for k, (wf, st) in enumerate(workflow_steps(hash_rows, shared, BLOCK_TOKENS)):
+            if wf is not None:
+                workflow[k], step[k] = wf, st if st is not None else -1
+    return workflow, step
+
+
+_Read = tuple[Path, os.stat_result, str, np.ndarray, np.ndarray, np.ndarray, set[int] | None, int]
+
+
+def _read(trace: Path, trace_format: str | None) -> _Read | None:
+    """The first pass over a trace file: (path, its stat, format, timestamps (float64, the file's
+    unit), prompt and output tokens (int64), the shared hash ids (``classes.shared_of``; None: no
+    row has any), outputs clamped); None when its rows are not in arrival order. The id counts live
+    only here. Raises the whole path's ``TraceError``."""
+    p, lines = iter_lines(trace)
+    first = next(lines)
+    fmt = trace_format or _detect(p, first)
+    lines = chain([first], lines)
+    stamp = os.stat(p)
+    mooncake = fmt == "mooncake"
+    times, ins, outs = array("d"), array("q"), array("q")
+    counts: Counter[int] = Counter()
+    clamped = 0
+    lo_t = hi_t = 0.0
+    lo_line = hi_line = 0
+    ordered = True
+    rows = (mooncake_rows(p, lines) if mooncake
+            else ((n, t, i, o, c, ()) for n, t, i, o, c in azure_rows(p, lines)))
+    for n, t, i, o, c, hashes in rows:
+        clamped += c
+        t_s = t / 1000.0 if mooncake else t  # check_span's times: seconds
+        if not times:
+            lo_t = hi_t = t_s
+            lo_line = hi_line = n
+        elif t_s < lo_t:
+            lo_t, lo_line = t_s, n
+        elif t_s > hi_t:
+            hi_t, hi_line = t_s, n
+        if times and t < times[-1]:
+            ordered = False
+        times.append(t)
+        ins.append(i)
+        outs.append(o)
+        if hashes:
+            counts.update(set(hashes))
+    check_span(p, [lo_t, hi_t], [lo_line, hi_line])
+    if not ordered:
+        return None
+    return (p, stamp, fmt, np.frombuffer(times, dtype=np.float64), np.frombuffer(ins, dtype=np.int64),
+            np.frombuffer(outs, dtype=np.int64),
+            shared_of(counts, len(times), SHARED_MIN_FRACTION) if counts else None, clamped)
+
+
+def _detect(p: Path, first: tuple[int, str]) -> str:
+    """``loader.detect_format`` from the file's first non-blank line (its number, its text)."""
+    n, text = first[0], first[1].strip()
+    if text.startswith("{"):
+        return "mooncake"
+    if "," in text:
+        return "azure"
+    raise trace_error(p, n, f"unrecognised trace format: first line {show(text, 60)} is neither a CSV header nor JSON")
+
+
+def _same_lines(p: Path, stamp: os.stat_result) -> Iterator[tuple[int, str]]:
+    """``p``'s non-blank lines again, once it is checked unchanged since ``stamp`` (size, mtime)."""
+    now = os.stat(p)
+    if (now.st_size, now.st_mtime_ns) != (stamp.st_size, stamp.st_mtime_ns):
+        raise TraceError(f"{p}: changed while the run was reading it (streamed: it is read again as the run goes)")
+    return _lines(p)
+
+
+def _hashes(p: Path, stamp: os.stat_result, rows: np.ndarray) -> Iterator[tuple[int, ...]]:
+    """The hash ids of the Mooncake file's data rows ``rows`` (0-based, ascending), read as needed."""
+    wanted = iter(rows.tolist())
+    nxt = next(wanted, None)
+    for k, (_, text) in enumerate(_same_lines(p, stamp)):
+        if k == nxt:
+            yield tuple(json.loads(text)["hash_ids"])
+            nxt = next(wanted, None)
+            if nxt is None:
+                return
