@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -32,6 +33,9 @@ from autoscaler.workload.build import crop, parse_span
 from controllers.roles import pool_capacities
 from models.capacity import ReplicaSpec, RequestMix, marginal_costs, utilisation, variant_weights
 from models.capacity_roles import remote_points
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
+from provenance import stamp
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     kept = [r for r in wl.requests if r.input_tokens + r.output_tokens <= svc.max_model_len]
     mix = RequestMix.from_requests(np.array([r.input_tokens for r in kept], dtype=float),
                                    np.array([r.output_tokens for r in kept], dtype=float))
+    print(f"{Path(__file__).name}: {stamp()}", flush=True)
     planned = variant_weights(svc, engine, mix)
     for v in svc.variants:
         spec = ReplicaSpec.of(v, engine)
