@@ -1,6 +1,6 @@
 """How far past its planned rate each replica of a mixed (aggregated + prefill/decode) fleet can go in
 a burst, by the capacity models: the figures behind issue 34's seed-2 shortfall (docs/controllers.md,
-"Where the pools' misses come from").
+"Reruns at e4b258b, and where the pools' misses come from").
 
 For every aggregated variant: its capacity at the interactive SLO (``variant_weights``, what the MPC
 plans it at) and its fluid limit ``1 / W`` (``models.capacity.utilisation`` at 1 req/s is ``W``: the
