@@ -580,6 +580,7 @@ class Informer:
             return self._stream_gen != self.generation
 
     def _run(self) -> None:
+        """The thread: list, then watch again and again (module docstring), until ``stop``."""
         delay = self.backoff_s
         relist = True
         while not self._stop.is_set():
@@ -622,8 +623,11 @@ class Informer:
                     with self._lock:
                         self._resp = None  # its connection goes back to the pool: never cut it after
                 lasted = self.clock() - sent
+                # a watch that delivered an event, or ran a second (or its whole timeoutSeconds, were that
+                # shorter), ended normally: watch again at once. A short one stopped by us or by a list's
+                # ``cut`` is no failure either: the checks below see to it.
                 if events or lasted >= min(SHORT_WATCH_S, self.timeout_s):
-                    continue  # ended at its timeout (or ours, or a list's): watch again at once
+                    continue
                 why = (f"very short watch: closed {lasted:.3g} s after it was sent with no event "
                        f"(under {SHORT_WATCH_S:g} s: a server or proxy ending watches at once?)")
             except ApiException as exc:
