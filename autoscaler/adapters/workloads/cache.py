@@ -10,8 +10,13 @@ is opened again from the last resourceVersion; a watch answered 410 Gone (the re
 older than the server keeps: an ``ERROR`` event holding a 410 Status, or an HTTP 410) lists again;
 any other failure (a dropped connection, a refused one, a 5xx) watches again from the last
 resourceVersion after a backoff of ``BACKOFF_S`` doubling up to ``BACKOFF_MAX_S``, back to the first
-after a watch connects. This is what client-go's reflector does (``tools/cache/reflector.go``,
-kubernetes v1.31: ``ListAndWatch``, relist on ``IsExpired`` / ``IsGone``, backoff 800 ms to 30 s); the
+after a watch delivers an event. A watch that ends less than ``SHORT_WATCH_S`` after it was sent
+having delivered no event (a proxy or server that closes watches at once, a request answered as a
+list) is such a failure too, not a watch that ended at its timeout: without it the informer would
+re-watch in a tight loop. This is what client-go's reflector does (``tools/cache/reflector.go``,
+kubernetes v1.31: ``ListAndWatch``, relist on ``IsExpired`` / ``IsGone``, backoff 800 ms to 30 s;
+``handleAnyWatch``, "very short watch"), except that after a failure client-go lists again and this
+informer watches again from its resourceVersion (a 410 then lists). The
 conventions are Kubernetes API concepts, "Efficient detection of changes"
 (kubernetes.io/docs/reference/using-api/api-concepts/): a list's resourceVersion is where a watch
 resumes, a 410 means list again, resourceVersions are opaque (compared for equality only, here too).
@@ -101,6 +106,13 @@ MAX_SELECTOR_CHARS = 4000
 request line stays under 8 KiB, nginx's default ``large_client_header_buffers`` (4 8k), which a proxy
 before the API server may have; the API server's own bound (Go net/http ``DefaultMaxHeaderBytes``,
 1 MiB) is far above."""
+SHORT_WATCH_S = 1.0
+"""A watch that ends sooner than this after it was sent, having delivered no event (an object's ADDED,
+MODIFIED or DELETED, or a BOOKMARK; client-go counts every event it can read metadata from), failed:
+client-go v1.31 (kubernetes/client-go v0.31.0 ``tools/cache/reflector.go``, ``handleAnyWatch``) returns
+"very short watch: ...: Unexpected watch close - watch lasted less than a second and no items
+received" when ``watchDuration < 1*time.Second && eventCount == 0``, timed by the reflector's clock from
+just before the request is sent, and the reflector backs off before its next try."""
 WATCH_READ_GRACE_S = 5.0
 """How long past its ``timeoutSeconds`` a watch may stay silent before the client gives it up."""
 
@@ -192,6 +204,14 @@ class Scope:
         def part(a: frozenset[Any] | None, b: frozenset[Any] | None) -> frozenset[Any] | None:
             return b if a is None else a if b is None else a & b
         return Scope(part(self.names, other.names), part(self.selectors, other.selectors))
+
+
+def _metadata(event: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``metadata`` of a watch event's object as served, None when it has none (then the event is
+    neither applied nor counted, as client-go's ``meta.Accessor`` failing skips it)."""
+    obj = event.get("raw_object")
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return meta if isinstance(meta, dict) else None
 
 
 def _equality(sel: Selector) -> str:
@@ -531,8 +551,8 @@ class Informer:
         has come since then (None: apply)."""
         kind = event.get("type")
         obj = event.get("raw_object")
-        meta = obj.get("metadata") if isinstance(obj, dict) else None
-        if not isinstance(meta, dict):
+        meta = _metadata(event)
+        if meta is None:
             return True
         rv = meta.get("resourceVersion")
         with self._lock:
@@ -560,6 +580,7 @@ class Informer:
             return self._stream_gen != self.generation
 
     def _run(self) -> None:
+        """The thread: list, then watch again and again (module docstring), until ``stop``."""
         delay = self.backoff_s
         relist = True
         while not self._stop.is_set():
@@ -584,6 +605,8 @@ class Informer:
                     queries = label_queries(self.scope, self.max_lists)
                 # one selector: the server sends only its events; several: the namespace's, kept by scope
                 only = {"label_selector": queries[0]} if queries is not None and len(queries) == 1 else {}
+                events = 0
+                sent = self.clock()  # before the request, as client-go: a proxy may hold headers back
                 try:
                     for event in w.stream(self._connected, self.namespace, resource_version=since, **only,
                                           timeout_seconds=self.timeout_s, allow_watch_bookmarks=True,
@@ -591,13 +614,22 @@ class Informer:
                                                             self.timeout_s + WATCH_READ_GRACE_S)):
                         if not self._apply(event, gen):
                             break  # a list came (``fill``): watch again from its resourceVersion
-                        delay = self.backoff_s
+                        if _metadata(event) is not None:  # an event client-go counts (BOOKMARKs too)
+                            events += 1
+                            delay = self.backoff_s
                         if self._stop.is_set():
                             break
                 finally:
                     with self._lock:
                         self._resp = None  # its connection goes back to the pool: never cut it after
-                continue  # ended at its timeout: watch again at once
+                lasted = self.clock() - sent
+                # a watch that delivered an event, or ran a second (or its whole timeoutSeconds, were that
+                # shorter), ended normally: watch again at once. A short one stopped by us or by a list's
+                # ``cut`` is no failure either: the checks below see to it.
+                if events or lasted >= min(SHORT_WATCH_S, self.timeout_s):
+                    continue
+                why = (f"very short watch: closed {lasted:.3g} s after it was sent with no event "
+                       f"(under {SHORT_WATCH_S:g} s: a server or proxy ending watches at once?)")
             except ApiException as exc:
                 if exc.status == 410:  # too old a resourceVersion: list again, at once
                     self.expired += 1
@@ -610,7 +642,7 @@ class Informer:
             if self._stop.is_set():
                 break
             if self._superseded():  # ``fill`` closed the watch: not a failure, watch again from its list
-                continue
+                continue  # (a short watch too: the list's socket shutdown ended it)
             self._went_down()
             log.warning("watch cache of %s: %s; trying again in %.1f s", self.what, why, delay)
             self._stop.wait(delay)
