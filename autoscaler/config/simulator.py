@@ -269,6 +269,13 @@ class SimulatorConfig(Strict):
             everything it holds first, as with a grace period longer than any generation.
         clients: how clients retry (``ClientConfig``).
         gateway: the gateway's flow control under an admission policy (``GatewayConfig``).
+        pd_saturation_filter: opt-in, for a service with prefill/decode pools (default False: the
+            router follows the plan's split whatever the pools' load). True: a fresh arrival's
+            decode-or-aggregated pick passes a saturation filter first: a decode replica counts as
+            saturated while every ready prefill replica is (its request would queue at the prefill
+            pool), then the candidates saturated by ``GatewayConfig``'s per-pod rule are dropped; with
+            none left, all (``FleetSimulator._route_pd``). So a burst past the prefill pool's saturation
+            goes to the aggregated replicas (issue 34, docs/controllers.md).
     """
 
     router: Literal["least_outstanding", "prefix_affinity"] = "least_outstanding"
@@ -281,3 +288,4 @@ class SimulatorConfig(Strict):
     slowdown: dict[str, Annotated[float, Field(gt=0, le=10)]] = Field(default_factory=dict)
     clients: ClientConfig = ClientConfig()
     gateway: GatewayConfig = GatewayConfig()
+    pd_saturation_filter: bool = False

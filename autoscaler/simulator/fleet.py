@@ -381,6 +381,7 @@ class FleetSimulator:
         # _route by a heap (same choice as least_outstanding): for that router, with no flow control
         # (it routes through _pick, and would leave the load marks unread)
         self._route_heap = cfg.simulator.router != "prefix_affinity" and not admission
+        self._pd_filter = cfg.simulator.pd_saturation_filter
         self.scale_events = 0
         self.crash_log: list[dict[str, object]] = []
         self.cut_requests = 0  # attempts failed because their replica's termination grace ran out
@@ -690,6 +691,8 @@ class FleetSimulator:
             or svc.ready + svc.decode_ready
         if held:
             decoders = [r for r in decoders if not self._saturated(r)]
+        elif self._pd_filter and svc.prefill_ready:
+            decoders = self._spill(svc, decoders)
         if not decoders:
             if not held:
                 svc.gateway.append(sr)
@@ -714,6 +717,29 @@ class FleetSimulator:
                 return True
         d.enqueue(sr, self.now)
         return True
+
+    def _spill(self, svc: ServiceSim, decoders: list[Replica]) -> list[Replica]:
+        """The candidates a fresh arrival's decode pick chooses among under ``pd_saturation_filter``
+        (``SimulatorConfig``): ``decoders`` (the ready decode and aggregated replicas) less the decode
+        replicas while every routable prefill replica is saturated, then less those saturated by the
+        per-pod rule (``_saturated``); with none left, the first step's (so a burst that saturates
+        every replica still goes to the aggregated ones), and with none of those, all of ``decoders``.
+
+        The second step is llm-d's saturation filter (llm-d-router, commit 39142fb,
+        ``pkg/epp/framework/plugins/flowcontrol/saturationdetector/utilization/detector.go``,
+        ``Detector.Filter``: it keeps the endpoints whose waiting queue and KV usage are under the
+        detector's thresholds times ``1 + headroom``, and returns every endpoint when none is). The
+        first is this simulator's extension: llm-d filters the decode and prefill profiles apart, and
+        its prefill filter, failing open, still sends a request to a saturated prefill pool once its
+        decode pod is picked; here a decode replica stands for its pair, so past the prefill pool's
+        saturation the aggregated replicas take the burst (issue 34: a prefill replica absorbs 1.17x
+        its modelled rate, an aggregated one 2.5-2.8x, ``benchmarks/pd_slack.py``). The per-pod rule
+        is the one ``_drain_gateway`` uses (saturated past ``queue_depth_threshold`` waiting, where
+        the filter's limit is reached at it: one request apart)."""
+        prefillers = [r for r in svc.prefill_ready if not r.cordoned] or svc.prefill_ready
+        pool_full = all(self._saturated(r) for r in prefillers)
+        paired = [r for r in decoders if not (pool_full and isinstance(r, DecodeReplica))]
+        return [r for r in paired if not self._saturated(r)] or paired or decoders
 
     def on_prefilled(self, sr: SimRequest, replica: PrefillReplica, now: float) -> None:
         """Called by a prefill replica when ``sr``'s prompt is prefilled: its decode pod's sidecar sends it

@@ -74,3 +74,37 @@ def test_a_service_without_pools_ignores_a_plan() -> None:
     sim = FleetSimulator(parse_config(doc, "<agg>"), wl)
     sim.follow_plan("svc", {"agg": 5.0})
     assert sim.services["svc"].plan_weights == {}
+
+
+def burst(saturation_filter: bool, n: int) -> FleetSimulator:
+    """``agg``, one prefill replica ``p`` and a decode replica ``d``, all ready; ``n`` 4,000-token prompts
+    (remote) all at t = 0; the gateway's per-pod rule saturated past 2 waiting
+    (``queue_depth_threshold``); a plan that sends everything to the pools (agg 0, p 6, d 12)."""
+    doc = {"services": [{"name": "svc", "model": "m", "slo": SLO, "variants": [variant("agg")],
+                         "roles": {"prefill": [variant("p")], "decode": [variant("d")],
+                                   "non_cached_tokens": 2048}}],
+           "simulator": {"pd_saturation_filter": saturation_filter, "gateway": {"queue_depth_threshold": 2}}}
+    wl = Workload([Request(arrival_s=0.0, input_tokens=4000, output_tokens=200) for _ in range(n)])
+    sim = FleetSimulator(parse_config(doc, "<burst>"), wl)
+    sim.follow_plan("svc", {"agg": 0.0, "p": 6.0, "d": 12.0})
+    return sim
+
+
+def test_without_the_saturation_filter_a_burst_follows_the_plan_into_a_saturated_prefill_pool() -> None:
+    # The default (off): agg weighs NO_PLAN_RPS, so all ten go to the pools, p queueing 9.
+    assert served_by(burst(False, 10)) == ["d"] * 10
+
+
+def test_the_saturation_filter_sends_a_fresh_arrival_to_the_pool_until_it_saturates_then_to_agg() -> None:
+    # p starts the first prompt at once (waiting 0); the next three wait there: waiting 1, 2, 3. Before
+    # the 5th, p holds 3 waiting > 2: saturated, the only prefill replica, so d is dropped and the 5th
+    # goes to agg (idle: it starts it, waiting 0). agg then queues the 6th-8th (waiting 1, 2, 3) and is
+    # saturated itself before the 9th; with every candidate saturated the filter keeps the aggregated
+    # ones (not d, whose prefill would queue at p): the 9th and 10th go to agg too.
+    assert served_by(burst(True, 10)) == ["d"] * 4 + ["agg"] * 6
+
+
+def test_the_saturation_filter_leaves_an_unsaturated_pool_its_planned_share() -> None:
+    # Four arrivals: p holds 2 waiting before the 4th (not > 2), so the filter drops nothing and
+    # the routing is the plan's, as with it off.
+    assert served_by(burst(True, 4)) == served_by(burst(False, 4)) == ["d"] * 4
