@@ -135,15 +135,19 @@ AZURE_BAD = [
 ]
 
 
-@pytest.mark.parametrize(("rows", "message"), AZURE_BAD)
-def test_malformed_azure_line_gives_the_whole_paths_error(tmp_path: Path, rows: list[str], message: str) -> None:
-    path = write_azure(tmp_path / "bad.csv", rows, bom=False)
+def same_error(path: Path, message: str) -> None:
+    """Building ``path`` whole and streamed raises the same one-line ``TraceError``, ``<path>: <message>...``."""
     with pytest.raises(TraceError) as whole:
         build_workload(path)
     with pytest.raises(TraceError) as streamed:
         build_any(path)
     assert str(streamed.value) == str(whole.value) and str(whole.value).startswith(f"{path}: {message}")
     assert "\n" not in str(streamed.value)
+
+
+@pytest.mark.parametrize(("rows", "message"), AZURE_BAD)
+def test_malformed_azure_line_gives_the_whole_paths_error(tmp_path: Path, rows: list[str], message: str) -> None:
+    same_error(write_azure(tmp_path / "bad.csv", rows, bom=False), message)
 
 
 MOON_BAD = [
@@ -156,12 +160,7 @@ MOON_BAD = [
 
 @pytest.mark.parametrize(("rows", "message"), MOON_BAD)
 def test_malformed_mooncake_line_gives_the_whole_paths_error(tmp_path: Path, rows: list[str], message: str) -> None:
-    path = write_moon(tmp_path / "bad.jsonl", rows)
-    with pytest.raises(TraceError) as whole:
-        build_workload(path)
-    with pytest.raises(TraceError) as streamed:
-        build_any(path)
-    assert str(streamed.value) == str(whole.value) and str(whole.value).startswith(f"{path}: {message}")
+    same_error(write_moon(tmp_path / "bad.jsonl", rows), message)
 
 
 def test_bytes_not_utf8_and_empty_files_give_the_whole_paths_error(tmp_path: Path) -> None:
@@ -171,11 +170,7 @@ def test_bytes_not_utf8_and_empty_files_give_the_whole_paths_error(tmp_path: Pat
     empty.write_text("\n \n")
     for path, message in ((bad, "line 3: not UTF-8 text"), (empty, "empty file"), (tmp_path / "none.csv",
                                                                                    "file not found")):
-        with pytest.raises(TraceError) as whole:
-            build_workload(path)
-        with pytest.raises(TraceError) as streamed:
-            build_any(path)
-        assert str(streamed.value) == str(whole.value) and str(whole.value).startswith(f"{path}: {message}")
+        same_error(path, message)
 
 
 def test_what_does_not_stream_is_built_whole(tmp_path: Path) -> None:

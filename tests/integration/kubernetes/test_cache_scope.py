@@ -111,6 +111,18 @@ def pod(name: str, app: str) -> dict[str, Any]:
             "spec": {"containers": [{"name": "c", "image": "x"}]}}
 
 
+def app_a_informer(cluster: EmulatedCluster, pods: dict[str, str]) -> tuple[client.CoreV1Api, Informer]:
+    """``pods`` (name -> its ``app`` label) created, and a started pod informer kept to ``app=a``; the
+    creating client with it."""
+    core = client.CoreV1Api(cluster.api(user_agent="someone"))
+    for name, app in pods.items():
+        core.create_namespaced_pod(NS, pod(name, app))
+    inf = Informer(client.CoreV1Api(cluster.api(user_agent=AGENT)).list_namespaced_pod, NS, f"pods {NS}", 30.0, 60,
+                   backoff_s=0.05, backoff_max_s=0.2)
+    inf.rescope(Scope(selectors=frozenset({sel(app="a")})))
+    return core, inf.start()
+
+
 def test_a_fill_closes_the_watch_of_the_narrower_selector_and_the_next_one_carries_the_wider(
         cluster: EmulatedCluster) -> None:
     """Pods a-0 (``app=a``) and b-0 (``app=b``); the informer kept to ``app=a`` watches with that selector.
@@ -119,13 +131,7 @@ def test_a_fill_closes_the_watch_of_the_narrower_selector_and_the_next_one_carri
     created after, reaches the cache. Left open, the first watch would end only at its 60 s timeout,
     past the wait (as with kubernetes 31, whose ``Watch`` keeps no response to close, and urllib3 2.0.2,
     which has no ``HTTPResponse.shutdown``)."""
-    core = client.CoreV1Api(cluster.api(user_agent="someone"))
-    for name, app in (("a-0", "a"), ("b-0", "b")):
-        core.create_namespaced_pod(NS, pod(name, app))
-    inf = Informer(client.CoreV1Api(cluster.api(user_agent=AGENT)).list_namespaced_pod, NS, f"pods {NS}", 30.0, 60,
-                   backoff_s=0.05, backoff_max_s=0.2)
-    inf.rescope(Scope(selectors=frozenset({sel(app="a")})))
-    inf.start()
+    core, inf = app_a_informer(cluster, {"a-0": "a", "b-0": "b"})
     try:
         assert inf.wait_synced(WAIT_S)
         wait_for("the watch of app=a connected", lambda: inf.watches == 1)
@@ -146,13 +152,7 @@ def test_a_pod_relabelled_out_of_the_watched_selector_is_dropped_and_one_relabel
     """The informer kept to ``app=a`` watches with that selector, so the server sends a pod relabelled out
     of it as DELETED and one relabelled in as ADDED (as the API server does): p (``app=a``) relabelled
     ``app=b`` leaves the cache, q (``app=b``) relabelled ``app=a`` enters it, with its new labels."""
-    core = client.CoreV1Api(cluster.api(user_agent="someone"))
-    for name, app in (("p", "a"), ("q", "b")):
-        core.create_namespaced_pod(NS, pod(name, app))
-    inf = Informer(client.CoreV1Api(cluster.api(user_agent=AGENT)).list_namespaced_pod, NS, f"pods {NS}", 30.0, 60,
-                   backoff_s=0.05, backoff_max_s=0.2)
-    inf.rescope(Scope(selectors=frozenset({sel(app="a")})))
-    inf.start()
+    core, inf = app_a_informer(cluster, {"p": "a", "q": "b"})
     try:
         assert inf.wait_synced(WAIT_S)
         assert sorted(inf.objects) == ["p"]
