@@ -34,8 +34,9 @@ import numpy as np
 from autoscaler.files import write_text
 from autoscaler.simulate import SimulationRun
 from autoscaler.simulator.engine import COMPLETED, FAILED, REJECTED, SHED
+from autoscaler.simulator.fleet import STATUSES
 from autoscaler.timeline import tick_row, write_timeline_csv
-from autoscaler.workload.stream import arrival_times, columns
+from autoscaler.workload.stream import WorkloadStream, arrival_times, columns
 from autoscaler.workload.types import PRIORITIES, REQUEST_CLASSES
 from controllers.bound import Outcome
 
@@ -49,27 +50,56 @@ def _quantiles(x: np.ndarray) -> dict[str, float | None]:
     return {"p50": float(p50), "p95": float(p95), "p99": float(p99)}
 
 
-def request_outcomes(run: SimulationRun) -> dict[str, np.ndarray]:
-    """Per-request arrays (each request's last attempt): ``status``, ``cls``, ``priority``, ``ttft`` and
-    ``itl`` (s, NaN when undefined), ``ok``, ``finish`` (s, NaN while open), ``arrival`` (s) and ``task``
-    (the request's workflow, or itself: ``autoscaler.workload.stream.Columns``)."""
+def outcome_columns(run: SimulationRun) -> dict[str, Any]:
+    """``request_outcomes`` with codes for names, its columns read in place where they can be: ``status``
+    (uint8 index in ``fleet.STATUSES``), ``cls`` (uint8 index in ``REQUEST_CLASSES``), ``priority``,
+    ``ttft``, ``itl``, ``finish``, ``ttft_ok``, ``itl_ok``, ``ok``, ``arrival`` and ``task`` (None: every
+    request its own task). What ``summarize`` reads: on a streamed run without ``keep_requests`` the
+    arrivals, classes, priorities, finish times and status codes are the workload's and the
+    simulator's own arrays, not copies (issue 33: a 14-day replay's results step), and the values are
+    ``request_outcomes``' to the bit (the same float64 arithmetic on the same values)."""
     svc = run.sim.cfg.service(run.sim.target)
-    cols = columns(run.sim.workload)
-    status, t_first, finish = run.sim.outcome_arrays()
-    cls, priority, arrival = cols.request_class, cols.priority, cols.arrival_s
-    tokens = cols.output_tokens.astype(float)
+    wl = run.sim.workload
+    status, t_first, finish = run.sim.outcome_codes()
+    task: np.ndarray | None
+    if isinstance(wl, WorkloadStream):
+        arrival = np.asarray(wl.arrival_s, dtype=float)  # float64 already: no copy
+        cls, priority, out_tokens, task = wl.request_class, wl.priority, wl.output_tokens, wl.unit
+    else:
+        cols = columns(wl)
+        arrival, priority, out_tokens, task = cols.arrival_s, cols.priority, cols.output_tokens, cols.task
+        code = {c: i for i, c in enumerate(REQUEST_CLASSES)}
+        cls = np.array([code[c] for c in cols.request_class], dtype=np.uint8)
+    tokens = out_tokens.astype(float)
     ttft = t_first - arrival  # NaN without a first token
-    completed = status == COMPLETED
+    completed = status == STATUSES.index(COMPLETED)
     with np.errstate(divide="ignore", invalid="ignore"):
         itl = np.where(completed & (tokens > 1) & ~np.isnan(t_first) & ~np.isnan(finish),
                        (finish - t_first) / (tokens - 1), np.where(completed, 0.0, np.nan))
-    ttft_slo = np.array([svc.slo[c].ttft_s for c in cls]) if len(cls) else np.zeros(0)
-    itl_slo = np.array([svc.slo[c].itl_s for c in cls]) if len(cls) else np.zeros(0)
+    del tokens
+    # each class's SLO, looked up per request by its code (a class no request has is never read)
+    present = np.bincount(cls, minlength=len(REQUEST_CLASSES)) > 0
+    ttft_slo = np.array([svc.slo[c].ttft_s if p else np.nan for c, p in zip(REQUEST_CLASSES, present, strict=False)])
+    itl_slo = np.array([svc.slo[c].itl_s if p else np.nan for c, p in zip(REQUEST_CLASSES, present, strict=False)])
     with np.errstate(invalid="ignore"):
-        ttft_ok = completed & (ttft <= ttft_slo)
-        itl_ok = completed & (itl <= itl_slo)
+        ttft_ok = completed & (ttft <= ttft_slo[cls])
+        itl_ok = completed & (itl <= itl_slo[cls])
     return {"status": status, "cls": cls, "priority": priority, "ttft": ttft, "itl": itl, "finish": finish,
-            "ttft_ok": ttft_ok, "itl_ok": itl_ok, "ok": ttft_ok & itl_ok, "arrival": arrival, "task": cols.task}
+            "ttft_ok": ttft_ok, "itl_ok": itl_ok, "ok": ttft_ok & itl_ok, "arrival": arrival, "task": task}
+
+
+def request_outcomes(run: SimulationRun) -> dict[str, np.ndarray]:
+    """Per-request arrays (each request's last attempt): ``status``, ``cls``, ``priority``, ``ttft`` and
+    ``itl`` (s, NaN when undefined), ``ok``, ``finish`` (s, NaN while open), ``arrival`` (s) and ``task``
+    (the request's workflow, or itself: ``autoscaler.workload.stream.Columns``): ``outcome_columns``
+    with names for codes (object arrays), priorities as int64 and every task numbered."""
+    o = outcome_columns(run)
+    o["status"] = np.array(STATUSES, dtype=object)[o["status"]]
+    o["cls"] = np.array(REQUEST_CLASSES, dtype=object)[o["cls"]]
+    o["priority"] = o["priority"].astype(np.int64)
+    if o["task"] is None:
+        o["task"] = np.arange(len(o["ok"]), dtype=np.int64)
+    return o
 
 
 def goodput(ok: np.ndarray, finish: np.ndarray, start_s: float, end_s: float,
@@ -100,19 +130,19 @@ def outcome(run: SimulationRun) -> Outcome:
 def summarize(run: SimulationRun) -> dict[str, Any]:
     """The ``results.json`` document of a run (see module docstring for definitions)."""
     sim = run.sim
-    o = request_outcomes(run)
+    o = outcome_columns(run)
     status, cls = o["status"], o["cls"]
-    accepted = status != REJECTED
+    accepted = status != STATUSES.index(REJECTED)
     slo: dict[str, Any] = {}
     detail: dict[str, Any] = {}
-    for c in (*REQUEST_CLASSES, "all"):
-        mask = accepted if c == "all" else accepted & (cls == c)
+    for i, c in enumerate((*REQUEST_CLASSES, "all")):
+        mask = accepted if c == "all" else accepted & (cls == i)
         n = int(mask.sum())
         def frac(m, n=n, mask=mask):
             return (float((m & mask).sum()) / n if n else None)
         slo[c] = frac(o["ok"])
         detail[c] = {"requests": n, "ttft": frac(o["ttft_ok"]), "itl": frac(o["itl_ok"]), "both": frac(o["ok"])}
-    completed = status == COMPLETED
+    completed = status == STATUSES.index(COMPLETED)
     by_priority: dict[str, float | None] = {}
     for level, name in enumerate(PRIORITIES):
         mask = accepted & (o["priority"] == level)
@@ -137,10 +167,13 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
     ok = o["ok"]
     n_ok = int(ok.sum())
     task = o["task"]
-    n_tasks = int(task.max()) + 1 if task.size else 0
-    failed_task = np.zeros(n_tasks, dtype=bool)
-    failed_task[task[~ok]] = True  # a task succeeds when every one of its requests does
-    n_tasks_ok = n_tasks - int(failed_task.sum())
+    if task is None:  # every request its own task (a stream without workflows): no numbering needed
+        n_tasks, n_tasks_ok = len(ok), n_ok
+    else:
+        n_tasks = int(task.max()) + 1 if task.size else 0
+        failed_task = np.zeros(n_tasks, dtype=bool)
+        failed_task[task[~ok]] = True  # a task succeeds when every one of its requests does
+        n_tasks_ok = n_tasks - int(failed_task.sum())
     hits = sum(r.metrics.prefix_hits for s in sim.services.values() for r in s.replicas)
     queries = sum(r.metrics.prefix_queries for s in sim.services.values() for r in s.replicas)
     total = sim.request_count
@@ -169,9 +202,9 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
         "requests": {
             "total": total,
             "completed": int(completed.sum()),
-            "rejected": int((status == REJECTED).sum()),
-            "failed": int((status == FAILED).sum()),
-            "rejected_admission": int((status == SHED).sum()),
+            "rejected": int((status == STATUSES.index(REJECTED)).sum()),
+            "failed": int((status == STATUSES.index(FAILED)).sum()),
+            "rejected_admission": int((status == STATUSES.index(SHED)).sum()),
         },
         "slo_attainment": slo,
         "slo_attainment_detail": detail,
@@ -198,7 +231,8 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
 
 def timeline_rows(run: SimulationRun) -> list[dict[str, Any]]:
     """One row per (tick, service): demand, signals, replicas per variant, controller terms, reason."""
-    arrivals = arrival_times(run.sim.workload)
+    wl = run.sim.workload  # a stream's float64 arrivals read in place, not copied
+    arrivals = wl.arrival_s if isinstance(wl, WorkloadStream) else arrival_times(wl)
     # Arrivals up to and including each tick: tick i counts (t_{i-1}, t_i], the first one [0, t_0].
     arrived = np.searchsorted(arrivals, [rec.time_s for rec in run.ticks], side="right")
     rows = []

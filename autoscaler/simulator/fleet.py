@@ -68,6 +68,7 @@ from autoscaler.simulator.engine import (
     SimRequest,
 )
 from autoscaler.simulator.gateway import DEFER, SHED_429, Gateway
+from autoscaler.simulator.prefix_cache import PrefixCache
 from autoscaler.simulator.router import least_outstanding, prefix_affinity
 from autoscaler.workload.stream import AnyWorkload, WorkloadStream
 from autoscaler.workload.types import PRIORITIES, Request, Workload
@@ -597,6 +598,21 @@ class FleetSimulator:
         codes = np.frombuffer(self._status, dtype=np.uint8)
         return (np.array(STATUSES, dtype=object)[codes], np.array(self._t_first, dtype=float),
                 np.array(self._t_finish, dtype=float))
+
+    def outcome_codes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``outcome_arrays`` without its copies: each request's status as its index in ``STATUSES``
+        (uint8), and the times of its first token and of its end (float64, NaN when none). Without
+        ``keep_requests`` the three are read-only views of the simulator's own columns (no copy: 17
+        bytes a request stay 17), valid while the simulator lives; they change if it runs on."""
+        if self._final is not None:
+            status, t_first, t_finish = self.outcome_arrays()
+            codes = np.array([_STATUS_CODE[s] for s in status], dtype=np.uint8)
+            return codes, t_first, t_finish
+        views = (np.frombuffer(self._status, dtype=np.uint8), np.frombuffer(self._t_first, dtype=float),
+                 np.frombuffer(self._t_finish, dtype=float))
+        for v in views:
+            v.flags.writeable = False
+        return views
 
     def last_end_s(self) -> float | None:
         """The latest end of a request's last attempt, seconds; None when none has ended."""
@@ -1130,6 +1146,9 @@ class FleetSimulator:
         r.state = GONE
         r.gone_s = self.now
         r.refresh_gauges()
+        # a gone replica serves nothing again; it stays listed for its cost, so its prefix cache (up
+        # to its KV cache's blocks, ~0.1 MB) would stay with it, once per replica ever retired
+        r.cache = PrefixCache(r.kv_cap, r.cache.block_tokens)
 
     def on_drained(self, replica: Replica, now: float) -> None:
         """Called by a draining replica when its last request has finished (it stays while it holds KV
