@@ -63,7 +63,7 @@ def outcome_columns(run: SimulationRun) -> dict[str, Any]:
     status, t_first, finish = run.sim.outcome_codes()
     task: np.ndarray | None
     if isinstance(wl, WorkloadStream):
-        arrival = np.asarray(wl.arrival_s, dtype=float)  # float64 already: no copy
+        arrival = arrival_times(wl)
         cls, priority, out_tokens, task = wl.request_class, wl.priority, wl.output_tokens, wl.unit
     else:
         cols = columns(wl)
@@ -231,8 +231,7 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
 
 def timeline_rows(run: SimulationRun) -> list[dict[str, Any]]:
     """One row per (tick, service): demand, signals, replicas per variant, controller terms, reason."""
-    wl = run.sim.workload  # a stream's float64 arrivals read in place, not copied
-    arrivals = wl.arrival_s if isinstance(wl, WorkloadStream) else arrival_times(wl)
+    arrivals = arrival_times(run.sim.workload)
     # Arrivals up to and including each tick: tick i counts (t_{i-1}, t_i], the first one [0, t_0].
     arrived = np.searchsorted(arrivals, [rec.time_s for rec in run.ticks], side="right")
     rows = []

@@ -209,9 +209,10 @@ def columns(workload: AnyWorkload) -> Columns:
 
 
 def arrival_times(workload: AnyWorkload) -> np.ndarray:
-    """Arrival times of ``workload``'s requests, seconds, in arrival order (float64)."""
+    """Arrival times of ``workload``'s requests, seconds, in arrival order (float64; a stream's own
+    column, not a copy, where it is float64 already: read it, never write it)."""
     if isinstance(workload, WorkloadStream):
-        return workload.arrival_s.astype(float)
+        return np.asarray(workload.arrival_s, dtype=float)
     return np.array([r.arrival_s for r in workload.requests], dtype=float)
 
 
