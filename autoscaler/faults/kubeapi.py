@@ -562,7 +562,11 @@ class Emulator(kmock.KubernetesEmulator):
                 refused = await self._stamp(request, method)
                 if refused is not None:
                     return refused
-        return await super()._handle(request)
+        resp = await super()._handle(request)
+        if (res is not None and method == "POST" and request.subresource is None and resp.status == 200
+                and not resp.prepared):  # a create is 201 Created (apiserver handlers/create.go, v1.31)
+            resp.set_status(201)
+        return resp
 
     async def _fault(self, agent: str) -> aiohttp.web.StreamResponse | None:
         """The fault switched on for a request from ``agent``, if any (module docstring); None: serve it."""
