@@ -76,17 +76,39 @@ def serve(services: int, pods: int, host: str = "127.0.0.1") -> ThreadingHTTPSer
 
 
 class Counting:
-    """A ``QueryRunner`` counting the queries it sends."""
+    """A ``QueryRunner`` counting the queries it sends and when each was in flight (``spans``:
+    ``time.monotonic`` start and end, s)."""
 
     def __init__(self, inner: LiveRunner) -> None:
         self.inner = inner
         self.sent = 0
+        self.spans: list[tuple[float, float]] = []
         self._lock = threading.Lock()
 
     def query(self, promql: str, at: float | None) -> list[dict[str, Any]]:
         with self._lock:
             self.sent += 1
-        return self.inner.query(promql, at)
+        start = time.monotonic()
+        try:
+            return self.inner.query(promql, at)
+        finally:
+            with self._lock:
+                self.spans.append((start, time.monotonic()))
+
+    def reset(self) -> None:
+        with self._lock:
+            self.sent = 0
+            self.spans = []
+
+    def in_flight_s(self) -> float:
+        """How long at least one query was in flight since the last ``reset``, s: the union of
+        ``spans`` (the tick's wall spent waiting on Prometheus, its queries overlapping)."""
+        total, end = 0.0, -float("inf")
+        for a, b in sorted(self.spans):
+            if b > end:
+                total += b - max(a, end)
+                end = b
+        return total
 
 
 def fleet_services(services: int, max_replicas: int = 4) -> list[dict[str, Any]]:

@@ -25,7 +25,9 @@ so their decisions are the controller's, not warm-up holds.
 
 Printed per size and K (every figure per daemon tick or per daemon): tick wall p50 / p99 over all
 the daemons' counted ticks; tick CPU p50 / p99 (``time.process_time`` of the daemon's process over
-its tick: every thread of it, so what one core per shard must supply); Prometheus's CPU p50 / p99 over
+its tick: every thread of it, so what one core per shard must supply); the tick's wall spent waiting
+on Prometheus p50 / p99 (while at least one of its queries was in flight, ``Counting.in_flight_s``);
+Prometheus's CPU p50 / p99 over
 each tick (``/proc`` of its process, less its scraping's rate measured with no daemon ticking over
 ``IDLE_S`` before the counted rounds); the resident set after the
 counted rounds (``VmRSS``, MiB: the interpreter and its imports included) of the daemon leading the
@@ -417,7 +419,7 @@ def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, c
             elif cmd == "rounds":
                 conn.send(election_figures(rounds, ticks, cfg.kubernetes.lease.retry_s))
             elif cmd == "tick":
-                counting.sent = 0
+                counting.reset()
                 with lock:
                     t, c, m = time.perf_counter(), time.process_time(), time.monotonic()
                     if prof is not None:
@@ -432,7 +434,7 @@ def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, c
                     ticks.append((m, time.monotonic()))
                 cached = 0 if d.cache is None else sum(len(i.objects) for i in d.cache.informers.values())
                 conn.send({**tick_figures(record, wall, counting.sent, sorted(d.loops)), "cpu": cpu, "error": error,
-                           "cached": cached})
+                           "cached": cached, "prom_wait": counting.in_flight_s()})
             else:
                 break
         d.stopping.set()
@@ -496,6 +498,7 @@ class Run:
     """CPU seconds of the daemon's process over each counted tick (every thread: the tick's, its query
     and write pools', the election's and the watch cache's)."""
     prom_cpus: list[float] = field(default_factory=list)
+    prom_waits: list[float] = field(default_factory=list)
     """Prometheus's CPU seconds over each counted tick less its scraping's (``Bench.prom_cpu``)."""
     queries: list[int] = field(default_factory=list)
     reads: list[int] = field(default_factory=list)
@@ -678,6 +681,7 @@ class Bench:
             out.walls.append(f["wall"])
             out.cpus.append(f["cpu"])
             out.prom_cpus.append(prom_cpu)
+            out.prom_waits.append(f["prom_wait"])
             out.queries.append(f["queries"])
             out.reads.append(delta(after, before, READS))
             out.read_by.update({k[1]: n - before.get(k, 0) for k, n in after.items()
@@ -818,7 +822,8 @@ def row(r: Run) -> str:
         miss = len(r.failover) - len(wrote)
         fo = (f"{max(led):.1f} / {max(wrote):.1f} s" if led and wrote else "none") + (f" ({miss} not)" if miss else "")
     return (f"| {r.services} | {r.daemons} | {median(r.walls):.2f} / {p99(r.walls):.2f} s | "
-            f"{median(r.cpus):.2f} / {p99(r.cpus):.2f} s | {median(r.prom_cpus):.2f} / {p99(r.prom_cpus):.2f} s | "
+            f"{median(r.cpus):.2f} / {p99(r.cpus):.2f} s | {median(r.prom_waits):.2f} / {p99(r.prom_waits):.2f} s | "
+            f"{median(r.prom_cpus):.2f} / {p99(r.prom_cpus):.2f} s | "
             f"{r.rss_mib[top]:.0f} MiB ({r.led_services[top]}) | "
             f"{'/'.join(map(str, sorted(set(r.queries))))} | {mean(r.reads):.1f} | "
             f"{mean(r.writes):.1f} | {mean(r.scales):.1f} + {mean(r.events):.1f} | "
@@ -871,11 +876,12 @@ def main() -> None:
                   f"watch {args.watch}, aggregate {args.aggregate}, services to shards {args.assign}, "
                   f"{args.ticks} rounds counted after the first; lease duration / renew / retry "
                   f"{lease[0]:g} / {lease[1]:g} / {lease[2]:g} s; {os.cpu_count()} CPUs\n")
-            print("| services | daemons | tick wall p50 / p99 | tick CPU p50 / p99 | Prometheus CPU p50 / p99 | "
+            print("| services | daemons | tick wall p50 / p99 | tick CPU p50 / p99 | waiting on Prometheus p50 / p99 | "
+                  "Prometheus CPU p50 / p99 | "
                   "RSS per daemon (services led) | "
                   "Prometheus queries / tick | API reads / tick | API writes / tick | scales + Events / tick | "
                   "plan solve p99 | failover led / writes | writes off-Lease of scale writes (handed) |")
-            print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
             for n in args.services:
                 for k in args.daemons:
                     prof = None if args.profile is None else Path(f"{args.profile}-{n}x{k}.prof")

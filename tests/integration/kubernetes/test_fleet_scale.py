@@ -161,3 +161,13 @@ def test_election_figures_split_rounds_by_the_ticks() -> None:
     out = fs.election_figures([(2.0, 3.0), (4.5, 5.5), (6.6, 7.0), (8.1, 8.3)], [(5.0, 8.0)], 1.0)
     assert out["call_in"] == pytest.approx([1.0, 0.4]) and out["call_out"] == pytest.approx([1.0, 0.2])
     assert out["late_in"] == pytest.approx([0.5, 0.1]) and out["late_out"] == pytest.approx([0.1])
+
+
+def test_the_wall_waiting_on_prometheus_is_the_union_of_the_queries_in_flight() -> None:
+    import fleet_exposition as fe  # on the path with fleet_scale
+
+    counting = fe.Counting(None)  # type: ignore[arg-type]  # only the spans are read
+    counting.spans = [(5.0, 6.0), (0.0, 2.0), (1.0, 3.0), (5.5, 5.8)]
+    assert counting.in_flight_s() == pytest.approx(3.0 + 1.0)  # [0, 3] and [5, 6] by hand
+    counting.reset()
+    assert counting.in_flight_s() == 0.0 and counting.sent == 0
