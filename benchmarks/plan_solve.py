@@ -15,7 +15,12 @@ the MPC does (one service exactly, ``PlanProblem.tuned``; several ``--neighbourh
 ``--decompose`` above ``JOINT_UP_TO`` services x steps);
 without options, the exact joint MILP (as the oracle does). ``--vs-exact`` also solves each problem
 exactly and jointly (``--exact-time-limit``, 60 s; ``--exact-cache`` keeps the optima found, as a
-50-service one takes minutes) and prints the cost over that optimum (p50 / max / each). ``--coarsen``
+50-service one takes minutes) and prints the cost over that optimum (p50 / max / each); with
+``--first-step`` also how many plans' first step (what the MPC applies) is the exact plan's, and the
+first step's regret: the exact optimum with the plan's first step fixed, over the optimum (p50 /
+max). ``--integer-blocks K`` keeps the first K blocks integer (``mpc:int_blocks=K`` with ``--mpc``);
+the fallbacks column counts "tail solved whole" where no rounding of the relaxed blocks kept the
+constraints. ``--coarsen``
 picks the steps a decomposed solve shares the limits on, ``--count`` the problems per size. Goals
 (issues 13 and 28):
 1 service x 3 variants x 40 steps p99 <= 50 ms; 50 services p99 <= 2 s.
@@ -46,6 +51,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from scipy.optimize import Bounds
 
 from models import planning
 from models.planning import JOINT_UP_TO, Plan, PlanProblem, PlanService, PlanVariant, shifted, solve
@@ -81,6 +87,29 @@ def problem(n_services: int, rng: np.random.Generator, integer_blocks: int | Non
     return PlanProblem(services, DT_S, STEPS, gpu_quota=quota if n_services > 1 else {}, gpu_budget=budget,
                        integer_blocks=integer_blocks, time_limit_s=60.0, mip_rel_gap=gap, node_limit=node_limit,
                        **options)  # type: ignore[arg-type]
+
+
+def first_step(plan: Plan) -> dict[str, dict[str, int]]:
+    """``plan``'s first step: service -> variant -> replicas (what the MPC applies)."""
+    return {s: {v: int(n[0]) for v, n in vs.items()} for s, vs in plan.replicas.items()}
+
+
+def fixed_first_cost(prob: PlanProblem, plan: Plan) -> float:
+    """The cost of the cheapest plan of ``prob`` (exactly, to its gap) whose first block is ``plan``'s
+    first step: over the optimum's cost, what ``plan``'s first step costs an MPC that plans the rest
+    exactly (``--first-step``). Raises RuntimeError when HiGHS finds none (the step was infeasible)."""
+    c, cons, bounds, integral = planning._build(prob, True)
+    idx = planning._Index(prob)
+    lo, hi = np.array(bounds.lb, dtype=float), np.array(bounds.ub, dtype=float)
+    for i, svc in enumerate(prob.services):
+        for j, v in enumerate(svc.variants):
+            col = idx.var(i, j, planning.N, 0)
+            lo[col] = hi[col] = plan.replicas[svc.name][v.name][0]
+    res = planning._milp(c, cons, Bounds(lo, hi), integral,
+                         {"time_limit": prob.time_limit_s, "mip_rel_gap": prob.mip_rel_gap})
+    if res.x is None:
+        raise RuntimeError(f"no plan with the first step fixed: {res.message}")
+    return float(res.fun)
 
 
 def next_tick(prob: PlanProblem, plan: Plan, sd: float, rng: np.random.Generator) -> PlanProblem:
@@ -134,12 +163,17 @@ LEVERS: dict[str, dict[str, object]] = {
     "warm, no lifting": {**SOLVERS["warm"], "options": {**TUNED, "mip_lifting_for_probing": 0}},
     "tuned, default pool": {"tuned": True, "options": {**TUNED, "mip_pool_soft_limit": 10000}},
     "tuned, hull": {"tuned": True, "hull": True},
+    "1 block integer": {"tuned": True, "integer_blocks": 1},
+    "2 blocks integer": {"tuned": True, "integer_blocks": 2},
+    "4 blocks integer": {"tuned": True, "integer_blocks": 4},
 }
 """``--levers``: the tuned search's levers one at a time; ``highspy`` alone is HiGHS's own options
 but one thread (a thread count other than the first solve's makes highspy reset its scheduler).
 ``mip_lifting_for_probing`` is highspy's only: scipy 1.17's HiGHS 1.12 has no such option.
 ``tuned, hull``: the tuned search with the demand rows' hull facets in place of the MIR rows where
-the variants have two capacities (``PlanProblem.hull``, opt-in)."""
+the variants have two capacities (``PlanProblem.hull``, opt-in). ``K block(s) integer``: only the
+first K blocks integer, the rest relaxed and rounded (``PlanProblem.integer_blocks``, ``mpc:int_blocks=K``;
+its plans differ from the exact one's, so its cost difference is reported, not a wrong plan)."""
 
 
 def warm_runs(args: argparse.Namespace) -> None:
@@ -168,7 +202,7 @@ def warm_runs(args: argparse.Namespace) -> None:
         plans = {}
         for name in names[tick % len(names):] + names[:tick % len(names)]:
             how = solvers[name]
-            fields = {k: v for k, v in how.items() if k in ("tuned", "solver", "strengthen", "hull")}
+            fields = {k: v for k, v in how.items() if k in ("tuned", "solver", "strengthen", "hull", "integer_blocks")}
             drawn = dataclasses.replace(prob, **fields, start=start if how.get("start") else None)  # type: ignore[arg-type]
             options = dict(how.get("options", default_options))  # type: ignore[call-overload]
             if args.threads is not None:
@@ -233,6 +267,9 @@ def main() -> None:
     ap.add_argument("--exact-cache", type=Path, default=None,
                     help="--vs-exact: JSON file of exact joint optima by seed, size and problem, read and added to "
                          "(a 50-service optimum takes minutes)")
+    ap.add_argument("--first-step", action="store_true",
+                    help="--vs-exact: also how often the plan's first step is the exact plan's, and the first "
+                         "step's regret: the exact optimum with the plan's first step fixed over the optimum")
     ap.add_argument("--coarsen", type=int, default=None,
                     help="decomposed: the steps the limits are shared on (PlanProblem.coarsen: 0 the blocks' "
                          "lengths, K >= 1 the problem's own merged K at a time); default as the MPC")
@@ -267,13 +304,17 @@ def main() -> None:
     options = {"neighbourhood": args.neighbourhood, "decompose": args.decompose, "coarsen": args.coarsen,
                "strengthen": {"on": True, "off": False, "auto": None}[args.strengthen]}
     cache = json.loads(args.exact_cache.read_text()) if args.exact_cache and args.exact_cache.exists() else {}
-    extra = " cost / exact p50 | max | each |" if args.vs_exact else ""
+    first = args.vs_exact and args.first_step
+    extra = (" cost / exact p50 | max | each |" if args.vs_exact else "") + (
+        " first step as exact | first-step regret p50 | max |" if first else "")
     print("| services | variables | p50 ms | p99 ms | max ms | cpu p50 ms | cpu p99 ms | relaxed | at limit "
           "| fallbacks |" + extra)
-    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if args.vs_exact else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if args.vs_exact else "")
+          + ("---|---|---|" if first else ""))
     for n in args.sizes:
         rng = np.random.default_rng((args.seed, n))
         times, cpu, relaxed, at_limit, fallbacks, ratios, unproven = [], [], 0, 0, Counter[str](), [], 0
+        same_first, regrets = 0, []
         trials = args.count or (args.trials if n < 50 else max(3, args.trials // 6))
         for k in range(trials):
             decompose = options["decompose"] or (args.mpc and n * STEPS > JOINT_UP_TO)
@@ -285,24 +326,34 @@ def main() -> None:
             cpu.append((time.process_time() - started) * 1000.0)
             if args.vs_exact:
                 key, demand = f"{args.seed},{n},{k}", float(sum(s.demand_rps.sum() for s in drawn.services))
-                if key not in cache or not math.isclose(cache[key]["demand"], demand, rel_tol=1e-12):
-                    exact = solve(dataclasses.replace(drawn, integer_blocks=None, neighbourhood=None, decompose=False,
-                                                      tuned=False, coarsen=None, time_limit_s=args.exact_time_limit))
-                    cache[key] = {"cost": exact.cost, "demand": demand, "at_limit": exact.stopped_at_limit}
+                exact_problem = dataclasses.replace(drawn, integer_blocks=None, neighbourhood=None, decompose=False,
+                                                    tuned=False, coarsen=None, time_limit_s=args.exact_time_limit)
+                if (key not in cache or not math.isclose(cache[key]["demand"], demand, rel_tol=1e-12)
+                        or (first and "first" not in cache[key])):
+                    exact = solve(exact_problem)
+                    cache[key] = {"cost": exact.cost, "demand": demand, "at_limit": exact.stopped_at_limit,
+                                  "first": first_step(exact)}
                     if args.exact_cache:
                         args.exact_cache.write_text(json.dumps(cache, indent=1))
                 unproven += cache[key]["at_limit"]
                 ratios.append(plan.cost / cache[key]["cost"])
+                if first:
+                    same_first += first_step(plan) == cache[key]["first"]
+                    regrets.append(fixed_first_cost(exact_problem, plan) / cache[key]["cost"])
             times.append(plan.solve_ms)
             relaxed += plan.relaxed
             at_limit += plan.stopped_at_limit
             if plan.fallback:
                 fallbacks[plan.fallback] += 1
+            if "solved whole" in plan.message:  # --integer-blocks: no rounding of the tail kept the constraints
+                fallbacks["tail solved whole"] += 1
         p50, p99 = np.percentile(times, [50, 99])
         size = n * len(VARIANTS) * (4 * 11 + STEPS) + n * STEPS
         kinds = ", ".join(f"{k} {c}" for k, c in sorted(fallbacks.items())) or "none"
         gaps = (f" {np.median(ratios):.4f} | {max(ratios):.4f} | {', '.join(f'{r:.4f}' for r in ratios)} |"
                 + (f" ({unproven} exact solves stopped at the limit) |" if unproven else "")) if ratios else ""
+        if first:
+            gaps += f" {same_first}/{trials} | {np.median(regrets):.5f} | {max(regrets):.5f} |"
         c50, c99 = np.percentile(cpu, [50, 99])
         print(f"| {n} | {size} | {p50:.0f} | {p99:.0f} | {max(times):.0f} | {c50:.0f} | {c99:.0f} | {relaxed}/{trials} "
               f"| {at_limit}/{trials} "

@@ -822,11 +822,16 @@ class MPCController(Controller):
             last plan moved on by the ticks since (``models.planning.PlanProblem.start``); 0
             (default) through scipy without a start: measured, the start did not shorten the solve
             (``docs/controllers.md#solving-fast``).
+        int_blocks: K >= 1 keeps only the first K blocks of a service planned alone integer, the later
+            ones relaxed and rounded afterwards (``models.planning.PlanProblem.integer_blocks``; its
+            first block, the step applied, is always whole); 0 (default) solves every block whole
+            (the tuned exact search). Opt-in: ``docs/controllers.md#solving-fast`` measures its time
+            and what it costs.
         name: the spec it was built from.
 
     Raises:
         ValueError: an argument out of range, an unknown ``forecast``, ``hedge`` or ``hold``, or ``perfect`` without
-            ``future_rps``, a negative ``node_limit``.
+            ``future_rps``, a negative ``node_limit`` or ``int_blocks``.
     """
 
     scales_roles = True
@@ -839,7 +844,8 @@ class MPCController(Controller):
                  mixes: Mapping[str, RequestMix | None] | None = None,
                  window_s: float = DEFAULT_WINDOW_S, mix: str = "calibrated",
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
-                 pool: int = 1, warm: int = 0, shed: int = 0, shed_weight: float = DEFAULT_SHED_WEIGHT,
+                 pool: int = 1, warm: int = 0, int_blocks: int = 0, shed: int = 0,
+                 shed_weight: float = DEFAULT_SHED_WEIGHT,
                  pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0,
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto",
                  name: str = "mpc") -> None:
@@ -857,6 +863,8 @@ class MPCController(Controller):
             raise ValueError(f"{name}: pd_util must be in (0, 1], got {pd_util}")
         if warm not in (0, 1):
             raise ValueError(f"{name}: warm must be 0 or 1, got {warm}")
+        if int_blocks < 0:
+            raise ValueError(f"{name}: int_blocks must be >= 0, got {int_blocks}")
         if pd_scale not in (0, 1):
             raise ValueError(f"{name}: pd_scale must be 0 or 1, got {pd_scale}")
         if cover not in (0, 1):
@@ -910,6 +918,7 @@ class MPCController(Controller):
         self.node_limit = node_limit
         self.pool = pool
         self.warm = bool(warm)
+        self.int_blocks = int_blocks or None
         self.burst = bool(burst)
         self.cap = bool(cap)
         self.cover = bool(cover)
@@ -1345,7 +1354,8 @@ class MPCController(Controller):
                            gpu_budget=self.gpu_limits.budget, node_limit=self.node_limit,
                            neighbourhood=0 if len(services) > 1 else None,
                            decompose=len(services) * self.horizon > JOINT_UP_TO, tuned=len(services) == 1,
-                           solver="highspy" if self.warm else "scipy", start=start if self.warm else None)
+                           solver="highspy" if self.warm else "scipy", start=start if self.warm else None,
+                           integer_blocks=self.int_blocks if len(services) == 1 else None)
 
     def _start(self, mem: _ServiceMemory, svc: PlanService, now_s: float) -> dict[str, dict[str, np.ndarray]] | None:
         """The service's last plan solved alone, moved on by the ticks since (``models.planning.shifted``),

@@ -19,7 +19,8 @@ the p95 SLO ratio; ``burst=1`` plans for the arrivals'
 measured burstiness (``models.arrivals``), ``cap=1`` counts that a step prefills at most its budget;
 ``cover=1`` holds a scale-down while the plan is short within a cold start (``hold_downs_within_start``);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
-``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time; ``shed=1`` plans
+``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time; ``int_blocks=K`` keeps
+only the first K of a lone service's plan blocks integer (``PlanProblem.integer_blocks``); ``shed=1`` plans
 shedding the sheddable priority in the same problem and sets the gateway's thresholds);
 ``oracle`` (``controllers.oracle``: the same plan solved offline on the trace's true demand; needs a trace;
 ``oracle:node_limit=N`` replaces its ``OFFLINE_NODE_LIMIT``); ``bound`` (``controllers.bound``: the
@@ -318,7 +319,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     quantile=Param(float, 0.0, high=0.999), miss_weight=POSITIVE, forecast=TEXT,
                     hold_s=NON_NEGATIVE, learn=Param(int, 0, closed=True, high=3), hedge=TEXT, hold=TEXT, mix=TEXT,
                     node_limit=Param(int, 0, closed=True), pool=Param(int, 1, closed=True, high=256),
-                    warm=Param(int, 0, closed=True, high=1), shed=Param(int, 0, closed=True, high=1),
+                    warm=Param(int, 0, closed=True, high=1), int_blocks=Param(int, 0, closed=True),
+                    shed=Param(int, 0, closed=True, high=1),
                     shed_weight=POSITIVE, pd_util=Param(float, 0.0, high=1.0),
                     pd_scale=Param(int, 0, closed=True, high=1),
                     burst=Param(int, 0, closed=True, high=1), cap=Param(int, 0, closed=True, high=1),

@@ -445,6 +445,30 @@ def test_warm_starts_each_solve_from_the_last_plan_moved_on(monkeypatch: pytest.
         build("mpc:warm=2", CFG)
 
 
+def test_int_blocks_relaxes_a_lone_services_later_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # mpc:int_blocks=2: a service planned alone keeps its first two blocks integer (the step applied
+    # among them), the rest relaxed; the default (0) keeps every block integer; a negative K is refused.
+    problems: list[PlanProblem] = []
+    plans: list[Plan] = []
+    real = mpc.solve
+
+    def recording(problem: PlanProblem) -> Plan:
+        problems.append(problem)
+        plans.append(real(problem))
+        return plans[-1]
+
+    monkeypatch.setattr(mpc, "solve", recording)
+    c = build("mpc:int_blocks=2:forecast=last", CFG)
+    assert isinstance(c, MPCController)
+    c.decide(estimate(600.0, 70.0, {"gh200": 3}), SVC)
+    controller().decide(estimate(600.0, 70.0, {"gh200": 3}), SVC)
+    assert [p.integer_blocks for p in problems] == [2, None]
+    assert "relaxed and rounded" in plans[0].message or "solved whole" in plans[0].message
+    assert "relaxed" not in plans[1].message
+    with pytest.raises(ValueError, match="int_blocks"):
+        build("mpc:int_blocks=-1", CFG)
+
+
 def gateway_estimate(t: float, by_priority: dict[str, float], ready: dict[str, int]) -> ServiceEstimate:
     """``estimate`` with the gateway's arrivals per priority (nothing queued there)."""
     est = estimate(t, sum(by_priority.values()), ready)

@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 import pytest
-from scipy.optimize import milp
+from scipy.optimize import Bounds, milp
 from support.paths import ROOT
 
 from models import planning
@@ -506,3 +506,32 @@ def test_the_repair_pass_brings_the_decomposition_within_1_percent(
     assert check(problem, before) >= cost - 1e-9
     if (seed, coarsen) in ((710, None), (714, 0)):
         assert before.cost > 1.01 * joint.cost
+
+
+@pytest.mark.parametrize("blocks", [1, 2])
+def test_a_relaxed_tails_first_step_costs_within_1_percent_of_the_exact_optimum(blocks: int) -> None:
+    # mpc:int_blocks=K: one service of the benchmark's (40 steps of 15 s), only the first K blocks
+    # integer. Its plan keeps every constraint (checked by hand) and costs no less than the exact
+    # optimum; what the MPC applies is its first step, and the exact MILP with that first step fixed
+    # (solved here by scipy.optimize.milp on the model, independently of the relaxed solve) costs
+    # within 1 % of the optimum: benchmarks/plan_solve.py --first-step measured 0.96 % at most over
+    # 120 problems (the first step the exact plan's on 96), docs/controllers.md "Solving fast"; on
+    # these eight 0.66 % at most.
+    rng = np.random.default_rng((28, blocks))
+    for _ in range(4):
+        problem = dataclasses.replace(BENCH.problem(1, rng), mip_rel_gap=1e-9)
+        exact = solve(problem)
+        relaxed = solve(dataclasses.replace(problem, integer_blocks=blocks, tuned=True))
+        assert "relaxed and rounded" in relaxed.message or "solved whole" in relaxed.message
+        assert check(problem, relaxed) >= exact.cost - 1e-6
+        c, cons, bounds, integral = planning._build(problem, True)
+        lo, hi = np.array(bounds.lb, dtype=float), np.array(bounds.ub, dtype=float)
+        idx = planning._Index(problem)
+        svc = problem.services[0]
+        for j, v in enumerate(svc.variants):
+            col = idx.var(0, j, planning.N, 0)
+            lo[col] = hi[col] = relaxed.replicas[svc.name][v.name][0]
+        fixed = milp(c, constraints=cons, bounds=Bounds(lo, hi), integrality=integral,
+                     options={"mip_rel_gap": 1e-9})
+        assert fixed.x is not None
+        assert exact.cost - 1e-6 <= fixed.fun <= 1.01 * exact.cost
