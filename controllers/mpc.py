@@ -392,6 +392,48 @@ def conformal_z(scores: Iterable[float], level: float) -> float | None:
     return min(max(x, Z_LIMITS[0]), Z_LIMITS[1])
 
 
+TREND_LEVEL = 0.95
+"""One-sided confidence of the slope ``trend_path`` extrapolates: the rise planned on is the
+slope's lower ``TREND_LEVEL`` bound, so a minute's swing (Azure conv's 60-s rate moves by a fifth)
+is read as noise, a ramp (the ramp scenario's +100 req/s over 30 minutes) as a rise."""
+TREND_MIN_POINTS = 8
+"""Rates the slope needs (two minutes of 15-s ticks): fewer give no trend."""
+
+
+def rising_slope(rates: Sequence[tuple[float, float]], span_s: float, window_s: float) -> float:
+    """The arrival rate's rise, requests/s per second, that ``rates`` ((time s, rate req/s), oldest
+    first) show over their last ``span_s``: the least-squares slope's lower one-sided ``TREND_LEVEL``
+    bound, 0 when that is not above 0 or with fewer than ``TREND_MIN_POINTS`` rates. Consecutive rates
+    over ``window_s`` windows share most of their arrivals, so the slope's standard error is taken
+    over the ``span / max(window, spacing)`` independent windows the rates hold, not over the rates
+    (``n_eff``), the usual correction for overlapping means (the samples' spacing from the rates)."""
+    t_end = rates[-1][0] if rates else 0.0
+    pts = [(t, r) for t, r in rates if t > t_end - span_s - 1e-9]
+    n = len(pts)
+    if n < TREND_MIN_POINTS:
+        return 0.0
+    t = np.array([x for x, _ in pts])
+    r = np.array([y for _, y in pts])
+    tc = t - t.mean()
+    sxx = float(np.sum(tc * tc))
+    if sxx <= 0:
+        return 0.0
+    b = float(np.sum(tc * (r - r.mean()))) / sxx
+    resid = r - r.mean() - b * tc
+    spacing = (t[-1] - t[0]) / (n - 1)
+    n_eff = max(2.0, min(float(n), (t[-1] - t[0] + spacing) / max(window_s, spacing)))
+    se = math.sqrt(float(np.sum(resid * resid)) / (n - 2) / sxx * n / n_eff)
+    return max(0.0, b - NormalDist().inv_cdf(TREND_LEVEL) * se)
+
+
+def trend_path(now_rps: float, slope: float, dt: float, horizon: int, span_s: float) -> np.ndarray:
+    """Requests/s per step if today's rate keeps rising at ``slope`` (req/s per s) for ``span_s``
+    (a cold start: what a replica ordered now meets) and then holds: ``now + slope x min((k + 1) dt,
+    span)`` at step ``k``, shape (horizon,)."""
+    ahead = np.minimum((np.arange(horizon) + 1) * dt, span_s)
+    return now_rps + slope * ahead
+
+
 @dataclass
 class _ServiceMemory:
     """What the controller remembers of a service between ticks."""
@@ -797,6 +839,11 @@ class MPCController(Controller):
             ``fixed`` or ``measured`` (``measured_hold`` under any hedge; opt-in); ``hold_s`` overrides it.
         coverage: with ``hedge=adaptive``, the share of judged plan steps the band is sized to cover
             (``COVERAGE``), in (0, 1).
+        trend: 1 plans never below today's rate rising at the slope the last cold start's rates show
+            (``rising_slope``: its lower ``TREND_LEVEL`` bound, 0 unless significant) for a cold start
+            (``trend_path``): a rise the forecaster's mean does not follow (it kept a flat path up the
+            ramp scenario) is ordered for without the band's width; 0 (default): not (opt-in,
+            docs/controllers.md, "Where the MPC's cost over the bound goes").
         cover: 1 holds every aggregated scale-down while the plan is short, or wants the replica
             back, within a cold start (``hold_downs_within_start``); 0 (default) applies the plan's.
         shed: 1 plans shedding the sheddable priority in the same problem and sets the thresholds
@@ -847,7 +894,7 @@ class MPCController(Controller):
                  pool: int = 1, warm: int = 0, int_blocks: int = 0, shed: int = 0,
                  shed_weight: float = DEFAULT_SHED_WEIGHT,
                  pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0,
-                 coverage: float = COVERAGE, cover: int = 0, hold: str = "auto",
+                 coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
                  name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
@@ -869,6 +916,8 @@ class MPCController(Controller):
             raise ValueError(f"{name}: pd_scale must be 0 or 1, got {pd_scale}")
         if cover not in (0, 1):
             raise ValueError(f"{name}: cover must be 0 or 1, got {cover}")
+        if trend not in (0, 1):
+            raise ValueError(f"{name}: trend must be 0 or 1, got {trend}")
         if burst not in (0, 1) or cap not in (0, 1):
             raise ValueError(f"{name}: burst and cap must be 0 or 1, got {burst} and {cap}")
         if shed not in (0, 1) or (shed and not 1.0 < shed_weight < miss_weight):
@@ -922,6 +971,7 @@ class MPCController(Controller):
         self.burst = bool(burst)
         self.cap = bool(cap)
         self.cover = bool(cover)
+        self.trend = bool(trend)
         self.shed = bool(shed)
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
@@ -930,8 +980,10 @@ class MPCController(Controller):
         self.admission_cfg = c.admission_settings
 
     # ------------------------------------------------------------------ demand
-    def demand(self, est: ServiceEstimate, svc: Service, now_rps: float) -> np.ndarray:
-        """Requests/s to serve in each of the ``horizon`` steps (module docstring), shape (horizon,)."""
+    def demand(self, est: ServiceEstimate, svc: Service, now_rps: float,
+               trend_rps: np.ndarray | None = None) -> np.ndarray:
+        """Requests/s to serve in each of the ``horizon`` steps (module docstring), shape (horizon,);
+        with ``trend_rps`` (``trend=1``: ``trend_path``, shape (horizon,)) never below it either."""
         dt, h = self.tick_s, self.horizon
         mid = est.time_s + (np.arange(h) + 0.5) * dt
         path = np.full(h, now_rps)
@@ -957,6 +1009,8 @@ class MPCController(Controller):
                                      est.signals.arrival_rate_rps)
         if f is not None:  # the drain the completions' forecast holds is the queue's, added below
             path = path - self.drain_excess(est, now_rps)
+        if trend_rps is not None:
+            path = np.maximum(path, trend_rps)
         path = np.maximum(path, now_rps)
         fastest = min(math.ceil((v.startup_warm_s if v.warm_nodes else v.startup_cold_s) / dt)
                       for _, v in all_variants(svc))
@@ -1311,7 +1365,12 @@ class MPCController(Controller):
         learning = est.time_s - mem.first_s < mem.hold_s  # too little rate history to scale down on
         dt = self.tick_s
         held = max(r for t, r in mem.rates if t > est.time_s - mem.hold_s - 1e-9)
-        demand = self.demand(est, svc, max(held, now_rps))  # today's retries are today's load, never held
+        rise = None
+        if self.trend:  # a rise the forecaster's mean does not follow, measured on the rates held
+            cold = max(v.startup_cold_s for _, v in all_variants(svc))
+            slope = rising_slope(mem.rates, cold, self.window_s)
+            rise = trend_path(new_rps, slope, dt, self.horizon, cold) if slope > 0 else None
+        demand = self.demand(est, svc, max(held, now_rps), rise)  # today's retries are today's load, never held
         draining = self.drain_excess(est, max(held, now_rps)) > 0  # a demand lowered for it removes nothing
         weights = {**self.corrected_weights(est, svc, mem, float(demand.min())), **self.role_weights(est, svc)}
         scales = self._pool_scales(est, svc, mem, weights)

@@ -18,6 +18,7 @@ hold they show; ``hold=measured`` measures the hold under any hedge; ``hold_s=S`
 the p95 SLO ratio; ``burst=1`` plans for the arrivals'
 measured burstiness (``models.arrivals``), ``cap=1`` counts that a step prefills at most its budget;
 ``cover=1`` holds a scale-down while the plan is short within a cold start (``hold_downs_within_start``);
+``trend=1`` plans for the rise the last cold start's rates show (``rising_slope``, ``trend_path``);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
 ``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time; ``int_blocks=K`` keeps
 only the first K of a lone service's plan blocks integer (``PlanProblem.integer_blocks``); ``shed=1`` plans
@@ -324,7 +325,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     shed_weight=POSITIVE, pd_util=Param(float, 0.0, high=1.0),
                     pd_scale=Param(int, 0, closed=True, high=1),
                     burst=Param(int, 0, closed=True, high=1), cap=Param(int, 0, closed=True, high=1),
-                    coverage=Param(float, 0.0, high=0.999), cover=Param(int, 0, closed=True, high=1)), _mpc),
+                    coverage=Param(float, 0.0, high=0.999), cover=Param(int, 0, closed=True, high=1),
+                    trend=Param(int, 0, closed=True, high=1)), _mpc),
 }
 NAMES = tuple(_SPECS)
 NEEDS: dict[str, dict[str, tuple[str, int | float | str]]] = {
