@@ -142,3 +142,31 @@ def test_the_busy_period_form_is_off_by_default_and_raises_short_decodes_capacit
     assert not spec.busy_period
     assert plain.binding == "itl" and busy.itl_rps > 1.1 * plain.itl_rps
     assert (busy.ttft_rps, busy.seqs_rps, busy.kv_rps) == (plain.ttft_rps, plain.seqs_rps, plain.kv_rps)
+
+
+@pytest.mark.slow
+def test_the_busy_period_form_is_within_the_band_of_the_knee_on_azure_code_like_lengths() -> None:
+    # benchmarks/capacity.py's "azure-code-like 2048/28" (8192-token steps, so the per-step cap does
+    # not apply): the fixed window gives 0.77 of the simulator's knee, the busy-period form 0.97 (d766c9f).
+    from autoscaler.knee import knee, one_replica
+
+    rng = np.random.default_rng(1)
+    n = 20_000
+    ins = np.clip(np.rint(rng.lognormal(math.log(2048) - 0.32, 0.8, n)), 1, None)
+    outs = np.clip(np.rint(rng.lognormal(math.log(28) - 0.5, 1.0, n)), 1, None)
+    keep = ins + outs <= 16384
+    ins, outs = ins[keep], outs[keep]
+    doc = {"services": [{"name": "svc", "model": "m", "max_model_len": 16384,
+                         "slo": {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20, "itl_s": 1}},
+                         "variants": [{"name": "h100", "gpu": "H100-SXM", "price_per_gpu_hour": 2.99,
+                                       "min_replicas": 0, "max_replicas": 1, "initial_replicas": 1,
+                                       "startup_cold_s": 10, "kv_cache_tokens": 400_000,
+                                       "profile": "llama-3-8b/h100-sxm"}]}],
+           "engine": {"max_num_seqs": 256, "max_num_batched_tokens": 8192}}
+    cfg = one_replica(parse_config(doc, "<busy-period knee>"), "h100")
+    spec = replace(ReplicaSpec.of(cfg.services[0].variants[0], cfg.engine), busy_period=True)
+    model = replica_capacity(spec, RequestMix.from_requests(ins, outs), 2.0, 0.1).rps
+    measured, _ = knee(cfg, ins, outs, 0.5 * model, 1.5 * model, steps=8, min_requests=10_000)
+    print(f"\nazure-code-like: busy-period model {model:.3f} req/s, knee {measured:.3f}: {model / measured:.2f}")
+    assert 0.51 * model < measured < 1.49 * model
+    assert 0.90 <= model / measured <= 1.05
