@@ -170,3 +170,17 @@ def test_the_busy_period_form_is_within_the_band_of_the_knee_on_azure_code_like_
     print(f"\nazure-code-like: busy-period model {model:.3f} req/s, knee {measured:.3f}: {model / measured:.2f}")
     assert 0.51 * model < measured < 1.49 * model
     assert 0.90 <= model / measured <= 1.05
+
+
+def test_mpc_busy_option_plans_on_the_busy_period_form() -> None:
+    from autoscaler.config.loading import default_config
+    from controllers.mpc import MPCController
+    from controllers.registry import build
+
+    cfg = default_config()
+    v = cfg.services[0].variants[0]
+    on, off = build("mpc:busy=1", cfg), build("mpc", cfg)
+    assert isinstance(on, MPCController) and isinstance(off, MPCController)
+    assert on._slowed(v, 1.0).busy_period and not off._slowed(v, 1.0).busy_period
+    with pytest.raises(ValueError, match="busy"):
+        build("mpc:busy=2", cfg)
