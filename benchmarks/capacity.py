@@ -14,7 +14,7 @@ instead (``ROLE_CASES``): the role's model (``models.capacity_roles``) against t
 fleet (``autoscaler.knee.pd_fleet``) of one replica of that role and enough of the other (four times
 the role's model over the other's) that only the measured one limits, rates of the whole service.
 
-    python benchmarks/capacity.py [--cases NAME ...] [--data ../shared/data] [--prefill-cap] [--json]
+    python benchmarks/capacity.py [--cases NAME ...] [--data ../shared/data] [--prefill-cap] [--busy-period] [--json]
     python benchmarks/capacity.py --roles [--cases NAME ...] [--data ../shared/data] [--json]
 """
 
@@ -156,17 +156,19 @@ def lengths(case: Case, data: Path, n: int = 20_000, seed: int = 1) -> tuple[np.
     return ln(case.prompt, case.sigmas[0]), ln(case.output, case.sigmas[1])
 
 
-def measure(name: str, data: Path, replicas: int = 1, prefill_cap: bool = False) -> dict[str, Any]:
+def measure(name: str, data: Path, replicas: int = 1, prefill_cap: bool = False,
+            busy_period: bool = False) -> dict[str, Any]:
     case = CASES[name]
     cfg = fleet(case, replicas)
-    spec = replace(ReplicaSpec.of(cfg.services[0].variants[0], cfg.engine), prefill_cap=prefill_cap)
+    spec = replace(ReplicaSpec.of(cfg.services[0].variants[0], cfg.engine), prefill_cap=prefill_cap,
+                   busy_period=busy_period)
     ins, outs = lengths(case, data)
     mix = RequestMix.from_requests(ins.tolist(), outs.tolist())
     itl_s = cfg.services[0].slo["interactive"].itl_s
     # the idle misses a variant may show are the example service's (its best variant's, plus 5 points)
     example = load_config(ROOT / "examples" / "fleet.yaml").services[0]
-    limit = allowance([replace(ReplicaSpec.of(v, cfg.engine), prefill_cap=prefill_cap) for v in example.variants],
-                      mix, case.ttft_s, itl_s)
+    limit = allowance([replace(ReplicaSpec.of(v, cfg.engine), prefill_cap=prefill_cap, busy_period=busy_period)
+                       for v in example.variants], mix, case.ttft_s, itl_s)
     model = replica_capacity(spec, mix, case.ttft_s, itl_s, unservable=limit, replicas=replicas)
     shared = shared_capacity(spec, mix, case.ttft_s, itl_s, unservable=limit, replicas=replicas)
     around = model.rps if model.rps > 0 else 0.5 * mean_itl_rate(spec, mix, itl_s)
@@ -191,6 +193,9 @@ def main() -> None:
     ap.add_argument("--prefill-cap", action="store_true",
                     help="the model's ITL bound counts that a step prefills at most its token budget "
                          "(models.capacity.ReplicaSpec.prefill_cap)")
+    ap.add_argument("--busy-period", action="store_true",
+                    help="the model's ITL bound takes the prefill riding in a decode as an M/G/1 busy period's work "
+                         "(models.capacity.ReplicaSpec.busy_period)")
     ap.add_argument("--json", action="store_true", help="print one JSON object per case")
     args = ap.parse_args()
     print(f"{Path(__file__).name}: {stamp()}", file=sys.stderr if args.json else sys.stdout, flush=True)
@@ -214,7 +219,7 @@ def main() -> None:
         return
     for name in names:
         t = time.perf_counter()
-        row = measure(name, args.data, args.replicas, args.prefill_cap)
+        row = measure(name, args.data, args.replicas, args.prefill_cap, args.busy_period)
         if args.json:
             print(json.dumps(row), flush=True)
         else:

@@ -865,6 +865,9 @@ class MPCController(Controller):
         cap: 1 counts that an engine step prefills at most its token budget in the ITL bound
             (``models.capacity.ReplicaSpec.prefill_cap``); 0 (default): not
             (``docs/controllers.md#capacity-learned-online`` measures both).
+        busy: 1 takes the prefill riding in a decode, in the ITL bound, as an M/G/1 busy period's work
+            (``models.capacity.ReplicaSpec.busy_period``); 0 (default): over a fixed window
+            (docs/benchmarks.md, "Capacity model", measures both).
         warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
             last plan moved on by the ticks since (``models.planning.PlanProblem.start``); 0
             (default) through scipy without a start: measured, the start did not shorten the solve
@@ -893,7 +896,7 @@ class MPCController(Controller):
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
                  pool: int = 1, warm: int = 0, int_blocks: int = 0, shed: int = 0,
                  shed_weight: float = DEFAULT_SHED_WEIGHT,
-                 pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0,
+                 pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0, busy: int = 0,
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
                  name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
@@ -970,6 +973,7 @@ class MPCController(Controller):
         self.int_blocks = int_blocks or None
         self.burst = bool(burst)
         self.cap = bool(cap)
+        self.busy = bool(busy)
         self.cover = bool(cover)
         self.trend = bool(trend)
         self.shed = bool(shed)
@@ -1175,7 +1179,8 @@ class MPCController(Controller):
         for v in svc.variants:
             alpha = alphas[v.name]
             key = (svc.name, v.name, alpha, *mix_key)
-            if mix is None or limit is None or (alpha == 1.0 and mix is calibrated and not self.cap):
+            if mix is None or limit is None or (alpha == 1.0 and mix is calibrated and not self.cap
+                                                           and not self.busy):
                 out[v.name] = float(base.get(v.name, 0.0))
             else:
                 out[v.name] = self._model_capacity(svc, v, alpha, mix, key, limit)
@@ -1253,7 +1258,7 @@ class MPCController(Controller):
     def _slowed(self, v: Variant, alpha: float) -> ReplicaSpec:
         """One replica of ``v`` with its profile ``alpha`` times slower."""
         spec = ReplicaSpec.of(v, self.engine)
-        return replace(spec, profile=spec.profile.slowed(alpha), prefill_cap=self.cap)
+        return replace(spec, profile=spec.profile.slowed(alpha), prefill_cap=self.cap, busy_period=self.busy)
 
     def _learn_capacity(self, est: ServiceEstimate, svc: Service, v: Variant, mem: _ServiceMemory, mix: RequestMix,
                         alpha: float, key: tuple[object, ...], prior_rps: float,

@@ -15,7 +15,10 @@ of the SLO stay within ``1 - attainment`` (default 1 %):
   ``X > D (itl_s - s_d)``; short outputs have few steps to average over and miss first. Bursty
   arrivals (``RequestMix.arrival_scv``, ``models.arrivals``) scale the count's variance. (A step
   prefills at most ``max_num_batched_tokens``, which caps ``X``: opt-in, ``ReplicaSpec.prefill_cap``,
-  docs/benchmarks.md says why.)
+  docs/benchmarks.md says why.) The fixed window over-counts: a decode that carries prefill lengthens,
+  and what arrives meanwhile rides too, so ``X`` is the work of an M/G/1 busy period begun by the
+  decode's own steps, of which the fixed window is an upper bound (opt-in,
+  ``ReplicaSpec.busy_period``: ``_busy_tail``, Kendall's identity; measured in docs/benchmarks.md).
 * **TTFT** (prefill time vs the TTFT target). Prefills are served FCFS: an M/G/1 queue whose
   service is the request's prefill steps (``a P + ceil(P / budget) s_d``), with the exponential
   waiting-time tail of heavy traffic (Kingman): ``P(W > t) = rho exp(-2 (1 - rho) t / (E[S] (ca^2 +
@@ -287,6 +290,10 @@ class ReplicaSpec:
         kv_cache_tokens: KV-cache capacity, tokens.
         prefill_cap: the ITL bound counts that a step prefills at most its token budget (``_itl_points``);
             False (default): the prefills arriving during a decode may all ride in its steps.
+        busy_period: the ITL bound takes the prefill riding in a decode as the work of an M/G/1 busy
+            period begun by the decode's own steps (``_busy_tail``: the decode lengthens with what
+            rides in it); False (default): as the work arriving over a fixed window of ``D x itl_s``,
+            an upper bound of it (docs/benchmarks.md, "Capacity model", measures both).
     """
 
     profile: PerformanceProfile
@@ -295,6 +302,7 @@ class ReplicaSpec:
     block_size: int
     kv_cache_tokens: int
     prefill_cap: bool = False
+    busy_period: bool = False
 
     @classmethod
     def of(cls, variant: VariantSpec, engine: EngineLimits) -> ReplicaSpec:
@@ -505,6 +513,109 @@ def _erlang_c(servers: int, load: float) -> float:
     return servers * b / (servers - load * (1.0 - b))
 
 
+_NODES, _NODE_WEIGHTS = np.polynomial.legendre.leggauss(32)
+_U = (_NODES + 1.0) / 2.0  # Gauss-Legendre nodes on (0, 1)
+_UW = _NODE_WEIGHTS / 2.0
+KENDALL_MAX_COUNT = 20.0  # arrivals over a decode beyond which _busy_tail takes the fixed window
+_POWER = 8.0  # y = s u^8: smooths a gamma density's y^(k-1) at 0 for shapes above 1/8
+
+
+def _initial_work(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, rate: float, budget: float,
+                  replicas: int) -> np.ndarray:
+    """Seconds of each point's own steps over which arriving prefills ride in its decode (the ``x``
+    of ``_busy_tail``): its last prefill step (``tau_0``: the mean step plus its own last chunk), its
+    first ``D - 1`` decode-only steps, and the share of its time before ``tau_0`` (its mean wait in
+    the prefill queue and its earlier chunks' steps, FCFS: what arrives then queues behind it) whose
+    arrivals step 0 cannot take in beside its last chunk (``room``, the budget left)."""
+    a = spec.profile.prefill_s_per_token
+    p = mix.uncached
+    chunks = np.maximum(np.ceil(p / budget), 1.0)
+    last = p - budget * (chunks - 1.0)
+    q_last = spec.profile.prefill_equivalent(last, mix.input_tokens - last)
+    x = op.step_s + a * q_last + np.maximum(mix.output_tokens - 2.0, 0.0) * op.decode_step_s
+    service = _prefill_s(spec, mix, op.decoding, op.decode_step_s)
+    es = float(mix.weights @ service)
+    rho = rate * es
+    if rho >= 1.0:
+        return np.full_like(x, np.inf)
+    cs2 = float(mix.weights @ (service * service)) / (es * es) - 1.0
+    wait = _erlang_c(replicas, replicas * rho) * es * (mix.arrival_scv + cs2) / (2.0 * replicas * (1.0 - rho))
+    before = wait + a * (_prefill_tokens(spec, mix) - q_last) + (chunks - 1.0) * op.decode_step_s
+    # Tokens A arriving over ``before`` (compound Poisson, taken as gamma): step 0 takes ``room`` of
+    # them, E[(A - room)+] = E[A] SF_{k+1}(room) - room SF_k(room) waits for the decode steps.
+    ep = float(mix.weights @ p)
+    mean_a = rate * before * ep
+    var_a = rate * before * max(mix.uncached_m2, ep * ep)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k, theta = mean_a * mean_a / var_a, var_a / mean_a
+        room = np.maximum(budget - last, 0.0)
+        over = mean_a * special.gammaincc(k + 1.0, room / theta) - room * special.gammaincc(k, room / theta)
+        share = np.where(mean_a > 0, np.clip(over / mean_a, 0.0, 1.0), 0.0)
+    return x + share * before
+
+
+def _busy_tail_one(x: np.ndarray, slack: np.ndarray, rate: float, c: float) -> np.ndarray:
+    """P(more than ``slack`` of prefill rides in a decode), one prefill size of ``c`` seconds:
+    Takacs' formula (the busy period of an M/D/1 queue begun by ``x`` seconds of work serves ``n``
+    arrivals with probability ``x / (x + n c) Pois(n; rate (x + n c))``)."""
+    if c <= 0:
+        return np.zeros_like(x)
+    out = np.empty_like(x)
+    for i, (xi, si) in enumerate(zip(np.broadcast_to(x, slack.shape), slack, strict=True)):
+        if not np.isfinite(xi):
+            out[i] = 1.0
+            continue
+        n = np.arange(int(np.floor(max(si, 0.0) / c)) + 1)
+        t = xi + n * c
+        out[i] = 1.0 - float(np.sum(xi / t * stats.poisson.pmf(n, rate * t)))
+    return np.clip(out, 0.0, 1.0)
+
+
+def _busy_tail(x: np.ndarray, slack: np.ndarray, rate: float, m1: float, m2: float, scv: float) -> np.ndarray:
+    """P(more than ``slack`` seconds of prefill rides in a decode begun with ``x`` seconds of its own
+    steps), prefills arriving at ``rate`` with cost moments ``m1``, ``m2`` (seconds, seconds^2).
+
+    The prefill riding in a decode lengthens it, and what arrives meanwhile rides too: the decode
+    ends at the first ``t`` with ``t = x + S(t)`` (``S`` the prefill cost arrived by ``t``), the busy
+    period of an M/G/1 queue begun by ``x`` of work. Kendall's identity gives its law: an atom
+    ``exp(-rate x)`` at ``x`` and density ``x / t f_S(t)(t - x)``; a decode misses when it lasts
+    beyond ``x + slack``. ``S(t)``'s continuous part is taken as a gamma with its moments given at
+    least one arrival (the count's variance ``scv`` times a Poisson's for bursty or pooled
+    arrivals). The fixed-window form ``P(S(x + slack) > slack)`` is an upper bound of this.
+
+    Sources: Kendall, "Some problems in the theory of queues", J. R. Stat. Soc. B 13 (1951) (the
+    busy period's density ``x / t f_S(t)(t - x)``); Takacs, "Combinatorial Methods in the Theory of
+    Stochastic Processes" (1967) (the same for one job size, ``_busy_tail_one``). The integral is
+    32-point Gauss-Legendre on ``y = slack u^8`` (a gamma density's ``y^(k-1)`` at 0 smoothed for
+    shapes above 1/8): within 5 % of a 20,000-point sum where at most ``KENDALL_MAX_COUNT`` arrive,
+    with an absolute floor of about 1e-4 (1 minus the atom and the integral)."""
+    x = np.asarray(x, dtype=float)
+    s = np.maximum(np.asarray(slack, dtype=float), 0.0)
+    y = s[:, None] * _U[None, :] ** _POWER  # (points, nodes)
+    dy = s[:, None] * _POWER * _U[None, :] ** (_POWER - 1.0) * _UW[None, :]
+    xx = x[:, None]
+    t = xx + y
+    mu = rate * t * m1
+    var = rate * t * np.maximum(m2 - (1.0 - scv) * m1 * m1, 1e-300)
+    p0 = np.exp(-rate * t)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        mc = mu / (1.0 - p0)
+        vc = np.maximum((var + mu * mu) / (1.0 - p0) - mc * mc, 1e-300)
+        shape = mc * mc / vc
+        scale = vc / mc
+        dens = (1.0 - p0) * stats.gamma.pdf(y, shape, scale=scale)
+        ended = np.exp(-rate * x) + np.sum(xx / t * dens * dy, axis=1)
+    out = np.clip(np.nan_to_num(1.0 - ended, nan=1.0), 0.0, 1.0)
+    # Past ``KENDALL_MAX_COUNT`` arrivals the integrand is a narrow peak the nodes miss: there the
+    # fixed window's form (an upper bound, so a point's miss only steps up as the rate grows).
+    window = x + s
+    many = rate * window > KENDALL_MAX_COUNT
+    if np.any(many):
+        fixed = _gamma_sf(s, rate * window * m1, rate * window * max(m2 - (1.0 - scv) * m1 * m1, 0.0))
+        out = np.where(many, fixed, out)
+    return np.where(np.isfinite(x), out, 1.0)
+
+
 def _itl_points(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float, replicas: int = 1) -> np.ndarray:
     """Share of each point's requests missing the ITL target at ``rate`` (the ITL bound's misses), with
     ``replicas`` behind a least-loaded router (``replica_capacity``)."""
@@ -515,27 +626,37 @@ def _itl_points(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float, r
     p = mix.uncached
     q = _prefill_tokens(spec, mix)
     d = mix.output_tokens - 1.0
-    window = d * itl_s
-    eq = float(mix.weights @ q)
-    mean = rate * window * a * eq
-    # E[Q^2] taken as E[P^2] scaled by (E[Q] / E[P])^2: the attention share rides on the prompt length.
-    m2 = mix.uncached_m2 * (eq / max(float(mix.weights @ p), 1e-300)) ** 2
-    # Var X = E[N] Var(aQ) + Var(N) (a E[Q])^2, with Var(N) = E[N] ca^2 / replicas: a least-loaded
-    # router gives each replica about every n-th arrival (the counts of an Erlang-n renewal process),
-    # and bursty arrivals' counts vary ca^2 (their index of dispersion, ``models.arrivals``) times a
-    # Poisson count's.
-    var = rate * window * a * a * max(m2 - (1.0 - mix.arrival_scv / replicas) * eq * eq, 0.0)
+    budget = max(spec.max_num_batched_tokens - op.decoding, 1.0)
     slack = d * (itl_s - op.decode_step_s)
     if spec.prefill_cap:
         # A step prefills at most its budget of tokens, so a decode step is at most the decode-only
         # step plus the dearest chunk (the budget's tokens at the end of the longest prompt): where
         # that is within the target, no burst of prefills can make a decode miss it (X <= D c).
-        budget = max(spec.max_num_batched_tokens - op.decoding, 1.0)
         chunk = np.minimum(p, budget)
         dearest = a * float(np.max(spec.profile.prefill_equivalent(chunk, mix.input_tokens - chunk)))
         if op.decode_step_s + dearest <= itl_s:
             return np.zeros_like(mix.weights)
-    if replicas == 1 and mix.weights.size == 1 and np.isclose(mix.uncached_m2, float(p[0]) ** 2):
+    one_size = replicas == 1 and mix.weights.size == 1 and np.isclose(mix.uncached_m2, float(p[0]) ** 2)
+    eq = float(mix.weights @ q)
+    # E[Q^2] taken as E[P^2] scaled by (E[Q] / E[P])^2: the attention share rides on the prompt length.
+    m2 = mix.uncached_m2 * (eq / max(float(mix.weights @ p), 1e-300)) ** 2
+    if spec.busy_period:
+        x = _initial_work(spec, mix, op, rate, budget, replicas)
+        if one_size:
+            # One request size: the count of prefills riding in a decode is Takacs' (a gamma, continuous,
+            # puts mass between the counts and overstates the tail up to ~2x there).
+            miss = _busy_tail_one(x, slack, rate, a * float(q[0]))
+        else:
+            miss = _busy_tail(x, slack, rate, a * eq, a * a * m2, mix.arrival_scv / replicas)
+        return np.where(d >= 1, miss, 0.0)
+    window = d * itl_s
+    mean = rate * window * a * eq
+    # Var X = E[N] Var(aQ) + Var(N) (a E[Q])^2, with Var(N) = E[N] ca^2 / replicas: a least-loaded
+    # router gives each replica about every n-th arrival (the counts of an Erlang-n renewal process),
+    # and bursty arrivals' counts vary ca^2 (their index of dispersion, ``models.arrivals``) times a
+    # Poisson count's.
+    var = rate * window * a * a * max(m2 - (1.0 - mix.arrival_scv / replicas) * eq * eq, 0.0)
+    if one_size:
         # One request size: X is a Poisson count of one prefill's cost, whose tail is the Poisson's
         # (the gamma, continuous, puts mass between the counts and overstates it up to ~2x there).
         c = a * float(q[0])
