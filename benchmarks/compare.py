@@ -35,8 +35,8 @@ from autoscaler.cli.common import controller_list
 from autoscaler.compare import check_names, failed, markdown_table, progress_rows, run_compare, write_comparison
 from autoscaler.config.loading import merged, moved_keys, parse_config
 from autoscaler.progress import Display
-from autoscaler.workload.build import build_workload
-from autoscaler.workload.types import Workload
+from autoscaler.workload.build import build_any
+from autoscaler.workload.stream import AnyWorkload, count
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
 from provenance import stamp
@@ -54,12 +54,13 @@ def _synthetic() -> dict[str, Any]:
     return mod.SYNTHETIC
 
 
-def scenario_workload(sc: dict[str, Any], data: Path) -> Workload:
-    """The scenario's workload: a trace under ``data`` shaped by its rate scale, or a synthetic one."""
+def scenario_workload(sc: dict[str, Any], data: Path) -> AnyWorkload:
+    """The scenario's workload: a trace under ``data`` shaped by its rate scale, streamed (``build_any``:
+    each row replays it, ``autoscaler.compare``), or a synthetic one."""
     if "trace" in sc:
         span = tuple(float(x) for x in sc["span"]) if "span" in sc else None
         lengths = data / sc["lengths_from"] if "lengths_from" in sc else None
-        return build_workload(data / sc["trace"], None, float(sc.get("rate_scale", 1.0)), 1.0, int(sc["seed"]), 0.2,
+        return build_any(data / sc["trace"], None, float(sc.get("rate_scale", 1.0)), 1.0, int(sc["seed"]), 0.2,
                               span, lengths)  # type: ignore[arg-type]
     return _synthetic()[sc["synthetic"]](**sc.get("params", {}), seed=int(sc["seed"]))
 
@@ -131,7 +132,7 @@ def main() -> None:
         write_comparison(comp, cfg, None, args.out / name)
         scale = f", rate x{sc['rate_scale']:g}" if "rate_scale" in sc else ""
         source = sc.get('trace', 'synthetic ' + sc.get('synthetic', ''))
-        print(f"\n### {name}: {len(wl.requests)} requests ({source}{scale}, seed {sc['seed']}; "
+        print(f"\n### {name}: {count(wl)} requests ({source}{scale}, seed {sc['seed']}; "
               f"{time.perf_counter() - t:.0f} s; {stamp()})\n")
         print(markdown_table(comp.rows), flush=True)
         failures += [f"{name}/{r['controller']}" for r in failed(comp.rows)]
