@@ -42,6 +42,7 @@ import os
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
+from functools import partial
 from itertools import chain
 from pathlib import Path
 
@@ -150,11 +151,7 @@ def file_stream(
     if not len(arrival):
         raise ValueError(f"no requests left in the trace after --rate-scale {rate_scale:g}")
     if mooncake and rate_scale <= 1:
-        rows_kept = kept
-
-        def from_rows() -> Iterator[tuple[int, ...]]:
-            return _hashes(p, stamp, rows_kept)
-        hashes_of = from_rows
+        hashes_of = partial(_hashes, p, stamp, kept)  # a partial, not a closure: it pickles (a worker process)
     n = len(arrival)
     return WorkloadStream(arrival, ins[kept].astype(np.int32), outs[kept].astype(np.int32), cls, priority,
                           np.broadcast_to(np.int32(0), (n,)), 0, 0, BLOCK_TOKENS if mooncake else 512, str(p), meta,
@@ -205,9 +202,7 @@ def _copies(p: Path, stamp: os.stat_result | None, rows: np.ndarray, arrival: np
     del counts
     id_stride = top + 1
 
-    def hashes_of() -> Iterator[tuple[int, ...]]:
-        return _copied_hashes(p, stamp, rows, src, copy, shared, id_stride)
-    return times, src, wf, hashes_of
+    return times, src, wf, partial(_copied_hashes, p, stamp, rows, src, copy, shared, id_stride)
 
 
 def _copied_hashes(p: Path, stamp: os.stat_result, rows: np.ndarray, src: np.ndarray, copy: np.ndarray,

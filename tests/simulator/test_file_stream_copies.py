@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -92,6 +93,7 @@ def test_copied_mooncake_file_streams_as_it_loads(tmp_path: Path, kw: dict) -> N
     assert all(r.hash_ids[0] == 0 for r in reqs)
     assert any(h >= stride for r in reqs for h in r.hash_ids[1:])
     assert max(r.step for r in reqs) == 4  # a copied conversation keeps its five turns
+    assert made(pickle.loads(pickle.dumps(stream))) == reqs  # a worker process gets it whole (spawn pickles)
 
 
 def test_copied_stream_keeps_the_whole_paths_errors(tmp_path: Path) -> None:
