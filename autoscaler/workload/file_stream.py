@@ -201,7 +201,6 @@ def _copies(p: Path, stamp: os.stat_result | None, rows: np.ndarray, arrival: np
     shared = shared_of(counts, len(rows), SHARED_MIN_FRACTION)
     del counts
     id_stride = top + 1
-
     return times, src, wf, partial(_copied_hashes, p, stamp, rows, src, copy, shared, id_stride)
 
 
@@ -214,17 +213,18 @@ def _copied_hashes(p: Path, stamp: os.stat_result, rows: np.ndarray, src: np.nda
     held: dict[int, tuple[int, ...]] = {}
     read = iter(_hashes(p, stamp, rows))
     n_read = 0
-    for s, k in zip(src.tolist(), copy.tolist(), strict=True):
-        while n_read <= s:
-            ids = next(read)
-            if left[n_read]:
-                held[n_read] = ids
-            n_read += 1
-        ids = held[s]
-        left[s] -= 1
-        if not left[s]:
-            del held[s]
-        yield ids if k == 0 else tuple(h if h in shared else h + k * id_stride for h in ids)
+    for lo in range(0, len(src), CHUNK_REQUESTS):  # a block's numbers as Python ints at a time, not the run's
+        for s, k in zip(src[lo:lo + CHUNK_REQUESTS].tolist(), copy[lo:lo + CHUNK_REQUESTS].tolist(), strict=True):
+            while n_read <= s:
+                ids = next(read)
+                if left[n_read]:
+                    held[n_read] = ids
+                n_read += 1
+            ids = held[s]
+            left[s] -= 1
+            if not left[s]:
+                del held[s]
+            yield ids if k == 0 else tuple(h if h in shared else h + k * id_stride for h in ids)
 
 
 def _workflows(p: Path, stamp: os.stat_result, shared: set[int] | None, n: int) -> tuple[np.ndarray, np.ndarray]:
