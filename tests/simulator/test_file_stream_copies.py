@@ -73,10 +73,11 @@ def test_copied_arrivals_by_hand(tmp_path: Path) -> None:
     assert build_stream(trace, rate_scale=2.5, seed=3).arrival_s.tolist() == want
 
 
-@pytest.mark.parametrize("kw", [{"rate_scale": 2.0}, {"rate_scale": 3.7, "seed": 4, "time_scale": 0.25},
+@pytest.mark.parametrize("kw", [{"rate_scale": 5.0}, {"rate_scale": 3.7, "seed": 4, "time_scale": 0.25},
                                 {"rate_scale": 1.5, "span": (3.0, 50.0), "batch_fraction": 0.5, "seed": 2}])
 def test_copied_mooncake_file_streams_as_it_loads(tmp_path: Path, kw: dict) -> None:
-    # 1,000 rows 50 ms apart (a 5-s jitter reorders copies over ~200 rows): 200 conversations of 5
+    # 1,000 rows 50 ms apart (a 5-s jitter reorders copies over ~200 rows; x5 passes a 4,096-request
+    # block of the hash reader): 200 conversations of 5
     # turns, each turn's ids its conversation's so far plus one; id 0 (in every row) is the only
     # shared id, so copies move every other id and link their own turns into workflows
     rows = []
