@@ -35,8 +35,9 @@ from autoscaler.cli.common import controller_list
 from autoscaler.compare import check_names, failed, markdown_table, progress_rows, run_compare, write_comparison
 from autoscaler.config.loading import merged, moved_keys, parse_config
 from autoscaler.progress import Display
-from autoscaler.workload.build import build_any
+from autoscaler.workload.build import build_any, build_workload
 from autoscaler.workload.stream import AnyWorkload, count
+from autoscaler.workload.types import Workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
 from provenance import stamp
@@ -54,15 +55,26 @@ def _synthetic() -> dict[str, Any]:
     return mod.SYNTHETIC
 
 
-def scenario_workload(sc: dict[str, Any], data: Path) -> AnyWorkload:
-    """The scenario's workload: a trace under ``data`` shaped by its rate scale, streamed (``build_any``:
-    each row replays it, ``autoscaler.compare``), or a synthetic one."""
+def scenario_workload(sc: dict[str, Any], data: Path) -> Workload:
+    """The scenario's workload, whole: a trace under ``data`` shaped by its rate scale, or a synthetic one."""
     if "trace" in sc:
-        span = tuple(float(x) for x in sc["span"]) if "span" in sc else None
-        lengths = data / sc["lengths_from"] if "lengths_from" in sc else None
-        return build_any(data / sc["trace"], None, float(sc.get("rate_scale", 1.0)), 1.0, int(sc["seed"]), 0.2,
-                              span, lengths)  # type: ignore[arg-type]
+        return build_workload(*_trace_args(sc, data))
     return _synthetic()[sc["synthetic"]](**sc.get("params", {}), seed=int(sc["seed"]))
+
+
+def scenario_stream(sc: dict[str, Any], data: Path) -> AnyWorkload:
+    """``scenario_workload``'s workload, a trace streamed where it streams (``build_any``: each row of
+    a comparison replays it, ``autoscaler.compare``)."""
+    if "trace" in sc:
+        return build_any(*_trace_args(sc, data))
+    return scenario_workload(sc, data)
+
+
+def _trace_args(sc: dict[str, Any], data: Path) -> tuple[Any, ...]:
+    """``build_workload``'s arguments for a trace scenario."""
+    span = tuple(float(x) for x in sc["span"]) if "span" in sc else None
+    lengths = data / sc["lengths_from"] if "lengths_from" in sc else None
+    return data / sc["trace"], None, float(sc.get("rate_scale", 1.0)), 1.0, int(sc["seed"]), 0.2, span, lengths
 
 
 def scenario_fleet(sc: dict[str, Any]) -> dict[str, Any]:
@@ -115,7 +127,7 @@ def main() -> None:
         (args.out / name).mkdir(parents=True, exist_ok=True)
         (args.out / name / "fleet.yaml").write_text(yaml.safe_dump(fleet, sort_keys=False))
         t = time.perf_counter()
-        wl = scenario_workload(sc, args.data)
+        wl = scenario_stream(sc, args.data)
         controllers = args.controllers or sc["controllers"]
         total = len(controllers)
         finished: list[str] = []
