@@ -24,6 +24,15 @@ included, then the run), plus:
   the bound's (``controllers.bound``); None for a row below the floor, or when the bound is. The
   table's ratio column is this one when present.
 
+The workload may be a ``WorkloadStream`` (``autoscaler.workload.stream``; the CLI's default for a
+trace): every row then makes its requests afresh from the stream's columns as its run reaches them
+(a Mooncake file's hash ids read from the file again), so no row, and no worker process, holds the
+whole trace's ``Request`` objects. A row whose controller reads the whole workload up front
+(``controllers.registry.needs_whole``: ``oracle``, ``bound``, ``mpc:forecast=perfect``) builds it in
+its own run (``WorkloadStream.materialise``, the same requests) and drops it with the run; checking its
+parameters before the runs (``check_controllers``) builds it on the stream's first chunk only. The
+rows are the same as with the whole workload (``tests/cli/test_compare_stream.py``).
+
 A run that raises is a row that says so: ``failed`` holds the error in one line, its figures are
 null (never 0), it is not ranked, and the other rows run and are written as usual; an interrupt
 still stops the whole comparison.
@@ -49,10 +58,11 @@ from autoscaler.progress import Rows
 from autoscaler.report import outcome, summarize, timeline_rows
 from autoscaler.simulate import SimulationRun, run_simulation
 from autoscaler.workers import quiet_worker, run_each
+from autoscaler.workload.stream import AnyWorkload, WorkloadStream
 from autoscaler.workload.types import Workload
 from controllers.base import FleetMismatchError
 from controllers.bound import DEFAULT_SIMULATIONS
-from controllers.registry import NAMES, build, parse_spec
+from controllers.registry import NAMES, build, needs_whole, parse_spec
 
 OUTPUTS = ("compare.json", "compare.png")
 COST_KEY = "cost_per_successful_request_usd"
@@ -113,10 +123,12 @@ def split_row(name: str) -> tuple[str, str | None]:
     return spec, (policy if sep else None)
 
 
-def check_controllers(names: Sequence[str], cfg: FleetConfig, workload: Workload, service: str | None) -> None:
+def check_controllers(names: Sequence[str], cfg: FleetConfig, workload: AnyWorkload, service: str | None) -> None:
     """``check_names``, then build every controller once so a bad parameter value fails before any run;
     one that cannot run on this fleet (``FleetMismatchError``: a service of pools only for a controller
-    that needs an aggregated variant, or none for ``dynamo-pd``) is left to its run, a failed row.
+    that needs an aggregated variant, or none for ``dynamo-pd``) is left to its run, a failed row. With
+    a stream, a controller that reads the whole workload (``needs_whole``) is built on the stream's
+    first chunk (``head``): its parameters are checked, its plan is its run's.
 
     Raises:
         ValueError: see ``check_names``; a parameter value the controller rejects.
@@ -127,9 +139,17 @@ def check_controllers(names: Sequence[str], cfg: FleetConfig, workload: Workload
         if parse_spec(spec)[0] == BOUND:  # its parameters checked; building it is its whole search
             continue
         try:
-            build(spec, cfg, service, workload)
+            build(spec, cfg, service, head(workload) if needs_whole(spec) else workload)
         except FleetMismatchError:  # the fleet's fault, not the spec's: its run says so in its row
             continue
+
+
+def head(workload: AnyWorkload) -> Workload:
+    """A ``Workload``: ``workload`` itself, or a stream's first chunk of requests."""
+    if not isinstance(workload, WorkloadStream):
+        return workload
+    first = next(workload.chunks(), [])
+    return Workload(first, block_tokens=workload.block_tokens, source=workload.source, meta=dict(workload.meta))
 
 
 def direction_changes(deltas: Sequence[int]) -> int:
@@ -186,7 +206,7 @@ def _plot_columns(run: SimulationRun) -> list[dict[str, Any]]:
             for row in timeline_rows(run) if row["service"] == run.sim.target]
 
 
-def run_one(name: str, cfg: FleetConfig, workload: Workload, service: str | None,
+def run_one(name: str, cfg: FleetConfig, workload: AnyWorkload, service: str | None,
             admission: str | None = None, report: Callable[[float], None] | None = None,
             search: Callable[[int], None] | None = None) -> RunResult:
     """Simulate one row (``SPEC`` or ``SPEC@POLICY``); returns its row (without the ratio) and its plot
@@ -194,10 +214,13 @@ def run_one(name: str, cfg: FleetConfig, workload: Workload, service: str | None
     ``report`` is called with the simulated time as the run goes (``Rows.reporter``), ``search``
     with each of ``bound``'s search runs as it starts (``Rows.searcher``). The row's ``wall_s`` is
     all of it: building the controller (``bound``'s search, the oracle's offline plan) and the run;
-    ``simulated_requests_per_s`` is the run's alone."""
+    ``simulated_requests_per_s`` is the run's alone. A stream is replayed afresh (module docstring),
+    made whole first for a controller that reads all of it (``needs_whole``)."""
     spec, policy = split_row(name)
     t0 = time.perf_counter()
     try:
+        if isinstance(workload, WorkloadStream) and needs_whole(spec):
+            workload = workload.materialise()  # this row's own, dropped with its run
         run = run_simulation(cfg, workload, spec, service, admission=policy or admission, measure=outcome,
                              on_step=report, on_search=search, keep_requests=False)
     except Exception as exc:  # any error of one controller's run: the other rows still count
@@ -209,11 +232,11 @@ def run_one(name: str, cfg: FleetConfig, workload: Workload, service: str | None
     return row, _plot_columns(run)
 
 
-_JOB: tuple[FleetConfig, Workload, str | None, str | None] | None = None
+_JOB: tuple[FleetConfig, AnyWorkload, str | None, str | None] | None = None
 _ROWS: tuple[list[str], Rows | None] = ([], None)
 
 
-def _init_worker(cfg: FleetConfig, workload: Workload, service: str | None, admission: str | None,
+def _init_worker(cfg: FleetConfig, workload: AnyWorkload, service: str | None, admission: str | None,
                  names: list[str], progress: Rows | None) -> None:
     global _JOB, _ROWS
     _JOB = (cfg, workload, service, admission)
@@ -226,7 +249,7 @@ def _work(name: str) -> RunResult:
     return _tracked(name, _ROWS[0], _ROWS[1], *_JOB)
 
 
-def _tracked(name: str, names: list[str], progress: Rows | None, cfg: FleetConfig, workload: Workload,
+def _tracked(name: str, names: list[str], progress: Rows | None, cfg: FleetConfig, workload: AnyWorkload,
              service: str | None, admission: str | None) -> RunResult:
     """``run_one``, its progress in ``progress`` (row ``names.index(name)``) when given."""
     if progress is None:
@@ -249,22 +272,26 @@ def search_runs(name: str) -> int:
     return int(params.get("simulations", DEFAULT_SIMULATIONS)) if kind == BOUND else 0
 
 
-def progress_rows(controllers: Sequence[str], workload: Workload) -> Rows:
+def progress_rows(controllers: Sequence[str], workload: AnyWorkload) -> Rows:
     """The ``Rows`` of a comparison: one per controller, each spanning the workload's last arrival
     (``search_runs`` for a row that searches first).
 
     Raises:
         ValueError: as ``parse_spec``.
     """
-    last = workload.requests[-1].arrival_s if workload.requests else 0.0
+    if isinstance(workload, WorkloadStream):
+        last = workload.last_arrival_s
+    else:
+        last = workload.requests[-1].arrival_s if workload.requests else 0.0
     return Rows(list(controllers), [last] * len(controllers), [search_runs(c) for c in controllers])
 
 
-def run_compare(cfg: FleetConfig, workload: Workload, controllers: Sequence[str], service: str | None = None,
+def run_compare(cfg: FleetConfig, workload: AnyWorkload, controllers: Sequence[str], service: str | None = None,
                 workers: int | None = None,
                 done: Callable[[dict[str, Any]], None] | None = None, floor: float = DEFAULT_FLOOR,
                 admission: str | None = None, progress: Rows | None = None) -> Comparison:
-    """Simulate every controller on ``workload`` and collect the rows in the order given.
+    """Simulate every controller on ``workload`` (whole, or a stream each row replays: module
+    docstring) and collect the rows in the order given.
 
     Args:
         admission: the admission policy of rows that name none (None: ``simulate.default_admission``).

@@ -35,7 +35,8 @@ from autoscaler.cli.common import controller_list
 from autoscaler.compare import check_names, failed, markdown_table, progress_rows, run_compare, write_comparison
 from autoscaler.config.loading import merged, moved_keys, parse_config
 from autoscaler.progress import Display
-from autoscaler.workload.build import build_workload
+from autoscaler.workload.build import build_any, build_workload
+from autoscaler.workload.stream import AnyWorkload, count
 from autoscaler.workload.types import Workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
@@ -55,13 +56,25 @@ def _synthetic() -> dict[str, Any]:
 
 
 def scenario_workload(sc: dict[str, Any], data: Path) -> Workload:
-    """The scenario's workload: a trace under ``data`` shaped by its rate scale, or a synthetic one."""
+    """The scenario's workload, whole: a trace under ``data`` shaped by its rate scale, or a synthetic one."""
     if "trace" in sc:
-        span = tuple(float(x) for x in sc["span"]) if "span" in sc else None
-        lengths = data / sc["lengths_from"] if "lengths_from" in sc else None
-        return build_workload(data / sc["trace"], None, float(sc.get("rate_scale", 1.0)), 1.0, int(sc["seed"]), 0.2,
-                              span, lengths)  # type: ignore[arg-type]
+        return build_workload(*_trace_args(sc, data))
     return _synthetic()[sc["synthetic"]](**sc.get("params", {}), seed=int(sc["seed"]))
+
+
+def scenario_stream(sc: dict[str, Any], data: Path) -> AnyWorkload:
+    """``scenario_workload``'s workload, a trace streamed where it streams (``build_any``: each row of
+    a comparison replays it, ``autoscaler.compare``)."""
+    if "trace" in sc:
+        return build_any(*_trace_args(sc, data))
+    return scenario_workload(sc, data)
+
+
+def _trace_args(sc: dict[str, Any], data: Path) -> tuple[Any, ...]:
+    """``build_workload``'s arguments for a trace scenario."""
+    span = tuple(float(x) for x in sc["span"]) if "span" in sc else None
+    lengths = data / sc["lengths_from"] if "lengths_from" in sc else None
+    return data / sc["trace"], None, float(sc.get("rate_scale", 1.0)), 1.0, int(sc["seed"]), 0.2, span, lengths
 
 
 def scenario_fleet(sc: dict[str, Any]) -> dict[str, Any]:
@@ -114,7 +127,7 @@ def main() -> None:
         (args.out / name).mkdir(parents=True, exist_ok=True)
         (args.out / name / "fleet.yaml").write_text(yaml.safe_dump(fleet, sort_keys=False))
         t = time.perf_counter()
-        wl = scenario_workload(sc, args.data)
+        wl = scenario_stream(sc, args.data)
         controllers = args.controllers or sc["controllers"]
         total = len(controllers)
         finished: list[str] = []
@@ -131,7 +144,7 @@ def main() -> None:
         write_comparison(comp, cfg, None, args.out / name)
         scale = f", rate x{sc['rate_scale']:g}" if "rate_scale" in sc else ""
         source = sc.get('trace', 'synthetic ' + sc.get('synthetic', ''))
-        print(f"\n### {name}: {len(wl.requests)} requests ({source}{scale}, seed {sc['seed']}; "
+        print(f"\n### {name}: {count(wl)} requests ({source}{scale}, seed {sc['seed']}; "
               f"{time.perf_counter() - t:.0f} s; {stamp()})\n")
         print(markdown_table(comp.rows), flush=True)
         failures += [f"{name}/{r['controller']}" for r in failed(comp.rows)]

@@ -80,6 +80,13 @@ def compare(
                                        "to the terminal's width, or $COLUMNS).")] = False,
     floor: Annotated[float, typer.Option(help="Interactive SLO attainment a row needs to be ranked by cost.")
                      ] = 0.99,
+    whole: Annotated[bool, typer.Option(
+        "--whole", help="Build every request of the trace up front, once, shared by the rows. By default a "
+                        "trace is streamed: each row makes its requests from compact columns as its run "
+                        "reaches them (the same rows in less memory); a row whose controller reads the whole "
+                        "workload (oracle, bound, mpc:forecast=perfect) builds it for its own run. Not "
+                        "streamed: the embedded workload, --time-scale on a ServeGen folder, a file's rows "
+                        "out of order.")] = False,
     admission: Annotated[str | None, typer.Option(
         help="Admission policy at the gateway: none | pid | mpc (default: none for the anchors, the fleet "
              "file's controller.admission otherwise); a row SPEC@POLICY sets its own.", show_default=False)] = None,
@@ -99,7 +106,9 @@ def compare(
     )
     from autoscaler.progress import Display
     from autoscaler.simulate import long_run_warning
-    from autoscaler.workload.build import build_workload, check_shaping, parse_span
+    from autoscaler.workload.build import build_any, build_workload, check_shaping, parse_span
+    from autoscaler.workload.stream import AnyWorkload
+    from autoscaler.workload.stream import count as requests
 
     try:
         output = output_format(output, json_alias)
@@ -121,11 +130,15 @@ def compare(
         check_admission(admission)
         span_s = None if span is None else parse_span(span)
         files.check_writable(out)
-        wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span_s, lengths_from)
+        wl: AnyWorkload
+        if trace is None or whole:
+            wl = build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span_s, lengths_from)
+        else:  # streamed where it streams bit for bit (build_any), else whole
+            wl = build_any(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span_s, lengths_from)
         check_controllers(names, cfg, wl, service)  # a bad spec's parameter: one line, before any other
         files.clear(out, OUTPUTS)  # once the trace is read: a mistyped --trace loses no earlier results
         # the first line comes before the rows' first progress (a piped run would otherwise be silent)
-        err_console.print(f"compare: {count(len(names), 'row')} on {count(len(wl.requests), 'request')} of {wl.source}",
+        err_console.print(f"compare: {count(len(names), 'row')} on {count(requests(wl), 'request')} of {wl.source}",
                           markup=False, highlight=False, soft_wrap=True)
         warning = long_run_warning(cfg, wl, service)
         if warning:
@@ -151,7 +164,7 @@ def compare(
         print_document(comp.rows, output)
         _exit_if_failed(comp.rows)
         return
-    print_table(f"{len(wl.requests)} requests of {wl.source} (rate x{rate_scale:g}, seed {seed})",
+    print_table(f"{requests(wl)} requests of {wl.source} (rate x{rate_scale:g}, seed {seed})",
                 columns(wide), table_cells(comp.rows, wide), wide)
     for line in legend(comp.rows):
         say(line)

@@ -139,8 +139,8 @@ def simulate(
         "--whole", help="Build every request of the trace up front. By default a trace is streamed (kept as "
                         "columns, its requests made as the run reaches them: the same run in less memory) "
                         "unless the controller reads the whole workload (oracle, bound, mpc:forecast=perfect), "
-                        "--serve-metrics is given, or the trace does not stream (--rate-scale > 1 on a file, "
-                        "--time-scale on a ServeGen folder, rows out of order).")] = False,
+                        "--serve-metrics is given, or the trace does not stream (--time-scale on a ServeGen "
+                        "folder, a file's rows out of order).")] = False,
 ) -> None:
     """Run the control loop on a trace against the embedded fleet simulator."""
     from autoscaler.compare import search_runs

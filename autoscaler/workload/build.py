@@ -165,19 +165,19 @@ def build_stream(
     """The workload ``build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction,
     span, lengths_from)`` builds, as a ``WorkloadStream`` (``workload.stream``): the same requests, field
     for field, kept as columns and made ``chunk_requests`` at a time as a run reaches them. A ServeGen
-    folder streams with any arguments; a trace file (``workload.file_stream``, read a line at a time)
-    with ``rate_scale <= 1`` and its rows in arrival order, and ``time_scale`` applies to it only.
+    folder streams with any arguments but ``time_scale``; a trace file (``workload.file_stream``, read a
+    line at a time) with any ``rate_scale`` and ``time_scale`` (copies for ``rate_scale > 1`` made as
+    columns) when its rows are in arrival order.
 
     Raises:
         TraceError: a malformed trace (the message ``build_workload`` gives).
-        ValueError: as ``build_workload``; or a trace file that does not stream (rows out of order,
-            ``rate_scale > 1``).
+        ValueError: as ``build_workload``; or a trace file that does not stream (rows out of order).
     """
     wl = build_any(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span, lengths_from,
                    chunk_requests)
     if not isinstance(wl, WorkloadStream):
-        why = "--rate-scale > 1 copies it" if rate_scale > 1 else "its rows are not in arrival order"
-        raise ValueError(f"{trace}: does not stream ({why}); build it whole (build_workload)")
+        raise ValueError(f"{trace}: does not stream (its rows are not in arrival order); build it whole "
+                         "(build_workload)")
     return wl
 
 
@@ -194,7 +194,7 @@ def build_any(
 ) -> AnyWorkload:
     """``build_workload``'s workload (same arguments), streamed where it streams bit for bit
     (``build_stream``'s cases), else whole: the embedded workload, a ServeGen folder with
-    ``time_scale != 1``, a trace file with ``rate_scale > 1`` or rows out of order.
+    ``time_scale != 1``, a trace file with rows out of order.
 
     Raises:
         TraceError, ValueError: as ``build_workload``.

@@ -16,15 +16,23 @@ Each step is the whole path's rule applied to the columns (the sources are the f
 * workflows: ``classes.workflow_steps`` over the whole file, the shared ids counted first
   (``classes.shared_of``), as ``group_workflows``; the trie it keeps lives while the file is read;
 * span: ``build.crop``; classes and priorities: ``classes.assign_classes``' draws, one per unit;
-* rate: ``shaping.shape`` for ``rate_scale <= 1`` (thinning by unit) and any ``time_scale``.
+* rate: ``shaping.shape``: thinning by unit for ``rate_scale < 1``, and any ``time_scale``; for
+  ``rate_scale > 1`` the copies (``shaping.copy_plan``) with the same draws in the same order, each
+  extra copy's arrivals ``|t * time_scale + shift[unit]|``, merged by a stable sort on arrival over
+  the copies laid end to end (the order ``Workload``'s stable sort gives the whole path's list);
+  workflow ids of copy k ``id + k * stride``; hash ids of copy k ``id + k * (max id + 1)`` except the
+  shared ones (``classes.shared_ids`` of the span's requests, counted in a pass over the file),
+  applied request by request as the run reads them (``_copied_hashes``).
 
 Not streamed (``file_stream`` returns None, the caller builds the whole workload): rows out of arrival
-order (``Workload`` sorts them; no shipped file has any) and ``rate_scale > 1`` (copies with jittered
-arrivals, merged by a sort).
+order (``Workload`` sorts them; no shipped file has any).
 
 Memory: the build holds the columns of every row of the file (~40 bytes a row) and, for Mooncake,
 the shared-id counts, then the workflow trie (each grows with the file's hash ids); the run holds the
-columns of the kept requests and the ``Request`` objects of the chunks at hand.
+columns of the kept requests and the ``Request`` objects of the chunks at hand. A copied
+(``rate_scale > 1``) stream holds those columns for every copy's request (~54 bytes a request with a
+Mooncake file's row and copy numbers) and, while it runs, the hash ids of the file rows whose copies
+are not all made yet: rows within about 2 x ``shaping.JITTER_S`` of the run's time.
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ import json
 import os
 from array import array
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from itertools import chain
 from pathlib import Path
 
@@ -52,9 +61,12 @@ from autoscaler.workload.classes import (
     workflow_steps,
 )
 from autoscaler.workload.mooncake import BLOCK_TOKENS, mooncake_rows
-from autoscaler.workload.shaping import MAX_REQUESTS
+from autoscaler.workload.shaping import JITTER_S, MAX_REQUESTS, copy_plan
 from autoscaler.workload.stream import CHUNK_REQUESTS, WorkloadStream
 from autoscaler.workload.types import CRITICAL, SHEDDABLE, STANDARD
+
+_Hashes = Callable[[], Iterator[tuple[int, ...]]] | None
+"""A new iterator over every request's hash ids in order (``WorkloadStream.hashes``); None: none."""
 
 
 def _units(workflow: np.ndarray) -> np.ndarray:
@@ -79,14 +91,12 @@ def file_stream(
 ) -> WorkloadStream | None:
     """``build_workload(trace, trace_format, rate_scale, time_scale, seed, batch_fraction, span)`` of a
     trace file as a ``WorkloadStream`` (module docstring), or None where it does not stream (rows out
-    of order, ``rate_scale > 1``). Shaping arguments are the caller's to check (``build.check_shaping``).
+    of order). Shaping arguments are the caller's to check (``build.check_shaping``).
 
     Raises:
         TraceError: a malformed trace (the whole path's message), an unknown format.
         ValueError: as ``build_workload``: no request in the span, too many requests, too long a span.
     """
-    if rate_scale > 1:
-        return None
     if trace_format not in (None, "azure", "mooncake"):
         raise trace_error(Path(trace), None, f"unknown trace format {trace_format!r} (expected one of "
                                              "['azure', 'mooncake'])")
@@ -116,6 +126,7 @@ def file_stream(
     is_critical = np.random.default_rng((seed, PRIORITY_STREAM)).random(n_units) < CRITICAL_FRACTION
     cls = is_batch[unit].astype(np.uint8)  # REQUEST_CLASSES: interactive 0, batch 1
     priority = np.where(is_batch[unit], SHEDDABLE, np.where(is_critical[unit], CRITICAL, STANDARD)).astype(np.uint8)
+    hashes_of: _Hashes = None
     if rate_scale != 1.0 or time_scale != 1.0:
         if len(kept) * rate_scale > MAX_REQUESTS:
             raise ValueError(f"rate_scale {rate_scale:g} would make ~{len(kept) * rate_scale:,.0f} requests from "
@@ -125,23 +136,95 @@ def file_stream(
             kept, arrival, workflow, step, cls, priority = (x[keep] for x in (kept, arrival, workflow, step, cls,
                                                                                priority))
             unit = _units(workflow)
-        arrival = arrival * time_scale
+        if rate_scale > 1:
+            copied = _copies(p, stamp if mooncake else None, kept, arrival * time_scale, workflow, unit, n_units,
+                             rate_scale, seed)
+            arrival, src, workflow, hashes_of = copied
+            kept, step, cls, priority = kept[src], step[src], cls[src], priority[src]
+            unit = _units(workflow)
+        else:
+            arrival = arrival * time_scale
         meta.update({"time_scale": time_scale, "rate_scale": rate_scale, "shape_seed": seed})
     if len(arrival) and arrival[-1] - arrival[0] > MAX_SPAN_S:
         raise ValueError(f"--time-scale {time_scale:g} stretches the workload to {arrival[-1] - arrival[0]:.3g} s; "
                          f"at most {MAX_SPAN_S:.3g} s (ten years) is simulated")
     if not len(arrival):
         raise ValueError(f"no requests left in the trace after --rate-scale {rate_scale:g}")
-    hashes_of = None
-    if mooncake:
-        rows_kept = kept
-
-        def hashes_of() -> Iterator[tuple[int, ...]]:
-            return _hashes(p, stamp, rows_kept)
+    if mooncake and rate_scale <= 1:
+        hashes_of = partial(_hashes, p, stamp, kept)  # a partial, not a closure: it pickles (a worker process)
     n = len(arrival)
     return WorkloadStream(arrival, ins[kept].astype(np.int32), outs[kept].astype(np.int32), cls, priority,
                           np.broadcast_to(np.int32(0), (n,)), 0, 0, BLOCK_TOKENS if mooncake else 512, str(p), meta,
                           chunk_requests, workflow=workflow, step=step, unit=unit, hashes=hashes_of)
+
+
+def _copies(p: Path, stamp: os.stat_result | None, rows: np.ndarray, arrival: np.ndarray, workflow: np.ndarray,
+            unit: np.ndarray, n_units: int, rate_scale: float,
+            seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, _Hashes]:
+    """``shaping.shape``'s copies (``rate_scale > 1``) of the span's requests, as columns.
+
+    Args:
+        p, stamp: the file and its stat; ``stamp`` None: no hash ids (an Azure file).
+        rows: each span request's data row in the file (0-based, ascending; int64, n).
+        arrival: the span's arrivals already multiplied by ``time_scale``, seconds (float64, n).
+        workflow, unit: the span's workflow ids (-1: none) and units (int64, n); ``n_units`` units.
+
+    Returns:
+        (arrivals sorted, each request's span index, its workflow id (-1: none),
+        a new iterator over its hash ids in that order (None without hash ids)), the copies' requests
+        in ``Workload``'s order (module docstring).
+    """
+    rng = np.random.default_rng((seed, SHAPE_STREAM))
+    parts: list[tuple[np.ndarray, np.ndarray]] = []
+    for k, keep_p in copy_plan(rate_scale):
+        keep = rng.random(n_units) < keep_p if keep_p < 1 else np.ones(n_units, dtype=bool)
+        shift = rng.uniform(-JITTER_S, JITTER_S, n_units) if k > 0 else np.zeros(n_units)
+        idx = np.flatnonzero(keep[unit])
+        parts.append((idx, arrival[idx] if k == 0 else np.abs(arrival[idx] + shift[unit[idx]])))
+    copy = np.concatenate([np.full(len(idx), k, dtype=np.int32) for k, (idx, _) in enumerate(parts)])
+    times = np.concatenate([t for _, t in parts])
+    order = np.argsort(times, kind="stable")  # the whole path's stable sort of the copies end to end
+    src = np.concatenate([idx for idx, _ in parts])[order]
+    copy, times = copy[order], times[order]
+    del parts
+    wf = workflow[src]
+    wf_stride = int(workflow.max()) + 1 if len(workflow) and workflow.max() >= 0 else 0
+    wf = np.where(wf >= 0, wf + copy.astype(np.int64) * wf_stride, -1)
+    if stamp is None:
+        return times, src, wf, None
+    counts: Counter[int] = Counter()
+    top = -1
+    for ids in _hashes(p, stamp, rows):
+        counts.update(set(ids))
+        if ids:
+            top = max(top, max(ids))
+    shared = shared_of(counts, len(rows), SHARED_MIN_FRACTION)
+    del counts
+    id_stride = top + 1
+    return times, src, wf, partial(_copied_hashes, p, stamp, rows, src, copy, shared, id_stride)
+
+
+def _copied_hashes(p: Path, stamp: os.stat_result, rows: np.ndarray, src: np.ndarray, copy: np.ndarray,
+                   shared: set[int], id_stride: int) -> Iterator[tuple[int, ...]]:
+    """The hash ids of each copied request (span index ``src``, copy ``copy``) in order: its row's,
+    each id not in ``shared`` moved by ``copy * id_stride``. The file is read forward once; a row's
+    ids are kept from their reading until its last copy is made."""
+    left = np.bincount(src, minlength=len(rows)).tolist()  # copies of each span row still to make
+    held: dict[int, tuple[int, ...]] = {}
+    read = iter(_hashes(p, stamp, rows))
+    n_read = 0
+    for lo in range(0, len(src), CHUNK_REQUESTS):  # a block's numbers as Python ints at a time, not the run's
+        for s, k in zip(src[lo:lo + CHUNK_REQUESTS].tolist(), copy[lo:lo + CHUNK_REQUESTS].tolist(), strict=True):
+            while n_read <= s:
+                ids = next(read)
+                if left[n_read]:
+                    held[n_read] = ids
+                n_read += 1
+            ids = held[s]
+            left[s] -= 1
+            if not left[s]:
+                del held[s]
+            yield ids if k == 0 else tuple(h if h in shared else h + k * id_stride for h in ids)
 
 
 def _workflows(p: Path, stamp: os.stat_result, shared: set[int] | None, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -35,6 +35,20 @@ from autoscaler.workload.types import Request, Workload
 # ~250 B, plus 65-193 B of run heap) and ~1/27,000 s at x20-x100 (docs/benchmarks.md, 'Simulator
 # speed'): 20 M is ~6-9 GB and ~12 minutes; beyond it is almost surely a typo.
 MAX_REQUESTS = 20_000_000
+JITTER_S = 5.0
+"""Half-width of an extra copy's per-unit arrival shift, seconds (module rules: why 5 s)."""
+
+
+def copy_plan(rate_scale: float) -> list[tuple[int, float]]:
+    """(copy index, keep probability) of each copy ``rate_scale`` makes, the original first (copy 0;
+    module rules): ``[(0, r)]`` for r < 1, else floor(r) whole copies and one thinned to the rest."""
+    if rate_scale < 1:
+        return [(0, rate_scale)]
+    whole = math.floor(rate_scale)
+    plan = [(k, 1.0) for k in range(whole)]
+    if rate_scale > whole:
+        plan.append((whole, rate_scale - whole))
+    return plan
 
 
 def shape(
@@ -42,7 +56,7 @@ def shape(
     time_scale: float = 1.0,
     rate_scale: float = 1.0,
     seed: int = 0,
-    jitter_s: float = 5.0,
+    jitter_s: float = JITTER_S,
     shared_min_fraction: float = SHARED_MIN_FRACTION,
 ) -> Workload:
     """Return a time-scaled and rate-scaled copy of ``workload`` (the input is not modified).
@@ -80,15 +94,7 @@ def shape(
     wf_stride = max((r.workflow_id for r in reqs if r.workflow_id is not None), default=-1) + 1
     shared = shared_ids(reqs, shared_min_fraction)
 
-    # (copy index, keep probability): the original is copy 0.
-    if rate_scale < 1:
-        plan = [(0, rate_scale)]
-    else:
-        whole = math.floor(rate_scale)
-        plan = [(k, 1.0) for k in range(whole)]
-        if rate_scale > whole:
-            plan.append((whole, rate_scale - whole))
-
+    plan = copy_plan(rate_scale)
     rng = np.random.default_rng((seed, SHAPE_STREAM))
     out: list[Request] = []
     for k, keep_p in plan:

@@ -62,7 +62,7 @@ def test_help_names_the_whole_option() -> None:
 
 
 @pytest.mark.parametrize(("extra", "streamed"), [([], True), (["--whole"], False),
-                                                 (["--controller", "oracle"], False), (["--rate-scale", "2"], False)])
+                                                 (["--controller", "oracle"], False), (["--rate-scale", "2"], True)])
 def test_what_simulate_streams(extra: list[str], streamed: bool, tmp_path: Path,
                                monkeypatch: pytest.MonkeyPatch) -> None:
     import autoscaler.simulate as simulate_module

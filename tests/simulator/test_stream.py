@@ -158,5 +158,5 @@ def test_build_stream_is_build_workload(folder: Path, tmp_path_factory: pytest.T
         stream = build_stream(folder, 0.5, 5, 0.25, (200.0, 800.0), given, chunk_requests=50)
         assert fields([r for c in stream.chunks() for r in c]) == fields(whole.requests)
         assert stream.source == whole.source and stream.meta == whole.meta
-    with pytest.raises(ValueError, match="does not stream"):  # a trace file streams, but not copied
-        build_stream(lengths, 2.0)
+    copied = build_stream(lengths, 2.0)  # a trace file streams copied too (test_file_stream_copies.py)
+    assert fields([r for c in copied.chunks() for r in c]) == fields(build_workload(lengths, None, 2.0).requests)
