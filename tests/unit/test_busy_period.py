@@ -37,6 +37,16 @@ from models.profiles import get_profile
 H100 = get_profile("llama-3-8b/h100-sxm")
 
 
+
+ONE_H100 = {"services": [{"name": "svc", "model": "m", "max_model_len": 16384,
+                          "slo": {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20, "itl_s": 1}},
+                          "variants": [{"name": "h100", "gpu": "H100-SXM", "price_per_gpu_hour": 2.99,
+                                        "min_replicas": 0, "max_replicas": 1, "initial_replicas": 1,
+                                        "startup_cold_s": 10, "kv_cache_tokens": 400_000,
+                                        "profile": "llama-3-8b/h100-sxm"}]}],
+            "engine": {"max_num_seqs": 256, "max_num_batched_tokens": 8192}}
+"""One H100 replica of an 8B model on 8192-token steps (the capacity benchmark's ITL-bound case)."""
+
 def test_takacs_count_law_by_hand() -> None:
     # x = 0.3 s of the decode's own steps, prefills of c = 0.2 s at 2/s. With slack 0.1 < c one
     # prefill is already a miss: P(miss) = P(an arrival within x) = 1 - e^{-0.6}. With slack 0.3 one
@@ -100,14 +110,7 @@ def test_the_simulators_decodes_carry_prefills_as_the_busy_period_says() -> None
     # simulator's share of decodes that carry no prefill (no other request's first token between a
     # request's first token and its last) is e^{-rate x}, x from ``_initial_work``; its ITL misses
     # are within 25 % of the busy-period form's, where the fixed window overstates them.
-    doc = {"services": [{"name": "svc", "model": "m", "max_model_len": 16384,
-                         "slo": {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20, "itl_s": 1}},
-                         "variants": [{"name": "h100", "gpu": "H100-SXM", "price_per_gpu_hour": 2.99,
-                                       "min_replicas": 0, "max_replicas": 1, "initial_replicas": 1,
-                                       "startup_cold_s": 10, "kv_cache_tokens": 400_000,
-                                       "profile": "llama-3-8b/h100-sxm"}]}],
-           "engine": {"max_num_seqs": 256, "max_num_batched_tokens": 8192}}
-    cfg = parse_config(doc, "<busy-period test>")
+    cfg = parse_config(ONE_H100, "<busy-period test>")
     rate = 1.53
     wl = poisson_workload(rate, np.array([8000]), np.array([20]), 20_000 / rate, seed=0)
     one = StaticController({"svc": {"h100": 1}}, cfg.controller.tick_s, cfg.controller.window_s)
@@ -156,14 +159,7 @@ def test_the_busy_period_form_is_within_the_band_of_the_knee_on_azure_code_like_
     outs = np.clip(np.rint(rng.lognormal(math.log(28) - 0.5, 1.0, n)), 1, None)
     keep = ins + outs <= 16384
     ins, outs = ins[keep], outs[keep]
-    doc = {"services": [{"name": "svc", "model": "m", "max_model_len": 16384,
-                         "slo": {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20, "itl_s": 1}},
-                         "variants": [{"name": "h100", "gpu": "H100-SXM", "price_per_gpu_hour": 2.99,
-                                       "min_replicas": 0, "max_replicas": 1, "initial_replicas": 1,
-                                       "startup_cold_s": 10, "kv_cache_tokens": 400_000,
-                                       "profile": "llama-3-8b/h100-sxm"}]}],
-           "engine": {"max_num_seqs": 256, "max_num_batched_tokens": 8192}}
-    cfg = one_replica(parse_config(doc, "<busy-period knee>"), "h100")
+    cfg = one_replica(parse_config(ONE_H100, "<busy-period knee>"), "h100")
     spec = replace(ReplicaSpec.of(cfg.services[0].variants[0], cfg.engine), busy_period=True)
     model = replica_capacity(spec, RequestMix.from_requests(ins, outs), 2.0, 0.1).rps
     measured, _ = knee(cfg, ins, outs, 0.5 * model, 1.5 * model, steps=8, min_requests=10_000)
