@@ -533,14 +533,10 @@ def _initial_work(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, rate: 
     last = p - budget * (chunks - 1.0)
     q_last = spec.profile.prefill_equivalent(last, mix.input_tokens - last)
     x = op.step_s + a * q_last + np.maximum(mix.output_tokens - 2.0, 0.0) * op.decode_step_s
-    service = _prefill_s(spec, mix, op.decoding, op.decode_step_s)
-    es = float(mix.weights @ service)
-    rho = rate * es
-    if rho >= 1.0:
+    queue = _prefill_queue(mix, _prefill_s(spec, mix, op.decoding, op.decode_step_s), rate, replicas)
+    if queue is None:
         return np.full_like(x, np.inf)
-    cs2 = float(mix.weights @ (service * service)) / (es * es) - 1.0
-    wait = _erlang_c(replicas, replicas * rho) * es * (mix.arrival_scv + cs2) / (2.0 * replicas * (1.0 - rho))
-    before = wait + a * (_prefill_tokens(spec, mix) - q_last) + (chunks - 1.0) * op.decode_step_s
+    before = queue[0] / queue[1] + a * (_prefill_tokens(spec, mix) - q_last) + (chunks - 1.0) * op.decode_step_s
     # Tokens A arriving over ``before`` (compound Poisson, taken as gamma): step 0 takes ``room`` of
     # them, E[(A - room)+] = E[A] SF_{k+1}(room) - room SF_k(room) waits for the decode steps.
     ep = float(mix.weights @ p)
@@ -596,7 +592,8 @@ def _busy_tail(x: np.ndarray, slack: np.ndarray, rate: float, m1: float, m2: flo
     xx = x[:, None]
     t = xx + y
     mu = rate * t * m1
-    var = rate * t * np.maximum(m2 - (1.0 - scv) * m1 * m1, 1e-300)
+    v1 = max(m2 - (1.0 - scv) * m1 * m1, 0.0)  # one arrival's share of the count's variance
+    var = rate * t * max(v1, 1e-300)
     p0 = np.exp(-rate * t)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         mc = mu / (1.0 - p0)
@@ -611,7 +608,7 @@ def _busy_tail(x: np.ndarray, slack: np.ndarray, rate: float, m1: float, m2: flo
     window = x + s
     many = rate * window > KENDALL_MAX_COUNT
     if np.any(many):
-        fixed = _gamma_sf(s, rate * window * m1, rate * window * max(m2 - (1.0 - scv) * m1 * m1, 0.0))
+        fixed = _gamma_sf(s, rate * window * m1, rate * window * v1)
         out = np.where(many, fixed, out)
     return np.where(np.isfinite(x), out, 1.0)
 
@@ -677,14 +674,25 @@ def _ttft_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float,
     queue, with ``replicas`` pooled behind a least-loaded router (``replica_capacity``)."""
     op = operating_point(spec, mix, rate)
     service, slack = _ttft_slack(spec, mix, op, ttft_s)
+    queue = _prefill_queue(mix, service, rate, replicas)
+    if queue is None:
+        return np.ones_like(mix.weights)
+    wait, decay = queue
+    return np.where(slack < 0, 1.0, wait * np.exp(-decay * np.maximum(slack, 0.0)))
+
+
+def _prefill_queue(mix: RequestMix, service: np.ndarray, rate: float, replicas: int) -> tuple[float, float] | None:
+    """The prefill queue's (probability of waiting, exponential decay rate of the wait's tail, 1/s)
+    for prefill service times ``service`` (s per point) at ``rate`` per replica, ``replicas`` pooled
+    (module docstring, TTFT: Erlang C with Kingman's heavy-traffic tail; the mean wait is their
+    ratio); None when the queue is unstable (utilisation >= 1)."""
     es = float(mix.weights @ service)
     rho = rate * es
     if rho >= 1.0:
-        return np.ones_like(mix.weights)
+        return None
     cs2 = float(mix.weights @ (service * service)) / (es * es) - 1.0
     wait = _erlang_c(replicas, replicas * rho)  # = rho for one replica
-    decay = 2.0 * replicas * (1.0 - rho) / (es * (mix.arrival_scv + cs2))
-    return np.where(slack < 0, 1.0, wait * np.exp(-decay * np.maximum(slack, 0.0)))
+    return wait, 2.0 * replicas * (1.0 - rho) / (es * (mix.arrival_scv + cs2))
 
 
 def _seqs_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float) -> np.ndarray:
