@@ -398,6 +398,7 @@ slope's lower ``TREND_LEVEL`` bound, so a minute's swing (Azure conv's 60-s rate
 is read as noise, a ramp (the ramp scenario's +100 req/s over 30 minutes) as a rise."""
 TREND_MIN_POINTS = 8
 """Rates the slope needs (two minutes of 15-s ticks): fewer give no trend."""
+_TREND_Z = NormalDist().inv_cdf(TREND_LEVEL)  # the normal quantile of TREND_LEVEL, once
 
 
 def rising_slope(rates: Sequence[tuple[float, float]], span_s: float, window_s: float) -> float:
@@ -423,7 +424,7 @@ def rising_slope(rates: Sequence[tuple[float, float]], span_s: float, window_s: 
     spacing = (t[-1] - t[0]) / (n - 1)
     n_eff = max(2.0, min(float(n), (t[-1] - t[0] + spacing) / max(window_s, spacing)))
     se = math.sqrt(float(np.sum(resid * resid)) / (n - 2) / sxx * n / n_eff)
-    return max(0.0, b - NormalDist().inv_cdf(TREND_LEVEL) * se)
+    return max(0.0, b - _TREND_Z * se)
 
 
 def trend_path(now_rps: float, slope: float, dt: float, horizon: int, span_s: float) -> np.ndarray:
