@@ -56,12 +56,16 @@ first ``--services`` are configured and exported: the watch cache's share of a d
 fleet larger than the services it leads (issue 35, "memory per daemon"); the objects each daemon's
 cache holds are printed with its resident set; ``--pod-shape served`` gives the pods the fields a real
 API server serves (5.6 KB of JSON each, not 0.3 KB), as the cache's size per pod depends on them.
+``--pin N`` runs the daemons on N CPUs of their own and Prometheus, the API server, the exporter and
+this driver on the others (``os.sched_setaffinity`` per thread): with the daemons ticking one at a
+time, the ticking daemon has a core to itself, as "one core per shard" reads, while what it waits on
+(Prometheus, the API server: other machines in a cluster) runs beside it, not on its core.
 
     python benchmarks/fleet_scale.py [--services 10 100] [--daemons 1 3 10] [--pods 7] [--fleet N]
                                      [--pod-shape small|served] [--ticks 5]
                                      [--watch on|off] [--controller mpc] [--scrape-interval 2s]
                                      [--lease 8 6 1] [--aggregate on|off] [--scale-writers N]
-                                     [--json PATH] [--profile PATH]
+                                     [--pin N] [--json PATH] [--profile PATH]
 """
 
 from __future__ import annotations
@@ -357,6 +361,32 @@ def rss_mib() -> float:
     return float("nan")
 
 
+def pin(pid: int, cpus: set[int] | None) -> None:
+    """Bind every thread of process ``pid`` to ``cpus`` (``os.sched_setaffinity`` per thread of
+    ``/proc/<pid>/task``: the call binds one thread, and threads started later inherit their
+    creator's set); ``None``: nothing. A thread that ended meanwhile is passed over."""
+    if cpus is None:
+        return
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(task.name), cpus)
+
+
+def pin_sets(n: int | None) -> tuple[set[int], set[int]] | None:
+    """``--pin N``: the daemons' CPUs (the first N this process may run on) and the rest's (every other:
+    Prometheus, the API server and exporter, this driver), or ``None`` without ``--pin``.
+
+    Raises:
+        SystemExit: fewer than N + 1 CPUs, or N < 1.
+    """
+    if n is None:
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if n < 1 or len(cpus) < n + 1:
+        raise SystemExit(f"fleet_scale.py: --pin {n}: needs N >= 1 and N + 1 CPUs; this process has {len(cpus)}")
+    return set(cpus[:n]), set(cpus[n:])
+
+
 def daemon_side(conn: Connection, identity: str, kube_url: str, prom_url: str, cfg: FleetConfig,
                 controller: str, profile: str | None = None, scale_writers: int | None = None) -> None:
     """One daemon in its own process: built, its watch cache listed, its election thread started
@@ -546,15 +576,21 @@ class Bench:
     Deployments and pods, not exported), default ``services``; ``shape``: the pods' (``POD_SHAPES``)."""
 
     def __init__(self, services: int, pods: int, scrape_interval: str, work: Path, replicas: int = 0,
-                 fleet: int | None = None, shape: str = "small") -> None:
+                 fleet: int | None = None, shape: str = "small",
+                 pins: tuple[set[int], set[int]] | None = None) -> None:
+        self.pins = pins
         self.ctx = multiprocessing.get_context("spawn")
         self.conn, child = self.ctx.Pipe()
         self.side = self.ctx.Process(target=cluster_side, args=(child, services, pods, replicas, fleet, shape),
                                      daemon=True)
         self.side.start()
+        pin(self.side.pid or 0, pins and pins[1])
+        pin(os.getpid(), pins and pins[1])
         self.kube_url, port = self.conn.recv()
         self.prom = PromServer(work, [Target(f"127.0.0.1:{port}")], scrape_interval=scrape_interval)
         self.prom.start()
+        assert self.prom.proc is not None
+        pin(self.prom.proc.pid, pins and pins[1])
         self.prom.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == "1", timeout_s=120)
         self.prom_started = time.monotonic()
         self.runs = 0
@@ -600,6 +636,7 @@ class Bench:
                 procs[n] = self.ctx.Process(target=daemon_side, args=(child, n, self.kube_url, self.prom.url, cfg,
                                                                        controller, prof, scale_writers), daemon=True)
                 procs[n].start()
+                pin(procs[n].pid or 0, self.pins and self.pins[0])
             self.procs = procs
             for n in names:
                 if not conns[n].poll(SETTLE_S) or recv(conns[n], procs[n], f"daemon {n}") != "ready":
@@ -851,6 +888,8 @@ def main() -> None:
                     help="prometheus.aggregate: the pod-scoped signals per pod (on) or as union branches (off)")
     ap.add_argument("--scale-writers", type=int, help="services whose scale writes run at once in a daemon "
                     "(default: the daemon's SCALE_WRITERS)")
+    ap.add_argument("--pin", type=int, metavar="N", help="run the daemons on N CPUs of their own and "
+                    "Prometheus, the API server and this driver on the others (needs N + 1 CPUs)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--profile", type=Path, help="daemon d0's ticks under cProfile: PATH-<services>x<daemons>.prof")
     args = ap.parse_args()
@@ -858,11 +897,13 @@ def main() -> None:
     logging.basicConfig(level=logging.ERROR)
     largest = max(args.services)
     lease = (args.lease[0], args.lease[1], args.lease[2])
+    pins = pin_sets(args.pin)
     fleet(1, True, 1, lease)  # a bad --lease fails here, before anything starts
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="fleet-scale-") as work:
         fleet_n = max(args.fleet or largest, largest)
-        bench = Bench(largest, args.pods, args.scrape_interval, Path(work), fleet=fleet_n, shape=args.pod_shape)
+        bench = Bench(largest, args.pods, args.scrape_interval, Path(work), fleet=fleet_n, shape=args.pod_shape,
+                      pins=pins)
         try:
             try:
                 series = bench.prom.query("count({__name__=~\".+\"})")[0]["value"][1]
@@ -875,7 +916,9 @@ def main() -> None:
                   f"window {SIGNAL_WINDOW_S:g} s, "
                   f"watch {args.watch}, aggregate {args.aggregate}, services to shards {args.assign}, "
                   f"{args.ticks} rounds counted after the first; lease duration / renew / retry "
-                  f"{lease[0]:g} / {lease[1]:g} / {lease[2]:g} s; {os.cpu_count()} CPUs\n")
+                  f"{lease[0]:g} / {lease[1]:g} / {lease[2]:g} s; {os.cpu_count()} CPUs"
+                  + ("" if pins is None else f"; daemons on CPUs {sorted(pins[0])}, Prometheus, the API server "
+                     f"and the driver on {sorted(pins[1])}") + "\n")
             print("| services | daemons | tick wall p50 / p99 | tick CPU p50 / p99 | waiting on Prometheus p50 / p99 | "
                   "Prometheus CPU p50 / p99 | "
                   "RSS per daemon (services led) | "

@@ -171,3 +171,49 @@ def test_the_wall_waiting_on_prometheus_is_the_union_of_the_queries_in_flight() 
     assert counting.in_flight_s() == pytest.approx(3.0 + 1.0)  # [0, 3] and [5, 6] by hand
     counting.reset()
     assert counting.in_flight_s() == 0.0 and counting.sent == 0
+
+
+def test_pin_binds_every_thread_of_a_process_and_the_threads_it_starts_later() -> None:
+    """``--pin``: a child with a thread already running is bound to one CPU of this process's set; the
+    thread it starts afterwards inherits it (read back from ``/proc/<pid>/task/<tid>``)."""
+    import os
+    import subprocess
+    import time
+    from pathlib import Path
+
+    code = ("import threading, time, sys\n"
+            "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+            "sys.stdin.readline()\n"  # pinned by now: a second thread, then wait to be read
+            "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+            "print('started', flush=True); time.sleep(30)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        target = {max(os.sched_getaffinity(0))}
+        deadline = time.monotonic() + 30
+        while len(list(Path(f"/proc/{child.pid}/task").iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        fs.pin(child.pid, target)
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "started"
+        tasks = [int(t.name) for t in Path(f"/proc/{child.pid}/task").iterdir()]
+        assert len(tasks) >= 3 and all(os.sched_getaffinity(t) == target for t in tasks)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_pin_sets_split_this_processs_cpus_daemons_first() -> None:
+    """``--pin N``: the first N CPUs of this process's set for the daemons, the rest for the others;
+    N < 1 or fewer than N + 1 CPUs is refused; without ``--pin`` nothing."""
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))
+    assert fs.pin_sets(None) is None
+    with pytest.raises(SystemExit, match="--pin 0"):
+        fs.pin_sets(0)
+    with pytest.raises(SystemExit, match=f"this process has {len(cpus)}"):
+        fs.pin_sets(len(cpus))
+    if len(cpus) >= 2:
+        assert fs.pin_sets(1) == ({cpus[0]}, set(cpus[1:]))
