@@ -826,15 +826,20 @@ _WAIT_BISECTIONS = 30  # 2^-30 of the TTFT slack
 def _wait_to_miss(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, rate: float, slack: np.ndarray
                   ) -> np.ndarray:
     """The wait in the prefill queue past which each point misses its TTFT target, s: the ``w`` with
-    ``w + a c E[min(A(w), room)] = slack``. The prompts arriving during its wait ``A(w)`` (tokens,
-    compound Poisson over ``w``, as gamma) queue behind it, and the scheduler fills its last prefill
-    step's budget left (``room``) with them, so its first token waits for their prefill too (``c``:
-    prefill-token equivalents per token of the mix). ``slack`` itself where it is negative."""
+    ``w + a c E[min(A(w + e), room)] = slack``. The prompts arriving during its wait and its earlier
+    chunks' steps ``e`` (``A``: tokens, compound Poisson, as gamma) queue behind it, and the scheduler
+    fills its last prefill step's budget left (``room``) with them, so its first token waits for their
+    prefill too (``c``: prefill-token equivalents per token of the mix). ``slack`` itself where it is
+    negative."""
     a = spec.profile.prefill_s_per_token
     budget = max(spec.max_num_batched_tokens - op.decoding, 1.0)
     p = mix.uncached
-    last = p - budget * (np.maximum(np.ceil(p / budget), 1.0) - 1.0)
+    chunks = np.maximum(np.ceil(p / budget), 1.0)
+    last = p - budget * (chunks - 1.0)
     room = np.maximum(budget - last, 0.0)
+    q_last = spec.profile.prefill_equivalent(last, mix.input_tokens - last)
+    # its earlier chunks' steps: what arrives then queues behind it too
+    earlier = a * (_prefill_tokens(spec, mix) - q_last) + (chunks - 1.0) * op.decode_step_s
     qm, wm = _marginal_prefill_tokens(spec, mix)
     pm = (mix.uncached if mix.prompt_points is None else mix.prompt_points * (1.0 - mix.prefix_hit_rate))
     ep = float(wm @ pm)
@@ -842,8 +847,8 @@ def _wait_to_miss(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, rate: 
     var_per_s = rate * max(float(wm @ (pm * pm)), ep * ep)
 
     def cost(w: np.ndarray) -> np.ndarray:
-        mean = rate * w * ep
-        return w + per_token * (mean - _expected_excess(mean, var_per_s * w, room))
+        mean = rate * (w + earlier) * ep
+        return w + per_token * (mean - _expected_excess(mean, var_per_s * (w + earlier), room))
     lo, hi = np.zeros_like(slack), np.maximum(slack, 0.0)
     for _ in range(_WAIT_BISECTIONS):
         mid = (lo + hi) / 2
