@@ -725,7 +725,14 @@ def _ttft_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float,
         # the wait's whole law (Pollaczek-Khinchine) over the prompts' marginal: a few long prompts
         # make the tail that Kingman's exponential, from the second moment alone, leaves out
         served, weights = _queue_points(spec, mix, op.decoding, op.decode_step_s)
-        return _pk_wait_sf(served, weights, rate, _wait_to_miss(spec, mix, op, rate, slack))
+        need = _wait_to_miss(spec, mix, op, rate, slack)
+        if mix.arrival_scv != 1.0:
+            # bursty arrivals (``models.arrivals``): the Poisson law's waits stretched by Kingman's
+            # ratio (ca^2 + cs^2) / (1 + cs^2), the heavy-traffic scaling of the wait
+            es = float(weights @ served)
+            cs2 = float(weights @ (served * served)) / (es * es) - 1.0
+            need = need * (1.0 + cs2) / (mix.arrival_scv + cs2)
+        return _pk_wait_sf(served, weights, rate, need)
     queue = _prefill_queue(mix, service, rate, replicas)
     if queue is None:
         return np.ones_like(mix.weights)

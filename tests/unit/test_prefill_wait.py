@@ -21,6 +21,7 @@ from models.capacity import (
     _pk_mean_wait,
     _pk_wait_sf,
     _prefill_queue,
+    _ttft_slack,
     _wait_to_miss,
     operating_point,
     replica_capacity,
@@ -161,3 +162,27 @@ def test_the_busy_period_form_is_within_the_band_of_the_knee_on_azure_conv_like_
     print(f"\nazure-conv-like A100: busy-period model {model:.3f} req/s, knee {measured:.3f}: {model / measured:.3f}")
     assert 0.51 * model < measured < 2.49 * model
     assert 0.90 <= model / measured <= 1.05
+
+
+def test_bursty_arrivals_stretch_the_wait_by_kingmans_ratio() -> None:
+    # Index of dispersion 3 (``RequestMix.arrival_scv``): the Poisson law read at the slack divided by
+    # (ca^2 + cs^2) / (1 + cs^2), cs^2 the prefill service's (computed here from the same points).
+    from models.capacity import _prefill_s, _ttft_points
+
+    h100 = get_profile("llama-3-8b/h100-sxm")
+    spec = ReplicaSpec(h100, 256, 8192, 16, 400_000, busy_period=True)
+    mix = RequestMix.from_requests([500.0, 2000.0, 9000.0, 1200.0], [50.0, 80.0, 20.0, 200.0])
+    rate = 6.0
+    poisson = _ttft_points(spec, mix, rate, 1.0)
+    bursty = _ttft_points(spec, replace(mix, arrival_scv=3.0), rate, 1.0)
+    op = operating_point(spec, mix, rate)
+    assert mix.prompt_points is not None and mix.prompt_weights is not None
+    served = _prefill_s(spec, replace(mix, input_tokens=mix.prompt_points, output_tokens=mix.prompt_points,
+                                      weights=mix.prompt_weights, prompt_points=None, prompt_weights=None),
+                        op.decoding, op.decode_step_s)
+    es = float(mix.prompt_weights @ served)
+    cs2 = float(mix.prompt_weights @ served ** 2) / es ** 2 - 1
+    _, slack = _ttft_slack(spec, mix, op, 1.0)
+    need = _wait_to_miss(spec, mix, op, rate, slack) * (1 + cs2) / (3.0 + cs2)
+    assert bursty == pytest.approx(_pk_wait_sf(served, mix.prompt_weights, rate, need), rel=1e-9)
+    assert np.all(bursty >= poisson) and np.any(bursty > 1.5 * poisson)
