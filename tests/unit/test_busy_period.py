@@ -152,7 +152,8 @@ def test_the_busy_period_form_is_off_by_default_and_raises_short_decodes_capacit
 @pytest.mark.slow
 def test_the_busy_period_form_is_within_the_band_of_the_knee_on_azure_code_like_lengths() -> None:
     # benchmarks/capacity.py's "azure-code-like 2048/28" (8192-token steps, so the per-step cap does
-    # not apply): the fixed window gives 0.77 of the simulator's knee, the busy-period form 0.97 (d766c9f).
+    # not apply): the fixed window gives 0.77 of the simulator's knee, the busy-period form 0.97 (d766c9f),
+    # 0.94 with the prefill queue's law and joining prefills (5698ae9).
     from autoscaler.knee import knee, one_replica
 
     rng = np.random.default_rng(1)
