@@ -19,10 +19,16 @@ of the SLO stay within ``1 - attainment`` (default 1 %):
   and what arrives meanwhile rides too, so ``X`` is the work of an M/G/1 busy period begun by the
   decode's own steps, of which the fixed window is an upper bound (opt-in,
   ``ReplicaSpec.busy_period``: ``_busy_tail``, Kendall's identity; measured in docs/benchmarks.md).
+  In that form each prefill riding in the decode also joins its batch for the rest of it, and the
+  arrivals' second moment is the prompts' marginal's (``RequestMix.prompt_points``).
 * **TTFT** (prefill time vs the TTFT target). Prefills are served FCFS: an M/G/1 queue whose
   service is the request's prefill steps (``a P + ceil(P / budget) s_d``), with the exponential
   waiting-time tail of heavy traffic (Kingman): ``P(W > t) = rho exp(-2 (1 - rho) t / (E[S] (ca^2 +
-  cs^2)))``. A request misses when its wait exceeds ``ttft_s - S - s_d``.
+  cs^2)))``. A request misses when its wait exceeds ``ttft_s - S - s_d``. (With
+  ``ReplicaSpec.busy_period``, one replica: the wait's whole law, Pollaczek-Khinchine over the
+  prompts' marginal, ``_pk_wait_sf``, since a few long prompts make the tail that the second moment
+  alone leaves out; and the prompts queued behind a request fill its last prefill step's budget
+  left, so it waits for them too, ``_wait_to_miss``.)
 * **max_num_seqs** (Little's law on the time in system ``T``). Each request holds one of
   ``max_num_seqs`` slots for ``T = S + L_out s``: an M/M/c queue with ``c = max_num_seqs`` and
   offered load ``lam T``; a request misses when its wait for a slot (Erlang C, decay ``(c - lam T) / T``)
@@ -58,7 +64,7 @@ import math
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -167,6 +173,11 @@ class RequestMix:
         arrival_scv: squared coefficient of variation of inter-arrival times (1 for Poisson).
         input_m2: mean squared prompt length of the requests summarised, tokens^2 (the points'
             own when None); the ITL bound's prefill variance reads it.
+        prompt_points, prompt_weights: the prompt lengths alone (their marginal), as the mean of
+            each quantile stratum of ``_OUTPUT_EDGES`` (finer toward the longest), tokens, and each
+            stratum's share; None: the points' own. The stratified points average each output
+            stratum's longest prompts away, and with them the prefill queue's tail, which a few
+            long prompts make; the busy-period form reads the marginal (``_queue_points``).
     """
 
     input_tokens: np.ndarray
@@ -175,6 +186,8 @@ class RequestMix:
     prefix_hit_rate: float = 0.0
     arrival_scv: float = 1.0
     input_m2: float | None = None
+    prompt_points: np.ndarray | None = None
+    prompt_weights: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.weights)
@@ -184,6 +197,10 @@ class RequestMix:
             raise ValueError(f"prefix_hit_rate must be in [0, 1), got {self.prefix_hit_rate}")
         if np.any(self.input_tokens < 1) or np.any(self.output_tokens < 1) or np.any(self.weights < 0):
             raise ValueError("token lengths must be >= 1 and weights >= 0")
+        if (self.prompt_points is None) != (self.prompt_weights is None) or (
+                self.prompt_points is not None and self.prompt_weights is not None
+                and len(self.prompt_points) != len(self.prompt_weights)):
+            raise ValueError("prompt_points and prompt_weights come together, one weight per point")
 
     @classmethod
     def from_requests(cls, input_tokens: Sequence[float] | np.ndarray, output_tokens: Sequence[float] | np.ndarray,
@@ -219,8 +236,13 @@ class RequestMix:
                     pts_w.append((b - a) / n)
         pairs, where = np.unique(np.column_stack([pts_in, pts_out]), axis=0, return_inverse=True)
         weights = np.bincount(where.ravel(), weights=pts_w)  # equal points merged
+        # the prompts' marginal on the same finer-toward-the-top strata (``prompt_points``)
+        by_prompt = np.sort(ins)
+        edges = np.unique(np.round(np.array(_OUTPUT_EDGES) * n).astype(int))
+        prompt_points = np.array([by_prompt[lo:hi].mean() for lo, hi in itertools.pairwise(edges) if hi > lo])
+        prompt_weights = np.array([(hi - lo) / n for lo, hi in itertools.pairwise(edges) if hi > lo])
         return cls(pairs[:, 0], pairs[:, 1], weights / weights.sum(), prefix_hit_rate,
-                   input_m2=float(np.mean(ins * ins)))
+                   input_m2=float(np.mean(ins * ins)), prompt_points=prompt_points, prompt_weights=prompt_weights)
 
     @classmethod
     def from_means(cls, input_tokens: float, output_tokens: float, prefix_hit_rate: float = 0.0) -> RequestMix:
@@ -248,13 +270,14 @@ class RequestMix:
         if not (0 < input_factor < math.inf and 0 < output_factor < math.inf):
             raise ValueError(f"scale factors must be finite numbers > 0, got {input_factor}, {output_factor}")
         m2 = None if self.input_m2 is None else self.input_m2 * input_factor ** 2
+        prompts = None if self.prompt_points is None else np.maximum(self.prompt_points * input_factor, 1.0)
         return RequestMix(np.maximum(self.input_tokens * input_factor, 1.0),
                           np.maximum(self.output_tokens * output_factor, 1.0), self.weights, self.prefix_hit_rate,
-                          self.arrival_scv, m2)
+                          self.arrival_scv, m2, prompts, self.prompt_weights)
 
     def with_prefix_hit_rate(self, hit: float) -> RequestMix:
         """The same lengths with another prefix-cache hit rate."""
-        return RequestMix(self.input_tokens, self.output_tokens, self.weights, hit, self.arrival_scv, self.input_m2)
+        return replace(self, prefix_hit_rate=hit)
 
     @property
     def uncached_m2(self) -> float:
@@ -292,8 +315,11 @@ class ReplicaSpec:
             False (default): the prefills arriving during a decode may all ride in its steps.
         busy_period: the ITL bound takes the prefill riding in a decode as the work of an M/G/1 busy
             period begun by the decode's own steps (``_busy_tail``: the decode lengthens with what
-            rides in it); False (default): as the work arriving over a fixed window of ``D x itl_s``,
-            an upper bound of it (docs/benchmarks.md, "Capacity model", measures both).
+            rides in it, and each prefill riding joins its batch), and for one replica the TTFT bound
+            takes the prefill queue's whole wait law over the prompts' marginal (``_pk_wait_sf``,
+            ``_wait_to_miss``); False (default): the work arriving over a fixed window of ``D x
+            itl_s``, an upper bound of it, and Kingman's tail (docs/benchmarks.md, "Capacity model",
+            measures both).
     """
 
     profile: PerformanceProfile
@@ -533,10 +559,14 @@ def _initial_work(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, rate: 
     last = p - budget * (chunks - 1.0)
     q_last = spec.profile.prefill_equivalent(last, mix.input_tokens - last)
     x = op.step_s + a * q_last + np.maximum(mix.output_tokens - 2.0, 0.0) * op.decode_step_s
-    queue = _prefill_queue(mix, _prefill_s(spec, mix, op.decoding, op.decode_step_s), rate, replicas)
-    if queue is None:
+    if replicas == 1:
+        wait = _pk_mean_wait(*_queue_points(spec, mix, op.decoding, op.decode_step_s), rate)
+    else:
+        queue = _prefill_queue(mix, _prefill_s(spec, mix, op.decoding, op.decode_step_s), rate, replicas)
+        wait = math.inf if queue is None else queue[0] / queue[1]
+    if not math.isfinite(wait):
         return np.full_like(x, np.inf)
-    before = queue[0] / queue[1] + a * (_prefill_tokens(spec, mix) - q_last) + (chunks - 1.0) * op.decode_step_s
+    before = wait + a * (_prefill_tokens(spec, mix) - q_last) + (chunks - 1.0) * op.decode_step_s
     # Tokens A arriving over ``before`` (compound Poisson, taken as gamma): step 0 takes ``room`` of
     # them, E[(A - room)+] = E[A] SF_{k+1}(room) - room SF_k(room) waits for the decode steps.
     ep = float(mix.weights @ p)
@@ -567,9 +597,11 @@ def _busy_tail_one(x: np.ndarray, slack: np.ndarray, rate: float, c: float) -> n
     return np.clip(out, 0.0, 1.0)
 
 
-def _busy_tail(x: np.ndarray, slack: np.ndarray, rate: float, m1: float, m2: float, scv: float) -> np.ndarray:
+def _busy_tail(x: np.ndarray, slack: np.ndarray, rate: float, m1: float | np.ndarray, m2: float | np.ndarray,
+               scv: float) -> np.ndarray:
     """P(more than ``slack`` seconds of prefill rides in a decode begun with ``x`` seconds of its own
-    steps), prefills arriving at ``rate`` with cost moments ``m1``, ``m2`` (seconds, seconds^2).
+    steps), prefills arriving at ``rate`` with cost moments ``m1``, ``m2`` (seconds, seconds^2; one
+    for all points or one per point).
 
     The prefill riding in a decode lengthens it, and what arrives meanwhile rides too: the decode
     ends at the first ``t`` with ``t = x + S(t)`` (``S`` the prefill cost arrived by ``t``), the busy
@@ -587,13 +619,15 @@ def _busy_tail(x: np.ndarray, slack: np.ndarray, rate: float, m1: float, m2: flo
     with an absolute floor of about 1e-4 (1 minus the atom and the integral)."""
     x = np.asarray(x, dtype=float)
     s = np.maximum(np.asarray(slack, dtype=float), 0.0)
+    m1 = np.broadcast_to(np.asarray(m1, dtype=float), x.shape)
+    m2 = np.broadcast_to(np.asarray(m2, dtype=float), x.shape)
     y = s[:, None] * _U[None, :] ** _POWER  # (points, nodes)
     dy = s[:, None] * _POWER * _U[None, :] ** (_POWER - 1.0) * _UW[None, :]
     xx = x[:, None]
     t = xx + y
-    mu = rate * t * m1
-    v1 = max(m2 - (1.0 - scv) * m1 * m1, 0.0)  # one arrival's share of the count's variance
-    var = rate * t * max(v1, 1e-300)
+    mu = rate * t * m1[:, None]
+    v1 = np.maximum(m2 - (1.0 - scv) * m1 * m1, 0.0)  # one arrival's share of the count's variance
+    var = rate * t * np.maximum(v1, 1e-300)[:, None]
     p0 = np.exp(-rate * t)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         mc = mu / (1.0 - p0)
@@ -639,12 +673,25 @@ def _itl_points(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float, r
     m2 = mix.uncached_m2 * (eq / max(float(mix.weights @ p), 1e-300)) ** 2
     if spec.busy_period:
         x = _initial_work(spec, mix, op, rate, budget, replicas)
+        # the arrivals' second moment from the prompts' marginal, whose long prompts the points
+        # average away (the attention's share grows with the square of the prompt)
+        qm, wm = _marginal_prefill_tokens(spec, mix)
+        m2 = float(wm @ (qm * qm))
         if one_size:
             # One request size: the count of prefills riding in a decode is Takacs' (a gamma, continuous,
             # puts mass between the counts and overstates the tail up to ~2x there).
             miss = _busy_tail_one(x, slack, rate, a * float(q[0]))
         else:
-            miss = _busy_tail(x, slack, rate, a * eq, a * a * m2, mix.arrival_scv / replicas)
+            # A prefill riding in the decode also joins its batch: each of its remaining steps
+            # decodes one more sequence (``b`` plus ``g`` per context token), for the shorter of
+            # its output and about half the decode (it arrives uniformly within it).
+            _, _, b, g = marginal_costs(spec.profile)
+            held = np.minimum(mix.output_tokens[None, :], d[:, None] / 2.0) @ mix.weights
+            ctx = float(mix.weights @ (mix.input_tokens + mix.output_tokens / 2.0))
+            joins = (b + g * ctx) * held
+            m1 = a * eq + joins
+            miss = _busy_tail(x, slack, rate, m1, a * a * m2 + 2.0 * a * eq * joins + joins * joins,
+                              mix.arrival_scv / replicas)
         return np.where(d >= 1, miss, 0.0)
     window = d * itl_s
     mean = rate * window * a * eq
@@ -674,6 +721,18 @@ def _ttft_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float,
     queue, with ``replicas`` pooled behind a least-loaded router (``replica_capacity``)."""
     op = operating_point(spec, mix, rate)
     service, slack = _ttft_slack(spec, mix, op, ttft_s)
+    if spec.busy_period and replicas == 1:
+        # the wait's whole law (Pollaczek-Khinchine) over the prompts' marginal: a few long prompts
+        # make the tail that Kingman's exponential, from the second moment alone, leaves out
+        served, weights = _queue_points(spec, mix, op.decoding, op.decode_step_s)
+        need = _wait_to_miss(spec, mix, op, rate, slack)
+        if mix.arrival_scv != 1.0:
+            # bursty arrivals (``models.arrivals``): the Poisson law's waits stretched by Kingman's
+            # ratio (ca^2 + cs^2) / (1 + cs^2), the heavy-traffic scaling of the wait
+            es = float(weights @ served)
+            cs2 = float(weights @ (served * served)) / (es * es) - 1.0
+            need = need * (1.0 + cs2) / (mix.arrival_scv + cs2)
+        return _pk_wait_sf(served, weights, rate, need)
     queue = _prefill_queue(mix, service, rate, replicas)
     if queue is None:
         return np.ones_like(mix.weights)
@@ -693,6 +752,123 @@ def _prefill_queue(mix: RequestMix, service: np.ndarray, rate: float, replicas: 
     cs2 = float(mix.weights @ (service * service)) / (es * es) - 1.0
     wait = _erlang_c(replicas, replicas * rho)  # = rho for one replica
     return wait, 2.0 * replicas * (1.0 - rho) / (es * (mix.arrival_scv + cs2))
+
+
+PK_CELLS = 1024
+"""Grid cells over ``[0, largest slack]`` of ``_pk_wait_sf``'s discretised residual service (rounded to
+the nearest cell, so the k-fold sums' errors have zero mean)."""
+_PK_TILT = 25.0  # e^-25: what the FFT's wrap-around leaves of the mass beyond its period
+
+
+def _queue_points(spec: ReplicaSpec, mix: RequestMix, decoding: float, decode_step_s: float
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(prefill service time of each point of the prompts' marginal, s (``_prefill_s`` of a request of
+    that prompt), their weights): ``RequestMix.prompt_points``, the mix's own points where it has none."""
+    if mix.prompt_points is None or mix.prompt_weights is None:
+        return _prefill_s(spec, mix, decoding, decode_step_s), mix.weights
+    budget = max(spec.max_num_batched_tokens - decoding, 1.0)
+    q, w = _marginal_prefill_tokens(spec, mix)
+    return spec.profile.prefill_s_per_token * q + np.ceil(mix.prompt_points * (1.0 - mix.prefix_hit_rate) / budget) \
+        * decode_step_s, w
+
+
+def _marginal_prefill_tokens(spec: ReplicaSpec, mix: RequestMix) -> tuple[np.ndarray, np.ndarray]:
+    """(prefill-token equivalents of each point of the prompts' marginal (``_prefill_tokens``' rule),
+    their weights); the mix's own points where it has no marginal."""
+    if mix.prompt_points is None or mix.prompt_weights is None:
+        return _prefill_tokens(spec, mix), mix.weights
+    uncached = mix.prompt_points * (1.0 - mix.prefix_hit_rate)
+    return spec.profile.prefill_equivalent(uncached, mix.prompt_points - uncached), mix.prompt_weights
+
+
+def _pk_wait_sf(service: np.ndarray, weights: np.ndarray, rate: float, t: np.ndarray) -> np.ndarray:
+    """P(W > t) for each ``t`` (s): the FCFS wait of an M/G/1 queue whose service is ``service`` (s)
+    with probabilities ``weights``, arrivals at ``rate`` (1/s); 1 everywhere when ``rate E[S] >= 1``.
+
+    Pollaczek-Khinchine in Benes' form: ``W`` is a geometric(``rho``) number of residual service
+    times (density ``P(S > u) / E[S]``), so ``P(W <= t) = (1 - rho) sum_k rho^k R^{*k}(t)``, exact
+    for any service law, where Kingman's exponential tail (``_prefill_queue``) keeps only its second
+    moment and misses what a few long prompts add. The residual is discretised on ``PK_CELLS`` cells
+    of ``[0, max t]`` (sums beyond it never fall back inside: every term is >= 0) and the series
+    summed in one FFT, exponentially tilted so that its wrap-around is ``e^-25`` of the mass beyond
+    the period. Source: Asmussen, "Applied Probability and Queues" (2nd ed., 2003), VIII.5 (the
+    Pollaczek-Khinchine formula as a geometric compound of the residual law)."""
+    t = np.asarray(t, dtype=float)
+    es = float(weights @ service)
+    rho = rate * es
+    if rho >= 1.0:
+        return np.ones_like(t)
+    top = float(np.max(t, initial=0.0))
+    if top <= 0.0 or es <= 0.0:
+        return np.where(t < 0, 1.0, np.where(t > 0, 0.0, rho))
+    h = top / PK_CELLS
+    edges = (np.arange(PK_CELLS + 1) + 0.5) * h  # cell i is [(i - 1/2) h, (i + 1/2) h), cell 0 from 0
+    residual_cdf = (np.minimum(service[None, :], edges[:, None]) @ weights) / es
+    mass = np.diff(residual_cdf, prepend=0.0)
+    n = 2 * (PK_CELLS + 1)
+    tilt = np.exp(-_PK_TILT / n * np.arange(n))
+    padded = np.zeros(n)
+    padded[:PK_CELLS + 1] = mass
+    spectrum = np.fft.rfft(padded * tilt)
+    law = np.fft.irfft((1.0 - rho) / (1.0 - rho * spectrum), n)[:PK_CELLS + 1] / tilt[:PK_CELLS + 1]
+    law[0] = max(law[0], 0.0)
+    cdf = np.minimum(np.cumsum(np.maximum(law, 0.0)), 1.0)
+    at = np.concatenate([[0.0], edges])
+    below = np.interp(t, at, np.concatenate([[1.0 - rho], cdf]))
+    return np.where(t < 0, 1.0, np.clip(1.0 - below, 0.0, 1.0))
+
+
+def _expected_excess(mean: np.ndarray, var: float | np.ndarray, room: np.ndarray) -> np.ndarray:
+    """E[(A - room)+] for a gamma ``A`` of this mean and variance, elementwise (0 where the mean is 0):
+    ``E[A] SF_{k+1}(room) - room SF_k(room)`` with shape ``k`` and scale ``theta``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k, theta = mean * mean / var, var / mean
+        over = mean * special.gammaincc(k + 1.0, room / theta) - room * special.gammaincc(k, room / theta)
+    return np.where(mean > 0, np.clip(np.nan_to_num(over), 0.0, mean), 0.0)
+
+
+_WAIT_BISECTIONS = 30  # 2^-30 of the TTFT slack
+
+
+def _wait_to_miss(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, rate: float, slack: np.ndarray
+                  ) -> np.ndarray:
+    """The wait in the prefill queue past which each point misses its TTFT target, s: the ``w`` with
+    ``w + a c E[min(A(w + e), room)] = slack``. The prompts arriving during its wait and its earlier
+    chunks' steps ``e`` (``A``: tokens, compound Poisson, as gamma) queue behind it, and the scheduler
+    fills its last prefill step's budget left (``room``) with them, so its first token waits for their
+    prefill too (``c``: prefill-token equivalents per token of the mix). ``slack`` itself where it is
+    negative."""
+    a = spec.profile.prefill_s_per_token
+    budget = max(spec.max_num_batched_tokens - op.decoding, 1.0)
+    p = mix.uncached
+    chunks = np.maximum(np.ceil(p / budget), 1.0)
+    last = p - budget * (chunks - 1.0)
+    room = np.maximum(budget - last, 0.0)
+    q_last = spec.profile.prefill_equivalent(last, mix.input_tokens - last)
+    # its earlier chunks' steps: what arrives then queues behind it too
+    earlier = a * (_prefill_tokens(spec, mix) - q_last) + (chunks - 1.0) * op.decode_step_s
+    qm, wm = _marginal_prefill_tokens(spec, mix)
+    pm = (mix.uncached if mix.prompt_points is None else mix.prompt_points * (1.0 - mix.prefix_hit_rate))
+    ep = float(wm @ pm)
+    per_token = a * float(wm @ qm) / max(ep, 1e-300)
+    var_per_s = rate * max(float(wm @ (pm * pm)), ep * ep)
+
+    def cost(w: np.ndarray) -> np.ndarray:
+        mean = rate * (w + earlier) * ep
+        return w + per_token * (mean - _expected_excess(mean, var_per_s * (w + earlier), room))
+    lo, hi = np.zeros_like(slack), np.maximum(slack, 0.0)
+    for _ in range(_WAIT_BISECTIONS):
+        mid = (lo + hi) / 2
+        over = cost(mid) > slack
+        lo, hi = np.where(over, lo, mid), np.where(over, mid, hi)
+    return np.where(slack < 0, slack, lo)
+
+
+def _pk_mean_wait(service: np.ndarray, weights: np.ndarray, rate: float) -> float:
+    """Mean FCFS wait of that M/G/1 queue, s: ``rate E[S^2] / (2 (1 - rho))`` (Pollaczek-Khinchine);
+    inf when ``rho >= 1``."""
+    rho = rate * float(weights @ service)
+    return math.inf if rho >= 1.0 else rate * float(weights @ (service * service)) / (2.0 * (1.0 - rho))
 
 
 def _seqs_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float) -> np.ndarray:
@@ -947,7 +1123,9 @@ def mix_key(mix: RequestMix) -> tuple[object, ...]:
     """A hashable key equal for two mixes of the same points, weights and parameters (``RequestMix``
     compares by identity): what a memo of a function of the mix keys on."""
     return (mix.input_tokens.tobytes(), mix.output_tokens.tobytes(), mix.weights.tobytes(), mix.prefix_hit_rate,
-            mix.arrival_scv, mix.input_m2)
+            mix.arrival_scv, mix.input_m2,
+            None if mix.prompt_points is None or mix.prompt_weights is None
+            else (mix.prompt_points.tobytes(), mix.prompt_weights.tobytes()))
 
 
 class Memo:
