@@ -476,7 +476,9 @@ class ConfigMapSink:
     (someone else created, wrote or deleted it since the LIST) falls back to a GET then a create or a
     PUT, as does a ConfigMap the LIST could not give (the LIST failed; a 403 is logged once and never
     retried, so a Role without ``list`` on configmaps costs a GET per first publish, as before). So a
-    takeover of N services sends 1 LIST and N writes, not N GETs and N writes.
+    takeover of N services sends 1 LIST and N writes, not N GETs and N writes. A write the fence
+    refuses sends nothing and forgets nothing: the next publish writes on the version known (the one
+    this sink last wrote, or the listed one) without a GET; a write sent and failed is read by name next.
 
     A listed ConfigMap that already holds this publish's content (``content``: the thresholds and ITL
     budget, the per-priority keys and the rest of the document alike) and whose ``updated_unix_s``
@@ -624,9 +626,9 @@ class ConfigMapSink:
             return APPLIED
         ns, name = self.kube.namespace, self.name(service)
         content = self.content(thresholds, itl_budget)
-        last = self.written.pop(service, None)
+        last = self.written.get(service)
         version = None if last is None else last[2]
-        create = False
+        create, found = False, None
         if last is None:  # first publish in this term: the LIST says what is there
             answered, found = self._list(name)
             if answered and found is None:
@@ -645,8 +647,11 @@ class ConfigMapSink:
                                 "data": self.data(service, thresholds, itl_budget)}
         if create or version is not None:  # no GET: create, or a PUT on the version known
             if self.fence is not None and not self.fence():
+                if last is None:  # nothing was sent: what the LIST said still holds for the next publish
+                    self._unlist(name, found)
                 return self._fenced(ns, name)
             verb = "create" if create else "update"
+            self.written.pop(service, None)  # sent: until it is answered, the version is in doubt
             try:
                 if create:
                     out = self.core.create_namespaced_config_map(ns, body)
@@ -662,7 +667,16 @@ class ConfigMapSink:
                 return result_of(exc, f"{verb} configmaps {ns}/{name}")
             else:
                 return self._wrote(service, content, out)
+        self.written.pop(service, None)
         return self._read_then_write(service, content, body)
+
+    def _unlist(self, name: str, found: tuple[str | None, dict[str, str]] | None) -> None:
+        """Give ``name``'s listed entry back (``found``; None: listed as absent), for a first publish
+        the fence refused before anything was sent."""
+        with self._listing:
+            self._used.discard(name)
+            if found is not None and self.listed is not None:
+                self.listed[name] = found
 
     def _read_then_write(self, service: str, content: str, body: dict[str, Any]) -> ActuationResult:
         """A GET of the ConfigMap, then a create (404) or a PUT on the version read, each fenced."""

@@ -116,9 +116,9 @@ def test_a_configmap_list_by_label_sends_the_labelled_ones_with_their_versions(c
                              ("d", NS, {}), ("e", "other", label)):
         core.create_namespaced_config_map(ns, {"apiVersion": "v1", "kind": "ConfigMap",
                                                "metadata": {"name": name, "labels": labels}, "data": {"k": name}})
+    read = core.read_namespaced_config_map("b", NS).metadata.resource_version
     core.replace_namespaced_config_map("b", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-        "name": "b", "labels": label, "resourceVersion": core.read_namespaced_config_map("b", NS).metadata.resource_version},
-        "data": {"k": "b2"}})
+        "name": "b", "labels": label, "resourceVersion": read}, "data": {"k": "b2"}})
     listed = core.list_namespaced_config_map(NS, label_selector="app.kubernetes.io/managed-by=autoscaler")
     got = {cm.metadata.name: (cm.metadata.resource_version, cm.data) for cm in listed.items}
     assert {k: v[1] for k, v in got.items()} == {"a": {"k": "a"}, "b": {"k": "b2"}}

@@ -813,7 +813,6 @@ def test_a_first_round_on_an_empty_namespace_is_one_list_and_a_create_per_servic
         assert sink.publish(svc, {"sheddable": float(i)}).ok
     assert _configmap_calls(cluster) == {"list": 1, "create": len(SERVICES)}
     assert cluster.emu.items_sent["configmaps"] == 0
-    cm = client.CoreV1Api(cluster.api())
     for i, svc in enumerate(SERVICES):
         doc = json.loads(_read(cluster, svc)["thresholds.json"])
         assert (doc["leader"], doc["generation"], doc["services"][svc]["thresholds"]["sheddable"]) == \
@@ -841,10 +840,10 @@ def test_a_takeover_of_stale_configmaps_is_one_list_and_a_put_per_service(cluste
     _round(fleet, cluster, "b", 2, 1100.0, 2.0)
     assert _configmap_calls(cluster) == {"list": 1, "update": len(SERVICES)}
     assert cluster.emu.items_sent["configmaps"] == len(SERVICES)
-    cm = client.CoreV1Api(cluster.api())
     for svc in SERVICES:
         doc = json.loads(_read(cluster, svc)["thresholds.json"])
-        assert (doc["leader"], doc["generation"], doc["services"][svc]["updated_unix_s"]) == ("b", 2 * 2**32 + 1, 1100.0)
+        got = (doc["leader"], doc["generation"], doc["services"][svc]["updated_unix_s"])
+        assert got == ("b", 2 * 2**32 + 1, 1100.0)
 
 
 def test_a_takeover_of_fresh_configmaps_of_the_same_content_writes_none_and_keeps_the_heartbeat(
@@ -854,7 +853,6 @@ def test_a_takeover_of_fresh_configmaps_of_the_same_content_writes_none_and_keep
     it: 50 s on, not 60), then a PUT on the listed version (no GET, no 409). A service whose content
     changed, and one written 60 s ago (not less than the heartbeat), are written at once; a document
     dated in the future (another node's clock) is written over."""
-    cm = client.CoreV1Api(cluster.api())
     _round(fleet, cluster, "a", 1, 1000.0, 2.0)
     cluster.emu.requests.clear()
     clock = Clock()
@@ -916,7 +914,8 @@ def test_a_writer_between_the_list_and_the_write_is_read_then_written_over(clust
 
 def test_a_fenced_first_round_writes_nothing(cluster, fleet) -> None:
     """Issue 35: a sink whose fence says no lists (a read) and writes nothing, neither the PUTs of
-    existing ConfigMaps nor the create of an absent one; the fence is asked before each write."""
+    existing ConfigMaps nor the create of an absent one; the fence is asked before each write. Once it
+    says yes, each is written on what the LIST found (nothing was sent meanwhile): no GET, no 409."""
     cm = client.CoreV1Api(cluster.api())
     _round(fleet, cluster, "a", 1, 1000.0, 2.0)
     cm.delete_namespaced_config_map(_cm("s5"), NS)
@@ -935,6 +934,11 @@ def test_a_fenced_first_round_writes_nothing(cluster, fleet) -> None:
     assert len(asked) == len(SERVICES) and len(cluster.emu.writes) == before
     assert _configmap_calls(cluster) == {"list": 1}
     assert all(_read(cluster, s)["sheddable"] == "2" for s in SERVICES[:5])
+    fence_ok = [True]
+    sink.fence = lambda: fence_ok[0]  # leading again: nothing was sent, so the LIST still says what is there
+    assert all(sink.publish(svc, {"sheddable": 9.0}).ok for svc in SERVICES)
+    assert _configmap_calls(cluster) == {"list": 1, "update": 5, "create": 1}  # no GET, no 409
+    assert all(_read(cluster, s)["sheddable"] == "9" for s in SERVICES)
 
 
 def test_a_list_forbidden_reads_each_configmap_by_name_and_is_not_asked_again(cluster, fleet, caplog) -> None:
