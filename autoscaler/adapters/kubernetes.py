@@ -491,7 +491,11 @@ class ConfigMapSink:
     its time plus the heartbeat; and "keep the highest generation" holds, as no write is made with
     a lower one (this sink's first write has its own term's generation, higher than any former
     leader's). What differs: ``leader`` and ``generation`` still name the former writer until then.
-    A time in the future (another node's clock ahead of this one) is written over.
+    And no former leader's write can land over the skipped one: its fence let it write only while its
+    call would end within its Lease (docs/daemon.md, "Fencing a former leader"), and this term began
+    after that Lease ran out, so the LIST, taken in this term, saw the last of its writes. A time in
+    the future (another node's clock ahead of this one) is written over; so is a ConfigMap changed by
+    someone else after the LIST, at its heartbeat (as after a write of this sink's own).
 
     Args:
         kube: the fleet file's ``kubernetes`` section (``admission_heartbeat_s``: the longest a
