@@ -47,8 +47,11 @@ than the call may take. It is written only when its content changes (the thresho
 budget) or ``kubernetes.admission_heartbeat_s`` after its last write (0: every publish), so a steady
 fleet's tick sends no ConfigMap call; a change is a PUT with the resourceVersion this sink last
 wrote (no GET), and a GET then a PUT again only when that PUT is refused (409: someone else wrote
-it, 404: it was deleted, then created). The first publish of a sink (a new leader, a new term) always
-writes.
+it, 404: it was deleted, then created). The first publish of a sink (a new leader, a new term) finds
+the ConfigMap in one LIST of the namespace's ConfigMaps labelled ``app.kubernetes.io/managed-by=autoscaler``,
+taken once for all its services: absent, it is created; present, replaced on the listed version, or
+not written at all when it already holds the same content written less than the heartbeat ago
+(``ConfigMapSink``: why a reader cannot tell); a 409 or 404 on that write reads it by name, then writes.
 
 ``PendingPods`` reads each variant's pods (selected as its connector says) and marks a variant
 ``unavailable`` while pods of it have been unschedulable (``PodScheduled`` False, reason
@@ -77,6 +80,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -455,8 +459,43 @@ class KubernetesActuator:
         return failed
 
 
+LIST_RETRY_S = 5.0
+"""After a failed LIST of the admission ConfigMaps (not a 403), the least wait before a first publish
+lists again; meanwhile first publishes read their ConfigMap by name. Shorter than a tick (10-15 s), so
+the next round lists again, and long enough that the publishes of one round, which run side by
+side, do not each list after one failure."""
+
+
 class ConfigMapSink:
     """The ``AdmissionSink`` that writes one ConfigMap per service in ``kube.namespace`` (module docstring).
+
+    A service this sink has not written yet (its first publish in this term) is looked up in one LIST
+    of the namespace's ConfigMaps labelled ``app.kubernetes.io/managed-by=autoscaler`` (the label every
+    write sets), taken at the first such publish and kept for the sink's life (``listed``): absent,
+    it is created; present, it is replaced on the listed resourceVersion. A 409 or 404 on that write
+    (someone else created, wrote or deleted it since the LIST) falls back to a GET then a create or a
+    PUT, as does a ConfigMap the LIST could not give (the LIST failed; a 403 is logged once and never
+    retried, so a Role without ``list`` on configmaps costs a GET per first publish, as before). So a
+    takeover of N services sends 1 LIST and N writes, not N GETs and N writes. A write the fence
+    refuses sends nothing and forgets nothing: the next publish writes on the version known (the one
+    this sink last wrote, or the listed one) without a GET; a write sent and failed is read by name next.
+
+    A listed ConfigMap that already holds this publish's content (``content``: the thresholds and ITL
+    budget, the per-priority keys and the rest of the document alike) and whose ``updated_unix_s``
+    is less than ``admission_heartbeat_s`` old is not written at all; ``written`` is seeded from it
+    (its content, its time on this sink's clock, its resourceVersion), so its heartbeat comes when it
+    would have had this sink written it then. Safe because nothing a reader relies on differs from a
+    write: the gateway's reader (``parse_document``, ``adapters.gateway_api``) takes the thresholds
+    and the budget, which are this publish's; the liveness rule (docs/admission.md: ``updated_unix_s``
+    at most the heartbeat plus one tick old while a leader lives) holds, as the next write comes at
+    its time plus the heartbeat; and "keep the highest generation" holds, as no write is made with
+    a lower one (this sink's first write has its own term's generation, higher than any former
+    leader's). What differs: ``leader`` and ``generation`` still name the former writer until then.
+    And no former leader's write can land over the skipped one: its fence let it write only while its
+    call would end within its Lease (docs/daemon.md, "Fencing a former leader"), and this term began
+    after that Lease ran out, so the LIST, taken in this term, saw the last of its writes. A time in
+    the future (another node's clock ahead of this one) is written over; so is a ConfigMap changed by
+    someone else after the LIST, at its heartbeat (as after a write of this sink's own).
 
     Args:
         kube: the fleet file's ``kubernetes`` section (``admission_heartbeat_s``: the longest a
@@ -466,10 +505,12 @@ class ConfigMapSink:
         leader, term: who writes and in which term (``LeaderElector.term``): the documents'
             ``leader`` and the base of their generations (``term * 2**32``).
         clock: monotonic seconds, the heartbeat's clock.
+        wall: Unix seconds, the documents' ``updated_unix_s`` and the listed ones' age.
     """
 
     def __init__(self, kube: KubernetesConfig, api: client.ApiClient, fence: Callable[[], bool] | None = None,
-                 leader: str | None = None, term: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
+                 leader: str | None = None, term: int = 0, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
         self.kube = kube
         self.core = client.CoreV1Api(api)
         self.fence = fence
@@ -477,8 +518,19 @@ class ConfigMapSink:
         self.generation: dict[str, int] = {}
         self.base = term << TERM_BITS
         self.clock = clock
+        self.wall = wall
         self.written: dict[str, tuple[str, float, str | None]] = {}
         """service -> (the content last written, ``clock`` then, the resourceVersion the write returned)."""
+        self.listed: dict[str, tuple[str | None, dict[str, str]]] | None = None
+        """The LIST of this sink's ConfigMaps (class docstring): name -> (resourceVersion, ``data``); an
+        entry is dropped once used (``_list``), as the ConfigMap may have changed by any later write."""
+        self._used: set[str] = set()
+        """The names whose listed entry was used: a later first publish of theirs (the one before was
+        refused or failed) reads the ConfigMap by name."""
+        self._listing = threading.Lock()
+        """Held while listing: the publishes of a round run side by side, and one of them lists."""
+        self._list_failed: float | None = None
+        """``clock`` at the last failed LIST (``LIST_RETRY_S``); ``inf`` after a 403: never again."""
 
     def name(self, service: str) -> str:
         """The service's ConfigMap name."""
@@ -488,7 +540,7 @@ class ConfigMapSink:
              itl_budget: Mapping[str, int] | None = None) -> dict[str, str]:
         """The ConfigMap's ``data`` for ``thresholds`` and ``itl_budget`` (module docstring)."""
         full = {p: thresholds.get(p) for p in PRIORITIES}
-        entry: dict[str, Any] = {"thresholds": full, "updated_unix_s": time.time()}
+        entry: dict[str, Any] = {"thresholds": full, "updated_unix_s": self.wall()}
         if itl_budget:
             entry["itl_budget"] = dict(itl_budget)
         doc = {"apiVersion": API_VERSION, "kind": KIND, "generation": self.base + self.generation.get(service, 0),
@@ -512,38 +564,127 @@ class ConfigMapSink:
             return True
         return self.clock() - last[1] >= self.kube.admission_heartbeat_s
 
+    def held_since(self, service: str, data: Mapping[str, str] | None, thresholds: Mapping[str, float | None],
+                   itl_budget: Mapping[str, int] | None) -> float | None:
+        """The ``updated_unix_s`` of ``data`` (a listed ConfigMap's) when it holds exactly what this sink
+        would write for ``thresholds`` and ``itl_budget`` but the document's ``generation``, ``leader``
+        and time; None otherwise (another content, a key more or less, not a document of ours)."""
+        ours = self.data(service, thresholds, itl_budget)
+        if not isinstance(data, Mapping) or set(data) != set(ours) or any(
+                data[k] != ours[k] for k in ours if k != "thresholds.json"):
+            return None
+        try:
+            doc, mine = json.loads(data["thresholds.json"]), json.loads(ours["thresholds.json"])
+            when = doc["services"][service].pop("updated_unix_s")
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+        del mine["services"][service]["updated_unix_s"]
+        for d in (doc, mine):
+            d.pop("generation", None)
+            d.pop("leader", None)
+        if doc != mine or isinstance(when, bool) or not isinstance(when, int | float):
+            return None
+        return float(when)
+
+    def _list(self, name: str) -> tuple[bool, tuple[str | None, dict[str, str]] | None]:
+        """(whether the LIST answered for ``name``, its listed (resourceVersion, data), None when absent),
+        taking the LIST first if none was taken (class docstring). Not answered: the LIST failed, or
+        this name's entry was used already."""
+        with self._listing:
+            if name in self._used:
+                return False, None
+            if self.listed is None:
+                failed = self._list_failed
+                if failed is not None and self.clock() - failed < LIST_RETRY_S:
+                    return False, None
+                ns = self.kube.namespace
+                try:
+                    out = self.core.list_namespaced_config_map(
+                        ns, label_selector=f"app.kubernetes.io/managed-by={COMPONENT}")
+                except TRANSPORT_ERRORS as exc:
+                    forbidden = isinstance(exc, ApiException) and exc.status == 403
+                    self._list_failed = float("inf") if forbidden else self.clock()
+                    log.warning("list configmaps %s: %s; reading each admission ConfigMap by name instead%s",
+                                ns, result_of(exc, f"list configmaps {ns}").message,
+                                "" if forbidden else f" for {LIST_RETRY_S:g} s")
+                    return False, None
+                items: dict[str, tuple[str | None, dict[str, str]]] = {}
+                for cm in out.items or []:
+                    meta = cm.metadata
+                    if meta is not None and isinstance(meta.name, str):
+                        items[meta.name] = (meta.resource_version, dict(cm.data or {}))
+                self.listed = items
+            self._used.add(name)
+            return True, self.listed.pop(name, None)
+
     def publish(self, service: str, thresholds: Mapping[str, float | None],
                 itl_budget: Mapping[str, int] | None = None) -> ActuationResult:
         """Write ``thresholds`` and ``itl_budget`` to the service's ConfigMap when ``due`` (else nothing
         is sent and the result is ``applied``: the ConfigMap holds them), or refuse a malformed set
-        (``invalid``)."""
+        (``invalid``). A first publish in this term may find the listed ConfigMap holding them (class
+        docstring): nothing is written then either."""
         why = check_thresholds(thresholds) or check_itl_budget(itl_budget or {})
         if why is not None:
             return ActuationResult(ActuationStatus.INVALID, f"{service}: {why}")
         if not self.due(service, thresholds, itl_budget):
             return APPLIED
         ns, name = self.kube.namespace, self.name(service)
+        content = self.content(thresholds, itl_budget)
+        last = self.written.get(service)
+        version = None if last is None else last[2]
+        create, found = False, None
+        if last is None:  # first publish in this term: the LIST says what is there
+            answered, found = self._list(name)
+            if answered and found is None:
+                create = True
+            elif found is not None:
+                version = found[0]
+                when = self.held_since(service, found[1], thresholds, itl_budget)
+                age = None if when is None else self.wall() - when
+                if age is not None and 0.0 <= age < self.kube.admission_heartbeat_s:
+                    self.written[service] = (content, self.clock() - age, version)
+                    return APPLIED
         self.generation[service] = self.generation.get(service, 0) + 1
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
                                 "metadata": {"name": name, "namespace": ns,
                                              "labels": {"app.kubernetes.io/managed-by": COMPONENT}},
                                 "data": self.data(service, thresholds, itl_budget)}
-        content = self.content(thresholds, itl_budget)
-        version = self.written.pop(service, ("", 0.0, None))[2]
-        if version is not None:  # ours last: a PUT on that version, read again only if refused
-            body["metadata"]["resourceVersion"] = version
+        if create or version is not None:  # no GET: create, or a PUT on the version known
             if self.fence is not None and not self.fence():
+                if last is None:  # nothing was sent: what the LIST said still holds for the next publish
+                    self._unlist(name, found)
                 return self._fenced(ns, name)
+            verb = "create" if create else "update"
+            self.written.pop(service, None)  # sent: until it is answered, the version is in doubt
             try:
-                out = self.core.replace_namespaced_config_map(name, ns, body)
+                if create:
+                    out = self.core.create_namespaced_config_map(ns, body)
+                else:
+                    body["metadata"]["resourceVersion"] = version
+                    out = self.core.replace_namespaced_config_map(name, ns, body)
             except ApiException as exc:
-                if exc.status not in (404, 409):
-                    return result_of(exc, f"update configmaps {ns}/{name}")
-                del body["metadata"]["resourceVersion"]
+                # 409: someone else created or wrote it since; 404: deleted since. Read, then write.
+                if exc.status not in ((409,) if create else (404, 409)):
+                    return result_of(exc, f"{verb} configmaps {ns}/{name}")
+                body["metadata"].pop("resourceVersion", None)
             except TRANSPORT_ERRORS as exc:
-                return result_of(exc, f"update configmaps {ns}/{name}")
+                return result_of(exc, f"{verb} configmaps {ns}/{name}")
             else:
                 return self._wrote(service, content, out)
+        self.written.pop(service, None)
+        return self._read_then_write(service, content, body)
+
+    def _unlist(self, name: str, found: tuple[str | None, dict[str, str]] | None) -> None:
+        """Give ``name``'s listed entry back (``found``; None: listed as absent), for a first publish
+        the fence refused before anything was sent."""
+        with self._listing:
+            self._used.discard(name)
+            if found is not None and self.listed is not None:
+                self.listed[name] = found
+
+    def _read_then_write(self, service: str, content: str, body: dict[str, Any]) -> ActuationResult:
+        """A GET of the ConfigMap, then a create (404) or a PUT on the version read, each fenced."""
+        ns, name = self.kube.namespace, body["metadata"]["name"]
         try:
             existing = self.core.read_namespaced_config_map(name, ns)
         except ApiException as exc:

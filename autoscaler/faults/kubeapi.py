@@ -27,8 +27,10 @@ kmock keeps objects in memory and serves create / read / list / watch / replace 
   (``selector_terms``): on labels equality-based (``=``, ``==``, ``!=``) and set-based (``in``,
   ``notin``, ``key``, ``!key``) requirements, on any dotted field (``involvedObject.uid``: how
   ``kubectl describe`` finds an object's Events) equality ones; anything else refused with HTTP 400,
-  never ignored; ``items_sent`` counts the objects lists sent, by plural, and ``watch_selectors``
-  logs each watch's selector;
+  never ignored (the same for every resource: ``ConfigMapSink``'s LIST of ConfigMaps by
+  ``app.kubernetes.io/managed-by`` gets the labelled ones of its namespace, each with its
+  resourceVersion, as from the API server: Kubernetes v1.31 API concepts); ``items_sent`` counts
+  the objects lists sent, by plural, and ``watch_selectors`` logs each watch's selector;
 - replace as the API server does it: the body replaces the object whole (a field the client dropped
   is gone), the server's metadata kept, ``generation`` bumped when the spec changed, the status kept;
 - a Lease's ``acquireTime`` and ``renewTime`` parsed as ``metav1.MicroTime`` (RFC3339 with exactly six

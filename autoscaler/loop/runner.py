@@ -18,7 +18,8 @@ the services' writes run, ``writers`` services at once (``loop.fanout``; 1 by de
 another; the daemon's 8), each service's in order (its variants', then its pools'), then each
 service's results are told to the controller (and the policy's thresholds set), in order, then the
 services' thresholds are published, ``writers`` at once as the writes (each a ConfigMap write on
-Kubernetes: a fleet's first publish, and each ``admission_heartbeat_s``, writes every service's). A write that
+Kubernetes: a fleet's first publish, and each ``admission_heartbeat_s``, writes every service's, but
+for ConfigMaps already holding the same content written less than the heartbeat ago). A write that
 raises (a bug, not a refusal), or a service's results that raise when told or published, costs its own
 service's results alone: every service's writes are run and the others' results told, counted and
 published, then ``tick`` raises ``TickError``, which

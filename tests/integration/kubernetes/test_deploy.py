@@ -433,7 +433,7 @@ def expected_permissions(cfg: FleetConfig) -> set[Atom]:
     out |= atoms(ns, [""], ["pods"], ["list", "patch"] if k.pod_deletion_cost else ["list"], [])
     admission = [k.admission_configmap.format(service=s.name) for s in cfg.services]
     out |= atoms(ns, [""], ["configmaps"], ["get", "update"], admission)
-    out |= atoms(ns, [""], ["configmaps"], ["create"], [])
+    out |= atoms(ns, [""], ["configmaps"], ["create", "list"], [])
     out |= atoms(self_ns, ["coordination.k8s.io"], ["leases"], ["get", "update"], [k.lease.name])
     out |= atoms(self_ns, ["coordination.k8s.io"], ["leases"], ["create"], [])
     out |= atoms(ns, [""], ["events"], ["create"], [])
@@ -495,7 +495,7 @@ def test_rbac_allows_the_daemons_calls_and_refuses_the_rest(fleet: FleetConfig) 
     calls += [(v, SERVING_NS, "apps", "deployments/scale", n) for v in ("get", "update") for n in names]
     calls += [("list", SERVING_NS, "", "pods", None), ("create", SERVING_NS, "", "events", None)]
     calls += [("get", SERVING_NS, "", "configmaps", cm), ("update", SERVING_NS, "", "configmaps", cm),
-              ("create", SERVING_NS, "", "configmaps", None)]
+              ("create", SERVING_NS, "", "configmaps", None), ("list", SERVING_NS, "", "configmaps", None)]
     calls += [(v, SELF_NS, "coordination.k8s.io", "leases", "autoscaler-leader") for v in ("get", "update")]
     calls += [("create", SELF_NS, "coordination.k8s.io", "leases", None)]
     for call in calls:
@@ -515,8 +515,8 @@ def test_rbac_allows_the_daemons_calls_and_refuses_the_rest(fleet: FleetConfig) 
         ("get", SERVING_NS, "", "secrets", "hf-token"),
         ("list", SERVING_NS, "", "secrets", None),
         ("update", SERVING_NS, "", "configmaps", "someone-elses-configmap"),
-        ("list", SERVING_NS, "", "configmaps", None),
         ("delete", SERVING_NS, "", "configmaps", cm),
+        ("list", SELF_NS, "", "configmaps", None),
         ("update", SELF_NS, "coordination.k8s.io", "leases", "someone-elses-lease"),
         ("delete", SELF_NS, "coordination.k8s.io", "leases", "autoscaler-leader"),
         ("create", SERVING_NS, "coordination.k8s.io", "leases", None),
@@ -699,8 +699,8 @@ def _calls_of_the_daemons_adapters(cfg: FleetConfig) -> set[tuple[str, str, str,
     builds (autoscaler/daemon.py), each through every path that reaches the server: the Lease
     acquired, renewed and released (``LeaderElector``), each variant's workload read (``ClusterSource``),
     its pods listed (``PendingPods``), scaled up and down with pods to remove first
-    (``KubernetesActuator``), an Event per change (``EventRecorder``), a service's admission ConfigMap
-    created then replaced (``ConfigMapSink``)."""
+    (``KubernetesActuator``), an Event per change (``EventRecorder``), the admission ConfigMaps listed,
+    each created then replaced, and read by name when the LIST fails (``ConfigMapSink``)."""
     from kubernetes import client
 
     from autoscaler.adapters.kubernetes import ConfigMapSink, EventRecorder, KubernetesActuator, PendingPods
@@ -728,6 +728,10 @@ def _calls_of_the_daemons_adapters(cfg: FleetConfig) -> set[tuple[str, str, str,
             assert act.scale(svc.name, v.name, 1, remove_first=[f"{name}-abc"]).ok
         for svc in cfg.services:
             assert sink.publish(svc.name, {"standard": 1.0}).ok and sink.publish(svc.name, {"standard": 0.5}).ok
+        c.emu.forbidden.add(("list", "configmaps", None))  # a LIST that fails: each is read by name
+        again = ConfigMapSink(k, api)
+        for svc in cfg.services:
+            assert again.publish(svc.name, {"standard": 2.0}).ok
         return set(c.emu.seen)
 
 

@@ -103,6 +103,32 @@ def test_selectors_are_honoured_or_refused_never_ignored(cluster: EmulatedCluste
     assert err.value.status == 400
 
 
+def test_a_configmap_list_by_label_sends_the_labelled_ones_with_their_versions(cluster: EmulatedCluster) -> None:
+    """What ``ConfigMapSink`` relies on (issue 35): a LIST of ConfigMaps with
+    ``labelSelector=app.kubernetes.io/managed-by=autoscaler`` answers the labelled ones of its namespace
+    only, each with the resourceVersion a GET of it answers, and a PUT on that version lands
+    (Kubernetes v1.31 API concepts, "Efficient detection of changes": every object of a list carries
+    its metadata.resourceVersion; "Labels and Selectors" for the selector). Through the client's
+    ``list_namespaced_config_map(namespace, label_selector=...)``, as in kubernetes 31.0.0."""
+    core = client.CoreV1Api(cluster.api())
+    label = {"app.kubernetes.io/managed-by": "autoscaler"}
+    for name, ns, labels in (("a", NS, label), ("b", NS, label), ("c", NS, {"app.kubernetes.io/managed-by": "helm"}),
+                             ("d", NS, {}), ("e", "other", label)):
+        core.create_namespaced_config_map(ns, {"apiVersion": "v1", "kind": "ConfigMap",
+                                               "metadata": {"name": name, "labels": labels}, "data": {"k": name}})
+    read = core.read_namespaced_config_map("b", NS).metadata.resource_version
+    core.replace_namespaced_config_map("b", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "b", "labels": label, "resourceVersion": read}, "data": {"k": "b2"}})
+    listed = core.list_namespaced_config_map(NS, label_selector="app.kubernetes.io/managed-by=autoscaler")
+    got = {cm.metadata.name: (cm.metadata.resource_version, cm.data) for cm in listed.items}
+    assert {k: v[1] for k, v in got.items()} == {"a": {"k": "a"}, "b": {"k": "b2"}}
+    for name, (version, _) in got.items():
+        assert version == core.read_namespaced_config_map(name, NS).metadata.resource_version
+    out = core.replace_namespaced_config_map("a", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "a", "labels": label, "resourceVersion": got["a"][0]}, "data": {"k": "a2"}})
+    assert out.data == {"k": "a2"} and out.metadata.resource_version != got["a"][0]
+
+
 def _refusal(err: pytest.ExceptionInfo[ApiException]) -> dict:
     import json
 

@@ -705,7 +705,8 @@ def test_a_configmap_is_not_written_once_leadership_is_not_certain(cluster, flee
 
 
 def _configmap_calls(cluster: EmulatedCluster) -> dict[str, int]:
-    return {verb: n for (verb, plural), n in cluster.emu.requests.items() if plural == "configmaps"}
+    """ConfigMap requests the emulated server served, by verb (a test's own reads taken out: none at 0)."""
+    return {verb: n for (verb, plural), n in cluster.emu.requests.items() if plural == "configmaps" and n}
 
 
 def test_an_unchanged_admission_configmap_is_written_only_on_its_heartbeat(cluster, fleet) -> None:
@@ -721,26 +722,26 @@ def test_an_unchanged_admission_configmap_is_written_only_on_its_heartbeat(clust
         return json.loads(cm.read_namespaced_config_map("autoscaler-admission-svc", NS).data["thresholds.json"])
 
     assert sink.publish("svc", {"sheddable": 1.0}, {"h100": 64}).ok
-    assert _configmap_calls(cluster) == {"get": 1, "create": 1}  # absent: read (404), then created
+    assert _configmap_calls(cluster) == {"list": 1, "create": 1}  # not listed: created
     clock.t = 10.0
     assert sink.publish("svc", {"sheddable": 1.0, "standard": None}, {"h100": 64}).ok  # the same content
-    assert _configmap_calls(cluster) == {"get": 1, "create": 1}  # nothing sent
+    assert _configmap_calls(cluster) == {"list": 1, "create": 1}  # nothing sent
     clock.t = 20.0
     assert sink.publish("svc", {"sheddable": 1.0}, {"h100": 32}).ok  # the ITL budget changed
-    assert _configmap_calls(cluster) == {"get": 1, "create": 1, "update": 1}  # a PUT, no GET
+    assert _configmap_calls(cluster) == {"list": 1, "create": 1, "update": 1}  # a PUT, no GET
     assert doc()["generation"] == 2 and doc()["services"]["svc"]["itl_budget"] == {"h100": 32}
     clock.t = 79.0  # 59 s after the last write
     assert sink.publish("svc", {"sheddable": 1.0}, {"h100": 32}).ok
     assert _configmap_calls(cluster)["update"] == 1
     clock.t = 80.0  # 60 s: the heartbeat
     assert sink.publish("svc", {"sheddable": 1.0}, {"h100": 32}).ok
-    assert _configmap_calls(cluster) == {"get": 1, "create": 1, "update": 2} and doc()["generation"] == 3
+    assert _configmap_calls(cluster) == {"list": 1, "create": 1, "update": 2} and doc()["generation"] == 3
     assert sink.publish("svc", {"sheddable": float("nan")}).status is ActuationStatus.INVALID  # still refused
     every = ConfigMapSink(fleet.kubernetes.model_copy(update={"admission_heartbeat_s": 0.0}), cluster.api(),
                           clock=clock)
-    for _ in range(2):  # 0: every publish writes (the first of a new sink reads first: it has no version)
+    for _ in range(2):  # 0: every publish writes (the first of a new sink lists first: it has no version)
         assert every.publish("svc", {"sheddable": 1.0}, {"h100": 32}).ok
-    assert _configmap_calls(cluster) == {"get": 2, "create": 1, "update": 4}
+    assert _configmap_calls(cluster) == {"list": 2, "create": 1, "update": 4}
 
 
 def test_a_configmap_changed_or_deleted_by_someone_else_is_read_again_then_written(cluster, fleet) -> None:
@@ -780,6 +781,179 @@ def test_a_changed_configmap_is_fenced_without_a_read_and_written_once_leading_a
     leading[0] = True
     assert sink.publish("svc", {"sheddable": 9.0}).ok
     assert cm.read_namespaced_config_map("autoscaler-admission-svc", NS).data["sheddable"] == "9"
+
+
+SERVICES = [f"s{i}" for i in range(6)]
+
+
+def _cm(service: str) -> str:
+    return f"autoscaler-admission-{service}"
+
+
+def _read(cluster: EmulatedCluster, service: str) -> dict[str, str]:
+    """The ConfigMap's data, read by the test (taken out of the server's count)."""
+    cluster.emu.requests[("get", "configmaps")] -= 1
+    return client.CoreV1Api(cluster.api()).read_namespaced_config_map(_cm(service), NS).data
+
+
+def _someone_elses_configmap(cluster: EmulatedCluster) -> None:
+    """A ConfigMap of the namespace without the sink's label: no LIST of the sink's may send it."""
+    client.CoreV1Api(cluster.api()).create_namespaced_config_map(NS, {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "model-config"}, "data": {"a": "1"}})
+
+
+def test_a_first_round_on_an_empty_namespace_is_one_list_and_a_create_per_service(cluster, fleet) -> None:
+    """Issue 35 (first publishes): N services never written, none there: one LIST (its label selector
+    leaves out another ConfigMap of the namespace: 0 objects sent), N creates, no GET, counted at the
+    server; each ConfigMap holds its service's document."""
+    _someone_elses_configmap(cluster)
+    cluster.emu.requests.clear()
+    sink = ConfigMapSink(fleet.kubernetes, cluster.api(), leader="a", term=3)
+    for i, svc in enumerate(SERVICES):
+        assert sink.publish(svc, {"sheddable": float(i)}).ok
+    assert _configmap_calls(cluster) == {"list": 1, "create": len(SERVICES)}
+    assert cluster.emu.items_sent["configmaps"] == 0
+    for i, svc in enumerate(SERVICES):
+        doc = json.loads(_read(cluster, svc)["thresholds.json"])
+        assert (doc["leader"], doc["generation"], doc["services"][svc]["thresholds"]["sheddable"]) == \
+            ("a", 3 * 2**32 + 1, float(i))
+
+
+def _round(fleet: Any, cluster: EmulatedCluster, leader: str, term: int, wall: float, x: float,
+           clock: Clock | None = None, fence: Any = None) -> ConfigMapSink:
+    sink = ConfigMapSink(fleet.kubernetes, cluster.api(), fence=fence, leader=leader, term=term,
+                         clock=clock or Clock(), wall=lambda: wall)
+    for svc in SERVICES:
+        res = sink.publish(svc, {"sheddable": x}, {"h100": 8})
+        assert res.ok or fence is not None, res
+    return sink
+
+
+def test_a_takeover_of_stale_configmaps_is_one_list_and_a_put_per_service(cluster, fleet) -> None:
+    """Issue 35 (takeover): the ConfigMaps exist, written by the former leader 100 s ago (older than
+    the 60-s heartbeat): one LIST, then a PUT per service on the listed resourceVersion, which lands
+    (no 409: 6 updates, not 12), and no GET; the documents are the new leader's."""
+    _round(fleet, cluster, "a", 1, 1000.0, 2.0)
+    _someone_elses_configmap(cluster)
+    cluster.emu.requests.clear()
+    cluster.emu.items_sent.clear()
+    _round(fleet, cluster, "b", 2, 1100.0, 2.0)
+    assert _configmap_calls(cluster) == {"list": 1, "update": len(SERVICES)}
+    assert cluster.emu.items_sent["configmaps"] == len(SERVICES)
+    for svc in SERVICES:
+        doc = json.loads(_read(cluster, svc)["thresholds.json"])
+        got = (doc["leader"], doc["generation"], doc["services"][svc]["updated_unix_s"])
+        assert got == ("b", 2 * 2**32 + 1, 1100.0)
+
+
+def test_a_takeover_of_fresh_configmaps_of_the_same_content_writes_none_and_keeps_the_heartbeat(
+        cluster, fleet) -> None:
+    """Issue 35 (takeover, item 2): written by the former leader 10 s ago with the content the new one
+    publishes: one LIST and no write; the heartbeat keeps its period from that write (due 60 s after
+    it: 50 s on, not 60), then a PUT on the listed version (no GET, no 409). A service whose content
+    changed, and one written 60 s ago (not less than the heartbeat), are written at once; a document
+    dated in the future (another node's clock) is written over."""
+    _round(fleet, cluster, "a", 1, 1000.0, 2.0)
+    cluster.emu.requests.clear()
+    clock = Clock()
+    sink = _round(fleet, cluster, "b", 2, 1010.0, 2.0, clock=clock)
+    assert _configmap_calls(cluster) == {"list": 1}
+    assert json.loads(_read(cluster, "s0")["thresholds.json"])["leader"] == "a"
+    clock.t = 49.9
+    sink.wall = lambda: 1059.9
+    assert all(sink.publish(svc, {"sheddable": 2.0}, {"h100": 8}).ok for svc in SERVICES)
+    assert _configmap_calls(cluster) == {"list": 1}
+    clock.t = 50.0
+    sink.wall = lambda: 1060.0
+    assert all(sink.publish(svc, {"sheddable": 2.0}, {"h100": 8}).ok for svc in SERVICES)
+    assert _configmap_calls(cluster) == {"list": 1, "update": len(SERVICES)}
+    doc = json.loads(_read(cluster, "s0")["thresholds.json"])
+    assert (doc["leader"], doc["generation"], doc["services"]["s0"]["updated_unix_s"]) == ("b", 2 * 2**32 + 1, 1060.0)
+    # a third leader: s0's content changed, s1 written 60 s before, s2 dated 5 s ahead, the rest 30 s old
+    cluster.emu.requests.clear()
+    third = ConfigMapSink(fleet.kubernetes, cluster.api(), leader="c", term=3, clock=Clock(), wall=lambda: 1090.0)
+    assert third.publish("s0", {"sheddable": 3.0}, {"h100": 8}).ok
+    third.wall = lambda: 1120.0
+    assert third.publish("s1", {"sheddable": 2.0}, {"h100": 8}).ok
+    third.wall = lambda: 1055.0
+    assert third.publish("s2", {"sheddable": 2.0}, {"h100": 8}).ok
+    third.wall = lambda: 1090.0
+    assert all(third.publish(svc, {"sheddable": 2.0}, {"h100": 8}).ok for svc in SERVICES[3:])
+    assert _configmap_calls(cluster) == {"list": 1, "update": 3}
+    leaders = {svc: json.loads(_read(cluster, svc)["thresholds.json"])["leader"]
+               for svc in SERVICES}
+    assert leaders == {"s0": "c", "s1": "c", "s2": "c", "s3": "b", "s4": "b", "s5": "b"}
+
+
+def test_a_writer_between_the_list_and_the_write_is_read_then_written_over(cluster, fleet) -> None:
+    """Issue 35: after the LIST, someone else replaces s1's ConfigMap (the PUT on the listed version is
+    a 409), deletes s2's (the PUT is a 404) and creates s4's, absent when listed (the create is a 409
+    AlreadyExists): each is then read by name and written, and ends with this sink's content."""
+    cm = client.CoreV1Api(cluster.api())
+    _round(fleet, cluster, "a", 1, 1000.0, 2.0)
+    for svc in ("s4", "s5"):
+        cm.delete_namespaced_config_map(_cm(svc), NS)
+    cluster.emu.requests.clear()
+    sink = ConfigMapSink(fleet.kubernetes, cluster.api(), leader="b", term=2, clock=Clock(), wall=lambda: 1100.0)
+    assert sink.publish("s0", {"sheddable": 5.0}).ok  # the LIST is taken now
+    other = cm.read_namespaced_config_map(_cm("s1"), NS)
+    other.data["sheddable"] = "7"
+    cm.replace_namespaced_config_map(_cm("s1"), NS, other)
+    cm.delete_namespaced_config_map(_cm("s2"), NS)
+    cm.create_namespaced_config_map(NS, {"apiVersion": "v1", "kind": "ConfigMap",
+                                         "metadata": {"name": _cm("s4")}, "data": {"sheddable": "7"}})
+    cluster.emu.requests.clear()
+    for svc in SERVICES[1:]:
+        assert sink.publish(svc, {"sheddable": 5.0}).ok
+    # s1: PUT 409, GET, PUT; s2: PUT 404, GET 404, create; s3: PUT; s4: create 409, GET, PUT; s5: create
+    assert _configmap_calls(cluster) == {"update": 5, "get": 3, "create": 3}
+    for svc in SERVICES:
+        data = _read(cluster, svc)
+        assert data["sheddable"] == "5" and json.loads(data["thresholds.json"])["leader"] == "b", svc
+
+
+def test_a_fenced_first_round_writes_nothing(cluster, fleet) -> None:
+    """Issue 35: a sink whose fence says no lists (a read) and writes nothing, neither the PUTs of
+    existing ConfigMaps nor the create of an absent one; the fence is asked before each write. Once it
+    says yes, each is written on what the LIST found (nothing was sent meanwhile): no GET, no 409."""
+    cm = client.CoreV1Api(cluster.api())
+    _round(fleet, cluster, "a", 1, 1000.0, 2.0)
+    cm.delete_namespaced_config_map(_cm("s5"), NS)
+    cluster.emu.requests.clear()
+    before = len(cluster.emu.writes)
+    asked: list[bool] = []
+
+    def fence() -> bool:
+        asked.append(False)
+        return False
+
+    sink = ConfigMapSink(fleet.kubernetes, cluster.api(), fence=fence, leader="b", term=2, clock=Clock(),
+                         wall=lambda: 1100.0)
+    results = [sink.publish(svc, {"sheddable": 9.0}) for svc in SERVICES]
+    assert [r.status for r in results] == [ActuationStatus.NOT_LEADER] * len(SERVICES)
+    assert len(asked) == len(SERVICES) and len(cluster.emu.writes) == before
+    assert _configmap_calls(cluster) == {"list": 1}
+    assert all(_read(cluster, s)["sheddable"] == "2" for s in SERVICES[:5])
+    fence_ok = [True]
+    sink.fence = lambda: fence_ok[0]  # leading again: nothing was sent, so the LIST still says what is there
+    assert all(sink.publish(svc, {"sheddable": 9.0}).ok for svc in SERVICES)
+    assert _configmap_calls(cluster) == {"list": 1, "update": 5, "create": 1}  # no GET, no 409
+    assert all(_read(cluster, s)["sheddable"] == "9" for s in SERVICES)
+
+
+def test_a_list_forbidden_reads_each_configmap_by_name_and_is_not_asked_again(cluster, fleet, caplog) -> None:
+    """Issue 35: a Role without ``list`` on configmaps (an operator may withhold it): the LIST is
+    refused once, logged once, and each first publish reads its ConfigMap by name, as before."""
+    import logging
+
+    cluster.emu.forbidden.add(("list", "configmaps", None))
+    sink = ConfigMapSink(fleet.kubernetes, cluster.api(), leader="a", term=1)
+    with caplog.at_level(logging.WARNING, logger="autoscaler.adapters.kubernetes"):
+        for svc in SERVICES:
+            assert sink.publish(svc, {"sheddable": 1.0}).ok
+    assert _configmap_calls(cluster) == {"list": 1, "get": len(SERVICES), "create": len(SERVICES)}
+    (warning,) = [r.getMessage() for r in caplog.records if "list configmaps" in r.getMessage()]
+    assert "forbidden" in warning.lower() and "by name" in warning
 
 
 def test_an_outage_is_one_warning_per_pass_and_cause_not_one_per_read(cluster, fleet, caplog) -> None:
