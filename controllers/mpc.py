@@ -170,6 +170,10 @@ FALLBACK_CODES: dict[str | None, float] = {None: 0.0, **{name: float(i + 1) for 
 for the solver's plan, 1 ``lp-rounded``, 2 ``greedy``, 3 ``hold``."""
 
 
+SOLVE_TIME_LIMIT_S = 10.0
+"""Wall seconds one solve may take by default (``models.planning.PlanProblem.time_limit_s``'s default): a
+live tick is 15 s. ``time_limit`` raises it for simulation (``MPCController``)."""
+
 DEFAULT_PD_UTIL = 1.0
 """Share of a prefill/decode pool replica's modelled capacity (``role_weights``) the plan counts on by
 default: all of it, as before (the planner's tests size pools by the models alone). Issue 34's runs on
@@ -823,8 +827,13 @@ class MPCController(Controller):
             mix scaled to the forecast stage's mean prompt and output lengths, at the cache-warmth
             stage's predicted fleet prefix-cache hit rate, which counts starting replicas cold).
         future_rps: with ``forecast=perfect``, service -> true demand per tick from t = 0, requests/s.
-        node_limit: most branch-and-bound nodes per solve (>= 0; None: none), beside the 10-s time
-            limit (``models.planning.PlanProblem``).
+        node_limit: most branch-and-bound nodes per solve (>= 0; None: none), beside the time limit
+            (``models.planning.PlanProblem``).
+        time_limit: wall seconds per solve (> 0; default ``PlanProblem.time_limit_s``, 10 s: a live tick is
+            15 s). Raised in simulation with ``node_limit`` so that work alone stops the solves, the
+            oracle's way: on a loaded machine the 10 s stopped solves before 100 nodes, and two runs of
+            one seed differed by 4 % in cost (docs/benchmarks.md, issue 34's seventh follow-up).
+            Opt-in, and for simulation only: a live loop's solve must end within its tick.
         pool: the most replicas a capacity is pooled over (``corrected_weights``); 1 (default) plans
             every replica as if it served alone. Opt-in (``pool=32`` measured): with it the plan runs
             replicas at the model's true capacity, and on a rising load it fell behind
@@ -895,7 +904,8 @@ class MPCController(Controller):
                  mixes: Mapping[str, RequestMix | None] | None = None,
                  window_s: float = DEFAULT_WINDOW_S, mix: str = "calibrated",
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
-                 pool: int = 1, warm: int = 0, int_blocks: int = 0, shed: int = 0,
+                 time_limit: float = SOLVE_TIME_LIMIT_S, pool: int = 1, warm: int = 0, int_blocks: int = 0,
+                 shed: int = 0,
                  shed_weight: float = DEFAULT_SHED_WEIGHT,
                  pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0, busy: int = 0,
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
@@ -906,6 +916,8 @@ class MPCController(Controller):
                              f"got {horizon}, {quantile}, {miss_weight}, {hold_s}")
         if node_limit is not None and node_limit < 0:
             raise ValueError(f"{name}: node_limit must be >= 0, got {node_limit}")
+        if not 0 < time_limit < math.inf:
+            raise ValueError(f"{name}: time_limit must be > 0 seconds, got {time_limit}")
         if pool < 1:
             raise ValueError(f"{name}: pool must be >= 1, got {pool}")
         if not 0 < coverage < 1:
@@ -969,6 +981,7 @@ class MPCController(Controller):
         self.future_rps = {k: np.asarray(v, dtype=float) for k, v in (future_rps or {}).items()}
         self.memory: dict[str, _ServiceMemory] = {}
         self.node_limit = node_limit
+        self.time_limit = time_limit
         self.pool = pool
         self.warm = bool(warm)
         self.int_blocks = int_blocks or None
@@ -1417,7 +1430,7 @@ class MPCController(Controller):
         service-steps (``docs/controllers.md#solving-fast``)."""
         return PlanProblem(services, self.tick_s, self.horizon, gpu_quota=dict(self.gpu_limits.quota),
                            gpu_budget=self.gpu_limits.budget, node_limit=self.node_limit,
-                           neighbourhood=0 if len(services) > 1 else None,
+                           time_limit_s=self.time_limit, neighbourhood=0 if len(services) > 1 else None,
                            decompose=len(services) * self.horizon > JOINT_UP_TO, tuned=len(services) == 1,
                            solver="highspy" if self.warm else "scipy", start=start if self.warm else None,
                            integer_blocks=self.int_blocks if len(services) == 1 else None)

@@ -386,6 +386,30 @@ def test_spec_sets_the_node_limit() -> None:
         build("mpc:node_limit=-1", CFG)
 
 
+def test_time_limit_reaches_every_solve_and_defaults_to_the_plans_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The time limit each solve gets: PlanProblem's own default (10 s) unless time_limit sets it; the
+    # spec parses it within (0, 3600].
+    seen: list[float] = []
+    real = mpc.solve
+
+    def spy(problem: PlanProblem) -> Plan:
+        seen.append(problem.time_limit_s)
+        return real(problem)
+    monkeypatch.setattr(mpc, "solve", spy)
+    est = estimate(600.0, 70.0, {"gh200": 3})
+    controller().decide(est, SVC)
+    controller(time_limit=600.0, node_limit=100).decide(est, SVC)
+    assert seen == [PlanProblem([], 15.0, 1).time_limit_s, 600.0] == [10.0, 600.0]
+    assert mpc.SOLVE_TIME_LIMIT_S == 10.0
+    c = build("mpc:time_limit=600:node_limit=100", CFG)
+    assert isinstance(c, MPCController) and (c.time_limit, c.node_limit) == (600.0, 100)
+    for bad in ("0", "3601"):
+        with pytest.raises(ValueError, match="time_limit"):
+            build(f"mpc:time_limit={bad}", CFG)
+    with pytest.raises(ValueError, match="time_limit"):
+        controller(time_limit=0.0)
+
+
 def test_a_pool_plans_each_replica_at_its_pooled_capacity_for_the_fewest_that_serve() -> None:
     # Capacities of the example's variants for 1000/200-token requests (the model, alone); with
     # pool=16 at 60 req/s the pool is the fewest replicas of the fastest variant whose pooled capacity
