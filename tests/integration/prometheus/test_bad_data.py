@@ -20,7 +20,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from support.promserver import FakeDeployment, FakeExporter, FakePod, Proxy
 
-from autoscaler.adapters.prometheus import PrometheusSource, connect
+from autoscaler.adapters.prometheus import HISTORY_STEPS, PrometheusSource, connect
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.faults.promserver import PromServer
@@ -138,6 +138,9 @@ def test_no_decision_until_prometheus_holds_a_whole_window(world: World, tmp_pat
     fresh = PromServer(tmp_path / "fresh", [e.target for e in world.exporters.values()]).start()
     try:
         fresh.wait_for('count(vllm:num_requests_running{model_name="m-idle"}) == 2', bool)
+        # The history query is a subquery at window / 30 (0.17 s) steps: a first sample newer than its
+        # last step is not seen yet (an empty answer, history unknown). Two steps later it is.
+        time.sleep(2 * WINDOW_S / HISTORY_STEPS)
         cfg = fleet("idle")
         loop = dry_loop(cfg, source(cfg, fresh.url))
         st = loop.tick(0.0).services["idle"]
