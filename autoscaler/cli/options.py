@@ -67,8 +67,23 @@ DEFAULT_BATCH_FRACTION = 0.2
 
 
 def check_live_controller(spec: str, command: str) -> None:
-    """ValueError when ``spec`` names a controller that needs a trace (``NEEDS_A_TRACE``) in a live command."""
-    name = spec.strip().split(":", 1)[0]
+    """ValueError when ``spec`` names a controller that needs a trace (``NEEDS_A_TRACE``) in a live command,
+    or, in a real-time one (``run``, ``dry-run``), gives ``time_limit`` above the MPC's default
+    (``controllers.mpc.SOLVE_TIME_LIMIT_S``, 10 s): that option lets a simulated solve run on, and a
+    live tick must end. A malformed value is left to ``controllers.registry.build``'s message."""
+    name, _, opts = spec.strip().partition(":")
     if name in NEEDS_A_TRACE:
         raise ValueError(f"--controller {name} needs a trace (simulate, compare); {command} takes one of: "
                          f"{', '.join(LIVE_CONTROLLERS)}")
+    if command in ("run", "dry-run"):
+        from controllers.mpc import SOLVE_TIME_LIMIT_S
+
+        for opt in opts.split(":"):
+            key, _, value = opt.partition("=")
+            try:
+                limit = float(value)
+            except ValueError:
+                continue
+            if key.strip() == "time_limit" and limit > SOLVE_TIME_LIMIT_S:
+                raise ValueError(f"--controller {spec}: time_limit={value} is for simulation (a solve may run "
+                                 f"on); {command} runs in real time: at most {SOLVE_TIME_LIMIT_S:g} s")

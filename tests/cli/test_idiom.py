@@ -165,6 +165,26 @@ def test_live_commands_refuse_what_they_do_not_offer(command: str, extra: list[s
                           f"{', '.join(LIVE_CONTROLLERS)}\n")
 
 
+@pytest.mark.parametrize(("command", "extra"), [
+    ("dry-run", ["--prometheus-url", "http://127.0.0.1:9", "--once"]),
+    ("run", ["--config", "examples/fleet.yaml"]),
+])
+def test_real_time_commands_refuse_a_solve_time_limit_past_the_default(command: str, extra: list[str]) -> None:
+    # mpc:time_limit lets a simulated solve run past the 10 s a live tick allows (controllers.mpc)
+    res = CliRunner().invoke(app, [command, "--controller", "mpc:node_limit=100:time_limit=600", *extra])
+    assert res.exit_code == 2
+    assert res.stderr == ("error: --controller mpc:node_limit=100:time_limit=600: time_limit=600 is for simulation "
+                          f"(a solve may run on); {command} runs in real time: at most 10 s\n")
+
+
+def test_a_solve_time_limit_within_the_default_passes_the_live_check() -> None:
+    from autoscaler.cli.options import check_live_controller
+
+    check_live_controller("mpc:time_limit=10", "run")
+    check_live_controller("mpc:time_limit=2.5", "dry-run")
+    check_live_controller("mpc:time_limit=600", "backtest")  # not in real time: a solve may run on
+
+
 def test_simulate_offers_every_controller() -> None:
     assert option_help("simulate", "--controller").endswith(f"NAME is one of {', '.join(CONTROLLERS)}.")
 
