@@ -175,28 +175,27 @@ def test_the_wall_waiting_on_prometheus_is_the_union_of_the_queries_in_flight() 
 
 def test_pin_binds_every_thread_of_a_process_and_the_threads_it_starts_later() -> None:
     """``--pin``: a child with a thread already running is bound to one CPU of this process's set; the
-    thread it starts afterwards inherits it (read back from ``/proc/<pid>/task/<tid>``)."""
+    thread it starts afterwards inherits it (read back from ``/proc/<pid>/task/<tid>``). Each step is
+    signalled over the child's pipes, so nothing waits on a clock."""
     import os
     import subprocess
-    import time
     from pathlib import Path
 
-    code = ("import threading, time, sys\n"
-            "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
-            "sys.stdin.readline()\n"  # pinned by now: a second thread, then wait to be read
-            "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
-            "print('started', flush=True); time.sleep(30)\n")
+    code = ("import threading, sys\n"
+            "stop = threading.Event()\n"
+            "threading.Thread(target=stop.wait, daemon=True).start()\n"
+            "print('one', flush=True); sys.stdin.readline()\n"  # pinned by now: a second thread
+            "threading.Thread(target=stop.wait, daemon=True).start()\n"
+            "print('two', flush=True); sys.stdin.readline()\n")
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None and child.stdout is not None
     try:
         target = {max(os.sched_getaffinity(0))}
-        deadline = time.monotonic() + 30
-        while len(list(Path(f"/proc/{child.pid}/task").iterdir())) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert child.stdout.readline().strip() == "one"
         fs.pin(child.pid, target)
-        assert child.stdin is not None and child.stdout is not None
         child.stdin.write("go\n")
         child.stdin.flush()
-        assert child.stdout.readline().strip() == "started"
+        assert child.stdout.readline().strip() == "two"
         tasks = [int(t.name) for t in Path(f"/proc/{child.pid}/task").iterdir()]
         assert len(tasks) >= 3 and all(os.sched_getaffinity(t) == target for t in tasks)
     finally:
