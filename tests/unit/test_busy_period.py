@@ -154,18 +154,15 @@ def test_the_busy_period_form_is_within_the_band_of_the_knee_on_azure_code_like_
     # benchmarks/capacity.py's "azure-code-like 2048/28" (8192-token steps, so the per-step cap does
     # not apply): the fixed window gives 0.77 of the simulator's knee, the busy-period form 0.97 (d766c9f),
     # 0.94 with the prefill queue's law and joining prefills (5698ae9).
-    from autoscaler.knee import knee, one_replica
+    from support.busy_knee import busy_model_and_knee, lognormal_lengths
 
-    rng = np.random.default_rng(1)
-    n = 20_000
-    ins = np.clip(np.rint(rng.lognormal(math.log(2048) - 0.32, 0.8, n)), 1, None)
-    outs = np.clip(np.rint(rng.lognormal(math.log(28) - 0.5, 1.0, n)), 1, None)
+    from autoscaler.knee import one_replica
+
+    ins, outs = lognormal_lengths(20_000, (2048, 0.32, 0.8), (28, 0.5, 1.0))
     keep = ins + outs <= 16384
     ins, outs = ins[keep], outs[keep]
     cfg = one_replica(parse_config(ONE_H100, "<busy-period knee>"), "h100")
-    spec = replace(ReplicaSpec.of(cfg.services[0].variants[0], cfg.engine), busy_period=True)
-    model = replica_capacity(spec, RequestMix.from_requests(ins, outs), 2.0, 0.1).rps
-    measured, _ = knee(cfg, ins, outs, 0.5 * model, 1.5 * model, steps=8, min_requests=10_000)
+    model, measured = busy_model_and_knee(cfg, ins, outs, np.ones(len(ins), dtype=bool), 1.5, 8)
     print(f"\nazure-code-like: busy-period model {model:.3f} req/s, knee {measured:.3f}: {model / measured:.2f}")
     assert 0.51 * model < measured < 1.49 * model
     assert 0.90 <= model / measured <= 1.05

@@ -24,7 +24,6 @@ from models.capacity import (
     _ttft_slack,
     _wait_to_miss,
     operating_point,
-    replica_capacity,
 )
 from models.profiles import get_profile
 
@@ -144,21 +143,16 @@ def test_the_prompts_marginal_keeps_the_longest_prompts() -> None:
 def test_the_busy_period_form_is_within_the_band_of_the_knee_on_azure_conv_like_a100() -> None:
     # benchmarks/capacity.py's "azure-conv-like a100": the busy-period form without the prefill
     # queue's law and the joining prefills gave 1.07 of the knee (d766c9f), over the band.
-    from autoscaler.config.loading import load_config
-    from autoscaler.knee import knee, one_replica
+    from support.busy_knee import busy_model_and_knee, lognormal_lengths
+    from support.paths import ROOT
 
-    rng = np.random.default_rng(1)
-    n = 20_000
-    ins = np.clip(np.rint(rng.lognormal(math.log(1154) - 0.5, 1.0, n)), 1, None)
-    outs = np.clip(np.rint(rng.lognormal(math.log(211) - 0.72, 1.2, n)), 1, None)
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[2]
-    cfg = one_replica(load_config(root / "examples" / "fleet.yaml"), "a100", kv_cache_tokens=400_000,
+    from autoscaler.config.loading import load_config
+    from autoscaler.knee import one_replica
+
+    ins, outs = lognormal_lengths(20_000, (1154, 0.5, 1.0), (211, 0.72, 1.2))
+    cfg = one_replica(load_config(ROOT / "examples" / "fleet.yaml"), "a100", kv_cache_tokens=400_000,
                       max_num_seqs=256, max_num_batched_tokens=8192, ttft_s=2.0, max_model_len=32768)
-    served = ins + outs <= 32768
-    spec = replace(ReplicaSpec.of(cfg.services[0].variants[0], cfg.engine), busy_period=True)
-    model = replica_capacity(spec, RequestMix.from_requests(ins[served], outs[served]), 2.0, 0.1).rps
-    measured, _ = knee(cfg, ins, outs, 0.5 * model, 2.5 * model, steps=9, min_requests=10_000)
+    model, measured = busy_model_and_knee(cfg, ins, outs, ins + outs <= 32768, 2.5, 9)
     print(f"\nazure-conv-like A100: busy-period model {model:.3f} req/s, knee {measured:.3f}: {model / measured:.3f}")
     assert 0.51 * model < measured < 2.49 * model
     assert 0.90 <= model / measured <= 1.05
