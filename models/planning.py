@@ -100,7 +100,10 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
   it saves nothing over the tuned search without it: on most ticks it is already the optimum, and
   the time is HiGHS's proof (its root's cut rounds), which a start does not shorten.
 - Relaxed later blocks (``PlanProblem.integer_blocks``) are rounded to whole replicas, the cheapest of
-  a few roundings that keeps every constraint (``_round_tail``), solved whole when none does.
+  a few roundings that keeps every constraint (``_round_tail``), solved whole when none does. With
+  ``PlanProblem.tail_up`` they are priced rounded up first (``_tail_up``): the LP relaxation's later
+  counts rounded up and fixed, the first blocks searched whole against them, so that a fraction of a
+  replica ordered later does not undercut a whole one ordered now.
 - The decomposition by service (``PlanProblem.decompose``): the shared limits are shared out on the
   joint LP relaxation (for a large fleet on steps as long as the plan's blocks, ``_blocked``: the
   joint relaxation of 50 services on its own steps takes 2.4-3 s, on the blocks' 0.4-0.5 s, and the
