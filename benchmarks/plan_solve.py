@@ -18,7 +18,8 @@ exactly and jointly (``--exact-time-limit``, 60 s; ``--exact-cache`` keeps the o
 50-service one takes minutes) and prints the cost over that optimum (p50 / max / each); with
 ``--first-step`` also how many plans' first step (what the MPC applies) is the exact plan's, and the
 first step's regret: the exact optimum with the plan's first step fixed, over the optimum (p50 /
-max). ``--integer-blocks K`` keeps the first K blocks integer (``mpc:int_blocks=K`` with ``--mpc``);
+max). ``--integer-blocks K`` keeps the first K blocks integer (``mpc:int_blocks=K`` with ``--mpc``), and
+``--tail-up`` prices the rest rounded up (``mpc:int_up=1``);
 the fallbacks column counts "tail solved whole" where no rounding of the relaxed blocks kept the
 constraints. ``--coarsen``
 picks the steps a decomposed solve shares the limits on, ``--count`` the problems per size. Goals
