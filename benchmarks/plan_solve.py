@@ -18,7 +18,8 @@ exactly and jointly (``--exact-time-limit``, 60 s; ``--exact-cache`` keeps the o
 50-service one takes minutes) and prints the cost over that optimum (p50 / max / each); with
 ``--first-step`` also how many plans' first step (what the MPC applies) is the exact plan's, and the
 first step's regret: the exact optimum with the plan's first step fixed, over the optimum (p50 /
-max). ``--integer-blocks K`` keeps the first K blocks integer (``mpc:int_blocks=K`` with ``--mpc``);
+max). ``--integer-blocks K`` keeps the first K blocks integer (``mpc:int_blocks=K`` with ``--mpc``), and
+``--tail-up`` prices the rest rounded up (``mpc:int_up=1``);
 the fallbacks column counts "tail solved whole" where no rounding of the relaxed blocks kept the
 constraints. ``--coarsen``
 picks the steps a decomposed solve shares the limits on, ``--count`` the problems per size. Goals
@@ -246,6 +247,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="seed of the random problems")
     ap.add_argument("--integer-blocks", type=int, default=None,
                     help="blocks kept integer (the rest relaxed); default all, as the MPC solves")
+    ap.add_argument("--tail-up", action="store_true",
+                    help="with --integer-blocks: the relaxed blocks' counts rounded up from the LP relaxation, the "
+                         "first blocks searched against them (PlanProblem.tail_up, mpc:int_up=1)")
     ap.add_argument("--gap", type=float, default=1e-4, help="HiGHS's relative optimality gap (the MPC's: 1e-4)")
     ap.add_argument("--node-limit", type=int, default=None,
                     help="most branch-and-bound nodes per solve (0 stops before the root); default none, as the MPC")
@@ -302,6 +306,7 @@ def main() -> None:
     if args.count is not None and args.count < 1:
         ap.error(f"--count must be >= 1, got {args.count}")
     options = {"neighbourhood": args.neighbourhood, "decompose": args.decompose, "coarsen": args.coarsen,
+               "tail_up": args.tail_up,
                "strengthen": {"on": True, "off": False, "auto": None}[args.strengthen]}
     cache = json.loads(args.exact_cache.read_text()) if args.exact_cache and args.exact_cache.exists() else {}
     first = args.vs_exact and args.first_step
@@ -327,6 +332,7 @@ def main() -> None:
             if args.vs_exact:
                 key, demand = f"{args.seed},{n},{k}", float(sum(s.demand_rps.sum() for s in drawn.services))
                 exact_problem = dataclasses.replace(drawn, integer_blocks=None, neighbourhood=None, decompose=False,
+                                                    tail_up=False,
                                                     tuned=False, coarsen=None, time_limit_s=args.exact_time_limit)
                 if (key not in cache or not math.isclose(cache[key]["demand"], demand, rel_tol=1e-12)
                         or (first and "first" not in cache[key])):

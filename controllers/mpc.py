@@ -887,11 +887,17 @@ class MPCController(Controller):
             first block, the step applied, is always whole); 0 (default) solves every block whole
             (the tuned exact search). Opt-in: ``docs/controllers.md#solving-fast`` measures its time
             and what it costs.
+        int_up: 1 (with ``int_blocks``) prices the relaxed blocks as if their replica counts were
+            rounded up (``models.planning.PlanProblem.tail_up``: the LP relaxation's later counts
+            rounded up and fixed, the first K blocks searched whole against them), so a fraction
+            ordered later no longer undercuts a whole replica ordered now; 0 (default) off. Opt-in:
+            ``docs/controllers.md`` "Relaxed blocks priced rounded up" measures it.
         name: the spec it was built from.
 
     Raises:
         ValueError: an argument out of range, an unknown ``forecast``, ``hedge`` or ``hold``, or ``perfect`` without
-            ``future_rps``, a negative ``node_limit`` or ``int_blocks``.
+            ``future_rps``, a negative ``node_limit`` or ``int_blocks``, ``int_up`` other than 0 or 1,
+            or 1 without ``int_blocks``.
     """
 
     scales_roles = True
@@ -905,6 +911,7 @@ class MPCController(Controller):
                  window_s: float = DEFAULT_WINDOW_S, mix: str = "calibrated",
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
                  time_limit: float = SOLVE_TIME_LIMIT_S, pool: int = 1, warm: int = 0, int_blocks: int = 0,
+                 int_up: int = 0,
                  shed: int = 0,
                  shed_weight: float = DEFAULT_SHED_WEIGHT,
                  pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0, busy: int = 0,
@@ -928,6 +935,9 @@ class MPCController(Controller):
             raise ValueError(f"{name}: warm must be 0 or 1, got {warm}")
         if int_blocks < 0:
             raise ValueError(f"{name}: int_blocks must be >= 0, got {int_blocks}")
+        if int_up not in (0, 1) or (int_up and not int_blocks):
+            raise ValueError(f"{name}: int_up must be 0 or 1, and 1 needs int_blocks >= 1 (it prices the relaxed "
+                             f"blocks), got int_up={int_up} with int_blocks={int_blocks}")
         if pd_scale not in (0, 1):
             raise ValueError(f"{name}: pd_scale must be 0 or 1, got {pd_scale}")
         if cover not in (0, 1):
@@ -985,6 +995,7 @@ class MPCController(Controller):
         self.pool = pool
         self.warm = bool(warm)
         self.int_blocks = int_blocks or None
+        self.int_up = bool(int_up)
         self.burst = bool(burst)
         self.cap = bool(cap)
         self.busy = bool(busy)
@@ -1433,7 +1444,8 @@ class MPCController(Controller):
                            time_limit_s=self.time_limit, neighbourhood=0 if len(services) > 1 else None,
                            decompose=len(services) * self.horizon > JOINT_UP_TO, tuned=len(services) == 1,
                            solver="highspy" if self.warm else "scipy", start=start if self.warm else None,
-                           integer_blocks=self.int_blocks if len(services) == 1 else None)
+                           integer_blocks=self.int_blocks if len(services) == 1 else None,
+                           tail_up=self.int_up)
 
     def _start(self, mem: _ServiceMemory, svc: PlanService, now_s: float) -> dict[str, dict[str, np.ndarray]] | None:
         """The service's last plan solved alone, moved on by the ticks since (``models.planning.shifted``),

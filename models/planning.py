@@ -100,7 +100,10 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
   it saves nothing over the tuned search without it: on most ticks it is already the optimum, and
   the time is HiGHS's proof (its root's cut rounds), which a start does not shorten.
 - Relaxed later blocks (``PlanProblem.integer_blocks``) are rounded to whole replicas, the cheapest of
-  a few roundings that keeps every constraint (``_round_tail``), solved whole when none does.
+  a few roundings that keeps every constraint (``_round_tail``), solved whole when none does. With
+  ``PlanProblem.tail_up`` they are priced rounded up first (``_tail_up``): the LP relaxation's later
+  counts rounded up and fixed, the first blocks searched whole against them, so that a fraction of a
+  replica ordered later does not undercut a whole one ordered now.
 - The decomposition by service (``PlanProblem.decompose``): the shared limits are shared out on the
   joint LP relaxation (for a large fleet on steps as long as the plan's blocks, ``_blocked``: the
   joint relaxation of 50 services on its own steps takes 2.4-3 s, on the blocks' 0.4-0.5 s, and the
@@ -270,6 +273,14 @@ class PlanProblem:
         blocks: first step (0-based, ascending, the first 0) of each block over which replica counts
             stay constant; None = ``default_blocks(steps)``.
         integer_blocks: blocks kept integer, the first ones (None: all); the rest are relaxed.
+        tail_up: with ``integer_blocks``, the relaxed blocks priced as if their replica counts were
+            rounded up (``_tail_up``): the LP relaxation is solved, each relaxed block's count fixed at
+            the ceiling of its relaxed count (within the variant's bounds), and the first
+            ``integer_blocks`` searched whole against that tail. A fraction of a replica ordered
+            later then costs a whole one, as in the exact search, so a whole order now is weighed
+            against a whole order later, not against a cheap fraction (issue 28: the relaxed tail
+            alone ordered each H100 of the ramp late). Where the LP or that search finds no plan,
+            the relaxed tail is searched as without it.
         time_limit_s: HiGHS's time limit, seconds, shared by every HiGHS call of one solve (the
             decomposition's and the search near the LP relaxation's too; the LP relaxation solved for
             a fallback gets its own); at the limit the best plan found is used (module docstring).
@@ -320,6 +331,7 @@ class PlanProblem:
     gpu_budget: int | None = None
     blocks: Sequence[int] | None = None
     integer_blocks: int | None = None
+    tail_up: bool = False
     time_limit_s: float = 10.0
     node_limit: int | None = None
     mip_rel_gap: float = 1e-4
@@ -1408,6 +1420,28 @@ def _round_tail(problem: PlanProblem, c: np.ndarray, x: np.ndarray, cons: Linear
     return best
 
 
+def _tail_up(problem: PlanProblem, c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray,
+             deadline: float) -> OptimizeResult | None:
+    """``PlanProblem.tail_up``'s search: the LP relaxation's replica counts ``n`` in the relaxed blocks
+    rounded up (clipped to their bounds) and fixed there, the first ``integer_blocks`` searched whole
+    (their orders, warm or cold, and removals; the relaxed blocks' orders stay continuous, their sums
+    whole). None when the LP or that search finds no plan (at a limit, or where a rounded-up count
+    breaks a step limit or quota)."""
+    lp = _milp(c, cons, bounds, np.zeros(len(c)), {"time_limit": _left(deadline), **LP_OPTIONS})
+    if lp.x is None:
+        return None
+    x = lp.x
+    idx = _Index(problem)
+    lo, hi = np.array(bounds.lb, dtype=float), np.array(bounds.ub, dtype=float)
+    for i, svc in enumerate(problem.services):
+        for j in range(len(svc.variants)):
+            tail = np.arange(idx.var(i, j, N, idx.integer_blocks), idx.var(i, j, N, 0) + idx.nb)
+            up = np.clip(np.ceil(x[tail] - FEASIBLE_TOL), lo[tail], hi[tail])
+            lo[tail] = hi[tail] = up
+    res = _milp(c, cons, Bounds(lo, hi), integral, _options(problem, deadline))
+    return res if res.x is not None else None
+
+
 def _near_lp(problem: PlanProblem, c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray,
              options: Mapping[str, float | bool | int], deadline: float,
              warm: _WarmLp | None = None) -> OptimizeResult | None:
@@ -1475,6 +1509,9 @@ def _solve_model(problem: PlanProblem, caps: Mapping[str | None, np.ndarray] | N
             res = _highspy_milp(c, cons, bounds, integral, _options(problem, deadline), start)
             started, direct = res is not None and start is not None, res is not None
             note = f"; through highspy{note}" if direct else "; highspy reported an error: solved through scipy"
+    if res is None and problem.tail_up and _Index(problem).integer_blocks < _Index(problem).nb:
+        res = _tail_up(problem, c, cons, bounds, integral, deadline)
+        note += "; later blocks priced rounded up" if res is not None else ""
     if res is None:
         res = _milp(c, cons, bounds, integral, _options(problem, deadline))
     if res.x is None and _highs_limit(res) is None:  # no plan within the step limits

@@ -493,6 +493,32 @@ def test_int_blocks_relaxes_a_lone_services_later_blocks(monkeypatch: pytest.Mon
         build("mpc:int_blocks=-1", CFG)
 
 
+def test_int_up_prices_the_relaxed_blocks_rounded_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    # mpc:int_blocks=1:int_up=1 hands the solver tail_up (the relaxed blocks rounded up from the LP
+    # relaxation); without int_up it is off; int_up without int_blocks, or other than 0/1, is refused.
+    problems: list[PlanProblem] = []
+    plans: list[Plan] = []
+    real = mpc.solve
+
+    def recording(problem: PlanProblem) -> Plan:
+        problems.append(problem)
+        plans.append(real(problem))
+        return plans[-1]
+
+    monkeypatch.setattr(mpc, "solve", recording)
+    for spec in ("mpc:int_blocks=1:int_up=1:forecast=last", "mpc:int_blocks=1:forecast=last"):
+        c = build(spec, CFG)
+        assert isinstance(c, MPCController)
+        c.decide(estimate(600.0, 70.0, {"gh200": 3}), SVC)
+    assert [(p.integer_blocks, p.tail_up) for p in problems] == [(1, True), (1, False)]
+    assert "later blocks priced rounded up" in plans[0].message
+    assert "priced rounded up" not in plans[1].message
+    with pytest.raises(ValueError, match="int_up"):
+        build("mpc:int_up=1", CFG)
+    with pytest.raises(ValueError, match="int_up"):
+        build("mpc:int_blocks=1:int_up=2", CFG)
+
+
 def gateway_estimate(t: float, by_priority: dict[str, float], ready: dict[str, int]) -> ServiceEstimate:
     """``estimate`` with the gateway's arrivals per priority (nothing queued there)."""
     est = estimate(t, sum(by_priority.values()), ready)
