@@ -49,6 +49,23 @@ x 8 / 327,680 bytes a token (80 layers x 8 KV heads x 128 x 2 x 2 bytes) = 1.24 
 replica is ready at 0; no client timeout fires (it is set past the trace), no request is rejected
 (``max_model_len`` 32768), no admission control.
 
+P/D (``--pd``; docs/simulator.md, "Prefill/decode disaggregation"): the paper's Splitwise designs
+(``PD_FLEETS``): prompt and token machines, one TP-8 instance a server, SplitwiseSim's ``splitwise``
+start state (same engine limits as ``baseline``) and its ``kv_jsq`` scheduler, which ships every
+request's KV from the prompt instance with the fewest pending requests to the token instance with the
+fewest (``scheduler.py``, ``KVJSQScheduler``). The paper's scripts run ``mixed_pool``, which also lends
+instances across the pools when a prompt queue is long or token memory full; that has no counterpart
+here, so ``kv_jsq``, the pure split. Ours: the same servers as ``roles`` pools of prefill and decode
+replicas, least-outstanding picks in each pool, every request prefilled remotely, a link read in the
+peer's transfer time (``matched_link_gbps``, no fixed latency). ``--peer-commands`` prints
+SplitwiseSim's command per trace and fleet:
+
+    python benchmarks/splitwise_compare.py --pd --peer-commands     # run each in ../splitwise-sim
+    python benchmarks/splitwise_compare.py --pd --peer ../splitwise-sim/results
+
+The table then adds ``PD_METRICS``: TTFT and TBT counted from the prompt's prefill end, SplitwiseSim's
+first token.
+
 Diagnostics (docs/simulator.md, "Side by side with SplitwiseSim"): ``--flat-decode`` runs ours with a
 decode step flat in batch and context, as SplitwiseSim's is (its token-time interpolation is keyed by
 prompt x batch tokens and called with the number of decodes, so every decode batch reads about its
@@ -74,6 +91,9 @@ import numpy as np
 from autoscaler.config import FleetConfig
 from autoscaler.config.loading import parse_config
 from autoscaler.simulate import run_simulation
+from autoscaler.simulator.disagg import PrefillReplica
+from autoscaler.simulator.engine import SimRequest
+from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.workload.azure import load_azure
 from autoscaler.workload.types import Workload
 from controllers.static import StaticController
@@ -108,46 +128,66 @@ FLEETS = (
 KV_CACHE_TOKENS = 1_240_000  # module docstring: a vLLM's pool on 8 x 80 GB for Llama-2-70B
 PEER_OFFSET_S = 1.0  # added to every arrival of a peer trace (write_peer_trace)
 METRICS = ("TTFT", "TBT", "E2E")
+PD_METRICS = ("TTFT-P", "TBT-P")
+"""With ``--pd``, beside ``METRICS``: TTFT and TBT from the end of the prompt's prefill instead of the first
+token. SplitwiseSim's first token is its prompt task's (``task.py``, ``PromptTask.complete`` sets the
+request's TTFT), before the KV moves; ours is the decode replica's, after the read and one step of the
+decode replica (docs/simulator.md, "TTFT convention"). For the peer ``-P`` equals the plain metric."""
 PERCENTILES = (50, 99)
 
 
 @dataclass(frozen=True)
 class Latencies:
-    """Per completed request: ``ttft_s``, ``e2e_s`` (seconds from arrival) and ``output_tokens``;
-    three arrays of one length."""
+    """Per completed request: ``ttft_s``, ``e2e_s`` (seconds from arrival), ``output_tokens`` and, where
+    known, ``prefilled_s`` (seconds from arrival to the end of the prompt's prefill); arrays of one length."""
 
     ttft_s: np.ndarray
     e2e_s: np.ndarray
     output_tokens: np.ndarray
+    prefilled_s: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if not len(self.ttft_s) == len(self.e2e_s) == len(self.output_tokens):
             raise ValueError(f"ttft_s, e2e_s and output_tokens differ in length: {len(self.ttft_s)}, "
                              f"{len(self.e2e_s)}, {len(self.output_tokens)}")
+        if self.prefilled_s is not None and len(self.prefilled_s) != len(self.ttft_s):
+            raise ValueError(f"prefilled_s has {len(self.prefilled_s)} values for {len(self.ttft_s)} requests")
 
     def metric(self, name: str) -> np.ndarray:
-        """The values of ``name`` (``METRICS``), seconds; TBT over requests of more than one token."""
+        """The values of ``name`` (``METRICS`` or ``PD_METRICS``), seconds; TBT over requests of more than
+        one token. ``TTFT-P`` and ``TBT-P`` count from the end of the prompt's prefill instead of the
+        first token (``prefilled_s``; SplitwiseSim's convention, ``PD_METRICS``).
+
+        Raises:
+            ValueError: an unknown name, or a ``-P`` metric without ``prefilled_s``.
+        """
+        first = self.ttft_s
+        if name.endswith("-P"):
+            if self.prefilled_s is None:
+                raise ValueError(f"{name} needs the prefill-end times (prefilled_s), which these latencies lack")
+            first, name = self.prefilled_s, name[:-2]
         if name == "TTFT":
-            return self.ttft_s
+            return first
         if name == "E2E":
             return self.e2e_s
         if name == "TBT":
             many = self.output_tokens > 1
-            return (self.e2e_s[many] - self.ttft_s[many]) / (self.output_tokens[many] - 1)
-        raise ValueError(f"unknown metric {name!r}; expected one of {', '.join(METRICS)}")
+            return (self.e2e_s[many] - first[many]) / (self.output_tokens[many] - 1)
+        raise ValueError(f"unknown metric {name!r}; expected one of {', '.join(METRICS + PD_METRICS)}")
 
 
 Row = tuple[str, str, str, int, float, float | None, float | None]
 
 
-def table(ours: Mapping[tuple[str, str], Latencies], peer: Mapping[tuple[str, str], Latencies]) -> list[Row]:
-    """One row per (trace, fleet) of ``ours`` (in its order) x metric x percentile: ``(trace, fleet,
-    metric, percentile, ours_s, peer_s, ours / peer)``, the last two None where ``peer`` lacks that
-    (trace, fleet). Raises ``ValueError`` for a (trace, fleet) with no value of a metric."""
+def table(ours: Mapping[tuple[str, str], Latencies], peer: Mapping[tuple[str, str], Latencies],
+          metrics: Sequence[str] = METRICS) -> list[Row]:
+    """One row per (trace, fleet) of ``ours`` (in its order) x metric (``metrics``, in order) x percentile:
+    ``(trace, fleet, metric, percentile, ours_s, peer_s, ours / peer)``, the last two None where ``peer``
+    lacks that (trace, fleet). Raises ``ValueError`` for a (trace, fleet) with no value of a metric."""
     rows: list[Row] = []
     for key, lat in ours.items():
         other = peer.get(key)
-        for name in METRICS:
+        for name in metrics:
             mine = lat.metric(name)
             theirs = None if other is None else other.metric(name)
             for side, v in (("ours", mine), ("peer", theirs)):
@@ -231,6 +271,26 @@ def iteration_summary(paths: Sequence[Path]) -> dict[str, float]:
     }
 
 
+def split_roles(paths: Sequence[Path]) -> dict[str, list[Path]]:
+    """SplitwiseSim's instance logs of a P/D run by role, its ``tag`` column (``prompt`` or ``token``,
+    the ``splitwise`` start state's tags): role -> the files of that role's instances, in ``paths``' order.
+
+    Raises:
+        ValueError: a file without ``tag``, or with no row or more than one tag, named.
+    """
+    roles: dict[str, list[Path]] = {}
+    for path in paths:
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            if "tag" not in (reader.fieldnames or []):
+                raise ValueError(f"{path}: no column tag (expected SplitwiseSim's instance log)")
+            tags = {row["tag"] for row in reader}
+        if len(tags) != 1:
+            raise ValueError(f"{path}: expected one tag, found {sorted(tags) or 'no row'}")
+        roles.setdefault(tags.pop(), []).append(path)
+    return roles
+
+
 def format_iterations(summaries: Mapping[tuple[str, str], dict[str, float]]) -> str:
     """A Markdown table of ``iteration_summary`` per (trace, fleet)."""
     out = ["| trace | fleet | prompt iterations (share of busy time) | of them prompt-only | decodes preempted "
@@ -246,7 +306,8 @@ def format_iterations(summaries: Mapping[tuple[str, str], dict[str, float]]) -> 
 
 def read_peer(path: Path) -> Latencies:
     """SplitwiseSim's ``detailed/<application>.csv``: columns ``response_times`` (E2E, s),
-    ``ttft_times`` (s) and ``token_sizes`` (output tokens), one row per completed request.
+    ``ttft_times`` (s) and ``token_sizes`` (output tokens), one row per completed request. Its TTFT is
+    when the prompt task ends (``PD_METRICS``), so ``prefilled_s`` is the TTFT too.
 
     Raises:
         ValueError: a missing column or a value that is not a number, naming the file and line.
@@ -266,7 +327,7 @@ def read_peer(path: Path) -> Latencies:
                 out.append(int(float(row["token_sizes"])))
             except ValueError as exc:
                 raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
-    return Latencies(np.array(ttft), np.array(e2e), np.array(out))
+    return Latencies(np.array(ttft), np.array(e2e), np.array(out), np.array(ttft))
 
 
 def peer_path(results: Path, trace: str, fleet: Fleet, seed: int = 0) -> Path:
@@ -292,7 +353,7 @@ def write_peer_trace(workload: Workload, path: Path) -> None:
             w.writerow([i, 2, 0, repr(r.arrival_s + PEER_OFFSET_S), 1, r.input_tokens, r.output_tokens])
 
 
-def variant_profile(fleet: Fleet, folder: Path, flat_decode: bool = False, prefill_scale: float = 1.0) -> str:
+def variant_profile(fleet: Fleet | Pool, folder: Path, flat_decode: bool = False, prefill_scale: float = 1.0) -> str:
     """The profile our ``fleet`` runs: its shipped name, or, with a diagnostic (module docstring), a
     profile file written to ``folder`` from the shipped entry with the decode terms flat and/or the
     prefill slope times ``prefill_scale``. Raises ``ValueError`` for ``prefill_scale`` <= 0."""
@@ -352,6 +413,189 @@ def run_ours(workload: Workload, fleet: Fleet, profile: str | None = None) -> La
     return Latencies(first - arrival, last - arrival, out)
 
 
+@dataclass(frozen=True)
+class Pool:
+    """One role's replicas in a P/D fleet: ``variant``/``gpu``/``profile`` (ours, as ``Fleet``'s) and
+    ``count`` DGX servers, one TP-8 replica each."""
+
+    variant: str
+    gpu: str
+    profile: str
+    count: int
+
+
+@dataclass(frozen=True)
+class PDFleet:
+    """A static Splitwise fleet: ``prefill`` and ``decode`` pools (SplitwiseSim's prompt and token
+    machines), SplitwiseSim's ``(A100 servers, H100 servers)`` and its ``start_state.split_type``
+    (``homogeneous``: the first ``prefill.count`` servers prompt, the next ``decode.count`` token;
+    ``heterogeneous``: by SKU, H100 prompt and A100 token, ``configs/start_state/splitwise.yaml``)."""
+
+    name: str
+    prefill: Pool
+    decode: Pool
+    peer_servers: tuple[int, int]
+    peer_split: str
+
+
+A100 = ("a100", "A100-80GB", "llama-2-70b/a100-80gb/tp8")
+H100 = ("h100", "H100-SXM", "llama-2-70b/h100-sxm/tp8")
+PD_FLEETS = (
+    PDFleet("Splitwise-AA-2P1T", Pool(*A100, 2), Pool(*A100, 1), (3, 0), "homogeneous"),
+    PDFleet("Splitwise-HH-1P1T", Pool(*H100, 1), Pool(*H100, 1), (0, 2), "homogeneous"),
+    PDFleet("Splitwise-HA-1P1T", Pool(*H100, 1), Pool(*A100, 1), (1, 1), "heterogeneous"),
+)
+"""The paper's three Splitwise designs at the aggregated comparison's sizes (module docstring, "P/D"):
+AA with ``scripts/run_splitwise_aa.sh``'s prompt:token ratio (27:13, ~2:1) on the 3 A100 servers of the
+aggregated A100 fleet; HH on the 2 H100 servers of the aggregated H100 fleet (``run_splitwise_hh.sh``
+runs 1 + 1); HA as ``run_splitwise_ha_example.sh`` (1 A100 + 1 H100, H100 prompt)."""
+
+PEER_SCHEDULER = "kv_jsq"
+PEER_TRANSFER_GIB_S = 200.0
+"""SplitwiseSim's ``configs/orchestrator_repo/schedulers/kv_jsq.yaml`` ``transfer_bandwidth``, which
+``KVJSQScheduler`` reads as GiB/s (x 1024**3, ``scheduler.py``); a flow of the prompt's tokens x
+``PEER_KV_BYTES_PER_TOKEN`` on a link of its own, no fixed latency."""
+
+
+def matched_link_gbps(kv_bytes_per_token: int) -> float:
+    """Our link's ``bandwidth_gbps`` for which a read of ``t`` tokens of ``kv_bytes_per_token`` bytes takes
+    SplitwiseSim's transfer time, ``t x PEER_KV_BYTES_PER_TOKEN / (PEER_TRANSFER_GIB_S x 2**30)``: its
+    bytes a token are 8 x ours for Llama-2-70B (no grouped-query attention), so the same time needs an
+    eighth of its bandwidth (214.7 Gb/s for 327,680 bytes). Raises ``ValueError`` for a size <= 0."""
+    if kv_bytes_per_token <= 0:
+        raise ValueError(f"kv_bytes_per_token must be > 0, got {kv_bytes_per_token}")
+    return kv_bytes_per_token * 8 * PEER_TRANSFER_GIB_S * 2**30 / (PEER_KV_BYTES_PER_TOKEN * 1e9)
+
+
+def pd_peer_path(results: Path, trace: str, fleet: PDFleet, seed: int = 0) -> Path:
+    """Where SplitwiseSim 8f99e7d writes the per-request CSV of a P/D run (``output_dir`` in
+    ``configs/config.yaml``; ``state_type`` ``splitwise_<prompt>_<token>`` from ``start_state``'s
+    ``num_instances``, which ``pd_peer_command`` sets to the pools' counts)."""
+    a, h = fleet.peer_servers
+    state = f"splitwise_{fleet.prefill.count}_{fleet.decode.count}"
+    return (results / str(seed) / state / trace / f"{a}_{h}" / "llama2-70b" / PEER_SCHEDULER / "detailed"
+            / "0.csv")
+
+
+def pd_peer_command(trace: str, fleet: PDFleet, seed: int = 0) -> list[str]:
+    """SplitwiseSim's ``run.py`` arguments for ``fleet`` on ``trace`` (run in its own folder and venv)."""
+    a, h = fleet.peer_servers
+    return ["run.py", f"applications.0.scheduler={PEER_SCHEDULER}",
+            "applications.0.model_architecture=llama2-70b", "applications.0.model_size=llama2-70b-fp16",
+            "cluster=half_half", f"cluster.servers.0.count={a}", f"cluster.servers.1.count={h}",
+            "start_state=splitwise", f"start_state.split_type={fleet.peer_split}",
+            f"start_state.prompt.num_instances={fleet.prefill.count}",
+            f"start_state.token.num_instances={fleet.decode.count}",
+            "performance_model=db", f"trace.filename={trace}", f"seed={seed}", "debug=True"]
+
+
+def pd_fleet_config(fleet: PDFleet, horizon_s: float, prefill_profile: str | None = None,
+                    decode_profile: str | None = None) -> FleetConfig:
+    """Our fleet for ``fleet``: pools of prefill and decode replicas (no aggregated variant), engine and
+    KV as ``fleet_config``, every request prefilled remotely (``non_cached_tokens`` 1: every prompt has
+    at least one token and no trace request shares a prefix, as SplitwiseSim's KV schedulers ship every
+    request's KV), a link of ``matched_link_gbps`` with no fixed latency; ``*_profile`` replace the
+    pools' profiles (``variant_profile``)."""
+    kvb = shipped_entries()[fleet.prefill.profile]["kv_bytes_per_token"]
+
+    def pool(p: Pool, role: str, profile: str | None) -> dict[str, object]:
+        return {"name": f"{p.variant}-{role}", "gpu": p.gpu, "gpus_per_replica": 8, "price_per_gpu_hour": 0.0,
+                "min_replicas": p.count, "max_replicas": p.count, "initial_replicas": p.count,
+                "kv_cache_tokens": KV_CACHE_TOKENS, "profile": profile or p.profile}
+
+    return parse_config({
+        "services": [{
+            "name": "llama-2-70b", "model": "meta-llama/Llama-2-70b-hf", "max_model_len": 32768,
+            "slo": {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}},
+            "variants": [],
+            "roles": {
+                "prefill": [pool(fleet.prefill, "prefill", prefill_profile)],
+                "decode": [pool(fleet.decode, "decode", decode_profile)],
+                "non_cached_tokens": 1,
+                "kv_transfer": {"bandwidth_gbps": matched_link_gbps(int(kvb)), "latency_s": 0.0},
+            },
+        }],
+        "engine": {"max_num_seqs": 512, "max_num_batched_tokens": 2048, "block_size": 16},
+        "simulator": {"client_timeout_s": 10 * horizon_s + 3600.0},
+    }, source="splitwise_compare --pd")
+
+
+def run_ours_pd(workload: Workload, fleet: PDFleet, prefill_profile: str | None = None,
+                decode_profile: str | None = None) -> Latencies:
+    """Simulate ``workload`` on the P/D ``fleet`` (static pools); the latencies of its completed requests,
+    with each one's prefill end (``prefilled_s``, recorded as the prefill replica hands it over:
+    ``FleetSimulator.on_prefilled``, wrapped for this run only).
+
+    Raises:
+        RuntimeError: a request did not complete, or was not prefilled remotely.
+    """
+    cfg = pd_fleet_config(fleet, workload.requests[-1].arrival_s if workload.requests else 0.0,
+                          prefill_profile, decode_profile)
+    ctrl = StaticController({}, cfg.controller.tick_s, cfg.controller.window_s)
+    prefilled: dict[SimRequest, float] = {}
+    original = FleetSimulator.on_prefilled
+
+    def record(sim: FleetSimulator, sr: SimRequest, replica: PrefillReplica, now: float) -> None:
+        prefilled[sr] = now
+        original(sim, sr, replica, now)
+
+    setattr(FleetSimulator, "on_prefilled", record)  # noqa: B010 (a method; mypy refuses assigning to one)
+    try:
+        run = run_simulation(cfg, workload, ctrl, admission="none")
+    finally:
+        setattr(FleetSimulator, "on_prefilled", original)  # noqa: B010
+    final = run.sim.final
+    bad = [sr for sr in final if sr.status != "completed"]
+    if bad:
+        raise RuntimeError(f"{len(bad)} of {len(final)} requests did not complete (first: {bad[0].status})")
+    local = sum(sr not in prefilled for sr in final)
+    if local:
+        raise RuntimeError(f"{local} of {len(final)} requests were not prefilled remotely")
+    arrival = np.array([sr.req.arrival_s for sr in final])
+    first = np.array([sr.t_first for sr in final], dtype=float)
+    last = np.array([sr.t_finish for sr in final], dtype=float)
+    out = np.array([sr.req.output_tokens for sr in final])
+    handed = np.array([prefilled[sr] for sr in final])
+    return Latencies(first - arrival, last - arrival, out, handed - arrival)
+
+
+def run_fleet(workload: Workload, fleet: Fleet | PDFleet, folder: Path, flat_decode: bool = False,
+              prefill_scale: float = 1.0) -> Latencies:
+    """``run_ours`` or ``run_ours_pd`` on ``fleet``, its profiles with the diagnostics (``variant_profile``,
+    files written to ``folder``)."""
+    if isinstance(fleet, PDFleet):
+        return run_ours_pd(workload, fleet, variant_profile(fleet.prefill, folder, flat_decode, prefill_scale),
+                           variant_profile(fleet.decode, folder, flat_decode, prefill_scale))
+    return run_ours(workload, fleet, variant_profile(fleet, folder, flat_decode, prefill_scale))
+
+
+def peer_iterations(detailed: Path, by_role: bool) -> dict[str, dict[str, float]]:
+    """``iteration_summary`` of the instance logs beside SplitwiseSim's per-request CSV ``detailed``
+    (``instances/0/*.csv``; none without ``debug=True``): one under the label ``""``, or with ``by_role``
+    one per role under ``" prompt"`` and ``" token"`` (``split_roles``). Raises as those do."""
+    logs = sorted((detailed.parent.parent / "instances" / "0").glob("*.csv"))
+    if not logs:
+        return {}
+    if not by_role:
+        return {"": iteration_summary(logs)}
+    return {f" {role}": iteration_summary(paths) for role, paths in split_roles(logs).items()}
+
+
+def peer_file(results: Path, trace: str, fleet: Fleet | PDFleet) -> Path:
+    """SplitwiseSim's per-request CSV of ``fleet`` on ``trace`` under ``results`` (``peer_path``,
+    ``pd_peer_path``)."""
+    return pd_peer_path(results, trace, fleet) if isinstance(fleet, PDFleet) else peer_path(results, trace, fleet)
+
+
+def select_fleets(pd: bool, names: Sequence[str] | None) -> list[Fleet | PDFleet]:
+    """The P/D (``pd``) or aggregated fleets named in ``names`` (None: all of them), in their order.
+    Raises ``ValueError`` naming the mode's fleets when a name is not one of them."""
+    mode: Sequence[Fleet | PDFleet] = PD_FLEETS if pd else FLEETS
+    if names is not None and any(n not in [f.name for f in mode] for n in names):
+        raise ValueError(f"--fleets: the {'P/D' if pd else 'aggregated'} fleets are {', '.join(f.name for f in mode)}")
+    return [f for f in mode if names is None or f.name in names]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--data", type=Path, default=DATA,
@@ -361,8 +605,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--write-peer-traces", type=Path, default=None, metavar="DIR",
                     help="write the traces in SplitwiseSim's format to DIR (azure_conv.csv, azure_code.csv) and exit")
     ap.add_argument("--traces", nargs="+", choices=list(TRACES), default=list(TRACES), help="traces to run")
-    ap.add_argument("--fleets", nargs="+", choices=[f.name for f in FLEETS], default=[f.name for f in FLEETS],
-                    help="fleets to run")
+    ap.add_argument("--pd", action="store_true",
+                    help="the Splitwise prefill/decode fleets (PD_FLEETS) instead of the aggregated ones")
+    ap.add_argument("--fleets", nargs="+", choices=[f.name for f in FLEETS + PD_FLEETS], default=None,
+                    help="fleets to run (default: every fleet of the mode)")
+    ap.add_argument("--peer-commands", action="store_true",
+                    help="with --pd: print SplitwiseSim's run.py command for each trace and fleet, and exit")
     ap.add_argument("--flat-decode", action="store_true",
                     help="diagnostic: our decode step flat in batch and context, as SplitwiseSim's (module docstring)")
     ap.add_argument("--prefill-scale", type=float, default=1.0,
@@ -370,6 +618,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if not args.prefill_scale > 0:
         ap.error(f"--prefill-scale must be > 0, got {args.prefill_scale}")
+    try:
+        fleets = select_fleets(args.pd, args.fleets)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if args.peer_commands:
+        if not args.pd:
+            ap.error("--peer-commands needs --pd (the aggregated commands are in the module docstring)")
+        for t in args.traces:
+            for f in fleets:
+                assert isinstance(f, PDFleet)
+                print(".venv/bin/python " + " ".join(pd_peer_command(t, f)))
+        return
     workloads = {t: load_azure(args.data / TRACES[t]) for t in args.traces}
     if args.write_peer_traces is not None:
         args.write_peer_traces.mkdir(parents=True, exist_ok=True)
@@ -377,12 +637,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             write_peer_trace(wl, args.write_peer_traces / f"{t}.csv")
             print(f"wrote {args.write_peer_traces / f'{t}.csv'} ({len(wl.requests)} requests)")
         return
-    fleets = [f for f in FLEETS if f.name in args.fleets]
+
     if args.peer is not None:  # before any simulation: a wrong folder is found at once
         for t in args.traces:
             for fleet in fleets:
-                if not peer_path(args.peer, t, fleet).is_file():
-                    sys.exit(f"error: {peer_path(args.peer, t, fleet)}: no SplitwiseSim output for {t} on "
+                if not peer_file(args.peer, t, fleet).is_file():
+                    sys.exit(f"error: {peer_file(args.peer, t, fleet)}: no SplitwiseSim output for {t} on "
                              f"{fleet.name} (module docstring)")
     diag = [d for d, on in (("flat decode", args.flat_decode),
                             (f"prefill x{args.prefill_scale:g}", args.prefill_scale != 1.0)) if on]
@@ -393,15 +653,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     folder = tempfile.TemporaryDirectory()
     for t in args.traces:
         for fleet in fleets:
-            profile = variant_profile(fleet, Path(folder.name), args.flat_decode, args.prefill_scale)
-            ours[(t, fleet.name)] = run_ours(workloads[t], fleet, profile)
+            ours[(t, fleet.name)] = run_fleet(workloads[t], fleet, Path(folder.name), args.flat_decode,
+                                              args.prefill_scale)
             if args.peer is not None:
-                p = peer_path(args.peer, t, fleet)
-                logs = sorted((p.parent.parent / "instances" / "0").glob("*.csv"))
+                p = peer_file(args.peer, t, fleet)
                 try:
                     peer[(t, fleet.name)] = read_peer(p)
-                    if logs:
-                        iterations[(t, fleet.name)] = iteration_summary(logs)
+                    for label, summary in peer_iterations(p, isinstance(fleet, PDFleet)).items():
+                        iterations[(t, fleet.name + label)] = summary
                 except (OSError, ValueError) as exc:
                     sys.exit(f"error: {exc}")
                 if len(peer[(t, fleet.name)].ttft_s) != len(workloads[t].requests):
@@ -409,11 +668,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                           f"{len(workloads[t].requests)}", file=sys.stderr)
             print(f"ran {t} on {fleet.name}", file=sys.stderr, flush=True)
     folder.cleanup()
-    print(format_table(table(ours, peer)))
+    print(format_table(table(ours, peer, METRICS + PD_METRICS if args.pd else METRICS)))
     if iterations:
         print("\nSplitwiseSim's iterations (debug=True logs):")
         print(format_iterations(iterations))
-
 
 if __name__ == "__main__":
     main()

@@ -136,3 +136,107 @@ def test_iteration_summary_of_two_hand_made_instance_logs(tmp_path: Path) -> Non
     b.write_text("name,iteration_start\n")
     with pytest.raises(ValueError, match=r"1\.csv: no column iteration_end"):
         bench.iteration_summary([a, b])
+
+
+# --- the P/D comparison (--pd) ---
+
+def test_the_prefill_end_metrics_count_from_the_prefill_end() -> None:
+    # the three requests above, their prompts prefilled 0.5, 1 and 2.5 s after arrival
+    lat = bench.Latencies(OURS.ttft_s, OURS.e2e_s, OURS.output_tokens, np.array([0.5, 1.0, 2.5]))
+    assert lat.metric("TTFT-P").tolist() == [0.5, 1.0, 2.5]
+    # (3 - 0.5) / (3 - 1) = 1.25 and (9 - 2.5) / (4 - 1) = 6.5 / 3; the one-token request has no gap
+    assert lat.metric("TBT-P").tolist() == pytest.approx([1.25, 6.5 / 3])
+    with pytest.raises(ValueError, match="TTFT-P needs the prefill-end times"):
+        OURS.metric("TTFT-P")
+    with pytest.raises(ValueError, match="prefilled_s has 2 values for 3 requests"):
+        bench.Latencies(OURS.ttft_s, OURS.e2e_s, OURS.output_tokens, np.array([0.5, 1.0]))
+    rows = bench.table({("conv", "pd"): lat}, {}, bench.METRICS + bench.PD_METRICS)
+    assert [r[2] for r in rows[::2]] == ["TTFT", "TBT", "E2E", "TTFT-P", "TBT-P"]
+
+
+def test_the_peers_ttft_is_its_prefill_end(tmp_path: Path) -> None:
+    p = tmp_path / "0.csv"
+    p.write_text("response_times,ttft_times,token_sizes\n2.5,0.5,5\n")
+    lat = bench.read_peer(p)
+    assert lat.metric("TTFT-P").tolist() == [0.5] and lat.metric("TBT-P").tolist() == [0.5]
+
+
+def test_the_matched_link_reads_in_the_peers_transfer_time() -> None:
+    from autoscaler.config.fleet import KVTransfer
+    # SplitwiseSim: 1000 tokens x 2 x 8192 x 80 x 2 bytes over 200 GiB/s
+    peer_s = 1000 * 2_621_440 / (200 * 2**30)
+    assert peer_s == pytest.approx(0.01220703125)
+    gbps = bench.matched_link_gbps(327_680)
+    assert gbps == pytest.approx(200 * 1.073741824)  # an eighth of 200 GiB/s in Gb/s: 8 x fewer bytes
+    assert KVTransfer(bandwidth_gbps=gbps, latency_s=0.0).seconds(1000, 327_680) == pytest.approx(peer_s)
+    with pytest.raises(ValueError, match="kv_bytes_per_token must be > 0, got 0"):
+        bench.matched_link_gbps(0)
+
+
+def test_the_pd_fleet_file_has_the_pools_the_link_and_always_prefills_remotely(tmp_path: Path) -> None:
+    from autoscaler.simulator.disagg import remote_prefill
+    fleet = next(f for f in bench.PD_FLEETS if f.name == "Splitwise-HA-1P1T")
+    svc = bench.pd_fleet_config(fleet, 100.0).services[0]
+    assert svc.variants == [] and svc.roles is not None
+    (p,), (d,) = svc.roles.prefill, svc.roles.decode
+    assert (p.gpu, p.profile, p.min_replicas, p.max_replicas) == ("H100-SXM", "llama-2-70b/h100-sxm/tp8", 1, 1)
+    assert (d.gpu, d.profile, d.min_replicas, d.max_replicas) == ("A100-80GB", "llama-2-70b/a100-80gb/tp8", 1, 1)
+    assert p.gpus_per_replica == d.gpus_per_replica == 8
+    assert svc.roles.kv_transfer.latency_s == 0.0
+    assert svc.roles.kv_transfer.bandwidth_gbps == pytest.approx(214.7483648)
+    assert svc.roles.non_cached_tokens == 1 and remote_prefill(1, 0, svc.roles.non_cached_tokens)
+    aa = bench.PD_FLEETS[0]
+    half = bench.variant_profile(aa.prefill, tmp_path, prefill_scale=0.5)
+    cfg = bench.pd_fleet_config(aa, 100.0, prefill_profile=half).services[0].roles
+    assert cfg is not None and cfg.prefill[0].profile == half and cfg.prefill[0].min_replicas == 2
+    assert cfg.decode[0].profile == "llama-2-70b/a100-80gb/tp8" and cfg.decode[0].max_replicas == 1
+
+
+def test_the_pd_peer_path_and_command_agree_on_its_output_dir() -> None:
+    fleet = next(f for f in bench.PD_FLEETS if f.name == "Splitwise-AA-2P1T")
+    assert bench.pd_peer_path(Path("results"), "azure_conv", fleet) == Path(
+        "results/0/splitwise_2_1/azure_conv/3_0/llama2-70b/kv_jsq/detailed/0.csv")
+    cmd = bench.pd_peer_command("azure_conv", fleet)
+    for arg in ("cluster.servers.0.count=3", "cluster.servers.1.count=0", "start_state.prompt.num_instances=2",
+                "start_state.token.num_instances=1", "applications.0.scheduler=kv_jsq",
+                "start_state.split_type=homogeneous", "trace.filename=azure_conv"):
+        assert arg in cmd
+
+
+def test_split_roles_by_the_instance_logs_tag(tmp_path: Path) -> None:
+    head = "name,tag,iteration_start\n"
+    files = [tmp_path / f"{i}.csv" for i in range(3)]
+    for f, tag in zip(files, ("prompt", "token", "prompt"), strict=True):
+        f.write_text(head + f"x,{tag},0.0\nx,{tag},1.0\n")
+    assert bench.split_roles(files) == {"prompt": [files[0], files[2]], "token": [files[1]]}
+    files[1].write_text(head + "x,token,0.0\nx,prompt,1.0\n")
+    with pytest.raises(ValueError, match=r"1\.csv: expected one tag, found \['prompt', 'token'\]"):
+        bench.split_roles(files)
+    files[1].write_text("name,iteration_start\n")
+    with pytest.raises(ValueError, match=r"1\.csv: no column tag"):
+        bench.split_roles(files)
+
+
+def test_a_lone_request_prefills_as_on_an_aggregated_replica_then_reads_then_decodes() -> None:
+    # one 1000-token prompt, 3 output tokens, on idle H100s: the P/D run's prefill end is the aggregated
+    # replica's first token (the same prefill, alone), the user's first token comes after the read
+    # (1000 x 2,621,440 B / 200 GiB/s = 12.2 ms, no fixed latency) and the decode replica's step
+    wl = Workload([Request(0.0, 1000, 3)])
+    pd = bench.run_ours_pd(wl, bench.PD_FLEETS[1])
+    agg = bench.run_ours(wl, bench.FLEETS[1])
+    assert pd.prefilled_s is not None
+    assert pd.prefilled_s[0] == pytest.approx(agg.ttft_s[0])
+    read = 1000 * 2_621_440 / (200 * 2**30)
+    step = agg.metric("TBT")[0]  # one decode step of one sequence at ~1,000 tokens of context
+    assert read + 0.5 * step < pd.ttft_s[0] - pd.prefilled_s[0] < read + 1.5 * step
+    # then the same two decode steps as on the aggregated replica
+    assert pd.e2e_s[0] - pd.ttft_s[0] == pytest.approx(agg.e2e_s[0] - agg.ttft_s[0], rel=0.02)
+
+
+def test_fleets_are_chosen_within_the_mode() -> None:
+    assert [f.name for f in bench.select_fleets(True, None)] == [f.name for f in bench.PD_FLEETS]
+    assert bench.select_fleets(False, ["2xDGX-H100"]) == [bench.FLEETS[1]]
+    with pytest.raises(ValueError, match="the P/D fleets are Splitwise-AA-2P1T, "):
+        bench.select_fleets(True, ["3xDGX-A100"])
+    assert bench.peer_file(Path("r"), "azure_code", bench.FLEETS[1]) == bench.peer_path(
+        Path("r"), "azure_code", bench.FLEETS[1])
