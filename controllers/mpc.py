@@ -23,7 +23,9 @@ without) and each ``decide`` reads its part:
   ``forecast=perfect`` (simulation only), the
   trace's true demand per step. The rates held are the gateway's arrivals less the retries of the
   attempts it shed (``controllers.admission.new_demand_rps``): today's retries are load to serve today,
-  but a shed request sent again is one request, and retries end with the shedding;
+  but a shed request sent again is one request, and retries end with the shedding; with ``floor=1``
+  (opt-in) never below the burst floor (``controllers.burst_floor``: the highest one-tick arrival
+  rate over the hold, times ``tick / (tick + ttft)``, the capacity that serves it within the TTFT);
 - capacity per replica (requests/s at the interactive SLO, ``models.capacity``) for the mix the
   registry calibrated on (the trace's in simulation, the fleet file's ``typical_request`` live), or
   with ``mix=forecast`` that mix scaled to the forecast lengths at the predicted prefix-cache hit rate;
@@ -881,6 +883,11 @@ class MPCController(Controller):
         busy: 1 takes the prefill riding in a decode, in the ITL bound, as an M/G/1 busy period's work
             (``models.capacity.ReplicaSpec.busy_period``); 0 (default): over a fixed window
             (docs/benchmarks.md, "Capacity model", measures both).
+        floor: 1 never plans below the burst floor (``controllers.burst_floor``): the highest one-tick
+            arrival rate over the hold (read back from the window's rates, ``short_rate``) times
+            ``tick / (tick + ttft)``, the capacity that serves such a burst within the TTFT target; a
+            floor on the capacity held, apart from each replica's capacity. 0 (default): not (opt-in,
+            issue 28; docs/controllers.md, "The burst floor").
         warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
             last plan moved on by the ticks since (``models.planning.PlanProblem.start``); 0
             (default) through scipy without a start: measured, the start did not shorten the solve
@@ -933,12 +940,9 @@ class MPCController(Controller):
             raise ValueError(f"{name}: int_blocks must be >= 0, got {int_blocks}")
         if pd_scale not in (0, 1):
             raise ValueError(f"{name}: pd_scale must be 0 or 1, got {pd_scale}")
-        if cover not in (0, 1):
-            raise ValueError(f"{name}: cover must be 0 or 1, got {cover}")
-        if trend not in (0, 1):
-            raise ValueError(f"{name}: trend must be 0 or 1, got {trend}")
-        if floor not in (0, 1):
-            raise ValueError(f"{name}: floor must be 0 or 1, got {floor}")
+        for option, x in (("cover", cover), ("trend", trend), ("floor", floor)):
+            if x not in (0, 1):
+                raise ValueError(f"{name}: {option} must be 0 or 1, got {x}")
         if burst not in (0, 1) or cap not in (0, 1):
             raise ValueError(f"{name}: burst and cap must be 0 or 1, got {burst} and {cap}")
         if shed not in (0, 1) or (shed and not 1.0 < shed_weight < miss_weight):
