@@ -23,7 +23,9 @@ without) and each ``decide`` reads its part:
   ``forecast=perfect`` (simulation only), the
   trace's true demand per step. The rates held are the gateway's arrivals less the retries of the
   attempts it shed (``controllers.admission.new_demand_rps``): today's retries are load to serve today,
-  but a shed request sent again is one request, and retries end with the shedding;
+  but a shed request sent again is one request, and retries end with the shedding; with ``floor=1``
+  (opt-in) never below the burst floor (``controllers.burst_floor``: the highest one-tick arrival
+  rate over the hold, times ``tick / (tick + ttft)``, the capacity that serves it within the TTFT);
 - capacity per replica (requests/s at the interactive SLO, ``models.capacity``) for the mix the
   registry calibrated on (the trace's in simulation, the fleet file's ``typical_request`` live), or
   with ``mix=forecast`` that mix scaled to the forecast lengths at the predicted prefix-cache hit rate;
@@ -111,6 +113,7 @@ from controllers.admission import (
     wait_budgets,
 )
 from controllers.base import Controller, Decision, Gauge, change_reason, hold, silent_pods
+from controllers.burst_floor import burst_floor, counted_span, left_span, short_rate, whole_ticks
 from controllers.pid_rules import BACKLOG_DRAIN_S, DOWN_DEMAND_FLOOR, slo_missed
 from controllers.roles import pool_capacities, ratio_reachable
 from models.arrivals import per_replica_scv
@@ -451,6 +454,8 @@ class _ServiceMemory:
     scores: deque[tuple[float, float]] = field(default_factory=deque)  # adaptive: (judged at, band_scores')
     z: float | None = None  # hedge=adaptive: the band's z this tick (None: not started)
     hold_s: float = DEFAULT_HOLD_S  # the hold used this tick
+    short: deque[tuple[float, float]] = field(default_factory=deque)  # (time, arrivals/s over its tick): ``floor``
+    floor_rps: float | None = None  # this tick's burst floor (``floor``)
     pool: int = 1  # replicas the capacities were pooled over this tick (``corrected_weights``)
     hold_measured_s: float = -math.inf  # when the hold was last measured
     last_applied: dict[str, int] = field(default_factory=dict)
@@ -878,6 +883,11 @@ class MPCController(Controller):
         busy: 1 takes the prefill riding in a decode, in the ITL bound, as an M/G/1 busy period's work
             (``models.capacity.ReplicaSpec.busy_period``); 0 (default): over a fixed window
             (docs/benchmarks.md, "Capacity model", measures both).
+        floor: 1 never plans below the burst floor (``controllers.burst_floor``): the highest one-tick
+            arrival rate over the hold (read back from the window's rates, ``short_rate``) times
+            ``tick / (tick + ttft)``, the capacity that serves such a burst within the TTFT target; a
+            floor on the capacity held, apart from each replica's capacity. 0 (default): not (opt-in,
+            issue 28; docs/controllers.md, "The burst floor").
         warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
             last plan moved on by the ticks since (``models.planning.PlanProblem.start``); 0
             (default) through scipy without a start: measured, the start did not shorten the solve
@@ -916,7 +926,7 @@ class MPCController(Controller):
                  shed_weight: float = DEFAULT_SHED_WEIGHT,
                  pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0, busy: int = 0,
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
-                 name: str = "mpc") -> None:
+                 floor: int = 0, name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
@@ -940,10 +950,9 @@ class MPCController(Controller):
                              f"blocks), got int_up={int_up} with int_blocks={int_blocks}")
         if pd_scale not in (0, 1):
             raise ValueError(f"{name}: pd_scale must be 0 or 1, got {pd_scale}")
-        if cover not in (0, 1):
-            raise ValueError(f"{name}: cover must be 0 or 1, got {cover}")
-        if trend not in (0, 1):
-            raise ValueError(f"{name}: trend must be 0 or 1, got {trend}")
+        for option, x in (("cover", cover), ("trend", trend), ("floor", floor)):
+            if x not in (0, 1):
+                raise ValueError(f"{name}: {option} must be 0 or 1, got {x}")
         if burst not in (0, 1) or cap not in (0, 1):
             raise ValueError(f"{name}: burst and cap must be 0 or 1, got {burst} and {cap}")
         if shed not in (0, 1) or (shed and not 1.0 < shed_weight < miss_weight):
@@ -960,6 +969,8 @@ class MPCController(Controller):
         if forecast == "perfect" and future_rps is None:
             raise ValueError(f"{name}: forecast=perfect needs a trace (simulate, compare): it reads the true demand")
         c = cfg.controller
+        if floor:  # the floor reads a tick's arrivals from rates over a whole number of ticks
+            whole_ticks(counted_span(max(window_s, c.tick_s), c.tick_s), c.tick_s)
         super().__init__(name, c.tick_s, max(window_s, c.tick_s),
                          forecast_horizon_s=horizon * c.tick_s if forecast == "auto" or mix == "forecast" else None)
         self.guard = c.guard
@@ -1001,6 +1012,7 @@ class MPCController(Controller):
         self.busy = bool(busy)
         self.cover = bool(cover)
         self.trend = bool(trend)
+        self.floor = bool(floor)
         self.shed = bool(shed)
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
@@ -1401,6 +1413,10 @@ class MPCController(Controller):
             slope = rising_slope(mem.rates, cold, self.window_s)
             rise = trend_path(new_rps, slope, dt, self.horizon, cold) if slope > 0 else None
         demand = self.demand(est, svc, max(held, now_rps), rise)  # today's retries are today's load, never held
+        if self.floor:
+            mem.floor_rps = self._burst_floor(est, svc, mem)
+            if mem.floor_rps is not None:  # a floor on the capacity held, apart from each replica's
+                demand = np.maximum(demand, mem.floor_rps)
         draining = self.drain_excess(est, max(held, now_rps)) > 0  # a demand lowered for it removes nothing
         weights = {**self.corrected_weights(est, svc, mem, float(demand.min())), **self.role_weights(est, svc)}
         scales = self._pool_scales(est, svc, mem, weights)
@@ -1430,6 +1446,21 @@ class MPCController(Controller):
         plan_svc = PlanService(svc.name, variants, demand, miss, self.guard.max_step_up, self.guard.max_step_down,
                                shed_rps=shed_rps, shed_cost=shed_cost, pd_ratio=pd_ratio(svc))
         return _Inputs(plan_svc, recovering, priorities, held, scales, modelled)
+
+    def _burst_floor(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> float | None:
+        """Record this tick's short rate (``controllers.burst_floor.short_rate``, from the last two rates
+        held and the tick that left the span) and return the burst floor over the hold
+        (``burst_floor``, at the interactive TTFT target); None while no short rate is known."""
+        dt = self.tick_s
+        span = counted_span(self.window_s, dt)
+        before = mem.rates[-2] if len(mem.rates) >= 2 else None
+        r = short_rate(mem.rates[-1], before, left_span(mem.short, est.time_s, span, dt), span, dt)
+        if r is not None:
+            mem.short.append((est.time_s, r))
+        keep = est.time_s - max(mem.hold_s, span) - dt
+        while mem.short and mem.short[0][0] < keep:
+            mem.short.popleft()
+        return burst_floor(mem.short, est.time_s, mem.hold_s, dt, svc.slo["interactive"].ttft_s)
 
     def _problem(self, services: list[PlanService],
                  start: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> PlanProblem:
@@ -1523,6 +1554,7 @@ class MPCController(Controller):
                  **{f"capacity_sigma_{v}": p.sigma for v, p in mem.capacity.items()},
                  **{f"capacity_learned_{v}": float(x) for v, x in mem.learned.items()},
                  **({"arrival_scv": mem.scv} if self.burst else {}),
+                 **({"burst_floor_rps": mem.floor_rps} if self.floor and mem.floor_rps is not None else {}),
                  **{f"pool_scale_{role}": x for role, x in inputs.pool_scales.items()}}
         if mem.z is not None:
             terms["hedge_z"] = mem.z
