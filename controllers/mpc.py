@@ -941,16 +941,12 @@ class MPCController(Controller):
             raise ValueError(f"{name}: coverage must be in (0, 1), got {coverage}")
         if not 0 < pd_util <= 1:
             raise ValueError(f"{name}: pd_util must be in (0, 1], got {pd_util}")
-        if warm not in (0, 1):
-            raise ValueError(f"{name}: warm must be 0 or 1, got {warm}")
         if int_blocks < 0:
             raise ValueError(f"{name}: int_blocks must be >= 0, got {int_blocks}")
         if int_up not in (0, 1) or (int_up and not int_blocks):
             raise ValueError(f"{name}: int_up must be 0 or 1, and 1 needs int_blocks >= 1 (it prices the relaxed "
                              f"blocks), got int_up={int_up} with int_blocks={int_blocks}")
-        if pd_scale not in (0, 1):
-            raise ValueError(f"{name}: pd_scale must be 0 or 1, got {pd_scale}")
-        for option, x in (("cover", cover), ("trend", trend), ("floor", floor)):
+        for option, x in (("warm", warm), ("pd_scale", pd_scale), ("cover", cover), ("trend", trend), ("floor", floor)):
             if x not in (0, 1):
                 raise ValueError(f"{name}: {option} must be 0 or 1, got {x}")
         if burst not in (0, 1) or cap not in (0, 1):
