@@ -481,6 +481,7 @@ class _Inputs:
     held_rps: float = 0.0  # the highest arrival rate of the hold window
     pool_scales: dict[str, float] = field(default_factory=dict)  # role -> ``pool_scale`` this tick
     modelled: dict[str, float] = field(default_factory=dict)  # pool variant -> capacity before the scale
+    steady: dict[str, float] = field(default_factory=dict)  # variant -> capacity counted without a backlog
 
 
 def all_variants(svc: Service) -> list[tuple[str | None, Variant]]:
@@ -550,6 +551,37 @@ def drain_excess(est: ServiceEstimate, times_s: Sequence[float], mean_rps: Seque
     if queue <= 0 or done is None or done <= held_rps or not len(times_s):
         return 0.0
     return max(0.0, float(np.interp(est.time_s, times_s, mean_rps)) - held_rps)
+
+
+def pool_util_path(pd_util: float, demand_rps: np.ndarray, backlog: np.ndarray) -> np.ndarray:
+    """Per step, the share of a pool replica's modelled capacity the plan counts on so that ``pd_util``
+    applies to the demand less the backlog term alone, shape (H,) as ``demand_rps``.
+
+    ``pd_util`` is headroom for the bursts of a steady load (``MPCController``); the backlog term
+    (``backlog_rps``) is a queue already there, drained at the pools' full rate, so ``n`` replicas of
+    modelled capacity ``c`` should serve ``D`` (``demand_rps``, the backlog ``B`` included) when
+    ``n c >= (D - B) / pd_util + B``; that is ``n c u >= D`` with ``u = pd_util D / (D - B + pd_util B)``.
+    ``u`` is ``pd_util`` where ``B`` is 0, 1 where the backlog is all the demand. Issue 34's fault suite,
+    decode-pool-loss: with the backlog divided by 0.6 too, ``mpc:pd_util=0.6`` held 1/0.6 of the pools'
+    replicas plus 1/0.6 of a demand's worth for the backlog. The plan splits ``D`` between the pools and
+    the aggregated variants in one row; the pools' rows count ``u``, i.e. take the backlog in the same
+    share as the rest of the demand.
+
+    Raises:
+        ValueError: ``pd_util`` outside (0, 1], a backlog below 0 or above the demand, or shapes that differ.
+    """
+    demand_rps, backlog = np.asarray(demand_rps, dtype=float), np.asarray(backlog, dtype=float)
+    if not 0 < pd_util <= 1:
+        raise ValueError(f"pool_util_path: pd_util must be in (0, 1], got {pd_util}")
+    if demand_rps.shape != backlog.shape:
+        raise ValueError(f"pool_util_path: demand {demand_rps.shape} and backlog {backlog.shape} differ in shape")
+    if np.any(backlog < 0) or np.any(backlog > demand_rps + 1e-9):
+        raise ValueError("pool_util_path: the backlog must be within [0, demand] at every step")
+    if pd_util == 1:
+        return np.ones_like(demand_rps)
+    counted = demand_rps - backlog + pd_util * backlog
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(counted > 0, pd_util * demand_rps / np.where(counted > 0, counted, 1.0), pd_util)
 
 
 SLO_MISSED_HOLD_S = 120.0
@@ -1030,12 +1062,19 @@ class MPCController(Controller):
         if trend_rps is not None:
             path = np.maximum(path, trend_rps)
         path = np.maximum(path, now_rps)
+        return path + self.backlog_path(est, svc, now_rps)
+
+    def backlog_path(self, est: ServiceEstimate, svc: Service, now_rps: float) -> np.ndarray:
+        """Requests/s of today's queue that ``demand`` adds to each step, shape (horizon,): ``backlog_rps``
+        over the steps until new replicas (the fastest start-up) have served ``DRAIN_S``, 0 after."""
+        dt = self.tick_s
         fastest = min(math.ceil((v.startup_warm_s if v.warm_nodes else v.startup_cold_s) / dt)
                       for _, v in all_variants(svc))
         queue = est.signals.queue_length or 0.0
         drain = fastest + max(1, math.ceil(DRAIN_S / dt))  # until new replicas have served a drain period
-        path[:drain] += backlog_rps(queue, drain * dt, now_rps)
-        return path
+        out = np.zeros(self.horizon)
+        out[:drain] = backlog_rps(queue, drain * dt, now_rps)
+        return out
 
     def drain_excess(self, est: ServiceEstimate, held_rps: float) -> float:
         """``drain_excess`` of this tick's forecast (0 without one, or with ``forecast`` other than auto)."""
@@ -1390,6 +1429,8 @@ class MPCController(Controller):
             slope = rising_slope(mem.rates, cold, self.window_s)
             rise = trend_path(new_rps, slope, dt, self.horizon, cold) if slope > 0 else None
         demand = self.demand(est, svc, max(held, now_rps), rise)  # today's retries are today's load, never held
+        # pd_util is headroom for the steady demand, not for the queue's drain: the backlog counted once
+        lift = pool_util_path(self.pd_util, demand, self.backlog_path(est, svc, max(held, now_rps))) / self.pd_util
         draining = self.drain_excess(est, max(held, now_rps)) > 0  # a demand lowered for it removes nothing
         weights = {**self.corrected_weights(est, svc, mem, float(demand.min())), **self.role_weights(est, svc)}
         scales = self._pool_scales(est, svc, mem, weights)
@@ -1407,7 +1448,9 @@ class MPCController(Controller):
             variants.append(plan_variant(v, dt, np.full(self.horizon, w), obs.current, self._ready_by_step(est, v, mem),
                                          keep=obs.ready if recovering or learning or held_pool or draining else 0,
                                          role=role))
-        miss = miss_cost(variants, self.miss_weight)
+        miss = miss_cost(variants, self.miss_weight)  # priced at the steady capacities
+        steady = {v.name: float(v.capacity_rps[0]) for v in variants}
+        variants = [v if v.role is None else replace(v, capacity_rps=v.capacity_rps * lift) for v in variants]
         if miss is None:
             return hold(current, "hold: no variant can serve within the SLO")
         priorities = priority_demand(est) if self.shed and self.shed_enforced else None
@@ -1418,7 +1461,7 @@ class MPCController(Controller):
             shed_cost = miss * self.shed_weight / self.miss_weight
         plan_svc = PlanService(svc.name, variants, demand, miss, self.guard.max_step_up, self.guard.max_step_down,
                                shed_rps=shed_rps, shed_cost=shed_cost, pd_ratio=pd_ratio(svc))
-        return _Inputs(plan_svc, recovering, priorities, held, scales, modelled)
+        return _Inputs(plan_svc, recovering, priorities, held, scales, modelled, steady)
 
     def _problem(self, services: list[PlanService],
                  start: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> PlanProblem:
@@ -1487,8 +1530,7 @@ class MPCController(Controller):
         pools_rps = plan.pd_rps.get(svc.name)
         desired = hold_pool_downs(desired, current, steps, plan.unserved_rps[svc.name],
                                   {v.name: role for role, v in svc.role_variants()},
-                                  {v.name: float(v.capacity_rps[0]) for v in inputs.service.variants},
-                                  None if pools_rps is None else float(np.max(pools_rps)))
+                                  inputs.steady, None if pools_rps is None else float(np.max(pools_rps)))
         if svc.roles is not None and svc.roles.ratio is None:  # a ratio's replicas are the plan's to keep
             desired = cap_pool_growth(desired, current, {v.name: role for role, v in svc.role_variants()},
                                       inputs.modelled, inputs.held_rps)
@@ -1544,7 +1586,7 @@ class MPCController(Controller):
                           "as learned (controllers.admission.learned_budget).", float(n), (("variant", v),))
                     for v, n in budget.items()))
         # with pools, the capacities the plan splits the demand by (aggregated variants against the pools)
-        route = {v.name: float(v.capacity_rps[0]) for v in inputs.service.variants} if svc.roles is not None else {}
+        route = dict(inputs.steady) if svc.roles is not None else {}
         return Decision(desired, why, code, terms, plan={name: [int(x) for x in n] for name, n in steps.items()},
                         remove_first=removal_order(est, desired), gauges=gauges, admission=admission,
                         itl_budget=budget, route_weights=route)
