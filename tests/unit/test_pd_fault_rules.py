@@ -319,3 +319,20 @@ def test_the_mpc_grows_a_busy_pool_that_completes_less_than_its_model() -> None:
     assert got[0][1:] == (1.0, 1.0)
     assert got[0][0] == {"h100-prefill": 3, "h100-decode": 3}
     assert got[1][0] == {"h100-prefill": 4, "h100-decode": 4}
+
+
+def test_the_slo_hold_keeps_a_pool_s_starting_replicas_too() -> None:
+    # As above with each pool at 6 ready + 2 starting (2 req/s needs far fewer): 115 s after the miss the
+    # plan keeps all 8 of each, the 2 starting included (decode-pool-loss, pd_util 0.6, seed 0: a starting
+    # prefill replica was cancelled 15 s after the mean read 3.3 x the SLO); 121 s after, it may cancel them.
+    mpc, svc, _ = pd_mpc(yaml.safe_load(EXAMPLE.read_text()), 8)
+    pools = {role: PoolObservation(role, Signals(), {v.name: VariantObservation(6, 2)
+                                                     for r, v in svc.role_variants() if r == role})
+             for role in ("prefill", "decode")}
+    got = {}
+    for t, ratio in ((0.0, 0.2), (200.0, 2.0), (315.0, 0.2), (321.0, 0.2)):
+        est = ServiceEstimate(svc.name, t, Signals(arrival_rate_rps=2.0, queue_length=0.0, slo_mean_ratio=ratio),
+                              {}, {}, False, 0.0, 0.0, 0, pools=pools)
+        got[t] = mpc.decide(est, svc).desired
+    assert got[315.0] == {"h100-prefill": 8, "h100-decode": 8}
+    assert got[321.0]["h100-prefill"] + got[321.0]["h100-decode"] < 16
