@@ -641,10 +641,15 @@ replica, of modelled capacity: the fault suite's ``overshoot`` bound (twice the 
 
 
 def cap_pool_growth(desired: Mapping[str, int], current: Mapping[str, int], role_of: Mapping[str, str],
-                    modelled: Mapping[str, float], held_rps: float) -> dict[str, int]:
+                    modelled: Mapping[str, float], held_rps: float, pd_util: float = 1.0) -> dict[str, int]:
     """``desired`` with each pool grown to at most ``POOL_GROW_CAP`` x ``held_rps`` plus one replica of its
     largest modelled capacity (never below ``current``: this rule removes nothing): the replicas added
-    past that go, the variant of the largest modelled capacity first. Not applied to a service with a
+    past that go, the variant of the largest modelled capacity first. The capacities are the model's
+    (``modelled / pd_util``): the suite's bound is on what the replicas can serve, and a plan counting
+    ``pd_util`` of it would otherwise grow a pool to 1 / ``pd_util`` times the bound (decode-pool-loss,
+    ``pd_util=0.6``, seed 0: prefill 4 -> 5 -> 6 -> 7 and decode 4 -> 6, 32.8-46.0 req/s of modelled
+    capacity at 12.5 req/s of demand, against the suite's 31.5). A ``pd_util`` below 1 / ``POOL_GROW_CAP``
+    raises the multiple to 1 / ``pd_util``: the steady plan it asks for is never cut. Not applied to a service with a
     prefill:decode ``ratio`` (``decide``): a pool the plan grows to keep the ratio may be past the bound
     (2 decode replicas of 149 req/s beside 2 prefill replicas at 30 req/s), and dropping one breaks it.
 
@@ -655,16 +660,21 @@ def cap_pool_growth(desired: Mapping[str, int], current: Mapping[str, int], role
     Args:
         desired, current: variant -> replicas (every pool variant of ``role_of`` in both).
         role_of: pool variant -> its role.
-        modelled: pool variant -> one replica's modelled capacity, requests/s (before ``pool_scale``).
+        modelled: pool variant -> one replica's capacity as the plan counts it, requests/s (times ``pd_util``,
+            before ``pool_scale``).
         held_rps: the demand held now, requests/s (the highest arrival rate of the hold window).
+        pd_util: the share of the model's capacity in ``modelled``, in (0, 1] (``MPCController``).
     """
+    if not 0 < pd_util <= 1:
+        raise ValueError(f"cap_pool_growth: pd_util must be in (0, 1], got {pd_util}")
+    model = {n: c / pd_util for n, c in modelled.items()}
     out = dict(desired)
     for role in set(role_of.values()):
         names = [n for n, r in role_of.items() if r == role]
-        limit = POOL_GROW_CAP * held_rps + max((modelled.get(n, 0.0) for n in names), default=0.0)
-        limit = max(limit, sum(current.get(n, 0) * modelled.get(n, 0.0) for n in names))
-        by_size = sorted(names, key=lambda n: -modelled.get(n, 0.0))
-        while sum(out[n] * modelled.get(n, 0.0) for n in names) > limit + 1e-9:
+        limit = max(POOL_GROW_CAP, 1 / pd_util) * held_rps + max((model.get(n, 0.0) for n in names), default=0.0)
+        limit = max(limit, sum(current.get(n, 0) * model.get(n, 0.0) for n in names))
+        by_size = sorted(names, key=lambda n: -model.get(n, 0.0))
+        while sum(out[n] * model.get(n, 0.0) for n in names) > limit + 1e-9:
             added = [n for n in by_size if out[n] > current.get(n, 0)]
             if not added:
                 break
@@ -1538,7 +1548,7 @@ class MPCController(Controller):
                                   inputs.steady, None if pools_rps is None else float(np.max(pools_rps)))
         if svc.roles is not None and svc.roles.ratio is None:  # a ratio's replicas are the plan's to keep
             desired = cap_pool_growth(desired, current, {v.name: role for role, v in svc.role_variants()},
-                                      inputs.modelled, inputs.held_rps)
+                                      inputs.modelled, inputs.held_rps, self.pd_util)
         if self.cover and svc.variants:
             aggregated = {v.name for v in svc.variants}
             kept = hold_downs_within_start({n: k for n, k in desired.items() if n in aggregated}, current,

@@ -167,8 +167,11 @@ def test_pd_util_leaves_the_backlog_term_undivided() -> None:
     new = cheapest_pair(cp, cd, 30.0 / 0.5 + 15.0, None)
     old = cheapest_pair(cp * 0.5, cd * 0.5, 30.0 + 15.0, None)
     assert (new, old) == ((5, 1), (6, 1))
-    names = ("h100-prefill", "h100-decode")
-    assert decide(cfg, mix, 30.0, 0.5, queue=5400.0, miss_weight=100.0) == dict(zip(names, new, strict=True))
-    # pd_util 1: the backlog was never divided, and is not now: 45 / ~16.6 -> 3 prefill replicas
-    assert decide(cfg, mix, 30.0, 1.0, queue=5400.0, miss_weight=100.0) == dict(
-        zip(names, cheapest_pair(cp, cd, 45.0, None), strict=True))
+    for pd_util, want in ((0.5, new), (1.0, cheapest_pair(cp, cd, 45.0, None))):  # 1: 45 / ~16.6 -> 3 + 1
+        mpc = MPCController(cfg, {svc.name: variant_weights(svc, cfg.planning_engine(), mix)}, forecast="last",
+                            mixes={svc.name: mix}, learn=0, pd_util=pd_util, miss_weight=100.0)
+        plan = mpc.decide(estimate(svc, 30.0, 5400.0), svc).plan
+        assert (max(plan["h100-prefill"][:24]), max(plan["h100-decode"][:24])) == want, pd_util
+    # the plan's first step is then held to the growth bound (cap_pool_growth): 2 x 30 + 16.6 = 76.6 req/s
+    # of the model's capacity, 4 prefill replicas (5 would be 83)
+    assert decide(cfg, mix, 30.0, 0.5, queue=5400.0, miss_weight=100.0) == {"h100-prefill": 4, "h100-decode": 1}
