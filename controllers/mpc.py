@@ -73,7 +73,8 @@ decision holds replicas for every variant, aggregated and pool, by name; ``terms
 ``_decode``. A service's ``roles.ratio`` (Kthena's prefill:decode bounds) is a constraint of the plan
 (``pd_ratio``; left out where no replica counts within the pools' bounds keep it). ``pd_util`` counts
 only that share of a pool replica's modelled capacity (``DEFAULT_PD_UTIL``): the pools' headroom for
-bursts.
+bursts, on the demand less the backlog term (``pool_util_path``: today's queue drains at the model's
+rate); ``cap_pool_growth`` bounds a pool on the model's capacity all the same.
 
 On a scale-down ``Decision.remove_first`` names the pods to remove, coldest and least loaded first
 (``removal_order``); the simulator honours it.
@@ -911,7 +912,8 @@ class MPCController(Controller):
         pd_util: share of a prefill/decode pool replica's modelled capacity the plan counts on, in (0, 1]
             (``DEFAULT_PD_UTIL``): a prefill replica's modelled rate is near all it can do, where an
             aggregated replica's (ITL-bound) leaves room for a burst, so the pools' headroom is planned
-            (``docs/controllers.md``, "Making the pools pay on long prompts").
+            (``docs/controllers.md``, "Making the pools pay on long prompts"); the backlog term is
+            planned at the full capacity (``pool_util_path``).
         pd_scale: 1 (default) counts a pool's capacity down to what it completes while the service's
             backlog keeps it busy (``pool_scale``); 0 counts the model's alone.
         burst: 1 plans each replica's capacity, and the learner's latency curve, for the arrivals'
