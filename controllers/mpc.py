@@ -38,8 +38,9 @@ without) and each ``decide`` reads its part:
 - no ready replica is removed before the controller has seen ``hold_s`` of arrival rates (its first
   window is all it knows of the load), nor while the service recovers from a loss;
 - a service that lost replicas it did not ask to remove (a crash, an eviction) is recovering for a
-  cold start plus the guard's cool-down: meanwhile no plan removes a ready replica; nor a ready pool
-  replica while the service misses its SLO (``controllers.pid_rules.slo_missed``), and a pool's step
+  cold start plus the guard's cool-down: meanwhile no plan removes a ready replica; nor a pool replica,
+  ready or starting, while the service misses its SLO (``controllers.pid_rules.slo_missed``) and for
+  ``SLO_MISSED_HOLD_S`` after, and a pool's step
   down is held where the plan leaves demand unserved, plans the replica back, or leaves the pool under
   1.25 x the pools' peak demand (``hold_pool_downs``: hysteresis at a replica boundary);
 - costs: GPU $/hour, ``miss_weight`` times the dearest variant's $ per request served for each
@@ -74,7 +75,8 @@ decision holds replicas for every variant, aggregated and pool, by name; ``terms
 ``_decode``. A service's ``roles.ratio`` (Kthena's prefill:decode bounds) is a constraint of the plan
 (``pd_ratio``; left out where no replica counts within the pools' bounds keep it). ``pd_util`` counts
 only that share of a pool replica's modelled capacity (``DEFAULT_PD_UTIL``): the pools' headroom for
-bursts.
+bursts, on the demand less the backlog term (``pool_util_path``: today's queue drains at the model's
+rate); ``cap_pool_growth`` bounds a pool on the model's capacity all the same.
 
 On a scale-down ``Decision.remove_first`` names the pods to remove, coldest and least loaded first
 (``removal_order``); the simulator honours it.
@@ -486,6 +488,7 @@ class _Inputs:
     held_rps: float = 0.0  # the highest arrival rate of the hold window
     pool_scales: dict[str, float] = field(default_factory=dict)  # role -> ``pool_scale`` this tick
     modelled: dict[str, float] = field(default_factory=dict)  # pool variant -> capacity before the scale
+    steady: dict[str, float] = field(default_factory=dict)  # variant -> capacity counted without a backlog
 
 
 def all_variants(svc: Service) -> list[tuple[str | None, Variant]]:
@@ -557,13 +560,48 @@ def drain_excess(est: ServiceEstimate, times_s: Sequence[float], mean_rps: Seque
     return max(0.0, float(np.interp(est.time_s, times_s, mean_rps)) - held_rps)
 
 
+def pool_util_path(pd_util: float, demand_rps: np.ndarray, backlog: np.ndarray) -> np.ndarray:
+    """Per step, the share of a pool replica's modelled capacity the plan counts on so that ``pd_util``
+    applies to the demand less the backlog term alone, shape (H,) as ``demand_rps``.
+
+    ``pd_util`` is headroom for the bursts of a steady load (``MPCController``); the backlog term
+    (``backlog_rps``) is a queue already there, drained at the pools' full rate, so ``n`` replicas of
+    modelled capacity ``c`` should serve ``D`` (``demand_rps``, the backlog ``B`` included) when
+    ``n c >= (D - B) / pd_util + B``; that is ``n c u >= D`` with ``u = pd_util D / (D - B + pd_util B)``.
+    ``u`` is ``pd_util`` where ``B`` is 0, 1 where the backlog is all the demand. Issue 34's fault suite,
+    decode-pool-loss: with the backlog divided by 0.6 too, ``mpc:pd_util=0.6`` held 1/0.6 of the pools'
+    replicas plus 1/0.6 of a demand's worth for the backlog. The plan splits ``D`` between the pools and
+    the aggregated variants in one row; the pools' rows count ``u``, i.e. take the backlog in the same
+    share as the rest of the demand.
+
+    Raises:
+        ValueError: ``pd_util`` outside (0, 1], a backlog below 0 or above the demand, or shapes that differ.
+    """
+    demand_rps, backlog = np.asarray(demand_rps, dtype=float), np.asarray(backlog, dtype=float)
+    if not 0 < pd_util <= 1:
+        raise ValueError(f"pool_util_path: pd_util must be in (0, 1], got {pd_util}")
+    if demand_rps.shape != backlog.shape:
+        raise ValueError(f"pool_util_path: demand {demand_rps.shape} and backlog {backlog.shape} differ in shape")
+    if np.any(backlog < 0) or np.any(backlog > demand_rps + 1e-9):
+        raise ValueError("pool_util_path: the backlog must be within [0, demand] at every step")
+    if pd_util == 1:
+        return np.ones_like(demand_rps)
+    counted = demand_rps - backlog + pd_util * backlog
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(counted > 0, pd_util * demand_rps / np.where(counted > 0, counted, 1.0), pd_util)
+
+
 SLO_MISSED_HOLD_S = 120.0
 """No pool replica is removed for this long after the last tick the service missed its SLO
 (``pid_rules.slo_missed``), as none is while it misses it: the requests that arrived while it did are
 still being served, and the signal window's mean reads calm before they are. Two minutes, the window the
 fault suite judges a scale-down by (``autoscaler.faults.harm``, ``down_while_missing_slo``). In
 decode-pool-loss (seed 2) the MPC removed a decode replica at 3,720 s, 60 s after the mean last read
-3 x the SLO, while the requests of the 120 s before it still missed."""
+3 x the SLO, while the requests of the 120 s before it still missed. The hold keeps the starting replicas
+too (the plan's ``keep`` is the pool's ready plus starting replicas meanwhile): with ``pd_util=0.6``
+(seed 0) the plan cancelled a prefill replica still starting at 2,835 s, 15 s after the mean read 3.3 x
+the SLO, with 5 ready and the requests of the 120 s before meeting it 56 % of the time; it asked for
+two more the next tick."""
 
 
 POOL_BACKLOG_S = 60.0
@@ -609,10 +647,15 @@ replica, of modelled capacity: the fault suite's ``overshoot`` bound (twice the 
 
 
 def cap_pool_growth(desired: Mapping[str, int], current: Mapping[str, int], role_of: Mapping[str, str],
-                    modelled: Mapping[str, float], held_rps: float) -> dict[str, int]:
+                    modelled: Mapping[str, float], held_rps: float, pd_util: float = 1.0) -> dict[str, int]:
     """``desired`` with each pool grown to at most ``POOL_GROW_CAP`` x ``held_rps`` plus one replica of its
     largest modelled capacity (never below ``current``: this rule removes nothing): the replicas added
-    past that go, the variant of the largest modelled capacity first. Not applied to a service with a
+    past that go, the variant of the largest modelled capacity first. The capacities are the model's
+    (``modelled / pd_util``): the suite's bound is on what the replicas can serve, and a plan counting
+    ``pd_util`` of it would otherwise grow a pool to 1 / ``pd_util`` times the bound (decode-pool-loss,
+    ``pd_util=0.6``, seed 0: prefill 4 -> 5 -> 6 -> 7 and decode 4 -> 6, 32.8-46.0 req/s of modelled
+    capacity at 12.5 req/s of demand, against the suite's 31.5). A ``pd_util`` below 1 / ``POOL_GROW_CAP``
+    raises the multiple to 1 / ``pd_util``: the steady plan it asks for is never cut. Not applied to a service with a
     prefill:decode ``ratio`` (``decide``): a pool the plan grows to keep the ratio may be past the bound
     (2 decode replicas of 149 req/s beside 2 prefill replicas at 30 req/s), and dropping one breaks it.
 
@@ -623,16 +666,21 @@ def cap_pool_growth(desired: Mapping[str, int], current: Mapping[str, int], role
     Args:
         desired, current: variant -> replicas (every pool variant of ``role_of`` in both).
         role_of: pool variant -> its role.
-        modelled: pool variant -> one replica's modelled capacity, requests/s (before ``pool_scale``).
+        modelled: pool variant -> one replica's capacity as the plan counts it, requests/s (times ``pd_util``,
+            before ``pool_scale``).
         held_rps: the demand held now, requests/s (the highest arrival rate of the hold window).
+        pd_util: the share of the model's capacity in ``modelled``, in (0, 1] (``MPCController``).
     """
+    if not 0 < pd_util <= 1:
+        raise ValueError(f"cap_pool_growth: pd_util must be in (0, 1], got {pd_util}")
+    model = {n: c / pd_util for n, c in modelled.items()}
     out = dict(desired)
     for role in set(role_of.values()):
         names = [n for n, r in role_of.items() if r == role]
-        limit = POOL_GROW_CAP * held_rps + max((modelled.get(n, 0.0) for n in names), default=0.0)
-        limit = max(limit, sum(current.get(n, 0) * modelled.get(n, 0.0) for n in names))
-        by_size = sorted(names, key=lambda n: -modelled.get(n, 0.0))
-        while sum(out[n] * modelled.get(n, 0.0) for n in names) > limit + 1e-9:
+        limit = max(POOL_GROW_CAP, 1 / pd_util) * held_rps + max((model.get(n, 0.0) for n in names), default=0.0)
+        limit = max(limit, sum(current.get(n, 0) * model.get(n, 0.0) for n in names))
+        by_size = sorted(names, key=lambda n: -model.get(n, 0.0))
+        while sum(out[n] * model.get(n, 0.0) for n in names) > limit + 1e-9:
             added = [n for n in by_size if out[n] > current.get(n, 0)]
             if not added:
                 break
@@ -869,7 +917,8 @@ class MPCController(Controller):
         pd_util: share of a prefill/decode pool replica's modelled capacity the plan counts on, in (0, 1]
             (``DEFAULT_PD_UTIL``): a prefill replica's modelled rate is near all it can do, where an
             aggregated replica's (ITL-bound) leaves room for a burst, so the pools' headroom is planned
-            (``docs/controllers.md``, "Making the pools pay on long prompts").
+            (``docs/controllers.md``, "Making the pools pay on long prompts"); the backlog term is
+            planned at the full capacity (``pool_util_path``).
         pd_scale: 1 (default) counts a pool's capacity down to what it completes while the service's
             backlog keeps it busy (``pool_scale``); 0 counts the model's alone.
         burst: 1 plans each replica's capacity, and the learner's latency curve, for the arrivals'
@@ -1049,12 +1098,19 @@ class MPCController(Controller):
         if trend_rps is not None:
             path = np.maximum(path, trend_rps)
         path = np.maximum(path, now_rps)
+        return path + self.backlog_path(est, svc, now_rps)
+
+    def backlog_path(self, est: ServiceEstimate, svc: Service, now_rps: float) -> np.ndarray:
+        """Requests/s of today's queue that ``demand`` adds to each step, shape (horizon,): ``backlog_rps``
+        over the steps until new replicas (the fastest start-up) have served ``DRAIN_S``, 0 after."""
+        dt = self.tick_s
         fastest = min(math.ceil((v.startup_warm_s if v.warm_nodes else v.startup_cold_s) / dt)
                       for _, v in all_variants(svc))
         queue = est.signals.queue_length or 0.0
         drain = fastest + max(1, math.ceil(DRAIN_S / dt))  # until new replicas have served a drain period
-        path[:drain] += backlog_rps(queue, drain * dt, now_rps)
-        return path
+        out = np.zeros(self.horizon)
+        out[:drain] = backlog_rps(queue, drain * dt, now_rps)
+        return out
 
     def drain_excess(self, est: ServiceEstimate, held_rps: float) -> float:
         """``drain_excess`` of this tick's forecast (0 without one, or with ``forecast`` other than auto)."""
@@ -1413,6 +1469,8 @@ class MPCController(Controller):
             mem.floor_rps = self._burst_floor(est, svc, mem)
             if mem.floor_rps is not None:  # a floor on the capacity held, apart from each replica's
                 demand = np.maximum(demand, mem.floor_rps)
+        # pd_util is headroom for the steady demand, not for the queue's drain: the backlog counted once
+        lift = pool_util_path(self.pd_util, demand, self.backlog_path(est, svc, max(held, now_rps))) / self.pd_util
         draining = self.drain_excess(est, max(held, now_rps)) > 0  # a demand lowered for it removes nothing
         weights = {**self.corrected_weights(est, svc, mem, float(demand.min())), **self.role_weights(est, svc)}
         scales = self._pool_scales(est, svc, mem, weights)
@@ -1426,11 +1484,13 @@ class MPCController(Controller):
         for role, v in all_variants(svc):
             obs = observed(est, v.name)
             w = float(weights.get(v.name, 0.0))
-            held_pool = role is not None and missed_lately  # none removed while the SLO is (just) missed
+            held_pool = role is not None and missed_lately  # none removed or cancelled while the SLO is missed
+            keep = obs.current if held_pool else obs.ready if recovering or learning or draining else 0
             variants.append(plan_variant(v, dt, np.full(self.horizon, w), obs.current, self._ready_by_step(est, v, mem),
-                                         keep=obs.ready if recovering or learning or held_pool or draining else 0,
-                                         role=role))
-        miss = miss_cost(variants, self.miss_weight)
+                                         keep=keep, role=role))
+        miss = miss_cost(variants, self.miss_weight)  # priced at the steady capacities
+        steady = {v.name: float(v.capacity_rps[0]) for v in variants}
+        variants = [v if v.role is None else replace(v, capacity_rps=v.capacity_rps * lift) for v in variants]
         if miss is None:
             return hold(current, "hold: no variant can serve within the SLO")
         priorities = priority_demand(est) if self.shed and self.shed_enforced else None
@@ -1441,7 +1501,7 @@ class MPCController(Controller):
             shed_cost = miss * self.shed_weight / self.miss_weight
         plan_svc = PlanService(svc.name, variants, demand, miss, self.guard.max_step_up, self.guard.max_step_down,
                                shed_rps=shed_rps, shed_cost=shed_cost, pd_ratio=pd_ratio(svc))
-        return _Inputs(plan_svc, recovering, priorities, held, scales, modelled)
+        return _Inputs(plan_svc, recovering, priorities, held, scales, modelled, steady)
 
     def _burst_floor(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> float | None:
         """Record this tick's short rate (``controllers.burst_floor.short_rate``, from the last two rates
@@ -1526,11 +1586,10 @@ class MPCController(Controller):
         pools_rps = plan.pd_rps.get(svc.name)
         desired = hold_pool_downs(desired, current, steps, plan.unserved_rps[svc.name],
                                   {v.name: role for role, v in svc.role_variants()},
-                                  {v.name: float(v.capacity_rps[0]) for v in inputs.service.variants},
-                                  None if pools_rps is None else float(np.max(pools_rps)))
+                                  inputs.steady, None if pools_rps is None else float(np.max(pools_rps)))
         if svc.roles is not None and svc.roles.ratio is None:  # a ratio's replicas are the plan's to keep
             desired = cap_pool_growth(desired, current, {v.name: role for role, v in svc.role_variants()},
-                                      inputs.modelled, inputs.held_rps)
+                                      inputs.modelled, inputs.held_rps, self.pd_util)
         if self.cover and svc.variants:
             aggregated = {v.name for v in svc.variants}
             kept = hold_downs_within_start({n: k for n, k in desired.items() if n in aggregated}, current,
@@ -1584,7 +1643,7 @@ class MPCController(Controller):
                           "as learned (controllers.admission.learned_budget).", float(n), (("variant", v),))
                     for v, n in budget.items()))
         # with pools, the capacities the plan splits the demand by (aggregated variants against the pools)
-        route = {v.name: float(v.capacity_rps[0]) for v in inputs.service.variants} if svc.roles is not None else {}
+        route = dict(inputs.steady) if svc.roles is not None else {}
         return Decision(desired, why, code, terms, plan={name: [int(x) for x in n] for name, n in steps.items()},
                         remove_first=removal_order(est, desired), gauges=gauges, admission=admission,
                         itl_budget=budget, route_weights=route)

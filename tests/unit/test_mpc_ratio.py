@@ -6,14 +6,15 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from autoscaler.config import PDRatio
-from autoscaler.config.fleet import FleetConfig
+from autoscaler.config.fleet import FleetConfig, Service
 from autoscaler.config.loading import parse_config
 from autoscaler.state import PoolObservation, ServiceEstimate, Signals, VariantObservation
-from controllers.mpc import MPCController, pd_ratio
+from controllers.mpc import MPCController, pd_ratio, pool_util_path
 from controllers.roles import ratio_reachable
 from models.capacity import ReplicaSpec, RequestMix, variant_weights
 from models.capacity_roles import decode_capacity, prefill_capacity
@@ -33,15 +34,22 @@ def fleet(ratio: dict[str, float] | None) -> FleetConfig:
     return parse_config(doc, str(EXAMPLE), EXAMPLE.parent)
 
 
-def decide(cfg: FleetConfig, mix: RequestMix, rate: float, pd_util: float = 1.0) -> dict[str, int]:
-    svc = cfg.services[0]
+def estimate(svc: Service, rate: float, queue: float = 0.0) -> ServiceEstimate:
+    """Both pools empty at 600 s, ``rate`` req/s arriving and ``queue`` requests waiting."""
     pools = {role: PoolObservation(role, Signals(), {v.name: VariantObservation(0, 0)
                                                      for r, v in svc.role_variants() if r == role})
              for role in ("prefill", "decode")}
-    est = ServiceEstimate(svc.name, 600.0, Signals.of({"arrival_rate_rps": rate, "queue_length": 0.0}), {}, {},
-                          False, 0.0, 0.0, 0, pools=pools)
+    return ServiceEstimate(svc.name, 600.0, Signals.of({"arrival_rate_rps": rate, "queue_length": queue}), {}, {},
+                           False, 0.0, 0.0, 0, pools=pools)
+
+
+def decide(cfg: FleetConfig, mix: RequestMix, rate: float, pd_util: float = 1.0,
+           queue: float = 0.0, miss_weight: float = 10.0) -> dict[str, int]:
+    svc = cfg.services[0]
+    est = estimate(svc, rate, queue)
     weights = {svc.name: variant_weights(svc, cfg.planning_engine(), mix)}
-    mpc = MPCController(cfg, weights, forecast="last", mixes={svc.name: mix}, learn=0, pd_util=pd_util)
+    mpc = MPCController(cfg, weights, forecast="last", mixes={svc.name: mix}, learn=0, pd_util=pd_util,
+                        miss_weight=miss_weight)
     return mpc.decide(est, svc).desired
 
 
@@ -116,3 +124,54 @@ def test_pd_util_out_of_range_is_refused() -> None:
     for bad in (0.0, 1.5):
         with pytest.raises(ValueError, match="pd_util must be in"):
             MPCController(cfg, {}, pd_util=bad)
+
+
+@pytest.mark.parametrize(("backlog", "expected"), [
+    (6.0, 0.5 * 12 / (6 + 0.5 * 6)),   # (12 - 6) / 0.5 + 6 = 18 of capacity c for 12: u = 12 / 18 = 2/3
+    (0.0, 0.5),                        # no backlog: pd_util
+    (12.0, 1.0),                       # all backlog: the full capacity
+    (3.0, 0.5 * 12 / (9 + 1.5)),       # 9 / 0.5 + 3 = 21: u = 12 / 21 = 4/7
+])
+def test_pool_util_path_counts_pd_util_on_the_demand_less_its_backlog(backlog: float, expected: float) -> None:
+    u = pool_util_path(0.5, np.array([12.0]), np.array([backlog]))
+    assert u[0] == pytest.approx(expected)
+    assert 12.0 / u[0] == pytest.approx((12.0 - backlog) / 0.5 + backlog)  # replicas' worth of capacity needed
+
+
+def test_pool_util_path_is_pd_util_without_demand_and_one_at_full_use() -> None:
+    assert pool_util_path(0.6, np.zeros(3), np.zeros(3)).tolist() == pytest.approx([0.6] * 3)
+    assert pool_util_path(1.0, np.array([5.0, 7.0]), np.array([5.0, 0.0])).tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match="within"):
+        pool_util_path(0.6, np.array([5.0]), np.array([6.0]))
+    with pytest.raises(ValueError, match="pd_util"):
+        pool_util_path(0.0, np.array([5.0]), np.array([1.0]))
+
+
+def test_pd_util_leaves_the_backlog_term_undivided() -> None:
+    # 30 req/s of the 2048/28 mix with 5400 requests queued: the first 360 s of the plan (a 300-s cold start,
+    # no warm node being free, plus DRAIN_S 60) add 5400 / 360 = 15 req/s (under the cap max(30, 5400 / 300)),
+    # 24 steps of 15 s. At pd_util 0.5 the
+    # pools need 30 / 0.5 + 15 = 75 req/s of modelled capacity, ceil(75 / ~16.6) = 5 prefill replicas and
+    # one decode (~149); with the backlog divided too, (30 + 15) / 0.5 = 90 would take 6. The backlog lasts a
+    # minute past the cold start, so a miss is priced at 100 (not 10) x a request's cost, above a replica's
+    # start and six minutes' run ($0.25 + $0.30 against 234 requests x 100 x $5.6e-5 = $1.31).
+    cfg = fleet(None)
+    mix = RequestMix.from_means(2048, 28, 0.0)
+    cp, cd = capacities(cfg, mix)
+    svc = cfg.services[0]
+    mpc = MPCController(cfg, {svc.name: variant_weights(svc, cfg.planning_engine(), mix)}, forecast="last",
+                        mixes={svc.name: mix}, learn=0, pd_util=0.5)
+    path = mpc.backlog_path(estimate(svc, 30.0, 5400.0), svc, 30.0)
+    assert path[:24].tolist() == pytest.approx([15.0] * 24)
+    assert not path[24:].any()
+    new = cheapest_pair(cp, cd, 30.0 / 0.5 + 15.0, None)
+    old = cheapest_pair(cp * 0.5, cd * 0.5, 30.0 + 15.0, None)
+    assert (new, old) == ((5, 1), (6, 1))
+    for pd_util, want in ((0.5, new), (1.0, cheapest_pair(cp, cd, 45.0, None))):  # 1: 45 / ~16.6 -> 3 + 1
+        mpc = MPCController(cfg, {svc.name: variant_weights(svc, cfg.planning_engine(), mix)}, forecast="last",
+                            mixes={svc.name: mix}, learn=0, pd_util=pd_util, miss_weight=100.0)
+        plan = mpc.decide(estimate(svc, 30.0, 5400.0), svc).plan
+        assert (max(plan["h100-prefill"][:24]), max(plan["h100-decode"][:24])) == want, pd_util
+    # the plan's first step is then held to the growth bound (cap_pool_growth): 2 x 30 + 16.6 = 76.6 req/s
+    # of the model's capacity, 4 prefill replicas (5 would be 83)
+    assert decide(cfg, mix, 30.0, 0.5, queue=5400.0, miss_weight=100.0) == {"h100-prefill": 4, "h100-decode": 1}

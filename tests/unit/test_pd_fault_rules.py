@@ -295,6 +295,22 @@ def test_a_pool_grows_to_at_most_twice_the_held_demand_and_one_replica() -> None
     assert cap_pool_growth({**big, "p": 5, "d": 5}, big, roles, modelled, 12.6) == {**big, "p": 5, "d": 5}
 
 
+@pytest.mark.parametrize(("pd_util", "want"), [
+    (1.0, 4),   # 2 x 12.47 + 6.57 = 31.51 of model: 4 x 6.57 = 26.28 (5: 32.85)
+    (0.6, 4),   # the same bound on the model's capacity (3.942 / 0.6 = 6.57 a replica): 4
+    (0.4, 5),   # 1 / 0.4 = 2.5 > 2: 2.5 x 12.47 + 6.57 = 37.75: 5 (32.85; 6: 39.42)
+])
+def test_the_growth_bound_is_on_the_model_s_capacity_not_pd_util_s_share(pd_util: float, want: int) -> None:
+    # decode-pool-loss, pd_util 0.6, seed 0 at 2,850 s: prefill 4 ready asked up to 7 at 12.47 req/s held.
+    # Counted at 0.6 x 6.57 = 3.942 a replica, the old bound 2 x 12.47 + 3.942 = 28.88 let 7 through
+    # (7 x 3.942 = 27.59), i.e. 46.0 req/s of the model's capacity, past the suite's overshoot (31.51).
+    roles = {"p": "prefill"}
+    got = cap_pool_growth({"p": 7}, {"p": 4}, roles, {"p": 6.57 * pd_util}, 12.47, pd_util)
+    assert got == {"p": want}
+    with pytest.raises(ValueError, match="pd_util"):
+        cap_pool_growth({"p": 7}, {"p": 4}, roles, {"p": 6.57}, 12.47, 0.0)
+
+
 def test_the_mpc_grows_a_busy_pool_that_completes_less_than_its_model() -> None:
     # decode-pool-loss at 2,760 s: 3 + 3 replicas ready for over a minute, 3,618 requests in their queues, both
     # pools completing 8.6 req/s; 17 req/s arriving. One replica of
@@ -319,3 +335,20 @@ def test_the_mpc_grows_a_busy_pool_that_completes_less_than_its_model() -> None:
     assert got[0][1:] == (1.0, 1.0)
     assert got[0][0] == {"h100-prefill": 3, "h100-decode": 3}
     assert got[1][0] == {"h100-prefill": 4, "h100-decode": 4}
+
+
+def test_the_slo_hold_keeps_a_pool_s_starting_replicas_too() -> None:
+    # As above with each pool at 6 ready + 2 starting (2 req/s needs far fewer): 115 s after the miss the
+    # plan keeps all 8 of each, the 2 starting included (decode-pool-loss, pd_util 0.6, seed 0: a starting
+    # prefill replica was cancelled 15 s after the mean read 3.3 x the SLO); 121 s after, it may cancel them.
+    mpc, svc, _ = pd_mpc(yaml.safe_load(EXAMPLE.read_text()), 8)
+    pools = {role: PoolObservation(role, Signals(), {v.name: VariantObservation(6, 2)
+                                                     for r, v in svc.role_variants() if r == role})
+             for role in ("prefill", "decode")}
+    got = {}
+    for t, ratio in ((0.0, 0.2), (200.0, 2.0), (315.0, 0.2), (321.0, 0.2)):
+        est = ServiceEstimate(svc.name, t, Signals(arrival_rate_rps=2.0, queue_length=0.0, slo_mean_ratio=ratio),
+                              {}, {}, False, 0.0, 0.0, 0, pools=pools)
+        got[t] = mpc.decide(est, svc).desired
+    assert got[315.0] == {"h100-prefill": 8, "h100-decode": 8}
+    assert got[321.0]["h100-prefill"] + got[321.0]["h100-decode"] < 16
