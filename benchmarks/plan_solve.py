@@ -26,6 +26,12 @@ picks the steps a decomposed solve shares the limits on, ``--count`` the problem
 (issues 13 and 28):
 1 service x 3 variants x 40 steps p99 <= 50 ms; 50 services p99 <= 2 s.
 
+``--paired K`` solves each problem as the MPC does (``--mpc``) and again with the first K blocks
+integer (``mpc:int_blocks=K`` for one service, ``mpc:joint_blocks=K`` for several), the order
+alternated problem by problem so that machine load falls on both alike: CPU p50 / p99 / max of each,
+K's plan cost over the MPC's (p50 / max / min), and how many plans of each kept the shared GPU quotas
+and budget at every step.
+
 ``--warm`` times the one-service solve on consecutive ticks, where ``mpc:warm=1`` starts each solve from
 its last plan (``PlanProblem.solver`` and ``start``): ``--trials`` ticks in runs of ``--ticks``, each run
 from a problem drawn as above; from tick to tick the demand path moves on one step and its new last
@@ -239,6 +245,55 @@ def warm_runs(args: argparse.Namespace) -> None:
               f"| {max(cpu[name]):.0f} | {s99:.0f} | {started[name]}/{offered} | {diff[name]:.1e} |", flush=True)
 
 
+def within_limits(prob: PlanProblem, plan: Plan) -> bool:
+    """Whether ``plan``'s replicas keep ``prob``'s GPU quotas and budget at every step (1e-6 slack;
+    ``Plan.relaxed`` drops the step limits, never these)."""
+    held: dict[str | None, np.ndarray] = {}
+    for svc in prob.services:
+        for v in svc.variants:
+            gpus = v.gpus_per_replica * np.asarray(plan.replicas[svc.name][v.name], dtype=float)
+            held[v.gpu] = held.get(v.gpu, 0.0) + gpus
+            held[None] = held.get(None, 0.0) + gpus
+    limits: dict[str | None, float] = {key: float(n) for key, n in prob.gpu_quota.items()}
+    if prob.gpu_budget is not None:
+        limits[None] = prob.gpu_budget
+    return all(np.all(held.get(key, 0.0) <= limit + 1e-6) for key, limit in limits.items())
+
+
+def paired_runs(args: argparse.Namespace, options: dict[str, object]) -> None:
+    """``--paired K`` (module docstring): each problem as the MPC solves it, and again with the first K
+    blocks integer, the order alternated problem by problem."""
+    print(f"as the MPC solves (--mpc) against the first {args.paired} blocks integer (mpc:joint_blocks="
+          f"{args.paired} above one service), seed {args.seed}; CPU ms")
+    print("| services | problems | base cpu p50 | base cpu p99 | base max | K cpu p50 | K cpu p99 | K max "
+          "| cost K / base p50 | max | min | limits kept base / K |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for n in args.sizes:
+        rng = np.random.default_rng((args.seed, n))
+        trials = args.count or (args.trials if n < 50 else max(3, args.trials // 6))
+        cpu: dict[str, list[float]] = {"base": [], "K": []}
+        kept = Counter[str]()
+        ratios = []
+        for k in range(trials):
+            decompose = options["decompose"] or n * STEPS > JOINT_UP_TO
+            drawn = problem(n, rng, None, args.gap, args.node_limit,
+                            **{**options, "decompose": decompose, "neighbourhood": 0 if n > 1 else None,
+                               "tuned": n == 1})
+            how = {"base": drawn, "K": dataclasses.replace(drawn, integer_blocks=args.paired)}
+            plans = {}
+            for name in (("base", "K") if k % 2 == 0 else ("K", "base")):
+                started = time.process_time()
+                plans[name] = solve(how[name])
+                cpu[name].append((time.process_time() - started) * 1000.0)
+                kept[name] += within_limits(drawn, plans[name])
+            ratios.append(plans["K"].cost / plans["base"].cost)
+        b50, b99 = np.percentile(cpu["base"], [50, 99])
+        k50, k99 = np.percentile(cpu["K"], [50, 99])
+        print(f"| {n} | {trials} | {b50:.0f} | {b99:.0f} | {max(cpu['base']):.0f} | {k50:.0f} | {k99:.0f} "
+              f"| {max(cpu['K']):.0f} | {np.median(ratios):.4f} | {max(ratios):.4f} | {min(ratios):.4f} "
+              f"| {kept['base']}/{trials} / {kept['K']}/{trials} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--sizes", type=int, nargs="*", default=[1, 10, 50], help="services per problem")
@@ -288,6 +343,9 @@ def main() -> None:
                     help="--warm: also these of the levers (LEVERS' names)")
     ap.add_argument("--threads", type=int, default=None,
                     help="--warm: HiGHS's threads for every solve (default TUNED_OPTIONS': 1; 0: HiGHS chooses)")
+    ap.add_argument("--paired", type=int, default=None, metavar="K",
+                    help="each problem as the MPC solves it and with the first K blocks integer (mpc:int_blocks=K "
+                         "for one service, mpc:joint_blocks=K for several), alternated: CPU times, cost ratio")
     args = ap.parse_args()
     print(f"{Path(__file__).name}: {stamp()}", flush=True)
     if args.warm:
@@ -308,6 +366,11 @@ def main() -> None:
     options = {"neighbourhood": args.neighbourhood, "decompose": args.decompose, "coarsen": args.coarsen,
                "tail_up": args.tail_up,
                "strengthen": {"on": True, "off": False, "auto": None}[args.strengthen]}
+    if args.paired is not None:
+        if args.paired < 1:
+            ap.error(f"--paired must be >= 1, got {args.paired}")
+        paired_runs(args, options)
+        return
     cache = json.loads(args.exact_cache.read_text()) if args.exact_cache and args.exact_cache.exists() else {}
     first = args.vs_exact and args.first_step
     extra = (" cost / exact p50 | max | each |" if args.vs_exact else "") + (

@@ -951,12 +951,18 @@ class MPCController(Controller):
             rounded up and fixed, the first K blocks searched whole against them), so a fraction
             ordered later no longer undercuts a whole replica ordered now; 0 (default) off. Opt-in:
             ``docs/controllers.md`` "Relaxed blocks priced rounded up" measures it.
+        joint_blocks: K >= 1 keeps only the first K blocks integer in the plan of several services
+            solved together under shared GPU limits (``prepare``: jointly near the LP relaxation, or
+            decomposed by service above ``models.planning.JOINT_UP_TO`` service-steps), the later
+            ones relaxed and rounded per service; 0 (default) every block whole. A lone service's
+            plan is ``int_blocks``' alone. Opt-in: ``docs/controllers.md#solving-fast`` ("Relaxed
+            blocks under shared quotas") measures its time and cost at 50 services.
         name: the spec it was built from.
 
     Raises:
         ValueError: an argument out of range, an unknown ``forecast``, ``hedge`` or ``hold``, or ``perfect`` without
-            ``future_rps``, a negative ``node_limit`` or ``int_blocks``, ``int_up`` other than 0 or 1,
-            or 1 without ``int_blocks``.
+            ``future_rps``, a negative ``node_limit``, ``int_blocks`` or ``joint_blocks``, ``int_up`` other
+            than 0 or 1, or 1 without ``int_blocks``.
     """
 
     scales_roles = True
@@ -970,7 +976,7 @@ class MPCController(Controller):
                  window_s: float = DEFAULT_WINDOW_S, mix: str = "calibrated",
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
                  time_limit: float = SOLVE_TIME_LIMIT_S, pool: int = 1, warm: int = 0, int_blocks: int = 0,
-                 int_up: int = 0,
+                 int_up: int = 0, joint_blocks: int = 0,
                  shed: int = 0,
                  shed_weight: float = DEFAULT_SHED_WEIGHT,
                  pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0, busy: int = 0,
@@ -992,6 +998,8 @@ class MPCController(Controller):
             raise ValueError(f"{name}: pd_util must be in (0, 1], got {pd_util}")
         if int_blocks < 0:
             raise ValueError(f"{name}: int_blocks must be >= 0, got {int_blocks}")
+        if joint_blocks < 0:
+            raise ValueError(f"{name}: joint_blocks must be >= 0, got {joint_blocks}")
         if int_up not in (0, 1) or (int_up and not int_blocks):
             raise ValueError(f"{name}: int_up must be 0 or 1, and 1 needs int_blocks >= 1 (it prices the relaxed "
                              f"blocks), got int_up={int_up} with int_blocks={int_blocks}")
@@ -1052,6 +1060,7 @@ class MPCController(Controller):
         self.warm = bool(warm)
         self.int_blocks = int_blocks or None
         self.int_up = bool(int_up)
+        self.joint_blocks = joint_blocks or None
         self.burst = bool(burst)
         self.cap = bool(cap)
         self.busy = bool(busy)
@@ -1525,13 +1534,14 @@ class MPCController(Controller):
         relaxation, the plan's first steps moved enough to cost the ramp scenario 2.3 points of
         attainment (99.49 % against 97.22 %, at 1.04x the GPU-hours). Several are searched near the
         LP relaxation, and service by service within shares of the limits above ``JOINT_UP_TO``
-        service-steps (``docs/controllers.md#solving-fast``)."""
+        service-steps (``docs/controllers.md#solving-fast``). ``int_blocks`` relaxes a lone
+        service's later blocks, ``joint_blocks`` those of several."""
         return PlanProblem(services, self.tick_s, self.horizon, gpu_quota=dict(self.gpu_limits.quota),
                            gpu_budget=self.gpu_limits.budget, node_limit=self.node_limit,
                            time_limit_s=self.time_limit, neighbourhood=0 if len(services) > 1 else None,
                            decompose=len(services) * self.horizon > JOINT_UP_TO, tuned=len(services) == 1,
                            solver="highspy" if self.warm else "scipy", start=start if self.warm else None,
-                           integer_blocks=self.int_blocks if len(services) == 1 else None,
+                           integer_blocks=self.int_blocks if len(services) == 1 else self.joint_blocks,
                            tail_up=self.int_up)
 
     def _start(self, mem: _ServiceMemory, svc: PlanService, now_s: float) -> dict[str, dict[str, np.ndarray]] | None:

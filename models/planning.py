@@ -1778,7 +1778,9 @@ def _polish(problem: PlanProblem, subs: Sequence[PlanProblem], xs: dict[int, np.
         sidx = _Index(sub)
         for j in range(len(sub.services[0].variants)):
             counts[i, j] = np.rint(xs[i][sidx.var(0, j, N, 0):sidx.var(0, j, N, 0) + sidx.nb])
-    c, cons, bounds, integral = _build(problem, True)
+    # every block whole, relaxed blocks or not (PlanProblem.integer_blocks): the pass returns counts
+    # as they are, never rounds them, so a relaxed block here would leave a fractional plan
+    c, cons, bounds, integral = _build(dataclasses.replace(problem, integer_blocks=None), True)
     x = _complete(problem, counts)  # the plan's counts, each served as cheaply as they can
     if not _feasible(x, cons, bounds):
         return False

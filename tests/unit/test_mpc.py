@@ -265,9 +265,11 @@ def test_slowdown_names_a_known_variant() -> None:
         parse_config(doc, "fleet.yaml")
 
 
-def two_services(limits: dict[str, object] | None) -> tuple[MPCController, list[ServiceEstimate]]:
+def two_services(limits: dict[str, object] | None, int_blocks: int = 0,
+                 joint_blocks: int = 0) -> tuple[MPCController, list[ServiceEstimate]]:
     """The example service twice (``a``, ``b``), each 75 req/s on 2 GH200 + 4 A100 (60 req/s at 10 req/s
-    per replica), with ``limits`` as the fleet's ``gpu_limits``; an MPC and both estimates at 600 s."""
+    per replica), with ``limits`` as the fleet's ``gpu_limits``; an MPC (with ``int_blocks``
+    and ``joint_blocks``) and both estimates at 600 s."""
     doc = yaml.safe_load((files("autoscaler") / "default_fleet.yaml").read_text())
     base = doc["services"][0]
     doc["services"] = [{**base, "name": "a"}, {**base, "name": "b"}]
@@ -280,7 +282,8 @@ def two_services(limits: dict[str, object] | None) -> tuple[MPCController, list[
         variants = {v.name: VariantObservation(ready[v.name], 0) for v in svc.variants}
         ests.append(ServiceEstimate(svc.name, 600.0, Signals(arrival_rate_rps=75.0, queue_length=0.0), variants,
                                     dict(WEIGHTS), False, 60.0, 60.0, 0))
-    return MPCController(cfg, {s.name: WEIGHTS for s in cfg.services}, forecast="last", hold_s=0), ests
+    return MPCController(cfg, {s.name: WEIGHTS for s in cfg.services}, forecast="last", hold_s=0,
+                         int_blocks=int_blocks, joint_blocks=joint_blocks), ests
 
 
 def test_services_sharing_a_gpu_quota_are_planned_together() -> None:
@@ -517,6 +520,46 @@ def test_int_up_prices_the_relaxed_blocks_rounded_up(monkeypatch: pytest.MonkeyP
         build("mpc:int_up=1", CFG)
     with pytest.raises(ValueError, match="int_up"):
         build("mpc:int_blocks=1:int_up=2", CFG)
+
+
+def test_joint_blocks_relaxes_the_later_blocks_of_services_planned_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    # mpc:joint_blocks=2: two services under a shared GH200 quota are planned together with only the
+    # first two blocks integer; every step of both plans keeps the quota. A lone service's problem
+    # (no shared limits: each decide solves its own) keeps every block whole, as int_blocks alone
+    # sets it; int_blocks leaves the joint problem whole. A negative or fractional K is refused.
+    problems: list[PlanProblem] = []
+    plans: list[Plan] = []
+    real = mpc.solve
+
+    def recording(problem: PlanProblem) -> Plan:
+        problems.append(problem)
+        plans.append(real(problem))
+        return plans[-1]
+
+    monkeypatch.setattr(mpc, "solve", recording)
+    for (int_blocks, joint_blocks), expected in (((0, 2), 2), ((1, 0), None), ((0, 0), None)):
+        joint, ests = two_services({"quota": {"GH200": 4}}, int_blocks, joint_blocks)
+        problems.clear()
+        joint.prepare({e.service: e for e in ests})
+        decisions = [joint.decide(e, svc) for e, svc in zip(ests, joint.services, strict=True)]
+        assert [(len(p.services), p.integer_blocks, p.neighbourhood) for p in problems] == [(2, expected, 0)]
+        for k in range(40):
+            assert sum(d.plan["gh200"][k] for d in decisions) <= 4
+        if expected is not None:
+            assert "relaxed and rounded" in plans[-1].message or "solved whole" in plans[-1].message
+    alone, ests = two_services(None, joint_blocks=2)
+    problems.clear()
+    alone.prepare({e.service: e for e in ests})
+    for e, svc in zip(ests, alone.services, strict=True):
+        alone.decide(e, svc)
+    assert [(len(p.services), p.integer_blocks) for p in problems] == [(1, None), (1, None)]
+    assert build("mpc:joint_blocks=3", CFG).joint_blocks == 3  # type: ignore[attr-defined]
+    assert build("mpc", CFG).joint_blocks is None  # type: ignore[attr-defined]
+    for spec in ("mpc:joint_blocks=-1", "mpc:joint_blocks=1.5"):
+        with pytest.raises(ValueError, match="joint_blocks"):
+            build(spec, CFG)
+    with pytest.raises(ValueError, match="joint_blocks must be >= 0"):
+        MPCController(CFG, {SVC.name: WEIGHTS}, joint_blocks=-2)
 
 
 def gateway_estimate(t: float, by_priority: dict[str, float], ready: dict[str, int]) -> ServiceEstimate:
