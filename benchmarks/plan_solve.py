@@ -347,6 +347,8 @@ def main() -> None:
                     help="each problem as the MPC solves it and with the first K blocks integer (mpc:int_blocks=K "
                          "for one service, mpc:joint_blocks=K for several), alternated: CPU times, cost ratio")
     args = ap.parse_args()
+    if args.tail_up and not args.integer_blocks:
+        ap.error("--tail-up prices the relaxed blocks: it needs --integer-blocks K >= 1")
     print(f"{Path(__file__).name}: {stamp()}", flush=True)
     if args.warm:
         if planning.highspy is None:

@@ -117,7 +117,7 @@ def burst_floor(short: Sequence[tuple[float, float]], now_s: float, hold_s: floa
                 ttft_s: float) -> float | None:
     """The capacity, requests/s, the plan must hold so that the highest short burst seen over the
     last ``hold_s`` s would be served within the TTFT target: ``R tau / (tau + T)`` with ``R`` the
-    highest of ``short`` over (``now_s - hold_s``, ``now_s``], ``tau = tick_s`` and ``T = ttft_s``
+    highest of ``short`` over [``now_s - hold_s``, ``now_s``], ``tau = tick_s`` and ``T = ttft_s``
     (module docstring). E.g. ``R`` 452 req/s, ``tau`` 15 s, ``T`` 2 s: 452 x 15 / 17 = 398.8 req/s.
 
     Args:

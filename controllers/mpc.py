@@ -851,6 +851,23 @@ def removal_order(est: ServiceEstimate, desired: Mapping[str, int]) -> dict[str,
     return out
 
 
+def _check_floor(name: str, cfg: FleetConfig, window_s: float) -> None:
+    """``floor=1``'s needs (``controllers.burst_floor``): a signal window of whole ticks past one tick,
+    and the arrivals counter scraped once a tick, so two consecutive rates differ by one tick's arrivals
+    in and one tick's out.
+
+    Raises:
+        ValueError: one line naming ``name``: the window, or ``simulator.scrape_interval_s`` other than
+            ``controller.tick_s``.
+    """
+    tick = cfg.controller.tick_s
+    whole_ticks(counted_span(max(window_s, tick), tick), tick)
+    if cfg.simulator.scrape_interval_s != tick:
+        raise ValueError(f"{name}: floor=1 reads each tick's arrivals from a counter scraped once a tick: "
+                         f"needs simulator.scrape_interval_s ({cfg.simulator.scrape_interval_s:g} s) equal "
+                         f"to controller.tick_s ({tick:g} s)")
+
+
 class MPCController(Controller):
     """Receding-horizon replica planning (module docstring).
 
@@ -1000,9 +1017,10 @@ class MPCController(Controller):
             raise ValueError(f"{name}: int_blocks must be >= 0, got {int_blocks}")
         if joint_blocks < 0:
             raise ValueError(f"{name}: joint_blocks must be >= 0, got {joint_blocks}")
-        if int_up not in (0, 1) or (int_up and not int_blocks):
+        if int_up not in (0, 1) or (int_up and (not int_blocks or warm)):  # warm's solve would skip tail_up's
             raise ValueError(f"{name}: int_up must be 0 or 1, and 1 needs int_blocks >= 1 (it prices the relaxed "
-                             f"blocks), got int_up={int_up} with int_blocks={int_blocks}")
+                             f"blocks) and warm=0 (the warm solve skips that search), got int_up={int_up} with "
+                             f"int_blocks={int_blocks}, warm={warm}")
         for option, x in (("warm", warm), ("pd_scale", pd_scale), ("cover", cover), ("trend", trend), ("floor", floor)):
             if x not in (0, 1):
                 raise ValueError(f"{name}: {option} must be 0 or 1, got {x}")
@@ -1022,8 +1040,8 @@ class MPCController(Controller):
         if forecast == "perfect" and future_rps is None:
             raise ValueError(f"{name}: forecast=perfect needs a trace (simulate, compare): it reads the true demand")
         c = cfg.controller
-        if floor:  # the floor reads a tick's arrivals from rates over a whole number of ticks
-            whole_ticks(counted_span(max(window_s, c.tick_s), c.tick_s), c.tick_s)
+        if floor:
+            _check_floor(name, cfg, window_s)
         super().__init__(name, c.tick_s, max(window_s, c.tick_s),
                          forecast_horizon_s=horizon * c.tick_s if forecast == "auto" or mix == "forecast" else None)
         self.guard = c.guard

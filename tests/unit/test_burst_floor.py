@@ -32,7 +32,7 @@ def test_the_floor_is_the_burst_over_tau_plus_ttft() -> None:
     # the highest over the hold counts; one older than the hold does not
     short = [(500.0, 600.0), (870.0, 197.0), (900.0, 452.0), (915.0, 0.0)]
     assert burst_floor(short, 915.0, 300.0, 15.0, 2.0) == pytest.approx(398.8235, abs=1e-4)
-    assert burst_floor(short, 1200.0, 300.0, 15.0, 2.0) == pytest.approx(452.0 * 15 / 17)  # 900 > 1200 - 300
+    assert burst_floor(short, 1200.0, 300.0, 15.0, 2.0) == pytest.approx(452.0 * 15 / 17)  # 900 = 1200 - 300: held
     assert burst_floor(short, 1201.0, 300.0, 15.0, 2.0) == pytest.approx(0.0)  # only the 0 at 915 is left
     # 197 req/s for 15 s at a 1-s TTFT: 197 x 15 / 16 = 184.69
     assert burst_floor([(10.0, 197.0)], 10.0, 0.0, 15.0, 1.0) == pytest.approx(184.6875)
@@ -138,9 +138,14 @@ def test_the_mpc_plans_the_floor_over_the_hold_and_not_without_floor() -> None:
     assert by_t[390.0][1] == pytest.approx(452.0 / 3) and by_t[420.0][0] == pytest.approx(0.0)
 
 
-def test_floor_is_0_or_1_and_needs_a_window_of_whole_ticks() -> None:
+def test_floor_is_0_or_1_and_needs_a_window_of_whole_ticks_and_a_scrape_a_tick() -> None:
     with pytest.raises(ValueError, match="floor must be 0 or 1"):
         MPCController(CFG, {SVC.name: WEIGHTS}, floor=2)
     with pytest.raises(ValueError, match="whole number of ticks"):
         MPCController(CFG, {SVC.name: WEIGHTS}, floor=1, window_s=50.0)
+    # a counter scraped every 30 s on 15-s ticks: a rate's change is no tick's arrivals
+    slow = CFG.model_copy(update={"simulator": CFG.simulator.model_copy(update={"scrape_interval_s": 30.0})})
+    with pytest.raises(ValueError, match=r"scrape_interval_s \(30 s\) equal to controller.tick_s \(15 s\)"):
+        MPCController(slow, {SVC.name: WEIGHTS}, floor=1)
+    MPCController(slow, {SVC.name: WEIGHTS})  # without the floor nothing reads it
     assert parse_spec("mpc:busy=1:floor=1") == ("mpc", {"busy": 1, "floor": 1})

@@ -520,6 +520,8 @@ def test_int_up_prices_the_relaxed_blocks_rounded_up(monkeypatch: pytest.MonkeyP
         build("mpc:int_up=1", CFG)
     with pytest.raises(ValueError, match="int_up"):
         build("mpc:int_blocks=1:int_up=2", CFG)
+    with pytest.raises(ValueError, match="int_up=1 with int_blocks=1, warm=1"):
+        build("mpc:int_blocks=1:int_up=1:warm=1", CFG)
 
 
 def test_joint_blocks_relaxes_the_later_blocks_of_services_planned_together(monkeypatch: pytest.MonkeyPatch) -> None:
