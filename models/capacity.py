@@ -49,7 +49,9 @@ reaches an ITL target (the bound without the tail).
 
 ``shared_capacity`` is the largest rate at which the four bounds' misses together (``slo_miss``) stay
 within one budget (the attainment target is over all requests); the planners use the tightest bound
-alone (docs/controllers.md says why). Measured against the simulator
+alone (docs/controllers.md says why), except in the busy-period form, whose capacity is the shared
+one (``CapacityBounds.shared_rps``: on Mooncake's lengths the TTFT and ITL bounds each reach 1 % near
+the same rate, where the simulator misses about 2 %). Measured against the simulator
 (``tests/unit/test_capacity.py``, ``autoscaler.knee``): on a workload built for each bound the model
 is within 15 % of the simulator's knee (the highest rate a replica serves at 99 %); on Azure conv's
 mix within 0.90-1.05 of it, on Mooncake's ``shared_capacity`` within 1.10 (the tightest bound alone
@@ -322,9 +324,11 @@ class ReplicaSpec:
             period begun by the decode's own steps (``_busy_tail``: the decode lengthens with what
             rides in it, and each prefill riding joins its batch), and for one replica the TTFT bound
             takes the prefill queue's whole wait law over the prompts' marginal (``_pk_wait_sf``,
-            ``_wait_to_miss``); False (default): the work arriving over a fixed window of ``D x
-            itl_s``, an upper bound of it, and Kingman's tail (docs/benchmarks.md, "Capacity model",
-            measures both).
+            ``_wait_to_miss``); its TTFT and slot-wait misses are counted over the prompts' marginal
+            (``_ttft_miss``), and its capacity is the rate at which the four bounds share one budget
+            (``replica_capacity``); False (default): the work arriving over a fixed window of ``D x
+            itl_s``, an upper bound of it, Kingman's tail, and each bound its own budget
+            (docs/benchmarks.md, "Capacity model", measures both).
     """
 
     profile: PerformanceProfile
@@ -1011,7 +1015,10 @@ def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: f
     idle replica, e.g. prompts it cannot prefill within the TTFT target: no replica count helps them,
     so they must not give a variant no capacity); a bound that misses more than ``unservable`` of its
     requests even idle gives 0 (``allowance`` sets it for a service's variants). ``shared_capacity``
-    is the rate at which the four spend one budget together.
+    is the rate at which the four spend one budget together; in the busy-period form
+    (``ReplicaSpec.busy_period``) that rate is part of the answer (``shared_rps``, ``_busy_union``: one
+    budget of ``1 - attainment`` on top of the union's idle misses, 0 where those exceed
+    ``unservable``), so ``rps`` is at most it.
 
     Args:
         spec: the replica.
