@@ -134,24 +134,28 @@ def attainment(cfg: FleetConfig, workload: Workload) -> float:
 
 
 def knee(cfg: FleetConfig, input_tokens: np.ndarray, output_tokens: np.ndarray, lo_rps: float, hi_rps: float,
-         steps: int = 8, run_s: float = 1200.0, seed: int = 0, min_requests: int = 0) -> tuple[float, float]:
+         steps: int = 8, run_s: float = 1200.0, seed: int = 0, min_requests: int = 0,
+         idle_requests: int = IDLE_REQUESTS) -> tuple[float, float]:
     """``(knee requests/s per replica, target attainment)`` of ``cfg``'s replicas (``one_replica``) on
     these length pairs: the middle of the last bracket after ``steps`` bisections of ``[lo_rps,
     hi_rps]`` (each a simulation of ``run_s`` seconds on the same seed at that rate times the
     replicas, longer where ``lo_rps`` would bring fewer than ``min_requests``: at 1 req/s, 20 minutes
     are ~1,200 requests and 1 % of them twelve, too few to place the 99 % knee within 10 %), where
     the target is ``DEFAULT_ATTAINMENT`` less the share missed at ``IDLE_SHARE x lo_rps`` (over
-    ``IDLE_REQUESTS``). A knee at either end of the bracket means it lies outside.
+    ``idle_requests``, default ``IDLE_REQUESTS``: more where the replica misses many requests idle
+    and its misses grow slowly with the rate, so that the idle share's noise does not move the knee).
+    A knee at either end of the bracket means it lies outside.
 
     Raises:
-        ValueError: ``0 < lo_rps < hi_rps`` does not hold, or ``steps`` < 1.
+        ValueError: ``0 < lo_rps < hi_rps`` does not hold, or ``steps`` or ``idle_requests`` < 1.
     """
-    if not 0 < lo_rps < hi_rps or steps < 1:
-        raise ValueError(f"need 0 < lo_rps < hi_rps and steps >= 1, got {lo_rps}, {hi_rps}, {steps}")
+    if not 0 < lo_rps < hi_rps or steps < 1 or idle_requests < 1:
+        raise ValueError(f"need 0 < lo_rps < hi_rps, steps >= 1 and idle_requests >= 1, got {lo_rps}, {hi_rps}, "
+                         f"{steps}, {idle_requests}")
     n = _replicas(cfg)
     run_s = max(run_s, min_requests / (lo_rps * n))
     idle_rps = IDLE_SHARE * lo_rps * n
-    idle = attainment(cfg, poisson_workload(idle_rps, input_tokens, output_tokens, IDLE_REQUESTS / idle_rps, seed))
+    idle = attainment(cfg, poisson_workload(idle_rps, input_tokens, output_tokens, idle_requests / idle_rps, seed))
     target = DEFAULT_ATTAINMENT - (1.0 - idle)
     lo, hi = lo_rps, hi_rps
     for _ in range(steps):

@@ -49,7 +49,9 @@ reaches an ITL target (the bound without the tail).
 
 ``shared_capacity`` is the largest rate at which the four bounds' misses together (``slo_miss``) stay
 within one budget (the attainment target is over all requests); the planners use the tightest bound
-alone (docs/controllers.md says why). Measured against the simulator
+alone (docs/controllers.md says why), except in the busy-period form, whose capacity is the shared
+one (``CapacityBounds.shared_rps``: on Mooncake's lengths the TTFT and ITL bounds each reach 1 % near
+the same rate, where the simulator misses about 2 %). Measured against the simulator
 (``tests/unit/test_capacity.py``, ``autoscaler.knee``): on a workload built for each bound the model
 is within 15 % of the simulator's knee (the highest rate a replica serves at 99 %); on Azure conv's
 mix within 0.90-1.05 of it, on Mooncake's ``shared_capacity`` within 1.10 (the tightest bound alone
@@ -140,6 +142,11 @@ DEFAULT_ATTAINMENT = 0.99
 # long outputs dominate KV occupancy and time in system.
 _OUTPUT_EDGES = (*np.linspace(0.0, 0.96, 25), 0.98, 0.99, 0.995, 0.998, 0.999, 1.0)
 _INPUT_POINTS = 8  # prompt-length quantiles per output stratum
+# Quantile edges of the prompts' marginal (``RequestMix.prompt_points``): strata of 0.5 % up to the 96th
+# percentile, then ``_OUTPUT_EDGES``' finer top. A TTFT target splits the prompts at one length; a
+# stratum straddling it counts wholly on one side, so its width is the error of the idle misses (on
+# ServeGen-day lengths an A100 misses 14.1 % of the requests idle, 13.6 % on 4 %-wide strata).
+_PROMPT_EDGES = (*np.linspace(0.0, 0.96, 193), *_OUTPUT_EDGES[25:])
 # Length distribution assumed when only the means are known (``RequestMix.from_means``): lognormal
 # with the shape of Azure LLM inference 2023 conv (sigma = sqrt(2 ln(mean / median)) of its prompt and
 # output lengths, ``autoscaler.workload.synthetic``).
@@ -174,8 +181,8 @@ class RequestMix:
         input_m2: mean squared prompt length of the requests summarised, tokens^2 (the points'
             own when None); the ITL bound's prefill variance reads it.
         prompt_points, prompt_weights: the prompt lengths alone (their marginal), as the mean of
-            each quantile stratum of ``_OUTPUT_EDGES`` (finer toward the longest), tokens, and each
-            stratum's share; None: the points' own. The stratified points average each output
+            each quantile stratum of ``_PROMPT_EDGES`` (0.5 % wide, finer toward the longest), tokens,
+            and each stratum's share; None: the points' own. The stratified points average each output
             stratum's longest prompts away, and with them the prefill queue's tail, which a few
             long prompts make; the busy-period form reads the marginal (``_queue_points``).
     """
@@ -236,9 +243,9 @@ class RequestMix:
                     pts_w.append((b - a) / n)
         pairs, where = np.unique(np.column_stack([pts_in, pts_out]), axis=0, return_inverse=True)
         weights = np.bincount(where.ravel(), weights=pts_w)  # equal points merged
-        # the prompts' marginal on the same finer-toward-the-top strata (``prompt_points``)
+        # the prompts' marginal on its own strata (``_PROMPT_EDGES``, ``prompt_points``)
         by_prompt = np.sort(ins)
-        edges = np.unique(np.round(np.array(_OUTPUT_EDGES) * n).astype(int))
+        edges = np.unique(np.round(np.array(_PROMPT_EDGES) * n).astype(int))
         prompt_points = np.array([by_prompt[lo:hi].mean() for lo, hi in itertools.pairwise(edges) if hi > lo])
         prompt_weights = np.array([(hi - lo) / n for lo, hi in itertools.pairwise(edges) if hi > lo])
         return cls(pairs[:, 0], pairs[:, 1], weights / weights.sum(), prefix_hit_rate,
@@ -317,9 +324,11 @@ class ReplicaSpec:
             period begun by the decode's own steps (``_busy_tail``: the decode lengthens with what
             rides in it, and each prefill riding joins its batch), and for one replica the TTFT bound
             takes the prefill queue's whole wait law over the prompts' marginal (``_pk_wait_sf``,
-            ``_wait_to_miss``); False (default): the work arriving over a fixed window of ``D x
-            itl_s``, an upper bound of it, and Kingman's tail (docs/benchmarks.md, "Capacity model",
-            measures both).
+            ``_wait_to_miss``); its TTFT and slot-wait misses are counted over the prompts' marginal
+            (``_ttft_miss``), and its capacity is the rate at which the four bounds share one budget
+            (``replica_capacity``); False (default): the work arriving over a fixed window of ``D x
+            itl_s``, an upper bound of it, Kingman's tail, and each bound its own budget
+            (docs/benchmarks.md, "Capacity model", measures both).
     """
 
     profile: PerformanceProfile
@@ -339,21 +348,24 @@ class ReplicaSpec:
 
 @dataclass(frozen=True)
 class CapacityBounds:
-    """Each bound of the module docstring, requests/s; ``rps`` is their minimum."""
+    """Each bound of the module docstring, requests/s; ``rps`` is their minimum. ``shared_rps``: the rate
+    at which the four spend one budget together (the busy-period form's, ``replica_capacity``; inf
+    where none is taken), which ``rps`` is then at most."""
 
     itl_rps: float
     ttft_rps: float
     seqs_rps: float
     kv_rps: float
+    shared_rps: float = math.inf
 
     @property
     def rps(self) -> float:
-        """The replica's capacity: the tightest bound, requests/s."""
-        return min(self.itl_rps, self.ttft_rps, self.seqs_rps, self.kv_rps)
+        """The replica's capacity: the tightest bound (and at most ``shared_rps``), requests/s."""
+        return min(self.itl_rps, self.ttft_rps, self.seqs_rps, self.kv_rps, self.shared_rps)
 
     @property
     def binding(self) -> str:
-        """Which bound is the capacity: ``itl``, ``ttft``, ``seqs`` or ``kv``."""
+        """Which of the four bounds is the tightest: ``itl``, ``ttft``, ``seqs`` or ``kv``."""
         named = {"itl": self.itl_rps, "ttft": self.ttft_rps, "seqs": self.seqs_rps, "kv": self.kv_rps}
         return min(named, key=lambda k: named[k])
 
@@ -716,10 +728,13 @@ def _ttft_slack(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, ttft_s: 
     return service, ttft_s - service - op.decode_step_s
 
 
-def _ttft_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float, replicas: int = 1) -> np.ndarray:
+def _ttft_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float, replicas: int = 1,
+                 op: OperatingPoint | None = None) -> np.ndarray:
     """Share of each point's requests missing the TTFT target at ``rate`` (per replica) for the prefill
-    queue, with ``replicas`` pooled behind a least-loaded router (``replica_capacity``)."""
-    op = operating_point(spec, mix, rate)
+    queue, with ``replicas`` pooled behind a least-loaded router (``replica_capacity``); ``op``: the
+    operating point to read (default ``mix``'s own at ``rate``; ``_ttft_miss`` gives the whole mix's
+    to its prompts' marginal)."""
+    op = operating_point(spec, mix, rate) if op is None else op
     service, slack = _ttft_slack(spec, mix, op, ttft_s)
     if spec.busy_period and replicas == 1:
         # the wait's whole law (Pollaczek-Khinchine) over the prompts' marginal: a few long prompts
@@ -871,9 +886,11 @@ def _pk_mean_wait(service: np.ndarray, weights: np.ndarray, rate: float) -> floa
     return math.inf if rho >= 1.0 else rate * float(weights @ (service * service)) / (2.0 * (1.0 - rho))
 
 
-def _seqs_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float) -> np.ndarray:
-    """Share of each point's requests missing the TTFT target at ``rate`` waiting for a batch slot."""
-    op = operating_point(spec, mix, rate)
+def _seqs_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float,
+                 op: OperatingPoint | None = None) -> np.ndarray:
+    """Share of each point's requests missing the TTFT target at ``rate`` waiting for a batch slot;
+    ``op`` as ``_ttft_points``'."""
+    op = operating_point(spec, mix, rate) if op is None else op
     load = op.concurrency
     if load >= spec.max_num_seqs:
         return np.ones_like(mix.weights)
@@ -902,10 +919,35 @@ def _itl_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float, rep
 
 
 def _ttft_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float, replicas: int = 1) -> float:
+    if spec.busy_period and replicas == 1 and mix.prompt_points is not None and mix.prompt_weights is not None:
+        # A request's TTFT reads its prompt alone: over the prompts' marginal, whose strata are finer
+        # than the mix's points (``_PROMPT_EDGES``), at the mix's own operating point.
+        view = _prompt_view(mix)
+        return float(view.weights @ _ttft_points(spec, view, rate, ttft_s, replicas,
+                                                 op=operating_point(spec, mix, rate)))
     return float(mix.weights @ _ttft_points(spec, mix, rate, ttft_s, replicas))
 
 
+_VIEWS: weakref.WeakKeyDictionary[RequestMix, RequestMix] = weakref.WeakKeyDictionary()
+
+
+def _prompt_view(mix: RequestMix) -> RequestMix:
+    """``mix``'s prompts' marginal as points of their own (``prompt_points``, one output token each,
+    ``prompt_weights``; the marginal kept), made once per mix: what the busy-period form's TTFT bound
+    reads (a request's prefill and wait read its prompt alone). Only for a mix with a marginal."""
+    view = _VIEWS.get(mix)
+    if view is None:
+        assert mix.prompt_points is not None and mix.prompt_weights is not None
+        view = _VIEWS[mix] = replace(mix, input_tokens=mix.prompt_points,
+                                     output_tokens=np.ones_like(mix.prompt_points), weights=mix.prompt_weights)
+    return view
+
+
 def _seqs_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float) -> float:
+    if spec.busy_period and mix.prompt_points is not None:
+        # as ``_ttft_miss``: a request's slack reads its prompt alone
+        view = _prompt_view(mix)
+        return float(view.weights @ _seqs_points(spec, view, rate, ttft_s, op=operating_point(spec, mix, rate)))
     return float(mix.weights @ _seqs_points(spec, mix, rate, ttft_s))
 
 
@@ -973,7 +1015,10 @@ def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: f
     idle replica, e.g. prompts it cannot prefill within the TTFT target: no replica count helps them,
     so they must not give a variant no capacity); a bound that misses more than ``unservable`` of its
     requests even idle gives 0 (``allowance`` sets it for a service's variants). ``shared_capacity``
-    is the rate at which the four spend one budget together.
+    is the rate at which the four spend one budget together; in the busy-period form
+    (``ReplicaSpec.busy_period``) that rate is part of the answer (``shared_rps``, ``_busy_union``: one
+    budget of ``1 - attainment`` on top of the union's idle misses, 0 where those exceed
+    ``unservable``), so ``rps`` is at most it.
 
     Args:
         spec: the replica.
@@ -1009,12 +1054,49 @@ def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: f
         if floor > unservable:
             return 0.0
         return _largest_rate(miss, limit, budget + floor)
-    return CapacityBounds(
+    bounds = CapacityBounds(
         itl_rps=largest(lambda r: _itl_miss(spec, mix, r, itl_s, replicas)),
         ttft_rps=largest(lambda r: _ttft_miss(spec, mix, r, ttft_s, replicas)),
         seqs_rps=largest(lambda r: _seqs_miss(spec, mix, r, ttft_s)),
         kv_rps=largest(lambda r: _kv_miss(spec, mix, r)),
     )
+    if not spec.busy_period or bounds.rps <= 0:
+        return bounds
+    # The busy-period form: the four bounds share one budget (the attainment target is over all
+    # requests, and at the tightest bound's rate the others miss too: on Mooncake's trace the ITL and
+    # TTFT bounds each reach 1 % at ~1.14 req/s, where the simulator misses 1.9 %)
+    def union(r: float) -> float:
+        return _busy_union(spec, mix, r, ttft_s, itl_s, replicas)
+    floor = union(limit * UNLOADED)
+    if floor > unservable:
+        return replace(bounds, shared_rps=0.0)
+    lo, hi = 0.0, bounds.rps
+    if union(hi) <= budget + floor:
+        return replace(bounds, shared_rps=hi)
+    for _ in range(_SHARED_BISECTIONS):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if union(mid) <= budget + floor else (lo, mid)
+    return replace(bounds, shared_rps=lo)
+
+
+_SHARED_BISECTIONS = 24  # 2^-24 of the tightest bound
+
+
+def _busy_union(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float, itl_s: float, replicas: int) -> float:
+    """Share of ``mix`` missing any part of the SLO at ``rate`` in the busy-period form: the TTFT and
+    slot-wait misses (which read the prompt alone) united per point of the prompts' marginal where
+    the TTFT bound reads it (``_ttft_miss``), per point of the mix elsewhere, then united with the ITL
+    and KV bounds' shares as independent (``1 - prod(1 - m)``). ``slo_miss``'s rule; the prompts that
+    miss both TTFT and the slot wait (too long to prefill even idle) count once."""
+    if replicas == 1 and mix.prompt_points is not None:
+        view, op = _prompt_view(mix), operating_point(spec, mix, rate)
+        prompt = float(view.weights @ (1.0 - (1.0 - _ttft_points(spec, view, rate, ttft_s, replicas, op=op))
+                                       * (1.0 - _seqs_points(spec, view, rate, ttft_s, op=op))))
+    else:
+        prompt = float(mix.weights @ (1.0 - (1.0 - _ttft_points(spec, mix, rate, ttft_s, replicas))
+                                      * (1.0 - _seqs_points(spec, mix, rate, ttft_s))))
+    rest = (1.0 - _itl_miss(spec, mix, rate, itl_s, replicas)) * (1.0 - _kv_miss(spec, mix, rate))
+    return 1.0 - (1.0 - prompt) * rest
 
 
 def shared_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float,
@@ -1031,8 +1113,8 @@ def shared_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: fl
         ValueError: as ``replica_capacity``.
     """
     bounds = replica_capacity(spec, mix, ttft_s, itl_s, attainment, unservable, replicas)
-    if bounds.rps == 0:
-        return 0.0
+    if bounds.rps == 0 or spec.busy_period:  # the busy-period form's capacity shares one budget already
+        return bounds.rps
     limit = 1.0 / _work(spec, mix)
     floor = slo_miss(spec, mix, limit * UNLOADED, ttft_s, itl_s, replicas)
     if floor > unservable:

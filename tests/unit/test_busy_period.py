@@ -145,7 +145,10 @@ def test_the_busy_period_form_is_off_by_default_and_raises_short_decodes_capacit
     busy = replica_capacity(replace(spec, busy_period=True), mix, 2.0, 0.1)
     assert not spec.busy_period
     assert plain.binding == "itl" and busy.itl_rps > 1.1 * plain.itl_rps
-    assert (busy.seqs_rps, busy.kv_rps) == (plain.seqs_rps, plain.kv_rps)
+    assert busy.kv_rps == plain.kv_rps
+    # the slot wait reads the prompts' marginal in the busy form (tests/unit/test_busy_shared.py); the
+    # same prompts here, so the same bound to within the marginal's strata
+    assert busy.seqs_rps == pytest.approx(plain.seqs_rps, rel=1e-4)
     assert busy.ttft_rps > busy.itl_rps
 
 
