@@ -207,7 +207,8 @@ class PlanVariant:
         min_replicas, max_replicas: bounds (``max_replicas`` already includes any quota).
         warm_steps, cold_steps: steps from an order to ready, warm and cold (``ceil(startup / dt)``).
         warm_free: orders that can still start warm over the horizon (free nodes holding the weights).
-        keep: replicas that must stay at every step (the ready ones while recovering; 0 otherwise).
+        keep: replicas that must stay at every step (the ready ones while recovering; a pool variant's
+            ready and starting ones under the SLO hold, ``controllers.mpc``; 0 otherwise).
         start_cost: $ per replica ordered; ``stop_cost``: $ per replica removed.
         role: None for an aggregated variant (it prefills and decodes); ``prefill`` or ``decode`` for
             a variant of the service's prefill or decode pool (module docstring, "Prefill/decode
