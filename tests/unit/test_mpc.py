@@ -472,9 +472,9 @@ def test_warm_starts_each_solve_from_the_last_plan_moved_on(monkeypatch: pytest.
         build("mpc:warm=2", CFG)
 
 
-def test_int_blocks_relaxes_a_lone_services_later_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    # mpc:int_blocks=2: a service planned alone keeps its first two blocks integer (the step applied
-    # among them), the rest relaxed; the default (0) keeps every block integer; a negative K is refused.
+@pytest.fixture
+def recorded_solves(monkeypatch: pytest.MonkeyPatch) -> tuple[list[PlanProblem], list[Plan]]:
+    """Every problem ``controllers.mpc`` hands the solver this test, and the plan it got back."""
     problems: list[PlanProblem] = []
     plans: list[Plan] = []
     real = mpc.solve
@@ -485,6 +485,13 @@ def test_int_blocks_relaxes_a_lone_services_later_blocks(monkeypatch: pytest.Mon
         return plans[-1]
 
     monkeypatch.setattr(mpc, "solve", recording)
+    return problems, plans
+
+
+def test_int_blocks_relaxes_a_lone_services_later_blocks(recorded_solves: tuple[list[PlanProblem], list[Plan]]) -> None:
+    # mpc:int_blocks=2: a service planned alone keeps its first two blocks integer (the step applied
+    # among them), the rest relaxed; the default (0) keeps every block integer; a negative K is refused.
+    problems, plans = recorded_solves
     c = build("mpc:int_blocks=2:forecast=last", CFG)
     assert isinstance(c, MPCController)
     c.decide(estimate(600.0, 70.0, {"gh200": 3}), SVC)
@@ -496,19 +503,10 @@ def test_int_blocks_relaxes_a_lone_services_later_blocks(monkeypatch: pytest.Mon
         build("mpc:int_blocks=-1", CFG)
 
 
-def test_int_up_prices_the_relaxed_blocks_rounded_up(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_int_up_prices_the_relaxed_blocks_rounded_up(recorded_solves: tuple[list[PlanProblem], list[Plan]]) -> None:
     # mpc:int_blocks=1:int_up=1 hands the solver tail_up (the relaxed blocks rounded up from the LP
     # relaxation); without int_up it is off; int_up without int_blocks, or other than 0/1, is refused.
-    problems: list[PlanProblem] = []
-    plans: list[Plan] = []
-    real = mpc.solve
-
-    def recording(problem: PlanProblem) -> Plan:
-        problems.append(problem)
-        plans.append(real(problem))
-        return plans[-1]
-
-    monkeypatch.setattr(mpc, "solve", recording)
+    problems, plans = recorded_solves
     for spec in ("mpc:int_blocks=1:int_up=1:forecast=last", "mpc:int_blocks=1:forecast=last"):
         c = build(spec, CFG)
         assert isinstance(c, MPCController)
@@ -524,21 +522,13 @@ def test_int_up_prices_the_relaxed_blocks_rounded_up(monkeypatch: pytest.MonkeyP
         build("mpc:int_blocks=1:int_up=1:warm=1", CFG)
 
 
-def test_joint_blocks_relaxes_the_later_blocks_of_services_planned_together(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_joint_blocks_relaxes_the_later_blocks_of_services_planned_together(
+        recorded_solves: tuple[list[PlanProblem], list[Plan]]) -> None:
     # mpc:joint_blocks=2: two services under a shared GH200 quota are planned together with only the
     # first two blocks integer; every step of both plans keeps the quota. A lone service's problem
     # (no shared limits: each decide solves its own) keeps every block whole, as int_blocks alone
     # sets it; int_blocks leaves the joint problem whole. A negative or fractional K is refused.
-    problems: list[PlanProblem] = []
-    plans: list[Plan] = []
-    real = mpc.solve
-
-    def recording(problem: PlanProblem) -> Plan:
-        problems.append(problem)
-        plans.append(real(problem))
-        return plans[-1]
-
-    monkeypatch.setattr(mpc, "solve", recording)
+    problems, plans = recorded_solves
     for (int_blocks, joint_blocks), expected in (((0, 2), 2), ((1, 0), None), ((0, 0), None)):
         joint, ests = two_services({"quota": {"GH200": 4}}, int_blocks, joint_blocks)
         problems.clear()

@@ -245,12 +245,9 @@ def test_the_mpc_removes_no_pool_replica_while_the_service_misses_its_slo(slo_ra
         assert d.desired["h100-prefill"] + d.desired["h100-decode"] < 16
 
 
-def test_the_mpc_removes_no_pool_replica_for_two_minutes_after_the_service_missed_its_slo() -> None:
-    # As above, the mean latency twice the SLO at 200 s only, 0.2 of it before and after: at 315 s (past
-    # the 300-s hold, 115 s after the miss) the 8 + 8 ready replicas stay; at 321 s (121 s after) the
-    # plan shrinks the pools. Without SLO_MISSED_HOLD_S both ticks shrink them.
-    assert SLO_MISSED_HOLD_S == 120.0
-    mpc, svc, pools = pd_mpc(yaml.safe_load(EXAMPLE.read_text()), 8)
+def assert_held_115_s_after_a_miss(mpc: MPCController, svc: Service, pools: dict[str, PoolObservation]) -> None:
+    """Ticks at 0, 200 (the mean latency twice the SLO), 315 and 321 s at 2 req/s: 115 s after the miss
+    both pools keep 8 replicas; 121 s after, the plan shrinks them."""
     got = {}
     for t, ratio in ((0.0, 0.2), (200.0, 2.0), (315.0, 0.2), (321.0, 0.2)):
         est = ServiceEstimate(svc.name, t, Signals(arrival_rate_rps=2.0, queue_length=0.0, slo_mean_ratio=ratio),
@@ -258,6 +255,15 @@ def test_the_mpc_removes_no_pool_replica_for_two_minutes_after_the_service_misse
         got[t] = mpc.decide(est, svc).desired
     assert got[315.0] == {"h100-prefill": 8, "h100-decode": 8}
     assert got[321.0]["h100-prefill"] + got[321.0]["h100-decode"] < 16
+
+
+def test_the_mpc_removes_no_pool_replica_for_two_minutes_after_the_service_missed_its_slo() -> None:
+    # As above, the mean latency twice the SLO at 200 s only, 0.2 of it before and after: at 315 s (past
+    # the 300-s hold, 115 s after the miss) the 8 + 8 ready replicas stay; at 321 s (121 s after) the
+    # plan shrinks the pools. Without SLO_MISSED_HOLD_S both ticks shrink them.
+    assert SLO_MISSED_HOLD_S == 120.0
+    mpc, svc, pools = pd_mpc(yaml.safe_load(EXAMPLE.read_text()), 8)
+    assert_held_115_s_after_a_miss(mpc, svc, pools)
 
 
 @pytest.mark.parametrize(("done", "ready_rps", "queue", "pair_rps", "expected"), [
@@ -345,10 +351,4 @@ def test_the_slo_hold_keeps_a_pool_s_starting_replicas_too() -> None:
     pools = {role: PoolObservation(role, Signals(), {v.name: VariantObservation(6, 2)
                                                      for r, v in svc.role_variants() if r == role})
              for role in ("prefill", "decode")}
-    got = {}
-    for t, ratio in ((0.0, 0.2), (200.0, 2.0), (315.0, 0.2), (321.0, 0.2)):
-        est = ServiceEstimate(svc.name, t, Signals(arrival_rate_rps=2.0, queue_length=0.0, slo_mean_ratio=ratio),
-                              {}, {}, False, 0.0, 0.0, 0, pools=pools)
-        got[t] = mpc.decide(est, svc).desired
-    assert got[315.0] == {"h100-prefill": 8, "h100-decode": 8}
-    assert got[321.0]["h100-prefill"] + got[321.0]["h100-decode"] < 16
+    assert_held_115_s_after_a_miss(mpc, svc, pools)
