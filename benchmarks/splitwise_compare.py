@@ -391,6 +391,25 @@ def fleet_config(fleet: Fleet, horizon_s: float, profile: str | None = None) -> 
     }, source="splitwise_compare")
 
 
+def completed_latencies(final: Sequence[SimRequest], prefilled: Mapping[SimRequest, float] | None = None
+                        ) -> Latencies:
+    """``Latencies`` of a run's ``final`` requests, with each one's prefill end from ``prefilled`` (simulated
+    s) where given.
+
+    Raises:
+        RuntimeError: a request did not complete.
+    """
+    bad = [sr for sr in final if sr.status != "completed"]
+    if bad:
+        raise RuntimeError(f"{len(bad)} of {len(final)} requests did not complete (first: {bad[0].status})")
+    arrival = np.array([sr.req.arrival_s for sr in final])
+    first = np.array([sr.t_first for sr in final], dtype=float)
+    last = np.array([sr.t_finish for sr in final], dtype=float)
+    out = np.array([sr.req.output_tokens for sr in final])
+    handed = None if prefilled is None else np.array([prefilled[sr] for sr in final]) - arrival
+    return Latencies(first - arrival, last - arrival, out, handed)
+
+
 def run_ours(workload: Workload, fleet: Fleet, profile: str | None = None) -> Latencies:
     """Simulate ``workload`` on ``fleet`` (static), with ``profile`` instead of the fleet's if given;
     the latencies of its completed requests.
@@ -401,16 +420,7 @@ def run_ours(workload: Workload, fleet: Fleet, profile: str | None = None) -> La
     cfg = fleet_config(fleet, workload.requests[-1].arrival_s if workload.requests else 0.0, profile)
     ctrl = StaticController({cfg.services[0].name: {fleet.variant: fleet.count}},
                             cfg.controller.tick_s, cfg.controller.window_s)
-    run = run_simulation(cfg, workload, ctrl, admission="none")
-    final = run.sim.final
-    bad = [sr for sr in final if sr.status != "completed"]
-    if bad:
-        raise RuntimeError(f"{len(bad)} of {len(final)} requests did not complete (first: {bad[0].status})")
-    arrival = np.array([sr.req.arrival_s for sr in final])
-    first = np.array([sr.t_first for sr in final], dtype=float)
-    last = np.array([sr.t_finish for sr in final], dtype=float)
-    out = np.array([sr.req.output_tokens for sr in final])
-    return Latencies(first - arrival, last - arrival, out)
+    return completed_latencies(run_simulation(cfg, workload, ctrl, admission="none").sim.final)
 
 
 @dataclass(frozen=True)
@@ -545,18 +555,10 @@ def run_ours_pd(workload: Workload, fleet: PDFleet, prefill_profile: str | None 
     finally:
         setattr(FleetSimulator, "on_prefilled", original)  # noqa: B010
     final = run.sim.final
-    bad = [sr for sr in final if sr.status != "completed"]
-    if bad:
-        raise RuntimeError(f"{len(bad)} of {len(final)} requests did not complete (first: {bad[0].status})")
     local = sum(sr not in prefilled for sr in final)
     if local:
         raise RuntimeError(f"{local} of {len(final)} requests were not prefilled remotely")
-    arrival = np.array([sr.req.arrival_s for sr in final])
-    first = np.array([sr.t_first for sr in final], dtype=float)
-    last = np.array([sr.t_finish for sr in final], dtype=float)
-    out = np.array([sr.req.output_tokens for sr in final])
-    handed = np.array([prefilled[sr] for sr in final])
-    return Latencies(first - arrival, last - arrival, out, handed - arrival)
+    return completed_latencies(final, prefilled)
 
 
 def run_fleet(workload: Workload, fleet: Fleet | PDFleet, folder: Path, flat_decode: bool = False,
