@@ -1497,7 +1497,8 @@ class MPCController(Controller):
             if mem.floor_rps is not None:  # a floor on the capacity held, apart from each replica's
                 demand = np.maximum(demand, mem.floor_rps)
         # pd_util is headroom for the steady demand, not for the queue's drain: the backlog counted once
-        lift = pool_util_path(self.pd_util, demand, self.backlog_path(est, svc, max(held, now_rps))) / self.pd_util
+        lift = 1.0 if self.pd_util == 1 else pool_util_path(  # at 1 every share is 1: no backlog read again
+            self.pd_util, demand, self.backlog_path(est, svc, max(held, now_rps))) / self.pd_util
         draining = self.drain_excess(est, max(held, now_rps)) > 0  # a demand lowered for it removes nothing
         weights = {**self.corrected_weights(est, svc, mem, float(demand.min())), **self.role_weights(est, svc)}
         scales = self._pool_scales(est, svc, mem, weights)

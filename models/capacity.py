@@ -968,10 +968,12 @@ def slo_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float, itl
     return float(mix.weights @ (1.0 - hit))
 
 
-def _largest_rate(miss: Callable[[float], float], limit: float, budget: float) -> float:
-    """Largest rate in ``[0, limit)`` whose ``miss`` is within ``budget`` (``miss`` grows with the rate)."""
+def _largest_rate(miss: Callable[[float], float], limit: float, budget: float, steps: int = _BISECTION_STEPS
+                  ) -> float:
+    """Largest rate in ``[0, limit)`` whose ``miss`` is within ``budget`` (``miss`` grows with the rate),
+    bisected ``steps`` times."""
     lo, hi = 0.0, limit
-    for _ in range(_BISECTION_STEPS):
+    for _ in range(steps):
         mid = (lo + hi) / 2
         if miss(mid) <= budget:
             lo = mid
@@ -1070,13 +1072,10 @@ def replica_capacity(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: f
     floor = union(limit * UNLOADED)
     if floor > unservable:
         return replace(bounds, shared_rps=0.0)
-    lo, hi = 0.0, bounds.rps
+    hi = bounds.rps
     if union(hi) <= budget + floor:
         return replace(bounds, shared_rps=hi)
-    for _ in range(_SHARED_BISECTIONS):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if union(mid) <= budget + floor else (lo, mid)
-    return replace(bounds, shared_rps=lo)
+    return replace(bounds, shared_rps=_largest_rate(union, hi, budget + floor, _SHARED_BISECTIONS))
 
 
 _SHARED_BISECTIONS = 24  # 2^-24 of the tightest bound
