@@ -332,7 +332,8 @@ def coordinator_runs(args: argparse.Namespace, options: dict[str, object]) -> No
         cpu_started: list[float] = []
         kept = Counter[str]()
         ratios, same, used, ticks = [], 0, 0, 0
-        for run in range(args.count or 1):
+        plans: dict[str, Plan] = {}
+        for _ in range(args.count or 1):
             prob = problem(n, rng, k_blocks, args.gap, args.node_limit,
                            **{**options, "decompose": True, "neighbourhood": 0, "tuned": False})
             sds = [float(np.mean(svc.demand_rps)) / 20.0 for svc in prob.services]
@@ -342,7 +343,6 @@ def coordinator_runs(args: argparse.Namespace, options: dict[str, object]) -> No
                     prob = next_joint_tick(prob, plans["base"], sds, rng)
                 how = {"base": prob,
                        "warm": dataclasses.replace(prob, warm_coordinator=True, coordinator_basis=basis)}
-                plans: dict[str, Plan] = {}
                 for name in (("base", "warm") if ticks % 2 == 0 else ("warm", "base")):
                     started = time.process_time()
                     plans[name] = solve(how[name])
@@ -426,29 +426,22 @@ def main() -> None:
     if args.tail_up and not args.integer_blocks:
         ap.error("--tail-up prices the relaxed blocks: it needs --integer-blocks K >= 1")
     print(f"{Path(__file__).name}: {stamp()}", flush=True)
+    if args.ticks < 1:
+        ap.error(f"--ticks must be >= 1, got {args.ticks}")
     if args.warm:
         if planning.highspy is None:
             ap.error("--warm needs highspy (pip install highspy)")
-        if args.ticks < 1:
-            ap.error(f"--ticks must be >= 1, got {args.ticks}")
         warm_runs(args)
         return
-    if args.node_limit is not None and args.node_limit < 0:
-        ap.error(f"--node-limit must be >= 0, got {args.node_limit}")
-    if args.neighbourhood is not None and args.neighbourhood < 0:
-        ap.error(f"--neighbourhood must be >= 0, got {args.neighbourhood}")
-    if args.coarsen is not None and args.coarsen < 0:
-        ap.error(f"--coarsen must be >= 0, got {args.coarsen}")
-    if args.count is not None and args.count < 1:
-        ap.error(f"--count must be >= 1, got {args.count}")
+    for flag, value, least in (("--node-limit", args.node_limit, 0), ("--neighbourhood", args.neighbourhood, 0),
+                               ("--coarsen", args.coarsen, 0), ("--count", args.count, 1),
+                               ("--coordinator-warm", args.coordinator_warm, 0)):
+        if value is not None and value < least:
+            ap.error(f"{flag} must be >= {least}, got {value}")
     options = {"neighbourhood": args.neighbourhood, "decompose": args.decompose, "coarsen": args.coarsen,
                "tail_up": args.tail_up,
                "strengthen": {"on": True, "off": False, "auto": None}[args.strengthen]}
     if args.coordinator_warm is not None:
-        if args.coordinator_warm < 0:
-            ap.error(f"--coordinator-warm must be >= 0, got {args.coordinator_warm}")
-        if args.ticks < 1:
-            ap.error(f"--ticks must be >= 1, got {args.ticks}")
         coordinator_runs(args, options)
         return
     if args.paired is not None:

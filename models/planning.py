@@ -1299,7 +1299,7 @@ def _settable(names: frozenset[str]) -> bool:
     return all(hasattr(opts, _OPTION_NAMES.get(n, n)) for n in names)
 
 
-def _highs_options(options: Mapping[str, float | bool | int]) -> object:
+def _highs_options(options: Mapping[str, float | bool | int | str]) -> object:
     """``options`` as scipy's HiGHS build takes them (``scipy.optimize.milp``'s names and defaults:
     no log to the console, ``node_limit`` as ``mip_max_nodes``, ``presolve`` as on/off)."""
     assert _core is not None
