@@ -926,14 +926,18 @@ def _complete(problem: PlanProblem, counts: Mapping[tuple[int, int], np.ndarray]
                 prev = n[b]
             for kind in range(BLOCK_VARS):
                 x[idx.var(i, j, kind, 0):idx.var(i, j, kind, 0) + idx.nb] = cum[kind]
-            for k in range(h):
-                ready = v.ready[k] - cum[CD, idx.block_of[k]]
-                for kind, steps in ((CW, v.warm_steps), (CC, v.cold_steps)):
-                    if k - steps >= 0:
-                        ready += cum[kind, idx.block_of[k - steps]]
-                s = max(0.0, min(n[idx.block_of[k]], ready))
-                x[idx.s(i, j, k)] = s
-                (served if v.role is None else pools[v.role])[k] += v.capacity_rps[k] * s
+            # every step at once, each step's arithmetic in the order a loop over the steps did it
+            # (the same numbers to the bit: where rather than max/min, which could flip a zero's sign)
+            ready = np.asarray(v.ready, dtype=float) - cum[CD, idx.block_of]
+            for kind, steps in ((CW, v.warm_steps), (CC, v.cold_steps)):
+                if steps < h:
+                    ready[steps:] = ready[steps:] + cum[kind, idx.block_of[:h - steps]]
+            held = n[idx.block_of]
+            s = np.where(ready < held, ready, held)
+            s = np.where(s > 0.0, s, 0.0)
+            x[idx.s(i, j, 0):idx.s(i, j, 0) + h] = s
+            role = served if v.role is None else pools[v.role]
+            role += np.asarray(v.capacity_rps, dtype=float) * s
         demand = np.asarray(svc.demand_rps, dtype=float)
         if i in idx.pd:
             pd = np.minimum(np.minimum(pools["prefill"], pools["decode"]), np.maximum(demand, 0.0))
