@@ -32,6 +32,16 @@ alternated problem by problem so that machine load falls on both alike: CPU p50 
 K's plan cost over the MPC's (p50 / max / min), and how many plans of each kept the shared GPU quotas
 and budget at every step.
 
+``--coordinator-warm K`` times several services (``--sizes``) on consecutive ticks: ``--count`` runs
+(default 1) of ``--ticks``, each run from a problem drawn as above and moved on tick by tick as
+``--warm`` moves one service (``next_joint_tick``), the shared limits kept. Each tick is solved as the
+MPC solves it with ``mpc:joint_blocks=K`` (0: every block integer; decomposed, ``--neighbourhood
+0``), once with the coordinator's LP cold (the base, as the MPC solves today) and once from the last
+tick's basis (``PlanProblem.warm_coordinator``), the order alternated tick by tick: CPU p50 / p99 /
+max of each, the warm solve's p99 over the ticks that had a basis, how many used one, the warm plan's
+cost over the base's (p50 / max / min), how many plans were the base's to the replica, and how many
+kept the limits. The next tick follows the base plan.
+
 ``--warm`` times the one-service solve on consecutive ticks, where ``mpc:warm=1`` starts each solve from
 its last plan (``PlanProblem.solver`` and ``start``): ``--trials`` ticks in runs of ``--ticks``, each run
 from a problem drawn as above; from tick to tick the demand path moves on one step and its new last
@@ -294,6 +304,67 @@ def paired_runs(args: argparse.Namespace, options: dict[str, object]) -> None:
               f"| {kept['base']}/{trials} / {kept['K']}/{trials} |", flush=True)
 
 
+def next_joint_tick(prob: PlanProblem, plan: Plan, sds: list[float], rng: np.random.Generator) -> PlanProblem:
+    """``prob`` of several services one step later, after ``plan``'s first step: each service moved on
+    as ``next_tick`` moves one (``sds``: each walk's standard deviation), the shared limits kept."""
+    services = [next_tick(dataclasses.replace(prob, services=[svc]), plan, sd, rng).services[0]
+                for svc, sd in zip(prob.services, sds, strict=True)]
+    return dataclasses.replace(prob, services=services)
+
+
+def coordinator_runs(args: argparse.Namespace, options: dict[str, object]) -> None:
+    """``--coordinator-warm K`` (module docstring): consecutive ticks of several services, each solved
+    as the MPC solves it with ``mpc:joint_blocks=K`` (the base: the coordinator's LP cold) and again
+    with the coordinator's LP from the last tick's basis (``PlanProblem.warm_coordinator``), the order
+    alternated tick by tick; the next tick follows the base plan."""
+    k_blocks = args.coordinator_warm or None
+    print(f"consecutive ticks, the coordinator's LP cold (base) against from the last tick's basis (warm), "
+          f"joint_blocks={args.coordinator_warm}, seed {args.seed}; CPU ms")
+    print("| services | ticks | base cpu p50 | base cpu p99 | base max | warm cpu p50 | warm cpu p99 | warm max "
+          "| warm p99, ticks with a basis | basis used | cost warm / base p50 | max | min | same plan "
+          "| limits kept base / warm |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for n in args.sizes:
+        if n < 2:
+            raise SystemExit("--coordinator-warm needs --sizes of 2 or more services (a decomposed solve)")
+        rng = np.random.default_rng((args.seed, n, 2))
+        cpu: dict[str, list[float]] = {"base": [], "warm": []}
+        cpu_started: list[float] = []
+        kept = Counter[str]()
+        ratios, same, used, ticks = [], 0, 0, 0
+        plans: dict[str, Plan] = {}
+        for _ in range(args.count or 1):
+            prob = problem(n, rng, k_blocks, args.gap, args.node_limit,
+                           **{**options, "decompose": True, "neighbourhood": 0, "tuned": False})
+            sds = [float(np.mean(svc.demand_rps)) / 20.0 for svc in prob.services]
+            basis = None
+            for tick in range(args.ticks):
+                if tick > 0:
+                    prob = next_joint_tick(prob, plans["base"], sds, rng)
+                how = {"base": prob,
+                       "warm": dataclasses.replace(prob, warm_coordinator=True, coordinator_basis=basis)}
+                for name in (("base", "warm") if ticks % 2 == 0 else ("warm", "base")):
+                    started = time.process_time()
+                    plans[name] = solve(how[name])
+                    cpu[name].append((time.process_time() - started) * 1000.0)
+                    kept[name] += within_limits(prob, plans[name])
+                warm = plans["warm"].coordinator_basis
+                if warm is not None and warm.warm:
+                    used += 1
+                    cpu_started.append(cpu["warm"][-1])
+                basis = warm
+                ratios.append(plans["warm"].cost / plans["base"].cost)
+                same += all(np.array_equal(plans["warm"].replicas[s][v], r)
+                            for s, vs in plans["base"].replicas.items() for v, r in vs.items())
+                ticks += 1
+        b50, b99 = np.percentile(cpu["base"], [50, 99])
+        w50, w99 = np.percentile(cpu["warm"], [50, 99])
+        s99 = np.percentile(cpu_started, 99) if cpu_started else math.nan
+        print(f"| {n} | {ticks} | {b50:.0f} | {b99:.0f} | {max(cpu['base']):.0f} | {w50:.0f} | {w99:.0f} "
+              f"| {max(cpu['warm']):.0f} | {s99:.0f} | {used}/{ticks} | {np.median(ratios):.4f} | {max(ratios):.4f} "
+              f"| {min(ratios):.4f} | {same}/{ticks} | {kept['base']}/{ticks} / {kept['warm']}/{ticks} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--sizes", type=int, nargs="*", default=[1, 10, 50], help="services per problem")
@@ -346,28 +417,33 @@ def main() -> None:
     ap.add_argument("--paired", type=int, default=None, metavar="K",
                     help="each problem as the MPC solves it and with the first K blocks integer (mpc:int_blocks=K "
                          "for one service, mpc:joint_blocks=K for several), alternated: CPU times, cost ratio")
+    ap.add_argument("--coordinator-warm", type=int, default=None, metavar="K",
+                    help="consecutive ticks (--count runs of --ticks) of --sizes services, each solved as the MPC "
+                         "solves with mpc:joint_blocks=K (0: every block integer), the coordinator's LP cold and "
+                         "from the last tick's basis (PlanProblem.warm_coordinator), alternated: CPU times, cost "
+                         "ratio")
     args = ap.parse_args()
     if args.tail_up and not args.integer_blocks:
         ap.error("--tail-up prices the relaxed blocks: it needs --integer-blocks K >= 1")
     print(f"{Path(__file__).name}: {stamp()}", flush=True)
+    if args.ticks < 1:
+        ap.error(f"--ticks must be >= 1, got {args.ticks}")
     if args.warm:
         if planning.highspy is None:
             ap.error("--warm needs highspy (pip install highspy)")
-        if args.ticks < 1:
-            ap.error(f"--ticks must be >= 1, got {args.ticks}")
         warm_runs(args)
         return
-    if args.node_limit is not None and args.node_limit < 0:
-        ap.error(f"--node-limit must be >= 0, got {args.node_limit}")
-    if args.neighbourhood is not None and args.neighbourhood < 0:
-        ap.error(f"--neighbourhood must be >= 0, got {args.neighbourhood}")
-    if args.coarsen is not None and args.coarsen < 0:
-        ap.error(f"--coarsen must be >= 0, got {args.coarsen}")
-    if args.count is not None and args.count < 1:
-        ap.error(f"--count must be >= 1, got {args.count}")
+    for flag, value, least in (("--node-limit", args.node_limit, 0), ("--neighbourhood", args.neighbourhood, 0),
+                               ("--coarsen", args.coarsen, 0), ("--count", args.count, 1),
+                               ("--coordinator-warm", args.coordinator_warm, 0)):
+        if value is not None and value < least:
+            ap.error(f"{flag} must be >= {least}, got {value}")
     options = {"neighbourhood": args.neighbourhood, "decompose": args.decompose, "coarsen": args.coarsen,
                "tail_up": args.tail_up,
                "strengthen": {"on": True, "off": False, "auto": None}[args.strengthen]}
+    if args.coordinator_warm is not None:
+        coordinator_runs(args, options)
+        return
     if args.paired is not None:
         if args.paired < 1:
             ap.error(f"--paired must be >= 1, got {args.paired}")

@@ -131,7 +131,17 @@ from models.capacity import (
     utilisation,
 )
 from models.learning import CapacityPosterior, LatencyCurve, latency_curve
-from models.planning import FALLBACKS, JOINT_UP_TO, Plan, PlanProblem, PlanService, PlanVariant, shifted, solve
+from models.planning import (
+    FALLBACKS,
+    JOINT_UP_TO,
+    CoordinatorBasis,
+    Plan,
+    PlanProblem,
+    PlanService,
+    PlanVariant,
+    shifted,
+    solve,
+)
 
 if TYPE_CHECKING:
     from autoscaler.config import SLO, FleetConfig, Service, Variant
@@ -974,12 +984,18 @@ class MPCController(Controller):
             ones relaxed and rounded per service; 0 (default) every block whole. A lone service's
             plan is ``int_blocks``' alone. Opt-in: ``docs/controllers.md#solving-fast`` ("Relaxed
             blocks under shared quotas") measures its time and cost at 50 services.
+        joint_warm: 1 solves a decomposed plan's coordinator LP (the joint LP relaxation the shared
+            limits are shared on) from the last tick's final basis
+            (``models.planning.PlanProblem.warm_coordinator``); 0 (default) cold. Opt-in: the LP's
+            optimum is the same, but another optimal vertex may share the limits otherwise, so the
+            plan can differ (``docs/controllers.md#solving-fast``, "The coordinator from the last
+            tick's basis").
         name: the spec it was built from.
 
     Raises:
         ValueError: an argument out of range, an unknown ``forecast``, ``hedge`` or ``hold``, or ``perfect`` without
             ``future_rps``, a negative ``node_limit``, ``int_blocks`` or ``joint_blocks``, ``int_up`` other
-            than 0 or 1, or 1 without ``int_blocks``.
+            than 0 or 1, or 1 without ``int_blocks``, ``warm`` or ``joint_warm`` other than 0 or 1.
     """
 
     scales_roles = True
@@ -993,7 +1009,7 @@ class MPCController(Controller):
                  window_s: float = DEFAULT_WINDOW_S, mix: str = "calibrated",
                  future_rps: Mapping[str, np.ndarray] | None = None, node_limit: int | None = None,
                  time_limit: float = SOLVE_TIME_LIMIT_S, pool: int = 1, warm: int = 0, int_blocks: int = 0,
-                 int_up: int = 0, joint_blocks: int = 0,
+                 int_up: int = 0, joint_blocks: int = 0, joint_warm: int = 0,
                  shed: int = 0,
                  shed_weight: float = DEFAULT_SHED_WEIGHT,
                  pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0, busy: int = 0,
@@ -1021,7 +1037,8 @@ class MPCController(Controller):
             raise ValueError(f"{name}: int_up must be 0 or 1, and 1 needs int_blocks >= 1 (it prices the relaxed "
                              f"blocks) and warm=0 (the warm solve skips that search), got int_up={int_up} with "
                              f"int_blocks={int_blocks}, warm={warm}")
-        for option, x in (("warm", warm), ("pd_scale", pd_scale), ("cover", cover), ("trend", trend), ("floor", floor)):
+        for option, x in (("warm", warm), ("joint_warm", joint_warm), ("pd_scale", pd_scale), ("cover", cover),
+                          ("trend", trend), ("floor", floor)):
             if x not in (0, 1):
                 raise ValueError(f"{name}: {option} must be 0 or 1, got {x}")
         if burst not in (0, 1) or cap not in (0, 1):
@@ -1079,6 +1096,8 @@ class MPCController(Controller):
         self.int_blocks = int_blocks or None
         self.int_up = bool(int_up)
         self.joint_blocks = joint_blocks or None
+        self.joint_warm = bool(joint_warm)
+        self._coordinator_basis: CoordinatorBasis | None = None  # joint_warm: the last joint plan's
         self.burst = bool(burst)
         self.cap = bool(cap)
         self.busy = bool(busy)
@@ -1561,7 +1580,9 @@ class MPCController(Controller):
                            decompose=len(services) * self.horizon > JOINT_UP_TO, tuned=len(services) == 1,
                            solver="highspy" if self.warm else "scipy", start=start if self.warm else None,
                            integer_blocks=self.int_blocks if len(services) == 1 else self.joint_blocks,
-                           tail_up=self.int_up)
+                           tail_up=self.int_up, warm_coordinator=self.joint_warm and len(services) > 1,
+                           coordinator_basis=self._coordinator_basis if self.joint_warm and len(services) > 1
+                           else None)
 
     def _start(self, mem: _ServiceMemory, svc: PlanService, now_s: float) -> dict[str, dict[str, np.ndarray]] | None:
         """The service's last plan solved alone, moved on by the ticks since (``models.planning.shifted``),
@@ -1589,6 +1610,8 @@ class MPCController(Controller):
                 inputs[svc.name] = self._inputs(estimates[svc.name], svc)
         planned = {name: x for name, x in inputs.items() if isinstance(x, _Inputs)}
         plan = solve(self._problem([x.service for x in planned.values()])) if planned else None
+        if self.joint_warm and plan is not None and plan.coordinator_basis is not None:
+            self._coordinator_basis = plan.coordinator_basis
         for name, x in inputs.items():
             self._joint[name] = (estimates[name].time_s, x, plan)
 

@@ -27,7 +27,9 @@ measured burstiness (``models.arrivals``), ``cap=1`` counts that a step prefills
 time (10 s; raised for simulation only); ``int_blocks=K`` keeps
 only the first K of a lone service's plan blocks integer (``PlanProblem.integer_blocks``), and ``int_up=1``
 prices the rest as if rounded up (``PlanProblem.tail_up``); ``joint_blocks=K`` keeps the first K
-integer for several services planned together under shared GPU limits; ``shed=1`` plans
+integer for several services planned together under shared GPU limits, and ``joint_warm=1`` solves
+their decomposed plan's coordinator LP from the last tick's basis (``PlanProblem.warm_coordinator``);
+``shed=1`` plans
 shedding the sheddable priority in the same problem and sets the gateway's thresholds);
 ``oracle`` (``controllers.oracle``: the same plan solved offline on the trace's true demand; needs a trace;
 ``oracle:node_limit=N`` replaces its ``OFFLINE_NODE_LIMIT``); ``bound`` (``controllers.bound``: the
@@ -328,7 +330,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     node_limit=Param(int, 0, closed=True), time_limit=Param(float, 0.0, high=3600.0),
                     pool=Param(int, 1, closed=True, high=256), warm=Param(int, 0, closed=True, high=1),
                     int_blocks=Param(int, 0, closed=True), int_up=Param(int, 0, closed=True, high=1),
-                    joint_blocks=Param(int, 0, closed=True),
+                    joint_blocks=Param(int, 0, closed=True), joint_warm=Param(int, 0, closed=True, high=1),
                     shed=Param(int, 0, closed=True, high=1),
                     shed_weight=POSITIVE, pd_util=Param(float, 0.0, high=1.0),
                     pd_scale=Param(int, 0, closed=True, high=1),

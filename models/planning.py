@@ -125,6 +125,11 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
   (``_direct_milp``: the same model, options and answer, to the bit, 2-3 ms less per call), and a
   decomposed solve keeps each service's LP relaxation in HiGHS, so its second LP, with more GPUs,
   starts from the first's basis (``_WarmLp``: 5 dual simplex iterations against 277).
+- The coordinator from the last tick's basis (``PlanProblem.warm_coordinator``, opt-in): the
+  decomposition's coordinator LP solved from the final basis of the last tick's
+  (``Plan.coordinator_basis``), where the LP has the same shape: at 50 services about 1,000-1,700
+  dual simplex iterations against 6,400-7,700 cold. The same LP optimum; another optimal vertex may
+  share the limits otherwise, so the plan can differ (``docs/controllers.md#solving-fast``).
 """
 
 from __future__ import annotations
@@ -323,6 +328,14 @@ class PlanProblem:
             step's), clipped to the variant's bounds; a start that then breaks a constraint, or
             lacks a service or variant, is dropped (``Plan.started`` False, ``Plan.message`` says
             why), never handed to HiGHS.
+        warm_coordinator: with ``decompose``, the coordinator's LP (``_shares``) is solved through
+            the HiGHS build inside scipy directly, from ``coordinator_basis`` where that is a basis of
+            an LP of the same shape, and ``Plan.coordinator_basis`` returns its final basis for the
+            next tick (issue 28). The LP's optimum is the same, its solution may be another optimal
+            vertex, so the shares and the plan may differ from the cold solve's
+            (``docs/controllers.md#solving-fast`` has the costs). Off: ``scipy.optimize.linprog``, as
+            before. Without scipy's build reachable it is solved as off (``Plan.message`` says so).
+        coordinator_basis: the last tick's ``Plan.coordinator_basis`` (``warm_coordinator`` only).
     """
 
     services: Sequence[PlanService]
@@ -344,6 +357,28 @@ class PlanProblem:
     hull: bool = False
     solver: str = "scipy"
     start: Mapping[str, Mapping[str, np.ndarray]] | None = None
+    warm_coordinator: bool = False
+    coordinator_basis: CoordinatorBasis | None = None
+
+
+@dataclass(frozen=True)
+class CoordinatorBasis:
+    """The final simplex basis of a decomposed solve's coordinator LP (``_shares``), to start the
+    next tick's from (``PlanProblem.coordinator_basis``).
+
+    Attributes:
+        shape: (rows, columns) of the LP it is a basis of; a basis is used only for an LP of this
+            shape (the same fleet, blocks and limits give it; a row of the valid inequalities comes
+            and goes where a step's demand is a whole multiple of a capacity).
+        basis: HiGHS's ``HighsBasis`` (scipy's build), each column's and row's status.
+        iterations: the simplex iterations that solve took.
+        warm: whether that solve started from a basis of the tick before.
+    """
+
+    shape: tuple[int, int]
+    basis: object
+    iterations: int
+    warm: bool
 
 
 @dataclass(frozen=True)
@@ -376,6 +411,8 @@ class Plan:
         pd_rps: service -> ``x[k]``, the requests/s its prefill/decode pools serve, shape (H,), for
             the services with role variants (the others have none); the aggregated variants serve
             the rest of the demand served.
+        coordinator_basis: decomposed with ``PlanProblem.warm_coordinator`` only: the coordinator
+            LP's final basis, for the next tick's ``PlanProblem.coordinator_basis``.
     """
 
     replicas: dict[str, dict[str, np.ndarray]]
@@ -391,6 +428,7 @@ class Plan:
     gpu_prices: dict[str | None, np.ndarray] | None = None
     lower_bound: float | None = None
     started: bool = False
+    coordinator_basis: CoordinatorBasis | None = None
     shed_rps: dict[str, np.ndarray] = field(default_factory=dict)
     pd_rps: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -537,6 +575,8 @@ def _check(problem: PlanProblem) -> None:
         raise ValueError(f"coarsen must be >= 0 or None, got {problem.coarsen}")
     if problem.solver not in SOLVERS:
         raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {problem.solver!r}")
+    if problem.coordinator_basis is not None and not problem.warm_coordinator:
+        raise ValueError("coordinator_basis is read only with warm_coordinator=True")
     for name, variants in (problem.start or {}).items():
         for vname, n in variants.items():
             if np.shape(n) != (h,) or not np.all(np.isfinite(n)) or np.any(np.asarray(n) < 0):
@@ -891,14 +931,18 @@ def _complete(problem: PlanProblem, counts: Mapping[tuple[int, int], np.ndarray]
                 prev = n[b]
             for kind in range(BLOCK_VARS):
                 x[idx.var(i, j, kind, 0):idx.var(i, j, kind, 0) + idx.nb] = cum[kind]
-            for k in range(h):
-                ready = v.ready[k] - cum[CD, idx.block_of[k]]
-                for kind, steps in ((CW, v.warm_steps), (CC, v.cold_steps)):
-                    if k - steps >= 0:
-                        ready += cum[kind, idx.block_of[k - steps]]
-                s = max(0.0, min(n[idx.block_of[k]], ready))
-                x[idx.s(i, j, k)] = s
-                (served if v.role is None else pools[v.role])[k] += v.capacity_rps[k] * s
+            # every step at once, each step's arithmetic in the order a loop over the steps did it
+            # (the same numbers to the bit: where rather than max/min, which could flip a zero's sign)
+            ready = np.asarray(v.ready, dtype=float) - cum[CD, idx.block_of]
+            for kind, steps in ((CW, v.warm_steps), (CC, v.cold_steps)):
+                if steps < h:
+                    ready[steps:] = ready[steps:] + cum[kind, idx.block_of[:h - steps]]
+            held = n[idx.block_of]
+            s = np.where(ready < held, ready, held)
+            s = np.where(s > 0.0, s, 0.0)
+            x[idx.s(i, j, 0):idx.s(i, j, 0) + h] = s
+            role = served if v.role is None else pools[v.role]
+            role += np.asarray(v.capacity_rps, dtype=float) * s
         demand = np.asarray(svc.demand_rps, dtype=float)
         if i in idx.pd:
             pd = np.minimum(np.minimum(pools["prefill"], pools["decode"]), np.maximum(demand, 0.0))
@@ -1089,6 +1133,12 @@ COORDINATOR_OPTIONS: dict[str, float | bool | str] = {"simplex_dual_edge_weight_
 """HiGHS's options for the coordinator's LP (its dual simplex): devex pricing took 0.36-0.45 s at 50
 services against 0.46-0.51 s with HiGHS's default (steepest edge), to the same cost."""
 
+WARM_COORDINATOR_OPTIONS: dict[str, float | bool | int | str] = {
+    "solver": "simplex", "simplex_strategy": 1, "simplex_dual_edge_weight_strategy": 1}
+"""``COORDINATOR_OPTIONS`` and ``linprog``'s ``method="highs-ds"`` in HiGHS's own spelling (the dual
+simplex, devex pricing: 1 in ``simplex_dual_edge_weight_strategy``), for the coordinator's LP through
+scipy's HiGHS build directly (``PlanProblem.warm_coordinator``)."""
+
 BLOCK_PEAK = True
 """Whether the model on the blocks' lengths (``_blocked``) reads each block's demand at its peak:
 the plan holds a block's replicas for its highest step (a replica costs less than the miss of one
@@ -1258,7 +1308,7 @@ def _settable(names: frozenset[str]) -> bool:
     return all(hasattr(opts, _OPTION_NAMES.get(n, n)) for n in names)
 
 
-def _highs_options(options: Mapping[str, float | bool | int]) -> object:
+def _highs_options(options: Mapping[str, float | bool | int | str]) -> object:
     """``options`` as scipy's HiGHS build takes them (``scipy.optimize.milp``'s names and defaults:
     no log to the console, ``node_limit`` as ``mip_max_nodes``, ``presolve`` as on/off)."""
     assert _core is not None
@@ -1630,29 +1680,62 @@ def _blocked(problem: PlanProblem, peak: bool = BLOCK_PEAK) -> tuple[PlanProblem
     return model, weights
 
 
+def _warm_shares_lp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, start: CoordinatorBasis | None,
+                    deadline: float) -> tuple[OptimizeResult, np.ndarray, CoordinatorBasis] | None:
+    """The coordinator's LP (``_shares``) through scipy's HiGHS build directly, with HiGHS's dual
+    simplex and devex pricing as ``linprog`` runs it (``COORDINATOR_OPTIONS``), from ``start``'s basis
+    where it is one of an LP of this shape (``PlanProblem.warm_coordinator``). Returns the result, the
+    rows' duals (HiGHS's ``row_dual``: d cost / d bound, <= 0 on a binding upper bound, as
+    ``linprog``'s ``ineqlin.marginals`` on those rows) and the final basis; None when it finds no
+    optimum."""
+    assert _core is not None
+    h = _core._Highs()
+    h.passOptions(_highs_options({"time_limit": _left(deadline), **WARM_COORDINATOR_OPTIONS}))
+    h.passModel(_highs_lp(c, cons, bounds, np.zeros(len(c))))
+    shape = (int(cons.A.shape[0]), int(cons.A.shape[1]))
+    warm = (start is not None and start.shape == shape
+            and h.setBasis(start.basis) != _core.HighsStatus.kError)
+    h.run()
+    res = _highs_result(h, False)
+    if res.status != 0:
+        return None
+    iterations = int(h.getInfo().simplex_iteration_count)
+    return res, np.asarray(h.getSolution().row_dual), CoordinatorBasis(shape, h.getBasis(), iterations, warm)
+
+
 def _shares(problem: PlanProblem, keys: Sequence[str | None], factor: int,
-            deadline: float) -> tuple[list[np.ndarray], np.ndarray, float] | None:
+            deadline: float) -> tuple[list[np.ndarray], np.ndarray, float, CoordinatorBasis | None] | None:
     """The coordinator of the decomposition: the LP relaxation of the joint problem, on steps as long
     as its blocks (``_blocked``) when ``factor`` is 0, on steps ``factor`` times longer (``_coarse``)
     when above 1. Returns each service's share of the shared limits (GPUs per limit and block of
-    ``problem``, as the relaxation holds them), the limits' prices (its duals, $ per GPU per block)
-    and its cost; None when it finds no solution."""
+    ``problem``, as the relaxation holds them), the limits' prices (its duals, $ per GPU per block),
+    its cost, and with ``PlanProblem.warm_coordinator`` its final basis (``_warm_shares_lp``; else
+    None); None when it finds no solution."""
     weights = None
     if factor == 0:
         model, weights = _blocked(problem)
     else:
         model = _coarse(problem, factor) if factor > 1 else problem
     c, cons, bounds, _ = _build(model, True, weights=weights)
-    a, lb, ub = cons.A, cons.lb, cons.ub
-    eq = lb == ub
-    upper, lower = np.isfinite(ub) & ~eq, np.isfinite(lb) & ~eq
-    res = linprog(c, A_ub=sparse.vstack([a[upper], -a[lower]], format="csr"),
-                  b_ub=np.concatenate([ub[upper], -lb[lower]]), A_eq=a[eq], b_eq=lb[eq],
-                  bounds=np.column_stack([bounds.lb, bounds.ub]), method="highs-ds",
-                  options={"time_limit": _left(deadline), **COORDINATOR_OPTIONS})
-    if res.status != 0:
-        return None
     idx, fine = _Index(model), _Index(problem)
+    basis = None
+    if problem.warm_coordinator and _core is not None and _scipy_status is not None:
+        solved = _warm_shares_lp(c, cons, bounds, problem.coordinator_basis, deadline)
+        if solved is None:
+            return None
+        res, duals, basis = solved
+        coupling = duals[len(duals) - len(keys) * idx.nb:]  # the cap rows are the model's last (_build)
+    else:
+        a, lb, ub = cons.A, cons.lb, cons.ub
+        eq = lb == ub
+        upper, lower = np.isfinite(ub) & ~eq, np.isfinite(lb) & ~eq
+        res = linprog(c, A_ub=sparse.vstack([a[upper], -a[lower]], format="csr"),
+                      b_ub=np.concatenate([ub[upper], -lb[lower]]), A_eq=a[eq], b_eq=lb[eq],
+                      bounds=np.column_stack([bounds.lb, bounds.ub]), method="highs-ds",
+                      options={"time_limit": _left(deadline), **COORDINATOR_OPTIONS})
+        if res.status != 0:
+            return None
+        coupling = np.asarray(res.ineqlin.marginals)[int(upper.sum()) - len(keys) * idx.nb:int(upper.sum())]
     block = (np.arange(fine.nb) if factor == 0  # the model's block each block begins in
              else idx.block_of[np.asarray(fine.starts) // factor])
     shares = []
@@ -1664,9 +1747,8 @@ def _shares(problem: PlanProblem, keys: Sequence[str | None], factor: int,
                 if key is None or v.gpu == key:
                     share[ki * fine.nb:(ki + 1) * fine.nb] += v.gpus_per_replica * n
         shares.append(share)
-    coupling = np.asarray(res.ineqlin.marginals)[int(upper.sum()) - len(keys) * idx.nb:int(upper.sum())]
     prices = np.maximum(-coupling, 0.0).reshape(len(keys), idx.nb)[:, block].ravel()
-    return shares, prices, float(res.fun)
+    return shares, prices, float(res.fun), basis
 
 
 def _apportion(shares: Sequence[np.ndarray], floors: Sequence[np.ndarray], limit: np.ndarray) -> list[np.ndarray]:
@@ -1891,7 +1973,7 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
     coordinated = _shares(problem, keys, factor, deadline)
     if coordinated is None:
         return None
-    shares, price, relaxation = coordinated
+    shares, price, relaxation, basis = coordinated
     # the least holdings again in other orders of removal, each service's kept where they reach less
     # above its share in the limits the shares fill (there, holdings above a share are taken from
     # another service): every order for up to ORDERS_UP_TO variants, else the GPU types the
@@ -2046,11 +2128,15 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
                + f"), {len(together)} with fractional "
                f"shares planned in groups of up to {GROUP}, {improved} planned again with GPUs left over, "
                f"{exact} searched exactly, {paired} pairs planned together"
-               + (", then repaired jointly near that plan" if polished else ""))
+               + (", then repaired jointly near that plan" if polished else "")
+               + ("" if basis is None else f"; the coordinator's LP {'from the last basis' if basis.warm else 'cold'} "
+                  f"in {basis.iterations} simplex iterations")
+               + ("; scipy's HiGHS build unreachable: the coordinator's LP solved cold through linprog"
+                  if problem.warm_coordinator and basis is None else ""))
     return Plan(replicas, serving, unserved, cost, (time.perf_counter() - started) * 1000.0, relaxed,
                 stopped_at_limit=stopped, fallback=fallback, message=message, nodes=nodes,
                 gpu_prices={key: price[ki * nb:(ki + 1) * nb].copy() for ki, key in enumerate(keys)},
-                lower_bound=bound, shed_rps=shed, pd_rps=pd)
+                lower_bound=bound, shed_rps=shed, pd_rps=pd, coordinator_basis=basis)
 
 
 def solve(problem: PlanProblem) -> Plan:

@@ -554,6 +554,37 @@ def test_joint_blocks_relaxes_the_later_blocks_of_services_planned_together(
         MPCController(CFG, {SVC.name: WEIGHTS}, joint_blocks=-2)
 
 
+def test_joint_warm_starts_each_decomposed_plans_coordinator_from_the_last_ticks_basis(
+        recorded_solves: tuple[list[PlanProblem], list[Plan]], monkeypatch: pytest.MonkeyPatch) -> None:
+    # mpc:joint_warm=1: two services under a shared GH200 quota, decomposed (JOINT_UP_TO lowered to
+    # 0 so that two services are), on two ticks. The first tick's coordinator LP is solved cold, the
+    # second from the basis the first ended at (the same plan's basis handed on); without the option
+    # neither problem asks for it. joint_warm other than 0 or 1 is refused.
+    monkeypatch.setattr(mpc, "JOINT_UP_TO", 0)
+    problems, plans = recorded_solves
+    for warm in (1, 0):
+        joint, ests = two_services({"quota": {"GH200": 4}}, joint_blocks=2)
+        joint.joint_warm = bool(warm)
+        problems.clear()
+        plans.clear()
+        for _ in range(2):
+            joint.prepare({e.service: e for e in ests})
+        assert [(p.decompose, p.warm_coordinator) for p in problems] == [(True, bool(warm))] * 2
+        if warm:
+            assert problems[0].coordinator_basis is None and plans[0].coordinator_basis is not None
+            assert problems[1].coordinator_basis is plans[0].coordinator_basis
+            assert "coordinator's LP cold" in plans[0].message and "from the last basis" in plans[1].message
+        else:
+            assert all(p.coordinator_basis is None for p in problems)
+            assert all(p.coordinator_basis is None and "coordinator's LP" not in p.message for p in plans)
+    assert build("mpc:joint_warm=1", CFG).joint_warm is True  # type: ignore[attr-defined]
+    assert build("mpc", CFG).joint_warm is False  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="joint_warm"):
+        build("mpc:joint_warm=2", CFG)
+    with pytest.raises(ValueError, match="joint_warm must be 0 or 1"):
+        MPCController(CFG, {SVC.name: WEIGHTS}, joint_warm=2)
+
+
 def gateway_estimate(t: float, by_priority: dict[str, float], ready: dict[str, int]) -> ServiceEstimate:
     """``estimate`` with the gateway's arrivals per priority (nothing queued there)."""
     est = estimate(t, sum(by_priority.values()), ready)
