@@ -3,14 +3,18 @@
 An experiment, not a way the project runs (issue 33: the simulator's speed goal): copies the
 checkout's tracked files (uncommitted changes included) to ``--out``, marks ``Replica`` as a class that
 interpreted classes may subclass (``disagg``'s replicas, ``vllm_bench``'s and the tests' subclass it),
-and compiles ``autoscaler/simulator/engine.py`` and ``fleet.py`` there with mypyc (mypy's compiler, a
-development dependency; it needs a C compiler). The compiled modules are C extensions beside the
+and compiles there with mypyc (mypy's compiler, a development dependency; it needs a C compiler)
+``CORE`` (the event core: ``autoscaler/simulator/engine.py`` and ``fleet.py``; ``--core-only``: just
+these, the first build's set) and ``MORE`` (the simulator's metrics, prefix cache and router, the
+tick's metrics source, signal types and estimate step), and with ``--tick`` the rest of the tick's
+modules that compile unchanged (``TICK``). The compiled modules are C extensions beside the
 sources, which Python imports in their place, so ``PYTHONPATH=OUT python benchmarks/sim_throughput.py``
 times them (its rows say ``"compiled": true``). The float arithmetic is the same C double operations
 in the same order, so the outputs should be the same bits: compare them, as docs/benchmarks.md did.
-A compiled class cannot be patched at run time, so tests that monkeypatch ``Replica`` fail there.
+A compiled class cannot be patched at run time, so tests that monkeypatch ``Replica``,
+``FleetSimulator`` or ``SimMetricsSource`` fail there (docs/benchmarks.md lists them).
 
-    python benchmarks/compiled_core.py --out /tmp/autoscaler-compiled
+    python benchmarks/compiled_core.py --out /tmp/autoscaler-compiled [--core-only | --tick]
 """
 
 from __future__ import annotations
@@ -25,7 +29,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own 
 from provenance import stamp
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ("autoscaler/simulator/engine.py", "autoscaler/simulator/fleet.py")
+CORE = ("autoscaler/simulator/engine.py", "autoscaler/simulator/fleet.py")
+# What the compiled core leaves interpreted, ranked by cProfile of the interpreted x1 and x100 runs
+# (docs/benchmarks.md): the simulator's metrics, prefix cache and router, the tick's observation
+# (the metrics source and the signals' types), and its estimate step.
+MORE = ("autoscaler/simulator/metrics.py", "autoscaler/simulator/prefix_cache.py", "autoscaler/simulator/router.py",
+        "autoscaler/adapters/simulator.py", "autoscaler/state.py", "autoscaler/loop/estimate.py")
+# With --tick: the control loop's own modules and the PID controller's helpers (controllers/pid.py itself
+# is left out, not tried: its class subclasses the interpreted ``Controller``).
+TICK = ("autoscaler/loop/runner.py", "autoscaler/loop/guard.py", "autoscaler/loop/mix.py",
+        "autoscaler/loop/fanout.py", "autoscaler/loop/drain.py", "controllers/pid_rules.py", "controllers/split.py")
 CLASS_LINE = "class Replica:\n"
 MARKED = ("from mypy_extensions import mypyc_attr\n\n\n"
           "@mypyc_attr(allow_interpreted_subclasses=True)\nclass Replica:\n")
@@ -34,8 +47,14 @@ MARKED = ("from mypy_extensions import mypyc_attr\n\n\n"
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--out", type=Path, required=True, help="folder for the compiled copy (made; must not exist)")
+    ap.add_argument("--core-only", action="store_true",
+                    help=f"compile only {' and '.join(Path(m).name for m in CORE)} (the first build's set)")
+    ap.add_argument("--tick", action="store_true", help="also compile the control loop's tick modules (TICK)")
     args = ap.parse_args()
+    if args.core_only and args.tick:
+        ap.error("--core-only and --tick: give one")
     out: Path = args.out
+    modules = CORE if args.core_only else CORE + MORE + (TICK if args.tick else ())
     if out.exists():
         sys.exit(f"compiled_core.py: --out {out} exists: give a new folder")
     files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True).stdout
@@ -44,13 +63,13 @@ def main() -> None:
         if name and src.is_file():
             (out / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, out / name)
-    engine = out / MODULES[0]
+    engine = out / CORE[0]
     text = engine.read_text()
     if text.count(CLASS_LINE) != 1:
         sys.exit(f"compiled_core.py: {engine}: expected one line {CLASS_LINE.strip()!r} to mark")
     engine.write_text(text.replace(CLASS_LINE, MARKED))
-    subprocess.run([sys.executable, "-m", "mypyc", *MODULES], cwd=out, check=True)
-    print(f"{Path(__file__).name}: {stamp()}: compiled {', '.join(MODULES)} in {out}: run with PYTHONPATH={out}")
+    subprocess.run([sys.executable, "-m", "mypyc", *modules], cwd=out, check=True)
+    print(f"{Path(__file__).name}: {stamp()}: compiled {', '.join(modules)} in {out}: run with PYTHONPATH={out}")
 
 
 if __name__ == "__main__":
