@@ -36,7 +36,9 @@ without) and each ``decide`` reads its part:
 - replicas ready by each step: today's ready ones, and the starting ones when their start-up (warm
   while warm nodes are free, else cold) has run from the tick this controller saw them appear;
 - no ready replica is removed before the controller has seen ``hold_s`` of arrival rates (its first
-  window is all it knows of the load), nor while the service recovers from a loss;
+  window is all it knows of the load), nor while the service recovers from a loss; with ``rise=1``
+  (opt-in) no aggregated replica goes while the last ``RISE_SPAN_S`` of arrival rates rise
+  (``hold_downs_while_rising``);
 - a service that lost replicas it did not ask to remove (a crash, an eviction) is recovering for a
   cold start plus the guard's cool-down: meanwhile no plan removes a ready replica; nor a pool replica,
   ready or starting, while the service misses its SLO (``controllers.pid_rules.slo_missed``) and for
