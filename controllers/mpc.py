@@ -36,7 +36,9 @@ without) and each ``decide`` reads its part:
 - replicas ready by each step: today's ready ones, and the starting ones when their start-up (warm
   while warm nodes are free, else cold) has run from the tick this controller saw them appear;
 - no ready replica is removed before the controller has seen ``hold_s`` of arrival rates (its first
-  window is all it knows of the load), nor while the service recovers from a loss;
+  window is all it knows of the load), nor while the service recovers from a loss; with ``rise=1``
+  (opt-in) no aggregated replica goes while the last ``RISE_SPAN_S`` of arrival rates rise
+  (``hold_downs_while_rising``);
 - a service that lost replicas it did not ask to remove (a crash, an eviction) is recovering for a
   cold start plus the guard's cool-down: meanwhile no plan removes a ready replica; nor a pool replica,
   ready or starting, while the service misses its SLO (``controllers.pid_rules.slo_missed``) and for
@@ -452,6 +454,42 @@ def trend_path(now_rps: float, slope: float, dt: float, horizon: int, span_s: fl
     span)`` at step ``k``, shape (horizon,)."""
     ahead = np.minimum((np.arange(horizon) + 1) * dt, span_s)
     return now_rps + slope * ahead
+
+
+RISE_SPAN_S = 120.0
+"""``rise=1``: seconds of arrival rates the rise is read over (``rising_slope``). Two minutes: the
+fewest rates ``rising_slope`` reads at 15-s ticks (``TREND_MIN_POINTS``), and short enough to see a
+rise turn up from a trough, which a cold start's span (``trend``'s) still reads as a fall. Measured on
+the fault suite's prefill-sinusoid (docs/controllers.md, "No scale-down on a rise"): at the ticks where
+``quantile=0.8`` scaled down on the way up (750 s seed 0, 1950 s seed 1) the 120-s slope's bound was
+0.017-0.018 req/s per s, the 180-s one 0.003-0.004 and the 300-s one 0."""
+
+
+def hold_downs_while_rising(desired: Mapping[str, int], current: Mapping[str, int],
+                            rates: Sequence[tuple[float, float]], span_s: float, window_s: float) -> dict[str, int]:
+    """``rise=1``: ``desired`` with every scale-down held at ``current`` while the arrival rate rises:
+    ``rising_slope(rates, span_s, window_s) > 0`` (the slope's lower one-sided ``TREND_LEVEL`` bound
+    over the last ``span_s``, so noise reads as no rise). A replica removed on the way up is wanted
+    back within the rise, and comes back a start-up late: on prefill-sinusoid the narrow band
+    (``quantile=0.8``) removed one at the trough's turn, where the forecaster's mean (flat at the
+    trough's level) and the hold (the fall's rates) both read the load low.
+
+    Args:
+        desired, current: variant -> replicas the plan asks for now, and today's.
+        rates: (time s, arrival rate req/s), oldest first.
+        span_s: seconds of ``rates`` read (> 0).
+        window_s: the rates' window, seconds (``rising_slope``).
+
+    Raises:
+        ValueError: ``span_s`` not > 0.
+    """
+    if not span_s > 0:
+        raise ValueError(f"hold_downs_while_rising: span_s must be > 0, got {span_s}")
+    out = dict(desired)
+    down = [n for n in desired if desired[n] < current.get(n, 0)]
+    if down and rising_slope(rates, span_s, window_s) > 0:
+        out.update({n: current.get(n, 0) for n in down})
+    return out
 
 
 @dataclass
@@ -936,6 +974,9 @@ class MPCController(Controller):
             docs/controllers.md, "Where the MPC's cost over the bound goes").
         cover: 1 holds every aggregated scale-down while the plan is short, or wants the replica
             back, within a cold start (``hold_downs_within_start``); 0 (default) applies the plan's.
+        rise: 1 holds every aggregated scale-down while the arrival rate rises over the last
+            ``RISE_SPAN_S`` (``hold_downs_while_rising``); 0 (default) applies the plan's (opt-in,
+            issue 28; docs/controllers.md, "No scale-down on a rise").
         shed: 1 plans shedding the sheddable priority in the same problem and sets the thresholds
             (module docstring); 0 (default) leaves admission to the loop's policy.
         shed_weight: with ``shed``, $ per request shed in units of the dearest variant's $ per
@@ -1014,7 +1055,7 @@ class MPCController(Controller):
                  shed_weight: float = DEFAULT_SHED_WEIGHT,
                  pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0, busy: int = 0,
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
-                 floor: int = 0, name: str = "mpc") -> None:
+                 floor: int = 0, rise: int = 0, name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
@@ -1038,7 +1079,7 @@ class MPCController(Controller):
                              f"blocks) and warm=0 (the warm solve skips that search), got int_up={int_up} with "
                              f"int_blocks={int_blocks}, warm={warm}")
         for option, x in (("warm", warm), ("joint_warm", joint_warm), ("pd_scale", pd_scale), ("cover", cover),
-                          ("trend", trend), ("floor", floor)):
+                          ("trend", trend), ("floor", floor), ("rise", rise)):
             if x not in (0, 1):
                 raise ValueError(f"{name}: {option} must be 0 or 1, got {x}")
         if burst not in (0, 1) or cap not in (0, 1):
@@ -1104,6 +1145,7 @@ class MPCController(Controller):
         self.cover = bool(cover)
         self.trend = bool(trend)
         self.floor = bool(floor)
+        self.rise = bool(rise)
         self.shed = bool(shed)
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
@@ -1648,6 +1690,10 @@ class MPCController(Controller):
                                            {n: k for n, k in steps.items() if n in aggregated},
                                            plan.unserved_rps[svc.name], cover_window(svc.variants, dt))
             desired.update(kept)
+        if self.rise and svc.variants:
+            aggregated = {v.name for v in svc.variants}
+            desired.update(hold_downs_while_rising({n: k for n, k in desired.items() if n in aggregated}, current,
+                                                   mem.rates, RISE_SPAN_S, self.window_s))
         silent = silent_pods(est)
         if silent:  # a ready pod that reports nothing may be serving anything: none goes meanwhile
             desired = {name: max(n, current.get(name, 0)) for name, n in desired.items()}
