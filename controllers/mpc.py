@@ -17,7 +17,8 @@ without) and each ``decide`` reads its part:
   followed once it has lasted the hold), plus today's queue spread over the steps until new
   replicas have run ``DRAIN_S``, at most doubling the demand (``backlog_rps``); while that queue drains,
   the forecast's level above the demand held is left out (``drain_excess``: the forecast is fitted on
-  completions, which count the drain a second time), and no ready replica is removed meanwhile. Without a
+  completions, which count the drain a second time), and for ``drain_memory_s`` after (the forecast's
+  rate window and steps still hold the drain), and no ready replica is removed meanwhile. Without a
   forecast
   yet (the first step of history), or with ``forecast=last``, that rate for every step; with
   ``forecast=perfect`` (simulation only), the
@@ -523,6 +524,7 @@ class _ServiceMemory:
     last_plan: tuple[float, dict[str, np.ndarray]] | None = None  # (when, variant -> replicas per step) solved alone
     pool_ready: tuple[tuple[tuple[str, int], ...], float] | None = None  # (pool variants' ready counts, since when)
     missed_s: float = -math.inf  # the last tick the service missed its SLO (``slo_missed``)
+    drained_s: float = -math.inf  # the last tick the service was ``draining`` (``drain_excess``)
 
 
 @dataclass(frozen=True)
@@ -578,10 +580,42 @@ def backlog_rps(queue: float, drain_s: float, rate_rps: float) -> float:
     return min(queue / drain_s, max(rate_rps, queue / BACKLOG_DRAIN_S))
 
 
+def draining(queue: float, done_rps: float | None, held_rps: float) -> bool:
+    """Whether the service drains a backlog this tick: ``queue`` (requests) > 0 and the completions
+    ``done_rps`` (requests/s; None: unknown, not draining) above ``held_rps`` (the demand held: the
+    service finishes more than anything that arrived in the hold window)."""
+    return queue > 0 and done_rps is not None and done_rps > held_rps
+
+
+def drain_memory_s(window_s: float, step_s: float) -> float:
+    """Seconds after the last ``draining`` tick that the load forecast can still hold the drain's
+    completions: the completions' rate window (``window_s``, the MPC's signal window, ``DEFAULT_WINDOW_S``)
+    counts them until it has passed; the forecaster averages the ticks of a step (``step_s``,
+    ``controller.forecast.step_s``) into one input, and the fit on that step stands until the next step
+    closes: ``window_s + 2 step_s``, 180 s by default (60 s and 60 s). The forecast's
+    mean after those steps is fitted on inputs that read no drain (a level that smooths over several
+    steps keeps a share of it longer; the decode-pool-loss forecasts, below, keep none).
+
+    Issue 34, decode-pool-loss seed 1 with ``pd_util=0.6``: the queue emptied at 2,895 s (the last
+    draining tick 2,880 s); the step fitted at 2,880 s on the completions of 2,820-2,865 s (24.4-31.4 req/s
+    at 12 arriving) read 27.77 req/s, and with the queue gone nothing discounted it: the plan asked for
+    28.5 req/s and took the prefill pool 4 -> 5 at 2,910 s, past the suite's ``overshoot``. The step
+    fitted at 2,940 s still read 14.33 (the window's last drain completions); the one at 3,000 s 11.34,
+    at 11-12.5 req/s of arrivals.
+
+    Raises:
+        ValueError: a window or a step not above 0.
+    """
+    if not (window_s > 0 and step_s > 0):
+        raise ValueError(f"drain_memory_s: window_s and step_s must be > 0 seconds, got {window_s} and {step_s}")
+    return window_s + 2.0 * step_s
+
+
 def drain_excess(est: ServiceEstimate, times_s: Sequence[float], mean_rps: Sequence[float], queue: float,
-                 held_rps: float) -> float:
+                 held_rps: float, since_drain_s: float = math.inf, memory_s: float = 0.0) -> float:
     """Requests/s by which the load forecast's level now exceeds ``held_rps`` (the demand held: the highest
-    arrival rate of the hold window) while the service drains a backlog; 0 otherwise. ``demand`` lowers the
+    arrival rate of the hold window) while the service drains a backlog, or within ``memory_s`` after the
+    last tick it did (``since_drain_s`` seconds ago; ``drain_memory_s``); 0 otherwise. ``demand`` lowers the
     forecast path by it: the backlog is counted once, by ``backlog_rps``.
 
     The forecast is fitted on the completions (``request_rate_rps``, ``autoscaler.loop.forecast``), and while
@@ -589,21 +623,25 @@ def drain_excess(est: ServiceEstimate, times_s: Sequence[float], mean_rps: Seque
     time as load (issue 34, decode-pool-loss seed 1: with the gateway's held backlog released to every
     pool replica at once, the completions read 25-26 req/s at 12 req/s of arrivals, the forecast's mean
     rose 16.6 -> 20.5 -> 25.4 req/s, and with ``queue / drain_s`` on top the plan took the prefill pool
-    4 -> 5 at 3,000 s, past the suite's ``overshoot``). Draining: ``queue`` > 0 and the completions above
-    ``held_rps`` (the service finishes more than anything that arrived in the hold window). The plan
-    removes no ready replica meanwhile (``MPCController._inputs``): with the demand lowered it removed one
-    on fast-ramp (a queue of 2 requests after the ramp, completions 70-78 req/s at 50 arriving) while the
-    SLO was still missed. Lowering the forecast by no more than ``backlog_rps`` left seed 1's 4 -> 5: the
-    drain in the completions (13 req/s) is more than the backlog term (5.56 req/s).
+    4 -> 5 at 3,000 s, past the suite's ``overshoot``). Draining: ``draining`` (a queue, and the
+    completions above ``held_rps``). Once the queue is empty the forecast still holds the drain for
+    ``memory_s`` (its rate window and its steps), with no backlog left to count: the drain, read as demand
+    (``drain_memory_s``). The plan removes no ready replica meanwhile (``MPCController._inputs``): with the
+    demand lowered it removed one on fast-ramp (a queue of 2 requests after the ramp, completions 70-78
+    req/s at 50 arriving) while the SLO was still missed. Lowering the forecast by no more than
+    ``backlog_rps`` left seed 1's 4 -> 5: the drain in the completions (13 req/s) is more than the backlog
+    term (5.56 req/s).
 
     Args:
-        est: this tick's estimate (its time and ``signals.request_rate_rps``; None: not draining).
+        est: this tick's estimate (its time and ``signals.request_rate_rps``; None: not draining now).
         times_s, mean_rps: the forecast's path (``RateForecast``), seconds and requests/s.
         queue: the service's queue, requests (the gateway's held requests included).
         held_rps: the demand held now, requests/s.
+        since_drain_s: seconds since the last tick that was ``draining`` (inf: none seen).
+        memory_s: how long after it the forecast is discounted (0: only while draining).
     """
-    done = est.signals.request_rate_rps
-    if queue <= 0 or done is None or done <= held_rps or not len(times_s):
+    now = draining(queue, est.signals.request_rate_rps, held_rps)
+    if not len(times_s) or not (now or since_drain_s <= memory_s):
         return 0.0
     return max(0.0, float(np.interp(est.time_s, times_s, mean_rps)) - held_rps)
 
@@ -1151,6 +1189,7 @@ class MPCController(Controller):
         self.shed_weight = shed_weight
         self.pd_util = pd_util
         self.pd_scale = bool(pd_scale)
+        self.drain_memory_s = drain_memory_s(self.window_s, c.forecast.step_s)
         self.admission_cfg = c.admission_settings
 
     # ------------------------------------------------------------------ demand
@@ -1182,7 +1221,7 @@ class MPCController(Controller):
                 path = measured_path(mem, est.time_s, dt, np.interp(mid, f.times_s, mean), path,
                                      est.signals.arrival_rate_rps)
         if f is not None:  # the drain the completions' forecast holds is the queue's, added below
-            path = path - self.drain_excess(est, now_rps)
+            path = path - self.drain_excess(est, svc, now_rps)
         if trend_rps is not None:
             path = np.maximum(path, trend_rps)
         path = np.maximum(path, now_rps)
@@ -1200,12 +1239,16 @@ class MPCController(Controller):
         out[:drain] = backlog_rps(queue, drain * dt, now_rps)
         return out
 
-    def drain_excess(self, est: ServiceEstimate, held_rps: float) -> float:
-        """``drain_excess`` of this tick's forecast (0 without one, or with ``forecast`` other than auto)."""
+    def drain_excess(self, est: ServiceEstimate, svc: Service, held_rps: float) -> float:
+        """``drain_excess`` of this tick's forecast (0 without one, or with ``forecast`` other than auto),
+        within ``drain_memory_s`` of the last tick ``_inputs`` found the service ``draining``."""
         f = est.rate_forecast if self.forecast == "auto" else None
         if f is None:
             return 0.0
-        return drain_excess(est, f.times_s, f.mean_rps, est.signals.queue_length or 0.0, held_rps)
+        mem = self.memory.get(svc.name)
+        since = math.inf if mem is None else est.time_s - mem.drained_s
+        return drain_excess(est, f.times_s, f.mean_rps, est.signals.queue_length or 0.0, held_rps, since,
+                            self.drain_memory_s)
 
     def _adapt(self, mem: _ServiceMemory, now_s: float, actual_rps: float | None) -> float:
         """``hedge=adaptive``: this tick's z, the ``COVERAGE`` conformal quantile (``conformal_z``) of
@@ -1552,6 +1595,8 @@ class MPCController(Controller):
             cold = max(v.startup_cold_s for _, v in all_variants(svc))
             slope = rising_slope(mem.rates, cold, self.window_s)
             rise = trend_path(new_rps, slope, dt, self.horizon, cold) if slope > 0 else None
+        if draining(est.signals.queue_length or 0.0, est.signals.request_rate_rps, max(held, now_rps)):
+            mem.drained_s = est.time_s  # the forecast holds this drain for drain_memory_s (drain_excess)
         demand = self.demand(est, svc, max(held, now_rps), rise)  # today's retries are today's load, never held
         if self.floor:
             mem.floor_rps = self._burst_floor(est, svc, mem)
@@ -1560,7 +1605,7 @@ class MPCController(Controller):
         # pd_util is headroom for the steady demand, not for the queue's drain: the backlog counted once
         lift = 1.0 if self.pd_util == 1 else pool_util_path(  # at 1 every share is 1: no backlog read again
             self.pd_util, demand, self.backlog_path(est, svc, max(held, now_rps))) / self.pd_util
-        draining = self.drain_excess(est, max(held, now_rps)) > 0  # a demand lowered for it removes nothing
+        discounting = self.drain_excess(est, svc, max(held, now_rps)) > 0  # a demand lowered for it removes nothing
         weights = {**self.corrected_weights(est, svc, mem, float(demand.min())), **self.role_weights(est, svc)}
         scales = self._pool_scales(est, svc, mem, weights)
         modelled = {v.name: float(weights.get(v.name, 0.0)) for _, v in svc.role_variants()}
@@ -1574,7 +1619,7 @@ class MPCController(Controller):
             obs = observed(est, v.name)
             w = float(weights.get(v.name, 0.0))
             held_pool = role is not None and missed_lately  # none removed or cancelled while the SLO is missed
-            keep = obs.current if held_pool else obs.ready if recovering or learning or draining else 0
+            keep = obs.current if held_pool else obs.ready if recovering or learning or discounting else 0
             variants.append(plan_variant(v, dt, np.full(self.horizon, w), obs.current, self._ready_by_step(est, v, mem),
                                          keep=keep, role=role))
         miss = miss_cost(variants, self.miss_weight)  # priced at the steady capacities
