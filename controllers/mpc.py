@@ -444,6 +444,37 @@ def trend_path(now_rps: float, slope: float, dt: float, horizon: int, span_s: fl
     return now_rps + slope * ahead
 
 
+OVERDUE_MARGIN_S = 15.0
+"""Seconds past its expected start-up a start may take before ``overdue=1`` counts it at risk
+(``starts_at_risk``): one 15-s tick, the grid the loop reads a pod's readiness on (the start itself is
+first seen at the tick after its order, which adds up to a tick more). In the simulator a placed pod is
+ready exactly at its start-up; live, a start-up that runs past the fleet file's ``startup_warm_s`` /
+``startup_cold_s`` by more than a tick is called at risk: the plan then orders on another variant until
+it comes up (a replica's cost, never a cancel), so those figures should be the slow end of the
+deployment's start-ups. Tuned on the fault suite's pending-pods seed 0 (15, 30 and 60 s: 80.60, 79.47
+and 74.71 % interactive with ``floor=1:quantile=0.8:trend=1``; docs/controllers.md, "Pending orders
+counted at risk")."""
+
+
+def starts_at_risk(seen_s: Sequence[float], now_s: float, warm_s: float, cold_s: float, warm_free: int,
+                   margin_s: float = OVERDUE_MARGIN_S) -> list[bool]:
+    """Which starts of one variant are at risk at ``now_s``: still not ready ``margin_s`` past the
+    start-up they can be sure of. ``seen_s``: when each start was first seen (seconds, oldest first,
+    ``_ServiceMemory.seen_starting``); the oldest ``warm_free`` get the warm start-up ``warm_s``, the rest
+    the cold ``cold_s`` (seconds). ``warm_free`` is the caller's to make conservative: a start counted warm
+    that was cold would be called at risk ``cold_s - warm_s`` early, one counted cold that was warm only late.
+    A start at risk is capacity the plan must not count on (a pod Pending with no GPU of its kind free
+    never becomes ready; ``kubernetes.pending_timeout_s`` marks its variant unavailable only later).
+
+    Raises:
+        ValueError: a negative start-up or margin, or ``warm_free`` below 0.
+    """
+    if warm_s < 0 or cold_s < 0 or margin_s < 0 or warm_free < 0:
+        raise ValueError(f"starts_at_risk: need start-ups, margin and warm_free >= 0, got {warm_s}, {cold_s}, "
+                         f"{margin_s}, {warm_free}")
+    return [now_s - t > (warm_s if i < warm_free else cold_s) + margin_s for i, t in enumerate(seen_s)]
+
+
 @dataclass
 class _ServiceMemory:
     """What the controller remembers of a service between ticks."""
@@ -802,6 +833,14 @@ def plan_variant(v: Variant, dt_s: float, capacity_rps: np.ndarray, current: int
     )
 
 
+def hold_orders(v: PlanVariant) -> PlanVariant:
+    """``v`` ordering nothing more (``overdue=1``, a variant with a start at risk): its bound lowered to
+    today's replicas (never below its minimum), so the plan orders on another variant what the start at
+    risk was to serve. Its starts are not cancelled (the planner removes only ready replicas): they may
+    still come up, and ``kubernetes.pending_timeout_s`` decides when a Pending variant is given up."""
+    return replace(v, max_replicas=max(v.min_replicas, min(v.max_replicas, v.current)))
+
+
 def miss_cost(variants: list[PlanVariant], miss_weight: float) -> float | None:
     """$ per request left unserved: ``miss_weight`` x the dearest way to serve a request at the first
     step's capacities, $ per request: an aggregated variant's, or a prefill variant's plus a decode
@@ -998,7 +1037,7 @@ class MPCController(Controller):
                  shed_weight: float = DEFAULT_SHED_WEIGHT,
                  pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0, busy: int = 0,
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
-                 floor: int = 0, name: str = "mpc") -> None:
+                 floor: int = 0, overdue: int = 0, name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
@@ -1021,7 +1060,8 @@ class MPCController(Controller):
             raise ValueError(f"{name}: int_up must be 0 or 1, and 1 needs int_blocks >= 1 (it prices the relaxed "
                              f"blocks) and warm=0 (the warm solve skips that search), got int_up={int_up} with "
                              f"int_blocks={int_blocks}, warm={warm}")
-        for option, x in (("warm", warm), ("pd_scale", pd_scale), ("cover", cover), ("trend", trend), ("floor", floor)):
+        for option, x in (("warm", warm), ("pd_scale", pd_scale), ("cover", cover), ("trend", trend), ("floor", floor),
+                          ("overdue", overdue)):
             if x not in (0, 1):
                 raise ValueError(f"{name}: {option} must be 0 or 1, got {x}")
         if burst not in (0, 1) or cap not in (0, 1):
@@ -1085,6 +1125,7 @@ class MPCController(Controller):
         self.cover = bool(cover)
         self.trend = bool(trend)
         self.floor = bool(floor)
+        self.overdue = bool(overdue)
         self.shed = bool(shed)
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
@@ -1162,23 +1203,30 @@ class MPCController(Controller):
         return mem.z
 
     # ------------------------------------------------------------------ fleet state
-    def _ready_by_step(self, est: ServiceEstimate, v: Variant, mem: _ServiceMemory) -> np.ndarray:
+    def _ready_by_step(self, est: ServiceEstimate, v: Variant, mem: _ServiceMemory) -> tuple[np.ndarray, int]:
         """Replicas of ``v`` ready by each step from today's replicas alone (none for a variant the
-        estimate does not show)."""
+        estimate does not show), shape (horizon,), and how many of its starts are at risk. With
+        ``overdue=1`` a start at risk (``starts_at_risk``, sure of a warm start only while the warm nodes
+        outnumber the variant's ready, draining and older starting replicas) is left out; else none is."""
         obs = observed(est, v.name)
         seen = mem.seen_starting.setdefault(v.name, [])
         while len(seen) > obs.starting:  # the oldest starts became ready (or were removed)
             seen.pop(0)
         while len(seen) < obs.starting:
             seen.append(est.time_s)
+        risky = (starts_at_risk(seen, est.time_s, v.startup_warm_s, v.startup_cold_s,
+                                max(0, v.warm_nodes - obs.ready - obs.draining), OVERDUE_MARGIN_S) if self.overdue
+                 else [False] * len(seen))
         warm_left = v.warm_nodes
         ready = np.full(self.horizon, float(obs.ready))
-        for first_seen in seen:
+        for first_seen, at_risk in zip(seen, risky, strict=True):
             startup = v.startup_warm_s if warm_left > 0 else v.startup_cold_s
             warm_left -= 1
+            if at_risk:
+                continue
             left = max(0.0, first_seen + startup - est.time_s)
             ready[min(self.horizon, math.ceil(left / self.tick_s)):] += 1
-        return ready
+        return ready, sum(risky)
 
     def _recovering(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> bool:
         """True while the service recovers from a loss: fewer replicas than were applied last tick."""
@@ -1514,8 +1562,9 @@ class MPCController(Controller):
             w = float(weights.get(v.name, 0.0))
             held_pool = role is not None and missed_lately  # none removed or cancelled while the SLO is missed
             keep = obs.current if held_pool else obs.ready if recovering or learning or draining else 0
-            variants.append(plan_variant(v, dt, np.full(self.horizon, w), obs.current, self._ready_by_step(est, v, mem),
-                                         keep=keep, role=role))
+            ready, at_risk = self._ready_by_step(est, v, mem)
+            pv = plan_variant(v, dt, np.full(self.horizon, w), obs.current, ready, keep=keep, role=role)
+            variants.append(hold_orders(pv) if at_risk else pv)
         miss = miss_cost(variants, self.miss_weight)  # priced at the steady capacities
         steady = {v.name: float(v.capacity_rps[0]) for v in variants}
         variants = [v if v.role is None else replace(v, capacity_rps=v.capacity_rps * lift) for v in variants]

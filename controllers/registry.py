@@ -21,7 +21,8 @@ measured burstiness (``models.arrivals``), ``cap=1`` counts that a step prefills
 ``cover=1`` holds a scale-down while the plan is short within a cold start (``hold_downs_within_start``);
 ``trend=1`` plans for the rise the last cold start's rates show (``rising_slope``, ``trend_path``);
 ``floor=1`` never plans below the burst floor: the highest one-tick arrival rate over the hold, times
-``tick / (tick + ttft)`` (``controllers.burst_floor``);
+``tick / (tick + ttft)`` (``controllers.burst_floor``); ``overdue=1`` counts a start still not ready a
+margin past its start-up as capacity at risk and orders on another variant (``controllers.mpc.starts_at_risk``);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
 ``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time, and ``time_limit=S`` sets that
 time (10 s; raised for simulation only); ``int_blocks=K`` keeps
@@ -335,7 +336,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     burst=Param(int, 0, closed=True, high=1), cap=Param(int, 0, closed=True, high=1),
                     busy=Param(int, 0, closed=True, high=1),
                     coverage=Param(float, 0.0, high=0.999), cover=Param(int, 0, closed=True, high=1),
-                    trend=Param(int, 0, closed=True, high=1), floor=Param(int, 0, closed=True, high=1)), _mpc),
+                    trend=Param(int, 0, closed=True, high=1), floor=Param(int, 0, closed=True, high=1),
+                    overdue=Param(int, 0, closed=True, high=1)), _mpc),
 }
 NAMES = tuple(_SPECS)
 NEEDS: dict[str, dict[str, tuple[str, int | float | str]]] = {
