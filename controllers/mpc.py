@@ -456,23 +456,31 @@ and 74.71 % interactive with ``floor=1:quantile=0.8:trend=1``; docs/controllers.
 counted at risk")."""
 
 
-def starts_at_risk(seen_s: Sequence[float], now_s: float, warm_s: float, cold_s: float, warm_free: int,
+def sure_startup(warm_s: float, cold_s: float, warm_nodes: int, occupied: int) -> float:
+    """The start-up (seconds) a new start of a variant can be sure of: the warm ``warm_s`` only while its
+    ``warm_nodes`` outnumber the replicas that may hold one (``occupied``: every replica the variant may
+    have had live when the start was ordered), else the cold ``cold_s``. A replica starts warm when a node
+    holding the weights is free (``autoscaler.simulator.fleet``), so a start counted cold may have been
+    warm (called at risk late), never the other way round, as long as ``occupied`` is not too low."""
+    return warm_s if occupied < warm_nodes else cold_s
+
+
+def starts_at_risk(seen_s: Sequence[float], sure_s: Sequence[float], now_s: float,
                    margin_s: float = OVERDUE_MARGIN_S) -> list[bool]:
     """Which starts of one variant are at risk at ``now_s``: still not ready ``margin_s`` past the
     start-up they can be sure of. ``seen_s``: when each start was first seen (seconds, oldest first,
-    ``_ServiceMemory.seen_starting``); the oldest ``warm_free`` get the warm start-up ``warm_s``, the rest
-    the cold ``cold_s`` (seconds). ``warm_free`` is the caller's to make conservative: a start counted warm
-    that was cold would be called at risk ``cold_s - warm_s`` early, one counted cold that was warm only late.
-    A start at risk is capacity the plan must not count on (a pod Pending with no GPU of its kind free
-    never becomes ready; ``kubernetes.pending_timeout_s`` marks its variant unavailable only later).
+    ``_ServiceMemory.seen_starting``); ``sure_s``: each one's start-up (seconds, ``sure_startup``, fixed
+    when it was first seen). A start at risk is capacity the plan must not count on (a pod Pending with no
+    GPU of its kind free never becomes ready; ``kubernetes.pending_timeout_s`` marks its variant
+    unavailable only later).
 
     Raises:
-        ValueError: a negative start-up or margin, or ``warm_free`` below 0.
+        ValueError: the two lengths differ, or a negative start-up or margin.
     """
-    if warm_s < 0 or cold_s < 0 or margin_s < 0 or warm_free < 0:
-        raise ValueError(f"starts_at_risk: need start-ups, margin and warm_free >= 0, got {warm_s}, {cold_s}, "
-                         f"{margin_s}, {warm_free}")
-    return [now_s - t > (warm_s if i < warm_free else cold_s) + margin_s for i, t in enumerate(seen_s)]
+    if len(seen_s) != len(sure_s) or margin_s < 0 or any(x < 0 for x in sure_s):
+        raise ValueError(f"starts_at_risk: need one start-up >= 0 per start and a margin >= 0, got {len(seen_s)} "
+                         f"starts, start-ups {list(sure_s)}, margin {margin_s}")
+    return [now_s - t > x + margin_s for t, x in zip(seen_s, sure_s, strict=True)]
 
 
 @dataclass
@@ -480,6 +488,8 @@ class _ServiceMemory:
     """What the controller remembers of a service between ticks."""
 
     seen_starting: dict[str, list[float]] = field(default_factory=dict)  # variant -> first-seen time per start
+    sure_starting: dict[str, list[float]] = field(default_factory=dict)  # variant -> sure_startup per start
+    live: dict[str, int] = field(default_factory=dict)  # variant -> ready + starting + draining at the last tick
     rates: list[tuple[float, float]] = field(default_factory=list)  # (time, arrival rate), last HOLD_HISTORY_S
     forecasts: deque[tuple[float, np.ndarray]] = field(default_factory=deque)  # (issued at, mean path)
     residuals: list[deque[float]] = field(default_factory=list)  # per step: log(actual / forecast mean)
@@ -1206,17 +1216,25 @@ class MPCController(Controller):
     def _ready_by_step(self, est: ServiceEstimate, v: Variant, mem: _ServiceMemory) -> tuple[np.ndarray, int]:
         """Replicas of ``v`` ready by each step from today's replicas alone (none for a variant the
         estimate does not show), shape (horizon,), and how many of its starts are at risk. With
-        ``overdue=1`` a start at risk (``starts_at_risk``, sure of a warm start only while the warm nodes
-        outnumber the variant's ready, draining and older starting replicas) is left out; else none is."""
+        ``overdue=1`` a start at risk (``starts_at_risk``) is left out; else none is. Each start's sure
+        start-up is fixed when it is first seen (``sure_startup``), the replicas that may hold a warm node
+        counted as the most of the last tick's live ones and today's ready, draining and older starting
+        ones (a replica removed since the order may still have held one then), plus the starts before it
+        first seen at the same tick."""
         obs = observed(est, v.name)
         seen = mem.seen_starting.setdefault(v.name, [])
+        sure = mem.sure_starting.setdefault(v.name, [])
         while len(seen) > obs.starting:  # the oldest starts became ready (or were removed)
             seen.pop(0)
+            sure.pop(0)
+        before, new = mem.live.get(v.name, 0), 0
         while len(seen) < obs.starting:
+            occupied = max(before + new, obs.ready + obs.draining + len(seen))
+            sure.append(sure_startup(v.startup_warm_s, v.startup_cold_s, v.warm_nodes, occupied))
             seen.append(est.time_s)
-        risky = (starts_at_risk(seen, est.time_s, v.startup_warm_s, v.startup_cold_s,
-                                max(0, v.warm_nodes - obs.ready - obs.draining), OVERDUE_MARGIN_S) if self.overdue
-                 else [False] * len(seen))
+            new += 1
+        mem.live[v.name] = obs.ready + obs.starting + obs.draining
+        risky = starts_at_risk(seen, sure, est.time_s, OVERDUE_MARGIN_S) if self.overdue else [False] * len(seen)
         warm_left = v.warm_nodes
         ready = np.full(self.horizon, float(obs.ready))
         for first_seen, at_risk in zip(seen, risky, strict=True):

@@ -9,7 +9,7 @@ import pytest
 
 from autoscaler.config.loading import default_config
 from autoscaler.state import ServiceEstimate, Signals, VariantObservation
-from controllers.mpc import OVERDUE_MARGIN_S, MPCController, _ServiceMemory, starts_at_risk
+from controllers.mpc import OVERDUE_MARGIN_S, MPCController, _ServiceMemory, starts_at_risk, sure_startup
 from controllers.registry import parse_spec
 
 CFG = default_config()
@@ -20,17 +20,20 @@ WEIGHTS = {"h100": 20.0, "a100": 10.0, "gh200": 10.0}
 
 
 def test_a_start_is_at_risk_once_past_its_start_up_and_the_margin() -> None:
-    # starts seen at 0, 30 and 60 s; 2 warm nodes free: the first two are sure of 90 s, the third of 300 s.
-    # At 200 s with a 60-s margin: 200 > 90 + 60, 170 > 150, but 140 < 300 + 60.
-    assert starts_at_risk([0.0, 30.0, 60.0], 200.0, 90.0, 300.0, 2, 60.0) == [True, True, False]
-    # exactly at the start-up plus the margin, not yet
-    assert starts_at_risk([0.0], 150.0, 90.0, 300.0, 1, 60.0) == [False]
-    # no warm node free: every start is sure of the cold start-up alone
-    assert starts_at_risk([0.0, 30.0, 60.0], 200.0, 90.0, 300.0, 0, 60.0) == [False, False, False]
-    assert starts_at_risk([0.0], 361.0, 90.0, 300.0, 0, 60.0) == [True]
-    assert starts_at_risk([], 1e6, 90.0, 300.0, 4) == []
+    # starts seen at 0, 30 and 60 s, sure of 90, 90 and 300 s. At 200 s with a 60-s margin:
+    # 200 > 90 + 60, 170 > 150, but 140 < 300 + 60.
+    assert starts_at_risk([0.0, 30.0, 60.0], [90.0, 90.0, 300.0], 200.0, 60.0) == [True, True, False]
+    assert starts_at_risk([0.0], [90.0], 150.0, 60.0) == [False]  # exactly at the start-up plus the margin
+    assert starts_at_risk([0.0], [300.0], 361.0, 60.0) == [True]
+    assert starts_at_risk([], [], 1e6) == []
     with pytest.raises(ValueError, match="starts_at_risk"):
-        starts_at_risk([0.0], 10.0, 90.0, 300.0, -1)
+        starts_at_risk([0.0], [], 10.0)
+
+
+def test_a_start_is_sure_of_a_warm_node_only_while_one_is_free_of_every_replica() -> None:
+    assert sure_startup(90.0, 300.0, 4, 3) == 90.0
+    assert sure_startup(90.0, 300.0, 4, 4) == 300.0
+    assert sure_startup(90.0, 300.0, 0, 0) == 300.0
 
 
 def estimate(t: float, ready: dict[str, int], starting: dict[str, int], rate: float = 80.0) -> ServiceEstimate:
@@ -79,6 +82,22 @@ def test_ready_and_draining_replicas_take_the_warm_nodes_first() -> None:
     assert at_risk == 0 and np.all(ready == 4.0)  # counted warm by the ready path: 90 s have run
     ready, at_risk = ctrl._ready_by_step(est(916.0), h100, mem)  # 316 s > 300 + 15
     assert at_risk == 1 and np.all(ready == 3.0)
+
+
+def test_a_replica_removed_since_the_order_may_have_held_a_warm_node() -> None:
+    # the last tick showed 4 ready H100s (every warm node may be taken); now 2 ready and 1 start: the
+    # start may have been ordered while all 4 were up, so it is sure of the cold 300 s only, and at
+    # 720 s (120 s after it was seen, past 90 + 15) it is not at risk
+    h100 = next(v for v in SVC.variants if v.name == "h100")
+    ctrl, mem = controller(overdue=1), _ServiceMemory()
+    ctrl._ready_by_step(estimate(585.0, {"h100": 4}, {}), h100, mem)
+    ctrl._ready_by_step(estimate(600.0, {"h100": 2}, {"h100": 1}), h100, mem)
+    assert ctrl._ready_by_step(estimate(720.0, {"h100": 2}, {"h100": 1}), h100, mem)[1] == 0
+    assert ctrl._ready_by_step(estimate(916.0, {"h100": 2}, {"h100": 1}), h100, mem)[1] == 1  # 316 > 315
+    # seen without that history (a fresh controller), 2 ready leave 2 warm nodes free: at risk at 720 s
+    ctrl, mem = controller(overdue=1), _ServiceMemory()
+    ctrl._ready_by_step(estimate(600.0, {"h100": 2}, {"h100": 1}), h100, mem)
+    assert ctrl._ready_by_step(estimate(720.0, {"h100": 2}, {"h100": 1}), h100, mem)[1] == 1
 
 
 def test_the_plan_orders_the_other_variant_for_the_starts_at_risk() -> None:
