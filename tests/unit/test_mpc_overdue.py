@@ -100,6 +100,21 @@ def test_a_replica_removed_since_the_order_may_have_held_a_warm_node() -> None:
     assert ctrl._ready_by_step(estimate(720.0, {"h100": 2}, {"h100": 1}), h100, mem)[1] == 1
 
 
+def test_starts_that_turned_ready_as_new_ones_came_leave_their_times() -> None:
+    # 2 A100 starts seen at 300 s; at 600 s both are ready (0 -> 2) and 2 new ones start: the count of
+    # starts is 2 throughout. By the count alone the new starts kept the first-seen 300 s and were at
+    # risk at 615 s (315 > 300 + 15, cold: 4 warm nodes, but 2 + 2 live); dropped as the ready count
+    # rose, they are seen at 600 s and not at risk before 915 s.
+    a100 = next(v for v in SVC.variants if v.name == "a100")
+    ctrl, mem = controller(overdue=1), _ServiceMemory()
+    ctrl._ready_by_step(estimate(285.0, {"a100": 2}, {}), a100, mem)
+    ctrl._ready_by_step(estimate(300.0, {"a100": 2}, {"a100": 2}), a100, mem)
+    ctrl._ready_by_step(estimate(600.0, {"a100": 4}, {"a100": 2}), a100, mem)
+    assert mem.seen_starting["a100"] == [600.0, 600.0] and mem.sure_starting["a100"] == [300.0, 300.0]
+    assert ctrl._ready_by_step(estimate(900.0, {"a100": 4}, {"a100": 2}), a100, mem)[1] == 0
+    assert ctrl._ready_by_step(estimate(916.0, {"a100": 4}, {"a100": 2}), a100, mem)[1] == 2
+
+
 def test_the_plan_orders_the_other_variant_for_the_starts_at_risk() -> None:
     # 80 req/s, 4 GH200 ready (40 req/s, their quota), 2 H100 started at 600 s that never come up.
     # Without the hedge the plan counts them (2 x 20 = 40 req/s) from 690 s and orders nothing more.
