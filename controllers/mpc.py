@@ -488,9 +488,10 @@ class _ServiceMemory:
     """What the controller remembers of a service between ticks."""
 
     seen_starting: dict[str, list[float]] = field(default_factory=dict)  # variant -> first-seen time per start
-    sure_starting: dict[str, list[float]] = field(default_factory=dict)  # variant -> sure_startup per start
-    live: dict[str, int] = field(default_factory=dict)  # variant -> ready + starting + draining at the last tick
-    ready_last: dict[str, int] = field(default_factory=dict)  # variant -> ready replicas at the last tick
+    risk_seen: dict[str, list[float]] = field(default_factory=dict)  # overdue: variant -> first-seen time per start
+    sure_starting: dict[str, list[float]] = field(default_factory=dict)  # overdue: variant -> sure_startup per start
+    live: dict[str, int] = field(default_factory=dict)  # overdue: variant -> ready + starting + draining last tick
+    ready_last: dict[str, int] = field(default_factory=dict)  # overdue: variant -> ready replicas at the last tick
     rates: list[tuple[float, float]] = field(default_factory=list)  # (time, arrival rate), last HOLD_HISTORY_S
     forecasts: deque[tuple[float, np.ndarray]] = field(default_factory=deque)  # (issued at, mean path)
     residuals: list[deque[float]] = field(default_factory=list)  # per step: log(actual / forecast mean)
@@ -1216,24 +1217,41 @@ class MPCController(Controller):
     # ------------------------------------------------------------------ fleet state
     def _ready_by_step(self, est: ServiceEstimate, v: Variant, mem: _ServiceMemory) -> tuple[np.ndarray, int]:
         """Replicas of ``v`` ready by each step from today's replicas alone (none for a variant the
-        estimate does not show), shape (horizon,), and how many of its starts are at risk. With
-        ``overdue=1`` a start at risk (``starts_at_risk``) is left out; else none is. Each start's sure
-        start-up is fixed when it is first seen (``sure_startup``), the replicas that may hold a warm node
-        counted as the most of the last tick's live ones and today's ready, draining and older starting
-        ones (a replica removed since the order may still have held one then), plus the starts before it
-        first seen at the same tick. With ``overdue=1`` the oldest starts are also dropped as replicas turn
-        ready, so a tick where some became ready and as many new ones were ordered does not leave the old
-        first-seen times on the new starts (Azure code seed 0 had 3 A100 starts seen at 315 s still listed
-        at 645 s); without it the count alone decides, as before."""
+        estimate does not show), shape (horizon,), and how many of its starts are at risk (0 without
+        ``overdue=1``; ``_starts_at_risk``); that many of the oldest starts are left out."""
         obs = observed(est, v.name)
         seen = mem.seen_starting.setdefault(v.name, [])
-        sure = mem.sure_starting.setdefault(v.name, [])
-        if self.overdue:  # as many of the oldest as replicas turned ready became ready, though new starts came
-            for _ in range(min(len(seen), max(0, obs.ready - mem.ready_last.get(v.name, obs.ready)))):
-                seen.pop(0)
-                sure.pop(0)
-        mem.ready_last[v.name] = obs.ready
         while len(seen) > obs.starting:  # the oldest starts became ready (or were removed)
+            seen.pop(0)
+        while len(seen) < obs.starting:
+            seen.append(est.time_s)
+        risky = self._starts_at_risk(est, v, obs, mem) if self.overdue else 0
+        warm_left = v.warm_nodes
+        ready = np.full(self.horizon, float(obs.ready))
+        for i, first_seen in enumerate(seen):
+            startup = v.startup_warm_s if warm_left > 0 else v.startup_cold_s
+            warm_left -= 1
+            if i < risky:
+                continue
+            left = max(0.0, first_seen + startup - est.time_s)
+            ready[min(self.horizon, math.ceil(left / self.tick_s)):] += 1
+        return ready, risky
+
+    def _starts_at_risk(self, est: ServiceEstimate, v: Variant, obs: VariantObservation, mem: _ServiceMemory) -> int:
+        """``overdue=1``: how many of ``v``'s starts are at risk (``starts_at_risk``), on a bookkeeping of
+        its own: the oldest starts are dropped as replicas turn ready and as the count of starts falls, and
+        each new one gets its sure start-up when first seen (``sure_startup``), the replicas that may hold a
+        warm node counted as the most of the last tick's live ones and today's ready, draining and older
+        starting ones (a replica removed since the order may still have held one then), plus the starts
+        before it first seen at the same tick. The ready path's own list goes by the count alone, so a tick
+        where some starts became ready and as many were ordered leaves it the old first-seen times (Azure
+        code seed 0 had 3 A100 starts seen at 315 s still listed at 645 s): read by this rule, they were at
+        risk 30 s after their order. Kept apart, the ready path is the plain one until a start is at risk."""
+        seen = mem.risk_seen.setdefault(v.name, [])
+        sure = mem.sure_starting.setdefault(v.name, [])
+        turned = max(0, obs.ready - mem.ready_last.get(v.name, obs.ready))
+        mem.ready_last[v.name] = obs.ready
+        for _ in range(max(min(len(seen), turned), len(seen) - obs.starting)):
             seen.pop(0)
             sure.pop(0)
         before, new = mem.live.get(v.name, 0), 0
@@ -1243,17 +1261,7 @@ class MPCController(Controller):
             seen.append(est.time_s)
             new += 1
         mem.live[v.name] = obs.ready + obs.starting + obs.draining
-        risky = starts_at_risk(seen, sure, est.time_s, OVERDUE_MARGIN_S) if self.overdue else [False] * len(seen)
-        warm_left = v.warm_nodes
-        ready = np.full(self.horizon, float(obs.ready))
-        for first_seen, at_risk in zip(seen, risky, strict=True):
-            startup = v.startup_warm_s if warm_left > 0 else v.startup_cold_s
-            warm_left -= 1
-            if at_risk:
-                continue
-            left = max(0.0, first_seen + startup - est.time_s)
-            ready[min(self.horizon, math.ceil(left / self.tick_s)):] += 1
-        return ready, sum(risky)
+        return sum(starts_at_risk(seen, sure, est.time_s, OVERDUE_MARGIN_S))
 
     def _recovering(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> bool:
         """True while the service recovers from a loss: fewer replicas than were applied last tick."""

@@ -110,7 +110,7 @@ def test_starts_that_turned_ready_as_new_ones_came_leave_their_times() -> None:
     ctrl._ready_by_step(estimate(285.0, {"a100": 2}, {}), a100, mem)
     ctrl._ready_by_step(estimate(300.0, {"a100": 2}, {"a100": 2}), a100, mem)
     ctrl._ready_by_step(estimate(600.0, {"a100": 4}, {"a100": 2}), a100, mem)
-    assert mem.seen_starting["a100"] == [600.0, 600.0] and mem.sure_starting["a100"] == [300.0, 300.0]
+    assert mem.risk_seen["a100"] == [600.0, 600.0] and mem.sure_starting["a100"] == [300.0, 300.0]
     assert ctrl._ready_by_step(estimate(900.0, {"a100": 4}, {"a100": 2}), a100, mem)[1] == 0
     assert ctrl._ready_by_step(estimate(916.0, {"a100": 4}, {"a100": 2}), a100, mem)[1] == 2
 
