@@ -34,7 +34,10 @@ without) and each ``decide`` reads its part:
   the arrivals' measured burstiness (``models.arrivals``), with ``cap=1`` each step's prefill capped at
   its token budget in the ITL bound (both opt-in);
 - replicas ready by each step: today's ready ones, and the starting ones when their start-up (warm
-  while warm nodes are free, else cold) has run from the tick this controller saw them appear;
+  while warm nodes are free, else cold) has run from the tick this controller saw them appear; with
+  ``overdue=1`` (opt-in) a start still not ready a tick past the start-up it can be sure of is left out,
+  and its variant orders nothing more meanwhile (``starts_at_risk``, ``hold_orders``: a Pending pod that
+  never schedules is no capacity, long before ``kubernetes.pending_timeout_s`` gives its variant up);
 - no ready replica is removed before the controller has seen ``hold_s`` of arrival rates (its first
   window is all it knows of the load), nor while the service recovers from a loss;
 - a service that lost replicas it did not ask to remove (a crash, an eviction) is recovering for a
@@ -1005,6 +1008,12 @@ class MPCController(Controller):
             ``tick / (tick + ttft)``, the capacity that serves such a burst within the TTFT target; a
             floor on the capacity held, apart from each replica's capacity. 0 (default): not (opt-in,
             issue 28; docs/controllers.md, "The burst floor").
+        overdue: 1 counts a start still not ready ``OVERDUE_MARGIN_S`` past the start-up it can be sure of
+            as capacity at risk (``starts_at_risk``): left out of its variant's ready path, and the variant
+            ordering nothing more while it has one (``hold_orders``), so the plan orders on another variant;
+            the start is not cancelled. 0 (default): not (opt-in: on plain ``mpc`` it cost 9-15 % more on
+            the fault suite's pending-pods for 0-0.1 point; docs/controllers.md, "Pending orders counted at
+            risk").
         warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
             last plan moved on by the ticks since (``models.planning.PlanProblem.start``); 0
             (default) through scipy without a start: measured, the start did not shorten the solve
