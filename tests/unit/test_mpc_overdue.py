@@ -101,10 +101,10 @@ def test_a_replica_removed_since_the_order_may_have_held_a_warm_node() -> None:
 
 
 def test_starts_that_turned_ready_as_new_ones_came_leave_their_times() -> None:
-    # 2 A100 starts seen at 300 s; at 600 s both are ready (0 -> 2) and 2 new ones start: the count of
-    # starts is 2 throughout. By the count alone the new starts kept the first-seen 300 s and were at
-    # risk at 615 s (315 > 300 + 15, cold: 4 warm nodes, but 2 + 2 live); dropped as the ready count
-    # rose, they are seen at 600 s and not at risk before 915 s.
+    # 2 A100 starts seen at 300 s (2 live of 4 warm nodes: sure of the warm 90 s); at 600 s both are
+    # ready (2 -> 4) and 2 new ones start: the count of starts is 2 throughout. By the count alone the new
+    # starts would keep the first-seen 300 s and its 90 s, at risk at once (300 > 90 + 15); dropped as the
+    # ready count rose, they are seen at 600 s, sure of the cold 300 s (4 live), at risk after 915 s.
     a100 = next(v for v in SVC.variants if v.name == "a100")
     ctrl, mem = controller(overdue=1), _ServiceMemory()
     ctrl._ready_by_step(estimate(285.0, {"a100": 2}, {}), a100, mem)
