@@ -22,7 +22,8 @@ measured burstiness (``models.arrivals``), ``cap=1`` counts that a step prefills
 ``trend=1`` plans for the rise the last cold start's rates show (``rising_slope``, ``trend_path``);
 ``floor=1`` never plans below the burst floor: the highest one-tick arrival rate over the hold, times
 ``tick / (tick + ttft)`` (``controllers.burst_floor``); ``rise=1`` holds every aggregated scale-down
-while the last two minutes' rates rise (``hold_downs_while_rising``);
+while the last two minutes' rates rise (``hold_downs_while_rising``); ``overdue=1`` counts a start still not ready a
+margin past its start-up as capacity at risk and orders on another variant (``controllers.mpc.starts_at_risk``);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
 ``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time, and ``time_limit=S`` sets that
 time (10 s; raised for simulation only); ``int_blocks=K`` keeps
@@ -339,7 +340,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     busy=Param(int, 0, closed=True, high=1),
                     coverage=Param(float, 0.0, high=0.999), cover=Param(int, 0, closed=True, high=1),
                     trend=Param(int, 0, closed=True, high=1), floor=Param(int, 0, closed=True, high=1),
-                    rise=Param(int, 0, closed=True, high=1)), _mpc),
+                    rise=Param(int, 0, closed=True, high=1),
+                    overdue=Param(int, 0, closed=True, high=1)), _mpc),
 }
 NAMES = tuple(_SPECS)
 NEEDS: dict[str, dict[str, tuple[str, int | float | str]]] = {
