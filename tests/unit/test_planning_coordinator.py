@@ -118,41 +118,70 @@ def test_a_basis_without_warm_coordinator_is_a_value_error() -> None:
 
 
 def looped_complete(problem: PlanProblem, counts: dict[tuple[int, int], np.ndarray]) -> np.ndarray:
-    """The serving counts of ``planning._complete`` worked out step by step, as it did before it did
-    every step at once: the replicas ready at step k (today's, less the removals, plus the orders a
-    start-up old), at most those held, never below 0; other variables as ``_complete`` sets them."""
+    """``planning._complete`` as it was at f03142d, whole (a copy: the step loop it had before it
+    worked out every step at once): every variable of the plan, not only the serving counts."""
     idx = planning._Index(problem)
-    x = planning._complete(problem, counts).copy()
+    h = problem.steps
+    x = np.zeros(idx.size)
     for i, svc in enumerate(problem.services):
+        served = np.zeros(h)
+        pools = {role: np.zeros(h) for role in planning.ROLES}
         for j, v in enumerate(svc.variants):
-            cum = np.array([x[idx.var(i, j, kind, 0):idx.var(i, j, kind, 0) + idx.nb]
-                            for kind in range(planning.BLOCK_VARS)])
-            for k in range(problem.steps):
+            n = np.asarray(counts[i, j], dtype=float)
+            cum = np.zeros((planning.BLOCK_VARS, idx.nb))
+            prev, cw, cc, cd = float(v.current), 0.0, 0.0, 0.0
+            for b in range(idx.nb):
+                d = n[b] - prev
+                if d > 0:
+                    warm = min(d, max(0.0, v.warm_free - cw))
+                    cw, cc = cw + warm, cc + d - warm
+                else:
+                    cd -= d
+                cum[:, b] = (n[b], cw, cc, cd)
+                prev = n[b]
+            for kind in range(planning.BLOCK_VARS):
+                x[idx.var(i, j, kind, 0):idx.var(i, j, kind, 0) + idx.nb] = cum[kind]
+            for k in range(h):
                 ready = v.ready[k] - cum[planning.CD, idx.block_of[k]]
                 for kind, steps in ((planning.CW, v.warm_steps), (planning.CC, v.cold_steps)):
                     if k - steps >= 0:
                         ready += cum[kind, idx.block_of[k - steps]]
-                x[idx.s(i, j, k)] = max(0.0, min(counts[i, j][idx.block_of[k]], ready))
+                s = max(0.0, min(n[idx.block_of[k]], ready))
+                x[idx.s(i, j, k)] = s
+                (served if v.role is None else pools[v.role])[k] += v.capacity_rps[k] * s
+        demand = np.asarray(svc.demand_rps, dtype=float)
+        if i in idx.pd:
+            pd = np.minimum(np.minimum(pools["prefill"], pools["decode"]), np.maximum(demand, 0.0))
+            x[idx.pd[i]:idx.pd[i] + h] = pd
+            served = served + pd
+        left = np.maximum(demand - served, 0.0)
+        if i in idx.shed and svc.shed_cost < svc.miss_cost:
+            shed = np.minimum(left, np.asarray(svc.shed_rps, dtype=float))
+            x[idx.shed[i]:idx.shed[i] + h] = shed
+            left = left - shed
+        x[idx.u(i, 0):idx.u(i, 0) + h] = left
     return x
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_complete_serves_every_step_as_the_step_by_step_loop_did_to_the_bit(seed: int) -> None:
+def test_complete_gives_every_variable_as_the_step_by_step_loop_did_to_the_bit(seed: int) -> None:
     # _complete works out every step's serving count at once (the decomposition calls it about 350
-    # times a 50-service solve): the same numbers to the bit as the loop over the steps, on random
-    # counts with start-ups of 0 to past the horizon, few warm nodes and ready counts that move.
+    # times a 50-service solve): the whole array the same to the bit as f03142d's loop over the
+    # steps (looped_complete), on fractional counts (so the order of each sum shows), fractional
+    # ready counts, some of them negative, start-ups of 0 to past the 24-step horizon and few warm nodes
+    # (the loop's order of additions shows: adding the cold orders before the warm ones fails it).
     rng = np.random.default_rng(seed)
-    problem = fleet(900 + seed, services=3)
+    problem = fleet(900 + seed, services=3, h=24)
     services = []
     for svc in problem.services:
-        variants = [dataclasses.replace(v, warm_steps=int(rng.integers(0, 15)), cold_steps=int(rng.integers(0, 15)),
+        variants = [dataclasses.replace(v, warm_steps=int(rng.integers(0, 28)), cold_steps=int(rng.integers(0, 28)),
                                         warm_free=int(rng.integers(0, 3)),
-                                        ready=np.floor(rng.uniform(0, 5, problem.steps)))
+                                        ready=rng.uniform(-2, 5, problem.steps))
                     for v in svc.variants]
         services.append(dataclasses.replace(svc, variants=variants))
     problem = dataclasses.replace(problem, services=services)
     nb = planning._Index(problem).nb
     for _ in range(20):
-        counts = {(i, j): rng.integers(0, 8, nb).astype(float)
+        counts = {(i, j): rng.uniform(0, 8, nb)
                   for i, svc in enumerate(problem.services) for j in range(len(svc.variants))}
         assert planning._complete(problem, counts).tobytes() == looped_complete(problem, counts).tobytes()
