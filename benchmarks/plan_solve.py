@@ -314,7 +314,8 @@ def next_joint_tick(prob: PlanProblem, plan: Plan, sds: list[float], rng: np.ran
     return dataclasses.replace(prob, services=services)
 
 
-def coordinator_runs(args: argparse.Namespace, options: dict[str, object], k_blocks: int | None) -> None:
+def coordinator_runs(args: argparse.Namespace, options: dict[str, object],
+                     k_blocks: int | None) -> None:
     """``--coordinator-warm K`` (module docstring): consecutive ticks of several services (``args.sizes``,
     each 2 or more: ``main`` checks), each solved as the MPC solves it with ``mpc:joint_blocks=K``
     (``k_blocks``: None for K = 0, every block integer; the cold solve: the coordinator's LP through
@@ -369,8 +370,23 @@ def coordinator_runs(args: argparse.Namespace, options: dict[str, object], k_blo
         its = " | ".join(f"{np.median(iterations[w]):.0f} | {max(iterations[w])}" if iterations[w] else "- | -"
                          for w in (True, False))
         print(f"| {n} | {ticks} | {b50:.0f} | {b99:.0f} | {max(cpu['base']):.0f} | {w50:.0f} | {w99:.0f} "
-              f"| {max(cpu['warm']):.0f} | {s99:.0f} | {used}/{ticks} | {its} | {np.median(ratios):.4f} | {max(ratios):.4f} "
-              f"| {min(ratios):.4f} | {same}/{ticks} | {kept['base']}/{ticks} / {kept['warm']}/{ticks} |", flush=True)
+              f"| {max(cpu['warm']):.0f} | {s99:.0f} | {used}/{ticks} | {its} | {np.median(ratios):.4f} "
+              f"| {max(ratios):.4f} | {min(ratios):.4f} | {same}/{ticks} "
+              f"| {kept['base']}/{ticks} / {kept['warm']}/{ticks} |", flush=True)
+
+
+def check_coordinator_warm(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--coordinator-warm``'s arguments, before anything is printed: K >= 0, every size 2 or more
+    (a decomposed solve), neither ``--warm`` nor ``--paired`` beside it (other runs); ``ap.error``
+    (exit 2, one line) on the first that is not."""
+    if args.coordinator_warm < 0:
+        ap.error(f"--coordinator-warm must be >= 0, got {args.coordinator_warm}")
+    for flag, given in (("--warm", args.warm), ("--paired", args.paired is not None)):
+        if given:
+            ap.error(f"--coordinator-warm and {flag} are different runs: give one")
+    if any(n < 2 for n in args.sizes):
+        ap.error(f"--coordinator-warm needs --sizes of 2 or more services (a decomposed solve), "
+                 f"got {' '.join(map(str, args.sizes))}")
 
 
 def main() -> None:
@@ -437,14 +453,7 @@ def main() -> None:
     if args.ticks < 1:
         ap.error(f"--ticks must be >= 1, got {args.ticks}")
     if args.coordinator_warm is not None:
-        if args.coordinator_warm < 0:
-            ap.error(f"--coordinator-warm must be >= 0, got {args.coordinator_warm}")
-        for flag, given in (("--warm", args.warm), ("--paired", args.paired is not None)):
-            if given:
-                ap.error(f"--coordinator-warm and {flag} are different runs: give one")
-        if any(n < 2 for n in args.sizes):
-            ap.error(f"--coordinator-warm needs --sizes of 2 or more services (a decomposed solve), "
-                     f"got {' '.join(map(str, args.sizes))}")
+        check_coordinator_warm(ap, args)
     print(f"{Path(__file__).name}: {stamp()}", flush=True)
     if args.warm:
         if planning.highspy is None:
