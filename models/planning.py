@@ -127,8 +127,10 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
   starts from the first's basis (``_WarmLp``: 5 dual simplex iterations against 277).
 - The coordinator from the last tick's basis (``PlanProblem.warm_coordinator``, opt-in): the
   decomposition's coordinator LP solved from the final basis of the last tick's
-  (``Plan.coordinator_basis``), where the LP has the same shape: at 50 services about 1,000-1,700
-  dual simplex iterations against 6,400-7,700 cold. The same LP optimum; another optimal vertex may
+  (``Plan.coordinator_basis``), where the LP has the same shape and rows (``CoordinatorBasis``): at
+  50 services a median of 885-962 dual simplex iterations from a basis (max 1,393-2,703) against
+  7,013-7,936 cold (a run's first tick; ``plan_solve.py --coordinator-warm 2 --ticks 10 --count 3``,
+  seeds 0-2, commit 1db11c9). The same LP optimum; another optimal vertex may
   share the limits otherwise, so the plan can differ (``docs/controllers.md#solving-fast``).
 """
 
