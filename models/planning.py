@@ -332,9 +332,10 @@ class PlanProblem:
             why), never handed to HiGHS.
         warm_coordinator: with ``decompose``, the coordinator's LP (``_shares``) is solved through
             the HiGHS build inside scipy directly, from ``coordinator_basis`` where that is a basis of
-            an LP of the same shape, and ``Plan.coordinator_basis`` returns its final basis for the
-            next tick (issue 28). The LP's optimum is the same, its solution may be another optimal
-            vertex, so the shares and the plan may differ from the cold solve's
+            an LP of the same shape and rows (``CoordinatorBasis.fingerprint``), and
+            ``Plan.coordinator_basis`` returns its final basis for the next tick (issue 28). The
+            LP's optimum is the same, its solution may be another optimal vertex, so the shares and
+            the plan may differ from the cold solve's
             (``docs/controllers.md#solving-fast`` has the costs). Off: ``scipy.optimize.linprog``, as
             before. Without scipy's build reachable it is solved as off (``Plan.message`` says so).
             Without ``decompose`` there is no coordinator: ignored, the plan the same as off, with no
