@@ -11,8 +11,12 @@ modules that compile unchanged (``TICK``). The compiled modules are C extensions
 sources, which Python imports in their place, so ``PYTHONPATH=OUT python benchmarks/sim_throughput.py``
 times them (its rows say ``"compiled": true``). The float arithmetic is the same C double operations
 in the same order, so the outputs should be the same bits: compare them, as docs/benchmarks.md did.
-A compiled class cannot be patched at run time, so tests that monkeypatch ``Replica``,
-``FleetSimulator`` or ``SimMetricsSource`` fail there (docs/benchmarks.md lists them).
+Tests that observe or stand in for the compiled classes fail there (docs/benchmarks.md, session F,
+lists them): a compiled class cannot be patched at run time (monkeypatches of ``Replica``,
+``FleetSimulator`` or ``SimMetricsSource``), and compiled code checks its arguments' types (stubs
+such as a ``SimpleNamespace`` replica or a stub simulator are refused); with ``--tick`` the
+compiled loop also leaves ``TickError.__cause__`` None where ``raise TickError(...) from exc`` sets
+it interpreted.
 
     python benchmarks/compiled_core.py --out /tmp/autoscaler-compiled [--core-only | --tick]
 """

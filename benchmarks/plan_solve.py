@@ -36,11 +36,13 @@ and budget at every step.
 (default 1) of ``--ticks``, each run from a problem drawn as above and moved on tick by tick as
 ``--warm`` moves one service (``next_joint_tick``), the shared limits kept. Each tick is solved as the
 MPC solves it with ``mpc:joint_blocks=K`` (0: every block integer; decomposed, ``--neighbourhood
-0``), once with the coordinator's LP cold (the base, as the MPC solves today) and once from the last
-tick's basis (``PlanProblem.warm_coordinator``), the order alternated tick by tick: CPU p50 / p99 /
-max of each, the warm solve's p99 over the ticks that had a basis, how many used one, the warm plan's
-cost over the base's (p50 / max / min), how many plans were the base's to the replica, and how many
-kept the limits. The next tick follows the base plan.
+0``), once with the coordinator's LP cold (as the MPC solves today) and once from the last tick's
+basis (``PlanProblem.warm_coordinator``), the order alternated tick by tick: CPU p50 / p99 / max of
+each, the warm solve's p99 over the ticks that had a basis, how many used one, the warm solve's
+simplex iterations (p50 / max) on those ticks and on the others (a run's first, cold through scipy's
+HiGHS build), the warm plan's cost over the cold one's (p50 / max / min), how many plans were the
+cold one's to the replica, and how many kept the limits. The next tick follows the cold plan. Every
+size must be 2 or more; ``--warm`` and ``--paired`` are refused beside it.
 
 ``--warm`` times the one-service solve on consecutive ticks, where ``mpc:warm=1`` starts each solve from
 its last plan (``PlanProblem.solver`` and ``start``): ``--trials`` ticks in runs of ``--ticks``, each run
@@ -312,24 +314,27 @@ def next_joint_tick(prob: PlanProblem, plan: Plan, sds: list[float], rng: np.ran
     return dataclasses.replace(prob, services=services)
 
 
-def coordinator_runs(args: argparse.Namespace, options: dict[str, object]) -> None:
-    """``--coordinator-warm K`` (module docstring): consecutive ticks of several services, each solved
-    as the MPC solves it with ``mpc:joint_blocks=K`` (the base: the coordinator's LP cold) and again
-    with the coordinator's LP from the last tick's basis (``PlanProblem.warm_coordinator``), the order
-    alternated tick by tick; the next tick follows the base plan."""
-    k_blocks = args.coordinator_warm or None
-    print(f"consecutive ticks, the coordinator's LP cold (base) against from the last tick's basis (warm), "
+def coordinator_runs(args: argparse.Namespace, options: dict[str, object],
+                     k_blocks: int | None) -> None:
+    """``--coordinator-warm K`` (module docstring): consecutive ticks of several services (``args.sizes``,
+    each 2 or more: ``main`` checks), each solved as the MPC solves it with ``mpc:joint_blocks=K``
+    (``k_blocks``: None for K = 0, every block integer; the cold solve: the coordinator's LP through
+    ``linprog``) and again with the coordinator's LP from the last tick's basis
+    (``PlanProblem.warm_coordinator``), the order alternated tick by tick; the next tick follows the
+    cold plan. The warm solve's simplex iterations (``CoordinatorBasis.iterations``) are printed for
+    the ticks with a basis and for the first ticks, solved cold through scipy's HiGHS build."""
+    print(f"consecutive ticks, the coordinator's LP cold against from the last tick's basis (warm), "
           f"joint_blocks={args.coordinator_warm}, seed {args.seed}; CPU ms")
-    print("| services | ticks | base cpu p50 | base cpu p99 | base max | warm cpu p50 | warm cpu p99 | warm max "
-          "| warm p99, ticks with a basis | basis used | cost warm / base p50 | max | min | same plan "
-          "| limits kept base / warm |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| services | ticks | cold cpu p50 | cold cpu p99 | cold max | warm cpu p50 | warm cpu p99 | warm max "
+          "| warm p99, ticks with a basis | basis used | iterations with a basis p50 | max "
+          "| iterations without p50 | max | cost warm / cold p50 | max | min | same plan "
+          "| limits kept cold / warm |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in args.sizes:
-        if n < 2:
-            raise SystemExit("--coordinator-warm needs --sizes of 2 or more services (a decomposed solve)")
         rng = np.random.default_rng((args.seed, n, 2))
         cpu: dict[str, list[float]] = {"base": [], "warm": []}
         cpu_started: list[float] = []
+        iterations: dict[bool, list[int]] = {True: [], False: []}
         kept = Counter[str]()
         ratios, same, used, ticks = [], 0, 0, 0
         plans: dict[str, Plan] = {}
@@ -349,6 +354,8 @@ def coordinator_runs(args: argparse.Namespace, options: dict[str, object]) -> No
                     cpu[name].append((time.process_time() - started) * 1000.0)
                     kept[name] += within_limits(prob, plans[name])
                 warm = plans["warm"].coordinator_basis
+                if warm is not None:
+                    iterations[warm.warm].append(warm.iterations)
                 if warm is not None and warm.warm:
                     used += 1
                     cpu_started.append(cpu["warm"][-1])
@@ -360,9 +367,26 @@ def coordinator_runs(args: argparse.Namespace, options: dict[str, object]) -> No
         b50, b99 = np.percentile(cpu["base"], [50, 99])
         w50, w99 = np.percentile(cpu["warm"], [50, 99])
         s99 = np.percentile(cpu_started, 99) if cpu_started else math.nan
+        its = " | ".join(f"{np.median(iterations[w]):.0f} | {max(iterations[w])}" if iterations[w] else "- | -"
+                         for w in (True, False))
         print(f"| {n} | {ticks} | {b50:.0f} | {b99:.0f} | {max(cpu['base']):.0f} | {w50:.0f} | {w99:.0f} "
-              f"| {max(cpu['warm']):.0f} | {s99:.0f} | {used}/{ticks} | {np.median(ratios):.4f} | {max(ratios):.4f} "
-              f"| {min(ratios):.4f} | {same}/{ticks} | {kept['base']}/{ticks} / {kept['warm']}/{ticks} |", flush=True)
+              f"| {max(cpu['warm']):.0f} | {s99:.0f} | {used}/{ticks} | {its} | {np.median(ratios):.4f} "
+              f"| {max(ratios):.4f} | {min(ratios):.4f} | {same}/{ticks} "
+              f"| {kept['base']}/{ticks} / {kept['warm']}/{ticks} |", flush=True)
+
+
+def check_coordinator_warm(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--coordinator-warm``'s arguments, before anything is printed: K >= 0, every size 2 or more
+    (a decomposed solve), neither ``--warm`` nor ``--paired`` beside it (other runs); ``ap.error``
+    (exit 2, one line) on the first that is not."""
+    if args.coordinator_warm < 0:
+        ap.error(f"--coordinator-warm must be >= 0, got {args.coordinator_warm}")
+    for flag, given in (("--warm", args.warm), ("--paired", args.paired is not None)):
+        if given:
+            ap.error(f"--coordinator-warm and {flag} are different runs: give one")
+    if any(n < 2 for n in args.sizes):
+        ap.error(f"--coordinator-warm needs --sizes of 2 or more services (a decomposed solve), "
+                 f"got {' '.join(map(str, args.sizes))}")
 
 
 def main() -> None:
@@ -404,11 +428,12 @@ def main() -> None:
                     help="decomposed: the steps the limits are shared on (PlanProblem.coarsen: 0 the blocks' "
                          "lengths, K >= 1 the problem's own merged K at a time); default as the MPC")
     ap.add_argument("--count", type=int, default=None,
-                    help="problems per size (default --trials, a sixth of it from 50 services)")
+                    help="problems per size (default --trials, a sixth of it from 50 services); --coordinator-warm: "
+                         "runs of --ticks per size (default 1)")
     ap.add_argument("--warm", action="store_true",
                     help="one service on consecutive ticks, each solve started from the last plan, against "
                          "the exact solve without (module docstring); needs highspy")
-    ap.add_argument("--ticks", type=int, default=10, help="--warm: consecutive ticks per run")
+    ap.add_argument("--ticks", type=int, default=10, help="--warm, --coordinator-warm: consecutive ticks per run")
     ap.add_argument("--levers", action="store_true", help="--warm: also each of the tuned search's levers alone")
     ap.add_argument("--also", nargs="*", default=[], choices=list(LEVERS), metavar="LEVER",
                     help="--warm: also these of the levers (LEVERS' names)")
@@ -425,24 +450,25 @@ def main() -> None:
     args = ap.parse_args()
     if args.tail_up and not args.integer_blocks:
         ap.error("--tail-up prices the relaxed blocks: it needs --integer-blocks K >= 1")
-    print(f"{Path(__file__).name}: {stamp()}", flush=True)
     if args.ticks < 1:
         ap.error(f"--ticks must be >= 1, got {args.ticks}")
+    if args.coordinator_warm is not None:
+        check_coordinator_warm(ap, args)
+    print(f"{Path(__file__).name}: {stamp()}", flush=True)
     if args.warm:
         if planning.highspy is None:
             ap.error("--warm needs highspy (pip install highspy)")
         warm_runs(args)
         return
     for flag, value, least in (("--node-limit", args.node_limit, 0), ("--neighbourhood", args.neighbourhood, 0),
-                               ("--coarsen", args.coarsen, 0), ("--count", args.count, 1),
-                               ("--coordinator-warm", args.coordinator_warm, 0)):
+                               ("--coarsen", args.coarsen, 0), ("--count", args.count, 1)):
         if value is not None and value < least:
             ap.error(f"{flag} must be >= {least}, got {value}")
     options = {"neighbourhood": args.neighbourhood, "decompose": args.decompose, "coarsen": args.coarsen,
                "tail_up": args.tail_up,
                "strengthen": {"on": True, "off": False, "auto": None}[args.strengthen]}
     if args.coordinator_warm is not None:
-        coordinator_runs(args, options)
+        coordinator_runs(args, options, args.coordinator_warm or None)
         return
     if args.paired is not None:
         if args.paired < 1:

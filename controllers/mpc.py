@@ -1128,7 +1128,9 @@ class MPCController(Controller):
             (``models.planning.PlanProblem.warm_coordinator``); 0 (default) cold. Opt-in: the LP's
             optimum is the same, but another optimal vertex may share the limits otherwise, so the
             plan can differ (``docs/controllers.md#solving-fast``, "The coordinator from the last
-            tick's basis").
+            tick's basis"). It acts only where the joint problem is decomposed (above
+            ``JOINT_UP_TO`` service-steps); a smaller one is solved whole, as with 0, and leaves no
+            basis (the next decomposed tick's coordinator starts cold).
         name: the spec it was built from.
 
     Raises:
@@ -1790,8 +1792,8 @@ class MPCController(Controller):
                 inputs[svc.name] = self._inputs(estimates[svc.name], svc)
         planned = {name: x for name, x in inputs.items() if isinstance(x, _Inputs)}
         plan = solve(self._problem([x.service for x in planned.values()])) if planned else None
-        if self.joint_warm and plan is not None and plan.coordinator_basis is not None:
-            self._coordinator_basis = plan.coordinator_basis
+        if self.joint_warm:  # the last joint plan's basis, or none where it has none (no stale basis kept)
+            self._coordinator_basis = plan.coordinator_basis if plan is not None else None
         for name, x in inputs.items():
             self._joint[name] = (estimates[name].time_s, x, plan)
 

@@ -127,8 +127,10 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
   starts from the first's basis (``_WarmLp``: 5 dual simplex iterations against 277).
 - The coordinator from the last tick's basis (``PlanProblem.warm_coordinator``, opt-in): the
   decomposition's coordinator LP solved from the final basis of the last tick's
-  (``Plan.coordinator_basis``), where the LP has the same shape: at 50 services about 1,000-1,700
-  dual simplex iterations against 6,400-7,700 cold. The same LP optimum; another optimal vertex may
+  (``Plan.coordinator_basis``), where the LP has the same shape and rows (``CoordinatorBasis``): at
+  50 services a median of 885-962 dual simplex iterations from a basis (max 1,393-2,703) against
+  7,013-7,936 cold (a run's first tick; ``plan_solve.py --coordinator-warm 2 --ticks 10 --count 3``,
+  seeds 0-2, commit 1db11c9). The same LP optimum; another optimal vertex may
   share the limits otherwise, so the plan can differ (``docs/controllers.md#solving-fast``).
 """
 
@@ -330,11 +332,15 @@ class PlanProblem:
             why), never handed to HiGHS.
         warm_coordinator: with ``decompose``, the coordinator's LP (``_shares``) is solved through
             the HiGHS build inside scipy directly, from ``coordinator_basis`` where that is a basis of
-            an LP of the same shape, and ``Plan.coordinator_basis`` returns its final basis for the
-            next tick (issue 28). The LP's optimum is the same, its solution may be another optimal
-            vertex, so the shares and the plan may differ from the cold solve's
+            an LP of the same shape and rows (``CoordinatorBasis.fingerprint``), and
+            ``Plan.coordinator_basis`` returns its final basis for the next tick (issue 28). The
+            LP's optimum is the same, its solution may be another optimal vertex, so the shares and
+            the plan may differ from the cold solve's
             (``docs/controllers.md#solving-fast`` has the costs). Off: ``scipy.optimize.linprog``, as
             before. Without scipy's build reachable it is solved as off (``Plan.message`` says so).
+            Without ``decompose`` there is no coordinator: ignored, the plan the same as off, with no
+            ``Plan.coordinator_basis`` (``mpc:joint_warm=1`` sets it on joint problems of every size
+            and relies on that for those solved whole).
         coordinator_basis: the last tick's ``Plan.coordinator_basis`` (``warm_coordinator`` only).
     """
 
@@ -367,15 +373,20 @@ class CoordinatorBasis:
     next tick's from (``PlanProblem.coordinator_basis``).
 
     Attributes:
-        shape: (rows, columns) of the LP it is a basis of; a basis is used only for an LP of this
-            shape (the same fleet, blocks and limits give it; a row of the valid inequalities comes
-            and goes where a step's demand is a whole multiple of a capacity).
+        shape: (rows, columns) of the LP it is a basis of.
+        fingerprint: what places each of its rows and columns (``_coordinator_fingerprint``): the
+            services' and their variants' names, the limit keys, the model's block count and how
+            many rows each service has; a basis is used only for an LP with the same fingerprint
+            and shape (the same fleet, blocks and limits give them; a row of the valid inequalities
+            comes and goes where a step's demand is a whole multiple of a capacity, and the same
+            total of rows may fall otherwise between services).
         basis: HiGHS's ``HighsBasis`` (scipy's build), each column's and row's status.
         iterations: the simplex iterations that solve took.
         warm: whether that solve started from a basis of the tick before.
     """
 
     shape: tuple[int, int]
+    fingerprint: tuple[object, ...]
     basis: object
     iterations: int
     warm: bool
@@ -1133,11 +1144,22 @@ COORDINATOR_OPTIONS: dict[str, float | bool | str] = {"simplex_dual_edge_weight_
 """HiGHS's options for the coordinator's LP (its dual simplex): devex pricing took 0.36-0.45 s at 50
 services against 0.46-0.51 s with HiGHS's default (steepest edge), to the same cost."""
 
+EDGE_WEIGHT_STRATEGIES: dict[str, int] = {"steepest-devex": -1, "dantzig": 0, "devex": 1, "steepest": 2}
+"""``linprog``'s names for ``simplex_dual_edge_weight_strategy`` -> HiGHS's values
+(``SimplexEdgeWeightStrategy``: choose, Dantzig, devex, steepest edge), as
+``scipy.optimize._linprog_highs`` maps them."""
+
+DUAL_SIMPLEX_STRATEGY = 1
+"""HiGHS's ``simplex_strategy`` for the dual simplex (``kSimplexStrategyDual``), which ``linprog``'s
+``method="highs-ds"`` sets."""
+
 WARM_COORDINATOR_OPTIONS: dict[str, float | bool | int | str] = {
-    "solver": "simplex", "simplex_strategy": 1, "simplex_dual_edge_weight_strategy": 1}
-"""``COORDINATOR_OPTIONS`` and ``linprog``'s ``method="highs-ds"`` in HiGHS's own spelling (the dual
-simplex, devex pricing: 1 in ``simplex_dual_edge_weight_strategy``), for the coordinator's LP through
-scipy's HiGHS build directly (``PlanProblem.warm_coordinator``)."""
+    **COORDINATOR_OPTIONS, "solver": "simplex", "simplex_strategy": DUAL_SIMPLEX_STRATEGY,
+    "simplex_dual_edge_weight_strategy":
+        EDGE_WEIGHT_STRATEGIES[str(COORDINATOR_OPTIONS["simplex_dual_edge_weight_strategy"])]}
+"""``COORDINATOR_OPTIONS`` and ``linprog``'s ``method="highs-ds"`` in HiGHS's own spelling (derived
+from them: the dual simplex, the same pricing), for the coordinator's LP through scipy's HiGHS build
+directly (``PlanProblem.warm_coordinator``)."""
 
 BLOCK_PEAK = True
 """Whether the model on the blocks' lengths (``_blocked``) reads each block's demand at its peak:
@@ -1680,11 +1702,33 @@ def _blocked(problem: PlanProblem, peak: bool = BLOCK_PEAK) -> tuple[PlanProblem
     return model, weights
 
 
+def _coordinator_fingerprint(model: PlanProblem, keys: Sequence[str | None],
+                             cons: LinearConstraint) -> tuple[object, ...]:
+    """``CoordinatorBasis.fingerprint`` of the coordinator's LP ``cons`` built from ``model``
+    (``_build``; its last ``len(keys) * nb`` rows the shared limits'): the services' names with their
+    variants', the limit keys, the block count and each service's rows (a row is the service's whose
+    column comes first in it)."""
+    idx = _Index(model)
+    owner = np.empty(idx.size, dtype=np.int64)
+    for (i, _), col in idx.blocks.items():
+        owner[col:col + BLOCK_VARS * idx.nb + idx.h] = i
+    for i, col in idx.unserved.items():
+        owner[col:col + idx.tail(i)] = i
+    a = sparse.csr_matrix(cons.A)
+    own = a.shape[0] - len(keys) * idx.nb
+    first = a.indices[a.indptr[:own][np.diff(a.indptr)[:own] > 0]]
+    rows = np.bincount(owner[first], minlength=len(model.services))
+    names = tuple((svc.name, tuple(v.name for v in svc.variants)) for svc in model.services)
+    return names, tuple(keys), idx.nb, tuple(int(r) for r in rows), int(own - len(first))
+
+
 def _warm_shares_lp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, start: CoordinatorBasis | None,
-                    deadline: float) -> tuple[OptimizeResult, np.ndarray, CoordinatorBasis] | None:
+                    deadline: float, fingerprint: tuple[object, ...]
+                    ) -> tuple[OptimizeResult, np.ndarray, CoordinatorBasis] | None:
     """The coordinator's LP (``_shares``) through scipy's HiGHS build directly, with HiGHS's dual
     simplex and devex pricing as ``linprog`` runs it (``COORDINATOR_OPTIONS``), from ``start``'s basis
-    where it is one of an LP of this shape (``PlanProblem.warm_coordinator``). Returns the result, the
+    where it is one of an LP of this shape and ``fingerprint`` (``_coordinator_fingerprint``;
+    ``PlanProblem.warm_coordinator``). Returns the result, the
     rows' duals (HiGHS's ``row_dual``: d cost / d bound, <= 0 on a binding upper bound, as
     ``linprog``'s ``ineqlin.marginals`` on those rows) and the final basis; None when it finds no
     optimum."""
@@ -1693,14 +1737,15 @@ def _warm_shares_lp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, start
     h.passOptions(_highs_options({"time_limit": _left(deadline), **WARM_COORDINATOR_OPTIONS}))
     h.passModel(_highs_lp(c, cons, bounds, np.zeros(len(c))))
     shape = (int(cons.A.shape[0]), int(cons.A.shape[1]))
-    warm = (start is not None and start.shape == shape
+    warm = (start is not None and start.shape == shape and start.fingerprint == fingerprint
             and h.setBasis(start.basis) != _core.HighsStatus.kError)
     h.run()
     res = _highs_result(h, False)
     if res.status != 0:
         return None
     iterations = int(h.getInfo().simplex_iteration_count)
-    return res, np.asarray(h.getSolution().row_dual), CoordinatorBasis(shape, h.getBasis(), iterations, warm)
+    basis = CoordinatorBasis(shape, fingerprint, h.getBasis(), iterations, warm)
+    return res, np.asarray(h.getSolution().row_dual), basis
 
 
 def _shares(problem: PlanProblem, keys: Sequence[str | None], factor: int,
@@ -1720,7 +1765,8 @@ def _shares(problem: PlanProblem, keys: Sequence[str | None], factor: int,
     idx, fine = _Index(model), _Index(problem)
     basis = None
     if problem.warm_coordinator and _core is not None and _scipy_status is not None:
-        solved = _warm_shares_lp(c, cons, bounds, problem.coordinator_basis, deadline)
+        solved = _warm_shares_lp(c, cons, bounds, problem.coordinator_basis, deadline,
+                                 _coordinator_fingerprint(model, keys, cons))
         if solved is None:
             return None
         res, duals, basis = solved

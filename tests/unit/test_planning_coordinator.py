@@ -5,7 +5,6 @@ constraint at a cost the cold decomposition's own bounds hold, against optima fo
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 
 import numpy as np
@@ -112,47 +111,153 @@ def test_the_coordinators_own_basis_needs_no_iteration_and_gives_the_cold_optimu
 def test_a_basis_without_warm_coordinator_is_a_value_error() -> None:
     problem = dataclasses.replace(fleet(305, services=2), decompose=True)
     basis = solve(dataclasses.replace(problem, warm_coordinator=True)).coordinator_basis
-    assert basis is not None and math.isfinite(basis.iterations)
+    assert basis is not None and basis.iterations > 0 and not basis.warm  # solved, and cold: no basis before
     with pytest.raises(ValueError, match="coordinator_basis is read only with warm_coordinator=True"):
         solve(dataclasses.replace(problem, coordinator_basis=basis))
 
 
+def test_a_basis_of_an_lp_of_the_same_shape_but_other_services_or_rows_is_not_used() -> None:
+    # The same fleet under other names, and its services in the other order, give an LP of the same
+    # shape (rows, columns) whose rows and columns belong to other services: the basis is not used
+    # (solved cold, in as many iterations as without one); the same problem again uses it (0
+    # iterations: its own optimal basis).
+    problem = dataclasses.replace(fleet(305, services=3), decompose=True, neighbourhood=0, strengthen=True,
+                                  warm_coordinator=True)
+    keys = planning._limit_keys(problem)
+    deadline = time.perf_counter() + 60.0
+    first = planning._shares(problem, keys, 1, deadline)
+    assert first is not None and first[3] is not None
+    renamed = dataclasses.replace(problem, services=[dataclasses.replace(s, name=f"other-{s.name}")
+                                                     for s in problem.services])
+    reordered = dataclasses.replace(problem, services=list(reversed(problem.services)))
+    for other in (renamed, reordered):
+        cold = planning._shares(other, keys, 1, deadline)
+        assert cold is not None and cold[3] is not None and cold[3].shape == first[3].shape
+        got = planning._shares(dataclasses.replace(other, coordinator_basis=first[3]), keys, 1, deadline)
+        assert got is not None and got[3] is not None
+        assert not got[3].warm and got[3].iterations == cold[3].iterations > 0
+    again = planning._shares(dataclasses.replace(problem, coordinator_basis=first[3]), keys, 1, deadline)
+    assert again is not None and again[3] is not None and again[3].warm and again[3].iterations == 0
+    # each service's rows in the fingerprint: those of the service's LP built alone (less its limit rows)
+    alone = []
+    for svc in problem.services:
+        one = dataclasses.replace(problem, services=[svc])
+        _, cons, _, _ = planning._build(one, True)
+        alone.append(cons.A.shape[0] - len(planning._limit_keys(one)) * planning._Index(one).nb)
+    assert first[3].fingerprint[3] == tuple(alone) and sum(alone) > 0
+
+
+def test_the_warm_coordinators_highs_options_are_linprogs_highs_ds_with_coordinator_options() -> None:
+    # WARM_COORDINATOR_OPTIONS is derived from COORDINATOR_OPTIONS through HiGHS's values, which must
+    # be the ones scipy's own linprog passes (its _linprog_highs maps the names to these constants).
+    constants = pytest.importorskip("scipy.optimize._highspy._core").simplex_constants
+    weights = constants.SimplexEdgeWeightStrategy
+    assert {
+        "steepest-devex": int(weights.kSimplexEdgeWeightStrategyChoose),
+        "dantzig": int(weights.kSimplexEdgeWeightStrategyDantzig),
+        "devex": int(weights.kSimplexEdgeWeightStrategyDevex),
+        "steepest": int(weights.kSimplexEdgeWeightStrategySteepestEdge)} == planning.EDGE_WEIGHT_STRATEGIES
+    assert int(constants.SimplexStrategy.kSimplexStrategyDual) == planning.DUAL_SIMPLEX_STRATEGY
+    warm = planning.WARM_COORDINATOR_OPTIONS
+    assert warm["solver"] == "simplex" and warm["simplex_strategy"] == planning.DUAL_SIMPLEX_STRATEGY
+    assert warm["simplex_dual_edge_weight_strategy"] == planning.EDGE_WEIGHT_STRATEGIES[
+        str(planning.COORDINATOR_OPTIONS["simplex_dual_edge_weight_strategy"])]
+    assert set(planning.COORDINATOR_OPTIONS) <= set(warm)
+
+
+def test_without_scipys_highs_build_or_without_decompose_the_plan_is_the_cold_ones() -> None:
+    # scipy's HiGHS build unreachable (as where scipy moves it): warm_coordinator falls back to
+    # linprog, the plan the cold one's to the replica, no basis, and the message says so. Without
+    # decompose there is no coordinator: warm_coordinator is ignored, the plan the same as without.
+    # (Every HiGHS call then goes through scipy's public milp and linprog, the cold plan too.)
+    problem = dataclasses.replace(fleet(305, services=2), decompose=True, neighbourhood=0)
+    planning._settable.cache_clear()  # it caches whether the build is reachable
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(planning, "_core", None)
+            cold = solve(problem)
+            fallen = solve(dataclasses.replace(problem, warm_coordinator=True))
+    finally:
+        planning._settable.cache_clear()
+    assert "coordinator's LP" not in cold.message
+    assert fallen.coordinator_basis is None
+    assert "scipy's HiGHS build unreachable: the coordinator's LP solved cold through linprog" in fallen.message
+    assert fallen.replicas.keys() == cold.replicas.keys()
+    for name, variants in cold.replicas.items():
+        for v, n in variants.items():
+            np.testing.assert_array_equal(fallen.replicas[name][v], n)
+    assert fallen.cost == cold.cost
+    whole = dataclasses.replace(problem, decompose=False)
+    plain, ignored = solve(whole), solve(dataclasses.replace(whole, warm_coordinator=True))
+    assert ignored.coordinator_basis is None and "coordinator's LP" not in ignored.message
+    assert ignored.cost == plain.cost and ignored.message == plain.message
+
+
 def looped_complete(problem: PlanProblem, counts: dict[tuple[int, int], np.ndarray]) -> np.ndarray:
-    """The serving counts of ``planning._complete`` worked out step by step, as it did before it did
-    every step at once: the replicas ready at step k (today's, less the removals, plus the orders a
-    start-up old), at most those held, never below 0; other variables as ``_complete`` sets them."""
+    """``planning._complete`` as it was at f03142d, whole (a copy: the step loop it had before it
+    worked out every step at once): every variable of the plan, not only the serving counts."""
     idx = planning._Index(problem)
-    x = planning._complete(problem, counts).copy()
+    h = problem.steps
+    x = np.zeros(idx.size)
     for i, svc in enumerate(problem.services):
+        served = np.zeros(h)
+        pools = {role: np.zeros(h) for role in planning.ROLES}
         for j, v in enumerate(svc.variants):
-            cum = np.array([x[idx.var(i, j, kind, 0):idx.var(i, j, kind, 0) + idx.nb]
-                            for kind in range(planning.BLOCK_VARS)])
-            for k in range(problem.steps):
+            n = np.asarray(counts[i, j], dtype=float)
+            cum = np.zeros((planning.BLOCK_VARS, idx.nb))
+            prev, cw, cc, cd = float(v.current), 0.0, 0.0, 0.0
+            for b in range(idx.nb):
+                d = n[b] - prev
+                if d > 0:
+                    warm = min(d, max(0.0, v.warm_free - cw))
+                    cw, cc = cw + warm, cc + d - warm
+                else:
+                    cd -= d
+                cum[:, b] = (n[b], cw, cc, cd)
+                prev = n[b]
+            for kind in range(planning.BLOCK_VARS):
+                x[idx.var(i, j, kind, 0):idx.var(i, j, kind, 0) + idx.nb] = cum[kind]
+            for k in range(h):
                 ready = v.ready[k] - cum[planning.CD, idx.block_of[k]]
                 for kind, steps in ((planning.CW, v.warm_steps), (planning.CC, v.cold_steps)):
                     if k - steps >= 0:
                         ready += cum[kind, idx.block_of[k - steps]]
-                x[idx.s(i, j, k)] = max(0.0, min(counts[i, j][idx.block_of[k]], ready))
+                s = max(0.0, min(n[idx.block_of[k]], ready))
+                x[idx.s(i, j, k)] = s
+                (served if v.role is None else pools[v.role])[k] += v.capacity_rps[k] * s
+        demand = np.asarray(svc.demand_rps, dtype=float)
+        if i in idx.pd:
+            pd = np.minimum(np.minimum(pools["prefill"], pools["decode"]), np.maximum(demand, 0.0))
+            x[idx.pd[i]:idx.pd[i] + h] = pd
+            served = served + pd
+        left = np.maximum(demand - served, 0.0)
+        if i in idx.shed and svc.shed_cost < svc.miss_cost:
+            shed = np.minimum(left, np.asarray(svc.shed_rps, dtype=float))
+            x[idx.shed[i]:idx.shed[i] + h] = shed
+            left = left - shed
+        x[idx.u(i, 0):idx.u(i, 0) + h] = left
     return x
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_complete_serves_every_step_as_the_step_by_step_loop_did_to_the_bit(seed: int) -> None:
+def test_complete_gives_every_variable_as_the_step_by_step_loop_did_to_the_bit(seed: int) -> None:
     # _complete works out every step's serving count at once (the decomposition calls it about 350
-    # times a 50-service solve): the same numbers to the bit as the loop over the steps, on random
-    # counts with start-ups of 0 to past the horizon, few warm nodes and ready counts that move.
+    # times a 50-service solve): the whole array the same to the bit as f03142d's loop over the
+    # steps (looped_complete), on fractional counts (so the order of each sum shows), fractional
+    # ready counts, some of them negative, start-ups of 0 to past the 24-step horizon and few warm nodes
+    # (the loop's order of additions shows: adding the cold orders before the warm ones fails it).
     rng = np.random.default_rng(seed)
-    problem = fleet(900 + seed, services=3)
+    problem = fleet(900 + seed, services=3, h=24)
     services = []
     for svc in problem.services:
-        variants = [dataclasses.replace(v, warm_steps=int(rng.integers(0, 15)), cold_steps=int(rng.integers(0, 15)),
+        variants = [dataclasses.replace(v, warm_steps=int(rng.integers(0, 28)), cold_steps=int(rng.integers(0, 28)),
                                         warm_free=int(rng.integers(0, 3)),
-                                        ready=np.floor(rng.uniform(0, 5, problem.steps)))
+                                        ready=rng.uniform(-2, 5, problem.steps))
                     for v in svc.variants]
         services.append(dataclasses.replace(svc, variants=variants))
     problem = dataclasses.replace(problem, services=services)
     nb = planning._Index(problem).nb
     for _ in range(20):
-        counts = {(i, j): rng.integers(0, 8, nb).astype(float)
+        counts = {(i, j): rng.uniform(0, 8, nb)
                   for i, svc in enumerate(problem.services) for j in range(len(svc.variants))}
         assert planning._complete(problem, counts).tobytes() == looped_complete(problem, counts).tobytes()
