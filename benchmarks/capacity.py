@@ -7,9 +7,9 @@ what it misses even idle (``autoscaler.knee``; where the model says it misses ov
 each run's own requests miss idle, ``paired_idle``). The model's capacity (its tightest bound; where
 that is 0 for missing more idle than the service's best variant allows, also its capacity over its
 own idle misses, which the search then brackets), which bound that is, the rate at which the four
-bounds share one budget of misses (``shared_capacity``) and both over the knee are printed. Synthetic mixed cases draw lognormal
-lengths (seeded) with the given means and sigmas; trace cases draw the (prompt, output) pairs of a
-trace in ``--data`` (those within the case's context). Issue 28's band for the ratio: 0.90-1.05,
+bounds share one budget of misses (``shared_capacity``) and both over the knee are printed.
+Synthetic mixed cases draw lognormal lengths (seeded) with the given means and sigmas; trace cases
+draw the (prompt, output) pairs of a trace in ``--data`` (those within the case's context). Issue 28's band for the ratio: 0.90-1.05,
 never above 1.05.
 
 With ``--roles`` it measures a prefill or a decode replica of ``examples/fleet-pd.yaml``'s P/D pools
