@@ -9,8 +9,8 @@ that is 0 for missing more idle than the service's best variant allows, also its
 own idle misses, which the search then brackets), which bound that is, the rate at which the four
 bounds share one budget of misses (``shared_capacity``) and both over the knee are printed.
 Synthetic mixed cases draw lognormal lengths (seeded) with the given means and sigmas; trace cases
-draw the (prompt, output) pairs of a trace in ``--data`` (those within the case's context). Issue 28's band for the ratio: 0.90-1.05,
-never above 1.05.
+draw the (prompt, output) pairs of a trace in ``--data`` (those within the case's context). Issue
+28's band for the ratio: 0.90-1.05, never above 1.05.
 
 With ``--roles`` it measures a prefill or a decode replica of ``examples/fleet-pd.yaml``'s P/D pools
 instead (``ROLE_CASES``): the role's model (``models.capacity_roles``) against the knee of a static P/D
