@@ -28,7 +28,9 @@ of the SLO stay within ``1 - attainment`` (default 1 %):
   ``ReplicaSpec.busy_period``, one replica: the wait's whole law, Pollaczek-Khinchine over the
   prompts' marginal, ``_pk_wait_sf``, since a few long prompts make the tail that the second moment
   alone leaves out; and the prompts queued behind a request fill its last prefill step's budget
-  left, so it waits for them too, ``_wait_to_miss``.)
+  left, so it waits for them too, ``_wait_to_miss``; its slack keeps no decode step for the first
+  token, which the simulator gives at the end of the last prefill step, and counts instead the decode
+  step in flight when the prefill queue is empty, ``_step_in_flight``.)
 * **max_num_seqs** (Little's law on the time in system ``T``). Each request holds one of
   ``max_num_seqs`` slots for ``T = S + L_out s``: an M/M/c queue with ``c = max_num_seqs`` and
   offered load ``lam T``; a request misses when its wait for a slot (Erlang C, decay ``(c - lam T) / T``)
@@ -324,7 +326,8 @@ class ReplicaSpec:
             period begun by the decode's own steps (``_busy_tail``: the decode lengthens with what
             rides in it, and each prefill riding joins its batch), and for one replica the TTFT bound
             takes the prefill queue's whole wait law over the prompts' marginal (``_pk_wait_sf``,
-            ``_wait_to_miss``); its TTFT and slot-wait misses are counted over the prompts' marginal
+            ``_wait_to_miss``; no decode step kept for the first token, the step in flight counted
+            instead, ``_step_in_flight``); its TTFT and slot-wait misses are counted over the prompts' marginal
             (``_ttft_miss``), and its capacity is the rate at which the four bounds share one budget
             (``replica_capacity``); False (default): the work arriving over a fixed window of ``D x
             itl_s``, an upper bound of it, Kingman's tail, and each bound its own budget

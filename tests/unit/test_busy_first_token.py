@@ -1,7 +1,8 @@
 """The busy-period form's TTFT slack against the simulator's step order: a request's first token comes
 at the end of its last prefill step, which an idle replica starts at once (no decode step more), and
 a loaded one after the decode step in flight (``models.capacity._step_in_flight``). Each against a
-value found without the model: the simulator itself, a hand calculation, and its knee.
+value found without the model: the simulator itself, a hand calculation, and its knee. And the knee's
+paired idle share (``autoscaler.knee.idle_twin``) against a count over its run's own requests.
 """
 
 from __future__ import annotations
@@ -93,3 +94,28 @@ def test_the_ttft_bound_case_is_within_the_band_of_the_knee() -> None:
           f"{model / measured:.3f}")
     assert 0.51 * model < measured < 2.49 * model
     assert 0.90 <= model / measured <= 1.05
+
+
+def test_a_paired_knee_subtracts_what_its_own_run_misses_idle() -> None:
+    # A fifth of the pairs have 30,000-token prompts, which an idle H100 cannot prefill within 0.5 s
+    # (by the profile's step times, below); the rest 1,000 tokens, well within it. One bisection step:
+    # the run is poisson_workload at the bracket's middle, and the target is 99 % less the share of
+    # that run's own requests with a long prompt, counted here request by request.
+    cfg = one_replica(load_config(ROOT / "examples" / "fleet.yaml"), "h100", kv_cache_tokens=400_000,
+                      max_num_seqs=256, max_num_batched_tokens=8192, ttft_s=0.5, max_model_len=32768)
+
+    def alone(p: int) -> float:
+        t, done = 0.0, 0
+        while done < p:
+            c = min(8192, p - done)
+            t += H100.step_time(c, 0, 0, prefill_pairs(done, c))
+            done += c
+        return t
+    assert alone(30_000) > 0.5 > alone(1000)
+    ins, outs = np.array([1000, 1000, 1000, 1000, 30_000]), np.array([50, 50, 50, 50, 50])
+    # the twin at 5 % of the lower end, 0.0005 req/s: 2,000 times as far apart, so no request waits
+    _, target = knee(cfg, ins, outs, 0.01, 1.99, steps=1, run_s=300.0, seed=4, paired_idle=True)
+    run = poisson_workload(1.0, ins, outs, 300.0, seed=4)
+    long = np.mean([r.input_tokens == 30_000 for r in run.requests])
+    assert 0.1 < long < 0.3
+    assert target == pytest.approx(0.99 - long, abs=1e-12)
