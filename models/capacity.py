@@ -736,14 +736,15 @@ def _ttft_slack(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, ttft_s: 
 
 
 def _step_in_flight(op: OperatingPoint, slack: np.ndarray, rho: float) -> np.ndarray:
-    """Share of each point's requests (busy-period form, one replica) that find the prefill queue empty
+    """Share of each point's requests (busy-period form) that find the prefill queue empty
     but a decode step in flight, and miss for waiting out the rest of it: a request arriving while the
     replica decodes waits for that step's end (vLLM schedules at step boundaries; the simulator cuts a
     decode run there, ``Replica._interrupt``), while one arriving behind prefill work has that wait in
     the prefill queue's already (Pollaczek-Khinchine's residual service). The prefill queue is empty
-    with probability ``1 - rho``; a sequence decodes with probability ``1 - exp(-decoding)`` (its
-    sequences taken as Poisson in number, an M/G/inf occupancy: 0 on an idle replica, so the idle
-    misses are the simulator's); the rest of a step is uniform on ``[0, s_d]``, so it outlasts a
+    with probability ``1 - rho`` (``rho``: the probability that an arrival waits, the prefill
+    utilisation on one replica, Erlang C for a pool); a sequence decodes with probability ``1 -
+    exp(-decoding)`` (its sequences taken as Poisson in number, an M/G/inf occupancy: 0 on an idle
+    replica, so the idle misses are the simulator's); the rest of a step is uniform on ``[0, s_d]``, so it outlasts a
     slack of ``z`` in ``[0, s_d)`` with probability ``1 - z / s_d``. (``slack``: seconds, per point;
     negative: counted as a miss elsewhere.)"""
     sd = op.decode_step_s
@@ -778,7 +779,10 @@ def _ttft_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float,
     if queue is None:
         return np.ones_like(mix.weights)
     wait, decay = queue
-    return np.where(slack < 0, 1.0, wait * np.exp(-decay * np.maximum(slack, 0.0)))
+    waits = np.where(slack < 0, 1.0, wait * np.exp(-decay * np.maximum(slack, 0.0)))
+    if spec.busy_period:  # its slack keeps no decode step (``_ttft_slack``): the step in flight instead
+        return np.minimum(waits + _step_in_flight(op, slack, wait), 1.0)
+    return waits
 
 
 def _prefill_queue(mix: RequestMix, service: np.ndarray, rate: float, replicas: int) -> tuple[float, float] | None:
