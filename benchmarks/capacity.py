@@ -3,21 +3,22 @@
 For each case (a GPU, engine settings, an SLO and a request mix), one replica serves Poisson
 arrivals for 20 minutes (longer where that is under 10,000 requests); bisection on the rate (from
 0.5 to 2.5 times the model's) finds the highest one served at 99 % interactive SLO attainment, less
-what it misses even idle (``autoscaler.knee``; on 20,000 requests where the model says it misses
-over 1 % idle). The model's capacity (its tightest bound; where that is 0 for missing more idle than
-the service's best variant allows, also its capacity over its own idle misses, which the search then
-brackets), which bound that is, the rate at which the four bounds share one budget of misses
-(``shared_capacity``) and both over the knee are printed. Synthetic mixed cases draw lognormal
-lengths (seeded) with the given means and sigmas; trace cases draw the (prompt, output) pairs of a
-trace in ``--data`` (those within the case's context). Issue 28's band for the ratio: 0.90-1.05,
-never above 1.05.
+what it misses even idle (``autoscaler.knee``; where the model says it misses over 1 % idle, what
+each run's own requests miss idle, ``paired_idle``). The model's capacity (its tightest bound; where
+that is 0 for missing more idle than the service's best variant allows, also its capacity over its
+own idle misses, which the search then brackets), which bound that is, the rate at which the four
+bounds share one budget of misses (``shared_capacity``) and both over the knee are printed.
+Synthetic mixed cases draw lognormal lengths (seeded) with the given means and sigmas; trace cases
+draw the (prompt, output) pairs of a trace in ``--data`` (those within the case's context). Issue
+28's band for the ratio: 0.90-1.05, never above 1.05.
 
 With ``--roles`` it measures a prefill or a decode replica of ``examples/fleet-pd.yaml``'s P/D pools
 instead (``ROLE_CASES``): the role's model (``models.capacity_roles``) against the knee of a static P/D
 fleet (``autoscaler.knee.pd_fleet``) of one replica of that role and enough of the other (four times
 the role's model over the other's) that only the measured one limits, rates of the whole service.
 
-    python benchmarks/capacity.py [--cases NAME ...] [--data ../shared/data] [--prefill-cap] [--busy-period] [--json]
+    python benchmarks/capacity.py [--cases NAME ...] [--data ../shared/data] [--prefill-cap] [--busy-period]
+        [--seed N] [--json]
     python benchmarks/capacity.py --roles [--cases NAME ...] [--data ../shared/data] [--json]
 """
 
@@ -55,10 +56,10 @@ from provenance import stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_REQUESTS = 10_000  # per simulation of the knee search: 1 % of them is 100 requests
-IDLE_MISSING = 0.01  # a mix the model says a replica misses more of than this idle (long prompts) ...
-IDLE_REQUESTS_MISSING = 20_000  # ... has its idle share measured on this many requests (+-0.25 points at
-# 14 %, where 2,000 give +-0.8: on ServeGen-day lengths an A100's misses grow ~0.5 points per 0.01 req/s,
-# so the idle share's noise alone moved its knee by ~30 %)
+IDLE_MISSING = 0.01  # a mix the model says a replica misses more of than this idle (long prompts) has each
+# run's idle share measured on its own requests (``knee(..., paired_idle=True)``): two independent draws of
+# 10,000-20,000 requests differ by +-0.4 points at 14 % idle misses (ServeGen-day lengths on an A100), and an
+# A100's misses grow ~0.5 points per 0.01 req/s there, so an idle share of its own draw moved its knee ~2x
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ def lengths(case: Case, data: Path, n: int = 20_000, seed: int = 1) -> tuple[np.
 
 
 def measure(name: str, data: Path, replicas: int = 1, prefill_cap: bool = False,
-            busy_period: bool = False) -> dict[str, Any]:
+            busy_period: bool = False, seed: int = 0) -> dict[str, Any]:
     case = CASES[name]
     cfg = fleet(case, replicas)
     spec = replace(ReplicaSpec.of(cfg.services[0].variants[0], cfg.engine), prefill_cap=prefill_cap,
@@ -197,8 +198,8 @@ def measure(name: str, data: Path, replicas: int = 1, prefill_cap: bool = False,
                                                            replicas=replicas).rps
     around = own if own > 0 else 0.5 * mean_itl_rate(spec, mix, itl_s)
     idle = idle_misses(spec, mix, case.ttft_s, itl_s)
-    measured, target = knee(cfg, ins, outs, 0.5 * around, 2.5 * around, steps=9, min_requests=MIN_REQUESTS,
-                            idle_requests=IDLE_REQUESTS_MISSING if idle > IDLE_MISSING else IDLE_REQUESTS)
+    measured, target = knee(cfg, ins, outs, 0.5 * around, 2.5 * around, steps=9, seed=seed,
+                            min_requests=MIN_REQUESTS, idle_requests=IDLE_REQUESTS, paired_idle=idle > IDLE_MISSING)
     return {"case": name, "model_rps": model.rps, "binding": model.binding, "knee_rps": measured,
             "target": target, "ratio": model.rps / measured, "shared_rps": shared, "shared_ratio": shared / measured,
             "own_floor_rps": own, "own_floor_ratio": own / measured, "model_idle_misses": idle,
@@ -223,6 +224,8 @@ def main() -> None:
     ap.add_argument("--busy-period", action="store_true",
                     help="the model's ITL bound takes the prefill riding in a decode as an M/G/1 busy period's work "
                          "(models.capacity.ReplicaSpec.busy_period)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="the knee's simulations' seed (arrivals and the pairs drawn; the lengths' own draw is fixed)")
     ap.add_argument("--json", action="store_true", help="print one JSON object per case")
     args = ap.parse_args()
     print(f"{Path(__file__).name}: {stamp()}", file=sys.stderr if args.json else sys.stdout, flush=True)
@@ -246,7 +249,7 @@ def main() -> None:
         return
     for name in names:
         t = time.perf_counter()
-        row = measure(name, args.data, args.replicas, args.prefill_cap, args.busy_period)
+        row = measure(name, args.data, args.replicas, args.prefill_cap, args.busy_period, args.seed)
         if args.json:
             print(json.dumps(row), flush=True)
         else:

@@ -28,7 +28,9 @@ of the SLO stay within ``1 - attainment`` (default 1 %):
   ``ReplicaSpec.busy_period``, one replica: the wait's whole law, Pollaczek-Khinchine over the
   prompts' marginal, ``_pk_wait_sf``, since a few long prompts make the tail that the second moment
   alone leaves out; and the prompts queued behind a request fill its last prefill step's budget
-  left, so it waits for them too, ``_wait_to_miss``.)
+  left, so it waits for them too, ``_wait_to_miss``; its slack keeps no decode step for the first
+  token, which the simulator gives at the end of the last prefill step, and counts instead the decode
+  step in flight when the prefill queue is empty, ``_step_in_flight``.)
 * **max_num_seqs** (Little's law on the time in system ``T``). Each request holds one of
   ``max_num_seqs`` slots for ``T = S + L_out s``: an M/M/c queue with ``c = max_num_seqs`` and
   offered load ``lam T``; a request misses when its wait for a slot (Erlang C, decay ``(c - lam T) / T``)
@@ -324,7 +326,8 @@ class ReplicaSpec:
             period begun by the decode's own steps (``_busy_tail``: the decode lengthens with what
             rides in it, and each prefill riding joins its batch), and for one replica the TTFT bound
             takes the prefill queue's whole wait law over the prompts' marginal (``_pk_wait_sf``,
-            ``_wait_to_miss``); its TTFT and slot-wait misses are counted over the prompts' marginal
+            ``_wait_to_miss``; no decode step kept for the first token, the step in flight counted
+            instead, ``_step_in_flight``); its TTFT and slot-wait misses are counted over the prompts' marginal
             (``_ttft_miss``), and its capacity is the rate at which the four bounds share one budget
             (``replica_capacity``); False (default): the work arriving over a fixed window of ``D x
             itl_s``, an upper bound of it, Kingman's tail, and each bound its own budget
@@ -723,9 +726,31 @@ def _itl_points(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float, r
 
 
 def _ttft_slack(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, ttft_s: float) -> tuple[np.ndarray, np.ndarray]:
-    """(prefill service time, time left for waiting) of each point, seconds."""
+    """(prefill service time, time left for waiting) of each point, seconds. The default form keeps a
+    whole decode step for the step in flight when a request arrives; the busy-period form keeps none
+    (its first token comes at the end of its last prefill step, and an idle replica starts that at
+    once: ``autoscaler.simulator.engine``), and counts the step in flight in ``_ttft_points``
+    (``_step_in_flight``)."""
     service = _prefill_s(spec, mix, op.decoding, op.decode_step_s)
-    return service, ttft_s - service - op.decode_step_s
+    return service, ttft_s - service - (0.0 if spec.busy_period else op.decode_step_s)
+
+
+def _step_in_flight(op: OperatingPoint, slack: np.ndarray, rho: float) -> np.ndarray:
+    """Share of each point's requests (busy-period form) that find the prefill queue empty
+    but a decode step in flight, and miss for waiting out the rest of it: a request arriving while the
+    replica decodes waits for that step's end (vLLM schedules at step boundaries; the simulator cuts a
+    decode run there, ``Replica._interrupt``), while one arriving behind prefill work has that wait in
+    the prefill queue's already (Pollaczek-Khinchine's residual service). The prefill queue is empty
+    with probability ``1 - rho`` (``rho``: the probability that an arrival waits, the prefill
+    utilisation on one replica, Erlang C for a pool); a sequence decodes with probability ``1 -
+    exp(-decoding)`` (its sequences taken as Poisson in number, an M/G/inf occupancy: 0 on an idle
+    replica, so the idle misses are the simulator's); the rest of a step is uniform on ``[0, s_d]``, so it outlasts a
+    slack of ``z`` in ``[0, s_d)`` with probability ``1 - z / s_d``. (``slack``: seconds, per point;
+    negative: counted as a miss elsewhere.)"""
+    sd = op.decode_step_s
+    decoding = 1.0 - math.exp(-op.decoding)
+    over = np.clip(1.0 - np.maximum(slack, 0.0) / sd, 0.0, 1.0) if sd > 0 else np.zeros_like(slack)
+    return (1.0 - rho) * decoding * np.where(slack < 0, 0.0, over)
 
 
 def _ttft_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float, replicas: int = 1,
@@ -747,12 +772,17 @@ def _ttft_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float,
             es = float(weights @ served)
             cs2 = float(weights @ (served * served)) / (es * es) - 1.0
             need = need * (1.0 + cs2) / (mix.arrival_scv + cs2)
-        return _pk_wait_sf(served, weights, rate, need)
+        waits = _pk_wait_sf(served, weights, rate, need)
+        rho = min(rate * float(weights @ served), 1.0)
+        return np.minimum(waits + _step_in_flight(op, slack, rho), 1.0)
     queue = _prefill_queue(mix, service, rate, replicas)
     if queue is None:
         return np.ones_like(mix.weights)
     wait, decay = queue
-    return np.where(slack < 0, 1.0, wait * np.exp(-decay * np.maximum(slack, 0.0)))
+    waits = np.where(slack < 0, 1.0, wait * np.exp(-decay * np.maximum(slack, 0.0)))
+    if spec.busy_period:  # its slack keeps no decode step (``_ttft_slack``): the step in flight instead
+        return np.minimum(waits + _step_in_flight(op, slack, wait), 1.0)
+    return waits
 
 
 def _prefill_queue(mix: RequestMix, service: np.ndarray, rate: float, replicas: int) -> tuple[float, float] | None:
