@@ -1100,7 +1100,7 @@ class MPCController(Controller):
         overdue: 1 counts a start still not ready ``OVERDUE_MARGIN_S`` past the start-up it can be sure of
             as capacity at risk (``starts_at_risk``): left out of its variant's ready path, and the variant
             ordering nothing more while it has one (``hold_orders``), so the plan orders on another variant;
-            the start is not cancelled. 0 (default): not (opt-in: on plain ``mpc`` it cost 9-15 % more on
+            the start is not cancelled. 0 (default): not (opt-in: on plain ``mpc`` it cost 6-15 % more on
             the fault suite's pending-pods for 0-0.1 point; docs/controllers.md, "Pending orders counted at
             risk").
         warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
