@@ -8,6 +8,9 @@ paired idle share (``autoscaler.knee.idle_twin``) against a count over its run's
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -170,3 +173,15 @@ def test_a_paired_knee_subtracts_what_its_own_run_misses_idle() -> None:
     long = np.mean([r.input_tokens == 30_000 for r in run.requests])
     assert 0.1 < long < 0.3
     assert target == pytest.approx(0.99 - long, abs=1e-12)
+
+
+@pytest.mark.parametrize(("args", "says"), [(["--roles", "--seed", "1"], "--roles cases run on their fixed seed"),
+                                            (["--seed", "-1"], "must be >= 0, got -1")])
+def test_the_capacity_benchmark_refuses_a_seed_it_cannot_use(args: list[str], says: str) -> None:
+    # --roles ran on its own fixed seed whatever --seed said, and a negative seed ended in numpy's
+    # traceback: both are now a one-line usage error (exit status 2) before anything runs.
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "capacity.py"), *args], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    assert done.returncode == 2
+    assert says in done.stderr
+    assert "Traceback" not in done.stderr
