@@ -152,7 +152,12 @@ def knee(cfg: FleetConfig, input_tokens: np.ndarray, output_tokens: np.ndarray, 
     share then comes from the same draw as the run's, so its sampling noise cancels (on ServeGen-day
     lengths an A100 misses 14 % idle, and two independent draws of 10,000-20,000 requests differ by
     +-0.4 points, nearly the whole 1 % budget); ``idle_requests`` is then unused, and the target
-    returned is the last run's twin's. False (default): one idle run for all.
+    returned is the last run's twin's. False (default): one idle run for all. Slow: the twin spans the
+    run's time stretched by ``mid / (IDLE_SHARE x lo_rps)`` (20-100x in a search from ``0.5x`` to
+    ``2.5x`` a rate), so each step simulates that much more idle time; on ServeGen-day lengths on an
+    A100 (``benchmarks/capacity.py``) a 9-step search had not ended after 76 minutes. Not fixed
+    (spacing the twin's requests by a fixed gap longer than the longest one's idle service would
+    bound it; docs/benchmarks.md).
 
     Raises:
         ValueError: ``0 < lo_rps < hi_rps`` does not hold, or ``steps`` or ``idle_requests`` < 1.

@@ -18,7 +18,7 @@ fleet (``autoscaler.knee.pd_fleet``) of one replica of that role and enough of t
 the role's model over the other's) that only the measured one limits, rates of the whole service.
 
     python benchmarks/capacity.py [--cases NAME ...] [--data ../shared/data] [--prefill-cap] [--busy-period]
-        [--seed N] [--json]
+        [--seed N (>= 0; not with --roles)] [--json]
     python benchmarks/capacity.py --roles [--cases NAME ...] [--data ../shared/data] [--json]
 """
 
@@ -224,8 +224,9 @@ def main() -> None:
     ap.add_argument("--busy-period", action="store_true",
                     help="the model's ITL bound takes the prefill riding in a decode as an M/G/1 busy period's work "
                          "(models.capacity.ReplicaSpec.busy_period)")
-    ap.add_argument("--seed", type=int, default=0,
-                    help="the knee's simulations' seed (arrivals and the pairs drawn; the lengths' own draw is fixed)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="the knee's simulations' seed, >= 0 (arrivals and the pairs drawn; the lengths' own draw is "
+                         "fixed; default 0); not with --roles")
     ap.add_argument("--json", action="store_true", help="print one JSON object per case")
     args = ap.parse_args()
     print(f"{Path(__file__).name}: {stamp()}", file=sys.stderr if args.json else sys.stdout, flush=True)
@@ -234,6 +235,11 @@ def main() -> None:
     wrong = [n for n in names if n not in table]
     if wrong:
         ap.error(f"--cases: {', '.join(wrong)} {'is not a --roles case' if args.roles else 'needs --roles'}")
+    if args.seed is not None and args.roles:
+        ap.error("--seed: the --roles cases run on their fixed seed (measure_role takes none)")
+    if args.seed is not None and args.seed < 0:
+        ap.error(f"--seed: must be >= 0, got {args.seed}")
+    seed = 0 if args.seed is None else args.seed
     if args.roles:
         for name in names:
             t = time.perf_counter()
@@ -249,7 +255,7 @@ def main() -> None:
         return
     for name in names:
         t = time.perf_counter()
-        row = measure(name, args.data, args.replicas, args.prefill_cap, args.busy_period, args.seed)
+        row = measure(name, args.data, args.replicas, args.prefill_cap, args.busy_period, seed)
         if args.json:
             print(json.dumps(row), flush=True)
         else:

@@ -30,7 +30,9 @@ of the SLO stay within ``1 - attainment`` (default 1 %):
   alone leaves out; and the prompts queued behind a request fill its last prefill step's budget
   left, so it waits for them too, ``_wait_to_miss``; its slack keeps no decode step for the first
   token, which the simulator gives at the end of the last prefill step, and counts instead the decode
-  step in flight when the prefill queue is empty, ``_step_in_flight``.)
+  step in flight when the prefill queue is empty, ``_step_in_flight``. The max_num_seqs bound reads
+  the same slack, so in this form its slot wait drops the decode step too, with nothing in its place:
+  not examined against the simulator.)
 * **max_num_seqs** (Little's law on the time in system ``T``). Each request holds one of
   ``max_num_seqs`` slots for ``T = S + L_out s``: an M/M/c queue with ``c = max_num_seqs`` and
   offered load ``lam T``; a request misses when its wait for a slot (Erlang C, decay ``(c - lam T) / T``)
@@ -327,7 +329,8 @@ class ReplicaSpec:
             rides in it, and each prefill riding joins its batch), and for one replica the TTFT bound
             takes the prefill queue's whole wait law over the prompts' marginal (``_pk_wait_sf``,
             ``_wait_to_miss``; no decode step kept for the first token, the step in flight counted
-            instead, ``_step_in_flight``); its TTFT and slot-wait misses are counted over the prompts' marginal
+            instead, ``_step_in_flight``; the slot-wait bound, on the same slack, drops the step with
+            nothing in its place, not examined); its TTFT and slot-wait misses are counted over the prompts' marginal
             (``_ttft_miss``), and its capacity is the rate at which the four bounds share one budget
             (``replica_capacity``); False (default): the work arriving over a fixed window of ``D x
             itl_s``, an upper bound of it, Kingman's tail, and each bound its own budget
@@ -730,7 +733,8 @@ def _ttft_slack(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, ttft_s: 
     whole decode step for the step in flight when a request arrives; the busy-period form keeps none
     (its first token comes at the end of its last prefill step, and an idle replica starts that at
     once: ``autoscaler.simulator.engine``), and counts the step in flight in ``_ttft_points``
-    (``_step_in_flight``)."""
+    (``_step_in_flight``). ``_seqs_points`` reads this slack too, so the busy-period form's slot-wait
+    bound drops the decode step with nothing in its place (not examined against the simulator)."""
     service = _prefill_s(spec, mix, op.decoding, op.decode_step_s)
     return service, ttft_s - service - (0.0 if spec.busy_period else op.decode_step_s)
 
@@ -919,7 +923,8 @@ def _pk_mean_wait(service: np.ndarray, weights: np.ndarray, rate: float) -> floa
 def _seqs_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float,
                  op: OperatingPoint | None = None) -> np.ndarray:
     """Share of each point's requests missing the TTFT target at ``rate`` waiting for a batch slot;
-    ``op`` as ``_ttft_points``'."""
+    ``op`` as ``_ttft_points``'. Its slack is ``_ttft_slack``'s: in the busy-period form without the
+    decode step, and no step in flight added here (unlike ``_ttft_points``; not examined)."""
     op = operating_point(spec, mix, rate) if op is None else op
     load = op.concurrency
     if load >= spec.max_num_seqs:

@@ -8,6 +8,9 @@ paired idle share (``autoscaler.knee.idle_twin``) against a count over its run's
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -24,6 +27,7 @@ from models.capacity import (
     RequestMix,
     _step_in_flight,
     _ttft_miss,
+    _ttft_points,
     _work,
     replica_capacity,
 )
@@ -68,6 +72,56 @@ def test_the_step_in_flight_by_hand() -> None:
     # an idle replica (nothing decoding) has no step in flight
     idle = replace(op, decoding=0.0)
     assert _step_in_flight(idle, np.array([0.0, 0.005]), 0.0) == pytest.approx([0.0, 0.0])
+
+
+def _one_prompt_at_a_full_budget() -> tuple[ReplicaSpec, RequestMix, OperatingPoint, float]:
+    # One prompt length, 8,000 tokens, and 192 sequences decoding: the step's prefill budget left is
+    # 8,192 - 192 = 8,000 tokens, so the prompt prefills in one step that it fills alone (no room for
+    # the prompts queued behind it, ``_wait_to_miss``: its wait to miss is its slack itself). Its
+    # service by the profile's numbers: a (P + k P (P + 1) / 2) and one decode step of 30 ms.
+    spec = ReplicaSpec(H100, 256, 8192, 16, 400_000, busy_period=True)
+    mix = RequestMix(np.array([8000.0]), np.array([50.0]), np.array([1.0]))
+    op = OperatingPoint(rate_rps=1.0, step_s=0.04, decode_step_s=0.03, decoding=192.0, prefill_s=0.5,
+                        time_in_system_s=2.0, concurrency=200.0, kv_tokens=1e6)
+    p = 8000.0
+    service = H100.prefill_s_per_token * (p + H100.attention_tokens_per_pair * p * (p + 1) / 2) + 0.03
+    return spec, mix, op, service
+
+
+def test_one_replica_s_ttft_miss_adds_the_step_in_flight_to_the_wait_by_hand() -> None:
+    # The prefill queue is M/D/1 (service D, above) at rho = 0.5; the TTFT target leaves a slack of
+    # half a decode step (t = 15 ms < D). Erlang's M/D/1 waiting-time law below one service time:
+    # P(W <= t) = (1 - rho) e^(lam t). A request finding the queue empty (1 - rho) and a sequence
+    # decoding (1 - e^-192) waits out the rest of the step in flight, uniform on [0, 30 ms]: past
+    # 15 ms with probability 1/2.
+    spec, mix, op, service = _one_prompt_at_a_full_budget()
+    rho, sd = 0.5, 0.03
+    rate = rho / service
+    slack = sd / 2
+    wait = 1.0 - (1.0 - rho) * math.exp(rate * slack)
+    in_flight = (1.0 - rho) * (1.0 - math.exp(-192.0)) * (1.0 - slack / sd)
+    got = _ttft_points(spec, mix, rate, service + slack, op=op)
+    assert got == pytest.approx([wait + in_flight], abs=1e-5)  # PK_CELLS cells of the residual
+    assert in_flight > 0.2  # what leaving the step in flight out would lose
+
+
+def test_a_pool_s_ttft_miss_adds_the_step_in_flight_to_the_wait_by_hand() -> None:
+    # Four replicas pooled, each at rho = 0.6 (offered load 2.4 Erlangs): the probability of waiting
+    # is Erlang C by its textbook sum, the wait's tail decays at 2 c (1 - rho) / (D (ca^2 + cs^2))
+    # (Kingman; ca^2 = 1, cs^2 = 0 for one service time). A quarter-step slack: a request finding no
+    # wait (1 - C) and a sequence decoding outlasts it in the step in flight with probability 3/4.
+    spec, mix, op, service = _one_prompt_at_a_full_budget()
+    c, rho, sd = 4, 0.6, 0.03
+    rate = rho / service
+    load = c * rho
+    top = load ** c / math.factorial(c) * c / (c - load)
+    erlang_c = top / (sum(load ** k / math.factorial(k) for k in range(c)) + top)
+    slack = sd / 4
+    wait = erlang_c * math.exp(-2.0 * c * (1.0 - rho) / service * slack)
+    in_flight = (1.0 - erlang_c) * (1.0 - math.exp(-192.0)) * (1.0 - slack / sd)
+    got = _ttft_points(spec, mix, rate, service + slack, replicas=c, op=op)
+    assert got == pytest.approx([wait + in_flight], rel=1e-9)
+    assert in_flight > 0.3
 
 
 def test_the_idle_twin_serves_the_same_requests_spaced_out() -> None:
@@ -119,3 +173,15 @@ def test_a_paired_knee_subtracts_what_its_own_run_misses_idle() -> None:
     long = np.mean([r.input_tokens == 30_000 for r in run.requests])
     assert 0.1 < long < 0.3
     assert target == pytest.approx(0.99 - long, abs=1e-12)
+
+
+@pytest.mark.parametrize(("args", "says"), [(["--roles", "--seed", "1"], "--roles cases run on their fixed seed"),
+                                            (["--seed", "-1"], "must be >= 0, got -1")])
+def test_the_capacity_benchmark_refuses_a_seed_it_cannot_use(args: list[str], says: str) -> None:
+    # --roles ran on its own fixed seed whatever --seed said, and a negative seed ended in numpy's
+    # traceback: both are now a one-line usage error (exit status 2) before anything runs.
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "capacity.py"), *args], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    assert done.returncode == 2
+    assert says in done.stderr
+    assert "Traceback" not in done.stderr
