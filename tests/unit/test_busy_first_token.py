@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from support.idle_prefill import idle_prefill_s
 from support.paths import ROOT
 
 from autoscaler.config.loading import load_config
@@ -158,14 +159,7 @@ def test_a_paired_knee_subtracts_what_its_own_run_misses_idle() -> None:
     cfg = one_replica(load_config(ROOT / "examples" / "fleet.yaml"), "h100", kv_cache_tokens=400_000,
                       max_num_seqs=256, max_num_batched_tokens=8192, ttft_s=0.5, max_model_len=32768)
 
-    def alone(p: int) -> float:
-        t, done = 0.0, 0
-        while done < p:
-            c = min(8192, p - done)
-            t += H100.step_time(c, 0, 0, prefill_pairs(done, c))
-            done += c
-        return t
-    assert alone(30_000) > 0.5 > alone(1000)
+    assert idle_prefill_s(H100, 30_000) > 0.5 > idle_prefill_s(H100, 1000)
     ins, outs = np.array([1000, 1000, 1000, 1000, 30_000]), np.array([50, 50, 50, 50, 50])
     # the twin at 5 % of the lower end, 0.0005 req/s: 2,000 times as far apart, so no request waits
     _, target = knee(cfg, ins, outs, 0.01, 1.99, steps=1, run_s=300.0, seed=4, paired_idle=True)

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from support.idle_prefill import idle_prefill_s
 
 from models.capacity import (
     UNLOADED,
@@ -25,7 +26,7 @@ from models.capacity import (
     replica_capacity,
     shared_capacity,
 )
-from models.profiles import get_profile, prefill_pairs
+from models.profiles import get_profile
 
 A100 = get_profile("llama-3-8b/a100-80gb")
 H100 = get_profile("llama-3-8b/h100-sxm")
@@ -38,17 +39,8 @@ def test_idle_ttft_misses_over_the_prompt_marginal_match_a_brute_force_count() -
     outs = np.clip(np.rint(rng.lognormal(math.log(200), 1.0, 20_000)), 1, None)
     mix = RequestMix.from_requests(ins, outs)
     busy = ReplicaSpec(A100, 256, 8192, 16, 2_000_000, busy_period=True)
-    # Brute force: each prompt alone on an idle replica prefills in chunks of 8,192 tokens, each step
-    # the profile's step time for its chunk and the attention pairs it forms at its position; its first
-    # token comes at the end of the last (the simulator's order: an idle replica starts the step at once).
-    def alone(p: int) -> float:
-        t, done = 0.0, 0
-        while done < p:
-            c = min(8192, p - done)
-            t += A100.step_time(c, 0, 0, prefill_pairs(done, c))
-            done += c
-        return t
-    brute = float(np.mean([alone(int(p)) > 2.0 for p in ins]))
+    # Brute force: each prompt alone on an idle replica, chunked at 8,192 tokens (support.idle_prefill).
+    brute = float(np.mean([idle_prefill_s(A100, int(p)) > 2.0 for p in ins]))
     idle = UNLOADED / _work(busy, mix)
     over_marginal = _ttft_miss(busy, mix, idle, 2.0)
     assert 0.05 < brute < 0.25
