@@ -1896,8 +1896,10 @@ class MPCController(Controller):
             aggregated = {v.name for v in svc.variants}
             desired.update(hold_downs_while_rising({n: k for n, k in desired.items() if n in aggregated}, current,
                                                    mem.rates, RISE_SPAN_S, self.window_s))
+        gap_held = False
         if self.gap:  # pools too: a window of partial rates misreads every pool's demand as well
-            desired = hold_downs_after_gap(desired, current, mem.resumed_s, est.time_s, self.window_s)
+            kept = hold_downs_after_gap(desired, current, mem.resumed_s, est.time_s, self.window_s)
+            gap_held, desired = kept != desired, kept
         silent = silent_pods(est)
         if silent:  # a ready pod that reports nothing may be serving anything: none goes meanwhile
             desired = {name: max(n, current.get(name, 0)) for name, n in desired.items()}
@@ -1934,6 +1936,8 @@ class MPCController(Controller):
         why = (f"mpc: plan for {demand[0]:.1f} req/s now, up to {demand.max():.1f} within "
                f"{self.horizon * dt:g} s" + ("; recovering from a loss" if inputs.recovering else "")
                + (f"; no scale-down while {silent} ready pod(s) report nothing" if silent else "")
+               + (f"; no scale-down within {self.window_s:g} s of the rates' return after a gap" if gap_held
+                  else "")
                + (f"; sheds {shed[0]:.1f} req/s now, up to {shed.max():.1f}" if shed is not None and shed.max() > 0
                   else "")
                + (f"; prefill/decode pools serve {pools[0]:.1f} req/s now" if pools is not None else "")

@@ -81,8 +81,10 @@ def test_the_controller_keeps_its_replicas_through_the_first_window_after_an_out
         b = off.decide(estimate(t, 3.125), SVC)
         assert b.desired["h100"] < 2
         assert a.desired["h100"] == 2
+        assert "after a gap" in a.reason and "after a gap" not in b.reason
     a = on.decide(estimate(675.0, 3.125), SVC)
     assert a.desired["h100"] < 2
+    assert "after a gap" not in a.reason
 
 
 def test_gap_is_0_or_1() -> None:
