@@ -42,7 +42,8 @@ without) and each ``decide`` reads its part:
 - no ready replica is removed before the controller has seen ``hold_s`` of arrival rates (its first
   window is all it knows of the load), nor while the service recovers from a loss; with ``rise=1``
   (opt-in) no aggregated replica goes while the last ``RISE_SPAN_S`` of arrival rates rise
-  (``hold_downs_while_rising``);
+  (``hold_downs_while_rising``); with ``gap=1`` (opt-in) none goes for a signal window after the rates
+  come back from a gap longer than the window (a Prometheus back from an outage: ``hold_downs_after_gap``);
 - a service that lost replicas it did not ask to remove (a crash, an eviction) is recovering for a
   cold start plus the guard's cool-down: meanwhile no plan removes a ready replica; nor a pool replica,
   ready or starting, while the service misses its SLO (``controllers.pid_rules.slo_missed``) and for
@@ -496,6 +497,56 @@ def hold_downs_while_rising(desired: Mapping[str, int], current: Mapping[str, in
     return out
 
 
+def resumed_after_gap(last_s: float | None, now_s: float, window_s: float, resumed_s: float | None) -> float | None:
+    """``gap=1``: when the arrival rates came back after the last gap longer than the signal window
+    (seconds on the loop's clock), updated with the rate read at ``now_s``: ``now_s`` where the last
+    rate read before it (``last_s``; None: none yet, the loop's start, which is no gap) is more than
+    ``window_s`` older, else ``resumed_s`` unchanged.
+
+    A rate the source could not give (Prometheus down: the loop holds on the failed queries and the
+    controller reads nothing) for longer than the window leaves Prometheus with no sample inside the
+    window when it is back: ``rate()`` over the window then counts the arrivals since the restart and
+    divides by the whole window (``extrapolatedRate``, prometheus/promql/functions.go, v2.x; e.g. two
+    samples 5 s apart ending a 60-s range: the increase over 5 s, extended by half a sample interval
+    toward the range's start, over 60 s: (5 + 2.5) / 60, an eighth of the rate), while the history
+    query still says a whole window is held (its subquery's steps inside the gap find the last sample
+    before it, within Prometheus's 5-minute lookback). A gap no longer than the window keeps a sample
+    before it in the range, and the counter's increase across the gap is counted: the rate is right.
+
+    Raises:
+        ValueError: ``window_s`` not > 0, or ``last_s`` after ``now_s``.
+    """
+    if not 0 < window_s < math.inf or (last_s is not None and last_s > now_s):
+        raise ValueError(f"resumed_after_gap: need window_s > 0 and last_s <= now_s, got {window_s}, {last_s}, "
+                         f"{now_s}")
+    if last_s is not None and now_s - last_s > window_s:
+        return now_s
+    return resumed_s
+
+
+def hold_downs_after_gap(desired: Mapping[str, int], current: Mapping[str, int], resumed_s: float | None,
+                         now_s: float, window_s: float) -> dict[str, int]:
+    """``gap=1``: ``desired`` with every scale-down held at ``current`` while the rates read since the
+    last gap (``resumed_after_gap``: they came back at ``resumed_s``, None: no gap) span less than a
+    signal window ``window_s`` (seconds): until then each is over a window that may hold only the
+    samples since the source came back (a lower bound, read as the load). Prometheus came back at or
+    before ``resumed_s`` (the first rate read after it), so the first window read wholly after the
+    gap is at ``resumed_s + window_s`` or earlier. Measured on the fault suite's
+    prometheus-outage-live (docs/controllers.md, "After a metrics gap"): the first rate read
+    after the 250-s outage was 2.4 req/s under a load of 25-30, and the candidate removed two of its
+    three replicas on it.
+
+    Raises:
+        ValueError: ``window_s`` not > 0.
+    """
+    if not 0 < window_s < math.inf:
+        raise ValueError(f"hold_downs_after_gap: window_s must be > 0, got {window_s}")
+    out = dict(desired)
+    if resumed_s is not None and now_s - resumed_s < window_s:
+        out.update({n: current.get(n, 0) for n in desired if desired[n] < current.get(n, 0)})
+    return out
+
+
 OVERDUE_MARGIN_S = 15.0
 """Seconds past its expected start-up a start may take before ``overdue=1`` counts it at risk
 (``starts_at_risk``): one 15-s tick, the grid the loop reads a pod's readiness on (the start itself is
@@ -553,6 +604,7 @@ class _ServiceMemory:
     hold_s: float = DEFAULT_HOLD_S  # the hold used this tick
     short: deque[tuple[float, float]] = field(default_factory=deque)  # (time, arrivals/s over its tick): ``floor``
     floor_rps: float | None = None  # this tick's burst floor (``floor``)
+    resumed_s: float | None = None  # gap: when the rates came back after the last gap longer than the window
     pool: int = 1  # replicas the capacities were pooled over this tick (``corrected_weights``)
     hold_measured_s: float = -math.inf  # when the hold was last measured
     last_applied: dict[str, int] = field(default_factory=dict)
@@ -1103,6 +1155,11 @@ class MPCController(Controller):
             the start is not cancelled. 0 (default): not (opt-in: on plain ``mpc`` it cost 6-15 % more on
             the fault suite's pending-pods for 0-0.1 point; docs/controllers.md, "Pending orders counted at
             risk").
+        gap: 1 holds every scale-down (pools too) for a signal window after the arrival rates come back
+            from a gap longer than the window (``resumed_after_gap``, ``hold_downs_after_gap``): a
+            Prometheus back from an outage holds no sample before the restart in the window, and its
+            rates read low until a whole window has passed. 0 (default): not (opt-in, issue 28;
+            docs/controllers.md, "After a metrics gap").
         warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
             last plan moved on by the ticks since (``models.planning.PlanProblem.start``); 0
             (default) through scipy without a start: measured, the start did not shorten the solve
@@ -1155,7 +1212,8 @@ class MPCController(Controller):
                  shed_weight: float = DEFAULT_SHED_WEIGHT,
                  pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0, busy: int = 0,
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
-                 floor: int = 0, rise: int = 0, overdue: int = 0, name: str = "mpc") -> None:
+                 floor: int = 0, rise: int = 0, overdue: int = 0, gap: int = 0,
+                 name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
@@ -1180,7 +1238,7 @@ class MPCController(Controller):
                              f"int_blocks={int_blocks}, warm={warm}")
         for option, x in (("warm", warm), ("joint_warm", joint_warm), ("pd_scale", pd_scale), ("cover", cover),
                           ("trend", trend), ("floor", floor), ("rise", rise),
-                          ("overdue", overdue)):
+                          ("overdue", overdue), ("gap", gap)):
             if x not in (0, 1):
                 raise ValueError(f"{name}: {option} must be 0 or 1, got {x}")
         if burst not in (0, 1) or cap not in (0, 1):
@@ -1248,6 +1306,7 @@ class MPCController(Controller):
         self.floor = bool(floor)
         self.rise = bool(rise)
         self.overdue = bool(overdue)
+        self.gap = bool(gap)
         self.shed = bool(shed)
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
@@ -1674,6 +1733,9 @@ class MPCController(Controller):
         mem = self.memory.setdefault(svc.name, _ServiceMemory())
         recovering = self._recovering(est, svc, mem)
         mem.first_s = est.time_s if mem.first_s is None else mem.first_s
+        if self.gap:  # before the rates are trimmed: a gap longer than their history is one too
+            last_s = mem.rates[-1][0] if mem.rates else None
+            mem.resumed_s = resumed_after_gap(last_s, est.time_s, self.window_s, mem.resumed_s)
         mem.rates = [(t, r) for t, r in mem.rates if t > est.time_s - HOLD_HISTORY_S] + [(est.time_s, new_rps)]
         if self.hold_s is None and (self.hold == "measured" or (self.hold == "auto" and self.hedge == "measured")):
             if est.time_s - mem.hold_measured_s >= HOLD_EVERY_S:
@@ -1834,6 +1896,10 @@ class MPCController(Controller):
             aggregated = {v.name for v in svc.variants}
             desired.update(hold_downs_while_rising({n: k for n, k in desired.items() if n in aggregated}, current,
                                                    mem.rates, RISE_SPAN_S, self.window_s))
+        gap_held = False
+        if self.gap:  # pools too: a window of partial rates misreads every pool's demand as well
+            kept = hold_downs_after_gap(desired, current, mem.resumed_s, est.time_s, self.window_s)
+            gap_held, desired = kept != desired, kept
         silent = silent_pods(est)
         if silent:  # a ready pod that reports nothing may be serving anything: none goes meanwhile
             desired = {name: max(n, current.get(name, 0)) for name, n in desired.items()}
@@ -1870,6 +1936,8 @@ class MPCController(Controller):
         why = (f"mpc: plan for {demand[0]:.1f} req/s now, up to {demand.max():.1f} within "
                f"{self.horizon * dt:g} s" + ("; recovering from a loss" if inputs.recovering else "")
                + (f"; no scale-down while {silent} ready pod(s) report nothing" if silent else "")
+               + (f"; no scale-down within {self.window_s:g} s of the rates' return after a gap" if gap_held
+                  else "")
                + (f"; sheds {shed[0]:.1f} req/s now, up to {shed.max():.1f}" if shed is not None and shed.max() > 0
                   else "")
                + (f"; prefill/decode pools serve {pools[0]:.1f} req/s now" if pools is not None else "")

@@ -24,6 +24,8 @@ measured burstiness (``models.arrivals``), ``cap=1`` counts that a step prefills
 ``tick / (tick + ttft)`` (``controllers.burst_floor``); ``rise=1`` holds every aggregated scale-down
 while the last two minutes' rates rise (``hold_downs_while_rising``); ``overdue=1`` counts a start still not ready a
 margin past its start-up as capacity at risk and orders on another variant (``controllers.mpc.starts_at_risk``);
+``gap=1`` holds every scale-down for a signal window after the rates come back from a gap longer than the
+window (``controllers.mpc.hold_downs_after_gap``: a Prometheus back from an outage reads low meanwhile);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
 ``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time, and ``time_limit=S`` sets that
 time (10 s; raised for simulation only); ``int_blocks=K`` keeps
@@ -341,7 +343,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     coverage=Param(float, 0.0, high=0.999), cover=Param(int, 0, closed=True, high=1),
                     trend=Param(int, 0, closed=True, high=1), floor=Param(int, 0, closed=True, high=1),
                     rise=Param(int, 0, closed=True, high=1),
-                    overdue=Param(int, 0, closed=True, high=1)), _mpc),
+                    overdue=Param(int, 0, closed=True, high=1),
+                    gap=Param(int, 0, closed=True, high=1)), _mpc),
 }
 NAMES = tuple(_SPECS)
 NEEDS: dict[str, dict[str, tuple[str, int | float | str]]] = {
