@@ -24,6 +24,8 @@ measured burstiness (``models.arrivals``), ``cap=1`` counts that a step prefills
 ``tick / (tick + ttft)`` (``controllers.burst_floor``); ``rise=1`` holds every aggregated scale-down
 while the last two minutes' rates rise (``hold_downs_while_rising``); ``overdue=1`` counts a start still not ready a
 margin past its start-up as capacity at risk and orders on another variant (``controllers.mpc.starts_at_risk``);
+``pending=1`` does so at once for the starts of a variant whose pod has been unschedulable for a tick
+(``controllers.mpc.pending_at_risk``, on ``VariantObservation.unschedulable_s``);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
 ``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time, and ``time_limit=S`` sets that
 time (10 s; raised for simulation only); ``int_blocks=K`` keeps
@@ -341,7 +343,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     coverage=Param(float, 0.0, high=0.999), cover=Param(int, 0, closed=True, high=1),
                     trend=Param(int, 0, closed=True, high=1), floor=Param(int, 0, closed=True, high=1),
                     rise=Param(int, 0, closed=True, high=1),
-                    overdue=Param(int, 0, closed=True, high=1)), _mpc),
+                    overdue=Param(int, 0, closed=True, high=1), pending=Param(int, 0, closed=True, high=1)), _mpc),
 }
 NAMES = tuple(_SPECS)
 NEEDS: dict[str, dict[str, tuple[str, int | float | str]]] = {
