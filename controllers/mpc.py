@@ -555,8 +555,8 @@ def pending_at_risk(seen_s: Sequence[float], unschedulable_s: float | None, now_
     ``VariantObservation.unschedulable_s``), every start first seen at or after ``now_s -
     unschedulable_s`` (``seen_s``: first-seen times, seconds, oldest first), and the newest start at
     least. That pod is the oldest Pending one, so a start seen before it appeared was placed (it is
-    loading); those after it may be Pending too (a node of the kind freed for an older pod would not be
-    left for a newer one), and the observation does not say which, so all are counted. A start ordered
+    loading); the newer ones may be Pending too (the observation gives the longest wait, not which pods
+    wait), so all are counted. A start ordered
     one tick before the Pending pod may be counted with it (its first-seen time is the Pending pod's
     order time): a replica ordered elsewhere, never a cancel. None (unknown), below the grace, or no
     start: none at risk; unknown is never read as 0 nor as unschedulable.
