@@ -254,6 +254,14 @@ class VariantObservation:
     ``unavailable`` True: the variant's new pods cannot be placed (Pending past
     ``kubernetes.pending_timeout_s``, no GPU of its kind free); the loop then caps it at its ready
     replicas, so the controllers give its demand to the other variants, until the mark lifts.
+
+    ``unschedulable_s``: seconds the longest-unschedulable pod of the variant has been so (Pending,
+    ``PodScheduled`` False with reason ``Unschedulable``: no node can take it), 0.0 when none is; None
+    when the source cannot tell (a metrics source alone, the pods not read, a variant already marked
+    ``unavailable`` whose pods the Kubernetes adapter does not read again). The simulator's source counts
+    from the pod's creation; the Kubernetes adapter on the daemon's own clock from when it first saw the
+    pod unschedulable (``autoscaler.adapters.workloads.base``), so live it is the lower of the two. None is
+    never read as 0: a controller that uses it (``mpc:pending=1``) does nothing on None.
     """
 
     ready: int
@@ -262,6 +270,7 @@ class VariantObservation:
     signals: Signals = field(default_factory=Signals)
     counts_known: bool = True
     unavailable: bool = False
+    unschedulable_s: float | None = None
 
     @property
     def current(self) -> int:

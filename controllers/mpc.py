@@ -39,6 +39,9 @@ without) and each ``decide`` reads its part:
   ``overdue=1`` (opt-in) a start still not ready a tick past the start-up it can be sure of is left out,
   and its variant orders nothing more meanwhile (``starts_at_risk``, ``hold_orders``: a Pending pod that
   never schedules is no capacity, long before ``kubernetes.pending_timeout_s`` gives its variant up);
+  with ``pending=1`` (opt-in) the starts a pod of the variant has been unschedulable for
+  ``PENDING_GRACE_S`` are at risk at once, from the observation's ``unschedulable_s``
+  (``pending_at_risk``), with the same consequences;
 - no ready replica is removed before the controller has seen ``hold_s`` of arrival rates (its first
   window is all it knows of the load), nor while the service recovers from a loss; with ``rise=1``
   (opt-in) no aggregated replica goes while the last ``RISE_SPAN_S`` of arrival rates rise
@@ -584,6 +587,42 @@ def starts_at_risk(seen_s: Sequence[float], sure_s: Sequence[float], now_s: floa
         raise ValueError(f"starts_at_risk: need one start-up >= 0 per start and a margin >= 0, got {len(seen_s)} "
                          f"starts, start-ups {list(sure_s)}, margin {margin_s}")
     return [now_s - t > x + margin_s for t, x in zip(seen_s, sure_s, strict=True)]
+
+
+PENDING_GRACE_S = 15.0
+"""Seconds a pod of a variant must have been seen unschedulable before ``pending=1`` counts its starts at
+risk (``pending_at_risk``): one 15-s tick. The simulator's source counts a Pending replica's wait from
+its order, so a start ordered at tick T is at risk at the first tick it is seen (T + 15); the Kubernetes
+adapter counts from the first read that saw the pod unschedulable (the tick the start is first seen), so
+live it is at risk one tick later (T + 30). A pod the scheduler leaves Pending that briefly (a node
+freeing up) costs one replica ordered elsewhere, never a cancel. Not tuned: chosen before any run as the
+shortest wait two reads can show."""
+
+
+def pending_at_risk(seen_s: Sequence[float], unschedulable_s: float | None, now_s: float,
+                    grace_s: float = PENDING_GRACE_S) -> list[bool]:
+    """Which starts of one variant are at risk at ``now_s`` because a pod of it cannot be placed: when its
+    longest-unschedulable pod has been so ``unschedulable_s`` >= ``grace_s`` (seconds,
+    ``VariantObservation.unschedulable_s``), every start first seen at or after ``now_s -
+    unschedulable_s`` (``seen_s``: first-seen times, seconds, oldest first), and the newest start at
+    least. That pod is the oldest Pending one, so a start seen before it appeared was placed (it is
+    loading); the newer ones may be Pending too (the observation gives the longest wait, not which pods
+    wait), so all are counted. A start ordered
+    one tick before the Pending pod may be counted with it (its first-seen time is the Pending pod's
+    order time): a replica ordered elsewhere, never a cancel. None (unknown), below the grace, or no
+    start: none at risk; unknown is never read as 0 nor as unschedulable.
+
+    Raises:
+        ValueError: a negative grace or wait.
+    """
+    if grace_s < 0 or (unschedulable_s is not None and not unschedulable_s >= 0):
+        raise ValueError(f"pending_at_risk: need a grace >= 0 and a wait >= 0 or None, got {grace_s} and "
+                         f"{unschedulable_s}")
+    if unschedulable_s is None or unschedulable_s < grace_s or not seen_s:
+        return [False] * len(seen_s)
+    out = [t >= now_s - unschedulable_s for t in seen_s]
+    out[-1] = True
+    return out
 
 
 @dataclass
@@ -1160,6 +1199,11 @@ class MPCController(Controller):
             Prometheus back from an outage holds no sample before the restart in the window, and its
             rates read low until a whole window has passed. 0 (default): not (opt-in, issue 28;
             docs/controllers.md, "After a metrics gap").
+        pending: 1 counts the starts of a variant whose pod has been unschedulable for ``PENDING_GRACE_S``
+            (``VariantObservation.unschedulable_s``; nothing on None) as capacity at risk at once
+            (``pending_at_risk``), with ``overdue=1``'s consequences (left out of the ready path,
+            ``hold_orders``); with ``overdue=1`` too, a start is at risk by either rule. 0 (default): not
+            (opt-in; docs/controllers.md, "Starts whose pods cannot be placed").
         warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
             last plan moved on by the ticks since (``models.planning.PlanProblem.start``); 0
             (default) through scipy without a start: measured, the start did not shorten the solve
@@ -1212,7 +1256,7 @@ class MPCController(Controller):
                  shed_weight: float = DEFAULT_SHED_WEIGHT,
                  pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0, busy: int = 0,
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
-                 floor: int = 0, rise: int = 0, overdue: int = 0, gap: int = 0,
+                 floor: int = 0, rise: int = 0, overdue: int = 0, gap: int = 0, pending: int = 0,
                  name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
@@ -1238,7 +1282,7 @@ class MPCController(Controller):
                              f"int_blocks={int_blocks}, warm={warm}")
         for option, x in (("warm", warm), ("joint_warm", joint_warm), ("pd_scale", pd_scale), ("cover", cover),
                           ("trend", trend), ("floor", floor), ("rise", rise),
-                          ("overdue", overdue), ("gap", gap)):
+                          ("overdue", overdue), ("gap", gap), ("pending", pending)):
             if x not in (0, 1):
                 raise ValueError(f"{name}: {option} must be 0 or 1, got {x}")
         if burst not in (0, 1) or cap not in (0, 1):
@@ -1307,6 +1351,7 @@ class MPCController(Controller):
         self.rise = bool(rise)
         self.overdue = bool(overdue)
         self.gap = bool(gap)
+        self.pending = bool(pending)
         self.shed = bool(shed)
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
@@ -1392,27 +1437,31 @@ class MPCController(Controller):
     def _ready_by_step(self, est: ServiceEstimate, v: Variant, mem: _ServiceMemory) -> tuple[np.ndarray, int]:
         """Replicas of ``v`` ready by each step from today's replicas alone (none for a variant the
         estimate does not show), shape (horizon,), and how many of its starts are at risk (0 without
-        ``overdue=1``; ``_starts_at_risk``); that many of the oldest starts are left out."""
+        ``overdue=1`` or ``pending=1``; ``_starts_at_risk``): the oldest ones ``overdue=1`` calls at risk
+        and the newest ones ``pending=1`` does are left out."""
         obs = observed(est, v.name)
         seen = mem.seen_starting.setdefault(v.name, [])
         while len(seen) > obs.starting:  # the oldest starts became ready (or were removed)
             seen.pop(0)
         while len(seen) < obs.starting:
             seen.append(est.time_s)
-        risky = self._starts_at_risk(est, v, obs, mem) if self.overdue else 0
+        old, new = self._starts_at_risk(est, v, obs, mem) if self.overdue or self.pending else (0, 0)
         warm_left = v.warm_nodes
         ready = np.full(self.horizon, float(obs.ready))
         for i, first_seen in enumerate(seen):
             startup = v.startup_warm_s if warm_left > 0 else v.startup_cold_s
             warm_left -= 1
-            if i < risky:
+            if i < old or i >= len(seen) - new:
                 continue
             left = max(0.0, first_seen + startup - est.time_s)
             ready[min(self.horizon, math.ceil(left / self.tick_s)):] += 1
-        return ready, risky
+        return ready, min(len(seen), old + new)
 
-    def _starts_at_risk(self, est: ServiceEstimate, v: Variant, obs: VariantObservation, mem: _ServiceMemory) -> int:
-        """``overdue=1``: how many of ``v``'s starts are at risk (``starts_at_risk``), on a bookkeeping of
+    def _starts_at_risk(self, est: ServiceEstimate, v: Variant, obs: VariantObservation,
+                        mem: _ServiceMemory) -> tuple[int, int]:
+        """How many of ``v``'s oldest starts ``overdue=1`` calls at risk (``starts_at_risk``; 0 without it)
+        and how many of its newest ``pending=1`` does (``pending_at_risk`` on the observation's
+        ``unschedulable_s``; 0 without it), on a bookkeeping of
         its own: the oldest starts are dropped as replicas turn ready and as the count of starts falls, and
         each new one gets its sure start-up when first seen (``sure_startup``), the replicas that may hold a
         warm node counted as the most of the last tick's live ones and today's ready, draining and older
@@ -1435,7 +1484,10 @@ class MPCController(Controller):
             seen.append(est.time_s)
             new += 1
         mem.live[v.name] = obs.ready + obs.starting + obs.draining
-        return sum(starts_at_risk(seen, sure, est.time_s, OVERDUE_MARGIN_S))
+        old = sum(starts_at_risk(seen, sure, est.time_s, OVERDUE_MARGIN_S)) if self.overdue else 0
+        # seen is oldest first, so pending_at_risk's flags are the newest starts
+        newest = sum(pending_at_risk(seen, obs.unschedulable_s, est.time_s)) if self.pending else 0
+        return old, newest
 
     def _recovering(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> bool:
         """True while the service recovers from a loss: fewer replicas than were applied last tick."""

@@ -56,8 +56,9 @@ not written at all when it already holds the same content written less than the 
 ``PendingPods`` reads each variant's pods (selected as its connector says) and marks a variant
 ``unavailable`` while pods of it have been unschedulable (``PodScheduled`` False, reason
 ``Unschedulable``) for ``kubernetes.pending_timeout_s``, for ``kubernetes.pending_retry_s``;
-``ClusterSource`` lays that over a Prometheus observation. A failed read marks nothing (unknown is
-not unavailable).
+``ClusterSource`` lays that over a Prometheus observation, with the seconds the variant's
+longest-unschedulable pod has been so (``VariantObservation.unschedulable_s``, on the daemon's clock;
+None where the pods were not read). A failed read marks nothing (unknown is not unavailable).
 
 Reads from a watch cache (``kubernetes.watch``, off by default): ``watch_cache`` builds one
 ``WorkloadCache`` (``autoscaler.adapters.workloads.cache``: a LIST then a WATCH per resource, in a
@@ -754,23 +755,32 @@ class PendingPods:
                     failed: FailedReads | None = None) -> bool:
         """Whether the variant is marked unavailable now (marking it when its pods have been
         unschedulable for ``pending_timeout_s``); ``state`` and ``failed`` as ``unschedulable_for``."""
+        return self.read(service, variant, state, failed)[0]
+
+    def read(self, service: str, variant: str, state: WorkloadState | None = None,
+             failed: FailedReads | None = None) -> tuple[bool, float | None]:
+        """``(unavailable, unschedulable_s)``: whether the variant is marked unavailable now (as
+        ``unavailable``) and the seconds its longest-unschedulable pod has been so (``unschedulable_for``:
+        0.0 when none is; None when the pods could not be read, or not read because the variant is
+        marked already: a marked variant's pods are not read again until the mark lifts)."""
         key = (service, variant)
         now = self.clock()
         if self.marks.marked(key, now):
-            return True
+            return True, None
         stuck = self.unschedulable_for(service, variant, state, failed)
         if self.marks.mark_if_stuck(key, stuck, now):
             log.warning("%s/%s: pods unschedulable for %.0f s: unavailable for %g s, its demand goes to the other "
                         "variants", service, variant, stuck, self.kube.pending_retry_s)
-            return True
-        return False
+            return True, stuck
+        return False, stuck
 
 
 class ClusterSource:
     """A ``MetricsSource``: ``source``'s observation with each variant's replica counts read from the
     API server (the connector's desired and ready replicas: ready, and starting = wanted - ready,
     Pending pods included) where it answers, for every kind, and the variants ``pods`` marks
-    unavailable. kube-state-metrics, through Prometheus, lags the API server by a scrape or more
+    unavailable, with each variant's longest-unschedulable pod's seconds (``unschedulable_s``; None
+    where its pods were not read). kube-state-metrics, through Prometheus, lags the API server by a scrape or more
     (and has no series for custom resources): a count read from it can turn a scale-up into an
     absolute write below what the workload already has. ``states`` keeps each variant's last read
     (the daemon exports it). A variant whose watch cache is stale (``CacheStale``) has its counts
@@ -820,13 +830,14 @@ class ClusterSource:
                     if (name, v) in self.stale:  # missing data: the loop holds, never reads it as 0
                         vo.counts_known = False
                     vo.unavailable = self.pods.marks.marked((name, v), self.pods.clock())
+                    vo.unschedulable_s = None
                     continue
                 self.states[(name, v)] = state
                 counted = self.counts(name, v, state)
                 if counted is not None:
                     vo.ready, vo.starting = counted
                     vo.counts_known = True
-                vo.unavailable = self.pods.unavailable(name, v, state, failed)
+                vo.unavailable, vo.unschedulable_s = self.pods.read(name, v, state, failed)
         failed.flush()
         return observations
 

@@ -50,7 +50,9 @@ counting its aggregated variants' pods takes ``controllers.base.aggregated_pods`
 Faults: a pod for which ``silent(replica, now)`` is true is not scraped (its target is down, or it
 emits nothing yet), so its series goes stale as a removed pod's does. A variant whose replicas have
 stayed Pending (``simulator.unschedulable``) for ``kubernetes.pending_timeout_s`` is marked
-``unavailable`` by the daemon's rule (``autoscaler.loop.observe.PendingMarks``).
+``unavailable`` by the daemon's rule (``autoscaler.loop.observe.PendingMarks``); every variant's
+observation, a pool's too, carries how long its longest-Pending replica has waited
+(``VariantObservation.unschedulable_s``, from the replica's creation; 0.0 when none waits).
 
 ``SimAdmissionSink`` hands a decision's admission thresholds to each service's gateway.
 """
@@ -154,6 +156,13 @@ class _PodSeries:
     times: deque[float] = field(default_factory=deque)
     counters: deque[np.ndarray] = field(default_factory=deque)
     gauges: deque[tuple[float, ...]] = field(default_factory=deque)
+
+
+def _unschedulable_s(replicas: list[Replica], variant: str, now: float) -> float:
+    """Seconds (``now`` minus its creation) the longest-Pending replica of ``variant`` has waited for a node
+    (``simulator.unschedulable``: provisioning, not placed yet at ``now``); 0.0 when none is waiting."""
+    return max((now - r.created_s for r in replicas
+                if r.variant == variant and r.state == PROVISIONING and r.scheduled_s > now), default=0.0)
 
 
 class SimMetricsSource:
@@ -290,11 +299,11 @@ class SimMetricsSource:
             for vname in svc.variants:
                 c = svc.counts(vname)
                 mine = [r for r in scraped if r.variant == vname]
-                stuck = max((now - r.created_s for r in svc.replicas
-                             if r.variant == vname and r.state == PROVISIONING and r.scheduled_s > now), default=0.0)
+                stuck = _unschedulable_s(svc.replicas, vname, now)
                 variants[vname] = VariantObservation(c.ready, c.starting, c.draining, self._signals(mine, pod_rates),
                                                      unavailable=self.pending is not None
-                                                     and self.pending.mark_if_stuck((name, vname), stuck, now))
+                                                     and self.pending.mark_if_stuck((name, vname), stuck, now),
+                                                     unschedulable_s=stuck)
             pools = {}
             for role, pool in (("prefill", svc.pd.prefill), ("decode", svc.pd.decode)) if svc.pd is not None else ():
                 pool_variants = {}
@@ -302,7 +311,8 @@ class SimMetricsSource:
                     c = svc.counts(v.name)
                     pool_variants[v.name] = VariantObservation(
                         c.ready, c.starting, c.draining,
-                        self._signals([r for r in scraped if r.variant == v.name], pod_rates))
+                        self._signals([r for r in scraped if r.variant == v.name], pod_rates),
+                        unschedulable_s=_unschedulable_s(svc.replicas, v.name, now))
                 pools[role] = PoolObservation(role, self._signals([r for r in scraped if r.role == role], pod_rates),
                                               pool_variants)
             # rates and latencies over the pods that finish requests (a remote-prefilled request would

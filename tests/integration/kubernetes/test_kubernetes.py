@@ -429,6 +429,53 @@ def test_replica_counts_come_from_the_api_server(cluster, fleet) -> None:
     assert (vo.ready, vo.starting) == (4, 0)
 
 
+def test_the_observation_carries_how_long_the_variants_pods_have_been_unschedulable(cluster, make_fleet) -> None:
+    """``VariantObservation.unschedulable_s`` from the pods' ``PodScheduled`` condition as the API
+    server serves it, timed on the daemon's clock from the first read that saw the pod so; 0.0 with no
+    such pod; None (never 0) when the pods cannot be read, or are not read because the variant is
+    marked unavailable."""
+    from autoscaler.adapters.kubernetes import ClusterSource, PendingPods
+    from autoscaler.state import ServiceObservation, Signals, VariantObservation
+
+    class Prom:
+        def observe(self, now: float) -> dict[str, ServiceObservation]:
+            return {"svc": ServiceObservation("svc", now, Signals(), {"h100": VariantObservation(ready=1, starting=1)})}
+
+    doc = make_fleet(2, min_replicas=0, max_replicas=8).model_dump(mode="json", exclude_unset=True)
+    cfg = parse_config({**doc, "kubernetes": {"namespace": NS, "pending_timeout_s": 300, "pending_retry_s": 900}},
+                       "<test>")
+    core = client.CoreV1Api(cluster.api())
+    labels = {"app": "svc-h100"}
+    core.create_namespaced_pod(NS, pod("svc-h100-a", labels, "Running"))
+    now = [500.0]
+    src = ClusterSource(Prom(), PendingPods(cfg.kubernetes, cfg.services, cluster.api(), clock=lambda: now[0]),
+                        cluster.api())
+    assert src.observe(0.0)["svc"].variants["h100"].unschedulable_s == 0.0  # a pod, none unschedulable
+    core.create_namespaced_pod(NS, pod("svc-h100-b", labels, "Pending", "2026-12-01T10:00:00Z"))
+    core.create_namespaced_pod(NS, pod("svc-h100-c", labels, "Pending"))  # Pending, not (yet) unschedulable
+    now[0] = 515.0
+    assert src.observe(0.0)["svc"].variants["h100"].unschedulable_s == 0.0  # first seen so now
+    now[0] = 545.0
+    vo = src.observe(0.0)["svc"].variants["h100"]
+    assert (vo.unschedulable_s, vo.unavailable) == (pytest.approx(30.0), False)
+    core.create_namespaced_pod(NS, pod("svc-h100-d", labels, "Pending", "2026-12-01T10:05:00Z"))
+    now[0] = 560.0
+    assert src.observe(0.0)["svc"].variants["h100"].unschedulable_s == pytest.approx(45.0)  # the longest
+    core.delete_namespaced_pod("svc-h100-b", NS)  # scheduled or gone: the younger one is the longest now
+    now[0] = 575.0
+    assert src.observe(0.0)["svc"].variants["h100"].unschedulable_s == pytest.approx(15.0)
+    cluster.emu.down = True  # nothing read: unknown, not 0
+    vo = src.observe(0.0)["svc"].variants["h100"]
+    assert vo.unschedulable_s is None and not vo.unavailable
+    cluster.emu.down = False
+    now[0] = 975.0  # d, first seen so at 560 s, stays: 415 s >= pending_timeout_s 300 marks the variant
+    vo = src.observe(0.0)["svc"].variants["h100"]
+    assert vo.unavailable and vo.unschedulable_s == pytest.approx(415.0)
+    now[0] += 15  # marked: the pods are not read again, so the age is unknown
+    vo = src.observe(0.0)["svc"].variants["h100"]
+    assert vo.unavailable and vo.unschedulable_s is None
+
+
 @pytest.mark.parametrize(("kube", "message"), [
     ({"admission_configmap": "cm-{svc}"}, "may hold only the placeholder {service}"),
     ({"admission_configmap": "CM_{service}"}, "is not a valid Kubernetes object name"),
