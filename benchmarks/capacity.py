@@ -17,9 +17,10 @@ instead (``ROLE_CASES``): the role's model (``models.capacity_roles``) against t
 fleet (``autoscaler.knee.pd_fleet``) of one replica of that role and enough of the other (four times
 the role's model over the other's) that only the measured one limits, rates of the whole service.
 
-    python benchmarks/capacity.py [--cases NAME ...] [--data ../shared/data] [--prefill-cap] [--busy-period]
-        [--seed N (>= 0; not with --roles)] [--json]
+    python benchmarks/capacity.py [--cases NAME ...] [--data ../shared/data] [--replicas N (>= 1)] [--prefill-cap]
+        [--busy-period] [--seed N (>= 0)] [--json]
     python benchmarks/capacity.py --roles [--cases NAME ...] [--data ../shared/data] [--json]
+        (--replicas, --prefill-cap, --busy-period and --seed are refused with --roles)
 """
 
 from __future__ import annotations
@@ -216,14 +217,15 @@ def main() -> None:
                     help="measure one prefill or decode replica of examples/fleet-pd.yaml's pools (ROLE_CASES)")
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data",
                     help="folder holding the traces the trace cases name")
-    ap.add_argument("--replicas", type=int, default=1,
-                    help="replicas behind the least-loaded router (rates per replica; the model pooled as many)")
+    ap.add_argument("--replicas", type=int, default=None,
+                    help="replicas behind the least-loaded router, >= 1 (rates per replica; the model pooled as many; "
+                         "default 1); not with --roles")
     ap.add_argument("--prefill-cap", action="store_true",
                     help="the model's ITL bound counts that a step prefills at most its token budget "
-                         "(models.capacity.ReplicaSpec.prefill_cap)")
+                         "(models.capacity.ReplicaSpec.prefill_cap); not with --roles")
     ap.add_argument("--busy-period", action="store_true",
                     help="the model's ITL bound takes the prefill riding in a decode as an M/G/1 busy period's work "
-                         "(models.capacity.ReplicaSpec.busy_period)")
+                         "(models.capacity.ReplicaSpec.busy_period); not with --roles")
     ap.add_argument("--seed", type=int, default=None,
                     help="the knee's simulations' seed, >= 0 (arrivals and the pairs drawn; the lengths' own draw is "
                          "fixed; default 0); not with --roles")
@@ -239,6 +241,15 @@ def main() -> None:
         ap.error("--seed: the --roles cases run on their fixed seed (measure_role takes none)")
     if args.seed is not None and args.seed < 0:
         ap.error(f"--seed: must be >= 0, got {args.seed}")
+    if args.roles:
+        # measure_role takes none of these: each would be silently ignored
+        given = [flag for flag, on in (("--replicas", args.replicas is not None), ("--prefill-cap", args.prefill_cap),
+                                       ("--busy-period", args.busy_period)) if on]
+        if given:
+            ap.error(f"{', '.join(given)}: not with --roles (the P/D role models take no such option)")
+    if args.replicas is not None and args.replicas < 1:
+        ap.error(f"--replicas: must be >= 1, got {args.replicas}")
+    replicas = 1 if args.replicas is None else args.replicas
     seed = 0 if args.seed is None else args.seed
     if args.roles:
         for name in names:
@@ -255,7 +266,7 @@ def main() -> None:
         return
     for name in names:
         t = time.perf_counter()
-        row = measure(name, args.data, args.replicas, args.prefill_cap, args.busy_period, seed)
+        row = measure(name, args.data, replicas, args.prefill_cap, args.busy_period, seed)
         if args.json:
             print(json.dumps(row), flush=True)
         else:

@@ -169,12 +169,23 @@ def test_a_paired_knee_subtracts_what_its_own_run_misses_idle() -> None:
     assert target == pytest.approx(0.99 - long, abs=1e-12)
 
 
-@pytest.mark.parametrize(("args", "says"), [(["--roles", "--seed", "1"], "--roles cases run on their fixed seed"),
-                                            (["--seed", "-1"], "must be >= 0, got -1")])
-def test_the_capacity_benchmark_refuses_a_seed_it_cannot_use(args: list[str], says: str) -> None:
-    # --roles ran on its own fixed seed whatever --seed said, and a negative seed ended in numpy's
-    # traceback: both are now a one-line usage error (exit status 2) before anything runs.
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "capacity.py"), *args], capture_output=True,
+@pytest.mark.parametrize(("args", "says"), [
+    (["--roles", "--seed", "1"], "--roles cases run on their fixed seed"),
+    (["--seed", "-1"], "must be >= 0, got -1"),
+    (["--roles", "--replicas", "2"], "--replicas: not with --roles"),
+    (["--roles", "--prefill-cap"], "--prefill-cap: not with --roles"),
+    (["--roles", "--busy-period"], "--busy-period: not with --roles"),
+    (["--roles", "--replicas", "1", "--prefill-cap", "--busy-period"], "--replicas, --prefill-cap, --busy-period: not"),
+    (["--replicas", "0"], "--replicas: must be >= 1, got 0")])
+def test_the_capacity_benchmark_refuses_options_it_cannot_use(args: list[str], says: str) -> None:
+    # --roles ran on its own fixed seed whatever --seed said and measured its P/D roles whatever
+    # --replicas, --prefill-cap or --busy-period said (measure_role takes none of them), and a negative
+    # seed ended in numpy's traceback: each is now a one-line usage error (exit status 2) before anything
+    # runs (an explicit --replicas 1 too: the flag is refused, not its value). A trace case on a folder
+    # that does not exist: code that let a refused option through fails at once (the trace is missing),
+    # not after a whole measurement.
+    fast = ["--cases", "prefill, azure-code trace", "--data", str(ROOT / "no-such-folder")] if "--roles" in args else []
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "capacity.py"), *args, *fast], capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
     assert done.returncode == 2
     assert says in done.stderr
