@@ -192,11 +192,17 @@ feasibility tolerance is 1e-7; the rounded plans are whole numbers and sums of t
 
 def default_blocks(steps: int) -> list[int]:
     """First step (0-based) of each block: lengths 1, 1, 1, 1, 2, 2, 4, 4, then 8 until ``steps``."""
+    return list(_default_starts(steps))
+
+
+@functools.cache
+def _default_starts(steps: int) -> tuple[int, ...]:
+    """``default_blocks(steps)``, made once per horizon (a solve asks for it a thousand times)."""
     starts, k, lengths = [], 0, [1, 1, 1, 1, 2, 2, 4, 4]
     while k < steps:
         starts.append(k)
         k += lengths.pop(0) if lengths else 8
-    return starts
+    return tuple(starts)
 
 
 @dataclass(frozen=True)
@@ -680,18 +686,19 @@ def _usage(problem: PlanProblem, keys: Sequence[str | None]) -> sparse.csr_array
     """GPUs held per (limit, block): row ``ki * blocks + b`` sums ``gpus_per_replica n[v,b]`` over the
     variants of GPU type ``keys[ki]`` (None: of any type)."""
     idx = _Index(problem)
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
+    rows, cols, vals = [], [], []
+    blocks = np.arange(idx.nb)
     for ki, key in enumerate(keys):
         for i, svc in enumerate(problem.services):
             for j, v in enumerate(svc.variants):
                 if key is None or v.gpu == key:
-                    first = idx.var(i, j, N, 0)
-                    rows.extend(range(ki * idx.nb, (ki + 1) * idx.nb))
-                    cols.extend(range(first, first + idx.nb))
-                    vals.extend([float(v.gpus_per_replica)] * idx.nb)
-    return sparse.csr_array((vals, (rows, cols)), shape=(len(keys) * idx.nb, idx.size))
+                    rows.append(ki * idx.nb + blocks)
+                    cols.append(idx.var(i, j, N, 0) + blocks)
+                    vals.append(np.full(idx.nb, float(v.gpus_per_replica)))
+    if not rows:
+        return sparse.csr_array(([], ([], [])), shape=(len(keys) * idx.nb, idx.size))
+    return sparse.csr_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                            shape=(len(keys) * idx.nb, idx.size))
 
 
 HULL_COLUMNS = 200
@@ -1383,10 +1390,13 @@ def _highs_lp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: n
     lp.col_upper_ = np.broadcast_to(bounds.ub, (n_col,)).astype(np.float64)
     lp.row_lower_ = np.asarray(cons.lb, dtype=np.float64)
     lp.row_upper_ = np.asarray(cons.ub, dtype=np.float64)
-    lp.a_matrix_.start_ = a.indptr
-    lp.a_matrix_.index_ = a.indices
-    lp.a_matrix_.value_ = a.data.astype(np.float64)
-    lp.integrality_ = [_var_type(i) for i in np.asarray(integral, dtype=np.uint8).tolist()]
+    # as lists: the matrix's vectors take Python numbers 2-3x faster than a NumPy array's (the same values)
+    lp.a_matrix_.start_ = a.indptr.tolist()
+    lp.a_matrix_.index_ = a.indices.tolist()
+    lp.a_matrix_.value_ = a.data.astype(np.float64).tolist()
+    kinds = np.asarray(integral, dtype=np.uint8)
+    lp.integrality_ = ([_var_type(0)] * n_col if not kinds.any()  # an LP: every column continuous
+                       else [_var_type(i) for i in kinds.tolist()])
     return lp
 
 
@@ -1548,6 +1558,7 @@ def _round_tail(problem: PlanProblem, c: np.ndarray, x: np.ndarray, cons: Linear
     idx = _Index(problem)
     k = idx.integer_blocks
     best, best_cost = None, math.inf
+    tried = set()  # roundings already weighed: another threshold often rounds every count alike
     for threshold in ROUNDING:
         counts = {}
         for i, svc in enumerate(problem.services):
@@ -1558,6 +1569,10 @@ def _round_tail(problem: PlanProblem, c: np.ndarray, x: np.ndarray, cons: Linear
                 down = np.floor(tail + FEASIBLE_TOL)
                 counts[i, j] = np.concatenate([np.rint(n[:k]), np.where(tail - down > max(threshold, FEASIBLE_TOL),
                                                                         down + 1, down)])
+        seen = b"".join(n.tobytes() for n in counts.values())
+        if seen in tried:  # the same plan, cost and feasibility as before: it changes nothing
+            continue
+        tried.add(seen)
         rounded = _complete(problem, counts)
         cost = float(c @ rounded)
         if cost < best_cost - 1e-12 and _feasible(rounded, cons, bounds):

@@ -1,5 +1,5 @@
 """The planner's model as commit c5ad9fc built it, row by row (``models.planning._build``,
-``_mir_rows`` and ``_Rows`` copied verbatim, only renamed), kept as the reference the faster build is
+``_mir_rows``, ``_usage`` and ``_Rows`` copied verbatim, only renamed), kept as the reference the faster build is
 checked against to the bit (``tests/unit/test_planning_build.py``): the same objective, bounds,
 integrality, row bounds and matrix (its indices and values), so HiGHS gets the same model and gives
 the same plan."""
@@ -29,7 +29,6 @@ from models.planning import (
     _limits,
     _strengthened,
     _tuned,
-    _usage,
 )
 
 
@@ -223,7 +222,7 @@ def old_build(problem: PlanProblem, limits: bool, caps: Mapping[str | None, np.n
     cons = rows.constraint(idx.size)
     keys = list(caps) if caps is not None else _limit_keys(problem)
     if keys:
-        usage = _usage(problem, keys)
+        usage = old_usage(problem, keys)
         if caps is not None:
             ub = np.concatenate([np.asarray(caps[key], dtype=float) for key in keys])
         else:
@@ -231,3 +230,21 @@ def old_build(problem: PlanProblem, limits: bool, caps: Mapping[str | None, np.n
         cons = LinearConstraint(sparse.vstack([cons.A, usage], format="csr"),
                                 np.concatenate([cons.lb, np.full(len(ub), -np.inf)]), np.concatenate([cons.ub, ub]))
     return c, cons, Bounds(lo, hi), integral
+
+
+def old_usage(problem: PlanProblem, keys: Sequence[str | None]) -> sparse.csr_array:
+    """GPUs held per (limit, block): row ``ki * blocks + b`` sums ``gpus_per_replica n[v,b]`` over the
+    variants of GPU type ``keys[ki]`` (None: of any type)."""
+    idx = _Index(problem)
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    for ki, key in enumerate(keys):
+        for i, svc in enumerate(problem.services):
+            for j, v in enumerate(svc.variants):
+                if key is None or v.gpu == key:
+                    first = idx.var(i, j, N, 0)
+                    rows.extend(range(ki * idx.nb, (ki + 1) * idx.nb))
+                    cols.extend(range(first, first + idx.nb))
+                    vals.extend([float(v.gpus_per_replica)] * idx.nb)
+    return sparse.csr_array((vals, (rows, cols)), shape=(len(keys) * idx.nb, idx.size))

@@ -1,7 +1,8 @@
 """The planner's model built in bulk (``models.planning._build``: the block rows from one pattern per
 block count, the step limits and the valid inequalities of a service's steps at once) against the
 row-by-row build of commit c5ad9fc (``tests.support.old_build``, its code verbatim): the same objective,
-bounds, integrality, row bounds and matrix to the bit (indices, values and their dtypes), so HiGHS gets
+bounds, integrality, row bounds and matrix to the bit (indices, values and their dtypes; the GPU rows
+``_usage`` makes too), so HiGHS gets
 the same model and the same plan, on random problems that reach every kind of row (shedding, prefill/
 decode pools with and without a ratio, fractional ready counts, blocks of other lengths, relaxed
 blocks, the caps a decomposed solve sets, the blocks' lengths as step weights, the hull rows, with
@@ -14,7 +15,7 @@ import dataclasses
 import numpy as np
 import pytest
 from scipy import sparse
-from support.old_build import OldRows, old_build
+from support.old_build import OldRows, old_build, old_usage
 
 from models import planning
 from models.planning import PlanProblem, PlanService, PlanVariant
@@ -106,6 +107,14 @@ def test_the_bulk_build_is_the_row_by_row_build_to_the_bit() -> None:
         assert_same_model(planning._build(problem, True, caps), old_build(problem, True, caps))
         blocked, weights = planning._blocked(problem)
         assert_same_model(planning._build(blocked, True, weights=weights), old_build(blocked, True, weights=weights))
+        for svc in problem.services:  # each service's own GPU rows (the decomposition's), every type asked
+            sub = dataclasses.replace(problem, services=[svc])
+            new_use = planning._usage(sub, ["A100", "GH200", "H100", None])
+            old_use = old_usage(sub, ["A100", "GH200", "H100", None])
+            for x, y in ((new_use.indptr, old_use.indptr), (new_use.indices, old_use.indices),
+                         (new_use.data, old_use.data)):
+                assert x.dtype == y.dtype and x.tobytes() == y.tobytes()
+            assert new_use.shape == old_use.shape
     assert seen == {"shed", "pools", "ratio", "no limit", "fractional", "blocks", "relaxed", "hull", "strengthened"}
 
 
