@@ -125,6 +125,10 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
   (``_direct_milp``: the same model, options and answer, to the bit, 2-3 ms less per call), and a
   decomposed solve keeps each service's LP relaxation in HiGHS, so its second LP, with more GPUs,
   starts from the first's basis (``_WarmLp``: 5 dual simplex iterations against 277).
+- The model built in bulk (``_build``): each variant's block rows from one pattern per block count
+  (``_block_rows``), a service's step limits and valid inequalities from its steps at once, the rows
+  kept as arrays; the same model to the bit as the row-by-row build it replaced
+  (``tests/unit/test_planning_build.py``), half the time.
 - The coordinator from the last tick's basis (``PlanProblem.warm_coordinator``, opt-in): the
   decomposition's coordinator LP solved from the final basis of the last tick's
   (``Plan.coordinator_basis``), where the LP has the same shape and rows (``CoordinatorBasis``): at
