@@ -108,7 +108,12 @@ def _peak_rate(t: list[float], window_s: float) -> float:
 
 def workload_mix(svc: Service, workload: AnyWorkload) -> RequestMix | None:
     """The request mix of the requests ``svc`` accepts (``max_model_len``), None when there are none."""
-    _, ins, outs = served_columns(workload, svc.max_model_len)
+    return _mix(served_columns(workload, svc.max_model_len))
+
+
+def _mix(columns: tuple[np.ndarray, np.ndarray, np.ndarray]) -> RequestMix | None:
+    """``workload_mix`` of ``served_columns``' arrays."""
+    _, ins, outs = columns
     if not ins.size:
         return None
     return RequestMix.from_requests(ins, outs)
@@ -139,18 +144,29 @@ def peak_provisioning(svc: Service, engine: EngineConfig, workload: AnyWorkload)
                          peak_rate_rps(workload, max_model_len=svc.max_model_len))
 
 
-def opening_rate_rps(workload: AnyWorkload, window_s: float = 300.0, max_model_len: int | None = None) -> float:
+OPENING_WINDOW_S = 300.0
+"""The opening traffic a steady start provisions for: the workload's first this many seconds (``opening_rate_rps``)."""
+
+
+def opening_rate_rps(workload: AnyWorkload, window_s: float = OPENING_WINDOW_S,
+                     max_model_len: int | None = None) -> float:
     """Peak 60-s arrival rate (``peak_rate_rps``) of the served requests in the workload's first
     ``window_s`` seconds, requests/s (0 for an empty workload)."""
+    t0 = _first_arrival_s(workload)
+    if t0 is None:
+        return 0.0
+    return _opening_rate(served_columns(workload, max_model_len)[0], t0, window_s)
+
+
+def _first_arrival_s(workload: AnyWorkload) -> float | None:
+    """The arrival time of the workload's first request, seconds (None: it has none)."""
     if isinstance(workload, WorkloadStream):
-        if not workload.count:
-            return 0.0
-        t0 = float(workload.arrival_s[0])
-    else:
-        if not workload.requests:
-            return 0.0
-        t0 = workload.requests[0].arrival_s
-    arrivals = served_columns(workload, max_model_len)[0]
+        return float(workload.arrival_s[0]) if workload.count else None
+    return workload.requests[0].arrival_s if workload.requests else None
+
+
+def _opening_rate(arrivals: np.ndarray, t0: float, window_s: float) -> float:
+    """``opening_rate_rps`` of the served arrival times ``arrivals`` (s) of a workload starting at ``t0``."""
     return _peak_rate(arrivals[arrivals - t0 < window_s].tolist(), PEAK_WINDOW_S)
 
 
@@ -158,5 +174,9 @@ def steady_start_fleet(svc: Service, engine: EngineConfig, workload: AnyWorkload
     """Replicas per variant of a fleet that has been serving ``workload``'s opening traffic a while:
     ``provision_for`` its opening rate (``opening_rate_rps``) with the mean ITL at ``mean_itl_s`` (the
     PID's setpoint x the ITL SLO); where every adaptive controller starts in simulation."""
-    opening = opening_rate_rps(workload, max_model_len=svc.max_model_len)
-    return provision_for(svc, engine, workload_mix(svc, workload), opening, mean_itl_s)
+    # opening_rate_rps and workload_mix from one read of the served columns (issue 33: each read walks
+    # every request in Python; a run's setup read them twice)
+    t0 = _first_arrival_s(workload)
+    columns = served_columns(workload, svc.max_model_len)
+    opening = 0.0 if t0 is None else _opening_rate(columns[0], t0, OPENING_WINDOW_S)
+    return provision_for(svc, engine, _mix(columns), opening, mean_itl_s)

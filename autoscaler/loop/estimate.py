@@ -21,7 +21,15 @@ from collections import deque
 from dataclasses import replace
 
 from autoscaler.config import SLO, Service
-from autoscaler.state import DERIVED, ServiceEstimate, ServiceObservation, Signals
+from autoscaler.state import (
+    DERIVED,
+    FORECAST_NAMES,
+    PRIORITY_NAMES,
+    SIGNALS,
+    ServiceEstimate,
+    ServiceObservation,
+    Signals,
+)
 from autoscaler.workload.types import INTERACTIVE
 
 # vLLM's ``kv_cache_usage_perc`` is a fraction 0..1 despite its name (METRICS.md, vLLM 0.33.0).
@@ -32,18 +40,36 @@ def sanitize(signals: Signals, warnings: list[str], scope: str) -> Signals:
     """``signals`` with NaN, infinite, negative and above-one fractions set to None, and the derived
     signals dropped (see module docstring): ``signals`` itself when there is nothing to change (the
     usual case; ``Signals.of`` would rebuild an equal copy)."""
-    flat = signals.flat(derived=False)
-    if all(x is None or (0.0 <= x < math.inf and (x <= 1.0 or name not in FRACTIONS)) for name, x in flat.items()) \
-            and all(getattr(signals, name) is None for name in DERIVED):
+    if _clean(signals):
         return signals
     out: dict[str, float | None] = {}
-    for name, x in flat.items():
+    for name, x in signals.flat(derived=False).items():
         bad = x is not None and not math.isnan(x) and (math.isinf(x) or x < 0 or (name in FRACTIONS and x > 1))
         if bad:
             bound = ", <= 1" if name in FRACTIONS else ""
             warnings.append(f"{scope}: rejected {name}={x:g} (must be finite, >= 0{bound})")
         out[name] = None if x is None or math.isnan(x) or bad else x
     return Signals.of(out)
+
+
+def _clean(signals: Signals) -> bool:
+    """Whether ``sanitize`` has nothing to change: no derived signal set, and every value of
+    ``signals.flat(derived=False)`` None or finite and >= 0 (<= 1 for a fraction). Read field by field,
+    without building ``flat()``'s dict (issue 33: four times a tick); only ``SIGNALS`` holds fractions."""
+    for name in DERIVED:
+        if getattr(signals, name) is not None:
+            return False
+    for name in SIGNALS:
+        x = getattr(signals, name)
+        if x is not None and not (0.0 <= x < math.inf and (x <= 1.0 or name not in FRACTIONS)):
+            return False
+    values: list[float | None] = [getattr(ps, f) for ps in signals.by_priority.values() for f in PRIORITY_NAMES]
+    if signals.forecast is not None:
+        values += [getattr(signals.forecast, f) for f in FORECAST_NAMES]
+    if signals.warmth_known:
+        values.append(signals.prefix_hit_rate_forecast)
+    values.append(signals.arrival_dispersion)  # in flat() only when known: None passes
+    return all(x is None or 0.0 <= x < math.inf for x in values)
 
 
 def slo_ratios(ttft: float | None, tpot: float | None, slo: SLO) -> tuple[float | None, float | None, float | None]:

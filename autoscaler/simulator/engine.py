@@ -20,11 +20,11 @@ running sequence, so block rounding can never take usage over capacity.
 
 from __future__ import annotations
 
-import heapq
 import math
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from autoscaler.simulator.metrics import ReplicaMetrics
@@ -370,34 +370,35 @@ class Replica:
         while n and (self.kv_pref + self.ctx_dec + n + (len(prefilling) + n) * self.block > self.kv_cap):
             self._preempt_newest()
             n = self.n_dec
-        budget = self.max_tokens - n
-        chunks: list[tuple[SimRequest, int]] = []
-        for sr in prefilling:
-            if budget <= 0:
-                break
-            chunk = sr.prefill_target - sr.prefilled
-            if chunk > budget:
-                chunk = budget
-            chunks.append((sr, chunk))
-            budget -= chunk
-        if budget > 0 and self.waiting:
-            self._admit(budget, n, chunks)
         ctx = self.ctx_dec
-        if chunks:
-            if len(chunks) == 1:  # most steps: sum() of one item is that item, the same bits
-                sr, p = chunks[0]
-                pairs = p * sr.prefilled + p * (p + 1) / 2
-            else:
-                p = sum([c for _, c in chunks])
-                # prefill_pairs(sr.prefilled, c) and _step_time spelled out, the same arithmetic: per step
-                pairs = sum([c * sr.prefilled + c * (c + 1) / 2 for sr, c in chunks])
-            if self._w:
-                dur = self._step_time(p, n, ctx, pairs)
-            else:
-                dur = 0.0 if p == 0 and n == 0 else \
-                    self._t0 + self._a * (p + self._ap * pairs) + self._b * n + self.g * ctx
-            self._start(now, 1, dur, 0.0, n, ctx, chunks, dur)
-            return
+        if prefilling or self.waiting:  # else a decode run: no chunk to plan (most steps)
+            budget = self.max_tokens - n
+            chunks: list[tuple[SimRequest, int]] = []
+            for sr in prefilling:
+                if budget <= 0:
+                    break
+                chunk = sr.prefill_target - sr.prefilled
+                if chunk > budget:
+                    chunk = budget
+                chunks.append((sr, chunk))
+                budget -= chunk
+            if budget > 0 and self.waiting:
+                self._admit(budget, n, chunks)
+            if chunks:
+                if len(chunks) == 1:  # most steps: sum() of one item is that item, the same bits
+                    sr, p = chunks[0]
+                    pairs = p * sr.prefilled + p * (p + 1) / 2
+                else:
+                    p = sum([c for _, c in chunks])
+                    # prefill_pairs(sr.prefilled, c) and _step_time spelled out, the same arithmetic: per step
+                    pairs = sum([c * sr.prefilled + c * (c + 1) / 2 for sr, c in chunks])
+                if self._w:
+                    dur = self._step_time(p, n, ctx, pairs)
+                else:
+                    dur = 0.0 if p == 0 and n == 0 else \
+                        self._t0 + self._a * (p + self._ap * pairs) + self._b * n + self.g * ctx
+                self._start(now, 1, dur, 0.0, n, ctx, chunks, dur)
+                return
         if n == 0:
             self.busy = False
             self._step = None
@@ -405,7 +406,7 @@ class Replica:
             return
         heap = self._decode_heap  # _top_decode spelled out
         while heap and (heap[0][3].epoch != heap[0][1] or heap[0][3].status is not None):
-            heapq.heappop(heap)
+            heappop(heap)
         room = self.kv_cap - (self.kv_pref + ctx) - (len(prefilling) + n) * self.block
         k = heap[0][0] - self.D
         if room // n < k:
@@ -520,7 +521,6 @@ class Replica:
             h.count += 1.0
         heap = self._decode_heap
         d_now = self.D
-        heappop = heapq.heappop
         while heap:
             top = heap[0]
             sr = top[3]
@@ -609,7 +609,7 @@ class Replica:
         self.n_dec += 1
         self.ctx_dec += target
         self._seq += 1
-        heapq.heappush(self._decode_heap, (d_now + out - sr.generated, sr.epoch, self._seq, sr))
+        heappush(self._decode_heap, (d_now + out - sr.generated, sr.epoch, self._seq, sr))
 
 
 class EventSink(Protocol):

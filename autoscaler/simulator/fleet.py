@@ -40,7 +40,6 @@ which may reject it (``Gateway.release``; its random stream is the gateway's own
 from __future__ import annotations
 
 import gc
-import heapq
 import itertools
 import math
 import random
@@ -49,6 +48,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from heapq import heapify, heappop, heappush
 
 import numpy as np
 
@@ -399,12 +399,12 @@ class FleetSimulator:
     # ------------------------------------------------------------------ events
     def _push(self, t: float, kind: int, obj: object, version: int) -> None:
         self._seq += 1
-        heapq.heappush(self._events, (t, self._seq, kind, obj, version))
+        heappush(self._events, (t, self._seq, kind, obj, version))
 
     def push_step(self, t: float, replica: Replica, version: int) -> None:
         """Schedule the end of a replica's engine step."""
         self._seq += 1  # _push spelled out: this runs at every step
-        heapq.heappush(self._events, (t, self._seq, _STEP, replica, version))
+        heappush(self._events, (t, self._seq, _STEP, replica, version))
 
     def _next_timeout_s(self) -> float:
         """When the oldest open request's client gives up (inf when none is open)."""
@@ -425,7 +425,6 @@ class FleetSimulator:
         services = self.services
         n = len(wreqs)  # requests at hand: request base + n - 1 is the last
         inf = math.inf
-        heappop = heapq.heappop
         gated = any(svc.flow is not None for svc in services.values())  # flow control is set up at start only
         # The next client timeout only moves later as requests end, except when a request arrives with
         # none open: so a value read earlier is a lower bound, and is read again only when it could
@@ -823,11 +822,10 @@ class FleetSimulator:
                 r.route_ver += 1
                 heap.append(((len(r.waiting) + len(r.prefilling) + r.n_dec + 1) / weights[r.variant],
                              r.route_seq, r.route_ver, r))
-            heapq.heapify(heap)
+            heapify(heap)
             svc.route_heap = heap
         else:
             epoch = svc.route_epoch
-            heappush = heapq.heappush
             for r in marks:
                 r._marked = False
                 if r.route_epoch == epoch:
@@ -839,7 +837,7 @@ class FleetSimulator:
             _, _, ver, best = heap[0]
             if ver == best.route_ver and best.route_epoch == epoch:
                 return best
-            heapq.heappop(heap)
+            heappop(heap)
 
     def _saturated(self, r: Replica) -> bool:
         """The gateway's saturation rule (``GatewayConfig``): too many waiting, or the KV cache too full."""

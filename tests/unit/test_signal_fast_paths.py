@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from autoscaler.adapters.simulator import _deltas, extrapolated_rate
-from autoscaler.loop.estimate import sanitize
-from autoscaler.state import PrioritySignals, Signals
+from autoscaler.loop.estimate import FRACTIONS, _clean, sanitize
+from autoscaler.state import DERIVED, ForecastSignals, PrioritySignals, Signals
 
 
 def test_deltas_are_each_cumulative_bucket_minus_the_one_before() -> None:
@@ -45,6 +45,41 @@ def test_sanitize_still_drops_derived_signals_and_rejects_bad_values() -> None:
     assert warnings == ["svc: rejected kv_usage=1.5 (must be finite, >= 0, <= 1)",
                         "svc: rejected queue_length=-1 (must be finite, >= 0)",
                         "svc: rejected gateway_wait_s.batch=inf (must be finite, >= 0)"]
+
+
+def _clean_by_flat(s: Signals) -> bool:
+    """``sanitize``'s test for nothing to change as written before its shortcut: over ``flat()``'s dict."""
+    return all(x is None or (0.0 <= x < math.inf and (x <= 1.0 or name not in FRACTIONS))
+               for name, x in s.flat(derived=False).items()) and all(getattr(s, n) is None for n in DERIVED)
+
+
+@pytest.mark.parametrize("bad", [math.nan, -1.0, math.inf, 1.5, 0.5])
+def test_sanitize_shortcut_finds_a_bad_value_wherever_flat_has_it(bad: float) -> None:
+    # one value set in each place flat() reads it from: the fields (a fraction and not), a derived
+    # signal, a priority's, the forecast's, the warmth's (only while known) and the dispersion; 1.5 is
+    # bad only as a fraction, 0.5 nowhere but as a derived signal (which sanitize always drops)
+    base = {"request_rate_rps": 2.0, "by_priority": {"batch": PrioritySignals(arrival_rate_rps=1.0)},
+            "forecast": ForecastSignals(rate_rps=1.0)}
+    places = [{"kv_usage": bad}, {"running": bad}, {"prefix_hit_rate": bad}, {"slo_p95_ratio": bad},
+              {"by_priority": {"batch": PrioritySignals(wait_s=bad)}},
+              {"by_priority": {"batch": PrioritySignals(), "critical": PrioritySignals(queue=bad)}},
+              {"forecast": ForecastSignals(output_tokens=bad)},
+              {"prefix_hit_rate_forecast": bad, "warmth_known": True},
+              {"prefix_hit_rate_forecast": bad, "warmth_known": False},
+              {"arrival_dispersion": bad}]
+    verdicts = []
+    for place in places:
+        s = Signals(**{**base, **place})
+        assert _clean(s) == _clean_by_flat(s), place
+        verdicts.append(_clean(s))
+    # by hand: which of the ten places leave nothing to change (True)
+    if bad == 0.5:  # fine everywhere but as a derived signal
+        hand = [True, True, True, False, True, True, True, True, True, True]
+    elif bad == 1.5:  # bad as a fraction (kv_usage, prefix_hit_rate) and as a derived signal only
+        hand = [False, True, False, False, True, True, True, True, True, True]
+    else:  # nan, -1, inf: bad wherever flat() reads it (the warmth only while known)
+        hand = [False, False, False, False, False, False, False, False, True, False]
+    assert verdicts == hand
 
 
 def test_value_reads_a_field_as_flat_does() -> None:
