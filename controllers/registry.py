@@ -25,6 +25,7 @@ measured burstiness (``models.arrivals``), ``cap=1`` counts that a step prefills
 while the last two minutes' rates rise (``hold_downs_while_rising``); ``overdue=1`` counts a start still not ready a
 margin past its start-up as capacity at risk and orders on another variant (``controllers.mpc.starts_at_risk``);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
+``forecast=arima`` on the forecast stage's path with its request rate from an ARIMA refitted every step;
 ``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time, and ``time_limit=S`` sets that
 time (10 s; raised for simulation only); ``int_blocks=K`` keeps
 only the first K of a lone service's plan blocks integer (``PlanProblem.integer_blocks``), and ``int_up=1``
