@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 
 from autoscaler.config import ForecastConfig
+from autoscaler.config.loading import default_config
+from autoscaler.dryrun import Shadow
 from autoscaler.loop.forecast import ForecastStage
-from controllers.mpc import STAGE_FORECASTS
+from controllers.mpc import STAGE_FORECASTS, MPCController
 from models.forecast.auto import AutoForecaster
 from models.forecast.load import LoadForecaster
 
@@ -101,3 +103,15 @@ def test_too_short_a_history_is_the_last_value_and_no_value_is_no_forecast() -> 
         model.update(v)
     f = model.forecast(3)
     assert f is not None and f.model == "last_value" and np.all(f.mean == 3.0)
+
+
+def test_mpc_forecast_arima_asks_the_loop_for_the_refitted_rate_and_plain_mpc_does_not() -> None:
+    cfg = default_config()
+    weights = {cfg.services[0].name: {v.name: 1.0 for v in cfg.services[0].variants}}
+    arima = MPCController(cfg, weights, forecast="arima")
+    plain = MPCController(cfg, weights)
+    assert (arima.forecast_model, plain.forecast_model) == ("arima", "auto")
+    assert arima.forecast_horizon_s == plain.forecast_horizon_s == 40 * cfg.controller.tick_s
+    assert Shadow(arima).forecast_model == "arima"  # the dry-run wrapper passes it on
+    with pytest.raises(ValueError, match="forecast must be one of auto, arima, last, perfect, got 'ets'"):
+        MPCController(cfg, weights, forecast="ets")
