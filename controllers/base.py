@@ -14,6 +14,8 @@ and then called once per tick and service with that tick's estimate. It declares
 - ``forecast_horizon_s``: how far ahead it reads the load forecast (``ServiceEstimate.forecast``),
   seconds; None when it reads none. The loop runs its forecast stage for a controller that reads it,
   whatever ``controller.forecast.enabled`` says;
+- ``forecast_model``: the request rate's model in that stage (``models.forecast.auto.MODELS``: ``auto``,
+  the backtest selection; ``arima``, refitted every step, which ``mpc:forecast=arima`` asks for);
 - ``scales_roles``: True when it scales a service's prefill/decode pools (``Service.roles``): the loop then
   gives it each pool's observation (``ServiceEstimate.pools``) and capacities (``pool_weights``), guards
   each pool as a service of its own and writes each changed pool variant as its own scale target; its
@@ -178,6 +180,7 @@ class Controller(ABC):
         window_s: signal look-back window, seconds (> 0).
         own_guard: brings its own stabilisation (the loop applies only the variants' bounds).
         forecast_horizon_s: how far ahead it reads the load forecast, seconds; None: it reads none.
+        forecast_model: the forecast stage's request-rate model (module docstring).
 
     Raises:
         ValueError: ``tick_s``, ``window_s`` or ``forecast_horizon_s`` not a finite number > 0.
@@ -186,7 +189,7 @@ class Controller(ABC):
     scales_roles: bool = False
 
     def __init__(self, name: str, tick_s: float, window_s: float, own_guard: bool = False,
-                 forecast_horizon_s: float | None = None) -> None:
+                 forecast_horizon_s: float | None = None, forecast_model: str = "auto") -> None:
         for what, x in (("tick_s", tick_s), ("window_s", window_s), ("forecast_horizon_s", forecast_horizon_s)):
             if x is not None and not 0 < x < math.inf:
                 raise ValueError(f"{name}: {what} must be a finite number > 0, got {x}")
@@ -195,6 +198,7 @@ class Controller(ABC):
         self.window_s = float(window_s)
         self.own_guard = own_guard
         self.forecast_horizon_s = forecast_horizon_s
+        self.forecast_model = forecast_model
 
     def prepare(self, estimates: Mapping[str, ServiceEstimate]) -> None:
         """Called once per tick with every service's estimate (service name -> estimate) before any

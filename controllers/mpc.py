@@ -261,7 +261,10 @@ MIN_SCORES = 200
 a 40-step plan."""
 Z_LIMITS = (0.0, NormalDist().inv_cdf(0.99))
 """``hedge=adaptive``'s z stays within the band's mean and its 0.99 quantile."""
-FORECASTS = ("auto", "last", "perfect")
+FORECASTS = ("auto", "arima", "last", "perfect")
+STAGE_FORECASTS = ("auto", "arima")
+"""``forecast`` values read from the loop's forecast stage: ``arima`` asks it for a request-rate model
+refitted every step (``models.forecast.auto.MODELS``)."""
 HEDGES = ("band", "measured", "adaptive")
 HOLDS = ("auto", "fixed", "measured")
 """``hold``: ``auto`` measured (``measured_hold``) under ``hedge=measured``, else ``DEFAULT_HOLD_S``;
@@ -1111,8 +1114,10 @@ class MPCController(Controller):
         horizon: steps of ``tick_s`` planned (>= 1).
         quantile: forecast quantile planned on, in (0, 1): the forecaster's interval read there.
         miss_weight: cost of a request left unserved, in units of the dearest variant's cost per request.
-        forecast: ``auto`` (the forecast stage's path), ``last`` (today's rate for every step) or
-            ``perfect`` (``future_rps``, the trace's true demand: a yardstick for the forecaster).
+        forecast: ``auto`` (the forecast stage's path), ``arima`` (the same, its request rate from an
+            ARIMA refitted every step: opt-in, docs/forecasting.md, "A model that follows a swing"),
+            ``last`` (today's rate for every step) or ``perfect`` (``future_rps``, the trace's true
+            demand: a yardstick for the forecaster).
         hold_s: the plan never goes below the highest arrival rate seen over this many seconds (>= 0);
             None (default): ``DEFAULT_HOLD_S``, or with ``hedge=measured`` measured on the service's
             own rates (``measured_hold``); ``hold`` says which when ``hold_s`` is None.
@@ -1304,7 +1309,9 @@ class MPCController(Controller):
         if floor:
             _check_floor(name, cfg, window_s)
         super().__init__(name, c.tick_s, max(window_s, c.tick_s),
-                         forecast_horizon_s=horizon * c.tick_s if forecast == "auto" or mix == "forecast" else None)
+                         forecast_horizon_s=(horizon * c.tick_s if forecast in STAGE_FORECASTS or mix == "forecast"
+                                             else None),
+                         forecast_model="arima" if forecast == "arima" else "auto")
         self.guard = c.guard
         self.weights = {s: dict(w) for s, w in weights.items()}
         self.horizon = horizon
@@ -1368,7 +1375,7 @@ class MPCController(Controller):
         dt, h = self.tick_s, self.horizon
         mid = est.time_s + (np.arange(h) + 0.5) * dt
         path = np.full(h, now_rps)
-        f = est.rate_forecast if self.forecast == "auto" else None
+        f = est.rate_forecast if self.forecast in STAGE_FORECASTS else None
         future = self.future_rps.get(svc.name)
         if self.forecast == "perfect" and future is not None and len(future):
             first = round(est.time_s / dt) + 1  # the steps after this tick
@@ -1408,9 +1415,9 @@ class MPCController(Controller):
         return out
 
     def drain_excess(self, est: ServiceEstimate, svc: Service, held_rps: float) -> float:
-        """``drain_excess`` of this tick's forecast (0 without one, or with ``forecast`` other than auto),
+        """``drain_excess`` of this tick's forecast (0 without one, or with ``forecast`` last or perfect),
         within ``drain_memory_s`` of the last tick ``_inputs`` found the service ``draining``."""
-        f = est.rate_forecast if self.forecast == "auto" else None
+        f = est.rate_forecast if self.forecast in STAGE_FORECASTS else None
         if f is None:
             return 0.0
         mem = self.memory.get(svc.name)

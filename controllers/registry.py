@@ -29,6 +29,7 @@ window (``controllers.mpc.hold_downs_after_gap``: a Prometheus back from an outa
 ``pending=1`` does so at once for the starts of a variant whose pod has been unschedulable for a tick
 (``controllers.mpc.pending_at_risk``, on ``VariantObservation.unschedulable_s``);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
+``forecast=arima`` on the forecast stage's path with its request rate from an ARIMA refitted every step;
 ``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time, and ``time_limit=S`` sets that
 time (10 s; raised for simulation only); ``int_blocks=K`` keeps
 only the first K of a lone service's plan blocks integer (``PlanProblem.integer_blocks``), and ``int_up=1``

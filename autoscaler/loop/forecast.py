@@ -50,13 +50,18 @@ def per_request(tokens_rps: float | None, rate_rps: float | None) -> float | Non
 
 
 class ForecastStage:
-    """One service's load forecaster."""
+    """One service's load forecaster; ``rate_model``: the request rate's model (``LoadForecaster``'s:
+    ``auto`` or ``arima``, the controller's ``forecast_model``).
 
-    def __init__(self, cfg: ForecastConfig, path_horizon_s: float | None = None) -> None:
+    Raises:
+        ValueError: an unknown ``rate_model``.
+    """
+
+    def __init__(self, cfg: ForecastConfig, path_horizon_s: float | None = None, rate_model: str = "auto") -> None:
         self.cfg = cfg
         self.path_horizon_s = max(cfg.horizon_s, path_horizon_s or 0.0)
         self.forecaster = LoadForecaster(step_s=cfg.step_s, max_horizon_s=max(self.path_horizon_s, cfg.step_s),
-                                         detect_shifts=cfg.detect_shifts)
+                                         detect_shifts=cfg.detect_shifts, rate_model=rate_model)
 
     def apply(self, est: ServiceEstimate, window_s: float | None = None) -> ServiceEstimate:
         """Update with ``est``'s signals; ``est`` with the forecast signals and the rate path.

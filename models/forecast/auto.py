@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from models.forecast.arima import AutoArima
 from models.forecast.base import PointForecaster, as_series
 from models.forecast.baselines import LastValue
 from models.forecast.intervals import ResidualIntervals
@@ -47,6 +48,12 @@ The rule waits for ``MIN_SELECT_STEPS`` steps: with the spread measured on 12 ch
 tail beyond 3.29 sd is 0.7 %, on 5 changes 3 %."""
 MAD_TO_SD = 1.4826  # sd / MAD for normal data (1 / the standard normal's 75th percentile)
 OUTLIER_SD = 5.0  # one-step changes this many robust sd from their median are shifts, not noise
+MODELS = ("auto", "arima")
+"""``AutoForecaster(model=...)``: ``auto`` the backtest selection (module docstring); ``arima`` an
+``AutoArima`` (no season) refitted on the newest ``ARIMA_FIT_STEPS`` steps after every step."""
+ARIMA_FIT_STEPS = 120
+"""Steps an ``arima`` refit reads: two hours of the loop's 60-s steps. A bound on a refit's cost (the
+stepwise search's fits grow with the history), not tuned: the one-hour scenarios never reach it."""
 
 
 def _change_sd(y: np.ndarray, robust: bool = True) -> float:
@@ -112,7 +119,12 @@ class AutoForecaster:
         nonnegative: clip forecasts and bounds at 0 (rates and token counts).
         detect_shifts: apply the level-shift rule and the young-segment selection (module
             docstring); off by default: on the MPC's one-hour scenarios it cost attainment on Azure conv
-            (docs/forecasting.md). Off: a shift is one more observation.
+            (docs/forecasting.md). Off: a shift is one more observation. Not read with ``model=arima``.
+        model: ``auto`` (the backtest selection) or ``arima`` (``MODELS``): the ARIMA's order and
+            parameters estimated again on the newest ``ARIMA_FIT_STEPS`` steps after every step, once
+            ``MIN_SELECT_STEPS`` finite steps exist (the last value before, and wherever the fit fails),
+            its interval from its own online errors, never reseeded (docs/forecasting.md, "A model that
+            follows a swing"). A step's refit costs tens of milliseconds to ~0.3 s.
 
     Attributes:
         shifts: level shifts detected so far.
@@ -130,9 +142,13 @@ class AutoForecaster:
         max_history: int = 2016,
         nonnegative: bool = True,
         detect_shifts: bool = False,
+        model: str = "auto",
     ) -> None:
         if max_horizon < 1 or origins < MIN_ORIGINS or reselect_every < 1 or max_history < MIN_SELECT_STEPS:
             raise ValueError(f"bad settings: {max_horizon=}, {origins=}, {reselect_every=}, {max_history=}")
+        if model not in MODELS:
+            raise ValueError(f"model must be one of {', '.join(MODELS)}, got '{model}'")
+        self.refit_arima = model == "arima"
         self.period = period
         self.max_horizon = max_horizon
         self.origins = origins
@@ -162,6 +178,11 @@ class AutoForecaster:
         """Append one step (None or NaN = missing); start a segment at a level shift, re-select when due
         or while the segment is young."""
         v = float("nan") if y is None or not np.isfinite(y) else float(y)
+        if self.refit_arima:
+            self.intervals.observe(v)
+            self.history.append(v)
+            self._refit()
+            return
         if not self.detect_shifts:
             self._update_shipped(v)
             return
@@ -234,11 +255,39 @@ class AutoForecaster:
         cap = min(self.origins, n - MIN_FIT_STEPS)
         return cap if self._since_shift is None else min(cap, self._since_shift - 1)
 
+    def _refit(self) -> None:
+        """``model=arima``: an ``AutoArima`` fitted on the newest ``ARIMA_FIT_STEPS`` steps, or the last
+        value while fewer than ``MIN_SELECT_STEPS`` of them are finite or the fit fails; None while no
+        value is finite. The interval keeps its online errors."""
+        y = np.array(self.history)
+        if not np.isfinite(y).any():
+            self.model = None
+            return
+        self._sd1 = _change_sd(y)
+        recent = y[-ARIMA_FIT_STEPS:]
+        model: PointForecaster | None = None
+        if np.isfinite(recent).sum() >= MIN_SELECT_STEPS:
+            arima = AutoArima(None)
+            try:
+                arima.fit(recent)
+            except (ValueError, np.linalg.LinAlgError):
+                pass
+            else:
+                model = arima
+        if model is None:
+            model = LastValue()
+            model.fit(y)
+        self.model = model
+        self._record(model)
+
     def _select(self) -> None:
         y = np.array(self.history)
         self._since_select = 0
         if not np.isfinite(y).any():
             self.model = None
+            return
+        if self.refit_arima:
+            self._refit()
             return
         if not self.detect_shifts:
             self._select_shipped(y)

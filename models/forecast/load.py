@@ -76,6 +76,9 @@ class LoadForecaster:
         detect_shifts: the level-shift rule of ``AutoForecaster`` (off unless asked for; the loop asks
             by its fleet-file key ``controller.forecast.detect_shifts``, on by default:
             docs/forecasting.md gives its measurements).
+        rate_model: the request rate's model, ``AutoForecaster``'s ``model``: ``auto`` (the backtest
+            selection, as the token means always are) or ``arima`` (refitted every step, opt-in:
+            docs/forecasting.md, "A model that follows a swing").
 
     Raises:
         ValueError: an argument out of range.
@@ -89,6 +92,7 @@ class LoadForecaster:
         reselect_s: float = 3600.0,
         history_steps: int | None = None,
         detect_shifts: bool = False,
+        rate_model: str = "auto",
     ) -> None:
         if step_s <= 0 or max_horizon_s <= 0 or reselect_s < step_s or (season_s is not None and season_s < 2 * step_s):
             raise ValueError(f"bad settings: {step_s=}, {season_s=}, {max_horizon_s=}, {reselect_s=}")
@@ -99,7 +103,7 @@ class LoadForecaster:
         history = history_steps or (2 * period + origins if period else 1440)
         self.models = {
             q: AutoForecaster(period, max_h, origins, max(1, round(reselect_s / step_s)), history,
-                              detect_shifts=detect_shifts)
+                              detect_shifts=detect_shifts, model=rate_model if q == "rate_rps" else "auto")
             for q in QUANTITIES
         }
         self._step: int | None = None  # index of the step being accumulated
