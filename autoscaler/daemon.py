@@ -154,6 +154,19 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
+def scaled_clock(speed: float) -> Callable[[], float]:
+    """Monotonic seconds times ``speed``: the loop's own seconds when the daemon runs at ``speed`` x real
+    time (the fault harness's 20x), so that what is timed on it (a pod's unschedulable wait, the pending
+    timeout) is in the seconds the controllers and the fleet file use.
+
+    Raises:
+        ValueError: ``speed`` not > 0.
+    """
+    if not speed > 0:
+        raise ValueError(f"scaled_clock: need a speed > 0, got {speed}")
+    return lambda: time.monotonic() * speed
+
+
 def write_events(jobs: Sequence[Sequence[Callable[[], object]]], workers: int = EVENT_WRITERS) -> None:
     """Run each of ``jobs`` (one workload's Event writes, in order) at most ``workers`` at once
     (``loop.fanout.run_jobs``), and return once all are done. An Event write logs its own failure
@@ -303,7 +316,8 @@ class Daemon:
         self.spec = controller
         self.cache = watch_cache(cfg.kubernetes, cfg.services, api)
         """The watch cache the workloads are read from (``kubernetes.watch``), None: GETs."""
-        self.source = ClusterSource(source, PendingPods(cfg.kubernetes, cfg.services, api, cache=self.cache), api)
+        pods = PendingPods(cfg.kubernetes, cfg.services, api, clock=scaled_clock(speed), cache=self.cache)
+        self.source = ClusterSource(source, pods, api)
         self.api = api
         self.identity = identity
         self.dry_run = dry_run

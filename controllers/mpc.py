@@ -576,12 +576,11 @@ def sure_startup(warm_s: float, cold_s: float, warm_nodes: int, occupied: int) -
 
 def starts_at_risk(seen_s: Sequence[float], sure_s: Sequence[float], now_s: float,
                    margin_s: float = OVERDUE_MARGIN_S) -> list[bool]:
-    """Which starts of one variant are at risk at ``now_s``: still not ready ``margin_s`` past the
-    start-up they can be sure of. ``seen_s``: when each start was first seen (seconds, oldest first,
-    ``_ServiceMemory.seen_starting``); ``sure_s``: each one's start-up (seconds, ``sure_startup``, fixed
-    when it was first seen). A start at risk is capacity the plan must not count on (a pod Pending with no
-    GPU of its kind free never becomes ready; ``kubernetes.pending_timeout_s`` marks its variant
-    unavailable only later).
+    """Which starts of one variant are at risk at ``now_s``: still not ready ``margin_s`` past the start-up they
+    can be sure of. ``seen_s``: when each start was first seen (seconds, oldest first,
+    ``_ServiceMemory.seen_starting``); ``sure_s``: each one's start-up (seconds, ``sure_startup``, fixed when it
+    was first seen). A start at risk is capacity the plan must not count on (a pod Pending with no GPU of its
+    kind free never becomes ready; ``kubernetes.pending_timeout_s`` marks its variant unavailable only later).
 
     Raises:
         ValueError: the two lengths differ, or a negative start-up or margin.
@@ -601,19 +600,25 @@ live it is at risk one tick later (T + 30). A pod the scheduler leaves Pending t
 freeing up) costs one replica ordered elsewhere, never a cancel. Not tuned: chosen before any run as the
 shortest wait two reads can show."""
 
+PENDING_READ_SLACK_S = 7.5
+"""Half a tick: a wait within this of ``PENDING_GRACE_S`` counts as the grace. Live, the Kubernetes
+adapter times a pod from the read that first saw it, and two ticks' reads can fall a little closer than
+a tick apart (the reads before them take a different time), so one tick's wait may read 14.99 s; without
+slack the rule would fire a tick late about half the time. The simulator's waits are whole ticks (0, 15,
+30 s), which half a tick leaves as they were."""
+
 
 def pending_at_risk(seen_s: Sequence[float], unschedulable_s: float | None, now_s: float,
                     grace_s: float = PENDING_GRACE_S) -> list[bool]:
     """Which starts of one variant are at risk at ``now_s`` because a pod of it cannot be placed: when its
     longest-unschedulable pod has been so ``unschedulable_s`` >= ``grace_s`` (seconds,
-    ``VariantObservation.unschedulable_s``), every start first seen at or after ``now_s -
-    unschedulable_s`` (``seen_s``: first-seen times, seconds, oldest first), and the newest start at
-    least. That pod is the oldest Pending one, so a start seen before it appeared was placed (it is
-    loading); the newer ones may be Pending too (the observation gives the longest wait, not which pods
-    wait), so all are counted. A start ordered
-    one tick before the Pending pod may be counted with it (its first-seen time is the Pending pod's
-    order time): a replica ordered elsewhere, never a cancel. None (unknown), below the grace, or no
-    start: none at risk; unknown is never read as 0 nor as unschedulable.
+    ``VariantObservation.unschedulable_s``; within ``PENDING_READ_SLACK_S`` of it counts), every start first
+    seen at or after ``now_s - unschedulable_s`` (``seen_s``: first-seen times, seconds, oldest first), and the
+    newest start at least. That pod is the oldest Pending one, so a start seen before it appeared was placed (it
+    is loading); the newer ones may be Pending too (the observation gives the longest wait, not which pods
+    wait), so all are counted. A start ordered one tick before the Pending pod may be counted with it (its
+    first-seen time is the Pending pod's order time): a replica ordered elsewhere, never a cancel. None
+    (unknown), below the grace, or no start: none at risk; unknown is never read as 0 nor as unschedulable.
 
     Raises:
         ValueError: a negative grace or wait.
@@ -621,7 +626,7 @@ def pending_at_risk(seen_s: Sequence[float], unschedulable_s: float | None, now_
     if grace_s < 0 or (unschedulable_s is not None and not unschedulable_s >= 0):
         raise ValueError(f"pending_at_risk: need a grace >= 0 and a wait >= 0 or None, got {grace_s} and "
                          f"{unschedulable_s}")
-    if unschedulable_s is None or unschedulable_s < grace_s or not seen_s:
+    if unschedulable_s is None or unschedulable_s + PENDING_READ_SLACK_S < grace_s or not seen_s:
         return [False] * len(seen_s)
     out = [t >= now_s - unschedulable_s for t in seen_s]
     out[-1] = True

@@ -26,8 +26,8 @@ while the last two minutes' rates rise (``hold_downs_while_rising``); ``overdue=
 margin past its start-up as capacity at risk and orders on another variant (``controllers.mpc.starts_at_risk``);
 ``gap=1`` holds every scale-down for a signal window after the rates come back from a gap longer than the
 window (``controllers.mpc.hold_downs_after_gap``: a Prometheus back from an outage reads low meanwhile);
-``pending=1`` does so at once for the starts of a variant whose pod has been unschedulable for a tick
-(``controllers.mpc.pending_at_risk``, on ``VariantObservation.unschedulable_s``);
+``pending=1`` counts the starts of a variant whose pod has been unschedulable for a tick as capacity at risk
+at once (``controllers.mpc.pending_at_risk``, on ``VariantObservation.unschedulable_s``);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
 ``forecast=arima`` on the forecast stage's path with its request rate from an ARIMA refitted every step;
 ``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time, and ``time_limit=S`` sets that

@@ -340,6 +340,29 @@ def test_a_new_leader_writes_only_while_it_leads_and_scales_nothing_down_for_a_c
             d.server.close()
 
 
+def test_pending_pods_are_timed_in_the_loops_seconds_at_its_speed() -> None:
+    """At 20x real time a pod's unschedulable wait (and the pending timeout) is in the loop's seconds, which
+    the controllers compare with ``PENDING_GRACE_S`` and the fleet file's ``pending_timeout_s``: on plain
+    wall seconds a 15-s wait would read 0.75 s."""
+    from autoscaler.daemon import scaled_clock
+
+    doc = copy.deepcopy(FLEET_DOC)
+    doc["kubernetes"] = {"namespace": NS, "lease": LEASE}
+    cfg = parse_config(doc, "<test>")
+    with emulated_cluster() as cluster:
+        source = build_source(cfg, connect(cfg.prometheus, "http://127.0.0.1:1"), speed=SPEED)
+        d = Daemon(cfg, "pid", source, cluster.api(), "d", "127.0.0.1:0", namespace_self="autoscaler", speed=SPEED)
+        try:
+            before = time.monotonic()
+            read = d.source.pods.clock()
+            after = time.monotonic()
+            assert SPEED * before <= read <= SPEED * after  # 20x, not the wall clock's 1x
+        finally:
+            d.server.close()
+    with pytest.raises(ValueError, match="scaled_clock"):
+        scaled_clock(0.0)
+
+
 def _holder(cluster: EmulatedCluster) -> str | None:
     lease = client.CoordinationV1Api(cluster.api()).read_namespaced_lease("autoscaler-leader", "autoscaler")
     return lease.spec.holder_identity or None
