@@ -52,8 +52,10 @@ MODELS = ("auto", "arima")
 """``AutoForecaster(model=...)``: ``auto`` the backtest selection (module docstring); ``arima`` an
 ``AutoArima`` (no season) refitted on the newest ``ARIMA_FIT_STEPS`` steps after every step."""
 ARIMA_FIT_STEPS = 120
-"""Steps an ``arima`` refit reads: two hours of the loop's 60-s steps. A bound on a refit's cost (the
-stepwise search's fits grow with the history), not tuned: the one-hour scenarios never reach it."""
+"""Steps an ``arima`` refit reads: two hours of the loop's 60-s steps. It bounds the length each fit of
+the stepwise search reads (not tuned: the one-hour scenarios never reach it), not a refit's time: a refit
+is about 0.2-0.4 s CPU with one BLAS thread, and each step a tick closes refits, so a tick that closes
+several steps at once (a gap) pays one refit each (docs/forecasting.md)."""
 
 
 def _change_sd(y: np.ndarray, robust: bool = True) -> float:
@@ -124,7 +126,8 @@ class AutoForecaster:
             parameters estimated again on the newest ``ARIMA_FIT_STEPS`` steps after every step, once
             ``MIN_SELECT_STEPS`` finite steps exist (the last value before, and wherever the fit fails),
             its interval from its own online errors, never reseeded (docs/forecasting.md, "A model that
-            follows a swing"). A step's refit costs tens of milliseconds to ~0.3 s.
+            follows a swing"). A step's refit costs about 0.2-0.4 s CPU with one BLAS thread, more with
+            contending threads; nothing bounds it (docs/forecasting.md).
 
     Attributes:
         shifts: level shifts detected so far.
@@ -270,7 +273,8 @@ class AutoForecaster:
             arima = AutoArima(None)
             try:
                 arima.fit(recent)
-            except (ValueError, np.linalg.LinAlgError):
+                arima.predict(self.max_horizon)
+            except Exception:  # any failure of the fit or its first forecast: the last value, never a failed tick
                 pass
             else:
                 model = arima

@@ -4,7 +4,7 @@ The series is a swing whose best forecast is known by hand: a stationary AR(2) a
 ``y_k - 4.5 = 1.6 (y_{k-1} - 4.5) - 0.8 (y_{k-2} - 4.5) + e_k`` (complex roots of modulus
 sqrt(0.8) = 0.894, a swing of about 13.5 steps), e_k normal with sd 0.3 from a fixed seed. Its
 conditional mean h steps ahead is the recursion with the errors set to 0, computed below from the
-last two values alone. The history ends two steps after a trough (103 steps on seed 2), where the
+last two values alone. The history ends one step after a trough (103 steps on seed 2), where the
 load is about to rise by 2 req/s: the case where issue 28 found the loop's forecaster flat.
 """
 
@@ -115,3 +115,36 @@ def test_mpc_forecast_arima_asks_the_loop_for_the_refitted_rate_and_plain_mpc_do
     assert Shadow(arima).forecast_model == "arima"  # the dry-run wrapper passes it on
     with pytest.raises(ValueError, match="forecast must be one of auto, arima, last, perfect, got 'ets'"):
         MPCController(cfg, weights, forecast="ets")
+
+
+def test_the_control_loop_builds_the_refitted_rate_for_mpc_forecast_arima_only() -> None:
+    """The runner hands the controller's ``forecast_model`` to each service's forecast stage: without it
+    ``mpc:forecast=arima`` would run on ``auto`` with every test above still passing."""
+    from autoscaler.loop.runner import ControlLoop
+
+    cfg = default_config()
+    weights = {cfg.services[0].name: {v.name: 1.0 for v in cfg.services[0].variants}}
+    for spec, refit in (("arima", True), ("auto", False)):
+        loop = ControlLoop(cfg, None, None, MPCController(cfg, weights, forecast=spec))  # type: ignore[arg-type]
+        models = loop.forecasts[cfg.services[0].name].forecaster.models
+        assert models["rate_rps"].refit_arima is refit and not models["mean_input_tokens"].refit_arima
+
+
+def test_a_fit_that_fails_in_any_way_falls_back_to_the_last_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A statsmodels failure of any kind (not only ValueError) in the fit or its first forecast gives the
+    last finite value, never an exception out of the tick."""
+    from models.forecast import auto
+
+    y = swing()[:40]
+    for where in ("fit", "predict"):
+        def boom(self: object, *a: object, **k: object) -> None:
+            raise RuntimeError("the optimiser diverged")
+
+        with monkeypatch.context() as m:
+            m.setattr(auto.AutoArima, where, boom)
+            model = AutoForecaster(None, max_horizon=3, model="arima")
+            for v in y:
+                model.update(float(v))
+            model.update(float("nan"))
+            f = model.forecast(3)
+        assert f is not None and f.model == "last_value" and np.all(f.mean == y[-1])
