@@ -8,10 +8,11 @@ import pytest
 
 from autoscaler.adapters.simulator import extrapolated_rate
 from autoscaler.config.loading import default_config
-from autoscaler.state import ServiceEstimate, Signals, VariantObservation
+from autoscaler.state import ServiceEstimate
 from controllers.burst_floor import burst_floor, counted_span, short_rate, short_rates
 from controllers.mpc import MPCController
 from controllers.registry import parse_spec
+from support.estimates import service_estimate
 
 TICK = 15.0
 
@@ -110,9 +111,7 @@ WEIGHTS = {v.name: 10.0 for v in SVC.variants}
 
 
 def estimate(t: float, rate: float) -> ServiceEstimate:
-    variants = {v.name: VariantObservation(2 if i == 0 else 0, 0) for i, v in enumerate(SVC.variants)}
-    return ServiceEstimate(SVC.name, t, Signals.of({"arrival_rate_rps": rate, "queue_length": 0.0}), variants,
-                           dict(WEIGHTS), False, 20.0, 20.0, 0)
+    return service_estimate(SVC, WEIGHTS, t, rate, {SVC.variants[0].name: 2}, capacity=20.0)
 
 
 def test_the_mpc_plans_the_floor_over_the_hold_and_not_without_floor() -> None:

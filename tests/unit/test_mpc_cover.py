@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from autoscaler.config.loading import default_config
-from autoscaler.state import ServiceEstimate, Signals, VariantObservation
+from autoscaler.state import ServiceEstimate
 from controllers.mpc import MPCController, cover_window, hold_downs_within_start
 from controllers.registry import parse_spec
+from support.estimates import service_estimate
 
 CFG = default_config()
 SVC = CFG.services[0]
@@ -63,9 +64,7 @@ ONLY_A100 = {v: 10.0 if v == "a100" else 0.0 for v in WEIGHTS}
 
 def _estimate(t: float, rate: float, a100: int) -> ServiceEstimate:
     # one GH200 ready: the example fleet's minimum for it (``min_replicas: 1``); it serves nothing here
-    variants = {v.name: VariantObservation({"a100": a100, "gh200": 1}.get(v.name, 0), 0) for v in SVC.variants}
-    return ServiceEstimate(SVC.name, t, Signals.of({"arrival_rate_rps": rate, "queue_length": 0.0}), variants,
-                           dict(ONLY_A100), False, 10.0 * a100, 10.0 * a100, 0)
+    return service_estimate(SVC, ONLY_A100, t, rate, {"a100": a100, "gh200": 1}, capacity=10.0 * a100)
 
 
 def test_the_plan_trades_a_short_step_for_a_replica_unless_cover_holds_it() -> None:

@@ -10,9 +10,10 @@ import pytest
 
 from autoscaler.adapters.simulator import extrapolated_rate
 from autoscaler.config.loading import default_config
-from autoscaler.state import ServiceEstimate, Signals, VariantObservation
+from autoscaler.state import ServiceEstimate
 from controllers.mpc import MPCController, hold_downs_after_gap, resumed_after_gap
 from controllers.registry import parse_spec
+from support.estimates import service_estimate
 
 CFG = default_config()
 SVC = CFG.services[0]
@@ -56,10 +57,8 @@ def test_downs_are_held_for_one_window_after_the_rates_come_back() -> None:
 
 
 def estimate(t: float, rate: float) -> ServiceEstimate:
-    counts = {"h100": 2, "gh200": 1}  # three replicas of 10 req/s for 25 req/s
-    variants = {v.name: VariantObservation(counts.get(v.name, 0), 0) for v in SVC.variants}
-    return ServiceEstimate(SVC.name, t, Signals.of({"arrival_rate_rps": rate, "queue_length": 0.0}), variants,
-                           dict(WEIGHTS), False, 30.0, 30.0, 0)
+    # three replicas of 10 req/s for 25 req/s
+    return service_estimate(SVC, WEIGHTS, t, rate, {"h100": 2, "gh200": 1}, capacity=30.0)
 
 
 def test_the_controller_keeps_its_replicas_through_the_first_window_after_an_outage() -> None:

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from autoscaler.config.loading import default_config
-from autoscaler.state import ServiceEstimate, Signals, VariantObservation
+from autoscaler.state import ServiceEstimate, VariantObservation
 from controllers.mpc import OVERDUE_MARGIN_S, MPCController, _ServiceMemory, starts_at_risk, sure_startup
 from controllers.registry import parse_spec
+from support.estimates import service_estimate
 
 CFG = default_config()
 SVC = CFG.services[0]
@@ -37,10 +38,7 @@ def test_a_start_is_sure_of_a_warm_node_only_while_one_is_free_of_every_replica(
 
 
 def estimate(t: float, ready: dict[str, int], starting: dict[str, int], rate: float = 80.0) -> ServiceEstimate:
-    variants = {v.name: VariantObservation(ready.get(v.name, 0), starting.get(v.name, 0)) for v in SVC.variants}
-    cap = sum(WEIGHTS[n] * o.current for n, o in variants.items())
-    return ServiceEstimate(SVC.name, t, Signals.of({"arrival_rate_rps": rate, "queue_length": 0.0}), variants,
-                           dict(WEIGHTS), False, cap, cap, sum(starting.values()))
+    return service_estimate(SVC, WEIGHTS, t, rate, ready, starting)
 
 
 def controller(**kw: object) -> MPCController:

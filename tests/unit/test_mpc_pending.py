@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from autoscaler.config.loading import default_config
-from autoscaler.state import ServiceEstimate, Signals, VariantObservation
+from autoscaler.state import ServiceEstimate
 from controllers.mpc import PENDING_GRACE_S, PENDING_READ_SLACK_S, MPCController, _ServiceMemory, pending_at_risk
 from controllers.registry import parse_spec
+from support.estimates import service_estimate
 
 CFG = default_config()
 SVC = CFG.services[0]
@@ -42,11 +43,7 @@ def test_the_starts_since_the_longest_pending_pod_are_at_risk_past_the_grace() -
 
 def estimate(t: float, ready: dict[str, int], starting: dict[str, int], pending_s: float | None,
              rate: float = 80.0) -> ServiceEstimate:
-    variants = {v.name: VariantObservation(ready.get(v.name, 0), starting.get(v.name, 0)) for v in SVC.variants}
-    variants["h100"].unschedulable_s = pending_s
-    cap = sum(WEIGHTS[n] * o.current for n, o in variants.items())
-    return ServiceEstimate(SVC.name, t, Signals.of({"arrival_rate_rps": rate, "queue_length": 0.0}), variants,
-                           dict(WEIGHTS), False, cap, cap, sum(starting.values()))
+    return service_estimate(SVC, WEIGHTS, t, rate, ready, starting, unschedulable={"h100": pending_s})
 
 
 def controller(**kw: object) -> MPCController:

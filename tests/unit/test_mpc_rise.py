@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 
 from autoscaler.config.loading import default_config
-from autoscaler.state import ServiceEstimate, Signals, VariantObservation
+from autoscaler.state import ServiceEstimate
 from controllers.mpc import RISE_SPAN_S, MPCController, hold_downs_while_rising, rising_slope
 from controllers.registry import parse_spec
+from support.estimates import service_estimate
 
 CFG = default_config()
 SVC = CFG.services[0]
@@ -58,10 +59,8 @@ def test_a_bad_span_is_a_value_error() -> None:
 
 
 def estimate(t: float, rate: float) -> ServiceEstimate:
-    counts = {"h100": 2, "gh200": 1}  # two H100s, and the one GH200 the fleet's minimum keeps
-    variants = {v.name: VariantObservation(counts.get(v.name, 0), 0) for v in SVC.variants}
-    return ServiceEstimate(SVC.name, t, Signals.of({"arrival_rate_rps": rate, "queue_length": 0.0}), variants,
-                           dict(WEIGHTS), False, 20.0, 20.0, 0)
+    # two H100s, and the one GH200 the fleet's minimum keeps
+    return service_estimate(SVC, WEIGHTS, t, rate, {"h100": 2, "gh200": 1}, capacity=20.0)
 
 
 def test_the_controller_keeps_its_replicas_on_a_rise_and_removes_them_without_rise() -> None:

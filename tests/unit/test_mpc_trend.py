@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from autoscaler.config.loading import default_config
-from autoscaler.state import ServiceEstimate, Signals, VariantObservation
+from autoscaler.state import ServiceEstimate
 from controllers.mpc import TREND_LEVEL, TREND_MIN_POINTS, MPCController, rising_slope, trend_path
 from controllers.registry import parse_spec
+from support.estimates import service_estimate
 
 CFG = default_config()
 SVC = CFG.services[0]
@@ -65,9 +66,7 @@ def test_the_trend_path_rises_for_a_cold_start_then_holds() -> None:
 
 
 def estimate(t: float, rate: float) -> ServiceEstimate:
-    variants = {v.name: VariantObservation(2 if i == 0 else 0, 0) for i, v in enumerate(SVC.variants)}
-    return ServiceEstimate(SVC.name, t, Signals.of({"arrival_rate_rps": rate, "queue_length": 0.0}), variants,
-                           dict(WEIGHTS), False, 20.0, 20.0, 0)
+    return service_estimate(SVC, WEIGHTS, t, rate, {SVC.variants[0].name: 2}, capacity=20.0)
 
 
 def test_the_plan_demands_the_rise_on_a_straight_ramp_and_not_without_trend() -> None:
