@@ -576,11 +576,12 @@ def sure_startup(warm_s: float, cold_s: float, warm_nodes: int, occupied: int) -
 
 def starts_at_risk(seen_s: Sequence[float], sure_s: Sequence[float], now_s: float,
                    margin_s: float = OVERDUE_MARGIN_S) -> list[bool]:
-    """Which starts of one variant are at risk at ``now_s``: still not ready ``margin_s`` past the start-up they
-    can be sure of. ``seen_s``: when each start was first seen (seconds, oldest first,
-    ``_ServiceMemory.seen_starting``); ``sure_s``: each one's start-up (seconds, ``sure_startup``, fixed when it
-    was first seen). A start at risk is capacity the plan must not count on (a pod Pending with no GPU of its
-    kind free never becomes ready; ``kubernetes.pending_timeout_s`` marks its variant unavailable only later).
+    """Which starts of one variant are at risk at ``now_s``: still not ready ``margin_s`` past the
+    start-up they can be sure of. ``seen_s``: when each start was first seen (seconds, oldest first,
+    ``_ServiceMemory.seen_starting``); ``sure_s``: each one's start-up (seconds, ``sure_startup``, fixed
+    when it was first seen). A start at risk is capacity the plan must not count on (a pod Pending with no
+    GPU of its kind free never becomes ready; ``kubernetes.pending_timeout_s`` marks its variant
+    unavailable only later).
 
     Raises:
         ValueError: the two lengths differ, or a negative start-up or margin.
