@@ -630,6 +630,8 @@ def _check(problem: PlanProblem) -> None:
         for v in svc.variants:
             if np.shape(v.capacity_rps) != (h,) or np.shape(v.ready) != (h,):
                 raise ValueError(f"{svc.name}/{v.name}: capacity_rps and ready must have {h} steps")
+            if not np.all(np.isfinite(v.capacity_rps)) or np.any(np.asarray(v.capacity_rps) < 0):
+                raise ValueError(f"{svc.name}/{v.name}: capacity_rps must be {h} finite numbers >= 0")
             if v.min_replicas > v.max_replicas:
                 raise ValueError(f"{svc.name}/{v.name}: min_replicas {v.min_replicas} > max_replicas {v.max_replicas}")
     if problem.node_limit is not None and problem.node_limit < 0:
@@ -834,7 +836,7 @@ def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows, hull: bool = False
             for j, v in enumerate(svc.variants):
                 if v.role is not None:  # not in the demand row (the pools' rows have x, not demand)
                     continue
-                cap_at = np.round(np.asarray(v.capacity_rps, dtype=float)[at_step], 9)
+                cap_at = rounded[j, at_step]  # rounded as the units were: np.round differs ~2 in 10^6
                 coefs = np.where(cap_at == big_unit, facets[:, 1], np.where(cap_at == small, facets[:, 2], 0.0))
                 cols.append(np.where(coefs > 0, idx.s(i, j, 0) + at_step, -1))
                 vals.append(coefs)

@@ -617,3 +617,39 @@ def test_relaxed_blocks_under_a_shared_quota_keep_it_and_cost_near_the_brute_for
         extra = sum(v.price_per_hour * problem.dt_s / 3600 + v.start_cost
                     for s in problem.services for v in s.variants) * (problem.steps - blocks)
         assert optimum - 1e-6 <= cost <= optimum + extra + 1e-6
+
+
+# numpy's round(x, 9) halves by scaling (7.626071288) where Python's round is exact (7.626071289):
+# the hull rows matched variants to the facets' capacities with the one while the capacities were
+# rounded with the other, so a variant of this capacity got no coefficient (a cut too tight).
+MISROUNDED = 7.6260712885
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_hull_rows_keep_the_optimum_where_the_two_roundings_disagree(seed: int) -> None:
+    assert float(np.round(MISROUNDED, 9)) != round(MISROUNDED, 9)
+    rng = np.random.default_rng(seed)
+    h = 8
+    variants = []
+    for name, price, cap in (("big", 2.99, MISROUNDED), ("small", 1.79, 3.0)):
+        n = int(rng.integers(0, 4))
+        variants.append(PlanVariant(name, name, 1, price, np.full(h, cap), n, np.full(h, float(n)), 0, 20, 1, 2))
+    miss = 10 * 2.99 / 3600 / 3.0
+    problem = PlanProblem([PlanService("s", variants, rng.uniform(5, 40, h), miss, max_up=6, max_down=2)],
+                          30.0, h, mip_rel_gap=1e-9)
+    hull = solve(dataclasses.replace(problem, tuned=True, hull=True))
+    exact = solve(dataclasses.replace(problem, strengthen=False))
+    assert hull.cost == pytest.approx(exact.cost, rel=1e-7)
+    assert check(problem, hull) == pytest.approx(hull.cost, rel=1e-6)
+
+
+@pytest.mark.parametrize("bad", [math.inf, math.nan, -1.0])
+def test_a_capacity_that_is_not_a_finite_number_at_least_zero_is_refused(bad: float) -> None:
+    problem = fleet(0, services=1, h=4)
+    svc = problem.services[0]
+    caps = np.full(4, 15.8)
+    caps[2] = bad
+    variants = [dataclasses.replace(svc.variants[0], capacity_rps=caps), *svc.variants[1:]]
+    broken = dataclasses.replace(problem, services=[dataclasses.replace(svc, variants=variants)])
+    with pytest.raises(ValueError, match=r"^s0/h100: capacity_rps must be 4 finite numbers >= 0$"):
+        solve(broken)
