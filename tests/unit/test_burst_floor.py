@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.estimates import service_estimate
 
 from autoscaler.adapters.simulator import extrapolated_rate
 from autoscaler.config.loading import default_config
@@ -12,7 +13,6 @@ from autoscaler.state import ServiceEstimate
 from controllers.burst_floor import burst_floor, counted_span, short_rate, short_rates
 from controllers.mpc import MPCController
 from controllers.registry import parse_spec
-from support.estimates import service_estimate
 
 TICK = 15.0
 

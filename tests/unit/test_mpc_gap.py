@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.estimates import service_estimate
 
 from autoscaler.adapters.simulator import extrapolated_rate
 from autoscaler.config.loading import default_config
 from autoscaler.state import ServiceEstimate
 from controllers.mpc import MPCController, hold_downs_after_gap, resumed_after_gap
 from controllers.registry import parse_spec
-from support.estimates import service_estimate
 
 CFG = default_config()
 SVC = CFG.services[0]

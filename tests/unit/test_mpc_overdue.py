@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.estimates import service_estimate
 
 from autoscaler.config.loading import default_config
 from autoscaler.state import ServiceEstimate, VariantObservation
 from controllers.mpc import OVERDUE_MARGIN_S, MPCController, _ServiceMemory, starts_at_risk, sure_startup
 from controllers.registry import parse_spec
-from support.estimates import service_estimate
 
 CFG = default_config()
 SVC = CFG.services[0]

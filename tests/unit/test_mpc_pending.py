@@ -5,12 +5,12 @@ that pod counted at risk at once, long before ``overdue=1``'s start-up has run; 
 from __future__ import annotations
 
 import pytest
+from support.estimates import service_estimate
 
 from autoscaler.config.loading import default_config
 from autoscaler.state import ServiceEstimate
 from controllers.mpc import PENDING_GRACE_S, PENDING_READ_SLACK_S, MPCController, _ServiceMemory, pending_at_risk
 from controllers.registry import parse_spec
-from support.estimates import service_estimate
 
 CFG = default_config()
 SVC = CFG.services[0]

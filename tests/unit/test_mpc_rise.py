@@ -6,12 +6,12 @@ one-sided 95 % bound, which is the slope itself where the residuals are 0)."""
 from __future__ import annotations
 
 import pytest
+from support.estimates import service_estimate
 
 from autoscaler.config.loading import default_config
 from autoscaler.state import ServiceEstimate
 from controllers.mpc import RISE_SPAN_S, MPCController, hold_downs_while_rising, rising_slope
 from controllers.registry import parse_spec
-from support.estimates import service_estimate
 
 CFG = default_config()
 SVC = CFG.services[0]

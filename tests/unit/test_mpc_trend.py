@@ -7,12 +7,12 @@ import math
 
 import numpy as np
 import pytest
+from support.estimates import service_estimate
 
 from autoscaler.config.loading import default_config
 from autoscaler.state import ServiceEstimate
 from controllers.mpc import TREND_LEVEL, TREND_MIN_POINTS, MPCController, rising_slope, trend_path
 from controllers.registry import parse_spec
-from support.estimates import service_estimate
 
 CFG = default_config()
 SVC = CFG.services[0]
