@@ -211,7 +211,8 @@ def run_live_row(sc: Scenario, name: str, cfg: FleetConfig, data: Path) -> dict[
                                name=f"sim-{sc.name}")
 
         def make_daemon(identity: str, agent: str | None = None) -> Daemon:
-            source = build_source(cfg, connect(cfg.prometheus, prom.url), speed=SPEED)
+            source = build_source(cfg, connect(cfg.prometheus, prom.url), speed=SPEED,
+                                  measured_speed=meter.speed_over)  # rates at the pace the fleet kept
             api = with_deadline(cluster.api(user_agent=f"autoscaler/{agent or identity}"),
                                 cfg.kubernetes.lease.renew_s / 2)  # as autoscaler run connects
             return Daemon(cfg, name, source, api, identity, "127.0.0.1:0", namespace_self=NAMESPACE, speed=SPEED)

@@ -1,11 +1,12 @@
 """The pace a live row's simulated fleet kept (``autoscaler.faults.live``).
 
 The live harness runs the fleet at ``target`` simulated seconds per wall second (20x) in a thread
-beside the daemons and a Prometheus; on a loaded machine it falls behind. The daemon's source
-converts Prometheus's rates at the fixed target, so at a pace ``f`` (kept / target) every rate it
-reads is ``f`` x the true one, and the wall-clock Lease (60 s / 20 = 3 wall s, renewed 1 wall s
-before it lapses) and the daemons' ticks run against a fleet that lags. Such a row's attainment
-tracks the machine's load as much as the controller (docs/faults.md, "The pace a live row kept").
+beside the daemons and a Prometheus; on a loaded machine it falls behind. A source converting
+Prometheus's rates at the fixed target reads ``f`` x every true rate at a pace ``f`` (kept /
+target): the harness's source converts at ``PaceMeter.speed_over`` instead. The wall-clock Lease
+(60 s / 20 = 3 wall s, renewed 1 wall s before it lapses), the daemons' ticks and their clocks
+(wall x target) still run against a fleet that lags: such a row's attainment tracks the machine's
+load as much as the controller (docs/faults.md, "The pace a live row kept").
 
 ``PaceMeter`` samples (simulated s, wall s) pairs as the fleet steps, with an injected wall clock;
 ``pace_figures`` reads them:
@@ -19,6 +20,7 @@ tracks the machine's load as much as the controller (docs/faults.md, "The pace a
 from __future__ import annotations
 
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import Any
@@ -27,9 +29,10 @@ STARVED_FRACTION = 0.5
 """A row whose lowest windowed pace fell below this fraction of the target is *starved*. At 0.5 a
 60-s simulated minute took at least 6 wall seconds where 3 were due: the harness lost 3 wall
 seconds, a whole Lease (60 s / 20x), within 6, so the Lease's 1-wall-second renewal margin and the
-daemons' 0.75-s ticks may have been overrun, and every rate the daemon read over that minute was
-under half the true load (the source converts at the fixed target). Chosen before any run; the
-last stop's starved rows kept 0.14-0.64 of 20x over the whole run (note 60)."""
+daemons' 0.75-s ticks may have been overrun, and the daemons' clocks (wall x 20) ran at least
+twice as fast as the fleet's (with a source converting at the fixed target, every rate read over
+that minute was also under half the true load). Chosen before any run; the last stop's starved rows
+kept 0.14-0.64 of 20x over the whole run (note 60)."""
 
 PACE_WINDOW_S = 60.0
 """Simulated seconds of the stretch ``lowest`` is taken over: the loop's rate window (60 s), so the
@@ -91,6 +94,25 @@ class PaceMeter:
     def mark(self, sim_s: float) -> None:
         """Record that the fleet's clock reads ``sim_s`` now."""
         self.samples.append((sim_s, self.clock()))
+
+    def speed_over(self, wall_s: float) -> float | None:
+        """The fleet's simulated seconds per wall second over the last ``wall_s`` wall seconds (to now
+        on ``clock``), for the daemon's rate source (``PrometheusSource(measured_speed=...)``): the
+        simulated time of the newest sample minus that of the last sample at or before ``now -
+        wall_s`` (the fleet's clock holds between its steps, as what it serves does), over ``wall_s``.
+        None when the samples do not reach back that far (the fleet just started), or when its clock
+        did not move (nothing measured: the source then converts at the target). Safe while another
+        thread marks samples."""
+        samples = self.samples[:len(self.samples)]
+        if not samples or not wall_s > 0:
+            return None
+        start = self.clock() - wall_s
+        walls = [w for _, w in samples]
+        i = bisect_right(walls, start) - 1
+        if i < 0:
+            return None
+        advance = samples[-1][0] - samples[i][0]
+        return advance / wall_s if advance > 0 else None
 
     def figures(self, window_s: float = PACE_WINDOW_S) -> dict[str, Any] | None:
         """``pace_figures`` of the samples so far."""

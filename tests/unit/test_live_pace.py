@@ -136,3 +136,66 @@ def test_faults_run_prints_the_pace_and_names_starved_rows_without_failing(tmp_p
     (row,) = json.loads((tmp_path / "out" / "faults.json").read_text())
     assert row["pace"]["starved"] is True
     assert "| 0.72 / 0.43 starved |" in (tmp_path / "out" / "faults.md").read_text()
+
+
+def test_the_speed_over_the_last_wall_window_by_hand() -> None:
+    now = [0.0]
+    meter = PaceMeter(20.0, clock=lambda: now[0])
+    for sim_s, wall in [(0.0, 0.0), (2.0, 0.1), (4.0, 0.2), (6.0, 1.2), (8.0, 1.3), (10.0, 3.3)]:
+        now[0] = wall
+        meter.mark(sim_s)
+    now[0] = 3.5
+    # the last 3 wall s: from 0.5 (the clock read 4 s, marked at 0.2) to now (10 s): 6 s / 3 = 2 x
+    assert meter.speed_over(3.0) == pytest.approx(2.0)
+    # the last 1 wall s: from 2.5 (8 s, marked at 1.3) to 10 s: 2 x
+    assert meter.speed_over(1.0) == pytest.approx(2.0)
+    now[0] = 4.0
+    assert meter.speed_over(0.5) is None  # no step in the last half second: nothing measured, not 0
+    assert meter.speed_over(5.0) is None  # the samples do not reach back 5 s
+    assert PaceMeter(20.0, clock=lambda: 1.0).speed_over(1.0) is None  # no sample yet
+
+
+def test_the_source_divides_its_rates_by_the_measured_speed() -> None:
+    """A fake Prometheus answering 3 a wall second to every rate: at the nominal 4x that is 0.75 a
+    second of the source (``test_prometheus_source``'s speed test); measured at 2x, 1.5; measured
+    unknown, 0.75 again. The window stays 3 / 4 = 0.75 wall seconds."""
+    from autoscaler.adapters.prometheus import PrometheusSource
+    from autoscaler.config.loading import parse_config
+
+    variant = {"name": "h100", "gpu": "H100-SXM", "price_per_gpu_hour": 2.0, "min_replicas": 0, "max_replicas": 4,
+               "kv_cache_tokens": 400_000, "profile": "llama-3-8b/h100-sxm"}
+    cfg = parse_config({"services": [{"name": "src", "model": "m-src", "variants": [variant], "slo": {
+        "interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}}],
+        "controller": {"tick_s": 1, "window_s": 3}}, "<test>")
+
+    class Runner:
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def query(self, promql: str, at: float | None) -> list[dict[str, Any]]:
+            self.seen.append(promql)
+            if "time() - timestamp" in promql:
+                return [{"metric": {"pod": "src-h100-0"}, "value": [0, "1"]}]
+            return [{"metric": {}, "value": [0, "3"]}] if promql.startswith("sum(rate(") else []
+
+    asked: list[float] = []
+    answers: list[float | None] = [2.0, None]
+
+    def measured(wall_s: float) -> float | None:
+        asked.append(wall_s)
+        return answers.pop(0)
+
+    runner = Runner()
+    src = PrometheusSource(cfg.prometheus, cfg.services, runner, window_s=3.0, speed=4.0, measured_speed=measured)
+    assert src.observe(0.0)["src"].signals.request_rate_rps == pytest.approx(1.5)
+    assert asked == [0.75] and any("[750ms]" in q for q in runner.seen)
+    assert src.observe(1.0)["src"].signals.request_rate_rps == pytest.approx(0.75)
+
+
+def test_a_replay_takes_no_measured_speed() -> None:
+    from autoscaler.config.loading import default_config
+    from autoscaler.wiring import Replay, build_source
+
+    with pytest.raises(ValueError, match="a replay's clock is its grid's"):
+        build_source(default_config(), object(), speed=10, replay=Replay(1_000, 1_060, 5),  # type: ignore[arg-type]
+                     measured_speed=lambda w: 1.0)
