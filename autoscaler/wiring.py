@@ -19,6 +19,7 @@ driver's to pass in (this module is on the live path and never imports the simul
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -68,7 +69,8 @@ class Replay:
 
 
 def build_source(cfg: FleetConfig, client: PrometheusConnect, *, speed: float = 1.0,
-                 window_s: float | None = None, replay: Replay | None = None) -> PrometheusSource:
+                 window_s: float | None = None, replay: Replay | None = None,
+                 measured_speed: Callable[[float], float | None] | None = None) -> PrometheusSource:
     """The Prometheus source of the live modes over ``client`` (``adapters.prometheus.connect``).
 
     Args:
@@ -78,12 +80,18 @@ def build_source(cfg: FleetConfig, client: PrometheusConnect, *, speed: float = 
             (``RangeRunner``) and the source's clock is the grid's (``start`` + loop time / ``speed``:
             the loop's time is the source's); a replay has no tick to keep, so its queries have no
             common deadline.
+        measured_speed: the live source's measured seconds per wall second over a wall window, for a
+            source that can fall behind ``speed`` (``PrometheusSource``; the fault suite's live
+            harness); not with ``replay`` (ValueError).
     """
     window = cfg.controller.window_s if window_s is None else window_s
     if replay is None:
         prom = cfg.prometheus
         return PrometheusSource(prom, cfg.services, LiveRunner(client), window_s=window, speed=speed,
-                                deadline_s=prom.timeout_s if prom.deadline_s is None else prom.deadline_s)
+                                deadline_s=prom.timeout_s if prom.deadline_s is None else prom.deadline_s,
+                                measured_speed=measured_speed)
+    if measured_speed is not None:
+        raise ValueError("build_source: a replay's clock is its grid's; a measured speed is for a live source")
     t0 = replay.start
     return PrometheusSource(cfg.prometheus, cfg.services, RangeRunner(client, replay.end, replay.step),
                             window_s=window, speed=speed, clock=lambda now: t0 + now / speed)

@@ -31,7 +31,12 @@ counts are unknown (``VariantObservation.counts_known`` False: the loop holds), 
 Time: ``speed`` > 1 reads a source that runs that many times faster than real time (the simulator
 served with ``autoscaler simulate --serve-metrics --speed``): windows shrink by ``speed`` (a
 300-s window of the source's clock is 300/``speed`` wall seconds), and per-second rates, measured
-per wall second, are divided by it, so signals stay in the source's own seconds.
+per wall second, are divided by it, so signals stay in the source's own seconds. A source that can
+fall behind its nominal ``speed`` (the fault suite's simulated fleet on a loaded machine) can hand a
+``measured_speed``: the source's seconds per wall second over the last wall window, asked once an
+observation; the rates of that observation are divided by it instead (the windows keep their wall
+length), and by ``speed`` where it answers None (not measurable: too early, or the source's clock
+did not move over the window).
 
 A whole ``observe`` is bounded, not only each query: with ``deadline_s``, a query not answered
 that many (wall) seconds after the observation began is failed ("timed out: no answer within the
@@ -622,6 +627,9 @@ class PrometheusSource:
         window_s: signal look-back window, s of the loop (the controller's ``window_s``).
         speed: how many times faster than real time the source runs (1 for a real cluster).
         clock: maps the loop's time (seconds) to the unix time to evaluate at; None = the server's now.
+        measured_speed: given the wall window (s), the source's seconds per wall second over the last
+            that many wall seconds, or None when it cannot say; None (the default, a real cluster):
+            the rates are divided by ``speed`` (module docstring, "Time").
         deadline_s: bound on one whole ``observe``, wall seconds (module docstring); None: each
             query bounded by its own timeout only (a backtest, which has no tick to keep).
 
@@ -633,7 +641,8 @@ class PrometheusSource:
 
     def __init__(self, prom: PrometheusConfig, services: Sequence[Service], runner: QueryRunner, *, window_s: float,
                  speed: float = 1.0, clock: Callable[[float], float] | None = None,
-                 deadline_s: float | None = None) -> None:
+                 deadline_s: float | None = None,
+                 measured_speed: Callable[[float], float | None] | None = None) -> None:
         check_speed(speed, window_s, "speed")
         if deadline_s is not None and not 0 < deadline_s < math.inf:
             raise ValueError(f"deadline_s must be finite and > 0, got {deadline_s}")
@@ -643,6 +652,9 @@ class PrometheusSource:
         self.prom = prom
         self.runner = runner
         self.speed = speed
+        self.measured_speed = measured_speed
+        self.rate_speed = speed
+        """What this observation's rates are divided by: ``measured_speed``'s answer, else ``speed``."""
         self.clock = clock
         self.fixed = None if prom.query_set == AUTO else query_set(prom.query_set)
         self._flow_seen: set[str] = set()  # services whose gateway has shown flow-control series
@@ -893,13 +905,15 @@ class PrometheusSource:
                 continue
             if math.isnan(x):
                 continue
-            out[name] = x / self.speed if name in RATE_SIGNALS else x  # per second of the source's clock
+            out[name] = x / self.rate_speed if name in RATE_SIGNALS else x  # per second of the source's clock
         return out
 
     # ------------------------------------------------------------------ observe
     def observe(self, now: float) -> dict[str, ServiceObservation]:
         """Signals of every service at loop time ``now`` (seconds); see the module docstring."""
         at = None if self.clock is None else self.clock(now)
+        measured = None if self.measured_speed is None else self.measured_speed(self.window_s)
+        self.rate_speed = measured if measured is not None and 0 < measured < math.inf else self.speed
         self._deadline = math.inf if self.deadline_s is None else time.monotonic() + self.deadline_s
         self._undetected = {}
         pool = ThreadPoolExecutor(max_workers=self.prom.max_concurrency, thread_name_prefix="prometheus")
@@ -1046,7 +1060,7 @@ class PrometheusSource:
             found[key] = None if x is None or math.isnan(x) else x
         for key in SERVICE_SIGNALS:
             x = found.get(key)
-            values[key] = None if x is None else (x / self.speed if key in RATE_SIGNALS else x)
+            values[key] = None if x is None else (x / self.rate_speed if key in RATE_SIGNALS else x)
         self._gateway(plan, answers, values)
         span = found.get(HISTORY)
         return None if span is None else span * self.speed
@@ -1078,7 +1092,7 @@ class PrometheusSource:
             got[p] = got.get(p, 0.0) + x
         if not got and not bad:
             return None
-        scale = self.speed if key.endswith("_rps") or key == "waited" else 1.0
+        scale = self.rate_speed if key.endswith("_rps") or key == "waited" else 1.0
         return {p: None if p in bad else (got[p] / scale if p in got else (0.0 if key in _COUNTED else None))
                 for p in PRIORITIES}
 
@@ -1092,7 +1106,7 @@ class PrometheusSource:
             return _FAILED
         if x is None:
             return None
-        return x / self.speed if 0 <= x < math.inf else _FAILED
+        return x / self.rate_speed if 0 <= x < math.inf else _FAILED
 
     def _gateway(self, plan: _Plan, answers: dict[str, list[dict[str, Any]] | str], values: dict[str, float | None]
                  ) -> None:

@@ -27,6 +27,9 @@ Harm here reads the Deployments' ``spec.replicas`` history with who wrote each c
   the stale holder) while a daemon ran: no one decided;
 - the simulator-layer rules (``autoscaler.faults.harm``) on the same history.
 
+The row also records the pace the fleet kept against its ``SPEED`` (``autoscaler.faults.pace``): on
+a loaded machine it falls behind, and a row below ``STARVED_FRACTION`` of it is marked ``starved``.
+
 Needs the ``prometheus`` binary and kmock (``pip install -e '.[faults]'``); RuntimeError otherwise.
 """
 
@@ -41,6 +44,7 @@ from typing import Any
 
 from autoscaler.config import FleetConfig
 from autoscaler.faults.harm import Counts, RunFacts, count
+from autoscaler.faults.pace import PaceMeter
 from autoscaler.faults.rows import make_row
 from autoscaler.faults.scenario import (
     ApiErrors,
@@ -134,7 +138,8 @@ def live_config(cfg: FleetConfig) -> FleetConfig:
 
 
 def run_live_row(sc: Scenario, name: str, cfg: FleetConfig, data: Path) -> dict[str, Any]:
-    """Run ``sc`` live against controller ``name``; its row (``autoscaler.faults.suite.make_row``).
+    """Run ``sc`` live against controller ``name``; its row (``autoscaler.faults.suite.make_row``),
+    with the pace the fleet kept (``autoscaler.faults.pace``: sampled at every sub-step of the fleet).
 
     Raises:
         RuntimeError: the ``prometheus`` binary or kmock is missing, or a harness part did not start.
@@ -171,8 +176,10 @@ def run_live_row(sc: Scenario, name: str, cfg: FleetConfig, data: Path) -> dict[
         agents = cluster.emu.writes
 
         names = {d: v for v, d in deps.items()}
+        meter = PaceMeter(SPEED)
 
         def follow(now: float) -> None:  # the ReplicaSet controller and kubelets: pods follow spec.replicas
+            meter.mark(now)
             n_writes = len(agents)
             try:
                 listed = apps.list_namespaced_deployment(NAMESPACE).items
@@ -204,7 +211,8 @@ def run_live_row(sc: Scenario, name: str, cfg: FleetConfig, data: Path) -> dict[
                                name=f"sim-{sc.name}")
 
         def make_daemon(identity: str, agent: str | None = None) -> Daemon:
-            source = build_source(cfg, connect(cfg.prometheus, prom.url), speed=SPEED)
+            source = build_source(cfg, connect(cfg.prometheus, prom.url), speed=SPEED,
+                                  measured_speed=meter.speed_over)  # rates at the pace the fleet kept
             api = with_deadline(cluster.api(user_agent=f"autoscaler/{agent or identity}"),
                                 cfg.kubernetes.lease.renew_s / 2)  # as autoscaler run connects
             return Daemon(cfg, name, source, api, identity, "127.0.0.1:0", namespace_self=NAMESPACE, speed=SPEED)
@@ -225,6 +233,7 @@ def run_live_row(sc: Scenario, name: str, cfg: FleetConfig, data: Path) -> dict[
         try:
             prom.start()
             prom.wait_for("up", lambda r: bool(r) and r[0]["value"][1] == "1")
+            meter.mark(live.sim.now)
             sim.start()
             threads["a"].start()
             next_poll = 0.0
@@ -268,7 +277,7 @@ def run_live_row(sc: Scenario, name: str, cfg: FleetConfig, data: Path) -> dict[
             server.close()
         run = SimulationRun(live.sim, [], name, live.sim.now, time.monotonic() - start)
         summary = summarize(run)
-    return make_row(sc, name, summary, live_harm(sc, run, record, cfg))
+    return make_row(sc, name, summary, live_harm(sc, run, record, cfg), pace=meter.figures())
 
 
 def _sets_replicas(write: tuple[Any, ...]) -> bool:

@@ -17,12 +17,16 @@ ROW_KEYS = ("scenario", "controller", "harmful_actions", "slo_attainment_interac
 
 
 def make_row(sc: Scenario, name: str, summary: dict[str, Any], harm: dict[str, int],
-             crashes: list[tuple[float, int, int]] | None = None) -> dict[str, Any]:
+             crashes: list[tuple[float, int, int]] | None = None,
+             pace: dict[str, Any] | None = None) -> dict[str, Any]:
     """The row of ``name`` on ``sc`` from a run's ``results.json`` document and its harm counts.
 
     ``crashes``: each ``crash`` fault as applied, ``(time s, replicas crashed, requests failed)``
     (``autoscaler.faults.inject.Injector.crashed``): a crash that found no ready replica shows as 0
     replicas. None where the layer does not record them (live rows): the row's ``crashes`` is null.
+    ``pace``: the pace a live row's fleet kept (``autoscaler.faults.pace.pace_figures``: ``{target_x,
+    kept, lowest, window_s, starved}``); None (null) in simulator rows, which run unpaced, and where
+    it could not be measured.
     """
     return {
         "scenario": sc.name,
@@ -39,6 +43,7 @@ def make_row(sc: Scenario, name: str, summary: dict[str, Any], harm: dict[str, i
         "reported": sc.reported,
         "seed": sc.seed,
         "wall_s": summary["wall_s"],
+        "pace": pace,
     }
 
 
@@ -60,6 +65,7 @@ def failed_row(sc: Scenario, name: str, exc: BaseException, wall_s: float) -> di
         "reported": sc.reported,
         "seed": sc.seed,
         "wall_s": wall_s,
+        "pace": None,
     }
 
 
@@ -77,22 +83,40 @@ def failed(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("failed")]
 
 
+def starved(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The live rows whose fleet fell below ``STARVED_FRACTION`` of its pace (``autoscaler.faults.pace``):
+    their attainment is not evidence."""
+    return [r for r in rows if (r.get("pace") or {}).get("starved")]
+
+
 def _cell(x: Any, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
+def pace_cell(pace: dict[str, Any] | None) -> str:
+    """A row's pace as the table writes it: ``kept / lowest`` as fractions of the target, two
+    decimals, ``starved`` after them when it is; ``-`` without one."""
+    if pace is None:
+        return "-"
+    return f"{pace['kept']:.2f} / {pace['lowest']:.2f}" + (" starved" if pace["starved"] else "")
+
+
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """The rows as one Markdown table: scenario x controller -> harm (by rule), attainment, failed,
-    retries, cost (money and shares as every table writes them: ``autoscaler.formats``)."""
+    retries, cost (money and shares as every table writes them: ``autoscaler.formats``), and a last
+    column ``pace`` (``pace_cell``) when a row has one (a live row)."""
+    paced = any(r.get("pace") is not None for r in rows)
     head = "| scenario | controller | harmful actions | interactive SLO | failed | retries | cost |"
-    lines = [head, "|---|---|---:|---:|---:|---:|---:|"]
+    lines = [head + (" pace (kept / lowest) |" if paced else ""),
+             "|---|---|---:|---:|---:|---:|---:|" + ("---:|" if paced else "")]
     for r in rows:
         parts = [f"{k} {v}" for k, v in r["harm"].items() if v]
         harm = (f"failed: {r['failed']}" if r.get("failed") else f"n/a: {r['not_applicable']}"
                 if r.get("not_applicable") else f"{r['harmful_actions']}" + (f" ({', '.join(parts)})" if parts else ""))
         lines.append(f"| {r['scenario']} | {r['controller']} | {harm} | "
                      f"{percent(r['slo_attainment_interactive'])} | "
-                     f"{_cell(r['requests_failed'], 'd')} | {_cell(r['retries'], 'd')} | {money(r['cost_usd'])} |")
+                     f"{_cell(r['requests_failed'], 'd')} | {_cell(r['retries'], 'd')} | {money(r['cost_usd'])} |"
+                     + (f" {pace_cell(r.get('pace'))} |" if paced else ""))
     return "\n".join(lines)
 
 

@@ -2,13 +2,15 @@
 
 A row is ``{scenario, controller, harmful_actions, slo_attainment_interactive, requests_failed,
 retries, cost_usd}`` plus ``harm`` (rule -> events, ``autoscaler.faults.harm``), ``crashes`` (each
-crash as applied: time, replicas it took, requests it failed; null in live rows), ``layer`` and
-``reported``. Our controllers (``pid``, ``mpc``) run with the scenario's ``admission`` policy (else
-the fleet's), the anchors without one, as their users run them. Simulator rows run in parallel
-processes; live rows (``autoscaler.faults.live``) one after another, each on its own ports. A
-controller that cannot run on a scenario's fleet (``not_applicable``: one that needs aggregated
-variants, hpa or keda say, on a service of prefill/decode pools only; ``dynamo-pd`` on a service
-without pools) gets a row saying so, every figure null, and is not run.
+crash as applied: time, replicas it took, requests it failed; null in live rows), ``layer``,
+``reported``, ``seed``, ``wall_s`` and ``pace`` (the pace a live row's fleet kept, ``starved`` below
+half of it: ``autoscaler.faults.pace``; null in simulator rows). Our controllers (``pid``, ``mpc``)
+run with the scenario's ``admission`` policy (else the fleet's), the anchors without one, as their
+users run them. Simulator rows run in parallel processes; live rows (``autoscaler.faults.live``) one
+after another, each on its own ports. A controller that cannot run on a scenario's fleet
+(``not_applicable``: one that needs aggregated variants, hpa or keda say, on a service of
+prefill/decode pools only; ``dynamo-pd`` on a service without pools) gets a row saying so, every
+figure null, and is not run.
 """
 
 from __future__ import annotations

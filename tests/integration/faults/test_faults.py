@@ -56,6 +56,8 @@ def test_the_mpc_removes_no_replica_while_a_pod_reports_nothing() -> None:
 def test_our_controllers_do_no_harm_in_the_live_scenarios(scenario: str, controller: str) -> None:
     (row,) = run_suite([sc for sc in LIVE if sc.name == scenario], [controller], DATA_DIR)
     assert row["harmful_actions"] == 0, row["harm"]
+    pace = row["pace"]  # the pace the fleet kept, as measured (autoscaler.faults.pace)
+    assert pace is not None and pace["target_x"] == 20.0 and 0 < pace["lowest"] <= pace["kept"], pace
     assert row["slo_attainment_interactive"] is not None and row["slo_attainment_interactive"] > 0.5
 
 
