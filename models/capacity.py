@@ -32,7 +32,9 @@ of the SLO stay within ``1 - attainment`` (default 1 %):
   token, which the simulator gives at the end of the last prefill step, and counts instead the decode
   step in flight when the prefill queue is empty, ``_step_in_flight``. The max_num_seqs bound reads
   the same slack, so in this form its slot wait drops the decode step too, with nothing in its place:
-  not examined against the simulator.)
+  not examined against the simulator. ``ReplicaSpec.backlog`` on top of it, opt-in: the queue serves a
+  backlog, whose prompts share a step's overhead and carry the decoders their busy period admitted,
+  ``_backlog_service``; the KV bound holds those decoders' prompts, ``_backlog_kv``.)
 * **max_num_seqs** (Little's law on the time in system ``T``). Each request holds one of
   ``max_num_seqs`` slots for ``T = S + L_out s``: an M/M/c queue with ``c = max_num_seqs`` and
   offered load ``lam T``; a request misses when its wait for a slot (Erlang C, decay ``(c - lam T) / T``)
