@@ -342,7 +342,9 @@ class ReplicaSpec:
             prompt the step's overhead per token (``s_d P / budget``, not ``ceil(P / budget) s_d``);
             and the prompts a prefill busy period has admitted before a request still decode (a
             token per mixed step), so each step of the queue carries them (``b + g E[L_in]`` each)
-            and the KV bound holds their prompts (``_backlog_extra``). False (default): neither.
+            and the KV bound holds their prompts (``_backlog_kv``). The queue's terms on one replica
+            (a pool keeps Kingman-Whitt's queue, ``replicas``), the KV term per replica in a pool too.
+            False (default): neither.
             docs/benchmarks.md, "The out-of-band cases, fourth pass", measures it.
     """
 
