@@ -18,9 +18,9 @@ fleet (``autoscaler.knee.pd_fleet``) of one replica of that role and enough of t
 the role's model over the other's) that only the measured one limits, rates of the whole service.
 
     python benchmarks/capacity.py [--cases NAME ...] [--data ../shared/data] [--replicas N (>= 1)] [--prefill-cap]
-        [--busy-period] [--seed N (>= 0)] [--json]
+        [--busy-period] [--backlog] [--seed N (>= 0)] [--json]
     python benchmarks/capacity.py --roles [--cases NAME ...] [--data ../shared/data] [--json]
-        (--replicas, --prefill-cap, --busy-period and --seed are refused with --roles)
+        (--replicas, --prefill-cap, --busy-period, --backlog and --seed are refused with --roles)
 """
 
 from __future__ import annotations
@@ -175,11 +175,11 @@ def lengths(case: Case, data: Path, n: int = 20_000, seed: int = 1) -> tuple[np.
 
 
 def measure(name: str, data: Path, replicas: int = 1, prefill_cap: bool = False,
-            busy_period: bool = False, seed: int = 0) -> dict[str, Any]:
+            busy_period: bool = False, seed: int = 0, backlog: bool = False) -> dict[str, Any]:
     case = CASES[name]
     cfg = fleet(case, replicas)
     spec = replace(ReplicaSpec.of(cfg.services[0].variants[0], cfg.engine), prefill_cap=prefill_cap,
-                   busy_period=busy_period)
+                   busy_period=busy_period or backlog, backlog=backlog)
     ins, outs = lengths(case, data)
     # the model sizes what the replica serves: a request over the context is rejected (HTTP 400) and
     # counted nowhere in the knee's attainment (on Mooncake-like lengths 1.4 % of the draws)
@@ -188,7 +188,8 @@ def measure(name: str, data: Path, replicas: int = 1, prefill_cap: bool = False,
     itl_s = cfg.services[0].slo["interactive"].itl_s
     # the idle misses a variant may show are the example service's (its best variant's, plus 5 points)
     example = load_config(ROOT / "examples" / "fleet.yaml").services[0]
-    limit = allowance([replace(ReplicaSpec.of(v, cfg.engine), prefill_cap=prefill_cap, busy_period=busy_period)
+    limit = allowance([replace(ReplicaSpec.of(v, cfg.engine), prefill_cap=prefill_cap,
+                               busy_period=busy_period or backlog, backlog=backlog)
                        for v in example.variants], mix, case.ttft_s, itl_s)
     model = replica_capacity(spec, mix, case.ttft_s, itl_s, unservable=limit, replicas=replicas)
     shared = shared_capacity(spec, mix, case.ttft_s, itl_s, unservable=limit, replicas=replicas)
@@ -226,6 +227,10 @@ def main() -> None:
     ap.add_argument("--busy-period", action="store_true",
                     help="the model's ITL bound takes the prefill riding in a decode as an M/G/1 busy period's work "
                          "(models.capacity.ReplicaSpec.busy_period); not with --roles")
+    ap.add_argument("--backlog", action="store_true",
+                    help="the busy-period form (implies --busy-period) with its prefill queue as a backlog serves it: "
+                         "queued prompts share a step's overhead, and the prompts a busy period admitted weigh on its "
+                         "steps and the KV (models.capacity.ReplicaSpec.backlog); not with --roles")
     ap.add_argument("--seed", type=int, default=None,
                     help="the knee's simulations' seed, >= 0 (arrivals and the pairs drawn; the lengths' own draw is "
                          "fixed; default 0); not with --roles")
@@ -244,7 +249,7 @@ def main() -> None:
     if args.roles:
         # measure_role takes none of these: each would be silently ignored
         given = [flag for flag, on in (("--replicas", args.replicas is not None), ("--prefill-cap", args.prefill_cap),
-                                       ("--busy-period", args.busy_period)) if on]
+                                       ("--busy-period", args.busy_period), ("--backlog", args.backlog)) if on]
         if given:
             ap.error(f"{', '.join(given)}: not with --roles (the P/D role models take no such option)")
     if args.replicas is not None and args.replicas < 1:
@@ -266,7 +271,7 @@ def main() -> None:
         return
     for name in names:
         t = time.perf_counter()
-        row = measure(name, args.data, replicas, args.prefill_cap, args.busy_period, seed)
+        row = measure(name, args.data, replicas, args.prefill_cap, args.busy_period, seed, args.backlog)
         if args.json:
             print(json.dumps(row), flush=True)
         else:

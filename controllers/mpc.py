@@ -1194,6 +1194,10 @@ class MPCController(Controller):
         busy: 1 takes the prefill riding in a decode, in the ITL bound, as an M/G/1 busy period's work
             (``models.capacity.ReplicaSpec.busy_period``); 0 (default): over a fixed window
             (docs/benchmarks.md, "Capacity model", measures both).
+        backlog: 1 plans on the busy-period form (as ``busy=1``, which it implies) with its prefill queue
+            as a backlog serves it: queued prompts share a step's overhead, and the prompts a prefill
+            busy period admitted weigh on its steps and the KV (``models.capacity.ReplicaSpec.backlog``);
+            0 (default): not (docs/benchmarks.md, "The out-of-band cases, fourth pass").
         floor: 1 never plans below the burst floor (``controllers.burst_floor``): the highest one-tick
             arrival rate over the hold (read back from the window's rates, ``short_rate``) times
             ``tick / (tick + ttft)``, the capacity that serves such a burst within the TTFT target; a
@@ -1266,6 +1270,7 @@ class MPCController(Controller):
                  shed: int = 0,
                  shed_weight: float = DEFAULT_SHED_WEIGHT,
                  pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0, busy: int = 0,
+                 backlog: int = 0,
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
                  floor: int = 0, rise: int = 0, overdue: int = 0, gap: int = 0, pending: int = 0,
                  name: str = "mpc") -> None:
@@ -1357,7 +1362,8 @@ class MPCController(Controller):
         self._coordinator_basis: CoordinatorBasis | None = None  # joint_warm: the last joint plan's
         self.burst = bool(burst)
         self.cap = bool(cap)
-        self.busy = bool(busy)
+        self.backlog = bool(backlog)
+        self.busy = bool(busy) or self.backlog
         self.cover = bool(cover)
         self.trend = bool(trend)
         self.floor = bool(floor)
@@ -1696,7 +1702,8 @@ class MPCController(Controller):
     def _slowed(self, v: Variant, alpha: float) -> ReplicaSpec:
         """One replica of ``v`` with its profile ``alpha`` times slower."""
         spec = ReplicaSpec.of(v, self.engine)
-        return replace(spec, profile=spec.profile.slowed(alpha), prefill_cap=self.cap, busy_period=self.busy)
+        return replace(spec, profile=spec.profile.slowed(alpha), prefill_cap=self.cap, busy_period=self.busy,
+                       backlog=self.backlog)
 
     def _learn_capacity(self, est: ServiceEstimate, svc: Service, v: Variant, mem: _ServiceMemory, mix: RequestMix,
                         alpha: float, key: tuple[object, ...], prior_rps: float,

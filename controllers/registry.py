@@ -18,6 +18,7 @@ hold they show; ``hold=measured`` measures the hold under any hedge; ``hold_s=S`
 the p95 SLO ratio; ``burst=1`` plans for the arrivals'
 measured burstiness (``models.arrivals``), ``cap=1`` counts that a step prefills at most its budget,
 ``busy=1`` takes the prefill riding in a decode as a busy period's work (``ReplicaSpec.busy_period``);
+``backlog=1`` adds to that form its prefill queue as a backlog serves it (``ReplicaSpec.backlog``);
 ``cover=1`` holds a scale-down while the plan is short within a cold start (``hold_downs_within_start``);
 ``trend=1`` plans for the rise the last cold start's rates show (``rising_slope``, ``trend_path``);
 ``floor=1`` never plans below the burst floor: the highest one-tick arrival rate over the hold, times
@@ -342,7 +343,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     shed_weight=POSITIVE, pd_util=Param(float, 0.0, high=1.0),
                     pd_scale=Param(int, 0, closed=True, high=1),
                     burst=Param(int, 0, closed=True, high=1), cap=Param(int, 0, closed=True, high=1),
-                    busy=Param(int, 0, closed=True, high=1),
+                    busy=Param(int, 0, closed=True, high=1), backlog=Param(int, 0, closed=True, high=1),
                     coverage=Param(float, 0.0, high=0.999), cover=Param(int, 0, closed=True, high=1),
                     trend=Param(int, 0, closed=True, high=1), floor=Param(int, 0, closed=True, high=1),
                     rise=Param(int, 0, closed=True, high=1),

@@ -32,7 +32,9 @@ of the SLO stay within ``1 - attainment`` (default 1 %):
   token, which the simulator gives at the end of the last prefill step, and counts instead the decode
   step in flight when the prefill queue is empty, ``_step_in_flight``. The max_num_seqs bound reads
   the same slack, so in this form its slot wait drops the decode step too, with nothing in its place:
-  not examined against the simulator.)
+  not examined against the simulator. ``ReplicaSpec.backlog`` on top of it, opt-in: the queue serves a
+  backlog, whose prompts share a step's overhead and carry the decoders their busy period admitted,
+  ``_backlog_service``; the KV bound holds those decoders' prompts, ``_backlog_kv``.)
 * **max_num_seqs** (Little's law on the time in system ``T``). Each request holds one of
   ``max_num_seqs`` slots for ``T = S + L_out s``: an M/M/c queue with ``c = max_num_seqs`` and
   offered load ``lam T``; a request misses when its wait for a slot (Erlang C, decay ``(c - lam T) / T``)
@@ -335,6 +337,15 @@ class ReplicaSpec:
             (``replica_capacity``); False (default): the work arriving over a fixed window of ``D x
             itl_s``, an upper bound of it, Kingman's tail, and each bound its own budget
             (docs/benchmarks.md, "Capacity model", measures both).
+        backlog: (needs ``busy_period``; opt-in, ``mpc:backlog=1``) the busy-period form's prefill queue
+            as a backlog serves it: prompts queued together share a step, so the queue charges each
+            prompt the step's overhead per token (``s_d P / budget``, not ``ceil(P / budget) s_d``);
+            and the prompts a prefill busy period has admitted before a request still decode (a
+            token per mixed step), so each step of the queue carries them (``b + g E[L_in]`` each)
+            and the KV bound holds their prompts (``_backlog_kv``). The queue's terms on one replica
+            (a pool keeps Kingman-Whitt's queue, ``replicas``), the KV term per replica in a pool too.
+            False (default): neither.
+            docs/benchmarks.md, "The out-of-band cases, fourth pass", measures it.
     """
 
     profile: PerformanceProfile
@@ -344,6 +355,11 @@ class ReplicaSpec:
     kv_cache_tokens: int
     prefill_cap: bool = False
     busy_period: bool = False
+    backlog: bool = False
+
+    def __post_init__(self) -> None:
+        if self.backlog and not self.busy_period:
+            raise ValueError("ReplicaSpec: backlog=True refines the busy-period form; it needs busy_period=True")
 
     @classmethod
     def of(cls, variant: VariantSpec, engine: EngineLimits) -> ReplicaSpec:
@@ -578,7 +594,7 @@ def _initial_work(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, rate: 
     q_last = spec.profile.prefill_equivalent(last, mix.input_tokens - last)
     x = op.step_s + a * q_last + np.maximum(mix.output_tokens - 2.0, 0.0) * op.decode_step_s
     if replicas == 1:
-        wait = _pk_mean_wait(*_queue_points(spec, mix, op.decoding, op.decode_step_s), rate)
+        wait = _pk_mean_wait(*_queue_points(spec, mix, op.decoding, op.decode_step_s, rate), rate)
     else:
         queue = _prefill_queue(mix, _prefill_s(spec, mix, op.decoding, op.decode_step_s), rate, replicas)
         wait = math.inf if queue is None else queue[0] / queue[1]
@@ -768,7 +784,7 @@ def _ttft_points(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float,
     if spec.busy_period and replicas == 1:
         # the wait's whole law (Pollaczek-Khinchine) over the prompts' marginal: a few long prompts
         # make the tail that Kingman's exponential, from the second moment alone, leaves out
-        served, weights = _queue_points(spec, mix, op.decoding, op.decode_step_s)
+        served, weights = _queue_points(spec, mix, op.decoding, op.decode_step_s, rate)
         need = _wait_to_miss(spec, mix, op, rate, slack)
         if mix.arrival_scv != 1.0:
             # bursty arrivals (``models.arrivals``): the Poisson law's waits stretched by Kingman's
@@ -809,16 +825,68 @@ the nearest cell, so the k-fold sums' errors have zero mean)."""
 _PK_TILT = 25.0  # e^-25: what the FFT's wrap-around leaves of the mass beyond its period
 
 
-def _queue_points(spec: ReplicaSpec, mix: RequestMix, decoding: float, decode_step_s: float
+def _queue_points(spec: ReplicaSpec, mix: RequestMix, decoding: float, decode_step_s: float, rate: float = 0.0
                   ) -> tuple[np.ndarray, np.ndarray]:
     """(prefill service time of each point of the prompts' marginal, s (``_prefill_s`` of a request of
-    that prompt), their weights): ``RequestMix.prompt_points``, the mix's own points where it has none."""
+    that prompt), their weights): ``RequestMix.prompt_points``, the mix's own points where it has none.
+    With ``ReplicaSpec.backlog`` the queue's service at ``rate`` (requests/s) instead:
+    ``_backlog_service``."""
+    if spec.backlog:
+        q, w = _marginal_prefill_tokens(spec, mix)
+        pm = mix.uncached if mix.prompt_points is None else mix.prompt_points * (1.0 - mix.prefix_hit_rate)
+        lin = mix.input_tokens if mix.prompt_points is None else mix.prompt_points
+        budget = max(spec.max_num_batched_tokens - decoding, 1.0)
+        return _backlog_service(spec, q, pm, w, float(w @ lin), budget, decode_step_s, rate)[0], w
     if mix.prompt_points is None or mix.prompt_weights is None:
         return _prefill_s(spec, mix, decoding, decode_step_s), mix.weights
     budget = max(spec.max_num_batched_tokens - decoding, 1.0)
     q, w = _marginal_prefill_tokens(spec, mix)
     return spec.profile.prefill_s_per_token * q + np.ceil(mix.prompt_points * (1.0 - mix.prefix_hit_rate) / budget) \
         * decode_step_s, w
+
+
+def _earlier_in_busy_period(service: np.ndarray, weights: np.ndarray, rate: float) -> float:
+    """Mean number of requests an M/G/1 busy period has served before the one in service, taken over
+    its service time (requests; inf when ``rate E[S] >= 1``). The number a busy period serves, ``N``,
+    satisfies ``N = 1 + N_1 + ... + N_A`` (``A``: the arrivals during one service, ``Var A = rho (1 -
+    rho) + rate^2 E[S^2]``), so ``E[N] = 1 / (1 - rho)`` and ``Var N = Var A / (1 - rho)^3``; the k-th of
+    them has ``k - 1`` before it, which averages ``E[N (N - 1)] / (2 E[N])`` over the busy period's
+    requests (their services taken as independent of ``N``). One size at ``rho = 1/2``: ``E[N] = 2``,
+    ``Var N = 4``, 1.5 before. Source: the busy period's count by its branching identity (Takacs 1962,
+    "Introduction to the Theory of Queues", ch. 2)."""
+    es = float(weights @ service)
+    rho = rate * es
+    if rho >= 1.0:
+        return math.inf
+    var_a = rho * (1.0 - rho) + rate * rate * float(weights @ (service * service))
+    mean_n = 1.0 / (1.0 - rho)
+    var_n = var_a / (1.0 - rho) ** 3
+    return (var_n + mean_n * mean_n - mean_n) / (2.0 * mean_n)
+
+
+def _backlog_service(spec: ReplicaSpec, q: np.ndarray, p: np.ndarray, weights: np.ndarray, mean_input: float,
+                     budget: float, decode_step_s: float, rate: float) -> tuple[np.ndarray, float]:
+    """(each point's prefill service in a backlog, s; the decoders its busy period adds, requests) for
+    prompts of ``q`` prefill-token equivalents and ``p`` uncached tokens with ``weights``, ``mean_input``
+    prompt tokens on average, at ``rate`` (``ReplicaSpec.backlog``).
+
+    Two terms, both measured on the simulator (docs/benchmarks.md, "third pass"):
+    - queued prompts share a step (two 4,000-token prompts fill one 8,189-token step), so a prompt
+      is charged the step's overhead per token, ``s P / budget``, where the default charges each of
+      its steps whole, ``ceil(P / budget) s``;
+    - the prompts a busy period admitted before it have barely decoded (one token per mixed step),
+      so each step carries them: ``s = s_d + (b + g mean_input) n`` with ``n`` the requests served
+      before in the busy period (``_earlier_in_busy_period``, over the first term's service).
+    By hand, H100 profile, 4,000-token prompts, budget 8,189, ``s_d`` 0.0085 s, 3.75 req/s: the first
+    term alone 0.1098 s a prompt (the default's 0.1141 s), in tests/unit/test_capacity_backlog.py."""
+    a = spec.profile.prefill_s_per_token
+    _, _, b, g = marginal_costs(spec.profile)
+    share = p / budget
+    plain = a * q + share * decode_step_s
+    extra = _earlier_in_busy_period(plain, weights, rate)
+    if not math.isfinite(extra):
+        return plain, extra
+    return a * q + share * (decode_step_s + (b + g * mean_input) * extra), extra
 
 
 def _marginal_prefill_tokens(spec: ReplicaSpec, mix: RequestMix) -> tuple[np.ndarray, np.ndarray]:
@@ -946,7 +1014,30 @@ def _kv_points(spec: ReplicaSpec, mix: RequestMix, rate: float) -> np.ndarray:
     second = service * lin * lin + s * (lin * lin * lout + lin * lout * lout + lout ** 3 / 3)
     mean = rate * float(mix.weights @ first)
     var = rate * float(mix.weights @ second)
+    if spec.backlog:
+        mean, var = _backlog_kv(spec, mix, op, rate, mean, var)
+        if not math.isfinite(mean):
+            return np.ones_like(mix.weights)
     return _gamma_sf(spec.kv_cache_tokens - lin, mean, var)
+
+
+def _backlog_kv(spec: ReplicaSpec, mix: RequestMix, op: OperatingPoint, rate: float, mean: float, var: float
+                ) -> tuple[float, float]:
+    """The KV occupancy's (mean, variance), tokens and tokens^2, with the prompts a prefill busy period
+    has admitted and not yet decoded (``ReplicaSpec.backlog``): an arrival finds the prefill queue busy
+    with probability ``rho``, and then ``n`` requests of its busy period before (``_backlog_service``),
+    each holding its prompt (and a block): ``rho n E[L_in + block]`` more on average, and ``rho n
+    E[(L_in + block)^2]`` more variance (their count taken as Poisson). inf where the queue is unstable."""
+    budget = max(spec.max_num_batched_tokens - op.decoding, 1.0)
+    q, w = _marginal_prefill_tokens(spec, mix)
+    pm = mix.uncached if mix.prompt_points is None else mix.prompt_points * (1.0 - mix.prefix_hit_rate)
+    lin = mix.input_tokens if mix.prompt_points is None else mix.prompt_points
+    service, extra = _backlog_service(spec, q, pm, w, float(w @ lin), budget, op.decode_step_s, rate)
+    rho = rate * float(w @ service)
+    if rho >= 1.0 or not math.isfinite(extra):
+        return math.inf, math.inf
+    held = lin + spec.block_size
+    return mean + rho * extra * float(w @ held), var + rho * extra * float(w @ (held * held))
 
 
 def _itl_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float, replicas: int = 1) -> float:
