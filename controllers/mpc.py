@@ -96,7 +96,8 @@ On a scale-down ``Decision.remove_first`` names the pods to remove, coldest and 
 The loop's guard still applies (step limits, cool-down, warm-up and idle rules); the plan's step
 limits are the guard's, so it seldom cuts. ``Decision.plan`` holds the plan per variant;
 ``Decision.terms`` the demand planned for now (``demand_rps``), the solve time (``solve_ms``) and the
-unserved demand over the horizon (``unserved_rps_max``).
+unserved demand over the horizon (``unserved_rps_max``; with ``unserved=1`` also its part below the rate
+seen, ``unserved_seen_rps_max``).
 
 The live loop bounds each solve by wall time (``PlanProblem.time_limit_s``, 10 s: a tick is 15 s) and,
 with ``node_limit``, by branch-and-bound nodes too. A solve stopped at either limit never raises: the
