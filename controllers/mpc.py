@@ -54,7 +54,9 @@ without) and each ``decide`` reads its part:
   down is held where the plan leaves demand unserved, plans the replica back, or leaves the pool under
   1.25 x the pools' peak demand (``hold_pool_downs``: hysteresis at a replica boundary);
 - costs: GPU $/hour, ``miss_weight`` times the dearest variant's $ per request served for each
-  request of demand left unserved, and a cold start's GPU time per replica started;
+  request of demand left unserved (with ``unserved=1``, opt-in, ``UNSERVED_WEIGHT`` times for a shortfall
+  below the hold's highest arrival rate from the fastest start-up on: ``seen_shortfall``), and a cold
+  start's GPU time per replica started;
 - with ``shed=1``, admission in the same problem (issue 29): the sheddable priority's share of
   today's demand at the gateway (its arrivals and queue, ``controllers.admission.priority_demand``)
   may be shed in every step at ``shed_weight`` times the dearest variant's $ per request served
@@ -94,7 +96,8 @@ On a scale-down ``Decision.remove_first`` names the pods to remove, coldest and 
 The loop's guard still applies (step limits, cool-down, warm-up and idle rules); the plan's step
 limits are the guard's, so it seldom cuts. ``Decision.plan`` holds the plan per variant;
 ``Decision.terms`` the demand planned for now (``demand_rps``), the solve time (``solve_ms``) and the
-unserved demand over the horizon (``unserved_rps_max``).
+unserved demand over the horizon (``unserved_rps_max``; with ``unserved=1`` also its part below the rate
+seen, ``unserved_seen_rps_max``).
 
 The live loop bounds each solve by wall time (``PlanProblem.time_limit_s``, 10 s: a tick is 15 s) and,
 with ``node_limit``, by branch-and-bound nodes too. A solve stopped at either limit never raises: the
@@ -1057,6 +1060,41 @@ def miss_cost(variants: list[PlanVariant], miss_weight: float) -> float | None:
     return miss_weight * max(ways) if ways else None
 
 
+UNSERVED_WEIGHT = 100.0
+"""``unserved=1``: $ per request of a shortfall below the rate already seen, in ``miss_weight``'s unit
+(the dearest way to serve a request), priced on the steps an order can still serve (``seen_shortfall``).
+100 = 1 / (1 - 0.99), the attainment target's (``controllers.bound.DEFAULT_TARGET``) one miss in a
+hundred: a shortfall on a rate already seen does not miss its own requests alone (the queue it builds
+delays every request after it), so a request of it is priced as the hundred requests among which the
+target allows one miss. Chosen before any run, not tuned (issue 28; docs/controllers.md, "Unserved
+demand already seen")."""
+
+
+def seen_shortfall(demand_rps: np.ndarray, held_rps: float, first_step: int) -> np.ndarray:
+    """``unserved=1``: requests/s of each step's shortfall the plan may leave at the plain miss cost,
+    shape (H,) like ``demand_rps`` (requests/s a step): the demand above ``held_rps`` (the hold's
+    highest arrival rate, requests/s: demand already seen, so real) from step ``first_step`` on (0-based;
+    the fastest start-up in steps, the first step an order placed now serves), and all of the demand
+    before it (no order serves there, so pricing it buys nothing). Any shortfall beyond it is demand
+    seen real that an order can still serve, priced at ``UNSERVED_WEIGHT``: without it the plan kept N
+    replicas while the horizon's peak stood ~1 req/s above what N serve (issue 28: ``quantile=0.8`` on
+    the fault suite's wrong-profile ordered its second GH200 135 s after ``mpc``).
+
+    The plan takes it as ``models.planning.PlanService.shed_rps`` (the first tier of a step's shortfall,
+    at ``shed_cost``), the rest of a shortfall at ``miss_cost``: a convex two-price cost, so the solve
+    leaves the cheap tier unserved first.
+
+    Raises:
+        ValueError: ``held_rps`` negative or not finite, or ``first_step`` negative.
+    """
+    if not 0 <= held_rps < math.inf or first_step < 0:
+        raise ValueError(f"seen_shortfall: need held_rps >= 0 and first_step >= 0, got {held_rps} and {first_step}")
+    demand = np.asarray(demand_rps, dtype=float)
+    out = np.maximum(demand - held_rps, 0.0)
+    out[:first_step] = demand[:first_step]
+    return out
+
+
 def pd_ratio(svc: Service) -> tuple[float, float] | None:
     """``(min_ratio, max_ratio)`` of ``svc``'s ``roles.ratio`` for the plan (``PlanService.pd_ratio``), or
     None without one, or when no whole replica counts within the pools' bounds keep it
@@ -1106,6 +1144,20 @@ def _check_floor(name: str, cfg: FleetConfig, window_s: float) -> None:
         raise ValueError(f"{name}: floor=1 reads each tick's arrivals from a counter scraped once a tick: "
                          f"needs simulator.scrape_interval_s ({cfg.simulator.scrape_interval_s:g} s) equal "
                          f"to controller.tick_s ({tick:g} s)")
+
+
+def _check_unserved(name: str, unserved: int, shed: int, miss_weight: float) -> None:
+    """``unserved=1`` takes the plan's second price tier (``PlanService.shed_rps``), which ``shed=1`` takes
+    for shedding, and prices above the miss cost.
+
+    Raises:
+        ValueError: one line naming ``name``: ``unserved=1`` with ``shed=1`` or ``miss_weight`` >=
+            ``UNSERVED_WEIGHT``.
+    """
+    if unserved and (shed or miss_weight >= UNSERVED_WEIGHT):
+        raise ValueError(f"{name}: unserved=1 prices a shortfall below the rate seen on the plan's second "
+                         f"price tier, which shed=1 takes for shedding, and above the miss cost: needs shed=0 "
+                         f"and miss_weight < {UNSERVED_WEIGHT:g}, got shed={shed}, miss_weight={miss_weight:g}")
 
 
 class MPCController(Controller):
@@ -1219,6 +1271,12 @@ class MPCController(Controller):
             (``pending_at_risk``), with ``overdue=1``'s consequences (left out of the ready path,
             ``hold_orders``); with ``overdue=1`` too, a start is at risk by either rule. 0 (default): not
             (opt-in; docs/controllers.md, "Starts whose pods cannot be placed").
+        unserved: 1 prices a shortfall below the hold's highest arrival rate (demand already seen), on the
+            steps from the fastest start-up on (where an order serves), at ``UNSERVED_WEIGHT`` instead of
+            ``miss_weight`` (``seen_shortfall``); the band's demand above that rate, and every step before,
+            stay at the miss cost. It takes the plan's second price tier (``PlanService.shed_rps``), so
+            not with ``shed=1``, and needs ``miss_weight`` below ``UNSERVED_WEIGHT``. 0 (default): not
+            (opt-in, issue 28; docs/controllers.md, "Unserved demand already seen").
         warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
             last plan moved on by the ticks since (``models.planning.PlanProblem.start``); 0
             (default) through scipy without a start: measured, the start did not shorten the solve
@@ -1252,7 +1310,8 @@ class MPCController(Controller):
     Raises:
         ValueError: an argument out of range, an unknown ``forecast``, ``hedge`` or ``hold``, or ``perfect`` without
             ``future_rps``, a negative ``node_limit``, ``int_blocks`` or ``joint_blocks``, ``int_up`` other
-            than 0 or 1, or 1 without ``int_blocks``, ``warm`` or ``joint_warm`` other than 0 or 1.
+            than 0 or 1, or 1 without ``int_blocks``, ``warm`` or ``joint_warm`` other than 0 or 1, ``unserved=1``
+            with ``shed=1`` or ``miss_weight`` >= ``UNSERVED_WEIGHT``.
     """
 
     scales_roles = True
@@ -1273,7 +1332,7 @@ class MPCController(Controller):
                  backlog: int = 0,
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
                  floor: int = 0, rise: int = 0, overdue: int = 0, gap: int = 0, pending: int = 0,
-                 name: str = "mpc") -> None:
+                 unserved: int = 0, name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
@@ -1298,7 +1357,7 @@ class MPCController(Controller):
                              f"int_blocks={int_blocks}, warm={warm}")
         for option, x in (("warm", warm), ("joint_warm", joint_warm), ("pd_scale", pd_scale), ("cover", cover),
                           ("trend", trend), ("floor", floor), ("rise", rise),
-                          ("overdue", overdue), ("gap", gap), ("pending", pending)):
+                          ("overdue", overdue), ("gap", gap), ("pending", pending), ("unserved", unserved)):
             if x not in (0, 1):
                 raise ValueError(f"{name}: {option} must be 0 or 1, got {x}")
         if burst not in (0, 1) or cap not in (0, 1):
@@ -1306,6 +1365,7 @@ class MPCController(Controller):
         if shed not in (0, 1) or (shed and not 1.0 < shed_weight < miss_weight):
             raise ValueError(f"{name}: need shed 0 or 1 and 1 < shed_weight < miss_weight ({miss_weight:g}), "
                              f"got {shed} and {shed_weight}")
+        _check_unserved(name, unserved, shed, miss_weight)
         if forecast not in FORECASTS:
             raise ValueError(f"{name}: forecast must be one of {', '.join(FORECASTS)}, got '{forecast}'")
         if hedge not in HEDGES:
@@ -1371,6 +1431,7 @@ class MPCController(Controller):
         self.overdue = bool(overdue)
         self.gap = bool(gap)
         self.pending = bool(pending)
+        self.unserved = bool(unserved)
         self.shed = bool(shed)
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
@@ -1418,13 +1479,18 @@ class MPCController(Controller):
         """Requests/s of today's queue that ``demand`` adds to each step, shape (horizon,): ``backlog_rps``
         over the steps until new replicas (the fastest start-up) have served ``DRAIN_S``, 0 after."""
         dt = self.tick_s
-        fastest = min(math.ceil((v.startup_warm_s if v.warm_nodes else v.startup_cold_s) / dt)
-                      for _, v in all_variants(svc))
+        fastest = self.fastest_steps(svc)
         queue = est.signals.queue_length or 0.0
         drain = fastest + max(1, math.ceil(DRAIN_S / dt))  # until new replicas have served a drain period
         out = np.zeros(self.horizon)
         out[:drain] = backlog_rps(queue, drain * dt, now_rps)
         return out
+
+    def fastest_steps(self, svc: Service) -> int:
+        """Steps of ``tick_s`` until a replica ordered now is ready: the fastest start-up of ``svc``'s
+        variants (warm where it has warm nodes, else cold), rounded up."""
+        return min(math.ceil((v.startup_warm_s if v.warm_nodes else v.startup_cold_s) / self.tick_s)
+                   for _, v in all_variants(svc))
 
     def drain_excess(self, est: ServiceEstimate, svc: Service, held_rps: float) -> float:
         """``drain_excess`` of this tick's forecast (0 without one, or with ``forecast`` last or perfect),
@@ -1862,6 +1928,9 @@ class MPCController(Controller):
         if priorities is not None and total > 0:
             shed_rps = demand * (priorities[PRIORITIES[SHEDDABLE]] / total)
             shed_cost = miss * self.shed_weight / self.miss_weight
+        if self.unserved:  # a shortfall below the rate seen, where an order serves, priced above the miss
+            shed_rps, shed_cost = seen_shortfall(demand, held, self.fastest_steps(svc)), miss
+            miss = miss * UNSERVED_WEIGHT / self.miss_weight
         plan_svc = PlanService(svc.name, variants, demand, miss, self.guard.max_step_up, self.guard.max_step_down,
                                shed_rps=shed_rps, shed_cost=shed_cost, pd_ratio=pd_ratio(svc))
         return _Inputs(plan_svc, recovering, priorities, held, scales, modelled, steady)
@@ -1951,8 +2020,12 @@ class MPCController(Controller):
         demand = inputs.service.demand_rps
         steps = plan.replicas[svc.name]
         desired = {name: int(n[0]) for name, n in steps.items()}
+        unserved = plan.unserved_rps[svc.name]
+        seen_unserved = None
+        if self.unserved:  # the plan's cheap tier (seen_shortfall) is demand it leaves unserved too
+            seen_unserved, unserved = unserved, unserved + plan.shed_rps[svc.name]
         pools_rps = plan.pd_rps.get(svc.name)
-        desired = hold_pool_downs(desired, current, steps, plan.unserved_rps[svc.name],
+        desired = hold_pool_downs(desired, current, steps, unserved,
                                   {v.name: role for role, v in svc.role_variants()},
                                   inputs.steady, None if pools_rps is None else float(np.max(pools_rps)))
         if svc.roles is not None and svc.roles.ratio is None:  # a ratio's replicas are the plan's to keep
@@ -1962,7 +2035,7 @@ class MPCController(Controller):
             aggregated = {v.name for v in svc.variants}
             kept = hold_downs_within_start({n: k for n, k in desired.items() if n in aggregated}, current,
                                            {n: k for n, k in steps.items() if n in aggregated},
-                                           plan.unserved_rps[svc.name], cover_window(svc.variants, dt))
+                                           unserved, cover_window(svc.variants, dt))
             desired.update(kept)
         if self.rise and svc.variants:
             aggregated = {v.name for v in svc.variants}
@@ -1975,7 +2048,6 @@ class MPCController(Controller):
         silent = silent_pods(est)
         if silent:  # a ready pod that reports nothing may be serving anything: none goes meanwhile
             desired = {name: max(n, current.get(name, 0)) for name, n in desired.items()}
-        unserved = plan.unserved_rps[svc.name]
         mem.last_applied, mem.last_time_s = dict(desired), est.time_s
         terms = {"demand_rps": float(demand[0]), "solve_ms": plan.solve_ms,
                  "unserved_rps_max": float(unserved.max()), "recovering": float(inputs.recovering),
@@ -1986,6 +2058,7 @@ class MPCController(Controller):
                  **{f"capacity_learned_{v}": float(x) for v, x in mem.learned.items()},
                  **({"arrival_scv": mem.scv} if self.burst else {}),
                  **({"burst_floor_rps": mem.floor_rps} if self.floor and mem.floor_rps is not None else {}),
+                 **({"unserved_seen_rps_max": float(seen_unserved.max())} if seen_unserved is not None else {}),
                  **{f"pool_scale_{role}": x for role, x in inputs.pool_scales.items()}}
         if mem.z is not None:
             terms["hedge_z"] = mem.z
