@@ -32,6 +32,12 @@ alternated problem by problem so that machine load falls on both alike: CPU p50 
 K's plan cost over the MPC's (p50 / max / min), and how many plans of each kept the shared GPU quotas
 and budget at every step.
 
+``--lever NAME`` solves each of ``--trials`` one-service problems (those of ``--mpc --sizes 1``, the
+same seed) as the MPC does (the tuned exact search) and again with one lever of ``ONE_SERVICE_LEVERS``
+(HiGHS options, the demand rows' hull, a MIP start), the order alternated problem by problem: CPU p50
+/ p99 / max of each, how many plans' replica counts are not the base's, the lever's cost over the
+base's on those, and the largest relative cost difference over all.
+
 ``--coordinator-warm K`` times several services (``--sizes``) on consecutive ticks: ``--count`` runs
 (default 1) of ``--ticks``, each run from a problem drawn as above and moved on tick by tick as
 ``--warm`` moves one service (``next_joint_tick``), the shared limits kept. Each tick is solved as the
