@@ -324,13 +324,18 @@ ONE_SERVICE_LEVERS: dict[str, dict[str, object]] = {
     "gap 1e-3": {"options": {**planning.TUNED_OPTIONS, "mip_rel_gap": 1e-3}},
     "hull": {"fields": {"hull": True}},
     "hull, pscost 0": {"fields": {"hull": True}, "options": PSCOST0},
+    "highspy": {"fields": {"solver": "highspy"}},
+    "highspy, hull, pscost 0, no restart": {"fields": {"hull": True, "solver": "highspy"},
+                                            "options": {**PSCOST0, "mip_allow_restart": False}},
     "greedy start": {"start": "greedy"},
     "optimum as start": {"start": "optimum"},
     "optimum as cutoff": {"start": "cutoff"},
 }
 """``--lever``'s levers on the tuned one-service search (the MPC's): ``options`` replace
 ``TUNED_OPTIONS`` (scipy's HiGHS build; ``mip_pscost_minreliable`` 0: no strong branching, pseudocosts
-from the first node), ``fields`` set ``PlanProblem`` fields (``hull``), ``start`` hands HiGHS a MIP start
+from the first node; ``mip_allow_restart``: highspy's HiGHS only), ``fields`` set ``PlanProblem`` fields
+(``hull``; ``solver="highspy"``: the search through highspy's newer HiGHS, scipy's where it is not
+installed), ``start`` hands HiGHS a MIP start
 through scipy's build (``_direct_milp``): ``greedy`` the greedy plan (``greedy_counts``, completed, where
 it meets every constraint), ``optimum`` the base search's own optimal plan (what no start can beat:
 the bound on what a start saves), ``cutoff`` that plan's cost as HiGHS's ``objective_bound`` alone."""
