@@ -327,13 +327,17 @@ ONE_SERVICE_LEVERS: dict[str, dict[str, object]] = {
     "highspy": {"fields": {"solver": "highspy"}},
     "highspy, hull, pscost 0, no restart": {"fields": {"hull": True, "solver": "highspy"},
                                             "options": {**PSCOST0, "mip_allow_restart": False}},
+    "highspy, hull, pscost 0, no restart, no node cuts": {
+        "fields": {"hull": True, "solver": "highspy"},
+        "options": {**PSCOST0, "mip_allow_restart": False, "mip_allow_cut_separation_at_nodes": False}},
     "greedy start": {"start": "greedy"},
     "optimum as start": {"start": "optimum"},
     "optimum as cutoff": {"start": "cutoff"},
 }
 """``--lever``'s levers on the tuned one-service search (the MPC's): ``options`` replace
 ``TUNED_OPTIONS`` (scipy's HiGHS build; ``mip_pscost_minreliable`` 0: no strong branching, pseudocosts
-from the first node; ``mip_allow_restart``: highspy's HiGHS only), ``fields`` set ``PlanProblem`` fields
+from the first node; ``mip_allow_restart`` and ``mip_allow_cut_separation_at_nodes``: highspy's HiGHS
+only), ``fields`` set ``PlanProblem`` fields
 (``hull``; ``solver="highspy"``: the search through highspy's newer HiGHS, scipy's where it is not
 installed), ``start`` hands HiGHS a MIP start
 through scipy's build (``_direct_milp``): ``greedy`` the greedy plan (``greedy_counts``, completed, where
