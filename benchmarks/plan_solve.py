@@ -32,6 +32,12 @@ alternated problem by problem so that machine load falls on both alike: CPU p50 
 K's plan cost over the MPC's (p50 / max / min), and how many plans of each kept the shared GPU quotas
 and budget at every step.
 
+``--lever NAME`` solves each of ``--trials`` one-service problems (those of ``--mpc --sizes 1``, the
+same seed) as the MPC does (the tuned exact search) and again with one lever of ``ONE_SERVICE_LEVERS``
+(HiGHS options, the demand rows' hull, a MIP start), the order alternated problem by problem: CPU p50
+/ p99 / max of each, how many plans' replica counts are not the base's, the lever's cost over the
+base's on those, and the largest relative cost difference over all.
+
 ``--coordinator-warm K`` times several services (``--sizes``) on consecutive ticks: ``--count`` runs
 (default 1) of ``--ticks``, each run from a problem drawn as above and moved on tick by tick as
 ``--warm`` moves one service (``next_joint_tick``), the shared limits kept. Each tick is solved as the
@@ -306,6 +312,118 @@ def paired_runs(args: argparse.Namespace, options: dict[str, object]) -> None:
               f"| {kept['base']}/{trials} / {kept['K']}/{trials} |", flush=True)
 
 
+PSCOST0 = {**planning.TUNED_OPTIONS, "mip_pscost_minreliable": 0}
+ONE_SERVICE_LEVERS: dict[str, dict[str, object]] = {
+    "pscost 0": {"options": PSCOST0},
+    "pscost 1": {"options": {**planning.TUNED_OPTIONS, "mip_pscost_minreliable": 1}},
+    "no presolve": {"options": {**planning.TUNED_OPTIONS, "presolve": False}},
+    "no symmetry": {"options": {**planning.TUNED_OPTIONS, "mip_detect_symmetry": False}},
+    "lp age 1": {"options": {**planning.TUNED_OPTIONS, "mip_lp_age_limit": 1, "mip_pool_age_limit": 1}},
+    "no shifting, zi round": {"options": {**planning.TUNED_OPTIONS, "mip_heuristic_run_shifting": False,
+                                          "mip_heuristic_run_zi_round": False}},
+    "gap 1e-3": {"options": {**planning.TUNED_OPTIONS, "mip_rel_gap": 1e-3}},
+    "hull": {"fields": {"hull": True}},
+    "hull, pscost 0": {"fields": {"hull": True}, "options": PSCOST0},
+    "highspy": {"fields": {"solver": "highspy"}},
+    "highspy, hull, pscost 0, no restart": {"fields": {"hull": True, "solver": "highspy"},
+                                            "options": {**PSCOST0, "mip_allow_restart": False}},
+    "highspy, hull, pscost 0, no restart, no node cuts": {
+        "fields": {"hull": True, "solver": "highspy"},
+        "options": {**PSCOST0, "mip_allow_restart": False, "mip_allow_cut_separation_at_nodes": False}},
+    "greedy start": {"start": "greedy"},
+    "optimum as start": {"start": "optimum"},
+    "optimum as cutoff": {"start": "cutoff"},
+}
+"""``--lever``'s levers on the tuned one-service search (the MPC's): ``options`` replace
+``TUNED_OPTIONS`` (scipy's HiGHS build; ``mip_pscost_minreliable`` 0: no strong branching, pseudocosts
+from the first node; ``mip_allow_restart`` and ``mip_allow_cut_separation_at_nodes``: highspy's HiGHS
+only), ``fields`` set ``PlanProblem`` fields
+(``hull``; ``solver="highspy"``: the search through highspy's newer HiGHS, scipy's where it is not
+installed), ``start`` hands HiGHS a MIP start
+through scipy's build (``_direct_milp``): ``greedy`` the greedy plan (``greedy_counts``, completed, where
+it meets every constraint), ``optimum`` the base search's own optimal plan (what no start can beat:
+the bound on what a start saves), ``cutoff`` that plan's cost as HiGHS's ``objective_bound`` alone."""
+
+
+Solved = tuple[dict[str, dict[str, np.ndarray]], float, float, np.ndarray | None]
+"""``lever_solve``'s answer: replicas, cost, CPU ms, HiGHS's variables (start levers only)."""
+
+
+def lever_solve(prob: PlanProblem, lever: dict[str, object] | None, base_x: np.ndarray | None = None) -> Solved:
+    """One tuned one-service solve of ``prob`` with ``lever`` (None: as the MPC solves): its replicas,
+    cost, CPU ms and, for a start lever (and the base beside one, ``lever`` ``{"start": None}``),
+    HiGHS's variables. A start lever's solve (and its base) is the build and HiGHS's call through
+    scipy's build, as ``solve`` makes them, less ``Plan``'s assembly."""
+    how = lever or {}
+    fields = dict(how.get("fields", {}))  # type: ignore[call-overload]
+    drawn = dataclasses.replace(prob, **fields)
+    if "start" not in how:
+        saved = planning.TUNED_OPTIONS
+        planning.TUNED_OPTIONS = dict(how.get("options", saved))  # type: ignore[call-overload]
+        try:
+            started = time.process_time()
+            plan = solve(drawn)
+            cpu = (time.process_time() - started) * 1000.0
+        finally:
+            planning.TUNED_OPTIONS = saved
+        return plan.replicas, plan.cost, cpu, None
+    started = time.process_time()
+    c, cons, bounds, integral = planning._build(drawn, True)
+    options = planning._options(drawn, time.perf_counter() + drawn.time_limit_s)
+    start = None
+    if how["start"] == "greedy":
+        x = planning._complete(drawn, planning.greedy_counts(drawn, True))
+        start = x if planning._feasible(x, cons, bounds) else None
+    elif how["start"] == "optimum":
+        start = base_x
+    elif how["start"] == "cutoff" and base_x is not None:
+        options["objective_bound"] = float(c @ base_x) * (1 + 1e-9)
+    res = planning._direct_milp(c, cons, bounds, integral, options, start)
+    cpu = (time.process_time() - started) * 1000.0
+    if res.x is None:
+        raise RuntimeError(f"no plan: {res.message}")
+    return planning._parts(drawn, res.x)[0], float(c @ res.x), cpu, res.x
+
+
+def lever_runs(args: argparse.Namespace) -> None:
+    """``--lever NAME``: one service, each of ``--trials`` problems solved as the MPC solves it (the
+    tuned search) and with the lever (``ONE_SERVICE_LEVERS``), the order alternated problem by problem
+    so that load falls on both alike: CPU p50 / p99 / max of each, how many plans have other replica
+    counts than the base's, the lever's plan cost over the base's (max, min) on those, and the largest
+    relative cost difference over every plan (a plan with the base's counts may serve otherwise)."""
+    lever = ONE_SERVICE_LEVERS[args.lever]
+    rng = np.random.default_rng((args.seed, 1))
+    cpu: dict[str, list[float]] = {"base": [], "lever": []}
+    differ, ratios, drift = 0, [], 0.0
+    for k in range(args.trials):
+        prob = problem(1, rng, None, args.gap, args.node_limit, tuned=True)
+        out: dict[str, Solved] = {}
+        base_how: dict[str, object] | None = {"start": None} if "start" in lever else None
+        if lever.get("start") in ("optimum", "cutoff"):
+            out["base"] = lever_solve(prob, base_how)
+            out["lever"] = lever_solve(prob, lever, out["base"][3])
+        else:
+            for name in (("base", "lever") if k % 2 == 0 else ("lever", "base")):
+                out[name] = lever_solve(prob, lever if name == "lever" else base_how)
+        for name in cpu:
+            cpu[name].append(out[name][2])
+        same = all(np.array_equal(n, out["lever"][0][s][v]) for s, vs in out["base"][0].items() for v, n in vs.items())
+        drift = max(drift, abs(out["lever"][1] - out["base"][1]) / out["base"][1])
+        if not same:
+            differ += 1
+            ratios.append(out["lever"][1] / out["base"][1])
+    b50, b99 = np.percentile(cpu["base"], [50, 99])
+    l50, l99 = np.percentile(cpu["lever"], [50, 99])
+    cost = f"{max(ratios):.6f} | {min(ratios):.6f}" if ratios else "- | -"
+    print(f"one service, {args.trials} problems, seed {args.seed}: the tuned search (the MPC's) against "
+          f"'{args.lever}'; CPU ms")
+    print("| base cpu p50 | base cpu p99 | base max | lever cpu p50 | lever cpu p99 | lever max | plans not the base's "
+          "| cost lever / base on those, max | min | largest relative cost difference, all plans |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| {b50:.0f} | {b99:.0f} | {max(cpu['base']):.0f} | {l50:.0f} | {l99:.0f} | {max(cpu['lever']):.0f} "
+          f"| {differ}/{args.trials} | {cost} | {drift:.1e} |", flush=True)
+
+
 def next_joint_tick(prob: PlanProblem, plan: Plan, sds: list[float], rng: np.random.Generator) -> PlanProblem:
     """``prob`` of several services one step later, after ``plan``'s first step: each service moved on
     as ``next_tick`` moves one (``sds``: each walk's standard deviation), the shared limits kept."""
@@ -389,6 +507,19 @@ def check_coordinator_warm(ap: argparse.ArgumentParser, args: argparse.Namespace
                  f"got {' '.join(map(str, args.sizes))}")
 
 
+def one_service_runs(ap: argparse.ArgumentParser, args: argparse.Namespace) -> bool:
+    """``--lever`` or ``--warm`` (one service), run; False when neither is asked for."""
+    if args.lever is not None:
+        lever_runs(args)
+        return True
+    if args.warm:
+        if planning.highspy is None:
+            ap.error("--warm needs highspy (pip install highspy)")
+        warm_runs(args)
+        return True
+    return False
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--sizes", type=int, nargs="*", default=[1, 10, 50], help="services per problem")
@@ -439,6 +570,9 @@ def main() -> None:
                     help="--warm: also these of the levers (LEVERS' names)")
     ap.add_argument("--threads", type=int, default=None,
                     help="--warm: HiGHS's threads for every solve (default TUNED_OPTIONS': 1; 0: HiGHS chooses)")
+    ap.add_argument("--lever", default=None, choices=list(ONE_SERVICE_LEVERS),
+                    help="one service: each problem solved as the MPC does and with this lever (HiGHS options, "
+                         "the hull rows, a MIP start), alternated: CPU times, plans that differ, cost ratio")
     ap.add_argument("--paired", type=int, default=None, metavar="K",
                     help="each problem as the MPC solves it and with the first K blocks integer (mpc:int_blocks=K "
                          "for one service, mpc:joint_blocks=K for several), alternated: CPU times, cost ratio")
@@ -455,10 +589,7 @@ def main() -> None:
     if args.coordinator_warm is not None:
         check_coordinator_warm(ap, args)
     print(f"{Path(__file__).name}: {stamp()}", flush=True)
-    if args.warm:
-        if planning.highspy is None:
-            ap.error("--warm needs highspy (pip install highspy)")
-        warm_runs(args)
+    if one_service_runs(ap, args):
         return
     for flag, value, least in (("--node-limit", args.node_limit, 0), ("--neighbourhood", args.neighbourhood, 0),
                                ("--coarsen", args.coarsen, 0), ("--count", args.count, 1)):
