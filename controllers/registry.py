@@ -28,6 +28,8 @@ margin past its start-up as capacity at risk and orders on another variant (``co
 window (``controllers.mpc.hold_downs_after_gap``: a Prometheus back from an outage reads low meanwhile);
 ``pending=1`` counts the starts of a variant whose pod has been unschedulable for a tick as capacity at risk
 at once (``controllers.mpc.pending_at_risk``, on ``VariantObservation.unschedulable_s``);
+``drain=1`` charges today's queue from the first plan step a replica can serve it, not from now
+(``controllers.mpc.drain_start``: a pool lost whole serves nothing before a start-up);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
 ``forecast=arima`` on the forecast stage's path with its request rate from an ARIMA refitted every step;
 ``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time, and ``time_limit=S`` sets that
@@ -347,7 +349,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     trend=Param(int, 0, closed=True, high=1), floor=Param(int, 0, closed=True, high=1),
                     rise=Param(int, 0, closed=True, high=1),
                     overdue=Param(int, 0, closed=True, high=1),
-                    gap=Param(int, 0, closed=True, high=1), pending=Param(int, 0, closed=True, high=1)), _mpc),
+                    gap=Param(int, 0, closed=True, high=1), pending=Param(int, 0, closed=True, high=1),
+                    drain=Param(int, 0, closed=True, high=1)), _mpc),
 }
 NAMES = tuple(_SPECS)
 NEEDS: dict[str, dict[str, tuple[str, int | float | str]]] = {
