@@ -15,7 +15,8 @@ without) and each ``decide`` reads its part:
   ``conformal_z``); never below the highest arrival rate of the last ``hold_s`` (300 s, or with
   ``hedge=measured`` ``measured_hold``'s: a forecast that lags a rise must not cancel it; a fall is
   followed once it has lasted the hold), plus today's queue spread over the steps until new
-  replicas have run ``DRAIN_S``, at most doubling the demand (``backlog_rps``); while that queue drains,
+  replicas have run ``DRAIN_S``, at most doubling the demand (``backlog_rps``; with ``drain=1``, opt-in,
+  from the first step a replica can serve it, ``drain_start``, not from now); while that queue drains,
   the forecast's level above the demand held is left out (``drain_excess``: the forecast is fitted on
   completions, which count the drain a second time), and for ``drain_memory_s`` after (the forecast's
   rate window and steps still hold the drain), and no ready replica is removed meanwhile. Without a
@@ -729,6 +730,62 @@ def backlog_rps(queue: float, drain_s: float, rate_rps: float) -> float:
     return min(queue / drain_s, max(rate_rps, queue / BACKLOG_DRAIN_S))
 
 
+def first_serving_step(ready: np.ndarray, startup_steps: int) -> int:
+    """The first plan step (0-based) at which a variant can serve (``drain=1``): the first step of its
+    ready path ``ready`` (replicas by step, shape (horizon,): today's ready ones and its starts when
+    their start-up has run, ``MPCController._ready_by_step``) that holds a replica, or ``startup_steps``
+    (its fastest start-up in steps: a replica ordered now) if that comes first.
+
+    Raises:
+        ValueError: ``startup_steps`` below 0.
+    """
+    if startup_steps < 0:
+        raise ValueError(f"first_serving_step: startup_steps must be >= 0, got {startup_steps}")
+    held = np.flatnonzero(np.asarray(ready, dtype=float) > 0)
+    return min(startup_steps, int(held[0])) if len(held) else startup_steps
+
+
+def drain_start(first: Mapping[str | None, Sequence[int]]) -> int:
+    """The first plan step at which the service can serve its queue again (``drain=1``), from
+    ``first``: role (None: aggregated variants, ``"prefill"``, ``"decode"``) -> ``first_serving_step``
+    of each of that role's variants. A request is served by an aggregated replica, or by a prefill
+    replica and a decode one together: the earliest aggregated step, or the later of the pools'
+    earliest steps, whichever is sooner. 0 (today, as without ``drain=1``) for a service with no
+    variant listed, or pools with one side absent and no aggregated variant."""
+    aggregated = min(first.get(None, ()), default=math.inf)
+    prefill, decode = first.get("prefill", ()), first.get("decode", ())
+    pools = max(min(prefill), min(decode)) if len(prefill) and len(decode) else math.inf
+    start = min(aggregated, pools)
+    return 0 if start == math.inf else int(start)
+
+
+def backlog_steps(queue: float, rate_rps: float, fastest: int, start: int, dt: float, horizon: int) -> np.ndarray:
+    """Requests/s of today's ``queue`` (requests) the plan adds to each of its ``horizon`` steps of ``dt``
+    seconds, shape (horizon,): ``backlog_rps(queue, n * dt, rate_rps)`` on the ``n = fastest +
+    ceil(DRAIN_S / dt)`` steps from step ``start`` on (cut at the horizon), 0 elsewhere.
+
+    ``fastest`` is the service's fastest start-up in steps; ``n`` steps run until replicas ordered now
+    have served ``DRAIN_S`` (``MPCController.backlog_path``). ``start`` 0 is the plan without ``drain=1``:
+    the backlog charged from now. With ``drain=1`` it is ``drain_start``: where no replica can serve
+    the queue before a start-up (a pool lost whole, as in the fault suite's decode-pool-loss), the
+    same drain charged from step 0 falls mostly on steps no order can reach (with 300-s cold starts,
+    15-s ticks and ``DRAIN_S`` 60 s, 20 of its 24 steps), so an order now drains only the last 4 steps'
+    share, and a cold order paid only once the queue was ~2,260 requests (issue 28). Moved to ``start``,
+    the same rate over the same number of steps is charged where a replica ordered now serves. No
+    constant is new: ``DRAIN_S`` and ``backlog_rps``'s cap are the plan's own.
+
+    Raises:
+        ValueError: ``dt`` not > 0, ``horizon`` or ``fastest`` or ``start`` below 0.
+    """
+    if not dt > 0 or horizon < 0 or fastest < 0 or start < 0:
+        raise ValueError(f"backlog_steps: need dt > 0 and horizon, fastest, start >= 0, got dt={dt}, "
+                         f"horizon={horizon}, fastest={fastest}, start={start}")
+    n = fastest + max(1, math.ceil(DRAIN_S / dt))
+    out = np.zeros(horizon)
+    out[start:start + n] = backlog_rps(queue, n * dt, rate_rps)
+    return out
+
+
 def draining(queue: float, done_rps: float | None, held_rps: float) -> bool:
     """Whether the service drains a backlog this tick: ``queue`` (requests) > 0 and the completions
     ``done_rps`` (requests/s; None: unknown, not draining) above ``held_rps`` (the demand held: the
@@ -1277,6 +1334,12 @@ class MPCController(Controller):
             stay at the miss cost. It takes the plan's second price tier (``PlanService.shed_rps``), so
             not with ``shed=1``, and needs ``miss_weight`` below ``UNSERVED_WEIGHT``. 0 (default): not
             (opt-in, issue 28; docs/controllers.md, "Unserved demand already seen").
+        drain: 1 charges today's queue from the first plan step at which a replica can serve it
+            (``drain_start``: a ready or starting replica's, or a start-up ordered now; for pools, both a
+            prefill and a decode one) instead of from now (``backlog_steps``): a pool lost whole drains
+            nothing before its start-up, and a drain charged from now falls on steps no order can
+            reach. 0 (default): from now (opt-in, issue 28; docs/controllers.md, "The backlog drained
+            where an order can serve it").
         warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
             last plan moved on by the ticks since (``models.planning.PlanProblem.start``); 0
             (default) through scipy without a start: measured, the start did not shorten the solve
@@ -1332,7 +1395,7 @@ class MPCController(Controller):
                  backlog: int = 0,
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
                  floor: int = 0, rise: int = 0, overdue: int = 0, gap: int = 0, pending: int = 0,
-                 unserved: int = 0, name: str = "mpc") -> None:
+                 unserved: int = 0, drain: int = 0, name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
@@ -1357,7 +1420,8 @@ class MPCController(Controller):
                              f"int_blocks={int_blocks}, warm={warm}")
         for option, x in (("warm", warm), ("joint_warm", joint_warm), ("pd_scale", pd_scale), ("cover", cover),
                           ("trend", trend), ("floor", floor), ("rise", rise),
-                          ("overdue", overdue), ("gap", gap), ("pending", pending), ("unserved", unserved)):
+                          ("overdue", overdue), ("gap", gap), ("pending", pending), ("unserved", unserved),
+                          ("drain", drain)):
             if x not in (0, 1):
                 raise ValueError(f"{name}: {option} must be 0 or 1, got {x}")
         if burst not in (0, 1) or cap not in (0, 1):
@@ -1432,6 +1496,7 @@ class MPCController(Controller):
         self.gap = bool(gap)
         self.pending = bool(pending)
         self.unserved = bool(unserved)
+        self.drain = bool(drain)
         self.shed = bool(shed)
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
@@ -1442,7 +1507,7 @@ class MPCController(Controller):
 
     # ------------------------------------------------------------------ demand
     def demand(self, est: ServiceEstimate, svc: Service, now_rps: float,
-               trend_rps: np.ndarray | None = None) -> np.ndarray:
+               trend_rps: np.ndarray | None = None, backlog_start: int = 0) -> np.ndarray:
         """Requests/s to serve in each of the ``horizon`` steps (module docstring), shape (horizon,);
         with ``trend_rps`` (``trend=1``: ``trend_path``, shape (horizon,)) never below it either."""
         dt, h = self.tick_s, self.horizon
@@ -1473,24 +1538,24 @@ class MPCController(Controller):
         if trend_rps is not None:
             path = np.maximum(path, trend_rps)
         path = np.maximum(path, now_rps)
-        return path + self.backlog_path(est, svc, now_rps)
+        return path + self.backlog_path(est, svc, now_rps, backlog_start)
 
-    def backlog_path(self, est: ServiceEstimate, svc: Service, now_rps: float) -> np.ndarray:
+    def backlog_path(self, est: ServiceEstimate, svc: Service, now_rps: float, start: int = 0) -> np.ndarray:
         """Requests/s of today's queue that ``demand`` adds to each step, shape (horizon,): ``backlog_rps``
-        over the steps until new replicas (the fastest start-up) have served ``DRAIN_S``, 0 after."""
+        over the steps until new replicas (the fastest start-up) have served ``DRAIN_S``, from step
+        ``start`` on (0; ``drain=1``: ``drain_start``), 0 elsewhere (``backlog_steps``)."""
         dt = self.tick_s
-        fastest = self.fastest_steps(svc)
-        queue = est.signals.queue_length or 0.0
-        drain = fastest + max(1, math.ceil(DRAIN_S / dt))  # until new replicas have served a drain period
-        out = np.zeros(self.horizon)
-        out[:drain] = backlog_rps(queue, drain * dt, now_rps)
-        return out
+        return backlog_steps(est.signals.queue_length or 0.0, now_rps, self.fastest_steps(svc), start, dt,
+                             self.horizon)
+
+    def _startup_steps(self, v: Variant) -> int:
+        """``v``'s fastest start-up in plan steps: warm while it has warm nodes, else cold."""
+        return math.ceil((v.startup_warm_s if v.warm_nodes else v.startup_cold_s) / self.tick_s)
 
     def fastest_steps(self, svc: Service) -> int:
         """Steps of ``tick_s`` until a replica ordered now is ready: the fastest start-up of ``svc``'s
-        variants (warm where it has warm nodes, else cold), rounded up."""
-        return min(math.ceil((v.startup_warm_s if v.warm_nodes else v.startup_cold_s) / self.tick_s)
-                   for _, v in all_variants(svc))
+        variants (``_startup_steps``: warm where it has warm nodes, else cold), rounded up."""
+        return min(self._startup_steps(v) for _, v in all_variants(svc))
 
     def drain_excess(self, est: ServiceEstimate, svc: Service, held_rps: float) -> float:
         """``drain_excess`` of this tick's forecast (0 without one, or with ``forecast`` last or perfect),
@@ -1891,14 +1956,21 @@ class MPCController(Controller):
             rise = trend_path(new_rps, slope, dt, self.horizon, cold) if slope > 0 else None
         if draining(est.signals.queue_length or 0.0, est.signals.request_rate_rps, max(held, now_rps)):
             mem.drained_s = est.time_s  # the forecast holds this drain for drain_memory_s (drain_excess)
-        demand = self.demand(est, svc, max(held, now_rps), rise)  # today's retries are today's load, never held
+        readies = {v.name: self._ready_by_step(est, v, mem) for _, v in all_variants(svc)}  # pure of the demand
+        drain_from = 0
+        if self.drain:  # the queue charged from the first step a replica can serve it (drain_start)
+            first: dict[str | None, list[int]] = {}
+            for role, v in all_variants(svc):
+                first.setdefault(role, []).append(first_serving_step(readies[v.name][0], self._startup_steps(v)))
+            drain_from = drain_start(first)
+        demand = self.demand(est, svc, max(held, now_rps), rise, drain_from)  # today's retries are its load, never held
         if self.floor:
             mem.floor_rps = self._burst_floor(est, svc, mem)
             if mem.floor_rps is not None:  # a floor on the capacity held, apart from each replica's
                 demand = np.maximum(demand, mem.floor_rps)
         # pd_util is headroom for the steady demand, not for the queue's drain: the backlog counted once
         lift = 1.0 if self.pd_util == 1 else pool_util_path(  # at 1 every share is 1: no backlog read again
-            self.pd_util, demand, self.backlog_path(est, svc, max(held, now_rps))) / self.pd_util
+            self.pd_util, demand, self.backlog_path(est, svc, max(held, now_rps), drain_from)) / self.pd_util
         discounting = self.drain_excess(est, svc, max(held, now_rps)) > 0  # a demand lowered for it removes nothing
         weights = {**self.corrected_weights(est, svc, mem, float(demand.min())), **self.role_weights(est, svc)}
         scales = self._pool_scales(est, svc, mem, weights)
@@ -1914,7 +1986,7 @@ class MPCController(Controller):
             w = float(weights.get(v.name, 0.0))
             held_pool = role is not None and missed_lately  # none removed or cancelled while the SLO is missed
             keep = obs.current if held_pool else obs.ready if recovering or learning or discounting else 0
-            ready, at_risk = self._ready_by_step(est, v, mem)
+            ready, at_risk = readies[v.name]
             pv = plan_variant(v, dt, np.full(self.horizon, w), obs.current, ready, keep=keep, role=role)
             variants.append(hold_orders(pv) if at_risk else pv)
         miss = miss_cost(variants, self.miss_weight)  # priced at the steady capacities
