@@ -35,8 +35,8 @@ per wall second, are divided by it, so signals stay in the source's own seconds.
 fall behind its nominal ``speed`` (the fault suite's simulated fleet on a loaded machine) can hand a
 ``measured_speed``: the source's seconds per wall second over the last wall window, asked once an
 observation; the rates of that observation are divided by it instead (the windows keep their wall
-length), and by ``speed`` where it answers None (not measurable: too early, or the source's clock
-did not move over the window).
+length), by ``speed`` where it answers None (not measurable), and are unknown where it answers 0
+(the source's clock stood still over the window: no rate per its second, never a rate of 0).
 
 A whole ``observe`` is bounded, not only each query: with ``deadline_s``, a query not answered
 that many (wall) seconds after the observation began is failed ("timed out: no answer within the
@@ -655,6 +655,9 @@ class PrometheusSource:
         self.measured_speed = measured_speed
         self.rate_speed = speed
         """What this observation's rates are divided by: ``measured_speed``'s answer, else ``speed``."""
+        self.rates_unknown = False
+        """``measured_speed`` answered 0 for this observation (the source's clock stood still over the
+        window): its rates per second of that clock are unknown, never 0."""
         self.clock = clock
         self.fixed = None if prom.query_set == AUTO else query_set(prom.query_set)
         self._flow_seen: set[str] = set()  # services whose gateway has shown flow-control series
@@ -905,7 +908,11 @@ class PrometheusSource:
                 continue
             if math.isnan(x):
                 continue
-            out[name] = x / self.rate_speed if name in RATE_SIGNALS else x  # per second of the source's clock
+            if name in RATE_SIGNALS:
+                if self.rates_unknown:
+                    continue
+                x /= self.rate_speed  # per second of the source's clock
+            out[name] = x
         return out
 
     # ------------------------------------------------------------------ observe
@@ -914,6 +921,7 @@ class PrometheusSource:
         at = None if self.clock is None else self.clock(now)
         measured = None if self.measured_speed is None else self.measured_speed(self.window_s)
         self.rate_speed = measured if measured is not None and 0 < measured < math.inf else self.speed
+        self.rates_unknown = measured == 0.0  # the source's clock stood still: no rate per its second
         self._deadline = math.inf if self.deadline_s is None else time.monotonic() + self.deadline_s
         self._undetected = {}
         pool = ThreadPoolExecutor(max_workers=self.prom.max_concurrency, thread_name_prefix="prometheus")
@@ -1060,7 +1068,9 @@ class PrometheusSource:
             found[key] = None if x is None or math.isnan(x) else x
         for key in SERVICE_SIGNALS:
             x = found.get(key)
-            values[key] = None if x is None else (x / self.rate_speed if key in RATE_SIGNALS else x)
+            if key in RATE_SIGNALS:
+                x = None if x is None or self.rates_unknown else x / self.rate_speed
+            values[key] = x
         self._gateway(plan, answers, values)
         span = found.get(HISTORY)
         return None if span is None else span * self.speed
@@ -1092,7 +1102,10 @@ class PrometheusSource:
             got[p] = got.get(p, 0.0) + x
         if not got and not bad:
             return None
-        scale = self.rate_speed if key.endswith("_rps") or key == "waited" else 1.0
+        rate = key.endswith("_rps") or key == "waited"
+        if rate and self.rates_unknown:
+            return {p: None for p in PRIORITIES}
+        scale = self.rate_speed if rate else 1.0
         return {p: None if p in bad else (got[p] / scale if p in got else (0.0 if key in _COUNTED else None))
                 for p in PRIORITIES}
 
@@ -1106,7 +1119,7 @@ class PrometheusSource:
             return _FAILED
         if x is None:
             return None
-        return x / self.rate_speed if 0 <= x < math.inf else _FAILED
+        return x / self.rate_speed if 0 <= x < math.inf and not self.rates_unknown else _FAILED
 
     def _gateway(self, plan: _Plan, answers: dict[str, list[dict[str, Any]] | str], values: dict[str, float | None]
                  ) -> None:

@@ -30,13 +30,12 @@ STARVED_FRACTION = 0.5
 60-s simulated minute took at least 6 wall seconds where 3 were due: the harness lost 3 wall
 seconds, a whole Lease (60 s / 20x), within 6, so the Lease's 1-wall-second renewal margin and the
 daemons' 0.75-s ticks may have been overrun, and the daemons' clocks (wall x 20) ran at least
-twice as fast as the fleet's (with a source converting at the fixed target, every rate read over
-that minute was also under half the true load). Chosen before any run; the last stop's starved rows
+twice as fast as the fleet's. Chosen before any run; the last stop's starved rows
 kept 0.14-0.64 of 20x over the whole run (note 60)."""
 
 PACE_WINDOW_S = 60.0
-"""Simulated seconds of the stretch ``lowest`` is taken over: the loop's rate window (60 s), so the
-lowest pace is the worst bias one rate read could carry."""
+"""Simulated seconds of the stretch ``lowest`` is taken over: a Lease's duration (60 s, 3 wall s at
+20x), the span over which a fleet that lags can let a Lease lapse against the daemons' wall clocks."""
 
 
 def pace_figures(samples: Sequence[tuple[float, float]], target: float,
@@ -99,20 +98,22 @@ class PaceMeter:
         """The fleet's simulated seconds per wall second over the last ``wall_s`` wall seconds (to now
         on ``clock``), for the daemon's rate source (``PrometheusSource(measured_speed=...)``): the
         simulated time of the newest sample minus that of the last sample at or before ``now -
-        wall_s`` (the fleet's clock holds between its steps, as what it serves does), over ``wall_s``.
-        None when the samples do not reach back that far (the fleet just started), or when its clock
-        did not move (nothing measured: the source then converts at the target). Safe while another
-        thread marks samples."""
+        wall_s`` (the fleet's clock holds between its steps, as what it serves does; before the first
+        sample it had not started and holds at that sample's), over ``wall_s``: a window reaching back
+        before the fleet started is measured too, so a rate over a partly filled window is divided by
+        the simulated time it holds. 0.0 when the clock did not move over the window (the source then
+        reads its rates as unknown); None when nothing can be measured (no sample yet, or the first
+        one is still in the future: the source converts at the target). Safe while another thread
+        marks samples."""
         samples = self.samples[:len(self.samples)]
         if not samples or not wall_s > 0:
             return None
-        start = self.clock() - wall_s
-        walls = [w for _, w in samples]
-        i = bisect_right(walls, start) - 1
-        if i < 0:
+        now = self.clock()
+        if samples[0][1] > now:
             return None
-        advance = samples[-1][0] - samples[i][0]
-        return advance / wall_s if advance > 0 else None
+        walls = [w for _, w in samples]
+        i = max(bisect_right(walls, now - wall_s) - 1, 0)
+        return max(samples[-1][0] - samples[i][0], 0.0) / wall_s
 
     def figures(self, window_s: float = PACE_WINDOW_S) -> dict[str, Any] | None:
         """``pace_figures`` of the samples so far."""

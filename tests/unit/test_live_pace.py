@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -149,16 +150,21 @@ def test_the_speed_over_the_last_wall_window_by_hand() -> None:
     assert meter.speed_over(3.0) == pytest.approx(2.0)
     # the last 1 wall s: from 2.5 (8 s, marked at 1.3) to 10 s: 2 x
     assert meter.speed_over(1.0) == pytest.approx(2.0)
+    # the last 5 wall s reach back before the first sample (the fleet not started, its clock held at
+    # 0 s): the 10 s it advanced over 5 wall s, 2 x, so a partly filled window's rate is not read low
+    assert meter.speed_over(5.0) == pytest.approx(2.0)
     now[0] = 4.0
-    assert meter.speed_over(0.5) is None  # no step in the last half second: nothing measured, not 0
-    assert meter.speed_over(5.0) is None  # the samples do not reach back 5 s
+    assert meter.speed_over(0.5) == 0.0  # no step in the last half second: the clock stood still
     assert PaceMeter(20.0, clock=lambda: 1.0).speed_over(1.0) is None  # no sample yet
+    late = PaceMeter(20.0, clock=lambda: 1.0)
+    late.samples.append((0.0, 2.0))  # marked on a clock ahead of this one: nothing to measure
+    assert late.speed_over(1.0) is None
 
 
 def test_the_source_divides_its_rates_by_the_measured_speed() -> None:
     """A fake Prometheus answering 3 a wall second to every rate: at the nominal 4x that is 0.75 a
     second of the source (``test_prometheus_source``'s speed test); measured at 2x, 1.5; measured
-    unknown, 0.75 again. The window stays 3 / 4 = 0.75 wall seconds."""
+    unknown, 0.75 again; a clock that stood still, unknown. The window stays 3 / 4 = 0.75 wall seconds."""
     from autoscaler.adapters.prometheus import PrometheusSource
     from autoscaler.config.loading import parse_config
 
@@ -179,7 +185,7 @@ def test_the_source_divides_its_rates_by_the_measured_speed() -> None:
             return [{"metric": {}, "value": [0, "3"]}] if promql.startswith("sum(rate(") else []
 
     asked: list[float] = []
-    answers: list[float | None] = [2.0, None]
+    answers: list[float | None] = [2.0, None, 0.0, math.nan, -1.0, math.inf]
 
     def measured(wall_s: float) -> float | None:
         asked.append(wall_s)
@@ -190,6 +196,10 @@ def test_the_source_divides_its_rates_by_the_measured_speed() -> None:
     assert src.observe(0.0)["src"].signals.request_rate_rps == pytest.approx(1.5)
     assert asked == [0.75] and any("[750ms]" in q for q in runner.seen)
     assert src.observe(1.0)["src"].signals.request_rate_rps == pytest.approx(0.75)
+    # the source's clock stood still over the window (0): no rate per its second, unknown, never 0
+    assert src.observe(2.0)["src"].signals.request_rate_rps is None
+    for _ in range(3):  # an answer that is no speed (NaN, negative, infinite): the nominal 4x
+        assert src.observe(3.0)["src"].signals.request_rate_rps == pytest.approx(0.75)
 
 
 def test_a_replay_takes_no_measured_speed() -> None:
