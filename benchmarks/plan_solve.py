@@ -34,7 +34,8 @@ and budget at every step.
 
 ``--lever NAME`` solves each of ``--trials`` one-service problems (those of ``--mpc --sizes 1``, the
 same seed) as the MPC does (the tuned exact search) and again with one lever of ``ONE_SERVICE_LEVERS``
-(HiGHS options, the demand rows' hull, a MIP start), the order alternated problem by problem: CPU p50
+(HiGHS options, the demand rows' hull, a MIP start), the order alternated problem by problem (the
+start levers' base first: its plan is the start): CPU p50
 / p99 / max of each, how many plans' replica counts are not the base's, the lever's cost over the
 base's on those, and the largest relative cost difference over all.
 
@@ -510,6 +511,12 @@ def check_coordinator_warm(ap: argparse.ArgumentParser, args: argparse.Namespace
 def one_service_runs(ap: argparse.ArgumentParser, args: argparse.Namespace) -> bool:
     """``--lever`` or ``--warm`` (one service), run; False when neither is asked for."""
     if args.lever is not None:
+        others = [flag for flag, on in (("--warm", args.warm), ("--paired", args.paired is not None),
+                                        ("--coordinator-warm", args.coordinator_warm is not None)) if on]
+        if others:
+            ap.error(f"--lever and {others[0]} are different runs: give one")
+        if args.lever.startswith("highspy") and planning.highspy is None:
+            ap.error(f"--lever '{args.lever}' needs highspy (pip install highspy)")
         lever_runs(args)
         return True
     if args.warm:
@@ -589,12 +596,13 @@ def main() -> None:
     if args.coordinator_warm is not None:
         check_coordinator_warm(ap, args)
     print(f"{Path(__file__).name}: {stamp()}", flush=True)
-    if one_service_runs(ap, args):
-        return
     for flag, value, least in (("--node-limit", args.node_limit, 0), ("--neighbourhood", args.neighbourhood, 0),
-                               ("--coarsen", args.coarsen, 0), ("--count", args.count, 1)):
+                               ("--coarsen", args.coarsen, 0), ("--count", args.count, 1),
+                               ("--trials", args.trials, 1)):
         if value is not None and value < least:
             ap.error(f"{flag} must be >= {least}, got {value}")
+    if one_service_runs(ap, args):
+        return
     options = {"neighbourhood": args.neighbourhood, "decompose": args.decompose, "coarsen": args.coarsen,
                "tail_up": args.tail_up,
                "strengthen": {"on": True, "off": False, "auto": None}[args.strengthen]}

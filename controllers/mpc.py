@@ -1137,7 +1137,7 @@ def seen_shortfall(demand_rps: np.ndarray, held_rps: float, first_step: int) -> 
     replicas while the horizon's peak stood ~1 req/s above what N serve (issue 28: ``quantile=0.8`` on
     the fault suite's wrong-profile ordered its second GH200 135 s after ``mpc``).
 
-    The plan takes it as ``models.planning.PlanService.shed_rps`` (the first tier of a step's shortfall,
+    The plan takes it as ``models.planning.PlanService.shed_rps`` (the cheaper tier of a step's shortfall,
     at ``shed_cost``), the rest of a shortfall at ``miss_cost``: a convex two-price cost, so the solve
     leaves the cheap tier unserved first.
 
@@ -1204,7 +1204,7 @@ def _check_floor(name: str, cfg: FleetConfig, window_s: float) -> None:
 
 
 def _check_unserved(name: str, unserved: int, shed: int, miss_weight: float) -> None:
-    """``unserved=1`` takes the plan's second price tier (``PlanService.shed_rps``), which ``shed=1`` takes
+    """``unserved=1`` takes the plan's cheaper price tier (``PlanService.shed_rps``), which ``shed=1`` takes
     for shedding, and prices above the miss cost.
 
     Raises:
@@ -1331,7 +1331,7 @@ class MPCController(Controller):
         unserved: 1 prices a shortfall below the hold's highest arrival rate (demand already seen), on the
             steps from the fastest start-up on (where an order serves), at ``UNSERVED_WEIGHT`` instead of
             ``miss_weight`` (``seen_shortfall``); the band's demand above that rate, and every step before,
-            stay at the miss cost. It takes the plan's second price tier (``PlanService.shed_rps``), so
+            stay at the miss cost. It takes the plan's cheaper price tier (``PlanService.shed_rps``), so
             not with ``shed=1``, and needs ``miss_weight`` below ``UNSERVED_WEIGHT``. 0 (default): not
             (opt-in, issue 28; docs/controllers.md, "Unserved demand already seen").
         drain: 1 charges today's queue from the first plan step at which a replica can serve it
@@ -2155,8 +2155,8 @@ class MPCController(Controller):
                + (f"; no scale-down while {silent} ready pod(s) report nothing" if silent else "")
                + (f"; no scale-down within {self.window_s:g} s of the rates' return after a gap" if gap_held
                   else "")
-               + (f"; sheds {shed[0]:.1f} req/s now, up to {shed.max():.1f}" if shed is not None and shed.max() > 0
-                  else "")
+               + (f"; sheds {shed[0]:.1f} req/s now, up to {shed.max():.1f}"
+                  if inputs.priorities is not None and shed is not None and shed.max() > 0 else "")
                + (f"; prefill/decode pools serve {pools[0]:.1f} req/s now" if pools is not None else "")
                + limit_note(plan))
         budget = self.itl_budget(est, svc, mem)

@@ -363,6 +363,12 @@ NEEDS: dict[str, dict[str, tuple[str, int | float | str]]] = {
 """name -> parameter -> (parameter, value) it needs in the same spec: without it the parameter would
 be read by nothing (``mpc``'s ``shed_weight`` prices the shedding only ``shed=1`` plans). A parameter
 that acts on its own is not listed: ``mpc``'s ``hold_s`` fixes the hold under either hedge."""
+IMPLIES: dict[str, dict[tuple[str, int | float | str], tuple[str, int | float | str]]] = {
+    "mpc": {("backlog", 1): ("busy", 1)},
+}
+"""name -> (parameter, value) -> (parameter, value) it implies: given the first, the second may be left
+out but not set otherwise (``mpc``'s ``backlog=1`` plans on the busy-period form, so ``busy=0`` beside
+it would be overridden)."""
 ANCHORS = frozenset({"hpa", "keda", "kpa", "aibrix", "aibrix-apa", "dynamo", "dynamo-pd", "wva"})
 """The anchors' autoscalers (``controllers.baselines``): run without admission unless told otherwise."""
 ROLE_ONLY = ("dynamo-pd",)
@@ -412,6 +418,9 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
         if key in params and params.get(other) != value:
             raise ValueError(f"{name} {key} needs {other}={value} in the same spec (without it nothing reads "
                              f"{key}), got '{spec.strip()}'")
+    for (key, value), (other, implied) in IMPLIES.get(name, {}).items():
+        if params.get(key) == value and other in params and params[other] != implied:
+            raise ValueError(f"{name} {key}={value} implies {other}={implied}, got '{spec.strip()}'")
     return name, params
 
 

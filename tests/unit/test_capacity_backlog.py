@@ -140,3 +140,9 @@ def test_mpc_backlog_plans_on_the_form_and_implies_busy() -> None:
         ctl = build(spec, cfg)
         slowed = ctl._slowed(variant, 1.0)  # type: ignore[attr-defined]
         assert (slowed.busy_period, slowed.backlog) == (busy, backlog)
+
+
+def test_mpc_backlog_refuses_an_explicit_busy_0_it_would_override() -> None:
+    assert parse_spec("mpc:backlog=1:busy=1") == ("mpc", {"backlog": 1, "busy": 1})
+    with pytest.raises(ValueError, match=r"^mpc backlog=1 implies busy=1, got 'mpc:busy=0:backlog=1'$"):
+        parse_spec("mpc:busy=0:backlog=1")

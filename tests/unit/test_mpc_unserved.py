@@ -58,6 +58,8 @@ def test_a_seen_shortfall_of_1_rps_orders_the_next_replica_only_with_the_rule() 
     # the 1 req/s before the order is ready (steps 0-5) is left all the same, and none after it
     assert on.terms["unserved_rps_max"] == pytest.approx(1.0)
     assert on.terms["unserved_seen_rps_max"] == pytest.approx(0.0, abs=1e-9)
+    # the rule's tier is not shedding: the reason says none (no priorities, no admission)
+    assert "sheds" not in on.reason and "sheds" not in off.reason
 
 
 def test_a_shortfall_above_the_rate_seen_stays_at_the_miss_cost() -> None:

@@ -680,3 +680,18 @@ def test_a_capacity_that_is_not_a_finite_number_at_least_zero_is_refused(bad: fl
     broken = dataclasses.replace(problem, services=[dataclasses.replace(svc, variants=variants)])
     with pytest.raises(ValueError, match=r"^s0/h100: capacity_rps must be 4 finite numbers >= 0$"):
         solve(broken)
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--trials", "0"], "--trials must be >= 1, got 0"),
+    (["--warm"], "--lever and --warm are different runs: give one"),
+    (["--node-limit", "-1"], "--node-limit must be >= 0, got -1"),
+])
+def test_the_lever_benchmark_refuses_what_it_cannot_run_in_one_line(extra: list[str], message: str) -> None:
+    # refused before any solve (a traceback or a silent override before: issue 28 review)
+    import subprocess
+
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plan_solve.py"), "--lever", "pscost 0", *extra],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines()[-1] == f"plan_solve.py: error: {message}"
