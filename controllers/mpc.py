@@ -1203,6 +1203,16 @@ def _check_floor(name: str, cfg: FleetConfig, window_s: float) -> None:
                          f"to controller.tick_s ({tick:g} s)")
 
 
+def pools_queues(cfg: FleetConfig) -> bool:
+    """Whether the gateway's replicas share their queues as the pooled capacity model takes them
+    (``models.capacity.replica_capacity(..., replicas=n)``: a router that sends each request to the
+    replica with the fewest outstanding): ``controller.forecast.router``, else ``simulator.router``, is
+    ``least_outstanding``. Under ``prefix_affinity`` a session stays on its replica, so a replica's
+    queue is its own (issue 28: ``pool=8`` on the fault suite's cascade planned each H100 at 1.45 req/s
+    where alone it is 1.17, and removed replicas while the SLO was missed)."""
+    return (cfg.controller.forecast.router or cfg.simulator.router) == "least_outstanding"
+
+
 def _check_unserved(name: str, unserved: int, shed: int, miss_weight: float) -> None:
     """``unserved=1`` takes the plan's cheaper price tier (``PlanService.shed_rps``), which ``shed=1`` takes
     for shedding, and prices above the miss cost.
@@ -1258,7 +1268,10 @@ class MPCController(Controller):
         pool: the most replicas a capacity is pooled over (``corrected_weights``); 1 (default) plans
             every replica as if it served alone. Opt-in (``pool=32`` measured): with it the plan runs
             replicas at the model's true capacity, and on a rising load it fell behind
-            (docs/controllers.md#capacity-of-a-replica-modelscapacitypy).
+            (docs/controllers.md#capacity-of-a-replica-modelscapacitypy). Pooled only behind a router
+            that places by outstanding requests (``controller.forecast.router``, else ``simulator.router``:
+            ``least_outstanding``); under ``prefix_affinity`` a session keeps its replica, the queues are
+            not shared, and every replica is planned alone (``pools_queues``).
         hedge: ``band`` (the forecaster's interval at ``quantile``, a ``DEFAULT_HOLD_S`` hold) or
             ``measured`` (the forecast mean times the ``COVERAGE`` quantile of this service's own
             forecast errors at each step, ``measured_path``, the band until enough are known; and
@@ -1477,7 +1490,7 @@ class MPCController(Controller):
         self.memory: dict[str, _ServiceMemory] = {}
         self.node_limit = node_limit
         self.time_limit = time_limit
-        self.pool = pool
+        self.pool = pool if pools_queues(cfg) else 1
         self.warm = bool(warm)
         self.int_blocks = int_blocks or None
         self.int_up = bool(int_up)

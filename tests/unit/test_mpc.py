@@ -438,6 +438,15 @@ def test_a_pool_plans_each_replica_at_its_pooled_capacity_for_the_fewest_that_se
     assert one.corrected_weights(est, SVC, _ServiceMemory(), 60.0) == alone
     with pytest.raises(ValueError, match="pool"):
         build("mpc:pool=0", CFG)
+    # behind prefix-affinity routing a session keeps its replica and the queues are not shared: the
+    # same spec plans every replica alone (the fault suite's cascade), whichever section names the router
+    for patch in ({"simulator": CFG.simulator.model_copy(update={"router": "prefix_affinity"})},
+                  {"controller": CFG.controller.model_copy(update={"forecast": CFG.controller.forecast.model_copy(
+                      update={"router": "prefix_affinity"})})}):
+        affinity = CFG.model_copy(update=patch)
+        c = MPCController(affinity, {SVC.name: alone}, forecast="last", mixes={SVC.name: mix}, pool=16)
+        mem = _ServiceMemory()
+        assert c.corrected_weights(est, SVC, mem, 60.0) == alone and mem.pool == 1
 
 
 def test_warm_starts_each_solve_from_the_last_plan_moved_on(monkeypatch: pytest.MonkeyPatch) -> None:
