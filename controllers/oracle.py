@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from controllers.base import POOLS_ONLY, Decision, FleetMismatchError, Reason
-from controllers.mpc import limit_note, limit_terms, miss_cost, plan_variant
+from controllers.mpc import limit_note, limit_terms, miss_cost, plan_variant, pools_queues
 from controllers.static import PEAK_WINDOW_S, ScheduledController, served
 from models.capacity import RequestMix, pooled_weights
 from models.planning import Plan, PlanProblem, PlanService, solve
@@ -134,7 +134,7 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
     steps = math.ceil(duration / dt)
     block_steps = max(1, round(BLOCK_S / dt))
     demand = true_demand(svc, workload, dt, steps, block_steps)
-    if pool > 1:
+    if pool > 1 and pools_queues(cfg):  # behind prefix affinity no queue is shared: every replica alone
         if mix is None:
             raise ValueError(f"{name}: pool={pool} needs the mix the capacities are computed for")
         per_step = pooled_weights(svc, cfg.planning_engine(), mix, demand, pool)

@@ -628,7 +628,8 @@ class PrometheusSource:
         speed: how many times faster than real time the source runs (1 for a real cluster).
         clock: maps the loop's time (seconds) to the unix time to evaluate at; None = the server's now.
         measured_speed: given the wall window (s), the source's seconds per wall second over the last
-            that many wall seconds, or None when it cannot say; None (the default, a real cluster):
+            that many wall seconds, 0 when its clock stood still (the rates are then unknown), or None
+            when it cannot say (the rates divided by ``speed``); None (the default, a real cluster):
             the rates are divided by ``speed`` (module docstring, "Time").
         deadline_s: bound on one whole ``observe``, wall seconds (module docstring); None: each
             query bounded by its own timeout only (a backtest, which has no tick to keep).

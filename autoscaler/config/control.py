@@ -77,8 +77,11 @@ class ForecastConfig(Strict):
         enabled: forecast request rate, token mix and prefix-cache hit rate every tick.
         horizon_s: how far ahead, seconds (about a cold replica start).
         step_s: forecast step, seconds; ticks within a step are averaged.
-        router: how the gateway places requests, for the cache-warmth model: ``least_outstanding``
-            (placement ignores the cache) or ``prefix_affinity``; None = ``simulator.router``.
+        router: how the gateway places requests, for the cache-warmth model and for whether the MPC's
+            and the oracle's ``pool=N`` pool a replica's capacity (``controllers.mpc.pools_queues``):
+            ``least_outstanding`` (placement ignores the cache; the replicas share their queues) or
+            ``prefix_affinity`` (a gateway that scores prefix-cache hits, such as llm-d's
+            prefix-cache-scorer: every replica planned alone); None = ``simulator.router``.
         detect_shifts: the load forecaster's level-shift rule (``models.forecast.auto``); on by
             default since a young segment keeps the last value unless a trend beats it by more than
             chance (docs/forecasting.md: the MPC's attainment and cost on the shipped scenarios).

@@ -447,6 +447,14 @@ def test_a_pool_plans_each_replica_at_its_pooled_capacity_for_the_fewest_that_se
         c = MPCController(affinity, {SVC.name: alone}, forecast="last", mixes={SVC.name: mix}, pool=16)
         mem = _ServiceMemory()
         assert c.corrected_weights(est, SVC, mem, 60.0) == alone and mem.pool == 1
+    # the forecast section's router, where set, is the gateway's: it wins over the simulator's
+    named = CFG.model_copy(update={
+        "simulator": CFG.simulator.model_copy(update={"router": "prefix_affinity"}),
+        "controller": CFG.controller.model_copy(update={"forecast": CFG.controller.forecast.model_copy(
+            update={"router": "least_outstanding"})})})
+    c = MPCController(named, {SVC.name: alone}, forecast="last", mixes={SVC.name: mix}, pool=16)
+    mem = _ServiceMemory()
+    assert c.corrected_weights(est, SVC, mem, 60.0) == pytest.approx(got) and mem.pool == n
 
 
 def test_warm_starts_each_solve_from_the_last_plan_moved_on(monkeypatch: pytest.MonkeyPatch) -> None:

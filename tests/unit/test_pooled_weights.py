@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from autoscaler.config.loading import default_config
+from controllers import oracle as oracle_module
 from controllers.oracle import OracleController
 from controllers.registry import build
 from models.capacity import (
@@ -73,3 +74,20 @@ def test_a_pooled_oracle_plans_no_more_replicas_than_the_oracle() -> None:
     assert isinstance(plain, OracleController) and isinstance(pooled, OracleController)
     # each step's capacities are at least the plain oracle's, so its cheapest plan costs no more
     assert pooled.plan_cost <= plain.plan_cost + 1e-6
+
+
+def test_a_pooled_oracle_plans_every_replica_alone_behind_prefix_affinity(monkeypatch: pytest.MonkeyPatch) -> None:
+    # behind prefix-affinity routing no queue is shared (controllers.mpc.pools_queues): oracle:pool=16
+    # never asks for the pooled capacities and plans what the plain oracle plans
+    wl = step_workload()
+    affinity = CFG.model_copy(update={"simulator": CFG.simulator.model_copy(update={"router": "prefix_affinity"})})
+    plain = build("oracle", affinity, None, wl)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("pooled behind prefix affinity")
+    monkeypatch.setattr(oracle_module, "pooled_weights", refuse)
+    unpooled = build("oracle:pool=16", affinity, None, wl)
+    assert isinstance(plain, OracleController) and isinstance(unpooled, OracleController)
+    assert unpooled.plan_cost == pytest.approx(plain.plan_cost, rel=1e-12)
+    with pytest.raises(AssertionError, match="pooled behind prefix affinity"):  # and it would have, behind the other
+        build("oracle:pool=16", CFG, None, wl)
