@@ -1222,7 +1222,7 @@ def _check_unserved(name: str, unserved: int, shed: int, miss_weight: float) -> 
             ``UNSERVED_WEIGHT``.
     """
     if unserved and (shed or miss_weight >= UNSERVED_WEIGHT):
-        raise ValueError(f"{name}: unserved=1 prices a shortfall below the rate seen on the plan's second "
+        raise ValueError(f"{name}: unserved=1 prices a shortfall below the rate seen on the plan's cheaper "
                          f"price tier, which shed=1 takes for shedding, and above the miss cost: needs shed=0 "
                          f"and miss_weight < {UNSERVED_WEIGHT:g}, got shed={shed}, miss_weight={miss_weight:g}")
 

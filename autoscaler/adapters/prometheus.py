@@ -654,11 +654,10 @@ class PrometheusSource:
         self.runner = runner
         self.speed = speed
         self.measured_speed = measured_speed
-        self.rate_speed = speed
-        """What this observation's rates are divided by: ``measured_speed``'s answer, else ``speed``."""
-        self.rates_unknown = False
-        """``measured_speed`` answered 0 for this observation (the source's clock stood still over the
-        window): its rates per second of that clock are unknown, never 0."""
+        self.rate_speed: float | None = speed
+        """What this observation's rates are divided by: ``measured_speed``'s answer, else ``speed``;
+        None where it answered 0 (the source's clock stood still over the window): the rates per second
+        of that clock are unknown, never 0 (``_per_second``)."""
         self.clock = clock
         self.fixed = None if prom.query_set == AUTO else query_set(prom.query_set)
         self._flow_seen: set[str] = set()  # services whose gateway has shown flow-control series
@@ -909,11 +908,9 @@ class PrometheusSource:
                 continue
             if math.isnan(x):
                 continue
-            if name in RATE_SIGNALS:
-                if self.rates_unknown:
-                    continue
-                x /= self.rate_speed  # per second of the source's clock
-            out[name] = x
+            y = self._per_second(x) if name in RATE_SIGNALS else x  # per second of the source's clock
+            if y is not None:
+                out[name] = y
         return out
 
     # ------------------------------------------------------------------ observe
@@ -921,8 +918,8 @@ class PrometheusSource:
         """Signals of every service at loop time ``now`` (seconds); see the module docstring."""
         at = None if self.clock is None else self.clock(now)
         measured = None if self.measured_speed is None else self.measured_speed(self.window_s)
-        self.rate_speed = measured if measured is not None and 0 < measured < math.inf else self.speed
-        self.rates_unknown = measured == 0.0  # the source's clock stood still: no rate per its second
+        self.rate_speed = (None if measured == 0.0  # the source's clock stood still: no rate per its second
+                           else measured if measured is not None and 0 < measured < math.inf else self.speed)
         self._deadline = math.inf if self.deadline_s is None else time.monotonic() + self.deadline_s
         self._undetected = {}
         pool = ThreadPoolExecutor(max_workers=self.prom.max_concurrency, thread_name_prefix="prometheus")
@@ -1069,9 +1066,7 @@ class PrometheusSource:
             found[key] = None if x is None or math.isnan(x) else x
         for key in SERVICE_SIGNALS:
             x = found.get(key)
-            if key in RATE_SIGNALS:
-                x = None if x is None or self.rates_unknown else x / self.rate_speed
-            values[key] = x
+            values[key] = self._per_second(x) if key in RATE_SIGNALS and x is not None else x
         self._gateway(plan, answers, values)
         span = found.get(HISTORY)
         return None if span is None else span * self.speed
@@ -1103,10 +1098,9 @@ class PrometheusSource:
             got[p] = got.get(p, 0.0) + x
         if not got and not bad:
             return None
-        rate = key.endswith("_rps") or key == "waited"
-        if rate and self.rates_unknown:
+        scale = self.rate_speed if key.endswith("_rps") or key == "waited" else 1.0
+        if scale is None:  # a rate per a second that did not pass: unknown
             return {p: None for p in PRIORITIES}
-        scale = self.rate_speed if rate else 1.0
         return {p: None if p in bad else (got[p] / scale if p in got else (0.0 if key in _COUNTED else None))
                 for p in PRIORITIES}
 
@@ -1120,7 +1114,13 @@ class PrometheusSource:
             return _FAILED
         if x is None:
             return None
-        return x / self.rate_speed if 0 <= x < math.inf and not self.rates_unknown else _FAILED
+        y = self._per_second(x) if 0 <= x < math.inf else None
+        return _FAILED if y is None else y
+
+    def _per_second(self, x: float) -> float | None:
+        """``x``, a rate per wall second, per second of the source's clock; None where that is unknown
+        (``rate_speed``)."""
+        return None if self.rate_speed is None else x / self.rate_speed
 
     def _gateway(self, plan: _Plan, answers: dict[str, list[dict[str, Any]] | str], values: dict[str, float | None]
                  ) -> None:
