@@ -350,6 +350,23 @@ Solved = tuple[dict[str, dict[str, np.ndarray]], float, float, np.ndarray | None
 """``lever_solve``'s answer: replicas, cost, CPU ms, HiGHS's variables (start levers only)."""
 
 
+def highspy_lacks(lever: str) -> str | None:
+    """The first of lever ``lever``'s options that the installed highspy's HiGHS has not (highspy
+    1.11 has no ``mip_allow_cut_separation_at_nodes``; the planner then refuses the lever with a
+    ValueError naming it), or None: every one there, not a highspy lever, or no highspy."""
+    how = ONE_SERVICE_LEVERS[lever]
+    if planning.highspy is None or how.get("fields", {}).get("solver") != "highspy":  # type: ignore[attr-defined]
+        return None
+    h = planning.highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    for key, value in how.get("options", {}).items():  # type: ignore[attr-defined]
+        name = planning._OPTION_NAMES.get(key, key)  # as the planner's highspy path sets them
+        val = ("choose" if value else "off") if name == "presolve" and isinstance(value, bool) else value
+        if h.setOptionValue(name, val) != planning.highspy.HighsStatus.kOk:
+            return str(name)
+    return None
+
+
 def lever_solve(prob: PlanProblem, lever: dict[str, object] | None, base_x: np.ndarray | None = None) -> Solved:
     """One tuned one-service solve of ``prob`` with ``lever`` (None: as the MPC solves): its replicas,
     cost, CPU ms and, for a start lever (and the base beside one, ``lever`` ``{"start": None}``),
@@ -370,7 +387,10 @@ def lever_solve(prob: PlanProblem, lever: dict[str, object] | None, base_x: np.n
         return plan.replicas, plan.cost, cpu, None
     started = time.process_time()
     c, cons, bounds, integral = planning._build(drawn, True)
-    options = planning._options(drawn, time.perf_counter() + drawn.time_limit_s)
+    # an option this scipy build's HiGHS lacks (scipy 1.15 has no mip_heuristic_run_rins) is left out:
+    # solve's scipy.optimize.milp passes it on there, and HiGHS ignores it
+    options = {k: v for k, v in planning._options(drawn, time.perf_counter() + drawn.time_limit_s).items()
+               if planning._settable(frozenset({k}))}
     start = None
     if how["start"] == "greedy":
         x = planning._complete(drawn, planning.greedy_counts(drawn, True))
@@ -517,6 +537,8 @@ def one_service_runs(ap: argparse.ArgumentParser, args: argparse.Namespace) -> b
             ap.error(f"--lever and {others[0]} are different runs: give one")
         if args.lever.startswith("highspy") and planning.highspy is None:
             ap.error(f"--lever '{args.lever}' needs highspy (pip install highspy)")
+        if (lacking := highspy_lacks(args.lever)) is not None:
+            ap.error(f"--lever '{args.lever}' sets {lacking}, which this highspy's HiGHS has not")
         lever_runs(args)
         return True
     if args.warm:
