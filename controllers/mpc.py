@@ -108,6 +108,7 @@ reason and in ``terms``: ``solver_at_limit`` (1 or 0) and ``plan_fallback`` (``F
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -160,6 +161,8 @@ from models.planning import (
 if TYPE_CHECKING:
     from autoscaler.config import SLO, FleetConfig, Service, Variant
     from autoscaler.state import PodObservation, ServiceEstimate
+
+log = logging.getLogger("autoscaler.controllers.mpc")  # under the ``autoscaler`` logger the CLI writes out
 
 DEFAULT_SHED_WEIGHT = 2.0
 """``shed_weight``'s default: a request shed costs two requests served on the dearest variant at
@@ -1203,14 +1206,31 @@ def _check_floor(name: str, cfg: FleetConfig, window_s: float) -> None:
                          f"to controller.tick_s ({tick:g} s)")
 
 
+def pool_router(cfg: FleetConfig) -> tuple[str, str]:
+    """(the gateway's router, the fleet-file key it was read from): ``controller.forecast.router``
+    where set, else ``simulator.router``."""
+    named = cfg.controller.forecast.router
+    return (named, "controller.forecast.router") if named else (cfg.simulator.router, "simulator.router")
+
+
 def pools_queues(cfg: FleetConfig) -> bool:
     """Whether the gateway's replicas share their queues as the pooled capacity model takes them
     (``models.capacity.replica_capacity(..., replicas=n)``: a router that sends each request to the
     replica with the fewest outstanding): ``controller.forecast.router``, else ``simulator.router``, is
-    ``least_outstanding``. Under ``prefix_affinity`` a session stays on its replica, so a replica's
-    queue is its own (issue 28: ``pool=8`` on the fault suite's cascade planned each H100 at 1.45 req/s
-    where alone it is 1.17, and removed replicas while the SLO was missed)."""
-    return (cfg.controller.forecast.router or cfg.simulator.router) == "least_outstanding"
+    ``least_outstanding`` (``pool_router``). Under ``prefix_affinity`` a session stays on its replica, so
+    a replica's queue is its own (issue 28: ``pool=8`` on the fault suite's cascade planned each H100 at
+    1.45 req/s where alone it is 1.17, and removed replicas while the SLO was missed)."""
+    return pool_router(cfg)[0] == "least_outstanding"
+
+
+def pool_off_note(cfg: FleetConfig, pool: int) -> str | None:
+    """The words an operator reads where ``pool=N`` (N > 1) was asked for and the router shares no queue
+    (``pools_queues``): the pool asked for, the router and the key it was read from; None where the
+    pool applies or none was asked for."""
+    if pool <= 1 or pools_queues(cfg):
+        return None
+    router, where = pool_router(cfg)
+    return f"pool={pool} not applied: router {router} ({where}) shares no queue, every replica planned alone"
 
 
 def _check_unserved(name: str, unserved: int, shed: int, miss_weight: float) -> None:
@@ -1491,6 +1511,8 @@ class MPCController(Controller):
         self.node_limit = node_limit
         self.time_limit = time_limit
         self.pool = pool if pools_queues(cfg) else 1
+        self.pool_off = pool_off_note(cfg, pool)  # warned once per service (decide), and in every reason
+        self._pool_warned: set[str] = set()
         self.warm = bool(warm)
         self.int_blocks = int_blocks or None
         self.int_up = bool(int_up)
@@ -2093,6 +2115,9 @@ class MPCController(Controller):
             _, inputs, plan = joint
         else:
             inputs, plan = self._inputs(est, svc), None
+        if self.pool_off is not None and svc.name not in self._pool_warned:
+            self._pool_warned.add(svc.name)
+            log.warning("%s: %s", svc.name, self.pool_off)
         if isinstance(inputs, Decision):
             return inputs
         mem = self.memory[svc.name]
@@ -2171,6 +2196,7 @@ class MPCController(Controller):
                + (f"; sheds {shed[0]:.1f} req/s now, up to {shed.max():.1f}"
                   if inputs.priorities is not None and shed is not None and shed.max() > 0 else "")
                + (f"; prefill/decode pools serve {pools[0]:.1f} req/s now" if pools is not None else "")
+               + (f"; {self.pool_off}" if self.pool_off is not None else "")
                + limit_note(plan))
         budget = self.itl_budget(est, svc, mem)
         gauges = (Gauge("autoscaler_mpc_demand_rps", "Demand the plan serves now, requests/s.", terms["demand_rps"]),

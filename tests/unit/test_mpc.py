@@ -457,6 +457,32 @@ def test_a_pool_plans_each_replica_at_its_pooled_capacity_for_the_fewest_that_se
     assert c.corrected_weights(est, SVC, mem, 60.0) == pytest.approx(got) and mem.pool == n
 
 
+def test_a_pool_not_applied_behind_prefix_affinity_is_said_once_per_service_and_in_every_reason(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # mpc:pool=16 behind prefix_affinity plans every replica alone (above); the operator learns it: one
+    # warning per service however many ticks, naming the router and the key it was read from, and the
+    # same words in each decision's reason. Behind least_outstanding, or with no pool asked, nothing.
+    mix = RequestMix.from_means(1000.0, 200.0)
+    sim = CFG.model_copy(update={"simulator": CFG.simulator.model_copy(update={"router": "prefix_affinity"})})
+    fc = CFG.model_copy(update={"controller": CFG.controller.model_copy(update={
+        "forecast": CFG.controller.forecast.model_copy(update={"router": "prefix_affinity"})})})
+    for cfg, where in ((sim, "simulator.router"), (fc, "controller.forecast.router")):
+        caplog.clear()
+        c = MPCController(cfg, {SVC.name: WEIGHTS}, forecast="last", mixes={SVC.name: mix}, pool=16)
+        with caplog.at_level("WARNING", logger="autoscaler"):
+            reasons = [c.decide(estimate(t, 40.0, {"gh200": 4}), SVC).reason for t in (600.0, 615.0, 630.0)]
+        said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        words = f"pool=16 not applied: router prefix_affinity ({where})"
+        assert len(said) == 1 and said[0].startswith(f"{SVC.name}: {words}")
+        assert all(words in r for r in reasons)
+    for cfg, pool in ((CFG, 16), (sim, 1)):
+        caplog.clear()
+        c = MPCController(cfg, {SVC.name: WEIGHTS}, forecast="last", mixes={SVC.name: mix}, pool=pool)
+        with caplog.at_level("WARNING", logger="autoscaler"):
+            reason = c.decide(estimate(600.0, 40.0, {"gh200": 4}), SVC).reason
+        assert not caplog.records and "not applied" not in reason
+
+
 def test_warm_starts_each_solve_from_the_last_plan_moved_on(monkeypatch: pytest.MonkeyPatch) -> None:
     # mpc:warm=1: the second tick's problem (15 s later) starts from the first tick's plan moved on
     # one step, through highspy; a tick a whole horizon later gets no start; warm=0 (the default)
