@@ -37,6 +37,8 @@ fall behind its nominal ``speed`` (the fault suite's simulated fleet on a loaded
 observation; the rates of that observation are divided by it instead (the windows keep their wall
 length), by ``speed`` where it answers None (not measurable), and are unknown where it answers 0
 (the source's clock stood still over the window: no rate per its second, never a rate of 0).
+The gateway's per-priority signals are read over ``GATEWAY_WINDOW_S`` of the source's clock, or the
+window if shorter, each turned into wall seconds the same way (60/``speed``: 3 wall s at 20x).
 
 A whole ``observe`` is bounded, not only each query: with ``deadline_s``, a query not answered
 that many (wall) seconds after the observation began is failed ("timed out: no answer within the
@@ -664,7 +666,7 @@ class PrometheusSource:
         self.detected: dict[str, QuerySet] = {}
         """Service -> the query set detected from its pods' series (``auto``), until a tick finds none of
         its pods valid (an upgrade may have changed the names): then detected again."""
-        self.window_s = window_s / speed
+        self.window_s = window_s / speed  # wall seconds: every query's look-back (the source's ``window_s``)
         self.deadline_s = deadline_s
         self._deadline = math.inf  # monotonic time the observation in progress ends
         self._undetected: dict[str, str] = {}  # service -> why this tick's query-set detection failed
@@ -880,7 +882,8 @@ class PrometheusSource:
         base = self.service_selector(svc)
         out = {name: render(t, base, self.window_s) for name, t in self.queries(svc).items()
                if name in SERVICE_SIGNALS}
-        gateway_window = min(self.window_s, GATEWAY_WINDOW_S)
+        # wall seconds both: the window (the loop's / speed) and the gateway's minute of the source's clock
+        gateway_window = min(self.window_s, max(GATEWAY_WINDOW_S / self.speed, MIN_WINDOW_S))
         out.update({PRIORITY + k: render(t, base, gateway_window) for k, t in PRIORITY_QUERIES.items()})
         out.update({TOTAL + k: render(t, base, self.window_s) for k, t in GATEWAY_TOTALS.items()})
         step = duration(max(self.window_s / HISTORY_STEPS, 0.001))

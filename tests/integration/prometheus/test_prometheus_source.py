@@ -287,6 +287,22 @@ def test_gateway_signals_add_a_priority_s_labels_and_never_read_a_bad_value_as_z
     assert any("users' TTFT is too" in w for w in src.warnings["src"])
 
 
+def test_a_sped_source_reads_the_per_priority_series_over_a_minute_of_its_own_clock() -> None:
+    # GATEWAY_WINDOW_S is 60 s of the source's clock, as the window is 300 of it: at 20x both shrink
+    # by 20 on the wall (3 s and 15 s), at 0.5x both grow by 2 (120 s and 600 s). The per-priority
+    # window is the shorter of the two, both in wall seconds (it read min(15 wall, 60) = 15 s at 20x:
+    # 300 s of the source, five times the minute; and 60 wall s = 30 source s at 0.5x).
+    cfg = fleet()
+    for speed, gateway, window in ((20.0, "[3000ms]", "[15000ms]"), (0.5, "[120000ms]", "[600000ms]")):
+        runner = GatewayRunner({"arrival": _per({"1": "4"})})
+        PrometheusSource(cfg.prometheus, cfg.services, runner, window_s=300.0, speed=speed).observe(0.0)
+        per = [q for q in runner.seen if "by (priority)" in q and "ms]" in q]  # the queue is a gauge: no window
+        totals = [q for q in runner.seen if "flow_control" in q and "by (priority)" not in q]
+        assert per and totals
+        assert all(gateway in q for q in per), per
+        assert all(window in q for q in totals), totals
+
+
 def test_custom_selectors_from_the_fleet_file(world: World) -> None:
     cfg = fleet({"selectors": {"src": {"service": 'model_name="m-src"', "variants": {
         "h100": {"pods": 'variant="h100"', "deployment": ""}}}}})
