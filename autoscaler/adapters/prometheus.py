@@ -1107,8 +1107,13 @@ class PrometheusSource:
         return {p: None if p in bad else (got[p] / scale if p in got else (0.0 if key in _COUNTED else None))
                 for p in PRIORITIES}
 
-    def _total(self, key: str, answer: list[dict[str, Any]] | str | None) -> float | str | None:
-        """A service-wide gateway total (per second of the source's clock): ``_FAILED``, or None (no series)."""
+    @staticmethod
+    def _total(answer: list[dict[str, Any]] | str | None) -> float | str | None:
+        """A service-wide gateway total as Prometheus answers it, per wall second: ``_FAILED`` (the query
+        failed, or its value is not a finite number >= 0), or None (no series). Not converted to the
+        source's clock: only the ratio of two is read (the mean wait, ``waited / dispatched``, seconds
+        of the source's clock, as the histogram records them), in which the rates' speed cancels, so it
+        is known even where the speed is not (``rate_speed`` None)."""
         if answer is None or isinstance(answer, str):
             return _FAILED if answer == _FAILED else None
         try:
@@ -1117,8 +1122,7 @@ class PrometheusSource:
             return _FAILED
         if x is None:
             return None
-        y = self._per_second(x) if 0 <= x < math.inf else None
-        return _FAILED if y is None else y
+        return x if 0 <= x < math.inf else _FAILED
 
     def _per_second(self, x: float) -> float | None:
         """``x``, a rate per wall second, per second of the source's clock; None where that is unknown
@@ -1153,7 +1157,7 @@ class PrometheusSource:
         elif flow:
             plan.warnings.append(f"{name}: the gateway's queue is unknown this tick, so the service's queue is too")
             values["queue_length"] = None
-        total_w, total_n = (self._total(k, answers.get(TOTAL + k)) for k in ("waited", "dispatched"))
+        total_w, total_n = (self._total(answers.get(TOTAL + k)) for k in ("waited", "dispatched"))
         if isinstance(total_w, float) and isinstance(total_n, float):
             if total_n > 0 and values.get("ttft_mean_s") is not None:
                 values["ttft_mean_s"] = (values["ttft_mean_s"] or 0.0) + total_w / total_n

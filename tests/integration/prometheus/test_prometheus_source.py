@@ -303,6 +303,25 @@ def test_a_sped_source_reads_the_per_priority_series_over_a_minute_of_its_own_cl
         assert all(window in q for q in totals), totals
 
 
+def test_the_gateway_wait_is_a_ratio_known_where_the_rates_speed_is_not() -> None:
+    # 5.3 s waited per wall second by 8 dispatched per wall second: 0.6625 s a request, whatever the
+    # speed that turns wall seconds into the source's (it divides both). Measured at 2x and where the
+    # source's clock stood still (measured 0: rates unknown), the users' TTFT is the pods' 0.3 s plus
+    # 0.6625 s, and no warning calls the wait unknown (it was failed there: TTFT unknown, a warning).
+    cfg = fleet()
+    answers = {"dispatched": _per({"1": "2"}), "waited": _per({"1": "1"}), "arrival": _per({"1": "2"}),
+               "queue": _per({"1": "0", "2": "0", "0": "0"})}
+    speeds = [2.0, 0.0]
+    src = PrometheusSource(cfg.prometheus, cfg.services, GatewayRunner(answers, {"waited": _one("5.3"),
+                           "dispatched": _one("8")}), window_s=300.0, speed=20.0,
+                           measured_speed=lambda wall_s: speeds.pop(0))
+    for t in (0.0, 15.0):
+        sig = src.observe(t)["src"].signals
+        assert sig.ttft_mean_s == pytest.approx(0.3 + 0.6625)
+        assert not any("wait is unknown" in w for w in src.warnings.get("src", []))
+    assert src.rate_speed is None and sig.request_rate_rps is None  # the rates themselves are unknown there
+
+
 def test_custom_selectors_from_the_fleet_file(world: World) -> None:
     cfg = fleet({"selectors": {"src": {"service": 'model_name="m-src"', "variants": {
         "h100": {"pods": 'variant="h100"', "deployment": ""}}}}})
