@@ -46,7 +46,7 @@ WEIGHTS = {v.name: 10.0 for v in SVC.variants}  # every replica serves 10 req/s
 
 
 def estimate(t: float, rate: float | None, ready: dict[str, int], starting: dict[str, int] | None = None,
-             queue: float = 0.0) -> ServiceEstimate:
+             queue: float | None = 0.0) -> ServiceEstimate:
     starting = starting or {}
     variants = {v.name: VariantObservation(ready.get(v.name, 0), starting.get(v.name, 0)) for v in SVC.variants}
     signals: dict[str, float | None] = {"arrival_rate_rps": rate, "queue_length": queue}
@@ -127,6 +127,18 @@ def test_nothing_ready_is_removed_before_hold_s_of_rates_nor_below_their_peak() 
     assert 10.0 * sum(held.values()) >= 55.0
     fallen = later.decide(estimate(765.0, 10.0, held), SVC).desired  # 315 s old: plan for 10 req/s
     assert sum(fallen.values()) < sum(held.values())
+
+
+def test_no_replica_goes_while_the_queue_is_unknown() -> None:
+    # 6 A100s ready at 10 req/s with no hold: a known empty queue lets the plan scale down (one
+    # replica serves 10 req/s); an unknown queue is not an empty one (it may hold any backlog the
+    # plan did not count), so the same tick keeps all 6, and says why. Draining is not read either.
+    assert controller(hold_s=0.0).decide(estimate(600.0, 10.0, {"a100": 6}, queue=0.0), SVC).desired["a100"] < 6
+    c = controller(hold_s=0.0)
+    d = c.decide(estimate(600.0, 10.0, {"a100": 6}, queue=None), SVC)
+    assert d.desired["a100"] == 6 and "no scale-down while the queue is unknown" in d.reason
+    assert all(n >= 0 for n in d.desired.values()) and c.memory[SVC.name].drained_s == -math.inf
+    assert not mpc.draining(None, 50.0, 10.0) and mpc.draining(5.0, 50.0, 10.0)
 
 
 def test_scale_down_names_the_coldest_least_loaded_pods_first() -> None:
