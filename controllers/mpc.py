@@ -1698,7 +1698,8 @@ class MPCController(Controller):
             obs = est.variants[v.name]
             rate, itl = obs.signals.request_rate_rps, obs.signals.tpot_mean_s
             spec = ReplicaSpec.of(v, self.engine)
-            steady = self._steady(est, v.name, mem) and not (obs.signals.queue_length or 0.0) > obs.ready
+            queue = obs.signals.queue_length  # unknown: a queue may be building, not a steady tick
+            steady = self._steady(est, v.name, mem) and queue is not None and not queue > obs.ready
             if (self.learn and mix is not None and obs.ready > 0 and rate and itl and steady
                     and utilisation(spec, mix, rate / obs.ready) <= SPEED_MAX_UTILISATION):
                 seen.append(speed_factor(spec, mix, rate / obs.ready, itl))

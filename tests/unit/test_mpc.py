@@ -141,6 +141,25 @@ def test_no_replica_goes_while_the_queue_is_unknown() -> None:
     assert not mpc.draining(None, 50.0, 10.0) and mpc.draining(5.0, 50.0, 10.0)
 
 
+def test_a_speed_factor_is_read_only_where_the_variant_s_queue_is_known() -> None:
+    # 2 H100s ready from 0 s at 0.5 req/s each, mean time per output token 20 ms, every 15 s: the
+    # 60-s window is steady from 60 s, so ticks 60, 75, 90 and 105 s each read one speed factor
+    # (SPEED_MIN_TICKS is 4). With the H100s' queue unknown none is read (a queue may be building:
+    # not a steady tick), as with a queue longer than the replicas (3 > 2); an empty one is steady.
+    mix = RequestMix.from_means(1000.0, 200.0)
+    seen = {}
+    for queue in (0.0, None, 3.0):
+        c = MPCController(CFG, {SVC.name: WEIGHTS}, forecast="last", mixes={SVC.name: mix})
+        mem = _ServiceMemory()
+        for k in range(8):
+            est = estimate(15.0 * k, 1.0, {"h100": 2})
+            sig = Signals(request_rate_rps=1.0, tpot_mean_s=0.02, queue_length=queue)
+            est.variants["h100"] = VariantObservation(2, 0, signals=sig)
+            c.speed(est, SVC, mem)
+        seen[queue] = len(mem.speed["h100"])
+    assert seen == {0.0: 4, None: 0, 3.0: 0}
+
+
 def test_scale_down_names_the_coldest_least_loaded_pods_first() -> None:
     # 4 A100s ready at 10 req/s, each reporting (hold_s 0: it scales down at once). Pods: hit rates
     # 0.5, 0.1, 0.1 and unknown, loads 1, 5, 2 and 0: unknown (cold) first, then the two at 0.1 by
