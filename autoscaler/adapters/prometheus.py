@@ -1075,11 +1075,14 @@ class PrometheusSource:
         return None if span is None else span * self.speed
 
     def _by_priority(self, key: str, answer: list[dict[str, Any]] | str, plan: _Plan
-                     ) -> dict[str, float | None] | None:
-        """One per-priority gateway query's answer -> priority -> value (rates per second of the
-        source's clock); None when it failed or has no series. The labels that name one priority are
-        added up; labels naming none are left out; a value that is not a finite number >= 0 makes its
-        priority unknown (a warning), never 0; a priority absent where others answer has had no event."""
+                     ) -> tuple[dict[str, float | None], dict[str, float | None]] | None:
+        """One per-priority gateway query's answer -> (priority -> value per second of the source's
+        clock, priority -> value as Prometheus answers it, per wall second for a rate); None when it
+        failed or has no series. The labels that name one priority are added up; labels naming none are
+        left out; a value that is not a finite number >= 0 makes its priority unknown (a warning), never
+        0; a priority absent where others answer has had no event. Where the rates' speed is unknown
+        (``rate_speed`` None) every rate of the first is unknown; the second still gives the ratio of
+        two (a mean wait), in which the speed cancels."""
         if isinstance(answer, str):
             return None
         got: dict[str, float] = {}
@@ -1101,11 +1104,12 @@ class PrometheusSource:
             got[p] = got.get(p, 0.0) + x
         if not got and not bad:
             return None
+        raw = {p: None if p in bad else got.get(p, 0.0 if key in _COUNTED else None)
+               for p in PRIORITIES}
         scale = self.rate_speed if key.endswith("_rps") or key == "waited" else 1.0
         if scale is None:  # a rate per a second that did not pass: unknown
-            return {p: None for p in PRIORITIES}
-        return {p: None if p in bad else (got[p] / scale if p in got else (0.0 if key in _COUNTED else None))
-                for p in PRIORITIES}
+            return {p: None for p in PRIORITIES}, raw
+        return {p: None if x is None else x / scale for p, x in raw.items()}, raw
 
     @staticmethod
     def _total(answer: list[dict[str, Any]] | str | None) -> float | str | None:
@@ -1137,11 +1141,14 @@ class PrometheusSource:
         ``queue_length``, as the simulator's source does. A service whose gateway has shown flow control
         and whose queue or wait query fails now has those two unknown, not the pods' alone."""
         name = plan.svc.name
-        per = {k: self._by_priority(k, answers.get(PRIORITY + k, _FAILED), plan) for k in PRIORITY_QUERIES}
+        both = {k: self._by_priority(k, answers.get(PRIORITY + k, _FAILED), plan) for k in PRIORITY_QUERIES}
+        per = {k: None if x is None else x[0] for k, x in both.items()}
         for key in ("arrival_rate_rps", "dispatched_rps", "shed_rps", "queue"):
             for p, x in (per[key] or {}).items():
                 values[PRIORITY_NAMES[key].format(p=p)] = x
-        waited, dispatched = per["waited"] or {}, per["dispatched_rps"] or {}
+        # a mean wait is a ratio of two rates: read as answered, so known where their speed is not
+        answered = {k: {} if x is None else x[1] for k, x in both.items()}
+        waited, dispatched = answered["waited"], answered["dispatched_rps"]
         for p in PRIORITIES:
             w, n = waited.get(p), dispatched.get(p)
             values[PRIORITY_NAMES["wait_s"].format(p=p)] = w / n if w is not None and n else None

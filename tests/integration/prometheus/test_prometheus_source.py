@@ -322,6 +322,27 @@ def test_the_gateway_wait_is_a_ratio_known_where_the_rates_speed_is_not() -> Non
     assert src.rate_speed is None and sig.request_rate_rps is None  # the rates themselves are unknown there
 
 
+def test_a_priority_s_gateway_wait_is_known_where_the_rates_speed_is_not() -> None:
+    # standard (rank 1) waited 1 s per wall second for 2 dispatched per wall second: 0.5 s a request,
+    # whatever the speed (it divides both); critical (rank 2) waited 0.3 s/s for 3/s: 0.1 s. Measured
+    # at 2x the rates are per second of the source (1 dispatched/s); where its clock stood still (0)
+    # they are unknown, and the waits are still 0.5 s and 0.1 s (they were unknown there too).
+    cfg = fleet()
+    answers = {"dispatched": _per({"1": "2", "2": "3"}), "waited": _per({"1": "1", "2": "0.3"}),
+               "arrival": _per({"1": "2", "2": "3"}), "queue": _per({"1": "0", "2": "0", "0": "0"})}
+    speeds = [2.0, 0.0]
+    src = PrometheusSource(cfg.prometheus, cfg.services, GatewayRunner(answers, {"waited": _one("1.3"),
+                           "dispatched": _one("5")}), window_s=300.0, speed=20.0,
+                           measured_speed=lambda wall_s: speeds.pop(0))
+    sig = src.observe(0.0)["src"].signals
+    assert sig.priority("standard").dispatched_rps == pytest.approx(1.0)
+    for t in (0.0, 15.0):
+        sig = src.observe(t)["src"].signals if t else sig
+        assert sig.priority("standard").wait_s == pytest.approx(0.5)
+        assert sig.priority("critical").wait_s == pytest.approx(0.1)
+    assert src.rate_speed is None and sig.priority("standard").dispatched_rps is None
+
+
 def test_custom_selectors_from_the_fleet_file(world: World) -> None:
     cfg = fleet({"selectors": {"src": {"service": 'model_name="m-src"', "variants": {
         "h100": {"pods": 'variant="h100"', "deployment": ""}}}}})
