@@ -119,8 +119,10 @@ _DISPATCHED = "Dispatched"
 # (``EvictedContextCancelled``) nor a shutdown (``EvictedOther``).
 _SHED = "Rejected.*|Evicted(TTL|NoEndpoints|Displaced|Preempted)"
 GATEWAY_WINDOW_S = 60.0
-"""Seconds the per-priority gateway signals are taken over (the window, if shorter): admission must
-follow a surge within a minute even under a controller whose window is five (the PID's)."""
+"""Seconds of the source's clock the per-priority gateway signals are taken over (the window, if
+shorter): admission must follow a surge within a minute even under a controller whose window is five
+(the PID's). A sped-up Prometheus source reads it as ``GATEWAY_WINDOW_S / speed`` wall seconds, as it
+reads the window (``autoscaler.adapters.prometheus``); the simulator's source in simulated seconds."""
 PRIORITY_QUERIES: dict[str, str] = {
     "arrival_rate_rps": first_present(GATEWAY_REQUESTS, "$sel", "$window", by="priority"),
     "dispatched_rps": _flow("count", _DISPATCHED),

@@ -108,6 +108,7 @@ reason and in ``terms``: ``solver_at_limit`` (1 or 0) and ``plan_fallback`` (``F
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -160,6 +161,8 @@ from models.planning import (
 if TYPE_CHECKING:
     from autoscaler.config import SLO, FleetConfig, Service, Variant
     from autoscaler.state import PodObservation, ServiceEstimate
+
+log = logging.getLogger("autoscaler.controllers.mpc")  # under the ``autoscaler`` logger the CLI writes out
 
 DEFAULT_SHED_WEIGHT = 2.0
 """``shed_weight``'s default: a request shed costs two requests served on the dearest variant at
@@ -786,11 +789,12 @@ def backlog_steps(queue: float, rate_rps: float, fastest: int, start: int, dt: f
     return out
 
 
-def draining(queue: float, done_rps: float | None, held_rps: float) -> bool:
-    """Whether the service drains a backlog this tick: ``queue`` (requests) > 0 and the completions
-    ``done_rps`` (requests/s; None: unknown, not draining) above ``held_rps`` (the demand held: the
-    service finishes more than anything that arrived in the hold window)."""
-    return queue > 0 and done_rps is not None and done_rps > held_rps
+def draining(queue: float | None, done_rps: float | None, held_rps: float) -> bool:
+    """Whether the service drains a backlog this tick: ``queue`` (requests; None: unknown, not
+    draining) > 0 and the completions ``done_rps`` (requests/s; None: unknown, not draining) above
+    ``held_rps`` (the demand held: the service finishes more than anything that arrived in the hold
+    window). Not draining keeps the forecast whole (``drain_excess``): the side that plans more."""
+    return queue is not None and queue > 0 and done_rps is not None and done_rps > held_rps
 
 
 def drain_memory_s(window_s: float, step_s: float) -> float:
@@ -817,7 +821,7 @@ def drain_memory_s(window_s: float, step_s: float) -> float:
     return window_s + 2.0 * step_s
 
 
-def drain_excess(est: ServiceEstimate, times_s: Sequence[float], mean_rps: Sequence[float], queue: float,
+def drain_excess(est: ServiceEstimate, times_s: Sequence[float], mean_rps: Sequence[float], queue: float | None,
                  held_rps: float, since_drain_s: float = math.inf, memory_s: float = 0.0) -> float:
     """Requests/s by which the load forecast's level now exceeds ``held_rps`` (the demand held: the highest
     arrival rate of the hold window) while the service drains a backlog, or within ``memory_s`` after the
@@ -841,7 +845,7 @@ def drain_excess(est: ServiceEstimate, times_s: Sequence[float], mean_rps: Seque
     Args:
         est: this tick's estimate (its time and ``signals.request_rate_rps``; None: not draining now).
         times_s, mean_rps: the forecast's path (``RateForecast``), seconds and requests/s.
-        queue: the service's queue, requests (the gateway's held requests included).
+        queue: the service's queue, requests (the gateway's held requests included); None: unknown.
         held_rps: the demand held now, requests/s.
         since_drain_s: seconds since the last tick that was ``draining`` (inf: none seen).
         memory_s: how long after it the forecast is discounted (0: only while draining).
@@ -1203,14 +1207,31 @@ def _check_floor(name: str, cfg: FleetConfig, window_s: float) -> None:
                          f"to controller.tick_s ({tick:g} s)")
 
 
+def pool_router(cfg: FleetConfig) -> tuple[str, str]:
+    """(the gateway's router, the fleet-file key it was read from): ``controller.forecast.router``
+    where set, else ``simulator.router``."""
+    named = cfg.controller.forecast.router
+    return (named, "controller.forecast.router") if named else (cfg.simulator.router, "simulator.router")
+
+
 def pools_queues(cfg: FleetConfig) -> bool:
     """Whether the gateway's replicas share their queues as the pooled capacity model takes them
     (``models.capacity.replica_capacity(..., replicas=n)``: a router that sends each request to the
     replica with the fewest outstanding): ``controller.forecast.router``, else ``simulator.router``, is
-    ``least_outstanding``. Under ``prefix_affinity`` a session stays on its replica, so a replica's
-    queue is its own (issue 28: ``pool=8`` on the fault suite's cascade planned each H100 at 1.45 req/s
-    where alone it is 1.17, and removed replicas while the SLO was missed)."""
-    return (cfg.controller.forecast.router or cfg.simulator.router) == "least_outstanding"
+    ``least_outstanding`` (``pool_router``). Under ``prefix_affinity`` a session stays on its replica, so
+    a replica's queue is its own (issue 28: ``pool=8`` on the fault suite's cascade planned each H100 at
+    1.45 req/s where alone it is 1.17, and removed replicas while the SLO was missed)."""
+    return pool_router(cfg)[0] == "least_outstanding"
+
+
+def pool_off_note(cfg: FleetConfig, pool: int) -> str | None:
+    """The words an operator reads where ``pool=N`` (N > 1) was asked for and the router shares no queue
+    (``pools_queues``): the pool asked for, the router and the key it was read from; None where the
+    pool applies or none was asked for."""
+    if pool <= 1 or pools_queues(cfg):
+        return None
+    router, where = pool_router(cfg)
+    return f"pool={pool} not applied: router {router} ({where}) shares no queue, every replica planned alone"
 
 
 def _check_unserved(name: str, unserved: int, shed: int, miss_weight: float) -> None:
@@ -1491,6 +1512,8 @@ class MPCController(Controller):
         self.node_limit = node_limit
         self.time_limit = time_limit
         self.pool = pool if pools_queues(cfg) else 1
+        self.pool_off = pool_off_note(cfg, pool)  # warned once per service (decide), and in every reason
+        self._pool_warned: set[str] = set()
         self.warm = bool(warm)
         self.int_blocks = int_blocks or None
         self.int_up = bool(int_up)
@@ -1556,10 +1579,12 @@ class MPCController(Controller):
     def backlog_path(self, est: ServiceEstimate, svc: Service, now_rps: float, start: int = 0) -> np.ndarray:
         """Requests/s of today's queue that ``demand`` adds to each step, shape (horizon,): ``backlog_rps``
         over the steps until new replicas (the fastest start-up) have served ``DRAIN_S``, from step
-        ``start`` on (0; ``drain=1``: ``drain_start``), 0 elsewhere (``backlog_steps``)."""
-        dt = self.tick_s
-        return backlog_steps(est.signals.queue_length or 0.0, now_rps, self.fastest_steps(svc), start, dt,
-                             self.horizon)
+        ``start`` on (0; ``drain=1``: ``drain_start``), 0 elsewhere (``backlog_steps``). An unknown queue
+        adds nothing here, and ``decide`` then removes no replica (missing data is not a queue of 0)."""
+        queue = est.signals.queue_length
+        if queue is None:
+            return np.zeros(self.horizon)
+        return backlog_steps(queue, now_rps, self.fastest_steps(svc), start, self.tick_s, self.horizon)
 
     def _startup_steps(self, v: Variant) -> int:
         """``v``'s fastest start-up in plan steps: warm while it has warm nodes, else cold."""
@@ -1578,7 +1603,7 @@ class MPCController(Controller):
             return 0.0
         mem = self.memory.get(svc.name)
         since = math.inf if mem is None else est.time_s - mem.drained_s
-        return drain_excess(est, f.times_s, f.mean_rps, est.signals.queue_length or 0.0, held_rps, since,
+        return drain_excess(est, f.times_s, f.mean_rps, est.signals.queue_length, held_rps, since,
                             self.drain_memory_s)
 
     def _adapt(self, mem: _ServiceMemory, now_s: float, actual_rps: float | None) -> float:
@@ -1673,7 +1698,8 @@ class MPCController(Controller):
             obs = est.variants[v.name]
             rate, itl = obs.signals.request_rate_rps, obs.signals.tpot_mean_s
             spec = ReplicaSpec.of(v, self.engine)
-            steady = self._steady(est, v.name, mem) and not (obs.signals.queue_length or 0.0) > obs.ready
+            queue = obs.signals.queue_length  # unknown: a queue may be building, not a steady tick
+            steady = self._steady(est, v.name, mem) and queue is not None and not queue > obs.ready
             if (self.learn and mix is not None and obs.ready > 0 and rate and itl and steady
                     and utilisation(spec, mix, rate / obs.ready) <= SPEED_MAX_UTILISATION):
                 seen.append(speed_factor(spec, mix, rate / obs.ready, itl))
@@ -1967,7 +1993,7 @@ class MPCController(Controller):
             cold = max(v.startup_cold_s for _, v in all_variants(svc))
             slope = rising_slope(mem.rates, cold, self.window_s)
             rise = trend_path(new_rps, slope, dt, self.horizon, cold) if slope > 0 else None
-        if draining(est.signals.queue_length or 0.0, est.signals.request_rate_rps, max(held, now_rps)):
+        if draining(est.signals.queue_length, est.signals.request_rate_rps, max(held, now_rps)):
             mem.drained_s = est.time_s  # the forecast holds this drain for drain_memory_s (drain_excess)
         readies = {v.name: self._ready_by_step(est, v, mem) for _, v in all_variants(svc)}  # pure of the demand
         drain_from = 0
@@ -2093,6 +2119,9 @@ class MPCController(Controller):
             _, inputs, plan = joint
         else:
             inputs, plan = self._inputs(est, svc), None
+        if self.pool_off is not None and svc.name not in self._pool_warned:
+            self._pool_warned.add(svc.name)
+            log.warning("%s: %s", svc.name, self.pool_off)
         if isinstance(inputs, Decision):
             return inputs
         mem = self.memory[svc.name]
@@ -2133,6 +2162,9 @@ class MPCController(Controller):
         silent = silent_pods(est)
         if silent:  # a ready pod that reports nothing may be serving anything: none goes meanwhile
             desired = {name: max(n, current.get(name, 0)) for name, n in desired.items()}
+        queue_unknown = est.signals.queue_length is None
+        if queue_unknown:  # the plan counted no backlog (backlog_path): it may be any, so none goes meanwhile
+            desired = {name: max(n, current.get(name, 0)) for name, n in desired.items()}
         mem.last_applied, mem.last_time_s = dict(desired), est.time_s
         terms = {"demand_rps": float(demand[0]), "solve_ms": plan.solve_ms,
                  "unserved_rps_max": float(unserved.max()), "recovering": float(inputs.recovering),
@@ -2166,11 +2198,13 @@ class MPCController(Controller):
         why = (f"mpc: plan for {demand[0]:.1f} req/s now, up to {demand.max():.1f} within "
                f"{self.horizon * dt:g} s" + ("; recovering from a loss" if inputs.recovering else "")
                + (f"; no scale-down while {silent} ready pod(s) report nothing" if silent else "")
+               + ("; no scale-down while the queue is unknown" if queue_unknown else "")
                + (f"; no scale-down within {self.window_s:g} s of the rates' return after a gap" if gap_held
                   else "")
                + (f"; sheds {shed[0]:.1f} req/s now, up to {shed.max():.1f}"
                   if inputs.priorities is not None and shed is not None and shed.max() > 0 else "")
                + (f"; prefill/decode pools serve {pools[0]:.1f} req/s now" if pools is not None else "")
+               + (f"; {self.pool_off}" if self.pool_off is not None else "")
                + limit_note(plan))
         budget = self.itl_budget(est, svc, mem)
         gauges = (Gauge("autoscaler_mpc_demand_rps", "Demand the plan serves now, requests/s.", terms["demand_rps"]),

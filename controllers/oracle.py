@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from controllers.base import POOLS_ONLY, Decision, FleetMismatchError, Reason
-from controllers.mpc import limit_note, limit_terms, miss_cost, plan_variant, pools_queues
+from controllers.mpc import limit_note, limit_terms, log, miss_cost, plan_variant, pool_off_note, pools_queues
 from controllers.static import PEAK_WINDOW_S, ScheduledController, served
 from models.capacity import RequestMix, pooled_weights
 from models.planning import Plan, PlanProblem, PlanService, solve
@@ -134,6 +134,9 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
     steps = math.ceil(duration / dt)
     block_steps = max(1, round(BLOCK_S / dt))
     demand = true_demand(svc, workload, dt, steps, block_steps)
+    off = pool_off_note(cfg, pool)
+    if off is not None:  # planned once per service: said once per service
+        log.warning("%s: %s: %s", name, svc.name, off)
     if pool > 1 and pools_queues(cfg):  # behind prefix affinity no queue is shared: every replica alone
         if mix is None:
             raise ValueError(f"{name}: pool={pool} needs the mix the capacities are computed for")

@@ -37,6 +37,8 @@ fall behind its nominal ``speed`` (the fault suite's simulated fleet on a loaded
 observation; the rates of that observation are divided by it instead (the windows keep their wall
 length), by ``speed`` where it answers None (not measurable), and are unknown where it answers 0
 (the source's clock stood still over the window: no rate per its second, never a rate of 0).
+The gateway's per-priority signals are read over ``GATEWAY_WINDOW_S`` of the source's clock, or the
+window if shorter, each turned into wall seconds the same way (60/``speed``: 3 wall s at 20x).
 
 A whole ``observe`` is bounded, not only each query: with ``deadline_s``, a query not answered
 that many (wall) seconds after the observation began is failed ("timed out: no answer within the
@@ -664,7 +666,7 @@ class PrometheusSource:
         self.detected: dict[str, QuerySet] = {}
         """Service -> the query set detected from its pods' series (``auto``), until a tick finds none of
         its pods valid (an upgrade may have changed the names): then detected again."""
-        self.window_s = window_s / speed
+        self.window_s = window_s / speed  # wall seconds: every query's look-back (the source's ``window_s``)
         self.deadline_s = deadline_s
         self._deadline = math.inf  # monotonic time the observation in progress ends
         self._undetected: dict[str, str] = {}  # service -> why this tick's query-set detection failed
@@ -880,7 +882,8 @@ class PrometheusSource:
         base = self.service_selector(svc)
         out = {name: render(t, base, self.window_s) for name, t in self.queries(svc).items()
                if name in SERVICE_SIGNALS}
-        gateway_window = min(self.window_s, GATEWAY_WINDOW_S)
+        # wall seconds both: the window (the loop's / speed) and the gateway's minute of the source's clock
+        gateway_window = min(self.window_s, max(GATEWAY_WINDOW_S / self.speed, MIN_WINDOW_S))
         out.update({PRIORITY + k: render(t, base, gateway_window) for k, t in PRIORITY_QUERIES.items()})
         out.update({TOTAL + k: render(t, base, self.window_s) for k, t in GATEWAY_TOTALS.items()})
         step = duration(max(self.window_s / HISTORY_STEPS, 0.001))
@@ -1072,11 +1075,14 @@ class PrometheusSource:
         return None if span is None else span * self.speed
 
     def _by_priority(self, key: str, answer: list[dict[str, Any]] | str, plan: _Plan
-                     ) -> dict[str, float | None] | None:
-        """One per-priority gateway query's answer -> priority -> value (rates per second of the
-        source's clock); None when it failed or has no series. The labels that name one priority are
-        added up; labels naming none are left out; a value that is not a finite number >= 0 makes its
-        priority unknown (a warning), never 0; a priority absent where others answer has had no event."""
+                     ) -> tuple[dict[str, float | None], dict[str, float | None]] | None:
+        """One per-priority gateway query's answer -> (priority -> value per second of the source's
+        clock, priority -> value as Prometheus answers it, per wall second for a rate); None when it
+        failed or has no series. The labels that name one priority are added up; labels naming none are
+        left out; a value that is not a finite number >= 0 makes its priority unknown (a warning), never
+        0; a priority absent where others answer has had no event. Where the rates' speed is unknown
+        (``rate_speed`` None) every rate of the first is unknown; the second still gives the ratio of
+        two (a mean wait), in which the speed cancels."""
         if isinstance(answer, str):
             return None
         got: dict[str, float] = {}
@@ -1098,14 +1104,20 @@ class PrometheusSource:
             got[p] = got.get(p, 0.0) + x
         if not got and not bad:
             return None
+        raw = {p: None if p in bad else got.get(p, 0.0 if key in _COUNTED else None)
+               for p in PRIORITIES}
         scale = self.rate_speed if key.endswith("_rps") or key == "waited" else 1.0
         if scale is None:  # a rate per a second that did not pass: unknown
-            return {p: None for p in PRIORITIES}
-        return {p: None if p in bad else (got[p] / scale if p in got else (0.0 if key in _COUNTED else None))
-                for p in PRIORITIES}
+            return {p: None for p in PRIORITIES}, raw
+        return {p: None if x is None else x / scale for p, x in raw.items()}, raw
 
-    def _total(self, key: str, answer: list[dict[str, Any]] | str | None) -> float | str | None:
-        """A service-wide gateway total (per second of the source's clock): ``_FAILED``, or None (no series)."""
+    @staticmethod
+    def _total(answer: list[dict[str, Any]] | str | None) -> float | str | None:
+        """A service-wide gateway total as Prometheus answers it, per wall second: ``_FAILED`` (the query
+        failed, or its value is not a finite number >= 0), or None (no series). Not converted to the
+        source's clock: only the ratio of two is read (the mean wait, ``waited / dispatched``, seconds
+        of the source's clock, as the histogram records them), in which the rates' speed cancels, so it
+        is known even where the speed is not (``rate_speed`` None)."""
         if answer is None or isinstance(answer, str):
             return _FAILED if answer == _FAILED else None
         try:
@@ -1114,8 +1126,7 @@ class PrometheusSource:
             return _FAILED
         if x is None:
             return None
-        y = self._per_second(x) if 0 <= x < math.inf else None
-        return _FAILED if y is None else y
+        return x if 0 <= x < math.inf else _FAILED
 
     def _per_second(self, x: float) -> float | None:
         """``x``, a rate per wall second, per second of the source's clock; None where that is unknown
@@ -1130,11 +1141,14 @@ class PrometheusSource:
         ``queue_length``, as the simulator's source does. A service whose gateway has shown flow control
         and whose queue or wait query fails now has those two unknown, not the pods' alone."""
         name = plan.svc.name
-        per = {k: self._by_priority(k, answers.get(PRIORITY + k, _FAILED), plan) for k in PRIORITY_QUERIES}
+        both = {k: self._by_priority(k, answers.get(PRIORITY + k, _FAILED), plan) for k in PRIORITY_QUERIES}
+        per = {k: None if x is None else x[0] for k, x in both.items()}
         for key in ("arrival_rate_rps", "dispatched_rps", "shed_rps", "queue"):
             for p, x in (per[key] or {}).items():
                 values[PRIORITY_NAMES[key].format(p=p)] = x
-        waited, dispatched = per["waited"] or {}, per["dispatched_rps"] or {}
+        # a mean wait is a ratio of two rates: read as answered, so known where their speed is not
+        answered = {k: {} if x is None else x[1] for k, x in both.items()}
+        waited, dispatched = answered["waited"], answered["dispatched_rps"]
         for p in PRIORITIES:
             w, n = waited.get(p), dispatched.get(p)
             values[PRIORITY_NAMES["wait_s"].format(p=p)] = w / n if w is not None and n else None
@@ -1150,7 +1164,7 @@ class PrometheusSource:
         elif flow:
             plan.warnings.append(f"{name}: the gateway's queue is unknown this tick, so the service's queue is too")
             values["queue_length"] = None
-        total_w, total_n = (self._total(k, answers.get(TOTAL + k)) for k in ("waited", "dispatched"))
+        total_w, total_n = (self._total(answers.get(TOTAL + k)) for k in ("waited", "dispatched"))
         if isinstance(total_w, float) and isinstance(total_n, float):
             if total_n > 0 and values.get("ttft_mean_s") is not None:
                 values["ttft_mean_s"] = (values["ttft_mean_s"] or 0.0) + total_w / total_n

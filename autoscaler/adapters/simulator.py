@@ -286,10 +286,11 @@ class SimMetricsSource:
             ))
         return out
 
-    def observe(self, now: float) -> dict[str, ServiceObservation]:
+    def observe(self, now: float, scrape: bool = True) -> dict[str, ServiceObservation]:
         """Signals of every service at ``now`` (seconds) from the window's samples (a scrape first when
-        the last one is a scrape interval old or more)."""
-        if self._last_scrape is None or now - self._last_scrape >= self.scrape_interval_s - 1e-9:
+        the last one is a scrape interval old or more, unless ``scrape`` is False: a Prometheus that
+        is down takes none, ``autoscaler.faults.inject.FaultySource``)."""
+        if scrape and (self._last_scrape is None or now - self._last_scrape >= self.scrape_interval_s - 1e-9):
             self.scrape(now)
         out: dict[str, ServiceObservation] = {}
         for name, svc in self.sim.services.items():

@@ -7,9 +7,11 @@
 - ``link_slowdown``: the service's KV-transfer link is slower inside the window
   (``FleetSimulator.slow_link``: a read starting then takes its bytes over the divided bandwidth,
   plus the extra latency).
-- ``prometheus_down``: inside the window nothing is scraped and every observation carries a failed
-  query and no signal, as the Prometheus source reports an unreachable server; replica counts stay
-  known (the daemon reads them from the API server).
+- ``prometheus_down``: inside the window nothing is scraped (neither on the scrape grid nor by an
+  observation, which scrapes a stale source first) and every observation carries a failed query and
+  no signal, as the Prometheus source reports an unreachable server; replica counts stay known (the
+  daemon reads them from the API server). So the samples have a gap, and for a window after it the
+  rates are read over what was scraped since, as from a Prometheus that was down.
 - ``pod_metrics_missing`` / ``new_pods_silent``: the pods concerned are not scraped
   (``SimMetricsSource.silent``); they go on serving.
 """
@@ -59,7 +61,7 @@ class FaultySource:
         if not self._is_down(now):
             return self.inner.observe(now)
         out = {}
-        for name, obs in self.inner.observe(now).items():
+        for name, obs in self.inner.observe(now, scrape=False).items():  # a Prometheus that is down scrapes nothing
             variants = {v: dataclasses.replace(o, signals=Signals()) for v, o in obs.variants.items()}
             out[name] = dataclasses.replace(obs, signals=Signals(), variants=variants, pods=[],
                                             errors=[UNREACHABLE])

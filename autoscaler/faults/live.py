@@ -277,7 +277,20 @@ def run_live_row(sc: Scenario, name: str, cfg: FleetConfig, data: Path) -> dict[
             server.close()
         run = SimulationRun(live.sim, [], name, live.sim.now, time.monotonic() - start)
         summary = summarize(run)
-    return make_row(sc, name, summary, live_harm(sc, run, record, cfg), pace=meter.figures())
+    return live_row(sc, name, summary, live_harm(sc, run, record, cfg), meter)
+
+
+def live_row(sc: Scenario, name: str, summary: dict[str, Any], harm: dict[str, int], meter: PaceMeter
+             ) -> dict[str, Any]:
+    """The row of a finished live run (``make_row``) with the pace ``meter`` measured. Where the pace
+    cannot be read (``pace_figures`` raises ValueError: samples that go backwards), the row keeps its
+    results, with ``pace`` null and the error in one line under ``pace_failed``: the run finished, and
+    its figures are not lost for a measurement beside them."""
+    try:
+        pace, failed = meter.figures(), None
+    except ValueError as exc:
+        pace, failed = None, " ".join(f"{type(exc).__name__}: {exc}".split())
+    return make_row(sc, name, summary, harm, pace=pace, pace_failed=failed)
 
 
 def _sets_replicas(write: tuple[Any, ...]) -> bool:

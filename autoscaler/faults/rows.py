@@ -18,7 +18,7 @@ ROW_KEYS = ("scenario", "controller", "harmful_actions", "slo_attainment_interac
 
 def make_row(sc: Scenario, name: str, summary: dict[str, Any], harm: dict[str, int],
              crashes: list[tuple[float, int, int]] | None = None,
-             pace: dict[str, Any] | None = None) -> dict[str, Any]:
+             pace: dict[str, Any] | None = None, pace_failed: str | None = None) -> dict[str, Any]:
     """The row of ``name`` on ``sc`` from a run's ``results.json`` document and its harm counts.
 
     ``crashes``: each ``crash`` fault as applied, ``(time s, replicas crashed, requests failed)``
@@ -26,9 +26,10 @@ def make_row(sc: Scenario, name: str, summary: dict[str, Any], harm: dict[str, i
     replicas. None where the layer does not record them (live rows): the row's ``crashes`` is null.
     ``pace``: the pace a live row's fleet kept (``autoscaler.faults.pace.pace_figures``: ``{target_x,
     kept, lowest, window_s, starved}``); None (null) in simulator rows, which run unpaced, and where
-    it could not be measured.
+    it could not be measured. ``pace_failed``: why a live row's pace could not be read (one line),
+    under that key beside the row's results; the key is absent otherwise.
     """
-    return {
+    row: dict[str, Any] = {
         "scenario": sc.name,
         "controller": name,
         "harmful_actions": sum(harm.values()),
@@ -45,6 +46,9 @@ def make_row(sc: Scenario, name: str, summary: dict[str, Any], harm: dict[str, i
         "wall_s": summary["wall_s"],
         "pace": pace,
     }
+    if pace_failed is not None:
+        row["pace_failed"] = pace_failed
+    return row
 
 
 def failed_row(sc: Scenario, name: str, exc: BaseException, wall_s: float) -> dict[str, Any]:
@@ -104,8 +108,8 @@ def pace_cell(pace: dict[str, Any] | None) -> str:
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """The rows as one Markdown table: scenario x controller -> harm (by rule), attainment, failed,
     retries, cost (money and shares as every table writes them: ``autoscaler.formats``), and a last
-    column ``pace`` (``pace_cell``) when a row has one (a live row)."""
-    paced = any(r.get("pace") is not None for r in rows)
+    column ``pace`` (``pace_cell``; ``not measured`` where ``pace_failed``) when a row has one (a live row)."""
+    paced = any(r.get("pace") is not None or r.get("pace_failed") for r in rows)
     head = "| scenario | controller | harmful actions | interactive SLO | failed | retries | cost |"
     lines = [head + (" pace (kept / lowest) |" if paced else ""),
              "|---|---|---:|---:|---:|---:|---:|" + ("---:|" if paced else "")]
@@ -116,7 +120,8 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append(f"| {r['scenario']} | {r['controller']} | {harm} | "
                      f"{percent(r['slo_attainment_interactive'])} | "
                      f"{_cell(r['requests_failed'], 'd')} | {_cell(r['retries'], 'd')} | {money(r['cost_usd'])} |"
-                     + (f" {pace_cell(r.get('pace'))} |" if paced else ""))
+                     + (f" {'not measured' if r.get('pace_failed') else pace_cell(r.get('pace'))} |"
+                        if paced else ""))
     return "\n".join(lines)
 
 

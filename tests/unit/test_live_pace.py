@@ -106,6 +106,28 @@ def test_a_starved_row_says_so_in_its_json_and_its_table() -> None:
     assert markdown_table([unpaced, row]).splitlines()[2].endswith("| $0.77 | - |")
 
 
+def test_a_pace_that_cannot_be_read_is_recorded_beside_the_finished_row_s_results() -> None:
+    # a meter whose wall clock went back (103 -> 101 s): pace_figures refuses the samples. The row
+    # keeps its figures (62 %, $0.77, 0 harmful), pace null, the error in one line beside them, and
+    # the table says the pace was not measured; a meter that reads well gives no such key.
+    from autoscaler.faults.live import live_row
+
+    walls: Iterator[float] = iter([100.0, 103.0, 101.0])
+    meter = PaceMeter(20.0, clock=lambda: next(walls))
+    for sim_s in (0.0, 60.0, 70.0):
+        meter.mark(sim_s)
+    row = live_row(_scenario(), "mpc", SUMMARY, {"two_writers": 0}, meter)
+    assert (row["slo_attainment_interactive"], row["cost_usd"], row["harmful_actions"]) == (0.62, 0.77, 0)
+    assert row["pace"] is None and "failed" not in row
+    assert row["pace_failed"] == "ValueError: pace: samples go backwards (60 s at 103 -> 70 s at 101)"
+    assert markdown_table([row]).splitlines()[2].endswith("| $0.77 | not measured |")
+    good = PaceMeter(20.0, clock=iter([0.0, 3.0]).__next__)
+    good.mark(0.0)
+    good.mark(60.0)
+    ok = live_row(_scenario(), "mpc", SUMMARY, {"two_writers": 0}, good)
+    assert "pace_failed" not in ok and ok["pace"]["kept"] == pytest.approx(1.0)  # 60 s in 3 wall s: 20x
+
+
 LIVE_SCENARIO = """name: outage-live
 reported: [x/y#1]
 failure: f

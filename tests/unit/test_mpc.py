@@ -46,7 +46,7 @@ WEIGHTS = {v.name: 10.0 for v in SVC.variants}  # every replica serves 10 req/s
 
 
 def estimate(t: float, rate: float | None, ready: dict[str, int], starting: dict[str, int] | None = None,
-             queue: float = 0.0) -> ServiceEstimate:
+             queue: float | None = 0.0) -> ServiceEstimate:
     starting = starting or {}
     variants = {v.name: VariantObservation(ready.get(v.name, 0), starting.get(v.name, 0)) for v in SVC.variants}
     signals: dict[str, float | None] = {"arrival_rate_rps": rate, "queue_length": queue}
@@ -127,6 +127,37 @@ def test_nothing_ready_is_removed_before_hold_s_of_rates_nor_below_their_peak() 
     assert 10.0 * sum(held.values()) >= 55.0
     fallen = later.decide(estimate(765.0, 10.0, held), SVC).desired  # 315 s old: plan for 10 req/s
     assert sum(fallen.values()) < sum(held.values())
+
+
+def test_no_replica_goes_while_the_queue_is_unknown() -> None:
+    # 6 A100s ready at 10 req/s with no hold: a known empty queue lets the plan scale down (one
+    # replica serves 10 req/s); an unknown queue is not an empty one (it may hold any backlog the
+    # plan did not count), so the same tick keeps all 6, and says why. Draining is not read either.
+    assert controller(hold_s=0.0).decide(estimate(600.0, 10.0, {"a100": 6}, queue=0.0), SVC).desired["a100"] < 6
+    c = controller(hold_s=0.0)
+    d = c.decide(estimate(600.0, 10.0, {"a100": 6}, queue=None), SVC)
+    assert d.desired["a100"] == 6 and "no scale-down while the queue is unknown" in d.reason
+    assert all(n >= 0 for n in d.desired.values()) and c.memory[SVC.name].drained_s == -math.inf
+    assert not mpc.draining(None, 50.0, 10.0) and mpc.draining(5.0, 50.0, 10.0)
+
+
+def test_a_speed_factor_is_read_only_where_the_variant_s_queue_is_known() -> None:
+    # 2 H100s ready from 0 s at 0.5 req/s each, mean time per output token 20 ms, every 15 s: the
+    # 60-s window is steady from 60 s, so ticks 60, 75, 90 and 105 s each read one speed factor
+    # (SPEED_MIN_TICKS is 4). With the H100s' queue unknown none is read (a queue may be building:
+    # not a steady tick), as with a queue longer than the replicas (3 > 2); an empty one is steady.
+    mix = RequestMix.from_means(1000.0, 200.0)
+    seen = {}
+    for queue in (0.0, None, 3.0):
+        c = MPCController(CFG, {SVC.name: WEIGHTS}, forecast="last", mixes={SVC.name: mix})
+        mem = _ServiceMemory()
+        for k in range(8):
+            est = estimate(15.0 * k, 1.0, {"h100": 2})
+            sig = Signals(request_rate_rps=1.0, tpot_mean_s=0.02, queue_length=queue)
+            est.variants["h100"] = VariantObservation(2, 0, signals=sig)
+            c.speed(est, SVC, mem)
+        seen[queue] = len(mem.speed["h100"])
+    assert seen == {0.0: 4, None: 0, 3.0: 0}
 
 
 def test_scale_down_names_the_coldest_least_loaded_pods_first() -> None:
@@ -455,6 +486,32 @@ def test_a_pool_plans_each_replica_at_its_pooled_capacity_for_the_fewest_that_se
     c = MPCController(named, {SVC.name: alone}, forecast="last", mixes={SVC.name: mix}, pool=16)
     mem = _ServiceMemory()
     assert c.corrected_weights(est, SVC, mem, 60.0) == pytest.approx(got) and mem.pool == n
+
+
+def test_a_pool_not_applied_behind_prefix_affinity_is_said_once_per_service_and_in_every_reason(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # mpc:pool=16 behind prefix_affinity plans every replica alone (above); the operator learns it: one
+    # warning per service however many ticks, naming the router and the key it was read from, and the
+    # same words in each decision's reason. Behind least_outstanding, or with no pool asked, nothing.
+    mix = RequestMix.from_means(1000.0, 200.0)
+    sim = CFG.model_copy(update={"simulator": CFG.simulator.model_copy(update={"router": "prefix_affinity"})})
+    fc = CFG.model_copy(update={"controller": CFG.controller.model_copy(update={
+        "forecast": CFG.controller.forecast.model_copy(update={"router": "prefix_affinity"})})})
+    for cfg, where in ((sim, "simulator.router"), (fc, "controller.forecast.router")):
+        caplog.clear()
+        c = MPCController(cfg, {SVC.name: WEIGHTS}, forecast="last", mixes={SVC.name: mix}, pool=16)
+        with caplog.at_level("WARNING", logger="autoscaler"):
+            reasons = [c.decide(estimate(t, 40.0, {"gh200": 4}), SVC).reason for t in (600.0, 615.0, 630.0)]
+        said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        words = f"pool=16 not applied: router prefix_affinity ({where})"
+        assert len(said) == 1 and said[0].startswith(f"{SVC.name}: {words}")
+        assert all(words in r for r in reasons)
+    for cfg, pool in ((CFG, 16), (sim, 1)):
+        caplog.clear()
+        c = MPCController(cfg, {SVC.name: WEIGHTS}, forecast="last", mixes={SVC.name: mix}, pool=pool)
+        with caplog.at_level("WARNING", logger="autoscaler"):
+            reason = c.decide(estimate(600.0, 40.0, {"gh200": 4}), SVC).reason
+        assert not caplog.records and "not applied" not in reason
 
 
 def test_warm_starts_each_solve_from_the_last_plan_moved_on(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -76,7 +76,8 @@ def test_a_pooled_oracle_plans_no_more_replicas_than_the_oracle() -> None:
     assert pooled.plan_cost <= plain.plan_cost + 1e-6
 
 
-def test_a_pooled_oracle_plans_every_replica_alone_behind_prefix_affinity(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pooled_oracle_plans_every_replica_alone_behind_prefix_affinity(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     # behind prefix-affinity routing no queue is shared (controllers.mpc.pools_queues): oracle:pool=16
     # never asks for the pooled capacities and plans what the plain oracle plans
     wl = step_workload()
@@ -86,7 +87,12 @@ def test_a_pooled_oracle_plans_every_replica_alone_behind_prefix_affinity(monkey
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("pooled behind prefix affinity")
     monkeypatch.setattr(oracle_module, "pooled_weights", refuse)
-    unpooled = build("oracle:pool=16", affinity, None, wl)
+    with caplog.at_level("WARNING", logger="autoscaler"):
+        unpooled = build("oracle:pool=16", affinity, None, wl)
+    # and says so, once for its one service, naming the router and the key it was read from
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and f"{CFG.services[0].name}: pool=16 not applied: router prefix_affinity " \
+        "(simulator.router)" in said[0]
     assert isinstance(plain, OracleController) and isinstance(unpooled, OracleController)
     assert unpooled.plan_cost == pytest.approx(plain.plan_cost, rel=1e-12)
     with pytest.raises(AssertionError, match="pooled behind prefix affinity"):  # and it would have, behind the other

@@ -287,6 +287,62 @@ def test_gateway_signals_add_a_priority_s_labels_and_never_read_a_bad_value_as_z
     assert any("users' TTFT is too" in w for w in src.warnings["src"])
 
 
+def test_a_sped_source_reads_the_per_priority_series_over_a_minute_of_its_own_clock() -> None:
+    # GATEWAY_WINDOW_S is 60 s of the source's clock, as the window is 300 of it: at 20x both shrink
+    # by 20 on the wall (3 s and 15 s), at 0.5x both grow by 2 (120 s and 600 s). The per-priority
+    # window is the shorter of the two, both in wall seconds (it read min(15 wall, 60) = 15 s at 20x:
+    # 300 s of the source, five times the minute; and 60 wall s = 30 source s at 0.5x).
+    cfg = fleet()
+    for speed, gateway, window in ((20.0, "[3000ms]", "[15000ms]"), (0.5, "[120000ms]", "[600000ms]")):
+        runner = GatewayRunner({"arrival": _per({"1": "4"})})
+        PrometheusSource(cfg.prometheus, cfg.services, runner, window_s=300.0, speed=speed).observe(0.0)
+        per = [q for q in runner.seen if "by (priority)" in q and "ms]" in q]  # the queue is a gauge: no window
+        totals = [q for q in runner.seen if "flow_control" in q and "by (priority)" not in q]
+        assert per and totals
+        assert all(gateway in q for q in per), per
+        assert all(window in q for q in totals), totals
+
+
+def test_the_gateway_wait_is_a_ratio_known_where_the_rates_speed_is_not() -> None:
+    # 5.3 s waited per wall second by 8 dispatched per wall second: 0.6625 s a request, whatever the
+    # speed that turns wall seconds into the source's (it divides both). Measured at 2x and where the
+    # source's clock stood still (measured 0: rates unknown), the users' TTFT is the pods' 0.3 s plus
+    # 0.6625 s, and no warning calls the wait unknown (it was failed there: TTFT unknown, a warning).
+    cfg = fleet()
+    answers = {"dispatched": _per({"1": "2"}), "waited": _per({"1": "1"}), "arrival": _per({"1": "2"}),
+               "queue": _per({"1": "0", "2": "0", "0": "0"})}
+    speeds = [2.0, 0.0]
+    src = PrometheusSource(cfg.prometheus, cfg.services, GatewayRunner(answers, {"waited": _one("5.3"),
+                           "dispatched": _one("8")}), window_s=300.0, speed=20.0,
+                           measured_speed=lambda wall_s: speeds.pop(0))
+    for t in (0.0, 15.0):
+        sig = src.observe(t)["src"].signals
+        assert sig.ttft_mean_s == pytest.approx(0.3 + 0.6625)
+        assert not any("wait is unknown" in w for w in src.warnings.get("src", []))
+    assert src.rate_speed is None and sig.request_rate_rps is None  # the rates themselves are unknown there
+
+
+def test_a_priority_s_gateway_wait_is_known_where_the_rates_speed_is_not() -> None:
+    # standard (rank 1) waited 1 s per wall second for 2 dispatched per wall second: 0.5 s a request,
+    # whatever the speed (it divides both); critical (rank 2) waited 0.3 s/s for 3/s: 0.1 s. Measured
+    # at 2x the rates are per second of the source (1 dispatched/s); where its clock stood still (0)
+    # they are unknown, and the waits are still 0.5 s and 0.1 s (they were unknown there too).
+    cfg = fleet()
+    answers = {"dispatched": _per({"1": "2", "2": "3"}), "waited": _per({"1": "1", "2": "0.3"}),
+               "arrival": _per({"1": "2", "2": "3"}), "queue": _per({"1": "0", "2": "0", "0": "0"})}
+    speeds = [2.0, 0.0]
+    src = PrometheusSource(cfg.prometheus, cfg.services, GatewayRunner(answers, {"waited": _one("1.3"),
+                           "dispatched": _one("5")}), window_s=300.0, speed=20.0,
+                           measured_speed=lambda wall_s: speeds.pop(0))
+    sig = src.observe(0.0)["src"].signals
+    assert sig.priority("standard").dispatched_rps == pytest.approx(1.0)
+    for t in (0.0, 15.0):
+        sig = src.observe(t)["src"].signals if t else sig
+        assert sig.priority("standard").wait_s == pytest.approx(0.5)
+        assert sig.priority("critical").wait_s == pytest.approx(0.1)
+    assert src.rate_speed is None and sig.priority("standard").dispatched_rps is None
+
+
 def test_custom_selectors_from_the_fleet_file(world: World) -> None:
     cfg = fleet({"selectors": {"src": {"service": 'model_name="m-src"', "variants": {
         "h100": {"pods": 'variant="h100"', "deployment": ""}}}}})
