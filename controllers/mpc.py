@@ -1357,7 +1357,9 @@ class MPCController(Controller):
         arrivals: 1 feeds the forecast stage's request-rate model the arrival rate (``arrival_rate_rps``:
             the gateway's request counter, else completions plus the growth of the requests in the system,
             ``autoscaler.loop.estimate.ArrivalInference``; unknown where neither is known) instead of the
-            completions, and leaves ``drain_excess`` out (the arrivals hold no drain to discount). 0
+            completions, and leaves ``drain_excess`` out (the arrivals hold no drain to discount); no ready
+            replica is removed while the service drains a backlog (``draining``) or within
+            ``drain_memory_s`` after (without it, fast-ramp seed 0 removed one while the SLO was missed). 0
             (default): the completions (opt-in, issue 28; docs/controllers.md, "The forecast fed the
             arrivals").
         warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
@@ -1994,7 +1996,10 @@ class MPCController(Controller):
         # pd_util is headroom for the steady demand, not for the queue's drain: the backlog counted once
         lift = 1.0 if self.pd_util == 1 else pool_util_path(  # at 1 every share is 1: no backlog read again
             self.pd_util, demand, self.backlog_path(est, svc, max(held, now_rps), drain_from)) / self.pd_util
-        discounting = self.drain_excess(est, svc, max(held, now_rps)) > 0  # a demand lowered for it removes nothing
+        if self.arrivals:  # no drain to discount, but a backlog still drains: no removal during it (fast-ramp)
+            discounting = est.time_s - mem.drained_s <= self.drain_memory_s
+        else:
+            discounting = self.drain_excess(est, svc, max(held, now_rps)) > 0  # a demand lowered for it removes nothing
         weights = {**self.corrected_weights(est, svc, mem, float(demand.min())), **self.role_weights(est, svc)}
         scales = self._pool_scales(est, svc, mem, weights)
         modelled = {v.name: float(weights.get(v.name, 0.0)) for _, v in svc.role_variants()}
