@@ -156,7 +156,8 @@ class ArrivalInference:
     """``arrival_rate_rps`` where the source has none (no gateway metric): completions plus the growth of
     the requests in the system (``queue_length`` waiting, the gateway's held ones included, plus
     ``running``) over the last ``ARRIVAL_LOOKBACK_S`` seconds (``inferred_arrivals``), the arrivals the
-    PID's overload rule reads (``controllers.pid``) and ``mpc:arrivals=1``'s forecast is fed.
+    PID's demand cap and floor read (``controllers.pid_rules``), the MPC holds, and ``mpc:arrivals=1``'s
+    forecast is fed.
 
     Unknown (None), never a guess: until two samples a time apart exist, and on a tick whose completions,
     queue or running are unknown (the growth would come from older samples than the completions'
