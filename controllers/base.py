@@ -16,6 +16,10 @@ and then called once per tick and service with that tick's estimate. It declares
   whatever ``controller.forecast.enabled`` says;
 - ``forecast_model``: the request rate's model in that stage (``models.forecast.auto.MODELS``: ``auto``,
   the backtest selection; ``arima``, refitted every step, which ``mpc:forecast=arima`` asks for);
+- ``forecast_demand``: what that stage's request-rate model is fed (``DEMANDS``): ``served``, the
+  completions (``request_rate_rps``, the default); ``arrivals``, the arrival rate (``arrival_rate_rps``:
+  the gateway's request counter, else completions plus the growth of the requests in the system,
+  ``autoscaler.loop.estimate.ArrivalInference``), which ``mpc:arrivals=1`` asks for;
 - ``scales_roles``: True when it scales a service's prefill/decode pools (``Service.roles``): the loop then
   gives it each pool's observation (``ServiceEstimate.pools``) and capacities (``pool_weights``), guards
   each pool as a service of its own and writes each changed pool variant as its own scale target; its
@@ -79,6 +83,9 @@ POOLS_ONLY = ("service {service} has no aggregated variant: its prefill/decode p
               "controllers that scale roles (pid, mpc, dynamo-pd)")
 """The error of a controller that needs an aggregated variant to calibrate or plan on, given a service
 of prefill/decode pools only (``Service.roles``)."""
+
+DEMANDS = ("served", "arrivals")
+"""What the forecast stage's request-rate model may be fed (``Controller.forecast_demand``)."""
 
 HOLD_REASONS = frozenset({Reason.SIGNAL_UNKNOWN, Reason.WARMING_UP, Reason.METRICS_ERROR, Reason.COUNTS_UNKNOWN})
 
@@ -181,15 +188,20 @@ class Controller(ABC):
         own_guard: brings its own stabilisation (the loop applies only the variants' bounds).
         forecast_horizon_s: how far ahead it reads the load forecast, seconds; None: it reads none.
         forecast_model: the forecast stage's request-rate model (module docstring).
+        forecast_demand: what that model is fed, one of ``DEMANDS`` (module docstring).
 
     Raises:
-        ValueError: ``tick_s``, ``window_s`` or ``forecast_horizon_s`` not a finite number > 0.
+        ValueError: ``tick_s``, ``window_s`` or ``forecast_horizon_s`` not a finite number > 0, or
+            ``forecast_demand`` not in ``DEMANDS``.
     """
 
     scales_roles: bool = False
 
     def __init__(self, name: str, tick_s: float, window_s: float, own_guard: bool = False,
-                 forecast_horizon_s: float | None = None, forecast_model: str = "auto") -> None:
+                 forecast_horizon_s: float | None = None, forecast_model: str = "auto",
+                 forecast_demand: str = "served") -> None:
+        if forecast_demand not in DEMANDS:
+            raise ValueError(f"{name}: forecast_demand must be one of {', '.join(DEMANDS)}, got '{forecast_demand}'")
         for what, x in (("tick_s", tick_s), ("window_s", window_s), ("forecast_horizon_s", forecast_horizon_s)):
             if x is not None and not 0 < x < math.inf:
                 raise ValueError(f"{name}: {what} must be a finite number > 0, got {x}")
@@ -199,6 +211,7 @@ class Controller(ABC):
         self.own_guard = own_guard
         self.forecast_horizon_s = forecast_horizon_s
         self.forecast_model = forecast_model
+        self.forecast_demand = forecast_demand
 
     def prepare(self, estimates: Mapping[str, ServiceEstimate]) -> None:
         """Called once per tick with every service's estimate (service name -> estimate) before any

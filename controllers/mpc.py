@@ -19,8 +19,9 @@ without) and each ``decide`` reads its part:
   from the first step a replica can serve it, ``drain_start``, not from now); while that queue drains,
   the forecast's level above the demand held is left out (``drain_excess``: the forecast is fitted on
   completions, which count the drain a second time), and for ``drain_memory_s`` after (the forecast's
-  rate window and steps still hold the drain), and no ready replica is removed meanwhile. Without a
-  forecast
+  rate window and steps still hold the drain), and no ready replica is removed meanwhile (with
+  ``arrivals=1``, opt-in, the forecast is fed the arrivals, which hold no drain, and nothing is left out).
+  Without a forecast
   yet (the first step of history), or with ``forecast=last``, that rate for every step; with
   ``forecast=perfect`` (simulation only), the
   trace's true demand per step. The rates held are the gateway's arrivals less the retries of the
@@ -1374,6 +1375,14 @@ class MPCController(Controller):
             nothing before its start-up, and a drain charged from now falls on steps no order can
             reach. 0 (default): from now (opt-in, issue 28; docs/controllers.md, "The backlog drained
             where an order can serve it").
+        arrivals: 1 feeds the forecast stage's request-rate model the arrival rate (``arrival_rate_rps``:
+            the gateway's request counter, else completions plus the growth of the requests in the system,
+            ``autoscaler.loop.estimate.ArrivalInference``; unknown where neither is known) instead of the
+            completions, and leaves ``drain_excess`` out (the arrivals hold no drain to discount); no ready
+            replica is removed while the service drains a backlog (``draining``) or within
+            ``drain_memory_s`` after (without it, fast-ramp seed 0 removed one while the SLO was missed). 0
+            (default): the completions (opt-in, issue 28; docs/controllers.md, "The forecast fed the
+            arrivals").
         warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
             last plan moved on by the ticks since (``models.planning.PlanProblem.start``); 0
             (default) through scipy without a start: measured, the start did not shorten the solve
@@ -1429,7 +1438,7 @@ class MPCController(Controller):
                  backlog: int = 0,
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
                  floor: int = 0, rise: int = 0, overdue: int = 0, gap: int = 0, pending: int = 0,
-                 unserved: int = 0, drain: int = 0, name: str = "mpc") -> None:
+                 unserved: int = 0, drain: int = 0, arrivals: int = 0, name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf)):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
@@ -1455,7 +1464,7 @@ class MPCController(Controller):
         for option, x in (("warm", warm), ("joint_warm", joint_warm), ("pd_scale", pd_scale), ("cover", cover),
                           ("trend", trend), ("floor", floor), ("rise", rise),
                           ("overdue", overdue), ("gap", gap), ("pending", pending), ("unserved", unserved),
-                          ("drain", drain)):
+                          ("drain", drain), ("arrivals", arrivals)):
             if x not in (0, 1):
                 raise ValueError(f"{name}: {option} must be 0 or 1, got {x}")
         if burst not in (0, 1) or cap not in (0, 1):
@@ -1480,7 +1489,8 @@ class MPCController(Controller):
         super().__init__(name, c.tick_s, max(window_s, c.tick_s),
                          forecast_horizon_s=(horizon * c.tick_s if forecast in STAGE_FORECASTS or mix == "forecast"
                                              else None),
-                         forecast_model="arima" if forecast == "arima" else "auto")
+                         forecast_model="arima" if forecast == "arima" else "auto",
+                         forecast_demand="arrivals" if arrivals else "served")
         self.guard = c.guard
         self.weights = {s: dict(w) for s, w in weights.items()}
         self.horizon = horizon
@@ -1533,6 +1543,7 @@ class MPCController(Controller):
         self.pending = bool(pending)
         self.unserved = bool(unserved)
         self.drain = bool(drain)
+        self.arrivals = bool(arrivals)
         self.shed = bool(shed)
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
@@ -1597,9 +1608,10 @@ class MPCController(Controller):
 
     def drain_excess(self, est: ServiceEstimate, svc: Service, held_rps: float) -> float:
         """``drain_excess`` of this tick's forecast (0 without one, or with ``forecast`` last or perfect),
-        within ``drain_memory_s`` of the last tick ``_inputs`` found the service ``draining``."""
+        within ``drain_memory_s`` of the last tick ``_inputs`` found the service ``draining``; 0 with
+        ``arrivals=1`` (a forecast fed the arrivals holds no drain)."""
         f = est.rate_forecast if self.forecast in STAGE_FORECASTS else None
-        if f is None:
+        if f is None or self.arrivals:
             return 0.0
         mem = self.memory.get(svc.name)
         since = math.inf if mem is None else est.time_s - mem.drained_s
@@ -2010,7 +2022,10 @@ class MPCController(Controller):
         # pd_util is headroom for the steady demand, not for the queue's drain: the backlog counted once
         lift = 1.0 if self.pd_util == 1 else pool_util_path(  # at 1 every share is 1: no backlog read again
             self.pd_util, demand, self.backlog_path(est, svc, max(held, now_rps), drain_from)) / self.pd_util
-        discounting = self.drain_excess(est, svc, max(held, now_rps)) > 0  # a demand lowered for it removes nothing
+        if self.arrivals:  # no drain to discount, but a backlog still drains: no removal during it (fast-ramp)
+            discounting = est.time_s - mem.drained_s <= self.drain_memory_s
+        else:
+            discounting = self.drain_excess(est, svc, max(held, now_rps)) > 0  # a demand lowered for it removes nothing
         weights = {**self.corrected_weights(est, svc, mem, float(demand.min())), **self.role_weights(est, svc)}
         scales = self._pool_scales(est, svc, mem, weights)
         modelled = {v.name: float(weights.get(v.name, 0.0)) for _, v in svc.role_variants()}

@@ -33,6 +33,8 @@ at once (``controllers.mpc.pending_at_risk``, on ``VariantObservation.unschedula
 ``controllers.mpc.UNSERVED_WEIGHT`` instead of the miss weight (``controllers.mpc.seen_shortfall``);
 ``drain=1`` charges today's queue from the first plan step a replica can serve it, not from now
 (``controllers.mpc.drain_start``: a pool lost whole serves nothing before a start-up);
+``arrivals=1`` feeds the forecast stage the arrival rate instead of the completions
+(``controllers.base.Controller.forecast_demand``);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
 ``forecast=arima`` on the forecast stage's path with its request rate from an ARIMA refitted every step;
 ``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time, and ``time_limit=S`` sets that
@@ -354,7 +356,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     overdue=Param(int, 0, closed=True, high=1),
                     gap=Param(int, 0, closed=True, high=1), pending=Param(int, 0, closed=True, high=1),
                     unserved=Param(int, 0, closed=True, high=1),
-                    drain=Param(int, 0, closed=True, high=1)), _mpc),
+                    drain=Param(int, 0, closed=True, high=1),
+                    arrivals=Param(int, 0, closed=True, high=1)), _mpc),
 }
 NAMES = tuple(_SPECS)
 NEEDS: dict[str, dict[str, tuple[str, int | float | str]]] = {

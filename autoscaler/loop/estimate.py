@@ -126,29 +126,69 @@ def estimate(obs: ServiceObservation, svc: Service, weights: dict[str, float]) -
 
 
 ARRIVAL_LOOKBACK_S = 60.0
+"""Seconds of the requests in the system ``ArrivalInference`` differences: the default signal window
+(``controller.window_s``), so the growth and the completions' rate cover the same minute."""
+
+
+def inferred_arrivals(served_rps: float, t0: float, held0: float, t1: float, held1: float) -> float:
+    """Requests/s arriving from the completions and the requests in the system at two times: what arrives
+    either completes or is still held, so ``arrivals = completions + (held1 - held0) / (t1 - t0)``, the
+    growth signed (a backlog draining completes more than arrives), floored at 0.
+
+    Args:
+        served_rps: completions over the span, requests/s (vLLM's ``request_success_total`` rate, which
+            counts a request when it finishes, not when it arrives).
+        t0, t1: the two sample times, seconds, ``t1 > t0``.
+        held0, held1: requests in the system then (waiting plus running, the gateway's queue included).
+
+    Raises:
+        ValueError: ``t1`` not after ``t0``, or a count or rate not finite or below 0.
+    """
+    if not t1 > t0:
+        raise ValueError(f"inferred_arrivals: need t1 > t0, got {t0} and {t1}")
+    for what, x in (("served_rps", served_rps), ("held0", held0), ("held1", held1)):
+        if not 0 <= x < math.inf:
+            raise ValueError(f"inferred_arrivals: {what} must be a finite number >= 0, got {x}")
+    return max(served_rps + (held1 - held0) / (t1 - t0), 0.0)
 
 
 class ArrivalInference:
-    """``arrival_rate_rps`` where the source has none (no gateway metric): completions plus the queue's
-    growth over the last ``ARRIVAL_LOOKBACK_S`` seconds, the arrivals the PID's overload rule infers
-    (``controllers.pid``). Unknown (None) until two queue samples a time apart exist.
+    """``arrival_rate_rps`` where the source has none (no gateway metric): completions plus the growth of
+    the requests in the system (``queue_length`` waiting, the gateway's held ones included, plus
+    ``running``) over the last ``ARRIVAL_LOOKBACK_S`` seconds (``inferred_arrivals``), the arrivals the
+    PID's demand cap and floor read (``controllers.pid_rules``), the MPC holds, and ``mpc:arrivals=1``'s
+    forecast is fed.
+
+    Unknown (None), never a guess: until two samples a time apart exist, and on a tick whose completions,
+    queue or running are unknown (the growth would come from older samples than the completions'
+    window). A tick with an unknown count is not kept: the growth spans the known samples around it.
+
+    The growth is signed: while a backlog drains the completions exceed the arrivals by the drain
+    (issue 34's decode-pool-loss: 24-31 req/s completed at 12 arriving); counted as no growth, the drain
+    would read as arrivals, which is what feeding the forecast the arrivals is meant to avoid. Running
+    requests are counted with the waiting ones: while new replicas take a queue in, requests move from
+    waiting to running without leaving the system.
     """
 
     def __init__(self, lookback_s: float = ARRIVAL_LOOKBACK_S) -> None:
         self.lookback_s = lookback_s
-        self._queue: deque[tuple[float, float]] = deque()
+        self._held: deque[tuple[float, float]] = deque()
 
     def apply(self, est: ServiceEstimate) -> ServiceEstimate:
-        """Record the queue; ``est`` with ``arrival_rate_rps`` filled when it is unknown and can be inferred."""
-        queue = est.signals.queue_length
-        if queue is not None and (not self._queue or est.time_s > self._queue[-1][0]):
-            self._queue.append((est.time_s, queue))
-        while self._queue and self._queue[0][0] < est.time_s - self.lookback_s:
-            self._queue.popleft()
+        """Record the requests in the system; ``est`` with ``arrival_rate_rps`` filled when it is unknown
+        and can be inferred (class docstring)."""
+        queue, running = est.signals.queue_length, est.signals.running
+        held = None if queue is None or running is None else queue + running
+        known = held is not None and 0 <= held < math.inf
+        if held is not None and known and (not self._held or est.time_s > self._held[-1][0]):
+            self._held.append((est.time_s, held))
+        while self._held and self._held[0][0] < est.time_s - self.lookback_s:
+            self._held.popleft()
         served = est.signals.request_rate_rps
-        if est.signals.arrival_rate_rps is not None or served is None or len(self._queue) < 2:
+        if (est.signals.arrival_rate_rps is not None or served is None or not 0 <= served < math.inf or not known
+                or len(self._held) < 2):
             return est
-        (t0, q0), (t1, q1) = self._queue[0], self._queue[-1]
-        if t1 <= t0:
+        (t0, h0), (t1, h1) = self._held[0], self._held[-1]
+        if t1 <= t0 or t1 != est.time_s:
             return est
-        return replace(est, signals=replace(est.signals, arrival_rate_rps=served + max(q1 - q0, 0.0) / (t1 - t0)))
+        return replace(est, signals=replace(est.signals, arrival_rate_rps=inferred_arrivals(served, t0, h0, t1, h1)))

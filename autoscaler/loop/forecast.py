@@ -1,8 +1,11 @@
 """Forecast stage: request rate and token mix ahead of time, from the estimate stage's signals.
 
-Each tick it feeds ``models.forecast.LoadForecaster`` with the observed request rate and the mean
-prompt and output tokens per request (token rates / request rate), None when unknown (a failed
-query or no traffic is never read as zero tokens), and adds to the estimate's signals, for
+Each tick it feeds ``models.forecast.LoadForecaster`` with the demand (``demand``: ``served``, the
+completions ``request_rate_rps``, the default; ``arrivals``, ``arrival_rate_rps``, the gateway's arrivals or,
+without a gateway, completions plus the growth of the requests in the system, ``loop.estimate``) and the mean
+prompt and output tokens per request (token rates / the completions), None when unknown (a failed
+query or no traffic is never read as zero tokens; with ``arrivals`` an unknown arrival rate is fed as
+unknown, never replaced by the completions), and adds to the estimate's signals, for
 ``horizon_s`` ahead: ``forecast_rate_rps`` (point), ``forecast_rate_lower_rps`` /
 ``forecast_rate_upper_rps`` (90% interval), ``forecast_input_tokens``, ``forecast_output_tokens``.
 All are None until the forecaster has data. ``ServiceEstimate.rate_forecast`` gets the request-rate
@@ -19,6 +22,7 @@ from threadpoolctl import ThreadpoolController
 
 from autoscaler.config import ForecastConfig
 from autoscaler.state import FORECAST_NAMES, ForecastSignals, RateForecast, ServiceEstimate
+from controllers.base import DEMANDS
 from models.forecast import LoadForecaster
 
 FORECAST_SIGNALS = tuple(FORECAST_NAMES.values())
@@ -51,13 +55,23 @@ def per_request(tokens_rps: float | None, rate_rps: float | None) -> float | Non
 
 class ForecastStage:
     """One service's load forecaster; ``rate_model``: the request rate's model (``LoadForecaster``'s:
-    ``auto`` or ``arima``, the controller's ``forecast_model``).
+    ``auto`` or ``arima``, the controller's ``forecast_model``); ``demand``: what it is fed, ``served``
+    (the completions) or ``arrivals`` (the controller's ``forecast_demand``; module docstring).
+
+    Completions are what the fleet served: while it is overloaded they stay at its capacity whatever
+    arrives, and while a backlog drains they count the drain on top of the arrivals (issue 34's
+    decode-pool-loss: 24-31 req/s completed at 12 arriving), so a forecast fitted on them reads a
+    drain as load and an overload as no rise. The arrivals read neither.
 
     Raises:
-        ValueError: an unknown ``rate_model``.
+        ValueError: an unknown ``rate_model`` or ``demand``.
     """
 
-    def __init__(self, cfg: ForecastConfig, path_horizon_s: float | None = None, rate_model: str = "auto") -> None:
+    def __init__(self, cfg: ForecastConfig, path_horizon_s: float | None = None, rate_model: str = "auto",
+                 demand: str = "served") -> None:
+        if demand not in DEMANDS:
+            raise ValueError(f"forecast stage: demand must be one of {', '.join(DEMANDS)}, got '{demand}'")
+        self.demand = demand
         self.cfg = cfg
         self.path_horizon_s = max(cfg.horizon_s, path_horizon_s or 0.0)
         self.forecaster = LoadForecaster(step_s=cfg.step_s, max_horizon_s=max(self.path_horizon_s, cfg.step_s),
@@ -75,15 +89,16 @@ class ForecastStage:
         OpenBLAS's threads cost far more than they save (the measurement: ``docs/forecasting.md``).
         """
         sig = est.signals
-        rate = sig.request_rate_rps
+        served = sig.request_rate_rps
+        rate = sig.arrival_rate_rps if self.demand == "arrivals" else served
         partial = window_s is not None and est.history_s is not None and est.history_s < window_s
         with blas().limit(limits=1, user_api="blas"):
             if not partial:
                 self.forecaster.update(
                     est.time_s,
                     rate,
-                    per_request(sig.prompt_tokens_rps, rate),
-                    per_request(sig.generation_tokens_rps, rate),
+                    per_request(sig.prompt_tokens_rps, served),
+                    per_request(sig.generation_tokens_rps, served),
                 )
             f, long = self.forecaster.forecast_pair(self.cfg.horizon_s, self.path_horizon_s)
             path = long.rate_rps

@@ -192,7 +192,8 @@ class ControlLoop:
         self.actuation_errors: dict[tuple[str, str, ActuationStatus], int] = {}
         fc = cfg.controller.forecast
         wanted = fc.enabled or controller.forecast_horizon_s is not None
-        self.forecasts = {s.name: ForecastStage(fc, controller.forecast_horizon_s, controller.forecast_model)
+        self.forecasts = {s.name: ForecastStage(fc, controller.forecast_horizon_s, controller.forecast_model,
+                                                  controller.forecast_demand)
                           for s in cfg.services} if wanted else {}
         router = fc.router or cfg.simulator.router
         self.warmth = {s.name: WarmthStage(fc, s, router) for s in cfg.services} if wanted else {}
