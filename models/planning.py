@@ -87,8 +87,9 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
   average (the MIR rows: 0.68 %), but it lengthened the median and the consecutive ticks' tail.
 - The search near the LP relaxation (``PlanProblem.neighbourhood``, RENS in MIP terms): the integer
   variables the relaxation leaves whole are fixed there, the fractional ones kept within ``k`` of their
-  floor and ceiling, and HiGHS searches that box without its presolve, symmetry detection and
-  sub-MIP heuristics (``FAST_OPTIONS``), which cost more than they save on it; the full search only
+  floor and ceiling, and HiGHS searches that box with its presolve (``NEAR_OPTIONS``: it drops the
+  fixed columns) and without its symmetry detection and sub-MIP heuristics (``FAST_OPTIONS``), which
+  cost more than they save on it; the full search only
   when the box holds no plan. The plan keeps every constraint (it is HiGHS's, in a smaller box).
 - The tuned exact search (``PlanProblem.tuned``, the MPC's for one service): the valid inequalities
   and ``TUNED_OPTIONS`` (HiGHS's primal heuristics off, its cut pool kept to the cuts in use, one
@@ -1208,7 +1209,8 @@ FAST_OPTIONS: dict[str, float | bool] = {
 search near the LP relaxation (``_near_lp``) and a problem whose later blocks are relaxed. There
 HiGHS's presolve, symmetry detection, sub-MIP heuristics and cut pool cost more than the branching
 they save (1 service, first block integer: 11 / 34 ms CPU p50 / p99 against 25 / 60 with them; the
-pool limit alone took the near search's p99 from 100-120 to 47-49 ms), for the same plans."""
+pool limit alone took the near search's p99 from 100-120 to 47-49 ms), for the same plans. The near
+search turns presolve back on (``NEAR_OPTIONS``)."""
 
 NEAR_OPTIONS: dict[str, float | bool] = {"presolve": True}
 """HiGHS options of the search near the LP relaxation (``_near_lp``) over ``FAST_OPTIONS``: there

@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 import pytest
-from scipy.optimize import Bounds, milp
+from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, milp
 from support.paths import ROOT
 
 from models import planning
@@ -201,7 +201,8 @@ def test_the_near_search_with_presolve_gives_the_replica_counts_and_cost_of_the_
     searches = []  # the near searches' MILPs (the box left some count fractional), with presolve on
     milp = planning._milp
 
-    def counted(c, cons, bounds, integral, options):  # type: ignore[no-untyped-def]
+    def counted(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray,
+                options: dict[str, float | bool | int]) -> OptimizeResult:
         searches.append(bool(np.any(integral)) and options.get("presolve") is True)
         return milp(c, cons, bounds, integral, options)
 
