@@ -87,8 +87,9 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
   average (the MIR rows: 0.68 %), but it lengthened the median and the consecutive ticks' tail.
 - The search near the LP relaxation (``PlanProblem.neighbourhood``, RENS in MIP terms): the integer
   variables the relaxation leaves whole are fixed there, the fractional ones kept within ``k`` of their
-  floor and ceiling, and HiGHS searches that box without its presolve, symmetry detection and
-  sub-MIP heuristics (``FAST_OPTIONS``), which cost more than they save on it; the full search only
+  floor and ceiling, and HiGHS searches that box with its presolve (``NEAR_OPTIONS``: it drops the
+  fixed columns) and without its symmetry detection and sub-MIP heuristics (``FAST_OPTIONS``), which
+  cost more than they save on it; the full search only
   when the box holds no plan. The plan keeps every constraint (it is HiGHS's, in a smaller box).
 - The tuned exact search (``PlanProblem.tuned``, the MPC's for one service): the valid inequalities
   and ``TUNED_OPTIONS`` (HiGHS's primal heuristics off, its cut pool kept to the cuts in use, one
@@ -1208,7 +1209,17 @@ FAST_OPTIONS: dict[str, float | bool] = {
 search near the LP relaxation (``_near_lp``) and a problem whose later blocks are relaxed. There
 HiGHS's presolve, symmetry detection, sub-MIP heuristics and cut pool cost more than the branching
 they save (1 service, first block integer: 11 / 34 ms CPU p50 / p99 against 25 / 60 with them; the
-pool limit alone took the near search's p99 from 100-120 to 47-49 ms), for the same plans."""
+pool limit alone took the near search's p99 from 100-120 to 47-49 ms), for the same plans. The near
+search turns presolve back on (``NEAR_OPTIONS``)."""
+
+NEAR_OPTIONS: dict[str, float | bool] = {"presolve": True}
+"""HiGHS options of the search near the LP relaxation (``_near_lp``) over ``FAST_OPTIONS``: there
+every integer variable whole in the relaxation is fixed (most of them: ~11 of a service's 150 left
+free at 50 services), and HiGHS's presolve removes the fixed columns before the root, which HiGHS
+otherwise solves whole from scratch. On the 91 such searches of three 50-service solves (seed 0 of
+``benchmarks/plan_solve.py --mpc --sizes 50``, all ended at the root) 619 against 1,156 ms of CPU,
+the same integer values on every one and the cost within 1e-14 relative
+(``docs/benchmarks.md``, "The search near the relaxation with presolve")."""
 
 JOINT_UP_TO = 400
 """Service-steps (services x steps) up to which the MPC solves its problem jointly (near the LP
@@ -1634,7 +1645,8 @@ def _near_lp(problem: PlanProblem, c: np.ndarray, cons: LinearConstraint, bounds
     lo[fixed] = hi[fixed] = np.rint(x[fixed])
     lo[frac] = np.maximum(lo[frac], np.floor(x[frac]) - k)
     hi[frac] = np.minimum(hi[frac], np.ceil(x[frac]) + k)
-    res = _milp(c, cons, Bounds(lo, hi), integral, {**options, **FAST_OPTIONS, "time_limit": _left(deadline)})
+    res = _milp(c, cons, Bounds(lo, hi), integral,
+                {**options, **FAST_OPTIONS, **NEAR_OPTIONS, "time_limit": _left(deadline)})
     res["relaxation"] = float(lp.fun)
     return res if res.x is not None else None
 
