@@ -160,8 +160,9 @@ def knee(cfg: FleetConfig, input_tokens: np.ndarray, output_tokens: np.ndarray, 
     +-0.4 points, nearly the whole 1 % budget); ``idle_requests`` is then unused, and the target
     returned is the last run's twin's. False (default): one idle run for all. (Until i28-capband the
     twin stretched the run's arrival times to ``IDLE_SHARE x lo_rps``, 20-100x the run's span of
-    simulated time, whose controller ticks made a 9-step search on ServeGen-day lengths on an A100
-    run past 76 minutes; the spaced twin spans less than its run there.) Needs ``one_replica``'s
+    simulated time (the static controller ticks every 15 simulated s; not profiled), and a 9-step
+    search on ServeGen-day lengths on an A100 ran past 76 minutes; the spaced twin spans less than its
+    run there, and a 20,000-request run with its twin takes 27-53 s CPU.) Needs ``one_replica``'s
     fleet (a variant to read step times from).
 
     Raises:
