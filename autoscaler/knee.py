@@ -21,12 +21,18 @@ from autoscaler.simulate import run_simulation
 from autoscaler.workload.types import Request, Workload
 from controllers.static import StaticController
 from models.capacity import DEFAULT_ATTAINMENT
+from models.profiles import get_profile, prefill_pairs
 
 IDLE_SHARE = 0.05
 """The rate, as a share of the search's lower end, at which a replica counts as idle (its misses
 there are the mix's own)."""
 IDLE_REQUESTS = 2000
 """Requests the idle share is measured on (a 1-point share to about +-0.5 points)."""
+IDLE_GAP_FACTOR = 2.0
+IDLE_GAP_S = 1.0
+"""A paired twin's request arrives ``IDLE_GAP_FACTOR`` times the one before it's idle service (by the
+profile's step times, ``idle_service_s``) plus ``IDLE_GAP_S`` after it (``spaced_twin``): a margin, not a
+fit, for what the step times leave out (the simulator's own are the profile's)."""
 
 
 def one_replica(cfg: FleetConfig, variant: str, *, kv_cache_tokens: int | None = None,
@@ -147,21 +153,24 @@ def knee(cfg: FleetConfig, input_tokens: np.ndarray, output_tokens: np.ndarray, 
     A knee at either end of the bracket means it lies outside.
 
     ``paired_idle``: each run's own requests are served idle as well (the same requests in the same
-    order, their arrival times stretched to ``IDLE_SHARE x lo_rps``: ``idle_twin``), and a rate
+    order, each arriving once the one before it has left an idle replica: ``spaced_twin``), and a rate
     passes where the run misses at most ``1 - DEFAULT_ATTAINMENT`` more than its twin: the idle
     share then comes from the same draw as the run's, so its sampling noise cancels (on ServeGen-day
     lengths an A100 misses 14 % idle, and two independent draws of 10,000-20,000 requests differ by
     +-0.4 points, nearly the whole 1 % budget); ``idle_requests`` is then unused, and the target
-    returned is the last run's twin's. False (default): one idle run for all. Slow: the twin spans the
-    run's time stretched by ``mid / (IDLE_SHARE x lo_rps)`` (20-100x in a search from ``0.5x`` to
-    ``2.5x`` a rate), so each step simulates that much more idle time; on ServeGen-day lengths on an
-    A100 (``benchmarks/capacity.py``) a 9-step search had not ended after 76 minutes. Not fixed
-    (spacing the twin's requests by a fixed gap longer than the longest one's idle service would
-    bound it; docs/benchmarks.md).
+    returned is the last run's twin's. False (default): one idle run for all. (Until i28-capband the
+    twin stretched the run's arrival times to ``IDLE_SHARE x lo_rps``, 20-100x the run's span of
+    simulated time (the static controller ticks every 15 simulated s; not profiled), and a 9-step
+    search on ServeGen-day lengths on an A100 ran past 76 minutes; the spaced twin spans less than its
+    run there, and a 20,000-request run with its twin takes 27-53 s CPU.) Needs ``one_replica``'s
+    fleet (a variant to read step times from).
 
     Raises:
-        ValueError: ``0 < lo_rps < hi_rps`` does not hold, or ``steps`` or ``idle_requests`` < 1.
+        ValueError: ``0 < lo_rps < hi_rps`` does not hold, ``steps`` or ``idle_requests`` < 1, or
+            ``paired_idle`` on a fleet without variants (``pd_fleet``).
     """
+    if paired_idle and not cfg.services[0].variants:
+        raise ValueError("paired_idle needs one_replica's fleet: a P/D fleet has no variant to space its twin by")
     if not 0 < lo_rps < hi_rps or steps < 1 or idle_requests < 1:
         raise ValueError(f"need 0 < lo_rps < hi_rps, steps >= 1 and idle_requests >= 1, got {lo_rps}, {hi_rps}, "
                          f"{steps}, {idle_requests}")
@@ -178,7 +187,7 @@ def knee(cfg: FleetConfig, input_tokens: np.ndarray, output_tokens: np.ndarray, 
         mid = (lo + hi) / 2
         run = poisson_workload(mid * n, input_tokens, output_tokens, run_s, seed)
         if paired_idle:
-            target = DEFAULT_ATTAINMENT - (1.0 - attainment(cfg, idle_twin(run, idle_rps / (mid * n))))
+            target = DEFAULT_ATTAINMENT - (1.0 - attainment(cfg, spaced_twin(cfg, run)))
         ok = attainment(cfg, run) >= target
         lo, hi = (mid, hi) if ok else (lo, mid)
     return (lo + hi) / 2, target
@@ -195,3 +204,47 @@ def idle_twin(workload: Workload, slowdown: float) -> Workload:
         raise ValueError(f"slowdown must be > 0, got {slowdown}")
     return Workload([Request(r.arrival_s / slowdown, r.input_tokens, r.output_tokens) for r in workload.requests],
                     source="knee")
+
+
+def idle_service_s(cfg: FleetConfig, input_tokens: int, output_tokens: int) -> float:
+    """An upper bound, seconds, of how long a request of these lengths stays on an idle replica of
+    ``cfg``'s first variant: its prompt's chunks of ``max_num_batched_tokens`` (each step priced with
+    the attention pairs of its position and, beyond what an idle replica runs, one decoding sequence
+    of the whole context beside it), then ``output_tokens`` decode steps of one sequence at the whole
+    context (``PerformanceProfile.step_time``, which grows in each count).
+
+    Raises:
+        ValueError: negative lengths, or a fleet without variants.
+    """
+    if input_tokens < 0 or output_tokens < 0:
+        raise ValueError(f"lengths must be >= 0, got {input_tokens} and {output_tokens}")
+    variants = cfg.services[0].variants
+    if not variants:
+        raise ValueError("idle_service_s needs a fleet with a variant (one_replica's)")
+    profile = get_profile(variants[0].profile)
+    budget = max(cfg.engine.max_num_batched_tokens, 1)
+    ctx = input_tokens + output_tokens
+    t, done = 0.0, 0
+    while done < input_tokens:
+        c = min(budget, input_tokens - done)
+        t += profile.step_time(c, 1, ctx, float(prefill_pairs(done, c)))
+        done += c
+    return t + output_tokens * profile.step_time(0, 1, ctx)
+
+
+def spaced_twin(cfg: FleetConfig, workload: Workload) -> Workload:
+    """``workload``'s requests (the same lengths, in the same order) served one at a time: the first at
+    its own arrival time, each next ``IDLE_GAP_FACTOR x idle_service_s + IDLE_GAP_S`` after the one
+    before it, so every request finds ``cfg``'s replicas idle. Its span is the sum of the requests'
+    idle service, not the run's span stretched (``idle_twin``).
+
+    Raises:
+        ValueError: as ``idle_service_s``.
+    """
+    reqs = workload.requests
+    t = reqs[0].arrival_s if reqs else 0.0
+    out = []
+    for r in reqs:
+        out.append(Request(t, r.input_tokens, r.output_tokens))
+        t += IDLE_GAP_FACTOR * idle_service_s(cfg, r.input_tokens, r.output_tokens) + IDLE_GAP_S
+    return Workload(out, source="knee")

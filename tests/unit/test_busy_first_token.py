@@ -19,7 +19,16 @@ from support.idle_prefill import idle_prefill_s
 from support.paths import ROOT
 
 from autoscaler.config.loading import load_config
-from autoscaler.knee import attainment, idle_twin, knee, one_replica, poisson_workload
+from autoscaler.knee import (
+    attainment,
+    idle_service_s,
+    idle_twin,
+    knee,
+    one_replica,
+    pd_fleet,
+    poisson_workload,
+    spaced_twin,
+)
 from autoscaler.workload.types import Request, Workload
 from models.capacity import (
     UNLOADED,
@@ -133,6 +142,44 @@ def test_the_idle_twin_serves_the_same_requests_spaced_out() -> None:
     assert [r.arrival_s for r in twin.requests] == pytest.approx([100.0 * r.arrival_s for r in wl.requests])
     with pytest.raises(ValueError, match="slowdown"):
         idle_twin(wl, 0.0)
+
+
+def test_the_spaced_twin_serves_each_request_alone_in_a_fraction_of_the_stretched_span() -> None:
+    # A 30,000-token prompt misses a 0.5-s TTFT on an idle H100, a 1,000-token one does not (by the
+    # step times): served alone, exactly the long ones miss, a count by hand over the run's requests.
+    # The stretched twin (arrival times x1000, ~330 s apart on average) still leaves two of these 624
+    # requests within one's service of each other, so it misses one more.
+    cfg = one_replica(load_config(ROOT / "examples" / "fleet.yaml"), "h100", kv_cache_tokens=400_000,
+                      max_num_seqs=256, max_num_batched_tokens=8192, ttft_s=0.5, max_model_len=32768)
+    assert idle_prefill_s(H100, 30_000) > 0.5 > idle_prefill_s(H100, 1000)
+    run = poisson_workload(3.0, np.array([1000, 1000, 1000, 30_000]), np.array([50, 50, 50, 50]), 200.0, seed=5)
+    stretched, spaced = idle_twin(run, 0.001), spaced_twin(cfg, run)
+    long = np.mean([r.input_tokens == 30_000 for r in run.requests])
+    assert 0.15 < long < 0.35
+    assert attainment(cfg, spaced) == pytest.approx(1.0 - long, abs=1e-12)
+    assert attainment(cfg, stretched) < attainment(cfg, spaced)
+    assert [(r.input_tokens, r.output_tokens) for r in spaced.requests] == \
+        [(r.input_tokens, r.output_tokens) for r in run.requests]
+    assert spaced.requests[-1].arrival_s < stretched.requests[-1].arrival_s / 100
+
+
+def test_the_twins_gap_bounds_a_requests_idle_service_by_hand() -> None:
+    # idle_service_s: its chunks each priced with one decoding sequence of the whole context beside
+    # them, then its decode steps at the whole context: at least the idle prefill (brute force,
+    # tests/support/idle_prefill.py) plus one sequence's decode steps at its first context
+    cfg = one_replica(load_config(ROOT / "examples" / "fleet.yaml"), "h100", max_num_batched_tokens=8192)
+    for prompt, output in ((1000, 50), (30_000, 200), (100_000, 1)):
+        bound = idle_service_s(cfg, prompt, output)
+        assert bound >= idle_prefill_s(H100, prompt) + output * H100.step_time(0, 1, prompt)
+        by_hand = sum(H100.step_time(min(8192, prompt - d), 1, prompt + output,
+                                     float(prefill_pairs(d, min(8192, prompt - d))))
+                      for d in range(0, prompt, 8192)) + output * H100.step_time(0, 1, prompt + output)
+        assert bound == pytest.approx(by_hand, rel=1e-12)
+    with pytest.raises(ValueError, match="lengths"):
+        idle_service_s(cfg, -1, 5)
+    pd = pd_fleet(load_config(ROOT / "examples" / "fleet-pd.yaml"), 1, 1)
+    with pytest.raises(ValueError, match="paired_idle"):
+        knee(pd, np.array([100]), np.array([10]), 0.1, 1.0, steps=1, paired_idle=True)
 
 
 @pytest.mark.slow
