@@ -73,7 +73,8 @@ class Load:
             that served ``served_rps`` (``served_capacity``); None: the ready capacity.
         out_max: the most capacity the variants' caps allow.
         served_rps: completion rate (``request_rate_rps``); None: unknown.
-        arrivals_rps: the gateway's arrival rate (``arrival_rate_rps``); None: unknown.
+        arrivals_rps: the arrival rate (``arrival_rate_rps``: the gateway's counter, else inferred from the
+            completions and the growth of the held requests over the window); None: unknown.
         shedding: the gateway sheds some priority (``gateway_shed_rps.<p>`` > 0).
         history: queue samples over ``OVERLOAD_LOOKBACK_S``.
         running: requests running now; None: unknown.

@@ -1206,11 +1206,12 @@ FAST_OPTIONS: dict[str, float | bool] = {
     "mip_heuristic_run_rens": False, "mip_heuristic_run_feasibility_jump": False,
     "mip_heuristic_run_root_reduced_cost": False, "mip_pool_soft_limit": 1}
 """HiGHS options for the searches with few free integer variables over a tight relaxation: the
-search near the LP relaxation (``_near_lp``) and a problem whose later blocks are relaxed. There
-HiGHS's presolve, symmetry detection, sub-MIP heuristics and cut pool cost more than the branching
-they save (1 service, first block integer: 11 / 34 ms CPU p50 / p99 against 25 / 60 with them; the
-pool limit alone took the near search's p99 from 100-120 to 47-49 ms), for the same plans. The near
-search turns presolve back on (``NEAR_OPTIONS``)."""
+search near the LP relaxation (``_near_lp``) and a problem whose later blocks are relaxed. On the
+one-service problem whose later blocks are relaxed, HiGHS's presolve, symmetry detection, sub-MIP
+heuristics and cut pool cost more than the branching they save (first block integer: 11 / 34 ms CPU
+p50 / p99 against 25 / 60 with them; the pool limit alone took the near search's p99 from 100-120 to
+47-49 ms), for the same plans. The near search over several services, where most columns are fixed,
+turns presolve back on (``NEAR_OPTIONS``)."""
 
 NEAR_OPTIONS: dict[str, float | bool] = {"presolve": True}
 """HiGHS options of the search near the LP relaxation (``_near_lp``) over ``FAST_OPTIONS``: there
@@ -1218,7 +1219,8 @@ every integer variable whole in the relaxation is fixed (most of them: ~11 of a 
 free at 50 services), and HiGHS's presolve removes the fixed columns before the root, which HiGHS
 otherwise solves whole from scratch. On the 91 such searches of three 50-service solves (seed 0 of
 ``benchmarks/plan_solve.py --mpc --sizes 50``, all ended at the root) 619 against 1,156 ms of CPU,
-the same integer values on every one and the cost within 1e-14 relative
+the same integer values on every one and the cost within 1e-14 relative (measured on those, not a
+property: under a gap, a time or node limit, or tied variants presolve may end at another incumbent)
 (``docs/benchmarks.md``, "The search near the relaxation with presolve")."""
 
 JOINT_UP_TO = 400

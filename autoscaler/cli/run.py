@@ -54,6 +54,7 @@ def run_daemon(
     from autoscaler.daemon import Daemon
     from autoscaler.logs import formatter
     from autoscaler.wiring import build_source
+    from controllers.registry import build
 
     ports = f"--port {port}" + ("" if admission_port is None else f" or --admission-port {admission_port}")
     try:
@@ -73,7 +74,8 @@ def run_daemon(
         url = prometheus_url or cfg.prometheus.url
         if not url:
             raise ValueError("no Prometheus URL: pass --prometheus-url or set prometheus.url in the fleet file")
-        source = build_source(cfg, prom_connect(cfg.prometheus, url))
+        # rates over the controller's own window (the MPC's 60 s, not controller.window_s's 300), as dry-run reads
+        source = build_source(cfg, prom_connect(cfg.prometheus, url), window_s=build(controller, cfg).window_s)
         api = kube_connect(kubeconfig, timeout_s=cfg.kubernetes.lease.renew_s / 2)  # a call ends within a lease
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(formatter(log_format))

@@ -61,6 +61,7 @@ from autoscaler.report import summarize
 from autoscaler.simulate import SimulationRun
 from autoscaler.state import ServiceEstimate
 from controllers.base import Controller, Decision, Reason, hold
+from controllers.registry import build
 
 SPEED = 20.0
 SCRAPE = "250ms"  # 5 simulated seconds between Prometheus scrapes
@@ -211,7 +212,8 @@ def run_live_row(sc: Scenario, name: str, cfg: FleetConfig, data: Path) -> dict[
                                name=f"sim-{sc.name}")
 
         def make_daemon(identity: str, agent: str | None = None) -> Daemon:
-            source = build_source(cfg, connect(cfg.prometheus, prom.url), speed=SPEED,
+            source = build_source(cfg, connect(cfg.prometheus, prom.url), speed=SPEED,  # as autoscaler run reads:
+                                  window_s=build(name, cfg).window_s,  # the controller's window,
                                   measured_speed=meter.speed_over)  # rates at the pace the fleet kept
             api = with_deadline(cluster.api(user_agent=f"autoscaler/{agent or identity}"),
                                 cfg.kubernetes.lease.renew_s / 2)  # as autoscaler run connects

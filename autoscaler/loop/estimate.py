@@ -126,14 +126,18 @@ def estimate(obs: ServiceObservation, svc: Service, weights: dict[str, float]) -
 
 
 ARRIVAL_LOOKBACK_S = 60.0
-"""Seconds of the requests in the system ``ArrivalInference`` differences: the default signal window
-(``controller.window_s``), so the growth and the completions' rate cover the same minute."""
+"""``ArrivalInference``'s default look-back, seconds: the MPC's signal window. The loop builds it with its
+controller's ``window_s`` instead (the window the source reads the completions' rate over), so the growth
+and the completions cover the same span: over mismatched spans a fast drain reads as no arrivals (a
+300-s completions' rate beside a 60-s growth read 0 req/s while 10 arrived)."""
 
 
 def inferred_arrivals(served_rps: float, t0: float, held0: float, t1: float, held1: float) -> float:
     """Requests/s arriving from the completions and the requests in the system at two times: what arrives
     either completes or is still held, so ``arrivals = completions + (held1 - held0) / (t1 - t0)``, the
-    growth signed (a backlog draining completes more than arrives), floored at 0.
+    growth signed (a backlog draining completes more than arrives). Below 0 where the data are
+    inconsistent (requests lost in a crash, pods dropping out of the sums): ``ArrivalInference`` reads
+    that as unknown, not as no arrivals.
 
     Args:
         served_rps: completions over the span, requests/s (vLLM's ``request_success_total`` rate, which
@@ -149,19 +153,21 @@ def inferred_arrivals(served_rps: float, t0: float, held0: float, t1: float, hel
     for what, x in (("served_rps", served_rps), ("held0", held0), ("held1", held1)):
         if not 0 <= x < math.inf:
             raise ValueError(f"inferred_arrivals: {what} must be a finite number >= 0, got {x}")
-    return max(served_rps + (held1 - held0) / (t1 - t0), 0.0)
+    return served_rps + (held1 - held0) / (t1 - t0)
 
 
 class ArrivalInference:
     """``arrival_rate_rps`` where the source has none (no gateway metric): completions plus the growth of
     the requests in the system (``queue_length`` waiting, the gateway's held ones included, plus
-    ``running``) over the last ``ARRIVAL_LOOKBACK_S`` seconds (``inferred_arrivals``), the arrivals the
+    ``running``) over the last ``lookback_s`` seconds (``inferred_arrivals``), the arrivals the
     PID's demand cap and floor read (``controllers.pid_rules``), the MPC holds, and ``mpc:arrivals=1``'s
     forecast is fed.
 
-    Unknown (None), never a guess: until two samples a time apart exist, and on a tick whose completions,
+    Unknown (None), never a guess: until two samples a time apart exist, on a tick whose completions,
     queue or running are unknown (the growth would come from older samples than the completions'
-    window). A tick with an unknown count is not kept: the growth spans the known samples around it.
+    window), while a ready replica reports nothing (``apply``'s ``silent``), and where the completions
+    and the growth add up to less than 0. A tick with an unknown count or a silent replica is not kept:
+    the growth spans the known samples around it.
 
     The growth is signed: while a backlog drains the completions exceed the arrivals by the drain
     (issue 34's decode-pool-loss: 24-31 req/s completed at 12 arriving); counted as no growth, the drain
@@ -174,21 +180,26 @@ class ArrivalInference:
         self.lookback_s = lookback_s
         self._held: deque[tuple[float, float]] = deque()
 
-    def apply(self, est: ServiceEstimate) -> ServiceEstimate:
+    def apply(self, est: ServiceEstimate, silent: int = 0) -> ServiceEstimate:
         """Record the requests in the system; ``est`` with ``arrival_rate_rps`` filled when it is unknown
-        and can be inferred (class docstring)."""
+        and can be inferred (class docstring). ``silent``: ready replicas with no per-pod series
+        (``controllers.base.silent_pods``); while any is silent its completions and held requests are
+        missing from the sums, so the arrivals stay unknown rather than read low."""
         queue, running = est.signals.queue_length, est.signals.running
         held = None if queue is None or running is None else queue + running
         known = held is not None and 0 <= held < math.inf
-        if held is not None and known and (not self._held or est.time_s > self._held[-1][0]):
+        if held is not None and known and not silent and (not self._held or est.time_s > self._held[-1][0]):
             self._held.append((est.time_s, held))
         while self._held and self._held[0][0] < est.time_s - self.lookback_s:
             self._held.popleft()
         served = est.signals.request_rate_rps
         if (est.signals.arrival_rate_rps is not None or served is None or not 0 <= served < math.inf or not known
-                or len(self._held) < 2):
+                or len(self._held) < 2 or silent > 0):
             return est
         (t0, h0), (t1, h1) = self._held[0], self._held[-1]
         if t1 <= t0 or t1 != est.time_s:
             return est
-        return replace(est, signals=replace(est.signals, arrival_rate_rps=inferred_arrivals(served, t0, h0, t1, h1)))
+        arrivals = inferred_arrivals(served, t0, h0, t1, h1)
+        if arrivals < 0:  # more left than was held and completed: inconsistent, not zero arrivals
+            return est
+        return replace(est, signals=replace(est.signals, arrival_rate_rps=arrivals))

@@ -79,7 +79,7 @@ from autoscaler.loop.observe import MetricsSource
 from autoscaler.loop.warmth import WarmthStage
 from autoscaler.state import ServiceEstimate, ServiceObservation
 from controllers.admission import AdmissionPolicy
-from controllers.base import Controller, Decision, Reason, hold
+from controllers.base import Controller, Decision, Reason, hold, silent_pods
 from controllers.roles import ROLES, pool_service, role_weights
 from controllers.split import cost_per_capacity
 
@@ -186,7 +186,8 @@ class ControlLoop:
         self.pool_mixes = {s.name: MixTracker(s, cfg.planning_engine(), cfg.controller.window_s, observed,
                                               weigh=role_weights, sizes=True)
                            for s in cfg.services if roles and s.roles}
-        self.arrivals = {s.name: ArrivalInference() for s in cfg.services}
+        # the growth over the span the source reads the completions' rate over (the controller's window)
+        self.arrivals = {s.name: ArrivalInference(controller.window_s) for s in cfg.services}
         self.started_s = 0.0
         self.query_failures = {s.name: 0 for s in cfg.services}
         self.actuation_errors: dict[tuple[str, str, ActuationStatus], int] = {}
@@ -360,7 +361,7 @@ class ControlLoop:
             est = replace(est, pool_weights=weights)
         elif est.pools:  # a controller that does not scale the pools is shown none of them
             est = replace(est, pools={})
-        est = self.arrivals[svc.name].apply(est)
+        est = self.arrivals[svc.name].apply(est, silent_pods(est))
         if svc.name in self.forecasts:
             est = self.forecasts[svc.name].apply(est, self.controller.window_s - self.controller.tick_s)
             est = self.warmth[svc.name].apply(est)

@@ -211,3 +211,26 @@ def test_a_sigtermed_faults_run_exits_143_and_leaves_no_results_that_look_comple
     assert proc.returncode == 143, stderr
     assert "interrupted: no results written to" in stderr and "Traceback" not in stderr, stderr
     assert sorted(p.name for p in out.iterdir()) == []  # no faults.json, faults.md or temporary file
+
+
+@pytest.mark.parametrize(("controller", "window"), [("pid", 300.0), ("mpc", 60.0)])
+def test_the_daemon_reads_rates_over_its_controller_s_window(monkeypatch: pytest.MonkeyPatch, controller: str,
+                                                             window: float) -> None:
+    # As dry-run does: the MPC reads its rates over its own 60-s window (controllers.mpc.DEFAULT_WINDOW_S),
+    # the PID over controller.window_s (examples/fleet.yaml: 300 s). Before, `run` built every
+    # controller's source over controller.window_s. The source is captured, then the kubeconfig refused.
+    import autoscaler.wiring
+
+    seen: list[float | None] = []
+    real = autoscaler.wiring.build_source
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        seen.append(kw.get("window_s"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(autoscaler.wiring, "build_source", spy)
+    res = CliRunner().invoke(app, ["run", "--config", str(ROOT / "examples" / "fleet.yaml"), "--controller",
+                                   controller, "--prometheus-url", "http://127.0.0.1:9", "--port", "0",
+                                   "--kubeconfig", "/nonexistent/kubeconfig"])
+    assert "kubeconfig /nonexistent/kubeconfig: no such file" in one_line_error(res)
+    assert seen == [window]

@@ -29,8 +29,9 @@ def test_inferred_arrivals_by_hand() -> None:
     assert inferred_arrivals(10.0, 0.0, 20.0, 60.0, 50.0) == pytest.approx(10.5)
     # a drain: 300 -> 60 held while 25 req/s complete: 25 - 240 / 60 = 21 req/s arrived, not 25
     assert inferred_arrivals(25.0, 100.0, 300.0, 160.0, 60.0) == pytest.approx(21.0)
-    # a fall steeper than the completions (a crash that lost what it held) is no negative arrival
-    assert inferred_arrivals(1.0, 0.0, 120.0, 60.0, 0.0) == 0.0
+    # a fall steeper than the completions (a crash that lost what it held): 1 - 120 / 60 = -1, which
+    # ArrivalInference reads as unknown (test below), not as no arrivals
+    assert inferred_arrivals(1.0, 0.0, 120.0, 60.0, 0.0) == pytest.approx(-1.0)
     with pytest.raises(ValueError, match="t1 > t0"):
         inferred_arrivals(1.0, 5.0, 0.0, 5.0, 0.0)
     with pytest.raises(ValueError, match="held0"):
@@ -59,6 +60,33 @@ def test_an_unknown_queue_or_running_is_an_unknown_arrival_rate_never_a_stale_on
     assert inf.apply(est(60.0, None, 30.0)).signals.arrival_rate_rps is None  # completions unknown
     # known again: the growth spans the known samples of the last 60 s (15 s: 30 held, 60 s: 30, 75 s: 45)
     assert inf.apply(est(75.0, 10.0, 45.0)).signals.arrival_rate_rps == pytest.approx(10.0 + 15.0 / 60.0)
+
+
+def test_inconsistent_sums_and_silent_replicas_give_unknown_arrivals_not_low_ones() -> None:
+    # held 120 -> 0 in 60 s at 1 req/s completed: -1 req/s, inconsistent (a crash lost what it held)
+    inf = ArrivalInference(lookback_s=60.0)
+    inf.apply(est(0.0, 1.0, 120.0))
+    assert inf.apply(est(60.0, 1.0, 0.0)).signals.arrival_rate_rps is None  # the old code: 0.0
+    # a ready replica with no series: its completions and held requests are missing from the sums
+    # (nor kept: the 60-s sample's 999 held would give 10 + (50 - 999) / 15 < 0 at 75 s)
+    inf = ArrivalInference(lookback_s=120.0)
+    inf.apply(est(0.0, 10.0, 20.0))
+    assert inf.apply(est(60.0, 10.0, 999.0), silent=1).signals.arrival_rate_rps is None
+    assert inf.apply(est(75.0, 10.0, 50.0)).signals.arrival_rate_rps == pytest.approx(10.0 + 30.0 / 75.0)
+
+
+@pytest.mark.parametrize(("spec", "window"), [("pid", 300.0), ("mpc", 60.0)])
+def test_the_loop_differences_the_held_requests_over_its_controller_s_window(spec: str, window: float,
+                                                                            make_fleet) -> None:
+    # The completions' rate is read over the controller's window (the PID's default 300 s, the MPC's
+    # 60 s: controllers.mpc.DEFAULT_WINDOW_S), so the growth must span the same: a drain of 3,000 held
+    # requests at 40 req/s with 10 arriving read over 300 s of completions beside a 60-s growth gives
+    # (mean completions over 300 s, ~18) - 3000 / 60 < 0, i.e. no arrivals at all while 10 arrive.
+    cfg = make_fleet(1)
+    sim = FleetSimulator(cfg, Workload([]))
+    ctrl = build(spec, cfg)
+    loop = ControlLoop(cfg, SimMetricsSource(sim, ctrl.window_s), SimActuator(sim), ctrl)
+    assert {i.lookback_s for i in loop.arrivals.values()} == {window}
 
 
 def test_a_gateway_count_is_kept_as_it_is() -> None:
