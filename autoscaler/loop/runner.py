@@ -79,7 +79,7 @@ from autoscaler.loop.observe import MetricsSource
 from autoscaler.loop.warmth import WarmthStage
 from autoscaler.state import ServiceEstimate, ServiceObservation
 from controllers.admission import AdmissionPolicy
-from controllers.base import Controller, Decision, Reason, hold, silent_pods
+from controllers.base import Controller, Decision, Reason, hold
 from controllers.roles import ROLES, pool_service, role_weights
 from controllers.split import cost_per_capacity
 
@@ -361,7 +361,7 @@ class ControlLoop:
             est = replace(est, pool_weights=weights)
         elif est.pools:  # a controller that does not scale the pools is shown none of them
             est = replace(est, pools={})
-        est = self.arrivals[svc.name].apply(est, silent_pods(est))
+        est = self.arrivals[svc.name].apply(est)
         if svc.name in self.forecasts:
             est = self.forecasts[svc.name].apply(est, self.controller.window_s - self.controller.tick_s)
             est = self.warmth[svc.name].apply(est)

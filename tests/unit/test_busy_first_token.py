@@ -2,11 +2,13 @@
 at the end of its last prefill step, which an idle replica starts at once (no decode step more), and
 a loaded one after the decode step in flight (``models.capacity._step_in_flight``). Each against a
 value found without the model: the simulator itself, a hand calculation, and its knee. And the knee's
-paired idle share (``autoscaler.knee.idle_twin``) against a count over its run's own requests.
+paired idle share (``autoscaler.knee.spaced_twin``; ``idle_twin``, the stretched one it replaced)
+against a count over its run's own requests.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import subprocess
@@ -29,7 +31,9 @@ from autoscaler.knee import (
     poisson_workload,
     spaced_twin,
 )
+from autoscaler.simulate import run_simulation
 from autoscaler.workload.types import Request, Workload
+from controllers.static import StaticController
 from models.capacity import (
     UNLOADED,
     OperatingPoint,
@@ -161,6 +165,12 @@ def test_the_spaced_twin_serves_each_request_alone_in_a_fraction_of_the_stretche
     assert [(r.input_tokens, r.output_tokens) for r in spaced.requests] == \
         [(r.input_tokens, r.output_tokens) for r in run.requests]
     assert spaced.requests[-1].arrival_s < stretched.requests[-1].arrival_s / 100
+    # idle in the simulator itself: each request has finished before the next one arrives
+    one = StaticController({cfg.services[0].name: {cfg.services[0].variants[0].name: 1}},
+                           cfg.controller.tick_s, cfg.controller.window_s)
+    done = sorted(run_simulation(cfg, spaced, one).sim.requests, key=lambda r: r.req.arrival_s)
+    assert len(done) == len(spaced.requests) and all(r.t_finish is not None for r in done)
+    assert all(a.t_finish <= b.req.arrival_s for a, b in itertools.pairwise(done))
 
 
 def test_the_twins_gap_bounds_a_requests_idle_service_by_hand() -> None:
@@ -208,7 +218,7 @@ def test_a_paired_knee_subtracts_what_its_own_run_misses_idle() -> None:
 
     assert idle_prefill_s(H100, 30_000) > 0.5 > idle_prefill_s(H100, 1000)
     ins, outs = np.array([1000, 1000, 1000, 1000, 30_000]), np.array([50, 50, 50, 50, 50])
-    # the twin at 5 % of the lower end, 0.0005 req/s: 2,000 times as far apart, so no request waits
+    # the paired twin serves the run's requests one at a time (spaced_twin), so no request waits
     _, target = knee(cfg, ins, outs, 0.01, 1.99, steps=1, run_s=300.0, seed=4, paired_idle=True)
     run = poisson_workload(1.0, ins, outs, 300.0, seed=4)
     long = np.mean([r.input_tokens == 30_000 for r in run.requests])

@@ -62,17 +62,11 @@ def test_an_unknown_queue_or_running_is_an_unknown_arrival_rate_never_a_stale_on
     assert inf.apply(est(75.0, 10.0, 45.0)).signals.arrival_rate_rps == pytest.approx(10.0 + 15.0 / 60.0)
 
 
-def test_inconsistent_sums_and_silent_replicas_give_unknown_arrivals_not_low_ones() -> None:
+def test_inconsistent_sums_give_unknown_arrivals_not_zero() -> None:
     # held 120 -> 0 in 60 s at 1 req/s completed: -1 req/s, inconsistent (a crash lost what it held)
     inf = ArrivalInference(lookback_s=60.0)
     inf.apply(est(0.0, 1.0, 120.0))
     assert inf.apply(est(60.0, 1.0, 0.0)).signals.arrival_rate_rps is None  # the old code: 0.0
-    # a ready replica with no series: its completions and held requests are missing from the sums
-    # (nor kept: the 60-s sample's 999 held would give 10 + (50 - 999) / 15 < 0 at 75 s)
-    inf = ArrivalInference(lookback_s=120.0)
-    inf.apply(est(0.0, 10.0, 20.0))
-    assert inf.apply(est(60.0, 10.0, 999.0), silent=1).signals.arrival_rate_rps is None
-    assert inf.apply(est(75.0, 10.0, 50.0)).signals.arrival_rate_rps == pytest.approx(10.0 + 30.0 / 75.0)
 
 
 @pytest.mark.parametrize(("spec", "window"), [("pid", 300.0), ("mpc", 60.0)])
