@@ -2175,10 +2175,10 @@ class MPCController(Controller):
             kept = hold_downs_after_gap(desired, current, mem.resumed_s, est.time_s, self.window_s)
             gap_held, desired = kept != desired, kept
         silent = silent_pods(est)
-        if silent:  # a ready pod that reports nothing may be serving anything: none goes meanwhile
-            desired = {name: max(n, current.get(name, 0)) for name, n in desired.items()}
         queue_unknown = est.signals.queue_length is None
-        if queue_unknown:  # the plan counted no backlog (backlog_path): it may be any, so none goes meanwhile
+        # a ready pod that reports nothing may be serving anything, and an unknown queue (which the plan
+        # counted as no backlog: backlog_path) may be any: none goes meanwhile
+        if silent or queue_unknown:
             desired = {name: max(n, current.get(name, 0)) for name, n in desired.items()}
         mem.last_applied, mem.last_time_s = dict(desired), est.time_s
         terms = {"demand_rps": float(demand[0]), "solve_ms": plan.solve_ms,
