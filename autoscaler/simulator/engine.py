@@ -250,7 +250,8 @@ class Replica:
         return self.kv_pref + self.ctx_dec
 
     def refresh_gauges(self) -> None:
-        """Update the gauges (running, waiting, KV usage) in ``metrics``."""
+        """Update the gauges (running, waiting, KV usage) in ``metrics``: every reader (the simulated scrape,
+        the exposition) calls this first, so a step's start no longer sets them."""
         m = self.metrics
         m.running = self.n_running
         m.waiting = len(self.waiting)
