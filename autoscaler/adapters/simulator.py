@@ -296,12 +296,23 @@ class SimMetricsSource:
         for name, svc in self.sim.services.items():
             scraped = [r for r in svc.replicas if r.state in (READY, DRAINING) and r.rid in self._pods]
             pod_rates = self._pod_rates([r.rid for r in scraped], now)
+            memo: dict[tuple[int, ...], Signals] = {}
+
+            def signals_of(replicas: list[Replica], pod_rates: dict[int, np.ndarray | None] = pod_rates,
+                           memo: dict[tuple[int, ...], Signals] = memo) -> Signals:
+                # _signals of the same pods in the same order is the same (frozen) Signals: computed once a
+                # tick (one variant serving: its signals are the service's; issue 33, ~5 % of a tick at 1x)
+                key = tuple([r.rid for r in replicas])
+                sig = memo.get(key)
+                if sig is None:
+                    sig = memo[key] = self._signals(replicas, pod_rates)
+                return sig
             variants = {}
             for vname in svc.variants:
                 c = svc.counts(vname)
                 mine = [r for r in scraped if r.variant == vname]
                 stuck = _unschedulable_s(svc.replicas, vname, now)
-                variants[vname] = VariantObservation(c.ready, c.starting, c.draining, self._signals(mine, pod_rates),
+                variants[vname] = VariantObservation(c.ready, c.starting, c.draining, signals_of(mine),
                                                      unavailable=self.pending is not None
                                                      and self.pending.mark_if_stuck((name, vname), stuck, now),
                                                      unschedulable_s=stuck)
@@ -312,16 +323,16 @@ class SimMetricsSource:
                     c = svc.counts(v.name)
                     pool_variants[v.name] = VariantObservation(
                         c.ready, c.starting, c.draining,
-                        self._signals([r for r in scraped if r.variant == v.name], pod_rates),
+                        signals_of([r for r in scraped if r.variant == v.name]),
                         unschedulable_s=_unschedulable_s(svc.replicas, v.name, now))
-                pools[role] = PoolObservation(role, self._signals([r for r in scraped if r.role == role], pod_rates),
+                pools[role] = PoolObservation(role, signals_of([r for r in scraped if r.role == role]),
                                               pool_variants)
             # rates and latencies over the pods that finish requests (a remote-prefilled request would
             # count twice), the gauges over every pod (an in-flight request is on one pod at a time)
             finishing = [r for r in scraped if r.role != PREFILL] if svc.pd is not None else scraped
-            signals = self._signals(finishing, pod_rates)
+            signals = signals_of(finishing)
             if finishing is not scraped:
-                every = self._signals(scraped, pod_rates)
+                every = signals_of(scraped)
                 signals = replace(signals, kv_usage=every.kv_usage, queue_length=every.queue_length,
                                   running=every.running)
             # the gateway's queue (requests held while no replica is ready) is part of the service's queue

@@ -209,11 +209,6 @@ class DecodeReplica(Replica):
         super().refresh_gauges()
         self.metrics.waiting += self.receiving
 
-    def _start(self, now: float, k: int, base: float, g: float, n: int, ctx0: int,
-               chunks: list[tuple[SimRequest, int]] | None, dur: float) -> None:
-        super()._start(now, k, base, g, n, ctx0, chunks, dur)
-        self.metrics.waiting += self.receiving
-
     def _schedule(self, now: float) -> None:
         self._now = now
         super()._schedule(now)

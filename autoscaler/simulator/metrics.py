@@ -100,7 +100,8 @@ def histogram_quantile(q: float, bounds: tuple[float, ...], bucket_deltas: list[
 class ReplicaMetrics:
     """Cumulative counters, gauges and histograms one vLLM replica exposes.
 
-    Gauges: ``running``, ``waiting`` (requests), ``kv_usage`` (fraction 0..1).
+    Gauges: ``running``, ``waiting`` (requests), ``kv_usage`` (fraction 0..1), as of the last
+    ``Replica.refresh_gauges`` (which each reader calls before reading them).
     Counters: tokens, prefix-cache queries/hits (tokens), preemptions, successes by finished_reason.
     Histograms: TTFT, ITL (one observation per decode step per sequence), TPOT (per finished
     request: its mean time per output token after the first, 0 for a one-token request, same
