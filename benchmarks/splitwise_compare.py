@@ -64,7 +64,9 @@ SplitwiseSim's command per trace and fleet:
     python benchmarks/splitwise_compare.py --pd --peer ../splitwise-sim/results
 
 The table then adds ``PD_METRICS``: TTFT and TBT counted from the prompt's prefill end, SplitwiseSim's
-first token.
+first token; a second table (``format_order``) counts the prefills that finished out of arrival order on
+each prefill instance (``out_of_order``: ours by prefill replica, SplitwiseSim's from the ``PROMPT`` rows of
+its ``request_nodes.csv``, ``peer_prefill_order``).
 
 Diagnostics (docs/simulator.md, "Side by side with SplitwiseSim"): ``--flat-decode`` runs ours with a
 decode step flat in batch and context, as SplitwiseSim's is (its token-time interpolation is keyed by
