@@ -64,7 +64,9 @@ SplitwiseSim's command per trace and fleet:
     python benchmarks/splitwise_compare.py --pd --peer ../splitwise-sim/results
 
 The table then adds ``PD_METRICS``: TTFT and TBT counted from the prompt's prefill end, SplitwiseSim's
-first token.
+first token; a second table (``format_order``) counts the prefills that finished out of arrival order on
+each prefill instance (``out_of_order``: ours by prefill replica, SplitwiseSim's from the ``PROMPT`` rows of
+its ``request_nodes.csv``, ``peer_prefill_order``).
 
 Diagnostics (docs/simulator.md, "Side by side with SplitwiseSim"): ``--flat-decode`` runs ours with a
 decode step flat in batch and context, as SplitwiseSim's is (its token-time interpolation is keyed by
@@ -79,6 +81,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
+import itertools
 import json
 import sys
 import tempfile
@@ -145,6 +149,8 @@ class Latencies:
     e2e_s: np.ndarray
     output_tokens: np.ndarray
     prefilled_s: np.ndarray | None = None
+    prefill_order: tuple[int, int] | None = None
+    """Where known, ``out_of_order``'s count for the run's prefills: (pairs out of arrival order, pairs)."""
 
     def __post_init__(self) -> None:
         if not len(self.ttft_s) == len(self.e2e_s) == len(self.output_tokens):
@@ -291,6 +297,57 @@ def split_roles(paths: Sequence[Path]) -> dict[str, list[Path]]:
     return roles
 
 
+def out_of_order(instance: Sequence[object], arrival: Sequence[float], prefilled: Sequence[float]) -> tuple[int, int]:
+    """How prompts leave each prefill instance's queue: per ``instance`` label, its requests in ``arrival``
+    order (equal arrivals in input order), the consecutive pairs whose later arrival finished its prefill
+    (``prefilled``) strictly before the earlier one. Returns (such pairs, all pairs); (0, n) is first come,
+    first served. Prompts finished in one batch (equal times) are in order. Raises ``ValueError`` for
+    sequences of different lengths."""
+    if not len(instance) == len(arrival) == len(prefilled):
+        raise ValueError(f"instance, arrival and prefilled differ in length: {len(instance)}, {len(arrival)}, "
+                         f"{len(prefilled)}")
+    ends: dict[object, list[tuple[float, int, float]]] = {}
+    for i, (where, a, done) in enumerate(zip(instance, arrival, prefilled, strict=True)):
+        ends.setdefault(where, []).append((a, i, done))
+    late = pairs = 0
+    for rows in ends.values():
+        rows.sort()
+        pairs += len(rows) - 1
+        late += sum(b[2] < a[2] for a, b in itertools.pairwise(rows))
+    return late, pairs
+
+
+def peer_prefill_order(detailed: Path) -> tuple[int, int]:
+    """``out_of_order`` of a SplitwiseSim P/D run from ``request_nodes.csv`` beside ``detailed/`` (the
+    per-request CSV): its ``PROMPT`` rows' ``runner`` (the prompt instance) and ``completion_timestamp``
+    (s), arrival order by ``request_id`` (``write_peer_trace`` numbers requests in arrival order).
+
+    Raises:
+        ValueError: a missing column or a value that is not a number, naming the file and line.
+        OSError: the file cannot be read.
+    """
+    path = detailed.parent.parent / "request_nodes.csv"
+    where: list[str] = []
+    rid: list[float] = []
+    done: list[float] = []
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        need = ("request_id", "node_type", "runner", "completion_timestamp")
+        missing = [c for c in need if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: no column {', '.join(missing)} (expected SplitwiseSim's request_nodes.csv)")
+        for row in reader:
+            if row["node_type"] != "PROMPT":
+                continue
+            try:
+                rid.append(float(row["request_id"]))
+                done.append(float(row["completion_timestamp"]))
+            except ValueError as exc:
+                raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
+            where.append(row["runner"])
+    return out_of_order(where, rid, done)
+
+
 def format_iterations(summaries: Mapping[tuple[str, str], dict[str, float]]) -> str:
     """A Markdown table of ``iteration_summary`` per (trace, fleet)."""
     out = ["| trace | fleet | prompt iterations (share of busy time) | of them prompt-only | decodes preempted "
@@ -301,6 +358,21 @@ def format_iterations(summaries: Mapping[tuple[str, str], dict[str, float]]) -> 
                    f"{s['prompt_only']:.0f} | {s['blocked_per_prompt_only']:.1f} | {s['whole_over_2048']:.0f} | "
                    f"{s['prompt_iter_p50_s']:.3f} / {s['prompt_iter_p90_s']:.3f} / {s['prompt_iter_p99_s']:.3f} | "
                    f"{1000 * s['decode_step_s']:.1f} at {s['decode_n']:.1f} | {s['kv_tokens_peak']:,.0f} |")
+    return "\n".join(out)
+
+
+def format_order(ours: Mapping[tuple[str, str], Latencies], peer: Mapping[tuple[str, str], Latencies]) -> str:
+    """A Markdown table of each (trace, fleet)'s ``prefill_order`` (``out_of_order``), ours and the peer's
+    where known: consecutive arrivals at one prefill instance whose prefills finished in reverse order."""
+    def cell(lat: Latencies | None) -> str:
+        if lat is None or lat.prefill_order is None:
+            return "-"
+        late, pairs = lat.prefill_order
+        return f"{late:,} of {pairs:,} ({late / pairs:.1%})" if pairs else "no pair"
+
+    out = ["| trace | fleet | prefills out of arrival order, ours | peer |", "|---|---|---:|---:|"]
+    for key, lat in ours.items():
+        out.append(f"| {key[0]} | {key[1]} | {cell(lat)} | {cell(peer.get(key))} |")
     return "\n".join(out)
 
 
@@ -534,7 +606,8 @@ def run_ours_pd(workload: Workload, fleet: PDFleet, prefill_profile: str | None 
                 decode_profile: str | None = None) -> Latencies:
     """Simulate ``workload`` on the P/D ``fleet`` (static pools); the latencies of its completed requests,
     with each one's prefill end (``prefilled_s``, recorded as the prefill replica hands it over:
-    ``FleetSimulator.on_prefilled``, wrapped for this run only).
+    ``FleetSimulator.on_prefilled``, wrapped for this run only) and ``prefill_order`` (``out_of_order``
+    by prefill replica).
 
     Raises:
         RuntimeError: a request did not complete, or was not prefilled remotely.
@@ -543,10 +616,12 @@ def run_ours_pd(workload: Workload, fleet: PDFleet, prefill_profile: str | None 
                           prefill_profile, decode_profile)
     ctrl = StaticController({}, cfg.controller.tick_s, cfg.controller.window_s)
     prefilled: dict[SimRequest, float] = {}
+    by: dict[SimRequest, int] = {}
     original = FleetSimulator.on_prefilled
 
     def record(sim: FleetSimulator, sr: SimRequest, replica: PrefillReplica, now: float) -> None:
         prefilled[sr] = now
+        by[sr] = replica.rid
         original(sim, sr, replica, now)
 
     setattr(FleetSimulator, "on_prefilled", record)  # noqa: B010 (a method; mypy refuses assigning to one)
@@ -558,7 +633,9 @@ def run_ours_pd(workload: Workload, fleet: PDFleet, prefill_profile: str | None 
     local = sum(sr not in prefilled for sr in final)
     if local:
         raise RuntimeError(f"{local} of {len(final)} requests were not prefilled remotely")
-    return completed_latencies(final, prefilled)
+    lat = completed_latencies(final, prefilled)
+    order = out_of_order([by[sr] for sr in final], [sr.req.arrival_s for sr in final], [prefilled[sr] for sr in final])
+    return dataclasses.replace(lat, prefill_order=order)
 
 
 def run_fleet(workload: Workload, fleet: Fleet | PDFleet, folder: Path, flat_decode: bool = False,
@@ -581,6 +658,13 @@ def peer_iterations(detailed: Path, by_role: bool) -> dict[str, dict[str, float]
     if not by_role:
         return {"": iteration_summary(logs)}
     return {f" {role}": iteration_summary(paths) for role, paths in split_roles(logs).items()}
+
+
+def read_peer_run(detailed: Path, pd: bool) -> Latencies:
+    """``read_peer`` of ``detailed``, with a P/D run's (``pd``) ``prefill_order`` (``peer_prefill_order``).
+    Raises as those do."""
+    lat = read_peer(detailed)
+    return dataclasses.replace(lat, prefill_order=peer_prefill_order(detailed)) if pd else lat
 
 
 def peer_file(results: Path, trace: str, fleet: Fleet | PDFleet) -> Path:
@@ -660,7 +744,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             if args.peer is not None:
                 p = peer_file(args.peer, t, fleet)
                 try:
-                    peer[(t, fleet.name)] = read_peer(p)
+                    peer[(t, fleet.name)] = read_peer_run(p, isinstance(fleet, PDFleet))
                     for label, summary in peer_iterations(p, isinstance(fleet, PDFleet)).items():
                         iterations[(t, fleet.name + label)] = summary
                 except (OSError, ValueError) as exc:
@@ -670,10 +754,19 @@ def main(argv: Sequence[str] | None = None) -> None:
                           f"{len(workloads[t].requests)}", file=sys.stderr)
             print(f"ran {t} on {fleet.name}", file=sys.stderr, flush=True)
     folder.cleanup()
-    print(format_table(table(ours, peer, METRICS + PD_METRICS if args.pd else METRICS)))
+    print(report(ours, peer, iterations, args.pd))
+
+
+def report(ours: Mapping[tuple[str, str], Latencies], peer: Mapping[tuple[str, str], Latencies],
+           iterations: Mapping[tuple[str, str], dict[str, float]], pd: bool) -> str:
+    """What ``main`` prints after the runs: ``format_table``, with ``pd`` ``PD_METRICS`` and ``format_order``,
+    then ``format_iterations`` where there are peer logs."""
+    parts = [format_table(table(ours, peer, METRICS + PD_METRICS if pd else METRICS))]
+    if pd:
+        parts.append(format_order(ours, peer))
     if iterations:
-        print("\nSplitwiseSim's iterations (debug=True logs):")
-        print(format_iterations(iterations))
+        parts.append("SplitwiseSim's iterations (debug=True logs):\n" + format_iterations(iterations))
+    return "\n\n".join(parts)
 
 if __name__ == "__main__":
     main()

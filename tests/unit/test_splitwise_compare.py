@@ -240,3 +240,45 @@ def test_fleets_are_chosen_within_the_mode() -> None:
         bench.select_fleets(True, ["3xDGX-A100"])
     assert bench.peer_file(Path("r"), "azure_code", bench.FLEETS[1]) == bench.peer_path(
         Path("r"), "azure_code", bench.FLEETS[1])
+
+
+def test_out_of_order_counts_reversed_prefill_ends_per_instance_by_hand() -> None:
+    # instance a: arrivals 0, 1, 3 end at 5, 3, 4 -> (0 -> 1) reversed, (1 -> 3) in order;
+    # instance b: arrivals 2, 4 end together (one batch) -> in order. 1 of 3 pairs.
+    where = ["a", "a", "b", "a", "b"]
+    assert bench.out_of_order(where, [0.0, 1.0, 2.0, 3.0, 4.0], [5.0, 3.0, 7.0, 4.0, 7.0]) == (1, 3)
+    # input order need not be arrival order: the same requests shuffled give the same count
+    perm = [3, 0, 4, 1, 2]
+    assert bench.out_of_order([where[i] for i in perm], [float(i) for i in perm],
+                              [[5.0, 3.0, 7.0, 4.0, 7.0][i] for i in perm]) == (1, 3)
+    # last in, first out on one instance: every pair reversed
+    assert bench.out_of_order(["x"] * 4, [0.0, 1.0, 2.0, 3.0], [9.0, 8.0, 7.0, 6.0]) == (3, 3)
+    with pytest.raises(ValueError, match="differ in length: 2, 1, 2"):
+        bench.out_of_order(["a", "a"], [0.0], [1.0, 2.0])
+
+
+def test_peer_prefill_order_reads_the_prompt_rows_of_request_nodes(tmp_path: Path) -> None:
+    detailed = tmp_path / "detailed" / "0.csv"
+    detailed.parent.mkdir()
+    detailed.write_text("")
+    # requests 0-2 on h100-80gb_0: prompts end at 3.0, 2.0, 4.0 (0 -> 1 reversed); request 3 alone on
+    # another instance; the TOKEN rows (ending in reverse) are not prefills
+    (tmp_path / "request_nodes.csv").write_text(
+        "request_id,request_type,node_id,node_type,runner,start_timestamp,completion_timestamp\n"
+        "0.0,2.0,0,PROMPT,h100-80gb_0,1.0,3.0\n0.0,2.0,1,TOKEN,h100-80gb_1,3.1,9.0\n"
+        "1.0,2.0,0,PROMPT,h100-80gb_0,1.5,2.0\n1.0,2.0,1,TOKEN,h100-80gb_1,2.1,8.0\n"
+        "2.0,2.0,0,PROMPT,h100-80gb_0,3.0,4.0\n2.0,2.0,1,TOKEN,h100-80gb_1,4.1,7.0\n"
+        "3.0,2.0,0,PROMPT,a100-80gb_2,1.0,9.0\n")
+    assert bench.peer_prefill_order(detailed) == (1, 2)
+    (tmp_path / "request_nodes.csv").write_text("request_id,node_type,runner\n0.0,PROMPT,x\n")
+    with pytest.raises(ValueError, match="no column completion_timestamp"):
+        bench.peer_prefill_order(detailed)
+
+
+def test_ours_prefills_a_queue_first_come_first_served() -> None:
+    # six long prompts at once on the HH fleet's one prefill replica: each waits for those before it
+    # (vLLM's FCFS waiting queue, chunked 2048 tokens a step), so no later one finishes first, whatever
+    # the lengths: 0 of 5 pairs reversed
+    wl = Workload([Request(0.001 * i, n, 2) for i, n in enumerate((8000, 500, 6000, 300, 4000, 100))])
+    lat = bench.run_ours_pd(wl, bench.PD_FLEETS[1])
+    assert lat.prefill_order == (0, 5)
