@@ -152,9 +152,9 @@ def test_queries_per_tick_do_not_grow_with_the_services(world: World, n: int) ->
 
 
 # The per-pod aggregation of vllm-0.11's pod-scoped signals: one query per distinct term (the request,
-# prompt- and generation-token rates, the finished requests' prompt and generation tokens; TTFT, ITL and TPOT buckets, each for both quantiles; TTFT's and
-# TPOT's _sum and _count; KV usage's sum and count; waiting; running; the two prefix-cache counters;
-# successes; aborts; preemptions).
+# prompt- and generation-token rates, the finished requests' prompt and generation tokens; TTFT, ITL
+# and TPOT buckets, each for both quantiles; TTFT's and TPOT's _sum and _count; KV usage's sum and
+# count; waiting; running; the two prefix-cache counters; successes; aborts; preemptions).
 AGGREGATED_POD_SIGNALS = 5 + 3 + 4 + 2 + 1 + 1 + 2 + 3
 
 
