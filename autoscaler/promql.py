@@ -169,6 +169,11 @@ def _vllm(kv: str, hits: str, queries: str, itl: str, tpot: str, name: str, toke
             "request_rate_rps": _rate("vllm:e2e_request_latency_seconds_count"),
             "prompt_tokens_rps": _rate("vllm:prompt_tokens_total"),
             "generation_tokens_rps": _rate("vllm:generation_tokens_total"),
+            # the lengths of the requests finished, observed with their e2e latency (vLLM 0.33.0
+            # ``vllm/v1/metrics/loggers.py``; v0 engines exported the same histograms): over the requests
+            # ``request_rate_rps`` counts, where the token counters count a prompt at its prefill
+            "request_prompt_tokens_rps": _rate("vllm:request_prompt_tokens_sum"),
+            "request_generation_tokens_rps": _rate("vllm:request_generation_tokens_sum"),
             "ttft_p50_s": _quantile(0.5, "vllm:time_to_first_token_seconds"),
             "ttft_p95_s": _quantile(0.95, "vllm:time_to_first_token_seconds"),
             "itl_p50_s": _quantile(0.5, itl),
@@ -256,6 +261,7 @@ must use it (``FleetConfig`` checks), and cannot read a source faster than real 
 # ``_``), with every label kept, so a recorded query selects pods with ``$sel`` as the raw one does.
 _RATED = (
     "vllm:e2e_request_latency_seconds_count", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+    "vllm:request_prompt_tokens_sum", "vllm:request_generation_tokens_sum",
     "vllm:time_to_first_token_seconds_bucket", "vllm:time_to_first_token_seconds_sum",
     "vllm:time_to_first_token_seconds_count", "vllm:inter_token_latency_seconds_bucket",
     "vllm:request_time_per_output_token_seconds_bucket", "vllm:request_time_per_output_token_seconds_sum",

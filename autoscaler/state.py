@@ -4,7 +4,11 @@ estimate that controllers read.
 Every signal is ``float | None``: None means *unknown* (query failed, no data), never zero.
 
 Signal names (per service; per variant the same names restricted to that variant's pods):
-``request_rate_rps``, ``prompt_tokens_rps``, ``generation_tokens_rps`` (tokens/s),
+``request_rate_rps``, ``prompt_tokens_rps``, ``generation_tokens_rps`` (tokens/s, counted as they are
+computed: a prompt at its prefill), ``request_prompt_tokens_rps``, ``request_generation_tokens_rps``
+(tokens/s of the requests that finished, ``rate()`` of ``vllm:request_prompt_tokens_sum`` and
+``vllm:request_generation_tokens_sum``: the same requests ``request_rate_rps`` counts, so their ratio
+to it is a mean length per request even while prefills run far ahead of completions),
 ``ttft_p50_s``, ``ttft_p95_s``, ``itl_p50_s``, ``itl_p95_s`` (seconds, ``histogram_quantile``
 over the window), ``tpot_p95_s`` (p95 of per-request mean time per output token, seconds),
 ``ttft_mean_s`` and ``tpot_mean_s`` (means over the window, ``rate(_sum) / rate(_count)`` of the
@@ -34,6 +38,8 @@ SIGNALS = (
     "request_rate_rps",
     "prompt_tokens_rps",
     "generation_tokens_rps",
+    "request_prompt_tokens_rps",
+    "request_generation_tokens_rps",
     "ttft_p50_s",
     "ttft_p95_s",
     "itl_p50_s",
@@ -157,6 +163,8 @@ class Signals:
     request_rate_rps: float | None = None
     prompt_tokens_rps: float | None = None
     generation_tokens_rps: float | None = None
+    request_prompt_tokens_rps: float | None = None
+    request_generation_tokens_rps: float | None = None
     ttft_p50_s: float | None = None
     ttft_p95_s: float | None = None
     itl_p50_s: float | None = None

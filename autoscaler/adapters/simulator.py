@@ -86,7 +86,8 @@ from models.arrivals import dispersion_from_rates
 
 # Counter layout of one sample: scalar counters, then the cumulative buckets of each histogram.
 _SCALARS = ("prompt_tokens", "generation_tokens", "prefix_queries", "prefix_hits", "preemptions", "success",
-            "aborts", "ttft_sum", "ttft_count", "tpot_sum", "tpot_count", "e2e_count")
+            "aborts", "ttft_sum", "ttft_count", "tpot_sum", "tpot_count", "e2e_count", "request_prompt_sum",
+            "request_generation_sum")
 _HISTS = {"ttft": len(TTFT_BUCKETS) + 1, "itl": len(ITL_BUCKETS) + 1, "tpot": len(ITL_BUCKETS) + 1}
 _INDEX = {k: i for i, k in enumerate(_SCALARS)}
 _SLICES: dict[str, slice] = {}
@@ -95,7 +96,7 @@ for _name, _n in _HISTS.items():
     _SLICES[_name] = slice(_at, _at + _n)
     _at += _n
 (_PROMPT_TOKENS, _GENERATION_TOKENS, _PREFIX_QUERIES, _PREFIX_HITS, _PREEMPTIONS, _SUCCESS, _ABORTS, _TTFT_SUM,
- _TTFT_COUNT, _TPOT_SUM, _TPOT_COUNT, _E2E_COUNT) = range(len(_SCALARS))
+ _TTFT_COUNT, _TPOT_SUM, _TPOT_COUNT, _E2E_COUNT, _REQUEST_PROMPT_SUM, _REQUEST_GENERATION_SUM) = range(len(_SCALARS))
 
 
 def _deltas(rates: list[float], cumulative: slice) -> list[float]:
@@ -110,7 +111,8 @@ def _counters(m: ReplicaMetrics) -> np.ndarray:
     served = sum(m.success.values())
     aborts = m.success["abort"] + m.success["error"]
     scalars = [m.prompt_tokens, m.generation_tokens, m.prefix_queries, m.prefix_hits, m.preemptions,
-               served - aborts, aborts, m.ttft.total, m.ttft.count, m.tpot.total, m.tpot.count, m.e2e.count]
+               served - aborts, aborts, m.ttft.total, m.ttft.count, m.tpot.total, m.tpot.count, m.e2e.count,
+               m.request_prompt_tokens.total, m.request_generation_tokens.total]
     return np.concatenate([np.array(scalars, dtype=float), m.ttft.cumulative(), m.itl.cumulative(),
                            m.tpot.cumulative()])
 
@@ -253,6 +255,8 @@ class SimMetricsSource:
             request_rate_rps=rates[_E2E_COUNT],
             prompt_tokens_rps=rates[_PROMPT_TOKENS],
             generation_tokens_rps=rates[_GENERATION_TOKENS],
+            request_prompt_tokens_rps=rates[_REQUEST_PROMPT_SUM],
+            request_generation_tokens_rps=rates[_REQUEST_GENERATION_SUM],
             ttft_p50_s=histogram_quantile(0.5, TTFT_BUCKETS, ttft),
             ttft_p95_s=histogram_quantile(0.95, TTFT_BUCKETS, ttft),
             itl_p50_s=histogram_quantile(0.5, ITL_BUCKETS, itl),

@@ -3,10 +3,10 @@
 Each tick it feeds ``models.forecast.LoadForecaster`` with the demand (``demand``: ``served``, the
 completions ``request_rate_rps``, the default; ``arrivals``, ``arrival_rate_rps``, the gateway's arrivals or,
 without a gateway, completions plus the growth of the requests in the system, ``loop.estimate``) and the mean
-prompt and output tokens per request (token rates / the completions), None when unknown (a failed
-query or no traffic is never read as zero tokens; with ``arrivals`` an unknown arrival rate is fed as
-unknown, never replaced by the completions), and adds to the estimate's signals, for
-``horizon_s`` ahead: ``forecast_rate_rps`` (point), ``forecast_rate_lower_rps`` /
+prompt and output tokens per request (``served_mix``: the finished requests' lengths over the
+completions), None when unknown (a failed query or no traffic is never read as zero tokens; with
+``arrivals`` an unknown arrival rate is fed as unknown, never replaced by the completions), and adds
+to the estimate's signals, for ``horizon_s`` ahead: ``forecast_rate_rps`` (point), ``forecast_rate_lower_rps`` /
 ``forecast_rate_upper_rps`` (90% interval), ``forecast_input_tokens``, ``forecast_output_tokens``.
 All are None until the forecaster has data. ``ServiceEstimate.rate_forecast`` gets the request-rate
 path, reaching ``path_horizon_s`` (a planning controller's horizon) when that is longer.
@@ -21,7 +21,7 @@ from dataclasses import replace
 from threadpoolctl import ThreadpoolController
 
 from autoscaler.config import ForecastConfig
-from autoscaler.state import FORECAST_NAMES, ForecastSignals, RateForecast, ServiceEstimate
+from autoscaler.state import FORECAST_NAMES, ForecastSignals, RateForecast, ServiceEstimate, Signals
 from controllers.base import DEMANDS
 from models.forecast import LoadForecaster
 
@@ -53,10 +53,33 @@ def per_request(tokens_rps: float | None, rate_rps: float | None) -> float | Non
     return tokens_rps / rate_rps
 
 
+def served_mix(sig: Signals, longest: float | None = None) -> tuple[float | None, float | None]:
+    """(mean prompt tokens, mean output tokens) per request finished over the signal window.
+
+    Each is the finished requests' tokens over the finished requests (``request_prompt_tokens_rps`` and
+    ``request_generation_tokens_rps`` over ``request_rate_rps``: vLLM's ``request_prompt_tokens`` and
+    ``request_generation_tokens`` histograms and its e2e latency's count, all observed as a request
+    finishes). Where the source has no such histogram (None: SGLang's query set, a custom one), the
+    token counters over the completions; those count a prompt at its prefill and its request when it
+    completes, so while the fleet prefills far more than it finishes (a starved fleet) they read a mix
+    no request has (issue 28: C2 on servegen-day seed 0 read 44k-1.4M prompt tokens a request from
+    10:00 on and drained the H100s). A mean outside 1..``longest`` tokens (the service's
+    ``max_model_len``: no accepted request is longer; None: no bound) is not a mix: None, unknown.
+    """
+    rate, top = sig.request_rate_rps, math.inf if longest is None else longest
+    prompt, output = sig.request_prompt_tokens_rps, sig.request_generation_tokens_rps
+    mean_in = per_request(sig.prompt_tokens_rps if prompt is None else prompt, rate)
+    mean_out = per_request(sig.generation_tokens_rps if output is None else output, rate)
+    return (mean_in if mean_in is not None and 1.0 <= mean_in <= top else None,
+            mean_out if mean_out is not None and 1.0 <= mean_out <= top else None)
+
+
 class ForecastStage:
     """One service's load forecaster; ``rate_model``: the request rate's model (``LoadForecaster``'s:
     ``auto`` or ``arima``, the controller's ``forecast_model``); ``demand``: what it is fed, ``served``
-    (the completions) or ``arrivals`` (the controller's ``forecast_demand``; module docstring).
+    (the completions) or ``arrivals`` (the controller's ``forecast_demand``; module docstring);
+    ``longest``: the longest request the service accepts, tokens (its ``max_model_len``; None: no
+    bound), above which a mean length is unknown (``served_mix``).
 
     Completions are what the fleet served: while it is overloaded they stay at its capacity whatever
     arrives, and while a backlog drains they count the drain on top of the arrivals (issue 34's
@@ -68,10 +91,11 @@ class ForecastStage:
     """
 
     def __init__(self, cfg: ForecastConfig, path_horizon_s: float | None = None, rate_model: str = "auto",
-                 demand: str = "served") -> None:
+                 demand: str = "served", longest: float | None = None) -> None:
         if demand not in DEMANDS:
             raise ValueError(f"forecast stage: demand must be one of {', '.join(DEMANDS)}, got '{demand}'")
         self.demand = demand
+        self.longest = longest
         self.cfg = cfg
         self.path_horizon_s = max(cfg.horizon_s, path_horizon_s or 0.0)
         self.forecaster = LoadForecaster(step_s=cfg.step_s, max_horizon_s=max(self.path_horizon_s, cfg.step_s),
@@ -94,12 +118,7 @@ class ForecastStage:
         partial = window_s is not None and est.history_s is not None and est.history_s < window_s
         with blas().limit(limits=1, user_api="blas"):
             if not partial:
-                self.forecaster.update(
-                    est.time_s,
-                    rate,
-                    per_request(sig.prompt_tokens_rps, served),
-                    per_request(sig.generation_tokens_rps, served),
-                )
+                self.forecaster.update(est.time_s, rate, *served_mix(sig, self.longest))
             f, long = self.forecaster.forecast_pair(self.cfg.horizon_s, self.path_horizon_s)
             path = long.rate_rps
         rate_forecast = None if path is None else RateForecast(

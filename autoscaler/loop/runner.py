@@ -194,7 +194,7 @@ class ControlLoop:
         fc = cfg.controller.forecast
         wanted = fc.enabled or controller.forecast_horizon_s is not None
         self.forecasts = {s.name: ForecastStage(fc, controller.forecast_horizon_s, controller.forecast_model,
-                                                  controller.forecast_demand)
+                                                  controller.forecast_demand, s.max_model_len)
                           for s in cfg.services} if wanted else {}
         router = fc.router or cfg.simulator.router
         self.warmth = {s.name: WarmthStage(fc, s, router) for s in cfg.services} if wanted else {}

@@ -40,7 +40,7 @@ from collections.abc import Hashable
 from dataclasses import replace
 
 from autoscaler.config import ForecastConfig, Service
-from autoscaler.loop.forecast import per_request
+from autoscaler.loop.forecast import served_mix
 from autoscaler.state import WARMTH_NAME, ForecastSignals, PodObservation, ServiceEstimate
 from models.cache_warmth import REUSE_TIMES_S, CacheWarmthModel, ReplicaPlan, ReplicaSample
 
@@ -76,6 +76,7 @@ class WarmthStage:
                  model: CacheWarmthModel | None = None) -> None:
         self.cfg = cfg
         self.variants = {v.name: v for v in svc.variants}
+        self.longest = svc.max_model_len
         self.model = model or CacheWarmthModel(router=router)
         self._seen: dict[str, float] = {}  # pod name -> last tick it was listed
         self._born: dict[str, float] = {}  # pod name -> when it became ready (source's ready_s, else first listed)
@@ -194,7 +195,7 @@ class WarmthStage:
             rate = sig.request_rate_rps
         prompt = forecast.input_tokens
         if prompt is None:
-            prompt = per_request(sig.prompt_tokens_rps, sig.request_rate_rps)
+            prompt = served_mix(sig, self.longest)[0]
         if rate is None or prompt is None or not pods:
             return None
         now = est.time_s

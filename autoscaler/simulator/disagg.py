@@ -116,6 +116,7 @@ class PrefillReplica(Replica):
         latency = now - self._received(sr, now)
         m.ttft.observe(latency)
         m.e2e.observe(latency)
+        m.finished(sr.req.input_tokens, 1)
         m.tpot.observe(0.0)  # a one-token request's TPOT, as vLLM records it
         m.success["length"] += 1
         self._load_changed()

@@ -540,6 +540,7 @@ class Replica:
             h.counts[bisect_left(h.bounds, v)] += 1.0
             h.total += v  # v * 1.0 is v (a float): the same bits
             h.count += 1.0
+            m.finished(req.input_tokens, out)
             t_first = sr.t_first
             if t_first is not None:
                 v = (now - t_first) / (out - 1) if out > 1 else 0.0
@@ -566,6 +567,7 @@ class Replica:
         h.counts[bisect_left(h.bounds, v)] += 1.0
         h.total += v
         h.count += 1.0
+        m.finished(sr.req.input_tokens, sr.req.output_tokens)
         if sr.t_first is not None:  # vLLM records 0 for a one-token request (``vllm/v1/metrics/stats.py``)
             out = sr.req.output_tokens
             v = (now - sr.t_first) / (out - 1) if out > 1 else 0.0

@@ -65,6 +65,8 @@ from autoscaler.simulator.metrics import (
     PREFIX_CACHE_HITS,
     PREFIX_CACHE_QUERIES,
     PROMPT_TOKENS,
+    REQUEST_GENERATION_TOKENS,
+    REQUEST_PROMPT_TOKENS,
     REQUEST_SUCCESS,
     TPOT_SECONDS,
     TTFT_SECONDS,
@@ -182,6 +184,8 @@ class SimCollector(Collector):
             "tpot": (names[TPOT_SECONDS], "Histogram of time_per_output_token_seconds per request."),
             "e2e": (E2E_SECONDS, "Histogram of e2e request latency in seconds."),
             "iteration_tokens": (ITERATION_TOKENS, "Histogram of number of tokens per engine_step."),
+            "request_prompt_tokens": (REQUEST_PROMPT_TOKENS, "Number of prefill tokens processed."),
+            "request_generation_tokens": (REQUEST_GENERATION_TOKENS, "Number of generation tokens processed."),
         }.items() if name}  # a name the release does not export is ""
         # vLLM labels its CacheConfig info with the config's fields and ``engine``, no ``model_name``
         # (vLLM 0.33 ``vllm/v1/metrics/loggers.py``); ``namespace``, ``pod`` and ``variant`` are the

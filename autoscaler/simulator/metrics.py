@@ -21,6 +21,11 @@ ITL_BUCKETS: tuple[float, ...] = (
     40.0, 80.0,
 )
 ITERATION_TOKENS_BUCKETS: tuple[float, ...] = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+LENGTH_BUCKETS: tuple[float, ...] = tuple(float(m * 10**e) for e in range(7) for m in (1, 2, 5) if m * 10**e <= 10**6)
+"""Buckets of the per-request token histograms (``vllm:request_prompt_tokens``,
+``vllm:request_generation_tokens``): vLLM 0.33.0's 1-2-5 series (``build_1_2_5_buckets``), which it
+stops at the model's ``max_model_len``; here up to 1 M tokens for every model (a bucket above a
+model's length stays empty; the loop reads only the ``_sum`` and ``_count``)."""
 E2E_BUCKETS: tuple[float, ...] = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
     480.0, 960.0, 1920.0, 7680.0,
@@ -40,6 +45,8 @@ TTFT_SECONDS = "vllm:time_to_first_token_seconds"
 ITL_SECONDS = "vllm:inter_token_latency_seconds"
 TPOT_SECONDS = "vllm:request_time_per_output_token_seconds"
 E2E_SECONDS = "vllm:e2e_request_latency_seconds"
+REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
+REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
 ITERATION_TOKENS = "vllm:iteration_tokens_total"  # a histogram whose name ends in _total, as vLLM's does
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 
@@ -107,7 +114,11 @@ class ReplicaMetrics:
     request: its mean time per output token after the first, 0 for a one-token request, same
     buckets as ITL), e2e latency, tokens per engine step (``iteration_tokens``: as vLLM counts them,
     the tokens each decoding sequence generated plus, for each prefill that ended in the step, every
-    prompt token it computed and its first token).
+    prompt token it computed and its first token), and the prompt and output tokens of each finished
+    request (``request_prompt_tokens``, ``request_generation_tokens``: observed with its e2e latency,
+    so over the same requests; vLLM 0.33.0 ``vllm/v1/metrics/loggers.py`` observes the three together
+    for each finished request). The counters ``prompt_tokens`` and ``generation_tokens`` count tokens
+    as they are computed: a prompt counts at its prefill, long before its request finishes.
     """
 
     running: int = 0
@@ -124,6 +135,20 @@ class ReplicaMetrics:
     tpot: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
     e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
     iteration_tokens: Histogram = field(default_factory=lambda: Histogram(ITERATION_TOKENS_BUCKETS))
+    request_prompt_tokens: Histogram = field(default_factory=lambda: Histogram(LENGTH_BUCKETS))
+    request_generation_tokens: Histogram = field(default_factory=lambda: Histogram(LENGTH_BUCKETS))
+
+    def finished(self, prompt: float, output: float) -> None:
+        """One request finished with ``prompt`` prompt tokens and ``output`` output tokens (its lengths,
+        observed beside its e2e latency)."""
+        h = self.request_prompt_tokens
+        h.counts[bisect_left(h.bounds, prompt)] += 1.0
+        h.total += prompt
+        h.count += 1.0
+        h = self.request_generation_tokens
+        h.counts[bisect_left(h.bounds, output)] += 1.0
+        h.total += output
+        h.count += 1.0
 
     def snapshot(self) -> dict[str, object]:
         """Copy of the cumulative values, for window deltas."""

@@ -127,9 +127,9 @@ def test_batched_observations_equal_per_service_ones(world: World, aggregate: bo
 
 # Per tick with the query set known: the per-pod inventory (age, running, waiting, kv, kv_max,
 # waiting_max, prefix_hits, prefix_queries, and kube-state-metrics' spec and ready), the pod-scoped
-# signals (autoscaler.promql: 18 per set less the gateway's arrivals, read service-wide), and the
+# signals (autoscaler.promql: 20 per vLLM set less the gateway's arrivals, read service-wide), and the
 # service-wide ones (arrivals, five per-priority gateway queries, two gateway totals, the history).
-INVENTORY, POD_SIGNALS, SERVICE_WIDE = 10, 17, 1 + 5 + 2 + 1
+INVENTORY, POD_SIGNALS, SERVICE_WIDE = 10, 19, 1 + 5 + 2 + 1
 
 
 @pytest.mark.parametrize("n", [2, 4, 6])
@@ -152,10 +152,10 @@ def test_queries_per_tick_do_not_grow_with_the_services(world: World, n: int) ->
 
 
 # The per-pod aggregation of vllm-0.11's pod-scoped signals: one query per distinct term (the request,
-# prompt- and generation-token rates; TTFT, ITL and TPOT buckets, each for both quantiles; TTFT's and
-# TPOT's _sum and _count; KV usage's sum and count; waiting; running; the two prefix-cache counters;
-# successes; aborts; preemptions).
-AGGREGATED_POD_SIGNALS = 3 + 3 + 4 + 2 + 1 + 1 + 2 + 3
+# prompt- and generation-token rates, the finished requests' prompt and generation tokens; TTFT, ITL
+# and TPOT buckets, each for both quantiles; TTFT's and TPOT's _sum and _count; KV usage's sum and
+# count; waiting; running; the two prefix-cache counters; successes; aborts; preemptions).
+AGGREGATED_POD_SIGNALS = 5 + 3 + 4 + 2 + 1 + 1 + 2 + 3
 
 
 @pytest.mark.parametrize("n", [2, 4, 6])

@@ -117,7 +117,7 @@ def test_every_template_variable_has_values(live: Live) -> None:
 
 
 def test_every_recording_rule_is_evaluated(live: Live) -> None:
-    assert len(live.bundle.recording) == 17 + 2 * 4  # the rated series; TTFT and ITL ratios over 4 windows
+    assert len(live.bundle.recording) == 19 + 2 * 4  # the rated series; TTFT and ITL ratios over 4 windows
     empty = [r["record"] for r in live.bundle.recording if not has_data(live, r["record"])]
     # The simulator exports what a current EPP does: not GIE v1.0's inference_model_request_total.
     assert empty == [recorded_name("inference_model_request_total")], f"recording rules with no data: {empty}"
