@@ -2137,8 +2137,8 @@ class MPCController(Controller):
         if self.pool_off is not None and svc.name not in self._pool_warned:
             self._pool_warned.add(svc.name)
             log.warning("%s: %s", svc.name, self.pool_off)
-        if isinstance(inputs, Decision):
-            return inputs
+        if isinstance(inputs, Decision):  # a hold: the pool note with its reason, as in every other one
+            return inputs if self.pool_off is None else replace(inputs, reason=f"{inputs.reason}; {self.pool_off}")
         mem = self.memory[svc.name]
         if plan is None:
             plan = solve(self._problem([inputs.service], self._start(mem, inputs.service, est.time_s)))

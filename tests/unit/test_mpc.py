@@ -506,6 +506,10 @@ def test_a_pool_not_applied_behind_prefix_affinity_is_said_once_per_service_and_
         words = f"pool=16 not applied: router prefix_affinity ({where})"
         assert len(said) == 1 and said[0].startswith(f"{SVC.name}: {words}")
         assert all(words in r for r in reasons)
+        # a hold (no rate known) says it too, after its own reason
+        held = c.decide(estimate(645.0, None, {"gh200": 4}), SVC)
+        assert held.hold and held.reason == f"hold: request rate unknown; {words} shares no queue, every " \
+            "replica planned alone"
     for cfg, pool in ((CFG, 16), (sim, 1)):
         caplog.clear()
         c = MPCController(cfg, {SVC.name: WEIGHTS}, forecast="last", mixes={SVC.name: mix}, pool=pool)
