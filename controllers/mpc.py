@@ -1983,7 +1983,9 @@ class MPCController(Controller):
             now_rps = est.signals.request_rate_rps
         if now_rps is None:
             return hold(current, "hold: request rate unknown")
-        new_rps = new_demand_rps(est, now_rps, self.admission_cfg.client_retries)
+        # the completions hold no shed attempt (none of them finished): only the arrivals lose the retries
+        new_rps = now_rps if est.signals.arrival_rate_rps is None else new_demand_rps(
+            est, now_rps, self.admission_cfg.client_retries)
         mem = self.memory.setdefault(svc.name, _ServiceMemory())
         recovering = self._recovering(est, svc, mem)
         mem.first_s = est.time_s if mem.first_s is None else mem.first_s
