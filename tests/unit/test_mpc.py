@@ -974,3 +974,19 @@ def test_hold_measured_measures_the_hold_under_any_hedge(hedge: str) -> None:
     assert holds[900.0] == holds[1350.0] == (0.0, 300.0)
     with pytest.raises(ValueError, match="hold"):
         controller(hold="sometimes")
+
+
+def test_the_backlog_is_spread_to_a_cold_start_once_every_warm_node_is_taken() -> None:
+    # Every default variant has 4 warm nodes, a 90-s warm and a 300-s cold start; ticks of 15 s. The
+    # backlog is charged over the steps until a replica ordered now has served DRAIN_S (60 s): with a
+    # warm node free somewhere, 90 / 15 + 60 / 15 = 10 steps; with 4 replicas of every variant (every
+    # warm node taken, so the simulator starts the next one cold), 300 / 15 + 4 = 24 (before: 10 still).
+    c = controller()
+    some_free = estimate(600.0, 10.0, {"h100": 4, "a100": 4, "gh200": 3}, queue=240.0)
+    none_free = estimate(600.0, 10.0, {"h100": 4, "a100": 4, "gh200": 4}, queue=240.0)
+    assert c.fastest_steps(SVC, some_free) == 6 and c.fastest_steps(SVC, none_free) == 20
+    assert np.count_nonzero(c.backlog_path(some_free, SVC, 10.0)) == 10
+    assert np.count_nonzero(c.backlog_path(none_free, SVC, 10.0)) == 24
+    # starting replicas hold a warm node too: 3 ready and 1 starting of each is every node taken
+    starting = estimate(600.0, 10.0, {v.name: 3 for v in SVC.variants}, {v.name: 1 for v in SVC.variants}, queue=240.0)
+    assert c.fastest_steps(SVC, starting) == 20
