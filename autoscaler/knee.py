@@ -211,7 +211,9 @@ def idle_service_s(cfg: FleetConfig, input_tokens: int, output_tokens: int) -> f
     ``cfg``'s first variant: its prompt's chunks of ``max_num_batched_tokens`` (each step priced with
     the attention pairs of its position and, beyond what an idle replica runs, one decoding sequence
     of the whole context beside it), then ``output_tokens`` decode steps of one sequence at the whole
-    context (``PerformanceProfile.step_time``, which grows in each count).
+    context (``PerformanceProfile.step_time``, which grows in each count). The profile is the one the
+    simulator runs the variant with: slowed by ``simulator.slowdown`` where that names it (each step that
+    many times as long; unslowed, a spaced twin on a slowed replica overlapped its requests).
 
     Raises:
         ValueError: negative lengths, or a fleet without variants.
@@ -221,7 +223,8 @@ def idle_service_s(cfg: FleetConfig, input_tokens: int, output_tokens: int) -> f
     variants = cfg.services[0].variants
     if not variants:
         raise ValueError("idle_service_s needs a fleet with a variant (one_replica's)")
-    profile = get_profile(variants[0].profile)
+    v = variants[0]
+    profile = get_profile(v.profile).slowed(cfg.simulator.slowdown.get(v.name, 1.0))
     budget = max(cfg.engine.max_num_batched_tokens, 1)
     ctx = input_tokens + output_tokens
     t, done = 0.0, 0

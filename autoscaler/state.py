@@ -402,6 +402,8 @@ class ServiceEstimate:
             signals sanitized as the service's); empty without roles.
         pool_weights: pool variant -> one replica's capacity, requests/s of the service's mix
             (``models.capacity_roles``; the loop's ``pool_weights``); empty without roles.
+        arrivals_inferred: ``signals.arrival_rate_rps`` was inferred from the completions and the held
+            requests (``autoscaler.loop.estimate.ArrivalInference``: no gateway counter), not counted.
     """
 
     service: str
@@ -420,6 +422,7 @@ class ServiceEstimate:
     rate_forecast: RateForecast | None = None
     pools: dict[str, PoolObservation] = field(default_factory=dict)
     pool_weights: dict[str, float] = field(default_factory=dict)
+    arrivals_inferred: bool = False
 
     @property
     def current(self) -> dict[str, int]:

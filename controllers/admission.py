@@ -161,25 +161,38 @@ def priority_demand(est: ServiceEstimate) -> dict[str, float] | None:
 
 
 def new_demand_rps(est: ServiceEstimate, arrival_rps: float, client_retries: int) -> float:
-    """Requests/s of new demand in ``arrival_rps`` (the gateway's arrivals over the window, retries
-    included): ``arrival_rps - r / (r + 1) x shed``, with ``shed`` the attempts the gateway shed over
-    the same window, all priorities, and ``r`` = ``client_retries``.
+    """Requests/s of new demand in ``arrival_rps`` (the gateway's arrivals over the controller's window,
+    retries included): ``arrival_rps x (1 - r / (r + 1) x shed / attempts)``, with ``shed`` the attempts
+    the gateway shed and ``attempts`` the attempts it received, all priorities, both over the gateway's
+    per-priority window (``autoscaler.promql.GATEWAY_WINDOW_S``, 60 s, or the controller's window if
+    shorter), and ``r`` = ``client_retries``. The shed share is taken over the window both are counted
+    over, so a controller window longer than the gateway's (the PID's 300 s; ``mpc:window=300``) does
+    not take a 60-s shed rate off a 300-s arrival rate (before: 300-s arrivals of 20 req/s, 60-s shed
+    of 15 of 40 attempts, read 20 - 10 = 10 req/s new, where the window's share gives 15). With both
+    windows the same (the MPC's 60 s) it is ``arrival_rps - r / (r + 1) x shed``.
 
     A client that sends a shed request again up to ``r`` times sends at most ``r + 1`` attempts, ``r``
     of them retries, so at least ``r / (r + 1)`` of the attempts shed come back as arrivals (all of
     them when a retry is admitted): subtracting that share keeps the estimate at or above the new
     requests, never below. Counted whole, a surge that is shed arrives again and again, and the
     replicas sized on it (and held on it for the MPC's hold) serve a demand that is not there.
-    ``arrival_rps`` unchanged when any priority's shed rate is unknown (no gateway data: never read
-    as 0) or ``r`` is 0.
+    ``arrival_rps`` unchanged when any priority's shed or attempt rate is unknown or not finite (no
+    gateway data: never read as 0), when no attempt was counted over the gateway's window (shed ones
+    arrived before it: the share is unknown), or ``r`` is 0. A share above 1 (deferred attempts shed at
+    their deadline after arriving before the window) counts as 1.
     """
     if client_retries <= 0:
         return arrival_rps
     shed = [est.signals.priority(p).shed_rps for p in PRIORITIES]
-    if any(s is None or not 0 <= s < math.inf for s in shed):
+    attempts = [est.signals.priority(p).arrival_rate_rps for p in PRIORITIES]
+    if any(x is None or not 0 <= x < math.inf for x in (*shed, *attempts)):
         return arrival_rps
     total = float(sum(s for s in shed if s is not None))
-    return max(arrival_rps - client_retries / (client_retries + 1) * total, 0.0)
+    counted = float(sum(a for a in attempts if a is not None))
+    if total == 0 or counted <= 0:
+        return arrival_rps
+    share = min(total / counted, 1.0)
+    return max(arrival_rps * (1.0 - client_retries / (client_retries + 1) * share), 0.0)
 
 
 def balance(demand: Mapping[str, float], capacity_rps: float, budgets: Mapping[str, float],

@@ -1595,16 +1595,19 @@ class MPCController(Controller):
         queue = est.signals.queue_length
         if queue is None:
             return np.zeros(self.horizon)
-        return backlog_steps(queue, now_rps, self.fastest_steps(svc), start, self.tick_s, self.horizon)
+        return backlog_steps(queue, now_rps, self.fastest_steps(svc, est), start, self.tick_s, self.horizon)
 
-    def _startup_steps(self, v: Variant) -> int:
-        """``v``'s fastest start-up in plan steps: warm while it has warm nodes, else cold."""
-        return math.ceil((v.startup_warm_s if v.warm_nodes else v.startup_cold_s) / self.tick_s)
+    def _startup_steps(self, v: Variant, est: ServiceEstimate) -> int:
+        """``v``'s fastest start-up in plan steps: warm while one of its warm nodes is free (its
+        ``warm_nodes`` above its replicas today, ready and starting: ``plan_variant``'s ``warm_free``;
+        the simulator starts a replica warm where a node holding the weights is free), else cold."""
+        warm = v.warm_nodes > every_current(est).get(v.name, 0)
+        return math.ceil((v.startup_warm_s if warm else v.startup_cold_s) / self.tick_s)
 
-    def fastest_steps(self, svc: Service) -> int:
+    def fastest_steps(self, svc: Service, est: ServiceEstimate) -> int:
         """Steps of ``tick_s`` until a replica ordered now is ready: the fastest start-up of ``svc``'s
-        variants (``_startup_steps``: warm where it has warm nodes, else cold), rounded up."""
-        return min(self._startup_steps(v) for _, v in all_variants(svc))
+        variants (``_startup_steps``: warm where a warm node is free, else cold), rounded up."""
+        return min(self._startup_steps(v, est) for _, v in all_variants(svc))
 
     def drain_excess(self, est: ServiceEstimate, svc: Service, held_rps: float) -> float:
         """``drain_excess`` of this tick's forecast (0 without one, or with ``forecast`` last or perfect),
@@ -1983,7 +1986,9 @@ class MPCController(Controller):
             now_rps = est.signals.request_rate_rps
         if now_rps is None:
             return hold(current, "hold: request rate unknown")
-        new_rps = new_demand_rps(est, now_rps, self.admission_cfg.client_retries)
+        # the completions hold no shed attempt (none of them finished): only the arrivals lose the retries
+        new_rps = now_rps if est.signals.arrival_rate_rps is None else new_demand_rps(
+            est, now_rps, self.admission_cfg.client_retries)
         mem = self.memory.setdefault(svc.name, _ServiceMemory())
         recovering = self._recovering(est, svc, mem)
         mem.first_s = est.time_s if mem.first_s is None else mem.first_s
@@ -2012,7 +2017,7 @@ class MPCController(Controller):
         if self.drain:  # the queue charged from the first step a replica can serve it (drain_start)
             first: dict[str | None, list[int]] = {}
             for role, v in all_variants(svc):
-                first.setdefault(role, []).append(first_serving_step(readies[v.name][0], self._startup_steps(v)))
+                first.setdefault(role, []).append(first_serving_step(readies[v.name][0], self._startup_steps(v, est)))
             drain_from = drain_start(first)
         demand = self.demand(est, svc, max(held, now_rps), rise, drain_from)  # today's retries are its load, never held
         if self.floor:
@@ -2055,7 +2060,7 @@ class MPCController(Controller):
             shed_rps = demand * (priorities[PRIORITIES[SHEDDABLE]] / total)
             shed_cost = miss * self.shed_weight / self.miss_weight
         if self.unserved:  # a shortfall below the rate seen, where an order serves, priced above the miss
-            shed_rps, shed_cost = seen_shortfall(demand, held, self.fastest_steps(svc)), miss
+            shed_rps, shed_cost = seen_shortfall(demand, held, self.fastest_steps(svc, est)), miss
             miss = miss * UNSERVED_WEIGHT / self.miss_weight
         plan_svc = PlanService(svc.name, variants, demand, miss, self.guard.max_step_up, self.guard.max_step_down,
                                shed_rps=shed_rps, shed_cost=shed_cost, pd_ratio=pd_ratio(svc))
@@ -2137,8 +2142,8 @@ class MPCController(Controller):
         if self.pool_off is not None and svc.name not in self._pool_warned:
             self._pool_warned.add(svc.name)
             log.warning("%s: %s", svc.name, self.pool_off)
-        if isinstance(inputs, Decision):
-            return inputs
+        if isinstance(inputs, Decision):  # a hold: the pool note with its reason, as in every other one
+            return inputs if self.pool_off is None else replace(inputs, reason=f"{inputs.reason}; {self.pool_off}")
         mem = self.memory[svc.name]
         if plan is None:
             plan = solve(self._problem([inputs.service], self._start(mem, inputs.service, est.time_s)))

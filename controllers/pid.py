@@ -98,6 +98,7 @@ from controllers.pid_rules import (
     backlog_cap,
     demand_cap,
     demand_floor,
+    floor_unknown,
     overload_target,
     reanchor,
     record_queue,
@@ -149,6 +150,18 @@ class PIDTerms:
     d: float
     output: float
     saturated: bool
+
+
+FLOOR_UNKNOWN = "arrivals unknown or reading low: no scale-down below the demand floor"
+"""The words a PID decision adds where ``demand_floor`` held a scale-down (``floor_unknown``)."""
+
+
+def arrivals_low(est: ServiceEstimate) -> bool:
+    """Whether ``est``'s arrival rate may read low: inferred (``ServiceEstimate.arrivals_inferred``, no
+    gateway counter) while a ready replica reports nothing (``silent_pods``): its completions and held
+    requests are missing from the sums (``autoscaler.loop.estimate.ArrivalInference``). A gateway's
+    counter counts every arrival whatever the pods report."""
+    return est.arrivals_inferred and silent_pods(est) > 0
 
 
 def pid_step(
@@ -304,7 +317,8 @@ class PIDController(Controller):
                                   record_queue(state.queue_history, est.time_s, est.signals.queue_length)),
                        served_capacity_rps=served_capacity(ready, w))
         state = replace(state, queue_history=load.history, ready_history=ready)
-        target = demand_floor(demand_cap(overload_target(u, terms.error, pid.error_clip, load), load), load)
+        capped = demand_cap(overload_target(u, terms.error, pid.error_clip, load), load)
+        target = demand_floor(capped, load)
         desired = split_capacity(target, svc.variants, current, w)
         change = capacity_of(desired, w) - est.capacity_rps
         held = against_error(change, terms.error, load)
@@ -317,6 +331,8 @@ class PIDController(Controller):
         reason = f"{verb}: {pid.setpoint_signal}={y:.3g} vs setpoint {pid.setpoint:.3g}"
         if held is not None:
             reason += f" ({held})"
+        elif change == 0 and floor_unknown(capped, load):
+            reason += f" ({FLOOR_UNKNOWN})"
         if change == 0 and terms.error > 0 and est.starting > 0:
             reason += f" (waiting for {est.starting} starting replica(s), which cover the target)"
         return Decision(
@@ -407,11 +423,12 @@ class PIDController(Controller):
             queue=sig.queue_length,
             settling=starting > 0 or any(p.variant in names and p.ready_s is not None and p.ready_s > recent
                                          for p in est.pods),
-            warm_start_s=min(v.startup_warm_s for v in variants), served_capacity_rps=served_capacity(ready, w))
+            warm_start_s=min(v.startup_warm_s for v in variants), served_capacity_rps=served_capacity(ready, w),
+            arrivals_low=arrivals_low(est))
         state = replace(state, queue_history=load.history, ready_history=ready)
         backlog = est.signals.queue_length  # the service's: gateway and both pools (each request passes both)
-        target = demand_floor(backlog_cap(demand_cap(overload_target(u, terms.error, pid.error_clip, load), load),
-                                          load, backlog), load)
+        capped = backlog_cap(demand_cap(overload_target(u, terms.error, pid.error_clip, load), load), load, backlog)
+        target = demand_floor(capped, load)
         desired = split_capacity(target, variants, current, w)
         change = capacity_of(desired, w) - cap
         held = against_error(change, terms.error, load) or slo_hold(change, est.signals.slo_mean_ratio)
@@ -423,6 +440,8 @@ class PIDController(Controller):
         verb = "scale up" if change > 0 else "scale down" if change < 0 else "no change"
         if held is not None:
             verb += f" ({held})"
+        elif change == 0 and floor_unknown(capped, load):
+            verb += f" ({FLOOR_UNKNOWN})"
         return desired, verb, {"measurement": y, "error": terms.error, "p": terms.p, "i": terms.i, "d": terms.d,
                                "target_capacity_rps": target}
 
@@ -466,6 +485,7 @@ class PIDController(Controller):
             queue=est.signals.queue_length,
             settling=settling,
             warm_start_s=min(v.startup_warm_s for v in svc.variants),
+            arrivals_low=arrivals_low(est),
         )
 
     def on_guard_cut(self, service: str, intended: Mapping[str, int], applied: Mapping[str, int],

@@ -7,7 +7,8 @@ service's target capacity, requests/s):
    arrivals, not the latency;
 2. ``demand_cap``: a scale-up asks for at most ``STARTING_DEMAND_CAP`` x the demand while capacity is
    settling or the queue is not growing;
-3. ``demand_floor``: a scale-down leaves at least ``DOWN_DEMAND_FLOOR`` x the arrivals;
+3. ``demand_floor``: a scale-down leaves at least ``DOWN_DEMAND_FLOOR`` x the arrivals (none while
+   they are unknown or may read low);
    (a prefill or decode pool's loop also runs ``backlog_cap`` after ``demand_cap``: a scale-up sized
    for the arrivals plus the service's backlog drained over ``BACKLOG_DRAIN_S``, not for the backlog
    as steady demand; and ``slo_hold`` after ``against_error``: no scale-down of a pool while the
@@ -75,6 +76,9 @@ class Load:
         served_rps: completion rate (``request_rate_rps``); None: unknown.
         arrivals_rps: the arrival rate (``arrival_rate_rps``: the gateway's counter, else inferred from the
             completions and the growth of the held requests over the window); None: unknown.
+        arrivals_low: ``arrivals_rps`` may read low: inferred (no gateway counter) while a ready replica
+            reports nothing, so its completions and held requests are missing from the sums
+            (``autoscaler.loop.estimate.ArrivalInference``). ``demand_floor`` reads it as unknown.
         shedding: the gateway sheds some priority (``gateway_shed_rps.<p>`` > 0).
         history: queue samples over ``OVERLOAD_LOOKBACK_S``.
         running: requests running now; None: unknown.
@@ -96,6 +100,7 @@ class Load:
     settling: bool
     warm_start_s: float
     served_capacity_rps: float | None = None
+    arrivals_low: bool = False
 
 
 def record_queue(history: History, now_s: float, queue: float | None) -> History:
@@ -197,10 +202,24 @@ def demand_cap(u: float, load: Load) -> float:
 
 def demand_floor(u: float, load: Load) -> float:
     """A scale-down (``u`` below the capacity) stops at ``DOWN_DEMAND_FLOOR`` x the arrivals, or at the
-    capacity if that is less; ``u`` unchanged without known, non-zero arrivals."""
-    if u >= load.capacity_rps or not load.arrivals_rps:
+    capacity if that is less; ``u`` unchanged when it is no scale-down or the arrivals are known to be 0.
+
+    Arrivals unknown, or ones that may read low (``Load.arrivals_low``): the floor is unknown, so no
+    scale-down goes on its account (the capacity; missing data is never read as no demand). Read as no
+    floor, pod-metrics-missing without a gateway counter took one ``down_on_missing_data`` on seeds 0-2
+    (docs/controllers.md, "The estimate without a gateway").
+    """
+    if u >= load.capacity_rps:
         return u
+    if load.arrivals_rps is None or load.arrivals_low:
+        return load.capacity_rps
     return max(u, min(DOWN_DEMAND_FLOOR * load.arrivals_rps, load.capacity_rps))
+
+
+def floor_unknown(u: float, load: Load) -> bool:
+    """Whether ``demand_floor`` held a scale-down of ``u`` because the arrivals are unknown or may read
+    low (the words the PID's reason adds)."""
+    return u < load.capacity_rps and (load.arrivals_rps is None or load.arrivals_low)
 
 
 def backlog_cap(u: float, load: Load, backlog: float | None) -> float:

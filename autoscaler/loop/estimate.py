@@ -171,7 +171,8 @@ class ArrivalInference:
     A ready replica that reports nothing is missing from the sums, so the estimate reads low while one
     is silent; it is still read then (unknown arrivals would leave the MPC planning on the completions
     alone, lower still: a review measured pod-metrics-missing without a gateway counter at 71-73 %
-    with it unknown against 78-80 % read low).
+    with it unknown against 78-80 % read low). The estimate is marked ``arrivals_inferred``, so a rule
+    that must not read it low (the PID's demand floor) can tell it from a counted rate.
 
     The growth is signed: while a backlog drains the completions exceed the arrivals by the drain
     (issue 34's decode-pool-loss: 24-31 req/s completed at 12 arriving); counted as no growth, the drain
@@ -204,4 +205,4 @@ class ArrivalInference:
         arrivals = inferred_arrivals(served, t0, h0, t1, h1)
         if arrivals < 0:  # more left than was held and completed: inconsistent, not zero arrivals
             return est
-        return replace(est, signals=replace(est.signals, arrival_rate_rps=arrivals))
+        return replace(est, signals=replace(est.signals, arrival_rate_rps=arrivals), arrivals_inferred=True)

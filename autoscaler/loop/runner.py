@@ -85,6 +85,14 @@ from controllers.split import cost_per_capacity
 
 log = logging.getLogger(__name__)
 
+QUEUE_UNKNOWN_AT_ZERO = "no replica up and the queue unknown: not scaled from zero on the loop's rule"
+"""The words a decision adds where no replica is up and the service's queue is unknown: the loop's scale
+from zero (``scale_from_zero``) sizes from requests seen waiting, and an unknown queue is not "none
+waiting" (it was read as 0 before, silently). Not a hold either: the controller still decides on what it
+knows (the MPC on a gateway's arrival counter), since holding at zero would keep a fleet down while
+requests arrive. The simulator's queue is always known; a Prometheus source's is unknown at zero
+replicas where no gateway queue is scraped (``autoscaler.adapters.prometheus``)."""
+
 
 @dataclass
 class ServiceTick:
@@ -205,9 +213,8 @@ class ControlLoop:
 
     def _decide(self, svc: Service, est: ServiceEstimate, now: float) -> Decision:
         """The decision for one service: the loop's own rules first, then the controller's."""
-        gstate = self.guards[svc.name]
         ctrl = self.controller
-        waiting = est.signals.queue_length or 0.0
+        waiting = est.signals.queue_length  # None: unknown, never read as nothing waiting
         unknown = [n for n, v in est.variants.items() if not v.counts_known]
         unknown += [n for pool in est.pools.values() for n, v in pool.variants.items() if not v.counts_known]
         if unknown:  # never decide (nor scale from zero) on counts nobody knows
@@ -221,10 +228,20 @@ class ControlLoop:
         if ctrl.own_guard:
             return ctrl.decide(est, svc)
         nothing_up = sum(est.current.values()) + sum(est.pool_current.values()) == 0
-        if nothing_up and waiting > 0:
+        if nothing_up and waiting is not None and waiting > 0:
             if svc.variants:
                 return scale_from_zero(svc, self.weights[svc.name], waiting)
             return scale_pools_from_zero(svc, est.pool_weights, waiting)
+        decision = self._decide_rest(svc, est, now)
+        if nothing_up and waiting is None:  # the rule above cannot size from it; the controller may (arrivals)
+            decision = replace(decision, reason=f"{decision.reason}; {QUEUE_UNKNOWN_AT_ZERO}")
+        return decision
+
+    def _decide_rest(self, svc: Service, est: ServiceEstimate, now: float) -> Decision:
+        """``_decide``'s rules after the scale from zero: warm-up, failed queries, idle to minimum, then
+        the controller."""
+        gstate = self.guards[svc.name]
+        ctrl = self.controller
         if now - self.started_s < ctrl.window_s:
             return hold(est.current, "warming up: less than one window of data", Reason.WARMING_UP)
         if est.history_s is not None and est.history_s < ctrl.window_s - ctrl.tick_s:

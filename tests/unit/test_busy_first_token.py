@@ -171,6 +171,11 @@ def test_the_spaced_twin_serves_each_request_alone_in_a_fraction_of_the_stretche
     done = sorted(run_simulation(cfg, spaced, one).sim.requests, key=lambda r: r.req.arrival_s)
     assert len(done) == len(spaced.requests) and all(r.t_finish is not None for r in done)
     assert all(a.t_finish <= b.req.arrival_s for a, b in itertools.pairwise(done))
+    # and on a replica the simulator slows 3x (simulator.slowdown): spaced by the slowed steps
+    slow = cfg.model_copy(update={"simulator": cfg.simulator.model_copy(update={"slowdown": {"h100": 3.0}})})
+    done = sorted(run_simulation(slow, spaced_twin(slow, run), one).sim.requests, key=lambda r: r.req.arrival_s)
+    assert len(done) == len(spaced.requests) and all(r.t_finish is not None for r in done)
+    assert all(a.t_finish <= b.req.arrival_s for a, b in itertools.pairwise(done))
 
 
 def test_the_twins_gap_bounds_a_requests_idle_service_by_hand() -> None:
@@ -185,6 +190,16 @@ def test_the_twins_gap_bounds_a_requests_idle_service_by_hand() -> None:
                                      float(prefill_pairs(d, min(8192, prompt - d))))
                       for d in range(0, prompt, 8192)) + output * H100.step_time(0, 1, prompt + output)
         assert bound == pytest.approx(by_hand, rel=1e-12)
+    # a variant the simulator slows (simulator.slowdown) runs every step 3x as long: the bound is the
+    # slowed profile's, by the same hand sum
+    slow = cfg.model_copy(update={"simulator": cfg.simulator.model_copy(update={"slowdown": {"h100": 3.0}})})
+    h3 = H100.slowed(3.0)
+    for prompt, output in ((1000, 50), (30_000, 200)):
+        by_hand = sum(h3.step_time(min(8192, prompt - d), 1, prompt + output,
+                                   float(prefill_pairs(d, min(8192, prompt - d))))
+                      for d in range(0, prompt, 8192)) + output * h3.step_time(0, 1, prompt + output)
+        assert idle_service_s(slow, prompt, output) == pytest.approx(by_hand, rel=1e-12)
+        assert idle_service_s(slow, prompt, output) > 2.5 * idle_service_s(cfg, prompt, output)
     with pytest.raises(ValueError, match="lengths"):
         idle_service_s(cfg, -1, 5)
     pd = pd_fleet(load_config(ROOT / "examples" / "fleet-pd.yaml"), 1, 1)

@@ -86,7 +86,11 @@ def test_the_loop_differences_the_held_requests_over_its_controller_s_window(spe
 def test_a_gateway_count_is_kept_as_it_is() -> None:
     inf = ArrivalInference()
     inf.apply(est(0.0, 10.0, 0.0))
-    assert inf.apply(est(15.0, 10.0, 60.0, arrivals=7.5)).signals.arrival_rate_rps == 7.5
+    counted = inf.apply(est(15.0, 10.0, 60.0, arrivals=7.5))
+    assert counted.signals.arrival_rate_rps == 7.5 and not counted.arrivals_inferred
+    # inferred (10 + 60 / 15 = 14): marked, so a rule that must not read it low can tell (the PID's floor)
+    inferred = inf.apply(est(30.0, 10.0, 120.0))
+    assert inferred.signals.arrival_rate_rps == pytest.approx(10.0 + 120.0 / 30.0) and inferred.arrivals_inferred
 
 
 def _fed(demand: str, arrivals: float | None) -> float | None:

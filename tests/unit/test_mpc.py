@@ -506,6 +506,10 @@ def test_a_pool_not_applied_behind_prefix_affinity_is_said_once_per_service_and_
         words = f"pool=16 not applied: router prefix_affinity ({where})"
         assert len(said) == 1 and said[0].startswith(f"{SVC.name}: {words}")
         assert all(words in r for r in reasons)
+        # a hold (no rate known) says it too, after its own reason
+        held = c.decide(estimate(645.0, None, {"gh200": 4}), SVC)
+        assert held.hold and held.reason == f"hold: request rate unknown; {words} shares no queue, every " \
+            "replica planned alone"
     for cfg, pool in ((CFG, 16), (sim, 1)):
         caplog.clear()
         c = MPCController(cfg, {SVC.name: WEIGHTS}, forecast="last", mixes={SVC.name: mix}, pool=pool)
@@ -690,10 +694,38 @@ def test_new_demand_counts_the_retries_of_shed_attempts_once() -> None:
     assert new_demand_rps(est, 40.0, 2) == pytest.approx(30.0)
     assert new_demand_rps(est, 40.0, 1) == pytest.approx(32.5)  # 1/2 x 15
     assert new_demand_rps(est, 40.0, 0) == 40.0  # clients that never retry: every attempt is new
-    assert new_demand_rps(est, 5.0, 2) == 0.0  # never below nothing
+    # more shed than received over the gateway's window (deferred attempts shed at their deadline): the
+    # share counts as 1, 40 x (1 - 2/3) = 13.33, never below nothing
+    over = shedding_estimate({"critical": 0.0, "standard": 0.0, "sheddable": 50.0})
+    assert new_demand_rps(over, 40.0, 2) == pytest.approx(40.0 / 3.0)
     for bad in (None, math.nan, -1.0, math.inf):  # one priority's shed rate unknown: the arrivals whole
         unknown = shedding_estimate({"critical": 0.0, "standard": bad, "sheddable": 15.0})
         assert new_demand_rps(unknown, 40.0, 2) == 40.0
+    # one priority's attempts unknown over the gateway's window: the share is unknown, the arrivals whole
+    prio = {**est.signals.by_priority, "standard": replace(est.signals.by_priority["standard"], arrival_rate_rps=None)}
+    assert new_demand_rps(replace(est, signals=replace(est.signals, by_priority=prio)), 40.0, 2) == 40.0
+
+
+def test_new_demand_takes_the_shed_share_over_the_window_the_shed_was_counted_over() -> None:
+    # the gateway's window (60 s): 40 attempts/s, 15 shed; the controller's (300 s): 20 arrivals/s (the
+    # surge only in the last minute). The shed share is 15 / 40 = 0.375, of which 2/3 are retries: 20 x
+    # (1 - 0.25) = 15 req/s new. Before, the 60-s shed rate came off the 300-s arrivals: 20 - 10 = 10.
+    est = shedding_estimate({"critical": 0.0, "standard": 0.0, "sheddable": 15.0})
+    assert new_demand_rps(est, 20.0, 2) == pytest.approx(15.0)
+    # no attempt counted over the gateway's window while 3 were shed: share unknown, the arrivals whole
+    quiet = shedding_estimate({"critical": 0.0, "standard": 0.0, "sheddable": 3.0})
+    prio = {p: replace(s, arrival_rate_rps=0.0) for p, s in quiet.signals.by_priority.items()}
+    assert new_demand_rps(replace(quiet, signals=replace(quiet.signals, by_priority=prio)), 20.0, 2) == 20.0
+
+
+def test_the_mpc_holds_the_completions_whole_when_the_arrivals_are_unknown() -> None:
+    # no service-wide arrival rate (its query failed), 40 req/s completed, 15 attempts/s shed at the
+    # gateway: the completions hold no shed attempt, so nothing comes off them (before: 40 - 2/3 x 15 = 30)
+    est = shedding_estimate({"critical": 0.0, "standard": 0.0, "sheddable": 15.0})
+    est = replace(est, signals=replace(est.signals, arrival_rate_rps=None, request_rate_rps=40.0))
+    c = controller()
+    c.decide(est, SVC)
+    assert c.memory[SVC.name].rates[-1] == (600.0, 40.0)
 
 
 def test_the_mpc_serves_todays_retries_but_holds_only_the_new_requests() -> None:
@@ -942,3 +974,19 @@ def test_hold_measured_measures_the_hold_under_any_hedge(hedge: str) -> None:
     assert holds[900.0] == holds[1350.0] == (0.0, 300.0)
     with pytest.raises(ValueError, match="hold"):
         controller(hold="sometimes")
+
+
+def test_the_backlog_is_spread_to_a_cold_start_once_every_warm_node_is_taken() -> None:
+    # Every default variant has 4 warm nodes, a 90-s warm and a 300-s cold start; ticks of 15 s. The
+    # backlog is charged over the steps until a replica ordered now has served DRAIN_S (60 s): with a
+    # warm node free somewhere, 90 / 15 + 60 / 15 = 10 steps; with 4 replicas of every variant (every
+    # warm node taken, so the simulator starts the next one cold), 300 / 15 + 4 = 24 (before: 10 still).
+    c = controller()
+    some_free = estimate(600.0, 10.0, {"h100": 4, "a100": 4, "gh200": 3}, queue=240.0)
+    none_free = estimate(600.0, 10.0, {"h100": 4, "a100": 4, "gh200": 4}, queue=240.0)
+    assert c.fastest_steps(SVC, some_free) == 6 and c.fastest_steps(SVC, none_free) == 20
+    assert np.count_nonzero(c.backlog_path(some_free, SVC, 10.0)) == 10
+    assert np.count_nonzero(c.backlog_path(none_free, SVC, 10.0)) == 24
+    # starting replicas hold a warm node too: 3 ready and 1 starting of each is every node taken
+    starting = estimate(600.0, 10.0, {v.name: 3 for v in SVC.variants}, {v.name: 1 for v in SVC.variants}, queue=240.0)
+    assert c.fastest_steps(SVC, starting) == 20

@@ -109,10 +109,11 @@ def test_slo_hold_by_hand() -> None:
 def test_no_pool_replica_goes_while_the_service_misses_its_slo(slo_ratio: float, want: int) -> None:
     # The prefill pool drains fast (TTFT ~0 -> e = -1): 8 replicas of 6 req/s = 48; P = 0.2 x 48 x -1 x 0.5
     # = -4.8, I = 48 - 0.005 x 48 x 0.5 x 15 = 46.2, u = 41.4 -> ceil(41.4 / 6) = 7. The service's mean
-    # latency 1.5 x its SLO (the backlog's wait): held at 8; at 0.2 the step down goes ahead.
+    # latency 1.5 x its SLO (the backlog's wait): held at 8; at 0.2 the step down goes ahead. 12 req/s
+    # arrive: the demand floor, 1.25 x 12 = 15, is below 41.4 (unknown arrivals would hold it at 8).
     svc = pd_service(8)
     pid = PIDController(PIDConfig(), 15.0, 60.0)
-    service = Signals(slo_mean_ratio=slo_ratio)
+    service = Signals(slo_mean_ratio=slo_ratio, arrival_rate_rps=12.0)
     d = pid.decide(estimate(100.0, service, pool("prefill", "p", 8, ttft_mean_s=0.0), pool("decode", "d", 8)), svc)
     assert d.desired["p"] == want
     assert ("misses its SLO" in d.reason) == (want == 8)

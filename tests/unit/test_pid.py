@@ -488,6 +488,31 @@ def test_while_replicas_start_a_scale_up_asks_for_at_most_one_and_a_half_times_t
     assert d.desired == {"h100": 5}, d.terms
 
 
+def test_no_scale_down_on_arrivals_unknown_or_inferred_beside_a_silent_pod(make_fleet) -> None:
+    from dataclasses import replace
+
+    from autoscaler.state import PodObservation
+
+    svc = make_fleet(10, min_replicas=0, max_replicas=40).services[0]
+    # the case below (10 x 10 req/s, 32 arriving, latency far below the setpoint: floor 40 -> 4 replicas),
+    # with 9 of the 10 ready pods reporting: a counted (gateway) rate still floors at 4 replicas, but one
+    # inferred without a gateway counter misses the silent pod's requests and may read low, and an
+    # unknown one says nothing: the floor is unknown, so nothing goes (10; before, 4 and the P term's 0)
+    sig = {"slo_mean_ratio": 0.03, "request_rate_rps": 32.0, "arrival_rate_rps": 32.0, "queue_length": 0.0,
+           "running": 20.0}
+    pods = [PodObservation("h100", 0.1, 0.0, 2.0, 0.1, 0.0, name=f"p{i}") for i in range(9)]
+    silent = replace(_estimate(sig, 10, 0, 10.0), pods=pods)
+    assert _pid(kp=5.0, down_gain=1.0).decide(silent, svc).desired == {"h100": 4}
+    d = _pid(kp=5.0, down_gain=1.0).decide(replace(silent, arrivals_inferred=True), svc)
+    assert d.desired == {"h100": 10} and "arrivals unknown or reading low" in d.reason, d.reason
+    unknown = _estimate({k: v for k, v in sig.items() if k != "arrival_rate_rps"}, 10, 0, 10.0)
+    d = _pid(kp=5.0, down_gain=1.0).decide(unknown, svc)
+    assert d.desired == {"h100": 10} and "arrivals unknown or reading low" in d.reason, d.reason
+    # inferred with every pod reporting: the sums hold every request, the floor reads it (4)
+    every = replace(silent, pods=[*pods, replace(pods[0], name="p9")], arrivals_inferred=True)
+    assert _pid(kp=5.0, down_gain=1.0).decide(every, svc).desired == {"h100": 4}
+
+
 def test_a_scale_down_leaves_a_quarter_more_than_the_arrivals(make_fleet) -> None:
     svc = make_fleet(10, min_replicas=0, max_replicas=40).services[0]
     # 10 replicas of 10 req/s, 32 req/s arriving, latency far below the setpoint: the floor is

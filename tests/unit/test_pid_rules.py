@@ -14,6 +14,7 @@ from controllers.pid_rules import (
     demand_cap,
     demand_floor,
     drain_time_s,
+    floor_unknown,
     overload_factor,
     overload_target,
     reanchor,
@@ -77,15 +78,18 @@ def test_demand_cap(u: float, kw: dict[str, Any], expected: float) -> None:
     assert demand_cap(u, load(**kw)) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize(("u", "arrivals", "expected"), [
-    (4.0, 6.0, 7.5),  # 1.25 x 6
-    (4.0, 10.0, 10.0),  # 1.25 x 10 = 12.5, but never above the capacity 10
-    (4.0, None, 4.0),  # arrivals unknown: u
-    (4.0, 0.0, 4.0),  # no arrivals: u
-    (12.0, 6.0, 12.0),  # not a scale-down: u
+@pytest.mark.parametrize(("u", "arrivals", "low", "expected"), [
+    (4.0, 6.0, False, 7.5),  # 1.25 x 6
+    (4.0, 10.0, False, 10.0),  # 1.25 x 10 = 12.5, but never above the capacity 10
+    (4.0, None, False, 10.0),  # arrivals unknown: the floor is unknown, no scale-down (the capacity 10)
+    (4.0, 6.0, True, 10.0),  # arrivals that may read low (a silent pod, no gateway counter): the same
+    (4.0, 0.0, False, 4.0),  # no arrivals, known: u
+    (12.0, 6.0, False, 12.0),  # not a scale-down: u
+    (12.0, None, False, 12.0),  # not a scale-down, arrivals unknown: u (the floor holds only scale-downs)
 ])
-def test_demand_floor(u: float, arrivals: float | None, expected: float) -> None:
-    assert demand_floor(u, load(arrivals_rps=arrivals)) == pytest.approx(expected)
+def test_demand_floor(u: float, arrivals: float | None, low: bool, expected: float) -> None:
+    assert demand_floor(u, load(arrivals_rps=arrivals, arrivals_low=low)) == pytest.approx(expected)
+    assert floor_unknown(u, load(arrivals_rps=arrivals, arrivals_low=low)) == (u < 10.0 and (arrivals is None or low))
 
 
 DISAGREES = "the output disagrees with the error's sign"

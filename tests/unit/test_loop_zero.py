@@ -1,0 +1,73 @@
+"""The loop's scale from zero (``autoscaler.loop.runner``, ``scale_from_zero``) with the queue known and
+unknown: an unknown queue is not "nothing waiting" (it was read as 0), and not a hold either."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from support.recording import RecordingActuator
+
+from autoscaler.config import Service
+from autoscaler.config.loading import parse_config
+from autoscaler.loop.runner import QUEUE_UNKNOWN_AT_ZERO, ControlLoop
+from autoscaler.state import ServiceEstimate, ServiceObservation, Signals, VariantObservation
+from controllers.base import Controller, Decision, Reason
+
+SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
+
+
+def variant(name: str, price: float) -> dict[str, Any]:
+    return {"name": name, "gpu": "H100-SXM", "price_per_gpu_hour": price, "min_replicas": 0, "max_replicas": 8,
+            "initial_replicas": 0, "kv_cache_tokens": 400_000, "profile": "llama-3-8b/h100-sxm"}
+
+
+class _Wakes(Controller):
+    """Asks for 2 of ``a`` on every tick (a controller that wakes on the arrivals); counts its calls."""
+
+    def __init__(self) -> None:
+        super().__init__("wakes", 15.0, 60.0)
+        self.calls = 0
+
+    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
+        self.calls += 1
+        return Decision({"a": 2, "b": 0}, "plan: 2 of a for the arrivals", Reason.SCALE_UP)
+
+
+class _Zero:
+    """No replica up; 6 req/s arrive; the queue as given (None: unknown)."""
+
+    def __init__(self, queue: float | None) -> None:
+        self.queue = queue
+
+    def observe(self, now: float) -> dict[str, ServiceObservation]:
+        sig = Signals(arrival_rate_rps=6.0, queue_length=self.queue)
+        counts = {"a": VariantObservation(0, 0), "b": VariantObservation(0, 0)}
+        return {"svc": ServiceObservation("svc", now, sig, counts, history_s=now)}
+
+
+def run(queue: float | None) -> tuple[Decision, int]:
+    doc = {"services": [{"name": "svc", "model": "m", "slo": SLO, "variants": [variant("a", 3.0), variant("b", 2.0)]}],
+           "controller": {"tick_s": 15, "window_s": 60}}
+    cfg = parse_config(doc, "<zero>")
+    ctrl = _Wakes()
+    loop = ControlLoop(cfg, _Zero(queue), RecordingActuator(), ctrl)
+    loop.start(0.0)
+    return loop.tick(60.0).services["svc"].decision, ctrl.calls
+
+
+def test_requests_waiting_with_nothing_up_wake_the_cheapest_variant_on_the_loop_s_rule() -> None:
+    # 4 waiting, no replica: the loop's own rule, one of the cheaper variant (b, $2/h against $3/h for
+    # the same profile), the controller not asked
+    d, calls = run(4.0)
+    assert d.code is Reason.SCALE_FROM_ZERO and d.desired == {"a": 0, "b": 1} and calls == 0
+
+
+def test_an_unknown_queue_with_nothing_up_is_said_and_left_to_the_controller() -> None:
+    # unknown, not 0: the loop's rule cannot size from it, and the decision says so (before, it read as
+    # 0 and said nothing); not a hold: the controller still wakes the fleet on what it knows
+    d, calls = run(None)
+    assert calls == 1 and d.desired == {"a": 2, "b": 0} and d.code is Reason.SCALE_UP and not d.hold
+    assert d.reason == f"plan: 2 of a for the arrivals; {QUEUE_UNKNOWN_AT_ZERO}"
+    # a known empty queue: the controller's decision as it is
+    d, calls = run(0.0)
+    assert calls == 1 and d.reason == "plan: 2 of a for the arrivals"
