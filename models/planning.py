@@ -115,7 +115,8 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
   too), then each service is planned alone within its share (on the problem's own steps, the
   services whose shares came out fractional together, a few at a time); a service left with unserved
   demand where GPUs were left over plans again with them, and the few whose plans lie furthest above
-  their own relaxation are searched exactly; then, up to 10 services (``PAIR_UP_TO``), the services
+  their own relaxation are searched exactly (the tuned search with the demand rows' hull and no
+  strong branching: ``EXACT_HULL``, ``EXACT_OPTIONS``); then, up to 10 services (``PAIR_UP_TO``), the services
   leaving the most demand unserved are planned again two at a time within what the others leave them
   (``_pair_polish``), which settles the shares' rounding between two services as the joint optimum
   would; last, up to 20 services (``POLISH_UP_TO``), the joint problem is searched within a replica
@@ -1953,8 +1954,8 @@ EXACT_OPTIONS: dict[str, float | bool | int] = {"mip_pscost_minreliable": 0}
 (pseudocosts trusted from the first branching, ``mip_pscost_minreliable`` 0; strong branching was
 65-76 % of the LP iterations of the slowest one-service searches). With ``EXACT_HULL``, on 50 services
 of ``benchmarks/plan_solve.py --mpc --sizes 50`` (10 problems a seed, seeds 0-4; seed 1 tuned on) the
-exact searches took 28 % less CPU in all, the replica counts the same on every plan and the cost
-within 1e-9 relative (``docs/benchmarks.md``, "The exact searches of a decomposed solve"). An
+exact searches took 16-35 % less CPU a seed, the replica counts the same on every plan and the cost
+within 6e-10 relative (``docs/benchmarks.md``, "The exact searches of a decomposed solve"). An
 option that the installed HiGHS lacks (an older scipy's build) is left out."""
 
 
