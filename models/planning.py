@@ -115,7 +115,8 @@ Solving fast (issue 28; ``docs/controllers.md#solving-fast`` has the measurement
   too), then each service is planned alone within its share (on the problem's own steps, the
   services whose shares came out fractional together, a few at a time); a service left with unserved
   demand where GPUs were left over plans again with them, and the few whose plans lie furthest above
-  their own relaxation are searched exactly; then, up to 10 services (``PAIR_UP_TO``), the services
+  their own relaxation are searched exactly (the tuned search with the demand rows' hull and no
+  strong branching: ``EXACT_HULL``, ``EXACT_OPTIONS``); then, up to 10 services (``PAIR_UP_TO``), the services
   leaving the most demand unserved are planned again two at a time within what the others leave them
   (``_pair_polish``), which settles the shares' rounding between two services as the joint optimum
   would; last, up to 20 services (``POLISH_UP_TO``), the joint problem is searched within a replica
@@ -1536,8 +1537,9 @@ def _left(deadline: float) -> float:
     return max(0.0, deadline - time.perf_counter())
 
 
-def _options(problem: PlanProblem, deadline: float) -> dict[str, float | bool | int]:
-    """HiGHS's options for ``problem`` with the time left until ``deadline``."""
+def _options(problem: PlanProblem, deadline: float,
+             extra: Mapping[str, float | bool | int] | None = None) -> dict[str, float | bool | int]:
+    """HiGHS's options for ``problem`` with the time left until ``deadline``, ``extra`` over them."""
     options: dict[str, float | bool | int] = {"time_limit": _left(deadline), "mip_rel_gap": problem.mip_rel_gap}
     if problem.node_limit is not None:
         options["node_limit"] = problem.node_limit
@@ -1546,6 +1548,7 @@ def _options(problem: PlanProblem, deadline: float) -> dict[str, float | bool | 
         options.update(FAST_OPTIONS)
     if _tuned(problem):
         options.update(TUNED_OPTIONS)
+    options.update(extra or {})
     return options
 
 
@@ -1666,14 +1669,16 @@ def _with_caps(model: Model, caps: np.ndarray) -> Model:
 
 
 def _solve_model(problem: PlanProblem, caps: Mapping[str | None, np.ndarray] | None = None,
-                 model: Model | None = None, deadline: float | None = None, warm: _WarmLp | None = None) -> _Result:
+                 model: Model | None = None, deadline: float | None = None, warm: _WarmLp | None = None,
+                 extra: Mapping[str, float | bool | int] | None = None) -> _Result:
     """One MILP (``_build``'s with ``caps``, or ``model`` when already built): HiGHS's plan, the step
     limits dropped when no plan keeps them, a relaxed tail rounded (solved whole when no rounding
     meets the constraints), a fallback at a limit without a plan (``solve``). Every HiGHS call
-    shares ``time_limit_s`` from now (or what is left until ``deadline``). ``warm``: ``_near_lp``'s."""
+    shares ``time_limit_s`` from now (or what is left until ``deadline``). ``warm``: ``_near_lp``'s.
+    ``extra``: HiGHS options over ``_options``' for every MILP of this solve (``EXACT_OPTIONS``)."""
     if deadline is None:
         deadline = time.perf_counter() + problem.time_limit_s
-    options = _options(problem, deadline)
+    options = _options(problem, deadline, extra)
     relaxed = False
     c, cons, bounds, integral = model if model is not None else _build(problem, True, caps)
     res = None if problem.neighbourhood is None else _near_lp(problem, c, cons, bounds, integral, options, deadline,
@@ -1686,19 +1691,19 @@ def _solve_model(problem: PlanProblem, caps: Mapping[str | None, np.ndarray] | N
             direct, note = False, "; highspy is not installed: solved through scipy"
         else:
             start, note = _start_x(problem, cons, bounds) if problem.start is not None else (None, "")
-            res = _highspy_milp(c, cons, bounds, integral, _options(problem, deadline), start)
+            res = _highspy_milp(c, cons, bounds, integral, _options(problem, deadline, extra), start)
             started, direct = res is not None and start is not None, res is not None
             note = f"; through highspy{note}" if direct else "; highspy reported an error: solved through scipy"
     if res is None and problem.tail_up and _Index(problem).integer_blocks < _Index(problem).nb:
         res = _tail_up(problem, c, cons, bounds, integral, deadline)
         note += "; later blocks priced rounded up" if res is not None else ""
     if res is None:
-        res = _milp(c, cons, bounds, integral, _options(problem, deadline))
+        res = _milp(c, cons, bounds, integral, _options(problem, deadline, extra))
     if res.x is None and _highs_limit(res) is None:  # no plan within the step limits
         relaxed = True
         c, cons, bounds, integral = _build(problem, False, caps)
-        loose = _highspy_milp(c, cons, bounds, integral, _options(problem, deadline), None) if direct else None
-        res = loose if loose is not None else _milp(c, cons, bounds, integral, _options(problem, deadline))
+        loose = _highspy_milp(c, cons, bounds, integral, _options(problem, deadline, extra), None) if direct else None
+        res = loose if loose is not None else _milp(c, cons, bounds, integral, _options(problem, deadline, extra))
     limit = _highs_limit(res)
     if res.x is None and limit is None:
         raise RuntimeError(f"planner: HiGHS found no plan ({res.message})")
@@ -1938,6 +1943,20 @@ from the search near their relaxation lies furthest above it (``docs/controllers
 
 EXACT_GAP = 1e-3
 """... and only while that gap is above this fraction of the whole plan's cost."""
+
+EXACT_HULL = True
+"""Whether a decomposed solve's exact searches (``EXACT_PARTS``) use the demand rows' convex hull
+(``PlanProblem.hull``) in place of the MIR rows where a service's variants have two capacities (with
+three or more the model is the MIR one)."""
+
+EXACT_OPTIONS: dict[str, float | bool | int] = {"mip_pscost_minreliable": 0}
+"""HiGHS options of a decomposed solve's exact searches over ``TUNED_OPTIONS``: no strong branching
+(pseudocosts trusted from the first branching, ``mip_pscost_minreliable`` 0; strong branching was
+65-76 % of the LP iterations of the slowest one-service searches). With ``EXACT_HULL``, on 50 services
+of ``benchmarks/plan_solve.py --mpc --sizes 50`` (10 problems a seed, seeds 0-4; seed 1 tuned on) the
+exact searches took 16-35 % less CPU a seed, the replica counts the same on every plan and the cost
+within 6e-10 relative (``docs/benchmarks.md``, "The exact searches of a decomposed solve"). An
+option that the installed HiGHS lacks (an older scipy's build) is left out."""
 
 
 def _service_x(problem: PlanProblem, x: np.ndarray, i: int) -> np.ndarray:
@@ -2246,8 +2265,11 @@ def _solve_decomposed(problem: PlanProblem, started: float) -> Plan | None:
         mine = u @ xs[i]
         cap = limit - (planned - mine)
         caps = {key: cap[ki * nb:(ki + 1) * nb] for ki, key in enumerate(keys)}
-        tuned = dataclasses.replace(subs[i], neighbourhood=None, tuned=True)
-        result = _solve_model(tuned, caps, _with_caps(models[i], cap), deadline)
+        tuned = dataclasses.replace(subs[i], neighbourhood=None, tuned=True, hull=EXACT_HULL)
+        model = _build(tuned, True, unlimited) if EXACT_HULL else models[i]  # the hull rows for the MIR rows
+        result = _solve_model(tuned, caps, _with_caps(model, cap), deadline,
+                              extra={k: v for k, v in EXACT_OPTIONS.items() if _settable(frozenset({k}))}
+                              if _tuned(tuned) else None)
         nodes += result.nodes or 0
         if (result.fallback is None and np.all(u @ result.x <= cap + FEASIBLE_TOL)
                 and float(c @ result.x) < float(c @ xs[i]) - 1e-9):

@@ -219,6 +219,40 @@ def test_the_near_search_with_presolve_gives_the_replica_counts_and_cost_of_the_
     assert check(problem, fast) == pytest.approx(fast.cost, rel=1e-6)
 
 
+@pytest.mark.parametrize("seed", [705, 706, 716])
+def test_the_exact_searches_with_the_hull_and_no_strong_branching_give_the_plan_of_those_without(
+        monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    # EXACT_HULL and EXACT_OPTIONS: a decomposed solve's exact searches (EXACT_PARTS) with the demand
+    # rows' hull for the MIR rows and no strong branching: the same plans searched to the same gap,
+    # so every replica count of the search before (the MIR rows, HiGHS's branching) and its cost
+    # (the serving split within HiGHS's tolerances), and the plan keeps every constraint (by hand).
+    # Seeds where the exact search runs on one service of three.
+    problem = dataclasses.replace(fleet(seed, 3, h=16, dt=15.0), neighbourhood=0, decompose=True, mip_rel_gap=1e-4)
+    assert planning.EXACT_OPTIONS == {"mip_pscost_minreliable": 0} and planning.EXACT_HULL
+    rows: dict[str, list[int]] = {"hull": [], "mir": []}  # the exact searches' model rows
+    milp = planning._milp
+
+    def counted(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.ndarray,
+                options: dict[str, float | bool | int]) -> OptimizeResult:
+        if np.any(integral) and "mip_pool_soft_limit" in options and "presolve" not in options:  # TUNED_OPTIONS
+            rows["hull" if options.get("mip_pscost_minreliable") == 0 else "mir"].append(cons.A.shape[0])
+        return milp(c, cons, bounds, integral, options)
+
+    monkeypatch.setattr(planning, "_milp", counted)
+    fast = solve(problem)
+    monkeypatch.setattr(planning, "EXACT_OPTIONS", {})
+    monkeypatch.setattr(planning, "EXACT_HULL", False)
+    before = solve(problem)
+    assert len(rows["hull"]) == len(rows["mir"]) >= 1
+    assert all(h > m for h, m in zip(rows["hull"], rows["mir"], strict=True))  # the hull's facets are there
+    assert fast.message.startswith("decomposed") and before.message.startswith("decomposed")
+    for svc in problem.services:
+        for v in svc.variants:
+            assert np.array_equal(fast.replicas[svc.name][v.name], before.replicas[svc.name][v.name])
+    assert fast.cost == pytest.approx(before.cost, rel=1e-8)
+    assert check(problem, fast) == pytest.approx(fast.cost, rel=1e-6)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_a_relaxed_tail_is_rounded_to_whole_replicas_that_keep_the_constraints(seed: int) -> None:
     # integer_blocks=1: only the first block is integer, the rest of the horizon is the LP relaxation,
