@@ -24,7 +24,11 @@ of the SLO stay within ``1 - attainment`` (default 1 %):
 * **TTFT** (prefill time vs the TTFT target). Prefills are served FCFS: an M/G/1 queue whose
   service is the request's prefill steps (``a P + ceil(P / budget) s_d``), with the exponential
   waiting-time tail of heavy traffic (Kingman): ``P(W > t) = rho exp(-2 (1 - rho) t / (E[S] (ca^2 +
-  cs^2)))``. A request misses when its wait exceeds ``ttft_s - S - s_d``. (With
+  cs^2)))``. A request misses when its wait exceeds ``ttft_s - S - s_d``. On one replica, for a mix
+  with a prompts' marginal (``RequestMix.prompt_points``), ``S``, its moments and each request's
+  slack are the marginal's (``_ttft_miss``: a request's TTFT reads its prompt alone, and the
+  stratified points understate the service's ``cs^2`` and count a stratum straddling the idle limit
+  wholly on one side). (With
   ``ReplicaSpec.busy_period``, one replica: the wait's whole law, Pollaczek-Khinchine over the
   prompts' marginal, ``_pk_wait_sf``, since a few long prompts make the tail that the second moment
   alone leaves out; and the prompts queued behind a request fill its last prefill step's budget
@@ -190,7 +194,8 @@ class RequestMix:
             each quantile stratum of ``_PROMPT_EDGES`` (0.5 % wide, finer toward the longest), tokens,
             and each stratum's share; None: the points' own. The stratified points average each output
             stratum's longest prompts away, and with them the prefill queue's tail, which a few
-            long prompts make; the busy-period form reads the marginal (``_queue_points``).
+            long prompts make; the TTFT bound reads the marginal on one replica in either form
+            (``_ttft_miss``; the busy-period form's queue, ``_queue_points``).
     """
 
     input_tokens: np.ndarray
@@ -332,10 +337,11 @@ class ReplicaSpec:
             takes the prefill queue's whole wait law over the prompts' marginal (``_pk_wait_sf``,
             ``_wait_to_miss``; no decode step kept for the first token, the step in flight counted
             instead, ``_step_in_flight``; the slot-wait bound, on the same slack, drops the step with
-            nothing in its place, not examined); its TTFT and slot-wait misses are counted over the prompts' marginal
-            (``_ttft_miss``), and its capacity is the rate at which the four bounds share one budget
-            (``replica_capacity``); False (default): the work arriving over a fixed window of ``D x
-            itl_s``, an upper bound of it, Kingman's tail, and each bound its own budget
+            nothing in its place, not examined); its slot-wait misses are counted over the prompts'
+            marginal as its TTFT misses are in either form (``_ttft_miss``), and its capacity is the
+            rate at which the four bounds share one budget (``replica_capacity``); False (default): the
+            work arriving over a fixed window of ``D x itl_s``, an upper bound of it, Kingman's tail
+            (over the prompts' marginal on one replica), and each bound its own budget
             (docs/benchmarks.md, "Capacity model", measures both).
         backlog: (needs ``busy_period``; opt-in, ``mpc:backlog=1``) the busy-period form's prefill queue
             as a backlog serves it: prompts queued together share a step, so the queue charges each
