@@ -21,9 +21,9 @@ SPEC = ReplicaSpec(H100, 256, 8192, 16, 400_000)
 TTFT_S = 0.5
 # Two stratified points whose prompts average a marginal of four: the same mean prompt (4,000 tokens),
 # but the marginal's prefill service varies more (the points average each stratum's long prompts away).
+PROMPTS, SHARES = np.array([1000.0, 3000.0, 5000.0, 7000.0]), np.array([0.25, 0.25, 0.25, 0.25])
 MIX = RequestMix(np.array([2000.0, 6000.0]), np.array([200.0, 200.0]), np.array([0.5, 0.5]),
-                 prompt_points=np.array([1000.0, 3000.0, 5000.0, 7000.0]),
-                 prompt_weights=np.array([0.25, 0.25, 0.25, 0.25]))
+                 prompt_points=PROMPTS, prompt_weights=SHARES)
 WITHOUT = replace(MIX, prompt_points=None, prompt_weights=None)
 
 
@@ -49,7 +49,7 @@ def by_hand(rate: float, prompts: np.ndarray, weights: np.ndarray) -> float:
 
 def test_the_ttft_misses_are_kingmans_tail_over_the_prompts_marginal() -> None:
     for rate in (2.0, 3.0, 3.5):
-        over_marginal = by_hand(rate, MIX.prompt_points, MIX.prompt_weights)
+        over_marginal = by_hand(rate, PROMPTS, SHARES)
         over_points = by_hand(rate, MIX.input_tokens, MIX.weights)
         assert _ttft_miss(SPEC, MIX, rate, TTFT_S) == pytest.approx(over_marginal, rel=1e-9)
         # a mix without a marginal keeps its points
@@ -61,14 +61,13 @@ def test_the_ttft_misses_are_kingmans_tail_over_the_prompts_marginal() -> None:
 def test_the_ttft_bound_is_the_rate_where_the_hand_formula_reaches_the_budget() -> None:
     # the budget is 1 % over what an idle replica misses (``replica_capacity``): no prompt here (the
     # longest, 7,000 tokens, prefills in ~0.2 s), so the idle share is only Kingman's tail at rho ~ 0
-    floor = by_hand(UNLOADED / _work(SPEC, MIX), MIX.prompt_points, MIX.prompt_weights)
+    floor = by_hand(UNLOADED / _work(SPEC, MIX), PROMPTS, SHARES)
     assert floor < 1e-6
     lo, hi = 0.5, 6.0
-    assert by_hand(lo, MIX.prompt_points, MIX.prompt_weights) < 0.01 < by_hand(hi, MIX.prompt_points,
-                                                                                 MIX.prompt_weights)
+    assert by_hand(lo, PROMPTS, SHARES) < 0.01 < by_hand(hi, PROMPTS, SHARES)
     for _ in range(60):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if by_hand(mid, MIX.prompt_points, MIX.prompt_weights) <= 0.01 + floor else (lo, mid)
+        lo, hi = (mid, hi) if by_hand(mid, PROMPTS, SHARES) <= 0.01 + floor else (lo, mid)
     bounds = replica_capacity(SPEC, MIX, TTFT_S, 0.1)
     assert bounds.ttft_rps == pytest.approx(lo, rel=1e-6)
     # over the stratified points the bound is higher (what the planners had before)
