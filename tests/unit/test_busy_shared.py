@@ -45,12 +45,12 @@ def test_idle_ttft_misses_over_the_prompt_marginal_match_a_brute_force_count() -
     over_marginal = _ttft_miss(busy, mix, idle, 2.0)
     assert 0.05 < brute < 0.25
     assert over_marginal == pytest.approx(brute, abs=0.005)  # one 0.5 % stratum at most
-    # the default form reads the marginal too on one replica (since i28-band's sixth pass)
-    plain = replace(busy, busy_period=False)
-    assert _ttft_miss(plain, mix, idle, 2.0) == pytest.approx(brute, abs=0.005)
-    # the mix's stratified points alone (a mix without the marginal) count whole strata of 4 % one side or the other
-    stratified = _ttft_miss(plain, replace(mix, prompt_points=None, prompt_weights=None), idle, 2.0)
+    # the mix's stratified points (the default form's) count whole strata of 4 % one side or the other
+    stratified = _ttft_miss(replace(busy, busy_period=False), mix, idle, 2.0)
     assert abs(stratified - brute) > 0.005
+    # with ``prompt_marginal`` (opt-in) the default form reads the marginal too
+    marginal = replace(busy, busy_period=False, prompt_marginal=True)
+    assert _ttft_miss(marginal, mix, idle, 2.0) == pytest.approx(brute, abs=0.005)
 
 
 def mooncake_like_mix() -> RequestMix:

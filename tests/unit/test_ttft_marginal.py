@@ -1,8 +1,8 @@
-"""The default form's TTFT bound on one replica reads the prompts' marginal (``RequestMix.prompt_points``):
-its queue's service moments and each request's slack come from the marginal's points, not the mix's
-stratified ones. Checked against the formula worked by hand (Kingman's tail over the marginal), the
-TTFT bound's rate against a bisection of that hand formula, and a mix without a marginal against the
-stratified points (what it was before).
+"""The default form's TTFT bound with ``ReplicaSpec.prompt_marginal`` (opt-in, ``mpc:marginal=1``) reads
+the prompts' marginal (``RequestMix.prompt_points``) on one replica: its queue's service moments and
+each request's slack come from the marginal's points, not the mix's stratified ones. Checked against
+the formula worked by hand (Kingman's tail over the marginal), the TTFT bound's rate against a
+bisection of that hand formula, and without the option (or a marginal) against the stratified points.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from models.capacity import UNLOADED, ReplicaSpec, RequestMix, _ttft_miss, _work
 from models.profiles import get_profile
 
 H100 = get_profile("llama-3-8b/h100-sxm")
-SPEC = ReplicaSpec(H100, 256, 8192, 16, 400_000)
+PLAIN = ReplicaSpec(H100, 256, 8192, 16, 400_000)
+SPEC = replace(PLAIN, prompt_marginal=True)
 TTFT_S = 0.5
 # Two stratified points whose prompts average a marginal of four: the same mean prompt (4,000 tokens),
 # but the marginal's prefill service varies more (the points average each stratum's long prompts away).
@@ -52,8 +53,9 @@ def test_the_ttft_misses_are_kingmans_tail_over_the_prompts_marginal() -> None:
         over_marginal = by_hand(rate, PROMPTS, SHARES)
         over_points = by_hand(rate, MIX.input_tokens, MIX.weights)
         assert _ttft_miss(SPEC, MIX, rate, TTFT_S) == pytest.approx(over_marginal, rel=1e-9)
-        # a mix without a marginal keeps its points
+        # a mix without a marginal keeps its points, and so does the default form without the option
         assert _ttft_miss(SPEC, WITHOUT, rate, TTFT_S) == pytest.approx(over_points, rel=1e-9)
+        assert _ttft_miss(PLAIN, MIX, rate, TTFT_S) == pytest.approx(over_points, rel=1e-9)
         # and the marginal's heavier service law misses more: the two differ well beyond rounding
         assert over_marginal > 1.1 * over_points
 
@@ -70,10 +72,24 @@ def test_the_ttft_bound_is_the_rate_where_the_hand_formula_reaches_the_budget() 
         lo, hi = (mid, hi) if by_hand(mid, PROMPTS, SHARES) <= 0.01 + floor else (lo, mid)
     bounds = replica_capacity(SPEC, MIX, TTFT_S, 0.1)
     assert bounds.ttft_rps == pytest.approx(lo, rel=1e-6)
-    # over the stratified points the bound is higher (what the planners had before)
-    assert replica_capacity(SPEC, WITHOUT, TTFT_S, 0.1).ttft_rps > 1.03 * bounds.ttft_rps
+    # over the stratified points (the default form's, the planners') the bound is higher
+    assert replica_capacity(PLAIN, MIX, TTFT_S, 0.1).ttft_rps > 1.03 * bounds.ttft_rps
 
 
 def test_a_pool_keeps_the_mixs_points() -> None:
     # pooled replicas keep Kingman-Whitt's queue over the stratified points (docs/benchmarks.md)
     assert _ttft_miss(SPEC, MIX, 3.0, TTFT_S, replicas=4) == _ttft_miss(SPEC, WITHOUT, 3.0, TTFT_S, replicas=4)
+
+
+def test_mpc_marginal_option_plans_on_the_prompts_marginal() -> None:
+    from autoscaler.config.loading import default_config
+    from controllers.mpc import MPCController
+    from controllers.registry import build
+
+    cfg = default_config()
+    v = cfg.services[0].variants[0]
+    on, off = build("mpc:marginal=1", cfg), build("mpc", cfg)
+    assert isinstance(on, MPCController) and isinstance(off, MPCController)
+    assert on._slowed(v, 1.0).prompt_marginal and not off._slowed(v, 1.0).prompt_marginal
+    with pytest.raises(ValueError, match="marginal"):
+        build("mpc:marginal=2", cfg)
