@@ -18,9 +18,9 @@ fleet (``autoscaler.knee.pd_fleet``) of one replica of that role and enough of t
 the role's model over the other's) that only the measured one limits, rates of the whole service.
 
     python benchmarks/capacity.py [--cases NAME ...] [--data ../shared/data] [--replicas N (>= 1)] [--prefill-cap]
-        [--busy-period] [--backlog] [--seed N (>= 0)] [--json]
+        [--busy-period] [--backlog] [--prompt-marginal] [--seed N (>= 0)] [--json]
     python benchmarks/capacity.py --roles [--cases NAME ...] [--data ../shared/data] [--json]
-        (--replicas, --prefill-cap, --busy-period, --backlog and --seed are refused with --roles)
+        (--replicas, --prefill-cap, --busy-period, --backlog, --prompt-marginal and --seed are refused with --roles)
 """
 
 from __future__ import annotations
@@ -175,11 +175,12 @@ def lengths(case: Case, data: Path, n: int = 20_000, seed: int = 1) -> tuple[np.
 
 
 def measure(name: str, data: Path, replicas: int = 1, prefill_cap: bool = False,
-            busy_period: bool = False, seed: int = 0, backlog: bool = False) -> dict[str, Any]:
+            busy_period: bool = False, seed: int = 0, backlog: bool = False,
+            prompt_marginal: bool = False) -> dict[str, Any]:
     case = CASES[name]
     cfg = fleet(case, replicas)
     spec = replace(ReplicaSpec.of(cfg.services[0].variants[0], cfg.engine), prefill_cap=prefill_cap,
-                   busy_period=busy_period or backlog, backlog=backlog)
+                   busy_period=busy_period or backlog, backlog=backlog, prompt_marginal=prompt_marginal)
     ins, outs = lengths(case, data)
     # the model sizes what the replica serves: a request over the context is rejected (HTTP 400) and
     # counted nowhere in the knee's attainment (on Mooncake-like lengths 1.4 % of the draws)
@@ -189,7 +190,7 @@ def measure(name: str, data: Path, replicas: int = 1, prefill_cap: bool = False,
     # the idle misses a variant may show are the example service's (its best variant's, plus 5 points)
     example = load_config(ROOT / "examples" / "fleet.yaml").services[0]
     limit = allowance([replace(ReplicaSpec.of(v, cfg.engine), prefill_cap=prefill_cap,
-                               busy_period=busy_period or backlog, backlog=backlog)
+                               busy_period=busy_period or backlog, backlog=backlog, prompt_marginal=prompt_marginal)
                        for v in example.variants], mix, case.ttft_s, itl_s)
     model = replica_capacity(spec, mix, case.ttft_s, itl_s, unservable=limit, replicas=replicas)
     shared = shared_capacity(spec, mix, case.ttft_s, itl_s, unservable=limit, replicas=replicas)
@@ -231,6 +232,9 @@ def main() -> None:
                     help="the busy-period form (implies --busy-period) with its prefill queue as a backlog serves it: "
                          "queued prompts share a step's overhead, and the prompts a busy period admitted weigh on its "
                          "steps and the KV (models.capacity.ReplicaSpec.backlog); not with --roles")
+    ap.add_argument("--prompt-marginal", action="store_true",
+                    help="the model's TTFT bound reads the prompts' marginal on one replica "
+                         "(models.capacity.ReplicaSpec.prompt_marginal); not with --roles")
     ap.add_argument("--seed", type=int, default=None,
                     help="the knee's simulations' seed, >= 0 (arrivals and the pairs drawn; the lengths' own draw is "
                          "fixed; default 0); not with --roles")
@@ -249,7 +253,8 @@ def main() -> None:
     if args.roles:
         # measure_role takes none of these: each would be silently ignored
         given = [flag for flag, on in (("--replicas", args.replicas is not None), ("--prefill-cap", args.prefill_cap),
-                                       ("--busy-period", args.busy_period), ("--backlog", args.backlog)) if on]
+                                       ("--busy-period", args.busy_period), ("--backlog", args.backlog),
+                                       ("--prompt-marginal", args.prompt_marginal)) if on]
         if given:
             ap.error(f"{', '.join(given)}: not with --roles (the P/D role models take no such option)")
     if args.replicas is not None and args.replicas < 1:
@@ -271,7 +276,8 @@ def main() -> None:
         return
     for name in names:
         t = time.perf_counter()
-        row = measure(name, args.data, replicas, args.prefill_cap, args.busy_period, seed, args.backlog)
+        row = measure(name, args.data, replicas, args.prefill_cap, args.busy_period, seed, args.backlog,
+                      args.prompt_marginal)
         if args.json:
             print(json.dumps(row), flush=True)
         else:

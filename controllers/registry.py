@@ -19,6 +19,7 @@ the p95 SLO ratio; ``burst=1`` plans for the arrivals'
 measured burstiness (``models.arrivals``), ``cap=1`` counts that a step prefills at most its budget,
 ``busy=1`` takes the prefill riding in a decode as a busy period's work (``ReplicaSpec.busy_period``);
 ``backlog=1`` adds to that form its prefill queue as a backlog serves it (``ReplicaSpec.backlog``);
+``marginal=1`` has the TTFT bound read the prompts' marginal (``ReplicaSpec.prompt_marginal``);
 ``cover=1`` holds a scale-down while the plan is short within a cold start (``hold_downs_within_start``);
 ``trend=1`` plans for the rise the last cold start's rates show (``rising_slope``, ``trend_path``);
 ``floor=1`` never plans below the burst floor: the highest one-tick arrival rate over the hold, times
@@ -350,6 +351,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     pd_scale=Param(int, 0, closed=True, high=1),
                     burst=Param(int, 0, closed=True, high=1), cap=Param(int, 0, closed=True, high=1),
                     busy=Param(int, 0, closed=True, high=1), backlog=Param(int, 0, closed=True, high=1),
+                    marginal=Param(int, 0, closed=True, high=1),
                     coverage=Param(float, 0.0, high=0.999), cover=Param(int, 0, closed=True, high=1),
                     trend=Param(int, 0, closed=True, high=1), floor=Param(int, 0, closed=True, high=1),
                     rise=Param(int, 0, closed=True, high=1),

@@ -24,7 +24,11 @@ of the SLO stay within ``1 - attainment`` (default 1 %):
 * **TTFT** (prefill time vs the TTFT target). Prefills are served FCFS: an M/G/1 queue whose
   service is the request's prefill steps (``a P + ceil(P / budget) s_d``), with the exponential
   waiting-time tail of heavy traffic (Kingman): ``P(W > t) = rho exp(-2 (1 - rho) t / (E[S] (ca^2 +
-  cs^2)))``. A request misses when its wait exceeds ``ttft_s - S - s_d``. (With
+  cs^2)))``. A request misses when its wait exceeds ``ttft_s - S - s_d``. On one replica, for a mix
+  with a prompts' marginal (``RequestMix.prompt_points``), ``S``, its moments and each request's
+  slack are the marginal's with ``ReplicaSpec.prompt_marginal`` (opt-in; ``_ttft_miss``: a request's
+  TTFT reads its prompt alone, and the stratified points understate the service's ``cs^2`` and count a
+  stratum straddling the idle limit wholly on one side). (With
   ``ReplicaSpec.busy_period``, one replica: the wait's whole law, Pollaczek-Khinchine over the
   prompts' marginal, ``_pk_wait_sf``, since a few long prompts make the tail that the second moment
   alone leaves out; and the prompts queued behind a request fill its last prefill step's budget
@@ -190,7 +194,8 @@ class RequestMix:
             each quantile stratum of ``_PROMPT_EDGES`` (0.5 % wide, finer toward the longest), tokens,
             and each stratum's share; None: the points' own. The stratified points average each output
             stratum's longest prompts away, and with them the prefill queue's tail, which a few
-            long prompts make; the busy-period form reads the marginal (``_queue_points``).
+            long prompts make; the busy-period form reads the marginal (``_queue_points``, ``_ttft_miss``),
+            and so does the default form's TTFT bound with ``ReplicaSpec.prompt_marginal``.
     """
 
     input_tokens: np.ndarray
@@ -332,10 +337,11 @@ class ReplicaSpec:
             takes the prefill queue's whole wait law over the prompts' marginal (``_pk_wait_sf``,
             ``_wait_to_miss``; no decode step kept for the first token, the step in flight counted
             instead, ``_step_in_flight``; the slot-wait bound, on the same slack, drops the step with
-            nothing in its place, not examined); its TTFT and slot-wait misses are counted over the prompts' marginal
-            (``_ttft_miss``), and its capacity is the rate at which the four bounds share one budget
-            (``replica_capacity``); False (default): the work arriving over a fixed window of ``D x
-            itl_s``, an upper bound of it, Kingman's tail, and each bound its own budget
+            nothing in its place, not examined); its slot-wait misses are counted over the prompts'
+            marginal as its TTFT misses are (``_ttft_miss``), and its capacity is the
+            rate at which the four bounds share one budget (``replica_capacity``); False (default): the
+            work arriving over a fixed window of ``D x itl_s``, an upper bound of it, Kingman's tail,
+            and each bound its own budget
             (docs/benchmarks.md, "Capacity model", measures both).
         backlog: (needs ``busy_period``; opt-in, ``mpc:backlog=1``) the busy-period form's prefill queue
             as a backlog serves it: prompts queued together share a step, so the queue charges each
@@ -346,6 +352,12 @@ class ReplicaSpec:
             (a pool keeps Kingman-Whitt's queue, ``replicas``), the KV term per replica in a pool too.
             False (default): neither.
             docs/benchmarks.md, "The out-of-band cases, fourth pass", measures it.
+        prompt_marginal: (opt-in, ``mpc:marginal=1``; the busy-period form does it already) on one
+            replica the default form's TTFT bound reads the prompts' marginal (``RequestMix.prompt_points``)
+            for its queue's service law and each request's slack (``_ttft_miss``: Kingman's tail with the
+            service's ``cs^2`` over 0.5 %-wide prompt strata, and the idle misses counted on them);
+            False (default): over the mix's stratified points. docs/benchmarks.md, "The out-of-band
+            cases, sixth pass", measures it.
     """
 
     profile: PerformanceProfile
@@ -356,6 +368,7 @@ class ReplicaSpec:
     prefill_cap: bool = False
     busy_period: bool = False
     backlog: bool = False
+    prompt_marginal: bool = False
 
     def __post_init__(self) -> None:
         if self.backlog and not self.busy_period:
@@ -1045,7 +1058,24 @@ def _itl_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, itl_s: float, rep
 
 
 def _ttft_miss(spec: ReplicaSpec, mix: RequestMix, rate: float, ttft_s: float, replicas: int = 1) -> float:
-    if spec.busy_period and replicas == 1 and mix.prompt_points is not None and mix.prompt_weights is not None:
+    """Share of ``mix`` missing the TTFT target at ``rate`` for the prefill queue (``_ttft_points``).
+
+    One replica, a mix with a prompts' marginal (``RequestMix.prompt_points``), in the busy-period form
+    or with ``ReplicaSpec.prompt_marginal`` (opt-in): the points are the marginal's, at the mix's own
+    operating point. A request's TTFT reads its prompt
+    alone, and the marginal describes the prompts better than the stratified points on two counts
+    the TTFT bound reads: the prefill service's second moment (Kingman's tail decays with ``ca^2 +
+    cs^2``; the points average each output stratum's longest prompts away, so their ``cs^2`` is
+    lower than the requests': 0.63 against 1.66 on Azure-conv-like lengths on an A100), and the
+    idle misses (a stratum straddling the prompt length an idle replica can prefill within the
+    target counts wholly on one side: on ServeGen-day lengths an H100 misses 6.3 % of the points
+    idle, 4.0 % of the marginal, 4.1 % of the requests), which set the budget's floor
+    (``replica_capacity``). Pooled replicas (``replicas > 1``), a mix without a marginal and the default
+    form without ``prompt_marginal`` keep the mix's points. docs/benchmarks.md, "The out-of-band cases,
+    sixth pass", measures it (opt-in: the MPC planning on it cost 2.7 % more on the Mooncake scenario
+    for the same attainment)."""
+    if ((spec.busy_period or spec.prompt_marginal) and replicas == 1 and mix.prompt_points is not None
+            and mix.prompt_weights is not None):
         # A request's TTFT reads its prompt alone: over the prompts' marginal, whose strata are finer
         # than the mix's points (``_PROMPT_EDGES``), at the mix's own operating point.
         view = _prompt_view(mix)

@@ -248,6 +248,7 @@ def test_a_paired_knee_subtracts_what_its_own_run_misses_idle() -> None:
     (["--roles", "--prefill-cap"], "--prefill-cap: not with --roles"),
     (["--roles", "--busy-period"], "--busy-period: not with --roles"),
     (["--roles", "--backlog"], "--backlog: not with --roles"),
+    (["--roles", "--prompt-marginal"], "--prompt-marginal: not with --roles"),
     (["--roles", "--replicas", "1", "--prefill-cap", "--busy-period"], "--replicas, --prefill-cap, --busy-period: not"),
     (["--replicas", "0"], "--replicas: must be >= 1, got 0")])
 def test_the_capacity_benchmark_refuses_options_it_cannot_use(args: list[str], says: str) -> None:

@@ -48,6 +48,9 @@ def test_idle_ttft_misses_over_the_prompt_marginal_match_a_brute_force_count() -
     # the mix's stratified points (the default form's) count whole strata of 4 % one side or the other
     stratified = _ttft_miss(replace(busy, busy_period=False), mix, idle, 2.0)
     assert abs(stratified - brute) > 0.005
+    # with ``prompt_marginal`` (opt-in) the default form reads the marginal too
+    marginal = replace(busy, busy_period=False, prompt_marginal=True)
+    assert _ttft_miss(marginal, mix, idle, 2.0) == pytest.approx(brute, abs=0.005)
 
 
 def mooncake_like_mix() -> RequestMix:
