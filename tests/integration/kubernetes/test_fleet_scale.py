@@ -21,11 +21,12 @@ import fleet_scale as fs
 
 LEASE = (3.0, 2.0, 0.5)  # duration_s, renew_s, retry_s: a short failover
 WINDOW_S = 10.0  # the controller's window: one tick, so that the PID decides from the first counted round
-# a tick's queries: 10 inventory unions, vLLM 0.11's pod-scoped signals as the per-pod aggregation's 19
+# a tick's queries: 10 inventory unions, vLLM 0.11's pod-scoped signals as the per-pod aggregation's 21
 # distinct terms (counted in tests/integration/prometheus/test_batched_queries.py), 9 service-wide
-BATCHED_QUERIES = 10 + 19 + 9
+BATCHED_QUERIES = 10 + 21 + 9
 """docs/prometheus.md "Batched queries": a batched tick sends each key once, 10 per-pod inventory
-queries, 17 pod-scoped signals and 9 service-wide queries, whatever the number of services."""
+queries, 19 pod-scoped signals (21 distinct terms aggregated) and 9 service-wide queries, whatever the
+number of services."""
 
 
 @dataclass
