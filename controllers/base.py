@@ -63,7 +63,7 @@ class Reason(StrEnum):
     METRICS_ERROR = "metrics_error"  # a metric query failed: hold
     COUNTS_UNKNOWN = "counts_unknown"  # a variant's replica count is unknown: hold
     IDLE_TO_MIN = "idle_to_min"  # idle for the configured ticks: toward the minimum
-    SCALE_FROM_ZERO = "scale_from_zero"  # requests wait and no replica exists
+    SCALE_FROM_ZERO = "scale_from_zero"  # requests wait (or arrive, the queue unknown) and no replica exists
     # the guard's cuts
     TOO_MANY_REPLICAS = "too_many_replicas"  # clamped to max_replicas / quota
     TOO_FEW_REPLICAS = "too_few_replicas"  # clamped to min_replicas
@@ -249,3 +249,13 @@ def silent_pods(est: ServiceEstimate) -> int:
     if not est.pods:
         return 0
     return max(0, sum(v.ready for v in est.variants.values()) - len(aggregated_pods(est)))
+
+
+def silent_any(est: ServiceEstimate) -> int:
+    """Ready replicas of every variant, the prefill/decode pools' included, with no per-pod series;
+    0 when the source gives no per-pod series at all (``silent_pods`` counts the aggregated ones only)."""
+    if not est.pods:
+        return 0
+    ready = sum(v.ready for v in est.variants.values())
+    ready += sum(v.ready for pool in est.pools.values() for v in pool.variants.values())
+    return max(0, ready - len(est.pods))

@@ -1992,9 +1992,10 @@ class MPCController(Controller):
             now_rps = est.signals.request_rate_rps
         if now_rps is None:
             return hold(current, "hold: request rate unknown")
-        # the completions hold no shed attempt (none of them finished): only the arrivals lose the retries
-        new_rps = now_rps if est.signals.arrival_rate_rps is None else new_demand_rps(
-            est, now_rps, self.admission_cfg.client_retries)
+        # the completions hold no shed attempt (none of them finished), nor do arrivals inferred from them
+        # and the held requests (``arrivals_inferred``): only counted arrivals lose the retries
+        counted = est.signals.arrival_rate_rps is not None and not est.arrivals_inferred
+        new_rps = new_demand_rps(est, now_rps, self.admission_cfg.client_retries) if counted else now_rps
         mem = self.memory.setdefault(svc.name, _ServiceMemory())
         recovering = self._recovering(est, svc, mem)
         mem.first_s = est.time_s if mem.first_s is None else mem.first_s

@@ -86,7 +86,17 @@ from typing import TYPE_CHECKING
 
 from autoscaler.config import PIDConfig
 from autoscaler.workload.types import INTERACTIVE, PRIORITIES
-from controllers.base import Controller, Decision, Gauge, Reason, change_reason, hold, setpoint_gauges, silent_pods
+from controllers.base import (
+    Controller,
+    Decision,
+    Gauge,
+    Reason,
+    change_reason,
+    hold,
+    setpoint_gauges,
+    silent_any,
+    silent_pods,
+)
 from controllers.baselines.common import place_count
 from controllers.baselines.wva import KV_CACHE_THRESHOLD
 from controllers.pid_rules import (
@@ -160,8 +170,9 @@ def arrivals_low(est: ServiceEstimate) -> bool:
     """Whether ``est``'s arrival rate may read low: inferred (``ServiceEstimate.arrivals_inferred``, no
     gateway counter) while a ready replica reports nothing (``silent_pods``): its completions and held
     requests are missing from the sums (``autoscaler.loop.estimate.ArrivalInference``). A gateway's
-    counter counts every arrival whatever the pods report."""
-    return est.arrivals_inferred and silent_pods(est) > 0
+    counter counts every arrival whatever the pods report. A prefill/decode pool's ready replica counts
+    as its aggregated one does (``silent_any``): a pools-only service's completions are its pods' too."""
+    return est.arrivals_inferred and silent_any(est) > 0
 
 
 def pid_step(

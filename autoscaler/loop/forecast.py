@@ -60,11 +60,13 @@ def served_mix(sig: Signals, longest: float | None = None) -> tuple[float | None
     ``request_generation_tokens_rps`` over ``request_rate_rps``: vLLM's ``request_prompt_tokens`` and
     ``request_generation_tokens`` histograms and its e2e latency's count, all observed as a request
     finishes). Where the source has no such histogram (None: SGLang's query set, a custom one), the
-    token counters over the completions; those count a prompt at its prefill and its request when it
-    completes, so while the fleet prefills far more than it finishes (a starved fleet) they read a mix
-    no request has (issue 28: C2 on servegen-day seed 0 read 44k-1.4M prompt tokens a request from
-    10:00 on and drained the H100s). A mean outside 1..``longest`` tokens (the service's
-    ``max_model_len``: no accepted request is longer; None: no bound) is not a mix: None, unknown.
+    token counters over the completions: SGLang's collector counts both as a request finishes
+    (``observe_one_finished_request``), so there the ratio is the finished mix too; vLLM's counters
+    count a prompt at its prefill and its request when it completes, so while the fleet prefills far
+    more than it finishes (a starved fleet) their ratio reads a mix no request has (issue 28: C2 on
+    servegen-day seed 0 read 44k-1.4M prompt tokens a request from 10:00 on). A mean outside
+    1..``longest`` tokens (the service's ``max_model_len``: no accepted request is longer; None: no
+    bound) is not a mix: None, unknown.
     """
     rate, top = sig.request_rate_rps, math.inf if longest is None else longest
     prompt, output = sig.request_prompt_tokens_rps, sig.request_generation_tokens_rps

@@ -90,8 +90,10 @@ QUEUE_UNKNOWN_AT_ZERO = "no replica up and the queue unknown: not scaled from ze
 from zero (``scale_from_zero``) sizes from requests seen waiting, and an unknown queue is not "none
 waiting" (it was read as 0 before, silently). Not a hold either: the controller still decides on what it
 knows (the MPC on a gateway's arrival counter), since holding at zero would keep a fleet down while
-requests arrive. The simulator's queue is always known; a Prometheus source's is unknown at zero
-replicas where no gateway queue is scraped (``autoscaler.adapters.prometheus``)."""
+requests arrive; where the controller keeps every variant at zero while the arrivals are known and above
+0 (the PID: no replica, no latency), the loop's rule wakes one replica on them. The simulator's queue is
+always known; a Prometheus source's is unknown at zero replicas where no gateway queue is scraped
+(``autoscaler.adapters.prometheus``)."""
 
 
 @dataclass
@@ -229,11 +231,20 @@ class ControlLoop:
             return ctrl.decide(est, svc)
         nothing_up = sum(est.current.values()) + sum(est.pool_current.values()) == 0
         if nothing_up and waiting is not None and waiting > 0:
+            why = f"{waiting:g} requests waiting"
             if svc.variants:
-                return scale_from_zero(svc, self.weights[svc.name], waiting)
-            return scale_pools_from_zero(svc, est.pool_weights, waiting)
+                return scale_from_zero(svc, self.weights[svc.name], why)
+            return scale_pools_from_zero(svc, est.pool_weights, why)
         decision = self._decide_rest(svc, est, now)
         if nothing_up and waiting is None:  # the rule above cannot size from it; the controller may (arrivals)
+            arriving = est.signals.arrival_rate_rps
+            if arriving is not None and arriving > 0 and not any(decision.desired.values()):
+                # the controller kept the fleet at zero (the PID has no latency to act on) while requests
+                # arrive: without a replica no signal ever appears, so the loop's rule wakes one
+                why = f"{arriving:g} req/s arriving, the queue unknown"
+                if svc.variants:
+                    return scale_from_zero(svc, self.weights[svc.name], why)
+                return scale_pools_from_zero(svc, est.pool_weights, why)
             decision = replace(decision, reason=f"{decision.reason}; {QUEUE_UNKNOWN_AT_ZERO}")
         return decision
 
@@ -514,17 +525,18 @@ def available(svc: Service, est: ServiceEstimate) -> Service:
     return svc.model_copy(update={"variants": variants})
 
 
-def scale_from_zero(svc: Service, weights: dict[str, float], waiting: float) -> Decision:
+def scale_from_zero(svc: Service, weights: dict[str, float], why: str) -> Decision:
     """One replica of the variant with the lowest cost per capacity (and room): requests are waiting
-    and no replica is ready or starting, so no latency signal can ever appear without one."""
+    (or arriving, the queue unknown) and no replica is ready or starting, so no latency signal can ever
+    appear without one. ``why``: what was seen, e.g. "4 requests waiting"."""
     candidates = [v for v in svc.variants if v.cap > 0]
     v = min(candidates, key=lambda v: cost_per_capacity(v, weights[v.name]))
     desired = {x.name: 0 for x in svc.variants}
     desired[v.name] = max(1, v.min_replicas)
-    return Decision(desired, f"scale from zero: {waiting:g} requests waiting and no replica", Reason.SCALE_FROM_ZERO)
+    return Decision(desired, f"scale from zero: {why} and no replica", Reason.SCALE_FROM_ZERO)
 
 
-def scale_pools_from_zero(svc: Service, weights: dict[str, float], waiting: float) -> Decision:
+def scale_pools_from_zero(svc: Service, weights: dict[str, float], why: str) -> Decision:
     """A service of prefill/decode pools only, none of whose replicas is ready or starting, while
     requests wait: one replica of each pool's variant with the lowest cost per capacity (and room),
     since one live role cannot serve alone (Kthena's ratio rule, ``controllers.roles``); a pool whose
@@ -538,7 +550,7 @@ def scale_pools_from_zero(svc: Service, weights: dict[str, float], waiting: floa
         if candidates:
             v = min(candidates, key=lambda v: cost_per_capacity(v, weights.get(v.name, 1.0)))
             desired[v.name] = max(1, v.min_replicas)
-    return Decision(desired, f"scale from zero: {waiting:g} requests waiting and no prefill/decode replica",
+    return Decision(desired, f"scale from zero: {why} and no prefill/decode replica",
                     Reason.SCALE_FROM_ZERO)
 
 

@@ -38,21 +38,34 @@ class _Zero:
 
     def __init__(self, queue: float | None) -> None:
         self.queue = queue
+        self.arriving: float | None = 6.0
 
     def observe(self, now: float) -> dict[str, ServiceObservation]:
-        sig = Signals(arrival_rate_rps=6.0, queue_length=self.queue)
+        sig = Signals(arrival_rate_rps=self.arriving, queue_length=self.queue)
         counts = {"a": VariantObservation(0, 0), "b": VariantObservation(0, 0)}
         return {"svc": ServiceObservation("svc", now, sig, counts, history_s=now)}
 
 
-def run(queue: float | None) -> tuple[Decision, int]:
+class _Stays(Controller):
+    """Holds every variant at zero (a controller with no latency to act on: the PID with no replica up)."""
+
+    def __init__(self) -> None:
+        super().__init__("stays", 15.0, 60.0)
+
+    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
+        return Decision({"a": 0, "b": 0}, "hold: slo_mean_ratio unknown", Reason.SIGNAL_UNKNOWN, hold=True)
+
+
+def run(queue: float | None, ctrl: Controller | None = None, arriving: float | None = 6.0) -> tuple[Decision, int]:
     doc = {"services": [{"name": "svc", "model": "m", "slo": SLO, "variants": [variant("a", 3.0), variant("b", 2.0)]}],
            "controller": {"tick_s": 15, "window_s": 60}}
     cfg = parse_config(doc, "<zero>")
-    ctrl = _Wakes()
-    loop = ControlLoop(cfg, _Zero(queue), RecordingActuator(), ctrl)
+    ctrl = ctrl or _Wakes()
+    source = _Zero(queue)
+    source.arriving = arriving
+    loop = ControlLoop(cfg, source, RecordingActuator(), ctrl)
     loop.start(0.0)
-    return loop.tick(60.0).services["svc"].decision, ctrl.calls
+    return loop.tick(60.0).services["svc"].decision, getattr(ctrl, "calls", -1)
 
 
 def test_requests_waiting_with_nothing_up_wake_the_cheapest_variant_on_the_loop_s_rule() -> None:
@@ -71,3 +84,16 @@ def test_an_unknown_queue_with_nothing_up_is_said_and_left_to_the_controller() -
     # a known empty queue: the controller's decision as it is
     d, calls = run(0.0)
     assert calls == 1 and d.reason == "plan: 2 of a for the arrivals"
+
+
+def test_arrivals_with_the_queue_unknown_wake_the_cheapest_variant_where_the_controller_keeps_zero() -> None:
+    # a controller that keeps every variant at zero (no replica, so no latency: the PID's hold) while
+    # 6 req/s arrive and the queue is unknown: no signal ever appears without a replica, so the loop's
+    # rule wakes one of the cheaper variant (b) on the arrivals (before, the fleet stayed at zero)
+    d, _ = run(None, _Stays())
+    assert d.code is Reason.SCALE_FROM_ZERO and d.desired == {"a": 0, "b": 1}
+    assert d.reason == "scale from zero: 6 req/s arriving, the queue unknown and no replica"
+    # the arrivals unknown too, or known to be 0: nothing says a request is there, the controller's hold stands
+    for arriving in (None, 0.0):
+        d, _ = run(None, _Stays(), arriving)
+        assert d.desired == {"a": 0, "b": 0} and d.hold and QUEUE_UNKNOWN_AT_ZERO in d.reason, d.reason

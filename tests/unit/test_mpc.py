@@ -726,6 +726,12 @@ def test_the_mpc_holds_the_completions_whole_when_the_arrivals_are_unknown() -> 
     c = controller()
     c.decide(est, SVC)
     assert c.memory[SVC.name].rates[-1] == (600.0, 40.0)
+    # the same 40 req/s as arrivals inferred from the completions and the held requests (no gateway
+    # counter): they hold no shed attempt either, so they too are kept whole (before: 30)
+    inferred = replace(est, signals=replace(est.signals, arrival_rate_rps=40.0), arrivals_inferred=True)
+    c = controller()
+    c.decide(inferred, SVC)
+    assert c.memory[SVC.name].rates[-1] == (600.0, 40.0)
 
 
 def test_the_mpc_serves_todays_retries_but_holds_only_the_new_requests() -> None:

@@ -353,3 +353,26 @@ def test_the_slo_hold_keeps_a_pool_s_starting_replicas_too() -> None:
                                                      for r, v in svc.role_variants() if r == role})
              for role in ("prefill", "decode")}
     assert_held_115_s_after_a_miss(mpc, svc, pools)
+
+
+def test_a_pools_only_service_holds_its_floor_on_arrivals_inferred_beside_a_silent_decode_pod() -> None:
+    # 8 prefill and 8 decode replicas ready, the prefill pool far under its setpoint, 12 req/s arriving:
+    # counted at the gateway, the prefill pool steps down (8 -> 7: the floor, 1.25 x 12 / 6 = 2.5, does
+    # not bind). Inferred without a gateway counter while one decode pod reports nothing, the completions
+    # miss that pod's requests and may read low, so the floor is unknown and nothing goes (8), as it is
+    # for an aggregated service (``silent_any`` counts the pools' ready replicas; before, 7).
+    from dataclasses import replace
+
+    from autoscaler.state import PodObservation
+    service = Signals(slo_mean_ratio=0.2, arrival_rate_rps=12.0)
+    pods = [PodObservation("d", 0.1, 0.0, 2.0, 0.1, 0.0, name=f"d{i}") for i in range(7)]
+    pods += [PodObservation("p", 0.1, 0.0, 2.0, 0.1, 0.0, name=f"p{i}") for i in range(8)]
+    base = replace(estimate(100.0, service, pool("prefill", "p", 8, ttft_mean_s=0.0), pool("decode", "d", 8)),
+                   pods=pods)
+    counted = PIDController(PIDConfig(), 15.0, 60.0).decide(base, pd_service(8))
+    assert counted.desired["p"] == 7
+    inferred = PIDController(PIDConfig(), 15.0, 60.0).decide(replace(base, arrivals_inferred=True), pd_service(8))
+    assert inferred.desired["p"] == 8 and "arrivals unknown or reading low" in inferred.reason, inferred.reason
+    # every decode pod reporting: the sums hold every request, the inferred rate is read (7)
+    every = replace(base, pods=[*pods, replace(pods[0], name="d7")], arrivals_inferred=True)
+    assert PIDController(PIDConfig(), 15.0, 60.0).decide(every, pd_service(8)).desired["p"] == 7
