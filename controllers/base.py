@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -252,10 +253,12 @@ def silent_pods(est: ServiceEstimate) -> int:
 
 
 def silent_any(est: ServiceEstimate) -> int:
-    """Ready replicas of every variant, the prefill/decode pools' included, with no per-pod series;
-    0 when the source gives no per-pod series at all (``silent_pods`` counts the aggregated ones only)."""
+    """Ready replicas of every variant, the prefill/decode pools' included, with no per-pod series,
+    counted per variant (a pod too many in one variant hides no silent one in another); 0 when the
+    source gives no per-pod series at all (``silent_pods`` counts the aggregated ones only)."""
     if not est.pods:
         return 0
-    ready = sum(v.ready for v in est.variants.values())
-    ready += sum(v.ready for pool in est.pools.values() for v in pool.variants.values())
-    return max(0, ready - len(est.pods))
+    ready = {n: v.ready for n, v in est.variants.items()}
+    ready.update({n: v.ready for pool in est.pools.values() for n, v in pool.variants.items()})
+    seen = Counter(p.variant for p in est.pods)
+    return sum(max(0, r - seen[n]) for n, r in ready.items())

@@ -231,22 +231,30 @@ class ControlLoop:
             return ctrl.decide(est, svc)
         nothing_up = sum(est.current.values()) + sum(est.pool_current.values()) == 0
         if nothing_up and waiting is not None and waiting > 0:
-            why = f"{waiting:g} requests waiting"
-            if svc.variants:
-                return scale_from_zero(svc, self.weights[svc.name], why)
-            return scale_pools_from_zero(svc, est.pool_weights, why)
+            woken = self._wake(svc, est, f"{waiting:g} requests waiting")
+            if woken is not None:
+                return woken
         decision = self._decide_rest(svc, est, now)
         if nothing_up and waiting is None:  # the rule above cannot size from it; the controller may (arrivals)
             arriving = est.signals.arrival_rate_rps
-            if arriving is not None and arriving > 0 and not any(decision.desired.values()):
-                # the controller kept the fleet at zero (the PID has no latency to act on) while requests
-                # arrive: without a replica no signal ever appears, so the loop's rule wakes one
-                why = f"{arriving:g} req/s arriving, the queue unknown"
-                if svc.variants:
-                    return scale_from_zero(svc, self.weights[svc.name], why)
-                return scale_pools_from_zero(svc, est.pool_weights, why)
+            if (arriving is not None and arriving > 0 and decision.hold and decision.code is Reason.SIGNAL_UNKNOWN
+                    and not any(decision.desired.values())):
+                # the controller could not decide at zero (the PID: no replica, no latency) while requests
+                # arrive: without a replica no signal ever appears, so the loop's rule wakes one. A zero
+                # the controller planned (the MPC's, not a hold) stands: waking it would flap.
+                woken = self._wake(svc, est, f"{arriving:g} req/s arriving, the queue unknown")
+                if woken is not None:
+                    return woken
             decision = replace(decision, reason=f"{decision.reason}; {QUEUE_UNKNOWN_AT_ZERO}")
         return decision
+
+    def _wake(self, svc: Service, est: ServiceEstimate, why: str) -> Decision | None:
+        """The loop's scale from zero for ``svc`` (``scale_from_zero`` or, pools only,
+        ``scale_pools_from_zero``); None where nothing that could serve has room (every variant, or one
+        role's every variant, capped at 0: e.g. marked unavailable with none ready, ``available``)."""
+        if svc.variants:
+            return scale_from_zero(svc, self.weights[svc.name], why)
+        return scale_pools_from_zero(svc, est.pool_weights, why)
 
     def _decide_rest(self, svc: Service, est: ServiceEstimate, now: float) -> Decision:
         """``_decide``'s rules after the scale from zero: warm-up, failed queries, idle to minimum, then
@@ -525,31 +533,35 @@ def available(svc: Service, est: ServiceEstimate) -> Service:
     return svc.model_copy(update={"variants": variants})
 
 
-def scale_from_zero(svc: Service, weights: dict[str, float], why: str) -> Decision:
+def scale_from_zero(svc: Service, weights: dict[str, float], why: str) -> Decision | None:
     """One replica of the variant with the lowest cost per capacity (and room): requests are waiting
     (or arriving, the queue unknown) and no replica is ready or starting, so no latency signal can ever
-    appear without one. ``why``: what was seen, e.g. "4 requests waiting"."""
+    appear without one. ``why``: what was seen, e.g. "4 requests waiting". None where no variant has
+    room (each capped at 0: marked unavailable with none ready, ``available``)."""
     candidates = [v for v in svc.variants if v.cap > 0]
+    if not candidates:
+        return None
     v = min(candidates, key=lambda v: cost_per_capacity(v, weights[v.name]))
     desired = {x.name: 0 for x in svc.variants}
     desired[v.name] = max(1, v.min_replicas)
     return Decision(desired, f"scale from zero: {why} and no replica", Reason.SCALE_FROM_ZERO)
 
 
-def scale_pools_from_zero(svc: Service, weights: dict[str, float], why: str) -> Decision:
+def scale_pools_from_zero(svc: Service, weights: dict[str, float], why: str) -> Decision | None:
     """A service of prefill/decode pools only, none of whose replicas is ready or starting, while
     requests wait: one replica of each pool's variant with the lowest cost per capacity (and room),
-    since one live role cannot serve alone (Kthena's ratio rule, ``controllers.roles``); a pool whose
-    variants all have a cap of 0 stays at 0. ``weights``: pool variant -> one replica's capacity
-    (``ServiceEstimate.pool_weights``; 1.0 where missing)."""
+    since one live role cannot serve alone (Kthena's ratio rule, ``controllers.roles``). None where a
+    pool's variants all have a cap of 0 (the other role woken alone could serve nothing). ``weights``:
+    pool variant -> one replica's capacity (``ServiceEstimate.pool_weights``; 1.0 where missing)."""
     desired: dict[str, int] = {}
     for role in ROLES:
         pool = pool_service(svc, role).variants
         desired.update({v.name: 0 for v in pool})
         candidates = [v for v in pool if v.cap > 0]
-        if candidates:
-            v = min(candidates, key=lambda v: cost_per_capacity(v, weights.get(v.name, 1.0)))
-            desired[v.name] = max(1, v.min_replicas)
+        if not candidates:
+            return None
+        v = min(candidates, key=lambda v: cost_per_capacity(v, weights.get(v.name, 1.0)))
+        desired[v.name] = max(1, v.min_replicas)
     return Decision(desired, f"scale from zero: {why} and no prefill/decode replica",
                     Reason.SCALE_FROM_ZERO)
 

@@ -33,16 +33,28 @@ class _Wakes(Controller):
         return Decision({"a": 2, "b": 0}, "plan: 2 of a for the arrivals", Reason.SCALE_UP)
 
 
+class _Plans(Controller):
+    """Plans zero for every variant, not a hold (the MPC at a rate too low to pay a cold start)."""
+
+    def __init__(self) -> None:
+        super().__init__("plans", 15.0, 60.0)
+
+    def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
+        return Decision({"a": 0, "b": 0}, "plan: 0 replicas", Reason.NO_CHANGE)
+
+
 class _Zero:
-    """No replica up; 6 req/s arrive; the queue as given (None: unknown)."""
+    """No replica up; 6 req/s arrive; the queue as given (None: unknown); ``unavailable``: both variants
+    marked so (their pods cannot be placed)."""
 
     def __init__(self, queue: float | None) -> None:
         self.queue = queue
         self.arriving: float | None = 6.0
+        self.unavailable = False
 
     def observe(self, now: float) -> dict[str, ServiceObservation]:
         sig = Signals(arrival_rate_rps=self.arriving, queue_length=self.queue)
-        counts = {"a": VariantObservation(0, 0), "b": VariantObservation(0, 0)}
+        counts = {n: VariantObservation(0, 0, unavailable=self.unavailable) for n in ("a", "b")}
         return {"svc": ServiceObservation("svc", now, sig, counts, history_s=now)}
 
 
@@ -56,13 +68,15 @@ class _Stays(Controller):
         return Decision({"a": 0, "b": 0}, "hold: slo_mean_ratio unknown", Reason.SIGNAL_UNKNOWN, hold=True)
 
 
-def run(queue: float | None, ctrl: Controller | None = None, arriving: float | None = 6.0) -> tuple[Decision, int]:
+def run(queue: float | None, ctrl: Controller | None = None, arriving: float | None = 6.0,
+        unavailable: bool = False) -> tuple[Decision, int]:
     doc = {"services": [{"name": "svc", "model": "m", "slo": SLO, "variants": [variant("a", 3.0), variant("b", 2.0)]}],
            "controller": {"tick_s": 15, "window_s": 60}}
     cfg = parse_config(doc, "<zero>")
     ctrl = ctrl or _Wakes()
     source = _Zero(queue)
     source.arriving = arriving
+    source.unavailable = unavailable
     loop = ControlLoop(cfg, source, RecordingActuator(), ctrl)
     loop.start(0.0)
     return loop.tick(60.0).services["svc"].decision, getattr(ctrl, "calls", -1)
@@ -97,3 +111,15 @@ def test_arrivals_with_the_queue_unknown_wake_the_cheapest_variant_where_the_con
     for arriving in (None, 0.0):
         d, _ = run(None, _Stays(), arriving)
         assert d.desired == {"a": 0, "b": 0} and d.hold and QUEUE_UNKNOWN_AT_ZERO in d.reason, d.reason
+    # a zero the controller planned (not a hold) stands: waking it each tick it plans zero would flap
+    d, _ = run(None, _Plans())
+    assert d.desired == {"a": 0, "b": 0} and not d.hold and QUEUE_UNKNOWN_AT_ZERO in d.reason, d.reason
+
+
+def test_no_variant_with_room_leaves_the_decision_to_the_controller() -> None:
+    # both variants marked unavailable with none ready: each is capped at 0 (``available``), so the
+    # loop's scale from zero has nothing to wake, whether requests wait (4) or arrive with the queue
+    # unknown; the controller's decision stands (before, min() of no candidate raised and lost the tick)
+    for queue in (4.0, None):
+        d, _ = run(queue, _Stays(), unavailable=True)
+        assert d.desired == {"a": 0, "b": 0} and d.code is not Reason.SCALE_FROM_ZERO, d.reason

@@ -376,3 +376,7 @@ def test_a_pools_only_service_holds_its_floor_on_arrivals_inferred_beside_a_sile
     # every decode pod reporting: the sums hold every request, the inferred rate is read (7)
     every = replace(base, pods=[*pods, replace(pods[0], name="d7")], arrivals_inferred=True)
     assert PIDController(PIDConfig(), 15.0, 60.0).decide(every, pd_service(8)).desired["p"] == 7
+    # a ninth prefill pod's series (one leaving, still scraped) hides no silent decode pod: counted per
+    # variant, 16 series for 16 ready replicas still leave d's eighth silent (8 held)
+    extra = replace(base, pods=[*pods, replace(pods[-1], name="p8")], arrivals_inferred=True)
+    assert PIDController(PIDConfig(), 15.0, 60.0).decide(extra, pd_service(8)).desired["p"] == 8
