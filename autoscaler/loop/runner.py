@@ -90,10 +90,10 @@ QUEUE_UNKNOWN_AT_ZERO = "no replica up and the queue unknown: not scaled from ze
 from zero (``scale_from_zero``) sizes from requests seen waiting, and an unknown queue is not "none
 waiting" (it was read as 0 before, silently). Not a hold either: the controller still decides on what it
 knows (the MPC on a gateway's arrival counter), since holding at zero would keep a fleet down while
-requests arrive; where the controller keeps every variant at zero while the arrivals are known and above
-0 (the PID: no replica, no latency), the loop's rule wakes one replica on them. The simulator's queue is
-always known; a Prometheus source's is unknown at zero replicas where no gateway queue is scraped
-(``autoscaler.adapters.prometheus``)."""
+requests arrive; where the controller cannot decide at zero (a signal-unknown hold: the PID, no replica
+and so no latency) while the arrivals are known and above 0, the loop's rule wakes one replica on them.
+The simulator's queue is always known; a Prometheus source's is unknown at zero replicas where no
+gateway queue is scraped (``autoscaler.adapters.prometheus``)."""
 
 
 @dataclass
