@@ -1905,9 +1905,10 @@ class MPCController(Controller):
         """The model's capacity of one replica of ``v`` slowed by ``alpha`` for ``mix`` (requests/s; 0
         when the ITL target is out of its reach), given the service's ``unservable`` allowance
         (``_allowance``), cached under ``key`` and ``unservable``: the allowance moves with the other
-        variants' speed factors, and a capacity cached as 0 under a lower one is not this one's (issue 28:
-        servegen-day's H100 kept a 0 cached at 1.06 under a GH200 at 1.00, 0.077, after the GH200's
-        1.02 raised the allowance to 0.082 past the H100's 0.080 idle misses)."""
+        variants' speed factors, and a capacity cached under another one is not this one's (issue 28:
+        servegen-day's H100 at 1.06, 8.0 % idle misses, was planned at 0 under an allowance of 8.2 %;
+        a 0 is right below 8.0 %, as under a GH200 at 1.00, 7.7 %). Keyed so alone, ``C2`` drained more
+        (``_kept_limit`` takes the verdict from the profiles; ``docs/controllers.md``)."""
         cached = (*key, unservable)
         if cached not in self._capacity_cache:
             slo = svc.slo["interactive"]
