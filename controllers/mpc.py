@@ -136,10 +136,12 @@ from controllers.pid_rules import BACKLOG_DRAIN_S, DOWN_DEMAND_FLOOR, slo_missed
 from controllers.roles import pool_capacities, ratio_reachable
 from models.arrivals import per_replica_scv
 from models.capacity import (
+    MOSTLY_UNSERVABLE,
     UNSERVABLE_SHARE,
     ReplicaSpec,
     RequestMix,
     allowance,
+    idle_misses,
     pool_size,
     replica_capacity,
     service_mix,
@@ -1515,6 +1517,7 @@ class MPCController(Controller):
         self._role_cache: dict[tuple[object, ...], dict[str, float]] = {}
         self._allowance_cache: dict[tuple[object, ...], float | None] = {}
         self._pool_cache: dict[tuple[object, ...], float] = {}
+        self._kept_cache: dict[tuple[object, ...], float] = {}
         self._curve_cache: dict[tuple[object, ...], LatencyCurve | None] = {}
         self._budget_cache: dict[tuple[object, ...], dict[str, ItlBudget]] = {}
         self.forecast = forecast
@@ -1818,10 +1821,12 @@ class MPCController(Controller):
                                                            and not self.busy and not self.marginal):
                 out[v.name] = float(base.get(v.name, 0.0))
             else:
-                out[v.name] = self._model_capacity(svc, v, alpha, mix, key, limit)
+                out[v.name] = self._model_capacity(svc, v, alpha, mix, key, self._kept_limit(svc, v, alpha, mix,
+                                                                                            mix_key, limit))
             if mix is not None and self.learn_capacity:
-                out[v.name] *= self._learn_capacity(est, svc, v, mem, mix, alpha, key, out[v.name],
-                                                    UNSERVABLE_SHARE if limit is None else limit)
+                out[v.name] *= self._learn_capacity(
+                    est, svc, v, mem, mix, alpha, key, out[v.name],
+                    UNSERVABLE_SHARE if limit is None else self._kept_limit(svc, v, alpha, mix, mix_key, limit))
         if not any(out.values()):  # no variant serves this mix: plan with the last capacities, not none
             return {v.name: float(base.get(v.name, 0.0)) for v in svc.variants}
         if mix is None or limit is None or self.pool == 1:
@@ -1839,7 +1844,8 @@ class MPCController(Controller):
         ``self.pool``; a pool's capacity grows with its size, so bisection finds it). A plan that
         orders slower variants has a larger pool, so the gain is never more than its replicas get."""
         def gain(v: Variant, n: int) -> float:
-            return self._pool_gain(svc, v, alphas[v.name], mix, mix_key, limit, n)
+            return self._pool_gain(svc, v, alphas[v.name], mix, mix_key,
+                                   self._kept_limit(svc, v, alphas[v.name], mix, mix_key, limit), n)
 
         def serves(n: int) -> bool:
             return n * max(single[v.name] * gain(v, n) for v in svc.variants) >= least_rps
@@ -1848,8 +1854,9 @@ class MPCController(Controller):
 
     def _pool_gain(self, svc: Service, v: Variant, alpha: float, mix: RequestMix,
                    mix_key: tuple[float, ...], limit: float, n: int) -> float:
-        """Capacity of a replica of ``v`` in a pool of ``n`` over alone (>= 1; 1 where it has none), cached."""
-        key = (svc.name, v.name, alpha, *mix_key, n)
+        """Capacity of a replica of ``v`` in a pool of ``n`` over alone (>= 1; 1 where it has none), cached
+        (under ``limit`` too: ``_model_capacity``)."""
+        key = (svc.name, v.name, alpha, *mix_key, n, limit)
         if key not in self._pool_cache:
             slo = svc.slo["interactive"]
             spec = self._slowed(v, alpha)
@@ -1860,6 +1867,30 @@ class MPCController(Controller):
                 alone = pooled = 0.0
             self._pool_cache[key] = max(1.0, pooled / alone) if alone > 0 else 1.0
         return self._pool_cache[key]
+
+    def _kept_limit(self, svc: Service, v: Variant, alpha: float, mix: RequestMix, mix_key: tuple[float, ...],
+                    limit: float) -> float:
+        """The idle misses ``v`` slowed by its learned speed factor ``alpha`` may show and keep a capacity:
+        the service's allowance at the learned speeds, ``limit`` (``_allowance``), raised to ``v``'s own
+        idle misses where its profile keeps a capacity at every variant's profiled speed (its idle misses
+        within ``_allowance`` at speed 1 for all) and its own stay within ``MOSTLY_UNSERVABLE``; cached.
+
+        A speed factor scales a capacity; it does not take a variant's away. The allowance is a verdict
+        on whether a GPU can serve the mix at all (a tail of prompts it cannot prefill within the TTFT
+        target); judged on the learned speeds, a 2 % step of a noisy estimate flipped it. Issue 28,
+        servegen-day seed 0 with ``mpc:pool=8:burst=1`` (``docs/controllers.md``, "Why `C2` drains the
+        H100s"): the H100's speed factor read 1.04 -> 1.06, its capacity went 0.58 req/s -> 0, the plan
+        drained every H100 at 7-8 req/s, and with none ready no speed was read again to bring it back.
+        """
+        key = (svc.name, v.name, alpha, *mix_key, limit)
+        if key not in self._kept_cache:
+            slo = svc.slo["interactive"]
+            profiled = self._allowance(svc, {u.name: 1.0 for u in svc.variants}, mix, mix_key)
+            own = idle_misses(self._slowed(v, alpha), mix, slo.ttft_s, slo.itl_s)
+            kept = (own > limit and profiled is not None and own <= MOSTLY_UNSERVABLE
+                    and idle_misses(self._slowed(v, 1.0), mix, slo.ttft_s, slo.itl_s) <= profiled)
+            self._kept_cache[key] = own if kept else limit
+        return self._kept_cache[key]
 
     def _allowance(self, svc: Service, alphas: Mapping[str, float], mix: RequestMix,
                    mix_key: tuple[float, ...]) -> float | None:
@@ -1879,16 +1910,21 @@ class MPCController(Controller):
                         key: tuple[object, ...], unservable: float) -> float:
         """The model's capacity of one replica of ``v`` slowed by ``alpha`` for ``mix`` (requests/s; 0
         when the ITL target is out of its reach), given the service's ``unservable`` allowance
-        (``_allowance``), cached under ``key``."""
-        if key not in self._capacity_cache:
+        (``_allowance``), cached under ``key`` and ``unservable``: the allowance moves with the other
+        variants' speed factors, and a capacity cached under another one is not this one's (issue 28:
+        servegen-day's H100 at 1.06, 8.0 % idle misses, was planned at 0 under an allowance of 8.2 %;
+        a 0 is right below 8.0 %, as under a GH200 at 1.00, 7.7 %). Keyed so alone, ``C2`` drained more
+        (``_kept_limit`` takes the verdict from the profiles; ``docs/controllers.md``)."""
+        cached = (*key, unservable)
+        if cached not in self._capacity_cache:
             slo = svc.slo["interactive"]
             try:
                 cap = replica_capacity(self._slowed(v, alpha), mix, slo.ttft_s, slo.itl_s,
                                        unservable=unservable).rps
             except ValueError:  # so slow the ITL target is out of reach
                 cap = 0.0
-            self._capacity_cache[key] = cap
-        return self._capacity_cache[key]
+            self._capacity_cache[cached] = cap
+        return self._capacity_cache[cached]
 
     def _slowed(self, v: Variant, alpha: float) -> ReplicaSpec:
         """One replica of ``v`` with its profile ``alpha`` times slower."""
@@ -1910,12 +1946,13 @@ class MPCController(Controller):
         measured = None if recovering else learnable(est, obs, since, self.window_s, svc.slo["interactive"])
         if measured is not None and prior_rps > 0:
             rate, ttft_ratio, tpot_ratio = measured
-            if key not in self._curve_cache:  # the model's own curve, its loads relative to its capacity
+            at = (*key, unservable)  # the capacity the curve is relative to moves with it (``_model_capacity``)
+            if at not in self._curve_cache:  # the model's own curve, its loads relative to its capacity
                 slo = svc.slo["interactive"]
                 model_rps = self._model_capacity(svc, v, alpha, mix, key, unservable)
-                self._curve_cache[key] = (latency_curve(self._slowed(v, alpha), mix, slo.ttft_s, slo.itl_s, model_rps)
-                                          if model_rps > 0 else None)
-            curve = self._curve_cache[key]
+                self._curve_cache[at] = (latency_curve(self._slowed(v, alpha), mix, slo.ttft_s, slo.itl_s, model_rps)
+                                         if model_rps > 0 else None)
+            curve = self._curve_cache[at]
             stress = p95_stress(obs, svc.slo["interactive"]) if self.gated else None
             if (curve is not None and (rate / obs.ready) / prior_rps >= MIN_LEARN_LOAD
                     and (stress is not None or not self.gated)):

@@ -30,7 +30,9 @@ from controllers.registry import build, parse_spec
 from models.capacity import (
     ReplicaSpec,
     RequestMix,
+    allowance,
     concurrency_at,
+    idle_misses,
     replica_capacity,
     service_mix,
     speed_factor,
@@ -996,3 +998,51 @@ def test_the_backlog_is_spread_to_a_cold_start_once_every_warm_node_is_taken() -
     # starting replicas hold a warm node too: 3 ready and 1 starting of each is every node taken
     starting = estimate(600.0, 10.0, {v.name: 3 for v in SVC.variants}, {v.name: 1 for v in SVC.variants}, queue=240.0)
     assert c.fastest_steps(SVC, starting) == 20
+
+
+def test_a_learned_slowdown_scales_a_variant_s_capacity_it_does_not_take_it_away() -> None:
+    # Prompts of 16k tokens on average (from_means: eight equally likely lengths). At their profiled
+    # speeds the H100 and the GH200 each miss about 0.01 % of them even idle, so the allowance is
+    # 5 points (UNSERVABLE_SHARE) above that. The H100's learned speed factor reads 1.5 (four readings
+    # taken while it had replicas ready; none is ready now, so none is read again): 1.5x slower, its
+    # longest length in eight no longer prefills within the 2-s TTFT idle, 1/8 = 12.5 % idle misses,
+    # past the allowance. It keeps the model's capacity 1.5x slower with those misses allowed (a
+    # positive rate, below the profile's), not 0 (issue 28: 0 drained every H100 of servegen-day).
+    mix = RequestMix.from_means(16000.0, 300.0)
+    cal = {v.name: 7.0 for v in SVC.variants}
+    c = MPCController(CFG, {SVC.name: cal}, forecast="last", mixes={SVC.name: mix})
+    slo = SVC.slo["interactive"]
+    h100 = next(v for v in SVC.variants if v.name == "h100")
+    gh200 = next(v for v in SVC.variants if v.name == "gh200")
+    slowed = c._slowed(h100, 1.5)
+    idle = idle_misses(slowed, mix, slo.ttft_s, slo.itl_s)
+    assert idle == pytest.approx(1 / 8, abs=1e-3)
+    assert idle_misses(c._slowed(h100, 1.0), mix, slo.ttft_s, slo.itl_s) < 1e-3
+    assert idle_misses(c._slowed(gh200, 1.0), mix, slo.ttft_s, slo.itl_s) < 1e-3
+    assert idle > allowance([c._slowed(v, 1.5 if v is h100 else 1.0) for v in SVC.variants], mix,
+                                slo.ttft_s, slo.itl_s)
+    mem = c.memory.setdefault(SVC.name, _ServiceMemory())
+    mem.speed["h100"] = mpc.deque([1.5] * mpc.SPEED_MIN_TICKS, maxlen=mpc.SPEED_TICKS)
+    est = estimate(600.0, 5.0, {"gh200": 2})  # no H100 ready: nothing read to revise the 1.5
+    got = c.corrected_weights(est, SVC, mem)
+    want = replica_capacity(slowed, mix, slo.ttft_s, slo.itl_s, unservable=idle).rps
+    profiled = replica_capacity(ReplicaSpec.of(h100, CFG.engine), mix, slo.ttft_s, slo.itl_s).rps
+    assert mem.last_speed["h100"] == 1.5 and 0.0 < want < profiled
+    assert got["h100"] == pytest.approx(want) and got["gh200"] == cal["gh200"]
+
+
+def test_a_capacity_refused_under_one_allowance_is_not_reused_under_a_higher_one() -> None:
+    # 12k-token prompts on average: an A100 misses one length in eight idle (1/8 = 12.5 %). Under an
+    # allowance of 10 % (the service's best variant at 5 % idle misses) it has no capacity; once the
+    # other variants' speed factors raise the allowance to 20 % it has the model's capacity with 20 %
+    # allowed (replica_capacity, computed here independently), not the 0 cached at 10 % (issue 28).
+    mix = RequestMix.from_means(12000.0, 300.0)
+    c = MPCController(CFG, {SVC.name: WEIGHTS}, forecast="last", mixes={SVC.name: mix})
+    slo = SVC.slo["interactive"]
+    a100 = next(v for v in SVC.variants if v.name == "a100")
+    spec = c._slowed(a100, 1.0)
+    assert idle_misses(spec, mix, slo.ttft_s, slo.itl_s) == pytest.approx(1 / 8, abs=1e-3)
+    key = (SVC.name, a100.name, 1.0, 1.0, 1.0, 0.0)
+    assert c._model_capacity(SVC, a100, 1.0, mix, key, 0.10) == 0.0
+    want = replica_capacity(spec, mix, slo.ttft_s, slo.itl_s, unservable=0.20).rps
+    assert want > 0.0 and c._model_capacity(SVC, a100, 1.0, mix, key, 0.20) == pytest.approx(want)
