@@ -141,6 +141,7 @@ from models.capacity import (
     ReplicaSpec,
     RequestMix,
     allowance,
+    idle_floor,
     idle_misses,
     pool_size,
     replica_capacity,
@@ -1886,7 +1887,7 @@ class MPCController(Controller):
         if key not in self._kept_cache:
             slo = svc.slo["interactive"]
             profiled = self._allowance(svc, {u.name: 1.0 for u in svc.variants}, mix, mix_key)
-            own = idle_misses(self._slowed(v, alpha), mix, slo.ttft_s, slo.itl_s)
+            own = idle_floor(self._slowed(v, alpha), mix, slo.ttft_s, slo.itl_s)  # busy=1's union too
             kept = (own > limit and profiled is not None and own <= MOSTLY_UNSERVABLE
                     and idle_misses(self._slowed(v, 1.0), mix, slo.ttft_s, slo.itl_s) <= profiled)
             self._kept_cache[key] = own if kept else limit

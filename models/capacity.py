@@ -1148,6 +1148,17 @@ def idle_misses(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float)
                _seqs_miss(spec, mix, idle, ttft_s), _kv_miss(spec, mix, idle))
 
 
+def idle_floor(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: float) -> float:
+    """The idle misses ``replica_capacity`` holds against its ``unservable`` (one replica): each bound's
+    (``idle_misses``) and, in the busy-period form (``spec.busy_period``), the four bounds' union at
+    idle too, which it checks as well and which sits a hair above the largest (the ITL bound's idle
+    misses, ~1e-9, united in). A share of ``mix`` in [0, 1]."""
+    own = idle_misses(spec, mix, ttft_s, itl_s)
+    if not spec.busy_period or own >= 1.0:
+        return own
+    return max(own, _busy_union(spec, mix, UNLOADED / _work(spec, mix), ttft_s, itl_s, 1))
+
+
 def allowance_over(idle: Iterable[float]) -> float:
     """The rule of ``allowance`` on the idle misses (shares of a mix, each in [0, 1]) of every way a
     service can serve it: ``UNSERVABLE_SHARE`` above the fewest; ``UNSERVABLE_SHARE`` alone when even

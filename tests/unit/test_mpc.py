@@ -1029,6 +1029,20 @@ def test_a_learned_slowdown_scales_a_variant_s_capacity_it_does_not_take_it_away
     profiled = replica_capacity(ReplicaSpec.of(h100, CFG.engine), mix, slo.ttft_s, slo.itl_s).rps
     assert mem.last_speed["h100"] == 1.5 and 0.0 < want < profiled
     assert got["h100"] == pytest.approx(want) and got["gh200"] == cal["gh200"]
+    # busy=1 (the busy-period form reads the prompts' marginal: 5.5 % idle misses at 1.6x, past the
+    # allowance): replica_capacity also holds the four bounds' union at idle against the allowance, a hair
+    # (~1e-9) above the largest bound's idle misses, so an allowance of exactly those gave 0 (a review's
+    # finding); the kept allowance is that union (``idle_floor``), and a positive rate is kept
+    b = MPCController(CFG, {SVC.name: cal}, forecast="last", mixes={SVC.name: mix}, busy=1)
+    bmem = b.memory.setdefault(SVC.name, _ServiceMemory())
+    bmem.speed["h100"] = mpc.deque([1.6] * mpc.SPEED_MIN_TICKS, maxlen=mpc.SPEED_TICKS)
+    bslowed = b._slowed(h100, 1.6)
+    bidle = idle_misses(bslowed, mix, slo.ttft_s, slo.itl_s)
+    assert bidle > allowance([b._slowed(v, 1.6 if v is h100 else 1.0) for v in SVC.variants], mix,
+                             slo.ttft_s, slo.itl_s)
+    assert replica_capacity(bslowed, mix, slo.ttft_s, slo.itl_s, unservable=bidle).shared_rps == 0.0
+    bwant = replica_capacity(bslowed, mix, slo.ttft_s, slo.itl_s, unservable=bidle + 1e-6).rps
+    assert bwant > 0.0 and b.corrected_weights(est, SVC, bmem)["h100"] == pytest.approx(bwant)
 
 
 def test_a_capacity_refused_under_one_allowance_is_not_reused_under_a_higher_one() -> None:
