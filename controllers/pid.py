@@ -168,10 +168,10 @@ FLOOR_UNKNOWN = "arrivals unknown or reading low: no scale-down below the demand
 
 def arrivals_low(est: ServiceEstimate) -> bool:
     """Whether ``est``'s arrival rate may read low: inferred (``ServiceEstimate.arrivals_inferred``, no
-    gateway counter) while a ready replica reports nothing (``silent_pods``): its completions and held
-    requests are missing from the sums (``autoscaler.loop.estimate.ArrivalInference``). A gateway's
-    counter counts every arrival whatever the pods report. A prefill/decode pool's ready replica counts
-    as its aggregated one does (``silent_any``): a pools-only service's completions are its pods' too."""
+    gateway counter) while a ready replica, a prefill/decode pool's included, reports nothing
+    (``silent_any``): its completions and held requests are missing from the sums
+    (``autoscaler.loop.estimate.ArrivalInference``). A gateway's counter counts every arrival whatever
+    the pods report."""
     return est.arrivals_inferred and silent_any(est) > 0
 
 
