@@ -18,12 +18,18 @@ such as a ``SimpleNamespace`` replica or a stub simulator are refused); with ``-
 compiled loop also leaves ``TickError.__cause__`` None where ``raise TickError(...) from exc`` sets
 it interpreted.
 
-    python benchmarks/compiled_core.py --out /tmp/autoscaler-compiled [--core-only | --tick]
+With ``--check`` it then runs ``benchmarks/sim_digest.py`` (the sha256 of a run's outcomes, replica
+metrics and tick records) in this checkout and in the build, at x1 and at x100 over ``0:120`` (the
+``sim_throughput.py`` cases), prints both and exits 1 when they differ.
+
+    python benchmarks/compiled_core.py --out /tmp/autoscaler-compiled [--core-only | --tick] [--check]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -44,6 +50,8 @@ MORE = ("autoscaler/simulator/metrics.py", "autoscaler/simulator/prefix_cache.py
 TICK = ("autoscaler/loop/runner.py", "autoscaler/loop/guard.py", "autoscaler/loop/mix.py",
         "autoscaler/loop/fanout.py", "autoscaler/loop/drain.py", "controllers/pid_rules.py", "controllers/split.py")
 CLASS_LINE = "class Replica:\n"
+# --check: sim_digest.py's cases (sim_throughput.py's x1 and x100 runs)
+CHECKS = (("--rate-scale", "1"), ("--rate-scale", "100", "--span", "0:120"))
 MARKED = ("from mypy_extensions import mypyc_attr\n\n\n"
           "@mypyc_attr(allow_interpreted_subclasses=True)\nclass Replica:\n")
 
@@ -54,6 +62,10 @@ def main() -> None:
     ap.add_argument("--core-only", action="store_true",
                     help=f"compile only {' and '.join(Path(m).name for m in CORE)} (the first build's set)")
     ap.add_argument("--tick", action="store_true", help="also compile the control loop's tick modules (TICK)")
+    ap.add_argument("--check", action="store_true",
+                    help="then compare sim_digest.py's digests, this checkout against the build (x1, x100 0:120)")
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data",
+                    help="with --check: folder holding azure-llm-2023/AzureLLMInferenceTrace_conv.csv")
     args = ap.parse_args()
     if args.core_only and args.tick:
         ap.error("--core-only and --tick: give one")
@@ -73,7 +85,31 @@ def main() -> None:
         sys.exit(f"compiled_core.py: {engine}: expected one line {CLASS_LINE.strip()!r} to mark")
     engine.write_text(text.replace(CLASS_LINE, MARKED))
     subprocess.run([sys.executable, "-m", "mypyc", *modules], cwd=out, check=True)
-    print(f"{Path(__file__).name}: {stamp()}: compiled {', '.join(modules)} in {out}: run with PYTHONPATH={out}")
+    print(f"{Path(__file__).name}: {stamp()}: compiled {', '.join(modules)} in {out}: run with PYTHONPATH={out}",
+          flush=True)
+    if args.check and not check(out, args.data.resolve()):
+        sys.exit(1)
+
+
+def digest(tree: Path, data: Path, case: tuple[str, ...]) -> dict[str, object]:
+    """``sim_digest.py``'s JSON object for ``case`` run with ``tree`` first on the path (its own copy)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    cmd = [sys.executable, str(tree / "benchmarks" / "sim_digest.py"), "--data", str(data), *case]
+    got: dict[str, object] = json.loads(subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
+                                                       check=True).stdout)
+    return got
+
+
+def check(out: Path, data: Path) -> bool:
+    """Whether the build in ``out`` gives this checkout's digests on every case of ``CHECKS`` (printed)."""
+    same = True
+    for case in CHECKS:
+        pure, built = digest(ROOT, data, case), digest(out, data, case)
+        ok = pure["all"] == built["all"] and pure["compiled"] is False and built["compiled"] is True
+        same = same and ok
+        print(f"{' '.join(case)}: checkout {pure['all']} (compiled: {pure['compiled']}), "
+              f"build {built['all']} (compiled: {built['compiled']}): {'same' if ok else 'DIFFERENT'}", flush=True)
+    return same
 
 
 if __name__ == "__main__":
