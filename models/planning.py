@@ -160,7 +160,7 @@ from typing import Any
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, linprog, milp
+from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, OptimizeWarning, linprog, milp
 
 highspy: ModuleType | None
 try:  # HiGHS's own Python binding, optional: it takes a MIP start, which scipy.optimize.milp cannot
@@ -1524,11 +1524,15 @@ def _milp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.nd
           options: Mapping[str, float | bool | int]) -> OptimizeResult:
     """``scipy.optimize.milp``, through the HiGHS build inside scipy directly where it can be reached
     (``_direct_milp``: the same answer, less time); options it does not name are HiGHS's own, passed
-    on verbatim (scipy warns that it does so)."""
+    on verbatim. scipy warns that it does so, twice where HiGHS lacks the option (scipy 1.15's build has
+    no ``mip_heuristic_run_rins``, ``_settable``): ``milp``'s ``RuntimeWarning`` "Unrecognized options
+    detected: {...}. These will be passed to HiGHS verbatim.", then its HiGHS wrapper's ``OptimizeWarning``
+    "Unrecognized options detected: {...}" as it skips the option; both are silenced, by that message only."""
     if _settable(frozenset(options)):
         return _direct_milp(c, cons, bounds, integral, options)
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Unrecognized options", category=RuntimeWarning)
+        for category in (RuntimeWarning, OptimizeWarning):
+            warnings.filterwarnings("ignore", message="Unrecognized options detected: ", category=category)
         return milp(c, constraints=cons, bounds=bounds, integrality=integral, options=dict(options))
 
 

@@ -328,6 +328,18 @@ def test_the_model_on_the_blocks_lengths_counts_each_step_as_long_as_its_block()
     assert planning._milp(c, cons, bounds, np.zeros(len(c)), {}).fun == pytest.approx(7 / 60 + 0.01 * 10 * 60 * 2)
 
 
+def test_an_option_highs_lacks_is_passed_on_without_a_warning() -> None:
+    # An option no HiGHS build has (as scipy 1.15's lacks mip_heuristic_run_rins, the floors pins)
+    # goes through scipy.optimize.milp, which warns twice: its own RuntimeWarning, and its HiGHS
+    # wrapper's OptimizeWarning as it skips the option. Neither may leak; the LP is solved as without
+    # the option (one variable, x >= 2, minimise x: 2). Before, the OptimizeWarning leaked.
+    c, cons, bounds = np.ones(1), LinearConstraint(np.ones((1, 1)), 2.0, np.inf), Bounds(0.0, 10.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = planning._milp(c, cons, bounds, np.zeros(1), {"no_such_highs_option": 1})
+    assert res.status == 0 and res.fun == pytest.approx(2.0)
+
+
 def test_a_fleet_past_its_budget_keeps_what_it_holds_when_decomposed() -> None:
     # Two services holding 9 GPUs against a budget of 6, none of them removable yet (not ready):
     # decomposed as jointly, the plan never holds more than the 9 and never grows past them.
