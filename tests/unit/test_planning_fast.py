@@ -9,6 +9,7 @@ import importlib.util
 import itertools
 import math
 import sys
+import types
 import warnings
 
 import numpy as np
@@ -195,8 +196,16 @@ def test_the_near_search_with_presolve_gives_the_replica_counts_and_cost_of_the_
     # columns before the root): the same box searched to the same gap as without it (FAST_OPTIONS
     # alone, the search before), jointly and in a decomposed solve's parts, must give every replica
     # count of that search and its cost (the serving split may be another optimum of equal cost).
+    # No wall-clock limit (time_limit_s: every HiGHS call of a solve shares it, so on a loaded machine
+    # the LPs before the near search could use it up, and that search then never ran); a node limit
+    # far above what these searches take (0-4 nodes, summed over a solve's searches) bounds them
+    # instead, and neither solve may stop at it, so the outcome is the same however busy the machine.
+    # The planner's clock here reads 1 h later at every look (as on a machine too busy for any wall
+    # time limit): the test must pass on it as on an idle one.
     problem = dataclasses.replace(fleet(600 + seed, services, h=16, dt=15.0), neighbourhood=0, decompose=decompose,
-                                  mip_rel_gap=1e-4)
+                                  mip_rel_gap=1e-4, time_limit_s=math.inf, node_limit=10_000)
+    looks = itertools.count()
+    monkeypatch.setattr(planning, "time", types.SimpleNamespace(perf_counter=lambda: 3600.0 * next(looks)))
     assert planning.NEAR_OPTIONS == {"presolve": True}
     searches = []  # the near searches' MILPs (the box left some count fractional), with presolve on
     milp = planning._milp
@@ -211,6 +220,7 @@ def test_the_near_search_with_presolve_gives_the_replica_counts_and_cost_of_the_
     assert any(searches)  # the presolved search ran
     monkeypatch.setattr(planning, "NEAR_OPTIONS", {})
     before = solve(problem)
+    assert not fast.stopped_at_limit and not before.stopped_at_limit  # each searched to its gap
     assert fast.message.startswith("decomposed") == decompose
     for svc in problem.services:
         for v in svc.variants:
