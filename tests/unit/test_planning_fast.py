@@ -156,6 +156,27 @@ def test_the_hull_facets_are_those_of_qhulls_hull_of_every_whole_point(big: floa
         assert np.all(lhs >= mine[:, 2:3] - 1e-9) and np.all(lhs.min(axis=1) <= mine[:, 2] + 1e-6)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_no_hull_facet_cuts_a_whole_point(seed: int) -> None:
+    # Every whole point (y1, y2) of a box past the demand, with the least g = max(0, d - big y1 -
+    # small y2) (a larger g, or a point past the box, only adds to the left side: alpha >= 0), must
+    # keep every facet alpha_1 y1 + alpha_2 y2 + g >= gamma exactly, by brute force, on small
+    # instances (a small capacity of 0.02-0.2 req/s, so y2 reaches a few hundred). Before, alpha and
+    # gamma were rounded to 9 decimals to nearest: an alpha_2 4.3e-10 low cut (0, 27) of
+    # big 7.81, small 0.199, d 5.23 by 6e-9, past gamma's 1e-9 x d; on 83 % of such instances some point was cut.
+    rng = np.random.default_rng(seed)
+    for _ in range(10):
+        big, small, d = float(rng.uniform(1, 10)), float(rng.uniform(0.02, 0.2)), float(rng.uniform(5, 60))
+        facets = planning._hull_facets(big, small, [d])
+        assert len(facets)
+        y1 = np.arange(math.ceil(d / big) + 3, dtype=float)[:, None]
+        y2 = np.arange(math.ceil(d / small) + 3, dtype=float)[None, :]
+        g = np.maximum(0.0, d - big * y1 - small * y2)
+        for _, a1, a2, gamma in facets:
+            lhs = a1 * y1 + a2 * y2 + g
+            assert np.all(lhs >= gamma), (big, small, d, a1, a2, gamma, float((lhs - gamma).min()))
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_the_hull_facets_keep_the_optimum(seed: int) -> None:
     # The example fleet's variants (two capacities: 15.8 and 6.4 req/s) on random demand, one service,
