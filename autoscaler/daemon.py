@@ -57,9 +57,10 @@ a write's read or from ``KubernetesActuator.check_writers`` at the start of each
 still hands over the record of its other services: the tick goes on with the other shards, writes
 the Events and metrics of every service written, and then raises the first shard's ``TickError``
 (logged as ``tick failed``, naming each failed service and its error; the next tick retries); that
-shard reports no GPUs for the coordinator this tick, as its record lacks the failed services. A
-shard's loop that raises anything else (before its writes: observe, estimate, decide) costs that
-shard's tick alone in the same way.
+shard reports no GPUs for the coordinator this tick, as its record lacks the failed services; a
+service whose decision raised is one of them (nothing of it written that tick). A shard's loop that
+raises anything else (before its writes and decisions: observe, estimate, the controller's
+``prepare``) costs that shard's tick alone in the same way.
 
 Another writer (``KubernetesActuator``): a variant whose replicas someone else changed is left alone
 for ``kubernetes.other_writer_quiet_s``; each such change is an Event (``OtherWriter``) and counts in
@@ -596,8 +597,10 @@ class Daemon:
         Raises:
             TickError: a shard loop's scale write raised, once every shard led has ticked and the
                 Events of the services written are written (module docstring); the first shard's.
-            Exception: whatever a shard's loop raised before its writes (a bug in its observe,
-                estimate or decide stage), likewise once the other shards have ticked; the first.
+            TickError: a shard loop's service decision raised (a bug), likewise.
+            Exception: whatever a shard's loop raised before its decisions and writes (a bug in its
+                observe or estimate stage, or the controller's ``prepare``), likewise once the other
+                shards have ticked; the first.
         """
         led = set(range(self.shards.n)) if self.dry_run else set(self.shards.led())
         self._cover(led)  # before any loop of a shard just taken reads it
@@ -642,7 +645,7 @@ class Daemon:
                 rec, whole = exc.record, False
                 failed.append(exc)
                 self.tick_failures.labels(self.identity, str(i)).inc()
-            except Exception as exc:  # raised before any write of this shard (observe, estimate, decide):
+            except Exception as exc:  # raised before any decision or write of this shard (observe, estimate):
                 # nothing of it to record, but the other shards are still ticked and their Events written
                 failed.append(exc)
                 self.tick_failures.labels(self.identity, str(i)).inc()  # the others' ticks hide it from LoopStalled

@@ -388,7 +388,9 @@ class ServiceEstimate:
 
     Attributes:
         signals: observed plus derived signals; None = unknown.
-        idle: True when the counters show no traffic and nothing in flight; None when unknown.
+        idle: True when the counters show no traffic (no request finished, and none counted arriving or
+            shed at the gateway) and nothing in flight; False when any does; None when unknown
+            (``autoscaler.loop.estimate``).
         weights: variant -> capacity of one replica, requests/s.
         capacity_rps: capacity of ready + starting replicas, requests/s.
         ready_capacity_rps: capacity of ready replicas only, requests/s.

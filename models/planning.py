@@ -160,7 +160,7 @@ from typing import Any
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, linprog, milp
+from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, OptimizeWarning, linprog, milp
 
 highspy: ModuleType | None
 try:  # HiGHS's own Python binding, optional: it takes a MIP start, which scipy.optimize.milp cannot
@@ -758,7 +758,8 @@ def _hull_facets(big: float, small: float, demands: Sequence[float]) -> np.ndarr
     the row itself among them. Every plane through three of ``_hull_candidates``' points that lies
     on or below all of them and does not increase in ``y`` (so it keeps the recession directions
     below it too) is one; ``g`` is linear on each of the two sets the candidates span, so that check
-    covers every whole point. ``gamma`` is lowered by 1e-9 x max(1, d) against rounding. The tests
+    covers every whole point. ``gamma`` is lowered by 1e-9 x max(1, d) against rounding, and the
+    planes found more than once are kept once, rounded outward (``_outward``). The tests
     check the facets against qhull's hull (scipy.spatial.ConvexHull) of every whole point of a box."""
     cands = [_hull_candidates(big, small, d) for d in demands]
     n = max(len(v) for v in cands)
@@ -777,7 +778,27 @@ def _hull_facets(big: float, small: float, demands: Sequence[float]) -> np.ndarr
             & np.all(alpha >= -1e-12, axis=2) & (gamma > tol))
     step = np.nonzero(good)[0]
     rows = np.column_stack([step, np.maximum(alpha[good], 0.0), gamma[good] - tol[good]])
-    return np.unique(np.round(rows, 9), axis=0)
+    return _outward(rows)
+
+
+def _outward(rows: np.ndarray) -> np.ndarray:
+    """``_hull_facets``' rows ``(position, alpha_1, alpha_2, gamma)`` (shape (m, 4)) with the planes that
+    agree to 9 decimals (one facet, found through several triples) kept once, each coefficient
+    rounded outward: ``alpha`` to 9 decimals where that is not below the largest of the group's,
+    else that largest, and ``gamma`` where not above the smallest, else that smallest. The row then
+    keeps every point each of its planes keeps (``y >= 0``): rounded to nearest, an ``alpha`` 5e-10
+    low cut whole points at ``y2`` ~ 10^4 (a small capacity's count) by up to ~8e-6, more than
+    ``gamma``'s 1e-9 x d. Sorted as ``np.unique`` sorts the rounded rows."""
+    if not len(rows):
+        return rows
+    keys, group = np.unique(np.round(rows, 9), axis=0, return_inverse=True)
+    group = np.ravel(group)
+    out = keys.copy()
+    for col, top in ((1, True), (2, True), (3, False)):
+        worst = np.full(len(keys), -np.inf if top else np.inf)
+        (np.maximum if top else np.minimum).at(worst, group, rows[:, col])
+        out[:, col] = np.maximum(keys[:, col], worst) if top else np.minimum(keys[:, col], worst)
+    return out
 
 
 def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows, hull: bool = False) -> None:
@@ -1524,11 +1545,15 @@ def _milp(c: np.ndarray, cons: LinearConstraint, bounds: Bounds, integral: np.nd
           options: Mapping[str, float | bool | int]) -> OptimizeResult:
     """``scipy.optimize.milp``, through the HiGHS build inside scipy directly where it can be reached
     (``_direct_milp``: the same answer, less time); options it does not name are HiGHS's own, passed
-    on verbatim (scipy warns that it does so)."""
+    on verbatim. scipy warns that it does so, twice where HiGHS lacks the option (scipy 1.15's build has
+    no ``mip_heuristic_run_rins``, ``_settable``): ``milp``'s ``RuntimeWarning`` "Unrecognized options
+    detected: {...}. These will be passed to HiGHS verbatim.", then its HiGHS wrapper's ``OptimizeWarning``
+    "Unrecognized options detected: {...}" as it skips the option; both are silenced, by that message only."""
     if _settable(frozenset(options)):
         return _direct_milp(c, cons, bounds, integral, options)
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Unrecognized options", category=RuntimeWarning)
+        for category in (RuntimeWarning, OptimizeWarning):
+            warnings.filterwarnings("ignore", message="Unrecognized options detected: ", category=category)
         return milp(c, constraints=cons, bounds=bounds, integrality=integral, options=dict(options))
 
 

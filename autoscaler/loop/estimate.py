@@ -7,7 +7,10 @@ the larger can only be higher, else unknown); ``ttft_mean_ratio``, ``tpot_mean_r
 ``slo_mean_ratio``, the same with the window means (``ttft_mean_s``, ``tpot_mean_s``); ``queue_per_replica``
 (waiting requests per ready replica), and ``kv_usage`` as observed. Idle detection uses the
 request counters, never the (undefined at zero traffic) latency quantiles, and is unknown when any
-query failed.
+query failed: idle is no request finished, none running, none waiting, and no arrival counted at the
+gateway (``counted_arrivals``: requests it shed or rejected included, so a service whose every request
+is turned away before a replica sees it is not idle; an unknown gateway counter leaves the rest to
+decide, as before gateways were read).
 
 Bad data, whatever the source: NaN (0/0, e.g. a quantile at zero traffic) becomes None quietly;
 an infinite or negative value, or a fraction (``kv_usage``, ``prefix_hit_rate``) above 1, becomes
@@ -104,7 +107,12 @@ def estimate(obs: ServiceObservation, svc: Service, weights: dict[str, float]) -
                   queue_per_replica=None if queue is None else queue / max(ready, 1))
     rate, running = sig.request_rate_rps, sig.running
     known = rate is not None and running is not None and queue is not None
-    idle = (rate == 0 and running == 0 and queue == 0) if known and not obs.errors else None
+    if obs.errors:
+        idle = None
+    elif counted_arrivals(sig):
+        idle = False  # requests arrive, even if none reaches a replica (shed, rejected): not idle
+    else:
+        idle = (rate == 0 and running == 0 and queue == 0) if known else None
     cap = sum(v.current * weights[name] for name, v in obs.variants.items())
     starting = sum(v.starting for v in obs.variants.values())
     return ServiceEstimate(
@@ -123,6 +131,17 @@ def estimate(obs: ServiceObservation, svc: Service, weights: dict[str, float]) -
         history_s=obs.history_s,
         pools=pools,
     )
+
+
+def counted_arrivals(signals: Signals) -> bool:
+    """Whether the gateway counted requests arriving over its window (``arrival_rate_rps``, service-wide
+    or of a priority, which counts the attempts it shed or rejected too) or shed any (``shed_rps`` of a
+    priority) at a rate above 0; False where every such counter is unknown or 0. Read on the source's
+    signals, before ``ArrivalInference`` (inferred arrivals are not counted)."""
+    rates = [signals.arrival_rate_rps]
+    for ps in signals.by_priority.values():
+        rates += [ps.arrival_rate_rps, ps.shed_rps]
+    return any(x is not None and x > 0 for x in rates)
 
 
 ARRIVAL_LOOKBACK_S = 60.0

@@ -19,10 +19,12 @@ another; the daemon's 8), each service's in order (its variants', then its pools
 service's results are told to the controller (and the policy's thresholds set), in order, then the
 services' thresholds are published, ``writers`` at once as the writes (each a ConfigMap write on
 Kubernetes: a fleet's first publish, and each ``admission_heartbeat_s``, writes every service's, but
-for ConfigMaps already holding the same content written less than the heartbeat ago). A write that
-raises (a bug, not a refusal), or a service's results that raise when told or published, costs its own
-service's results alone: every service's writes are run and the others' results told, counted and
-published, then ``tick`` raises ``TickError``, which
+for ConfigMaps already holding the same content written less than the heartbeat ago). A decision
+that raises (the controller's, or the loop's guard or drain of it: a bug), a write that raises (a bug,
+not a refusal), or a service's results that raise when told or published, costs its own service alone
+(a service whose decision raised writes nothing that tick, so is never scaled down by it): every other
+service is decided, its writes are run and its results told, counted and published, then ``tick``
+raises ``TickError``, which
 carries the tick's record of those other services (``TickError.record``, so the daemon still writes
 their Events) and each failed service's exception (``TickError.errors``), the first as its
 ``__cause__``. Admission:
@@ -137,14 +139,16 @@ class TickRecord:
 
 
 class TickError(Exception):
-    """A tick whose scale write of one service or more raised (a bug, not a refusal: a refusal is an
-    ``ActuationResult``), or whose results raised when told to the controller or published; raised by
-    ``ControlLoop.tick`` once every service's writes have run and every other's results are told.
+    """A tick whose decision (with its guard and drain) of one service or more raised, or whose scale write
+    raised (a bug, not a refusal: a refusal is an ``ActuationResult``), or whose results raised when told
+    to the controller or published; raised by ``ControlLoop.tick`` once every other service is decided,
+    its writes have run and its results are told. A service whose decision raised writes nothing that tick.
 
     Attributes:
-        record: the tick's record of the services whose writes did not raise, their results told,
-            counted and published as on a tick that succeeds; a failed service is not in it.
-        errors: service -> the exception its writes (or its results) raised, in the fleet's order (never empty); the
+        record: the tick's record of the services whose decision and writes did not raise, their results
+            told, counted and published as on a tick that succeeds; a failed service is not in it.
+        errors: service -> the exception its decision, writes or results raised, in the fleet's order (never
+            empty); the
             first is also this exception's ``__cause__``.
     """
 
@@ -152,7 +156,8 @@ class TickError(Exception):
         self.record = record
         self.errors = errors
         causes = "; ".join(f"{name}: {type(exc).__name__}: {exc}" for name, exc in errors.items())
-        super().__init__(f"the scale writes of {len(errors)} service(s) raised at t={record.time_s:g} s ({causes})")
+        super().__init__(f"{len(errors)} service(s) raised in their decision, scale writes or results at "
+                         f"t={record.time_s:g} s ({causes})")
 
 
 class ControlLoop:
@@ -340,17 +345,25 @@ class ControlLoop:
         actuate and publish per service (``_act``).
 
         Raises:
-            TickError: a service's scale write raised; it carries the record of the others (the class).
+            TickError: a service's decision (with its guard and drain), scale write or results raised; it
+                carries the record of the others (the class).
         """
         record = TickRecord(time_s=now)
         observations = self.source.observe(now)
         estimates = {svc.name: self._estimate(svc, observations[svc.name], now) for svc in self.cfg.services}
         self.controller.prepare(estimates)
         own = self.controller.own_guard
-        staged = [self._stage(svc, estimates[svc.name], now)
-                  for svc in (s if own else available(s, estimates[s.name]) for s in self.cfg.services)]
-        written = run_all([partial(self._write, st) for st in staged], self.writers, "scale")
+        staged: list[_Staged] = []
         raised: dict[str, Exception] = {}
+        for svc in self.cfg.services:
+            try:
+                staged.append(self._stage(svc if own else available(svc, estimates[svc.name]), estimates[svc.name],
+                                          now))
+            except Exception as failed:  # a bug in one service's decision (or its guard or drain) costs that
+                # service alone: nothing of it is written this tick (no action, so never a scale-down), the
+                # others are decided and written, then the tick raises naming it, as for a write that raised
+                raised[svc.name] = failed
+        written = run_all([partial(self._write, st) for st in staged], self.writers, "scale")
         acted: list[tuple[_Staged, ServiceTick]] = []
         for st, (results, exc) in zip(staged, written, strict=True):
             if results is None:  # a write raised (a bug, not a refusal): the other services' writes landed, so
@@ -381,7 +394,7 @@ class ControlLoop:
             done.admission = admission
             record.services[st.svc.name] = done
         if raised:
-            raised = {st.svc.name: raised[st.svc.name] for st in staged if st.svc.name in raised}  # the fleet's order
+            raised = {s.name: raised[s.name] for s in self.cfg.services if s.name in raised}  # the fleet's order
             raise TickError(record, raised) from next(iter(raised.values()))
         return record
 

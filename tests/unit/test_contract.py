@@ -383,3 +383,37 @@ def test_a_write_that_raises_costs_its_own_service_alone(make_fleet) -> None:
         assert loop.actuation_errors == {("c", "h100", ActuationStatus.CONFLICT): 1,
                                          ("b", "h100", ActuationStatus.ERROR): 1}
         assert rec.unwritten == {"b": ["h100"]}
+
+
+class RaisingFor(Fixed):
+    """``Fixed`` whose decision for the ``raises`` services raises (a bug in the controller)."""
+
+    def __init__(self, want: int, raises: frozenset[str]) -> None:
+        super().__init__(want)
+        self.raises = raises
+
+    def decide(self, est, svc) -> Decision:
+        if svc.name in self.raises:
+            raise ZeroDivisionError(f"decide {svc.name}")
+        return super().decide(est, svc)
+
+
+@pytest.mark.parametrize("writers", [1, 2])
+def test_a_decision_that_raises_costs_its_own_service_alone(make_fleet, writers: int) -> None:
+    """Services a and b at 2 replicas each; the controller asks 1 replica of each (a scale-down), but
+    raises deciding a. b is still decided and written (2 -> 1) and in the record; a is written nothing
+    (no action, so no scale-down), counted as no failed write, and the tick raises ``TickError`` naming
+    a's ZeroDivisionError, caused by it. Before, ``_stage`` ran outside the per-service handling, so a's
+    raise left the tick at once: b was never written and the daemon got no record."""
+    one = make_fleet(2, min_replicas=1, max_replicas=8)
+    cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in ("a", "b")]})
+    ctrl = RaisingFor(1, frozenset({"a"}))
+    act = MeetingActuator(1)
+    loop = ControlLoop(cfg, Fleet(["a", "b"]), act, ctrl, writers=writers)
+    with pytest.raises(TickError, match="a: ZeroDivisionError: decide a") as failed:
+        loop.tick(15.0)
+    assert list(failed.value.errors) == ["a"] and isinstance(failed.value.__cause__, ZeroDivisionError)
+    assert act.calls == [("b", "h100", 1)]
+    rec = failed.value.record
+    assert {n: st.applied for n, st in rec.services.items()} == {"b": {"h100": 1}}
+    assert rec.unwritten == {} and loop.actuation_errors == {}

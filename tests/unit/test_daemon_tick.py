@@ -196,16 +196,17 @@ def test_results_that_raise_when_published_cost_their_own_service_alone(make_fle
 
 
 class Raising(Five):
-    """Raises in ``decide`` (a bug before any write of its loop)."""
+    """Raises in ``prepare`` (a bug before any write of its loop, and before any service's decision: a
+    decision that raises costs its own service alone, ``test_contract.py``)."""
 
-    def decide(self, est, svc) -> Decision:
-        raise ValueError(f"decide {svc.name}")
+    def prepare(self, estimates) -> None:
+        raise ValueError("prepare: decide every service")
 
 
 @pytest.mark.parametrize("bad", [0, 1])
 def test_a_shard_that_raises_before_its_writes_leaves_the_other_shards_ticked(make_fleet, bad: int) -> None:
     """Two shards, a and b on shard 0, c on shard 1, one daemon leading both; shard ``bad``'s
-    controller raises in ``decide``. The other shard's services still scale 2 -> 5 and get their
+    controller raises in ``prepare``. The other shard's services still scale 2 -> 5 and get their
     Events; the tick raises the ValueError and is not counted. Before, only a ``TickError`` was caught
     per shard: shard 0's raise left shard 1 unticked, and shard 1's left shard 0's two landed writes
     (a, b) without an Event."""
@@ -299,5 +300,35 @@ def test_a_source_that_raises_is_queried_once_a_tick_not_once_a_shard(make_fleet
         with pytest.raises(RuntimeError, match="observe bug"):
             d.tick()
         assert down.calls == 1
+    finally:
+        d.server.close()
+
+
+class RaisingFor(Five):
+    """``Five`` whose decision for service b raises (a bug in the controller)."""
+
+    def decide(self, est, svc) -> Decision:
+        if svc.name == "b":
+            raise ValueError(f"decide {svc.name}")
+        return super().decide(est, svc)
+
+
+def test_a_decision_that_raises_leaves_the_other_services_events_written(make_fleet, caplog) -> None:
+    """Services a, b, c each scale 2 -> 5, but the controller raises deciding b. a and c still get their
+    ``ScaledUp`` Events and their decisions logged; b gets neither, and the tick raises ``TickError`` naming
+    b's ValueError (logged as ``tick failed`` by ``_tick_once``). Before, b's raise ended the loop's tick
+    before any write: no service scaled and no Event was written."""
+    d = dry_daemon(make_fleet)
+    try:
+        loop = d.loops[0] = d._new_loop(0.0)
+        loop.source, loop.controller, loop.actuator = Fleet(), RaisingFor(), Writes(frozenset())
+        events = d.events = Events()  # type: ignore[assignment]
+        with caplog.at_level(logging.INFO), pytest.raises(TickError) as failed:
+            d.tick()
+        assert sorted(events.written) == [("a", "h100", 2, 5), ("c", "h100", 2, 5)]
+        assert list(failed.value.errors) == ["b"] and isinstance(failed.value.__cause__, ValueError)
+        logged = {r.getMessage() for r in caplog.records}
+        assert {"a: decision", "c: decision"} <= logged and "b: decision" not in logged
+        assert failures(d) == {"0": 1.0}
     finally:
         d.server.close()

@@ -9,6 +9,7 @@ import importlib.util
 import itertools
 import math
 import sys
+import types
 import warnings
 
 import numpy as np
@@ -155,6 +156,27 @@ def test_the_hull_facets_are_those_of_qhulls_hull_of_every_whole_point(big: floa
         assert np.all(lhs >= mine[:, 2:3] - 1e-9) and np.all(lhs.min(axis=1) <= mine[:, 2] + 1e-6)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_no_hull_facet_cuts_a_whole_point(seed: int) -> None:
+    # Every whole point (y1, y2) of a box past the demand, with the least g = max(0, d - big y1 -
+    # small y2) (a larger g, or a point past the box, only adds to the left side: alpha >= 0), must
+    # keep every facet alpha_1 y1 + alpha_2 y2 + g >= gamma exactly, by brute force, on small
+    # instances (a small capacity of 0.02-0.2 req/s, so y2 reaches a few hundred). Before, alpha and
+    # gamma were rounded to 9 decimals to nearest: an alpha_2 4.3e-10 low cut (0, 27) of
+    # big 7.81, small 0.199, d 5.23 by 6e-9, past gamma's 1e-9 x d; on 83 % of such instances some point was cut.
+    rng = np.random.default_rng(seed)
+    for _ in range(10):
+        big, small, d = float(rng.uniform(1, 10)), float(rng.uniform(0.02, 0.2)), float(rng.uniform(5, 60))
+        facets = planning._hull_facets(big, small, [d])
+        assert len(facets)
+        y1 = np.arange(math.ceil(d / big) + 3, dtype=float)[:, None]
+        y2 = np.arange(math.ceil(d / small) + 3, dtype=float)[None, :]
+        g = np.maximum(0.0, d - big * y1 - small * y2)
+        for _, a1, a2, gamma in facets:
+            lhs = a1 * y1 + a2 * y2 + g
+            assert np.all(lhs >= gamma), (big, small, d, a1, a2, gamma, float((lhs - gamma).min()))
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_the_hull_facets_keep_the_optimum(seed: int) -> None:
     # The example fleet's variants (two capacities: 15.8 and 6.4 req/s) on random demand, one service,
@@ -195,8 +217,16 @@ def test_the_near_search_with_presolve_gives_the_replica_counts_and_cost_of_the_
     # columns before the root): the same box searched to the same gap as without it (FAST_OPTIONS
     # alone, the search before), jointly and in a decomposed solve's parts, must give every replica
     # count of that search and its cost (the serving split may be another optimum of equal cost).
+    # No wall-clock limit (time_limit_s: every HiGHS call of a solve shares it, so on a loaded machine
+    # the LPs before the near search could use it up, and that search then never ran); a node limit
+    # far above what these searches take (0-4 nodes, summed over a solve's searches) bounds them
+    # instead, and neither solve may stop at it, so the outcome is the same however busy the machine.
+    # The planner's clock here reads 1 h later at every look (as on a machine too busy for any wall
+    # time limit): the test must pass on it as on an idle one.
     problem = dataclasses.replace(fleet(600 + seed, services, h=16, dt=15.0), neighbourhood=0, decompose=decompose,
-                                  mip_rel_gap=1e-4)
+                                  mip_rel_gap=1e-4, time_limit_s=math.inf, node_limit=10_000)
+    looks = itertools.count()
+    monkeypatch.setattr(planning, "time", types.SimpleNamespace(perf_counter=lambda: 3600.0 * next(looks)))
     assert planning.NEAR_OPTIONS == {"presolve": True}
     searches = []  # the near searches' MILPs (the box left some count fractional), with presolve on
     milp = planning._milp
@@ -211,6 +241,7 @@ def test_the_near_search_with_presolve_gives_the_replica_counts_and_cost_of_the_
     assert any(searches)  # the presolved search ran
     monkeypatch.setattr(planning, "NEAR_OPTIONS", {})
     before = solve(problem)
+    assert not fast.stopped_at_limit and not before.stopped_at_limit  # each searched to its gap
     assert fast.message.startswith("decomposed") == decompose
     for svc in problem.services:
         for v in svc.variants:
@@ -326,6 +357,18 @@ def test_the_model_on_the_blocks_lengths_counts_each_step_as_long_as_its_block()
     # and 2 minutes missed
     c, cons, bounds, _ = planning._build(problem, True)
     assert planning._milp(c, cons, bounds, np.zeros(len(c)), {}).fun == pytest.approx(7 / 60 + 0.01 * 10 * 60 * 2)
+
+
+def test_an_option_highs_lacks_is_passed_on_without_a_warning() -> None:
+    # An option no HiGHS build has (as scipy 1.15's lacks mip_heuristic_run_rins, the floors pins)
+    # goes through scipy.optimize.milp, which warns twice: its own RuntimeWarning, and its HiGHS
+    # wrapper's OptimizeWarning as it skips the option. Neither may leak; the LP is solved as without
+    # the option (one variable, x >= 2, minimise x: 2). Before, the OptimizeWarning leaked.
+    c, cons, bounds = np.ones(1), LinearConstraint(np.ones((1, 1)), 2.0, np.inf), Bounds(0.0, 10.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = planning._milp(c, cons, bounds, np.zeros(1), {"no_such_highs_option": 1})
+    assert res.status == 0 and res.fun == pytest.approx(2.0)
 
 
 def test_a_fleet_past_its_budget_keeps_what_it_holds_when_decomposed() -> None:
