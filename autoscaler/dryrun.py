@@ -104,6 +104,11 @@ class Shadow(Controller):
         self._asked[svc.name] = _fleet(est) if decision.hold else dict(decision.desired)
         return decision
 
+    @property
+    def plans_jointly(self) -> bool:
+        """The inner controller's: whether this tick's ``prepare`` planned the services together."""
+        return self.inner.plans_jointly
+
     def on_admission(self, enforced: bool) -> None:
         """Forward whether an admission policy runs: the inner controller plans on shedding only
         where one does (``controllers.mpc``, ``shed=1``), as it would in ``run``."""

@@ -220,6 +220,13 @@ class Controller(ABC):
         answers each ``decide`` from that plan. One that decides per service ignores it."""
         return None
 
+    @property
+    def plans_jointly(self) -> bool:
+        """Whether this tick's ``prepare`` planned the services in one problem (shared GPU quotas or a
+        budget): then each service's part assumes the others', so the loop writes none of them where one
+        service's decision raised. False for a controller that decides per service."""
+        return False
+
     @abstractmethod
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """What to ask for ``svc`` given this tick's estimate (pure of I/O: no query, no write)."""

@@ -1526,6 +1526,7 @@ class MPCController(Controller):
         self.services = list(cfg.services)
         self.gpu_limits = cfg.gpu_limits
         self._joint: dict[str, tuple[float, _Inputs | Decision, Plan | None]] = {}
+        self._joint_tick = False  # whether this tick's prepare planned the services together
         self.future_rps = {k: np.asarray(v, dtype=float) for k, v in (future_rps or {}).items()}
         self.memory: dict[str, _ServiceMemory] = {}
         self.node_limit = node_limit
@@ -2162,6 +2163,7 @@ class MPCController(Controller):
         quotas and budget bind them together); each ``decide`` then reads its part. Without limits
         the services are independent and each ``decide`` solves its own, smaller problem."""
         self._joint = {}
+        self._joint_tick = False
         limits = self.gpu_limits
         if len(estimates) < 2 or not (limits.quota or limits.budget is not None):
             return
@@ -2173,8 +2175,16 @@ class MPCController(Controller):
         plan = solve(self._problem([x.service for x in planned.values()])) if planned else None
         if self.joint_warm:  # the last joint plan's basis, or none where it has none (no stale basis kept)
             self._coordinator_basis = plan.coordinator_basis if plan is not None else None
+        self._joint_tick = True
         for name, x in inputs.items():
             self._joint[name] = (estimates[name].time_s, x, plan)
+
+    @property
+    def plans_jointly(self) -> bool:
+        """Whether this tick's ``prepare`` made a joint plan (its parts are read by ``decide``; the
+        base class's contract)."""
+        return self._joint_tick
+
 
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Plan the horizon and ask for its first step (module docstring); with several services,

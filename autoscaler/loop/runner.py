@@ -363,6 +363,10 @@ class ControlLoop:
                 # service alone: nothing of it is written this tick (no action, so never a scale-down), the
                 # others are decided and written, then the tick raises naming it, as for a write that raised
                 raised[svc.name] = failed
+        if raised and self.controller.plans_jointly:  # one plan for all (shared GPU quotas, a budget): the
+            # others' parts assume the failed one's, so writing them could pass the shared limit; none is written
+            raise TickError(record, {s.name: raised[s.name] for s in self.cfg.services if s.name in raised}
+                            ) from next(iter(raised.values()))
         written = run_all([partial(self._write, st) for st in staged], self.writers, "scale")
         acted: list[tuple[_Staged, ServiceTick]] = []
         for st, (results, exc) in zip(staged, written, strict=True):
@@ -435,8 +439,9 @@ class ControlLoop:
         remove_first = decision.remove_first
         if not remove_first and self.idle_first_removal:
             remove_first = idle_first(est, guarded.replicas)
+        pools = self._guard_pools(svc, decision, est, now)  # before the drain, whose cordon is the stage's one write
         guarded, remove_first, draining = self._drain(svc, est, guarded, remove_first, now)
-        return _Staged(svc, est, decision, guarded, remove_first, draining, self._guard_pools(svc, decision, est, now))
+        return _Staged(svc, est, decision, guarded, remove_first, draining, pools)
 
     def _write(self, st: _Staged) -> tuple[dict[str, ActuationResult], dict[str, ActuationResult]]:
         """One service's scale writes, in order: its variants', then its pools' (results of each). The

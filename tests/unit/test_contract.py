@@ -417,3 +417,44 @@ def test_a_decision_that_raises_costs_its_own_service_alone(make_fleet, writers:
     rec = failed.value.record
     assert {n: st.applied for n, st in rec.services.items()} == {"b": {"h100": 1}}
     assert rec.unwritten == {} and loop.actuation_errors == {}
+
+
+class JointRaisingFor(RaisingFor):
+    """``RaisingFor`` that says it planned the services in one problem this tick (as the MPC does under
+    shared GPU quotas or a budget)."""
+
+    @property
+    def plans_jointly(self) -> bool:
+        return True
+
+
+def test_a_decision_that_raises_in_a_joint_plan_writes_no_service(make_fleet) -> None:
+    """As above, but the services were planned together (shared GPU limits): b's part assumed a's, so
+    writing b alone could pass the shared limit (a review's case: a budget of 14 GPUs held at 16). The
+    tick raises ``TickError`` naming a, and neither service is written."""
+    one = make_fleet(2, min_replicas=1, max_replicas=8)
+    cfg = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in ("a", "b")]})
+    act = MeetingActuator(1)
+    loop = ControlLoop(cfg, Fleet(["a", "b"]), act, JointRaisingFor(1, frozenset({"a"})))
+    with pytest.raises(TickError, match="a: ZeroDivisionError: decide a") as failed:
+        loop.tick(15.0)
+    assert list(failed.value.errors) == ["a"]
+    assert act.calls == []
+    assert failed.value.record.services == {}
+
+
+def test_the_mpc_says_when_it_planned_the_services_together(make_fleet) -> None:
+    """``MPCController.plans_jointly`` is True after a ``prepare`` that solved two services under a GPU
+    budget, False without limits (each ``decide`` solves its own)."""
+    from controllers.mpc import MPCController
+
+    one = make_fleet(2, min_replicas=1, max_replicas=8)
+    two = one.model_copy(update={"services": [one.services[0].model_copy(update={"name": n}) for n in ("a", "b")]})
+    weights = {s.name: {v.name: 10.0 for v in s.variants} for s in two.services}
+    for cfg, joint in ((two, False), (two.model_copy(update={"gpu_limits": two.gpu_limits.model_copy(
+            update={"budget": 64})}), True)):
+        ctrl = MPCController(cfg, weights, forecast="last", hold_s=0)
+        loop = ControlLoop(cfg, Fleet(["a", "b"]), MeetingActuator(1), ctrl)
+        loop.start(0.0)
+        loop.tick(ctrl.window_s + 15.0)
+        assert ctrl.plans_jointly is joint
