@@ -79,6 +79,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         prom.start()
         prom.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == "1")
         time.sleep(WINDOW_S + 2.5)  # more than one window of 1-s scrapes
+        prom.wait_for("min(count_over_time(up[3s])) >= 2", bool)  # two scrapes a target in the window, however loaded
         yield World(prom, time.time() - 0.5)
     finally:
         prom.stop()

@@ -34,6 +34,7 @@ def _observe(tmp_path: Any, exporter: FakeExporter, cfg: FleetConfig, service: s
         prom.start()
         prom.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == "1")
         time.sleep(4.5)  # more than one 3 s window of scrapes
+        prom.wait_for("min(count_over_time(up[3s])) >= 2", bool)  # two scrapes a target in the window, however loaded
         src = build_source(cfg, connect(cfg.prometheus, prom.url))
         return src.observe(0.0)[service]
     finally:
@@ -119,6 +120,7 @@ def test_pools_read_from_the_per_pod_aggregation_equal_their_own_queries(tmp_pat
         prom.start()
         prom.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == "1")
         time.sleep(4.5)
+        prom.wait_for("min(count_over_time(up[3s])) >= 2", bool)  # two scrapes a target in the window, however loaded
         at = time.time() - 0.5
         got = {}
         for aggregate, batch in ((True, True), (False, False)):

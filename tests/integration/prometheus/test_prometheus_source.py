@@ -104,6 +104,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         prom.start()
         prom.wait_for("count(up == 1)", lambda r: bool(r) and r[0]["value"][1] == "2")
         time.sleep(4.5)  # more than one 3 s window of scrapes
+        prom.wait_for("min(count_over_time(up[3s])) >= 2", bool)  # two scrapes a target in the window, however loaded
         yield World(prom, work)
     finally:
         prom.stop()
