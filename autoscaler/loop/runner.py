@@ -353,20 +353,27 @@ class ControlLoop:
         estimates = {svc.name: self._estimate(svc, observations[svc.name], now) for svc in self.cfg.services}
         self.controller.prepare(estimates)
         own = self.controller.own_guard
-        staged: list[_Staged] = []
+        decided: list[_Staged] = []
         raised: dict[str, Exception] = {}
         for svc in self.cfg.services:
             try:
-                staged.append(self._stage(svc if own else available(svc, estimates[svc.name]), estimates[svc.name],
-                                          now))
-            except Exception as failed:  # a bug in one service's decision (or its guard or drain) costs that
-                # service alone: nothing of it is written this tick (no action, so never a scale-down), the
-                # others are decided and written, then the tick raises naming it, as for a write that raised
+                decided.append(self._stage(svc if own else available(svc, estimates[svc.name]), estimates[svc.name],
+                                           now))
+            except Exception as failed:  # a bug in one service's decision (or its guard) costs that service
+                # alone: nothing of it is written this tick (no action, so never a scale-down), the others
+                # are decided and written, then the tick raises naming it, as for a write that raised
                 raised[svc.name] = failed
         if raised and self.controller.plans_jointly:  # one plan for all (shared GPU quotas, a budget): the
-            # others' parts assume the failed one's, so writing them could pass the shared limit; none is written
+            # others' parts assume the failed one's, so writing them could pass the shared limit; none is
+            # written, and no pod is cordoned (the drains below have not run)
             raise TickError(record, {s.name: raised[s.name] for s in self.cfg.services if s.name in raised}
                             ) from next(iter(raised.values()))
+        staged: list[_Staged] = []
+        for st in decided:
+            try:
+                staged.append(self._drain_stage(st, now))
+            except Exception as failed:  # the drain's bug, likewise this service's alone
+                raised[st.svc.name] = failed
         written = run_all([partial(self._write, st) for st in staged], self.writers, "scale")
         acted: list[tuple[_Staged, ServiceTick]] = []
         for st, (results, exc) in zip(staged, written, strict=True):
@@ -428,7 +435,8 @@ class ControlLoop:
         return est
 
     def _stage(self, svc: Service, est: ServiceEstimate, now: float) -> _Staged:
-        """Decide, guard and drain one service: what its writes will be."""
+        """Decide and guard one service (its variants', then its pools'): what its writes will be, before
+        the drain (``_drain_stage``), whose cordon is the stage's one call out."""
         decision = self._decide(svc, est, now)
         current = est.current
         if self.controller.own_guard:
@@ -439,9 +447,12 @@ class ControlLoop:
         remove_first = decision.remove_first
         if not remove_first and self.idle_first_removal:
             remove_first = idle_first(est, guarded.replicas)
-        pools = self._guard_pools(svc, decision, est, now)  # before the drain, whose cordon is the stage's one write
-        guarded, remove_first, draining = self._drain(svc, est, guarded, remove_first, now)
-        return _Staged(svc, est, decision, guarded, remove_first, draining, pools)
+        return _Staged(svc, est, decision, guarded, remove_first, {}, self._guard_pools(svc, decision, est, now))
+
+    def _drain_stage(self, st: _Staged, now: float) -> _Staged:
+        """``st`` after its drain (``_drain``): the pods cordoned before a scale-down, the counts it holds."""
+        guarded, remove_first, draining = self._drain(st.svc, st.est, st.guarded, st.remove_first, now)
+        return replace(st, guarded=guarded, remove_first=remove_first, draining=draining)
 
     def _write(self, st: _Staged) -> tuple[dict[str, ActuationResult], dict[str, ActuationResult]]:
         """One service's scale writes, in order: its variants', then its pools' (results of each). The

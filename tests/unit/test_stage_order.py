@@ -84,3 +84,44 @@ def test_a_stage_that_raises_in_the_pools_guard_cordons_nothing() -> None:
     with pytest.raises(TickError, match="KeyError"):
         loop.tick(60.0)
     assert drainer.cordoned == [] and act.writes == []
+
+
+class JointWantsOne(WantsOne):
+    """``WantsOne`` that planned the services together this tick (as the MPC under a GPU budget) and
+    raises deciding ``a`` (a bug)."""
+
+    @property
+    def plans_jointly(self) -> bool:
+        return True
+
+    def decide(self, est: ServiceEstimate, svc: Any) -> Decision:
+        if svc.name == "a":
+            raise ZeroDivisionError("decide a")
+        return super().decide(est, svc)
+
+
+class TwoSource:
+    """Services ``a`` and ``b``, two idle pods each (``<service>-p1``, ``<service>-p2``)."""
+
+    def observe(self, now: float) -> dict[str, ServiceObservation]:
+        out = {}
+        for name in ("a", "b"):
+            pods = [PodObservation("a", 0.1, 0.0, 0.0, 0.1, 0.0, name=f"{name}-{p}") for p in ("p1", "p2")]
+            sig = Signals(request_rate_rps=5.0, running=0.0, queue_length=0.0)
+            out[name] = ServiceObservation(name, now, sig, {"a": VariantObservation(2, 0)}, history_s=now, pods=pods)
+        return out
+
+
+def test_a_decision_that_raises_in_a_joint_plan_cordons_no_pod_of_another_service() -> None:
+    """b's part of a joint plan asks 2 -> 1, but a's decision raises: no service is written, and b's
+    drain, which would cordon one of its pods first, does not run either (the drains run once every
+    decision of the tick stands). Before, b was drained as it was decided, so one of its pods left
+    routing in a tick that wrote no scale-down."""
+    doc = {**DOC, "services": [{**DOC["services"][0], "name": n} for n in ("a", "b")]}
+    drainer = Drainer()
+    act = RecordingActuator()
+    loop = ControlLoop(parse_config(doc, "<stage>"), TwoSource(), act, JointWantsOne(), drainer=drainer)
+    loop.start(0.0)
+    with pytest.raises(TickError, match="a: ZeroDivisionError"):
+        loop.tick(60.0)
+    assert drainer.cordoned == [] and act.writes == []
