@@ -20,12 +20,16 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 from autoscaler.config.loading import load_config
 from autoscaler.simulate import SimulationRun, run_simulation
 from autoscaler.simulator import engine
 from autoscaler.workload.build import build_workload, parse_span
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
+from provenance import stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,6 +77,7 @@ def main() -> None:
         ap.error(f"{trace}: no such file (give --data)")
     wl = build_workload(trace, None, args.rate_scale, 1.0, 0, 0.2, span=span)
     run = run_simulation(load_config(ROOT / "examples" / "fleet.yaml"), wl, "pid", keep_requests=False)
+    print(f"{Path(__file__).name}: {stamp()}", file=sys.stderr, flush=True)  # stdout keeps the JSON alone
     print(json.dumps({"rate_scale": args.rate_scale, "span": args.span, "requests": len(wl.requests),
                       "tick_count": len(run.ticks), "compiled": not str(engine.__file__).endswith(".py"),
                       **digests(run)}))
