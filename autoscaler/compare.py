@@ -126,7 +126,7 @@ def split_row(name: str) -> tuple[str, str | None]:
 def check_controllers(names: Sequence[str], cfg: FleetConfig, workload: AnyWorkload, service: str | None) -> None:
     """``check_names``, then build every controller once so a bad parameter value fails before any run;
     one that cannot run on this fleet (``FleetMismatchError``: a service of pools only for a controller
-    that needs an aggregated variant, or none for ``dynamo-pd``) is left to its run, a failed row. With
+    that needs an aggregated variant, or none for ``dynamo-pd`` or ``wva-pd``) is left to its run, a failed row. With
     a stream, a controller that reads the whole workload (``needs_whole``) is built on the stream's
     first chunk (``head``): its parameters are checked, its plan is its run's.
 

@@ -81,7 +81,7 @@ class FleetMismatchError(ValueError):
 
 
 POOLS_ONLY = ("service {service} has no aggregated variant: its prefill/decode pools are scaled only by the "
-              "controllers that scale roles (pid, mpc, dynamo-pd)")
+              "controllers that scale roles (pid, mpc, dynamo-pd, wva-pd)")
 """The error of a controller that needs an aggregated variant to calibrate or plan on, given a service
 of prefill/decode pools only (``Service.roles``)."""
 

@@ -9,7 +9,8 @@ Names: ``pid`` (``controllers.pid``); ``static`` and ``static-ilp`` (fixed fleet
 ``controllers.static``, ``controllers.baselines.static_ilp``); the anchors' autoscalers
 (``controllers.baselines``): ``hpa``, ``keda``, ``kpa`` (Knative), ``aibrix`` and ``aibrix-apa``,
 ``dynamo``, ``dynamo-pd`` (Dynamo's planner in its disaggregated mode: the prefill/decode pools of a
-service with ``roles``), ``wva``;
+service with ``roles``), ``wva``, ``wva-pd`` (llm-d's WVA with its role-aware grouping: each role's
+pods analysed apart; a service with ``roles``);
 ``mpc`` (``controllers.mpc``: ``mpc:horizon=40:quantile=0.9:miss_weight=10:forecast=auto``;
 ``hedge=measured`` plans on its own forecast errors instead of the forecaster's band, and on the
 hold they show; ``hold=measured`` measures the hold under any hedge; ``hold_s=S`` fixes it (300 s);
@@ -84,6 +85,7 @@ from controllers.baselines.keda import DEFAULT_QUEUE_THRESHOLD, KedaController
 from controllers.baselines.knative import KnativeKPAController
 from controllers.baselines.static_ilp import static_ilp_controller
 from controllers.baselines.wva import WVAController
+from controllers.baselines.wva_pd import WVAPDController
 from controllers.bound import Simulate, bound_controller
 from controllers.mpc import MPCController
 from controllers.oracle import oracle_controller, true_demand
@@ -261,6 +263,13 @@ def _dynamo_pd(kw: dict[str, Any], ctx: BuildContext) -> Controller:
     return DynamoPDPlanner(ctx.cfg.engine, **kw, name=ctx.spec)
 
 
+def _wva_pd(kw: dict[str, Any], ctx: BuildContext) -> Controller:
+    if ctx.svc.roles is None:
+        raise FleetMismatchError(f"wva-pd scales prefill/decode pools: service {ctx.svc.name} has none (roles in "
+                                 "the fleet file; wva is the aggregated autoscaler)")
+    return WVAPDController(name=ctx.spec)
+
+
 MAX_HORIZON = 480
 """Longest MPC horizon a spec may ask for, ticks (2 h at 15 s): the plan's size and solve time grow
 with it, and no start-up plus cool-down in a fleet file is near that long."""
@@ -333,6 +342,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                lambda kw, ctx: DynamoPlanner(ctx.cfg.engine, **kw, name=ctx.spec)),
     "dynamo-pd": (_params(DynamoPDPlanner, predictor=TEXT, ttft=POSITIVE, itl=POSITIVE), _dynamo_pd),
     "wva": (_params(WVAController), lambda kw, ctx: WVAController(name=ctx.spec)),
+    "wva-pd": (_params(WVAPDController), _wva_pd),
     "static-ilp": ({"peak_rps": POSITIVE}, _static_ilp),
     "oracle": ({"miss_weight": POSITIVE, "node_limit": Param(int, 0, closed=True),
                 "pool": Param(int, 1, closed=True, high=256)}, _oracle),
@@ -374,10 +384,11 @@ IMPLIES: dict[str, dict[tuple[str, int | float | str], tuple[str, int | float | 
 """name -> (parameter, value) -> (parameter, value) it implies: given the first, the second may be left
 out but not set otherwise (``mpc``'s ``backlog=1`` plans on the busy-period form, so ``busy=0`` beside
 it would be overridden)."""
-ANCHORS = frozenset({"hpa", "keda", "kpa", "aibrix", "aibrix-apa", "dynamo", "dynamo-pd", "wva"})
+ANCHORS = frozenset({"hpa", "keda", "kpa", "aibrix", "aibrix-apa", "dynamo", "dynamo-pd", "wva", "wva-pd"})
 """The anchors' autoscalers (``controllers.baselines``): run without admission unless told otherwise."""
-ROLE_ONLY = ("dynamo-pd",)
-"""Controllers that scale only a service's prefill/decode pools: built only for a service with ``roles``."""
+ROLE_ONLY = ("dynamo-pd", "wva-pd")
+"""Controllers built only for a service with ``roles``: ``dynamo-pd`` scales its prefill/decode pools only,
+``wva-pd`` its pools and, as their own role group, its aggregated variants."""
 BASELINE_NAMES = tuple(n for n in NAMES if n not in ("pid", "static", "mpc", "oracle", "bound", *ROLE_ONLY))
 """The baselines that run on any fleet (those of ``ROLE_ONLY`` need pools)."""
 
@@ -387,6 +398,8 @@ SET_IN_FLEET_FILE = {
            "controller.pid (docs/configuration.md#controller)",
     "wva": "it has no settings of its own: it reads each pod's KV usage and waiting requests "
            "(docs/controllers.md#what-each-baseline-reads)",
+    "wva-pd": "it has no settings of its own: it reads each pod's KV usage and waiting requests, per role "
+              "(docs/controllers.md#what-each-baseline-reads)",
 }
 """Where a controller whose spec takes no parameters is configured instead (the error of ``parse_spec``)."""
 

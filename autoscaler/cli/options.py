@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 
 CONTROLLERS = ("pid", "static", "hpa", "keda", "kpa", "aibrix", "aibrix-apa", "dynamo", "dynamo-pd", "wva",
-               "static-ilp", "oracle", "bound", "mpc")
+               "wva-pd", "static-ilp", "oracle", "bound", "mpc")
 """``controllers.registry.NAMES``, in its order."""
 NEEDS_A_TRACE = ("oracle", "bound")
 """Controllers built from a trace's future (``controllers.registry``): offered by simulate and compare only."""

@@ -9,7 +9,7 @@ run with the scenario's ``admission`` policy (else the fleet's), the anchors wit
 users run them. Simulator rows run in parallel processes; live rows (``autoscaler.faults.live``) one
 after another, each on its own ports. A controller that cannot run on a scenario's fleet
 (``not_applicable``: one that needs aggregated variants, hpa or keda say, on a service of
-prefill/decode pools only; ``dynamo-pd`` on a service without pools) gets a row saying so, every
+prefill/decode pools only; ``dynamo-pd`` or ``wva-pd`` on a service without pools) gets a row saying so, every
 figure null, and is not run.
 """
 

@@ -411,7 +411,7 @@ def test_a_controller_that_calibrates_on_a_variant_says_the_service_has_none(con
     # refused with "no variant meets the interactive SLO for this request mix", which is not the reason.
     wl = Workload([Request(arrival_s=1.0 * i, input_tokens=300, output_tokens=20) for i in range(20)])
     with pytest.raises(ValueError, match=r"service svc has no aggregated variant: its prefill/decode pools are scaled "
-                                         r"only by the controllers that scale roles \(pid, mpc, dynamo-pd\)"):
+                                         r"only by the controllers that scale roles \(pid, mpc, dynamo-pd, wva-pd\)"):
         run_simulation(parse_config(pd_doc(), "<pd>"), wl, controller)
 
 

@@ -148,8 +148,10 @@ def test_a_controller_that_cannot_run_the_pools_gets_a_not_applicable_row() -> N
     wl = Workload([Request(arrival_s=1.0 * i, input_tokens=300, output_tokens=20) for i in range(20)])
     assert not_applicable(cfg, "pid", wl) is None
     assert not_applicable(cfg, "dynamo-pd", wl) is None
+    assert not_applicable(cfg, "wva-pd", wl) is None
     assert not_applicable(cfg, "hpa", wl) == ("service svc has no aggregated variant: its prefill/decode pools are "
-                                              "scaled only by the controllers that scale roles (pid, mpc, dynamo-pd)")
+                                              "scaled only by the controllers that scale roles "
+                                              "(pid, mpc, dynamo-pd, wva-pd)")
     assert not_applicable(cfg, "dynamo", wl) == ("dynamo does not scale prefill/decode pools, and service svc has "
                                                  "only those")
     row = not_applicable_row(scenario([]), "hpa", "why")
