@@ -92,8 +92,9 @@ def dynamo_remote_prefill(input_tokens: int, cached_tokens: int, queue_size: int
             Dynamo computes ``int(prompt_length * (1 - prefix_hit_rate))`` from the router's hit rate; the
             simulator has the token counts, so the difference is exact.
         queue_size: requests in the prefill queue (>= 0): Dynamo reads its NATS JetStream prefill queue's
-            length (``PrefillQueue.get_queue_size``), the remote prefills enqueued and not yet pulled by
-            any prefill worker; the simulator's count is ``FleetSimulator._prefill_queue``.
+            length (``get_queue_size``, ``examples/llm/utils/nats_queue.py`` at 342bc4b), the remote
+            prefills enqueued and not yet pulled by any prefill worker; the simulator's count is
+            ``FleetSimulator._prefill_queue``.
         max_local_prefill_length: tokens (``DynamoDisagg.max_local_prefill_length``).
         max_prefill_queue_size: requests (``DynamoDisagg.max_prefill_queue_size``).
 

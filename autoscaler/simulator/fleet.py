@@ -753,9 +753,10 @@ class FleetSimulator:
         i.e. the sum of their ``waiting`` queues (a preempted one, back in ``waiting``, counts again).
 
         Dynamo's queue is one NATS stream its prefill workers pull from, each worker one request at a
-        time (``PrefillWorker.prefill_queue_handler``: dequeue, prefill to the end, dequeue again), so a
-        request a worker holds is out of the queue. Here each prefill replica has its own queue, filled
-        by the fleet's router, and a replica admits into its batch as many as its engine limits allow,
+        time (``PrefillWorker.prefill_queue_handler``, ``examples/llm/components/prefill_worker.py`` at
+        02e16f7: dequeue, prefill to the end, dequeue again), so a request a worker holds is out of the
+        queue. Here each prefill replica has its own queue, filled by the fleet's router, and a replica
+        admits into its batch as many as its engine limits allow (``max_num_seqs``, the token budget),
         so while prefills are short it holds fewer waiting than Dynamo's one-at-a-time worker would
         leave queued. Requests held at the gateway are not counted (they have no decode replica yet)."""
         return sum(len(r.waiting) for r in svc.replicas if r.role == PREFILL)
