@@ -725,7 +725,7 @@ class FleetSimulator:
             req = sr.req
             cached = d.cache.match_blocks(req.hash_ids) * d.cache.block_tokens if req.hash_ids else 0
             if pd.router == "dynamo":
-                dyn = pd.dynamo
+                dyn = pd.dynamo  # the length test first: a short prompt needs no count of the queue
                 remote = req.input_tokens - cached > dyn.max_local_prefill_length and dynamo_remote_prefill(
                     req.input_tokens, cached, self._prefill_queue(svc), dyn.max_local_prefill_length,
                     dyn.max_prefill_queue_size)
