@@ -19,7 +19,17 @@ from autoscaler.config.control import (
     SetpointSignal,
 )
 from autoscaler.config.engine import EngineConfig
-from autoscaler.config.fleet import SLO, FleetConfig, KVTransfer, PDRatio, Roles, Service, TypicalRequest, Variant
+from autoscaler.config.fleet import (
+    SLO,
+    DynamoDisagg,
+    FleetConfig,
+    KVTransfer,
+    PDRatio,
+    Roles,
+    Service,
+    TypicalRequest,
+    Variant,
+)
 from autoscaler.config.kubernetes import KubernetesConfig, LeaseConfig, Workload
 from autoscaler.config.prometheus import (
     BasicAuth,
@@ -32,7 +42,8 @@ from autoscaler.config.simulator import ClientConfig, Crash, GatewayConfig, Simu
 
 __all__ = [
     "ADMISSION_MODES", "MAX_INT", "SLO", "AdmissionConfig", "BasicAuth", "ClientConfig", "ControllerConfig", "Crash",
-    "EngineConfig", "FleetConfig", "ForecastConfig", "GatewayConfig", "GuardConfig", "KVTransfer", "KubernetesConfig",
+    "DynamoDisagg", "EngineConfig", "FleetConfig", "ForecastConfig", "GatewayConfig", "GuardConfig", "KVTransfer",
+    "KubernetesConfig",
     "LeaseConfig", "PDRatio", "PIDConfig", "PrometheusConfig",
     "QuerySetName", "Roles", "Service", "ServiceSelectors", "SetpointSignal",
     "SimulatorConfig", "Strict", "TypicalRequest", "Variant", "VariantSelectors", "Workload",

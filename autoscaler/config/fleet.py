@@ -4,6 +4,7 @@ generation), and the whole ``FleetConfig`` with its cross-section checks."""
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -133,6 +134,36 @@ configuration (``deploy/config/pd-epp-config.yaml``: ``prefix-based-pd-decider``
 16``); the plugin's own default, 0, turns disaggregation off."""
 
 
+DYNAMO_MAX_LOCAL_PREFILL_LENGTH = 1000
+"""Default of ``DynamoDisagg.max_local_prefill_length``, tokens: NVIDIA Dynamo's vLLM-v0 worker flag
+``--max-local-prefill-length`` (ai-dynamo/dynamo ``examples/llm/utils/vllm.py``, ``parse_vllm_args``, at
+0f42bc4; also the default of ``PyDisaggregatedRouter`` in ``examples/llm/components/disagg_router.py`` and
+of the Rust ``DisaggRouterConf`` in ``lib/llm/src/disagg_router.rs``). Dynamo's shipped ``disagg.yaml``
+example configs set 10 instead (PR #601: "the max-local-prefill-length is very short, so remote prefill
+should be used for most requests")."""
+DYNAMO_MAX_PREFILL_QUEUE_SIZE = 3
+"""Default of ``DynamoDisagg.max_prefill_queue_size``, requests: Dynamo's vLLM-v0 worker flag
+``--max-prefill-queue-size`` (ai-dynamo/dynamo ``examples/llm/utils/vllm.py`` at 0f42bc4). The
+``PyDisaggregatedRouter`` class's own default is 2 (``examples/llm/components/disagg_router.py`` at
+02e16f7), which the flag always overrides there."""
+
+
+class DynamoDisagg(Strict):
+    """NVIDIA Dynamo's conditional disaggregation: its parameters (``Roles.router: dynamo``; the rule is
+    ``autoscaler.simulator.disagg.dynamo_remote_prefill``).
+
+    Attributes:
+        max_local_prefill_length: tokens (>= 0); a request is prefilled remotely only when the part of its
+            prompt the chosen decode replica has not cached is longer than this
+            (``DYNAMO_MAX_LOCAL_PREFILL_LENGTH``).
+        max_prefill_queue_size: requests (>= 0); and only while the prefill queue holds fewer than this
+            (``DYNAMO_MAX_PREFILL_QUEUE_SIZE``); 0 keeps every prefill local.
+    """
+
+    max_local_prefill_length: int = Field(default=DYNAMO_MAX_LOCAL_PREFILL_LENGTH, ge=0)
+    max_prefill_queue_size: int = Field(default=DYNAMO_MAX_PREFILL_QUEUE_SIZE, ge=0)
+
+
 class KVTransfer(Strict):
     """How a prompt's KV cache moves from a prefill replica to a decode replica.
 
@@ -215,6 +246,13 @@ class Roles(Strict):
             remotely when its prompt, and the part of it the chosen decode replica has not cached, are
             both at least this long; else the decode replica prefills it itself. 0 turns remote
             prefill off, as in the plugin (default ``PD_NON_CACHED_TOKENS``).
+        router: which rule decides, per request, whether a prefill replica prefills it: ``llm-d`` (the
+            default: ``non_cached_tokens``, ``autoscaler.simulator.disagg.remote_prefill``) or ``dynamo``
+            (NVIDIA Dynamo's conditional disaggregation, by the uncached prompt and the prefill queue:
+            ``dynamo``, ``autoscaler.simulator.disagg.dynamo_remote_prefill``).
+        dynamo: Dynamo's parameters (``DynamoDisagg``), read only with ``router: dynamo``; giving them
+            with ``router: llm-d``, or ``non_cached_tokens`` with ``router: dynamo``, is refused
+            (``ValueError``: the other rule's setting would be silently ignored).
         kv_transfer: the link between the pools (``KVTransfer``).
         ratio: bounds on prefill / decode replicas the PID keeps by Kthena's rule and the MPC keeps as a
             constraint of its plan (``PDRatio``; ``dynamo-pd`` does not read it); None: no bound. A
@@ -224,8 +262,20 @@ class Roles(Strict):
     prefill: list[Variant] = Field(min_length=1)
     decode: list[Variant] = Field(min_length=1)
     non_cached_tokens: int = Field(default=PD_NON_CACHED_TOKENS, ge=0)
+    router: Literal["llm-d", "dynamo"] = "llm-d"
+    dynamo: DynamoDisagg = DynamoDisagg()
     kv_transfer: KVTransfer = KVTransfer()
     ratio: PDRatio | None = None
+
+    @model_validator(mode="after")
+    def _one_rules_settings(self) -> Roles:
+        if self.router == "llm-d" and "dynamo" in self.model_fields_set:
+            raise ValueError("dynamo (Dynamo's conditional-disaggregation parameters) is read only with "
+                             "router: dynamo, and router is llm-d")
+        if self.router == "dynamo" and "non_cached_tokens" in self.model_fields_set:
+            raise ValueError("non_cached_tokens is llm-d's threshold, not read with router: dynamo (set "
+                             "dynamo.max_local_prefill_length instead)")
+        return self
 
     @model_validator(mode="after")
     def _ratio_reachable(self) -> Roles:

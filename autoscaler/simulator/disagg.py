@@ -1,5 +1,6 @@
-"""Prefill/decode disaggregation: the prefill and decode replicas of a service's P/D pools, and llm-d's
-rule for when a request is prefilled remotely.
+"""Prefill/decode disaggregation: the prefill and decode replicas of a service's P/D pools, and the
+rules for when a request is prefilled remotely: llm-d's (``remote_prefill``, the default) and NVIDIA
+Dynamo's conditional disaggregation (``dynamo_remote_prefill``, ``Roles.router: dynamo``).
 
 The hand-over follows vLLM's ``NixlConnector`` under llm-d's routing sidecar (llm-d-router
 v0.10.0 ``docs/disaggregation.md``, "P/D Sequence"; vLLM ``vllm/distributed/kv_transfer/kv_connector/v1/
@@ -67,6 +68,41 @@ def remote_prefill(input_tokens: int, cached_tokens: int, threshold: int) -> boo
     if threshold == 0 or input_tokens < threshold:
         return False
     return input_tokens - cached_tokens >= threshold
+
+
+def dynamo_remote_prefill(input_tokens: int, cached_tokens: int, queue_size: int, max_local_prefill_length: int,
+                          max_prefill_queue_size: int) -> bool:
+    """Whether NVIDIA Dynamo prefills a request remotely: its conditional disaggregation, decided on the
+    decode worker the request was routed to (``Roles.router: dynamo``).
+
+    Source: ai-dynamo/dynamo ``examples/llm/components/disagg_router.py`` (``PyDisaggregatedRouter.
+    prefill_remote``, at 02e16f7), called from ``VllmWorker.generate`` (``examples/llm/components/worker.py``)
+    with the prompt's length, the KV router's prefix hit rate on that worker and the prefill queue's size;
+    design in ``docs/architecture/disagg_serving.md`` ("Conditional Disaggregation", at 274eb0e). It is
+    the vLLM-v0 path of Dynamo's early releases (v0.1.0 from March 2025 to v0.3.x; ``examples/llm``, and
+    ``examples/vllm_v0`` from PR #1186): PR #98 (2025-03-11) made it count the prompt less its cache hit.
+    Newer releases dropped it: ``examples/llm`` was removed in July 2025 (PRs #1953, #1982), and the vLLM-v1
+    path that replaced it has no such rule (issue #1433). Dynamo's later experimental
+    ``--router-conditional-disagg`` (frontend router, documented from v1.5) is a different policy
+    (``isl_or_load``, ``eff_isl_threshold`` ...) and is not modelled.
+
+    Args:
+        input_tokens: the prompt, tokens (>= 0).
+        cached_tokens: its leading tokens the decode replica's prefix cache holds (0 to ``input_tokens``).
+            Dynamo computes ``int(prompt_length * (1 - prefix_hit_rate))`` from the router's hit rate; the
+            simulator has the token counts, so the difference is exact.
+        queue_size: requests in the prefill queue (>= 0): Dynamo reads its NATS JetStream prefill queue's
+            length (``get_queue_size``, ``examples/llm/utils/nats_queue.py`` at 342bc4b), the remote
+            prefills enqueued and not yet pulled by any prefill worker; the simulator's count is
+            ``FleetSimulator._prefill_queue``.
+        max_local_prefill_length: tokens (``DynamoDisagg.max_local_prefill_length``).
+        max_prefill_queue_size: requests (``DynamoDisagg.max_prefill_queue_size``).
+
+    Returns:
+        True when the uncached prompt is longer than ``max_local_prefill_length`` (strictly) and the queue
+        holds fewer than ``max_prefill_queue_size`` requests; else the decode replica prefills it.
+    """
+    return input_tokens - cached_tokens > max_local_prefill_length and queue_size < max_prefill_queue_size
 
 
 class PDSink(EventSink, Protocol):

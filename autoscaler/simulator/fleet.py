@@ -54,7 +54,13 @@ import numpy as np
 
 from autoscaler.config import FleetConfig, Roles, Service, Variant
 from autoscaler.config.simulator import LinkSlowdown
-from autoscaler.simulator.disagg import PREFILL, DecodeReplica, PrefillReplica, remote_prefill
+from autoscaler.simulator.disagg import (
+    PREFILL,
+    DecodeReplica,
+    PrefillReplica,
+    dynamo_remote_prefill,
+    remote_prefill,
+)
 from autoscaler.simulator.engine import (
     COMPLETED,
     DRAINING,
@@ -718,7 +724,14 @@ class FleetSimulator:
         if isinstance(d, DecodeReplica) and svc.prefill_ready:
             req = sr.req
             cached = d.cache.match_blocks(req.hash_ids) * d.cache.block_tokens if req.hash_ids else 0
-            if remote_prefill(req.input_tokens, cached, pd.non_cached_tokens):
+            if pd.router == "dynamo":
+                dyn = pd.dynamo  # the length test first: a short prompt needs no count of the queue
+                remote = req.input_tokens - cached > dyn.max_local_prefill_length and dynamo_remote_prefill(
+                    req.input_tokens, cached, self._prefill_queue(svc), dyn.max_local_prefill_length,
+                    dyn.max_prefill_queue_size)
+            else:
+                remote = remote_prefill(req.input_tokens, cached, pd.non_cached_tokens)
+            if remote:
                 prefillers = [r for r in svc.prefill_ready if not r.cordoned] or svc.prefill_ready
                 if held:
                     prefillers = [r for r in prefillers if not self._saturated(r)]
@@ -732,6 +745,21 @@ class FleetSimulator:
                 return True
         d.enqueue(sr, self.now)
         return True
+
+    @staticmethod
+    def _prefill_queue(svc: ServiceSim) -> int:
+        """The prefill queue Dynamo's conditional disaggregation reads (``dynamo_remote_prefill``): the
+        requests sent to ``svc``'s prefill replicas (ready or draining) that none has started to prefill,
+        i.e. the sum of their ``waiting`` queues (a preempted one, back in ``waiting``, counts again).
+
+        Dynamo's queue is one NATS stream its prefill workers pull from, each worker one request at a
+        time (``PrefillWorker.prefill_queue_handler``, ``examples/llm/components/prefill_worker.py`` at
+        02e16f7: dequeue, prefill to the end, dequeue again), so a request a worker holds is out of the
+        queue. Here each prefill replica has its own queue, filled by the fleet's router, and a replica
+        admits into its batch as many as its engine limits allow (``max_num_seqs``, the token budget),
+        so while prefills are short it holds fewer waiting than Dynamo's one-at-a-time worker would
+        leave queued. Requests held at the gateway are not counted (they have no decode replica yet)."""
+        return sum(len(r.waiting) for r in svc.replicas if r.role == PREFILL)
 
     def _spill(self, svc: ServiceSim, decoders: list[Replica]) -> list[Replica]:
         """The candidates a fresh arrival's decode pick chooses among under ``pd_saturation_filter``
