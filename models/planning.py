@@ -809,7 +809,9 @@ def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows, hull: bool = False
     are, so a service with a fractional ``ready`` gets none. With ``hull`` (the tuned search), a step
     whose variants have two capacities gets instead every facet of that row's convex hull over whole
     serving counts (``_hull_facets``, each capacity's variants summed; the two MIR rows are among
-    them); with one capacity the MIR row is the hull; with three or more the MIR rows stay. A
+    them; each capacity, rounded to 9 decimals to match the variants, is taken at the largest unrounded
+    capacity it stands for, so no facet cuts a point of the demand row); with one capacity the MIR row is
+    the hull; with three or more the MIR rows stay. A
     service with prefill/decode pools gets them on its demand row alone, the pools' share ``x``
     counted as continuous as ``u`` is, its aggregated variants the only whole terms.
 
@@ -852,7 +854,14 @@ def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows, hull: bool = False
                           + [np.where(coef[j] > 0, idx.s(i, j, 0) + step, -1) for j in range(len(svc.variants))],
                           [1.0 / unit] * len(loose) + list(coef), f * np.ceil(beta), np.full(len(step), np.inf))
         for (big_unit, small), steps in pairs.items():
-            facets = _hull_facets(big_unit, small, [float(svc.demand_rps[k]) for k in steps])
+            # built on the largest unrounded capacity of the variants each rounded one stands for (over
+            # these steps): every point the demand row allows (its unrounded capacities) is then one of
+            # the hull's knapsack, so no facet cuts it; built on the rounded ones, a facet cut such a
+            # point by up to ~6e-7 where a capacity rounded down and its count was large
+            grouped, unrounded = rounded[:, steps], caps[:, steps]
+            facets = _hull_facets(float(np.max(unrounded[grouped == big_unit])),
+                                  float(np.max(unrounded[grouped == small])),
+                                  [float(svc.demand_rps[k]) for k in steps])
             at_step = np.asarray(steps)[facets[:, 0].astype(int)]  # each facet's step
             cols: list[np.ndarray] = [c + at_step for c in loose]
             vals: list[np.ndarray | float] = [1.0] * len(loose)

@@ -146,6 +146,12 @@ def unreachable(msg: str) -> typer.Exit:
     return _error(msg, EXIT_FAILED)
 
 
+def not_done(msg: str) -> typer.Exit:
+    """Print ``msg`` as one error line; the exit for work that failed on valid input (``EXIT_FAILED``:
+    e.g. a controller's decision raised mid-run, ``autoscaler.loop.runner.TickError``), to raise."""
+    return _error(msg, EXIT_FAILED)
+
+
 def load_cfg(config: Path | None) -> FleetConfig:
     """The fleet file (default: the embedded one); a key read from its old place is one warning line."""
     from autoscaler.config.loading import default_config, load_config

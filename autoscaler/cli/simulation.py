@@ -20,6 +20,7 @@ from autoscaler.cli.common import (
     fmt,
     interrupted,
     load_cfg,
+    not_done,
     output_format,
     print_document,
     say,
@@ -144,6 +145,7 @@ def simulate(
 ) -> None:
     """Run the control loop on a trace against the embedded fleet simulator."""
     from autoscaler.compare import search_runs
+    from autoscaler.loop.runner import TickError
     from autoscaler.report import OUTPUTS, outcome, write_outputs
     from autoscaler.simulate import long_run_warning, run_simulation
     from autoscaler.workload.build import build_any, build_workload, check_shaping, parse_span
@@ -198,6 +200,8 @@ def simulate(
             res = write_outputs(run, out, plot=plot)
     except KeyboardInterrupt as exc:
         raise interrupted(out, names, exc) from None
+    except TickError as exc:  # a decision (or its write) raised mid-run: valid input, the run not done (exit 1)
+        raise not_done(f"controller {controller}: {exc}; no results written to {out}") from None
     except (AutoscalerError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
     if output != "table":

@@ -7,11 +7,15 @@ scale-down of ``k`` pods of a variant first takes the ``k`` pods it would remove
 the variant's count, and writes the lower count, naming those pods first, once each holds nothing
 (running + waiting 0 at the tick) or has been draining ``controller.guard.drain_timeout_s``. A
 decision that no longer removes them puts them back. A pod the drainer cannot take out is removed
-at once, as without one.
+at once, as without one. A drained pod is named for removal once; where that write does not land
+(refused: a conflict, no permission, the API unreachable; or it raised), ``restore`` puts the pod back
+in routing, so no pod stays out of routing unremoved (the next tick drains it again if the scale-down
+still stands).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from autoscaler.loop.actuate import Drainer
@@ -24,6 +28,10 @@ class DrainState:
     the loop's clock, seconds)."""
 
     pods: dict[str, tuple[str, float]] = field(default_factory=dict)
+    removing: dict[str, list[str]] = field(default_factory=dict)
+    """variant -> the pods out of routing that this tick's write of the variant names for removal (no
+    longer in ``pods``), set by ``drain``; ``restore`` puts them back in routing where that write did not
+    land, and empties it."""
 
 
 def drain(drainer: Drainer, state: DrainState, est: ServiceEstimate, desired: dict[str, int],
@@ -39,7 +47,11 @@ def drain(drainer: Drainer, state: DrainState, est: ServiceEstimate, desired: di
         order: variant -> pods in the order a scale-down removes them.
         timeout_s: longest a pod drains before it is removed anyway, seconds.
         now: the loop's clock, seconds.
+
+    The pods out of routing that the write names for removal are kept in ``state.removing`` until
+    ``restore`` (after the write).
     """
+    state.removing = {}
     pods = {p.name: p for p in est.pods if p.name}
     for name in [n for n in state.pods if n not in pods]:  # gone, or no longer reported
         del state.pods[name]
@@ -79,6 +91,30 @@ def drain(drainer: Drainer, state: DrainState, est: ServiceEstimate, desired: di
         first[variant] = done
         if busy:
             notes.append(f"{variant}: draining {len(busy)} pod(s) before removal")
+        cordoned = [p for p in done if p in state.pods]
+        if cordoned:
+            state.removing[variant] = cordoned
         for p in done:
             state.pods.pop(p, None)
     return out, first, notes
+
+
+def restore(drainer: Drainer, state: DrainState, service: str, landed: Collection[str]) -> list[str]:
+    """Put back in routing the pods ``drain`` named for removal this tick (``state.removing``) whose
+    variant's write did not land, and empty ``state.removing``.
+
+    Args:
+        drainer: puts pods back in routing (``uncordon``).
+        state: the service's drain state (updated).
+        service: the service's name.
+        landed: the variants whose scale write was applied this tick; any other (refused, raised, not
+            made) removed none of its pods.
+
+    Returns:
+        The pods put back in routing, in ``state.removing``'s order.
+    """
+    back = [p for variant, names in state.removing.items() if variant not in landed for p in names]
+    state.removing = {}
+    if back:
+        drainer.uncordon(service, back)
+    return back

@@ -12,7 +12,8 @@ failed write) changes what a controller asked for, the loop tells it through
 
 Actuation: each variant whose count changes is written through the actuator; the result is kept in
 ``ServiceTick.actuation``, failures are counted in ``actuation_errors`` (service, variant, status)
-and logged, and a failed variant stays at its current count in ``ServiceTick.applied``. Every
+and logged, and a failed variant stays at its current count in ``ServiceTick.applied`` (the drained
+pods its write named for removal back in routing: ``loop.drain.restore``; so too where the write raised). Every
 service is decided, guarded and drained first (in order: the controller's and guard's state), then
 the services' writes run, ``writers`` services at once (``loop.fanout``; 1 by default, one after
 another; the daemon's 8), each service's in order (its variants', then its pools'), then each
@@ -66,12 +67,13 @@ draining decode replica until the KV it holds for a hand-over is read).
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from functools import partial
 
 from autoscaler.config import FleetConfig, Service
 from autoscaler.loop.actuate import ActuationResult, ActuationStatus, Actuator, AdmissionSink, Drainer
-from autoscaler.loop.drain import DrainState, drain
+from autoscaler.loop.drain import DrainState, drain, restore
 from autoscaler.loop.estimate import ArrivalInference, estimate
 from autoscaler.loop.fanout import run_all
 from autoscaler.loop.forecast import ForecastStage
@@ -374,6 +376,7 @@ class ControlLoop:
                 staged.append(self._drain_stage(st, now))
             except Exception as failed:  # the drain's bug, likewise this service's alone
                 raised[st.svc.name] = failed
+                self._restore_quietly(st.svc)  # nothing of it is written: no pod it named stays out of routing
         written = run_all([partial(self._write, st) for st in staged], self.writers, "scale")
         acted: list[tuple[_Staged, ServiceTick]] = []
         for st, (results, exc) in zip(staged, written, strict=True):
@@ -388,6 +391,7 @@ class ControlLoop:
                 record.unwritten[st.svc.name] = due
                 for v in due:
                     self._count(st.svc.name, v, _raised(exc))
+                self._restore_quietly(st.svc)  # read as not landed: the pods named for removal back in routing
                 continue
             try:
                 acted.append((st, self._act(st, results)))
@@ -466,6 +470,7 @@ class ControlLoop:
         svc, est, decision, guarded, draining, pools = st.svc, st.est, st.decision, st.guarded, st.draining, st.pools
         current = est.current
         results = dict(written[0])
+        back = self._restore(svc, {v for v, r in results.items() if r.ok})
         applied = self._applied(svc, current, guarded, results)
         # a drain in progress is the scale-down under way, not a cut the controller must track
         told = {v: draining.get(v, n) if v not in results or results[v].ok else n for v, n in applied.items()}
@@ -486,6 +491,8 @@ class ControlLoop:
             self._count(svc.name, "admission", _raised(exc))
             raise
         reason = guarded.reason
+        if back:
+            reason += f"; {len(back)} drained pod(s) back in routing: their removal was not written"
         unchanged = applied == current and pool_applied == est.pool_current
         if unchanged and decision.code in (Reason.SCALE_UP, Reason.SCALE_DOWN):
             reason = f"no change: {reason}"  # asked for, but cut by the guard or a failed write
@@ -503,6 +510,21 @@ class ControlLoop:
                                               order, timeout, now)
         draining = {v: n for v, n in guarded.replicas.items() if replicas[v] != n}
         return Guarded(replicas, "; ".join([guarded.reason, *notes]), guarded.limits), remove_first, draining
+
+    def _restore(self, svc: Service, landed: Collection[str]) -> list[str]:
+        """The pods this tick's drain named for removal whose variant's write did not land (not in
+        ``landed``), put back in routing (``loop.drain.restore``); none without a drainer."""
+        if self.drainer is None:
+            return []
+        return restore(self.drainer, self.drains[svc.name], svc.name, landed)
+
+    def _restore_quietly(self, svc: Service) -> None:
+        """``_restore`` of a service none of whose writes is known to have landed (its drain or its writes
+        raised): an uncordon that raises too is logged, the service's first exception stands."""
+        try:
+            self._restore(svc, ())
+        except Exception:
+            log.exception("%s: putting the drained pods back in routing raised", svc.name)
 
     def _thresholds(self, svc: Service, est: ServiceEstimate, decision: Decision) -> None:
         """The policy's admission thresholds set on a decision that carries none (``tick``: in the

@@ -133,6 +133,30 @@ def test_the_mpc_disaggregates_where_the_pair_serves_a_request_for_less(tokens: 
     assert terms["pd_rps_max"] == (pytest.approx(rate) if chosen == "pools" else pytest.approx(0.0, abs=1e-9))
 
 
+@pytest.mark.parametrize(("rate", "replicas"), [(110.0, 4), (140.0, 5)])
+def test_the_mpc_serves_short_prompts_aggregated_where_the_pair_costs_more(rate: float, replicas: int) -> None:
+    # Issue 34's "aggregation on a short one against brute force": 256-token prompts, 256-token outputs
+    # (a chat turn), the fleet of the test above. The models give an aggregated replica ~28.4 req/s, a
+    # prefill replica ~150.7 and a decode replica ~34.5: the pair costs $2.99 x (1/150.7 + 1/34.5) =
+    # $0.1064/h per request/s against $2.99 / 28.4 = $0.1054 aggregated, and a pool pair needs a whole
+    # prefill replica besides. 110 req/s: 4 aggregated (ceil(110 / 28.4); 113.4 req/s) against 1 + 4
+    # pool replicas alone; 140: 5 (141.8) against 1 + 5. The enumeration's cheapest fleet is all
+    # aggregated and the MPC's first step is it, nothing through the pools. (On this H100-only fleet a
+    # prompt longer than its output goes the other way: at 256 / 128 the pair costs $0.060 against
+    # $0.071, so "short prompts aggregated" holds here where the output is at least the prompt.)
+    cfg = fleet(aggregated=True)
+    mix = RequestMix.from_means(256, 256, 0.0)
+    caps = capacities(cfg, mix)
+    assert caps == pytest.approx({"h100-prefill": 150.7, "h100-decode": 34.54, "h100": 28.36}, rel=0.01)
+    assert 1 / caps["h100-prefill"] + 1 / caps["h100-decode"] > 1 / caps["h100"]  # the pair dearer per request/s
+    want = cheapest_fleet(cfg.services[0], caps, rate, {})
+    assert want == {"h100": replicas, "h100-prefill": 0, "h100-decode": 0}
+    assert replicas == math.ceil(rate / caps["h100"])
+    desired, terms = decide(cfg, mix, rate, {})
+    assert desired == want
+    assert terms["pd_rps_max"] == pytest.approx(0.0, abs=1e-9)
+
+
 def test_a_decode_pool_is_sized_against_the_prefill_variants_that_keep_a_capacity() -> None:
     # examples/fleet-mixed-pd.yaml, 15 % of 24,000-token prompts: an idle A100 prefill replica takes
     # 2.16 s to prefill one (models.capacity_roles.prefill_service_s), past the 2-s TTFT target, so

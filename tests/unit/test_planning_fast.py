@@ -177,6 +177,41 @@ def test_no_hull_facet_cuts_a_whole_point(seed: int) -> None:
             assert np.all(lhs >= gamma), (big, small, d, a1, a2, gamma, float((lhs - gamma).min()))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_no_hull_row_cuts_a_point_of_the_demand_row(seed: int) -> None:
+    # The hull rows as _mir_rows writes them, against the demand row's own (unrounded) capacities: one
+    # service, two variants whose capacities are 9-decimal numbers moved by up to 4.9e-10 either way (so
+    # each still rounds to its 9-decimal number, as the rows match variants to capacities), a small one
+    # of 0.02-0.2 req/s so its count reaches ~3,000. Every whole point (y1, y2) of a box past the demand,
+    # with the least unserved u = max(0, d - big y1 - small y2) the demand row allows, keeps every row
+    # exactly (no tolerance). Built on the rounded capacities, a row cut such a point by up to ~6e-7
+    # (docs/controllers.md, "Solving fast"), where the small capacity rounded down: (true - rounded) x y2.
+    rng = np.random.default_rng((28, 3, seed))
+    for _ in range(10):
+        big9, small9 = round(float(rng.uniform(1, 10)), 9), round(float(rng.uniform(0.02, 0.2)), 9)
+        big, small = big9 + float(rng.uniform(-4.9e-10, 4.9e-10)), small9 + float(rng.uniform(-4.9e-10, 4.9e-10))
+        assert (round(big, 9), round(small, 9)) == (big9, small9)
+        d = float(rng.uniform(5, 60))
+        variants = [PlanVariant(name, "H100", 1, price, np.array([cap]), 0, np.array([0.0]), 0, 4000, 1, 2)
+                    for name, price, cap in (("big", 3.0, big), ("small", 0.1, small))]
+        problem = PlanProblem([PlanService("s", variants, np.array([d]), 10.0)], 30.0, 1)
+        idx, rows = planning._Index(problem), planning._Rows()
+        planning._mir_rows(problem, idx, rows, hull=True)
+        row, col, val, lb, ub = rows.entries()
+        assert len(lb) >= 2 and all(u == math.inf for u in ub)  # the hull's facets, the row itself among them
+        coef = np.zeros((len(lb), 3))  # (u, big, small) per row
+        where = {idx.u(0, 0): 0, idx.s(0, 0, 0): 1, idx.s(0, 1, 0): 2}
+        for r, c, v in zip(row, col, val, strict=True):
+            coef[r, where[c]] = v
+        assert np.all(coef[:, 0] == 1.0)
+        y1 = np.arange(math.ceil(d / big) + 3, dtype=float)[:, None]
+        y2 = np.arange(math.ceil(d / small) + 3, dtype=float)[None, :]
+        u = np.maximum(0.0, d - big * y1 - small * y2)
+        for (cu, a1, a2), gamma in zip(coef, lb, strict=True):
+            lhs = cu * u + a1 * y1 + a2 * y2
+            assert np.all(lhs >= gamma), (big, small, d, a1, a2, gamma, float((lhs - gamma).min()))
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_the_hull_facets_keep_the_optimum(seed: int) -> None:
     # The example fleet's variants (two capacities: 15.8 and 6.4 req/s) on random demand, one service,

@@ -1,0 +1,183 @@
+"""A drained pod whose scale-down write does not land goes back in routing (``autoscaler.loop.drain.restore``).
+
+The fleet has variant ``a`` at 2 replicas, pods ``p1`` and ``p2``, both idle; the controller asks for 1.
+The drain's order is ``idle_first``: fewest requests in flight first, ties by name, so ``p1``. Idle, it is
+cordoned and named for removal in the same tick (``drain``: running + waiting 0). On 1ee56d1 the drain
+dropped it from ``DrainState`` before the write, so a refused write left it out of routing for good
+(never removed, never uncordoned once the scale-down was no longer asked for).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from autoscaler.config.loading import parse_config
+from autoscaler.loop.actuate import APPLIED, ActuationResult, ActuationStatus
+from autoscaler.loop.drain import DrainState, drain, restore
+from autoscaler.loop.runner import ControlLoop, TickError
+from autoscaler.state import PodObservation, ServiceEstimate, ServiceObservation, Signals, VariantObservation
+from controllers.base import Controller, Decision, Reason
+from controllers.base import hold as hold_decision
+
+SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
+DOC = {
+    "services": [
+        {
+            "name": "svc",
+            "model": "m",
+            "slo": SLO,
+            "variants": [
+                {
+                    "name": "a",
+                    "gpu": "H100-SXM",
+                    "price_per_gpu_hour": 3.0,
+                    "min_replicas": 0,
+                    "max_replicas": 8,
+                    "initial_replicas": 2,
+                    "kv_cache_tokens": 400_000,
+                    "profile": "llama-3-8b/h100-sxm",
+                }
+            ],
+        }
+    ],
+    "controller": {"tick_s": 15, "window_s": 60},
+}
+CONFLICT = ActuationResult(ActuationStatus.CONFLICT, "the object has been modified")
+
+
+class Router:
+    """A ``Drainer`` that keeps which pods are out of routing, and the calls made."""
+
+    def __init__(self) -> None:
+        self.out: set[str] = set()
+        self.cordoned: list[str] = []
+        self.uncordoned: list[str] = []
+
+    def cordon(self, service: str, pods: Sequence[str]) -> list[str]:
+        self.cordoned += pods
+        self.out |= set(pods)
+        return list(pods)
+
+    def uncordon(self, service: str, pods: Sequence[str]) -> None:
+        self.uncordoned += pods
+        self.out -= set(pods)
+
+
+class Actuator:
+    """Answers each write with the next of ``answers`` (an exception is raised), recording
+    ``(variant, replicas, remove_first)``."""
+
+    def __init__(self, *answers: ActuationResult | Exception) -> None:
+        self.answers = list(answers)
+        self.writes: list[tuple[str, int, list[str]]] = []
+
+    def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
+        self.writes.append((variant, replicas, list(remove_first)))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+class Asks(Controller):
+    """Asks for ``wants[k]`` replicas of ``a`` at its k-th decision (2 = hold)."""
+
+    def __init__(self, *wants: int) -> None:
+        super().__init__("asks", 15.0, 60.0)
+        self.wants = list(wants)
+
+    def decide(self, est: ServiceEstimate, svc: Any) -> Decision:
+        n = self.wants.pop(0)
+        if n == est.current["a"]:
+            return hold_decision(est.current, "hold", Reason.SIGNAL_UNKNOWN)
+        return Decision({"a": n}, f"want {n}", Reason.SCALE_DOWN)
+
+
+class Source:
+    """Two idle pods of ``a`` on every tick (a refused write removes neither)."""
+
+    def observe(self, now: float) -> dict[str, ServiceObservation]:
+        pods = [PodObservation("a", 0.1, 0.0, 0.0, 0.1, 0.0, name=p) for p in ("p1", "p2")]
+        sig = Signals(request_rate_rps=5.0, running=0.0, queue_length=0.0)
+        return {"svc": ServiceObservation("svc", now, sig, {"a": VariantObservation(2, 0)}, history_s=now, pods=pods)}
+
+
+def _loop(ctrl: Controller, act: Actuator) -> tuple[ControlLoop, Router]:
+    router = Router()
+    loop = ControlLoop(parse_config(DOC, "<refused>"), Source(), act, ctrl, drainer=router)
+    loop.start(0.0)
+    return loop, router
+
+
+def test_a_refused_write_puts_the_drained_pod_back_in_routing() -> None:
+    """2 -> 1 at 60 s, the write refused (a conflict): p1 was cordoned, named first, and is back in
+    routing after the tick, untracked; the tick says so. At 75 s the controller holds at 2: nothing is
+    written and no pod is out of routing (on 1ee56d1 p1 stayed out)."""
+    act = Actuator(CONFLICT)
+    loop, router = _loop(Asks(1, 2), act)
+    st = loop.tick(60.0).services["svc"]
+    assert act.writes == [("a", 1, ["p1"])]
+    assert st.actuation == {"a": CONFLICT} and st.applied == {"a": 2}
+    assert router.cordoned == ["p1"] and router.uncordoned == ["p1"] and router.out == set()
+    assert "1 drained pod(s) back in routing: their removal was not written" in st.reason
+    assert loop.drains["svc"] == DrainState()
+    loop.tick(75.0)
+    assert act.writes == [("a", 1, ["p1"])] and router.out == set()
+
+
+def test_a_write_refused_then_applied_removes_the_pod_it_drained_again() -> None:
+    """Refused at 60 s (p1 back in routing), asked again at 75 s: p1 is drained again (idle: named at
+    once) and the applied write removes it; it stays out of routing, as a removed pod does."""
+    act = Actuator(CONFLICT, APPLIED)
+    loop, router = _loop(Asks(1, 1), act)
+    loop.tick(60.0)
+    assert router.out == set()
+    st = loop.tick(75.0).services["svc"]
+    assert act.writes == [("a", 1, ["p1"]), ("a", 1, ["p1"])]
+    assert st.applied == {"a": 1} and "back in routing" not in st.reason
+    assert router.cordoned == ["p1", "p1"] and router.uncordoned == ["p1"] and router.out == {"p1"}
+    assert loop.drains["svc"] == DrainState()
+
+
+def test_a_write_that_raises_puts_the_drained_pod_back_in_routing() -> None:
+    """The write raising (a bug, not a refusal) fails the tick (``TickError``): nothing is known to have
+    landed, so p1 is back in routing."""
+    act = Actuator(RuntimeError("the API client broke"))
+    loop, router = _loop(Asks(1), act)
+    with pytest.raises(TickError, match="RuntimeError: the API client broke"):
+        loop.tick(60.0)
+    assert act.writes == [("a", 1, ["p1"])]
+    assert router.cordoned == ["p1"] and router.out == set() and loop.drains["svc"] == DrainState()
+
+
+def _est(busy: dict[str, int]) -> ServiceEstimate:
+    pods = [PodObservation("h100", 0.1, 0.0, float(n), 0.1, 0.0, name=p) for p, n in busy.items()]
+    return ServiceEstimate(
+        "svc",
+        0.0,
+        Signals(),
+        {"h100": VariantObservation(len(busy), 0)},
+        {"h100": 10.0},
+        False,
+        10.0 * len(busy),
+        10.0 * len(busy),
+        0,
+        pods=pods,
+    )
+
+
+def test_restore_puts_back_only_the_pods_of_variants_whose_write_did_not_land() -> None:
+    """3 -> 1: p1 idle (named at once), p2 busy (kept draining, tracked). A write that did not land puts
+    back p1 alone; p2 stays draining. One that landed puts back none."""
+    for landed, back in (((), ["p1"]), (("h100",), [])):
+        state, router = DrainState(), Router()
+        out, first, _ = drain(
+            router, state, _est({"p1": 0, "p2": 4, "p3": 9}), {"h100": 1}, {"h100": ["p1", "p2", "p3"]}, 300.0, 0.0
+        )
+        assert out == {"h100": 2} and first == {"h100": ["p1"]} and state.removing == {"h100": ["p1"]}
+        assert restore(router, state, "svc", landed) == back
+        assert router.uncordoned == back and state.removing == {} and list(state.pods) == ["p2"]
+        assert router.out == {"p1", "p2"} - set(back)
