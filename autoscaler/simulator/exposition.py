@@ -44,17 +44,15 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from autoscaler.promql import (
+    DYNAMO_ENDPOINT,
+    DYNAMO_ENDPOINT_LABEL,
+    DYNAMO_NAMESPACE,
+    DYNAMO_NAMESPACE_LABEL,
     GATEWAY_QUEUE_DURATION,
     GATEWAY_QUEUE_SIZE,
     GATEWAY_REQUESTS,
     KSM_READY_REPLICAS,
     KSM_SPEC_REPLICAS,
-)
-from autoscaler.promql import (
-    DYNAMO_ENDPOINT,
-    DYNAMO_ENDPOINT_LABEL,
-    DYNAMO_NAMESPACE,
-    DYNAMO_NAMESPACE_LABEL,
     ROLE_LABELLINGS,
     RoleLabels,
 )

@@ -68,7 +68,8 @@ class _Runner:
 
     def query(self, promql: str, at: float | None) -> list[dict[str, Any]]:
         self.sent.append(promql)
-        if not promql.lstrip("(").startswith(("min by (pod) (time() - timestamp", "label_replace(min by (pod) (time()")):
+        age = ("min by (pod) (time() - timestamp", "label_replace(min by (pod) (time()")
+        if not promql.lstrip("(").startswith(age):
             return []
         if "__autoscaler_scope" not in promql:  # one service: one variant's pods a query
             return [{"metric": {"pod": f"{s}-{v}-0"}, "value": [0, "1"]} for s in ("svc", "two")

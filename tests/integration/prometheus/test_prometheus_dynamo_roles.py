@@ -24,8 +24,8 @@ from autoscaler.promql import ROLE_LABELLINGS
 from autoscaler.simulator.engine import DRAINING, READY
 from autoscaler.simulator.exposition import SimCollector
 from autoscaler.simulator.fleet import FleetSimulator
-from autoscaler.workload.types import Request, Workload
 from autoscaler.wiring import build_source
+from autoscaler.workload.types import Request, Workload
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
 
