@@ -199,3 +199,14 @@ def test_the_roles_dashboard_reads_the_conventions_label() -> None:
     assert board["description"] == ("A service's prefill and decode pools, read apart by Dynamo's component "
                                     "label dynamo_component.")
     assert not [e for e in exprs if "llm_d_ai_role=" in e]
+
+
+def test_a_served_simulation_labels_its_pods_as_the_fleet_file_says() -> None:
+    """``autoscaler.realtime``: the served simulator follows ``prometheus.role_labels``, so the loop reading
+    it through Prometheus finds the labels it selects by."""
+    from autoscaler.realtime import LiveSimulation
+
+    for convention, label, decode in ((None, "llm_d_ai_role", "decode"), ("dynamo", "dynamo_component", "backend")):
+        live = LiveSimulation(_fleet(convention), Workload([]), steady_start=False)
+        fam = next(f for f in live.collector.collect() if f.name == NUM_REQUESTS_RUNNING)
+        assert {s.labels["pod"].rsplit("-", 1)[0]: s.labels[label] for s in fam.samples}["svc-d"] == decode
