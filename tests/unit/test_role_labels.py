@@ -210,3 +210,42 @@ def test_a_served_simulation_labels_its_pods_as_the_fleet_file_says() -> None:
         live = LiveSimulation(_fleet(convention), Workload([]), steady_start=False)
         fam = next(f for f in live.collector.collect() if f.name == NUM_REQUESTS_RUNNING)
         assert {s.labels["pod"].rsplit("-", 1)[0]: s.labels[label] for s in fam.samples}["svc-d"] == decode
+
+
+@pytest.mark.parametrize(("role", "convention", "want"), [
+    (None, "dynamo", 'model_name="m",variant="h100"'),
+    ("prefill", "llm-d", 'model_name="m",variant="h100",llm_d_ai_role="prefill"'),
+    ("decode", "dynamo", 'model_name="m",variant="h100",dynamo_component="backend"'),
+    ("decode", "dynamo-operator", 'model_name="m",variant="h100",nvidia_com_dynamo_sub_component_type="decode"'),
+])
+def test_profile_fit_reads_one_pools_pods_by_the_conventions_label(monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
+                                                                     role: str | None, convention: str,
+                                                                     want: str) -> None:
+    """``autoscaler profile fit --role R --role-labels C``: the selector the Prometheus fit reads."""
+    from typer.testing import CliRunner
+
+    from autoscaler import profile_fit as pf
+    from autoscaler.cli import app
+
+    seen: list[str] = []
+
+    def fake(connect: Any, url: str, selector: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append(selector)
+        raise pf.ProfileError("stop here")
+
+    monkeypatch.setattr(pf, "from_prometheus", fake)
+    args = ["profile", "fit", "--model", "llama-3-8b", "--gpu", "H100-SXM", "--out", str(tmp_path / "p.json"),
+            "--prometheus-url", "http://127.0.0.1:9", "--selector", 'model_name="m",variant="h100"',
+            "--start", "0", "--end", "3600", "--role-labels", convention] + (["--role", role] if role else [])
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code != 0 and "stop here" in res.output
+    assert seen == [want]
+
+
+def test_profile_fit_refuses_an_unknown_role_or_convention() -> None:
+    from autoscaler import profile_fit as pf
+
+    with pytest.raises(pf.ProfileError, match="--role agg"):
+        pf.role_selector('model_name="m"', "agg", "llm-d")
+    with pytest.raises(pf.ProfileError, match="--role-labels triton"):
+        pf.role_selector('model_name="m"', "decode", "triton")
