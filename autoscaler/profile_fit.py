@@ -168,6 +168,27 @@ def from_bench(paths: Sequence[Path], model: str, gpu: str, tensor_parallel: int
     return fit_and_write(rows, source, provenance, model, gpu, tensor_parallel, out)
 
 
+def role_selector(selector: str, role: str | None, role_labels: str = "llm-d") -> str:
+    """``selector`` narrowed to one prefill/decode pool's pods: with ``role`` (``prefill``, ``decode``),
+    the matcher of that role under the labelling convention ``role_labels`` (``autoscaler.promql.ROLE_LABELLINGS``,
+    the fleet file's ``prometheus.role_labels``) is added, e.g. ``model_name="m",dynamo_component="backend"``;
+    without, ``selector`` as given. A prefill pod's steps and a decode pod's differ in kind, so a pool's
+    profile is fitted from its own pods.
+
+    Raises:
+        ProfileError: an unknown role or convention.
+    """
+    from autoscaler.promql import ROLE_LABELLINGS, matchers
+
+    if role_labels not in ROLE_LABELLINGS:
+        raise ProfileError(f"--role-labels {role_labels}: one of {', '.join(ROLE_LABELLINGS)}")
+    if role is None:
+        return selector
+    if role not in ("prefill", "decode"):
+        raise ProfileError(f"--role {role}: prefill or decode")
+    return matchers(selector, ROLE_LABELLINGS[role_labels].is_(role))
+
+
 def from_prometheus(connect: Callable[[str], Any], url: str, selector: str, start: float, end: float, model: str,
                     gpu: str, tensor_parallel: int, out: Path, window_s: float = 60.0, resolution_s: float = 15.0,
                     pod_label: str = "pod", log: Callable[[str], None] = lambda _: None) -> FitResult:

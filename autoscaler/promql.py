@@ -40,6 +40,71 @@ Kubernetes service discovery's ``__meta_kubernetes_pod_label_llm_d_ai_role`` (th
 character not valid in a Prometheus label name written ``_``), kept by a ``labelmap`` relabelling; llm-d's
 monitoring examples select and group pods by ``llm_d_ai_role``. The Prometheus source selects a pool's pods
 by it (``autoscaler.adapters.prometheus``)."""
+
+
+@dataclass(frozen=True)
+class RoleLabels:
+    """How a deployment's pods say which pool they serve, as a Prometheus scraping them keeps it: the
+    label ``name`` and its value on a prefill pod, a decode pod and an aggregated pod (``""``: no label,
+    which a Prometheus stores as the label's absence).
+
+    Attributes:
+        convention: the fleet file's ``prometheus.role_labels`` (``ROLE_LABELLINGS``).
+        name: the Prometheus label name.
+        prefill, decode, aggregated: its value on each kind of pod.
+    """
+
+    convention: str
+    name: str
+    prefill: str
+    decode: str
+    aggregated: str
+
+    def value(self, role: str) -> str:
+        """The label's value on a pod of ``role`` (``prefill``, ``decode``; "" for an aggregated one).
+
+        Raises:
+            KeyError: any other role.
+        """
+        return {"prefill": self.prefill, "decode": self.decode, "": self.aggregated}[role]
+
+    def is_(self, role: str) -> str:
+        """The matcher of ``role``'s pods, e.g. ``llm_d_ai_role="decode"`` or ``dynamo_component="backend"``."""
+        return f"{self.name}={quote(self.value(role))}"
+
+    def not_prefill(self) -> str:
+        """The matcher of every pod but the prefill pool's (aggregated pods included)."""
+        return f"{self.name}!={quote(self.prefill)}"
+
+
+ROLE_LABELLINGS: dict[str, RoleLabels] = {
+    "llm-d": RoleLabels("llm-d", ROLE_LABEL, "prefill", "decode", ""),
+    "dynamo": RoleLabels("dynamo", "dynamo_component", "prefill", "backend", "backend"),
+    "dynamo-operator": RoleLabels("dynamo-operator", "nvidia_com_dynamo_sub_component_type", "prefill", "decode", ""),
+}
+"""``prometheus.role_labels`` -> its ``RoleLabels``.
+
+- ``llm-d`` (the default): the pod label ``llm-d.ai/role`` (``ROLE_LABEL``); an aggregated pod has none.
+- ``dynamo``: NVIDIA Dynamo's component name, the label ``dynamo_component`` its runtime adds to every
+  series a worker exposes on its system port, the vLLM engine's ``vllm:`` series included (with
+  ``dynamo_namespace``, ``dynamo_endpoint``: ai-dynamo/dynamo ``lib/runtime/src/metrics/prometheus_names.rs``
+  ``labels::COMPONENT``/``NAMESPACE``/``ENDPOINT``, read at 04070c75, after the v1.7.1 release). The vLLM
+  worker's component is ``prefill`` for a prefill worker (``--disaggregation-mode prefill``) and
+  ``backend`` for every other, decode and aggregated alike (``components/src/dynamo/vllm/args.py``
+  ``update_dynamo_config_with_engine``, read at 000a36a7); its endpoint ``generate``. A decode pod and an
+  aggregated pod thus carry the same value: the source tells them apart by their variants' pod names
+  (``adapters.prometheus``), as it does under llm-d.
+- ``dynamo-operator``: the pod label Dynamo's Kubernetes operator puts on a prefill or decode worker,
+  ``nvidia.com/dynamo-sub-component-type`` (``prefill``, ``decode``; none on an aggregated worker), as
+  Kubernetes discovery names it (``__meta_kubernetes_pod_label_nvidia_com_dynamo_sub_component_type``) and
+  a ``labelmap`` relabelling keeps it (ai-dynamo/dynamo ``deploy/operator/internal/consts/consts.go``
+  ``KubeLabelDynamoSubComponentType``, ``ComponentTypePrefill``, ``ComponentTypeDecode``, read at 0367e404).
+"""
+DYNAMO_NAMESPACE_LABEL, DYNAMO_ENDPOINT_LABEL = "dynamo_namespace", "dynamo_endpoint"
+DYNAMO_NAMESPACE, DYNAMO_ENDPOINT = "dynamo", "generate"
+"""Dynamo's other two injected labels and a vLLM worker's values by default (its ``--namespace``
+defaults to ``dynamo``, ``DYN_NAMESPACE``; the endpoint is ``generate``, ``args.py`` as above)."""
+
 GAUGE_SIGNALS = ("kv_usage", "queue_length", "running")
 """The signals read from gauges: an in-flight request is on one pod at a time, so with prefill/decode
 pools they are read over every pod, the prefill pool's included, while the service-wide counters and

@@ -57,7 +57,9 @@ class LiveSimulation(SimulationDriver):
         self.document = document if document is not None else AdmissionDocument()
         if self.loop.admission is not None:
             self.loop.admission = TeeSink(self.loop.admission, self.document)
-        self.collector = SimCollector(self.sim, self.lock, namespace, vllm_release, created=True)
+        # the pods' role labels follow the fleet file's ``prometheus.role_labels``, which the source reads
+        self.collector = SimCollector(self.sim, self.lock, namespace, vllm_release, created=True,
+                                      role_labels=cfg.prometheus.roles)
         self.metrics = LoopMetrics(self.loop, registry, shed=self._shed)
         self.on_tick = self.metrics.record
         self.registry = self.metrics.registry

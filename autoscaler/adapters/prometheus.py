@@ -48,12 +48,15 @@ not one ``timeout_s`` per round of queries per ``max_concurrency``. The queries 
 abandoned; each still ends at its own ``timeout_s``.
 
 Prefill/decode pools (``Service.roles``): each pool variant is read as a variant is (its inventory, its
-Deployment's replicas, its signals over its valid pods), its default pod matchers adding llm-d's role
-label ``llm_d_ai_role="prefill"`` or ``"decode"`` (``promql.ROLE_LABEL``); each pool's signals are read
-over its variants' valid pods with ``llm_d_ai_role="<role>"`` (the same query templates), and reported
+Deployment's replicas, its signals over its valid pods), its default pod matchers adding the role's
+label matcher, by default llm-d's ``llm_d_ai_role="prefill"`` or ``"decode"`` (``promql.ROLE_LABEL``;
+``prometheus.role_labels`` picks another convention, ``promql.ROLE_LABELLINGS``: Dynamo's
+``dynamo_component="prefill"`` or ``"backend"``, say); each pool's signals are read
+over its variants' valid pods with the role's matcher (the same query templates), and reported
 as ``ServiceObservation.pools``. The service-wide pod signals are read over the valid pods that finish
 the users' requests, the aggregated and decode pods: the prefill pool's pods are left out of the pod
-names and the query adds ``llm_d_ai_role!="prefill"`` (an aggregated pod, with no role label, matches),
+names and the query adds ``llm_d_ai_role!="prefill"`` (an aggregated pod, with no role label, matches;
+Dynamo's: ``dynamo_component!="prefill"``, an aggregated worker's component being ``backend``),
 so a remotely prefilled request, which its prefill pod also serves and counts as a one-token request
 (vLLM's ``NixlConnector``; ``autoscaler.adapters.simulator``), counts once in the request rate, the
 completions, the token rates and the latencies, as the simulator's source reads them. The gauges
@@ -130,7 +133,6 @@ from autoscaler.promql import (
     KSM_SPEC_REPLICAS,
     PRIORITY_QUERIES,
     RATE_SIGNALS,
-    ROLE_LABEL,
     SERVICE_SIGNALS,
     QuerySet,
     detect,
@@ -681,15 +683,16 @@ class PrometheusSource:
 
     def variant_selectors(self, svc: Service, v: Variant) -> tuple[str, str]:
         """``(pod matchers, Deployment matchers)`` of a variant (a pool's too); defaults in
-        ``config.VariantSelectors``, with ``llm_d_ai_role="<role>"`` added to a pool variant's default pods."""
+        ``config.VariantSelectors``, with the role's matcher (``prometheus.role_labels``, e.g.
+        ``llm_d_ai_role="<role>"``) added to a pool variant's default pods."""
         sel = self.prom.selectors.get(svc.name)
         vs = sel.variants.get(v.name) if sel is not None else None
         deployment = f"{svc.name}-{v.name}"
         ns = f"namespace={quote(self.prom.namespace)}"
         pods = f"{ns},{self.prom.pod_label}=~{quote(exact_alternation([deployment]) + '-.*')}"
         role = {p.name: r for r, p in svc.role_variants()}.get(v.name)
-        if role is not None:  # a pool's pods carry llm-d's role label
-            pods += f",{ROLE_LABEL}={quote(role)}"
+        if role is not None:  # a pool's pods carry the role label (``prometheus.role_labels``)
+            pods += f",{self.prom.roles.is_(role)}"
         dep = f"{ns},deployment={quote(deployment)}"
         if vs is not None:
             pods = vs.pods if vs.pods is not None else pods
@@ -996,7 +999,7 @@ class PrometheusSource:
         if known and every and svc.roles is None:
             plan.jobs[svc.name] = self._signals(pool, svc, base, every, at)
         elif known and every:
-            plan.jobs[svc.name] = self._signals(pool, svc, matchers(base, f"{ROLE_LABEL}!={quote('prefill')}"),
+            plan.jobs[svc.name] = self._signals(pool, svc, matchers(base, self.prom.roles.not_prefill()),
                                                 finishing or every, at, (base, every))
         for v in _all_variants(svc):
             names = [p.name for p in plan.valid[v.name]]
@@ -1006,7 +1009,7 @@ class PrometheusSource:
         for role in ("prefill", "decode") if svc.roles is not None else ():
             names = [p.name for r, v in svc.role_variants() if r == role for p in plan.valid[v.name]]
             if known and names:
-                role_sel = matchers(base, f"{ROLE_LABEL}={quote(role)}")
+                role_sel = matchers(base, self.prom.roles.is_(role))
                 plan.jobs[f"{svc.name}/{role}"] = self._signals(pool, svc, role_sel, names, at)
         return plan
 

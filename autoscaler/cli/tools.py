@@ -476,6 +476,9 @@ def _fit_table(res: Any) -> Table:
     "autoscaler profile fit --model llama-3-8b --gpu H100-SXM --out my.json --bench run1.json --bench run2.json",
     "autoscaler profile fit --model llama-3-8b --gpu H100-SXM --out my.json --prometheus-url http://localhost:9090 "
     "--selector 'model_name=\"m\"' --start 2025-01-01T00:00 --end 2025-01-01T06:00",
+    "autoscaler profile fit --model llama-3-8b --gpu H100-SXM --out decode.json --prometheus-url "
+    "http://localhost:9090 --selector 'model_name=\"m\"' --role decode --role-labels dynamo --start "
+    "2025-01-01T00:00 --end 2025-01-01T06:00",
 ))
 def profile_fit(
     model: Annotated[str, typer.Option(help="Model key: a shipped profile name's first part, e.g. llama-3-8b.")],
@@ -487,6 +490,13 @@ def profile_fit(
     prometheus_url: Annotated[str | None, typer.Option(help="Prometheus base URL of the live fleet.")] = None,
     selector: Annotated[str | None, typer.Option(
         help='PromQL matchers of the pods of this model on this GPU, e.g. model_name="m",variant="h100".')] = None,
+    role: Annotated[str | None, typer.Option(
+        help="Prometheus: fit one prefill/decode pool's pods: prefill | decode (adds the role's label to "
+             "--selector).")] = None,
+    role_labels: Annotated[str, typer.Option(
+        help="Prometheus, with --role: how the pods say their role: llm-d (llm_d_ai_role) | dynamo "
+             "(dynamo_component prefill/backend) | dynamo-operator, as a fleet file's prometheus.role_labels."
+    )] = "llm-d",
     start: Annotated[str | None, typer.Option(help="Range start: unix seconds or ISO 8601 (UTC if no offset).")] = None,
     end: Annotated[str | None, typer.Option(help="Range end: unix seconds or ISO 8601.")] = None,
     tensor_parallel: Annotated[int, typer.Option(help="GPUs per replica (vLLM --tensor-parallel-size).")] = 1,
@@ -526,7 +536,7 @@ def profile_fit(
             t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")
             with StderrLog(logging.ERROR):
                 res = pf.from_prometheus(lambda url: connect_prometheus(default_config(), url), prometheus_url,
-                                         selector,
+                                         pf.role_selector(selector, role, role_labels),
                                          t0, t1, model, gpu, tensor_parallel, out, window, resolution,
                                          log=lambda m: say(m, err=True))
     except (AutoscalerError, ValueError) as exc:

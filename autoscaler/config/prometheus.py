@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, StrictBool, field_validator, model_validator
 
 from autoscaler.config.base import MIN_WAIT_S, Strict, check_name
-from autoscaler.promql import check_matchers, check_template
+from autoscaler.promql import ROLE_LABELLINGS, RoleLabels, check_matchers, check_template
 from autoscaler.urls import check_url
 
 QuerySetName = Literal["auto", "vllm-0.11", "vllm-0.9.2", "vllm-pre-0.9.2", "sglang", "recorded", "vllm-0.33",
@@ -93,6 +93,12 @@ class PrometheusConfig(Strict):
             aggregation over every valid pod of the tick, each service's and variant's value summed
             in the client from its pods' groups, so Prometheus evaluates one selector per term, not
             one per service and variant; False: each scope's query a branch of the batched ``or``.
+        role_labels: how the pods of prefill/decode pools (``roles`` in the fleet file) are labelled, which
+            the source selects each pool by (``autoscaler.promql.ROLE_LABELLINGS``): ``llm-d`` (default;
+            ``llm_d_ai_role="prefill"|"decode"``), ``dynamo`` (Dynamo's component names,
+            ``dynamo_component="prefill"|"backend"``) or ``dynamo-operator`` (Dynamo's operator pod label,
+            ``nvidia_com_dynamo_sub_component_type="prefill"|"decode"``). The simulator's served metrics
+            (``autoscaler.realtime``) and the exported dashboards follow it.
         selectors: service name -> label matchers (defaults above).
     """
 
@@ -111,7 +117,13 @@ class PrometheusConfig(Strict):
     max_concurrency: int = Field(default=8, ge=1)
     batch: StrictBool = True
     aggregate: StrictBool = True
+    role_labels: Literal["llm-d", "dynamo", "dynamo-operator"] = "llm-d"
     selectors: dict[str, ServiceSelectors] = Field(default_factory=dict)
+
+    @property
+    def roles(self) -> RoleLabels:
+        """The ``RoleLabels`` of ``role_labels``."""
+        return ROLE_LABELLINGS[self.role_labels]
 
     @field_validator("url")
     @classmethod

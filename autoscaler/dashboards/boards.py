@@ -10,12 +10,15 @@ reads its recording rule (``panels.recorded``), the 5-minute rate the loop's ``r
 reads too; only the loop's own counters are rated in place. Every panel reads a metric the product,
 vLLM, kube-state-metrics or the gateway exports today; none waits for one.
 
-The roles board reads a service's prefill and decode pools (``Service.roles``) apart by llm-d's pod
-label as Prometheus keeps it, ``llm_d_ai_role`` (``autoscaler.promql.ROLE_LABEL``, the label the
-Prometheus source selects a pool's pods by): the prefill pods' TTFT (their queue and prefill, the
+The roles board reads a service's prefill and decode pools (``Service.roles``) apart by the pods' role
+label as Prometheus keeps it, the one the Prometheus source selects a pool's pods by: llm-d's
+``llm_d_ai_role`` by default (``autoscaler.promql.ROLE_LABEL``), else the fleet file's
+``prometheus.role_labels`` convention (``autoscaler.promql.ROLE_LABELLINGS``: Dynamo's
+``dynamo_component="prefill"|"backend"``, say): the prefill pods' TTFT (their queue and prefill, the
 share of the user's TTFT the prefill pool decides), the decode pods' TPOT, TTFT (the hand-over: a
 slot, the KV read, the first step) and KV usage, and the loop's replicas per role
-(``autoscaler_pool_*_replicas``). A fleet without roles has no series there.
+(``autoscaler_pool_*_replicas``, the loop's own series, labelled ``llm_d_ai_role`` under every
+convention). A fleet without roles has no series there.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from autoscaler.dashboards.panels import (
     unstacked,
 )
 from autoscaler.dashboards.rules import slo_errors
-from autoscaler.promql import GATEWAY_REQUESTS, ROLE_LABEL
+from autoscaler.promql import GATEWAY_REQUESTS, ROLE_LABEL, RoleLabels, quote
 from autoscaler.workload.types import INTERACTIVE
 
 TAGS = ["autoscaler", "llm-inference"]
@@ -203,9 +206,16 @@ def loop_health(cfg: FleetConfig, objective: float) -> Board:
     return b
 
 
-PREFILL_PODS = f'{PODS},{ROLE_LABEL}="prefill"'
-DECODE_PODS = f'{PODS},{ROLE_LABEL}="decode"'
-ROLE_PODS = f'{PODS},{ROLE_LABEL}=~"prefill|decode"'
+WHOSE = {"llm-d": "llm-d's pod label", "dynamo": "Dynamo's component label",
+         "dynamo-operator": "Dynamo's operator pod label"}
+"""How the roles board's description names each ``prometheus.role_labels`` convention's label."""
+
+
+def role_pods(roles: RoleLabels) -> tuple[str, str, str]:
+    """The dashboards' pod matchers of the prefill pods, the decode pods and both, under ``roles``
+    (the fleet's ``prometheus.role_labels``), e.g. ``...,llm_d_ai_role="prefill"``."""
+    both = f"{roles.name}=~{quote(roles.prefill + '|' + roles.decode)}"
+    return f"{PODS},{roles.is_('prefill')}", f"{PODS},{roles.is_('decode')}", f"{PODS},{both}"
 
 
 def roles(cfg: FleetConfig, objective: float) -> Board:
@@ -213,8 +223,11 @@ def roles(cfg: FleetConfig, objective: float) -> Board:
     prefill TTFT, decode TPOT and hand-over TTFT against the interactive objectives, decode KV usage,
     running and waiting per role, and prompt tokens prefilled per role."""
     slo = cfg.services[0].slo[INTERACTIVE]
+    roles = cfg.prometheus.roles
+    role = roles.name  # the pods' role label; the loop's own pool series keep ROLE_LABEL
+    prefill_pods, decode_pods, any_role_pods = role_pods(roles)
     b = new_board("autoscaler-roles", "Autoscaler: prefill/decode roles",
-                  f"A service's prefill and decode pools, read apart by llm-d's pod label {ROLE_LABEL}.", TAGS)
+                  f"A service's prefill and decode pools, read apart by {WHOSE[roles.convention]} {role}.", TAGS)
     pool = f"{{{LOOP_VARIANT}}}"
     b.add(unstacked(series("short", "Ready replicas per role (prefill, decode) stacked; ready + starting and the "
                            "loop's decision per role as lines.", stack=True, minimum=0), "B", "C"),
@@ -229,35 +242,35 @@ def roles(cfg: FleetConfig, objective: float) -> Board:
                  f"as a one-token request) against the interactive TTFT objective ({slo.ttft_s:g} s, dashed), "
                  "which the user's TTFT, with the hand-over, must meet.", lines=[(slo.ttft_s, "red")]),
           "Prefill TTFT", [
-              (f"histogram_quantile(0.5, {recorded(ttft, PREFILL_PODS, 'le')})", "p50"),
-              (f"histogram_quantile(0.95, {recorded(ttft, PREFILL_PODS, 'le')})", "p95"),
+              (f"histogram_quantile(0.5, {recorded(ttft, prefill_pods, 'le')})", "p50"),
+              (f"histogram_quantile(0.95, {recorded(ttft, prefill_pods, 'le')})", "p95"),
           ])
     tpot = "vllm:request_time_per_output_token_seconds_bucket"
     b.add(series("s", f"Each request's time per output token on the decode pods (its mean ITL) p50 and p95 against "
                  f"the interactive objective ({slo.itl_s:g} s, dashed).", lines=[(slo.itl_s, "red")]),
           "Decode TPOT per request (mean ITL)", [
-              (f"histogram_quantile(0.5, {recorded(tpot, DECODE_PODS, 'le')})", "p50"),
-              (f"histogram_quantile(0.95, {recorded(tpot, DECODE_PODS, 'le')})", "p95"),
+              (f"histogram_quantile(0.5, {recorded(tpot, decode_pods, 'le')})", "p50"),
+              (f"histogram_quantile(0.95, {recorded(tpot, decode_pods, 'le')})", "p95"),
           ])
     b.add(series("s", "TTFT the decode pods record p50 and p95: from the hand-over to the first token (a batch "
                  "slot, the KV read over the link, the first step); a slow KV link shows here first.", minimum=0),
           "Decode hand-over TTFT", [
-              (f"histogram_quantile(0.5, {recorded(ttft, DECODE_PODS, 'le')})", "p50"),
-              (f"histogram_quantile(0.95, {recorded(ttft, DECODE_PODS, 'le')})", "p95"),
+              (f"histogram_quantile(0.5, {recorded(ttft, decode_pods, 'le')})", "p50"),
+              (f"histogram_quantile(0.95, {recorded(ttft, decode_pods, 'le')})", "p95"),
           ])
     b.add(series("percentunit", "KV-cache usage of each decode pod (vLLM's kv_cache_usage_perc), and the pool's "
                  "mean, which the PID's decode loop reads.", minimum=0, maximum=1), "Decode KV-cache usage", [
-        (f"max by (pod) (vllm:kv_cache_usage_perc{{{DECODE_PODS}}})", "{{pod}}"),
-        (f"avg(vllm:kv_cache_usage_perc{{{DECODE_PODS}}})", "decode mean"),
+        (f"max by (pod) (vllm:kv_cache_usage_perc{{{decode_pods}}})", "{{pod}}"),
+        (f"avg(vllm:kv_cache_usage_perc{{{decode_pods}}})", "decode mean"),
     ])
     b.add(series("short", "Requests running and waiting per role (a decode pod counts a request waiting for its "
                  "KV as waiting, as vLLM does).", minimum=0), "Running and waiting per role", [
-        (f"sum by ({ROLE_LABEL}) (vllm:num_requests_running{{{ROLE_PODS}}})", f"{{{{{ROLE_LABEL}}}}} running"),
-        (f"sum by ({ROLE_LABEL}) (vllm:num_requests_waiting{{{ROLE_PODS}}})", f"{{{{{ROLE_LABEL}}}}} waiting"),
+        (f"sum by ({role}) (vllm:num_requests_running{{{any_role_pods}}})", f"{{{{{role}}}}} running"),
+        (f"sum by ({role}) (vllm:num_requests_waiting{{{any_role_pods}}})", f"{{{{{role}}}}} waiting"),
     ])
     b.add(series("short", "Prompt tokens per second each role computes (a decode pod prefills the prompts llm-d "
                  "keeps local and the last token of those handed over).", minimum=0), "Prompt tokens per role", [
-        (recorded("vllm:prompt_tokens_total", ROLE_PODS, ROLE_LABEL), f"{{{{{ROLE_LABEL}}}}}"),
+        (recorded("vllm:prompt_tokens_total", any_role_pods, role), f"{{{{{role}}}}}"),
     ])
     return b
 

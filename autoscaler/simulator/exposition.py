@@ -5,7 +5,9 @@
 metrics of ``autoscaler.simulator.metrics`` (names, help texts and buckets of vLLM 0.33.0
 ``vllm/v1/metrics/loggers.py``, METRICS.md) with the labels ``model_name``, ``engine="0"``,
 ``namespace``, ``pod`` (``<service>-<variant>-<replica id>``) and ``variant``, and in a fleet with
-prefill/decode roles ``llm_d_ai_role`` (``prefill``, ``decode``, "" for an aggregated pod: ``ROLE_LABEL``);
+prefill/decode roles ``llm_d_ai_role`` (``prefill``, ``decode``, "" for an aggregated pod: ``ROLE_LABEL``),
+or, when asked (``role_labels``), another convention's role label (``autoscaler.promql.ROLE_LABELLINGS``;
+Dynamo's adds ``dynamo_namespace`` and ``dynamo_endpoint`` as its runtime does, on every pod);
 and for every variant (of the roles' pools too)
 the kube-state-metrics v2 Deployment series ``kube_deployment_spec_replicas`` (ready + starting)
 and ``kube_deployment_status_replicas_ready`` (labels ``namespace``, ``deployment`` =
@@ -42,11 +44,17 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from autoscaler.promql import (
+    DYNAMO_ENDPOINT,
+    DYNAMO_ENDPOINT_LABEL,
+    DYNAMO_NAMESPACE,
+    DYNAMO_NAMESPACE_LABEL,
     GATEWAY_QUEUE_DURATION,
     GATEWAY_QUEUE_SIZE,
     GATEWAY_REQUESTS,
     KSM_READY_REPLICAS,
     KSM_SPEC_REPLICAS,
+    ROLE_LABELLINGS,
+    RoleLabels,
 )
 from autoscaler.promql import ROLE_LABEL as _ROLE_LABEL
 from autoscaler.simulator.engine import DRAINING, READY
@@ -119,13 +127,20 @@ class SimCollector(Collector):
             do (``prometheus_client``'s default): the unix time, by ``clock``, at which the collector
             first saw the replica serve (a live scrape's view; a history recorded at chosen times has none).
         clock: unix seconds now.
+        role_labels: how the pods say their role (``autoscaler.promql.ROLE_LABELLINGS``); None: llm-d's,
+            and only in a fleet with prefill/decode roles (a fleet without keeps the label set it always
+            had). Another convention labels every pod (an aggregated one with its ``aggregated`` value,
+            "" leaving the label out), and Dynamo's adds ``dynamo_namespace="dynamo"`` and
+            ``dynamo_endpoint="generate"`` (a vLLM worker's defaults), as Dynamo's runtime labels a
+            worker's series.
 
     Raises:
         ValueError: an unknown ``release``.
     """
 
     def __init__(self, sim: FleetSimulator, lock: threading.Lock | None = None, namespace: str = "default",
-                 release: str = "0.11", created: bool = False, clock: Callable[[], float] = time.time) -> None:
+                 release: str = "0.11", created: bool = False, clock: Callable[[], float] = time.time,
+                 role_labels: RoleLabels | None = None) -> None:
         if release not in RELEASE_NAMES:
             raise ValueError(f"vLLM release '{release}' not exported (known: {', '.join(RELEASE_NAMES)})")
         self.sim = sim
@@ -137,8 +152,12 @@ class SimCollector(Collector):
         self._first_seen: dict[int, float] = {}
         # a fleet with prefill/decode roles labels every pod with its role ("" for an aggregated one, which
         # a Prometheus stores without the label); a fleet without keeps the label set it always had
-        self.roles = any(svc.pd is not None for svc in sim.services.values())
-        self.pod_labels = (*POD_LABELS, ROLE_LABEL) if self.roles else POD_LABELS
+        self.role_labels = role_labels or ROLE_LABELLINGS["llm-d"]
+        self.roles = role_labels not in (None, ROLE_LABELLINGS["llm-d"]) or any(
+            svc.pd is not None for svc in sim.services.values())
+        self.dynamo = self.role_labels.convention == "dynamo"
+        extra = (DYNAMO_NAMESPACE_LABEL, DYNAMO_ENDPOINT_LABEL) if self.dynamo else ()
+        self.pod_labels = (*POD_LABELS, self.role_labels.name, *extra) if self.roles else POD_LABELS
 
     def _created(self, rid: int) -> float | None:
         """The ``_created`` value of replica ``rid``'s series (None: not exported)."""
@@ -235,7 +254,9 @@ class SimCollector(Collector):
                 m = r.metrics
                 labels = [svc.cfg.model, "0", self.namespace, f"{svc.cfg.name}-{r.variant}-{r.rid}", r.variant]
                 if self.roles:
-                    labels.append(r.role)
+                    labels.append(self.role_labels.value(r.role))
+                if self.dynamo:
+                    labels += [DYNAMO_NAMESPACE, DYNAMO_ENDPOINT]
                 running.add_metric(labels, m.running)
                 waiting.add_metric(labels, m.waiting)
                 kv.add_metric(labels, m.kv_usage)
