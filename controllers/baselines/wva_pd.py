@@ -32,9 +32,13 @@ Every reconcile (60 s, ``max_over_time[1m]`` of each ready pod's KV usage and wa
    ``[min_replicas, max_replicas]``. The cost is ``price_per_replica_hour`` (the VariantAutoscaling's
    variant cost, per replica).
 
-Not modelled: the transition check's ``desired != current`` half (the loop writes each decision at once,
-so the two agree), a pod whose metrics are missing counted as saturated (a pod without series is not in
-``est.pods``), the model-wide scale-to-zero enforcement (V1 never lowers a variant below 1 itself), the
+A metric query that failed (``ServiceEstimate.errors``) holds every group: ``optimizeV1`` skips the model
+when its data preparation returns an error.
+
+Not modelled: the transition check's ``desired != current`` half (upstream holds a group until its
+replicas reach the last desired count; ours decides afresh each reconcile, which differs only while a
+scale write fails or lags), the released V1's reading of a pod's missing KV or queue value as 0 (a pod
+without series is not in ``est.pods``: ours leaves it out of the analysis), the model-wide scale-to-zero enforcement (V1 never lowers a variant below 1 itself), the
 GPU limiter (off by default) and the V2 token-based analyzer (``analyzerName: saturation``).
 """
 
@@ -43,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from controllers.base import Controller, Decision, change_reason, hold
+from controllers.base import Controller, Decision, Reason, change_reason, hold
 from controllers.baselines.wva import RECONCILE_S, WINDOW_S, Saturation, saturation_analysis
 from controllers.roles import DECODE, PREFILL, pool_variants
 
@@ -103,7 +107,10 @@ def v1_targets(
             target[v.name] -= 1
             why = f"spare capacity: -1 {v.name}"
     for v in analysed:
-        target[v.name] = min(max(target[v.name], v.min_replicas), v.cap)
+        clamped = min(max(target[v.name], v.min_replicas), v.cap)
+        if clamped != target[v.name]:
+            why += f", clamped to {clamped} ({v.name}'s bounds): no change" if clamped == current[v.name] else ""
+        target[v.name] = clamped
     return target, why
 
 
@@ -118,6 +125,8 @@ class WVAPDController(Controller):
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """Desired replicas per variant of each role group that has a reporting pod (module docstring)."""
         current = {**est.current, **est.pool_current}
+        if est.errors:
+            return hold(current, f"wva-pd: a metric query failed ({est.errors[0]}), held", Reason.METRICS_ERROR)
         starting = {name: v.starting for name, v in est.variants.items()}
         for pool in est.pools.values():
             starting.update({name: v.starting for name, v in pool.variants.items()})

@@ -169,7 +169,7 @@ def test_the_cheapest_variant_at_its_cap_takes_the_scale_up_and_the_clamp_cancel
         up, vs, {"v1-expensive": 1, "v2-cheap": 2}, {"v1-expensive": 0, "v2-cheap": 0}, {"v1-expensive", "v2-cheap"}
     )
     assert target == {"v1-expensive": 1, "v2-cheap": 2}
-    assert why == "saturated: +1 v2-cheap"
+    assert why == "saturated: +1 v2-cheap, clamped to 2 (v2-cheap's bounds): no change"
 
 
 def test_a_variant_at_one_replica_is_not_scaled_down_and_a_silent_one_not_chosen() -> None:
@@ -252,3 +252,45 @@ def test_wva_pd_needs_pools_and_reconciles_every_minute() -> None:
         build("wva-pd", cfg)
     ctl = build("wva-pd", pd_service())
     assert (ctl.tick_s, ctl.window_s, ctl.own_guard, ctl.scales_roles) == (60.0, 60.0, True, True)
+
+
+def test_equal_costs_scale_up_the_first_name_and_down_the_last() -> None:
+    # Ties at $2.99 a GPU-hour: the scale-up goes to the alphabetically first (a100-p < h100-p), the scale-down
+    # to the alphabetically last (h100-p), as CalculateSaturationTargets sorts by cost then name.
+    cfg = pd_service()
+    prefill = [v for v in cfg.services[0].roles.prefill]
+    same = [v.model_copy(update={"price_per_gpu_hour": 2.99}) for v in prefill]
+    both = {"h100-p", "a100-p"}
+    up = saturation_analysis([0.85, 0.85], [0, 0])
+    target, why = v1_targets(up, same, {"h100-p": 2, "a100-p": 2}, {"h100-p": 0, "a100-p": 0}, both)
+    assert (target, why) == ({"h100-p": 2, "a100-p": 3}, "saturated: +1 a100-p")
+    down = saturation_analysis([0.10, 0.10, 0.10], [0, 0, 0])
+    target, why = v1_targets(down, same, {"h100-p": 2, "a100-p": 2}, {"h100-p": 0, "a100-p": 0}, both)
+    assert (target, why) == ({"h100-p": 1, "a100-p": 2}, "spare capacity: -1 h100-p")
+
+
+def test_a_starting_variant_without_pods_does_not_block_its_group() -> None:
+    # a100-p has a replica starting and none ready, so no pod of it is analysed: upstream's transition check runs
+    # over the analysed variants only. h100-p's 2 pods at KV 0.9 are saturated: +1 h100-p, 2 -> 3.
+    cfg = pd_service()
+    est = estimate(
+        {"h100-p": (2, 0), "a100-p": (0, 1), "h100-d": (1, 0), "a100-d": (0, 0)},
+        [pod("h100-p", 0.9), pod("h100-p", 0.9)],
+    )
+    d = WVAPDController().decide(est, cfg.services[0])
+    assert d.desired == {"h100-p": 3}  # a100-p is not decided: it keeps its count
+    assert not d.hold
+
+
+def test_a_failed_metric_query_holds_every_group() -> None:
+    # optimizeV1 skips the model when its data preparation errs: with h100-d's query failed and a100-d's three
+    # pods idle, the partial data would otherwise scale decode down (3 -> 2).
+    cfg = pd_service()
+    est = estimate(
+        {"h100-p": (1, 0), "a100-p": (0, 0), "h100-d": (2, 0), "a100-d": (3, 0)},
+        [pod("h100-p", 0.9), pod("a100-d", 0.0), pod("a100-d", 0.0), pod("a100-d", 0.0)],
+    )
+    est.errors.append("h100-d: pods query failed")
+    d = WVAPDController().decide(est, cfg.services[0])
+    assert d.hold and d.desired == {"h100-p": 1, "a100-p": 0, "h100-d": 2, "a100-d": 3}
+    assert "a metric query failed (h100-d: pods query failed)" in d.reason
