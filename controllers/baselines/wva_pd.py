@@ -38,8 +38,9 @@ when its data preparation returns an error.
 Not modelled: the transition check's ``desired != current`` half (upstream holds a group until its
 replicas reach the last desired count; ours decides afresh each reconcile, which differs only while a
 scale write fails or lags), the released V1's reading of a pod's missing KV or queue value as 0 (a pod
-without series is not in ``est.pods``: ours leaves it out of the analysis), the model-wide scale-to-zero enforcement (V1 never lowers a variant below 1 itself), the
-GPU limiter (off by default) and the V2 token-based analyzer (``analyzerName: saturation``).
+without series is not in ``est.pods``: ours leaves it out of the analysis), the model-wide scale-to-zero
+enforcement (V1 never lowers a variant below 1 itself), the GPU limiter (off by default) and the V2
+token-based analyzer (``analyzerName: saturation``).
 """
 
 from __future__ import annotations
