@@ -126,7 +126,7 @@ def role_models(cfg: FleetConfig, mix: RequestMix) -> tuple[RoleCapacity, RoleCa
     svc = cfg.services[0]
     assert svc.roles is not None
     ps, ds = ReplicaSpec.of(svc.roles.prefill[0], cfg.engine), ReplicaSpec.of(svc.roles.decode[0], cfg.engine)
-    slo, link, thr = svc.slo["interactive"], svc.roles.kv_transfer, svc.roles.non_cached_tokens
+    slo, link, thr = svc.slo["interactive"], svc.roles.kv_transfer, svc.roles.remote_threshold
     return (prefill_capacity(ps, mix, slo.ttft_s, link, non_cached_tokens=thr),
             decode_capacity(ds, mix, slo.ttft_s, slo.itl_s, link, prefill_spec=ps, non_cached_tokens=thr))
 

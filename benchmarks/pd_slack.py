@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"aggregated {v.name}: capacity {cap:.2f} req/s, fluid limit {fluid:.2f}, "
               f"ratio {fluid / cap if cap > 0 else float('inf'):.2f}")
     pools = pool_capacities(svc, engine, mix)
-    remote = remote_points(mix, svc.roles.non_cached_tokens)
+    remote = remote_points(mix, svc.roles.remote_threshold)
     for v in svc.roles.prefill:
         spec = ReplicaSpec.of(v, engine)
         t0, a, _, _ = marginal_costs(spec.profile)

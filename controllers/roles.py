@@ -67,7 +67,7 @@ def pool_capacities(svc: Service, engine: EngineConfig, mix: RequestMix) -> dict
     if svc.roles is None:
         return {}
     roles, slo = svc.roles, svc.slo["interactive"]
-    link, threshold = roles.kv_transfer, roles.non_cached_tokens
+    link, threshold = roles.kv_transfer, roles.remote_threshold
     prefill = {v.name: ReplicaSpec.of(v, engine) for v in roles.prefill}
     decode = {v.name: ReplicaSpec.of(v, engine) for v in roles.decode}
     limit = pool_allowance([ReplicaSpec.of(v, engine) for v in svc.variants], list(prefill.values()),

@@ -267,6 +267,17 @@ class Roles(Strict):
     kv_transfer: KVTransfer = KVTransfer()
     ratio: PDRatio | None = None
 
+    @property
+    def remote_threshold(self) -> int:
+        """The uncached prompt, tokens, from which the routing rule prefills remotely, as llm-d's threshold
+        (``models.capacity_roles.remote_points``): ``non_cached_tokens`` under llm-d's rule; under Dynamo's,
+        ``max_local_prefill_length + 1`` (its test is ``>``; a prompt is never shorter than its uncached
+        part), 0 (never) when its queue limit is 0. Dynamo's queue half is not static: the capacity models
+        read the length half only, as if the prefill queue stayed under ``max_prefill_queue_size``."""
+        if self.router == "llm-d":
+            return self.non_cached_tokens
+        return self.dynamo.max_local_prefill_length + 1 if self.dynamo.max_prefill_queue_size > 0 else 0
+
     @model_validator(mode="after")
     def _one_rules_settings(self) -> Roles:
         if self.router == "llm-d" and "dynamo" in self.model_fields_set:

@@ -92,3 +92,31 @@ def test_the_mpc_and_the_router_share_one_capacity_where_every_pool_variant_keep
     modelled = pool_capacities(svc, engine, mix)
     assert all(c > 0 for c in modelled.values())
     assert role_weights(svc, engine, mix) == modelled
+
+
+def test_under_dynamos_rule_the_pools_are_sized_on_its_length_limit() -> None:
+    # examples/fleet-pd.yaml with roles.router: dynamo (max_local_prefill_length 1000): Dynamo prefills
+    # remotely only an uncached prompt longer than 1000 tokens, so on a mix of 800-token prompts no prompt
+    # reaches the prefill pool (its capacity is infinite, reported 0) and the decode replica computes every
+    # prompt itself. The capacities must be those of llm-d's rule at the threshold 1001 (uncached >= 1001 is
+    # uncached > 1000), not of the 16-token default the file's non_cached_tokens would otherwise keep.
+    def dynamo(svc: dict[str, Any]) -> None:
+        svc["roles"].pop("non_cached_tokens", None)
+        svc["roles"]["router"] = "dynamo"
+
+    def llmd_1001(svc: dict[str, Any]) -> None:
+        svc["roles"]["non_cached_tokens"] = 1001
+
+    def llmd_16(svc: dict[str, Any]) -> None:
+        svc["roles"]["non_cached_tokens"] = 16
+
+    engine = load("fleet-pd.yaml").planning_engine()
+    short = RequestMix.from_requests([800] * 100, [200] * 100)
+    long = RequestMix.from_requests([800] * 50 + [3000] * 50, [200] * 100)
+    dyn, at_1001, at_16 = (load("fleet-pd.yaml", e).services[0] for e in (dynamo, llmd_1001, llmd_16))
+    assert dyn.roles is not None and dyn.roles.remote_threshold == 1001
+    for mix in (short, long):
+        assert pool_capacities(dyn, engine, mix) == pool_capacities(at_1001, engine, mix)
+    assert pool_capacities(dyn, engine, short)["h100-prefill"] == 0.0  # no prompt is prefilled remotely
+    assert pool_capacities(at_16, engine, short)["h100-prefill"] > 0.0
+    assert pool_capacities(dyn, engine, long) != pool_capacities(at_16, engine, long)
