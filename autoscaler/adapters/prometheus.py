@@ -690,6 +690,13 @@ class PrometheusSource:
         deployment = f"{svc.name}-{v.name}"
         ns = f"namespace={quote(self.prom.namespace)}"
         pods = f"{ns},{self.prom.pod_label}=~{quote(exact_alternation([deployment]) + '-.*')}"
+        # another variant's Deployment named this one's plus "-..." (h100 and h100-prefill) has pod names
+        # this pattern also matches: leave them out by name, as no label tells an aggregated pod from a
+        # decode one under every convention (Dynamo's "backend")
+        others = [*svc.variants, *(p for _, p in svc.role_variants())]
+        longer = [d for d in (f"{svc.name}-{o.name}" for o in others) if d.startswith(deployment + "-")]
+        if longer:
+            pods += f",{self.prom.pod_label}!~{quote('(' + exact_alternation(longer) + ')-.*')}"
         role = {p.name: r for r, p in svc.role_variants()}.get(v.name)
         if role is not None:  # a pool's pods carry the role label (``prometheus.role_labels``)
             pods += f",{self.prom.roles.is_(role)}"
