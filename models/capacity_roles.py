@@ -16,8 +16,13 @@ replica itself. The two roles are bounded with the aggregated model's pieces, no
   the decode step the aggregated service rides on. A request misses when its wait exceeds the TTFT
   target less its service, the step in flight at its arrival (``t0``, as the aggregated slack keeps
   one step), its KV read and the decode replica's step in flight plus its one-token step (``2 x
-  decode_step_s``). And a KV bound: each remote prompt stays pinned from admission until its read
-  ends (its prefill, then the read), a shot-noise sum taken as gamma as the aggregated KV bound.
+  decode_step_s``). Both the queue's service law and each request's slack read the prompts'
+  marginal (``RequestMix.prompt_points``, ``prompt_marginal``): a prefill replica's queue depends on the
+  prompt alone, and the mix's stratified points average each output stratum's longest prompts away (on
+  Azure-conv-like lognormal lengths they put the service's ``cs^2`` at 1.15 where the prompts give 2.15,
+  and the model at 1.06 of the simulated knee). And a KV bound: each remote prompt stays pinned from
+  admission until its read ends (its prefill, then the read), a shot-noise sum taken as gamma as the
+  aggregated KV bound.
   Capacity, requests/s of the whole mix (the share prefilled locally costs this replica nothing), and
   the prompt tokens/s it prefills there.
 * **decode** (``decode_capacity``): the aggregated fluid operating point with each remote request's
@@ -25,8 +30,15 @@ replica itself. The two roles are bounded with the aggregated model's pieces, no
   aggregated ITL (compound-Poisson prefill work during a request's decode, gamma tail), seqs (Erlang-C
   wait for one of ``max_num_seqs`` slots against the TTFT slack) and KV (Campbell's shot noise, gamma)
   bounds, the KV held from the start of the read (the whole prompt, reserved then) through the
-  decode. The TTFT slack there is the target less the unloaded prefill on the prefill replica, the read
-  and two decode steps. Capacity, requests/s, and the sequences it holds there (Little's law).
+  decode: the read, the step in flight when it ends (half a step on average) and the request's output
+  steps, the first of which computes its last prompt token. A request that finds the KV full waits for
+  it, FCFS, and misses only if that wait passes its TTFT slack: the occupancy, a linear-noise
+  (Ornstein-Uhlenbeck) process about its mean with the shot noise's correlation time, must fall from
+  where it is to the room the request needs within the slack (``_decode_bounds``). Short outputs
+  turn the KV over within the slack, so the occupancy's 1 % overflow alone understated their knee (0.88
+  of it on the Azure code trace's pairs). The TTFT slack there is the target less the unloaded prefill on
+  the prefill replica, the read and two decode steps. Capacity, requests/s, and the sequences it holds
+  there (Little's law).
 
 Each bound's budget is ``1 - attainment`` on top of its idle misses, as ``replica_capacity``'s; a
 bound missing more than ``unservable`` idle gives 0. ``pool_allowance`` sets ``unservable`` for a
@@ -130,6 +142,24 @@ def remote_points(mix: RequestMix, non_cached_tokens: int) -> np.ndarray:
     return ((mix.input_tokens >= non_cached_tokens) & (mix.uncached >= non_cached_tokens)).astype(float)
 
 
+def prompt_marginal(mix: RequestMix, non_cached_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(prompt tokens, uncached tokens, share of the mix prefilled remotely) of each point of the mix's
+    prompts' marginal (``RequestMix.prompt_points``, the mix's own points where it has none), llm-d's
+    rule (``remote_points``) applied to each.
+
+    Raises:
+        ValueError: ``non_cached_tokens`` < 0.
+    """
+    if mix.prompt_points is None or mix.prompt_weights is None:
+        return mix.input_tokens, mix.uncached, mix.weights * remote_points(mix, non_cached_tokens)
+    if non_cached_tokens < 0:
+        raise ValueError(f"non_cached_tokens must be >= 0, got {non_cached_tokens}")
+    lin = mix.prompt_points
+    p = lin * (1.0 - mix.prefix_hit_rate)
+    remote = (non_cached_tokens > 0) & (lin >= non_cached_tokens) & (p >= non_cached_tokens)
+    return lin, p, mix.prompt_weights * remote
+
+
 def prefill_service_s(spec: ReplicaSpec, mix: RequestMix) -> np.ndarray:
     """Seconds a prefill replica takes to prefill each point alone: ``a Q + ceil(P / budget) t0``
     (``Q`` its prefill-token equivalents, ``P`` its uncached tokens, budget ``max_num_batched_tokens``:
@@ -217,31 +247,38 @@ def _prefill_bounds(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, link: Tra
     tokens = float(w @ mix.input_tokens)  # prompt tokens it prefills per request of the mix
     service = prefill_service_s(spec, mix)
     _, a, _, _ = marginal_costs(spec.profile)
-    q = spec.profile.prefill_equivalent(mix.uncached, mix.input_tokens - mix.uncached)
-    read = transfer_s(link, mix.uncached, kvb)
-    slack = ttft_s - service - t0 - read - 2.0 * step_d
+    # The TTFT bound reads the prompts' marginal (``RequestMix.prompt_points``): a prefill replica's
+    # queue and each request's slack depend on its prompt alone, and the stratified points average each
+    # output stratum's longest prompts away, understating the queue's service variance.
+    lin_m, p_m, w_m = prompt_marginal(mix, non_cached_tokens)
+    share_m = float(w_m.sum())
+    q = spec.profile.prefill_equivalent(p_m, lin_m - p_m)
+    own = a * q + np.ceil(p_m / spec.max_num_batched_tokens) * t0
+    read = transfer_s(link, p_m, kvb)
+    slack = ttft_s - own - t0 - read - 2.0 * step_d
     # The queue's service: the prefill work and the request's share of the steps' fixed time when
     # steps are full (a busy replica packs several prompts' chunks into one ``max_num_batched_tokens``
     # step), so the utilisation is the busy replica's; its own latency (``service``) keeps a step per chunk.
-    busy = a * q + t0 * mix.uncached / spec.max_num_batched_tokens
-    es = float(w @ busy) / share  # mean service of the requests it prefills
-    cs2 = float(w @ (busy * busy)) / share / (es * es) - 1.0
-    limit = 1.0 / (share * es)  # the rate of the whole mix at which it is busy all the time
+    busy = a * q + t0 * p_m / spec.max_num_batched_tokens
+    es = float(w_m @ busy) / share_m  # mean service of the requests it prefills
+    cs2 = float(w_m @ (busy * busy)) / share_m / (es * es) - 1.0
+    limit = 1.0 / (share_m * es)  # the rate of the whole mix at which it is busy all the time
     # The prefill tokens of later prompts that share a request's last step (FCFS packs them in up to
     # the budget), seconds: a busy replica's steps are full, so its first token waits for them too.
     budget_tokens = spec.max_num_batched_tokens
-    fill = a * (budget_tokens - np.mod(mix.uncached - 1, budget_tokens) - 1)
+    fill = a * (budget_tokens - np.mod(p_m - 1, budget_tokens) - 1)
 
     def ttft_miss(rate: float) -> float:
-        rho = rate * share * es
+        rho = rate * share_m * es
         if rho >= 1.0:
             return 1.0
         decay = 2.0 * (1.0 - rho) / (es * (mix.arrival_scv + cs2))
         # An arrival that waits (probability rho) finds a queue, whose prompts fill its last step too.
-        return float(w @ np.where(slack < 0, 1.0, rho * np.exp(-decay * np.maximum(slack - fill, 0.0))))
+        return float(w_m @ np.where(slack < 0, 1.0, rho * np.exp(-decay * np.maximum(slack - fill, 0.0))))
 
     lin = mix.input_tokens + spec.block_size
-    hold = service + read  # pinned from its prefill's start until the decode replica has read it
+    # pinned from its prefill's start until the decode replica has read it
+    hold = service + transfer_s(link, mix.uncached, kvb)
 
     def kv_miss(rate: float) -> float:
         # KV is reserved at admission: the queue's wait before it holds none
@@ -365,7 +402,10 @@ def _decode_bounds(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: flo
     def kv_miss(rate: float) -> float:
         s, sd, _ = point(rate)
         fixed = terms.read * (1.0 - terms.local)  # the read: no step in it
-        stepped = own_s(sd) - fixed + lout * s  # the rest of its hold scales with the step
+        # The rest of its hold scales with the step. A remote prompt, read, waits for the step in flight
+        # (on average half of one) and then runs its ``lout`` steps, the first of which computes its last
+        # prompt token and gives the first output token; a local one its chunked prefill, then its steps.
+        stepped = np.where(terms.local > 0, own_s(sd) - fixed, 0.5 * sd) + lout * s
         grow = s * (lout * lout / 2)
         grow2 = s * (lin * lout * lout + lout ** 3 / 3)
         mean = rate * float(wts @ (lin * (fixed + stepped) + grow))
@@ -373,8 +413,20 @@ def _decode_bounds(spec: ReplicaSpec, mix: RequestMix, ttft_s: float, itl_s: flo
         # sequences make longer steps and so longer residence, a feedback that, as a linear-noise
         # (Ornstein-Uhlenbeck) process restoring at 1 - lam W of its open-loop rate, grows the
         # stationary variance by 1 / (1 - lam W); the read's share does not feed back.
-        var = rate * float(wts @ (lin * lin * fixed)) + rate * float(wts @ (lin * lin * stepped + grow2)) * s / t0
-        return float(wts @ _gamma_sf(spec.kv_cache_tokens - lin, mean, var))
+        feedback = s / t0
+        var = rate * float(wts @ (lin * lin * fixed)) + rate * float(wts @ (lin * lin * stepped + grow2)) * feedback
+        # A request that finds the KV full waits (FCFS) for the occupancy to fall by its prompt; it misses
+        # only if that wait passes its TTFT slack. In the same linear-noise view the occupancy returns to
+        # its mean at the rate 1 / tau, tau the shot noise's correlation time (for holds H: sum lin^2 H^2
+        # / (2 sum lin^2 H)) slowed by the same feedback, so from x it is below the room r = KV - lin after
+        # tau ln((x - mean) / (r - mean)): a miss where x > mean + (r - mean) e^(slack / tau). With the
+        # mean above the room the occupancy does not return there: every such request misses.
+        hold = fixed + stepped
+        tau = float(wts @ (lin * lin * hold * hold)) / (2.0 * float(wts @ (lin * lin * hold))) * feedback
+        slack = np.maximum(ttft_s - terms.before - own_s(sd), 0.0)
+        room = spec.kv_cache_tokens - lin
+        over = mean + (room - mean) * np.exp(np.minimum(slack / tau, 50.0))
+        return float(wts @ np.where(room > mean, _gamma_sf(over, mean, var), 1.0))
 
     def held_s(rate: float) -> float:
         s, sd, _ = point(rate)

@@ -119,25 +119,44 @@ def test_decode_itl_bound_is_where_the_decode_step_reaches_the_target() -> None:
 
 
 def test_decode_kv_bound_by_hand() -> None:
-    # KV of 30,000 tokens, b = 1e-3. Each remote request holds 1016 tokens from its read's start: the
-    # read (0.051 s, not feeding back) and two steps plus 11 steps of s (feeding back: variance x s /
-    # t0), growing one token a step.
+    # KV of 30,000 tokens, b = 1e-3, a TTFT target of 1 s. Each remote request holds 1016 tokens from its
+    # read's start: the read (0.051 s, not feeding back), half a step (the step in flight) and its 11
+    # steps of s (feeding back: variance x s / t0), growing one token a step. One size, so the
+    # occupancy's correlation time is half its hold, times s / t0. A request misses when the occupancy
+    # x exceeds mean + (room - mean) e^(slack / tau), room = 30,000 - 1016, slack = 1 s less the unloaded
+    # prefill (0.1 s + one step of 0.01 s), the step in flight there (0.01 s), the read and two decode
+    # steps; every request misses once the mean passes the room.
     lin, lout, b = 1016.0, 11.0, 1e-3
     w = A + lout * b
+    room = 30_000 - lin
 
-    def miss(rate: float) -> float:
+    def occupancy(rate: float) -> tuple[float, float, float, float]:
+        """(mean, variance, correlation time, slack) at ``rate``."""
         s = T0 / (1 - rate * w)
         sd = T0 + rate * s * lout * b
-        fixed, stepped = 0.051, 2 * sd + lout * s
+        fixed, stepped = 0.051, 0.5 * sd + lout * s
         mean = rate * (lin * (fixed + stepped) + s * lout * lout / 2)
         var = rate * lin * lin * fixed + rate * (lin * lin * stepped + s * (lin * lout ** 2 + lout ** 3 / 3)) * s / T0
-        return float(stats.gamma.sf(30_000 - lin, mean * mean / var, scale=var / mean))
+        return mean, var, (fixed + stepped) / 2 * s / T0, 1.0 - (0.1 + T0 + T0) - 0.051 - 2 * sd
+
+    def miss(rate: float) -> float:
+        mean, var, tau, slack = occupancy(rate)
+        if mean >= room:
+            return 1.0
+        return float(stats.gamma.sf(mean + (room - mean) * math.exp(slack / tau), mean * mean / var,
+                                    scale=var / mean))
+
+    def overflow(rate: float) -> float:
+        mean, var, _, _ = occupancy(rate)
+        return float(stats.gamma.sf(room, mean * mean / var, scale=var / mean))
 
     floor = miss(1e-6 / w)
     expected = optimize.brentq(lambda r: miss(r) - 0.01 - floor, 1e-3, 0.999 / w, xtol=1e-12)
-    cap = decode_capacity(spec(b=b, kv=30_000), one(1000, 11), 10.0, 1.0, Link())
+    cap = decode_capacity(spec(b=b, kv=30_000), one(1000, 11), 1.0, 1.0, Link())
     assert cap.bounds["kv"] == pytest.approx(expected, rel=1e-6)
     assert cap.binding == "kv"
+    # the wait a request may spend on the KV lifts the bound above the occupancy's 1 % overflow
+    assert expected > 1.01 * optimize.brentq(lambda r: overflow(r) - 0.01, 1e-3, 0.999 / w, xtol=1e-12)
 
 
 def test_bad_arguments_are_refused() -> None:
@@ -171,6 +190,42 @@ def test_prefill_replica_within_the_band_of_the_simulated_knee() -> None:
     mix = RequestMix.from_requests(ins.tolist(), outs.tolist())
     model = prefill_capacity(ReplicaSpec.of(svc.roles.prefill[0], cfg.engine), mix, svc.slo["interactive"].ttft_s,
                              svc.roles.kv_transfer, non_cached_tokens=svc.roles.non_cached_tokens).rps
+    measured, _ = knee(cfg, ins, outs, 0.5 * model, 2.0 * model, steps=7, run_s=600.0)
+    assert 0.5 * model < measured < 2.0 * model  # inside the bracket
+    assert 0.90 <= model / measured <= 1.05
+
+
+def test_decode_replica_within_the_band_of_the_simulated_knee() -> None:
+    """One decode replica of examples/fleet-pd.yaml (H100, Llama-3-8B) with 100,000 KV tokens a replica
+    and 24 prefill replicas (four times the decode model's rate in the prefill model's, so only the decode
+    replica limits), on Azure-code-like lengths (lognormal, means 2048 / 28, sigmas 0.8 / 1.0, seeded):
+    the model within 0.90-1.05 of the knee the simulator's bisection finds (``autoscaler.knee``, 7 steps
+    of 600-s runs). Its KV bound binds, and short outputs turn the KV over within the TTFT slack, so a
+    request that finds it full waits rather than misses: 1ee56d1's model (the occupancy's 1 % overflow,
+    each hold two steps longer) gave 60.8 req/s, 0.70 of the knee."""
+    from pathlib import Path
+
+    from autoscaler.config.loading import load_config
+    from autoscaler.knee import knee, pd_fleet
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = pd_fleet(load_config(root / "examples" / "fleet-pd.yaml"), 24, 1, kv_cache_tokens=100_000)
+    svc = cfg.services[0]
+    assert svc.roles is not None
+    rng = np.random.default_rng(1)
+    ins = np.clip(np.rint(rng.lognormal(math.log(2048) - 0.32, 0.8, 5000)), 1, None)
+    outs = np.clip(np.rint(rng.lognormal(math.log(28) - 0.5, 1.0, 5000)), 1, None)
+    keep = ins + outs <= svc.max_model_len
+    ins, outs = ins[keep], outs[keep]
+    mix = RequestMix.from_requests(ins.tolist(), outs.tolist())
+    pre = ReplicaSpec.of(svc.roles.prefill[0], cfg.engine)
+    slo, link, thr = svc.slo["interactive"], svc.roles.kv_transfer, svc.roles.non_cached_tokens
+    cap = decode_capacity(ReplicaSpec.of(svc.roles.decode[0], cfg.engine), mix, slo.ttft_s, slo.itl_s, link,
+                          prefill_spec=pre, non_cached_tokens=thr)
+    assert cap.binding == "kv"
+    model = cap.rps
+    # the prefill pool is not what limits: 24 replicas hold four times the decode model's rate
+    assert 24 * prefill_capacity(pre, mix, slo.ttft_s, link, non_cached_tokens=thr).rps >= 4.0 * model
     measured, _ = knee(cfg, ins, outs, 0.5 * model, 2.0 * model, steps=7, run_s=600.0)
     assert 0.5 * model < measured < 2.0 * model  # inside the bracket
     assert 0.90 <= model / measured <= 1.05

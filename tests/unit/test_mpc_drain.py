@@ -76,17 +76,17 @@ def pd_controller(drain: int) -> MPCController:
 
 
 def test_a_lost_decode_pool_orders_the_extra_replica_with_the_drain_where_it_serves() -> None:
-    # examples/fleet-pd.yaml at its typical request: a decode replica serves 24.06 req/s, a prefill one
-    # 35.74 (the model's; checked below). Prefill 2 ready; the decode pool lost whole, its 2 cold
+    # examples/fleet-pd.yaml at its typical request: a decode replica serves 24.14 req/s, a prefill one
+    # 35.67 (the model's; checked below). Prefill 2 ready; the decode pool lost whole, its 2 cold
     # replacements first seen now: ready from step 300 / 15 = 20. 44 req/s held, 3,600 queued: the backlog
-    # is 10 req/s over 24 steps (above). From step 20 the 2 decodes serve 48.12 req/s.
-    # Without the rule the demand is 54 req/s on steps 0-23 and 44 after: short 5.88 req/s on steps 20-23
+    # is 10 req/s over 24 steps (above). From step 20 the 2 decodes serve 48.29 req/s.
+    # Without the rule the demand is 54 req/s on steps 0-23 and 44 after: short 5.71 req/s on steps 20-23
     # only, where an order now could serve; the plan keeps 2. With it 44 on steps 0-19 and 54 on 20-39:
-    # short 5.88 req/s on the 20 steps an order serves, and it orders the third decode (3 x 24.06 = 72.2).
+    # short 5.71 req/s on the 20 steps an order serves, and it orders the third decode (3 x 24.14 = 72.4).
     est = service_estimate(PD_SVC, {}, 2400.0, 44.0, {"h100-prefill": 2}, {"h100-decode": 2}, queue=3600.0)
     caps = pd_controller(0).role_weights(est, PD_SVC)
-    assert caps["h100-decode"] == pytest.approx(24.06, abs=0.01)
-    assert caps["h100-prefill"] == pytest.approx(35.74, abs=0.01)
+    assert caps["h100-decode"] == pytest.approx(24.14, abs=0.01)
+    assert caps["h100-prefill"] == pytest.approx(35.67, abs=0.01)
     want = {0: [54.0] * 24 + [44.0] * 16, 1: [44.0] * 20 + [54.0] * 20}
     decode = {0: 2, 1: 3}
     for drain in (0, 1):
@@ -96,7 +96,7 @@ def test_a_lost_decode_pool_orders_the_extra_replica_with_the_drain_where_it_ser
         assert list(inputs.service.demand_rps) == pytest.approx(want[drain])
         d = pd_controller(drain).decide(est, PD_SVC)
         assert d.desired == {"h100-prefill": 2, "h100-decode": decode[drain]}, drain
-    # at 40 req/s the same queue leaves 40 + 10 - 48.12 = 1.88 req/s short from step 20: no order either way
+    # at 40 req/s the same queue leaves 40 + 10 - 48.29 = 1.71 req/s short from step 20: no order either way
     small = service_estimate(PD_SVC, {}, 2400.0, 40.0, {"h100-prefill": 2}, {"h100-decode": 2}, queue=3600.0)
     for drain in (0, 1):
         assert pd_controller(drain).decide(small, PD_SVC).desired == {"h100-prefill": 2, "h100-decode": 2}
