@@ -39,7 +39,7 @@ from autoscaler.dashboards.panels import (
     unstacked,
 )
 from autoscaler.dashboards.rules import slo_errors
-from autoscaler.promql import GATEWAY_REQUESTS, ROLE_LABEL, RoleLabels, quote
+from autoscaler.promql import GATEWAY_REQUESTS, ROLE_LABEL, RoleLabels, exact_alternation, quote
 from autoscaler.workload.types import INTERACTIVE
 
 TAGS = ["autoscaler", "llm-inference"]
@@ -211,11 +211,17 @@ WHOSE = {"llm-d": "llm-d's pod label", "dynamo": "Dynamo's component label",
 """How the roles board's description names each ``prometheus.role_labels`` convention's label."""
 
 
-def role_pods(roles: RoleLabels) -> tuple[str, str, str]:
+def role_pods(roles: RoleLabels, decode_variants: list[str] | None = None) -> tuple[str, str, str]:
     """The dashboards' pod matchers of the prefill pods, the decode pods and both, under ``roles``
-    (the fleet's ``prometheus.role_labels``), e.g. ``...,llm_d_ai_role="prefill"``."""
+    (the fleet's ``prometheus.role_labels``), e.g. ``...,llm_d_ai_role="prefill"``. Where the decode
+    pods' label value is the aggregated pods' too (Dynamo's ``backend``), the decode matcher also
+    selects ``decode_variants`` by the pods' ``variant`` label (as ``PODS`` does), so an aggregated pod
+    is not read as a decode one."""
     both = f"{roles.name}=~{quote(roles.prefill + '|' + roles.decode)}"
-    return f"{PODS},{roles.is_('prefill')}", f"{PODS},{roles.is_('decode')}", f"{PODS},{both}"
+    decode = f"{PODS},{roles.is_('decode')}"
+    if roles.decode == roles.aggregated and decode_variants:
+        decode += f",variant=~{quote(exact_alternation(decode_variants))}"
+    return f"{PODS},{roles.is_('prefill')}", decode, f"{PODS},{both}"
 
 
 def roles(cfg: FleetConfig, objective: float) -> Board:
@@ -225,7 +231,8 @@ def roles(cfg: FleetConfig, objective: float) -> Board:
     slo = cfg.services[0].slo[INTERACTIVE]
     roles = cfg.prometheus.roles
     role = roles.name  # the pods' role label; the loop's own pool series keep ROLE_LABEL
-    prefill_pods, decode_pods, any_role_pods = role_pods(roles)
+    decoders = sorted({v.name for svc in cfg.services for r, v in svc.role_variants() if r == "decode"})
+    prefill_pods, decode_pods, any_role_pods = role_pods(roles, decoders)
     b = new_board("autoscaler-roles", "Autoscaler: prefill/decode roles",
                   f"A service's prefill and decode pools, read apart by {WHOSE[roles.convention]} {role}.", TAGS)
     pool = f"{{{LOOP_VARIANT}}}"

@@ -189,7 +189,8 @@ def test_the_roles_dashboard_reads_the_conventions_label() -> None:
     pods = 'namespace=~"$namespace",model_name=~"$model",variant=~"$variant"'
     for want in (
         f'sum by (dynamo_component) (vllm:num_requests_running{{{pods},dynamo_component=~"prefill|backend"}})',
-        f'max by (pod) (vllm:kv_cache_usage_perc{{{pods},dynamo_component="backend"}})',
+        # decode and aggregated pods are both "backend": the decode panels also select the decode variants
+        f'max by (pod) (vllm:kv_cache_usage_perc{{{pods},dynamo_component="backend",variant=~"d"}})',
         'histogram_quantile(0.95, sum by (le) (autoscaler:vllm_time_to_first_token_seconds_bucket:rate5m'
         f'{{{pods},dynamo_component="prefill"}}))',
         # the loop's own pool series keep their label
