@@ -20,6 +20,7 @@ from autoscaler.cli.common import (
     fail,
     interrupted,
     load_cfg,
+    not_done,
     output_format,
     print_document,
     say,
@@ -64,8 +65,9 @@ def dry_run(
 ) -> None:
     """Observe a live Prometheus and print, tick by tick, what the loop would do. Never actuates.
 
-    Exit status: 0; 1 when Prometheus cannot be reached, a bounded run's queries failed, or --once
-    matched no series at all (the line names the selectors); 2 on bad input; 130 on Ctrl-C.
+    Exit status: 0; 1 when Prometheus cannot be reached, a bounded run's queries failed, a decision
+    raised (one line: the controller, service, time and exception), or --once matched no series at all
+    (the line names the selectors); 2 on bad input; 130 on Ctrl-C.
     """
     import logging
     import math
@@ -104,7 +106,7 @@ def _dry_run_ticks(cfg: FleetConfig, ctrl: Any, prometheus_url: str | None, once
                    ticks: int | None, output: str, speed: float, serve_metrics: str | None) -> None:
     """The dry-run of ``dry_run`` (arguments already checked): ticks printed as tables or JSON lines."""
     from autoscaler.dryrun import DryRun, TickCount, run_ticks, serve_dry_run, tick_json, tick_tables, unmatched
-    from autoscaler.loop.runner import TickRecord
+    from autoscaler.loop.runner import TickError, TickRecord
     from autoscaler.wiring import build_source
 
     client = connect_prometheus(cfg, prometheus_url)
@@ -129,6 +131,8 @@ def _dry_run_ticks(cfg: FleetConfig, ctrl: Any, prometheus_url: str | None, once
     except KeyboardInterrupt as exc:
         err_console.print(f"[bold red]interrupted:[/] dry-run stopped after {count.done} tick(s)", highlight=False)
         raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
+    except TickError as exc:  # a decision raised (a bug): valid input, the run not done (exit 1)
+        raise not_done(f"controller {ctrl.name}: {exc}; dry-run stopped after {count.done} tick(s)") from None
     finally:
         if server is not None:
             server.close()
@@ -174,6 +178,7 @@ def backtest(
 
     from autoscaler.adapters.prometheus import check_speed
     from autoscaler.backtest import OUTPUTS, check_range, parse_time, run_backtest, write_outputs
+    from autoscaler.loop.runner import TickError
     from controllers.registry import build
 
     try:
@@ -203,6 +208,8 @@ def backtest(
             summary = write_outputs(run, out, url, service, plot=plot)
         except KeyboardInterrupt as exc:
             raise interrupted(out, OUTPUTS, exc) from None
+        except TickError as exc:  # a decision raised (a bug): valid input, the run not done (exit 1)
+            raise not_done(f"controller {controller}: {exc}; no results written to {out}") from None
         except (ValueError, OSError) as exc:
             raise fail(str(exc)) from None
     # A range whose queries failed did not show what the loop would do (dry-run's bounded runs alike).

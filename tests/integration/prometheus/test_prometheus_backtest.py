@@ -174,3 +174,27 @@ def test_backtest_runs_the_mpc(history: History) -> None:
     for st in decided:
         assert st.estimate.errors == [] and set(st.decision.plan) == set(st.estimate.variants)
         assert all(len(p) == 40 for p in st.decision.plan.values())
+
+
+def test_cli_backtest_a_decision_that_raises_is_one_error_line_and_exit_1(
+    history: History, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As simulate: the PID's decide raises at the range's first tick; one error line, exit 1, no results.
+    from controllers.base import Decision
+    from controllers.pid import PIDController
+
+    def boom(self: PIDController, est: object, svc: object) -> Decision:
+        raise ZeroDivisionError("gain over nothing")
+
+    monkeypatch.setattr(PIDController, "decide", boom)
+    start = history.base + 60
+    res = CliRunner().invoke(app, ["backtest", "--prometheus-url", history.prom.url, "--config",
+                                   str(history.config_file), "--start", str(start), "--end", str(start + 60),
+                                   "--out", str(tmp_path)])
+    assert res.exit_code == 1, res.output
+    assert isinstance(res.exception, SystemExit) and "Traceback" not in res.output
+    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, res.output
+    assert errors[0].startswith("error: controller pid: 1 service(s) raised in their decision")
+    assert errors[0].endswith(f"(llm: ZeroDivisionError: gain over nothing); no results written to {tmp_path}")
+    assert not (tmp_path / "timeline.csv").exists()

@@ -230,3 +230,24 @@ def test_cli_table_shows_the_forecast_signals_when_the_stages_run(run: Run, tmp_
     off = CliRunner().invoke(app, ["dry-run", "--prometheus-url", run.prom.url, "--config", str(run.config_file),
                                    "--once", "--speed", str(SPEED)])
     assert "forecast_" not in off.stdout
+
+
+def test_cli_a_decision_that_raises_is_one_error_line_and_exit_1(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The PID's decide raises (a bug): the dry-run stops at its first tick with one line naming the controller,
+    # the service and the exception, exit 1 (valid input, work not done), no traceback; before, the loop's
+    # TickError escaped the command.
+    from controllers.base import Decision
+    from controllers.pid import PIDController
+
+    def boom(self: PIDController, est: object, svc: object) -> Decision:
+        raise ZeroDivisionError("gain over nothing")
+
+    monkeypatch.setattr(PIDController, "decide", boom)
+    res = CliRunner().invoke(app, ["dry-run", "--prometheus-url", run.prom.url, "--config", str(run.config_file),
+                                   "--once", "--speed", str(SPEED)])
+    assert res.exit_code == 1, res.output
+    assert isinstance(res.exception, SystemExit) and "Traceback" not in res.output
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, res.stderr
+    assert errors[0].startswith("error: controller pid: 1 service(s) raised in their decision")
+    assert errors[0].endswith("(llm: ZeroDivisionError: gain over nothing); dry-run stopped after 0 tick(s)")
