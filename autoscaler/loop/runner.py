@@ -313,16 +313,18 @@ class ControlLoop:
         return out
 
     def _scale(self, svc: Service, current: dict[str, int], guarded: Guarded,
-               remove_first: dict[str, list[str]]) -> dict[str, ActuationResult]:
-        """Write every changed variant, in order; variant -> result. Only the actuator's calls: the
-        services' run side by side (``writers``), so nothing of the loop's is changed here."""
+               remove_first: dict[str, list[str]], done: dict[str, ActuationResult]) -> dict[str, ActuationResult]:
+        """Write every changed variant, in order; variant -> result. Each result is also put in ``done``
+        (the service's own ``_Staged.written``) as it comes, so a later write that raises leaves known which
+        landed. Only the actuator's calls and the service's own ``done``: the services' run side by side
+        (``writers``), so nothing of the loop's is changed here."""
         results: dict[str, ActuationResult] = {}
         if self.actuator is None:
             return results
         for name, n in guarded.replicas.items():
             if n != current[name]:
-                results[name] = self.actuator.scale(svc.name, name, n,
-                                                    remove_first.get(name, ()) if n < current[name] else ())
+                results[name] = done[name] = self.actuator.scale(
+                    svc.name, name, n, remove_first.get(name, ()) if n < current[name] else ())
         return results
 
     def _applied(self, svc: Service, current: dict[str, int], guarded: Guarded,
@@ -386,12 +388,19 @@ class ControlLoop:
                 raised[st.svc.name] = exc
                 # counted as failed writes, so the failure alerts as a refused write does (the tick is still
                 # recorded, so the loop does not read as stalled)
+                # writes that came back before the raise (``_Staged.written``) stand: one that landed is
+                # neither counted nor unwritten, and its pods named for removal stay out of routing
+                done = st.written
                 due = [v for v, n in st.guarded.replicas.items() if n != st.est.current.get(v)]
                 due += [v for v, n in st.pools.replicas.items() if n != st.est.pool_current.get(v)]
-                record.unwritten[st.svc.name] = due
+                record.unwritten[st.svc.name] = [v for v in due if v not in done or not done[v].ok]
                 for v in due:
-                    self._count(st.svc.name, v, _raised(exc))
-                self._restore_quietly(st.svc)  # read as not landed: the pods named for removal back in routing
+                    if v not in done:
+                        self._count(st.svc.name, v, _raised(exc))
+                    elif not done[v].ok:
+                        self._count(st.svc.name, v, done[v])
+                # the others read as not landed: the pods named for removal back in routing
+                self._restore_quietly(st.svc, {v for v, r in done.items() if r.ok})
                 continue
             try:
                 acted.append((st, self._act(st, results)))
@@ -461,8 +470,9 @@ class ControlLoop:
     def _write(self, st: _Staged) -> tuple[dict[str, ActuationResult], dict[str, ActuationResult]]:
         """One service's scale writes, in order: its variants', then its pools' (results of each). The
         services' run side by side, ``writers`` at once (``loop.fanout``)."""
-        pools = self._scale(st.svc, st.est.pool_current, st.pools, st.remove_first) if st.pools.replicas else {}
-        return self._scale(st.svc, st.est.current, st.guarded, st.remove_first), pools
+        pools = (self._scale(st.svc, st.est.pool_current, st.pools, st.remove_first, st.written)
+                 if st.pools.replicas else {})
+        return self._scale(st.svc, st.est.current, st.guarded, st.remove_first, st.written), pools
 
     def _act(self, st: _Staged, written: tuple[dict[str, ActuationResult], dict[str, ActuationResult]]
              ) -> ServiceTick:
@@ -518,11 +528,12 @@ class ControlLoop:
             return []
         return restore(self.drainer, self.drains[svc.name], svc.name, landed)
 
-    def _restore_quietly(self, svc: Service) -> None:
-        """``_restore`` of a service none of whose writes is known to have landed (its drain or its writes
-        raised): an uncordon that raises too is logged, the service's first exception stands."""
+    def _restore_quietly(self, svc: Service, landed: Collection[str] = ()) -> None:
+        """``_restore`` of a service whose drain or writes raised (``landed``: the variants whose write is
+        known to have landed before the raise; none where the drain raised): an uncordon that raises too is
+        logged, the service's first exception stands."""
         try:
-            self._restore(svc, ())
+            self._restore(svc, landed)
         except Exception:
             log.exception("%s: putting the drained pods back in routing raised", svc.name)
 
@@ -557,6 +568,8 @@ class _Staged:
     remove_first: dict[str, list[str]]
     draining: dict[str, int]  # variant -> the count a drain in progress will reach
     pools: Guarded
+    written: dict[str, ActuationResult] = field(default_factory=dict)
+    """variant or pool variant -> its write's result, as each comes back (``_scale``)."""
 
 
 def idle_first(est: ServiceEstimate, desired: dict[str, int]) -> dict[str, list[str]]:

@@ -70,14 +70,14 @@ class Actuator:
     """Answers each write with the next of ``answers`` (an exception is raised), recording
     ``(variant, replicas, remove_first)``."""
 
-    def __init__(self, *answers: ActuationResult | Exception) -> None:
+    def __init__(self, *answers: ActuationResult | BaseException) -> None:
         self.answers = list(answers)
         self.writes: list[tuple[str, int, list[str]]] = []
 
     def scale(self, service: str, variant: str, replicas: int, remove_first: Sequence[str] = ()) -> ActuationResult:
         self.writes.append((variant, replicas, list(remove_first)))
         answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
+        if isinstance(answer, BaseException):
             raise answer
         return answer
 
@@ -181,3 +181,66 @@ def test_restore_puts_back_only_the_pods_of_variants_whose_write_did_not_land() 
         assert restore(router, state, "svc", landed) == back
         assert router.uncordoned == back and state.removing == {} and list(state.pods) == ["p2"]
         assert router.out == {"p1", "p2"} - set(back)
+
+
+# Two variants, ``a`` (pods a1, a2) and ``b`` (b1, b2), both at 2, every pod idle; the controller asks
+# for 1 of each, so each variant's drain takes its first pod by name (``idle_first``), a1 and b1, and
+# names it for removal in the same tick. ``_scale`` writes a, then b.
+TWO = {
+    **DOC,
+    "services": [
+        {
+            **DOC["services"][0],
+            "variants": [
+                {**DOC["services"][0]["variants"][0], "name": "a"},
+                {**DOC["services"][0]["variants"][0], "name": "b"},
+            ],
+        }
+    ],
+}
+
+
+class TwoSource:
+    """The four idle pods on every tick."""
+
+    def observe(self, now: float) -> dict[str, ServiceObservation]:
+        pods = [PodObservation(p[0], 0.1, 0.0, 0.0, 0.1, 0.0, name=p) for p in ("a1", "a2", "b1", "b2")]
+        sig = Signals(request_rate_rps=5.0, running=0.0, queue_length=0.0)
+        variants = {"a": VariantObservation(2, 0), "b": VariantObservation(2, 0)}
+        return {"svc": ServiceObservation("svc", now, sig, variants, history_s=now, pods=pods)}
+
+
+class Wants(Controller):
+    """Asks for ``wants[k]`` (replicas of a, of b) at its k-th decision; the current counts hold."""
+
+    def __init__(self, *wants: tuple[int, int]) -> None:
+        super().__init__("wants", 15.0, 60.0)
+        self.wants = list(wants)
+
+    def decide(self, est: ServiceEstimate, svc: Any) -> Decision:
+        a, b = self.wants.pop(0)
+        if (a, b) == (est.current["a"], est.current["b"]):
+            return hold_decision(est.current, "hold", Reason.SIGNAL_UNKNOWN)
+        return Decision({"a": a, "b": b}, "down", Reason.SCALE_DOWN)
+
+
+def _two(ctrl: Controller, act: Any, router: Router | None = None) -> tuple[ControlLoop, Router]:
+    router = router or Router()
+    loop = ControlLoop(parse_config(TWO, "<two>"), TwoSource(), act, ctrl, drainer=router)
+    loop.start(0.0)
+    return loop, router
+
+
+def test_a_write_that_raises_after_another_landed_keeps_that_ones_pods_removed() -> None:
+    """a's write applied (a1 removed), then b's raised: the tick fails, b1 is back in routing, and a1,
+    whose removal landed, stays out of routing; only b is counted as a failed write and unwritten. On
+    cadad4d every variant read as not landed: a1 was put back in routing too, and a counted."""
+    act = Actuator(APPLIED, RuntimeError("boom"))
+    loop, router = _two(Wants((1, 1)), act)
+    with pytest.raises(TickError, match="RuntimeError: boom") as failed:
+        loop.tick(60.0)
+    assert act.writes == [("a", 1, ["a1"]), ("b", 1, ["b1"])]
+    assert router.cordoned == ["a1", "b1"] and router.uncordoned == ["b1"] and router.out == {"a1"}
+    assert loop.drains["svc"] == DrainState()
+    assert failed.value.record.unwritten == {"svc": ["b"]}
+    assert loop.actuation_errors == {("svc", "b", ActuationStatus.ERROR): 1}
