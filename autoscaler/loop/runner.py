@@ -480,8 +480,8 @@ class ControlLoop:
         svc, est, decision, guarded, draining, pools = st.svc, st.est, st.decision, st.guarded, st.draining, st.pools
         current = est.current
         results = dict(written[0])
-        back = self._restore(svc, {v for v, r in results.items() if r.ok})
-        applied = self._applied(svc, current, guarded, results)
+        applied = self._applied(svc, current, guarded, results)  # the refusals counted before the restore
+        back = self._restore_quietly(svc, {v for v, r in results.items() if r.ok})
         # a drain in progress is the scale-down under way, not a cut the controller must track
         told = {v: draining.get(v, n) if v not in results or results[v].ok else n for v, n in applied.items()}
         pool_applied: dict[str, int] = {}
@@ -501,7 +501,9 @@ class ControlLoop:
             self._count(svc.name, "admission", _raised(exc))
             raise
         reason = guarded.reason
-        if back:
+        if back is None:
+            reason += "; putting drained pods back in routing raised: they stay draining"
+        elif back:
             reason += f"; {len(back)} drained pod(s) back in routing: their removal was not written"
         unchanged = applied == current and pool_applied == est.pool_current
         if unchanged and decision.code in (Reason.SCALE_UP, Reason.SCALE_DOWN):
@@ -528,14 +530,18 @@ class ControlLoop:
             return []
         return restore(self.drainer, self.drains[svc.name], svc.name, landed)
 
-    def _restore_quietly(self, svc: Service, landed: Collection[str] = ()) -> None:
-        """``_restore`` of a service whose drain or writes raised (``landed``: the variants whose write is
-        known to have landed before the raise; none where the drain raised): an uncordon that raises too is
-        logged, the service's first exception stands."""
+    def _restore_quietly(self, svc: Service, landed: Collection[str] = ()) -> list[str] | None:
+        """``_restore``, the pods put back in routing; None where the uncordon raised: it is logged and
+        counted as a failed write of target ``uncordon`` (``actuation_errors``), its pods stay tracked as
+        draining (``loop.drain.restore``), and the tick goes on (where the service's drain or writes raised,
+        that first exception stands). ``landed``: the variants whose write is known to have landed (none
+        where the drain raised)."""
         try:
-            self._restore(svc, landed)
-        except Exception:
+            return self._restore(svc, landed)
+        except Exception as exc:
             log.exception("%s: putting the drained pods back in routing raised", svc.name)
+            self._count(svc.name, UNCORDON, _raised(exc))
+            return None
 
     def _thresholds(self, svc: Service, est: ServiceEstimate, decision: Decision) -> None:
         """The policy's admission thresholds set on a decision that carries none (``tick``: in the
@@ -550,6 +556,10 @@ class ControlLoop:
         if not (decision.admission or decision.itl_budget) or self.admission is None:
             return None
         return self.admission.publish(svc.name, decision.admission, decision.itl_budget)
+
+
+UNCORDON = "uncordon"
+"""``actuation_errors``' target for putting drained pods back in routing (``_restore_quietly``)."""
 
 
 def _raised(exc: Exception) -> ActuationResult:

@@ -177,7 +177,7 @@ def test_restore_puts_back_only_the_pods_of_variants_whose_write_did_not_land() 
         out, first, _ = drain(
             router, state, _est({"p1": 0, "p2": 4, "p3": 9}), {"h100": 1}, {"h100": ["p1", "p2", "p3"]}, 300.0, 0.0
         )
-        assert out == {"h100": 2} and first == {"h100": ["p1"]} and state.removing == {"h100": ["p1"]}
+        assert out == {"h100": 2} and first == {"h100": ["p1"]} and state.removing == {"p1": ("h100", 0.0)}
         assert restore(router, state, "svc", landed) == back
         assert router.uncordoned == back and state.removing == {} and list(state.pods) == ["p2"]
         assert router.out == {"p1", "p2"} - set(back)
@@ -244,3 +244,40 @@ def test_a_write_that_raises_after_another_landed_keeps_that_ones_pods_removed()
     assert loop.drains["svc"] == DrainState()
     assert failed.value.record.unwritten == {"svc": ["b"]}
     assert loop.actuation_errors == {("svc", "b", ActuationStatus.ERROR): 1}
+
+
+class DownRouter(Router):
+    """A router whose uncordon raises while ``down``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+
+    def uncordon(self, service: str, pods: Sequence[str]) -> None:
+        if self.down:
+            raise OSError("router API down")
+        super().uncordon(service, pods)
+
+
+def test_an_uncordon_that_raises_keeps_the_pods_draining_and_the_refusal_counted() -> None:
+    """a applied, b refused (a conflict), and putting b1 back in routing raises: the tick still stands
+    (the service's record, b's refusal and the uncordon counted as failed writes), b1 stays tracked as
+    draining since 60 s, a1 removed. At 75 s, the router up and the controller holding at 2 each, the
+    drain puts b1 back in routing. On cadad4d the uncordon's exception failed the tick before the
+    refusal was counted, and b1 was dropped from tracking, out of routing for good."""
+    act = Actuator(APPLIED, CONFLICT)
+    router = DownRouter()
+    loop, _ = _two(Wants((1, 1), (2, 2)), act, router)
+    st = loop.tick(60.0).services["svc"]
+    assert act.writes == [("a", 1, ["a1"]), ("b", 1, ["b1"])]
+    assert st.applied == {"a": 1, "b": 2} and "they stay draining" in st.reason
+    assert loop.actuation_errors == {
+        ("svc", "b", ActuationStatus.CONFLICT): 1,
+        ("svc", "uncordon", ActuationStatus.ERROR): 1,
+    }
+    assert loop.drains["svc"] == DrainState(pods={"b1": ("b", 60.0)})
+    assert router.out == {"a1", "b1"}
+    router.down = False
+    loop.tick(75.0)
+    assert len(act.writes) == 2 and router.uncordoned == ["b1"] and router.out == {"a1"}
+    assert loop.drains["svc"] == DrainState()
