@@ -31,7 +31,8 @@ class DrainState:
     removing: dict[str, tuple[str, float]] = field(default_factory=dict)
     """The pods out of routing that this tick's writes name for removal (no longer in ``pods``): pod name ->
     (its variant, when it was taken out), set by ``drain``; ``restore`` puts them back in routing where
-    their variant's write did not land, and empties it."""
+    their variant's write did not land, and empties it. Any left here at the next ``drain`` (the tick
+    stopped between the two) are tracked in ``pods`` again first."""
 
 
 def drain(drainer: Drainer, state: DrainState, est: ServiceEstimate, desired: dict[str, int],
@@ -49,8 +50,11 @@ def drain(drainer: Drainer, state: DrainState, est: ServiceEstimate, desired: di
         now: the loop's clock, seconds.
 
     The pods out of routing that the write names for removal are kept in ``state.removing`` until
-    ``restore`` (after the write).
+    ``restore`` (after the write). Pods still there (no ``restore`` ran: the tick stopped between the
+    two) are first tracked as draining again (``state.pods``, with when they were taken out), so this
+    drain removes them again or puts them back, rather than leaving them out of routing untracked.
     """
+    state.pods.update(state.removing)
     state.removing = {}
     pods = {p.name: p for p in est.pods if p.name}
     for name in [n for n in state.pods if n not in pods]:  # gone, or no longer reported
