@@ -299,3 +299,23 @@ def test_pods_left_named_for_removal_are_dealt_with_at_the_next_drain() -> None:
     loop.tick(75.0)
     assert act.writes == [("a", 1, ["a1"])] and router.uncordoned == ["a1"] and router.out == set()
     assert loop.drains["svc"] == DrainState()
+
+
+class BFails(Router):
+    """A router whose cordon of any pod of ``b`` raises."""
+
+    def cordon(self, service: str, pods: Sequence[str]) -> list[str]:
+        if any(p.startswith("b") for p in pods):
+            raise OSError("router down")
+        return super().cordon(service, pods)
+
+
+def test_a_drain_that_raises_puts_back_the_pods_it_had_named() -> None:
+    """The drain takes a1 out and names it, then cordoning b1 raises: the tick fails naming the service,
+    nothing is written, and a1 is back in routing (``_restore_quietly`` after the drain), untracked."""
+    act = Actuator()
+    loop, router = _two(Wants((1, 1)), act, BFails())
+    with pytest.raises(TickError, match="OSError: router down"):
+        loop.tick(60.0)
+    assert act.writes == [] and router.cordoned == ["a1"] and router.uncordoned == ["a1"]
+    assert router.out == set() and loop.drains["svc"] == DrainState()
