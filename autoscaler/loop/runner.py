@@ -13,7 +13,9 @@ failed write) changes what a controller asked for, the loop tells it through
 Actuation: each variant whose count changes is written through the actuator; the result is kept in
 ``ServiceTick.actuation``, failures are counted in ``actuation_errors`` (service, variant, status)
 and logged, and a failed variant stays at its current count in ``ServiceTick.applied`` (the drained
-pods its write named for removal back in routing: ``loop.drain.restore``; so too where the write raised). Every
+pods its write named for removal back in routing: ``loop.drain.restore``, after the failures are counted;
+so too where the write raised, for the variants whose write had not landed, ``_Staged.written``; an
+uncordon that raises is counted, target ``uncordon``, and its pods stay draining). Every
 service is decided, guarded and drained first (in order: the controller's and guard's state), then
 the services' writes run, ``writers`` services at once (``loop.fanout``; 1 by default, one after
 another; the daemon's 8), each service's in order (its variants', then its pools'), then each
