@@ -392,17 +392,17 @@ class ControlLoop:
                 # recorded, so the loop does not read as stalled)
                 # writes that came back before the raise (``_Staged.written``) stand: one that landed is
                 # neither counted nor unwritten, and its pods named for removal stay out of routing
-                done = st.written
+                got = st.written
                 due = [v for v, n in st.guarded.replicas.items() if n != st.est.current.get(v)]
                 due += [v for v, n in st.pools.replicas.items() if n != st.est.pool_current.get(v)]
-                record.unwritten[st.svc.name] = [v for v in due if v not in done or not done[v].ok]
+                record.unwritten[st.svc.name] = [v for v in due if v not in got or not got[v].ok]
                 for v in due:
-                    if v not in done:
+                    if v not in got:
                         self._count(st.svc.name, v, _raised(exc))
-                    elif not done[v].ok:
-                        self._count(st.svc.name, v, done[v])
+                    elif not got[v].ok:
+                        self._count(st.svc.name, v, got[v])
                 # the others read as not landed: the pods named for removal back in routing
-                self._restore_quietly(st.svc, {v for v, r in done.items() if r.ok})
+                self._restore_quietly(st.svc, {v for v, r in got.items() if r.ok})
                 continue
             try:
                 acted.append((st, self._act(st, results)))
