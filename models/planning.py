@@ -805,8 +805,11 @@ def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows, hull: bool = False
     """Valid inequalities that tighten the LP relaxation without changing the optimum (module
     docstring, "Solving fast"): per service and step, for each capacity ``C`` a variant has there,
     the mixed-integer rounding of ``sum_v capacity_v s_v / C + u / C >= demand / C`` over whole
-    serving counts ``s_v``. An optimal plan serves ``s = min(n, ready)``, whole when the ready counts
-    are, so a service with a fractional ``ready`` gets none. With ``hull`` (the tuned search), a step
+    serving counts ``s_v`` (a coefficient's fractional part at least 0 where the capacity sits just below
+    a whole multiple of ``C``, the right-hand side lowered by 1e-12 per whole unit of demand against
+    rounding, so no row cuts a whole point of the demand row). An optimal plan serves
+    ``s = min(n, ready)``, whole when the ready counts are, so a service with a fractional ``ready``
+    gets none. With ``hull`` (the tuned search), a step
     whose variants have two capacities gets instead every facet of that row's convex hull over whole
     serving counts (``_hull_facets``, each capacity's variants summed; the two MIR rows are among
     them; each capacity, rounded to 9 decimals to match the variants, is taken at the largest unrounded
@@ -849,10 +852,14 @@ def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows, hull: bool = False
         if len(step):
             a = caps[:, step] / unit
             whole = np.floor(a + 1e-9)
-            coef = np.where(a > 0, f * whole + np.minimum(a - whole, f), 0.0)
+            coef = np.where(a > 0, f * whole + np.minimum(np.maximum(a - whole, 0.0), f), 0.0)
+            # the right-hand side lowered by 1e-12 per whole unit of demand: f, 1 / unit and the coefficients
+            # each carry a rounding error, by which the row as written cut whole points of the demand row
+            # by up to ~7e-14 (tests/unit/test_planning_fast.py, exact comparison)
             rows.add_rows([col + step for col in loose]
                           + [np.where(coef[j] > 0, idx.s(i, j, 0) + step, -1) for j in range(len(svc.variants))],
-                          [1.0 / unit] * len(loose) + list(coef), f * np.ceil(beta), np.full(len(step), np.inf))
+                          [1.0 / unit] * len(loose) + list(coef), f * np.ceil(beta) - 1e-12 * np.ceil(beta),
+                          np.full(len(step), np.inf))
         for (big_unit, small), steps in pairs.items():
             # built on the largest unrounded capacity of the variants each rounded one stands for (over
             # these steps): every point the demand row allows (its unrounded capacities) is then one of

@@ -28,10 +28,11 @@ class DrainState:
     the loop's clock, seconds)."""
 
     pods: dict[str, tuple[str, float]] = field(default_factory=dict)
-    removing: dict[str, list[str]] = field(default_factory=dict)
-    """variant -> the pods out of routing that this tick's write of the variant names for removal (no
-    longer in ``pods``), set by ``drain``; ``restore`` puts them back in routing where that write did not
-    land, and empties it."""
+    removing: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """The pods out of routing that this tick's writes name for removal (no longer in ``pods``): pod name ->
+    (its variant, when it was taken out), set by ``drain``; ``restore`` puts them back in routing where
+    their variant's write did not land, and empties it. Any left here at the next ``drain`` (the tick
+    stopped between the two) are tracked in ``pods`` again first."""
 
 
 def drain(drainer: Drainer, state: DrainState, est: ServiceEstimate, desired: dict[str, int],
@@ -49,8 +50,11 @@ def drain(drainer: Drainer, state: DrainState, est: ServiceEstimate, desired: di
         now: the loop's clock, seconds.
 
     The pods out of routing that the write names for removal are kept in ``state.removing`` until
-    ``restore`` (after the write).
+    ``restore`` (after the write). Pods still there (no ``restore`` ran: the tick stopped between the
+    two) are first tracked as draining again (``state.pods``, with when they were taken out), so this
+    drain removes them again or puts them back, rather than leaving them out of routing untracked.
     """
+    state.pods.update(state.removing)
     state.removing = {}
     pods = {p.name: p for p in est.pods if p.name}
     for name in [n for n in state.pods if n not in pods]:  # gone, or no longer reported
@@ -91,17 +95,17 @@ def drain(drainer: Drainer, state: DrainState, est: ServiceEstimate, desired: di
         first[variant] = done
         if busy:
             notes.append(f"{variant}: draining {len(busy)} pod(s) before removal")
-        cordoned = [p for p in done if p in state.pods]
-        if cordoned:
-            state.removing[variant] = cordoned
         for p in done:
-            state.pods.pop(p, None)
+            if p in state.pods:
+                state.removing[p] = state.pods.pop(p)
     return out, first, notes
 
 
 def restore(drainer: Drainer, state: DrainState, service: str, landed: Collection[str]) -> list[str]:
     """Put back in routing the pods ``drain`` named for removal this tick (``state.removing``) whose
-    variant's write did not land, and empty ``state.removing``.
+    variant's write did not land, and empty ``state.removing``. Where the uncordon raises, those pods
+    are tracked as draining again (``state.pods``, with when they were taken out), so the next ``drain``
+    removes them or puts them back, and the exception propagates.
 
     Args:
         drainer: puts pods back in routing (``uncordon``).
@@ -112,9 +116,15 @@ def restore(drainer: Drainer, state: DrainState, service: str, landed: Collectio
 
     Returns:
         The pods put back in routing, in ``state.removing``'s order.
+
+    Raises:
+        Whatever ``drainer.uncordon`` raises.
     """
-    back = [p for variant, names in state.removing.items() if variant not in landed for p in names]
-    state.removing = {}
+    held, state.removing = state.removing, {}
+    back = [p for p, (variant, _) in held.items() if variant not in landed]
     if back:
+        state.pods.update((p, held[p]) for p in back)  # tracked until the uncordon returns
         drainer.uncordon(service, back)
+        for p in back:
+            del state.pods[p]
     return back

@@ -32,8 +32,9 @@
   ``scale_down_limit``, ``cooldown``, ``too_many_replicas``, ``too_few_replicas``);
 - ``autoscaler_metric_query_failures_total`` {service}: failed metric queries;
 - ``autoscaler_actuation_errors_total`` {service, target, result}: writes that failed (``target`` is a
-  variant, or ``admission``; ``result`` ``conflict``, ``not_leader``, ``forbidden``, ``unreachable``,
-  ``invalid``: ``autoscaler.loop.actuate``),
+  variant, ``admission``, or, with a drainer, ``uncordon``: putting drained pods back in routing;
+  ``result`` ``conflict``, ``not_leader``, ``forbidden``, ``unreachable``, ``invalid``:
+  ``autoscaler.loop.actuate``),
   every combination present from the start at 0, so ``rate()`` and alerts see a series before the
   first failure;
 - ``autoscaler_able_to_scale`` {service, variant}: 1 when the variant's last write was applied (or
@@ -70,7 +71,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from autoscaler.loop.actuate import ActuationStatus
-from autoscaler.loop.runner import ControlLoop, ServiceTick, TickRecord
+from autoscaler.loop.runner import UNCORDON, ControlLoop, ServiceTick, TickRecord
 from autoscaler.promql import ROLE_LABEL
 from autoscaler.state import WARMTH_NAME
 from controllers.base import HOLD_REASONS, Reason, change_reason
@@ -275,8 +276,9 @@ class LoopMetrics(Collector):
             limits.add_metric([name, limit], n)
         errors = self.loop.actuation_errors
         failed = [st for st in ActuationStatus if st != ActuationStatus.APPLIED]
+        drained = (UNCORDON,) if self.loop.drainer is not None else ()  # putting drained pods back in routing
         for svc in self.loop.cfg.services:
-            for target in (*(v.name for v in svc.variants), "admission"):
+            for target in (*(v.name for v in svc.variants), "admission", *drained):
                 for status in failed:
                     act_errors.add_metric([svc.name, target, status.value], errors.get((svc.name, target, status), 0))
         return [shed, idle, decisions, failures, limits, act_errors]

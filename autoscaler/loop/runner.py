@@ -13,7 +13,9 @@ failed write) changes what a controller asked for, the loop tells it through
 Actuation: each variant whose count changes is written through the actuator; the result is kept in
 ``ServiceTick.actuation``, failures are counted in ``actuation_errors`` (service, variant, status)
 and logged, and a failed variant stays at its current count in ``ServiceTick.applied`` (the drained
-pods its write named for removal back in routing: ``loop.drain.restore``; so too where the write raised). Every
+pods its write named for removal back in routing: ``loop.drain.restore``, after the failures are counted;
+so too where the write raised, for the variants whose write had not landed, ``_Staged.written``; an
+uncordon that raises is counted, target ``uncordon``, and its pods stay draining). Every
 service is decided, guarded and drained first (in order: the controller's and guard's state), then
 the services' writes run, ``writers`` services at once (``loop.fanout``; 1 by default, one after
 another; the daemon's 8), each service's in order (its variants', then its pools'), then each
@@ -313,16 +315,18 @@ class ControlLoop:
         return out
 
     def _scale(self, svc: Service, current: dict[str, int], guarded: Guarded,
-               remove_first: dict[str, list[str]]) -> dict[str, ActuationResult]:
-        """Write every changed variant, in order; variant -> result. Only the actuator's calls: the
-        services' run side by side (``writers``), so nothing of the loop's is changed here."""
+               remove_first: dict[str, list[str]], done: dict[str, ActuationResult]) -> dict[str, ActuationResult]:
+        """Write every changed variant, in order; variant -> result. Each result is also put in ``done``
+        (the service's own ``_Staged.written``) as it comes, so a later write that raises leaves known which
+        landed. Only the actuator's calls and the service's own ``done``: the services' run side by side
+        (``writers``), so nothing of the loop's is changed here."""
         results: dict[str, ActuationResult] = {}
         if self.actuator is None:
             return results
         for name, n in guarded.replicas.items():
             if n != current[name]:
-                results[name] = self.actuator.scale(svc.name, name, n,
-                                                    remove_first.get(name, ()) if n < current[name] else ())
+                results[name] = done[name] = self.actuator.scale(
+                    svc.name, name, n, remove_first.get(name, ()) if n < current[name] else ())
         return results
 
     def _applied(self, svc: Service, current: dict[str, int], guarded: Guarded,
@@ -386,12 +390,19 @@ class ControlLoop:
                 raised[st.svc.name] = exc
                 # counted as failed writes, so the failure alerts as a refused write does (the tick is still
                 # recorded, so the loop does not read as stalled)
+                # writes that came back before the raise (``_Staged.written``) stand: one that landed is
+                # neither counted nor unwritten, and its pods named for removal stay out of routing
+                got = st.written
                 due = [v for v, n in st.guarded.replicas.items() if n != st.est.current.get(v)]
                 due += [v for v, n in st.pools.replicas.items() if n != st.est.pool_current.get(v)]
-                record.unwritten[st.svc.name] = due
+                record.unwritten[st.svc.name] = [v for v in due if v not in got or not got[v].ok]
                 for v in due:
-                    self._count(st.svc.name, v, _raised(exc))
-                self._restore_quietly(st.svc)  # read as not landed: the pods named for removal back in routing
+                    if v not in got:
+                        self._count(st.svc.name, v, _raised(exc))
+                    elif not got[v].ok:
+                        self._count(st.svc.name, v, got[v])
+                # the others read as not landed: the pods named for removal back in routing
+                self._restore_quietly(st.svc, {v for v, r in got.items() if r.ok})
                 continue
             try:
                 acted.append((st, self._act(st, results)))
@@ -461,8 +472,9 @@ class ControlLoop:
     def _write(self, st: _Staged) -> tuple[dict[str, ActuationResult], dict[str, ActuationResult]]:
         """One service's scale writes, in order: its variants', then its pools' (results of each). The
         services' run side by side, ``writers`` at once (``loop.fanout``)."""
-        pools = self._scale(st.svc, st.est.pool_current, st.pools, st.remove_first) if st.pools.replicas else {}
-        return self._scale(st.svc, st.est.current, st.guarded, st.remove_first), pools
+        pools = (self._scale(st.svc, st.est.pool_current, st.pools, st.remove_first, st.written)
+                 if st.pools.replicas else {})
+        return self._scale(st.svc, st.est.current, st.guarded, st.remove_first, st.written), pools
 
     def _act(self, st: _Staged, written: tuple[dict[str, ActuationResult], dict[str, ActuationResult]]
              ) -> ServiceTick:
@@ -470,8 +482,8 @@ class ControlLoop:
         svc, est, decision, guarded, draining, pools = st.svc, st.est, st.decision, st.guarded, st.draining, st.pools
         current = est.current
         results = dict(written[0])
-        back = self._restore(svc, {v for v, r in results.items() if r.ok})
-        applied = self._applied(svc, current, guarded, results)
+        applied = self._applied(svc, current, guarded, results)  # the refusals counted before the restore
+        back = self._restore_quietly(svc, {v for v, r in results.items() if r.ok})
         # a drain in progress is the scale-down under way, not a cut the controller must track
         told = {v: draining.get(v, n) if v not in results or results[v].ok else n for v, n in applied.items()}
         pool_applied: dict[str, int] = {}
@@ -491,7 +503,9 @@ class ControlLoop:
             self._count(svc.name, "admission", _raised(exc))
             raise
         reason = guarded.reason
-        if back:
+        if back is None:
+            reason += "; putting drained pods back in routing raised: they stay draining"
+        elif back:
             reason += f"; {len(back)} drained pod(s) back in routing: their removal was not written"
         unchanged = applied == current and pool_applied == est.pool_current
         if unchanged and decision.code in (Reason.SCALE_UP, Reason.SCALE_DOWN):
@@ -518,13 +532,18 @@ class ControlLoop:
             return []
         return restore(self.drainer, self.drains[svc.name], svc.name, landed)
 
-    def _restore_quietly(self, svc: Service) -> None:
-        """``_restore`` of a service none of whose writes is known to have landed (its drain or its writes
-        raised): an uncordon that raises too is logged, the service's first exception stands."""
+    def _restore_quietly(self, svc: Service, landed: Collection[str] = ()) -> list[str] | None:
+        """``_restore``, the pods put back in routing; None where the uncordon raised: it is logged and
+        counted as a failed write of target ``uncordon`` (``actuation_errors``), its pods stay tracked as
+        draining (``loop.drain.restore``), and the tick goes on (where the service's drain or writes raised,
+        that first exception stands). ``landed``: the variants whose write is known to have landed (none
+        where the drain raised)."""
         try:
-            self._restore(svc, ())
-        except Exception:
+            return self._restore(svc, landed)
+        except Exception as exc:
             log.exception("%s: putting the drained pods back in routing raised", svc.name)
+            self._count(svc.name, UNCORDON, _raised(exc))
+            return None
 
     def _thresholds(self, svc: Service, est: ServiceEstimate, decision: Decision) -> None:
         """The policy's admission thresholds set on a decision that carries none (``tick``: in the
@@ -539,6 +558,10 @@ class ControlLoop:
         if not (decision.admission or decision.itl_budget) or self.admission is None:
             return None
         return self.admission.publish(svc.name, decision.admission, decision.itl_budget)
+
+
+UNCORDON = "uncordon"
+"""``actuation_errors``' target for putting drained pods back in routing (``_restore_quietly``)."""
 
 
 def _raised(exc: Exception) -> ActuationResult:
@@ -557,6 +580,8 @@ class _Staged:
     remove_first: dict[str, list[str]]
     draining: dict[str, int]  # variant -> the count a drain in progress will reach
     pools: Guarded
+    written: dict[str, ActuationResult] = field(default_factory=dict)
+    """variant or pool variant -> its write's result, as each comes back (``_scale``)."""
 
 
 def idle_first(est: ServiceEstimate, desired: dict[str, int]) -> dict[str, list[str]]:

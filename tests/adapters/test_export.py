@@ -80,7 +80,7 @@ def test_loop_metrics_of_a_simulated_run() -> None:
     # the simulator applies every write: every (target, result) series is there, at 0
     errors = {(dict(k[1])["target"], dict(k[1])["result"]): v for k, v in s.items()
               if k[0] == "autoscaler_actuation_errors_total"}
-    assert errors == {(t, r): 0.0 for t in ("h100", "a100", "admission")
+    assert errors == {(t, r): 0.0 for t in ("h100", "a100", "admission", "uncordon")  # the simulator drains
                       for r in ("conflict", "not_leader", "forbidden", "unreachable", "invalid", "error")}
     for v in live.cfg.services[0].variants:  # GPUs x $/GPU-hour from the fleet file
         key = ("autoscaler_replica_price_usd_per_hour", (("service", "llm"), ("variant", v.name)))

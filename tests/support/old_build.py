@@ -2,7 +2,9 @@
 ``_mir_rows``, ``_usage`` and ``_Rows`` copied verbatim, only renamed), kept as the reference the faster build is
 checked against to the bit (``tests/unit/test_planning_build.py``): the same objective, bounds,
 integrality, row bounds and matrix (its indices and values), so HiGHS gets the same model and gives
-the same plan."""
+the same plan. One departure, made in both builds since: the MIR row's fractional part of a coefficient
+is at least 0 (a capacity just below its rounded unit), and its right-hand side is lowered by 1e-12 per
+whole unit of demand (``models.planning._mir_rows``), so no row cuts a whole point of the demand row."""
 
 from __future__ import annotations
 
@@ -105,10 +107,10 @@ def old_mir_rows(problem: PlanProblem, idx: _Index, rows: OldRows, hull: bool = 
                 terms = [(c + k, 1.0 / unit) for c, _ in loose]
                 for j, cap in enumerate(caps):
                     a = cap / unit
-                    coef = f * math.floor(a + 1e-9) + min(a - math.floor(a + 1e-9), f) if a > 0 else 0.0
+                    coef = f * math.floor(a + 1e-9) + min(max(a - math.floor(a + 1e-9), 0.0), f) if a > 0 else 0.0
                     if coef > 0:
                         terms.append((idx.s(i, j, k), coef))
-                rows.add(terms, f * math.ceil(beta), np.inf)
+                rows.add(terms, f * math.ceil(beta) - 1e-12 * math.ceil(beta), np.inf)
         for (big, small), steps in pairs.items():
             facets = _hull_facets(big, small, [float(svc.demand_rps[k]) for k in steps])
             at = np.asarray(steps)[facets[:, 0].astype(int)]  # each facet's step

@@ -212,6 +212,78 @@ def test_no_hull_row_cuts_a_point_of_the_demand_row(seed: int) -> None:
             assert np.all(lhs >= gamma), (big, small, d, a1, a2, gamma, float((lhs - gamma).min()))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_no_hull_row_cuts_a_point_when_two_variants_share_a_rounded_capacity(seed: int) -> None:
+    # As above, but each rounded capacity stands for two variants whose unrounded capacities differ (both
+    # round to the same 9-decimal number, 0.5-1 x 4.9e-10 below and above it): the hull is then built on a
+    # group's capacity and must take the LARGEST unrounded one of the group (_mir_rows' docstring). Every
+    # whole point with the counts on each group's larger variant, the other at 0 (the least unserved
+    # u = max(0, d - big_hi y1 - small_hi y2) the demand row allows), keeps every row exactly. Built on
+    # either group's smallest unrounded capacity, a row cuts such a point (the reviewer's probe,
+    # extended to both groups).
+    rng = np.random.default_rng((28, 5, seed))
+    for _ in range(10):
+        big9, small9 = round(float(rng.uniform(0.3, 3)), 9), round(float(rng.uniform(0.02, 0.2)), 9)
+        caps = {}
+        for group, unit in (("big", big9), ("small", small9)):
+            caps[group + "_lo"] = unit - 4.9e-10 * float(rng.uniform(0.5, 1))
+            caps[group + "_hi"] = unit + 4.9e-10 * float(rng.uniform(0.5, 1))
+            assert round(caps[group + "_lo"], 9) == round(caps[group + "_hi"], 9) == unit
+        d = float(rng.uniform(5, 60))
+        prices = {"big_lo": 3.0, "big_hi": 3.0, "small_lo": 0.1, "small_hi": 0.1}
+        variants = [PlanVariant(name, "H100", 1, prices[name], np.array([cap]), 0, np.array([0.0]), 0, 4000, 1, 2)
+                    for name, cap in caps.items()]
+        problem = PlanProblem([PlanService("s", variants, np.array([d]), 10.0)], 30.0, 1)
+        idx, rows = planning._Index(problem), planning._Rows()
+        planning._mir_rows(problem, idx, rows, hull=True)
+        row, col, val, lb, ub = rows.entries()
+        assert len(lb) >= 2 and all(u == math.inf for u in ub)
+        coef = np.zeros((len(lb), 5))  # (u, big_lo, big_hi, small_lo, small_hi) per row
+        where = {idx.u(0, 0): 0, **{idx.s(0, j, 0): 1 + j for j in range(4)}}
+        for r, c, v in zip(row, col, val, strict=True):
+            coef[r, where[c]] = v
+        assert np.all(coef[:, 1] == coef[:, 2]) and np.all(coef[:, 3] == coef[:, 4])  # one coefficient a group
+        y1 = np.arange(math.ceil(d / caps["big_lo"]) + 3, dtype=float)[:, None]
+        y2 = np.arange(math.ceil(d / caps["small_lo"]) + 3, dtype=float)[None, :]
+        u = np.maximum(0.0, d - caps["big_hi"] * y1 - caps["small_hi"] * y2)
+        for (cu, _, a1, _, a2), gamma in zip(coef, lb, strict=True):
+            lhs = cu * u + a1 * y1 + a2 * y2
+            assert np.all(lhs >= gamma), (caps, d, a1, a2, gamma, float((lhs - gamma).min()))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("n", [1, 2])
+def test_no_mir_row_cuts_a_whole_point_of_the_demand_row(seed: int, n: int) -> None:
+    # The MIR rows as _mir_rows writes them (the MPC's default path: no hull), one service of n variants
+    # whose capacities sit 1e-10 to 4.9e-10 from a 9-decimal number (the unit each rounds to), below it on
+    # about half the draws: a = capacity / unit is then just below a whole number, and its fractional part
+    # must not come out negative (min(a - floor(a + 1e-9), f) < 0 cut whole points by up to ~1.3e-6 on
+    # cadad4d: the reviewer's probe). Every whole point of a box past the demand, with the least unserved
+    # u = max(0, d - sum c_j y_j) the demand row allows, keeps every row exactly (no tolerance).
+    rng = np.random.default_rng((28, 6, n, seed))
+    for _ in range(40 if n == 1 else 25):
+        units = [round(float(rng.uniform(0.6, 10)), 9) for _ in range(n)]
+        caps = [unit + float(rng.choice([-1.0, 1.0])) * float(rng.uniform(1e-10, 4.9e-10)) for unit in units]
+        assert [round(c, 9) for c in caps] == units
+        d = float(rng.uniform(50, 400 if n > 1 else 2000))
+        variants = [PlanVariant(f"v{j}", "H100", 1, 3.0, np.array([c]), 0, np.array([0.0]), 0, 4000, 1, 2)
+                    for j, c in enumerate(caps)]
+        problem = PlanProblem([PlanService("s", variants, np.array([d]), 10.0)], 30.0, 1)
+        idx, rows = planning._Index(problem), planning._Rows()
+        planning._mir_rows(problem, idx, rows)
+        row, col, val, lb, ub = rows.entries()
+        assert len(lb) >= 1 and all(u == math.inf for u in ub)
+        coef = np.zeros((len(lb), 1 + n))  # (u, y_1 .. y_n) per row
+        where = {idx.u(0, 0): 0, **{idx.s(0, j, 0): 1 + j for j in range(n)}}
+        for r, c, v in zip(row, col, val, strict=True):
+            coef[r, where[c]] = v
+        ys = np.meshgrid(*[np.arange(math.ceil(d / c) + 3, dtype=float) for c in caps], indexing="ij")
+        u = np.maximum(0.0, d - sum(c * y for c, y in zip(caps, ys, strict=True)))
+        for k, gamma in enumerate(lb):
+            lhs = coef[k, 0] * u + sum(coef[k, 1 + j] * ys[j] for j in range(n))
+            assert np.all(lhs >= gamma), (caps, d, coef[k], gamma, float((lhs - gamma).min()))
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_the_hull_facets_keep_the_optimum(seed: int) -> None:
     # The example fleet's variants (two capacities: 15.8 and 6.4 req/s) on random demand, one service,
