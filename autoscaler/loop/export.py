@@ -141,6 +141,10 @@ class LoopMetrics(Collector):
                 for v, res in st.actuation.items():
                     if res.status is not ActuationStatus.NOT_LEADER:  # says nothing of the workload's scaling
                         self._able[(name, v)] = res.ok
+            for name, results in tick.written.items():  # written before its writes raised: as any tick's
+                for v, res in results.items():
+                    if res.status is not ActuationStatus.NOT_LEADER:
+                        self._able[(name, v)] = res.ok
             for name, variants in tick.unwritten.items():  # its writes raised: not scaled as asked
                 for v in variants:
                     self._able[(name, v)] = False

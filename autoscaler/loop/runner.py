@@ -18,7 +18,7 @@ so too where the write raised, for the variants whose write had not landed, ``_S
 uncordon that raises is counted, target ``uncordon``, and its pods stay draining). Every
 service is decided, guarded and drained first (in order: the controller's and guard's state), then
 the services' writes run, ``writers`` services at once (``loop.fanout``; 1 by default, one after
-another; the daemon's 8), each service's in order (its variants', then its pools'), then each
+another; the daemon's 8), each service's in order (its pools', then its variants'), then each
 service's results are told to the controller (and the policy's thresholds set), in order, then the
 services' thresholds are published, ``writers`` at once as the writes (each a ConfigMap write on
 Kubernetes: a fleet's first publish, and each ``admission_heartbeat_s``, writes every service's, but
@@ -139,7 +139,12 @@ class TickRecord:
     services: dict[str, ServiceTick] = field(default_factory=dict)
     unwritten: dict[str, list[str]] = field(default_factory=dict)
     """service -> the variants (and pool variants) whose writes were due when its writes raised
-    (``TickError``): each counted as an ``error`` write, and not able to scale (``LoopMetrics``)."""
+    (``TickError``) and did not come back: each counted as an ``error`` write, and not able to scale
+    (``LoopMetrics``)."""
+    written: dict[str, dict[str, ActuationResult]] = field(default_factory=dict)
+    """service -> the results of the writes that came back before its writes raised (``_Staged.written``:
+    applied or refused, each counted by its own result), which ``LoopMetrics`` reads as a service's
+    ``ServiceTick.actuation``."""
 
 
 class TickError(Exception):
@@ -395,7 +400,8 @@ class ControlLoop:
                 got = st.written
                 due = [v for v, n in st.guarded.replicas.items() if n != st.est.current.get(v)]
                 due += [v for v, n in st.pools.replicas.items() if n != st.est.pool_current.get(v)]
-                record.unwritten[st.svc.name] = [v for v in due if v not in got or not got[v].ok]
+                record.unwritten[st.svc.name] = [v for v in due if v not in got]
+                record.written[st.svc.name] = {v: got[v] for v in due if v in got}
                 for v in due:
                     if v not in got:
                         self._count(st.svc.name, v, _raised(exc))
@@ -470,7 +476,7 @@ class ControlLoop:
         return replace(st, guarded=guarded, remove_first=remove_first, draining=draining)
 
     def _write(self, st: _Staged) -> tuple[dict[str, ActuationResult], dict[str, ActuationResult]]:
-        """One service's scale writes, in order: its variants', then its pools' (results of each). The
+        """One service's scale writes, in order: its pools', then its variants' (results of each). The
         services' run side by side, ``writers`` at once (``loop.fanout``)."""
         pools = (self._scale(st.svc, st.est.pool_current, st.pools, st.remove_first, st.written)
                  if st.pools.replicas else {})

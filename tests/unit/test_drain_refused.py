@@ -319,3 +319,34 @@ def test_a_drain_that_raises_puts_back_the_pods_it_had_named() -> None:
         loop.tick(60.0)
     assert act.writes == [] and router.cordoned == ["a1"] and router.uncordoned == ["a1"]
     assert router.out == set() and loop.drains["svc"] == DrainState()
+
+
+def test_able_to_scale_follows_the_writes_that_came_back_before_a_raise() -> None:
+    """autoscaler_able_to_scale after a service's writes raised: a variant whose write came back before the
+    raise reads as any tick's (applied: able; refused by a lost lease: unchanged), only the write that raised
+    reads as not able. Tick 1: a refused (conflict), b applied: a not able. Tick 2: a applied, then b's write
+    raises: a able again, b not. On 5413c8b a stayed not able (a failed service has no ServiceTick)."""
+    from prometheus_client import CollectorRegistry
+
+    from autoscaler.loop.actuate import ActuationStatus
+    from autoscaler.loop.export import LoopMetrics
+
+    act = Actuator(CONFLICT, APPLIED, APPLIED, RuntimeError("boom"))
+    loop, _ = _two(Wants((1, 1), (1, 1)), act)
+    metrics = LoopMetrics(loop, registry=CollectorRegistry())
+    metrics.record(loop.tick(60.0), 0.1)
+    assert metrics._able == {("svc", "a"): False, ("svc", "b"): True}
+    with pytest.raises(TickError) as failed:
+        loop.tick(75.0)
+    assert failed.value.record.unwritten == {"svc": ["b"]}
+    metrics.record(failed.value.record, 0.1)
+    assert metrics._able == {("svc", "a"): True, ("svc", "b"): False}
+    # a write refused because the lease was lost says nothing of the workload: a keeps its last reading
+    lost = ActuationResult(ActuationStatus.NOT_LEADER, "lost lease")
+    loop, _ = _two(Wants((1, 1)), Actuator(lost, RuntimeError("boom")))
+    metrics = LoopMetrics(loop, registry=CollectorRegistry())
+    with pytest.raises(TickError) as failed:
+        loop.tick(60.0)
+    assert failed.value.record.unwritten == {"svc": ["b"]}
+    metrics.record(failed.value.record, 0.1)
+    assert metrics._able == {("svc", "b"): False}

@@ -1,6 +1,7 @@
 """The planner's model built in bulk (``models.planning._build``: the block rows from one pattern per
 block count, the step limits and the valid inequalities of a service's steps at once) against the
-row-by-row build of commit c5ad9fc (``tests.support.old_build``, its code verbatim): the same objective,
+row-by-row build of commit c5ad9fc (``tests.support.old_build``, its code verbatim but for the MIR rows'
+clamp and margin, made in both): the same objective,
 bounds, integrality, row bounds and matrix to the bit (indices, values and their dtypes; the GPU rows
 ``_usage`` makes too), so HiGHS gets
 the same model and the same plan, on random problems that reach every kind of row (shedding, prefill/
