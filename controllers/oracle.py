@@ -14,6 +14,16 @@ mix, ``models.capacity``); the fleet starts where every adaptive controller star
 quotas as the MPC's; starting a replica costs its cold start's GPU time; a request left unserved costs
 ``miss_weight`` times the dearest variant's cost per request.
 
+Prefill/decode pools (issue 34; ``scales_roles``): a service with ``roles`` has its pools' variants in
+the same problem as its aggregated variants, as the MPC plans them (``models.planning``, "Prefill/decode
+pools": the plan chooses per step the share of the demand the pools serve), each pool replica's
+capacity ``controllers.roles.pool_capacities`` for the trace's mix (the MPC's rule, at its default
+``pd_util`` of 1; the pools' runtime ``pool_scale`` is 1 offline, where no pool has completed anything),
+the pools starting at the fleet file's ``initial_replicas`` and the service's ``roles.ratio`` a
+constraint of the plan (``controllers.mpc.pd_ratio``). So on a fleet with both, the oracle's schedule is
+the hindsight answer to whether disaggregation pays there. A service without ``roles`` is planned
+exactly as before.
+
 Solved by work, not wall time: HiGHS stops after ``OFFLINE_NODE_LIMIT`` branch-and-bound nodes (its
 best plan by then, or a fallback: ``models.planning``), so the oracle's schedule is the same on a
 loaded machine as on an idle one; ``OFFLINE_TIME_LIMIT_S`` is only a backstop. Its decisions' reason
@@ -28,7 +38,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from controllers.base import POOLS_ONLY, Decision, FleetMismatchError, Reason
-from controllers.mpc import limit_note, limit_terms, log, miss_cost, plan_variant, pool_off_note, pools_queues
+from controllers.mpc import (
+    all_variants,
+    limit_note,
+    limit_terms,
+    log,
+    miss_cost,
+    pd_ratio,
+    plan_variant,
+    pool_off_note,
+    pools_queues,
+)
+from controllers.roles import pool_capacities
 from controllers.static import PEAK_WINDOW_S, ScheduledController, served
 from models.capacity import RequestMix, pooled_weights
 from models.planning import Plan, PlanProblem, PlanService, solve
@@ -84,7 +105,13 @@ class OracleController(ScheduledController):
         initial: the fleet ready at t = 0 (``autoscaler.simulate.start_at`` reads ``replicas``).
         plan_cost: the objective of the offline plan, $; ``solve_ms``: its solve time.
         plan: the solved plan, for its solver notes (``stopped_at_limit``, ``fallback``); None: none.
+
+    It scales prefill/decode pools (``scales_roles``): the schedule holds the pools' variants too where
+    the service has roles (``oracle_controller``), and the loop applies them to each pool, clamped to
+    their bounds as the aggregated variants are (``own_guard``).
     """
+
+    scales_roles = True
 
     def __init__(self, schedule: list[tuple[float, dict[str, dict[str, int]]]],
                  initial: dict[str, dict[str, int]], tick_s: float, window_s: float, plan_cost: float,
@@ -107,7 +134,8 @@ class OracleController(ScheduledController):
 
 def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weights: dict[str, float],
                       initial: dict[str, int], miss_weight: float = 10.0, node_limit: int = OFFLINE_NODE_LIMIT,
-                      name: str = "oracle", pool: int = 1, mix: RequestMix | None = None) -> OracleController:
+                      name: str = "oracle", pool: int = 1, mix: RequestMix | None = None,
+                      roles: bool = True) -> OracleController:
     """Solve the offline plan for ``svc`` on ``workload`` (module docstring) and wrap it as a controller.
 
     Args:
@@ -118,6 +146,12 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
             router with as many others as that step's demand needs, at most ``pool``
             (``models.capacity.pooled_weights`` on ``mix``, the mix ``weights`` were computed for);
             1: ``weights`` as given, every step.
+        mix: the trace's mix ``weights`` were computed for: ``pool`` > 1 pools on it, and a service's
+            prefill/decode pool replicas get their capacities for it (``pool_capacities``; None: 0, no
+            pool replica ordered).
+        roles: plan the service's prefill/decode pools with its aggregated variants (module docstring);
+            False plans its aggregated variants alone (``controllers.bound``'s candidates, whose
+            capacity scale applies to the aggregated variants only).
 
     Raises:
         ValueError: no variant can serve within the SLO, or a bad argument.
@@ -143,14 +177,21 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
         per_step = pooled_weights(svc, cfg.planning_engine(), mix, demand, pool)
     else:
         per_step = {v.name: np.full(steps, weights[v.name]) for v in svc.variants}
-    variants = [plan_variant(v, dt, per_step[v.name], initial[v.name],
-                             np.full(steps, float(initial[v.name]))) for v in svc.variants]
+    planned = all_variants(svc) if roles else [(None, v) for v in svc.variants]
+    if len(planned) > len(svc.variants):  # the pools' capacities: the MPC's rule, for the trace's mix
+        caps = {v.name: 0.0 for _, v in svc.role_variants()} if mix is None else pool_capacities(
+            svc, cfg.planning_engine(), mix)
+        per_step.update({v.name: np.full(steps, caps[v.name]) for _, v in svc.role_variants()})
+        initial = {**initial, **{v.name: v.initial_replicas for _, v in svc.role_variants()}}
+    variants = [plan_variant(v, dt, per_step[v.name], initial[v.name], np.full(steps, float(initial[v.name])),
+                             role=role) for role, v in planned]
     miss = miss_cost(variants, miss_weight)
     if miss is None:
         raise ValueError(f"{name}: no variant of {svc.name} can serve its requests within the SLO")
     limit = round(dt / c.tick_s)  # the guard's limits are per tick
     problem = PlanProblem([PlanService(svc.name, variants, demand, miss,
-                                       c.guard.max_step_up * limit, c.guard.max_step_down * limit)],
+                                       c.guard.max_step_up * limit, c.guard.max_step_down * limit,
+                                       pd_ratio=pd_ratio(svc) if roles else None)],
                           dt, steps, blocks=list(range(0, steps, block_steps)), gpu_quota=dict(cfg.gpu_limits.quota),
                           gpu_budget=cfg.gpu_limits.budget, time_limit_s=OFFLINE_TIME_LIMIT_S,
                           node_limit=node_limit, mip_rel_gap=OFFLINE_GAP)
@@ -163,5 +204,5 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
             schedule.append((k * dt, {svc.name: now}))
     if schedule[0][0] != 0:
         schedule.insert(0, (0.0, {svc.name: dict(initial)}))
-    return OracleController(schedule, {svc.name: dict(initial)}, c.tick_s, c.window_s, plan.cost, plan.solve_ms, name,
-                            plan)
+    start = {v.name: initial[v.name] for v in svc.variants}  # ``start_at`` sets the aggregated ones
+    return OracleController(schedule, {svc.name: start}, c.tick_s, c.window_s, plan.cost, plan.solve_ms, name, plan)

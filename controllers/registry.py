@@ -291,7 +291,7 @@ def _oracle(kw: dict[str, Any], ctx: BuildContext) -> Controller:
     svc = ctx.svc
     itl = ctx.cfg.controller.pid.setpoint * svc.slo["interactive"].itl_s
     initial = steady_start_fleet(svc, ctx.cfg.engine, wl, itl)
-    mix = _service_mixes(ctx)[svc.name] if kw.get("pool", 1) > 1 else None
+    mix = _service_mixes(ctx)[svc.name]  # the pools' capacities, and ``pool`` > 1's pooled weights, are for it
     return oracle_controller(ctx.cfg, svc, wl, _service_weights(ctx)[svc.name], initial, **kw,
                              name=ctx.spec, mix=mix)
 
