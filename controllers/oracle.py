@@ -17,8 +17,9 @@ quotas as the MPC's; starting a replica costs its cold start's GPU time; a reque
 Prefill/decode pools (issue 34; ``scales_roles``): a service with ``roles`` has its pools' variants in
 the same problem as its aggregated variants, as the MPC plans them (``models.planning``, "Prefill/decode
 pools": the plan chooses per step the share of the demand the pools serve), each pool replica's
-capacity ``controllers.roles.pool_capacities`` for the trace's mix (the MPC's rule, at its default
-``pd_util`` of 1; the pools' runtime ``pool_scale`` is 1 offline, where no pool has completed anything),
+capacity ``controllers.roles.pool_capacities`` for the trace's mix times ``pd_util`` (the MPC's rule and
+knob, default 1; the MPC's runtime ``pool_scale`` has no offline counterpart: it is read off what the
+pools complete),
 the pools starting at the fleet file's ``initial_replicas`` and the service's ``roles.ratio`` a
 constraint of the plan (``controllers.mpc.pd_ratio``). So on a fleet with both, the oracle's schedule is
 the hindsight answer to whether disaggregation pays there. A service without ``roles`` is planned
@@ -39,6 +40,7 @@ import numpy as np
 
 from controllers.base import POOLS_ONLY, Decision, FleetMismatchError, Reason
 from controllers.mpc import (
+    DEFAULT_PD_UTIL,
     all_variants,
     limit_note,
     limit_terms,
@@ -135,7 +137,7 @@ class OracleController(ScheduledController):
 def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weights: dict[str, float],
                       initial: dict[str, int], miss_weight: float = 10.0, node_limit: int = OFFLINE_NODE_LIMIT,
                       name: str = "oracle", pool: int = 1, mix: RequestMix | None = None,
-                      roles: bool = True) -> OracleController:
+                      roles: bool = True, pd_util: float = DEFAULT_PD_UTIL) -> OracleController:
     """Solve the offline plan for ``svc`` on ``workload`` (module docstring) and wrap it as a controller.
 
     Args:
@@ -152,6 +154,8 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
         roles: plan the service's prefill/decode pools with its aggregated variants (module docstring);
             False plans its aggregated variants alone (``controllers.bound``'s candidates, whose
             capacity scale applies to the aggregated variants only).
+        pd_util: the share of a pool replica's modelled capacity the plan counts on, in (0, 1] (the MPC's
+            ``pd_util``, its default 1; ``oracle:pd_util=0.6`` plans the pools with the MPC's tuned headroom).
 
     Raises:
         ValueError: no variant can serve within the SLO, or a bad argument.
@@ -177,11 +181,13 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
         per_step = pooled_weights(svc, cfg.planning_engine(), mix, demand, pool)
     else:
         per_step = {v.name: np.full(steps, weights[v.name]) for v in svc.variants}
+    if not 0 < pd_util <= 1:
+        raise ValueError(f"{name}: pd_util must be in (0, 1], got {pd_util}")
     planned = all_variants(svc) if roles else [(None, v) for v in svc.variants]
     if len(planned) > len(svc.variants):  # the pools' capacities: the MPC's rule, for the trace's mix
         caps = {v.name: 0.0 for _, v in svc.role_variants()} if mix is None else pool_capacities(
             svc, cfg.planning_engine(), mix)
-        per_step.update({v.name: np.full(steps, caps[v.name]) for _, v in svc.role_variants()})
+        per_step.update({v.name: np.full(steps, caps[v.name] * pd_util) for _, v in svc.role_variants()})
         initial = {**initial, **{v.name: v.initial_replicas for _, v in svc.role_variants()}}
     variants = [plan_variant(v, dt, per_step[v.name], initial[v.name], np.full(steps, float(initial[v.name])),
                              role=role) for role, v in planned]
