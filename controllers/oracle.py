@@ -19,11 +19,12 @@ the same problem as its aggregated variants, as the MPC plans them (``models.pla
 pools": the plan chooses per step the share of the demand the pools serve), each pool replica's
 capacity ``controllers.roles.pool_capacities`` for the trace's mix times ``pd_util`` (the MPC's rule and
 knob, default 1; the MPC's runtime ``pool_scale`` has no offline counterpart: it is read off what the
-pools complete),
-the pools starting at the fleet file's ``initial_replicas`` and the service's ``roles.ratio`` a
-constraint of the plan (``controllers.mpc.pd_ratio``). So on a fleet with both, the oracle's schedule is
-the hindsight answer to whether disaggregation pays there. A service without ``roles`` is planned
-exactly as before.
+pools complete), the pools starting at their ``start_replicas`` (the fleet file's ``initial_replicas``,
+as the simulator starts them) and the service's ``roles.ratio`` a constraint of the plan
+(``controllers.mpc.pd_ratio``). So on a fleet with both, the oracle's schedule is the hindsight answer,
+on the capacity models, to whether disaggregation pays there (the simulated pools may serve less than
+modelled: docs/benchmarks.md, "Issue 34: the MPC with roles at the oracle's attainment" (d)). A service
+without ``roles`` is planned exactly as before; a pools-only service is refused as before.
 
 Solved by work, not wall time: HiGHS stops after ``OFFLINE_NODE_LIMIT`` branch-and-bound nodes (its
 best plan by then, or a fallback: ``models.planning``), so the oracle's schedule is the same on a
@@ -188,7 +189,7 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
         caps = {v.name: 0.0 for _, v in svc.role_variants()} if mix is None else pool_capacities(
             svc, cfg.planning_engine(), mix)
         per_step.update({v.name: np.full(steps, caps[v.name] * pd_util) for _, v in svc.role_variants()})
-        initial = {**initial, **{v.name: v.initial_replicas for _, v in svc.role_variants()}}
+        initial = {**initial, **{v.name: v.start_replicas for _, v in svc.role_variants()}}
     variants = [plan_variant(v, dt, per_step[v.name], initial[v.name], np.full(steps, float(initial[v.name])),
                              role=role) for role, v in planned]
     miss = miss_cost(variants, miss_weight)

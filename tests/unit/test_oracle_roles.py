@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from autoscaler.report import summarize
+from autoscaler.simulate import run_simulation
 from autoscaler.workload.types import Request, Workload
 from controllers.bound import BoundController
 from controllers.oracle import OracleController
@@ -32,10 +34,13 @@ def test_the_oracle_declares_it_scales_roles_and_the_bound_does_not() -> None:
     assert BoundController.scales_roles is False  # its candidates plan the aggregated variants alone
 
 
-@pytest.mark.parametrize(("tokens", "rate", "pd_util", "chosen"), [
-    ((4096, 32), 30.0, 1.0, "pools"), ((4000, 200), 20.0, 1.0, "aggregated"), ((4096, 32), 30.0, 0.5, "aggregated")])
-def test_the_oracle_plans_the_pools_where_brute_force_says_they_are_cheaper(tokens: tuple[int, int], rate: float,
-                                                                           pd_util: float, chosen: str) -> None:
+@pytest.mark.parametrize(
+    ("tokens", "rate", "pd_util", "chosen"),
+    [((4096, 32), 30.0, 1.0, "pools"), ((4000, 200), 20.0, 1.0, "aggregated"), ((4096, 32), 30.0, 0.5, "aggregated")],
+)
+def test_the_oracle_plans_the_pools_where_brute_force_says_they_are_cheaper(
+    tokens: tuple[int, int], rate: float, pd_util: float, chosen: str
+) -> None:
     # tests/unit/test_mpc_roles.py's fleet: an aggregated H100 variant beside a prefill and a decode
     # pool of H100s, every replica $2.99/h, every variant free to go to 0. The trace's mix gives
     # (capacity models, at the interactive SLO): 4096 / 32 tokens, an aggregated replica ~5.3 req/s, a
@@ -52,8 +57,10 @@ def test_the_oracle_plans_the_pools_where_brute_force_says_they_are_cheaper(toke
     wl = steady(tokens, rate)
     mix = workload_mix(svc, wl)
     assert mix is not None
-    caps = {**variant_weights(svc, cfg.planning_engine(), mix),
-            **{n: c * pd_util for n, c in pool_capacities(svc, cfg.planning_engine(), mix).items()}}
+    caps = {
+        **variant_weights(svc, cfg.planning_engine(), mix),
+        **{n: c * pd_util for n, c in pool_capacities(svc, cfg.planning_engine(), mix).items()},
+    }
     want = cheapest_fleet(svc, caps, rate + 1 / 60, {})
     pools = want["h100-prefill"] + want["h100-decode"]
     assert (pools > 0 and want["h100"] == 0) if chosen == "pools" else (pools == 0 and want["h100"] > 0)
@@ -64,3 +71,23 @@ def test_the_oracle_plans_the_pools_where_brute_force_says_they_are_cheaper(toke
     assert all({n: r.get(n, 0) for n in want} == want for r in held), (want, oracle.schedule)
     ordered = max(s[svc.name].get("h100-prefill", 0) + s[svc.name].get("h100-decode", 0) for _, s in oracle.schedule)
     assert (ordered > 0) == (chosen == "pools")
+
+
+def test_the_simulated_loop_applies_the_oracles_pool_schedule() -> None:
+    # The 4096 / 32 case above, simulated: the plan orders 4 prefill + 1 decode replicas at 0 s and
+    # removes the 6 aggregated replicas of the steady start (``steady_start_fleet``) at 300 s, when the
+    # pools are ready. By hand: 6 x 300 s = 0.5 aggregated GPU-hours; the pools held from 0 s to the end,
+    # so 4 prefill GPU-hours to every decode one. The loop writes the pools only for a controller that
+    # declares ``scales_roles``: before, it planned and ran none.
+    cfg = fleet(aggregated=True)
+    svc = cfg.services[0]
+    wl = steady((4096, 32), 30.0)
+    oracle = build("oracle", cfg, None, wl)
+    assert oracle.schedule[0][1][svc.name] == {"h100": 6, "h100-prefill": 4, "h100-decode": 1}
+    assert [(t, r[svc.name]) for t, r in oracle.schedule[1:2]] == [
+        (COLD_S, {"h100": 0, "h100-prefill": 4, "h100-decode": 1})
+    ]
+    hours = summarize(run_simulation(cfg, wl, oracle))["gpu_hours"]
+    assert hours["h100"] == pytest.approx(6 * COLD_S / 3600.0, rel=1e-2)
+    assert hours["h100-decode"] > 0.9
+    assert hours["h100-prefill"] == pytest.approx(4 * hours["h100-decode"], rel=1e-6)
