@@ -83,6 +83,7 @@ def test_the_simulated_loop_applies_the_oracles_pool_schedule() -> None:
     svc = cfg.services[0]
     wl = steady((4096, 32), 30.0)
     oracle = build("oracle", cfg, None, wl)
+    assert isinstance(oracle, OracleController)
     assert oracle.schedule[0][1][svc.name] == {"h100": 6, "h100-prefill": 4, "h100-decode": 1}
     assert [(t, r[svc.name]) for t, r in oracle.schedule[1:2]] == [
         (COLD_S, {"h100": 0, "h100-prefill": 4, "h100-decode": 1})
