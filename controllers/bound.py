@@ -78,6 +78,8 @@ class BoundController(OracleController):
     record: ``scale`` (its capacity scale; None when no candidate reached the target, and then the
     schedule is the most capacious tried), ``trials`` (every candidate simulated, in order)."""
 
+    scales_roles = False  # its candidates plan no pool (``bound_controller``)
+
     def __init__(self, chosen: OracleController, scale: float | None, trials: Sequence[Trial]) -> None:
         super().__init__(chosen.schedule, chosen.replicas, chosen.tick_s, chosen.window_s, chosen.plan_cost,
                          chosen.solve_ms, chosen.name, chosen.plan)
@@ -136,7 +138,8 @@ def bound_controller(cfg: FleetConfig, svc: Service, workload: Workload, weights
                      simulations: int = DEFAULT_SIMULATIONS, miss_weight: float = 10.0,
                      node_limit: int = OFFLINE_NODE_LIMIT, name: str = "bound") -> BoundController:
     """Search the oracle's family (module docstring) for ``svc`` on ``workload`` and wrap the cheapest
-    candidate that reaches ``target`` as a controller.
+    candidate that reaches ``target`` as a controller. The candidates plan the aggregated variants
+    alone (``oracle_controller``'s ``roles=False``): the search scales their capacities only.
 
     Args:
         weights: variant -> one replica's capacity by the model, requests/s (scaled by the search).
@@ -154,7 +157,7 @@ def bound_controller(cfg: FleetConfig, svc: Service, workload: Workload, weights
     def candidate(c: float) -> OracleController:
         if c not in built:
             built[c] = oracle_controller(cfg, svc, workload, {v: w * c for v, w in weights.items()}, initial,
-                                         miss_weight, node_limit, name)
+                                         miss_weight, node_limit, name, roles=False)
         return built[c]
 
     trials = search_scales(lambda c: simulate(candidate(c)), target, simulations)

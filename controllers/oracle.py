@@ -14,6 +14,18 @@ mix, ``models.capacity``); the fleet starts where every adaptive controller star
 quotas as the MPC's; starting a replica costs its cold start's GPU time; a request left unserved costs
 ``miss_weight`` times the dearest variant's cost per request.
 
+Prefill/decode pools (issue 34; ``scales_roles``): a service with ``roles`` has its pools' variants in
+the same problem as its aggregated variants, as the MPC plans them (``models.planning``, "Prefill/decode
+pools": the plan chooses per step the share of the demand the pools serve), each pool replica's
+capacity ``controllers.roles.pool_capacities`` for the trace's mix times ``pd_util`` (the MPC's rule and
+knob, default 1; the MPC's runtime ``pool_scale`` has no offline counterpart: it is read off what the
+pools complete), the pools starting at their ``start_replicas`` (the fleet file's ``initial_replicas``,
+as the simulator starts them) and the service's ``roles.ratio`` a constraint of the plan
+(``controllers.mpc.pd_ratio``). So on a fleet with both, the oracle's schedule is the hindsight answer,
+on the capacity models, to whether disaggregation pays there (the simulated pools may serve less than
+modelled: docs/benchmarks.md, "Issue 34: the MPC with roles at the oracle's attainment" (d)). A service
+without ``roles`` is planned exactly as before; a pools-only service is refused as before.
+
 Solved by work, not wall time: HiGHS stops after ``OFFLINE_NODE_LIMIT`` branch-and-bound nodes (its
 best plan by then, or a fallback: ``models.planning``), so the oracle's schedule is the same on a
 loaded machine as on an idle one; ``OFFLINE_TIME_LIMIT_S`` is only a backstop. Its decisions' reason
@@ -28,7 +40,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from controllers.base import POOLS_ONLY, Decision, FleetMismatchError, Reason
-from controllers.mpc import limit_note, limit_terms, log, miss_cost, plan_variant, pool_off_note, pools_queues
+from controllers.mpc import (
+    DEFAULT_PD_UTIL,
+    all_variants,
+    limit_note,
+    limit_terms,
+    log,
+    miss_cost,
+    pd_ratio,
+    plan_variant,
+    pool_off_note,
+    pools_queues,
+)
+from controllers.roles import pool_capacities
 from controllers.static import PEAK_WINDOW_S, ScheduledController, served
 from models.capacity import RequestMix, pooled_weights
 from models.planning import Plan, PlanProblem, PlanService, solve
@@ -84,7 +108,13 @@ class OracleController(ScheduledController):
         initial: the fleet ready at t = 0 (``autoscaler.simulate.start_at`` reads ``replicas``).
         plan_cost: the objective of the offline plan, $; ``solve_ms``: its solve time.
         plan: the solved plan, for its solver notes (``stopped_at_limit``, ``fallback``); None: none.
+
+    It scales prefill/decode pools (``scales_roles``): the schedule holds the pools' variants too where
+    the service has roles (``oracle_controller``), and the loop applies them to each pool, clamped to
+    their bounds as the aggregated variants are (``own_guard``).
     """
+
+    scales_roles = True
 
     def __init__(self, schedule: list[tuple[float, dict[str, dict[str, int]]]],
                  initial: dict[str, dict[str, int]], tick_s: float, window_s: float, plan_cost: float,
@@ -107,7 +137,8 @@ class OracleController(ScheduledController):
 
 def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weights: dict[str, float],
                       initial: dict[str, int], miss_weight: float = 10.0, node_limit: int = OFFLINE_NODE_LIMIT,
-                      name: str = "oracle", pool: int = 1, mix: RequestMix | None = None) -> OracleController:
+                      name: str = "oracle", pool: int = 1, mix: RequestMix | None = None,
+                      roles: bool = True, pd_util: float = DEFAULT_PD_UTIL) -> OracleController:
     """Solve the offline plan for ``svc`` on ``workload`` (module docstring) and wrap it as a controller.
 
     Args:
@@ -118,6 +149,14 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
             router with as many others as that step's demand needs, at most ``pool``
             (``models.capacity.pooled_weights`` on ``mix``, the mix ``weights`` were computed for);
             1: ``weights`` as given, every step.
+        mix: the trace's mix ``weights`` were computed for: ``pool`` > 1 pools on it, and a service's
+            prefill/decode pool replicas get their capacities for it (``pool_capacities``; None: 0, no
+            pool replica ordered).
+        roles: plan the service's prefill/decode pools with its aggregated variants (module docstring);
+            False plans its aggregated variants alone (``controllers.bound``'s candidates, whose
+            capacity scale applies to the aggregated variants only).
+        pd_util: the share of a pool replica's modelled capacity the plan counts on, in (0, 1] (the MPC's
+            ``pd_util``, its default 1; ``oracle:pd_util=0.6`` plans the pools with the MPC's tuned headroom).
 
     Raises:
         ValueError: no variant can serve within the SLO, or a bad argument.
@@ -143,14 +182,23 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
         per_step = pooled_weights(svc, cfg.planning_engine(), mix, demand, pool)
     else:
         per_step = {v.name: np.full(steps, weights[v.name]) for v in svc.variants}
-    variants = [plan_variant(v, dt, per_step[v.name], initial[v.name],
-                             np.full(steps, float(initial[v.name]))) for v in svc.variants]
+    if not 0 < pd_util <= 1:
+        raise ValueError(f"{name}: pd_util must be in (0, 1], got {pd_util}")
+    planned = all_variants(svc) if roles else [(None, v) for v in svc.variants]
+    if len(planned) > len(svc.variants):  # the pools' capacities: the MPC's rule, for the trace's mix
+        caps = {v.name: 0.0 for _, v in svc.role_variants()} if mix is None else pool_capacities(
+            svc, cfg.planning_engine(), mix)
+        per_step.update({v.name: np.full(steps, caps[v.name] * pd_util) for _, v in svc.role_variants()})
+        initial = {**initial, **{v.name: v.start_replicas for _, v in svc.role_variants()}}
+    variants = [plan_variant(v, dt, per_step[v.name], initial[v.name], np.full(steps, float(initial[v.name])),
+                             role=role) for role, v in planned]
     miss = miss_cost(variants, miss_weight)
     if miss is None:
         raise ValueError(f"{name}: no variant of {svc.name} can serve its requests within the SLO")
     limit = round(dt / c.tick_s)  # the guard's limits are per tick
     problem = PlanProblem([PlanService(svc.name, variants, demand, miss,
-                                       c.guard.max_step_up * limit, c.guard.max_step_down * limit)],
+                                       c.guard.max_step_up * limit, c.guard.max_step_down * limit,
+                                       pd_ratio=pd_ratio(svc) if roles else None)],
                           dt, steps, blocks=list(range(0, steps, block_steps)), gpu_quota=dict(cfg.gpu_limits.quota),
                           gpu_budget=cfg.gpu_limits.budget, time_limit_s=OFFLINE_TIME_LIMIT_S,
                           node_limit=node_limit, mip_rel_gap=OFFLINE_GAP)
@@ -163,5 +211,5 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
             schedule.append((k * dt, {svc.name: now}))
     if schedule[0][0] != 0:
         schedule.insert(0, (0.0, {svc.name: dict(initial)}))
-    return OracleController(schedule, {svc.name: dict(initial)}, c.tick_s, c.window_s, plan.cost, plan.solve_ms, name,
-                            plan)
+    start = {v.name: initial[v.name] for v in svc.variants}  # ``start_at`` sets the aggregated ones
+    return OracleController(schedule, {svc.name: start}, c.tick_s, c.window_s, plan.cost, plan.solve_ms, name, plan)

@@ -291,7 +291,7 @@ def _oracle(kw: dict[str, Any], ctx: BuildContext) -> Controller:
     svc = ctx.svc
     itl = ctx.cfg.controller.pid.setpoint * svc.slo["interactive"].itl_s
     initial = steady_start_fleet(svc, ctx.cfg.engine, wl, itl)
-    mix = _service_mixes(ctx)[svc.name] if kw.get("pool", 1) > 1 else None
+    mix = _service_mixes(ctx)[svc.name]  # the pools' capacities, and ``pool`` > 1's pooled weights, are for it
     return oracle_controller(ctx.cfg, svc, wl, _service_weights(ctx)[svc.name], initial, **kw,
                              name=ctx.spec, mix=mix)
 
@@ -345,7 +345,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
     "wva-pd": (_params(WVAPDController), _wva_pd),
     "static-ilp": ({"peak_rps": POSITIVE}, _static_ilp),
     "oracle": ({"miss_weight": POSITIVE, "node_limit": Param(int, 0, closed=True),
-                "pool": Param(int, 1, closed=True, high=256)}, _oracle),
+                "pool": Param(int, 1, closed=True, high=256), "pd_util": Param(float, 0.0, high=1.0)}, _oracle),
     "bound": ({"target": Param(float, 0.0, high=1.0), "simulations": Param(int, 1, closed=True, high=40),
                "miss_weight": POSITIVE, "node_limit": Param(int, 0, closed=True)}, _bound),
     "mpc": (_params(MPCController, "cfg", "weights", "mixes", "future_rps",

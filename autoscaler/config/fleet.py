@@ -324,8 +324,8 @@ class Service(Strict):
         variants: its aggregated variants (each replica prefills and decodes); may be empty when
             ``roles`` is given.
         roles: prefill and decode pools beside (or instead of) the aggregated variants (``Roles``;
-            scaled by the controllers that declare ``scales_roles``: the PID, the MPC, ``dynamo-pd``, ``wva-pd``; the
-            others hold them).
+            scaled by the controllers that declare ``scales_roles``: the PID, the MPC, ``dynamo-pd``, ``wva-pd``, and
+            the oracle beside aggregated variants; the others hold them).
         typical_request: the request it is sized for without a trace.
     """
 

@@ -1,0 +1,94 @@
+"""The oracle on prefill/decode pools (``controllers.oracle``, issue 34): on a fleet with an aggregated
+variant and pools, its offline plan orders pool replicas where the pools serve the demand for less,
+and aggregated replicas where they do not, as a brute force over whole fleets says."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.report import summarize
+from autoscaler.simulate import run_simulation
+from autoscaler.workload.types import Request, Workload
+from controllers.bound import BoundController
+from controllers.oracle import OracleController
+from controllers.registry import build
+from controllers.roles import pool_capacities
+from controllers.static import workload_mix
+from models.capacity import variant_weights
+from tests.unit.test_mpc_roles import cheapest_fleet, fleet
+
+HOUR_S = 3600.0
+COLD_S = 300.0  # examples/fleet-pd.yaml's and the aggregated variant's ``startup_cold_s`` (the default)
+
+
+def steady(tokens: tuple[int, int], rate: float) -> Workload:
+    """An hour of ``rate`` requests/s, evenly spaced, every one ``tokens`` (prompt, output)."""
+    n = round(rate * HOUR_S)
+    return Workload(
+        [Request(arrival_s=i / rate, input_tokens=tokens[0], output_tokens=tokens[1]) for i in range(n)], source="test"
+    )
+
+
+def test_the_oracle_declares_it_scales_roles_and_the_bound_does_not() -> None:
+    assert OracleController.scales_roles is True
+    assert BoundController.scales_roles is False  # its candidates plan the aggregated variants alone
+
+
+@pytest.mark.parametrize(
+    ("tokens", "rate", "pd_util", "chosen"),
+    [((4096, 32), 30.0, 1.0, "pools"), ((4000, 200), 20.0, 1.0, "aggregated"), ((4096, 32), 30.0, 0.5, "aggregated")],
+)
+def test_the_oracle_plans_the_pools_where_brute_force_says_they_are_cheaper(
+    tokens: tuple[int, int], rate: float, pd_util: float, chosen: str
+) -> None:
+    # tests/unit/test_mpc_roles.py's fleet: an aggregated H100 variant beside a prefill and a decode
+    # pool of H100s, every replica $2.99/h, every variant free to go to 0. The trace's mix gives
+    # (capacity models, at the interactive SLO): 4096 / 32 tokens, an aggregated replica ~5.3 req/s, a
+    # prefill replica ~7.6 and a decode replica ~78: the pair $0.43/h per request/s against $0.57
+    # aggregated, so 30 req/s is cheapest on 4 prefill + 1 decode (5 replicas; aggregated needs 6).
+    # 4000 / 200: aggregated ~5.4, prefill ~7.8, decode ~12.2: the pair $0.63 against $0.55, so 20 req/s
+    # is cheapest on 4 aggregated (21.8 req/s; a pair beside 2 aggregated serves 18.7). With
+    # ``pd_util=0.5`` a pool replica counts half its capacity: the 4096 / 32 pair then costs $0.87 and
+    # 6 aggregated replicas are cheapest. The oracle's demand is the most arrivals in a 60-s window
+    # over 60 s (rate + 1/60). From the first cold start to the trace's end the plan holds the
+    # enumeration's cheapest fleet for that demand; a pool replica is ordered only where it is in it.
+    cfg = fleet(aggregated=True)
+    svc = cfg.services[0]
+    wl = steady(tokens, rate)
+    mix = workload_mix(svc, wl)
+    assert mix is not None
+    caps = {
+        **variant_weights(svc, cfg.planning_engine(), mix),
+        **{n: c * pd_util for n, c in pool_capacities(svc, cfg.planning_engine(), mix).items()},
+    }
+    want = cheapest_fleet(svc, caps, rate + 1 / 60, {})
+    pools = want["h100-prefill"] + want["h100-decode"]
+    assert (pools > 0 and want["h100"] == 0) if chosen == "pools" else (pools == 0 and want["h100"] > 0)
+    oracle = build("oracle" if pd_util == 1 else f"oracle:pd_util={pd_util}", cfg, None, wl)
+    assert isinstance(oracle, OracleController)
+    at_cold = [r[svc.name] for t, r in oracle.schedule if t <= COLD_S][-1]  # in force from the first cold start
+    held = [at_cold, *(r[svc.name] for t, r in oracle.schedule if COLD_S < t < HOUR_S - COLD_S)]
+    assert all({n: r.get(n, 0) for n in want} == want for r in held), (want, oracle.schedule)
+    ordered = max(s[svc.name].get("h100-prefill", 0) + s[svc.name].get("h100-decode", 0) for _, s in oracle.schedule)
+    assert (ordered > 0) == (chosen == "pools")
+
+
+def test_the_simulated_loop_applies_the_oracles_pool_schedule() -> None:
+    # The 4096 / 32 case above, simulated: the plan orders 4 prefill + 1 decode replicas at 0 s and
+    # removes the 6 aggregated replicas of the steady start (``steady_start_fleet``) at 300 s, when the
+    # pools are ready. By hand: 6 x 300 s = 0.5 aggregated GPU-hours; the pools held from 0 s to the end,
+    # so 4 prefill GPU-hours to every decode one. The loop writes the pools only for a controller that
+    # declares ``scales_roles``: before, it planned and ran none.
+    cfg = fleet(aggregated=True)
+    svc = cfg.services[0]
+    wl = steady((4096, 32), 30.0)
+    oracle = build("oracle", cfg, None, wl)
+    assert isinstance(oracle, OracleController)
+    assert oracle.schedule[0][1][svc.name] == {"h100": 6, "h100-prefill": 4, "h100-decode": 1}
+    assert [(t, r[svc.name]) for t, r in oracle.schedule[1:2]] == [
+        (COLD_S, {"h100": 0, "h100-prefill": 4, "h100-decode": 1})
+    ]
+    hours = summarize(run_simulation(cfg, wl, oracle))["gpu_hours"]
+    assert hours["h100"] == pytest.approx(6 * COLD_S / 3600.0, rel=1e-2)
+    assert hours["h100-decode"] > 0.9
+    assert hours["h100-prefill"] == pytest.approx(4 * hours["h100-decode"], rel=1e-6)
