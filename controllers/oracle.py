@@ -14,7 +14,8 @@ mix, ``models.capacity``); the fleet starts where every adaptive controller star
 quotas as the MPC's; starting a replica costs its cold start's GPU time; a request left unserved costs
 ``miss_weight`` times the dearest variant's cost per request.
 
-Prefill/decode pools (issue 34; ``scales_roles``): a service with ``roles`` has its pools' variants in
+Prefill/decode pools (issue 34; opt-in, ``oracle:roles=1``, then ``scales_roles``): a service with ``roles`` has
+its pools' variants in
 the same problem as its aggregated variants, as the MPC plans them (``models.planning``, "Prefill/decode
 pools": the plan chooses per step the share of the demand the pools serve), each pool replica's
 capacity ``controllers.roles.pool_capacities`` for the trace's mix times ``pd_util`` (the MPC's rule and
@@ -23,8 +24,10 @@ pools complete), the pools starting at their ``start_replicas`` (the fleet file'
 as the simulator starts them) and the service's ``roles.ratio`` a constraint of the plan
 (``controllers.mpc.pd_ratio``). So on a fleet with both, the oracle's schedule is the hindsight answer,
 on the capacity models, to whether disaggregation pays there (the simulated pools may serve less than
-modelled: docs/benchmarks.md, "Issue 34: the MPC with roles at the oracle's attainment" (d)). A service
-without ``roles`` is planned exactly as before; a pools-only service is refused as before.
+modelled: docs/benchmarks.md, "Issue 34: the MPC with roles at the oracle's attainment" (d)). By default
+(``roles`` False) the oracle plans the aggregated variants alone and the loop holds the pools: its row stays
+the reference ``compare`` divides by, and at ``pd_util`` 1 the pools' plan serves 8 points under it on Azure
+code. A service without ``roles`` is planned exactly as before; a pools-only service is refused as before.
 
 Solved by work, not wall time: HiGHS stops after ``OFFLINE_NODE_LIMIT`` branch-and-bound nodes (its
 best plan by then, or a fallback: ``models.planning``), so the oracle's schedule is the same on a
@@ -109,17 +112,16 @@ class OracleController(ScheduledController):
         plan_cost: the objective of the offline plan, $; ``solve_ms``: its solve time.
         plan: the solved plan, for its solver notes (``stopped_at_limit``, ``fallback``); None: none.
 
-    It scales prefill/decode pools (``scales_roles``): the schedule holds the pools' variants too where
-    the service has roles (``oracle_controller``), and the loop applies them to each pool, clamped to
-    their bounds as the aggregated variants are (``own_guard``).
+        scales_roles: whether the schedule holds the pools' variants too (``oracle_controller``'s
+            ``roles``, opt-in: ``oracle:roles=1``); then the loop applies them to each pool, clamped to
+            their bounds as the aggregated variants are (``own_guard``); else the loop holds the pools.
     """
-
-    scales_roles = True
 
     def __init__(self, schedule: list[tuple[float, dict[str, dict[str, int]]]],
                  initial: dict[str, dict[str, int]], tick_s: float, window_s: float, plan_cost: float,
-                 solve_ms: float, name: str = "oracle", plan: Plan | None = None) -> None:
+                 solve_ms: float, name: str = "oracle", plan: Plan | None = None, scales_roles: bool = False) -> None:
         super().__init__(schedule, tick_s, window_s, name)
+        self.scales_roles = scales_roles
         self.replicas = initial
         self.plan_cost = plan_cost
         self.solve_ms = solve_ms
@@ -138,7 +140,7 @@ class OracleController(ScheduledController):
 def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weights: dict[str, float],
                       initial: dict[str, int], miss_weight: float = 10.0, node_limit: int = OFFLINE_NODE_LIMIT,
                       name: str = "oracle", pool: int = 1, mix: RequestMix | None = None,
-                      roles: bool = True, pd_util: float = DEFAULT_PD_UTIL) -> OracleController:
+                      roles: bool = False, pd_util: float = DEFAULT_PD_UTIL) -> OracleController:
     """Solve the offline plan for ``svc`` on ``workload`` (module docstring) and wrap it as a controller.
 
     Args:
@@ -152,9 +154,9 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
         mix: the trace's mix ``weights`` were computed for: ``pool`` > 1 pools on it, and a service's
             prefill/decode pool replicas get their capacities for it (``pool_capacities``; None: 0, no
             pool replica ordered).
-        roles: plan the service's prefill/decode pools with its aggregated variants (module docstring);
-            False plans its aggregated variants alone (``controllers.bound``'s candidates, whose
-            capacity scale applies to the aggregated variants only).
+        roles: plan the service's prefill/decode pools with its aggregated variants (module docstring;
+            ``oracle:roles=1``); False (the default) plans its aggregated variants alone (as
+            ``controllers.bound``'s candidates, whose capacity scale applies to the aggregated variants only).
         pd_util: the share of a pool replica's modelled capacity the plan counts on, in (0, 1] (the MPC's
             ``pd_util``, its default 1; ``oracle:pd_util=0.6`` plans the pools with the MPC's tuned headroom).
 
@@ -212,4 +214,5 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
     if schedule[0][0] != 0:
         schedule.insert(0, (0.0, {svc.name: dict(initial)}))
     start = {v.name: initial[v.name] for v in svc.variants}  # ``start_at`` sets the aggregated ones
-    return OracleController(schedule, {svc.name: start}, c.tick_s, c.window_s, plan.cost, plan.solve_ms, name, plan)
+    return OracleController(schedule, {svc.name: start}, c.tick_s, c.window_s, plan.cost, plan.solve_ms, name, plan,
+                            scales_roles=roles and svc.roles is not None)

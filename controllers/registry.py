@@ -292,6 +292,7 @@ def _oracle(kw: dict[str, Any], ctx: BuildContext) -> Controller:
     itl = ctx.cfg.controller.pid.setpoint * svc.slo["interactive"].itl_s
     initial = steady_start_fleet(svc, ctx.cfg.engine, wl, itl)
     mix = _service_mixes(ctx)[svc.name]  # the pools' capacities, and ``pool`` > 1's pooled weights, are for it
+    kw = {**kw, "roles": bool(kw.get("roles", 0))}  # opt-in: ``oracle:roles=1`` plans the P/D pools
     return oracle_controller(ctx.cfg, svc, wl, _service_weights(ctx)[svc.name], initial, **kw,
                              name=ctx.spec, mix=mix)
 
@@ -345,7 +346,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
     "wva-pd": (_params(WVAPDController), _wva_pd),
     "static-ilp": ({"peak_rps": POSITIVE}, _static_ilp),
     "oracle": ({"miss_weight": POSITIVE, "node_limit": Param(int, 0, closed=True),
-                "pool": Param(int, 1, closed=True, high=256), "pd_util": Param(float, 0.0, high=1.0)}, _oracle),
+                "pool": Param(int, 1, closed=True, high=256), "pd_util": Param(float, 0.0, high=1.0),
+                "roles": Param(int, 0, closed=True, high=1)}, _oracle),
     "bound": ({"target": Param(float, 0.0, high=1.0), "simulations": Param(int, 1, closed=True, high=40),
                "miss_weight": POSITIVE, "node_limit": Param(int, 0, closed=True)}, _bound),
     "mpc": (_params(MPCController, "cfg", "weights", "mixes", "future_rps",

@@ -30,7 +30,10 @@ def steady(tokens: tuple[int, int], rate: float) -> Workload:
 
 
 def test_the_oracle_declares_it_scales_roles_and_the_bound_does_not() -> None:
-    assert OracleController.scales_roles is True
+    cfg = fleet(aggregated=True)
+    wl = steady((4096, 32), 30.0)
+    assert build("oracle:roles=1", cfg, None, wl).scales_roles is True
+    assert build("oracle", cfg, None, wl).scales_roles is False  # opt-in: by default the loop holds the pools
     assert BoundController.scales_roles is False  # its candidates plan the aggregated variants alone
 
 
@@ -64,7 +67,7 @@ def test_the_oracle_plans_the_pools_where_brute_force_says_they_are_cheaper(
     want = cheapest_fleet(svc, caps, rate + 1 / 60, {})
     pools = want["h100-prefill"] + want["h100-decode"]
     assert (pools > 0 and want["h100"] == 0) if chosen == "pools" else (pools == 0 and want["h100"] > 0)
-    oracle = build("oracle" if pd_util == 1 else f"oracle:pd_util={pd_util}", cfg, None, wl)
+    oracle = build("oracle:roles=1" if pd_util == 1 else f"oracle:roles=1:pd_util={pd_util}", cfg, None, wl)
     assert isinstance(oracle, OracleController)
     at_cold = [r[svc.name] for t, r in oracle.schedule if t <= COLD_S][-1]  # in force from the first cold start
     held = [at_cold, *(r[svc.name] for t, r in oracle.schedule if COLD_S < t < HOUR_S - COLD_S)]
@@ -82,7 +85,7 @@ def test_the_simulated_loop_applies_the_oracles_pool_schedule() -> None:
     cfg = fleet(aggregated=True)
     svc = cfg.services[0]
     wl = steady((4096, 32), 30.0)
-    oracle = build("oracle", cfg, None, wl)
+    oracle = build("oracle:roles=1", cfg, None, wl)
     assert isinstance(oracle, OracleController)
     assert oracle.schedule[0][1][svc.name] == {"h100": 6, "h100-prefill": 4, "h100-decode": 1}
     assert [(t, r[svc.name]) for t, r in oracle.schedule[1:2]] == [
@@ -92,3 +95,14 @@ def test_the_simulated_loop_applies_the_oracles_pool_schedule() -> None:
     assert hours["h100"] == pytest.approx(6 * COLD_S / 3600.0, rel=1e-2)
     assert hours["h100-decode"] > 0.9
     assert hours["h100-prefill"] == pytest.approx(4 * hours["h100-decode"], rel=1e-6)
+
+
+def test_by_default_the_oracle_plans_no_pool() -> None:
+    # The 4096 / 32 case, where the pools are cheaper by brute force: without ``roles=1`` the oracle plans
+    # the aggregated variant alone (its schedule names no pool variant) and the loop holds the pools, so
+    # its row, the reference ``compare`` divides by, is the aggregated fleet's as before the option.
+    cfg = fleet(aggregated=True)
+    wl = steady((4096, 32), 30.0)
+    oracle = build("oracle", cfg, None, wl)
+    assert isinstance(oracle, OracleController)
+    assert all(set(r[cfg.services[0].name]) == {"h100"} for _, r in oracle.schedule)
