@@ -291,10 +291,10 @@ def _oracle(kw: dict[str, Any], ctx: BuildContext) -> Controller:
     svc = ctx.svc
     itl = ctx.cfg.controller.pid.setpoint * svc.slo["interactive"].itl_s
     initial = steady_start_fleet(svc, ctx.cfg.engine, wl, itl)
-    mix = _service_mixes(ctx)[svc.name]  # the pools' capacities, and ``pool`` > 1's pooled weights, are for it
+    mixes = _service_mixes(ctx)  # the pools' capacities, and ``pool`` > 1's pooled weights, are for its mix
     kw = {**kw, "roles": bool(kw.get("roles", 0))}  # opt-in: ``oracle:roles=1`` plans the P/D pools
-    return oracle_controller(ctx.cfg, svc, wl, _service_weights(ctx)[svc.name], initial, **kw,
-                             name=ctx.spec, mix=mix)
+    return oracle_controller(ctx.cfg, svc, wl, _service_weights(ctx, mixes)[svc.name], initial, **kw,
+                             name=ctx.spec, mix=mixes[svc.name])
 
 
 def _bound(kw: dict[str, Any], ctx: BuildContext) -> Controller:
