@@ -541,9 +541,9 @@ class ControlLoop:
     def _restore_quietly(self, svc: Service, landed: Collection[str] = ()) -> list[str] | None:
         """``_restore``, the pods put back in routing; None where the uncordon raised: it is logged and
         counted as a failed write of target ``uncordon`` (``actuation_errors``), the pods not yet put back
-        stay tracked as draining (``loop.drain.restore``), and the tick goes on (where the service's drain or writes raised,
-        that first exception stands). ``landed``: the variants whose write is known to have landed (none
-        where the drain raised)."""
+        stay tracked as draining (``loop.drain.restore``), and the tick goes on (where the service's drain
+        or writes raised, that first exception stands). ``landed``: the variants whose write is known to
+        have landed (none where the drain raised)."""
         try:
             return self._restore(svc, landed)
         except Exception as exc:
