@@ -109,5 +109,6 @@ class Drainer(Protocol):
         ...
 
     def uncordon(self, service: str, pods: Sequence[str]) -> None:
-        """Route to ``pods`` again."""
+        """Route to ``pods`` again. The loop names one pod a call (``loop.drain``), so a call that raises
+        says which pod did not go back."""
         ...

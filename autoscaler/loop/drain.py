@@ -10,7 +10,8 @@ decision that no longer removes them puts them back. A pod the drainer cannot ta
 at once, as without one. A drained pod is named for removal once; where that write does not land
 (refused: a conflict, no permission, the API unreachable; or it raised), ``restore`` puts the pod back
 in routing, so no pod stays out of routing unremoved (the next tick drains it again if the scale-down
-still stands).
+still stands). Pods go back in routing one ``Drainer.uncordon`` call each, so an uncordon that raises
+part-way leaves tracked as draining exactly the pods not yet put back.
 """
 
 from __future__ import annotations
@@ -69,9 +70,7 @@ def drain(drainer: Drainer, state: DrainState, est: ServiceEstimate, desired: di
         k = cur - n
         if k <= 0:
             if mine:
-                drainer.uncordon(est.service, mine)
-                for name in mine:
-                    del state.pods[name]
+                _uncordon(drainer, state, est.service, mine)
                 notes.append(f"{variant}: {len(mine)} draining pod(s) back in service")
             continue
         k_start = min(k, obs.starting if obs is not None else 0)  # a starting pod holds nothing to drain
@@ -80,9 +79,7 @@ def drain(drainer: Drainer, state: DrainState, est: ServiceEstimate, desired: di
         unnamed = k - k_start - len(victims)  # pods the source does not report: removed as decided
         back = [name for name in mine if name not in victims]
         if back:
-            drainer.uncordon(est.service, back)
-            for name in back:
-                del state.pods[name]
+            _uncordon(drainer, state, est.service, back)
         fresh = [p for p in victims if p not in state.pods]
         taken = set(drainer.cordon(est.service, fresh)) if fresh else set()
         for name in fresh:
@@ -103,9 +100,10 @@ def drain(drainer: Drainer, state: DrainState, est: ServiceEstimate, desired: di
 
 def restore(drainer: Drainer, state: DrainState, service: str, landed: Collection[str]) -> list[str]:
     """Put back in routing the pods ``drain`` named for removal this tick (``state.removing``) whose
-    variant's write did not land, and empty ``state.removing``. Where the uncordon raises, those pods
-    are tracked as draining again (``state.pods``, with when they were taken out), so the next ``drain``
-    removes them or puts them back, and the exception propagates.
+    variant's write did not land, and empty ``state.removing``. The pods go back one at a time
+    (``_uncordon``); where an uncordon raises, that pod and those after it are tracked as draining
+    again (``state.pods``, with when they were taken out), so the next ``drain`` removes them or puts
+    them back, and the exception propagates; those put back before it are untracked.
 
     Args:
         drainer: puts pods back in routing (``uncordon``).
@@ -123,8 +121,20 @@ def restore(drainer: Drainer, state: DrainState, service: str, landed: Collectio
     held, state.removing = state.removing, {}
     back = [p for p, (variant, _) in held.items() if variant not in landed]
     if back:
-        state.pods.update((p, held[p]) for p in back)  # tracked until the uncordon returns
-        drainer.uncordon(service, back)
-        for p in back:
-            del state.pods[p]
+        state.pods.update((p, held[p]) for p in back)  # tracked until its uncordon returns
+        _uncordon(drainer, state, service, back)
     return back
+
+
+def _uncordon(drainer: Drainer, state: DrainState, service: str, pods: list[str]) -> None:
+    """Put ``pods`` (tracked in ``state.pods``) back in routing, one ``drainer.uncordon`` call per pod, in
+    order, each untracked once its call returns; so where a call raises, the pods put back before it are
+    untracked and that pod and the rest stay tracked as draining (the next ``drain`` removes them or puts
+    them back), and the exception propagates.
+
+    Raises:
+        Whatever ``drainer.uncordon`` raises.
+    """
+    for p in pods:
+        drainer.uncordon(service, [p])
+        del state.pods[p]

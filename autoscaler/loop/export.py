@@ -32,9 +32,11 @@
   ``scale_down_limit``, ``cooldown``, ``too_many_replicas``, ``too_few_replicas``);
 - ``autoscaler_metric_query_failures_total`` {service}: failed metric queries;
 - ``autoscaler_actuation_errors_total`` {service, target, result}: writes that failed (``target`` is a
-  variant, ``admission``, or, with a drainer, ``uncordon``: putting drained pods back in routing;
-  ``result`` ``conflict``, ``not_leader``, ``forbidden``, ``unreachable``, ``invalid``:
-  ``autoscaler.loop.actuate``),
+  variant: its replica count, a pool's variant's too; ``admission``: its thresholds; or, with a drainer,
+  ``uncordon``: putting back in routing the drained pods whose removal was not written, ``loop.drain.restore``,
+  where it raised (an uncordon the drain itself makes, for a decision that no longer removes its pods,
+  fails the service's decision instead); ``result`` ``conflict``, ``not_leader``, ``forbidden``,
+  ``unreachable``, ``invalid``: ``autoscaler.loop.actuate``, or ``error``: the call raised),
   every combination present from the start at 0, so ``rate()`` and alerts see a series before the
   first failure;
 - ``autoscaler_able_to_scale`` {service, variant}: 1 when the variant's last write was applied (or
@@ -75,6 +77,11 @@ from autoscaler.loop.runner import UNCORDON, ControlLoop, ServiceTick, TickRecor
 from autoscaler.promql import ROLE_LABEL
 from autoscaler.state import WARMTH_NAME
 from controllers.base import HOLD_REASONS, Reason, change_reason
+
+ACTUATION_ERRORS_HELP = ("Writes that failed, by target: a variant's replicas (the variant), the admission thresholds "
+                         "(admission), putting back in routing drained pods whose removal was not written "
+                         "(uncordon); result error: the call raised.")
+"""HELP of ``autoscaler_actuation_errors_total``: what ``ControlLoop`` counts in ``actuation_errors``."""
 
 PLAN_STEPS = 3
 """Steps of a controller's plan exported per variant (the MPC's next three ticks)."""
@@ -265,7 +272,7 @@ class LoopMetrics(Collector):
                                        labels=("service",))
         limits = CounterMetricFamily("autoscaler_guard_limits", "Cuts the guard made to decisions, by rule.",
                                      labels=("service", "limit"))
-        act_errors = CounterMetricFamily("autoscaler_actuation_errors", "Writes (replicas, admission) that failed.",
+        act_errors = CounterMetricFamily("autoscaler_actuation_errors", ACTUATION_ERRORS_HELP,
                                          labels=("service", "target", "result"))
         for (name, priority), n in sorted((self.shed() if self.shed is not None else {}).items()):
             shed.add_metric([name, priority], n)

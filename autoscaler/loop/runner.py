@@ -15,7 +15,7 @@ Actuation: each variant whose count changes is written through the actuator; the
 and logged, and a failed variant stays at its current count in ``ServiceTick.applied`` (the drained
 pods its write named for removal back in routing: ``loop.drain.restore``, after the failures are counted;
 so too where the write raised, for the variants whose write had not landed, ``_Staged.written``; an
-uncordon that raises is counted, target ``uncordon``, and its pods stay draining). Every
+uncordon that raises is counted, target ``uncordon``, and the pods not yet put back stay draining). Every
 service is decided, guarded and drained first (in order: the controller's and guard's state), then
 the services' writes run, ``writers`` services at once (``loop.fanout``; 1 by default, one after
 another; the daemon's 8), each service's in order (its pools', then its variants'), then each
@@ -510,7 +510,7 @@ class ControlLoop:
             raise
         reason = guarded.reason
         if back is None:
-            reason += "; putting drained pods back in routing raised: they stay draining"
+            reason += "; putting drained pods back in routing raised: those not put back stay draining"
         elif back:
             reason += f"; {len(back)} drained pod(s) back in routing: their removal was not written"
         unchanged = applied == current and pool_applied == est.pool_current
@@ -540,10 +540,10 @@ class ControlLoop:
 
     def _restore_quietly(self, svc: Service, landed: Collection[str] = ()) -> list[str] | None:
         """``_restore``, the pods put back in routing; None where the uncordon raised: it is logged and
-        counted as a failed write of target ``uncordon`` (``actuation_errors``), its pods stay tracked as
-        draining (``loop.drain.restore``), and the tick goes on (where the service's drain or writes raised,
-        that first exception stands). ``landed``: the variants whose write is known to have landed (none
-        where the drain raised)."""
+        counted as a failed write of target ``uncordon`` (``actuation_errors``), the pods not yet put back
+        stay tracked as draining (``loop.drain.restore``), and the tick goes on (where the service's drain
+        or writes raised, that first exception stands). ``landed``: the variants whose write is known to
+        have landed (none where the drain raised)."""
         try:
             return self._restore(svc, landed)
         except Exception as exc:

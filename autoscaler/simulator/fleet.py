@@ -195,6 +195,7 @@ class ServiceSim:
         self.all_variants: dict[str, Variant] = {**self.variants, **{v.name: v for _, v in cfg.role_variants()}}
         self.prefill_ready: list[Replica] = []
         self.decode_ready: list[Replica] = []
+        self.prefill_live: list[Replica] = []  # its prefill replicas not gone (``FleetSimulator._prefill_queue``)
         self.gateway: deque[SimRequest] = deque()
         self.weights = weights
         self.arrivals = 0  # attempts received, as a gateway's request counter counts them
@@ -758,8 +759,10 @@ class FleetSimulator:
         queue. Here each prefill replica has its own queue, filled by the fleet's router, and a replica
         admits into its batch as many as its engine limits allow (``max_num_seqs``, the token budget),
         so while prefills are short it holds fewer waiting than Dynamo's one-at-a-time worker would
-        leave queued. Requests held at the gateway are not counted (they have no decode replica yet)."""
-        return sum(len(r.waiting) for r in svc.replicas if r.role == PREFILL)
+        leave queued. Requests held at the gateway are not counted (they have no decode replica yet).
+        Read over ``svc.prefill_live``: a gone replica holds no request (each way out, ``_retire``, empties
+        or fails its queue first), so it adds nothing, and ``svc.replicas`` keeps every one ever made."""
+        return sum(len(r.waiting) for r in svc.prefill_live)
 
     def _spill(self, svc: ServiceSim, decoders: list[Replica]) -> list[Replica]:
         """The candidates a fresh arrival's decode pick chooses among under ``pd_saturation_filter``
@@ -1133,6 +1136,8 @@ class FleetSimulator:
             r.route_marks = svc.route_marks
             r.on_cordon = svc.invalidate_routes
         svc.replicas.append(r)
+        if role == PREFILL:
+            svc.prefill_live.append(r)
         if ready_now:
             self._on_ready(r)
         else:
@@ -1169,6 +1174,8 @@ class FleetSimulator:
         if r in ready:
             ready.remove(r)
             svc.invalidate_routes()
+        if r.role == PREFILL and r in svc.prefill_live:
+            svc.prefill_live.remove(r)
         r.state = GONE
         r.gone_s = self.now
         r.refresh_gauges()

@@ -270,7 +270,7 @@ def test_an_uncordon_that_raises_keeps_the_pods_draining_and_the_refusal_counted
     loop, _ = _two(Wants((1, 1), (2, 2)), act, router)
     st = loop.tick(60.0).services["svc"]
     assert act.writes == [("a", 1, ["a1"]), ("b", 1, ["b1"])]
-    assert st.applied == {"a": 1, "b": 2} and "they stay draining" in st.reason
+    assert st.applied == {"a": 1, "b": 2} and "those not put back stay draining" in st.reason
     assert loop.actuation_errors == {
         ("svc", "b", ActuationStatus.CONFLICT): 1,
         ("svc", "uncordon", ActuationStatus.ERROR): 1,
