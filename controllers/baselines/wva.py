@@ -25,6 +25,15 @@ variant with the highest cost per replica (ties: alphabetically last) above its 
 cheapest variant is kept at >= 1 (``cost_aware_optimizer.go``; the V1 path keeps every variant at
 >= 1). No ready pod = no data = no action. Only the aggregated variants' pods are analysed (WVA scales
 them): a prefill/decode pool's pods (``ServiceEstimate.pools``) are not counted.
+
+A metric query that failed this tick (``ServiceEstimate.errors``) holds every variant at its count before
+any analysis, as ``wva-pd`` does: upstream's ``CollectReplicaMetrics`` returns an error when the model's
+KV-cache or queue-length query fails (``internal/collector/replica_metrics.go``), and ``optimizeV1`` then
+skips the model, deciding none of its variants (``internal/engines/saturation/engine.go``; the same at
+b08b1c7 and at the release v0.5.1, c760bb7). Upstream reads all of the model's pods in one query, so a
+failure never leaves it a part of them; ours are read per variant, and without the hold a failed query
+left the analysis the other variants' pods alone. Ours holds on any failed query, also one of a signal
+WVA does not read (the estimate does not say which query fed what).
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from controllers.base import Controller, Decision, aggregated_pods, change_reason, hold
+from controllers.base import Controller, Decision, Reason, aggregated_pods, change_reason, hold
 from controllers.split import cost_per_capacity
 
 if TYPE_CHECKING:
@@ -111,7 +120,9 @@ class WVAController(Controller):
         super().__init__(name, RECONCILE_S, WINDOW_S, own_guard=True)
 
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
-        """Desired replicas per variant (module docstring)."""
+        """Desired replicas per variant (module docstring); every variant held when a metric query failed."""
+        if est.errors:
+            return hold(est.current, f"wva: a metric query failed ({est.errors[0]}), held", Reason.METRICS_ERROR)
         pods = aggregated_pods(est)  # the variants it scales: a prefill/decode pool's pods are not theirs
         if not pods:
             return hold(est.current, "wva: no ready pod reports metrics")

@@ -9,7 +9,7 @@ import pytest
 
 from autoscaler.config.loading import parse_config
 from autoscaler.state import PodObservation, PoolObservation, ServiceEstimate, Signals, VariantObservation
-from controllers.base import aggregated_pods, silent_pods
+from controllers.base import Reason, aggregated_pods, silent_pods
 from controllers.baselines.wva import Saturation, WVAController, saturation_analysis, wva_targets
 
 SLO = {"interactive": {"ttft_s": 2.0, "itl_s": 0.1}, "batch": {"ttft_s": 20.0, "itl_s": 0.25}}
@@ -119,3 +119,42 @@ def test_a_prefill_decode_pools_pods_are_not_counted_as_the_aggregated_variants(
     assert "0/2 pods non-saturated" in d.reason
     # a ready aggregated pod not reporting is still seen as silent beside the pool's pods
     assert silent_pods(replace(est, pods=pods[1:])) == 1
+
+
+def idle_big_estimate() -> ServiceEstimate:
+    # big 3 ready pods, each with a 1 m KV peak of 0.1 and no queue; cheap 1 and old 2 ready, whose pods did not
+    # report (their query failed, below). On big's pods alone: 3 non-saturated, KV 0.3 over 2 pods = 0.15, spare
+    # 0.65 >= 0.1, queue spare 5 >= 3: scale-down safe, -1 from the dearest replica above its floor, big ($3.00/h).
+    pods = [PodObservation("big", 0.1, 0.0, 1.0, 0.1, 0.0) for _ in range(3)]
+    return ServiceEstimate(service="svc", time_s=60.0, signals=Signals(),
+                           variants={"big": VariantObservation(3, 0), "cheap": VariantObservation(1, 0),
+                                     "old": VariantObservation(2, 0)},
+                           weights=WEIGHTS, idle=False, capacity_rps=0.0, ready_capacity_rps=0.0, starting=0, pods=pods)
+
+
+def test_a_failed_metric_query_holds_every_variant() -> None:
+    # llm-d WVA (b08b1c7 and v0.5.1): CollectReplicaMetrics errs when the model's KV or queue query fails and
+    # optimizeV1 skips the model (internal/engines/saturation/engine.go). Here cheap's and old's pods query failed:
+    # the partial data (big's 3 idle pods, idle_big_estimate) would scale big down 3 -> 2; the model is held.
+    svc = fleet_service()
+    assert WVAController().decide(idle_big_estimate(), svc).desired == {"big": 2, "cheap": 1, "old": 2}
+    est = idle_big_estimate()
+    est.errors += ["cheap pods: connection refused", "old pods: connection refused"]
+    d = WVAController().decide(est, svc)
+    assert d.hold and d.code is Reason.METRICS_ERROR
+    assert d.desired == {"big": 3, "cheap": 1, "old": 2}
+    assert d.reason == "wva: a metric query failed (cheap pods: connection refused), held"
+
+
+def test_a_failed_query_with_saturated_pods_holds_too_and_every_query_failed_is_a_metrics_error() -> None:
+    # big's 3 pods saturated (KV peak 0.9 >= 0.8): on them alone, scale up, +1 cheap (lowest $/h per req/s:
+    # 1.5/10 = 0.15 against big 0.30 and old 0.45). With a query failed upstream decides nothing: held.
+    svc = fleet_service()
+    est = replace(idle_big_estimate(), pods=[PodObservation("big", 0.9, 0.0, 8.0, 0.9, 0.0) for _ in range(3)])
+    assert WVAController().decide(est, svc).desired == {"big": 3, "cheap": 2, "old": 2}
+    failed = replace(est, errors=["old replicas: timed out"])
+    assert WVAController().decide(failed, svc).desired == {"big": 3, "cheap": 1, "old": 2}
+    # Prometheus down: every query failed, no pod at all. Held as a failed query, not as an idle or silent fleet.
+    down = replace(est, pods=[], errors=["svc pods: connection refused"])
+    d = WVAController().decide(down, svc)
+    assert (d.hold, d.code, d.desired) == (True, Reason.METRICS_ERROR, {"big": 3, "cheap": 1, "old": 2})
