@@ -26,7 +26,7 @@ from controllers.registry import build
 from controllers.roles import pool_capacities
 from controllers.static import workload_mix
 from models.capacity import variant_weights
-from tests.unit.test_mpc_roles import AGGREGATED, EXAMPLE
+from tests.unit.test_mpc_roles import AGGREGATED, EXAMPLE, estimate
 from tests.unit.test_oracle_roles import COLD_S, steady
 
 PRICE = 2.99
@@ -268,3 +268,27 @@ def test_a_fleet_that_starts_outside_the_ratio_is_brought_within_it_at_t0_and_si
     assert hours[agg] == pytest.approx(6 * TICK_S / 3600.0, rel=2e-2)
     end_h = hours[pre] / 4  # the run's length, h: one prefill replica's hours
     assert hours[dec] == pytest.approx(end_h + (end_h - TICK_S / 3600.0), rel=1e-6)
+
+
+# ------------------------------------------------------------------ the split handed to the router
+
+
+@pytest.mark.parametrize("pd_util", [1.0, 0.5])
+def test_the_oracle_hands_the_router_the_capacities_its_plan_split_the_demand_by(pd_util: float) -> None:
+    # The plan chooses how much of the demand the pools serve beside the aggregated replicas; as the MPC
+    # does (``Decision.route_weights``: its capacities per replica), the oracle hands the simulator's router
+    # each variant's requests/s per replica in its plan, so that the router splits the demand as the
+    # plan did (``FleetSimulator.follow_plan``): an aggregated replica its capacity for the trace's mix,
+    # a pool replica its role's capacity times ``pd_util``. Without them the router weighs a decode
+    # replica as an aggregated one of its GPU. By default (``oracle``, roles 0) it hands none.
+    cfg = fleet(initial=(2, 1), step_down=20)
+    svc = cfg.services[0]
+    agg, pre, dec = svc.variants[0].name, *(v.name for _, v in svc.role_variants())
+    caps = capacities(cfg, LONG_PROMPT, LONG_RATE)
+    wl = steady(LONG_PROMPT, LONG_RATE)
+    spec = "oracle:roles=1" if pd_util == 1 else f"oracle:roles=1:pd_util={pd_util}"
+    oracle = build(spec, cfg, None, wl)
+    est = estimate(svc, 60.0, LONG_RATE, {agg: 6, pre: 2, dec: 1})
+    got = oracle.decide(est, svc).route_weights
+    assert got == pytest.approx({agg: caps[agg], pre: caps[pre] * pd_util, dec: caps[dec] * pd_util}, rel=1e-12)
+    assert build("oracle", cfg, None, wl).decide(est, svc).route_weights == {}
