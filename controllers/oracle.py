@@ -22,7 +22,9 @@ capacity ``controllers.roles.pool_capacities`` for the trace's mix times ``pd_ut
 knob, default 1; the MPC's runtime ``pool_scale`` has no offline counterpart: it is read off what the
 pools complete), the pools starting at their ``start_replicas`` (the fleet file's ``initial_replicas``,
 as the simulator starts them) and the service's ``roles.ratio`` a constraint of the plan
-(``controllers.mpc.pd_ratio``). So on a fleet with both, the oracle's schedule is the hindsight answer,
+(``controllers.mpc.pd_ratio``). As the MPC does, it hands the simulator's router the capacities its plan split the
+demand by (``Decision.route_weights``, ``FleetSimulator.follow_plan``), so the demand is shared between the
+aggregated replicas and the pools as planned. So on a fleet with both, the oracle's schedule is the hindsight answer,
 on the capacity models, to whether disaggregation pays there (the simulated pools may serve less than
 modelled: docs/benchmarks.md, "Issue 34: the MPC with roles at the oracle's attainment" (d)). By default
 (``roles`` False) the oracle plans the aggregated variants alone and the loop holds the pools: its row stays
@@ -115,13 +117,20 @@ class OracleController(ScheduledController):
         scales_roles: whether the schedule holds the pools' variants too (``oracle_controller``'s
             ``roles``, opt-in: ``oracle:roles=1``); then the loop applies them to each pool, clamped to
             their bounds as the aggregated variants are (``own_guard``); else the loop holds the pools.
+        route: with ``scales_roles``, variant -> requests/s one replica serves in the plan, per step of
+            ``route_dt_s`` seconds (shape (steps,); the last step's past the end): the capacities the plan
+            split the demand by, handed to the router each tick (``Decision.route_weights``) for a
+            service with pools; None: none handed (the router keeps its own weights).
     """
 
     def __init__(self, schedule: list[tuple[float, dict[str, dict[str, int]]]],
                  initial: dict[str, dict[str, int]], tick_s: float, window_s: float, plan_cost: float,
-                 solve_ms: float, name: str = "oracle", plan: Plan | None = None, scales_roles: bool = False) -> None:
+                 solve_ms: float, name: str = "oracle", plan: Plan | None = None, scales_roles: bool = False,
+                 route: dict[str, np.ndarray] | None = None, route_dt_s: float = 1.0) -> None:
         super().__init__(schedule, tick_s, window_s, name)
         self.scales_roles = scales_roles
+        self.route = route
+        self.route_dt_s = route_dt_s
         self.replicas = initial
         self.plan_cost = plan_cost
         self.solve_ms = solve_ms
@@ -129,12 +138,15 @@ class OracleController(ScheduledController):
 
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """The schedule's replicas for ``est.time_s``; the reason and terms say when the plan stopped
-        at the solver's limit."""
+        at the solver's limit; with ``route`` and pools, the plan's capacities at that step for the router."""
         d = super().decide(est, svc)
+        route: dict[str, float] = {}
+        if self.route is not None and svc.roles is not None:
+            route = {v: float(c[min(int(est.time_s // self.route_dt_s), len(c) - 1)]) for v, c in self.route.items()}
         if self.plan is None:
-            return Decision(d.desired, f"{self.name}: offline plan", Reason.FIXED)
+            return Decision(d.desired, f"{self.name}: offline plan", Reason.FIXED, route_weights=route)
         return Decision(d.desired, f"{self.name}: offline plan{limit_note(self.plan)}", Reason.FIXED,
-                        terms=limit_terms(self.plan))
+                        terms=limit_terms(self.plan), route_weights=route)
 
 
 def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weights: dict[str, float],
@@ -214,5 +226,7 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
     if schedule[0][0] != 0:
         schedule.insert(0, (0.0, {svc.name: dict(initial)}))
     start = {v.name: initial[v.name] for v in svc.variants}  # ``start_at`` sets the aggregated ones
+    pools = roles and svc.roles is not None
     return OracleController(schedule, {svc.name: start}, c.tick_s, c.window_s, plan.cost, plan.solve_ms, name, plan,
-                            scales_roles=roles and svc.roles is not None)
+                            scales_roles=pools, route={v.name: per_step[v.name] for _, v in planned} if pools else None,
+                            route_dt_s=dt)
