@@ -49,8 +49,9 @@ without) and each ``decide`` reads its part:
   (opt-in) no aggregated replica goes while the last ``RISE_SPAN_S`` of arrival rates rise
   (``hold_downs_while_rising``); with ``gap=1`` (opt-in) none goes for a signal window after the rates
   come back from a gap longer than the window (a Prometheus back from an outage: ``hold_downs_after_gap``);
-  with ``settle_s`` > 0 (opt-in) no variant goes below the highest count the plan recommended for it
-  over the last ``settle_s`` (``settle_downs``: the HPA's scale-down stabilisation window);
+  with ``settle_s`` > 0 (opt-in), where the plan's total falls, no variant goes below the highest count
+  the plan recommended for it over the last ``settle_s`` (``settle_downs``: the HPA's scale-down
+  stabilisation window), the total never above today's;
 - a service that lost replicas it did not ask to remove (a crash, an eviction) is recovering for a
   cold start plus the guard's cool-down: meanwhile no plan removes a ready replica; nor a pool replica,
   ready or starting, while the service misses its SLO (``controllers.pid_rules.slo_missed``) and for
@@ -519,10 +520,16 @@ def hold_downs_while_rising(desired: Mapping[str, int], current: Mapping[str, in
 def settle_downs(desired: Mapping[str, int], current: Mapping[str, int],
                  recommendations: Iterable[tuple[float, Mapping[str, int]]], now_s: float,
                  settle_s: float) -> dict[str, int]:
-    """``settle_s``: Kubernetes HPA's scale-down stabilisation window, per variant. A variant the plan
-    would scale down keeps the highest count recommended for it within ``(now_s - settle_s, now_s]``
-    (this tick's ``desired`` included), but never more than ``current``; a scale-up, or a variant held,
-    is left as it is. This is ``stabilizeRecommendationWithBehaviors`` in kubernetes/kubernetes
+    """``settle_s``: Kubernetes HPA's scale-down stabilisation window, per variant, on a scale-down of
+    the service. Where the plan's total (``desired``) is below today's total (``current``, over the
+    variants of ``desired``), each variant the plan would scale down, in ``desired``'s order, keeps the
+    highest count recommended for it within ``(now_s - settle_s, now_s]`` (this tick's ``desired``
+    included), never more than its ``current``, and the variants together keep no more than the total's
+    fall (the rule never lifts the total above today's). A scale-up, and a plan whose total does not fall
+    (a swap between variants, or a rise), pass as they are: held per variant alone, a swap's fall would
+    wait while its rise went through, a scale-up now and a scale-down a window later.
+
+    The per-variant rule is ``stabilizeRecommendationWithBehaviors`` in kubernetes/kubernetes
     ``pkg/controller/podautoscaler/horizontal.go`` (Kubernetes 1.34; ``controllers.baselines.hpa``) with
     a 0-s scale-up window: the count is brought into ``[desired, max(recommendations in the window)]``.
     The recommendations are the plan's own (before this rule), as the HPA records its proposals. Unlike
@@ -541,13 +548,17 @@ def settle_downs(desired: Mapping[str, int], current: Mapping[str, int],
     """
     if not settle_s > 0:
         raise ValueError(f"settle_downs: settle_s must be > 0, got {settle_s}")
-    recent = [r for t, r in recommendations if t > now_s - settle_s]
     out = dict(desired)
+    room = sum(current.get(n, 0) for n in desired) - sum(desired.values())  # the total's fall
+    if room <= 0:
+        return out
+    recent = [r for t, r in recommendations if t > now_s - settle_s]
     for name, n in desired.items():
         cur = current.get(name, 0)
-        if n < cur:
-            high = max([n, *(r.get(name, 0) for r in recent)])
-            out[name] = min(cur, high)
+        if n < cur and room > 0:
+            back = min(min(cur, max([n, *(r.get(name, 0) for r in recent)])) - n, room)
+            out[name] = n + back
+            room -= back
     return out
 
 
@@ -1457,9 +1468,10 @@ class MPCController(Controller):
             tick's basis"). It acts only where the joint problem is decomposed (above
             ``JOINT_UP_TO`` service-steps); a smaller one is solved whole, as with 0, and leaves no
             basis (the next decomposed tick's coordinator starts cold).
-        settle_s: > 0 holds each variant's scale-down at the highest count the plan recommended for it
-            within the last ``settle_s`` seconds, never above today's (``settle_downs``: the HPA's
-            scale-down stabilisation window, whose default is 300 s); a scale-up is not delayed. 0
+        settle_s: > 0 holds each variant's scale-down, where the plan's total falls, at the highest count
+            the plan recommended for it within the last ``settle_s`` seconds, never above today's count nor
+            the total above today's (``settle_downs``: the HPA's scale-down stabilisation window, whose
+            default is 300 s); a scale-up, or a swap between variants, is not delayed. 0
             (default): off (opt-in, issue 28; docs/controllers.md, "Scale-down stabilisation").
         name: the spec it was built from.
 

@@ -1,7 +1,8 @@
 """``mpc:settle_s=S`` (``controllers.mpc.settle_downs``): Kubernetes HPA's scale-down stabilisation
 window (``stabilizeRecommendationWithBehaviors`` in kubernetes/kubernetes
 ``pkg/controller/podautoscaler/horizontal.go``, Kubernetes 1.34, with a 0-s scale-up window): a variant's
-count is brought into ``[desired, max(recommendations in (now - S, now])]``, never above today's. Every
+count is brought into ``[desired, max(recommendations in (now - S, now])]``, never above today's; on a
+fall of the service's total only, and the variants together keeping no more than that fall. Every
 expected count below is worked by hand from that rule."""
 
 from __future__ import annotations
@@ -33,16 +34,28 @@ def test_a_down_keeps_the_highest_recommendation_of_the_window_capped_at_today()
     assert settle_downs({"h100": 4}, {"h100": 7}, [*late, (330.0, {"h100": 4})], 330.0, 300.0) == {"h100": 4}
 
 
-def test_ups_and_holds_pass_and_each_variant_is_settled_apart() -> None:
-    recs = [(0.0, {"h100": 3, "gh200": 2}), (15.0, {"h100": 1})]  # gh200 missing at 15 s: 0 there
-    desired = {"h100": 4, "gh200": 0, "a100": 1}
-    current = {"h100": 2, "gh200": 2, "a100": 1}
-    # h100 up (4 > 2) and a100 held (1 = 1) untouched; gh200's down held at the 2 recommended at 0 s
-    assert settle_downs(desired, current, recs, 15.0, 60.0) == {"h100": 4, "gh200": 2, "a100": 1}
-    # at 60 s the window is (0, 60]: 0 s is out, 15 s recommended no gh200, so the down goes through
+def test_a_swap_passes_and_a_fall_keeps_no_more_than_todays_total() -> None:
+    recs = [(0.0, {"h100": 2, "a100": 2, "gh200": 2})]
+    # a swap (h100 2 -> 3, a100 1 -> 0): the total stays 3, nothing is held though a100 had 2 within the window
+    assert settle_downs({"h100": 3, "a100": 0}, {"h100": 2, "a100": 1}, recs, 15.0, 60.0) == {"h100": 3, "a100": 0}
+    # a fall of 2 (6 -> 4) with a swap inside it: a100 (first of the variants going down, in desired's
+    # order) keeps the 2 of the window, which uses up the fall, so gh200's down passes: 3 + 2 + 1 = 6,
+    # today's total, where holding each variant apart would give 3 + 2 + 2 = 7
+    desired, current = {"h100": 3, "a100": 0, "gh200": 1}, {"h100": 2, "a100": 2, "gh200": 2}
+    assert settle_downs(desired, current, recs, 15.0, 60.0) == {"h100": 3, "a100": 2, "gh200": 1}
+    # a fall of 1 (4 -> 3) with a swap of 2 inside: a100 keeps 1 of the window's 2, the fall, not both
+    assert settle_downs({"h100": 3, "a100": 0}, {"h100": 2, "a100": 2}, recs, 15.0, 60.0) == {"h100": 3, "a100": 1}
+    # at 60 s the window is (0, 60]: the recommendation at 0 s is out, the plan's counts pass
     assert settle_downs(desired, current, recs, 60.0, 60.0) == desired
     with pytest.raises(ValueError, match="settle_s must be > 0"):
         settle_downs(desired, current, recs, 15.0, 0.0)
+
+
+def test_a_variant_missing_from_a_recommendation_counts_zero_there() -> None:
+    recs = [(0.0, {"h100": 3, "gh200": 2}), (15.0, {"h100": 1})]
+    desired, current = {"h100": 1, "gh200": 0}, {"h100": 1, "gh200": 2}
+    assert settle_downs(desired, current, recs, 15.0, 60.0) == {"h100": 1, "gh200": 2}  # 0 s's 2 in the window
+    assert settle_downs(desired, current, recs, 60.0, 60.0) == desired  # only 15 s's, without gh200: 0
 
 
 def estimate(t: float, rate: float) -> ServiceEstimate:
