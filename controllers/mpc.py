@@ -49,6 +49,9 @@ without) and each ``decide`` reads its part:
   (opt-in) no aggregated replica goes while the last ``RISE_SPAN_S`` of arrival rates rise
   (``hold_downs_while_rising``); with ``gap=1`` (opt-in) none goes for a signal window after the rates
   come back from a gap longer than the window (a Prometheus back from an outage: ``hold_downs_after_gap``);
+  with ``settle_s`` > 0 (opt-in), where the plan's total falls, no variant goes below the highest count
+  the plan recommended for it over the last ``settle_s`` (``settle_downs``: the HPA's scale-down
+  stabilisation window), the total never above today's;
 - a service that lost replicas it did not ask to remove (a crash, an eviction) is recovering for a
   cold start plus the guard's cool-down: meanwhile no plan removes a ready replica; nor a pool replica,
   ready or starting, while the service misses its SLO (``controllers.pid_rules.slo_missed``) and for
@@ -514,6 +517,51 @@ def hold_downs_while_rising(desired: Mapping[str, int], current: Mapping[str, in
     return out
 
 
+def settle_downs(desired: Mapping[str, int], current: Mapping[str, int],
+                 recommendations: Iterable[tuple[float, Mapping[str, int]]], now_s: float,
+                 settle_s: float) -> dict[str, int]:
+    """``settle_s``: Kubernetes HPA's scale-down stabilisation window, per variant, on a scale-down of
+    the service. Where the plan's total (``desired``) is below today's total (``current``, over the
+    variants of ``desired``), each variant the plan would scale down, in ``desired``'s order, keeps the
+    highest count recommended for it within ``(now_s - settle_s, now_s]`` (this tick's ``desired``
+    included), never more than its ``current``, and the variants together keep no more than the total's
+    fall (the rule never lifts the total above today's). A scale-up, and a plan whose total does not fall
+    (a swap between variants, or a rise), pass as they are: held per variant alone, a swap's fall would
+    wait while its rise went through, a scale-up now and a scale-down a window later.
+
+    The per-variant rule is ``stabilizeRecommendationWithBehaviors`` in kubernetes/kubernetes
+    ``pkg/controller/podautoscaler/horizontal.go`` (Kubernetes 1.34; ``controllers.baselines.hpa``) with
+    a 0-s scale-up window: the count is brought into ``[desired, max(recommendations in the window)]``.
+    The recommendations are the plan's own (before this rule), as the HPA records its proposals. Unlike
+    the HPA, no first recommendation is recorded at the start (the MPC's ``hold_s`` already removes
+    nothing before it has seen a hold of rates).
+
+    Args:
+        desired, current: variant -> replicas the plan asks for now, and today's (ready + starting).
+        recommendations: (time s, variant -> replicas the plan asked for then); a variant missing from
+            one counts 0 there. Those at or before ``now_s - settle_s`` are ignored.
+        now_s: this tick, seconds on the loop's clock.
+        settle_s: the window, seconds (> 0).
+
+    Raises:
+        ValueError: ``settle_s`` not > 0.
+    """
+    if not settle_s > 0:
+        raise ValueError(f"settle_downs: settle_s must be > 0, got {settle_s}")
+    out = dict(desired)
+    room = sum(current.get(n, 0) for n in desired) - sum(desired.values())  # the total's fall
+    if room <= 0:
+        return out
+    recent = [r for t, r in recommendations if t > now_s - settle_s]
+    for name, n in desired.items():
+        cur = current.get(name, 0)
+        if n < cur and room > 0:
+            back = min(min(cur, max([n, *(r.get(name, 0) for r in recent)])) - n, room)
+            out[name] = n + back
+            room -= back
+    return out
+
+
 def resumed_after_gap(last_s: float | None, now_s: float, window_s: float, resumed_s: float | None) -> float | None:
     """``gap=1``: when the arrival rates came back after the last gap longer than the signal window
     (seconds on the loop's clock), updated with the rate read at ``now_s``: ``now_s`` where the last
@@ -682,6 +730,7 @@ class _ServiceMemory:
     pool_ready: tuple[tuple[tuple[str, int], ...], float] | None = None  # (pool variants' ready counts, since when)
     missed_s: float = -math.inf  # the last tick the service missed its SLO (``slo_missed``)
     drained_s: float = -math.inf  # the last tick the service was ``draining`` (``drain_excess``)
+    recommended: deque[tuple[float, dict[str, int]]] = field(default_factory=deque)  # settle_s: (time, plan's)
 
 
 @dataclass(frozen=True)
@@ -1419,10 +1468,16 @@ class MPCController(Controller):
             tick's basis"). It acts only where the joint problem is decomposed (above
             ``JOINT_UP_TO`` service-steps); a smaller one is solved whole, as with 0, and leaves no
             basis (the next decomposed tick's coordinator starts cold).
+        settle_s: > 0 holds each variant's scale-down, where the plan's total falls, at the highest count
+            the plan recommended for it within the last ``settle_s`` seconds, never above today's count nor
+            the total above today's (``settle_downs``: the HPA's scale-down stabilisation window, whose
+            default is 300 s); a scale-up, or a swap between variants, is not delayed. 0
+            (default): off (opt-in, issue 28; docs/controllers.md, "Scale-down stabilisation").
         name: the spec it was built from.
 
     Raises:
-        ValueError: an argument out of range, an unknown ``forecast``, ``hedge`` or ``hold``, or ``perfect`` without
+        ValueError: an argument out of range (``settle_s`` negative included), an unknown ``forecast``,
+            ``hedge`` or ``hold``, or ``perfect`` without
             ``future_rps``, a negative ``node_limit``, ``int_blocks`` or ``joint_blocks``, ``int_up`` other
             than 0 or 1, or 1 without ``int_blocks``, ``warm`` or ``joint_warm`` other than 0 or 1, ``unserved=1``
             with ``shed=1`` or ``miss_weight`` >= ``UNSERVED_WEIGHT``.
@@ -1446,11 +1501,12 @@ class MPCController(Controller):
                  backlog: int = 0, marginal: int = 0,
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
                  floor: int = 0, rise: int = 0, overdue: int = 0, gap: int = 0, pending: int = 0,
-                 unserved: int = 0, drain: int = 0, arrivals: int = 0, name: str = "mpc") -> None:
+                 unserved: int = 0, drain: int = 0, arrivals: int = 0, settle_s: float = 0.0,
+                 name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
-                or (hold_s is not None and not 0 <= hold_s < math.inf)):
-            raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0 and hold_s >= 0, "
-                             f"got {horizon}, {quantile}, {miss_weight}, {hold_s}")
+                or (hold_s is not None and not 0 <= hold_s < math.inf) or not 0 <= settle_s < math.inf):
+            raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0, hold_s >= 0 and "
+                             f"settle_s >= 0, got {horizon}, {quantile}, {miss_weight}, {hold_s}, {settle_s}")
         if node_limit is not None and node_limit < 0:
             raise ValueError(f"{name}: node_limit must be >= 0, got {node_limit}")
         if not 0 < time_limit < math.inf:
@@ -1555,6 +1611,7 @@ class MPCController(Controller):
         self.unserved = bool(unserved)
         self.drain = bool(drain)
         self.arrivals = bool(arrivals)
+        self.settle_s = settle_s
         self.shed = bool(shed)
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
@@ -2230,6 +2287,13 @@ class MPCController(Controller):
             aggregated = {v.name for v in svc.variants}
             desired.update(hold_downs_while_rising({n: k for n, k in desired.items() if n in aggregated}, current,
                                                    mem.rates, RISE_SPAN_S, self.window_s))
+        settled = False
+        if self.settle_s > 0:  # HPA's scale-down stabilisation over the plan's own recommendations
+            mem.recommended.append((est.time_s, dict(desired)))
+            while mem.recommended and mem.recommended[0][0] <= est.time_s - self.settle_s:
+                mem.recommended.popleft()
+            kept = settle_downs(desired, current, mem.recommended, est.time_s, self.settle_s)
+            settled, desired = kept != desired, kept
         gap_held = False
         if self.gap:  # pools too: a window of partial rates misreads every pool's demand as well
             kept = hold_downs_after_gap(desired, current, mem.resumed_s, est.time_s, self.window_s)
@@ -2276,6 +2340,7 @@ class MPCController(Controller):
                + ("; no scale-down while the queue is unknown" if queue_unknown else "")
                + (f"; no scale-down within {self.window_s:g} s of the rates' return after a gap" if gap_held
                   else "")
+               + (f"; scale-down held at the plan's highest of the last {self.settle_s:g} s" if settled else "")
                + (f"; sheds {shed[0]:.1f} req/s now, up to {shed.max():.1f}"
                   if inputs.priorities is not None and shed is not None and shed.max() > 0 else "")
                + (f"; prefill/decode pools serve {pools[0]:.1f} req/s now" if pools is not None else "")
