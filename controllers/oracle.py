@@ -115,13 +115,23 @@ class OracleController(ScheduledController):
         scales_roles: whether the schedule holds the pools' variants too (``oracle_controller``'s
             ``roles``, opt-in: ``oracle:roles=1``); then the loop applies them to each pool, clamped to
             their bounds as the aggregated variants are (``own_guard``); else the loop holds the pools.
+        route: service -> variant -> the plan's capacity of one replica per step, requests/s, shape
+            (steps,), steps of ``route_dt_s`` seconds from t = 0 (past the last step, the last): each
+            decision's ``route_weights`` are the step's holding its time, so a simulated P/D router
+            splits the demand between the aggregated replicas and the pools as the plan did
+            (``FleetSimulator.follow_plan``; the MPC's ``route_weights``). None (the default): no route
+            weights, the router keeps its own (``oracle:route=1`` opts in).
+        route_dt_s: seconds per step of ``route`` (> 0 when ``route`` is given).
     """
 
     def __init__(self, schedule: list[tuple[float, dict[str, dict[str, int]]]],
                  initial: dict[str, dict[str, int]], tick_s: float, window_s: float, plan_cost: float,
-                 solve_ms: float, name: str = "oracle", plan: Plan | None = None, scales_roles: bool = False) -> None:
+                 solve_ms: float, name: str = "oracle", plan: Plan | None = None, scales_roles: bool = False,
+                 route: dict[str, dict[str, np.ndarray]] | None = None, route_dt_s: float = 0.0) -> None:
         super().__init__(schedule, tick_s, window_s, name)
         self.scales_roles = scales_roles
+        self.route = route
+        self.route_dt_s = route_dt_s
         self.replicas = initial
         self.plan_cost = plan_cost
         self.solve_ms = solve_ms
@@ -131,16 +141,27 @@ class OracleController(ScheduledController):
         """The schedule's replicas for ``est.time_s``; the reason and terms say when the plan stopped
         at the solver's limit."""
         d = super().decide(est, svc)
+        route = self.route_weights(svc.name, est.time_s)
         if self.plan is None:
-            return Decision(d.desired, f"{self.name}: offline plan", Reason.FIXED)
+            return Decision(d.desired, f"{self.name}: offline plan", Reason.FIXED, route_weights=route)
         return Decision(d.desired, f"{self.name}: offline plan{limit_note(self.plan)}", Reason.FIXED,
-                        terms=limit_terms(self.plan))
+                        terms=limit_terms(self.plan), route_weights=route)
+
+    def route_weights(self, service: str, time_s: float) -> dict[str, float]:
+        """variant -> one replica's capacity in the plan's step holding ``time_s`` (s >= 0), requests/s
+        (``route``); empty without ``route`` or for a service it does not hold."""
+        caps = None if self.route is None else self.route.get(service)
+        if not caps:
+            return {}
+        steps = min(len(c) for c in caps.values())
+        k = min(max(0, math.floor(time_s / self.route_dt_s)), steps - 1)
+        return {v: float(c[k]) for v, c in caps.items()}
 
 
 def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weights: dict[str, float],
                       initial: dict[str, int], miss_weight: float = 10.0, node_limit: int = OFFLINE_NODE_LIMIT,
                       name: str = "oracle", pool: int = 1, mix: RequestMix | None = None,
-                      roles: bool = False, pd_util: float = DEFAULT_PD_UTIL) -> OracleController:
+                      roles: bool = False, pd_util: float = DEFAULT_PD_UTIL, route: bool = False) -> OracleController:
     """Solve the offline plan for ``svc`` on ``workload`` (module docstring) and wrap it as a controller.
 
     Args:
@@ -159,6 +180,10 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
             ``controllers.bound``'s candidates, whose capacity scale applies to the aggregated variants only).
         pd_util: the share of a pool replica's modelled capacity the plan counts on, in (0, 1] (the MPC's
             ``pd_util``, its default 1; ``oracle:pd_util=0.6`` plans the pools with the MPC's tuned headroom).
+        route: with ``roles`` on a service with pools, each decision carries the plan's capacities of the
+            step as ``route_weights`` (``OracleController``'s ``route``; opt-in, ``oracle:roles=1:route=1``):
+            without them the simulated P/D router weighs an aggregated replica and a decode replica by
+            their aggregated rates (``FleetSimulator.pd_weights``), not by the plan's split.
 
     Raises:
         ValueError: no variant can serve within the SLO, or a bad argument.
@@ -214,5 +239,7 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
     if schedule[0][0] != 0:
         schedule.insert(0, (0.0, {svc.name: dict(initial)}))
     start = {v.name: initial[v.name] for v in svc.variants}  # ``start_at`` sets the aggregated ones
+    pools = roles and svc.roles is not None
+    routed = {svc.name: {name: per_step[name] for name in (v.name for _, v in planned)}} if pools and route else None
     return OracleController(schedule, {svc.name: start}, c.tick_s, c.window_s, plan.cost, plan.solve_ms, name, plan,
-                            scales_roles=roles and svc.roles is not None)
+                            scales_roles=pools, route=routed, route_dt_s=dt)
