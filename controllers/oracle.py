@@ -161,7 +161,8 @@ class OracleController(ScheduledController):
 def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weights: dict[str, float],
                       initial: dict[str, int], miss_weight: float = 10.0, node_limit: int = OFFLINE_NODE_LIMIT,
                       name: str = "oracle", pool: int = 1, mix: RequestMix | None = None,
-                      roles: bool = False, pd_util: float = DEFAULT_PD_UTIL, route: bool = False) -> OracleController:
+                      roles: bool = False, pd_util: float = DEFAULT_PD_UTIL, route: bool = False,
+                      peak_s: float = PEAK_WINDOW_S) -> OracleController:
     """Solve the offline plan for ``svc`` on ``workload`` (module docstring) and wrap it as a controller.
 
     Args:
@@ -184,6 +185,10 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
             step as ``route_weights`` (``OracleController``'s ``route``; opt-in, ``oracle:roles=1:route=1``):
             without them the simulated P/D router weighs an aggregated replica and a decode replica by
             their aggregated rates (``FleetSimulator.pd_weights``), not by the plan's split.
+        peak_s: the window of ``true_demand``, seconds (> 0; default ``PEAK_WINDOW_S``, 60): each block's
+            demand is the most arrivals in any window this long overlapping it, over its length, so a
+            shorter window plans for the trace's shorter bursts (opt-in, ``oracle:peak_s=20``; issue 34:
+            a prefill pool sized at its modelled capacity has little slack for a burst within a minute).
 
     Raises:
         ValueError: no variant can serve within the SLO, or a bad argument.
@@ -199,7 +204,9 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
     dt = c.tick_s * max(1, math.ceil(duration / c.tick_s / MAX_STEPS))
     steps = math.ceil(duration / dt)
     block_steps = max(1, round(BLOCK_S / dt))
-    demand = true_demand(svc, workload, dt, steps, block_steps)
+    if not peak_s > 0:
+        raise ValueError(f"{name}: peak_s must be > 0, got {peak_s}")
+    demand = true_demand(svc, workload, dt, steps, block_steps, window_s=peak_s)
     off = pool_off_note(cfg, pool)
     if off is not None:  # planned once per service: said once per service
         log.warning("%s: %s: %s", name, svc.name, off)

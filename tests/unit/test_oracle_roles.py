@@ -168,3 +168,26 @@ def test_route_weights_are_the_plans_step_holding_the_time() -> None:
     assert oracle.route_weights("other", 0.0) == {}
     plain = OracleController([(0.0, {"svc": {"a": 1}})], {"svc": {"a": 1}}, 15.0, 300.0, 0.0, 0.0)
     assert plain.route_weights("svc", 0.0) == {}
+
+
+def test_peak_s_sizes_the_plan_for_bursts_shorter_than_a_minute() -> None:
+    # Half an hour of bursts: 600 requests (4096 / 32 tokens) evenly over the first 10 s of each minute,
+    # none in the other 50 s. Any 60-s window holds 600 of them (10 req/s), any 10-s window at most 600 (60
+    # req/s). An aggregated H100 replica serves 5.29 req/s of this mix (the capacity model, as above), so
+    # by hand the plan holds ceil(10 / 5.29) = 2 replicas by default and ceil(60 / 5.29) = 12 with
+    # ``peak_s=10``, from the first cold start (300 s) to the last 5 minutes.
+    cfg = fleet(aggregated=True)
+    svc = cfg.services[0]
+    wl = Workload([Request(arrival_s=60.0 * m + i / 60.0, input_tokens=4096, output_tokens=32)
+                   for m in range(30) for i in range(600)], source="test")
+    mix = workload_mix(svc, wl)
+    assert mix is not None
+    assert variant_weights(svc, cfg.planning_engine(), mix)["h100"] == pytest.approx(5.29, rel=2e-3)
+    for spec, want in (("oracle", 2), ("oracle:peak_s=10", 12)):
+        oracle = build(spec, cfg, None, wl)
+        assert isinstance(oracle, OracleController)
+        held = [r[svc.name]["h100"] for t, r in oracle.schedule if COLD_S <= t < 1800.0 - COLD_S]
+        at_cold = [r[svc.name]["h100"] for t, r in oracle.schedule if t <= COLD_S][-1]
+        assert {at_cold, *held} == {want}, (spec, oracle.schedule)
+    with pytest.raises(ValueError, match="peak_s"):
+        build("oracle:peak_s=0", cfg, None, wl)
