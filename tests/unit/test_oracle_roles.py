@@ -147,13 +147,17 @@ def test_with_route_the_router_splits_the_demand_as_the_oracles_plan() -> None:
                                                                           "h100-decode": 1}]
         run = run_simulation(cfg, wl, oracle)
         late = [sr for sr in run.sim.final if sr.req.arrival_s >= 300.0]
-        served[spec] = sum(sr.replica.variant == "h100" for sr in late) / 600.0  # req/s, 300 s to 900 s
-    weights = build("oracle:roles=1:route=1", cfg, None, wl).route_weights(svc.name, 400.0)
+        served[spec] = sum(sr.replica is not None and sr.replica.variant == "h100" for sr in late) / 600.0  # req/s
+    routed = build("oracle:roles=1:route=1", cfg, None, wl)
+    assert isinstance(routed, OracleController)
+    weights = routed.route_weights(svc.name, 400.0)
     assert weights == pytest.approx({"h100": 5.29, "h100-prefill": 7.56, "h100-decode": 78.1}, rel=2e-3)
     planned = 3 * weights["h100"]
     assert served["oracle:roles=1:route=1"] <= planned
     assert served["oracle:roles=1"] > planned  # the default, unchanged: past the plan
-    assert build("oracle:roles=1", cfg, None, wl).route_weights(svc.name, 400.0) == {}
+    plain = build("oracle:roles=1", cfg, None, wl)
+    assert isinstance(plain, OracleController)
+    assert plain.route_weights(svc.name, 400.0) == {}
 
 
 def test_route_weights_are_the_plans_step_holding_the_time() -> None:
