@@ -22,9 +22,7 @@ capacity ``controllers.roles.pool_capacities`` for the trace's mix times ``pd_ut
 knob, default 1; the MPC's runtime ``pool_scale`` has no offline counterpart: it is read off what the
 pools complete), the pools starting at their ``start_replicas`` (the fleet file's ``initial_replicas``,
 as the simulator starts them) and the service's ``roles.ratio`` a constraint of the plan
-(``controllers.mpc.pd_ratio``). As the MPC does, it hands the simulator's router the capacities its plan split the
-demand by (``Decision.route_weights``, ``FleetSimulator.follow_plan``), so the demand is shared between the
-aggregated replicas and the pools as planned. So on a fleet with both, the oracle's schedule is the hindsight answer,
+(``controllers.mpc.pd_ratio``). So on a fleet with both, the oracle's schedule is the hindsight answer,
 on the capacity models, to whether disaggregation pays there (the simulated pools may serve less than
 modelled: docs/benchmarks.md, "Issue 34: the MPC with roles at the oracle's attainment" (d)). By default
 (``roles`` False) the oracle plans the aggregated variants alone and the loop holds the pools: its row stays
@@ -117,16 +115,19 @@ class OracleController(ScheduledController):
         scales_roles: whether the schedule holds the pools' variants too (``oracle_controller``'s
             ``roles``, opt-in: ``oracle:roles=1``); then the loop applies them to each pool, clamped to
             their bounds as the aggregated variants are (``own_guard``); else the loop holds the pools.
-        route: with ``scales_roles``, variant -> requests/s one replica serves in the plan, per step of
-            ``route_dt_s`` seconds (shape (steps,); the last step's past the end): the capacities the plan
-            split the demand by, handed to the router each tick (``Decision.route_weights``) for a
-            service with pools; None: none handed (the router keeps its own weights).
+        route: service -> variant -> the plan's capacity of one replica per step, requests/s, shape
+            (steps,), steps of ``route_dt_s`` seconds from t = 0 (past the last step, the last): each
+            decision's ``route_weights`` are the step's holding its time, so a simulated P/D router
+            splits the demand between the aggregated replicas and the pools as the plan did
+            (``FleetSimulator.follow_plan``; the MPC's ``route_weights``). None (the default): no route
+            weights, the router keeps its own (``oracle_controller`` gives it with ``roles`` unless ``route=0``).
+        route_dt_s: seconds per step of ``route`` (> 0 when ``route`` is given).
     """
 
     def __init__(self, schedule: list[tuple[float, dict[str, dict[str, int]]]],
                  initial: dict[str, dict[str, int]], tick_s: float, window_s: float, plan_cost: float,
                  solve_ms: float, name: str = "oracle", plan: Plan | None = None, scales_roles: bool = False,
-                 route: dict[str, np.ndarray] | None = None, route_dt_s: float = 1.0) -> None:
+                 route: dict[str, dict[str, np.ndarray]] | None = None, route_dt_s: float = 0.0) -> None:
         super().__init__(schedule, tick_s, window_s, name)
         self.scales_roles = scales_roles
         self.route = route
@@ -138,21 +139,30 @@ class OracleController(ScheduledController):
 
     def decide(self, est: ServiceEstimate, svc: Service) -> Decision:
         """The schedule's replicas for ``est.time_s``; the reason and terms say when the plan stopped
-        at the solver's limit; with ``route`` and pools, the plan's capacities at that step for the router."""
+        at the solver's limit."""
         d = super().decide(est, svc)
-        route: dict[str, float] = {}
-        if self.route is not None and svc.roles is not None:
-            route = {v: float(c[min(int(est.time_s // self.route_dt_s), len(c) - 1)]) for v, c in self.route.items()}
+        route = self.route_weights(svc.name, est.time_s)
         if self.plan is None:
             return Decision(d.desired, f"{self.name}: offline plan", Reason.FIXED, route_weights=route)
         return Decision(d.desired, f"{self.name}: offline plan{limit_note(self.plan)}", Reason.FIXED,
                         terms=limit_terms(self.plan), route_weights=route)
 
+    def route_weights(self, service: str, time_s: float) -> dict[str, float]:
+        """variant -> one replica's capacity in the plan's step holding ``time_s`` (s >= 0), requests/s
+        (``route``); empty without ``route`` or for a service it does not hold."""
+        caps = None if self.route is None else self.route.get(service)
+        if not caps:
+            return {}
+        steps = min(len(c) for c in caps.values())
+        k = min(max(0, math.floor(time_s / self.route_dt_s)), steps - 1)
+        return {v: float(c[k]) for v, c in caps.items()}
+
 
 def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weights: dict[str, float],
                       initial: dict[str, int], miss_weight: float = 10.0, node_limit: int = OFFLINE_NODE_LIMIT,
                       name: str = "oracle", pool: int = 1, mix: RequestMix | None = None,
-                      roles: bool = False, pd_util: float = DEFAULT_PD_UTIL) -> OracleController:
+                      roles: bool = False, pd_util: float = DEFAULT_PD_UTIL, route: bool = True,
+                      peak_s: float = PEAK_WINDOW_S) -> OracleController:
     """Solve the offline plan for ``svc`` on ``workload`` (module docstring) and wrap it as a controller.
 
     Args:
@@ -171,6 +181,15 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
             ``controllers.bound``'s candidates, whose capacity scale applies to the aggregated variants only).
         pd_util: the share of a pool replica's modelled capacity the plan counts on, in (0, 1] (the MPC's
             ``pd_util``, its default 1; ``oracle:pd_util=0.6`` plans the pools with the MPC's tuned headroom).
+        route: with ``roles`` on a service with pools, each decision carries the plan's capacities of the
+            step as ``route_weights`` (``OracleController``'s ``route``; on by default, as the MPC hands its
+            own; ``oracle:roles=1:route=0`` turns it off): without them the simulated P/D router weighs an
+            aggregated replica and a decode replica by their aggregated rates (``FleetSimulator.pd_weights``),
+            not by the plan's split.
+        peak_s: the window of ``true_demand``, seconds (> 0; default ``PEAK_WINDOW_S``, 60): each block's
+            demand is the most arrivals in any window this long overlapping it, over its length, so a
+            shorter window plans for the trace's shorter bursts (opt-in, ``oracle:peak_s=20``; issue 34:
+            a prefill pool sized at its modelled capacity has little slack for a burst within a minute).
 
     Raises:
         ValueError: no variant can serve within the SLO, or a bad argument.
@@ -186,7 +205,9 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
     dt = c.tick_s * max(1, math.ceil(duration / c.tick_s / MAX_STEPS))
     steps = math.ceil(duration / dt)
     block_steps = max(1, round(BLOCK_S / dt))
-    demand = true_demand(svc, workload, dt, steps, block_steps)
+    if not peak_s > 0:
+        raise ValueError(f"{name}: peak_s must be > 0, got {peak_s}")
+    demand = true_demand(svc, workload, dt, steps, block_steps, window_s=peak_s)
     off = pool_off_note(cfg, pool)
     if off is not None:  # planned once per service: said once per service
         log.warning("%s: %s: %s", name, svc.name, off)
@@ -227,6 +248,6 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
         schedule.insert(0, (0.0, {svc.name: dict(initial)}))
     start = {v.name: initial[v.name] for v in svc.variants}  # ``start_at`` sets the aggregated ones
     pools = roles and svc.roles is not None
+    routed = {svc.name: {name: per_step[name] for name in (v.name for _, v in planned)}} if pools and route else None
     return OracleController(schedule, {svc.name: start}, c.tick_s, c.window_s, plan.cost, plan.solve_ms, name, plan,
-                            scales_roles=pools, route={v.name: per_step[v.name] for _, v in planned} if pools else None,
-                            route_dt_s=dt)
+                            scales_roles=pools, route=routed, route_dt_s=dt)

@@ -295,7 +295,8 @@ def _oracle(kw: dict[str, Any], ctx: BuildContext) -> Controller:
     itl = ctx.cfg.controller.pid.setpoint * svc.slo["interactive"].itl_s
     initial = steady_start_fleet(svc, ctx.cfg.engine, wl, itl)
     mixes = _service_mixes(ctx)  # the pools' capacities, and ``pool`` > 1's pooled weights, are for its mix
-    kw = {**kw, "roles": bool(kw.get("roles", 0))}  # opt-in: ``oracle:roles=1`` plans the P/D pools
+    # opt-in: ``oracle:roles=1`` plans the P/D pools, and the router splits by its plan unless ``route=0``
+    kw = {**kw, "roles": bool(kw.get("roles", 0)), "route": bool(kw.get("route", 1))}
     return oracle_controller(ctx.cfg, svc, wl, _service_weights(ctx, mixes)[svc.name], initial, **kw,
                              name=ctx.spec, mix=mixes[svc.name])
 
@@ -350,7 +351,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
     "static-ilp": ({"peak_rps": POSITIVE}, _static_ilp),
     "oracle": ({"miss_weight": POSITIVE, "node_limit": Param(int, 0, closed=True),
                 "pool": Param(int, 1, closed=True, high=256), "pd_util": Param(float, 0.0, high=1.0),
-                "roles": Param(int, 0, closed=True, high=1)}, _oracle),
+                "roles": Param(int, 0, closed=True, high=1), "route": Param(int, 0, closed=True, high=1),
+                "peak_s": POSITIVE}, _oracle),
     "bound": ({"target": Param(float, 0.0, high=1.0), "simulations": Param(int, 1, closed=True, high=40),
                "miss_weight": POSITIVE, "node_limit": Param(int, 0, closed=True)}, _bound),
     "mpc": (_params(MPCController, "cfg", "weights", "mixes", "future_rps",
