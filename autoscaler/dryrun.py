@@ -76,7 +76,7 @@ class Shadow(Controller):
 
     def __init__(self, inner: Controller) -> None:
         super().__init__(inner.name, inner.tick_s, inner.window_s, inner.own_guard, inner.forecast_horizon_s,
-                         inner.forecast_model, inner.forecast_demand)
+                         inner.forecast_model, inner.forecast_demand, inner.forecast_smooth_s)
         self.scales_roles = inner.scales_roles  # the loop reads it to show the controller the pools
         self.inner = inner
         self._asked: dict[str, dict[str, int]] = {}

@@ -190,19 +190,23 @@ class Controller(ABC):
         forecast_horizon_s: how far ahead it reads the load forecast, seconds; None: it reads none.
         forecast_model: the forecast stage's request-rate model (module docstring).
         forecast_demand: what that model is fed, one of ``DEMANDS`` (module docstring).
+        forecast_smooth_s: with > 0, that model is fed the mean of the demand rates of the last this many
+            seconds (``autoscaler.loop.forecast.smoothed``); 0, the default: the rate itself.
 
     Raises:
         ValueError: ``tick_s``, ``window_s`` or ``forecast_horizon_s`` not a finite number > 0, or
-            ``forecast_demand`` not in ``DEMANDS``.
+            ``forecast_demand`` not in ``DEMANDS``, or ``forecast_smooth_s`` not a finite number >= 0.
     """
 
     scales_roles: bool = False
 
     def __init__(self, name: str, tick_s: float, window_s: float, own_guard: bool = False,
                  forecast_horizon_s: float | None = None, forecast_model: str = "auto",
-                 forecast_demand: str = "served") -> None:
+                 forecast_demand: str = "served", forecast_smooth_s: float = 0.0) -> None:
         if forecast_demand not in DEMANDS:
             raise ValueError(f"{name}: forecast_demand must be one of {', '.join(DEMANDS)}, got '{forecast_demand}'")
+        if not 0 <= forecast_smooth_s < math.inf:
+            raise ValueError(f"{name}: forecast_smooth_s must be a finite number >= 0, got {forecast_smooth_s}")
         for what, x in (("tick_s", tick_s), ("window_s", window_s), ("forecast_horizon_s", forecast_horizon_s)):
             if x is not None and not 0 < x < math.inf:
                 raise ValueError(f"{name}: {what} must be a finite number > 0, got {x}")
@@ -213,6 +217,7 @@ class Controller(ABC):
         self.forecast_horizon_s = forecast_horizon_s
         self.forecast_model = forecast_model
         self.forecast_demand = forecast_demand
+        self.forecast_smooth_s = float(forecast_smooth_s)
 
     def prepare(self, estimates: Mapping[str, ServiceEstimate]) -> None:
         """Called once per tick with every service's estimate (service name -> estimate) before any

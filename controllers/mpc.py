@@ -1440,6 +1440,10 @@ class MPCController(Controller):
             ``drain_memory_s`` after (without it, fast-ramp seed 0 removed one while the SLO was missed). 0
             (default): the completions (opt-in, issue 28; docs/controllers.md, "The forecast fed the
             arrivals").
+        smooth_s: with > 0, the forecast stage's request-rate model is fed the mean of the demand rates
+            of the last ``smooth_s`` seconds (``autoscaler.loop.forecast.smoothed``), not the signal
+            window's rate; the held rates and today's rate are unchanged. 0 (default): the rate itself
+            (opt-in, issue 28; docs/forecasting.md, "Azure code: a forecast that swings to 0").
         warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
             last plan moved on by the ticks since (``models.planning.PlanProblem.start``); 0
             (default) through scipy without a start: measured, the start did not shorten the solve
@@ -1502,7 +1506,7 @@ class MPCController(Controller):
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
                  floor: int = 0, rise: int = 0, overdue: int = 0, gap: int = 0, pending: int = 0,
                  unserved: int = 0, drain: int = 0, arrivals: int = 0, settle_s: float = 0.0,
-                 name: str = "mpc") -> None:
+                 smooth_s: float = 0.0, name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf) or not 0 <= settle_s < math.inf):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0, hold_s >= 0 and "
@@ -1554,7 +1558,7 @@ class MPCController(Controller):
                          forecast_horizon_s=(horizon * c.tick_s if forecast in STAGE_FORECASTS or mix == "forecast"
                                              else None),
                          forecast_model="arima" if forecast == "arima" else "auto",
-                         forecast_demand="arrivals" if arrivals else "served")
+                         forecast_demand="arrivals" if arrivals else "served", forecast_smooth_s=smooth_s)
         self.guard = c.guard
         self.weights = {s: dict(w) for s, w in weights.items()}
         self.horizon = horizon

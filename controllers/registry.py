@@ -40,6 +40,8 @@ at once (``controllers.mpc.pending_at_risk``, on ``VariantObservation.unschedula
 ``settle_s=S``, where the plan's total falls, holds each variant's scale-down at the highest count the
 plan recommended for it within the last S seconds, the total never above today's (a swap between variants
 passes; ``controllers.mpc.settle_downs``: the HPA's scale-down stabilisation window; off at 0);
+``smooth_s=S`` feeds the forecast stage the mean of the last S seconds' demand rates
+(``autoscaler.loop.forecast.smoothed``; off at 0);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
 ``forecast=arima`` on the forecast stage's path with its request rate from an ARIMA refitted every step;
 ``mpc:node_limit=N`` bounds each solve by branch-and-bound nodes as well as time, and ``time_limit=S`` sets that
@@ -376,7 +378,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     gap=Param(int, 0, closed=True, high=1), pending=Param(int, 0, closed=True, high=1),
                     unserved=Param(int, 0, closed=True, high=1),
                     drain=Param(int, 0, closed=True, high=1),
-                    arrivals=Param(int, 0, closed=True, high=1), settle_s=NON_NEGATIVE), _mpc),
+                    arrivals=Param(int, 0, closed=True, high=1), settle_s=NON_NEGATIVE,
+                    smooth_s=NON_NEGATIVE), _mpc),
 }
 NAMES = tuple(_SPECS)
 NEEDS: dict[str, dict[str, tuple[str, int | float | str]]] = {

@@ -8,7 +8,10 @@ completions), None when unknown (a failed query or no traffic is never read as z
 ``arrivals`` an unknown arrival rate is fed as unknown, never replaced by the completions), and adds
 to the estimate's signals, for ``horizon_s`` ahead: ``forecast_rate_rps`` (point), ``forecast_rate_lower_rps`` /
 ``forecast_rate_upper_rps`` (90% interval), ``forecast_input_tokens``, ``forecast_output_tokens``.
-All are None until the forecaster has data. ``ServiceEstimate.rate_forecast`` gets the request-rate
+All are None until the forecaster has data. With ``smooth_s`` > 0 (the controller's
+``forecast_smooth_s``, ``mpc:smooth_s=S``, opt-in) the request rate fed is the mean of the demand rates
+fed over the last ``smooth_s`` seconds (``smoothed``; docs/forecasting.md, "Azure code: a forecast
+that swings to 0"). ``ServiceEstimate.rate_forecast`` gets the request-rate
 path, reaching ``path_horizon_s`` (a planning controller's horizon) when that is longer.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import deque
 from dataclasses import replace
 
 from threadpoolctl import ThreadpoolController
@@ -76,12 +80,38 @@ def served_mix(sig: Signals, longest: float | None = None) -> tuple[float | None
             mean_out if mean_out is not None and 1.0 <= mean_out <= top else None)
 
 
+def smoothed(rates: deque[tuple[float, float | None]], time_s: float, rate_rps: float | None,
+             span_s: float) -> float | None:
+    """Record ``rate_rps`` (requests/s, None: unknown) at ``time_s`` (seconds) in ``rates`` and return the
+    mean of the known rates recorded in ``(time_s - span_s, time_s]``; None where none is known (an unknown
+    rate is left out, never read as 0). ``rates`` is pruned of older entries in place.
+
+    Fed one rate per tick, each over the signal window, this is a moving average over about
+    ``span_s`` plus one window: on a trace whose arrivals come in bursts minutes apart (Azure code x20:
+    no arrival in 19 % of its 60-s windows, docs/forecasting.md) a 60-s rate swings between 0 and the
+    burst, and a last-value forecast with it.
+
+    Raises:
+        ValueError: ``span_s`` not a finite number > 0, or ``time_s`` before the newest entry.
+    """
+    if not 0 < span_s < math.inf:
+        raise ValueError(f"smoothed: span_s must be a finite number > 0, got {span_s}")
+    if rates and time_s < rates[-1][0]:
+        raise ValueError(f"smoothed: time {time_s} is before the newest rate's, {rates[-1][0]}")
+    rates.append((time_s, rate_rps))
+    while rates[0][0] <= time_s - span_s:
+        rates.popleft()
+    known = [r for _, r in rates if r is not None and math.isfinite(r)]
+    return sum(known) / len(known) if known else None
+
+
 class ForecastStage:
     """One service's load forecaster; ``rate_model``: the request rate's model (``LoadForecaster``'s:
     ``auto`` or ``arima``, the controller's ``forecast_model``); ``demand``: what it is fed, ``served``
     (the completions) or ``arrivals`` (the controller's ``forecast_demand``; module docstring);
     ``longest``: the longest request the service accepts, tokens (its ``max_model_len``; None: no
-    bound), above which a mean length is unknown (``served_mix``).
+    bound), above which a mean length is unknown (``served_mix``); ``smooth_s``: with > 0, the request
+    rate fed is ``smoothed`` over that many seconds (0: the rate itself, the default).
 
     Completions are what the fleet served: while it is overloaded they stay at its capacity whatever
     arrives, and while a backlog drains they count the drain on top of the arrivals (issue 34's
@@ -89,13 +119,17 @@ class ForecastStage:
     drain as load and an overload as no rise. The arrivals read neither.
 
     Raises:
-        ValueError: an unknown ``rate_model`` or ``demand``.
+        ValueError: an unknown ``rate_model`` or ``demand``, or ``smooth_s`` not a finite number >= 0.
     """
 
     def __init__(self, cfg: ForecastConfig, path_horizon_s: float | None = None, rate_model: str = "auto",
-                 demand: str = "served", longest: float | None = None) -> None:
+                 demand: str = "served", longest: float | None = None, smooth_s: float = 0.0) -> None:
         if demand not in DEMANDS:
             raise ValueError(f"forecast stage: demand must be one of {', '.join(DEMANDS)}, got '{demand}'")
+        if not 0 <= smooth_s < math.inf:
+            raise ValueError(f"forecast stage: smooth_s must be a finite number >= 0, got {smooth_s}")
+        self.smooth_s = smooth_s
+        self._rates: deque[tuple[float, float | None]] = deque()
         self.demand = demand
         self.longest = longest
         self.cfg = cfg
@@ -120,6 +154,8 @@ class ForecastStage:
         partial = window_s is not None and est.history_s is not None and est.history_s < window_s
         with blas().limit(limits=1, user_api="blas"):
             if not partial:
+                if self.smooth_s > 0:
+                    rate = smoothed(self._rates, est.time_s, rate, self.smooth_s)
                 self.forecaster.update(est.time_s, rate, *served_mix(sig, self.longest))
             f, long = self.forecaster.forecast_pair(self.cfg.horizon_s, self.path_horizon_s)
             path = long.rate_rps

@@ -218,7 +218,8 @@ class ControlLoop:
         fc = cfg.controller.forecast
         wanted = fc.enabled or controller.forecast_horizon_s is not None
         self.forecasts = {s.name: ForecastStage(fc, controller.forecast_horizon_s, controller.forecast_model,
-                                                  controller.forecast_demand, s.max_model_len)
+                                                  controller.forecast_demand, s.max_model_len,
+                                                  controller.forecast_smooth_s)
                           for s in cfg.services} if wanted else {}
         router = fc.router or cfg.simulator.router
         self.warmth = {s.name: WarmthStage(fc, s, router) for s in cfg.services} if wanted else {}

@@ -1,0 +1,69 @@
+"""The forecast fed a smoothed rate (``mpc:smooth_s=S``, issue 28): ``autoscaler.loop.forecast.smoothed`` and
+the forecast stage's input. Every expected value is worked by hand in the comments."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+
+from autoscaler.adapters.simulator import SimActuator, SimMetricsSource
+from autoscaler.config import ForecastConfig
+from autoscaler.loop.forecast import ForecastStage, smoothed
+from autoscaler.loop.runner import ControlLoop
+from autoscaler.simulator.fleet import FleetSimulator
+from autoscaler.state import ServiceEstimate, Signals
+from autoscaler.workload.types import Workload
+from controllers.registry import build
+
+
+def test_smoothed_by_hand_leaves_unknown_rates_out() -> None:
+    rates: deque[tuple[float, float | None]] = deque()
+    got = [smoothed(rates, t, r, 60.0) for t, r in
+           ((15.0, 0.0), (30.0, 120.0), (45.0, None), (60.0, 60.0), (75.0, 0.0), (90.0, 240.0))]
+    # 15: [0] -> 0; 30: [0, 120] -> 60; 45: None left out (not a 0) -> 60; 60: [0, 120, 60] -> 60;
+    # 75: (15, 75] holds 120, None, 60, 0 -> 60; 90: (30, 90] holds None, 60, 0, 240 -> 100
+    assert got == pytest.approx([0.0, 60.0, 60.0, 60.0, 60.0, 100.0])
+    assert [t for t, _ in rates] == [45.0, 60.0, 75.0, 90.0]
+    only_unknown: deque[tuple[float, float | None]] = deque()
+    assert smoothed(only_unknown, 0.0, None, 60.0) is None  # nothing known: unknown, never 0
+    with pytest.raises(ValueError, match="span_s"):
+        smoothed(deque(), 0.0, 1.0, 0.0)
+    with pytest.raises(ValueError, match="before"):
+        smoothed(rates, 80.0, 1.0, 60.0)
+
+
+def _history(smooth_s: float) -> list[float]:
+    """The 60-s step values the stage's rate model is fed for an on/off rate: 200 req/s in the odd minutes,
+    0 in the even ones (Azure code x20's shape: bursts a minute or two long, minutes apart), a tick each 15 s
+    from 60 s to 525 s (step 8 open)."""
+    stage = ForecastStage(ForecastConfig(enabled=True, step_s=60, horizon_s=120), smooth_s=smooth_s)
+    for t in range(60, 540, 15):
+        rate = 200.0 if (t // 60) % 2 else 0.0
+        stage.apply(ServiceEstimate("svc", float(t), Signals(request_rate_rps=rate), {}, {}, False, 0.0, 0.0, 0))
+    return list(stage.forecaster.models["rate_rps"].history)
+
+
+def test_the_stage_feeds_the_smoothed_rate() -> None:
+    # as shipped: each step's mean of its four 15-s ticks, 200 and 0 in turn
+    assert _history(0.0) == pytest.approx([200.0, 0.0, 200.0, 0.0, 200.0, 0.0, 200.0])
+    # smooth_s=120: step 1 (60-105 s) sees only 200s: 200. Step 2: at 120 s the ticks in (0, 120] are four
+    # 200s and one 0: 800/5 = 160; at 135 s 800/6; 150 s 800/7; 165 s 800/8 = 100; their mean 126.905.
+    # From 180 s on (t - 120, t] holds 8 ticks, four of them in an odd minute: 800/8 = 100 on every tick.
+    step2 = (160.0 + 800.0 / 6 + 800.0 / 7 + 100.0) / 4
+    assert step2 == pytest.approx(126.905, abs=1e-3)
+    assert _history(120.0) == pytest.approx([200.0, step2, 100.0, 100.0, 100.0, 100.0, 100.0])
+    with pytest.raises(ValueError, match="smooth_s"):
+        ForecastStage(ForecastConfig(), smooth_s=-1.0)
+
+
+def test_the_option_reaches_the_loop_s_stage(make_fleet) -> None:
+    cfg = make_fleet(1)
+    assert build("mpc", cfg).forecast_smooth_s == 0.0
+    ctrl = build("mpc:smooth_s=300", cfg)
+    assert ctrl.forecast_smooth_s == 300.0
+    sim = FleetSimulator(cfg, Workload([]))
+    loop = ControlLoop(cfg, SimMetricsSource(sim, ctrl.window_s), SimActuator(sim), ctrl)
+    assert {s.smooth_s for s in loop.forecasts.values()} == {300.0}
+    with pytest.raises(ValueError, match="smooth_s"):
+        build("mpc:smooth_s=-5", cfg)
