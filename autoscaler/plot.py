@@ -131,7 +131,7 @@ def _controlled(ax: Axes, rows: list[dict[str, Any]], t: list[float], signal: st
     planned for against the arrivals (absent for controllers with neither)."""
     demand = [r.get("ctl_demand_rps") for r in rows]
     if any(d is not None for d in demand):
-        ax.plot(t, [r["arrival_rate_rps"] for r in rows], color="black", lw=0.8, label="arrivals")
+        ax.plot(t, [r["arrival_rate_rps"] for r in rows], color="black", lw=0.8, label="arrivals over each tick")
         ax.plot(t, _gaps(demand), color="tab:orange", lw=0.9,
                 label="demand planned for (forecast quantile, hold, queue)")
         ax.set_ylabel("demand (req/s)")
@@ -204,7 +204,7 @@ def timeline_figure(cfg: FleetConfig, service: str, title: str, rows: list[dict[
     t = [r["time_s"] / 60 for r in rows]
     fig, axes = plt.subplots(4, 1, figsize=(12, 10), sharex=True)
     axes[0].plot(t, arrivals(rows, arrivals_until_s), color="black", lw=1, label="arrivals")
-    axes[0].set_ylabel("arrivals (req/s)")
+    axes[0].set_ylabel("arrivals over each tick (req/s)")
     axes[0].set_title(title if results is None else f"{title}\n{summary_line(results)}", fontsize=11)
     _replicas(axes[1], svc, rows, t)
     _scale_decisions(axes[1], svc, rows, t)

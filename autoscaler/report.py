@@ -230,7 +230,14 @@ def summarize(run: SimulationRun) -> dict[str, Any]:
 
 
 def timeline_rows(run: SimulationRun) -> list[dict[str, Any]]:
-    """One row per (tick, service): demand, signals, replicas per variant, controller terms, reason."""
+    """One row per (tick, service): arrivals, signals, replicas per variant, controller terms, reason.
+
+    ``arrival_rate_rps`` is the workload's own arrivals over the tick, not the loop's arrival signal
+    (the gateway counter's rate over the controller's window): the requests arriving in
+    (previous tick, this tick] (the first tick: [0, tick]), each once (retries are not counted), over
+    that interval in seconds (after a skipped quiet stretch, the whole stretch), in req/s; 0.0 for a
+    service the workload does not target.
+    """
     arrivals = arrival_times(run.sim.workload)
     # Arrivals up to and including each tick: tick i counts (t_{i-1}, t_i], the first one [0, t_0].
     arrived = np.searchsorted(arrivals, [rec.time_s for rec in run.ticks], side="right")

@@ -21,7 +21,9 @@ def tick_row(time_s: float, service: str, st: ServiceTick, arrival_rate_rps: flo
     """One timeline row: time, service, arrival rate, signals, replicas per variant (and per pool variant
     where the estimate carries the pools: a controller that scales them), controller terms, the
     decision's kind (``loop.export.decision_kind``: the ``reason`` label of ``autoscaler_decisions_total``)
-    and the reason."""
+    and the reason. ``arrival_rate_rps`` (req/s) is written as given, not read from the estimate: a
+    simulation passes the workload's arrivals over the tick (``autoscaler.report.timeline_rows``), a
+    backtest the observed ``request_rate_rps``; neither is the loop's ``Signals.arrival_rate_rps``."""
     row: dict[str, Any] = {"time_s": time_s, "service": service, "arrival_rate_rps": arrival_rate_rps}
     for s in TIMELINE_SIGNALS:
         row[s] = st.estimate.signals.value(s)

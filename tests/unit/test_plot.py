@@ -80,7 +80,7 @@ def test_latencies_are_over_their_own_slo_with_one_slo_line(run: SimulationRun, 
 
 def test_labels_name_what_is_drawn_with_a_unit_and_one_word_for_the_per_token_latency(figure: Any) -> None:
     labels = [ax.get_ylabel() for ax in figure.axes] + [figure.axes[-1].get_xlabel()]
-    assert labels[:3] == ["arrivals (req/s)", "replicas", "latency / SLO (1 = SLO)"]
+    assert labels[:3] == ["arrivals over each tick (req/s)", "replicas", "latency / SLO (1 = SLO)"]
     assert labels[3].replace("\n", " ") == "mean latency / SLO, the worse of TTFT and ITL (1 = SLO)"
     assert labels[4] == "time (min)"
     legends = [t.get_text() for ax in figure.axes if ax.get_legend() for t in ax.get_legend().get_texts()]

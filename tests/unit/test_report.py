@@ -8,7 +8,7 @@ import pytest
 
 from autoscaler.config.loading import default_config, parse_config
 from autoscaler.plot import planned_ahead
-from autoscaler.report import summarize
+from autoscaler.report import summarize, timeline_rows
 from autoscaler.simulate import SimulationRun, run_simulation
 from autoscaler.simulator.engine import COMPLETED, FAILED, REJECTED
 from autoscaler.simulator.fleet import FleetSimulator
@@ -210,3 +210,23 @@ def test_planned_ahead_puts_each_plan_at_the_tick_it_was_for() -> None:
             for i, plan in enumerate(plans)]
     assert planned_ahead(rows, svc, 2) == ([30.0, 45.0], [4, 5])
     assert planned_ahead([{"time_s": 0.0}, {"time_s": 15.0}, {"time_s": 30.0}], svc, 2) == ([], [])
+
+
+def test_timeline_arrival_rate_is_the_workloads_arrivals_over_each_tick_not_the_loops_signal(make_fleet) -> None:
+    # timeline.csv's arrival_rate_rps (docs/simulator.md): the workload's requests arriving in
+    # (previous tick, this tick] over the tick's 15 s, by hand: 1, 2, 3 s -> 3/15 at 15 s; none in
+    # (15, 30]; 31..36 s and 45 s (an arrival on a tick counts in the tick it ends) -> 7/15 at 45 s;
+    # none in (45, 60] and (60, 75]; 80 s -> 1/15 at 90 s.
+    times = [1.0, 2.0, 3.0, 31.0, 32.0, 33.0, 34.0, 35.0, 36.0, 45.0, 80.0]
+    wl = Workload([Request(arrival_s=t, input_tokens=100, output_tokens=10) for t in times])
+    run = run_simulation(make_fleet(1, controller={"window_s": 60.0}), wl, "pid")
+    rows = timeline_rows(run)
+    assert [r["time_s"] for r in rows] == [15.0, 30.0, 45.0, 60.0, 75.0, 90.0]
+    assert [r["arrival_rate_rps"] for r in rows] == pytest.approx([3 / 15, 0.0, 7 / 15, 0.0, 0.0, 1 / 15])
+    # The loop's own arrival signal at 60 s is not the column: the gateway counter's rate() over the
+    # 60-s window (Prometheus 2.x promql/functions.go extrapolatedRate), by hand: samples at 15, 30, 45,
+    # 60 s read 3, 3, 10, 10 -> an increase of 7 over 45 s sampled, extrapolated 15 s to the window's
+    # start (within 1.1 sample intervals; the counter's zero lies 45 * 3/7 s before the first sample,
+    # farther) -> 7 * 60/45 over 60 s = 7/45 req/s, while the column reads 0.0.
+    signal = run.ticks[3].services["svc"].estimate.signals.arrival_rate_rps
+    assert signal == pytest.approx(7 / 45)
