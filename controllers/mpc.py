@@ -562,6 +562,18 @@ def settle_downs(desired: Mapping[str, int], current: Mapping[str, int],
     return out
 
 
+def _check_smooth(name: str, smooth_s: float, forecast: str, mix: str) -> None:
+    """``smooth_s`` > 0 smooths what the forecast stage is fed; refused where no stage runs (``forecast``
+    ``last`` or ``perfect`` without ``mix=forecast``), where it would do nothing.
+
+    Raises:
+        ValueError: ``smooth_s`` > 0 without a forecast stage.
+    """
+    if smooth_s > 0 and not (forecast in STAGE_FORECASTS or mix == "forecast"):
+        raise ValueError(f"{name}: smooth_s smooths what the forecast stage is fed, and forecast={forecast} "
+                         "runs none: drop smooth_s or use a forecast the stage makes")
+
+
 def resumed_after_gap(last_s: float | None, now_s: float, window_s: float, resumed_s: float | None) -> float | None:
     """``gap=1``: when the arrival rates came back after the last gap longer than the signal window
     (seconds on the loop's clock), updated with the rate read at ``now_s``: ``now_s`` where the last
@@ -1443,7 +1455,9 @@ class MPCController(Controller):
         smooth_s: with > 0, the forecast stage's request-rate model is fed the mean of the demand rates
             of the last ``smooth_s`` seconds (``autoscaler.loop.forecast.smoothed``), not the signal
             window's rate; the held rates and today's rate are unchanged. 0 (default): the rate itself
-            (opt-in, issue 28; docs/forecasting.md, "Azure code: a forecast that swings to 0").
+            (opt-in, issue 28; docs/forecasting.md, "Azure code: a forecast that swings to 0"); an unknown
+            rate is fed unknown. Refused where no forecast stage runs (``forecast`` ``last`` or ``perfect``
+            without ``mix=forecast``): it would do nothing.
         warm: 1 solves a service planned alone through highspy (when installed; else as 0) from its
             last plan moved on by the ticks since (``models.planning.PlanProblem.start``); 0
             (default) through scipy without a start: measured, the start did not shorten the solve
@@ -1551,6 +1565,7 @@ class MPCController(Controller):
             raise ValueError(f"{name}: mix must be one of {', '.join(MIXES)}, got '{mix}'")
         if forecast == "perfect" and future_rps is None:
             raise ValueError(f"{name}: forecast=perfect needs a trace (simulate, compare): it reads the true demand")
+        _check_smooth(name, smooth_s, forecast, mix)
         c = cfg.controller
         if floor:
             _check_floor(name, cfg, window_s)

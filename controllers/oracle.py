@@ -122,12 +122,17 @@ class OracleController(ScheduledController):
             (``FleetSimulator.follow_plan``; the MPC's ``route_weights``). None (the default): no route
             weights, the router keeps its own (``oracle_controller`` gives it with ``roles`` unless ``route=0``).
         route_dt_s: seconds per step of ``route`` (> 0 when ``route`` is given).
+
+    Raises:
+        ValueError: ``route`` given with ``route_dt_s`` not > 0.
     """
 
     def __init__(self, schedule: list[tuple[float, dict[str, dict[str, int]]]],
                  initial: dict[str, dict[str, int]], tick_s: float, window_s: float, plan_cost: float,
                  solve_ms: float, name: str = "oracle", plan: Plan | None = None, scales_roles: bool = False,
                  route: dict[str, dict[str, np.ndarray]] | None = None, route_dt_s: float = 0.0) -> None:
+        if route is not None and not route_dt_s > 0:
+            raise ValueError(f"{name}: route needs its steps' length, route_dt_s > 0, got {route_dt_s}")
         super().__init__(schedule, tick_s, window_s, name)
         self.scales_roles = scales_roles
         self.route = route

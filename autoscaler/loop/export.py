@@ -289,7 +289,8 @@ class LoopMetrics(Collector):
         failed = [st for st in ActuationStatus if st != ActuationStatus.APPLIED]
         drained = (UNCORDON,) if self.loop.drainer is not None else ()  # putting drained pods back in routing
         for svc in self.loop.cfg.services:
-            for target in (*(v.name for v in svc.variants), "admission", *drained):
+            pools = (v.name for _, v in svc.role_variants())  # a pool's variant's writes are counted too
+            for target in (*(v.name for v in svc.variants), *pools, "admission", *drained):
                 for status in failed:
                     act_errors.add_metric([svc.name, target, status.value], errors.get((svc.name, target, status), 0))
         return [shed, idle, decisions, failures, limits, act_errors]

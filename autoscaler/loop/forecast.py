@@ -154,8 +154,9 @@ class ForecastStage:
         partial = window_s is not None and est.history_s is not None and est.history_s < window_s
         with blas().limit(limits=1, user_api="blas"):
             if not partial:
-                if self.smooth_s > 0:
-                    rate = smoothed(self._rates, est.time_s, rate, self.smooth_s)
+                if self.smooth_s > 0:  # recorded; an unknown rate is fed unknown (a gap), not the recent mean
+                    mean = smoothed(self._rates, est.time_s, rate, self.smooth_s)
+                    rate = None if rate is None else mean
                 self.forecaster.update(est.time_s, rate, *served_mix(sig, self.longest))
             f, long = self.forecaster.forecast_pair(self.cfg.horizon_s, self.path_horizon_s)
             path = long.rate_rps

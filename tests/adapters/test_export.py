@@ -227,3 +227,25 @@ def test_pool_replicas_are_exported_per_role() -> None:
         assert s[("autoscaler_pool_current_replicas", key)] == obs.current
         assert s[("autoscaler_pool_desired_replicas", key)] == last.pool_applied.get(v, obs.current)
     assert not any(k[0] == "autoscaler_ready_replicas" for k in s)  # no aggregated variant
+
+
+def test_a_pool_variants_failed_writes_are_exported() -> None:
+    # examples/fleet-pd.yaml: one service with prefill and decode pools. Three conflicts counted for a
+    # prefill variant's writes (as ``ControlLoop._write`` counts them, by the variant's name) must reach
+    # /metrics under that target; every pool variant's series is there from the start, at 0.
+    from support.paths import ROOT
+
+    from autoscaler.config.loading import load_config
+    from autoscaler.loop.actuate import ActuationStatus
+
+    cfg = load_config(ROOT / "examples" / "fleet-pd.yaml")
+    svc = cfg.services[0]
+    pools = [v.name for _, v in svc.role_variants()]
+    assert len(pools) >= 2
+    loop = ControlLoop(cfg, None, None, build("pid", cfg))  # type: ignore[arg-type]  # exported, never ticked
+    loop.actuation_errors[(svc.name, pools[0], ActuationStatus.CONFLICT)] = 3
+    _, s = scrape(LoopMetrics(loop))
+    errors = {(dict(k[1])["target"], dict(k[1])["result"]): v for k, v in s.items()
+              if k[0] == "autoscaler_actuation_errors_total"}
+    assert errors[(pools[0], "conflict")] == 3
+    assert all(errors[(p, "conflict")] == 0 for p in pools[1:])

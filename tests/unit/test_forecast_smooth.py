@@ -3,6 +3,7 @@ the forecast stage's input. Every expected value is worked by hand in the commen
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import pytest
@@ -67,3 +68,29 @@ def test_the_option_reaches_the_loop_s_stage(make_fleet) -> None:
     assert {s.smooth_s for s in loop.forecasts.values()} == {300.0}
     with pytest.raises(ValueError, match="smooth_s"):
         build("mpc:smooth_s=-5", cfg)
+
+
+def test_an_unknown_rate_is_fed_unknown_with_smoothing_too() -> None:
+    # 100 req/s on the ticks 60-105 s, then unknown (a Prometheus outage) from 120 s. Without smoothing the
+    # second 60-s step is fed nothing known: NaN. With smooth_s=120 the known 100s are still in the window
+    # at 120-165 s, but an unknown rate stays unknown (a gap), never the recent mean: NaN too.
+    def history(smooth_s: float) -> list[float]:
+        stage = ForecastStage(ForecastConfig(enabled=True, step_s=60, horizon_s=120), smooth_s=smooth_s)
+        for t in range(60, 195, 15):
+            rate = 100.0 if t < 120 else None
+            stage.apply(ServiceEstimate("svc", float(t), Signals(request_rate_rps=rate), {}, {}, False, 0.0, 0.0, 0))
+        return list(stage.forecaster.models["rate_rps"].history)
+
+    for smooth_s in (0.0, 120.0):
+        got = history(smooth_s)
+        assert got[0] == pytest.approx(100.0)
+        assert len(got) == 2 and math.isnan(got[1]), (smooth_s, got)
+
+
+def test_smooth_s_is_refused_where_no_forecast_stage_runs() -> None:
+    from autoscaler.config.loading import default_config
+    from controllers.mpc import MPCController
+    cfg = default_config()
+    with pytest.raises(ValueError, match="smooth_s"):
+        MPCController(cfg, {}, forecast="last", smooth_s=120.0)
+    assert MPCController(cfg, {}, smooth_s=120.0).forecast_smooth_s == 120.0  # auto: the stage runs

@@ -95,6 +95,11 @@ def test_a_rise_is_not_delayed() -> None:
     a, b = on.decide(est, SVC), off.decide(est, SVC)
     assert sum(b.desired.values()) >= 3  # 25 req/s at 10 req/s a replica
     assert a.desired == b.desired
+    # A rise that moves replicas off one variant while the window holds a higher count for it: a 5 -> 2
+    # beside b 0 -> 6 lifts the total 5 -> 8, so nothing is held (per variant, as the HPA holds, a would
+    # stay at 5 and the total reach 11).
+    assert settle_downs({"a": 2, "b": 6}, {"a": 5, "b": 0}, [(0.0, {"a": 5, "b": 0})], 30.0, 300.0) == \
+        {"a": 2, "b": 6}
 
 
 def test_settle_s_is_a_non_negative_option() -> None:

@@ -196,3 +196,10 @@ def test_peak_s_sizes_the_plan_for_bursts_shorter_than_a_minute() -> None:
         assert {at_cold, *held} == {want}, (spec, oracle.schedule)
     with pytest.raises(ValueError, match="peak_s"):
         build("oracle:peak_s=0", cfg, None, wl)
+
+
+def test_route_without_its_steps_length_is_refused() -> None:
+    # ``route_dt_s`` defaults to 0: a route given without it would divide by zero at the first decision
+    route = {"svc": {"a": np.array([1.0])}}
+    with pytest.raises(ValueError, match="route_dt_s"):
+        OracleController([(0.0, {"svc": {"a": 1}})], {"svc": {"a": 1}}, 15.0, 300.0, 0.0, 0.0, route=route)
