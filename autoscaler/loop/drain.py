@@ -11,7 +11,9 @@ at once, as without one. A drained pod is named for removal once; where that wri
 (refused: a conflict, no permission, the API unreachable; or it raised), ``restore`` puts the pod back
 in routing, so no pod stays out of routing unremoved (the next tick drains it again if the scale-down
 still stands). Pods go back in routing one ``Drainer.uncordon`` call each, so an uncordon that raises
-part-way leaves tracked as draining exactly the pods not yet put back.
+part-way leaves tracked as draining exactly the pods not yet put back; the pod whose call raised is marked
+unsure (``DrainState.unsure``: the call may have taken effect), so a later scale-down cordons it again
+before it counts as drained.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ class DrainState:
     (its variant, when it was taken out), set by ``drain``; ``restore`` puts them back in routing where
     their variant's write did not land, and empties it. Any left here at the next ``drain`` (the tick
     stopped between the two) are tracked in ``pods`` again first."""
+    unsure: set[str] = field(default_factory=set)
+    """Tracked pods (in ``pods``) whose ``uncordon`` raised: they may be back in routing (a call can raise
+    after it took effect), so a drain that takes one as a victim cordons it again, from then, rather than
+    removing it as drained; one put back, removed or gone leaves the set."""
 
 
 def drain(drainer: Drainer, state: DrainState, est: ServiceEstimate, desired: dict[str, int],
@@ -60,6 +66,7 @@ def drain(drainer: Drainer, state: DrainState, est: ServiceEstimate, desired: di
     pods = {p.name: p for p in est.pods if p.name}
     for name in [n for n in state.pods if n not in pods]:  # gone, or no longer reported
         del state.pods[name]
+        state.unsure.discard(name)
     out = dict(desired)
     first: dict[str, list[str]] = {}
     notes: list[str] = []
@@ -80,11 +87,12 @@ def drain(drainer: Drainer, state: DrainState, est: ServiceEstimate, desired: di
         back = [name for name in mine if name not in victims]
         if back:
             _uncordon(drainer, state, est.service, back)
-        fresh = [p for p in victims if p not in state.pods]
+        fresh = [p for p in victims if p not in state.pods or p in state.unsure]  # unsure: maybe routed again
         taken = set(drainer.cordon(est.service, fresh)) if fresh else set()
         for name in fresh:
             if name in taken:
                 state.pods[name] = (variant, now)
+                state.unsure.discard(name)
         busy = [p for p in victims if p in state.pods and pods[p].running + pods[p].waiting > 0
                 and now - state.pods[p][1] < timeout_s]
         done = [p for p in victims if p not in busy]
@@ -95,6 +103,7 @@ def drain(drainer: Drainer, state: DrainState, est: ServiceEstimate, desired: di
         for p in done:
             if p in state.pods:
                 state.removing[p] = state.pods.pop(p)
+                state.unsure.discard(p)
     return out, first, notes
 
 
@@ -130,11 +139,16 @@ def _uncordon(drainer: Drainer, state: DrainState, service: str, pods: list[str]
     """Put ``pods`` (tracked in ``state.pods``) back in routing, one ``drainer.uncordon`` call per pod, in
     order, each untracked once its call returns; so where a call raises, the pods put back before it are
     untracked and that pod and the rest stay tracked as draining (the next ``drain`` removes them or puts
-    them back), and the exception propagates.
+    them back), that pod marked unsure (``DrainState.unsure``), and the exception propagates.
 
     Raises:
         Whatever ``drainer.uncordon`` raises.
     """
     for p in pods:
-        drainer.uncordon(service, [p])
+        try:
+            drainer.uncordon(service, [p])
+        except Exception:
+            state.unsure.add(p)  # it may have gone back before the call raised
+            raise
         del state.pods[p]
+        state.unsure.discard(p)

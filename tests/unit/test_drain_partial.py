@@ -71,7 +71,7 @@ def test_restore_failing_on_the_second_pod_untracks_the_first_alone() -> None:
     with pytest.raises(OSError, match="at p2"):
         restore(router, state, "svc", landed=())
     assert router.back == ["p1"] and router.out == {"p2", "p3"}
-    assert state == DrainState(pods={"p2": ("h100", 5.0), "p3": ("h100", 10.0)})
+    assert state == DrainState(pods={"p2": ("h100", 5.0), "p3": ("h100", 10.0)}, unsure={"p2"})
 
 
 @pytest.mark.parametrize("k", [2, 3])
@@ -88,7 +88,7 @@ def test_a_drain_that_puts_pods_back_tracks_exactly_those_not_back(k: int) -> No
     with pytest.raises(OSError):
         drain(router, state, _est({"p1": 3, "p2": 3, "p3": 3, "p4": 3}), {"h100": 4}, {}, 300.0, 15.0)
     assert router.back == pods[:k - 1] and router.out == set(pods[k - 1:])
-    assert state == DrainState(pods={p: ("h100", 0.0) for p in pods[k - 1:]})
+    assert state == DrainState(pods={p: ("h100", 0.0) for p in pods[k - 1:]}, unsure={pods[k - 1]})
 
 
 def test_a_drain_that_keeps_fewer_failing_part_way_untracks_the_pod_it_put_back() -> None:
@@ -102,7 +102,31 @@ def test_a_drain_that_keeps_fewer_failing_part_way_untracks_the_pod_it_put_back(
     with pytest.raises(OSError, match="at p3"):
         drain(router, state, _est(busy), {"h100": 3}, {"h100": ["p1", "p2", "p3"]}, 300.0, 15.0)
     assert router.back == ["p2"] and router.out == {"p1", "p3"}
-    assert state == DrainState(pods={"p1": ("h100", 0.0), "p3": ("h100", 0.0)})
+    assert state == DrainState(pods={"p1": ("h100", 0.0), "p3": ("h100", 0.0)}, unsure={"p3"})
+
+
+def test_a_pod_whose_uncordon_raised_after_it_took_effect_is_cordoned_again_before_removal() -> None:
+    """p1 draining (taken out at 0 s); the decision holds the variant, and putting p1 back raises after the
+    router took it back (the call took effect). p1 stays tracked, marked unsure. At 30 s the scale-down
+    takes p1 again: it is cordoned again (on 21c1a4d it counted as drained and, idle, was named for
+    removal while routed), tracked from 30 s, and, busy, not named for removal yet."""
+
+    class LateRaise(Flaky):
+        def uncordon(self, service: str, pods: Sequence[str]) -> None:
+            super().uncordon(service, pods)  # back in routing
+            raise OSError("timed out reading the response")
+
+    router = LateRaise()
+    state = DrainState()
+    drain(router, state, _est({"p1": 2, "p2": 2}), {"h100": 1}, {"h100": ["p1"]}, 300.0, 0.0)
+    assert router.cordoned == ["p1"] and state.pods == {"p1": ("h100", 0.0)}
+    with pytest.raises(OSError):
+        drain(router, state, _est({"p1": 2, "p2": 2}), {"h100": 2}, {}, 300.0, 15.0)
+    assert router.out == set() and state == DrainState(pods={"p1": ("h100", 0.0)}, unsure={"p1"})
+    out, first, _ = drain(router, state, _est({"p1": 2, "p2": 2}), {"h100": 1}, {"h100": ["p1"]}, 300.0, 30.0)
+    assert router.cordoned == ["p1", "p1"] and router.out == {"p1"}
+    assert state == DrainState(pods={"p1": ("h100", 30.0)})
+    assert out == {"h100": 2} and first == {"h100": []}  # busy: it drains before removal
 
 
 DOC = {
@@ -167,9 +191,9 @@ def test_the_next_tick_drains_again_the_pod_put_back_and_not_the_other() -> None
     """4 -> 2 at 60 s: p1 and p2 (idle, ``idle_first``: by name) are cordoned and named; the write is
     refused, and putting them back fails on the 2nd pod: p1 is back in routing, p2 is not. The uncordon
     is counted once. At 75 s the scale-down stands and the write applies: p2, still out of routing, is
-    named first without a new cordon; p1, back in routing, is cordoned again before it is named. On
-    21c1a4d p1 stayed tracked as draining, so it was named for removal while still in routing (no
-    second cordon)."""
+    named first, cordoned again as its call raised (unsure whether it took effect); p1, back in routing,
+    is cordoned again before it is named. On 21c1a4d p1 stayed tracked as draining, so it was named for
+    removal while still in routing (no second cordon)."""
     act = Actuator(CONFLICT, APPLIED)
     router = Flaky(fail_at=2)
     loop = ControlLoop(parse_config(DOC, "<partial>"), Source(), act, Asks(), drainer=router)
@@ -177,12 +201,12 @@ def test_the_next_tick_drains_again_the_pod_put_back_and_not_the_other() -> None
     st = loop.tick(60.0).services["svc"]
     assert act.writes == [("a", 2, ["p1", "p2"])] and st.applied == {"a": 4}
     assert router.back == ["p1"] and router.out == {"p2"}
-    assert loop.drains["svc"] == DrainState(pods={"p2": ("a", 60.0)})
+    assert loop.drains["svc"] == DrainState(pods={"p2": ("a", 60.0)}, unsure={"p2"})
     assert loop.actuation_errors == {("svc", "a", ActuationStatus.CONFLICT): 1,
                                      ("svc", "uncordon", ActuationStatus.ERROR): 1}
     loop.tick(75.0)
     assert act.writes == [("a", 2, ["p1", "p2"]), ("a", 2, ["p2", "p1"])]
-    assert router.cordoned == ["p1", "p2", "p1"] and router.out == {"p1", "p2"}
+    assert router.cordoned == ["p1", "p2", "p2", "p1"] and router.out == {"p1", "p2"}
     assert loop.drains["svc"] == DrainState()
 
 

@@ -275,7 +275,7 @@ def test_an_uncordon_that_raises_keeps_the_pods_draining_and_the_refusal_counted
         ("svc", "b", ActuationStatus.CONFLICT): 1,
         ("svc", "uncordon", ActuationStatus.ERROR): 1,
     }
-    assert loop.drains["svc"] == DrainState(pods={"b1": ("b", 60.0)})
+    assert loop.drains["svc"] == DrainState(pods={"b1": ("b", 60.0)}, unsure={"b1"})
     assert router.out == {"a1", "b1"}
     router.down = False
     loop.tick(75.0)
