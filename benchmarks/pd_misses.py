@@ -97,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--controller", required=True, help="controller spec, as simulate's")
     ap.add_argument("--trace", required=True, help="trace file, as simulate's")
     ap.add_argument("--config", default="examples/fleet-mixed-pd.yaml", help="fleet file")
-    ap.add_argument("--rate-scale", type=float, default=1.0)
+    ap.add_argument("--rate-scale", type=float, default=1.0, help="the trace's arrival rate times this")
     ap.add_argument("--span", default="0:1800", help="START:END seconds of the trace")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the workload and the simulation")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
     wl = build_workload(Path(args.trace), None, args.rate_scale, 1.0, args.seed, BATCH_FRACTION,
