@@ -474,3 +474,17 @@ def test_only_a_bounded_regular_file_is_read_as_a_fleet(tmp_path: Path, monkeypa
     monkeypatch.setattr(loading, "MAX_FLEET_BYTES", 2**20 // 1024)  # 1 KiB
     with pytest.raises(ConfigError, match="larger than"):
         load_config(big)
+
+
+def test_the_pd_saturation_filter_without_pools_is_refused(tmp_path: Path) -> None:
+    # The filter is read only by the P/D router: on examples/fleet.yaml (no roles) it was accepted and every
+    # arrival routed as with it off. On a fleet with pools it loads (examples/fleet-mixed-pd.yaml sets it).
+    doc = example_doc()
+    doc.setdefault("simulator", {})["pd_saturation_filter"] = True
+    path = write(tmp_path, doc)
+    assert load_error(path) == (f"{path}: simulator.pd_saturation_filter: no service has prefill/decode roles, so "
+                                "no prefill pool to be saturated (set roles on a service, or leave the filter off)")
+    doc["simulator"]["pd_saturation_filter"] = False
+    assert load_config(write(tmp_path, doc)).simulator.pd_saturation_filter is False
+    mixed = load_config(ROOT / "examples" / "fleet-mixed-pd.yaml")
+    assert mixed.simulator.pd_saturation_filter is True
