@@ -528,6 +528,14 @@ def profile_fit(
                              "and --end")
         gpu = gpu.lower()  # fleet files write H100-SXM, profile names h100-sxm
         if bench is not None:
+            # what only the Prometheus fit reads: a benchmark's fit would drop it silently (--role prefill
+            # would write an aggregated replica's profile)
+            given = [flag for flag, value in (("--role", role), ("--selector", selector), ("--start", start),
+                                              ("--end", end)) if value is not None]
+            given += ["--role-labels"] if role_labels != "llm-d" else []
+            if given:
+                raise ValueError(f"{', '.join(given)}: read only by the Prometheus fit (--prometheus-url), not "
+                                 "with --bench")
             res = pf.from_bench(bench, model, gpu, tensor_parallel, out, max_num_batched_tokens, tolerance,
                                 max_num_seqs)
         else:
