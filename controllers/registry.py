@@ -13,7 +13,8 @@ service with ``roles``), ``wva``, ``wva-pd`` (llm-d's WVA with its role-aware gr
 pods analysed apart; a service with ``roles``);
 ``mpc`` (``controllers.mpc``: ``mpc:horizon=40:quantile=0.9:miss_weight=10:forecast=auto``;
 ``hedge=measured`` plans on its own forecast errors instead of the forecaster's band, and on the
-hold they show; ``hold=measured`` measures the hold under any hedge; ``hold_s=S`` fixes it (300 s);
+hold they show; ``hold=measured`` measures the hold under any hedge; ``hold_s=S`` fixes it (300 s; refused
+beside ``hold=measured`` or ``hold=fixed``);
 ``learn=0`` turns off the speed it learns,
 ``learn=2`` adds the capacity posterior (``models.learning``), ``learn=3`` gates its corrections by
 the p95 SLO ratio; ``burst=1`` plans for the arrivals'
