@@ -563,6 +563,20 @@ def settle_downs(desired: Mapping[str, int], current: Mapping[str, int],
     return out
 
 
+def _check_hold(name: str, hold: str, hold_s: float | None) -> None:
+    """``hold`` is one of ``HOLDS``, and ``auto`` beside ``hold_s``: ``hold_s`` fixes the hold, so a ``hold`` of
+    ``fixed`` or ``measured`` beside it would be read by nothing.
+
+    Raises:
+        ValueError: an unknown ``hold``, or ``fixed``/``measured`` with ``hold_s``.
+    """
+    if hold not in HOLDS:
+        raise ValueError(f"{name}: hold must be one of {', '.join(HOLDS)}, got '{hold}'")
+    if hold_s is not None and hold != "auto":
+        raise ValueError(f"{name}: hold={hold} and hold_s={hold_s:g} both set the hold (hold_s fixes it, hold "
+                         "chooses how it is found): give one")
+
+
 def _check_smooth(name: str, smooth_s: float, forecast: str, mix: str) -> None:
     """``smooth_s`` > 0 smooths what the forecast stage is fed; refused where no stage runs (``forecast``
     ``last`` or ``perfect`` without ``mix=forecast``), where it would do nothing.
@@ -1562,13 +1576,9 @@ class MPCController(Controller):
             raise ValueError(f"{name}: forecast must be one of {', '.join(FORECASTS)}, got '{forecast}'")
         if hedge not in HEDGES:
             raise ValueError(f"{name}: hedge must be one of {', '.join(HEDGES)}, got '{hedge}'")
-        if hold not in HOLDS:
-            raise ValueError(f"{name}: hold must be one of {', '.join(HOLDS)}, got '{hold}'")
+        _check_hold(name, hold, hold_s)
         if mix not in MIXES:
             raise ValueError(f"{name}: mix must be one of {', '.join(MIXES)}, got '{mix}'")
-        if hold_s is not None and hold != "auto":  # hold_s fixes the hold: hold=fixed|measured would be read by nothing
-            raise ValueError(f"{name}: hold={hold} and hold_s={hold_s:g} both set the hold (hold_s fixes it, hold "
-                             "chooses how it is found): give one")
         if forecast == "perfect" and future_rps is None:
             raise ValueError(f"{name}: forecast=perfect needs a trace (simulate, compare): it reads the true demand")
         _check_smooth(name, smooth_s, forecast, mix)
