@@ -488,3 +488,17 @@ def test_the_pd_saturation_filter_without_pools_is_refused(tmp_path: Path) -> No
     assert load_config(write(tmp_path, doc)).simulator.pd_saturation_filter is False
     mixed = load_config(ROOT / "examples" / "fleet-mixed-pd.yaml")
     assert mixed.simulator.pd_saturation_filter is True
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", "true"])
+@pytest.mark.parametrize(("section", "key"), [("simulator", "pd_saturation_filter"), ("kubernetes", "pod_deletion_cost"),
+                                              ("kubernetes", "watch")])
+def test_the_other_boolean_fields_take_only_booleans_too(tmp_path, section: str, key: str, value: object) -> None:
+    # As test_boolean_fields_take_only_booleans: these three were plain bool, so pydantic's lax mode read
+    # "yes", "true" and 1 as True and 0 as False, a quoted or numbered value loading as a switch
+    doc = yaml.safe_load((ROOT / "examples" / "fleet-pd.yaml").read_text())  # pools: the filter can be on
+    doc.setdefault(section, {})[key] = value
+    msg = load_error(write(tmp_path, doc))
+    assert msg.endswith(f"{section}.{key}: Input should be a valid boolean")
+    doc[section][key] = True
+    assert getattr(getattr(load_config(write(tmp_path, doc)), section), key) is True
