@@ -491,8 +491,8 @@ def test_the_pd_saturation_filter_without_pools_is_refused(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("value", [1, 0, "yes", "true"])
-@pytest.mark.parametrize(("section", "key"), [("simulator", "pd_saturation_filter"), ("kubernetes", "pod_deletion_cost"),
-                                              ("kubernetes", "watch")])
+@pytest.mark.parametrize(("section", "key"), [("simulator", "pd_saturation_filter"),
+                                              ("kubernetes", "pod_deletion_cost"), ("kubernetes", "watch")])
 def test_the_other_boolean_fields_take_only_booleans_too(tmp_path, section: str, key: str, value: object) -> None:
     # As test_boolean_fields_take_only_booleans: these three were plain bool, so pydantic's lax mode read
     # "yes", "true" and 1 as True and 0 as False, a quoted or numbered value loading as a switch
