@@ -34,11 +34,14 @@ from typing import Any
 import numpy as np
 
 from autoscaler.config.loading import load_config
+from autoscaler.errors import AutoscalerError
+from autoscaler.loop.runner import TickError
 from autoscaler.report import outcome, outcome_columns, summarize
 from autoscaler.simulate import run_simulation
 from autoscaler.simulator.disagg import DECODE
 from autoscaler.simulator.fleet import FleetSimulator
 from autoscaler.workload.build import build_workload, parse_span
+from controllers.registry import parse_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' own modules
 from provenance import stamp
@@ -101,13 +104,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--span", default="0:1800", help="START:END seconds of the trace")
     ap.add_argument("--seed", type=int, default=0, help="seed of the workload and the simulation")
     args = ap.parse_args(argv)
-    cfg = load_config(args.config)
-    wl = build_workload(Path(args.trace), None, args.rate_scale, 1.0, args.seed, BATCH_FRACTION,
-                        parse_span(args.span), None)
+    try:  # bad input: one line naming the option, exit 2 (argparse's), as simulate's
+        parse_spec(args.controller)
+        cfg = load_config(args.config)
+        wl = build_workload(Path(args.trace), None, args.rate_scale, 1.0, args.seed, BATCH_FRACTION,
+                            parse_span(args.span), None)
+    except (AutoscalerError, ValueError, OSError) as exc:
+        ap.error(str(exc))
     print(f"{Path(__file__).name}: {stamp()}", flush=True)
     rec: dict[int, dict[str, Any]] = {}
-    with observed(rec):
-        run = run_simulation(cfg, wl, args.controller, measure=outcome)
+    try:
+        with observed(rec):
+            run = run_simulation(cfg, wl, args.controller, measure=outcome)
+    except TickError as exc:  # a decision raised mid-run: the run not done (exit 1, as simulate's)
+        print(f"{ap.prog}: controller {args.controller}: {exc}", file=sys.stderr)
+        return 1
+    except (AutoscalerError, ValueError) as exc:  # refused when built (dynamo-pd on a fleet without pools)
+        ap.error(f"--controller {args.controller}: {exc}")
     res = summarize(run)
     o = outcome_columns(run)
     final = run.sim.final

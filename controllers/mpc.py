@@ -282,7 +282,8 @@ refitted every step (``models.forecast.auto.MODELS``)."""
 HEDGES = ("band", "measured", "adaptive")
 HOLDS = ("auto", "fixed", "measured")
 """``hold``: ``auto`` measured (``measured_hold``) under ``hedge=measured``, else ``DEFAULT_HOLD_S``;
-``fixed`` ``DEFAULT_HOLD_S``; ``measured`` measured under any hedge. ``hold_s`` overrides each."""
+``fixed`` ``DEFAULT_HOLD_S``; ``measured`` measured under any hedge. ``hold_s`` overrides ``auto``; beside
+``fixed`` or ``measured`` it is refused (one of the two would be read by nothing)."""
 MIXES = ("calibrated", "forecast")
 MIX_STEP = 0.05
 """Forecast token means and hit rates are rounded to 5 % (of the calibrated mean; of the hit rate)
@@ -560,6 +561,20 @@ def settle_downs(desired: Mapping[str, int], current: Mapping[str, int],
             out[name] = n + back
             room -= back
     return out
+
+
+def _check_hold(name: str, hold: str, hold_s: float | None) -> None:
+    """``hold`` is one of ``HOLDS``, and ``auto`` beside ``hold_s``: ``hold_s`` fixes the hold, so a ``hold`` of
+    ``fixed`` or ``measured`` beside it would be read by nothing.
+
+    Raises:
+        ValueError: an unknown ``hold``, or ``fixed``/``measured`` with ``hold_s``.
+    """
+    if hold not in HOLDS:
+        raise ValueError(f"{name}: hold must be one of {', '.join(HOLDS)}, got '{hold}'")
+    if hold_s is not None and hold != "auto":
+        raise ValueError(f"{name}: hold={hold} and hold_s={hold_s:g} both set the hold (hold_s fixes it, hold "
+                         "chooses how it is found): give one")
 
 
 def _check_smooth(name: str, smooth_s: float, forecast: str, mix: str) -> None:
@@ -1366,7 +1381,8 @@ class MPCController(Controller):
             ``band_scores``: z(``quantile``) until ``MIN_SCORES`` steps are judged; the
             ``DEFAULT_HOLD_S`` hold unless ``hold_s`` is given).
         hold: ``HOLDS``: ``auto`` (default: measured with ``hedge=measured``, else ``DEFAULT_HOLD_S``),
-            ``fixed`` or ``measured`` (``measured_hold`` under any hedge; opt-in); ``hold_s`` overrides it.
+            ``fixed`` or ``measured`` (``measured_hold`` under any hedge; opt-in); ``hold_s`` overrides
+            ``auto``, and is refused beside ``fixed`` or ``measured`` (``ValueError``).
         coverage: with ``hedge=adaptive``, the share of judged plan steps the band is sized to cover
             (``COVERAGE``), in (0, 1).
         trend: 1 plans never below today's rate rising at the slope the last cold start's rates show
@@ -1498,7 +1514,8 @@ class MPCController(Controller):
             ``hedge`` or ``hold``, or ``perfect`` without
             ``future_rps``, a negative ``node_limit``, ``int_blocks`` or ``joint_blocks``, ``int_up`` other
             than 0 or 1, or 1 without ``int_blocks``, ``warm`` or ``joint_warm`` other than 0 or 1, ``unserved=1``
-            with ``shed=1`` or ``miss_weight`` >= ``UNSERVED_WEIGHT``.
+            with ``shed=1`` or ``miss_weight`` >= ``UNSERVED_WEIGHT``, ``hold`` ``fixed`` or ``measured`` with
+            ``hold_s``.
     """
 
     scales_roles = True
@@ -1559,8 +1576,7 @@ class MPCController(Controller):
             raise ValueError(f"{name}: forecast must be one of {', '.join(FORECASTS)}, got '{forecast}'")
         if hedge not in HEDGES:
             raise ValueError(f"{name}: hedge must be one of {', '.join(HEDGES)}, got '{hedge}'")
-        if hold not in HOLDS:
-            raise ValueError(f"{name}: hold must be one of {', '.join(HOLDS)}, got '{hold}'")
+        _check_hold(name, hold, hold_s)
         if mix not in MIXES:
             raise ValueError(f"{name}: mix must be one of {', '.join(MIXES)}, got '{mix}'")
         if forecast == "perfect" and future_rps is None:

@@ -13,7 +13,8 @@ service with ``roles``), ``wva``, ``wva-pd`` (llm-d's WVA with its role-aware gr
 pods analysed apart; a service with ``roles``);
 ``mpc`` (``controllers.mpc``: ``mpc:horizon=40:quantile=0.9:miss_weight=10:forecast=auto``;
 ``hedge=measured`` plans on its own forecast errors instead of the forecaster's band, and on the
-hold they show; ``hold=measured`` measures the hold under any hedge; ``hold_s=S`` fixes it (300 s);
+hold they show; ``hold=measured`` measures the hold under any hedge; ``hold_s=S`` fixes it (300 s; refused
+beside ``hold=measured`` or ``hold=fixed``);
 ``learn=0`` turns off the speed it learns,
 ``learn=2`` adds the capacity posterior (``models.learning``), ``learn=3`` gates its corrections by
 the p95 SLO ratio; ``burst=1`` plans for the arrivals'
@@ -384,10 +385,13 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
 NAMES = tuple(_SPECS)
 NEEDS: dict[str, dict[str, tuple[str, int | float | str]]] = {
     "mpc": {"shed_weight": ("shed", 1), "coverage": ("hedge", "adaptive")},
+    "oracle": {"pd_util": ("roles", 1), "route": ("roles", 1)},
 }
 """name -> parameter -> (parameter, value) it needs in the same spec: without it the parameter would
-be read by nothing (``mpc``'s ``shed_weight`` prices the shedding only ``shed=1`` plans). A parameter
-that acts on its own is not listed: ``mpc``'s ``hold_s`` fixes the hold under either hedge."""
+be read by nothing (``mpc``'s ``shed_weight`` prices the shedding only ``shed=1`` plans; ``oracle``'s
+``pd_util`` and ``route`` act on the pools' plan only ``roles=1`` makes: ``oracle_controller``). A
+parameter that acts on its own is not listed: ``mpc``'s ``hold_s`` fixes the hold under either hedge,
+``oracle``'s ``peak_s`` sizes every block with or without the pools."""
 IMPLIES: dict[str, dict[tuple[str, int | float | str], tuple[str, int | float | str]]] = {
     "mpc": {("backlog", 1): ("busy", 1)},
 }

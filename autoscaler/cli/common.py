@@ -51,13 +51,32 @@ def _readable_metavars(params: list[Any]) -> None:
             p.metavar = f"<{_element_name(p)}>..."
 
 
+def empty_out(args: list[str]) -> bool:
+    """Whether ``args`` give ``--out`` an empty (or blank) value: typer makes ``--out ''`` ``Path('')``, which is
+    ``Path('.')``, so a command would write into the working directory (an unset ``$OUT`` in a script)."""
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return False
+        value = arg[len("--out="):] if arg.startswith("--out=") else (
+            args[i + 1] if arg == "--out" and i + 1 < len(args) else None)
+        if value is not None and not value.strip():
+            return True
+    return False
+
+
 class Command(TyperCommand):
-    """A command whose help shows readable metavars (``_readable_metavars``)."""
+    """A command whose help shows readable metavars (``_readable_metavars``) and that refuses an empty
+    ``--out`` (``empty_out``) before typer reads it as the working directory."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         params = super().get_params(ctx)
         _readable_metavars(params)
         return params
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if empty_out(args):
+            raise fail("--out is empty: name where to write")
+        return super().parse_args(ctx, args)
 
 
 class Group(TyperGroup):

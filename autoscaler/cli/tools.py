@@ -216,7 +216,10 @@ app.add_typer(dashboards_app, name="dashboards")
     "autoscaler dashboards export --out bundle --runbook-url https://wiki.example.org/llm/runbooks.md",
 ))
 def dashboards_export(
-    out: Annotated[Path, typer.Option(help="Directory to write dashboards/, provisioning/ and rules/ under.")],
+    # a str, not a Path: typer reads --out '' as Path('') == Path('.'), so the check below could not see it empty
+    # and the bundle went into the working directory
+    out: Annotated[str, typer.Option(metavar="<path>",
+                                     help="Directory to write dashboards/, provisioning/ and rules/ under.")],
     config: Annotated[Path | None, typer.Option(help="Fleet file (default: the embedded default fleet).")] = None,
     objective: Annotated[float, typer.Option(
         help="Fraction of interactive requests within their objectives the burn-rate alerts defend.")] = 0.99,
@@ -235,11 +238,11 @@ def dashboards_export(
 
     try:
         cfg = load_cfg(config)
-        if not str(out).strip():
+        if not out.strip():
             raise ValueError("--out must name a directory")
         if prometheus_url is not None:
             check_url(prometheus_url)
-        paths = write(render(cfg, objective, prometheus_url, runbook_url or RUNBOOKS_URL), out)
+        paths = write(render(cfg, objective, prometheus_url, runbook_url or RUNBOOKS_URL), Path(out))
     except (AutoscalerError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
     say(f"wrote {len(paths)} files under {out}")
@@ -528,6 +531,14 @@ def profile_fit(
                              "and --end")
         gpu = gpu.lower()  # fleet files write H100-SXM, profile names h100-sxm
         if bench is not None:
+            # what only the Prometheus fit reads: a benchmark's fit would drop it silently (--role prefill
+            # would write an aggregated replica's profile)
+            given = [flag for flag, value in (("--role", role), ("--selector", selector), ("--start", start),
+                                              ("--end", end)) if value is not None]
+            given += ["--role-labels"] if role_labels != "llm-d" else []
+            if given:
+                raise ValueError(f"{', '.join(given)}: read only by the Prometheus fit (--prometheus-url), not "
+                                 "with --bench")
             res = pf.from_bench(bench, model, gpu, tensor_parallel, out, max_num_batched_tokens, tolerance,
                                 max_num_seqs)
         else:

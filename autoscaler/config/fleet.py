@@ -487,6 +487,15 @@ class FleetConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _saturation_filter_has_pools(self) -> FleetConfig:
+        # the filter acts in the P/D router only (``FleetSimulator._route_pd``): on a fleet without pools it
+        # would be read by nothing, and a run said to spill bursts would route exactly as with it off
+        if self.simulator.pd_saturation_filter and all(s.roles is None for s in self.services):
+            raise ValueError("simulator.pd_saturation_filter: no service has prefill/decode roles, so no "
+                             "prefill pool to be saturated (set roles on a service, or leave the filter off)")
+        return self
+
+    @model_validator(mode="after")
     def _one_workload_per_variant(self) -> FleetConfig:
         # two variants scaling one object would each undo the other's writes: the second write of a
         # tick scales the first variant's replicas away with no warning

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, StrictBool, ValidationInfo, field_validator, model_validator
 
 from autoscaler.config.base import MIN_WAIT_S, Strict, check_name
 
@@ -201,8 +201,8 @@ class KubernetesConfig(Strict):
     pending_timeout_s: float = Field(default=300.0, gt=0)
     pending_retry_s: float = Field(default=900.0, gt=0)
     stop_grace_s: float = Field(default=10.0, gt=0, le=3600)
-    pod_deletion_cost: bool = True
-    watch: bool = False
+    pod_deletion_cost: StrictBool = True
+    watch: StrictBool = False
     watch_stale_s: float = Field(default=30.0, gt=0)
     watch_timeout_s: int = Field(default=60, ge=1, le=3600)
     shards: int = Field(default=1, ge=1, le=MAX_SHARDS)

@@ -288,4 +288,4 @@ class SimulatorConfig(Strict):
     slowdown: dict[str, Annotated[float, Field(gt=0, le=10)]] = Field(default_factory=dict)
     clients: ClientConfig = ClientConfig()
     gateway: GatewayConfig = GatewayConfig()
-    pd_saturation_filter: bool = False
+    pd_saturation_filter: StrictBool = False

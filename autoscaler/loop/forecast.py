@@ -99,7 +99,10 @@ def smoothed(rates: deque[tuple[float, float | None]], time_s: float, rate_rps: 
     if rates and time_s < rates[-1][0]:
         raise ValueError(f"smoothed: time {time_s} is before the newest rate's, {rates[-1][0]}")
     rates.append((time_s, rate_rps))
-    while rates[0][0] <= time_s - span_s:
+    # ``rates[0][0] < time_s``: a rate recorded at ``time_s`` is in the window whatever ``span_s`` (> 0); with a
+    # span below ``time_s``'s float spacing (``mpc:smooth_s=1e-300``) ``time_s - span_s`` rounds to ``time_s``
+    # and the test alone popped the rate just recorded, then indexed an empty deque
+    while rates[0][0] < time_s and rates[0][0] <= time_s - span_s:
         rates.popleft()
     known = [r for _, r in rates if r is not None and math.isfinite(r)]
     return sum(known) / len(known) if known else None

@@ -417,3 +417,18 @@ def test_clear_removes_a_killed_runs_temporary_files(tmp_path: Path) -> None:
     (tmp_path / "keep.txt").write_text("x")
     clear(tmp_path, ["results.json"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+
+
+@pytest.mark.parametrize("out", ["", "  "])
+def test_an_empty_out_is_refused_not_read_as_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    out: str) -> None:
+    # export meant to refuse an empty --out, but typer made '' Path('.'), whose text is '.', not empty: the
+    # bundle's 10 files went into the working directory (an unset $OUT in a script), exit 0
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["dashboards", "export", "--out", out])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() in ("error: --out is empty: name where to write",  # the empty value, any command
+                                  "error: --out must name a directory")  # a blank one, this command's own check
+    assert list(tmp_path.iterdir()) == []
+    res = CliRunner().invoke(app, ["dashboards", "export", "--out", "."])  # the working directory, named: taken
+    assert res.exit_code == 0 and "wrote 10 files under ." in res.output, res.output

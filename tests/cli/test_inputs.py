@@ -234,3 +234,28 @@ def test_the_daemon_reads_rates_over_its_controller_s_window(monkeypatch: pytest
                                    "--kubeconfig", "/nonexistent/kubeconfig"])
     assert "kubeconfig /nonexistent/kubeconfig: no such file" in one_line_error(res)
     assert seen == [window]
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--span", "0:60", "--out", ""],
+    ["simulate", "--span", "0:60", "--out="],
+    ["compare", "--controller", "pid,static", "--span", "0:60", "--workers", "1", "--out", ""],
+    ["faults", "run", "--scenarios", "cascade", "--controller", "pid", "--out", ""],
+    ["dashboards", "export", "--out", ""],
+    ["profile", "fit", "--model", "llama-3-8b", "--gpu", "H100-SXM", "--bench", "run.json", "--out", ""],
+])
+def test_an_empty_out_is_refused_not_read_as_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    argv: list[str]) -> None:
+    # typer reads --out '' as Path(''), which is Path('.'): simulate wrote results.json and timeline.csv, compare
+    # compare.json, dashboards export its bundle into the working directory (an unset $OUT in a script), exit 0
+    monkeypatch.chdir(tmp_path)
+    assert one_line_error(CliRunner().invoke(app, argv)) == "error: --out is empty: name where to write"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_out_given_as_a_value_after_double_dash_or_named_is_left_to_the_command() -> None:
+    from autoscaler.cli.common import empty_out
+
+    assert empty_out(["--out", ""]) and empty_out(["--out", "  "]) and empty_out(["--x", "1", "--out="])
+    assert not empty_out(["--out", "."]) and not empty_out(["--out=runs"]) and not empty_out(["--out"])
+    assert not empty_out(["--", "--out", ""])  # past '--': arguments, not options

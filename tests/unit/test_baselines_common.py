@@ -204,3 +204,16 @@ def test_a_parameter_that_needs_another_is_refused_without_it() -> None:
     assert parse_spec("mpc:shed_weight=3:shed=1") == ("mpc", {"shed_weight": 3.0, "shed": 1})
     # hold_s acts under either hedge (it fixes the band hedge's hold too): taken alone
     assert parse_spec("mpc:hold_s=120") == ("mpc", {"hold_s": 120.0})
+
+
+def test_the_oracles_pool_parameters_are_refused_without_roles() -> None:
+    # oracle_controller reads pd_util (the pools' capacity share) and route (the plan's split handed to
+    # the router) only when roles=1 plans the pools: without it oracle:route=0 and oracle:pd_util=0.6 ran
+    # the aggregated plan, the parameter silently dropped
+    for spec, key in (("oracle:route=0", "route"), ("oracle:pd_util=0.6", "pd_util"),
+                      ("oracle:roles=0:route=1", "route"), ("oracle:peak_s=30:roles=0:pd_util=0.5", "pd_util")):
+        with pytest.raises(ValueError, match=rf"^oracle {key} needs roles=1 in the same spec \(without it nothing "
+                                             rf"reads {key}\), got '{spec}'$"):
+            parse_spec(spec)
+    assert parse_spec("oracle:roles=1:route=0:pd_util=0.6") == ("oracle", {"roles": 1, "route": 0, "pd_util": 0.6})
+    assert parse_spec("oracle:peak_s=30") == ("oracle", {"peak_s": 30.0})  # peak_s acts with or without roles

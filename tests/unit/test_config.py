@@ -474,3 +474,31 @@ def test_only_a_bounded_regular_file_is_read_as_a_fleet(tmp_path: Path, monkeypa
     monkeypatch.setattr(loading, "MAX_FLEET_BYTES", 2**20 // 1024)  # 1 KiB
     with pytest.raises(ConfigError, match="larger than"):
         load_config(big)
+
+
+def test_the_pd_saturation_filter_without_pools_is_refused(tmp_path: Path) -> None:
+    # The filter is read only by the P/D router: on examples/fleet.yaml (no roles) it was accepted and every
+    # arrival routed as with it off. On a fleet with pools it loads (examples/fleet-mixed-pd.yaml sets it).
+    doc = example_doc()
+    doc.setdefault("simulator", {})["pd_saturation_filter"] = True
+    path = write(tmp_path, doc)
+    assert load_error(path) == (f"{path}: simulator.pd_saturation_filter: no service has prefill/decode roles, so "
+                                "no prefill pool to be saturated (set roles on a service, or leave the filter off)")
+    doc["simulator"]["pd_saturation_filter"] = False
+    assert load_config(write(tmp_path, doc)).simulator.pd_saturation_filter is False
+    mixed = load_config(ROOT / "examples" / "fleet-mixed-pd.yaml")
+    assert mixed.simulator.pd_saturation_filter is True
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", "true"])
+@pytest.mark.parametrize(("section", "key"), [("simulator", "pd_saturation_filter"),
+                                              ("kubernetes", "pod_deletion_cost"), ("kubernetes", "watch")])
+def test_the_other_boolean_fields_take_only_booleans_too(tmp_path, section: str, key: str, value: object) -> None:
+    # As test_boolean_fields_take_only_booleans: these three were plain bool, so pydantic's lax mode read
+    # "yes", "true" and 1 as True and 0 as False, a quoted or numbered value loading as a switch
+    doc = yaml.safe_load((ROOT / "examples" / "fleet-pd.yaml").read_text())  # pools: the filter can be on
+    doc.setdefault(section, {})[key] = value
+    msg = load_error(write(tmp_path, doc))
+    assert msg.endswith(f"{section}.{key}: Input should be a valid boolean")
+    doc[section][key] = True
+    assert getattr(getattr(load_config(write(tmp_path, doc)), section), key) is True

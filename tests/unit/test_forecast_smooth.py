@@ -94,3 +94,16 @@ def test_smooth_s_is_refused_where_no_forecast_stage_runs() -> None:
     with pytest.raises(ValueError, match="smooth_s"):
         MPCController(cfg, {}, forecast="last", smooth_s=120.0)
     assert MPCController(cfg, {}, smooth_s=120.0).forecast_smooth_s == 120.0  # auto: the stage runs
+
+
+def test_a_span_below_the_clocks_float_spacing_keeps_the_rate_just_recorded() -> None:
+    # mpc:smooth_s=1e-300 passed the spec's check (> 0, finite) and ended a simulation with IndexError: at
+    # t = 15 s, 15 - 1e-300 == 15.0 in floats, so the rate recorded at 15 s was pruned as out of the window
+    # and the empty deque indexed. (15 - 1e-300, 15] holds exactly the rates recorded at 15 s.
+    assert 15.0 - 1e-300 == 15.0
+    rates: deque[tuple[float, float | None]] = deque()
+    assert smoothed(rates, 15.0, 40.0, 1e-300) == 40.0
+    assert smoothed(rates, 15.0, 20.0, 1e-300) == 30.0  # two rates at 15 s: (40 + 20) / 2
+    assert smoothed(rates, 30.0, 10.0, 1e-300) == 10.0  # 15 s is out of (30 - 1e-300, 30]
+    assert [t for t, _ in rates] == [30.0]
+    assert smoothed(rates, 45.0, None, 1e-300) is None  # unknown, never read as 0

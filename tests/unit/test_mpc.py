@@ -1060,3 +1060,16 @@ def test_a_capacity_refused_under_one_allowance_is_not_reused_under_a_higher_one
     assert c._model_capacity(SVC, a100, 1.0, mix, key, 0.10) == 0.0
     want = replica_capacity(spec, mix, slo.ttft_s, slo.itl_s, unservable=0.20).rps
     assert want > 0.0 and c._model_capacity(SVC, a100, 1.0, mix, key, 0.20) == pytest.approx(want)
+
+
+def test_hold_s_beside_a_hold_other_than_auto_is_refused() -> None:
+    # hold_s fixes the hold; hold=measured asks it measured, hold=fixed at DEFAULT_HOLD_S: given together one
+    # of the two was read by nothing (mpc:hold=measured:hold_s=120 ran a fixed 120-s hold, exit 0)
+    for hold in ("measured", "fixed"):
+        with pytest.raises(ValueError, match=rf"^mpc: hold={hold} and hold_s=120 both set the hold \(hold_s fixes "
+                                             r"it, hold chooses how it is found\): give one$"):
+            controller(hold=hold, hold_s=120.0)
+    # alone, each is taken; hold=auto (the default) with hold_s as before
+    for kw in ({"hold": "measured"}, {"hold": "fixed"}, {"hold_s": 120.0}, {"hold": "auto", "hold_s": 120.0}):
+        built = controller(**kw)
+        assert (built.hold, built.hold_s) == (kw.get("hold", "auto"), kw.get("hold_s"))

@@ -250,3 +250,32 @@ def test_profile_fit_refuses_an_unknown_role_or_convention() -> None:
         pf.role_selector('model_name="m"', "agg", "llm-d")
     with pytest.raises(pf.ProfileError, match="--role-labels triton"):
         pf.role_selector('model_name="m"', "decode", "triton")
+
+
+@pytest.mark.parametrize(("extra", "named"), [
+    (["--role", "prefill"], "--role"),
+    (["--role", "decode", "--role-labels", "dynamo"], "--role, --role-labels"),
+    (["--selector", 'model_name="m"', "--start", "0", "--end", "3600"], "--selector, --start, --end"),
+])
+def test_profile_fit_refuses_the_prometheus_options_with_bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
+                                                              extra: list[str], named: str) -> None:
+    """``--role`` narrows the Prometheus fit's selector only: with ``--bench`` it was dropped and the fit of
+    the benchmark written as the pool's profile, exit 0. Now one line naming the options, exit 2, before
+    the benchmark is read (``from_bench`` would fail the test if called)."""
+    from typer.testing import CliRunner
+
+    from autoscaler import profile_fit as pf
+    from autoscaler.cli import app
+
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the benchmark was fitted")
+
+    monkeypatch.setattr(pf, "from_bench", never)
+    out = tmp_path / "p.json"
+    args = ["profile", "fit", "--model", "llama-3-8b", "--gpu", "H100-SXM", "--out", str(out),
+            "--bench", str(tmp_path / "run.json"), *extra]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (f"error: {named}: read only by the Prometheus fit (--prometheus-url), not with "
+                                  "--bench")
+    assert not out.exists()
