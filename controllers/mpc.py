@@ -562,6 +562,80 @@ def settle_downs(desired: Mapping[str, int], current: Mapping[str, int],
     return out
 
 
+SETTLE_BY = ("count", "capacity")
+"""``settle_by``: what ``settle_s`` compares, the plan's replica counts (``settle_downs``, the default) or
+the capacity they serve (``settle_capacity``)."""
+
+
+def settle_capacity(desired: Mapping[str, int], current: Mapping[str, int], capacity: Mapping[str, float],
+                    recommendations: Iterable[tuple[float, float]], now_s: float,
+                    settle_s: float) -> dict[str, int]:
+    """``settle_by=capacity``: ``settle_downs``'s stabilisation window on the capacity the plan serves
+    (req/s: each variant's count times ``capacity``, the per-replica capacity the plan used this tick)
+    instead of its replica counts. Where the plan's capacity is below today's (``current``, over the
+    variants of ``desired``), the fleet keeps the highest capacity the plan recommended within
+    ``(now_s - settle_s, now_s]`` (``recommendations``: (time, capacity req/s), this tick's included),
+    never more than today's: replicas the plan would remove are kept, one at a time, until the kept
+    capacity reaches it. Each one kept is, of the variants the plan scales down with a replica left to
+    keep, the one of least capacity that closes what is left of the gap alone, else the one of most
+    capacity (ties: ``desired``'s order). So a swap that keeps the count but cuts the capacity is held,
+    and a fall of the count that keeps the capacity (a replica of no capacity, or a swap to fewer, larger
+    replicas) passes; a plan whose capacity does not fall passes as it is. The kept capacity may pass
+    the target by less than the last replica kept.
+
+    Args:
+        desired, current: variant -> replicas the plan asks for now, and today's (ready + starting).
+        capacity: variant -> req/s a replica serves, as the plan counts it this tick (a variant missing
+            counts 0).
+        recommendations: (time s, the plan's capacity then, req/s); those at or before ``now_s -
+            settle_s`` are ignored.
+        now_s: this tick, seconds on the loop's clock.
+        settle_s: the window, seconds (> 0).
+
+    Raises:
+        ValueError: ``settle_s`` not > 0, or a negative capacity.
+    """
+    if not settle_s > 0:
+        raise ValueError(f"settle_capacity: settle_s must be > 0, got {settle_s}")
+    if any(c < 0 for c in capacity.values()):
+        raise ValueError(f"settle_capacity: a capacity is negative: {dict(capacity)}")
+    out = dict(desired)
+
+    def served(counts: Mapping[str, int]) -> float:
+        return sum(counts.get(n, 0) * capacity.get(n, 0.0) for n in desired)
+
+    today = served(current)
+    tol = 1e-9 * max(today, 1.0)
+    recent = [c for t, c in recommendations if t > now_s - settle_s]
+    target = min(today, max([served(desired), *recent]))
+    gap = target - served(desired)
+    while gap > tol:
+        room = [n for n in desired if out[n] < current.get(n, 0) and capacity.get(n, 0.0) > 0]
+        if not room:
+            break
+        closing = [n for n in room if capacity[n] >= gap - tol]
+        pick = (min(closing, key=lambda n: capacity[n]) if closing
+                else max(room, key=lambda n: capacity[n]))  # min/max keep the first of equals
+        out[pick] += 1
+        gap -= capacity[pick]
+    return out
+
+
+def release_counts(recommendations: Iterable[tuple[float, dict[str, int]]], applied: Mapping[str, int],
+                   current: Mapping[str, int]) -> None:
+    """``settle_final=1``, ``settle_by=count``: a fall the rule let through is final. For each variant
+    ``applied`` lowers below ``current``, no recommendation left in the window (in place) counts more
+    than ``applied``'s count, so the window cannot bring back a replica once released. The HPA has this
+    by construction (it scales down only to the window's highest); here it is needed because a swap
+    passes below the window's highest, and the next tick's ``current`` still counts the replica that
+    drains (seen on the step scenario: the drain taken back, the total up by one)."""
+    for name, n in applied.items():
+        if n < current.get(name, 0):
+            for _, r in recommendations:
+                if r.get(name, 0) > n:
+                    r[name] = n
+
+
 def _check_smooth(name: str, smooth_s: float, forecast: str, mix: str) -> None:
     """``smooth_s`` > 0 smooths what the forecast stage is fed; refused where no stage runs (``forecast``
     ``last`` or ``perfect`` without ``mix=forecast``), where it would do nothing.
@@ -743,6 +817,7 @@ class _ServiceMemory:
     missed_s: float = -math.inf  # the last tick the service missed its SLO (``slo_missed``)
     drained_s: float = -math.inf  # the last tick the service was ``draining`` (``drain_excess``)
     recommended: deque[tuple[float, dict[str, int]]] = field(default_factory=deque)  # settle_s: (time, plan's)
+    recommended_cap: deque[tuple[float, dict[str | None, float]]] = field(default_factory=deque)  # settle_by=capacity
 
 
 @dataclass(frozen=True)
@@ -1491,6 +1566,12 @@ class MPCController(Controller):
             the total above today's (``settle_downs``: the HPA's scale-down stabilisation window, whose
             default is 300 s); a scale-up, or a swap between variants, is not delayed. 0
             (default): off (opt-in, issue 28; docs/controllers.md, "Scale-down stabilisation").
+        settle_by: what ``settle_s`` compares: ``count`` (default), each variant's replicas
+            (``settle_downs``); ``capacity``, the req/s the plan's fleet serves by this tick's capacity
+            model, per group of variants (``settle_capacity``). Opt-in; needs ``settle_s`` > 0.
+        settle_final: 1 makes a fall the window let through final: the window's older recommendations
+            are capped at what was kept (``release_counts``), so a swap's released replica is not taken
+            back while it drains. 0 (default): as before. Needs ``settle_s`` > 0.
         name: the spec it was built from.
 
     Raises:
@@ -1520,11 +1601,17 @@ class MPCController(Controller):
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
                  floor: int = 0, rise: int = 0, overdue: int = 0, gap: int = 0, pending: int = 0,
                  unserved: int = 0, drain: int = 0, arrivals: int = 0, settle_s: float = 0.0,
+                 settle_by: str = "count", settle_final: int = 0,
                  smooth_s: float = 0.0, name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf) or not 0 <= settle_s < math.inf):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0, hold_s >= 0 and "
                              f"settle_s >= 0, got {horizon}, {quantile}, {miss_weight}, {hold_s}, {settle_s}")
+        if settle_by not in SETTLE_BY or settle_final not in (0, 1):
+            raise ValueError(f"{name}: settle_by must be one of {', '.join(SETTLE_BY)} and settle_final 0 or 1, "
+                             f"got {settle_by!r}, {settle_final}")
+        if (settle_by != "count" or settle_final) and not settle_s > 0:
+            raise ValueError(f"{name}: settle_by and settle_final shape the settle_s window: set settle_s > 0")
         if node_limit is not None and node_limit < 0:
             raise ValueError(f"{name}: node_limit must be >= 0, got {node_limit}")
         if not 0 < time_limit < math.inf:
@@ -1631,6 +1718,8 @@ class MPCController(Controller):
         self.drain = bool(drain)
         self.arrivals = bool(arrivals)
         self.settle_s = settle_s
+        self.settle_by = settle_by
+        self.settle_final = bool(settle_final)
         self.shed = bool(shed)
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
@@ -2311,7 +2400,12 @@ class MPCController(Controller):
             mem.recommended.append((est.time_s, dict(desired)))
             while mem.recommended and mem.recommended[0][0] <= est.time_s - self.settle_s:
                 mem.recommended.popleft()
-            kept = settle_downs(desired, current, mem.recommended, est.time_s, self.settle_s)
+            if self.settle_by == "capacity":
+                kept = self._settle_capacity(desired, current, inputs.steady, svc, mem, est.time_s)
+            else:
+                kept = settle_downs(desired, current, mem.recommended, est.time_s, self.settle_s)
+                if self.settle_final:
+                    release_counts(mem.recommended, kept, current)
             settled, desired = kept != desired, kept
         gap_held = False
         if self.gap:  # pools too: a window of partial rates misreads every pool's demand as well
@@ -2359,7 +2453,8 @@ class MPCController(Controller):
                + ("; no scale-down while the queue is unknown" if queue_unknown else "")
                + (f"; no scale-down within {self.window_s:g} s of the rates' return after a gap" if gap_held
                   else "")
-               + (f"; scale-down held at the plan's highest of the last {self.settle_s:g} s" if settled else "")
+               + (f"; scale-down held at the plan's highest{' capacity' if self.settle_by == 'capacity' else ''} "
+                  f"of the last {self.settle_s:g} s" if settled else "")
                + (f"; sheds {shed[0]:.1f} req/s now, up to {shed.max():.1f}"
                   if inputs.priorities is not None and shed is not None and shed.max() > 0 else "")
                + (f"; prefill/decode pools serve {pools[0]:.1f} req/s now" if pools is not None else "")
@@ -2376,6 +2471,34 @@ class MPCController(Controller):
         return Decision(desired, why, code, terms, plan={name: [int(x) for x in n] for name, n in steps.items()},
                         remove_first=removal_order(est, desired), gauges=gauges, admission=admission,
                         itl_budget=budget, route_weights=route)
+
+    def _settle_capacity(self, desired: dict[str, int], current: Mapping[str, int], steady: Mapping[str, float],
+                         svc: Service, mem: _ServiceMemory, now_s: float) -> dict[str, int]:
+        """``settle_by=capacity``: ``settle_capacity`` on each group of variants whose capacities add up
+        (the aggregated variants, and each pool's role apart: a prefill and a decode replica serve the
+        same requests), recording this tick's plan capacity per group; with ``settle_final``, a fall let
+        through caps the group's window at the capacity kept (``release_counts``'s rule)."""
+        roles = {v.name: role for role, v in all_variants(svc)}
+        groups: dict[str | None, list[str]] = {}
+        for name in desired:
+            groups.setdefault(roles.get(name), []).append(name)
+
+        def served(counts: Mapping[str, int], names: list[str]) -> float:
+            return sum(counts.get(n, 0) * steady.get(n, 0.0) for n in names)
+
+        mem.recommended_cap.append((now_s, {g: served(desired, names) for g, names in groups.items()}))
+        while mem.recommended_cap and mem.recommended_cap[0][0] <= now_s - self.settle_s:
+            mem.recommended_cap.popleft()
+        out = dict(desired)
+        for g, names in groups.items():
+            part = settle_capacity({n: desired[n] for n in names}, current, steady,
+                                   [(t, c.get(g, 0.0)) for t, c in mem.recommended_cap], now_s, self.settle_s)
+            out.update(part)
+            kept = served(part, names)
+            if self.settle_final and kept < served(current, names):
+                for _, c in mem.recommended_cap:
+                    c[g] = min(c.get(g, 0.0), kept)
+        return out
 
     def itl_budget(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> dict[str, int]:
         """variant -> its ITL budget as learned (``controllers.admission.learned_budget``), requests in
