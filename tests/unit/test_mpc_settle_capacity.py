@@ -10,7 +10,7 @@ from support.estimates import service_estimate
 
 from autoscaler.config.loading import default_config
 from autoscaler.state import ServiceEstimate
-from controllers.mpc import MPCController, release_counts, settle_capacity, settle_downs
+from controllers.mpc import MPCController, measured_settle, release_counts, settle_capacity, settle_downs
 from controllers.registry import parse_spec
 
 CFG = default_config()
@@ -118,3 +118,46 @@ def test_settle_by_and_settle_final_are_checked() -> None:
         MPCController(CFG, {SVC.name: WEIGHTS}, settle_final=1)
     assert parse_spec("mpc:settle_s=60:settle_by=capacity:settle_final=1") == \
         ("mpc", {"settle_s": 60.0, "settle_by": "capacity", "settle_final": 1})
+
+
+def totals(dips: list[int], low: float = 4.0, n: int = 100) -> list[tuple[float, float]]:
+    """The plan's total every 15 s for ``n`` ticks: 5 replicas, ``low`` at the ticks in ``dips``."""
+    return [(15.0 * i, low if i in dips else 5.0) for i in range(n)]
+
+
+def test_the_measured_window_is_the_shortest_whose_falls_did_not_reverse() -> None:
+    # cold start 120 s. One-tick dips to 4 at ticks 30, 50 and 70, each back at 5 the next tick. Window 0:
+    # the level is the total itself; the ticks judged are 1-91 (t - 15 >= 0, t + 120 <= 1485 s), 91 >= 40;
+    # its 3 falls all come back to 5 within 120 s: 3 reversals > 0.1 x 3. Window 60 s: the level is the
+    # highest of ticks i-3..i, 5 at every tick (a dip is one tick): no fall, so no reversal, judged ticks
+    # 5-91 (87): 60 s
+    assert measured_settle(totals([30, 50, 70]), 120.0) == 60.0
+    # five-tick dips (ticks 30-34, 50-54, 70-74): at 60 s tick 33's level (ticks 30-33) is 4 below tick
+    # 32's 5, a fall, and tick 35 (within 120 s) is 5 again: 3 of 3 reverse. At 120 s (ticks i-7..i) every
+    # level holds a 5: no fall, judged ticks 9-91 (83): 120 s
+    dips = [d + k for d in (30, 50, 70) for k in range(5)]
+    assert measured_settle(totals(dips), 120.0) == 120.0
+    # a fall that stays (5 -> 3 from tick 50 on): window 0 has one fall and no reversal (0 <= 0.1): 0 s
+    assert measured_settle(totals(list(range(50, 100)), low=3.0), 120.0) == 0.0
+    # too little history: 20 ticks leave 11 judged at window 0 (ticks 1-11), under 40 for every window,
+    # and a lone tick none: the longest, 300 s
+    assert measured_settle(totals([5], n=20), 120.0) == 300.0
+    assert measured_settle([(0.0, 5.0)], 120.0) == 300.0
+
+
+def test_the_measured_window_starts_at_the_longest() -> None:
+    # the controller case above with settle=measured: no hour of history yet, so the window is 300 s;
+    # the fall at 75 s is still held at 120 s (60 s's three GH200s are in (-180, 120]), where settle_s=60
+    # lets it go
+    on = MPCController(CFG, {SVC.name: WEIGHTS}, hold_s=0.0, settle="measured")
+    for t in (0.0, 15.0, 30.0, 45.0, 60.0):
+        on.decide(estimate(t, 25.0), SVC)
+    for t in (75.0, 120.0):
+        a = on.decide(estimate(t, 3.125), SVC)
+        assert a.desired == {"h100": 0, "a100": 0, "gh200": 3}
+        assert a.terms["settle_s"] == 300.0
+        assert "scale-down held at the plan's highest of the last 300 s" in a.reason
+    with pytest.raises(ValueError, match="settle must be one of fixed, measured"):
+        MPCController(CFG, {SVC.name: WEIGHTS}, settle_s=60.0, settle="measured")
+    assert parse_spec("mpc:settle=measured:settle_by=capacity") == \
+        ("mpc", {"settle": "measured", "settle_by": "capacity"})
