@@ -51,7 +51,9 @@ without) and each ``decide`` reads its part:
   come back from a gap longer than the window (a Prometheus back from an outage: ``hold_downs_after_gap``);
   with ``settle_s`` > 0 (opt-in), where the plan's total falls, no variant goes below the highest count
   the plan recommended for it over the last ``settle_s`` (``settle_downs``: the HPA's scale-down
-  stabilisation window), the total never above today's;
+  stabilisation window), the total never above today's; ``settle_by=capacity`` compares the capacity the
+  plan's fleet serves instead (``settle_capacity``), ``settle_final=1`` makes a fall let through final
+  (``release_counts``), and ``settle=measured`` measures the window (``measured_settle``);
 - a service that lost replicas it did not ask to remove (a crash, an eviction) is recovering for a
   cold start plus the guard's cool-down: meanwhile no plan removes a ready replica; nor a pool replica,
   ready or starting, while the service misses its SLO (``controllers.pid_rules.slo_missed``) and for
