@@ -5,18 +5,29 @@ final. Every expected count below is worked by hand from the rule in each docstr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from support.estimates import service_estimate
 
-from autoscaler.config.loading import default_config
+from autoscaler.config.loading import default_config, parse_config
 from autoscaler.state import ServiceEstimate
-from controllers.mpc import MPCController, measured_settle, release_counts, settle_capacity, settle_downs
+from controllers.mpc import (
+    MPCController,
+    _ServiceMemory,
+    measured_settle,
+    release_counts,
+    settle_capacity,
+    settle_downs,
+)
 from controllers.registry import parse_spec
 
 CFG = default_config()
 SVC = CFG.services[0]
 WEIGHTS = {v.name: 10.0 for v in SVC.variants}  # every replica serves 10 req/s
 
+PD_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fleet-pd.yaml"
 CAP = {"h100": 2.0, "a100": 1.0}  # req/s a replica: an H100 serves twice an A100
 
 
@@ -161,3 +172,27 @@ def test_the_measured_window_starts_at_the_longest() -> None:
         MPCController(CFG, {SVC.name: WEIGHTS}, settle_s=60.0, settle="measured")
     assert parse_spec("mpc:settle=measured:settle_by=capacity") == \
         ("mpc", {"settle": "measured", "settle_by": "capacity"})
+
+
+def test_pools_are_held_apart_from_the_aggregated_variants() -> None:
+    # examples/fleet-pd.yaml with an aggregated H100 beside the prefill and decode pools (as
+    # test_mpc_roles builds it). Per replica: aggregated 10 req/s, prefill 20, decode 5. At 0 s the plan
+    # asks today's fleet: aggregated 2 x 10 = 20, prefill 2 x 20 = 40, decode 4 x 5 = 20 req/s. At 15 s it
+    # asks 3 aggregated (30), 2 prefill (40), 2 decode (10): summed over all, 80 req/s both times, no fall;
+    # but the decode pool's capacity falls 20 -> 10 with its window's 20, and an aggregated replica does
+    # not serve a pool's share: 2 decode replicas (5 each) are kept, back to 4
+    doc = yaml.safe_load(PD_EXAMPLE.read_text())
+    doc["services"][0]["variants"] = [{"name": "h100", "gpu": "H100-SXM", "price_per_gpu_hour": 2.99,
+                                       "min_replicas": 0, "max_replicas": 16, "initial_replicas": 0,
+                                       "kv_cache_tokens": 400000, "profile": "llama-3-8b/h100-sxm"}]
+    cfg = parse_config(doc, str(PD_EXAMPLE), PD_EXAMPLE.parent)
+    svc = cfg.services[0]
+    steady = {"h100": 10.0, "h100-prefill": 20.0, "h100-decode": 5.0}
+    ctl = MPCController(cfg, {svc.name: steady}, settle_s=60.0, settle_by="capacity")
+    mem = _ServiceMemory()
+    today = {"h100": 2, "h100-prefill": 2, "h100-decode": 4}
+    assert ctl._settle_capacity(dict(today), today, steady, svc, mem, 0.0, 60.0, 60.0) == today
+    asked = {"h100": 3, "h100-prefill": 2, "h100-decode": 2}
+    assert ctl._settle_capacity(dict(asked), today, steady, svc, mem, 15.0, 60.0, 60.0) == \
+        {"h100": 3, "h100-prefill": 2, "h100-decode": 4}
+    assert mem.recommended_cap[-1] == (15.0, {None: 30.0, "prefill": 40.0, "decode": 10.0})
