@@ -51,7 +51,9 @@ without) and each ``decide`` reads its part:
   come back from a gap longer than the window (a Prometheus back from an outage: ``hold_downs_after_gap``);
   with ``settle_s`` > 0 (opt-in), where the plan's total falls, no variant goes below the highest count
   the plan recommended for it over the last ``settle_s`` (``settle_downs``: the HPA's scale-down
-  stabilisation window), the total never above today's;
+  stabilisation window), the total never above today's; ``settle_by=capacity`` compares the capacity the
+  plan's fleet serves instead (``settle_capacity``), ``settle_final=1`` makes a fall let through final
+  (``release_counts``), and ``settle=measured`` measures the window (``measured_settle``);
 - a service that lost replicas it did not ask to remove (a crash, an eviction) is recovering for a
   cold start plus the guard's cool-down: meanwhile no plan removes a ready replica; nor a pool replica,
   ready or starting, while the service misses its SLO (``controllers.pid_rules.slo_missed``) and for
@@ -577,6 +579,135 @@ def _check_hold(name: str, hold: str, hold_s: float | None) -> None:
                          "chooses how it is found): give one")
 
 
+SETTLE_BY = ("count", "capacity")
+"""``settle_by``: what ``settle_s`` compares, the plan's replica counts (``settle_downs``, the default) or
+the capacity they serve (``settle_capacity``)."""
+
+
+def settle_capacity(desired: Mapping[str, int], current: Mapping[str, int], capacity: Mapping[str, float],
+                    recommendations: Iterable[tuple[float, float]], now_s: float,
+                    settle_s: float) -> dict[str, int]:
+    """``settle_by=capacity``: ``settle_downs``'s stabilisation window on the capacity the plan serves
+    (req/s: each variant's count times ``capacity``, the per-replica capacity the plan used this tick)
+    instead of its replica counts. Where the plan's capacity is below today's (``current``, over the
+    variants of ``desired``), the fleet keeps the highest capacity the plan recommended within
+    ``(now_s - settle_s, now_s]`` (``recommendations``: (time, capacity req/s), this tick's included),
+    never more than today's: replicas the plan would remove are kept, one at a time, until the kept
+    capacity reaches it. Each one kept is, of the variants the plan scales down with a replica left to
+    keep, the one of least capacity that closes what is left of the gap alone, else the one of most
+    capacity (ties: ``desired``'s order). So a swap that keeps the count but cuts the capacity is held,
+    and a fall of the count that keeps the capacity (a replica of no capacity, or a swap to fewer, larger
+    replicas) passes; a plan whose capacity does not fall passes as it is. The kept capacity may pass
+    the target by less than the last replica kept.
+
+    Args:
+        desired, current: variant -> replicas the plan asks for now, and today's (ready + starting).
+        capacity: variant -> req/s a replica serves, as the plan counts it this tick (a variant missing
+            counts 0).
+        recommendations: (time s, the plan's capacity then, req/s); those at or before ``now_s -
+            settle_s`` are ignored.
+        now_s: this tick, seconds on the loop's clock.
+        settle_s: the window, seconds (> 0).
+
+    Raises:
+        ValueError: ``settle_s`` not > 0, or a negative capacity.
+    """
+    if not settle_s > 0:
+        raise ValueError(f"settle_capacity: settle_s must be > 0, got {settle_s}")
+    if any(c < 0 for c in capacity.values()):
+        raise ValueError(f"settle_capacity: a capacity is negative: {dict(capacity)}")
+    out = dict(desired)
+
+    def served(counts: Mapping[str, int]) -> float:
+        return sum(counts.get(n, 0) * capacity.get(n, 0.0) for n in desired)
+
+    today = served(current)
+    tol = 1e-9 * max(today, 1.0)
+    recent = [c for t, c in recommendations if t > now_s - settle_s]
+    target = min(today, max([served(desired), *recent]))
+    gap = target - served(desired)
+    while gap > tol:
+        room = [n for n in desired if out[n] < current.get(n, 0) and capacity.get(n, 0.0) > 0]
+        if not room:
+            break
+        closing = [n for n in room if capacity[n] >= gap - tol]
+        pick = (min(closing, key=lambda n: capacity[n]) if closing
+                else max(room, key=lambda n: capacity[n]))  # min/max keep the first of equals
+        out[pick] += 1
+        gap -= capacity[pick]
+    return out
+
+
+def release_counts(recommendations: Iterable[tuple[float, dict[str, int]]], applied: Mapping[str, int],
+                   current: Mapping[str, int]) -> None:
+    """``settle_final=1``, ``settle_by=count``: a fall the rule let through is final. For each variant
+    ``applied`` lowers below ``current``, no recommendation left in the window (in place) counts more
+    than ``applied``'s count, so the window cannot bring back a replica once released. The HPA has this
+    by construction (it scales down only to the window's highest); here it is needed because a swap
+    passes below the window's highest, and the next tick's ``current`` still counts the replica that
+    drains (seen on the step scenario: the drain taken back, the total up by one)."""
+    for name, n in applied.items():
+        if n < current.get(name, 0):
+            for _, r in recommendations:
+                if r.get(name, 0) > n:
+                    r[name] = n
+
+
+SETTLES_S = (0.0, 60.0, 120.0, 180.0, 300.0)
+"""Windows ``settle=measured`` chooses from, seconds (``measured_settle``): none, up to the HPA's default
+300 s (``--horizontal-pod-autoscaler-downscale-stabilization``)."""
+SETTLE_SETTINGS = ("fixed", "measured")
+"""``settle``: the window ``settle_s`` gives (``fixed``, the default), or ``measured_settle``'s."""
+
+
+def measured_settle(totals: list[tuple[float, float]], cold_s: float) -> float:
+    """``settle=measured``: the shortest of ``SETTLES_S`` whose falls seldom reverse, seconds, measured on
+    ``totals`` ((time s, the plan's own recommended total, before any hold), oldest first), as
+    ``measured_hold`` measures the hold on the rates. With a window, the fleet at a tick is the highest
+    recommendation over ``(t - window, t]`` (the HPA's scale-down window, ``settle_downs``); it *falls*
+    where it drops below the last tick's, and the fall *reverses* when a recommendation within the next
+    ``cold_s`` (a replica removed then could not be back sooner) comes back to the level before the fall.
+    The first window with at most ``HOLD_REVERSALS`` of its falls reversing is used, once it has
+    ``HOLD_MIN_TICKS`` ticks judged (its window and the cold start after it both in ``totals``); the
+    longest until then, and when none is good enough."""
+    t = np.array([x for x, _ in totals])
+    r = np.array([y for _, y in totals])
+    if len(t) < 2:
+        return SETTLES_S[-1]
+    for span in SETTLES_S:
+        level = np.array([r[(t > x - span - 1e-9 * (span == 0)) & (t <= x)].max() for x in t])
+        judged = np.nonzero((t - span - (t[1] - t[0]) >= t[0] - 1e-9) & (t + cold_s <= t[-1] + 1e-9))[0]
+        falls = reversals = 0
+        for i in judged:
+            if i == 0 or level[i] >= level[i - 1]:
+                continue
+            falls += 1
+            ahead = r[(t > t[i]) & (t <= t[i] + cold_s + 1e-9)]
+            reversals += bool(len(ahead) and ahead.max() >= level[i - 1])
+        if len(judged) >= HOLD_MIN_TICKS and reversals <= HOLD_REVERSALS * falls:
+            return span
+    return SETTLES_S[-1]
+
+
+def _check_settle(name: str, settle_s: float, settle_by: str, settle_final: int, settle: str) -> None:
+    """The ``settle_*`` options together: ``settle_by`` in ``SETTLE_BY``, ``settle_final`` 0 or 1, ``settle``
+    in ``SETTLE_SETTINGS`` and not ``measured`` beside a fixed ``settle_s``; ``settle_by`` other than
+    ``count`` and ``settle_final=1`` only with a window (``settle_s`` > 0 or ``settle=measured``).
+
+    Raises:
+        ValueError: any of these broken.
+    """
+    if settle_by not in SETTLE_BY or settle_final not in (0, 1):
+        raise ValueError(f"{name}: settle_by must be one of {', '.join(SETTLE_BY)} and settle_final 0 or 1, "
+                         f"got {settle_by!r}, {settle_final}")
+    if settle not in SETTLE_SETTINGS or (settle == "measured" and settle_s > 0):
+        raise ValueError(f"{name}: settle must be one of {', '.join(SETTLE_SETTINGS)}, and settle_s is the "
+                         f"fixed window (measured measures it): got settle={settle!r}, settle_s={settle_s}")
+    if (settle_by != "count" or settle_final) and not (settle_s > 0 or settle == "measured"):
+        raise ValueError(f"{name}: settle_by and settle_final shape the settle_s window: set settle_s > 0 "
+                         "or settle=measured")
+
+
 def _check_smooth(name: str, smooth_s: float, forecast: str, mix: str) -> None:
     """``smooth_s`` > 0 smooths what the forecast stage is fed; refused where no stage runs (``forecast``
     ``last`` or ``perfect`` without ``mix=forecast``), where it would do nothing.
@@ -758,6 +889,10 @@ class _ServiceMemory:
     missed_s: float = -math.inf  # the last tick the service missed its SLO (``slo_missed``)
     drained_s: float = -math.inf  # the last tick the service was ``draining`` (``drain_excess``)
     recommended: deque[tuple[float, dict[str, int]]] = field(default_factory=deque)  # settle_s: (time, plan's)
+    settle_totals: list[tuple[float, float]] = field(default_factory=list)  # settle=measured: (time, plan's total)
+    settle_window_s: float = SETTLES_S[-1]  # settle=measured: the window in use
+    settle_measured_s: float = -math.inf  # when it was last measured
+    recommended_cap: deque[tuple[float, dict[str | None, float]]] = field(default_factory=deque)  # settle_by=capacity
 
 
 @dataclass(frozen=True)
@@ -1507,6 +1642,15 @@ class MPCController(Controller):
             the total above today's (``settle_downs``: the HPA's scale-down stabilisation window, whose
             default is 300 s); a scale-up, or a swap between variants, is not delayed. 0
             (default): off (opt-in, issue 28; docs/controllers.md, "Scale-down stabilisation").
+        settle_by: what ``settle_s`` compares: ``count`` (default), each variant's replicas
+            (``settle_downs``); ``capacity``, the req/s the plan's fleet serves by this tick's capacity
+            model, per group of variants (``settle_capacity``). Opt-in; needs ``settle_s`` > 0.
+        settle_final: 1 makes a fall the window let through final: the window's older recommendations
+            are capped at what was kept (``release_counts``), so a swap's released replica is not taken
+            back while it drains. 0 (default): as before. Needs ``settle_s`` > 0 (or ``settle=measured``).
+        settle: ``fixed`` (default): the window is ``settle_s``; ``measured``: the shortest of ``SETTLES_S``
+            whose falls seldom reversed within a cold start on this service's last hour of the plan's
+            recommendations (``measured_settle``, measured every ``HOLD_EVERY_S``), with ``settle_s`` 0.
         name: the spec it was built from.
 
     Raises:
@@ -1537,11 +1681,13 @@ class MPCController(Controller):
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
                  floor: int = 0, rise: int = 0, overdue: int = 0, gap: int = 0, pending: int = 0,
                  unserved: int = 0, drain: int = 0, arrivals: int = 0, settle_s: float = 0.0,
+                 settle_by: str = "count", settle_final: int = 0, settle: str = "fixed",
                  smooth_s: float = 0.0, name: str = "mpc") -> None:
         if (horizon < 1 or not 0 < quantile < 1 or not 0 < miss_weight < math.inf
                 or (hold_s is not None and not 0 <= hold_s < math.inf) or not 0 <= settle_s < math.inf):
             raise ValueError(f"{name}: need horizon >= 1, quantile in (0, 1), miss_weight > 0, hold_s >= 0 and "
                              f"settle_s >= 0, got {horizon}, {quantile}, {miss_weight}, {hold_s}, {settle_s}")
+        _check_settle(name, settle_s, settle_by, settle_final, settle)
         if node_limit is not None and node_limit < 0:
             raise ValueError(f"{name}: node_limit must be >= 0, got {node_limit}")
         if not 0 < time_limit < math.inf:
@@ -1647,6 +1793,9 @@ class MPCController(Controller):
         self.drain = bool(drain)
         self.arrivals = bool(arrivals)
         self.settle_s = settle_s
+        self.settle_by = settle_by
+        self.settle_final = bool(settle_final)
+        self.settle = settle
         self.shed = bool(shed)
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
@@ -2322,13 +2471,7 @@ class MPCController(Controller):
             aggregated = {v.name for v in svc.variants}
             desired.update(hold_downs_while_rising({n: k for n, k in desired.items() if n in aggregated}, current,
                                                    mem.rates, RISE_SPAN_S, self.window_s))
-        settled = False
-        if self.settle_s > 0:  # HPA's scale-down stabilisation over the plan's own recommendations
-            mem.recommended.append((est.time_s, dict(desired)))
-            while mem.recommended and mem.recommended[0][0] <= est.time_s - self.settle_s:
-                mem.recommended.popleft()
-            kept = settle_downs(desired, current, mem.recommended, est.time_s, self.settle_s)
-            settled, desired = kept != desired, kept
+        settled, desired, window = self._settle(desired, current, inputs.steady, svc, mem, est.time_s)
         gap_held = False
         if self.gap:  # pools too: a window of partial rates misreads every pool's demand as well
             kept = hold_downs_after_gap(desired, current, mem.resumed_s, est.time_s, self.window_s)
@@ -2353,6 +2496,8 @@ class MPCController(Controller):
                  **{f"pool_scale_{role}": x for role, x in inputs.pool_scales.items()}}
         if mem.z is not None:
             terms["hedge_z"] = mem.z
+        if self.settle == "measured":
+            terms["settle_s"] = window
         pools = plan.pd_rps.get(svc.name)
         if pools is not None:  # the demand the prefill/decode pools serve (the rest: aggregated)
             terms["pd_rps_now"] = float(pools[0])
@@ -2375,7 +2520,8 @@ class MPCController(Controller):
                + ("; no scale-down while the queue is unknown" if queue_unknown else "")
                + (f"; no scale-down within {self.window_s:g} s of the rates' return after a gap" if gap_held
                   else "")
-               + (f"; scale-down held at the plan's highest of the last {self.settle_s:g} s" if settled else "")
+               + (f"; scale-down held at the plan's highest{' capacity' if self.settle_by == 'capacity' else ''} "
+                  f"of the last {window:g} s" if settled else "")
                + (f"; sheds {shed[0]:.1f} req/s now, up to {shed.max():.1f}"
                   if inputs.priorities is not None and shed is not None and shed.max() > 0 else "")
                + (f"; prefill/decode pools serve {pools[0]:.1f} req/s now" if pools is not None else "")
@@ -2392,6 +2538,67 @@ class MPCController(Controller):
         return Decision(desired, why, code, terms, plan={name: [int(x) for x in n] for name, n in steps.items()},
                         remove_first=removal_order(est, desired), gauges=gauges, admission=admission,
                         itl_budget=budget, route_weights=route)
+
+    def _settle(self, desired: dict[str, int], current: Mapping[str, int], steady: Mapping[str, float],
+                svc: Service, mem: _ServiceMemory, now_s: float) -> tuple[bool, dict[str, int], float]:
+        """The HPA's scale-down stabilisation over the plan's own recommendations (``settle_s``, or
+        ``settle=measured``'s window; ``settle_by``, ``settle_final``): (whether it held a fall, the counts
+        kept, the window in seconds). Off, the plan's counts as they are."""
+        window = self.settle_s
+        if self.settle == "measured":  # the window from this service's own recommendations (measured_settle)
+            mem.settle_totals = [(t, x) for t, x in mem.settle_totals if t > now_s - HOLD_HISTORY_S]
+            mem.settle_totals.append((now_s, float(sum(desired.values()))))
+            if now_s - mem.settle_measured_s >= HOLD_EVERY_S:
+                cold = max(v.startup_cold_s for _, v in all_variants(svc))
+                mem.settle_window_s = measured_settle(mem.settle_totals, cold)
+                mem.settle_measured_s = now_s
+            window = mem.settle_window_s
+        if not (self.settle_s > 0 or self.settle == "measured"):
+            return False, desired, window
+        kept_s = SETTLES_S[-1] if self.settle == "measured" else self.settle_s  # recommendations kept, s
+        mem.recommended.append((now_s, dict(desired)))
+        while mem.recommended and mem.recommended[0][0] <= now_s - kept_s:
+            mem.recommended.popleft()
+        if self.settle_by == "capacity":
+            kept = self._settle_capacity(desired, current, steady, svc, mem, now_s, window, kept_s)
+        elif window > 0:
+            kept = settle_downs(desired, current, mem.recommended, now_s, window)
+            if self.settle_final:
+                release_counts(mem.recommended, kept, current)
+        else:
+            kept = desired
+        return kept != desired, kept, window
+
+    def _settle_capacity(self, desired: dict[str, int], current: Mapping[str, int], steady: Mapping[str, float],
+                         svc: Service, mem: _ServiceMemory, now_s: float, window: float,
+                         kept_s: float) -> dict[str, int]:
+        """``settle_by=capacity``: ``settle_capacity`` on each group of variants whose capacities add up
+        (the aggregated variants, and each pool's role apart: a prefill and a decode replica serve the
+        same requests), recording this tick's plan capacity per group; with ``settle_final``, a fall let
+        through caps the group's window at the capacity kept (``release_counts``'s rule)."""
+        roles = {v.name: role for role, v in all_variants(svc)}
+        groups: dict[str | None, list[str]] = {}
+        for name in desired:
+            groups.setdefault(roles.get(name), []).append(name)
+
+        def served(counts: Mapping[str, int], names: list[str]) -> float:
+            return sum(counts.get(n, 0) * steady.get(n, 0.0) for n in names)
+
+        mem.recommended_cap.append((now_s, {g: served(desired, names) for g, names in groups.items()}))
+        while mem.recommended_cap and mem.recommended_cap[0][0] <= now_s - kept_s:
+            mem.recommended_cap.popleft()
+        out = dict(desired)
+        if not window > 0:
+            return out
+        for g, names in groups.items():
+            part = settle_capacity({n: desired[n] for n in names}, current, steady,
+                                   [(t, c.get(g, 0.0)) for t, c in mem.recommended_cap], now_s, window)
+            out.update(part)
+            kept = served(part, names)
+            if self.settle_final and kept < served(current, names):
+                for _, c in mem.recommended_cap:
+                    c[g] = min(c.get(g, 0.0), kept)
+        return out
 
     def itl_budget(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> dict[str, int]:
         """variant -> its ITL budget as learned (``controllers.admission.learned_budget``), requests in

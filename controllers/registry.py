@@ -41,6 +41,10 @@ at once (``controllers.mpc.pending_at_risk``, on ``VariantObservation.unschedula
 ``settle_s=S``, where the plan's total falls, holds each variant's scale-down at the highest count the
 plan recommended for it within the last S seconds, the total never above today's (a swap between variants
 passes; ``controllers.mpc.settle_downs``: the HPA's scale-down stabilisation window; off at 0);
+``settle_by=capacity`` has that window compare the capacity (req/s) the plan's fleet serves instead of
+its counts (``controllers.mpc.settle_capacity``), and ``settle_final=1`` makes a fall it let through final
+(``controllers.mpc.release_counts``); both need ``settle_s`` > 0 or ``settle=measured``, which measures the
+window on the service's own last hour (``controllers.mpc.measured_settle``);
 ``smooth_s=S`` feeds the forecast stage the mean of the last S seconds' demand rates
 (``autoscaler.loop.forecast.smoothed``; off at 0);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
@@ -380,6 +384,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     unserved=Param(int, 0, closed=True, high=1),
                     drain=Param(int, 0, closed=True, high=1),
                     arrivals=Param(int, 0, closed=True, high=1), settle_s=NON_NEGATIVE,
+                    settle_by=TEXT, settle_final=Param(int, 0, closed=True, high=1), settle=TEXT,
                     smooth_s=NON_NEGATIVE), _mpc),
 }
 NAMES = tuple(_SPECS)
