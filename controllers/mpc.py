@@ -1389,6 +1389,12 @@ class MPCController(Controller):
             aggregated replica's (ITL-bound) leaves room for a burst, so the pools' headroom is planned
             (``docs/controllers.md``, "Making the pools pay on long prompts"); the backlog term is
             planned at the full capacity (``pool_util_path``).
+        spill: the share ``r`` in [0, 1) of the pools' planned requests/s that the aggregated variants hold
+            in reserve beside their own share (``models.planning.PlanService.pd_spill``: the demand row
+            counts the pools' share at ``1 - r``), for the arrivals the gateway's saturation filter
+            spills to them while every prefill replica is saturated in a sub-minute burst
+            (``simulator.pd_saturation_filter``; docs/controllers.md, "An aggregated spill reserve"); 0
+            (default): none. Acts only on a service with pools and aggregated variants.
         pd_scale: 1 (default) counts a pool's capacity down to what it completes while the service's
             backlog keeps it busy (``pool_scale``); 0 counts the model's alone.
         burst: 1 plans each replica's capacity, and the learner's latency curve, for the arrivals'
@@ -1515,7 +1521,8 @@ class MPCController(Controller):
                  int_up: int = 0, joint_blocks: int = 0, joint_warm: int = 0,
                  shed: int = 0,
                  shed_weight: float = DEFAULT_SHED_WEIGHT,
-                 pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0, busy: int = 0,
+                 pd_util: float = DEFAULT_PD_UTIL, spill: float = 0.0, pd_scale: int = 1, burst: int = 0,
+                 cap: int = 0, busy: int = 0,
                  backlog: int = 0, marginal: int = 0,
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
                  floor: int = 0, rise: int = 0, overdue: int = 0, gap: int = 0, pending: int = 0,
@@ -1533,8 +1540,9 @@ class MPCController(Controller):
             raise ValueError(f"{name}: pool must be >= 1, got {pool}")
         if not 0 < coverage < 1:
             raise ValueError(f"{name}: coverage must be in (0, 1), got {coverage}")
-        if not 0 < pd_util <= 1:
-            raise ValueError(f"{name}: pd_util must be in (0, 1], got {pd_util}")
+        if not 0 < pd_util <= 1 or not 0 <= spill < 1:
+            raise ValueError(f"{name}: pd_util must be in (0, 1] and spill must be in [0, 1), "
+                             f"got {pd_util} and {spill}")
         if int_blocks < 0:
             raise ValueError(f"{name}: int_blocks must be >= 0, got {int_blocks}")
         if joint_blocks < 0:
@@ -1635,6 +1643,7 @@ class MPCController(Controller):
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
         self.pd_util = pd_util
+        self.spill = spill
         self.pd_scale = bool(pd_scale)
         self.drain_memory_s = drain_memory_s(self.window_s, c.forecast.step_s)
         self.admission_cfg = c.admission_settings
@@ -2185,7 +2194,8 @@ class MPCController(Controller):
             shed_rps, shed_cost = seen_shortfall(demand, held, self.fastest_steps(svc, est)), miss
             miss = miss * UNSERVED_WEIGHT / self.miss_weight
         plan_svc = PlanService(svc.name, variants, demand, miss, self.guard.max_step_up, self.guard.max_step_down,
-                               shed_rps=shed_rps, shed_cost=shed_cost, pd_ratio=pd_ratio(svc))
+                               shed_rps=shed_rps, shed_cost=shed_cost, pd_ratio=pd_ratio(svc),
+                               pd_spill=self.spill if svc.roles is not None and svc.variants else 0.0)
         return _Inputs(plan_svc, recovering, priorities, held, scales, modelled, steady)
 
     def _burst_floor(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> float | None:

@@ -40,6 +40,8 @@ at once (``controllers.mpc.pending_at_risk``, on ``VariantObservation.unschedula
 ``settle_s=S``, where the plan's total falls, holds each variant's scale-down at the highest count the
 plan recommended for it within the last S seconds, the total never above today's (a swap between variants
 passes; ``controllers.mpc.settle_downs``: the HPA's scale-down stabilisation window; off at 0);
+``spill=R`` has the aggregated variants hold R times the pools' planned rate beside their own share, for the
+arrivals a saturated prefill pool spills to them (``models.planning.PlanService.pd_spill``; off at 0);
 ``smooth_s=S`` feeds the forecast stage the mean of the last S seconds' demand rates
 (``autoscaler.loop.forecast.smoothed``; off at 0);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
@@ -367,6 +369,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     joint_blocks=Param(int, 0, closed=True), joint_warm=Param(int, 0, closed=True, high=1),
                     shed=Param(int, 0, closed=True, high=1),
                     shed_weight=POSITIVE, pd_util=Param(float, 0.0, high=1.0),
+                    spill=Param(float, 0.0, closed=True, high=1.0),
                     pd_scale=Param(int, 0, closed=True, high=1),
                     burst=Param(int, 0, closed=True, high=1), cap=Param(int, 0, closed=True, high=1),
                     busy=Param(int, 0, closed=True, high=1), backlog=Param(int, 0, closed=True, high=1),
