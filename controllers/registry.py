@@ -369,7 +369,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     joint_blocks=Param(int, 0, closed=True), joint_warm=Param(int, 0, closed=True, high=1),
                     shed=Param(int, 0, closed=True, high=1),
                     shed_weight=POSITIVE, pd_util=Param(float, 0.0, high=1.0),
-                    spill=Param(float, 0.0, closed=True, high=1.0),
+                    spill=Param(float, 0.0, closed=True, high=1.0), spill_idle=Param(int, 0, closed=True, high=1),
                     pd_scale=Param(int, 0, closed=True, high=1),
                     burst=Param(int, 0, closed=True, high=1), cap=Param(int, 0, closed=True, high=1),
                     busy=Param(int, 0, closed=True, high=1), backlog=Param(int, 0, closed=True, high=1),

@@ -13,7 +13,7 @@ from support.brute_plans import sequences
 
 from autoscaler.config.loading import load_config
 from autoscaler.state import PoolObservation, ServiceEstimate, Signals, VariantObservation
-from controllers.mpc import MPCController, _Inputs
+from controllers.mpc import MPCController, _Inputs, idle_reserve
 from controllers.registry import build
 from models.planning import PlanProblem, PlanService, PlanVariant, solve
 
@@ -125,3 +125,18 @@ def test_the_mpc_hands_its_reserve_to_a_mixed_service_only() -> None:
         inputs = mpc._inputs(est, svc)
         assert isinstance(inputs, _Inputs)
         assert inputs.service.pd_spill == want
+
+
+def test_idle_reserve_routes_the_aggregated_replicas_their_planned_share() -> None:
+    # 10 H100s at 6 req/s and 5 GH200s at 8 hold 60 + 40 = 100 req/s; of 200 req/s the pools take 150, so
+    # the aggregated share is 50: half their capacity, and each weight is halved; the decode weight stays.
+    route = {"h100": 6.0, "gh200": 8.0, "h100-decode": 50.0}
+    serving = {"h100": 10.0, "gh200": 5.0, "h100-decode": 2.0}
+    assert idle_reserve(route, ["h100", "gh200"], serving, 200.0, 150.0) == {"h100": 3.0, "gh200": 4.0,
+                                                                               "h100-decode": 50.0}
+    # a share at or above the capacity held, or no aggregated replica serving: the weights as they were
+    assert idle_reserve(route, ["h100", "gh200"], serving, 200.0, 90.0) == route
+    assert idle_reserve(route, ["h100", "gh200"], {"h100-decode": 2.0}, 200.0, 150.0) == route
+    cfg = load_config(str(MIXED))
+    with pytest.raises(ValueError, match="spill_idle 0 or 1"):
+        MPCController(cfg, {}, spill_idle=1)  # without a reserve there is nothing to leave idle
