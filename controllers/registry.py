@@ -41,7 +41,8 @@ at once (``controllers.mpc.pending_at_risk``, on ``VariantObservation.unschedula
 plan recommended for it within the last S seconds, the total never above today's (a swap between variants
 passes; ``controllers.mpc.settle_downs``: the HPA's scale-down stabilisation window; off at 0);
 ``spill=R`` has the aggregated variants hold R times the pools' planned rate beside their own share, for the
-arrivals a saturated prefill pool spills to them (``models.planning.PlanService.pd_spill``; off at 0);
+arrivals a saturated prefill pool spills to them (``models.planning.PlanService.pd_spill``; off at 0), and
+``spill_idle=1`` routes those variants their planned share alone (``controllers.mpc.idle_reserve``);
 ``smooth_s=S`` feeds the forecast stage the mean of the last S seconds' demand rates
 (``autoscaler.loop.forecast.smoothed``; off at 0);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
