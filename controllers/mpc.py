@@ -1071,6 +1071,22 @@ def drain_excess(est: ServiceEstimate, times_s: Sequence[float], mean_rps: Seque
     return max(0.0, float(np.interp(est.time_s, times_s, mean_rps)) - held_rps)
 
 
+def idle_reserve(route: Mapping[str, float], aggregated: Iterable[str], serving: Mapping[str, float],
+                 demand_rps: float, pools_rps: float) -> dict[str, float]:
+    """The router's weights (variant -> requests/s per replica) with each aggregated variant's scaled by
+    ``(demand - pools) / A``, ``A`` the aggregated variants' planned capacity (``route[v] x serving[v]``
+    summed): the router then sends the aggregated replicas their planned share of the demand alone, and
+    the spill reserve (``spill``) stays free for the arrivals a saturated prefill pool spills to them
+    (``spill_idle=1``). Unchanged where ``A`` is 0 or the aggregated share is at least ``A``; a share
+    of 0 leaves the aggregated replicas a weight of 0 (the router's floor applies)."""
+    names = set(aggregated)
+    held = sum(route.get(v, 0.0) * serving.get(v, 0.0) for v in names)
+    share = max(demand_rps - pools_rps, 0.0)
+    if held <= 0 or share >= held:
+        return dict(route)
+    return {v: w * share / held if v in names else w for v, w in route.items()}
+
+
 def pool_util_path(pd_util: float, demand_rps: np.ndarray, backlog: np.ndarray) -> np.ndarray:
     """Per step, the share of a pool replica's modelled capacity the plan counts on so that ``pd_util``
     applies to the demand less the backlog term alone, shape (H,) as ``demand_rps``.
@@ -1540,6 +1556,15 @@ class MPCController(Controller):
             aggregated replica's (ITL-bound) leaves room for a burst, so the pools' headroom is planned
             (``docs/controllers.md``, "Making the pools pay on long prompts"); the backlog term is
             planned at the full capacity (``pool_util_path``).
+        spill: the share ``r`` in [0, 1) of the pools' planned requests/s that the aggregated variants hold
+            in reserve beside their own share (``models.planning.PlanService.pd_spill``: the demand row
+            counts the pools' share at ``1 - r``), for the arrivals the gateway's saturation filter
+            spills to them while every prefill replica is saturated in a sub-minute burst
+            (``simulator.pd_saturation_filter``; docs/controllers.md, "An aggregated spill reserve"); 0
+            (default): none. Acts only on a service with pools and aggregated variants.
+        spill_idle: 1 (with ``spill``) hands the router the aggregated variants' weights scaled to their
+            planned share of the demand (``idle_reserve``), so the reserve is not routed to while the pools
+            take their share; 0 (default): their capacities, as without a reserve.
         pd_scale: 1 (default) counts a pool's capacity down to what it completes while the service's
             backlog keeps it busy (``pool_scale``); 0 counts the model's alone.
         burst: 1 plans each replica's capacity, and the learner's latency curve, for the arrivals'
@@ -1676,7 +1701,9 @@ class MPCController(Controller):
                  int_up: int = 0, joint_blocks: int = 0, joint_warm: int = 0,
                  shed: int = 0,
                  shed_weight: float = DEFAULT_SHED_WEIGHT,
-                 pd_util: float = DEFAULT_PD_UTIL, pd_scale: int = 1, burst: int = 0, cap: int = 0, busy: int = 0,
+                 pd_util: float = DEFAULT_PD_UTIL, spill: float = 0.0, spill_idle: int = 0, pd_scale: int = 1,
+                 burst: int = 0,
+                 cap: int = 0, busy: int = 0,
                  backlog: int = 0, marginal: int = 0,
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
                  floor: int = 0, rise: int = 0, overdue: int = 0, gap: int = 0, pending: int = 0,
@@ -1696,8 +1723,9 @@ class MPCController(Controller):
             raise ValueError(f"{name}: pool must be >= 1, got {pool}")
         if not 0 < coverage < 1:
             raise ValueError(f"{name}: coverage must be in (0, 1), got {coverage}")
-        if not 0 < pd_util <= 1:
-            raise ValueError(f"{name}: pd_util must be in (0, 1], got {pd_util}")
+        if not 0 < pd_util <= 1 or not 0 <= spill < 1 or spill_idle not in (0, 1) or (spill_idle and not spill):
+            raise ValueError(f"{name}: pd_util must be in (0, 1] and spill must be in [0, 1), spill_idle 0 or 1 "
+                             f"(1 with a spill > 0), got {pd_util}, {spill} and {spill_idle}")
         if int_blocks < 0:
             raise ValueError(f"{name}: int_blocks must be >= 0, got {int_blocks}")
         if joint_blocks < 0:
@@ -1800,6 +1828,8 @@ class MPCController(Controller):
         self.shed_enforced = True  # the loop says otherwise when it runs no admission policy (on_admission)
         self.shed_weight = shed_weight
         self.pd_util = pd_util
+        self.spill = spill
+        self.spill_idle = bool(spill_idle)
         self.pd_scale = bool(pd_scale)
         self.drain_memory_s = drain_memory_s(self.window_s, c.forecast.step_s)
         self.admission_cfg = c.admission_settings
@@ -2350,7 +2380,8 @@ class MPCController(Controller):
             shed_rps, shed_cost = seen_shortfall(demand, held, self.fastest_steps(svc, est)), miss
             miss = miss * UNSERVED_WEIGHT / self.miss_weight
         plan_svc = PlanService(svc.name, variants, demand, miss, self.guard.max_step_up, self.guard.max_step_down,
-                               shed_rps=shed_rps, shed_cost=shed_cost, pd_ratio=pd_ratio(svc))
+                               shed_rps=shed_rps, shed_cost=shed_cost, pd_ratio=pd_ratio(svc),
+                               pd_spill=self.spill if svc.roles is not None and svc.variants else 0.0)
         return _Inputs(plan_svc, recovering, priorities, held, scales, modelled, steady)
 
     def _burst_floor(self, est: ServiceEstimate, svc: Service, mem: _ServiceMemory) -> float | None:
@@ -2535,6 +2566,10 @@ class MPCController(Controller):
                     for v, n in budget.items()))
         # with pools, the capacities the plan splits the demand by (aggregated variants against the pools)
         route = dict(inputs.steady) if svc.roles is not None else {}
+        if self.spill_idle and route and pools is not None:  # the reserve left free for spills (idle_reserve)
+            route = idle_reserve(route, [v.name for v in svc.variants],
+                                 {v: float(n[0]) for v, n in plan.serving[svc.name].items()},
+                                 float(demand[0]), float(pools[0]))
         return Decision(desired, why, code, terms, plan={name: [int(x) for x in n] for name, n in steps.items()},
                         remove_first=removal_order(est, desired), gauges=gauges, admission=admission,
                         itl_budget=budget, route_weights=route)

@@ -45,6 +45,9 @@ passes; ``controllers.mpc.settle_downs``: the HPA's scale-down stabilisation win
 its counts (``controllers.mpc.settle_capacity``), and ``settle_final=1`` makes a fall it let through final
 (``controllers.mpc.release_counts``); both need ``settle_s`` > 0 or ``settle=measured``, which measures the
 window on the service's own last hour (``controllers.mpc.measured_settle``);
+``spill=R`` has the aggregated variants hold R times the pools' planned rate beside their own share, for the
+arrivals a saturated prefill pool spills to them (``models.planning.PlanService.pd_spill``; off at 0), and
+``spill_idle=1`` routes those variants their planned share alone (``controllers.mpc.idle_reserve``);
 ``smooth_s=S`` feeds the forecast stage the mean of the last S seconds' demand rates
 (``autoscaler.loop.forecast.smoothed``; off at 0);
 ``forecast=last`` plans on today's rate, ``forecast=perfect`` on the trace's true demand, with a trace;
@@ -372,6 +375,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     joint_blocks=Param(int, 0, closed=True), joint_warm=Param(int, 0, closed=True, high=1),
                     shed=Param(int, 0, closed=True, high=1),
                     shed_weight=POSITIVE, pd_util=Param(float, 0.0, high=1.0),
+                    spill=Param(float, 0.0, closed=True, high=1.0), spill_idle=Param(int, 0, closed=True, high=1),
                     pd_scale=Param(int, 0, closed=True, high=1),
                     burst=Param(int, 0, closed=True, high=1), cap=Param(int, 0, closed=True, high=1),
                     busy=Param(int, 0, closed=True, high=1), backlog=Param(int, 0, closed=True, high=1),

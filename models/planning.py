@@ -49,7 +49,11 @@ block keeps ``min_ratio x D <= P <= max_ratio x D``, ``P`` and ``D`` the replica
 both pools at zero meet it (Kthena's coupled scale to zero), one pool alone does not (with
 ``min_ratio`` 0, a decode pool without prefill does: Kthena would raise the prefill pool to one). The
 rows hold with and without the step limits, so a fleet outside the ratio today is brought within it
-in the first step (the limits dropped where they forbid that, as for a bound).
+in the first step (the limits dropped where they forbid that, as for a bound). With
+``PlanService.pd_spill`` ``r`` (a spill reserve, opt-in; 0 by default) the demand row counts the pools'
+share at ``1 - r``: ``u[k] + d[k] + (1 - r) x[k] + sum_{v aggregated} capacity[v,k] s[v,k] >=
+demand[k]``, i.e. the aggregated variants hold their own share plus ``r x[k]`` for the arrivals a
+saturated prefill pool spills to them (``controllers.mpc``, ``spill``).
 
 Move blocking (as MPC practice keeps integer plans small): replica counts change only at the start of
 each block (``PlanProblem.blocks``: 0-based first steps, by default 1, 1, 1, 1, 2, 2, 4, 4, 8, 8, 8
@@ -271,6 +275,9 @@ class PlanService:
         pd_ratio: ``(min_ratio, max_ratio)``: with role variants, every block keeps ``min_ratio x D <= P <=
             max_ratio x D`` for ``P``, ``D`` the prefill and decode replicas ordered (``n``, summed over
             each pool's variants; module docstring, "Prefill/decode pools"); None: no bound.
+        pd_spill: with role variants, the share ``r`` in [0, 1) of the pools' requests/s ``x`` that the
+            aggregated variants hold in reserve beside their own share (the demand row counts ``(1 - r) x``;
+            module docstring, "Prefill/decode pools"); 0 (default): none.
     """
 
     name: str
@@ -282,6 +289,7 @@ class PlanService:
     shed_rps: np.ndarray | None = None
     shed_cost: float = 0.0
     pd_ratio: tuple[float, float] | None = None
+    pd_spill: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -622,6 +630,8 @@ def _check(problem: PlanProblem) -> None:
                 raise ValueError(f"{svc.name}: shed_rps must be {h} finite numbers within [0, demand_rps]")
             if not 0 <= svc.shed_cost < math.inf:
                 raise ValueError(f"{svc.name}: shed_cost must be a finite number >= 0, got {svc.shed_cost}")
+        if not 0 <= svc.pd_spill < 1:
+            raise ValueError(f"{svc.name}: pd_spill must be in [0, 1), got {svc.pd_spill}")
         roles = {v.role for v in svc.variants}
         if not roles <= {None, *ROLES}:
             raise ValueError(f"{svc.name}: a variant's role must be None, 'prefill' or 'decode', got "
@@ -827,6 +837,8 @@ def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows, hull: bool = False
             continue
         loose = ([idx.u(i, 0)] + ([idx.shed[i]] if i in idx.shed else [])  # step 0's continuous
                  + ([idx.pd[i]] if i in idx.pd else []))  # the pools' share: continuous in the demand row
+        # each loose column's coefficient in the demand row: 1, the pools' share 1 - pd_spill (1 without a reserve)
+        coefficient = {col: 1.0 - svc.pd_spill if i in idx.pd and col == idx.pd[i] else 1.0 for col in loose}
         demand = np.asarray(svc.demand_rps, dtype=float)
         caps = np.array([np.asarray(v.capacity_rps, dtype=float) if v.role is None else np.zeros(h)
                          for v in svc.variants]).reshape(len(svc.variants), h)  # (variants, steps)
@@ -858,7 +870,8 @@ def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows, hull: bool = False
             # by up to ~7e-14 (tests/unit/test_planning_fast.py, exact comparison)
             rows.add_rows([col + step for col in loose]
                           + [np.where(coef[j] > 0, idx.s(i, j, 0) + step, -1) for j in range(len(svc.variants))],
-                          [1.0 / unit] * len(loose) + list(coef), f * np.ceil(beta) - 1e-12 * np.ceil(beta),
+                          [coefficient[col] / unit for col in loose] + list(coef),
+                          f * np.ceil(beta) - 1e-12 * np.ceil(beta),
                           np.full(len(step), np.inf))
         for (big_unit, small), steps in pairs.items():
             # built on the largest unrounded capacity of the variants each rounded one stands for (over
@@ -871,7 +884,7 @@ def _mir_rows(problem: PlanProblem, idx: _Index, rows: _Rows, hull: bool = False
                                   [float(svc.demand_rps[k]) for k in steps])
             at_step = np.asarray(steps)[facets[:, 0].astype(int)]  # each facet's step
             cols: list[np.ndarray] = [c + at_step for c in loose]
-            vals: list[np.ndarray | float] = [1.0] * len(loose)
+            vals: list[np.ndarray | float] = [coefficient[col] for col in loose]
             for j, v in enumerate(svc.variants):
                 if v.role is not None:  # not in the demand row (the pools' rows have x, not demand)
                     continue
@@ -972,7 +985,7 @@ def _build(problem: PlanProblem, limits: bool, caps: Mapping[str | None, np.ndar
         agg = [j for j, v in enumerate(svc.variants) if v.role is None]
         rows.add_rows([idx.u(i, 0) + np.arange(h), *shed, *pd]
                       + [idx.s(i, j, 0) + np.arange(h) for j in agg],
-                      [1.0] * (1 + len(shed) + len(pd))
+                      [1.0] * (1 + len(shed)) + [1.0 - svc.pd_spill] * len(pd)
                       + [np.asarray(svc.variants[j].capacity_rps, dtype=float) for j in agg],
                       np.asarray(svc.demand_rps, dtype=float), np.full(h, np.inf))
         for role in ROLES if pd else ():  # each pool carries the pools' share: sum capacity s - x >= 0
@@ -1082,7 +1095,7 @@ def _complete(problem: PlanProblem, counts: Mapping[tuple[int, int], np.ndarray]
         if i in idx.pd:
             pd = np.minimum(np.minimum(pools["prefill"], pools["decode"]), np.maximum(demand, 0.0))
             x[idx.pd[i]:idx.pd[i] + h] = pd
-            served = served + pd
+            served = served + (1.0 - svc.pd_spill) * pd  # the demand row's coefficient (``pd_spill``)
         left = np.maximum(demand - served, 0.0)
         if i in idx.shed and svc.shed_cost < svc.miss_cost:
             shed = np.minimum(left, np.asarray(svc.shed_rps, dtype=float))

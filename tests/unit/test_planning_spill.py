@@ -1,0 +1,142 @@
+"""The aggregated spill reserve (``models.planning.PlanService.pd_spill``, ``mpc:spill=R``, issue 34): the
+demand row counts the pools' share at ``1 - R``, so the aggregated variants hold ``R`` times the pools'
+requests/s beside their own share. Checked by hand and against brute force."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.brute_plans import sequences
+
+from autoscaler.config.loading import load_config
+from autoscaler.state import PoolObservation, ServiceEstimate, Signals, VariantObservation
+from controllers.mpc import MPCController, _Inputs, idle_reserve
+from controllers.registry import build
+from models.planning import PlanProblem, PlanService, PlanVariant, solve
+
+MIXED = Path(__file__).resolve().parents[2] / "examples" / "fleet-mixed-pd.yaml"
+
+
+def variant(name: str, h: int, *, role: str | None = None, price: float = 1.0, cap: float = 10.0, current: int = 0,
+            hi: int = 3, warm: int = 1, cold: int = 2, start: float = 0.0) -> PlanVariant:
+    return PlanVariant(name, name, 1, price, np.full(h, cap), current, np.full(h, float(current)), 0, hi,
+                       warm, cold, 0, 0, start, 0.0, role=role)
+
+
+def steady(spill: float) -> tuple[PlanService, PlanProblem]:
+    """30 req/s for 2 steps of 60 s, every replica ready at once: an aggregated replica serves 10 req/s
+    for $360/h ($6 a step), a prefill replica 15 and a decode replica 100 for $180/h ($3 a step)."""
+    h = 2
+    variants = [variant("agg", h, price=360.0, cap=10.0, hi=10, warm=0, cold=0),
+                variant("pre", h, role="prefill", price=180.0, cap=15.0, hi=10, warm=0, cold=0),
+                variant("dec", h, role="decode", price=180.0, cap=100.0, hi=10, warm=0, cold=0)]
+    svc = PlanService("s", variants, np.full(h, 30.0), miss_cost=10.0, pd_spill=spill)
+    return svc, PlanProblem([svc], 60.0, h, blocks=[0, 1], mip_rel_gap=1e-9)
+
+
+@pytest.mark.parametrize("tuned", [False, True])
+@pytest.mark.parametrize(("spill", "want", "per_step"), [
+    # no reserve: the pools serve all 30 on 2 prefill (30) + 1 decode (100) = $9 a step; 3 aggregated cost $18
+    (0.0, {"agg": 0, "pre": 2, "dec": 1}, 9.0),
+    # R 0.2: the pools' 30 leave 30 - 0.8 x 30 = 6 req/s to hold aggregated: 1 replica, $6 + $9 = $15 a step;
+    # against 1 + 1 pools (x 15: 30 - 12 = 18 aggregated, 2 replicas, $18) and 3 aggregated ($18)
+    (0.2, {"agg": 1, "pre": 2, "dec": 1}, 15.0),
+    # R 0.5: x 30 needs 30 - 15 = 15 aggregated (2, $12 + $9 = $21), x 15 needs 22.5 (3, $18 + $6 = $24): 3
+    # aggregated alone ($18) is cheapest
+    (0.5, {"agg": 3, "pre": 0, "dec": 0}, 18.0),
+])
+def test_the_reserve_by_hand(spill: float, want: dict[str, int], per_step: float, tuned: bool) -> None:
+    _, problem = steady(spill)
+    plan = solve(dataclasses.replace(problem, tuned=tuned))
+    assert {v: int(n[0]) for v, n in plan.replicas["s"].items()} == want
+    assert plan.cost == pytest.approx(2 * per_step, rel=1e-9)
+    assert float(plan.unserved_rps["s"].max()) == pytest.approx(0.0, abs=1e-9)
+
+
+def brute_force(svc: PlanService, dt: float) -> float:
+    """Cheapest cost over every combination of the variants' replica sequences (no step limits): the
+    pools serve the smaller of their two capacities (at most the demand), counted at ``1 - pd_spill`` in
+    the demand; the aggregated replicas the rest, and what is left is missed."""
+    h = len(svc.demand_rps)
+    cost = np.zeros(1)
+    served = {role: np.zeros((1, h)) for role in (None, "prefill", "decode")}
+    for v in svc.variants:
+        _, c, s = sequences(v, dt)
+        m = len(c)
+        cost = (cost[:, None] + c[None, :]).ravel()
+        for role in served:
+            grown = served[role][:, None, :] + (s[None, :, :] if role == v.role else 0.0)
+            served[role] = np.broadcast_to(grown, (len(cost) // m, m, h)).reshape(-1, h)
+    pools = np.minimum(np.minimum(served["prefill"], served["decode"]), svc.demand_rps)
+    left = np.maximum(svc.demand_rps - served[None] - (1.0 - svc.pd_spill) * pools, 0.0)
+    return float(np.min(cost + dt * svc.miss_cost * left.sum(axis=1)))
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("tuned", [False, True])
+def test_the_reserve_is_the_brute_force_optimum(seed: int, tuned: bool) -> None:
+    # One aggregated, one prefill and one decode variant, 3 steps with start-ups and replicas held today,
+    # a reserve in (0, 0.6): the MILP (its strengthening rows, and the tuned search's hull, with the
+    # pools' share at 1 - R) costs the cheapest plan the enumeration finds.
+    rng = np.random.default_rng(300 + seed)
+    h, dt = 3, 60.0
+    variants = [
+        variant("agg", h, price=float(rng.uniform(2, 6)), cap=float(rng.uniform(4, 14)),
+                current=int(rng.integers(0, 3)), hi=4, cold=2, start=0.01),
+        variant("pre", h, role="prefill", price=float(rng.uniform(1, 4)), cap=float(rng.uniform(8, 30)),
+                current=int(rng.integers(0, 2)), warm=1, cold=1, start=0.01),
+        variant("dec", h, role="decode", price=float(rng.uniform(1, 4)), cap=float(rng.uniform(6, 20)),
+                current=int(rng.integers(0, 3)), warm=0, cold=1),
+    ]
+    svc = PlanService("s", variants, rng.uniform(2, 40, h), miss_cost=0.002, pd_spill=float(rng.uniform(0.05, 0.6)))
+    plan = solve(PlanProblem([svc], dt, h, blocks=list(range(h)), mip_rel_gap=1e-9, tuned=tuned))
+    assert plan.cost == pytest.approx(brute_force(svc, dt), rel=1e-6, abs=1e-9)
+
+
+def test_a_reserve_out_of_range_is_refused() -> None:
+    svc, problem = steady(0.0)
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="pd_spill must be in"):
+            solve(dataclasses.replace(problem, services=[dataclasses.replace(svc, pd_spill=bad)]))
+    cfg = load_config(str(MIXED))
+    with pytest.raises(ValueError, match="spill must be in"):
+        MPCController(cfg, {}, spill=1.0)
+
+
+def test_the_mpc_hands_its_reserve_to_a_mixed_service_only() -> None:
+    # examples/fleet-mixed-pd.yaml has aggregated variants beside its pools: mpc:spill=0.3 plans with
+    # pd_spill 0.3; the default spec with none. A pools-only service (examples/fleet-pd.yaml) gets 0: with
+    # no aggregated variant there is nothing to hold the reserve.
+    for path, spec, want in ((MIXED, "mpc:spill=0.3", 0.3), (MIXED, "mpc", 0.0),
+                             (MIXED.with_name("fleet-pd.yaml"), "mpc:spill=0.3", 0.0)):
+        cfg = load_config(str(path))
+        svc = cfg.services[0]
+        mpc = build(spec, cfg, None, None)
+        assert isinstance(mpc, MPCController)
+        pools = {role: PoolObservation(role, Signals(), {v.name: VariantObservation(0, 0)
+                                                         for r, v in svc.role_variants() if r == role})
+                 for role in ("prefill", "decode")}
+        est = ServiceEstimate(svc.name, 600.0, Signals.of({"arrival_rate_rps": 20.0, "queue_length": 0.0}),
+                              {v.name: VariantObservation(0, 0) for v in svc.variants}, {}, False, 0.0, 0.0, 0,
+                              pools=pools)
+        inputs = mpc._inputs(est, svc)
+        assert isinstance(inputs, _Inputs)
+        assert inputs.service.pd_spill == want
+
+
+def test_idle_reserve_routes_the_aggregated_replicas_their_planned_share() -> None:
+    # 10 H100s at 6 req/s and 5 GH200s at 8 hold 60 + 40 = 100 req/s; of 200 req/s the pools take 150, so
+    # the aggregated share is 50: half their capacity, and each weight is halved; the decode weight stays.
+    route = {"h100": 6.0, "gh200": 8.0, "h100-decode": 50.0}
+    serving = {"h100": 10.0, "gh200": 5.0, "h100-decode": 2.0}
+    assert idle_reserve(route, ["h100", "gh200"], serving, 200.0, 150.0) == {"h100": 3.0, "gh200": 4.0,
+                                                                               "h100-decode": 50.0}
+    # a share at or above the capacity held, or no aggregated replica serving: the weights as they were
+    assert idle_reserve(route, ["h100", "gh200"], serving, 200.0, 90.0) == route
+    assert idle_reserve(route, ["h100", "gh200"], {"h100-decode": 2.0}, 200.0, 150.0) == route
+    cfg = load_config(str(MIXED))
+    with pytest.raises(ValueError, match="spill_idle 0 or 1"):
+        MPCController(cfg, {}, spill_idle=1)  # without a reserve there is nothing to leave idle
