@@ -493,6 +493,10 @@ class FleetConfig(Strict):
         if self.simulator.pd_saturation_filter and all(s.roles is None for s in self.services):
             raise ValueError("simulator.pd_saturation_filter: no service has prefill/decode roles, so no "
                              "prefill pool to be saturated (set roles on a service, or leave the filter off)")
+        # prefill_priority orders prefill replicas' queues only (``disagg.enqueue``): read by nothing without pools
+        if self.simulator.prefill_priority and all(s.roles is None for s in self.services):
+            raise ValueError("simulator.prefill_priority: no service has prefill/decode roles, so no prefill "
+                             "queue to order (set roles on a service, or leave it off)")
         return self
 
     @model_validator(mode="after")

@@ -276,6 +276,13 @@ class SimulatorConfig(Strict):
             pool), then the candidates saturated by ``GatewayConfig``'s per-pod rule are dropped; with
             none left, all (``FleetSimulator._route_pd``). So a burst past the prefill pool's saturation
             goes to the aggregated replicas (issue 34, docs/controllers.md).
+        prefill_priority: opt-in, for a service with prefill/decode pools (default False: a prefill
+            replica admits its waiting requests first come, first served, as vLLM's default
+            ``--scheduling-policy fcfs``). True: a prefill replica admits its waiting requests highest
+            ``Request.priority`` first, in arrival order within a priority, as vLLM's
+            ``--scheduling-policy priority`` orders its waiting queue (``disagg.PrefillReplica``), so in a
+            burst the sheddable (batch) requests wait behind the interactive ones (issue 34,
+            docs/simulator.md, "Prefill queue in priority order").
     """
 
     router: Literal["least_outstanding", "prefix_affinity"] = "least_outstanding"
@@ -289,3 +296,4 @@ class SimulatorConfig(Strict):
     clients: ClientConfig = ClientConfig()
     gateway: GatewayConfig = GatewayConfig()
     pd_saturation_filter: StrictBool = False
+    prefill_priority: StrictBool = False

@@ -124,6 +124,9 @@ class PrefillReplica(Replica):
     replica has read it (``release``). Arguments as ``Replica``'s."""
 
     role = PREFILL
+    priority_order = False
+    """Admit waiting requests highest ``Request.priority`` first (``simulator.prefill_priority``; set by
+    the fleet): False, first come, first served (``Replica``)."""
 
     def __init__(self, rid: int, service: str, variant: str, profile: PerformanceProfile, engine: EngineConfig,
                  kv_cache_tokens: int, hash_block_tokens: int, sim: PDSink, created_s: float, ready_s: float,
@@ -142,6 +145,38 @@ class PrefillReplica(Replica):
     def held_tokens(self) -> int:
         """KV tokens pinned for reads (part of ``kv_used``)."""
         return sum(self._held.values())
+
+    def ahead(self, priority: int) -> int:
+        """How many waiting requests a request of ``priority`` sent now would queue behind: all of them,
+        first come, first served; with ``priority_order``, those up to the last of its priority or a
+        higher one (``enqueue``)."""
+        waiting = self.waiting
+        i = len(waiting)
+        if self.priority_order:
+            while i and waiting[i - 1].req.priority < priority:
+                i -= 1
+        return i
+
+    def enqueue(self, sr: SimRequest, now: float) -> None:
+        """``Replica.enqueue``; with ``priority_order``, ``sr`` joins the waiting queue behind the last
+        request of its priority or a higher one (scanning from the tail), so the queue is served highest
+        priority first and first come, first served within a priority: vLLM's ``--scheduling-policy
+        priority`` (``vllm/v1/core/sched/request_queue.py``, ``PriorityRequestQueue``: a heap on
+        (priority, arrival time), a smaller value first; here a higher ``Request.priority`` is served
+        first). A preempted request goes back to the head (``Replica._preempt_newest``), where vLLM's
+        heap would re-sort it; running requests keep their chunks (vLLM's scheduler serves the running
+        ones before it admits from the waiting queue)."""
+        waiting = self.waiting
+        if not self.priority_order or not waiting or waiting[-1].req.priority >= sr.req.priority:
+            super().enqueue(sr, now)
+            return
+        i = self.ahead(sr.req.priority)
+        sr.replica = self
+        sr.received_s = now
+        waiting.insert(i, sr)  # behind requests already waiting: no decode run to cut (``Replica.enqueue``)
+        self._load_changed()
+        if not self.busy:
+            self._schedule(now)
 
     def _prefill_done(self, sr: SimRequest, now: float) -> None:
         """``sr``'s prompt is prefilled: the one-token request vLLM ran ends (``length``), its KV stays."""

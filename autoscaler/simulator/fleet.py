@@ -390,6 +390,7 @@ class FleetSimulator:
         # (it routes through _pick, and would leave the load marks unread)
         self._route_heap = cfg.simulator.router != "prefix_affinity" and not admission
         self._pd_filter = cfg.simulator.pd_saturation_filter
+        self._pd_priority = cfg.simulator.prefill_priority
         self.scale_events = 0
         self.crash_log: list[dict[str, object]] = []
         self.cut_requests = 0  # attempts failed because their replica's termination grace ran out
@@ -714,7 +715,7 @@ class FleetSimulator:
         if held:
             decoders = [r for r in decoders if not self._saturated(r)]
         elif self._pd_filter and svc.prefill_ready:
-            decoders = self._spill(svc, decoders)
+            decoders = self._spill(svc, decoders, sr.req.priority)
         if not decoders:
             if not held:
                 svc.gateway.append(sr)
@@ -764,7 +765,7 @@ class FleetSimulator:
         or fails its queue first), so it adds nothing, and ``svc.replicas`` keeps every one ever made."""
         return sum(len(r.waiting) for r in svc.prefill_live)
 
-    def _spill(self, svc: ServiceSim, decoders: list[Replica]) -> list[Replica]:
+    def _spill(self, svc: ServiceSim, decoders: list[Replica], priority: int) -> list[Replica]:
         """The candidates a fresh arrival's decode pick chooses among under ``pd_saturation_filter``
         (``SimulatorConfig``): ``decoders`` (the ready decode and aggregated replicas) less the decode
         replicas while every routable prefill replica is saturated, then less those saturated by the
@@ -781,9 +782,19 @@ class FleetSimulator:
         saturation the aggregated replicas take the burst (issue 34: a prefill replica absorbs 1.17x
         its modelled rate, an aggregated one 2.5-2.8x, ``benchmarks/pd_slack.py``). The per-pod rule
         is the one ``_drain_gateway`` uses (saturated past ``queue_depth_threshold`` waiting, where
-        the filter's limit is reached at it: one request apart)."""
+        the filter's limit is reached at it: one request apart).
+
+        With ``simulator.prefill_priority`` a prefill replica counts as saturated for an arrival of
+        ``priority`` by the requests it would queue behind there (``PrefillReplica.ahead``: those of its
+        priority or a higher one), not by its whole queue: a burst of lower priorities queued at the
+        pool does not spill a higher-priority arrival that would overtake it."""
         prefillers = [r for r in svc.prefill_ready if not r.cordoned] or svc.prefill_ready
-        pool_full = all(self._saturated(r) for r in prefillers)
+        if self._pd_priority:
+            g = self.cfg.simulator.gateway
+            pool_full = all((isinstance(r, PrefillReplica) and r.ahead(priority) > g.queue_depth_threshold)
+                            or r.kv_used > g.kv_cache_threshold * r.kv_cap for r in prefillers)
+        else:
+            pool_full = all(self._saturated(r) for r in prefillers)
         paired = [r for r in decoders if not (pool_full and isinstance(r, DecodeReplica))]
         return [r for r in paired if not self._saturated(r)] or paired or decoders
 
@@ -1128,6 +1139,8 @@ class FleetSimulator:
             r = Replica(*args)
         elif role == PREFILL:
             r = PrefillReplica(*args)
+            if self.cfg.simulator.prefill_priority:
+                r.priority_order = True
         else:
             assert svc.pd is not None
             r = DecodeReplica(*args, link=svc.pd.kv_transfer)

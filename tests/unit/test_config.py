@@ -490,8 +490,21 @@ def test_the_pd_saturation_filter_without_pools_is_refused(tmp_path: Path) -> No
     assert mixed.simulator.pd_saturation_filter is True
 
 
+def test_prefill_priority_without_pools_is_refused(tmp_path: Path) -> None:
+    # Only prefill replicas' queues are ordered by it (disagg.enqueue): on examples/fleet.yaml (no roles)
+    # it would be read by nothing. On a fleet with pools it loads.
+    doc = example_doc()
+    doc.setdefault("simulator", {})["prefill_priority"] = True
+    path = write(tmp_path, doc)
+    assert load_error(path) == (f"{path}: simulator.prefill_priority: no service has prefill/decode roles, so no "
+                                "prefill queue to order (set roles on a service, or leave it off)")
+    pools = yaml.safe_load((ROOT / "examples" / "fleet-pd.yaml").read_text())
+    pools.setdefault("simulator", {})["prefill_priority"] = True
+    assert load_config(write(tmp_path, pools)).simulator.prefill_priority is True
+
+
 @pytest.mark.parametrize("value", [1, 0, "yes", "true"])
-@pytest.mark.parametrize(("section", "key"), [("simulator", "pd_saturation_filter"),
+@pytest.mark.parametrize(("section", "key"), [("simulator", "pd_saturation_filter"), ("simulator", "prefill_priority"),
                                               ("kubernetes", "pod_deletion_cost"), ("kubernetes", "watch")])
 def test_the_other_boolean_fields_take_only_booleans_too(tmp_path, section: str, key: str, value: object) -> None:
     # As test_boolean_fields_take_only_booleans: these three were plain bool, so pydantic's lax mode read
