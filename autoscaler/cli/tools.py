@@ -488,8 +488,8 @@ def profile_fit(
     gpu: Annotated[str, typer.Option(help="GPU, as in a fleet file or a profile name, e.g. H100-SXM.")],
     out: Annotated[Path, typer.Option(help="Profile file to write (*.json; a fleet file's profile: names it).")],
     bench: Annotated[list[Path] | None, typer.Option(
-        help="Result JSON of vllm bench serve --save-result --save-detailed against one replica (repeat for "
-             "a sweep).")] = None,
+        help="Result JSON of vllm bench serve --save-result --save-detailed against one replica (a sweep: "
+             "one per run).")] = None,
     prometheus_url: Annotated[str | None, typer.Option(help="Prometheus base URL of the live fleet.")] = None,
     selector: Annotated[str | None, typer.Option(
         help='PromQL matchers of the pods of this model on this GPU, e.g. model_name="m",variant="h100".')] = None,
