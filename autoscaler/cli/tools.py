@@ -219,7 +219,9 @@ def dashboards_export(
     # a str, not a Path: typer reads --out '' as Path('') == Path('.'), so the check below could not see it empty
     # and the bundle went into the working directory
     out: Annotated[str, typer.Option(metavar="<path>",
-                                     help="Directory to write dashboards/, provisioning/ and rules/ under.")],
+                                     help="Directory to write the bundle under: dashboards/, provisioning/, rules/, "
+                                          "kubernetes/ and .autoscaler-bundle, the list of what it wrote "
+                                          "(docs/dashboards.md).")],
     config: Annotated[Path | None, typer.Option(help="Fleet file (default: the embedded default fleet).")] = None,
     objective: Annotated[float, typer.Option(
         help="Fraction of interactive requests within their objectives the burn-rate alerts defend.")] = 0.99,
@@ -230,8 +232,8 @@ def dashboards_export(
         help="Where your copy of docs/runbooks.md is served: each alert's runbook_url is this page and "
              "the alert's heading (default: the project repository's page).", show_default=False)] = None,
 ) -> None:
-    """Write the dashboard bundle for a fleet: Grafana dashboards, provisioning, Prometheus rules
-    (docs/dashboards.md)."""
+    """Write the dashboard bundle for a fleet: Grafana dashboards, provisioning, Prometheus rules and
+    both as Kubernetes manifests (docs/dashboards.md)."""
     from autoscaler.dashboards.bundle import render, write
     from autoscaler.dashboards.rules import RUNBOOKS_URL
     from autoscaler.urls import check_url
@@ -242,6 +244,7 @@ def dashboards_export(
             raise ValueError("--out must name a directory")
         if prometheus_url is not None:
             check_url(prometheus_url)
+        files.check_writable(Path(out))  # a file there: one line naming --out, not the OSError of a path under it
         paths = write(render(cfg, objective, prometheus_url, runbook_url or RUNBOOKS_URL), Path(out))
     except (AutoscalerError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
