@@ -244,8 +244,9 @@ def dashboards_export(
             raise ValueError("--out must name a directory")
         if prometheus_url is not None:
             check_url(prometheus_url)
+        bundle = render(cfg, objective, prometheus_url, runbook_url or RUNBOOKS_URL)  # bad settings: nothing made
         files.check_writable(Path(out))  # a file there: one line naming --out, not the OSError of a path under it
-        paths = write(render(cfg, objective, prometheus_url, runbook_url or RUNBOOKS_URL), Path(out))
+        paths = write(bundle, Path(out))
     except (AutoscalerError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
     say(f"wrote {len(paths)} files under {out}")
