@@ -12,7 +12,6 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
-from autoscaler.cli.common import example_lines
 
 
 def pages(group: Any = None, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
@@ -65,6 +64,8 @@ def test_help_paragraphs_break_only_where_the_terminal_wraps(argv: tuple[str, ..
 
 
 def test_a_long_example_is_cut_before_options_with_their_values() -> None:
+    from autoscaler.cli.common import example_lines
+
     cmd = ("autoscaler backtest --config fleet.yaml --start 1735689600 --end 1735693200 --controller mpc -o json")
     assert example_lines(cmd, 76) == ["autoscaler backtest --config fleet.yaml --start 1735689600 \\",
                                       "    --end 1735693200 --controller mpc -o json"]
