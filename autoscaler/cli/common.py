@@ -40,15 +40,18 @@ def _element_name(p: Any) -> str:
 
 def _readable_metavars(params: list[Any]) -> None:
     """Flags show no value in help (typer would write ``<bool>``); a repeatable option shows its
-    element type once with ``...`` (typer would write ``<list[Path]>``). ``params``: the command's
-    parameters (typer's own click classes, hence duck-typed)."""
+    element type once (typer would write ``<list[Path]>``; ``<path>...`` would read as several values
+    after one flag, which click refuses) and its help ends saying the flag repeats (``--bench A --bench
+    B``). ``params``: the command's parameters (typer's own click classes, hence duck-typed)."""
     for p in params:
         if getattr(p, "param_type_name", "") != "option" or p.metavar is not None:
             continue
         if p.is_flag or p.count:
             p.metavar = ""
         elif p.multiple:
-            p.metavar = f"<{_element_name(p)}>..."
+            p.metavar = f"<{_element_name(p)}>"
+            flag = max(p.opts, key=len)
+            p.help = f"{p.help or ''} Repeatable: {flag} A {flag} B.".lstrip()
 
 
 def empty_out(args: list[str]) -> bool:
@@ -64,9 +67,28 @@ def empty_out(args: list[str]) -> bool:
     return False
 
 
+def unwrap(text: str | None) -> str | None:
+    """A docstring's paragraphs each on one line, for the terminal to wrap: typer's rich help keeps a
+    paragraph's line breaks (after the first paragraph, and in a group's list of commands), so a docstring
+    wrapped for the source would break mid-sentence in help. A paragraph that starts with ``\\b`` keeps
+    its lines (click's no-rewrap mark); what follows ``\\f`` is left as it is (typer drops it)."""
+    if not text:
+        return text
+    import inspect
+
+    shown, sep, hidden = inspect.cleandoc(text).partition("\f")
+    paragraphs = [p if p.startswith("\b") else " ".join(p.split()) for p in shown.split("\n\n")]
+    return "\n\n".join(paragraphs) + sep + hidden
+
+
 class Command(TyperCommand):
-    """A command whose help shows readable metavars (``_readable_metavars``) and that refuses an empty
-    ``--out`` (``empty_out``) before typer reads it as the working directory."""
+    """A command whose help shows readable metavars (``_readable_metavars``) and paragraphs the terminal
+    wraps (``unwrap``), and that refuses an empty ``--out`` (``empty_out``) before typer reads it as the
+    working directory."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = unwrap(self.help)
 
     def get_params(self, ctx: Any) -> list[Any]:
         params = super().get_params(ctx)
@@ -79,8 +101,40 @@ class Command(TyperCommand):
         return super().parse_args(ctx, args)
 
 
+class _OneLineUsageErrors:
+    """Turns click's usage errors (an unknown option or command, a missing value, an extra argument, a
+    value of the wrong type) into the command line's one ``error:`` line and exit 2 (``fail``), where
+    typer would draw a box; ``no_args_is_help``'s error (the help page itself) passes as it is."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        # the click typer runs (typer 0.29 carries its own copy, typer._click): its UsageError is what
+        # typer.BadParameter (exported) derives from
+        usage_error: type[Any] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+        if isinstance(exc, usage_error) and type(exc).__name__ != "NoArgsIsHelpError":
+            where = f"; see '{exc.ctx.command_path} --help'" if exc.ctx is not None else ""
+            raise fail(exc.format_message() + where) from None
+
+
 class Group(TyperGroup):
-    """A command group whose help shows readable metavars (``_readable_metavars``)."""
+    """A command group whose help shows readable metavars (``_readable_metavars``) and paragraphs the
+    terminal wraps (``unwrap``), and whose usage errors, and its commands', are one ``error:`` line with
+    exit 2 (``_OneLineUsageErrors``): parsing its own options (``make_context``) and resolving and parsing
+    a command (``invoke``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = unwrap(self.help)
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _OneLineUsageErrors():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _OneLineUsageErrors():
+            return super().invoke(ctx)
 
     def get_params(self, ctx: Any) -> list[Any]:
         params = super().get_params(ctx)
@@ -100,9 +154,39 @@ class App(typer.Typer):
         return super().command(*args, **kwargs)
 
 
-def examples(*lines: str) -> str:
-    """A help page's epilog: ``Examples:`` and one command per line (rich markup escaped)."""
-    return "Examples:\n\n" + "\n".join(f"  {escape(line)}" for line in lines)
+EXAMPLE_WIDTH = 76
+"""The widest line of an example in help: a help page pads its epilog by one column each side, so an
+example fits an 80-column terminal whole (``examples``)."""
+
+
+def example_lines(command: str, width: int = EXAMPLE_WIDTH) -> list[str]:
+    """``command`` as shell lines of at most ``width`` characters where it can: the command is cut into
+    an option (``--x``, ``-o``) or a redirection (``>``) with the words after it, and a line that would pass
+    ``width`` ends with `` \\`` and the next, indented by four, goes on at such a cut (an option with its
+    value never split); a single piece longer than ``width`` stays whole on a line of its own."""
+    pieces: list[str] = []
+    for word in command.split(" "):
+        if pieces and not word.startswith(("-", ">")):
+            pieces[-1] += " " + word
+        else:
+            pieces.append(word)
+    lines = [pieces[0]]
+    for piece in pieces[1:]:
+        if len(lines[-1]) + 1 + len(piece) + 2 > width:  # 2: the " \\" this line would end with
+            lines[-1] += " \\"
+            lines.append("    " + piece)
+        else:
+            lines[-1] += " " + piece
+    return lines
+
+
+def examples(*commands: str) -> str:
+    """A help page's epilog: ``Examples:`` and each command on lines of its own, never wrapped by the
+    terminal mid-command (``example_lines``; rich markup escaped)."""
+    def shown(line: str) -> str:  # rich's escape doubles a backslash at the end of what it escapes
+        return escape(line[:-2]) + " \\" if line.endswith(" \\") else escape(line)
+
+    return "Examples:\n\n" + "\n".join(f"  {shown(line)}" for c in commands for line in example_lines(c))
 
 
 app = App(add_completion=False, no_args_is_help=True,

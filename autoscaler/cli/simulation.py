@@ -79,7 +79,7 @@ def results_table(res: dict[str, Any]) -> Table:
     t.add_row("SLO attainment critical / standard / sheddable",
               f"{percent(bp['critical'])} / {percent(bp['standard'])} / {percent(bp['sheddable'])}")
     if policy:
-        t.add_row(f"admission {a['policy']}: shed (429s) / deferred / mid-workflow",
+        t.add_row(f"admission {a['policy']}: shed (429s) / deferred / shed mid-workflow",
                   f"{a['shed']} ({a['shed_attempts']}) / {a['deferred']} / {a['shed_mid_workflow']}")
     if a["retries"]:
         t.add_row("client retries", str(a["retries"]))

@@ -219,7 +219,9 @@ def dashboards_export(
     # a str, not a Path: typer reads --out '' as Path('') == Path('.'), so the check below could not see it empty
     # and the bundle went into the working directory
     out: Annotated[str, typer.Option(metavar="<path>",
-                                     help="Directory to write dashboards/, provisioning/ and rules/ under.")],
+                                     help="Directory to write the bundle under: dashboards/, provisioning/, rules/, "
+                                          "kubernetes/ and .autoscaler-bundle, the list of what it wrote "
+                                          "(docs/dashboards.md).")],
     config: Annotated[Path | None, typer.Option(help="Fleet file (default: the embedded default fleet).")] = None,
     objective: Annotated[float, typer.Option(
         help="Fraction of interactive requests within their objectives the burn-rate alerts defend.")] = 0.99,
@@ -230,8 +232,8 @@ def dashboards_export(
         help="Where your copy of docs/runbooks.md is served: each alert's runbook_url is this page and "
              "the alert's heading (default: the project repository's page).", show_default=False)] = None,
 ) -> None:
-    """Write the dashboard bundle for a fleet: Grafana dashboards, provisioning, Prometheus rules
-    (docs/dashboards.md)."""
+    """Write the dashboard bundle for a fleet: Grafana dashboards, provisioning, Prometheus rules and
+    both as Kubernetes manifests (docs/dashboards.md)."""
     from autoscaler.dashboards.bundle import render, write
     from autoscaler.dashboards.rules import RUNBOOKS_URL
     from autoscaler.urls import check_url
@@ -242,7 +244,9 @@ def dashboards_export(
             raise ValueError("--out must name a directory")
         if prometheus_url is not None:
             check_url(prometheus_url)
-        paths = write(render(cfg, objective, prometheus_url, runbook_url or RUNBOOKS_URL), Path(out))
+        bundle = render(cfg, objective, prometheus_url, runbook_url or RUNBOOKS_URL)  # bad settings: nothing made
+        files.check_writable(Path(out))  # a file there: one line naming --out, not the OSError of a path under it
+        paths = write(bundle, Path(out))
     except (AutoscalerError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
     say(f"wrote {len(paths)} files under {out}")
@@ -488,8 +492,8 @@ def profile_fit(
     gpu: Annotated[str, typer.Option(help="GPU, as in a fleet file or a profile name, e.g. H100-SXM.")],
     out: Annotated[Path, typer.Option(help="Profile file to write (*.json; a fleet file's profile: names it).")],
     bench: Annotated[list[Path] | None, typer.Option(
-        help="Result JSON of vllm bench serve --save-result --save-detailed against one replica (repeat for "
-             "a sweep).")] = None,
+        help="Result JSON of vllm bench serve --save-result --save-detailed against one replica (a sweep: "
+             "one per run).")] = None,
     prometheus_url: Annotated[str | None, typer.Option(help="Prometheus base URL of the live fleet.")] = None,
     selector: Annotated[str | None, typer.Option(
         help='PromQL matchers of the pods of this model on this GPU, e.g. model_name="m",variant="h100".')] = None,

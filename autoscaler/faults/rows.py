@@ -108,20 +108,28 @@ def pace_cell(pace: dict[str, Any] | None) -> str:
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """The rows as one Markdown table: scenario x controller -> harm (by rule), attainment, failed,
     retries, cost (money and shares as every table writes them: ``autoscaler.formats``), and a last
-    column ``pace`` (``pace_cell``; ``not measured`` where ``pace_failed``) when a row has one (a live row)."""
+    column ``pace`` (``pace_cell``; ``not measured`` where ``pace_failed``) when a row has one (a live row).
+    A not-applicable row's cell reads ``n/a [k]``; each distinct reason is written once, as a list item
+    ``- n/a [k]: <reason>`` after the table and a blank line."""
     paced = any(r.get("pace") is not None or r.get("pace_failed") for r in rows)
+    reasons: dict[str, int] = {}  # each distinct not-applicable reason -> its footnote number, in order met
     head = "| scenario | controller | harmful actions | interactive SLO | failed | retries | cost |"
     lines = [head + (" pace (kept / lowest) |" if paced else ""),
              "|---|---|---:|---:|---:|---:|---:|" + ("---:|" if paced else "")]
     for r in rows:
         parts = [f"{k} {v}" for k, v in r["harm"].items() if v]
-        harm = (f"failed: {r['failed']}" if r.get("failed") else f"n/a: {r['not_applicable']}"
+        if r.get("not_applicable") and not r.get("failed"):
+            reasons.setdefault(r["not_applicable"], len(reasons) + 1)
+        harm = (f"failed: {r['failed']}" if r.get("failed") else f"n/a [{reasons[r['not_applicable']]}]"
                 if r.get("not_applicable") else f"{r['harmful_actions']}" + (f" ({', '.join(parts)})" if parts else ""))
         lines.append(f"| {r['scenario']} | {r['controller']} | {harm} | "
                      f"{percent(r['slo_attainment_interactive'])} | "
                      f"{_cell(r['requests_failed'], 'd')} | {_cell(r['retries'], 'd')} | {money(r['cost_usd'])} |"
                      + (f" {'not measured' if r.get('pace_failed') else pace_cell(r.get('pace'))} |"
                         if paced else ""))
+    if reasons:  # each reason once, under the table (a cell would repeat it on every row it applies to)
+        lines.append("")
+        lines.extend(f"- n/a [{n}]: {why}" for why, n in reasons.items())
     return "\n".join(lines)
 
 

@@ -292,3 +292,22 @@ def test_simulate_says_when_bound_is_searching(tmp_path: Path) -> None:
                                    "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert res.stderr.splitlines()[0] == "bound:simulations=1: searching, run 1 of at most 1"
+
+
+def test_docs_name_every_results_json_key(tmp_path: Path) -> None:
+    # a run with an admission policy and the MPC, so the optional keys (solve_ms) are there too; every key
+    # the run wrote, and those of its nested documents, is named in docs/simulator.md's list
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["simulate", "--trace", str(azure_csv(tmp_path / "t.csv")), "--out", str(out),
+                                   "--controller", "mpc", "--admission", "pid"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "results.json").read_text())
+    text = (ROOT / "docs" / "simulator.md").read_text()
+    listing = text[text.index("`results.json`: `controller`"):]
+    listing = listing[:listing.index("\n\n")]
+    nested = ("requests", "slo_attainment", "slo_attainment_by_priority", "goodput_rps", "admission", "tasks",
+              "solve_ms")
+    keys = [*doc, *(f"{k}.{sub}" for k in nested for sub in doc[k])]
+    missing = [k for k in keys if f"`{k.rsplit('.', 1)[-1]}`" not in listing]
+    assert {"slo_attainment_by_priority", "goodput_rps", "admission", "solve_ms"} <= doc.keys()
+    assert not missing, missing

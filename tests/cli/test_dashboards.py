@@ -432,3 +432,23 @@ def test_an_empty_out_is_refused_not_read_as_the_working_directory(tmp_path: Pat
     assert list(tmp_path.iterdir()) == []
     res = CliRunner().invoke(app, ["dashboards", "export", "--out", "."])  # the working directory, named: taken
     assert res.exit_code == 0 and "wrote 10 files under ." in res.output, res.output
+
+
+def test_export_help_names_every_top_level_entry_it_writes(tmp_path: Path) -> None:
+    # what an export writes at the top of --out, read off the disk, against the option's help
+    res = CliRunner().invoke(app, ["dashboards", "export", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    written = sorted(p.name + ("/" if p.is_dir() else "") for p in tmp_path.iterdir())
+    assert written == [".autoscaler-bundle", "dashboards/", "kubernetes/", "provisioning/", "rules/"]
+    from typer.main import get_command
+
+    cmd = get_command(app).commands["dashboards"].commands["export"]  # type: ignore[attr-defined]
+    out_help = next(p.help for p in cmd.params if p.name == "out")
+    assert all(name in out_help for name in written), out_help
+
+
+def test_export_into_a_file_names_out_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("")
+    res = CliRunner().invoke(app, ["dashboards", "export", "--out", str(tmp_path / "f")])
+    assert res.exit_code == 2
+    assert res.stderr == f"error: --out {tmp_path / 'f'}: exists and is not a directory\n"

@@ -185,3 +185,16 @@ def test_a_broken_reference_is_reported(tmp_path: Path, text: str, problem: str)
     (tmp_path / "README.md").write_text(f"# Readme\n\n[page]({D}/page.md) ``{D}/anchors.md#keda``\n")
     found = broken_references(tmp_path)[0] + broken_links(tmp_path)[0]
     assert len(found) == 1 and problem in found[0], found
+
+
+def test_the_readme_tour_never_overwrites_the_first_command_s_outputs() -> None:
+    """README's first command writes ``out/`` (timeline.png among its files); ``simulate``, ``compare`` and
+    ``backtest`` write under ``--out`` (default ``out``) and remove their own earlier files there first, so a
+    tour line without an ``--out`` of its own would delete what the first command wrote."""
+    tour = (ROOT / "README.md").read_text().split("## A tour", 1)[1].split("```", 2)[1]
+    writers = [ln for ln in tour.splitlines() if re.match(r"autoscaler (simulate|compare|backtest)\b", ln)]
+    assert len(writers) >= 6, "the tour's commands were not found: is the parser reading README?"
+    for line in writers:
+        command = line.split("  #")[0].split()
+        assert "--out" in command, f"a tour line writes into out/: {line}"
+        assert command[command.index("--out") + 1] not in ("out", "out/"), line

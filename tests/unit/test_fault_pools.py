@@ -157,7 +157,23 @@ def test_a_controller_that_cannot_run_the_pools_gets_a_not_applicable_row() -> N
     row = not_applicable_row(scenario([]), "hpa", "why")
     assert row["not_applicable"] == "why" and "failed" not in row
     assert row["harmful_actions"] is None and row["cost_usd"] is None
-    assert "| pd | hpa | n/a: why | - | - | - | - |" in markdown_table([row])
+    assert "| pd | hpa | n/a: why | - | - | - | - |" not in markdown_table([row])
+
+
+def test_a_not_applicable_reason_is_one_footnote_under_the_table_not_a_long_cell() -> None:
+    # three rows, two sharing one reason: each cell a short n/a [k], each distinct reason listed once
+    rows = [not_applicable_row(scenario([]), c, why) for c, why in (("hpa", "no variant"), ("keda", "no variant"),
+                                                                     ("dynamo", "no pools"))]
+    assert markdown_table(rows).splitlines() == [
+        "| scenario | controller | harmful actions | interactive SLO | failed | retries | cost |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        "| pd | hpa | n/a [1] | - | - | - | - |",
+        "| pd | keda | n/a [1] | - | - | - | - |",
+        "| pd | dynamo | n/a [2] | - | - | - | - |",
+        "",
+        "- n/a [1]: no variant",
+        "- n/a [2]: no pools",
+    ]
 
 
 def test_a_base_fleet_that_is_no_fleet_is_named_in_the_error() -> None:
