@@ -536,12 +536,21 @@ def profile_fit(
             given = [flag for flag, value in (("--role", role), ("--selector", selector), ("--start", start),
                                               ("--end", end)) if value is not None]
             given += ["--role-labels"] if role_labels != "llm-d" else []
+            given += [flag for flag, value, default in (("--window", window, 60.0), ("--resolution", resolution, 15.0))
+                      if value != default]
             if given:
                 raise ValueError(f"{', '.join(given)}: read only by the Prometheus fit (--prometheus-url), not "
                                  "with --bench")
             res = pf.from_bench(bench, model, gpu, tensor_parallel, out, max_num_batched_tokens, tolerance,
                                 max_num_seqs)
         else:
+            # what only the benchmark's fit reads: the Prometheus fit would drop it silently
+            given = [flag for flag, value, default in (("--max-num-batched-tokens", max_num_batched_tokens, 8192),
+                                                       ("--max-num-seqs", max_num_seqs, 256),
+                                                       ("--tolerance", tolerance, 0.001)) if value != default]
+            if given:
+                raise ValueError(f"{', '.join(given)}: read only by the benchmark's fit (--bench), not with "
+                                 "--prometheus-url")
             if prometheus_url is None or selector is None or start is None or end is None:
                 raise ValueError("--prometheus-url needs --selector, --start and --end")
             t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")
