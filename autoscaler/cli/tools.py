@@ -216,10 +216,8 @@ app.add_typer(dashboards_app, name="dashboards")
     "autoscaler dashboards export --out bundle --runbook-url https://wiki.example.org/llm/runbooks.md",
 ))
 def dashboards_export(
-    # a str, not a Path: typer reads --out '' as Path('') == Path('.'), so the check below could not see it empty
-    # and the bundle went into the working directory
-    out: Annotated[str, typer.Option(metavar="<path>",
-                                     help="Directory to write dashboards/, provisioning/ and rules/ under.")],
+    # an empty or blank --out is refused before typer reads it (Command.parse_args: Path('') is Path('.'))
+    out: Annotated[Path, typer.Option(help="Directory to write dashboards/, provisioning/ and rules/ under.")],
     config: Annotated[Path | None, typer.Option(help="Fleet file (default: the embedded default fleet).")] = None,
     objective: Annotated[float, typer.Option(
         help="Fraction of interactive requests within their objectives the burn-rate alerts defend.")] = 0.99,
@@ -238,11 +236,9 @@ def dashboards_export(
 
     try:
         cfg = load_cfg(config)
-        if not out.strip():
-            raise ValueError("--out must name a directory")
         if prometheus_url is not None:
             check_url(prometheus_url)
-        paths = write(render(cfg, objective, prometheus_url, runbook_url or RUNBOOKS_URL), Path(out))
+        paths = write(render(cfg, objective, prometheus_url, runbook_url or RUNBOOKS_URL), out)
     except (AutoscalerError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
     say(f"wrote {len(paths)} files under {out}")
