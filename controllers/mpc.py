@@ -1564,7 +1564,10 @@ class MPCController(Controller):
             counts the pools' share at ``1 - r``), for the arrivals the gateway's saturation filter
             spills to them while every prefill replica is saturated in a sub-minute burst
             (``simulator.pd_saturation_filter``; docs/controllers.md, "An aggregated spill reserve"); 0
-            (default): none. Acts only on a service with pools and aggregated variants.
+            (default): none. Acts only on a service with pools and aggregated variants. Not capped by the
+            aggregated variants' ``max_replicas``: past them the plan grows the pools instead, each of
+            their request/s counting ``1 - r`` (``spill=0.6`` on issue 34's fleet: all 40 H100s, then
+            prefill replicas, more cost for less attainment).
         spill_idle: 1 (with ``spill``) hands the router the aggregated variants' weights scaled to their
             planned share of the demand (``idle_reserve``), so the reserve is not routed to while the pools
             take their share; 0 (default): their capacities, as without a reserve.
