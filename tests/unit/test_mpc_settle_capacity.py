@@ -203,8 +203,8 @@ def test_the_controller_lets_a_released_swap_drain_only_with_settle_final() -> N
     # (3 + 0 -> 2 + 1, the total stays 3) passes. At 45 s the plan asks the same 2 + 1 while today's count
     # still holds the draining H100 (3 + 1 = 4): a fall of 1, and the window's 3 H100s (0, 15 s) take it
     # back to 3 + 1, unless settle_final=1 capped them at the 2 let through at 30 s
-    def run(**kw: int) -> tuple[bool, dict[str, int], float]:
-        ctl = MPCController(CFG, {SVC.name: WEIGHTS}, settle_s=60.0, **kw)
+    def run(final: int) -> tuple[bool, dict[str, int], float]:
+        ctl = MPCController(CFG, {SVC.name: WEIGHTS}, settle_s=60.0, settle_final=final)
         mem = _ServiceMemory()
         three = {"h100": 3, "a100": 0, "gh200": 0}
         swap = {"h100": 2, "a100": 1, "gh200": 0}
@@ -213,8 +213,8 @@ def test_the_controller_lets_a_released_swap_drain_only_with_settle_final() -> N
         assert ctl._settle(dict(swap), three, WEIGHTS, SVC, mem, 30.0) == (False, swap, 60.0)
         return ctl._settle(dict(swap), {"h100": 3, "a100": 1, "gh200": 0}, WEIGHTS, SVC, mem, 45.0)
 
-    assert run() == (True, {"h100": 3, "a100": 1, "gh200": 0}, 60.0)
-    assert run(settle_final=1) == (False, {"h100": 2, "a100": 1, "gh200": 0}, 60.0)
+    assert run(0) == (True, {"h100": 3, "a100": 1, "gh200": 0}, 60.0)
+    assert run(1) == (False, {"h100": 2, "a100": 1, "gh200": 0}, 60.0)
 
 
 def test_the_controller_caps_a_released_capacity_beyond_a_shorter_measured_window() -> None:
@@ -247,7 +247,7 @@ def test_the_measured_window_moves_off_the_longest_once_judged() -> None:
     # 15 s, so at T the ticks judged at window 0 are 15 .. T - 300 s: (T - 300) / 15 of them, 20 at
     # 600 s, 40 (HOLD_MIN_TICKS) at 900 s, where window 0 (no fall, no reversal) is chosen
     on = MPCController(CFG, {SVC.name: WEIGHTS}, hold_s=0.0, settle="measured")
-    seen = {}
+    seen: dict[float, float] = {}
     for i in range(62):
         a = on.decide(estimate(15.0 * i, 25.0), SVC)
         assert a.desired == {"h100": 0, "a100": 0, "gh200": 3}
