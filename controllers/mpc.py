@@ -662,9 +662,12 @@ SETTLE_SETTINGS = ("fixed", "measured")
 
 def measured_settle(totals: list[tuple[float, float]], cold_s: float) -> float:
     """``settle=measured``: the shortest of ``SETTLES_S`` whose falls seldom reverse, seconds, measured on
-    ``totals`` ((time s, the plan's own recommended total, before any hold), oldest first), as
-    ``measured_hold`` measures the hold on the rates. With a window, the fleet at a tick is the highest
-    recommendation over ``(t - window, t]`` (the HPA's scale-down window, ``settle_downs``); it *falls*
+    ``totals`` ((time s, the plan's recommended total of replicas, before the settle window's own hold),
+    oldest first), as ``measured_hold`` measures the hold on the rates. ``_settle`` records each total
+    after the plan's other holds (``hold_pool_downs``, ``cap_pool_growth``, and ``cover``'s and ``rise``'s
+    ``hold_downs_within_start`` and ``hold_downs_while_rising``); with ``settle_by=capacity`` the window is
+    still measured on these replica counts, not on capacities. With a window, the fleet at a tick is the
+    highest recommendation over ``(t - window, t]`` (the HPA's scale-down window, ``settle_downs``); it *falls*
     where it drops below the last tick's, and the fall *reverses* when a recommendation within the next
     ``cold_s`` (a replica removed then could not be back sooner) comes back to the level before the fall.
     The first window with at most ``HOLD_REVERSALS`` of its falls reversing is used, once it has
@@ -1561,7 +1564,10 @@ class MPCController(Controller):
             counts the pools' share at ``1 - r``), for the arrivals the gateway's saturation filter
             spills to them while every prefill replica is saturated in a sub-minute burst
             (``simulator.pd_saturation_filter``; docs/controllers.md, "An aggregated spill reserve"); 0
-            (default): none. Acts only on a service with pools and aggregated variants.
+            (default): none. Acts only on a service with pools and aggregated variants. Not capped by the
+            aggregated variants' ``max_replicas``: past them the plan grows the pools instead, each of
+            their request/s counting ``1 - r`` (``spill=0.6`` on issue 34's fleet: all 40 H100s, then
+            prefill replicas, more cost for less attainment).
         spill_idle: 1 (with ``spill``) hands the router the aggregated variants' weights scaled to their
             planned share of the demand (``idle_reserve``), so the reserve is not routed to while the pools
             take their share; 0 (default): their capacities, as without a reserve.
@@ -1669,10 +1675,10 @@ class MPCController(Controller):
             (default): off (opt-in, issue 28; docs/controllers.md, "Scale-down stabilisation").
         settle_by: what ``settle_s`` compares: ``count`` (default), each variant's replicas
             (``settle_downs``); ``capacity``, the req/s the plan's fleet serves by this tick's capacity
-            model, per group of variants (``settle_capacity``). Opt-in; needs ``settle_s`` > 0.
+            model, per group of variants (``settle_capacity``). Opt-in; needs ``settle_s`` > 0 or ``settle=measured``.
         settle_final: 1 makes a fall the window let through final: the window's older recommendations
             are capped at what was kept (``release_counts``), so a swap's released replica is not taken
-            back while it drains. 0 (default): as before. Needs ``settle_s`` > 0 (or ``settle=measured``).
+            back while it drains. 0 (default): as before. Needs ``settle_s`` > 0 or ``settle=measured``.
         settle: ``fixed`` (default): the window is ``settle_s``; ``measured``: the shortest of ``SETTLES_S``
             whose falls seldom reversed within a cold start on this service's last hour of the plan's
             recommendations (``measured_settle``, measured every ``HOLD_EVERY_S``), with ``settle_s`` 0.

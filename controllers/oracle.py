@@ -185,7 +185,8 @@ def oracle_controller(cfg: FleetConfig, svc: Service, workload: Workload, weight
             ``oracle:roles=1``); False (the default) plans its aggregated variants alone (as
             ``controllers.bound``'s candidates, whose capacity scale applies to the aggregated variants only).
         pd_util: the share of a pool replica's modelled capacity the plan counts on, in (0, 1] (the MPC's
-            ``pd_util``, its default 1; ``oracle:pd_util=0.6`` plans the pools with the MPC's tuned headroom).
+            ``pd_util``, its default 1; ``oracle:roles=1:pd_util=0.6`` plans the pools with the MPC's tuned
+            headroom); only with ``roles``, else refused.
         route: with ``roles`` on a service with pools, each decision carries the plan's capacities of the
             step as ``route_weights`` (``OracleController``'s ``route``; on by default, as the MPC hands its
             own; ``oracle:roles=1:route=0`` turns it off): without them the simulated P/D router weighs an

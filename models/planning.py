@@ -277,7 +277,11 @@ class PlanService:
             each pool's variants; module docstring, "Prefill/decode pools"); None: no bound.
         pd_spill: with role variants, the share ``r`` in [0, 1) of the pools' requests/s ``x`` that the
             aggregated variants hold in reserve beside their own share (the demand row counts ``(1 - r) x``;
-            module docstring, "Prefill/decode pools"); 0 (default): none.
+            module docstring, "Prefill/decode pools"); 0 (default): none. The reserve is not capped by the
+            aggregated variants' ``max_replicas`` (nor their GPU quotas): where they cannot hold it, the
+            plan meets the row by growing the pools instead, each request/s they take counting only
+            ``1 - r`` (else leaving demand unserved), so a large ``r`` costs more for less (issue 34:
+            ``mpc:spill=0.6`` asked for all 40 H100s the fleet allows, then bought prefill replicas).
     """
 
     name: str

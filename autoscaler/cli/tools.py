@@ -216,12 +216,11 @@ app.add_typer(dashboards_app, name="dashboards")
     "autoscaler dashboards export --out bundle --runbook-url https://wiki.example.org/llm/runbooks.md",
 ))
 def dashboards_export(
-    # a str, not a Path: typer reads --out '' as Path('') == Path('.'), so the check below could not see it empty
-    # and the bundle went into the working directory
-    out: Annotated[str, typer.Option(metavar="<path>",
-                                     help="Directory to write the bundle under: dashboards/, provisioning/, rules/, "
-                                          "kubernetes/ and .autoscaler-bundle, the list of what it wrote "
-                                          "(docs/dashboards.md).")],
+    # an empty or blank --out is refused before typer reads it (Command.parse_args: Path('') is Path('.'))
+    out: Annotated[Path, typer.Option(metavar="<path>",
+                                      help="Directory to write the bundle under: dashboards/, provisioning/, rules/, "
+                                           "kubernetes/ and .autoscaler-bundle, the list of what it wrote "
+                                           "(docs/dashboards.md).")],
     config: Annotated[Path | None, typer.Option(help="Fleet file (default: the embedded default fleet).")] = None,
     objective: Annotated[float, typer.Option(
         help="Fraction of interactive requests within their objectives the burn-rate alerts defend.")] = 0.99,
@@ -240,13 +239,11 @@ def dashboards_export(
 
     try:
         cfg = load_cfg(config)
-        if not out.strip():
-            raise ValueError("--out must name a directory")
         if prometheus_url is not None:
             check_url(prometheus_url)
         bundle = render(cfg, objective, prometheus_url, runbook_url or RUNBOOKS_URL)  # bad settings: nothing made
-        files.check_writable(Path(out))  # a file there: one line naming --out, not the OSError of a path under it
-        paths = write(bundle, Path(out))
+        files.check_writable(out)  # a file there: one line naming --out, not the OSError of a path under it
+        paths = write(bundle, out)
     except (AutoscalerError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
     say(f"wrote {len(paths)} files under {out}")
@@ -540,12 +537,21 @@ def profile_fit(
             given = [flag for flag, value in (("--role", role), ("--selector", selector), ("--start", start),
                                               ("--end", end)) if value is not None]
             given += ["--role-labels"] if role_labels != "llm-d" else []
+            given += [flag for flag, value, default in (("--window", window, 60.0), ("--resolution", resolution, 15.0))
+                      if value != default]
             if given:
                 raise ValueError(f"{', '.join(given)}: read only by the Prometheus fit (--prometheus-url), not "
                                  "with --bench")
             res = pf.from_bench(bench, model, gpu, tensor_parallel, out, max_num_batched_tokens, tolerance,
                                 max_num_seqs)
         else:
+            # what only the benchmark's fit reads: the Prometheus fit would drop it silently
+            given = [flag for flag, value, default in (("--max-num-batched-tokens", max_num_batched_tokens, 8192),
+                                                       ("--max-num-seqs", max_num_seqs, 256),
+                                                       ("--tolerance", tolerance, 0.001)) if value != default]
+            if given:
+                raise ValueError(f"{', '.join(given)}: read only by the benchmark's fit (--bench), not with "
+                                 "--prometheus-url")
             if prometheus_url is None or selector is None or start is None or end is None:
                 raise ValueError("--prometheus-url needs --selector, --start and --end")
             t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")

@@ -196,3 +196,61 @@ def test_pools_are_held_apart_from_the_aggregated_variants() -> None:
     assert ctl._settle_capacity(dict(asked), today, steady, svc, mem, 15.0, 60.0, 60.0) == \
         {"h100": 3, "h100-prefill": 2, "h100-decode": 4}
     assert mem.recommended_cap[-1] == (15.0, {None: 30.0, "prefill": 40.0, "decode": 10.0})
+
+
+def test_the_controller_lets_a_released_swap_drain_only_with_settle_final() -> None:
+    # MPCController._settle, settle_s=60 by count: 3 H100s recommended at 0 and 15 s; at 30 s a swap
+    # (3 + 0 -> 2 + 1, the total stays 3) passes. At 45 s the plan asks the same 2 + 1 while today's count
+    # still holds the draining H100 (3 + 1 = 4): a fall of 1, and the window's 3 H100s (0, 15 s) take it
+    # back to 3 + 1, unless settle_final=1 capped them at the 2 let through at 30 s
+    def run(final: int) -> tuple[bool, dict[str, int], float]:
+        ctl = MPCController(CFG, {SVC.name: WEIGHTS}, settle_s=60.0, settle_final=final)
+        mem = _ServiceMemory()
+        three = {"h100": 3, "a100": 0, "gh200": 0}
+        swap = {"h100": 2, "a100": 1, "gh200": 0}
+        for t in (0.0, 15.0):
+            assert ctl._settle(dict(three), three, WEIGHTS, SVC, mem, t) == (False, three, 60.0)
+        assert ctl._settle(dict(swap), three, WEIGHTS, SVC, mem, 30.0) == (False, swap, 60.0)
+        return ctl._settle(dict(swap), {"h100": 3, "a100": 1, "gh200": 0}, WEIGHTS, SVC, mem, 45.0)
+
+    assert run(0) == (True, {"h100": 3, "a100": 1, "gh200": 0}, 60.0)
+    assert run(1) == (False, {"h100": 2, "a100": 1, "gh200": 0}, 60.0)
+
+
+def test_the_controller_caps_a_released_capacity_beyond_a_shorter_measured_window() -> None:
+    # MPCController._settle_capacity as settle=measured calls it: recommendations kept 300 s, the window
+    # measured. (With a fixed window every recommendation kept is in it, and a fall lets through only
+    # what is at or above the window's highest, so the cap changes nothing there.) Per replica H100 2
+    # req/s. At 0 s 3 H100s (6 req/s). At 100 s under a 60-s window only 100 s's 2 req/s (1 H100) is
+    # in it: the fall passes, and settle_final caps 0 s's 6 at the 2 kept. At 115 s the window is back
+    # at 300 s while today's count still holds the 2 draining H100s: without the cap 0 s's 6 req/s is in
+    # it, gap 6 - 2 = 4, H100s kept one at a time (2 req/s each) to 3; with it the highest is 2: no hold
+    steady = {"h100": 2.0, "a100": 1.0, "gh200": 3.0}
+    three = {"h100": 3, "a100": 0, "gh200": 0}
+    one = {"h100": 1, "a100": 0, "gh200": 0}
+
+    def run(final: int) -> tuple[dict[str, int], float]:
+        ctl = MPCController(CFG, {SVC.name: steady}, settle="measured", settle_by="capacity", settle_final=final)
+        mem = _ServiceMemory()
+        assert ctl._settle_capacity(dict(three), three, steady, SVC, mem, 0.0, 60.0, 300.0) == three
+        assert ctl._settle_capacity(dict(one), three, steady, SVC, mem, 100.0, 60.0, 300.0) == one
+        first = mem.recommended_cap[0][1][None]
+        return ctl._settle_capacity(dict(one), three, steady, SVC, mem, 115.0, 300.0, 300.0), first
+
+    assert run(0) == (three, 6.0)
+    assert run(1) == (one, 2.0)
+
+
+def test_the_measured_window_moves_off_the_longest_once_judged() -> None:
+    # settle=measured at a steady 25 req/s (three GH200s every tick, hold_s=0): the plan's total never
+    # falls. The window is measured at 0 s and every HOLD_EVERY_S (300 s) after; cold start 300 s, tick
+    # 15 s, so at T the ticks judged at window 0 are 15 .. T - 300 s: (T - 300) / 15 of them, 20 at
+    # 600 s, 40 (HOLD_MIN_TICKS) at 900 s, where window 0 (no fall, no reversal) is chosen
+    on = MPCController(CFG, {SVC.name: WEIGHTS}, hold_s=0.0, settle="measured")
+    seen: dict[float, float] = {}
+    for i in range(62):
+        a = on.decide(estimate(15.0 * i, 25.0), SVC)
+        assert a.desired == {"h100": 0, "a100": 0, "gh200": 3}
+        seen[15.0 * i] = a.terms["settle_s"]
+    assert {t for t, s in seen.items() if s == 300.0} == {15.0 * i for i in range(60)}
+    assert seen[900.0] == seen[915.0] == 0.0

@@ -256,6 +256,8 @@ def test_profile_fit_refuses_an_unknown_role_or_convention() -> None:
     (["--role", "prefill"], "--role"),
     (["--role", "decode", "--role-labels", "dynamo"], "--role, --role-labels"),
     (["--selector", 'model_name="m"', "--start", "0", "--end", "3600"], "--selector, --start, --end"),
+    (["--window", "30"], "--window"),
+    (["--resolution", "5", "--role", "decode"], "--role, --resolution"),
 ])
 def test_profile_fit_refuses_the_prometheus_options_with_bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
                                                               extra: list[str], named: str) -> None:
@@ -278,4 +280,33 @@ def test_profile_fit_refuses_the_prometheus_options_with_bench(monkeypatch: pyte
     assert res.exit_code == 2, res.output
     assert res.output.strip() == (f"error: {named}: read only by the Prometheus fit (--prometheus-url), not with "
                                   "--bench")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("extra", "named"), [
+    (["--max-num-batched-tokens", "2048"], "--max-num-batched-tokens"),
+    (["--max-num-seqs", "64", "--tolerance", "0.01"], "--max-num-seqs, --tolerance"),
+])
+def test_profile_fit_refuses_the_benchmark_options_with_prometheus(monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
+                                                                   extra: list[str], named: str) -> None:
+    """``--max-num-batched-tokens``, ``--max-num-seqs`` and ``--tolerance`` shape the benchmark's fit only:
+    with ``--prometheus-url`` they were dropped, exit 0. Now one line naming them, exit 2, before
+    Prometheus is asked (``from_prometheus`` would fail the test if called)."""
+    from typer.testing import CliRunner
+
+    from autoscaler import profile_fit as pf
+    from autoscaler.cli import app
+
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("Prometheus was fitted")
+
+    monkeypatch.setattr(pf, "from_prometheus", never)
+    out = tmp_path / "p.json"
+    args = ["profile", "fit", "--model", "llama-3-8b", "--gpu", "H100-SXM", "--out", str(out),
+            "--prometheus-url", "http://127.0.0.1:1", "--selector", 'model_name="m"', "--start", "0",
+            "--end", "3600", *extra]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (f"error: {named}: read only by the benchmark's fit (--bench), not with "
+                                  "--prometheus-url")
     assert not out.exists()
