@@ -136,7 +136,7 @@ from controllers.admission import (
     wait_budgets,
 )
 from controllers.base import Controller, Decision, Gauge, change_reason, hold, silent_pods
-from controllers.burst_floor import burst_floor, counted_span, left_span, short_rate, whole_ticks
+from controllers.burst_floor import burst_floor, counted_span, floored_demand, left_span, short_rate, whole_ticks
 from controllers.pid_rules import BACKLOG_DRAIN_S, DOWN_DEMAND_FLOOR, slo_missed
 from controllers.roles import pool_capacities, ratio_reachable
 from models.arrivals import per_replica_scv
@@ -1424,6 +1424,16 @@ def removal_order(est: ServiceEstimate, desired: Mapping[str, int]) -> dict[str,
     return out
 
 
+def _check_floor_scale(name: str, floor: int, floor_x: float, floor_ahead_s: float) -> None:
+    """``floor_x`` >= 1 and ``floor_ahead_s`` >= 0, each away from its default only with ``floor=1``."""
+    if not 1 <= floor_x < math.inf or (floor_x != 1 and not floor):
+        raise ValueError(f"{name}: floor_x must be >= 1, and above 1 only with floor=1, got floor_x={floor_x} "
+                         f"with floor={floor}")
+    if not 0 <= floor_ahead_s < math.inf or (floor_ahead_s and not floor):
+        raise ValueError(f"{name}: floor_ahead_s must be >= 0, and above 0 only with floor=1, got "
+                         f"floor_ahead_s={floor_ahead_s} with floor={floor}")
+
+
 def _check_floor(name: str, cfg: FleetConfig, window_s: float) -> None:
     """``floor=1``'s needs (``controllers.burst_floor``): a signal window of whole ticks past one tick,
     and the arrivals counter scraped once a tick, so two consecutive rates differ by one tick's arrivals
@@ -1598,6 +1608,12 @@ class MPCController(Controller):
             ``tick / (tick + ttft)``, the capacity that serves such a burst within the TTFT target; a
             floor on the capacity held, apart from each replica's capacity. 0 (default): not (opt-in,
             issue 28; docs/controllers.md, "The burst floor").
+        floor_x: with ``floor``, the floor times this (>= 1; default 1, the floor as measured): headroom
+            for a burst above the highest seen over the hold (``controllers.burst_floor.floored_demand``;
+            issue 34, docs/controllers.md, "The burst floor scaled for the pools").
+        floor_ahead_s: with ``floor``, the floor planned only from the first step this many seconds
+            ahead (>= 0; default 0, every step): where a replica ordered now can serve it (a pool's
+            300-s cold start), so the replicas running are not held for it before (``floored_demand``).
         overdue: 1 counts a start still not ready ``OVERDUE_MARGIN_S`` past the start-up it can be sure of
             as capacity at risk (``starts_at_risk``): left out of its variant's ready path, and the variant
             ordering nothing more while it has one (``hold_orders``), so the plan orders on another variant;
@@ -1712,7 +1728,8 @@ class MPCController(Controller):
                  cap: int = 0, busy: int = 0,
                  backlog: int = 0, marginal: int = 0,
                  coverage: float = COVERAGE, cover: int = 0, hold: str = "auto", trend: int = 0,
-                 floor: int = 0, rise: int = 0, overdue: int = 0, gap: int = 0, pending: int = 0,
+                 floor: int = 0, floor_x: float = 1.0, floor_ahead_s: float = 0.0,
+                 rise: int = 0, overdue: int = 0, gap: int = 0, pending: int = 0,
                  unserved: int = 0, drain: int = 0, arrivals: int = 0, settle_s: float = 0.0,
                  settle_by: str = "count", settle_final: int = 0, settle: str = "fixed",
                  smooth_s: float = 0.0, name: str = "mpc") -> None:
@@ -1765,6 +1782,7 @@ class MPCController(Controller):
         c = cfg.controller
         if floor:
             _check_floor(name, cfg, window_s)
+        _check_floor_scale(name, floor, floor_x, floor_ahead_s)
         super().__init__(name, c.tick_s, max(window_s, c.tick_s),
                          forecast_horizon_s=(horizon * c.tick_s if forecast in STAGE_FORECASTS or mix == "forecast"
                                              else None),
@@ -1819,6 +1837,8 @@ class MPCController(Controller):
         self.cover = bool(cover)
         self.trend = bool(trend)
         self.floor = bool(floor)
+        self.floor_x = floor_x
+        self.floor_from = math.ceil(floor_ahead_s / c.tick_s - 1e-9)  # the first plan step floored
         self.rise = bool(rise)
         self.overdue = bool(overdue)
         self.gap = bool(gap)
@@ -2346,7 +2366,7 @@ class MPCController(Controller):
         if self.floor:
             mem.floor_rps = self._burst_floor(est, svc, mem)
             if mem.floor_rps is not None:  # a floor on the capacity held, apart from each replica's
-                demand = np.maximum(demand, mem.floor_rps)
+                demand = floored_demand(demand, mem.floor_rps, self.floor_x, self.floor_from)
         # pd_util is headroom for the steady demand, not for the queue's drain: the backlog counted once
         lift = 1.0 if self.pd_util == 1 else pool_util_path(  # at 1 every share is 1: no backlog read again
             self.pd_util, demand, self.backlog_path(est, svc, max(held, now_rps), drain_from)) / self.pd_util

@@ -382,6 +382,7 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     marginal=Param(int, 0, closed=True, high=1),
                     coverage=Param(float, 0.0, high=0.999), cover=Param(int, 0, closed=True, high=1),
                     trend=Param(int, 0, closed=True, high=1), floor=Param(int, 0, closed=True, high=1),
+                    floor_x=Param(float, 1.0, closed=True, high=10.0), floor_ahead_s=NON_NEGATIVE,
                     rise=Param(int, 0, closed=True, high=1),
                     overdue=Param(int, 0, closed=True, high=1),
                     gap=Param(int, 0, closed=True, high=1), pending=Param(int, 0, closed=True, high=1),

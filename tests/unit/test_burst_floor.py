@@ -148,3 +148,43 @@ def test_floor_is_0_or_1_and_needs_a_window_of_whole_ticks_and_a_scrape_a_tick()
         MPCController(slow, {SVC.name: WEIGHTS}, floor=1)
     MPCController(slow, {SVC.name: WEIGHTS})  # without the floor nothing reads it
     assert parse_spec("mpc:busy=1:floor=1") == ("mpc", {"busy": 1, "floor": 1})
+
+
+def test_the_floor_scaled_by_floor_x_is_planned_by_hand() -> None:
+    # by hand: 340 req/s for one 15-s tick at a 2-s TTFT target is a floor of 340 x 15 / 17 = 300
+    # req/s; times 1.5, 450: steps below 450 are raised to it, a step above (500) is kept
+    from controllers.burst_floor import floored_demand
+    floor = burst_floor([(15.0, 340.0)], 15.0, 300.0, TICK, 2.0)
+    assert floor is not None and floor == pytest.approx(300.0)
+    got = floored_demand(np.array([100.0, 300.0, 500.0]), floor, 1.5)
+    assert got.tolist() == pytest.approx([450.0, 450.0, 500.0])
+    assert floored_demand(np.array([100.0, 300.0, 500.0]), floor).tolist() == pytest.approx([300.0, 300.0, 500.0])
+    # from the second step only (floor_ahead_s): the first step keeps its 100
+    got = floored_demand(np.array([100.0, 300.0, 500.0]), floor, 1.5, 1)
+    assert got.tolist() == pytest.approx([100.0, 450.0, 500.0])
+    with pytest.raises(ValueError, match="scale >= 1"):
+        floored_demand(np.array([1.0]), 1.0, 0.5)
+    with pytest.raises(ValueError, match="from_step >= 0"):
+        floored_demand(np.array([1.0]), 1.0, 1.0, -1)
+
+
+def test_the_mpc_plans_the_floor_times_floor_x_and_refuses_it_without_floor() -> None:
+    ttft = SVC.slo["interactive"].ttft_s
+    counts = [0.0] * 4 + [452.0 * TICK] + [0.0] * 10
+    ctl = MPCController(CFG, {SVC.name: WEIGHTS}, floor=1, floor_x=1.3)
+    by_t = {}
+    for t, rate in rates_of(counts):
+        d = ctl.decide(estimate(t, rate), SVC)
+        by_t[t] = (d.terms["demand_rps"], d.terms.get("burst_floor_rps"))
+    floor = 452.0 * TICK / (TICK + ttft)  # 398.8 req/s, recorded as measured; planned 1.3x: 518.5
+    assert by_t[75.0][1] == pytest.approx(floor) and by_t[75.0][0] == pytest.approx(1.3 * floor)
+    with pytest.raises(ValueError, match="floor_x must be >= 1, and above 1 only with floor=1"):
+        MPCController(CFG, {SVC.name: WEIGHTS}, floor_x=1.3)
+    with pytest.raises(ValueError, match="floor_x must be >= 1"):
+        MPCController(CFG, {SVC.name: WEIGHTS}, floor=1, floor_x=0.9)
+    assert parse_spec("mpc:floor=1:floor_x=1.3") == ("mpc", {"floor": 1, "floor_x": 1.3})
+    # floor_ahead_s=30 on 15-s ticks: the plan's first two steps keep the 60-s rate (452 / 3), the rest the floor
+    ahead = MPCController(CFG, {SVC.name: WEIGHTS}, floor=1, floor_ahead_s=30.0)
+    assert ahead.floor_from == 2
+    with pytest.raises(ValueError, match="floor_ahead_s must be >= 0, and above 0 only with floor=1"):
+        MPCController(CFG, {SVC.name: WEIGHTS}, floor_ahead_s=30.0)
