@@ -163,6 +163,7 @@ from models.planning import (
     PlanProblem,
     PlanService,
     PlanVariant,
+    settled_flows,
     shifted,
     solve,
 )
@@ -1088,6 +1089,20 @@ def idle_reserve(route: Mapping[str, float], aggregated: Iterable[str], serving:
     if held <= 0 or share >= held:
         return dict(route)
     return {v: w * share / held if v in names else w for v, w in route.items()}
+
+
+def planned_idle_reserve(route: Mapping[str, float], service: PlanService, replicas: Mapping[str, np.ndarray],
+                         dt_s: float) -> dict[str, float]:
+    """``idle_reserve`` for the plan's first step, its serving and pools' share from the plan's replica
+    counts ``replicas`` (``models.planning.settled_flows``: serving ``min(n, ready)``, the pools
+    ``min(prefill capacity, decode capacity, demand)``), not from the solver's columns, which the cost
+    leaves free within a range once ``pd_spill`` is above 0. ``route`` as it is without pools."""
+    serving, pools = settled_flows(service, replicas, dt_s)
+    if pools is None:
+        return dict(route)
+    return idle_reserve(route, [v.name for v in service.variants if v.role is None],
+                        {v: float(n[0]) for v, n in serving.items()},
+                        float(np.asarray(service.demand_rps)[0]), float(pools[0]))
 
 
 def pool_util_path(pd_util: float, demand_rps: np.ndarray, backlog: np.ndarray) -> np.ndarray:
@@ -2573,9 +2588,9 @@ class MPCController(Controller):
         # with pools, the capacities the plan splits the demand by (aggregated variants against the pools)
         route = dict(inputs.steady) if svc.roles is not None else {}
         if self.spill_idle and route and pools is not None:  # the reserve left free for spills (idle_reserve)
-            route = idle_reserve(route, [v.name for v in svc.variants],
-                                 {v: float(n[0]) for v, n in plan.serving[svc.name].items()},
-                                 float(demand[0]), float(pools[0]))
+            # from the plan's counts (settled_flows), not its serving and pool columns: with a reserve the
+            # cost leaves those free within a range, and the weights would follow the solver's pick
+            route = planned_idle_reserve(route, inputs.service, steps, dt)
         return Decision(desired, why, code, terms, plan={name: [int(x) for x in n] for name, n in steps.items()},
                         remove_first=removal_order(est, desired), gauges=gauges, admission=admission,
                         itl_budget=budget, route_weights=route)

@@ -1109,6 +1109,27 @@ def _complete(problem: PlanProblem, counts: Mapping[tuple[int, int], np.ndarray]
     return x
 
 
+def settled_flows(svc: PlanService, replicas: Mapping[str, np.ndarray],
+                  dt_s: float) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """The serving ``s[v,k]`` (variant -> shape (H,)) and the pools' requests/s ``x[k]`` (None without
+    role variants) that ``_complete`` gives ``svc`` for the plan's replica counts per step ``replicas``
+    (``Plan.replicas[svc.name]``): every ready replica serving (at most ``n``), the pools the smaller
+    of their two capacities (at most the demand).
+
+    ``Plan.serving`` and ``Plan.pd_rps`` are the solver's columns, and with ``pd_spill`` above 0 the
+    cost leaves them free within a range (the pools' share ``x`` and the aggregated serving that
+    carries the rest cost nothing): the MPC's ``spill_idle`` reads these instead. Counts per step
+    (one block a step) give the same values as the plan's own blocks, its counts being constant
+    within each."""
+    h = len(np.asarray(svc.demand_rps))
+    problem = PlanProblem([svc], dt_s, h, blocks=list(range(h)))
+    idx = _Index(problem)
+    x = _complete(problem, {(0, j): np.asarray(replicas[v.name], dtype=float) for j, v in enumerate(svc.variants)})
+    serving = {v.name: x[idx.s(0, j, 0):idx.s(0, j, 0) + h].copy() for j, v in enumerate(svc.variants)}
+    pools = x[idx.pd[0]:idx.pd[0] + h].copy() if 0 in idx.pd else None
+    return serving, pools
+
+
 def _gpus(variants: Sequence[PlanVariant], counts: Sequence[int], gpu: str | None) -> int:
     """GPUs of type ``gpu`` (None: of any type) that ``counts`` replicas of ``variants`` hold."""
     return sum(n * v.gpus_per_replica for v, n in zip(variants, counts, strict=True) if gpu is None or v.gpu == gpu)

@@ -13,7 +13,7 @@ from support.brute_plans import sequences
 
 from autoscaler.config.loading import load_config
 from autoscaler.state import PoolObservation, ServiceEstimate, Signals, VariantObservation
-from controllers.mpc import MPCController, _Inputs, idle_reserve
+from controllers.mpc import MPCController, _Inputs, idle_reserve, planned_idle_reserve
 from controllers.registry import build
 from models.planning import PlanProblem, PlanService, PlanVariant, solve
 
@@ -140,3 +140,23 @@ def test_idle_reserve_routes_the_aggregated_replicas_their_planned_share() -> No
     cfg = load_config(str(MIXED))
     with pytest.raises(ValueError, match="spill_idle 0 or 1"):
         MPCController(cfg, {}, spill_idle=1)  # without a reserve there is nothing to leave idle
+
+
+@pytest.mark.parametrize("tuned", [False, True])
+def test_the_idle_reserve_follows_the_plan_counts_not_the_solver_columns(tuned: bool) -> None:
+    # steady(0.2) with 2 aggregated replicas at least (2 today, as are 1 prefill and 1 decode) and the pools
+    # at $150/h ($2.50 a step): 2 aggregated + 1 prefill + 1 decode ($17 a step) is the cheapest (3 aggregated
+    # $18, 2 + 2 + 1 $19.50, 2 aggregated alone leave 10 req/s missed). The pools carry min(15, 100, 30) = 15
+    # req/s, the aggregated share 30 - 15 = 15 of the 2 x 10 = 20 they hold: weight 10 x 15 / 20 = 7.5. With
+    # the reserve the cost leaves the solver's pools' column free in [12.5, 15] (its 0.8 x plus 20 aggregated
+    # cover 30), and weights read from the columns followed the solver's pick (8.75 at x 12.5).
+    svc, problem = steady(0.2)
+    agg, pre, dec = svc.variants
+    svc = dataclasses.replace(svc, variants=[
+        dataclasses.replace(agg, min_replicas=2, current=2, ready=np.full(2, 2.0)),
+        *(dataclasses.replace(v, price_per_hour=150.0, current=1, ready=np.full(2, 1.0)) for v in (pre, dec))])
+    plan = solve(dataclasses.replace(problem, services=[svc], tuned=tuned))
+    assert {v: int(n[0]) for v, n in plan.replicas["s"].items()} == {"agg": 2, "pre": 1, "dec": 1}
+    route = {"agg": 10.0, "pre": 15.0, "dec": 100.0}
+    assert planned_idle_reserve(route, svc, plan.replicas["s"], 60.0) == pytest.approx(
+        {"agg": 7.5, "pre": 15.0, "dec": 100.0}, rel=1e-12)
