@@ -1744,9 +1744,13 @@ class MPCController(Controller):
             raise ValueError(f"{name}: pool must be >= 1, got {pool}")
         if not 0 < coverage < 1:
             raise ValueError(f"{name}: coverage must be in (0, 1), got {coverage}")
-        if not 0 < pd_util <= 1 or not 0 <= spill < 1 or spill_idle not in (0, 1) or (spill_idle and not spill):
-            raise ValueError(f"{name}: pd_util must be in (0, 1] and spill must be in [0, 1), spill_idle 0 or 1 "
-                             f"(1 with a spill > 0), got {pd_util}, {spill} and {spill_idle}")
+        if not 0 < pd_util <= 1:
+            raise ValueError(f"{name}: pd_util must be in (0, 1], got {pd_util}")
+        if not 0 <= spill < 1:
+            raise ValueError(f"{name}: spill must be in [0, 1), got {spill}")
+        if spill_idle not in (0, 1) or (spill_idle and not spill):
+            raise ValueError(f"{name}: spill_idle must be 0 or 1 (1 with a spill > 0), got {spill_idle} "
+                             f"with spill {spill}")
         if int_blocks < 0:
             raise ValueError(f"{name}: int_blocks must be >= 0, got {int_blocks}")
         if joint_blocks < 0:

@@ -138,7 +138,7 @@ def test_idle_reserve_routes_the_aggregated_replicas_their_planned_share() -> No
     assert idle_reserve(route, ["h100", "gh200"], serving, 200.0, 90.0) == route
     assert idle_reserve(route, ["h100", "gh200"], {"h100-decode": 2.0}, 200.0, 150.0) == route
     cfg = load_config(str(MIXED))
-    with pytest.raises(ValueError, match="spill_idle 0 or 1"):
+    with pytest.raises(ValueError, match="spill_idle must be 0 or 1"):
         MPCController(cfg, {}, spill_idle=1)  # without a reserve there is nothing to leave idle
 
 
@@ -160,3 +160,20 @@ def test_the_idle_reserve_follows_the_plan_counts_not_the_solver_columns(tuned: 
     route = {"agg": 10.0, "pre": 15.0, "dec": 100.0}
     assert planned_idle_reserve(route, svc, plan.replicas["s"], 60.0) == pytest.approx(
         {"agg": 7.5, "pre": 15.0, "dec": 100.0}, rel=1e-12)
+
+
+def test_each_bad_spill_setting_is_named_alone() -> None:
+    # the registry refuses spill=1 itself ([0, 1): at R = 1 the pools count nothing in the demand row), and
+    # the constructor's checks each name the one setting that failed
+    cfg = load_config(str(MIXED))
+    for spec, want in (("mpc:spill=1", "mpc spill must be in [0, 1), got 1"),
+                       ("mpc:spill=1.5", "mpc spill must be in [0, 1), got 1.5")):
+        with pytest.raises(ValueError) as err:
+            build(spec, cfg, None, None)
+        assert str(err.value) == want
+    for kwargs, want in (({"spill": 1.0}, "mpc: spill must be in [0, 1), got 1.0"),
+                         ({"pd_util": 0.0}, "mpc: pd_util must be in (0, 1], got 0.0"),
+                         ({"spill_idle": 1}, "mpc: spill_idle must be 0 or 1 (1 with a spill > 0), got 1 with spill 0.0")):
+        with pytest.raises(ValueError) as err:
+            MPCController(cfg, {}, **kwargs)  # type: ignore[arg-type]
+        assert str(err.value) == want
