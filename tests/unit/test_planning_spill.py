@@ -79,8 +79,8 @@ def brute_force(svc: PlanService, dt: float) -> float:
 @pytest.mark.parametrize("tuned", [False, True])
 def test_the_reserve_is_the_brute_force_optimum(seed: int, tuned: bool) -> None:
     # One aggregated, one prefill and one decode variant, 3 steps with start-ups and replicas held today,
-    # a reserve in (0, 0.6): the MILP (its strengthening rows, and the tuned search's hull, with the
-    # pools' share at 1 - R) costs the cheapest plan the enumeration finds.
+    # a reserve in (0.05, 0.6): the MILP (its strengthening rows, with the pools' share at 1 - R) costs the
+    # cheapest plan the enumeration finds. The tuned search's hull: test_the_reserve_with_the_hull.
     rng = np.random.default_rng(300 + seed)
     h, dt = 3, 60.0
     variants = [
@@ -93,6 +93,28 @@ def test_the_reserve_is_the_brute_force_optimum(seed: int, tuned: bool) -> None:
     ]
     svc = PlanService("s", variants, rng.uniform(2, 40, h), miss_cost=0.002, pd_spill=float(rng.uniform(0.05, 0.6)))
     plan = solve(PlanProblem([svc], dt, h, blocks=list(range(h)), mip_rel_gap=1e-9, tuned=tuned))
+    assert plan.cost == pytest.approx(brute_force(svc, dt), rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_reserve_with_the_hull_is_the_brute_force_optimum(seed: int) -> None:
+    # Two aggregated variants of different capacities beside a prefill and a decode one, 2 steps: the tuned
+    # search with the demand rows' convex hull (PlanProblem.hull: a step with two capacities gets the hull's
+    # facets in place of the MIR rows) costs the cheapest plan the enumeration finds, the pools at 1 - R.
+    rng = np.random.default_rng(400 + seed)
+    h, dt = 2, 60.0
+    variants = [
+        variant("a1", h, price=float(rng.uniform(2, 6)), cap=float(rng.uniform(4, 9)),
+                current=int(rng.integers(0, 3)), hi=3, cold=1, start=0.01),
+        variant("a2", h, price=float(rng.uniform(3, 9)), cap=float(rng.uniform(10, 16)),
+                current=int(rng.integers(0, 2)), hi=3, warm=0, cold=1),
+        variant("pre", h, role="prefill", price=float(rng.uniform(1, 4)), cap=float(rng.uniform(8, 30)),
+                current=int(rng.integers(0, 2)), hi=3, warm=1, cold=1, start=0.01),
+        variant("dec", h, role="decode", price=float(rng.uniform(1, 4)), cap=float(rng.uniform(6, 20)),
+                current=int(rng.integers(0, 3)), hi=3, warm=0, cold=1),
+    ]
+    svc = PlanService("s", variants, rng.uniform(2, 40, h), miss_cost=0.002, pd_spill=float(rng.uniform(0.05, 0.6)))
+    plan = solve(PlanProblem([svc], dt, h, blocks=list(range(h)), mip_rel_gap=1e-9, tuned=True, hull=True))
     assert plan.cost == pytest.approx(brute_force(svc, dt), rel=1e-6, abs=1e-9)
 
 
