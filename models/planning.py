@@ -1141,15 +1141,24 @@ def _greedy_needs(svc: PlanService, k: int, need: float,
     ``need`` at step ``k``: all of it on the aggregated variants, unless the service has
     prefill/decode pools and no aggregated variant serves, or a pair of the cheapest prefill and
     decode variants (by $ per request/s) costs less per request/s than the cheapest aggregated one;
-    then both pools cover what the aggregated replicas already ``covered`` leave."""
+    then both pools cover what the aggregated replicas already ``covered`` leave.
+
+    With a spill reserve ``R`` (``PlanService.pd_spill``) the demand row counts the pools' share ``P``
+    at ``1 - R``, so the aggregated variants hold ``R P`` beside what they cover: they then need
+    ``covered + R P``, and the pools are picked where ``(p + d) / (1 - R)`` is below the aggregated
+    price ``a`` (per request/s of demand the pools' route costs ``p + d + R a``). ``R`` 0: the rule
+    above, to the bit (a division by 1.0 and no aggregated need)."""
     def cheapest(role: str | None) -> float:
         return min((v.price_per_hour / v.capacity_rps[k] for v in svc.variants
                     if v.role == role and v.capacity_rps[k] > 0), default=math.inf)
     needs: dict[str | None, float] = dict.fromkeys([None, *ROLES], 0.0)
-    if not _has_roles(svc) or cheapest(None) <= cheapest("prefill") + cheapest("decode"):
+    spill = svc.pd_spill
+    if not _has_roles(svc) or cheapest(None) <= (cheapest("prefill") + cheapest("decode")) / (1.0 - spill):
         needs[None] = need
     else:
         needs["prefill"] = needs["decode"] = max(0.0, need - covered[None])
+        if spill > 0:  # the reserve on the aggregated variants (with none serving, nothing holds it)
+            needs[None] = covered[None] + spill * needs["prefill"]
     return needs
 
 
@@ -1169,7 +1178,8 @@ def greedy_counts(problem: PlanProblem, limits: bool = True,
     replicas removed to reach the floor are kept back, cheapest first, then more are ordered,
     cheapest first, up to ``max_replicas``, within the GPU limits and (with ``limits``) ``max_up``.
     A service with prefill/decode pools covers the demand either with its aggregated variants or
-    with both pools, whichever is cheaper per request/s (``_greedy_needs``). ``remove_first``
+    with both pools, whichever is cheaper per request/s, the aggregated variants then holding the
+    spill reserve (``PlanService.pd_spill``) on the pools' share (``_greedy_needs``). ``remove_first``
     (service index -> its variants' indices) removes in that order instead of the dearest first
     (``_solve_decomposed``: the GPU types the coordinator prices first).
     """

@@ -15,7 +15,7 @@ from autoscaler.config.loading import load_config
 from autoscaler.state import PoolObservation, ServiceEstimate, Signals, VariantObservation
 from controllers.mpc import MPCController, _Inputs, idle_reserve, planned_idle_reserve
 from controllers.registry import build
-from models.planning import PlanProblem, PlanService, PlanVariant, solve
+from models.planning import PlanProblem, PlanService, PlanVariant, greedy_counts, solve
 
 MIXED = Path(__file__).resolve().parents[2] / "examples" / "fleet-mixed-pd.yaml"
 
@@ -199,3 +199,22 @@ def test_each_bad_spill_setting_is_named_alone() -> None:
         with pytest.raises(ValueError) as err:
             MPCController(cfg, {}, **kwargs)  # type: ignore[arg-type]
         assert str(err.value) == want
+
+
+@pytest.mark.parametrize(("spill", "want"), [
+    # $ per request/s-hour: aggregated 360 / 10 = 36, prefill 180 / 15 + decode 180 / 100 = 13.8.
+    # R 0: the pools (13.8 < 36) cover all 30: 2 prefill + 1 decode, no aggregated replica.
+    (0.0, {"agg": 0, "pre": 2, "dec": 1}),
+    # R 0.2: 13.8 / 0.8 = 17.25 < 36, the pools still; their share 30 counts 24, so the aggregated variants
+    # hold 0.2 x 30 = 6 req/s: 1 replica (the MILP's own plan, test_the_reserve_by_hand)
+    (0.2, {"agg": 1, "pre": 2, "dec": 1}),
+    # R 0.7: 13.8 / 0.3 = 46 > 36: the pools' route costs more per request/s than 3 aggregated replicas
+    (0.7, {"agg": 3, "pre": 0, "dec": 0}),
+])
+def test_the_greedy_fallback_holds_the_reserve(spill: float, want: dict[str, int]) -> None:
+    svc, problem = steady(spill)
+    counts = greedy_counts(problem)
+    got = {v.name: int(counts[0, j][0]) for j, v in enumerate(svc.variants)}
+    assert got == want
+    # the demand row: 10 per aggregated replica plus (1 - R) x the pools' min(15 p, 100 d, 30) covers 30
+    assert 10.0 * got["agg"] + (1 - spill) * min(15.0 * got["pre"], 100.0 * got["dec"], 30.0) >= 30.0 - 1e-9
