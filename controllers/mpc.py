@@ -1091,6 +1091,22 @@ def idle_reserve(route: Mapping[str, float], aggregated: Iterable[str], serving:
     return {v: w * share / held if v in names else w for v, w in route.items()}
 
 
+def check_pool_settings(name: str, pd_util: float, spill: float, spill_idle: int) -> None:
+    """``MPCController``'s checks of ``pd_util``, ``spill`` and ``spill_idle``, each refused alone.
+
+    Raises:
+        ValueError: one line naming ``name`` and the setting: ``pd_util`` outside (0, 1], ``spill``
+            outside [0, 1), ``spill_idle`` not 0 or 1, or 1 without a spill.
+    """
+    if not 0 < pd_util <= 1:
+        raise ValueError(f"{name}: pd_util must be in (0, 1], got {pd_util}")
+    if not 0 <= spill < 1:
+        raise ValueError(f"{name}: spill must be in [0, 1), got {spill}")
+    if spill_idle not in (0, 1) or (spill_idle and not spill):
+        raise ValueError(f"{name}: spill_idle must be 0 or 1 (1 with a spill > 0), got {spill_idle} "
+                         f"with spill {spill}")
+
+
 def planned_idle_reserve(route: Mapping[str, float], service: PlanService, replicas: Mapping[str, np.ndarray],
                          dt_s: float) -> dict[str, float]:
     """``idle_reserve`` for the plan's first step, its serving and pools' share from the plan's replica
@@ -1744,13 +1760,7 @@ class MPCController(Controller):
             raise ValueError(f"{name}: pool must be >= 1, got {pool}")
         if not 0 < coverage < 1:
             raise ValueError(f"{name}: coverage must be in (0, 1), got {coverage}")
-        if not 0 < pd_util <= 1:
-            raise ValueError(f"{name}: pd_util must be in (0, 1], got {pd_util}")
-        if not 0 <= spill < 1:
-            raise ValueError(f"{name}: spill must be in [0, 1), got {spill}")
-        if spill_idle not in (0, 1) or (spill_idle and not spill):
-            raise ValueError(f"{name}: spill_idle must be 0 or 1 (1 with a spill > 0), got {spill_idle} "
-                             f"with spill {spill}")
+        check_pool_settings(name, pd_util, spill, spill_idle)
         if int_blocks < 0:
             raise ValueError(f"{name}: int_blocks must be >= 0, got {int_blocks}")
         if joint_blocks < 0:

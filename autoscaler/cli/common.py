@@ -194,10 +194,11 @@ def _is_value(word: str, piece: str) -> bool:
 def example_lines(command: str, width: int = EXAMPLE_WIDTH) -> list[str]:
     """``command`` as shell lines of at most ``width`` characters where it can: the command is cut into
     an option (``--x``, ``-o``), a redirection (``>``) or a pipe or list operator (``|``, ``&&``: before
-    it; ``;``, alone or ending a word: after it; ``SHELL_CUTS``) with the words after it, and a line that would pass ``width`` ends with `` \\`` and
-    the next, indented by four, goes on at such a cut (an option with its value never split, a ``-`` that
-    is a value such as ``-f -``'s kept with its option, a quoted argument never cut inside its quotes);
-    a single piece longer than ``width`` stays whole on a line of its own."""
+    it; ``;``, alone or ending a word: after it; ``SHELL_CUTS``) with the words after it, and a line
+    that would pass ``width`` ends with `` \\`` and the next, indented by four, goes on at such a cut
+    (an option with its value never split, a ``-`` that is a value such as ``-f -``'s kept with its
+    option, a quoted argument never cut inside its quotes); a single piece longer than ``width`` stays
+    whole on a line of its own."""
     pieces: list[str] = []
     for word in _shell_words(command):
         cut = word.startswith(("-", ">")) and not (pieces and _is_value(word, pieces[-1]))

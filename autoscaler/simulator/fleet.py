@@ -712,8 +712,9 @@ class FleetSimulator:
         only a fresh arrival's pool test (``_spill``, ``prefill_saturated``) counts the requests it would
         wait behind (``PrefillReplica.ahead``). llm-d's saturation detector, which the held requests'
         rule stands for, reads each pod's waiting queue and KV usage alone and does not know the order
-        the pod admits in (llm-d-router, commit 39142fb, ``saturationdetector/utilization/detector.go``). Returns whether ``sr`` was sent (always, unless ``held``; a fresh arrival with no
-        decode or aggregated replica ready is held at the gateway)."""
+        the pod admits in (llm-d-router, commit 39142fb, ``saturationdetector/utilization/detector.go``).
+        Returns whether ``sr`` was sent (always, unless ``held``; a fresh arrival with no decode or
+        aggregated replica ready is held at the gateway)."""
         decoders = [r for r in svc.ready if not r.cordoned] + [r for r in svc.decode_ready if not r.cordoned] \
             or svc.ready + svc.decode_ready
         if held:

@@ -195,9 +195,10 @@ def test_each_bad_spill_setting_is_named_alone() -> None:
         assert str(err.value) == want
     for kwargs, want in (({"spill": 1.0}, "mpc: spill must be in [0, 1), got 1.0"),
                          ({"pd_util": 0.0}, "mpc: pd_util must be in (0, 1], got 0.0"),
-                         ({"spill_idle": 1}, "mpc: spill_idle must be 0 or 1 (1 with a spill > 0), got 1 with spill 0.0")):
+                         ({"spill_idle": 1},
+                          "mpc: spill_idle must be 0 or 1 (1 with a spill > 0), got 1 with spill 0.0")):
         with pytest.raises(ValueError) as err:
-            MPCController(cfg, {}, **kwargs)  # type: ignore[arg-type]
+            MPCController(cfg, {}, **kwargs)
         assert str(err.value) == want
 
 
