@@ -18,8 +18,9 @@ are ``autoscaler.report``'s (``outcome_columns``: TTFT from the first attempt's 
         [--config examples/fleet-mixed-pd.yaml] [--span 0:1800] [--seed 0]
 
 It also prints the run's GPU-hours per variant (``summarize``'s ``gpu_hours``). Under
-``simulator.prefill_priority`` the pool's state at routing is judged as ``_spill`` judges it then: a prefill
-replica saturated for that arrival by the requests it would wait behind (``PrefillReplica.ahead``).
+``simulator.prefill_priority`` the pool's state at routing is judged as ``_spill`` judges it then
+(``FleetSimulator.prefill_saturated``, called here): a prefill replica saturated for that arrival by the
+requests it would wait behind (``PrefillReplica.ahead``).
 
 It observes the run by wrapping three ``FleetSimulator`` methods (``_route_pd``, ``on_prefilled``,
 ``push_transfer``) for this process only; the run itself is ``run_simulation``'s, so its
@@ -53,17 +54,6 @@ from provenance import stamp
 BATCH_FRACTION = 0.2  # autoscaler.cli.options.DEFAULT_BATCH_FRACTION, what ``simulate`` uses by default
 
 
-def saturated(sim: FleetSimulator, r: Any, priority: int) -> bool:
-    """Whether prefill replica ``r`` counts as saturated for an arrival of ``priority`` in
-    ``FleetSimulator._spill``'s pool test: the gateway's per-pod rule (``_saturated``), its queue counted
-    as the requests the arrival would wait behind (``PrefillReplica.ahead``) under
-    ``simulator.prefill_priority``."""
-    if not sim.cfg.simulator.prefill_priority:
-        return sim._saturated(r)
-    g = sim.cfg.simulator.gateway
-    return bool(r.ahead(priority) > g.queue_depth_threshold or r.kv_used > g.kv_cache_threshold * r.kv_cap)
-
-
 @contextmanager
 def observed(rec: dict[int, dict[str, Any]]) -> Iterator[None]:
     """Record per request id, while the block runs: when it was routed, whether remotely, the prefill
@@ -72,7 +62,7 @@ def observed(rec: dict[int, dict[str, Any]]) -> Iterator[None]:
 
     def _route_pd(self: FleetSimulator, svc: Any, sr: Any, held: bool = False) -> bool:
         pool = [r for r in svc.prefill_ready if not r.cordoned] or svc.prefill_ready
-        full = bool(pool) and all(saturated(self, r, sr.req.priority) for r in pool)
+        full = bool(pool) and all(self.prefill_saturated(r, sr.req.priority) for r in pool)
         sent = route(self, svc, sr, held)
         if sent:
             rec[sr.req.rid] = {"routed": self.now, "remote": sr in self._handoffs, "pool": len(pool), "full": full}

@@ -163,6 +163,7 @@ from models.planning import (
     PlanProblem,
     PlanService,
     PlanVariant,
+    settled_flows,
     shifted,
     solve,
 )
@@ -1090,6 +1091,36 @@ def idle_reserve(route: Mapping[str, float], aggregated: Iterable[str], serving:
     return {v: w * share / held if v in names else w for v, w in route.items()}
 
 
+def check_pool_settings(name: str, pd_util: float, spill: float, spill_idle: int) -> None:
+    """``MPCController``'s checks of ``pd_util``, ``spill`` and ``spill_idle``, each refused alone.
+
+    Raises:
+        ValueError: one line naming ``name`` and the setting: ``pd_util`` outside (0, 1], ``spill``
+            outside [0, 1), ``spill_idle`` not 0 or 1, or 1 without a spill.
+    """
+    if not 0 < pd_util <= 1:
+        raise ValueError(f"{name}: pd_util must be in (0, 1], got {pd_util}")
+    if not 0 <= spill < 1:
+        raise ValueError(f"{name}: spill must be in [0, 1), got {spill}")
+    if spill_idle not in (0, 1) or (spill_idle and not spill):
+        raise ValueError(f"{name}: spill_idle must be 0 or 1 (1 with a spill > 0), got {spill_idle} "
+                         f"with spill {spill}")
+
+
+def planned_idle_reserve(route: Mapping[str, float], service: PlanService, replicas: Mapping[str, np.ndarray],
+                         dt_s: float) -> dict[str, float]:
+    """``idle_reserve`` for the plan's first step, its serving and pools' share from the plan's replica
+    counts ``replicas`` (``models.planning.settled_flows``: serving ``min(n, ready)``, the pools
+    ``min(prefill capacity, decode capacity, demand)``), not from the solver's columns, which the cost
+    leaves free within a range once ``pd_spill`` is above 0. ``route`` as it is without pools."""
+    serving, pools = settled_flows(service, replicas, dt_s)
+    if pools is None:
+        return dict(route)
+    return idle_reserve(route, [v.name for v in service.variants if v.role is None],
+                        {v: float(n[0]) for v, n in serving.items()},
+                        float(np.asarray(service.demand_rps)[0]), float(pools[0]))
+
+
 def pool_util_path(pd_util: float, demand_rps: np.ndarray, backlog: np.ndarray) -> np.ndarray:
     """Per step, the share of a pool replica's modelled capacity the plan counts on so that ``pd_util``
     applies to the demand less the backlog term alone, shape (H,) as ``demand_rps``.
@@ -1746,9 +1777,7 @@ class MPCController(Controller):
             raise ValueError(f"{name}: pool must be >= 1, got {pool}")
         if not 0 < coverage < 1:
             raise ValueError(f"{name}: coverage must be in (0, 1), got {coverage}")
-        if not 0 < pd_util <= 1 or not 0 <= spill < 1 or spill_idle not in (0, 1) or (spill_idle and not spill):
-            raise ValueError(f"{name}: pd_util must be in (0, 1] and spill must be in [0, 1), spill_idle 0 or 1 "
-                             f"(1 with a spill > 0), got {pd_util}, {spill} and {spill_idle}")
+        check_pool_settings(name, pd_util, spill, spill_idle)
         if int_blocks < 0:
             raise ValueError(f"{name}: int_blocks must be >= 0, got {int_blocks}")
         if joint_blocks < 0:
@@ -2593,9 +2622,9 @@ class MPCController(Controller):
         # with pools, the capacities the plan splits the demand by (aggregated variants against the pools)
         route = dict(inputs.steady) if svc.roles is not None else {}
         if self.spill_idle and route and pools is not None:  # the reserve left free for spills (idle_reserve)
-            route = idle_reserve(route, [v.name for v in svc.variants],
-                                 {v: float(n[0]) for v, n in plan.serving[svc.name].items()},
-                                 float(demand[0]), float(pools[0]))
+            # from the plan's counts (settled_flows), not its serving and pool columns: with a reserve the
+            # cost leaves those free within a range, and the weights would follow the solver's pick
+            route = planned_idle_reserve(route, inputs.service, steps, dt)
         return Decision(desired, why, code, terms, plan={name: [int(x) for x in n] for name, n in steps.items()},
                         remove_first=removal_order(est, desired), gauges=gauges, admission=admission,
                         itl_budget=budget, route_weights=route)

@@ -113,13 +113,15 @@ class Param:
 
     ``kind`` is ``str`` (passed as written; the controller checks the choice), ``float`` (a finite
     number) or ``int`` (a whole number), written without ``_`` (Python reads ``1_5`` as 15); numbers
-    must be ``> low`` (``>= low`` when ``closed``) and, with ``high``, ``<= high``.
+    must be ``> low`` (``>= low`` when ``closed``) and, with ``high``, ``<= high`` (``< high`` when
+    ``high_open``).
     """
 
     kind: type
     low: float | None = None
     closed: bool = False
     high: float | None = None
+    high_open: bool = False
 
     def bounds(self) -> str:
         """The range as text: ``> 0``, ``>= 1``, ``in (0, 100]``."""
@@ -127,8 +129,8 @@ class Param:
         if self.high is None:
             return f"{'>=' if self.closed else '>'} {low}"
         if self.low is None:
-            return f"<= {self.high:g}"
-        return f"in {'[' if self.closed else '('}{low}, {self.high:g}]"
+            return f"{'<' if self.high_open else '<='} {self.high:g}"
+        return f"in {'[' if self.closed else '('}{low}, {self.high:g}{')' if self.high_open else ']'}"
 
     def parse(self, name: str, key: str, text: str) -> int | float | str:
         """``text`` as this parameter's value.
@@ -151,7 +153,7 @@ class Param:
         if not math.isfinite(value):
             raise ValueError(f"{what} must be a finite number, got '{text}'")
         below = self.low is not None and (value < self.low if self.closed else value <= self.low)
-        above = self.high is not None and value > self.high
+        above = self.high is not None and (value >= self.high if self.high_open else value > self.high)
         if below or above:
             raise ValueError(f"{what} must be {self.bounds()}, got {text}")
         return value
@@ -375,7 +377,8 @@ _SPECS: dict[str, tuple[dict[str, Param], _Factory]] = {
                     joint_blocks=Param(int, 0, closed=True), joint_warm=Param(int, 0, closed=True, high=1),
                     shed=Param(int, 0, closed=True, high=1),
                     shed_weight=POSITIVE, pd_util=Param(float, 0.0, high=1.0),
-                    spill=Param(float, 0.0, closed=True, high=1.0), spill_idle=Param(int, 0, closed=True, high=1),
+                    spill=Param(float, 0.0, closed=True, high=1.0, high_open=True),
+                    spill_idle=Param(int, 0, closed=True, high=1),
                     pd_scale=Param(int, 0, closed=True, high=1),
                     burst=Param(int, 0, closed=True, high=1), cap=Param(int, 0, closed=True, high=1),
                     busy=Param(int, 0, closed=True, high=1), backlog=Param(int, 0, closed=True, high=1),

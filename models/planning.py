@@ -1109,6 +1109,27 @@ def _complete(problem: PlanProblem, counts: Mapping[tuple[int, int], np.ndarray]
     return x
 
 
+def settled_flows(svc: PlanService, replicas: Mapping[str, np.ndarray],
+                  dt_s: float) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """The serving ``s[v,k]`` (variant -> shape (H,)) and the pools' requests/s ``x[k]`` (None without
+    role variants) that ``_complete`` gives ``svc`` for the plan's replica counts per step ``replicas``
+    (``Plan.replicas[svc.name]``): every ready replica serving (at most ``n``), the pools the smaller
+    of their two capacities (at most the demand).
+
+    ``Plan.serving`` and ``Plan.pd_rps`` are the solver's columns, and with ``pd_spill`` above 0 the
+    cost leaves them free within a range (the pools' share ``x`` and the aggregated serving that
+    carries the rest cost nothing): the MPC's ``spill_idle`` reads these instead. Counts per step
+    (one block a step) give the same values as the plan's own blocks, its counts being constant
+    within each."""
+    h = len(np.asarray(svc.demand_rps))
+    problem = PlanProblem([svc], dt_s, h, blocks=list(range(h)))
+    idx = _Index(problem)
+    x = _complete(problem, {(0, j): np.asarray(replicas[v.name], dtype=float) for j, v in enumerate(svc.variants)})
+    serving = {v.name: x[idx.s(0, j, 0):idx.s(0, j, 0) + h].copy() for j, v in enumerate(svc.variants)}
+    pools = x[idx.pd[0]:idx.pd[0] + h].copy() if 0 in idx.pd else None
+    return serving, pools
+
+
 def _gpus(variants: Sequence[PlanVariant], counts: Sequence[int], gpu: str | None) -> int:
     """GPUs of type ``gpu`` (None: of any type) that ``counts`` replicas of ``variants`` hold."""
     return sum(n * v.gpus_per_replica for v, n in zip(variants, counts, strict=True) if gpu is None or v.gpu == gpu)
@@ -1120,15 +1141,24 @@ def _greedy_needs(svc: PlanService, k: int, need: float,
     ``need`` at step ``k``: all of it on the aggregated variants, unless the service has
     prefill/decode pools and no aggregated variant serves, or a pair of the cheapest prefill and
     decode variants (by $ per request/s) costs less per request/s than the cheapest aggregated one;
-    then both pools cover what the aggregated replicas already ``covered`` leave."""
+    then both pools cover what the aggregated replicas already ``covered`` leave.
+
+    With a spill reserve ``R`` (``PlanService.pd_spill``) the demand row counts the pools' share ``P``
+    at ``1 - R``, so the aggregated variants hold ``R P`` beside what they cover: they then need
+    ``covered + R P``, and the pools are picked where ``(p + d) / (1 - R)`` is below the aggregated
+    price ``a`` (per request/s of demand the pools' route costs ``p + d + R a``). ``R`` 0: the rule
+    above, to the bit (a division by 1.0 and no aggregated need)."""
     def cheapest(role: str | None) -> float:
         return min((v.price_per_hour / v.capacity_rps[k] for v in svc.variants
                     if v.role == role and v.capacity_rps[k] > 0), default=math.inf)
     needs: dict[str | None, float] = dict.fromkeys([None, *ROLES], 0.0)
-    if not _has_roles(svc) or cheapest(None) <= cheapest("prefill") + cheapest("decode"):
+    spill = svc.pd_spill
+    if not _has_roles(svc) or cheapest(None) <= (cheapest("prefill") + cheapest("decode")) / (1.0 - spill):
         needs[None] = need
     else:
         needs["prefill"] = needs["decode"] = max(0.0, need - covered[None])
+        if spill > 0:  # the reserve on the aggregated variants (with none serving, nothing holds it)
+            needs[None] = covered[None] + spill * needs["prefill"]
     return needs
 
 
@@ -1148,7 +1178,8 @@ def greedy_counts(problem: PlanProblem, limits: bool = True,
     replicas removed to reach the floor are kept back, cheapest first, then more are ordered,
     cheapest first, up to ``max_replicas``, within the GPU limits and (with ``limits``) ``max_up``.
     A service with prefill/decode pools covers the demand either with its aggregated variants or
-    with both pools, whichever is cheaper per request/s (``_greedy_needs``). ``remove_first``
+    with both pools, whichever is cheaper per request/s, the aggregated variants then holding the
+    spill reserve (``PlanService.pd_spill``) on the pools' share (``_greedy_needs``). ``remove_first``
     (service index -> its variants' indices) removes in that order instead of the dearest first
     (``_solve_decomposed``: the GPU types the coordinator prices first).
     """

@@ -115,7 +115,10 @@ class _OneLineUsageErrors:
         usage_error: type[Any] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
         if isinstance(exc, usage_error) and type(exc).__name__ != "NoArgsIsHelpError":
             where = f"; see '{exc.ctx.command_path} --help'" if exc.ctx is not None else ""
-            raise fail(exc.format_message() + where) from None
+            message = exc.format_message()
+            if where and message.endswith("."):  # click's own "Missing option '--out'." ends a sentence
+                message = message[:-1]
+            raise fail(message + where) from None
 
 
 class Group(TyperGroup):
@@ -159,14 +162,47 @@ EXAMPLE_WIDTH = 76
 example fits an 80-column terminal whole (``examples``)."""
 
 
+SHELL_CUTS = ("|", "&&", ";")
+"""Words after which a shell line goes on with another command (``example_lines`` cuts before them)."""
+
+
+def _shell_words(command: str) -> list[str]:
+    """``command`` split at its spaces, but never inside a '...' or "..." quote (the quotes kept)."""
+    words, word, quote = [], "", ""
+    for ch in command:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == " ":
+            if word:
+                words.append(word)
+            word = ""
+            continue
+        word += ch
+    return [*words, word] if word else words
+
+
+def _is_value(word: str, piece: str) -> bool:
+    """Whether ``word``, which starts with ``-``, is the value of the option ``piece`` ends with rather
+    than an option: ``-`` (stdin or stdout, as in ``-f -``) or a negative number, after an option alone."""
+    alone = piece.split(" ")[-1].startswith("-") and " " not in piece
+    number = word[1:].replace(".", "", 1).isdigit()
+    return alone and (word == "-" or number)
+
+
 def example_lines(command: str, width: int = EXAMPLE_WIDTH) -> list[str]:
     """``command`` as shell lines of at most ``width`` characters where it can: the command is cut into
-    an option (``--x``, ``-o``) or a redirection (``>``) with the words after it, and a line that would pass
-    ``width`` ends with `` \\`` and the next, indented by four, goes on at such a cut (an option with its
-    value never split); a single piece longer than ``width`` stays whole on a line of its own."""
+    an option (``--x``, ``-o``), a redirection (``>``) or a pipe or list operator (``|``, ``&&``: before
+    it; ``;``, alone or ending a word: after it; ``SHELL_CUTS``) with the words after it, and a line
+    that would pass ``width`` ends with `` \\`` and the next, indented by four, goes on at such a cut
+    (an option with its value never split, a ``-`` that is a value such as ``-f -``'s kept with its
+    option, a quoted argument never cut inside its quotes); a single piece longer than ``width`` stays
+    whole on a line of its own."""
     pieces: list[str] = []
-    for word in command.split(" "):
-        if pieces and not word.startswith(("-", ">")):
+    for word in _shell_words(command):
+        cut = word.startswith(("-", ">")) and not (pieces and _is_value(word, pieces[-1]))
+        if pieces and not cut and word not in SHELL_CUTS and not pieces[-1].endswith(";"):
             pieces[-1] += " " + word
         else:
             pieces.append(word)

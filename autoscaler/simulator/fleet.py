@@ -708,8 +708,13 @@ class FleetSimulator:
         ``held``: ``sr`` is the head of the gateway's backlog (``_drain_gateway``): each pick is among
         the replicas the gateway's per-pod saturation rule leaves free (``_saturated``), and with none
         free (a decode or aggregated replica, or a prefill replica when the prefill is remote) nothing
-        is sent. Returns whether ``sr`` was sent (always, unless ``held``; a fresh arrival with no
-        decode or aggregated replica ready is held at the gateway)."""
+        is sent. That rule counts a prefill replica's whole queue even under ``simulator.prefill_priority``:
+        only a fresh arrival's pool test (``_spill``, ``prefill_saturated``) counts the requests it would
+        wait behind (``PrefillReplica.ahead``). llm-d's saturation detector, which the held requests'
+        rule stands for, reads each pod's waiting queue and KV usage alone and does not know the order
+        the pod admits in (llm-d-router, commit 39142fb, ``saturationdetector/utilization/detector.go``).
+        Returns whether ``sr`` was sent (always, unless ``held``; a fresh arrival with no decode or
+        aggregated replica ready is held at the gateway)."""
         decoders = [r for r in svc.ready if not r.cordoned] + [r for r in svc.decode_ready if not r.cordoned] \
             or svc.ready + svc.decode_ready
         if held:
@@ -789,14 +794,20 @@ class FleetSimulator:
         priority or a higher one), not by its whole queue: a burst of lower priorities queued at the
         pool does not spill a higher-priority arrival that would overtake it."""
         prefillers = [r for r in svc.prefill_ready if not r.cordoned] or svc.prefill_ready
-        if self._pd_priority:
-            g = self.cfg.simulator.gateway
-            pool_full = all((isinstance(r, PrefillReplica) and r.ahead(priority) > g.queue_depth_threshold)
-                            or r.kv_used > g.kv_cache_threshold * r.kv_cap for r in prefillers)
-        else:
-            pool_full = all(self._saturated(r) for r in prefillers)
+        pool_full = all(self.prefill_saturated(r, priority) for r in prefillers)
         paired = [r for r in decoders if not (pool_full and isinstance(r, DecodeReplica))]
         return [r for r in paired if not self._saturated(r)] or paired or decoders
+
+    def prefill_saturated(self, r: Replica, priority: int) -> bool:
+        """Whether prefill replica ``r`` counts as saturated for a fresh arrival of ``priority`` in
+        ``_spill``'s pool test: the gateway's per-pod rule (``_saturated``), its queue counted, under
+        ``simulator.prefill_priority``, as the requests the arrival would wait behind
+        (``PrefillReplica.ahead``). ``benchmarks/pd_misses.py`` records the pool's state by it."""
+        if not self._pd_priority:
+            return self._saturated(r)
+        g = self.cfg.simulator.gateway
+        return bool((isinstance(r, PrefillReplica) and r.ahead(priority) > g.queue_depth_threshold)
+                    or r.kv_used > g.kv_cache_threshold * r.kv_cap)
 
     def on_prefilled(self, sr: SimRequest, replica: PrefillReplica, now: float) -> None:
         """Called by a prefill replica when ``sr``'s prompt is prefilled: its decode pod's sidecar sends it

@@ -1,4 +1,4 @@
-"""Help pages read whole at 100 columns (a user's terminal): no example command split by the terminal's
+"""Help pages read whole at 80 and 100 columns (a user's terminal): no example command split by the terminal's
 wrap, no sentence broken where the source wrapped its docstring, a repeatable option shown as one value
 per flag; and a usage error is one ``error:`` line, as every other error."""
 
@@ -34,17 +34,21 @@ def help_at(argv: tuple[str, ...], columns: int) -> list[str]:
     return lines
 
 
+@pytest.mark.parametrize("columns", [80, 100])
 @pytest.mark.parametrize("argv", [p for p, _ in ALL], ids=lambda p: " ".join(p) or "autoscaler")
-def test_no_example_is_split_by_the_terminal_at_100_columns(argv: tuple[str, ...]) -> None:
-    lines = help_at(argv, 100)
+def test_no_example_is_split_by_the_terminal(argv: tuple[str, ...], columns: int) -> None:
+    lines = help_at(argv, columns)
     shown = [ln.strip() for ln in lines[[ln.strip() for ln in lines].index("Examples:") + 1:] if ln.strip()]
     assert shown, "no examples"
     for before, line in zip(["", *shown[:-1]], shown, strict=True):
         # a line is a command of its own or the continuation its previous line announced with " \"
         continued = before.endswith(" \\")
-        assert line.startswith("autoscaler ") != continued, (before, line)
-        if continued:  # cut before an option or a redirection, never between an option and its value
-            assert line.startswith(("-", ">")), line
+        after_list = before.removesuffix(" \\").endswith(";")  # "a; \" goes on with the next command
+        assert line.startswith("autoscaler ") != continued or after_list, (before, line)
+        if continued and not after_list:  # cut before an option, a redirection or a pipe or list operator,
+            # never between an option and its value
+            assert line.startswith(("-", ">", "| ", "&& ")), line
+        assert len(line) <= 76, line  # EXAMPLE_WIDTH: the page pads one column each side of 78
 
 
 @pytest.mark.parametrize("argv", [p for p, _ in ALL], ids=lambda p: " ".join(p) or "autoscaler")
@@ -72,6 +76,14 @@ def test_a_long_example_is_cut_before_options_with_their_values() -> None:
     assert example_lines("autoscaler admission budget -o yaml > epp-config.yaml", 40) == [
         "autoscaler admission budget -o yaml \\", "    > epp-config.yaml"]
     assert example_lines("autoscaler simulate", 76) == ["autoscaler simulate"]
+    # a pipe is a cut, and "-f -"'s "-" is the option's value (stdin), not an option
+    cmd = "autoscaler admission objectives http://autoscaler.autoscaler:8080 | kubectl apply -f -"
+    assert example_lines(cmd, 76) == ["autoscaler admission objectives http://autoscaler.autoscaler:8080 \\",
+                                      "    | kubectl apply -f -"]
+    # a quoted argument is one word however many spaces it holds; "&&" and a word ending with ";" are cuts
+    assert example_lines('autoscaler x --name "a b c" --k -5 && autoscaler y; autoscaler z', 20) == [
+        "autoscaler x \\", '    --name "a b c" \\', "    --k -5 \\", "    && autoscaler y; \\",
+        "    autoscaler z"]
 
 
 def test_a_repeatable_option_shows_one_value_per_flag() -> None:
@@ -89,6 +101,13 @@ def test_a_usage_error_is_one_error_line_with_exit_2() -> None:
     assert res.stdout == ""
     assert res.stderr.splitlines() == ["error: Got unexpected extra argument(s) (b.json); see "
                                        "'autoscaler profile fit --help'"]
+
+
+def test_a_usage_error_ends_its_sentence_once() -> None:
+    # click says "Missing option '--out'." with its own full stop: the line goes on with "; see", not ".;"
+    res = CliRunner().invoke(app, ["dashboards", "export"], prog_name="autoscaler")
+    assert res.exit_code == 2
+    assert res.stderr.splitlines() == ["error: Missing option '--out'; see 'autoscaler dashboards export --help'"]
 
 
 @pytest.mark.parametrize("argv", [["simulate", "--no-such-option"], ["no-such-command"], ["simulate", "--seed"],
