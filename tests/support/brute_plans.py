@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 
-from models.planning import PlanVariant
+from models.planning import PlanService, PlanVariant
 
 
 def sequences(v: PlanVariant, dt: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -27,3 +27,23 @@ def sequences(v: PlanVariant, dt: float) -> tuple[np.ndarray, np.ndarray, np.nda
         costs.append(v.price_per_hour * dt / 3600 * sum(seq) + v.start_cost * orders[-1])
         served.append(v.capacity_rps * np.minimum(seq, ready))
     return np.array(seqs), np.array(costs), np.array(served)
+
+
+def pools_brute_force(svc: PlanService, dt: float) -> float:
+    """Cheapest cost over every combination of the variants' replica sequences (``sequences``), no
+    step limits: the pools serve the smaller of their two capacities (at most the demand), counted at
+    ``1 - pd_spill`` in the demand (the aggregated spill reserve; all of it at 0), the aggregated replicas
+    the rest, and what is left is missed."""
+    h = len(svc.demand_rps)
+    cost = np.zeros(1)
+    served = {role: np.zeros((1, h)) for role in (None, "prefill", "decode")}
+    for v in svc.variants:  # the grid of every combination so far, flattened
+        _, c, s = sequences(v, dt)
+        m = len(c)
+        cost = (cost[:, None] + c[None, :]).ravel()
+        for role in served:
+            grown = served[role][:, None, :] + (s[None, :, :] if role == v.role else 0.0)
+            served[role] = np.broadcast_to(grown, (len(cost) // m, m, h)).reshape(-1, h)
+    pools = np.minimum(np.minimum(served["prefill"], served["decode"]), svc.demand_rps)
+    left = np.maximum(svc.demand_rps - served[None] - (1.0 - svc.pd_spill) * pools, 0.0)
+    return float(np.min(cost + dt * svc.miss_cost * left.sum(axis=1)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support.brute_plans import sequences
+from support.brute_plans import pools_brute_force as brute_force
 
 from models.planning import PlanProblem, PlanService, PlanVariant, greedy_counts, solve
 
@@ -16,24 +16,6 @@ def variant(name: str, h: int, *, role: str | None = None, price: float = 1.0, c
     return PlanVariant(name, gpu or name, gpus, price, np.full(h, cap), current, np.full(h, float(current)), lo, hi,
                        warm, cold, warm_free, 0, start, 0.0, role=role)
 
-
-def brute_force(svc: PlanService, dt: float) -> float:
-    """Cheapest cost over every combination of the variants' replica sequences (``sequences``), no
-    step limits: the pools serve the smaller of their two capacities (at most the demand), the
-    aggregated replicas the rest, and what is left is missed."""
-    h = len(svc.demand_rps)
-    cost = np.zeros(1)
-    served = {role: np.zeros((1, h)) for role in (None, "prefill", "decode")}
-    for v in svc.variants:  # the grid of every combination so far, flattened
-        _, c, s = sequences(v, dt)
-        m = len(c)
-        cost = (cost[:, None] + c[None, :]).ravel()
-        for role in served:
-            grown = served[role][:, None, :] + (s[None, :, :] if role == v.role else 0.0)
-            served[role] = np.broadcast_to(grown, (len(cost) // m, m, h)).reshape(-1, h)
-    pools = np.minimum(np.minimum(served["prefill"], served["decode"]), svc.demand_rps)
-    left = np.maximum(svc.demand_rps - served[None] - pools, 0.0)
-    return float(np.min(cost + dt * svc.miss_cost * left.sum(axis=1)))
 
 
 @pytest.mark.parametrize("seed", range(6))

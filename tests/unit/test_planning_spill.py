@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.brute_plans import sequences
+from support.brute_plans import pools_brute_force as brute_force
 
 from autoscaler.config.loading import load_config
 from autoscaler.state import PoolObservation, ServiceEstimate, Signals, VariantObservation
@@ -55,24 +55,6 @@ def test_the_reserve_by_hand(spill: float, want: dict[str, int], per_step: float
     assert plan.cost == pytest.approx(2 * per_step, rel=1e-9)
     assert float(plan.unserved_rps["s"].max()) == pytest.approx(0.0, abs=1e-9)
 
-
-def brute_force(svc: PlanService, dt: float) -> float:
-    """Cheapest cost over every combination of the variants' replica sequences (no step limits): the
-    pools serve the smaller of their two capacities (at most the demand), counted at ``1 - pd_spill`` in
-    the demand; the aggregated replicas the rest, and what is left is missed."""
-    h = len(svc.demand_rps)
-    cost = np.zeros(1)
-    served = {role: np.zeros((1, h)) for role in (None, "prefill", "decode")}
-    for v in svc.variants:
-        _, c, s = sequences(v, dt)
-        m = len(c)
-        cost = (cost[:, None] + c[None, :]).ravel()
-        for role in served:
-            grown = served[role][:, None, :] + (s[None, :, :] if role == v.role else 0.0)
-            served[role] = np.broadcast_to(grown, (len(cost) // m, m, h)).reshape(-1, h)
-    pools = np.minimum(np.minimum(served["prefill"], served["decode"]), svc.demand_rps)
-    left = np.maximum(svc.demand_rps - served[None] - (1.0 - svc.pd_spill) * pools, 0.0)
-    return float(np.min(cost + dt * svc.miss_cost * left.sum(axis=1)))
 
 
 @pytest.mark.parametrize("seed", range(5))
