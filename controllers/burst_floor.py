@@ -148,9 +148,9 @@ def burst_floor(short: Sequence[tuple[float, float]], now_s: float, hold_s: floa
 def floored_demand(demand_rps: np.ndarray, floor_rps: float, scale: float = 1.0, from_step: int = 0) -> np.ndarray:
     """The plan's demand path kept at or above ``scale`` times the burst floor (``mpc:floor=1``, and
     ``floor_x`` for ``scale``, issue 34): ``max(demand[k], scale x floor)`` per step. A scale above 1 is
-    headroom for a burst above the highest seen over the hold: on Azure code x20 each new record
-    15-s burst was 1.4-1.5x the one before (272, 406, 571 req/s at 240, 585, 870 s, seed 0), so the floor
-    of the last one alone left the next one short. E.g. demand ``[100, 300, 500]``, floor 300, scale 1.5:
+    headroom for a burst above the highest seen over the hold, where each record burst outgrows the last
+    (docs/controllers.md, "The burst floor scaled for the pools"). E.g. demand
+    ``[100, 300, 500]``, floor 300, scale 1.5:
     ``[450, 450, 500]``. With ``from_step`` (``mpc:floor_ahead_s``) the steps before it keep their
     demand: the floor is planned only where a replica ordered now can serve it (a pool replica's cold
     start), so replicas already running are not held for it meanwhile; ``from_step`` 1 above: ``[100,
